@@ -1,0 +1,95 @@
+"""Parameter counts and FLOPs per token for the two architectures the runtime builds.
+
+GPT (Narayanan et al. 2021, eq. 2): P = 12 l h^2 (1 + 13/(12 h) + (V + s)/(12 l h)) for
+ffn = 4h, tied embeddings, learned positions and biases; the functions below reproduce it
+exactly when given that shape (plus the final LayerNorm, 2h, which eq. 2 leaves out).
+Llama: no biases, RMSNorm (h weights), SwiGLU (three ffn x h matrices), GQA (k/v projections
+are h x kv_heads*head_dim), rotary positions (no table), untied output head.
+
+All functions take plain ints or numpy arrays (elementwise).
+"""
+from __future__ import annotations
+
+
+def attention_matmul_params(arch, hidden, heads, kv_heads, head_dim):
+    """q, k, v and output projection weights of one block (no biases)."""
+    q = hidden * heads * head_dim
+    kv = 2 * hidden * kv_heads * head_dim
+    out = heads * head_dim * hidden
+    return q + kv + out
+
+
+def mlp_matmul_params(arch, hidden, ffn_hidden):
+    """SwiGLU has gate, up and down matrices; GeLU MLP has two."""
+    n_mats = 3 if arch == "llama" else 2
+    return n_mats * hidden * ffn_hidden
+
+
+def layer_matmul_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden):
+    return attention_matmul_params(arch, hidden, heads, kv_heads, head_dim) + mlp_matmul_params(arch, hidden, ffn_hidden)
+
+
+def layer_other_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden):
+    """Norm weights and biases of one block."""
+    if arch == "llama":
+        return 2 * hidden  # two RMSNorm weight vectors
+    # gpt: qkv bias + out bias + fc1 bias + fc2 bias + 2 LayerNorms (weight+bias)
+    return (heads + 2 * kv_heads) * head_dim + hidden + ffn_hidden + hidden + 4 * hidden
+
+
+def spec_dims(spec):
+    """(arch, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, tied) of a ModelSpec."""
+    return (spec.arch, spec.layers, spec.hidden, spec.heads, spec.kv_heads,
+            spec.head_dim or spec.hidden // spec.heads, spec.ffn_hidden, spec.vocab, spec.tied_embeddings)
+
+
+def param_counts(spec, seq_len: int | None = None) -> dict:
+    """Named parameter counts of a ModelSpec.  gpt's learned position table has
+    max_seq_len (or seq_len) rows, as in Narayanan eq. 2."""
+    arch, L, h, a, kv, d, f, V, tied = spec_dims(spec)
+    per_layer_matmul = layer_matmul_params(arch, h, a, kv, d, f)
+    per_layer_other = layer_other_params(arch, h, a, kv, d, f)
+    embedding = V * h
+    positions = 0
+    if arch == "gpt":
+        positions = (spec.max_seq_len or seq_len or 0) * h
+    final_norm = h if arch == "llama" else 2 * h
+    head = 0 if tied else V * h
+    total = L * (per_layer_matmul + per_layer_other) + embedding + positions + final_norm + head
+    return {
+        "per_layer_matmul": per_layer_matmul,
+        "per_layer_other": per_layer_other,
+        "per_layer": per_layer_matmul + per_layer_other,
+        "embedding": embedding,
+        "positions": positions,
+        "final_norm": final_norm,
+        "head": head,
+        # Output projection FLOPs are paid whether or not the matrix is tied.
+        "matmul": L * per_layer_matmul + V * h,
+        "total": total,
+    }
+
+
+def narayanan_eq2(layers, hidden, vocab, seq_len):
+    """Narayanan 2021 eq. 2: P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h))."""
+    l, h = layers, hidden
+    return 12 * l * h * h * (1 + 13 / (12 * h) + (vocab + seq_len) / (12 * l * h))
+
+
+def model_flops_per_token(matmul_params, layers, hidden_attn, seq_len):
+    """Model FLOPs per token, no recompute (PaLM App. B; Korthikanti 2022 eq. 7 generalised):
+    6 x matmul parameters (fwd 2 + bwd 4; output projection included, input embedding lookup
+    excluded) + 12 x layers x (heads*head_dim) x seq_len for attention scores and values
+    (fwd 2*2*s*h per token per layer, bwd twice that; no causal discount)."""
+    return 6 * matmul_params + 12 * layers * hidden_attn * seq_len
+
+
+def recompute_flops_per_token(recompute, layer_matmul_params_total, layers, hidden_attn, seq_len):
+    """Extra forward FLOPs per token paid by recomputation (Narayanan 2021 eq. 3: full recompute
+    adds one forward of every block, 2 x block matmul params + 4 l h s; Korthikanti 2022 sec. 5:
+    selective recompute replays only the attention core, 4 l h s)."""
+    if recompute == "full":
+        return 2 * layer_matmul_params_total + 4 * layers * hidden_attn * seq_len
+    if recompute == "selective":
+        return 4 * layers * hidden_attn * seq_len
+    return 0

@@ -1,0 +1,233 @@
+"""The three strict descriptions (model, hardware, training/parallel layout) and the Plan that joins them.
+
+pydantic v2 models with ``extra="forbid"``: a plan file with an unknown or misspelt key is
+rejected with a readable message.  Every field carries a description: it becomes the JSON Schema
+text printed by ``parplan schema``.  Units live in field names (``_bytes``, ``_s``,
+``_gbytes_per_s`` = gigabytes per second per GPU per direction).
+
+The same axis names (tp pp dp cp vpp sp zero_stage recompute schedule offload micro_batch_size)
+are used in JSON, in cost breakdowns and in the runtime's DeviceMesh.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+Arch = Literal["llama", "gpt"]
+Dtype = Literal["bf16", "fp16", "fp32"]
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv"]
+Offload = Literal["none", "optimizer"]
+# Mixed-precision recipes; bytes per parameter live in cost_models/memory.py (PRECISION_RECIPES).
+Precision = Literal["amp", "master-weights", "fp32"]
+Objective = Literal["throughput", "min-gpus", "memory"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class ModelSpec(Strict):
+    """A dense decoder-only transformer, as the cost model and the runtime both build it."""
+
+    name: Optional[str] = Field(None, description="Preset or config name, if any.")
+    arch: Arch = Field(description="llama: RMSNorm, RoPE, GQA, SwiGLU, no biases; gpt: LayerNorm, GeLU, learned positions, biases.")
+    layers: int = Field(gt=0, description="Number of transformer blocks.")
+    hidden: int = Field(gt=0, description="Model (residual stream) width.")
+    heads: int = Field(gt=0, description="Query attention heads.")
+    kv_heads: int = Field(gt=0, description="Key/value heads (GQA); equal to heads for multi-head attention.")
+    ffn_hidden: int = Field(gt=0, description="Inner width of the MLP (per matrix for SwiGLU).")
+    vocab: int = Field(gt=0, description="Vocabulary size.")
+    head_dim: Optional[int] = Field(None, gt=0, description="Per-head width; defaults to hidden/heads.")
+    tied_embeddings: bool = Field(False, description="Output projection shares the input embedding matrix.")
+    max_seq_len: Optional[int] = Field(None, gt=0, description="Learned position table size (gpt); defaults to the training seq_len.")
+    num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
+    source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> "ModelSpec":
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}), or give head_dim")
+        return self
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+
+class HardwareRef(Strict):
+    name: str = Field(description="Hardware profile name (see `parplan hardware list`) or the path it was loaded from.")
+    gpus: int = Field(gt=0, description="Total GPUs in the job.")
+    gpus_per_node: int = Field(gt=0, description="GPUs per node (NVLink domain).")
+    inter_node_gbytes_per_s: Optional[float] = Field(None, gt=0, description="Override of the profile's inter-node bandwidth, GB/s per GPU per direction.")
+
+
+class Training(Strict):
+    seq_len: int = Field(gt=0, description="Tokens per sequence.")
+    global_batch_size: int = Field(gt=0, description="Sequences per optimizer step (= dp x micro_batch_size x num_microbatches).")
+    micro_batch_size: int = Field(gt=0, description="Sequences per micro-batch per data-parallel replica.")
+    num_microbatches: int = Field(gt=0, description="Micro-batches per optimizer step per replica (gradient accumulation / pipeline depth).")
+    dtype: Dtype = Field("bf16", description="Compute dtype of matrix multiplies.")
+    precision: Precision = Field("amp", description="Mixed-precision recipe: amp = fp32 params/grads/Adam under autocast (16 B/param + 16-bit cast copies); master-weights = 16-bit params + fp32 grads + fp32 master + Adam (18 B/param, Megatron); fp32 = everything fp32 (16 B/param).")
+    flash_attention: bool = Field(True, description="Fused attention kernel (no s^2 score tensors stored).")
+    overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlapped with the backward pass.")
+    overlap_tp_comm: bool = Field(False, description="Tensor-parallel collectives overlapped with GEMMs (Megatron --tp-comm-overlap).")
+    tokens: Optional[float] = Field(None, gt=0, description="Total training tokens, for time-to-train.")
+    seed: int = Field(1234, description="Seed of the logical weights and synthetic data.")
+    lr: float = Field(3e-4, gt=0, description="AdamW learning rate used by `parplan launch`.")
+
+
+class Parallel(Strict):
+    tp: int = Field(1, gt=0, description="Tensor-parallel degree (innermost mesh dim).")
+    pp: int = Field(1, gt=0, description="Pipeline-parallel degree.")
+    dp: int = Field(1, gt=0, description="Data-parallel degree.")
+    cp: int = Field(1, gt=0, description="Context-parallel degree (sequence split for attention).")
+    vpp: int = Field(1, gt=0, description="Model chunks per pipeline rank (virtual stages); layers per chunk = layers/(pp*vpp).")
+    sp: bool = Field(False, description="Sequence parallelism inside the TP group (Korthikanti 2022).")
+    zero_stage: int = Field(0, ge=0, le=3, description="0 replicated optimizer, 1 sharded optimizer states, 2 +sharded grads, 3 +sharded params (FSDP).")
+    recompute: Recompute = Field("none", description="Activation recomputation: none, selective (core attention + MLP activation), full (whole block).")
+    schedule: Schedule = Field("1f1b", description="Pipeline schedule.")
+    offload: Offload = Field("none", description="optimizer: Adam states and fp32 master on host memory, step on the CPU.")
+    stage_layers: Optional[list[int]] = Field(None, description="Transformer blocks held by each pipeline stage (pp*vpp entries, in virtual-stage order); first/last are lighter to carry the embedding and the head.")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @model_validator(mode="after")
+    def _check(self) -> "Parallel":
+        if self.stage_layers is not None:
+            if len(self.stage_layers) != self.pp * self.vpp:
+                raise ValueError(f"stage_layers has {len(self.stage_layers)} entries, expected pp*vpp = {self.pp * self.vpp}")
+            if any(n < 0 for n in self.stage_layers):
+                raise ValueError("stage_layers entries must be >= 0")
+        if self.schedule in ("gpipe", "1f1b") and self.vpp != 1:
+            raise ValueError(f"schedule {self.schedule} takes vpp=1, got vpp={self.vpp}; use interleaved-1f1b for vpp>1")
+        if self.schedule in ("interleaved-1f1b", "interleaved-zb") and self.vpp < 2 and self.pp > 1:
+            raise ValueError(f"schedule {self.schedule} needs vpp>=2, got vpp={self.vpp}")
+        if self.schedule == "zbv" and self.vpp != 2:
+            raise ValueError(f"schedule zbv uses exactly two chunks per rank (vpp=2), got vpp={self.vpp}")
+        if self.sp and self.tp == 1:
+            raise ValueError("sp (sequence parallel) needs tp > 1")
+        return self
+
+
+class MemoryBreakdown(Strict):
+    weights: float = Field(description="Parameter bytes resident on the worst stage's GPU.")
+    grads: float = Field(description="Gradient bytes.")
+    optimizer: float = Field(description="Optimizer state (+fp32 master) bytes on the GPU.")
+    activations: float = Field(description="Saved activations of all in-flight micro-batches plus embedding/logits.")
+    other: float = Field(description="Framework overhead: CUDA context, communication buffers, temporaries, allocator fragmentation.")
+    total: float = Field(description="Sum of the above, bytes per GPU.")
+    offloaded: float = Field(0.0, description="Bytes kept in host memory per GPU (optimizer offload).")
+
+
+class CommBytes(Strict):
+    tp: float = 0.0
+    pp: float = 0.0
+    dp: float = 0.0
+    cp: float = 0.0
+
+
+class TimeBreakdown(Strict):
+    compute_s: float = Field(description="Matmul + attention + memory-bound kernels on the critical stage, all micro-batches.")
+    tp_comm_s: float = Field(description="Exposed tensor-parallel communication.")
+    pp_comm_s: float = Field(description="Exposed pipeline point-to-point time.")
+    dp_comm_s: float = Field(description="Exposed data-parallel gradient/parameter communication.")
+    cp_comm_s: float = Field(description="Exposed context-parallel K/V exchange.")
+    bubble_s: float = Field(description="Pipeline fill/drain idle time.")
+    optimizer_s: float = Field(description="Optimizer step (memory-bound, or host for offload).")
+
+
+class Amdahl(Strict):
+    parallel_fraction: float = Field(description="alpha such that the predicted step time = T1*((1-alpha)+alpha/n).")
+    speedup: float = Field(description="1/((1-alpha)+alpha/n) for n GPUs.")
+
+
+class Prediction(Strict):
+    memory_bytes_per_gpu: MemoryBreakdown
+    time_breakdown: Optional[TimeBreakdown] = None
+    step_time_s: float
+    tokens_per_s: float = Field(description="Whole-job tokens per second.")
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float
+    comm_bytes_per_step: CommBytes = Field(description="Bytes sent per GPU per optimizer step, by axis.")
+    amdahl: Amdahl
+    fits: bool
+    reason: Optional[str] = Field(None, description="Why it does not fit, when fits is false.")
+    usable_memory_bytes: Optional[float] = Field(None, description="HBM capacity minus the profile's reserve.")
+    days_to_train: Optional[float] = None
+    gpu_hours_to_train: Optional[float] = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+class SearchInfo(Strict):
+    candidates: int
+    feasible: int
+    seconds: float
+    infeasible_by_reason: dict[str, int] = Field(default_factory=dict)
+    objective: Objective = "throughput"
+
+
+class Plan(Strict):
+    schema_version: int = SCHEMA_VERSION
+    model: ModelSpec
+    hardware: HardwareRef
+    training: Training
+    parallel: Parallel
+    prediction: Optional[Prediction] = None
+    search: Optional[SearchInfo] = None
+    alternatives: list["Plan"] = Field(default_factory=list)
+    suggestions: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Plan":
+        p, t, m = self.parallel, self.training, self.model
+        if p.world_size != self.hardware.gpus:
+            raise ValueError(f"tp({p.tp}) * pp({p.pp}) * dp({p.dp}) * cp({p.cp}) = {p.world_size} != gpus({self.hardware.gpus})")
+        if t.global_batch_size != p.dp * t.micro_batch_size * t.num_microbatches:
+            raise ValueError(
+                f"global_batch_size({t.global_batch_size}) != dp({p.dp}) * micro_batch_size({t.micro_batch_size}) * num_microbatches({t.num_microbatches})")
+        if m.heads % p.tp or m.kv_heads % p.tp:
+            raise ValueError(f"tp({p.tp}) must divide heads({m.heads}) and kv_heads({m.kv_heads})")
+        if p.stage_layers is not None and sum(p.stage_layers) != m.layers:
+            raise ValueError(f"stage_layers sum to {sum(p.stage_layers)}, the model has {m.layers} layers")
+        return self
+
+
+class NetworkTier(Strict):
+    gbytes_per_s: float = Field(gt=0, description="Unidirectional bandwidth per GPU, gigabytes per second.")
+    latency_s: float = Field(ge=0, description="Per-message latency (alpha of the alpha-beta model), seconds.")
+    efficiency: float = Field(gt=0, le=1, description="Achievable fraction of gbytes_per_s for large collectives (bus bandwidth / link bandwidth).")
+
+
+class HardwareProfile(Strict):
+    """One GPU system. Units are in field names; the cost model converts them once (HardwareConstants)."""
+
+    name: str = Field(description="Profile name, e.g. h100-sxm-80gb.")
+    description: str = Field("", description="Human-readable system description.")
+    sources: list[str] = Field(default_factory=list, description="Datasheets, papers and measurements behind the numbers.")
+    measured: Optional[str] = Field(None, description="For measured profiles: date, device and tool that measured it.")
+    peak_dense_tflops: dict[str, float] = Field(description="Peak dense matmul TFLOP/s by dtype (bf16, fp16, fp32, tf32).")
+    matmul_efficiency_curve: list[tuple[float, float]] = Field(
+        description="(GEMM size in GFLOP, achieved fraction of peak) points, interpolated in log(GFLOP); clamped at the ends.")
+    attention_efficiency_curve: list[tuple[float, float]] = Field(
+        description="(sequence length, achieved fraction of peak) of fused causal attention fwd+bwd, causal FLOPs counted as half.")
+    hbm_gbytes: float = Field(gt=0, description="HBM capacity per GPU, GB (1e9 bytes).")
+    hbm_gbytes_per_s: float = Field(gt=0, description="HBM bandwidth per GPU, datasheet, GB/s.")
+    hbm_efficiency: float = Field(gt=0, le=1, description="Achievable fraction of HBM bandwidth for streaming kernels.")
+    memory_reserve_gbytes: float = Field(ge=0, description="HBM not available to tensors: CUDA context, communicator buffers, allocator slack.")
+    gpus_per_node: int = Field(gt=0, description="GPUs per node (NVLink/xGMI domain).")
+    nvlink: NetworkTier = Field(description="Intra-node tier.")
+    inter_node: NetworkTier = Field(description="Inter-node tier (InfiniBand / RoCE), per GPU.")
+    host_memory_gbytes_per_node: float = Field(gt=0, description="CPU DRAM per node, GB.")
+    host_link_gbytes_per_s: float = Field(gt=0, description="Host<->device bandwidth per GPU per direction (PCIe/C2C), GB/s.")
+    host_memory_gbytes_per_s_per_node: float = Field(gt=0, description="CPU DRAM bandwidth per node, GB/s (bounds a host-side optimizer step).")

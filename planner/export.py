@@ -1,0 +1,517 @@
+"""Export a Plan as a launch configuration for Megatron-LM, torchtitan or DeepSpeed.
+
+``export_plan(plan, to)`` returns text in the target tool's own names; ``export_notes(plan, to)``
+lists what could not be expressed exactly (the same notes appear as ``# note:`` lines in the
+Megatron and torchtitan outputs; JSON has no comments, so for DeepSpeed the caller should print
+them to stderr).  Nothing the plan asks for is dropped silently: either it maps onto a flag/key or
+it produces a note.
+
+Flag and key names were matched against these sources (read through the project's code index;
+the index gives commit hashes, not dates):
+
+* Megatron-LM -- ``NVIDIA/Megatron-LM``, ``megatron/training/arguments.py`` at commit
+  ``000c4ac24f61159c138b0975def722c65245983c`` (a 2025 tree after Megatron-Core v0.14: it already
+  has ``--dist-ckpt-save-pre-mcore-014``, ``--attention-backend``, ``--use-megatron-fsdp``,
+  ``--pipeline-model-parallel-layout``, ``--decoder-first/last-pipeline-num-layers``,
+  ``--num-virtual-stages-per-pipeline-rank``, ``--optimizer-cpu-offload``).  The layout grammar
+  (``E``/``t``/``L``, ``|`` between stages, ``x*n`` repetition, flat list in virtual-stage order
+  ``vpp_rank * pp + pp_rank``) is from ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
+  at commit ``00caa53af30912914981c86f39db123961678bbd``.
+* torchtitan -- ``pytorch/torchtitan``, ``torchtitan/config/job_config.py`` at commit
+  ``000204a4a8bf3d0f31adc44fc29855fbb6ea13d8`` (the TOML ``JobConfig`` with ``[training]
+  local_batch_size/global_batch_size/seq_len/steps/mixed_precision_param``, ``[parallelism]
+  data_parallel_{replicate,shard}_degree, fsdp_reshard_after_forward, tensor_parallel_degree,
+  enable_async_tensor_parallel, pipeline_parallel_{degree,split_points,schedule,microbatch_size},
+  context_parallel_degree`` and ``[activation_checkpoint] mode/selective_ac_option``), the section
+  layout of ``torchtitan/models/llama3/train_configs/llama3_70b.toml`` (commit ``038d5fd1``) and the
+  flavor table in ``torchtitan/models/llama3/__init__.py`` (commit ``00f555e1``).  Newer torchtitan
+  main describes runs with Python ``Trainer.Config`` functions (``torchtitan/config/README.md``,
+  commit ``1b4a5caf``) and renames the micro-batch knob to ``num_pp_microbatches``
+  (``torchtitan/config/parallelism.py``, commit ``15e24313``); the TOML below targets the
+  TOML-configured releases.  Schedule names are ``torch.distributed.pipelining`` class names
+  (``GPipe``, ``1F1B``, ``Interleaved1F1B``, ``InterleavedZeroBubble``, ``ZBVZeroBubble``).
+* DeepSpeed -- the configuration reference page https://www.deepspeed.ai/docs/config-json/
+  (``train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * data-parallel
+  GPUs``, ``zero_optimization.stage``, ``zero_optimization.offload_optimizer.device``,
+  ``bf16.enabled``, ``fp16.enabled``, ``gradient_clipping``); the page carries no version stamp.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from typing import Any, Optional
+
+from planner.schema import Plan
+
+FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
+
+__all__ = ["FORMATS", "export_plan", "export_notes"]
+
+
+def export_plan(plan: Plan, to: str) -> str:
+    """The plan as a Megatron-LM argument list, a torchtitan TOML file or a DeepSpeed ds_config JSON."""
+    text, _ = _build(plan, to)
+    return text
+
+
+def export_notes(plan: Plan, to: str) -> list[str]:
+    """What the export to ``to`` had to approximate or leave to the user, one sentence each."""
+    _, notes = _build(plan, to)
+    return notes
+
+
+def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
+    key = (to or "").strip().lower()
+    builders = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed}
+    if key not in builders:
+        raise ValueError(f"unknown export format {to!r}; choose one of: {', '.join(FORMATS)}")
+    return builders[key](plan)
+
+
+# --------------------------------------------------------------------------------------------
+# shared helpers
+
+def _even_split(layers: int, stages: int) -> list[int]:
+    """Split ``layers`` over ``stages``; the remainder goes to the middle stages (first/last carry embedding/head)."""
+    base, extra = divmod(layers, stages)
+    counts = [base] * stages
+    middle = list(range(1, stages - 1)) or list(range(stages))
+    for i in range(extra):
+        counts[middle[i % len(middle)]] += 1
+    return counts
+
+
+def _stage_layers(plan: Plan) -> list[int]:
+    """Transformer blocks per virtual stage, in virtual-stage order (pp*vpp entries)."""
+    p, m = plan.parallel, plan.model
+    if p.stage_layers is not None:
+        return list(p.stage_layers)
+    return _even_split(m.layers, p.pp * p.vpp)
+
+
+def _train_steps(plan: Plan) -> Optional[int]:
+    t = plan.training
+    if t.tokens is None:
+        return None
+    return max(1, math.ceil(t.tokens / (t.global_batch_size * t.seq_len)))
+
+
+def _nodes(plan: Plan) -> tuple[int, int]:
+    h = plan.hardware
+    per_node = min(h.gpus, h.gpus_per_node)
+    return max(1, math.ceil(h.gpus / per_node)), per_node
+
+
+def _comment_lines(lines: list[str], prefix: str = "# ") -> list[str]:
+    return [prefix + line if line else prefix.rstrip() for line in lines]
+
+
+# --------------------------------------------------------------------------------------------
+# Megatron-LM
+
+_MEGATRON_SCHEDULE_NOTES = {
+    "gpipe": "schedule gpipe: Megatron-LM has no GPipe schedule; its non-interleaved 1F1B is used "
+             "(same bubble, fewer micro-batches in flight, so less activation memory than predicted).",
+    "interleaved-zb": "schedule interleaved-zb: Megatron-LM has no interleaved zero-bubble schedule; exported as "
+                      "interleaved 1F1B over the same virtual stages, whose bubble is larger than the prediction.",
+    "zbv": "schedule zbv: Megatron-LM has no V-shaped zero-bubble schedule; exported as interleaved 1F1B with "
+           "2 chunks per rank (chunks placed round-robin, not V-shaped, and weight gradients are not deferred), "
+           "so the bubble is larger than the prediction.",
+}
+
+
+def _megatron_layout(counts: list[int]) -> str:
+    stages = []
+    last = len(counts) - 1
+    for i, n in enumerate(counts):
+        body = "t" if n == 1 else (f"t*{n}" if n > 1 else "")
+        stages.append(("E" if i == 0 else "") + body + ("L" if i == last else ""))
+    return "|".join(stages)
+
+
+def _megatron(plan: Plan) -> tuple[str, list[str]]:
+    m, t, p = plan.model, plan.training, plan.parallel
+    notes: list[str] = []
+    args: list[tuple[str, Any]] = []
+
+    def flag(name: str, value: Any = None) -> None:
+        args.append((name, value))
+
+    # --- parallel layout
+    flag("--tensor-model-parallel-size", p.tp)
+    flag("--pipeline-model-parallel-size", p.pp)
+    flag("--context-parallel-size", p.cp)
+    if p.cp > 1 and t.seq_len % (2 * p.cp):
+        notes.append(f"seq_len {t.seq_len} is not a multiple of 2*cp = {2 * p.cp}, which Megatron-LM requires "
+                     "for context parallelism.")
+    if p.sp:
+        flag("--sequence-parallel")
+    if p.pp > 1:
+        counts = _stage_layers(plan)
+        uniform = len(set(counts)) == 1
+        if p.stage_layers is None and not uniform:
+            notes.append(f"layers ({m.layers}) do not divide evenly over pp*vpp = {p.pp * p.vpp} stages; "
+                         f"exported the split {counts} as an explicit --pipeline-model-parallel-layout.")
+        if uniform and p.vpp > 1:
+            flag("--num-layers-per-virtual-pipeline-stage", counts[0])
+        elif not uniform and p.vpp == 1 and len(set(counts[1:-1])) <= 1:
+            flag("--decoder-first-pipeline-num-layers", counts[0])
+            flag("--decoder-last-pipeline-num-layers", counts[-1])
+        elif not uniform:
+            flag("--pipeline-model-parallel-layout", _megatron_layout(counts))
+        if p.schedule in _MEGATRON_SCHEDULE_NOTES:
+            notes.append(_MEGATRON_SCHEDULE_NOTES[p.schedule])
+    elif p.vpp > 1:
+        notes.append(f"vpp={p.vpp} with pp=1 has no meaning in Megatron-LM; virtual stages were not exported.")
+
+    # --- batch
+    flag("--micro-batch-size", t.micro_batch_size)
+    flag("--global-batch-size", t.global_batch_size)
+    flag("--seq-length", t.seq_len)
+
+    # --- model shape
+    flag("--num-layers", m.layers)
+    flag("--hidden-size", m.hidden)
+    flag("--ffn-hidden-size", m.ffn_hidden)
+    flag("--num-attention-heads", m.heads)
+    if m.kv_heads < m.heads:
+        flag("--group-query-attention")
+        flag("--num-query-groups", m.kv_heads)
+    if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
+        flag("--kv-channels", m.head_dim)
+    if m.arch == "llama":
+        flag("--max-position-embeddings", t.seq_len)
+        flag("--position-embedding-type", "rope")
+        flag("--normalization", "RMSNorm")
+        flag("--swiglu")
+        flag("--disable-bias-linear")
+    else:
+        flag("--max-position-embeddings", max(m.max_seq_len or t.seq_len, t.seq_len))
+        flag("--position-embedding-type", "learned_absolute")
+        flag("--normalization", "LayerNorm")
+    if not m.tied_embeddings:
+        flag("--untie-embeddings-and-output-weights")
+    padded = math.ceil(m.vocab / p.tp) * p.tp
+    flag("--padded-vocab-size", padded)
+    flag("--make-vocab-size-divisible-by", 1)
+    if padded != m.vocab:
+        notes.append(f"vocab {m.vocab} padded to {padded} (a multiple of tp={p.tp}) as Megatron-LM requires.")
+
+    # --- memory savers
+    if p.recompute == "selective":
+        flag("--recompute-granularity", "selective")
+        notes.append("recompute selective: Megatron-LM's default selective recompute covers core attention "
+                     "(--recompute-modules core_attn); it has no switch for the MLP activation alone, so that "
+                     "activation stays stored and activation memory is somewhat above the prediction.")
+    elif p.recompute == "full":
+        flag("--recompute-granularity", "full")
+        flag("--recompute-method", "uniform")
+        flag("--recompute-num-layers", 1)
+
+    fsdp = p.zero_stage == 3
+    if p.zero_stage in (1, 2):
+        flag("--use-distributed-optimizer")
+        if p.zero_stage == 2:
+            notes.append("zero_stage 2: Megatron-LM's distributed optimizer reduce-scatters gradients (ZeRO-2 "
+                         "traffic) but keeps a full-size gradient buffer, so gradient memory is not sharded as "
+                         "predicted; --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads is the "
+                         "sharded alternative.")
+    elif fsdp:
+        flag("--use-megatron-fsdp")
+        flag("--data-parallel-sharding-strategy", "optim_grads_params")
+        flag("--ckpt-format", "fsdp_dtensor")
+        notes.append("zero_stage 3: mapped to Megatron-FSDP (--use-megatron-fsdp with sharding strategy "
+                     "optim_grads_params), Megatron's equivalent of ZeRO-3 rather than DeepSpeed ZeRO-3; it needs "
+                     "the fsdp_dtensor checkpoint format and CUDA_DEVICE_MAX_CONNECTIONS not set to 1"
+                     + ("; check that your Megatron-LM version supports it together with pipeline parallelism."
+                        if p.pp > 1 else "."))
+    if t.overlap_grad_reduce and p.dp > 1:
+        flag("--overlap-grad-reduce")
+        if p.zero_stage >= 1:
+            flag("--overlap-param-gather")
+    if p.offload == "optimizer":
+        flag("--optimizer-cpu-offload")
+        flag("--use-precision-aware-optimizer")
+        flag("--optimizer-offload-fraction", 1.0)
+
+    # --- precision and kernels
+    if t.precision == "fp32" or t.dtype == "fp32":
+        if t.dtype != "fp32":
+            notes.append(f"precision fp32 with dtype {t.dtype}: Megatron-LM has no fp32-params-with-16-bit-compute "
+                         "mode; exported as plain fp32 (no --bf16/--fp16).")
+    else:
+        flag("--bf16" if t.dtype == "bf16" else "--fp16")
+        if t.precision == "amp":
+            notes.append(f"precision amp: Megatron-LM's --{t.dtype} keeps 16-bit parameters with fp32 main "
+                         "weights (the master-weights recipe), so per-parameter memory differs from the prediction.")
+    flag("--attention-backend", "flash" if t.flash_attention else "unfused")
+    if t.overlap_tp_comm:
+        if p.sp:
+            flag("--tp-comm-overlap")
+        else:
+            notes.append("overlap_tp_comm: Megatron-LM's --tp-comm-overlap needs --sequence-parallel, which the "
+                         "plan does not use; not exported.")
+
+    # --- run
+    flag("--lr", t.lr)
+    flag("--seed", t.seed)
+    if t.tokens is not None:
+        flag("--train-samples", math.ceil(t.tokens / t.seq_len))
+    else:
+        notes.append("training.tokens is not set: add --train-iters or --train-samples.")
+    flag("--mock-data")
+    flag("--tokenizer-type", "NullTokenizer")
+    flag("--vocab-size", m.vocab)
+    notes.append("--mock-data and the NullTokenizer make a smoke test; replace them with --data-path, "
+                 "--tokenizer-type and --tokenizer-model for real data.")
+
+    # --- render
+    nnodes, nproc = _nodes(plan)
+    header = [f"parplan export --to megatron: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}",
+              f"tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} sp={p.sp} zero={p.zero_stage} "
+              f"recompute={p.recompute} schedule={p.schedule} offload={p.offload}",
+              "Flags follow NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac2)."]
+    lines = _comment_lines(header)
+    lines += [f"# note: {n}" for n in notes]
+    if (p.tp > 1 or p.cp > 1) and not fsdp:
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
+    lines.append(f"torchrun --nnodes {nnodes} --nproc-per-node {nproc} "
+                 '--node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
+                 '--master-port "${MASTER_PORT:-6000}" pretrain_gpt.py \\')
+    rendered = []
+    for name, value in args:
+        rendered.append(f"    {name}" if value is None else f"    {name} {shlex.quote(str(value))}")
+    lines += [r + " \\" for r in rendered[:-1]] + rendered[-1:]
+    return "\n".join(lines) + "\n", notes
+
+
+# --------------------------------------------------------------------------------------------
+# torchtitan
+
+_TITAN_SCHEDULES = {
+    "gpipe": "GPipe",
+    "1f1b": "1F1B",
+    "interleaved-1f1b": "Interleaved1F1B",
+    "interleaved-zb": "InterleavedZeroBubble",
+    "zbv": "ZBVZeroBubble",
+}
+
+# torchtitan/models/llama3/__init__.py flavors: (hidden, layers, heads, kv_heads, ffn_hidden, vocab)
+_TITAN_LLAMA3_FLAVORS = {
+    (4096, 32, 32, 8, 14336, 128256): "8B",
+    (8192, 80, 64, 8, 28672, 128256): "70B",
+    (16384, 126, 128, 8, 53248, 128256): "405B",
+}
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
+    m, t, p = plan.model, plan.training, plan.parallel
+    notes: list[str] = []
+
+    # [model]
+    if m.arch != "llama":
+        notes.append("arch gpt: torchtitan has no GPT-2-style model (LayerNorm, GeLU, learned positions, "
+                     "biases); exported as the llama3 model, so parameter count and FLOPs differ.")
+    shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.ffn_hidden, m.vocab)
+    flavor = _TITAN_LLAMA3_FLAVORS.get(shape) if m.arch == "llama" and m.head_dim in (None, m.hidden // m.heads) \
+        and not m.tied_embeddings else None
+    if flavor is None:
+        flavor = (m.name or "parplan_custom").replace(" ", "_")
+        notes.append(f"torchtitan picks the model shape by flavor and has no built-in llama3 flavor with this "
+                     f"shape; register {flavor!r} in llama3_configs (torchtitan/models/llama3/__init__.py) with "
+                     f"dim={m.hidden}, n_layers={m.layers}, n_heads={m.heads}, n_kv_heads={m.kv_heads}, "
+                     f"FFN hidden {m.ffn_hidden}, vocab_size={m.vocab}.")
+
+    # [training]
+    pp_on = p.pp > 1
+    local_batch = t.micro_batch_size * t.num_microbatches if pp_on else t.micro_batch_size
+    steps = _train_steps(plan)
+    if steps is None:
+        steps = 1000
+        notes.append("training.tokens is not set: steps = 1000 is a placeholder.")
+    if t.precision == "fp32" or t.dtype == "fp32":
+        mp_param = "float32"
+    else:
+        mp_param = "bfloat16"
+        if t.dtype == "fp16":
+            notes.append("dtype fp16: torchtitan's mixed_precision_param accepts bfloat16 or float32 only; "
+                         "exported as bfloat16.")
+
+    # [parallelism]
+    if p.zero_stage == 0:
+        replicate, shard, reshard = p.dp, 1, None
+        if p.dp > 1:
+            notes.append("zero_stage 0: mapped to data_parallel_replicate_degree = dp (DDP, no sharding); "
+                         "torchtitan's DDP path is meant for pure data parallelism, so with tp/pp/cp > 1 check "
+                         "your version or use data_parallel_shard_degree (FSDP) instead.")
+    elif p.zero_stage == 3:
+        replicate, shard, reshard = 1, p.dp, "default"
+    else:
+        replicate, shard, reshard = 1, p.dp, "never"
+        if p.dp > 1:
+            notes.append(f"zero_stage {p.zero_stage}: torchtitan only has FSDP; exported as FSDP with "
+                         "fsdp_reshard_after_forward = \"never\" (parameters stay gathered between forward and "
+                         "backward, ZeRO-2-like)" + (", which also shards gradients, unlike ZeRO-1." if
+                                                     p.zero_stage == 1 else "."))
+    if p.tp > 1 and not p.sp:
+        notes.append("sp false: torchtitan always applies sequence parallelism with tensor parallelism in the "
+                     "TOML-configured versions, so activation memory is below the prediction.")
+    if p.offload == "optimizer":
+        notes.append("offload optimizer: torchtitan's training.enable_cpu_offload is FSDP CPU offload of "
+                     "parameters, gradients and optimizer states together (more than optimizer offload)"
+                     + ("; it needs data_parallel_shard_degree > 1." if shard <= 1 else "."))
+    if t.overlap_tp_comm:
+        notes.append("overlap_tp_comm: enable_async_tensor_parallel only takes effect with torch.compile "
+                     "(training.compile / [compile] enable).")
+    if p.recompute == "selective":
+        notes.append("recompute selective: torchtitan's op-level selective activation checkpointing "
+                     "(selective_ac_option = \"op\") uses its own save policy, not Korthikanti's attention+MLP-"
+                     "activation recompute; activation memory will differ.")
+    if p.cp > 1 and not t.flash_attention:
+        notes.append("flash_attention false: torchtitan's context parallelism runs on SDPA flash/efficient kernels.")
+
+    par: list[tuple[str, Any]] = [
+        ("data_parallel_replicate_degree", replicate),
+        ("data_parallel_shard_degree", shard),
+    ]
+    if reshard is not None:
+        par.append(("fsdp_reshard_after_forward", reshard))
+    par += [
+        ("tensor_parallel_degree", p.tp),
+        ("enable_async_tensor_parallel", bool(t.overlap_tp_comm and p.tp > 1)),
+        ("pipeline_parallel_degree", p.pp),
+    ]
+    if pp_on:
+        counts = _stage_layers(plan)
+        bounds, acc = [], 0
+        for n in counts[:-1]:
+            acc += n
+            bounds.append(f"layers.{acc}")
+        if any(n == 0 for n in counts):
+            notes.append("a pipeline stage holds no transformer block; torchtitan's split points cannot express "
+                         "an empty stage, check pipeline_parallel_split_points.")
+        par += [
+            ("pipeline_parallel_schedule", _TITAN_SCHEDULES[p.schedule]),
+            ("pipeline_parallel_microbatch_size", t.micro_batch_size),
+            ("pipeline_parallel_split_points", bounds),
+        ]
+    par.append(("context_parallel_degree", p.cp))
+
+    sections: list[tuple[str, list[tuple[str, Any]]]] = [
+        ("job", [("description", f"parplan plan: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}")]),
+        ("model", [("name", "llama3"), ("flavor", flavor)]),
+        ("optimizer", [("name", "AdamW"), ("lr", float(t.lr))]),
+        ("training", [
+            ("local_batch_size", local_batch),
+            ("global_batch_size", t.global_batch_size),
+            ("seq_len", t.seq_len),
+            ("max_norm", 1.0),
+            ("steps", steps),
+            ("mixed_precision_param", mp_param),
+            ("mixed_precision_reduce", "float32"),
+            ("enable_cpu_offload", p.offload == "optimizer"),
+            ("seed", t.seed),
+        ]),
+        ("parallelism", par),
+        ("activation_checkpoint", [("mode", p.recompute)] +
+         ([("selective_ac_option", "op")] if p.recompute == "selective" else [])),
+    ]
+
+    header = [f"parplan export --to torchtitan: {m.name or m.arch}, {plan.hardware.gpus} GPUs "
+              f"({plan.hardware.name}); launch with NGPU={plan.hardware.gpus} CONFIG_FILE=<this file> ./run_train.sh",
+              "Keys follow pytorch/torchtitan torchtitan/config/job_config.py (commit 000204a4). Newer torchtitan",
+              "main configures runs in Python (Trainer.Config): set the same fields there, with",
+              "parallelism.num_pp_microbatches in place of pipeline_parallel_microbatch_size.",
+              f"shape: layers={m.layers} hidden={m.hidden} heads={m.heads} kv_heads={m.kv_heads} "
+              f"ffn_hidden={m.ffn_hidden} vocab={m.vocab}",
+              f"batch: {t.global_batch_size} = dp {p.dp} x micro {t.micro_batch_size} x {t.num_microbatches} "
+              f"micro-batches" + (" (pipeline micro-batches from local_batch_size / "
+                                  "pipeline_parallel_microbatch_size)" if pp_on else
+                                  " (gradient accumulation from global_batch_size / (local_batch_size x dp))")]
+    lines = _comment_lines(header) + [f"# note: {n}" for n in notes]
+    for name, items in sections:
+        lines.append("")
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in items]
+    return "\n".join(lines) + "\n", notes
+
+
+# --------------------------------------------------------------------------------------------
+# DeepSpeed
+
+def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
+    m, t, p = plan.model, plan.training, plan.parallel
+    notes: list[str] = []
+    cfg: dict[str, Any] = {
+        "train_batch_size": t.global_batch_size,
+        "train_micro_batch_size_per_gpu": t.micro_batch_size,
+        "gradient_accumulation_steps": t.num_microbatches,
+        "gradient_clipping": 1.0,
+    }
+    if t.precision != "fp32" and t.dtype == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    elif t.precision != "fp32" and t.dtype == "fp16":
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0}
+    zero: dict[str, Any] = {"stage": p.zero_stage}
+    if p.zero_stage >= 1:
+        zero["overlap_comm"] = bool(t.overlap_grad_reduce)
+        zero["contiguous_gradients"] = True
+    if p.offload == "optimizer":
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if p.zero_stage == 0:
+            notes.append("offload optimizer with zero_stage 0: DeepSpeed offloads optimizer states only under ZeRO "
+                         "(stage >= 1); set zero_optimization.stage accordingly.")
+    cfg["zero_optimization"] = zero
+
+    if plan.hardware.gpus != p.dp:
+        notes.append(f"train_batch_size = micro {t.micro_batch_size} x accumulation {t.num_microbatches} x "
+                     f"data-parallel {p.dp}: DeepSpeed divides by the data-parallel size it gets from the "
+                     f"model-parallel unit (Megatron-DeepSpeed mpu or PipelineModule), not by all {plan.hardware.gpus} GPUs.")
+    if p.tp > 1:
+        notes.append(f"tensor parallelism tp={p.tp}" + (" with sequence parallelism" if p.sp else "") +
+                     " is not a ds_config key: set it in the model code/launcher (e.g. Megatron-DeepSpeed "
+                     f"--tensor-model-parallel-size {p.tp}" + (" --sequence-parallel" if p.sp else "") + ").")
+    if p.pp > 1:
+        notes.append(f"pipeline parallelism pp={p.pp} is not a ds_config key: build PipelineModule(num_stages={p.pp}) "
+                     f"or pass --pipeline-model-parallel-size {p.pp}; gradient_accumulation_steps is the number of "
+                     "pipeline micro-batches.")
+        if p.schedule != "1f1b" or p.vpp > 1:
+            notes.append(f"schedule {p.schedule} (vpp={p.vpp}): DeepSpeed's pipeline engine runs a single-chunk "
+                         "1F1B schedule; interleaving and zero-bubble schedules are not available.")
+        if p.stage_layers is not None and len(set(p.stage_layers)) > 1:
+            notes.append(f"uneven stages {p.stage_layers}: pass them to PipelineModule via partition_method "
+                         "(e.g. 'type:transformer' balances blocks; explicit per-stage counts need a custom split).")
+        if p.zero_stage >= 2:
+            notes.append(f"zero_stage {p.zero_stage} with pipeline parallelism: DeepSpeed's pipeline engine supports "
+                         "ZeRO stages 0 and 1 only.")
+    if p.cp > 1:
+        notes.append(f"context parallelism cp={p.cp}: DeepSpeed's counterpart is Ulysses sequence parallelism "
+                     "(all-to-all over heads), set in model code, not in ds_config; its communication differs "
+                     "from the predicted ring exchange.")
+    if p.recompute != "none":
+        notes.append(f"recompute {p.recompute}: activation recomputation is switched on in the model code "
+                     "(deepspeed.checkpointing / Megatron-DeepSpeed --recompute-granularity); ds_config's "
+                     "activation_checkpointing section only tunes it.")
+    if t.precision == "amp" and t.dtype != "fp32":
+        notes.append(f"precision amp: DeepSpeed's {t.dtype} mode keeps 16-bit parameters with fp32 master weights "
+                     "in the optimizer, so per-parameter memory differs from the prediction.")
+    if t.precision == "fp32" and t.dtype != "fp32":
+        notes.append(f"precision fp32 with dtype {t.dtype}: exported without bf16/fp16 sections (plain fp32).")
+    if t.overlap_tp_comm:
+        notes.append("overlap_tp_comm has no ds_config key.")
+    return json.dumps(cfg, indent=2) + "\n", notes

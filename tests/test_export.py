@@ -1,0 +1,282 @@
+"""planner.export: each target carries the plan's numbers under that tool's own names."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from planner.export import FORMATS, export_notes, export_plan
+from planner.schema import HardwareRef, ModelSpec, Parallel, Plan, Training
+
+tomllib = pytest.importorskip("tomllib")
+
+
+def llama_plan(**parallel_overrides) -> Plan:
+    par = dict(tp=4, pp=2, vpp=2, dp=2, sp=True, zero_stage=1, recompute="selective",
+               schedule="interleaved-1f1b")
+    par.update(parallel_overrides)
+    return Plan(
+        model=ModelSpec(name="llama3-8b", arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8,
+                        ffn_hidden=14336, vocab=128256),
+        hardware=HardwareRef(name="h100-sxm-80gb", gpus=16, gpus_per_node=8),
+        training=Training(seq_len=4096, global_batch_size=par["dp"] * 32, micro_batch_size=1, num_microbatches=32,
+                          dtype="bf16", precision="master-weights", tokens=1e9),
+        parallel=Parallel(**par),
+    )
+
+
+def gpt_plan() -> Plan:
+    return Plan(
+        model=ModelSpec(name="gpt-1.3b", arch="gpt", layers=24, hidden=2048, heads=16, kv_heads=16,
+                        ffn_hidden=8192, vocab=50257, tied_embeddings=True, max_seq_len=2048),
+        hardware=HardwareRef(name="a100-sxm-80gb", gpus=8, gpus_per_node=8),
+        training=Training(seq_len=2048, global_batch_size=32, micro_batch_size=2, num_microbatches=2,
+                          dtype="fp16", precision="amp"),
+        parallel=Parallel(tp=1, pp=1, dp=8, zero_stage=3, offload="optimizer", recompute="full"),
+    )
+
+
+def megatron_args(text: str) -> dict[str, object]:
+    """Run the snippet under bash with a stub torchrun and parse pretrain_gpt.py's argv into a dict."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash not available")
+    stub = 'torchrun() { printf "%s\\0" "$@"; }\n'
+    out = subprocess.run([bash, "-c", stub + text], check=True, capture_output=True, text=True).stdout
+    argv = out.split("\0")[:-1]
+    argv = argv[argv.index("pretrain_gpt.py") + 1:]
+    args: dict[str, object] = {}
+    i = 0
+    while i < len(argv):
+        name = argv[i]
+        assert name.startswith("--"), argv[i]
+        assert name not in args, f"duplicate {name}"
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            args[name] = argv[i + 1]
+            i += 2
+        else:
+            args[name] = True
+            i += 1
+    return args
+
+
+def test_formats_and_unknown():
+    assert FORMATS == ("megatron", "torchtitan", "deepspeed")
+    with pytest.raises(ValueError) as e:
+        export_plan(llama_plan(), "nemo")
+    for name in FORMATS:
+        assert name in str(e.value)
+
+
+def test_megatron_llama():
+    plan = llama_plan()
+    text = export_plan(plan, "megatron")
+    body = [ln for ln in text.splitlines() if ln.startswith("    --")]
+    assert all(ln.endswith(" \\") for ln in body[:-1]) and not body[-1].endswith("\\")
+    a = megatron_args(text)
+    assert a["--tensor-model-parallel-size"] == "4"
+    assert a["--pipeline-model-parallel-size"] == "2"
+    assert a["--num-layers-per-virtual-pipeline-stage"] == "8"  # 32 / (2 * 2)
+    assert a["--sequence-parallel"] is True
+    assert a["--context-parallel-size"] == "1"
+    assert a["--micro-batch-size"] == "1"
+    assert a["--global-batch-size"] == "64"
+    assert a["--num-layers"] == "32"
+    assert a["--hidden-size"] == "4096"
+    assert a["--num-attention-heads"] == "32"
+    assert a["--group-query-attention"] is True
+    assert a["--num-query-groups"] == "8"
+    assert a["--ffn-hidden-size"] == "14336"
+    assert a["--seq-length"] == "4096"
+    assert a["--max-position-embeddings"] == "4096"
+    assert a["--padded-vocab-size"] == "128256"
+    assert a["--recompute-granularity"] == "selective"
+    assert "--recompute-method" not in a  # Megatron rejects a method with selective
+    assert a["--use-distributed-optimizer"] is True
+    assert a["--bf16"] is True and "--fp16" not in a
+    assert a["--swiglu"] is True
+    assert a["--normalization"] == "RMSNorm"
+    assert a["--position-embedding-type"] == "rope"
+    assert a["--disable-bias-linear"] is True
+    assert a["--untie-embeddings-and-output-weights"] is True
+    assert a["--attention-backend"] == "flash"
+    assert a["--train-samples"] == str(-(-10**9 // 4096))
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+    assert "torchrun --nnodes 2 --nproc-per-node 8" in text
+    # mutually exclusive ways of giving virtual stages: exactly one
+    assert sum(k in a for k in ("--num-layers-per-virtual-pipeline-stage",
+                                "--num-virtual-stages-per-pipeline-rank",
+                                "--pipeline-model-parallel-layout")) == 1
+    notes = export_notes(plan, "megatron")
+    assert any("selective" in n for n in notes)
+    for n in notes:
+        assert f"# note: {n}" in text
+
+
+def test_megatron_uneven_stages():
+    plan = llama_plan(tp=4, pp=4, vpp=1, dp=1, schedule="1f1b", stage_layers=[7, 9, 9, 7])
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert a["--decoder-first-pipeline-num-layers"] == "7"
+    assert a["--decoder-last-pipeline-num-layers"] == "7"
+    assert "--num-layers-per-virtual-pipeline-stage" not in a
+
+    plan = llama_plan(stage_layers=[7, 9, 9, 7])  # pp=2, vpp=2
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert a["--pipeline-model-parallel-layout"] == "Et*7|t*9|t*9|t*7L"
+    assert "--num-layers-per-virtual-pipeline-stage" not in a
+    assert "--decoder-first-pipeline-num-layers" not in a
+
+
+def test_megatron_layout_string_expands_like_megatron():
+    """The layout unrolls (Megatron's x*n rule) to pp*vpp stages holding the plan's block counts."""
+    import re
+    plan = llama_plan(stage_layers=[6, 10, 10, 6])
+    layout = megatron_args(export_plan(plan, "megatron"))["--pipeline-model-parallel-layout"]
+    flat = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), layout)
+    stages = flat.split("|")
+    assert [s.count("t") for s in stages] == [6, 10, 10, 6]
+    assert stages[0].startswith("E") and stages[-1].endswith("L")
+    assert flat.count("E") == 1 and flat.count("L") == 1
+
+
+def test_megatron_schedule_approximations_are_noted():
+    text = export_plan(llama_plan(schedule="zbv"), "megatron")
+    assert "# note: schedule zbv" in text
+    assert megatron_args(text)["--num-layers-per-virtual-pipeline-stage"] == "8"
+    text = export_plan(llama_plan(vpp=1, schedule="gpipe"), "megatron")
+    assert "# note: schedule gpipe" in text
+    assert "--num-layers-per-virtual-pipeline-stage" not in megatron_args(text)
+
+
+def test_megatron_gpt_zero3_offload():
+    plan = gpt_plan()
+    text = export_plan(plan, "megatron")
+    a = megatron_args(text)
+    assert a["--tensor-model-parallel-size"] == "1"
+    assert a["--pipeline-model-parallel-size"] == "1"
+    assert a["--fp16"] is True and "--bf16" not in a
+    assert a["--recompute-granularity"] == "full"
+    assert a["--recompute-method"] == "uniform"
+    assert a["--recompute-num-layers"] == "1"
+    assert a["--position-embedding-type"] == "learned_absolute"
+    assert a["--normalization"] == "LayerNorm"
+    assert "--swiglu" not in a and "--disable-bias-linear" not in a
+    assert "--untie-embeddings-and-output-weights" not in a  # tied
+    assert "--group-query-attention" not in a
+    assert a["--max-position-embeddings"] == "2048"
+    assert a["--padded-vocab-size"] == "50257"
+    assert a["--use-megatron-fsdp"] is True
+    assert a["--data-parallel-sharding-strategy"] == "optim_grads_params"
+    assert "--use-distributed-optimizer" not in a
+    assert a["--optimizer-cpu-offload"] is True
+    assert a["--use-precision-aware-optimizer"] is True
+    assert "--sequence-parallel" not in a
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in text.split("# note:")[-1].split("\n", 1)[1]
+    assert "# note: zero_stage 3" in text
+    assert any("train-iters" in n for n in export_notes(plan, "megatron"))  # no tokens in this plan
+
+
+def test_megatron_values_are_shell_quoted():
+    plan = llama_plan(tp=4, pp=4, vpp=2, dp=1, stage_layers=[3, 4, 5, 4, 4, 4, 4, 4])
+    text = export_plan(plan, "megatron")
+    assert "'Et*3|" in text  # the | in the layout is quoted
+    assert megatron_args(text)["--pipeline-model-parallel-layout"].startswith("Et*3|t*4|t*5|")
+
+
+def test_torchtitan_llama():
+    plan = llama_plan()
+    cfg = tomllib.loads(export_plan(plan, "torchtitan"))
+    assert cfg["model"] == {"name": "llama3", "flavor": "8B"}
+    tr, par = cfg["training"], cfg["parallelism"]
+    assert tr["seq_len"] == 4096
+    assert tr["global_batch_size"] == 64
+    assert tr["local_batch_size"] == 32  # mbs x num_microbatches with PP
+    assert par["pipeline_parallel_microbatch_size"] == 1
+    assert tr["local_batch_size"] // par["pipeline_parallel_microbatch_size"] == 32
+    assert tr["global_batch_size"] == tr["local_batch_size"] * par["data_parallel_shard_degree"] \
+        * par["data_parallel_replicate_degree"]
+    assert tr["mixed_precision_param"] == "bfloat16"
+    assert tr["steps"] == -(-10**9 // (64 * 4096))
+    assert par["tensor_parallel_degree"] == 4
+    assert par["pipeline_parallel_degree"] == 2
+    assert par["context_parallel_degree"] == 1
+    assert par["data_parallel_shard_degree"] == 2 and par["data_parallel_replicate_degree"] == 1
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_split_points"] == ["layers.8", "layers.16", "layers.24"]
+    assert len(par["pipeline_parallel_split_points"]) + 1 == 2 * 2  # pp * vpp stages
+    assert par["enable_async_tensor_parallel"] is False
+    assert cfg["activation_checkpoint"]["mode"] == "selective"
+    notes = export_notes(plan, "torchtitan")
+    assert any("zero_stage 1" in n for n in notes)
+
+
+@pytest.mark.parametrize("schedule,vpp,name", [("gpipe", 1, "GPipe"), ("1f1b", 1, "1F1B"),
+                                               ("interleaved-zb", 2, "InterleavedZeroBubble"),
+                                               ("zbv", 2, "ZBVZeroBubble")])
+def test_torchtitan_schedules(schedule, vpp, name):
+    cfg = tomllib.loads(export_plan(llama_plan(schedule=schedule, vpp=vpp), "torchtitan"))
+    assert cfg["parallelism"]["pipeline_parallel_schedule"] == name
+    assert len(cfg["parallelism"]["pipeline_parallel_split_points"]) == 2 * vpp - 1
+
+
+def test_torchtitan_zero0_replicates_and_uneven_split():
+    plan = llama_plan(zero_stage=0, stage_layers=[7, 9, 9, 7])
+    cfg = tomllib.loads(export_plan(plan, "torchtitan"))
+    par = cfg["parallelism"]
+    assert par["data_parallel_replicate_degree"] == 2 and par["data_parallel_shard_degree"] == 1
+    assert par["pipeline_parallel_split_points"] == ["layers.7", "layers.16", "layers.25"]
+    assert any("replicate" in n for n in export_notes(plan, "torchtitan"))
+
+
+def test_torchtitan_gpt_zero3_offload():
+    plan = gpt_plan()
+    text = export_plan(plan, "torchtitan")
+    cfg = tomllib.loads(text)
+    par, tr = cfg["parallelism"], cfg["training"]
+    assert par["data_parallel_shard_degree"] == 8 and par["data_parallel_replicate_degree"] == 1
+    assert par["pipeline_parallel_degree"] == 1 and "pipeline_parallel_schedule" not in par
+    assert tr["local_batch_size"] == 2 and tr["global_batch_size"] == 32  # 2 accumulation steps over dp 8
+    assert tr["enable_cpu_offload"] is True
+    assert cfg["activation_checkpoint"]["mode"] == "full"
+    assert cfg["model"]["flavor"] == "gpt-1.3b"
+    notes = export_notes(plan, "torchtitan")
+    assert any("gpt" in n for n in notes) and any("fp16" in n for n in notes)
+    assert any("flavor" in n for n in notes)
+    for n in notes:
+        assert f"# note: {n}" in text
+
+
+def test_deepspeed_llama():
+    plan = llama_plan()
+    cfg = json.loads(export_plan(plan, "deepspeed"))
+    t, p = plan.training, plan.parallel
+    assert cfg["train_micro_batch_size_per_gpu"] == 1
+    assert cfg["gradient_accumulation_steps"] == 32
+    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * p.dp
+    assert cfg["train_batch_size"] == t.global_batch_size
+    assert cfg["zero_optimization"]["stage"] == 1
+    assert "offload_optimizer" not in cfg["zero_optimization"]
+    assert cfg["bf16"] == {"enabled": True} and "fp16" not in cfg
+    assert cfg["gradient_clipping"] == 1.0
+    allowed = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+               "gradient_clipping", "bf16", "fp16", "zero_optimization"}
+    assert set(cfg) <= allowed
+    notes = export_notes(plan, "deepspeed")
+    assert any("tp=4" in n for n in notes) and any("pp=2" in n for n in notes)
+    assert any("Interleav" in n or "interleav" in n for n in notes)
+
+
+def test_deepspeed_gpt_zero3_offload():
+    plan = gpt_plan()
+    cfg = json.loads(export_plan(plan, "deepspeed"))
+    assert cfg["train_batch_size"] == 2 * 2 * 8 == 32
+    assert cfg["zero_optimization"]["stage"] == 3
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert cfg["fp16"]["enabled"] is True and "bf16" not in cfg
+    assert not any("tp=" in n for n in export_notes(plan, "deepspeed"))
+
+
+def test_format_name_is_case_insensitive():
+    assert export_plan(llama_plan(), "DeepSpeed") == export_plan(llama_plan(), "deepspeed")

@@ -1,0 +1,80 @@
+"""Hardware profiles: one TOML file per GPU system in this package, plus a loader.
+
+``list_profiles()`` names the shipped profiles; ``load_profile(name_or_path)`` returns a validated
+``planner.schema.HardwareProfile`` from a shipped name or from a user's own .toml/.json file.
+Every error is a ``ValueError`` with one readable line (the file, the field, what is wrong).
+Only the standard library and pydantic are imported here, so `parplan` starts fast.
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+PROFILE_DIR = Path(__file__).resolve().parent
+_SUFFIXES = (".toml", ".json")
+
+
+def list_profiles() -> list[str]:
+    """Names of the profiles shipped in this package, sorted."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def _looks_like_path(name_or_path: str | Path) -> bool:
+    s = str(name_or_path)
+    return isinstance(name_or_path, Path) or s.endswith(_SUFFIXES) or "/" in s or "\\" in s
+
+
+def _read(path: Path) -> dict:
+    if not path.is_file():
+        raise ValueError(f"hardware profile file {path} does not exist")
+    try:
+        if path.suffix == ".json":
+            with open(path) as f:
+                data = json.load(f)
+        elif path.suffix == ".toml":
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        else:
+            raise ValueError(f"hardware profile {path}: expected a .toml or .json file")
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"hardware profile {path}: not valid {path.suffix[1:].upper()}: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"hardware profile {path}: top level must be a table/object, got {type(data).__name__}")
+    return data
+
+
+def _one_line(path: Path, err, model) -> str:
+    """First pydantic error as 'file: field a.b: message' (+ how many more); unknown keys first,
+    with the closest known field name, since a misspelt key also shows up as a missing one."""
+    import difflib
+
+    errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(first["loc"][-1]), list(model.model_fields), n=1)
+        msg = "unknown field" + (f" (did you mean {close[0]}?)" if close else "")
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"hardware profile {path}: field {loc}: {msg}{more}"
+
+
+def load_profile(name_or_path: str | Path):
+    """A shipped profile by name (see ``list_profiles()``) or a .toml/.json file by path."""
+    from pydantic import ValidationError  # lazy: keep `import hardware_profiles` cheap
+
+    from planner.schema import HardwareProfile
+
+    if _looks_like_path(name_or_path):
+        path = Path(name_or_path)
+    else:
+        path = PROFILE_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise ValueError(f"unknown hardware profile {name_or_path!r}; available: {', '.join(list_profiles())} "
+                             "(or give a path to a .toml/.json file)")
+    data = _read(path)
+    try:
+        return HardwareProfile(**data)
+    except ValidationError as e:
+        raise ValueError(_one_line(path, e, HardwareProfile)) from None

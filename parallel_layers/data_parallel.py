@@ -1,0 +1,182 @@
+"""Data parallelism by ``parallel.zero_stage``, plus the gradient fix-ups TP and PP need.
+
+0: replicated AdamW, gradients all-reduced and averaged over the dp group after backward
+   (flattened into buckets of ``BUCKET_BYTES`` to cut per-message latency).
+1: ``ShardedAdamW``: gradients all-reduced and averaged, each dp rank keeps AdamW states for
+   the parameters it owns and steps only those, then broadcasts them (ZeRO-1).
+2: as 1, but each gradient is only *reduced* to its owner, so non-owners drop it after the
+   reduction (ZeRO-2 after the backward; during the backward full gradients still exist).
+3: FSDP2 ``fully_shard(mesh=mesh["dp"])`` per block and per stage.  On gloo FSDP2 has summed
+   instead of averaged (pytorch/pytorch#162338): ``fsdp_grad_correction`` measures what this
+   torch does with a probe and the trainer divides by the measured factor.
+
+Before any of that: tied embedding/head copies on different pipeline ranks get their
+gradients summed over the pp group, and parameters replicated over TP but fed a sequence
+shard (SP) get theirs summed over the tp group.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from parallel_layers.model import iter_shard_specs
+
+BUCKET_BYTES = 25 * 2**20
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The rank's local data of a DTensor (FSDP2) or the tensor itself."""
+    return t._local_tensor if hasattr(t, "_local_tensor") else t
+
+
+def _group_size(group) -> int:
+    return 1 if group is None else dist.get_world_size(group)
+
+
+def all_reduce_bucketed(tensors: list[torch.Tensor], group, average: bool) -> None:
+    """In-place all-reduce (sum, or mean) of tensors, packed into flat buckets."""
+    n = _group_size(group)
+    if n == 1 or not tensors:
+        return
+    bucket, size = [], 0
+
+    def flush():
+        if not bucket:
+            return
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        dist.all_reduce(flat, group=group)
+        if average:
+            flat /= n
+        off = 0
+        for t in bucket:
+            t.copy_(flat[off:off + t.numel()].view_as(t))
+            off += t.numel()
+        bucket.clear()
+
+    for t in tensors:
+        bucket.append(t)
+        size += t.numel() * t.element_size()
+        if size >= BUCKET_BYTES:
+            flush()
+            size = 0
+    flush()
+
+
+def sync_sequence_parallel_grads(stage_modules: list[nn.Module], tp_group) -> None:
+    """Sum over TP the gradients of TP-replicated parameters that saw only a sequence shard."""
+    grads = [local_tensor(p.grad) for m in stage_modules for _, p, s in iter_shard_specs(m)
+             if s.sp_partial_grad and p.grad is not None]
+    all_reduce_bucketed(grads, tp_group, average=False)
+
+
+def sync_tied_embedding_grads(stage_modules: list[nn.Module], holds_embedding: bool, holds_separate_head: bool,
+                              vocab_shard_shape, pp_group) -> None:
+    """Sum the gradients of the embedding and of its copy used by the head on another pipeline
+    rank.  Every pp rank joins the all-reduce (ranks holding neither contribute zeros)."""
+    if pp_group is None or _group_size(pp_group) == 1:
+        return
+    emb = head = None
+    for m in stage_modules:
+        if getattr(m, "first", False):
+            emb = m.embed.weight
+        if getattr(m, "separate_tied_head", False):
+            head = m.head.weight
+    like = emb if emb is not None else head
+    if like is not None and like.grad is None:
+        raise RuntimeError("tied embedding has no gradient after backward")
+    buf = torch.zeros(vocab_shard_shape) if like is None else torch.zeros_like(local_tensor(like.grad))
+    if emb is not None:
+        buf += local_tensor(emb.grad)
+    if head is not None:
+        buf += local_tensor(head.grad)
+    dist.all_reduce(buf, group=pp_group)
+    for p in (emb, head):
+        if p is not None:
+            local_tensor(p.grad).copy_(buf)
+
+
+class ShardedAdamW:
+    """ZeRO-1/2: parameters are assigned to dp ranks (largest first, to the least loaded rank);
+    each rank runs AdamW on its own parameters and broadcasts the updated values."""
+
+    def __init__(self, params: list[nn.Parameter], dp_group, stage: int, **adamw_kwargs):
+        self.params = params
+        self.dp_group, self.stage = dp_group, stage
+        n = _group_size(dp_group)
+        self.dp_rank = 0 if n == 1 else dist.get_rank(dp_group)
+        self.owner_global = []
+        loads = [0] * n
+        owner = [0] * len(params)
+        for i in sorted(range(len(params)), key=lambda i: (-params[i].numel(), i)):
+            r = min(range(n), key=lambda r: (loads[r], r))
+            owner[i] = r
+            loads[r] += params[i].numel()
+        self.owner = owner
+        self.owner_global = [dist.get_global_rank(dp_group, r) if n > 1 else dist.get_rank() for r in owner]
+        self.local_params = [p for p, r in zip(params, owner) if r == self.dp_rank]
+        self.optim = torch.optim.AdamW(self.local_params, **adamw_kwargs) if self.local_params else None
+
+    @property
+    def state(self):
+        return {} if self.optim is None else self.optim.state
+
+    def reduce_gradients(self) -> None:
+        n = _group_size(self.dp_group)
+        if n == 1:
+            return
+        if self.stage == 1:
+            all_reduce_bucketed([p.grad for p in self.params if p.grad is not None], self.dp_group, average=True)
+            return
+        for p, r, g in zip(self.params, self.owner, self.owner_global):
+            if p.grad is None:
+                continue
+            dist.reduce(p.grad, dst=g, group=self.dp_group)
+            if r == self.dp_rank:
+                p.grad /= n
+            else:
+                p.grad = None  # ZeRO-2: only the owner keeps the reduced gradient
+
+    def step(self) -> None:
+        if self.optim is not None:
+            self.optim.step()
+        if _group_size(self.dp_group) > 1:
+            with torch.no_grad():
+                for p, g in zip(self.params, self.owner_global):
+                    dist.broadcast(p.data, src=g, group=self.dp_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+def apply_fsdp(stage_modules: list[nn.Module], dp_mesh) -> None:
+    """FSDP2 over the dp mesh: each block is its own unit, the stage (embedding, head) the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    for m in stage_modules:
+        for block in m.blocks:
+            fully_shard(block, mesh=dp_mesh)
+        fully_shard(m, mesh=dp_mesh)
+
+
+def fsdp_grad_correction(dp_mesh, device) -> float:
+    """The factor by which FSDP2's reduced gradients exceed the dp average on this backend
+    (1.0 when correct; dp when it sums, as gloo did in pytorch/pytorch#162338).  Measured with a
+    probe: rank r's gradient is r+1 everywhere, so the average is (n+1)/2."""
+    from torch.distributed.fsdp import fully_shard
+
+    n = dp_mesh.size()
+    if n == 1:
+        return 1.0
+    probe = nn.Linear(2 * n, 1, bias=False, device=device)
+    fully_shard(probe, mesh=dp_mesh)
+    r = dp_mesh.get_local_rank()
+    x = torch.full((1, 2 * n), float(r + 1), device=device)
+    probe(x).sum().backward()
+    observed = local_tensor(probe.weight.grad).flatten()[0].item()
+    factor = observed / ((n + 1) / 2)
+    for candidate in (1.0, float(n)):
+        if abs(factor - candidate) < 1e-4 * candidate:
+            return candidate
+    raise RuntimeError(f"FSDP2 gradient reduction gave {observed}, expected the mean {(n + 1) / 2} or the sum")

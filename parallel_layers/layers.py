@@ -1,0 +1,158 @@
+"""Megatron-style tensor-parallel layers: column/row-parallel linear, vocab-parallel embedding
+and cross-entropy, each with its sequence-parallel (SP) variant.
+
+Every parameter carries a ``ShardSpec`` (kept on the module in ``param_specs``, because
+``fully_shard`` replaces Parameter objects and their attributes): its logical name, its full
+logical shape, the dimension split over TP (or None when replicated) and how it is
+initialised.  ``parallel_layers.model.init_parameters`` uses the specs to draw every
+parameter at full shape from a generator seeded by (seed, logical name) and keep the rank's
+slice, so the math is the same in any layout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from parallel_layers.mappings import (
+    _size,
+    copy_to_tp_region,
+    gather_from_sequence_parallel_region,
+    reduce_from_tp_region,
+    reduce_scatter_to_sequence_parallel_region,
+)
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    logical_name: str
+    full_shape: tuple[int, ...]
+    tp_dim: Optional[int]  # dimension split over the TP group; None = replicated over TP
+    init: str  # "normal", "zeros" or "ones"
+    std: float = 0.02
+    # Replicated over TP but fed a sequence shard under SP: each TP rank holds a partial
+    # gradient that must be summed over the TP group (Megatron's sequence_parallel attribute).
+    sp_partial_grad: bool = False
+
+
+def _rank(group) -> int:
+    return 0 if _size(group) == 1 else dist.get_rank(group)
+
+
+class _ShardedModule(nn.Module):
+    def __init__(self, tp_group):
+        super().__init__()
+        self.tp_group = tp_group
+        self.tp_size = _size(tp_group)
+        self.tp_rank = _rank(tp_group)
+        self.param_specs: dict[str, ShardSpec] = {}
+
+    def _new_param(self, attr: str, spec: ShardSpec) -> None:
+        shape = list(spec.full_shape)
+        if spec.tp_dim is not None:
+            if shape[spec.tp_dim] % self.tp_size:
+                raise ValueError(f"{spec.logical_name}: dim {spec.tp_dim} ({shape[spec.tp_dim]}) not divisible by tp={self.tp_size}")
+            shape[spec.tp_dim] //= self.tp_size
+        setattr(self, attr, nn.Parameter(torch.empty(shape)))
+        self.param_specs[attr] = spec
+
+
+class ColumnParallelLinear(_ShardedModule):
+    """Y = X A + b with A split by columns (output features) over TP.
+
+    Input is replicated (or, with SP, sequence-sharded and all-gathered here); output is
+    split over the last dim.  weight: (out/tp, in)."""
+
+    def __init__(self, in_features, out_features, tp_group, *, name, bias=False,
+                 sequence_parallel=False, std=0.02):
+        super().__init__(tp_group)
+        self.sequence_parallel = sequence_parallel
+        self._new_param("weight", ShardSpec(f"{name}.weight", (out_features, in_features), 0, "normal", std))
+        self.bias = None
+        if bias:
+            self._new_param("bias", ShardSpec(f"{name}.bias", (out_features,), 0, "zeros"))
+
+    def forward(self, x):
+        if self.sequence_parallel:
+            x = gather_from_sequence_parallel_region(x, self.tp_group)  # (b, s, in)
+        else:
+            x = copy_to_tp_region(x, self.tp_group)
+        return F.linear(x, self.weight, self.bias)  # (b, s, out/tp)
+
+
+class RowParallelLinear(_ShardedModule):
+    """Y = X A + b with A split by rows (input features) over TP.
+
+    Input is split over the last dim; output is all-reduced (or, with SP, reduce-scattered
+    over the sequence).  weight: (out, in/tp); bias replicated, added after the reduction."""
+
+    def __init__(self, in_features, out_features, tp_group, *, name, bias=False,
+                 sequence_parallel=False, std=0.02):
+        super().__init__(tp_group)
+        self.sequence_parallel = sequence_parallel
+        self._new_param("weight", ShardSpec(f"{name}.weight", (out_features, in_features), 1, "normal", std))
+        self.bias = None
+        if bias:
+            self._new_param("bias", ShardSpec(f"{name}.bias", (out_features,), None, "zeros",
+                                              sp_partial_grad=sequence_parallel and self.tp_size > 1))
+
+    def forward(self, x):
+        y = F.linear(x, self.weight)  # partial sums, (b, s, out)
+        if self.sequence_parallel:
+            y = reduce_scatter_to_sequence_parallel_region(y, self.tp_group)  # (b, s/tp, out)
+        else:
+            y = reduce_from_tp_region(y, self.tp_group)
+        return y if self.bias is None else y + self.bias
+
+
+class VocabParallelEmbedding(_ShardedModule):
+    """Embedding table split by vocabulary rows over TP; rank r owns ids
+    [r*V/tp, (r+1)*V/tp).  Out-of-range ids look up zeros; the partial results are summed
+    over TP (all-reduce, or reduce-scatter over the sequence with SP)."""
+
+    def __init__(self, vocab, hidden, tp_group, *, name, sequence_parallel=False, std=0.02):
+        super().__init__(tp_group)
+        self.sequence_parallel = sequence_parallel
+        self._new_param("weight", ShardSpec(f"{name}.weight", (vocab, hidden), 0, "normal", std))
+        self.vocab_start = self.tp_rank * vocab // self.tp_size
+        self.vocab_end = self.vocab_start + vocab // self.tp_size
+
+    def forward(self, ids):
+        if self.tp_size == 1:
+            return F.embedding(ids, self.weight)
+        outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
+        local = (ids - self.vocab_start).masked_fill(outside, 0)
+        y = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
+        if self.sequence_parallel:
+            return reduce_scatter_to_sequence_parallel_region(y, self.tp_group)
+        return reduce_from_tp_region(y, self.tp_group)
+
+
+def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp_group) -> torch.Tensor:
+    """Mean token cross-entropy of logits split over the vocabulary (last dim) across TP.
+
+    logits: (b, s, V/tp) on each rank, target: (b, s) global ids.  Computes
+    log(sum_v exp z_v) - z_target with the max, the exp-sum and the target logit reduced
+    over TP (Megatron's _VocabParallelCrossEntropy, written with differentiable pieces: the
+    partial exp-sums and target logits are summed with reduce_from_tp_region, whose identity
+    backward is exact because every TP rank computes the same loss from the totals)."""
+    logits = logits.float()
+    n = _size(tp_group)
+    if n == 1:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+    v_local = logits.shape[-1]
+    start = dist.get_rank(tp_group) * v_local
+    with torch.no_grad():
+        m = logits.max(dim=-1).values
+        dist.all_reduce(m, op=dist.ReduceOp.MAX, group=tp_group)
+    z = logits - m.unsqueeze(-1)
+    sum_exp = reduce_from_tp_region(z.exp().sum(dim=-1), tp_group)  # (b, s)
+    inside = (target >= start) & (target < start + v_local)
+    local_t = (target - start).masked_fill(~inside, 0)
+    picked = z.gather(-1, local_t.unsqueeze(-1)).squeeze(-1).masked_fill(~inside, 0.0)
+    picked = reduce_from_tp_region(picked, tp_group)  # (b, s)
+    return (sum_exp.log() - picked).mean()

@@ -1,0 +1,188 @@
+"""Conjugate autograd pairs for tensor and sequence parallelism (after Megatron-LM's mappings.py).
+
+Each function moves a tensor into or out of a tensor-parallel region; its backward is the
+conjugate collective.  The process group is always passed in (no module globals) and a
+group of one returns the input unchanged.
+
+| function                              | forward               | backward              |
+|---------------------------------------|-----------------------|-----------------------|
+| copy_to_tp_region                     | identity              | all-reduce            |
+| reduce_from_tp_region                 | all-reduce            | identity              |
+| scatter_to_tp_region (last dim)       | keep own chunk        | all-gather            |
+| gather_from_tp_region (last dim)      | all-gather            | keep own chunk        |
+| scatter_to_sequence_parallel_region   | keep own seq chunk    | all-gather (seq)      |
+| gather_from_sequence_parallel_region  | all-gather (seq)      | reduce-scatter (seq)  |
+| reduce_scatter_to_sequence_parallel_region | reduce-scatter (seq) | all-gather (seq)   |
+
+The sequence dimension is dim 1 of (batch, seq, hidden) activations.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+SEQ_DIM = 1
+
+
+def _size(group) -> int:
+    return 1 if group is None else dist.get_world_size(group)
+
+
+def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
+    if _size(group) == 1:
+        return x
+    x = x.contiguous().clone()
+    dist.all_reduce(x, group=group)
+    return x
+
+
+def _split(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    n = _size(group)
+    if n == 1:
+        return x
+    if x.shape[dim] % n:
+        raise ValueError(f"dim {dim} of size {x.shape[dim]} is not divisible by the group size {n}")
+    return x.chunk(n, dim=dim)[dist.get_rank(group)].contiguous()
+
+
+def _gather(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    n = _size(group)
+    if n == 1:
+        return x
+    x = x.contiguous()
+    parts = [torch.empty_like(x) for _ in range(n)]
+    dist.all_gather(parts, x, group=group)
+    return torch.cat(parts, dim=dim)
+
+
+def _reduce_scatter(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    n = _size(group)
+    if n == 1:
+        return x
+    if x.shape[dim] % n:
+        raise ValueError(f"dim {dim} of size {x.shape[dim]} is not divisible by the group size {n}")
+    # gloo has no reduce_scatter: all-reduce then keep our chunk (same result, more bytes).
+    if dist.get_backend(group) == "gloo":
+        return _split(_all_reduce(x, group), dim, group)
+    parts = [p.contiguous() for p in x.chunk(n, dim=dim)]
+    out = torch.empty_like(parts[0])
+    dist.reduce_scatter(out, parts, group=group)
+    return out
+
+
+class _CopyToTP(torch.autograd.Function):
+    """forward: identity; backward: all-reduce."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return _all_reduce(g, ctx.group), None
+
+
+class _ReduceFromTP(torch.autograd.Function):
+    """forward: all-reduce; backward: identity."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        return _all_reduce(x, group)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+class _ScatterToTP(torch.autograd.Function):
+    """forward: keep own last-dim chunk; backward: all-gather last dim."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _split(x, -1, group)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _gather(g, -1, ctx.group), None
+
+
+class _GatherFromTP(torch.autograd.Function):
+    """forward: all-gather last dim; backward: keep own chunk."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _gather(x, -1, group)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _split(g, -1, ctx.group), None
+
+
+class _ScatterToSP(torch.autograd.Function):
+    """forward: keep own sequence chunk; backward: all-gather sequence."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _split(x, SEQ_DIM, group)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _gather(g, SEQ_DIM, ctx.group), None
+
+
+class _GatherFromSP(torch.autograd.Function):
+    """forward: all-gather sequence; backward: reduce-scatter sequence."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _gather(x, SEQ_DIM, group)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _reduce_scatter(g, SEQ_DIM, ctx.group), None
+
+
+class _ReduceScatterToSP(torch.autograd.Function):
+    """forward: reduce-scatter sequence; backward: all-gather sequence."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _reduce_scatter(x, SEQ_DIM, group)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _gather(g, SEQ_DIM, ctx.group), None
+
+
+def copy_to_tp_region(x, group):
+    return x if _size(group) == 1 else _CopyToTP.apply(x, group)
+
+
+def reduce_from_tp_region(x, group):
+    return x if _size(group) == 1 else _ReduceFromTP.apply(x, group)
+
+
+def scatter_to_tp_region(x, group):
+    return x if _size(group) == 1 else _ScatterToTP.apply(x, group)
+
+
+def gather_from_tp_region(x, group):
+    return x if _size(group) == 1 else _GatherFromTP.apply(x, group)
+
+
+def scatter_to_sequence_parallel_region(x, group):
+    return x if _size(group) == 1 else _ScatterToSP.apply(x, group)
+
+
+def gather_from_sequence_parallel_region(x, group):
+    return x if _size(group) == 1 else _GatherFromSP.apply(x, group)
+
+
+def reduce_scatter_to_sequence_parallel_region(x, group):
+    return x if _size(group) == 1 else _ReduceScatterToSP.apply(x, group)

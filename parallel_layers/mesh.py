@@ -1,0 +1,61 @@
+"""The device mesh and the one dataclass that is the truth about a rank's place in it.
+
+Mesh dims are ("dp", "pp", "tp") -- plus "cp" between pp and tp when cp > 1 -- with TP
+innermost so a TP group is made of consecutive ranks and stays inside a node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    dp: int
+    pp: int
+    cp: int
+    tp: int
+
+    @classmethod
+    def from_plan(cls, plan) -> "ParallelDims":
+        p = plan.parallel
+        return cls(dp=p.dp, pp=p.pp, cp=p.cp, tp=p.tp)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.pp * self.cp * self.tp
+
+    def check(self, world_size: int) -> None:
+        if self.world_size != world_size:
+            raise ValueError(f"dp({self.dp}) * pp({self.pp}) * cp({self.cp}) * tp({self.tp}) = {self.world_size} "
+                             f"!= WORLD_SIZE({world_size}); launch with --nproc-per-node x --nnodes = {self.world_size}")
+
+
+def build_mesh(dims: ParallelDims, device_type: str) -> DeviceMesh:
+    """init_device_mesh over (dp, pp, [cp,] tp), TP innermost."""
+    dims.check(dist.get_world_size())
+    if dims.cp > 1:
+        shape, names = (dims.dp, dims.pp, dims.cp, dims.tp), ("dp", "pp", "cp", "tp")
+    else:
+        shape, names = (dims.dp, dims.pp, dims.tp), ("dp", "pp", "tp")
+    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+
+@dataclass(frozen=True)
+class RankCoords:
+    """Where this rank sits, and the groups it talks over."""
+
+    dp_rank: int
+    pp_rank: int
+    tp_rank: int
+    dp_group: object
+    pp_group: object
+    tp_group: object
+
+    @classmethod
+    def from_mesh(cls, mesh: DeviceMesh) -> "RankCoords":
+        return cls(dp_rank=mesh["dp"].get_local_rank(), pp_rank=mesh["pp"].get_local_rank(),
+                   tp_rank=mesh["tp"].get_local_rank(), dp_group=mesh["dp"].get_group(),
+                   pp_group=mesh["pp"].get_group(), tp_group=mesh["tp"].get_group())

@@ -1,0 +1,302 @@
+"""The two architectures the planner costs, built as pipeline-stage modules from a plan's
+``model`` dict with Megatron-style tensor parallelism.
+
+llama: RMSNorm, rotary positions, GQA (query and kv heads both split over TP), SwiGLU, no
+biases, untied head.  gpt: LayerNorm, GeLU, learned positions, biases, tied or untied head.
+Attention is ``F.scaled_dot_product_attention(is_causal=True)``; no dropout anywhere.
+
+Same math in any layout: ``init_parameters`` draws every parameter at its full logical shape
+from a generator seeded by (seed, logical name) and keeps the rank's TP slice; logical names
+use the global layer index, so a block holds the same weights on whichever stage it lands.
+
+Recompute (what the cost model assumes): ``selective`` checkpoints the core attention
+(rotary + SDPA) and the MLP activation (silu(gate)*up or gelu); ``full`` checkpoints each
+whole block so only the block input is saved.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from parallel_layers.layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    ShardSpec,
+    VocabParallelEmbedding,
+    _ShardedModule,
+)
+from parallel_layers.mappings import _size, copy_to_tp_region, gather_from_sequence_parallel_region
+
+INIT_STD = 0.02
+ROPE_THETA = 10000.0
+NORM_EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    head_dim: int
+    tied_embeddings: bool
+    max_seq_len: int
+
+    @classmethod
+    def from_plan(cls, plan) -> "ModelConfig":
+        m = plan.model
+        return cls(arch=m.arch, layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
+                   ffn_hidden=m.ffn_hidden, vocab=m.vocab, head_dim=m.head_dim or m.hidden // m.heads,
+                   tied_embeddings=m.tied_embeddings and m.arch == "gpt",
+                   max_seq_len=m.max_seq_len or plan.training.seq_len)
+
+
+class Norm(_ShardedModule):
+    """RMSNorm (llama) or LayerNorm with bias (gpt); replicated over TP."""
+
+    def __init__(self, cfg: ModelConfig, tp_group, *, name, sequence_parallel):
+        super().__init__(tp_group)
+        self.rms = cfg.arch == "llama"
+        partial = sequence_parallel and self.tp_size > 1
+        self._new_param("weight", ShardSpec(f"{name}.weight", (cfg.hidden,), None, "ones", sp_partial_grad=partial))
+        self.bias = None
+        if not self.rms:
+            self._new_param("bias", ShardSpec(f"{name}.bias", (cfg.hidden,), None, "zeros", sp_partial_grad=partial))
+
+    def forward(self, x):
+        if self.rms:
+            xf = x.float()
+            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+            return (y * self.weight).to(x.dtype)
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, NORM_EPS)
+
+
+def rotary(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021, half-split form as in Llama/HF) of
+    x: (b, heads, s, d), positions 0..s-1."""
+    b, nh, s, d = x.shape
+    inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    angles = torch.outer(torch.arange(s, device=x.device, dtype=torch.float32), inv_freq)  # (s, d/2)
+    cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(x.dtype)
+    sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def _core_attention_rope(q, k, v):
+    return F.scaled_dot_product_attention(rotary(q), rotary(k), v, is_causal=True, enable_gqa=True)
+
+
+def _core_attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def _swiglu(gate, up):
+    return F.silu(gate) * up
+
+
+def _enter_tp_region(x, tp_group, sequence_parallel):
+    """One all-gather (SP) or one identity/all-reduce pair for several column-parallel
+    matrices that read the same input."""
+    if sequence_parallel:
+        return gather_from_sequence_parallel_region(x, tp_group)
+    return copy_to_tp_region(x, tp_group)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str):
+        super().__init__()
+        h, d, gpt = cfg.hidden, cfg.head_dim, cfg.arch == "gpt"
+        tp = _size(tp_group)
+        self.tp_group, self.sp, self.selective = tp_group, sp, recompute == "selective"
+        self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
+        self.rope = cfg.arch == "llama"
+        n = f"layers.{i}.attn"
+        self.wq = ColumnParallelLinear(h, cfg.heads * d, tp_group, name=f"{n}.wq", bias=gpt)
+        self.wk = ColumnParallelLinear(h, cfg.kv_heads * d, tp_group, name=f"{n}.wk", bias=gpt)
+        self.wv = ColumnParallelLinear(h, cfg.kv_heads * d, tp_group, name=f"{n}.wv", bias=gpt)
+        self.wo = RowParallelLinear(cfg.heads * d, h, tp_group, name=f"{n}.wo", bias=gpt,
+                                    sequence_parallel=sp, std=INIT_STD / math.sqrt(2 * cfg.layers))
+
+    def forward(self, x):
+        x = _enter_tp_region(x, self.tp_group, self.sp)  # (b, s, h), full sequence
+        b, s, _ = x.shape
+        # local head counts: the reshape must use heads/tp and kv_heads/tp
+        q = F.linear(x, self.wq.weight, self.wq.bias).view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
+        k = F.linear(x, self.wk.weight, self.wk.bias).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
+        v = F.linear(x, self.wv.weight, self.wv.bias).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
+        core = _core_attention_rope if self.rope else _core_attention
+        if self.selective:
+            o = checkpoint(core, q, k, v, use_reentrant=False)  # (b, nh/tp, s, d)
+        else:
+            o = core(q, k, v)
+        o = o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)
+        return self.wo(o)  # (b, s, h) or (b, s/tp, h) with SP
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str):
+        super().__init__()
+        h, f, gpt = cfg.hidden, cfg.ffn_hidden, cfg.arch == "gpt"
+        self.tp_group, self.sp, self.selective, self.gpt = tp_group, sp, recompute == "selective", gpt
+        n = f"layers.{i}.mlp"
+        out_std = INIT_STD / math.sqrt(2 * cfg.layers)
+        if gpt:
+            self.fc1 = ColumnParallelLinear(h, f, tp_group, name=f"{n}.fc1", bias=True)
+            self.fc2 = RowParallelLinear(f, h, tp_group, name=f"{n}.fc2", bias=True, sequence_parallel=sp, std=out_std)
+        else:
+            self.gate = ColumnParallelLinear(h, f, tp_group, name=f"{n}.gate")
+            self.up = ColumnParallelLinear(h, f, tp_group, name=f"{n}.up")
+            self.down = RowParallelLinear(f, h, tp_group, name=f"{n}.down", sequence_parallel=sp, std=out_std)
+
+    def _act(self, *args):
+        if self.selective:
+            return checkpoint(F.gelu if self.gpt else _swiglu, *args, use_reentrant=False)
+        return F.gelu(*args) if self.gpt else _swiglu(*args)
+
+    def forward(self, x):
+        x = _enter_tp_region(x, self.tp_group, self.sp)
+        if self.gpt:
+            return self.fc2(self._act(F.linear(x, self.fc1.weight, self.fc1.bias)))  # (b, s, f/tp) inside
+        gate = F.linear(x, self.gate.weight)
+        up = F.linear(x, self.up.weight)
+        return self.down(self._act(gate, up))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str):
+        super().__init__()
+        self.layer_id = i
+        self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
+        self.attn = Attention(cfg, i, tp_group, sp, recompute)
+        self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
+        self.mlp = MLP(cfg, i, tp_group, sp, recompute)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class PositionEmbedding(_ShardedModule):
+    """Learned positions (gpt), replicated over TP; with SP each rank adds its sequence chunk."""
+
+    def __init__(self, cfg: ModelConfig, tp_group, sequence_parallel):
+        super().__init__(tp_group)
+        self.sp = sequence_parallel and self.tp_size > 1
+        self._new_param("weight", ShardSpec("positions.weight", (cfg.max_seq_len, cfg.hidden), None, "normal",
+                                            sp_partial_grad=self.sp))
+
+    def forward(self, x):  # x: (b, s_local, h)
+        s_local = x.shape[1]
+        start = self.tp_rank * s_local if self.sp else 0
+        return x + self.weight[start:start + s_local]
+
+
+class StageModule(nn.Module):
+    """One (virtual) pipeline stage: optional embedding, a run of blocks, optional final norm +
+    head.  forward: token ids (b, s) or hidden (b, s[/tp], h) -> hidden, or logits (b, s, V/tp)
+    on the last stage."""
+
+    def __init__(self, cfg: ModelConfig, layer_ids: list[int], *, first: bool, last: bool, tp_group,
+                 sp: bool = False, recompute: str = "none", autocast_dtype: Optional[torch.dtype] = None,
+                 device_type: str = "cpu"):
+        super().__init__()
+        self.cfg, self.first, self.last = cfg, first, last
+        self.full_recompute = recompute == "full"
+        self.autocast_dtype, self.device_type = autocast_dtype, device_type
+        self.tp_group, self.sp = tp_group, sp
+        if first:
+            self.embed = VocabParallelEmbedding(cfg.vocab, cfg.hidden, tp_group, name="embedding", sequence_parallel=sp)
+            self.positions = PositionEmbedding(cfg, tp_group, sp) if cfg.arch == "gpt" else None
+        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute) for i in layer_ids])
+        self.separate_tied_head = False
+        if last:
+            self.final_norm = Norm(cfg, tp_group, name="final_norm", sequence_parallel=sp)
+            name = "embedding" if cfg.tied_embeddings else "head"
+            self.head = ColumnParallelLinear(cfg.hidden, cfg.vocab, tp_group, name=name, sequence_parallel=sp)
+            if cfg.tied_embeddings:
+                if first:
+                    self.head.weight = self.embed.weight  # one Parameter, one gradient
+                else:
+                    # the first stage lives on another rank: a copy whose gradient is summed
+                    # with the embedding's (Megatron's embedding group)
+                    self.separate_tied_head = True
+
+    def forward(self, x):
+        if self.autocast_dtype is not None:
+            with torch.autocast(self.device_type, dtype=self.autocast_dtype):
+                return self._forward(x)
+        return self._forward(x)
+
+    def _forward(self, x):
+        if self.first:
+            x = self.embed(x)  # (b, s[/tp], h)
+            if self.positions is not None:
+                x = self.positions(x)
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False) if self.full_recompute else block(x)
+        if self.last:
+            x = self.head(self.final_norm(x))  # (b, s, V/tp)
+        return x
+
+
+def iter_shard_specs(root: nn.Module):
+    """(qualified name, parameter, ShardSpec) for every distinct parameter under root,
+    resolved through the modules so it survives fully_shard's Parameter replacement."""
+    seen = set()
+    for mod_name, mod in root.named_modules():
+        for attr, spec in getattr(mod, "param_specs", {}).items():
+            p = getattr(mod, attr)
+            if p is None or id(p) in seen:
+                continue
+            seen.add(id(p))
+            yield (f"{mod_name}.{attr}" if mod_name else attr), p, spec
+
+
+def seed_for(seed: int, name: str) -> int:
+    """A stable 63-bit seed for (seed, logical name), independent of Python's hash salt."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
+
+
+def full_logical_init(spec: ShardSpec, seed: int) -> torch.Tensor:
+    """The parameter at its full logical shape, the same in any layout."""
+    if spec.init == "ones":
+        return torch.ones(spec.full_shape)
+    if spec.init == "zeros":
+        return torch.zeros(spec.full_shape)
+    g = torch.Generator().manual_seed(seed_for(seed, spec.logical_name))
+    return torch.randn(spec.full_shape, generator=g) * spec.std
+
+
+@torch.no_grad()
+def init_parameters(root: nn.Module, seed: int) -> None:
+    """Fill every parameter with its rank's slice of the full logical tensor, one at a time."""
+    for mod in root.modules():
+        for attr, spec in getattr(mod, "param_specs", {}).items():
+            p = getattr(mod, attr)
+            full = full_logical_init(spec, seed)
+            if spec.tp_dim is not None and mod.tp_size > 1:
+                full = full.chunk(mod.tp_size, dim=spec.tp_dim)[mod.tp_rank]
+            p.copy_(full.to(p.device, p.dtype))
+
+
+def split_layers(layers: int, stages: int) -> list[int]:
+    """Even split, the remainder going to the middle stages first (the first and last carry
+    the embedding and the head)."""
+    base, rem = divmod(layers, stages)
+    counts = [base] * stages
+    centre = (stages - 1) / 2
+    order = sorted(range(stages), key=lambda i: (i in (0, stages - 1), abs(i - centre), i))
+    for i in order[:rem]:
+        counts[i] += 1
+    return counts

@@ -1,0 +1,455 @@
+"""The torchrun entry: build a plan's layout, train N steps, write a measured-vs-predicted report.
+
+    torchrun --nproc-per-node 8 -m parallel_layers.train --plan plan.json --steps 20 --report out.json
+
+Order of construction (each step its own function): process group -> mesh (dp, pp, tp) ->
+stage modules holding this rank's virtual stages -> logical-seeded init -> data parallel
+wrapping (FSDP2 for ZeRO-3) -> optimizer -> pipeline schedule (pp > 1) -> optional resume.
+
+One step: micro-batches forward/backward (the pipeline schedule, or gradient accumulation
+when pp = 1) -> tied-embedding and sequence-parallel gradient sums -> dp reduction -> AdamW.
+Rank 0 prints one ``[parplan] step ...`` line per step (parsed by ``planner.launch``); any rank
+that fails prints ``[parplan] rank R failed: ...`` before re-raising.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+from parallel_layers import checkpoint as ckpt
+from parallel_layers.data import TokenSource, replica_sample_indices
+from parallel_layers.data_parallel import (
+    ShardedAdamW,
+    all_reduce_bucketed,
+    apply_fsdp,
+    fsdp_grad_correction,
+    local_tensor,
+    sync_sequence_parallel_grads,
+    sync_tied_embedding_grads,
+)
+from parallel_layers.layers import vocab_parallel_cross_entropy
+from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh
+from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
+from parallel_layers.pipeline import build_schedule, stages_of_rank, virtual_stage_layers
+
+LOG_PREFIX = "[parplan]"
+ADAMW_BETAS = (0.9, 0.95)
+ADAMW_WEIGHT_DECAY = 0.1
+
+
+@dataclass
+class RunOptions:
+    steps: int
+    device: str = "cpu"
+    data: Optional[str] = None
+    data_dtype: Optional[str] = None
+    checkpoint_dir: Optional[str] = None
+    checkpoint_every: int = 0
+    resume: bool = False
+    warmup_steps: Optional[int] = None
+    dump_grads: Optional[str] = None  # directory: per-rank reduced gradients after the first step
+    optimizer: str = "adamw"  # "sgd" only for tests that need a scale-sensitive update
+    debug_grad_scale: float = 1.0  # test hook: multiply reduced gradients (a deliberately wrong run)
+
+
+@dataclass
+class Runtime:
+    plan: object
+    cfg: ModelConfig
+    coords: RankCoords
+    device: torch.device
+    stage_ids: list[int]
+    stage_modules: list[StageModule]
+    optimizer: object
+    schedule: object = None
+    fsdp_correction: float = 1.0
+    holds_first: bool = False
+    holds_last: bool = False
+    local_params: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def autocast_dtype(plan, device_type: str) -> Optional[torch.dtype]:
+    """The forward compute dtype of the plan's precision recipe on this device."""
+    recipe, dtype = plan.training.precision, plan.training.dtype
+    if recipe == "master-weights":
+        raise NotImplementedError("precision 'master-weights' (16-bit params + fp32 master) is not implemented "
+                                  "in the runtime yet; use precision 'amp' (same math, fp32 params) or 'fp32'")
+    if recipe == "fp32" or device_type == "cpu" or dtype == "fp32":
+        return None  # CPU always computes in fp32
+    if dtype == "fp16":
+        raise NotImplementedError("amp with fp16 needs loss scaling, which the runtime does not do; use dtype bf16")
+    return torch.bfloat16
+
+
+def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
+    par = plan.parallel
+    if par.cp > 1:
+        raise NotImplementedError(f"cp={par.cp}: context parallelism is not implemented in the runtime; use cp=1")
+    if par.offload != "none":
+        raise NotImplementedError("offload 'optimizer' is not implemented in the runtime; use offload 'none'")
+    dims = ParallelDims.from_plan(plan)
+    mesh = build_mesh(dims, device.type)
+    coords = RankCoords.from_mesh(mesh)
+    cfg = ModelConfig.from_plan(plan)
+    vstages = virtual_stage_layers(cfg.layers, par.pp, par.vpp, par.stage_layers)
+    n_stages = par.pp * par.vpp
+    stage_ids = stages_of_rank(coords.pp_rank, par.pp, par.vpp, par.schedule)
+    if par.pp == 1:  # no pipeline: one module holding every virtual stage in order
+        stage_ids = [0]
+        vstages = [sum(vstages, [])]
+        n_stages = 1
+    ac = autocast_dtype(plan, device.type)
+    modules = []
+    for sid in stage_ids:
+        m = StageModule(cfg, vstages[sid], first=sid == 0, last=sid == n_stages - 1, tp_group=coords.tp_group,
+                        sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type)
+        init_parameters(m, plan.training.seed)
+        modules.append(m.to(device))
+    local_params = sum(p.numel() for m in modules for _, p, _ in iter_shard_specs(m))
+    rt = Runtime(plan=plan, cfg=cfg, coords=coords, device=device, stage_ids=stage_ids, stage_modules=modules,
+                 optimizer=None, holds_first=0 in stage_ids, holds_last=(n_stages - 1) in stage_ids,
+                 local_params=local_params)
+    rt.extra["mesh"] = mesh
+    if par.zero_stage == 3:
+        rt.fsdp_correction = fsdp_grad_correction(mesh["dp"], device)
+        apply_fsdp(modules, mesh["dp"])
+    rt.optimizer = build_optimizer(rt, opts)
+    if par.pp > 1:
+        rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device, make_loss_fn(coords.tp_group))
+    return rt
+
+
+def _unique_params(modules) -> list:
+    seen, out = set(), []
+    for m in modules:
+        for p in m.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+def build_optimizer(rt: Runtime, opts: RunOptions):
+    params = _unique_params(rt.stage_modules)
+    lr = rt.plan.training.lr
+    if opts.optimizer == "sgd":
+        if rt.plan.parallel.zero_stage in (1, 2):
+            raise ValueError("--optimizer sgd is only for zero_stage 0 or 3")
+        return torch.optim.SGD(params, lr=lr)
+    kwargs = dict(lr=lr, betas=ADAMW_BETAS, weight_decay=ADAMW_WEIGHT_DECAY)
+    if rt.device.type == "cuda":
+        kwargs["fused"] = True
+    if rt.plan.parallel.zero_stage in (1, 2):
+        return ShardedAdamW(params, rt.coords.dp_group, rt.plan.parallel.zero_stage, **kwargs)
+    return torch.optim.AdamW(params, **kwargs)
+
+
+def make_loss_fn(tp_group) -> Callable:
+    def loss_fn(logits, target):
+        return vocab_parallel_cross_entropy(logits, target, tp_group)
+    return loss_fn
+
+
+def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -> Optional[float]:
+    """All micro-batches of one step; returns the replica's mean loss on ranks holding the last
+    stage (None elsewhere).  Gradients end up as the mean over the replica's micro-batches."""
+    nmb = rt.plan.training.num_microbatches
+    if rt.schedule is None:
+        loss_fn = make_loss_fn(rt.coords.tp_group)
+        total = 0.0
+        for x, y in zip(inputs.chunk(nmb), targets.chunk(nmb)):
+            loss = loss_fn(rt.stage_modules[0](x), y)
+            (loss / nmb).backward()
+            total += loss.item()
+        return total / nmb
+    losses: list = []
+    args = (inputs,) if rt.holds_first else ()
+    if rt.holds_last:
+        rt.schedule.step(*args, target=targets, losses=losses)
+        return sum(float(l.detach()) for l in losses) / len(losses)
+    rt.schedule.step(*args)
+    return None
+
+
+def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
+    par = rt.plan.parallel
+    if rt.cfg.tied_embeddings and par.pp > 1:
+        shape = (rt.cfg.vocab // par.tp, rt.cfg.hidden)
+        if par.zero_stage == 3:  # FSDP shards dim 0 over dp, padded to a multiple of dp
+            rows = -(-shape[0] // par.dp)
+            shape = (rows, shape[1])
+        sync_tied_embedding_grads(rt.stage_modules, rt.holds_first, any(m.separate_tied_head for m in rt.stage_modules),
+                                  shape, rt.coords.pp_group)
+    if par.sp:
+        sync_sequence_parallel_grads(rt.stage_modules, rt.coords.tp_group)
+    params = _unique_params(rt.stage_modules)
+    if par.zero_stage == 0:
+        all_reduce_bucketed([p.grad for p in params if p.grad is not None], rt.coords.dp_group, average=True)
+    elif par.zero_stage in (1, 2):
+        rt.optimizer.reduce_gradients()
+    elif rt.fsdp_correction != 1.0:
+        for p in params:
+            if p.grad is not None:
+                local_tensor(p.grad).div_(rt.fsdp_correction)
+    if opts.debug_grad_scale != 1.0:
+        for p in params:
+            if p.grad is not None:
+                local_tensor(p.grad).mul_(opts.debug_grad_scale)
+
+
+def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> None:
+    """Each rank writes its reduced gradients keyed by logical name with its TP slice position,
+    so a test can reassemble full tensors and compare layouts."""
+    os.makedirs(directory, exist_ok=True)
+    grads = {}
+    for m in rt.stage_modules:
+        for mod in m.modules():
+            for attr, spec in getattr(mod, "param_specs", {}).items():
+                g = getattr(mod, attr).grad
+                if g is None:
+                    continue
+                if hasattr(g, "full_tensor"):
+                    g = g.full_tensor()  # collective over dp: same order on every dp rank
+                grads[spec.logical_name] = {"grad": g.detach().cpu().clone(), "tp_dim": spec.tp_dim,
+                                            "tp_rank": mod.tp_rank, "tp_size": mod.tp_size}
+    c = rt.coords
+    torch.save({"rank": dist.get_rank(), "dp_rank": c.dp_rank, "pp_rank": c.pp_rank, "tp_rank": c.tp_rank,
+                "stage_ids": rt.stage_ids, "local_params": rt.local_params, "sample_indices": sample_indices,
+                "grads": grads}, os.path.join(directory, f"rank{dist.get_rank()}.pt"))
+
+
+def mean_loss_over_world(rt: Runtime, replica_loss: Optional[float]) -> float:
+    """The global-batch mean loss, known on every rank: last-stage, tp-rank-0 ranks contribute
+    their replica's loss / dp."""
+    contrib = 0.0
+    if replica_loss is not None and rt.coords.tp_rank == 0:
+        contrib = replica_loss / rt.plan.parallel.dp
+    t = torch.tensor([contrib], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def model_flops_per_token(plan) -> float:
+    from cost_models.params import model_flops_per_token as mfpt, param_counts
+
+    m, s = plan.model, plan.training.seq_len
+    return float(mfpt(param_counts(m, s)["matmul"], m.layers, m.heads * m.head_size, s))
+
+
+def peak_tflops_per_gpu(plan, device: torch.device) -> Optional[float]:
+    """Peak dense TFLOP/s of the plan's hardware profile for the compute dtype; None on CPU or
+    when the profile cannot be loaded."""
+    if device.type != "cuda":
+        return None
+    try:
+        from hardware_profiles import load_profile
+
+        prof = load_profile(plan.hardware.name)
+        dtype = plan.training.dtype if plan.training.precision != "fp32" else "fp32"
+        return prof.peak_dense_tflops.get(dtype)
+    except Exception:  # profile loader missing or name unknown: MFU is reported as null
+        return None
+
+
+def peak_memory(device: torch.device) -> dict:
+    if device.type == "cuda":
+        return {"allocated": torch.cuda.max_memory_allocated(device), "reserved": torch.cuda.max_memory_reserved(device)}
+    # CPU: no allocator statistics; report the process's peak resident set size instead
+    return {"allocated": None, "reserved": None, "rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _rel_error(predicted, measured):
+    if predicted is None or measured in (None, 0):
+        return None
+    return (predicted - measured) / measured
+
+
+def log(msg: str) -> None:
+    if dist.get_rank() == 0:
+        print(f"{LOG_PREFIX} {msg}", flush=True)
+
+
+def run(plan, opts: RunOptions) -> Optional[dict]:
+    """Train opts.steps steps (counting those done before a resume); the report on rank 0."""
+    device = torch.device("cuda", torch.cuda.current_device()) if opts.device == "cuda" else torch.device("cpu")
+    rt = build_runtime(plan, opts, device)
+    tr, par = plan.training, plan.parallel
+    data = TokenSource(plan.model.vocab, tr.seq_len, tr.seed, opts.data, opts.data_dtype)
+    indices = replica_sample_indices(rt.coords.dp_rank, tr.micro_batch_size, tr.num_microbatches)
+    inner_optim = rt.optimizer.optim if isinstance(rt.optimizer, ShardedAdamW) else rt.optimizer
+    start = 0
+    if opts.resume:
+        path = ckpt.latest(opts.checkpoint_dir)
+        if path is None:
+            log(f"no checkpoint under {opts.checkpoint_dir}; starting from step 0")
+        else:
+            start = ckpt.load(path, rt.stage_modules, inner_optim)
+            log(f"resumed from {path} (after step {start})")
+    flops_per_token = model_flops_per_token(plan)
+    peak = peak_tflops_per_gpu(plan, device)
+    world = dist.get_world_size()
+    tokens_per_step = tr.global_batch_size * tr.seq_len
+    log(f"layout tp={par.tp} pp={par.pp} dp={par.dp} vpp={par.vpp} schedule={par.schedule} zero={par.zero_stage} "
+        f"sp={par.sp} recompute={par.recompute} device={device.type} world={world} params_rank0={rt.local_params}")
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    steps = []
+    for step in range(start + 1, opts.steps + 1):
+        _sync(device)
+        t0 = time.perf_counter()
+        rt.optimizer.zero_grad(set_to_none=True)
+        inputs, targets = data.batch(step, indices)
+        replica_loss = forward_backward(rt, inputs.to(device), targets.to(device))
+        reduce_gradients(rt, opts)
+        if opts.dump_grads and step == start + 1:
+            dump_gradients(rt, opts.dump_grads, indices)
+        rt.optimizer.step()
+        _sync(device)
+        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the step ends when the slowest rank ends
+        loss = mean_loss_over_world(rt, replica_loss)
+        step_time = float(dt.item())
+        tps = tokens_per_step / step_time
+        mfu = flops_per_token * tps / (world * peak * 1e12) if peak else None
+        steps.append({"step": step, "loss": loss, "step_time_s": step_time, "tokens_per_s": tps, "mfu": mfu})
+        log(f"step {step}/{opts.steps} loss={loss:.6f} step_time_s={step_time:.4f} tokens_per_s={tps:.1f} "
+            f"mfu={'null' if mfu is None else f'{mfu:.4f}'}")
+        if opts.checkpoint_dir and opts.checkpoint_every and step % opts.checkpoint_every == 0:
+            path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, inner_optim)
+            log(f"checkpoint {path}")
+    memories = [None] * world
+    dist.all_gather_object(memories, peak_memory(device))
+    params_per_rank = [None] * world
+    dist.all_gather_object(params_per_rank, rt.local_params)
+    if dist.get_rank() != 0:
+        return None
+    return build_report(plan, opts, device, steps, memories, params_per_rank)
+
+
+def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank) -> dict:
+    warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
+    measured = steps[warmup:] or steps
+    med = lambda key: statistics.median(s[key] for s in measured) if measured and measured[0][key] is not None else None
+    pred = plan.prediction
+    reserved = [m["reserved"] for m in memories if m.get("reserved") is not None]
+    error = {
+        "step_time_s": _rel_error(pred.step_time_s if pred else None, med("step_time_s")),
+        "peak_memory": _rel_error(pred.memory_bytes_per_gpu.total if pred else None, max(reserved) if reserved else None),
+        "mfu": _rel_error(pred.mfu if pred else None, med("mfu")),
+    }
+    return {
+        "plan": json.loads(plan.model_dump_json()),
+        "device": device.type if device.type != "cuda" else torch.cuda.get_device_name(device),
+        "torch_version": torch.__version__,
+        "world_size": len(memories),
+        "warmup_steps": warmup,
+        "steps": steps,
+        "median": {"step_time_s": med("step_time_s"), "tokens_per_s": med("tokens_per_s"), "mfu": med("mfu")},
+        "peak_memory_bytes": {str(r): m for r, m in enumerate(memories)},
+        "params_per_rank": params_per_rank,
+        "model_flops_per_token": model_flops_per_token(plan),
+        "prediction": json.loads(pred.model_dump_json()) if pred else None,
+        "error": error,
+        "notes": [] if device.type == "cuda" else ["cpu: fp32 math, no autocast; mfu and memory error are null"],
+    }
+
+
+def init_distributed(device: str) -> None:
+    if "RANK" not in os.environ:  # plain `python -m parallel_layers.train`: a one-rank job
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl")
+    else:
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        dist.init_process_group("gloo")
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.barrier()  # without it an intermittent SIGABRT at exit makes torchrun return 1
+        dist.destroy_process_group()
+
+
+def load_plan(path: str):
+    from planner.schema import Plan
+
+    with open(path) as f:
+        return Plan.model_validate_json(f.read())
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m parallel_layers.train", description=__doc__.splitlines()[0])
+    ap.add_argument("--plan", required=True, help="plan JSON (planner.schema.Plan)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--report", help="write the report JSON here (rank 0)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--data", help="flat token file (np.memmap)")
+    ap.add_argument("--data-dtype", choices=["uint16", "uint32"], help="token dtype of --data (default by vocab size)")
+    ap.add_argument("--checkpoint-dir")
+    ap.add_argument("--checkpoint-every", type=int, default=0)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--warmup-steps", type=int)
+    ap.add_argument("--dump-grads", help=argparse.SUPPRESS)
+    ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help=argparse.SUPPRESS)
+    ap.add_argument("--debug-grad-scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def options_from_args(a: argparse.Namespace) -> RunOptions:
+    return RunOptions(steps=a.steps, device=a.device, data=a.data, data_dtype=a.data_dtype,
+                      checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=a.resume,
+                      warmup_steps=a.warmup_steps, dump_grads=a.dump_grads, optimizer=a.optimizer,
+                      debug_grad_scale=a.debug_grad_scale)
+
+
+def write_report(report: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=2)
+    os.replace(tmp, path)
+
+
+def report_failure(exc: BaseException) -> None:
+    rank = dist.get_rank() if dist.is_initialized() else os.environ.get("RANK", "?")
+    print(f"{LOG_PREFIX} rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    try:
+        init_distributed(a.device)
+        plan = load_plan(a.plan)
+        report = run(plan, options_from_args(a))
+        if report is not None and a.report:
+            write_report(report, a.report)
+        shutdown()
+    except BaseException as exc:
+        report_failure(exc)
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Tiny plans for runtime tests, built with planner.schema.Plan directly."""
+from __future__ import annotations
+
+from planner.schema import HardwareRef, ModelSpec, Parallel, Plan, Training
+
+TINY_LLAMA = dict(arch="llama", layers=4, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256)
+TINY_GPT = dict(arch="gpt", layers=4, hidden=64, heads=4, kv_heads=4, ffn_hidden=256, vocab=256, tied_embeddings=True)
+
+
+def tiny_plan(model: dict | None = None, *, seq_len=32, global_batch_size=8, micro_batch_size=1, lr=1e-2,
+              precision="fp32", seed=1234, **parallel) -> Plan:
+    """A plan on `tp*pp*dp` "GPUs"; num_microbatches follows from the batch sizes."""
+    par = Parallel(**parallel)
+    nmb = global_batch_size // (par.dp * micro_batch_size)
+    return Plan(
+        model=ModelSpec(**(model or TINY_LLAMA)),
+        hardware=HardwareRef(name="h100-sxm-80gb", gpus=par.world_size, gpus_per_node=8),
+        training=Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
+                          num_microbatches=nmb, precision=precision, seed=seed, lr=lr),
+        parallel=par,
+    )
+
+
+def write_plan(plan: Plan, path) -> str:
+    with open(path, "w") as f:
+        f.write(plan.model_dump_json(indent=1))
+    return str(path)

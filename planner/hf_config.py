@@ -1,0 +1,130 @@
+"""Hugging Face ``config.json`` -> ModelSpec, for the dense decoder families the runtime can build.
+
+Families and how they map (field names differ per family; `_FIELDS` lists them):
+  llama, mistral, qwen2  -> arch llama (RMSNorm, RoPE, GQA, SwiGLU). Qwen2's q/k/v biases are not
+                            counted (ModelSpec has no bias field): 0.002% of Qwen2.5-7B.
+  gemma                  -> arch llama: GeGLU has the same three ffn x h matrices as SwiGLU; head_dim
+                            from the config (256), tied embeddings by default.
+  gpt2                   -> arch gpt (LayerNorm, GeLU, learned positions n_positions, biases, tied).
+  gpt_neox               -> arch gpt: LayerNorm, GeLU, biases on every linear, untied embeddings.
+                            Differences the spec does not carry: rotary positions (no position table,
+                            so max_seq_len is left empty and num_params counts none) and parallel
+                            attention + MLP (same matmuls, same FLOPs). The parameter count then
+                            matches the checkpoint exactly; a runtime gpt model built from this spec
+                            adds a learned position table of seq_len x hidden (Pythia-1.4B at 2048:
+                            +4.2M, +0.30%).
+Mixture-of-experts configs are rejected (the planner models dense layers only).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cost_models.params import param_counts
+from planner.schema import ModelSpec
+
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "gemma")
+GPT_LIKE = ("gpt2", "gpt_neox")
+SUPPORTED = LLAMA_LIKE + GPT_LIKE
+MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+# ModelSpec field -> config keys tried in order, per family group.
+_FIELDS = {
+    "llama": {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "heads": ("num_attention_heads",),
+              "kv_heads": ("num_key_value_heads",), "ffn_hidden": ("intermediate_size",), "vocab": ("vocab_size",)},
+    "gpt2": {"layers": ("n_layer",), "hidden": ("n_embd",), "heads": ("n_head",), "kv_heads": (),
+             "ffn_hidden": ("n_inner",), "vocab": ("vocab_size",)},
+    "gpt_neox": {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "heads": ("num_attention_heads",),
+                 "kv_heads": (), "ffn_hidden": ("intermediate_size",), "vocab": ("vocab_size",)},
+}
+# Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
+_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "gemma": True, "gpt2": True, "gpt_neox": False}
+
+
+def _load(path_or_dict) -> tuple[dict, str]:
+    if isinstance(path_or_dict, dict):
+        return path_or_dict, "config dict"
+    path = Path(path_or_dict)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"Hugging Face config {path} does not exist") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"Hugging Face config {path}: not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"Hugging Face config {path}: expected a JSON object")
+    return cfg, str(path)
+
+
+def _get(cfg: dict, keys: tuple[str, ...], field: str, where: str, required: bool = True):
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    if required:
+        raise ValueError(f"{where}: missing required field {' / '.join(keys)} (for {field})")
+    return None
+
+
+def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
+    """ModelSpec (with num_params) from a config.json path, a model directory, or a loaded dict."""
+    cfg, where = _load(path_or_dict)
+    for field in MOE_FIELDS:
+        if cfg.get(field):
+            raise ValueError(f"mixture-of-experts configs are not supported yet (field {field})")
+    model_type = cfg.get("model_type")
+    if model_type is None:
+        raise ValueError(f"{where}: missing required field model_type (one of {', '.join(SUPPORTED)})")
+    if model_type not in SUPPORTED:
+        raise ValueError(f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
+
+    names = _FIELDS["llama" if model_type in LLAMA_LIKE else model_type]
+    layers = _get(cfg, names["layers"], "layers", where)
+    hidden = _get(cfg, names["hidden"], "hidden", where)
+    heads = _get(cfg, names["heads"], "heads", where)
+    vocab = _get(cfg, names["vocab"], "vocab", where)
+    kv_heads = _get(cfg, names["kv_heads"], "kv_heads", where, required=False) if names["kv_heads"] else None
+    kv_heads = kv_heads or heads  # multi-head attention when the config has no GQA field
+    if model_type == "gpt2":
+        ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, required=False) or 4 * hidden  # GPT2Config: n_inner None -> 4*n_embd
+    else:
+        ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where)
+    tied = cfg.get("tie_word_embeddings")
+    if tied is None:
+        tied = _TIED_DEFAULT[model_type]
+    head_dim = cfg.get("head_dim")
+    if head_dim is not None and heads and head_dim * heads == hidden:
+        head_dim = None  # the default; keep the spec minimal
+
+    arch = "llama" if model_type in LLAMA_LIKE else "gpt"
+    max_seq_len = cfg.get("n_positions") if model_type == "gpt2" else None  # only gpt2 has a learned table
+    context = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+    if cfg.get("_name_or_path"):
+        name = cfg["_name_or_path"]
+    elif where == "config dict":
+        name = model_type
+    else:  # .../Llama-3-8B/config.json -> Llama-3-8B; .../gpt2.json -> gpt2
+        name = Path(where).parent.name if Path(where).name == "config.json" else Path(where).stem
+    notes = {
+        "qwen2": "q/k/v biases not counted",
+        "gemma": "GeGLU counted as 3 matrices like SwiGLU",
+        "gpt_neox": "rotary (no position table) and parallel attention mapped to gpt",
+    }.get(model_type)
+    source = f"Hugging Face config {where} (model_type {model_type}" + (f", context {context}" if context else "") + \
+             (f"; {notes}" if notes else "") + ")"
+
+    from pydantic import ValidationError
+
+    try:
+        spec = ModelSpec(name=name, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                         ffn_hidden=ffn, vocab=vocab, head_dim=head_dim, tied_embeddings=bool(tied),
+                         max_seq_len=max_seq_len, source=source)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"{where}: {loc + ': ' if loc else ''}{err['msg']}") from None
+    # gpt_neox has no position table: count none even when a training seq_len is given
+    count_seq = None if model_type == "gpt_neox" else seq_len
+    return spec.model_copy(update={"num_params": int(param_counts(spec, count_seq)["total"])})

@@ -1,0 +1,151 @@
+"""Build a ModelSpec from a preset name, an explicit set of flags, or a bare parameter count.
+
+Presets and the llama shape family live in planner/data/models.toml (one source per entry).
+Every spec leaves here with ``num_params`` filled by ``cost_models.params.param_counts``.
+(Hugging Face config.json import is planner/hf_config.py.)
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+from cost_models.params import param_counts
+from planner.schema import ModelSpec
+
+MODELS_TOML = Path(__file__).resolve().parent / "data" / "models.toml"
+# Keys of a preset table that document it but are not ModelSpec fields.
+_PRESET_META = ("published_params",)
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict:
+    with open(MODELS_TOML, "rb") as f:
+        return tomllib.load(f)
+
+
+def _with_count(spec: ModelSpec, seq_len: int | None = None) -> ModelSpec:
+    return spec.model_copy(update={"num_params": int(param_counts(spec, seq_len)["total"])})
+
+
+def _spec(seq_len: int | None = None, **fields) -> ModelSpec:
+    """ModelSpec(**fields) with num_params; a validation error becomes one ValueError line."""
+    from pydantic import ValidationError
+
+    try:
+        spec = ModelSpec(**fields)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"invalid model shape: {loc + ': ' if loc else ''}{err['msg']}") from None
+    return _with_count(spec, seq_len)
+
+
+def list_presets() -> list[str]:
+    """Preset names in file order."""
+    return list(_data()["presets"])
+
+
+def preset_published_params(name: str) -> int | None:
+    """The parameter count the preset's source publishes (None for test shapes)."""
+    return _data()["presets"][name].get("published_params")
+
+
+def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
+    """The preset's ModelSpec; unknown names raise ValueError listing the presets and the closest match."""
+    presets = _data()["presets"]
+    key = name.strip().lower()
+    if key not in presets:
+        close = difflib.get_close_matches(key, list(presets), n=1, cutoff=0.5)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown model preset {name!r}.{hint} Available: {', '.join(presets)}")
+    fields = {k: v for k, v in presets[key].items() if k not in _PRESET_META}
+    return _spec(seq_len, name=key, **fields)
+
+
+def swiglu_ffn(hidden: int, multiple_of: int = 256) -> int:
+    """Llama's SwiGLU width: int(8/3 * hidden) rounded up to `multiple_of` (Llama reference code,
+    FeedForward: hidden_dim = int(2 * 4h / 3); multiple_of * ceil(hidden_dim / multiple_of))."""
+    return multiple_of * math.ceil(int(8 * hidden / 3) / multiple_of)
+
+
+def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: int | None = None,
+                     ffn_hidden: int | None = None, vocab: int = 32000, *, head_dim: int | None = None,
+                     tied_embeddings: bool | None = None, max_seq_len: int | None = None,
+                     seq_len: int | None = None, name: str | None = None) -> ModelSpec:
+    """An explicit shape. Defaults: kv_heads = heads; ffn_hidden = SwiGLU 8/3 h (llama) or 4 h (gpt);
+    tied embeddings for gpt (GPT-2/3 style), untied for llama."""
+    if arch not in ("llama", "gpt"):
+        raise ValueError(f"arch must be 'llama' or 'gpt', got {arch!r}")
+    if kv_heads is None:
+        kv_heads = heads
+    if ffn_hidden is None:
+        ffn_hidden = swiglu_ffn(hidden) if arch == "llama" else 4 * hidden
+    if tied_embeddings is None:
+        tied_embeddings = arch == "gpt"
+    desc = f"{arch}: {layers} layers, hidden {hidden}, {heads} heads ({kv_heads} kv), ffn {ffn_hidden}, vocab {vocab}"
+    return _spec(seq_len, name=name, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                 ffn_hidden=ffn_hidden, vocab=vocab, head_dim=head_dim, tied_embeddings=tied_embeddings,
+                 max_seq_len=max_seq_len, source=f"explicit flags ({desc})")
+
+
+def _interp_loglog(x: float, xs: list[float], ys: list[float]) -> float:
+    """Piecewise-linear in (log x, log y); the end segments are extended past the table."""
+    lx = math.log(x)
+    lxs = [math.log(v) for v in xs]
+    lys = [math.log(v) for v in ys]
+    i = 0
+    while i < len(lxs) - 2 and lx > lxs[i + 1]:
+        i += 1
+    t = (lx - lxs[i]) / (lxs[i + 1] - lxs[i])
+    return math.exp(lys[i] + t * (lys[i + 1] - lys[i]))
+
+
+def model_from_params(n_params: float, arch: str = "llama", vocab: int = 32000,
+                      seq_len: int | None = None) -> tuple[ModelSpec, str]:
+    """A standard decoder shape for a bare parameter count, and one line saying which.
+
+    Width and depth follow the published llama family (models.toml [[llama_shape_family]]),
+    interpolated in log-log by parameter count: hidden rounded to a multiple of 256 (an even head
+    count; of 1024 once there are >= 32 heads, so that 8 kv heads divide the heads), heads = hidden/128, kv_heads = 8 when
+    heads >= 32 else heads, ffn = SwiGLU 8/3 h rounded up to 256 (gpt: 4 h, tied, kv = heads); then the
+    layer count is chosen so that the total is closest to the request.
+    """
+    if not n_params or n_params <= 0 or not math.isfinite(n_params):
+        raise ValueError(f"parameter count must be a positive number, got {n_params!r}")
+    if arch not in ("llama", "gpt"):
+        raise ValueError(f"arch must be 'llama' or 'gpt', got {arch!r}")
+    family = sorted(_data()["llama_shape_family"], key=lambda r: r["params"])
+    ps = [r["params"] for r in family]
+    hidden_f = _interp_loglog(n_params, ps, [r["hidden"] for r in family])
+    step = 1024 if hidden_f >= 32 * 128 else 256  # 256: an even head count, so TP=2 is possible
+    hidden = max(256, step * round(hidden_f / step))
+    heads = hidden // 128
+    if arch == "llama":
+        kv_heads = 8 if heads >= 32 else heads
+        ffn, tied = swiglu_ffn(hidden), False
+    else:
+        kv_heads, ffn, tied = heads, 4 * hidden, True
+
+    def total(layers: int) -> int:
+        return int(param_counts(ModelSpec(arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                                          ffn_hidden=ffn, vocab=vocab, tied_embeddings=tied), seq_len)["total"])
+
+    per_layer = total(2) - total(1)
+    rest = total(1) - per_layer
+    guess = max(1.0, (n_params - rest) / per_layer)
+    layers = min({max(1, math.floor(guess)), max(1, math.ceil(guess))}, key=lambda n: abs(total(n) - n_params))
+    lo = max((r for r in family if r["params"] <= n_params), key=lambda r: r["params"], default=family[0])
+    hi = min((r for r in family if r["params"] >= n_params), key=lambda r: r["params"], default=family[-1])
+    where = (f"between {lo['name']} and {hi['name']}" if lo is not hi else f"at {lo['name']}")
+    if n_params < ps[0] or n_params > ps[-1]:
+        where = f"extrapolated past {lo['name'] if n_params > ps[-1] else hi['name']}"
+    spec = _spec(seq_len, name=None, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                 ffn_hidden=ffn, vocab=vocab, tied_embeddings=tied, source="")
+    got = spec.num_params
+    line = (f"derived from {n_params:.3g} parameters: llama-family aspect ratio {where} -> {arch} {layers} layers, "
+            f"hidden {hidden}, {heads} heads ({kv_heads} kv), ffn {ffn}, vocab {vocab}: "
+            f"{got / 1e9:.3f}B parameters ({got / n_params - 1:+.1%})")
+    return spec.model_copy(update={"source": line}), line

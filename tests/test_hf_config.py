@@ -1,0 +1,135 @@
+"""Hugging Face config.json import: field mapping per family and counts against published totals.
+
+The configs under tests/data/hf_configs/ are copies of the published config.json files
+(meta-llama/Meta-Llama-3-8B, mistralai/Mistral-7B-v0.1, Qwen/Qwen2.5-7B, openai-community/gpt2,
+EleutherAI/pythia-1.4b, EleutherAI/gpt-neox-20b, google/gemma-2b, mistralai/Mixtral-8x7B-v0.1).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.hf_config import model_from_hf_config
+from planner.models import load_preset
+
+DATA = Path(__file__).resolve().parent / "data" / "hf_configs"
+
+# Published totals (sum of numel over the released checkpoint, as reported by the model cards /
+# `model.num_parameters()`): Llama-3-8B 8,030,261,248; Mistral-7B 7,241,732,096; Qwen2.5-7B
+# 7,615,616,512 (card: 7.61B); GPT-2 124,439,808; Pythia-1.4B 1,414,647,808 (Pythia README table);
+# GPT-NeoX-20B 20,554,567,680; Gemma-2B 2,506,172,416.
+PUBLISHED = {
+    "Meta-Llama-3-8B": 8_030_261_248,
+    "Mistral-7B-v0.1": 7_241_732_096,
+    "Qwen2.5-7B": 7_615_616_512,
+    "gpt2": 124_439_808,
+    "pythia-1.4b": 1_414_647_808,
+    "gpt-neox-20b": 20_554_567_680,
+    "gemma-2b": 2_506_172_416,
+}
+
+
+def _cfg(name):
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name,published", sorted(PUBLISHED.items()))
+def test_count_matches_published(name, published):
+    spec = model_from_hf_config(DATA / f"{name}.json")
+    assert spec.num_params == pytest.approx(published, rel=0.005)
+    assert spec.name == name and str(DATA / f"{name}.json") in spec.source
+
+
+def test_qwen2_differs_by_its_qkv_bias():
+    """Qwen2 has q/k/v biases that ModelSpec (arch llama) does not hold: we are short by exactly
+    28 x (3584 + 2 x 512) = 129,024 parameters, 0.0017%."""
+    spec = model_from_hf_config(DATA / "Qwen2.5-7B.json")
+    assert PUBLISHED["Qwen2.5-7B"] - spec.num_params == 28 * (3584 + 2 * 512)
+    assert "bias" in spec.source
+
+
+def test_exact_where_the_family_maps_exactly():
+    for name in ("Meta-Llama-3-8B", "Mistral-7B-v0.1", "gpt2", "pythia-1.4b", "gpt-neox-20b", "gemma-2b"):
+        assert model_from_hf_config(DATA / f"{name}.json").num_params == PUBLISHED[name], name
+
+
+def test_llama_mapping_equals_preset():
+    spec = model_from_hf_config(DATA / "Meta-Llama-3-8B.json")
+    preset = load_preset("llama3-8b")
+    for f in ("arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "tied_embeddings"):
+        assert getattr(spec, f) == getattr(preset, f), f
+
+
+def test_gpt2_fields_and_defaults():
+    spec = model_from_hf_config(DATA / "gpt2.json")
+    assert (spec.arch, spec.layers, spec.hidden, spec.heads, spec.kv_heads) == ("gpt", 12, 768, 12, 12)
+    assert spec.ffn_hidden == 4 * 768          # n_inner absent -> 4 * n_embd (GPT2Config)
+    assert spec.tied_embeddings and spec.max_seq_len == 1024
+    cfg = _cfg("gpt2") | {"n_inner": 1000}
+    assert model_from_hf_config(cfg).ffn_hidden == 1000
+
+
+def test_gpt_neox_untied_no_position_table():
+    spec = model_from_hf_config(DATA / "pythia-1.4b.json")
+    assert spec.arch == "gpt" and not spec.tied_embeddings and spec.max_seq_len is None
+    # a training seq_len does not add a position table to the count (rotary)
+    assert model_from_hf_config(DATA / "pythia-1.4b.json", seq_len=2048).num_params == PUBLISHED["pythia-1.4b"]
+
+
+def test_gemma_head_dim_and_tied_default():
+    spec = model_from_hf_config(DATA / "gemma-2b.json")
+    assert spec.head_size == 256 and spec.heads == 8 and spec.kv_heads == 1
+    gemma7b = _cfg("gemma-2b") | {"hidden_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 16}
+    assert model_from_hf_config(gemma7b).head_dim == 256  # 16 x 256 != 3072: kept explicitly
+    assert spec.tied_embeddings  # not in the file; GemmaConfig default is tied
+    assert spec.arch == "llama" and spec.ffn_hidden == 16384
+
+
+def test_head_dim_equal_to_default_is_dropped():
+    cfg = _cfg("Meta-Llama-3-8B") | {"head_dim": 128}
+    assert model_from_hf_config(cfg).head_dim is None
+
+
+def test_missing_kv_heads_means_multi_head():
+    cfg = _cfg("Meta-Llama-3-8B")
+    del cfg["num_key_value_heads"]
+    assert model_from_hf_config(cfg).kv_heads == 32
+
+
+@pytest.mark.parametrize("field", ["num_local_experts", "num_experts", "n_routed_experts"])
+def test_moe_rejected(field):
+    cfg = _cfg("Meta-Llama-3-8B") | {field: 8}
+    with pytest.raises(ValueError, match=f"mixture-of-experts configs are not supported yet \\(field {field}\\)"):
+        model_from_hf_config(cfg)
+
+
+def test_mixtral_file_rejected():
+    with pytest.raises(ValueError, match=r"not supported yet \(field num_local_experts\)"):
+        model_from_hf_config(DATA / "Mixtral-8x7B-v0.1.json")
+
+
+@pytest.mark.parametrize("name,field", [("Meta-Llama-3-8B", "intermediate_size"), ("Meta-Llama-3-8B", "num_hidden_layers"),
+                                        ("gpt2", "n_embd"), ("pythia-1.4b", "vocab_size"), ("gemma-2b", "num_attention_heads")])
+def test_missing_required_field_named(tmp_path, name, field):
+    cfg = _cfg(name)
+    del cfg[field]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError) as e:
+        model_from_hf_config(tmp_path)  # a model directory works too
+    assert field in str(e.value) and str(path) in str(e.value)
+
+
+def test_unsupported_family_lists_supported():
+    with pytest.raises(ValueError) as e:
+        model_from_hf_config({"model_type": "t5", "num_layers": 6})
+    assert "t5" in str(e.value) and "gpt_neox" in str(e.value)
+
+
+def test_bad_json(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        model_from_hf_config(p)

@@ -1,0 +1,145 @@
+"""Model presets, explicit flags and shapes derived from a bare parameter count."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cost_models.params import param_counts
+from planner.models import (list_presets, load_preset, model_from_flags, model_from_params,
+                            preset_published_params, swiglu_ffn)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Published totals, written here independently of planner/data/models.toml:
+#   Llama 2 paper / HF checkpoints: 7B 6.74B, 13B 13.0B, 70B 68.98B
+#   Llama 3.1 model cards: 8.03B, 70.55B, 405.85B (Llama 3 Herd of Models, Table 3 shapes)
+#   Mistral 7B 7.24B, Qwen2.5-7B 7.61B, Qwen2.5-72B 72.7B (Qwen2.5 report Table 1)
+#   GPT-3 175B (Brown et al. 2020, Table 2.1), GPT-2 124M (released checkpoint)
+PUBLISHED = {
+    "llama2-7b": 6.74e9, "llama2-13b": 13.0e9, "llama2-70b": 68.98e9,
+    "llama3-8b": 8.03e9, "llama3-70b": 70.55e9, "llama3-405b": 405.85e9,
+    "mistral-7b": 7.24e9, "qwen2.5-7b": 7.61e9, "qwen2.5-72b": 72.7e9,
+    "gpt3-175b": 175e9, "gpt2": 124.4e6,
+}
+
+
+@pytest.mark.parametrize("name,published", sorted(PUBLISHED.items()))
+def test_preset_count_matches_published(name, published):
+    spec = load_preset(name)
+    assert spec.num_params == param_counts(spec)["total"]
+    assert spec.num_params == pytest.approx(published, rel=0.005)
+
+
+@pytest.mark.parametrize("name", [n for n in list_presets() if preset_published_params(n)])
+def test_every_preset_with_a_published_count_matches_it(name):
+    spec = load_preset(name)
+    assert spec.num_params == pytest.approx(preset_published_params(name), rel=0.005)
+    assert spec.source, "every preset names its source"
+
+
+def test_qwen_bias_is_the_only_difference():
+    """Qwen2 q/k/v biases are not in ModelSpec: the checkpoint's 7,615,616,512 minus our count is
+    exactly 28 layers x (3584 + 512 + 512) bias entries."""
+    spec = load_preset("qwen2.5-7b")
+    assert 7_615_616_512 - spec.num_params == 28 * (3584 + 2 * 512)
+
+
+def test_gpt3_reproduces_narayanan_eq2():
+    """GPT-3 175B: Narayanan 2021 eq. 2 with l=96, h=12288, V=50257, s=2048 (+ final LayerNorm 2h)."""
+    from cost_models.params import narayanan_eq2
+    spec = load_preset("gpt3-175b")
+    assert spec.num_params == pytest.approx(narayanan_eq2(96, 12288, 50257, 2048) + 2 * 12288, rel=1e-9)
+
+
+def test_llama3_70b_by_hand():
+    # per layer: q,o 2*8192^2 + k,v 2*8192*1024 + SwiGLU 3*8192*28672 + 2 norms 2*8192
+    per_layer = 2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
+    total = 80 * per_layer + 2 * 128256 * 8192 + 8192
+    assert load_preset("llama3-70b").num_params == total == 70_553_706_496
+
+
+def test_unknown_preset_lists_names_and_suggests():
+    with pytest.raises(ValueError) as e:
+        load_preset("llama3-7b")
+    msg = str(e.value)
+    assert "Did you mean 'llama3-70b'" in msg or "Did you mean 'llama3-8b'" in msg
+    assert "mistral-7b" in msg and "gpt3-175b" in msg
+
+
+def test_preset_lookup_is_case_insensitive():
+    assert load_preset("Llama3-8B").name == "llama3-8b"
+
+
+def test_tiny_test_shape_is_valid_for_tp():
+    spec = load_preset("tiny-llama-test")
+    assert spec.heads % 2 == 0 and spec.kv_heads % 2 == 0 and spec.heads % spec.kv_heads == 0
+    assert spec.num_params < 5e6
+
+
+def test_swiglu_ffn_matches_llama():
+    assert swiglu_ffn(4096) == 11008   # LLaMA-7B / Llama-2-7B
+    assert swiglu_ffn(5120) == 13824   # Llama-2-13B
+
+
+@pytest.mark.parametrize("n", [70e9, 7e9, 13e9, 175e9, 405e9, 1e9])
+def test_model_from_params_hits_the_count(n):
+    spec, line = model_from_params(n)
+    assert spec.num_params == pytest.approx(n, rel=0.05)
+    assert spec.hidden % 256 == 0 and spec.heads * 128 == spec.hidden
+    assert spec.heads % spec.kv_heads == 0
+    assert spec.ffn_hidden == swiglu_ffn(spec.hidden)
+    assert spec.source == line and "\n" not in line and f"{spec.layers} layers" in line
+
+
+def test_model_from_params_70b_is_sensible():
+    spec, line = model_from_params(70e9)
+    assert spec.hidden == 8192 and spec.heads == 64 and spec.kv_heads == 8
+    assert 70 <= spec.layers <= 110  # Llama-2-70B has 80 with a wider ffn (28672 vs 8/3 h = 22016)
+    assert "LLaMA-65B" in line
+
+
+def test_model_from_params_monotone():
+    sizes = [1e9, 3e9, 7e9, 13e9, 30e9, 70e9, 175e9, 405e9]
+    specs = [model_from_params(n)[0] for n in sizes]
+    hidden = [s.hidden for s in specs]
+    assert hidden == sorted(hidden)
+    assert [s.num_params for s in specs] == sorted(s.num_params for s in specs)
+
+
+def test_model_from_params_gpt():
+    spec, _ = model_from_params(175e9, arch="gpt", vocab=50257)
+    assert spec.arch == "gpt" and spec.ffn_hidden == 4 * spec.hidden and spec.tied_embeddings
+    assert spec.num_params == pytest.approx(175e9, rel=0.05)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf")])
+def test_model_from_params_rejects_bad_counts(bad):
+    with pytest.raises(ValueError):
+        model_from_params(bad)
+
+
+def test_model_from_flags_defaults_and_count():
+    spec = model_from_flags("llama", 32, 4096, 32, 8, 14336, 128256)
+    assert spec.num_params == 8_030_261_248
+    g = model_from_flags("gpt", 12, 768, 12, vocab=50257, max_seq_len=1024)
+    assert g.kv_heads == 12 and g.ffn_hidden == 3072 and g.tied_embeddings
+    assert g.num_params == load_preset("gpt2").num_params
+    ll = model_from_flags("llama", 2, 4096, 32)
+    assert ll.ffn_hidden == 11008 and ll.kv_heads == 32 and not ll.tied_embeddings
+
+
+def test_model_from_flags_bad_shape_is_one_line():
+    with pytest.raises(ValueError) as e:
+        model_from_flags("llama", 2, 4096, 32, kv_heads=5)
+    assert "kv_heads" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="arch"):
+        model_from_flags("mamba", 2, 64, 2)
+
+
+def test_models_module_imports_fast_without_torch():
+    code = "import sys, planner.models as m; m.load_preset('llama3-8b'); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"

@@ -72,11 +72,13 @@ def swiglu_ffn(hidden: int, multiple_of: int = 256) -> int:
 
 
 def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: int | None = None,
-                     ffn_hidden: int | None = None, vocab: int = 32000, *, head_dim: int | None = None,
+                     ffn_hidden: int | None = None, vocab: int | None = 32000, *, head_dim: int | None = None,
                      tied_embeddings: bool | None = None, max_seq_len: int | None = None,
                      seq_len: int | None = None, name: str | None = None) -> ModelSpec:
     """An explicit shape. Defaults: kv_heads = heads; ffn_hidden = SwiGLU 8/3 h (llama) or 4 h (gpt);
-    tied embeddings for gpt (GPT-2/3 style), untied for llama."""
+    tied embeddings for gpt (GPT-2/3 style), untied for llama; vocab None -> 32000 (Llama 2 tokenizer)."""
+    if vocab is None:
+        vocab = 32000
     if arch not in ("llama", "gpt"):
         raise ValueError(f"arch must be 'llama' or 'gpt', got {arch!r}")
     if kv_heads is None:

@@ -129,6 +129,7 @@ def test_model_from_flags_defaults_and_count():
     assert g.num_params == load_preset("gpt2").num_params
     ll = model_from_flags("llama", 2, 4096, 32)
     assert ll.ffn_hidden == 11008 and ll.kv_heads == 32 and not ll.tied_embeddings
+    assert model_from_flags("llama", 2, 256, 2, None, None, None).vocab == 32000  # CLI passes None for unset flags
 
 
 def test_model_from_flags_bad_shape_is_one_line():

@@ -38,7 +38,11 @@ def test_profile_validates_and_is_documented(name):
     prof = HardwareProfile(**raw)  # strict schema, extra="forbid"
     assert prof.name == name == path.stem
     text = path.read_text()
-    assert "# fitted: none" in text
+    # at most one parameter may be fitted to training runs, and the file says which ("# fitted: none" until then)
+    fitted = re.findall(r"^# fitted: (.+)$", text, re.M)
+    assert len(fitted) == 1, "exactly one '# fitted:' line"
+    if fitted[0].strip() != "none":
+        assert fitted[0].split()[0] in raw, f"fitted parameter {fitted[0]!r} is not set in the file"
     assert prof.sources, "every profile names its sources"
     # every [tag] used in a comment is defined in `sources`
     defined = {m.group(1) for s in prof.sources for m in [re.match(r"\[([\w-]+)\]", s)] if m}

@@ -85,11 +85,12 @@ def model_flops_per_token(matmul_params, layers, hidden_attn, seq_len):
 
 
 def recompute_flops_per_token(recompute, layer_matmul_params_total, layers, hidden_attn, seq_len):
-    """Extra forward FLOPs per token paid by recomputation (Narayanan 2021 eq. 3: full recompute
-    adds one forward of every block, 2 x block matmul params + 4 l h s; Korthikanti 2022 sec. 5:
-    selective recompute replays only the attention core, 4 l h s)."""
-    if recompute == "full":
-        return 2 * layer_matmul_params_total + 4 * layers * hidden_attn * seq_len
-    if recompute == "selective":
-        return 4 * layers * hidden_attn * seq_len
-    return 0
+    """Extra forward FLOPs per token paid by recomputation, elementwise over recompute codes
+    (0 none, 1 selective, 2 full; or the names).  Narayanan 2021 eq. 3: full recompute adds one
+    forward of every block, 2 x block matmul params + 4 l h s; Korthikanti 2022 sec. 5: selective
+    recompute replays only the attention core, 4 l h s."""
+    import numpy as np
+    code = {"none": 0, "selective": 1, "full": 2}.get(recompute, recompute) if isinstance(recompute, str) else recompute
+    attn = 4 * layers * hidden_attn * seq_len
+    return np.where(np.asarray(code) == 2, 2 * layer_matmul_params_total + attn,
+                    np.where(np.asarray(code) == 1, attn, 0.0))

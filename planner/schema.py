@@ -221,6 +221,10 @@ class HardwareProfile(Strict):
         description="(GEMM size in GFLOP, achieved fraction of peak) points, interpolated in log(GFLOP); clamped at the ends.")
     attention_efficiency_curve: list[tuple[float, float]] = Field(
         description="(sequence length, achieved fraction of peak) of fused causal attention fwd+bwd, causal FLOPs counted as half.")
+    sustained_matmul_fraction: float = Field(
+        1.0, gt=0, le=1, description="Fraction of the isolated-kernel matmul/attention throughput (the curves) sustained over a long "
+        "multi-GPU training run (clocks under the power cap, launch gaps). The one parameter a profile may fit to published "
+        "training runs; 1.0 = not fitted.")
     hbm_gbytes: float = Field(gt=0, description="HBM capacity per GPU, GB (1e9 bytes).")
     hbm_gbytes_per_s: float = Field(gt=0, description="HBM bandwidth per GPU, datasheet, GB/s.")
     hbm_efficiency: float = Field(gt=0, le=1, description="Achievable fraction of HBM bandwidth for streaming kernels.")

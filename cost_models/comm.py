@@ -1,0 +1,49 @@
+"""Communication: alpha-beta time per collective and per network tier.
+
+Ring algorithms (Patarasuk & Yuan 2009; NCCL): an all-reduce of B bytes over n ranks moves
+2(n-1)/n * B per rank in 2(n-1) steps; all-gather and reduce-scatter move (n-1)/n * B in n-1
+steps.  time = steps * latency + bytes_moved / bandwidth, with the tier's achievable bandwidth
+(link bandwidth x efficiency, from the hardware profile).
+
+Tier of a group: mesh order is (dp, pp, cp, tp), TP innermost.  A group whose ranks span
+`stride * size` consecutive ranks stays inside an NVLink node when that span <= gpus_per_node;
+otherwise every ring step crosses the inter-node tier.  So a TP group larger than a node pays
+InfiniBand/RoCE bandwidth: the planner sees that.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def tier_params(hw, inside_node):
+    bw = np.where(inside_node, hw.nvlink.bytes_per_s, hw.inter_node.bytes_per_s)
+    lat = np.where(inside_node, hw.nvlink.latency_s, hw.inter_node.latency_s)
+    return bw, lat
+
+
+def group_inside_node(hw, stride, size):
+    """True where a group of `size` ranks `stride` apart fits in one node."""
+    return np.asarray(stride) * np.asarray(size) <= hw.gpus_per_node
+
+
+def all_reduce(nbytes, n, bw, lat):
+    """(seconds, bytes sent per rank) of a ring all-reduce; zero for a group of one."""
+    n = np.asarray(n)
+    frac = np.where(n > 1, 2 * (n - 1) / np.maximum(n, 1), 0.0)
+    moved = frac * nbytes
+    return moved / bw + np.where(n > 1, 2 * (n - 1), 0) * lat, moved
+
+
+def all_gather(nbytes, n, bw, lat):
+    """(seconds, bytes sent per rank) of a ring all-gather (or reduce-scatter) of a `nbytes` result."""
+    n = np.asarray(n)
+    frac = np.where(n > 1, (n - 1) / np.maximum(n, 1), 0.0)
+    moved = frac * nbytes
+    return moved / bw + np.where(n > 1, n - 1, 0) * lat, moved
+
+
+reduce_scatter = all_gather
+
+
+def p2p(nbytes, bw, lat):
+    return nbytes / bw + lat

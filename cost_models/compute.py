@@ -1,0 +1,136 @@
+"""Compute time of one micro-batch through one block, one embedding and one head, per GPU.
+
+Matrix multiplies: each GEMM's time = FLOPs / (peak x efficiency(FLOPs)), the efficiency from
+the profile's measured curve (for the H100, benchmarks/reference/h100_gemm.json): tensor
+parallelism shrinks the per-GPU matrices and with them the efficiency.  Backward = 2 GEMMs of
+the forward's size (input and weight gradients; Narayanan 2021 sec. 3.2's 3x).
+
+Fused (flash) attention: causal FLOPs (half of 4*b*s^2*h per layer forward), backward 2.5x
+the forward (FlashAttention-2, Dao 2023, sec. 3.1), at the profile's attention efficiency.
+
+Everything else (norms, rotary, activation, residual adds, cross-entropy, autocast casts,
+optimizer) is memory-bound: bytes moved / achievable HBM bandwidth (roofline model, Williams
+et al. 2009).  Byte counts are listed with each function.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, ModelDims
+
+
+def gemm_time(flops, hw):
+    return flops / (hw.peak_flops * hw.matmul_efficiency(flops))
+
+
+def layer_gemms(m: ModelDims, tokens, tp):
+    """FLOPs of the forward GEMMs of one block on one TP rank: [(name, flops)]."""
+    h, qw, kvw, f = m.hidden, m.q_width, m.kv_width, m.ffn
+    fc1_out = 2 * f if m.arch == "llama" else f  # SwiGLU gate+up fused in one column-parallel matmul
+    return [
+        ("qkv", 2 * tokens * h * (qw + 2 * kvw) / tp),
+        ("proj", 2 * tokens * qw * h / tp),
+        ("fc1", 2 * tokens * h * fc1_out / tp),
+        ("fc2", 2 * tokens * f * h / tp),
+    ]
+
+
+def layer_matmul_time(m: ModelDims, lay, hw):
+    """(forward, backward) GEMM seconds of one block for one micro-batch."""
+    tokens = lay.mbs * m.seq_len / lay.cp
+    fwd = 0.0
+    for _, flops in layer_gemms(m, tokens, lay.tp):
+        fwd = fwd + gemm_time(flops, hw)
+    return fwd, 2 * fwd
+
+
+def attention_core_time(m: ModelDims, lay, hw, flash: bool):
+    """(forward, backward) seconds of softmax(QK^T)V for one block and micro-batch.
+
+    flash: causal FLOPs 0.5 * 4 * b * s^2 * (heads*head_dim) / (tp*cp) forward, backward 2.5x,
+    at the profile's measured attention efficiency for this sequence length.
+    unfused: two batched GEMMs of 2*b*s^2*qw/(tp*cp) each (no causal skipping) plus the softmax
+    over b*heads*s^2/(tp*cp) scores: read+write forward (2 passes), 3 passes backward."""
+    b, s = lay.mbs, m.seq_len
+    per_gpu = lay.tp * lay.cp
+    if flash:
+        fwd_flops = 0.5 * 4 * b * s * s * m.q_width / per_gpu
+        eff = hw.attention_efficiency(s)
+        fwd = fwd_flops / (hw.peak_flops * eff)
+        return fwd, 2.5 * fwd
+    bmm = 2 * b * s * s * m.q_width / per_gpu
+    scores = b * m.heads * s * s / per_gpu
+    gemm = 2 * gemm_time(bmm, hw)
+    softmax_fwd = scores * 2 * 2 / hw.hbm_bytes_per_s
+    return gemm + softmax_fwd, 2 * gemm + 1.5 * softmax_fwd
+
+
+def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int):
+    """(forward, backward, activation-function forward) seconds of the memory-bound kernels of
+    one block.
+
+    Elements moved per token, forward (read + write):
+      2 norms (read h, write h)                              4h   (/tp with SP)
+      2 residual adds (read 2h, write h)                     6h   (/tp with SP)
+      rotary on q and k (read, write; llama)                 2(qw+kvw)/tp
+      SwiGLU: read gate, up, write product (llama)           3 ffn/tp
+      GeLU + bias (gpt): read, write                         2 ffn/tp
+    Backward moves about twice the forward's bytes (gradient in, gradient out, saved input)."""
+    tokens = lay.mbs * m.seq_len / lay.cp
+    seq_split = np.where(lay.sp > 0, lay.tp, 1)
+    outside = 10 * m.hidden / seq_split
+    if m.arch == "llama":
+        inside = (2 * (m.q_width + m.kv_width) + 3 * m.ffn) / lay.tp
+    else:
+        inside = 2 * m.ffn / lay.tp
+    fwd = tokens * (outside + inside) * act_bytes / hw.hbm_bytes_per_s
+    act_elems = 3 * m.ffn / lay.tp if m.arch == "llama" else 2 * m.ffn / lay.tp
+    activation_fwd = tokens * act_elems * act_bytes / hw.hbm_bytes_per_s
+    return fwd, 2 * fwd, activation_fwd
+
+
+def head_time(m: ModelDims, lay, hw, act_bytes: int):
+    """(forward, backward) seconds of the output head and the vocab-parallel cross-entropy.
+    GEMM 2*T*h*V/tp; cross-entropy moves ~24 bytes per logit over forward+backward (16-bit
+    logits read and cast to fp32 (2+4), max/exp/sum passes (4+4+4), backward softmax-grad
+    read+write (4+4) and cast back (2)), at HBM bandwidth."""
+    tokens = lay.mbs * m.seq_len / lay.cp
+    gemm = gemm_time(2 * tokens * m.hidden * m.vocab / lay.tp, hw)
+    ce = tokens * m.vocab / lay.tp * 24 / hw.hbm_bytes_per_s
+    return gemm + 0.5 * ce, 2 * gemm + 0.5 * ce
+
+
+def cast_time(params_per_gpu, precision: str, hw):
+    """autocast (amp) re-casts fp32 weights to 16 bit every forward: read 4 + write 2 bytes."""
+    if PRECISION_RECIPES[precision]["cast"] == 0:
+        return 0.0 * params_per_gpu
+    return params_per_gpu * 6 / hw.hbm_bytes_per_s
+
+
+def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per_node_used):
+    """AdamW step, memory-bound: read param, grad, m, v and write param, m, v (7 x 4 = 28 B per
+    fp32 parameter; master-weights recipe also writes the 16-bit copy, +2).  Offloaded states
+    step on the host (host DRAM bandwidth shared by the node's GPUs) after the gradients cross
+    the host link (4 B/param) and before the updated 16-bit/fp32 weights come back."""
+    rec = PRECISION_RECIPES[precision]
+    bytes_per_param = 28 + (2 if rec["master"] else 0)
+    on_gpu = params_on_gpu * bytes_per_param / hw.hbm_bytes_per_s
+    host_bw = hw.host_memory_bytes_per_s_per_node / gpus_per_node_used
+    off = offloaded_params * (bytes_per_param / host_bw + (4 + rec["weight"]) / hw.host_link_bytes_per_s)
+    return on_gpu + off
+
+
+def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool):
+    """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the
+    parts the communication model needs to know about (GEMM time it can overlap with)."""
+    mm_f, mm_b = layer_matmul_time(m, lay, hw)
+    at_f, at_b = attention_core_time(m, lay, hw, flash)
+    el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes)
+    fwd = mm_f + at_f + el_f
+    full = lay.recompute == REC_FULL
+    selective = lay.recompute == REC_SELECTIVE
+    # selective recompute re-runs the attention core and (llama) the activation function
+    recompute = np.where(full, fwd, np.where(selective, at_f + act_f, 0.0))
+    total = fwd + mm_b + at_b + el_b + recompute
+    return {"total": total, "fwd": fwd, "bwd": mm_b + at_b + el_b + recompute,
+            "gemm": mm_f + mm_b + np.where(full, mm_f, 0.0), "attention": at_f + at_b}

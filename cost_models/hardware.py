@@ -1,0 +1,81 @@
+"""HardwareConstants: a HardwareProfile converted once to SI units, plus the efficiency curves.
+
+Profiles keep human units in their field names (``hbm_gbytes_per_s``); the cost model works in
+bytes, seconds and FLOP/s only.  Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Tier:
+    bytes_per_s: float  # achievable: link bandwidth x efficiency
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class HardwareConstants:
+    name: str
+    peak_flops: float  # dense matmul FLOP/s for the plan's dtype
+    sustained: float  # profile.sustained_matmul_fraction
+    mm_log_gflop: np.ndarray
+    mm_eff: np.ndarray
+    attn_seq: np.ndarray
+    attn_eff: np.ndarray
+    hbm_bytes: float
+    hbm_bytes_per_s: float  # achievable
+    reserve_bytes: float
+    gpus_per_node: int
+    nvlink: Tier
+    inter_node: Tier
+    host_memory_bytes_per_node: float
+    host_link_bytes_per_s: float
+    host_memory_bytes_per_s_per_node: float
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.hbm_bytes - self.reserve_bytes
+
+    def matmul_efficiency(self, flops):
+        """Fraction of peak a GEMM of `flops` FLOPs reaches (profile curve, log-interpolated, clamped)."""
+        x = np.log10(np.maximum(np.asarray(flops, dtype=float), 1.0) / 1e9)
+        return self.sustained * np.interp(x, self.mm_log_gflop, self.mm_eff)
+
+    def attention_efficiency(self, seq_len):
+        return self.sustained * np.interp(np.asarray(seq_len, dtype=float), self.attn_seq, self.attn_eff)
+
+
+def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | None = None,
+                           inter_node_gbytes_per_s: float | None = None) -> HardwareConstants:
+    """Convert a HardwareProfile (planner.schema) to SI units for one dtype, applying CLI overrides."""
+    peaks = profile.peak_dense_tflops
+    if dtype not in peaks:
+        raise ValueError(f"hardware profile {profile.name} has no peak for dtype {dtype}; it lists {sorted(peaks)}")
+    curve = sorted(profile.matmul_efficiency_curve)
+    attn = sorted(profile.attention_efficiency_curve)
+    inter = profile.inter_node
+    inter_bw = (inter_node_gbytes_per_s if inter_node_gbytes_per_s else inter.gbytes_per_s) * GB * inter.efficiency
+    return HardwareConstants(
+        name=profile.name,
+        peak_flops=peaks[dtype] * 1e12,
+        sustained=profile.sustained_matmul_fraction,
+        mm_log_gflop=np.array([math.log10(g) for g, _ in curve]),
+        mm_eff=np.array([e for _, e in curve]),
+        attn_seq=np.array([s for s, _ in attn], dtype=float),
+        attn_eff=np.array([e for _, e in attn]),
+        hbm_bytes=profile.hbm_gbytes * GB,
+        hbm_bytes_per_s=profile.hbm_gbytes_per_s * GB * profile.hbm_efficiency,
+        reserve_bytes=profile.memory_reserve_gbytes * GB,
+        gpus_per_node=gpus_per_node or profile.gpus_per_node,
+        nvlink=Tier(profile.nvlink.gbytes_per_s * GB * profile.nvlink.efficiency, profile.nvlink.latency_s),
+        inter_node=Tier(inter_bw, inter.latency_s),
+        host_memory_bytes_per_node=profile.host_memory_gbytes_per_node * GB,
+        host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,
+        host_memory_bytes_per_s_per_node=profile.host_memory_gbytes_per_s_per_node * GB,
+    )

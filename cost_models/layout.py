@@ -1,0 +1,131 @@
+"""The inputs of one evaluation: model dimensions (scalars) and layouts (scalars or numpy arrays).
+
+Categorical axes are small integer codes so that a whole search space is a handful of numpy
+arrays.  Every cost function takes a ``Layout`` whose fields are all scalars (one plan) or all
+arrays of the same length (a search); the arithmetic is the same for both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")
+OFFLOADS = ("none", "optimizer")
+REC_NONE, REC_SELECTIVE, REC_FULL = 0, 1, 2
+SCH_GPIPE, SCH_1F1B, SCH_INTERLEAVED, SCH_INTERLEAVED_ZB, SCH_ZBV = 0, 1, 2, 3, 4
+
+# Mixed-precision recipes: bytes per parameter of each model state (Rajbhandari et al. 2020,
+# ZeRO, sec. 3.1: 2+2+12 = 16 B/param for fp16 Adam; Megatron keeps fp32 main grads: 18 B).
+#   weight  : the parameter tensor the model holds
+#   grad    : the gradient buffer (accumulated over micro-batches)
+#   master  : fp32 copy of the weights kept by the optimizer (0 when weights are fp32)
+#   adam    : Adam exp_avg + exp_avg_sq (fp32)
+#   cast    : 16-bit copy of the weights made per forward by autocast (amp only)
+PRECISION_RECIPES = {
+    "amp": {"weight": 4, "grad": 4, "master": 0, "adam": 8, "cast": 2},
+    "master-weights": {"weight": 2, "grad": 4, "master": 4, "adam": 8, "cast": 0},
+    "fp32": {"weight": 4, "grad": 4, "master": 0, "adam": 8, "cast": 0},
+}
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    arch: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    tied: bool
+    seq_len: int
+    positions: int  # learned position rows (gpt), 0 for rotary
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @classmethod
+    def from_spec(cls, spec, seq_len: int) -> "ModelDims":
+        return cls(arch=spec.arch, layers=spec.layers, hidden=spec.hidden, heads=spec.heads,
+                   kv_heads=spec.kv_heads, head_dim=spec.head_dim or spec.hidden // spec.heads,
+                   ffn=spec.ffn_hidden, vocab=spec.vocab, tied=spec.tied_embeddings, seq_len=seq_len,
+                   positions=(spec.max_seq_len or seq_len) if spec.arch == "gpt" else 0)
+
+
+@dataclass(frozen=True)
+class TrainingConsts:
+    global_batch_size: int
+    dtype: str
+    precision: str
+    flash_attention: bool
+    overlap_grad_reduce: bool
+    overlap_tp_comm: bool
+
+    @property
+    def act_bytes(self) -> int:
+        return 4 if self.dtype == "fp32" else 2
+
+
+@dataclass
+class Layout:
+    """One plan (scalars) or many (equal-length arrays)."""
+    gpus: Any
+    tp: Any
+    pp: Any
+    dp: Any
+    cp: Any
+    vpp: Any
+    mbs: Any
+    zero: Any
+    recompute: Any  # RECOMPUTE code
+    sp: Any  # 0/1
+    schedule: Any  # SCHEDULES code
+    offload: Any  # OFFLOADS code
+
+    def __len__(self) -> int:
+        return int(np.size(self.tp))
+
+    def take(self, idx) -> "Layout":
+        return Layout(**{k: np.asarray(v)[idx] for k, v in self.__dict__.items()})
+
+    def row(self, i: int) -> dict:
+        return {k: np.asarray(v)[i].item() for k, v in self.__dict__.items()}
+
+
+def stage_layers(layers: int, stages: int) -> list[int]:
+    """Blocks per (virtual) pipeline stage.  The first and last stages carry the embedding and
+    the head, so the remainder of layers/stages goes to the middle stages first, then the
+    first, then the last (llama3-405b: 126 layers over 16 stages -> 7, 8 x 14, 7)."""
+    base, rem = divmod(layers, stages)
+    sizes = [base] * stages
+    order = list(range(1, stages - 1)) + ([0] if stages > 1 else []) + [stages - 1]
+    for i in order[:rem]:
+        sizes[i] += 1
+    return sizes
+
+
+def stage_layer_counts(layers: int, stages):
+    """Vectorised stage_layers: (first, largest middle, last) block counts for `stages` stages."""
+    stages = np.asarray(stages)
+    base = layers // stages
+    rem = layers % stages
+    middle = np.maximum(stages - 2, 0)
+    to_mid = np.minimum(rem, middle)
+    left = rem - to_mid
+    first = base + (left >= 1)
+    last = base + (left >= 2)
+    mid = base + (to_mid > 0)
+    single = stages == 1
+    first = np.where(single, layers, first)
+    last = np.where(single, layers, last)
+    mid = np.where(middle > 0, mid, first)
+    return first, mid, last

@@ -1,0 +1,200 @@
+"""Memory per GPU on the worst pipeline stage, by named term.
+
+Model states follow the precision recipe (layout.PRECISION_RECIPES) and the ZeRO stage
+(Rajbhandari et al. 2020: stage 1 shards optimizer states, 2 also gradients, 3 also weights over
+the data-parallel group).  Activations are derived per architecture from the tensors the runtime
+(parallel_layers/model.py) saves for backward; Korthikanti et al. 2022 (eq. 2-6) is the template:
+its 34*s*b*h + 5*a*s^2*b per layer is for GPT *with dropout* and unfused attention, which our
+runtime does not build, so the coefficients are re-derived below tensor by tensor.
+
+All functions are elementwise over a Layout (scalars or numpy arrays).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, SCH_GPIPE, SCH_INTERLEAVED,
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, stage_layer_counts)
+from .params import layer_other_params
+
+
+def layer_params_per_gpu(m: ModelDims, tp):
+    """Parameters of one block held by one TP rank: matrices and TP-split biases divided by tp,
+    norm weights (and the row-parallel output biases) replicated."""
+    matmul = (m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
+              + (3 if m.arch == "llama" else 2) * m.hidden * m.ffn)
+    if m.arch == "llama":
+        return matmul / tp + 2 * m.hidden
+    split_bias = m.q_width + 2 * m.kv_width + m.ffn
+    replicated = layer_other_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn) - split_bias
+    return (matmul + split_bias) / tp + replicated
+
+
+def embedding_params_per_gpu(m: ModelDims, tp):
+    """First stage: vocab-parallel embedding (+ learned positions, replicated)."""
+    return m.vocab * m.hidden / tp + m.positions * m.hidden
+
+
+def head_params_per_gpu(m: ModelDims, tp, pp):
+    """Last stage: final norm + vocab-parallel head.  A tied head on a single stage shares the
+    embedding; with pp > 1 Megatron keeps a copy on the last stage, counted here."""
+    norm = m.hidden if m.arch == "llama" else 2 * m.hidden
+    head = m.vocab * m.hidden / tp
+    if m.tied:
+        head = np.where(np.asarray(pp) > 1, head, 0.0)
+    return norm + head
+
+
+def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool):
+    """Bytes saved for backward by one block for one micro-batch on one GPU.
+
+    Tokens per GPU T = mbs * seq / cp.  Per token, in elements (x act_bytes):
+      outside the TP region (divided by tp only with sequence parallelism):
+        2 norm inputs + 2 norm outputs (= inputs of the QKV and FC1 matmuls)      4h
+      inside the TP region (divided by tp):
+        attention: q, k, v after rotary + output O (saved by out-proj)          2*qw + 2*kvw
+        llama MLP, none: gate, up (SiLU and mul inputs), silu(gate), product     4*ffn
+        llama MLP, selective (activation checkpointed): gate, up, product       3*ffn
+        gpt MLP: fc1 output (GeLU input) + GeLU output (fc2 input)              2*ffn
+      unfused attention (no flash) also keeps the softmax output a*s per token (Korthikanti's
+      5as/h term less its two dropout tensors); selective recompute drops it.
+    Plus fp32 norm statistics (2 x 4 bytes per token) and, for flash attention, the fp32
+    log-sum-exp (4 bytes per head per token).
+    Full recompute keeps only the block input (h per token, /tp with SP); the one block being
+    recomputed is counted separately as working memory (see other_bytes)."""
+    T = lay.mbs * m.seq_len / lay.cp
+    tp = lay.tp
+    outside = 4 * m.hidden / np.where(lay.sp > 0, tp, 1)
+    if m.arch == "llama":
+        mlp = np.where(lay.recompute == REC_SELECTIVE, 3 * m.ffn, 4 * m.ffn)
+    else:
+        mlp = 2 * m.ffn
+    inside = (2 * m.q_width + 2 * m.kv_width + mlp) / tp
+    elems = (outside + inside) * act_bytes + 8
+    if flash:
+        elems = elems + 4 * m.heads / tp
+    else:
+        scores = m.heads / tp * m.seq_len * act_bytes
+        elems = elems + np.where(lay.recompute == REC_SELECTIVE, 0.0, scores)
+    full = m.hidden / np.where(lay.sp > 0, tp, 1) * act_bytes
+    per_token = np.where(lay.recompute == REC_FULL, full, elems)
+    return T * per_token
+
+
+def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool):
+    """One block's activations without recompute (a block being recomputed or back-propagated)."""
+    none = _replace(lay, recompute=np.zeros_like(np.asarray(lay.recompute)) + REC_NONE)
+    return activation_bytes_per_layer(m, none, act_bytes, flash)
+
+
+def logits_bytes(m: ModelDims, lay, act_bytes: int):
+    """Last stage, per micro-batch: 16-bit logits (T x V/tp) plus the fp32 copy the
+    vocab-parallel cross-entropy keeps for its backward (softmax), 2 + 4 bytes per element,
+    and the final norm's input/output."""
+    T = lay.mbs * m.seq_len / lay.cp
+    return T * (m.vocab / lay.tp * (act_bytes + 4) + 2 * m.hidden / np.where(lay.sp > 0, lay.tp, 1) * act_bytes)
+
+
+def in_flight_microbatches(lay, m_micro):
+    """Micro-batches whose activations the first pipeline rank holds at its peak, in units of
+    (full stage = layers/pp blocks) x micro-batch.
+      gpipe: all m; 1f1b: min(p, m) (Narayanan 2021 sec. 2.2);
+      interleaved: (v*p + p - 1) chunk-micro-batches of L/(p*v) blocks (Megatron's warm-up count,
+      = Korthikanti 2022 sec. 4.2.3's factor 1 + (p-1)/(p*v)), capped at m*v;
+      interleaved-zb: as interleaved; zbv: as 1f1b (Qi et al. 2024, ZB-V peak memory = 1F1B)."""
+    p, v = lay.pp, lay.vpp
+    onef1b = np.minimum(p, m_micro)
+    inter = np.minimum(v * p + p - 1, m_micro * v) / v
+    out = np.where(lay.schedule == SCH_GPIPE, m_micro, onef1b)
+    out = np.where((lay.schedule == SCH_INTERLEAVED) | (lay.schedule == SCH_INTERLEAVED_ZB), inter, out)
+    out = np.where(lay.schedule == SCH_ZBV, onef1b, out)
+    return out
+
+
+def memory_breakdown(m: ModelDims, lay, tr, m_micro):
+    """Named memory terms (bytes per GPU) of the worst of: first stage (embedding, most
+    micro-batches in flight), second stage (largest middle stage, one fewer in flight), last
+    stage (head and logits, one micro-batch in flight for 1F1B).  Returns a dict of arrays."""
+    rec = PRECISION_RECIPES[tr.precision]
+    act_b = tr.act_bytes
+    tp, pp, dp, v = lay.tp, lay.pp, lay.dp, lay.vpp
+    first_n, mid_n, last_n = stage_layer_counts(m.layers, np.asarray(pp) * v)
+    # Per pipeline *rank* (v chunks).  With vpp > 1 layers divide evenly (checked by the search).
+    first_blocks = np.where(v > 1, m.layers / pp, first_n)
+    mid_blocks = np.where(v > 1, m.layers / pp, mid_n)
+    last_blocks = np.where(v > 1, m.layers / pp, last_n)
+
+    per_layer = layer_params_per_gpu(m, tp)
+    emb = embedding_params_per_gpu(m, tp)
+    head = head_params_per_gpu(m, tp, pp)
+    single = np.asarray(pp) == 1
+    p_first = first_blocks * per_layer + emb + np.where(single, head, 0.0)
+    p_mid = mid_blocks * per_layer
+    p_last = last_blocks * per_layer + head
+
+    zero = lay.zero
+    off = lay.offload > 0
+
+    def states(params):
+        w = params * rec["weight"] / np.where(zero >= 3, dp, 1)
+        g = params * rec["grad"] / np.where(zero >= 2, dp, 1)
+        opt_total = params * (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
+        o = np.where(off, 0.0, opt_total)
+        offloaded = np.where(off, opt_total, 0.0)
+        return w, g, o, offloaded
+
+    inflight = in_flight_microbatches(lay, m_micro)
+    act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention)
+    work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention)
+    logits = logits_bytes(m, lay, act_b)
+    # Last stage: 1F1B runs each micro-batch's backward right after its forward there; GPipe
+    # holds all m; its logits are live for the micro-batches in flight.
+    last_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
+    p_np = np.asarray(pp)
+    mid_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, np.maximum(inflight - 1, 1))
+
+    # autocast casts each weight to 16 bit once per forward; the copy is saved for the
+    # backward of that micro-batch (dX = dY W), so it is held per micro-batch in flight,
+    # except under full recompute (the forward pass saves nothing but the block input).
+    cast_per_param = rec["cast"] * np.where(lay.recompute == REC_FULL, 0.0, 1.0)
+
+    def stage_total(params, blocks, n_inflight, extra_act):
+        w, g, o, offl = states(params)
+        layer_params = blocks * per_layer
+        acts = blocks * act_layer * n_inflight + extra_act
+        casts = layer_params * cast_per_param * n_inflight + rec["cast"] * per_layer
+        other = _other_bytes(m, lay, tr, per_layer, work_layer, rec, act_b) + casts
+        total = w + g + o + acts + other
+        return dict(weights=w, grads=g, optimizer=o, activations=acts, other=other, total=total, offloaded=offl)
+
+    first = stage_total(p_first, first_blocks, inflight,
+                        np.where(single, logits * last_inflight, 0.0))
+    mid = stage_total(p_mid, mid_blocks, mid_inflight, 0.0)
+    last = stage_total(p_last, last_blocks, np.where(lay.schedule == SCH_GPIPE, m_micro, 1),
+                       logits * last_inflight)
+    # choose the worst stage per candidate
+    out = {k: first[k] for k in first}
+    out["worst_stage"] = np.zeros_like(p_np)  # 0 first, 1 middle, 2 last
+    for code, cand, present in ((1, mid, p_np > 2), (2, last, p_np > 1)):
+        better = present & (cand["total"] > out["total"])
+        for k in first:
+            out[k] = np.where(better, cand[k], out[k])
+        out["worst_stage"] = np.where(better, code, out["worst_stage"])
+    return out
+
+
+def _other_bytes(m, lay, tr, per_layer, work_layer, rec, act_b):
+    """Working memory besides saved activations and model states:
+      - one block's activations (the block being back-propagated, or re-run under recompute)
+        plus its gradient, i.e. 2 x one block's activations;
+      - ZeRO-3: the all-gathered 16-bit parameters of two blocks (current + prefetch);
+      - data-parallel gradient buckets: 2 x 25 MB (PyTorch DDP bucket_cap_mb default 25);
+      - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
+    gather = np.where(lay.zero >= 3, 2 * per_layer * lay.tp * 2 / lay.tp, 0.0)
+    buckets = np.where(lay.dp > 1, 2 * 25e6, 0.0)
+    return 2 * work_layer + gather + buckets
+
+
+def _replace(lay, **kw):
+    from dataclasses import replace
+    return replace(lay, **kw)

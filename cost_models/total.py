@@ -1,0 +1,202 @@
+"""One optimizer step: compute, exposed communication, pipeline bubble, optimizer, MFU/HFU, Amdahl.
+
+``evaluate(model, training, hw, layout)`` is elementwise over the layout: the search calls it
+once with arrays of every candidate; ``parplan evaluate`` calls it with one plan's scalars.
+
+Step time (per GPU, critical pipeline stage):
+    t_mb    = per micro-batch time of the slowest stage: blocks x (block compute + exposed TP and
+              CP communication) + embedding/head + autocast casts + pipeline send/recv
+    t_pipe  = (m + bubble_factor) x t_mb      bubble_factor: (p-1) for GPipe/1F1B (Narayanan 2021
+              eq. 1: bubble fraction (p-1)/m), (p-1)/v interleaved (eq. 2), zero-bubble schedules
+              (Qi et al. 2024) (p-1)/v x max(0, 1 - m/p): the fill/drain is filled with deferred
+              weight-gradient work once there are at least p micro-batches (assumption)
+    step    = t_pipe + exposed data-parallel communication + optimizer step
+Overlap assumptions: TP collectives are exposed (our runtime and Megatron without
+--tp-comm-overlap run them on the critical path); with overlap_tp_comm they hide behind the
+block's GEMMs.  CP K/V exchange hides behind attention compute (ring attention, Liu et al.
+2023).  Data-parallel reduce-scatter/all-reduce hides behind one micro-batch's backward and the
+parameter all-gather behind one forward when overlap_grad_reduce; ZeRO-3 gathers hide behind the
+micro-batch they serve.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import comm
+from .compute import block_time, cast_time, head_time, optimizer_time
+from .layout import PRECISION_RECIPES, REC_FULL, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, stage_layer_counts
+from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
+from .params import layer_matmul_params, model_flops_per_token, recompute_flops_per_token
+
+
+def num_microbatches(tr, lay):
+    return tr.global_batch_size / (np.asarray(lay.dp) * lay.mbs)
+
+
+def bubble_factor(lay, m_micro):
+    p, v = np.asarray(lay.pp), np.asarray(lay.vpp)
+    base = (p - 1.0) / v
+    zb = (lay.schedule == SCH_INTERLEAVED_ZB) | (lay.schedule == SCH_ZBV)
+    return np.where(zb, base * np.maximum(0.0, 1.0 - m_micro / p), base)
+
+
+def evaluate(m: ModelDims, tr, hw, lay) -> dict:
+    rec = PRECISION_RECIPES[tr.precision]
+    act_b = tr.act_bytes
+    tp, pp, dp, cp, v = lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp
+    m_micro = num_microbatches(tr, lay)
+    tokens_mb = lay.mbs * m.seq_len / cp  # tokens per GPU per micro-batch
+    full = lay.recompute == REC_FULL
+
+    # ---- compute per block / micro-batch
+    bt = block_time(m, lay, hw, act_b, tr.flash_attention)
+
+    # ---- tensor parallel: 2 all-reduces forward, 2 backward (Narayanan 2021 sec. 3.3), +2 when
+    # the forward is recomputed; with SP each becomes all-gather + reduce-scatter of the same
+    # total volume (Korthikanti 2022 sec. 4.2.2).
+    tp_in = comm.group_inside_node(hw, 1, tp)
+    tp_bw, tp_lat = comm.tier_params(hw, tp_in)
+    msg = tokens_mb * m.hidden * act_b
+    t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
+    n_coll = 4 + 2 * full
+    tp_block = n_coll * t_ar
+    tp_block_exposed = np.where(tr.overlap_tp_comm, np.maximum(0.0, tp_block - bt["gemm"]), tp_block)
+
+    # ---- context parallel: ring exchange of the K/V shard, c-1 steps forward; backward sends
+    # K/V again plus dK/dV (3x the forward volume), +1x under full recompute.
+    cp_in = comm.group_inside_node(hw, tp, cp)
+    cp_bw, cp_lat = comm.tier_params(hw, cp_in)
+    kv_chunk = tokens_mb * 2 * m.kv_width / tp * act_b
+    cp_steps = np.maximum(cp - 1, 0) * (3 + full)
+    cp_block = cp_steps * comm.p2p(kv_chunk, cp_bw, cp_lat)
+    cp_block_exposed = np.maximum(0.0, cp_block - bt["attention"])
+
+    block = bt["total"] + tp_block_exposed + cp_block_exposed
+
+    # ---- pipeline stages: first (embedding), middle, last (head)
+    first_n, mid_n, last_n = stage_layer_counts(m.layers, np.asarray(pp) * v)
+    even = m.layers / np.asarray(pp)
+    blocks_first = np.where(v > 1, even, first_n)
+    blocks_mid = np.where(v > 1, even, mid_n)
+    blocks_last = np.where(v > 1, even, last_n)
+    per_layer = layer_params_per_gpu(m, tp)
+    emb_params = embedding_params_per_gpu(m, tp)
+    head_params = head_params_per_gpu(m, tp, pp)
+    # embedding: vocab-parallel lookup ends with an all-reduce of T x h (forward only)
+    emb_time = t_ar / 2 + tokens_mb * m.hidden * act_b * 2 / hw.hbm_bytes_per_s
+    h_f, h_b = head_time(m, lay, hw, act_b)
+    head_t = h_f + h_b
+    single = np.asarray(pp) == 1
+    cast_first = cast_time(blocks_first * per_layer, tr.precision, hw)
+    cast_mid = cast_time(blocks_mid * per_layer, tr.precision, hw)
+    cast_last = cast_time(blocks_last * per_layer + head_params, tr.precision, hw)
+    t_first = blocks_first * block + emb_time + cast_first + np.where(single, head_t, 0.0)
+    t_mid = np.where(np.asarray(pp) > 2, blocks_mid * block + cast_mid, 0.0)
+    t_last = np.where(single, 0.0, blocks_last * block + head_t + cast_last)
+    # pipeline point-to-point: per chunk, send activations forward and gradients backward
+    pp_in = comm.group_inside_node(hw, tp * cp, pp)
+    pp_bw, pp_lat = comm.tier_params(hw, pp_in)
+    p2p_bytes = tokens_mb * m.hidden * act_b / np.where(lay.sp > 0, tp, 1)
+    p2p_mb = np.where(single, 0.0, 2 * v * comm.p2p(p2p_bytes, pp_bw, pp_lat))
+    t_stage = np.maximum(np.maximum(t_first, t_mid), t_last) + p2p_mb
+    compute_stage = np.maximum(np.maximum(blocks_first * bt["total"] + np.where(single, head_t, 0.0),
+                                          blocks_mid * bt["total"]),
+                               np.where(single, 0.0, blocks_last * bt["total"] + head_t))
+
+    bf = bubble_factor(lay, m_micro)
+    t_pipe = (m_micro + bf) * t_stage
+    bubble_s = bf * t_stage
+
+    # ---- data parallel (per step), on the heaviest stage's parameters
+    stage_params = np.maximum(np.maximum(blocks_first * per_layer + emb_params + np.where(single, head_params, 0.0),
+                                         blocks_mid * per_layer),
+                              np.where(single, 0.0, blocks_last * per_layer + head_params))
+    dp_in = comm.group_inside_node(hw, tp * cp * pp, dp)
+    dp_bw, dp_lat = comm.tier_params(hw, dp_in)
+    grad_bytes = stage_params * rec["grad"]
+    w_bytes = stage_params * rec["weight"]
+    ar_t, ar_moved = comm.all_reduce(grad_bytes, dp, dp_bw, dp_lat)
+    rs_t, rs_moved = comm.reduce_scatter(grad_bytes, dp, dp_bw, dp_lat)
+    ag_t, ag_moved = comm.all_gather(w_bytes, dp, dp_bw, dp_lat)
+    zero = lay.zero
+    bwd_window = blocks_first * bt["bwd"]
+    fwd_window = blocks_first * bt["fwd"]
+    ov = tr.overlap_grad_reduce
+    exposed_ar = np.where(ov, np.maximum(0.0, ar_t - bwd_window), ar_t)
+    exposed_rs_ag = (np.where(ov, np.maximum(0.0, rs_t - bwd_window), rs_t)
+                     + np.where(ov, np.maximum(0.0, ag_t - fwd_window), ag_t))
+    # ZeRO-3 / FSDP: per micro-batch gather weights for forward and backward (+ recompute) and
+    # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.
+    z3_mb_t = (2 + full) * ag_t + rs_t
+    z3_exposed = m_micro * np.maximum(0.0, z3_mb_t - t_stage)
+    dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
+    dp_moved = np.where(zero == 0, ar_moved,
+                        np.where(zero >= 3, m_micro * ((2 + full) * ag_moved + rs_moved), rs_moved + ag_moved))
+
+    # ---- optimizer
+    shard = np.where(zero >= 1, dp, 1)
+    opt_params = stage_params / shard
+    off = lay.offload > 0
+    gpus_node = np.minimum(lay.gpus, hw.gpus_per_node)
+    opt_t = optimizer_time(np.where(off, 0.0, opt_params), np.where(off, opt_params, 0.0),
+                           tr.precision, hw, gpus_node)
+
+    step = t_pipe + dp_exposed + opt_t
+
+    # ---- memory
+    mem = memory_breakdown(m, lay, tr, m_micro)
+
+    # ---- FLOPs, MFU, HFU (Narayanan 2021 eq. 3 for the recompute term)
+    layer_mm = layer_matmul_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)
+    mf_tok = model_flops_per_token(m.layers * layer_mm + m.vocab * m.hidden, m.layers, m.q_width, m.seq_len)
+    hf_extra = recompute_flops_per_token(lay.recompute, m.layers * layer_mm, m.layers, m.q_width, m.seq_len)
+    tokens_step = tr.global_batch_size * m.seq_len
+    tokens_per_s = tokens_step / step
+    model_tflops = tokens_per_s * mf_tok / lay.gpus / 1e12
+    hw_tflops = tokens_per_s * (mf_tok + hf_extra) / lay.gpus / 1e12
+    mfu = model_tflops * 1e12 / hw.peak_flops
+    hfu = hw_tflops * 1e12 / hw.peak_flops
+
+    # ---- Amdahl: T1 = the whole job's pure compute on one GPU = n x per-GPU compute time.
+    t_compute = m_micro * compute_stage
+    n = np.asarray(lay.gpus, dtype=float)
+    speedup = n * t_compute / step
+    alpha = np.where(n > 1, (1 - 1 / np.maximum(speedup, 1e-12)) / np.where(n > 1, 1 - 1 / n, 1.0), 1.0)
+
+    # ---- bytes per GPU per step
+    tp_bytes = m_micro * (blocks_first * n_coll * moved_ar + moved_ar / 2)
+    pp_bytes = np.where(single, 0.0, m_micro * 2 * v * p2p_bytes)
+    cp_bytes = m_micro * blocks_first * cp_steps * kv_chunk
+
+    return {
+        "num_microbatches": m_micro,
+        "step_time_s": step,
+        "tokens_per_s": tokens_per_s,
+        "model_tflops_per_gpu": model_tflops,
+        "hardware_tflops_per_gpu": hw_tflops,
+        "mfu": mfu,
+        "hfu": hfu,
+        "bubble_fraction": bubble_s / step,
+        "compute_s": t_compute,
+        "tp_comm_s": m_micro * blocks_first * tp_block_exposed,
+        "cp_comm_s": m_micro * blocks_first * cp_block_exposed,
+        "pp_comm_s": m_micro * p2p_mb,
+        "dp_comm_s": dp_exposed,
+        "bubble_s": bubble_s,
+        "optimizer_s": opt_t,
+        "comm_tp_bytes": tp_bytes,
+        "comm_pp_bytes": pp_bytes,
+        "comm_dp_bytes": dp_moved,
+        "comm_cp_bytes": cp_bytes,
+        "parallel_fraction": alpha,
+        "speedup": speedup,
+        "model_flops_per_token": mf_tok + 0.0 * step,
+        "mem_weights": mem["weights"],
+        "mem_grads": mem["grads"],
+        "mem_optimizer": mem["optimizer"],
+        "mem_activations": mem["activations"],
+        "mem_other": mem["other"],
+        "mem_total": mem["total"],
+        "mem_offloaded": mem["offloaded"],
+        "worst_stage": mem["worst_stage"],
+    }

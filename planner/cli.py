@@ -1,0 +1,446 @@
+"""`parplan` command line: one thin function per command.
+
+stdout carries only the result (JSON with --json, written with sys.stdout.write, never through
+rich); tables, progress and messages go to stderr.  Exit codes: 0 a plan, 2 invalid input
+(stdout empty), 3 nothing fits (the JSON result is still on stdout with --json), otherwise the
+launched job's own code.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
+                  help="Auto-parallel planner: how to split a model over your GPUs, why, and a launcher that checks it.")
+models_app = typer.Typer(no_args_is_help=True, help="Model presets.")
+hardware_app = typer.Typer(no_args_is_help=True, help="Hardware profiles.")
+app.add_typer(models_app, name="models")
+app.add_typer(hardware_app, name="hardware")
+
+EXIT_INVALID = 2
+EXIT_NOTHING_FITS = 3
+
+
+class UserError(Exception):
+    pass
+
+
+def _err(msg: str) -> None:
+    sys.stderr.write(msg.rstrip("\n") + "\n")
+
+
+def _console():
+    from rich.console import Console
+    return Console(stderr=True)
+
+
+def parse_count(text: str, what: str) -> float:
+    """'70e9', '70B', '7b', '1.5T', '405000000' -> float; anything else is a UserError."""
+    s = str(text).strip().replace("_", "").replace(",", "")
+    mult = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)([kKmMbBgGtT]?)", s)
+    if not match:
+        raise UserError(f"{what} must be a number like 70e9 or 70B, got {text!r}")
+    value = float(match.group(1)) * (mult[match.group(2).lower()] if match.group(2) else 1)
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{what} must be a positive number, got {text!r}")
+    return value
+
+
+def _positive(name: str, v, allow_none=True, upper=None):
+    if v is None and allow_none:
+        return
+    if v is None or v <= 0 or (isinstance(v, float) and not math.isfinite(v)):
+        raise UserError(f"--{name} must be a positive number, got {v}")
+    if upper is not None and v > upper:
+        raise UserError(f"--{name} {v} is beyond what the planner models (max {upper:g})")
+
+
+def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
+                   seq_len):
+    from .schema import ModelSpec  # noqa: F401
+    given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None]
+    if sum(given) == 0:
+        raise UserError("say which model: --model NAME (see `parplan models list`), --params 70e9, "
+                        "--model-config config.json, or --layers/--hidden/--heads")
+    if sum(given) > 1:
+        raise UserError("give only one of --model, --model-config, --params or explicit --layers/--hidden/--heads")
+    try:
+        if model is not None:
+            from .models import load_preset
+            return load_preset(model), None
+        if model_config is not None:
+            from .hf_config import model_from_hf_config
+            return model_from_hf_config(model_config), None
+        if params is not None:
+            from .models import model_from_params
+            n = parse_count(params, "--params")
+            if n > 1e14:
+                raise UserError(f"--params {params} is beyond what the planner models (max 1e14)")
+            if n < 1e6:
+                raise UserError(f"--params {params} is too small for a transformer (give the count, e.g. 7e9)")
+            spec, why = model_from_params(n, arch=arch or "llama")
+            return spec, why
+        missing = [n for n, v in (("layers", layers), ("hidden", hidden), ("heads", heads)) if v is None]
+        if missing:
+            raise UserError("explicit shape needs " + ", ".join("--" + m for m in missing))
+        from .models import model_from_flags
+        return model_from_flags(arch or "llama", layers, hidden, heads, kv_heads, ffn_hidden, vocab), None
+    except UserError:
+        raise
+    except (ValueError, OSError) as e:
+        raise UserError(_one_line(e)) from None
+
+
+def _one_line(e: Exception) -> str:
+    from pydantic import ValidationError
+    if isinstance(e, ValidationError):
+        parts = []
+        for err in e.errors()[:3]:
+            loc = ".".join(str(x) for x in err.get("loc", ())) or "plan"
+            parts.append(f"{loc}: {err.get('msg')}")
+        more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
+        return "invalid plan: " + "; ".join(parts) + more
+    return " ".join(str(e).split())
+
+
+def _write_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def _plan_json(plan) -> dict:
+    return plan.model_dump(mode="json", exclude_none=False)
+
+
+@app.command()
+def recommend(
+    params: Optional[str] = typer.Option(None, "--params", help="Parameter count (70e9, 70B): derive a standard llama-style shape."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name (parplan models list)."),
+    model_config: Optional[str] = typer.Option(None, "--model-config", help="Hugging Face config.json."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="llama or gpt (explicit shape or --params)."),
+    layers: Optional[int] = typer.Option(None, "--layers"),
+    hidden: Optional[int] = typer.Option(None, "--hidden"),
+    heads: Optional[int] = typer.Option(None, "--heads"),
+    kv_heads: Optional[int] = typer.Option(None, "--kv-heads"),
+    ffn_hidden: Optional[int] = typer.Option(None, "--ffn-hidden"),
+    vocab: Optional[int] = typer.Option(None, "--vocab"),
+    gpus: int = typer.Option(8, "--gpus", help="GPUs in the job (the maximum for --objective min-gpus)."),
+    hardware: str = typer.Option("h100-sxm-80gb", "--hardware", help="Profile name or path (parplan hardware list)."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
+    inter_node_bandwidth: Optional[float] = typer.Option(None, "--inter-node-bandwidth", help="GB/s per GPU per direction."),
+    seq_len: int = typer.Option(4096, "--seq-len"),
+    global_batch_size: int = typer.Option(1024, "--global-batch-size", help="Sequences per optimizer step."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp16."),
+    precision: str = typer.Option("master-weights", "--precision", help="master-weights (16-bit weights + fp32 master, 18 B/param), amp (fp32 weights under autocast) or fp32."),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Total training tokens (reports days and GPU-hours)."),
+    objective: str = typer.Option("throughput", "--objective", help="throughput, min-gpus or memory."),
+    top: int = typer.Option(5, "--top", help="Plans to show."),
+    tp: Optional[int] = typer.Option(None, "--tp"),
+    pp: Optional[int] = typer.Option(None, "--pp"),
+    dp: Optional[int] = typer.Option(None, "--dp"),
+    cp: Optional[int] = typer.Option(None, "--cp"),
+    mbs: Optional[int] = typer.Option(None, "--mbs", help="Micro-batch size (micro_batch_size)."),
+    vpp: Optional[int] = typer.Option(None, "--vpp", help="Model chunks per pipeline rank."),
+    zero: Optional[int] = typer.Option(None, "--zero", help="ZeRO stage 0-3 (zero_stage)."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="none, selective or full."),
+    sp: Optional[bool] = typer.Option(None, "--sp/--no-sp", help="Sequence parallelism."),
+    schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv."),
+    offload: Optional[str] = typer.Option(None, "--offload", help="none or optimizer."),
+    flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention"),
+    overlap_grad_reduce: bool = typer.Option(True, "--overlap-grad-reduce/--no-overlap-grad-reduce"),
+    overlap_tp_comm: bool = typer.Option(False, "--overlap-tp-comm/--no-overlap-tp-comm"),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout (only JSON)."),
+):
+    """Search TP x PP x DP (x CP, vpp, micro-batch, ZeRO, recompute, schedule) layouts and rank them."""
+    from .core import NothingFits, PlannerError, recommend as do_recommend
+    from .search import Pins
+    _check_choice("dtype", dtype, ("bf16", "fp16"))
+    _check_choice("precision", precision, ("master-weights", "amp", "fp32"))
+    _check_choice("objective", objective, ("throughput", "min-gpus", "memory"))
+    if recompute is not None:
+        _check_choice("recompute", recompute, ("none", "selective", "full"))
+    if schedule is not None:
+        _check_choice("schedule", schedule, ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv"))
+    if offload is not None:
+        _check_choice("offload", offload, ("none", "optimizer"))
+    if arch is not None:
+        _check_choice("arch", arch, ("llama", "gpt"))
+    _positive("gpus", gpus, allow_none=False, upper=1_000_000)
+    _positive("seq-len", seq_len, allow_none=False, upper=10_000_000)
+    _positive("global-batch-size", global_batch_size, allow_none=False, upper=100_000_000)
+    _positive("top", top, allow_none=False)
+    _positive("gpus-per-node", gpus_per_node)
+    _positive("inter-node-bandwidth", inter_node_bandwidth, upper=1e6)
+    for name, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("kv-heads", kv_heads),
+                    ("ffn-hidden", ffn_hidden), ("vocab", vocab), ("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp),
+                    ("mbs", mbs), ("vpp", vpp)):
+        _positive(name, v, upper=10_000_000)
+    if zero is not None and zero not in (0, 1, 2, 3):
+        raise UserError(f"--zero must be 0, 1, 2 or 3, got {zero}")
+    n_tokens = parse_count(tokens, "--tokens") if tokens is not None else None
+    spec, why = _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden,
+                               vocab, seq_len)
+    if why:
+        _err(f"note: {why}")
+    pins = Pins(tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, vpp=vpp, zero=zero, recompute=recompute, sp=sp,
+                schedule=schedule, offload=offload)
+    try:
+        plan = do_recommend(spec, gpus, hardware=hardware, seq_len=seq_len, global_batch_size=global_batch_size,
+                            dtype=dtype, precision=precision, gpus_per_node=gpus_per_node,
+                            inter_node_gbytes_per_s=inter_node_bandwidth, tokens=n_tokens, objective=objective,
+                            top_k=top, pins=pins, flash_attention=flash_attention,
+                            overlap_grad_reduce=overlap_grad_reduce, overlap_tp_comm=overlap_tp_comm)
+    except PlannerError as e:
+        raise UserError(str(e)) from None
+    except NothingFits as e:
+        if as_json:
+            _write_json(_plan_json(e.plan))
+        else:
+            _show_plans(e.plan, title="closest layout (does not fit)")
+            for s in e.plan.suggestions:
+                _err(f"suggestion: {s}")
+        _err(f"error: {e}")
+        raise typer.Exit(EXIT_NOTHING_FITS)
+    if as_json:
+        _write_json(_plan_json(plan))
+        return
+    _show_plans(plan, title=f"top {1 + len(plan.alternatives)} layouts for {plan.hardware.gpus} x {plan.hardware.name}")
+
+
+def _show_plans(plan, title: str) -> None:
+    from .render import breakdown_table, plans_table, summary_lines
+    console = _console()
+    console.print(plans_table([plan] + list(plan.alternatives), title))
+    console.print(breakdown_table(plan))
+    for line in summary_lines(plan):
+        console.print(line, highlight=False, markup=False)
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise UserError(f"--{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def read_plan(source: str):
+    """A Plan from a path or '-' (stdin), validated strictly."""
+    from pydantic import ValidationError
+
+    from .schema import Plan
+    if source == "-":
+        text = sys.stdin.read()
+        where = "stdin"
+    else:
+        try:
+            with open(source, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise UserError(f"plan file {source} not found; write one with `parplan recommend ... --json > {source}`") from None
+        except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
+            raise UserError(f"cannot read plan file {source}: {e.__class__.__name__}") from None
+        where = source
+    if not text.strip():
+        raise UserError(f"plan from {where} is empty; pipe `parplan recommend ... --json` into it")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"plan from {where} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"plan from {where} must be a JSON object, got {type(data).__name__}")
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as e:
+        raise UserError(_one_line(e)) from None
+    except (ValueError, TypeError) as e:
+        raise UserError(f"invalid plan: {_one_line(e)}") from None
+
+
+@app.command()
+def evaluate(
+    plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Re-predict a given (possibly hand-edited) plan; never searches."""
+    from .core import PlannerError, evaluate_plan
+    plan = read_plan(plan_file)
+    try:
+        out = evaluate_plan(plan)
+    except PlannerError as e:
+        raise UserError(str(e)) from None
+    if as_json:
+        _write_json(_plan_json(out))
+    else:
+        _show_plans(out, title="evaluated plan")
+    if not out.prediction.fits:
+        _err(f"error: plan does not fit: {out.prediction.reason}")
+        raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+@app.command()
+def launch(
+    plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
+    steps: int = typer.Option(20, "--steps"),
+    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu (gloo)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the torchrun command and pre-flight checks; run nothing."),
+    report: Optional[str] = typer.Option(None, "--report", help="Run report path (default runs/<time>/report.json)."),
+    nnodes: int = typer.Option(1, "--nnodes"),
+    node_rank: int = typer.Option(0, "--node-rank"),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT for multi-node."),
+    data: Optional[str] = typer.Option(None, "--data", help="Flat token file (uint16/uint32); synthetic tokens if omitted."),
+    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir"),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every"),
+    resume: bool = typer.Option(False, "--resume"),
+):
+    """Run a plan as a real torchrun job and report measured against predicted."""
+    _check_choice("device", device, ("auto", "cuda", "cpu"))
+    _positive("steps", steps, allow_none=False, upper=10_000_000)
+    _positive("nnodes", nnodes, allow_none=False, upper=100_000)
+    if node_rank < 0 or node_rank >= nnodes:
+        raise UserError(f"--node-rank must be in 0..{nnodes - 1}, got {node_rank}")
+    if checkpoint_every < 0:
+        raise UserError(f"--checkpoint-every must be >= 0, got {checkpoint_every}")
+    from .launch import launch as do_launch
+    code = do_launch(plan_file, steps=steps, device=device, dry_run=dry_run, report=report, nnodes=nnodes,
+                     node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
+                     checkpoint_every=checkpoint_every, resume=resume, data=data)
+    raise typer.Exit(code)
+
+
+@app.command()
+def export(
+    plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
+    to: str = typer.Option(..., "--to", help="megatron, torchtitan or deepspeed."),
+):
+    """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config)."""
+    from .export import FORMATS, export_notes, export_plan
+    _check_choice("to", to, FORMATS)
+    plan = read_plan(plan_file)
+    sys.stdout.write(export_plan(plan, to).rstrip("\n") + "\n")
+    if to == "deepspeed":
+        for note in export_notes(plan, to):
+            _err(f"note: {note}")
+
+
+@app.command()
+def schema():
+    """Print the JSON Schema of a plan."""
+    from .schema import Plan
+    _write_json(Plan.model_json_schema())
+
+
+@models_app.command("list")
+def models_list(as_json: bool = typer.Option(False, "--json")):
+    """List model presets."""
+    from .core import with_param_count
+    from .models import list_presets, load_preset
+    rows = []
+    for name in list_presets():
+        spec = with_param_count(load_preset(name), 4096)
+        rows.append(spec)
+    if as_json:
+        _write_json([r.model_dump(mode="json") for r in rows])
+        return
+    from rich.table import Table
+    t = Table(title="model presets", title_justify="left")
+    for c in ("name", "arch", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab"):
+        t.add_column(c, justify="left" if c in ("name", "arch") else "right")
+    for s in rows:
+        t.add_row(s.name, s.arch, f"{s.num_params / 1e9:.2f} B", str(s.layers), str(s.hidden), str(s.heads),
+                  str(s.kv_heads), str(s.ffn_hidden), str(s.vocab))
+    _console().print(t)
+
+
+@models_app.command("show")
+def models_show(name: str):
+    """Show one preset as JSON."""
+    from .core import with_param_count
+    from .models import load_preset
+    try:
+        spec = load_preset(name)
+    except ValueError as e:
+        raise UserError(_one_line(e)) from None
+    _write_json(with_param_count(spec, 4096).model_dump(mode="json"))
+
+
+@hardware_app.command("list")
+def hardware_list():
+    """List hardware profiles."""
+    import hardware_profiles
+    from rich.table import Table
+    t = Table(title="hardware profiles", title_justify="left")
+    for c in ("name", "bf16 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "NVLink GB/s", "inter-node GB/s"):
+        t.add_column(c, justify="left" if c == "name" else "right")
+    for name in hardware_profiles.list_profiles():
+        p = hardware_profiles.load_profile(name)
+        t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{p.hbm_gbytes:g} GB", f"{p.hbm_gbytes_per_s:g}",
+                  str(p.gpus_per_node), f"{p.nvlink.gbytes_per_s:g}", f"{p.inter_node.gbytes_per_s:g}")
+    _console().print(t)
+
+
+@hardware_app.command("show")
+def hardware_show(name: str):
+    """Show one profile as JSON."""
+    from .core import PlannerError, load_hardware
+    try:
+        p = load_hardware(name)
+    except PlannerError as e:
+        raise UserError(str(e)) from None
+    _write_json(p.model_dump(mode="json"))
+
+
+def _version_callback(value: bool):
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("parplan")
+        except PackageNotFoundError:
+            v = "0+unknown"
+        sys.stdout.write(f"parplan {v}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                       help="Print the version and exit.")):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs typer without its standalone handler so every error is one stderr line."""
+    import click
+    try:
+        rv = app(args=argv, standalone_mode=False, prog_name="parplan")
+        return int(rv or 0)
+    except UserError as e:
+        _err(f"error: {e}")
+        return EXIT_INVALID
+    except click.exceptions.NoArgsIsHelpError:
+        return 0
+    except click.exceptions.UsageError as e:
+        hint = f" (see `parplan {e.ctx.command_path.split(' ', 1)[1]} --help`)" if e.ctx and " " in e.ctx.command_path else " (see `parplan --help`)"
+        _err(f"error: {_one_line(Exception(e.format_message()))}{hint}")
+        return EXIT_INVALID
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.exceptions.Abort:
+        _err("error: aborted")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        _err("error: interrupted")
+        return 130
+
+
+def console_main() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console_main()

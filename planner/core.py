@@ -1,0 +1,310 @@
+"""Python API behind the CLI: recommend (search) and evaluate (one plan, no search).
+
+    from planner import recommend, evaluate_plan
+    plan = recommend(model="llama3-70b", gpus=64)
+    print(plan.parallel, plan.prediction.mfu)
+
+Errors in the user's input raise ``PlannerError`` (one line naming the problem and the fix);
+the CLI turns them into exit code 2.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cost_models.hardware import constants_from_profile
+from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
+                                stage_layers)
+from cost_models.params import param_counts
+from cost_models.total import evaluate
+
+from .schema import (Amdahl, CommBytes, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan, Prediction,
+                     SearchInfo, TimeBreakdown, Training)
+from .search import REASONS, Pins, run_search
+
+
+class PlannerError(ValueError):
+    """Invalid input; the message is one line with the fix."""
+
+
+class NothingFits(Exception):
+    def __init__(self, plan: Plan, message: str):
+        super().__init__(message)
+        self.plan = plan
+
+
+def load_hardware(name_or_path: str):
+    import hardware_profiles
+    try:
+        return hardware_profiles.load_profile(name_or_path)
+    except (ValueError, OSError) as e:
+        raise PlannerError(str(e)) from None
+
+
+def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
+    return spec.model_copy(update={"num_params": int(param_counts(spec, seq_len)["total"])})
+
+
+def training_consts(tr: Training) -> TrainingConsts:
+    return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
+                          flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
+                          overlap_tp_comm=tr.overlap_tp_comm)
+
+
+def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):
+    try:
+        return constants_from_profile(profile, dtype, hw_ref.gpus_per_node, hw_ref.inter_node_gbytes_per_s)
+    except ValueError as e:
+        raise PlannerError(str(e)) from None
+
+
+def layout_from_parallel(p: Parallel, micro_batch_size: int, gpus: int) -> Layout:
+    return Layout(gpus=gpus, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, vpp=p.vpp, mbs=micro_batch_size,
+                  zero=p.zero_stage, recompute=RECOMPUTE.index(p.recompute), sp=int(p.sp),
+                  schedule=SCHEDULES.index(p.schedule), offload=OFFLOADS.index(p.offload))
+
+
+def _f(x) -> float:
+    return float(np.asarray(x).reshape(-1)[0])
+
+
+def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: float | None,
+                            gpus: int) -> Prediction:
+    g = (lambda k: float(np.asarray(met[k]).reshape(-1)[i]))
+    step = g("step_time_s")
+    warnings = []
+    days = gpu_hours = None
+    if tokens:
+        # Narayanan 2021 eq. 4 (time = 8 T P / (n X)) made exact: steps x predicted step time.
+        seconds = tokens / g("tokens_per_s")
+        days = seconds / 86400
+        gpu_hours = seconds * gpus / 3600
+    return Prediction(
+        memory_bytes_per_gpu=MemoryBreakdown(
+            weights=g("mem_weights"), grads=g("mem_grads"), optimizer=g("mem_optimizer"),
+            activations=g("mem_activations"), other=g("mem_other"), total=g("mem_total"),
+            offloaded=g("mem_offloaded")),
+        time_breakdown=TimeBreakdown(compute_s=g("compute_s"), tp_comm_s=g("tp_comm_s"), pp_comm_s=g("pp_comm_s"),
+                                     dp_comm_s=g("dp_comm_s"), cp_comm_s=g("cp_comm_s"), bubble_s=g("bubble_s"),
+                                     optimizer_s=g("optimizer_s")),
+        step_time_s=step, tokens_per_s=g("tokens_per_s"), model_tflops_per_gpu=g("model_tflops_per_gpu"),
+        hardware_tflops_per_gpu=g("hardware_tflops_per_gpu"), mfu=g("mfu"), hfu=g("hfu"),
+        bubble_fraction=g("bubble_fraction"),
+        comm_bytes_per_step=CommBytes(tp=g("comm_tp_bytes"), pp=g("comm_pp_bytes"), dp=g("comm_dp_bytes"),
+                                      cp=g("comm_cp_bytes")),
+        amdahl=Amdahl(parallel_fraction=g("parallel_fraction"), speedup=g("speedup")),
+        fits=reason is None, reason=reason, usable_memory_bytes=hw.usable_bytes,
+        days_to_train=days, gpu_hours_to_train=gpu_hours, warnings=warnings)
+
+
+def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> str:
+    gb = 1e9
+    if code == "memory":
+        return (f"memory: needs {float(met['mem_total'][i]) / gb:.1f} GB per GPU, "
+                f"{hw.usable_bytes / gb:.1f} GB usable")
+    if code == "host-memory":
+        return (f"host-memory: offload needs {float(met['mem_offloaded'][i]) * min(lay_row['gpus'], hw.gpus_per_node) / gb:.0f} GB"
+                f" per node, {hw.host_memory_bytes_per_node / gb:.0f} GB available")
+    if code == "batch":
+        return f"batch: global_batch_size {gbs} is not divisible by dp({lay_row['dp']}) x micro_batch_size({lay_row['mbs']})"
+    if code == "schedule":
+        return f"schedule: interleaving needs num_microbatches divisible by pp({lay_row['pp']})"
+    if code == "layers":
+        return f"layers: pp x vpp = {lay_row['pp'] * lay_row['vpp']} does not divide the layers"
+    if code == "seq":
+        return f"seq: seq_len is not divisible by 2 x cp({lay_row['cp']})"
+    if code == "offload":
+        return "offload: optimizer offload needs zero_stage >= 1"
+    return code
+
+
+def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Prediction | None) -> Plan:
+    stages = lay_row["pp"] * lay_row["vpp"]
+    m_micro = training.global_batch_size // (lay_row["dp"] * lay_row["mbs"])
+    tr = training.model_copy(update={"micro_batch_size": lay_row["mbs"], "num_microbatches": max(m_micro, 1)})
+    par = Parallel(tp=lay_row["tp"], pp=lay_row["pp"], dp=lay_row["dp"], cp=lay_row["cp"], vpp=lay_row["vpp"],
+                   sp=bool(lay_row["sp"]), zero_stage=lay_row["zero"], recompute=RECOMPUTE[lay_row["recompute"]],
+                   schedule=SCHEDULES[lay_row["schedule"]], offload=OFFLOADS[lay_row["offload"]],
+                   stage_layers=stage_layers(spec.layers, stages))
+    hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
+    return Plan.model_construct(model=spec, hardware=hw, training=tr, parallel=par, prediction=prediction,
+                                search=None, alternatives=[], suggestions=[], schema_version=1)
+
+
+def recommend(model: ModelSpec, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
+              global_batch_size: int = 1024, dtype: str = "bf16", precision: str = "master-weights",
+              gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
+              tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
+              pins: Pins | None = None, flash_attention: bool = True, overlap_grad_reduce: bool = True,
+              overlap_tp_comm: bool = False, suggest: bool = True) -> Plan:
+    """Search the layout space and return the best Plan (alternatives attached).
+    Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits."""
+    pins = pins or Pins()
+    profile = load_hardware(hardware)
+    hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,
+                         inter_node_gbytes_per_s=inter_node_gbytes_per_s)
+    spec = with_param_count(model, seq_len)
+    training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
+                        num_microbatches=1, dtype=dtype, precision=precision, flash_attention=flash_attention,
+                        overlap_grad_reduce=overlap_grad_reduce, overlap_tp_comm=overlap_tp_comm, tokens=tokens)
+    hw = hardware_constants(profile, hw_ref, dtype)
+    m = ModelDims.from_spec(spec, seq_len)
+    tr = training_consts(training)
+    _check_pins(spec, gpus, pins, seq_len)
+    gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node)
+    res = run_search(m, tr, hw, gpu_counts, pins, top_k, objective)
+    info = SearchInfo(candidates=res.candidates, feasible=res.feasible, seconds=round(res.seconds, 4),
+                      infeasible_by_reason=res.infeasible_by_reason, objective=objective)
+    if res.candidates == 0:
+        raise PlannerError(_no_candidates_message(spec, gpus, pins))
+    if res.feasible == 0:
+        return _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, suggest, tokens)
+    plans = []
+    for i in range(len(res.layout)):
+        row = res.layout.row(i)
+        pred = prediction_from_metrics(res.metrics, i, hw, None, tokens, row["gpus"])
+        plans.append(build_plan(spec, hw_ref, training, row, pred))
+    best = plans[0]
+    best.search = info
+    best.alternatives = plans[1:]
+    return best
+
+
+def _gpu_counts_up_to(gpus: int, per_node: int) -> list[int]:
+    counts = [g for g in (1, 2, 4) if g < per_node] + list(range(per_node, gpus + 1, per_node))
+    return [g for g in counts if g <= gpus] or [gpus]
+
+
+def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
+    def need(ok, msg):
+        if not ok:
+            raise PlannerError(msg)
+    for name in ("tp", "pp", "dp", "cp"):
+        v = getattr(pins, name)
+        if v is not None:
+            need(v >= 1, f"--{name} must be a positive integer, got {v}")
+            need(gpus % v == 0, f"--{name} {v} does not divide --gpus {gpus}; pick a divisor of {gpus}")
+    if pins.tp is not None:
+        need(spec.heads % pins.tp == 0 and spec.kv_heads % pins.tp == 0,
+             f"--tp {pins.tp} must divide heads ({spec.heads}) and kv_heads ({spec.kv_heads})")
+    if pins.pp is not None:
+        need(pins.pp <= spec.layers, f"--pp {pins.pp} exceeds the model's {spec.layers} layers")
+    prod = 1
+    for name in ("tp", "pp", "dp", "cp"):
+        prod *= getattr(pins, name) or 1
+    need(gpus % prod == 0, f"pinned degrees multiply to {prod}, which does not divide --gpus {gpus}")
+    if pins.mbs is not None:
+        need(pins.mbs >= 1, f"--mbs must be >= 1, got {pins.mbs}")
+    if pins.vpp is not None:
+        need(pins.vpp >= 1, f"--vpp must be >= 1, got {pins.vpp}")
+    if pins.zero is not None:
+        need(0 <= pins.zero <= 3, f"--zero must be 0, 1, 2 or 3, got {pins.zero}")
+    if pins.sp and pins.tp == 1:
+        raise PlannerError("--sp needs --tp > 1 (sequence parallelism splits activations over the TP group)")
+
+
+def _no_candidates_message(spec, gpus, pins) -> str:
+    return (f"no layout of {gpus} GPUs matches the pinned dimensions for this model "
+            f"(heads {spec.heads}, kv_heads {spec.kv_heads}, layers {spec.layers}); relax a pin such as --tp/--pp/--schedule/--vpp")
+
+
+def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, suggest, tokens) -> Plan:
+    gb = 1e9
+    if res.best_infeasible is not None:
+        lay1, met1 = res.best_infeasible
+        row = lay1.row(0)
+        code = "memory" if float(met1["mem_total"][0]) > hw.usable_bytes else "host-memory"
+        reason = _reason_text(code, met1, 0, hw, row, training.global_batch_size)
+        pred = prediction_from_metrics(met1, 0, hw, reason, tokens, row["gpus"])
+        plan = build_plan(spec, hw_ref, training, row, pred)
+        needed = float(met1["mem_total"][0])
+        msg = (f"nothing fits: the smallest layout needs {needed / gb:.1f} GB per GPU "
+               f"({row['gpus']} x {hw.usable_bytes / gb:.1f} GB usable on {hw_ref.name})")
+    else:
+        counts = ", ".join(f"{k} {v}" for k, v in res.infeasible_by_reason.items())
+        reason = f"no feasible layout ({counts})"
+        plan = None
+        msg = f"nothing fits: every candidate was rejected ({counts})"
+    suggestions = []
+    if suggest:
+        suggestions = _suggestions(spec, hw_ref, training, pins, gpus, hw)
+    if plan is None:
+        raise PlannerError(msg + ("; " + suggestions[0] if suggestions else "; relax the pinned dimensions"))
+    plan.search = info
+    plan.suggestions = suggestions
+    if suggestions:
+        msg += "; " + suggestions[0]
+    raise NothingFits(plan, msg)
+
+
+def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
+    """Fewest GPUs that fit (same pins minus the degree pins), and offload when it helps."""
+    out = []
+    free = Pins(mbs=pins.mbs, recompute=pins.recompute, zero=pins.zero, sp=pins.sp, offload=pins.offload,
+                schedule=pins.schedule)
+    per_node = hw.gpus_per_node
+    candidates = [g for g in (2 ** k for k in range(0, 17)) if g > gpus]
+    candidates = sorted(set(candidates + [per_node * k for k in range(1, 4097) if per_node * k > gpus]))
+    if pins.offload is None or pins.offload == "none":
+        try:
+            rec = recommend(spec, gpus, hardware=hw_ref.name, seq_len=training.seq_len,
+                            global_batch_size=training.global_batch_size, dtype=training.dtype,
+                            precision=training.precision, gpus_per_node=hw_ref.gpus_per_node,
+                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s,
+                            pins=Pins(**{**free.__dict__, "offload": "optimizer"}), top_k=1, suggest=False)
+            out.append(f"--offload optimizer fits on {gpus} GPUs (ZeRO-{rec.parallel.zero_stage}, "
+                       f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
+        except (NothingFits, PlannerError):
+            pass
+    lo = 0
+    # binary-search-free scan over growing counts, capped to keep suggestions fast
+    for g in candidates[:64]:
+        if training.global_batch_size < 1:
+            break
+        try:
+            rec = recommend(spec, g, hardware=hw_ref.name, seq_len=training.seq_len,
+                            global_batch_size=max(training.global_batch_size, 1), dtype=training.dtype,
+                            precision=training.precision, gpus_per_node=hw_ref.gpus_per_node,
+                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, pins=free, top_k=1,
+                            suggest=False)
+            out.append(f"--gpus {g} fits (tp {rec.parallel.tp}, pp {rec.parallel.pp}, dp {rec.parallel.dp}, "
+                       f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
+            break
+        except (NothingFits, PlannerError):
+            lo = g
+            continue
+    del lo
+    if training.precision == "amp":
+        out.append("--precision master-weights stores 16-bit weights (18 B/param with fp32 master) instead of fp32 + casts")
+    return out
+
+
+def evaluate_plan(plan: Plan) -> Plan:
+    """Re-predict a given (possibly hand-edited) plan; never searches."""
+    profile = load_hardware(plan.hardware.name)
+    hw = hardware_constants(profile, plan.hardware, plan.training.dtype)
+    spec = with_param_count(plan.model, plan.training.seq_len)
+    m = ModelDims.from_spec(spec, plan.training.seq_len)
+    tr = training_consts(plan.training)
+    p = plan.parallel
+    if p.stage_layers is not None and p.vpp == 1:
+        expected = stage_layers(spec.layers, p.pp)
+        if list(p.stage_layers) != expected:
+            pass  # the cost model assumes the default split; noted as a warning below
+    lay = layout_from_parallel(p, plan.training.micro_batch_size, plan.hardware.gpus)
+    arr = Layout(**{k: np.array([v]) for k, v in lay.__dict__.items()})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        met = evaluate(m, tr, hw, arr)
+    from .search import infeasibility
+    r = int(infeasibility(m, tr, hw, arr, met)[0])
+    reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size)
+    pred = prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus)
+    if p.stage_layers is not None and p.vpp == 1 and list(p.stage_layers) != stage_layers(spec.layers, p.pp):
+        pred.warnings.append("stage_layers differ from the default split; memory and time assume the default split")
+    return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],
+                                   "suggestions": []})
+
+
+def json_safe(x: float) -> float:
+    return x if math.isfinite(x) else 0.0

@@ -1,0 +1,193 @@
+"""The candidate space and its vectorised evaluation.
+
+One declarative space: structural axes (tp, pp, cp, micro-batch, schedule x vpp) enumerated as
+a few thousand tuples, crossed with the policy axes (ZeRO stage, recompute, sequence
+parallelism, offload) as numpy arrays; every candidate is then evaluated in a single call of
+``cost_models.total.evaluate`` over arrays.  Infeasible candidates are counted by reason and the
+top-k are kept in a fixed order (objective, then a deterministic tie-break).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts
+from cost_models.total import evaluate
+
+MICRO_BATCH_CHOICES = (1, 2, 4, 8, 16, 32)
+MAX_VPP = 8
+MAX_CP = 16
+
+# Reasons a candidate is infeasible, in the order they are checked (first one wins).
+REASONS = ("batch", "schedule", "layers", "seq", "offload", "memory", "host-memory")
+
+
+@dataclass
+class Pins:
+    """Dimensions the user fixed; None = search."""
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    cp: int | None = None
+    mbs: int | None = None
+    vpp: int | None = None
+    zero: int | None = None
+    recompute: str | None = None
+    sp: bool | None = None
+    schedule: str | None = None
+    offload: str | None = None
+
+
+@dataclass
+class SearchResult:
+    layout: Layout  # feasible candidates, sorted best first (top-k)
+    metrics: dict  # arrays aligned with layout
+    candidates: int
+    feasible: int
+    seconds: float
+    infeasible_by_reason: dict = field(default_factory=dict)
+    best_infeasible: tuple | None = None  # (layout, metrics) of the lowest-memory candidate when none fits
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _choices(pin, default):
+    return [pin] if pin is not None else list(default)
+
+
+def structural_space(m: ModelDims, gpus: int, gbs: int, pins: Pins):
+    """Tuples (tp, pp, cp, dp, mbs, schedule_code, vpp).  Only combinations that are *defined*
+    are produced (degrees multiply to the GPU count, tp divides the heads); ones that are defined
+    but unusable (batch, layers, schedule) are kept so they can be counted by reason."""
+    divs = divisors(gpus)
+    tps = [t for t in _choices(pins.tp, divs) if m.heads % t == 0 and m.kv_heads % t == 0 and gpus % t == 0]
+    pps = [p for p in _choices(pins.pp, divs) if p <= m.layers and gpus % p == 0]
+    cps = [c for c in _choices(pins.cp, [d for d in divs if d <= MAX_CP]) if gpus % c == 0]
+    out = []
+    for tp, pp, cp in itertools.product(tps, pps, cps):
+        if gpus % (tp * pp * cp):
+            continue
+        dp = gpus // (tp * pp * cp)
+        if pins.dp is not None and dp != pins.dp:
+            continue
+        for sched_name in _choices(pins.schedule, SCHEDULES):
+            code = SCHEDULES.index(sched_name)
+            if pp == 1 and pins.schedule is None and sched_name != "1f1b":
+                continue  # all schedules coincide without a pipeline
+            if sched_name in ("gpipe", "1f1b"):
+                vpps = [1]
+            elif sched_name == "zbv":
+                vpps = [2]
+            else:
+                vpps = [v for v in range(2, MAX_VPP + 1)] if pins.vpp is None else [pins.vpp]
+            if pins.vpp is not None:
+                vpps = [v for v in vpps if v == pins.vpp]
+            for v in vpps:
+                if v > 1 and pins.vpp is None and m.layers % (pp * v):
+                    continue  # interleaving needs equal chunks; only generate pinned misfits
+                for mbs in _choices(pins.mbs, MICRO_BATCH_CHOICES):
+                    out.append((tp, pp, cp, dp, mbs, code, v))
+    return out
+
+
+def policy_space(pins: Pins):
+    zeros = _choices(pins.zero, range(4))
+    recs = [RECOMPUTE.index(r) for r in _choices(pins.recompute, RECOMPUTE)]
+    sps = [int(s) for s in _choices(pins.sp, (False, True))]
+    offs = [OFFLOADS.index(o) for o in _choices(pins.offload, OFFLOADS)]
+    return list(itertools.product(zeros, recs, sps, offs))
+
+
+def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins) -> Layout:
+    struct = np.array(structural_space(m, gpus, gbs, pins), dtype=np.int64).reshape(-1, 7)
+    policy = np.array(policy_space(pins), dtype=np.int64).reshape(-1, 4)
+    ns, npol = len(struct), len(policy)
+    S = np.repeat(struct, npol, axis=0)
+    P = np.tile(policy, (ns, 1))
+    lay = Layout(gpus=np.full(ns * npol, gpus), tp=S[:, 0], pp=S[:, 1], cp=S[:, 2], dp=S[:, 3], mbs=S[:, 4],
+                 schedule=S[:, 5], vpp=S[:, 6], zero=P[:, 0], recompute=P[:, 1], sp=P[:, 2], offload=P[:, 3])
+    # drop duplicates that are the same plan under another name: sp without TP, ZeRO without DP
+    keep = ~((lay.sp == 1) & (lay.tp == 1)) | (pins.sp is True)
+    keep &= ~((lay.zero > 0) & (lay.dp == 1)) | (pins.zero is not None)
+    return lay.take(np.nonzero(keep)[0])
+
+
+def infeasibility(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, metrics: dict) -> np.ndarray:
+    """Index into REASONS of the first failed check, or -1 where feasible."""
+    gbs = tr.global_batch_size
+    mb = metrics["num_microbatches"]
+    reason = np.full(len(lay), -1)
+
+    def mark(mask, name):
+        nonlocal reason
+        reason = np.where((reason < 0) & mask, REASONS.index(name), reason)
+
+    mark((gbs % (lay.dp * lay.mbs)) != 0, "batch")
+    interleaved = lay.vpp > 1
+    mark(interleaved & ((mb % lay.pp) != 0), "schedule")  # Megatron: m divisible by p when interleaving
+    mark((lay.vpp > 1) & ((m.layers % (lay.pp * lay.vpp)) != 0), "layers")
+    mark((m.seq_len % (2 * lay.cp)) != 0, "seq")  # load-balanced causal CP splits the sequence in 2*cp chunks
+    mark((lay.offload > 0) & (lay.zero == 0), "offload")
+    mark(metrics["mem_total"] > hw.usable_bytes, "memory")
+    per_node = np.minimum(lay.gpus, hw.gpus_per_node)
+    mark(metrics["mem_offloaded"] * per_node > hw.host_memory_bytes_per_node, "host-memory")
+    return reason
+
+
+def sort_key(objective: str, lay: Layout, metrics: dict):
+    """Indices best first.  np.lexsort sorts by the last key first."""
+    step = metrics["step_time_s"]
+    mem = metrics["mem_total"]
+    tie = (lay.tp * 1e6 + lay.pp * 1e3 + lay.cp)  # prefer smaller model parallelism on exact ties
+    if objective == "memory":
+        return np.lexsort((tie, step, mem))
+    if objective == "min-gpus":
+        return np.lexsort((tie, mem, step, lay.gpus))
+    return np.lexsort((tie, mem, step))
+
+
+def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins: Pins, top_k: int,
+               objective: str) -> SearchResult:
+    t0 = time.perf_counter()
+    layouts, metric_list, reasons = [], [], []
+    for g in gpu_counts:
+        lay = build_layouts(m, g, tr.global_batch_size, pins)
+        if len(lay) == 0:
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            met = evaluate(m, tr, hw, lay)
+        layouts.append(lay)
+        metric_list.append(met)
+        reasons.append(infeasibility(m, tr, hw, lay, met))
+    if not layouts:
+        return SearchResult(layout=None, metrics={}, candidates=0, feasible=0,
+                            seconds=time.perf_counter() - t0)
+    lay = Layout(**{k: np.concatenate([getattr(l_, k) for l_ in layouts]) for k in layouts[0].__dict__})
+    met = {k: np.concatenate([np.broadcast_to(mm[k], (len(l_),)) for mm, l_ in zip(metric_list, layouts)])
+           for k in metric_list[0]}
+    reason = np.concatenate(reasons)
+    feasible = np.nonzero(reason < 0)[0]
+    by_reason = {r: int(np.sum(reason == i)) for i, r in enumerate(REASONS) if np.any(reason == i)}
+    best_infeasible = None
+    if len(feasible) == 0:
+        # the closest miss: among candidates that fail only on memory, the smallest footprint
+        mem_only = np.nonzero((reason == REASONS.index("memory")) | (reason == REASONS.index("host-memory")))[0]
+        if len(mem_only):
+            i = mem_only[np.argmin(met["mem_total"][mem_only])]
+            best_infeasible = (lay.take(np.array([i])), {k: v[[i]] for k, v in met.items()})
+        top = lay.take(np.array([], dtype=int))
+        top_met = {k: v[:0] for k, v in met.items()}
+    else:
+        sub = lay.take(feasible)
+        sub_met = {k: v[feasible] for k, v in met.items()}
+        order = sort_key(objective, sub, sub_met)[:top_k]
+        top = sub.take(order)
+        top_met = {k: v[order] for k, v in sub_met.items()}
+    return SearchResult(layout=top, metrics=top_met, candidates=len(lay), feasible=int(len(feasible)),
+                        seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason,
+                        best_infeasible=best_infeasible)

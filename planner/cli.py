@@ -36,8 +36,12 @@ def _err(msg: str) -> None:
 
 
 def _console():
+    """Rich console on stderr; 160 columns when stderr is not a terminal (logs, CI) so tables don't fold."""
     from rich.console import Console
-    return Console(stderr=True)
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        console = Console(stderr=True, width=160)
+    return console
 
 
 def parse_count(text: str, what: str) -> float:
@@ -325,6 +329,53 @@ def export(
     if to == "deepspeed":
         for note in export_notes(plan, to):
             _err(f"note: {note}")
+
+
+@app.command()
+def validate(
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="Reference set name (repeatable); default all."),
+    reference_dir: Optional[str] = typer.Option(None, "--reference-dir", help="Folder of reference JSON files."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Predicted against published for every reference set (per run, median and max error)."""
+    from pathlib import Path
+
+    from .validate import available_sets, summarize, validate_all
+    directory = Path(reference_dir) if reference_dir else None
+    names = available_sets(directory)
+    if not names:
+        raise UserError("no reference sets found; run from a parplan checkout or pass --reference-dir benchmarks/reference")
+    if sets:
+        unknown = [s for s in sets if s not in names]
+        if unknown:
+            raise UserError(f"unknown reference set {unknown[0]!r}; available: {', '.join(names)}")
+        names = list(sets)
+    cases = validate_all(names, directory)
+    summary = summarize(cases)
+    if as_json:
+        _write_json({"cases": [{"set": c.set_name, "run": c.label, "metric": c.metric, "published": c.published,
+                                "predicted": c.predicted, "error": c.error, "note": c.note} for c in cases],
+                     "summary": summary})
+        return
+    from rich.table import Table
+    console = _console()
+    for name in names:
+        t = Table(title=f"{name}", title_justify="left", header_style="bold")
+        for col in ("run", "metric", "published", "predicted", "error", "layout"):
+            t.add_column(col, justify="left" if col in ("run", "metric", "layout") else "right")
+        for c in (c for c in cases if c.set_name == name):
+            lay = ""
+            if c.plan is not None:
+                p = c.plan.parallel
+                lay = f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} v{p.vpp} mbs{c.plan.training.micro_batch_size} {p.recompute}"
+            t.add_row(c.label, c.metric, f"{c.published:.4g}", "-" if c.predicted is None else f"{c.predicted:.4g}",
+                      "-" if c.error is None else f"{c.error:+.1%}", lay or c.note)
+        console.print(t)
+        s = summary[name]
+        fitted = f"; fitted on this set: {s['fitted']}" if s["fitted"] else ""
+        sp = f", Spearman {s['spearman']:.2f}" if s["spearman"] is not None else ""
+        console.print(f"{name}: {s['runs']} runs, median |error| {s['median_abs_error']:.1%}, "
+                      f"max {s['max_abs_error']:.1%}{sp}{fitted}", highlight=False, markup=False)
 
 
 @app.command()

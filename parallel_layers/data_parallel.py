@@ -150,13 +150,15 @@ class ShardedAdamW:
             p.grad = None
 
 
-def apply_fsdp(stage_modules: list[nn.Module], dp_mesh) -> None:
-    """FSDP2 over the dp mesh: each block is its own unit, the stage (embedding, head) the root."""
+def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True) -> None:
+    """FSDP2 over the dp mesh: each block is its own unit (per_block), the stage (embedding, head)
+    the root."""
     from torch.distributed.fsdp import fully_shard
 
     for m in stage_modules:
-        for block in m.blocks:
-            fully_shard(block, mesh=dp_mesh)
+        if per_block:
+            for block in m.blocks:
+                fully_shard(block, mesh=dp_mesh)
         fully_shard(m, mesh=dp_mesh)
 
 
@@ -169,10 +171,10 @@ def fsdp_grad_correction(dp_mesh, device) -> float:
     n = dp_mesh.size()
     if n == 1:
         return 1.0
-    probe = nn.Linear(2 * n, 1, bias=False, device=device)
+    probe = nn.Linear(1, 2 * n, bias=False, device=device)  # weight (2n, 1): two rows per rank
     fully_shard(probe, mesh=dp_mesh)
     r = dp_mesh.get_local_rank()
-    x = torch.full((1, 2 * n), float(r + 1), device=device)
+    x = torch.full((1, 1), float(r + 1), device=device)
     probe(x).sum().backward()
     observed = local_tensor(probe.weight.grad).flatten()[0].item()
     factor = observed / ((n + 1) / 2)

@@ -44,6 +44,7 @@ from parallel_layers.model import ModelConfig, StageModule, init_parameters, ite
 from parallel_layers.pipeline import build_schedule, stages_of_rank, virtual_stage_layers
 
 LOG_PREFIX = "[parplan]"
+ZERO_BUBBLE = ("interleaved-zb", "zbv")
 ADAMW_BETAS = (0.9, 0.95)
 ADAMW_WEIGHT_DECAY = 0.1
 
@@ -124,7 +125,10 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     rt.extra["mesh"] = mesh
     if par.zero_stage == 3:
         rt.fsdp_correction = fsdp_grad_correction(mesh["dp"], device)
-        apply_fsdp(modules, mesh["dp"])
+        # torch 2.13: with per-block FSDP units the zero-bubble schedules (split dI/dW backward)
+        # lose some blocks' gradients (caught by the layout-equivalence test); there each
+        # stage is one FSDP unit.
+        apply_fsdp(modules, mesh["dp"], per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1)
     rt.optimizer = build_optimizer(rt, opts)
     if par.pp > 1:
         rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device, make_loss_fn(coords.tp_group))

@@ -1,0 +1,51 @@
+"""Reassemble per-rank gradient dumps (written by ``train.dump_gradients``) into full logical
+tensors and compare them with a one-rank reference."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def load_dumps(directory) -> list[dict]:
+    files = sorted(Path(directory).glob("rank*.pt"), key=lambda p: int(p.stem[4:]))
+    return [torch.load(f, weights_only=False) for f in files]
+
+
+def assemble(dumps: list[dict], dp_rank: int | None = 0) -> dict[str, torch.Tensor]:
+    """Full logical gradients from the ranks of one dp replica (dp_rank=None: any replica,
+    for ZeRO-2 where only the owner keeps a reduced gradient).  TP shards are concatenated
+    along their split dim; TP-replicated gradients must agree across TP ranks."""
+    shards: dict[str, dict[int, dict]] = {}
+    for d in dumps:
+        if dp_rank is not None and d["dp_rank"] != dp_rank:
+            continue
+        for name, g in d["grads"].items():
+            prev = shards.setdefault(name, {}).get(g["tp_rank"])
+            if prev is not None:
+                torch.testing.assert_close(prev["grad"], g["grad"], rtol=1e-6, atol=1e-9,
+                                           msg=lambda m: f"{name}: copies of the same shard disagree: {m}")
+            shards[name][g["tp_rank"]] = g
+    full = {}
+    for name, by_rank in shards.items():
+        first = next(iter(by_rank.values()))
+        if first["tp_dim"] is None or first["tp_size"] == 1:
+            for g in by_rank.values():
+                torch.testing.assert_close(g["grad"], first["grad"], rtol=1e-5, atol=1e-9,
+                                           msg=lambda m: f"{name}: TP-replicated gradient differs across TP ranks: {m}")
+            full[name] = first["grad"]
+        else:
+            assert sorted(by_rank) == list(range(first["tp_size"])), f"{name}: missing TP shards {sorted(by_rank)}"
+            full[name] = torch.cat([by_rank[r]["grad"] for r in range(first["tp_size"])], dim=first["tp_dim"])
+    return full
+
+
+def max_relative_error(got: dict, ref: dict) -> tuple[float, str]:
+    """max over tensors of max|got - ref| / max|ref|, and the worst tensor's name."""
+    assert set(got) == set(ref), f"parameter sets differ: {sorted(set(got) ^ set(ref))}"
+    worst, worst_name = 0.0, ""
+    for name, r in ref.items():
+        err = (got[name] - r).abs().max().item() / max(r.abs().max().item(), 1e-12)
+        if err > worst:
+            worst, worst_name = err, name
+    return worst, worst_name

@@ -1,0 +1,86 @@
+"""The multi-rank comparison suite as data: one-rank reference jobs and 8-rank jobs, each run in
+a single torchrun invocation by ``run_jobs``; tests read the reports and gradient dumps."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan, write_plan
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 3
+LAYOUT = dict(tp=2, pp=2, dp=2)
+
+# name -> (model, parallel overrides, options); all 8-rank (tp2 x pp2 x dp2)
+PARALLEL_CASES = {
+    "1f1b": (TINY_LLAMA, dict(schedule="1f1b"), {}),
+    "gpipe": (TINY_LLAMA, dict(schedule="gpipe"), {}),
+    "interleaved-1f1b": (TINY_LLAMA, dict(schedule="interleaved-1f1b", vpp=2), {}),
+    "interleaved-zb": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2), {}),
+    "zbv": (TINY_LLAMA, dict(schedule="zbv", vpp=2), {}),
+    "zero1": (TINY_LLAMA, dict(zero_stage=1), {}),
+    "zero2": (TINY_LLAMA, dict(zero_stage=2), {}),
+    "fsdp2": (TINY_LLAMA, dict(zero_stage=3), {}),
+    "sp": (TINY_LLAMA, dict(sp=True), {}),
+    "selective": (TINY_LLAMA, dict(recompute="selective"), {}),
+    "full": (TINY_LLAMA, dict(recompute="full"), {}),
+    "zb-sp-fsdp2-full": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2, sp=True, zero_stage=3, recompute="full"), {}),
+    "gpt-tied": (TINY_GPT, dict(schedule="1f1b"), {}),
+    "gpt-tied-sp-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, sp=True, recompute="selective"), {}),
+    "sgd": (TINY_LLAMA, dict(), {"optimizer": "sgd"}),
+}
+# one-rank references (dp folded into gradient accumulation): name -> (model, options)
+REFERENCE_CASES = {
+    "llama": (TINY_LLAMA, {}),
+    "gpt": (TINY_GPT, {}),
+    "llama-sgd": (TINY_LLAMA, {"optimizer": "sgd"}),
+    "llama-sgd-2x": (TINY_LLAMA, {"optimizer": "sgd", "debug_grad_scale": 2.0}),
+}
+SGD_LR = 0.5
+
+
+def _lr(opts):
+    return SGD_LR if opts.get("optimizer") == "sgd" else 1e-2
+
+
+def _job(tmp: Path, name: str, plan, opts: dict, steps=STEPS) -> dict:
+    d = tmp / name
+    d.mkdir(parents=True, exist_ok=True)
+    o = {"steps": steps, "device": "cpu", "dump_grads": str(d / "grads"), **opts}
+    return {"plan": write_plan(plan, d / "plan.json"), "report": str(d / "report.json"), "opts": o}
+
+
+def reference_jobs(tmp: Path) -> list[dict]:
+    return [_job(tmp, f"ref-{n}", tiny_plan(m, lr=_lr(o)), o) for n, (m, o) in REFERENCE_CASES.items()]
+
+
+def parallel_jobs(tmp: Path) -> list[dict]:
+    jobs = [_job(tmp, n, tiny_plan(m, lr=_lr(o), **LAYOUT, **p), o) for n, (m, p, o) in PARALLEL_CASES.items()]
+    # stop after step 2 with a checkpoint, then resume to step 3 in a fresh runtime
+    plan = tiny_plan(TINY_LLAMA, **LAYOUT, zero_stage=1)
+    ck = str(tmp / "resume" / "ckpt")
+    jobs.append(_job(tmp, "resume-first", plan, {"checkpoint_dir": ck, "checkpoint_every": 2}, steps=2))
+    jobs.append(_job(tmp, "resume-second", plan, {"checkpoint_dir": ck, "resume": True}, steps=STEPS))
+    return jobs
+
+
+def run_jobs(jobs: list[dict], nproc: int, tmp: Path, name: str, timeout=600) -> subprocess.CompletedProcess:
+    path = tmp / f"{name}.jobs.json"
+    path.write_text(json.dumps(jobs))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+           "-m", "tests.runtime_helpers.multi_run", str(path)]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+if __name__ == "__main__":
+    import time
+    tmp = Path(sys.argv[1])
+    for nm, jobs, n in (("ref", reference_jobs(tmp), 1), ("par", parallel_jobs(tmp), 8)):
+        t = time.time()
+        r = run_jobs(jobs, n, tmp, nm)
+        print(nm, r.returncode, f"{time.time() - t:.1f}s")
+        print("\n".join(l for l in (r.stdout + r.stderr).splitlines() if "[parplan]" in l or "Error" in l)[-6000:])

@@ -1,0 +1,157 @@
+"""Cost-model formulas against hand-derived and published numbers."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cost_models import comm
+from cost_models.hardware import constants_from_profile
+from cost_models.layout import Layout, ModelDims, TrainingConsts, stage_layer_counts, stage_layers
+from cost_models.memory import activation_bytes_per_layer, in_flight_microbatches, memory_breakdown
+from cost_models.params import narayanan_eq2, param_counts
+from cost_models.total import bubble_factor, evaluate
+from hardware_profiles import load_profile
+from planner.schema import ModelSpec
+
+REF = Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
+
+
+def gpt(layers, hidden, heads, vocab=51200, tied=True):
+    return ModelSpec(arch="gpt", layers=layers, hidden=hidden, heads=heads, kv_heads=heads, ffn_hidden=4 * hidden,
+                     vocab=vocab, tied_embeddings=tied)
+
+
+def test_eq2_reproduces_every_table1_parameter_count():
+    rows = json.loads((REF / "megatron_sc21_table1.json").read_text())["rows"]
+    for r in rows:
+        eq2 = narayanan_eq2(r["layers"], r["hidden"], 51200, 2048)
+        assert round(eq2 / 1e9, 1) == pytest.approx(r["params_billion"], abs=0.051)
+        # our per-tensor count equals eq. 2 plus the final LayerNorm (2h), which eq. 2 leaves out
+        ours = param_counts(gpt(r["layers"], r["hidden"], r["heads"]), 2048)["total"]
+        assert ours - eq2 == pytest.approx(2 * r["hidden"], abs=1e-3 * r["hidden"])
+
+
+def test_llama3_8b_count_by_hand():
+    spec = ModelSpec(arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256)
+    # per layer: q,o 2*4096^2; k,v 2*4096*1024; mlp 3*4096*14336; norms 2*4096
+    per_layer = 2 * 4096 ** 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    total = 32 * per_layer + 2 * 128256 * 4096 + 4096
+    assert param_counts(spec, 8192)["total"] == total == 8_030_261_248
+
+
+def test_ring_collective_volumes():
+    # all-reduce moves 2(n-1)/n of the buffer, all-gather (n-1)/n; a group of one moves nothing
+    t, moved = comm.all_reduce(8e9, 8, 100e9, 0.0)
+    assert moved == pytest.approx(2 * 7 / 8 * 8e9)
+    assert t == pytest.approx(moved / 100e9)
+    t, moved = comm.all_gather(8e9, 4, 100e9, 1e-6)
+    assert moved == pytest.approx(3 / 4 * 8e9)
+    assert t == pytest.approx(moved / 100e9 + 3e-6)
+    assert comm.all_reduce(8e9, 1, 100e9, 1e-6) == (0.0, 0.0)
+
+
+def _lay(**kw):
+    base = dict(gpus=8, tp=1, pp=1, dp=8, cp=1, vpp=1, mbs=1, zero=0, recompute=0, sp=0, schedule=1, offload=0)
+    base.update(kw)
+    return Layout(**base)
+
+
+def test_bubble_factors():
+    # Narayanan 2021: (p-1)/m of the ideal time for 1F1B, (p-1)/(v m) interleaved
+    assert bubble_factor(_lay(pp=4, schedule=1), 16) == pytest.approx(3)
+    assert bubble_factor(_lay(pp=4, vpp=2, schedule=2), 16) == pytest.approx(1.5)
+    # zero-bubble schedules: no bubble once m >= p
+    assert bubble_factor(_lay(pp=4, vpp=2, schedule=4), 16) == pytest.approx(0)
+    assert bubble_factor(_lay(pp=4, vpp=2, schedule=4), 2) == pytest.approx(1.5 * 0.5)
+
+
+def test_in_flight_microbatches():
+    assert in_flight_microbatches(_lay(pp=4, schedule=1), 16) == 4       # 1F1B: p
+    assert in_flight_microbatches(_lay(pp=4, schedule=0), 16) == 16      # GPipe: m
+    # interleaved: (v p + p - 1) chunks of L/(p v) layers = (1 + (p-1)/(p v)) full stages (Korthikanti 4.2.3)
+    assert in_flight_microbatches(_lay(pp=4, vpp=2, schedule=2), 16) == pytest.approx(4 * (1 + 3 / 8))
+
+
+def test_stage_layers_uneven():
+    assert stage_layers(126, 16) == [7] + [8] * 14 + [7]
+    assert sum(stage_layers(126, 16)) == 126
+    assert stage_layers(10, 1) == [10]
+    assert stage_layers(5, 2) == [3, 2]
+    for L in (1, 7, 32, 95, 126):
+        for s in (1, 2, 3, 4, 8, 16):
+            if s > L:
+                continue
+            sizes = stage_layers(L, s)
+            f, mid, last = stage_layer_counts(L, np.array([s]))
+            assert (f[0], last[0]) == (sizes[0], sizes[-1])
+            assert mid[0] == (max(sizes[1:-1]) if s > 2 else sizes[0])
+
+
+def test_activation_memory_by_hand():
+    # llama block, flash attention, no recompute, no SP, tp=1: per token bytes =
+    # 2 * (4h + 2*qw + 2*kvw + 4*ffn) + 8 (norm stats) + 4*heads (lse)
+    spec = ModelSpec(arch="llama", layers=2, hidden=1024, heads=8, kv_heads=4, ffn_hidden=2816, vocab=1000)
+    m = ModelDims.from_spec(spec, 2048)
+    per_tok = 2 * (4 * 1024 + 2 * 1024 + 2 * 512 + 4 * 2816) + 8 + 4 * 8
+    got = activation_bytes_per_layer(m, _lay(mbs=2), 2, True)
+    assert got == pytest.approx(2 * 2048 * per_tok)
+    # full recompute keeps only the block input: 2 bytes x h per token
+    assert activation_bytes_per_layer(m, _lay(mbs=2, recompute=2), 2, True) == pytest.approx(2 * 2048 * 2 * 1024)
+    # tensor + sequence parallel divides everything by tp (Korthikanti's 34/t)
+    a1 = activation_bytes_per_layer(m, _lay(mbs=2, tp=4, sp=1), 2, True)
+    assert a1 == pytest.approx(2 * 2048 * ((per_tok - 8) / 4 + 8), rel=1e-9)
+
+
+def test_model_states_by_recipe_and_zero():
+    spec = gpt(4, 1024, 16)
+    m = ModelDims.from_spec(spec, 1024)
+    counts = param_counts(spec, 1024)
+    for precision, per_param in (("master-weights", (2, 4, 12)), ("amp", (4, 4, 8))):
+        tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision=precision, flash_attention=True,
+                            overlap_grad_reduce=True, overlap_tp_comm=False)
+        mem = memory_breakdown(m, _lay(dp=8, zero=0), tr, 1)
+        # one stage holds every parameter (tied head shares the embedding)
+        assert mem["weights"] == pytest.approx(counts["total"] * per_param[0])
+        assert mem["grads"] == pytest.approx(counts["total"] * per_param[1])
+        assert mem["optimizer"] == pytest.approx(counts["total"] * per_param[2])
+        z1 = memory_breakdown(m, _lay(dp=8, zero=1), tr, 1)
+        assert z1["optimizer"] == pytest.approx(counts["total"] * per_param[2] / 8)
+        z3 = memory_breakdown(m, _lay(dp=8, zero=3), tr, 1)
+        assert z3["weights"] == pytest.approx(counts["total"] * per_param[0] / 8)
+        assert z3["grads"] == pytest.approx(counts["total"] * per_param[1] / 8)
+        off = memory_breakdown(m, _lay(dp=8, zero=1, offload=1), tr, 1)
+        assert off["optimizer"] == 0 and off["offloaded"] == pytest.approx(counts["total"] * per_param[2] / 8)
+
+
+def test_mfu_definition():
+    """MFU = tokens/s x (6 x matmul params + 12 L h s) / (GPUs x peak)."""
+    spec = ModelSpec(arch="llama", layers=24, hidden=2048, heads=16, kv_heads=8, ffn_hidden=5632, vocab=32000)
+    m = ModelDims.from_spec(spec, 2048)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    tr = TrainingConsts(global_batch_size=4, dtype="bf16", precision="amp", flash_attention=True,
+                        overlap_grad_reduce=True, overlap_tp_comm=False)
+    out = evaluate(m, tr, hw, _lay(gpus=1, dp=1, mbs=4))
+    counts = param_counts(spec, 2048)
+    flops_tok = 6 * (counts["total"] - counts["embedding"] - 24 * 2 * 2048 - 2048) + 12 * 24 * 2048 * 2048
+    assert float(out["model_flops_per_token"]) == pytest.approx(flops_tok)
+    mfu = float(out["tokens_per_s"]) * flops_tok / (1 * 989.4e12)
+    assert float(out["mfu"]) == pytest.approx(mfu)
+    # one GPU: Amdahl speedup 1, no communication
+    assert float(out["comm_dp_bytes"]) == 0 and float(out["comm_tp_bytes"]) == 0
+
+
+def test_tp_across_nodes_pays_inter_node_tier():
+    spec = gpt(8, 8192, 64)
+    m = ModelDims.from_spec(spec, 2048)
+    tr = TrainingConsts(global_batch_size=16, dtype="bf16", precision="master-weights", flash_attention=True,
+                        overlap_grad_reduce=True, overlap_tp_comm=False)
+    prof = load_profile("h100-sxm-80gb")
+    inside = evaluate(m, tr, constants_from_profile(prof, "bf16", gpus_per_node=16), _lay(gpus=16, tp=16, dp=1))
+    across = evaluate(m, tr, constants_from_profile(prof, "bf16", gpus_per_node=8), _lay(gpus=16, tp=16, dp=1))
+    # by hand: 16 micro-batches x 8 blocks x 4 all-reduces of 2048 x 8192 x 2 bytes, ring over 16 ranks
+    msg = 2048 * 8192 * 2
+    for out, tier in ((inside, prof.nvlink), (across, prof.inter_node)):
+        one = 2 * 15 / 16 * msg / (tier.gbytes_per_s * 1e9 * tier.efficiency) + 2 * 15 * tier.latency_s
+        assert float(out["tp_comm_s"]) == pytest.approx(16 * 8 * 4 * one, rel=1e-6)
+    assert float(across["tp_comm_s"]) > 5 * float(inside["tp_comm_s"])

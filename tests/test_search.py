@@ -1,0 +1,152 @@
+"""The vectorised search: array path = scalar path, plan properties, presets x profiles, speed."""
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import hardware_profiles
+from cost_models.hardware import constants_from_profile
+from cost_models.layout import Layout, ModelDims, TrainingConsts
+from cost_models.total import evaluate
+from planner.core import NothingFits, evaluate_plan, recommend
+from planner.models import list_presets, load_preset
+from planner.schema import Plan
+from planner.search import Pins, build_layouts
+
+
+def _setup(name="llama3-70b", gpus=64, seq=4096, gbs=512):
+    spec = load_preset(name)
+    m = ModelDims.from_spec(spec, seq)
+    tr = TrainingConsts(global_batch_size=gbs, dtype="bf16", precision="master-weights", flash_attention=True,
+                        overlap_grad_reduce=True, overlap_tp_comm=False)
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    return spec, m, tr, hw, build_layouts(m, gpus, gbs, Pins())
+
+
+def test_array_path_matches_scalar_path_on_1000_random_candidates():
+    """The search evaluates all candidates as arrays in one call; a plain per-candidate call
+    with Python scalars must give the same numbers (catches broadcasting/branch bugs)."""
+    _, m, tr, hw, lay = _setup()
+    assert len(lay) > 5000
+    with np.errstate(divide="ignore", invalid="ignore"):
+        arrays = evaluate(m, tr, hw, lay)
+    rng = np.random.default_rng(0)
+    idx = rng.choice(len(lay), size=1000, replace=False)
+    keys = ["step_time_s", "mfu", "hfu", "mem_total", "mem_activations", "mem_weights", "comm_dp_bytes",
+            "comm_tp_bytes", "comm_pp_bytes", "bubble_fraction", "parallel_fraction"]
+    for i in idx:
+        row = lay.row(int(i))
+        scalar_layout = Layout(**{k: int(v) for k, v in row.items()})
+        with np.errstate(divide="ignore", invalid="ignore"):
+            one = evaluate(m, tr, hw, scalar_layout)
+        for k in keys:
+            a, b = float(arrays[k][i]), float(one[k])
+            assert a == pytest.approx(b, rel=1e-9, abs=1e-12), (k, row)
+
+
+def test_search_counts_candidates_and_reasons():
+    plan = recommend(load_preset("llama3-70b"), 64)
+    s = plan.search
+    assert s.candidates > 10_000
+    assert 0 < s.feasible < s.candidates
+    assert s.feasible + sum(s.infeasible_by_reason.values()) == s.candidates
+    assert "memory" in s.infeasible_by_reason
+
+
+@pytest.mark.parametrize("objective", ["throughput", "memory", "min-gpus"])
+def test_recommended_plans_are_valid(objective):
+    spec = load_preset("llama3-8b")
+    best = recommend(spec, 32, objective=objective, top_k=5)
+    plans = [best] + best.alternatives
+    for p in plans:
+        par = p.parallel
+        assert par.tp * par.pp * par.dp * par.cp == p.hardware.gpus
+        assert spec.heads % par.tp == 0 and spec.kv_heads % par.tp == 0
+        assert p.training.global_batch_size == par.dp * p.training.micro_batch_size * p.training.num_microbatches
+        assert sum(par.stage_layers) == spec.layers and len(par.stage_layers) == par.pp * par.vpp
+        pr = p.prediction
+        assert pr.fits and pr.memory_bytes_per_gpu.total <= pr.usable_memory_bytes
+        Plan.model_validate(p.model_dump(mode="json"))  # strict schema round-trip
+    key = {"throughput": lambda p: p.prediction.step_time_s,
+           "memory": lambda p: p.prediction.memory_bytes_per_gpu.total,
+           "min-gpus": lambda p: p.hardware.gpus}[objective]
+    assert [key(p) for p in plans] == sorted(key(p) for p in plans)
+
+
+def test_pins_fully_pinned_evaluates_exactly_one_layout():
+    spec = load_preset("llama3-8b")
+    pins = Pins(tp=2, pp=2, dp=2, cp=1, mbs=1, vpp=1, zero=1, recompute="selective", sp=True, schedule="1f1b",
+                offload="none")
+    plan = recommend(spec, 8, pins=pins, global_batch_size=64)
+    assert plan.search.candidates == 1
+    assert (plan.parallel.tp, plan.parallel.pp, plan.parallel.dp) == (2, 2, 2)
+
+
+def test_evaluate_reproduces_the_search_prediction():
+    plan = recommend(load_preset("llama3-70b"), 64, top_k=3)
+    for p in [plan] + plan.alternatives:
+        again = evaluate_plan(Plan.model_validate(p.model_dump(mode="json")))
+        assert again.prediction.step_time_s == pytest.approx(p.prediction.step_time_s, rel=1e-9)
+        assert again.prediction.memory_bytes_per_gpu.total == pytest.approx(p.prediction.memory_bytes_per_gpu.total)
+
+
+def test_70b_on_8_gpus_fits_only_with_offload():
+    spec = load_preset("llama2-70b")
+    plan = recommend(spec, 8, global_batch_size=64)
+    assert plan.parallel.offload == "optimizer"
+    with pytest.raises(NothingFits) as e:
+        recommend(spec, 8, global_batch_size=64, pins=Pins(offload="none"))
+    assert not e.value.plan.prediction.fits
+    assert "memory" in e.value.plan.prediction.reason
+    assert any("--gpus" in s for s in e.value.plan.suggestions)
+
+
+@pytest.mark.parametrize("hardware", hardware_profiles.list_profiles())
+def test_smoke_every_profile_and_preset(hardware):
+    for name in list_presets():
+        spec = load_preset(name)
+        gpus = 8 if spec.layers * spec.hidden < 40 * 8192 else 64
+        try:
+            plan = recommend(spec, gpus, hardware=hardware, global_batch_size=256, seq_len=2048, top_k=1,
+                             suggest=False)
+        except NothingFits as e:
+            plan = e.plan
+            assert not plan.prediction.fits and plan.prediction.reason
+        pr = plan.prediction
+        assert np.isfinite(pr.step_time_s) and pr.step_time_s > 0
+        assert 0 < pr.mfu < 1 and pr.hfu >= pr.mfu
+        assert 0 <= pr.bubble_fraction < 1
+        assert 0 < pr.amdahl.parallel_fraction <= 1.0 + 1e-9
+
+
+def _timed(cmd):
+    best = None
+    out = None
+    for _ in range(3):
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    return best, out
+
+
+def test_speed_bars():
+    """Bars: 70e9 on 8 GPUs <= 1 s wall (torch never imported), llama3-405b on 16384 GPUs <= 3 s
+    with >= 10,000 candidates.  Best of three runs; a little slack for a loaded CI machine."""
+    t, out = _timed([sys.executable, "-m", "planner.cli", "recommend", "--params", "70e9", "--gpus", "8", "--json"])
+    assert out.returncode == 0, out.stderr
+    json.loads(out.stdout)
+    assert t <= 1.5, t
+    t, out = _timed([sys.executable, "-m", "planner.cli", "recommend", "--model", "llama3-405b", "--gpus", "16384",
+                     "--json"])
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["search"]["candidates"] >= 10_000
+    assert t <= 4.0, t
+    probe = subprocess.run([sys.executable, "-c", "import sys, planner.cli, planner.core, planner.search; "
+                            "from planner.core import recommend; from planner.models import load_preset; "
+                            "recommend(load_preset('llama3-8b'), 8); print('torch' in sys.modules)"],
+                           capture_output=True, text=True)
+    assert probe.stdout.strip() == "False", probe.stderr

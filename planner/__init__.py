@@ -1,0 +1,24 @@
+"""parplan planner: model/hardware/plan descriptions, the layout search and the CLI.
+
+A small Python API mirrors the CLI (imported lazily so `parplan` starts fast):
+
+    from planner import recommend, evaluate_plan, load_preset, Pins
+    plan = recommend(load_preset("llama3-70b"), gpus=64)
+    plan.parallel, plan.prediction.mfu
+
+Nothing in this package imports torch; only `parplan launch` (planner.launch) starts it, in a
+torchrun subprocess.
+"""
+__all__ = ["recommend", "evaluate_plan", "load_preset", "model_from_params", "Pins", "Plan", "ModelSpec",
+           "NothingFits", "PlannerError"]
+
+_WHERE = {"recommend": "core", "evaluate_plan": "core", "NothingFits": "core", "PlannerError": "core",
+          "load_preset": "models", "model_from_params": "models", "Pins": "search", "Plan": "schema",
+          "ModelSpec": "schema"}
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        import importlib
+        return getattr(importlib.import_module(f"planner.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")

@@ -309,11 +309,21 @@ def launch(
         raise UserError(f"--node-rank must be in 0..{nnodes - 1}, got {node_rank}")
     if checkpoint_every < 0:
         raise UserError(f"--checkpoint-every must be >= 0, got {checkpoint_every}")
-    from .launch import launch as do_launch
-    code = do_launch(plan_file, steps=steps, device=device, dry_run=dry_run, report=report, nnodes=nnodes,
+    if plan_file != "-":
+        read_plan(plan_file)  # same one-line errors as evaluate/export before anything starts
+    try:
+        from .launch import launch as do_launch
+    except ImportError as e:
+        raise UserError(f"parplan launch is not available in this installation ({_one_line(e)}); "
+                        "use `parplan export` to run the plan with another framework") from None
+    from .core import PlannerError
+    try:
+        code = do_launch(plan_file, steps=steps, device=device, dry_run=dry_run, report=report, nnodes=nnodes,
                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
                      checkpoint_every=checkpoint_every, resume=resume, data=data)
-    raise typer.Exit(code)
+    except PlannerError as e:
+        raise UserError(str(e)) from None
+    raise typer.Exit(int(code or 0))
 
 
 @app.command()
@@ -462,31 +472,78 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version_cal
     pass
 
 
+def _usage_exceptions():
+    """The UsageError/ClickException/NoArgsIsHelpError classes of whichever click typer runs on (recent typer
+    vendors its own copy as typer._click; older ones use click), both when both are importable."""
+    mods = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mods.append(__import__(name, fromlist=["UsageError"]))
+        except ImportError:
+            pass
+    def pick(attr):
+        return tuple(getattr(m, attr) for m in mods if hasattr(m, attr))
+    return pick("NoArgsIsHelpError"), pick("UsageError"), pick("ClickException"), pick("Exit"), pick("Abort")
+
+
+def _usage_line(e) -> str:
+    ctx = getattr(e, "ctx", None)
+    path = getattr(ctx, "command_path", "") or ""
+    hint = f" (see `parplan {path.split(' ', 1)[1]} --help`)" if " " in path else " (see `parplan --help`)"
+    return f"error: {_one_line(Exception(e.format_message()))}{hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: runs typer without its standalone handler so every error is one stderr line."""
-    import click
+    """Entry point: runs typer without its standalone handler so every error is one stderr line.
+
+    Exit codes: 0 success, 2 invalid input or usage, 3 nothing fits, 1 an internal error (one line;
+    PARPLAN_DEBUG=1 shows the traceback), 130 interrupted, else the launched job's code."""
+    import os
+    no_args_help, usage, click_exc, click_exit, click_abort = _usage_exceptions()
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="parplan")
-        return int(rv or 0)
+        return int(rv or 0) if isinstance(rv, int) or rv is None else 0
     except UserError as e:
         _err(f"error: {e}")
         return EXIT_INVALID
-    except click.exceptions.NoArgsIsHelpError:
+    except no_args_help as e:
+        ctx = getattr(e, "ctx", None)
+        if ctx is not None:
+            sys.stdout.write(ctx.get_help().rstrip("\n") + "\n")
         return 0
-    except click.exceptions.UsageError as e:
-        hint = f" (see `parplan {e.ctx.command_path.split(' ', 1)[1]} --help`)" if e.ctx and " " in e.ctx.command_path else " (see `parplan --help`)"
-        _err(f"error: {_one_line(Exception(e.format_message()))}{hint}")
+    except usage as e:
+        _err(_usage_line(e))
         return EXIT_INVALID
-    except click.exceptions.Exit as e:
-        return e.exit_code
-    except click.exceptions.Abort:
+    except click_exc as e:
+        _err(f"error: {_one_line(Exception(e.format_message()))}")
+        return EXIT_INVALID
+    except (typer.Exit, *click_exit) as e:
+        return int(getattr(e, "exit_code", 0) or 0)
+    except (typer.Abort, *click_abort):
         _err("error: aborted")
         return 130
     except BrokenPipeError:
+        try:  # stdout's reader went away (`| head`): silence the flush at interpreter exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         return 0
     except KeyboardInterrupt:
         _err("error: interrupted")
         return 130
+    except Exception as e:  # noqa: BLE001 - last resort: one line instead of a traceback
+        if os.environ.get("PARPLAN_DEBUG"):
+            raise
+        where = ""
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None:
+            where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+        _err(f"error: internal error {e.__class__.__name__}{where}: {_one_line(e)[:300]} "
+             "(a bug in parplan; rerun with PARPLAN_DEBUG=1 for the traceback and report it)")
+        return 1
 
 
 def console_main() -> None:

@@ -123,84 +123,120 @@ def _plan_json(plan) -> dict:
     return plan.model_dump(mode="json", exclude_none=False)
 
 
+# Options shared by recommend and sweep (model, hardware, training, pins): declared once and spliced into
+# each command's signature by @_model_options, which hands them to the command as one `opts` namespace.
+_MODEL_OPTIONS = [
+    ("params", Optional[str], None, ("--params",), "Parameter count (70e9, 70B): derive a standard llama-style shape."),
+    ("model", Optional[str], None, ("--model", "-m"), "Preset name (parplan models list)."),
+    ("model_config", Optional[str], None, ("--model-config",), "Hugging Face config.json."),
+    ("arch", Optional[str], None, ("--arch",), "llama or gpt (explicit shape or --params)."),
+    ("layers", Optional[int], None, ("--layers",), None),
+    ("hidden", Optional[int], None, ("--hidden",), None),
+    ("heads", Optional[int], None, ("--heads",), None),
+    ("kv_heads", Optional[int], None, ("--kv-heads",), None),
+    ("ffn_hidden", Optional[int], None, ("--ffn-hidden",), None),
+    ("vocab", Optional[int], None, ("--vocab",), None),
+    ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
+    ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), None),
+    ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
+    ("seq_len", int, 4096, ("--seq-len",), None),
+    ("global_batch_size", int, 1024, ("--global-batch-size",), "Sequences per optimizer step."),
+    ("dtype", str, "bf16", ("--dtype",), "bf16 or fp16."),
+    ("precision", str, "master-weights", ("--precision",), "master-weights (16-bit weights + fp32 master, 18 B/param), amp (fp32 weights under autocast) or fp32."),
+    ("tokens", Optional[str], None, ("--tokens",), "Total training tokens (reports days and GPU-hours)."),
+    ("tp", Optional[int], None, ("--tp",), None),
+    ("pp", Optional[int], None, ("--pp",), None),
+    ("dp", Optional[int], None, ("--dp",), None),
+    ("cp", Optional[int], None, ("--cp",), None),
+    ("mbs", Optional[int], None, ("--mbs",), "Micro-batch size (micro_batch_size)."),
+    ("vpp", Optional[int], None, ("--vpp",), "Model chunks per pipeline rank."),
+    ("zero", Optional[int], None, ("--zero",), "ZeRO stage 0-3 (zero_stage)."),
+    ("recompute", Optional[str], None, ("--recompute",), "none, selective or full."),
+    ("sp", Optional[bool], None, ("--sp/--no-sp",), "Sequence parallelism."),
+    ("schedule", Optional[str], None, ("--schedule",), "gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv."),
+    ("offload", Optional[str], None, ("--offload",), "none or optimizer."),
+    ("flash_attention", bool, True, ("--flash-attention/--no-flash-attention",), None),
+    ("overlap_grad_reduce", bool, True, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), None),
+    ("overlap_tp_comm", bool, False, ("--overlap-tp-comm/--no-overlap-tp-comm",), None),
+]
+
+
+def _model_options(func):
+    """Add the shared model/hardware/training/pin options to a command whose last parameter is `opts`."""
+    import functools
+    import inspect
+    from types import SimpleNamespace
+
+    names = [o[0] for o in _MODEL_OPTIONS]
+    own = [p for p in inspect.signature(func).parameters.values() if p.name != "opts"]
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=typ,
+                                default=typer.Option(default, *flags, help=help_))
+              for name, typ, default, flags, help_ in _MODEL_OPTIONS]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs):
+        opts = SimpleNamespace(**{n: kwargs.pop(n) for n in names})
+        return func(**kwargs, opts=opts)
+
+    wrapper.__signature__ = inspect.Signature([p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared)
+    hints = {k: v for k, v in func.__annotations__.items() if k not in ("opts", "return")}
+    wrapper.__annotations__ = {**hints, **{name: typ for name, typ, *_ in _MODEL_OPTIONS}}
+    del wrapper.__wrapped__  # typer must see the new signature, not the original one
+    return wrapper
+
+
+def _prepare(opts, gpus: int | None = None):
+    """Validate the shared options; returns (model spec, keyword arguments for core.recommend)."""
+    from .search import Pins
+    o = opts
+    _check_choice("dtype", o.dtype, ("bf16", "fp16"))
+    _check_choice("precision", o.precision, ("master-weights", "amp", "fp32"))
+    for name, choices in (("recompute", ("none", "selective", "full")),
+                          ("schedule", ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")),
+                          ("offload", ("none", "optimizer")), ("arch", ("llama", "gpt"))):
+        if getattr(o, name) is not None:
+            _check_choice(name, getattr(o, name), choices)
+    if gpus is not None:
+        _positive("gpus", gpus, allow_none=False, upper=1_000_000)
+    _positive("seq-len", o.seq_len, allow_none=False, upper=10_000_000)
+    _positive("global-batch-size", o.global_batch_size, allow_none=False, upper=100_000_000)
+    _positive("gpus-per-node", o.gpus_per_node, upper=1_000_000)
+    _positive("inter-node-bandwidth", o.inter_node_bandwidth, upper=1e6)
+    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "tp", "pp", "dp", "cp", "mbs", "vpp"):
+        _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
+    if o.zero is not None and o.zero not in (0, 1, 2, 3):
+        raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
+    n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None
+    spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
+                               o.ffn_hidden, o.vocab, o.seq_len)
+    if why:
+        _err(f"note: {why}")
+    pins = Pins(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, mbs=o.mbs, vpp=o.vpp, zero=o.zero, recompute=o.recompute,
+                sp=o.sp, schedule=o.schedule, offload=o.offload)
+    kwargs = dict(hardware=o.hardware, seq_len=o.seq_len, global_batch_size=o.global_batch_size, dtype=o.dtype,
+                  precision=o.precision, gpus_per_node=o.gpus_per_node,
+                  inter_node_gbytes_per_s=o.inter_node_bandwidth, tokens=n_tokens, pins=pins,
+                  flash_attention=o.flash_attention, overlap_grad_reduce=o.overlap_grad_reduce,
+                  overlap_tp_comm=o.overlap_tp_comm)
+    return spec, kwargs
+
+
 @app.command()
+@_model_options
 def recommend(
-    params: Optional[str] = typer.Option(None, "--params", help="Parameter count (70e9, 70B): derive a standard llama-style shape."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name (parplan models list)."),
-    model_config: Optional[str] = typer.Option(None, "--model-config", help="Hugging Face config.json."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="llama or gpt (explicit shape or --params)."),
-    layers: Optional[int] = typer.Option(None, "--layers"),
-    hidden: Optional[int] = typer.Option(None, "--hidden"),
-    heads: Optional[int] = typer.Option(None, "--heads"),
-    kv_heads: Optional[int] = typer.Option(None, "--kv-heads"),
-    ffn_hidden: Optional[int] = typer.Option(None, "--ffn-hidden"),
-    vocab: Optional[int] = typer.Option(None, "--vocab"),
     gpus: int = typer.Option(8, "--gpus", help="GPUs in the job (the maximum for --objective min-gpus)."),
-    hardware: str = typer.Option("h100-sxm-80gb", "--hardware", help="Profile name or path (parplan hardware list)."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
-    inter_node_bandwidth: Optional[float] = typer.Option(None, "--inter-node-bandwidth", help="GB/s per GPU per direction."),
-    seq_len: int = typer.Option(4096, "--seq-len"),
-    global_batch_size: int = typer.Option(1024, "--global-batch-size", help="Sequences per optimizer step."),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp16."),
-    precision: str = typer.Option("master-weights", "--precision", help="master-weights (16-bit weights + fp32 master, 18 B/param), amp (fp32 weights under autocast) or fp32."),
-    tokens: Optional[str] = typer.Option(None, "--tokens", help="Total training tokens (reports days and GPU-hours)."),
     objective: str = typer.Option("throughput", "--objective", help="throughput, min-gpus or memory."),
     top: int = typer.Option(5, "--top", help="Plans to show."),
-    tp: Optional[int] = typer.Option(None, "--tp"),
-    pp: Optional[int] = typer.Option(None, "--pp"),
-    dp: Optional[int] = typer.Option(None, "--dp"),
-    cp: Optional[int] = typer.Option(None, "--cp"),
-    mbs: Optional[int] = typer.Option(None, "--mbs", help="Micro-batch size (micro_batch_size)."),
-    vpp: Optional[int] = typer.Option(None, "--vpp", help="Model chunks per pipeline rank."),
-    zero: Optional[int] = typer.Option(None, "--zero", help="ZeRO stage 0-3 (zero_stage)."),
-    recompute: Optional[str] = typer.Option(None, "--recompute", help="none, selective or full."),
-    sp: Optional[bool] = typer.Option(None, "--sp/--no-sp", help="Sequence parallelism."),
-    schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv."),
-    offload: Optional[str] = typer.Option(None, "--offload", help="none or optimizer."),
-    flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention"),
-    overlap_grad_reduce: bool = typer.Option(True, "--overlap-grad-reduce/--no-overlap-grad-reduce"),
-    overlap_tp_comm: bool = typer.Option(False, "--overlap-tp-comm/--no-overlap-tp-comm"),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout (only JSON)."),
+    opts=None,
 ):
     """Search TP x PP x DP (x CP, vpp, micro-batch, ZeRO, recompute, schedule) layouts and rank them."""
     from .core import NothingFits, PlannerError, recommend as do_recommend
-    from .search import Pins
-    _check_choice("dtype", dtype, ("bf16", "fp16"))
-    _check_choice("precision", precision, ("master-weights", "amp", "fp32"))
     _check_choice("objective", objective, ("throughput", "min-gpus", "memory"))
-    if recompute is not None:
-        _check_choice("recompute", recompute, ("none", "selective", "full"))
-    if schedule is not None:
-        _check_choice("schedule", schedule, ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv"))
-    if offload is not None:
-        _check_choice("offload", offload, ("none", "optimizer"))
-    if arch is not None:
-        _check_choice("arch", arch, ("llama", "gpt"))
-    _positive("gpus", gpus, allow_none=False, upper=1_000_000)
-    _positive("seq-len", seq_len, allow_none=False, upper=10_000_000)
-    _positive("global-batch-size", global_batch_size, allow_none=False, upper=100_000_000)
-    _positive("top", top, allow_none=False)
-    _positive("gpus-per-node", gpus_per_node)
-    _positive("inter-node-bandwidth", inter_node_bandwidth, upper=1e6)
-    for name, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("kv-heads", kv_heads),
-                    ("ffn-hidden", ffn_hidden), ("vocab", vocab), ("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp),
-                    ("mbs", mbs), ("vpp", vpp)):
-        _positive(name, v, upper=10_000_000)
-    if zero is not None and zero not in (0, 1, 2, 3):
-        raise UserError(f"--zero must be 0, 1, 2 or 3, got {zero}")
-    n_tokens = parse_count(tokens, "--tokens") if tokens is not None else None
-    spec, why = _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden,
-                               vocab, seq_len)
-    if why:
-        _err(f"note: {why}")
-    pins = Pins(tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, vpp=vpp, zero=zero, recompute=recompute, sp=sp,
-                schedule=schedule, offload=offload)
+    _positive("top", top, allow_none=False, upper=10_000)
+    spec, kwargs = _prepare(opts, gpus)
     try:
-        plan = do_recommend(spec, gpus, hardware=hardware, seq_len=seq_len, global_batch_size=global_batch_size,
-                            dtype=dtype, precision=precision, gpus_per_node=gpus_per_node,
-                            inter_node_gbytes_per_s=inter_node_bandwidth, tokens=n_tokens, objective=objective,
-                            top_k=top, pins=pins, flash_attention=flash_attention,
-                            overlap_grad_reduce=overlap_grad_reduce, overlap_tp_comm=overlap_tp_comm)
+        plan = do_recommend(spec, gpus, objective=objective, top_k=top, **kwargs)
     except PlannerError as e:
         raise UserError(str(e)) from None
     except NothingFits as e:

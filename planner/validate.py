@@ -106,12 +106,240 @@ def megatron_h100_2024(d: dict) -> Iterable[Query]:
                     overlap_grad_reduce=True, overlap_tp_comm=True, pin_variants=variants)
 
 
+# ---------------------------------------------------------------- metric conversions
+# A Query.metric is a Prediction attribute or a name in METRICS: fn(plan, query) -> float.  The
+# planner's own conventions: model FLOPs per token = 6 x matmul params (output projection
+# included) + 12 L (heads*head_dim) s (no recompute, no causal discount) -- this is exactly
+# Korthikanti 2022 eq. 7 for GPT shapes; hardware FLOPs add the recompute forward (full: 2 x
+# block matmul params + 4 L h s per token, which makes SC21 eq. 3 exactly; selective: 4 L h s).
+
+def _attn_width(spec: ModelSpec) -> int:
+    return spec.heads * spec.head_size
+
+
+def _model_flops_per_token(plan) -> float:
+    """Model FLOPs per token as the cost model counted them (recovered from the prediction)."""
+    p = plan.prediction
+    return p.model_tflops_per_gpu * 1e12 * plan.hardware.gpus / p.tokens_per_s
+
+
+def mfu_causal(plan, q: "Query") -> float:
+    """MFU with the attention score/value FLOPs halved for the causal mask (12 L h s -> 6 L h s)."""
+    mf = _model_flops_per_token(plan)
+    attn = 12 * plan.model.layers * _attn_width(plan.model) * plan.training.seq_len
+    return plan.prediction.mfu * (mf - attn / 2) / mf
+
+
+def sc21_eq3_tflops(plan, q: "Query") -> float:
+    """Narayanan 2021 eq. 3 per GPU: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) per iteration over the
+    predicted step time, whatever recompute the plan chose (the paper applies the formula to the
+    ZeRO-3 baseline too, where recompute is not stated)."""
+    m, s = plan.model, plan.training.seq_len
+    l, h, V = m.layers, m.hidden, m.vocab
+    per_seq = 96 * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    seqs_per_s = plan.prediction.tokens_per_s / s
+    return seqs_per_s * per_seq / plan.hardware.gpus / 1e12
+
+
+def neox_tflops(plan, q: "Query") -> float:
+    """GPT-NeoX's logged FLOP/s per GPU (megatron/logging.py get_flops of the 2022 code):
+    B s (6 x total params + 60 s h L) per iteration over the step time -- no recompute term, embeddings
+    counted in the 6N, an attention term of 60 s h L per token (5x the planner's 12 L h s)."""
+    m, s = plan.model, plan.training.seq_len
+    per_token = 6 * m.num_params + 60 * s * m.hidden * m.layers
+    return plan.prediction.tokens_per_s * per_token / plan.hardware.gpus / 1e12
+
+
+METRICS: dict[str, Callable] = {"mfu_causal": mfu_causal, "sc21_eq3_tflops": sc21_eq3_tflops,
+                                "neox_tflops": neox_tflops}
+
+
+def metric_value(plan, q: "Query") -> float:
+    if q.metric in METRICS:
+        return float(METRICS[q.metric](plan, q))
+    return float(getattr(plan.prediction, q.metric))
+
+
+# ---------------------------------------------------------------- adapters for the held-out sets
+MEGATRON_2021_SCHEDULES = ("1f1b", "interleaved-1f1b")
+
+
+def korthikanti2022_selective_recompute(d: dict) -> Iterable[Query]:
+    """Korthikanti 2022 Tables 3 and 5 (+ the 2240-GPU scale-out of Sec. 6.3 / abstract).  Stated and
+    pinned: tp, pp, dp, micro-batch, recompute (selective or full), sequence parallelism (with
+    selective only), ZeRO 0, no offload, virtual stages 3 for 175B/530B (interleaved 1F1B) and plain
+    1F1B otherwise.  Megatron 2022 had no overlap of the gradient all-reduce (the paper says so for
+    the 2240-GPU run; the Table 5 runs have dp=1) and no fused (flash) attention.  16-bit dtype is not
+    named: bf16 (fp16 has the same A100 peak).  The 2240-GPU full-recompute baseline has no published
+    vpp: 1F1B and interleaved 1F1B are searched.
+    Metric: MFU, the paper's eq. 7, 72 B L s h^2 (1 + s/(6h) + V/(12hL)) per iteration.  Per token this
+    is 72 L h^2 + 12 L h s + 6 V h = 6 x (L x 12h^2 + V h) + 12 L h s, which is the planner's model
+    FLOPs for a GPT shape (checked by hand), so `mfu` is compared directly.  HFU is not used: eq. 8
+    adds 12 L h s per token for selective recompute where the replayed attention core forward is
+    4 L h s, so the paper's HFU is not a convention the planner reproduces."""
+    c = d["common"]
+    for r in d["rows"]:
+        if r.get("mfu_percent") is None:
+            continue
+        v = r.get("virtual_stages_per_pipeline_rank")
+        base = dict(tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=1, mbs=r["micro_batch_size"], zero=0,
+                    recompute=r["recompute"], sp=bool(r["sequence_parallel"]), offload="none")
+        if v:
+            variants = [Pins(**base, vpp=v, schedule="interleaved-1f1b")]
+        elif r.get("iteration_time_s") is None and r["pp"] > 1:  # vpp of the baseline not published
+            variants = [Pins(**base, schedule=s) for s in MEGATRON_2021_SCHEDULES]
+        else:
+            variants = [Pins(**base, vpp=1, schedule="1f1b")]
+        label = f"{r['model'].split()[0]} {r['gpus']}gpu {r['recompute']}"
+        yield Query(label=label, spec=_gpt(r, c["vocab"], c.get("tied_embeddings", True)), gpus=r["gpus"],
+                    hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
+                    metric="mfu", published=r["mfu_percent"] / 100, flash_attention=False,
+                    overlap_grad_reduce=False, gpus_per_node=c.get("gpus_per_node"),
+                    inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants)
+
+
+def megatron_sc21_table2_zero3(d: dict) -> Iterable[Query]:
+    """Narayanan 2021 Table 2 (PTD-P vs ZeRO-3).  ZeRO-3 rows (DeepSpeed inside Megatron): dp = gpus,
+    tp = pp = 1, ZeRO 3, micro-batch as printed, no offload; recompute is not stated, so none or full
+    (DeepSpeed 2021 had no selective recompute); DeepSpeed overlaps the gradient reduce-scatter with the
+    backward (overlap_comm).  PTD-P rows: micro-batch 1, full recompute, no ZeRO, no SP, no overlap of
+    the gradient all-reduce (as in Table 1); the 530B rows are tp 8 x pp 35 (Table 1's model); the
+    174.6B rows state only model-parallel size 96, so tp x pp = 96 is searched with tp <= 8 (one
+    node); interleaving is not stated, so 1F1B and interleaved 1F1B are searched.  fp16, unfused
+    attention.  Metric: eq. 3 hardware TFLOP/s per GPU (`sc21_eq3_tflops`, the paper's formula over the
+    predicted time, so it counts the recompute forward even where a ZeRO-3 plan chose none)."""
+    c = d["common"]
+    for r in d["rows"]:
+        if r["scheme"] == "zero3":
+            variants = [Pins(tp=1, pp=1, dp=r["gpus"], cp=1, mbs=r["micro_batch_size"], zero=3, recompute=rc,
+                             sp=False, vpp=1, schedule="1f1b", offload="none") for rc in ("full", "none")]
+            overlap = True
+        else:
+            mp = r["model_parallel_size"]
+            splits = [(r["tp"], r["pp"])] if r.get("tp") and r.get("pp") else \
+                [(t, mp // t) for t in (1, 2, 4, 8) if mp % t == 0 and r["heads"] % t == 0 and mp // t <= r["layers"]]
+            variants = [Pins(tp=t, pp=p, dp=r["gpus"] // mp, cp=1, mbs=r["micro_batch_size"], zero=0,
+                             recompute="full", sp=False, schedule=s, offload="none")
+                        for t, p in splits for s in MEGATRON_2021_SCHEDULES]
+            overlap = False
+        yield Query(label=f"{r['scheme']} {r['params_billion']}B {r['gpus']}gpu",
+                    spec=_gpt(r, c["vocab"], c.get("tied_embeddings", True)), gpus=r["gpus"],
+                    hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
+                    metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
+                    overlap_grad_reduce=overlap, gpus_per_node=c.get("gpus_per_node"),
+                    inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants)
+
+
+def llama3_405b_table4(d: dict) -> Iterable[Query]:
+    """Llama 3 405B Table 4.  Pinned: tp, cp, pp, dp, ZeRO 2 (the file's reading of FSDP sharding
+    optimizer states and gradients), no offload, no recompute for the two 8K stages (paper).  Searched:
+    micro-batch, SP, schedule/V (interleaved 1F1B or 1F1B; Meta's interleaving puts 126 layers + embedding
+    + head on 16 x V slots, which the planner cannot express: with 126 layers no pp*vpp divides, so only
+    1F1B with uneven stages is feasible -- the predicted bubble is therefore pessimistic), and recompute
+    for the 128K stage (not stated).  Fused attention assumed (kernel not stated; 128K needs it).
+    Untied embeddings (not stated in the paper; the released checkpoint is untied).  Network: 400 Gb/s
+    per GPU = the h100-sxm-80gb profile's 50 GB/s.  TP-comm overlap not stated: off.
+    Metric: Table 4 MFU.  The paper cites Chowdhery et al. but does not say whether attention FLOPs are
+    causally discounted; we compare `mfu_causal` (attention term 12 L h s halved), the reading under
+    which a 38% MFU at 128K is attainable; the note on each case gives the no-discount `mfu` too."""
+    c = d["common"]
+    spec = ModelSpec(name="llama3-405b", arch="llama", layers=c["layers"], hidden=c["hidden"], heads=c["heads"],
+                     kv_heads=c["kv_heads"], ffn_hidden=c["ffn_hidden"], vocab=c["vocab"], tied_embeddings=False)
+    for r in d["rows"]:
+        recs = [r["recompute"]] if r.get("recompute") else ["none", "selective", "full"]
+        variants = [Pins(tp=r["tp"], cp=r["cp"], pp=r["pp"], dp=r["dp"], zero=2, offload="none", recompute=rc,
+                         schedule=s) for rc in recs for s in MEGATRON_2021_SCHEDULES]
+        yield Query(label=f"{r['gpus']}gpu seq{r['seq_len']} cp{r['cp']}", spec=spec, gpus=r["gpus"],
+                    hardware="h100-sxm-80gb", seq_len=r["seq_len"], global_batch_size=r["global_batch_size"],
+                    metric="mfu_causal", published=r["mfu_percent"] / 100, flash_attention=True,
+                    overlap_grad_reduce=True, overlap_tp_comm=False, gpus_per_node=c.get("gpus_per_node"),
+                    inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants)
+
+
+def bloom_176b(d: dict) -> Iterable[Query]:
+    """BLOOM-176B on Jean Zay.  Every layout setting is stated and pinned: tp 4, pp 12, dp 8,
+    micro-batch, full recompute, ZeRO-1 (BF16Optimizer), no SP, non-interleaved DeepSpeed pipeline
+    (1F1B), unfused attention, bf16, tied embeddings, vocab 250880.  ALiBi is modelled as the gpt
+    arch (the learned position table it lacks is 2048 x 14336 = 0.03B params, negligible).  Network:
+    4 x 100 Gb/s Omni-Path per 8 GPUs = 6.25 GB/s per GPU per direction (as the file states).
+    DeepSpeed's pipeline engine reduces gradients after the last micro-batch: no overlap.  70 layers
+    on 12 stages are uneven (the planner spreads them; BLOOM put 5/6 blocks + embeddings).
+    Metric: the logged TFLOPs, Megatron-DeepSpeed's formula with checkpoint factor 4:
+    96 B s L h^2 (1 + s/(6h) + V/(16 L h)) = SC21 eq. 3 = the planner's hardware FLOPs with full
+    recompute, so `hardware_tflops_per_gpu` is compared directly."""
+    c = d["common"]
+    for r in d["rows"]:
+        pins = Pins(tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=1, mbs=r["micro_batch_size"], vpp=1, zero=1,
+                    recompute="full", sp=False, schedule="1f1b", offload="none")
+        yield Query(label=f"gbs{r['global_batch_size']} mbs{r['micro_batch_size']}",
+                    spec=_gpt(r, c["vocab"], True, ffn=4 * r["hidden"]), gpus=r["gpus"], hardware="a100-sxm-80gb",
+                    seq_len=c["seq_len"], global_batch_size=r["global_batch_size"], metric="hardware_tflops_per_gpu",
+                    published=r["tflops_per_gpu"], dtype="bf16", flash_attention=False, overlap_grad_reduce=False,
+                    gpus_per_node=c["gpus_per_node"], inter_node_gbytes_per_s=c["inter_node_gb_s_per_gpu_per_direction"],
+                    pin_variants=[pins])
+
+
+OPT_VOCAB = 50272  # GPT-2 BPE as padded in the released OPT configs; 0.3% of the FLOPs either way
+
+
+def opt_175b(d: dict) -> Iterable[Query]:
+    """OPT-175B, a plausibility anchor only (the file says so): 992 A100 80GB, "up to" 147 TFLOP/s, FLOP
+    convention unknown.  Metaseq = FSDP (ZeRO-3) + Megatron TP, no pipeline: pp 1, ZeRO 3, tp searched
+    over 1/2/4/8 (within a node), micro-batch searched, recompute none or full (no selective in 2021/22
+    metaseq), no SP, no offload.  Global batch: "2M tokens" = 992 sequences of 2048 (2.03M tokens), the
+    only count near 2M divisible by every dp that 992 GPUs allow -- derived, not published.  Vocab is
+    not in the file: GPT-2 BPE padded (OPT_VOCAB); network unknown: profile default.  fp16.
+    Metric: hardware TFLOP/s per GPU (the convention is unknown; the published figure is a peak, so a
+    prediction below it is expected)."""
+    c = d["common"]
+    for r in d["rows"]:
+        gbs = 992
+        variants = [Pins(tp=t, pp=1, cp=1, zero=3, recompute=rc, sp=False, vpp=1, schedule="1f1b", offload="none")
+                    for t in (1, 2, 4, 8) for rc in ("none", "full")]
+        yield Query(label=f"{r['model']} {r['gpus']}gpu (peak)", spec=_gpt(r, OPT_VOCAB, True, ffn=4 * r["hidden"]),
+                    gpus=r["gpus"], hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=gbs,
+                    metric="hardware_tflops_per_gpu", published=r["tflops_per_gpu"], dtype="fp16",
+                    flash_attention=False, overlap_grad_reduce=True, pin_variants=variants)
+
+
+def gpt_neox_20b(d: dict) -> Iterable[Query]:
+    """GPT-NeoX-20B on 96 A100 40GB (configs/20B.yml): tp 2, pp 4, dp 12, micro-batch 4, global batch
+    1536, full recompute, ZeRO-1, fp16, unfused attention, untied embeddings, vocab 50432, ffn 24576,
+    DeepSpeed non-interleaved pipeline (1F1B), no SP, no offload -- all pinned.  Parallel attention+MLP
+    is modelled as the sequential gpt block (same FLOPs).  Network: 4 ConnectX-6 HCAs per 8 GPUs, speed
+    not stated; 200 Gb/s is ConnectX-6's top rate, so 4 x 200 Gb/s / 8 = 12.5 GB/s per GPU is an upper
+    bound (the profile's 25 GB/s assumes one HCA per GPU).  DeepSpeed's pipeline engine reduces
+    gradients after the last micro-batch: no overlap.
+    Metric: 117 TFLOP/s per GPU (unverified, secondary source), convention not stated; compared with
+    `neox_tflops`, the formula GPT-NeoX's own logger used in 2022 (6 x total params + 60 s h L per
+    token; which code version produced the 117 is not confirmed).  For this shape it is 0.92x the
+    eq.-3 hardware FLOPs and 1.22x the model FLOPs."""
+    c = d["common"]
+    for r in d["rows"]:
+        pins = Pins(tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=1, mbs=r["micro_batch_size"], vpp=1, zero=1,
+                    recompute="full", sp=False, schedule="1f1b", offload="none")
+        yield Query(label=r["model"], spec=_gpt(r, c["vocab"], False, ffn=c["ffn_hidden"]), gpus=r["gpus"],
+                    hardware="a100-sxm-40gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
+                    metric="neox_tflops", published=r["tflops_per_gpu"], dtype="fp16",
+                    flash_attention=False, overlap_grad_reduce=False, gpus_per_node=c["gpus_per_node"],
+                    inter_node_gbytes_per_s=12.5, pin_variants=[pins])
+
+
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "megatron_sc21_table1": megatron_sc21_table1,
     "megatron_h100_2024": megatron_h100_2024,
+    "korthikanti2022_selective_recompute": korthikanti2022_selective_recompute,
+    "megatron_sc21_table2_zero3": megatron_sc21_table2_zero3,
+    "llama3_405b_table4": llama3_405b_table4,
+    "bloom_176b": bloom_176b,
+    "opt_175b": opt_175b,
+    "gpt_neox_20b": gpt_neox_20b,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
 FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction"}
+# Sets the reference README calls low-detail / plausibility checks (a peak, or an unverified figure).
+PLAUSIBILITY_ONLY = {"opt_175b": "published figure is an 'up to' peak with unknown FLOP convention",
+                     "gpt_neox_20b": "117 TFLOP/s found only in a secondary summary; FLOP convention unknown"}
 
 
 def run_query(q: Query, hardware_override: str | None = None):
@@ -133,14 +361,47 @@ def run_query(q: Query, hardware_override: str | None = None):
     return best
 
 
+def why_infeasible(q: Query, hardware_override: str | None = None) -> str:
+    """One line on why no pin variant gave a plan (lowest-memory candidate, or no candidate at all)."""
+    from .core import NothingFits, PlannerError, recommend
+    best = None
+    for pins in q.pin_variants:
+        try:
+            recommend(q.spec, q.gpus, hardware=hardware_override or q.hardware, seq_len=q.seq_len,
+                      global_batch_size=q.global_batch_size, dtype=q.dtype, precision=q.precision,
+                      gpus_per_node=q.gpus_per_node, inter_node_gbytes_per_s=q.inter_node_gbytes_per_s,
+                      pins=pins, top_k=1, flash_attention=q.flash_attention,
+                      overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm, suggest=False)
+        except NothingFits as e:
+            plan = getattr(e, "plan", None)
+            pred = getattr(plan, "prediction", None)
+            if pred is not None:
+                mem = pred.memory_bytes_per_gpu.total
+                if best is None or mem < best[0]:
+                    best = (mem, pred.usable_memory_bytes)
+        except PlannerError:
+            continue
+    if best is None:
+        return "no feasible plan: no layout matches the pins"
+    usable = f" > {best[1] / 1e9:.1f} GB usable" if best[1] else ""
+    return f"no feasible plan: least memory {best[0] / 1e9:.1f} GB/GPU{usable}"
+
+
 def validate_set(name: str, data: dict, hardware_override: str | None = None) -> list[Case]:
     cases = []
     for q in ADAPTERS[name](data):
         plan = run_query(q, hardware_override)
-        pred = None if plan is None else float(getattr(plan.prediction, q.metric))
+        pred = None if plan is None else metric_value(plan, q)
+        note = why_infeasible(q, hardware_override) if plan is None else _case_note(plan, q)
         cases.append(Case(set_name=name, label=q.label, metric=q.metric, published=q.published, predicted=pred,
-                          plan=plan, note="" if plan else "no feasible plan"))
+                          plan=plan, note=note))
     return cases
+
+
+def _case_note(plan, q: Query) -> str:
+    if q.metric == "mfu_causal":
+        return f"no causal discount: mfu {plan.prediction.mfu:.3f}"
+    return ""
 
 
 def available_sets(directory: Path | None = None) -> list[str]:
@@ -169,7 +430,7 @@ def summarize(cases: list[Case]) -> dict:
                      "median_abs_error": float(np.median(errs)) if len(errs) else None,
                      "max_abs_error": float(errs.max()) if len(errs) else None,
                      "spearman": spearman(pred, pub) if len(cs) > 2 else None,
-                     "fitted": FITTED_ON.get(name)}
+                     "fitted": FITTED_ON.get(name), "plausibility_only": PLAUSIBILITY_ONLY.get(name)}
     return out
 
 

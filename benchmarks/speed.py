@@ -1,0 +1,54 @@
+"""Wall time of `parplan recommend` (start-up included), best of N, written to benchmarks/results/speed.md.
+
+    python benchmarks/speed.py [--repeats 5]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CASES = [
+    ("recommend --params 70e9 --gpus 8 --json", 1.0),
+    ("recommend --model llama3-405b --gpus 16384 --json", 3.0),
+    ("recommend --model llama3-70b --gpus 64 --json", 1.0),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    rows = []
+    for cmd, bar in CASES:
+        times = []
+        out = None
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            out = subprocess.run([sys.executable, "-m", "planner.cli", *cmd.split()], capture_output=True, text=True)
+            times.append(time.perf_counter() - t0)
+        data = json.loads(out.stdout)
+        rows.append((cmd, min(times), sorted(times)[len(times) // 2], bar, data["search"]["candidates"],
+                     data["search"]["seconds"]))
+        print(f"parplan {cmd}: best {min(times):.3f} s, median {rows[-1][2]:.3f} s (bar {bar} s), "
+              f"{data['search']['candidates']:,} candidates, search {data['search']['seconds']:.3f} s")
+    lines = [f"# recommend speed ({datetime.date.today()}, {platform.processor() or platform.machine()}, "
+             f"{os.cpu_count()} cores, Python {platform.python_version()})", "",
+             f"`python benchmarks/speed.py --repeats {args.repeats}`: wall time of the whole command "
+             "(interpreter start-up included), best and median of the repeats.", "",
+             "| command | best s | median s | bar s | candidates | search s |", "|---|---|---|---|---|---|"]
+    for cmd, best, med, bar, cand, sec in rows:
+        lines.append(f"| `parplan {cmd}` | {best:.3f} | {med:.3f} | {bar} | {cand:,} | {sec:.3f} |")
+    out_path = Path(__file__).resolve().parent / "results" / "speed.md"
+    out_path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()

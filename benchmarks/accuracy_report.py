@@ -1,0 +1,138 @@
+"""Accuracy of the cost model against every published training run in benchmarks/reference/.
+
+    python benchmarks/accuracy_report.py            # prints per run and per set, writes results/accuracy.md
+    python benchmarks/accuracy_report.py --no-write # print only
+
+Runs planner.validate.validate_all() (the same cases as `parplan validate`), prints each run's
+published and predicted metric and the per-set median / max |relative error| and Spearman rank
+correlation, and writes benchmarks/results/accuracy.md.  Nothing is fitted here.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from planner.validate import ADAPTERS, FITTED_ON, PLAUSIBILITY_ONLY, summarize, validate_all  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results" / "accuracy.md"
+COMMAND = "python benchmarks/accuracy_report.py"
+
+# Every profile parameter that was fitted to published training runs, with where it was fitted.
+FITTED_PARAMETERS = [
+    ("h100-sxm-80gb", "sustained_matmul_fraction",
+     "fitted by benchmarks/fit_sustained_fraction.py on megatron_h100_2024 (median |MFU error|)"),
+]
+
+
+# Things a reader of the numbers should know (structural limits, not tuned away).
+NOTES = [
+    "llama3_405b_table4: Meta's interleaved schedule spreads 126 layers + embedding + head over 16 x V "
+    "slots; the planner's interleaving needs layers divisible by pp*vpp, so only 1F1B with uneven stages "
+    "is expressible. Under the stated no-recompute the two 8K rows then do not fit (least 85.6 / 81.3 GB "
+    "per GPU), and the 128K row carries a ~48% 1F1B bubble (16 micro-batches on 16 stages). The MFU "
+    "convention (causal discount or not) is unstated; the causal-discounted value is compared, the "
+    "no-discount value is in the row note. The H100 profile's sustained_matmul_fraction was fitted on "
+    "megatron_h100_2024, so this set is held out as data but not independent of that fit.",
+    "megatron_sc21_table2_zero3: the ZeRO-3 529.6B/640-GPU row is the paper's own starred estimate and "
+    "does not fit in the planner's memory model at micro-batch 4 (92.8 GB per GPU); the ZeRO-3 rows at "
+    "micro-batch 1-2 are under-predicted by 16-25% (the planner's ZeRO-3 parameter gathers are exposed "
+    "more than DeepSpeed's were) while the PTD-P rows are over-predicted by 3-16%.",
+    "bloom_176b: every setting is published; the over-prediction (+15% at steady state, +34-35% on the "
+    "small-batch ramp rows) is the model's, not a convention change (the logged formula is SC21 eq. 3).",
+    "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "
+    "plausibility checks and should not be read as accuracy.",
+]
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _layout(c) -> str:
+    if c.plan is None:
+        return ""
+    p, t = c.plan.parallel, c.plan.training
+    sp = " sp" if p.sp else ""
+    return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} v{p.vpp} mbs{t.micro_batch_size} z{p.zero_stage} "
+            f"{p.recompute}{sp} {p.schedule}")
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def first_line(doc: str | None) -> str:
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
+def render_markdown(cases, summary, date: str) -> str:
+    out = ["# Cost-model accuracy against published training runs", "",
+           f"Generated {date} by `{COMMAND}` (same cases as `parplan validate`).", "",
+           "Error = (predicted - published) / published, in each publication's own FLOP convention "
+           "(see each adapter's docstring in `planner/validate.py`). Only the parameters listed under "
+           "*Fitted parameters* were fitted to any of these sets; every set other than the one named "
+           "there is held out.", "",
+           "## Per set", "",
+           "| set | metric | runs | missing | median abs error | max abs error | Spearman | status |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for name, s in summary.items():
+        metric = next(c.metric for c in cases if c.set_name == name)
+        if s["fitted"]:
+            status = f"fitted: {s['fitted']}"
+        elif s["plausibility_only"]:
+            status = f"plausibility only ({s['plausibility_only']})"
+        else:
+            status = "held out"
+        sp = "-" if s["spearman"] is None else f"{s['spearman']:.2f}"
+        out.append(f"| {name} | {metric} | {s['runs']} | {s['missing']} | {_pct(s['median_abs_error'])} | "
+                   f"{_pct(s['max_abs_error'])} | {sp} | {status} |")
+    out += ["", "## Notes for readers", ""] + [f"- {n}" for n in NOTES]
+    out += ["", "## Fitted parameters", ""]
+    for prof, param, src in FITTED_PARAMETERS:
+        out.append(f"- `{prof}` `{param}`: {src}.")
+    out += ["- Everything else in `hardware_profiles/` comes from datasheets and microbenchmarks "
+            "(see each profile's `sources`); no cost-model constant was tuned to these sets.", "",
+            "## Per run", ""]
+    for name in summary:
+        out += [f"### {name}", "", f"Adapter: {first_line(ADAPTERS[name].__doc__)}", "",
+                "| run | published | predicted | error | planner layout | note |",
+                "| --- | ---: | ---: | ---: | --- | --- |"]
+        for c in (c for c in cases if c.set_name == name):
+            err = "-" if c.error is None else f"{c.error:+.1%}"
+            out.append(f"| {c.label} | {_fmt(c.published)} | {_fmt(c.predicted)} | {err} | {_layout(c)} | {c.note} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--no-write", action="store_true", help="print only, do not write results/accuracy.md")
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    cases = validate_all()
+    summary = summarize(cases)
+    for name, s in summary.items():
+        print(f"== {name}")
+        for c in (c for c in cases if c.set_name == name):
+            err = "      -" if c.error is None else f"{c.error:+7.1%}"
+            print(f"  {c.label:26s} {c.metric:24s} published {_fmt(c.published):>8s} predicted "
+                  f"{_fmt(c.predicted):>8s} {err}  {_layout(c) or c.note}")
+        sp = "-" if s["spearman"] is None else f"{s['spearman']:.2f}"
+        tag = " [fitted]" if s["fitted"] else (" [plausibility only]" if s["plausibility_only"] else "")
+        print(f"  -> {s['runs']} runs, {s['missing']} missing, median |error| {_pct(s['median_abs_error'])}, "
+              f"max {_pct(s['max_abs_error'])}, Spearman {sp}{tag}")
+    if not args.no_write:
+        path = Path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_markdown(cases, summary, _dt.date.today().isoformat()) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

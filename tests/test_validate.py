@@ -1,0 +1,91 @@
+"""Predicted vs published on the reference sets (planner/validate.py).
+
+Bars on the two Megatron sets come from the accuracy issue; for the held-out sets we only assert what
+honestly holds (every case is either predicted with a finite value or carries a reason), and the numbers
+themselves live in benchmarks/results/accuracy.md (python benchmarks/accuracy_report.py)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from planner.validate import ADAPTERS, available_sets, reference_dir, summarize, validate_all
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return validate_all()
+
+
+@pytest.fixture(scope="module")
+def summary(cases):
+    return summarize(cases)
+
+
+def test_every_reference_set_has_an_adapter():
+    files = {p.stem for p in reference_dir().glob("*.json")} - {"h100_gemm"}  # a GEMM table, not a training run
+    assert files <= set(ADAPTERS), f"reference sets without an adapter: {sorted(files - set(ADAPTERS))}"
+    assert set(available_sets()) == files
+
+
+def test_sc21_table1_bars(summary):
+    s = summary["megatron_sc21_table1"]
+    assert s["runs"] == 10 and s["missing"] == 0
+    assert s["median_abs_error"] <= 0.10
+    assert s["max_abs_error"] <= 0.25
+    assert s["spearman"] >= 0.6
+
+
+def test_megatron_h100_2024_bars(summary):
+    s = summary["megatron_h100_2024"]
+    assert s["runs"] == 9 and s["missing"] == 0
+    assert s["median_abs_error"] <= 0.10
+    assert s["max_abs_error"] <= 0.25
+
+
+def test_held_out_cases_are_predicted_or_explained(cases):
+    for c in cases:
+        if c.predicted is None:
+            assert c.note.startswith("no feasible plan"), (c.set_name, c.label)
+        else:
+            assert math.isfinite(c.predicted) and c.predicted > 0, (c.set_name, c.label)
+            assert math.isfinite(c.error)
+
+
+def test_fully_specified_held_out_sets_predict_every_run(summary):
+    # Every layout setting of these runs is published (or searched within the framework), so each
+    # run must give a plan; llama3 (126 layers, interleaving not expressible) and the ZeRO-3 530B/640
+    # estimate do not, and are reported as missing in accuracy.md.
+    for name in ("korthikanti2022_selective_recompute", "bloom_176b", "opt_175b", "gpt_neox_20b"):
+        assert summary[name]["missing"] == 0, name
+    assert summary["megatron_sc21_table2_zero3"]["runs"] >= 11
+
+
+def test_korthikanti_eq7_is_the_planner_model_flops(cases):
+    # Korthikanti eq. 7 per token, 72 L h^2 (1 + s/(6h) + V/(12 h L)), equals the planner's model FLOPs
+    # for GPT shapes, so its MFU is compared without conversion.
+    c = next(c for c in cases if c.set_name == "korthikanti2022_selective_recompute" and c.plan is not None)
+    m, s = c.plan.model, c.plan.training.seq_len
+    eq7 = 72 * m.layers * m.hidden ** 2 * (1 + s / (6 * m.hidden) + m.vocab / (12 * m.hidden * m.layers))
+    p = c.plan.prediction
+    ours = p.model_tflops_per_gpu * 1e12 * c.plan.hardware.gpus / p.tokens_per_s
+    assert ours == pytest.approx(eq7, rel=1e-9)
+
+
+def test_sc21_eq3_metric_matches_hardware_flops_with_full_recompute(cases):
+    c = next(c for c in cases if c.set_name == "megatron_sc21_table2_zero3" and c.plan is not None
+             and c.plan.parallel.recompute == "full")
+    assert c.predicted == pytest.approx(c.plan.prediction.hardware_tflops_per_gpu, rel=1e-9)
+
+
+def test_cli_validate_json(capsys):
+    from planner.cli import main
+    rc = main(["validate", "--json", "--set", "megatron_sc21_table1", "--set", "bloom_176b"])
+    assert not rc
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["summary"]) == {"megatron_sc21_table1", "bloom_176b"}
+    for s in data["summary"].values():
+        assert {"runs", "missing", "median_abs_error", "max_abs_error", "spearman"} <= set(s)
+    assert len(data["cases"]) == 13
+    assert all({"set", "run", "metric", "published", "predicted", "error"} <= set(c) for c in data["cases"])

@@ -377,6 +377,143 @@ def export(
             _err(f"note: {note}")
 
 
+def _evaluated(plan_file: str):
+    """Read a plan and re-predict it (the prediction in the file is not trusted)."""
+    from .core import PlannerError, evaluate_plan
+    plan = read_plan(plan_file)
+    try:
+        return plan, evaluate_plan(plan)
+    except PlannerError as e:
+        raise UserError(str(e)) from None
+
+
+def _runner_up(source, plan):
+    """First alternative in the file whose layout differs, else #2 of a fresh search for the same job."""
+    from .core import NothingFits, PlannerError, evaluate_plan, recommend as do_recommend
+    from .explain import pick_runner_up
+    if source.alternatives:
+        try:
+            ranked = [evaluate_plan(a) for a in source.alternatives]
+        except PlannerError:
+            ranked = []
+        found = pick_runner_up(plan, ranked)
+        if found is not None:
+            return found
+    tr, hw = plan.training, plan.hardware
+    try:
+        best = do_recommend(plan.model, hw.gpus, hardware=hw.name, seq_len=tr.seq_len,
+                            global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
+                            gpus_per_node=hw.gpus_per_node, inter_node_gbytes_per_s=hw.inter_node_gbytes_per_s,
+                            flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
+                            overlap_tp_comm=tr.overlap_tp_comm, top_k=3, suggest=False)
+    except (NothingFits, PlannerError):
+        return None
+    return pick_runner_up(plan, [best] + list(best.alternatives))
+
+
+@app.command()
+def explain(
+    plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
+    as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON on stdout."),
+):
+    """Why this layout: memory vs capacity, where the step time goes, and what the runner-up changes."""
+    from .explain import explain as do_explain
+    from .render import explain_renderables
+    source, plan = _evaluated(plan_file)
+    data = do_explain(plan, _runner_up(source, plan))
+    if as_json:
+        _write_json(data)
+    else:
+        console = _console()
+        for item in explain_renderables(data):
+            if isinstance(item, str):
+                console.print(item, highlight=False, markup=False)
+            else:
+                console.print(item)
+    if not plan.prediction.fits:
+        raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+@app.command()
+def compare(
+    plan_a: str = typer.Argument(..., help="First plan JSON file (A), or - for stdin."),
+    plan_b: str = typer.Argument(..., help="Second plan JSON file (B)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
+):
+    """Two plans side by side: the same rows for both, and B's relative difference against A."""
+    from .explain import compare as do_compare
+    from .render import compare_table, layout_label
+    if plan_a == "-" and plan_b == "-":
+        raise UserError("only one of the two plans can come from stdin (-)")
+    _, a = _evaluated(plan_a)
+    _, b = _evaluated(plan_b)
+    rows = do_compare(a, b)
+    if as_json:
+        _write_json({"a": plan_a, "b": plan_b, "rows": rows})
+        return
+    _console().print(compare_table(rows, f"{plan_a} ({layout_label(a.parallel)})",
+                                   f"{plan_b} ({layout_label(b.parallel)})"))
+
+
+def _gpus_list(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not re.fullmatch(r"[0-9]+", part) or int(part) <= 0 or int(part) > 1_000_000:
+            raise UserError(f"--gpus-list takes positive GPU counts separated by commas (8,16,64), got {part!r}")
+        out.append(int(part))
+    if not out:
+        raise UserError("--gpus-list is empty; give counts like 8,16,64")
+    return sorted(set(out))
+
+
+@app.command()
+@_model_options
+def sweep(
+    gpus_list: str = typer.Option(",".join(str(2 ** k) for k in range(3, 13)), "--gpus-list",
+                                  help="GPU counts to plan for, comma separated."),
+    objective: str = typer.Option("throughput", "--objective", help="throughput or memory."),
+    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON on stdout."),
+    opts=None,
+):
+    """Best layout for each GPU count: step time, tokens/s, MFU and memory, with bar charts."""
+    from .core import NothingFits, PlannerError, recommend as do_recommend
+    from .render import bar_lines, layout_label, sweep_table
+    _check_choice("objective", objective, ("throughput", "memory"))
+    counts = _gpus_list(gpus_list)
+    spec, kwargs = _prepare(opts)
+    rows = []
+    for g in counts:
+        row = {"gpus": g, "fits": False, "reason": None, "layout": None, "layout_label": None,
+               "step_time_s": None, "tokens_per_s": None, "mfu": None, "memory_total_bytes": None}
+        try:
+            plan = do_recommend(spec, g, objective=objective, top_k=1, suggest=False, **kwargs)
+        except NothingFits as e:
+            row["reason"] = e.plan.prediction.reason if e.plan.prediction else str(e)
+        except PlannerError as e:
+            row["reason"] = _one_line(e)
+        else:
+            from .explain import layout_dict
+            pr = plan.prediction
+            row.update(fits=True, layout=layout_dict(plan), layout_label=layout_label(plan.parallel),
+                       step_time_s=pr.step_time_s, tokens_per_s=pr.tokens_per_s, mfu=pr.mfu,
+                       memory_total_bytes=pr.memory_bytes_per_gpu.total)
+        rows.append(row)
+    if as_json:
+        _write_json(rows)
+    else:
+        console = _console()
+        console.print(sweep_table(rows, f"sweep: {spec.name or spec.arch} on {opts.hardware}"))
+        for line in (bar_lines(rows, "tokens_per_s", "tokens/s", lambda v: f"{v:,.0f}") + [""]
+                     + bar_lines(rows, "mfu", "MFU", lambda v: f"{v * 100:.1f}%")):
+            console.print(line, highlight=False, markup=False)
+    if not any(r["fits"] for r in rows):
+        _err("error: nothing fits at any of the GPU counts; try larger counts or --offload optimizer")
+        raise typer.Exit(EXIT_NOTHING_FITS)
+
+
 @app.command()
 def validate(
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Reference set name (repeatable); default all."),

@@ -88,3 +88,96 @@ def summary_lines(plan: Plan) -> list[str]:
     for w in pr.warnings:
         lines.append(f"warning: {w}")
     return lines
+
+
+def _fmt_rel(x) -> str:
+    return "" if x is None else f"{x:+.1%}"
+
+
+def _fmt_value(name: str, v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, str)):
+        return f"{v:,}" if isinstance(v, int) else v
+    if name == "tokens_per_s":
+        return f"{v:,.0f}"
+    if name.endswith("_bytes") or name == "comm_bytes_per_step":
+        return _fmt_bytes(v)
+    if name.endswith("_s"):
+        return _fmt_s(v)
+    if name in ("mfu", "bubble_fraction"):
+        return f"{v * 100:.1f}%"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.4g}"
+
+
+def explain_renderables(data: dict) -> list:
+    """Rich tables and plain lines for `parplan explain` (printed on stderr)."""
+    from rich.table import Table
+    lay = data["layout"]
+    head = (f"{data['model']} on {data['gpus']} x {data['hardware']}: tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} "
+            f"cp{lay['cp']} vpp{lay['vpp']} mbs{lay['micro_batch_size']} zero{lay['zero_stage']} "
+            f"{lay['recompute']} {lay['schedule']} offload {lay['offload']}")
+    mem, tim, run = data["memory"], data["time"], data["runner_up"]
+    t = Table(title="memory per GPU vs capacity", title_justify="left", header_style="bold")
+    for c in ("part", "bytes", "share"):
+        t.add_column(c, justify="left" if c == "part" else "right")
+    for k, v in mem["parts_bytes"].items():
+        t.add_row(k, _fmt_bytes(v), f"{v / mem['total_bytes'] * 100:.0f}%" if mem["total_bytes"] else "")
+    t.add_row("total", _fmt_bytes(mem["total_bytes"]),
+              f"{mem['fraction_of_usable'] * 100:.0f}% of usable" if mem["fraction_of_usable"] is not None else "")
+    t.add_row("usable HBM", _fmt_bytes(mem["usable_bytes"]), "")
+    t.add_row("headroom", _fmt_bytes(mem["headroom_bytes"]), "")
+    u = Table(title="step time", title_justify="left", header_style="bold")
+    cols = ["part", "time", "share"] + (["runner-up change"] if run else [])
+    for c in cols:
+        u.add_column(c, justify="left" if c == "part" else "right")
+    for k, v in tim["parts_s"].items():
+        frac = tim["fractions"][k]
+        row = [k, _fmt_s(v), "" if frac is None else f"{frac * 100:.1f}%"]
+        if run:
+            d = run["delta_time_parts_s"][k]
+            row.append(("+" if d >= 0 else "-") + _fmt_s(abs(d)))
+        u.add_row(*row)
+    step_row = ["step", _fmt_s(tim["step_time_s"]), ""]
+    if run:
+        step_row.append(_fmt_rel(run["relative_step_time"]))
+    u.add_row(*step_row)
+    return [head, t, u] + list(data["summary"])
+
+
+def compare_table(rows: list[dict], a_label: str, b_label: str):
+    from rich.table import Table
+    t = Table(title="plan comparison (B relative to A)", title_justify="left", header_style="bold")
+    for c in ("", f"A: {a_label}", f"B: {b_label}", "B vs A"):
+        t.add_column(c, justify="left" if c == "" else "right")
+    for r in rows:
+        t.add_row(r["name"], _fmt_value(r["name"], r["a"]), _fmt_value(r["name"], r["b"]), _fmt_rel(r["relative"]))
+    return t
+
+
+def sweep_table(rows: list[dict], title: str):
+    from rich.table import Table
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for c in ("GPUs", "best layout", "step", "tokens/s", "MFU", "mem/GPU"):
+        t.add_column(c, justify="left" if c == "best layout" else "right")
+    for r in rows:
+        if not r["fits"]:
+            t.add_row(f"{r['gpus']:,}", f"does not fit: {r['reason']}", "", "", "", "")
+            continue
+        t.add_row(f"{r['gpus']:,}", r["layout_label"], _fmt_s(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
+                  f"{r['mfu'] * 100:.1f}%", _fmt_bytes(r["memory_total_bytes"]))
+    return t
+
+
+def bar_lines(rows: list[dict], key: str, label: str, fmt, width: int = 40) -> list[str]:
+    """A plain-character horizontal bar chart ('#' bars), one line per row."""
+    vals = [r[key] for r in rows if r["fits"]]
+    top = max(vals) if vals else 0
+    lines = [label]
+    for r in rows:
+        if not r["fits"]:
+            lines.append(f"{r['gpus']:>6} | (does not fit)")
+            continue
+        n = int(round(width * r[key] / top)) if top > 0 else 0
+        lines.append(f"{r['gpus']:>6} | {'#' * n}{' ' * (width - n)} {fmt(r[key])}")
+    return lines

@@ -1,0 +1,163 @@
+"""Why a plan's layout: where its memory and step time go, the dominant cost, and what the runner-up
+changes.  Pure functions over Plans (no printing); the CLI renders the dict (planner/render.py).
+"""
+from __future__ import annotations
+
+from .schema import Plan
+
+MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "other")
+TIME_PARTS = (("compute", "compute_s"), ("tp_comm", "tp_comm_s"), ("pp_comm", "pp_comm_s"),
+              ("dp_comm", "dp_comm_s"), ("cp_comm", "cp_comm_s"), ("bubble", "bubble_s"),
+              ("optimizer", "optimizer_s"))
+TIME_LABELS = {"compute": "compute", "tp_comm": "exposed TP communication", "pp_comm": "exposed PP send/recv",
+               "dp_comm": "exposed DP communication", "cp_comm": "exposed CP communication",
+               "bubble": "pipeline bubble", "optimizer": "optimizer step"}
+LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "schedule", "offload")
+
+
+def layout_key(plan: Plan) -> tuple:
+    p = plan.parallel
+    return tuple(getattr(p, f) for f in LAYOUT_FIELDS) + (plan.training.micro_batch_size,)
+
+
+def layout_dict(plan: Plan) -> dict:
+    d = {f: getattr(plan.parallel, f) for f in LAYOUT_FIELDS}
+    d["micro_batch_size"] = plan.training.micro_batch_size
+    d["num_microbatches"] = plan.training.num_microbatches
+    return d
+
+
+def _rel(new: float, old: float) -> float | None:
+    return None if not old else (new - old) / old
+
+
+def memory_breakdown(plan: Plan) -> dict:
+    pr = plan.prediction
+    mem = pr.memory_bytes_per_gpu
+    usable = pr.usable_memory_bytes or 0.0
+    parts = {k: getattr(mem, k) for k in MEMORY_PARTS}
+    biggest = max(parts, key=parts.get)
+    return {"parts_bytes": parts, "total_bytes": mem.total, "usable_bytes": usable,
+            "headroom_bytes": usable - mem.total, "fraction_of_usable": (mem.total / usable) if usable else None,
+            "offloaded_bytes": mem.offloaded, "largest": biggest,
+            "largest_fraction": (parts[biggest] / mem.total) if mem.total else None}
+
+
+def time_breakdown(plan: Plan) -> dict:
+    pr = plan.prediction
+    tb = pr.time_breakdown
+    parts = {k: (getattr(tb, attr) if tb is not None else 0.0) for k, attr in TIME_PARTS}
+    step = pr.step_time_s
+    dominant = max(parts, key=parts.get)
+    overhead = {k: v for k, v in parts.items() if k != "compute"}
+    top_overhead = max(overhead, key=overhead.get)
+    return {"parts_s": parts, "step_time_s": step,
+            "fractions": {k: (v / step if step else None) for k, v in parts.items()},
+            "dominant": dominant, "dominant_fraction": (parts[dominant] / step) if step else None,
+            "largest_overhead": top_overhead,
+            "largest_overhead_fraction": (overhead[top_overhead] / step) if step else None}
+
+
+def compare_plans(a: Plan, b: Plan) -> dict:
+    """What b changes relative to a: layout fields that differ, memory and step time (absolute and relative)."""
+    la, lb = layout_dict(a), layout_dict(b)
+    pa, pb = a.prediction, b.prediction
+    changes = {k: {"from": la[k], "to": lb[k]} for k in la if la[k] != lb[k]}
+    ma, mb = pa.memory_bytes_per_gpu.total, pb.memory_bytes_per_gpu.total
+    time_a, time_b = time_breakdown(a)["parts_s"], time_breakdown(b)["parts_s"]
+    mem_a, mem_b = memory_breakdown(a)["parts_bytes"], memory_breakdown(b)["parts_bytes"]
+    return {
+        "layout": lb, "changes": changes, "fits": pb.fits,
+        "step_time_s": pb.step_time_s, "delta_step_time_s": pb.step_time_s - pa.step_time_s,
+        "relative_step_time": _rel(pb.step_time_s, pa.step_time_s),
+        "memory_total_bytes": mb, "delta_memory_bytes": mb - ma, "relative_memory": _rel(mb, ma),
+        "tokens_per_s": pb.tokens_per_s, "relative_tokens_per_s": _rel(pb.tokens_per_s, pa.tokens_per_s),
+        "delta_time_parts_s": {k: time_b[k] - time_a[k] for k in time_a},
+        "delta_memory_parts_bytes": {k: mem_b[k] - mem_a[k] for k in mem_a},
+    }
+
+
+def _fmt_change(k: str, ch: dict) -> str:
+    return f"{k} {ch['from']} -> {ch['to']}"
+
+
+def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
+    gb = 1e9
+    lines = []
+    if mem["usable_bytes"]:
+        lines.append(f"memory: {mem['total_bytes'] / gb:.1f} GB of {mem['usable_bytes'] / gb:.1f} GB usable per GPU "
+                     f"({mem['fraction_of_usable']:.0%}); largest part {mem['largest']} "
+                     f"({mem['largest_fraction']:.0%} of the total)")
+    if tim["step_time_s"]:
+        lines.append(f"time: {TIME_LABELS[tim['dominant']]} dominates the {tim['step_time_s']:.3g} s step "
+                     f"({tim['dominant_fraction']:.0%}); largest overhead {TIME_LABELS[tim['largest_overhead']]} "
+                     f"({tim['largest_overhead_fraction']:.1%})")
+    if not plan.prediction.fits:
+        lines.append(f"does not fit: {plan.prediction.reason}")
+    if runner is None:
+        lines.append("runner-up: none (no other layout fits these GPUs)")
+        return lines
+    what = ", ".join(_fmt_change(k, v) for k, v in runner["changes"].items()) or "same layout"
+    dt = runner["relative_step_time"]
+    dm = runner["delta_memory_bytes"]
+    moved = sorted(runner["delta_time_parts_s"].items(), key=lambda kv: -abs(kv[1]))[0]
+    lines.append(f"runner-up ({what}): step time {'+' if (dt or 0) >= 0 else ''}{(dt or 0):.1%}, "
+                 f"memory {'+' if dm >= 0 else ''}{dm / gb:.1f} GB per GPU; biggest time change "
+                 f"{TIME_LABELS[moved[0]]} {'+' if moved[1] >= 0 else ''}{moved[1]:.3g} s")
+    return lines
+
+
+def explain(plan: Plan, runner_up: Plan | None) -> dict:
+    """The explanation of an evaluated plan (prediction filled in) against an optional runner-up."""
+    mem = memory_breakdown(plan)
+    tim = time_breakdown(plan)
+    runner = compare_plans(plan, runner_up) if runner_up is not None and runner_up.prediction is not None else None
+    return {"layout": layout_dict(plan), "model": plan.model.name or plan.model.arch,
+            "gpus": plan.hardware.gpus, "hardware": plan.hardware.name, "fits": plan.prediction.fits,
+            "reason": plan.prediction.reason, "memory": mem, "time": tim,
+            "tokens_per_s": plan.prediction.tokens_per_s, "mfu": plan.prediction.mfu,
+            "runner_up": runner, "summary": summary(plan, mem, tim, runner)}
+
+
+def pick_runner_up(plan: Plan, ranked: list[Plan]) -> Plan | None:
+    """First plan in `ranked` whose layout differs from `plan`'s."""
+    key = layout_key(plan)
+    for cand in ranked:
+        if cand.prediction is not None and layout_key(cand) != key:
+            return cand
+    return None
+
+
+COMPARE_ROWS = (
+    ("gpus", lambda p: p.hardware.gpus), ("tp", lambda p: p.parallel.tp), ("pp", lambda p: p.parallel.pp),
+    ("dp", lambda p: p.parallel.dp), ("cp", lambda p: p.parallel.cp), ("vpp", lambda p: p.parallel.vpp),
+    ("micro_batch_size", lambda p: p.training.micro_batch_size),
+    ("num_microbatches", lambda p: p.training.num_microbatches),
+    ("zero_stage", lambda p: p.parallel.zero_stage), ("recompute", lambda p: p.parallel.recompute),
+    ("sp", lambda p: p.parallel.sp), ("schedule", lambda p: p.parallel.schedule),
+    ("offload", lambda p: p.parallel.offload),
+    ("memory_total_bytes", lambda p: p.prediction.memory_bytes_per_gpu.total),
+    ("memory_activations_bytes", lambda p: p.prediction.memory_bytes_per_gpu.activations),
+    ("memory_optimizer_bytes", lambda p: p.prediction.memory_bytes_per_gpu.optimizer),
+    ("step_time_s", lambda p: p.prediction.step_time_s),
+    ("compute_s", lambda p: time_breakdown(p)["parts_s"]["compute"]),
+    ("exposed_comm_s", lambda p: sum(v for k, v in time_breakdown(p)["parts_s"].items() if k.endswith("_comm"))),
+    ("bubble_s", lambda p: time_breakdown(p)["parts_s"]["bubble"]),
+    ("optimizer_s", lambda p: time_breakdown(p)["parts_s"]["optimizer"]),
+    ("tokens_per_s", lambda p: p.prediction.tokens_per_s), ("mfu", lambda p: p.prediction.mfu),
+    ("bubble_fraction", lambda p: p.prediction.bubble_fraction),
+    ("comm_bytes_per_step", lambda p: sum(p.prediction.comm_bytes_per_step.model_dump().values())),
+    ("fits", lambda p: p.prediction.fits),
+)
+
+
+def compare(a: Plan, b: Plan) -> list[dict]:
+    """Side-by-side rows (the same for any two plans): name, a, b, relative difference of b against a."""
+    rows = []
+    for name, get in COMPARE_ROWS:
+        va, vb = get(a), get(b)
+        rel = None
+        if isinstance(va, (int, float)) and not isinstance(va, bool) and isinstance(vb, (int, float)):
+            rel = _rel(float(vb), float(va))
+        rows.append({"name": name, "a": va, "b": vb, "relative": rel})
+    return rows

@@ -40,8 +40,9 @@ NOTES = [
     "megatron_h100_2024, so this set is held out as data but not independent of that fit.",
     "megatron_sc21_table2_zero3: the ZeRO-3 529.6B/640-GPU row is the paper's own starred estimate and "
     "does not fit in the planner's memory model at micro-batch 4 (92.8 GB per GPU); the ZeRO-3 rows at "
-    "micro-batch 1-2 are under-predicted by 16-25% (the planner's ZeRO-3 parameter gathers are exposed "
-    "more than DeepSpeed's were) while the PTD-P rows are over-predicted by 3-16%.",
+    "micro-batch 1-2 are under-predicted by 16-25%: their predicted step is dominated by exposed ZeRO-3 "
+    "data-parallel communication (53-202 s of a 79-241 s step), so they test the inter-node collective "
+    "model, which comes out slower than DeepSpeed measured; the PTD-P rows are over-predicted by 3-16%.",
     "bloom_176b: every setting is published; the over-prediction (+15% at steady state, +34-35% on the "
     "small-batch ramp rows) is the model's, not a convention change (the logged formula is SC21 eq. 3).",
     "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "

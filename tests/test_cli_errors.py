@@ -1,0 +1,167 @@
+"""Every bad input: exactly one stderr line naming the problem, the documented exit code, no traceback,
+and (exit 2 in --json mode) nothing on stdout.  Runs planner.cli.main in-process."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+
+HF = Path(__file__).parent / "data" / "hf_configs"
+R = ["recommend", "--model", "llama3-8b", "--json"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plans")
+    good = {
+        "schema_version": 1,
+        "model": {"name": "tiny", "arch": "llama", "layers": 4, "hidden": 256, "heads": 8, "kv_heads": 8,
+                  "ffn_hidden": 688, "vocab": 1000},
+        "hardware": {"name": "h100-sxm-80gb", "gpus": 8, "gpus_per_node": 8},
+        "training": {"seq_len": 256, "global_batch_size": 16, "micro_batch_size": 1, "num_microbatches": 2,
+                     "dtype": "bf16"},
+        "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "vpp": 1, "sp": False, "zero_stage": 0,
+                     "recompute": "none", "schedule": "1f1b", "offload": "none"},
+    }
+    out = {}
+
+    def put(name, text):
+        p = d / name
+        p.write_text(text)
+        out[name] = str(p)
+
+    put("good.json", json.dumps(good))
+    put("list.json", "[1, 2]")
+    put("empty.json", "")
+    put("blank.json", "  \n")
+    put("malformed.json", "{bad")
+    put("unknown_key.json", json.dumps({**good, "bogus": 1}))
+    put("unknown_nested.json", json.dumps({**good, "parallel": {**good["parallel"], "tpp": 2}}))
+    put("wrong_type.json", json.dumps({**good, "training": {**good["training"], "seq_len": "long"}}))
+    put("negative.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": -8}}))
+    put("string.json", json.dumps("plan"))
+    put("world_mismatch.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": 4}}))
+    put("bad_hw.json", json.dumps({**good, "hardware": {**good["hardware"], "name": "no-such-gpu"}}))
+    put("binary.json", "\x00\x01\x02")
+    (d / "notutf8.json").write_bytes(b"\xff\xfe\xfa")
+    out["notutf8.json"] = str(d / "notutf8.json")
+    out["missing.json"] = str(d / "missing.json")
+    out["dir"] = str(d)
+    shutil.copy(HF / "Mixtral-8x7B-v0.1.json", d / "moe.json")
+    out["moe.json"] = str(d / "moe.json")
+    return out
+
+
+# (argv, exit code, words the stderr line must contain)
+CASES = [
+    (R[:1] + ["--model", "llama3-8b", "--gpus", "0", "--json"], 2, ["--gpus"]),
+    (R + ["--gpus", "-8"], 2, ["--gpus"]),
+    (R + ["--gpus", "abc"], 2, ["--gpus"]),
+    (R + ["--gpus", "nan"], 2, ["--gpus"]),
+    (["recommend", "--params", "0", "--json"], 2, ["--params"]),
+    (["recommend", "--params", "-1", "--json"], 2, ["--params"]),
+    (["recommend", "--params", "abc", "--json"], 2, ["--params"]),
+    (["recommend", "--params", "nan", "--json"], 2, ["--params"]),
+    (["recommend", "--params", "inf", "--json"], 2, ["--params"]),
+    (["recommend", "--params", "1e30", "--json"], 2, ["--params", "max"]),
+    (["recommend", "--params", "1000", "--json"], 2, ["--params"]),
+    (R + ["--seq-len", "0"], 2, ["--seq-len"]),
+    (R + ["--global-batch-size", "0"], 2, ["--global-batch-size"]),
+    (R + ["--hardware", "no-such-gpu"], 2, ["no-such-gpu", "available"]),
+    (["recommend", "--model", "llama3-8bb", "--json"], 2, ["llama3-8bb", "did you mean", "llama3-8b"]),
+    (["recommend", "--params", "7e9", "--arch", "bogus", "--json"], 2, ["--arch", "llama"]),
+    (R + ["--tp", "3", "--gpus", "8"], 2, ["--tp", "divide"]),
+    (["recommend", "--params", "70e9", "--gpus", "40", "--tp", "5", "--json"], 2, ["--tp 5", "heads"]),
+    (R + ["--pp", "1000"], 2, ["--pp"]),
+    (R + ["--zero", "7"], 2, ["--zero"]),
+    (R + ["--recompute", "bogus"], 2, ["--recompute", "selective"]),
+    (R + ["--schedule", "bogus"], 2, ["--schedule", "1f1b"]),
+    (R + ["--dtype", "int3"], 2, ["--dtype"]),
+    (R + ["--objective", "fastest"], 2, ["--objective"]),
+    (R + ["--inter-node-bandwidth", "nan"], 2, ["--inter-node-bandwidth"]),
+    (R + ["--inter-node-bandwidth", "inf"], 2, ["--inter-node-bandwidth"]),
+    (R + ["--inter-node-bandwidth", "-5"], 2, ["--inter-node-bandwidth"]),
+    (R + ["--inter-node-bandwidth", "fast"], 2, ["--inter-node-bandwidth"]),
+    (R + ["--top", "0"], 2, ["--top"]),
+    (R + ["--tokens", "lots"], 2, ["--tokens"]),
+    (R + ["--bogus-option"], 2, ["no such option", "--help"]),
+    (["recommend", "--layers", "4", "--json"], 2, ["--hidden", "--heads"]),
+    (["recommend", "--json"], 2, ["--model"]),
+    (["no-such-command"], 2, ["no-such-command"]),
+    (["evaluate"], 2, ["missing", "plan_file"]),
+    (["export", "{good.json}"], 2, ["--to"]),
+    (["export", "{good.json}", "--to", "nemo"], 2, ["--to", "megatron"]),
+    (["compare", "-", "-"], 2, ["stdin"]),
+    (["sweep", "--model", "tiny-llama-test", "--gpus-list", "8,x", "--json"], 2, ["--gpus-list"]),
+    (["sweep", "--model", "tiny-llama-test", "--gpus-list", ",", "--json"], 2, ["--gpus-list"]),
+    (["sweep", "--model", "tiny-llama-test", "--gpus-list", "0", "--json"], 2, ["--gpus-list"]),
+    (["recommend", "--model-config", "{missing.json}", "--json"], 2, ["missing.json"]),
+    (["recommend", "--model-config", "{malformed.json}", "--json"], 2, ["json"]),
+    (["recommend", "--model-config", "{moe.json}", "--json"], 2, ["mixture-of-experts"]),
+    (["recommend", "--model-config", "{moe.json}", "--model", "llama3-8b", "--json"], 2, ["only one"]),
+    (["launch", "--dry-run", "{good.json}", "--steps", "0"], 2, ["--steps"]),
+    (["launch", "--dry-run", "{good.json}", "--device", "tpu"], 2, ["--device"]),
+    (["launch", "--dry-run", "{good.json}", "--node-rank", "3"], 2, ["--node-rank"]),
+    (["models", "show", "nope"], 2, ["nope"]),
+    (["hardware", "show", "nope"], 2, ["nope"]),
+]
+
+BAD_PLANS = {
+    "missing.json": ["not found"], "list.json": ["json object", "list"], "string.json": ["json object"],
+    "empty.json": ["empty"], "blank.json": ["empty"], "malformed.json": ["not valid json"],
+    "unknown_key.json": ["bogus"], "unknown_nested.json": ["tpp"], "wrong_type.json": ["seq_len"],
+    "negative.json": ["dp"], "world_mismatch.json": ["gpus"], "bad_hw.json": ["no-such-gpu"],
+    "binary.json": ["json"], "notutf8.json": ["plan"], "dir": ["plan"],
+}
+for _name, _words in BAD_PLANS.items():
+    for _cmd in (["evaluate", "--json"], ["export", "--to", "torchtitan"], ["launch", "--dry-run", "--device", "cpu"],
+                 ["explain", "--json"], ["compare", "{good.json}"]):
+        if _name == "bad_hw.json" and _cmd[0] in ("export", "launch"):
+            continue  # export/launch take the profile name as given; only the cost model needs it
+        CASES.append(([_cmd[0], "{%s}" % _name] + _cmd[1:], 2, _words))
+
+
+def _fill(argv, files):
+    return [files[a[1:-1]] if a.startswith("{") and a.endswith("}") else a for a in argv]
+
+
+@pytest.mark.parametrize("argv,code,words", CASES, ids=[" ".join(c[0])[:70] for c in CASES])
+def test_bad_input_is_one_line(argv, code, words, files, capsys):
+    rc = main(_fill(argv, files))
+    out, err = capsys.readouterr()
+    assert rc == code, (rc, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("note: ")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    low = lines[0].lower()
+    for w in words:
+        assert w.lower() in low, (w, lines[0])
+    if code == 2:
+        assert out == "", out
+
+
+def test_nothing_fits_keeps_json_on_stdout(capsys):
+    rc = main(["recommend", "--model", "llama3-405b", "--gpus", "8", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 3
+    plan = json.loads(out)
+    assert plan["prediction"]["fits"] is False and plan["prediction"]["reason"]
+    assert "Traceback" not in err
+    assert [ln for ln in err.splitlines() if ln.startswith("error: ")]
+
+
+def test_internal_error_is_one_line(monkeypatch, capsys):
+    import planner.core
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("float division by zero")
+    monkeypatch.setattr(planner.core, "recommend", boom)
+    rc = main(["recommend", "--model", "llama3-8b", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "ZeroDivisionError" in err and "PARPLAN_DEBUG" in err

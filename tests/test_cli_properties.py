@@ -18,7 +18,7 @@ VALID = {
     "model": {"name": "tiny", "arch": "llama", "layers": 4, "hidden": 256, "heads": 8, "kv_heads": 8,
               "ffn_hidden": 688, "vocab": 1000},
     "hardware": {"name": "h100-sxm-80gb", "gpus": 8, "gpus_per_node": 8},
-    "training": {"seq_len": 256, "global_batch_size": 16, "micro_batch_size": 1, "num_microbatches": 2,
+    "training": {"seq_len": 256, "global_batch_size": 16, "micro_batch_size": 1, "num_microbatches": 4,
                  "dtype": "bf16", "precision": "master-weights"},
     "parallel": {"tp": 1, "pp": 2, "dp": 4, "cp": 1, "vpp": 1, "sp": False, "zero_stage": 1,
                  "recompute": "selective", "schedule": "1f1b", "offload": "none"},
@@ -112,6 +112,11 @@ def _run(argv_before, doc, argv_after, capsys):
     if rc == 2:
         assert out == ""
     return rc, out, err
+
+
+def test_seed_plan_is_valid(capsys):
+    rc, out, _ = _run(["evaluate"], VALID, ["--json"], capsys)
+    assert rc == 0 and json.loads(out)["prediction"]["fits"]
 
 
 @SETTINGS

@@ -1,0 +1,197 @@
+"""CLI commands end to end: the recommend --json contract, real shell pipes into export and evaluate,
+explain/compare/sweep smoke tests, --version and schema."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from planner.cli import main
+
+REC = ["recommend", "--model", "llama3-8b", "--gpus", "16", "--json"]
+
+CONTRACT = {
+    "schema_version": None,
+    "model": ["num_params"],
+    "hardware": ["name", "gpus", "gpus_per_node"],
+    "training": ["seq_len", "global_batch_size", "micro_batch_size", "num_microbatches", "dtype"],
+    "parallel": ["tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "schedule", "offload"],
+    "prediction": ["memory_bytes_per_gpu", "step_time_s", "tokens_per_s", "model_tflops_per_gpu",
+                   "hardware_tflops_per_gpu", "mfu", "hfu", "bubble_fraction", "comm_bytes_per_step", "amdahl",
+                   "fits", "reason"],
+    "search": ["candidates", "feasible", "seconds"],
+    "alternatives": None,
+}
+
+
+def _run(argv, capsys):
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return rc, out, err
+
+
+@pytest.fixture(scope="module")
+def plan_text():
+    from io import StringIO
+    from contextlib import redirect_stdout, redirect_stderr
+    buf = StringIO()
+    with redirect_stdout(buf), redirect_stderr(StringIO()):
+        assert main(REC) == 0
+    return buf.getvalue()
+
+
+@pytest.fixture()
+def plan_file(plan_text, tmp_path):
+    p = tmp_path / "plan.json"
+    p.write_text(plan_text)
+    return str(p)
+
+
+def test_recommend_json_contract(plan_text):
+    d = json.loads(plan_text)
+    for key, sub in CONTRACT.items():
+        assert key in d, key
+        for s in sub or []:
+            assert s in d[key], f"{key}.{s}"
+    pr = d["prediction"]
+    assert set(pr["memory_bytes_per_gpu"]) >= {"weights", "grads", "optimizer", "activations", "other", "total"}
+    assert set(pr["comm_bytes_per_step"]) >= {"tp", "pp", "dp", "cp"}
+    assert set(pr["amdahl"]) >= {"parallel_fraction", "speedup"}
+    assert d["schema_version"] == 1 and d["hardware"]["gpus"] == 16 and pr["fits"] is True and pr["reason"] is None
+    p = d["parallel"]
+    assert p["tp"] * p["pp"] * p["dp"] * p["cp"] == 16
+    assert isinstance(d["alternatives"], list) and d["alternatives"]
+    assert d["model"]["num_params"] > 7e9
+
+
+def _parplan_cmd() -> str:
+    exe = shutil.which("parplan")
+    return exe if exe else f"{sys.executable} -m planner.cli"
+
+
+def _pipe(second: str) -> subprocess.CompletedProcess:
+    exe = _parplan_cmd()
+    cmd = f"set -o pipefail; {exe} recommend --model llama3-8b --gpus 16 --json | {exe} {second}"
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+
+
+def test_shell_pipe_into_export():
+    r = _pipe("export - --to torchtitan")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "[parallelism]" in r.stdout or "parallelism" in r.stdout
+
+
+def test_shell_pipe_into_evaluate_gives_same_prediction(plan_text):
+    r = _pipe("evaluate - --json")
+    assert r.returncode == 0, r.stderr
+    again = json.loads(r.stdout)["prediction"]
+    first = json.loads(plan_text)["prediction"]
+    for k in ("step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction"):
+        assert again[k] == pytest.approx(first[k], rel=1e-9), k
+    for k, v in first["memory_bytes_per_gpu"].items():
+        assert again["memory_bytes_per_gpu"][k] == pytest.approx(v, rel=1e-9), k
+    assert again["fits"] is True
+
+
+def test_shell_pipe_closed_early_is_quiet():
+    exe = _parplan_cmd()
+    r = subprocess.run(["bash", "-c", f"{exe} schema | head -c 10"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and r.stderr.strip() == ""
+
+
+def test_explain_json_and_text(plan_file, capsys):
+    rc, out, err = _run(["explain", plan_file, "--json"], capsys)
+    assert rc == 0 and err == ""
+    d = json.loads(out)
+    assert d["fits"] is True
+    assert set(d["memory"]["parts_bytes"]) == {"weights", "grads", "optimizer", "activations", "other"}
+    assert d["memory"]["usable_bytes"] > d["memory"]["total_bytes"]
+    assert set(d["time"]["parts_s"]) == {"compute", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "bubble", "optimizer"}
+    assert d["time"]["dominant"] in d["time"]["parts_s"]
+    ru = d["runner_up"]
+    assert ru is not None and ru["changes"], "runner-up must differ from the plan"
+    assert "relative_step_time" in ru and "delta_memory_bytes" in ru
+    rc, out, err = _run(["explain", plan_file], capsys)
+    assert rc == 0 and out == "" and "runner-up" in err and "dominates" in err
+
+
+def test_explain_without_alternatives_searches_runner_up(plan_file, tmp_path, capsys):
+    d = json.loads(open(plan_file).read())
+    d["alternatives"] = []
+    p = tmp_path / "bare.json"
+    p.write_text(json.dumps(d))
+    rc, out, _ = _run(["explain", str(p), "--json"], capsys)
+    assert rc == 0
+    assert json.loads(out)["runner_up"]["changes"]
+
+
+def test_compare_same_rows_and_relative(plan_file, tmp_path, capsys):
+    d = json.loads(open(plan_file).read())
+    alt = dict(d["alternatives"][0])
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(alt))
+    rc, out, _ = _run(["compare", plan_file, str(b), "--json"], capsys)
+    assert rc == 0
+    rows = json.loads(out)["rows"]
+    names = [r["name"] for r in rows]
+    assert {"step_time_s", "tokens_per_s", "mfu", "memory_total_bytes", "tp", "pp", "dp"} <= set(names)
+    same = {r["name"]: r for r in json.loads((_run(["compare", plan_file, plan_file, "--json"], capsys))[1])["rows"]}
+    assert [r["name"] for r in same.values()] == names
+    assert same["step_time_s"]["relative"] == pytest.approx(0.0)
+    rc, out, err = _run(["compare", plan_file, str(b)], capsys)
+    assert rc == 0 and out == "" and "B vs A" in err
+
+
+def test_sweep_json_and_chart(capsys):
+    base = ["sweep", "--model", "llama3-8b", "--gpus-list", "8,16,64"]
+    rc, out, _ = _run(base + ["--json"], capsys)
+    assert rc == 0
+    rows = json.loads(out)
+    assert [r["gpus"] for r in rows] == [8, 16, 64]
+    for r in rows:
+        assert r["fits"] and r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1 and r["memory_total_bytes"] > 0
+    assert rows[-1]["tokens_per_s"] > rows[0]["tokens_per_s"]
+    rc, out, err = _run(base, capsys)
+    assert rc == 0 and out == "" and "tokens/s" in err and "MFU" in err and "#" in err
+
+
+def test_sweep_nothing_fits_exit_3(capsys):
+    rc, out, err = _run(["sweep", "--model", "llama3-405b", "--gpus-list", "1,2", "--json"], capsys)
+    assert rc == 3
+    assert all(not r["fits"] and r["reason"] for r in json.loads(out))
+
+
+def test_sweep_shares_recommend_options(capsys):
+    rc, out, _ = _run(["sweep", "--params", "7e9", "--tp", "2", "--seq-len", "2048", "--gpus-list", "16", "--json"],
+                      capsys)
+    assert rc == 0 and json.loads(out)[0]["layout"]["tp"] == 2
+
+
+def test_version(capsys):
+    rc, out, _ = _run(["--version"], capsys)
+    assert rc == 0 and out.startswith("parplan ")
+
+
+def test_schema_parses(capsys):
+    rc, out, _ = _run(["schema"], capsys)
+    assert rc == 0
+    s = json.loads(out)
+    root = s["$defs"][s["$ref"].rsplit("/", 1)[1]] if "$ref" in s else s
+    assert {"model", "hardware", "training", "parallel", "prediction"} <= set(root["properties"])
+
+
+def test_recommend_text_goes_to_stderr(capsys):
+    rc, out, err = _run(["recommend", "--model", "tiny-llama-test", "--gpus", "8"], capsys)
+    assert rc == 0 and out == "" and "layouts" in err
+
+
+def test_help_lists_new_commands(capsys):
+    rc, out, _ = _run(["--help"], capsys)
+    assert rc == 0
+    for c in ("explain", "compare", "sweep", "recommend"):
+        assert c in out

@@ -1,0 +1,359 @@
+"""`parplan launch`: check a plan against this machine, run it as a torchrun job built from
+parallel_layers, stream rank 0's progress, and report measured against predicted.
+
+Pre-flight checks (each failure one stderr line with the fix): torch importable, the device
+(auto = cuda when a GPU is visible), world size (tp*pp*dp*cp) against GPUs here x nnodes,
+the multi-node rendezvous, and the predicted memory per GPU against free device memory.
+
+The torchrun command is a Python list (never a shell string); plan fields never reach a
+command line: the validated plan is written to a file in the run directory and its path is
+passed.  stdout stays clean during a run (dry-run prints the command there); progress, the
+summary table and errors go to stderr.  torch is imported only inside ``launch``.
+
+Exit codes: 0 ok (and every dry run that could build a command), 2 invalid plan or a failed
+pre-flight check, 3 the plan does not fit in free device memory, 130 interrupted, else the
+job's own exit code.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+EXIT_DOES_NOT_FIT = 3
+EXIT_INTERRUPTED = 130
+REPO_ROOT = Path(__file__).resolve().parents[1]
+STEP_LINE = re.compile(r"\[parplan\] step (\d+)/(\d+) loss=(\S+) step_time_s=(\S+) tokens_per_s=(\S+)")
+FAIL_LINE = re.compile(r"\[parplan\] rank (\S+) failed: (.*)")
+TAIL_LINES = 40
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    exit_code: int = EXIT_INVALID
+
+    def line(self) -> str:
+        mark = "ok  " if self.ok else "FAIL"
+        return f"[{mark}] {self.name}: {self.detail}" + (f" -- fix: {self.fix}" if not self.ok and self.fix else "")
+
+
+@dataclass
+class MachineInfo:
+    torch_version: Optional[str]
+    gpus: int
+    free_memory_bytes: Optional[int]  # smallest free memory over the visible GPUs
+    gpu_name: Optional[str] = None
+
+
+def _err(msg: str) -> None:
+    sys.stderr.write(msg.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+def validation_error_line(exc) -> str:
+    """A pydantic ValidationError as one readable line: the first error and how many more."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc).splitlines()[0]
+    e = errors[0]
+    loc = ".".join(str(p) for p in e.get("loc", ())) or "plan"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{loc}: {e.get('msg', 'invalid')}{more}"
+
+
+def read_plan(source: str):
+    """(Plan, None) or (None, one-line error)."""
+    from pydantic import ValidationError
+
+    from planner.schema import Plan
+
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    except OSError as e:
+        return None, f"cannot read plan {source}: {e.strerror or e}"
+    try:
+        return Plan.model_validate_json(text), None
+    except ValidationError as e:
+        return None, f"invalid plan {'(stdin)' if source == '-' else source}: {validation_error_line(e)}"
+
+
+def probe_machine() -> MachineInfo:
+    """torch version, visible GPUs and their smallest free memory (imports torch)."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    free = None
+    if gpus:
+        free = min(torch.cuda.mem_get_info(i)[0] for i in range(gpus))
+    return MachineInfo(torch_version=torch.__version__, gpus=gpus, free_memory_bytes=free,
+                       gpu_name=torch.cuda.get_device_name(0) if gpus else None)
+
+
+def resolve_device(device: str, machine: MachineInfo) -> tuple[str, Check]:
+    if device == "auto":
+        if machine.gpus:
+            return "cuda", Check("device", True, f"auto -> cuda ({machine.gpus} x {machine.gpu_name})")
+        return "cuda", Check("device", False, "auto -> cuda, but this machine has no CUDA GPU, so the plan cannot run on cuda here",
+                             "add --device cpu to run the same layout on CPU processes (gloo), or run on a GPU machine")
+    if device == "cuda" and not machine.gpus:
+        return "cuda", Check("device", False, "cuda requested but no CUDA GPU is visible",
+                             "use --device cpu (gloo), or check CUDA_VISIBLE_DEVICES and the driver")
+    if device == "cpu":
+        return "cpu", Check("device", True, "cpu (gloo, fp32 math, OMP_NUM_THREADS=1 per rank)")
+    return device, Check("device", True, f"cuda ({machine.gpus} x {machine.gpu_name})")
+
+
+def check_world(plan, device: str, machine: MachineInfo, nnodes: int, nproc_per_node: Optional[int]) -> tuple[int, Check]:
+    """Processes per node for the plan's world size, and whether this machine can host them."""
+    p = plan.parallel
+    world = p.world_size
+    layout = f"tp({p.tp}) * pp({p.pp}) * dp({p.dp}) * cp({p.cp}) = {world}"
+    if world % nnodes:
+        return 0, Check("world size", False, f"{layout} ranks do not split evenly over {nnodes} nodes",
+                        f"use --nnodes dividing {world}")
+    nproc = nproc_per_node or world // nnodes
+    if nproc * nnodes != world:
+        return nproc, Check("world size", False, f"{layout} != nproc_per_node({nproc}) * nnodes({nnodes})",
+                            f"use nproc_per_node {world // nnodes} or a plan with {nproc * nnodes} GPUs")
+    if device == "cpu":
+        return nproc, Check("world size", True, f"{layout} ranks as {nproc} CPU processes x {nnodes} node(s)")
+    if machine.gpus == 0:  # the device check already says so
+        return nproc, Check("world size", True, f"{layout} needs {nproc} GPUs per node x {nnodes} node(s) (none here)")
+    if nproc > machine.gpus:
+        return nproc, Check("world size", False,
+                            f"{layout} needs {nproc} GPUs per node x {nnodes} node(s), this node has {machine.gpus}",
+                            f"run with --nnodes {-(-world // max(machine.gpus, 1))} on nodes with {machine.gpus} GPUs, "
+                            f"re-plan with `parplan recommend --gpus {machine.gpus * nnodes}`, or use --device cpu")
+    return nproc, Check("world size", True, f"{layout} = {nproc} GPUs per node x {nnodes} node(s); {machine.gpus} visible")
+
+
+def check_memory(plan, device: str, machine: MachineInfo) -> Check:
+    pred = plan.prediction
+    if pred is None:
+        return Check("memory", True, "skipped: the plan carries no prediction (run `parplan evaluate` to add one)")
+    need = pred.memory_bytes_per_gpu.total
+    if device == "cpu":
+        return Check("memory", True, f"skipped on cpu (predicted {need / 1e9:.2f} GB per GPU is for {plan.hardware.name})")
+    if machine.free_memory_bytes is None:
+        return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU; free memory unknown")
+    free = machine.free_memory_bytes
+    if need > free:
+        return Check("memory", False, f"predicted {need / 1e9:.2f} GB per GPU > {free / 1e9:.2f} GB free on the smallest GPU",
+                     "free the GPUs, or re-plan with --zero 3, --recompute full or more pp/tp (parplan recommend)",
+                     exit_code=EXIT_DOES_NOT_FIT)
+    return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU <= {free / 1e9:.2f} GB free")
+
+
+def check_rendezvous(nnodes: int, node_rank: int, rdzv_endpoint: Optional[str]) -> Check:
+    if nnodes == 1:
+        return Check("rendezvous", True, "single node (--standalone)")
+    if not rdzv_endpoint:
+        return Check("rendezvous", False, f"{nnodes} nodes need a rendezvous endpoint",
+                     "pass --rdzv-endpoint HOST:PORT of node 0, the same on every node")
+    if not 0 <= node_rank < nnodes:
+        return Check("rendezvous", False, f"node_rank {node_rank} not in 0..{nnodes - 1}", "pass --node-rank in range")
+    return Check("rendezvous", True, f"c10d at {rdzv_endpoint}, node {node_rank} of {nnodes}")
+
+
+def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report: str, nnodes: int = 1,
+                  node_rank: int = 0, rdzv_endpoint: Optional[str] = None, checkpoint_dir: Optional[str] = None,
+                  checkpoint_every: int = 0, resume: bool = False, data: Optional[str] = None) -> list[str]:
+    """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
+    `parallel_layers.train`."""
+    argv = [sys.executable, "-m", "torch.distributed.run"]
+    if nnodes == 1:
+        argv += ["--standalone"]
+    else:
+        argv += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", str(rdzv_endpoint)]
+    argv += ["--nproc-per-node", str(nproc), "-m", "parallel_layers.train", "--plan", str(plan_path),
+             "--steps", str(steps), "--report", str(report), "--device", device]
+    if data:
+        argv += ["--data", str(data)]
+    if checkpoint_dir:
+        argv += ["--checkpoint-dir", str(checkpoint_dir), "--checkpoint-every", str(checkpoint_every)]
+    if resume:
+        argv += ["--resume"]
+    return argv
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def run_job(argv: list[str], env: dict, steps: int, log_path: Path) -> tuple[int, list[tuple[str, str]], list[str]]:
+    """Run torchrun, stream rank 0's [parplan] lines to stderr behind a progress bar, keep every
+    line in log_path.  Returns (exit code, [(rank, cause)] of failed ranks, last lines)."""
+    import subprocess
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = _console()
+    failures: list[tuple[str, str]] = []
+    tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1)
+    with open(log_path, "w") as log, Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                              TextColumn("{task.completed}/{task.total} {task.fields[status]}"),
+                                              TimeElapsedColumn(), console=console, transient=False) as progress:
+        task = progress.add_task("training", total=steps, status="starting torchrun")
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                line = line.rstrip("\n")
+                tail.append(line)
+                if m := STEP_LINE.search(line):
+                    step, _, loss, dt, tps = m.groups()
+                    progress.update(task, completed=int(step),
+                                    status=f"loss {float(loss):.4f}  {float(dt):.3f} s/step  {float(tps):,.0f} tok/s")
+                elif m := FAIL_LINE.search(line):
+                    failures.append(m.groups())
+                elif line.startswith("[parplan]"):
+                    progress.console.print(line, markup=False, soft_wrap=True)
+            code = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            return EXIT_INTERRUPTED, failures, list(tail)
+    return code, failures, list(tail)
+
+
+def _fmt(value, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "s":
+        return f"{value:.4f} s"
+    if kind == "tps":
+        return f"{value:,.0f}"
+    if kind == "mfu":
+        return f"{100 * value:.1f}%"
+    if kind == "bytes":
+        return f"{value / 1e9:.2f} GB"
+    if kind == "err":
+        return f"{100 * value:+.1f}%"
+    return str(value)
+
+
+def summary_rows(report: dict) -> list[tuple[str, str, str, str]]:
+    """(quantity, measured, predicted, relative error) from a run report."""
+    med = report.get("median") or {}
+    pred = report.get("prediction") or {}
+    err = report.get("error") or {}
+    reserved = [m.get("reserved") for m in report.get("peak_memory_bytes", {}).values() if m.get("reserved") is not None]
+    tps_err = None
+    if pred.get("tokens_per_s") and med.get("tokens_per_s"):
+        tps_err = (pred["tokens_per_s"] - med["tokens_per_s"]) / med["tokens_per_s"]
+    return [
+        ("step time", _fmt(med.get("step_time_s"), "s"), _fmt(pred.get("step_time_s"), "s"), _fmt(err.get("step_time_s"), "err")),
+        ("tokens/s", _fmt(med.get("tokens_per_s"), "tps"), _fmt(pred.get("tokens_per_s"), "tps"), _fmt(tps_err, "err")),
+        ("MFU", _fmt(med.get("mfu"), "mfu"), _fmt(pred.get("mfu"), "mfu"), _fmt(err.get("mfu"), "err")),
+        ("peak memory / GPU", _fmt(max(reserved) if reserved else None, "bytes"),
+         _fmt((pred.get("memory_bytes_per_gpu") or {}).get("total"), "bytes"), _fmt(err.get("peak_memory"), "err")),
+    ]
+
+
+def print_summary(report: dict, report_path: str) -> None:
+    from rich.table import Table
+
+    steps = report.get("steps", [])
+    title = (f"{report.get('device')} x {report.get('world_size')}: {len(steps)} steps, median after "
+             f"{report.get('warmup_steps')} warm-up; final loss {steps[-1]['loss']:.4f}" if steps else "no steps run")
+    t = Table(title=title)
+    for col in ("", "measured", "predicted", "rel. error"):
+        t.add_column(col, justify="right" if col else "left")
+    for row in summary_rows(report):
+        t.add_row(*row)
+    console = _console()
+    console.print(t)
+    console.print(f"report: {report_path}", markup=False)
+
+
+def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: bool = False, report: str | None = None,
+           nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
+           checkpoint_dir=None, checkpoint_every=0, resume=False, data=None) -> int:
+    """Check the plan against this machine and run it with torchrun; returns the exit code."""
+    import importlib.util
+    import json
+
+    plan, error = read_plan(plan_source)
+    if plan is None:
+        _err(f"error: {error}")
+        return EXIT_INVALID
+    if device not in ("auto", "cuda", "cpu"):
+        _err(f"error: --device must be auto, cuda or cpu, got {device!r}")
+        return EXIT_INVALID
+    if importlib.util.find_spec("torch") is None:
+        _err("error: torch is not importable -- fix: pip install torch (launch runs parallel_layers on torch.distributed)")
+        return EXIT_INVALID
+    machine = probe_machine()
+    checks = [Check("torch", True, f"torch {machine.torch_version}")]
+    device, dev_check = resolve_device(device, machine)
+    checks.append(dev_check)
+    nproc, world_check = check_world(plan, device, machine, nnodes, nproc_per_node)
+    checks += [world_check, check_rendezvous(nnodes, node_rank, rdzv_endpoint), check_memory(plan, device, machine)]
+    if data and not Path(data).is_file():
+        checks.append(Check("data", False, f"{data} is not a file", "pass a flat uint16/uint32 token file"))
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(report).parent if report else Path("runs") / stamp
+    report_path = report or str(run_dir / "report.json")
+    plan_path = run_dir / "plan.json"
+    argv = torchrun_argv(str(plan_path), nproc=nproc, steps=steps, device=device, report=report_path, nnodes=nnodes,
+                         node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
+                         checkpoint_every=checkpoint_every, resume=resume, data=data)
+    failed = [c for c in checks if not c.ok]
+    if dry_run:
+        for c in checks:
+            _err(c.line())
+        _err(f"plan would be written to {plan_path}; report to {report_path}")
+        sys.stdout.write(shlex.join(argv) + "\n")
+        return EXIT_OK
+    if failed:
+        for c in failed:
+            _err(f"error: {c.name}: {c.detail} -- fix: {c.fix}")
+        return max(c.exit_code for c in failed)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan_path.write_text(plan.model_dump_json(indent=2))  # the validated plan, never the raw input
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if device == "cpu":
+        env["OMP_NUM_THREADS"] = "1"
+    _err(f"launching {plan.parallel.world_size} ranks ({nproc} per node): {shlex.join(argv)}")
+    code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")
+    if code == EXIT_INTERRUPTED:
+        _err("interrupted")
+        return code
+    if code != 0:
+        for rank, cause in failures:
+            _err(f"error: rank {rank} failed: {cause}")
+        if not failures:
+            _err(f"error: torchrun exited with code {code}; last lines:")
+            for line in tail[-15:]:
+                _err(f"  {line}")
+        _err(f"full log: {run_dir / 'torchrun.log'}")
+        return code
+    try:
+        with open(report_path) as f:
+            rep = json.load(f)
+    except (OSError, ValueError) as e:
+        _err(f"error: the job succeeded but its report {report_path} is unreadable: {e}")
+        return 1
+    print_summary(rep, report_path)
+    return EXIT_OK

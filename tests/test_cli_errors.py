@@ -2,6 +2,8 @@
 and (exit 2 in --json mode) nothing on stdout.  Runs planner.cli.main in-process."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -17,16 +19,11 @@ R = ["recommend", "--model", "llama3-8b", "--json"]
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("plans")
-    good = {
-        "schema_version": 1,
-        "model": {"name": "tiny", "arch": "llama", "layers": 4, "hidden": 256, "heads": 8, "kv_heads": 8,
-                  "ffn_hidden": 688, "vocab": 1000},
-        "hardware": {"name": "h100-sxm-80gb", "gpus": 8, "gpus_per_node": 8},
-        "training": {"seq_len": 256, "global_batch_size": 16, "micro_batch_size": 1, "num_microbatches": 2,
-                     "dtype": "bf16"},
-        "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "vpp": 1, "sp": False, "zero_stage": 0,
-                     "recompute": "none", "schedule": "1f1b", "offload": "none"},
-    }
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--top", "1", "--json"]) == 0
+    good = json.loads(buf.getvalue())
+    good["alternatives"] = []
     out = {}
 
     def put(name, text):
@@ -44,7 +41,7 @@ def files(tmp_path_factory):
     put("wrong_type.json", json.dumps({**good, "training": {**good["training"], "seq_len": "long"}}))
     put("negative.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": -8}}))
     put("string.json", json.dumps("plan"))
-    put("world_mismatch.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": 4}}))
+    put("world_mismatch.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": good["parallel"]["dp"] * 2}}))
     put("bad_hw.json", json.dumps({**good, "hardware": {**good["hardware"], "name": "no-such-gpu"}}))
     put("binary.json", "\x00\x01\x02")
     (d / "notutf8.json").write_bytes(b"\xff\xfe\xfa")

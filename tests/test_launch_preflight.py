@@ -1,0 +1,135 @@
+"""planner.launch: plan reading, pre-flight checks, the torchrun argv, dry runs, and (multirank)
+a real CPU run and a crashed run reported by rank."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from planner import launch as L
+from tests.runtime_helpers.plans import tiny_plan, write_plan
+
+
+@pytest.fixture
+def plan8(tmp_path):
+    return write_plan(tiny_plan(tp=2, pp=2, dp=2), tmp_path / "plan.json")
+
+
+NO_GPU = L.MachineInfo(torch_version="x", gpus=0, free_memory_bytes=None)
+
+
+def test_dry_run_without_gpu_explains_and_exits_0(plan8, capsys):
+    if L.probe_machine().gpus:
+        pytest.skip("this machine has a GPU")
+    assert L.launch(plan8, dry_run=True) == 0
+    out, err = capsys.readouterr()
+    assert "no CUDA GPU" in err and "--device cpu" in err
+    assert "Traceback" not in err + out
+    argv = out.strip()
+    assert argv.count("\n") == 0 and "torch.distributed.run" in argv and "parallel_layers.train" in argv
+
+
+def test_dry_run_cpu_prints_every_check_and_the_command(plan8, capsys, tmp_path):
+    assert L.launch(plan8, dry_run=True, device="cpu", steps=7, report=str(tmp_path / "r" / "report.json")) == 0
+    out, err = capsys.readouterr()
+    for name in ("torch", "device", "world size", "rendezvous", "memory"):
+        assert f"] {name}:" in err
+    assert "FAIL" not in err
+    assert "--nproc-per-node 8" in out and "--steps 7" in out and "--device cpu" in out
+    assert not (tmp_path / "r").exists()  # a dry run writes nothing
+
+
+def test_bad_plan_file_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**json.loads(tiny_plan().model_dump_json()), "surprise": 1}))
+    assert L.launch(str(bad), dry_run=True) == 2
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "surprise" in err and err.startswith("error: invalid plan")
+    (tmp_path / "notjson.json").write_text("{not json")
+    assert L.launch(str(tmp_path / "notjson.json")) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert L.launch(str(tmp_path / "missing.json")) == 2
+    assert "cannot read plan" in capsys.readouterr().err
+
+
+def test_plan_from_stdin(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(tiny_plan(tp=2).model_dump_json()))
+    assert L.launch("-", dry_run=True, device="cpu") == 0
+    assert "--nproc-per-node 2" in capsys.readouterr().out
+
+
+def test_world_size_checks():
+    plan = tiny_plan(tp=2, pp=2, dp=2)
+    four = L.MachineInfo(torch_version="x", gpus=4, free_memory_bytes=80e9, gpu_name="H100")
+    nproc, c = L.check_world(plan, "cuda", four, nnodes=1, nproc_per_node=None)
+    assert (nproc, c.ok) == (8, False) and "this node has 4" in c.detail and "--nnodes 2" in c.fix
+    nproc, c = L.check_world(plan, "cuda", four, nnodes=2, nproc_per_node=None)
+    assert (nproc, c.ok) == (4, True)
+    _, c = L.check_world(plan, "cuda", four, nnodes=3, nproc_per_node=None)
+    assert not c.ok and "do not split evenly" in c.detail
+    nproc, c = L.check_world(plan, "cpu", NO_GPU, nnodes=1, nproc_per_node=None)
+    assert (nproc, c.ok) == (8, True)
+
+
+def test_memory_check_uses_the_prediction():
+    from planner.schema import Prediction
+
+    plan = tiny_plan(tp=2)
+    mem = dict(weights=1e9, grads=1e9, optimizer=2e9, activations=5e9, other=1e9, total=10e9)
+    plan.prediction = Prediction.model_validate(dict(
+        memory_bytes_per_gpu=mem, step_time_s=1.0, tokens_per_s=1.0, model_tflops_per_gpu=1.0, hardware_tflops_per_gpu=1.0,
+        mfu=0.4, hfu=0.4, bubble_fraction=0.0, comm_bytes_per_step={}, amdahl=dict(parallel_fraction=1, speedup=2), fits=True))
+    small = L.MachineInfo(torch_version="x", gpus=2, free_memory_bytes=8e9, gpu_name="H100")
+    big = L.MachineInfo(torch_version="x", gpus=2, free_memory_bytes=40e9, gpu_name="H100")
+    c = L.check_memory(plan, "cuda", small)
+    assert not c.ok and c.exit_code == L.EXIT_DOES_NOT_FIT and "10.00 GB" in c.detail and "8.00 GB" in c.detail
+    assert L.check_memory(plan, "cuda", big).ok
+
+
+def test_torchrun_argv_is_a_list_and_multinode():
+    argv = L.torchrun_argv("/p/plan.json", nproc=4, steps=5, device="cuda", report="/r.json", nnodes=2, node_rank=1,
+                           rdzv_endpoint="node0:29500", checkpoint_dir="/ck", checkpoint_every=2, resume=True,
+                           data="/tok.bin")
+    assert all(isinstance(a, str) for a in argv)
+    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--standalone" not in argv
+    i = argv.index("--rdzv-endpoint")
+    assert argv[i + 1] == "node0:29500" and argv[argv.index("--rdzv-backend") + 1] == "c10d"
+    assert argv[argv.index("--node-rank") + 1] == "1" and argv[argv.index("--nnodes") + 1] == "2"
+    assert argv[argv.index("--plan") + 1] == "/p/plan.json" and "--resume" in argv
+    single = L.torchrun_argv("/p.json", nproc=8, steps=1, device="cpu", report="/r.json")
+    assert "--standalone" in single and "--nnodes" not in single
+    assert not L.check_rendezvous(2, 0, None).ok
+
+
+def test_planner_launch_does_not_import_torch():
+    code = "import sys, planner.launch; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.multirank
+def test_cpu_launch_writes_report_and_keeps_stdout_clean(tmp_path, capfd):
+    plan = write_plan(tiny_plan(tp=2, dp=2), tmp_path / "plan.json")
+    report = tmp_path / "run" / "report.json"
+    assert L.launch(plan, steps=3, device="cpu", report=str(report)) == 0
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "measured" in err and "step time" in err
+    rep = json.loads(report.read_text())
+    assert [s["step"] for s in rep["steps"]] == [1, 2, 3]
+    assert rep["plan"]["parallel"]["tp"] == 2 and len(rep["peak_memory_bytes"]) == 4
+    assert (tmp_path / "run" / "plan.json").exists() and (tmp_path / "run" / "torchrun.log").exists()
+
+
+@pytest.mark.multirank
+def test_crashed_ranks_are_reported_by_rank_and_cause(tmp_path, capfd):
+    plan = write_plan(tiny_plan(tp=2, precision="master-weights"), tmp_path / "plan.json")
+    code = L.launch(plan, steps=2, device="cpu", report=str(tmp_path / "run" / "report.json"))
+    assert code != 0
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "rank 0 failed: NotImplementedError" in err and "rank 1 failed: NotImplementedError" in err
+    assert "master-weights" in err

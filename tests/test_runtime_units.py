@@ -1,0 +1,181 @@
+"""Single-process checks of the runtime pieces: mapping identities on a group of one, TP layers
+against torch.nn on one rank, logical-seeded init slicing, stage splits, data determinism,
+recompute equivalence, and parameter counts against cost_models.params."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from cost_models.params import param_counts
+from parallel_layers import mappings as M
+from parallel_layers.data import TokenSource, replica_sample_indices
+from parallel_layers.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, vocab_parallel_cross_entropy
+from parallel_layers.model import ModelConfig, StageModule, full_logical_init, init_parameters, iter_shard_specs, split_layers
+from parallel_layers.pipeline import stages_of_rank, virtual_stage_layers
+from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
+
+
+@pytest.fixture(scope="module")
+def group_of_one(tmp_path_factory):
+    created = not dist.is_initialized()
+    if created:
+        store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield dist.group.WORLD
+    if created:
+        dist.destroy_process_group()
+
+
+PAIRS = [M._CopyToTP, M._ReduceFromTP, M._ScatterToTP, M._GatherFromTP, M._ScatterToSP, M._GatherFromSP,
+         M._ReduceScatterToSP]
+
+
+@pytest.mark.parametrize("fn", PAIRS, ids=lambda f: f.__name__)
+def test_mapping_pairs_are_identities_on_one_rank(group_of_one, fn):
+    x = torch.randn(2, 4, 6, requires_grad=True)
+    y = fn.apply(x, group_of_one)
+    assert torch.equal(y, x)
+    g = torch.randn_like(y)
+    y.backward(g)
+    assert torch.equal(x.grad, g)
+
+
+@pytest.mark.parametrize("fn", [M.copy_to_tp_region, M.reduce_from_tp_region, M.scatter_to_tp_region,
+                                M.gather_from_tp_region, M.scatter_to_sequence_parallel_region,
+                                M.gather_from_sequence_parallel_region, M.reduce_scatter_to_sequence_parallel_region])
+def test_group_of_one_returns_early(group_of_one, fn):
+    x = torch.randn(2, 4, 6)
+    assert fn(x, group_of_one) is x and fn(x, None) is x
+
+
+def _copy_linear(layer, ref: nn.Linear):
+    with torch.no_grad():
+        layer.weight.copy_(ref.weight)
+        if ref.bias is not None:
+            layer.bias.copy_(ref.bias)
+
+
+@pytest.mark.parametrize("cls", [ColumnParallelLinear, RowParallelLinear])
+@pytest.mark.parametrize("bias", [False, True])
+def test_parallel_linear_matches_nn_linear_on_one_rank(cls, bias):
+    torch.manual_seed(0)
+    ref = nn.Linear(16, 24, bias=bias)
+    layer = cls(16, 24, None, name="x", bias=bias)
+    _copy_linear(layer, ref)
+    x1 = torch.randn(2, 5, 16, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_()
+    torch.testing.assert_close(layer(x1), ref(x2))
+    layer(x1).square().sum().backward()
+    ref(x2).square().sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad)
+    torch.testing.assert_close(layer.weight.grad, ref.weight.grad)
+
+
+def test_vocab_embedding_and_cross_entropy_match_torch_on_one_rank():
+    torch.manual_seed(0)
+    emb = VocabParallelEmbedding(50, 8, None, name="e")
+    nn.init.normal_(emb.weight)
+    ids = torch.randint(0, 50, (3, 7))
+    torch.testing.assert_close(emb(ids), F.embedding(ids, emb.weight))
+    logits, target = torch.randn(3, 7, 50), torch.randint(0, 50, (3, 7))
+    torch.testing.assert_close(vocab_parallel_cross_entropy(logits, target, None),
+                               F.cross_entropy(logits.reshape(-1, 50), target.reshape(-1)))
+
+
+def test_tp_shards_are_slices_of_the_logical_parameter():
+    """Column shards split dim 0, row shards dim 1; rank r holds chunk r of the full tensor."""
+    full = None
+    for rank in range(2):
+        col = ColumnParallelLinear(8, 6, None, name="layers.0.attn.wq")
+        row = RowParallelLinear(6, 8, None, name="layers.0.attn.wo")
+        for m in (col, row):  # pretend to be TP rank `rank` of 2, without a process group
+            m.tp_size, m.tp_rank = 2, rank
+            spec = m.param_specs["weight"]
+            shape = list(spec.full_shape)
+            shape[spec.tp_dim] //= 2
+            m.weight = nn.Parameter(torch.empty(shape))
+        init_parameters(col, seed=7)
+        init_parameters(row, seed=7)
+        full_col = full_logical_init(col.param_specs["weight"], 7)
+        full_row = full_logical_init(row.param_specs["weight"], 7)
+        assert torch.equal(col.weight, full_col.chunk(2, 0)[rank])
+        assert torch.equal(row.weight, full_row.chunk(2, 1)[rank])
+        full = full_col
+    assert not torch.equal(full, full_logical_init(ColumnParallelLinear(8, 6, None, name="layers.1.attn.wq").param_specs["weight"], 7))
+    assert full.std().item() == pytest.approx(0.02, rel=0.5)
+
+
+def test_split_layers_gives_remainder_to_middle_stages():
+    assert split_layers(8, 4) == [2, 2, 2, 2]
+    assert split_layers(10, 4) == [2, 3, 3, 2]
+    assert split_layers(5, 3) == [2, 2, 1]  # middle first, then the first stage
+    assert sum(split_layers(7, 3)) == 7 and split_layers(7, 3)[1] == 3
+    assert virtual_stage_layers(4, 2, 1, [1, 3]) == [[0], [1, 2, 3]]
+
+
+def test_virtual_stage_placement():
+    assert stages_of_rank(1, pp=4, vpp=2, schedule="interleaved-1f1b") == [1, 5]
+    assert stages_of_rank(1, pp=4, vpp=2, schedule="zbv") == [1, 6]  # V shape
+    assert stages_of_rank(0, pp=2, vpp=2, schedule="zbv") == [0, 3]
+
+
+def test_synthetic_batches_are_a_function_of_seed_step_index():
+    src = TokenSource(vocab=100, seq_len=16, seed=3)
+    x, y = src.batch(5, [0, 1])
+    x2, _ = src.batch(5, [1])
+    assert torch.equal(x[1], x2[0]) and torch.equal(x[0, 1:], y[0, :-1])
+    assert not torch.equal(src.batch(6, [0])[0], x[:1])
+    assert replica_sample_indices(1, 2, 3) == [6, 7, 8, 9, 10, 11]
+
+
+def test_memmap_data(tmp_path):
+    import numpy as np
+    path = tmp_path / "tok.bin"
+    np.arange(1000, dtype=np.uint16).__mod__(50).astype(np.uint16).tofile(path)
+    src = TokenSource(vocab=50, seq_len=8, seed=1, path=str(path))
+    x, y = src.batch(1, [0, 1])
+    assert x.shape == (2, 8) and torch.equal(x[:, 1:], y[:, :-1])
+    assert ((y - x) % 50 == 1).all()  # consecutive tokens of the file
+    with pytest.raises(ValueError, match="vocab"):
+        TokenSource(vocab=10, seq_len=8, seed=1, path=str(path)).batch(1, list(range(20)))
+
+
+def _stage(model, recompute):
+    plan = tiny_plan(model)
+    cfg = ModelConfig.from_plan(plan)
+    m = StageModule(cfg, list(range(cfg.layers)), first=True, last=True, tp_group=None, recompute=recompute)
+    init_parameters(m, plan.training.seed)
+    return m
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT], ids=["llama", "gpt"])
+@pytest.mark.parametrize("recompute", ["selective", "full"])
+def test_recompute_gives_the_same_loss_and_gradients(model, recompute):
+    ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+    results = []
+    for mode in ("none", recompute):
+        m = _stage(model, mode)
+        loss = vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None)
+        loss.backward()
+        results.append((loss.item(), {n: p.grad.clone() for n, p, _ in iter_shard_specs(m)}))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-6)
+    for n, g in results[0][1].items():
+        torch.testing.assert_close(results[1][1][n], g, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT, {**TINY_GPT, "tied_embeddings": False}],
+                         ids=["llama", "gpt-tied", "gpt-untied"])
+def test_parameter_count_matches_cost_model(model):
+    plan = tiny_plan(model)
+    m = _stage(model, "none")
+    assert sum(p.numel() for p in m.parameters()) == param_counts(plan.model, plan.training.seq_len)["total"]
+
+
+def test_untrained_loss_is_near_log_vocab():
+    m = _stage(TINY_LLAMA, "none")
+    ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(1))
+    loss = vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).item()
+    assert loss == pytest.approx(torch.log(torch.tensor(256.0)).item(), abs=0.1)

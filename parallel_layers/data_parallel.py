@@ -70,8 +70,7 @@ def sync_sequence_parallel_grads(stage_modules: list[nn.Module], tp_group) -> No
     all_reduce_bucketed(grads, tp_group, average=False)
 
 
-def sync_tied_embedding_grads(stage_modules: list[nn.Module], holds_embedding: bool, holds_separate_head: bool,
-                              vocab_shard_shape, pp_group) -> None:
+def sync_tied_embedding_grads(stage_modules: list[nn.Module], vocab_shard_shape, pp_group, device) -> None:
     """Sum the gradients of the embedding and of its copy used by the head on another pipeline
     rank.  Every pp rank joins the all-reduce (ranks holding neither contribute zeros)."""
     if pp_group is None or _group_size(pp_group) == 1:
@@ -85,7 +84,7 @@ def sync_tied_embedding_grads(stage_modules: list[nn.Module], holds_embedding: b
     like = emb if emb is not None else head
     if like is not None and like.grad is None:
         raise RuntimeError("tied embedding has no gradient after backward")
-    buf = torch.zeros(vocab_shard_shape) if like is None else torch.zeros_like(local_tensor(like.grad))
+    buf = torch.zeros(vocab_shard_shape, device=device) if like is None else torch.zeros_like(local_tensor(like.grad))
     if emb is not None:
         buf += local_tensor(emb.grad)
     if head is not None:

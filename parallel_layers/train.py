@@ -190,12 +190,10 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
 def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
     par = rt.plan.parallel
     if rt.cfg.tied_embeddings and par.pp > 1:
-        shape = (rt.cfg.vocab // par.tp, rt.cfg.hidden)
-        if par.zero_stage == 3:  # FSDP shards dim 0 over dp, padded to a multiple of dp
-            rows = -(-shape[0] // par.dp)
-            shape = (rows, shape[1])
-        sync_tied_embedding_grads(rt.stage_modules, rt.holds_first, any(m.separate_tied_head for m in rt.stage_modules),
-                                  shape, rt.coords.pp_group)
+        rows = rt.cfg.vocab // par.tp
+        if par.zero_stage == 3:  # FSDP2 shards dim 0 over dp like torch.chunk
+            rows = torch.empty(rows).chunk(par.dp)[rt.coords.dp_rank].numel()
+        sync_tied_embedding_grads(rt.stage_modules, (rows, rt.cfg.hidden), rt.coords.pp_group, rt.device)
     if par.sp:
         sync_sequence_parallel_grads(rt.stage_modules, rt.coords.tp_group)
     params = _unique_params(rt.stage_modules)
@@ -240,7 +238,7 @@ def mean_loss_over_world(rt: Runtime, replica_loss: Optional[float]) -> float:
     contrib = 0.0
     if replica_loss is not None and rt.coords.tp_rank == 0:
         contrib = replica_loss / rt.plan.parallel.dp
-    t = torch.tensor([contrib], dtype=torch.float64)
+    t = torch.tensor([contrib], dtype=torch.float64, device=rt.device)  # nccl needs device tensors
     dist.all_reduce(t)
     return float(t.item())
 
@@ -326,7 +324,7 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
             dump_gradients(rt, opts.dump_grads, indices)
         rt.optimizer.step()
         _sync(device)
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the step ends when the slowest rank ends
         loss = mean_loss_over_world(rt, replica_loss)
         step_time = float(dt.item())

@@ -30,6 +30,7 @@ PARALLEL_CASES = {
     "zb-sp-fsdp2-full": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2, sp=True, zero_stage=3, recompute="full"), {}),
     "gpt-tied": (TINY_GPT, dict(schedule="1f1b"), {}),
     "gpt-tied-sp-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, sp=True, recompute="selective"), {}),
+    "gpt-tied-fsdp2-gpipe": (TINY_GPT, dict(schedule="gpipe", zero_stage=3, sp=True), {}),
     "sgd": (TINY_LLAMA, dict(), {"optimizer": "sgd"}),
 }
 # one-rank references (dp folded into gradient accumulation): name -> (model, options)

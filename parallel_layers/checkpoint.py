@@ -2,9 +2,9 @@
 
 Keys are logical parameter names; a TP shard adds ``@tp{rank}of{tp}`` (DCP treats equal keys
 of plain tensors as replicas, which is right for the dp copies and wrong for TP shards).  FSDP2
-parameters and their AdamW states are DTensors over dp, so a checkpoint can be resumed with a
-different dp size or ZeRO stage; a different tp or pp is not supported (the TP shards are
-stored as separate keys).  Data needs no state: batches are a function of (seed, step, index).
+parameters and their AdamW states are DTensors over dp, and layer keys use the global layer
+index, so a checkpoint resumes with another dp, pp or ZeRO stage (tested: dp 2 -> 1, and
+pp 2 -> 1 with ZeRO-1 -> FSDP2); another tp is not supported (TP shards are separate keys).  Data needs no state: batches are a function of (seed, step, index).
 """
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ GRAD_RTOL = 1e-5
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("layouts")
-    for name, jobs, nproc in (("ref", suite.reference_jobs(tmp), 1), ("par", suite.parallel_jobs(tmp), 8)):
+    for name, jobs, nproc in (("ref", suite.reference_jobs(tmp), 1), ("par", suite.parallel_jobs(tmp), 8),
+                              ("reshard", suite.reshard_jobs(tmp), 4)):
         r = suite.run_jobs(jobs, nproc, tmp, name)
         assert r.returncode == 0, f"{name} torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return tmp
@@ -123,6 +124,15 @@ def test_resume_continues_the_loss_curve_exactly(runs):
     assert [s["loss"] for s in first["steps"]] == pytest.approx(straight[:2], rel=1e-7)
     assert second["steps"][0]["loss"] == pytest.approx(straight[2], rel=1e-7)
     assert (runs / "resume" / "ckpt" / "step_00000002" / ".metadata").exists()
+
+
+@pytest.mark.parametrize("case", ["reshard-dp1-zero0", "reshard-pp1-fsdp2"])
+def test_resume_in_another_layout(runs, case):
+    """The DCP checkpoint (logical keys, TP shards by tp rank) of the 8-rank ZeRO-1 run resumes
+    with dp 2 -> 1 or pp 2 -> 1 + FSDP2, and step 3 matches the uninterrupted run."""
+    rep = report(runs, case)
+    assert [s["step"] for s in rep["steps"]] == [3]
+    assert rep["steps"][0]["loss"] == pytest.approx(losses(runs, "zero1")[2], rel=LOSS_RTOL)
 
 
 def test_report_has_required_keys(runs):

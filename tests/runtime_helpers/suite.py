@@ -68,6 +68,15 @@ def parallel_jobs(tmp: Path) -> list[dict]:
     return jobs
 
 
+def reshard_jobs(tmp: Path) -> list[dict]:
+    """4-rank resumes of the 8-rank ZeRO-1 checkpoint (step 2) in other layouts with the same tp:
+    fewer dp ranks (dp folded into micro-batches), and pp 2 -> 1 with FSDP2."""
+    ck = str(tmp / "resume" / "ckpt")
+    return [_job(tmp, name, tiny_plan(TINY_LLAMA, **par), {"checkpoint_dir": ck, "resume": True}, steps=STEPS)
+            for name, par in (("reshard-dp1-zero0", dict(tp=2, pp=2, dp=1)),
+                              ("reshard-pp1-fsdp2", dict(tp=2, pp=1, dp=2, zero_stage=3)))]
+
+
 def run_jobs(jobs: list[dict], nproc: int, tmp: Path, name: str, timeout=600) -> subprocess.CompletedProcess:
     path = tmp / f"{name}.jobs.json"
     path.write_text(json.dumps(jobs))
@@ -80,7 +89,7 @@ def run_jobs(jobs: list[dict], nproc: int, tmp: Path, name: str, timeout=600) ->
 if __name__ == "__main__":
     import time
     tmp = Path(sys.argv[1])
-    for nm, jobs, n in (("ref", reference_jobs(tmp), 1), ("par", parallel_jobs(tmp), 8)):
+    for nm, jobs, n in (("ref", reference_jobs(tmp), 1), ("par", parallel_jobs(tmp), 8), ("reshard", reshard_jobs(tmp), 4)):
         t = time.time()
         r = run_jobs(jobs, n, tmp, nm)
         print(nm, r.returncode, f"{time.time() - t:.1f}s")

@@ -345,11 +345,16 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     return build_report(plan, opts, device, steps, memories, params_per_rank)
 
 
-def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank) -> dict:
+def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
+                 comparable: Optional[bool] = None) -> dict:
+    """The run report.  ``error`` compares with the plan's prediction only when the run is
+    comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise."""
+    if comparable is None:
+        comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
     measured = steps[warmup:] or steps
     med = lambda key: statistics.median(s[key] for s in measured) if measured and measured[0][key] is not None else None
-    pred = plan.prediction
+    pred = plan.prediction if comparable else None
     reserved = [m["reserved"] for m in memories if m.get("reserved") is not None]
     error = {
         "step_time_s": _rel_error(pred.step_time_s if pred else None, med("step_time_s")),
@@ -367,9 +372,10 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "peak_memory_bytes": {str(r): m for r, m in enumerate(memories)},
         "params_per_rank": params_per_rank,
         "model_flops_per_token": model_flops_per_token(plan),
-        "prediction": json.loads(pred.model_dump_json()) if pred else None,
+        "prediction": json.loads(plan.prediction.model_dump_json()) if plan.prediction else None,
         "error": error,
-        "notes": [] if device.type == "cuda" else ["cpu: fp32 math, no autocast; mfu and memory error are null"],
+        "notes": [] if comparable else [f"{device.type}: fp32 math, no autocast; not comparable with the prediction for "
+                                        f"{plan.hardware.name}, so error is null"],
     }
 
 

@@ -238,7 +238,7 @@ def _fmt(value, kind: str) -> str:
     if value is None:
         return "-"
     if kind == "s":
-        return f"{value:.4f} s"
+        return f"{value:.4g} s"
     if kind == "tps":
         return f"{value:,.0f}"
     if kind == "mfu":
@@ -257,7 +257,7 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str]]:
     err = report.get("error") or {}
     reserved = [m.get("reserved") for m in report.get("peak_memory_bytes", {}).values() if m.get("reserved") is not None]
     tps_err = None
-    if pred.get("tokens_per_s") and med.get("tokens_per_s"):
+    if err.get("step_time_s") is not None and pred.get("tokens_per_s") and med.get("tokens_per_s"):
         tps_err = (pred["tokens_per_s"] - med["tokens_per_s"]) / med["tokens_per_s"]
     return [
         ("step time", _fmt(med.get("step_time_s"), "s"), _fmt(pred.get("step_time_s"), "s"), _fmt(err.get("step_time_s"), "err")),
@@ -281,6 +281,8 @@ def print_summary(report: dict, report_path: str) -> None:
         t.add_row(*row)
     console = _console()
     console.print(t)
+    for note in report.get("notes", []):
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)
 
 

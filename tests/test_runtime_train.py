@@ -43,12 +43,16 @@ def test_report_errors_are_relative_to_the_measured_median():
     steps = [{"step": i, "loss": 1.0, "step_time_s": t, "tokens_per_s": 256 / t, "mfu": 0.2}
              for i, t in enumerate([9.0, 0.9, 1.0, 1.1], 1)]
     memories = [{"allocated": 1e9, "reserved": 2e9}, {"allocated": 1e9, "reserved": 1.5e9}]
-    rep = train.build_report(plan, train.RunOptions(steps=4, warmup_steps=1), torch.device("cpu"), steps, memories, [1, 1])
+    rep = train.build_report(plan, train.RunOptions(steps=4, warmup_steps=1), torch.device("cpu"), steps, memories, [1, 1],
+                             comparable=True)
     assert rep["warmup_steps"] == 1 and rep["median"]["step_time_s"] == 1.0  # the 9 s warm-up step is excluded
     assert rep["error"]["step_time_s"] == pytest.approx((0.5 - 1.0) / 1.0)
     assert rep["error"]["peak_memory"] == pytest.approx((3e9 - 2e9) / 2e9)  # against the largest reserved
     assert rep["error"]["mfu"] == pytest.approx((0.3 - 0.2) / 0.2)
     assert rep["prediction"]["step_time_s"] == 0.5
+    cpu = train.build_report(plan, train.RunOptions(steps=4, warmup_steps=1), torch.device("cpu"), steps, memories, [1, 1])
+    assert cpu["error"] == {"step_time_s": None, "peak_memory": None, "mfu": None}  # CPU is no measurement of an H100
+    assert cpu["prediction"]["step_time_s"] == 0.5
 
 
 def test_report_without_prediction_has_null_errors():

@@ -17,6 +17,7 @@ job's own exit code.
 from __future__ import annotations
 
 import collections
+import hashlib
 import os
 import re
 import shlex
@@ -168,7 +169,8 @@ def check_rendezvous(nnodes: int, node_rank: int, rdzv_endpoint: Optional[str]) 
 
 
 def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report: str, nnodes: int = 1,
-                  node_rank: int = 0, rdzv_endpoint: Optional[str] = None, checkpoint_dir: Optional[str] = None,
+                  node_rank: int = 0, rdzv_endpoint: Optional[str] = None, rdzv_id: str = "parplan",
+                  checkpoint_dir: Optional[str] = None,
                   checkpoint_every: int = 0, resume: bool = False, data: Optional[str] = None) -> list[str]:
     """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
     `parallel_layers.train`."""
@@ -177,7 +179,7 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
         argv += ["--standalone"]
     else:
         argv += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-backend", "c10d",
-                 "--rdzv-endpoint", str(rdzv_endpoint)]
+                 "--rdzv-endpoint", str(rdzv_endpoint), "--rdzv-id", rdzv_id]
     argv += ["--nproc-per-node", str(nproc), "-m", "parallel_layers.train", "--plan", str(plan_path),
              "--steps", str(steps), "--report", str(report), "--device", device]
     if data:
@@ -316,8 +318,10 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     run_dir = Path(report).parent if report else Path("runs") / stamp
     report_path = report or str(run_dir / "report.json")
     plan_path = run_dir / "plan.json"
+    # every node derives the same rendezvous id from the same plan
+    rdzv_id = "parplan-" + hashlib.sha1(plan.model_dump_json().encode()).hexdigest()[:12]
     argv = torchrun_argv(str(plan_path), nproc=nproc, steps=steps, device=device, report=report_path, nnodes=nnodes,
-                         node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
+                         node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, checkpoint_dir=checkpoint_dir,
                          checkpoint_every=checkpoint_every, resume=resume, data=data)
     failed = [c for c in checks if not c.ok]
     if dry_run:

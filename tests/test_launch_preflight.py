@@ -98,6 +98,7 @@ def test_torchrun_argv_is_a_list_and_multinode():
     i = argv.index("--rdzv-endpoint")
     assert argv[i + 1] == "node0:29500" and argv[argv.index("--rdzv-backend") + 1] == "c10d"
     assert argv[argv.index("--node-rank") + 1] == "1" and argv[argv.index("--nnodes") + 1] == "2"
+    assert "--rdzv-id" in argv
     assert argv[argv.index("--plan") + 1] == "/p/plan.json" and "--resume" in argv
     single = L.torchrun_argv("/p.json", nproc=8, steps=1, device="cpu", report="/r.json")
     assert "--standalone" in single and "--nnodes" not in single

@@ -18,6 +18,7 @@ LAYOUT = dict(tp=2, pp=2, dp=2)
 PARALLEL_CASES = {
     "1f1b": (TINY_LLAMA, dict(schedule="1f1b"), {}),
     "gpipe": (TINY_LLAMA, dict(schedule="gpipe"), {}),
+    "uneven-stages": (TINY_LLAMA, dict(schedule="1f1b", stage_layers=[1, 3]), {}),
     "interleaved-1f1b": (TINY_LLAMA, dict(schedule="interleaved-1f1b", vpp=2), {}),
     "interleaved-zb": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2), {}),
     "zbv": (TINY_LLAMA, dict(schedule="zbv", vpp=2), {}),

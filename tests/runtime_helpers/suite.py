@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS = 3
 LAYOUT = dict(tp=2, pp=2, dp=2)
 
-# name -> (model, parallel overrides, options); all 8-rank (tp2 x pp2 x dp2)
+# name -> (model, parallel overrides, options); all 8-rank, tp2 x pp2 x dp2 unless overridden
 PARALLEL_CASES = {
     "1f1b": (TINY_LLAMA, dict(schedule="1f1b"), {}),
     "gpipe": (TINY_LLAMA, dict(schedule="gpipe"), {}),
@@ -32,6 +32,9 @@ PARALLEL_CASES = {
     "gpt-tied": (TINY_GPT, dict(schedule="1f1b"), {}),
     "gpt-tied-sp-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, sp=True, recompute="selective"), {}),
     "gpt-tied-fsdp2-gpipe": (TINY_GPT, dict(schedule="gpipe", zero_stage=3, sp=True), {}),
+    "pp4-dp2-interleaved": (TINY_LLAMA, dict(tp=1, pp=4, dp=2, schedule="interleaved-1f1b", vpp=2,
+                                             stage_layers=[1, 0, 1, 0, 0, 1, 0, 1]), {}),
+    "tp2-dp4-sp-zero1": (TINY_LLAMA, dict(tp=2, pp=1, dp=4, sp=True, zero_stage=1), {}),
     "sgd": (TINY_LLAMA, dict(), {"optimizer": "sgd"}),
 }
 # one-rank references (dp folded into gradient accumulation): name -> (model, options)
@@ -60,7 +63,7 @@ def reference_jobs(tmp: Path) -> list[dict]:
 
 
 def parallel_jobs(tmp: Path) -> list[dict]:
-    jobs = [_job(tmp, n, tiny_plan(m, lr=_lr(o), **LAYOUT, **p), o) for n, (m, p, o) in PARALLEL_CASES.items()]
+    jobs = [_job(tmp, n, tiny_plan(m, lr=_lr(o), **{**LAYOUT, **p}), o) for n, (m, p, o) in PARALLEL_CASES.items()]
     # stop after step 2 with a checkpoint, then resume to step 3 in a fresh runtime
     plan = tiny_plan(TINY_LLAMA, **LAYOUT, zero_stage=1)
     ck = str(tmp / "resume" / "ckpt")

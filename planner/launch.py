@@ -157,6 +157,24 @@ def check_memory(plan, device: str, machine: MachineInfo) -> Check:
     return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU <= {free / 1e9:.2f} GB free")
 
 
+def check_runtime_support(plan, device: str) -> Check:
+    """What parallel_layers does not run (yet), caught before any rank starts."""
+    p, t = plan.parallel, plan.training
+    missing = []
+    if p.cp > 1:
+        missing.append((f"cp={p.cp} (context parallelism)", "re-plan with --cp 1"))
+    if t.precision == "master-weights":
+        missing.append(("precision master-weights", "use precision amp (same math, fp32 weights; the cost model counts it)"))
+    if p.offload != "none":
+        missing.append((f"offload {p.offload}", "re-plan without optimizer offload"))
+    if device == "cuda" and t.precision == "amp" and t.dtype == "fp16":
+        missing.append(("amp with fp16 (needs loss scaling)", "use dtype bf16"))
+    if not missing:
+        return Check("runtime support", True, "every setting of the plan is implemented in parallel_layers")
+    return Check("runtime support", False, "not implemented in parallel_layers: " + ", ".join(m for m, _ in missing),
+                 "; ".join(f for _, f in missing))
+
+
 def check_rendezvous(nnodes: int, node_rank: int, rdzv_endpoint: Optional[str]) -> Check:
     if nnodes == 1:
         return Check("rendezvous", True, "single node (--standalone)")
@@ -310,7 +328,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     device, dev_check = resolve_device(device, machine)
     checks.append(dev_check)
     nproc, world_check = check_world(plan, device, machine, nnodes, nproc_per_node)
-    checks += [world_check, check_rendezvous(nnodes, node_rank, rdzv_endpoint), check_memory(plan, device, machine)]
+    checks += [world_check, check_runtime_support(plan, device), check_rendezvous(nnodes, node_rank, rdzv_endpoint),
+               check_memory(plan, device, machine)]
     if data and not Path(data).is_file():
         checks.append(Check("data", False, f"{data} is not a file", "pass a flat uint16/uint32 token file"))
 

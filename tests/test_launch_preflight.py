@@ -35,7 +35,7 @@ def test_dry_run_without_gpu_explains_and_exits_0(plan8, capsys):
 def test_dry_run_cpu_prints_every_check_and_the_command(plan8, capsys, tmp_path):
     assert L.launch(plan8, dry_run=True, device="cpu", steps=7, report=str(tmp_path / "r" / "report.json")) == 0
     out, err = capsys.readouterr()
-    for name in ("torch", "device", "world size", "rendezvous", "memory"):
+    for name in ("torch", "device", "world size", "runtime support", "rendezvous", "memory"):
         assert f"] {name}:" in err
     assert "FAIL" not in err
     assert "--nproc-per-node 8" in out and "--steps 7" in out and "--device cpu" in out
@@ -125,12 +125,24 @@ def test_cpu_launch_writes_report_and_keeps_stdout_clean(tmp_path, capfd):
     assert (tmp_path / "run" / "plan.json").exists() and (tmp_path / "run" / "torchrun.log").exists()
 
 
+def test_unimplemented_settings_fail_before_any_rank_starts(tmp_path, capsys):
+    plan = write_plan(tiny_plan(tp=2, precision="master-weights"), tmp_path / "plan.json")
+    assert L.launch(plan, device="cpu", report=str(tmp_path / "run" / "report.json")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "master-weights" in err and "use precision amp" in err
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.multirank
 def test_crashed_ranks_are_reported_by_rank_and_cause(tmp_path, capfd):
-    plan = write_plan(tiny_plan(tp=2, precision="master-weights"), tmp_path / "plan.json")
-    code = L.launch(plan, steps=2, device="cpu", report=str(tmp_path / "run" / "report.json"))
+    """Token ids >= vocab in the data file make every rank raise at its first batch."""
+    plan = write_plan(tiny_plan(tp=2), tmp_path / "plan.json")
+    tok = tmp_path / "tok.bin"
+    import numpy as np
+    np.full(1000, 300, dtype=np.uint16).tofile(tok)  # vocab is 256
+    code = L.launch(plan, steps=2, device="cpu", report=str(tmp_path / "run" / "report.json"), data=str(tok))
     assert code != 0
     out, err = capfd.readouterr()
     assert out == ""
-    assert "rank 0 failed: NotImplementedError" in err and "rank 1 failed: NotImplementedError" in err
-    assert "master-weights" in err
+    assert "rank 0 failed: ValueError" in err and "rank 1 failed: ValueError" in err
+    assert "token id 300" in err

@@ -14,7 +14,6 @@ import re
 import torch
 import torch.distributed.checkpoint as dcp
 
-from parallel_layers.model import iter_shard_specs
 
 
 def _key(mod_tp_size: int, mod_tp_rank: int, spec) -> str:

@@ -104,7 +104,6 @@ class ShardedAdamW:
         self.dp_group, self.stage = dp_group, stage
         n = _group_size(dp_group)
         self.dp_rank = 0 if n == 1 else dist.get_rank(dp_group)
-        self.owner_global = []
         loads = [0] * n
         owner = [0] * len(params)
         for i in sorted(range(len(params)), key=lambda i: (-params[i].numel(), i)):
@@ -115,10 +114,6 @@ class ShardedAdamW:
         self.owner_global = [dist.get_global_rank(dp_group, r) if n > 1 else dist.get_rank() for r in owner]
         self.local_params = [p for p, r in zip(params, owner) if r == self.dp_rank]
         self.optim = torch.optim.AdamW(self.local_params, **adamw_kwargs) if self.local_params else None
-
-    @property
-    def state(self):
-        return {} if self.optim is None else self.optim.state
 
     def reduce_gradients(self) -> None:
         n = _group_size(self.dp_group)

@@ -39,7 +39,7 @@ def losses(tmp, name) -> list[float]:
 
 def reference_for(case: str) -> str:
     model, _, opts = suite.PARALLEL_CASES[case]
-    name = "ref-llama" if model["arch"] == "llama" else "ref-gpt"
+    name = "ref-llama" if model["arch"] == "llama" else "ref-gpt" if model.get("tied_embeddings") else "ref-gpt-untied"
     return name + ("-sgd" if opts.get("optimizer") == "sgd" else "")
 
 

@@ -35,12 +35,14 @@ PARALLEL_CASES = {
     "pp4-dp2-interleaved": (TINY_LLAMA, dict(tp=1, pp=4, dp=2, schedule="interleaved-1f1b", vpp=2,
                                              stage_layers=[1, 0, 1, 0, 0, 1, 0, 1]), {}),
     "tp2-dp4-sp-zero1": (TINY_LLAMA, dict(tp=2, pp=1, dp=4, sp=True, zero_stage=1), {}),
+    "gpt-untied-interleaved-zb": ({**TINY_GPT, "tied_embeddings": False}, dict(schedule="interleaved-zb", vpp=2), {}),
     "sgd": (TINY_LLAMA, dict(), {"optimizer": "sgd"}),
 }
 # one-rank references (dp folded into gradient accumulation): name -> (model, options)
 REFERENCE_CASES = {
     "llama": (TINY_LLAMA, {}),
     "gpt": (TINY_GPT, {}),
+    "gpt-untied": ({**TINY_GPT, "tied_embeddings": False}, {}),
     "llama-sgd": (TINY_LLAMA, {"optimizer": "sgd"}),
     "llama-sgd-2x": (TINY_LLAMA, {"optimizer": "sgd", "debug_grad_scale": 2.0}),
 }

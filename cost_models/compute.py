@@ -44,13 +44,15 @@ def layer_matmul_time(m: ModelDims, lay, hw):
     return fwd, 2 * fwd
 
 
-def attention_core_time(m: ModelDims, lay, hw, flash: bool):
+def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = False):
     """(forward, backward) seconds of softmax(QK^T)V for one block and micro-batch.
 
     flash: causal FLOPs 0.5 * 4 * b * s^2 * (heads*head_dim) / (tp*cp) forward, backward 2.5x,
     at the profile's measured attention efficiency for this sequence length.
     unfused: two batched GEMMs of 2*b*s^2*qw/(tp*cp) each (no causal skipping) plus the softmax
-    over b*heads*s^2/(tp*cp) scores: read+write forward (2 passes), 3 passes backward."""
+    over b*heads*s^2/(tp*cp) scores: read+write forward (2 passes), 3 passes backward; attention
+    dropout adds read + write + 1-byte mask per score forward and the same backward (fused flash
+    kernels regenerate the mask from the RNG state: no extra traffic)."""
     b, s = lay.mbs, m.seq_len
     per_gpu = lay.tp * lay.cp
     if flash:
@@ -62,10 +64,11 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool):
     scores = b * m.heads * s * s / per_gpu
     gemm = 2 * gemm_time(bmm, hw)
     softmax_fwd = scores * 2 * 2 / hw.hbm_bytes_per_s
-    return gemm + softmax_fwd, 2 * gemm + 1.5 * softmax_fwd
+    drop = scores * (2 * 2 + 1) / hw.hbm_bytes_per_s if dropout else 0.0
+    return gemm + softmax_fwd + drop, 2 * gemm + 1.5 * softmax_fwd + drop
 
 
-def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int):
+def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool = False):
     """(forward, backward, activation-function forward) seconds of the memory-bound kernels of
     one block.
 
@@ -75,6 +78,8 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int):
       rotary on q and k (read, write; llama)                 2(qw+kvw)/tp
       SwiGLU: read gate, up, write product (llama)           3 ffn/tp
       GeLU + bias (gpt): read, write                         2 ffn/tp
+      hidden dropout fused into the residual add (Megatron bias-dropout-add): the 1-byte mask of
+      each of the 2 dropouts is written forward and read backward                (2h bytes)
     Backward moves about twice the forward's bytes (gradient in, gradient out, saved input)."""
     tokens = lay.mbs * m.seq_len / lay.cp
     seq_split = np.where(lay.sp > 0, lay.tp, 1)
@@ -83,7 +88,7 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int):
         inside = (2 * (m.q_width + m.kv_width) + 3 * m.ffn) / lay.tp
     else:
         inside = 2 * m.ffn / lay.tp
-    fwd = tokens * (outside + inside) * act_bytes / hw.hbm_bytes_per_s
+    fwd = tokens * ((outside + inside) * act_bytes + (2 * m.hidden / seq_split if dropout else 0.0)) / hw.hbm_bytes_per_s
     act_elems = 3 * m.ffn / lay.tp if m.arch == "llama" else 2 * m.ffn / lay.tp
     activation_fwd = tokens * act_elems * act_bytes / hw.hbm_bytes_per_s
     return fwd, 2 * fwd, activation_fwd
@@ -120,12 +125,12 @@ def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per
     return on_gpu + off
 
 
-def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool):
+def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False):
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the
     parts the communication model needs to know about (GEMM time it can overlap with)."""
     mm_f, mm_b = layer_matmul_time(m, lay, hw)
-    at_f, at_b = attention_core_time(m, lay, hw, flash)
-    el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes)
+    at_f, at_b = attention_core_time(m, lay, hw, flash, dropout)
+    el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout)
     fwd = mm_f + at_f + el_f
     full = lay.recompute == REC_FULL
     selective = lay.recompute == REC_SELECTIVE

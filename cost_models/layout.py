@@ -27,6 +27,7 @@ SCH_GPIPE, SCH_1F1B, SCH_INTERLEAVED, SCH_INTERLEAVED_ZB, SCH_ZBV = 0, 1, 2, 3, 
 PRECISION_RECIPES = {
     "amp": {"weight": 4, "grad": 4, "master": 0, "adam": 8, "cast": 2},
     "master-weights": {"weight": 2, "grad": 4, "master": 4, "adam": 8, "cast": 0},
+    "master-weights-half-grads": {"weight": 2, "grad": 2, "master": 4, "adam": 8, "cast": 0},
     "fp32": {"weight": 4, "grad": 4, "master": 0, "adam": 8, "cast": 0},
 }
 
@@ -69,6 +70,7 @@ class TrainingConsts:
     flash_attention: bool
     overlap_grad_reduce: bool
     overlap_tp_comm: bool
+    dropout: bool = False
 
     @property
     def act_bytes(self) -> int:

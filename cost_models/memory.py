@@ -45,7 +45,7 @@ def head_params_per_gpu(m: ModelDims, tp, pp):
     return norm + head
 
 
-def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool):
+def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False):
     """Bytes saved for backward by one block for one micro-batch on one GPU.
 
     Tokens per GPU T = mbs * seq / cp.  Per token, in elements (x act_bytes):
@@ -60,31 +60,39 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool):
       5as/h term less its two dropout tensors); selective recompute drops it.
     Plus fp32 norm statistics (2 x 4 bytes per token) and, for flash attention, the fp32
     log-sum-exp (4 bytes per head per token).
+    With dropout (published GPT runs) two 1-byte masks of h per token (attention-output and MLP
+    dropout, outside the TP region) and, for unfused attention, the attention-dropout mask (1 byte)
+    and its 16-bit output per score: then GPT with unfused attention gives exactly Korthikanti's
+    s*b*h*(34 + 5*a*s/h) (34/t + 5as/(ht) with SP, 10 + 24/t + 5as/(ht) without).
     Full recompute keeps only the block input (h per token, /tp with SP); the one block being
     recomputed is counted separately as working memory (see other_bytes)."""
     T = lay.mbs * m.seq_len / lay.cp
     tp = lay.tp
-    outside = 4 * m.hidden / np.where(lay.sp > 0, tp, 1)
+    seq_split = np.where(lay.sp > 0, tp, 1)
+    outside = 4 * m.hidden / seq_split
     if m.arch == "llama":
         mlp = np.where(lay.recompute == REC_SELECTIVE, 3 * m.ffn, 4 * m.ffn)
     else:
         mlp = 2 * m.ffn
     inside = (2 * m.q_width + 2 * m.kv_width + mlp) / tp
     elems = (outside + inside) * act_bytes + 8
+    if dropout:
+        elems = elems + 2 * m.hidden / seq_split  # two 1-byte hidden-dropout masks
     if flash:
         elems = elems + 4 * m.heads / tp
     else:
-        scores = m.heads / tp * m.seq_len * act_bytes
+        per_score = act_bytes + ((1 + act_bytes) if dropout else 0)  # softmax out (+ mask + dropout out)
+        scores = m.heads / tp * m.seq_len * per_score
         elems = elems + np.where(lay.recompute == REC_SELECTIVE, 0.0, scores)
     full = m.hidden / np.where(lay.sp > 0, tp, 1) * act_bytes
     per_token = np.where(lay.recompute == REC_FULL, full, elems)
     return T * per_token
 
 
-def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool):
+def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False):
     """One block's activations without recompute (a block being recomputed or back-propagated)."""
     none = _replace(lay, recompute=np.zeros_like(np.asarray(lay.recompute)) + REC_NONE)
-    return activation_bytes_per_layer(m, none, act_bytes, flash)
+    return activation_bytes_per_layer(m, none, act_bytes, flash, dropout)
 
 
 def logits_bytes(m: ModelDims, lay, act_bytes: int):
@@ -144,8 +152,8 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return w, g, o, offloaded
 
     inflight = in_flight_microbatches(lay, m_micro)
-    act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention)
-    work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention)
+    act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
+    work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
     logits = logits_bytes(m, lay, act_b)
     # Last stage: 1F1B runs each micro-batch's backward right after its forward there; GPipe
     # holds all m; its logits are live for the micro-batches in flight.

@@ -190,7 +190,7 @@ def _prepare(opts, gpus: int | None = None):
     from .search import Pins
     o = opts
     _check_choice("dtype", o.dtype, ("bf16", "fp16"))
-    _check_choice("precision", o.precision, ("master-weights", "amp", "fp32"))
+    _check_choice("precision", o.precision, ("amp", "master-weights", "master-weights-half-grads", "fp32"))
     for name, choices in (("recompute", ("none", "selective", "full")),
                           ("schedule", ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")),
                           ("offload", ("none", "optimizer")), ("arch", ("llama", "gpt"))):

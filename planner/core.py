@@ -49,7 +49,7 @@ def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
 def training_consts(tr: Training) -> TrainingConsts:
     return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
                           flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
-                          overlap_tp_comm=tr.overlap_tp_comm)
+                          overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout)
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):
@@ -137,7 +137,7 @@ def recommend(model: ModelSpec, gpus: int, hardware: str = "h100-sxm-80gb", seq_
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, flash_attention: bool = True, overlap_grad_reduce: bool = True,
-              overlap_tp_comm: bool = False, suggest: bool = True) -> Plan:
+              overlap_tp_comm: bool = False, suggest: bool = True, dropout: bool = False) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
     Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits."""
     pins = pins or Pins()
@@ -147,7 +147,8 @@ def recommend(model: ModelSpec, gpus: int, hardware: str = "h100-sxm-80gb", seq_
     spec = with_param_count(model, seq_len)
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, flash_attention=flash_attention,
-                        overlap_grad_reduce=overlap_grad_reduce, overlap_tp_comm=overlap_tp_comm, tokens=tokens)
+                        overlap_grad_reduce=overlap_grad_reduce, overlap_tp_comm=overlap_tp_comm, tokens=tokens,
+                        dropout=dropout)
     hw = hardware_constants(profile, hw_ref, dtype)
     m = ModelDims.from_spec(spec, seq_len)
     tr = training_consts(training)
@@ -238,6 +239,11 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
     raise NothingFits(plan, msg)
 
 
+def _flags(training: Training) -> dict:
+    return dict(flash_attention=training.flash_attention, overlap_grad_reduce=training.overlap_grad_reduce,
+                overlap_tp_comm=training.overlap_tp_comm, dropout=training.dropout)
+
+
 def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
     """Fewest GPUs that fit (same pins minus the degree pins), and offload when it helps."""
     out = []
@@ -251,7 +257,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
             rec = recommend(spec, gpus, hardware=hw_ref.name, seq_len=training.seq_len,
                             global_batch_size=training.global_batch_size, dtype=training.dtype,
                             precision=training.precision, gpus_per_node=hw_ref.gpus_per_node,
-                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s,
+                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, **_flags(training),
                             pins=Pins(**{**free.__dict__, "offload": "optimizer"}), top_k=1, suggest=False)
             out.append(f"--offload optimizer fits on {gpus} GPUs (ZeRO-{rec.parallel.zero_stage}, "
                        f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
@@ -266,7 +272,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
             rec = recommend(spec, g, hardware=hw_ref.name, seq_len=training.seq_len,
                             global_batch_size=max(training.global_batch_size, 1), dtype=training.dtype,
                             precision=training.precision, gpus_per_node=hw_ref.gpus_per_node,
-                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, pins=free, top_k=1,
+                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, **_flags(training), pins=free, top_k=1,
                             suggest=False)
             out.append(f"--gpus {g} fits (tp {rec.parallel.tp}, pp {rec.parallel.pp}, dp {rec.parallel.dp}, "
                        f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")

@@ -22,7 +22,7 @@ Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv"]
 Offload = Literal["none", "optimizer"]
 # Mixed-precision recipes; bytes per parameter live in cost_models/memory.py (PRECISION_RECIPES).
-Precision = Literal["amp", "master-weights", "fp32"]
+Precision = Literal["amp", "master-weights", "master-weights-half-grads", "fp32"]
 Objective = Literal["throughput", "min-gpus", "memory"]
 
 
@@ -73,7 +73,8 @@ class Training(Strict):
     micro_batch_size: int = Field(gt=0, description="Sequences per micro-batch per data-parallel replica.")
     num_microbatches: int = Field(gt=0, description="Micro-batches per optimizer step per replica (gradient accumulation / pipeline depth).")
     dtype: Dtype = Field("bf16", description="Compute dtype of matrix multiplies.")
-    precision: Precision = Field("amp", description="Mixed-precision recipe: amp = fp32 params/grads/Adam under autocast (16 B/param + 16-bit cast copies); master-weights = 16-bit params + fp32 grads + fp32 master + Adam (18 B/param, Megatron); fp32 = everything fp32 (16 B/param).")
+    precision: Precision = Field("amp", description="Mixed-precision recipe: amp = fp32 params/grads/Adam under autocast (16 B/param + 16-bit cast copies); master-weights = 16-bit params + fp32 grads + fp32 master + Adam (18 B/param, Megatron); master-weights-half-grads = 16-bit params and grads + fp32 master + Adam (16 B/param, the ZeRO paper / DeepSpeed fp16); fp32 = everything fp32 (16 B/param).")
+    dropout: bool = Field(False, description="Hidden and attention dropout as in published GPT runs (Megatron default 0.1); adds masks and memory-bound passes. parplan's runtime has no dropout.")
     flash_attention: bool = Field(True, description="Fused attention kernel (no s^2 score tensors stored).")
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlapped with the backward pass.")
     overlap_tp_comm: bool = Field(False, description="Tensor-parallel collectives overlapped with GEMMs (Megatron --tp-comm-overlap).")

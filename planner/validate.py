@@ -40,6 +40,7 @@ class Query:
     overlap_tp_comm: bool = False
     inter_node_gbytes_per_s: float | None = None
     gpus_per_node: int | None = None
+    dropout: bool = False
     pin_variants: list[Pins] = field(default_factory=lambda: [Pins()])
 
 
@@ -87,7 +88,7 @@ def megatron_sc21_table1(d: dict) -> Iterable[Query]:
         yield Query(label=f"{r['params_billion']}B", spec=_gpt(r, c["vocab"], True), gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="hardware_tflops_per_gpu", published=r["tflops_per_gpu"], dtype="fp16",
-                    flash_attention=False, overlap_grad_reduce=False, pin_variants=[pins])
+                    flash_attention=False, overlap_grad_reduce=False, dropout=True, pin_variants=[pins])
 
 
 def megatron_h100_2024(d: dict) -> Iterable[Query]:
@@ -103,7 +104,7 @@ def megatron_h100_2024(d: dict) -> Iterable[Query]:
         yield Query(label=r["model"], spec=_gpt(r, c["vocab"], not c.get("untied_embeddings", False)),
                     gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=c["seq_len"],
                     global_batch_size=r["global_batch_size"], metric="mfu", published=r["mfu_percent"] / 100,
-                    overlap_grad_reduce=True, overlap_tp_comm=True, pin_variants=variants)
+                    overlap_grad_reduce=True, overlap_tp_comm=True, dropout=True, pin_variants=variants)
 
 
 # ---------------------------------------------------------------- metric conversions
@@ -194,7 +195,7 @@ def korthikanti2022_selective_recompute(d: dict) -> Iterable[Query]:
         yield Query(label=label, spec=_gpt(r, c["vocab"], c.get("tied_embeddings", True)), gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="mfu", published=r["mfu_percent"] / 100, flash_attention=False,
-                    overlap_grad_reduce=False, gpus_per_node=c.get("gpus_per_node"),
+                    overlap_grad_reduce=False, dropout=True, gpus_per_node=c.get("gpus_per_node"),
                     inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants)
 
 
@@ -214,6 +215,7 @@ def megatron_sc21_table2_zero3(d: dict) -> Iterable[Query]:
             variants = [Pins(tp=1, pp=1, dp=r["gpus"], cp=1, mbs=r["micro_batch_size"], zero=3, recompute=rc,
                              sp=False, vpp=1, schedule="1f1b", offload="none") for rc in ("full", "none")]
             overlap = True
+            precision = "master-weights-half-grads"  # DeepSpeed fp16: 16-bit params and grads (ZeRO paper, K=12)
         else:
             mp = r["model_parallel_size"]
             splits = [(r["tp"], r["pp"])] if r.get("tp") and r.get("pp") else \
@@ -222,11 +224,12 @@ def megatron_sc21_table2_zero3(d: dict) -> Iterable[Query]:
                              recompute="full", sp=False, schedule=s, offload="none")
                         for t, p in splits for s in MEGATRON_2021_SCHEDULES]
             overlap = False
+            precision = "master-weights"
         yield Query(label=f"{r['scheme']} {r['params_billion']}B {r['gpus']}gpu",
                     spec=_gpt(r, c["vocab"], c.get("tied_embeddings", True)), gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
-                    overlap_grad_reduce=overlap, gpus_per_node=c.get("gpus_per_node"),
+                    overlap_grad_reduce=overlap, precision=precision, dropout=True, gpus_per_node=c.get("gpus_per_node"),
                     inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants)
 
 
@@ -299,7 +302,7 @@ def opt_175b(d: dict) -> Iterable[Query]:
         yield Query(label=f"{r['model']} {r['gpus']}gpu (peak)", spec=_gpt(r, OPT_VOCAB, True, ffn=4 * r["hidden"]),
                     gpus=r["gpus"], hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=gbs,
                     metric="hardware_tflops_per_gpu", published=r["tflops_per_gpu"], dtype="fp16",
-                    flash_attention=False, overlap_grad_reduce=True, pin_variants=variants)
+                    flash_attention=False, overlap_grad_reduce=True, dropout=True, pin_variants=variants)
 
 
 def gpt_neox_20b(d: dict) -> Iterable[Query]:
@@ -321,7 +324,7 @@ def gpt_neox_20b(d: dict) -> Iterable[Query]:
         yield Query(label=r["model"], spec=_gpt(r, c["vocab"], False, ffn=c["ffn_hidden"]), gpus=r["gpus"],
                     hardware="a100-sxm-40gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="neox_tflops", published=r["tflops_per_gpu"], dtype="fp16",
-                    flash_attention=False, overlap_grad_reduce=False, gpus_per_node=c["gpus_per_node"],
+                    precision="master-weights-half-grads", flash_attention=False, overlap_grad_reduce=False, gpus_per_node=c["gpus_per_node"],
                     inter_node_gbytes_per_s=12.5, pin_variants=[pins])
 
 
@@ -353,7 +356,7 @@ def run_query(q: Query, hardware_override: str | None = None):
                              gpus_per_node=q.gpus_per_node, inter_node_gbytes_per_s=q.inter_node_gbytes_per_s,
                              pins=pins, top_k=1, flash_attention=q.flash_attention,
                              overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm,
-                             suggest=False)
+                             suggest=False, dropout=q.dropout)
         except (NothingFits, PlannerError):
             continue
         if best is None or plan.prediction.step_time_s < best.prediction.step_time_s:
@@ -371,7 +374,8 @@ def why_infeasible(q: Query, hardware_override: str | None = None) -> str:
                       global_batch_size=q.global_batch_size, dtype=q.dtype, precision=q.precision,
                       gpus_per_node=q.gpus_per_node, inter_node_gbytes_per_s=q.inter_node_gbytes_per_s,
                       pins=pins, top_k=1, flash_attention=q.flash_attention,
-                      overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm, suggest=False)
+                      overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm, suggest=False,
+                      dropout=q.dropout)
         except NothingFits as e:
             plan = getattr(e, "plan", None)
             pred = getattr(plan, "prediction", None)

@@ -628,6 +628,30 @@ def hardware_show(name: str):
     _write_json(p.model_dump(mode="json"))
 
 
+@app.command()
+def calibrate(
+    out: Optional[str] = typer.Option(None, "--out", help="Profile to write (.toml, or .json); default <base>-calibrated.toml."),
+    base: Optional[str] = typer.Option(None, "--base", help="Profile to start from (name or path); default the one matching "
+                                       "the GPU (else h100-sxm-80gb), or with --from-run the reports' hardware."),
+    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu (cpu: a self-calibration for testing only)."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer shapes and samples."),
+    from_run: Optional[list[str]] = typer.Option(None, "--from-run", help="Launch report JSON (repeatable): refit "
+                                                 "sustained_matmul_fraction and memory_reserve_gbytes instead of measuring."),
+):
+    """Measure this machine (GEMM, attention, HBM, host link, collectives) into a hardware profile, or refit one from run reports."""
+    _check_choice("device", device, ("auto", "cuda", "cpu"))
+    from .calibrate import CalibrationError, calibrate_device, calibrate_from_runs
+    try:
+        if from_run:
+            path, _, _ = calibrate_from_runs(from_run, base=base, out=out, console=_console())
+        else:
+            path, _, _ = calibrate_device(out=out, base=base, device=device, quick=quick, console=_console())
+    except CalibrationError as e:
+        raise UserError(str(e)) from None
+    _err(f"wrote {path}; use it with `parplan recommend --hardware {path} ...`")
+    sys.stdout.write(f"{path}\n")
+
+
 def _version_callback(value: bool):
     if value:
         from importlib.metadata import PackageNotFoundError, version

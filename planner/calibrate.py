@@ -1,0 +1,812 @@
+"""`parplan calibrate`: measure this machine into a hardware profile, or refit one from run reports.
+
+Device mode (``calibrate_device``) measures with plain PyTorch on the local device (CUDA events
+on a GPU; ``time.perf_counter`` around ``synchronize`` otherwise; warm-ups, then the median of
+N samples, each sample a loop long enough to swamp the timer):
+
+  (a) matmul_efficiency_curve: the transformer GEMMs the cost model prices
+      (``cost_models.compute.layer_gemms`` for hidden 2048-12288, tp 1/2/4/8, 4096/16384 tokens;
+      bf16 and fp16 on a GPU), each row a point (GFLOP, achieved / datasheet peak), binned exactly
+      like benchmarks/build_h100_curve.py (``binned_curve``: equal-width log10(GFLOP) bins, bin
+      medians, weighted isotonic smoothing; that script imports it from here);
+  (b) attention_efficiency_curve: F.scaled_dot_product_attention causal forward+backward by
+      sequence length (causal FLOPs = half of 4*b*heads*s^2*d forward, backward 2.5x), isotonic;
+  (c) hbm_efficiency: a large device copy (read + write bytes) / the base's datasheet bandwidth;
+  (d) host_link_gbytes_per_s: pinned host<->device copies, the slower direction;
+  (e) with >= 2 GPUs, NCCL all-reduce / all-gather / reduce-scatter / send-recv in spawned local
+      processes: nvlink.efficiency = large all-reduce bus bandwidth / link bandwidth, and
+      nvlink.latency_s = small-message all-reduce time / its 2(n-1) ring steps.  With one GPU
+      the base profile's network values are kept (and the profile says so).
+
+On a CPU there is no datasheet peak: the best fp32 GEMM throughput measured is used as the
+"peak" of every dtype and the copy bandwidth as the memory bandwidth: a self-calibration for
+testing the tool only, and the profile's ``measured`` line says so.
+
+Run mode (``calibrate_from_runs``) refits the two parameters that long runs expose:
+sustained_matmul_fraction (per report, the value at which ``planner.core.evaluate_plan``
+predicts the measured median step time; geometric mean over reports, clamped to (0, 1]) and
+memory_reserve_gbytes (+ the median of measured reserved peak - predicted total, never < 0).
+
+torch is imported only inside the device-mode functions: run mode and the binning helpers
+stay importable without it.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+N_BINS = 10
+TOOL = "parplan calibrate"
+GB = 1e9
+
+# GPU name fragment (lower case) -> shipped profile; first match wins.
+_GPU_PROFILES = [
+    ("h200", "h200-sxm-141gb"),
+    ("h100", "h100-sxm-80gb"),
+    ("a100-sxm4-40gb", "a100-sxm-40gb"),
+    ("a100", "a100-sxm-80gb"),
+    ("b200", "b200"),
+    ("mi300x", "mi300x"),
+]
+DEFAULT_BASE = "h100-sxm-80gb"
+
+
+class CalibrationError(ValueError):
+    """Invalid input to calibrate; the message is one line."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Curve binning (shared with benchmarks/build_h100_curve.py)
+# ----------------------------------------------------------------------------------------------
+
+def isotonic_increasing(values: list[float], weights: list[float]) -> list[float]:
+    """Weighted pool-adjacent-violators: the non-decreasing sequence closest to `values` in weighted L2."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for v, w in zip(values, weights):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    out: list[float] = []
+    for v, _, n in blocks:
+        out.extend([v] * n)
+    return out
+
+
+def binned_curve(points: list[tuple[float, float]], n_bins: int = N_BINS) -> list[tuple[float, float]]:
+    """Median (GFLOP, efficiency) per equal-width log10(GFLOP) bin, then made monotone."""
+    logs = [math.log10(g) for g, _ in points]
+    lo, hi = min(logs), max(logs)
+    width = (hi - lo) / n_bins
+    bins: list[list[tuple[float, float]]] = [[] for _ in range(n_bins)]
+    for (g, e), lg in zip(points, logs):
+        i = min(int((lg - lo) / width), n_bins - 1) if width > 0 else 0
+        bins[i].append((g, e))
+    xs, ys, ws = [], [], []
+    for b in bins:
+        if not b:
+            continue
+        xs.append(statistics.median(g for g, _ in b))
+        ys.append(statistics.median(e for _, e in b))
+        ws.append(len(b))
+    ys = isotonic_increasing(ys, ws)
+    return list(zip(xs, ys))
+
+
+def _clamp_eff(e: float) -> float:
+    return min(1.0, max(1e-4, round(e, 4)))
+
+
+def _round_curve(curve) -> list[list[float]]:
+    """Rounded for the file; x strictly increasing, efficiencies inside (0, 1]."""
+    out: list[list[float]] = []
+    for x, y in curve:
+        x = float(f"{x:.6g}")
+        if out and x <= out[-1][0]:
+            continue
+        out.append([x, _clamp_eff(y)])
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Profile I/O
+# ----------------------------------------------------------------------------------------------
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"cannot write non-finite number {v} to a profile")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def profile_toml(profile) -> str:
+    """A HardwareProfile as TOML (scalars and inline values first, then [nvlink] and [inter_node])."""
+    data = profile.model_dump(mode="json")
+    lines = [f"# Hardware profile written by {TOOL}; units live in the field names "
+             "(GB = 1e9 bytes, bandwidths per GPU per direction)."]
+    tables = {}
+    for key, value in data.items():
+        if value is None:
+            continue
+        if isinstance(value, dict) and key != "peak_dense_tflops":
+            tables[key] = value
+        elif key in ("sources",) or (isinstance(value, list) and value and isinstance(value[0], (list, tuple))):
+            lines.append(f"{key} = [\n" + "".join(f"  {_toml_value(x)},\n" for x in value) + "]")
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, table in tables.items():
+        lines.append(f"\n[{key}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items())
+    return "\n".join(lines) + "\n"
+
+
+def check_out_path(out: str | None, default_name: str) -> Path:
+    path = Path(out) if out else Path(f"{default_name}.toml")
+    if path.suffix not in (".toml", ".json"):
+        raise CalibrationError(f"--out {path}: give a .toml or .json file name")
+    if path.is_dir():
+        raise CalibrationError(f"--out {path} is a directory; give a .toml or .json file name")
+    return path
+
+
+def write_profile(profile, path: Path) -> Path:
+    """Write TOML (or JSON for a .json path) and re-load it with hardware_profiles.load_profile."""
+    import hardware_profiles
+
+    text = (json.dumps(profile.model_dump(mode="json"), indent=2) + "\n") if path.suffix == ".json" else profile_toml(profile)
+    try:
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:
+        raise CalibrationError(f"cannot write {path}: {e.__class__.__name__}: {e.strerror or e}") from None
+    hardware_profiles.load_profile(path)  # the contract: what we write, the planner reads
+    return path
+
+
+def _load_base(name: str):
+    import hardware_profiles
+    try:
+        return hardware_profiles.load_profile(name)
+    except (ValueError, OSError) as e:
+        raise CalibrationError(f"--base: {' '.join(str(e).split())}") from None
+
+
+def base_for_device(device_name: str) -> tuple[str, bool]:
+    """(profile name, matched) for a GPU name such as 'NVIDIA H100 80GB HBM3'."""
+    low = device_name.lower()
+    for frag, name in _GPU_PROFILES:
+        if frag in low:
+            return name, True
+    return DEFAULT_BASE, False
+
+
+def _calibrated_name(name: str) -> str:
+    name = Path(name).stem if ("/" in name or name.endswith((".toml", ".json"))) else name
+    return name if name.endswith("-calibrated") else f"{name}-calibrated"
+
+
+def _today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def _console():
+    from rich.console import Console
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        console = Console(stderr=True, width=160)
+    return console
+
+
+# ----------------------------------------------------------------------------------------------
+# Device measurements
+# ----------------------------------------------------------------------------------------------
+
+class _Timer:
+    """Median seconds of one call of `fn`: warm-ups, then `reps` samples, each a loop of `inner`
+    calls sized so that one sample lasts about `sample_s` (swamps timer and launch jitter)."""
+
+    def __init__(self, torch, device, warmup: int, reps: int, sample_s: float):
+        self.torch, self.device = torch, device
+        self.cuda = device.type == "cuda"
+        self.warmup, self.reps, self.sample_s = warmup, reps, sample_s
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def __call__(self, fn) -> float:
+        for _ in range(self.warmup):
+            fn()
+        self.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        est = max(time.perf_counter() - t0, 1e-7)
+        inner = int(min(1000, max(1, self.sample_s / est)))
+        samples = []
+        for _ in range(self.reps):
+            if self.cuda:
+                start = self.torch.cuda.Event(enable_timing=True)
+                end = self.torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(inner):
+                    fn()
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) / 1e3 / inner)
+            else:
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    fn()
+                self.sync()
+                samples.append((time.perf_counter() - t0) / inner)
+        return statistics.median(samples)
+
+
+def gemm_shapes(on_gpu: bool, quick: bool) -> list[dict]:
+    """The forward GEMMs of one block (cost_models.compute.layer_gemms) as (m, k, n) rows.
+
+    The same family as benchmarks/reference/h100_gemm.json: multi-head attention (heads of 128),
+    MLP 4h, m = tokens, columns/rows split by the tensor-parallel degree t."""
+    from cost_models.compute import layer_gemms
+    from cost_models.layout import ModelDims
+
+    if on_gpu:
+        hiddens, tps, tokens_list = ((2048, 8192, 12288), (1, 4), (4096, 16384)) if quick else \
+            ((2048, 4096, 8192, 12288), (1, 2, 4, 8), (4096, 16384))
+    else:
+        hiddens, tps, tokens_list = ((256, 512, 1024), (1, 2), (256, 1024)) if quick else \
+            ((1024, 2048, 4096), (1, 2, 4, 8), (1024, 4096))
+    rows = []
+    for h in hiddens:
+        heads = max(1, h // 128) if h >= 1024 else max(1, h // 64)
+        m = ModelDims(arch="gpt", layers=1, hidden=h, heads=heads, kv_heads=heads, head_dim=h // heads,
+                      ffn=4 * h, vocab=32000, tied=False, seq_len=4096, positions=4096)
+        for t in tps:
+            for tokens in tokens_list:
+                dims = {"qkv": (h, (m.q_width + 2 * m.kv_width) // t), "proj": (m.q_width // t, h),
+                        "fc1": (h, m.ffn // t), "fc2": (m.ffn // t, h)}
+                for op, flops in layer_gemms(m, tokens, t):
+                    k, n = dims[op]
+                    assert abs(2.0 * tokens * k * n - flops) < 1e-6 * flops, (op, flops)
+                    rows.append({"h": h, "t": t, "tokens": tokens, "op": op, "m": tokens, "k": k, "n": n})
+    return rows
+
+
+def measure_gemms(torch, device, timer, shapes, dtype_name, advance) -> list[dict]:
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    out = []
+    gen = torch.Generator(device=device).manual_seed(0)
+    for r in shapes:
+        x = torch.randn(r["m"], r["k"], device=device, dtype=dtype, generator=gen)
+        w = torch.randn(r["k"], r["n"], device=device, dtype=dtype, generator=gen)
+        c = torch.empty(r["m"], r["n"], device=device, dtype=dtype)
+        s = timer(lambda: torch.mm(x, w, out=c))
+        out.append({**r, "dtype": dtype_name, "s": s, "tflops": 2.0 * r["m"] * r["k"] * r["n"] / s / 1e12})
+        del x, w, c
+        advance()
+    return out
+
+
+def attention_cases(on_gpu: bool, quick: bool) -> list[dict]:
+    if on_gpu:
+        seqs, tokens, heads, d = ((2048, 4096, 8192) if quick else (1024, 2048, 4096, 8192, 16384)), 16384, 32, 128
+    else:
+        seqs, tokens, heads, d = ((128, 256, 512) if quick else (256, 512, 1024, 2048)), (1024 if quick else 4096), 4, 64
+    return [{"seq": s, "batch": max(1, tokens // s), "heads": heads, "head_dim": d} for s in seqs]
+
+
+def measure_attention(torch, device, timer, cases, dtype_name, advance) -> list[dict]:
+    import torch.nn.functional as F
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    out = []
+    for c in cases:
+        shape = (c["batch"], c["heads"], c["seq"], c["head_dim"])
+        q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+        g = torch.randn(shape, device=device, dtype=dtype)
+
+        def step():
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            o.backward(g)
+            q.grad = k.grad = v.grad = None
+
+        s = timer(step)
+        fwd = 0.5 * 4 * c["batch"] * c["heads"] * c["seq"] ** 2 * c["head_dim"]
+        out.append({**c, "dtype": dtype_name, "s": s, "tflops_causal": fwd * 3.5 / s / 1e12})
+        del q, k, v, g
+        advance()
+    return out
+
+
+def measure_copy(torch, device, timer, nbytes: int) -> float:
+    """GB/s of a device-to-device copy, read + write bytes counted."""
+    n = nbytes // 4
+    src = torch.empty(n, device=device, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    s = timer(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * n * 4 / s / GB
+
+
+def measure_host_link(torch, device, timer, nbytes: int) -> tuple[float, float]:
+    """(host->device, device->host) GB/s of pinned-memory copies."""
+    n = nbytes // 4
+    host = torch.empty(n, dtype=torch.float32, pin_memory=True).fill_(1.0)
+    dev = torch.empty(n, device=device, dtype=torch.float32)
+    h2d = timer(lambda: dev.copy_(host, non_blocking=True))
+    d2h = timer(lambda: host.copy_(dev, non_blocking=True))
+    del host, dev
+    return n * 4 / h2d / GB, n * 4 / d2h / GB
+
+
+def _collective_worker(rank: int, world: int, port: int, sizes: list[int], result_path: str) -> None:
+    """One rank of the collective benchmark (spawned): NCCL, CUDA events, median of 10 after 3 warm-ups."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    results = []
+    try:
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
+            for size in sizes:
+                numel = max(world, size // 2 // world * world)
+                buf = torch.ones(numel, device=dev, dtype=torch.bfloat16)
+                if op == "all_reduce":
+                    fn = lambda: dist.all_reduce(buf)  # noqa: E731
+                elif op == "all_gather":
+                    shard = buf[: numel // world]
+                    fn = lambda: dist.all_gather_into_tensor(buf, shard)  # noqa: E731
+                elif op == "reduce_scatter":
+                    shard = torch.empty(numel // world, device=dev, dtype=torch.bfloat16)
+                    fn = lambda: dist.reduce_scatter_tensor(shard, buf)  # noqa: E731
+                else:
+                    peer = rank ^ 1  # pairs (0,1), (2,3), ...; an odd last rank idles
+
+                    def fn():
+                        if peer >= world:
+                            return
+                        ops = [dist.P2POp(dist.isend, buf, peer), dist.P2POp(dist.irecv, buf2, peer)]
+                        for req in dist.batch_isend_irecv(ops):
+                            req.wait()
+                    buf2 = torch.empty_like(buf)
+                for _ in range(3):
+                    fn()
+                torch.cuda.synchronize(dev)
+                dist.barrier()
+                samples = []
+                for _ in range(10):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn()
+                    end.record()
+                    end.synchronize()
+                    samples.append(start.elapsed_time(end) / 1e3)
+                t = torch.tensor([statistics.median(samples)], device=dev)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                nbytes = numel * 2
+                n = world
+                factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
+                          "reduce_scatter": (n - 1) / n, "send_recv": 1.0}[op]
+                results.append({"op": op, "bytes": nbytes, "s": float(t.item()),
+                                "busbw_gbytes_per_s": nbytes * factor / float(t.item()) / GB})
+        if rank == 0:
+            Path(result_path).write_text(json.dumps(results))
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_collectives(world: int, quick: bool) -> list[dict]:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    sizes = [8 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20] + ([] if quick else [1 << 30])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "collectives.json")
+        mp.spawn(_collective_worker, args=(world, port, sizes, path), nprocs=world, join=True)
+        return json.loads(Path(path).read_text())
+
+
+def _pick_device(torch, device: str):
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise CalibrationError("--device cuda: no CUDA device is visible to torch here; use --device cpu "
+                                   "for a CPU self-calibration (testing only)")
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def calibrate_device(out: str | None = None, base: str | None = None, device: str = "auto",
+                     quick: bool = False, console=None):
+    """Measure the local device and write a calibrated profile. Returns (path, profile, summary)."""
+    t_start = time.perf_counter()
+    if device not in ("auto", "cuda", "cpu"):
+        raise CalibrationError(f"--device must be one of auto, cuda, cpu; got {device!r}")
+    console = console or _console()
+    try:
+        import torch
+    except ImportError as e:
+        raise CalibrationError(f"calibrate needs torch ({e})") from None
+    dev = _pick_device(torch, device)
+    on_gpu = dev.type == "cuda"
+    device_name = torch.cuda.get_device_name(dev) if on_gpu else _cpu_name()
+    notes: list[str] = []
+    if base is None:
+        base, matched = base_for_device(device_name) if on_gpu else (DEFAULT_BASE, False)
+        if on_gpu and not matched:
+            notes.append(f"no shipped profile matches {device_name!r}; base {DEFAULT_BASE} (give --base)")
+    base_profile = _load_base(base)
+    path = check_out_path(out, _calibrated_name(base_profile.name))
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    world = torch.cuda.device_count() if on_gpu else 0
+    gemm_rows = gemm_shapes(on_gpu, quick)
+    gemm_dtypes = [d for d in (("bf16",) if quick else ("bf16", "fp16")) if d in base_profile.peak_dense_tflops] \
+        if on_gpu else ["fp32"]
+    if on_gpu and not gemm_dtypes:
+        raise CalibrationError(f"base profile {base_profile.name} lists no bf16/fp16 peak to measure against")
+    attn_cases = attention_cases(on_gpu, quick)
+    attn_dtype = gemm_dtypes[0]
+    if on_gpu:
+        timer = _Timer(torch, dev, warmup=3, reps=10 if not quick else 5, sample_s=2e-3)
+    else:
+        timer = _Timer(torch, dev, warmup=1, reps=3 if quick else 5, sample_s=2e-3 if quick else 2e-2)
+    total = len(gemm_rows) * len(gemm_dtypes) + len(attn_cases) + 1 + (1 if on_gpu else 0) + (1 if world >= 2 else 0)
+
+    gemm: list[dict] = []
+    attn: list[dict] = []
+    coll: list[dict] = []
+    copy_gbps = h2d = d2h = None
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=console, transient=False) as prog:
+        task = prog.add_task(f"calibrating {device_name}", total=total)
+        adv = lambda: prog.advance(task)  # noqa: E731
+        for dt in gemm_dtypes:
+            prog.update(task, description=f"GEMM {dt} ({len(gemm_rows)} shapes)")
+            gemm += measure_gemms(torch, dev, timer, gemm_rows, dt, adv)
+        prog.update(task, description=f"attention {attn_dtype}")
+        attn = measure_attention(torch, dev, timer, attn_cases, attn_dtype, adv)
+        prog.update(task, description="device copy")
+        copy_gbps = measure_copy(torch, dev, timer, (1 << 30) if on_gpu else (64 << 20))
+        adv()
+        if on_gpu:
+            prog.update(task, description="host link")
+            h2d, d2h = measure_host_link(torch, dev, timer, 256 << 20)
+            adv()
+            if world >= 2:
+                prog.update(task, description=f"collectives on {world} GPUs")
+                torch.cuda.empty_cache()
+                coll = measure_collectives(world, quick)
+                adv()
+        prog.update(task, description="done")
+
+    data = base_profile.model_dump(mode="json")
+    measured_fields = []
+    if on_gpu:
+        peaks = base_profile.peak_dense_tflops
+    else:
+        cpu_peak = max(r["tflops"] for r in gemm)
+        peaks = {k: cpu_peak for k in sorted(set(base_profile.peak_dense_tflops) | {"bf16", "fp16", "fp32"})}
+        data["peak_dense_tflops"] = {k: float(f"{v:.6g}") for k, v in peaks.items()}
+        measured_fields.append("peak_dense_tflops")
+    points = [(2.0 * r["m"] * r["k"] * r["n"] / 1e9, r["tflops"] / peaks[r["dtype"]]) for r in gemm]
+    data["matmul_efficiency_curve"] = _round_curve(binned_curve(points))
+    attn_points = sorted((float(r["seq"]), r["tflops_causal"] / peaks[r["dtype"]]) for r in attn)
+    smooth = isotonic_increasing([e for _, e in attn_points], [1.0] * len(attn_points))
+    data["attention_efficiency_curve"] = _round_curve(list(zip([s for s, _ in attn_points], smooth)))
+    measured_fields += ["matmul_efficiency_curve", "attention_efficiency_curve"]
+    if on_gpu:
+        data["hbm_efficiency"] = _clamp_eff(copy_gbps / base_profile.hbm_gbytes_per_s)
+        measured_fields.append("hbm_efficiency")
+        data["host_link_gbytes_per_s"] = float(f"{min(h2d, d2h):.4g}")
+        measured_fields.append("host_link_gbytes_per_s")
+    else:
+        data["hbm_gbytes_per_s"] = float(f"{copy_gbps:.4g}")
+        data["hbm_efficiency"] = 1.0
+        measured_fields += ["hbm_gbytes_per_s", "hbm_efficiency"]
+        notes.append("cpu: host link not measured (no device); base value kept")
+    net_note = None
+    if coll:
+        ar = [r for r in coll if r["op"] == "all_reduce"]
+        big = max(ar, key=lambda r: r["bytes"])
+        small = min(ar, key=lambda r: r["bytes"])
+        nv = dict(data["nvlink"])
+        nv["efficiency"] = _clamp_eff(big["busbw_gbytes_per_s"] / base_profile.nvlink.gbytes_per_s)
+        nv["latency_s"] = float(f"{small['s'] / (2 * (world - 1)):.3g}")
+        data["nvlink"] = nv
+        measured_fields += ["nvlink.efficiency", "nvlink.latency_s"]
+        net_note = (f"{world} GPUs: all-reduce busbw {big['busbw_gbytes_per_s']:.0f} GB/s at {big['bytes'] / 2**20:.0f} MiB "
+                    f"/ link {base_profile.nvlink.gbytes_per_s:g} GB/s; {small['bytes'] / 1024:.0f} KiB all-reduce "
+                    f"{small['s'] * 1e6:.1f} us over {2 * (world - 1)} ring steps; " + ", ".join(
+                        f"{op} {max((r for r in coll if r['op'] == op), key=lambda r: r['bytes'])['busbw_gbytes_per_s']:.0f}"
+                        for op in ("all_gather", "reduce_scatter", "send_recv")) + " GB/s")
+    else:
+        why = "one GPU" if on_gpu else "cpu"
+        notes.append(f"{why}: network not measured; nvlink and inter_node kept from {base_profile.name}")
+    notes.append("inter_node, hbm_gbytes, memory_reserve_gbytes, sustained_matmul_fraction and host memory kept from "
+                 f"{base_profile.name} (inter-node needs several nodes; sustained fraction: `parplan calibrate --from-run`)")
+
+    elapsed = time.perf_counter() - t_start
+    method = (f"CUDA events, median of {timer.reps} after {timer.warmup} warm-ups" if on_gpu
+              else f"perf_counter, median of {timer.reps} after {timer.warmup} warm-up")
+    cmd = f"{TOOL} --device {dev.type} --base {base_profile.name}" + (" --quick" if quick else "")
+    if on_gpu:
+        data["measured"] = (f"{_today()}: {device_name} ({world} visible), torch {torch.__version__}, {cmd}: "
+                            f"{', '.join(measured_fields)} ({method}; {elapsed:.0f} s)")
+    else:
+        data["measured"] = (f"{_today()}: CPU SELF-CALIBRATION FOR TESTING ONLY ({device_name}, {torch.get_num_threads()} "
+                            f"threads), torch {torch.__version__}, {cmd}: peak = best fp32 GEMM measured "
+                            f"({peaks['fp32'] * 1e3:.1f} GFLOP/s) for every dtype, hbm = device copy bandwidth; "
+                            f"not a GPU measurement ({method}; {elapsed:.0f} s)")
+    data["name"] = _calibrated_name(base_profile.name)
+    data["description"] = f"{base_profile.description} -- calibrated on {device_name}".strip(" -")
+    best = {dt: max(r["tflops"] for r in gemm if r["dtype"] == dt) for dt in gemm_dtypes}
+    src = (f"[calibrate] {cmd} ({_today()}, {device_name}): {len(gemm)} GEMMs "
+           f"({', '.join(f'{dt} best {v:.1f} TFLOP/s' for dt, v in best.items())}) binned into {len(data['matmul_efficiency_curve'])} "
+           f"points; attention {attn_dtype} seq {', '.join(str(c['seq']) for c in attn_cases)}; device copy {copy_gbps:.1f} GB/s")
+    if on_gpu:
+        src += f"; pinned H2D {h2d:.1f} / D2H {d2h:.1f} GB/s"
+    if net_note:
+        src += f"; {net_note}"
+    data["sources"] = list(data.get("sources") or []) + [src] + [f"[calibrate] {n}" for n in notes]
+
+    from .schema import HardwareProfile
+    profile = HardwareProfile(**data)
+    write_profile(profile, path)
+    summary = {"device": device_name, "elapsed_s": elapsed, "gemm": gemm, "attention": attn, "copy_gbytes_per_s": copy_gbps,
+               "h2d_gbytes_per_s": h2d, "d2h_gbytes_per_s": d2h, "collectives": coll, "notes": notes}
+    _print_device_summary(console, base_profile, profile, summary)
+    return path, profile, summary
+
+
+def _cpu_name() -> str:
+    import platform
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _print_device_summary(console, base, prof, s) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"calibrated {prof.name} on {s['device']}", title_justify="left")
+    for c in ("field", base.name, "calibrated"):
+        t.add_column(c, justify="left" if c == "field" else "right")
+    fmt_curve = lambda c: " ".join(f"{x:.3g}:{y:.2f}" for x, y in c)  # noqa: E731
+    rows = [
+        ("peak bf16 TFLOP/s", f"{base.peak_dense_tflops.get('bf16', 0):g}", f"{prof.peak_dense_tflops.get('bf16', 0):.4g}"),
+        ("matmul curve GFLOP:eff", fmt_curve(base.matmul_efficiency_curve), fmt_curve(prof.matmul_efficiency_curve)),
+        ("attention curve seq:eff", fmt_curve(base.attention_efficiency_curve), fmt_curve(prof.attention_efficiency_curve)),
+        ("hbm GB/s x efficiency", f"{base.hbm_gbytes_per_s:g} x {base.hbm_efficiency:.3f}",
+         f"{prof.hbm_gbytes_per_s:g} x {prof.hbm_efficiency:.3f}"),
+        ("host link GB/s", f"{base.host_link_gbytes_per_s:g}", f"{prof.host_link_gbytes_per_s:g}"),
+        ("nvlink efficiency / latency", f"{base.nvlink.efficiency:g} / {base.nvlink.latency_s:.2g} s",
+         f"{prof.nvlink.efficiency:g} / {prof.nvlink.latency_s:.2g} s"),
+    ]
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+    for n in s["notes"]:
+        console.print(f"note: {n}", markup=False, highlight=False)
+    console.print(f"calibration took {s['elapsed_s']:.1f} s", markup=False, highlight=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Refit from run reports
+# ----------------------------------------------------------------------------------------------
+
+def read_report(path: str) -> dict:
+    """A launch report (parallel_layers/train.py build_report) reduced to what the refit needs."""
+    from pydantic import ValidationError
+
+    from .schema import Plan
+
+    p = Path(path)
+    if not p.is_file():
+        raise CalibrationError(f"run report {path} does not exist")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise CalibrationError(f"run report {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CalibrationError(f"cannot read run report {path}: {e.__class__.__name__}") from None
+    if not isinstance(data, dict):
+        raise CalibrationError(f"run report {path} must be a JSON object, got {type(data).__name__}")
+    if not isinstance(data.get("plan"), dict):
+        raise CalibrationError(f"run report {path} has no plan (write it with `parplan launch --report`)")
+    try:
+        plan = Plan.model_validate(data["plan"])
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "plan"
+        raise CalibrationError(f"run report {path}: invalid plan: {loc}: {err.get('msg')}") from None
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise CalibrationError(f"run report {path} has no steps to measure")
+    times = []
+    for s in steps:
+        t = s.get("step_time_s") if isinstance(s, dict) else None
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t <= 0:
+            raise CalibrationError(f"run report {path}: every step needs a positive step_time_s, got {t!r}")
+        times.append(float(t))
+    device = str(data.get("device") or "")
+    if device in ("cpu", "mps", ""):
+        raise CalibrationError(f"run report {path} ran on {device or 'an unknown device'}: not a measurement of "
+                               f"{plan.hardware.name} GPUs; refit from cuda runs")
+    warmup = data.get("warmup_steps")
+    if not isinstance(warmup, int) or warmup < 0:
+        warmup = min(2, len(times) // 2)
+    measured = times[warmup:] or times
+    reserved = []
+    peaks = data.get("peak_memory_bytes")
+    if isinstance(peaks, dict):
+        for m in peaks.values():
+            v = m.get("reserved") if isinstance(m, dict) else None
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                reserved.append(float(v))
+    return {"path": str(path), "plan": plan, "device": device, "torch_version": data.get("torch_version"),
+            "step_time_s": statistics.median(measured), "steps_used": len(measured),
+            "reserved_bytes": max(reserved) if reserved else None}
+
+
+class _Predictor:
+    """Re-evaluates plans (planner.core.evaluate_plan) against candidate profiles written to a temp dir."""
+
+    def __init__(self):
+        self._dir = tempfile.TemporaryDirectory(prefix="parplan-calibrate-")
+        self._n = 0
+
+    def close(self):
+        self._dir.cleanup()
+
+    def __call__(self, plan, profile):
+        from .core import PlannerError, evaluate_plan
+
+        self._n += 1
+        path = Path(self._dir.name) / f"candidate-{self._n}.json"
+        path.write_text(json.dumps(profile.model_dump(mode="json")))
+        hw = plan.hardware.model_copy(update={"name": str(path)})
+        try:
+            return evaluate_plan(plan.model_copy(update={"hardware": hw})).prediction
+        except PlannerError as e:
+            raise CalibrationError(str(e)) from None
+        finally:
+            path.unlink(missing_ok=True)
+
+
+def fit_sustained(plan, profile, measured_s: float, predict) -> tuple[float, bool]:
+    """sustained_matmul_fraction in (0, 1] at which the predicted step time equals `measured_s`.
+    Step time falls monotonically as the fraction grows (only matmul/attention time scales with it),
+    so bisection in log space; (1.0, True) when even 1.0 predicts slower than measured."""
+    def t(s):
+        return predict(plan, profile.model_copy(update={"sustained_matmul_fraction": s})).step_time_s
+    if t(1.0) >= measured_s:
+        return 1.0, True
+    lo, hi = 1e-4, 1.0
+    if t(lo) <= measured_s:
+        return lo, True
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        if t(mid) > measured_s:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-7:
+            break
+    return math.sqrt(lo * hi), False
+
+
+def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | None = None, console=None):
+    """Refit sustained_matmul_fraction and memory_reserve_gbytes from launch reports.
+    Returns (path, profile, rows) with one row per report (predictions before/after)."""
+    console = console or _console()
+    runs = [read_report(r) for r in reports]
+    if base is None:
+        base = runs[0]["plan"].hardware.name
+    base_profile = _load_base(base)
+    path = check_out_path(out, _calibrated_name(base_profile.name))
+    from .schema import HardwareProfile
+
+    predict = _Predictor()
+    try:
+        before = [predict(r["plan"], base_profile) for r in runs]
+        fits = [fit_sustained(r["plan"], base_profile, r["step_time_s"], predict) for r in runs]
+        s_new = math.exp(statistics.fmean(math.log(s) for s, _ in fits))
+        s_new = min(1.0, max(1e-4, s_new))
+        candidate = base_profile.model_copy(update={"sustained_matmul_fraction": s_new})
+        mid = [predict(r["plan"], candidate) for r in runs]
+        gaps = [r["reserved_bytes"] - p.memory_bytes_per_gpu.total for r, p in zip(runs, mid) if r["reserved_bytes"]]
+        old_reserve = base_profile.memory_reserve_gbytes
+        new_reserve = max(0.0, old_reserve + statistics.median(gaps) / GB) if gaps else old_reserve
+        data = candidate.model_dump(mode="json")
+        data["sustained_matmul_fraction"] = float(f"{s_new:.6g}")
+        data["memory_reserve_gbytes"] = round(new_reserve, 4)
+        data["name"] = _calibrated_name(base_profile.name)
+        devices = sorted({r["device"] for r in runs})
+        torches = sorted({str(r["torch_version"]) for r in runs if r["torch_version"]})
+        names = " ".join(Path(r["path"]).name for r in runs)
+        what = (f"{_today()}: {TOOL} --from-run ({len(runs)} report{'s' if len(runs) > 1 else ''} on "
+                f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): sustained_matmul_fraction, memory_reserve_gbytes")
+        data["measured"] = f"{what}; before: {base_profile.measured}" if base_profile.measured else what
+        clamped = sum(c for _, c in fits)
+        data["sources"] = list(data.get("sources") or []) + [
+            f"[calibrate] {TOOL} --from-run {names} --base {base_profile.name}: sustained_matmul_fraction "
+            f"{base_profile.sustained_matmul_fraction:g} -> {s_new:.4g} (geometric mean of per-report fits "
+            f"{', '.join(f'{s:.4g}' for s, _ in fits)}{f'; {clamped} clamped' if clamped else ''}); memory_reserve_gbytes "
+            f"{old_reserve:g} -> {new_reserve:.4g} (" + (f"median reserved-peak minus predicted total {statistics.median(gaps) / GB:+.3f} GB over "
+                                                          f"{len(gaps)} report(s))" if gaps else "no report had reserved memory: kept)")]
+        profile = HardwareProfile(**data)
+        after = [predict(r["plan"], profile) for r in runs]
+    finally:
+        predict.close()
+    write_profile(profile, path)
+    rows = []
+    for r, b, a, (s_fit, c) in zip(runs, before, after, fits):
+        rows.append({"report": r["path"], "device": r["device"], "measured_step_time_s": r["step_time_s"],
+                     "predicted_step_time_s_before": b.step_time_s, "predicted_step_time_s_after": a.step_time_s,
+                     "fitted_sustained": s_fit, "clamped": c, "measured_reserved_bytes": r["reserved_bytes"],
+                     "predicted_memory_bytes_before": b.memory_bytes_per_gpu.total,
+                     "predicted_memory_bytes_after": a.memory_bytes_per_gpu.total + (new_reserve - old_reserve) * GB})
+    _print_run_table(console, base_profile, profile, rows)
+    return path, profile, rows
+
+
+def _print_run_table(console, base, prof, rows) -> None:
+    from rich.table import Table
+
+    def pct(pred, meas):
+        return f"{pred / meas - 1:+.1%}" if meas else "-"
+
+    t = Table(title=f"refit {base.name} -> {prof.name}: sustained_matmul_fraction {base.sustained_matmul_fraction:g} -> "
+                    f"{prof.sustained_matmul_fraction:.4g}, memory_reserve_gbytes {base.memory_reserve_gbytes:g} -> "
+                    f"{prof.memory_reserve_gbytes:.4g}", title_justify="left")
+    for c in ("report", "step s measured", "predicted before", "err", "predicted after", "err", "fit s",
+              "mem GB measured", "predicted before", "err", "after (+d reserve)", "err"):
+        t.add_column(c, justify="left" if c == "report" else "right")
+    for r in rows:
+        m = r["measured_step_time_s"]
+        mm = r["measured_reserved_bytes"]
+        t.add_row(Path(r["report"]).name, f"{m:.4g}", f"{r['predicted_step_time_s_before']:.4g}",
+                  pct(r["predicted_step_time_s_before"], m), f"{r['predicted_step_time_s_after']:.4g}",
+                  pct(r["predicted_step_time_s_after"], m), f"{r['fitted_sustained']:.4g}" + (" (clamped)" if r["clamped"] else ""),
+                  f"{mm / GB:.2f}" if mm else "-", f"{r['predicted_memory_bytes_before'] / GB:.2f}",
+                  pct(r["predicted_memory_bytes_before"], mm), f"{r['predicted_memory_bytes_after'] / GB:.2f}",
+                  pct(r["predicted_memory_bytes_after"], mm))
+    console.print(t)
+    console.print("memory: measured = largest torch reserved peak over ranks; 'after' = predicted total + the change in "
+                  "memory_reserve_gbytes (the reserve is what the planner keeps free beside the predicted total)",
+                  markup=False, highlight=False)

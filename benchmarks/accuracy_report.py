@@ -31,22 +31,26 @@ FITTED_PARAMETERS = [
 
 # Things a reader of the numbers should know (structural limits, not tuned away).
 NOTES = [
-    "llama3_405b_table4: Meta's interleaved schedule spreads 126 layers + embedding + head over 16 x V "
-    "slots; the planner's interleaving needs layers divisible by pp*vpp, so only 1F1B with uneven stages "
-    "is expressible. Under the stated no-recompute the two 8K rows then do not fit (least 85.6 / 81.3 GB "
-    "per GPU), and the 128K row carries a ~48% 1F1B bubble (16 micro-batches on 16 stages). The MFU "
-    "convention (causal discount or not) is unstated; the causal-discounted value is compared, the "
-    "no-discount value is in the row note. The H100 profile's sustained_matmul_fraction was fitted on "
-    "megatron_h100_2024, so this set is held out as data but not independent of that fit.",
+    "llama3_405b_table4: 126 layers over pp 16 x vpp virtual stages are split unevenly (first and last "
+    "virtual stages lighter, as Meta describes). Under the stated no-recompute the two 8K rows do not fit "
+    "(least 85.6 / 81.3 GB per GPU): the planner counts the activations parplan's own llama block saves "
+    "(eager SwiGLU keeps gate, up, silu(gate) and their product), more than a fused implementation keeps. "
+    "MFU is compared in Chowdhery et al.'s convention (no causal discount), which the paper cites; the "
+    "causally discounted value is in the row note. The H100 profile's sustained_matmul_fraction was "
+    "fitted on megatron_h100_2024, so this set is held out as data but not independent of that fit.",
     "megatron_sc21_table2_zero3: the ZeRO-3 529.6B/640-GPU row is the paper's own starred estimate and "
-    "does not fit in the planner's memory model at micro-batch 4 (92.8 GB per GPU); the ZeRO-3 rows at "
-    "micro-batch 1-2 are under-predicted by 16-25%: their predicted step is dominated by exposed ZeRO-3 "
-    "data-parallel communication (53-202 s of a 79-241 s step), so they test the inter-node collective "
-    "model, which comes out slower than DeepSpeed measured; the PTD-P rows are over-predicted by 3-16%.",
+    "does not fit in the planner's memory model; ZeRO-3 rows use DeepSpeed's 16-bit-gradient recipe "
+    "(master-weights-half-grads, the ZeRO paper's 16 B/param). The 384-GPU ZeRO-3 row is over-predicted "
+    "(+29%): its per-micro-batch parameter gathers and gradient reduce-scatters are assumed to hide fully "
+    "behind compute; the PTD-P 174.6B rows are over-predicted by 10-14%.",
     "bloom_176b: every setting is published; the over-prediction (+15% at steady state, +34-35% on the "
     "small-batch ramp rows) is the model's, not a convention change (the logged formula is SC21 eq. 3).",
     "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "
     "plausibility checks and should not be read as accuracy.",
+    "Dropout: the Megatron/DeepSpeed GPT runs (SC21, Korthikanti, H100 2024, OPT) trained with dropout "
+    "(Megatron's default 0.1); the planner models its masks and memory passes when `dropout` is set "
+    "(BLOOM and GPT-NeoX-20B used none). With dropout and unfused attention the activation model is "
+    "exactly Korthikanti's s*b*h*(34 + 5as/h) (tests/test_cost_model.py).",
 ]
 
 

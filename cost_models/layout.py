@@ -131,3 +131,35 @@ def stage_layer_counts(layers: int, stages):
     last = np.where(single, layers, last)
     mid = np.where(middle > 0, mid, first)
     return first, mid, last
+
+
+def rank_block_counts(layers: int, pp, vpp):
+    """Vectorised: blocks held by pipeline rank 0 (with the embedding), the heaviest middle rank, and
+    rank pp-1 (with the head), when rank r holds virtual stages r, r+pp, ..., r+(vpp-1)pp and the
+    stage sizes follow stage_layers(layers, pp*vpp) (middle stages first get the remainder, so the
+    first and last virtual stages are the light ones: llama3-405b, 126 layers on pp 16 x vpp 8 ->
+    rank 0 and rank 15 hold 7 blocks, the others 8).  zbv's V placement (r and 2pp-1-r) is
+    approximated by this placement; with layers divisible by 2pp both give layers/pp."""
+    pp = np.asarray(pp)
+    vpp = np.asarray(vpp)
+    S = pp * vpp
+    base = layers // S
+    rem = layers % S
+    R = np.minimum(rem, np.maximum(S - 2, 0))  # stages 1..R get one extra block
+    left = rem - R  # then stage 0, then stage S-1
+
+    def extra_middle(r):
+        # #{k in [0, vpp): 1 <= r + k pp <= R}
+        hi = np.floor_divide(R - r, pp)  # largest k with r + k pp <= R
+        lo = np.where(r >= 1, 0, 1)
+        return np.clip(np.minimum(hi, vpp - 1) - lo + 1, 0, None) * (R >= np.maximum(r, 1))
+
+    first = vpp * base + extra_middle(0) + (left >= 1)
+    mid = vpp * base + extra_middle(np.minimum(1, pp - 1))
+    last_r = pp - 1
+    last = vpp * base + extra_middle(last_r) + (left >= 2) * (last_r >= 0)
+    single = S == 1
+    first = np.where(single, layers, first)
+    last = np.where(pp == 1, first, last)
+    mid = np.where(pp > 2, mid, first)
+    return first, mid, last

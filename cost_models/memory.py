@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, SCH_GPIPE, SCH_INTERLEAVED,
-                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, stage_layer_counts)
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts)
 from .params import layer_other_params
 
 
@@ -126,11 +126,8 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     rec = PRECISION_RECIPES[tr.precision]
     act_b = tr.act_bytes
     tp, pp, dp, v = lay.tp, lay.pp, lay.dp, lay.vpp
-    first_n, mid_n, last_n = stage_layer_counts(m.layers, np.asarray(pp) * v)
-    # Per pipeline *rank* (v chunks).  With vpp > 1 layers divide evenly (checked by the search).
-    first_blocks = np.where(v > 1, m.layers / pp, first_n)
-    mid_blocks = np.where(v > 1, m.layers / pp, mid_n)
-    last_blocks = np.where(v > 1, m.layers / pp, last_n)
+    # blocks per pipeline *rank* (its v virtual stages; uneven splits allowed)
+    first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, v)
 
     per_layer = layer_params_per_gpu(m, tp)
     emb = embedding_params_per_gpu(m, tp)

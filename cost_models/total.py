@@ -24,7 +24,7 @@ import numpy as np
 
 from . import comm
 from .compute import block_time, cast_time, head_time, optimizer_time
-from .layout import PRECISION_RECIPES, REC_FULL, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, stage_layer_counts
+from .layout import PRECISION_RECIPES, REC_FULL, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, recompute_flops_per_token
 
@@ -74,11 +74,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     block = bt["total"] + tp_block_exposed + cp_block_exposed
 
     # ---- pipeline stages: first (embedding), middle, last (head)
-    first_n, mid_n, last_n = stage_layer_counts(m.layers, np.asarray(pp) * v)
-    even = m.layers / np.asarray(pp)
-    blocks_first = np.where(v > 1, even, first_n)
-    blocks_mid = np.where(v > 1, even, mid_n)
-    blocks_last = np.where(v > 1, even, last_n)
+    blocks_first, blocks_mid, blocks_last = rank_block_counts(m.layers, pp, v)
     per_layer = layer_params_per_gpu(m, tp)
     emb_params = embedding_params_per_gpu(m, tp)
     head_params = head_params_per_gpu(m, tp, pp)

@@ -111,7 +111,7 @@ def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> s
     if code == "schedule":
         return f"schedule: interleaving needs num_microbatches divisible by pp({lay_row['pp']})"
     if code == "layers":
-        return f"layers: pp x vpp = {lay_row['pp'] * lay_row['vpp']} does not divide the layers"
+        return f"layers: pp x vpp = {lay_row['pp'] * lay_row['vpp']} virtual stages leave some without a block"
     if code == "seq":
         return f"seq: seq_len is not divisible by 2 x cp({lay_row['cp']})"
     if code == "offload":

@@ -88,8 +88,8 @@ def structural_space(m: ModelDims, gpus: int, gbs: int, pins: Pins):
             if pins.vpp is not None:
                 vpps = [v for v in vpps if v == pins.vpp]
             for v in vpps:
-                if v > 1 and pins.vpp is None and m.layers % (pp * v):
-                    continue  # interleaving needs equal chunks; only generate pinned misfits
+                if v > 1 and pins.vpp is None and m.layers < pp * v - 2:
+                    continue  # every middle virtual stage needs a block; only generate pinned misfits
                 for mbs in _choices(pins.mbs, MICRO_BATCH_CHOICES):
                     out.append((tp, pp, cp, dp, mbs, code, v))
     return out
@@ -130,7 +130,7 @@ def infeasibility(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, metrics: di
     mark((gbs % (lay.dp * lay.mbs)) != 0, "batch")
     interleaved = lay.vpp > 1
     mark(interleaved & ((mb % lay.pp) != 0), "schedule")  # Megatron: m divisible by p when interleaving
-    mark((lay.vpp > 1) & ((m.layers % (lay.pp * lay.vpp)) != 0), "layers")
+    mark((lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle virtual stages
     mark((m.seq_len % (2 * lay.cp)) != 0, "seq")  # load-balanced causal CP splits the sequence in 2*cp chunks
     mark((lay.offload > 0) & (lay.zero == 0), "offload")
     mark(metrics["mem_total"] > hw.usable_bytes, "memory")

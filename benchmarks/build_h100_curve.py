@@ -36,6 +36,9 @@ import re
 import statistics
 from pathlib import Path
 
+# The binning is shared with `parplan calibrate`, which bins its own measurements the same way.
+from planner.calibrate import binned_curve, isotonic_increasing  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "benchmarks" / "reference" / "h100_gemm.json"
 PROFILES = ROOT / "hardware_profiles"
@@ -68,41 +71,6 @@ def load_reference(path: Path = REFERENCE) -> dict:
 def gemm_points(ref: dict) -> list[tuple[float, float]]:
     """(GFLOP, efficiency) of every measured GEMM row."""
     return [(2.0 * r["m"] * r["k"] * r["n"] / 1e9, r["tflops"] / H100_PEAK_BF16_TFLOPS) for r in ref["gemm_bf16"]]
-
-
-def isotonic_increasing(values: list[float], weights: list[float]) -> list[float]:
-    """Weighted pool-adjacent-violators: the non-decreasing sequence closest to `values` in weighted L2."""
-    blocks: list[list[float]] = []  # [mean, weight, count]
-    for v, w in zip(values, weights):
-        blocks.append([v, w, 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            v2, w2, n2 = blocks.pop()
-            v1, w1, n1 = blocks.pop()
-            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
-    out: list[float] = []
-    for v, _, n in blocks:
-        out.extend([v] * n)
-    return out
-
-
-def binned_curve(points: list[tuple[float, float]], n_bins: int = N_BINS) -> list[tuple[float, float]]:
-    """Median (GFLOP, efficiency) per equal-width log10(GFLOP) bin, then made monotone."""
-    logs = [math.log10(g) for g, _ in points]
-    lo, hi = min(logs), max(logs)
-    width = (hi - lo) / n_bins
-    bins: list[list[tuple[float, float]]] = [[] for _ in range(n_bins)]
-    for (g, e), lg in zip(points, logs):
-        i = min(int((lg - lo) / width), n_bins - 1)
-        bins[i].append((g, e))
-    xs, ys, ws = [], [], []
-    for b in bins:
-        if not b:
-            continue
-        xs.append(statistics.median(g for g, _ in b))
-        ys.append(statistics.median(e for _, e in b))
-        ws.append(len(b))
-    ys = isotonic_increasing(ys, ws)
-    return list(zip(xs, ys))
 
 
 def interpolate(curve: list[tuple[float, float]], x: float) -> float:

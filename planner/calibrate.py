@@ -794,8 +794,8 @@ def _print_run_table(console, base, prof, rows) -> None:
     t = Table(title=f"refit {base.name} -> {prof.name}: sustained_matmul_fraction {base.sustained_matmul_fraction:g} -> "
                     f"{prof.sustained_matmul_fraction:.4g}, memory_reserve_gbytes {base.memory_reserve_gbytes:g} -> "
                     f"{prof.memory_reserve_gbytes:.4g}", title_justify="left")
-    for c in ("report", "step s measured", "predicted before", "err", "predicted after", "err", "fit s",
-              "mem GB measured", "predicted before", "err", "after (+d reserve)", "err"):
+    for c in ("report", "step s meas", "step before", "err", "step after", "err", "fit sustained",
+              "mem GB meas", "mem before", "err", "mem after", "err"):
         t.add_column(c, justify="left" if c == "report" else "right")
     for r in rows:
         m = r["measured_step_time_s"]
@@ -807,6 +807,6 @@ def _print_run_table(console, base, prof, rows) -> None:
                   pct(r["predicted_memory_bytes_before"], mm), f"{r['predicted_memory_bytes_after'] / GB:.2f}",
                   pct(r["predicted_memory_bytes_after"], mm))
     console.print(t)
-    console.print("memory: measured = largest torch reserved peak over ranks; 'after' = predicted total + the change in "
+    console.print("memory: meas = largest torch reserved peak over ranks; 'mem after' = predicted total + the change in "
                   "memory_reserve_gbytes (the reserve is what the planner keeps free beside the predicted total)",
                   markup=False, highlight=False)

@@ -378,7 +378,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], resul
                 if op == "all_reduce":
                     fn = lambda: dist.all_reduce(buf)  # noqa: E731
                 elif op == "all_gather":
-                    shard = buf[: numel // world]
+                    shard = torch.ones(numel // world, device=dev, dtype=torch.bfloat16)
                     fn = lambda: dist.all_gather_into_tensor(buf, shard)  # noqa: E731
                 elif op == "reduce_scatter":
                     shard = torch.empty(numel // world, device=dev, dtype=torch.bfloat16)
@@ -462,6 +462,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         base, matched = base_for_device(device_name) if on_gpu else (DEFAULT_BASE, False)
         if on_gpu and not matched:
             notes.append(f"no shipped profile matches {device_name!r}; base {DEFAULT_BASE} (give --base)")
+        elif on_gpu and any(w in device_name.lower() for w in ("pcie", "nvl")):
+            notes.append(f"{device_name!r} is not the SXM part of base {base}: efficiencies are relative to the SXM "
+                         "datasheet peak and bandwidth; give --base with a matching profile for exact fractions")
     base_profile = _load_base(base)
     path = check_out_path(out, _calibrated_name(base_profile.name))
 

@@ -640,6 +640,8 @@ def calibrate(
 ):
     """Measure this machine (GEMM, attention, HBM, host link, collectives) into a hardware profile, or refit one from run reports."""
     _check_choice("device", device, ("auto", "cuda", "cpu"))
+    if from_run and (quick or device != "auto"):
+        raise UserError("--from-run refits from reports and measures nothing: drop --device/--quick")
     from .calibrate import CalibrationError, calibrate_device, calibrate_from_runs
     try:
         if from_run:

@@ -186,10 +186,12 @@ def _bad(tmp_path, plan):
         "bad base": ["calibrate", "--from-run", str(tmp_path / "x.json"), "--base", "no-such-gpu", "--out", str(tmp_path / "o.toml")],
         "bad out": ["calibrate", "--from-run", str(tmp_path / "x.json"), "--out", str(tmp_path / "o.yaml")],
         "bad device": ["calibrate", "--device", "tpu", "--out", str(tmp_path / "o.toml")],
+        "from-run with --quick": ["calibrate", "--from-run", str(tmp_path / "x.json"), "--quick", "--out", str(tmp_path / "o.toml")],
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "malformed", "no steps", "cpu report", "bad base", "bad out", "bad device"])
+@pytest.mark.parametrize("case", ["missing", "malformed", "no steps", "cpu report", "bad base", "bad out", "bad device",
+                                  "from-run with --quick"])
 def test_bad_input_is_one_line_exit_2(case, plan, tmp_path, capsys):
     argv = _bad(tmp_path, plan)[case]
     rc, out, err = _run(argv, capsys)

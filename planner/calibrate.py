@@ -276,7 +276,7 @@ def gemm_shapes(on_gpu: bool, quick: bool) -> list[dict]:
             ((2048, 4096, 8192, 12288), (1, 2, 4, 8), (4096, 16384))
     else:
         hiddens, tps, tokens_list = ((256, 512, 1024), (1, 2), (256, 1024)) if quick else \
-            ((1024, 2048, 4096), (1, 2, 4, 8), (1024, 4096))
+            ((512, 1024, 2048), (1, 2, 4), (1024, 2048))
     rows = []
     for h in hiddens:
         heads = max(1, h // 128) if h >= 1024 else max(1, h // 64)
@@ -481,7 +481,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     if on_gpu:
         timer = _Timer(torch, dev, warmup=3, reps=10 if not quick else 5, sample_s=2e-3)
     else:
-        timer = _Timer(torch, dev, warmup=1, reps=3 if quick else 5, sample_s=2e-3 if quick else 2e-2)
+        timer = _Timer(torch, dev, warmup=1, reps=3, sample_s=2e-3 if quick else 1e-2)
     total = len(gemm_rows) * len(gemm_dtypes) + len(attn_cases) + 1 + (1 if on_gpu else 0) + (1 if world >= 2 else 0)
 
     gemm: list[dict] = []

@@ -84,8 +84,8 @@ class Runtime:
 def autocast_dtype(plan, device_type: str) -> Optional[torch.dtype]:
     """The forward compute dtype of the plan's precision recipe on this device."""
     recipe, dtype = plan.training.precision, plan.training.dtype
-    if recipe == "master-weights":
-        raise NotImplementedError("precision 'master-weights' (16-bit params + fp32 master) is not implemented "
+    if recipe.startswith("master-weights"):
+        raise NotImplementedError(f"precision '{recipe}' (16-bit params + fp32 master) is not implemented "
                                   "in the runtime yet; use precision 'amp' (same math, fp32 params) or 'fp32'")
     if recipe == "fp32" or device_type == "cpu" or dtype == "fp32":
         return None  # CPU always computes in fp32

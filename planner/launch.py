@@ -163,13 +163,16 @@ def check_runtime_support(plan, device: str) -> Check:
     missing = []
     if p.cp > 1:
         missing.append((f"cp={p.cp} (context parallelism)", "re-plan with --cp 1"))
-    if t.precision == "master-weights":
-        missing.append(("precision master-weights", "use precision amp (same math, fp32 weights; the cost model counts it)"))
+    if t.precision.startswith("master-weights"):
+        missing.append((f"precision {t.precision}", "use precision amp (same math, fp32 weights; the cost model counts it)"))
     if p.offload != "none":
         missing.append((f"offload {p.offload}", "re-plan without optimizer offload"))
     if device == "cuda" and t.precision == "amp" and t.dtype == "fp16":
         missing.append(("amp with fp16 (needs loss scaling)", "use dtype bf16"))
     if not missing:
+        if getattr(t, "dropout", False):  # a performance difference, not an error
+            return Check("runtime support", True, "warning: the runtime has no dropout; the prediction counts it, "
+                                                  "so measured time and memory will be lower")
         return Check("runtime support", True, "every setting of the plan is implemented in parallel_layers")
     return Check("runtime support", False, "not implemented in parallel_layers: " + ", ".join(m for m, _ in missing),
                  "; ".join(f for _, f in missing))

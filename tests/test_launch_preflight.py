@@ -146,3 +146,16 @@ def test_crashed_ranks_are_reported_by_rank_and_cause(tmp_path, capfd):
     assert out == ""
     assert "rank 0 failed: ValueError" in err and "rank 1 failed: ValueError" in err
     assert "token id 300" in err
+
+
+@pytest.mark.parametrize("change, ok, words", [
+    (dict(precision="master-weights-half-grads"), False, "master-weights-half-grads"),
+    (dict(cp=2), False, "cp=2"),
+    (dict(dropout=True), True, "no dropout"),
+    (dict(), True, "every setting"),
+])
+def test_runtime_support_check(change, ok, words):
+    plan = tiny_plan(tp=2, cp=change.get("cp", 1), precision=change.get("precision", "fp32"))
+    plan.training.dropout = change.get("dropout", False)
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok is ok and words in c.detail

@@ -63,31 +63,13 @@ def _err(msg: str) -> None:
     sys.stderr.flush()
 
 
-def validation_error_line(exc) -> str:
-    """A pydantic ValidationError as one readable line: the first error and how many more."""
-    errors = exc.errors()
-    if not errors:
-        return str(exc).splitlines()[0]
-    e = errors[0]
-    loc = ".".join(str(p) for p in e.get("loc", ())) or "plan"
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{loc}: {e.get('msg', 'invalid')}{more}"
-
-
 def read_plan(source: str):
-    """(Plan, None) or (None, one-line error)."""
-    from pydantic import ValidationError
-
-    from planner.schema import Plan
-
+    """(Plan, None) or (None, one-line error); the same parsing and messages as every other command."""
+    from planner.cli import UserError, read_plan as cli_read_plan
     try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text()
-    except OSError as e:
-        return None, f"cannot read plan {source}: {e.strerror or e}"
-    try:
-        return Plan.model_validate_json(text), None
-    except ValidationError as e:
-        return None, f"invalid plan {'(stdin)' if source == '-' else source}: {validation_error_line(e)}"
+        return cli_read_plan(source), None
+    except UserError as e:
+        return None, str(e)
 
 
 def probe_machine() -> MachineInfo:
@@ -169,10 +151,13 @@ def check_runtime_support(plan, device: str) -> Check:
         missing.append((f"offload {p.offload}", "re-plan without optimizer offload"))
     if device == "cuda" and t.precision == "amp" and t.dtype == "fp16":
         missing.append(("amp with fp16 (needs loss scaling)", "use dtype bf16"))
+    if getattr(t, "dropout", False):
+        missing.append(("dropout", "set training.dropout to false (the runtime's blocks have no dropout; "
+                                   "the prediction would count masks the run does not have)"))
     if not missing:
-        if getattr(t, "dropout", False):  # a performance difference, not an error
-            return Check("runtime support", True, "warning: the runtime has no dropout; the prediction counts it, "
-                                                  "so measured time and memory will be lower")
+        if p.zero_stage == 2 and p.dp > 1:
+            return Check("runtime support", True, "warning: the runtime's ZeRO-2 holds full gradients during the "
+                                                  "backward (dropped after it); predicted memory assumes them sharded")
         return Check("runtime support", True, "every setting of the plan is implemented in parallel_layers")
     return Check("runtime support", False, "not implemented in parallel_layers: " + ", ".join(m for m, _ in missing),
                  "; ".join(f for _, f in missing))

@@ -62,6 +62,7 @@ class RunOptions:
     dump_grads: Optional[str] = None  # directory: per-rank reduced gradients after the first step
     optimizer: str = "adamw"  # "sgd" only for tests that need a scale-sensitive update
     debug_grad_scale: float = 1.0  # test hook: multiply reduced gradients (a deliberately wrong run)
+    compile: bool = False  # torch.compile each transformer block (fuses norms, rotary, SwiGLU; GPU default)
 
 
 @dataclass
@@ -117,7 +118,13 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         m = StageModule(cfg, vstages[sid], first=sid == 0, last=sid == n_stages - 1, tp_group=coords.tp_group,
                         sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type)
         init_parameters(m, plan.training.seed)
-        modules.append(m.to(device))
+        m = m.to(device)
+        if opts.compile:
+            # per-block compile, before FSDP wrapping (torchtitan's order): blocks share code, so
+            # one compilation serves them all; parameters stay the module's own
+            for block in m.blocks:
+                block.compile()
+        modules.append(m)
     local_params = sum(p.numel() for m in modules for _, p, _ in iter_shard_specs(m))
     rt = Runtime(plan=plan, cfg=cfg, coords=coords, device=device, stage_ids=stage_ids, stage_modules=modules,
                  optimizer=None, holds_first=0 in stage_ids, holds_last=(n_stages - 1) in stage_ids,
@@ -421,6 +428,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--dump-grads", help=argparse.SUPPRESS)
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help=argparse.SUPPRESS)
     ap.add_argument("--debug-grad-scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    ap.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
     return ap.parse_args(argv)
 
 
@@ -428,7 +436,7 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
     return RunOptions(steps=a.steps, device=a.device, data=a.data, data_dtype=a.data_dtype,
                       checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=a.resume,
                       warmup_steps=a.warmup_steps, dump_grads=a.dump_grads, optimizer=a.optimizer,
-                      debug_grad_scale=a.debug_grad_scale)
+                      debug_grad_scale=a.debug_grad_scale, compile=a.compile)
 
 
 def write_report(report: dict, path: str) -> None:

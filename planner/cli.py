@@ -336,6 +336,8 @@ def launch(
     checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir"),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every"),
     resume: bool = typer.Option(False, "--resume"),
+    compile_blocks: Optional[bool] = typer.Option(None, "--compile/--no-compile",
+                                                  help="torch.compile each block (default: on for cuda, off for cpu)."),
 ):
     """Run a plan as a real torchrun job and report measured against predicted."""
     _check_choice("device", device, ("auto", "cuda", "cpu"))
@@ -356,7 +358,7 @@ def launch(
     try:
         code = do_launch(plan_file, steps=steps, device=device, dry_run=dry_run, report=report, nnodes=nnodes,
                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
-                     checkpoint_every=checkpoint_every, resume=resume, data=data)
+                     checkpoint_every=checkpoint_every, resume=resume, data=data, compile=compile_blocks)
     except PlannerError as e:
         raise UserError(str(e)) from None
     raise typer.Exit(int(code or 0))

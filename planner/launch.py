@@ -177,7 +177,8 @@ def check_rendezvous(nnodes: int, node_rank: int, rdzv_endpoint: Optional[str]) 
 def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report: str, nnodes: int = 1,
                   node_rank: int = 0, rdzv_endpoint: Optional[str] = None, rdzv_id: str = "parplan",
                   checkpoint_dir: Optional[str] = None,
-                  checkpoint_every: int = 0, resume: bool = False, data: Optional[str] = None) -> list[str]:
+                  checkpoint_every: int = 0, resume: bool = False, data: Optional[str] = None,
+                  compile_blocks: bool = False) -> list[str]:
     """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
     `parallel_layers.train`."""
     argv = [sys.executable, "-m", "torch.distributed.run"]
@@ -194,6 +195,8 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
         argv += ["--checkpoint-dir", str(checkpoint_dir), "--checkpoint-every", str(checkpoint_every)]
     if resume:
         argv += ["--resume"]
+    if compile_blocks:
+        argv += ["--compile"]
     return argv
 
 
@@ -296,8 +299,9 @@ def print_summary(report: dict, report_path: str) -> None:
 
 def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: bool = False, report: str | None = None,
            nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
-           checkpoint_dir=None, checkpoint_every=0, resume=False, data=None) -> int:
-    """Check the plan against this machine and run it with torchrun; returns the exit code."""
+           checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None) -> int:
+    """Check the plan against this machine and run it with torchrun; returns the exit code.
+    compile: torch.compile each block (None = on for cuda, off for cpu)."""
     import importlib.util
     import json
 
@@ -329,7 +333,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     rdzv_id = "parplan-" + hashlib.sha1(plan.model_dump_json().encode()).hexdigest()[:12]
     argv = torchrun_argv(str(plan_path), nproc=nproc, steps=steps, device=device, report=report_path, nnodes=nnodes,
                          node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, checkpoint_dir=checkpoint_dir,
-                         checkpoint_every=checkpoint_every, resume=resume, data=data)
+                         checkpoint_every=checkpoint_every, resume=resume, data=data,
+                         compile_blocks=(device == "cuda") if compile is None else compile)
     failed = [c for c in checks if not c.ok]
     if dry_run:
         for c in checks:

@@ -60,3 +60,16 @@ def test_report_without_prediction_has_null_errors():
     rep = train.build_report(tiny_plan(), train.RunOptions(steps=1), torch.device("cpu"), steps,
                              [{"allocated": None, "reserved": None}], [1])
     assert rep["prediction"] is None and rep["error"] == {"step_time_s": None, "peak_memory": None, "mfu": None}
+
+
+def test_compiled_blocks_train_the_same_as_eager(tmp_path):
+    """--compile (torch.compile per block, the GPU default for MFU) must not change the math."""
+    plan = write_plan(tiny_plan(), tmp_path / "plan.json")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    losses = []
+    for extra in ([], ["--compile"]):
+        rep = tmp_path / f"report{len(extra)}.json"
+        subprocess.run([sys.executable, "-m", "parallel_layers.train", "--plan", plan, "--steps", "3",
+                        "--report", str(rep), *extra], cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+        losses.append([s["loss"] for s in json.loads(rep.read_text())["steps"]])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)

@@ -150,3 +150,24 @@ def test_speed_bars():
                             "recommend(load_preset('llama3-8b'), 8); print('torch' in sys.modules)"],
                            capture_output=True, text=True)
     assert probe.stdout.strip() == "False", probe.stderr
+
+
+def test_gpu_grid_entries_plan_on_one_h100(capsys):
+    """benchmarks/gpu_grid.py (run on a GPU by a later session) must get a fitting plan for every entry,
+    and the 'needs-recompute' entry must need full recomputation."""
+    import importlib.util
+    from pathlib import Path
+
+    from planner.cli import main
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_grid.py"
+    spec = importlib.util.spec_from_file_location("gpu_grid", path)
+    grid = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(grid)
+    for name, args in grid.grid():
+        assert main(["recommend", *args, "--gpus", "1", "--zero", "0", "--json"]) == 0, name
+        plan = json.loads(capsys.readouterr().out)
+        assert plan["prediction"]["fits"], name
+        if name == "needs-recompute":
+            assert plan["parallel"]["recompute"] == "full"
+            assert main(["recommend", *args, "--gpus", "1", "--recompute", "selective", "--json"]) == 3
+            capsys.readouterr()

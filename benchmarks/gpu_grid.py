@@ -1,0 +1,133 @@
+"""Single-GPU accuracy grid: `parplan recommend ... --json | parplan launch -` for each entry, then
+predicted against measured step time and peak memory (allocated and reserved), as markdown.
+
+Every recorded GPU number must come from this pipe (issue 3/4), with the command and the report
+committed.  Run on a machine with one GPU:
+
+    python benchmarks/gpu_grid.py --out benchmarks/results/$(date +%F)-h100 [--only NAME ...] [--steps 12]
+
+Writes <out>/<name>/{plan.json,report.json,command.txt} and <out>/summary.md.  Entries cover the
+issues' grid: three llama sizes x micro-batch 1/4 x recompute none/full, a gpt size, selective
+recompute at one size, the issue-3 MFU model (hidden 2048, 24 layers, 16 heads, 8 kv, ffn 5632,
+vocab 32000, seq 2048, micro-batch 4) and a model that only fits with full recomputation.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LLAMA = {  # (layers, hidden, heads, kv_heads, ffn)
+    "llama-0.5b": (16, 1536, 12, 4, 4096),
+    "llama-1.3b": (24, 2048, 16, 8, 5632),
+    "llama-3b": (26, 3072, 24, 8, 8192),
+}
+
+
+def grid() -> list[tuple[str, list[str]]]:
+    out = []
+    for name, (layers, hidden, heads, kv, ffn) in LLAMA.items():
+        for mbs in (1, 4):
+            for rec in ("none", "full"):
+                out.append((f"{name}-mbs{mbs}-{rec}", [
+                    "--layers", str(layers), "--hidden", str(hidden), "--heads", str(heads), "--kv-heads", str(kv),
+                    "--ffn-hidden", str(ffn), "--vocab", "32000", "--seq-len", "2048", "--mbs", str(mbs),
+                    "--global-batch-size", str(mbs), "--recompute", rec]))
+    out.append(("llama-1.3b-mbs4-selective", ["--layers", "24", "--hidden", "2048", "--heads", "16", "--kv-heads", "8",
+                                              "--ffn-hidden", "5632", "--vocab", "32000", "--seq-len", "2048",
+                                              "--mbs", "4", "--global-batch-size", "4", "--recompute", "selective"]))
+    out.append(("gpt-1.3b-mbs4-none", ["--arch", "gpt", "--layers", "24", "--hidden", "2048", "--heads", "16",
+                                       "--kv-heads", "16", "--ffn-hidden", "8192", "--vocab", "50304",
+                                       "--seq-len", "2048", "--mbs", "4", "--global-batch-size", "4",
+                                       "--recompute", "none"]))
+    # issue 3's MFU model, gradient accumulation 2 (the searched recompute)
+    out.append(("issue3-mfu", ["--layers", "24", "--hidden", "2048", "--heads", "16", "--kv-heads", "8",
+                               "--ffn-hidden", "5632", "--vocab", "32000", "--seq-len", "2048", "--mbs", "4",
+                               "--global-batch-size", "8"]))
+    # fits one H100 only with full recomputation (the planner must choose it)
+    out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
+                                    "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "8",
+                                    "--global-batch-size", "8"]))
+    return out
+
+
+def run_entry(name: str, args: list[str], out: Path, steps: int) -> dict:
+    d = out / name
+    d.mkdir(parents=True, exist_ok=True)
+    rec = [sys.executable, "-m", "planner.cli", "recommend", *args, "--gpus", "1", "--zero", "0", "--json"]
+    launch = [sys.executable, "-m", "planner.cli", "launch", "-", "--steps", str(steps), "--device", "cuda",
+              "--report", str(d / "report.json")]
+    (d / "command.txt").write_text(shlex.join(rec) + " | " + shlex.join(launch) + "\n")
+    t0 = time.time()
+    plan = subprocess.run(rec, capture_output=True, text=True)
+    (d / "plan.json").write_text(plan.stdout)
+    if plan.returncode != 0:
+        return {"name": name, "error": f"recommend exit {plan.returncode}: {plan.stderr.strip()[-300:]}"}
+    job = subprocess.run(launch, input=plan.stdout, capture_output=True, text=True)
+    (d / "launch.log").write_text(job.stderr)
+    if job.returncode != 0:
+        return {"name": name, "error": f"launch exit {job.returncode}: {job.stderr.strip()[-300:]}"}
+    rep = json.loads((d / "report.json").read_text())
+    return summarize(name, rep, time.time() - t0)
+
+
+def summarize(name: str, rep: dict, wall: float) -> dict:
+    steps = rep["steps"][rep["warmup_steps"]:]
+    pred = rep["prediction"]
+    par = rep["plan"]["parallel"]
+    measured_step = statistics.median(s["step_time_s"] for s in steps)
+    mfu = statistics.median(s["mfu"] for s in steps if s["mfu"] is not None) if steps and steps[0]["mfu"] else None
+    peak = max(rep["peak_memory_bytes"], key=lambda m: m["reserved"] or 0)
+    return {"name": name, "recompute": par["recompute"], "mbs": rep["plan"]["training"]["micro_batch_size"],
+            "pred_step_s": pred["step_time_s"], "step_s": measured_step,
+            "pred_mem": pred["memory_bytes_per_gpu"]["total"], "allocated": peak["allocated"],
+            "reserved": peak["reserved"], "pred_mfu": pred["mfu"], "mfu": mfu, "wall_s": wall}
+
+
+def table(rows: list[dict]) -> list[str]:
+    def pct(p, m):
+        return "-" if not m else f"{(p - m) / m:+.1%}"
+    lines = ["| run | recompute | mbs | step pred s | step meas s | err | mem pred GB | alloc GB | reserved GB | err vs reserved | MFU pred | MFU meas |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['name']} | failed: {r['error'][:120]} |")
+            continue
+        measured_mfu = "-" if r["mfu"] is None else f"{r['mfu']:.3f}"
+        lines.append(f"| {r['name']} | {r['recompute']} | {r['mbs']} | {r['pred_step_s']:.4f} | {r['step_s']:.4f} | "
+                     f"{pct(r['pred_step_s'], r['step_s'])} | {r['pred_mem'] / 1e9:.2f} | {r['allocated'] / 1e9:.2f} | "
+                     f"{r['reserved'] / 1e9:.2f} | {pct(r['pred_mem'], r['reserved'])} | {r['pred_mfu']:.3f} | "
+                     f"{measured_mfu} |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--steps", type=int, default=12)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, args in grid():
+        if a.only and name not in a.only:
+            continue
+        r = run_entry(name, args, out, a.steps)
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    head = [f"# single-GPU grid, {datetime.date.today()}", "",
+            "`python benchmarks/gpu_grid.py` (each run: the command in <run>/command.txt; the report beside it).",
+            "Medians over the steps after warm-up; memory error is against the largest reserved peak.", ""]
+    (out / "summary.md").write_text("\n".join(head + table(rows)) + "\n")
+    print(f"wrote {out / 'summary.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -26,13 +26,15 @@ def gemm_time(flops, hw):
 def layer_gemms(m: ModelDims, tokens, tp):
     """FLOPs of the forward GEMMs of one block on one TP rank: [(name, flops)]."""
     h, qw, kvw, f = m.hidden, m.q_width, m.kv_width, m.ffn
-    fc1_out = 2 * f if m.arch == "llama" else f  # SwiGLU gate+up fused in one column-parallel matmul
-    return [
+    gemms = [
         ("qkv", 2 * tokens * h * (qw + 2 * kvw) / tp),
         ("proj", 2 * tokens * qw * h / tp),
-        ("fc1", 2 * tokens * h * fc1_out / tp),
-        ("fc2", 2 * tokens * f * h / tp),
     ]
+    if m.arch == "llama":  # the runtime's SwiGLU: separate gate and up column-parallel matmuls
+        gemms += [("gate", 2 * tokens * h * f / tp), ("up", 2 * tokens * h * f / tp)]
+    else:
+        gemms += [("fc1", 2 * tokens * h * f / tp)]
+    return gemms + [("fc2", 2 * tokens * f * h / tp)]
 
 
 def layer_matmul_time(m: ModelDims, lay, hw):

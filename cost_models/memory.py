@@ -53,8 +53,8 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         2 norm inputs + 2 norm outputs (= inputs of the QKV and FC1 matmuls)      4h
       inside the TP region (divided by tp):
         attention: q, k, v after rotary + output O (saved by out-proj)          2*qw + 2*kvw
-        llama MLP, none: gate, up (SiLU and mul inputs), silu(gate), product     4*ffn
-        llama MLP, selective (activation checkpointed): gate, up, product       3*ffn
+        llama MLP: gate and up (saved by the SwiGLU function, which recomputes
+          sigmoid in its backward) + product (saved by the down projection)     3*ffn
         gpt MLP: fc1 output (GeLU input) + GeLU output (fc2 input)              2*ffn
       unfused attention (no flash) also keeps the softmax output a*s per token (Korthikanti's
       5as/h term less its two dropout tensors); selective recompute drops it.
@@ -70,10 +70,7 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     tp = lay.tp
     seq_split = np.where(lay.sp > 0, tp, 1)
     outside = 4 * m.hidden / seq_split
-    if m.arch == "llama":
-        mlp = np.where(lay.recompute == REC_SELECTIVE, 3 * m.ffn, 4 * m.ffn)
-    else:
-        mlp = 2 * m.ffn
+    mlp = 3 * m.ffn if m.arch == "llama" else 2 * m.ffn
     inside = (2 * m.q_width + 2 * m.kv_width + mlp) / tp
     elems = (outside + inside) * act_bytes + 8
     if dropout:

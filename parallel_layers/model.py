@@ -101,8 +101,28 @@ def _core_attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
+class _SwiGLU(torch.autograd.Function):
+    """silu(gate) * up that saves only its two inputs: the backward recomputes sigmoid(gate)
+    (one pointwise pass) instead of keeping silu(gate) as a third ffn-wide tensor.  The same
+    tensors a fused kernel or torch.compile's partitioner keeps; the cost model counts gate and
+    up here plus the product (saved by the down projection): 3 x ffn per token."""
+
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up = ctx.saved_tensors
+        sig = torch.sigmoid(gate)
+        silu = gate * sig
+        d_gate = grad * up * sig * (1 + gate * (1 - sig))
+        return d_gate, grad * silu
+
+
 def _swiglu(gate, up):
-    return F.silu(gate) * up
+    return _SwiGLU.apply(gate, up)
 
 
 def _enter_tp_region(x, tp_group, sequence_parallel):

@@ -179,3 +179,17 @@ def test_untrained_loss_is_near_log_vocab():
     ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(1))
     loss = vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).item()
     assert loss == pytest.approx(torch.log(torch.tensor(256.0)).item(), abs=0.1)
+
+
+def test_swiglu_function_matches_autograd_and_saves_two_tensors():
+    from parallel_layers.model import _SwiGLU
+    g = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    u = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_SwiGLU.apply, (g, u))
+    ref_g, ref_u = torch.autograd.grad((torch.nn.functional.silu(g) * u).sum(), (g, u))
+    got_g, got_u = torch.autograd.grad(_SwiGLU.apply(g, u).sum(), (g, u))
+    assert torch.allclose(got_g, ref_g) and torch.allclose(got_u, ref_u)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        _SwiGLU.apply(g, u)
+    assert len(saved) == 2  # gate and up only: the cost model's 3 x ffn counts these + the product

@@ -158,6 +158,7 @@ _MODEL_OPTIONS = [
     ("flash_attention", bool, True, ("--flash-attention/--no-flash-attention",), None),
     ("overlap_grad_reduce", bool, True, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), None),
     ("overlap_tp_comm", bool, False, ("--overlap-tp-comm/--no-overlap-tp-comm",), None),
+    ("dropout", bool, False, ("--dropout/--no-dropout",), "Model hidden/attention dropout (Megatron GPT default); parplan launch runs without."),
 ]
 
 
@@ -217,7 +218,7 @@ def _prepare(opts, gpus: int | None = None):
                   precision=o.precision, gpus_per_node=o.gpus_per_node,
                   inter_node_gbytes_per_s=o.inter_node_bandwidth, tokens=n_tokens, pins=pins,
                   flash_attention=o.flash_attention, overlap_grad_reduce=o.overlap_grad_reduce,
-                  overlap_tp_comm=o.overlap_tp_comm)
+                  overlap_tp_comm=o.overlap_tp_comm, dropout=o.dropout)
     return spec, kwargs
 
 
@@ -407,7 +408,7 @@ def _runner_up(source, plan):
                             global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
                             gpus_per_node=hw.gpus_per_node, inter_node_gbytes_per_s=hw.inter_node_gbytes_per_s,
                             flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
-                            overlap_tp_comm=tr.overlap_tp_comm, top_k=3, suggest=False)
+                            overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout, top_k=3, suggest=False)
     except (NothingFits, PlannerError):
         return None
     return pick_runner_up(plan, [best] + list(best.alternatives))

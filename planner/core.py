@@ -132,14 +132,21 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
                                 search=None, alternatives=[], suggestions=[], schema_version=1)
 
 
-def recommend(model: ModelSpec, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
+def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
               global_batch_size: int = 1024, dtype: str = "bf16", precision: str = "amp",
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, flash_attention: bool = True, overlap_grad_reduce: bool = True,
               overlap_tp_comm: bool = False, suggest: bool = True, dropout: bool = False) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
+    `model` is a ModelSpec or a preset name ("llama3-70b").
     Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits."""
+    if isinstance(model, str):
+        from .models import load_preset
+        try:
+            model = load_preset(model)
+        except ValueError as e:
+            raise PlannerError(str(e)) from None
     pins = pins or Pins()
     profile = load_hardware(hardware)
     hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,

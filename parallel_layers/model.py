@@ -75,10 +75,36 @@ class Norm(_ShardedModule):
 
     def forward(self, x):
         if self.rms:
-            xf = x.float()
-            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)
-            return (y * self.weight).to(x.dtype)
+            return _RMSNorm.apply(x, self.weight)
         return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, NORM_EPS)
+
+
+def _at_least_fp32(t: torch.Tensor) -> torch.Tensor:
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+class _RMSNorm(torch.autograd.Function):
+    """RMSNorm in fp32 that saves only its input (in its own dtype) and the fp32 1/rms per token,
+    as fused kernels do (Megatron/apex); the backward recomputes x/rms.  Written out, the eager
+    version would keep an fp32 copy of the input and the fp32 normalised tensor as well (8 bytes
+    more per element under bf16), which the cost model's 2 tensors per norm do not count."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        xf = _at_least_fp32(x)
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+        ctx.save_for_backward(x, rstd, weight)
+        return (xf * rstd * weight).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, rstd, weight = ctx.saved_tensors
+        xhat = _at_least_fp32(x) * rstd
+        g = _at_least_fp32(grad)
+        d_weight = (g * xhat).reshape(-1, xhat.shape[-1]).sum(0).to(weight.dtype)
+        dxhat = g * _at_least_fp32(weight)
+        dx = rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
+        return dx.to(x.dtype), d_weight
 
 
 def rotary(x: torch.Tensor) -> torch.Tensor:

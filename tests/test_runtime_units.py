@@ -193,3 +193,12 @@ def test_swiglu_function_matches_autograd_and_saves_two_tensors():
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         _SwiGLU.apply(g, u)
     assert len(saved) == 2  # gate and up only: the cost model's 3 x ffn counts these + the product
+
+
+def test_rmsnorm_function_matches_autograd():
+    from parallel_layers.model import NORM_EPS, _RMSNorm
+    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_RMSNorm.apply, (x, w))
+    ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * w
+    assert torch.allclose(_RMSNorm.apply(x, w), ref)

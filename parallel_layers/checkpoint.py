@@ -45,17 +45,35 @@ def _ensure_adamw_state(optim: torch.optim.Optimizer) -> None:
             }
 
 
-def state_dict(stage_modules, optim: torch.optim.Optimizer | None, step: int, create_optim_state: bool = False) -> dict:
+def _unwrap(optim):
+    """The torch optimizer inside ShardedAdamW / MasterAdamW wrappers (None for a dp rank that
+    owns no parameter), with the MasterAdamW whose fp32 copies it steps (or None)."""
+    master = None
+    while optim is not None and not isinstance(optim, torch.optim.Optimizer):
+        if hasattr(optim, "alias"):
+            master = optim
+        optim = optim.optim
+    return optim, master
+
+
+def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False) -> dict:
+    """optim: a torch optimizer or a ShardedAdamW / MasterAdamW.  A MasterAdamW's states are
+    keyed by the parameter its fp32 copy belongs to; its fp32 master (master-weights recipes,
+    not a mere host mirror of an fp32 parameter) is saved as ``{key}/master``."""
     params = keyed_parameters(stage_modules)
     sd = {"model": dict(params), "optim": {}, "meta": {"step": torch.tensor(step)}}
-    if optim is not None:
+    inner, master = _unwrap(optim)
+    if inner is not None:
         if create_optim_state:
-            _ensure_adamw_state(optim)
+            _ensure_adamw_state(inner)
         by_param = {id(p): k for k, p in params.items()}
-        for p, st in optim.state.items():
-            k = by_param[id(p)]
+        alias = master.alias if master is not None else {}
+        for p, st in inner.state.items():
+            k = by_param[id(alias.get(id(p), p))]
             for name, value in st.items():
                 sd["optim"][f"{k}/{name}"] = value
+            if master is not None and master.keep_master:
+                sd["optim"][f"{k}/master"] = p
     return sd
 
 
@@ -77,4 +95,7 @@ def load(path: str, stage_modules, optim) -> int:
     """Load in place; returns the step the checkpoint was written after."""
     sd = state_dict(stage_modules, optim, 0, create_optim_state=True)
     dcp.load(sd, checkpoint_id=path)
+    _, master = _unwrap(optim)
+    if master is not None:
+        master.sync_from_params()  # a host mirror of fp32 parameters follows the loaded values
     return int(sd["meta"]["step"].item())

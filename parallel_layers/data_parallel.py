@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from parallel_layers.model import iter_shard_specs
+from parallel_layers.precision import clear_grads, grad_of, set_grad
 
 BUCKET_BYTES = 25 * 2**20
 
@@ -65,12 +66,13 @@ def all_reduce_bucketed(tensors: list[torch.Tensor], group, average: bool) -> No
 
 def sync_sequence_parallel_grads(stage_modules: list[nn.Module], tp_group) -> None:
     """Sum over TP the gradients of TP-replicated parameters that saw only a sequence shard."""
-    grads = [local_tensor(p.grad) for m in stage_modules for _, p, s in iter_shard_specs(m)
-             if s.sp_partial_grad and p.grad is not None]
+    grads = [local_tensor(grad_of(p)) for m in stage_modules for _, p, s in iter_shard_specs(m)
+             if s.sp_partial_grad and grad_of(p) is not None]
     all_reduce_bucketed(grads, tp_group, average=False)
 
 
-def sync_tied_embedding_grads(stage_modules: list[nn.Module], vocab_shard_shape, pp_group, device) -> None:
+def sync_tied_embedding_grads(stage_modules: list[nn.Module], vocab_shard_shape, pp_group, device,
+                              grad_dtype: torch.dtype = torch.float32) -> None:
     """Sum the gradients of the embedding and of its copy used by the head on another pipeline
     rank.  Every pp rank joins the all-reduce (ranks holding neither contribute zeros)."""
     if pp_group is None or _group_size(pp_group) == 1:
@@ -82,24 +84,29 @@ def sync_tied_embedding_grads(stage_modules: list[nn.Module], vocab_shard_shape,
         if getattr(m, "separate_tied_head", False):
             head = m.head.weight
     like = emb if emb is not None else head
-    if like is not None and like.grad is None:
+    if like is not None and grad_of(like) is None:
         raise RuntimeError("tied embedding has no gradient after backward")
-    buf = torch.zeros(vocab_shard_shape, device=device) if like is None else torch.zeros_like(local_tensor(like.grad))
+    # ranks holding neither need the gradient's dtype too (16-bit with master-weights-half-grads)
+    buf = (torch.zeros(vocab_shard_shape, device=device, dtype=grad_dtype) if like is None
+           else torch.zeros_like(local_tensor(grad_of(like))))
     if emb is not None:
-        buf += local_tensor(emb.grad)
+        buf += local_tensor(grad_of(emb))
     if head is not None:
-        buf += local_tensor(head.grad)
+        buf += local_tensor(grad_of(head))
     dist.all_reduce(buf, group=pp_group)
     for p in (emb, head):
         if p is not None:
-            local_tensor(p.grad).copy_(buf)
+            local_tensor(grad_of(p)).copy_(buf)
 
 
 class ShardedAdamW:
     """ZeRO-1/2: parameters are assigned to dp ranks (largest first, to the least loaded rank);
-    each rank runs AdamW on its own parameters and broadcasts the updated values."""
+    each rank runs AdamW on its own parameters and broadcasts the updated values.  make_optim
+    (default ``torch.optim.AdamW``) builds the rank's optimizer over its own parameters: a
+    ``MasterAdamW`` for the master-weights recipes or optimizer offload, so fp32 masters and
+    host states exist only for those."""
 
-    def __init__(self, params: list[nn.Parameter], dp_group, stage: int, **adamw_kwargs):
+    def __init__(self, params: list[nn.Parameter], dp_group, stage: int, make_optim=None, **adamw_kwargs):
         self.params = params
         self.dp_group, self.stage = dp_group, stage
         n = _group_size(dp_group)
@@ -113,23 +120,25 @@ class ShardedAdamW:
         self.owner = owner
         self.owner_global = [dist.get_global_rank(dp_group, r) if n > 1 else dist.get_rank() for r in owner]
         self.local_params = [p for p, r in zip(params, owner) if r == self.dp_rank]
-        self.optim = torch.optim.AdamW(self.local_params, **adamw_kwargs) if self.local_params else None
+        make_optim = make_optim or (lambda ps: torch.optim.AdamW(ps, **adamw_kwargs))
+        self.optim = make_optim(self.local_params) if self.local_params else None
 
     def reduce_gradients(self) -> None:
         n = _group_size(self.dp_group)
         if n == 1:
             return
         if self.stage == 1:
-            all_reduce_bucketed([p.grad for p in self.params if p.grad is not None], self.dp_group, average=True)
+            all_reduce_bucketed([grad_of(p) for p in self.params if grad_of(p) is not None], self.dp_group, average=True)
             return
         for p, r, g in zip(self.params, self.owner, self.owner_global):
-            if p.grad is None:
+            grad = grad_of(p)
+            if grad is None:
                 continue
-            dist.reduce(p.grad, dst=g, group=self.dp_group)
+            dist.reduce(grad, dst=g, group=self.dp_group)
             if r == self.dp_rank:
-                p.grad /= n
+                grad /= n
             else:
-                p.grad = None  # ZeRO-2: only the owner keeps the reduced gradient
+                set_grad(p, None)  # ZeRO-2: only the owner keeps the reduced gradient
 
     def step(self) -> None:
         if self.optim is not None:
@@ -140,20 +149,20 @@ class ShardedAdamW:
                     dist.broadcast(p.data, src=g, group=self.dp_group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.params:
-            p.grad = None
+        clear_grads(self.params)
 
 
-def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True) -> None:
+def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, mp_policy=None) -> None:
     """FSDP2 over the dp mesh: each block is its own unit (per_block), the stage (embedding, head)
-    the root."""
+    the root.  mp_policy: a ``MixedPrecisionPolicy`` (the master-weights recipes) or None."""
     from torch.distributed.fsdp import fully_shard
 
+    kw = {} if mp_policy is None else {"mp_policy": mp_policy}
     for m in stage_modules:
         if per_block:
             for block in m.blocks:
-                fully_shard(block, mesh=dp_mesh)
-        fully_shard(m, mesh=dp_mesh)
+                fully_shard(block, mesh=dp_mesh, **kw)
+        fully_shard(m, mesh=dp_mesh, **kw)
 
 
 def fsdp_grad_correction(dp_mesh, device) -> float:

@@ -50,15 +50,17 @@ def stages_of_rank(pp_rank: int, pp: int, vpp: int, schedule: str) -> list[int]:
     return [pp_rank + k * pp for k in range(vpp)]
 
 
-def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, device, loss_fn):
+def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, device, loss_fn,
+                   scale_grads: bool = True):
     """PipelineStage per local module and the schedule named in plan.parallel.schedule.
     Gradients are divided by the micro-batch count (scale_grads), so with a per-micro-batch
-    mean loss the result is the mean over the replica's batch."""
+    mean loss the result is the mean over the replica's batch (scale_grads=False: the caller
+    divides, as for fp32 main_grad buffers the schedule does not see)."""
     par = plan.parallel
     n_stages = par.pp * par.vpp
     stages = [PipelineStage(m, sid, n_stages, device, group=pp_group) for m, sid in zip(stage_modules, stage_ids)]
     cls = SCHEDULES[par.schedule]
     nmb = plan.training.num_microbatches
     if par.schedule in SINGLE_STAGE:
-        return cls(stages[0], n_microbatches=nmb, loss_fn=loss_fn, scale_grads=True)
-    return cls(stages, n_microbatches=nmb, loss_fn=loss_fn, scale_grads=True)
+        return cls(stages[0], n_microbatches=nmb, loss_fn=loss_fn, scale_grads=scale_grads)
+    return cls(stages, n_microbatches=nmb, loss_fn=loss_fn, scale_grads=scale_grads)

@@ -8,6 +8,12 @@ wrapping (FSDP2 for ZeRO-3) -> optimizer -> pipeline schedule (pp > 1) -> option
 
 One step: micro-batches forward/backward (the pipeline schedule, or gradient accumulation
 when pp = 1) -> tied-embedding and sequence-parallel gradient sums -> dp reduction -> AdamW.
+
+Precision (``training.precision``): amp = fp32 parameters under autocast (cuda; fp32 on CPU);
+master-weights[-half-grads] = 16-bit parameters (on CPU too) with fp32 masters stepped by
+``precision.MasterAdamW`` (FSDP2: ``MixedPrecisionPolicy`` over fp32 shards).  Offload
+(``parallel.offload == "optimizer"``): the AdamW states and fp32 copies on the host, step on
+the CPU (ZeRO 0-2; not with FSDP2).
 Rank 0 prints one ``[parplan] step ...`` line per step (parsed by ``planner.launch``); any rank
 that fails prints ``[parplan] rank R failed: ...`` before re-raising.
 """
@@ -42,6 +48,16 @@ from parallel_layers.layers import vocab_parallel_cross_entropy
 from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
 from parallel_layers.pipeline import build_schedule, stages_of_rank, virtual_stage_layers
+from parallel_layers.precision import (
+    MasterAdamW,
+    attach_main_grads,
+    clear_grads,
+    fold_pending_grads,
+    fsdp_mixed_precision,
+    grad_of,
+    param_dtype,
+    uses_master_weights,
+)
 
 LOG_PREFIX = "[parplan]"
 ZERO_BUBBLE = ("interleaved-zb", "zbv")
@@ -85,9 +101,9 @@ class Runtime:
 def autocast_dtype(plan, device_type: str) -> Optional[torch.dtype]:
     """The forward compute dtype of the plan's precision recipe on this device."""
     recipe, dtype = plan.training.precision, plan.training.dtype
-    if recipe.startswith("master-weights"):
-        raise NotImplementedError(f"precision '{recipe}' (16-bit params + fp32 master) is not implemented "
-                                  "in the runtime yet; use precision 'amp' (same math, fp32 params) or 'fp32'")
+    if uses_master_weights(plan):
+        param_dtype(plan)  # refuses fp16 (loss scaling)
+        return None  # the parameters themselves are 16-bit (or FSDP2 casts them): no autocast
     if recipe == "fp32" or device_type == "cpu" or dtype == "fp32":
         return None  # CPU always computes in fp32
     if dtype == "fp16":
@@ -99,8 +115,9 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     par = plan.parallel
     if par.cp > 1:
         raise NotImplementedError(f"cp={par.cp}: context parallelism is not implemented in the runtime; use cp=1")
-    if par.offload != "none":
-        raise NotImplementedError("offload 'optimizer' is not implemented in the runtime; use offload 'none'")
+    if par.offload != "none" and par.zero_stage == 3:
+        raise NotImplementedError("offload 'optimizer' with zero_stage 3 (FSDP2) is not implemented in the runtime; "
+                                  "use zero_stage 1 or 2 with offload, or offload 'none'")
     dims = ParallelDims.from_plan(plan)
     mesh = build_mesh(dims, device.type)
     coords = RankCoords.from_mesh(mesh)
@@ -118,7 +135,9 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         m = StageModule(cfg, vstages[sid], first=sid == 0, last=sid == n_stages - 1, tp_group=coords.tp_group,
                         sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type)
         init_parameters(m, plan.training.seed)
-        m = m.to(device)
+        # master-weights: 16-bit parameters (rounded from the fp32 init, as Megatron's master
+        # copies are made from the 16-bit model); FSDP2 keeps fp32 shards and casts instead
+        m = m.to(device, dtype=param_dtype(plan) if par.zero_stage != 3 else torch.float32)
         if opts.compile:
             # per-block compile, before FSDP wrapping (torchtitan's order): blocks share code, so
             # one compilation serves them all; parameters stay the module's own
@@ -135,10 +154,14 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         # torch 2.13: with per-block FSDP units the zero-bubble schedules (split dI/dW backward)
         # lose some blocks' gradients (caught by the layout-equivalence test); there each
         # stage is one FSDP unit.
-        apply_fsdp(modules, mesh["dp"], per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1)
+        apply_fsdp(modules, mesh["dp"], per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1,
+                   mp_policy=fsdp_mixed_precision(plan))
+    elif plan.training.precision == "master-weights":
+        attach_main_grads(_unique_params(modules))  # fp32 gradient accumulation buffers
     rt.optimizer = build_optimizer(rt, opts)
     if par.pp > 1:
-        rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device, make_loss_fn(coords.tp_group))
+        rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device, make_loss_fn(coords.tp_group),
+                                     scale_grads=not main_grads(rt))
     return rt
 
 
@@ -152,18 +175,32 @@ def _unique_params(modules) -> list:
     return out
 
 
+def main_grads(rt: Runtime) -> bool:
+    """Whether gradients accumulate in fp32 ``main_grad`` buffers (master-weights outside FSDP2)."""
+    return rt.plan.training.precision == "master-weights" and rt.plan.parallel.zero_stage != 3
+
+
 def build_optimizer(rt: Runtime, opts: RunOptions):
     params = _unique_params(rt.stage_modules)
-    lr = rt.plan.training.lr
+    plan = rt.plan
+    lr = plan.training.lr
+    offload = plan.parallel.offload == "optimizer"
+    master = uses_master_weights(plan) and plan.parallel.zero_stage != 3
     if opts.optimizer == "sgd":
-        if rt.plan.parallel.zero_stage in (1, 2):
-            raise ValueError("--optimizer sgd is only for zero_stage 0 or 3")
+        if plan.parallel.zero_stage in (1, 2) or offload or master:
+            raise ValueError("--optimizer sgd is only for zero_stage 0 or 3, without offload or master weights")
         return torch.optim.SGD(params, lr=lr)
     kwargs = dict(lr=lr, betas=ADAMW_BETAS, weight_decay=ADAMW_WEIGHT_DECAY)
     if rt.device.type == "cuda":
         kwargs["fused"] = True
-    if rt.plan.parallel.zero_stage in (1, 2):
-        return ShardedAdamW(params, rt.coords.dp_group, rt.plan.parallel.zero_stage, **kwargs)
+    make = None
+    if offload or master:
+        def make(ps):
+            return MasterAdamW(ps, offload=offload, keep_master=master, **kwargs)
+    if plan.parallel.zero_stage in (1, 2):
+        return ShardedAdamW(params, rt.coords.dp_group, plan.parallel.zero_stage, make_optim=make, **kwargs)
+    if make is not None:
+        return make(params)
     return torch.optim.AdamW(params, **kwargs)
 
 
@@ -184,13 +221,19 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
             loss = loss_fn(rt.stage_modules[0](x), y)
             (loss / nmb).backward()
             total += loss.item()
+        if main_grads(rt):
+            fold_pending_grads(_unique_params(rt.stage_modules))
         return total / nmb
     losses: list = []
     args = (inputs,) if rt.holds_first else ()
     if rt.holds_last:
         rt.schedule.step(*args, target=targets, losses=losses)
+    else:
+        rt.schedule.step(*args)
+    if main_grads(rt):  # the schedule did not scale main_grad (built with scale_grads=False)
+        fold_pending_grads(_unique_params(rt.stage_modules), divide=nmb)
+    if rt.holds_last:
         return sum(float(l.detach()) for l in losses) / len(losses)
-    rt.schedule.step(*args)
     return None
 
 
@@ -200,12 +243,14 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
         rows = rt.cfg.vocab // par.tp
         if par.zero_stage == 3:  # FSDP2 shards dim 0 over dp like torch.chunk
             rows = torch.empty(rows).chunk(par.dp)[rt.coords.dp_rank].numel()
-        sync_tied_embedding_grads(rt.stage_modules, (rows, rt.cfg.hidden), rt.coords.pp_group, rt.device)
+        half = rt.plan.training.precision == "master-weights-half-grads" and par.zero_stage != 3
+        sync_tied_embedding_grads(rt.stage_modules, (rows, rt.cfg.hidden), rt.coords.pp_group, rt.device,
+                                  grad_dtype=param_dtype(rt.plan) if half else torch.float32)
     if par.sp:
         sync_sequence_parallel_grads(rt.stage_modules, rt.coords.tp_group)
     params = _unique_params(rt.stage_modules)
     if par.zero_stage == 0:
-        all_reduce_bucketed([p.grad for p in params if p.grad is not None], rt.coords.dp_group, average=True)
+        all_reduce_bucketed([grad_of(p) for p in params if grad_of(p) is not None], rt.coords.dp_group, average=True)
     elif par.zero_stage in (1, 2):
         rt.optimizer.reduce_gradients()
     elif rt.fsdp_correction != 1.0:
@@ -214,8 +259,8 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
                 local_tensor(p.grad).div_(rt.fsdp_correction)
     if opts.debug_grad_scale != 1.0:
         for p in params:
-            if p.grad is not None:
-                local_tensor(p.grad).mul_(opts.debug_grad_scale)
+            if grad_of(p) is not None:
+                local_tensor(grad_of(p)).mul_(opts.debug_grad_scale)
 
 
 def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> None:
@@ -226,12 +271,12 @@ def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> No
     for m in rt.stage_modules:
         for mod in m.modules():
             for attr, spec in getattr(mod, "param_specs", {}).items():
-                g = getattr(mod, attr).grad
+                g = grad_of(getattr(mod, attr))
                 if g is None:
                     continue
                 if hasattr(g, "full_tensor"):
                     g = g.full_tensor()  # collective over dp: same order on every dp rank
-                grads[spec.logical_name] = {"grad": g.detach().cpu().clone(), "tp_dim": spec.tp_dim,
+                grads[spec.logical_name] = {"grad": g.detach().float().cpu().clone(), "tp_dim": spec.tp_dim,
                                             "tp_rank": mod.tp_rank, "tp_size": mod.tp_size}
     c = rt.coords
     torch.save({"rank": dist.get_rank(), "dp_rank": c.dp_rank, "pp_rank": c.pp_rank, "tp_rank": c.tp_rank,
@@ -302,21 +347,20 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     tr, par = plan.training, plan.parallel
     data = TokenSource(plan.model.vocab, tr.seq_len, tr.seed, opts.data, opts.data_dtype)
     indices = replica_sample_indices(rt.coords.dp_rank, tr.micro_batch_size, tr.num_microbatches)
-    inner_optim = rt.optimizer.optim if isinstance(rt.optimizer, ShardedAdamW) else rt.optimizer
     start = 0
     if opts.resume:
         path = ckpt.latest(opts.checkpoint_dir)
         if path is None:
             log(f"no checkpoint under {opts.checkpoint_dir}; starting from step 0")
         else:
-            start = ckpt.load(path, rt.stage_modules, inner_optim)
+            start = ckpt.load(path, rt.stage_modules, rt.optimizer)
             log(f"resumed from {path} (after step {start})")
     flops_per_token = model_flops_per_token(plan)
     peak = peak_tflops_per_gpu(plan, device)
     world = dist.get_world_size()
     tokens_per_step = tr.global_batch_size * tr.seq_len
     log(f"layout tp={par.tp} pp={par.pp} dp={par.dp} vpp={par.vpp} schedule={par.schedule} zero={par.zero_stage} "
-        f"sp={par.sp} recompute={par.recompute} device={device.type} world={world} params_rank0={rt.local_params}")
+        f"sp={par.sp} recompute={par.recompute} precision={tr.precision} offload={par.offload} device={device.type} world={world} params_rank0={rt.local_params}")
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     steps = []
@@ -324,6 +368,7 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
         _sync(device)
         t0 = time.perf_counter()
         rt.optimizer.zero_grad(set_to_none=True)
+        clear_grads(_unique_params(rt.stage_modules))
         inputs, targets = data.batch(step, indices)
         replica_loss = forward_backward(rt, inputs.to(device), targets.to(device))
         reduce_gradients(rt, opts)
@@ -341,7 +386,7 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
         log(f"step {step}/{opts.steps} loss={loss:.6f} step_time_s={step_time:.4f} tokens_per_s={tps:.1f} "
             f"mfu={'null' if mfu is None else f'{mfu:.4f}'}")
         if opts.checkpoint_dir and opts.checkpoint_every and step % opts.checkpoint_every == 0:
-            path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, inner_optim)
+            path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer)
             log(f"checkpoint {path}")
     memories = [None] * world
     dist.all_gather_object(memories, peak_memory(device))
@@ -350,6 +395,12 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     if dist.get_rank() != 0:
         return None
     return build_report(plan, opts, device, steps, memories, params_per_rank)
+
+
+def _cpu_math(plan) -> str:
+    if uses_master_weights(plan) and plan.training.dtype == "bf16":
+        return f"bf16 parameters with fp32 masters ({plan.training.precision}), no autocast"
+    return "fp32 math, no autocast"
 
 
 def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
@@ -381,7 +432,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "model_flops_per_token": model_flops_per_token(plan),
         "prediction": json.loads(plan.prediction.model_dump_json()) if plan.prediction else None,
         "error": error,
-        "notes": [] if comparable else [f"{device.type}: fp32 math, no autocast; not comparable with the prediction for "
+        "notes": [] if comparable else [f"{device.type}: {_cpu_math(plan)}; not comparable with the prediction for "
                                         f"{plan.hardware.name}, so error is null"],
     }
 

@@ -145,10 +145,11 @@ def check_runtime_support(plan, device: str) -> Check:
     missing = []
     if p.cp > 1:
         missing.append((f"cp={p.cp} (context parallelism)", "re-plan with --cp 1"))
-    if t.precision.startswith("master-weights"):
-        missing.append((f"precision {t.precision}", "use precision amp (same math, fp32 weights; the cost model counts it)"))
-    if p.offload != "none":
-        missing.append((f"offload {p.offload}", "re-plan without optimizer offload"))
+    if t.precision.startswith("master-weights") and t.dtype == "fp16":
+        missing.append((f"precision {t.precision} with fp16 (needs loss scaling)", "use dtype bf16"))
+    if p.offload != "none" and p.zero_stage == 3:
+        missing.append((f"offload {p.offload} with zero_stage 3 (FSDP2)", "re-plan with --zero 1 or 2 for offload, "
+                                                                         "or without offload"))
     if device == "cuda" and t.precision == "amp" and t.dtype == "fp16":
         missing.append(("amp with fp16 (needs loss scaling)", "use dtype bf16"))
     if getattr(t, "dropout", False):

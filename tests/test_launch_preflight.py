@@ -126,10 +126,10 @@ def test_cpu_launch_writes_report_and_keeps_stdout_clean(tmp_path, capfd):
 
 
 def test_unimplemented_settings_fail_before_any_rank_starts(tmp_path, capsys):
-    plan = write_plan(tiny_plan(tp=2, precision="master-weights"), tmp_path / "plan.json")
+    plan = write_plan(tiny_plan(tp=2, zero_stage=3, offload="optimizer"), tmp_path / "plan.json")
     assert L.launch(plan, device="cpu", report=str(tmp_path / "run" / "report.json")) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "master-weights" in err and "use precision amp" in err
+    assert err.count("\n") == 1 and "offload optimizer with zero_stage 3" in err and "--zero 1 or 2" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -149,13 +149,23 @@ def test_crashed_ranks_are_reported_by_rank_and_cause(tmp_path, capfd):
 
 
 @pytest.mark.parametrize("change, ok, words", [
-    (dict(precision="master-weights-half-grads"), False, "master-weights-half-grads"),
+    (dict(precision="master-weights-half-grads", dtype="fp16"), False, "master-weights-half-grads with fp16"),
+    (dict(precision="master-weights", dtype="fp16"), False, "master-weights with fp16"),
+    (dict(zero_stage=3, offload="optimizer"), False, "offload optimizer with zero_stage 3"),
     (dict(cp=2), False, "cp=2"),
     (dict(dropout=True), False, "dropout"),
     (dict(), True, "every setting"),
+    (dict(precision="master-weights"), True, "every setting"),
+    (dict(precision="master-weights-half-grads", zero_stage=3), True, "every setting"),
+    (dict(precision="master-weights", zero_stage=1, offload="optimizer"), True, "every setting"),
+    (dict(zero_stage=2, offload="optimizer"), True, "every setting"),
 ])
 def test_runtime_support_check(change, ok, words):
-    plan = tiny_plan(tp=2, cp=change.get("cp", 1), precision=change.get("precision", "fp32"))
+    plan = tiny_plan(tp=2, cp=change.get("cp", 1), precision=change.get("precision", "fp32"),
+                     zero_stage=change.get("zero_stage", 0), offload=change.get("offload", "none"))
     plan.training.dropout = change.get("dropout", False)
+    plan.training.dtype = change.get("dtype", "bf16")
     c = L.check_runtime_support(plan, "cpu")
     assert c.ok is ok and words in c.detail
+    if not ok:
+        assert c.fix and "\n" not in c.fix

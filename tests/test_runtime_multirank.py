@@ -1,5 +1,6 @@
 """Layout equivalence on gloo: 8-rank TP2 x PP2 x DP2 runs (every schedule, ZeRO-1/2, FSDP2,
-sequence parallel, recompute, tied gpt, stop-and-resume) against one-rank runs of the same
+sequence parallel, recompute, tied gpt, stop-and-resume, ZeRO-1 + optimizer offload, a
+master-weights (bf16) layout) against one-rank runs of the same
 plan, where dp becomes gradient accumulation.  All 8-rank jobs share one torchrun invocation
 and all one-rank references another (process start-up dominates)."""
 from __future__ import annotations
@@ -17,6 +18,24 @@ pytestmark = pytest.mark.multirank
 
 LOSS_RTOL = 1e-4
 GRAD_RTOL = 1e-5
+# master-weights runs compute in bf16 (unit roundoff 2**-8 = 3.9e-3): another layout splits the
+# matmuls (TP), the sequence (SP) and the sums (dp, pp) differently, so activations and
+# gradients round differently.  Measured: loss 2e-4 relative, gradients 1.8e-2 of their max
+# (~5 bf16 roundoffs, after the 4 blocks' backward).  The bounds leave ~3x room and still fail
+# a dp sum instead of a mean (error 1.0), a missing tied-embedding or SP sum (O(1)), or a
+# master that is not stepped (the loss would stay at step 1's).
+BF16_LOSS_RTOL = 2e-3
+BF16_GRAD_RTOL = 5e-2
+
+
+def tolerances(case: str) -> tuple[float, float]:
+    if _precision(case).startswith("master-weights"):
+        return BF16_LOSS_RTOL, BF16_GRAD_RTOL
+    return LOSS_RTOL, GRAD_RTOL
+
+
+def _precision(case: str) -> str:
+    return suite.PARALLEL_CASES[case][1].get("precision", "fp32")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +59,9 @@ def losses(tmp, name) -> list[float]:
 def reference_for(case: str) -> str:
     model, _, opts = suite.PARALLEL_CASES[case]
     name = "ref-llama" if model["arch"] == "llama" else "ref-gpt" if model.get("tied_embeddings") else "ref-gpt-untied"
+    if _precision(case) != "fp32":
+        name += "-" + _precision(case)
+        assert suite.REFERENCE_PRECISION.get(name[4:]) == _precision(case), name
     return name + ("-sgd" if opts.get("optimizer") == "sgd" else "")
 
 
@@ -47,8 +69,9 @@ def reference_for(case: str) -> str:
 def test_losses_match_one_rank(runs, case):
     got, ref = losses(runs, case), losses(runs, reference_for(case))
     assert len(got) == len(ref) == suite.STEPS
+    rtol = tolerances(case)[0]
     for step, (g, r) in enumerate(zip(got, ref), 1):
-        assert abs(g - r) <= LOSS_RTOL * abs(r), f"{case} step {step}: {g} vs one-rank {r}"
+        assert abs(g - r) <= rtol * abs(r), f"{case} step {step}: {g} vs one-rank {r}"
 
 
 @pytest.mark.parametrize("case", list(suite.PARALLEL_CASES))
@@ -60,7 +83,7 @@ def test_gradients_after_step1_match_one_rank(runs, case):
     replicas = [None] if zero2 else [0, 1]  # ZeRO-2: each reduced gradient lives on its owner only
     for dp_rank in replicas:
         err, worst = max_relative_error(assemble(dumps, dp_rank), ref)
-        assert err <= GRAD_RTOL, f"{case} dp replica {dp_rank}: {worst} off by {err:.2e} (relative to its max)"
+        assert err <= tolerances(case)[1], f"{case} dp replica {dp_rank}: {worst} off by {err:.2e} (relative to its max)"
 
 
 def test_fsdp2_gradients_are_averaged_not_summed(runs):

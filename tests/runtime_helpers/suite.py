@@ -37,6 +37,12 @@ PARALLEL_CASES = {
     "tp2-dp4-sp-zero1": (TINY_LLAMA, dict(tp=2, pp=1, dp=4, sp=True, zero_stage=1), {}),
     "gpt-untied-interleaved-zb": ({**TINY_GPT, "tied_embeddings": False}, dict(schedule="interleaved-zb", vpp=2), {}),
     "sgd": (TINY_LLAMA, dict(), {"optimizer": "sgd"}),
+    # optimizer offload: AdamW states on the host, step on the CPU (MasterAdamW as a host mirror)
+    "zero1-offload": (TINY_LLAMA, dict(zero_stage=1, offload="optimizer"), {}),
+    # bf16 parameters + fp32 main_grad + sharded fp32 masters, with the tied-embedding (pp) and
+    # sequence-parallel (tp) gradient sums on main_grad; compared with the one-rank
+    # master-weights run at the bf16 tolerances of test_runtime_multirank
+    "gpt-tied-master-weights-zero2-sp": (TINY_GPT, dict(zero_stage=2, sp=True, precision="master-weights"), {}),
 }
 # one-rank references (dp folded into gradient accumulation): name -> (model, options)
 REFERENCE_CASES = {
@@ -45,7 +51,9 @@ REFERENCE_CASES = {
     "gpt-untied": ({**TINY_GPT, "tied_embeddings": False}, {}),
     "llama-sgd": (TINY_LLAMA, {"optimizer": "sgd"}),
     "llama-sgd-2x": (TINY_LLAMA, {"optimizer": "sgd", "debug_grad_scale": 2.0}),
+    "gpt-master-weights": (TINY_GPT, {}),
 }
+REFERENCE_PRECISION = {"gpt-master-weights": "master-weights"}
 SGD_LR = 0.5
 
 
@@ -61,7 +69,8 @@ def _job(tmp: Path, name: str, plan, opts: dict, steps=STEPS) -> dict:
 
 
 def reference_jobs(tmp: Path) -> list[dict]:
-    return [_job(tmp, f"ref-{n}", tiny_plan(m, lr=_lr(o)), o) for n, (m, o) in REFERENCE_CASES.items()]
+    return [_job(tmp, f"ref-{n}", tiny_plan(m, lr=_lr(o), precision=REFERENCE_PRECISION.get(n, "fp32")), o)
+            for n, (m, o) in REFERENCE_CASES.items()]
 
 
 def parallel_jobs(tmp: Path) -> list[dict]:

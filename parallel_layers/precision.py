@@ -1,0 +1,161 @@
+"""Master-weights recipes and optimizer offload: an AdamW over fp32 copies of the parameters.
+
+``master-weights`` (Megatron): the model's parameters are 16-bit (``training.dtype``), every
+parameter carries an fp32 ``main_grad`` buffer that a post-accumulate-grad hook fills with
+``p.grad.float()`` (freeing ``p.grad``), the data-parallel reduction averages the fp32
+buffers, and ``MasterAdamW`` steps an fp32 master copy and copies it back into the 16-bit
+parameter.  ``master-weights-half-grads`` (ZeRO paper / DeepSpeed fp16): the same without the
+hook: gradients stay 16-bit in ``p.grad`` through the reduction and are upcast for the step.
+With ZeRO-1/2 the master copies exist only for the parameters a dp rank owns (``ShardedAdamW``
+builds one ``MasterAdamW`` over its own parameters).  FSDP2 (ZeRO-3) instead keeps fp32
+sharded parameters and computes in 16 bit through ``MixedPrecisionPolicy`` (see
+``fsdp_mixed_precision``).
+
+``offload == "optimizer"``: the same class with the fp32 copies, AdamW states and the step on
+the host (pinned when the device is cuda): gradients are copied to the host after the
+reduction, the step runs on the CPU (fused CPU AdamW), the updated values go back to the
+device.  With fp32 parameters (recipes amp and fp32) the host copy is a mirror of the
+parameter; with a master-weights recipe it is the master.  On a CPU device the "host" is the
+device, so the path is the same copies.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+MASTER_RECIPES = ("master-weights", "master-weights-half-grads")
+
+
+def uses_master_weights(plan) -> bool:
+    return plan.training.precision in MASTER_RECIPES
+
+
+def param_dtype(plan) -> torch.dtype:
+    """Dtype of the model's parameters (outside FSDP2): 16-bit for the master-weights recipes."""
+    if not uses_master_weights(plan):
+        return torch.float32
+    dtype = plan.training.dtype
+    if dtype == "fp16":
+        raise NotImplementedError(f"precision {plan.training.precision} with dtype fp16 needs loss scaling, which the "
+                                  "runtime does not do; use dtype bf16")
+    return torch.bfloat16 if dtype == "bf16" else torch.float32
+
+
+def fsdp_mixed_precision(plan):
+    """FSDP2's equivalent of the master-weights recipes: fp32 sharded parameters (the master),
+    16-bit all-gathered compute copies, gradients reduced in fp32 (or 16 bit for -half-grads)."""
+    if not uses_master_weights(plan):
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    compute = param_dtype(plan)
+    reduce = torch.float32 if plan.training.precision == "master-weights" else compute
+    return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce)
+
+
+def grad_of(p: torch.Tensor) -> Optional[torch.Tensor]:
+    """The gradient the reductions and the optimizer use: the fp32 main_grad when the parameter
+    has one (recipe master-weights), else ``p.grad``."""
+    return p.main_grad if hasattr(p, "main_grad") else p.grad
+
+
+def set_grad(p: torch.Tensor, g: Optional[torch.Tensor]) -> None:
+    if hasattr(p, "main_grad"):
+        p.main_grad = g
+    else:
+        p.grad = g
+
+
+def clear_grads(params) -> None:
+    for p in params:
+        p.grad = None
+        if hasattr(p, "main_grad"):
+            p.main_grad = None
+
+
+def _accumulate_main_grad(p: torch.Tensor) -> None:
+    if p.main_grad is None:
+        p.main_grad = p.grad.float() if p.grad.dtype != torch.float32 else p.grad
+    else:
+        p.main_grad.add_(p.grad)  # upcasts the 16-bit gradient into the fp32 buffer
+    p.grad = None
+
+
+def attach_main_grads(params) -> None:
+    """Recipe master-weights: accumulate each backward's gradient into an fp32 ``main_grad``."""
+    for p in params:
+        p.main_grad = None
+        p.register_post_accumulate_grad_hook(_accumulate_main_grad)
+
+
+def fold_pending_grads(params, divide: float = 1.0) -> None:
+    """After the backward of a step: gradients written to ``p.grad`` without the hook (the
+    zero-bubble schedules assign weight gradients directly) join ``main_grad``; then all of them
+    are divided by ``divide`` (the pipeline's micro-batch count, which the schedule's own
+    ``scale_grads`` would have applied to ``p.grad``)."""
+    for p in params:
+        if not hasattr(p, "main_grad"):
+            continue
+        if p.grad is not None:
+            _accumulate_main_grad(p)
+        if divide != 1.0 and p.main_grad is not None:
+            p.main_grad.div_(divide)
+
+
+def _host_adamw(params, **kwargs) -> torch.optim.Optimizer:
+    kwargs.pop("fused", None)
+    try:
+        return torch.optim.AdamW(params, fused=True, **kwargs)  # fused CPU AdamW (torch >= 2.4)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(params, foreach=True, **kwargs)
+
+
+class MasterAdamW:
+    """AdamW over fp32 copies of ``params`` kept on ``master_device``: the fp32 master of 16-bit
+    parameters, and/or the host copy of an offloaded optimizer.  ``step`` copies the gradients
+    (``grad_of``) to the copies, steps them and copies the values back into the parameters."""
+
+    def __init__(self, params: list, *, offload: bool, keep_master: bool, **adamw_kwargs):
+        self.params = list(params)
+        self.offload, self.keep_master = offload, keep_master
+        device = self.params[0].device if self.params else torch.device("cpu")
+        self.master_device = torch.device("cpu") if offload else device
+        pin = offload and device.type == "cuda"
+        self.masters = []
+        for p in self.params:
+            t = torch.empty(p.shape, dtype=torch.float32, device=self.master_device, pin_memory=pin)
+            t.copy_(p.detach())
+            self.masters.append(t)
+        # checkpoint.state_dict keys the inner optimizer's states by these parameters' names
+        self.alias = {id(m): p for m, p in zip(self.masters, self.params)}
+        if offload:
+            self.optim = _host_adamw(self.masters, **adamw_kwargs)
+        else:
+            self.optim = torch.optim.AdamW(self.masters, **adamw_kwargs)
+
+    def master_of(self, p) -> torch.Tensor:
+        return self.masters[next(i for i, q in enumerate(self.params) if q is p)]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, m in zip(self.params, self.masters):
+            g = grad_of(p)
+            m.grad = None if g is None else g.detach().to(m.device, torch.float32)
+        self.optim.step()
+        for p, m in zip(self.params, self.masters):
+            if m.grad is not None:
+                p.copy_(m)  # to the device, rounded to the parameter's dtype
+            m.grad = None
+
+    @torch.no_grad()
+    def sync_from_params(self) -> None:
+        """After a checkpoint load that restored the parameters but no master (host mirror)."""
+        if not self.keep_master:
+            for p, m in zip(self.params, self.masters):
+                m.copy_(p.detach())
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        clear_grads(self.params)
+        for m in self.masters:
+            m.grad = None

@@ -152,12 +152,15 @@ class ShardedAdamW:
         clear_grads(self.params)
 
 
-def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, mp_policy=None) -> None:
+def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, mp_policy=None,
+               offload_policy=None) -> None:
     """FSDP2 over the dp mesh: each block is its own unit (per_block), the stage (embedding, head)
     the root.  mp_policy: a ``MixedPrecisionPolicy`` (the master-weights recipes) or None."""
     from torch.distributed.fsdp import fully_shard
 
     kw = {} if mp_policy is None else {"mp_policy": mp_policy}
+    if offload_policy is not None:
+        kw["offload_policy"] = offload_policy
     for m in stage_modules:
         if per_block:
             for block in m.blocks:

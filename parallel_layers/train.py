@@ -13,7 +13,8 @@ Precision (``training.precision``): amp = fp32 parameters under autocast (cuda; 
 master-weights[-half-grads] = 16-bit parameters (on CPU too) with fp32 masters stepped by
 ``precision.MasterAdamW`` (FSDP2: ``MixedPrecisionPolicy`` over fp32 shards).  Offload
 (``parallel.offload == "optimizer"``): the AdamW states and fp32 copies on the host, step on
-the CPU (ZeRO 0-2; not with FSDP2).
+the CPU (ZeRO 0-2: ``MasterAdamW``; FSDP2: ``CPUOffloadPolicy``, which keeps the sharded
+parameters and gradients on the host too and steps AdamW there, the same math).
 Rank 0 prints one ``[parplan] step ...`` line per step (parsed by ``planner.launch``); any rank
 that fails prints ``[parplan] rank R failed: ...`` before re-raising.
 """
@@ -115,9 +116,6 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     par = plan.parallel
     if par.cp > 1:
         raise NotImplementedError(f"cp={par.cp}: context parallelism is not implemented in the runtime; use cp=1")
-    if par.offload != "none" and par.zero_stage == 3:
-        raise NotImplementedError("offload 'optimizer' with zero_stage 3 (FSDP2) is not implemented in the runtime; "
-                                  "use zero_stage 1 or 2 with offload, or offload 'none'")
     dims = ParallelDims.from_plan(plan)
     mesh = build_mesh(dims, device.type)
     coords = RankCoords.from_mesh(mesh)
@@ -155,7 +153,7 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         # lose some blocks' gradients (caught by the layout-equivalence test); there each
         # stage is one FSDP unit.
         apply_fsdp(modules, mesh["dp"], per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1,
-                   mp_policy=fsdp_mixed_precision(plan))
+                   mp_policy=fsdp_mixed_precision(plan), offload_policy=_fsdp_offload(plan, device))
     elif plan.training.precision == "master-weights":
         attach_main_grads(_unique_params(modules))  # fp32 gradient accumulation buffers
     rt.optimizer = build_optimizer(rt, opts)
@@ -175,6 +173,18 @@ def _unique_params(modules) -> list:
     return out
 
 
+def _fsdp_offload(plan, device):
+    """FSDP2's optimizer offload: sharded fp32 parameters, their gradients and the AdamW states on
+    the host (pinned on cuda), the step on the CPU, all-gathers copying to the device.  More
+    than the plan's offload (it also moves the weight and gradient shards off the GPU), so the
+    GPU holds less than predicted; the math is the same AdamW over the same fp32 shards."""
+    if plan.parallel.offload != "optimizer":
+        return None
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    return CPUOffloadPolicy(pin_memory=device.type == "cuda")
+
+
 def main_grads(rt: Runtime) -> bool:
     """Whether gradients accumulate in fp32 ``main_grad`` buffers (master-weights outside FSDP2)."""
     return rt.plan.training.precision == "master-weights" and rt.plan.parallel.zero_stage != 3
@@ -191,10 +201,10 @@ def build_optimizer(rt: Runtime, opts: RunOptions):
             raise ValueError("--optimizer sgd is only for zero_stage 0 or 3, without offload or master weights")
         return torch.optim.SGD(params, lr=lr)
     kwargs = dict(lr=lr, betas=ADAMW_BETAS, weight_decay=ADAMW_WEIGHT_DECAY)
-    if rt.device.type == "cuda":
-        kwargs["fused"] = True
+    if rt.device.type == "cuda" and not (offload and plan.parallel.zero_stage == 3):
+        kwargs["fused"] = True  # FSDP2 + offload: the shards are CPU tensors
     make = None
-    if offload or master:
+    if (offload or master) and plan.parallel.zero_stage != 3:
         def make(ps):
             return MasterAdamW(ps, offload=offload, keep_master=master, **kwargs)
     if plan.parallel.zero_stage in (1, 2):

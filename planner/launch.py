@@ -147,15 +147,15 @@ def check_runtime_support(plan, device: str) -> Check:
         missing.append((f"cp={p.cp} (context parallelism)", "re-plan with --cp 1"))
     if t.precision.startswith("master-weights") and t.dtype == "fp16":
         missing.append((f"precision {t.precision} with fp16 (needs loss scaling)", "use dtype bf16"))
-    if p.offload != "none" and p.zero_stage == 3:
-        missing.append((f"offload {p.offload} with zero_stage 3 (FSDP2)", "re-plan with --zero 1 or 2 for offload, "
-                                                                         "or without offload"))
     if device == "cuda" and t.precision == "amp" and t.dtype == "fp16":
         missing.append(("amp with fp16 (needs loss scaling)", "use dtype bf16"))
     if getattr(t, "dropout", False):
         missing.append(("dropout", "set training.dropout to false (the runtime's blocks have no dropout; "
                                    "the prediction would count masks the run does not have)"))
     if not missing:
+        if p.zero_stage == 3 and p.offload != "none":
+            return Check("runtime support", True, "warning: FSDP2's CPUOffloadPolicy also keeps the weight and gradient "
+                                                  "shards on the host; predicted memory keeps them on the GPU")
         if p.zero_stage == 2 and p.dp > 1:
             return Check("runtime support", True, "warning: the runtime's ZeRO-2 holds full gradients during the "
                                                   "backward (dropped after it); predicted memory assumes them sharded")

@@ -54,7 +54,7 @@ def inner(optimizer) -> MasterAdamW:
     return optimizer.optim if isinstance(optimizer, ShardedAdamW) else optimizer
 
 
-@pytest.mark.parametrize("zero", [0, 1, 2])
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
 def test_offload_matches_the_device_optimizer_loss_by_loss(zero):
     ref = losses(tiny_plan(zero_stage=zero))
     got = losses(tiny_plan(zero_stage=zero, offload="optimizer"))
@@ -113,10 +113,24 @@ def test_fsdp2_master_weights_use_a_mixed_precision_policy_over_fp32_shards():
     assert losses(plan) == pytest.approx(losses(tiny_plan(zero_stage=3)), rel=BF16_TRACK_RTOL)
 
 
+def test_fsdp2_offload_keeps_shards_and_states_on_the_host():
+    """ZeRO-3 + offload is FSDP2's CPUOffloadPolicy: a plain AdamW over the fp32 sharded
+    parameters, which (with their gradients and states) live on the host."""
+    rt = one_step(tiny_plan(zero_stage=3, offload="optimizer", precision="master-weights"))
+    assert isinstance(rt.optimizer, torch.optim.AdamW)
+    state = rt.stage_modules[0]._get_fsdp_state()
+    assert type(state._fsdp_param_group.offload_policy).__name__ == "CPUOffloadPolicy"
+    assert state._mp_policy.param_dtype == torch.bfloat16
+    for p in train._unique_params(rt.stage_modules):
+        assert p.dtype == torch.float32 and p.grad is not None
+        assert rt.optimizer.state[p]["exp_avg"].dtype == torch.float32
+
+
 @pytest.mark.parametrize("kw", [dict(zero_stage=1, offload="optimizer"),
+                                dict(zero_stage=3, offload="optimizer"),
                                 dict(zero_stage=2, offload="optimizer", precision="master-weights"),
                                 dict(zero_stage=0, precision="master-weights-half-grads")],
-                         ids=["zero1-offload", "zero2-offload-master", "zero0-half-grads"])
+                         ids=["zero1-offload", "zero3-offload", "zero2-offload-master", "zero0-half-grads"])
 def test_stop_and_resume_continues_exactly(tmp_path, kw):
     plan = tiny_plan(TINY_GPT, **kw)
     straight = losses(plan)
@@ -128,9 +142,7 @@ def test_stop_and_resume_continues_exactly(tmp_path, kw):
     assert rep["steps"][0]["loss"] == pytest.approx(straight[2], rel=1e-7)
 
 
-def test_unsupported_combinations_raise_with_the_fix():
+def test_master_weights_with_fp16_is_refused_with_the_fix():
     with pytest.raises(NotImplementedError, match="use dtype bf16"):
         train.autocast_dtype(tiny_plan(precision="master-weights").model_copy(
             update={"training": tiny_plan().training.model_copy(update={"dtype": "fp16", "precision": "master-weights"})}), "cpu")
-    with pytest.raises(NotImplementedError, match="zero_stage 1 or 2"):
-        train.build_runtime(tiny_plan(zero_stage=3, offload="optimizer"), train.RunOptions(steps=1), CPU)

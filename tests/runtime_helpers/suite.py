@@ -39,6 +39,7 @@ PARALLEL_CASES = {
     "sgd": (TINY_LLAMA, dict(), {"optimizer": "sgd"}),
     # optimizer offload: AdamW states on the host, step on the CPU (MasterAdamW as a host mirror)
     "zero1-offload": (TINY_LLAMA, dict(zero_stage=1, offload="optimizer"), {}),
+    "fsdp2-offload": (TINY_LLAMA, dict(zero_stage=3, offload="optimizer"), {}),  # FSDP2 CPUOffloadPolicy
     # bf16 parameters + fp32 main_grad + sharded fp32 masters, with the tied-embedding (pp) and
     # sequence-parallel (tp) gradient sums on main_grad; compared with the one-rank
     # master-weights run at the bf16 tolerances of test_runtime_multirank

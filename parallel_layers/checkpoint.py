@@ -5,6 +5,10 @@ of plain tensors as replicas, which is right for the dp copies and wrong for TP 
 parameters and their AdamW states are DTensors over dp, and layer keys use the global layer
 index, so a checkpoint resumes with another dp, pp or ZeRO stage (tested: dp 2 -> 1, and
 pp 2 -> 1 with ZeRO-1 -> FSDP2); another tp is not supported (TP shards are separate keys).  Data needs no state: batches are a function of (seed, step, index).
+
+Master-weights recipes (ZeRO 0-2) also save each fp32 master as ``{key}/master``; such a
+checkpoint resumes only into a master-weights run and vice versa (FSDP2's fp32 shards are the
+master and need no extra key).  Optimizer offload changes nothing in the keys.
 """
 from __future__ import annotations
 

@@ -44,6 +44,11 @@ PARALLEL_CASES = {
     # sequence-parallel (tp) gradient sums on main_grad; compared with the one-rank
     # master-weights run at the bf16 tolerances of test_runtime_multirank
     "gpt-tied-master-weights-zero2-sp": (TINY_GPT, dict(zero_stage=2, sp=True, precision="master-weights"), {}),
+    # zero-bubble weight gradients bypass the main_grad hook and are folded in after the schedule
+    "gpt-tied-master-weights-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, precision="master-weights"), {}),
+    # FSDP2 MixedPrecisionPolicy(bf16 params, bf16 reduce) over fp32 shards
+    "gpt-tied-half-grads-fsdp2-gpipe-sp": (TINY_GPT, dict(schedule="gpipe", zero_stage=3, sp=True,
+                                                          precision="master-weights-half-grads"), {}),
 }
 # one-rank references (dp folded into gradient accumulation): name -> (model, options)
 REFERENCE_CASES = {
@@ -53,8 +58,9 @@ REFERENCE_CASES = {
     "llama-sgd": (TINY_LLAMA, {"optimizer": "sgd"}),
     "llama-sgd-2x": (TINY_LLAMA, {"optimizer": "sgd", "debug_grad_scale": 2.0}),
     "gpt-master-weights": (TINY_GPT, {}),
+    "gpt-master-weights-half-grads": (TINY_GPT, {}),
 }
-REFERENCE_PRECISION = {"gpt-master-weights": "master-weights"}
+REFERENCE_PRECISION = {"gpt-master-weights": "master-weights", "gpt-master-weights-half-grads": "master-weights-half-grads"}
 SGD_LR = 0.5
 
 

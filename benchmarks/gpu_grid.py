@@ -52,8 +52,8 @@ def grid() -> list[tuple[str, list[str]]]:
                                "--global-batch-size", "8"]))
     # fits one H100 only with full recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
-                                    "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "8",
-                                    "--global-batch-size", "8"]))
+                                    "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",
+                                    "--global-batch-size", "4"]))
     return out
 
 

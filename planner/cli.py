@@ -142,7 +142,7 @@ _MODEL_OPTIONS = [
     ("seq_len", int, 4096, ("--seq-len",), None),
     ("global_batch_size", int, 1024, ("--global-batch-size",), "Sequences per optimizer step."),
     ("dtype", str, "bf16", ("--dtype",), "bf16 or fp16."),
-    ("precision", str, "amp", ("--precision",), "amp (fp32 weights under autocast; what parplan launch runs), master-weights (16-bit weights + fp32 master, 18 B/param, as Megatron) or fp32."),
+    ("precision", str, "master-weights", ("--precision",), "master-weights (16-bit weights + fp32 grads and master + Adam, 18 B/param, as Megatron), master-weights-half-grads (16-bit grads, 16 B/param, as DeepSpeed fp16), amp (fp32 weights under autocast) or fp32."),
     ("tokens", Optional[str], None, ("--tokens",), "Total training tokens (reports days and GPU-hours)."),
     ("tp", Optional[int], None, ("--tp",), None),
     ("pp", Optional[int], None, ("--pp",), None),

@@ -133,7 +133,7 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
 
 
 def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
-              global_batch_size: int = 1024, dtype: str = "bf16", precision: str = "amp",
+              global_batch_size: int = 1024, dtype: str = "bf16", precision: str = "master-weights",
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, flash_attention: bool = True, overlap_grad_reduce: bool = True,

@@ -13,8 +13,8 @@ Step time (per GPU, critical pipeline stage):
     step    = t_pipe + exposed data-parallel communication + optimizer step
 Overlap assumptions: TP collectives are exposed (our runtime and Megatron without
 --tp-comm-overlap run them on the critical path); with overlap_tp_comm they hide behind the
-block's GEMMs.  CP K/V exchange hides behind attention compute (ring attention, Liu et al.
-2023).  Data-parallel reduce-scatter/all-reduce hides behind one micro-batch's backward and the
+block's GEMMs.  CP K/V all-gather (and the dK/dV reduce-scatter) hides behind attention compute
+(all-gather based CP with load balancing, Llama 3, Dubey et al. 2024 sec. 3.3.2).  Data-parallel reduce-scatter/all-reduce hides behind one micro-batch's backward and the
 parameter all-gather behind one forward when overlap_grad_reduce; ZeRO-3 gathers hide behind the
 micro-batch they serve.
 """
@@ -62,13 +62,15 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     tp_block = n_coll * t_ar
     tp_block_exposed = np.where(tr.overlap_tp_comm, np.maximum(0.0, tp_block - bt["gemm"]), tp_block)
 
-    # ---- context parallel: ring exchange of the K/V shard, c-1 steps forward; backward sends
-    # K/V again plus dK/dV (3x the forward volume), +1x under full recompute.
+    # ---- context parallel (Llama 3 sec. 3.3.2): all-gather of the K/V shards forward
+    # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same
+    # volume), +1 all-gather under full recompute; per layer per micro-batch.
     cp_in = comm.group_inside_node(hw, tp, cp)
     cp_bw, cp_lat = comm.tier_params(hw, cp_in)
-    kv_chunk = tokens_mb * 2 * m.kv_width / tp * act_b
-    cp_steps = np.maximum(cp - 1, 0) * (3 + full)
-    cp_block = cp_steps * comm.p2p(kv_chunk, cp_bw, cp_lat)
+    kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
+    t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
+    n_cp = 2 + full
+    cp_block = n_cp * t_cp
     cp_block_exposed = np.maximum(0.0, cp_block - bt["attention"])
 
     block = bt["total"] + tp_block_exposed + cp_block_exposed
@@ -162,7 +164,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # ---- bytes per GPU per step
     tp_bytes = m_micro * (blocks_first * n_coll * moved_ar + moved_ar / 2)
     pp_bytes = np.where(single, 0.0, m_micro * 2 * v * p2p_bytes)
-    cp_bytes = m_micro * blocks_first * cp_steps * kv_chunk
+    cp_bytes = m_micro * blocks_first * n_cp * moved_cp
 
     return {
         "num_microbatches": m_micro,

@@ -13,8 +13,10 @@ group of one returns the input unchanged.
 | scatter_to_sequence_parallel_region   | keep own seq chunk    | all-gather (seq)      |
 | gather_from_sequence_parallel_region  | all-gather (seq)      | reduce-scatter (seq)  |
 | reduce_scatter_to_sequence_parallel_region | reduce-scatter (seq) | all-gather (seq)   |
+| gather_from_context_parallel_region (dim)  | all-gather (dim)     | reduce-scatter (dim) |
 
-The sequence dimension is dim 1 of (batch, seq, hidden) activations.
+The sequence dimension is dim 1 of (batch, seq, hidden) activations; the context-parallel
+gather takes its dimension (2 for the (batch, heads, seq, head_dim) keys and values).
 """
 from __future__ import annotations
 
@@ -160,6 +162,21 @@ class _ReduceScatterToSP(torch.autograd.Function):
         return _gather(g, SEQ_DIM, ctx.group), None
 
 
+class _GatherFromCP(torch.autograd.Function):
+    """forward: all-gather along dim (rank order); backward: reduce-scatter along dim.  The
+    keys/values of context parallelism: every cp rank's queries read every rank's K/V, so the
+    gradient of a rank's K/V shard is the sum of all ranks' contributions to it."""
+
+    @staticmethod
+    def forward(ctx, x, group, dim):
+        ctx.group, ctx.dim = group, dim
+        return _gather(x, dim, group)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _reduce_scatter(g, ctx.dim, ctx.group), None, None
+
+
 def copy_to_tp_region(x, group):
     return x if _size(group) == 1 else _CopyToTP.apply(x, group)
 
@@ -186,3 +203,7 @@ def gather_from_sequence_parallel_region(x, group):
 
 def reduce_scatter_to_sequence_parallel_region(x, group):
     return x if _size(group) == 1 else _ReduceScatterToSP.apply(x, group)
+
+
+def gather_from_context_parallel_region(x, group, dim):
+    return x if _size(group) == 1 else _GatherFromCP.apply(x, group, dim)

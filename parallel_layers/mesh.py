@@ -1,7 +1,10 @@
 """The device mesh and the one dataclass that is the truth about a rank's place in it.
 
 Mesh dims are ("dp", "pp", "tp") -- plus "cp" between pp and tp when cp > 1 -- with TP
-innermost so a TP group is made of consecutive ranks and stays inside a node.
+innermost so a TP group is made of consecutive ranks and stays inside a node, and a CP group
+next (ranks tp apart).  Context-parallel ranks hold replicated parameters, so gradients are
+averaged over dp x cp: ``dp_cp_group`` is the flattened ("dp", "cp") group (the dp group when
+cp = 1).
 """
 from __future__ import annotations
 
@@ -53,9 +56,17 @@ class RankCoords:
     dp_group: object
     pp_group: object
     tp_group: object
+    cp_rank: int = 0
+    cp_group: object = None  # None when cp = 1 (a group of one everywhere in mappings.py)
+    dp_cp_group: object = None  # gradient averaging group: dp x cp
 
     @classmethod
     def from_mesh(cls, mesh: DeviceMesh) -> "RankCoords":
+        cp = "cp" in (mesh.mesh_dim_names or ())
+        dp_group = mesh["dp"].get_group()
         return cls(dp_rank=mesh["dp"].get_local_rank(), pp_rank=mesh["pp"].get_local_rank(),
-                   tp_rank=mesh["tp"].get_local_rank(), dp_group=mesh["dp"].get_group(),
-                   pp_group=mesh["pp"].get_group(), tp_group=mesh["tp"].get_group())
+                   tp_rank=mesh["tp"].get_local_rank(), dp_group=dp_group,
+                   pp_group=mesh["pp"].get_group(), tp_group=mesh["tp"].get_group(),
+                   cp_rank=mesh["cp"].get_local_rank() if cp else 0,
+                   cp_group=mesh["cp"].get_group() if cp else None,
+                   dp_cp_group=mesh["dp", "cp"]._flatten("dp_cp").get_group() if cp else dp_group)

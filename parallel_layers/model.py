@@ -3,7 +3,10 @@
 
 llama: RMSNorm, rotary positions, GQA (query and kv heads both split over TP), SwiGLU, no
 biases, untied head.  gpt: LayerNorm, GeLU, learned positions, biases, tied or untied head.
-Attention is ``F.scaled_dot_product_attention(is_causal=True)``; no dropout anywhere.
+Attention is ``F.scaled_dot_product_attention(is_causal=True)``; no dropout anywhere.  With
+context parallelism (cp > 1, ``parallel_layers.context_parallel``) each rank holds two chunks
+of the sequence, rotary and learned positions use the tokens' global positions, K/V are
+all-gathered over cp and attention uses a boolean causal mask from global positions.
 
 Same math in any layout: ``init_parameters`` draws every parameter at its full logical shape
 from a generator seeded by (seed, logical name) and keeps the rank's TP slice; logical names
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
@@ -32,6 +36,7 @@ from parallel_layers.layers import (
     VocabParallelEmbedding,
     _ShardedModule,
 )
+from parallel_layers.context_parallel import cp_attention, gather_kv, local_positions
 from parallel_layers.mappings import _size, copy_to_tp_region, gather_from_sequence_parallel_region
 
 INIT_STD = 0.02
@@ -107,12 +112,13 @@ class _RMSNorm(torch.autograd.Function):
         return dx.to(x.dtype), d_weight
 
 
-def rotary(x: torch.Tensor) -> torch.Tensor:
+def rotary(x: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Rotary position embedding (Su et al. 2021, half-split form as in Llama/HF) of
-    x: (b, heads, s, d), positions 0..s-1."""
+    x: (b, heads, s, d) at positions (s,) (default 0..s-1; a cp rank passes its global ones)."""
     b, nh, s, d = x.shape
     inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = torch.outer(torch.arange(s, device=x.device, dtype=torch.float32), inv_freq)  # (s, d/2)
+    pos = torch.arange(s, device=x.device, dtype=torch.float32) if positions is None else positions.float()
+    angles = torch.outer(pos, inv_freq)  # (s, d/2)
     cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(x.dtype)
     sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
@@ -160,11 +166,13 @@ def _enter_tp_region(x, tp_group, sequence_parallel):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
         super().__init__()
         h, d, gpt = cfg.hidden, cfg.head_dim, cfg.arch == "gpt"
         tp = _size(tp_group)
         self.tp_group, self.sp, self.selective = tp_group, sp, recompute == "selective"
+        self.cp_group, self.cp = cp_group, _size(cp_group)
+        self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
         self.rope = cfg.arch == "llama"
         n = f"layers.{i}.attn"
@@ -181,6 +189,9 @@ class Attention(nn.Module):
         q = F.linear(x, self.wq.weight, self.wq.bias).view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
         k = F.linear(x, self.wk.weight, self.wk.bias).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
         v = F.linear(x, self.wv.weight, self.wv.bias).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
+        if self.cp > 1:
+            o = self._context_parallel(q, k, v)
+            return self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim))
         core = _core_attention_rope if self.rope else _core_attention
         if self.selective:
             o = checkpoint(core, q, k, v, use_reentrant=False)  # (b, nh/tp, s, d)
@@ -188,6 +199,17 @@ class Attention(nn.Module):
             o = core(q, k, v)
         o = o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)
         return self.wo(o)  # (b, s, h) or (b, s/tp, h) with SP
+
+    def _context_parallel(self, q, k, v):
+        """s local tokens (two chunks of the sequence); rotary at global positions before the
+        K/V all-gather (outside the selective checkpoint, so its backward does not gather again)."""
+        pos = local_positions(q.shape[2], self.cp_rank, self.cp, q.device)
+        if self.rope:
+            q, k = rotary(q, pos), rotary(k, pos)
+        k, v = gather_kv(k, self.cp_group), gather_kv(v, self.cp_group)  # (b, nkv/tp, S, d)
+        if self.selective:
+            return checkpoint(cp_attention, q, k, v, pos, use_reentrant=False)
+        return cp_attention(q, k, v, pos)
 
 
 class MLP(nn.Module):
@@ -220,11 +242,11 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
         super().__init__()
         self.layer_id = i
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
-        self.attn = Attention(cfg, i, tp_group, sp, recompute)
+        self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group)
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
         self.mlp = MLP(cfg, i, tp_group, sp, recompute)
 
@@ -234,17 +256,24 @@ class Block(nn.Module):
 
 
 class PositionEmbedding(_ShardedModule):
-    """Learned positions (gpt), replicated over TP; with SP each rank adds its sequence chunk."""
+    """Learned positions (gpt), replicated over TP; with SP each rank adds its sequence chunk;
+    with CP the global positions of the rank's two chunks (then SP's part of them)."""
 
-    def __init__(self, cfg: ModelConfig, tp_group, sequence_parallel):
+    def __init__(self, cfg: ModelConfig, tp_group, sequence_parallel, cp_group=None):
         super().__init__(tp_group)
         self.sp = sequence_parallel and self.tp_size > 1
+        self.cp = _size(cp_group)
+        self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self._new_param("weight", ShardSpec("positions.weight", (cfg.max_seq_len, cfg.hidden), None, "normal",
                                             sp_partial_grad=self.sp))
 
     def forward(self, x):  # x: (b, s_local, h)
         s_local = x.shape[1]
         start = self.tp_rank * s_local if self.sp else 0
+        if self.cp > 1:
+            s_cp = s_local * self.tp_size if self.sp else s_local
+            pos = local_positions(s_cp, self.cp_rank, self.cp, x.device)[start:start + s_local]
+            return x + self.weight[pos]
         return x + self.weight[start:start + s_local]
 
 
@@ -255,7 +284,7 @@ class StageModule(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer_ids: list[int], *, first: bool, last: bool, tp_group,
                  sp: bool = False, recompute: str = "none", autocast_dtype: Optional[torch.dtype] = None,
-                 device_type: str = "cpu"):
+                 device_type: str = "cpu", cp_group=None):
         super().__init__()
         self.cfg, self.first, self.last = cfg, first, last
         self.full_recompute = recompute == "full"
@@ -263,8 +292,8 @@ class StageModule(nn.Module):
         self.tp_group, self.sp = tp_group, sp
         if first:
             self.embed = VocabParallelEmbedding(cfg.vocab, cfg.hidden, tp_group, name="embedding", sequence_parallel=sp)
-            self.positions = PositionEmbedding(cfg, tp_group, sp) if cfg.arch == "gpt" else None
-        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute) for i in layer_ids])
+            self.positions = PositionEmbedding(cfg, tp_group, sp, cp_group) if cfg.arch == "gpt" else None
+        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group) for i in layer_ids])
         self.separate_tied_head = False
         if last:
             self.final_norm = Norm(cfg, tp_group, name="final_norm", sequence_parallel=sp)

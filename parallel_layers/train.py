@@ -2,12 +2,19 @@
 
     torchrun --nproc-per-node 8 -m parallel_layers.train --plan plan.json --steps 20 --report out.json
 
-Order of construction (each step its own function): process group -> mesh (dp, pp, tp) ->
+Order of construction (each step its own function): process group -> mesh (dp, pp, [cp,] tp) ->
 stage modules holding this rank's virtual stages -> logical-seeded init -> data parallel
 wrapping (FSDP2 for ZeRO-3) -> optimizer -> pipeline schedule (pp > 1) -> optional resume.
 
 One step: micro-batches forward/backward (the pipeline schedule, or gradient accumulation
 when pp = 1) -> tied-embedding and sequence-parallel gradient sums -> dp reduction -> AdamW.
+
+Context parallelism (cp > 1, ``context_parallel``): every rank of a cp group reads its
+replica's samples and keeps its two load-balanced chunks of each sequence; its loss is the
+mean over its tokens, so the cp-mean is the one-rank loss, and gradients are averaged over
+dp x cp: one all-reduce over the flattened dp x cp group (ZeRO-0); ZeRO-1/2 and FSDP2 shard
+over dp only (as the cost model's memory assumes) after an all-reduce mean over cp (before
+the dp reduction for ZeRO-1/2, of the dp-reduced shards for FSDP2).
 
 Precision (``training.precision``): amp = fp32 parameters under autocast (cuda; fp32 on CPU);
 master-weights[-half-grads] = 16-bit parameters (on CPU too) with fp32 masters stepped by
@@ -35,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from parallel_layers import checkpoint as ckpt
+from parallel_layers.context_parallel import shard_sequence
 from parallel_layers.data import TokenSource, replica_sample_indices
 from parallel_layers.data_parallel import (
     ShardedAdamW,
@@ -114,8 +122,6 @@ def autocast_dtype(plan, device_type: str) -> Optional[torch.dtype]:
 
 def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     par = plan.parallel
-    if par.cp > 1:
-        raise NotImplementedError(f"cp={par.cp}: context parallelism is not implemented in the runtime; use cp=1")
     dims = ParallelDims.from_plan(plan)
     mesh = build_mesh(dims, device.type)
     coords = RankCoords.from_mesh(mesh)
@@ -131,7 +137,8 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     modules = []
     for sid in stage_ids:
         m = StageModule(cfg, vstages[sid], first=sid == 0, last=sid == n_stages - 1, tp_group=coords.tp_group,
-                        sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type)
+                        sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type,
+                        cp_group=coords.cp_group)
         init_parameters(m, plan.training.seed)
         # master-weights: 16-bit parameters (rounded from the fp32 init, as Megatron's master
         # copies are made from the 16-bit model); FSDP2 keeps fp32 shards and casts instead
@@ -259,14 +266,20 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
     if par.sp:
         sync_sequence_parallel_grads(rt.stage_modules, rt.coords.tp_group)
     params = _unique_params(rt.stage_modules)
-    if par.zero_stage == 0:
-        all_reduce_bucketed([grad_of(p) for p in params if grad_of(p) is not None], rt.coords.dp_group, average=True)
+    if par.zero_stage == 0:  # mean over dp x cp (cp ranks hold replicas)
+        all_reduce_bucketed([grad_of(p) for p in params if grad_of(p) is not None], rt.coords.dp_cp_group, average=True)
     elif par.zero_stage in (1, 2):
+        # ZeRO-1/2 shard over dp: cp replicas are averaged first
+        all_reduce_bucketed([grad_of(p) for p in params if grad_of(p) is not None], rt.coords.cp_group, average=True)
         rt.optimizer.reduce_gradients()
-    elif rt.fsdp_correction != 1.0:
-        for p in params:
-            if p.grad is not None:
-                local_tensor(p.grad).div_(rt.fsdp_correction)
+    else:
+        if rt.fsdp_correction != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    local_tensor(p.grad).div_(rt.fsdp_correction)
+        # FSDP2 shards over dp; the cp replicas of each dp shard are averaged
+        all_reduce_bucketed([local_tensor(p.grad) for p in params if p.grad is not None], rt.coords.cp_group,
+                            average=True)
     if opts.debug_grad_scale != 1.0:
         for p in params:
             if grad_of(p) is not None:
@@ -290,16 +303,18 @@ def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> No
                                             "tp_rank": mod.tp_rank, "tp_size": mod.tp_size}
     c = rt.coords
     torch.save({"rank": dist.get_rank(), "dp_rank": c.dp_rank, "pp_rank": c.pp_rank, "tp_rank": c.tp_rank,
+                "cp_rank": c.cp_rank,
                 "stage_ids": rt.stage_ids, "local_params": rt.local_params, "sample_indices": sample_indices,
                 "grads": grads}, os.path.join(directory, f"rank{dist.get_rank()}.pt"))
 
 
 def mean_loss_over_world(rt: Runtime, replica_loss: Optional[float]) -> float:
     """The global-batch mean loss, known on every rank: last-stage, tp-rank-0 ranks contribute
-    their replica's loss / dp."""
+    their replica's loss / (dp x cp) (a cp rank's loss is the mean over its equal share of the
+    tokens, so the cp-mean is the replica's loss)."""
     contrib = 0.0
     if replica_loss is not None and rt.coords.tp_rank == 0:
-        contrib = replica_loss / rt.plan.parallel.dp
+        contrib = replica_loss / (rt.plan.parallel.dp * rt.plan.parallel.cp)
     t = torch.tensor([contrib], dtype=torch.float64, device=rt.device)  # nccl needs device tensors
     dist.all_reduce(t)
     return float(t.item())
@@ -369,7 +384,7 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     peak = peak_tflops_per_gpu(plan, device)
     world = dist.get_world_size()
     tokens_per_step = tr.global_batch_size * tr.seq_len
-    log(f"layout tp={par.tp} pp={par.pp} dp={par.dp} vpp={par.vpp} schedule={par.schedule} zero={par.zero_stage} "
+    log(f"layout tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} vpp={par.vpp} schedule={par.schedule} zero={par.zero_stage} "
         f"sp={par.sp} recompute={par.recompute} precision={tr.precision} offload={par.offload} device={device.type} world={world} params_rank0={rt.local_params}")
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -380,6 +395,9 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
         rt.optimizer.zero_grad(set_to_none=True)
         clear_grads(_unique_params(rt.stage_modules))
         inputs, targets = data.batch(step, indices)
+        if par.cp > 1:  # this cp rank's two chunks of every sequence
+            inputs = shard_sequence(inputs, rt.coords.cp_rank, par.cp)
+            targets = shard_sequence(targets, rt.coords.cp_rank, par.cp)
         replica_loss = forward_backward(rt, inputs.to(device), targets.to(device))
         reduce_gradients(rt, opts)
         if opts.dump_grads and step == start + 1:

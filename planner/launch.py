@@ -143,8 +143,9 @@ def check_runtime_support(plan, device: str) -> Check:
     """What parallel_layers does not run (yet), caught before any rank starts."""
     p, t = plan.parallel, plan.training
     missing = []
-    if p.cp > 1:
-        missing.append((f"cp={p.cp} (context parallelism)", "re-plan with --cp 1"))
+    if p.cp > 1 and t.seq_len % (2 * p.cp):
+        missing.append((f"cp={p.cp} with seq_len {t.seq_len} (load-balanced context parallelism cuts the sequence "
+                        f"into 2*cp = {2 * p.cp} chunks)", f"use a seq_len divisible by {2 * p.cp}, or another cp"))
     if t.precision.startswith("master-weights") and t.dtype == "fp16":
         missing.append((f"precision {t.precision} with fp16 (needs loss scaling)", "use dtype bf16"))
     if device == "cuda" and t.precision == "amp" and t.dtype == "fp16":

@@ -126,10 +126,10 @@ def test_cpu_launch_writes_report_and_keeps_stdout_clean(tmp_path, capfd):
 
 
 def test_unimplemented_settings_fail_before_any_rank_starts(tmp_path, capsys):
-    plan = write_plan(tiny_plan(tp=2, cp=2), tmp_path / "plan.json")
+    plan = write_plan(tiny_plan(tp=2, cp=2, seq_len=30), tmp_path / "plan.json")  # 30 tokens: not 2*cp chunks
     assert L.launch(plan, device="cpu", report=str(tmp_path / "run" / "report.json")) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cp=2" in err and "re-plan with --cp 1" in err
+    assert err.count("\n") == 1 and "cp=2" in err and "seq_len divisible by 4" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -152,7 +152,9 @@ def test_crashed_ranks_are_reported_by_rank_and_cause(tmp_path, capfd):
     (dict(precision="master-weights-half-grads", dtype="fp16"), False, "master-weights-half-grads with fp16"),
     (dict(precision="master-weights", dtype="fp16"), False, "master-weights with fp16"),
     (dict(zero_stage=3, offload="optimizer"), True, "CPUOffloadPolicy"),
-    (dict(cp=2), False, "cp=2"),
+    (dict(cp=2), True, "every setting"),
+    (dict(cp=4, zero_stage=3, offload="optimizer"), True, "CPUOffloadPolicy"),
+    (dict(cp=2, seq_len=30), False, "cp=2 with seq_len 30"),
     (dict(dropout=True), False, "dropout"),
     (dict(), True, "every setting"),
     (dict(precision="master-weights"), True, "every setting"),
@@ -161,7 +163,7 @@ def test_crashed_ranks_are_reported_by_rank_and_cause(tmp_path, capfd):
     (dict(zero_stage=2, offload="optimizer"), True, "every setting"),
 ])
 def test_runtime_support_check(change, ok, words):
-    plan = tiny_plan(tp=2, cp=change.get("cp", 1), precision=change.get("precision", "fp32"),
+    plan = tiny_plan(tp=2, cp=change.get("cp", 1), seq_len=change.get("seq_len", 32), precision=change.get("precision", "fp32"),
                      zero_stage=change.get("zero_stage", 0), offload=change.get("offload", "none"))
     plan.training.dropout = change.get("dropout", False)
     plan.training.dtype = change.get("dtype", "bf16")

@@ -1,6 +1,7 @@
 """Layout equivalence on gloo: 8-rank TP2 x PP2 x DP2 runs (every schedule, ZeRO-1/2, FSDP2,
 sequence parallel, recompute, tied gpt, stop-and-resume, ZeRO-1 + optimizer offload, a
-master-weights (bf16) layout) against one-rank runs of the same
+master-weights (bf16) layout) and context-parallel layouts (cp2 x tp2 x dp2, cp2 x pp2 x tp2
+with SP, cp4 x dp2 with FSDP2, a cp stop-and-resume) against one-rank runs of the same
 plan, where dp becomes gradient accumulation.  All 8-rank jobs share one torchrun invocation
 and all one-rank references another (process start-up dominates)."""
 from __future__ import annotations
@@ -80,7 +81,8 @@ def test_gradients_after_step1_match_one_rank(runs, case):
     assert len(dumps) == 8
     ref = assemble(load_dumps(runs / reference_for(case) / "grads"))
     zero2 = suite.PARALLEL_CASES[case][1].get("zero_stage") == 2
-    replicas = [None] if zero2 else [0, 1]  # ZeRO-2: each reduced gradient lives on its owner only
+    dp = Plan.model_validate(report(runs, case)["plan"]).parallel.dp
+    replicas = [None] if zero2 else list(range(dp))  # ZeRO-2: each reduced gradient lives on its owner only
     for dp_rank in replicas:
         err, worst = max_relative_error(assemble(dumps, dp_rank), ref)
         assert err <= tolerances(case)[1], f"{case} dp replica {dp_rank}: {worst} off by {err:.2e} (relative to its max)"
@@ -165,3 +167,27 @@ def test_report_has_required_keys(runs):
     assert len(r["peak_memory_bytes"]) == 8
     assert set(r["error"]) == {"step_time_s", "peak_memory", "mfu"}
     assert all(set(s) == {"step", "loss", "step_time_s", "tokens_per_s", "mfu"} for s in r["steps"])
+
+
+@pytest.mark.parametrize("case", ["cp2-tp2-dp2", "cp4-dp2-fsdp2-full"])
+def test_cp_ranks_of_a_replica_read_the_same_samples(runs, case):
+    """CP ranks split each sequence, not the batch: the dp sample assignment is unchanged."""
+    dumps = load_dumps(runs / case / "grads")
+    plan = Plan.model_validate(report(runs, case)["plan"])
+    for dp_rank in range(plan.parallel.dp):
+        replica = [d for d in dumps if d["dp_rank"] == dp_rank]
+        assert sorted({d["cp_rank"] for d in replica}) == list(range(plan.parallel.cp))
+        assert len({tuple(d["sample_indices"]) for d in replica}) == 1
+
+
+def test_cp_resume_continues_the_one_rank_loss_curve(runs):
+    """cp2 x pp2 x dp2 with ZeRO-2: checkpoint after step 2, resume in a fresh runtime; every
+    step's loss and the step-1 gradients match the one-rank run."""
+    first, second, ref = report(runs, "cp-resume-first"), report(runs, "cp-resume-second"), losses(runs, "ref-llama")
+    assert [s["step"] for s in first["steps"]] == [1, 2] and [s["step"] for s in second["steps"]] == [3]
+    got = [s["loss"] for s in first["steps"] + second["steps"]]
+    for step, (g, r) in enumerate(zip(got, ref), 1):
+        assert abs(g - r) <= LOSS_RTOL * abs(r), f"cp resume step {step}: {g} vs one-rank {r}"
+    err, worst = max_relative_error(assemble(load_dumps(runs / "cp-resume-first" / "grads"), None),
+                                    assemble(load_dumps(runs / "ref-llama" / "grads")))
+    assert err <= GRAD_RTOL, f"{worst} off by {err:.2e}"

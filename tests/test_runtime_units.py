@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from cost_models.params import param_counts
+from parallel_layers import context_parallel as CP
 from parallel_layers import mappings as M
 from parallel_layers.data import TokenSource, replica_sample_indices
 from parallel_layers.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, vocab_parallel_cross_entropy
@@ -202,3 +203,67 @@ def test_rmsnorm_function_matches_autograd():
     assert torch.autograd.gradcheck(_RMSNorm.apply, (x, w))
     ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * w
     assert torch.allclose(_RMSNorm.apply(x, w), ref)
+
+
+# ---- context parallelism (parallel_layers.context_parallel)
+
+def test_cp_chunk_order_is_load_balanced():
+    """cp rank i holds chunks i and 2cp-1-i: every rank gets the same causal work."""
+    assert [CP.chunk_ids(r, 4) for r in range(4)] == [(0, 7), (1, 6), (2, 5), (3, 4)]
+    seq, cp = 32, 4
+    held = torch.cat([CP.local_positions(seq // cp, r, cp) for r in range(cp)])
+    assert sorted(held.tolist()) == list(range(seq))  # every position exactly once
+    work = [int((CP.local_positions(seq // cp, r, cp) + 1).sum()) for r in range(cp)]  # keys seen per rank
+    assert len(set(work)) == 1
+    x = torch.arange(seq).view(1, seq)
+    for r in range(cp):
+        assert torch.equal(CP.shard_sequence(x, r, cp)[0], CP.local_positions(seq // cp, r, cp))
+    assert CP.local_positions(8, 0, 2).tolist() == [0, 1, 2, 3, 12, 13, 14, 15]
+    assert CP.local_positions(8, 1, 2).tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
+    with pytest.raises(ValueError, match="2\\*cp"):
+        CP.shard_sequence(torch.zeros(1, 30), 0, 4)
+
+
+def test_cp_gathered_chunks_go_back_to_global_order():
+    for cp in (1, 2, 3, 4):
+        seq = 2 * cp * 3
+        gathered = torch.cat([CP.shard_sequence(torch.arange(seq).view(1, seq), r, cp) for r in range(cp)], dim=1)
+        chunks = gathered.chunk(2 * cp, dim=1)
+        assert torch.cat([chunks[i] for i in CP.gathered_to_global(cp)], dim=1)[0].tolist() == list(range(seq))
+
+
+def test_cp_causal_mask_from_global_positions():
+    pos = CP.local_positions(4, 1, 2)  # seq 8: chunks 1 and 2 -> positions 2, 3, 4, 5
+    mask = CP.causal_mask(pos, 8)
+    assert mask.shape == (4, 8)
+    assert mask.sum(1).tolist() == [3, 4, 5, 6]
+    full = torch.ones(8, 8, dtype=torch.bool).tril()
+    assert torch.equal(mask, full[pos])
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_cp_attention_of_each_rank_is_its_rows_of_full_causal_attention(cp):
+    """Local queries (GQA: 4 query heads, 2 kv heads) against all keys under the global-position
+    mask give exactly this rank's rows of full-sequence causal attention, rotary included."""
+    from parallel_layers.model import rotary
+
+    g = torch.Generator().manual_seed(0)
+    b, s, d = 2, 16, 8
+    q, k, v = (torch.randn(b, h, s, d, generator=g) for h in (4, 2, 2))
+    full = F.scaled_dot_product_attention(rotary(q), rotary(k), v, is_causal=True, enable_gqa=True)
+    k_rot = rotary(k)
+    for r in range(cp):
+        pos = CP.local_positions(s // cp, r, cp)
+        q_local = rotary(CP.shard_sequence(q, r, cp, dim=2), pos)
+        torch.testing.assert_close(rotary(CP.shard_sequence(k, r, cp, dim=2), pos), CP.shard_sequence(k_rot, r, cp, dim=2))
+        out = CP.cp_attention(q_local, k_rot, v, pos)
+        torch.testing.assert_close(out, CP.shard_sequence(full, r, cp, dim=2), rtol=1e-5, atol=1e-6)
+
+
+def test_cp_gather_is_identity_on_one_rank(group_of_one):
+    x = torch.randn(2, 3, 4, 5, requires_grad=True)
+    assert M.gather_from_context_parallel_region(x, group_of_one, 2) is x
+    y = M._GatherFromCP.apply(x, group_of_one, 2)
+    assert torch.equal(y, x)
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.ones_like(x))

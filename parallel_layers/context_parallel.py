@@ -1,0 +1,85 @@
+"""Context parallelism: all-gather based, with load balancing under the causal mask (Llama 3,
+Dubey et al. 2024 sec. 3.3.2).
+
+The sequence of each micro-batch (length S) is cut into 2*cp chunks of S/(2*cp) tokens; cp rank
+i holds chunks i and 2*cp-1-i, so every rank has the same amount of causal-attention work.
+Token ids and targets are sliced the same way (``shard_sequence``); the held tokens' global
+positions (``local_positions``) feed rotary (llama) and the learned positions (gpt).
+
+Attention: each rank projects its own queries, keys and values; K and V (after rotary, before
+the GQA expansion) are all-gathered over the cp group (``gather_from_context_parallel_region``:
+backward reduce-scatters dK/dV), put back in global order (``gathered_to_global``) and the
+local queries attend to all S keys under a causal mask built from global positions.  With
+sequence parallelism inside TP, CP splits the sequence first and SP splits the local sequence
+again; TP/SP logic is unchanged.
+
+Loss and gradients: each cp rank's loss is the mean over its own tokens (equal counts on every
+rank), so the mean over the cp group is the full micro-batch loss; its backward gives per-rank
+parameter gradients whose cp-mean is the full gradient, and the trainer averages over dp x cp.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from parallel_layers.mappings import _size, gather_from_context_parallel_region
+
+
+def chunk_ids(cp_rank: int, cp: int) -> tuple[int, int]:
+    """The two global chunk indices (of 2*cp) held by a cp rank, in local order."""
+    return cp_rank, 2 * cp - 1 - cp_rank
+
+
+def _check(seq: int, cp: int) -> int:
+    if seq % (2 * cp):
+        raise ValueError(f"sequence length {seq} is not divisible by 2*cp = {2 * cp} (load-balanced context parallelism)")
+    return seq // (2 * cp)
+
+
+def shard_sequence(x: torch.Tensor, cp_rank: int, cp: int, dim: int = 1) -> torch.Tensor:
+    """This rank's tokens of a full-sequence tensor: chunks cp_rank and 2*cp-1-cp_rank, concatenated."""
+    if cp == 1:
+        return x
+    _check(x.shape[dim], cp)
+    chunks = x.chunk(2 * cp, dim=dim)
+    a, b = chunk_ids(cp_rank, cp)
+    return torch.cat([chunks[a], chunks[b]], dim=dim).contiguous()
+
+
+def local_positions(s_local: int, cp_rank: int, cp: int, device=None) -> torch.Tensor:
+    """Global positions (int64) of the s_local tokens a cp rank holds."""
+    if cp == 1:
+        return torch.arange(s_local, device=device)
+    if s_local % 2:
+        raise ValueError(f"a cp rank's sequence ({s_local}) must be two equal chunks")
+    c = s_local // 2
+    a, b = chunk_ids(cp_rank, cp)
+    return torch.cat([torch.arange(a * c, (a + 1) * c, device=device), torch.arange(b * c, (b + 1) * c, device=device)])
+
+
+def gathered_to_global(cp: int) -> list[int]:
+    """Chunk permutation: the all-gather stacks rank 0's two chunks, then rank 1's, ...;
+    entry j is the gathered-order index of global chunk j."""
+    gathered = [c for r in range(cp) for c in chunk_ids(r, cp)]
+    return [gathered.index(j) for j in range(2 * cp)]
+
+
+def causal_mask(q_positions: torch.Tensor, seq: int) -> torch.Tensor:
+    """(s_local, seq) boolean, True where a query may attend a key (key position <= query position)."""
+    return q_positions.unsqueeze(1) >= torch.arange(seq, device=q_positions.device).unsqueeze(0)
+
+
+def gather_kv(t: torch.Tensor, cp_group) -> torch.Tensor:
+    """(b, h, s_local, d) keys or values of each cp rank -> (b, h, S, d) in global order."""
+    cp = _size(cp_group)
+    if cp == 1:
+        return t
+    full = gather_from_context_parallel_region(t, cp_group, 2)
+    chunks = full.chunk(2 * cp, dim=2)
+    return torch.cat([chunks[i] for i in gathered_to_global(cp)], dim=2)
+
+
+def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_positions: torch.Tensor) -> torch.Tensor:
+    """Local queries (b, nh, s_local, d) against all keys/values (b, nkv, S, d) in global order."""
+    mask = causal_mask(q_positions, k_full.shape[2])
+    return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, enable_gqa=True)

@@ -69,14 +69,16 @@ def causal_mask(q_positions: torch.Tensor, seq: int) -> torch.Tensor:
     return q_positions.unsqueeze(1) >= torch.arange(seq, device=q_positions.device).unsqueeze(0)
 
 
-def gather_kv(t: torch.Tensor, cp_group) -> torch.Tensor:
-    """(b, h, s_local, d) keys or values of each cp rank -> (b, h, S, d) in global order."""
+def gather_kv(k: torch.Tensor, v: torch.Tensor, cp_group) -> tuple[torch.Tensor, torch.Tensor]:
+    """(b, h, s_local, d) keys and values of each cp rank -> (b, h, S, d) each, in global order.
+    One all-gather (and one dK/dV reduce-scatter) for both: K and V are stacked on the head dim."""
     cp = _size(cp_group)
     if cp == 1:
-        return t
-    full = gather_from_context_parallel_region(t, cp_group, 2)
+        return k, v
+    full = gather_from_context_parallel_region(torch.cat([k, v], dim=1), cp_group, 2)
     chunks = full.chunk(2 * cp, dim=2)
-    return torch.cat([chunks[i] for i in gathered_to_global(cp)], dim=2)
+    full = torch.cat([chunks[i] for i in gathered_to_global(cp)], dim=2)
+    return full.split([k.shape[1], v.shape[1]], dim=1)
 
 
 def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_positions: torch.Tensor) -> torch.Tensor:

@@ -206,7 +206,7 @@ class Attention(nn.Module):
         pos = local_positions(q.shape[2], self.cp_rank, self.cp, q.device)
         if self.rope:
             q, k = rotary(q, pos), rotary(k, pos)
-        k, v = gather_kv(k, self.cp_group), gather_kv(v, self.cp_group)  # (b, nkv/tp, S, d)
+        k, v = gather_kv(k, v, self.cp_group)  # (b, nkv/tp, S, d) each
         if self.selective:
             return checkpoint(cp_attention, q, k, v, pos, use_reentrant=False)
         return cp_attention(q, k, v, pos)

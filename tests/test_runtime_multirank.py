@@ -1,7 +1,7 @@
 """Layout equivalence on gloo: 8-rank TP2 x PP2 x DP2 runs (every schedule, ZeRO-1/2, FSDP2,
 sequence parallel, recompute, tied gpt, stop-and-resume, ZeRO-1 + optimizer offload, a
 master-weights (bf16) layout) and context-parallel layouts (cp2 x tp2 x dp2, cp2 x pp2 x tp2
-with SP, cp4 x dp2 with FSDP2, a cp stop-and-resume) against one-rank runs of the same
+with SP, cp4 x dp2 with FSDP2, a resume from cp2 into cp4) against one-rank runs of the same
 plan, where dp becomes gradient accumulation.  All 8-rank jobs share one torchrun invocation
 and all one-rank references another (process start-up dominates)."""
 from __future__ import annotations
@@ -180,14 +180,13 @@ def test_cp_ranks_of_a_replica_read_the_same_samples(runs, case):
         assert len({tuple(d["sample_indices"]) for d in replica}) == 1
 
 
-def test_cp_resume_continues_the_one_rank_loss_curve(runs):
-    """cp2 x pp2 x dp2 with ZeRO-2: checkpoint after step 2, resume in a fresh runtime; every
-    step's loss and the step-1 gradients match the one-rank run."""
-    first, second, ref = report(runs, "cp-resume-first"), report(runs, "cp-resume-second"), losses(runs, "ref-llama")
-    assert [s["step"] for s in first["steps"]] == [1, 2] and [s["step"] for s in second["steps"]] == [3]
-    got = [s["loss"] for s in first["steps"] + second["steps"]]
-    for step, (g, r) in enumerate(zip(got, ref), 1):
-        assert abs(g - r) <= LOSS_RTOL * abs(r), f"cp resume step {step}: {g} vs one-rank {r}"
-    err, worst = max_relative_error(assemble(load_dumps(runs / "cp-resume-first" / "grads"), None),
-                                    assemble(load_dumps(runs / "ref-llama" / "grads")))
-    assert err <= GRAD_RTOL, f"{worst} off by {err:.2e}"
+def test_cp_resume_in_another_cp_layout(runs):
+    """The step-2 checkpoint of the cp2 x tp2 x dp2 run resumes as cp4 x tp2 with ZeRO-2 (dp folded
+    into micro-batches) and its step 3 matches the uninterrupted run and the one-rank run."""
+    rep = report(runs, "cp-resume")
+    assert [s["step"] for s in rep["steps"]] == [3]
+    assert rep["plan"]["parallel"]["cp"] == 4
+    loss = rep["steps"][0]["loss"]
+    assert loss == pytest.approx(losses(runs, suite.CP_RESUME_FROM)[2], rel=LOSS_RTOL)
+    assert loss == pytest.approx(losses(runs, "ref-llama")[2], rel=LOSS_RTOL)
+    assert (runs / "cp-resume" / "ckpt" / "step_00000002" / ".metadata").exists()

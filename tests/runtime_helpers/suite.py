@@ -50,17 +50,18 @@ PARALLEL_CASES = {
     "gpt-tied-half-grads-fsdp2-gpipe-sp": (TINY_GPT, dict(schedule="gpipe", zero_stage=3, sp=True,
                                                           precision="master-weights-half-grads"), {}),
     # context parallelism (load-balanced all-gather CP): GQA llama over cp x tp x dp (ZeRO-0 over
-    # the flattened dp x cp group); gpt with learned positions, SP inside TP and a zero-bubble
-    # schedule (split dI/dW backward) with selective recompute; cp4 with FSDP2 (shards over dp,
-    # cp replicas averaged) and full recompute (the K/V gather runs again in the backward)
+    # the flattened dp x cp group; it also writes the checkpoint CP_RESUME resumes); gpt with
+    # learned positions, SP inside TP, a zero-bubble schedule (split dI/dW backward), selective
+    # recompute and ZeRO-1 (cp replicas averaged before the dp reduction); cp4 with FSDP2 (shards
+    # over dp, cp replicas averaged) and full recompute (the K/V gather runs again in the backward)
     "cp2-tp2-dp2": (TINY_LLAMA, dict(tp=2, pp=1, dp=2, cp=2), {}),
     "gpt-tied-cp2-pp2-tp2-sp-zbv": (TINY_GPT, dict(tp=2, pp=2, dp=1, cp=2, sp=True, schedule="zbv", vpp=2,
-                                                   recompute="selective"), {}),
+                                                   recompute="selective", zero_stage=1), {}),
     "cp4-dp2-fsdp2-full": (TINY_LLAMA, dict(tp=1, pp=1, dp=2, cp=4, zero_stage=3, recompute="full"), {}),
 }
-# stop-and-resume under cp (ZeRO-2 over dp with cp replicas averaged, 1f1b): compared with the
-# one-rank llama run
-CP_RESUME_LAYOUT = dict(tp=1, pp=2, dp=2, cp=2, zero_stage=2)
+# the cp2-tp2-dp2 run's step-2 checkpoint resumed with another cp (and dp, ZeRO stage) for step 3
+CP_RESUME_FROM = "cp2-tp2-dp2"
+CP_RESUME_LAYOUT = dict(tp=2, pp=1, dp=1, cp=4, zero_stage=2)
 # one-rank references (dp folded into gradient accumulation): name -> (model, options)
 REFERENCE_CASES = {
     "llama": (TINY_LLAMA, {}),
@@ -98,10 +99,11 @@ def parallel_jobs(tmp: Path) -> list[dict]:
     ck = str(tmp / "resume" / "ckpt")
     jobs.append(_job(tmp, "resume-first", plan, {"checkpoint_dir": ck, "checkpoint_every": 2}, steps=2))
     jobs.append(_job(tmp, "resume-second", plan, {"checkpoint_dir": ck, "resume": True}, steps=STEPS))
-    plan = tiny_plan(TINY_LLAMA, **CP_RESUME_LAYOUT)
     ck = str(tmp / "cp-resume" / "ckpt")
-    jobs.append(_job(tmp, "cp-resume-first", plan, {"checkpoint_dir": ck, "checkpoint_every": 2}, steps=2))
-    jobs.append(_job(tmp, "cp-resume-second", plan, {"checkpoint_dir": ck, "resume": True}, steps=STEPS))
+    next(j for j in jobs if j["report"] == str(tmp / CP_RESUME_FROM / "report.json"))["opts"].update(
+        checkpoint_dir=ck, checkpoint_every=2)
+    jobs.append(_job(tmp, "cp-resume", tiny_plan(TINY_LLAMA, **CP_RESUME_LAYOUT),
+                     {"checkpoint_dir": ck, "resume": True}, steps=STEPS))
     return jobs
 
 

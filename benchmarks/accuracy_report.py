@@ -43,8 +43,9 @@ NOTES = [
     "(master-weights-half-grads, the ZeRO paper's 16 B/param). The 384-GPU ZeRO-3 row is over-predicted "
     "(+29%): its per-micro-batch parameter gathers and gradient reduce-scatters are assumed to hide fully "
     "behind compute; the PTD-P 174.6B rows are over-predicted by 10-14%.",
-    "bloom_176b: every setting is published; the over-prediction (+15% at steady state, +34-35% on the "
-    "small-batch ramp rows) is the model's, not a convention change (the logged formula is SC21 eq. 3).",
+    "bloom_176b: every setting is published; the over-prediction is the model's, not a convention change "
+    "(the logged formula is SC21 eq. 3). Its huge tied vocabulary (250,880) over a slow network made the "
+    "first/last-stage embedding-gradient sync visible: adding that term took the median from 33.9% to 26.6%.",
     "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "
     "plausibility checks and should not be read as accuracy.",
     "Dropout: the Megatron/DeepSpeed GPT runs (SC21, Korthikanti, H100 2024, OPT) trained with dropout "

@@ -130,6 +130,15 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,
                         np.where(zero >= 3, m_micro * ((2 + full) * ag_moved + rs_moved), rs_moved + ag_moved))
+    # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
+    # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
+    # two ranks, V x h / tp gradients), on the critical path before the optimizer step.
+    if m.tied:
+        first_last_in = comm.group_inside_node(hw, tp * cp * (np.asarray(pp) - 1), 2)
+        tie_bw, tie_lat = comm.tier_params(hw, first_last_in)
+        tie_t, tie_moved = comm.all_reduce(m.vocab * m.hidden / tp * rec["grad"], 2, tie_bw, tie_lat)
+        dp_exposed = dp_exposed + np.where(single, 0.0, tie_t)
+        dp_moved = dp_moved + np.where(single, 0.0, tie_moved)
 
     # ---- optimizer
     shard = np.where(zero >= 1, dp, 1)

@@ -174,3 +174,20 @@ def test_gpt_with_dropout_reproduces_korthikanti_activation_formula(tp, sp):
     # selective recompute drops exactly the 5as/(ht) attention term (Korthikanti sec. 5)
     sel = activation_bytes_per_layer(m, _lay(tp=tp, sp=sp, mbs=b, dp=1, gpus=tp, recompute=1), 2, False, dropout=True)
     assert got - sel == pytest.approx(s * b * h * 5 * a * s / (h * tp), rel=1e-12)
+
+
+def test_tied_embedding_gradient_sync_across_pipeline_stages():
+    """With tied embeddings and pp > 1 the first and last stages all-reduce the V x h / tp embedding
+    gradient (2 ranks: the whole buffer moves once) after the backward; untied models skip it."""
+    tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
+                        overlap_grad_reduce=True, overlap_tp_comm=False)
+    prof = load_profile("a100-sxm-80gb")
+    hw = constants_from_profile(prof, "bf16")
+    lay = _lay(gpus=16, tp=4, pp=4, dp=1, mbs=1)
+    tied = evaluate(ModelDims.from_spec(gpt(8, 2048, 16, vocab=250880, tied=True), 2048), tr, hw, lay)
+    untied = evaluate(ModelDims.from_spec(gpt(8, 2048, 16, vocab=250880, tied=False), 2048), tr, hw, lay)
+    grad_bytes = 250880 * 2048 / 4 * 4  # fp32 grads of the vocab-parallel shard
+    tier = prof.inter_node  # tp 4 x (pp - 1) = 12 ranks apart: another node
+    expected = grad_bytes / (tier.gbytes_per_s * 1e9 * tier.efficiency) + 2 * tier.latency_s
+    assert float(tied["dp_comm_s"]) - float(untied["dp_comm_s"]) == pytest.approx(expected, rel=1e-6)
+    assert float(tied["comm_dp_bytes"]) - float(untied["comm_dp_bytes"]) == pytest.approx(grad_bytes)

@@ -45,7 +45,10 @@ NOTES = [
     "behind compute; the PTD-P 174.6B rows are over-predicted by 10-14%.",
     "bloom_176b: every setting is published; the over-prediction is the model's, not a convention change "
     "(the logged formula is SC21 eq. 3). Its huge tied vocabulary (250,880) over a slow network made the "
-    "first/last-stage embedding-gradient sync visible: adding that term took the median from 33.9% to 26.6%.",
+    "first/last-stage embedding-gradient sync visible: adding that term took the median from 33.9% to 26.6%. "
+    "DeepSpeed's engine all-reduces the BF16 optimizer's fp32 gradients (buffered_allreduce_fallback in "
+    "deepspeed/runtime/engine.py) rather than reduce-scattering them; modelling that (zero1_grad_reduce = "
+    "all-reduce) took it to 10.7%.",
     "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "
     "plausibility checks and should not be read as accuracy.",
     "Dropout: the Megatron/DeepSpeed GPT runs (SC21, Korthikanti, H100 2024, OPT) trained with dropout "

@@ -71,6 +71,7 @@ class TrainingConsts:
     overlap_grad_reduce: bool
     overlap_tp_comm: bool
     dropout: bool = False
+    zero1_all_reduce: bool = True
 
     @property
     def act_bytes(self) -> int:

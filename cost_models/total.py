@@ -121,7 +121,13 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     fwd_window = blocks_first * bt["fwd"]
     ov = tr.overlap_grad_reduce
     exposed_ar = np.where(ov, np.maximum(0.0, ar_t - bwd_window), ar_t)
-    exposed_rs_ag = (np.where(ov, np.maximum(0.0, rs_t - bwd_window), rs_t)
+    # ZeRO-1 by all-reduce (parplan's runtime, DeepSpeed's BF16 optimizer: every rank keeps the
+    # full reduced gradient and steps its shard) or by reduce-scatter (Megatron's distributed
+    # optimizer, DeepSpeed ZeRO); ZeRO-2 always reduce-scatters (non-owners drop their gradients).
+    z1_ar = (zero == 1) & tr.zero1_all_reduce
+    red_t = np.where(z1_ar, ar_t, rs_t)
+    red_moved = np.where(z1_ar, ar_moved, rs_moved)
+    exposed_rs_ag = (np.where(ov, np.maximum(0.0, red_t - bwd_window), red_t)
                      + np.where(ov, np.maximum(0.0, ag_t - fwd_window), ag_t))
     # ZeRO-3 / FSDP: per micro-batch gather weights for forward and backward (+ recompute) and
     # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.
@@ -129,7 +135,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     z3_exposed = m_micro * np.maximum(0.0, z3_mb_t - t_stage)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,
-                        np.where(zero >= 3, m_micro * ((2 + full) * ag_moved + rs_moved), rs_moved + ag_moved))
+                        np.where(zero >= 3, m_micro * ((2 + full) * ag_moved + rs_moved), red_moved + ag_moved))
     # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
     # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
     # two ranks, V x h / tp gradients), on the critical path before the optimizer step.

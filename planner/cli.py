@@ -159,6 +159,7 @@ _MODEL_OPTIONS = [
     ("overlap_grad_reduce", bool, True, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), None),
     ("overlap_tp_comm", bool, False, ("--overlap-tp-comm/--no-overlap-tp-comm",), None),
     ("dropout", bool, False, ("--dropout/--no-dropout",), "Model hidden/attention dropout (Megatron GPT default); parplan launch runs without."),
+    ("zero1_grad_reduce", str, "all-reduce", ("--zero1-grad-reduce",), "ZeRO-1 gradient reduction: all-reduce (parplan's runtime, DeepSpeed BF16 optimizer) or reduce-scatter (Megatron distributed optimizer)."),
 ]
 
 
@@ -207,6 +208,7 @@ def _prepare(opts, gpus: int | None = None):
         _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
     if o.zero is not None and o.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
+    _check_choice("zero1-grad-reduce", o.zero1_grad_reduce, ("all-reduce", "reduce-scatter"))
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None
     spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
                                o.ffn_hidden, o.vocab, o.seq_len)
@@ -218,7 +220,7 @@ def _prepare(opts, gpus: int | None = None):
                   precision=o.precision, gpus_per_node=o.gpus_per_node,
                   inter_node_gbytes_per_s=o.inter_node_bandwidth, tokens=n_tokens, pins=pins,
                   flash_attention=o.flash_attention, overlap_grad_reduce=o.overlap_grad_reduce,
-                  overlap_tp_comm=o.overlap_tp_comm, dropout=o.dropout)
+                  overlap_tp_comm=o.overlap_tp_comm, dropout=o.dropout, zero1_grad_reduce=o.zero1_grad_reduce)
     return spec, kwargs
 
 
@@ -408,7 +410,8 @@ def _runner_up(source, plan):
                             global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
                             gpus_per_node=hw.gpus_per_node, inter_node_gbytes_per_s=hw.inter_node_gbytes_per_s,
                             flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
-                            overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout, top_k=3, suggest=False)
+                            overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
+                            zero1_grad_reduce=tr.zero1_grad_reduce, top_k=3, suggest=False)
     except (NothingFits, PlannerError):
         return None
     return pick_runner_up(plan, [best] + list(best.alternatives))

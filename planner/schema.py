@@ -78,6 +78,9 @@ class Training(Strict):
     flash_attention: bool = Field(True, description="Fused attention kernel (no s^2 score tensors stored).")
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlapped with the backward pass.")
     overlap_tp_comm: bool = Field(False, description="Tensor-parallel collectives overlapped with GEMMs (Megatron --tp-comm-overlap).")
+    zero1_grad_reduce: Literal["all-reduce", "reduce-scatter"] = Field(
+        "all-reduce", description="How ZeRO-1 reduces gradients: all-reduce, then each rank steps its shard (parplan's runtime, "
+        "DeepSpeed's BF16 optimizer), or reduce-scatter (Megatron's distributed optimizer, DeepSpeed ZeRO-1).")
     tokens: Optional[float] = Field(None, gt=0, description="Total training tokens, for time-to-train.")
     seed: int = Field(1234, description="Seed of the logical weights and synthetic data.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate used by `parplan launch`.")

@@ -41,6 +41,7 @@ class Query:
     inter_node_gbytes_per_s: float | None = None
     gpus_per_node: int | None = None
     dropout: bool = False
+    zero1_grad_reduce: str = "reduce-scatter"  # Megatron's distributed optimizer unless a set says otherwise
     pin_variants: list[Pins] = field(default_factory=lambda: [Pins()])
 
 
@@ -264,7 +265,10 @@ def bloom_176b(d: dict) -> Iterable[Query]:
     (1F1B), unfused attention, bf16, tied embeddings, vocab 250880.  ALiBi is modelled as the gpt
     arch (the learned position table it lacks is 2048 x 14336 = 0.03B params, negligible).  Network:
     4 x 100 Gb/s Omni-Path per 8 GPUs = 6.25 GB/s per GPU per direction (as the file states).
-    DeepSpeed's pipeline engine reduces gradients after the last micro-batch: no overlap.  70 layers
+    DeepSpeed's pipeline engine reduces gradients after the last micro-batch: no overlap; with the BF16
+    optimizer and DeepSpeed zero stage 0 the engine all-reduces the fp32 gradients
+    (`buffered_allreduce_fallback` on `get_grads_for_reduction()`, deepspeed/runtime/engine.py) and the
+    optimizer all-gathers the bf16 parameters after stepping its shard.  70 layers
     on 12 stages are uneven (the planner spreads them; BLOOM put 5/6 blocks + embeddings).
     Metric: the logged TFLOPs, Megatron-DeepSpeed's formula with checkpoint factor 4:
     96 B s L h^2 (1 + s/(6h) + V/(16 L h)) = SC21 eq. 3 = the planner's hardware FLOPs with full
@@ -278,7 +282,7 @@ def bloom_176b(d: dict) -> Iterable[Query]:
                     seq_len=c["seq_len"], global_batch_size=r["global_batch_size"], metric="hardware_tflops_per_gpu",
                     published=r["tflops_per_gpu"], dtype="bf16", flash_attention=False, overlap_grad_reduce=False,
                     gpus_per_node=c["gpus_per_node"], inter_node_gbytes_per_s=c["inter_node_gb_s_per_gpu_per_direction"],
-                    pin_variants=[pins])
+                    zero1_grad_reduce="all-reduce", pin_variants=[pins])
 
 
 OPT_VOCAB = 50272  # GPT-2 BPE as padded in the released OPT configs; 0.3% of the FLOPs either way
@@ -355,7 +359,7 @@ def run_query(q: Query, hardware_override: str | None = None):
                              gpus_per_node=q.gpus_per_node, inter_node_gbytes_per_s=q.inter_node_gbytes_per_s,
                              pins=pins, top_k=1, flash_attention=q.flash_attention,
                              overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm,
-                             suggest=False, dropout=q.dropout)
+                             suggest=False, dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce)
         except (NothingFits, PlannerError):
             continue
         if best is None or plan.prediction.step_time_s < best.prediction.step_time_s:
@@ -374,7 +378,7 @@ def why_infeasible(q: Query, hardware_override: str | None = None) -> str:
                       gpus_per_node=q.gpus_per_node, inter_node_gbytes_per_s=q.inter_node_gbytes_per_s,
                       pins=pins, top_k=1, flash_attention=q.flash_attention,
                       overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm, suggest=False,
-                      dropout=q.dropout)
+                      dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce)
         except NothingFits as e:
             plan = getattr(e, "plan", None)
             pred = getattr(plan, "prediction", None)

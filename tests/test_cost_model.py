@@ -191,3 +191,22 @@ def test_tied_embedding_gradient_sync_across_pipeline_stages():
     expected = grad_bytes / (tier.gbytes_per_s * 1e9 * tier.efficiency) + 2 * tier.latency_s
     assert float(tied["dp_comm_s"]) - float(untied["dp_comm_s"]) == pytest.approx(expected, rel=1e-6)
     assert float(tied["comm_dp_bytes"]) - float(untied["comm_dp_bytes"]) == pytest.approx(grad_bytes)
+
+
+def test_zero1_gradient_reduction_variants():
+    """ZeRO-1 by all-reduce moves 2(n-1)/n of the gradient bytes, by reduce-scatter (n-1)/n; both then
+    all-gather the 16-bit weights.  ZeRO-2 always reduce-scatters."""
+    spec = gpt(4, 1024, 16)
+    m = ModelDims.from_spec(spec, 1024)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    P = param_counts(spec, 1024)["total"]
+    moved = {}
+    for how in (True, False):
+        tr = TrainingConsts(global_batch_size=16, dtype="bf16", precision="master-weights", flash_attention=True,
+                            overlap_grad_reduce=False, overlap_tp_comm=False, zero1_all_reduce=how)
+        for zero in (1, 2):
+            moved[how, zero] = float(evaluate(m, tr, hw, _lay(gpus=8, dp=8, zero=zero))["comm_dp_bytes"])
+    ag = 7 / 8 * P * 2
+    assert moved[True, 1] == pytest.approx(2 * 7 / 8 * P * 4 + ag)
+    assert moved[False, 1] == pytest.approx(7 / 8 * P * 4 + ag)
+    assert moved[True, 2] == moved[False, 2] == pytest.approx(7 / 8 * P * 4 + ag)

@@ -90,6 +90,11 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
             if n < 1e6:
                 raise UserError(f"--params {params} is too small for a transformer (give the count, e.g. 7e9)")
             spec, why = model_from_params(n, arch=arch or "llama")
+            from cost_models.params import param_counts
+            got = param_counts(spec, seq_len)["total"]
+            if abs(got - n) > 0.25 * n:
+                raise UserError(f"--params {params}: the nearest standard shape has {got / 1e9:.3g}B parameters "
+                                f"({got / n - 1:+.0%}); give the shape with --layers/--hidden/--heads/--vocab instead")
             return spec, why
         missing = [n for n, v in (("layers", layers), ("hidden", hidden), ("heads", heads)) if v is None]
         if missing:

@@ -131,7 +131,7 @@ def infeasibility(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, metrics: di
     interleaved = lay.vpp > 1
     mark(interleaved & ((mb % lay.pp) != 0), "schedule")  # Megatron: m divisible by p when interleaving
     mark((lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle virtual stages
-    mark((m.seq_len % (2 * lay.cp)) != 0, "seq")  # load-balanced causal CP splits the sequence in 2*cp chunks
+    mark((lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # load-balanced CP: 2*cp equal chunks
     mark((lay.offload > 0) & (lay.zero == 0), "offload")
     mark(metrics["mem_total"] > hw.usable_bytes, "memory")
     per_node = np.minimum(lay.gpus, hw.gpus_per_node)

@@ -64,6 +64,7 @@ CASES = [
     (["recommend", "--params", "abc", "--json"], 2, ["--params"]),
     (["recommend", "--params", "nan", "--json"], 2, ["--params"]),
     (["recommend", "--params", "inf", "--json"], 2, ["--params"]),
+    (["recommend", "--params", "2e6", "--json"], 2, ["--params", "--layers"]),  # no standard shape that small
     (["recommend", "--params", "1e30", "--json"], 2, ["--params", "max"]),
     (["recommend", "--params", "1000", "--json"], 2, ["--params"]),
     (R + ["--seq-len", "0"], 2, ["--seq-len"]),

@@ -171,3 +171,8 @@ def test_gpu_grid_entries_plan_on_one_h100(capsys):
             assert plan["parallel"]["recompute"] == "full"
             assert main(["recommend", *args, "--gpus", "1", "--recompute", "selective", "--json"]) == 3
             capsys.readouterr()
+
+
+def test_single_token_sequences_without_cp_are_not_rejected_for_seq():
+    plan = recommend(load_preset("tiny-llama-test"), 1, seq_len=1, global_batch_size=1)
+    assert plan.search.infeasible_by_reason.get("seq", 0) == 0

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path

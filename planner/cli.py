@@ -68,7 +68,6 @@ def _positive(name: str, v, allow_none=True, upper=None):
 
 def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
                    seq_len):
-    from .schema import ModelSpec  # noqa: F401
     given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None]
     if sum(given) == 0:
         raise UserError("say which model: --model NAME (see `parplan models list`), --params 70e9, "

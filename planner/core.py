@@ -9,7 +9,6 @@ the CLI turns them into exit code 2.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -273,8 +272,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
                        f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
         except (NothingFits, PlannerError):
             pass
-    lo = 0
-    # binary-search-free scan over growing counts, capped to keep suggestions fast
+    # scan growing GPU counts (powers of two and whole nodes), capped to keep suggestions fast
     for g in candidates[:64]:
         if training.global_batch_size < 1:
             break
@@ -288,9 +286,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
                        f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
             break
         except (NothingFits, PlannerError):
-            lo = g
             continue
-    del lo
     if training.precision == "amp":
         out.append("--precision master-weights stores 16-bit weights (18 B/param with fp32 master) instead of fp32 + casts")
     return out
@@ -304,10 +300,6 @@ def evaluate_plan(plan: Plan) -> Plan:
     m = ModelDims.from_spec(spec, plan.training.seq_len)
     tr = training_consts(plan.training)
     p = plan.parallel
-    if p.stage_layers is not None and p.vpp == 1:
-        expected = stage_layers(spec.layers, p.pp)
-        if list(p.stage_layers) != expected:
-            pass  # the cost model assumes the default split; noted as a warning below
     lay = layout_from_parallel(p, plan.training.micro_batch_size, plan.hardware.gpus)
     arr = Layout(**{k: np.array([v]) for k, v in lay.__dict__.items()})
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -316,11 +308,7 @@ def evaluate_plan(plan: Plan) -> Plan:
     r = int(infeasibility(m, tr, hw, arr, met)[0])
     reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size)
     pred = prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus)
-    if p.stage_layers is not None and p.vpp == 1 and list(p.stage_layers) != stage_layers(spec.layers, p.pp):
+    if p.stage_layers is not None and list(p.stage_layers) != stage_layers(spec.layers, p.pp * p.vpp):
         pred.warnings.append("stage_layers differ from the default split; memory and time assume the default split")
     return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],
                                    "suggestions": []})
-
-
-def json_safe(x: float) -> float:
-    return x if math.isfinite(x) else 0.0

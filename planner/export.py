@@ -455,7 +455,7 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
 # DeepSpeed
 
 def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
-    m, t, p = plan.model, plan.training, plan.parallel
+    t, p = plan.training, plan.parallel
     notes: list[str] = []
     cfg: dict[str, Any] = {
         "train_batch_size": t.global_batch_size,

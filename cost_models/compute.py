@@ -118,7 +118,12 @@ def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per
     """AdamW step, memory-bound: read param, grad, m, v and write param, m, v (7 x 4 = 28 B per
     fp32 parameter; master-weights recipe also writes the 16-bit copy, +2).  Offloaded states
     step on the host (host DRAM bandwidth shared by the node's GPUs) after the gradients cross
-    the host link (4 B/param) and before the updated 16-bit/fp32 weights come back."""
+    the host link (4 B/param) and before the updated 16-bit/fp32 weights come back.
+    Check that the host step is bandwidth-bound, not compute-bound (2026-11-22, this project's 2-core
+    CPU VM, torch 2.13 fused CPU AdamW on 50M fp32 params): 33 ms per step = 1.5 Gparam/s = 42 GB/s at
+    28 B/param, above the same VM's 26 GB/s tensor copy; the foreach (unfused) AdamW was 4x slower.
+    The runtime's offload copies are blocking and per parameter, so for parplan launch this term is
+    a lower bound."""
     rec = PRECISION_RECIPES[precision]
     bytes_per_param = 28 + (2 if rec["master"] else 0)
     on_gpu = params_on_gpu * bytes_per_param / hw.hbm_bytes_per_s

@@ -81,7 +81,30 @@ def gather_kv(k: torch.Tensor, v: torch.Tensor, cp_group) -> tuple[torch.Tensor,
     return full.split([k.shape[1], v.shape[1]], dim=1)
 
 
-def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_positions: torch.Tensor) -> torch.Tensor:
-    """Local queries (b, nh, s_local, d) against all keys/values (b, nkv, S, d) in global order."""
-    mask = causal_mask(q_positions, k_full.shape[2])
-    return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, enable_gqa=True)
+def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_positions: torch.Tensor,
+                 chunk_starts: tuple[int, int] | None = None) -> torch.Tensor:
+    """Local queries (b, nh, s_local, d) against all keys/values (b, nkv, S, d) in global order.
+
+    With chunk_starts (the global position of each of the rank's two chunks) every chunk attends only
+    the keys up to its end, under a lower-right-aligned causal mask (torch's CausalBias), which the
+    fused (flash / memory-efficient) kernels take; without it, one call with an explicit boolean
+    mask from global positions (the reference, and what the unit tests compare against)."""
+    if chunk_starts is None:
+        mask = causal_mask(q_positions, k_full.shape[2])
+        return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, enable_gqa=True)
+    from torch.nn.attention.bias import causal_lower_right
+    c = q.shape[2] // 2
+    outs = []
+    for i, start in enumerate(chunk_starts):
+        end = start + c
+        qi = q[:, :, i * c:(i + 1) * c]
+        outs.append(F.scaled_dot_product_attention(qi, k_full[:, :, :end], v_full[:, :, :end],
+                                                   attn_mask=causal_lower_right(c, end), enable_gqa=True))
+    return torch.cat(outs, dim=2)
+
+
+def chunk_starts(s_local: int, cp_rank: int, cp: int) -> tuple[int, int]:
+    """Global start positions of the two chunks a cp rank holds (s_local = 2 chunks)."""
+    c = s_local // 2
+    a, b = chunk_ids(cp_rank, cp)
+    return a * c, b * c

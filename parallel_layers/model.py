@@ -36,7 +36,7 @@ from parallel_layers.layers import (
     VocabParallelEmbedding,
     _ShardedModule,
 )
-from parallel_layers.context_parallel import cp_attention, gather_kv, local_positions
+from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_kv, local_positions
 from parallel_layers.mappings import _size, copy_to_tp_region, gather_from_sequence_parallel_region
 
 INIT_STD = 0.02
@@ -207,9 +207,10 @@ class Attention(nn.Module):
         if self.rope:
             q, k = rotary(q, pos), rotary(k, pos)
         k, v = gather_kv(k, v, self.cp_group)  # (b, nkv/tp, S, d) each
+        starts = chunk_starts(q.shape[2], self.cp_rank, self.cp)
         if self.selective:
-            return checkpoint(cp_attention, q, k, v, pos, use_reentrant=False)
-        return cp_attention(q, k, v, pos)
+            return checkpoint(cp_attention, q, k, v, pos, starts, use_reentrant=False)
+        return cp_attention(q, k, v, pos, starts)
 
 
 class MLP(nn.Module):

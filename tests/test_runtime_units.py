@@ -258,6 +258,9 @@ def test_cp_attention_of_each_rank_is_its_rows_of_full_causal_attention(cp):
         torch.testing.assert_close(rotary(CP.shard_sequence(k, r, cp, dim=2), pos), CP.shard_sequence(k_rot, r, cp, dim=2))
         out = CP.cp_attention(q_local, k_rot, v, pos)
         torch.testing.assert_close(out, CP.shard_sequence(full, r, cp, dim=2), rtol=1e-5, atol=1e-6)
+        # the per-chunk lower-right causal path (fused-kernel friendly) gives the same rows
+        chunked = CP.cp_attention(q_local, k_rot, v, pos, CP.chunk_starts(s // cp, r, cp))
+        torch.testing.assert_close(chunked, out, rtol=1e-5, atol=1e-6)
 
 
 def test_cp_gather_is_identity_on_one_rank(group_of_one):

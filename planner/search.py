@@ -139,8 +139,22 @@ def infeasibility(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, metrics: di
     return reason
 
 
+# Plans predicted within this fraction of the fastest are treated as equally fast: the cost model's
+# median error against published runs is 2-11 % per set (README, "How accurate") and its host-offload
+# term is a lower bound, so a smaller difference is no reason to take on host offload, context
+# parallelism or ZeRO-3.
+NEAR_TIE = 0.05
+
+
+def complexity(lay: Layout):
+    """Moving parts a plan adds (lower is simpler): optimizer offload, then context parallelism,
+    then ZeRO-3 parameter sharding."""
+    return 4 * (np.asarray(lay.offload) > 0) + 2 * (np.asarray(lay.cp) > 1) + (np.asarray(lay.zero) >= 3)
+
+
 def sort_key(objective: str, lay: Layout, metrics: dict):
-    """Indices best first.  np.lexsort sorts by the last key first."""
+    """Indices best first.  np.lexsort sorts by the last key first.  Throughput: plans within
+    NEAR_TIE of the fastest come first, simplest of them first; then by step time."""
     step = metrics["step_time_s"]
     mem = metrics["mem_total"]
     tie = (lay.tp * 1e6 + lay.pp * 1e3 + lay.cp)  # prefer smaller model parallelism on exact ties
@@ -148,7 +162,10 @@ def sort_key(objective: str, lay: Layout, metrics: dict):
         return np.lexsort((tie, step, mem))
     if objective == "min-gpus":
         return np.lexsort((tie, mem, step, lay.gpus))
-    return np.lexsort((tie, mem, step))
+    if len(step) == 0:
+        return np.arange(0)
+    near = step <= step.min() * (1 + NEAR_TIE)
+    return np.lexsort((tie, mem, step, np.where(near, complexity(lay), 0), ~near))
 
 
 def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins: Pins, top_k: int,

@@ -181,8 +181,15 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
 
 
 def _gpu_counts_up_to(gpus: int, per_node: int) -> list[int]:
-    counts = [g for g in (1, 2, 4) if g < per_node] + list(range(per_node, gpus + 1, per_node))
-    return [g for g in counts if g <= gpus] or [gpus]
+    """Ascending GPU counts for --objective min-gpus: 1, 2, 4 within a node, every whole node up to 8
+    nodes, then doubling node counts, and --gpus itself."""
+    counts = {g for g in (1, 2, 4) if g < per_node} | {per_node * k for k in range(1, 9)}
+    k = 16
+    while per_node * k < gpus:
+        counts.add(per_node * k)
+        k *= 2
+    counts.add(gpus)
+    return sorted(g for g in counts if g <= gpus)
 
 
 def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:

@@ -181,6 +181,8 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         layouts.append(lay)
         metric_list.append(met)
         reasons.append(infeasibility(m, tr, hw, lay, met))
+        if objective == "min-gpus" and np.any(reasons[-1] < 0):
+            break  # counts ascend: the first that fits is the fewest; larger ones cannot rank higher
     if not layouts:
         return SearchResult(layout=None, metrics={}, candidates=0, feasible=0,
                             seconds=time.perf_counter() - t0)

@@ -196,3 +196,12 @@ def test_near_ties_prefer_the_simpler_plan():
     assert best.parallel.offload == "none"
     assert with_offload.prediction.step_time_s < best.prediction.step_time_s <= \
         with_offload.prediction.step_time_s * (1 + NEAR_TIE)
+
+
+def test_min_gpus_stops_at_the_fewest_count_that_fits():
+    plan = recommend(load_preset("llama3-70b"), 1024, objective="min-gpus")
+    assert plan.hardware.gpus == 8  # 70B fits on one node only with ZeRO-3 + offload
+    assert plan.search.seconds < 5 and plan.search.candidates < 100_000
+    assert all(a.hardware.gpus == 8 for a in plan.alternatives)
+    with pytest.raises(NothingFits):
+        recommend(load_preset("llama3-70b"), 4, objective="min-gpus", suggest=False)

@@ -116,24 +116,6 @@ def stage_layers(layers: int, stages: int) -> list[int]:
     return sizes
 
 
-def stage_layer_counts(layers: int, stages):
-    """Vectorised stage_layers: (first, largest middle, last) block counts for `stages` stages."""
-    stages = np.asarray(stages)
-    base = layers // stages
-    rem = layers % stages
-    middle = np.maximum(stages - 2, 0)
-    to_mid = np.minimum(rem, middle)
-    left = rem - to_mid
-    first = base + (left >= 1)
-    last = base + (left >= 2)
-    mid = base + (to_mid > 0)
-    single = stages == 1
-    first = np.where(single, layers, first)
-    last = np.where(single, layers, last)
-    mid = np.where(middle > 0, mid, first)
-    return first, mid, last
-
-
 def rank_block_counts(layers: int, pp, vpp):
     """Vectorised: blocks held by pipeline rank 0 (with the embedding), the heaviest middle rank, and
     rank pp-1 (with the head), when rank r holds virtual stages r, r+pp, ..., r+(vpp-1)pp and the

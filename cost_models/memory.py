@@ -160,20 +160,21 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # except under full recompute (the forward pass saves nothing but the block input).
     cast_per_param = rec["cast"] * np.where(lay.recompute == REC_FULL, 0.0, 1.0)
 
+    working = _other_bytes(lay, per_layer, work_layer)
+
     def stage_total(params, blocks, n_inflight, extra_act):
         w, g, o, offl = states(params)
         layer_params = blocks * per_layer
         acts = blocks * act_layer * n_inflight + extra_act
         casts = layer_params * cast_per_param * n_inflight + rec["cast"] * per_layer
-        other = _other_bytes(m, lay, tr, per_layer, work_layer, rec, act_b) + casts
+        other = working + casts
         total = w + g + o + acts + other
         return dict(weights=w, grads=g, optimizer=o, activations=acts, other=other, total=total, offloaded=offl)
 
     first = stage_total(p_first, first_blocks, inflight,
                         np.where(single, logits * last_inflight, 0.0))
     mid = stage_total(p_mid, mid_blocks, mid_inflight, 0.0)
-    last = stage_total(p_last, last_blocks, np.where(lay.schedule == SCH_GPIPE, m_micro, 1),
-                       logits * last_inflight)
+    last = stage_total(p_last, last_blocks, last_inflight, logits * last_inflight)
     # choose the worst stage per candidate
     out = {k: first[k] for k in first}
     out["worst_stage"] = np.zeros_like(p_np)  # 0 first, 1 middle, 2 last
@@ -185,14 +186,14 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     return out
 
 
-def _other_bytes(m, lay, tr, per_layer, work_layer, rec, act_b):
+def _other_bytes(lay, per_layer, work_layer):
     """Working memory besides saved activations and model states:
       - one block's activations (the block being back-propagated, or re-run under recompute)
         plus its gradient, i.e. 2 x one block's activations;
       - ZeRO-3: the all-gathered 16-bit parameters of two blocks (current + prefetch);
       - data-parallel gradient buckets: 2 x 25 MB (PyTorch DDP bucket_cap_mb default 25);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
-    gather = np.where(lay.zero >= 3, 2 * per_layer * lay.tp * 2 / lay.tp, 0.0)
+    gather = np.where(lay.zero >= 3, 2 * per_layer * 2, 0.0)  # 2 blocks of this TP rank's shard, 2 bytes
     buckets = np.where(lay.dp > 1, 2 * 25e6, 0.0)
     return 2 * work_layer + gather + buckets
 

@@ -7,7 +7,7 @@ import pytest
 
 from cost_models import comm
 from cost_models.hardware import constants_from_profile
-from cost_models.layout import Layout, ModelDims, TrainingConsts, stage_layer_counts, stage_layers
+from cost_models.layout import Layout, ModelDims, TrainingConsts, rank_block_counts, stage_layers
 from cost_models.memory import activation_bytes_per_layer, in_flight_microbatches, memory_breakdown
 from cost_models.params import narayanan_eq2, param_counts
 from cost_models.total import bubble_factor, evaluate
@@ -83,7 +83,7 @@ def test_stage_layers_uneven():
             if s > L:
                 continue
             sizes = stage_layers(L, s)
-            f, mid, last = stage_layer_counts(L, np.array([s]))
+            f, mid, last = rank_block_counts(L, np.array([s]), np.array([1]))
             assert (f[0], last[0]) == (sizes[0], sizes[-1])
             assert mid[0] == (max(sizes[1:-1]) if s > 2 else sizes[0])
 

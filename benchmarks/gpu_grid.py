@@ -83,7 +83,8 @@ def summarize(name: str, rep: dict, wall: float) -> dict:
     par = rep["plan"]["parallel"]
     measured_step = statistics.median(s["step_time_s"] for s in steps)
     mfu = statistics.median(s["mfu"] for s in steps if s["mfu"] is not None) if steps and steps[0]["mfu"] else None
-    peak = max(rep["peak_memory_bytes"], key=lambda m: m["reserved"] or 0)
+    peaks = rep["peak_memory_bytes"]  # {rank: {"allocated", "reserved"}}
+    peak = max(peaks.values() if isinstance(peaks, dict) else peaks, key=lambda m: m["reserved"] or 0)
     return {"name": name, "recompute": par["recompute"], "mbs": rep["plan"]["training"]["micro_batch_size"],
             "pred_step_s": pred["step_time_s"], "step_s": measured_step,
             "pred_mem": pred["memory_bytes_per_gpu"]["total"], "allocated": peak["allocated"],
@@ -112,6 +113,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--summarize", action="store_true",
+                    help="run nothing: rebuild summary.md from the reports already under --out")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -119,7 +122,15 @@ def main() -> None:
     for name, args in grid():
         if a.only and name not in a.only:
             continue
-        r = run_entry(name, args, out, a.steps)
+        if a.summarize:
+            rep = out / name / "report.json"
+            if rep.exists():
+                rows.append(summarize(name, json.loads(rep.read_text()), float("nan")))
+            continue
+        try:
+            r = run_entry(name, args, out, a.steps)
+        except Exception as e:  # one broken run must not lose the rest of the grid
+            r = {"name": name, "error": f"{type(e).__name__}: {e}"}
         rows.append(r)
         print(json.dumps(r), flush=True)
     head = [f"# single-GPU grid, {datetime.date.today()}", "",

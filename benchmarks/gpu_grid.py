@@ -57,10 +57,12 @@ def grid() -> list[tuple[str, list[str]]]:
     return out
 
 
-def run_entry(name: str, args: list[str], out: Path, steps: int) -> dict:
+def run_entry(name: str, args: list[str], out: Path, steps: int, hardware: str | None = None) -> dict:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     rec = [sys.executable, "-m", "planner.cli", "recommend", *args, "--gpus", "1", "--zero", "0", "--json"]
+    if hardware:
+        rec += ["--hardware", hardware]
     launch = [sys.executable, "-m", "planner.cli", "launch", "-", "--steps", str(steps), "--device", "cuda",
               "--report", str(d / "report.json")]
     (d / "command.txt").write_text(shlex.join(rec) + " | " + shlex.join(launch) + "\n")
@@ -113,6 +115,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--hardware", help="hardware profile name or TOML path for the predictions (default: recommend's)")
     ap.add_argument("--summarize", action="store_true",
                     help="run nothing: rebuild summary.md from the reports already under --out")
     a = ap.parse_args()
@@ -128,7 +131,7 @@ def main() -> None:
                 rows.append(summarize(name, json.loads(rep.read_text()), float("nan")))
             continue
         try:
-            r = run_entry(name, args, out, a.steps)
+            r = run_entry(name, args, out, a.steps, a.hardware)
         except Exception as e:  # one broken run must not lose the rest of the grid
             r = {"name": name, "error": f"{type(e).__name__}: {e}"}
         rows.append(r)

@@ -8,6 +8,9 @@ the forward's size (input and weight gradients; Narayanan 2021 sec. 3.2's 3x).
 Fused (flash) attention: causal FLOPs (half of 4*b*s^2*h per layer forward), backward 2.5x
 the forward (FlashAttention-2, Dao 2023, sec. 3.1), at the profile's attention efficiency.
 
+A block can be launch-bound: it takes max(GPU time, host dispatch time), the latter measured by
+`parplan calibrate` for parplan's runtime on the machine (0 when the profile has no measurement).
+
 Everything else (norms, rotary, activation, residual adds, cross-entropy, autocast casts,
 optimizer) is memory-bound: bytes moved / achievable HBM bandwidth (roofline model, Williams
 et al. 2009).  Byte counts are listed with each function.
@@ -143,6 +146,13 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     selective = lay.recompute == REC_SELECTIVE
     # selective recompute re-runs the attention core and (llama) the activation function
     recompute = np.where(full, fwd, np.where(selective, at_f + act_f, 0.0))
-    total = fwd + mm_b + at_b + el_b + recompute
-    return {"total": total, "fwd": fwd, "bwd": mm_b + at_b + el_b + recompute,
+    bwd = mm_b + at_b + el_b + recompute
+    gpu = fwd + bwd
+    # The host must dispatch the block's kernels too: a block takes the longer of its GPU time
+    # and the profile's measured host time for this recompute mode (CUDA launches are
+    # asynchronous, so the two overlap; small blocks are launch-bound).  No measurement: 0.
+    host = hw.host_block_s[np.asarray(lay.recompute, dtype=int)]
+    total = np.maximum(gpu, host)
+    scale = total / gpu
+    return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale,
             "gemm": mm_f + mm_b + np.where(full, mm_f, 0.0), "attention": at_f + at_b}

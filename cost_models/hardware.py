@@ -37,6 +37,7 @@ class HardwareConstants:
     host_memory_bytes_per_node: float
     host_link_bytes_per_s: float
     host_memory_bytes_per_s_per_node: float
+    host_block_s: np.ndarray  # host dispatch seconds per block fwd+bwd, indexed by recompute code (0 = not measured)
 
     @property
     def usable_bytes(self) -> float:
@@ -78,4 +79,5 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         host_memory_bytes_per_node=profile.host_memory_gbytes_per_node * GB,
         host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,
         host_memory_bytes_per_s_per_node=profile.host_memory_gbytes_per_s_per_node * GB,
+        host_block_s=np.array([profile.host_block_s.get(k, 0.0) for k in ("none", "selective", "full")]),
     )

@@ -162,19 +162,30 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
 
     working = _other_bytes(lay, per_layer, work_layer)
 
-    def stage_total(params, blocks, n_inflight, extra_act):
+    # Gradients are freed after each optimizer step (zero_grad(set_to_none=True), the runtime's
+    # and PyTorch's default).  With several micro-batches per step the whole gradient buffer is
+    # live during every backward after the first, beside that micro-batch's activations.  With
+    # one micro-batch per step the gradients appear block by block as the backward frees the
+    # same blocks' activations, so the peak is the larger end of that sweep: all activations
+    # plus the first gradients made (the head's, where this stage holds it, and one block's),
+    # or all gradients once the activations are gone.
+    one_micro = np.asarray(m_micro) == 1
+
+    def stage_total(params, blocks, n_inflight, extra_act, head_here):
         w, g, o, offl = states(params)
         layer_params = blocks * per_layer
         acts = blocks * act_layer * n_inflight + extra_act
         casts = layer_params * cast_per_param * n_inflight + rec["cast"] * per_layer
         other = working + casts
-        total = w + g + o + acts + other
+        _, g_early, _, _ = states(per_layer + head_here)
+        live = np.where(one_micro, np.maximum(acts + np.minimum(g_early, g), g), acts + g)
+        total = w + o + live + other
         return dict(weights=w, grads=g, optimizer=o, activations=acts, other=other, total=total, offloaded=offl)
 
     first = stage_total(p_first, first_blocks, inflight,
-                        np.where(single, logits * last_inflight, 0.0))
-    mid = stage_total(p_mid, mid_blocks, mid_inflight, 0.0)
-    last = stage_total(p_last, last_blocks, last_inflight, logits * last_inflight)
+                        np.where(single, logits * last_inflight, 0.0), np.where(single, head, 0.0))
+    mid = stage_total(p_mid, mid_blocks, mid_inflight, 0.0, 0.0)
+    last = stage_total(p_last, last_blocks, last_inflight, logits * last_inflight, head)
     # choose the worst stage per candidate
     out = {k: first[k] for k in first}
     out["worst_stage"] = np.zeros_like(p_np)  # 0 first, 1 middle, 2 last

@@ -24,7 +24,7 @@ testing the tool only, and the profile's ``measured`` line says so.
 
 Run mode (``calibrate_from_runs``) refits the two parameters that long runs expose:
 sustained_matmul_fraction (per report, the value at which ``planner.core.evaluate_plan``
-predicts the measured median step time; geometric mean over reports, clamped to (0, 1]) and
+predicts the measured median step time; median over reports, clamped to (0, 1]) and
 memory_reserve_gbytes (+ the median of measured reserved peak - predicted total, never < 0).
 
 torch is imported only inside the device-mode functions: run mode and the binning helpers
@@ -144,7 +144,7 @@ def profile_toml(profile) -> str:
              "(GB = 1e9 bytes, bandwidths per GPU per direction)."]
     tables = {}
     for key, value in data.items():
-        if value is None:
+        if value is None or value == {}:
             continue
         if isinstance(value, dict) and key != "peak_dense_tflops":
             tables[key] = value
@@ -433,6 +433,60 @@ def measure_collectives(world: int, quick: bool) -> list[dict]:
         return json.loads(Path(path).read_text())
 
 
+HOST_BLOCKS = (2, 10)  # block counts of the two host-dispatch runs; their difference isolates one block
+HOST_MODES = ("none", "selective", "full")
+
+
+def _host_probe_plan(blocks: int, recompute: str, device_type: str):
+    """A llama so small (hidden 256, 128 tokens, one sample) that every kernel is launch-bound."""
+    from .core import recommend
+    from .schema import ModelSpec
+    from .search import Pins
+
+    spec = ModelSpec(arch="llama", layers=blocks, hidden=256, heads=4, kv_heads=2, ffn_hidden=512, vocab=1024,
+                     name=f"host-probe-{blocks}")
+    return recommend(spec, gpus=1, seq_len=128, global_batch_size=1,
+                     precision="master-weights" if device_type == "cuda" else "fp32",
+                     pins=Pins(tp=1, pp=1, dp=1, cp=1, mbs=1, zero=0, recompute=recompute, offload="none"),
+                     suggest=False)
+
+
+def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HOST_MODES) -> dict[str, float]:
+    """Host seconds to dispatch one block's forward + backward in parplan's own runtime, per recompute
+    mode: the runtime (as `parplan launch` runs it: torchrun, --compile on cuda) trains the tiny
+    probe with 2 and with 10 blocks; (median step time difference) / 8.  The per-step costs (embedding,
+    head, optimizer launch, synchronisation) cancel in the difference."""
+    import subprocess
+    import tempfile
+
+    from .launch import REPO_ROOT, torchrun_argv
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="parplan-host-") as tmp:
+        for mode in modes:
+            times = []
+            for blocks in HOST_BLOCKS:
+                plan = _host_probe_plan(blocks, mode, device_type)
+                plan_path = Path(tmp) / f"plan-{mode}-{blocks}.json"
+                report = Path(tmp) / f"report-{mode}-{blocks}.json"
+                plan_path.write_text(plan.model_dump_json())
+                argv = torchrun_argv(plan_path, nproc=1, steps=steps, report=report, device=device_type,
+                                     compile_blocks=device_type == "cuda")
+                env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+                env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+                job = subprocess.run(argv, capture_output=True, text=True, env=env)
+                if job.returncode != 0 or not report.exists():
+                    tail = (job.stderr or job.stdout).strip().splitlines()[-3:]
+                    raise CalibrationError(f"host-dispatch probe ({mode}, {blocks} blocks) failed: {' | '.join(tail)}")
+                rep = json.loads(report.read_text())
+                after = [st["step_time_s"] for st in rep["steps"][rep["warmup_steps"]:]]
+                times.append(statistics.median(after))
+                if advance:
+                    advance()
+            out[mode] = max(0.0, (times[1] - times[0]) / (HOST_BLOCKS[1] - HOST_BLOCKS[0]))
+    return out
+
+
 def _pick_device(torch, device: str):
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
@@ -481,12 +535,15 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         timer = _Timer(torch, dev, warmup=3, reps=10 if not quick else 5, sample_s=2e-3)
     else:
         timer = _Timer(torch, dev, warmup=1, reps=3, sample_s=2e-3 if quick else 1e-2)
-    total = len(gemm_rows) * len(gemm_dtypes) + len(attn_cases) + 1 + (1 if on_gpu else 0) + (1 if world >= 2 else 0)
+    host_runs = len(HOST_MODES) * len(HOST_BLOCKS) if on_gpu else 0
+    total = len(gemm_rows) * len(gemm_dtypes) + len(attn_cases) + 1 + (1 if on_gpu else 0) + (1 if world >= 2 else 0) \
+        + host_runs
 
     gemm: list[dict] = []
     attn: list[dict] = []
     coll: list[dict] = []
     copy_gbps = h2d = d2h = None
+    host_block: dict[str, float] = {}
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                   console=console, transient=False) as prog:
@@ -509,6 +566,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                 torch.cuda.empty_cache()
                 coll = measure_collectives(world, quick)
                 adv()
+            prog.update(task, description="host dispatch per block (parplan's runtime, 6 short runs)")
+            torch.cuda.empty_cache()
+            host_block = measure_host_block("cuda", advance=adv)
         prog.update(task, description="done")
 
     data = base_profile.model_dump(mode="json")
@@ -531,11 +591,14 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         measured_fields.append("hbm_efficiency")
         data["host_link_gbytes_per_s"] = float(f"{min(h2d, d2h):.4g}")
         measured_fields.append("host_link_gbytes_per_s")
+        data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_block.items()}
+        measured_fields.append("host_block_s")
     else:
         data["hbm_gbytes_per_s"] = float(f"{copy_gbps:.4g}")
         data["hbm_efficiency"] = 1.0
         measured_fields += ["hbm_gbytes_per_s", "hbm_efficiency"]
         notes.append("cpu: host link not measured (no device); base value kept")
+        notes.append("cpu: host dispatch per block not measured (a GPU measurement; measure_host_block('cpu') exists for tests)")
     net_note = None
     if coll:
         ar = [r for r in coll if r["op"] == "all_reduce"]
@@ -577,6 +640,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
            f"points; attention {attn_dtype} seq {', '.join(str(c['seq']) for c in attn_cases)}; device copy {copy_gbps:.1f} GB/s")
     if on_gpu:
         src += f"; pinned H2D {h2d:.1f} / D2H {d2h:.1f} GB/s"
+        src += ("; host dispatch per block fwd+bwd (runtime, compiled, probe of hidden 256 x 128 tokens, "
+                f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks): " +
+                ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host_block.items()))
     if net_note:
         src += f"; {net_note}"
     data["sources"] = list(data.get("sources") or []) + [src] + [f"[calibrate] {n}" for n in notes]
@@ -585,7 +651,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     profile = HardwareProfile(**data)
     write_profile(profile, path)
     summary = {"device": device_name, "elapsed_s": elapsed, "gemm": gemm, "attention": attn, "copy_gbytes_per_s": copy_gbps,
-               "h2d_gbytes_per_s": h2d, "d2h_gbytes_per_s": d2h, "collectives": coll, "notes": notes}
+               "h2d_gbytes_per_s": h2d, "d2h_gbytes_per_s": d2h, "collectives": coll, "host_block_s": host_block,
+               "notes": notes}
     _print_device_summary(console, base_profile, profile, summary)
     return path, profile, summary
 
@@ -616,6 +683,9 @@ def _print_device_summary(console, base, prof, s) -> None:
         ("hbm GB/s x efficiency", f"{base.hbm_gbytes_per_s:g} x {base.hbm_efficiency:.3f}",
          f"{prof.hbm_gbytes_per_s:g} x {prof.hbm_efficiency:.3f}"),
         ("host link GB/s", f"{base.host_link_gbytes_per_s:g}", f"{prof.host_link_gbytes_per_s:g}"),
+        ("host ms per block (none/sel/full)",
+         " / ".join(f"{base.host_block_s[k] * 1e3:.2f}" for k in HOST_MODES if k in base.host_block_s) or "-",
+         " / ".join(f"{prof.host_block_s[k] * 1e3:.2f}" for k in HOST_MODES if k in prof.host_block_s) or "-"),
         ("nvlink efficiency / latency", f"{base.nvlink.efficiency:g} / {base.nvlink.latency_s:.2g} s",
          f"{prof.nvlink.efficiency:g} / {prof.nvlink.latency_s:.2g} s"),
     ]
@@ -747,7 +817,8 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     try:
         before = [predict(r["plan"], base_profile) for r in runs]
         fits = [fit_sustained(r["plan"], base_profile, r["step_time_s"], predict) for r in runs]
-        s_new = math.exp(statistics.fmean(math.log(s) for s, _ in fits))
+        # median of the per-report fits: robust to the odd launch-bound or noisy run
+        s_new = statistics.median(s for s, _ in fits)
         s_new = min(1.0, max(1e-4, s_new))
         candidate = base_profile.model_copy(update={"sustained_matmul_fraction": s_new})
         mid = [predict(r["plan"], candidate) for r in runs]
@@ -767,7 +838,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         clamped = sum(c for _, c in fits)
         data["sources"] = list(data.get("sources") or []) + [
             f"[calibrate] {TOOL} --from-run {names} --base {base_profile.name}: sustained_matmul_fraction "
-            f"{base_profile.sustained_matmul_fraction:g} -> {s_new:.4g} (geometric mean of per-report fits "
+            f"{base_profile.sustained_matmul_fraction:g} -> {s_new:.4g} (median of per-report fits "
             f"{', '.join(f'{s:.4g}' for s, _ in fits)}{f'; {clamped} clamped' if clamped else ''}); memory_reserve_gbytes "
             f"{old_reserve:g} -> {new_reserve:.4g} (" + (f"median reserved-peak minus predicted total {statistics.median(gaps) / GB:+.3f} GB over "
                                                           f"{len(gaps)} report(s))" if gaps else "no report had reserved memory: kept)")]

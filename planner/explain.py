@@ -37,7 +37,9 @@ def memory_breakdown(plan: Plan) -> dict:
     usable = pr.usable_memory_bytes or 0.0
     parts = {k: getattr(mem, k) for k in MEMORY_PARTS}
     biggest = max(parts, key=parts.get)
-    return {"parts_bytes": parts, "total_bytes": mem.total, "usable_bytes": usable,
+    return {"parts_bytes": parts, "total_bytes": mem.total,
+            # one micro-batch per step: gradients and activations are not all live at the peak
+            "not_live_together_bytes": max(0.0, sum(parts.values()) - mem.total), "usable_bytes": usable,
             "headroom_bytes": usable - mem.total, "fraction_of_usable": (mem.total / usable) if usable else None,
             "offloaded_bytes": mem.offloaded, "largest": biggest,
             "largest_fraction": (parts[biggest] / mem.total) if mem.total else None}

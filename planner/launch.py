@@ -355,6 +355,11 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     if device == "cpu":
         env["OMP_NUM_THREADS"] = "1"
+    else:
+        # expandable segments: freed blocks grow/shrink in place instead of fragmenting fixed
+        # segments, so reserved memory stays near allocated (the PyTorch CUDA allocator option;
+        # torchtitan's launcher sets the same).  A value the user set wins.
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     _err(f"launching {plan.parallel.world_size} ranks ({nproc} per node): {shlex.join(argv)}")
     code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")
     if code == EXIT_INTERRUPTED:

@@ -229,6 +229,11 @@ class HardwareProfile(Strict):
         1.0, gt=0, le=1, description="Fraction of the isolated-kernel matmul/attention throughput (the curves) sustained over a long "
         "multi-GPU training run (clocks under the power cap, launch gaps). The one parameter a profile may fit to published "
         "training runs; 1.0 = not fitted.")
+    host_block_s: dict[Literal["none", "selective", "full"], float] = Field(
+        default_factory=dict, description="Host (CPU) seconds to dispatch one transformer block's forward + backward of parplan's "
+        "runtime, by recompute mode; a block takes max(GPU time, host time), so small blocks are launch-bound. Measured by "
+        "`parplan calibrate` on the machine (it depends on the CPU, torch and the runtime, not the GPU); empty = not measured, "
+        "no host bound.")
     hbm_gbytes: float = Field(gt=0, description="HBM capacity per GPU, GB (1e9 bytes).")
     hbm_gbytes_per_s: float = Field(gt=0, description="HBM bandwidth per GPU, datasheet, GB/s.")
     hbm_efficiency: float = Field(gt=0, le=1, description="Achievable fraction of HBM bandwidth for streaming kernels.")

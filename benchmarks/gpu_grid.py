@@ -138,7 +138,9 @@ def main() -> None:
         print(json.dumps(r), flush=True)
     head = [f"# single-GPU grid, {datetime.date.today()}", "",
             "`python benchmarks/gpu_grid.py` (each run: the command in <run>/command.txt; the report beside it).",
-            "Medians over the steps after warm-up; memory error is against the largest reserved peak.", ""]
+            "Medians over the steps after warm-up; memory error is against the largest reserved peak. "
+            "'pred' is the prediction the plan carried at launch; `benchmarks/gpu_accuracy.py` re-predicts "
+            "every report with the current cost model.", ""]
     (out / "summary.md").write_text("\n".join(head + table(rows)) + "\n")
     print(f"wrote {out / 'summary.md'}")
 

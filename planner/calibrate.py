@@ -457,9 +457,8 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
     probe with 2 and with 10 blocks; (median step time difference) / 8.  The per-step costs (embedding,
     head, optimizer launch, synchronisation) cancel in the difference."""
     import subprocess
-    import tempfile
 
-    from .launch import REPO_ROOT, torchrun_argv
+    from .launch import job_env, torchrun_argv
 
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="parplan-host-") as tmp:
@@ -472,9 +471,7 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
                 plan_path.write_text(plan.model_dump_json())
                 argv = torchrun_argv(plan_path, nproc=1, steps=steps, report=report, device=device_type,
                                      compile_blocks=device_type == "cuda")
-                env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-                env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-                job = subprocess.run(argv, capture_output=True, text=True, env=env)
+                job = subprocess.run(argv, capture_output=True, text=True, env=job_env(device_type))
                 if job.returncode != 0 or not report.exists():
                     tail = (job.stderr or job.stdout).strip().splitlines()[-3:]
                     raise CalibrationError(f"host-dispatch probe ({mode}, {blocks} blocks) failed: {' | '.join(tail)}")

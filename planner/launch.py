@@ -208,6 +208,20 @@ def _console():
     return Console(stderr=True, highlight=False)
 
 
+def job_env(device: str) -> dict:
+    """The runtime's environment: this checkout importable; one OpenMP thread per gloo rank on CPU;
+    on CUDA expandable segments (freed blocks grow and shrink in place instead of fragmenting fixed
+    segments, so reserved memory stays near allocated; torchtitan's launcher sets the same), unless
+    the user set PYTORCH_CUDA_ALLOC_CONF."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if device == "cpu":
+        env["OMP_NUM_THREADS"] = "1"
+    else:
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    return env
+
+
 def run_job(argv: list[str], env: dict, steps: int, log_path: Path) -> tuple[int, list[tuple[str, str]], list[str]]:
     """Run torchrun, stream rank 0's [parplan] lines to stderr behind a progress bar, keep every
     line in log_path.  Returns (exit code, [(rank, cause)] of failed ranks, last lines)."""
@@ -351,15 +365,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
 
     run_dir.mkdir(parents=True, exist_ok=True)
     plan_path.write_text(plan.model_dump_json(indent=2))  # the validated plan, never the raw input
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    if device == "cpu":
-        env["OMP_NUM_THREADS"] = "1"
-    else:
-        # expandable segments: freed blocks grow/shrink in place instead of fragmenting fixed
-        # segments, so reserved memory stays near allocated (the PyTorch CUDA allocator option;
-        # torchtitan's launcher sets the same).  A value the user set wins.
-        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    env = job_env(device)
     _err(f"launching {plan.parallel.world_size} ranks ({nproc} per node): {shlex.join(argv)}")
     code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")
     if code == EXIT_INTERRUPTED:

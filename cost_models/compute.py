@@ -154,5 +154,5 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     host = hw.host_block_s[np.asarray(lay.recompute, dtype=int)]
     total = np.maximum(gpu, host)
     scale = total / gpu
-    return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale,
+    return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale, "gpu": gpu, "host": host,
             "gemm": mm_f + mm_b + np.where(full, mm_f, 0.0), "attention": at_f + at_b}

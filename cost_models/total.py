@@ -197,6 +197,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
         "dp_comm_s": dp_exposed,
         "bubble_s": bubble_s,
         "optimizer_s": opt_t,
+        "block_gpu_s": bt["gpu"] + 0.0 * step,  # per block and micro-batch, broadcast per candidate
+        "block_host_s": bt["host"] + 0.0 * step,
         "comm_tp_bytes": tp_bytes,
         "comm_pp_bytes": pp_bytes,
         "comm_dp_bytes": dp_moved,

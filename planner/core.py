@@ -74,6 +74,10 @@ def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: f
     g = (lambda k: float(np.asarray(met[k]).reshape(-1)[i]))
     step = g("step_time_s")
     warnings = []
+    if g("block_host_s") > g("block_gpu_s"):
+        warnings.append(f"launch-bound: the host needs {g('block_host_s') * 1e3:.2f} ms to dispatch a block that runs "
+                        f"{g('block_gpu_s') * 1e3:.2f} ms on the GPU (profile's host_block_s); a larger micro-batch "
+                        "hides it")
     days = gpu_hours = None
     if tokens:
         # Narayanan 2021 eq. 4 (time = 8 T P / (n X)) made exact: steps x predicted step time.

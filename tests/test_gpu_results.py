@@ -72,10 +72,13 @@ def test_launch_bound_blocks_take_the_host_time(tmp_path):
     assert base.prediction.step_time_s < 4 * 0.01  # the GPU alone would be far faster
     assert hosted.prediction.step_time_s >= 4 * 0.01
     assert hosted.prediction.step_time_s < 4 * 0.01 + base.prediction.step_time_s
+    assert any(w.startswith("launch-bound") for w in hosted.prediction.warnings)
+    assert not any(w.startswith("launch-bound") for w in base.prediction.warnings)
     path = _with_host(tmp_path, {"none": 0.0005})  # well under this block's GPU time
     big = _plan(gbs=8)
     big_hosted = evaluate_plan(big.model_copy(update={"hardware": big.hardware.model_copy(update={"name": path})}))
     assert big_hosted.prediction.step_time_s == pytest.approx(big.prediction.step_time_s, rel=1e-12)
+    assert not any(w.startswith("launch-bound") for w in big_hosted.prediction.warnings)
 
 
 def test_host_block_round_trips_through_the_profile_writer(tmp_path):

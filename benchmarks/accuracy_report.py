@@ -48,7 +48,9 @@ NOTES = [
     "first/last-stage embedding-gradient sync visible: adding that term took the median from 33.9% to 26.6%. "
     "DeepSpeed's engine all-reduces the BF16 optimizer's fp32 gradients (buffered_allreduce_fallback in "
     "deepspeed/runtime/engine.py) rather than reduce-scattering them; modelling that (zero1_grad_reduce = "
-    "all-reduce) took it to 10.7%.",
+    "all-reduce) took it to 10.7%. Counting the BF16 optimizer's per-micro-batch add of the bf16 gradients "
+    "into its fp32 buffers (no gradient accumulation fusion; the same pass the H100 grid exposed in parplan's "
+    "own runtime) took it to 7.5%.",
     "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "
     "plausibility checks and should not be read as accuracy.",
     "Dropout: the Megatron/DeepSpeed GPT runs (SC21, Korthikanti, H100 2024, OPT) trained with dropout "

@@ -7,8 +7,11 @@ predictions are re-made from each report's plan with the cost model of this chec
   datasheet   hardware_profiles/h100-sxm-80gb.toml (sustained fraction 0.72, fitted to Megatron's H100 table)
   calibrated  <dir>/h100-calibrated.toml: `parplan calibrate` on the GPU (curves, HBM, host link,
               host dispatch per block); sustained fraction kept from the datasheet profile
-  refit       <dir>/h100-refit.toml: calibrated + `parplan calibrate --from-run` over the first grid's
-              16 reports (sustained fraction) -- in-sample for those 16 runs
+  refit       calibrated + `parplan calibrate --from-run` over the first grid's 16 reports (sustained
+              fraction), redone with this checkout's model -- in-sample for those 16 runs
+              (<dir>/h100-refit.toml is this fit as `parplan calibrate --from-run` writes it; the grid-refit
+              re-runs were launched with the day's first fit, sustained 0.88, made before the model
+              counted the gradient passes -- see the git history of that file)
   held-out    the same refit redone 16 times, each time without the configuration predicted (for the
               second grid's re-runs: without that configuration's first-grid report)
 
@@ -57,17 +60,18 @@ def runs(root: Path) -> list[dict]:
     return out
 
 
-def held_out_profiles(root: Path, first: list[dict], tmp: Path) -> dict[str, str]:
-    """name -> profile refit without that configuration's first-grid report."""
+def refit_profiles(root: Path, first: list[dict], tmp: Path) -> tuple[str, dict[str, str]]:
+    """`calibrate --from-run` with this checkout's model: over all first-grid reports (in-sample), and
+    per configuration without that configuration's report (held-out)."""
     from rich.console import Console
     quiet = Console(file=io.StringIO())
     base = str(root / "h100-calibrated.toml")
-    out = {}
-    for r in first:
-        others = [o["path"] for o in first if o["name"] != r["name"]]
-        path, _, _ = calibrate_from_runs(others, base=base, out=str(tmp / f"{r['name']}.toml"), console=quiet)
-        out[r["name"]] = str(path)
-    return out
+
+    def fit(paths, name):
+        return str(calibrate_from_runs(paths, base=base, out=str(tmp / f"{name}.toml"), console=quiet)[0])
+
+    held = {r["name"]: fit([o["path"] for o in first if o["name"] != r["name"]], r["name"]) for r in first}
+    return fit([r["path"] for r in first], "all"), held
 
 
 def rel(p: float, m: float) -> float:
@@ -77,10 +81,9 @@ def rel(p: float, m: float) -> float:
 def build(root: Path) -> tuple[list[str], dict]:
     rs = runs(root)
     first = [r for r in rs if r["grid"] == "grid"]
-    profiles = {"datasheet": "h100-sxm-80gb", "calibrated": str(root / "h100-calibrated.toml"),
-                "refit": str(root / "h100-refit.toml")}
     with tempfile.TemporaryDirectory() as tmp:
-        held = held_out_profiles(root, first, Path(tmp))
+        refit, held = refit_profiles(root, first, Path(tmp))
+        profiles = {"datasheet": "h100-sxm-80gb", "calibrated": str(root / "h100-calibrated.toml"), "refit": refit}
         for r in rs:
             r["pred"] = {k: predict(r["plan"], p) for k, p in profiles.items()}
             r["pred"]["held-out"] = predict(r["plan"], held[r["name"]]) if r["name"] in held else (None, None)

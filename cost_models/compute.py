@@ -119,7 +119,9 @@ def cast_time(params_per_gpu, precision: str, hw):
 
 def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per_node_used):
     """AdamW step, memory-bound: read param, grad, m, v and write param, m, v (7 x 4 = 28 B per
-    fp32 parameter; master-weights recipe also writes the 16-bit copy, +2).  Offloaded states
+    fp32 parameter).  The master-weights recipes then copy the fp32 master into the 16-bit parameter
+    in a separate pass (read 4 + write 2: parplan's MasterAdamW, Megatron's distributed optimizer),
+    and with 16-bit gradients (-half-grads) first upcast the gradient (read 2 + write 4).  Offloaded states
     step on the host (host DRAM bandwidth shared by the node's GPUs) after the gradients cross
     the host link (4 B/param) and before the updated 16-bit/fp32 weights come back.
     Check that the host step is bandwidth-bound, not compute-bound (2026-11-22, this project's 2-core
@@ -128,7 +130,7 @@ def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per
     The runtime's offload copies are blocking and per parameter, so for parplan launch this term is
     a lower bound."""
     rec = PRECISION_RECIPES[precision]
-    bytes_per_param = 28 + (2 if rec["master"] else 0)
+    bytes_per_param = 28 + (6 if rec["master"] else 0) + (6 if rec["master"] and rec["grad"] == 2 else 0)
     on_gpu = params_on_gpu * bytes_per_param / hw.hbm_bytes_per_s
     host_bw = hw.host_memory_bytes_per_s_per_node / gpus_per_node_used
     off = offloaded_params * (bytes_per_param / host_bw + (4 + rec["weight"]) / hw.host_link_bytes_per_s)
@@ -156,3 +158,21 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     scale = total / gpu
     return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale, "gpu": gpu, "host": host,
             "gemm": mm_f + mm_b + np.where(full, mm_f, 0.0), "attention": at_f + at_b}
+
+
+def grad_accumulation_time(params, m_micro, precision: str, hw, fused: bool):
+    """Memory-bound gradient passes outside the GEMMs, per step: master-weights upcasts each 16-bit
+    gradient into the fp32 main_grad (read 2 + write 4 B/param for the first micro-batch, read 2 +
+    read 4 + write 4 for each later one: parplan's runtime's post-accumulate-grad hook); other
+    recipes accumulate in their own dtype from the second micro-batch on (read 2x + write 1x the
+    gradient's bytes: autograd's accumulation).  fused (Megatron's gradient_accumulation_fusion):
+    the weight-gradient GEMM accumulates into the buffer itself, no pass."""
+    if fused:
+        return 0.0 * params
+    rec = PRECISION_RECIPES[precision]
+    later = np.maximum(np.asarray(m_micro) - 1, 0)
+    if rec["master"] and rec["grad"] == 4:
+        per_param = 6 + 10 * later
+    else:
+        per_param = 3 * rec["grad"] * later
+    return params * per_param / hw.hbm_bytes_per_s

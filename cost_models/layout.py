@@ -72,6 +72,7 @@ class TrainingConsts:
     overlap_tp_comm: bool
     dropout: bool = False
     zero1_all_reduce: bool = True
+    grad_accumulation_fusion: bool = False
 
     @property
     def act_bytes(self) -> int:

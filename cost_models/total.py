@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import comm
-from .compute import block_time, cast_time, head_time, optimizer_time
+from .compute import block_time, cast_time, grad_accumulation_time, head_time, optimizer_time
 from .layout import PRECISION_RECIPES, REC_FULL, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, recompute_flops_per_token
@@ -154,6 +154,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     opt_t = optimizer_time(np.where(off, 0.0, opt_params), np.where(off, opt_params, 0.0),
                            tr.precision, hw, gpus_node)
 
+    # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
+    opt_t = opt_t + grad_accumulation_time(stage_params, m_micro, tr.precision, hw, tr.grad_accumulation_fusion)
     step = t_pipe + dp_exposed + opt_t
 
     # ---- memory

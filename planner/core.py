@@ -49,7 +49,8 @@ def training_consts(tr: Training) -> TrainingConsts:
     return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
                           flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
                           overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
-                          zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce")
+                          zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
+                          grad_accumulation_fusion=tr.grad_accumulation_fusion)
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):
@@ -142,7 +143,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
               tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, flash_attention: bool = True, overlap_grad_reduce: bool = True,
               overlap_tp_comm: bool = False, suggest: bool = True, dropout: bool = False,
-              zero1_grad_reduce: str = "all-reduce") -> Plan:
+              zero1_grad_reduce: str = "all-reduce", grad_accumulation_fusion: bool = False) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
     `model` is a ModelSpec or a preset name ("llama3-70b").
     Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits."""
@@ -160,7 +161,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, flash_attention=flash_attention,
                         overlap_grad_reduce=overlap_grad_reduce, overlap_tp_comm=overlap_tp_comm, tokens=tokens,
-                        dropout=dropout, zero1_grad_reduce=zero1_grad_reduce)
+                        dropout=dropout, zero1_grad_reduce=zero1_grad_reduce,
+                        grad_accumulation_fusion=grad_accumulation_fusion)
     hw = hardware_constants(profile, hw_ref, dtype)
     m = ModelDims.from_spec(spec, seq_len)
     tr = training_consts(training)
@@ -261,7 +263,8 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
 def _flags(training: Training) -> dict:
     return dict(flash_attention=training.flash_attention, overlap_grad_reduce=training.overlap_grad_reduce,
                 overlap_tp_comm=training.overlap_tp_comm, dropout=training.dropout,
-                zero1_grad_reduce=training.zero1_grad_reduce)
+                zero1_grad_reduce=training.zero1_grad_reduce,
+                grad_accumulation_fusion=training.grad_accumulation_fusion)
 
 
 def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:

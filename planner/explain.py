@@ -11,7 +11,7 @@ TIME_PARTS = (("compute", "compute_s"), ("tp_comm", "tp_comm_s"), ("pp_comm", "p
               ("optimizer", "optimizer_s"))
 TIME_LABELS = {"compute": "compute", "tp_comm": "exposed TP communication", "pp_comm": "exposed PP send/recv",
                "dp_comm": "exposed DP communication", "cp_comm": "exposed CP communication",
-               "bubble": "pipeline bubble", "optimizer": "optimizer step"}
+               "bubble": "pipeline bubble", "optimizer": "optimizer step + gradient passes"}
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "schedule", "offload")
 
 

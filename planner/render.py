@@ -62,7 +62,7 @@ def breakdown_table(plan: Plan):
         mem_rows.append(("offloaded to host", mem.offloaded))
     time_rows = [("compute", tb.compute_s), ("TP comm (exposed)", tb.tp_comm_s), ("PP send/recv", tb.pp_comm_s),
                  ("DP comm (exposed)", tb.dp_comm_s), ("CP comm (exposed)", tb.cp_comm_s),
-                 ("pipeline bubble", tb.bubble_s), ("optimizer step", tb.optimizer_s), ("step", pr.step_time_s)]
+                 ("pipeline bubble", tb.bubble_s), ("optimizer + grad passes", tb.optimizer_s), ("step", pr.step_time_s)]
     for i in range(max(len(mem_rows), len(time_rows))):
         a = mem_rows[i] if i < len(mem_rows) else ("", None)
         b = time_rows[i] if i < len(time_rows) else ("", None)

@@ -81,6 +81,10 @@ class Training(Strict):
     zero1_grad_reduce: Literal["all-reduce", "reduce-scatter"] = Field(
         "all-reduce", description="How ZeRO-1 reduces gradients: all-reduce, then each rank steps its shard (parplan's runtime, "
         "DeepSpeed's BF16 optimizer), or reduce-scatter (Megatron's distributed optimizer, DeepSpeed ZeRO-1).")
+    grad_accumulation_fusion: bool = Field(
+        False, description="Weight-gradient GEMMs accumulate straight into the fp32 gradient buffer (Megatron-LM's "
+        "gradient_accumulation_fusion, on by default there). Off = a separate memory-bound pass per micro-batch upcasts or "
+        "adds each gradient into the buffer, as parplan's runtime, DeepSpeed and FSDP do.")
     tokens: Optional[float] = Field(None, gt=0, description="Total training tokens, for time-to-train.")
     seed: int = Field(1234, description="Seed of the logical weights and synthetic data.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate used by `parplan launch`.")
@@ -145,7 +149,7 @@ class TimeBreakdown(Strict):
     dp_comm_s: float = Field(description="Exposed data-parallel gradient/parameter communication.")
     cp_comm_s: float = Field(description="Exposed context-parallel K/V exchange.")
     bubble_s: float = Field(description="Pipeline fill/drain idle time.")
-    optimizer_s: float = Field(description="Optimizer step (memory-bound, or host for offload).")
+    optimizer_s: float = Field(description="Optimizer step (memory-bound, or host for offload) plus the memory-bound gradient upcast/accumulation passes unless grad_accumulation_fusion.")
 
 
 class Amdahl(Strict):

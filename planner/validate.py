@@ -42,6 +42,7 @@ class Query:
     gpus_per_node: int | None = None
     dropout: bool = False
     zero1_grad_reduce: str = "reduce-scatter"  # Megatron's distributed optimizer unless a set says otherwise
+    grad_accumulation_fusion: bool = True  # Megatron-LM's default unless a set says otherwise
     pin_variants: list[Pins] = field(default_factory=lambda: [Pins()])
 
 
@@ -231,6 +232,7 @@ def megatron_sc21_table2_zero3(d: dict) -> Iterable[Query]:
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
                     overlap_grad_reduce=overlap, precision=precision, dropout=True, gpus_per_node=c.get("gpus_per_node"),
+                    grad_accumulation_fusion=r["scheme"] != "zero3",  # DeepSpeed accumulates in a separate pass
                     inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants)
 
 
@@ -241,7 +243,8 @@ def llama3_405b_table4(d: dict) -> Iterable[Query]:
     virtual stages are uneven: the first and last are lighter, as Meta describes), and recompute
     for the 128K stage (not stated).  Fused attention assumed (kernel not stated; 128K needs it).
     Untied embeddings (not stated in the paper; the released checkpoint is untied).  Network: 400 Gb/s
-    per GPU = the h100-sxm-80gb profile's 50 GB/s.  TP-comm overlap not stated: off.
+    per GPU = the h100-sxm-80gb profile's 50 GB/s.  TP-comm overlap not stated: off.  Gradient accumulation
+    not stated: fused (no separate pass), like the other unstated choices given the faster option.
     Metric: Table 4 MFU.  The paper defines MFU after Chowdhery et al. 2022, whose App. B formula
     (6N + 12 L H Q T per token) has no causal discount, so the planner's `mfu` (same convention) is
     compared; the note on each case gives the causally discounted value too."""
@@ -268,7 +271,8 @@ def bloom_176b(d: dict) -> Iterable[Query]:
     DeepSpeed's pipeline engine reduces gradients after the last micro-batch: no overlap; with the BF16
     optimizer and DeepSpeed zero stage 0 the engine all-reduces the fp32 gradients
     (`buffered_allreduce_fallback` on `get_grads_for_reduction()`, deepspeed/runtime/engine.py) and the
-    optimizer all-gathers the bf16 parameters after stepping its shard.  70 layers
+    optimizer all-gathers the bf16 parameters after stepping its shard; after each micro-batch's backward
+    the BF16 optimizer adds the bf16 gradients into its fp32 buffers (no gradient accumulation fusion).  70 layers
     on 12 stages are uneven (the planner spreads them; BLOOM put 5/6 blocks + embeddings).
     Metric: the logged TFLOPs, Megatron-DeepSpeed's formula with checkpoint factor 4:
     96 B s L h^2 (1 + s/(6h) + V/(16 L h)) = SC21 eq. 3 = the planner's hardware FLOPs with full
@@ -282,7 +286,7 @@ def bloom_176b(d: dict) -> Iterable[Query]:
                     seq_len=c["seq_len"], global_batch_size=r["global_batch_size"], metric="hardware_tflops_per_gpu",
                     published=r["tflops_per_gpu"], dtype="bf16", flash_attention=False, overlap_grad_reduce=False,
                     gpus_per_node=c["gpus_per_node"], inter_node_gbytes_per_s=c["inter_node_gb_s_per_gpu_per_direction"],
-                    zero1_grad_reduce="all-reduce", pin_variants=[pins])
+                    zero1_grad_reduce="all-reduce", grad_accumulation_fusion=False, pin_variants=[pins])
 
 
 OPT_VOCAB = 50272  # GPT-2 BPE as padded in the released OPT configs; 0.3% of the FLOPs either way
@@ -305,7 +309,8 @@ def opt_175b(d: dict) -> Iterable[Query]:
         yield Query(label=f"{r['model']} {r['gpus']}gpu (peak)", spec=_gpt(r, OPT_VOCAB, True, ffn=4 * r["hidden"]),
                     gpus=r["gpus"], hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=gbs,
                     metric="hardware_tflops_per_gpu", published=r["tflops_per_gpu"], dtype="fp16",
-                    flash_attention=False, overlap_grad_reduce=True, dropout=True, pin_variants=variants)
+                    flash_attention=False, overlap_grad_reduce=True, dropout=True, grad_accumulation_fusion=False,
+                    pin_variants=variants)
 
 
 def gpt_neox_20b(d: dict) -> Iterable[Query]:
@@ -328,7 +333,7 @@ def gpt_neox_20b(d: dict) -> Iterable[Query]:
                     hardware="a100-sxm-40gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="neox_tflops", published=r["tflops_per_gpu"], dtype="fp16",
                     precision="master-weights-half-grads", flash_attention=False, overlap_grad_reduce=False, gpus_per_node=c["gpus_per_node"],
-                    inter_node_gbytes_per_s=12.5, pin_variants=[pins])
+                    inter_node_gbytes_per_s=12.5, grad_accumulation_fusion=False, pin_variants=[pins])
 
 
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
@@ -359,7 +364,8 @@ def run_query(q: Query, hardware_override: str | None = None):
                              gpus_per_node=q.gpus_per_node, inter_node_gbytes_per_s=q.inter_node_gbytes_per_s,
                              pins=pins, top_k=1, flash_attention=q.flash_attention,
                              overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm,
-                             suggest=False, dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce)
+                             suggest=False, dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce,
+                             grad_accumulation_fusion=q.grad_accumulation_fusion)
         except (NothingFits, PlannerError):
             continue
         if best is None or plan.prediction.step_time_s < best.prediction.step_time_s:
@@ -378,7 +384,8 @@ def why_infeasible(q: Query, hardware_override: str | None = None) -> str:
                       gpus_per_node=q.gpus_per_node, inter_node_gbytes_per_s=q.inter_node_gbytes_per_s,
                       pins=pins, top_k=1, flash_attention=q.flash_attention,
                       overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm, suggest=False,
-                      dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce)
+                      dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce,
+                      grad_accumulation_fusion=q.grad_accumulation_fusion)
         except NothingFits as e:
             plan = getattr(e, "plan", None)
             pred = getattr(plan, "prediction", None)

@@ -199,8 +199,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
         "dp_comm_s": dp_exposed,
         "bubble_s": bubble_s,
         "optimizer_s": opt_t,
-        "block_gpu_s": bt["gpu"] + 0.0 * step,  # per block and micro-batch, broadcast per candidate
-        "block_host_s": bt["host"] + 0.0 * step,
+        "block_gpu_s": np.broadcast_to(bt["gpu"], np.shape(step)),  # per block and micro-batch
+        "block_host_s": np.broadcast_to(bt["host"], np.shape(step)),
         "comm_tp_bytes": tp_bytes,
         "comm_pp_bytes": pp_bytes,
         "comm_dp_bytes": dp_moved,

@@ -55,7 +55,8 @@ def breakdown_table(plan: Plan):
     mem_rows = [("weights", mem.weights), ("grads", mem.grads), ("optimizer", mem.optimizer),
                 ("activations", mem.activations), ("other (working, buffers)", mem.other),
                 ("total", mem.total), ("usable HBM", pr.usable_memory_bytes or 0)]
-    apart = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.other - mem.total
+    from .explain import memory_breakdown
+    apart = memory_breakdown(plan)["not_live_together_bytes"]
     if apart > 1e6:  # one micro-batch per step: gradients grow as the activations are freed
         mem_rows.insert(5, ("not live at once (1 micro-batch)", -apart))
     if mem.offloaded:

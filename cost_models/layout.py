@@ -73,6 +73,7 @@ class TrainingConsts:
     dropout: bool = False
     zero1_all_reduce: bool = True
     grad_accumulation_fusion: bool = False
+    p2p_scatter_gather: bool = False
 
     @property
     def act_bytes(self) -> int:

@@ -94,8 +94,14 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # pipeline point-to-point: per chunk, send activations forward and gradients backward
     pp_in = comm.group_inside_node(hw, tp * cp, pp)
     pp_bw, pp_lat = comm.tier_params(hw, pp_in)
-    p2p_bytes = tokens_mb * m.hidden * act_b / np.where(lay.sp > 0, tp, 1)
-    p2p_mb = np.where(single, 0.0, 2 * v * comm.p2p(p2p_bytes, pp_bw, pp_lat))
+    # Megatron's scatter/gather (Narayanan 2021 sec. 4.1): without SP each TP rank sends its 1/tp slice
+    # and the receiving stage all-gathers the slices over the (NVLink) TP group; with SP the stage
+    # output is already sequence-sharded, so every rank sends 1/tp and nothing is gathered.
+    act_full = tokens_mb * m.hidden * act_b
+    sg = np.asarray(tr.p2p_scatter_gather) & (np.asarray(lay.sp) == 0) & (np.asarray(tp) > 1)
+    p2p_bytes = act_full / np.where((np.asarray(lay.sp) > 0) | sg, tp, 1)
+    gather_t = np.where(sg, comm.all_gather(act_full, tp, tp_bw, tp_lat)[0], 0.0)
+    p2p_mb = np.where(single, 0.0, 2 * v * (comm.p2p(p2p_bytes, pp_bw, pp_lat) + gather_t))
     t_stage = np.maximum(np.maximum(t_first, t_mid), t_last) + p2p_mb
     compute_stage = np.maximum(np.maximum(blocks_first * bt["total"] + np.where(single, head_t, 0.0),
                                           blocks_mid * bt["total"]),

@@ -165,6 +165,7 @@ _MODEL_OPTIONS = [
     ("dropout", bool, False, ("--dropout/--no-dropout",), "Model hidden/attention dropout (Megatron GPT default); parplan launch runs without."),
     ("zero1_grad_reduce", str, "all-reduce", ("--zero1-grad-reduce",), "ZeRO-1 gradient reduction: all-reduce (parplan's runtime, DeepSpeed BF16 optimizer) or reduce-scatter (Megatron distributed optimizer)."),
     ("grad_accumulation_fusion", bool, False, ("--grad-accumulation-fusion/--no-grad-accumulation-fusion",), "Model Megatron's fused fp32 gradient accumulation (off: a separate upcast/add pass per micro-batch, as parplan's runtime)."),
+    ("p2p_scatter_gather", bool, False, ("--p2p-scatter-gather/--no-p2p-scatter-gather",), "Model Megatron's scatter/gather of pipeline sends without SP (each TP rank sends 1/tp, then all-gathers); off: full tensors, as parplan's runtime and DeepSpeed."),
 ]
 
 
@@ -226,7 +227,7 @@ def _prepare(opts, gpus: int | None = None):
                   inter_node_gbytes_per_s=o.inter_node_bandwidth, tokens=n_tokens, pins=pins,
                   flash_attention=o.flash_attention, overlap_grad_reduce=o.overlap_grad_reduce,
                   overlap_tp_comm=o.overlap_tp_comm, dropout=o.dropout, zero1_grad_reduce=o.zero1_grad_reduce,
-                  grad_accumulation_fusion=o.grad_accumulation_fusion)
+                  grad_accumulation_fusion=o.grad_accumulation_fusion, p2p_scatter_gather=o.p2p_scatter_gather)
     return spec, kwargs
 
 
@@ -418,7 +419,8 @@ def _runner_up(source, plan):
                             flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
                             overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
                             zero1_grad_reduce=tr.zero1_grad_reduce,
-                            grad_accumulation_fusion=tr.grad_accumulation_fusion, top_k=3, suggest=False)
+                            grad_accumulation_fusion=tr.grad_accumulation_fusion,
+                            p2p_scatter_gather=tr.p2p_scatter_gather, top_k=3, suggest=False)
     except (NothingFits, PlannerError):
         return None
     return pick_runner_up(plan, [best] + list(best.alternatives))

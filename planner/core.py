@@ -50,7 +50,8 @@ def training_consts(tr: Training) -> TrainingConsts:
                           flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
                           overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
-                          grad_accumulation_fusion=tr.grad_accumulation_fusion)
+                          grad_accumulation_fusion=tr.grad_accumulation_fusion,
+                          p2p_scatter_gather=tr.p2p_scatter_gather)
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):
@@ -143,7 +144,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
               tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, flash_attention: bool = True, overlap_grad_reduce: bool = True,
               overlap_tp_comm: bool = False, suggest: bool = True, dropout: bool = False,
-              zero1_grad_reduce: str = "all-reduce", grad_accumulation_fusion: bool = False) -> Plan:
+              zero1_grad_reduce: str = "all-reduce", grad_accumulation_fusion: bool = False,
+              p2p_scatter_gather: bool = False) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
     `model` is a ModelSpec or a preset name ("llama3-70b").
     Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits."""
@@ -162,7 +164,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                         num_microbatches=1, dtype=dtype, precision=precision, flash_attention=flash_attention,
                         overlap_grad_reduce=overlap_grad_reduce, overlap_tp_comm=overlap_tp_comm, tokens=tokens,
                         dropout=dropout, zero1_grad_reduce=zero1_grad_reduce,
-                        grad_accumulation_fusion=grad_accumulation_fusion)
+                        grad_accumulation_fusion=grad_accumulation_fusion, p2p_scatter_gather=p2p_scatter_gather)
     hw = hardware_constants(profile, hw_ref, dtype)
     m = ModelDims.from_spec(spec, seq_len)
     tr = training_consts(training)
@@ -264,7 +266,8 @@ def _flags(training: Training) -> dict:
     return dict(flash_attention=training.flash_attention, overlap_grad_reduce=training.overlap_grad_reduce,
                 overlap_tp_comm=training.overlap_tp_comm, dropout=training.dropout,
                 zero1_grad_reduce=training.zero1_grad_reduce,
-                grad_accumulation_fusion=training.grad_accumulation_fusion)
+                grad_accumulation_fusion=training.grad_accumulation_fusion,
+                p2p_scatter_gather=training.p2p_scatter_gather)
 
 
 def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:

@@ -85,6 +85,11 @@ class Training(Strict):
         False, description="Weight-gradient GEMMs accumulate straight into the fp32 gradient buffer (Megatron-LM's "
         "gradient_accumulation_fusion, on by default there). Off = a separate memory-bound pass per micro-batch upcasts or "
         "adds each gradient into the buffer, as parplan's runtime, DeepSpeed and FSDP do.")
+    p2p_scatter_gather: bool = Field(
+        False, description="Without sequence parallelism, each tensor-parallel rank sends only its 1/tp slice of the "
+        "activation to the next pipeline stage, which all-gathers it over the tensor-parallel group (Megatron-LM's "
+        "scatter_gather_tensors_in_pipeline, on by default there; Narayanan 2021 sec. 4.1). Off = every rank sends the "
+        "whole tensor, as parplan's runtime (torch.distributed.pipelining) and DeepSpeed's pipeline engine do.")
     tokens: Optional[float] = Field(None, gt=0, description="Total training tokens, for time-to-train.")
     seed: int = Field(1234, description="Seed of the logical weights and synthetic data.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate used by `parplan launch`.")

@@ -43,6 +43,7 @@ class Query:
     dropout: bool = False
     zero1_grad_reduce: str = "reduce-scatter"  # Megatron's distributed optimizer unless a set says otherwise
     grad_accumulation_fusion: bool = True  # Megatron-LM's default unless a set says otherwise
+    p2p_scatter_gather: bool = True  # Megatron-LM's default unless a set says otherwise
     pin_variants: list[Pins] = field(default_factory=lambda: [Pins()])
 
 
@@ -286,7 +287,8 @@ def bloom_176b(d: dict) -> Iterable[Query]:
                     seq_len=c["seq_len"], global_batch_size=r["global_batch_size"], metric="hardware_tflops_per_gpu",
                     published=r["tflops_per_gpu"], dtype="bf16", flash_attention=False, overlap_grad_reduce=False,
                     gpus_per_node=c["gpus_per_node"], inter_node_gbytes_per_s=c["inter_node_gb_s_per_gpu_per_direction"],
-                    zero1_grad_reduce="all-reduce", grad_accumulation_fusion=False, pin_variants=[pins])
+                    zero1_grad_reduce="all-reduce", grad_accumulation_fusion=False, p2p_scatter_gather=False,
+                    pin_variants=[pins])
 
 
 OPT_VOCAB = 50272  # GPT-2 BPE as padded in the released OPT configs; 0.3% of the FLOPs either way
@@ -333,7 +335,31 @@ def gpt_neox_20b(d: dict) -> Iterable[Query]:
                     hardware="a100-sxm-40gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="neox_tflops", published=r["tflops_per_gpu"], dtype="fp16",
                     precision="master-weights-half-grads", flash_attention=False, overlap_grad_reduce=False, gpus_per_node=c["gpus_per_node"],
-                    inter_node_gbytes_per_s=12.5, grad_accumulation_fusion=False, pin_variants=[pins])
+                    inter_node_gbytes_per_s=12.5, grad_accumulation_fusion=False, p2p_scatter_gather=False,
+                    pin_variants=[pins])
+
+
+def mt_nlg_530b(d: dict) -> Iterable[Query]:
+    """MT-NLG 530B (Smith et al. 2022 Sec. 2.4) on Selene, batch 1920 at 280/350/420 DGX A100 nodes.
+    Pinned: tp 8 x pp 35 (dp = gpus / 280), non-interleaved DeepSpeed pipeline (1F1B, vpp 1), no SP,
+    no offload, unfused attention, tied embeddings.  Not published, so searched: micro-batch, recompute
+    (none or full; DeepSpeed 2021 had no selective) and ZeRO 0 or 1.  As for BLOOM (same stack): the
+    pipeline engine reduces gradients after the last micro-batch (no overlap), ZeRO-1 all-reduces the
+    gradients, and gradient accumulation is a separate pass.  Network: DGX A100, one 200 Gb/s HDR HCA
+    per GPU = 25 GB/s.  Metric: SC21 eq. 3 TFLOP/s (`sc21_eq3_tflops`), which reproduces the published
+    126/121/113 from the published iteration times (the file shows the check)."""
+    c = d["common"]
+    spec = ModelSpec(name="mt-nlg-530b", arch="gpt", layers=c["layers"], hidden=c["hidden"], heads=c["heads"],
+                     kv_heads=c["heads"], ffn_hidden=4 * c["hidden"], vocab=c["vocab"], tied_embeddings=c["tied_embeddings"])
+    for r in d["rows"]:
+        variants = [Pins(tp=c["tp"], pp=c["pp"], dp=r["dp"], cp=1, vpp=1, schedule="1f1b", zero=z, recompute=rc,
+                         sp=False, offload="none") for z in (0, 1) for rc in ("none", "full")]
+        yield Query(label=f"{r['gpus']}gpu gbs{r['global_batch_size']}", spec=spec, gpus=r["gpus"],
+                    hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
+                    metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
+                    overlap_grad_reduce=False, dropout=True, gpus_per_node=c["gpus_per_node"],
+                    inter_node_gbytes_per_s=c["inter_node_gb_s_per_gpu_per_direction"], zero1_grad_reduce="all-reduce",
+                    grad_accumulation_fusion=False, p2p_scatter_gather=False, pin_variants=variants)
 
 
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
@@ -343,6 +369,7 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "megatron_sc21_table2_zero3": megatron_sc21_table2_zero3,
     "llama3_405b_table4": llama3_405b_table4,
     "bloom_176b": bloom_176b,
+    "mt_nlg_530b": mt_nlg_530b,
     "opt_175b": opt_175b,
     "gpt_neox_20b": gpt_neox_20b,
 }
@@ -353,19 +380,22 @@ PLAUSIBILITY_ONLY = {"opt_175b": "published figure is an 'up to' peak with unkno
                      "gpt_neox_20b": "117 TFLOP/s found only in a secondary summary; FLOP convention unknown"}
 
 
+def _recommend_kwargs(q: Query, hardware_override: str | None) -> dict:
+    return dict(hardware=hardware_override or q.hardware, seq_len=q.seq_len, global_batch_size=q.global_batch_size,
+                dtype=q.dtype, precision=q.precision, gpus_per_node=q.gpus_per_node,
+                inter_node_gbytes_per_s=q.inter_node_gbytes_per_s, top_k=1, flash_attention=q.flash_attention,
+                overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm, suggest=False,
+                dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce,
+                grad_accumulation_fusion=q.grad_accumulation_fusion, p2p_scatter_gather=q.p2p_scatter_gather)
+
+
 def run_query(q: Query, hardware_override: str | None = None):
     """Best plan over the query's pin variants (the publication's framework picks the best it can)."""
     from .core import NothingFits, PlannerError, recommend
     best = None
     for pins in q.pin_variants:
         try:
-            plan = recommend(q.spec, q.gpus, hardware=hardware_override or q.hardware, seq_len=q.seq_len,
-                             global_batch_size=q.global_batch_size, dtype=q.dtype, precision=q.precision,
-                             gpus_per_node=q.gpus_per_node, inter_node_gbytes_per_s=q.inter_node_gbytes_per_s,
-                             pins=pins, top_k=1, flash_attention=q.flash_attention,
-                             overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm,
-                             suggest=False, dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce,
-                             grad_accumulation_fusion=q.grad_accumulation_fusion)
+            plan = recommend(q.spec, q.gpus, pins=pins, **_recommend_kwargs(q, hardware_override))
         except (NothingFits, PlannerError):
             continue
         if best is None or plan.prediction.step_time_s < best.prediction.step_time_s:
@@ -379,13 +409,7 @@ def why_infeasible(q: Query, hardware_override: str | None = None) -> str:
     best = None
     for pins in q.pin_variants:
         try:
-            recommend(q.spec, q.gpus, hardware=hardware_override or q.hardware, seq_len=q.seq_len,
-                      global_batch_size=q.global_batch_size, dtype=q.dtype, precision=q.precision,
-                      gpus_per_node=q.gpus_per_node, inter_node_gbytes_per_s=q.inter_node_gbytes_per_s,
-                      pins=pins, top_k=1, flash_attention=q.flash_attention,
-                      overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm, suggest=False,
-                      dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce,
-                      grad_accumulation_fusion=q.grad_accumulation_fusion)
+            recommend(q.spec, q.gpus, pins=pins, **_recommend_kwargs(q, hardware_override))
         except NothingFits as e:
             plan = getattr(e, "plan", None)
             pred = getattr(plan, "prediction", None)

@@ -210,3 +210,30 @@ def test_zero1_gradient_reduction_variants():
     assert moved[True, 1] == pytest.approx(2 * 7 / 8 * P * 4 + ag)
     assert moved[False, 1] == pytest.approx(7 / 8 * P * 4 + ag)
     assert moved[True, 2] == moved[False, 2] == pytest.approx(7 / 8 * P * 4 + ag)
+
+
+def test_pipeline_scatter_gather():
+    """Megatron's scatter/gather (Narayanan 2021 sec. 4.1): without SP each of the tp ranks sends 1/tp of
+    the b x s x h activation to the next stage, which all-gathers it over NVLink; full tensors otherwise.
+    With SP the stage output is already sharded: 1/tp and no gather, whatever the flag."""
+    spec = gpt(8, 4096, 32)
+    m = ModelDims.from_spec(spec, 2048)
+    prof = load_profile("a100-sxm-80gb")
+    hw = constants_from_profile(prof, "bf16")
+    out = {}
+    for sg in (False, True):
+        tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
+                            overlap_grad_reduce=True, overlap_tp_comm=False, p2p_scatter_gather=sg)
+        for sp in (0, 1):
+            out[sg, sp] = evaluate(m, tr, hw, _lay(gpus=16, tp=8, pp=2, dp=1, mbs=1, sp=sp))
+    act = 2048 * 4096 * 2
+    n_mb = 8  # micro-batches, each sends activations forward and gradients backward once (vpp 1)
+    assert float(out[False, 0]["comm_pp_bytes"]) == pytest.approx(n_mb * 2 * act)
+    assert float(out[True, 0]["comm_pp_bytes"]) == pytest.approx(n_mb * 2 * act / 8)
+    ib, nv = prof.inter_node, prof.nvlink  # tp 8 fills the node: stages talk over InfiniBand
+    send = act / 8 / (ib.gbytes_per_s * 1e9 * ib.efficiency) + ib.latency_s
+    gather = 7 / 8 * act / (nv.gbytes_per_s * 1e9 * nv.efficiency) + 7 * nv.latency_s
+    assert float(out[True, 0]["pp_comm_s"]) == pytest.approx(n_mb * 2 * (send + gather), rel=1e-6)
+    assert float(out[True, 0]["pp_comm_s"]) < float(out[False, 0]["pp_comm_s"]) / 3
+    for k in ("comm_pp_bytes", "pp_comm_s"):
+        assert float(out[True, 1][k]) == pytest.approx(float(out[False, 1][k]))

@@ -32,16 +32,16 @@ def test_every_reference_set_has_an_adapter():
 def test_sc21_table1_bars(summary):
     s = summary["megatron_sc21_table1"]
     assert s["runs"] == 10 and s["missing"] == 0
-    assert s["median_abs_error"] <= 0.10
-    assert s["max_abs_error"] <= 0.25
+    assert s["median_abs_error"] <= 0.07  # issue 4's bar for the public Megatron tables
+    assert s["max_abs_error"] <= 0.20
     assert s["spearman"] >= 0.6
 
 
 def test_megatron_h100_2024_bars(summary):
     s = summary["megatron_h100_2024"]
     assert s["runs"] == 9 and s["missing"] == 0
-    assert s["median_abs_error"] <= 0.10
-    assert s["max_abs_error"] <= 0.25
+    assert s["median_abs_error"] <= 0.07
+    assert s["max_abs_error"] <= 0.20
 
 
 def test_held_out_cases_are_predicted_or_explained(cases):
@@ -57,7 +57,7 @@ def test_fully_specified_held_out_sets_predict_every_run(summary):
     # Every layout setting of these runs is published (or searched within the framework), so each
     # run must give a plan; llama3 (126 layers, interleaving not expressible) and the ZeRO-3 530B/640
     # estimate do not, and are reported as missing in accuracy.md.
-    for name in ("korthikanti2022_selective_recompute", "bloom_176b", "opt_175b", "gpt_neox_20b"):
+    for name in ("korthikanti2022_selective_recompute", "bloom_176b", "opt_175b", "gpt_neox_20b", "mt_nlg_530b"):
         assert summary[name]["missing"] == 0, name
     assert summary["megatron_sc21_table2_zero3"]["runs"] >= 11
 
@@ -89,3 +89,24 @@ def test_cli_validate_json(capsys):
         assert {"runs", "missing", "median_abs_error", "max_abs_error", "spearman"} <= set(s)
     assert len(data["cases"]) == 13
     assert all({"set", "run", "metric", "published", "predicted", "error"} <= set(c) for c in data["cases"])
+
+
+def test_mt_nlg_published_tflops_follow_from_iteration_times():
+    """The file's metric claim: SC21 eq. 3 over the published iteration time gives the published TFLOP/s,
+    so `sc21_eq3_tflops` is the right conversion for this set."""
+    d = json.loads((reference_dir() / "mt_nlg_530b.json").read_text())
+    c = d["common"]
+    s, L, h, V = c["seq_len"], c["layers"], c["hidden"], c["vocab"]
+    for r in d["rows"]:
+        flops = 96 * r["global_batch_size"] * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+        assert flops / (r["gpus"] * r["iteration_time_s"]) / 1e12 == pytest.approx(r["tflops_per_gpu"], rel=0.01)
+        assert r["dp"] * c["tp"] * c["pp"] == r["gpus"]
+
+
+def test_scatter_gather_only_for_megatron_pipelines(cases):
+    """Megatron sets send 1/tp slices between stages; the DeepSpeed pipeline sets send whole tensors."""
+    for c in cases:
+        if c.plan is None:
+            continue
+        deepspeed = c.set_name in ("bloom_176b", "gpt_neox_20b", "mt_nlg_530b")
+        assert c.plan.training.p2p_scatter_gather is (not deepspeed), (c.set_name, c.label)

@@ -65,10 +65,19 @@ class Case:
 
 
 def reference_dir() -> Path:
+    """$PARPLAN_REFERENCE_DIR, else the checkout's benchmarks/reference, else the copy installed with
+    the package (`parplan_reference`, the same files, shipped in the wheel)."""
     env = os.environ.get("PARPLAN_REFERENCE_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
+    checkout = Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
+    if checkout.is_dir():
+        return checkout
+    from importlib.util import find_spec
+    spec = find_spec("parplan_reference")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return checkout
 
 
 def _gpt(r: dict, vocab: int, tied: bool, ffn=None) -> ModelSpec:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,13 @@ def test_scatter_gather_only_for_megatron_pipelines(cases):
             continue
         deepspeed = c.set_name in ("bloom_176b", "gpt_neox_20b", "mt_nlg_530b")
         assert c.plan.training.p2p_scatter_gather is (not deepspeed), (c.set_name, c.label)
+
+
+def test_reference_sets_ship_with_the_package():
+    """pyproject maps the `parplan_reference` package onto benchmarks/reference, so an installed parplan
+    (wheel or editable) finds the same files without a checkout (reference_dir's last fallback)."""
+    from importlib.util import find_spec
+    spec = find_spec("parplan_reference")
+    assert spec is not None and spec.submodule_search_locations
+    shipped = Path(list(spec.submodule_search_locations)[0])
+    assert {p.name for p in shipped.glob("*.json")} == {p.name for p in reference_dir().glob("*.json")}

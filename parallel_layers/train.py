@@ -233,14 +233,14 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     nmb = rt.plan.training.num_microbatches
     if rt.schedule is None:
         loss_fn = make_loss_fn(rt.coords.tp_group)
-        total = 0.0
+        losses = []
         for x, y in zip(inputs.chunk(nmb), targets.chunk(nmb)):
             loss = loss_fn(rt.stage_modules[0](x), y)
             (loss / nmb).backward()
-            total += loss.item()
+            losses.append(loss.detach())  # no .item() here: it would stall the host every micro-batch
         if main_grads(rt):
             fold_pending_grads(_unique_params(rt.stage_modules))
-        return total / nmb
+        return float(torch.stack(losses).double().sum()) / nmb
     losses: list = []
     args = (inputs,) if rt.holds_first else ()
     if rt.holds_last:

@@ -154,12 +154,21 @@ def check_runtime_support(plan, device: str) -> Check:
         missing.append(("dropout", "set training.dropout to false (the runtime's blocks have no dropout; "
                                    "the prediction would count masks the run does not have)"))
     if not missing:
+        warnings = []
         if p.zero_stage == 3 and p.offload != "none":
-            return Check("runtime support", True, "warning: FSDP2's CPUOffloadPolicy also keeps the weight and gradient "
-                                                  "shards on the host; predicted memory keeps them on the GPU")
+            warnings.append("FSDP2's CPUOffloadPolicy also keeps the weight and gradient shards on the host; "
+                            "predicted memory keeps them on the GPU")
         if p.zero_stage == 2 and p.dp > 1:
-            return Check("runtime support", True, "warning: the runtime's ZeRO-2 holds full gradients during the "
-                                                  "backward (dropped after it); predicted memory assumes them sharded")
+            warnings.append("the runtime's ZeRO-2 holds full gradients during the backward (dropped after it); "
+                            "predicted memory assumes them sharded")
+        if getattr(t, "grad_accumulation_fusion", False):
+            warnings.append("the prediction assumes Megatron's fused gradient accumulation, which the runtime does not "
+                            "do (it upcasts per micro-batch); `parplan evaluate` the plan with it off to compare")
+        if getattr(t, "p2p_scatter_gather", False) and p.pp > 1 and p.tp > 1 and not p.sp:
+            warnings.append("the prediction assumes Megatron's scatter/gather pipeline sends, which the runtime does not "
+                            "do (it sends whole tensors); `parplan evaluate` the plan with it off to compare")
+        if warnings:
+            return Check("runtime support", True, "warning: " + "; warning: ".join(warnings))
         return Check("runtime support", True, "every setting of the plan is implemented in parallel_layers")
     return Check("runtime support", False, "not implemented in parallel_layers: " + ", ".join(m for m, _ in missing),
                  "; ".join(f for _, f in missing))

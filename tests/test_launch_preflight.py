@@ -171,3 +171,18 @@ def test_runtime_support_check(change, ok, words):
     assert c.ok is ok and words in c.detail
     if not ok:
         assert c.fix and "\n" not in c.fix
+
+
+@pytest.mark.parametrize("flag, pp, sp, warned", [
+    ("grad_accumulation_fusion", 1, False, True),
+    ("p2p_scatter_gather", 2, False, True),
+    ("p2p_scatter_gather", 2, True, False),   # with SP the runtime sends 1/tp slices too
+    ("p2p_scatter_gather", 1, False, False),  # no pipeline, nothing to send
+])
+def test_runtime_support_warns_about_megatron_only_assumptions(flag, pp, sp, warned):
+    plan = tiny_plan(tp=2, pp=pp, dp=1, seq_len=32)
+    plan.parallel.sp = sp
+    setattr(plan.training, flag, True)
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok
+    assert ("Megatron" in c.detail) is warned

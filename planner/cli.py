@@ -222,12 +222,11 @@ def _prepare(opts, gpus: int | None = None):
         _err(f"note: {why}")
     pins = Pins(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, mbs=o.mbs, vpp=o.vpp, zero=o.zero, recompute=o.recompute,
                 sp=o.sp, schedule=o.schedule, offload=o.offload)
+    from .core import STACK_FLAGS
     kwargs = dict(hardware=o.hardware, seq_len=o.seq_len, global_batch_size=o.global_batch_size, dtype=o.dtype,
                   precision=o.precision, gpus_per_node=o.gpus_per_node,
                   inter_node_gbytes_per_s=o.inter_node_bandwidth, tokens=n_tokens, pins=pins,
-                  flash_attention=o.flash_attention, overlap_grad_reduce=o.overlap_grad_reduce,
-                  overlap_tp_comm=o.overlap_tp_comm, dropout=o.dropout, zero1_grad_reduce=o.zero1_grad_reduce,
-                  grad_accumulation_fusion=o.grad_accumulation_fusion, p2p_scatter_gather=o.p2p_scatter_gather)
+                  **{k: getattr(o, k) for k in STACK_FLAGS})
     return spec, kwargs
 
 
@@ -401,7 +400,7 @@ def _evaluated(plan_file: str):
 
 def _runner_up(source, plan):
     """First alternative in the file whose layout differs, else #2 of a fresh search for the same job."""
-    from .core import NothingFits, PlannerError, evaluate_plan, recommend as do_recommend
+    from .core import NothingFits, PlannerError, evaluate_plan, recommend as do_recommend, stack_flags
     from .explain import pick_runner_up
     if source.alternatives:
         try:
@@ -416,11 +415,7 @@ def _runner_up(source, plan):
         best = do_recommend(plan.model, hw.gpus, hardware=hw.name, seq_len=tr.seq_len,
                             global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
                             gpus_per_node=hw.gpus_per_node, inter_node_gbytes_per_s=hw.inter_node_gbytes_per_s,
-                            flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
-                            overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
-                            zero1_grad_reduce=tr.zero1_grad_reduce,
-                            grad_accumulation_fusion=tr.grad_accumulation_fusion,
-                            p2p_scatter_gather=tr.p2p_scatter_gather, top_k=3, suggest=False)
+                            **stack_flags(tr), top_k=3, suggest=False)
     except (NothingFits, PlannerError):
         return None
     return pick_runner_up(plan, [best] + list(best.alternatives))

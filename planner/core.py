@@ -45,6 +45,12 @@ def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
     return spec.model_copy(update={"num_params": int(param_counts(spec, seq_len)["total"])})
 
 
+# Training fields that describe the framework rather than the job: recommend() takes them as keywords,
+# the CLI has one option each, and `validate` sets them per published set.
+STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
+               "grad_accumulation_fusion", "p2p_scatter_gather")
+
+
 def training_consts(tr: Training) -> TrainingConsts:
     return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
                           flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
@@ -142,12 +148,10 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
               global_batch_size: int = 1024, dtype: str = "bf16", precision: str = "master-weights",
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
-              pins: Pins | None = None, flash_attention: bool = True, overlap_grad_reduce: bool = True,
-              overlap_tp_comm: bool = False, suggest: bool = True, dropout: bool = False,
-              zero1_grad_reduce: str = "all-reduce", grad_accumulation_fusion: bool = False,
-              p2p_scatter_gather: bool = False) -> Plan:
+              pins: Pins | None = None, suggest: bool = True, **stack) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
-    `model` is a ModelSpec or a preset name ("llama3-70b").
+    `model` is a ModelSpec or a preset name ("llama3-70b").  `stack`: any of STACK_FLAGS, the
+    Training fields that describe how the training framework behaves (defaults: parplan's runtime).
     Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits."""
     if isinstance(model, str):
         from .models import load_preset
@@ -160,11 +164,11 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,
                          inter_node_gbytes_per_s=inter_node_gbytes_per_s)
     spec = with_param_count(model, seq_len)
+    unknown = set(stack) - set(STACK_FLAGS)
+    if unknown:
+        raise TypeError(f"recommend() got unexpected keyword arguments {sorted(unknown)}; stack flags: {STACK_FLAGS}")
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
-                        num_microbatches=1, dtype=dtype, precision=precision, flash_attention=flash_attention,
-                        overlap_grad_reduce=overlap_grad_reduce, overlap_tp_comm=overlap_tp_comm, tokens=tokens,
-                        dropout=dropout, zero1_grad_reduce=zero1_grad_reduce,
-                        grad_accumulation_fusion=grad_accumulation_fusion, p2p_scatter_gather=p2p_scatter_gather)
+                        num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, **stack)
     hw = hardware_constants(profile, hw_ref, dtype)
     m = ModelDims.from_spec(spec, seq_len)
     tr = training_consts(training)
@@ -262,12 +266,9 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
     raise NothingFits(plan, msg)
 
 
-def _flags(training: Training) -> dict:
-    return dict(flash_attention=training.flash_attention, overlap_grad_reduce=training.overlap_grad_reduce,
-                overlap_tp_comm=training.overlap_tp_comm, dropout=training.dropout,
-                zero1_grad_reduce=training.zero1_grad_reduce,
-                grad_accumulation_fusion=training.grad_accumulation_fusion,
-                p2p_scatter_gather=training.p2p_scatter_gather)
+def stack_flags(training: Training) -> dict:
+    """The plan's STACK_FLAGS, as keyword arguments for recommend()."""
+    return {k: getattr(training, k) for k in STACK_FLAGS}
 
 
 def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
@@ -283,7 +284,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
             rec = recommend(spec, gpus, hardware=hw_ref.name, seq_len=training.seq_len,
                             global_batch_size=training.global_batch_size, dtype=training.dtype,
                             precision=training.precision, gpus_per_node=hw_ref.gpus_per_node,
-                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, **_flags(training),
+                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, **stack_flags(training),
                             pins=Pins(**{**free.__dict__, "offload": "optimizer"}), top_k=1, suggest=False)
             out.append(f"--offload optimizer fits on {gpus} GPUs (ZeRO-{rec.parallel.zero_stage}, "
                        f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
@@ -297,7 +298,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
             rec = recommend(spec, g, hardware=hw_ref.name, seq_len=training.seq_len,
                             global_batch_size=max(training.global_batch_size, 1), dtype=training.dtype,
                             precision=training.precision, gpus_per_node=hw_ref.gpus_per_node,
-                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, **_flags(training), pins=free, top_k=1,
+                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, **stack_flags(training), pins=free, top_k=1,
                             suggest=False)
             out.append(f"--gpus {g} fits (tp {rec.parallel.tp}, pp {rec.parallel.pp}, dp {rec.parallel.dp}, "
                        f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")

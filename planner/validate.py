@@ -390,12 +390,11 @@ PLAUSIBILITY_ONLY = {"opt_175b": "published figure is an 'up to' peak with unkno
 
 
 def _recommend_kwargs(q: Query, hardware_override: str | None) -> dict:
+    from .core import STACK_FLAGS
     return dict(hardware=hardware_override or q.hardware, seq_len=q.seq_len, global_batch_size=q.global_batch_size,
                 dtype=q.dtype, precision=q.precision, gpus_per_node=q.gpus_per_node,
-                inter_node_gbytes_per_s=q.inter_node_gbytes_per_s, top_k=1, flash_attention=q.flash_attention,
-                overlap_grad_reduce=q.overlap_grad_reduce, overlap_tp_comm=q.overlap_tp_comm, suggest=False,
-                dropout=q.dropout, zero1_grad_reduce=q.zero1_grad_reduce,
-                grad_accumulation_fusion=q.grad_accumulation_fusion, p2p_scatter_gather=q.p2p_scatter_gather)
+                inter_node_gbytes_per_s=q.inter_node_gbytes_per_s, top_k=1, suggest=False,
+                **{k: getattr(q, k) for k in STACK_FLAGS})
 
 
 def run_query(q: Query, hardware_override: str | None = None):

@@ -205,3 +205,18 @@ def test_min_gpus_stops_at_the_fewest_count_that_fits():
     assert all(a.hardware.gpus == 8 for a in plan.alternatives)
     with pytest.raises(NothingFits):
         recommend(load_preset("llama3-70b"), 4, objective="min-gpus", suggest=False)
+
+
+def test_recommend_takes_every_stack_flag_and_rejects_others():
+    """recommend()'s framework keywords are exactly the Training fields in STACK_FLAGS, stored in the plan."""
+    from planner.core import STACK_FLAGS, stack_flags
+    from planner.schema import Training
+    assert set(STACK_FLAGS) <= set(Training.model_fields)
+    spec = load_preset("tiny-llama-test")
+    flags = dict(flash_attention=False, overlap_grad_reduce=False, overlap_tp_comm=True, dropout=True,
+                 zero1_grad_reduce="reduce-scatter", grad_accumulation_fusion=True, p2p_scatter_gather=True)
+    assert set(flags) == set(STACK_FLAGS)
+    plan = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, **flags)
+    assert stack_flags(plan.training) == flags
+    with pytest.raises(TypeError, match="flash_atention"):
+        recommend(spec, 2, seq_len=64, global_batch_size=4, flash_atention=False)

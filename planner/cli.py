@@ -163,9 +163,10 @@ _MODEL_OPTIONS = [
     ("overlap_grad_reduce", bool, True, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), None),
     ("overlap_tp_comm", bool, False, ("--overlap-tp-comm/--no-overlap-tp-comm",), None),
     ("dropout", bool, False, ("--dropout/--no-dropout",), "Model hidden/attention dropout (Megatron GPT default); parplan launch runs without."),
-    ("zero1_grad_reduce", str, "all-reduce", ("--zero1-grad-reduce",), "ZeRO-1 gradient reduction: all-reduce (parplan's runtime, DeepSpeed BF16 optimizer) or reduce-scatter (Megatron distributed optimizer)."),
-    ("grad_accumulation_fusion", bool, False, ("--grad-accumulation-fusion/--no-grad-accumulation-fusion",), "Model Megatron's fused fp32 gradient accumulation (off: a separate upcast/add pass per micro-batch, as parplan's runtime)."),
-    ("p2p_scatter_gather", bool, False, ("--p2p-scatter-gather/--no-p2p-scatter-gather",), "Model Megatron's scatter/gather of pipeline sends without SP (each TP rank sends 1/tp, then all-gathers); off: full tensors, as parplan's runtime and DeepSpeed."),
+    ("framework", str, "parplan", ("--framework",), "Framework the prediction models: parplan (its own runtime, what `parplan launch` runs), megatron, deepspeed or torchtitan. Sets the defaults of the three options below."),
+    ("zero1_grad_reduce", Optional[str], None, ("--zero1-grad-reduce",), "ZeRO-1 gradient reduction: all-reduce (parplan's runtime, DeepSpeed BF16 optimizer) or reduce-scatter (Megatron distributed optimizer, DeepSpeed ZeRO). Default: the framework's."),
+    ("grad_accumulation_fusion", Optional[bool], None, ("--grad-accumulation-fusion/--no-grad-accumulation-fusion",), "Model Megatron's fused fp32 gradient accumulation (off: a separate upcast/add pass per micro-batch, as parplan's runtime). Default: the framework's."),
+    ("p2p_scatter_gather", Optional[bool], None, ("--p2p-scatter-gather/--no-p2p-scatter-gather",), "Model Megatron's scatter/gather of pipeline sends without SP (each TP rank sends 1/tp, then all-gathers); off: full tensors, as parplan's runtime and DeepSpeed. Default: the framework's."),
 ]
 
 
@@ -214,7 +215,10 @@ def _prepare(opts, gpus: int | None = None):
         _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
     if o.zero is not None and o.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
-    _check_choice("zero1-grad-reduce", o.zero1_grad_reduce, ("all-reduce", "reduce-scatter"))
+    if o.zero1_grad_reduce is not None:
+        _check_choice("zero1-grad-reduce", o.zero1_grad_reduce, ("all-reduce", "reduce-scatter"))
+    from .core import FRAMEWORK_DEFAULTS
+    _check_choice("framework", o.framework, tuple(FRAMEWORK_DEFAULTS))
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None
     spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
                                o.ffn_hidden, o.vocab, o.seq_len)
@@ -225,8 +229,8 @@ def _prepare(opts, gpus: int | None = None):
     from .core import STACK_FLAGS
     kwargs = dict(hardware=o.hardware, seq_len=o.seq_len, global_batch_size=o.global_batch_size, dtype=o.dtype,
                   precision=o.precision, gpus_per_node=o.gpus_per_node,
-                  inter_node_gbytes_per_s=o.inter_node_bandwidth, tokens=n_tokens, pins=pins,
-                  **{k: getattr(o, k) for k in STACK_FLAGS})
+                  inter_node_gbytes_per_s=o.inter_node_bandwidth, tokens=n_tokens, pins=pins, framework=o.framework,
+                  **{k: getattr(o, k) for k in STACK_FLAGS if getattr(o, k) is not None})
     return spec, kwargs
 
 
@@ -379,10 +383,12 @@ def export(
     to: str = typer.Option(..., "--to", help="megatron, torchtitan or deepspeed."),
 ):
     """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config)."""
-    from .export import FORMATS, export_notes, export_plan
+    from .export import FORMATS, export_notes, export_plan, framework_note
     _check_choice("to", to, FORMATS)
     plan = read_plan(plan_file)
     sys.stdout.write(export_plan(plan, to).rstrip("\n") + "\n")
+    if framework_note(plan, to):
+        _err(f"note: {framework_note(plan, to)}")
     if to == "deepspeed":
         for note in export_notes(plan, to):
             _err(f"note: {note}")

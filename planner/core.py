@@ -49,6 +49,19 @@ def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
                "grad_accumulation_fusion", "p2p_scatter_gather")
+# What each framework does by default where parplan's runtime differs (Training's defaults):
+#   megatron   --no-gradient-accumulation-fusion (fusion is on unless disabled),
+#              --no-scatter-gather-tensors-in-pipeline (scatter/gather on unless disabled; nothing
+#              to scatter with sequence parallelism), --use-distributed-optimizer reduce-scatters
+#   deepspeed  zero_optimization.reduce_scatter (default true) for ZeRO-1/2; pipeline engine sends
+#              whole tensors; autograd accumulates gradients (no fusion)
+#   torchtitan FSDP2 and torch.distributed.pipelining, like parplan's runtime
+FRAMEWORK_DEFAULTS: dict[str, dict] = {
+    "parplan": {},
+    "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter"},
+    "deepspeed": {"zero1_grad_reduce": "reduce-scatter"},
+    "torchtitan": {},
+}
 
 
 def training_consts(tr: Training) -> TrainingConsts:
@@ -148,10 +161,11 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
               global_batch_size: int = 1024, dtype: str = "bf16", precision: str = "master-weights",
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
-              pins: Pins | None = None, suggest: bool = True, **stack) -> Plan:
+              pins: Pins | None = None, suggest: bool = True, framework: str = "parplan", **stack) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
     `model` is a ModelSpec or a preset name ("llama3-70b").  `stack`: any of STACK_FLAGS, the
-    Training fields that describe how the training framework behaves (defaults: parplan's runtime).
+    Training fields that describe how the training framework behaves; those not given (or None)
+    take the framework's defaults (FRAMEWORK_DEFAULTS), then Training's (parplan's runtime).
     Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits."""
     if isinstance(model, str):
         from .models import load_preset
@@ -167,8 +181,12 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     unknown = set(stack) - set(STACK_FLAGS)
     if unknown:
         raise TypeError(f"recommend() got unexpected keyword arguments {sorted(unknown)}; stack flags: {STACK_FLAGS}")
+    if framework not in FRAMEWORK_DEFAULTS:
+        raise PlannerError(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORK_DEFAULTS)}")
+    stack = {**FRAMEWORK_DEFAULTS[framework], **{k: v for k, v in stack.items() if v is not None}}
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
-                        num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, **stack)
+                        num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
+                        **stack)
     hw = hardware_constants(profile, hw_ref, dtype)
     m = ModelDims.from_spec(spec, seq_len)
     tr = training_consts(training)
@@ -267,8 +285,8 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
 
 
 def stack_flags(training: Training) -> dict:
-    """The plan's STACK_FLAGS, as keyword arguments for recommend()."""
-    return {k: getattr(training, k) for k in STACK_FLAGS}
+    """The plan's framework and STACK_FLAGS, as keyword arguments for recommend()."""
+    return {"framework": training.framework, **{k: getattr(training, k) for k in STACK_FLAGS}}
 
 
 def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:

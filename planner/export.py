@@ -46,7 +46,7 @@ from planner.schema import Plan
 
 FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
 
-__all__ = ["FORMATS", "export_plan", "export_notes"]
+__all__ = ["FORMATS", "export_plan", "export_notes", "framework_note"]
 
 
 def export_plan(plan: Plan, to: str) -> str:
@@ -67,6 +67,15 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
     if key not in builders:
         raise ValueError(f"unknown export format {to!r}; choose one of: {', '.join(FORMATS)}")
     return builders[key](plan)
+
+
+def framework_note(plan: Plan, to: str) -> Optional[str]:
+    """A sentence when the plan was predicted for another framework than the export target."""
+    planned_for = plan.training.framework
+    if planned_for == to:
+        return None
+    return (f"the plan's prediction models {planned_for}, not {to}; `parplan recommend ... --framework {to}` "
+            f"predicts with {to}'s defaults (gradient accumulation, pipeline sends, ZeRO-1 reduction)")
 
 
 # --------------------------------------------------------------------------------------------

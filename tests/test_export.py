@@ -280,3 +280,15 @@ def test_deepspeed_gpt_zero3_offload():
 
 def test_format_name_is_case_insensitive():
     assert export_plan(llama_plan(), "DeepSpeed") == export_plan(llama_plan(), "deepspeed")
+
+
+def test_framework_note_only_when_predicted_for_another_framework():
+    from planner.export import framework_note
+    plan = llama_plan()
+    assert plan.training.framework == "parplan"
+    for to in FORMATS:
+        note = framework_note(plan, to)
+        assert note and f"--framework {to}" in note
+    plan.training.framework = "megatron"
+    assert framework_note(plan, "megatron") is None
+    assert "models megatron, not deepspeed" in framework_note(plan, "deepspeed")

@@ -11,7 +11,7 @@ import hardware_profiles
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import Layout, ModelDims, TrainingConsts
 from cost_models.total import evaluate
-from planner.core import NothingFits, evaluate_plan, recommend
+from planner.core import NothingFits, PlannerError, evaluate_plan, recommend
 from planner.models import list_presets, load_preset
 from planner.schema import Plan
 from planner.search import Pins, build_layouts
@@ -217,6 +217,23 @@ def test_recommend_takes_every_stack_flag_and_rejects_others():
                  zero1_grad_reduce="reduce-scatter", grad_accumulation_fusion=True, p2p_scatter_gather=True)
     assert set(flags) == set(STACK_FLAGS)
     plan = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, **flags)
-    assert stack_flags(plan.training) == flags
+    assert stack_flags(plan.training) == {"framework": "parplan", **flags}
     with pytest.raises(TypeError, match="flash_atention"):
         recommend(spec, 2, seq_len=64, global_batch_size=4, flash_atention=False)
+
+
+def test_framework_sets_the_stack_defaults_and_explicit_flags_win():
+    from planner.core import FRAMEWORK_DEFAULTS
+    spec = load_preset("tiny-llama-test")
+    kw = dict(seq_len=64, global_batch_size=4, suggest=False)
+    parplan = recommend(spec, 2, **kw).training
+    assert (parplan.framework, parplan.grad_accumulation_fusion, parplan.p2p_scatter_gather,
+            parplan.zero1_grad_reduce) == ("parplan", False, False, "all-reduce")
+    meg = recommend(spec, 2, framework="megatron", **kw).training
+    assert meg.framework == "megatron"
+    for k, v in FRAMEWORK_DEFAULTS["megatron"].items():
+        assert getattr(meg, k) == v
+    own = recommend(spec, 2, framework="megatron", grad_accumulation_fusion=False, **kw).training
+    assert own.grad_accumulation_fusion is False and own.p2p_scatter_gather is True
+    with pytest.raises(PlannerError, match="unknown framework"):
+        recommend(spec, 2, framework="jax", **kw)

@@ -38,6 +38,13 @@ class HardwareConstants:
     host_link_bytes_per_s: float
     host_memory_bytes_per_s_per_node: float
     host_block_s: np.ndarray  # host dispatch seconds per block fwd+bwd, indexed by recompute code (0 = not measured)
+    overlap_slowdown: float = 0.0  # profile.overlap_compute_slowdown
+
+    def exposed(self, comm_s, compute_s):
+        """Seconds communication adds to compute it overlaps with: max(C, X + C k/(1+k)) - X for a
+        slowdown k of the compute while the collective runs (k = 0: max(0, C - X), perfect overlap)."""
+        share = self.overlap_slowdown / (1.0 + self.overlap_slowdown)
+        return np.maximum(share * comm_s, comm_s - compute_s)
 
     @property
     def usable_bytes(self) -> float:
@@ -80,4 +87,5 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,
         host_memory_bytes_per_s_per_node=profile.host_memory_gbytes_per_s_per_node * GB,
         host_block_s=np.array([profile.host_block_s.get(k, 0.0) for k in ("none", "selective", "full")]),
+        overlap_slowdown=profile.overlap_compute_slowdown,
     )

@@ -16,7 +16,9 @@ Overlap assumptions: TP collectives are exposed (our runtime and Megatron withou
 block's GEMMs.  CP K/V all-gather (and the dK/dV reduce-scatter) hides behind attention compute
 (all-gather based CP with load balancing, Llama 3, Dubey et al. 2024 sec. 3.3.2).  Data-parallel reduce-scatter/all-reduce hides behind one micro-batch's backward and the
 parameter all-gather behind one forward when overlap_grad_reduce; ZeRO-3 gathers hide behind the
-micro-batch they serve.
+micro-batch they serve.  "Hides" is not free: while a collective runs, the compute beside it slows
+by the profile's overlap_compute_slowdown k (NCCL kernels occupy SMs and HBM bandwidth), so C seconds
+of communication overlapped with X seconds of compute cost max(C, X + C k/(1+k)) (hw.exposed).
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
     n_coll = 4 + 2 * full
     tp_block = n_coll * t_ar
-    tp_block_exposed = np.where(tr.overlap_tp_comm, np.maximum(0.0, tp_block - bt["gemm"]), tp_block)
+    tp_block_exposed = np.where(tr.overlap_tp_comm, hw.exposed(tp_block, bt["gemm"]), tp_block)
 
     # ---- context parallel (Llama 3 sec. 3.3.2): all-gather of the K/V shards forward
     # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same
@@ -71,7 +73,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
     n_cp = 2 + full
     cp_block = n_cp * t_cp
-    cp_block_exposed = np.maximum(0.0, cp_block - bt["attention"])
+    cp_block_exposed = hw.exposed(cp_block, bt["attention"])
 
     block = bt["total"] + tp_block_exposed + cp_block_exposed
 
@@ -126,19 +128,19 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     bwd_window = blocks_first * bt["bwd"]
     fwd_window = blocks_first * bt["fwd"]
     ov = tr.overlap_grad_reduce
-    exposed_ar = np.where(ov, np.maximum(0.0, ar_t - bwd_window), ar_t)
+    exposed_ar = np.where(ov, hw.exposed(ar_t, bwd_window), ar_t)
     # ZeRO-1 by all-reduce (parplan's runtime, DeepSpeed's BF16 optimizer: every rank keeps the
     # full reduced gradient and steps its shard) or by reduce-scatter (Megatron's distributed
     # optimizer, DeepSpeed ZeRO); ZeRO-2 always reduce-scatters (non-owners drop their gradients).
     z1_ar = (zero == 1) & tr.zero1_all_reduce
     red_t = np.where(z1_ar, ar_t, rs_t)
     red_moved = np.where(z1_ar, ar_moved, rs_moved)
-    exposed_rs_ag = (np.where(ov, np.maximum(0.0, red_t - bwd_window), red_t)
-                     + np.where(ov, np.maximum(0.0, ag_t - fwd_window), ag_t))
+    exposed_rs_ag = (np.where(ov, hw.exposed(red_t, bwd_window), red_t)
+                     + np.where(ov, hw.exposed(ag_t, fwd_window), ag_t))
     # ZeRO-3 / FSDP: per micro-batch gather weights for forward and backward (+ recompute) and
     # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.
     z3_mb_t = (2 + full) * ag_t + rs_t
-    z3_exposed = m_micro * np.maximum(0.0, z3_mb_t - t_stage)
+    z3_exposed = m_micro * hw.exposed(z3_mb_t, t_stage)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,
                         np.where(zero >= 3, m_micro * ((2 + full) * ag_moved + rs_moved), red_moved + ag_moved))

@@ -246,6 +246,10 @@ class HardwareProfile(Strict):
         "runtime, by recompute mode; a block takes max(GPU time, host time), so small blocks are launch-bound. Measured by "
         "`parplan calibrate` on the machine (it depends on the CPU, torch and the runtime, not the GPU); empty = not measured, "
         "no host bound.")
+    overlap_compute_slowdown: float = Field(
+        0.0, ge=0.0, le=1.0, description="Fractional slowdown of compute kernels while a collective runs beside them "
+        "(NCCL kernels take SMs and HBM bandwidth): overlapped communication C beside compute X costs max(C, X + C k/(1+k)) "
+        "instead of max(C, X). 0 = perfect overlap.")
     hbm_gbytes: float = Field(gt=0, description="HBM capacity per GPU, GB (1e9 bytes).")
     hbm_gbytes_per_s: float = Field(gt=0, description="HBM bandwidth per GPU, datasheet, GB/s.")
     hbm_efficiency: float = Field(gt=0, le=1, description="Achievable fraction of HBM bandwidth for streaming kernels.")

@@ -165,7 +165,9 @@ def test_from_run_json_out(plan, tmp_path, capsys):
     rc, _, err = _run(["calibrate", "--from-run", str(r), "--base", "h100-sxm-80gb", "--out", str(out)], capsys)
     assert rc == 0, err
     data = json.loads(out.read_text())
-    assert HardwareProfile(**data).sustained_matmul_fraction < 0.72
+    # measured 10 % slower than predicted: the refit fraction drops below the base profile's
+    base = hardware_profiles.load_profile("h100-sxm-80gb").sustained_matmul_fraction
+    assert HardwareProfile(**data).sustained_matmul_fraction < base
     assert math.isfinite(data["memory_reserve_gbytes"])
 
 

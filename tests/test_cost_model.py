@@ -237,3 +237,29 @@ def test_pipeline_scatter_gather():
     assert float(out[True, 0]["pp_comm_s"]) < float(out[False, 0]["pp_comm_s"]) / 3
     for k in ("comm_pp_bytes", "pp_comm_s"):
         assert float(out[True, 1][k]) == pytest.approx(float(out[False, 1][k]))
+
+
+def test_overlapped_communication_slows_the_compute_beside_it():
+    """A collective of C s beside X s of compute costs max(C, X + C k/(1+k)) - X extra for the profile's
+    compute slowdown k (perfect overlap at k = 0).  By hand for ZeRO-3 over 16 GPUs on two nodes, where
+    the gathers (C) are shorter than the micro-batch's compute: exposed 0 at k = 0, C k/(1+k) at k."""
+    from dataclasses import replace
+    spec = gpt(8, 4096, 32)
+    m = ModelDims.from_spec(spec, 2048)
+    prof = load_profile("a100-sxm-80gb")
+    k = prof.overlap_compute_slowdown
+    assert k == pytest.approx(0.189)
+    hw = constants_from_profile(prof, "bf16")
+    hw0 = replace(hw, overlap_slowdown=0.0)
+    assert hw.exposed(1.0, 5.0) == pytest.approx(k / (1 + k)) and hw0.exposed(1.0, 5.0) == 0.0
+    assert hw.exposed(5.0, 1.0) == pytest.approx(4.0) == hw0.exposed(5.0, 1.0)
+    tr = TrainingConsts(global_batch_size=256, dtype="bf16", precision="master-weights", flash_attention=True,
+                        overlap_grad_reduce=True, overlap_tp_comm=False)
+    lay = _lay(gpus=16, dp=16, zero=3, mbs=16)  # one micro-batch of 16 sequences per GPU
+    with_k, without = evaluate(m, tr, hw, lay), evaluate(m, tr, hw0, lay)
+    P = param_counts(spec, 2048)["total"]
+    ag, _ = comm.all_gather(P * 2, 16, hw.inter_node.bytes_per_s, hw.inter_node.latency_s)
+    rs, _ = comm.reduce_scatter(P * 4, 16, hw.inter_node.bytes_per_s, hw.inter_node.latency_s)
+    c = 2 * ag + rs  # gather for forward and backward, reduce-scatter the fp32 gradients
+    assert float(without["dp_comm_s"]) == 0.0  # hidden behind the micro-batch
+    assert float(with_k["dp_comm_s"]) == pytest.approx(c * k / (1 + k), rel=1e-6)

@@ -16,7 +16,10 @@ N samples, each sample a loop long enough to swamp the timer):
   (e) with >= 2 GPUs, NCCL all-reduce / all-gather / reduce-scatter / send-recv in spawned local
       processes: nvlink.efficiency = large all-reduce bus bandwidth / link bandwidth, and
       nvlink.latency_s = small-message all-reduce time / its 2(n-1) ring steps.  With one GPU
-      the base profile's network values are kept (and the profile says so).
+      the base profile's network values are kept (and the profile says so);
+  (f) with >= 2 GPUs, overlap_compute_slowdown: a train of large bf16 GEMMs timed alone and
+      again while asynchronous all-reduces run beside it (``overlap_slowdown``), the slowest rank's
+      ratio - 1 (the base profile's literature value is kept with one GPU).
 
 On a CPU there is no datasheet peak: the best fp32 GEMM throughput measured is used as the
 "peak" of every dtype and the copy bandwidth as the memory bandwidth: a self-calibration for
@@ -412,10 +415,72 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], resul
                           "reduce_scatter": (n - 1) / n, "send_recv": 1.0}[op]
                 results.append({"op": op, "bytes": nbytes, "s": float(t.item()),
                                 "busbw_gbytes_per_s": nbytes * factor / float(t.item()) / GB})
+        ov = overlap_slowdown(torch, dist, dev, n=8192, gemms=16, comm_bytes=256 << 20)
+        worst = torch.tensor([ov["slowdown"]], device=dev)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)  # the step waits for the slowest rank
+        results.append({"op": "overlap", **ov, "slowdown": float(worst.item())})
         if rank == 0:
             Path(result_path).write_text(json.dumps(results))
     finally:
         dist.destroy_process_group()
+
+
+def overlap_slowdown(torch, dist, device, n: int = 2048, gemms: int = 8, comm_bytes: int = 64 << 20,
+                     reps: int = 5) -> dict:
+    """Compute slowdown while a collective runs beside it, on this rank: a train of `gemms` n x n x n
+    matmuls (bf16 on a GPU, fp32 on a CPU) timed alone and again with asynchronous all-reduces of
+    `comm_bytes` in flight over the default group for its whole length (NCCL runs them on its own
+    stream; gloo on its own thread).  Median of `reps`; slowdown = beside / alone - 1, >= 0."""
+    cuda = device.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    buf = torch.ones(max(1, comm_bytes // a.element_size()), device=device, dtype=dtype)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def timed(fn) -> float:
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    def train():
+        for _ in range(gemms):
+            torch.mm(a, b)
+
+    def comm_once():
+        dist.all_reduce(buf, async_op=True).wait()
+        sync()
+
+    train()
+    comm_once()
+    sync()
+    dist.barrier()
+    alone = statistics.median(timed(train) for _ in range(reps))
+    t0 = time.perf_counter()
+    comm_once()
+    one_comm = max(time.perf_counter() - t0, 1e-6)
+    in_flight = int(min(256, math.ceil(1.5 * alone / one_comm) + 1))  # keep the link busy past the train
+    beside = []
+    for _ in range(reps):
+        dist.barrier()
+        works = [dist.all_reduce(buf, async_op=True) for _ in range(in_flight)]
+        beside.append(timed(train))
+        for w in works:
+            w.wait()
+        sync()
+    med = statistics.median(beside)
+    return {"gemm_alone_s": alone, "gemm_beside_s": med, "all_reduces_in_flight": in_flight,
+            "slowdown": max(0.0, med / alone - 1.0)}
 
 
 def measure_collectives(world: int, quick: bool) -> list[dict]:
@@ -431,6 +496,33 @@ def measure_collectives(world: int, quick: bool) -> list[dict]:
         path = os.path.join(d, "collectives.json")
         mp.spawn(_collective_worker, args=(world, port, sizes, path), nprocs=world, join=True)
         return json.loads(Path(path).read_text())
+
+
+def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, measured_fields: list[str]) -> str:
+    """Write what the collective benchmark measured into the profile dict `data` (nvlink efficiency and
+    latency, overlap_compute_slowdown when the overlap probe ran); returns the sources note."""
+    ov = [r for r in coll if r["op"] == "overlap"]
+    if ov:
+        data["overlap_compute_slowdown"] = float(f"{min(1.0, ov[0]['slowdown']):.3g}")
+        measured_fields.append("overlap_compute_slowdown")
+    ar = [r for r in coll if r["op"] == "all_reduce"]
+    big = max(ar, key=lambda r: r["bytes"])
+    small = min(ar, key=lambda r: r["bytes"])
+    nv = dict(data["nvlink"])
+    nv["efficiency"] = _clamp_eff(big["busbw_gbytes_per_s"] / base_profile.nvlink.gbytes_per_s)
+    nv["latency_s"] = float(f"{small['s'] / (2 * (world - 1)):.3g}")
+    data["nvlink"] = nv
+    measured_fields += ["nvlink.efficiency", "nvlink.latency_s"]
+    note = (f"{world} GPUs: all-reduce busbw {big['busbw_gbytes_per_s']:.0f} GB/s at {big['bytes'] / 2**20:.0f} MiB "
+            f"/ link {base_profile.nvlink.gbytes_per_s:g} GB/s; {small['bytes'] / 1024:.0f} KiB all-reduce "
+            f"{small['s'] * 1e6:.1f} us over {2 * (world - 1)} ring steps; " + ", ".join(
+                f"{op} {max((r for r in coll if r['op'] == op), key=lambda r: r['bytes'])['busbw_gbytes_per_s']:.0f}"
+                for op in ("all_gather", "reduce_scatter", "send_recv")) + " GB/s")
+    if ov:
+        note += (f"; GEMM train {ov[0]['gemm_alone_s'] * 1e3:.1f} ms alone, {ov[0]['gemm_beside_s'] * 1e3:.1f} ms beside "
+                 f"{ov[0]['all_reduces_in_flight']} all-reduces: overlap_compute_slowdown "
+                 f"{data['overlap_compute_slowdown']:g} (slowest rank)")
+    return note
 
 
 HOST_BLOCKS = (2, 10)  # block counts of the two host-dispatch runs; their difference isolates one block
@@ -598,22 +690,11 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         notes.append("cpu: host dispatch per block not measured (a GPU measurement; measure_host_block('cpu') exists for tests)")
     net_note = None
     if coll:
-        ar = [r for r in coll if r["op"] == "all_reduce"]
-        big = max(ar, key=lambda r: r["bytes"])
-        small = min(ar, key=lambda r: r["bytes"])
-        nv = dict(data["nvlink"])
-        nv["efficiency"] = _clamp_eff(big["busbw_gbytes_per_s"] / base_profile.nvlink.gbytes_per_s)
-        nv["latency_s"] = float(f"{small['s'] / (2 * (world - 1)):.3g}")
-        data["nvlink"] = nv
-        measured_fields += ["nvlink.efficiency", "nvlink.latency_s"]
-        net_note = (f"{world} GPUs: all-reduce busbw {big['busbw_gbytes_per_s']:.0f} GB/s at {big['bytes'] / 2**20:.0f} MiB "
-                    f"/ link {base_profile.nvlink.gbytes_per_s:g} GB/s; {small['bytes'] / 1024:.0f} KiB all-reduce "
-                    f"{small['s'] * 1e6:.1f} us over {2 * (world - 1)} ring steps; " + ", ".join(
-                        f"{op} {max((r for r in coll if r['op'] == op), key=lambda r: r['bytes'])['busbw_gbytes_per_s']:.0f}"
-                        for op in ("all_gather", "reduce_scatter", "send_recv")) + " GB/s")
+        net_note = apply_collectives(data, coll, base_profile, world, measured_fields)
     else:
         why = "one GPU" if on_gpu else "cpu"
-        notes.append(f"{why}: network not measured; nvlink and inter_node kept from {base_profile.name}")
+        notes.append(f"{why}: network not measured; nvlink, inter_node and overlap_compute_slowdown kept from "
+                     f"{base_profile.name}")
     notes.append("inter_node, hbm_gbytes, memory_reserve_gbytes, sustained_matmul_fraction and host memory kept from "
                  f"{base_profile.name} (inter-node needs several nodes; sustained fraction: `parplan calibrate --from-run`)")
 

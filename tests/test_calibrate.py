@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tomllib
 from pathlib import Path
 
@@ -201,3 +202,57 @@ def test_bad_input_is_one_line_exit_2(case, plan, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: ")
     assert not (tmp_path / "o.toml").exists()
+
+
+def _overlap_worker(rank, world, port, out):
+    import torch
+    import torch.distributed as dist
+    from planner.calibrate import overlap_slowdown
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        r = overlap_slowdown(torch, dist, torch.device("cpu"), n=192, gemms=4, comm_bytes=1 << 20, reps=3)
+        if rank == 0:
+            Path(out).write_text(json.dumps(r))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_overlap_probe_runs_gemms_beside_async_all_reduces(tmp_path):
+    """The (f) probe's mechanics on two gloo ranks: GEMMs timed alone and with all-reduces in flight.
+    On a CPU the number means nothing; on GPUs the worker runs the same function over NCCL."""
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "overlap.json"
+    mp.spawn(_overlap_worker, args=(2, port, str(out)), nprocs=2, join=True)
+    r = json.loads(out.read_text())
+    assert r["gemm_alone_s"] > 0 and r["gemm_beside_s"] > 0 and r["all_reduces_in_flight"] >= 1
+    assert r["slowdown"] == pytest.approx(max(0.0, r["gemm_beside_s"] / r["gemm_alone_s"] - 1))
+
+
+def test_collective_results_fill_the_profile():
+    """What a >= 2-GPU calibration writes (no GPU needed): nvlink from the all-reduce sweep and
+    overlap_compute_slowdown from the overlap probe."""
+    from planner.calibrate import apply_collectives
+    base = hardware_profiles.load_profile("h100-sxm-80gb")
+    coll = [{"op": op, "bytes": b, "s": b / 300e9, "busbw_gbytes_per_s": 300.0 if b > 1e6 else 1.0}
+            for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv") for b in (8 << 10, 256 << 20)]
+    coll.append({"op": "overlap", "gemm_alone_s": 0.020, "gemm_beside_s": 0.025, "all_reduces_in_flight": 9,
+                 "slowdown": 0.25})
+    data = base.model_dump(mode="json")
+    fields: list[str] = []
+    note = apply_collectives(data, coll, base, 8, fields)
+    prof = HardwareProfile(**data)
+    assert prof.overlap_compute_slowdown == 0.25
+    assert prof.nvlink.efficiency == pytest.approx(300 / 450, rel=1e-3)
+    assert set(fields) == {"overlap_compute_slowdown", "nvlink.efficiency", "nvlink.latency_s"}
+    assert "overlap_compute_slowdown 0.25" in note
+    without = base.model_dump(mode="json")
+    apply_collectives(without, coll[:-1], base, 8, [])
+    assert without["overlap_compute_slowdown"] == base.overlap_compute_slowdown  # kept from the base

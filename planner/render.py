@@ -71,6 +71,19 @@ def breakdown_table(plan: Plan):
     return t
 
 
+def compact_counts(counts) -> str:
+    """[0, 1, 1, 1, 0] -> "[0, 1 x3, 0]": runs of equal counts, so 128 virtual stages fit a line."""
+    if not counts:
+        return "[]"
+    runs = []
+    for c in counts:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    return "[" + ", ".join(f"{c}" if n == 1 else f"{c} x{n}" for c, n in runs) + "]"
+
+
 def summary_lines(plan: Plan) -> list[str]:
     pr = plan.prediction
     m = plan.model
@@ -79,7 +92,8 @@ def summary_lines(plan: Plan) -> list[str]:
         f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}, vocab {m.vocab}",
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         f"Amdahl parallel fraction {pr.amdahl.parallel_fraction:.4f} -> speedup {pr.amdahl.speedup:.1f}x on {plan.hardware.gpus} GPUs",
-        f"stage_layers {plan.parallel.stage_layers}",
+        f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
+        f"{len(plan.parallel.stage_layers or [])} in all)",
     ]
     if pr.days_to_train is not None:
         lines.append(f"time to train {plan.training.tokens:.3g} tokens: {pr.days_to_train:.1f} days, "

@@ -195,3 +195,11 @@ def test_help_lists_new_commands(capsys):
     assert rc == 0
     for c in ("explain", "compare", "sweep", "recommend"):
         assert c in out
+
+
+def test_stage_layers_print_as_runs():
+    from planner.render import compact_counts
+    assert compact_counts([0] + [1] * 126 + [0]) == "[0, 1 x126, 0]"
+    assert compact_counts([32]) == "[32]"
+    assert compact_counts([5, 6, 6, 5]) == "[5, 6 x2, 5]"
+    assert compact_counts([]) == "[]"

@@ -4,7 +4,8 @@ The measured numbers are the reports' own (median step time after warm-up, large
 allocated peak over ranks), written by `parplan launch` on the GPU; nothing here runs a GPU.  The
 predictions are re-made from each report's plan with the cost model of this checkout, under:
 
-  datasheet   hardware_profiles/h100-sxm-80gb.toml (sustained fraction 0.83, fitted to Megatron's H100 table)
+  datasheet   hardware_profiles/h100-sxm-80gb.toml (sustained fraction 0.83, fitted to Megatron's H100 table; host
+              dispatch per block copied from this calibration)
   calibrated  <dir>/h100-calibrated.toml: `parplan calibrate` on the GPU (curves, HBM, host link,
               host dispatch per block); sustained fraction kept from the datasheet profile
   refit       calibrated + `parplan calibrate --from-run` over the first grid's 16 reports (sustained

@@ -57,16 +57,17 @@ def test_one_microbatch_grads_dominate_when_activations_are_small():
 
 def _with_host(tmp_path, host: dict) -> str:
     prof = load_hardware("h100-sxm-80gb").model_copy(update={"host_block_s": host, "name": "h100-host-test"})
-    path = tmp_path / "h100-host.toml"
+    path = tmp_path / f"h100-host-{len(host)}.toml"
     path.write_text(profile_toml(prof))
     return str(path)
 
 
 def test_launch_bound_blocks_take_the_host_time(tmp_path):
     """A block takes max(GPU time, measured host time): a tiny model is host-bound, a large one not."""
+    unmeasured = _with_host(tmp_path, {})
     path = _with_host(tmp_path, {"none": 0.01, "full": 0.02})
     tiny = ModelSpec(arch="llama", layers=4, hidden=256, heads=4, kv_heads=2, ffn_hidden=512, vocab=1024, name="tiny")
-    base = recommend(tiny, gpus=1, seq_len=128, global_batch_size=1, suggest=False,
+    base = recommend(tiny, gpus=1, seq_len=128, global_batch_size=1, suggest=False, hardware=unmeasured,
                      pins=Pins(tp=1, pp=1, dp=1, mbs=1, zero=0, recompute="none", offload="none"))
     hosted = evaluate_plan(base.model_copy(update={"hardware": base.hardware.model_copy(update={"name": path})}))
     assert base.prediction.step_time_s < 4 * 0.01  # the GPU alone would be far faster
@@ -75,7 +76,7 @@ def test_launch_bound_blocks_take_the_host_time(tmp_path):
     assert any(w.startswith("launch-bound") for w in hosted.prediction.warnings)
     assert not any(w.startswith("launch-bound") for w in base.prediction.warnings)
     path = _with_host(tmp_path, {"none": 0.0005})  # well under this block's GPU time
-    big = _plan(gbs=8)
+    big = _plan(gbs=8, hardware=unmeasured)
     big_hosted = evaluate_plan(big.model_copy(update={"hardware": big.hardware.model_copy(update={"name": path})}))
     assert big_hosted.prediction.step_time_s == pytest.approx(big.prediction.step_time_s, rel=1e-12)
     assert not any(w.startswith("launch-bound") for w in big_hosted.prediction.warnings)
@@ -85,7 +86,7 @@ def test_host_block_round_trips_through_the_profile_writer(tmp_path):
     path = _with_host(tmp_path, {"none": 0.00185, "selective": 0.00234, "full": 0.00434})
     back = load_hardware(path)
     assert back.host_block_s == {"none": 0.00185, "selective": 0.00234, "full": 0.00434}
-    assert "host_block_s" not in profile_toml(load_hardware("h100-sxm-80gb"))  # unmeasured: not written
+    assert "host_block_s" not in profile_toml(load_hardware("a100-sxm-80gb"))  # unmeasured: not written
     with pytest.raises(ValueError):
         HardwareProfile(**{**back.model_dump(), "host_block_s": {"sometimes": 0.1}})
 

@@ -117,26 +117,33 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins) -> Layout:
     return lay.take(np.nonzero(keep)[0])
 
 
-def infeasibility(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, metrics: dict) -> np.ndarray:
-    """Index into REASONS of the first failed check, or -1 where feasible."""
+def _mark(reason, mask, name):
+    return np.where((reason < 0) & mask, REASONS.index(name), reason)
+
+
+def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> np.ndarray:
+    """The checks that need no cost model (batch split, schedule, layers, sequence, offload): index
+    into REASONS of the first failed one, or -1.  The search evaluates only what passes them."""
     gbs = tr.global_batch_size
-    mb = metrics["num_microbatches"]
     reason = np.full(len(lay), -1)
-
-    def mark(mask, name):
-        nonlocal reason
-        reason = np.where((reason < 0) & mask, REASONS.index(name), reason)
-
-    mark((gbs % (lay.dp * lay.mbs)) != 0, "batch")
+    reason = _mark(reason, (gbs % (lay.dp * lay.mbs)) != 0, "batch")
+    mb = gbs // np.maximum(lay.dp * lay.mbs, 1)
     interleaved = lay.vpp > 1
-    mark(interleaved & ((mb % lay.pp) != 0), "schedule")  # Megatron: m divisible by p when interleaving
-    mark((lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle virtual stages
-    mark((lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # load-balanced CP: 2*cp equal chunks
-    mark((lay.offload > 0) & (lay.zero == 0), "offload")
-    mark(metrics["mem_total"] > hw.usable_bytes, "memory")
+    reason = _mark(reason, interleaved & ((mb % lay.pp) != 0), "schedule")  # Megatron: m divisible by p
+    reason = _mark(reason, (lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle stages
+    reason = _mark(reason, (lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # 2*cp equal chunks
+    return _mark(reason, (lay.offload > 0) & (lay.zero == 0), "offload")
+
+
+def infeasibility(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, metrics: dict,
+                  reason: np.ndarray | None = None) -> np.ndarray:
+    """Index into REASONS of the first failed check, or -1 where feasible (`reason`: the structural
+    checks already done)."""
+    if reason is None:
+        reason = structural_infeasibility(m, tr, lay)
+    reason = _mark(reason, metrics["mem_total"] > hw.usable_bytes, "memory")
     per_node = np.minimum(lay.gpus, hw.gpus_per_node)
-    mark(metrics["mem_offloaded"] * per_node > hw.host_memory_bytes_per_node, "host-memory")
-    return reason
+    return _mark(reason, metrics["mem_offloaded"] * per_node > hw.host_memory_bytes_per_node, "host-memory")
 
 
 # Plans predicted within this fraction of the fastest are treated as equally fast: the cost model's
@@ -172,26 +179,36 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
                objective: str) -> SearchResult:
     t0 = time.perf_counter()
     layouts, metric_list, reasons = [], [], []
+    candidates, structural = 0, []
     for g in gpu_counts:
         lay = build_layouts(m, g, tr.global_batch_size, pins)
+        if len(lay) == 0:
+            continue
+        candidates += len(lay)
+        pre = structural_infeasibility(m, tr, lay)
+        structural.append(pre[pre >= 0])
+        lay = lay.take(np.nonzero(pre < 0)[0])  # only these need the cost model
         if len(lay) == 0:
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
             met = evaluate(m, tr, hw, lay)
         layouts.append(lay)
         metric_list.append(met)
-        reasons.append(infeasibility(m, tr, hw, lay, met))
+        reasons.append(infeasibility(m, tr, hw, lay, met, reason=np.full(len(lay), -1)))
         if objective == "min-gpus" and np.any(reasons[-1] < 0):
             break  # counts ascend: the first that fits is the fewest; larger ones cannot rank higher
+    skipped = np.concatenate(structural) if structural else np.array([], dtype=int)
     if not layouts:
-        return SearchResult(layout=None, metrics={}, candidates=0, feasible=0,
-                            seconds=time.perf_counter() - t0)
+        by_reason = {r: int(np.sum(skipped == i)) for i, r in enumerate(REASONS) if np.any(skipped == i)}
+        return SearchResult(layout=None, metrics={}, candidates=candidates, feasible=0,
+                            seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason)
     lay = Layout(**{k: np.concatenate([getattr(l_, k) for l_ in layouts]) for k in layouts[0].__dict__})
     met = {k: np.concatenate([np.broadcast_to(mm[k], (len(l_),)) for mm, l_ in zip(metric_list, layouts)])
            for k in metric_list[0]}
     reason = np.concatenate(reasons)
     feasible = np.nonzero(reason < 0)[0]
-    by_reason = {r: int(np.sum(reason == i)) for i, r in enumerate(REASONS) if np.any(reason == i)}
+    every = np.concatenate([reason, skipped])
+    by_reason = {r: int(np.sum(every == i)) for i, r in enumerate(REASONS) if np.any(every == i)}
     best_infeasible = None
     if len(feasible) == 0:
         # the closest miss: among candidates that fail only on memory, the smallest footprint
@@ -207,6 +224,6 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         order = sort_key(objective, sub, sub_met)[:top_k]
         top = sub.take(order)
         top_met = {k: v[order] for k, v in sub_met.items()}
-    return SearchResult(layout=top, metrics=top_met, candidates=len(lay), feasible=int(len(feasible)),
+    return SearchResult(layout=top, metrics=top_met, candidates=candidates, feasible=int(len(feasible)),
                         seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason,
                         best_infeasible=best_infeasible)

@@ -237,3 +237,21 @@ def test_framework_sets_the_stack_defaults_and_explicit_flags_win():
     assert own.grad_accumulation_fusion is False and own.p2p_scatter_gather is True
     with pytest.raises(PlannerError, match="unknown framework"):
         recommend(spec, 2, framework="jax", **kw)
+
+
+def test_structural_prefilter_changes_nothing_but_the_work():
+    """run_search evaluates only candidates passing the checks that need no cost model; evaluating
+    every candidate and applying all checks gives the same reason counts and the same best plan."""
+    from planner.search import infeasibility, run_search, sort_key
+    spec, m, tr, hw, lay = _setup()
+    res = run_search(m, tr, hw, [int(lay.gpus[0])], Pins(), top_k=1, objective="throughput")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        met = evaluate(m, tr, hw, lay)
+    reason = infeasibility(m, tr, hw, lay, met)
+    from planner.search import REASONS
+    full = {r: int(np.sum(reason == i)) for i, r in enumerate(REASONS) if np.any(reason == i)}
+    assert res.infeasible_by_reason == full
+    assert res.candidates == len(lay) and res.feasible == int(np.sum(reason < 0))
+    ok = np.nonzero(reason < 0)[0]
+    best = ok[sort_key("throughput", lay.take(ok), {k: v[ok] for k, v in met.items()})[0]]
+    assert lay.row(int(best)) == res.layout.row(0)

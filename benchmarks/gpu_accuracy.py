@@ -9,7 +9,8 @@ predictions are re-made from each report's plan with the cost model of this chec
   calibrated  <dir>/h100-calibrated.toml: `parplan calibrate` on the GPU (curves, HBM, host link,
               host dispatch per block); sustained fraction kept from the datasheet profile
   refit       calibrated + `parplan calibrate --from-run` over the first grid's 16 reports (sustained
-              fraction), redone with this checkout's model -- in-sample for those 16 runs
+              fraction on the compute-bound ones, host dispatch per block on the launch-bound ones),
+              redone with this checkout's model -- in-sample for those 16 runs
               (<dir>/h100-refit.toml is this fit as `parplan calibrate --from-run` writes it; the grid-refit
               re-runs were launched with the day's first fit, sustained 0.88, made before the model
               counted the gradient passes -- see the git history of that file)

@@ -880,8 +880,38 @@ def fit_sustained(plan, profile, measured_s: float, predict) -> tuple[float, boo
     return math.sqrt(lo * hi), False
 
 
+def launch_bound(prediction) -> bool:
+    return any(w.startswith("launch-bound") for w in prediction.warnings)
+
+
+def fit_host_block(plan, profile, measured_s: float, predict) -> float | None:
+    """host_block_s[plan's recompute mode] at which the predicted step equals `measured_s` (the step
+    grows with it once blocks are launch-bound); None when even no host time predicts slower."""
+    mode = plan.parallel.recompute
+
+    def t(h):
+        return predict(plan, profile.model_copy(update={"host_block_s": {**profile.host_block_s, mode: h}})).step_time_s
+    if t(0.0) >= measured_s:
+        return None
+    lo, hi = 0.0, max(profile.host_block_s.get(mode, 0.0), 1e-3)
+    while t(hi) < measured_s:
+        lo, hi = hi, hi * 2
+        if hi > 10.0:
+            return None
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if t(mid) < measured_s:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | None = None, console=None):
-    """Refit sustained_matmul_fraction and memory_reserve_gbytes from launch reports.
+    """Refit sustained_matmul_fraction, host_block_s and memory_reserve_gbytes from launch reports.
+    The sustained fraction is fitted on the reports that are not launch-bound (all of them if every
+    one is), then host_block_s per recompute mode on those that are (the runs measure dispatch under
+    real load; the calibrate probe measures it on a tiny model).
     Returns (path, profile, rows) with one row per report (predictions before/after)."""
     console = console or _console()
     runs = [read_report(r) for r in reports]
@@ -895,10 +925,20 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     try:
         before = [predict(r["plan"], base_profile) for r in runs]
         fits = [fit_sustained(r["plan"], base_profile, r["step_time_s"], predict) for r in runs]
-        # median of the per-report fits: robust to the odd launch-bound or noisy run
-        s_new = statistics.median(s for s, _ in fits)
+        bound = [launch_bound(b) for b in before]
+        # median of the per-report fits over the compute-bound runs (the fraction barely moves a
+        # launch-bound one): robust to the odd noisy run
+        s_new = statistics.median(s for (s, _), lb in zip(fits, bound) if not lb or all(bound))
         s_new = min(1.0, max(1e-4, s_new))
         candidate = base_profile.model_copy(update={"sustained_matmul_fraction": s_new})
+        host_fits: dict[str, list[float]] = {}
+        for r, lb in zip(runs, bound):
+            if lb and base_profile.host_block_s:
+                h = fit_host_block(r["plan"], candidate, r["step_time_s"], predict)
+                if h is not None:
+                    host_fits.setdefault(r["plan"].parallel.recompute, []).append(h)
+        host_new = {**base_profile.host_block_s, **{k: statistics.median(v) for k, v in host_fits.items()}}
+        candidate = candidate.model_copy(update={"host_block_s": host_new})
         mid = [predict(r["plan"], candidate) for r in runs]
         gaps = [r["reserved_bytes"] - p.memory_bytes_per_gpu.total for r, p in zip(runs, mid) if r["reserved_bytes"]]
         old_reserve = base_profile.memory_reserve_gbytes
@@ -906,18 +946,24 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         data = candidate.model_dump(mode="json")
         data["sustained_matmul_fraction"] = float(f"{s_new:.6g}")
         data["memory_reserve_gbytes"] = round(new_reserve, 4)
+        data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_new.items()}
         data["name"] = _calibrated_name(base_profile.name)
         devices = sorted({r["device"] for r in runs})
         torches = sorted({str(r["torch_version"]) for r in runs if r["torch_version"]})
         names = " ".join(Path(r["path"]).name for r in runs)
         what = (f"{_today()}: {TOOL} --from-run ({len(runs)} report{'s' if len(runs) > 1 else ''} on "
-                f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): sustained_matmul_fraction, memory_reserve_gbytes")
+                f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): sustained_matmul_fraction, "
+                + ("host_block_s, " if host_fits else "") + "memory_reserve_gbytes")
         data["measured"] = f"{what}; before: {base_profile.measured}" if base_profile.measured else what
         clamped = sum(c for _, c in fits)
         data["sources"] = list(data.get("sources") or []) + [
             f"[calibrate] {TOOL} --from-run {names} --base {base_profile.name}: sustained_matmul_fraction "
             f"{base_profile.sustained_matmul_fraction:g} -> {s_new:.4g} (median of per-report fits "
-            f"{', '.join(f'{s:.4g}' for s, _ in fits)}{f'; {clamped} clamped' if clamped else ''}); memory_reserve_gbytes "
+            f"{', '.join(f'{s:.4g}' + (' [launch-bound, not used]' if lb and not all(bound) else '') for (s, _), lb in zip(fits, bound))}"
+            f"{f'; {clamped} clamped' if clamped else ''}); "
+            + "".join(f"host_block_s.{k} {base_profile.host_block_s.get(k, 0.0) * 1e3:.3g} -> {host_new[k] * 1e3:.3g} ms "
+                      f"(median of {len(v)} launch-bound report(s)); " for k, v in host_fits.items())
+            + "memory_reserve_gbytes "
             f"{old_reserve:g} -> {new_reserve:.4g} (" + (f"median reserved-peak minus predicted total {statistics.median(gaps) / GB:+.3f} GB over "
                                                           f"{len(gaps)} report(s))" if gaps else "no report had reserved memory: kept)")]
         profile = HardwareProfile(**data)

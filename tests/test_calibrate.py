@@ -256,3 +256,34 @@ def test_collective_results_fill_the_profile():
     without = base.model_dump(mode="json")
     apply_collectives(without, coll[:-1], base, 8, [])
     assert without["overlap_compute_slowdown"] == base.overlap_compute_slowdown  # kept from the base
+
+
+def test_from_run_fits_host_dispatch_on_launch_bound_reports_only(plan, tmp_path, capsys):
+    """A launch-bound report (a tiny model whose blocks wait on the host) refits host_block_s for its
+    recompute mode and leaves the sustained fraction to the compute-bound report; the refit profile
+    reproduces both measured steps."""
+    from planner.core import recommend
+    from planner.schema import ModelSpec
+    from planner.search import Pins
+    tiny = ModelSpec(arch="llama", layers=4, hidden=256, heads=4, kv_heads=2, ffn_hidden=512, vocab=1024, name="tiny")
+    small = recommend(tiny, gpus=1, seq_len=128, global_batch_size=1, suggest=False, hardware="h100-sxm-80gb",
+                      pins=Pins(tp=1, pp=1, dp=1, mbs=1, zero=0, recompute="none", offload="none"))
+    assert any(w.startswith("launch-bound") for w in small.prediction.warnings)
+    big = _report(plan, tmp_path / "big.json", factor=1.1)
+    slow_host = _report(small, tmp_path / "tiny.json", factor=1.3)
+    out = tmp_path / "fit.toml"
+    rc, _, err = _run(["calibrate", "--from-run", str(big), "--from-run", str(slow_host), "--base", "h100-sxm-80gb",
+                       "--out", str(out)], capsys)
+    assert rc == 0, err
+    base = hardware_profiles.load_profile("h100-sxm-80gb")
+    prof = hardware_profiles.load_profile(out)
+    assert prof.host_block_s["none"] > base.host_block_s["none"]
+    assert prof.host_block_s["full"] == base.host_block_s["full"]  # no launch-bound full-recompute report
+    assert any("launch-bound, not used" in s for s in prof.sources)
+    predict = _Predictor()
+    try:
+        for p, factor in ((plan, 1.1), (small, 1.3)):
+            got = predict(p, prof).step_time_s
+            assert got == pytest.approx(factor * p.prediction.step_time_s, rel=0.02)
+    finally:
+        predict.close()

@@ -164,6 +164,9 @@ def check_runtime_support(plan, device: str) -> Check:
         if getattr(t, "grad_accumulation_fusion", False):
             warnings.append("the prediction assumes Megatron's fused gradient accumulation, which the runtime does not "
                             "do (it upcasts per micro-batch); `parplan evaluate` the plan with it off to compare")
+        if getattr(t, "zero1_grad_reduce", "all-reduce") == "reduce-scatter" and p.zero_stage == 1 and p.dp > 1:
+            warnings.append("the prediction assumes ZeRO-1 reduce-scatters the gradients; the runtime all-reduces them "
+                            "(twice the bytes); `parplan evaluate` the plan with zero1_grad_reduce all-reduce to compare")
         if getattr(t, "p2p_scatter_gather", False) and p.pp > 1 and p.tp > 1 and not p.sp:
             warnings.append("the prediction assumes Megatron's scatter/gather pipeline sends, which the runtime does not "
                             "do (it sends whole tensors); `parplan evaluate` the plan with it off to compare")

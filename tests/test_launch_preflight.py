@@ -186,3 +186,12 @@ def test_runtime_support_warns_about_megatron_only_assumptions(flag, pp, sp, war
     c = L.check_runtime_support(plan, "cpu")
     assert c.ok
     assert ("Megatron" in c.detail) is warned
+
+
+def test_runtime_support_warns_when_zero1_is_predicted_with_reduce_scatter():
+    plan = tiny_plan(tp=1, dp=2, seq_len=32, zero_stage=1)
+    plan.training.zero1_grad_reduce = "reduce-scatter"
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok and "reduce-scatters" in c.detail
+    plan.training.zero1_grad_reduce = "all-reduce"
+    assert "reduce-scatters" not in L.check_runtime_support(plan, "cpu").detail

@@ -72,6 +72,7 @@ class TrainingConsts:
     overlap_tp_comm: bool
     dropout: bool = False
     zero1_all_reduce: bool = True
+    zero2_each_microbatch: bool = False  # ZeRO-2 gradients sharded as produced (reduce-scatter per micro-batch)
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
 

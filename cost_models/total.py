@@ -135,7 +135,13 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     z1_ar = (zero == 1) & tr.zero1_all_reduce
     red_t = np.where(z1_ar, ar_t, rs_t)
     red_moved = np.where(z1_ar, ar_moved, rs_moved)
-    exposed_rs_ag = (np.where(ov, hw.exposed(red_t, bwd_window), red_t)
+    # ZeRO-2 reducing per micro-batch: a reduce-scatter after each micro-batch's backward, which runs
+    # beside the following micro-batches' work (as ZeRO-3's gathers do); the last one hides behind
+    # the last backward only.
+    each = (zero == 2) & tr.zero2_each_microbatch
+    n_red = np.where(each, m_micro, 1)
+    last_red = np.where(ov, hw.exposed(red_t, bwd_window), red_t)
+    exposed_rs_ag = (np.where(each, (m_micro - 1) * np.where(ov, hw.exposed(red_t, t_stage), red_t), 0.0) + last_red
                      + np.where(ov, hw.exposed(ag_t, fwd_window), ag_t))
     # ZeRO-3 / FSDP: per micro-batch gather weights for forward and backward (+ recompute) and
     # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.
@@ -143,7 +149,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     z3_exposed = m_micro * hw.exposed(z3_mb_t, t_stage)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,
-                        np.where(zero >= 3, m_micro * ((2 + full) * ag_moved + rs_moved), red_moved + ag_moved))
+                        np.where(zero >= 3, m_micro * ((2 + full) * ag_moved + rs_moved), n_red * red_moved + ag_moved))
     # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
     # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
     # two ranks, V x h / tp gradients), on the critical path before the optimizer step.

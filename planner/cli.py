@@ -165,6 +165,7 @@ _MODEL_OPTIONS = [
     ("dropout", bool, False, ("--dropout/--no-dropout",), "Model hidden/attention dropout (Megatron GPT default); parplan launch runs without."),
     ("framework", str, "parplan", ("--framework",), "Framework the prediction models: parplan (its own runtime, what `parplan launch` runs), megatron, deepspeed or torchtitan. Sets the defaults of the three options below."),
     ("zero1_grad_reduce", Optional[str], None, ("--zero1-grad-reduce",), "ZeRO-1 gradient reduction: all-reduce (parplan's runtime, DeepSpeed BF16 optimizer) or reduce-scatter (Megatron distributed optimizer, DeepSpeed ZeRO). Default: the framework's."),
+    ("zero2_grad_reduce", Optional[str], None, ("--zero2-grad-reduce",), "When ZeRO-2 reduces gradients: per-step (once, full gradients held through the backward: parplan's runtime) or per-micro-batch (as produced, sharded: DeepSpeed stage 2). Default: the framework's."),
     ("grad_accumulation_fusion", Optional[bool], None, ("--grad-accumulation-fusion/--no-grad-accumulation-fusion",), "Model Megatron's fused fp32 gradient accumulation (off: a separate upcast/add pass per micro-batch, as parplan's runtime). Default: the framework's."),
     ("p2p_scatter_gather", Optional[bool], None, ("--p2p-scatter-gather/--no-p2p-scatter-gather",), "Model Megatron's scatter/gather of pipeline sends without SP (each TP rank sends 1/tp, then all-gathers); off: full tensors, as parplan's runtime and DeepSpeed. Default: the framework's."),
 ]
@@ -217,6 +218,8 @@ def _prepare(opts, gpus: int | None = None):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
     if o.zero1_grad_reduce is not None:
         _check_choice("zero1-grad-reduce", o.zero1_grad_reduce, ("all-reduce", "reduce-scatter"))
+    if o.zero2_grad_reduce is not None:
+        _check_choice("zero2-grad-reduce", o.zero2_grad_reduce, ("per-step", "per-micro-batch"))
     from .core import FRAMEWORK_DEFAULTS
     _check_choice("framework", o.framework, tuple(FRAMEWORK_DEFAULTS))
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None

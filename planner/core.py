@@ -48,18 +48,19 @@ def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
 # Training fields that describe the framework rather than the job: recommend() takes them as keywords,
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
-               "grad_accumulation_fusion", "p2p_scatter_gather")
+               "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   --no-gradient-accumulation-fusion (fusion is on unless disabled),
 #              --no-scatter-gather-tensors-in-pipeline (scatter/gather on unless disabled; nothing
 #              to scatter with sequence parallelism), --use-distributed-optimizer reduce-scatters
-#   deepspeed  zero_optimization.reduce_scatter (default true) for ZeRO-1/2; pipeline engine sends
-#              whole tensors; autograd accumulates gradients (no fusion)
+#   deepspeed  zero_optimization.reduce_scatter (default true) for ZeRO-1/2; stage 2 reduces the
+#              gradients of every micro-batch as the backward produces them (sharded); pipeline
+#              engine sends whole tensors; autograd accumulates gradients (no fusion)
 #   torchtitan FSDP2 and torch.distributed.pipelining, like parplan's runtime
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "parplan": {},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter"},
-    "deepspeed": {"zero1_grad_reduce": "reduce-scatter"},
+    "deepspeed": {"zero1_grad_reduce": "reduce-scatter", "zero2_grad_reduce": "per-micro-batch"},
     "torchtitan": {},
 }
 
@@ -69,6 +70,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
                           overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
+                          zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather)
 

@@ -158,9 +158,10 @@ def check_runtime_support(plan, device: str) -> Check:
         if p.zero_stage == 3 and p.offload != "none":
             warnings.append("FSDP2's CPUOffloadPolicy also keeps the weight and gradient shards on the host; "
                             "predicted memory keeps them on the GPU")
-        if p.zero_stage == 2 and p.dp > 1:
-            warnings.append("the runtime's ZeRO-2 holds full gradients during the backward (dropped after it); "
-                            "predicted memory assumes them sharded")
+        if p.zero_stage == 2 and p.dp > 1 and getattr(t, "zero2_grad_reduce", "per-step") == "per-micro-batch":
+            warnings.append("the runtime's ZeRO-2 holds full gradients through the backward and reduces them once per "
+                            "step; the prediction assumes them sharded per micro-batch (zero2_grad_reduce per-step "
+                            "models the runtime)")
         if getattr(t, "grad_accumulation_fusion", False):
             warnings.append("the prediction assumes Megatron's fused gradient accumulation, which the runtime does not "
                             "do (it upcasts per micro-batch); `parplan evaluate` the plan with it off to compare")

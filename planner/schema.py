@@ -84,6 +84,11 @@ class Training(Strict):
     zero1_grad_reduce: Literal["all-reduce", "reduce-scatter"] = Field(
         "all-reduce", description="How ZeRO-1 reduces gradients: all-reduce, then each rank steps its shard (parplan's runtime, "
         "DeepSpeed's BF16 optimizer), or reduce-scatter (Megatron's distributed optimizer, DeepSpeed ZeRO-1).")
+    zero2_grad_reduce: Literal["per-step", "per-micro-batch"] = Field(
+        "per-step", description="When ZeRO-2 reduce-scatters gradients: once per step after the last micro-batch, so "
+        "each rank holds full gradients through the backward (parplan's runtime; torch pipelining with FSDP's "
+        "no_sync), or after every micro-batch's backward as they are produced, so gradients stay sharded (DeepSpeed "
+        "stage 2, FSDP without no_sync) at m times the reduce-scatter traffic.")
     grad_accumulation_fusion: bool = Field(
         False, description="Weight-gradient GEMMs accumulate straight into the fp32 gradient buffer (Megatron-LM's "
         "gradient_accumulation_fusion, on by default there). Off = a separate memory-bound pass per micro-batch upcasts or "

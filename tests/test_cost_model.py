@@ -263,3 +263,34 @@ def test_overlapped_communication_slows_the_compute_beside_it():
     c = 2 * ag + rs  # gather for forward and backward, reduce-scatter the fp32 gradients
     assert float(without["dp_comm_s"]) == 0.0  # hidden behind the micro-batch
     assert float(with_k["dp_comm_s"]) == pytest.approx(c * k / (1 + k), rel=1e-6)
+
+
+def test_zero2_gradients_sharded_only_when_reduced_per_micro_batch():
+    """ZeRO-2 reduced once per step (parplan's runtime) holds every gradient through the backward, so its
+    memory equals ZeRO-1's; reduced per micro-batch (DeepSpeed stage 2) the gradients stay sharded and
+    the reduce-scatter traffic is m times larger."""
+    spec = gpt(4, 1024, 16)
+    m = ModelDims.from_spec(spec, 1024)
+    P = param_counts(spec, 1024)["total"]
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    out = {}
+    for each in (False, True):
+        tr = TrainingConsts(global_batch_size=64, dtype="bf16", precision="master-weights", flash_attention=True,
+                            overlap_grad_reduce=True, overlap_tp_comm=False, zero1_all_reduce=False,
+                            zero2_each_microbatch=each)
+        out[each] = evaluate(m, tr, hw, _lay(gpus=8, dp=8, zero=2, mbs=2))  # 4 micro-batches
+        z1 = evaluate(m, tr, hw, _lay(gpus=8, dp=8, zero=1, mbs=2))
+        if not each:
+            assert float(out[each]["mem_total"]) == pytest.approx(float(z1["mem_total"]))
+    assert float(out[False]["num_microbatches"]) == 4
+    mem = {each: memory_breakdown(m, _lay(gpus=8, dp=8, zero=2, mbs=2),
+                                  TrainingConsts(global_batch_size=64, dtype="bf16", precision="master-weights",
+                                                 flash_attention=True, overlap_grad_reduce=True, overlap_tp_comm=False,
+                                                 zero2_each_microbatch=each), 4) for each in (False, True)}
+    assert mem[False]["grads"] == pytest.approx(P * 4)
+    assert mem[True]["grads"] == pytest.approx(P * 4 / 8)
+    rs = 7 / 8 * P * 4
+    ag = 7 / 8 * P * 2
+    assert float(out[False]["comm_dp_bytes"]) == pytest.approx(rs + ag)
+    assert float(out[True]["comm_dp_bytes"]) == pytest.approx(4 * rs + ag)
+    assert float(out[True]["dp_comm_s"]) >= float(out[False]["dp_comm_s"])

@@ -195,3 +195,11 @@ def test_runtime_support_warns_when_zero1_is_predicted_with_reduce_scatter():
     assert c.ok and "reduce-scatters" in c.detail
     plan.training.zero1_grad_reduce = "all-reduce"
     assert "reduce-scatters" not in L.check_runtime_support(plan, "cpu").detail
+
+
+def test_runtime_support_warns_when_zero2_is_predicted_per_micro_batch():
+    plan = tiny_plan(tp=1, dp=2, seq_len=32, zero_stage=2)
+    assert "reduces them once per step" not in L.check_runtime_support(plan, "cpu").detail
+    plan.training.zero2_grad_reduce = "per-micro-batch"
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok and "reduces them once per step" in c.detail

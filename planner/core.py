@@ -9,6 +9,7 @@ the CLI turns them into exit code 2.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 
 import numpy as np
 
@@ -57,6 +58,11 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 #              gradients of every micro-batch as the backward produces them (sharded); pipeline
 #              engine sends whole tensors; autograd accumulates gradients (no fusion)
 #   torchtitan FSDP2 and torch.distributed.pipelining, like parplan's runtime
+# Pipeline schedules each framework runs (the search only offers these): Megatron-LM's 1F1B and
+# interleaved 1F1B; DeepSpeed's pipeline engine (TrainSchedule, non-interleaved 1F1B);
+# torch.distributed.pipelining (parplan's runtime, torchtitan) has all five.
+FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
+    "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",)}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "parplan": {},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter"},
@@ -186,6 +192,12 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if framework not in FRAMEWORK_DEFAULTS:
         raise PlannerError(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORK_DEFAULTS)}")
     stack = {**FRAMEWORK_DEFAULTS[framework], **{k: v for k, v in stack.items() if v is not None}}
+    offered = FRAMEWORK_SCHEDULES[framework]
+    if offered and pins.schedule is not None and pins.schedule not in offered:
+        raise PlannerError(f"--schedule {pins.schedule} is not a {framework} schedule; use one of "
+                           f"{', '.join(offered)}, or another --framework")
+    if offered and pins.schedule is None:
+        pins = replace(pins, schedules=offered)
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
                         **stack)

@@ -39,6 +39,7 @@ class Pins:
     sp: bool | None = None
     schedule: str | None = None
     offload: str | None = None
+    schedules: tuple[str, ...] | None = None  # what an unpinned schedule may be (None: every one)
 
 
 @dataclass
@@ -75,7 +76,7 @@ def structural_space(m: ModelDims, gpus: int, gbs: int, pins: Pins):
         dp = gpus // (tp * pp * cp)
         if pins.dp is not None and dp != pins.dp:
             continue
-        for sched_name in _choices(pins.schedule, SCHEDULES):
+        for sched_name in _choices(pins.schedule, pins.schedules or SCHEDULES):
             code = SCHEDULES.index(sched_name)
             if pp == 1 and pins.schedule is None and sched_name != "1f1b":
                 continue  # all schedules coincide without a pipeline

@@ -256,3 +256,15 @@ def test_structural_prefilter_changes_nothing_but_the_work():
     ok = np.nonzero(reason < 0)[0]
     best = ok[sort_key("throughput", lay.take(ok), {k: v[ok] for k, v in met.items()})[0]]
     assert lay.row(int(best)) == res.layout.row(0)
+
+
+def test_framework_limits_the_schedules_searched():
+    from planner.core import FRAMEWORK_SCHEDULES
+    spec = load_preset("llama3-70b")
+    for fw in ("deepspeed", "megatron"):
+        plan = recommend(spec, 64, framework=fw, top_k=10)
+        assert {p.parallel.schedule for p in [plan] + plan.alternatives} <= set(FRAMEWORK_SCHEDULES[fw])
+    assert any(p.parallel.schedule in ("zbv", "interleaved-zb")
+               for p in [recommend(spec, 64, top_k=10)] + recommend(spec, 64, top_k=10).alternatives)
+    with pytest.raises(PlannerError, match="not a megatron schedule"):
+        recommend(spec, 64, framework="megatron", pins=Pins(schedule="zbv"))

@@ -203,3 +203,10 @@ def test_runtime_support_warns_when_zero2_is_predicted_per_micro_batch():
     plan.training.zero2_grad_reduce = "per-micro-batch"
     c = L.check_runtime_support(plan, "cpu")
     assert c.ok and "reduces them once per step" in c.detail
+
+
+def test_runtime_support_warns_about_fsdp_inside_a_pipeline():
+    plan = tiny_plan(tp=1, pp=2, dp=2, seq_len=32, zero_stage=3)
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok and "unsharded until the step ends" in c.detail
+    assert "unsharded" not in L.check_runtime_support(tiny_plan(tp=1, pp=1, dp=2, seq_len=32, zero_stage=3), "cpu").detail

@@ -73,6 +73,10 @@ class TrainingConsts:
     dropout: bool = False
     zero1_all_reduce: bool = True
     zero2_each_microbatch: bool = False  # ZeRO-2 gradients sharded as produced (reduce-scatter per micro-batch)
+    # torch.distributed.pipelining keeps FSDP2 parameters and gradients unsharded from a stage's first
+    # backward to the end of the step (PipelineStage.backward_maybe_with_nosync): ZeRO-3 with pp > 1
+    # then holds full weights and gradients, gathers once and reduce-scatters once per step.
+    zero3_unsharded_in_pipeline: bool = True
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
 

@@ -137,11 +137,13 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     zero = lay.zero
     off = lay.offload > 0
 
+    z3_full = (zero >= 3) & tr.zero3_unsharded_in_pipeline & (np.asarray(pp) > 1)
+
     def states(params):
-        w = params * rec["weight"] / np.where(zero >= 3, dp, 1)
+        w = params * rec["weight"] / np.where((zero >= 3) & ~z3_full, dp, 1)
         # ZeRO-2 keeps gradients sharded only when it reduce-scatters them as they are produced;
         # reduced once per step, every rank holds them all through the backward.
-        sharded_g = (zero >= 3) | ((zero == 2) & tr.zero2_each_microbatch)
+        sharded_g = ((zero >= 3) & ~z3_full) | ((zero == 2) & tr.zero2_each_microbatch)
         g = params * rec["grad"] / np.where(sharded_g, dp, 1)
         opt_total = params * (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
         o = np.where(off, 0.0, opt_total)

@@ -146,10 +146,14 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # ZeRO-3 / FSDP: per micro-batch gather weights for forward and backward (+ recompute) and
     # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.
     z3_mb_t = (2 + full) * ag_t + rs_t
-    z3_exposed = m_micro * hw.exposed(z3_mb_t, t_stage)
+    # inside torch.distributed.pipelining the gathered weights stay gathered after a stage's first
+    # backward: the step gathers and reduce-scatters about once, not per micro-batch (the warm-up
+    # forwards before that first backward gather again; not counted)
+    z3_n = np.where(tr.zero3_unsharded_in_pipeline & (np.asarray(pp) > 1), 1, m_micro)
+    z3_exposed = z3_n * hw.exposed(z3_mb_t, t_stage)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,
-                        np.where(zero >= 3, m_micro * ((2 + full) * ag_moved + rs_moved), n_red * red_moved + ag_moved))
+                        np.where(zero >= 3, z3_n * ((2 + full) * ag_moved + rs_moved), n_red * red_moved + ag_moved))
     # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
     # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
     # two ranks, V x h / tp gradients), on the critical path before the optimizer step.

@@ -77,6 +77,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",
+                          zero3_unsharded_in_pipeline=tr.framework in ("parplan", "torchtitan"),
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather)
 

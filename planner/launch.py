@@ -155,10 +155,10 @@ def check_runtime_support(plan, device: str) -> Check:
                                    "the prediction would count masks the run does not have)"))
     if not missing:
         warnings = []
-        if p.zero_stage == 3 and p.pp > 1 and p.dp > 1:
+        if p.zero_stage == 3 and p.pp > 1 and p.dp > 1 and getattr(t, "framework", "parplan") not in ("parplan", "torchtitan"):
             warnings.append("with a pipeline, torch.distributed.pipelining keeps FSDP2 parameters and gradients "
-                            "unsharded until the step ends (set_reshard_after_backward / set_requires_gradient_sync "
-                            "off), so memory can exceed the sharded prediction; prefer --zero 1 or pp 1")
+                            "unsharded until the step ends, which this plan's prediction (for "
+                            f"{t.framework}) does not count; re-plan with --framework parplan")
         if p.zero_stage == 3 and p.offload != "none":
             warnings.append("FSDP2's CPUOffloadPolicy also keeps the weight and gradient shards on the host; "
                             "predicted memory keeps them on the GPU")

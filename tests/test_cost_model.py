@@ -294,3 +294,29 @@ def test_zero2_gradients_sharded_only_when_reduced_per_micro_batch():
     assert float(out[False]["comm_dp_bytes"]) == pytest.approx(rs + ag)
     assert float(out[True]["comm_dp_bytes"]) == pytest.approx(4 * rs + ag)
     assert float(out[True]["dp_comm_s"]) >= float(out[False]["dp_comm_s"])
+
+
+def test_zero3_inside_torch_pipelining_holds_full_weights_and_gradients():
+    """torch.distributed.pipelining turns FSDP2 resharding and gradient sync off until the step ends, so
+    ZeRO-3 with pp > 1 holds full weights and gradients (optimizer states stay sharded) and communicates
+    once per step; frameworks that reshard per micro-batch keep everything sharded."""
+    spec = gpt(8, 1024, 16, tied=False)  # no first/last-stage embedding sync in the bytes
+    m = ModelDims.from_spec(spec, 1024)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(gpus=8, pp=2, dp=4, zero=3, mbs=1)
+    kw = dict(global_batch_size=16, dtype="bf16", precision="master-weights", flash_attention=True,
+              overlap_grad_reduce=True, overlap_tp_comm=False)
+    torch_pp = TrainingConsts(**kw, zero3_unsharded_in_pipeline=True)
+    resharding = TrainingConsts(**kw, zero3_unsharded_in_pipeline=False)
+    z1 = memory_breakdown(m, _lay(gpus=8, pp=2, dp=4, zero=1, mbs=1), torch_pp, 4)
+    full, sharded = memory_breakdown(m, lay, torch_pp, 4), memory_breakdown(m, lay, resharding, 4)
+    for k in ("weights", "grads", "optimizer"):
+        assert full[k] == pytest.approx(z1[k])
+    assert sharded["weights"] == pytest.approx(full["weights"] / 4)
+    assert sharded["grads"] == pytest.approx(full["grads"] / 4)
+    once, per_mb = evaluate(m, torch_pp, hw, lay), evaluate(m, resharding, hw, lay)
+    assert float(per_mb["comm_dp_bytes"]) == pytest.approx(4 * float(once["comm_dp_bytes"]), rel=1e-9)
+    # without a pipeline FSDP2 reshards per micro-batch either way
+    flat = _lay(gpus=8, dp=8, zero=3, mbs=1)
+    assert float(evaluate(m, torch_pp, hw, flat)["comm_dp_bytes"]) == \
+        pytest.approx(float(evaluate(m, resharding, hw, flat)["comm_dp_bytes"]))

@@ -206,7 +206,12 @@ def test_runtime_support_warns_when_zero2_is_predicted_per_micro_batch():
 
 
 def test_runtime_support_warns_about_fsdp_inside_a_pipeline():
+    """The parplan framework's prediction counts the unsharded weights and gradients; another's does not."""
     plan = tiny_plan(tp=1, pp=2, dp=2, seq_len=32, zero_stage=3)
+    assert "unsharded" not in L.check_runtime_support(plan, "cpu").detail
+    plan.training.framework = "deepspeed"
     c = L.check_runtime_support(plan, "cpu")
     assert c.ok and "unsharded until the step ends" in c.detail
-    assert "unsharded" not in L.check_runtime_support(tiny_plan(tp=1, pp=1, dp=2, seq_len=32, zero_stage=3), "cpu").detail
+    flat = tiny_plan(tp=1, pp=1, dp=2, seq_len=32, zero_stage=3)
+    flat.training.framework = "deepspeed"
+    assert "unsharded" not in L.check_runtime_support(flat, "cpu").detail

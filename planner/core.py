@@ -199,6 +199,11 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                            f"{', '.join(offered)}, or another --framework")
     if offered and pins.schedule is None:
         pins = replace(pins, schedules=offered)
+    if framework == "deepspeed":  # PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+        if pins.zero is not None and pins.zero >= 2 and pins.pp is not None and pins.pp > 1:
+            raise PlannerError(f"DeepSpeed's pipeline engine refuses ZeRO-{pins.zero} with --pp {pins.pp}; "
+                               "use --zero 0 or 1, or --pp 1")
+        pins = replace(pins, zero_max_with_pp=1)
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
                         **stack)

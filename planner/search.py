@@ -40,6 +40,7 @@ class Pins:
     schedule: str | None = None
     offload: str | None = None
     schedules: tuple[str, ...] | None = None  # what an unpinned schedule may be (None: every one)
+    zero_max_with_pp: int | None = None  # highest ZeRO stage the framework runs inside a pipeline
 
 
 @dataclass
@@ -115,6 +116,8 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins) -> Layout:
     # drop duplicates that are the same plan under another name: sp without TP, ZeRO without DP
     keep = ~((lay.sp == 1) & (lay.tp == 1)) | (pins.sp is True)
     keep &= ~((lay.zero > 0) & (lay.dp == 1)) | (pins.zero is not None)
+    if pins.zero_max_with_pp is not None:
+        keep &= ~((lay.zero > pins.zero_max_with_pp) & (lay.pp > 1))
     return lay.take(np.nonzero(keep)[0])
 
 

@@ -268,3 +268,11 @@ def test_framework_limits_the_schedules_searched():
                for p in [recommend(spec, 64, top_k=10)] + recommend(spec, 64, top_k=10).alternatives)
     with pytest.raises(PlannerError, match="not a megatron schedule"):
         recommend(spec, 64, framework="megatron", pins=Pins(schedule="zbv"))
+
+
+def test_deepspeed_runs_no_zero2_or_3_inside_a_pipeline():
+    spec = load_preset("llama3-70b")
+    plan = recommend(spec, 64, framework="deepspeed", top_k=20)
+    assert all(p.parallel.zero_stage <= 1 for p in [plan] + plan.alternatives if p.parallel.pp > 1)
+    with pytest.raises(PlannerError, match="refuses ZeRO-3"):
+        recommend(spec, 64, framework="deepspeed", pins=Pins(zero=3, pp=2))

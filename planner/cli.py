@@ -163,7 +163,7 @@ _MODEL_OPTIONS = [
     ("overlap_grad_reduce", bool, True, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), None),
     ("overlap_tp_comm", bool, False, ("--overlap-tp-comm/--no-overlap-tp-comm",), None),
     ("dropout", bool, False, ("--dropout/--no-dropout",), "Model hidden/attention dropout (Megatron GPT default); parplan launch runs without."),
-    ("framework", str, "parplan", ("--framework",), "Framework the prediction models: parplan (its own runtime, what `parplan launch` runs), megatron, deepspeed or torchtitan. Sets the defaults of the three options below."),
+    ("framework", str, "parplan", ("--framework",), "Framework the prediction models: parplan (its own runtime, what `parplan launch` runs), megatron, deepspeed or torchtitan. Sets the defaults of the four options below and limits the schedules (and, for DeepSpeed, ZeRO inside a pipeline) searched."),
     ("zero1_grad_reduce", Optional[str], None, ("--zero1-grad-reduce",), "ZeRO-1 gradient reduction: all-reduce (parplan's runtime, DeepSpeed BF16 optimizer) or reduce-scatter (Megatron distributed optimizer, DeepSpeed ZeRO). Default: the framework's."),
     ("zero2_grad_reduce", Optional[str], None, ("--zero2-grad-reduce",), "When ZeRO-2 reduces gradients: per-step (once, full gradients held through the backward: parplan's runtime) or per-micro-batch (as produced, sharded: DeepSpeed stage 2). Default: the framework's."),
     ("grad_accumulation_fusion", Optional[bool], None, ("--grad-accumulation-fusion/--no-grad-accumulation-fusion",), "Model Megatron's fused fp32 gradient accumulation (off: a separate upcast/add pass per micro-batch, as parplan's runtime). Default: the framework's."),

@@ -76,7 +76,8 @@ class Training(Strict):
     precision: Precision = Field("amp", description="Mixed-precision recipe: amp = fp32 params/grads/Adam under autocast (16 B/param + 16-bit cast copies); master-weights = 16-bit params + fp32 grads + fp32 master + Adam (18 B/param, Megatron); master-weights-half-grads = 16-bit params and grads + fp32 master + Adam (16 B/param, the ZeRO paper / DeepSpeed fp16); fp32 = everything fp32 (16 B/param).")
     framework: Literal["parplan", "megatron", "deepspeed", "torchtitan"] = Field(
         "parplan", description="Framework the prediction models; it set the defaults of zero1_grad_reduce, "
-        "grad_accumulation_fusion and p2p_scatter_gather (parplan = its own runtime, what `parplan launch` runs).")
+        "zero2_grad_reduce, grad_accumulation_fusion and p2p_scatter_gather, the schedules searched, and how ZeRO-3 "
+        "behaves inside a pipeline (parplan = its own runtime, what `parplan launch` runs).")
     dropout: bool = Field(False, description="Hidden and attention dropout as in published GPT runs (Megatron default 0.1); adds masks and memory-bound passes. parplan's runtime has no dropout.")
     flash_attention: bool = Field(True, description="Fused attention kernel (no s^2 score tensors stored).")
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlapped with the backward pass.")

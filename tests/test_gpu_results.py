@@ -123,7 +123,15 @@ def test_issue3_model_reaches_45_percent_mfu_on_the_h100():
 def test_calibrated_profiles_predict_the_runs_better_than_the_datasheet(accuracy):
     med = {k: statistics.median(abs(e) for e in v["step"]) for k, v in accuracy["stats"].items()}
     assert med["refit"] < med["calibrated"] < med["datasheet"]
-    assert med["refit"] <= 0.05 and med["held-out"] <= 0.05  # README: 4.4 % and 4.4 %
+    assert med["refit"] <= 0.05 and med["held-out"] <= 0.05  # README: 4.0 % and 4.7 %
+
+
+def test_held_out_refit_within_15_percent_on_all_but_one_run(accuracy):
+    """README: 21 of 22 within 15 % held out; the miss is the 1.3B micro-batch-1 full-recompute re-run on
+    the second machine (launch-bound, +19 %)."""
+    misses = [r["name"] for r in accuracy["runs"]
+              if abs(r["pred"]["held-out"][0] - r["step_s"]) / r["step_s"] > 0.15]
+    assert misses == ["llama-1.3b-mbs1-full"], misses
 
 
 def test_peak_memory_within_10_percent_of_allocated_on_every_run(accuracy):

@@ -87,6 +87,7 @@ def compact_counts(counts) -> str:
 def summary_lines(plan: Plan) -> list[str]:
     pr = plan.prediction
     m = plan.model
+    fw = plan.training.framework
     lines = [
         f"model {m.name or m.arch}: {m.num_params / 1e9:.2f} B params, {m.layers} layers, hidden {m.hidden}, "
         f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}, vocab {m.vocab}",
@@ -94,6 +95,7 @@ def summary_lines(plan: Plan) -> list[str]:
         f"Amdahl parallel fraction {pr.amdahl.parallel_fraction:.4f} -> speedup {pr.amdahl.speedup:.1f}x on {plan.hardware.gpus} GPUs",
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
         f"{len(plan.parallel.stage_layers or [])} in all)",
+        f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else f" (`parplan export --to {fw}`)"),
     ]
     if pr.days_to_train is not None:
         lines.append(f"time to train {plan.training.tokens:.3g} tokens: {pr.days_to_train:.1f} days, "

@@ -61,6 +61,9 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 # Pipeline schedules each framework runs (the search only offers these): Megatron-LM's 1F1B and
 # interleaved 1F1B; DeepSpeed's pipeline engine (TrainSchedule, non-interleaved 1F1B);
 # torch.distributed.pipelining (parplan's runtime, torchtitan) has all five.
+# Frameworks built on torch.distributed.pipelining, whose PipelineStage keeps FSDP2 weights and
+# gradients unsharded from a stage's first backward to the end of the step.
+TORCH_PIPELINING = ("parplan", "torchtitan")
 FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
     "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",)}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
@@ -77,7 +80,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",
-                          zero3_unsharded_in_pipeline=tr.framework in ("parplan", "torchtitan"),
+                          zero3_unsharded_in_pipeline=tr.framework in TORCH_PIPELINING,
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather)
 

@@ -141,6 +141,7 @@ def check_memory(plan, device: str, machine: MachineInfo) -> Check:
 
 def check_runtime_support(plan, device: str) -> Check:
     """What parallel_layers does not run (yet), caught before any rank starts."""
+    from .core import TORCH_PIPELINING
     p, t = plan.parallel, plan.training
     missing = []
     if p.cp > 1 and t.seq_len % (2 * p.cp):
@@ -155,24 +156,24 @@ def check_runtime_support(plan, device: str) -> Check:
                                    "the prediction would count masks the run does not have)"))
     if not missing:
         warnings = []
-        if p.zero_stage == 3 and p.pp > 1 and p.dp > 1 and getattr(t, "framework", "parplan") not in ("parplan", "torchtitan"):
+        if p.zero_stage == 3 and p.pp > 1 and p.dp > 1 and t.framework not in TORCH_PIPELINING:
             warnings.append("with a pipeline, torch.distributed.pipelining keeps FSDP2 parameters and gradients "
                             "unsharded until the step ends, which this plan's prediction (for "
                             f"{t.framework}) does not count; re-plan with --framework parplan")
         if p.zero_stage == 3 and p.offload != "none":
             warnings.append("FSDP2's CPUOffloadPolicy also keeps the weight and gradient shards on the host; "
                             "predicted memory keeps them on the GPU")
-        if p.zero_stage == 2 and p.dp > 1 and getattr(t, "zero2_grad_reduce", "per-step") == "per-micro-batch":
+        if p.zero_stage == 2 and p.dp > 1 and t.zero2_grad_reduce == "per-micro-batch":
             warnings.append("the runtime's ZeRO-2 holds full gradients through the backward and reduces them once per "
                             "step; the prediction assumes them sharded per micro-batch (zero2_grad_reduce per-step "
                             "models the runtime)")
-        if getattr(t, "grad_accumulation_fusion", False):
+        if t.grad_accumulation_fusion:
             warnings.append("the prediction assumes Megatron's fused gradient accumulation, which the runtime does not "
                             "do (it upcasts per micro-batch); `parplan evaluate` the plan with it off to compare")
-        if getattr(t, "zero1_grad_reduce", "all-reduce") == "reduce-scatter" and p.zero_stage == 1 and p.dp > 1:
+        if t.zero1_grad_reduce == "reduce-scatter" and p.zero_stage == 1 and p.dp > 1:
             warnings.append("the prediction assumes ZeRO-1 reduce-scatters the gradients; the runtime all-reduces them "
                             "(twice the bytes); `parplan evaluate` the plan with zero1_grad_reduce all-reduce to compare")
-        if getattr(t, "p2p_scatter_gather", False) and p.pp > 1 and p.tp > 1 and not p.sp:
+        if t.p2p_scatter_gather and p.pp > 1 and p.tp > 1 and not p.sp:
             warnings.append("the prediction assumes Megatron's scatter/gather pipeline sends, which the runtime does not "
                             "do (it sends whole tensors); `parplan evaluate` the plan with it off to compare")
         if warnings:

@@ -15,7 +15,12 @@ predictions are re-made from each report's plan with the cost model of this chec
               re-runs were launched with the day's first fit, sustained 0.88, made before the model
               counted the gradient passes -- see the git history of that file)
   held-out    the same refit redone 16 times, each time without the configuration predicted (for the
-              second grid's re-runs: without that configuration's first-grid report)
+              later grids' runs: without that configuration's first-grid report)
+
+Grids: grid (first device session), grid-refit (second), grid-phases and grid-phases-2 (a third
+session on another host, launched with <dir>/h100-refit.toml; their reports also carry each step's
+host-dispatch / forward-backward / after-backward phases).  The third session's 17 runs are new
+measurements: no profile here was fitted to them.
 
     python3 benchmarks/gpu_accuracy.py benchmarks/results/2026-11-22-h100 [--out accuracy.md]
 """
@@ -35,6 +40,8 @@ from planner.calibrate import calibrate_from_runs  # noqa: E402
 from planner.core import evaluate_plan  # noqa: E402
 from planner.schema import Plan  # noqa: E402
 
+GRIDS = ("grid", "grid-refit", "grid-phases", "grid-phases-2")
+NEW_RUNS = ("grid-phases", "grid-phases-2")  # measured after every fit used here
 STEP_BAR, MEM_BAR = 0.15, 0.10  # issue 3/4: step time within 15 %, peak memory within 10 %
 
 
@@ -54,7 +61,7 @@ def predict(plan: Plan, profile: str):
 
 def runs(root: Path) -> list[dict]:
     out = []
-    for grid in ("grid", "grid-refit"):
+    for grid in GRIDS:
         for rep_path in sorted((root / grid).glob("*/report.json")):
             rep = json.loads(rep_path.read_text())
             out.append({"grid": grid, "name": rep_path.parent.name, "path": str(rep_path), "plan": Plan(**rep["plan"]),
@@ -115,14 +122,35 @@ def build(root: Path) -> tuple[list[str], dict]:
     summary = ["", "| profile | runs | step median abs err | step max abs err | within 15 % | "
                    "memory vs reserved: median / max abs err | within 10 % | memory vs allocated: median / max | within 10 % |",
                "|---|---|---|---|---|---|---|---|---|"]
-    for n in names:
-        s = [abs(x) for x in stats[n]["step"]]
-        m, ma = [abs(x) for x in stats[n]["mem"]], [abs(x) for x in stats[n]["mem_alloc"]]
-        summary.append(f"| {n} | {len(s)} | {statistics.median(s):.1%} | {max(s):.1%} | "
-                       f"{sum(x <= STEP_BAR for x in s)}/{len(s)} | {statistics.median(m):.1%} / {max(m):.1%} | "
-                       f"{sum(x <= MEM_BAR for x in m)}/{len(m)} | {statistics.median(ma):.1%} / {max(ma):.1%} | "
-                       f"{sum(x <= MEM_BAR for x in ma)}/{len(ma)} |")
-    return lines + summary, {"runs": rs, "stats": stats}
+    for subset, only_new in (("", False), (" (third session's new runs)", True)):
+        for n in names:
+            picked = [r for r in rs if r["pred"][n][0] is not None and (r["grid"] in NEW_RUNS or not only_new)]
+            s = [abs(rel(r["pred"][n][0], r["step_s"])) for r in picked]
+            m = [abs(rel(r["pred"][n][1], r["reserved"])) for r in picked]
+            ma = [abs(rel(r["pred"][n][1], r["allocated"])) for r in picked]
+            summary.append(f"| {n}{subset} | {len(s)} | {statistics.median(s):.1%} | {max(s):.1%} | "
+                           f"{sum(x <= STEP_BAR for x in s)}/{len(s)} | {statistics.median(m):.1%} / {max(m):.1%} | "
+                           f"{sum(x <= MEM_BAR for x in m)}/{len(m)} | {statistics.median(ma):.1%} / {max(ma):.1%} | "
+                           f"{sum(x <= MEM_BAR for x in ma)}/{len(ma)} |")
+    return lines + summary + spread(rs), {"runs": rs, "stats": stats}
+
+
+def spread(rs: list[dict]) -> list[str]:
+    """Configurations measured more than once: the run-to-run (and host-to-host) spread of the
+    measurement itself, which bounds how close any prediction can be."""
+    by: dict[str, list[dict]] = {}
+    for r in rs:
+        by.setdefault(r["name"], []).append(r)
+    out = ["", "Configurations measured more than once (same plan; the grids ran on different device sessions, "
+               "grid-phases and grid-phases-2 on the same machine):", "",
+           "| run | runs | step ms (grid order) | max / min | prediction (refit) ms |", "|---|---|---|---|---|"]
+    for name, group in by.items():
+        if len(group) < 2:
+            continue
+        t = [g["step_s"] * 1e3 for g in group]
+        out.append(f"| {name} | {len(t)} | {' / '.join(f'{x:.1f}' for x in t)} | {max(t) / min(t):.2f} | "
+                   f"{group[0]['pred']['refit'][0] * 1e3:.1f} |")
+    return out
 
 
 def main() -> None:

@@ -57,7 +57,8 @@ def grid() -> list[tuple[str, list[str]]]:
     return out
 
 
-def run_entry(name: str, args: list[str], out: Path, steps: int, hardware: str | None = None) -> dict:
+def run_entry(name: str, args: list[str], out: Path, steps: int, hardware: str | None = None,
+              snapshot: bool = False) -> dict:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     rec = [sys.executable, "-m", "planner.cli", "recommend", *args, "--gpus", "1", "--zero", "0", "--json"]
@@ -65,6 +66,8 @@ def run_entry(name: str, args: list[str], out: Path, steps: int, hardware: str |
         rec += ["--hardware", hardware]
     launch = [sys.executable, "-m", "planner.cli", "launch", "-", "--steps", str(steps), "--device", "cuda",
               "--report", str(d / "report.json")]
+    if snapshot:
+        launch += ["--memory-snapshot", str(d / "snapshot")]
     (d / "command.txt").write_text(shlex.join(rec) + " | " + shlex.join(launch) + "\n")
     t0 = time.time()
     plan = subprocess.run(rec, capture_output=True, text=True)
@@ -79,6 +82,11 @@ def run_entry(name: str, args: list[str], out: Path, steps: int, hardware: str |
     return summarize(name, rep, time.time() - t0)
 
 
+def _median_field(steps: list[dict], key: str):
+    vals = [s[key] for s in steps if s.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
 def summarize(name: str, rep: dict, wall: float) -> dict:
     steps = rep["steps"][rep["warmup_steps"]:]
     pred = rep["prediction"]
@@ -90,14 +98,15 @@ def summarize(name: str, rep: dict, wall: float) -> dict:
     return {"name": name, "recompute": par["recompute"], "mbs": rep["plan"]["training"]["micro_batch_size"],
             "pred_step_s": pred["step_time_s"], "step_s": measured_step,
             "pred_mem": pred["memory_bytes_per_gpu"]["total"], "allocated": peak["allocated"],
-            "reserved": peak["reserved"], "pred_mfu": pred["mfu"], "mfu": mfu, "wall_s": wall}
+            "reserved": peak["reserved"], "pred_mfu": pred["mfu"], "mfu": mfu, "wall_s": wall,
+            **{k: _median_field(steps, k) for k in ("host_dispatch_s", "fwd_bwd_s", "after_s")}}
 
 
 def table(rows: list[dict]) -> list[str]:
     def pct(p, m):
         return "-" if not m else f"{(p - m) / m:+.1%}"
-    lines = ["| run | recompute | mbs | step pred s | step meas s | err | mem pred GB | alloc GB | reserved GB | err vs reserved | MFU pred | MFU meas |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | recompute | mbs | step pred s | step meas s | err | mem pred GB | alloc GB | reserved GB | err vs reserved | MFU pred | MFU meas | host dispatch s | fwd+bwd s | after s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['name']} | failed: {r['error'][:120]} |")
@@ -106,7 +115,8 @@ def table(rows: list[dict]) -> list[str]:
         lines.append(f"| {r['name']} | {r['recompute']} | {r['mbs']} | {r['pred_step_s']:.4f} | {r['step_s']:.4f} | "
                      f"{pct(r['pred_step_s'], r['step_s'])} | {r['pred_mem'] / 1e9:.2f} | {r['allocated'] / 1e9:.2f} | "
                      f"{r['reserved'] / 1e9:.2f} | {pct(r['pred_mem'], r['reserved'])} | {r['pred_mfu']:.3f} | "
-                     f"{measured_mfu} |")
+                     f"{measured_mfu} | " + " | ".join("-" if r.get(k) is None else f"{r[k]:.4f}"
+                                                  for k in ("host_dispatch_s", "fwd_bwd_s", "after_s")) + " |")
     return lines
 
 
@@ -116,6 +126,8 @@ def main() -> None:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--hardware", help="hardware profile name or TOML path for the predictions (default: recommend's)")
+    ap.add_argument("--memory-snapshot", action="store_true",
+                    help="record each run's allocator history (<run>/snapshot/; slows the run: memory diagnosis only)")
     ap.add_argument("--summarize", action="store_true",
                     help="run nothing: rebuild summary.md from the reports already under --out")
     a = ap.parse_args()
@@ -131,7 +143,7 @@ def main() -> None:
                 rows.append(summarize(name, json.loads(rep.read_text()), float("nan")))
             continue
         try:
-            r = run_entry(name, args, out, a.steps, a.hardware)
+            r = run_entry(name, args, out, a.steps, a.hardware, a.memory_snapshot)
         except Exception as e:  # one broken run must not lose the rest of the grid
             r = {"name": name, "error": f"{type(e).__name__}: {e}"}
         rows.append(r)

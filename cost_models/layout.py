@@ -79,6 +79,7 @@ class TrainingConsts:
     zero3_unsharded_in_pipeline: bool = True
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
+    fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit
 
     @property
     def act_bytes(self) -> int:

@@ -92,12 +92,22 @@ def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: boo
     return activation_bytes_per_layer(m, none, act_bytes, flash, dropout)
 
 
-def logits_bytes(m: ModelDims, lay, act_bytes: int):
-    """Last stage, per micro-batch: 16-bit logits (T x V/tp) plus the fp32 copy the
-    vocab-parallel cross-entropy keeps for its backward (softmax), 2 + 4 bytes per element,
-    and the final norm's input/output."""
+def logits_bytes(m: ModelDims, lay, act_bytes: int, fused: bool = True):
+    """Last stage, per micro-batch, the loss's peak (during its backward) and what stays saved for it
+    while other micro-batches run (GPipe), T x V/tp logits each, plus the final norm's input/output:
+      fused (Megatron's vocab-parallel cross-entropy): the 16-bit logits and the fp32 softmax the
+        gradient is written into in place, act_bytes + 4 per logit; saved: the softmax, 4;
+      autograd over an fp32 upcast (parplan's runtime: F.cross_entropy(logits.float()); torchtitan):
+        the saved fp32 log-softmax, the gradient arriving at it and the gradient it makes, 12 per
+        logit (an H100 allocator snapshot of parplan launch, llama 0.5B micro-batch 4: the three
+        1.05 GB tensors live at the allocated peak, benchmarks/results/2026-11-22-h100/snapshots);
+        saved: the log-softmax, 4.
+    Returns (peak, saved)."""
     T = lay.mbs * m.seq_len / lay.cp
-    return T * (m.vocab / lay.tp * (act_bytes + 4) + 2 * m.hidden / np.where(lay.sp > 0, lay.tp, 1) * act_bytes)
+    norm = 2 * m.hidden / np.where(lay.sp > 0, lay.tp, 1) * act_bytes
+    logits = T * m.vocab / lay.tp
+    peak = logits * ((act_bytes + 4) if fused else 12) + T * norm
+    return peak, logits * 4 + T * norm
 
 
 def in_flight_microbatches(lay, m_micro):
@@ -153,7 +163,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     inflight = in_flight_microbatches(lay, m_micro)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
     work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
-    logits = logits_bytes(m, lay, act_b)
+    loss_peak, loss_saved = logits_bytes(m, lay, act_b, tr.fused_cross_entropy)
     # Last stage: 1F1B runs each micro-batch's backward right after its forward there; GPipe
     # holds all m; its logits are live for the micro-batches in flight.
     last_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
@@ -176,21 +186,25 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # or all gradients once the activations are gone.
     one_micro = np.asarray(m_micro) == 1
 
-    def stage_total(params, blocks, n_inflight, extra_act, head_here):
+    def stage_total(params, blocks, n_inflight, has_loss, head_here):
+        """The larger of two moments: the loss's backward (all saved activations, the loss's peak, and
+        the gradients of earlier micro-batches; no block is being back-propagated yet) and the blocks'
+        backward (saved activations, gradients, one block's working memory)."""
         w, g, o, offl = states(params)
         layer_params = blocks * per_layer
-        acts = blocks * act_layer * n_inflight + extra_act
+        acts = blocks * act_layer * n_inflight + np.where(has_loss, loss_saved * (last_inflight - 1), 0.0)
         casts = layer_params * cast_per_param * n_inflight + rec["cast"] * per_layer
-        other = working + casts
         _, g_early, _, _ = states(per_layer + head_here)
-        live = np.where(one_micro, np.maximum(acts + np.minimum(g_early, g), g), acts + g)
-        total = w + o + live + other
-        return dict(weights=w, grads=g, optimizer=o, activations=acts, other=other, total=total, offloaded=offl)
+        blocks_bwd = np.where(one_micro, np.maximum(acts + np.minimum(g_early, g), g), acts + g) + working
+        loss_bwd = np.where(has_loss, acts + loss_peak + np.where(one_micro, 0.0, g), 0.0)
+        total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts
+        # the named terms are each term's largest size (the total is the worse moment, not their sum)
+        return dict(weights=w, grads=g, optimizer=o, activations=acts + np.where(has_loss, loss_peak, 0.0),
+                    other=working + casts, total=total, offloaded=offl)
 
-    first = stage_total(p_first, first_blocks, inflight,
-                        np.where(single, logits * last_inflight, 0.0), np.where(single, head, 0.0))
-    mid = stage_total(p_mid, mid_blocks, mid_inflight, 0.0, 0.0)
-    last = stage_total(p_last, last_blocks, last_inflight, logits * last_inflight, head)
+    first = stage_total(p_first, first_blocks, inflight, single, np.where(single, head, 0.0))
+    mid = stage_total(p_mid, mid_blocks, mid_inflight, False, 0.0)
+    last = stage_total(p_last, last_blocks, last_inflight, True, head)
     # choose the worst stage per candidate
     out = {k: first[k] for k in first}
     out["worst_stage"] = np.zeros_like(p_np)  # 0 first, 1 middle, 2 last

@@ -88,6 +88,7 @@ class RunOptions:
     optimizer: str = "adamw"  # "sgd" only for tests that need a scale-sensitive update
     debug_grad_scale: float = 1.0  # test hook: multiply reduced gradients (a deliberately wrong run)
     compile: bool = False  # torch.compile each transformer block (fuses norms, rotary, SwiGLU; GPU default)
+    memory_snapshot: Optional[str] = None  # directory: CUDA allocator history of the run, one pickle per rank
 
 
 @dataclass
@@ -240,6 +241,7 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
             losses.append(loss.detach())  # no .item() here: it would stall the host every micro-batch
         if main_grads(rt):
             fold_pending_grads(_unique_params(rt.stage_modules))
+        rt.extra["dispatched_at"] = time.perf_counter()  # host done enqueueing; the loss read below waits for the GPU
         return float(torch.stack(losses).double().sum()) / nmb
     losses: list = []
     args = (inputs,) if rt.holds_first else ()
@@ -249,6 +251,7 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
         rt.schedule.step(*args)
     if main_grads(rt):  # the schedule did not scale main_grad (built with scale_grads=False)
         fold_pending_grads(_unique_params(rt.stage_modules), divide=nmb)
+    rt.extra["dispatched_at"] = time.perf_counter()
     if rt.holds_last:
         return sum(float(l.detach()) for l in losses) / len(losses)
     return None
@@ -320,6 +323,18 @@ def mean_loss_over_world(rt: Runtime, replica_loss: Optional[float]) -> float:
     return float(t.item())
 
 
+def step_phases(rt: Runtime, t0: float, t_fb: float, t_end: float) -> dict:
+    """Where rank 0's step went, on its host clock: ``host_dispatch_s`` until the host had enqueued
+    the last forward/backward kernel; ``fwd_bwd_s`` until the forward/backward was done on the device
+    (the loss read waits for it; only on ranks holding the last stage, else null); ``after_s`` the
+    gradient reduction and optimizer step after it.  A launch-bound run has host_dispatch_s close to
+    fwd_bwd_s; a device-bound one ends its dispatch early."""
+    dispatched = rt.extra.get("dispatched_at")
+    synced = rt.holds_last
+    return {"host_dispatch_s": None if dispatched is None else dispatched - t0,
+            "fwd_bwd_s": t_fb - t0 if synced else None, "after_s": t_end - t_fb if synced else None}
+
+
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -368,6 +383,8 @@ def log(msg: str) -> None:
 def run(plan, opts: RunOptions) -> Optional[dict]:
     """Train opts.steps steps (counting those done before a resume); the report on rank 0."""
     device = torch.device("cuda", torch.cuda.current_device()) if opts.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda" and opts.memory_snapshot:  # from the start: weights and states are in the trace too
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")  # "all" slows every alloc
     rt = build_runtime(plan, opts, device)
     tr, par = plan.training, plan.parallel
     data = TokenSource(plan.model.vocab, tr.seq_len, tr.seed, opts.data, opts.data_dtype)
@@ -399,23 +416,32 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
             inputs = shard_sequence(inputs, rt.coords.cp_rank, par.cp)
             targets = shard_sequence(targets, rt.coords.cp_rank, par.cp)
         replica_loss = forward_backward(rt, inputs.to(device), targets.to(device))
+        t_fb = time.perf_counter()
         reduce_gradients(rt, opts)
         if opts.dump_grads and step == start + 1:
             dump_gradients(rt, opts.dump_grads, indices)
         rt.optimizer.step()
         _sync(device)
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+        t_end = time.perf_counter()
+        dt = torch.tensor([t_end - t0], dtype=torch.float64, device=device)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the step ends when the slowest rank ends
         loss = mean_loss_over_world(rt, replica_loss)
         step_time = float(dt.item())
         tps = tokens_per_step / step_time
         mfu = flops_per_token * tps / (world * peak * 1e12) if peak else None
-        steps.append({"step": step, "loss": loss, "step_time_s": step_time, "tokens_per_s": tps, "mfu": mfu})
+        steps.append({"step": step, "loss": loss, "step_time_s": step_time, "tokens_per_s": tps, "mfu": mfu,
+                      **step_phases(rt, t0, t_fb, t_end)})
         log(f"step {step}/{opts.steps} loss={loss:.6f} step_time_s={step_time:.4f} tokens_per_s={tps:.1f} "
             f"mfu={'null' if mfu is None else f'{mfu:.4f}'}")
         if opts.checkpoint_dir and opts.checkpoint_every and step % opts.checkpoint_every == 0:
             path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer)
             log(f"checkpoint {path}")
+    if device.type == "cuda" and opts.memory_snapshot:
+        os.makedirs(opts.memory_snapshot, exist_ok=True)
+        path = os.path.join(opts.memory_snapshot, f"rank{dist.get_rank()}.pickle")
+        torch.cuda.memory._dump_snapshot(path)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        log(f"memory snapshot {path} (open it at pytorch.org/memory_viz, or `python benchmarks/memory_peak.py {path}`)")
     memories = [None] * world
     dist.all_gather_object(memories, peak_memory(device))
     params_per_rank = [None] * world
@@ -508,6 +534,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help=argparse.SUPPRESS)
     ap.add_argument("--debug-grad-scale", type=float, default=1.0, help=argparse.SUPPRESS)
     ap.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
+    ap.add_argument("--memory-snapshot", help="directory: record the CUDA allocator's history and dump it per rank")
     return ap.parse_args(argv)
 
 
@@ -515,7 +542,8 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
     return RunOptions(steps=a.steps, device=a.device, data=a.data, data_dtype=a.data_dtype,
                       checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=a.resume,
                       warmup_steps=a.warmup_steps, dump_grads=a.dump_grads, optimizer=a.optimizer,
-                      debug_grad_scale=a.debug_grad_scale, compile=a.compile)
+                      debug_grad_scale=a.debug_grad_scale, compile=a.compile,
+                      memory_snapshot=a.memory_snapshot)
 
 
 def write_report(report: dict, path: str) -> None:

@@ -168,6 +168,7 @@ _MODEL_OPTIONS = [
     ("zero2_grad_reduce", Optional[str], None, ("--zero2-grad-reduce",), "When ZeRO-2 reduces gradients: per-step (once, full gradients held through the backward: parplan's runtime) or per-micro-batch (as produced, sharded: DeepSpeed stage 2). Default: the framework's."),
     ("grad_accumulation_fusion", Optional[bool], None, ("--grad-accumulation-fusion/--no-grad-accumulation-fusion",), "Model Megatron's fused fp32 gradient accumulation (off: a separate upcast/add pass per micro-batch, as parplan's runtime). Default: the framework's."),
     ("p2p_scatter_gather", Optional[bool], None, ("--p2p-scatter-gather/--no-p2p-scatter-gather",), "Model Megatron's scatter/gather of pipeline sends without SP (each TP rank sends 1/tp, then all-gathers); off: full tensors, as parplan's runtime and DeepSpeed. Default: the framework's."),
+    ("fused_cross_entropy", Optional[bool], None, ("--fused-cross-entropy/--no-fused-cross-entropy",), "Model Megatron's in-place vocab-parallel cross-entropy (16-bit logits + 4 B per logit); off: an autograd cross-entropy over fp32 logits, 12 B per logit at its backward (parplan's runtime, torchtitan). Default: the framework's."),
 ]
 
 
@@ -354,6 +355,9 @@ def launch(
     resume: bool = typer.Option(False, "--resume"),
     compile_blocks: Optional[bool] = typer.Option(None, "--compile/--no-compile",
                                                   help="torch.compile each block (default: on for cuda, off for cpu)."),
+    memory_snapshot: Optional[str] = typer.Option(None, "--memory-snapshot", help="Directory: record the CUDA "
+                                                  "allocator's history (slows the run) and dump it per rank, for "
+                                                  "pytorch.org/memory_viz or benchmarks/memory_peak.py."),
 ):
     """Run a plan as a real torchrun job and report measured against predicted."""
     _check_choice("device", device, ("auto", "cuda", "cpu"))
@@ -374,7 +378,8 @@ def launch(
     try:
         code = do_launch(plan_file, steps=steps, device=device, dry_run=dry_run, report=report, nnodes=nnodes,
                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
-                     checkpoint_every=checkpoint_every, resume=resume, data=data, compile=compile_blocks)
+                     checkpoint_every=checkpoint_every, resume=resume, data=data, compile=compile_blocks,
+                     memory_snapshot=memory_snapshot)
     except PlannerError as e:
         raise UserError(str(e)) from None
     raise typer.Exit(int(code or 0))

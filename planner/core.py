@@ -49,9 +49,10 @@ def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
 # Training fields that describe the framework rather than the job: recommend() takes them as keywords,
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
-               "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather")
+               "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
-#   megatron   --no-gradient-accumulation-fusion (fusion is on unless disabled),
+#   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
+#              --no-gradient-accumulation-fusion (fusion is on unless disabled),
 #              --no-scatter-gather-tensors-in-pipeline (scatter/gather on unless disabled; nothing
 #              to scatter with sequence parallelism), --use-distributed-optimizer reduce-scatters
 #   deepspeed  zero_optimization.reduce_scatter (default true) for ZeRO-1/2; stage 2 reduces the
@@ -68,8 +69,10 @@ FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
     "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",)}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "parplan": {},
-    "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter"},
-    "deepspeed": {"zero1_grad_reduce": "reduce-scatter", "zero2_grad_reduce": "per-micro-batch"},
+    "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
+                 "fused_cross_entropy": True},
+    "deepspeed": {"zero1_grad_reduce": "reduce-scatter", "zero2_grad_reduce": "per-micro-batch",
+                  "fused_cross_entropy": True},
     "torchtitan": {},
 }
 
@@ -82,7 +85,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",
                           zero3_unsharded_in_pipeline=tr.framework in TORCH_PIPELINING,
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
-                          p2p_scatter_gather=tr.p2p_scatter_gather)
+                          p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy)
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):

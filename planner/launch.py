@@ -198,7 +198,7 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
                   node_rank: int = 0, rdzv_endpoint: Optional[str] = None, rdzv_id: str = "parplan",
                   checkpoint_dir: Optional[str] = None,
                   checkpoint_every: int = 0, resume: bool = False, data: Optional[str] = None,
-                  compile_blocks: bool = False) -> list[str]:
+                  compile_blocks: bool = False, memory_snapshot: Optional[str] = None) -> list[str]:
     """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
     `parallel_layers.train`."""
     argv = [sys.executable, "-m", "torch.distributed.run"]
@@ -217,6 +217,8 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
         argv += ["--resume"]
     if compile_blocks:
         argv += ["--compile"]
+    if memory_snapshot:
+        argv += ["--memory-snapshot", str(memory_snapshot)]
     return argv
 
 
@@ -333,7 +335,8 @@ def print_summary(report: dict, report_path: str) -> None:
 
 def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: bool = False, report: str | None = None,
            nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
-           checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None) -> int:
+           checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None,
+           memory_snapshot: str | None = None) -> int:
     """Check the plan against this machine and run it with torchrun; returns the exit code.
     compile: torch.compile each block (None = on for cuda, off for cpu)."""
     import importlib.util
@@ -368,7 +371,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     argv = torchrun_argv(str(plan_path), nproc=nproc, steps=steps, device=device, report=report_path, nnodes=nnodes,
                          node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, checkpoint_dir=checkpoint_dir,
                          checkpoint_every=checkpoint_every, resume=resume, data=data,
-                         compile_blocks=(device == "cuda") if compile is None else compile)
+                         compile_blocks=(device == "cuda") if compile is None else compile,
+                         memory_snapshot=memory_snapshot)
     failed = [c for c in checks if not c.ok]
     if dry_run:
         for c in checks:

@@ -99,6 +99,12 @@ class Training(Strict):
         "activation to the next pipeline stage, which all-gathers it over the tensor-parallel group (Megatron-LM's "
         "scatter_gather_tensors_in_pipeline, on by default there; Narayanan 2021 sec. 4.1). Off = every rank sends the "
         "whole tensor, as parplan's runtime (torch.distributed.pipelining) and DeepSpeed's pipeline engine do.")
+    fused_cross_entropy: bool = Field(
+        False, description="The loss keeps one fp32 softmax of the logits and writes its gradient into it in place "
+        "(Megatron-LM's vocab-parallel cross-entropy: 16-bit logits + 4 B per logit at the loss's backward). Off = an "
+        "autograd cross-entropy over an fp32 upcast (parplan's runtime, torchtitan): the saved fp32 log-softmax plus "
+        "two fp32 logit-sized tensors in its backward, 12 B per logit (measured: an H100 allocator snapshot, "
+        "benchmarks/results/2026-11-22-h100/snapshots).")
     tokens: Optional[float] = Field(None, gt=0, description="Total training tokens, for time-to-train.")
     seed: int = Field(1234, description="Seed of the logical weights and synthetic data.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate used by `parplan launch`.")

@@ -45,6 +45,7 @@ class Query:
     zero2_grad_reduce: str = "per-step"  # only the Llama 3 set uses ZeRO-2 (FSDP), and says otherwise
     grad_accumulation_fusion: bool = True  # Megatron-LM's default unless a set says otherwise
     p2p_scatter_gather: bool = True  # Megatron-LM's default unless a set says otherwise
+    fused_cross_entropy: bool = True  # Megatron's vocab-parallel cross-entropy (every published stack here uses it)
     pin_variants: list[Pins] = field(default_factory=lambda: [Pins()])
 
 

@@ -16,6 +16,10 @@ predictions are re-made from each report's plan with the cost model of this chec
               counted the gradient passes -- see the git history of that file)
   held-out    the same refit redone 16 times, each time without the configuration predicted (for the
               later grids' runs: without that configuration's first-grid report)
+  refit-s3    calibrated + `calibrate --from-run` over the third session's 17 reports, which carry
+              step phases, so the optimizer step is fitted on its own phase first
+              (optimizer_bandwidth_fraction, optimizer_host_per_tensor_s), then the rest -- in-sample
+              for those 17, out of sample for the 22 earlier runs (<dir>/h100-refit-phases.toml)
 
 Grids: grid (first device session), grid-refit (second), grid-phases and grid-phases-2 (a third
 session on another host, launched with <dir>/h100-refit.toml; their reports also carry each step's
@@ -83,6 +87,13 @@ def refit_profiles(root: Path, first: list[dict], tmp: Path) -> tuple[str, dict[
     return fit([r["path"] for r in first], "all"), held
 
 
+def refit_third(root: Path, rs: list[dict], tmp: Path) -> str:
+    from rich.console import Console
+    paths = [r["path"] for r in rs if r["grid"] in NEW_RUNS]
+    return str(calibrate_from_runs(paths, base=str(root / "h100-calibrated.toml"), out=str(tmp / "s3.toml"),
+                                   console=Console(file=io.StringIO()))[0])
+
+
 def rel(p: float, m: float) -> float:
     return (p - m) / m
 
@@ -92,11 +103,12 @@ def build(root: Path) -> tuple[list[str], dict]:
     first = [r for r in rs if r["grid"] == "grid"]
     with tempfile.TemporaryDirectory() as tmp:
         refit, held = refit_profiles(root, first, Path(tmp))
-        profiles = {"datasheet": "h100-sxm-80gb", "calibrated": str(root / "h100-calibrated.toml"), "refit": refit}
+        profiles = {"datasheet": "h100-sxm-80gb", "calibrated": str(root / "h100-calibrated.toml"), "refit": refit,
+                    "refit-s3": refit_third(root, rs, Path(tmp))}
         for r in rs:
             r["pred"] = {k: predict(r["plan"], p) for k, p in profiles.items()}
             r["pred"]["held-out"] = predict(r["plan"], held[r["name"]]) if r["name"] in held else (None, None)
-    names = ["datasheet", "calibrated", "refit", "held-out"]
+    names = ["datasheet", "calibrated", "refit", "held-out", "refit-s3"]
     lines = ["| grid | run | recompute | mbs | step meas ms | " + " | ".join(f"{n} err" for n in names) +
              " | reserved GB | allocated GB | mem pred GB | err vs reserved | err vs allocated |",
              "|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|---|---|"]
@@ -122,9 +134,9 @@ def build(root: Path) -> tuple[list[str], dict]:
     summary = ["", "| profile | runs | step median abs err | step max abs err | within 15 % | "
                    "memory vs reserved: median / max abs err | within 10 % | memory vs allocated: median / max | within 10 % |",
                "|---|---|---|---|---|---|---|---|---|"]
-    for subset, only_new in (("", False), (" (third session's new runs)", True)):
+    for subset, which in (("", None), (" (third session's runs)", True), (" (first two sessions' runs)", False)):
         for n in names:
-            picked = [r for r in rs if r["pred"][n][0] is not None and (r["grid"] in NEW_RUNS or not only_new)]
+            picked = [r for r in rs if r["pred"][n][0] is not None and (which is None or (r["grid"] in NEW_RUNS) == which)]
             s = [abs(rel(r["pred"][n][0], r["step_s"])) for r in picked]
             m = [abs(rel(r["pred"][n][1], r["reserved"])) for r in picked]
             ma = [abs(rel(r["pred"][n][1], r["allocated"])) for r in picked]

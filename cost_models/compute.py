@@ -117,7 +117,7 @@ def cast_time(params_per_gpu, precision: str, hw):
     return params_per_gpu * 6 / hw.hbm_bytes_per_s
 
 
-def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per_node_used):
+def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per_node_used, tensors=0):
     """AdamW step, memory-bound: read param, grad, m, v and write param, m, v (7 x 4 = 28 B per
     fp32 parameter).  The master-weights recipes then copy the fp32 master into the 16-bit parameter
     in a separate pass (read 4 + write 2: parplan's MasterAdamW, Megatron's distributed optimizer),
@@ -128,10 +128,13 @@ def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per
     CPU VM, torch 2.13 fused CPU AdamW on 50M fp32 params): 33 ms per step = 1.5 Gparam/s = 42 GB/s at
     28 B/param, above the same VM's 26 GB/s tensor copy; the foreach (unfused) AdamW was 4x slower.
     The runtime's offload copies are blocking and per parameter, so for parplan launch this term is
-    a lower bound."""
+    a lower bound.
+    The profile may scale the on-GPU passes by the bandwidth fraction they reach and add host seconds
+    per parameter tensor (`tensors` on this rank), both fitted from runs' after-backward phase."""
     rec = PRECISION_RECIPES[precision]
     bytes_per_param = 28 + (6 if rec["master"] else 0) + (6 if rec["master"] and rec["grad"] == 2 else 0)
-    on_gpu = params_on_gpu * bytes_per_param / hw.hbm_bytes_per_s
+    on_gpu = (params_on_gpu * bytes_per_param / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction)
+              + tensors * hw.optimizer_host_per_tensor_s)
     host_bw = hw.host_memory_bytes_per_s_per_node / gpus_per_node_used
     off = offloaded_params * (bytes_per_param / host_bw + (4 + rec["weight"]) / hw.host_link_bytes_per_s)
     return on_gpu + off

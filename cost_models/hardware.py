@@ -39,6 +39,8 @@ class HardwareConstants:
     host_memory_bytes_per_s_per_node: float
     host_block_s: np.ndarray  # host dispatch seconds per block fwd+bwd, indexed by recompute code (0 = not measured)
     overlap_slowdown: float = 0.0  # profile.overlap_compute_slowdown
+    optimizer_bw_fraction: float = 1.0  # profile.optimizer_bandwidth_fraction
+    optimizer_host_per_tensor_s: float = 0.0  # profile.optimizer_host_per_tensor_s
 
     def exposed(self, comm_s, compute_s):
         """Seconds communication adds to compute it overlaps with: max(C, X + C k/(1+k)) - X for a
@@ -88,4 +90,6 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         host_memory_bytes_per_s_per_node=profile.host_memory_gbytes_per_s_per_node * GB,
         host_block_s=np.array([profile.host_block_s.get(k, 0.0) for k in ("none", "selective", "full")]),
         overlap_slowdown=profile.overlap_compute_slowdown,
+        optimizer_bw_fraction=profile.optimizer_bandwidth_fraction,
+        optimizer_host_per_tensor_s=profile.optimizer_host_per_tensor_s,
     )

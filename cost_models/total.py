@@ -31,6 +31,22 @@ from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params
 from .params import layer_matmul_params, model_flops_per_token, recompute_flops_per_token
 
 
+def param_tensors_per_rank(m: ModelDims, pp, blocks_first, blocks_mid, blocks_last):
+    """Parameter tensors on the rank holding the most, as parplan's runtime builds them: per llama
+    block wq, wk, wv, wo, gate, up, down and two RMSNorm weights (9); per GPT block the same four
+    attention and two MLP weights with their biases and two LayerNorms with bias (16); the embedding
+    (+ learned positions) on the first stage; the final norm and an untied (or pipeline-copied) head
+    on the last."""
+    gpt = m.arch == "gpt"
+    per_block = 16 if gpt else 9
+    first = 2 if gpt else 1
+    last = (2 if gpt else 1) + 1
+    single = np.asarray(pp) == 1
+    head_on_first = np.where(single, last - (1 if m.tied else 0), 0)
+    return np.maximum(np.maximum(blocks_first * per_block + first + head_on_first, blocks_mid * per_block),
+                      np.where(single, 0, blocks_last * per_block + last))
+
+
 def num_microbatches(tr, lay):
     return tr.global_batch_size / (np.asarray(lay.dp) * lay.mbs)
 
@@ -170,7 +186,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     off = lay.offload > 0
     gpus_node = np.minimum(lay.gpus, hw.gpus_per_node)
     opt_t = optimizer_time(np.where(off, 0.0, opt_params), np.where(off, opt_params, 0.0),
-                           tr.precision, hw, gpus_node)
+                           tr.precision, hw, gpus_node, param_tensors_per_rank(m, pp, blocks_first, blocks_mid, blocks_last))
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     opt_t = opt_t + grad_accumulation_time(stage_params, m_micro, tr.precision, hw, tr.grad_accumulation_fusion)

@@ -828,9 +828,12 @@ def read_report(path: str) -> dict:
             v = m.get("reserved") if isinstance(m, dict) else None
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
                 reserved.append(float(v))
+    after = [s.get("after_s") for s in steps[warmup:] or steps if isinstance(s, dict)]
+    after_ok = after and all(isinstance(a, (int, float)) and not isinstance(a, bool) and a > 0 for a in after)
     return {"path": str(path), "plan": plan, "device": device, "torch_version": data.get("torch_version"),
             "step_time_s": statistics.median(measured), "steps_used": len(measured),
-            "reserved_bytes": max(reserved) if reserved else None}
+            "reserved_bytes": max(reserved) if reserved else None,
+            "after_s": statistics.median(after) if after_ok else None}
 
 
 class _Predictor:
@@ -907,6 +910,37 @@ def fit_host_block(plan, profile, measured_s: float, predict) -> float | None:
     return (lo + hi) / 2
 
 
+def fit_optimizer(runs: list[dict], profile, predict) -> tuple[float, float, int] | None:
+    """optimizer_bandwidth_fraction f and optimizer_host_per_tensor_s h from the reports' after-backward
+    phase (`after_s`: gradient reduction + optimizer step, device-synchronised), on the runs where that
+    phase is the optimizer step alone (one rank: no pipeline, no data parallelism, no offload).  The
+    model's optimizer term is passes/f + tensors x h; the passes and the tensor count come from the
+    cost model itself (two predictions with f and h moved), then least squares for (1/f, h) over the
+    runs, with 1/f >= 1 and h >= 0 (if h would be negative, h = 0 and 1/f the median ratio).  None
+    with fewer than two such runs.  Returns (f, h, runs used)."""
+    rows = []
+    for r in runs:
+        par = r["plan"].parallel
+        if r.get("after_s") is None or par.pp * par.dp * par.tp * par.cp != 1 or par.offload != "none":
+            continue
+        base = profile.model_copy(update={"optimizer_bandwidth_fraction": 1.0, "optimizer_host_per_tensor_s": 0.0})
+        t0 = predict(r["plan"], base).time_breakdown.optimizer_s
+        passes = predict(r["plan"], base.model_copy(update={"optimizer_bandwidth_fraction": 0.5})).time_breakdown.optimizer_s - t0
+        tensors = (predict(r["plan"], base.model_copy(update={"optimizer_host_per_tensor_s": 1e-3})).time_breakdown.optimizer_s
+                   - t0) / 1e-3
+        rows.append((passes, round(tensors), r["after_s"]))
+    if len(rows) < 2:
+        return None
+    import numpy as np
+    a = np.array([[p, n] for p, n, _ in rows], dtype=float)
+    y = np.array([t for *_, t in rows])
+    (inv_f, h), *_ = np.linalg.lstsq(a, y, rcond=None)
+    if h < 0 or inv_f < 1:
+        h = 0.0 if h < 0 else h
+        inv_f = max(1.0, statistics.median((t - n * h) / p for p, n, t in rows))
+    return 1.0 / inv_f, float(h), len(rows)
+
+
 def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | None = None, console=None):
     """Refit sustained_matmul_fraction, host_block_s and memory_reserve_gbytes from launch reports.
     The sustained fraction is fitted on the reports that are not launch-bound (all of them if every
@@ -924,13 +958,20 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     predict = _Predictor()
     try:
         before = [predict(r["plan"], base_profile) for r in runs]
-        fits = [fit_sustained(r["plan"], base_profile, r["step_time_s"], predict) for r in runs]
+        # the optimizer step first (its own measured phase), then everything else against the step time
+        opt_fit = fit_optimizer(runs, base_profile, predict)
+        if opt_fit:
+            base_fit = base_profile.model_copy(update={"optimizer_bandwidth_fraction": opt_fit[0],
+                                                       "optimizer_host_per_tensor_s": opt_fit[1]})
+        else:
+            base_fit = base_profile
+        fits = [fit_sustained(r["plan"], base_fit, r["step_time_s"], predict) for r in runs]
         bound = [launch_bound(b) for b in before]
         # median of the per-report fits over the compute-bound runs (the fraction barely moves a
         # launch-bound one): robust to the odd noisy run
         s_new = statistics.median(s for (s, _), lb in zip(fits, bound) if not lb or all(bound))
         s_new = min(1.0, max(1e-4, s_new))
-        candidate = base_profile.model_copy(update={"sustained_matmul_fraction": s_new})
+        candidate = base_fit.model_copy(update={"sustained_matmul_fraction": s_new})
         host_fits: dict[str, list[float]] = {}
         for r, lb in zip(runs, bound):
             if lb and base_profile.host_block_s:
@@ -947,13 +988,17 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         data["sustained_matmul_fraction"] = float(f"{s_new:.6g}")
         data["memory_reserve_gbytes"] = round(new_reserve, 4)
         data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_new.items()}
+        if opt_fit:
+            data["optimizer_bandwidth_fraction"] = float(f"{opt_fit[0]:.4g}")
+            data["optimizer_host_per_tensor_s"] = float(f"{opt_fit[1]:.4g}")
         data["name"] = _calibrated_name(base_profile.name)
         devices = sorted({r["device"] for r in runs})
         torches = sorted({str(r["torch_version"]) for r in runs if r["torch_version"]})
         names = " ".join(Path(r["path"]).name for r in runs)
         what = (f"{_today()}: {TOOL} --from-run ({len(runs)} report{'s' if len(runs) > 1 else ''} on "
                 f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): sustained_matmul_fraction, "
-                + ("host_block_s, " if host_fits else "") + "memory_reserve_gbytes")
+                + ("host_block_s, " if host_fits else "")
+                + ("optimizer_bandwidth_fraction, optimizer_host_per_tensor_s, " if opt_fit else "") + "memory_reserve_gbytes")
         data["measured"] = f"{what}; before: {base_profile.measured}" if base_profile.measured else what
         clamped = sum(c for _, c in fits)
         data["sources"] = list(data.get("sources") or []) + [
@@ -963,6 +1008,9 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
             f"{f'; {clamped} clamped' if clamped else ''}); "
             + "".join(f"host_block_s.{k} {base_profile.host_block_s.get(k, 0.0) * 1e3:.3g} -> {host_new[k] * 1e3:.3g} ms "
                       f"(median of {len(v)} launch-bound report(s)); " for k, v in host_fits.items())
+            + (f"optimizer_bandwidth_fraction {base_profile.optimizer_bandwidth_fraction:g} -> {opt_fit[0]:.4g} and "
+               f"optimizer_host_per_tensor_s {base_profile.optimizer_host_per_tensor_s * 1e6:.3g} -> {opt_fit[1] * 1e6:.3g} us "
+               f"(least squares over the after-backward phase of {opt_fit[2]} one-rank report(s)); " if opt_fit else "")
             + "memory_reserve_gbytes "
             f"{old_reserve:g} -> {new_reserve:.4g} (" + (f"median reserved-peak minus predicted total {statistics.median(gaps) / GB:+.3f} GB over "
                                                           f"{len(gaps)} report(s))" if gaps else "no report had reserved memory: kept)")]

@@ -258,6 +258,14 @@ class HardwareProfile(Strict):
         "runtime, by recompute mode; a block takes max(GPU time, host time), so small blocks are launch-bound. Measured by "
         "`parplan calibrate` on the machine (it depends on the CPU, torch and the runtime, not the GPU); empty = not measured, "
         "no host bound.")
+    optimizer_bandwidth_fraction: float = Field(
+        1.0, gt=0, le=1, description="Fraction of the streaming bandwidth (hbm_gbytes_per_s x hbm_efficiency) the optimizer "
+        "step's passes reach (fused AdamW, master copy-back). Fitted by `parplan calibrate --from-run` from the reports' "
+        "after-backward phase; 1.0 = not fitted.")
+    optimizer_host_per_tensor_s: float = Field(
+        0.0, ge=0, description="Host seconds per parameter tensor that the optimizer step of parplan's runtime spends "
+        "beside its kernels (per-tensor Python loops, the fused AdamW's tensor grouping), added to the step. Fitted with "
+        "optimizer_bandwidth_fraction from the reports' after-backward phase; 0 = not fitted.")
     overlap_compute_slowdown: float = Field(
         0.0, ge=0.0, le=1.0, description="Fractional slowdown of compute kernels while a collective runs beside them "
         "(NCCL kernels take SMs and HBM bandwidth): overlapped communication C beside compute X costs max(C, X + C k/(1+k)) "

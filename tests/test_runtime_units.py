@@ -270,3 +270,26 @@ def test_cp_gather_is_identity_on_one_rank(group_of_one):
     assert torch.equal(y, x)
     y.sum().backward()
     assert torch.equal(x.grad, torch.ones_like(x))
+
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT, {**TINY_GPT, "tied_embeddings": False}],
+                         ids=["llama", "gpt-tied", "gpt-untied"])
+@pytest.mark.parametrize("first,last", [(True, True), (True, False), (False, True), (False, False)],
+                         ids=["single", "first", "last", "middle"])
+def test_cost_model_counts_the_runtimes_parameter_tensors(model, first, last):
+    """The optimizer's per-tensor host cost needs the number of parameter tensors a rank steps: the
+    cost model's count equals the runtime's own for every kind of stage (the other stages of the
+    call hold no blocks, so the largest count is this stage's)."""
+    import numpy as np
+
+    from cost_models.layout import ModelDims
+    from cost_models.total import param_tensors_per_rank
+    plan = tiny_plan(model)
+    cfg = ModelConfig.from_plan(plan)
+    stage = StageModule(cfg, [0, 1], first=first, last=last, tp_group=None)
+    m = ModelDims.from_spec(plan.model, plan.training.seq_len)
+    pp = 1 if first and last else (2 if first or last else 3)
+    blocks = [2 if first else 0, 0 if first or last else 2, 2 if last and not first else 0]
+    count = param_tensors_per_rank(m, np.array(pp), *(np.array(b) for b in blocks))
+    assert int(count) == len({id(p) for p in stage.parameters()})

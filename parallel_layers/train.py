@@ -465,7 +465,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
     measured = steps[warmup:] or steps
-    med = lambda key: statistics.median(s[key] for s in measured) if measured and measured[0][key] is not None else None
+    med = lambda key: (statistics.median(s[key] for s in measured)  # noqa: E731
+                       if measured and all(s.get(key) is not None for s in measured) else None)
     pred = plan.prediction if comparable else None
     reserved = [m["reserved"] for m in memories if m.get("reserved") is not None]
     error = {
@@ -480,7 +481,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "world_size": len(memories),
         "warmup_steps": warmup,
         "steps": steps,
-        "median": {"step_time_s": med("step_time_s"), "tokens_per_s": med("tokens_per_s"), "mfu": med("mfu")},
+        "median": {"step_time_s": med("step_time_s"), "tokens_per_s": med("tokens_per_s"), "mfu": med("mfu"),
+                   "host_dispatch_s": med("host_dispatch_s"), "fwd_bwd_s": med("fwd_bwd_s"), "after_s": med("after_s")},
         "peak_memory_bytes": {str(r): m for r, m in enumerate(memories)},
         "params_per_rank": params_per_rank,
         "model_flops_per_token": model_flops_per_token(plan),

@@ -315,6 +315,27 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def phases_line(report: dict) -> str | None:
+    """Where rank 0's median step went (the report's step phases), and whether it was launch-bound."""
+    import statistics
+
+    steps = report.get("steps") or []
+    steps = steps[report.get("warmup_steps") or 0:] or steps
+
+    def med(key):
+        vals = [s.get(key) for s in steps]
+        return statistics.median(vals) if vals and all(v is not None for v in vals) else None
+    host, fb, after = med("host_dispatch_s"), med("fwd_bwd_s"), med("after_s")
+    if host is None or fb is None or after is None:
+        return None
+    line = (f"phases (rank 0, median): host done dispatching the forward/backward at {host * 1e3:.1f} ms, the device "
+            f"done with it at {fb * 1e3:.1f} ms, then {after * 1e3:.1f} ms of gradient reduction and optimizer step")
+    if host >= 0.97 * fb and report.get("device") != "cpu":  # on CPU the host is the device
+        line += ("; launch-bound: the device waited for the host (a larger micro-batch, or a faster host CPU, "
+                 "shortens the step)")
+    return line
+
+
 def print_summary(report: dict, report_path: str) -> None:
     from rich.table import Table
 
@@ -330,6 +351,9 @@ def print_summary(report: dict, report_path: str) -> None:
     console.print(t)
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
+    phases = phases_line(report)
+    if phases:
+        console.print(phases, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)
 
 

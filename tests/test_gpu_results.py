@@ -242,3 +242,13 @@ def test_refit_from_the_third_session_predicts_the_earlier_runs(accuracy):
     errs = {(r["grid"], r["name"]): abs(r["pred"]["refit-s3"][0] - r["step_s"]) / r["step_s"] for r in old}
     assert len(errs) == 22 and statistics.median(errs.values()) <= 0.03
     assert [k for k, e in errs.items() if e > 0.15] == [("grid-refit", "llama-1.3b-mbs1-full")]
+
+
+def test_launch_summary_names_the_launch_bound_runs():
+    """parplan launch prints the step's phases; a run whose host finished dispatching with the device
+    (the 1.3B model at micro-batch 1, full recompute) is called launch-bound, a micro-batch-4 3B run is not."""
+    from planner.launch import phases_line
+    bound = phases_line(json.loads((RESULTS / "grid-phases" / "llama-1.3b-mbs1-full" / "report.json").read_text()))
+    free = phases_line(json.loads((RESULTS / "grid-phases" / "llama-3b-mbs4-none" / "report.json").read_text()))
+    assert "launch-bound" in bound and "phases" in free and "launch-bound" not in free
+    assert phases_line(json.loads((RESULTS / "grid" / "issue3-mfu" / "report.json").read_text())) is None  # no phases yet

@@ -1027,6 +1027,14 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
                      "predicted_memory_bytes_before": b.memory_bytes_per_gpu.total,
                      "predicted_memory_bytes_after": a.memory_bytes_per_gpu.total + (new_reserve - old_reserve) * GB})
     _print_run_table(console, base_profile, profile, rows)
+    if host_fits:
+        console.print("host dispatch per block: " + ", ".join(
+            f"{k} {base_profile.host_block_s.get(k, 0.0) * 1e3:.3g} -> {host_new[k] * 1e3:.3g} ms ({len(v)} launch-bound run(s))"
+            for k, v in host_fits.items()), markup=False, highlight=False)
+    if opt_fit:
+        console.print(f"optimizer step: bandwidth fraction {opt_fit[0]:.3g}, host {opt_fit[1] * 1e6:.3g} us per parameter "
+                      f"tensor (least squares over the after-backward phase of {opt_fit[2]} one-rank run(s))",
+                      markup=False, highlight=False)
     return path, profile, rows
 
 

@@ -40,6 +40,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -545,33 +546,48 @@ def _host_probe_plan(blocks: int, recompute: str, device_type: str):
 
 def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HOST_MODES) -> dict[str, float]:
     """Host seconds to dispatch one block's forward + backward in parplan's own runtime, per recompute
-    mode: the runtime (as `parplan launch` runs it: torchrun, --compile on cuda) trains the tiny
-    probe with 2 and with 10 blocks; (median step time difference) / 8.  The per-step costs (embedding,
-    head, optimizer launch, synchronisation) cancel in the difference."""
+    mode: the runtime (torchrun, --compile on cuda, as `parplan launch` runs it) trains the tiny probe
+    with 2 and with 10 blocks; (median step time difference) / 8.  The per-step costs (embedding,
+    head, optimizer launch, synchronisation) cancel in the difference.  All the runs share one
+    process (`parallel_layers.probe`): one start-up instead of one per run."""
     import subprocess
 
-    from .launch import job_env, torchrun_argv
+    from .launch import job_env
 
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="parplan-host-") as tmp:
+        runs = [(mode, blocks, Path(tmp) / f"report-{mode}-{blocks}.json") for mode in modes for blocks in HOST_BLOCKS]
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                "-m", "parallel_layers.probe", "--steps", str(steps), "--device", device_type]
+        if device_type == "cuda":
+            argv.append("--compile")
+        for mode, blocks, report in runs:
+            plan_path = Path(tmp) / f"plan-{mode}-{blocks}.json"
+            plan_path.write_text(_host_probe_plan(blocks, mode, device_type).model_dump_json())
+            argv += ["--plan", str(plan_path), "--report", str(report)]
+        log = Path(tmp) / "probe.log"
+        with open(log, "w") as f:
+            job = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=job_env(device_type))
+            done = 0
+            while True:  # advance the caller's progress bar as each run's report appears
+                running = job.poll() is None
+                finished = sum(r.exists() for *_, r in runs)
+                for _ in range(finished - done if advance else 0):
+                    advance()
+                done = finished
+                if not running:
+                    break
+                time.sleep(0.2)
+        missing = [f"{mode}, {blocks} blocks" for mode, blocks, r in runs if not r.exists()]
+        if job.returncode != 0 or missing:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise CalibrationError(f"host-dispatch probe ({missing[0] if missing else 'exit ' + str(job.returncode)}) "
+                                   f"failed: {' | '.join(tail)}")
         for mode in modes:
             times = []
             for blocks in HOST_BLOCKS:
-                plan = _host_probe_plan(blocks, mode, device_type)
-                plan_path = Path(tmp) / f"plan-{mode}-{blocks}.json"
-                report = Path(tmp) / f"report-{mode}-{blocks}.json"
-                plan_path.write_text(plan.model_dump_json())
-                argv = torchrun_argv(plan_path, nproc=1, steps=steps, report=report, device=device_type,
-                                     compile_blocks=device_type == "cuda")
-                job = subprocess.run(argv, capture_output=True, text=True, env=job_env(device_type))
-                if job.returncode != 0 or not report.exists():
-                    tail = (job.stderr or job.stdout).strip().splitlines()[-3:]
-                    raise CalibrationError(f"host-dispatch probe ({mode}, {blocks} blocks) failed: {' | '.join(tail)}")
-                rep = json.loads(report.read_text())
-                after = [st["step_time_s"] for st in rep["steps"][rep["warmup_steps"]:]]
-                times.append(statistics.median(after))
-                if advance:
-                    advance()
+                rep = json.loads((Path(tmp) / f"report-{mode}-{blocks}.json").read_text())
+                times.append(statistics.median(st["step_time_s"] for st in rep["steps"][rep["warmup_steps"]:]))
             out[mode] = max(0.0, (times[1] - times[0]) / (HOST_BLOCKS[1] - HOST_BLOCKS[0]))
     return out
 

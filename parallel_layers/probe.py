@@ -1,0 +1,38 @@
+"""Several plans in one process: ``python -m parallel_layers.probe --plan A.json --report A.out.json
+--plan B.json --report B.out.json --steps N --device cuda [--compile]`` trains each plan in turn after
+one torch import and one process-group start.  It is the host-dispatch probe of `parplan calibrate`
+(six tiny runs: one start-up, and one set of compiled block graphs shared by the runs of a recompute
+mode, instead of six).  One rank; each report is the one `parallel_layers.train` would write."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .train import RunOptions, init_distributed, load_plan, report_failure, run, shutdown, write_report
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m parallel_layers.probe", description=__doc__.splitlines()[0])
+    ap.add_argument("--plan", action="append", required=True, help="plan JSON (repeatable)")
+    ap.add_argument("--report", action="append", required=True, help="report path, one per --plan")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
+    a = ap.parse_args(argv)
+    if len(a.plan) != len(a.report):
+        ap.error("give one --report per --plan")
+    try:
+        init_distributed(a.device)
+        for plan_path, report_path in zip(a.plan, a.report):
+            report = run(load_plan(plan_path), RunOptions(steps=a.steps, device=a.device, compile=a.compile))
+            if report is not None:
+                write_report(report, report_path)
+        shutdown()
+    except BaseException as exc:
+        report_failure(exc)
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -379,6 +379,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     machine = probe_machine()
     checks = [Check("torch", True, f"torch {machine.torch_version}")]
     device, dev_check = resolve_device(device, machine)
+    if memory_snapshot and device == "cpu":
+        _err("note: --memory-snapshot records the CUDA allocator; on cpu there is nothing to record")
+        memory_snapshot = None
     checks.append(dev_check)
     nproc, world_check = check_world(plan, device, machine, nnodes, nproc_per_node)
     checks += [world_check, check_runtime_support(plan, device), check_rendezvous(nnodes, node_rank, rdzv_endpoint),

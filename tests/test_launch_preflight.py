@@ -42,6 +42,14 @@ def test_dry_run_cpu_prints_every_check_and_the_command(plan8, capsys, tmp_path)
     assert not (tmp_path / "r").exists()  # a dry run writes nothing
 
 
+def test_memory_snapshot_reaches_the_runtime_on_cuda_and_is_dropped_on_cpu(plan8, capsys, monkeypatch):
+    argv = L.torchrun_argv("p.json", nproc=1, steps=2, device="cuda", report="r.json", memory_snapshot="snap")
+    assert argv[-2:] == ["--memory-snapshot", "snap"]
+    assert L.launch(plan8, dry_run=True, device="cpu", memory_snapshot="snap") == 0
+    out, err = capsys.readouterr()
+    assert "nothing to record" in err and "--memory-snapshot" not in out
+
+
 def test_bad_plan_file_is_one_line_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**json.loads(tiny_plan().model_dump_json()), "surprise": 1}))

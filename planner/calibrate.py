@@ -958,10 +958,11 @@ def fit_optimizer(runs: list[dict], profile, predict) -> tuple[float, float, int
 
 
 def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | None = None, console=None):
-    """Refit sustained_matmul_fraction, host_block_s and memory_reserve_gbytes from launch reports.
-    The sustained fraction is fitted on the reports that are not launch-bound (all of them if every
-    one is), then host_block_s per recompute mode on those that are (the runs measure dispatch under
-    real load; the calibrate probe measures it on a tiny model).
+    """Refit a profile from launch reports: first the optimizer step (optimizer_bandwidth_fraction,
+    optimizer_host_per_tensor_s) on the one-rank reports that carry the after-backward phase, then
+    sustained_matmul_fraction on the reports that are not launch-bound (all of them if every one is),
+    then host_block_s per recompute mode on those that are (the runs measure dispatch under real load;
+    the calibrate probe measures it on a tiny model), then memory_reserve_gbytes.
     Returns (path, profile, rows) with one row per report (predictions before/after)."""
     console = console or _console()
     runs = [read_report(r) for r in reports]

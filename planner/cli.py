@@ -660,7 +660,9 @@ def calibrate(
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu (cpu: a self-calibration for testing only)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer shapes and samples."),
     from_run: Optional[list[str]] = typer.Option(None, "--from-run", help="Launch report JSON (repeatable): refit "
-                                                 "sustained_matmul_fraction and memory_reserve_gbytes instead of measuring."),
+                                                 "instead of measuring: the optimizer step from one-rank reports' "
+                                                 "after-backward phase, sustained_matmul_fraction, host_block_s from "
+                                                 "launch-bound runs, memory_reserve_gbytes."),
 ):
     """Measure this machine (GEMM, attention, HBM, host link, collectives) into a hardware profile, or refit one from run reports."""
     _check_choice("device", device, ("auto", "cuda", "cpu"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .train import RunOptions, init_distributed, load_plan, report_failure, run, shutdown, write_report
+from .train import RunOptions, run_plans
 
 
 def main(argv=None) -> int:
@@ -21,16 +21,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if len(a.plan) != len(a.report):
         ap.error("give one --report per --plan")
-    try:
-        init_distributed(a.device)
-        for plan_path, report_path in zip(a.plan, a.report):
-            report = run(load_plan(plan_path), RunOptions(steps=a.steps, device=a.device, compile=a.compile))
-            if report is not None:
-                write_report(report, report_path)
-        shutdown()
-    except BaseException as exc:
-        report_failure(exc)
-        raise
+    opts = RunOptions(steps=a.steps, device=a.device, compile=a.compile)
+    run_plans(a.device, [(plan, opts, report) for plan, report in zip(a.plan, a.report)])
     return 0
 
 

@@ -563,17 +563,23 @@ def report_failure(exc: BaseException) -> None:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    run_plans(a.device, [(a.plan, options_from_args(a), a.report)])
+    return 0
+
+
+def run_plans(device: str, jobs) -> None:
+    """Start the process group once, train each (plan path, RunOptions, report path or None) in turn,
+    write rank 0's reports, and shut down; a failure is reported with this rank and re-raised."""
     try:
-        init_distributed(a.device)
-        plan = load_plan(a.plan)
-        report = run(plan, options_from_args(a))
-        if report is not None and a.report:
-            write_report(report, a.report)
+        init_distributed(device)
+        for plan_path, opts, report_path in jobs:
+            report = run(load_plan(plan_path), opts)
+            if report is not None and report_path:
+                write_report(report, report_path)
         shutdown()
     except BaseException as exc:
         report_failure(exc)
         raise
-    return 0
 
 
 if __name__ == "__main__":

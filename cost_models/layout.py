@@ -73,10 +73,18 @@ class TrainingConsts:
     dropout: bool = False
     zero1_all_reduce: bool = True
     zero2_each_microbatch: bool = False  # ZeRO-2 gradients sharded as produced (reduce-scatter per micro-batch)
-    # torch.distributed.pipelining keeps FSDP2 parameters and gradients unsharded from a stage's first
-    # backward to the end of the step (PipelineStage.backward_maybe_with_nosync): ZeRO-3 with pp > 1
-    # then holds full weights and gradients, gathers once and reduce-scatters once per step.
-    zero3_unsharded_in_pipeline: bool = True
+    # ZeRO-3 is PyTorch FSDP2 (parplan's runtime, torchtitan), not DeepSpeed's stage 3:
+    #  - with a master-weights recipe the fp32 shard *is* the master (MixedPrecisionPolicy computes in
+    #    16 bit from it): no separate 16-bit shard;
+    #  - each stage module is an FSDP root, whose parameters (embedding, head) stay unsharded from the
+    #    forward to the backward (fully_shard: reshard_after_forward defaults to False for the root);
+    #  - gradients reach the reduce-scatter as one unit's unsharded buffer in the reduce dtype, not
+    #    through DDP buckets;
+    #  - inside torch.distributed.pipelining (PipelineStage.backward_maybe_with_nosync) parameters and
+    #    gradients stay unsharded from a stage's first backward to the end of the step: ZeRO-3 with
+    #    pp > 1 holds full weights and gradients, gathers once and reduce-scatters once per step.
+    # Measured on CPU (tests/test_runtime_memory.py, the CPU allocator through the profiler).
+    zero3_fsdp2: bool = True
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit

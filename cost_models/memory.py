@@ -147,18 +147,29 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     zero = lay.zero
     off = lay.offload > 0
 
-    z3_full = (zero >= 3) & tr.zero3_unsharded_in_pipeline & (np.asarray(pp) > 1)
+    fsdp2 = (zero >= 3) & tr.zero3_fsdp2
+    z3_full = fsdp2 & (np.asarray(pp) > 1)
+    # FSDP2 with a master recipe: the fp32 shard is the master (counted with the optimizer states)
+    fsdp2_shard = 0.0 if rec["master"] else rec["weight"]
 
     def states(params):
-        w = params * rec["weight"] / np.where((zero >= 3) & ~z3_full, dp, 1)
+        # persistent weight storage: full, sharded (ZeRO-3), or for FSDP2 with a master recipe none
+        # besides the master; FSDP2 inside a pipeline also keeps the gathered compute copies
+        stored = params * np.where(fsdp2, fsdp2_shard, rec["weight"]) / np.where(zero >= 3, dp, 1)
+        gathered = np.where(z3_full, params * rec["weight"], 0.0)
         # ZeRO-2 keeps gradients sharded only when it reduce-scatters them as they are produced;
         # reduced once per step, every rank holds them all through the backward.
         sharded_g = ((zero >= 3) & ~z3_full) | ((zero == 2) & tr.zero2_each_microbatch)
         g = params * rec["grad"] / np.where(sharded_g, dp, 1)
         opt_total = params * (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
+        # FSDP2's CPUOffloadPolicy keeps the sharded parameters and gradients on the host as well
+        # (the unsharded gradients a pipeline accumulates stay on the device until the reduce)
+        host = off & fsdp2
+        host_g = host & ~z3_full
+        w = gathered + np.where(host, 0.0, stored)
         o = np.where(off, 0.0, opt_total)
-        offloaded = np.where(off, opt_total, 0.0)
-        return w, g, o, offloaded
+        offloaded = np.where(off, opt_total, 0.0) + np.where(host, stored, 0.0) + np.where(host_g, g, 0.0)
+        return w, np.where(host_g, 0.0, g), o, offloaded
 
     inflight = in_flight_microbatches(lay, m_micro)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
@@ -175,7 +186,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # except under full recompute (the forward pass saves nothing but the block input).
     cast_per_param = rec["cast"] * np.where(lay.recompute == REC_FULL, 0.0, 1.0)
 
-    working = _other_bytes(lay, per_layer, work_layer)
+    working = _other_bytes(lay, per_layer, work_layer, rec, fsdp2, z3_full)
 
     # Gradients are freed after each optimizer step (zero_grad(set_to_none=True), the runtime's
     # and PyTorch's default).  With several micro-batches per step the whole gradient buffer is
@@ -186,11 +197,13 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # or all gradients once the activations are gone.
     one_micro = np.asarray(m_micro) == 1
 
-    def stage_total(params, blocks, n_inflight, has_loss, head_here):
+    def stage_total(params, blocks, n_inflight, has_loss, head_here, root_params):
         """The larger of two moments: the loss's backward (all saved activations, the loss's peak, and
         the gradients of earlier micro-batches; no block is being back-propagated yet) and the blocks'
-        backward (saved activations, gradients, one block's working memory)."""
+        backward (saved activations, gradients, one block's working memory).  root_params: the
+        stage's parameters outside its blocks (FSDP2 keeps them gathered through the step)."""
         w, g, o, offl = states(params)
+        w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
         layer_params = blocks * per_layer
         acts = blocks * act_layer * n_inflight + np.where(has_loss, loss_saved * (last_inflight - 1), 0.0)
         casts = layer_params * cast_per_param * n_inflight + rec["cast"] * per_layer
@@ -202,9 +215,10 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return dict(weights=w, grads=g, optimizer=o, activations=acts + np.where(has_loss, loss_peak, 0.0),
                     other=working + casts, total=total, offloaded=offl)
 
-    first = stage_total(p_first, first_blocks, inflight, single, np.where(single, head, 0.0))
-    mid = stage_total(p_mid, mid_blocks, mid_inflight, False, 0.0)
-    last = stage_total(p_last, last_blocks, last_inflight, True, head)
+    first = stage_total(p_first, first_blocks, inflight, single, np.where(single, head, 0.0),
+                        p_first - first_blocks * per_layer)
+    mid = stage_total(p_mid, mid_blocks, mid_inflight, False, 0.0, 0.0)
+    last = stage_total(p_last, last_blocks, last_inflight, True, head, head)
     # choose the worst stage per candidate
     out = {k: first[k] for k in first}
     out["worst_stage"] = np.zeros_like(p_np)  # 0 first, 1 middle, 2 last
@@ -216,16 +230,23 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     return out
 
 
-def _other_bytes(lay, per_layer, work_layer):
+def _other_bytes(lay, per_layer, work_layer, rec, fsdp2, z3_full):
     """Working memory besides saved activations and model states:
       - one block's activations (the block being back-propagated, or re-run under recompute)
         plus its gradient, i.e. 2 x one block's activations;
-      - ZeRO-3: the all-gathered 16-bit parameters of two blocks (current + prefetch);
-      - data-parallel gradient buckets: 2 x 25 MB (PyTorch DDP bucket_cap_mb default 25);
+      - ZeRO-3: the all-gathered compute-dtype parameters of two blocks (current + prefetch); FSDP2
+        inside a pipeline keeps the gathered weights (counted as weights), so only the all-gather
+        buffer of the block being gathered;
+      - FSDP2: the reduce-scatter input of the block just back-propagated (one block's gradients
+        in the reduce dtype) and the compute-dtype gradients the block being back-propagated is
+        making (the CPU measurement found both live beside the next block's gather);
+      - data-parallel gradient buckets: 2 x 25 MB (PyTorch DDP bucket_cap_mb default 25; FSDP2 has
+        none);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
-    gather = np.where(lay.zero >= 3, 2 * per_layer * 2, 0.0)  # 2 blocks of this TP rank's shard, 2 bytes
-    buckets = np.where(lay.dp > 1, 2 * 25e6, 0.0)
-    return 2 * work_layer + gather + buckets
+    gather = np.where(lay.zero >= 3, np.where(z3_full, 1, 2) * per_layer * rec["weight"], 0.0)
+    rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
+    buckets = np.where((lay.dp > 1) & ~fsdp2, 2 * 25e6, 0.0)
+    return 2 * work_layer + gather + rs_input + buckets
 
 
 def _replace(lay, **kw):

@@ -165,7 +165,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # inside torch.distributed.pipelining the gathered weights stay gathered after a stage's first
     # backward: the step gathers and reduce-scatters about once, not per micro-batch (the warm-up
     # forwards before that first backward gather again; not counted)
-    z3_n = np.where(tr.zero3_unsharded_in_pipeline & (np.asarray(pp) > 1), 1, m_micro)
+    z3_n = np.where(tr.zero3_fsdp2 & (np.asarray(pp) > 1), 1, m_micro)
     z3_exposed = z3_n * hw.exposed(z3_mb_t, t_stage)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,

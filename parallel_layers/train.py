@@ -28,6 +28,7 @@ that fails prints ``[parplan] rank R failed: ...`` before re-raising.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -44,6 +45,7 @@ import torch.distributed as dist
 from parallel_layers import checkpoint as ckpt
 from parallel_layers.context_parallel import shard_sequence
 from parallel_layers.data import TokenSource, replica_sample_indices
+from parallel_layers.host_memory import CpuMemoryTrace, trace_if
 from parallel_layers.data_parallel import (
     ShardedAdamW,
     all_reduce_bucketed,
@@ -362,11 +364,16 @@ def peak_tflops_per_gpu(plan, device: torch.device) -> Optional[float]:
         return None
 
 
-def peak_memory(device: torch.device) -> dict:
+def peak_memory(device: torch.device, cpu_trace: Optional[dict] = None) -> dict:
     if device.type == "cuda":
         return {"allocated": torch.cuda.max_memory_allocated(device), "reserved": torch.cuda.max_memory_reserved(device)}
-    # CPU: no allocator statistics; report the process's peak resident set size instead
-    return {"allocated": None, "reserved": None, "rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    # CPU: no allocator statistics; the traced allocator peak when traced (--memory-snapshot), and
+    # the process's peak resident set size
+    out = {"allocated": None, "reserved": None, "rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if cpu_trace is not None:
+        out.update(allocated=cpu_trace["allocated"], peak_phase=cpu_trace["phase"],
+                   allocated_without_collective_buffers=cpu_trace["without_collective_buffers"]["allocated"])
+    return out
 
 
 def _rel_error(predicted, measured):
@@ -385,6 +392,32 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     device = torch.device("cuda", torch.cuda.current_device()) if opts.device == "cuda" else torch.device("cpu")
     if device.type == "cuda" and opts.memory_snapshot:  # from the start: weights and states are in the trace too
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")  # "all" slows every alloc
+    # cpu: the CPU allocator's running total through the profiler, from before the model exists
+    with trace_if(device.type == "cpu" and bool(opts.memory_snapshot)) as cpu_trace:
+        rt, steps = _build_and_train(plan, opts, device)
+        local_params = rt.local_params
+        del rt  # freed inside the trace (schedules and FSDP hooks hold cycles)
+        gc.collect()
+    if cpu_trace.result is not None:
+        path = cpu_trace.write(opts.memory_snapshot, dist.get_rank())
+        log(f"cpu allocator peak {cpu_trace.result['allocated'] / 2**20:.1f} MiB in {cpu_trace.result['phase']} ({path})")
+    if device.type == "cuda" and opts.memory_snapshot:
+        os.makedirs(opts.memory_snapshot, exist_ok=True)
+        path = os.path.join(opts.memory_snapshot, f"rank{dist.get_rank()}.pickle")
+        torch.cuda.memory._dump_snapshot(path)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        log(f"memory snapshot {path} (open it at pytorch.org/memory_viz, or `python benchmarks/memory_peak.py {path}`)")
+    world = dist.get_world_size()
+    memories = [None] * world
+    dist.all_gather_object(memories, peak_memory(device, cpu_trace.result))
+    params_per_rank = [None] * world
+    dist.all_gather_object(params_per_rank, local_params)
+    if dist.get_rank() != 0:
+        return None
+    return build_report(plan, opts, device, steps, memories, params_per_rank)
+
+
+def _build_and_train(plan, opts: RunOptions, device: torch.device):
     rt = build_runtime(plan, opts, device)
     tr, par = plan.training, plan.parallel
     data = TokenSource(plan.model.vocab, tr.seq_len, tr.seed, opts.data, opts.data_dtype)
@@ -409,18 +442,20 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     for step in range(start + 1, opts.steps + 1):
         _sync(device)
         t0 = time.perf_counter()
-        rt.optimizer.zero_grad(set_to_none=True)
-        clear_grads(_unique_params(rt.stage_modules))
-        inputs, targets = data.batch(step, indices)
-        if par.cp > 1:  # this cp rank's two chunks of every sequence
-            inputs = shard_sequence(inputs, rt.coords.cp_rank, par.cp)
-            targets = shard_sequence(targets, rt.coords.cp_rank, par.cp)
-        replica_loss = forward_backward(rt, inputs.to(device), targets.to(device))
+        with CpuMemoryTrace.phase(f"step{step}.fwd_bwd"):
+            rt.optimizer.zero_grad(set_to_none=True)
+            clear_grads(_unique_params(rt.stage_modules))
+            inputs, targets = data.batch(step, indices)
+            if par.cp > 1:  # this cp rank's two chunks of every sequence
+                inputs = shard_sequence(inputs, rt.coords.cp_rank, par.cp)
+                targets = shard_sequence(targets, rt.coords.cp_rank, par.cp)
+            replica_loss = forward_backward(rt, inputs.to(device), targets.to(device))
         t_fb = time.perf_counter()
-        reduce_gradients(rt, opts)
-        if opts.dump_grads and step == start + 1:
-            dump_gradients(rt, opts.dump_grads, indices)
-        rt.optimizer.step()
+        with CpuMemoryTrace.phase(f"step{step}.after"):
+            reduce_gradients(rt, opts)
+            if opts.dump_grads and step == start + 1:
+                dump_gradients(rt, opts.dump_grads, indices)
+            rt.optimizer.step()
         _sync(device)
         t_end = time.perf_counter()
         dt = torch.tensor([t_end - t0], dtype=torch.float64, device=device)
@@ -436,19 +471,7 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
         if opts.checkpoint_dir and opts.checkpoint_every and step % opts.checkpoint_every == 0:
             path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer)
             log(f"checkpoint {path}")
-    if device.type == "cuda" and opts.memory_snapshot:
-        os.makedirs(opts.memory_snapshot, exist_ok=True)
-        path = os.path.join(opts.memory_snapshot, f"rank{dist.get_rank()}.pickle")
-        torch.cuda.memory._dump_snapshot(path)
-        torch.cuda.memory._record_memory_history(enabled=None)
-        log(f"memory snapshot {path} (open it at pytorch.org/memory_viz, or `python benchmarks/memory_peak.py {path}`)")
-    memories = [None] * world
-    dist.all_gather_object(memories, peak_memory(device))
-    params_per_rank = [None] * world
-    dist.all_gather_object(params_per_rank, rt.local_params)
-    if dist.get_rank() != 0:
-        return None
-    return build_report(plan, opts, device, steps, memories, params_per_rank)
+    return rt, steps
 
 
 def _cpu_math(plan) -> str:
@@ -474,6 +497,16 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "peak_memory": _rel_error(pred.memory_bytes_per_gpu.total if pred else None, max(reserved) if reserved else None),
         "mfu": _rel_error(pred.mfu if pred else None, med("mfu")),
     }
+    traced = [m["allocated_without_collective_buffers"] for m in memories
+              if m.get("allocated_without_collective_buffers") is not None]
+    cpu_memory = None
+    if traced and len(traced) == len(memories):
+        # The CPU allocator's peak is comparable with the plan's memory model where the CPU runs the GPU's
+        # storage dtypes (fp32, or bf16 parameters with fp32 masters); collective staging buffers are
+        # gloo's own (NCCL writes into the caller's tensors), so they are left out of the comparison.
+        predicted = plan.prediction.memory_bytes_per_gpu.total if plan.prediction else None
+        cpu_memory = {"allocated_max": max(m["allocated"] for m in memories), "without_collective_buffers_max": max(traced),
+                      "predicted": predicted, "error": _rel_error(predicted, max(traced))}
     return {
         "plan": json.loads(plan.model_dump_json()),
         "device": device.type if device.type != "cuda" else torch.cuda.get_device_name(device),
@@ -484,6 +517,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "median": {"step_time_s": med("step_time_s"), "tokens_per_s": med("tokens_per_s"), "mfu": med("mfu"),
                    "host_dispatch_s": med("host_dispatch_s"), "fwd_bwd_s": med("fwd_bwd_s"), "after_s": med("after_s")},
         "peak_memory_bytes": {str(r): m for r, m in enumerate(memories)},
+        "cpu_memory": cpu_memory,
         "params_per_rank": params_per_rank,
         "model_flops_per_token": model_flops_per_token(plan),
         "prediction": json.loads(plan.prediction.model_dump_json()) if plan.prediction else None,

@@ -357,7 +357,9 @@ def launch(
                                                   help="torch.compile each block (default: on for cuda, off for cpu)."),
     memory_snapshot: Optional[str] = typer.Option(None, "--memory-snapshot", help="Directory: record the CUDA "
                                                   "allocator's history (slows the run) and dump it per rank, for "
-                                                  "pytorch.org/memory_viz or benchmarks/memory_peak.py."),
+                                                  "pytorch.org/memory_viz or benchmarks/memory_peak.py; on cpu, "
+                                                  "trace the CPU allocator (profiler) for its peak and what was live "
+                                                  "then, per rank as JSON, compared with the plan's memory model."),
 ):
     """Run a plan as a real torchrun job and report measured against predicted."""
     _check_choice("device", device, ("auto", "cuda", "cpu"))

@@ -336,6 +336,18 @@ def phases_line(report: dict) -> str | None:
     return line
 
 
+def cpu_memory_line(report: dict) -> str | None:
+    """The CPU allocator's traced peak (``--memory-snapshot`` on cpu) against the plan's memory model."""
+    cm = report.get("cpu_memory")
+    if not cm:
+        return None
+    line = (f"cpu allocator peak (max over ranks, --memory-snapshot): {_fmt(cm['allocated_max'], 'bytes')}, "
+            f"{_fmt(cm['without_collective_buffers_max'], 'bytes')} without gloo's collective buffers")
+    if cm.get("predicted") is not None:
+        line += f"; the plan's memory model: {_fmt(cm['predicted'], 'bytes')} ({_fmt(cm['error'], 'err')})"
+    return line
+
+
 def print_summary(report: dict, report_path: str) -> None:
     from rich.table import Table
 
@@ -351,9 +363,9 @@ def print_summary(report: dict, report_path: str) -> None:
     console.print(t)
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
-    phases = phases_line(report)
-    if phases:
-        console.print(phases, markup=False, soft_wrap=True)
+    for line in (phases_line(report), cpu_memory_line(report)):
+        if line:
+            console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)
 
 
@@ -379,9 +391,6 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     machine = probe_machine()
     checks = [Check("torch", True, f"torch {machine.torch_version}")]
     device, dev_check = resolve_device(device, machine)
-    if memory_snapshot and device == "cpu":
-        _err("note: --memory-snapshot records the CUDA allocator; on cpu there is nothing to record")
-        memory_snapshot = None
     checks.append(dev_check)
     nproc, world_check = check_world(plan, device, machine, nnodes, nproc_per_node)
     checks += [world_check, check_runtime_support(plan, device), check_rendezvous(nnodes, node_rank, rdzv_endpoint),

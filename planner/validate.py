@@ -46,6 +46,8 @@ class Query:
     grad_accumulation_fusion: bool = True  # Megatron-LM's default unless a set says otherwise
     p2p_scatter_gather: bool = True  # Megatron-LM's default unless a set says otherwise
     fused_cross_entropy: bool = True  # Megatron's vocab-parallel cross-entropy (every published stack here uses it)
+    # only ZeRO-3's memory reads it (FSDP2 vs DeepSpeed stage 3); the stack flags above are all explicit
+    framework: str = "parplan"
     pin_variants: list[Pins] = field(default_factory=lambda: [Pins()])
 
 
@@ -245,7 +247,8 @@ def megatron_sc21_table2_zero3(d: dict) -> Iterable[Query]:
                     metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
                     overlap_grad_reduce=overlap, precision=precision, dropout=True, gpus_per_node=c.get("gpus_per_node"),
                     grad_accumulation_fusion=r["scheme"] != "zero3",  # DeepSpeed accumulates in a separate pass
-                    inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants)
+                    inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants,
+                    framework="deepspeed" if r["scheme"] == "zero3" else "megatron")
 
 
 def llama3_405b_table4(d: dict) -> Iterable[Query]:
@@ -399,7 +402,7 @@ def _recommend_kwargs(q: Query, hardware_override: str | None) -> dict:
     from .core import STACK_FLAGS
     return dict(hardware=hardware_override or q.hardware, seq_len=q.seq_len, global_batch_size=q.global_batch_size,
                 dtype=q.dtype, precision=q.precision, gpus_per_node=q.gpus_per_node,
-                inter_node_gbytes_per_s=q.inter_node_gbytes_per_s, top_k=1, suggest=False,
+                inter_node_gbytes_per_s=q.inter_node_gbytes_per_s, top_k=1, suggest=False, framework=q.framework,
                 **{k: getattr(q, k) for k in STACK_FLAGS})
 
 

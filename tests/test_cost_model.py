@@ -1,5 +1,6 @@
 """Cost-model formulas against hand-derived and published numbers."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 from cost_models import comm
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import Layout, ModelDims, TrainingConsts, rank_block_counts, stage_layers
-from cost_models.memory import activation_bytes_per_layer, in_flight_microbatches, memory_breakdown
+from cost_models.memory import (activation_bytes_per_layer, in_flight_microbatches, layer_params_per_gpu,
+                                 memory_breakdown)
 from cost_models.params import narayanan_eq2, param_counts
 from cost_models.total import bubble_factor, evaluate
 from hardware_profiles import load_profile
@@ -117,9 +119,19 @@ def test_model_states_by_recipe_and_zero():
         assert mem["optimizer"] == pytest.approx(counts["total"] * per_param[2])
         z1 = memory_breakdown(m, _lay(dp=8, zero=1), tr, 1)
         assert z1["optimizer"] == pytest.approx(counts["total"] * per_param[2] / 8)
-        z3 = memory_breakdown(m, _lay(dp=8, zero=3), tr, 1)
+        # DeepSpeed stage 3: 16-bit (or fp32) weight shards beside the fp32 master shards
+        ds = replace(tr, zero3_fsdp2=False)
+        z3 = memory_breakdown(m, _lay(dp=8, zero=3), ds, 1)
         assert z3["weights"] == pytest.approx(counts["total"] * per_param[0] / 8)
         assert z3["grads"] == pytest.approx(counts["total"] * per_param[1] / 8)
+        # FSDP2: with a master recipe the fp32 shard is the master (no 16-bit shard); the root's
+        # parameters (embedding, final norm: everything outside the blocks) stay gathered
+        z3 = memory_breakdown(m, _lay(dp=8, zero=3), tr, 1)
+        root = counts["total"] - 4 * layer_params_per_gpu(m, 1)
+        shard = 0 if precision == "master-weights" else per_param[0]
+        assert z3["weights"] == pytest.approx(root * per_param[0] + counts["total"] * shard / 8)
+        assert z3["grads"] == pytest.approx(counts["total"] * per_param[1] / 8)
+        assert z3["optimizer"] == pytest.approx(counts["total"] * per_param[2] / 8)
         off = memory_breakdown(m, _lay(dp=8, zero=1, offload=1), tr, 1)
         assert off["optimizer"] == 0 and off["offloaded"] == pytest.approx(counts["total"] * per_param[2] / 8)
 
@@ -306,8 +318,8 @@ def test_zero3_inside_torch_pipelining_holds_full_weights_and_gradients():
     lay = _lay(gpus=8, pp=2, dp=4, zero=3, mbs=1)
     kw = dict(global_batch_size=16, dtype="bf16", precision="master-weights", flash_attention=True,
               overlap_grad_reduce=True, overlap_tp_comm=False)
-    torch_pp = TrainingConsts(**kw, zero3_unsharded_in_pipeline=True)
-    resharding = TrainingConsts(**kw, zero3_unsharded_in_pipeline=False)
+    torch_pp = TrainingConsts(**kw, zero3_fsdp2=True)
+    resharding = TrainingConsts(**kw, zero3_fsdp2=False)
     z1 = memory_breakdown(m, _lay(gpus=8, pp=2, dp=4, zero=1, mbs=1), torch_pp, 4)
     full, sharded = memory_breakdown(m, lay, torch_pp, 4), memory_breakdown(m, lay, resharding, 4)
     for k in ("weights", "grads", "optimizer"):

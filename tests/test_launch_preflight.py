@@ -42,12 +42,19 @@ def test_dry_run_cpu_prints_every_check_and_the_command(plan8, capsys, tmp_path)
     assert not (tmp_path / "r").exists()  # a dry run writes nothing
 
 
-def test_memory_snapshot_reaches_the_runtime_on_cuda_and_is_dropped_on_cpu(plan8, capsys, monkeypatch):
+def test_memory_snapshot_reaches_the_runtime_on_cuda_and_on_cpu(plan8, capsys, monkeypatch):
     argv = L.torchrun_argv("p.json", nproc=1, steps=2, device="cuda", report="r.json", memory_snapshot="snap")
     assert argv[-2:] == ["--memory-snapshot", "snap"]
-    assert L.launch(plan8, dry_run=True, device="cpu", memory_snapshot="snap") == 0
-    out, err = capsys.readouterr()
-    assert "nothing to record" in err and "--memory-snapshot" not in out
+    assert L.launch(plan8, dry_run=True, device="cpu", memory_snapshot="snap") == 0  # cpu: the CPU allocator trace
+    out, _ = capsys.readouterr()
+    assert "--memory-snapshot snap" in out
+
+
+def test_cpu_memory_line_compares_the_traced_peak_with_the_model():
+    assert L.cpu_memory_line({"cpu_memory": None}) is None
+    line = L.cpu_memory_line({"cpu_memory": {"allocated_max": 2.2e9, "without_collective_buffers_max": 2.0e9,
+                                             "predicted": 1.9e9, "error": -0.05}})
+    assert "2.20 GB" in line and "2.00 GB without gloo" in line and "1.90 GB (-5.0%)" in line
 
 
 def test_bad_plan_file_is_one_line_exit_2(tmp_path, capsys):

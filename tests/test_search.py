@@ -199,12 +199,21 @@ def test_near_ties_prefer_the_simpler_plan():
 
 
 def test_min_gpus_stops_at_the_fewest_count_that_fits():
-    plan = recommend(load_preset("llama3-70b"), 1024, objective="min-gpus")
-    assert plan.hardware.gpus == 8  # 70B fits on one node only with ZeRO-3 + offload
+    # DeepSpeed ZeRO-3 keeps its 16-bit parameter and gradient shards on the GPU and offloads only the
+    # optimizer: 70B needs a whole node
+    plan = recommend(load_preset("llama3-70b"), 1024, objective="min-gpus", framework="deepspeed")
+    assert plan.hardware.gpus == 8 and plan.parallel.zero_stage == 3 and plan.parallel.offload == "optimizer"
     assert plan.search.seconds < 5 and plan.search.candidates < 100_000
     assert all(a.hardware.gpus == 8 for a in plan.alternatives)
     with pytest.raises(NothingFits):
-        recommend(load_preset("llama3-70b"), 4, objective="min-gpus", suggest=False)
+        recommend(load_preset("llama3-70b"), 4, objective="min-gpus", suggest=False, framework="deepspeed")
+    # FSDP2's CPUOffloadPolicy (parplan's runtime) moves the parameter and gradient shards to the host
+    # too: two GPUs (the fewest shards) hold gathered blocks and activations; the host holds 16 B/param
+    fsdp = recommend(load_preset("llama3-70b"), 1024, objective="min-gpus")
+    assert fsdp.hardware.gpus == 2 and fsdp.parallel.zero_stage == 3 and fsdp.parallel.offload == "optimizer"
+    mem = fsdp.prediction.memory_bytes_per_gpu
+    assert mem.grads == 0 and mem.optimizer == 0
+    assert mem.offloaded == pytest.approx(fsdp.model.num_params * 16 / 2, rel=1e-3)
 
 
 def test_recommend_takes_every_stack_flag_and_rejects_others():

@@ -1,0 +1,160 @@
+"""Peak memory of a CPU (gloo) run, the analogue of ``torch.cuda.max_memory_allocated``.
+
+The CPU allocator keeps no statistics, but with ``torch.profiler.profile(profile_memory=True)``
+every allocation and free it makes on a profiled thread is reported with the running total of
+bytes allocated since profiling began (``ProfiledCPUMemoryReporter`` in c10).  Profiling starts
+before the model is built, so model states, optimizer states, gradients, activations and
+temporaries all come and go inside the trace; the largest running total inside the training
+steps is the step's peak.  Allocations made before the trace began (the interpreter, torch,
+the process group) are not in it, as on cuda.  The trace also covers the runtime's teardown, so
+what it allocated is freed while profiled (the reporter forgets nothing freed unprofiled).
+
+Phases are marked with ``record_function`` ranges, so the report says in which step and phase
+(forward/backward, or the reduction and optimizer step after it) the peak fell.
+"""
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from typing import Optional
+
+from torch.profiler import ProfilerActivity, profile, record_function
+
+PHASE_PREFIX = "parplan.memory."
+
+
+class CpuMemoryTrace:
+    def __init__(self) -> None:
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self.result: Optional[dict] = None
+
+    def __enter__(self) -> "CpuMemoryTrace":
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._prof.__exit__(*exc)
+        if exc[0] is None:
+            self.result = self._peak()
+
+    @staticmethod
+    @contextmanager
+    def phase(name: str):
+        """Mark a phase (e.g. ``step3.fwd_bwd``); cheap when no trace is running."""
+        with record_function(PHASE_PREFIX + name):
+            yield
+
+    def _peak(self) -> dict:
+        from torch._C._profiler import _EventType
+
+        phases, allocs = [], []
+        stack = list(self._prof.profiler.kineto_results.experimental_event_tree())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            if node.tag == _EventType.Allocation:
+                ex = node.extra_fields
+                if ex.device.type == "cpu":
+                    allocs.append((node.start_time_ns, ex.alloc_size, ex.ptr, _owner(node), _in_collective(node)))
+            elif node.name.startswith(PHASE_PREFIX):
+                phases.append((node.start_time_ns, node.end_time_ns, node.name[len(PHASE_PREFIX):]))
+        allocs.sort(key=lambda a: a[0])
+        phases.sort()
+        if not allocs or not phases:
+            return {"allocated": None, "phase": None, "at_start": None}
+        out = _replay(allocs, phases, skip_collectives=False)
+        gpu_like = _replay(allocs, phases, skip_collectives=True)
+        out["without_collective_buffers"] = {k: gpu_like[k] for k in ("allocated", "phase", "live_at_peak")}
+        return out
+
+    def write(self, directory: str, rank: int) -> str:
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"rank{rank}.json")
+        with open(path, "w") as f:
+            json.dump(self.result, f, indent=1)
+        return path
+
+
+def trace_if(enabled: bool):
+    """A CpuMemoryTrace when enabled, else a no-op context with ``result`` None."""
+    if enabled:
+        return CpuMemoryTrace()
+    return _NoTrace()
+
+
+class _NoTrace:
+    result = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+GENERIC = ("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::zeros", "aten::zeros_like",
+           "aten::new_empty", "aten::new_zeros", "aten::to", "aten::_to_copy", "aten::copy_", "aten::clone",
+           "aten::contiguous", "aten::detach", "aten::view", "aten::reshape", "aten::resize_")
+
+
+def _owner(node, depth: int = 3) -> str:
+    """The allocating op and up to ``depth`` callers above it that are not generic allocation/copy ops
+    (e.g. ``FSDP::post_backward_reduce < aten::empty``)."""
+    names, n = [], node.parent
+    while n is not None and len(names) < depth:
+        if not names or n.name not in GENERIC:
+            names.append(n.name)
+        n = n.parent
+    return " < ".join(reversed(names)) or "?"
+
+
+def _replay(allocs, phases, skip_collectives: bool) -> dict:
+    """Live bytes over the trace, from its allocations and frees; the peak inside the phases.
+    skip_collectives: leave out what c10d's collectives allocate inside themselves (gloo's staging
+    buffers for reduce-scatter and all-gather; NCCL writes into the caller's tensors), i.e. what
+    the same job holds on a GPU."""
+    first = phases[0][0]
+    live: dict = {}
+    total = at_start = peak = 0
+    peak_live, peak_t = {}, first
+    for t, size, ptr, op, collective in allocs:
+        if size > 0:
+            # The reporter only sees frees on profiled threads; a block released on another
+            # thread (gloo drops a collective's tensors on its own) shows up when its address is
+            # handed out again, and no two live blocks share an address.
+            total -= live.pop(ptr, (0, None))[0]
+            if skip_collectives and collective:
+                continue
+            live[ptr] = (size, op)
+            total += size
+        elif ptr in live:
+            total -= live.pop(ptr)[0]
+        if t < first:
+            at_start = total
+        elif total > peak:
+            peak, peak_live, peak_t = total, dict(live), t
+    peak = max(peak, at_start)
+    where = [name for s, e, name in phases if s <= peak_t <= e]
+    return {"allocated": int(peak), "phase": where[-1] if where else None, "at_start": int(at_start),
+            "live_at_peak": _live(peak_live.values())}
+
+
+def _in_collective(node) -> bool:
+    n = node.parent
+    while n is not None:
+        if n.name.startswith(("c10d::", "gloo:")):
+            return True
+        n = n.parent
+    return False
+
+
+def _live(blocks, top: int = 16) -> list[dict]:
+    """Live blocks (size, allocating op) summed per (op, block size), largest first."""
+    groups: dict = {}
+    for size, op in blocks:
+        g = groups.setdefault((op, size), [0, 0])
+        g[0] += size
+        g[1] += 1
+    rows = sorted(groups.items(), key=lambda kv: -kv[1][0])[:top]
+    return [{"op": op, "block_bytes": size, "count": n, "bytes": total} for (op, size), (total, n) in rows]

@@ -1,0 +1,105 @@
+"""The memory model against what the runtime holds, on CPU: every ZeRO stage, with and without a
+pipeline, traced through the CPU allocator (``--memory-snapshot`` on cpu, parallel_layers/host_memory.py).
+
+The model is wide and the sequence short, so model states (bf16 parameters, fp32 gradients, fp32
+masters and AdamW states: the master-weights recipe, which the CPU runs in the GPU's storage dtypes)
+are ~99 % of the peak and the comparison checks the ZeRO-2 / ZeRO-3 / pipeline accounting, not
+CPU kernels.  gloo's own collective staging buffers are left out (NCCL writes into the caller's
+tensors).  Measured here (4 ranks, torch 2.13 CPU): model within -6.4 .. +3.4 % of the largest rank's
+peak on every layout; ZeRO-2's peak moves by a few % between runs (a gradient that gloo frees on
+its own thread is seen free only when its address is handed out again)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from parallel_layers.host_memory import CpuMemoryTrace, _replay
+from planner.core import evaluate_plan
+from tests.runtime_helpers import suite
+from tests.runtime_helpers.plans import tiny_plan, write_plan
+
+WIDE = dict(arch="llama", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=2816, vocab=4096)
+# name -> (layers, parallel): 4 ranks each
+LAYOUTS = {
+    "zero0-pp2": (4, dict(tp=1, pp=2, dp=2, zero_stage=0)),
+    "zero1-pp2": (4, dict(tp=1, pp=2, dp=2, zero_stage=1)),
+    "zero2-pp2": (4, dict(tp=1, pp=2, dp=2, zero_stage=2)),
+    "zero2-pp1": (4, dict(tp=1, pp=1, dp=4, zero_stage=2)),
+    "fsdp2-pp1": (4, dict(tp=1, pp=1, dp=4, zero_stage=3)),
+    # four blocks per stage: FSDP2 inside torch.distributed.pipelining keeps gathered weights
+    "fsdp2-pp2": (8, dict(tp=1, pp=2, dp=2, zero_stage=3)),
+}
+BAR = 0.10  # the issue's memory bar for GPU runs
+
+
+def memory_jobs(tmp, steps: int = 2) -> list[dict]:
+    """One multi_run job per layout under tmp/<name>/ (plan.json, report.json, trace/rankN.json)."""
+    jobs = []
+    for name, (layers, par) in LAYOUTS.items():
+        plan = evaluate_plan(tiny_plan({**WIDE, "layers": layers}, seq_len=32, global_batch_size=8,
+                                       precision="master-weights", **par))
+        d = tmp / name
+        d.mkdir(parents=True, exist_ok=True)
+        jobs.append({"plan": write_plan(plan, d / "plan.json"), "report": str(d / "report.json"),
+                     "opts": {"steps": steps, "device": "cpu", "memory_snapshot": str(d / "trace")}})
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("memory")
+    r = suite.run_jobs(memory_jobs(tmp), 4, tmp, "memory")
+    assert r.returncode == 0, f"torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    return tmp
+
+
+@pytest.mark.multirank
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_memory_model_matches_the_cpu_allocator_peak(runs, name):
+    rep = json.loads((runs / name / "report.json").read_text())
+    cm = rep["cpu_memory"]
+    assert cm["predicted"] == rep["prediction"]["memory_bytes_per_gpu"]["total"]
+    assert abs(cm["error"]) <= BAR, (name, cm)
+    # every rank traced, and the peak fell inside a step, after the states existed
+    for r, m in rep["peak_memory_bytes"].items():
+        assert m["peak_phase"].startswith("step"), (r, m)
+        assert 0 < m["allocated_without_collective_buffers"] <= m["allocated"]
+    trace = json.loads((runs / name / "trace" / "rank0.json").read_text())
+    assert trace["live_at_peak"] and trace["at_start"] < trace["allocated"]
+
+
+def test_trace_peak_is_the_largest_live_total_and_names_its_phase():
+    mib = 2**20
+    keep = []
+    with CpuMemoryTrace() as t:
+        with CpuMemoryTrace.phase("build"):
+            keep.append(torch.empty(mib, dtype=torch.uint8))
+        with CpuMemoryTrace.phase("step1.fwd_bwd"):
+            a = torch.empty(3 * mib, dtype=torch.uint8)
+            b = torch.empty(2 * mib, dtype=torch.uint8)
+            del a, b
+        with CpuMemoryTrace.phase("step1.after"):
+            c = torch.empty(4 * mib, dtype=torch.uint8)
+            del c
+    res = t.result
+    assert res["allocated"] == 6 * mib  # 1 kept + 3 + 2 live together
+    assert res["phase"] == "step1.fwd_bwd"
+    assert res["at_start"] == 0  # before the first phase nothing was allocated
+    sizes = sorted(row["block_bytes"] for row in res["live_at_peak"] if row["block_bytes"] >= mib)
+    assert sizes == [mib, 2 * mib, 3 * mib]
+
+
+def test_an_address_handed_out_again_frees_the_block_that_was_there():
+    """The profiler misses frees on threads it does not profile (gloo drops a collective's tensors on
+    its own); no two live blocks share an address, so a block is freed when its address comes back.
+    Events: (time, size, ptr, op, inside a collective)."""
+    phases = [(0, 100, "step1.fwd_bwd")]
+    allocs = [(1, 8, 0xA, "grad", False),   # freed later on gloo's thread: no event
+              (2, 8, 0xB, "grad", False),
+              (3, 8, 0xA, "grad", False),   # 0xA again: the first block is gone
+              (4, 4, 0xC, "gloo staging", True),
+              (5, -4, 0xC, "gloo staging", True)]
+    assert _replay(allocs, phases, skip_collectives=False)["allocated"] == 20
+    assert _replay(allocs, phases, skip_collectives=True)["allocated"] == 16

@@ -85,6 +85,12 @@ class TrainingConsts:
     #    pp > 1 holds full weights and gradients, gathers once and reduce-scatters once per step.
     # Measured on CPU (tests/test_runtime_memory.py, the CPU allocator through the profiler).
     zero3_fsdp2: bool = True
+    # torch.distributed.pipelining allocates, per stage and per micro-batch, a receive buffer for the
+    # stage's input activation (all stages but the first) and one for its output gradient (all but
+    # the last), once, and keeps them (PipelineStage's args_recv_info / grad_recv_info); counted
+    # per micro-batch on the CPU allocator trace (tests/test_runtime_memory.py).  Megatron and
+    # DeepSpeed allocate per transfer.
+    p2p_buffers_per_microbatch: bool = True
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit

@@ -116,14 +116,63 @@ def in_flight_microbatches(lay, m_micro):
       gpipe: all m; 1f1b: min(p, m) (Narayanan 2021 sec. 2.2);
       interleaved: (v*p + p - 1) chunk-micro-batches of L/(p*v) blocks (Megatron's warm-up count,
       = Korthikanti 2022 sec. 4.2.3's factor 1 + (p-1)/(p*v)), capped at m*v;
-      interleaved-zb: as interleaved; zbv: as 1f1b (Qi et al. 2024, ZB-V peak memory = 1F1B)."""
-    p, v = lay.pp, lay.vpp
-    onef1b = np.minimum(p, m_micro)
-    inter = np.minimum(v * p + p - 1, m_micro * v) / v
-    out = np.where(lay.schedule == SCH_GPIPE, m_micro, onef1b)
-    out = np.where((lay.schedule == SCH_INTERLEAVED) | (lay.schedule == SCH_INTERLEAVED_ZB), inter, out)
-    out = np.where(lay.schedule == SCH_ZBV, onef1b, out)
-    return out
+      interleaved-zb, zbv: p (torch.distributed.pipelining's orders; see rank_inflight)."""
+    return rank_inflight(lay, m_micro)["first"][0][0]
+
+
+def rank_inflight(lay, m_micro) -> dict:
+    """Per pipeline rank kind ("first", "mid" = the fullest middle rank, "last"), the peak moments as
+    (micro-batches whose saved activations are held, micro-batches whose weight-gradient pass is
+    pending) in stage units (layers/pp blocks x micro-batch); two moments per rank, the worse counts.
+    Counted from the schedules' action orders (rank r of p, v stages per rank, m micro-batches):
+      gpipe: m everywhere; 1f1b: p - r; interleaved 1F1B: v*p + p - 1 - 2r chunk-micro-batches
+      (Megatron's warm-up count for r = 0; torch.distributed.pipelining's order gives the same);
+      zero-bubble schedules split the backward into an input-gradient pass (I) and a deferred
+      weight-gradient pass (W), and a block waiting for its W keeps its activations and the
+      gradients of its linear layers' outputs (pending_w_bytes_per_layer).  In torch's orders
+      (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, simulated action by action):
+      interleaved-zb: v*p chunk-micro-batches on every rank, r + 1 of them pending;
+      zbv (v = 2): 2p chunks with 1 pending on every rank, and on rank r >= 1 also p + r chunks with
+      2r + 1 pending (its cool-down runs r input passes of both chunks before their W passes).
+    A CPU allocator trace of pp 4 x 8 micro-batches found exactly these counts
+    (benchmarks/results/2026-11-22-cpu-memory)."""
+    p, v, m = np.asarray(lay.pp, dtype=float), np.asarray(lay.vpp, dtype=float), np.asarray(m_micro, dtype=float)
+    sch = np.asarray(lay.schedule)
+    zero = np.zeros(np.broadcast(p, v, m, sch).shape)
+
+    def interleaved(r):
+        return np.minimum(v * p + p - 1 - 2 * r, m * v) / v
+
+    def pick(gpipe, onef1b, inter, izb, zbv):
+        out = np.where(sch == SCH_GPIPE, gpipe, onef1b)
+        out = np.where(sch == SCH_INTERLEAVED, inter, out)
+        out = np.where(sch == SCH_INTERLEAVED_ZB, izb, out)
+        return np.where(sch == SCH_ZBV, zbv, out) + zero
+
+    full = np.minimum(p, m)
+    mid_r = np.maximum(p - 2, 1)  # the fullest middle rank: 1 for non-ZB (fewer in flight further on)
+    first = (pick(m, full, interleaved(0), full, full), pick(0, 0, 0, 1 / v, 0.5))
+    mid = (pick(m, np.minimum(p - 1, m), interleaved(1), full, full), pick(0, 0, 0, (mid_r + 1) / v, 0.5))
+    last = (pick(m, 1, interleaved(p - 1), full, full), pick(0, 0, 0, p / v, 0.5))
+    mid_zbv = (pick(m, np.minimum(p - 1, m), interleaved(1), full, (p + mid_r) / 2),
+               pick(0, 0, 0, (mid_r + 1) / v, (2 * mid_r + 1) / 2))
+    last_zbv = (pick(m, 1, interleaved(p - 1), full, (2 * p - 1) / 2), pick(0, 0, 0, p / v, (2 * p - 1) / 2))
+    return {"first": [first, first], "mid": [mid, mid_zbv], "last": [last, last_zbv]}
+
+
+def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False):
+    """Bytes one block holds for one micro-batch while its weight-gradient pass is pending (zero-bubble
+    schedules), beyond its saved activations: the gradient of every linear layer's output (dW = dY^T X),
+    q, k, v (TP-split), the attention and MLP output projections (h, sequence-split with SP) and the
+    MLP's first layer(s) (gate and up, or fc1; TP-split), and under recomputation the re-run block's
+    activations, kept from the input-gradient pass to the weight-gradient pass."""
+    T = lay.mbs * m.seq_len / lay.cp
+    seq_split = np.where(lay.sp > 0, lay.tp, 1)
+    mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
+    grads = T * ((m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden / seq_split) * act_bytes
+    recomputed = (activation_bytes_working_layer(m, lay, act_bytes, flash, dropout)
+                  - activation_bytes_per_layer(m, lay, act_bytes, flash, dropout))
+    return grads + recomputed
 
 
 def memory_breakdown(m: ModelDims, lay, tr, m_micro):
@@ -171,15 +220,16 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         offloaded = np.where(off, opt_total, 0.0) + np.where(host, stored, 0.0) + np.where(host_g, g, 0.0)
         return w, np.where(host_g, 0.0, g), o, offloaded
 
-    inflight = in_flight_microbatches(lay, m_micro)
+    counts = rank_inflight(lay, m_micro)
+    pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
     work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
     loss_peak, loss_saved = logits_bytes(m, lay, act_b, tr.fused_cross_entropy)
-    # Last stage: 1F1B runs each micro-batch's backward right after its forward there; GPipe
-    # holds all m; its logits are live for the micro-batches in flight.
-    last_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
+    # The stage with the loss runs each micro-batch's backward right after its forward (1F1B and its
+    # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.
+    logits_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
     p_np = np.asarray(pp)
-    mid_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, np.maximum(inflight - 1, 1))
+    zbv = (lay.schedule == SCH_ZBV) & (p_np > 1)  # the V puts both ends, embedding and head, on rank 0
 
     # autocast casts each weight to 16 bit once per forward; the copy is saved for the
     # backward of that micro-batch (dX = dY W), so it is held per micro-batch in flight,
@@ -187,6 +237,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     cast_per_param = rec["cast"] * np.where(lay.recompute == REC_FULL, 0.0, 1.0)
 
     working = _other_bytes(lay, per_layer, work_layer, rec, fsdp2, z3_full)
+    first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
 
     # Gradients are freed after each optimizer step (zero_grad(set_to_none=True), the runtime's
     # and PyTorch's default).  With several micro-batches per step the whole gradient buffer is
@@ -197,7 +248,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # or all gradients once the activations are gone.
     one_micro = np.asarray(m_micro) == 1
 
-    def stage_total(params, blocks, n_inflight, has_loss, head_here, root_params):
+    def stage_total(params, blocks, n_inflight, has_loss, head_here, root_params, bufs, n_pending=0.0):
         """The larger of two moments: the loss's backward (all saved activations, the loss's peak, and
         the gradients of earlier micro-batches; no block is being back-propagated yet) and the blocks'
         backward (saved activations, gradients, one block's working memory).  root_params: the
@@ -205,20 +256,33 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         w, g, o, offl = states(params)
         w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
         layer_params = blocks * per_layer
-        acts = blocks * act_layer * n_inflight + np.where(has_loss, loss_saved * (last_inflight - 1), 0.0)
+        acts = (blocks * (act_layer * n_inflight + pend_layer * n_pending)
+                + np.where(has_loss, loss_saved * (logits_inflight - 1), 0.0))
         casts = layer_params * cast_per_param * n_inflight + rec["cast"] * per_layer
         _, g_early, _, _ = states(per_layer + head_here)
         blocks_bwd = np.where(one_micro, np.maximum(acts + np.minimum(g_early, g), g), acts + g) + working
         loss_bwd = np.where(has_loss, acts + loss_peak + np.where(one_micro, 0.0, g), 0.0)
-        total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts
+        total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs
         # the named terms are each term's largest size (the total is the worse moment, not their sum)
         return dict(weights=w, grads=g, optimizer=o, activations=acts + np.where(has_loss, loss_peak, 0.0),
-                    other=working + casts, total=total, offloaded=offl)
+                    other=working + casts + bufs, total=total, offloaded=offl)
 
-    first = stage_total(p_first, first_blocks, inflight, single, np.where(single, head, 0.0),
-                        p_first - first_blocks * per_layer)
-    mid = stage_total(p_mid, mid_blocks, mid_inflight, False, 0.0, 0.0)
-    last = stage_total(p_last, last_blocks, last_inflight, True, head, head)
+    head_first = single | zbv
+    p_first = p_first + np.where(zbv, head, 0.0)
+    p_last = p_last - np.where(zbv, head, 0.0)
+
+    def worse(a, b):
+        pick_b = b["total"] > a["total"]
+        return {k: np.where(pick_b, b[k], a[k]) for k in a}
+
+    def rank_total(kind, params, blocks, has_loss, head_here, root, bufs):
+        alts = [stage_total(params, blocks, n, has_loss, head_here, root, bufs, pend) for n, pend in counts[kind]]
+        return worse(*alts)
+
+    first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),
+                       p_first - first_blocks * per_layer, first_bufs)
+    mid = rank_total("mid", p_mid, mid_blocks, False, 0.0, 0.0, mid_bufs)
+    last = rank_total("last", p_last, last_blocks, ~zbv, np.where(zbv, 0.0, head), np.where(zbv, 0.0, head), last_bufs)
     # choose the worst stage per candidate
     out = {k: first[k] for k in first}
     out["worst_stage"] = np.zeros_like(p_np)  # 0 first, 1 middle, 2 last
@@ -228,6 +292,22 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
             out[k] = np.where(better, cand[k], out[k])
         out["worst_stage"] = np.where(better, code, out["worst_stage"])
     return out
+
+
+def p2p_receive_buffers(m: ModelDims, lay, act_bytes: int, m_micro, per_microbatch: bool):
+    """Bytes of the pipeline's persistent receive buffers on the first, a middle and the last pipeline
+    rank (torch.distributed.pipelining: per stage, one activation buffer per micro-batch unless the
+    stage is the first, one gradient buffer per micro-batch unless it is the last).  A rank holds v
+    stages: the first rank's include the first stage, the last rank's the last, except under ZB-V,
+    whose first rank holds both ends of the V.  Each buffer is one micro-batch's hidden state
+    (sequence-sharded with SP, a 1/cp chunk with CP)."""
+    p, v = np.asarray(lay.pp), np.asarray(lay.vpp)
+    zbv = lay.schedule == SCH_ZBV
+    size = lay.mbs * m.seq_len / lay.cp * m.hidden / np.where(lay.sp > 0, lay.tp, 1) * act_bytes
+    each = np.where(per_microbatch & (p > 1), m_micro * size, 0.0)
+    first = np.where(zbv, 2 * v - 2, 2 * v - 1) * each
+    last = np.where(zbv, 2 * v, 2 * v - 1) * each
+    return first, 2 * v * each, last
 
 
 def _other_bytes(lay, per_layer, work_layer, rec, fsdp2, z3_full):

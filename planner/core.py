@@ -84,6 +84,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",
                           zero3_fsdp2=tr.framework in TORCH_PIPELINING,
+                          p2p_buffers_per_microbatch=tr.framework in TORCH_PIPELINING,
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy)
 

@@ -46,8 +46,9 @@ class Query:
     grad_accumulation_fusion: bool = True  # Megatron-LM's default unless a set says otherwise
     p2p_scatter_gather: bool = True  # Megatron-LM's default unless a set says otherwise
     fused_cross_entropy: bool = True  # Megatron's vocab-parallel cross-entropy (every published stack here uses it)
-    # only ZeRO-3's memory reads it (FSDP2 vs DeepSpeed stage 3); the stack flags above are all explicit
-    framework: str = "parplan"
+    # the stack flags above are all explicit; the framework still decides what is not a flag: ZeRO-3's
+    # memory (FSDP2 vs DeepSpeed stage 3) and torch.distributed.pipelining's per-micro-batch buffers
+    framework: str = "megatron"
     pin_variants: list[Pins] = field(default_factory=lambda: [Pins()])
 
 
@@ -330,7 +331,8 @@ def opt_175b(d: dict) -> Iterable[Query]:
                     gpus=r["gpus"], hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=gbs,
                     metric="hardware_tflops_per_gpu", published=r["tflops_per_gpu"], dtype="fp16",
                     flash_attention=False, overlap_grad_reduce=True, dropout=True, grad_accumulation_fusion=False,
-                    pin_variants=variants)
+                    pin_variants=variants,
+                    framework="torchtitan")  # FSDP semantics (fp32 shards as masters), no pipeline
 
 
 def gpt_neox_20b(d: dict) -> Iterable[Query]:

@@ -188,11 +188,11 @@ def test_single_token_sequences_without_cp_are_not_rejected_for_seq():
 
 
 def test_near_ties_prefer_the_simpler_plan():
-    """llama3-70b on 32 H100: the fastest plan offloads the optimizer, the best plan without offload is
+    """llama3-70b on 64 H100: the fastest plan offloads the optimizer, the best plan without offload is
     a few percent slower; inside NEAR_TIE the planner recommends the one without offload."""
     from planner.search import NEAR_TIE
-    best = recommend(load_preset("llama3-70b"), 32)
-    with_offload = recommend(load_preset("llama3-70b"), 32, pins=Pins(offload="optimizer"))
+    best = recommend(load_preset("llama3-70b"), 64)
+    with_offload = recommend(load_preset("llama3-70b"), 64, pins=Pins(offload="optimizer"))
     assert best.parallel.offload == "none"
     assert with_offload.prediction.step_time_s < best.prediction.step_time_s <= \
         with_offload.prediction.step_time_s * (1 + NEAR_TIE)
@@ -273,8 +273,9 @@ def test_framework_limits_the_schedules_searched():
     for fw in ("deepspeed", "megatron"):
         plan = recommend(spec, 64, framework=fw, top_k=10)
         assert {p.parallel.schedule for p in [plan] + plan.alternatives} <= set(FRAMEWORK_SCHEDULES[fw])
-    assert any(p.parallel.schedule in ("zbv", "interleaved-zb")
-               for p in [recommend(spec, 64, top_k=10)] + recommend(spec, 64, top_k=10).alternatives)
+    # torch.distributed.pipelining (parplan) offers the zero-bubble schedules
+    for schedule in ("zbv", "interleaved-zb"):
+        assert recommend(spec, 64, pins=Pins(schedule=schedule)).parallel.schedule == schedule
     with pytest.raises(PlannerError, match="not a megatron schedule"):
         recommend(spec, 64, framework="megatron", pins=Pins(schedule="zbv"))
 

@@ -41,7 +41,12 @@ NOTES = [
     "(fp32) after every micro-batch, beside the next micro-batches' work; the model once charged a single "
     "reduce-scatter per step while keeping the gradients sharded, which no framework can do, and the 8K rows "
     "were then within 4%. Until the profiles counted HBM in binary units (80 GB = 80 GiB; 85.5 GB visible on "
-    "our H100) interleaving did not fit the 8,192-GPU row. The H100 profile's sustained_matmul_fraction was fitted on "
+    "our H100) interleaving did not fit the 8,192-GPU row. Since every pipeline rank's in-flight micro-batches "
+    "are counted with Megatron's warm-up formula (2(p-r-1) + (v-1)p + 1 chunks on rank r; the model had put the "
+    "second rank a whole stage-micro-batch below the first), the published v = 8 layout of the 8,192-GPU row "
+    "needs 83.5 GB on the second rank, 0.6% over the usable 83.0 GB, and the search falls back to v = 1 (-28.9%). "
+    "The published run fit, so the model's memory for that layout is at least 0.6% high; nothing is fitted to it. "
+    "The H100 profile's sustained_matmul_fraction was fitted on "
     "megatron_h100_2024, so this set is held out as data but not independent of that fit.",
     "megatron_sc21_table2_zero3: the ZeRO-3 529.6B/640-GPU row is the paper's own starred estimate and "
     "does not fit in the planner's memory model; ZeRO-3 rows use DeepSpeed's 16-bit-gradient recipe "

@@ -228,6 +228,12 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # The stage with the loss runs each micro-batch's backward right after its forward (1F1B and its
     # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.
     logits_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
+    # interleaved zero-bubble defers the head's weight-gradient pass too: the last rank keeps the
+    # gradient of the logits (activation dtype) of up to p micro-batches (torch's order; ZB-V runs
+    # the head's W right after its I)
+    T_loss = lay.mbs * m.seq_len / lay.cp
+    head_pending = np.where((lay.schedule == SCH_INTERLEAVED_ZB) & (np.asarray(pp) > 1),
+                            (np.asarray(pp) - 1) * T_loss * m.vocab / lay.tp * act_b, 0.0)
     p_np = np.asarray(pp)
     zbv = (lay.schedule == SCH_ZBV) & (p_np > 1)  # the V puts both ends, embedding and head, on rank 0
 
@@ -257,7 +263,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
         layer_params = blocks * per_layer
         acts = (blocks * (act_layer * n_inflight + pend_layer * n_pending)
-                + np.where(has_loss, loss_saved * (logits_inflight - 1), 0.0))
+                + np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0))
         casts = layer_params * cast_per_param * n_inflight + rec["cast"] * per_layer
         _, g_early, _, _ = states(per_layer + head_here)
         blocks_bwd = np.where(one_micro, np.maximum(acts + np.minimum(g_early, g), g), acts + g) + working

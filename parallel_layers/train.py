@@ -247,16 +247,24 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
         return float(torch.stack(losses).double().sum()) / nmb
     losses: list = []
     args = (inputs,) if rt.holds_first else ()
+    # the last stage would otherwise keep every micro-batch's output (the logits) until the next step
+    # to merge them into a return value nobody reads (a CPU allocator trace found them all live)
+    kw = {"return_outputs": False} if _schedule_takes_return_outputs(rt.schedule) else {}
     if rt.holds_last:
-        rt.schedule.step(*args, target=targets, losses=losses)
+        rt.schedule.step(*args, target=targets, losses=losses, **kw)
     else:
-        rt.schedule.step(*args)
+        rt.schedule.step(*args, **kw)
     if main_grads(rt):  # the schedule did not scale main_grad (built with scale_grads=False)
         fold_pending_grads(_unique_params(rt.stage_modules), divide=nmb)
     rt.extra["dispatched_at"] = time.perf_counter()
     if rt.holds_last:
         return sum(float(l.detach()) for l in losses) / len(losses)
     return None
+
+
+def _schedule_takes_return_outputs(schedule) -> bool:
+    import inspect
+    return "return_outputs" in inspect.signature(schedule.step).parameters  # torch >= 2.8
 
 
 def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:

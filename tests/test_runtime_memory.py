@@ -1,13 +1,17 @@
-"""The memory model against what the runtime holds, on CPU: every ZeRO stage, with and without a
-pipeline, traced through the CPU allocator (``--memory-snapshot`` on cpu, parallel_layers/host_memory.py).
+"""The memory model against what the runtime holds, on CPU, traced through the CPU allocator
+(``--memory-snapshot`` on cpu, parallel_layers/host_memory.py): every ZeRO stage with and without a
+pipeline, and every pipeline schedule.
 
-The model is wide and the sequence short, so model states (bf16 parameters, fp32 gradients, fp32
-masters and AdamW states: the master-weights recipe, which the CPU runs in the GPU's storage dtypes)
-are ~99 % of the peak and the comparison checks the ZeRO-2 / ZeRO-3 / pipeline accounting, not
-CPU kernels.  gloo's own collective staging buffers are left out (NCCL writes into the caller's
-tensors).  Measured here (4 ranks, torch 2.13 CPU): model within -6.4 .. +3.4 % of the largest rank's
-peak on every layout; ZeRO-2's peak moves by a few % between runs (a gradient that gloo frees on
-its own thread is seen free only when its address is handed out again)."""
+LAYOUTS: the model is wide and the sequence short, so model states (bf16 parameters, fp32 gradients,
+fp32 masters and AdamW states: the master-weights recipe, which the CPU runs in the GPU's storage
+dtypes) are ~99 % of the peak and the comparison checks the ZeRO-2 / ZeRO-3 / pipeline accounting.
+SCHEDULES: a narrow model at 1,024 tokens per micro-batch over four pipeline ranks, so saved
+activations, the micro-batches each schedule keeps (pending weight gradients for the zero-bubble
+ones) and the pipeline's receive buffers dominate.  gloo's own collective staging buffers are left
+out (NCCL writes into the caller's tensors).  Measured (4 ranks, torch 2.13 CPU, three runs,
+benchmarks/results/2026-11-22-cpu-memory): the model within -4.6 .. +6.3 % of the largest rank's
+peak everywhere; ZeRO-2's peak moves by a few % between runs (a gradient that gloo frees on its own
+thread is seen free only when its address is handed out again)."""
 from __future__ import annotations
 
 import json
@@ -41,6 +45,9 @@ SCHEDULES = {
     "interleaved-1f1b": dict(schedule="interleaved-1f1b", vpp=2),
     "1f1b-selective": dict(schedule="1f1b", recompute="selective"),
     "1f1b-full": dict(schedule="1f1b", recompute="full"),
+    # deferred weight-gradient passes (counted from torch's action orders: cost_models.memory.rank_inflight)
+    "zbv": dict(schedule="zbv", vpp=2),
+    "interleaved-zb": dict(schedule="interleaved-zb", vpp=2),
 }
 BAR = 0.10  # the issue's memory bar for GPU runs
 

@@ -22,8 +22,10 @@ sys.path.insert(0, str(REPO))
 from tests.runtime_helpers import suite  # noqa: E402
 from tests.test_runtime_memory import LAYOUTS, SCHEDULES, memory_jobs  # noqa: E402
 
-# recorded here, not asserted in the test: recomputation under the zero-bubble schedules (interleaved
-# zero-bubble with full recompute keeps more re-run blocks than the model's pending count; README)
+# recorded here, not asserted in the test: recomputation under the zero-bubble schedules.  With full
+# recompute each weight-gradient pass re-runs the block's forward once per weight and holds every re-run
+# (7 for a llama block, in the live-at-peak tables), so the search no longer offers the combination
+# (planner/search.py, ZB_FULL_RECOMPUTE)
 EXTRA = {"zbv-selective": dict(schedule="zbv", vpp=2, recompute="selective"),
          "zbv-full": dict(schedule="zbv", vpp=2, recompute="full"),
          "interleaved-zb-full": dict(schedule="interleaved-zb", vpp=2, recompute="full")}

@@ -207,6 +207,10 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                            f"{', '.join(offered)}, or another --framework")
     if offered and pins.schedule is None:
         pins = replace(pins, schedules=offered)
+    if pins.schedule in ("zbv", "interleaved-zb") and pins.recompute == "full":
+        from .search import ZB_FULL_RECOMPUTE
+        raise PlannerError(f"--schedule {pins.schedule} with --recompute full: {ZB_FULL_RECOMPUTE} in torch "
+                           "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")
     if framework == "deepspeed":  # PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         if pins.zero is not None and pins.zero >= 2 and pins.pp is not None and pins.pp > 1:
             raise PlannerError(f"DeepSpeed's pipeline engine refuses ZeRO-{pins.zero} with --pp {pins.pp}; "

@@ -125,6 +125,15 @@ def _mark(reason, mask, name):
     return np.where((reason < 0) & mask, REASONS.index(name), reason)
 
 
+# A CPU allocator trace of parplan's runtime (torch 2.13, non-reentrant activation checkpointing,
+# benchmarks/results/2026-11-22-cpu-memory) found each weight-gradient pass of a zero-bubble schedule
+# re-running a fully recomputed block's forward once per weight matrix (7 for a llama block) and
+# holding all of them: 7x the recompute FLOPs and 7 blocks' activations at once.  The search does not
+# offer the combination; selective recompute (checkpointed pieces without weights) is unaffected.
+ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full recompute re-run each block's forward "
+                     "once per weight in the weight-gradient pass")
+
+
 def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> np.ndarray:
     """The checks that need no cost model (batch split, schedule, layers, sequence, offload): index
     into REASONS of the first failed one, or -1.  The search evaluates only what passes them."""
@@ -134,6 +143,10 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     mb = gbs // np.maximum(lay.dp * lay.mbs, 1)
     interleaved = lay.vpp > 1
     reason = _mark(reason, interleaved & ((mb % lay.pp) != 0), "schedule")  # Megatron: m divisible by p
+    # zero-bubble + full recompute: torch's weight-gradient pass re-runs a checkpointed block's forward
+    # once per weight and holds every re-run (ZB_FULL_RECOMPUTE)
+    zb = (lay.schedule == SCHEDULES.index("zbv")) | (lay.schedule == SCHEDULES.index("interleaved-zb"))
+    reason = _mark(reason, zb & (lay.recompute == RECOMPUTE.index("full")), "schedule")
     reason = _mark(reason, (lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle stages
     reason = _mark(reason, (lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # 2*cp equal chunks
     return _mark(reason, (lay.offload > 0) & (lay.zero == 0), "offload")

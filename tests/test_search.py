@@ -286,3 +286,15 @@ def test_deepspeed_runs_no_zero2_or_3_inside_a_pipeline():
     assert all(p.parallel.zero_stage <= 1 for p in [plan] + plan.alternatives if p.parallel.pp > 1)
     with pytest.raises(PlannerError, match="refuses ZeRO-3"):
         recommend(spec, 64, framework="deepspeed", pins=Pins(zero=3, pp=2))
+
+
+def test_zero_bubble_with_full_recompute_is_not_offered():
+    """torch's weight-gradient pass re-runs a fully recomputed block once per weight (CPU allocator trace,
+    benchmarks/results/2026-11-22-cpu-memory): the search leaves the combination out, a pin says why."""
+    spec = load_preset("llama3-70b")
+    plan = recommend(spec, 64, pins=Pins(recompute="full"), top_k=20)
+    assert all(not (p.parallel.schedule in ("zbv", "interleaved-zb") and p.parallel.recompute == "full")
+               for p in [plan] + plan.alternatives)
+    assert recommend(spec, 64, pins=Pins(schedule="zbv", recompute="selective")).parallel.schedule == "zbv"
+    with pytest.raises(PlannerError, match="once per weight"):
+        recommend(spec, 64, pins=Pins(schedule="interleaved-zb", recompute="full"))

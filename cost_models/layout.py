@@ -91,6 +91,9 @@ class TrainingConsts:
     # per micro-batch on the CPU allocator trace (tests/test_runtime_memory.py).  Megatron and
     # DeepSpeed allocate per transfer.
     p2p_buffers_per_microbatch: bool = True
+    # sequence parallelism: the all-gathered input of the column-parallel matmuls is saved for their
+    # backward (parplan's runtime, torch's DTensor SP), not re-gathered (Megatron)
+    sp_saves_gathered_input: bool = False
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit

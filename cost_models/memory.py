@@ -45,7 +45,8 @@ def head_params_per_gpu(m: ModelDims, tp, pp):
     return norm + head
 
 
-def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False):
+def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
+                               sp_saves_gathered: bool = False):
     """Bytes saved for backward by one block for one micro-batch on one GPU.
 
     Tokens per GPU T = mbs * seq / cp.  Per token, in elements (x act_bytes):
@@ -65,11 +66,15 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     and its 16-bit output per score: then GPT with unfused attention gives exactly Korthikanti's
     s*b*h*(34 + 5*a*s/h) (34/t + 5as/(ht) with SP, 10 + 24/t + 5as/(ht) without).
     Full recompute keeps only the block input (h per token, /tp with SP); the one block being
-    recomputed is counted separately as working memory (see other_bytes)."""
+    recomputed is counted separately as working memory (see other_bytes).
+    sp_saves_gathered: with SP the two norm outputs are all-gathered over the sequence before the
+    column-parallel matmuls; Megatron saves the shard and gathers again in the backward (Korthikanti
+    2022 sec. 4.2.2), parplan's runtime and torch's DTensor SP save the gathered tensor (h per token:
+    a CPU allocator trace found one per norm and block)."""
     T = lay.mbs * m.seq_len / lay.cp
     tp = lay.tp
     seq_split = np.where(lay.sp > 0, tp, 1)
-    outside = 4 * m.hidden / seq_split
+    outside = 2 * m.hidden / seq_split + 2 * m.hidden / np.where(sp_saves_gathered, 1, seq_split)
     mlp = 3 * m.ffn if m.arch == "llama" else 2 * m.ffn
     inside = (2 * m.q_width + 2 * m.kv_width + mlp) / tp
     elems = (outside + inside) * act_bytes + 8
@@ -86,10 +91,11 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     return T * per_token
 
 
-def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False):
+def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
+                                   sp_saves_gathered: bool = False):
     """One block's activations without recompute (a block being recomputed or back-propagated)."""
     none = _replace(lay, recompute=np.zeros_like(np.asarray(lay.recompute)) + REC_NONE)
-    return activation_bytes_per_layer(m, none, act_bytes, flash, dropout)
+    return activation_bytes_per_layer(m, none, act_bytes, flash, dropout, sp_saves_gathered)
 
 
 def logits_bytes(m: ModelDims, lay, act_bytes: int, fused: bool = True):
@@ -160,7 +166,8 @@ def rank_inflight(lay, m_micro) -> dict:
     return {"first": [first, first], "mid": [mid, mid_zbv], "last": [last, last_zbv]}
 
 
-def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False):
+def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
+                              sp_saves_gathered: bool = False):
     """Bytes one block holds for one micro-batch while its weight-gradient pass is pending (zero-bubble
     schedules), beyond its saved activations: the gradient of every linear layer's output (dW = dY^T X),
     q, k, v (TP-split), the attention and MLP output projections (h, sequence-split with SP) and the
@@ -170,8 +177,8 @@ def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dr
     seq_split = np.where(lay.sp > 0, lay.tp, 1)
     mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
     grads = T * ((m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden / seq_split) * act_bytes
-    recomputed = (activation_bytes_working_layer(m, lay, act_bytes, flash, dropout)
-                  - activation_bytes_per_layer(m, lay, act_bytes, flash, dropout))
+    recomputed = (activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered)
+                  - activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered))
     return grads + recomputed
 
 
@@ -221,9 +228,10 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return w, np.where(host_g, 0.0, g), o, offloaded
 
     counts = rank_inflight(lay, m_micro)
-    pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
-    act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
-    work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout)
+    gathered = tr.sp_saves_gathered_input
+    pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
+    act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
+    work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
     loss_peak, loss_saved = logits_bytes(m, lay, act_b, tr.fused_cross_entropy)
     # The stage with the loss runs each micro-batch's backward right after its forward (1F1B and its
     # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.

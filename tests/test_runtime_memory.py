@@ -5,7 +5,8 @@ pipeline, and every pipeline schedule.
 LAYOUTS: the model is wide and the sequence short, so model states (bf16 parameters, fp32 gradients,
 fp32 masters and AdamW states: the master-weights recipe, which the CPU runs in the GPU's storage
 dtypes) are ~99 % of the peak and the comparison checks the ZeRO-2 / ZeRO-3 / pipeline accounting.
-SCHEDULES: a narrow model at 1,024 tokens per micro-batch over four pipeline ranks, so saved
+SCHEDULES: a narrow model at 1,024 tokens per micro-batch over four pipeline ranks (and tp 2 x pp 2
+with sequence parallelism), so saved
 activations, the micro-batches each schedule keeps (pending weight gradients for the zero-bubble
 ones) and the pipeline's receive buffers dominate.  gloo's own collective staging buffers are left
 out (NCCL writes into the caller's tensors).  Measured (4 ranks, torch 2.13 CPU, three runs,
@@ -48,6 +49,8 @@ SCHEDULES = {
     # deferred weight-gradient passes (counted from torch's action orders: cost_models.memory.rank_inflight)
     "zbv": dict(schedule="zbv", vpp=2),
     "interleaved-zb": dict(schedule="interleaved-zb", vpp=2),
+    # sequence parallelism: the runtime saves the all-gathered norm outputs (sp_saves_gathered_input)
+    "tp2-sp-pp2": dict(tp=2, pp=2, schedule="1f1b", sp=True),
 }
 BAR = 0.10  # the memory bar for GPU runs
 
@@ -64,7 +67,7 @@ def memory_jobs(tmp, steps: int = 2, schedules: dict | None = None) -> list[dict
                      "opts": {"steps": steps, "device": "cpu", "memory_snapshot": str(d / "trace")}})
     for name, par in (SCHEDULES if schedules is None else schedules).items():
         plan = evaluate_plan(tiny_plan(NARROW, seq_len=512, global_batch_size=16, micro_batch_size=2,
-                                       precision="master-weights", tp=1, pp=4, dp=1, **par))
+                                       precision="master-weights", **{"tp": 1, "pp": 4, "dp": 1, **par}))
         d = tmp / name
         d.mkdir(parents=True, exist_ok=True)
         jobs.append({"plan": write_plan(plan, d / "plan.json"), "report": str(d / "report.json"),

@@ -156,7 +156,9 @@ def rank_inflight(lay, m_micro) -> dict:
         return np.where(sch == SCH_ZBV, zbv, out) + zero
 
     full = np.minimum(p, m)
-    mid_r = np.maximum(p - 2, 1)  # the fullest middle rank: 1 for non-ZB (fewer in flight further on)
+    # the fullest middle rank: rank 1 without zero-bubble (fewer in flight further on), rank p - 2
+    # with it (more pending weight-gradient passes further on)
+    mid_r = np.maximum(p - 2, 1)
     first = (pick(m, full, interleaved(0), full, full), pick(0, 0, 0, 1 / v, 0.5))
     mid = (pick(m, np.minimum(p - 1, m), interleaved(1), full, full), pick(0, 0, 0, (mid_r + 1) / v, 0.5))
     last = (pick(m, 1, interleaved(p - 1), full, full), pick(0, 0, 0, p / v, 0.5))
@@ -237,8 +239,8 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.
     logits_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
     # interleaved zero-bubble defers the head's weight-gradient pass too: the last rank keeps the
-    # gradient of the logits (activation dtype) of up to p micro-batches (torch's order; ZB-V runs
-    # the head's W right after its I)
+    # gradient of the logits (activation dtype) of up to p micro-batches, p - 1 of them beside the
+    # one the loss's peak counts (torch's order; ZB-V runs the head's W right after its I)
     T_loss = lay.mbs * m.seq_len / lay.cp
     head_pending = np.where((lay.schedule == SCH_INTERLEAVED_ZB) & (np.asarray(pp) > 1),
                             (np.asarray(pp) - 1) * T_loss * m.vocab / lay.tp * act_b, 0.0)

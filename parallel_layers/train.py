@@ -28,7 +28,9 @@ that fails prints ``[parplan] rank R failed: ...`` before re-raising.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
+import inspect
 import json
 import os
 import resource
@@ -249,7 +251,7 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     args = (inputs,) if rt.holds_first else ()
     # the last stage would otherwise keep every micro-batch's output (the logits) until the next step
     # to merge them into a return value nobody reads (a CPU allocator trace found them all live)
-    kw = {"return_outputs": False} if _schedule_takes_return_outputs(rt.schedule) else {}
+    kw = {"return_outputs": False} if _takes_return_outputs(type(rt.schedule)) else {}
     if rt.holds_last:
         rt.schedule.step(*args, target=targets, losses=losses, **kw)
     else:
@@ -262,9 +264,9 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     return None
 
 
-def _schedule_takes_return_outputs(schedule) -> bool:
-    import inspect
-    return "return_outputs" in inspect.signature(schedule.step).parameters  # torch >= 2.8
+@functools.lru_cache(maxsize=None)
+def _takes_return_outputs(schedule_type) -> bool:
+    return "return_outputs" in inspect.signature(schedule_type.step).parameters  # torch >= 2.8
 
 
 def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:

@@ -1,13 +1,12 @@
 """Peak memory of a CPU (gloo) run, the analogue of ``torch.cuda.max_memory_allocated``.
 
 The CPU allocator keeps no statistics, but with ``torch.profiler.profile(profile_memory=True)``
-every allocation and free it makes on a profiled thread is reported with the running total of
-bytes allocated since profiling began (``ProfiledCPUMemoryReporter`` in c10).  Profiling starts
-before the model is built, so model states, optimizer states, gradients, activations and
-temporaries all come and go inside the trace; the largest running total inside the training
-steps is the step's peak.  Allocations made before the trace began (the interpreter, torch,
-the process group) are not in it, as on cuda.  The trace also covers the runtime's teardown, so
-what it allocated is freed while profiled (the reporter forgets nothing freed unprofiled).
+every allocation and free it makes on a profiled thread is an event with its address and size
+(``ProfiledCPUMemoryReporter`` in c10).  Profiling starts before the model is built, so model
+states, optimizer states, gradients, activations and temporaries all come and go inside the
+trace; replaying the trace's own allocations and frees gives the live bytes at every moment, and
+the largest inside the training steps is the step's peak.  Allocations made before the trace
+began (the interpreter, torch, the process group) are not in it, as on cuda.
 
 Phases are marked with ``record_function`` ranges, so the report says in which step and phase
 (forward/backward, or the reduction and optimizer step after it) the peak fell.
@@ -62,7 +61,8 @@ class CpuMemoryTrace:
         allocs.sort(key=lambda a: a[0])
         phases.sort()
         if not allocs or not phases:
-            return {"allocated": None, "phase": None, "at_start": None}
+            empty = {"allocated": None, "phase": None, "at_start": None, "live_at_peak": []}
+            return {**empty, "without_collective_buffers": empty}
         out = _replay(allocs, phases, skip_collectives=False)
         gpu_like = _replay(allocs, phases, skip_collectives=True)
         out["without_collective_buffers"] = {k: gpu_like[k] for k in ("allocated", "phase", "live_at_peak")}

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import inspect
 import json
 import os
@@ -215,10 +214,8 @@ def build_optimizer(rt: Runtime, opts: RunOptions):
     kwargs = dict(lr=lr, betas=ADAMW_BETAS, weight_decay=ADAMW_WEIGHT_DECAY)
     if rt.device.type == "cuda" and not (offload and plan.parallel.zero_stage == 3):
         kwargs["fused"] = True  # FSDP2 + offload: the shards are CPU tensors
-    make = None
-    if (offload or master) and plan.parallel.zero_stage != 3:
-        def make(ps):
-            return MasterAdamW(ps, offload=offload, keep_master=master, **kwargs)
+    make = (functools.partial(MasterAdamW, offload=offload, keep_master=master, **kwargs)
+            if (offload or master) and plan.parallel.zero_stage != 3 else None)
     if plan.parallel.zero_stage in (1, 2):
         return ShardedAdamW(params, rt.coords.dp_group, plan.parallel.zero_stage, make_optim=make, **kwargs)
     if make is not None:
@@ -405,12 +402,10 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     # cpu: the CPU allocator's running total through the profiler, from before the model exists
     with trace_if(device.type == "cpu" and bool(opts.memory_snapshot)) as cpu_trace:
         rt, steps = _build_and_train(plan, opts, device)
-        local_params = rt.local_params
-        del rt  # freed inside the trace (schedules and FSDP hooks hold cycles)
-        gc.collect()
     if cpu_trace.result is not None:
         path = cpu_trace.write(opts.memory_snapshot, dist.get_rank())
-        log(f"cpu allocator peak {cpu_trace.result['allocated'] / 2**20:.1f} MiB in {cpu_trace.result['phase']} ({path})")
+        peak = cpu_trace.result["allocated"]
+        log(f"cpu allocator peak {'-' if peak is None else f'{peak / 2**20:.1f} MiB'} in {cpu_trace.result['phase']} ({path})")
     if device.type == "cuda" and opts.memory_snapshot:
         os.makedirs(opts.memory_snapshot, exist_ok=True)
         path = os.path.join(opts.memory_snapshot, f"rank{dist.get_rank()}.pickle")
@@ -421,7 +416,7 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     memories = [None] * world
     dist.all_gather_object(memories, peak_memory(device, cpu_trace.result))
     params_per_rank = [None] * world
-    dist.all_gather_object(params_per_rank, local_params)
+    dist.all_gather_object(params_per_rank, rt.local_params)
     if dist.get_rank() != 0:
         return None
     return build_report(plan, opts, device, steps, memories, params_per_rank)

@@ -21,7 +21,7 @@ from cost_models.total import evaluate
 
 from .schema import (Amdahl, CommBytes, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan, Prediction,
                      SearchInfo, TimeBreakdown, Training)
-from .search import REASONS, Pins, run_search
+from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, run_search
 
 
 class PlannerError(ValueError):
@@ -62,8 +62,8 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 # Pipeline schedules each framework runs (the search only offers these): Megatron-LM's 1F1B and
 # interleaved 1F1B; DeepSpeed's pipeline engine (TrainSchedule, non-interleaved 1F1B);
 # torch.distributed.pipelining (parplan's runtime, torchtitan) has all five.
-# Frameworks built on torch.distributed.pipelining, whose PipelineStage keeps FSDP2 weights and
-# gradients unsharded from a stage's first backward to the end of the step.
+# Frameworks built on torch.distributed.pipelining and FSDP2, whose memory differs from Megatron's and
+# DeepSpeed's (TrainingConsts: zero3_fsdp2, p2p_buffers_per_microbatch, sp_saves_gathered_input).
 TORCH_PIPELINING = ("parplan", "torchtitan")
 FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
     "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",)}
@@ -208,8 +208,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                            f"{', '.join(offered)}, or another --framework")
     if offered and pins.schedule is None:
         pins = replace(pins, schedules=offered)
-    if pins.schedule in ("zbv", "interleaved-zb") and pins.recompute == "full":
-        from .search import ZB_FULL_RECOMPUTE
+    if pins.schedule in ZERO_BUBBLE and pins.recompute == "full":
         raise PlannerError(f"--schedule {pins.schedule} with --recompute full: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")
     if framework == "deepspeed":  # PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"

@@ -130,6 +130,7 @@ def _mark(reason, mask, name):
 # re-running a fully recomputed block's forward once per weight matrix (7 for a llama block) and
 # holding all of them: 7x the recompute FLOPs and 7 blocks' activations at once.  The search does not
 # offer the combination; selective recompute (checkpointed pieces without weights) is unaffected.
+ZERO_BUBBLE = ("zbv", "interleaved-zb")
 ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full recompute re-run each block's forward "
                      "once per weight in the weight-gradient pass")
 
@@ -145,7 +146,7 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     reason = _mark(reason, interleaved & ((mb % lay.pp) != 0), "schedule")  # Megatron: m divisible by p
     # zero-bubble + full recompute: torch's weight-gradient pass re-runs a checkpointed block's forward
     # once per weight and holds every re-run (ZB_FULL_RECOMPUTE)
-    zb = (lay.schedule == SCHEDULES.index("zbv")) | (lay.schedule == SCHEDULES.index("interleaved-zb"))
+    zb = np.isin(lay.schedule, [SCHEDULES.index(s) for s in ZERO_BUBBLE])
     reason = _mark(reason, zb & (lay.recompute == RECOMPUTE.index("full")), "schedule")
     reason = _mark(reason, (lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle stages
     reason = _mark(reason, (lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # 2*cp equal chunks

@@ -49,6 +49,18 @@ def layer_matmul_time(m: ModelDims, lay, hw):
     return fwd, 2 * fwd
 
 
+def column_input_grad_time(m: ModelDims, lay, hw):
+    """Seconds of the input-gradient GEMMs of one block's column-parallel layers (qkv, gate and up
+    or fc1) for one micro-batch: each has its forward's FLOPs.  Sequence parallelism's backward
+    all-gather of their input runs beside them."""
+    tokens = lay.mbs * m.seq_len / lay.cp
+    out = 0.0
+    for name, flops in layer_gemms(m, tokens, lay.tp):
+        if name in ("qkv", "gate", "up", "fc1"):
+            out = out + gemm_time(flops, hw)
+    return out
+
+
 def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = False):
     """(forward, backward) seconds of softmax(QK^T)V for one block and micro-batch.
 

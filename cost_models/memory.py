@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, SCH_GPIPE, SCH_INTERLEAVED,
-                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts)
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts, sp_saves_gathered)
 from .params import layer_other_params
 
 
@@ -68,9 +68,10 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     Full recompute keeps only the block input (h per token, /tp with SP); the one block being
     recomputed is counted separately as working memory (see other_bytes).
     sp_saves_gathered: with SP the two norm outputs are all-gathered over the sequence before the
-    column-parallel matmuls; Megatron saves the shard and gathers again in the backward (Korthikanti
-    2022 sec. 4.2.2), parplan's runtime and torch's DTensor SP save the gathered tensor (h per token:
-    a CPU allocator trace found one per norm and block)."""
+    column-parallel matmuls; Megatron and parplan's runtime save the shard and gather again in the
+    backward (Korthikanti 2022 sec. 4.2.2), torch's DTensor SP (and parplan's runtime under the
+    zero-bubble schedules) save the gathered tensor (h per token: a CPU allocator trace found one
+    per norm and block)."""
     T = lay.mbs * m.seq_len / lay.cp
     tp = lay.tp
     seq_split = np.where(lay.sp > 0, tp, 1)
@@ -230,7 +231,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return w, np.where(host_g, 0.0, g), o, offloaded
 
     counts = rank_inflight(lay, m_micro)
-    gathered = tr.sp_saves_gathered_input
+    gathered = sp_saves_gathered(tr, lay)
     pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
     work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)

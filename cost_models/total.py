@@ -25,8 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import comm
-from .compute import block_time, cast_time, grad_accumulation_time, head_time, optimizer_time
-from .layout import PRECISION_RECIPES, REC_FULL, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
+from .compute import (block_time, cast_time, column_input_grad_time, grad_accumulation_time, head_time,
+                      optimizer_time)
+from .layout import (PRECISION_RECIPES, REC_FULL, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts,
+                     sp_saves_gathered)
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, recompute_flops_per_token
 
@@ -79,6 +81,14 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     n_coll = 4 + 2 * full
     tp_block = n_coll * t_ar
     tp_block_exposed = np.where(tr.overlap_tp_comm, hw.exposed(tp_block, bt["gemm"]), tp_block)
+    # SP that keeps only the shard of the column-parallel inputs (Megatron; parplan's runtime outside
+    # the zero-bubble schedules) all-gathers each again in the backward, twice a block, started
+    # before the input-gradient GEMMs of the layers it feeds and overlapped with them (Megatron-LM's
+    # LinearWithGradAccumulationAndAsyncCommunication; parplan's _SPGatherLinears)
+    regather = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1) & ~sp_saves_gathered(tr, lay)
+    t_ag, moved_ag = comm.all_gather(msg, tp, tp_bw, tp_lat)
+    tp_block_exposed = tp_block_exposed + np.where(
+        regather, hw.exposed(2 * t_ag, column_input_grad_time(m, lay, hw)), 0.0)
 
     # ---- context parallel (Llama 3 sec. 3.3.2): all-gather of the K/V shards forward
     # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same
@@ -213,7 +223,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     alpha = np.where(n > 1, (1 - 1 / np.maximum(speedup, 1e-12)) / np.where(n > 1, 1 - 1 / n, 1.0), 1.0)
 
     # ---- bytes per GPU per step
-    tp_bytes = m_micro * (blocks_first * n_coll * moved_ar + moved_ar / 2)
+    tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, 2 * moved_ag, 0.0)) + moved_ar / 2)
     pp_bytes = np.where(single, 0.0, m_micro * 2 * v * p2p_bytes)
     cp_bytes = m_micro * blocks_first * n_cp * moved_cp
 

@@ -19,6 +19,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from parallel_layers.mappings import (
+    SEQ_DIM,
+    _gather,
+    _gather_start,
+    _reduce_scatter,
     _size,
     copy_to_tp_region,
     gather_from_sequence_parallel_region,
@@ -61,6 +65,55 @@ class _ShardedModule(nn.Module):
         self.param_specs[attr] = spec
 
 
+class _SPGatherLinears(torch.autograd.Function):
+    """Column-parallel matmuls of one sequence-parallel input that keep the input's shard for the
+    backward, not the gathered sequence (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication
+    with sequence_parallel; Korthikanti et al. 2022 sec. 4.2.2).  Forward: all-gather x over the
+    sequence, apply each (weight, bias).  Backward: start the all-gather of x again, make the input
+    gradient meanwhile, then the weight gradients from the gathered x, and reduce-scatter the input
+    gradient.  Saves h/tp per token instead of h (autograd over the gathered tensor keeps all of it)."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, x, group, n, *weights_biases):
+        weights, biases = weights_biases[:n], weights_biases[n:]
+        dev = x.device.type
+        if torch.is_autocast_enabled(dev):  # what F.linear would cast to, at 1/tp the size
+            x = x.to(torch.get_autocast_dtype(dev))
+        full = _gather(x, SEQ_DIM, group)
+        ctx.save_for_backward(x, *weights)
+        ctx.group, ctx.has_bias = group, [b is not None for b in biases]
+        return tuple(F.linear(full, w, b) for w, b in zip(weights, biases))
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, *grads):
+        x, *weights = ctx.saved_tensors
+        finish = _gather_start(x, SEQ_DIM, ctx.group)  # overlaps the input-gradient matmuls
+        gx = None
+        for g, w in zip(grads, weights):
+            part = g.matmul(w)
+            gx = part if gx is None else gx + part
+        full = finish()
+        flat = full.reshape(-1, full.shape[-1])
+        gws = [g.reshape(-1, g.shape[-1]).t().matmul(flat) for g in grads]
+        lead = tuple(range(grads[0].dim() - 1))
+        gbs = [g.sum(dim=lead) if has else None for g, has in zip(grads, ctx.has_bias)]
+        return (_reduce_scatter(gx, SEQ_DIM, ctx.group), None, None, *gws, *gbs)
+
+
+def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool, save_shard: bool = True):
+    """Outputs of column-parallel linears that read the same input x: one all-gather (SP) or one
+    identity/all-reduce pair for all of them.  With SP and save_shard, the backward gathers x again
+    instead of keeping the gathered copy (_SPGatherLinears); without save_shard autograd keeps the
+    gathered input (what a backward split into input- and weight-gradient passes needs)."""
+    if sequence_parallel and save_shard and _size(tp_group) > 1:
+        return list(_SPGatherLinears.apply(x, tp_group, len(linears), *[m.weight for m in linears],
+                                           *[m.bias for m in linears]))
+    x = gather_from_sequence_parallel_region(x, tp_group) if sequence_parallel else copy_to_tp_region(x, tp_group)
+    return [F.linear(x, m.weight, m.bias) for m in linears]
+
+
 class ColumnParallelLinear(_ShardedModule):
     """Y = X A + b with A split by columns (output features) over TP.
 
@@ -68,20 +121,17 @@ class ColumnParallelLinear(_ShardedModule):
     split over the last dim.  weight: (out/tp, in)."""
 
     def __init__(self, in_features, out_features, tp_group, *, name, bias=False,
-                 sequence_parallel=False, std=0.02):
+                 sequence_parallel=False, std=0.02, sp_save_shard=True):
         super().__init__(tp_group)
-        self.sequence_parallel = sequence_parallel
+        self.sequence_parallel, self.sp_save_shard = sequence_parallel, sp_save_shard
         self._new_param("weight", ShardSpec(f"{name}.weight", (out_features, in_features), 0, "normal", std))
         self.bias = None
         if bias:
             self._new_param("bias", ShardSpec(f"{name}.bias", (out_features,), 0, "zeros"))
 
-    def forward(self, x):
-        if self.sequence_parallel:
-            x = gather_from_sequence_parallel_region(x, self.tp_group)  # (b, s, in)
-        else:
-            x = copy_to_tp_region(x, self.tp_group)
-        return F.linear(x, self.weight, self.bias)  # (b, s, out/tp)
+    def forward(self, x):  # (b, s[/tp], in) -> (b, s, out/tp)
+        return column_parallel_linears(x, [self], self.tp_group, sequence_parallel=self.sequence_parallel,
+                                       save_shard=self.sp_save_shard)[0]
 
 
 class RowParallelLinear(_ShardedModule):

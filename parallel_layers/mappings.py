@@ -20,8 +20,11 @@ gather takes its dimension (2 for the (batch, heads, seq, head_dim) keys and val
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 
 SEQ_DIM = 1
 
@@ -47,14 +50,39 @@ def _split(x: torch.Tensor, dim: int, group) -> torch.Tensor:
     return x.chunk(n, dim=dim)[dist.get_rank(group)].contiguous()
 
 
+def _gloo_staging(group, what: str):
+    """Name the transient per-rank pieces of a gloo collective as gloo's own for the CPU memory
+    trace: they are freed when the collective returns, but gloo drops its references on its own
+    threads, where the trace (torch.profiler) does not see the free (parallel_layers/host_memory.py
+    leaves gloo's buffers out)."""
+    return record_function(f"gloo:{what}") if dist.get_backend(group) == "gloo" else contextlib.nullcontext()
+
+
 def _gather(x: torch.Tensor, dim: int, group) -> torch.Tensor:
     n = _size(group)
     if n == 1:
         return x
     x = x.contiguous()
-    parts = [torch.empty_like(x) for _ in range(n)]
-    dist.all_gather(parts, x, group=group)
+    with _gloo_staging(group, "all_gather_parts"):
+        parts = [torch.empty_like(x) for _ in range(n)]
+        dist.all_gather(parts, x, group=group)
     return torch.cat(parts, dim=dim)
+
+
+def _gather_start(x: torch.Tensor, dim: int, group):
+    """Start an all-gather along dim; returns a function that waits and returns the result
+    (the caller computes something else meanwhile)."""
+    if _size(group) == 1:
+        return lambda: x
+    x = x.contiguous()
+    with _gloo_staging(group, "all_gather_parts"):
+        parts = [torch.empty_like(x) for _ in range(_size(group))]
+        work = dist.all_gather(parts, x, group=group, async_op=True)
+
+    def finish():
+        work.wait()
+        return torch.cat(parts, dim=dim)
+    return finish
 
 
 def _reduce_scatter(x: torch.Tensor, dim: int, group) -> torch.Tensor:
@@ -63,9 +91,13 @@ def _reduce_scatter(x: torch.Tensor, dim: int, group) -> torch.Tensor:
         return x
     if x.shape[dim] % n:
         raise ValueError(f"dim {dim} of size {x.shape[dim]} is not divisible by the group size {n}")
-    # gloo has no reduce_scatter: all-reduce then keep our chunk (same result, more bytes).
+    # gloo has no reduce_scatter: all-reduce a copy, then keep our chunk (same result, more bytes).
+    # The full-size copy is this emulation's staging (NCCL's reduce-scatter has none), named as
+    # gloo's own for the CPU memory trace (parallel_layers/host_memory.py leaves those out).
     if dist.get_backend(group) == "gloo":
-        return _split(_all_reduce(x, group), dim, group)
+        with _gloo_staging(group, "reduce_scatter_as_all_reduce"):
+            full = _all_reduce(x, group)
+        return _split(full, dim, group)
     parts = [p.contiguous() for p in x.chunk(n, dim=dim)]
     out = torch.empty_like(parts[0])
     dist.reduce_scatter(out, parts, group=group)

@@ -31,13 +31,14 @@ from torch.utils.checkpoint import checkpoint
 
 from parallel_layers.layers import (
     ColumnParallelLinear,
+    column_parallel_linears,
     RowParallelLinear,
     ShardSpec,
     VocabParallelEmbedding,
     _ShardedModule,
 )
 from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_kv, local_positions
-from parallel_layers.mappings import _size, copy_to_tp_region, gather_from_sequence_parallel_region
+from parallel_layers.mappings import _size
 
 INIT_STD = 0.02
 ROPE_THETA = 10000.0
@@ -157,20 +158,14 @@ def _swiglu(gate, up):
     return _SwiGLU.apply(gate, up)
 
 
-def _enter_tp_region(x, tp_group, sequence_parallel):
-    """One all-gather (SP) or one identity/all-reduce pair for several column-parallel
-    matrices that read the same input."""
-    if sequence_parallel:
-        return gather_from_sequence_parallel_region(x, tp_group)
-    return copy_to_tp_region(x, tp_group)
-
-
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None,
+                 sp_save_shard: bool = True):
         super().__init__()
         h, d, gpt = cfg.hidden, cfg.head_dim, cfg.arch == "gpt"
         tp = _size(tp_group)
         self.tp_group, self.sp, self.selective = tp_group, sp, recompute == "selective"
+        self.sp_save_shard = sp_save_shard
         self.cp_group, self.cp = cp_group, _size(cp_group)
         self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
@@ -183,12 +178,13 @@ class Attention(nn.Module):
                                     sequence_parallel=sp, std=INIT_STD / math.sqrt(2 * cfg.layers))
 
     def forward(self, x):
-        x = _enter_tp_region(x, self.tp_group, self.sp)  # (b, s, h), full sequence
-        b, s, _ = x.shape
+        q, k, v = column_parallel_linears(x, [self.wq, self.wk, self.wv], self.tp_group, sequence_parallel=self.sp,
+                                          save_shard=self.sp_save_shard)  # (b, s, width/tp), full sequence
+        b, s, _ = q.shape
         # local head counts: the reshape must use heads/tp and kv_heads/tp
-        q = F.linear(x, self.wq.weight, self.wq.bias).view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
-        k = F.linear(x, self.wk.weight, self.wk.bias).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
-        v = F.linear(x, self.wv.weight, self.wv.bias).view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
+        q = q.view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
         if self.cp > 1:
             o = self._context_parallel(q, k, v)
             return self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim))
@@ -214,10 +210,11 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, sp_save_shard: bool = True):
         super().__init__()
         h, f, gpt = cfg.hidden, cfg.ffn_hidden, cfg.arch == "gpt"
         self.tp_group, self.sp, self.selective, self.gpt = tp_group, sp, recompute == "selective", gpt
+        self.sp_save_shard = sp_save_shard
         n = f"layers.{i}.mlp"
         out_std = INIT_STD / math.sqrt(2 * cfg.layers)
         if gpt:
@@ -234,22 +231,23 @@ class MLP(nn.Module):
         return F.gelu(*args) if self.gpt else _swiglu(*args)
 
     def forward(self, x):
-        x = _enter_tp_region(x, self.tp_group, self.sp)
+        kw = dict(sequence_parallel=self.sp, save_shard=self.sp_save_shard)
         if self.gpt:
-            return self.fc2(self._act(F.linear(x, self.fc1.weight, self.fc1.bias)))  # (b, s, f/tp) inside
-        gate = F.linear(x, self.gate.weight)
-        up = F.linear(x, self.up.weight)
+            (y,) = column_parallel_linears(x, [self.fc1], self.tp_group, **kw)  # (b, s, f/tp) inside
+            return self.fc2(self._act(y))
+        gate, up = column_parallel_linears(x, [self.gate, self.up], self.tp_group, **kw)
         return self.down(self._act(gate, up))
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None,
+                 sp_save_shard: bool = True):
         super().__init__()
         self.layer_id = i
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
-        self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group)
+        self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group, sp_save_shard)
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
-        self.mlp = MLP(cfg, i, tp_group, sp, recompute)
+        self.mlp = MLP(cfg, i, tp_group, sp, recompute, sp_save_shard)
 
     def forward(self, x):
         x = x + self.attn(self.norm1(x))
@@ -285,7 +283,7 @@ class StageModule(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer_ids: list[int], *, first: bool, last: bool, tp_group,
                  sp: bool = False, recompute: str = "none", autocast_dtype: Optional[torch.dtype] = None,
-                 device_type: str = "cpu", cp_group=None):
+                 device_type: str = "cpu", cp_group=None, sp_save_shard: bool = True):
         super().__init__()
         self.cfg, self.first, self.last = cfg, first, last
         self.full_recompute = recompute == "full"
@@ -294,12 +292,14 @@ class StageModule(nn.Module):
         if first:
             self.embed = VocabParallelEmbedding(cfg.vocab, cfg.hidden, tp_group, name="embedding", sequence_parallel=sp)
             self.positions = PositionEmbedding(cfg, tp_group, sp, cp_group) if cfg.arch == "gpt" else None
-        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group) for i in layer_ids])
+        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group, sp_save_shard)
+                                     for i in layer_ids])
         self.separate_tied_head = False
         if last:
             self.final_norm = Norm(cfg, tp_group, name="final_norm", sequence_parallel=sp)
             name = "embedding" if cfg.tied_embeddings else "head"
-            self.head = ColumnParallelLinear(cfg.hidden, cfg.vocab, tp_group, name=name, sequence_parallel=sp)
+            self.head = ColumnParallelLinear(cfg.hidden, cfg.vocab, tp_group, name=name, sequence_parallel=sp,
+                                             sp_save_shard=sp_save_shard)
             if cfg.tied_embeddings:
                 if first:
                     self.head.weight = self.embed.weight  # one Parameter, one gradient

@@ -5,8 +5,8 @@ pipeline, and every pipeline schedule.
 LAYOUTS: the model is wide and the sequence short, so model states (bf16 parameters, fp32 gradients,
 fp32 masters and AdamW states: the master-weights recipe, which the CPU runs in the GPU's storage
 dtypes) are ~99 % of the peak and the comparison checks the ZeRO-2 / ZeRO-3 / pipeline accounting.
-SCHEDULES: a narrow model at 1,024 tokens per micro-batch over four pipeline ranks (and tp 2 x pp 2
-with sequence parallelism), so saved
+SCHEDULES: a narrow model at 1,024 tokens per micro-batch over four pipeline ranks (and sequence
+parallelism at tp 2 x pp 2, tp 4, and cp 2 x tp 2), so saved
 activations, the micro-batches each schedule keeps (pending weight gradients for the zero-bubble
 ones) and the pipeline's receive buffers dominate.  gloo's own collective staging buffers are left
 out (NCCL writes into the caller's tensors).  Measured (4 ranks, torch 2.13 CPU, three runs,
@@ -49,8 +49,13 @@ SCHEDULES = {
     # deferred weight-gradient passes (counted from torch's action orders: cost_models.memory.rank_inflight)
     "zbv": dict(schedule="zbv", vpp=2),
     "interleaved-zb": dict(schedule="interleaved-zb", vpp=2),
-    # sequence parallelism: the runtime saves the all-gathered norm outputs (sp_saves_gathered_input)
+    # sequence parallelism: the column-parallel matmuls keep their input's shard and gather it again
+    # in the backward, except under the zero-bubble schedules (the gathered input: sp_saves_gathered);
+    # tp 4 without a pipeline; with context parallelism
     "tp2-sp-pp2": dict(tp=2, pp=2, schedule="1f1b", sp=True),
+    "tp2-sp-pp2-zbv": dict(tp=2, pp=2, schedule="zbv", vpp=2, sp=True),
+    "tp4-sp": dict(tp=4, pp=1, sp=True),
+    "cp2-tp2-sp": dict(tp=2, pp=1, cp=2, sp=True),
 }
 BAR = 0.10  # the memory bar for GPU runs
 

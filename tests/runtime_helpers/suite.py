@@ -26,6 +26,8 @@ PARALLEL_CASES = {
     "zero2": (TINY_LLAMA, dict(zero_stage=2), {}),
     "fsdp2": (TINY_LLAMA, dict(zero_stage=3), {}),
     "sp": (TINY_LLAMA, dict(sp=True), {}),
+    # SP's column-parallel inputs gathered again in the backward, inside the full-recompute checkpoint
+    "sp-full": (TINY_LLAMA, dict(sp=True, recompute="full"), {}),
     "selective": (TINY_LLAMA, dict(recompute="selective"), {}),
     "full": (TINY_LLAMA, dict(recompute="full"), {}),
     "zb-sp-fsdp2-full": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2, sp=True, zero_stage=3, recompute="full"), {}),

@@ -12,6 +12,11 @@ Same math in any layout: ``init_parameters`` draws every parameter at its full l
 from a generator seeded by (seed, logical name) and keeps the rank's TP slice; logical names
 use the global layer index, so a block holds the same weights on whichever stage it lands.
 
+Sequence parallelism (sp, Korthikanti et al. 2022): norms and residuals run on sequence shards; the
+column-parallel matmuls all-gather their input and keep only the shard for the backward, which
+gathers it again (``layers.column_parallel_linears``), except under the zero-bubble schedules,
+whose split backward keeps the gathered input.
+
 Recompute (what the cost model assumes): ``selective`` checkpoints the core attention
 (rotary + SDPA) and the MLP activation (silu(gate)*up or gelu); ``full`` checkpoints each
 whole block so only the block input is saved.

@@ -92,12 +92,9 @@ class TrainingConsts:
     # DeepSpeed allocate per transfer.
     p2p_buffers_per_microbatch: bool = True
     # sequence parallelism: the all-gathered input of the column-parallel matmuls is saved for their
-    # backward (torch's DTensor SP: torchtitan), not gathered again in the backward (Megatron, and
-    # parplan's runtime outside the zero-bubble schedules)
+    # backward (torch's DTensor SP: torchtitan), not gathered again in the backward (Megatron and
+    # parplan's runtime, under the zero-bubble schedules in the weight-gradient pass)
     sp_saves_gathered_input: bool = False
-    # ... but saved under a zero-bubble schedule with pp > 1 (parplan's runtime: its backward is
-    # split into input- and weight-gradient passes, which one gather-again Function cannot be)
-    sp_zero_bubble_saves_gathered: bool = False
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit
@@ -131,14 +128,6 @@ class Layout:
 
     def row(self, i: int) -> dict:
         return {k: np.asarray(v)[i].item() for k, v in self.__dict__.items()}
-
-
-def sp_saves_gathered(tr, lay):
-    """Per candidate: does sequence parallelism keep the all-gathered input of the column-parallel
-    matmuls for their backward (True), or its shard, gathering again in the backward (False)?"""
-    zb = ((np.asarray(lay.schedule) == SCH_INTERLEAVED_ZB) | (np.asarray(lay.schedule) == SCH_ZBV)) \
-        & (np.asarray(lay.pp) > 1)
-    return np.asarray(tr.sp_saves_gathered_input) | (np.asarray(tr.sp_zero_bubble_saves_gathered) & zb)
 
 
 def stage_layers(layers: int, stages: int) -> list[int]:

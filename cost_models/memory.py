@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, SCH_GPIPE, SCH_INTERLEAVED,
-                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts, sp_saves_gathered)
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts)
 from .params import layer_other_params
 
 
@@ -69,9 +69,8 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     recomputed is counted separately as working memory (see other_bytes).
     sp_saves_gathered: with SP the two norm outputs are all-gathered over the sequence before the
     column-parallel matmuls; Megatron and parplan's runtime save the shard and gather again in the
-    backward (Korthikanti 2022 sec. 4.2.2), torch's DTensor SP (and parplan's runtime under the
-    zero-bubble schedules) save the gathered tensor (h per token: a CPU allocator trace found one
-    per norm and block)."""
+    backward (Korthikanti 2022 sec. 4.2.2), torch's DTensor SP saves the gathered tensor (h per
+    token: a CPU allocator trace of parplan's runtime found one per norm and block when it did)."""
     T = lay.mbs * m.seq_len / lay.cp
     tp = lay.tp
     seq_split = np.where(lay.sp > 0, tp, 1)
@@ -173,13 +172,14 @@ def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dr
                               sp_saves_gathered: bool = False):
     """Bytes one block holds for one micro-batch while its weight-gradient pass is pending (zero-bubble
     schedules), beyond its saved activations: the gradient of every linear layer's output (dW = dY^T X),
-    q, k, v (TP-split), the attention and MLP output projections (h, sequence-split with SP) and the
-    MLP's first layer(s) (gate and up, or fc1; TP-split), and under recomputation the re-run block's
-    activations, kept from the input-gradient pass to the weight-gradient pass."""
+    q, k, v (TP-split), the attention and MLP output projections (h: with SP too, since the row-parallel
+    matmul's output is the whole sequence, reduce-scattered after it, and its gradient is gathered back
+    before dW; a CPU allocator trace of ZB-V with SP found these live) and the MLP's first layer(s)
+    (gate and up, or fc1; TP-split), and under recomputation the re-run block's activations, kept from
+    the input-gradient pass to the weight-gradient pass."""
     T = lay.mbs * m.seq_len / lay.cp
-    seq_split = np.where(lay.sp > 0, lay.tp, 1)
     mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
-    grads = T * ((m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden / seq_split) * act_bytes
+    grads = T * ((m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden) * act_bytes
     recomputed = (activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered)
                   - activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered))
     return grads + recomputed
@@ -231,7 +231,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return w, np.where(host_g, 0.0, g), o, offloaded
 
     counts = rank_inflight(lay, m_micro)
-    gathered = sp_saves_gathered(tr, lay)
+    gathered = tr.sp_saves_gathered_input
     pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
     work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)

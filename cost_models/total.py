@@ -27,8 +27,7 @@ import numpy as np
 from . import comm
 from .compute import (block_time, cast_time, column_input_grad_time, grad_accumulation_time, head_time,
                       optimizer_time)
-from .layout import (PRECISION_RECIPES, REC_FULL, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts,
-                     sp_saves_gathered)
+from .layout import PRECISION_RECIPES, REC_FULL, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, recompute_flops_per_token
 
@@ -81,11 +80,12 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     n_coll = 4 + 2 * full
     tp_block = n_coll * t_ar
     tp_block_exposed = np.where(tr.overlap_tp_comm, hw.exposed(tp_block, bt["gemm"]), tp_block)
-    # SP that keeps only the shard of the column-parallel inputs (Megatron; parplan's runtime outside
-    # the zero-bubble schedules) all-gathers each again in the backward, twice a block, started
-    # before the input-gradient GEMMs of the layers it feeds and overlapped with them (Megatron-LM's
-    # LinearWithGradAccumulationAndAsyncCommunication; parplan's _SPGatherLinears)
-    regather = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1) & ~sp_saves_gathered(tr, lay)
+    # SP that keeps only the shard of the column-parallel inputs (Megatron, parplan's runtime)
+    # all-gathers each again in the backward, twice a block, started before the input-gradient GEMMs
+    # of the layers it feeds and overlapped with them (Megatron-LM's
+    # LinearWithGradAccumulationAndAsyncCommunication; parplan's _SPGatherLinears, which under the
+    # zero-bubble schedules gathers in the weight-gradient pass: the same two gathers, counted alike)
+    regather = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1) & ~np.asarray(tr.sp_saves_gathered_input)
     t_ag, moved_ag = comm.all_gather(msg, tp, tp_bw, tp_lat)
     tp_block_exposed = tp_block_exposed + np.where(
         regather, hw.exposed(2 * t_ag, column_input_grad_time(m, lay, hw)), 0.0)

@@ -25,7 +25,6 @@ from parallel_layers.mappings import (
     _reduce_scatter,
     _size,
     copy_to_tp_region,
-    gather_from_sequence_parallel_region,
     reduce_from_tp_region,
     reduce_scatter_to_sequence_parallel_region,
 )
@@ -89,28 +88,42 @@ class _SPGatherLinears(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, *grads):
         x, *weights = ctx.saved_tensors
-        finish = _gather_start(x, SEQ_DIM, ctx.group)  # overlaps the input-gradient matmuls
+        n = len(weights)
+        # The zero-bubble schedules run this node twice, asking for the input gradient first and for
+        # the weight gradients later (torch.distributed.pipelining's stage_backward_input/_weight):
+        # each pass makes only what its graph task will use, so neither gathers or reduces twice.
+        # (next_functions: one edge per tensor input, in order: x, the weights, the biases given; each
+        # a view's node, never a leaf's, which the engine cannot be asked about inside autograd.grad)
+        will_run = iter([node is not None and torch._C._will_engine_execute_node(node)
+                         for node, _ in ctx.next_functions])
+        need_x = next(will_run)
+        need_w = [next(will_run) for _ in range(n)]
+        need_b = [has and next(will_run) for has in ctx.has_bias]
+        finish = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) else None  # beside the input-gradient matmuls
         gx = None
-        for g, w in zip(grads, weights):
-            part = g.matmul(w)
-            gx = part if gx is None else gx + part
-        full = finish()
-        flat = full.reshape(-1, full.shape[-1])
-        gws = [g.reshape(-1, g.shape[-1]).t().matmul(flat) for g in grads]
+        if need_x:
+            for g, w in zip(grads, weights):
+                part = g.matmul(w)
+                gx = part if gx is None else gx + part
+        gws = [None] * n
+        if finish is not None:  # the gather completes before the next collective is issued
+            flat = finish().flatten(0, -2)
+            gws = [g.flatten(0, -2).t().matmul(flat) if need else None for g, need in zip(grads, need_w)]
+        if need_x:
+            gx = _reduce_scatter(gx, SEQ_DIM, ctx.group)
         lead = tuple(range(grads[0].dim() - 1))
-        gbs = [g.sum(dim=lead) if has else None for g, has in zip(grads, ctx.has_bias)]
-        return (_reduce_scatter(gx, SEQ_DIM, ctx.group), None, None, *gws, *gbs)
+        gbs = [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)]
+        return (gx, None, None, *gws, *gbs)
 
 
-def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool, save_shard: bool = True):
-    """Outputs of column-parallel linears that read the same input x: one all-gather (SP) or one
-    identity/all-reduce pair for all of them.  With SP and save_shard, the backward gathers x again
-    instead of keeping the gathered copy (_SPGatherLinears); without save_shard autograd keeps the
-    gathered input (what a backward split into input- and weight-gradient passes needs)."""
-    if sequence_parallel and save_shard and _size(tp_group) > 1:
-        return list(_SPGatherLinears.apply(x, tp_group, len(linears), *[m.weight for m in linears],
-                                           *[m.bias for m in linears]))
-    x = gather_from_sequence_parallel_region(x, tp_group) if sequence_parallel else copy_to_tp_region(x, tp_group)
+def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool):
+    """Outputs of column-parallel linears that read the same input x: one all-gather (SP, keeping
+    only x's shard for the backward: _SPGatherLinears) or one identity/all-reduce pair for all."""
+    if sequence_parallel and _size(tp_group) > 1:
+        # views: non-leaf edges _SPGatherLinears.backward can ask the engine about
+        tensors = [t if t is None else t.view_as(t) for t in [x, *[m.weight for m in linears], *[m.bias for m in linears]]]
+        return list(_SPGatherLinears.apply(tensors[0], tp_group, len(linears), *tensors[1:]))
+    x = copy_to_tp_region(x, tp_group)  # (SP on a group of one is the identity too)
     return [F.linear(x, m.weight, m.bias) for m in linears]
 
 
@@ -121,17 +134,16 @@ class ColumnParallelLinear(_ShardedModule):
     split over the last dim.  weight: (out/tp, in)."""
 
     def __init__(self, in_features, out_features, tp_group, *, name, bias=False,
-                 sequence_parallel=False, std=0.02, sp_save_shard=True):
+                 sequence_parallel=False, std=0.02):
         super().__init__(tp_group)
-        self.sequence_parallel, self.sp_save_shard = sequence_parallel, sp_save_shard
+        self.sequence_parallel = sequence_parallel
         self._new_param("weight", ShardSpec(f"{name}.weight", (out_features, in_features), 0, "normal", std))
         self.bias = None
         if bias:
             self._new_param("bias", ShardSpec(f"{name}.bias", (out_features,), 0, "zeros"))
 
     def forward(self, x):  # (b, s[/tp], in) -> (b, s, out/tp)
-        return column_parallel_linears(x, [self], self.tp_group, sequence_parallel=self.sequence_parallel,
-                                       save_shard=self.sp_save_shard)[0]
+        return column_parallel_linears(x, [self], self.tp_group, sequence_parallel=self.sequence_parallel)[0]
 
 
 class RowParallelLinear(_ShardedModule):

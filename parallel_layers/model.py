@@ -14,8 +14,8 @@ use the global layer index, so a block holds the same weights on whichever stage
 
 Sequence parallelism (sp, Korthikanti et al. 2022): norms and residuals run on sequence shards; the
 column-parallel matmuls all-gather their input and keep only the shard for the backward, which
-gathers it again (``layers.column_parallel_linears``), except under the zero-bubble schedules,
-whose split backward keeps the gathered input.
+gathers it again (``layers.column_parallel_linears``; under the zero-bubble schedules only in the
+weight-gradient pass).
 
 Recompute (what the cost model assumes): ``selective`` checkpoints the core attention
 (rotary + SDPA) and the MLP activation (silu(gate)*up or gelu); ``full`` checkpoints each
@@ -164,13 +164,11 @@ def _swiglu(gate, up):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None,
-                 sp_save_shard: bool = True):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
         super().__init__()
         h, d, gpt = cfg.hidden, cfg.head_dim, cfg.arch == "gpt"
         tp = _size(tp_group)
         self.tp_group, self.sp, self.selective = tp_group, sp, recompute == "selective"
-        self.sp_save_shard = sp_save_shard
         self.cp_group, self.cp = cp_group, _size(cp_group)
         self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
@@ -183,8 +181,8 @@ class Attention(nn.Module):
                                     sequence_parallel=sp, std=INIT_STD / math.sqrt(2 * cfg.layers))
 
     def forward(self, x):
-        q, k, v = column_parallel_linears(x, [self.wq, self.wk, self.wv], self.tp_group, sequence_parallel=self.sp,
-                                          save_shard=self.sp_save_shard)  # (b, s, width/tp), full sequence
+        q, k, v = column_parallel_linears(x, [self.wq, self.wk, self.wv], self.tp_group,
+                                          sequence_parallel=self.sp)  # (b, s, width/tp), full sequence
         b, s, _ = q.shape
         # local head counts: the reshape must use heads/tp and kv_heads/tp
         q = q.view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
@@ -215,11 +213,10 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, sp_save_shard: bool = True):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str):
         super().__init__()
         h, f, gpt = cfg.hidden, cfg.ffn_hidden, cfg.arch == "gpt"
         self.tp_group, self.sp, self.selective, self.gpt = tp_group, sp, recompute == "selective", gpt
-        self.sp_save_shard = sp_save_shard
         n = f"layers.{i}.mlp"
         out_std = INIT_STD / math.sqrt(2 * cfg.layers)
         if gpt:
@@ -236,23 +233,21 @@ class MLP(nn.Module):
         return F.gelu(*args) if self.gpt else _swiglu(*args)
 
     def forward(self, x):
-        kw = dict(sequence_parallel=self.sp, save_shard=self.sp_save_shard)
         if self.gpt:
-            (y,) = column_parallel_linears(x, [self.fc1], self.tp_group, **kw)  # (b, s, f/tp) inside
+            (y,) = column_parallel_linears(x, [self.fc1], self.tp_group, sequence_parallel=self.sp)  # (b, s, f/tp)
             return self.fc2(self._act(y))
-        gate, up = column_parallel_linears(x, [self.gate, self.up], self.tp_group, **kw)
+        gate, up = column_parallel_linears(x, [self.gate, self.up], self.tp_group, sequence_parallel=self.sp)
         return self.down(self._act(gate, up))
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None,
-                 sp_save_shard: bool = True):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
         super().__init__()
         self.layer_id = i
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
-        self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group, sp_save_shard)
+        self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group)
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
-        self.mlp = MLP(cfg, i, tp_group, sp, recompute, sp_save_shard)
+        self.mlp = MLP(cfg, i, tp_group, sp, recompute)
 
     def forward(self, x):
         x = x + self.attn(self.norm1(x))
@@ -288,7 +283,7 @@ class StageModule(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer_ids: list[int], *, first: bool, last: bool, tp_group,
                  sp: bool = False, recompute: str = "none", autocast_dtype: Optional[torch.dtype] = None,
-                 device_type: str = "cpu", cp_group=None, sp_save_shard: bool = True):
+                 device_type: str = "cpu", cp_group=None):
         super().__init__()
         self.cfg, self.first, self.last = cfg, first, last
         self.full_recompute = recompute == "full"
@@ -297,14 +292,12 @@ class StageModule(nn.Module):
         if first:
             self.embed = VocabParallelEmbedding(cfg.vocab, cfg.hidden, tp_group, name="embedding", sequence_parallel=sp)
             self.positions = PositionEmbedding(cfg, tp_group, sp, cp_group) if cfg.arch == "gpt" else None
-        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group, sp_save_shard)
-                                     for i in layer_ids])
+        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group) for i in layer_ids])
         self.separate_tied_head = False
         if last:
             self.final_norm = Norm(cfg, tp_group, name="final_norm", sequence_parallel=sp)
             name = "embedding" if cfg.tied_embeddings else "head"
-            self.head = ColumnParallelLinear(cfg.hidden, cfg.vocab, tp_group, name=name, sequence_parallel=sp,
-                                             sp_save_shard=sp_save_shard)
+            self.head = ColumnParallelLinear(cfg.hidden, cfg.vocab, tp_group, name=name, sequence_parallel=sp)
             if cfg.tied_embeddings:
                 if first:
                     self.head.weight = self.embed.weight  # one Parameter, one gradient

@@ -138,15 +138,11 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         vstages = [sum(vstages, [])]
         n_stages = 1
     ac = autocast_dtype(plan, device.type)
-    # SP saves the shard of the column-parallel inputs and gathers again in the backward, except
-    # where the pipeline splits the backward into input- and weight-gradient passes (one autograd
-    # Function cannot be split): there autograd keeps the gathered input
-    sp_save_shard = not (par.pp > 1 and par.schedule in ZERO_BUBBLE)
     modules = []
     for sid in stage_ids:
         m = StageModule(cfg, vstages[sid], first=sid == 0, last=sid == n_stages - 1, tp_group=coords.tp_group,
                         sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type,
-                        cp_group=coords.cp_group, sp_save_shard=sp_save_shard)
+                        cp_group=coords.cp_group)
         init_parameters(m, plan.training.seed)
         # master-weights: 16-bit parameters (rounded from the fp32 init, as Megatron's master
         # copies are made from the 16-bit model); FSDP2 keeps fp32 shards and casts instead

@@ -63,8 +63,8 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 # interleaved 1F1B; DeepSpeed's pipeline engine (TrainSchedule, non-interleaved 1F1B);
 # torch.distributed.pipelining (parplan's runtime, torchtitan) has all five.
 # Frameworks built on torch.distributed.pipelining and FSDP2, whose memory differs from Megatron's and
-# DeepSpeed's (TrainingConsts: zero3_fsdp2, p2p_buffers_per_microbatch, sp_zero_bubble_saves_gathered);
-# torchtitan's DTensor sequence parallelism also keeps the gathered matmul inputs (sp_saves_gathered_input).
+# DeepSpeed's (TrainingConsts: zero3_fsdp2, p2p_buffers_per_microbatch); torchtitan's DTensor sequence
+# parallelism also keeps the gathered matmul inputs (sp_saves_gathered_input).
 TORCH_PIPELINING = ("parplan", "torchtitan")
 FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
     "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",)}
@@ -87,7 +87,6 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero3_fsdp2=tr.framework in TORCH_PIPELINING,
                           p2p_buffers_per_microbatch=tr.framework in TORCH_PIPELINING,
                           sp_saves_gathered_input=tr.framework == "torchtitan",
-                          sp_zero_bubble_saves_gathered=tr.framework in TORCH_PIPELINING,
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy)
 

@@ -50,8 +50,8 @@ SCHEDULES = {
     "zbv": dict(schedule="zbv", vpp=2),
     "interleaved-zb": dict(schedule="interleaved-zb", vpp=2),
     # sequence parallelism: the column-parallel matmuls keep their input's shard and gather it again
-    # in the backward, except under the zero-bubble schedules (the gathered input: sp_saves_gathered);
-    # tp 4 without a pipeline; with context parallelism
+    # in the backward (under ZB-V in the weight-gradient pass); tp 4 without a pipeline; with context
+    # parallelism
     "tp2-sp-pp2": dict(tp=2, pp=2, schedule="1f1b", sp=True),
     "tp2-sp-pp2-zbv": dict(tp=2, pp=2, schedule="zbv", vpp=2, sp=True),
     "tp4-sp": dict(tp=4, pp=1, sp=True),

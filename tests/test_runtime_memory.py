@@ -10,7 +10,7 @@ parallelism at tp 2 x pp 2, tp 4, and cp 2 x tp 2), so saved
 activations, the micro-batches each schedule keeps (pending weight gradients for the zero-bubble
 ones) and the pipeline's receive buffers dominate.  gloo's own collective staging buffers are left
 out (NCCL writes into the caller's tensors).  Measured (4 ranks, torch 2.13 CPU, three runs,
-benchmarks/results/2026-11-22-cpu-memory): the model within -4.6 .. +6.3 % of the largest rank's
+benchmarks/results/2026-11-22-cpu-memory): the model within -5.7 .. +6.3 % of the largest rank's
 peak everywhere; ZeRO-2's peak moves by a few % between runs (a gradient that gloo frees on its own
 thread is seen free only when its address is handed out again)."""
 from __future__ import annotations

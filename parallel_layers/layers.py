@@ -121,7 +121,8 @@ def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool):
     only x's shard for the backward: _SPGatherLinears) or one identity/all-reduce pair for all."""
     if sequence_parallel and _size(tp_group) > 1:
         # views: non-leaf edges _SPGatherLinears.backward can ask the engine about
-        tensors = [t if t is None else t.view_as(t) for t in [x, *[m.weight for m in linears], *[m.bias for m in linears]]]
+        tensors = [t if t is None else t.view_as(t)
+                   for t in [x, *[m.weight for m in linears], *[m.bias for m in linears]]]
         return list(_SPGatherLinears.apply(tensors[0], tp_group, len(linears), *tensors[1:]))
     x = copy_to_tp_region(x, tp_group)  # (SP on a group of one is the identity too)
     return [F.linear(x, m.weight, m.bias) for m in linears]

@@ -59,14 +59,7 @@ def _gloo_staging(group, what: str):
 
 
 def _gather(x: torch.Tensor, dim: int, group) -> torch.Tensor:
-    n = _size(group)
-    if n == 1:
-        return x
-    x = x.contiguous()
-    with _gloo_staging(group, "all_gather_parts"):
-        parts = [torch.empty_like(x) for _ in range(n)]
-        dist.all_gather(parts, x, group=group)
-    return torch.cat(parts, dim=dim)
+    return _gather_start(x, dim, group)()
 
 
 def _gather_start(x: torch.Tensor, dim: int, group):

@@ -142,6 +142,18 @@ def stage_layers(layers: int, stages: int) -> list[int]:
     return sizes
 
 
+def virtual_stage_blocks(layers: int, pp, vpp, stage):
+    """Vectorised stage_layers(layers, pp*vpp)[stage]: base blocks, one more for middle stages
+    1..R (R = remainder, at most S - 2), then for stage 0, then for stage S - 1."""
+    S = np.asarray(pp) * np.asarray(vpp)
+    stage = np.asarray(stage)
+    base, rem = layers // S, layers % S
+    R = np.minimum(rem, np.maximum(S - 2, 0))
+    left = rem - R
+    extra = ((stage >= 1) & (stage <= R)) | ((stage == 0) & (left >= 1)) | ((stage == S - 1) & (S > 1) & (left >= 2))
+    return np.where(S == 1, layers, base + extra)
+
+
 def rank_block_counts(layers: int, pp, vpp):
     """Vectorised: blocks held by pipeline rank 0 (with the embedding), the heaviest middle rank, and
     rank pp-1 (with the head), when rank r holds virtual stages r, r+pp, ..., r+(vpp-1)pp and the

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, SCH_GPIPE, SCH_INTERLEAVED,
-                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts)
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts, virtual_stage_blocks)
 from .params import layer_other_params
 
 
@@ -126,7 +126,51 @@ def in_flight_microbatches(lay, m_micro):
     return rank_inflight(lay, m_micro)["first"][0][0]
 
 
-def rank_inflight(lay, m_micro) -> dict:
+def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
+    """Peak over time of the blocks x micro-batches whose activations pipeline rank `rank` holds under
+    interleaved 1F1B, when the virtual stages are uneven (stage_layers: 126 layers on pp 16 x vpp 8 give
+    stages 0 and 127 no block, so rank 0's first chunk, which has the most micro-batches in flight, is
+    empty).  Counted from the schedule's action order (Megatron-LM's, and torch.distributed.pipelining's
+    ScheduleInterleaved1F1B when m is a multiple of p, which the search requires): rank r runs
+    W = min((v-1) p + 2 (p-1-r), m v) forwards, then pairs (forward W+i, backward i), then the rest of
+    the backwards; forward j runs chunk (j // p) % v, backward i chunk v-1 - (i // p) % v.  The held
+    weight after pair i's forward, D(i) = SF(W+1+i) - SB(i) (SF, SB: blocks summed over the first
+    forwards, backwards), is periodic in i (period v p) and piecewise linear between the points where
+    either chunk changes, so its maximum is at those points.  With even stages this is
+    blocks x (v p + p - 1 - 2r) / v, Megatron's warm-up count."""
+    p, v, m = np.asarray(pp), np.asarray(vpp), np.asarray(m_micro)
+    r = np.broadcast_to(np.asarray(rank), np.broadcast(p, v, m).shape)
+    p, v, m = (np.broadcast_to(x, r.shape) for x in (p, v, m))
+    vmax = int(v.max()) if v.size else 1
+    ks = np.arange(vmax).reshape((-1,) + (1,) * r.ndim)
+    b = np.where(ks < v, virtual_stage_blocks(layers, p, v, r + ks * p), 0)  # chunk k's blocks
+    b_rev = np.take_along_axis(b, np.clip(v - 1 - ks, 0, None), axis=0) * (ks < v)  # backward chunk order
+    total = b.sum(axis=0)
+    pre = np.concatenate([np.zeros((1,) + r.shape), np.cumsum(b, axis=0)])
+    pre_rev = np.concatenate([np.zeros((1,) + r.shape), np.cumsum(b_rev, axis=0)])
+
+    def summed(n, chunks, prefix):
+        # blocks of the first n actions, chunk (j // p) % v of `chunks` for action j
+        n = np.asarray(n)
+        t = n % (v * p)
+        q = np.minimum(t // p, vmax - 1)
+        part = np.take_along_axis(prefix, q[None], axis=0)[0] * p
+        cur = np.take_along_axis(chunks, q[None], axis=0)[0]
+        return (n // (v * p)) * p * total + part + (t % p) * cur
+
+    W = np.minimum((v - 1) * p + 2 * (p - 1 - r), m * v)
+    steady = m * v - W
+    best = summed(m * v, b, pre) * (steady <= 0)  # no steady state: every forward before a backward
+    off = (-(W + 1)) % p
+    for c in range(vmax + 2):
+        for x in (c * p, c * p + off, c * p - 1, c * p + off - 1):
+            i = np.clip(x, 0, np.maximum(steady - 1, 0))
+            d = summed(W + 1 + i, b, pre) - summed(i, b_rev, pre_rev)
+            best = np.where(steady > 0, np.maximum(best, d), best)
+    return best
+
+
+def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
     """Per pipeline rank kind ("first", "mid" = the fullest middle rank, "last"), the peak moments as
     (micro-batches whose saved activations are held, micro-batches whose weight-gradient pass is
     pending) in stage units (layers/pp blocks x micro-batch); two moments per rank, the worse counts.
@@ -146,8 +190,30 @@ def rank_inflight(lay, m_micro) -> dict:
     sch = np.asarray(lay.schedule)
     zero = np.zeros(np.broadcast(p, v, m, sch).shape)
 
+    shape = zero.shape
+    pb, vb, mb = (np.broadcast_to(x, shape) for x in (p, v, m))
+    # uneven virtual stages (layers not a multiple of p v): the peak, simulated in closed form
+    # (interleaved_block_peak), depends on (p, v, m) alone, so it is computed once per distinct triple
+    uneven = np.broadcast_to(sch == SCH_INTERLEAVED, shape) & (layers is not None)
+    uneven = uneven & ((layers or 0) % np.maximum(pb * vb, 1) != 0)
+    if uneven.any():
+        keys, where = np.unique(np.stack([pb[uneven], vb[uneven], mb[uneven]]).astype(int), axis=1,
+                                return_inverse=True)
+        where = where.reshape(-1)
+
     def interleaved(r):
-        return np.minimum(v * p + p - 1 - 2 * r, m * v) / v
+        """r: rank 0, 1 or p - 1 (the kinds' ranks), as the function of p it is."""
+        even = np.minimum(v * p + p - 1 - 2 * r(p), m * v) / v
+        if not uneven.any():
+            return even
+        up, uv, um = keys
+        ur = r(up)
+        held = interleaved_block_peak(layers, up, uv, um, ur)
+        blocks = sum(virtual_stage_blocks(layers, up, uv, ur + k * up) * (k < uv) for k in range(int(uv.max())))
+        fallback = np.minimum(uv * up + up - 1 - 2 * ur, um * uv) / uv
+        out = np.array(np.broadcast_to(even, shape), dtype=float)
+        out[uneven] = np.where(blocks > 0, held / np.maximum(blocks, 1), fallback)[where]
+        return out
 
     def pick(gpipe, onef1b, inter, izb, zbv):
         out = np.where(sch == SCH_GPIPE, gpipe, onef1b)
@@ -159,12 +225,15 @@ def rank_inflight(lay, m_micro) -> dict:
     # the fullest middle rank: rank 1 without zero-bubble (fewer in flight further on), rank p - 2
     # with it (more pending weight-gradient passes further on)
     mid_r = np.maximum(p - 2, 1)
-    first = (pick(m, full, interleaved(0), full, full), pick(0, 0, 0, 1 / v, 0.5))
-    mid = (pick(m, np.minimum(p - 1, m), interleaved(1), full, full), pick(0, 0, 0, (mid_r + 1) / v, 0.5))
-    last = (pick(m, 1, interleaved(p - 1), full, full), pick(0, 0, 0, p / v, 0.5))
-    mid_zbv = (pick(m, np.minimum(p - 1, m), interleaved(1), full, (p + mid_r) / 2),
+    i_first = interleaved(lambda q: 0 * q)
+    i_mid = interleaved(lambda q: np.minimum(1, q - 1))
+    i_last = interleaved(lambda q: q - 1)
+    first = (pick(m, full, i_first, full, full), pick(0, 0, 0, 1 / v, 0.5))
+    mid = (pick(m, np.minimum(p - 1, m), i_mid, full, full), pick(0, 0, 0, (mid_r + 1) / v, 0.5))
+    last = (pick(m, 1, i_last, full, full), pick(0, 0, 0, p / v, 0.5))
+    mid_zbv = (pick(m, np.minimum(p - 1, m), i_mid, full, (p + mid_r) / 2),
                pick(0, 0, 0, (mid_r + 1) / v, (2 * mid_r + 1) / 2))
-    last_zbv = (pick(m, 1, interleaved(p - 1), full, (2 * p - 1) / 2), pick(0, 0, 0, p / v, (2 * p - 1) / 2))
+    last_zbv = (pick(m, 1, i_last, full, (2 * p - 1) / 2), pick(0, 0, 0, p / v, (2 * p - 1) / 2))
     return {"first": [first, first], "mid": [mid, mid_zbv], "last": [last, last_zbv]}
 
 
@@ -230,7 +299,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         offloaded = np.where(off, opt_total, 0.0) + np.where(host, stored, 0.0) + np.where(host_g, g, 0.0)
         return w, np.where(host_g, 0.0, g), o, offloaded
 
-    counts = rank_inflight(lay, m_micro)
+    counts = rank_inflight(lay, m_micro, m.layers)
     gathered = tr.sp_saves_gathered_input
     pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
@@ -303,6 +372,10 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # choose the worst stage per candidate
     out = {k: first[k] for k in first}
     out["worst_stage"] = np.zeros_like(p_np)  # 0 first, 1 middle, 2 last
+    # each pipeline rank kind's own total (NaN where the pipeline has no such rank)
+    out["first_total"] = first["total"]
+    out["mid_total"] = np.where(p_np > 2, mid["total"], np.nan)
+    out["last_total"] = np.where(p_np > 1, last["total"], np.nan)
     for code, cand, present in ((1, mid, p_np > 2), (2, last, p_np > 1)):
         better = present & (cand["total"] > out["total"])
         for k in first:

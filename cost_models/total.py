@@ -260,4 +260,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
         "mem_total": mem["total"],
         "mem_offloaded": mem["offloaded"],
         "worst_stage": mem["worst_stage"],
+        "mem_first": mem["first_total"],
+        "mem_mid": mem["mid_total"],
+        "mem_last": mem["last_total"],
     }

@@ -108,6 +108,13 @@ def _f(x) -> float:
     return float(np.asarray(x).reshape(-1)[0])
 
 
+def _by_stage(g) -> dict[str, float] | None:
+    """The memory totals of the pipeline rank kinds the plan has (None without a pipeline)."""
+    out = {name: g(key) for name, key in (("first", "mem_first"), ("middle", "mem_mid"), ("last", "mem_last"))
+           if np.isfinite(g(key))}
+    return out if len(out) > 1 else None
+
+
 def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: float | None,
                             gpus: int) -> Prediction:
     g = (lambda k: float(np.asarray(met[k]).reshape(-1)[i]))
@@ -128,7 +135,7 @@ def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: f
         memory_bytes_per_gpu=MemoryBreakdown(
             weights=g("mem_weights"), grads=g("mem_grads"), optimizer=g("mem_optimizer"),
             activations=g("mem_activations"), other=g("mem_other"), total=g("mem_total"),
-            offloaded=g("mem_offloaded")),
+            offloaded=g("mem_offloaded"), by_stage=_by_stage(g)),
         time_breakdown=TimeBreakdown(compute_s=g("compute_s"), tp_comm_s=g("tp_comm_s"), pp_comm_s=g("pp_comm_s"),
                                      dp_comm_s=g("dp_comm_s"), cp_comm_s=g("cp_comm_s"), bubble_s=g("bubble_s"),
                                      optimizer_s=g("optimizer_s")),

@@ -42,6 +42,8 @@ def memory_breakdown(plan: Plan) -> dict:
             "not_live_together_bytes": max(0.0, sum(parts.values()) - mem.total), "usable_bytes": usable,
             "headroom_bytes": usable - mem.total, "fraction_of_usable": (mem.total / usable) if usable else None,
             "offloaded_bytes": mem.offloaded, "largest": biggest,
+            # each pipeline rank kind's total (first, the fullest middle, last); None without a pipeline
+            "by_stage_bytes": mem.by_stage,
             "largest_fraction": (parts[biggest] / mem.total) if mem.total else None}
 
 

@@ -147,6 +147,10 @@ def explain_renderables(data: dict) -> list:
               f"{mem['fraction_of_usable'] * 100:.0f}% of usable" if mem["fraction_of_usable"] is not None else "")
     t.add_row("usable HBM", _fmt_bytes(mem["usable_bytes"]), "")
     t.add_row("headroom", _fmt_bytes(mem["headroom_bytes"]), "")
+    names = {"first": "pipeline rank 0", "middle": "fullest middle rank", "last": "last pipeline rank"}
+    for k, v in (mem.get("by_stage_bytes") or {}).items():
+        t.add_row(f"  {names[k]}", _fmt_bytes(v), f"{v / mem['usable_bytes'] * 100:.0f}% of usable"
+                  if mem["usable_bytes"] else "")
     u = Table(title="step time", title_justify="left", header_style="bold")
     cols = ["part", "time", "share"] + (["runner-up change"] if run else [])
     for c in cols:

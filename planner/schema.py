@@ -153,6 +153,10 @@ class MemoryBreakdown(Strict):
     other: float = Field(description="Framework overhead: CUDA context, communication buffers, temporaries, allocator fragmentation.")
     total: float = Field(description="Sum of the above, bytes per GPU.")
     offloaded: float = Field(0.0, description="Bytes kept in host memory per GPU (optimizer offload).")
+    by_stage: dict[str, float] | None = Field(
+        None, description="Total bytes per GPU of each pipeline rank kind: 'first' (rank 0, with the embedding), "
+                          "'middle' (the fullest middle rank, rank 1), 'last' (rank pp-1, with the head); "
+                          "only the kinds the pipeline has.  `total` is the largest.")
 
 
 class CommBytes(Strict):

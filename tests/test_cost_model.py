@@ -8,9 +8,10 @@ import pytest
 
 from cost_models import comm
 from cost_models.hardware import constants_from_profile
-from cost_models.layout import Layout, ModelDims, TrainingConsts, rank_block_counts, stage_layers
-from cost_models.memory import (activation_bytes_per_layer, in_flight_microbatches, layer_params_per_gpu,
-                                 memory_breakdown)
+from cost_models.layout import (Layout, ModelDims, TrainingConsts, rank_block_counts, stage_layers,
+                                virtual_stage_blocks)
+from cost_models.memory import (activation_bytes_per_layer, in_flight_microbatches, interleaved_block_peak,
+                                 layer_params_per_gpu, memory_breakdown, rank_inflight)
 from cost_models.params import narayanan_eq2, param_counts
 from cost_models.total import bubble_factor, evaluate
 from hardware_profiles import load_profile
@@ -88,6 +89,71 @@ def test_stage_layers_uneven():
             f, mid, last = rank_block_counts(L, np.array([s]), np.array([1]))
             assert (f[0], last[0]) == (sizes[0], sizes[-1])
             assert mid[0] == (max(sizes[1:-1]) if s > 2 else sizes[0])
+
+
+def _torch_interleaved_orders(p, v, m):
+    """Every rank's action list from torch.distributed.pipelining's ScheduleInterleaved1F1B (its order
+    builder, without process groups)."""
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
+    s = ScheduleInterleaved1F1B.__new__(ScheduleInterleaved1F1B)
+    s.pp_group_size, s.n_local_stages, s._n_microbatches = p, v, m
+    s.number_of_rounds = max(1, m // p)
+    s.microbatches_per_round = m // s.number_of_rounds
+    return {r: [a for a in s._calculate_single_rank_operations(r) if a is not None] for r in range(p)}
+
+
+def test_virtual_stage_blocks_is_stage_layers():
+    for L in (1, 5, 7, 13, 30, 126):
+        for p in (1, 2, 3, 4, 16):
+            for v in (1, 2, 3, 8):
+                if p * v > L + 2:
+                    continue
+                got = [int(virtual_stage_blocks(L, np.array(p), np.array(v), s)) for s in range(p * v)]
+                assert got == stage_layers(L, p * v), (L, p, v)
+
+
+def test_interleaved_peak_follows_torchs_action_order():
+    """The held blocks x micro-batches under interleaved 1F1B, action by action through torch's order,
+    with every stage's own block count: the model's peak is the simulated one on every rank, also
+    where the stages are uneven and the peak comes after the warm-up."""
+    from torch.distributed.pipelining.schedules import _ComputationType
+    after_warmup = cases = 0
+    for L, p, v, m in [(L, p, v, m) for L in (5, 6, 10, 13, 30, 126) for p in (2, 3, 4, 16) for v in (2, 3, 8)
+                       for m in (p, 2 * p, 4 * p) if p * v <= L + 2]:
+        sizes = stage_layers(L, p * v)
+        for r, ops in _torch_interleaved_orders(p, v, m).items():
+            held = peak = 0
+            warm = None
+            for a in ops:
+                if a.computation_type == _ComputationType.FORWARD:
+                    held += sizes[a.stage_index]
+                    peak = max(peak, held)
+                else:
+                    warm = held if warm is None else warm
+                    held -= sizes[a.stage_index]
+            assert held == 0
+            assert interleaved_block_peak(L, p, v, m, r) == peak, (L, p, v, m, r)
+            after_warmup += peak > warm
+            cases += 1
+    assert cases > 500 and after_warmup > 50  # the steady state matters, not only the warm-up's end
+    # vectorised over candidates: the same answers in one call
+    p = np.array([2, 4, 16, 16]); v = np.array([2, 2, 8, 8]); m = np.array([4, 8, 32, 16])
+    got = interleaved_block_peak(126, p, v, m, np.array([1, 0, 0, 1]))
+    assert list(got) == [interleaved_block_peak(126, *a) for a in zip(p, v, m, (1, 0, 0, 1))]
+
+
+def test_uneven_interleaved_counts_the_light_chunk_once():
+    # even stages: Megatron's warm-up count, (v p + p - 1 - 2r) / v per block
+    lay = _lay(pp=4, vpp=2, schedule=2)
+    even = rank_inflight(lay, 16, layers=16)
+    assert even["first"][0][0] == pytest.approx((8 + 3) / 2) and even["last"][0][0] == pytest.approx((8 - 3) / 2)
+    # llama3-405b's 126 layers on pp 16 x vpp 8 with 32 micro-batches: rank 0's first chunk (stage 0) has no
+    # block, and it is the chunk with 31 micro-batches in flight: its 7 blocks hold 16 each, 112 in all, not
+    # 7 x 143 / 8 = 125.1
+    lay = _lay(gpus=128, pp=16, vpp=8, schedule=2)
+    first = rank_inflight(lay, 32, layers=126)["first"][0][0]
+    assert first * 7 == pytest.approx(112)
+    assert rank_inflight(lay, 32)["first"][0][0] * 7 == pytest.approx(7 * 143 / 8)
 
 
 def test_activation_memory_by_hand():
@@ -361,3 +427,20 @@ def test_zero3_inside_torch_pipelining_holds_full_weights_and_gradients():
     flat = _lay(gpus=8, dp=8, zero=3, mbs=1)
     assert float(evaluate(m, torch_pp, hw, flat)["comm_dp_bytes"]) == \
         pytest.approx(float(evaluate(m, resharding, hw, flat)["comm_dp_bytes"]))
+
+
+def test_memory_by_pipeline_rank_kind():
+    """by_stage: each pipeline rank kind's own total; the plan's total is the largest of them."""
+    from planner.core import recommend
+    from planner.search import Pins
+    for pp, kinds in ((1, None), (2, {"first", "last"}), (4, {"first", "middle", "last"})):
+        plan = recommend("llama3-8b", 8, seq_len=4096, global_batch_size=64,
+                         pins=Pins(tp=1, pp=pp, dp=8 // pp, cp=1, vpp=1, schedule="1f1b"))
+        by = plan.prediction.memory_bytes_per_gpu.by_stage
+        if kinds is None:
+            assert by is None
+            continue
+        assert set(by) == kinds
+        assert max(by.values()) == pytest.approx(plan.prediction.memory_bytes_per_gpu.total)
+        # 1F1B: rank 0 holds p micro-batches, the last rank one
+        assert by["first"] > by["last"]

@@ -128,7 +128,12 @@ def test_evaluate_never_crashes(capsys, doc):
     if rc in (0, 3):
         pred = json.loads(out)["prediction"]
         assert pred["fits"] is (rc == 0)
-        assert all(math.isfinite(v) for v in pred["memory_bytes_per_gpu"].values())
+        mem = dict(pred["memory_bytes_per_gpu"])
+        by_stage = mem.pop("by_stage")
+        assert all(math.isfinite(v) for v in mem.values())
+        # per pipeline rank kind: only the kinds the pipeline has, each at most the total
+        assert (by_stage is None) == (json.loads(out)["parallel"]["pp"] == 1)
+        assert all(math.isfinite(v) and v <= mem["total"] * (1 + 1e-9) for v in (by_stage or {}).values())
 
 
 @SETTINGS

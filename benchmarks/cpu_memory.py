@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.runtime_helpers import suite  # noqa: E402
-from tests.test_runtime_memory import LAYOUTS, SCHEDULES, memory_jobs  # noqa: E402
+from tests.test_runtime_memory import LAYOUTS, SCHEDULES, memory_jobs, rank_kind_errors  # noqa: E402
 
 # recorded here, not asserted in the test: recomputation under the zero-bubble schedules.  With full
 # recompute each weight-gradient pass re-runs the block's forward once per weight and holds every re-run
@@ -76,6 +76,18 @@ def main() -> int:
         lines.append(f"| {name} | {mem['total'] / MIB:.1f} | {' / '.join(f'{m / MIB:.1f}' for m in meas)} | "
                      f"{' / '.join(f'{100 * e:+.1f}%' for e in errs)} | {mem['weights'] / MIB:.1f} | "
                      f"{mem['grads'] / MIB:.1f} | {mem['optimizer'] / MIB:.1f} | {mem['other'] / MIB:.1f} |")
+    lines += ["", "## Each pipeline rank kind against its own rank", "",
+              "The model's totals for pipeline rank 0 (first), the fullest middle rank (1; pp - 2 under the "
+              "zero-bubble schedules) and the last rank, against that rank's traced peak (tests/test_runtime_memory.py "
+              "holds the largest to 10 % and each kind to 15 %; interleaved-uneven's kinds to 10 %).", "",
+              "| layout | first (each run) | middle (each run) | last (each run) |", "|---|---|---|---|"]
+    for name, reps in rows.items():
+        plan = json.loads((out / "run1" / name / "plan.json").read_text())
+        errs = [rank_kind_errors(plan, rep) for rep in reps]
+        if not errs[0]:
+            continue
+        cells = [" / ".join(f"{100 * e[k]:+.1f}%" for e in errs) if k in errs[0] else "" for k in ("first", "middle", "last")]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "## Live at the peak (run 1, the largest rank)", ""]
     for name, (rank, tr) in live.items():
         lines += [f"### {name} (rank {rank}: {tr['allocated'] / MIB:.1f} MiB in {tr['phase']})", "",

@@ -128,9 +128,9 @@ def in_flight_microbatches(lay, m_micro):
 
 def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
     """Peak over time of the blocks x micro-batches whose activations pipeline rank `rank` holds under
-    interleaved 1F1B, when the virtual stages are uneven (stage_layers: 126 layers on pp 16 x vpp 8 give
-    stages 0 and 127 no block, so rank 0's first chunk, which has the most micro-batches in flight, is
-    empty).  Counted from the schedule's action order (Megatron-LM's, and torch.distributed.pipelining's
+    interleaved 1F1B, each chunk weighed by its own blocks.  It differs from blocks x the warm-up count
+    when the virtual stages are uneven (stage_layers: 126 layers on pp 16 x vpp 8 give stages 0 and 127
+    no block, so rank 0's first chunk, which has the most micro-batches in flight, is empty).  Counted from the schedule's action order (Megatron-LM's, and torch.distributed.pipelining's
     ScheduleInterleaved1F1B when m is a multiple of p, which the search requires): rank r runs
     W = min((v-1) p + 2 (p-1-r), m v) forwards, then pairs (forward W+i, backward i), then the rest of
     the backwards; forward j runs chunk (j // p) % v, backward i chunk v-1 - (i // p) % v.  The held
@@ -185,7 +185,7 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
       zbv (v = 2): 2p chunks with 1 pending on every rank, and on rank r >= 1 also p + r chunks with
       2r + 1 pending (its cool-down runs r input passes of both chunks before their W passes).
     A CPU allocator trace of pp 4 x 8 micro-batches found exactly these counts
-    (benchmarks/results/2026-11-22-cpu-memory)."""
+    (benchmarks/results/2026-11-23-cpu-memory)."""
     p, v, m = np.asarray(lay.pp, dtype=float), np.asarray(lay.vpp, dtype=float), np.asarray(m_micro, dtype=float)
     sch = np.asarray(lay.schedule)
     zero = np.zeros(np.broadcast(p, v, m, sch).shape)

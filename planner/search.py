@@ -126,7 +126,7 @@ def _mark(reason, mask, name):
 
 
 # A CPU allocator trace of parplan's runtime (torch 2.13, non-reentrant activation checkpointing,
-# benchmarks/results/2026-11-22-cpu-memory) found each weight-gradient pass of a zero-bubble schedule
+# benchmarks/results/2026-11-23-cpu-memory) found each weight-gradient pass of a zero-bubble schedule
 # re-running a fully recomputed block's forward once per weight matrix (7 for a llama block) and
 # holding all of them: 7x the recompute FLOPs and 7 blocks' activations at once.  The search does not
 # offer the combination; selective recompute (checkpointed pieces without weights) is unaffected.

@@ -290,7 +290,7 @@ def test_deepspeed_runs_no_zero2_or_3_inside_a_pipeline():
 
 def test_zero_bubble_with_full_recompute_is_not_offered():
     """torch's weight-gradient pass re-runs a fully recomputed block once per weight (CPU allocator trace,
-    benchmarks/results/2026-11-22-cpu-memory): the search leaves the combination out, a pin says why."""
+    benchmarks/results/2026-11-23-cpu-memory): the search leaves the combination out, a pin says why."""
     spec = load_preset("llama3-70b")
     plan = recommend(spec, 64, pins=Pins(recompute="full"), top_k=20)
     assert all(not (p.parallel.schedule in ("zbv", "interleaved-zb") and p.parallel.recompute == "full")

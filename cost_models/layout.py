@@ -91,6 +91,12 @@ class TrainingConsts:
     # per micro-batch on the CPU allocator trace (tests/test_runtime_memory.py).  Megatron and
     # DeepSpeed allocate per transfer.
     p2p_buffers_per_microbatch: bool = True
+    # torch.distributed.pipelining's action-list runtime (_PipelineScheduleRuntime: interleaved 1F1B and
+    # the zero-bubble schedules) waits on its sends only when the step ends, so every tensor it sent (a
+    # stage's output, the gradient of its input) stays allocated until then, after its backward would
+    # have freed it (tests/test_runtime_memory.py's CPU trace: 7 held input gradients on rank 1 of pp 4 x
+    # vpp 2 x 8 micro-batches, as counted in memory.p2p_held_sends).  Megatron waits on each transfer.
+    p2p_sends_held_to_step_end: bool = False
     # sequence parallelism: the all-gathered input of the column-parallel matmuls is saved for their
     # backward (torch's DTensor SP: torchtitan), not gathered again in the backward (Megatron and
     # parplan's runtime, under the zero-bubble schedules in the weight-gradient pass)

@@ -173,7 +173,8 @@ def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
 def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
     """Per pipeline rank kind ("first", "mid" = the fullest middle rank, "last"), the peak moments as
     (micro-batches whose saved activations are held, micro-batches whose weight-gradient pass is
-    pending) in stage units (layers/pp blocks x micro-batch); two moments per rank, the worse counts.
+    pending, in stage units (layers/pp blocks x micro-batch); tensors sent and held to the step's end,
+    see held()); two moments per rank, the worse counts.
     Counted from the schedules' action orders (rank r of p, v stages per rank, m micro-batches):
       gpipe: m everywhere; 1f1b: p - r; interleaved 1F1B: v*p + p - 1 - 2r chunk-micro-batches
       (Megatron's warm-up count for r = 0; torch.distributed.pipelining's order gives the same);
@@ -228,12 +229,41 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
     i_first = interleaved(lambda q: 0 * q)
     i_mid = interleaved(lambda q: np.minimum(1, q - 1))
     i_last = interleaved(lambda q: q - 1)
-    first = (pick(m, full, i_first, full, full), pick(0, 0, 0, 1 / v, 0.5))
-    mid = (pick(m, np.minimum(p - 1, m), i_mid, full, full), pick(0, 0, 0, (mid_r + 1) / v, 0.5))
-    last = (pick(m, 1, i_last, full, full), pick(0, 0, 0, p / v, 0.5))
+    def backwards_of_chunk(n, k):
+        # among the first n backward (or input-gradient) passes, chunk v-1 - (i // p) % v for pass i
+        return (n // (v * p)) * p + np.clip(n % (v * p) - (v - 1 - k) * p, 0, p)
+
+    def sends(n, r):
+        # each finished backward freed a stage output that was sent (not the last virtual stage's) and
+        # made an input gradient that was sent (not virtual stage 0's); ZB-V's rank 0 holds both ends
+        # and rank p - 1 the two middle stages, which pass to each other on the rank: one send each
+        zbv_one = (r == 0) | (r == p - 1)
+        looped = 2 * n - np.where(r == 0, backwards_of_chunk(n, 0), 0) - np.where(r == p - 1, backwards_of_chunk(n, v - 1), 0)
+        return np.where(sch == SCH_ZBV, np.where(zbv_one, n, 2 * n), looped)
+
+    def held(r, zbv_late=False):
+        """Sends finished before rank r's peak and held to the step's end (torch's action-list runtime),
+        counted from torch's orders: interleaved 1F1B peaks at its last steady pair, after
+        m v - W - 1 backwards; interleaved-zb at its last steady input pass, after m v - v p + 1 + r;
+        ZB-V after 2m - 3p + 2 + r in its steady state, and in its cool-down (rank r >= 1) after
+        2m - p + 1 + r."""
+        inter = m * v - np.minimum((v - 1) * p + 2 * (p - 1 - r), m * v) - 1
+        izb = m * v - v * p + 1 + r
+        zbv = 2 * m - (p - 1 - r if zbv_late else 3 * p - 2 - r)
+        n = pick(0, 0, inter, izb, zbv)
+        return sends(np.clip(n, 0, m * v), r)
+
+    held_mid = held(np.where((sch == SCH_INTERLEAVED_ZB) | (sch == SCH_ZBV), mid_r, 1))
+    held_last = held(p - 1)
+    first = (pick(m, full, i_first, full, full), pick(0, 0, 0, 1 / v, 0.5), held(0 * p))
+    mid = (pick(m, np.minimum(p - 1, m), i_mid, full, full), pick(0, 0, 0, (mid_r + 1) / v, 0.5), held_mid)
+    last = (pick(m, 1, i_last, full, full), pick(0, 0, 0, p / v, 0.5), held_last)
+    # ZB-V's second moment, in its cool-down (the other schedules: the first again)
     mid_zbv = (pick(m, np.minimum(p - 1, m), i_mid, full, (p + mid_r) / 2),
-               pick(0, 0, 0, (mid_r + 1) / v, (2 * mid_r + 1) / 2))
-    last_zbv = (pick(m, 1, i_last, full, (2 * p - 1) / 2), pick(0, 0, 0, p / v, (2 * p - 1) / 2))
+               pick(0, 0, 0, (mid_r + 1) / v, (2 * mid_r + 1) / 2),
+               np.where(sch == SCH_ZBV, held(mid_r, zbv_late=True), held_mid))
+    last_zbv = (pick(m, 1, i_last, full, (2 * p - 1) / 2), pick(0, 0, 0, p / v, (2 * p - 1) / 2),
+                np.where(sch == SCH_ZBV, held(p - 1, zbv_late=True), held_last))
     return {"first": [first, first], "mid": [mid, mid_zbv], "last": [last, last_zbv]}
 
 
@@ -322,8 +352,10 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # except under full recompute (the forward pass saves nothing but the block input).
     cast_per_param = rec["cast"] * np.where(lay.recompute == REC_FULL, 0.0, 1.0)
 
-    working = _other_bytes(lay, per_layer, work_layer, rec, fsdp2, z3_full)
+    working = _other_bytes(lay, per_layer, work_layer, act_layer, rec, fsdp2, z3_full)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
+    # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
+    sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
 
     # Gradients are freed after each optimizer step (zero_grad(set_to_none=True), the runtime's
     # and PyTorch's default).  With several micro-batches per step the whole gradient buffer is
@@ -334,7 +366,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # or all gradients once the activations are gone.
     one_micro = np.asarray(m_micro) == 1
 
-    def stage_total(params, blocks, n_inflight, has_loss, head_here, root_params, bufs, n_pending=0.0):
+    def stage_total(params, blocks, n_inflight, has_loss, head_here, root_params, bufs, n_pending=0.0, n_held=0.0):
         """The larger of two moments: the loss's backward (all saved activations, the loss's peak, and
         the gradients of earlier micro-batches; no block is being back-propagated yet) and the blocks'
         backward (saved activations, gradients, one block's working memory).  root_params: the
@@ -348,6 +380,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         _, g_early, _, _ = states(per_layer + head_here)
         blocks_bwd = np.where(one_micro, np.maximum(acts + np.minimum(g_early, g), g), acts + g) + working
         loss_bwd = np.where(has_loss, acts + loss_peak + np.where(one_micro, 0.0, g), 0.0)
+        bufs = bufs + n_held * sent
         total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs
         # the named terms are each term's largest size (the total is the worse moment, not their sum)
         return dict(weights=w, grads=g, optimizer=o, activations=acts + np.where(has_loss, loss_peak, 0.0),
@@ -362,7 +395,8 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return {k: np.where(pick_b, b[k], a[k]) for k in a}
 
     def rank_total(kind, params, blocks, has_loss, head_here, root, bufs):
-        alts = [stage_total(params, blocks, n, has_loss, head_here, root, bufs, pend) for n, pend in counts[kind]]
+        alts = [stage_total(params, blocks, n, has_loss, head_here, root, bufs, pend, held)
+                for n, pend, held in counts[kind]]
         return worse(*alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),
@@ -384,6 +418,12 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     return out
 
 
+def p2p_tensor_bytes(m: ModelDims, lay, act_bytes: int):
+    """One micro-batch's hidden state as the pipeline sends it (sequence-sharded with SP, a 1/cp chunk
+    with CP)."""
+    return lay.mbs * m.seq_len / lay.cp * m.hidden / np.where(lay.sp > 0, lay.tp, 1) * act_bytes
+
+
 def p2p_receive_buffers(m: ModelDims, lay, act_bytes: int, m_micro, per_microbatch: bool):
     """Bytes of the pipeline's persistent receive buffers on the first, a middle and the last pipeline
     rank (torch.distributed.pipelining: per stage, one activation buffer per micro-batch unless the
@@ -393,17 +433,23 @@ def p2p_receive_buffers(m: ModelDims, lay, act_bytes: int, m_micro, per_microbat
     (sequence-sharded with SP, a 1/cp chunk with CP)."""
     p, v = np.asarray(lay.pp), np.asarray(lay.vpp)
     zbv = lay.schedule == SCH_ZBV
-    size = lay.mbs * m.seq_len / lay.cp * m.hidden / np.where(lay.sp > 0, lay.tp, 1) * act_bytes
+    size = p2p_tensor_bytes(m, lay, act_bytes)
     each = np.where(per_microbatch & (p > 1), m_micro * size, 0.0)
     first = np.where(zbv, 2 * v - 2, 2 * v - 1) * each
     last = np.where(zbv, 2 * v, 2 * v - 1) * each
     return first, 2 * v * each, last
 
 
-def _other_bytes(lay, per_layer, work_layer, rec, fsdp2, z3_full):
+def _other_bytes(lay, per_layer, work_layer, act_layer, rec, fsdp2, z3_full):
     """Working memory besides saved activations and model states:
-      - one block's activations (the block being back-propagated, or re-run under recompute)
-        plus its gradient, i.e. 2 x one block's activations;
+      - the block being back-propagated: its backward's temporaries, about one block's activations
+        (a llama block peaks in the SwiGLU backward with six ffn-wide tensors live, 0.9-1.0 x the
+        block's saved bytes for the shapes here; CPU allocator traces, benchmarks/results/
+        2026-11-23-cpu-memory), and under recompute the re-run forward's activations beyond what was
+        saved (work_layer - act_layer).  It was 2 x one block's activations until the traces of every
+        pipeline rank showed it one block high on the lightly loaded ranks (1F1B's last: +12 %);
+        what had hidden it on interleaved and zero-bubble ranks were the sends torch's runtime holds
+        (rank_inflight's held());
       - ZeRO-3: the all-gathered compute-dtype parameters of two blocks (current + prefetch); FSDP2
         inside a pipeline keeps the gathered weights (counted as weights), so only the all-gather
         buffer of the block being gathered;
@@ -416,7 +462,7 @@ def _other_bytes(lay, per_layer, work_layer, rec, fsdp2, z3_full):
     gather = np.where(lay.zero >= 3, np.where(z3_full, 1, 2) * per_layer * rec["weight"], 0.0)
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
     buckets = np.where((lay.dp > 1) & ~fsdp2, 2 * 25e6, 0.0)
-    return 2 * work_layer + gather + rs_input + buckets
+    return 2 * work_layer - act_layer + gather + rs_input + buckets
 
 
 def _replace(lay, **kw):

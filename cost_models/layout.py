@@ -101,6 +101,10 @@ class TrainingConsts:
     # backward (torch's DTensor SP: torchtitan), not gathered again in the backward (Megatron and
     # parplan's runtime, under the zero-bubble schedules in the weight-gradient pass)
     sp_saves_gathered_input: bool = False
+    # all-gather context parallelism (parplan's runtime): the gathered keys and values are saved for the
+    # attention's backward (memory.activation_bytes_per_layer); ring attention (Megatron, torch) passes
+    # them again instead
+    cp_saves_gathered_kv: bool = False
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit

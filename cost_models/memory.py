@@ -46,7 +46,7 @@ def head_params_per_gpu(m: ModelDims, tp, pp):
 
 
 def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
-                               sp_saves_gathered: bool = False):
+                               sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False):
     """Bytes saved for backward by one block for one micro-batch on one GPU.
 
     Tokens per GPU T = mbs * seq / cp.  Per token, in elements (x act_bytes):
@@ -70,13 +70,21 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     sp_saves_gathered: with SP the two norm outputs are all-gathered over the sequence before the
     column-parallel matmuls; Megatron and parplan's runtime save the shard and gather again in the
     backward (Korthikanti 2022 sec. 4.2.2), torch's DTensor SP saves the gathered tensor (h per
-    token: a CPU allocator trace of parplan's runtime found one per norm and block when it did)."""
+    token: a CPU allocator trace of parplan's runtime found one per norm and block when it did).
+    cp_saves_gathered_kv: all-gather context parallelism as parplan's runtime runs it (Llama 3's scheme)
+    saves the gathered keys and values, the whole sequence (cp x the rank's tokens), for the attention's
+    backward, and with its two causal chunks per rank the attention output twice (each chunk's, saved by
+    the attention, and their concatenation, saved by the output projection); Megatron's and torch's
+    ring attention pass them again in the backward instead (CPU allocator trace of cp 2 x tp 2:
+    benchmarks/results/2026-11-23-cpu-memory)."""
     T = lay.mbs * m.seq_len / lay.cp
     tp = lay.tp
     seq_split = np.where(lay.sp > 0, tp, 1)
     outside = 2 * m.hidden / seq_split + 2 * m.hidden / np.where(sp_saves_gathered, 1, seq_split)
     mlp = 3 * m.ffn if m.arch == "llama" else 2 * m.ffn
-    inside = (2 * m.q_width + 2 * m.kv_width + mlp) / tp
+    cp_kv = np.where(cp_saves_gathered_kv & (lay.cp > 1), lay.cp, 1)
+    cp_out = np.where(cp_saves_gathered_kv & (lay.cp > 1), m.q_width, 0)
+    inside = (2 * m.q_width + cp_out + 2 * m.kv_width * cp_kv + mlp) / tp
     elems = (outside + inside) * act_bytes + 8
     if dropout:
         elems = elems + 2 * m.hidden / seq_split  # two 1-byte hidden-dropout masks
@@ -92,10 +100,10 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
 
 
 def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
-                                   sp_saves_gathered: bool = False):
+                                   sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False):
     """One block's activations without recompute (a block being recomputed or back-propagated)."""
     none = _replace(lay, recompute=np.zeros_like(np.asarray(lay.recompute)) + REC_NONE)
-    return activation_bytes_per_layer(m, none, act_bytes, flash, dropout, sp_saves_gathered)
+    return activation_bytes_per_layer(m, none, act_bytes, flash, dropout, sp_saves_gathered, cp_saves_gathered_kv)
 
 
 def logits_bytes(m: ModelDims, lay, act_bytes: int, fused: bool = True):
@@ -268,7 +276,7 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
 
 
 def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
-                              sp_saves_gathered: bool = False):
+                              sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False):
     """Bytes one block holds for one micro-batch while its weight-gradient pass is pending (zero-bubble
     schedules), beyond its saved activations: the gradient of every linear layer's output (dW = dY^T X),
     q, k, v (TP-split), the attention and MLP output projections (h: with SP too, since the row-parallel
@@ -279,8 +287,9 @@ def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dr
     T = lay.mbs * m.seq_len / lay.cp
     mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
     grads = T * ((m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden) * act_bytes
-    recomputed = (activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered)
-                  - activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered))
+    saves = (sp_saves_gathered, cp_saves_gathered_kv)
+    recomputed = (activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, *saves)
+                  - activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, *saves))
     return grads + recomputed
 
 
@@ -330,10 +339,10 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return w, np.where(host_g, 0.0, g), o, offloaded
 
     counts = rank_inflight(lay, m_micro, m.layers)
-    gathered = tr.sp_saves_gathered_input
-    pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
-    act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
-    work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout, gathered)
+    saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv)
+    pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
+    act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
+    work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
     loss_peak, loss_saved = logits_bytes(m, lay, act_b, tr.fused_cross_entropy)
     # The stage with the loss runs each micro-batch's backward right after its forward (1F1B and its
     # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.

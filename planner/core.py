@@ -88,6 +88,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           p2p_buffers_per_microbatch=tr.framework in TORCH_PIPELINING,
                           p2p_sends_held_to_step_end=tr.framework in TORCH_PIPELINING,
                           sp_saves_gathered_input=tr.framework == "torchtitan",
+                          cp_saves_gathered_kv=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy)
 

@@ -444,3 +444,18 @@ def test_memory_by_pipeline_rank_kind():
         assert max(by.values()) == pytest.approx(plan.prediction.memory_bytes_per_gpu.total)
         # 1F1B: rank 0 holds p micro-batches, the last rank one
         assert by["first"] > by["last"]
+
+
+def test_all_gather_context_parallel_saves_the_whole_sequences_keys_and_values():
+    """parplan's all-gather CP saves the gathered K and V (cp x the rank's tokens) and, with two causal chunks
+    per rank, the attention output twice; ring attention (Megatron, torch) saves only the rank's own."""
+    spec = ModelSpec(arch="llama", layers=2, hidden=1024, heads=8, kv_heads=2, ffn_hidden=2816, vocab=1000)
+    m = ModelDims.from_spec(spec, 8192)
+    lay = _lay(cp=4, tp=2, mbs=1)
+    T = 8192 / 4
+    ring = activation_bytes_per_layer(m, lay, 2, True)
+    gathered = activation_bytes_per_layer(m, lay, 2, True, cp_saves_gathered_kv=True)
+    assert gathered - ring == pytest.approx(T * (m.q_width + 2 * m.kv_width * 3) / 2 * 2)
+    # without context parallelism nothing changes
+    assert activation_bytes_per_layer(m, _lay(tp=2), 2, True, cp_saves_gathered_kv=True) == \
+        activation_bytes_per_layer(m, _lay(tp=2), 2, True)

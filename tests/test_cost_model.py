@@ -102,6 +102,63 @@ def _torch_interleaved_orders(p, v, m):
     return {r: [a for a in s._calculate_single_rank_operations(r) if a is not None] for r in range(p)}
 
 
+def _torch_orders(schedule: str, p: int, v: int, m: int):
+    """Every rank's action list from torch.distributed.pipelining's interleaved-1f1b, interleaved-zb or ZB-V
+    order builder (without process groups), and the rank each stage runs on."""
+    from torch.distributed.pipelining import schedules as S
+    if schedule == "interleaved-1f1b":
+        return _torch_interleaved_orders(p, v, m), (lambda st: st % p)
+    if schedule == "interleaved-zb":
+        s = S.ScheduleInterleavedZeroBubble.__new__(S.ScheduleInterleavedZeroBubble)
+        s.pp_group_size, s.n_local_stages, s._n_microbatches = p, v, m
+        s.number_of_rounds = max(1, m // p)
+        s.microbatches_per_round = m // s.number_of_rounds
+        rank_of = lambda st: st % p  # noqa: E731
+    else:
+        s = S.ScheduleZBVZeroBubble.__new__(S.ScheduleZBVZeroBubble)
+        s.pp_group_size, s.n_local_stages, s._n_microbatches, s.num_stages = p, 2, m, 2 * p
+        s.stage_index_to_group_rank = S.generate_stage_to_rank_mapping(p, 2 * p, style="v")
+        rank_of = s.stage_index_to_group_rank.__getitem__
+    return {r: [a for a in s._calculate_single_rank_operations(r) if a is not None] for r in range(p)}, rank_of
+
+
+def test_held_sends_and_in_flight_counts_follow_torchs_orders():
+    """Per rank, the peak over torch's action order of A x chunks whose activations are held + P x chunks
+    waiting for their weight-gradient pass + H x sent tensors held to the step's end (the runtime waits on its
+    sends when the step ends; a send goes to another rank only), against the model's moments.  ZB-V with as
+    many micro-batches as ranks runs a shorter order than the model's moments (the model is high there)."""
+    from torch.distributed.pipelining.schedules import _ComputationType as C
+    A, P, H = 8.0, 5.0, 0.5
+    codes = {"interleaved-1f1b": 2, "interleaved-zb": 3, "zbv": 4}
+    checked = 0
+    for schedule, vs in (("interleaved-1f1b", (2, 3)), ("interleaved-zb", (2, 3)), ("zbv", (2,))):
+        for v in vs:
+            for p in (2, 3, 4, 8):
+                for m in ((2 * p, 4 * p) if schedule == "zbv" else (p, 2 * p, 4 * p)):
+                    orders, rank_of = _torch_orders(schedule, p, v, m)
+                    last_stage = p * v - 1
+                    model = rank_inflight(_lay(gpus=p, pp=p, dp=1, vpp=v, schedule=codes[schedule]), m, p * v)
+                    mid = 1 if schedule == "interleaved-1f1b" else max(p - 2, 1)
+                    for kind, r in (("first", 0), ("mid", mid), ("last", p - 1)):
+                        if kind == "mid" and p <= 2:
+                            continue
+                        act = pend = held = 0
+                        peak = 0.0
+                        for a in orders[r]:
+                            t, st = a.computation_type, a.stage_index
+                            act += t == C.FORWARD
+                            pend += (t == C.BACKWARD_INPUT) - (t == C.BACKWARD_WEIGHT)
+                            act -= t in (C.BACKWARD_WEIGHT, C.FULL_BACKWARD)
+                            if t in (C.BACKWARD_INPUT, C.FULL_BACKWARD):
+                                held += (st != 0 and rank_of(st - 1) != r) + (st != last_stage and rank_of(st + 1) != r)
+                            peak = max(peak, act * A + pend * P + held * H)
+                        # the model's counts are in stage units (v chunks each)
+                        got = max(float(n) * v * A + float(w) * v * P + float(h) * H for n, w, h in model[kind])
+                        assert got == pytest.approx(peak), (schedule, p, v, m, kind)
+                        checked += 1
+    assert checked > 100
+
+
 def test_virtual_stage_blocks_is_stage_layers():
     for L in (1, 5, 7, 13, 30, 126):
         for p in (1, 2, 3, 4, 16):

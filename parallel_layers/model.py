@@ -23,6 +23,7 @@ whole block so only the block input is saved.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from dataclasses import dataclass
@@ -118,15 +119,40 @@ class _RMSNorm(torch.autograd.Function):
         return dx.to(x.dtype), d_weight
 
 
-def rotary(x: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+_ROPE_TABLES: dict = {}
+
+
+def _rope_tables(s: int, d: int, device, dtype, positions: Optional[torch.Tensor], key) -> tuple:
+    """cos and sin (s, d) in x's dtype.  The products x * cos and rotate(x) * sin save them for the
+    backward, so tables made per call were saved per call: twice a block (q and k) and micro-batch,
+    4 s d elements each time (a CPU allocator trace of tp 4 with SP found 32 of them live in 8 blocks).
+    Eager runs share one cached pair per key (sequence length, head size, device, dtype, and the cp rank
+    for context parallelism); compiled blocks make their own, which the compiler fuses, and inference
+    mode makes its own (its tensors cannot be saved for a later backward)."""
+    cache = key is not None and not torch.compiler.is_compiling() and not torch.is_inference_mode_enabled()
+    if cache and key in _ROPE_TABLES:
+        return _ROPE_TABLES[key]
+    with torch.no_grad() if cache else contextlib.nullcontext():
+        inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+        pos = torch.arange(s, device=device, dtype=torch.float32) if positions is None else positions.float()
+        angles = torch.outer(pos, inv_freq)  # (s, d/2)
+        cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(dtype)
+        sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(dtype)
+    if cache:
+        _ROPE_TABLES[key] = (cos, sin)
+    return cos, sin
+
+
+def rotary(x: torch.Tensor, positions: Optional[torch.Tensor] = None, key=None) -> torch.Tensor:
     """Rotary position embedding (Su et al. 2021, half-split form as in Llama/HF) of
-    x: (b, heads, s, d) at positions (s,) (default 0..s-1; a cp rank passes its global ones)."""
+    x: (b, heads, s, d) at positions (s,) (default 0..s-1; a cp rank passes its global ones and a
+    key naming them, so their tables are cached as the default positions' are)."""
     b, nh, s, d = x.shape
-    inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    pos = torch.arange(s, device=x.device, dtype=torch.float32) if positions is None else positions.float()
-    angles = torch.outer(pos, inv_freq)  # (s, d/2)
-    cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(x.dtype)
-    sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(x.dtype)
+    if positions is None:
+        key = (s, d, str(x.device), x.dtype)
+    elif key is not None:
+        key = (key, s, d, str(x.device), x.dtype)
+    cos, sin = _rope_tables(s, d, x.device, x.dtype, positions, key)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
@@ -204,7 +230,8 @@ class Attention(nn.Module):
         K/V all-gather (outside the selective checkpoint, so its backward does not gather again)."""
         pos = local_positions(q.shape[2], self.cp_rank, self.cp, q.device)
         if self.rope:
-            q, k = rotary(q, pos), rotary(k, pos)
+            key = ("cp", self.cp_rank, self.cp)
+            q, k = rotary(q, pos, key), rotary(k, pos, key)
         k, v = gather_kv(k, v, self.cp_group)  # (b, nkv/tp, S, d) each
         starts = chunk_starts(q.shape[2], self.cp_rank, self.cp)
         if self.selective:

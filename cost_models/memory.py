@@ -138,7 +138,8 @@ def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
     """Peak over time of the blocks x micro-batches whose activations pipeline rank `rank` holds under
     interleaved 1F1B, each chunk weighed by its own blocks.  It differs from blocks x the warm-up count
     when the virtual stages are uneven (stage_layers: 126 layers on pp 16 x vpp 8 give stages 0 and 127
-    no block, so rank 0's first chunk, which has the most micro-batches in flight, is empty).  Counted from the schedule's action order (Megatron-LM's, and torch.distributed.pipelining's
+    no block, so rank 0's first chunk, which has the most micro-batches in flight, is empty).  Counted
+    from the schedule's action order (Megatron-LM's, and torch.distributed.pipelining's
     ScheduleInterleaved1F1B when m is a multiple of p, which the search requires): rank r runs
     W = min((v-1) p + 2 (p-1-r), m v) forwards, then pairs (forward W+i, backward i), then the rest of
     the backwards; forward j runs chunk (j // p) % v, backward i chunk v-1 - (i // p) % v.  The held
@@ -237,6 +238,7 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
     i_first = interleaved(lambda q: 0 * q)
     i_mid = interleaved(lambda q: np.minimum(1, q - 1))
     i_last = interleaved(lambda q: q - 1)
+
     def backwards_of_chunk(n, k):
         # among the first n backward (or input-gradient) passes, chunk v-1 - (i // p) % v for pass i
         return (n // (v * p)) * p + np.clip(n % (v * p) - (v - 1 - k) * p, 0, p)
@@ -246,7 +248,8 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
         # made an input gradient that was sent (not virtual stage 0's); ZB-V's rank 0 holds both ends
         # and rank p - 1 the two middle stages, which pass to each other on the rank: one send each
         zbv_one = (r == 0) | (r == p - 1)
-        looped = 2 * n - np.where(r == 0, backwards_of_chunk(n, 0), 0) - np.where(r == p - 1, backwards_of_chunk(n, v - 1), 0)
+        looped = (2 * n - np.where(r == 0, backwards_of_chunk(n, 0), 0)
+                  - np.where(r == p - 1, backwards_of_chunk(n, v - 1), 0))
         return np.where(sch == SCH_ZBV, np.where(zbv_one, n, 2 * n), looped)
 
     def held(r, zbv_late=False):

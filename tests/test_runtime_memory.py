@@ -10,10 +10,10 @@ parallelism at tp 2 x pp 2, tp 4, and cp 2 x tp 2), so saved
 activations, the micro-batches each schedule keeps (pending weight gradients for the zero-bubble
 ones) and the pipeline's receive buffers dominate.  gloo's own collective staging buffers are left
 out (NCCL writes into the caller's tensors).  Measured (4 ranks, torch 2.13 CPU, three runs,
-benchmarks/results/2026-11-23-cpu-memory): the model within -7.6 .. +5.1 % of the largest rank's
+benchmarks/results/2026-11-23-cpu-memory): the model within -3.4 .. +5.8 % of the largest rank's
 peak everywhere; ZeRO-2's and FSDP2's peaks move by a few % between runs (a gradient that gloo frees
 on its own thread is seen free only when its address is handed out again).  Each pipeline rank kind
-against its own rank: -10.2 .. +6.3 %."""
+against its own rank: -7.8 .. +5.8 %."""
 from __future__ import annotations
 
 import json
@@ -64,11 +64,12 @@ SCHEDULES = {
 }
 BAR = 0.10  # the issue's memory bar for GPU runs
 # Each pipeline rank kind the model names (first, the fullest middle, last) against that rank's own peak.
-# The largest rank is held to BAR above; the others to RANK_BAR (measured -10.2 .. +6.3 %, the worst on
+# The largest rank is held to BAR above; the others to RANK_BAR (measured -7.8 .. +5.8 %, the worst on
 # rank 0 of tp 2 x pp 2 ZB-V with SP, benchmarks/results/2026-11-23-cpu-memory).  This comparison found,
 # where the largest rank had hidden them: the uneven-stage count (interleaved_block_peak: interleaved-uneven's
 # first and last ranks read +16 % and -21 % before it), a block's backward working memory one block too high
-# (1F1B's last rank: +12 %) and the sends torch's runtime holds to the step's end (rank_inflight's held()).
+# (1F1B's last rank: +12 %), the sends torch's runtime holds to the step's end (rank_inflight's held()) and
+# rotary tables the runtime saved per block (model.rotary now caches them).
 RANK_BAR = 0.15
 
 

@@ -95,7 +95,9 @@ class TrainingConsts:
     # the zero-bubble schedules) waits on its sends only when the step ends, so every tensor it sent (a
     # stage's output, the gradient of its input) stays allocated until then, after its backward would
     # have freed it (tests/test_runtime_memory.py's CPU trace: 7 held input gradients on rank 1 of pp 4 x
-    # vpp 2 x 8 micro-batches, as counted in memory.p2p_held_sends).  Megatron waits on each transfer.
+    # vpp 2 x 8 micro-batches, as counted in memory.rank_inflight's held()).  Megatron waits on each transfer.
+    # Measured with gloo; NCCL stashes a sent tensor until wait() as well, but its watchdog may release
+    # completed sends earlier (pytorch/pytorch#148590), so on CUDA this is an upper bound (unmeasured).
     p2p_sends_held_to_step_end: bool = False
     # sequence parallelism: the all-gathered input of the column-parallel matmuls is saved for their
     # backward (torch's DTensor SP: torchtitan), not gathered again in the backward (Megatron and

@@ -6,6 +6,10 @@ from .schema import Plan
 GB = 1e9
 
 
+# memory_bytes_per_gpu.by_stage's keys as the tables print them
+STAGE_NAMES = {"first": "pipeline rank 0", "middle": "fullest middle rank", "last": "last pipeline rank"}
+
+
 def _fmt_bytes(x: float) -> str:
     return f"{x / GB:.1f} GB"
 
@@ -61,6 +65,8 @@ def breakdown_table(plan: Plan):
         mem_rows.insert(5, ("not live at once (1 micro-batch)", -apart))
     if mem.offloaded:
         mem_rows.append(("offloaded to host", mem.offloaded))
+    for kind, v in (mem.by_stage or {}).items():
+        mem_rows.append((f"  {STAGE_NAMES[kind]}", v))
     time_rows = [("compute", tb.compute_s), ("TP comm (exposed)", tb.tp_comm_s), ("PP send/recv", tb.pp_comm_s),
                  ("DP comm (exposed)", tb.dp_comm_s), ("CP comm (exposed)", tb.cp_comm_s),
                  ("pipeline bubble", tb.bubble_s), ("optimizer + grad passes", tb.optimizer_s), ("step", pr.step_time_s)]
@@ -147,9 +153,8 @@ def explain_renderables(data: dict) -> list:
               f"{mem['fraction_of_usable'] * 100:.0f}% of usable" if mem["fraction_of_usable"] is not None else "")
     t.add_row("usable HBM", _fmt_bytes(mem["usable_bytes"]), "")
     t.add_row("headroom", _fmt_bytes(mem["headroom_bytes"]), "")
-    names = {"first": "pipeline rank 0", "middle": "fullest middle rank", "last": "last pipeline rank"}
     for k, v in (mem.get("by_stage_bytes") or {}).items():
-        t.add_row(f"  {names[k]}", _fmt_bytes(v), f"{v / mem['usable_bytes'] * 100:.0f}% of usable"
+        t.add_row(f"  {STAGE_NAMES[k]}", _fmt_bytes(v), f"{v / mem['usable_bytes'] * 100:.0f}% of usable"
                   if mem["usable_bytes"] else "")
     u = Table(title="step time", title_justify="left", header_style="bold")
     cols = ["part", "time", "share"] + (["runner-up change"] if run else [])

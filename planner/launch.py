@@ -348,6 +348,46 @@ def cpu_memory_line(report: dict) -> str | None:
     return line
 
 
+def rank_kind_memory(report: dict) -> dict[str, dict] | None:
+    """Each pipeline rank kind the prediction names (``memory_bytes_per_gpu.by_stage``: first, the fullest
+    middle, last) against the peak of the pipeline rank the model means: 0, 1 (pp - 2 under the zero-bubble
+    schedules), pp - 1; the largest of that pipeline rank's data/tensor/context-parallel peers.  The peak is
+    the CPU allocator's traced one without gloo's buffers where every rank was traced, else torch's reserved
+    peak (what the summary's peak memory compares).  None without a pipeline or a comparable prediction."""
+    by_stage = ((report.get("prediction") or {}).get("memory_bytes_per_gpu") or {}).get("by_stage")
+    peaks = report.get("peak_memory_bytes") or {}
+    comparable = report.get("cpu_memory") or (report.get("error") or {}).get("peak_memory") is not None
+    if not by_stage or not peaks or not comparable:
+        return None
+    par = report["plan"]["parallel"]
+    pp, inner = par["pp"], par["cp"] * par["tp"]  # mesh (dp, pp, [cp,] tp): pp rank = rank // (cp tp) % pp
+    zb = par["schedule"] in ("zbv", "interleaved-zb")
+    which = {"first": 0, "middle": max(pp - 2, 1) if zb else 1, "last": pp - 1}
+    key = ("allocated_without_collective_buffers"
+           if all(m.get("allocated_without_collective_buffers") is not None for m in peaks.values()) else "reserved")
+    measured: dict[int, float] = {}
+    for rank, m in peaks.items():
+        if m.get(key) is not None:
+            r = int(rank) // inner % pp
+            measured[r] = max(measured.get(r, 0.0), m[key])
+    out = {}
+    for kind, predicted in by_stage.items():
+        got = measured.get(which[kind])
+        if got:
+            out[kind] = {"pipeline_rank": which[kind], "measured": got, "predicted": predicted,
+                         "error": predicted / got - 1}
+    return out or None
+
+
+def rank_kind_line(report: dict) -> str | None:
+    kinds = rank_kind_memory(report)
+    if not kinds:
+        return None
+    parts = [f"rank {k['pipeline_rank']} ({name}) {_fmt(k['measured'], 'bytes')} / {_fmt(k['predicted'], 'bytes')} "
+             f"({_fmt(k['error'], 'err')})" for name, k in kinds.items()]
+    return "memory per pipeline rank, measured / predicted: " + ", ".join(parts)
+
+
 def print_summary(report: dict, report_path: str) -> None:
     from rich.table import Table
 
@@ -363,7 +403,7 @@ def print_summary(report: dict, report_path: str) -> None:
     console.print(t)
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
-    for line in (phases_line(report), cpu_memory_line(report)):
+    for line in (phases_line(report), cpu_memory_line(report), rank_kind_line(report)):
         if line:
             console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)

@@ -230,3 +230,35 @@ def test_runtime_support_warns_about_fsdp_inside_a_pipeline():
     flat = tiny_plan(tp=1, pp=1, dp=2, seq_len=32, zero_stage=3)
     flat.training.framework = "deepspeed"
     assert "unsharded" not in L.check_runtime_support(flat, "cpu").detail
+
+
+def _report(pp, tp, schedule, peaks, by_stage, cpu=True):
+    """A launch report with what rank_kind_memory reads: the plan's layout, per-rank peaks, the prediction."""
+    key = "allocated_without_collective_buffers" if cpu else "reserved"
+    return {"plan": {"parallel": {"pp": pp, "tp": tp, "cp": 1, "schedule": schedule}},
+            "peak_memory_bytes": {str(r): {key: v, "allocated": v} for r, v in enumerate(peaks)},
+            "prediction": {"memory_bytes_per_gpu": {"total": max(by_stage.values()), "by_stage": by_stage}},
+            "cpu_memory": {"error": 0.0} if cpu else None, "error": {"peak_memory": None if cpu else 0.0}}
+
+
+def test_rank_kind_memory_matches_each_kind_with_its_pipeline_rank():
+    # tp 2 x pp 4 = 8 ranks, mesh (dp, pp, tp): ranks 2k and 2k+1 are pipeline rank k; the larger peer counts
+    peaks = [100, 104, 90, 80, 70, 75, 60, 50]
+    rep = _report(4, 2, "1f1b", peaks, {"first": 110.0, "middle": 81.0, "last": 60.0})
+    got = L.rank_kind_memory(rep)
+    assert {k: v["pipeline_rank"] for k, v in got.items()} == {"first": 0, "middle": 1, "last": 3}
+    assert got["first"]["measured"] == 104 and got["first"]["error"] == pytest.approx(110 / 104 - 1)
+    assert got["middle"]["error"] == pytest.approx(81 / 90 - 1)
+    assert got["last"]["error"] == pytest.approx(0.0)
+    # the zero-bubble schedules' fullest middle rank is pp - 2
+    got = L.rank_kind_memory(_report(4, 2, "zbv", peaks, {"first": 110.0, "middle": 81.0, "last": 50.0}))
+    assert got["middle"]["pipeline_rank"] == 2 and got["middle"]["measured"] == 75
+    # on a GPU the reserved peaks; the summary prints one line
+    gpu = _report(2, 1, "1f1b", [10e9, 8e9], {"first": 11e9, "last": 8e9}, cpu=False)
+    assert L.rank_kind_memory(gpu)["first"]["error"] == pytest.approx(0.1)
+    assert L.rank_kind_line(gpu) == ("memory per pipeline rank, measured / predicted: rank 0 (first) 10.00 GB / "
+                                     "11.00 GB (+10.0%), rank 1 (last) 8.00 GB / 8.00 GB (+0.0%)")
+    # nothing to compare: no pipeline, or a prediction the run cannot be compared with
+    assert L.rank_kind_memory(_report(1, 1, "1f1b", [10.0], {"first": 10.0}) | {
+        "prediction": {"memory_bytes_per_gpu": {"total": 10.0, "by_stage": None}}}) is None
+    assert L.rank_kind_memory({**gpu, "error": {"peak_memory": None}}) is None

@@ -23,6 +23,7 @@ import torch
 
 from parallel_layers.host_memory import CpuMemoryTrace, _replay
 from planner.core import evaluate_plan
+from planner.launch import rank_kind_memory
 from tests.runtime_helpers import suite
 from tests.runtime_helpers.plans import tiny_plan, write_plan
 
@@ -74,19 +75,10 @@ RANK_BAR = 0.15
 
 
 def rank_kind_errors(plan: dict, report: dict) -> dict[str, float]:
-    """{kind: predicted / measured - 1} for each pipeline rank kind in the prediction's by_stage, measured on
-    the pipeline rank the model means: 0 (first), 1 or, under the zero-bubble schedules, pp - 2 (middle),
-    pp - 1 (last); the largest data/tensor/context-parallel peer of that pipeline rank."""
-    par = plan["parallel"]
-    by_stage = report["prediction"]["memory_bytes_per_gpu"].get("by_stage") or {}
-    pp, inner = par["pp"], par["cp"] * par["tp"]  # mesh (dp, pp, [cp,] tp): pp rank = rank // (cp tp) % pp
-    zb = par["schedule"] in ("zbv", "interleaved-zb")
-    which = {"first": 0, "middle": max(pp - 2, 1) if zb else 1, "last": pp - 1}
-    measured = {}
-    for rank, m in report["peak_memory_bytes"].items():
-        r = int(rank) // inner % pp
-        measured[r] = max(measured.get(r, 0), m["allocated_without_collective_buffers"])
-    return {k: v / measured[which[k]] - 1 for k, v in by_stage.items()}
+    """{kind: predicted / measured - 1} for each pipeline rank kind (planner.launch.rank_kind_memory), with the
+    prediction the report carries (benchmarks/cpu_memory.py --repredict replaces it)."""
+    kinds = rank_kind_memory({**report, "plan": plan}) or {}
+    return {k: v["error"] for k, v in kinds.items()}
 
 
 def memory_jobs(tmp, steps: int = 2, schedules: dict | None = None) -> list[dict]:

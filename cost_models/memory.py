@@ -179,6 +179,14 @@ def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
     return best
 
 
+def middle_rank(pp, schedule):
+    """The pipeline rank the "mid" kind stands for: the fullest middle rank, rank 1 (fewer micro-batches in
+    flight further on), or under the zero-bubble schedules rank pp - 2 (more pending weight-gradient passes
+    further on)."""
+    zb = (np.asarray(schedule) == SCH_INTERLEAVED_ZB) | (np.asarray(schedule) == SCH_ZBV)
+    return np.where(zb, np.maximum(np.asarray(pp) - 2, 1), 1)
+
+
 def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
     """Per pipeline rank kind ("first", "mid" = the fullest middle rank, "last"), the peak moments as
     (micro-batches whose saved activations are held, micro-batches whose weight-gradient pass is
@@ -218,11 +226,11 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
             return even
         up, uv, um = keys
         ur = r(up)
-        held = interleaved_block_peak(layers, up, uv, um, ur)
+        peak = interleaved_block_peak(layers, up, uv, um, ur)
         blocks = sum(virtual_stage_blocks(layers, up, uv, ur + k * up) * (k < uv) for k in range(int(uv.max())))
-        fallback = np.minimum(uv * up + up - 1 - 2 * ur, um * uv) / uv
         out = np.array(np.broadcast_to(even, shape), dtype=float)
-        out[uneven] = np.where(blocks > 0, held / np.maximum(blocks, 1), fallback)[where]
+        has = (blocks > 0)[where]  # a rank without a block keeps the even count (it holds nothing per block)
+        out[uneven] = np.where(has, (peak / np.maximum(blocks, 1))[where], out[uneven])
         return out
 
     def pick(gpipe, onef1b, inter, izb, zbv):
@@ -232,8 +240,8 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
         return np.where(sch == SCH_ZBV, zbv, out) + zero
 
     full = np.minimum(p, m)
-    # the fullest middle rank: rank 1 without zero-bubble (fewer in flight further on), rank p - 2
-    # with it (more pending weight-gradient passes further on)
+    # the fullest middle rank (middle_rank): rank 1, or p - 2 under the zero-bubble schedules, whose
+    # counts below use mid_r
     mid_r = np.maximum(p - 2, 1)
     i_first = interleaved(lambda q: 0 * q)
     i_mid = interleaved(lambda q: np.minimum(1, q - 1))
@@ -264,7 +272,7 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
         n = pick(0, 0, inter, izb, zbv)
         return sends(np.clip(n, 0, m * v), r)
 
-    held_mid = held(np.where((sch == SCH_INTERLEAVED_ZB) | (sch == SCH_ZBV), mid_r, 1))
+    held_mid = held(middle_rank(p, sch))
     held_last = held(p - 1)
     first = (pick(m, full, i_first, full, full), pick(0, 0, 0, 1 / v, 0.5), held(0 * p))
     mid = (pick(m, np.minimum(p - 1, m), i_mid, full, full), pick(0, 0, 0, (mid_r + 1) / v, 0.5), held_mid)

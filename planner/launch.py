@@ -359,10 +359,11 @@ def rank_kind_memory(report: dict) -> dict[str, dict] | None:
     comparable = report.get("cpu_memory") or (report.get("error") or {}).get("peak_memory") is not None
     if not by_stage or not peaks or not comparable:
         return None
+    from cost_models.layout import SCHEDULES
+    from cost_models.memory import middle_rank
     par = report["plan"]["parallel"]
     pp, inner = par["pp"], par["cp"] * par["tp"]  # mesh (dp, pp, [cp,] tp): pp rank = rank // (cp tp) % pp
-    zb = par["schedule"] in ("zbv", "interleaved-zb")
-    which = {"first": 0, "middle": max(pp - 2, 1) if zb else 1, "last": pp - 1}
+    which = {"first": 0, "middle": int(middle_rank(pp, SCHEDULES.index(par["schedule"]))), "last": pp - 1}
     key = ("allocated_without_collective_buffers"
            if all(m.get("allocated_without_collective_buffers") is not None for m in peaks.values()) else "reserved")
     measured: dict[int, float] = {}

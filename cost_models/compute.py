@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, ModelDims
+from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, ModelDims
 
 
 def gemm_time(flops, hw):
@@ -47,6 +47,17 @@ def layer_matmul_time(m: ModelDims, lay, hw):
     for _, flops in layer_gemms(m, tokens, lay.tp):
         fwd = fwd + gemm_time(flops, hw)
     return fwd, 2 * fwd
+
+
+def op_sac_recompute_gemm_time(m: ModelDims, lay, hw):
+    """Seconds of the forward GEMMs torchtitan's op-level selective checkpointing re-runs in one
+    block's backward (params.op_sac_recomputed_matmul_params): llama's K projection, attention output
+    projection and up projection; a gpt block's qkv, fc1 (biased: addmm, not on its list) and fc2."""
+    tokens = lay.mbs * m.seq_len / lay.cp
+    if m.arch != "llama":
+        return layer_matmul_time(m, lay, hw)[0] - gemm_time(2 * tokens * m.q_width * m.hidden / lay.tp, hw)
+    return (gemm_time(2 * tokens * m.hidden * m.kv_width / lay.tp, hw) + gemm_time(2 * tokens * m.q_width * m.hidden / lay.tp, hw)
+            + gemm_time(2 * tokens * m.hidden * m.ffn / lay.tp, hw))
 
 
 def column_input_grad_time(m: ModelDims, lay, hw):
@@ -161,8 +172,13 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     fwd = mm_f + at_f + el_f
     full = lay.recompute == REC_FULL
     selective = lay.recompute == REC_SELECTIVE
-    # selective recompute re-runs the attention core and (llama) the activation function
-    recompute = np.where(full, fwd, np.where(selective, at_f + act_f, 0.0))
+    op = lay.recompute == REC_SELECTIVE_OP
+    # selective recompute re-runs the attention core and (llama) the activation function; op-level
+    # selective (torchtitan) every second matmul and all elementwise work, keeping the attention
+    # kernel's output (unfused attention's batched matmuls are not on its list: re-run)
+    op_gemm = op_sac_recompute_gemm_time(m, lay, hw)
+    op_re = op_gemm + el_f + (0.0 if flash else at_f)
+    recompute = np.where(full, fwd, np.where(selective, at_f + act_f, np.where(op, op_re, 0.0)))
     bwd = mm_b + at_b + el_b + recompute
     gpu = fwd + bwd
     # The host must dispatch the block's kernels too: a block takes the longer of its GPU time
@@ -172,7 +188,7 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     total = np.maximum(gpu, host)
     scale = total / gpu
     return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale, "gpu": gpu, "host": host,
-            "gemm": mm_f + mm_b + np.where(full, mm_f, 0.0), "attention": at_f + at_b}
+            "gemm": mm_f + mm_b + np.where(full, mm_f, np.where(op, op_gemm, 0.0)), "attention": at_f + at_b}
 
 
 def grad_accumulation_time(params, m_micro, precision: str, hw, fused: bool):

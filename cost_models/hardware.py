@@ -88,7 +88,9 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         host_memory_bytes_per_node=profile.host_memory_gbytes_per_node * GB,
         host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,
         host_memory_bytes_per_s_per_node=profile.host_memory_gbytes_per_s_per_node * GB,
-        host_block_s=np.array([profile.host_block_s.get(k, 0.0) for k in ("none", "selective", "full")]),
+        # selective-op re-dispatches nearly every op of the block, as full does: full's host time unless measured
+        host_block_s=np.array([profile.host_block_s.get(k, 0.0) for k in ("none", "selective", "full")]
+                              + [profile.host_block_s.get("selective-op", profile.host_block_s.get("full", 0.0))]),
         overlap_slowdown=profile.overlap_compute_slowdown,
         optimizer_bw_fraction=profile.optimizer_bandwidth_fraction,
         optimizer_host_per_tensor_s=profile.optimizer_host_per_tensor_s,

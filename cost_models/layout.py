@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective-op")
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")
 OFFLOADS = ("none", "optimizer")
-REC_NONE, REC_SELECTIVE, REC_FULL = 0, 1, 2
+REC_NONE, REC_SELECTIVE, REC_FULL, REC_SELECTIVE_OP = 0, 1, 2, 3
 SCH_GPIPE, SCH_1F1B, SCH_INTERLEAVED, SCH_INTERLEAVED_ZB, SCH_ZBV = 0, 1, 2, 3, 4
 
 # Mixed-precision recipes: bytes per parameter of each model state (Rajbhandari et al. 2020,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, SCH_GPIPE, SCH_INTERLEAVED,
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts, virtual_stage_blocks)
 from .params import layer_other_params
 
@@ -67,6 +67,14 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     s*b*h*(34 + 5*a*s/h) (34/t + 5as/(ht) with SP, 10 + 24/t + 5as/(ht) without).
     Full recompute keeps only the block input (h per token, /tp with SP); the one block being
     recomputed is counted separately as working memory (see other_bytes).
+    Op-level selective recompute (torchtitan's selective_ac_option "op", parallel_layers.model.
+    op_sac_context) keeps the block input and the outputs of the ops its policy saves: every odd
+    aten.mm of the block (llama: wq, wv, gate and down; gpt: the attention output projection, its
+    column-parallel linears with bias run as addmm, which the policy does not count, and fc2 is the
+    second mm; a row-parallel output is the whole sequence's partial sum, h per token even with SP)
+    and the attention kernel's output and fp32 log-sum-exp (flash/SDPA only; the unfused path's
+    batched matmuls are not on the list).  Everything else, norm statistics, masks and the CP
+    K/V gather included, is recomputed.
     sp_saves_gathered: with SP the two norm outputs are all-gathered over the sequence before the
     column-parallel matmuls; Megatron and parplan's runtime save the shard and gather again in the
     backward (Korthikanti 2022 sec. 4.2.2), torch's DTensor SP saves the gathered tensor (h per
@@ -95,7 +103,10 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         scores = m.heads / tp * m.seq_len * per_score
         elems = elems + np.where(lay.recompute == REC_SELECTIVE, 0.0, scores)
     full = m.hidden / np.where(lay.sp > 0, tp, 1) * act_bytes
-    per_token = np.where(lay.recompute == REC_FULL, full, elems)
+    op_mm = (m.q_width + m.kv_width + m.ffn) / tp + m.hidden if m.arch == "llama" else m.hidden
+    op_attn = (m.q_width / tp * act_bytes + 4 * m.heads / tp) if flash else 0.0
+    op = full + op_mm * act_bytes + op_attn
+    per_token = np.where(lay.recompute == REC_FULL, full, np.where(lay.recompute == REC_SELECTIVE_OP, op, elems))
     return T * per_token
 
 
@@ -370,7 +381,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # autocast casts each weight to 16 bit once per forward; the copy is saved for the
     # backward of that micro-batch (dX = dY W), so it is held per micro-batch in flight,
     # except under full recompute (the forward pass saves nothing but the block input).
-    cast_per_param = rec["cast"] * np.where(lay.recompute == REC_FULL, 0.0, 1.0)
+    cast_per_param = rec["cast"] * np.where((lay.recompute == REC_FULL) | (lay.recompute == REC_SELECTIVE_OP), 0.0, 1.0)
 
     working = _other_bytes(lay, per_layer, work_layer, act_layer, rec, fsdp2, z3_full)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)

@@ -27,9 +27,10 @@ import numpy as np
 from . import comm
 from .compute import (block_time, cast_time, column_input_grad_time, grad_accumulation_time, head_time,
                       optimizer_time)
-from .layout import PRECISION_RECIPES, REC_FULL, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
+from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
-from .params import layer_matmul_params, model_flops_per_token, recompute_flops_per_token
+from .params import (layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmul_params,
+                     recompute_flops_per_token)
 
 
 def param_tensors_per_rank(m: ModelDims, pp, blocks_first, blocks_mid, blocks_last):
@@ -66,6 +67,10 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     m_micro = num_microbatches(tr, lay)
     tokens_mb = lay.mbs * m.seq_len / cp  # tokens per GPU per micro-batch
     full = lay.recompute == REC_FULL
+    # torchtitan's op-level selective checkpointing re-runs the block's forward up to its last needed
+    # tensor: the attention output projection (recomputed) and its all-reduce (or SP's gather/scatter)
+    # again, and the K/V gather of context parallelism (its K projection is recomputed)
+    op = lay.recompute == REC_SELECTIVE_OP
 
     # ---- compute per block / micro-batch
     bt = block_time(m, lay, hw, act_b, tr.flash_attention, tr.dropout)
@@ -77,7 +82,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     tp_bw, tp_lat = comm.tier_params(hw, tp_in)
     msg = tokens_mb * m.hidden * act_b
     t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
-    n_coll = 4 + 2 * full
+    n_coll = 4 + 2 * full + op
     tp_block = n_coll * t_ar
     tp_block_exposed = np.where(tr.overlap_tp_comm, hw.exposed(tp_block, bt["gemm"]), tp_block)
     # SP that keeps only the shard of the column-parallel inputs (Megatron, parplan's runtime)
@@ -92,12 +97,12 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
 
     # ---- context parallel (Llama 3 sec. 3.3.2): all-gather of the K/V shards forward
     # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same
-    # volume), +1 all-gather under full recompute; per layer per micro-batch.
+    # volume), +1 all-gather under full or op-level selective recompute; per layer per micro-batch.
     cp_in = comm.group_inside_node(hw, tp, cp)
     cp_bw, cp_lat = comm.tier_params(hw, cp_in)
     kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
-    n_cp = 2 + full
+    n_cp = 2 + full + op
     cp_block = n_cp * t_cp
     cp_block_exposed = hw.exposed(cp_block, bt["attention"])
 
@@ -171,7 +176,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
                      + np.where(ov, hw.exposed(ag_t, fwd_window), ag_t))
     # ZeRO-3 / FSDP: per micro-batch gather weights for forward and backward (+ recompute) and
     # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.
-    z3_mb_t = (2 + full) * ag_t + rs_t
+    z3_mb_t = (2 + (full | op)) * ag_t + rs_t
     # inside torch.distributed.pipelining the gathered weights stay gathered after a stage's first
     # backward: the step gathers and reduce-scatters about once, not per micro-batch (the warm-up
     # forwards before that first backward gather again; not counted)
@@ -179,7 +184,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     z3_exposed = z3_n * hw.exposed(z3_mb_t, t_stage)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,
-                        np.where(zero >= 3, z3_n * ((2 + full) * ag_moved + rs_moved), n_red * red_moved + ag_moved))
+                        np.where(zero >= 3, z3_n * ((2 + (full | op)) * ag_moved + rs_moved), n_red * red_moved + ag_moved))
     # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
     # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
     # two ranks, V x h / tp gradients), on the critical path before the optimizer step.
@@ -208,7 +213,9 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # ---- FLOPs, MFU, HFU (Narayanan 2021 eq. 3 for the recompute term)
     layer_mm = layer_matmul_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)
     mf_tok = model_flops_per_token(m.layers * layer_mm + m.vocab * m.hidden, m.layers, m.q_width, m.seq_len)
-    hf_extra = recompute_flops_per_token(lay.recompute, m.layers * layer_mm, m.layers, m.q_width, m.seq_len)
+    op_params = op_sac_recomputed_matmul_params(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn)
+    hf_extra = recompute_flops_per_token(lay.recompute, m.layers * layer_mm, m.layers, m.q_width, m.seq_len,
+                                         m.layers * op_params, tr.flash_attention)
     tokens_step = tr.global_batch_size * m.seq_len
     tokens_per_s = tokens_step / step
     model_tflops = tokens_per_s * mf_tok / lay.gpus / 1e12

@@ -93,13 +93,18 @@ def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_
         mask = causal_mask(q_positions, k_full.shape[2])
         return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, enable_gqa=True)
     from torch.nn.attention.bias import causal_lower_right
+    from torch.utils._python_dispatch import _disable_current_modes
     c = q.shape[2] // 2
     outs = []
     for i, start in enumerate(chunk_starts):
         end = start + c
         qi = q[:, :, i * c:(i + 1) * c]
+        # the CausalBias tensor subclass cannot be made under a dispatch mode (op-level selective
+        # checkpointing runs the block under one): it holds no data, so make it outside any
+        with _disable_current_modes():
+            bias = causal_lower_right(c, end)
         outs.append(F.scaled_dot_product_attention(qi, k_full[:, :, :end], v_full[:, :, :end],
-                                                   attn_mask=causal_lower_right(c, end), enable_gqa=True))
+                                                   attn_mask=bias, enable_gqa=True))
     return torch.cat(outs, dim=2)
 
 

@@ -50,12 +50,20 @@ def _split(x: torch.Tensor, dim: int, group) -> torch.Tensor:
     return x.chunk(n, dim=dim)[dist.get_rank(group)].contiguous()
 
 
+@contextlib.contextmanager
 def _gloo_staging(group, what: str):
     """Name the transient per-rank pieces of a gloo collective as gloo's own for the CPU memory
     trace: they are freed when the collective returns, but gloo drops its references on its own
     threads, where the trace (torch.profiler) does not see the free (parallel_layers/host_memory.py
-    leaves gloo's buffers out)."""
-    return record_function(f"gloo:{what}") if dist.get_backend(group) == "gloo" else contextlib.nullcontext()
+    leaves gloo's buffers out).  Python dispatch modes (op-level selective checkpointing's) are set
+    aside meanwhile: under one the trace files these allocations under the mode, not under this
+    range, and the pieces are never kept for the backward anyway."""
+    if dist.get_backend(group) != "gloo":
+        yield
+        return
+    from torch.utils._python_dispatch import _disable_current_modes
+    with _disable_current_modes(), record_function(f"gloo:{what}"):
+        yield
 
 
 def _gather(x: torch.Tensor, dim: int, group) -> torch.Tensor:

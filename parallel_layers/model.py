@@ -18,7 +18,8 @@ gathers it again (``layers.column_parallel_linears``; under the zero-bubble sche
 weight-gradient pass).
 
 Recompute (what the cost model assumes): ``selective`` checkpoints the core attention
-(rotary + SDPA) and the MLP activation (silu(gate)*up or gelu); ``full`` checkpoints each
+(rotary + SDPA) and the MLP activation (silu(gate)*up or gelu); ``selective-op`` is torchtitan's
+op-level selective checkpointing of each block (``op_sac_context``); ``full`` checkpoints each
 whole block so only the block input is saved.
 """
 from __future__ import annotations
@@ -33,7 +34,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+from collections import defaultdict
+
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from parallel_layers.layers import (
     ColumnParallelLinear,
@@ -45,6 +48,36 @@ from parallel_layers.layers import (
 )
 from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_kv, local_positions
 from parallel_layers.mappings import _size
+
+# torchtitan's op-level selective activation checkpointing (selective_ac_option = "op";
+# pytorch/torchtitan torchtitan/models/llama3/parallelize.py at 9dec370, the commit of its published
+# performance tables, 2024-12): inside a checkpointed block, the outputs of matmuls, attention kernels
+# and reduce-scatters are saved, except every second matmul; everything else is recomputed in the
+# backward.  torchtitan lists the CUDA flash and memory-efficient SDPA kernels; the CPU and cuDNN
+# kernels are added here so the same policy holds on every device this runtime runs on.
+_OP_SAC_SAVE = {getattr(torch.ops.aten, name).default
+                for name in ("mm", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                             "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu")
+                if hasattr(torch.ops.aten, name)}
+if hasattr(torch.ops, "_c10d_functional"):
+    _OP_SAC_SAVE.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+
+
+def op_sac_context():
+    """Context pair for ``checkpoint(..., context_fn=op_sac_context)``: torchtitan's op-SAC policy,
+    counting matmuls separately in the forward and in the recompute, as torchtitan does."""
+    mm, counts = torch.ops.aten.mm.default, defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):
+        if func == mm:
+            key = "recompute" if ctx.is_recompute else "forward"
+            counts[key] += 1
+            if counts[key] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if func in _OP_SAC_SAVE else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
 
 INIT_STD = 0.02
 ROPE_THETA = 10000.0
@@ -314,6 +347,7 @@ class StageModule(nn.Module):
         super().__init__()
         self.cfg, self.first, self.last = cfg, first, last
         self.full_recompute = recompute == "full"
+        self.op_recompute = recompute == "selective-op"
         self.autocast_dtype, self.device_type = autocast_dtype, device_type
         self.tp_group, self.sp = tp_group, sp
         if first:
@@ -345,7 +379,12 @@ class StageModule(nn.Module):
             if self.positions is not None:
                 x = self.positions(x)
         for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=False) if self.full_recompute else block(x)
+            if self.full_recompute:
+                x = checkpoint(block, x, use_reentrant=False)
+            elif self.op_recompute:
+                x = checkpoint(block, x, use_reentrant=False, context_fn=op_sac_context)
+            else:
+                x = block(x)
         if self.last:
             x = self.head(self.final_norm(x))  # (b, s, V/tp)
         return x

@@ -155,7 +155,7 @@ _MODEL_OPTIONS = [
     ("mbs", Optional[int], None, ("--mbs",), "Micro-batch size (micro_batch_size)."),
     ("vpp", Optional[int], None, ("--vpp",), "Model chunks per pipeline rank."),
     ("zero", Optional[int], None, ("--zero",), "ZeRO stage 0-3 (zero_stage)."),
-    ("recompute", Optional[str], None, ("--recompute",), "none, selective or full."),
+    ("recompute", Optional[str], None, ("--recompute",), "none, selective, full or selective-op (torchtitan's op-level SAC)."),
     ("sp", Optional[bool], None, ("--sp/--no-sp",), "Sequence parallelism."),
     ("schedule", Optional[str], None, ("--schedule",), "gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv."),
     ("offload", Optional[str], None, ("--offload",), "none or optimizer."),
@@ -202,7 +202,7 @@ def _prepare(opts, gpus: int | None = None):
     o = opts
     _check_choice("dtype", o.dtype, ("bf16", "fp16"))
     _check_choice("precision", o.precision, ("amp", "master-weights", "master-weights-half-grads", "fp32"))
-    for name, choices in (("recompute", ("none", "selective", "full")),
+    for name, choices in (("recompute", ("none", "selective", "full", "selective-op")),
                           ("schedule", ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")),
                           ("offload", ("none", "optimizer")), ("arch", ("llama", "gpt"))):
         if getattr(o, name) is not None:

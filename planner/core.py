@@ -68,6 +68,10 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 TORCH_PIPELINING = ("parplan", "torchtitan")
 FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
     "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",)}
+# Recompute modes each framework runs: selective-op is torchtitan's op-level selective activation
+# checkpointing (parplan's runtime runs the same policy); Megatron-LM and DeepSpeed have no such mode.
+FRAMEWORK_RECOMPUTES: dict[str, tuple[str, ...] | None] = {
+    "parplan": None, "torchtitan": None, "megatron": ("none", "selective", "full"), "deepspeed": ("none", "selective", "full")}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "parplan": {},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
@@ -218,8 +222,14 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                            f"{', '.join(offered)}, or another --framework")
     if offered and pins.schedule is None:
         pins = replace(pins, schedules=offered)
-    if pins.schedule in ZERO_BUBBLE and pins.recompute == "full":
-        raise PlannerError(f"--schedule {pins.schedule} with --recompute full: {ZB_FULL_RECOMPUTE} in torch "
+    recs = FRAMEWORK_RECOMPUTES[framework]
+    if recs and pins.recompute is not None and pins.recompute not in recs:
+        raise PlannerError(f"--recompute {pins.recompute} is torchtitan's op-level selective checkpointing, which "
+                           f"{framework} does not have; use one of {', '.join(recs)}, or --framework torchtitan or parplan")
+    if recs and pins.recompute is None:
+        pins = replace(pins, recomputes=recs)
+    if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
+        raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")
     if framework == "deepspeed":  # PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         if pins.zero is not None and pins.zero >= 2 and pins.pp is not None and pins.pp > 1:

@@ -217,6 +217,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         flag("--recompute-granularity", "full")
         flag("--recompute-method", "uniform")
         flag("--recompute-num-layers", 1)
+    elif p.recompute == "selective-op":
+        flag("--recompute-granularity", "full")
+        flag("--recompute-method", "uniform")
+        flag("--recompute-num-layers", 1)
+        notes.append("recompute selective-op: torchtitan's op-level selective checkpointing has no Megatron-LM "
+                     "equivalent; exported as full recompute (less activation memory, more recompute than predicted).")
 
     fsdp = p.zero_stage == 3
     if p.zero_stage in (1, 2):
@@ -390,7 +396,8 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
     if p.recompute == "selective":
         notes.append("recompute selective: torchtitan's op-level selective activation checkpointing "
                      "(selective_ac_option = \"op\") uses its own save policy, not Korthikanti's attention+MLP-"
-                     "activation recompute; activation memory will differ.")
+                     "activation recompute; activation memory will differ (plan with --recompute selective-op "
+                     "for torchtitan's policy).")
     if p.cp > 1 and not t.flash_attention:
         notes.append("flash_attention false: torchtitan's context parallelism runs on SDPA flash/efficient kernels.")
 
@@ -437,8 +444,8 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
             ("seed", t.seed),
         ]),
         ("parallelism", par),
-        ("activation_checkpoint", [("mode", p.recompute)] +
-         ([("selective_ac_option", "op")] if p.recompute == "selective" else [])),
+        ("activation_checkpoint", [("mode", "selective" if p.recompute == "selective-op" else p.recompute)] +
+         ([("selective_ac_option", "op")] if p.recompute in ("selective", "selective-op") else [])),
     ]
 
     header = [f"parplan export --to torchtitan: {m.name or m.arch}, {plan.hardware.gpus} GPUs "

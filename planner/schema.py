@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 
 Arch = Literal["llama", "gpt"]
 Dtype = Literal["bf16", "fp16", "fp32"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "full", "selective-op"]
 Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv"]
 Offload = Literal["none", "optimizer"]
 # Mixed-precision recipes; bytes per parameter live in cost_models/memory.py (PRECISION_RECIPES).
@@ -118,7 +118,7 @@ class Parallel(Strict):
     vpp: int = Field(1, gt=0, description="Model chunks per pipeline rank (virtual stages); layers per chunk = layers/(pp*vpp).")
     sp: bool = Field(False, description="Sequence parallelism inside the TP group (Korthikanti 2022).")
     zero_stage: int = Field(0, ge=0, le=3, description="0 replicated optimizer, 1 sharded optimizer states, 2 +sharded grads, 3 +sharded params (FSDP).")
-    recompute: Recompute = Field("none", description="Activation recomputation: none, selective (core attention + MLP activation), full (whole block).")
+    recompute: Recompute = Field("none", description="Activation recomputation: none, selective (core attention + MLP activation), full (whole block), selective-op (torchtitan's op-level selective checkpointing: keeps every second matmul's and the attention kernel's outputs, recomputes the rest).")
     schedule: Schedule = Field("1f1b", description="Pipeline schedule.")
     offload: Offload = Field("none", description="optimizer: Adam states and fp32 master on host memory, step on the CPU.")
     stage_layers: Optional[list[int]] = Field(None, description="Transformer blocks held by each pipeline stage (pp*vpp entries, in virtual-stage order); first/last are lighter to carry the embedding and the head.")
@@ -257,9 +257,9 @@ class HardwareProfile(Strict):
         1.0, gt=0, le=1, description="Fraction of the isolated-kernel matmul/attention throughput (the curves) sustained over a long "
         "multi-GPU training run (clocks under the power cap, launch gaps). The one parameter a profile may fit to published "
         "training runs; 1.0 = not fitted.")
-    host_block_s: dict[Literal["none", "selective", "full"], float] = Field(
+    host_block_s: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
         default_factory=dict, description="Host (CPU) seconds to dispatch one transformer block's forward + backward of parplan's "
-        "runtime, by recompute mode; a block takes max(GPU time, host time), so small blocks are launch-bound. Measured by "
+        "runtime, by recompute mode (selective-op, if absent, takes full's); a block takes max(GPU time, host time), so small blocks are launch-bound. Measured by "
         "`parplan calibrate` on the machine (it depends on the CPU, torch and the runtime, not the GPU); empty = not measured, "
         "no host bound.")
     optimizer_bandwidth_fraction: float = Field(

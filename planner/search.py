@@ -40,6 +40,7 @@ class Pins:
     schedule: str | None = None
     offload: str | None = None
     schedules: tuple[str, ...] | None = None  # what an unpinned schedule may be (None: every one)
+    recomputes: tuple[str, ...] | None = None  # what an unpinned recompute may be (None: every one)
     zero_max_with_pp: int | None = None  # highest ZeRO stage the framework runs inside a pipeline
 
 
@@ -99,7 +100,7 @@ def structural_space(m: ModelDims, gpus: int, gbs: int, pins: Pins):
 
 def policy_space(pins: Pins):
     zeros = _choices(pins.zero, range(4))
-    recs = [RECOMPUTE.index(r) for r in _choices(pins.recompute, RECOMPUTE)]
+    recs = [RECOMPUTE.index(r) for r in _choices(pins.recompute, pins.recomputes or RECOMPUTE)]
     sps = [int(s) for s in _choices(pins.sp, (False, True))]
     offs = [OFFLOADS.index(o) for o in _choices(pins.offload, OFFLOADS)]
     return list(itertools.product(zeros, recs, sps, offs))
@@ -131,8 +132,8 @@ def _mark(reason, mask, name):
 # holding all of them: 7x the recompute FLOPs and 7 blocks' activations at once.  The search does not
 # offer the combination; selective recompute (checkpointed pieces without weights) is unaffected.
 ZERO_BUBBLE = ("zbv", "interleaved-zb")
-ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full recompute re-run each block's forward "
-                     "once per weight in the weight-gradient pass")
+ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full (or op-level selective) recompute re-run "
+                     "each block's forward once per weight in the weight-gradient pass")
 
 
 def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> np.ndarray:
@@ -147,7 +148,8 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     # zero-bubble + full recompute: torch's weight-gradient pass re-runs a checkpointed block's forward
     # once per weight and holds every re-run (ZB_FULL_RECOMPUTE)
     zb = np.isin(lay.schedule, [SCHEDULES.index(s) for s in ZERO_BUBBLE])
-    reason = _mark(reason, zb & (lay.recompute == RECOMPUTE.index("full")), "schedule")
+    whole_block = (lay.recompute == RECOMPUTE.index("full")) | (lay.recompute == RECOMPUTE.index("selective-op"))
+    reason = _mark(reason, zb & whole_block, "schedule")
     reason = _mark(reason, (lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle stages
     reason = _mark(reason, (lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # 2*cp equal chunks
     return _mark(reason, (lay.offload > 0) & (lay.zero == 0), "offload")

@@ -292,3 +292,14 @@ def test_framework_note_only_when_predicted_for_another_framework():
     plan.training.framework = "megatron"
     assert framework_note(plan, "megatron") is None
     assert "models megatron, not deepspeed" in framework_note(plan, "deepspeed")
+
+
+def test_op_level_selective_recompute_exports_as_torchtitans_own_mode():
+    plan = llama_plan(recompute="selective-op")
+    cfg = tomllib.loads(export_plan(plan, "torchtitan"))
+    assert cfg["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert not any("recompute selective" in n for n in export_notes(plan, "torchtitan"))
+    # Megatron-LM has no such mode: full recompute, said so
+    args = megatron_args(export_plan(plan, "megatron"))
+    assert args["--recompute-granularity"] == "full"
+    assert any("selective-op" in n for n in export_notes(plan, "megatron"))

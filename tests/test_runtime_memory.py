@@ -52,6 +52,11 @@ SCHEDULES = {
     "interleaved-uneven": dict(schedule="interleaved-1f1b", vpp=2, layers=6),
     "1f1b-selective": dict(schedule="1f1b", recompute="selective"),
     "1f1b-full": dict(schedule="1f1b", recompute="full"),
+    # torchtitan's op-level selective checkpointing: block input, every second matmul's output and the
+    # attention kernel's output and log-sum-exp saved; with SP the down projection's output is the whole
+    # sequence's partial sum (cost_models.memory.activation_bytes_per_layer)
+    "1f1b-selective-op": dict(schedule="1f1b", recompute="selective-op"),
+    "tp2-sp-pp2-selective-op": dict(tp=2, pp=2, schedule="1f1b", sp=True, recompute="selective-op"),
     # deferred weight-gradient passes (counted from torch's action orders: cost_models.memory.rank_inflight)
     "zbv": dict(schedule="zbv", vpp=2),
     "interleaved-zb": dict(schedule="interleaved-zb", vpp=2),
@@ -62,6 +67,8 @@ SCHEDULES = {
     "tp2-sp-pp2-zbv": dict(tp=2, pp=2, schedule="zbv", vpp=2, sp=True),
     "tp4-sp": dict(tp=4, pp=1, sp=True),
     "cp2-tp2-sp": dict(tp=2, pp=1, cp=2, sp=True),
+    # op-level selective checkpointing with cp: the gathered K/V are not kept (the recompute gathers again)
+    "cp2-tp2-sp-selective-op": dict(tp=2, pp=1, cp=2, sp=True, recompute="selective-op"),
 }
 BAR = 0.10  # the memory bar for GPU runs
 # Each pipeline rank kind the model names (first, the fullest middle, last) against that rank's own peak.

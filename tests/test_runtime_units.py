@@ -153,7 +153,7 @@ def _stage(model, recompute):
 
 
 @pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT], ids=["llama", "gpt"])
-@pytest.mark.parametrize("recompute", ["selective", "full"])
+@pytest.mark.parametrize("recompute", ["selective", "full", "selective-op"])
 def test_recompute_gives_the_same_loss_and_gradients(model, recompute):
     ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
     results = []

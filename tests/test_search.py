@@ -163,7 +163,8 @@ def test_speed_bars():
 
 def test_gpu_grid_entries_plan_on_one_h100(capsys):
     """benchmarks/gpu_grid.py (run on a GPU by a later session) must get a fitting plan for every entry,
-    and the 'needs-recompute' entry must need full recomputation."""
+    and the 'needs-recompute' entry must need more recomputation than selective (full, or op-level
+    selective, which keeps more and now wins)."""
     import importlib.util
     from pathlib import Path
 
@@ -177,7 +178,7 @@ def test_gpu_grid_entries_plan_on_one_h100(capsys):
         plan = json.loads(capsys.readouterr().out)
         assert plan["prediction"]["fits"], name
         if name == "needs-recompute":
-            assert plan["parallel"]["recompute"] == "full"
+            assert plan["parallel"]["recompute"] in ("full", "selective-op")
             assert main(["recommend", *args, "--gpus", "1", "--recompute", "selective", "--json"]) == 3
             capsys.readouterr()
 
@@ -298,3 +299,32 @@ def test_zero_bubble_with_full_recompute_is_not_offered():
     assert recommend(spec, 64, pins=Pins(schedule="zbv", recompute="selective")).parallel.schedule == "zbv"
     with pytest.raises(PlannerError, match="once per weight"):
         recommend(spec, 64, pins=Pins(schedule="interleaved-zb", recompute="full"))
+
+
+def test_op_level_selective_recompute_is_offered_where_the_framework_has_it():
+    """selective-op is torchtitan's op-level selective checkpointing (parplan's runtime runs the same
+    policy): Megatron-LM and DeepSpeed plans never get it, a pin says why; like full recompute it is
+    not combined with the zero-bubble schedules (the weight-gradient pass re-runs the block per weight)."""
+    spec = load_preset("llama3-8b")
+    for fw in ("megatron", "deepspeed"):
+        plan = recommend(spec, 8, framework=fw, top_k=50, seq_len=8192, global_batch_size=16)
+        assert all(p.parallel.recompute != "selective-op" for p in [plan] + plan.alternatives), fw
+        with pytest.raises(PlannerError, match="does not have"):
+            recommend(spec, 8, framework=fw, pins=Pins(recompute="selective-op"))
+    plan = recommend(spec, 8, framework="torchtitan", pins=Pins(recompute="selective-op", zero=3, tp=1, pp=1),
+                     seq_len=8192, global_batch_size=16)
+    assert plan.parallel.recompute == "selective-op"
+    with pytest.raises(PlannerError, match="once per weight"):
+        recommend(spec, 8, pins=Pins(schedule="zbv", recompute="selective-op"))
+
+
+def test_op_level_selective_sits_between_none_and_full():
+    """Memory and recompute FLOPs of torchtitan's op-level policy fall between no and full recompute."""
+    spec = load_preset("llama3-8b")
+    got = {rc: recommend(spec, 8, pins=Pins(recompute=rc, zero=3, tp=1, pp=1, dp=8, mbs=1, offload="none"),
+                         seq_len=4096, global_batch_size=8, framework="torchtitan").prediction
+           for rc in ("none", "selective-op", "full")}
+    mem = {rc: p.memory_bytes_per_gpu.activations for rc, p in got.items()}
+    hfu_over_mfu = {rc: p.hfu / p.mfu for rc, p in got.items()}
+    assert mem["full"] < mem["selective-op"] < mem["none"]
+    assert 1.0 == hfu_over_mfu["none"] < hfu_over_mfu["selective-op"] < hfu_over_mfu["full"]

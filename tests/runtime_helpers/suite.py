@@ -30,6 +30,9 @@ PARALLEL_CASES = {
     "sp-full": (TINY_LLAMA, dict(sp=True, recompute="full"), {}),
     "selective": (TINY_LLAMA, dict(recompute="selective"), {}),
     "full": (TINY_LLAMA, dict(recompute="full"), {}),
+    # torchtitan's op-level selective checkpointing (parallel_layers.model.op_sac_context): the recompute
+    # re-runs SP's gathers and scatters and the unsaved matmuls inside FSDP2's gathered block
+    "sp-fsdp2-selective-op": (TINY_LLAMA, dict(sp=True, zero_stage=3, recompute="selective-op"), {}),
     "zb-sp-fsdp2-full": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2, sp=True, zero_stage=3, recompute="full"), {}),
     "gpt-tied": (TINY_GPT, dict(schedule="1f1b"), {}),
     "gpt-tied-sp-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, sp=True, recompute="selective"), {}),
@@ -60,6 +63,9 @@ PARALLEL_CASES = {
     "gpt-tied-cp2-pp2-tp2-sp-zbv": (TINY_GPT, dict(tp=2, pp=2, dp=1, cp=2, sp=True, schedule="zbv", vpp=2,
                                                    recompute="selective", zero_stage=1), {}),
     "cp4-dp2-fsdp2-full": (TINY_LLAMA, dict(tp=1, pp=1, dp=2, cp=4, zero_stage=3, recompute="full"), {}),
+    # op-level selective checkpointing with cp: the recompute gathers K/V again; gpt's biased linears
+    # are all recomputed (addmm is not on torchtitan's list)
+    "gpt-tied-cp2-tp2-selective-op": (TINY_GPT, dict(tp=2, pp=1, dp=2, cp=2, recompute="selective-op"), {}),
 }
 # the cp2-tp2-dp2 run's step-2 checkpoint resumed with another cp (and dp, ZeRO stage) for step 3
 CP_RESUME_FROM = "cp2-tp2-dp2"

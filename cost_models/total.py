@@ -175,8 +175,12 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     exposed_rs_ag = (np.where(each, (m_micro - 1) * np.where(ov, hw.exposed(red_t, t_stage), red_t), 0.0) + last_red
                      + np.where(ov, hw.exposed(ag_t, fwd_window), ag_t))
     # ZeRO-3 / FSDP: per micro-batch gather weights for forward and backward (+ recompute) and
-    # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.
-    z3_mb_t = (2 + (full | op)) * ag_t + rs_t
+    # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.  FSDP2
+    # unshards a block in its pre-backward hook, before autograd reaches the checkpoint, so the
+    # recompute runs on the gathered weights (its pre-forward hook finds them unsharded): no third
+    # gather; DeepSpeed's stage 3 fetches for the recompute forward again.
+    z3_regather = (full | op) & ~np.asarray(tr.zero3_fsdp2)
+    z3_mb_t = (2 + z3_regather) * ag_t + rs_t
     # inside torch.distributed.pipelining the gathered weights stay gathered after a stage's first
     # backward: the step gathers and reduce-scatters about once, not per micro-batch (the warm-up
     # forwards before that first backward gather again; not counted)
@@ -184,7 +188,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     z3_exposed = z3_n * hw.exposed(z3_mb_t, t_stage)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,
-                        np.where(zero >= 3, z3_n * ((2 + (full | op)) * ag_moved + rs_moved), n_red * red_moved + ag_moved))
+                        np.where(zero >= 3, z3_n * ((2 + z3_regather) * ag_moved + rs_moved), n_red * red_moved + ag_moved))
     # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
     # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
     # two ranks, V x h / tp gradients), on the critical path before the optimizer step.

@@ -168,8 +168,19 @@ def neox_tflops(plan, q: "Query") -> float:
     return plan.prediction.tokens_per_s * per_token / plan.hardware.gpus / 1e12
 
 
+def tokens_per_s_per_gpu(plan, q: "Query") -> float:
+    return plan.prediction.tokens_per_s / plan.hardware.gpus
+
+
+def memory_gib(plan, q: "Query") -> float:
+    """The predicted peak per GPU in GiB (the allocator's view: no CUDA context or NCCL buffers; a run's
+    reserved peak adds the caching allocator's slack to it)."""
+    return plan.prediction.memory_bytes_per_gpu.total / 2**30
+
+
 METRICS: dict[str, Callable] = {"mfu_causal": mfu_causal, "sc21_eq3_tflops": sc21_eq3_tflops,
-                                "neox_tflops": neox_tflops}
+                                "neox_tflops": neox_tflops, "tokens_per_s_per_gpu": tokens_per_s_per_gpu,
+                                "memory_gib": memory_gib}
 
 
 def metric_value(plan, q: "Query") -> float:
@@ -382,6 +393,31 @@ def mt_nlg_530b(d: dict) -> Iterable[Query]:
                     grad_accumulation_fusion=False, p2p_scatter_gather=False, pin_variants=variants)
 
 
+def torchtitan_2024_h100(d: dict) -> Iterable[Query]:
+    """torchtitan's published Llama 3.1 8B 1D-FSDP runs (docs/performance.md, Tables 1 and 3) on Meta's
+    500 W H100 96GB HBM2e (benchmarks/reference/profiles/h100-hbm2e-96gb-500w.toml: the SXM peak, which
+    the source says is an upper bound).  Pinned, as published: tp 1, pp 1, cp 1, dp = all GPUs with
+    FSDP2 (ZeRO 3), micro-batch 2, torchtitan's op-level selective checkpointing (selective-op), no SP,
+    no offload, fused SDPA attention, fp32 reduce (master-weights), framework torchtitan.  Only the plain
+    FSDP rows: the model has no torch.compile or Float8 terms.  Two metrics per row: tokens/s per GPU,
+    and memory against the logged peak reserved GiB (the model predicts allocated bytes)."""
+    prof = str(reference_dir() / "profiles" / "h100-hbm2e-96gb-500w.toml")
+    spec = ModelSpec(name="llama3.1-8b", arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
+                     vocab=128256)
+    c = d["common"]
+    for r in d["rows"]:
+        if not r["modelled"]:
+            continue
+        pins = Pins(tp=1, pp=1, cp=1, dp=r["gpus"], mbs=c["local_batch_size"], zero=3, recompute="selective-op",
+                    sp=False, vpp=1, schedule="1f1b", offload="none")
+        for metric, published in (("tokens_per_s_per_gpu", r["tps_per_gpu"]), ("memory_gib", r["memory_gib"])):
+            yield Query(label=f"8B {r['gpus']}gpu {r['techniques']}", spec=spec, gpus=r["gpus"], hardware=prof,
+                        seq_len=c["seq_len"], global_batch_size=r["global_batch_size"], metric=metric,
+                        published=published, dtype="bf16", precision="master-weights", flash_attention=True,
+                        overlap_grad_reduce=True, grad_accumulation_fusion=False, p2p_scatter_gather=False,
+                        fused_cross_entropy=False, framework="torchtitan", pin_variants=[pins])
+
+
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "megatron_sc21_table1": megatron_sc21_table1,
     "megatron_h100_2024": megatron_h100_2024,
@@ -392,12 +428,14 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "mt_nlg_530b": mt_nlg_530b,
     "opt_175b": opt_175b,
     "gpt_neox_20b": gpt_neox_20b,
+    "torchtitan_2024_h100": torchtitan_2024_h100,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
 FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction"}
 # Sets the reference README calls low-detail / plausibility checks (a peak, or an unverified figure).
 PLAUSIBILITY_ONLY = {"opt_175b": "published figure is an 'up to' peak with unknown FLOP convention",
-                     "gpt_neox_20b": "117 TFLOP/s found only in a secondary summary; FLOP convention unknown"}
+                     "gpt_neox_20b": "117 TFLOP/s found only in a secondary summary; FLOP convention unknown",
+                     "torchtitan_2024_h100": "500 W H100 96GB of unknown peak (between NVL and SXM; the SXM peak is used)"}
 
 
 def _recommend_kwargs(q: Query, hardware_override: str | None) -> dict:

@@ -105,12 +105,13 @@ def test_mt_nlg_published_tflops_follow_from_iteration_times():
 
 
 def test_scatter_gather_only_for_megatron_pipelines(cases):
-    """Megatron sets send 1/tp slices between stages; the DeepSpeed pipeline sets send whole tensors."""
+    """Megatron sets send 1/tp slices between stages; the DeepSpeed pipeline sets send whole tensors (and
+    torchtitan's 1D FSDP runs have no pipeline to send over)."""
     for c in cases:
         if c.plan is None:
             continue
-        deepspeed = c.set_name in ("bloom_176b", "gpt_neox_20b", "mt_nlg_530b")
-        assert c.plan.training.p2p_scatter_gather is (not deepspeed), (c.set_name, c.label)
+        whole = c.set_name in ("bloom_176b", "gpt_neox_20b", "mt_nlg_530b", "torchtitan_2024_h100")
+        assert c.plan.training.p2p_scatter_gather is (not whole), (c.set_name, c.label)
 
 
 def test_reference_sets_ship_with_the_package():
@@ -121,6 +122,8 @@ def test_reference_sets_ship_with_the_package():
     assert spec is not None and spec.submodule_search_locations
     shipped = Path(list(spec.submodule_search_locations)[0])
     assert {p.name for p in shipped.glob("*.json")} == {p.name for p in reference_dir().glob("*.json")}
+    # and the profiles a set's runs used (torchtitan's 500 W H100)
+    assert {p.name for p in shipped.glob("profiles/*.toml")} == {p.name for p in reference_dir().glob("profiles/*.toml")}
 
 
 @pytest.mark.parametrize("name", ["korthikanti2022_selective_recompute", "megatron_sc21_table2_zero3",

@@ -1,0 +1,63 @@
+"""Run under torchrun (2 ranks, gloo): FSDP2 all-gathers per block and step, for each recompute mode.
+
+Three parplan llama blocks, each fully_shard'ed, under a root; the blocks run plain, under full
+recompute (non-reentrant checkpoint) and under op-level selective checkpointing.  Prints one JSON line
+on rank 0: {mode: {block: all-gathers in the second step}} from FSDP2's own profiler ranges."""
+import collections
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.utils.checkpoint import checkpoint
+
+from parallel_layers.model import Block, ModelConfig, init_parameters, op_sac_context
+
+MODES = ("none", "full", "selective-op")
+
+
+class Root(torch.nn.Module):
+    def __init__(self, cfg, mode):
+        super().__init__()
+        self.mode = mode
+        self.blocks = torch.nn.ModuleList([Block(cfg, i, None, False, "none") for i in range(cfg.layers)])
+        self.head = torch.nn.Linear(cfg.hidden, cfg.hidden)
+
+    def forward(self, h):
+        for b in self.blocks:
+            if self.mode == "full":
+                h = checkpoint(b, h, use_reentrant=False)
+            elif self.mode == "selective-op":
+                h = checkpoint(b, h, use_reentrant=False, context_fn=op_sac_context)
+            else:
+                h = b(h)
+        return self.head(h)
+
+
+def main() -> int:
+    dist.init_process_group("gloo")
+    cfg = ModelConfig(arch="llama", layers=3, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=64, head_dim=16,
+                      tied_embeddings=False, max_seq_len=16)
+    out = {}
+    for mode in MODES:
+        root = Root(cfg, mode)
+        init_parameters(root.blocks, 0)
+        for b in root.blocks:
+            fully_shard(b)
+        fully_shard(root)
+        x = torch.randn(2, 16, cfg.hidden, requires_grad=True)
+        for _ in range(2):  # the second step is counted
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                root(x).sum().backward()
+        names = collections.Counter(e.name for e in prof.events())
+        out[mode] = {f"blocks.{i}": names.get(f"FSDP::all_gather (blocks.{i})", 0) for i in range(cfg.layers)}
+    if dist.get_rank() == 0:
+        print("FSDP2_GATHERS " + json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -96,7 +96,7 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
     return gemm + softmax_fwd + drop, 2 * gemm + 1.5 * softmax_fwd + drop
 
 
-def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool = False):
+def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool = False, fused: bool = True):
     """(forward, backward, activation-function forward) seconds of the memory-bound kernels of
     one block.
 
@@ -108,17 +108,35 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
       GeLU + bias (gpt): read, write                         2 ffn/tp
       hidden dropout fused into the residual add (Megatron bias-dropout-add): the 1-byte mask of
       each of the 2 dropouts is written forward and read backward                (2h bytes)
-    Backward moves about twice the forward's bytes (gradient in, gradient out, saved input)."""
+    Backward moves about twice the forward's bytes (gradient in, gradient out, saved input).
+
+    fused=False: eager PyTorch, one pass per op, as torchtitan's llama runs without training.compile
+    (torchtitan/models/llama at 9dec370, 2024-12; a = act_bytes, per element, forward):
+      RMSNorm x.float(), pow(2), mean, x * rsqrt, type_as, * weight (fp32 in between)   28 + 4a  per h, x2
+        (gpt: torch's LayerNorm is one native kernel even in eager: 2a)
+      residual adds                                                                      3a per h, x2
+      rotary as a complex fp32 multiply: float(), complex mul, type_as                   24 + 2a per q/k element
+      GQA: repeat_kv materialises K and V at the query width (kv_heads < heads)         a (2 kvw + 2 qw)
+      attention output transpose(1, 2).contiguous()                                     2a per q element
+      SwiGLU silu(w1 x) * (w3 x): two kernels (gpt: GeLU, one)                           5a per ffn (gpt 2a)
+    For a Llama 3 8B block in bf16 that is 3.5x the fused bytes."""
     tokens = lay.mbs * m.seq_len / lay.cp
     seq_split = np.where(lay.sp > 0, lay.tp, 1)
-    outside = 10 * m.hidden / seq_split
-    if m.arch == "llama":
-        inside = (2 * (m.q_width + m.kv_width) + 3 * m.ffn) / lay.tp
+    a = act_bytes
+    llama = m.arch == "llama"
+    if fused:
+        outside = 10 * m.hidden / seq_split * a
+        inside = ((2 * (m.q_width + m.kv_width) + 3 * m.ffn) if llama else 2 * m.ffn) / lay.tp * a
+        act_elems = (3 if llama else 2) * m.ffn / lay.tp * a
     else:
-        inside = 2 * m.ffn / lay.tp
-    fwd = tokens * ((outside + inside) * act_bytes + (2 * m.hidden / seq_split if dropout else 0.0)) / hw.hbm_bytes_per_s
-    act_elems = 3 * m.ffn / lay.tp if m.arch == "llama" else 2 * m.ffn / lay.tp
-    activation_fwd = tokens * act_elems * act_bytes / hw.hbm_bytes_per_s
+        norm = (28 + 4 * a) if llama else 2 * a
+        outside = 2 * (norm + 3 * a) * m.hidden / seq_split
+        gqa = a * 2 * (m.kv_width + m.q_width) if (llama and m.kv_heads < m.heads) else 0.0
+        attn = ((24 + 2 * a) * (m.q_width + m.kv_width) if llama else 0.0) + gqa + 2 * a * m.q_width
+        act_elems = (5 if llama else 2) * a * m.ffn / lay.tp
+        inside = attn / lay.tp + act_elems
+    fwd = tokens * (outside + inside + (2 * m.hidden / seq_split if dropout else 0.0)) / hw.hbm_bytes_per_s
+    activation_fwd = tokens * act_elems / hw.hbm_bytes_per_s
     return fwd, 2 * fwd, activation_fwd
 
 
@@ -163,12 +181,12 @@ def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per
     return on_gpu + off
 
 
-def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False):
+def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True):
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the
     parts the communication model needs to know about (GEMM time it can overlap with)."""
     mm_f, mm_b = layer_matmul_time(m, lay, hw)
     at_f, at_b = attention_core_time(m, lay, hw, flash, dropout)
-    el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout)
+    el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout, fused)
     fwd = mm_f + at_f + el_f
     full = lay.recompute == REC_FULL
     selective = lay.recompute == REC_SELECTIVE

@@ -110,6 +110,9 @@ class TrainingConsts:
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit
+    # a block's pointwise work (norms, rotary, activation) runs as fused kernels (Megatron/apex, torch.compile:
+    # parplan launch compiles its blocks on cuda) or as eager PyTorch ops (compute.layer_elementwise_time)
+    fused_elementwise: bool = True
 
     @property
     def act_bytes(self) -> int:

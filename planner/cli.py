@@ -168,6 +168,7 @@ _MODEL_OPTIONS = [
     ("zero2_grad_reduce", Optional[str], None, ("--zero2-grad-reduce",), "When ZeRO-2 reduces gradients: per-step (once, full gradients held through the backward: parplan's runtime) or per-micro-batch (as produced, sharded: DeepSpeed stage 2). Default: the framework's."),
     ("grad_accumulation_fusion", Optional[bool], None, ("--grad-accumulation-fusion/--no-grad-accumulation-fusion",), "Model Megatron's fused fp32 gradient accumulation (off: a separate upcast/add pass per micro-batch, as parplan's runtime). Default: the framework's."),
     ("p2p_scatter_gather", Optional[bool], None, ("--p2p-scatter-gather/--no-p2p-scatter-gather",), "Model Megatron's scatter/gather of pipeline sends without SP (each TP rank sends 1/tp, then all-gathers); off: full tensors, as parplan's runtime and DeepSpeed. Default: the framework's."),
+    ("fused_elementwise", Optional[bool], None, ("--fused-elementwise/--no-fused-elementwise",), "Model the blocks' pointwise work (norms, rotary, SwiGLU) as fused kernels (Megatron, torch.compile; parplan launch on cuda); off: eager PyTorch ops (torchtitan without training.compile). Default: the framework's."),
     ("fused_cross_entropy", Optional[bool], None, ("--fused-cross-entropy/--no-fused-cross-entropy",), "Model Megatron's in-place vocab-parallel cross-entropy (16-bit logits + 4 B per logit); off: an autograd cross-entropy over fp32 logits, 12 B per logit at its backward (parplan's runtime, torchtitan). Default: the framework's."),
 ]
 

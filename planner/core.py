@@ -49,7 +49,8 @@ def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
 # Training fields that describe the framework rather than the job: recommend() takes them as keywords,
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
-               "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy")
+               "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
+               "fused_elementwise")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
@@ -78,7 +79,7 @@ FRAMEWORK_DEFAULTS: dict[str, dict] = {
                  "fused_cross_entropy": True},
     "deepspeed": {"zero1_grad_reduce": "reduce-scatter", "zero2_grad_reduce": "per-micro-batch",
                   "fused_cross_entropy": True},
-    "torchtitan": {},
+    "torchtitan": {"fused_elementwise": False},  # torchtitan's training.compile defaults to false
 }
 
 
@@ -94,7 +95,8 @@ def training_consts(tr: Training) -> TrainingConsts:
                           sp_saves_gathered_input=tr.framework == "torchtitan",
                           cp_saves_gathered_kv=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
-                          p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy)
+                          p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
+                          fused_elementwise=tr.fused_elementwise)
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):

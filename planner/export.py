@@ -440,6 +440,7 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
             ("steps", steps),
             ("mixed_precision_param", mp_param),
             ("mixed_precision_reduce", "float32"),
+            ("compile", bool(t.fused_elementwise)),
             ("enable_cpu_offload", p.offload == "optimizer"),
             ("seed", t.seed),
         ]),

@@ -105,6 +105,11 @@ class Training(Strict):
         "autograd cross-entropy over an fp32 upcast (parplan's runtime, torchtitan): the saved fp32 log-softmax plus "
         "two fp32 logit-sized tensors in its backward, 12 B per logit (measured: an H100 allocator snapshot, "
         "benchmarks/results/2026-11-22-h100/snapshots).")
+    fused_elementwise: bool = Field(
+        True, description="The blocks' pointwise work (norms, rotary, SwiGLU) runs as fused kernels: Megatron's and "
+        "apex's, or torch.compile's (parplan launch compiles each block on cuda; torchtitan with training.compile). "
+        "Off = eager PyTorch ops, each a pass over memory (RMSNorm in fp32, complex rotary, the GQA key/value copy: "
+        "about 3.5x the bytes of a llama block's fused pointwise work, cost_models.compute.layer_elementwise_time).")
     tokens: Optional[float] = Field(None, gt=0, description="Total training tokens, for time-to-train.")
     seed: int = Field(1234, description="Seed of the logical weights and synthetic data.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate used by `parplan launch`.")

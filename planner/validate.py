@@ -46,6 +46,7 @@ class Query:
     grad_accumulation_fusion: bool = True  # Megatron-LM's default unless a set says otherwise
     p2p_scatter_gather: bool = True  # Megatron-LM's default unless a set says otherwise
     fused_cross_entropy: bool = True  # Megatron's vocab-parallel cross-entropy (every published stack here uses it)
+    fused_elementwise: bool = True  # fused pointwise kernels (Megatron, DeepSpeed's Megatron fork, torch.compile)
     # the stack flags above are all explicit; the framework still decides what is not a flag: ZeRO-3's
     # memory (FSDP2 vs DeepSpeed stage 3) and torch.distributed.pipelining's per-micro-batch buffers
     framework: str = "megatron"
@@ -398,9 +399,11 @@ def torchtitan_2024_h100(d: dict) -> Iterable[Query]:
     500 W H100 96GB HBM2e (benchmarks/reference/profiles/h100-hbm2e-96gb-500w.toml: the SXM peak, which
     the source says is an upper bound).  Pinned, as published: tp 1, pp 1, cp 1, dp = all GPUs with
     FSDP2 (ZeRO 3), micro-batch 2, torchtitan's op-level selective checkpointing (selective-op), no SP,
-    no offload, fused SDPA attention, fp32 reduce (master-weights), framework torchtitan.  Only the plain
-    FSDP rows: the model has no torch.compile or Float8 terms.  Two metrics per row: tokens/s per GPU,
-    and memory against the logged peak reserved GiB (the model predicts allocated bytes)."""
+    no offload, fused SDPA attention, fp32 reduce (master-weights), framework torchtitan; the "FSDP" rows
+    run eager (fused_elementwise off: torchtitan's training.compile default), the "+ torch.compile" rows
+    fused.  The Float8 rows are not modelled (no fp8 tensor-core term).  Two metrics per row: tokens/s per
+    GPU, and memory against the logged peak reserved GiB (the model predicts allocated bytes, the same with
+    and without compile)."""
     prof = str(reference_dir() / "profiles" / "h100-hbm2e-96gb-500w.toml")
     spec = ModelSpec(name="llama3.1-8b", arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
                      vocab=128256)
@@ -415,7 +418,8 @@ def torchtitan_2024_h100(d: dict) -> Iterable[Query]:
                         seq_len=c["seq_len"], global_batch_size=r["global_batch_size"], metric=metric,
                         published=published, dtype="bf16", precision="master-weights", flash_attention=True,
                         overlap_grad_reduce=True, grad_accumulation_fusion=False, p2p_scatter_gather=False,
-                        fused_cross_entropy=False, framework="torchtitan", pin_variants=[pins])
+                        fused_cross_entropy=False, fused_elementwise="compile" in r["techniques"],
+                        framework="torchtitan", pin_variants=[pins])
 
 
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {

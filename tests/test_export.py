@@ -303,3 +303,11 @@ def test_op_level_selective_recompute_exports_as_torchtitans_own_mode():
     args = megatron_args(export_plan(plan, "megatron"))
     assert args["--recompute-granularity"] == "full"
     assert any("selective-op" in n for n in export_notes(plan, "megatron"))
+
+
+def test_torchtitan_compile_follows_fused_elementwise():
+    """The prediction's pointwise model (fused kernels or eager ops) is what the exported job runs."""
+    plan = llama_plan()
+    for fused in (True, False):
+        p = plan.model_copy(update={"training": plan.training.model_copy(update={"fused_elementwise": fused})})
+        assert tomllib.loads(export_plan(p, "torchtitan"))["training"]["compile"] is fused

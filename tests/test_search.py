@@ -225,7 +225,7 @@ def test_recommend_takes_every_stack_flag_and_rejects_others():
     spec = load_preset("tiny-llama-test")
     flags = dict(flash_attention=False, overlap_grad_reduce=False, overlap_tp_comm=True, dropout=True,
                  zero1_grad_reduce="reduce-scatter", zero2_grad_reduce="per-micro-batch", grad_accumulation_fusion=True,
-                 p2p_scatter_gather=True, fused_cross_entropy=True)
+                 p2p_scatter_gather=True, fused_cross_entropy=True, fused_elementwise=False)
     assert set(flags) == set(STACK_FLAGS)
     plan = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, **flags)
     assert stack_flags(plan.training) == {"framework": "parplan", **flags}
@@ -328,3 +328,23 @@ def test_op_level_selective_sits_between_none_and_full():
     hfu_over_mfu = {rc: p.hfu / p.mfu for rc, p in got.items()}
     assert mem["full"] < mem["selective-op"] < mem["none"]
     assert 1.0 == hfu_over_mfu["none"] < hfu_over_mfu["selective-op"] < hfu_over_mfu["full"]
+
+
+def test_eager_pointwise_work_is_slower_than_fused():
+    """torchtitan without training.compile runs a llama block's norms, rotary and SwiGLU as eager ops
+    (compute.layer_elementwise_time: 3.5x the fused bytes for Llama 3 8B); the framework's default is
+    eager and --fused-elementwise puts it back."""
+    from cost_models.compute import layer_elementwise_time
+    from cost_models.layout import Layout, ModelDims
+    m = ModelDims.from_spec(load_preset("llama3-8b"), 8192)
+    lay = Layout(gpus=8, tp=1, pp=1, dp=8, cp=1, vpp=1, mbs=2, zero=3, recompute=0, sp=0, schedule=1, offload=0)
+    hw = type("HW", (), {"hbm_bytes_per_s": 1.0})()
+    fused, eager = (layer_elementwise_time(m, lay, hw, 2, False, f)[0] for f in (True, False))
+    assert eager / fused == pytest.approx(667648 / 188416)  # bytes per token, from the docstring's table
+    pins = Pins(tp=1, pp=1, dp=8, mbs=2, zero=3, recompute="selective-op", offload="none")
+    spec = load_preset("llama3-8b")
+    tt = recommend(spec, 8, framework="torchtitan", pins=pins, seq_len=8192, global_batch_size=16)
+    compiled = recommend(spec, 8, framework="torchtitan", pins=pins, seq_len=8192, global_batch_size=16,
+                         fused_elementwise=True)
+    assert tt.training.fused_elementwise is False and compiled.training.fused_elementwise is True
+    assert compiled.prediction.step_time_s < 0.9 * tt.prediction.step_time_s

@@ -9,7 +9,8 @@ committed.  Run on a machine with one GPU:
 Writes <out>/<name>/{plan.json,report.json,command.txt} and <out>/summary.md.  Entries cover the
 issues' grid: three llama sizes x micro-batch 1/4 x recompute none/full, a gpt size, selective
 recompute at one size, the issue-3 MFU model (hidden 2048, 24 layers, 16 heads, 8 kv, ffn 5632,
-vocab 32000, seq 2048, micro-batch 4) and a model that only fits with full recomputation.
+vocab 32000, seq 2048, micro-batch 4), op-level selective recompute and eager pointwise work at 1.3B, and a
+model that only fits with more recomputation than selective.
 """
 from __future__ import annotations
 
@@ -50,7 +51,13 @@ def grid() -> list[tuple[str, list[str]]]:
     out.append(("issue3-mfu", ["--layers", "24", "--hidden", "2048", "--heads", "16", "--kv-heads", "8",
                                "--ffn-hidden", "5632", "--vocab", "32000", "--seq-len", "2048", "--mbs", "4",
                                "--global-batch-size", "8"]))
-    # fits one H100 only with full recomputation (the planner must choose it)
+    # torchtitan's op-level selective checkpointing, and eager pointwise work (the plan says
+    # fused_elementwise false, so launch does not compile): the two terms added 2026-11-23, not yet on a GPU
+    llama13 = ["--layers", "24", "--hidden", "2048", "--heads", "16", "--kv-heads", "8", "--ffn-hidden", "5632",
+               "--vocab", "32000", "--seq-len", "2048", "--mbs", "4", "--global-batch-size", "4"]
+    out.append(("llama-1.3b-mbs4-selective-op", llama13 + ["--recompute", "selective-op"]))
+    out.append(("llama-1.3b-mbs4-none-eager", llama13 + ["--recompute", "none", "--no-fused-elementwise"]))
+    # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",
                                     "--global-batch-size", "4"]))

@@ -355,7 +355,7 @@ def launch(
     checkpoint_every: int = typer.Option(0, "--checkpoint-every"),
     resume: bool = typer.Option(False, "--resume"),
     compile_blocks: Optional[bool] = typer.Option(None, "--compile/--no-compile",
-                                                  help="torch.compile each block (default: on for cuda, off for cpu)."),
+                                                  help="torch.compile each block (default: on for cuda unless the plan models eager pointwise work, --no-fused-elementwise; off for cpu)."),
     memory_snapshot: Optional[str] = typer.Option(None, "--memory-snapshot", help="Directory: record the CUDA "
                                                   "allocator's history (slows the run) and dump it per rank, for "
                                                   "pytorch.org/memory_viz or benchmarks/memory_peak.py; on cpu, "

@@ -415,7 +415,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
            checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None,
            memory_snapshot: str | None = None) -> int:
     """Check the plan against this machine and run it with torchrun; returns the exit code.
-    compile: torch.compile each block (None = on for cuda, off for cpu)."""
+    compile: torch.compile each block (None = on for cuda when the plan models fused pointwise work,
+    training.fused_elementwise, as it does by default; off for cpu)."""
     import importlib.util
     import json
 
@@ -448,7 +449,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     argv = torchrun_argv(str(plan_path), nproc=nproc, steps=steps, device=device, report=report_path, nnodes=nnodes,
                          node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, checkpoint_dir=checkpoint_dir,
                          checkpoint_every=checkpoint_every, resume=resume, data=data,
-                         compile_blocks=(device == "cuda") if compile is None else compile,
+                         compile_blocks=(device == "cuda" and plan.training.fused_elementwise) if compile is None else compile,
                          memory_snapshot=memory_snapshot)
     failed = [c for c in checks if not c.ok]
     if dry_run:

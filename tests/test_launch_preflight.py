@@ -262,3 +262,16 @@ def test_rank_kind_memory_matches_each_kind_with_its_pipeline_rank():
     assert L.rank_kind_memory(_report(1, 1, "1f1b", [10.0], {"first": 10.0}) | {
         "prediction": {"memory_bytes_per_gpu": {"total": 10.0, "by_stage": None}}}) is None
     assert L.rank_kind_memory({**gpu, "error": {"peak_memory": None}}) is None
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_cuda_compiles_blocks_when_the_plan_models_fused_pointwise_work(tmp_path, capsys, monkeypatch, fused):
+    """On cuda the runtime compiles each block by default, which is what the cost model's fused pointwise
+    term assumes; a plan predicted with eager pointwise work (--no-fused-elementwise) runs eager."""
+    plan = tiny_plan(tp=1, pp=1, dp=1)
+    plan = plan.model_copy(update={"training": plan.training.model_copy(update={"fused_elementwise": fused})})
+    path = write_plan(plan, tmp_path / "plan.json")
+    monkeypatch.setattr(L, "resolve_device", lambda device, machine: ("cuda", L.Check("device", True, "cuda (test)")))
+    assert L.launch(path, dry_run=True) == 0
+    out, _ = capsys.readouterr()
+    assert ("--compile" in out.split()) is fused

@@ -71,9 +71,16 @@ NOTES = [
     "Overlap: every overlapped collective (DP gradients, ZeRO gathers, CP K/V, TP with --tp-comm-overlap) "
     "slows the compute beside it by the profiles' overlap_compute_slowdown (0.189, the average measured in "
     "arXiv 2507.03114). Adding it moved the H100 fit from 0.72 (median 4.0%, max 12.8%, Spearman 0.07) to "
-    "0.83 (3.0%, 11.0%, 0.88), OPT-175B from +25.2% to +14.0% and Llama 3 from 9.0% to 4.3% median.",
+    "0.83 (3.0%, 11.0%, 0.88), OPT-175B from +25.2% to +14.0% and Llama 3 from 9.0% to 4.3% median. "
+    "OPT then moved to +17.0% when FSDP stopped being charged a third gather per recomputed block "
+    "(2026-11-23: FSDP2 gathers a block twice a step whatever the recompute, tests/test_runtime_fsdp2_gathers.py).",
     "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "
     "plausibility checks and should not be read as accuracy.",
+    "torchtitan_2024_h100 ran on 500 W H100 96GB HBM2e whose peak the source puts between SXM and NVL without "
+    "a number: the profile takes the SXM peak (an upper bound on throughput). With the NVL peak (835 TFLOP/s) "
+    "the four tokens/s rows read +2.0 / +5.8 / -1.9 / +0.1% (eager 8 GPUs, compiled 8, eager 128, compiled 128); "
+    "every published figure is below its SXM prediction and within 6% of its NVL one. Its memory is the "
+    "logged peak reserved; the model predicts allocated. A plausibility check, not a fit.",
     "Dropout: the Megatron/DeepSpeed GPT runs (SC21, Korthikanti, H100 2024, OPT) trained with dropout "
     "(Megatron's default 0.1); the planner models its masks and memory passes when `dropout` is set "
     "(BLOOM and GPT-NeoX-20B used none). With dropout and unfused attention the activation model is "

@@ -527,7 +527,7 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
 
 
 HOST_BLOCKS = (2, 10)  # block counts of the two host-dispatch runs; their difference isolates one block
-HOST_MODES = ("none", "selective", "full")
+HOST_MODES = ("none", "selective", "full", "selective-op")
 
 
 def _host_probe_plan(blocks: int, recompute: str, device_type: str):
@@ -777,7 +777,7 @@ def _print_device_summary(console, base, prof, s) -> None:
         ("hbm GB/s x efficiency", f"{base.hbm_gbytes_per_s:g} x {base.hbm_efficiency:.3f}",
          f"{prof.hbm_gbytes_per_s:g} x {prof.hbm_efficiency:.3f}"),
         ("host link GB/s", f"{base.host_link_gbytes_per_s:g}", f"{prof.host_link_gbytes_per_s:g}"),
-        ("host ms per block (none/sel/full)",
+        ("host ms per block (none/sel/full/op)",
          " / ".join(f"{base.host_block_s[k] * 1e3:.2f}" for k in HOST_MODES if k in base.host_block_s) or "-",
          " / ".join(f"{prof.host_block_s[k] * 1e3:.2f}" for k in HOST_MODES if k in prof.host_block_s) or "-"),
         ("nvlink efficiency / latency", f"{base.nvlink.efficiency:g} / {base.nvlink.latency_s:.2g} s",

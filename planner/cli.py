@@ -545,6 +545,8 @@ def sweep(
 def validate(
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Reference set name (repeatable); default all."),
     reference_dir: Optional[str] = typer.Option(None, "--reference-dir", help="Folder of reference JSON files."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="Predict every run on this profile (name or "
+                                           "path) instead of its set's: e.g. the other bound of an unknown peak."),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Predicted against published for every reference set (per run, median and max error)."""
@@ -560,7 +562,13 @@ def validate(
         if unknown:
             raise UserError(f"unknown reference set {unknown[0]!r}; available: {', '.join(names)}")
         names = list(sets)
-    cases = validate_all(names, directory)
+    if hardware is not None:
+        from .core import PlannerError, load_hardware
+        try:
+            load_hardware(hardware)
+        except PlannerError as e:
+            raise UserError(str(e)) from None
+    cases = validate_all(names, directory, hardware)
     summary = summarize(cases)
     if as_json:
         _write_json({"cases": [{"set": c.set_name, "run": c.label, "metric": c.metric, "published": c.published,

@@ -83,6 +83,19 @@ FRAMEWORK_DEFAULTS: dict[str, dict] = {
 }
 
 
+def _framework_choices(pins: Pins, axis: str, offered: tuple[str, ...] | None, why: str, instead: str) -> Pins:
+    """Limit an axis (schedule, recompute) to what the framework runs: a pin outside it is an error, an
+    unpinned axis searches only those (Pins.schedules / Pins.recomputes)."""
+    if not offered:
+        return pins
+    pinned = getattr(pins, axis)
+    if pinned is None:
+        return replace(pins, **{axis + "s": offered})
+    if pinned not in offered:
+        raise PlannerError(f"--{axis} {pinned} {why}; use one of {', '.join(offered)}, or {instead}")
+    return pins
+
+
 def training_consts(tr: Training) -> TrainingConsts:
     return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
                           flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
@@ -218,18 +231,11 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if framework not in FRAMEWORK_DEFAULTS:
         raise PlannerError(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORK_DEFAULTS)}")
     stack = {**FRAMEWORK_DEFAULTS[framework], **{k: v for k, v in stack.items() if v is not None}}
-    offered = FRAMEWORK_SCHEDULES[framework]
-    if offered and pins.schedule is not None and pins.schedule not in offered:
-        raise PlannerError(f"--schedule {pins.schedule} is not a {framework} schedule; use one of "
-                           f"{', '.join(offered)}, or another --framework")
-    if offered and pins.schedule is None:
-        pins = replace(pins, schedules=offered)
-    recs = FRAMEWORK_RECOMPUTES[framework]
-    if recs and pins.recompute is not None and pins.recompute not in recs:
-        raise PlannerError(f"--recompute {pins.recompute} is torchtitan's op-level selective checkpointing, which "
-                           f"{framework} does not have; use one of {', '.join(recs)}, or --framework torchtitan or parplan")
-    if recs and pins.recompute is None:
-        pins = replace(pins, recomputes=recs)
+    pins = _framework_choices(pins, "schedule", FRAMEWORK_SCHEDULES[framework],
+                              f"is not a {framework} schedule", "another --framework")
+    pins = _framework_choices(pins, "recompute", FRAMEWORK_RECOMPUTES[framework],
+                              f"is torchtitan's op-level selective checkpointing, which {framework} does not have",
+                              "--framework torchtitan or parplan")
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
         raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")

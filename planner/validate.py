@@ -510,12 +510,13 @@ def available_sets(directory: Path | None = None) -> list[str]:
     return [n for n in ADAPTERS if (directory / f"{n}.json").exists()]
 
 
-def validate_all(names: list[str] | None = None, directory: Path | None = None) -> list[Case]:
+def validate_all(names: list[str] | None = None, directory: Path | None = None,
+                 hardware_override: str | None = None) -> list[Case]:
     directory = directory or reference_dir()
     out = []
     for name in names or available_sets(directory):
         with open(directory / f"{name}.json", encoding="utf-8") as f:
-            out.extend(validate_set(name, json.load(f)))
+            out.extend(validate_set(name, json.load(f), hardware_override))
     return out
 
 

@@ -15,7 +15,8 @@ from planner.schema import ModelSpec
 SHAPES = {"llama": dict(hidden=128, heads=4, kv_heads=2, ffn=352), "gpt": dict(hidden=128, heads=4, kv_heads=4, ffn=512)}
 
 
-def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int) -> int:
+def _stage(arch: str, recompute: str, s: int, layers: int) -> StageModule:
+    """A middle pipeline stage (no embedding, no head) of the runtime's blocks, initialised."""
     d = SHAPES[arch]
     cfg = ModelConfig(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                       ffn_hidden=d["ffn"], vocab=100, head_dim=d["hidden"] // d["heads"], tied_embeddings=False,
@@ -23,6 +24,11 @@ def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int) -> int:
     stage = StageModule(cfg, list(range(layers)), first=False, last=False, tp_group=None, sp=False,
                         recompute=recompute)
     init_parameters(stage, 0)
+    return stage
+
+
+def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int) -> int:
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers)
     params = {p.data_ptr() for p in stage.parameters()}
     seen = {}
 
@@ -62,13 +68,7 @@ def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int) -
     selective checkpointing caches its saved outputs itself, out of saved_tensors_hooks' sight)."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
-    d = SHAPES[arch]
-    cfg = ModelConfig(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
-                      ffn_hidden=d["ffn"], vocab=100, head_dim=d["hidden"] // d["heads"], tied_embeddings=False,
-                      max_seq_len=s)
-    stage = StageModule(cfg, list(range(layers)), first=False, last=False, tp_group=None, sp=False,
-                        recompute=recompute)
-    init_parameters(stage, 0)
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers)
     x = torch.randn(b, s, d["hidden"], requires_grad=True)
     stage(x)  # once untraced: rotary tables and other per-shape caches
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.validate import ADAPTERS, available_sets, reference_dir, summarize, validate_all
+from planner.validate import ADAPTERS, available_sets, reference_dir, summarize, validate_all, validate_set
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +134,26 @@ def test_other_published_sets_meet_the_12_percent_median_bar(summary, name):
     accurate"); a regression on any of these fails here."""
     assert summary[name]["median_abs_error"] <= 0.12, summary[name]
     assert summary[name]["fitted"] is None  # no profile parameter fitted to them
+
+
+def test_torchtitan_throughput_lies_between_its_two_peak_bounds(cases):
+    """torchtitan's 500 W H100s have a peak "between SXM and NVL": the set's profile takes the SXM peak
+    (an upper bound on tokens/s), the -nvl-peak profile the other end.  Every published tokens/s row is
+    below its SXM prediction and within 6 % of its NVL one (+2.0 / +5.8 / -1.9 / +0.1 % on 2026-11-23)."""
+    nvl = reference_dir() / "profiles" / "h100-hbm2e-96gb-500w-nvl-peak.toml"
+    with open(reference_dir() / "torchtitan_2024_h100.json", encoding="utf-8") as f:
+        low = {c.label: c for c in validate_set("torchtitan_2024_h100", json.load(f), str(nvl))
+               if c.metric == "tokens_per_s_per_gpu"}
+    high = {c.label: c for c in cases if c.set_name == "torchtitan_2024_h100" and c.metric == "tokens_per_s_per_gpu"}
+    assert len(high) == len(low) == 4
+    for label, c in high.items():
+        assert c.published < c.predicted, label
+        assert abs(low[label].error) < 0.06, (label, low[label].error)
+        assert low[label].predicted < c.predicted
+
+
+def test_validate_cli_takes_another_profile(capsys):
+    from planner.cli import main
+    assert main(["validate", "--set", "torchtitan_2024_h100", "--hardware", "no-such-gpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown hardware profile" in err

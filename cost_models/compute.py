@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, ModelDims
+from .params import op_sac_recomputed_matmuls
 
 
 def gemm_time(flops, hw):
@@ -51,13 +52,13 @@ def layer_matmul_time(m: ModelDims, lay, hw):
 
 def op_sac_recompute_gemm_time(m: ModelDims, lay, hw):
     """Seconds of the forward GEMMs torchtitan's op-level selective checkpointing re-runs in one
-    block's backward (params.op_sac_recomputed_matmul_params): llama's K projection, attention output
-    projection and up projection; a gpt block's qkv, fc1 (biased: addmm, not on its list) and fc2."""
+    block's backward (params.op_sac_recomputed_matmuls: llama's K projection, attention output
+    projection and up projection; a gpt block's qkv, fc1 and fc2)."""
     tokens = lay.mbs * m.seq_len / lay.cp
-    if m.arch != "llama":
-        return layer_matmul_time(m, lay, hw)[0] - gemm_time(2 * tokens * m.q_width * m.hidden / lay.tp, hw)
-    return (gemm_time(2 * tokens * m.hidden * m.kv_width / lay.tp, hw) + gemm_time(2 * tokens * m.q_width * m.hidden / lay.tp, hw)
-            + gemm_time(2 * tokens * m.hidden * m.ffn / lay.tp, hw))
+    out = 0.0
+    for params in op_sac_recomputed_matmuls(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn):
+        out = out + gemm_time(2 * tokens * params / lay.tp, hw)
+    return out
 
 
 def column_input_grad_time(m: ModelDims, lay, hw):

@@ -84,16 +84,16 @@ def model_flops_per_token(matmul_params, layers, hidden_attn, seq_len):
     return 6 * matmul_params + 12 * layers * hidden_attn * seq_len
 
 
-def op_sac_recomputed_matmul_params(arch: str, hidden: int, q_width: int, kv_width: int, ffn: int) -> int:
-    """Matmul parameters of one block whose forward torchtitan's op-level selective checkpointing
-    (recompute "selective-op") re-runs: every second aten.mm of the block.  A llama block's matmuls
-    run wq, wk, wv, wo, gate (w1), up (w3), down (w2): wk, wo and up are recomputed.  In a gpt block
-    the column-parallel linears (qkv, fc1) carry their bias into aten.addmm, which the policy does not
-    keep, and the row-parallel ones (wo, fc2) are mm's (bias added after the reduction): wo is kept,
-    fc2 (the second mm) and the addmm's are recomputed."""
+def op_sac_recomputed_matmuls(arch: str, hidden: int, q_width: int, kv_width: int, ffn: int) -> list[int]:
+    """Parameters of each matmul of one block whose forward torchtitan's op-level selective
+    checkpointing (recompute "selective-op") re-runs: every second aten.mm of the block.  A llama
+    block's matmuls run wq, wk, wv, wo, gate (w1), up (w3), down (w2): wk, wo and up are recomputed.
+    In a gpt block the column-parallel linears (qkv, fc1) carry their bias into aten.addmm, which the
+    policy does not keep, and the row-parallel ones (wo, fc2) are mm's (bias added after the
+    reduction): wo is kept, fc2 (the second mm) and the addmm's are recomputed."""
     if arch == "llama":
-        return hidden * kv_width + q_width * hidden + hidden * ffn
-    return hidden * (q_width + 2 * kv_width) + 2 * hidden * ffn
+        return [hidden * kv_width, q_width * hidden, hidden * ffn]
+    return [hidden * (q_width + 2 * kv_width), hidden * ffn, ffn * hidden]
 
 
 def recompute_flops_per_token(recompute, layer_matmul_params_total, layers, hidden_attn, seq_len,
@@ -102,16 +102,15 @@ def recompute_flops_per_token(recompute, layer_matmul_params_total, layers, hidd
     (0 none, 1 selective, 2 full, 3 selective-op; or the names).  Narayanan 2021 eq. 3: full recompute
     adds one forward of every block, 2 x block matmul params + 4 l h s; Korthikanti 2022 sec. 5:
     selective recompute replays only the attention core, 4 l h s; selective-op (torchtitan) replays
-    the matmuls op_sac_recomputed_matmul_params counts (op_recomputed_params_total: over all blocks)
+    the matmuls op_sac_recomputed_matmuls names (op_recomputed_params_total: over all blocks)
     and keeps the attention kernel's output (unfused attention's batched matmuls are not on its list:
     replayed, 4 l h s)."""
     import numpy as np
-    code = RECOMPUTE_CODES.get(recompute, recompute) if isinstance(recompute, str) else recompute
+    from .layout import REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, RECOMPUTE
+    code = RECOMPUTE.index(recompute) if isinstance(recompute, str) else recompute
     attn = 4 * layers * hidden_attn * seq_len
     code = np.asarray(code)
-    return np.where(code == 2, 2 * layer_matmul_params_total + attn,
-                    np.where(code == 1, attn,
-                             np.where(code == 3, 2 * op_recomputed_params_total + (0.0 if flash else attn), 0.0)))
-
-
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "selective-op": 3}
+    return np.where(code == REC_FULL, 2 * layer_matmul_params_total + attn,
+                    np.where(code == REC_SELECTIVE, attn,
+                             np.where(code == REC_SELECTIVE_OP, 2 * op_recomputed_params_total + (0.0 if flash else attn),
+                                      0.0)))

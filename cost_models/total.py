@@ -29,8 +29,7 @@ from .compute import (block_time, cast_time, column_input_grad_time, grad_accumu
                       optimizer_time)
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
-from .params import (layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmul_params,
-                     recompute_flops_per_token)
+from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
 
 def param_tensors_per_rank(m: ModelDims, pp, blocks_first, blocks_mid, blocks_last):
@@ -217,7 +216,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # ---- FLOPs, MFU, HFU (Narayanan 2021 eq. 3 for the recompute term)
     layer_mm = layer_matmul_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)
     mf_tok = model_flops_per_token(m.layers * layer_mm + m.vocab * m.hidden, m.layers, m.q_width, m.seq_len)
-    op_params = op_sac_recomputed_matmul_params(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn)
+    op_params = sum(op_sac_recomputed_matmuls(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn))
     hf_extra = recompute_flops_per_token(lay.recompute, m.layers * layer_mm, m.layers, m.q_width, m.seq_len,
                                          m.layers * op_params, tr.flash_attention)
     tokens_step = tr.global_batch_size * m.seq_len

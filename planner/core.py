@@ -73,6 +73,10 @@ FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
 # checkpointing (parplan's runtime runs the same policy); Megatron-LM and DeepSpeed have no such mode.
 FRAMEWORK_RECOMPUTES: dict[str, tuple[str, ...] | None] = {
     "parplan": None, "torchtitan": None, "megatron": ("none", "selective", "full"), "deepspeed": ("none", "selective", "full")}
+# ZeRO stages each framework runs: torchtitan replicates (DDP, data_parallel_replicate_degree) or shards
+# everything (FSDP2, data_parallel_shard_degree); it has no optimizer-only or gradient sharding.
+FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtitan": (0, 3), "megatron": None,
+                                                       "deepspeed": None}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "parplan": {},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
@@ -92,7 +96,7 @@ def _framework_choices(pins: Pins, axis: str, offered: tuple[str, ...] | None, w
     if pinned is None:
         return replace(pins, **{axis + "s": offered})
     if pinned not in offered:
-        raise PlannerError(f"--{axis} {pinned} {why}; use one of {', '.join(offered)}, or {instead}")
+        raise PlannerError(f"--{axis} {pinned} {why}; use one of {', '.join(map(str, offered))}, or {instead}")
     return pins
 
 
@@ -236,6 +240,9 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     pins = _framework_choices(pins, "recompute", FRAMEWORK_RECOMPUTES[framework],
                               f"is torchtitan's op-level selective checkpointing, which {framework} does not have",
                               "--framework torchtitan or parplan")
+    pins = _framework_choices(pins, "zero", FRAMEWORK_ZEROS[framework],
+                              f"is not a {framework} data-parallel mode (DDP replicates, FSDP shards everything)",
+                              "another --framework")
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
         raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")

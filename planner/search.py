@@ -41,6 +41,7 @@ class Pins:
     offload: str | None = None
     schedules: tuple[str, ...] | None = None  # what an unpinned schedule may be (None: every one)
     recomputes: tuple[str, ...] | None = None  # what an unpinned recompute may be (None: every one)
+    zeros: tuple[int, ...] | None = None  # what an unpinned ZeRO stage may be (None: 0-3)
     zero_max_with_pp: int | None = None  # highest ZeRO stage the framework runs inside a pipeline
 
 
@@ -99,7 +100,7 @@ def structural_space(m: ModelDims, gpus: int, gbs: int, pins: Pins):
 
 
 def policy_space(pins: Pins):
-    zeros = _choices(pins.zero, range(4))
+    zeros = _choices(pins.zero, pins.zeros or range(4))
     recs = [RECOMPUTE.index(r) for r in _choices(pins.recompute, pins.recomputes or RECOMPUTE)]
     sps = [int(s) for s in _choices(pins.sp, (False, True))]
     offs = [OFFLOADS.index(o) for o in _choices(pins.offload, OFFLOADS)]

@@ -348,3 +348,13 @@ def test_eager_pointwise_work_is_slower_than_fused():
                          fused_elementwise=True)
     assert tt.training.fused_elementwise is False and compiled.training.fused_elementwise is True
     assert compiled.prediction.step_time_s < 0.9 * tt.prediction.step_time_s
+
+
+def test_torchtitan_plans_replicate_or_shard_everything():
+    """torchtitan has DDP (ZeRO 0) and FSDP2 (ZeRO 3), no optimizer-only or gradient sharding: its
+    plans never use ZeRO 1 or 2, and a pin says so."""
+    spec = load_preset("llama3-8b")
+    plan = recommend(spec, 8, framework="torchtitan", seq_len=8192, global_batch_size=16, top_k=50)
+    assert {p.parallel.zero_stage for p in [plan] + plan.alternatives} <= {0, 3}
+    with pytest.raises(PlannerError, match="use one of 0, 3"):
+        recommend(spec, 8, framework="torchtitan", pins=Pins(zero=2))

@@ -1,7 +1,8 @@
 """Run under torchrun (2 ranks, gloo): FSDP2 all-gathers per block and step, for each recompute mode.
 
 Three parplan llama blocks, each fully_shard'ed, under a root; the blocks run plain, under full
-recompute (non-reentrant checkpoint) and under op-level selective checkpointing.  Prints one JSON line
+recompute (non-reentrant checkpoint around each) and under op-level selective checkpointing (inside
+each block's forward, as the runtime builds it).  Prints one JSON line
 on rank 0: {mode: {block: all-gathers in the second step}} from FSDP2's own profiler ranges."""
 import collections
 import json
@@ -12,7 +13,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torch.utils.checkpoint import checkpoint
 
-from parallel_layers.model import Block, ModelConfig, init_parameters, op_sac_context
+from parallel_layers.model import Block, ModelConfig, init_parameters
 
 MODES = ("none", "full", "selective-op")
 
@@ -21,17 +22,14 @@ class Root(torch.nn.Module):
     def __init__(self, cfg, mode):
         super().__init__()
         self.mode = mode
-        self.blocks = torch.nn.ModuleList([Block(cfg, i, None, False, "none") for i in range(cfg.layers)])
+        # op-level selective checkpointing is inside Block.forward, as in parplan's runtime
+        self.blocks = torch.nn.ModuleList([Block(cfg, i, None, False, "selective-op" if mode == "selective-op" else "none")
+                                           for i in range(cfg.layers)])
         self.head = torch.nn.Linear(cfg.hidden, cfg.hidden)
 
     def forward(self, h):
         for b in self.blocks:
-            if self.mode == "full":
-                h = checkpoint(b, h, use_reentrant=False)
-            elif self.mode == "selective-op":
-                h = checkpoint(b, h, use_reentrant=False, context_fn=op_sac_context)
-            else:
-                h = b(h)
+            h = checkpoint(b, h, use_reentrant=False) if self.mode == "full" else b(h)
         return self.head(h)
 
 

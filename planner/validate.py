@@ -405,8 +405,8 @@ def torchtitan_2024_h100(d: dict) -> Iterable[Query]:
     GPU, and memory against the logged peak reserved GiB (the model predicts allocated bytes, the same with
     and without compile)."""
     prof = str(reference_dir() / "profiles" / "h100-hbm2e-96gb-500w.toml")
-    spec = ModelSpec(name="llama3.1-8b", arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
-                     vocab=128256)
+    from .models import load_preset
+    spec = load_preset("llama3-8b").model_copy(update={"name": "llama3.1-8b"})  # Llama 3.1 8B: the same shape
     c = d["common"]
     for r in d["rows"]:
         if not r["modelled"]:

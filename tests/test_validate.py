@@ -157,3 +157,14 @@ def test_validate_cli_takes_another_profile(capsys):
     assert main(["validate", "--set", "torchtitan_2024_h100", "--hardware", "no-such-gpu"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown hardware profile" in err
+
+
+def test_torchtitan_nvl_profile_differs_from_its_sxm_one_only_in_the_peak():
+    """The lower-bound profile is a copy with another peak; any other field drifting apart would make the
+    two bounds answer different questions."""
+    import hardware_profiles
+    d = reference_dir() / "profiles"
+    sxm = hardware_profiles.load_profile(str(d / "h100-hbm2e-96gb-500w.toml")).model_dump()
+    nvl = hardware_profiles.load_profile(str(d / "h100-hbm2e-96gb-500w-nvl-peak.toml")).model_dump()
+    differ = {k for k in sxm if sxm[k] != nvl[k]}
+    assert differ <= {"name", "peak_dense_tflops"} and "peak_dense_tflops" in differ, differ

@@ -85,6 +85,9 @@ class TrainingConsts:
     #    pp > 1 holds full weights and gradients, gathers once and reduce-scatters once per step.
     # Measured on CPU (tests/test_runtime_memory.py, the CPU allocator through the profiler).
     zero3_fsdp2: bool = True
+    # DeepSpeed's stage 3 gathers weight by weight and prefetches one weight ahead (cost_models/zero3.py):
+    # its gathers hide behind one weight's compute, not a whole block's, and it holds two weights gathered
+    zero3_one_weight_ahead: bool = False
     # torch.distributed.pipelining allocates, per stage and per micro-batch, a receive buffer for the
     # stage's input activation (all stages but the first) and one for its output gradient (all but
     # the last), once, and keeps them (PipelineStage's args_recv_info / grad_recv_info); counted

@@ -117,6 +117,70 @@ def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: boo
     return activation_bytes_per_layer(m, none, act_bytes, flash, dropout, sp_saves_gathered, cp_saves_gathered_kv)
 
 
+def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
+                                   sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False):
+    """Peak bytes a block's backward allocates beyond its saved activations and output gradient (one
+    micro-batch), the weights' gradients aside.
+
+    Flash attention: one block's activations (activation_bytes_working_layer), the bound the H100 grid
+    was checked with; CPU allocator traces of parplan's own blocks put the true peak 15 % (llama) to
+    75 % (gpt) lower (benchmarks/block_backward_memory.py), kept until a GPU trace confirms it (the
+    GPU's flash-attention backward and GEMM workspaces are not in a CPU trace).
+
+    Unfused attention (Megatron's 2021 GPT block, the published runs): the backward replayed op by op,
+    each allocating its input gradients and then freeing its output gradient and the saved tensors it
+    was the last to read.  In reverse: MLP dropout; fc2 (the GeLU output freed); GeLU (the fc1 output
+    freed); fc1; the norm; the residual sum; attention dropout; the output projection; the
+    probabilities x V batched matmul (its gradient of the dropped probabilities is a*s per token); the
+    attention dropout; the softmax (Megatron's fused kernel writes its gradient in place); Q K^T.  The
+    peak is at the MLP's start or at the a*s-sized score gradients, by which time the MLP's saved
+    tensors are gone, so it is far below another block's activations where the scores dominate
+    (s*b*h*(34 + 5as/h)).  Checked against the CPU allocator's trace of that block in plain torch,
+    weights frozen (benchmarks/block_backward_memory.py; tests/test_activation_memory.py).  llama's
+    MLP is the SwiGLU (gate and up freed by the product's backward)."""
+    if flash:
+        return activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered,
+                                              cp_saves_gathered_kv)
+    T = lay.mbs * m.seq_len / lay.cp
+    tp = lay.tp
+    a = act_bytes
+    seq_split = np.where(lay.sp > 0, tp, 1)
+    H = m.hidden / seq_split * a          # a hidden state outside the TP region
+    Hfull = m.hidden * a                  # a column-parallel input / row-parallel output, whole sequence
+    mask = m.hidden / seq_split if dropout else 0.0
+    q, kv, f = m.q_width / tp * a, m.kv_width / tp * a, m.ffn / tp * a
+    S = m.heads / tp * m.seq_len / lay.cp  # scores per token
+    hd = H if dropout else 0.0
+    sp = lay.sp > 0
+    g = np.where(sp, Hfull, 0.0)          # SP: a row-parallel layer's output gradient gathered
+    rs = np.where(sp, H, 0.0)             # SP: a column-parallel input gradient reduce-scattered
+    llama = m.arch == "llama"
+    # (allocated, freed) per op, in backward order; the output gradient dy (H) is live from the start
+    ops = [(hd, mask)]                                          # MLP dropout: grad x mask
+    if llama:
+        ops += [(g + f, hd + g + f),                            # down: d(product); the product freed
+                (2 * f, 3 * f),                                 # SwiGLU: d(gate), d(up); gate, up freed
+                (2 * Hfull + rs, 2 * f + Hfull + (g + H))]      # gate, up: d(norm out), summed; norm out freed
+    else:
+        ops += [(g + f, hd + g + f),                            # fc2: d(GeLU out); GeLU output freed
+                (f, 2 * f),                                     # GeLU: d(fc1 out); fc1 output freed
+                (Hfull + rs, f + g + H)]                        # fc1: d(norm out); norm out freed
+    ops += [(H, 2 * H),                                         # norm: d(x); d(norm out), norm in freed
+            (H, 2 * H),                                         # residual sum with dy
+            (hd, mask),                                         # attention-output dropout
+            (g + q, hd + g + q),                                # output projection: d(ctx); ctx freed
+            (S * a + kv, q + (S * a if dropout else 0.0)),      # P V: d(P), d(V); dropped P freed
+            ((S * a, S * a + S) if dropout else (0.0, 0.0)),    # attention dropout: d(softmax out)
+            (0.0, S * a),                                       # fused softmax, in place; its output freed
+            (q + kv, S * a)]                                    # Q K^T: d(Q), d(K)
+    live, peak = H * 0.0, H * 0.0
+    for alloc, free in ops:
+        live = live + alloc
+        peak = np.maximum(peak, live)
+        live = live - free
+    return T * peak
+
+
 def logits_bytes(m: ModelDims, lay, act_bytes: int, fused: bool = True):
     """Last stage, per micro-batch, the loss's peak (during its backward) and what stays saved for it
     while other micro-batches run (GPipe), T x V/tp logits each, plus the final norm's input/output:
@@ -383,7 +447,13 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # except under full recompute (the forward pass saves nothing but the block input).
     cast_per_param = rec["cast"] * np.where((lay.recompute == REC_FULL) | (lay.recompute == REC_SELECTIVE_OP), 0.0, 1.0)
 
-    working = _other_bytes(lay, per_layer, work_layer, act_layer, rec, fsdp2, z3_full)
+    temp_layer = backward_temporaries_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
+    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, rec, fsdp2, z3_full)
+    # DeepSpeed stage 3 with one-weight-ahead prefetch holds two weights gathered, not two blocks
+    if tr.zero3_one_weight_ahead:
+        from . import zero3
+        ds = (zero >= 3) & zero3.one_weight_ahead(m, tp)
+        working = working + np.where(ds, zero3.gathered_bytes(m, lay, tr.precision) - 2 * per_layer * rec["weight"], 0.0)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
@@ -471,17 +541,19 @@ def p2p_receive_buffers(m: ModelDims, lay, act_bytes: int, m_micro, per_microbat
     return first, 2 * v * each, last
 
 
-def _other_bytes(lay, per_layer, work_layer, act_layer, rec, fsdp2, z3_full):
+def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, rec, fsdp2, z3_full):
     """Working memory besides saved activations and model states:
-      - the block being back-propagated: its backward's temporaries, about one block's activations
-        (a llama block peaks in the SwiGLU backward with six ffn-wide tensors live, 0.9-1.0 x the
-        block's saved bytes for the shapes here; CPU allocator traces, benchmarks/results/
-        2026-11-23-cpu-memory), and under recompute the re-run forward's activations beyond what was
+      - the block being back-propagated: its backward's temporaries (backward_temporaries_per_layer:
+        with flash attention about one block's activations -- a llama block peaks in the SwiGLU
+        backward with six ffn-wide tensors live, 0.9-1.0 x the block's saved bytes for the shapes
+        here; CPU allocator traces, benchmarks/results/2026-11-23-cpu-memory -- and with unfused
+        attention the op-by-op replay), and under recompute the re-run forward's activations beyond what was
         saved (work_layer - act_layer).  It was 2 x one block's activations until the traces of every
         pipeline rank showed it one block high on the lightly loaded ranks (1F1B's last: +12 %);
         what had hidden it on interleaved and zero-bubble ranks were the sends torch's runtime holds
         (rank_inflight's held());
-      - ZeRO-3: the all-gathered compute-dtype parameters of two blocks (current + prefetch); FSDP2
+      - ZeRO-3: the all-gathered compute-dtype parameters of two blocks (current + prefetch; DeepSpeed's
+        one-weight-ahead prefetch: two weights and a weight's gradient, zero3.gathered_bytes); FSDP2
         inside a pipeline keeps the gathered weights (counted as weights), so only the all-gather
         buffer of the block being gathered;
       - FSDP2: the reduce-scatter input of the block just back-propagated (one block's gradients
@@ -493,7 +565,7 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, rec, fsdp2, z3_full):
     gather = np.where(lay.zero >= 3, np.where(z3_full, 1, 2) * per_layer * rec["weight"], 0.0)
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
     buckets = np.where((lay.dp > 1) & ~fsdp2, 2 * 25e6, 0.0)
-    return 2 * work_layer - act_layer + gather + rs_input + buckets
+    return work_layer - act_layer + temp_layer + gather + rs_input + buckets
 
 
 def _replace(lay, **kw):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import comm
+from . import comm, zero3
 from .compute import (block_time, cast_time, column_input_grad_time, grad_accumulation_time, head_time,
                       optimizer_time)
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
@@ -185,9 +185,24 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # forwards before that first backward gather again; not counted)
     z3_n = np.where(tr.zero3_fsdp2 & (np.asarray(pp) > 1), 1, m_micro)
     z3_exposed = z3_n * hw.exposed(z3_mb_t, t_stage)
+    # DeepSpeed's stage 3 prefetches one weight ahead: each gather hides behind one weight's compute
+    # and trailing weights stay gathered from the recompute to the backward (cost_models/zero3.py);
+    # the embedding and head hide behind their own compute
+    ds = (zero >= 3) & np.asarray(tr.zero3_one_weight_ahead) & zero3.one_weight_ahead(m, tp)
+    ds_moved = 0.0
+    if np.any(ds):
+        rest = np.maximum(stage_params - blocks_first * per_layer, 0.0)
+        rest_ag, rest_ag_moved = comm.all_gather(rest * rec["weight"], dp, dp_bw, dp_lat)
+        rest_rs, rest_rs_moved = comm.reduce_scatter(rest * rec["grad"], dp, dp_bw, dp_lat)
+        blk_exp, blk_moved = zero3.block_comm(m, lay, hw, tr, dp_bw, dp_lat)
+        rest_compute = emb_time + np.where(single, head_t, 0.0)
+        ds_mb = blocks_first * blk_exp + hw.exposed((2 + z3_regather) * rest_ag + rest_rs, rest_compute)
+        z3_exposed = np.where(ds, m_micro * ds_mb, z3_exposed)
+        ds_moved = m_micro * (blocks_first * blk_moved + (2 + z3_regather) * rest_ag_moved + rest_rs_moved)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,
-                        np.where(zero >= 3, z3_n * ((2 + z3_regather) * ag_moved + rs_moved), n_red * red_moved + ag_moved))
+                        np.where(zero >= 3, np.where(ds, ds_moved, z3_n * ((2 + z3_regather) * ag_moved + rs_moved)),
+                                 n_red * red_moved + ag_moved))
     # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
     # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
     # two ranks, V x h / tp gradients), on the critical path before the optimizer step.

@@ -1,0 +1,254 @@
+"""What one transformer block holds for its backward, and how much more its backward allocates.
+
+    python benchmarks/block_backward_memory.py [--json OUT]
+
+Builds single blocks in plain torch on CPU (fp32, tp 1) and replays the CPU allocator's trace
+(torch.profiler profile_memory, as parallel_layers/host_memory.py does) over one forward and one
+backward; a second block runs on top, so the measured block's output gradient is made and freed by
+autograd as in training; only the input's gradient is asked for (the weights require gradients, so
+the forward saves what training saves, but their gradients -- model states -- are not made):
+  - saved: bytes live after the block's forward, less its output and what was live before it
+    (the activations the block saved for its backward);
+  - over: the peak after the block's backward starts (its output gradient complete) above what was
+    live then: the backward's temporaries (input gradients in flight; under recompute the re-run
+    forward's activations too);
+  - the op whose allocation made that peak.
+fp32 because the CPU's bf16 matmuls convert their operands into fp32 scratch that a GPU's GEMMs do
+not make; the model is evaluated with 4-byte activations.
+Blocks:
+  - megatron-gpt: Megatron-LM's 2021 GPT block as the published runs ran it: LayerNorm, fused QKV,
+    unfused attention (baddbmm scores, softmax, attention dropout, bmm), output projection,
+    dropout + residual, LayerNorm, fc1, GeLU, fc2, dropout + residual (Korthikanti 2022 Sec. 4.1
+    counts its saved bytes as s b h (34 + 5 a s / h)); dropout keeps a 1-byte mask and makes one
+    tensor each way, as CUDA's kernel does (torch's CPU kernel keeps the mask in the input dtype);
+  - parplan-llama / parplan-gpt: parplan's own runtime blocks (parallel_layers.model.Block, SDPA).
+Both with and without full recompute (torch.utils.checkpoint, non-reentrant).  Prints the model's
+terms beside: cost_models.memory.activation_bytes_per_layer, and backward_temporaries_per_layer plus
+the recomputed activations (activation_bytes_working_layer - activation_bytes_per_layer).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils.checkpoint import checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# fp32: the CPU's bf16 matmuls convert their operands into fp32 scratch buffers, which a GPU's GEMMs
+# do not; in fp32 they allocate only their outputs.  The model is evaluated with 4-byte activations.
+DT = torch.float32
+ACT_BYTES = 4
+
+
+class _Dropout(torch.autograd.Function):
+    """Dropout as CUDA runs it: a 1-byte mask saved, one output forward and one gradient backward
+    (torch's CPU kernel keeps the mask in the input's dtype)."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        keep = torch.empty_like(x, dtype=torch.bool).bernoulli_(1.0 - p)
+        ctx.save_for_backward(keep)
+        ctx.scale = 1.0 / (1.0 - p)
+        return torch.where(keep, x, 0.0).mul_(ctx.scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors  # one new tensor (a bool x float product would copy the mask)
+        return torch.where(keep, grad, 0.0).mul_(ctx.scale), None
+
+
+def dropout(x, p):
+    return _Dropout.apply(x, p)
+
+
+def gpt_params(h, ffn):
+    def w(*s):
+        return (torch.randn(*s, dtype=DT) * 0.02).requires_grad_()
+    return dict(ln1_w=w(h), ln1_b=w(h), qkv_w=w(3 * h, h), qkv_b=w(3 * h), o_w=w(h, h), o_b=w(h),
+                ln2_w=w(h), ln2_b=w(h), fc1_w=w(ffn, h), fc1_b=w(ffn), fc2_w=w(h, ffn), fc2_b=w(h))
+
+
+def gpt_block(x, P, a, p_drop=0.1):
+    """x: [s, b, h] (Megatron's layout)."""
+    s, b, h = x.shape
+    d = h // a
+    ln = F.layer_norm(x, (h,), P["ln1_w"], P["ln1_b"])
+    qkv = F.linear(ln, P["qkv_w"], P["qkv_b"]).view(s, b, a, 3 * d)
+    q, k, v = qkv.split(d, dim=-1)
+    q = q.reshape(s, b * a, d).transpose(0, 1)  # [b a, s, d]
+    k = k.reshape(s, b * a, d).transpose(0, 1)
+    v = v.reshape(s, b * a, d).transpose(0, 1)
+    scores = torch.baddbmm(torch.empty(b * a, s, s, dtype=x.dtype), q, k.transpose(1, 2), beta=0.0,
+                           alpha=1.0 / math.sqrt(d))
+    mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+    probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    probs = dropout(probs, p_drop)
+    ctx = torch.bmm(probs, v).transpose(0, 1).reshape(s, b, h)
+    x = x + dropout(F.linear(ctx, P["o_w"], P["o_b"]), p_drop)
+    ln = F.layer_norm(x, (h,), P["ln2_w"], P["ln2_b"])
+    y = F.linear(F.gelu(F.linear(ln, P["fc1_w"], P["fc1_b"]), approximate="tanh"), P["fc2_w"], P["fc2_b"])
+    return x + dropout(y, p_drop)
+
+
+def llama_params(h, ffn):
+    def w(*s):
+        return (torch.randn(*s, dtype=DT) * 0.02).requires_grad_()
+    return dict(n1=w(h), wq=w(h, h), wk=w(h, h), wv=w(h, h), wo=w(h, h), n2=w(h), gate=w(ffn, h), up=w(ffn, h),
+                down=w(h, ffn))
+
+
+def llama_block(x, P, a):
+    """x: [b, s, h]."""
+    b, s, h = x.shape
+    d = h // a
+    n = F.rms_norm(x, (h,), P["n1"])
+    q = F.linear(n, P["wq"]).view(b, s, a, d).transpose(1, 2)
+    k = F.linear(n, P["wk"]).view(b, s, a, d).transpose(1, 2)
+    v = F.linear(n, P["wv"]).view(b, s, a, d).transpose(1, 2)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h)
+    x = x + F.linear(o, P["wo"])
+    n = F.rms_norm(x, (h,), P["n2"])
+    return x + F.linear(F.silu(F.linear(n, P["gate"])) * F.linear(n, P["up"]), P["down"])
+
+
+def parplan_block(kind, s, h, a, ffn):
+    """parplan's own runtime block (parallel_layers.model.Block, tp 1), bf16."""
+    from parallel_layers.model import Block, ModelConfig, init_parameters
+    cfg = ModelConfig(arch=kind.split("-")[1], layers=1, hidden=h, heads=a, kv_heads=a, ffn_hidden=ffn, vocab=512,
+                      head_dim=h // a, tied_embeddings=False, max_seq_len=s)
+    blk = Block(cfg, 0, None, False, "none")
+    init_parameters(blk, 0)
+    blk.to(DT)
+    return dict(blk.named_parameters()), lambda x, P, a: blk(x)
+
+
+def measure(kind, s, b, h, a, ffn, recompute):
+    torch.manual_seed(0)
+    if kind.startswith("parplan"):
+        P, fn = parplan_block(kind, s, h, a, ffn)
+    else:
+        P = gpt_params(h, ffn) if kind == "megatron-gpt" else llama_params(h, ffn)
+        fn = gpt_block if kind == "megatron-gpt" else llama_block
+    shape = (s, b, h) if kind == "megatron-gpt" else (b, s, h)
+    x = torch.randn(*shape, dtype=DT, requires_grad=True)
+    dy = torch.randn(*shape, dtype=DT)
+    run = (lambda t: checkpoint(fn, t, P, a, use_reentrant=False)) if recompute else (lambda t: fn(t, P, a))
+
+    def mark(grad):  # the measured block's output gradient is complete: its backward starts
+        with record_function("phase.bwd"):
+            pass
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with record_function("phase.fwd"):
+            y1 = run(x)
+        y1.register_hook(mark)
+        # a second block on top, so the measured block's output gradient comes from autograd and is
+        # freed when consumed, as in training (a caller's dy would stay alive through the backward)
+        y = run(y1)
+        # the input's gradient only: the forward saves what training saves (the weights require
+        # gradients), the backward skips the weight gradients (counted with the model states)
+        torch.autograd.grad(y, x, dy)
+    return replay(prof, y1.numel() * y1.element_size())
+
+
+def replay(prof, out_bytes):
+    from torch._C._profiler import _EventType
+    allocs, phases = [], {}
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
+            par = node.parent
+            while par is not None and par.name in ("aten::empty", "aten::empty_strided", "aten::empty_like"):
+                par = par.parent
+            allocs.append((node.start_time_ns, node.extra_fields.alloc_size, node.extra_fields.ptr,
+                           par.name if par is not None else "?"))
+        elif node.name.startswith("phase."):
+            phases[node.name[6:]] = (node.start_time_ns, node.end_time_ns)
+    allocs.sort(key=lambda e: e[0])
+    live, total = {}, 0
+    before_fwd = after_fwd = at_bwd = None
+    peak_bwd, peak_op = -1, None
+    for t, size, ptr, op in allocs:
+        if size > 0:
+            total -= live.pop(ptr, 0)
+            live[ptr] = size
+            total += size
+        elif ptr in live:
+            total -= live.pop(ptr)
+        if t < phases["fwd"][0]:
+            before_fwd = total
+        if t <= phases["fwd"][1]:
+            after_fwd = total
+        if t <= phases["bwd"][0]:
+            at_bwd = total
+        elif total > peak_bwd:
+            peak_bwd, peak_op = total, op
+    before_fwd = before_fwd or 0
+    saved = after_fwd - before_fwd - out_bytes
+    # "over": the peak after the measured block's backward starts, above what was live then (its saved
+    # activations, its output gradient, and what the rest of the step holds throughout)
+    return {"saved": saved, "over": peak_bwd - at_bwd, "peak_op": peak_op}
+
+
+def model_terms(kind, s, b, h, a, ffn, recompute):
+    from cost_models.layout import REC_FULL, REC_NONE, ModelDims, Layout
+    from cost_models import memory
+    m = ModelDims(arch="gpt" if kind == "megatron-gpt" else "llama", layers=1, hidden=h, heads=a, kv_heads=a,
+                  head_dim=h // a, ffn=ffn, vocab=32000, seq_len=s, tied=False, positions=0)
+    lay = Layout(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=REC_FULL if recompute else REC_NONE, sp=0,
+                 schedule=0, offload=0, gpus=1)
+    flash, dropout = kind != "megatron-gpt", kind == "megatron-gpt"
+    m = ModelDims(**{**m.__dict__, "arch": "gpt" if "gpt" in kind else "llama"})
+    return {"saved": float(memory.activation_bytes_per_layer(m, lay, ACT_BYTES, flash, dropout)),
+            "over": float(memory.backward_temporaries_per_layer(m, lay, ACT_BYTES, flash, dropout)
+                          + memory.activation_bytes_working_layer(m, lay, ACT_BYTES, flash, dropout)
+                          - memory.activation_bytes_per_layer(m, lay, ACT_BYTES, flash, dropout))}
+
+
+CASES = [  # kind, s, b, h, a, ffn
+    ("megatron-gpt", 512, 2, 256, 8, 1024),    # scores dominate: 5as/h = 80 against 34
+    ("megatron-gpt", 256, 2, 512, 4, 2048),    # 5as/h = 10
+    ("megatron-gpt", 128, 4, 1024, 8, 4096),   # 5as/h = 5
+    ("parplan-llama", 256, 2, 512, 8, 1408),
+    ("parplan-llama", 512, 2, 256, 4, 704),
+    ("parplan-gpt", 256, 2, 512, 8, 2048),
+]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = []
+    print("| block | s | b | h | a | ffn | recompute | saved MB | model MB | err | backward over saved MB | model MB | err | peak op |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for kind, s, b, h, a, ffn in CASES:
+        for rc in (False, True):
+            meas = measure(kind, s, b, h, a, ffn, rc)
+            pred = model_terms(kind, s, b, h, a, ffn, rc)
+            row = dict(block=kind, s=s, b=b, h=h, a=a, ffn=ffn, recompute="full" if rc else "none",
+                       measured=meas, predicted=pred)
+            rows.append(row)
+            # under full recompute a block saves only its input, the block below's output (already live)
+            e1 = "input" if rc else f"{pred['saved'] / meas['saved'] - 1:+.1%}"
+            e2 = pred["over"] / meas["over"] - 1
+            print(f"| {kind} | {s} | {b} | {h} | {a} | {ffn} | {row['recompute']} | {meas['saved'] / 1e6:.2f} | "
+                  f"{pred['saved'] / 1e6:.2f} | {e1} | {meas['over'] / 1e6:.2f} | {pred['over'] / 1e6:.2f} | "
+                  f"{e2:+.1%} | {meas['peak_op']} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

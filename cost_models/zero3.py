@@ -43,6 +43,7 @@ from .compute import attention_core_time, gemm_time, layer_elementwise_time, lay
 from .layout import PRECISION_RECIPES, REC_FULL, ModelDims
 
 PREFETCH_BUCKET_ELEMENTS = 5e7  # DeepSpeed stage3_prefetch_bucket_size default
+MAX_LIVE_ELEMENTS = 1e9  # stage3_max_live_parameters default; taken as not binding (module docstring)
 
 
 def weight_elements(m: ModelDims, tp) -> list:

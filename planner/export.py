@@ -42,6 +42,8 @@ import math
 import shlex
 from typing import Any, Optional
 
+from cost_models import zero3
+from cost_models.layout import ModelDims
 from planner.schema import Plan
 
 FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
@@ -488,6 +490,15 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
     if p.zero_stage >= 1:
         zero["overlap_comm"] = bool(t.overlap_grad_reduce)
         zero["contiguous_gradients"] = True
+    if p.zero_stage >= 3:
+        # the stage-3 schedule the prediction assumed (cost_models/zero3.py): DeepSpeed's default prefetch
+        # bucket and reuse distance, and a live-parameter cap that lets it prefetch the next weight
+        # (where a weight pair exceeds the 1e9 default, DeepSpeed would stop prefetching)
+        w = zero3.weight_elements(ModelDims.from_spec(plan.model, t.seq_len), p.tp)
+        pair = max(w[i] + w[(i + 1) % len(w)] for i in range(len(w)))
+        zero["stage3_prefetch_bucket_size"] = int(zero3.PREFETCH_BUCKET_ELEMENTS)
+        zero["stage3_max_reuse_distance"] = int(zero3.MAX_REUSE_DISTANCE_ELEMENTS)
+        zero["stage3_max_live_parameters"] = int(max(zero3.MAX_LIVE_ELEMENTS, pair))
     if p.offload == "optimizer":
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if p.zero_stage == 0:

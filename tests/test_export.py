@@ -276,6 +276,11 @@ def test_deepspeed_gpt_zero3_offload():
     assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert cfg["fp16"]["enabled"] is True and "bf16" not in cfg
     assert not any("tp=" in n for n in export_notes(plan, "deepspeed"))
+    # the stage-3 schedule the prediction assumed (cost_models/zero3.py): DeepSpeed's defaults, with a
+    # live-parameter cap at least the largest pair of adjacent weights so the next weight is prefetched
+    z = cfg["zero_optimization"]
+    assert z["stage3_prefetch_bucket_size"] == 50_000_000 and z["stage3_max_reuse_distance"] == 1_000_000_000
+    assert z["stage3_max_live_parameters"] >= 1_000_000_000
 
 
 def test_format_name_is_case_insensitive():

@@ -69,12 +69,16 @@ NOTES = [
     "deepspeed/runtime/engine.py) rather than reduce-scattering them; modelling that (zero1_grad_reduce = "
     "all-reduce) took it to 10.7%. Counting the BF16 optimizer's per-micro-batch add of the bf16 gradients "
     "into its fp32 buffers (no gradient accumulation fusion; the same pass the H100 grid exposed in parplan's "
-    "own runtime) took it to 7.5%.",
+    "own runtime) took it to 7.5%. DeepSpeed's pipeline engine runs every send and receive as its own "
+    "blocking transfer (TrainSchedule: two before each forward and each backward step), four a micro-batch "
+    "where Megatron pairs them into two; over Jean Zay's 6.25 GB/s per GPU that took it to 1.3%.",
     "mt_nlg_530b: the same model, tp 8 x pp 35 and cluster (Selene) as Korthikanti's 530B rows, which are "
     "predicted within 0.2-6.5%. The published iteration times fit (m + 34) x 0.206 s + 3.6 s for m = 240, 192, "
-    "160 micro-batches (micro-batch 1, 1F1B); the model gives 0.171 s per micro-batch and 3.4 s per step. "
-    "The 20-25% over-prediction is DeepSpeed's 2021 pipeline engine taking ~20% longer per micro-batch than "
-    "Megatron on the same shapes; the model has no term for it and none was fitted.",
+    "160 micro-batches (micro-batch 1, 1F1B); the model gives 0.178 s per micro-batch (0.171 s before the "
+    "engine's four blocking transfers a micro-batch were counted: median 20.5% -> 15.7%) and 3.4 s per step. "
+    "The rest of the over-prediction is DeepSpeed's 2021 pipeline engine taking ~15% longer per micro-batch "
+    "than the model on the same shapes (Megatron's own 2021 run of this configuration, SC21 Table 1's 530B "
+    "row, is over-predicted by 9%); nothing was fitted.",
     "Overlap: every overlapped collective (DP gradients, ZeRO gathers, CP K/V, TP with --tp-comm-overlap) "
     "slows the compute beside it by the profiles' overlap_compute_slowdown (0.189, the average measured in "
     "arXiv 2507.03114). Adding it moved the H100 fit from 0.72 (median 4.0%, max 12.8%, Spearman 0.07) to "

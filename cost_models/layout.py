@@ -112,6 +112,11 @@ class TrainingConsts:
     cp_saves_gathered_kv: bool = False
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
+    # DeepSpeed's pipeline engine (TrainSchedule; deepspeed/runtime/pipe/engine.py) runs each send and
+    # receive as its own blocking p2p.send / p2p.recv, two before every forward or backward step, so a
+    # micro-batch waits for four transfers in turn; Megatron and torch.distributed.pipelining pair a
+    # send with the opposite receive in one batched call (batch_isend_irecv): two
+    p2p_blocking_transfers: bool = False
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit
     # a block's pointwise work (norms, rotary, activation) runs as fused kernels (Megatron/apex, torch.compile:
     # parplan launch compiles its blocks on cuda) or as eager PyTorch ops (compute.layer_elementwise_time)

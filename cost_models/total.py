@@ -133,7 +133,10 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     sg = np.asarray(tr.p2p_scatter_gather) & (np.asarray(lay.sp) == 0) & (np.asarray(tp) > 1)
     p2p_bytes = act_full / np.where((np.asarray(lay.sp) > 0) | sg, tp, 1)
     gather_t = np.where(sg, comm.all_gather(act_full, tp, tp_bw, tp_lat)[0], 0.0)
-    p2p_mb = np.where(single, 0.0, 2 * v * (comm.p2p(p2p_bytes, pp_bw, pp_lat) + gather_t))
+    # transfers a micro-batch waits for per virtual stage: a forward send and a backward send, each paired
+    # with the opposite receive (Megatron, torch), or those four one after another (DeepSpeed's engine)
+    n_p2p = 4 if tr.p2p_blocking_transfers else 2
+    p2p_mb = np.where(single, 0.0, n_p2p * v * (comm.p2p(p2p_bytes, pp_bw, pp_lat) + gather_t))
     t_stage = np.maximum(np.maximum(t_first, t_mid), t_last) + p2p_mb
     compute_stage = np.maximum(np.maximum(blocks_first * bt["total"] + np.where(single, head_t, 0.0),
                                           blocks_mid * bt["total"]),

@@ -516,3 +516,19 @@ def test_all_gather_context_parallel_saves_the_whole_sequences_keys_and_values()
     # without context parallelism nothing changes
     assert activation_bytes_per_layer(m, _lay(tp=2), 2, True, cp_saves_gathered_kv=True) == \
         activation_bytes_per_layer(m, _lay(tp=2), 2, True)
+
+
+def test_deepspeed_pipeline_waits_for_four_transfers_a_micro_batch():
+    """DeepSpeed's engine sends and receives one tensor at a time, blocking (TrainSchedule: two
+    transfers before each forward and each backward step); Megatron and torch pair a send with the
+    opposite receive in one batched call: the pipeline's transfer time per micro-batch doubles."""
+    m = ModelDims.from_spec(gpt(24, 2048, 16), 2048)
+    hw = constants_from_profile(load_profile("a100-sxm-80gb"), "bf16", 8, 25.0)
+    lay = _lay(gpus=16, tp=2, pp=4, dp=2, mbs=1)
+    kw = dict(global_batch_size=64, dtype="bf16", precision="master-weights", flash_attention=True,
+              overlap_grad_reduce=True, overlap_tp_comm=False)
+    paired = evaluate(m, TrainingConsts(**kw), hw, lay)
+    blocking = evaluate(m, TrainingConsts(**kw, p2p_blocking_transfers=True), hw, lay)
+    assert float(blocking["pp_comm_s"]) == pytest.approx(2 * float(paired["pp_comm_s"]))
+    assert float(paired["pp_comm_s"]) > 0
+    assert float(blocking["step_time_s"]) > float(paired["step_time_s"])

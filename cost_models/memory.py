@@ -15,6 +15,7 @@ import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts, virtual_stage_blocks)
+from . import zero3
 from .params import layer_other_params
 
 
@@ -135,9 +136,9 @@ def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: boo
     attention dropout; the softmax (Megatron's fused kernel writes its gradient in place); Q K^T.  The
     peak is at the MLP's start or at the a*s-sized score gradients, by which time the MLP's saved
     tensors are gone, so it is far below another block's activations where the scores dominate
-    (s*b*h*(34 + 5as/h)).  Checked against the CPU allocator's trace of that block in plain torch,
-    weights frozen (benchmarks/block_backward_memory.py; tests/test_activation_memory.py).  llama's
-    MLP is the SwiGLU (gate and up freed by the product's backward)."""
+    (s*b*h*(34 + 5as/h)).  Checked against the CPU allocator's trace of that block in plain torch
+    (benchmarks/block_backward_memory.py; tests/test_backward_temporaries.py: within 0.1 % without
+    recompute).  llama's MLP is the SwiGLU (gate and up freed by the product's backward)."""
     if flash:
         return activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered,
                                               cp_saves_gathered_kv)
@@ -448,12 +449,15 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     cast_per_param = rec["cast"] * np.where((lay.recompute == REC_FULL) | (lay.recompute == REC_SELECTIVE_OP), 0.0, 1.0)
 
     temp_layer = backward_temporaries_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
-    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, rec, fsdp2, z3_full)
-    # DeepSpeed stage 3 with one-weight-ahead prefetch holds two weights gathered, not two blocks
+    # ZeRO-3's gathered compute-dtype weights: two blocks (current + prefetch), or DeepSpeed's two weights
+    # and one weight's gradient (one-weight-ahead prefetch, zero3.gathered_bytes); FSDP2 inside a
+    # pipeline keeps the gathered weights (counted as weights), so only the block being gathered
+    blocks_gathered = np.where(z3_full, 1, 2) * per_layer * rec["weight"]
     if tr.zero3_one_weight_ahead:
-        from . import zero3
-        ds = (zero >= 3) & zero3.one_weight_ahead(m, tp)
-        working = working + np.where(ds, zero3.gathered_bytes(m, lay, tr.precision) - 2 * per_layer * rec["weight"], 0.0)
+        blocks_gathered = np.where(zero3.one_weight_ahead(m, tp), zero3.gathered_bytes(m, lay, tr.precision),
+                                   blocks_gathered)
+    gathered = np.where(zero >= 3, blocks_gathered, 0.0)
+    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
@@ -541,7 +545,7 @@ def p2p_receive_buffers(m: ModelDims, lay, act_bytes: int, m_micro, per_microbat
     return first, 2 * v * each, last
 
 
-def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, rec, fsdp2, z3_full):
+def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full):
     """Working memory besides saved activations and model states:
       - the block being back-propagated: its backward's temporaries (backward_temporaries_per_layer:
         with flash attention about one block's activations -- a llama block peaks in the SwiGLU
@@ -552,20 +556,19 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, rec, fsdp2, 
         pipeline rank showed it one block high on the lightly loaded ranks (1F1B's last: +12 %);
         what had hidden it on interleaved and zero-bubble ranks were the sends torch's runtime holds
         (rank_inflight's held());
-      - ZeRO-3: the all-gathered compute-dtype parameters of two blocks (current + prefetch; DeepSpeed's
-        one-weight-ahead prefetch: two weights and a weight's gradient, zero3.gathered_bytes); FSDP2
-        inside a pipeline keeps the gathered weights (counted as weights), so only the all-gather
-        buffer of the block being gathered;
+      - ZeRO-3: the all-gathered compute-dtype parameters (`gathered`: two blocks, current + prefetch;
+        DeepSpeed's one-weight-ahead prefetch: two weights and a weight's gradient); FSDP2 inside a
+        pipeline keeps the gathered weights (counted as weights), so only the all-gather buffer of the
+        block being gathered;
       - FSDP2: the reduce-scatter input of the block just back-propagated (one block's gradients
         in the reduce dtype) and the compute-dtype gradients the block being back-propagated is
         making (the CPU measurement found both live beside the next block's gather);
       - data-parallel gradient buckets: 2 x 25 MB (PyTorch DDP bucket_cap_mb default 25; FSDP2 has
         none);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
-    gather = np.where(lay.zero >= 3, np.where(z3_full, 1, 2) * per_layer * rec["weight"], 0.0)
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
     buckets = np.where((lay.dp > 1) & ~fsdp2, 2 * 25e6, 0.0)
-    return work_layer - act_layer + temp_layer + gather + rs_input + buckets
+    return work_layer - act_layer + temp_layer + gathered + rs_input + buckets
 
 
 def _replace(lay, **kw):

@@ -44,6 +44,7 @@ from .layout import PRECISION_RECIPES, REC_FULL, ModelDims
 
 PREFETCH_BUCKET_ELEMENTS = 5e7  # DeepSpeed stage3_prefetch_bucket_size default
 MAX_LIVE_ELEMENTS = 1e9  # stage3_max_live_parameters default; taken as not binding (module docstring)
+MAX_REUSE_DISTANCE_ELEMENTS = 1e9  # stage3_max_reuse_distance default
 
 
 def weight_elements(m: ModelDims, tp) -> list:
@@ -70,9 +71,6 @@ def gathered_bytes(m: ModelDims, lay, precision: str):
     kept = np.where(np.asarray(lay.recompute) == REC_FULL, kept_after_recompute(w), 0)
     at_bwd = sum(np.where(n - 1 - i < kept, w[i], 0.0) + np.where(n - 1 - i == kept, w[i], 0.0) for i in range(n))
     return np.maximum(live, at_bwd) * rec["weight"] + np.maximum.reduce(w) * rec["grad"]
-
-
-MAX_REUSE_DISTANCE_ELEMENTS = 1e9  # DeepSpeed stage3_max_reuse_distance default
 
 
 def kept_after_recompute(w: list):

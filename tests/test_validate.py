@@ -58,9 +58,24 @@ def test_fully_specified_held_out_sets_predict_every_run(summary):
     # Every layout setting of these runs is published (or searched within the framework), so each
     # run must give a plan; llama3 (126 layers, interleaving not expressible) and the ZeRO-3 530B/640
     # estimate do not, and are reported as missing in accuracy.md.
-    for name in ("korthikanti2022_selective_recompute", "bloom_176b", "opt_175b", "gpt_neox_20b", "mt_nlg_530b"):
+    for name in ("korthikanti2022_selective_recompute", "bloom_176b", "opt_175b", "gpt_neox_20b", "mt_nlg_530b",
+                 "megatron_sc21_table2_zero3"):
         assert summary[name]["missing"] == 0, name
-    assert summary["megatron_sc21_table2_zero3"]["runs"] >= 11
+    # SC21's 530B ZeRO-3 estimate on 640 GPUs fits since DeepSpeed holds two weights gathered and the
+    # unfused backward's temporaries are replayed op by op (74.6 GB of 83.0 usable on 2026-11-23)
+    assert summary["megatron_sc21_table2_zero3"]["runs"] == 12
+
+
+def test_deepspeed_zero3_rows_follow_its_one_weight_prefetch(cases):
+    """SC21 Table 2's ZeRO-3 rows, DeepSpeed's one-weight-ahead gathers modelled (cost_models/zero3.py):
+    the 384-GPU row, where compute and communication balance, was +28.8 % with whole-block overlap and is
+    +8.0 %; every ZeRO-3 row is within 15 %."""
+    z3 = [c for c in cases if c.set_name == "megatron_sc21_table2_zero3" and c.label.startswith("zero3")]
+    assert len(z3) == 6
+    for c in z3:
+        assert abs(c.error) < 0.15, (c.label, c.error)
+    row384 = next(c for c in z3 if c.label == "zero3 174.6B 384gpu")
+    assert abs(row384.error) < 0.10
 
 
 def test_korthikanti_eq7_is_the_planner_model_flops(cases):
@@ -112,6 +127,9 @@ def test_scatter_gather_only_for_megatron_pipelines(cases):
             continue
         whole = c.set_name in ("bloom_176b", "gpt_neox_20b", "mt_nlg_530b", "torchtitan_2024_h100")
         assert c.plan.training.p2p_scatter_gather is (not whole), (c.set_name, c.label)
+        # DeepSpeed's pipeline engine (BLOOM, MT-NLG, GPT-NeoX) is modelled as DeepSpeed: blocking transfers
+        if c.set_name in ("bloom_176b", "gpt_neox_20b", "mt_nlg_530b"):
+            assert c.plan.training.framework == "deepspeed", (c.set_name, c.label)
 
 
 def test_reference_sets_ship_with_the_package():

@@ -324,6 +324,42 @@ def _no_candidates_message(spec, gpus, pins) -> str:
             f"(heads {spec.heads}, kv_heads {spec.kv_heads}, layers {spec.layers}); relax a pin such as --tp/--pp/--schedule/--vpp")
 
 
+# what each structural rejection (search.REASONS) means, for the "every candidate was rejected" error
+REJECTED_BECAUSE = {
+    "batch": "do not split the global batch evenly (it must be a multiple of dp x micro-batch)",
+    "schedule": "need a schedule they cannot run (interleaving: micro-batches a multiple of pp; zero-bubble "
+                "schedules: no full or op-level recompute)",
+    "layers": "leave a virtual stage without a block (pp x vpp > layers + 2)",
+    "seq": "do not split the sequence evenly (it must be a multiple of 2 x cp)",
+    "offload": "offload the optimizer without ZeRO (it needs --zero 1 or more)",
+}
+
+
+def _batch_fix(gbs: int, seq_len: int, gpus: int, pins: Pins) -> str | None:
+    """The next global batch that the largest data-parallel size these pins allow divides (with tp, pp and
+    cp all pinned the rest is fixed; with only cp free it takes the rest and must split the sequence)."""
+    fixed = 1
+    for name in ("tp", "pp", "cp"):
+        fixed *= getattr(pins, name) or 1
+    mbs = pins.mbs or 1
+
+    def allowed(d):
+        if gpus % d or (gpus // d) % fixed or (pins.dp is not None and d != pins.dp):
+            return False
+        rest = gpus // d // fixed
+        if pins.tp is not None and pins.pp is not None:
+            cp = rest * (pins.cp or 1)
+            return (pins.cp is not None and rest == 1) or (pins.cp is None and (cp == 1 or seq_len % (2 * cp) == 0))
+        return True
+
+    # the largest data-parallel size allowed (the least model parallelism), its next multiple
+    d = next((d for d in range(gpus, 0, -1) if allowed(d)), None)
+    if d is None or gbs % (d * mbs) == 0:
+        return None
+    best = -(-gbs // (d * mbs)) * d * mbs
+    return f"--global-batch-size {best} splits over dp {d}" + (f" x micro-batch {mbs}" if mbs > 1 else "")
+
+
 def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, suggest, tokens) -> Plan:
     gb = 1e9
     if res.best_infeasible is not None:
@@ -338,14 +374,15 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
                f"({row['gpus']} x {hw.usable_bytes / gb:.1f} GB usable on {hw_ref.name})")
     else:
         counts = ", ".join(f"{k} {v}" for k, v in res.infeasible_by_reason.items())
-        reason = f"no feasible layout ({counts})"
-        plan = None
-        msg = f"nothing fits: every candidate was rejected ({counts})"
+        why = "; ".join(f"{v} {REJECTED_BECAUSE.get(k, k)}" for k, v in res.infeasible_by_reason.items())
+        msg = f"nothing fits: every candidate was rejected: {why}"
+        fix = _batch_fix(training.global_batch_size, training.seq_len, gpus, pins) \
+            if "batch" in res.infeasible_by_reason else None
+        # no layout was even costed: more GPUs or offload (memory fixes) are no answer; say what is
+        raise PlannerError(msg + "; " + (fix or "relax the pinned dimensions"))
     suggestions = []
     if suggest:
         suggestions = _suggestions(spec, hw_ref, training, pins, gpus, hw)
-    if plan is None:
-        raise PlannerError(msg + ("; " + suggestions[0] if suggestions else "; relax the pinned dimensions"))
     plan.search = info
     plan.suggestions = suggestions
     if suggestions:
@@ -373,8 +410,11 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
                             precision=training.precision, gpus_per_node=hw_ref.gpus_per_node,
                             inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, **stack_flags(training),
                             pins=Pins(**{**free.__dict__, "offload": "optimizer"}), top_k=1, suggest=False)
-            out.append(f"--offload optimizer fits on {gpus} GPUs (ZeRO-{rec.parallel.zero_stage}, "
-                       f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
+            r = rec.parallel
+            dropped = [f"--{k}" for k in ("tp", "pp", "dp", "cp", "vpp") if getattr(pins, k) not in (None, getattr(r, k))]
+            out.append(f"--offload optimizer fits on {gpus} GPUs (tp {r.tp}, pp {r.pp}, dp {r.dp}, ZeRO-{r.zero_stage}, "
+                       f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU"
+                       + (f"; without {' '.join(dropped)}" if dropped else "") + ")")
         except (NothingFits, PlannerError):
             pass
     # scan growing GPU counts (powers of two and whole nodes), capped to keep suggestions fast

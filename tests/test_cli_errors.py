@@ -105,6 +105,9 @@ CASES = [
     (["launch", "--dry-run", "{good.json}", "--device", "tpu"], 2, ["--device"]),
     (["launch", "--dry-run", "{good.json}", "--node-rank", "3"], 2, ["--node-rank"]),
     (["models", "show", "nope"], 2, ["nope"]),
+    # every layout rejected for the batch split: said in words, with a batch that splits over the pinned dp
+    (["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--tp", "1", "--pp", "1", "--cp", "1",
+      "--global-batch-size", "12", "--json"], 2, ["multiple of dp x micro-batch", "--global-batch-size 16 splits over dp 8"]),
     (["hardware", "show", "nope"], 2, ["nope"]),
 ]
 

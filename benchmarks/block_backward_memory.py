@@ -17,7 +17,8 @@ fp32 because the CPU's bf16 matmuls convert their operands into fp32 scratch tha
 not make; the model is evaluated with 4-byte activations.
 Blocks:
   - megatron-gpt: Megatron-LM's 2021 GPT block as the published runs ran it: LayerNorm, fused QKV,
-    unfused attention (baddbmm scores, softmax, attention dropout, bmm), output projection,
+    unfused attention (baddbmm scores, softmax, attention dropout, bmm; in a function of its own, as
+    Megatron's CoreAttention module, so its raw scores are freed when it returns), output projection,
     dropout + residual, LayerNorm, fc1, GeLU, fc2, dropout + residual (Korthikanti 2022 Sec. 4.1
     counts its saved bytes as s b h (34 + 5 a s / h)); dropout keeps a 1-byte mask and makes one
     tensor each way, as CUDA's kernel does (torch's CPU kernel keeps the mask in the input dtype);
@@ -76,6 +77,16 @@ def gpt_params(h, ffn):
                 ln2_w=w(h), ln2_b=w(h), fc1_w=w(ffn, h), fc1_b=w(ffn), fc2_w=w(h, ffn), fc2_b=w(h))
 
 
+def core_attention(q, k, v, p_drop):
+    """Megatron's CoreAttention: its own module, so the raw scores (a local) are freed when it returns."""
+    ba, s, d = q.shape
+    scores = torch.baddbmm(torch.empty(ba, s, s, dtype=q.dtype), q, k.transpose(1, 2), beta=0.0,
+                           alpha=1.0 / math.sqrt(d))
+    mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+    probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    return torch.bmm(dropout(probs, p_drop), v)
+
+
 def gpt_block(x, P, a, p_drop=0.1):
     """x: [s, b, h] (Megatron's layout)."""
     s, b, h = x.shape
@@ -86,12 +97,7 @@ def gpt_block(x, P, a, p_drop=0.1):
     q = q.reshape(s, b * a, d).transpose(0, 1)  # [b a, s, d]
     k = k.reshape(s, b * a, d).transpose(0, 1)
     v = v.reshape(s, b * a, d).transpose(0, 1)
-    scores = torch.baddbmm(torch.empty(b * a, s, s, dtype=x.dtype), q, k.transpose(1, 2), beta=0.0,
-                           alpha=1.0 / math.sqrt(d))
-    mask = torch.ones(s, s, dtype=torch.bool).triu(1)
-    probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-    probs = dropout(probs, p_drop)
-    ctx = torch.bmm(probs, v).transpose(0, 1).reshape(s, b, h)
+    ctx = core_attention(q, k, v, p_drop).transpose(0, 1).reshape(s, b, h)
     x = x + dropout(F.linear(ctx, P["o_w"], P["o_b"]), p_drop)
     ln = F.layer_norm(x, (h,), P["ln2_w"], P["ln2_b"])
     y = F.linear(F.gelu(F.linear(ln, P["fc1_w"], P["fc1_b"]), approximate="tanh"), P["fc2_w"], P["fc2_b"])

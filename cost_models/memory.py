@@ -125,7 +125,7 @@ def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: boo
 
     Flash attention: one block's activations (activation_bytes_working_layer), the bound the H100 grid
     was checked with; CPU allocator traces of parplan's own blocks put the true peak 15 % (llama) to
-    75 % (gpt) lower (benchmarks/block_backward_memory.py), kept until a GPU trace confirms it (the
+    75 % (gpt) lower without recompute (benchmarks/block_backward_memory.py), kept until a GPU trace confirms it (the
     GPU's flash-attention backward and GEMM workspaces are not in a CPU trace).
 
     Unfused attention (Megatron's 2021 GPT block, the published runs): the backward replayed op by op,
@@ -137,8 +137,8 @@ def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: boo
     peak is at the MLP's start or at the a*s-sized score gradients, by which time the MLP's saved
     tensors are gone, so it is far below another block's activations where the scores dominate
     (s*b*h*(34 + 5as/h)).  Checked against the CPU allocator's trace of that block in plain torch
-    (benchmarks/block_backward_memory.py; tests/test_backward_temporaries.py: within 0.1 % without
-    recompute).  llama's MLP is the SwiGLU (gate and up freed by the product's backward)."""
+    (benchmarks/block_backward_memory.py; tests/test_backward_temporaries.py: within 0.4 % with and
+    without full recompute).  llama's MLP is the SwiGLU (gate and up freed by the product's backward)."""
     if flash:
         return activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered,
                                               cp_saves_gathered_kv)

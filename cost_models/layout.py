@@ -121,6 +121,10 @@ class TrainingConsts:
     # a block's pointwise work (norms, rotary, activation) runs as fused kernels (Megatron/apex, torch.compile:
     # parplan launch compiles its blocks on cuda) or as eager PyTorch ops (compute.layer_elementwise_time)
     fused_elementwise: bool = True
+    # context parallelism's K/V exchange overlapped with the attention (ring attention: Megatron, torch) or an
+    # all-gather before it on the critical path (parplan's runtime; Llama 3: "the all-gather communication
+    # latency is exposed in the critical path", Dubey et al. 2024 sec. 3.3.2)
+    overlap_cp_comm: bool = False
 
     @property
     def act_bytes(self) -> int:

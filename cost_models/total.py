@@ -13,8 +13,9 @@ Step time (per GPU, critical pipeline stage):
     step    = t_pipe + exposed data-parallel communication + optimizer step
 Overlap assumptions: TP collectives are exposed (our runtime and Megatron without
 --tp-comm-overlap run them on the critical path); with overlap_tp_comm they hide behind the
-block's GEMMs.  CP K/V all-gather (and the dK/dV reduce-scatter) hides behind attention compute
-(all-gather based CP with load balancing, Llama 3, Dubey et al. 2024 sec. 3.3.2).  Data-parallel reduce-scatter/all-reduce hides behind one micro-batch's backward and the
+block's GEMMs.  CP's K/V all-gather (and the dK/dV reduce-scatter) is on the critical path (parplan's
+runtime; Llama 3's all-gather CP, Dubey et al. 2024 sec. 3.3.2: "the all-gather communication latency
+is exposed"); with overlap_cp_comm (ring attention: Megatron, torch) it hides behind the attention.  Data-parallel reduce-scatter/all-reduce hides behind one micro-batch's backward and the
 parameter all-gather behind one forward when overlap_grad_reduce; ZeRO-3 gathers hide behind the
 micro-batch they serve.  "Hides" is not free: while a collective runs, the compute beside it slows
 by the profile's overlap_compute_slowdown k (NCCL kernels occupy SMs and HBM bandwidth), so C seconds
@@ -103,7 +104,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
     n_cp = 2 + full + op
     cp_block = n_cp * t_cp
-    cp_block_exposed = hw.exposed(cp_block, bt["attention"])
+    cp_block_exposed = np.where(tr.overlap_cp_comm, hw.exposed(cp_block, bt["attention"]), cp_block)
 
     block = bt["total"] + tp_block_exposed + cp_block_exposed
 

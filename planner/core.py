@@ -50,7 +50,7 @@ def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
-               "fused_elementwise")
+               "fused_elementwise", "overlap_cp_comm")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
@@ -80,10 +80,11 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "parplan": {},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
-                 "fused_cross_entropy": True},
+                 "fused_cross_entropy": True, "overlap_cp_comm": True},
     "deepspeed": {"zero1_grad_reduce": "reduce-scatter", "zero2_grad_reduce": "per-micro-batch",
-                  "fused_cross_entropy": True},
-    "torchtitan": {"fused_elementwise": False},  # torchtitan's training.compile defaults to false
+                  "fused_cross_entropy": True, "overlap_cp_comm": True},
+    # torchtitan's training.compile defaults to false; its context parallelism is torch's ring attention
+    "torchtitan": {"fused_elementwise": False, "overlap_cp_comm": True},
 }
 
 
@@ -115,7 +116,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           cp_saves_gathered_kv=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
-                          fused_elementwise=tr.fused_elementwise)
+                          fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm)
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):

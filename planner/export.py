@@ -156,6 +156,10 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         notes.append(f"seq_len {t.seq_len} is not a multiple of 2*cp = {2 * p.cp}, which Megatron-LM requires "
                      "for context parallelism.")
+    if p.cp > 1 and not t.overlap_cp_comm:
+        # the prediction's K/V exchange: one all-gather before the attention (Megatron's default, p2p, is the
+        # overlapped ring)
+        flag("--cp-comm-type", "allgather")
     if p.sp:
         flag("--sequence-parallel")
     if p.pp > 1:
@@ -429,6 +433,9 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
             ("pipeline_parallel_split_points", bounds),
         ]
     par.append(("context_parallel_degree", p.cp))
+    if p.cp > 1 and not t.overlap_cp_comm:
+        notes.append("overlap_cp_comm off: the prediction's context parallelism all-gathers K/V before the attention; "
+                     "torchtitan's (torch's ring attention) overlaps the exchange, so its run may be faster.")
 
     sections: list[tuple[str, list[tuple[str, Any]]]] = [
         ("job", [("description", f"parplan plan: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}")]),

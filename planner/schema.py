@@ -105,6 +105,11 @@ class Training(Strict):
         "autograd cross-entropy over an fp32 upcast (parplan's runtime, torchtitan): the saved fp32 log-softmax plus "
         "two fp32 logit-sized tensors in its backward, 12 B per logit (measured: an H100 allocator snapshot, "
         "benchmarks/results/2026-11-22-h100/snapshots).")
+    overlap_cp_comm: bool = Field(
+        False, description="Context parallelism's key/value exchange runs beside the attention (Megatron's and torch's "
+        "ring attention pass K/V chunks while the previous chunk is computed). Off = one all-gather of K and V before "
+        "the attention, on the critical path (parplan's runtime; Llama 3's all-gather CP, whose paper says the "
+        "all-gather latency is exposed: Dubey et al. 2024 sec. 3.3.2).")
     fused_elementwise: bool = Field(
         True, description="The blocks' pointwise work (norms, rotary, SwiGLU) runs as fused kernels: Megatron's and "
         "apex's, or torch.compile's (parplan launch compiles each block on cuda; torchtitan with training.compile). "

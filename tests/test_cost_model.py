@@ -532,3 +532,21 @@ def test_deepspeed_pipeline_waits_for_four_transfers_a_micro_batch():
     assert float(blocking["pp_comm_s"]) == pytest.approx(2 * float(paired["pp_comm_s"]))
     assert float(paired["pp_comm_s"]) > 0
     assert float(blocking["step_time_s"]) > float(paired["step_time_s"])
+
+
+def test_context_parallel_gather_is_exposed_unless_overlapped():
+    """All-gather CP (parplan's runtime; Llama 3: 'the all-gather communication latency is exposed in the
+    critical path') pays the K/V gather and the dK/dV reduce-scatter in full; ring attention (Megatron,
+    torch: overlap_cp_comm) hides them behind the attention but for the overlap slowdown."""
+    m = ModelDims.from_spec(ModelSpec(arch="llama", layers=8, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
+                                      vocab=32000), 32768)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(gpus=16, tp=8, cp=2, dp=1, mbs=1)
+    kw = dict(global_batch_size=4, dtype="bf16", precision="master-weights", flash_attention=True,
+              overlap_grad_reduce=True, overlap_tp_comm=False)
+    exposed = evaluate(m, TrainingConsts(**kw), hw, lay)
+    ring = evaluate(m, TrainingConsts(**kw, overlap_cp_comm=True), hw, lay)
+    share = hw.overlap_slowdown / (1 + hw.overlap_slowdown)
+    assert float(exposed["cp_comm_s"]) > 0
+    assert float(ring["cp_comm_s"]) == pytest.approx(share * float(exposed["cp_comm_s"]), rel=1e-6)
+    assert float(exposed["step_time_s"]) > float(ring["step_time_s"])

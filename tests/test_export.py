@@ -316,3 +316,17 @@ def test_torchtitan_compile_follows_fused_elementwise():
     for fused in (True, False):
         p = plan.model_copy(update={"training": plan.training.model_copy(update={"fused_elementwise": fused})})
         assert tomllib.loads(export_plan(p, "torchtitan"))["training"]["compile"] is fused
+
+
+def test_megatron_context_parallel_follows_the_predicted_exchange():
+    """A plan predicted with all-gather CP (overlap_cp_comm off: parplan's runtime, Llama 3) asks Megatron for
+    --cp-comm-type allgather; with the ring (overlap on, Megatron's own default p2p) nothing is added."""
+    plan = llama_plan(tp=4, pp=1, vpp=1, dp=2, cp=2, schedule="1f1b")
+    plan.hardware.gpus = 16
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert a["--context-parallel-size"] == "2" and a["--cp-comm-type"] == "allgather"
+    plan.training.overlap_cp_comm = True
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert "--cp-comm-type" not in a
+    assert any("overlap_cp_comm off" in n for n in export_notes(llama_plan(cp=2, tp=4, pp=1, vpp=1, schedule="1f1b"),
+                                                                 "torchtitan"))

@@ -17,9 +17,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from planner.validate import ADAPTERS, FITTED_ON, PLAUSIBILITY_ONLY, summarize, validate_all  # noqa: E402
+from planner.validate import (ADAPTERS, FITTED_ON, PLAUSIBILITY_ONLY, framework_summary, summarize,  # noqa: E402
+                              validate_all)
 
 OUT = ROOT / "benchmarks" / "results" / "accuracy.md"
+ACCURACY_JSON = ROOT / "planner" / "data" / "accuracy.json"
+H100_RESULTS = ROOT / "benchmarks" / "results" / "2026-11-22-h100"
 COMMAND = "python benchmarks/accuracy_report.py"
 
 # Every profile parameter that was fitted to published training runs, with where it was fitted.
@@ -183,7 +186,25 @@ def main(argv=None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render_markdown(cases, summary, _dt.date.today().isoformat()) + "\n", encoding="utf-8")
         print(f"wrote {path}")
+        print(f"wrote {write_summary(cases)}")
     return 0
+
+
+def write_summary(cases) -> Path:
+    """planner/data/accuracy.json, the line `parplan recommend` prints under a plan (planner/accuracy.py):
+    published runs per framework, and the single-H100 launch grid re-predicted by benchmarks/gpu_accuracy.py."""
+    import json
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_accuracy
+    finally:
+        sys.path.pop(0)
+    _, data = gpu_accuracy.build(H100_RESULTS)
+    out = {"generated": _dt.date.today().isoformat(),
+           "published": framework_summary(cases),
+           "h100_launches": gpu_accuracy.summary(data, H100_RESULTS.relative_to(ROOT).as_posix())}
+    ACCURACY_JSON.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    return ACCURACY_JSON
 
 
 if __name__ == "__main__":

@@ -190,6 +190,18 @@ def build(root: Path) -> tuple[list[str], dict]:
     return lines + summary + spread(rs) + phases, {"runs": rs, "stats": stats}
 
 
+def summary(data: dict, source: str) -> dict:
+    """The numbers planner/data/accuracy.json keeps (planner/accuracy.py prints them under a plan): every
+    run's step-time median |error| with the datasheet and the calibrated profile, and memory against the
+    allocator's peak (the same for every profile)."""
+    st = data["stats"]
+    med = lambda xs: round(statistics.median(abs(x) for x in xs), 4)  # noqa: E731
+    return {"source": source, "runs": len(st["datasheet"]["step"]),
+            "step_median_abs_error": {"datasheet": med(st["datasheet"]["step"]),
+                                      "calibrated": med(st["calibrated"]["step"])},
+            "memory_vs_allocated_median_abs_error": med(st["datasheet"]["mem_alloc"])}
+
+
 def spread(rs: list[dict]) -> list[str]:
     """Configurations measured more than once: the run-to-run (and host-to-host) spread of the
     measurement itself, which bounds how close any prediction can be."""

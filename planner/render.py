@@ -1,6 +1,7 @@
 """Human output: rich tables on stderr-or-terminal.  JSON never goes through rich."""
 from __future__ import annotations
 
+from .accuracy import line as accuracy_line
 from .schema import Plan
 
 GB = 1e9
@@ -103,6 +104,9 @@ def summary_lines(plan: Plan) -> list[str]:
         f"{len(plan.parallel.stage_layers or [])} in all)",
         f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else f" (`parplan export --to {fw}`)"),
     ]
+    how = accuracy_line(fw)
+    if how:
+        lines.append(how)
     if pr.days_to_train is not None:
         lines.append(f"time to train {plan.training.tokens:.3g} tokens: {pr.days_to_train:.1f} days, "
                      f"{pr.gpu_hours_to_train:,.0f} GPU-hours")

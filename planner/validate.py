@@ -543,6 +543,26 @@ def summarize(cases: list[Case]) -> dict:
     return out
 
 
+def framework_summary(cases: list[Case]) -> dict:
+    """Per framework the predictions modelled: runs, median and max |error| over every predicted published
+    run (sets marked plausibility-only counted apart), rounded as planner/data/accuracy.json keeps them."""
+    groups: dict[str, dict[str, list[float]]] = {}
+    for c in cases:
+        if c.predicted is None or c.plan is None:
+            continue
+        kind = "plausibility" if c.set_name in PLAUSIBILITY_ONLY else "held"
+        groups.setdefault(c.plan.training.framework, {"held": [], "plausibility": []})[kind].append(abs(c.error))
+    out = {}
+    for fw, g in sorted(groups.items()):
+        held, plaus = np.array(g["held"]), np.array(g["plausibility"])
+        out[fw] = {"runs": len(held),
+                   "median_abs_error": round(float(np.median(held)), 4) if len(held) else None,
+                   "max_abs_error": round(float(held.max()), 4) if len(held) else None,
+                   "plausibility_runs": len(plaus),
+                   "plausibility_median_abs_error": round(float(np.median(plaus)), 4) if len(plaus) else None}
+    return out
+
+
 def spearman(a, b) -> float:
     """Spearman rank correlation with average ranks for ties (no scipy needed)."""
     def ranks(x):

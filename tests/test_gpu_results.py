@@ -137,6 +137,21 @@ def accuracy():
     return data
 
 
+def test_shipped_h100_accuracy_summary_matches_the_cost_model(accuracy):
+    """planner/data/accuracy.json's H100 line (under every parplan plan) is the grid re-predicted today:
+    rerun `python benchmarks/accuracy_report.py` after changing the cost model."""
+    import json
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_accuracy
+    finally:
+        sys.path.pop(0)
+    from planner.accuracy import PATH
+    shipped = json.loads(PATH.read_text(encoding="utf-8"))["h100_launches"]
+    assert shipped == gpu_accuracy.summary(accuracy, shipped["source"])
+    assert shipped["source"] == RESULTS.relative_to(ROOT).as_posix()
+
+
 def test_issue3_model_reaches_45_percent_mfu_on_the_h100():
     rep = json.loads((RESULTS / "grid" / "issue3-mfu" / "report.json").read_text())
     assert "H100" in rep["device"]

@@ -186,3 +186,20 @@ def test_torchtitan_nvl_profile_differs_from_its_sxm_one_only_in_the_peak():
     nvl = hardware_profiles.load_profile(str(d / "h100-hbm2e-96gb-500w-nvl-peak.toml")).model_dump()
     differ = {k for k in sxm if sxm[k] != nvl[k]}
     assert differ <= {"name", "peak_dense_tflops"} and "peak_dense_tflops" in differ, differ
+
+
+def test_shipped_accuracy_summary_matches_the_cost_model(cases):
+    """planner/data/accuracy.json (the 'how accurate' line under a plan) is what validate gives today:
+    rerun `python benchmarks/accuracy_report.py` after changing the cost model."""
+    from planner.accuracy import PATH
+    from planner.validate import framework_summary
+    shipped = json.loads(PATH.read_text(encoding="utf-8"))["published"]
+    assert shipped == framework_summary(cases)
+
+
+def test_recommend_says_how_accurate(capsys):
+    from planner.cli import main
+    assert main(["recommend", "--model", "tiny-llama-test", "--gpus", "2", "--top", "1", "--framework", "megatron"]) == 0
+    out, err = capsys.readouterr()  # human output goes to stderr when stdout is not a terminal
+    line = next(ln for ln in (out + err).splitlines() if ln.startswith("how accurate:"))
+    assert "published runs" in line and "median" in line

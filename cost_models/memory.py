@@ -47,7 +47,8 @@ def head_params_per_gpu(m: ModelDims, tp, pp):
 
 
 def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
-                               sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False):
+                               sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
+                               eager: bool = False):
     """Bytes saved for backward by one block for one micro-batch on one GPU.
 
     Tokens per GPU T = mbs * seq / cp.  Per token, in elements (x act_bytes):
@@ -107,19 +108,35 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     op_mm = (m.q_width + m.kv_width + m.ffn) / tp + m.hidden if m.arch == "llama" else m.hidden
     op_attn = (m.q_width / tp * act_bytes + 4 * m.heads / tp) if flash else 0.0
     op = full + op_mm * act_bytes + op_attn
+    if eager and m.arch == "llama":
+        # torchtitan's llama in eager PyTorch (fused_elementwise off) saves more than fused kernels do
+        # (tests/test_activation_memory.py emulates its block: exact): each RMSNorm the fp32 upcast of its
+        # input and both the normalised and the weighted output (4 h bytes more per norm); SwiGLU the
+        # silu output (ffn); GQA's repeat_kv the keys and values at the query width for SDPA
+        # (2 (qw - kvw)).  Rotary's complex fp32 product keeps only the constant table.  Selective
+        # recompute re-runs the attention core (repeat_kv) and keeps the rest; full and op-level recompute
+        # keep none of it.
+        seq_split = np.where(lay.sp > 0, tp, 1)
+        norms = 2 * 4 * m.hidden / seq_split
+        silu = m.ffn / tp * act_bytes
+        attn = 2 * (m.q_width - m.kv_width) * act_bytes / tp
+        elems = elems + norms + silu + np.where(lay.recompute == REC_SELECTIVE, 0.0, attn)
     per_token = np.where(lay.recompute == REC_FULL, full, np.where(lay.recompute == REC_SELECTIVE_OP, op, elems))
     return T * per_token
 
 
 def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
-                                   sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False):
+                                   sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
+                                   eager: bool = False):
     """One block's activations without recompute (a block being recomputed or back-propagated)."""
     none = _replace(lay, recompute=np.zeros_like(np.asarray(lay.recompute)) + REC_NONE)
-    return activation_bytes_per_layer(m, none, act_bytes, flash, dropout, sp_saves_gathered, cp_saves_gathered_kv)
+    return activation_bytes_per_layer(m, none, act_bytes, flash, dropout, sp_saves_gathered, cp_saves_gathered_kv,
+                                      eager)
 
 
 def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
-                                   sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False):
+                                   sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
+                                   eager: bool = False):
     """Peak bytes a block's backward allocates beyond its saved activations and output gradient (one
     micro-batch), the weights' gradients aside.
 
@@ -141,7 +158,7 @@ def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: boo
     without full recompute).  llama's MLP is the SwiGLU (gate and up freed by the product's backward)."""
     if flash:
         return activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered,
-                                              cp_saves_gathered_kv)
+                                              cp_saves_gathered_kv, eager)
     T = lay.mbs * m.seq_len / lay.cp
     tp = lay.tp
     a = act_bytes
@@ -363,7 +380,8 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
 
 
 def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
-                              sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False):
+                              sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
+                              eager: bool = False):
     """Bytes one block holds for one micro-batch while its weight-gradient pass is pending (zero-bubble
     schedules), beyond its saved activations: the gradient of every linear layer's output (dW = dY^T X),
     q, k, v (TP-split), the attention and MLP output projections (h: with SP too, since the row-parallel
@@ -374,7 +392,7 @@ def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dr
     T = lay.mbs * m.seq_len / lay.cp
     mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
     grads = T * ((m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden) * act_bytes
-    saves = (sp_saves_gathered, cp_saves_gathered_kv)
+    saves = (sp_saves_gathered, cp_saves_gathered_kv, eager)
     recomputed = (activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, *saves)
                   - activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, *saves))
     return grads + recomputed
@@ -426,7 +444,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return w, np.where(host_g, 0.0, g), o, offloaded
 
     counts = rank_inflight(lay, m_micro, m.layers)
-    saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv)
+    saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, not tr.fused_elementwise)
     pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
     work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)

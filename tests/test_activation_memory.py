@@ -121,3 +121,23 @@ def test_op_level_selective_recompute_survives_torch_compile():
     compiled = traced_saved_bytes("llama", "selective-op", b, s, layers, compiled=True)
     down_output = b * s * SHAPES["llama"]["hidden"] * 4
     assert compiled == pytest.approx(eager - down_output, rel=0.05), (eager, compiled)
+
+
+@pytest.mark.parametrize("kv_heads", [8, 2], ids=["mha", "gqa"])
+def test_eager_torchtitan_block_saves_what_the_eager_model_counts(kv_heads):
+    """torchtitan's llama block in eager PyTorch (its runs without training.compile) keeps the fp32 upcasts
+    of RMSNorm, the silu output and, with GQA, the keys and values copied to the query heads:
+    activation_bytes_per_layer(..., eager=True) counts them (bf16, no recompute)."""
+    from tests.runtime_helpers.torchtitan_block import Block, precompute_freqs_cis, saved_bytes as tt_saved
+    torch.manual_seed(0)
+    b, s, h, heads, ffn = 2, 128, 256, 8, 704
+    block = Block(h, heads, kv_heads, ffn).to(torch.bfloat16)
+    fc = precompute_freqs_cis(h // heads, s)
+    measured = tt_saved(block, torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True), fc)
+    spec = ModelSpec(arch="llama", layers=1, hidden=h, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=100)
+    lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=0, sp=0, schedule=1, offload=0)
+    m = ModelDims.from_spec(spec, s)
+    eager = float(activation_bytes_per_layer(m, lay, 2, True, eager=True))
+    fused = float(activation_bytes_per_layer(m, lay, 2, True))
+    assert eager == pytest.approx(measured, rel=0.01), (measured, eager)
+    assert measured > 1.4 * fused  # 41 % (MHA) to 56 % (GQA) more than the fused count for this shape

@@ -471,6 +471,10 @@ def overlap_slowdown(torch, dist, device, n: int = 2048, gemms: int = 8, comm_by
     comm_once()
     one_comm = max(time.perf_counter() - t0, 1e-6)
     in_flight = int(min(256, math.ceil(1.5 * alone / one_comm) + 1))  # keep the link busy past the train
+    # every rank must issue the same number of collectives: each timed its own, so take the largest
+    agreed = torch.tensor([in_flight], device=device, dtype=torch.int64)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    in_flight = int(agreed.item())
     beside = []
     for _ in range(reps):
         dist.barrier()

@@ -121,6 +121,10 @@ class TrainingConsts:
     # a block's pointwise work (norms, rotary, activation) runs as fused kernels (Megatron/apex, torch.compile:
     # parplan launch compiles its blocks on cuda) or as eager PyTorch ops (compute.layer_elementwise_time)
     fused_elementwise: bool = True
+    # eager blocks keep more for the backward (memory.activation_bytes_per_layer's eager term: torchtitan's
+    # llama without compile); parplan's runtime does not, compiled or not: its RMSNorm and SwiGLU are
+    # autograd functions that save what fused kernels do (parallel_layers.model._RMSNorm, _SwiGLU)
+    eager_saves_more: bool = False
     # context parallelism's K/V exchange overlapped with the attention (ring attention: Megatron, torch) or an
     # all-gather before it on the critical path (parplan's runtime; Llama 3: "the all-gather communication
     # latency is exposed in the critical path", Dubey et al. 2024 sec. 3.3.2)

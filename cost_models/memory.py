@@ -109,7 +109,8 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     op_attn = (m.q_width / tp * act_bytes + 4 * m.heads / tp) if flash else 0.0
     op = full + op_mm * act_bytes + op_attn
     if eager and m.arch == "llama":
-        # torchtitan's llama in eager PyTorch (fused_elementwise off) saves more than fused kernels do
+        # torchtitan's llama in eager PyTorch (fused_elementwise off, any framework but parplan's runtime,
+        # whose own RMSNorm and SwiGLU functions save what fused kernels do) saves more than fused kernels do
         # (tests/test_activation_memory.py emulates its block: exact): each RMSNorm the fp32 upcast of its
         # input and both the normalised and the weighted output (4 h bytes more per norm); SwiGLU the
         # silu output (ffn); GQA's repeat_kv the keys and values at the query width for SDPA
@@ -444,7 +445,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return w, np.where(host_g, 0.0, g), o, offloaded
 
     counts = rank_inflight(lay, m_micro, m.layers)
-    saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, not tr.fused_elementwise)
+    saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more)
     pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
     work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)

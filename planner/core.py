@@ -116,7 +116,8 @@ def training_consts(tr: Training) -> TrainingConsts:
                           cp_saves_gathered_kv=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
-                          fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm)
+                          fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm,
+                          eager_saves_more=not tr.fused_elementwise and tr.framework != "parplan")
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):

@@ -55,11 +55,16 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
 #              --no-scatter-gather-tensors-in-pipeline (scatter/gather on unless disabled; nothing
-#              to scatter with sequence parallelism), --use-distributed-optimizer reduce-scatters
+#              to scatter with sequence parallelism), --use-distributed-optimizer reduce-scatters,
+#              --cp-comm-type p2p (ring attention: the K/V exchange overlaps the attention)
 #   deepspeed  zero_optimization.reduce_scatter (default true) for ZeRO-1/2; stage 2 reduces the
 #              gradients of every micro-batch as the backward produces them (sharded); pipeline
 #              engine sends whole tensors; autograd accumulates gradients (no fusion)
-#   torchtitan FSDP2 and torch.distributed.pipelining, like parplan's runtime
+#   torchtitan FSDP2 and torch.distributed.pipelining, like parplan's runtime; eager unless
+#              training.compile; torch's ring attention for CP (overlap_cp_comm: an approximation:
+#              its default all-gather rotation hides behind the local chunk's attention only)
+# DeepSpeed also differs in what no flag names (TrainingConsts: zero3_one_weight_ahead,
+# p2p_blocking_transfers); parplan's runtime keeps fused-kernel memory uncompiled (eager_saves_more).
 # Pipeline schedules each framework runs (the search only offers these): Megatron-LM's 1F1B and
 # interleaved 1F1B; DeepSpeed's pipeline engine (TrainSchedule, non-interleaved 1F1B);
 # torch.distributed.pipelining (parplan's runtime, torchtitan) has all five.
@@ -375,7 +380,6 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
         msg = (f"nothing fits: the smallest layout needs {needed / gb:.1f} GB per GPU "
                f"({row['gpus']} x {hw.usable_bytes / gb:.1f} GB usable on {hw_ref.name})")
     else:
-        counts = ", ".join(f"{k} {v}" for k, v in res.infeasible_by_reason.items())
         why = "; ".join(f"{v} {REJECTED_BECAUSE.get(k, k)}" for k, v in res.infeasible_by_reason.items())
         msg = f"nothing fits: every candidate was rejected: {why}"
         fix = _batch_fix(training.global_batch_size, training.seq_len, gpus, pins) \

@@ -176,6 +176,13 @@ def check_runtime_support(plan, device: str) -> Check:
         if t.p2p_scatter_gather and p.pp > 1 and p.tp > 1 and not p.sp:
             warnings.append("the prediction assumes Megatron's scatter/gather pipeline sends, which the runtime does not "
                             "do (it sends whole tensors); `parplan evaluate` the plan with it off to compare")
+        if t.overlap_cp_comm and p.cp > 1:
+            warnings.append("the prediction assumes context parallelism's K/V exchange overlapped with the attention "
+                            "(ring attention); the runtime all-gathers before it; `parplan evaluate` the plan with "
+                            "overlap_cp_comm off to compare")
+        if t.framework == "deepspeed" and ((p.zero_stage == 3 and p.dp > 1) or p.pp > 1):
+            warnings.append("the prediction models DeepSpeed's engine (blocking pipeline transfers, ZeRO-3 gathers one "
+                            "weight ahead), not this runtime; re-plan with --framework parplan to compare")
         if warnings:
             return Check("runtime support", True, "warning: " + "; warning: ".join(warnings))
         return Check("runtime support", True, "every setting of the plan is implemented in parallel_layers")

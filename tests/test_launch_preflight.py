@@ -275,3 +275,17 @@ def test_cuda_compiles_blocks_when_the_plan_models_fused_pointwise_work(tmp_path
     assert L.launch(path, dry_run=True) == 0
     out, _ = capsys.readouterr()
     assert ("--compile" in out.split()) is fused
+
+
+def test_runtime_support_warns_about_overlapped_cp_and_deepspeed_predictions():
+    """A plan predicted with ring attention's overlapped K/V exchange, or for DeepSpeed's engine, is not
+    what the runtime runs: the preflight says so and how to compare."""
+    plan = tiny_plan(tp=2, cp=2, seq_len=32)
+    assert "overlap_cp_comm" not in L.check_runtime_support(plan, "cpu").detail
+    plan.training.overlap_cp_comm = True
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok and "overlap_cp_comm off" in c.detail
+    plan = tiny_plan(tp=1, pp=2, dp=1, seq_len=32)
+    plan.training.framework = "deepspeed"
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok and "DeepSpeed's engine" in c.detail and "--framework parplan" in c.detail

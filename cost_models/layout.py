@@ -129,6 +129,10 @@ class TrainingConsts:
     # all-gather before it on the critical path (parplan's runtime; Llama 3: "the all-gather communication
     # latency is exposed in the critical path", Dubey et al. 2024 sec. 3.3.2)
     overlap_cp_comm: bool = False
+    # torch's context parallelism (torchtitan; its default all-gather rotation, _AllGatherRotater in
+    # torch/distributed/tensor/experimental/_attention.py) gathers K/V once, asynchronously, before the
+    # rank's own chunk of the attention and waits for it after: only that 1/cp of the attention hides it
+    cp_overlap_local_chunk_only: bool = False
 
     @property
     def act_bytes(self) -> int:

@@ -104,7 +104,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
     n_cp = 2 + full + op
     cp_block = n_cp * t_cp
-    cp_block_exposed = np.where(tr.overlap_cp_comm, hw.exposed(cp_block, bt["attention"]), cp_block)
+    cp_window = bt["attention"] / np.where(tr.cp_overlap_local_chunk_only, cp, 1)
+    cp_block_exposed = np.where(tr.overlap_cp_comm, hw.exposed(cp_block, cp_window), cp_block)
 
     block = bt["total"] + tp_block_exposed + cp_block_exposed
 

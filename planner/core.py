@@ -61,8 +61,8 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 #              gradients of every micro-batch as the backward produces them (sharded); pipeline
 #              engine sends whole tensors; autograd accumulates gradients (no fusion)
 #   torchtitan FSDP2 and torch.distributed.pipelining, like parplan's runtime; eager unless
-#              training.compile; torch's ring attention for CP (overlap_cp_comm: an approximation:
-#              its default all-gather rotation hides behind the local chunk's attention only)
+#              training.compile; torch's context parallelism (overlap_cp_comm, its default all-gather
+#              rotation hiding behind the rank's own chunk of the attention only: cp_overlap_local_chunk_only)
 # DeepSpeed also differs in what no flag names (TrainingConsts: zero3_one_weight_ahead,
 # p2p_blocking_transfers); parplan's runtime keeps fused-kernel memory uncompiled (eager_saves_more).
 # Pipeline schedules each framework runs (the search only offers these): Megatron-LM's 1F1B and
@@ -88,7 +88,7 @@ FRAMEWORK_DEFAULTS: dict[str, dict] = {
                  "fused_cross_entropy": True, "overlap_cp_comm": True},
     "deepspeed": {"zero1_grad_reduce": "reduce-scatter", "zero2_grad_reduce": "per-micro-batch",
                   "fused_cross_entropy": True, "overlap_cp_comm": True},
-    # torchtitan's training.compile defaults to false; its context parallelism is torch's ring attention
+    # torchtitan's training.compile defaults to false; its context parallelism is torch's (asynchronous gather)
     "torchtitan": {"fused_elementwise": False, "overlap_cp_comm": True},
 }
 
@@ -122,7 +122,8 @@ def training_consts(tr: Training) -> TrainingConsts:
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
                           fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm,
-                          eager_saves_more=not tr.fused_elementwise and tr.framework != "parplan")
+                          eager_saves_more=not tr.fused_elementwise and tr.framework != "parplan",
+                          cp_overlap_local_chunk_only=tr.framework == "torchtitan")
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):

@@ -435,7 +435,7 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
     par.append(("context_parallel_degree", p.cp))
     if p.cp > 1 and not t.overlap_cp_comm:
         notes.append("overlap_cp_comm off: the prediction's context parallelism all-gathers K/V before the attention; "
-                     "torchtitan's (torch's ring attention) overlaps the exchange, so its run may be faster.")
+                     "torchtitan's (torch's) gathers them behind the rank's own chunk, so its run may be faster.")
 
     sections: list[tuple[str, list[tuple[str, Any]]]] = [
         ("job", [("description", f"parplan plan: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}")]),

@@ -106,8 +106,9 @@ class Training(Strict):
         "two fp32 logit-sized tensors in its backward, 12 B per logit (measured: an H100 allocator snapshot, "
         "benchmarks/results/2026-11-22-h100/snapshots).")
     overlap_cp_comm: bool = Field(
-        False, description="Context parallelism's key/value exchange runs beside the attention (Megatron's and torch's "
-        "ring attention pass K/V chunks while the previous chunk is computed). Off = one all-gather of K and V before "
+        False, description="Context parallelism's key/value exchange runs beside the attention (Megatron's ring "
+        "attention passes K/V chunks while the previous chunk is computed; torch's, under torchtitan, gathers them "
+        "asynchronously behind the rank's own chunk). Off = one all-gather of K and V before "
         "the attention, on the critical path (parplan's runtime; Llama 3's all-gather CP, whose paper says the "
         "all-gather latency is exposed: Dubey et al. 2024 sec. 3.3.2).")
     fused_elementwise: bool = Field(

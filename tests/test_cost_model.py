@@ -550,3 +550,18 @@ def test_context_parallel_gather_is_exposed_unless_overlapped():
     assert float(exposed["cp_comm_s"]) > 0
     assert float(ring["cp_comm_s"]) == pytest.approx(share * float(exposed["cp_comm_s"]), rel=1e-6)
     assert float(exposed["step_time_s"]) > float(ring["step_time_s"])
+
+
+def test_torch_context_parallel_hides_its_gather_behind_the_local_chunk_only():
+    """torch's all-gather rotation (torchtitan) waits for the gathered K/V after the rank's own chunk of the
+    attention: 1/cp of it hides the exchange, not all of it as a ring does."""
+    m = ModelDims.from_spec(ModelSpec(arch="llama", layers=8, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
+                                      vocab=32000), 32768)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16", 8, 1.0)  # a slow network: the gather shows
+    lay = _lay(gpus=32, tp=8, cp=4, dp=1, mbs=1)
+    kw = dict(global_batch_size=4, dtype="bf16", precision="master-weights", flash_attention=True,
+              overlap_grad_reduce=True, overlap_tp_comm=False, overlap_cp_comm=True)
+    ring = float(evaluate(m, TrainingConsts(**kw), hw, lay)["cp_comm_s"])
+    local = float(evaluate(m, TrainingConsts(**kw, cp_overlap_local_chunk_only=True), hw, lay)["cp_comm_s"])
+    exposed = float(evaluate(m, TrainingConsts(**{**kw, "overlap_cp_comm": False}), hw, lay)["cp_comm_s"])
+    assert ring < local < exposed

@@ -47,6 +47,14 @@ sys.path.insert(0, str(ROOT))
 # do not; in fp32 they allocate only their outputs.  The model is evaluated with 4-byte activations.
 DT = torch.float32
 ACT_BYTES = 4
+DEVICE = "cpu"
+
+
+def configure(device: str) -> None:
+    """cpu: fp32 (above); cuda: bf16, as training runs, measured with the caching allocator's counters."""
+    global DT, ACT_BYTES, DEVICE
+    DEVICE = device
+    DT, ACT_BYTES = (torch.bfloat16, 2) if device == "cuda" else (torch.float32, 4)
 
 
 class _Dropout(torch.autograd.Function):
@@ -72,7 +80,7 @@ def dropout(x, p):
 
 def gpt_params(h, ffn):
     def w(*s):
-        return (torch.randn(*s, dtype=DT) * 0.02).requires_grad_()
+        return (torch.randn(*s, dtype=DT, device=DEVICE) * 0.02).requires_grad_()
     return dict(ln1_w=w(h), ln1_b=w(h), qkv_w=w(3 * h, h), qkv_b=w(3 * h), o_w=w(h, h), o_b=w(h),
                 ln2_w=w(h), ln2_b=w(h), fc1_w=w(ffn, h), fc1_b=w(ffn), fc2_w=w(h, ffn), fc2_b=w(h))
 
@@ -80,9 +88,9 @@ def gpt_params(h, ffn):
 def core_attention(q, k, v, p_drop):
     """Megatron's CoreAttention: its own module, so the raw scores (a local) are freed when it returns."""
     ba, s, d = q.shape
-    scores = torch.baddbmm(torch.empty(ba, s, s, dtype=q.dtype), q, k.transpose(1, 2), beta=0.0,
+    scores = torch.baddbmm(torch.empty(ba, s, s, dtype=q.dtype, device=q.device), q, k.transpose(1, 2), beta=0.0,
                            alpha=1.0 / math.sqrt(d))
-    mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
     probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
     return torch.bmm(dropout(probs, p_drop), v)
 
@@ -106,7 +114,7 @@ def gpt_block(x, P, a, p_drop=0.1):
 
 def llama_params(h, ffn):
     def w(*s):
-        return (torch.randn(*s, dtype=DT) * 0.02).requires_grad_()
+        return (torch.randn(*s, dtype=DT, device=DEVICE) * 0.02).requires_grad_()
     return dict(n1=w(h), wq=w(h, h), wk=w(h, h), wv=w(h, h), wo=w(h, h), n2=w(h), gate=w(ffn, h), up=w(ffn, h),
                 down=w(h, ffn))
 
@@ -132,7 +140,7 @@ def parplan_block(kind, s, h, a, ffn):
                       head_dim=h // a, tied_embeddings=False, max_seq_len=s)
     blk = Block(cfg, 0, None, False, "none")
     init_parameters(blk, 0)
-    blk.to(DT)
+    blk.to(device=DEVICE, dtype=DT)
     return dict(blk.named_parameters()), lambda x, P, a: blk(x)
 
 
@@ -144,9 +152,11 @@ def measure(kind, s, b, h, a, ffn, recompute):
         P = gpt_params(h, ffn) if kind == "megatron-gpt" else llama_params(h, ffn)
         fn = gpt_block if kind == "megatron-gpt" else llama_block
     shape = (s, b, h) if kind == "megatron-gpt" else (b, s, h)
-    x = torch.randn(*shape, dtype=DT, requires_grad=True)
-    dy = torch.randn(*shape, dtype=DT)
+    x = torch.randn(*shape, dtype=DT, device=DEVICE, requires_grad=True)
+    dy = torch.randn(*shape, dtype=DT, device=DEVICE)
     run = (lambda t: checkpoint(fn, t, P, a, use_reentrant=False)) if recompute else (lambda t: fn(t, P, a))
+    if DEVICE == "cuda":
+        return measure_cuda(run, x, dy)
 
     def mark(grad):  # the measured block's output gradient is complete: its backward starts
         with record_function("phase.bwd"):
@@ -163,6 +173,31 @@ def measure(kind, s, b, h, a, ffn, recompute):
         # gradients), the backward skips the weight gradients (counted with the model states)
         torch.autograd.grad(y, x, dy)
     return replay(prof, y1.numel() * y1.element_size())
+
+
+def measure_cuda(run, x, dy):
+    """The same two numbers from the CUDA caching allocator's counters (allocated bytes, its peak reset
+    when the measured block's backward starts): what a GPU's kernels (flash attention's backward, cuBLAS)
+    allocate, which a CPU trace cannot show."""
+    torch.autograd.grad(run(run(x)), x, dy)  # warm-up: cuBLAS and attention workspaces, lazy inits
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    y1 = run(x)
+    torch.cuda.synchronize()
+    after = torch.cuda.memory_allocated()
+    mark = {}
+
+    def at_backward(grad):
+        torch.cuda.synchronize()
+        mark["at"] = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+
+    y1.register_hook(at_backward)
+    y = run(y1)
+    torch.autograd.grad(y, x, dy)
+    torch.cuda.synchronize()
+    return {"saved": after - before - y1.numel() * y1.element_size(),
+            "over": torch.cuda.max_memory_allocated() - mark["at"], "peak_op": "(cuda counters)"}
 
 
 def replay(prof, out_bytes):
@@ -231,15 +266,26 @@ CASES = [  # kind, s, b, h, a, ffn
 ]
 
 
+CASES_CUDA = [  # a 1.3B-class block at the H100 grid's shapes (seq 2048, micro-batch 4)
+    ("megatron-gpt", 2048, 4, 2048, 16, 8192),
+    ("parplan-llama", 2048, 4, 2048, 16, 5632),
+    ("parplan-gpt", 2048, 4, 2048, 16, 8192),
+]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="cpu: the allocator trace in fp32; cuda: bf16, training-sized shapes, the caching "
+                         "allocator's counters (what GPU kernels add)")
     args = ap.parse_args(argv)
+    configure(args.device)
     torch.set_num_threads(1)
     rows = []
     print("| block | s | b | h | a | ffn | recompute | saved MB | model MB | err | backward over saved MB | model MB | err | peak op |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for kind, s, b, h, a, ffn in CASES:
+    for kind, s, b, h, a, ffn in (CASES_CUDA if args.device == "cuda" else CASES):
         for rc in (False, True):
             meas = measure(kind, s, b, h, a, ffn, rc)
             pred = model_terms(kind, s, b, h, a, ffn, rc)

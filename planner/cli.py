@@ -553,7 +553,7 @@ def validate(
     """Predicted against published for every reference set (per run, median and max error)."""
     from pathlib import Path
 
-    from .validate import available_sets, summarize, validate_all
+    from .validate import available_sets, framework_summary, summarize, validate_all
     directory = Path(reference_dir) if reference_dir else None
     names = available_sets(directory)
     if not names:
@@ -571,10 +571,11 @@ def validate(
             raise UserError(str(e)) from None
     cases = validate_all(names, directory, hardware)
     summary = summarize(cases)
+    by_framework = framework_summary(cases)
     if as_json:
         _write_json({"cases": [{"set": c.set_name, "run": c.label, "metric": c.metric, "published": c.published,
                                 "predicted": c.predicted, "error": c.error, "note": c.note} for c in cases],
-                     "summary": summary})
+                     "summary": summary, "by_framework": by_framework})
         return
     from rich.table import Table
     console = _console()
@@ -595,6 +596,14 @@ def validate(
         sp = f", Spearman {s['spearman']:.2f}" if s["spearman"] is not None else ""
         console.print(f"{name}: {s['runs']} runs, median |error| {s['median_abs_error']:.1%}, "
                       f"max {s['max_abs_error']:.1%}{sp}{fitted}", highlight=False, markup=False)
+    # the same runs by the framework each prediction modelled (what `recommend` prints under a plan)
+    for fw, f in by_framework.items():
+        parts = []
+        if f["runs"]:
+            parts.append(f"{f['runs']} runs, median |error| {f['median_abs_error']:.1%}, max {f['max_abs_error']:.1%}")
+        if f["plausibility_runs"]:
+            parts.append(f"{f['plausibility_runs']} plausibility-only runs, median {f['plausibility_median_abs_error']:.1%}")
+        console.print(f"by framework, {fw}: " + "; ".join(parts), highlight=False, markup=False)
 
 
 @app.command()

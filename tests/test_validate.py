@@ -104,6 +104,8 @@ def test_cli_validate_json(capsys):
     for s in data["summary"].values():
         assert {"runs", "missing", "median_abs_error", "max_abs_error", "spearman"} <= set(s)
     assert len(data["cases"]) == 13
+    assert set(data["by_framework"]) == {"megatron", "deepspeed"}  # SC21 Table 1 is Megatron, BLOOM DeepSpeed
+    assert data["by_framework"]["deepspeed"]["runs"] == 3
     assert all({"set", "run", "metric", "published", "predicted", "error"} <= set(c) for c in data["cases"])
 
 

@@ -28,6 +28,26 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
+def entries(framework: str) -> list[dict]:
+    """The same numbers as line(), for a plan's JSON (Prediction.accuracy)."""
+    data = load()
+    out = []
+    pub = data.get("published", {}).get(framework)
+    if pub and pub.get("runs"):
+        out.append({"basis": "published runs (parplan validate)", "runs": pub["runs"],
+                    "median_abs_error": pub["median_abs_error"], "max_abs_error": pub["max_abs_error"]})
+    elif pub and pub.get("plausibility_runs"):
+        out.append({"basis": "published runs, plausibility checks only (parplan validate)",
+                    "runs": pub["plausibility_runs"], "median_abs_error": pub["plausibility_median_abs_error"]})
+    h100 = data.get("h100_launches")
+    if framework == "parplan" and h100:
+        out.append({"basis": f"step time of single-H100 launches, datasheet profile ({h100['source']})",
+                    "runs": h100["runs"], "median_abs_error": h100["step_median_abs_error"]["datasheet"]})
+        out.append({"basis": f"peak memory of single-H100 launches against the allocator's ({h100['source']})",
+                    "runs": h100["runs"], "median_abs_error": h100["memory_vs_allocated_median_abs_error"]})
+    return out
+
+
 def line(framework: str) -> str | None:
     """One line for a plan's summary: how close this framework's predictions came to measured runs."""
     data = load()

@@ -214,8 +214,16 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
                    schedule=SCHEDULES[lay_row["schedule"]], offload=OFFLOADS[lay_row["offload"]],
                    stage_layers=stage_layers(spec.layers, stages))
     hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
+    if prediction is not None:
+        prediction = _with_accuracy(prediction, training.framework)
     return Plan.model_construct(model=spec, hardware=hw, training=tr, parallel=par, prediction=prediction,
                                 search=None, alternatives=[], suggestions=[], schema_version=1)
+
+
+def _with_accuracy(prediction: Prediction, framework: str) -> Prediction:
+    from .accuracy import entries
+    from .schema import Accuracy
+    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(framework)]})
 
 
 def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
@@ -459,7 +467,8 @@ def evaluate_plan(plan: Plan) -> Plan:
     from .search import infeasibility
     r = int(infeasibility(m, tr, hw, arr, met)[0])
     reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size)
-    pred = prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus)
+    pred = _with_accuracy(prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus),
+                          plan.training.framework)
     if p.stage_layers is not None and list(p.stage_layers) != stage_layers(spec.layers, p.pp * p.vpp):
         pred.warnings.append("stage_layers differ from the default split; memory and time assume the default split")
     return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],

@@ -192,6 +192,13 @@ class Amdahl(Strict):
     speedup: float = Field(description="1/((1-alpha)+alpha/n) for n GPUs.")
 
 
+class Accuracy(Strict):
+    basis: str = Field(description="What the error was measured on: published runs (parplan validate) or launches.")
+    runs: int
+    median_abs_error: float = Field(description="Median |predicted/measured - 1| over those runs.")
+    max_abs_error: Optional[float] = None
+
+
 class Prediction(Strict):
     memory_bytes_per_gpu: MemoryBreakdown
     time_breakdown: Optional[TimeBreakdown] = None
@@ -210,6 +217,9 @@ class Prediction(Strict):
     days_to_train: Optional[float] = None
     gpu_hours_to_train: Optional[float] = None
     warnings: list[str] = Field(default_factory=list)
+    accuracy: list[Accuracy] = Field(
+        default_factory=list, description="How close predictions for this framework came to measured runs "
+        "(planner/data/accuracy.json: published runs by framework; for parplan's runtime, single-H100 launches).")
 
 
 class SearchInfo(Strict):

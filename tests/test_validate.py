@@ -199,6 +199,19 @@ def test_shipped_accuracy_summary_matches_the_cost_model(cases):
     assert shipped == framework_summary(cases)
 
 
+def test_plan_json_carries_its_accuracy():
+    """Programs reading --json get the same numbers: Prediction.accuracy, by the plan's framework."""
+    from planner.core import evaluate_plan, recommend
+    from planner.models import load_preset
+    spec = load_preset("tiny-llama-test")
+    shipped = json.loads((Path(__file__).resolve().parents[1] / "planner" / "data" / "accuracy.json").read_text())
+    meg = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, framework="megatron")
+    (acc,) = meg.prediction.accuracy
+    assert acc.runs == shipped["published"]["megatron"]["runs"] and "published" in acc.basis
+    own = evaluate_plan(recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False))
+    assert [a.runs for a in own.prediction.accuracy] == [shipped["h100_launches"]["runs"]] * 2
+
+
 def test_recommend_says_how_accurate(capsys):
     from planner.cli import main
     assert main(["recommend", "--model", "tiny-llama-test", "--gpus", "2", "--top", "1", "--framework", "megatron"]) == 0

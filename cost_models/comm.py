@@ -5,10 +5,11 @@ Ring algorithms (Patarasuk & Yuan 2009; NCCL): an all-reduce of B bytes over n r
 steps.  time = steps * latency + bytes_moved / bandwidth, with the tier's achievable bandwidth
 (link bandwidth x efficiency, from the hardware profile).
 
-Tier of a group: mesh order is (dp, pp, cp, tp), TP innermost.  A group whose ranks span
-`stride * size` consecutive ranks stays inside an NVLink node when that span <= gpus_per_node;
-otherwise every ring step crosses the inter-node tier.  So a TP group larger than a node pays
-InfiniBand/RoCE bandwidth: the planner sees that.
+Tier of a group: mesh order is (dp, pp, cp, tp), TP innermost.  Groups whose ranks span
+`stride * size` consecutive ranks stay inside NVLink nodes when that span divides gpus_per_node
+(or the job is one node); otherwise ring steps cross the inter-node tier.  So a TP group larger than
+a node, or one that does not tile it (6 on 8-GPU nodes), pays InfiniBand/RoCE bandwidth: the planner
+sees that.
 """
 from __future__ import annotations
 
@@ -21,9 +22,15 @@ def tier_params(hw, inside_node):
     return bw, lat
 
 
-def group_inside_node(hw, stride, size):
-    """True where a group of `size` ranks `stride` apart fits in one node."""
-    return np.asarray(stride) * np.asarray(size) <= hw.gpus_per_node
+def group_inside_node(hw, stride, size, gpus=None):
+    """True where every group of `size` ranks `stride` apart lies inside one node.  The groups tile the
+    ranks in blocks of stride x size, so that span must divide the node's GPUs: a tensor-parallel group
+    of 6 on 8-GPU nodes puts ranks 6-11 across two nodes, and the collectives wait for the slowest
+    group.  A job of at most one node (`gpus`) has every group inside it."""
+    span = np.asarray(stride) * np.asarray(size)
+    gpn = hw.gpus_per_node
+    one_node = False if gpus is None else np.asarray(gpus) <= gpn
+    return (span <= gpn) & ((gpn % np.maximum(span, 1) == 0) | one_node)
 
 
 def all_reduce(nbytes, n, bw, lat):

@@ -78,7 +78,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # ---- tensor parallel: 2 all-reduces forward, 2 backward (Narayanan 2021 sec. 3.3), +2 when
     # the forward is recomputed; with SP each becomes all-gather + reduce-scatter of the same
     # total volume (Korthikanti 2022 sec. 4.2.2).
-    tp_in = comm.group_inside_node(hw, 1, tp)
+    tp_in = comm.group_inside_node(hw, 1, tp, lay.gpus)
     tp_bw, tp_lat = comm.tier_params(hw, tp_in)
     msg = tokens_mb * m.hidden * act_b
     t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
@@ -98,7 +98,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # ---- context parallel (Llama 3 sec. 3.3.2): all-gather of the K/V shards forward
     # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same
     # volume), +1 all-gather under full or op-level selective recompute; per layer per micro-batch.
-    cp_in = comm.group_inside_node(hw, tp, cp)
+    cp_in = comm.group_inside_node(hw, tp, cp, lay.gpus)
     cp_bw, cp_lat = comm.tier_params(hw, cp_in)
     kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
@@ -126,7 +126,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     t_mid = np.where(np.asarray(pp) > 2, blocks_mid * block + cast_mid, 0.0)
     t_last = np.where(single, 0.0, blocks_last * block + head_t + cast_last)
     # pipeline point-to-point: per chunk, send activations forward and gradients backward
-    pp_in = comm.group_inside_node(hw, tp * cp, pp)
+    pp_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
     pp_bw, pp_lat = comm.tier_params(hw, pp_in)
     # Megatron's scatter/gather (Narayanan 2021 sec. 4.1): without SP each TP rank sends its 1/tp slice
     # and the receiving stage all-gathers the slices over the (NVLink) TP group; with SP the stage
@@ -152,7 +152,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     stage_params = np.maximum(np.maximum(blocks_first * per_layer + emb_params + np.where(single, head_params, 0.0),
                                          blocks_mid * per_layer),
                               np.where(single, 0.0, blocks_last * per_layer + head_params))
-    dp_in = comm.group_inside_node(hw, tp * cp * pp, dp)
+    dp_in = comm.group_inside_node(hw, tp * cp * pp, dp, lay.gpus)
     dp_bw, dp_lat = comm.tier_params(hw, dp_in)
     grad_bytes = stage_params * rec["grad"]
     w_bytes = stage_params * rec["weight"]
@@ -212,7 +212,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
     # two ranks, V x h / tp gradients), on the critical path before the optimizer step.
     if m.tied:
-        first_last_in = comm.group_inside_node(hw, tp * cp * (np.asarray(pp) - 1), 2)
+        # the first and last stage of one pipeline replica share a node where the replica does
+        first_last_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
         tie_bw, tie_lat = comm.tier_params(hw, first_last_in)
         tie_t, tie_moved = comm.all_reduce(m.vocab * m.hidden / tp * rec["grad"], 2, tie_bw, tie_lat)
         dp_exposed = dp_exposed + np.where(single, 0.0, tie_t)

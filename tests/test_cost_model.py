@@ -565,3 +565,13 @@ def test_torch_context_parallel_hides_its_gather_behind_the_local_chunk_only():
     local = float(evaluate(m, TrainingConsts(**kw, cp_overlap_local_chunk_only=True), hw, lay)["cp_comm_s"])
     exposed = float(evaluate(m, TrainingConsts(**{**kw, "overlap_cp_comm": False}), hw, lay)["cp_comm_s"])
     assert ring < local < exposed
+
+
+def test_groups_that_do_not_tile_a_node_cross_it():
+    """tp 6 on 8-GPU nodes puts ranks 6-11 on two nodes: the group pays the network; tp 4 and 8 tile the
+    node; on a job of one node every group is inside."""
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    inside = comm.group_inside_node(hw, 1, np.array([2, 4, 6, 8, 16]), 64)
+    assert inside.tolist() == [True, True, False, True, False]
+    assert bool(comm.group_inside_node(hw, 1, 6, 6))       # six GPUs of one node
+    assert not bool(comm.group_inside_node(hw, 2, 3, 64))  # a cp group of 3 over tp 2 spans 6 ranks

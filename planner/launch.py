@@ -144,6 +144,20 @@ def check_runtime_support(plan, device: str) -> Check:
     from .core import TORCH_PIPELINING
     p, t = plan.parallel, plan.training
     missing = []
+    m = plan.model
+    # the runtime shards these evenly over the tensor-parallel group (parallel_layers.layers: a dimension
+    # that does not divide raises on every rank); Megatron pads the vocabulary instead
+    for what, size, by in (("vocab", m.vocab, p.tp), ("ffn_hidden", m.ffn_hidden, p.tp), ("heads", m.heads, p.tp),
+                           ("kv_heads", m.kv_heads, p.tp)):
+        if p.tp > 1 and size % by:
+            up = -(-size // by) * by
+            missing.append((f"{what} {size} split over tp={p.tp} (the runtime shards it evenly)",
+                            f"use a {what} divisible by {p.tp} (e.g. {up}; Megatron pads the vocabulary to a "
+                            f"multiple of 128 x tp), or another tp" if what in ("vocab", "ffn_hidden") else
+                            f"use a tp that divides {what} ({size})"))
+    if p.sp and p.tp > 1 and (t.seq_len // max(p.cp, 1)) % p.tp:
+        missing.append((f"sequence parallelism with {t.seq_len // max(p.cp, 1)} tokens per rank over tp={p.tp}",
+                        f"use a seq_len divisible by {p.tp * max(p.cp, 1)}"))
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         missing.append((f"cp={p.cp} with seq_len {t.seq_len} (load-balanced context parallelism cuts the sequence "
                         f"into 2*cp = {2 * p.cp} chunks)", f"use a seq_len divisible by {2 * p.cp}, or another cp"))

@@ -199,7 +199,8 @@ def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> s
     if code == "layers":
         return f"layers: pp x vpp = {lay_row['pp'] * lay_row['vpp']} virtual stages leave some without a block"
     if code == "seq":
-        return f"seq: seq_len is not divisible by 2 x cp({lay_row['cp']})"
+        return (f"seq: seq_len is not divisible by 2 x cp({lay_row['cp']}), or with sequence parallelism "
+                f"by cp x tp({lay_row['tp']})")
     if code == "offload":
         return "offload: optimizer offload needs zero_stage >= 1"
     return code
@@ -346,7 +347,8 @@ REJECTED_BECAUSE = {
     "schedule": "need a schedule they cannot run (interleaving: micro-batches a multiple of pp; zero-bubble "
                 "schedules: no full or op-level recompute)",
     "layers": "leave a virtual stage without a block (pp x vpp > layers + 2)",
-    "seq": "do not split the sequence evenly (it must be a multiple of 2 x cp)",
+    "seq": "do not split the sequence evenly (it must be a multiple of 2 x cp, and with sequence parallelism "
+           "each rank's part a multiple of tp)",
     "offload": "offload the optimizer without ZeRO (it needs --zero 1 or more)",
 }
 

@@ -153,6 +153,8 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     reason = _mark(reason, zb & whole_block, "schedule")
     reason = _mark(reason, (lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle stages
     reason = _mark(reason, (lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # 2*cp equal chunks
+    # sequence parallelism splits each rank's sequence over the TP group (Megatron requires it too)
+    reason = _mark(reason, (lay.sp > 0) & (lay.tp > 1) & (((m.seq_len // lay.cp) % lay.tp) != 0), "seq")
     return _mark(reason, (lay.offload > 0) & (lay.zero == 0), "offload")
 
 

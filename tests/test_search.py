@@ -375,3 +375,15 @@ def test_eager_memory_is_torchtitans_not_parplans_runtime():
             mem[fw, fused] = p.prediction.memory_bytes_per_gpu.activations
     assert mem["parplan", False] == mem["parplan", True]
     assert mem["torchtitan", False] > mem["torchtitan", True]
+
+
+def test_sequence_parallelism_needs_the_sequence_to_split_over_tp():
+    """Megatron and parplan's runtime split each rank's sequence over the TP group under SP: a sequence
+    tp does not divide is no SP candidate (counted as 'seq')."""
+    from planner.core import Pins
+    spec = load_preset("tiny-llama-test")
+    plan = recommend(spec, 2, seq_len=63, global_batch_size=4, suggest=False,
+                     pins=Pins(tp=2, pp=1, cp=1, sp=None))
+    assert plan.parallel.sp is False
+    with pytest.raises(PlannerError, match="multiple of tp"):
+        recommend(spec, 2, seq_len=63, global_batch_size=4, suggest=False, pins=Pins(tp=2, pp=1, cp=1, sp=True))

@@ -59,6 +59,11 @@ def one_weight_ahead(m: ModelDims, tp):
     return np.minimum.reduce([np.broadcast_to(w, np.shape(tp)) for w in weight_elements(m, tp)]) >= PREFETCH_BUCKET_ELEMENTS
 
 
+def largest_adjacent_pair(w: list):
+    """The most elements gathered at once under one-ahead prefetch: a weight and the next (cyclic)."""
+    return np.maximum.reduce([w[i] + w[(i + 1) % len(w)] for i in range(len(w))])
+
+
 def gathered_bytes(m: ModelDims, lay, precision: str):
     """Live gathered parameters under one-ahead prefetch: the weight computing and the next one (the
     largest adjacent pair, cyclic) or, at the start of a recomputed block's backward, the weights kept
@@ -67,7 +72,7 @@ def gathered_bytes(m: ModelDims, lay, precision: str):
     rec = PRECISION_RECIPES[precision]
     w = [np.broadcast_to(x, np.shape(lay.tp)) for x in weight_elements(m, lay.tp)]
     n = len(w)
-    live = np.maximum.reduce([w[i] + w[(i + 1) % n] for i in range(n)])
+    live = largest_adjacent_pair(w)
     kept = np.where(np.asarray(lay.recompute) == REC_FULL, kept_after_recompute(w), 0)
     at_bwd = sum(np.where(n - 1 - i < kept, w[i], 0.0) + np.where(n - 1 - i == kept, w[i], 0.0) for i in range(n))
     return np.maximum(live, at_bwd) * rec["weight"] + np.maximum.reduce(w) * rec["grad"]

@@ -501,8 +501,7 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         # the stage-3 schedule the prediction assumed (cost_models/zero3.py): DeepSpeed's default prefetch
         # bucket and reuse distance, and a live-parameter cap that lets it prefetch the next weight
         # (where a weight pair exceeds the 1e9 default, DeepSpeed would stop prefetching)
-        w = zero3.weight_elements(ModelDims.from_spec(plan.model, t.seq_len), p.tp)
-        pair = max(w[i] + w[(i + 1) % len(w)] for i in range(len(w)))
+        pair = float(zero3.largest_adjacent_pair(zero3.weight_elements(ModelDims.from_spec(plan.model, t.seq_len), p.tp)))
         zero["stage3_prefetch_bucket_size"] = int(zero3.PREFETCH_BUCKET_ELEMENTS)
         zero["stage3_max_reuse_distance"] = int(zero3.MAX_REUSE_DISTANCE_ELEMENTS)
         zero["stage3_max_live_parameters"] = int(max(zero3.MAX_LIVE_ELEMENTS, pair))

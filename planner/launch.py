@@ -147,14 +147,14 @@ def check_runtime_support(plan, device: str) -> Check:
     m = plan.model
     # the runtime shards these evenly over the tensor-parallel group (parallel_layers.layers: a dimension
     # that does not divide raises on every rank); Megatron pads the vocabulary instead
-    for what, size, by in (("vocab", m.vocab, p.tp), ("ffn_hidden", m.ffn_hidden, p.tp), ("heads", m.heads, p.tp),
-                           ("kv_heads", m.kv_heads, p.tp)):
-        if p.tp > 1 and size % by:
-            up = -(-size // by) * by
+    fixes = {"vocab": "use a vocab divisible by {tp} (e.g. {up}; Megatron pads it to a multiple of 128 x tp), or another tp",
+             "ffn_hidden": "use a ffn_hidden divisible by {tp} (e.g. {up}), or another tp",
+             "heads": "use a tp that divides heads ({size})", "kv_heads": "use a tp that divides kv_heads ({size})"}
+    for what, fix in fixes.items():
+        size = getattr(m, what)
+        if p.tp > 1 and size % p.tp:
             missing.append((f"{what} {size} split over tp={p.tp} (the runtime shards it evenly)",
-                            f"use a {what} divisible by {p.tp} (e.g. {up}; Megatron pads the vocabulary to a "
-                            f"multiple of 128 x tp), or another tp" if what in ("vocab", "ffn_hidden") else
-                            f"use a tp that divides {what} ({size})"))
+                            fix.format(tp=p.tp, up=-(-size // p.tp) * p.tp, size=size)))
     if p.sp and p.tp > 1 and (t.seq_len // max(p.cp, 1)) % p.tp:
         missing.append((f"sequence parallelism with {t.seq_len // max(p.cp, 1)} tokens per rank over tp={p.tp}",
                         f"use a seq_len divisible by {p.tp * max(p.cp, 1)}"))

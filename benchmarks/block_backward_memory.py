@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 DT = torch.float32
 ACT_BYTES = 4
 DEVICE = "cpu"
+TRACE = False  # cuda: the profiler's allocation trace instead of the allocator's counters
 
 
 def configure(device: str) -> None:
@@ -155,14 +156,18 @@ def measure(kind, s, b, h, a, ffn, recompute):
     x = torch.randn(*shape, dtype=DT, device=DEVICE, requires_grad=True)
     dy = torch.randn(*shape, dtype=DT, device=DEVICE)
     run = (lambda t: checkpoint(fn, t, P, a, use_reentrant=False)) if recompute else (lambda t: fn(t, P, a))
-    if DEVICE == "cuda":
+    if DEVICE == "cuda" and not TRACE:
         return measure_cuda(run, x, dy)
+    if DEVICE == "cuda":
+        torch.autograd.grad(run(run(x)), x, dy)  # warm-up: workspaces and lazy inits stay out of the trace
+        torch.cuda.synchronize()
 
     def mark(grad):  # the measured block's output gradient is complete: its backward starts
         with record_function("phase.bwd"):
             pass
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
+    with profile(activities=acts, profile_memory=True) as prof:
         with record_function("phase.fwd"):
             y1 = run(x)
         y1.register_hook(mark)
@@ -207,7 +212,7 @@ def replay(prof, out_bytes):
     while stack:
         node = stack.pop()
         stack.extend(node.children)
-        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == DEVICE:
             par = node.parent
             while par is not None and par.name in ("aten::empty", "aten::empty_strided", "aten::empty_like"):
                 par = par.parent
@@ -216,13 +221,14 @@ def replay(prof, out_bytes):
         elif node.name.startswith("phase."):
             phases[node.name[6:]] = (node.start_time_ns, node.end_time_ns)
     allocs.sort(key=lambda e: e[0])
-    live, total = {}, 0
+    live, total, made = {}, 0, {}
     before_fwd = after_fwd = at_bwd = None
-    peak_bwd, peak_op = -1, None
+    peak_bwd, peak_op, at_peak = -1, None, {}
     for t, size, ptr, op in allocs:
         if size > 0:
             total -= live.pop(ptr, 0)
             live[ptr] = size
+            made[ptr] = (size, op, t)
             total += size
         elif ptr in live:
             total -= live.pop(ptr)
@@ -234,11 +240,17 @@ def replay(prof, out_bytes):
             at_bwd = total
         elif total > peak_bwd:
             peak_bwd, peak_op = total, op
+            at_peak = {p: made[p] for p in live if made[p][2] > phases["bwd"][0]}
     before_fwd = before_fwd or 0
     saved = after_fwd - before_fwd - out_bytes
     # "over": the peak after the measured block's backward starts, above what was live then (its saved
     # activations, its output gradient, and what the rest of the step holds throughout)
-    return {"saved": saved, "over": peak_bwd - at_bwd, "peak_op": peak_op}
+    # what the backward allocated that is live at its peak, by the op that allocated it
+    by_op: dict[str, int] = {}
+    for size, op, _ in at_peak.values():
+        by_op[op] = by_op.get(op, 0) + size
+    return {"saved": saved, "over": peak_bwd - at_bwd, "peak_op": peak_op,
+            "live_at_peak": dict(sorted(by_op.items(), key=lambda kv: -kv[1]))}
 
 
 def model_terms(kind, s, b, h, a, ffn, recompute):
@@ -279,13 +291,21 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                     help="cpu: the allocator trace in fp32; cuda: bf16, training-sized shapes, the caching "
                          "allocator's counters (what GPU kernels add)")
+    ap.add_argument("--trace", action="store_true",
+                    help="cuda: replay the profiler's allocation trace (and list what is live at the backward's "
+                         "peak, by op) instead of reading the allocator's counters")
+    ap.add_argument("--only", help="only blocks whose name starts with this")
     args = ap.parse_args(argv)
     configure(args.device)
+    global TRACE
+    TRACE = args.trace
     torch.set_num_threads(1)
     rows = []
     print("| block | s | b | h | a | ffn | recompute | saved MB | model MB | err | backward over saved MB | model MB | err | peak op |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for kind, s, b, h, a, ffn in (CASES_CUDA if args.device == "cuda" else CASES):
+        if args.only and not kind.startswith(args.only):
+            continue
         for rc in (False, True):
             meas = measure(kind, s, b, h, a, ffn, rc)
             pred = model_terms(kind, s, b, h, a, ffn, rc)
@@ -298,6 +318,9 @@ def main(argv=None):
             print(f"| {kind} | {s} | {b} | {h} | {a} | {ffn} | {row['recompute']} | {meas['saved'] / 1e6:.2f} | "
                   f"{pred['saved'] / 1e6:.2f} | {e1} | {meas['over'] / 1e6:.2f} | {pred['over'] / 1e6:.2f} | "
                   f"{e2:+.1%} | {meas['peak_op']} |")
+            if meas.get("live_at_peak"):
+                print("    live at the backward's peak (allocated in it), MB by op: " + ", ".join(
+                    f"{op} {b / 1e6:.1f}" for op, b in list(meas["live_at_peak"].items())[:8]))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

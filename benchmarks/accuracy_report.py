@@ -199,10 +199,10 @@ def write_summary(cases) -> Path:
         import gpu_accuracy
     finally:
         sys.path.pop(0)
-    _, data = gpu_accuracy.build(H100_RESULTS)
+    datas, source = gpu_accuracy.build_all()
     out = {"generated": _dt.date.today().isoformat(),
            "published": framework_summary(cases),
-           "h100_launches": gpu_accuracy.summary(data, H100_RESULTS.relative_to(ROOT).as_posix())}
+           "h100_launches": gpu_accuracy.summary(datas, source)}
     ACCURACY_JSON.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return ACCURACY_JSON
 

@@ -46,6 +46,8 @@ from planner.schema import Plan  # noqa: E402
 
 GRIDS = ("grid", "grid-refit", "grid-phases", "grid-phases-2")
 NEW_RUNS = ("grid-phases", "grid-phases-2")  # measured after every fit used here
+FIRST = Path(__file__).resolve().parent / "results" / "2026-11-22-h100"
+LATER = (Path(__file__).resolve().parent / "results" / "2026-11-23-h100",)  # sessions with a grids.json
 STEP_BAR, MEM_BAR = 0.15, 0.10  # issue 3/4: step time within 15 %, peak memory within 10 %
 
 
@@ -190,16 +192,111 @@ def build(root: Path) -> tuple[list[str], dict]:
     return lines + summary + spread(rs) + phases, {"runs": rs, "stats": stats}
 
 
-def summary(data: dict, source: str) -> dict:
+def build_session(root: Path, first_root: Path = FIRST) -> tuple[list[str], dict]:
+    """A later device session's grids (<root>/grids.json names the calibrate output each grid is
+    predicted with, and which runs ran on the calibrate's machine): every run predicted with the
+    datasheet profile, with the session's calibrated profile, and with that profile refit
+    (`calibrate --from-run`) over the first session's 17 phase reports -- launches on other machines,
+    a day earlier: out of sample for every run here."""
+    from rich.console import Console
+    quiet = Console(file=io.StringIO())
+    grids = json.loads((root / "grids.json").read_text())["grids"]
+    earlier = [str(p) for g in NEW_RUNS for p in sorted((first_root / g).glob("*/report.json"))]
+    names = ["datasheet", "calibrated", "calibrated+refit"]
+    rs: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for grid, spec in grids.items():
+            cal = str(root / spec["calibrated"])
+            fit = str(calibrate_from_runs(earlier, base=cal, out=str(Path(tmp) / f"{grid}.toml"), console=quiet)[0])
+            same = spec["same_machine"]
+            for rep_path in sorted((root / grid).glob("*/report.json")):
+                rep = json.loads(rep_path.read_text())
+                plan = Plan(**rep["plan"])
+                r = {"grid": grid, "name": rep_path.parent.name, "path": str(rep_path), "plan": plan, **measured(rep),
+                     "same_machine": same is True or rep_path.parent.name in (same or ()),
+                     "launch_bound": any("launch-bound" in w for w in rep["prediction"].get("warnings", []))}
+                r["pred"] = {n: predict(plan, p) for n, p in zip(names, ("h100-sxm-80gb", cal, fit))}
+                rs.append(r)
+    stats: dict = {n: {"step": [], "mem": [], "mem_alloc": []} for n in names}
+    lines = ["| grid | run | recompute | mbs | launch-bound | calibrated on its machine | step meas ms | " +
+             " | ".join(f"{n} err" for n in names) + " | reserved GB | allocated GB | mem pred GB | err vs reserved | "
+             "err vs allocated |", "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|---|---|"]
+    for r in rs:
+        for n in names:
+            stats[n]["step"].append(rel(r["pred"][n][0], r["step_s"]))
+            stats[n]["mem"].append(rel(r["pred"][n][1], r["reserved"]))
+            stats[n]["mem_alloc"].append(rel(r["pred"][n][1], r["allocated"]))
+        p_mem = r["pred"]["datasheet"][1]
+        lines.append(f"| {r['grid']} | {r['name']} | {r['plan'].parallel.recompute} | "
+                     f"{r['plan'].training.micro_batch_size} | {'yes' if r['launch_bound'] else ''} | "
+                     f"{'yes' if r['same_machine'] else ''} | {r['step_s'] * 1e3:.1f} | " +
+                     " | ".join(f"{rel(r['pred'][n][0], r['step_s']):+.1%}" for n in names) +
+                     f" | {r['reserved'] / 1e9:.2f} | {r['allocated'] / 1e9:.2f} | {p_mem / 1e9:.2f} | "
+                     f"{rel(p_mem, r['reserved']):+.1%} | {rel(p_mem, r['allocated']):+.1%} |")
+    out = ["", "| profile | runs | step median abs err | step max abs err | within 15 % | memory vs reserved: "
+               "median / max abs err | within 10 % | memory vs allocated: median / max | within 10 % |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    subsets = (("", lambda r: True), (" (launch-bound)", lambda r: r["launch_bound"]),
+               (" (not launch-bound)", lambda r: not r["launch_bound"]),
+               (" (launch-bound, calibrated on its machine)", lambda r: r["launch_bound"] and r["same_machine"]),
+               (" (launch-bound, calibrated on another machine)", lambda r: r["launch_bound"] and not r["same_machine"]))
+    for label, keep in subsets:
+        for n in names:
+            picked = [r for r in rs if keep(r)]
+            if not picked:
+                continue
+            s = [abs(rel(r["pred"][n][0], r["step_s"])) for r in picked]
+            m = [abs(rel(r["pred"][n][1], r["reserved"])) for r in picked]
+            ma = [abs(rel(r["pred"][n][1], r["allocated"])) for r in picked]
+            out.append(f"| {n}{label} | {len(s)} | {statistics.median(s):.1%} | {max(s):.1%} | "
+                       f"{sum(x <= STEP_BAR for x in s)}/{len(s)} | {statistics.median(m):.1%} / {max(m):.1%} | "
+                       f"{sum(x <= MEM_BAR for x in m)}/{len(m)} | {statistics.median(ma):.1%} / {max(ma):.1%} | "
+                       f"{sum(x <= MEM_BAR for x in ma)}/{len(ma)} |")
+    return lines + out + across_days(rs, first_root), {"runs": rs, "stats": stats}
+
+
+def across_days(rs: list[dict], first_root: Path) -> list[str]:
+    """The same configuration on both days' machines: how much the measurement itself moves."""
+    earlier: dict[tuple, list[float]] = {}
+    for g in GRIDS:
+        for p in sorted((first_root / g).glob("*/report.json")):
+            rep = json.loads(p.read_text())
+            key = (p.parent.name, rep["plan"]["parallel"]["recompute"])  # the planner may have chosen otherwise since
+            earlier.setdefault(key, []).append(measured(rep)["step_s"] * 1e3)
+    out = ["", f"The same configurations measured on {first_root.name}'s machines and on this session's "
+               "(step ms; max / min over all of them):", "",
+           "| run | launch-bound | earlier sessions | this session | max / min |", "|---|---|---|---|---|"]
+    mine: dict[str, list[dict]] = {}
+    for r in rs:
+        mine.setdefault(r["name"], []).append(r)
+    for name, group in mine.items():
+        now = [g["step_s"] * 1e3 for g in group]
+        before = earlier.get((name, group[0]["plan"].parallel.recompute), [])
+        allv = before + now
+        out.append(f"| {name} | {'yes' if group[0]['launch_bound'] else ''} | "
+                   f"{' / '.join(f'{x:.1f}' for x in before) or '-'} | "
+                   f"{' / '.join(f'{x:.1f}' for x in now)} | {max(allv) / min(allv):.2f} |")
+    return out
+
+
+def summary(datas: list[dict], source: str) -> dict:
     """The numbers planner/data/accuracy.json keeps (planner/accuracy.py prints them under a plan): every
-    run's step-time median |error| with the datasheet and the calibrated profile, and memory against the
-    allocator's peak (the same for every profile)."""
-    st = data["stats"]
+    run's step-time median |error| with the datasheet profile and with its session's calibrated profile,
+    and memory against the allocator's peak (the same for every profile), over all sessions' runs."""
+    def pool(n, k):
+        return [x for d in datas for x in d["stats"][n][k]]
     med = lambda xs: round(statistics.median(abs(x) for x in xs), 4)  # noqa: E731
-    return {"source": source, "runs": len(st["datasheet"]["step"]),
-            "step_median_abs_error": {"datasheet": med(st["datasheet"]["step"]),
-                                      "calibrated": med(st["calibrated"]["step"])},
-            "memory_vs_allocated_median_abs_error": med(st["datasheet"]["mem_alloc"])}
+    return {"source": source, "runs": len(pool("datasheet", "step")),
+            "step_median_abs_error": {"datasheet": med(pool("datasheet", "step")),
+                                      "calibrated": med(pool("calibrated", "step"))},
+            "memory_vs_allocated_median_abs_error": med(pool("datasheet", "mem_alloc"))}
+
+
+def build_all() -> tuple[list[dict], str]:
+    """Every committed session's runs, and the source line accuracy.json names them by."""
+    datas = [build(FIRST)[1]] + [build_session(root)[1] for root in LATER]
+    rel_root = Path(__file__).resolve().parents[1]
+    return datas, ", ".join(p.relative_to(rel_root).as_posix() for p in (FIRST, *LATER))
 
 
 def spread(rs: list[dict]) -> list[str]:
@@ -226,6 +323,22 @@ def main() -> None:
     ap.add_argument("--out", help="markdown file to write (default: print)")
     a = ap.parse_args()
     root = Path(a.root)
+    if (root / "grids.json").exists():
+        lines, _ = build_session(root)
+        about = json.loads((root / "grids.json").read_text())["about"]
+        head = [f"# H100 single-GPU launches: predicted against measured ({root.name})", "",
+                "Generated by `python3 benchmarks/gpu_accuracy.py " + str(root) + "`. Measured: each run's report, "
+                "median step time after warm-up and the largest peak over ranks. Predicted: re-made from the report's "
+                "plan with this checkout's cost model under the datasheet profile, the session's calibrated profile, "
+                "and that profile refit over the 17 phase reports of " + FIRST.name + " (other machines, a day "
+                "earlier). " + about, ""]
+        text = "\n".join(head + lines) + "\n"
+        if a.out:
+            Path(a.out).write_text(text)
+            print(f"wrote {a.out}")
+        else:
+            print(text)
+        return
     lines, _ = build(root)
     head = [f"# H100 single-GPU launches: predicted against measured ({root.name})", "",
             "Generated by `python3 benchmarks/gpu_accuracy.py " + str(root) + "`. Measured: each run's report "

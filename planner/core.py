@@ -158,8 +158,10 @@ def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: f
     if g("block_host_s") > g("block_gpu_s"):
         warnings.append(f"launch-bound: the host needs {g('block_host_s') * 1e3:.2f} ms to dispatch a block that runs "
                         f"{g('block_gpu_s') * 1e3:.2f} ms on the GPU (profile's host_block_s), so the step time "
-                        "follows this host's CPU: on one H100, launch-bound runs of one plan varied up to 1.28x over "
-                        "runs and hosts (benchmarks/results/2026-11-22-h100/accuracy.md); a larger micro-batch hides it")
+                        "follows this host's CPU: on H100 machines of one kind, launch-bound runs of one plan varied up "
+                        "to 1.30x and the dispatch per block up to 1.9x between machines (benchmarks/results/"
+                        "2026-11-23-h100/accuracy.md); `parplan calibrate` on the machine that runs it measures its "
+                        "host, and a larger micro-batch hides it")
     days = gpu_hours = None
     if tokens:
         # Narayanan 2021 eq. 4 (time = 8 T P / (n X)) made exact: steps x predicted step time.

@@ -142,9 +142,11 @@ def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: boo
     micro-batch), the weights' gradients aside.
 
     Flash attention: one block's activations (activation_bytes_working_layer), the bound the H100 grid
-    was checked with; CPU allocator traces of parplan's own blocks put the true peak 15 % (llama) to
-    75 % (gpt) lower without recompute (benchmarks/block_backward_memory.py), kept until a GPU trace confirms it (the
-    GPU's flash-attention backward and GEMM workspaces are not in a CPU trace).
+    was checked with.  An upper bound for parplan's own blocks on the GPU too: the CUDA allocator's
+    counters over a 1.3B-class block (bf16, seq 2048, micro-batch 4; block_backward_memory.py --device
+    cuda, benchmarks/results/2026-11-23-h100/block_backward.md) put the true peak 18 % (llama, the SwiGLU
+    backward's five ffn-wide tensors) and 4x (gpt, one) lower without recompute, 9 % and 63 % with full
+    recompute -- at most 0.4 GB, about 1 % of those runs' peaks, so the bound stays.
 
     Unfused attention (Megatron's 2021 GPT block, the published runs): the backward replayed op by op,
     each allocating its input gradients and then freeing its output gradient and the saved tensors it

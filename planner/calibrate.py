@@ -755,6 +755,63 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     return path, profile, summary
 
 
+def calibrate_host(out: str | None = None, base: str | None = None, device: str = "auto", console=None,
+                   steps: int = 12, modes=HOST_MODES):
+    """Measure only this machine's host dispatch per block (measure_host_block: eight short runs of the
+    runtime, 36-46 s on the H100 hosts of 2026-11-23) into a copy of `base`, everything else kept.  A launch-bound
+    plan's step is its host's dispatch time, and that moved 1.9x per block between two machines of one
+    kind (benchmarks/results/2026-11-23-h100: the launches' own dispatch phases); the GPU's terms (the
+    curves, bandwidths, a `--from-run` refit's fractions) carry from machine to machine, the host's do not.
+    So: a profile calibrated or refit anywhere, then `--host-only --base THAT` on the machine that launches.
+    Returns (path, profile, measured host_block_s)."""
+    t_start = time.perf_counter()
+    if device not in ("auto", "cuda", "cpu"):
+        raise CalibrationError(f"--device must be one of auto, cuda, cpu; got {device!r}")
+    console = console or _console()
+    try:
+        import torch
+    except ImportError as e:
+        raise CalibrationError(f"calibrate needs torch ({e})") from None
+    dev = _pick_device(torch, device)
+    on_gpu = dev.type == "cuda"
+    device_name = torch.cuda.get_device_name(dev) if on_gpu else _cpu_name()
+    if base is None:
+        base = base_for_device(device_name)[0] if on_gpu else DEFAULT_BASE
+    base_profile = _load_base(base)
+    path = check_out_path(out, f"{base_profile.name}-host")
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    n = len(modes) * len(HOST_BLOCKS)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=False) as prog:
+        task = prog.add_task(f"host dispatch per block (parplan's runtime, {n} short runs)", total=n)
+        host = measure_host_block(dev.type, steps=steps, advance=lambda: prog.advance(task), modes=modes)
+    elapsed = time.perf_counter() - t_start
+    data = base_profile.model_dump(mode="json")
+    data["host_block_s"] = {**(data.get("host_block_s") or {}), **{k: float(f"{v:.4g}") for k, v in host.items()}}
+    where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: FOR TESTING ONLY)"
+    what = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host.items())
+    data["sources"] = list(data.get("sources") or []) + [
+        f"[calibrate --host-only] {TOOL} --host-only --device {dev.type} --base {base_profile.name} ({_today()}, {where}): "
+        f"host dispatch per block fwd+bwd (runtime{', compiled' if on_gpu else ''}, probe of hidden 256 x 128 tokens, "
+        f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks): {what}; every other field from {base_profile.name}"]
+    data["measured"] = ((data.get("measured") or "").rstrip("; ") + "; " if data.get("measured") else "") + \
+        f"{_today()}: host_block_s re-measured on {where} ({elapsed:.0f} s)"
+    from .schema import HardwareProfile
+    profile = HardwareProfile(**data)
+    write_profile(profile, path)
+    from rich.table import Table
+    t = Table(title=f"host dispatch per block on {where}", title_justify="left")
+    for c in ("recompute", f"{base_profile.name} ms", "measured ms"):
+        t.add_column(c, justify="left" if c == "recompute" else "right")
+    for k, v in host.items():
+        old = base_profile.host_block_s.get(k)
+        t.add_row(k, f"{old * 1e3:.2f}" if old is not None else "-", f"{v * 1e3:.2f}")
+    console.print(t)
+    console.print(f"host calibration took {elapsed:.1f} s", markup=False, highlight=False)
+    return path, profile, host
+
+
 def _cpu_name() -> str:
     import platform
     try:

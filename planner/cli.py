@@ -684,14 +684,22 @@ def calibrate(
                                                  "instead of measuring: the optimizer step from one-rank reports' "
                                                  "after-backward phase, sustained_matmul_fraction, host_block_s from "
                                                  "launch-bound runs, memory_reserve_gbytes."),
+    host_only: bool = typer.Option(False, "--host-only", help="Measure only this machine's host dispatch per block "
+                                   "(under a minute on an H100 host) into a copy of --base: run it on the machine you launch on, "
+                                   "since a launch-bound step follows that host's CPU."),
 ):
     """Measure this machine (GEMM, attention, HBM, host link, collectives) into a hardware profile, or refit one from run reports."""
     _check_choice("device", device, ("auto", "cuda", "cpu"))
     if from_run and (quick or device != "auto"):
         raise UserError("--from-run refits from reports and measures nothing: drop --device/--quick")
-    from .calibrate import CalibrationError, calibrate_device, calibrate_from_runs
+    if host_only and (from_run or quick):
+        raise UserError("--host-only measures the host dispatch alone: drop --from-run/--quick (refit first, then "
+                        "--host-only --base THE-REFIT on the launch machine)")
+    from .calibrate import CalibrationError, calibrate_device, calibrate_from_runs, calibrate_host
     try:
-        if from_run:
+        if host_only:
+            path, _, _ = calibrate_host(out=out, base=base, device=device, console=_console())
+        elif from_run:
             path, _, _ = calibrate_from_runs(from_run, base=base, out=out, console=_console())
         else:
             path, _, _ = calibrate_device(out=out, base=base, device=device, quick=quick, console=_console())

@@ -351,10 +351,41 @@ def phases_line(report: dict) -> str | None:
         return None
     line = (f"phases (rank 0, median): host done dispatching the forward/backward at {host * 1e3:.1f} ms, the device "
             f"done with it at {fb * 1e3:.1f} ms, then {after * 1e3:.1f} ms of gradient reduction and optimizer step")
+    predicted_bound = any("launch-bound" in w for w in (report.get("prediction") or {}).get("warnings") or [])
     if host >= 0.97 * fb and report.get("device") != "cpu":  # on CPU the host is the device
         line += ("; launch-bound: the device waited for the host (a larger micro-batch, or a faster host CPU, "
                  "shortens the step)")
+        line += _host_block_note(report, host) or ""
+    elif predicted_bound and report.get("device") != "cpu":
+        line += "; not launch-bound, though the prediction was" + (_host_block_note(report, host) or "")
     return line
+
+
+def _host_block_note(report: dict, host_s: float) -> str | None:
+    """A launch-bound one-stage run's dispatch per block (the host phase over blocks x micro-batches: an upper
+    bound, the embedding, head and loss included) beside the profile's host_block_s, which predicted it: the
+    two differ when the profile was calibrated on another machine (1.9x per block between two H100 machines
+    of one kind, benchmarks/results/2026-11-23-h100)."""
+    plan = report.get("plan") or {}
+    par, tr = plan.get("parallel") or {}, plan.get("training") or {}
+    if par.get("pp", 1) != 1 or not par.get("stage_layers") or not tr.get("micro_batch_size"):
+        return None
+    micro = tr["global_batch_size"] // (tr["micro_batch_size"] * par.get("dp", 1))
+    per_block = host_s / (par["stage_layers"][0] * max(micro, 1))
+    try:
+        from .core import load_hardware
+        prof = load_hardware((plan.get("hardware") or {}).get("name"))
+    except Exception:  # a profile path from another machine: nothing to compare with
+        return None
+    modelled = (prof.host_block_s or {}).get(par.get("recompute", "none"))
+    if not modelled:
+        return None
+    note = (f"; the host dispatched a block in at most {per_block * 1e3:.2f} ms, the profile {prof.name} says "
+            f"{modelled * 1e3:.2f} ms")
+    if abs(per_block / modelled - 1) > 0.15:
+        note += (f" (calibrated on another machine? `parplan calibrate --host-only --base {plan['hardware']['name']}` "
+                 "on this one)")
+    return note
 
 
 def cpu_memory_line(report: dict) -> str | None:

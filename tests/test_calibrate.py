@@ -291,3 +291,27 @@ def test_from_run_fits_host_dispatch_on_launch_bound_reports_only(plan, tmp_path
             assert got == pytest.approx(factor * p.prediction.step_time_s, rel=0.02)
     finally:
         predict.close()
+
+
+def test_host_only_remeasures_the_dispatch_and_keeps_everything_else(tmp_path):
+    """`calibrate --host-only --base P`: P's fields untouched but host_block_s, which is measured here (the
+    runtime on CPU in this test; on a GPU machine the compiled runtime on its host)."""
+    from planner.calibrate import calibrate_host
+    from rich.console import Console
+    import io
+    base = hardware_profiles.load_profile("h100-sxm-80gb")
+    path, prof, host = calibrate_host(out=str(tmp_path / "h.toml"), base="h100-sxm-80gb", device="cpu",
+                                      console=Console(file=io.StringIO()), steps=3, modes=("none",))
+    assert set(host) == {"none"} and host["none"] > 0
+    assert prof.host_block_s["none"] == pytest.approx(host["none"], rel=1e-3)
+    assert prof.host_block_s["full"] == base.host_block_s["full"]  # modes not measured are kept
+    same = {k for k in type(base).model_fields if k not in ("host_block_s", "sources", "measured")}
+    assert all(getattr(prof, k) == getattr(base, k) for k in same)
+    assert any(s.startswith("[calibrate --host-only]") and "FOR TESTING ONLY" in s for s in prof.sources)
+    assert hardware_profiles.load_profile(path) == prof
+
+
+def test_host_only_refuses_from_run(tmp_path, capsys):
+    rc, _, err = _run(["calibrate", "--host-only", "--from-run", str(tmp_path / "r.json"), "--out",
+                       str(tmp_path / "o.toml")], capsys)
+    assert rc != 0 and "--host-only" in err and len(err.strip().splitlines()) == 1

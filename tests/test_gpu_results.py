@@ -341,3 +341,17 @@ def test_one_block_backward_bound_holds_on_cuda_for_the_runtimes_blocks():
             assert r["predicted"]["over"] >= r["measured"]["over"], r
     llama = next(r for r in rows if r["block"] == "parplan-llama" and r["recompute"] == "none")
     assert llama["predicted"]["over"] / llama["measured"]["over"] - 1 < 0.20
+
+
+def test_launch_summary_compares_the_hosts_dispatch_with_the_profile():
+    """A launch-bound (or predicted launch-bound) run's summary puts the host's dispatch per block beside the
+    profile's, and names `calibrate --host-only` when they differ by more than 15 %: the 1.3B micro-batch-1
+    run on 2026-11-23's second machine was predicted with the first machine's calibrate (2.42 ms per block;
+    1.69 ms here); on the fourth machine, calibrated there, 2.34 against 2.44 ms."""
+    from planner.launch import phases_line
+    other = phases_line(json.loads((RESULTS2 / "grid" / "llama-1.3b-mbs1-none" / "report.json").read_text()))
+    same = phases_line(json.loads((RESULTS2 / "grid-2" / "llama-1.3b-mbs1-none" / "report.json").read_text()))
+    assert "though the prediction was" in other and "1.69 ms" in other and "2.42 ms" in other
+    assert "calibrate --host-only" in other
+    assert "launch-bound: the device waited" in same and "2.34 ms" in same and "2.44 ms" in same
+    assert "--host-only" not in same

@@ -97,7 +97,8 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
     return gemm + softmax_fwd + drop, 2 * gemm + 1.5 * softmax_fwd + drop
 
 
-def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool = False, fused: bool = True):
+def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool = False, fused: bool = True,
+                           eager_runtime: str = "torchtitan"):
     """(forward, backward, activation-function forward) seconds of the memory-bound kernels of
     one block.
 
@@ -120,11 +121,33 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
       GQA: repeat_kv materialises K and V at the query width (kv_heads < heads)         a (2 kvw + 2 qw)
       attention output transpose(1, 2).contiguous()                                     2a per q element
       SwiGLU silu(w1 x) * (w3 x): two kernels (gpt: GeLU, one)                           5a per ffn (gpt 2a)
-    For a Llama 3 8B block in bf16 that is 3.5x the fused bytes."""
+    For a Llama 3 8B block in bf16 that is 3.5x the fused bytes.
+
+    eager_runtime="parplan": parplan's own runtime uncompiled (`parplan launch --no-compile`; its ops in
+    parallel_layers/model.py, each one pass, a = act_bytes, per element; f = 1 where 16-bit inputs are
+    upcast, 0 in fp32).  Its backward is counted op by op, not as twice the forward:
+      _RMSNorm forward: x.float(), pow, mean, * rstd, * weight, .to               f(2a + 8) + 28   per h, x2
+               backward: x.float() * rstd, grad.float(), g * xhat, sum, g * w, dxhat * xhat,
+                         mean, xhat * m, subtract, rstd *, .to                      f(3a + 12) + 76  per h, x2
+        (gpt: torch's native LayerNorm, 2a forward and 3a backward)
+      residual adds, forward and the backward's gradient sum                       3a each way per h, x2
+      rotary, forward: x * cos, -x2, cat, * sin, +                                 10a  per q/k element
+              backward: grad * sin, neg, two slice gradients (zeros + copy), grad * cos, two sums   15a
+      _SwiGLU forward: silu, *                                                     5a   per ffn element
+              backward: sigmoid, gate * sig, grad * up, * sig, 1 - sig, gate *, 1 +, *, grad * silu   24a
+        (gpt: GeLU 2a forward, 3a backward)
+      GQA: none (SDPA's enable_gqa); the attention output's reshape is a view.
+      the input gradient of linears sharing an input (q, k, v; gate, up): one sum per extra    3a per h
+      gpt: row-parallel biases added after the reduction (3a per h, x2), bias gradients (a per output)
+    tests/test_runtime_units.py counts every pointwise op of the runtime's blocks (forward and backward,
+    bf16, CPU) and checks this table against it.  For the H100 grid's 1.3B llama in bf16 it is 1.11 MB
+    per token forward + backward against the torchtitan table's 1.00 (the backward 2.6x the forward)."""
     tokens = lay.mbs * m.seq_len / lay.cp
     seq_split = np.where(lay.sp > 0, lay.tp, 1)
     a = act_bytes
     llama = m.arch == "llama"
+    if not fused and eager_runtime == "parplan":
+        return _parplan_eager_time(m, lay, hw, a, dropout, tokens, seq_split)
     if fused:
         outside = 10 * m.hidden / seq_split * a
         inside = ((2 * (m.q_width + m.kv_width) + 3 * m.ffn) if llama else 2 * m.ffn) / lay.tp * a
@@ -139,6 +162,33 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
     fwd = tokens * (outside + inside + (2 * m.hidden / seq_split if dropout else 0.0)) / hw.hbm_bytes_per_s
     activation_fwd = tokens * act_elems / hw.hbm_bytes_per_s
     return fwd, 2 * fwd, activation_fwd
+
+
+def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, seq_split):
+    """layer_elementwise_time for parplan's runtime uncompiled (its docstring has the table)."""
+    llama = m.arch == "llama"
+    f = 1.0 if a < 4 else 0.0
+    h = m.hidden / seq_split
+    # the input gradient of column-parallel linears that share an input (q, k, v; llama's gate and up) is
+    # one sum per extra linear, on the whole sequence (inside the TP region)
+    sums = (2 + (1 if llama else 0)) * 3 * a * m.hidden
+    if llama:
+        norm_f, norm_b = f * (2 * a + 8) + 28, f * (3 * a + 12) + 76
+        qk = (m.q_width + m.kv_width) / lay.tp
+        inside_f, inside_b = 10 * a * qk + 5 * a * m.ffn / lay.tp, 15 * a * qk + 24 * a * m.ffn / lay.tp + sums
+        act_elems = 5 * a * m.ffn / lay.tp
+    else:
+        norm_f, norm_b = 2 * a, 3 * a
+        # row-parallel biases are added after the reduction (2 adds); every bias gradient is a sum of its
+        # layer's output gradient over the tokens
+        bias_grads = a * ((m.q_width + 2 * m.kv_width + m.ffn) / lay.tp + 2 * h)
+        inside_f = 2 * a * m.ffn / lay.tp + 2 * 3 * a * h
+        inside_b = 3 * a * m.ffn / lay.tp + sums + bias_grads
+        act_elems = 2 * a * m.ffn / lay.tp
+    drop = 2 * h if dropout else 0.0
+    fwd = tokens * (2 * (norm_f + 3 * a) * h + inside_f + drop) / hw.hbm_bytes_per_s
+    bwd = tokens * (2 * (norm_b + 3 * a) * h + inside_b + drop) / hw.hbm_bytes_per_s
+    return fwd, bwd, tokens * act_elems / hw.hbm_bytes_per_s
 
 
 def head_time(m: ModelDims, lay, hw, act_bytes: int):
@@ -182,12 +232,13 @@ def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per
     return on_gpu + off
 
 
-def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True):
+def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True,
+               eager_runtime: str = "torchtitan"):
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the
     parts the communication model needs to know about (GEMM time it can overlap with)."""
     mm_f, mm_b = layer_matmul_time(m, lay, hw)
     at_f, at_b = attention_core_time(m, lay, hw, flash, dropout)
-    el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout, fused)
+    el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout, fused, eager_runtime)
     fwd = mm_f + at_f + el_f
     full = lay.recompute == REC_FULL
     selective = lay.recompute == REC_SELECTIVE

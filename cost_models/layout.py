@@ -125,6 +125,9 @@ class TrainingConsts:
     # llama without compile); parplan's runtime does not, compiled or not: its RMSNorm and SwiGLU are
     # autograd functions that save what fused kernels do (parallel_layers.model._RMSNorm, _SwiGLU)
     eager_saves_more: bool = False
+    # whose ops an eager (uncompiled) block runs, for its pointwise time (compute.layer_elementwise_time):
+    # torchtitan's llama as written, or parplan's runtime (its own RMSNorm, rotary and SwiGLU)
+    eager_runtime: str = "torchtitan"
     # context parallelism's K/V exchange overlapped with the attention (ring attention: Megatron, torch) or an
     # all-gather before it on the critical path (parplan's runtime; Llama 3: "the all-gather communication
     # latency is exposed in the critical path", Dubey et al. 2024 sec. 3.3.2)

@@ -100,7 +100,8 @@ def block_comm(m: ModelDims, lay, hw, tr, bw, lat):
     gemm = [gemm_time(f, hw) for _, f in names_flops]
     total_gemm = sum(gemm)
     at_f, at_b = attention_core_time(m, lay, hw, tr.flash_attention, tr.dropout)
-    el_f, el_b, _ = layer_elementwise_time(m, lay, hw, tr.act_bytes, tr.dropout, tr.fused_elementwise)
+    el_f, el_b, _ = layer_elementwise_time(m, lay, hw, tr.act_bytes, tr.dropout, tr.fused_elementwise,
+                                           tr.eager_runtime)
     names = [n for n, _ in names_flops]
     fwd = [g + el_f * g / total_gemm + (at_f if n == "qkv" else 0.0) for n, g in zip(names, gemm)]
     bwd = [2 * g + el_b * g / total_gemm + (at_b if n == "proj" else 0.0) for n, g in zip(names, gemm)]

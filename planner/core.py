@@ -123,6 +123,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
                           fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm,
                           eager_saves_more=not tr.fused_elementwise and tr.framework != "parplan",
+                          eager_runtime="parplan" if tr.framework == "parplan" else "torchtitan",
                           cp_overlap_local_chunk_only=tr.framework == "torchtitan")
 
 

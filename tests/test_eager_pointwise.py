@@ -1,0 +1,62 @@
+"""The eager pointwise table of parplan's runtime (cost_models.compute.layer_elementwise_time with
+eager_runtime="parplan") against the runtime itself: every aten op of one uncompiled block's forward and
+backward that is neither a matmul, the attention kernel nor a view is counted by the bytes it reads and
+writes (a TorchDispatchMode on CPU, bf16), as one pass over HBM each on a GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from cost_models.compute import layer_elementwise_time
+from cost_models.layout import REC_NONE, Layout, ModelDims
+
+NOT_POINTWISE = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.t.default",
+                 "aten._unsafe_view.default"}
+
+
+class _Bytes(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = str(func)
+        if (name in NOT_POINTWISE or "scaled_dot_product" in name or "flash" in name
+                or any(r.alias_info is not None for r in func._schema.returns)):
+            return out
+        tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+        self.total += sum(t.numel() * t.element_size() for t in tensors)
+        return out
+
+
+@pytest.mark.parametrize("arch,ffn", [("llama", 1408), ("gpt", 2048)])
+def test_parplan_eager_table_counts_the_runtimes_ops(arch, ffn):
+    from parallel_layers.model import Block, ModelConfig, init_parameters
+    b, s, h, heads = 2, 256, 512, 8
+    cfg = ModelConfig(arch=arch, layers=1, hidden=h, heads=heads, kv_heads=heads, ffn_hidden=ffn, vocab=512,
+                      head_dim=h // heads, tied_embeddings=False, max_seq_len=s)
+    torch.manual_seed(0)
+    blk = Block(cfg, 0, None, False, "none")
+    init_parameters(blk, 0)
+    blk.to(torch.bfloat16)
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(b, s, h, dtype=torch.bfloat16)
+    blk(x)  # the rotary tables are made once, outside the count
+    with _Bytes() as counted:
+        blk(x).backward(dy)
+    m = ModelDims(arch=arch, layers=1, hidden=h, heads=heads, kv_heads=heads, head_dim=h // heads, ffn=ffn,
+                  vocab=512, seq_len=s, tied=False, positions=0)
+    lay = Layout(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=REC_NONE, sp=0, schedule=0, offload=0, gpus=1)
+
+    class OneBytePerSecond:
+        hbm_bytes_per_s = 1.0
+
+    fwd, bwd, _ = layer_elementwise_time(m, lay, OneBytePerSecond, 2, False, False, "parplan")
+    assert (fwd + bwd) / counted.total == pytest.approx(1.0, abs=0.05)
+    titan_f, titan_b, _ = layer_elementwise_time(m, lay, OneBytePerSecond, 2, False, False, "torchtitan")
+    assert titan_b / titan_f == pytest.approx(2.0)
+    if arch == "llama":  # RMSNorm's and SwiGLU's backward, op by op, move more than twice their forward
+        assert bwd / fwd > 2.5

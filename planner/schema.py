@@ -115,7 +115,7 @@ class Training(Strict):
         True, description="The blocks' pointwise work (norms, rotary, SwiGLU) runs as fused kernels: Megatron's and "
         "apex's, or torch.compile's (parplan launch compiles each block on cuda; torchtitan with training.compile). "
         "Off = eager PyTorch ops, each a pass over memory (RMSNorm in fp32, complex rotary, the GQA key/value copy: "
-        "about 3.5x the bytes of a llama block's fused pointwise work, cost_models.compute.layer_elementwise_time).")
+        "about 3.3x the bytes of a llama block's fused pointwise work, cost_models.compute.layer_elementwise_time).")
     tokens: Optional[float] = Field(None, gt=0, description="Total training tokens, for time-to-train.")
     seed: int = Field(1234, description="Seed of the logical weights and synthetic data.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate used by `parplan launch`.")

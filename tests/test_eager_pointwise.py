@@ -60,3 +60,30 @@ def test_parplan_eager_table_counts_the_runtimes_ops(arch, ffn):
     assert titan_b / titan_f == pytest.approx(2.0)
     if arch == "llama":  # RMSNorm's and SwiGLU's backward, op by op, move more than twice their forward
         assert bwd / fwd > 2.5
+
+
+@pytest.mark.parametrize("kv_heads", [8, 4])
+def test_torchtitan_eager_table_counts_its_ops(kv_heads):
+    """The torchtitan table (eager_runtime="torchtitan") against torchtitan's 2024-12 block as written
+    (tests/runtime_helpers/torchtitan_block.py): forward and backward each within 5 % of the count."""
+    from runtime_helpers.torchtitan_block import Block, precompute_freqs_cis
+    b, s, h, heads, ffn = 2, 256, 512, 8, 1408
+    torch.manual_seed(0)
+    blk = Block(h, heads, kv_heads, ffn).to(torch.bfloat16)
+    freqs = precompute_freqs_cis(h // heads, s)
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(b, s, h, dtype=torch.bfloat16)
+    with _Bytes() as fwd_count:
+        y = blk(x, freqs)
+    with _Bytes() as bwd_count:
+        y.backward(dy)
+    m = ModelDims(arch="llama", layers=1, hidden=h, heads=heads, kv_heads=kv_heads, head_dim=h // heads, ffn=ffn,
+                  vocab=512, seq_len=s, tied=False, positions=0)
+    lay = Layout(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=REC_NONE, sp=0, schedule=0, offload=0, gpus=1)
+
+    class OneBytePerSecond:
+        hbm_bytes_per_s = 1.0
+
+    fwd, bwd, _ = layer_elementwise_time(m, lay, OneBytePerSecond, 2, False, False, "torchtitan")
+    assert fwd / fwd_count.total == pytest.approx(1.0, abs=0.05)
+    assert bwd / bwd_count.total == pytest.approx(1.0, abs=0.05)

@@ -332,7 +332,7 @@ def test_op_level_selective_sits_between_none_and_full():
 
 def test_eager_pointwise_work_is_slower_than_fused():
     """torchtitan without training.compile runs a llama block's norms, rotary and SwiGLU as eager ops
-    (compute.layer_elementwise_time: 3.5x the fused bytes for Llama 3 8B); the framework's default is
+    (compute.layer_elementwise_time: 3.3x the fused bytes for Llama 3 8B); the framework's default is
     eager and --fused-elementwise puts it back."""
     from cost_models.compute import layer_elementwise_time
     from cost_models.layout import Layout, ModelDims
@@ -340,7 +340,7 @@ def test_eager_pointwise_work_is_slower_than_fused():
     lay = Layout(gpus=8, tp=1, pp=1, dp=8, cp=1, vpp=1, mbs=2, zero=3, recompute=0, sp=0, schedule=1, offload=0)
     hw = type("HW", (), {"hbm_bytes_per_s": 1.0})()
     fused, eager = (layer_elementwise_time(m, lay, hw, 2, False, f)[0] for f in (True, False))
-    assert eager / fused == pytest.approx(667648 / 188416)  # bytes per token, from the docstring's table
+    assert eager / fused == pytest.approx(626688 / 188416)  # bytes per token, from the docstring's table
     pins = Pins(tp=1, pp=1, dp=8, mbs=2, zero=3, recompute="selective-op", offload="none")
     spec = load_preset("llama3-8b")
     tt = recommend(spec, 8, framework="torchtitan", pins=pins, seq_len=8192, global_batch_size=16)

@@ -605,20 +605,25 @@ def _pick_device(torch, device: str):
     return torch.device("cpu")
 
 
-def calibrate_device(out: str | None = None, base: str | None = None, device: str = "auto",
-                     quick: bool = False, console=None):
-    """Measure the local device and write a calibrated profile. Returns (path, profile, summary)."""
-    t_start = time.perf_counter()
+def _open_device(device: str):
+    """(torch, the device, whether it is a GPU, its name) for --device auto/cuda/cpu."""
     if device not in ("auto", "cuda", "cpu"):
         raise CalibrationError(f"--device must be one of auto, cuda, cpu; got {device!r}")
-    console = console or _console()
     try:
         import torch
     except ImportError as e:
         raise CalibrationError(f"calibrate needs torch ({e})") from None
     dev = _pick_device(torch, device)
     on_gpu = dev.type == "cuda"
-    device_name = torch.cuda.get_device_name(dev) if on_gpu else _cpu_name()
+    return torch, dev, on_gpu, torch.cuda.get_device_name(dev) if on_gpu else _cpu_name()
+
+
+def calibrate_device(out: str | None = None, base: str | None = None, device: str = "auto",
+                     quick: bool = False, console=None):
+    """Measure the local device and write a calibrated profile. Returns (path, profile, summary)."""
+    t_start = time.perf_counter()
+    torch, dev, on_gpu, device_name = _open_device(device)
+    console = console or _console()
     notes: list[str] = []
     if base is None:
         base, matched = base_for_device(device_name) if on_gpu else (DEFAULT_BASE, False)
@@ -765,16 +770,8 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     So: a profile calibrated or refit anywhere, then `--host-only --base THAT` on the machine that launches.
     Returns (path, profile, measured host_block_s)."""
     t_start = time.perf_counter()
-    if device not in ("auto", "cuda", "cpu"):
-        raise CalibrationError(f"--device must be one of auto, cuda, cpu; got {device!r}")
+    torch, dev, on_gpu, device_name = _open_device(device)
     console = console or _console()
-    try:
-        import torch
-    except ImportError as e:
-        raise CalibrationError(f"calibrate needs torch ({e})") from None
-    dev = _pick_device(torch, device)
-    on_gpu = dev.type == "cuda"
-    device_name = torch.cuda.get_device_name(dev) if on_gpu else _cpu_name()
     if base is None:
         base = base_for_device(device_name)[0] if on_gpu else DEFAULT_BASE
     base_profile = _load_base(base)

@@ -127,26 +127,26 @@ def test_host_probe_runs_the_runtime_on_cpu():
 
 # ---------------------------------------------------------------------------------------------- the H100 runs
 
-@pytest.fixture(scope="module")
-def accuracy():
+def _gpu_accuracy():
+    """benchmarks/gpu_accuracy.py, a script beside the package."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import gpu_accuracy
     finally:
         sys.path.pop(0)
-    _, data = gpu_accuracy.build(RESULTS)
+    return gpu_accuracy
+
+
+@pytest.fixture(scope="module")
+def accuracy():
+    _, data = _gpu_accuracy().build(RESULTS)
     return data
 
 
 def test_shipped_h100_accuracy_summary_matches_the_cost_model(accuracy, session2):
     """planner/data/accuracy.json's H100 line (under every parplan plan) is the grid re-predicted today:
     rerun `python benchmarks/accuracy_report.py` after changing the cost model."""
-    import json
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_accuracy
-    finally:
-        sys.path.pop(0)
+    gpu_accuracy = _gpu_accuracy()
     from planner.accuracy import PATH
     shipped = json.loads(PATH.read_text(encoding="utf-8"))["h100_launches"]
     assert shipped == gpu_accuracy.summary([accuracy, session2], shipped["source"])
@@ -275,12 +275,7 @@ def test_launch_summary_names_the_launch_bound_runs():
 
 @pytest.fixture(scope="module")
 def session2():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_accuracy
-    finally:
-        sys.path.pop(0)
-    return gpu_accuracy.build_session(RESULTS2)[1]
+    return _gpu_accuracy().build_session(RESULTS2)[1]
 
 
 def _err(r, profile):

@@ -40,6 +40,15 @@ class ShardSpec:
     # Replicated over TP but fed a sequence shard under SP: each TP rank holds a partial
     # gradient that must be summed over the TP group (Megatron's sequence_parallel attribute).
     sp_partial_grad: bool = False
+    # The TP-split dimension is padded with zero rows up to a multiple of tp where tp does not divide it
+    # (the vocabulary, as Megatron pads it): the logical tensor is the unpadded one (init, checkpoints'
+    # logical names and one-rank equality), the last TP rank holds the padding.
+    pad_tp_dim: bool = False
+
+
+def padded_size(size: int, tp: int) -> int:
+    """size rounded up to a multiple of tp."""
+    return -(-size // tp) * tp
 
 
 def _rank(group) -> int:
@@ -57,6 +66,8 @@ class _ShardedModule(nn.Module):
     def _new_param(self, attr: str, spec: ShardSpec) -> None:
         shape = list(spec.full_shape)
         if spec.tp_dim is not None:
+            if spec.pad_tp_dim:
+                shape[spec.tp_dim] = padded_size(shape[spec.tp_dim], self.tp_size)
             if shape[spec.tp_dim] % self.tp_size:
                 raise ValueError(f"{spec.logical_name}: dim {spec.tp_dim} ({shape[spec.tp_dim]}) not divisible by tp={self.tp_size}")
             shape[spec.tp_dim] //= self.tp_size
@@ -135,13 +146,14 @@ class ColumnParallelLinear(_ShardedModule):
     split over the last dim.  weight: (out/tp, in)."""
 
     def __init__(self, in_features, out_features, tp_group, *, name, bias=False,
-                 sequence_parallel=False, std=0.02):
+                 sequence_parallel=False, std=0.02, pad_out=False):
         super().__init__(tp_group)
         self.sequence_parallel = sequence_parallel
-        self._new_param("weight", ShardSpec(f"{name}.weight", (out_features, in_features), 0, "normal", std))
+        self._new_param("weight", ShardSpec(f"{name}.weight", (out_features, in_features), 0, "normal", std,
+                                            pad_tp_dim=pad_out))
         self.bias = None
         if bias:
-            self._new_param("bias", ShardSpec(f"{name}.bias", (out_features,), 0, "zeros"))
+            self._new_param("bias", ShardSpec(f"{name}.bias", (out_features,), 0, "zeros", pad_tp_dim=pad_out))
 
     def forward(self, x):  # (b, s[/tp], in) -> (b, s, out/tp)
         return column_parallel_linears(x, [self], self.tp_group, sequence_parallel=self.sequence_parallel)[0]
@@ -174,15 +186,17 @@ class RowParallelLinear(_ShardedModule):
 
 class VocabParallelEmbedding(_ShardedModule):
     """Embedding table split by vocabulary rows over TP; rank r owns ids
-    [r*V/tp, (r+1)*V/tp).  Out-of-range ids look up zeros; the partial results are summed
-    over TP (all-reduce, or reduce-scatter over the sequence with SP)."""
+    [r*V'/tp, (r+1)*V'/tp), V' the vocabulary padded to a multiple of tp (the padding rows, on the
+    last rank, are zero and never looked up).  Out-of-range ids look up zeros; the partial results are
+    summed over TP (all-reduce, or reduce-scatter over the sequence with SP)."""
 
     def __init__(self, vocab, hidden, tp_group, *, name, sequence_parallel=False, std=0.02):
         super().__init__(tp_group)
         self.sequence_parallel = sequence_parallel
-        self._new_param("weight", ShardSpec(f"{name}.weight", (vocab, hidden), 0, "normal", std))
-        self.vocab_start = self.tp_rank * vocab // self.tp_size
-        self.vocab_end = self.vocab_start + vocab // self.tp_size
+        self._new_param("weight", ShardSpec(f"{name}.weight", (vocab, hidden), 0, "normal", std, pad_tp_dim=True))
+        per_rank = padded_size(vocab, self.tp_size) // self.tp_size
+        self.vocab_start = self.tp_rank * per_rank
+        self.vocab_end = self.vocab_start + per_rank
 
     def forward(self, ids):
         if self.tp_size == 1:
@@ -195,8 +209,11 @@ class VocabParallelEmbedding(_ShardedModule):
         return reduce_from_tp_region(y, self.tp_group)
 
 
-def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp_group) -> torch.Tensor:
+def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp_group,
+                                 vocab: int | None = None) -> torch.Tensor:
     """Mean token cross-entropy of logits split over the vocabulary (last dim) across TP.
+    vocab: the real vocabulary where the TP-split one is padded to a multiple of tp; the padding's
+    logits are masked out of the softmax (their gradient is zero).
 
     logits: (b, s, V/tp) on each rank, target: (b, s) global ids.  Computes
     log(sum_v exp z_v) - z_target with the max, the exp-sum and the target logit reduced
@@ -209,6 +226,9 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp_
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
     v_local = logits.shape[-1]
     start = dist.get_rank(tp_group) * v_local
+    if vocab is not None and start + v_local > vocab:
+        padding = torch.arange(start, start + v_local, device=logits.device) >= vocab
+        logits = logits.masked_fill(padding, float("-inf"))
     with torch.no_grad():
         m = logits.max(dim=-1).values
         dist.all_reduce(m, op=dist.ReduceOp.MAX, group=tp_group)

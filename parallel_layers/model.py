@@ -45,6 +45,7 @@ from parallel_layers.layers import (
     ShardSpec,
     VocabParallelEmbedding,
     _ShardedModule,
+    padded_size,
 )
 from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_kv, local_positions
 from parallel_layers.mappings import _size
@@ -367,7 +368,8 @@ class StageModule(nn.Module):
         if last:
             self.final_norm = Norm(cfg, tp_group, name="final_norm", sequence_parallel=sp)
             name = "embedding" if cfg.tied_embeddings else "head"
-            self.head = ColumnParallelLinear(cfg.hidden, cfg.vocab, tp_group, name=name, sequence_parallel=sp)
+            self.head = ColumnParallelLinear(cfg.hidden, cfg.vocab, tp_group, name=name, sequence_parallel=sp,
+                                             pad_out=True)
             if cfg.tied_embeddings:
                 if first:
                     self.head.weight = self.embed.weight  # one Parameter, one gradient
@@ -423,6 +425,17 @@ def full_logical_init(spec: ShardSpec, seed: int) -> torch.Tensor:
     return torch.randn(spec.full_shape, generator=g) * spec.std
 
 
+def pad_tp_dim(full: torch.Tensor, spec: ShardSpec, tp: int) -> torch.Tensor:
+    """The logical tensor with zero rows appended along its TP dimension up to a multiple of tp, where
+    the spec pads (the vocabulary)."""
+    size = full.shape[spec.tp_dim]
+    if not spec.pad_tp_dim or size % tp == 0:
+        return full
+    pad = list(full.shape)
+    pad[spec.tp_dim] = padded_size(size, tp) - size
+    return torch.cat([full, full.new_zeros(pad)], dim=spec.tp_dim)
+
+
 @torch.no_grad()
 def init_parameters(root: nn.Module, seed: int) -> None:
     """Fill every parameter with its rank's slice of the full logical tensor, one at a time."""
@@ -431,7 +444,7 @@ def init_parameters(root: nn.Module, seed: int) -> None:
             p = getattr(mod, attr)
             full = full_logical_init(spec, seed)
             if spec.tp_dim is not None and mod.tp_size > 1:
-                full = full.chunk(mod.tp_size, dim=spec.tp_dim)[mod.tp_rank]
+                full = pad_tp_dim(full, spec, mod.tp_size).chunk(mod.tp_size, dim=spec.tp_dim)[mod.tp_rank]
             p.copy_(full.to(p.device, p.dtype))
 
 

@@ -56,7 +56,7 @@ from parallel_layers.data_parallel import (
     sync_sequence_parallel_grads,
     sync_tied_embedding_grads,
 )
-from parallel_layers.layers import vocab_parallel_cross_entropy
+from parallel_layers.layers import padded_size, vocab_parallel_cross_entropy
 from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
 from parallel_layers.pipeline import build_schedule, stages_of_rank, virtual_stage_layers
@@ -169,8 +169,8 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         attach_main_grads(_unique_params(modules))  # fp32 gradient accumulation buffers
     rt.optimizer = build_optimizer(rt, opts)
     if par.pp > 1:
-        rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device, make_loss_fn(coords.tp_group),
-                                     scale_grads=not main_grads(rt))
+        rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device,
+                                     make_loss_fn(coords.tp_group, plan.model.vocab), scale_grads=not main_grads(rt))
     return rt
 
 
@@ -223,9 +223,9 @@ def build_optimizer(rt: Runtime, opts: RunOptions):
     return torch.optim.AdamW(params, **kwargs)
 
 
-def make_loss_fn(tp_group) -> Callable:
+def make_loss_fn(tp_group, vocab: int | None = None) -> Callable:
     def loss_fn(logits, target):
-        return vocab_parallel_cross_entropy(logits, target, tp_group)
+        return vocab_parallel_cross_entropy(logits, target, tp_group, vocab)
     return loss_fn
 
 
@@ -234,7 +234,7 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     stage (None elsewhere).  Gradients end up as the mean over the replica's micro-batches."""
     nmb = rt.plan.training.num_microbatches
     if rt.schedule is None:
-        loss_fn = make_loss_fn(rt.coords.tp_group)
+        loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab)
         losses = []
         for x, y in zip(inputs.chunk(nmb), targets.chunk(nmb)):
             loss = loss_fn(rt.stage_modules[0](x), y)
@@ -269,7 +269,7 @@ def _takes_return_outputs(schedule_type) -> bool:
 def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
     par = rt.plan.parallel
     if rt.cfg.tied_embeddings and par.pp > 1:
-        rows = rt.cfg.vocab // par.tp
+        rows = padded_size(rt.cfg.vocab, par.tp) // par.tp  # the vocabulary padded to a multiple of tp
         if par.zero_stage == 3:  # FSDP2 shards dim 0 over dp like torch.chunk
             rows = torch.empty(rows).chunk(par.dp)[rt.coords.dp_rank].numel()
         half = rt.plan.training.precision == "master-weights-half-grads" and par.zero_stage != 3
@@ -312,7 +312,8 @@ def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> No
                 if hasattr(g, "full_tensor"):
                     g = g.full_tensor()  # collective over dp: same order on every dp rank
                 grads[spec.logical_name] = {"grad": g.detach().float().cpu().clone(), "tp_dim": spec.tp_dim,
-                                            "tp_rank": mod.tp_rank, "tp_size": mod.tp_size}
+                                            "tp_rank": mod.tp_rank, "tp_size": mod.tp_size,
+                                            "full_shape": tuple(spec.full_shape)}
     c = rt.coords
     torch.save({"rank": dist.get_rank(), "dp_rank": c.dp_rank, "pp_rank": c.pp_rank, "tp_rank": c.tp_rank,
                 "cp_rank": c.cp_rank,

@@ -146,9 +146,8 @@ def check_runtime_support(plan, device: str) -> Check:
     missing = []
     m = plan.model
     # the runtime shards these evenly over the tensor-parallel group (parallel_layers.layers: a dimension
-    # that does not divide raises on every rank); Megatron pads the vocabulary instead
-    fixes = {"vocab": "use a vocab divisible by {tp} (e.g. {up}; Megatron pads it to a multiple of 128 x tp), or another tp",
-             "ffn_hidden": "use a ffn_hidden divisible by {tp} (e.g. {up}), or another tp",
+    # that does not divide raises on every rank); the vocabulary it pads to a multiple of tp, as Megatron does
+    fixes = {"ffn_hidden": "use a ffn_hidden divisible by {tp} (e.g. {up}), or another tp",
              "heads": "use a tp that divides heads ({size})", "kv_heads": "use a tp that divides kv_heads ({size})"}
     for what, fix in fixes.items():
         size = getattr(m, what)

@@ -60,6 +60,8 @@ def losses(tmp, name) -> list[float]:
 def reference_for(case: str) -> str:
     model, _, opts = suite.PARALLEL_CASES[case]
     name = "ref-llama" if model["arch"] == "llama" else "ref-gpt" if model.get("tied_embeddings") else "ref-gpt-untied"
+    if model["vocab"] != suite.TINY_GPT["vocab"]:
+        name = f"ref-{model['arch']}-vocab{model['vocab']}"
     if _precision(case) != "fp32":
         name += "-" + _precision(case)
         assert suite.REFERENCE_PRECISION.get(name[4:]) == _precision(case), name

@@ -37,6 +37,11 @@ def assemble(dumps: list[dict], dp_rank: int | None = 0) -> dict[str, torch.Tens
         else:
             assert sorted(by_rank) == list(range(first["tp_size"])), f"{name}: missing TP shards {sorted(by_rank)}"
             full[name] = torch.cat([by_rank[r]["grad"] for r in range(first["tp_size"])], dim=first["tp_dim"])
+            if "full_shape" in first:  # a padded vocabulary: the padding rows' gradients must be zero
+                size = first["full_shape"][first["tp_dim"]]
+                pad = full[name].narrow(first["tp_dim"], size, full[name].shape[first["tp_dim"]] - size)
+                assert not pad.abs().sum(), f"{name}: the vocabulary padding has a gradient"
+                full[name] = full[name].narrow(first["tp_dim"], 0, size)
     return full
 
 

@@ -41,6 +41,9 @@ PARALLEL_CASES = {
                                              stage_layers=[1, 0, 1, 0, 0, 1, 0, 1]), {}),
     "tp2-dp4-sp-zero1": (TINY_LLAMA, dict(tp=2, pp=1, dp=4, sp=True, zero_stage=1), {}),
     "gpt-untied-interleaved-zb": ({**TINY_GPT, "tied_embeddings": False}, dict(schedule="interleaved-zb", vpp=2), {}),
+    # a vocabulary tp does not divide (GPT-2's 50257 is odd): padded to a multiple of tp, the padding's
+    # logits masked; tied, so the last stage's copy of the embedding is padded and summed too
+    "gpt-tied-odd-vocab": ({**TINY_GPT, "vocab": 257}, dict(schedule="1f1b"), {}),
     "sgd": (TINY_LLAMA, dict(), {"optimizer": "sgd"}),
     # optimizer offload: AdamW states on the host, step on the CPU (MasterAdamW as a host mirror)
     "zero1-offload": (TINY_LLAMA, dict(zero_stage=1, offload="optimizer"), {}),
@@ -75,6 +78,7 @@ REFERENCE_CASES = {
     "llama": (TINY_LLAMA, {}),
     "gpt": (TINY_GPT, {}),
     "gpt-untied": ({**TINY_GPT, "tied_embeddings": False}, {}),
+    "gpt-vocab257": ({**TINY_GPT, "vocab": 257}, {}),
     "llama-sgd": (TINY_LLAMA, {"optimizer": "sgd"}),
     "llama-sgd-2x": (TINY_LLAMA, {"optimizer": "sgd", "debug_grad_scale": 2.0}),
     "gpt-master-weights": (TINY_GPT, {}),

@@ -323,6 +323,9 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
     if pins.tp is not None:
         need(spec.heads % pins.tp == 0 and spec.kv_heads % pins.tp == 0,
              f"--tp {pins.tp} must divide heads ({spec.heads}) and kv_heads ({spec.kv_heads})")
+        need(spec.ffn_hidden % pins.tp == 0,
+             f"--tp {pins.tp} must divide ffn_hidden ({spec.ffn_hidden}): tensor parallelism splits the MLP "
+             f"evenly; use --ffn-hidden {-(-spec.ffn_hidden // pins.tp) * pins.tp} or another --tp")
     if pins.pp is not None:
         need(pins.pp <= spec.layers, f"--pp {pins.pp} exceeds the model's {spec.layers} layers")
     prod = 1

@@ -66,10 +66,12 @@ def _choices(pin, default):
 
 def structural_space(m: ModelDims, gpus: int, gbs: int, pins: Pins):
     """Tuples (tp, pp, cp, dp, mbs, schedule_code, vpp).  Only combinations that are *defined*
-    are produced (degrees multiply to the GPU count, tp divides the heads); ones that are defined
+    are produced (degrees multiply to the GPU count, tp divides the heads and the MLP width, which
+    Megatron's and parplan's column-parallel layers split evenly; a vocabulary both pad); ones that are defined
     but unusable (batch, layers, schedule) are kept so they can be counted by reason."""
     divs = divisors(gpus)
-    tps = [t for t in _choices(pins.tp, divs) if m.heads % t == 0 and m.kv_heads % t == 0 and gpus % t == 0]
+    tps = [t for t in _choices(pins.tp, divs)
+           if m.heads % t == 0 and m.kv_heads % t == 0 and m.ffn % t == 0 and gpus % t == 0]
     pps = [p for p in _choices(pins.pp, divs) if p <= m.layers and gpus % p == 0]
     cps = [c for c in _choices(pins.cp, [d for d in divs if d <= MAX_CP]) if gpus % c == 0]
     out = []

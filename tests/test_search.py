@@ -13,7 +13,7 @@ from cost_models.layout import Layout, ModelDims, TrainingConsts
 from cost_models.total import evaluate
 from planner.core import NothingFits, PlannerError, evaluate_plan, recommend
 from planner.models import list_presets, load_preset
-from planner.schema import Plan
+from planner.schema import ModelSpec, Plan
 from planner.search import Pins, build_layouts
 
 
@@ -387,3 +387,16 @@ def test_sequence_parallelism_needs_the_sequence_to_split_over_tp():
     assert plan.parallel.sp is False
     with pytest.raises(PlannerError, match="multiple of tp"):
         recommend(spec, 2, seq_len=63, global_batch_size=4, suggest=False, pins=Pins(tp=2, pp=1, cp=1, sp=True))
+
+
+def test_tp_divides_the_mlp_width():
+    """Megatron's and parplan's column-parallel layers split the MLP evenly (Megatron's divide() asserts it):
+    the search offers only a tp that divides ffn_hidden, and a pinned one that does not is a one-line
+    error with the fix (the vocabulary, which both pad, is not a constraint)."""
+    spec = ModelSpec(arch="llama", layers=8, hidden=1024, heads=16, kv_heads=16, ffn_hidden=2817, vocab=32001, name="odd")
+    plans = recommend(spec, 8, seq_len=2048, global_batch_size=64, top_k=50, suggest=False)
+    assert {p.parallel.tp for p in [plans, *plans.alternatives]} == {1}
+    with pytest.raises(PlannerError, match=r"--tp 2 must divide ffn_hidden \(2817\).*--ffn-hidden 2818"):
+        recommend(spec, 8, seq_len=2048, global_batch_size=64, pins=Pins(tp=2))
+    even = spec.model_copy(update={"ffn_hidden": 2816})
+    assert recommend(even, 8, seq_len=2048, global_batch_size=64, pins=Pins(tp=2), suggest=False).parallel.tp == 2

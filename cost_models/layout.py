@@ -121,12 +121,9 @@ class TrainingConsts:
     # a block's pointwise work (norms, rotary, activation) runs as fused kernels (Megatron/apex, torch.compile:
     # parplan launch compiles its blocks on cuda) or as eager PyTorch ops (compute.layer_elementwise_time)
     fused_elementwise: bool = True
-    # eager blocks keep more for the backward (memory.activation_bytes_per_layer's eager term: torchtitan's
-    # llama without compile); parplan's runtime does not, compiled or not: its RMSNorm and SwiGLU are
-    # autograd functions that save what fused kernels do (parallel_layers.model._RMSNorm, _SwiGLU)
-    eager_saves_more: bool = False
-    # whose ops an eager (uncompiled) block runs, for its pointwise time (compute.layer_elementwise_time):
-    # torchtitan's llama as written, or parplan's runtime (its own RMSNorm, rotary and SwiGLU)
+    # whose ops an eager (uncompiled) block runs, for its pointwise time (compute.layer_elementwise_time)
+    # and what it saves (eager_saves_more): torchtitan's llama as written, or parplan's runtime (its own
+    # RMSNorm, rotary and SwiGLU)
     eager_runtime: str = "torchtitan"
     # context parallelism's K/V exchange overlapped with the attention (ring attention: Megatron, torch) or an
     # all-gather before it on the critical path (parplan's runtime; Llama 3: "the all-gather communication
@@ -136,6 +133,14 @@ class TrainingConsts:
     # torch/distributed/tensor/experimental/_attention.py) gathers K/V once, asynchronously, before the
     # rank's own chunk of the attention and waits for it after: only that 1/cp of the attention hides it
     cp_overlap_local_chunk_only: bool = False
+
+    @property
+    def eager_saves_more(self) -> bool:
+        """Eager blocks keep more for the backward (memory.activation_bytes_per_layer's eager term:
+        torchtitan's llama without compile); parplan's runtime does not, compiled or not: its RMSNorm and
+        SwiGLU are autograd functions that save what fused kernels do (parallel_layers.model._RMSNorm,
+        _SwiGLU)."""
+        return not self.fused_elementwise and self.eager_runtime == "torchtitan"
 
     @property
     def act_bytes(self) -> int:

@@ -64,7 +64,7 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 #              training.compile; torch's context parallelism (overlap_cp_comm, its default all-gather
 #              rotation hiding behind the rank's own chunk of the attention only: cp_overlap_local_chunk_only)
 # DeepSpeed also differs in what no flag names (TrainingConsts: zero3_one_weight_ahead,
-# p2p_blocking_transfers); parplan's runtime keeps fused-kernel memory uncompiled (eager_saves_more).
+# p2p_blocking_transfers); parplan's runtime keeps fused-kernel memory uncompiled (TrainingConsts.eager_saves_more).
 # Pipeline schedules each framework runs (the search only offers these): Megatron-LM's 1F1B and
 # interleaved 1F1B; DeepSpeed's pipeline engine (TrainSchedule, non-interleaved 1F1B);
 # torch.distributed.pipelining (parplan's runtime, torchtitan) has all five.
@@ -122,7 +122,6 @@ def training_consts(tr: Training) -> TrainingConsts:
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
                           fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm,
-                          eager_saves_more=not tr.fused_elementwise and tr.framework != "parplan",
                           eager_runtime="parplan" if tr.framework == "parplan" else "torchtitan",
                           cp_overlap_local_chunk_only=tr.framework == "torchtitan")
 

@@ -363,15 +363,48 @@ def measure_host_link(torch, device, timer, nbytes: int) -> tuple[float, float]:
     return n * 4 / h2d / GB, n * 4 / d2h / GB
 
 
-def _collective_worker(rank: int, world: int, port: int, sizes: list[int], result_path: str) -> None:
-    """One rank of the collective benchmark (spawned): NCCL, CUDA events, median of 10 after 3 warm-ups."""
+def _gather_into(dist):
+    """all_gather_single / reduce_scatter_single where this torch has them (torch 2.13 deprecates the
+    older all_gather_into_tensor / reduce_scatter_tensor, same arguments), else the older names."""
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return ag, rs
+
+
+def _timed(torch, cuda: bool, fn) -> float:
+    """Seconds one call of fn takes: CUDA events on a GPU, wall clock on a CPU."""
+    if not cuda:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def _collective_worker(rank: int, world: int, port: int, sizes: list[int], result_path: str,
+                       device_type: str = "cuda") -> None:
+    """One rank of the collective benchmark (spawned): NCCL and CUDA events on GPUs, median of 10 after
+    3 warm-ups.  device_type "cpu" runs the same sweep over gloo with wall-clock timing: the numbers
+    mean nothing there, it is how the tests exercise this code without GPUs."""
     import torch
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    cuda = device_type == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    else:
+        torch.set_num_threads(1)
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    all_gather, reduce_scatter = _gather_into(dist)
+
     results = []
     try:
         for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
@@ -382,10 +415,10 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], resul
                     fn = lambda: dist.all_reduce(buf)  # noqa: E731
                 elif op == "all_gather":
                     shard = torch.ones(numel // world, device=dev, dtype=torch.bfloat16)
-                    fn = lambda: dist.all_gather_into_tensor(buf, shard)  # noqa: E731
+                    fn = lambda: all_gather(buf, shard)  # noqa: E731
                 elif op == "reduce_scatter":
                     shard = torch.empty(numel // world, device=dev, dtype=torch.bfloat16)
-                    fn = lambda: dist.reduce_scatter_tensor(shard, buf)  # noqa: E731
+                    fn = lambda: reduce_scatter(shard, buf)  # noqa: E731
                 else:
                     peer = rank ^ 1  # pairs (0,1), (2,3), ...; an odd last rank idles
 
@@ -398,16 +431,10 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], resul
                     buf2 = torch.empty_like(buf)
                 for _ in range(3):
                     fn()
-                torch.cuda.synchronize(dev)
+                if cuda:
+                    torch.cuda.synchronize(dev)
                 dist.barrier()
-                samples = []
-                for _ in range(10):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    fn()
-                    end.record()
-                    end.synchronize()
-                    samples.append(start.elapsed_time(end) / 1e3)
+                samples = [_timed(torch, cuda, fn) for _ in range(10)]
                 t = torch.tensor([statistics.median(samples)], device=dev)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX)
                 nbytes = numel * 2
@@ -416,12 +443,16 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], resul
                           "reduce_scatter": (n - 1) / n, "send_recv": 1.0}[op]
                 results.append({"op": op, "bytes": nbytes, "s": float(t.item()),
                                 "busbw_gbytes_per_s": nbytes * factor / float(t.item()) / GB})
-        ov = overlap_slowdown(torch, dist, dev, n=8192, gemms=16, comm_bytes=256 << 20)
+        if cuda:
+            ov = overlap_slowdown(torch, dist, dev, n=8192, gemms=16, comm_bytes=256 << 20)
+        else:
+            ov = overlap_slowdown(torch, dist, dev, n=128, gemms=4, comm_bytes=max(sizes), reps=3)
         worst = torch.tensor([ov["slowdown"]], device=dev)
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)  # the step waits for the slowest rank
         results.append({"op": "overlap", **ov, "slowdown": float(worst.item())})
         if rank == 0:
             Path(result_path).write_text(json.dumps(results))
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -442,17 +473,7 @@ def overlap_slowdown(torch, dist, device, n: int = 2048, gemms: int = 8, comm_by
         if cuda:
             torch.cuda.synchronize(device)
 
-    def timed(fn) -> float:
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
+    timed = lambda fn: _timed(torch, cuda, fn)  # noqa: E731
 
     def train():
         for _ in range(gemms):
@@ -488,18 +509,21 @@ def overlap_slowdown(torch, dist, device, n: int = 2048, gemms: int = 8, comm_by
             "slowdown": max(0.0, med / alone - 1.0)}
 
 
-def measure_collectives(world: int, quick: bool) -> list[dict]:
+def measure_collectives(world: int, quick: bool, device_type: str = "cuda", sizes: list[int] | None = None) -> list[dict]:
+    """Bus bandwidth of all-reduce, all-gather, reduce-scatter and paired send/recv by message size on
+    `world` local ranks (one per GPU), and the overlap probe; rank 0's list of rows."""
     import socket
 
     import torch.multiprocessing as mp
 
-    sizes = [8 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20] + ([] if quick else [1 << 30])
+    if sizes is None:
+        sizes = [8 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20] + ([] if quick else [1 << 30])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "collectives.json")
-        mp.spawn(_collective_worker, args=(world, port, sizes, path), nprocs=world, join=True)
+        mp.spawn(_collective_worker, args=(world, port, sizes, path, device_type), nprocs=world, join=True)
         return json.loads(Path(path).read_text())
 
 

@@ -393,8 +393,14 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
         pred = prediction_from_metrics(met1, 0, hw, reason, tokens, row["gpus"])
         plan = build_plan(spec, hw_ref, training, row, pred)
         needed = float(met1["mem_total"][0])
-        msg = (f"nothing fits: the smallest layout needs {needed / gb:.1f} GB per GPU "
-               f"({row['gpus']} x {hw.usable_bytes / gb:.1f} GB usable on {hw_ref.name})")
+        if code == "memory":
+            msg = (f"nothing fits: the smallest layout needs {needed / gb:.1f} GB per GPU "
+                   f"({row['gpus']} x {hw.usable_bytes / gb:.1f} GB usable on {hw_ref.name})")
+        else:  # fits the GPUs only by offloading more optimizer state than a node's host memory holds
+            per_node = float(met1["mem_offloaded"][0]) * min(row["gpus"], hw.gpus_per_node)
+            msg = (f"nothing fits: the closest layout fits the GPUs ({needed / gb:.1f} GB per GPU) only by offloading "
+                   f"{per_node / gb:.0f} GB of optimizer state per node to host memory, which holds "
+                   f"{hw.host_memory_bytes_per_node / gb:.0f} GB on {hw_ref.name}")
     else:
         why = "; ".join(f"{v} {REJECTED_BECAUSE.get(k, k)}" for k, v in res.infeasible_by_reason.items())
         msg = f"nothing fits: every candidate was rejected: {why}"
@@ -404,7 +410,8 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
         raise PlannerError(msg + "; " + (fix or "relax the pinned dimensions"))
     suggestions = []
     if suggest:
-        suggestions = _suggestions(spec, hw_ref, training, pins, gpus, hw)
+        suggestions = _suggestions(spec, hw_ref, training, pins, gpus, hw,
+                                   batch_rejected="batch" in res.infeasible_by_reason)
     plan.search = info
     plan.suggestions = suggestions
     if suggestions:
@@ -417,9 +424,41 @@ def stack_flags(training: Training) -> dict:
     return {"framework": training.framework, **{k: getattr(training, k) for k in STACK_FLAGS}}
 
 
-def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
-    """Fewest GPUs that fit (same pins minus the degree pins), and offload when it helps."""
+def _nearby_batches(gbs: int, gpus: int, pins: Pins, limit: int = 6) -> list[int]:
+    """Global batch sizes nearest gbs (either side) that a data-parallel size the pins allow, other
+    than those gbs already splits over, divides: the layouts the batch ruled out."""
+    fixed = 1
+    for name in ("tp", "pp", "cp"):
+        fixed *= getattr(pins, name) or 1
+    step = pins.mbs or 1
+    out = set()
+    for d in range(2, gpus + 1):
+        if gpus % d or (gpus // d) % fixed or (pins.dp is not None and d != pins.dp) or gbs % (d * step) == 0:
+            continue
+        unit = d * step
+        out.add(-(-gbs // unit) * unit)
+        if gbs // unit:
+            out.add(gbs // unit * unit)
+    return sorted(out, key=lambda b: (abs(b - gbs), b))[:limit]
+
+
+def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = False) -> list[str]:
+    """A nearby global batch that lets a ruled-out data-parallel size fit (when the batch rejected
+    some layouts), the fewest GPUs that fit (same pins minus the degree pins), and offload when it helps."""
     out = []
+    common = dict(hardware=hw_ref.name, seq_len=training.seq_len, dtype=training.dtype, precision=training.precision,
+                  gpus_per_node=hw_ref.gpus_per_node, inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s,
+                  **stack_flags(training), top_k=1, suggest=False)
+    for b in (_nearby_batches(training.global_batch_size, gpus, pins) if batch_rejected else []):
+        try:
+            rec = recommend(spec, gpus, global_batch_size=b, pins=pins, **common)
+        except (NothingFits, PlannerError):
+            continue
+        r = rec.parallel
+        out.append(f"--global-batch-size {b} fits on {gpus} GPUs (tp {r.tp}, pp {r.pp}, dp {r.dp}, "
+                   f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU; "
+                   f"{training.global_batch_size} does not split over dp {r.dp})")
+        break
     free = Pins(mbs=pins.mbs, recompute=pins.recompute, zero=pins.zero, sp=pins.sp, offload=pins.offload,
                 schedule=pins.schedule)
     per_node = hw.gpus_per_node
@@ -427,11 +466,8 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
     candidates = sorted(set(candidates + [per_node * k for k in range(1, 4097) if per_node * k > gpus]))
     if pins.offload is None or pins.offload == "none":
         try:
-            rec = recommend(spec, gpus, hardware=hw_ref.name, seq_len=training.seq_len,
-                            global_batch_size=training.global_batch_size, dtype=training.dtype,
-                            precision=training.precision, gpus_per_node=hw_ref.gpus_per_node,
-                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, **stack_flags(training),
-                            pins=Pins(**{**free.__dict__, "offload": "optimizer"}), top_k=1, suggest=False)
+            rec = recommend(spec, gpus, global_batch_size=training.global_batch_size,
+                            pins=Pins(**{**free.__dict__, "offload": "optimizer"}), **common)
             r = rec.parallel
             dropped = [f"--{k}" for k in ("tp", "pp", "dp", "cp", "vpp") if getattr(pins, k) not in (None, getattr(r, k))]
             out.append(f"--offload optimizer fits on {gpus} GPUs (tp {r.tp}, pp {r.pp}, dp {r.dp}, ZeRO-{r.zero_stage}, "
@@ -444,11 +480,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw) -> list[str]:
         if training.global_batch_size < 1:
             break
         try:
-            rec = recommend(spec, g, hardware=hw_ref.name, seq_len=training.seq_len,
-                            global_batch_size=max(training.global_batch_size, 1), dtype=training.dtype,
-                            precision=training.precision, gpus_per_node=hw_ref.gpus_per_node,
-                            inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s, **stack_flags(training), pins=free, top_k=1,
-                            suggest=False)
+            rec = recommend(spec, g, global_batch_size=max(training.global_batch_size, 1), pins=free, **common)
             out.append(f"--gpus {g} fits (tp {rec.parallel.tp}, pp {rec.parallel.pp}, dp {rec.parallel.dp}, "
                        f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
             break

@@ -113,6 +113,32 @@ def test_70b_on_8_gpus_fits_only_with_offload():
     assert any("--gpus" in s for s in e.value.plan.suggestions)
 
 
+def test_a_batch_that_rules_out_dp_gets_a_nearby_batch_suggestion():
+    """7B on 3 GPUs with batch 1024: dp 3 is ruled out by the batch, tp 3 by the heads, and pp 3 alone
+    does not fit (parplan's runtime keeps a receive buffer per micro-batch).  The first suggestion is the
+    nearest batch that dp 3 splits, and it does fit; more GPUs come after."""
+    from planner.models import model_from_params
+    spec, _ = model_from_params(7e9)
+    with pytest.raises(NothingFits) as e:
+        recommend(spec, 3, global_batch_size=1024)
+    first = e.value.plan.suggestions[0]
+    assert first.startswith("--global-batch-size 1023 fits on 3 GPUs"), first
+    assert "1024 does not split over dp 3" in first
+    assert any(s.startswith("--gpus 4 fits") for s in e.value.plan.suggestions[1:])
+    assert recommend(spec, 3, global_batch_size=1023).parallel.dp == 3
+
+
+def test_nothing_fits_for_host_memory_says_host_memory():
+    """405B on 8 H100s fits the GPUs only with optimizer offload, and the offload needs more host memory
+    than a node has: the error says so instead of quoting a GPU need below the usable HBM."""
+    with pytest.raises(NothingFits) as e:
+        recommend(load_preset("llama3-405b"), 8, global_batch_size=64)
+    msg = str(e.value)
+    assert "host memory" in msg and "offloading" in msg, msg
+    assert "smallest layout needs" not in msg
+    assert e.value.plan.prediction.reason.startswith("host-memory")
+
+
 @pytest.mark.parametrize("hardware", hardware_profiles.list_profiles())
 def test_smoke_every_profile_and_preset(hardware):
     for name in list_presets():

@@ -134,28 +134,30 @@ def llama_block(x, P, a):
     return x + F.linear(F.silu(F.linear(n, P["gate"])) * F.linear(n, P["up"]), P["down"])
 
 
-def parplan_block(kind, s, h, a, ffn):
-    """parplan's own runtime block (parallel_layers.model.Block, tp 1), bf16."""
+def parplan_block(kind, s, h, a, ffn, kv, recompute="none"):
+    """parplan's own runtime block (parallel_layers.model.Block, tp 1, kv key/value heads), bf16 on CUDA;
+    recompute "selective" is inside the block (its attention core and MLP activation checkpointed)."""
     from parallel_layers.model import Block, ModelConfig, init_parameters
-    cfg = ModelConfig(arch=kind.split("-")[1], layers=1, hidden=h, heads=a, kv_heads=a, ffn_hidden=ffn, vocab=512,
+    cfg = ModelConfig(arch=kind.split("-")[1], layers=1, hidden=h, heads=a, kv_heads=kv, ffn_hidden=ffn, vocab=512,
                       head_dim=h // a, tied_embeddings=False, max_seq_len=s)
-    blk = Block(cfg, 0, None, False, "none")
+    blk = Block(cfg, 0, None, False, recompute)
     init_parameters(blk, 0)
     blk.to(device=DEVICE, dtype=DT)
     return dict(blk.named_parameters()), lambda x, P, a: blk(x)
 
 
-def measure(kind, s, b, h, a, ffn, recompute):
+def measure(kind, s, b, h, a, ffn, kv, recompute):
+    """recompute: "none", "selective" (parplan blocks only) or "full" (the whole block checkpointed)."""
     torch.manual_seed(0)
     if kind.startswith("parplan"):
-        P, fn = parplan_block(kind, s, h, a, ffn)
+        P, fn = parplan_block(kind, s, h, a, ffn, kv, "selective" if recompute == "selective" else "none")
     else:
         P = gpt_params(h, ffn) if kind == "megatron-gpt" else llama_params(h, ffn)
         fn = gpt_block if kind == "megatron-gpt" else llama_block
     shape = (s, b, h) if kind == "megatron-gpt" else (b, s, h)
     x = torch.randn(*shape, dtype=DT, device=DEVICE, requires_grad=True)
     dy = torch.randn(*shape, dtype=DT, device=DEVICE)
-    run = (lambda t: checkpoint(fn, t, P, a, use_reentrant=False)) if recompute else (lambda t: fn(t, P, a))
+    run = (lambda t: checkpoint(fn, t, P, a, use_reentrant=False)) if recompute == "full" else (lambda t: fn(t, P, a))
     if DEVICE == "cuda" and not TRACE:
         return measure_cuda(run, x, dy)
     if DEVICE == "cuda":
@@ -253,12 +255,13 @@ def replay(prof, out_bytes):
             "live_at_peak": dict(sorted(by_op.items(), key=lambda kv: -kv[1]))}
 
 
-def model_terms(kind, s, b, h, a, ffn, recompute):
-    from cost_models.layout import REC_FULL, REC_NONE, ModelDims, Layout
+def model_terms(kind, s, b, h, a, ffn, kv, recompute):
+    from cost_models.layout import REC_FULL, REC_NONE, REC_SELECTIVE, ModelDims, Layout
     from cost_models import memory
-    m = ModelDims(arch="gpt" if kind == "megatron-gpt" else "llama", layers=1, hidden=h, heads=a, kv_heads=a,
+    m = ModelDims(arch="gpt" if kind == "megatron-gpt" else "llama", layers=1, hidden=h, heads=a, kv_heads=kv,
                   head_dim=h // a, ffn=ffn, vocab=32000, seq_len=s, tied=False, positions=0)
-    lay = Layout(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=REC_FULL if recompute else REC_NONE, sp=0,
+    rec = {"none": REC_NONE, "selective": REC_SELECTIVE, "full": REC_FULL}[recompute]
+    lay = Layout(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=rec, sp=0,
                  schedule=0, offload=0, gpus=1)
     flash, dropout = kind != "megatron-gpt", kind == "megatron-gpt"
     m = ModelDims(**{**m.__dict__, "arch": "gpt" if "gpt" in kind else "llama"})
@@ -268,20 +271,24 @@ def model_terms(kind, s, b, h, a, ffn, recompute):
                           - memory.activation_bytes_per_layer(m, lay, ACT_BYTES, flash, dropout))}
 
 
-CASES = [  # kind, s, b, h, a, ffn
-    ("megatron-gpt", 512, 2, 256, 8, 1024),    # scores dominate: 5as/h = 80 against 34
-    ("megatron-gpt", 256, 2, 512, 4, 2048),    # 5as/h = 10
-    ("megatron-gpt", 128, 4, 1024, 8, 4096),   # 5as/h = 5
-    ("parplan-llama", 256, 2, 512, 8, 1408),
-    ("parplan-llama", 512, 2, 256, 4, 704),
-    ("parplan-gpt", 256, 2, 512, 8, 2048),
+CASES = [  # kind, s, b, h, a, ffn, key/value heads
+    ("megatron-gpt", 512, 2, 256, 8, 1024, 8),    # scores dominate: 5as/h = 80 against 34
+    ("megatron-gpt", 256, 2, 512, 4, 2048, 4),    # 5as/h = 10
+    ("megatron-gpt", 128, 4, 1024, 8, 4096, 8),   # 5as/h = 5
+    ("parplan-llama", 256, 2, 512, 8, 1408, 8),
+    ("parplan-llama", 512, 2, 256, 4, 704, 4),
+    ("parplan-llama-gqa", 256, 2, 512, 8, 1408, 4),
+    ("parplan-gpt", 256, 2, 512, 8, 2048, 8),
 ]
 
 
 CASES_CUDA = [  # a 1.3B-class block at the H100 grid's shapes (seq 2048, micro-batch 4)
-    ("megatron-gpt", 2048, 4, 2048, 16, 8192),
-    ("parplan-llama", 2048, 4, 2048, 16, 5632),
-    ("parplan-gpt", 2048, 4, 2048, 16, 8192),
+    ("megatron-gpt", 2048, 4, 2048, 16, 8192, 16),
+    ("parplan-llama", 2048, 4, 2048, 16, 5632, 16),
+    # the grid's llama-1.3b block (8 key/value heads): on the H100 its selective-recompute run held
+    # 2 (q width - kv width) bytes per token and layer less than its none run, which the model counts equal
+    ("parplan-llama-gqa", 2048, 4, 2048, 16, 5632, 8),
+    ("parplan-gpt", 2048, 4, 2048, 16, 8192, 16),
 ]
 
 
@@ -301,21 +308,21 @@ def main(argv=None):
     TRACE = args.trace
     torch.set_num_threads(1)
     rows = []
-    print("| block | s | b | h | a | ffn | recompute | saved MB | model MB | err | backward over saved MB | model MB | err | peak op |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for kind, s, b, h, a, ffn in (CASES_CUDA if args.device == "cuda" else CASES):
+    print("| block | s | b | h | a | kv | ffn | recompute | saved MB | model MB | err | backward over saved MB | model MB | err | peak op |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for kind, s, b, h, a, ffn, kv in (CASES_CUDA if args.device == "cuda" else CASES):
         if args.only and not kind.startswith(args.only):
             continue
-        for rc in (False, True):
-            meas = measure(kind, s, b, h, a, ffn, rc)
-            pred = model_terms(kind, s, b, h, a, ffn, rc)
-            row = dict(block=kind, s=s, b=b, h=h, a=a, ffn=ffn, recompute="full" if rc else "none",
-                       measured=meas, predicted=pred)
+        for rc in ("none", "selective", "full") if kind.startswith("parplan-llama") else ("none", "full"):
+            meas = measure(kind, s, b, h, a, ffn, kv, rc)
+            pred = model_terms(kind, s, b, h, a, ffn, kv, rc)
+            row = dict(block=kind, s=s, b=b, h=h, a=a, kv_heads=kv, ffn=ffn, recompute=rc, measured=meas,
+                       predicted=pred)
             rows.append(row)
             # under full recompute a block saves only its input, the block below's output (already live)
-            e1 = "input" if rc else f"{pred['saved'] / meas['saved'] - 1:+.1%}"
+            e1 = "input" if rc == "full" else f"{pred['saved'] / meas['saved'] - 1:+.1%}"
             e2 = pred["over"] / meas["over"] - 1
-            print(f"| {kind} | {s} | {b} | {h} | {a} | {ffn} | {row['recompute']} | {meas['saved'] / 1e6:.2f} | "
+            print(f"| {kind} | {s} | {b} | {h} | {a} | {kv} | {ffn} | {rc} | {meas['saved'] / 1e6:.2f} | "
                   f"{pred['saved'] / 1e6:.2f} | {e1} | {meas['over'] / 1e6:.2f} | {pred['over'] / 1e6:.2f} | "
                   f"{e2:+.1%} | {meas['peak_op']} |")
             if meas.get("live_at_peak"):

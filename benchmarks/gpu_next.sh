@@ -1,0 +1,50 @@
+#!/bin/bash
+# The next single-GPU device call: what benchmarks/README.md lists under "Next on a GPU" that one GPU
+# can answer, in one call of under 10 minutes.  Run from the repository root on the device machine,
+# with the wheels the device's python lacks (pydantic and its dependencies) in .whl/:
+#
+#     bash benchmarks/gpu_next.sh benchmarks/results/YYYY-MM-DD-h100
+#
+# 1. the host: lscpu and which SDPA kernel torch picks for the grid's GQA attention;
+# 2. `parplan calibrate --host-only` on the 2026-11-22 refit profile, timed as its own command;
+# 3. the GQA block's saved bytes and backward peak on CUDA (none / selective / full, with the trace);
+# 4. the four launch-bound grid entries with step 2's profile, on the same machine.
+# Everything lands under the results folder and is packed into $OUT/results.tgz after each step.
+set -u
+R=${1:?give the results folder, e.g. benchmarks/results/2026-12-01-h100}
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  >/dev/null 2>&1 || { echo "pip failed: put the pydantic wheels in .whl/"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD
+mkdir -p "$R/host"
+pack() { tar czf "${OUT:-/tmp}/results.tgz" --exclude='*.pickle' "$R" 2>/dev/null; }
+
+nvidia-smi -L > "$R/host/gpu.txt" 2>&1
+lscpu > "$R/host/lscpu.txt" 2>&1
+python3 - > "$R/host/sdpa_choice.txt" 2>&1 <<'EOF'
+import torch
+from torch.nn.attention import SDPBackend
+# the grid's llama-1.3b attention at tp 1: 16 query heads, 8 key/value heads, head dim 128, seq 2048, mbs 4
+q = torch.randn(4, 16, 2048, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+kv = torch.randn(4, 8, 2048, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+for gqa, k in (("enable_gqa", kv), ("no GQA (16 kv heads)", torch.randn_like(q))):
+    choice = torch._fused_sdp_choice(q, k, k, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+    print(f"{gqa}: {SDPBackend(choice).name}")
+print("torch", torch.__version__)
+EOF
+cat "$R/host/sdpa_choice.txt"; pack
+
+t0=$SECONDS
+COLUMNS=160 timeout 120 python3 -m planner.cli calibrate --host-only \
+  --base benchmarks/results/2026-11-22-h100/h100-refit.toml --out "$R/h100-host.toml" > "$R/host-only.log" 2>&1
+echo "calibrate --host-only rc=$? took $(( SECONDS - t0 )) s"; tail -8 "$R/host-only.log" | cut -c1-200; pack
+
+t0=$SECONDS
+timeout 120 python3 benchmarks/block_backward_memory.py --device cuda --trace --only parplan-llama-gqa \
+  --json "$R/block_backward_gqa.json" 2>&1 | grep -v "^USDT" > "$R/block_backward_gqa.md"
+echo "GQA block trace took $(( SECONDS - t0 )) s"; cat "$R/block_backward_gqa.md" | cut -c1-250; pack
+
+[ -f "$R/h100-host.toml" ] || { echo "no host-only profile; skipping the grid"; exit 0; }
+timeout $(( 570 - SECONDS )) python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h100-host.toml" --only \
+  llama-1.3b-mbs1-none llama-0.5b-mbs1-none llama-1.3b-mbs1-full llama-0.5b-mbs1-full 2>&1 | cut -c1-250
+pack; echo "all done at ${SECONDS} s"

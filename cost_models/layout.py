@@ -91,8 +91,10 @@ class TrainingConsts:
     # torch.distributed.pipelining allocates, per stage and per micro-batch, a receive buffer for the
     # stage's input activation (all stages but the first) and one for its output gradient (all but
     # the last), once, and keeps them (PipelineStage's args_recv_info / grad_recv_info); counted
-    # per micro-batch on the CPU allocator trace (tests/test_runtime_memory.py).  Megatron and
-    # DeepSpeed allocate per transfer.
+    # per micro-batch on the CPU allocator trace (tests/test_runtime_memory.py).  torchtitan runs it
+    # so.  Megatron and DeepSpeed allocate per transfer, and so does parplan's runtime since
+    # parallel_layers.pipeline.just_in_time_receives: a received activation is then the stage input
+    # that the block's saved activations already count, for the micro-batches in flight only.
     p2p_buffers_per_microbatch: bool = True
     # torch.distributed.pipelining's action-list runtime (_PipelineScheduleRuntime: interleaved 1F1B and
     # the zero-bubble schedules) waits on its sends only when the step ends, so every tensor it sent (a

@@ -8,6 +8,7 @@ the embedding, the last stage the final norm, head and loss.
 """
 from __future__ import annotations
 
+import torch
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
     Schedule1F1B,
@@ -58,9 +59,107 @@ def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, de
     divides, as for fp32 main_grad buffers the schedule does not see)."""
     par = plan.parallel
     n_stages = par.pp * par.vpp
-    stages = [PipelineStage(m, sid, n_stages, device, group=pp_group) for m, sid in zip(stage_modules, stage_ids)]
+    stages = [just_in_time_receives(PipelineStage(m, sid, n_stages, device, group=pp_group))
+              for m, sid in zip(stage_modules, stage_ids)]
     cls = SCHEDULES[par.schedule]
     nmb = plan.training.num_microbatches
     if par.schedule in SINGLE_STAGE:
         return cls(stages[0], n_microbatches=nmb, loss_fn=loss_fn, scale_grads=scale_grads)
     return cls(stages, n_microbatches=nmb, loss_fn=loss_fn, scale_grads=scale_grads)
+
+
+def _release(infos) -> None:
+    """Drop the stage's reference to each receive buffer (autograd, or a send in flight, keeps its own)."""
+    for info in infos or ():
+        if getattr(info, "_jit_meta", None) is not None:
+            info.buffer = info._jit_meta[4]
+
+
+def _allocate(infos) -> None:
+    """A fresh buffer for each receive about to be posted, where the stage holds only the placeholder."""
+    for info in infos or ():
+        meta = getattr(info, "_jit_meta", None)
+        if meta is not None and info.buffer is meta[4]:
+            shape, dtype, device, requires_grad, _ = meta
+            info.buffer = torch.empty(shape, dtype=dtype, device=device).requires_grad_(requires_grad)
+
+
+def _to_placeholders(infos_by_chunk: dict) -> None:
+    for infos in infos_by_chunk.values():
+        for info in infos:
+            buf = getattr(info, "buffer", None)
+            if isinstance(buf, torch.Tensor) and getattr(info, "_jit_meta", None) is None:
+                info._jit_meta = (buf.shape, buf.dtype, buf.device, buf.requires_grad,
+                                  torch.empty(0, dtype=buf.dtype, device=buf.device))
+                info.buffer = info._jit_meta[4]
+
+
+def just_in_time_receives(stage):
+    """Receive buffers that exist only while a micro-batch needs them, as Megatron's do.
+
+    torch.distributed.pipelining (torch 2.5-2.13) allocates, for every micro-batch of the step, one
+    activation buffer per stage input and one gradient buffer per stage output when the schedule first
+    runs, and keeps them all for the stage's life: m x 2 hidden states per stage where a 1F1B rank has
+    at most p micro-batches in flight (pytorch/pytorch#136380; upstream's own fix, allocating just in
+    time, is pytorch/pytorch#196463).  Here each descriptor keeps only a 0-element placeholder and the
+    buffer's shape: a buffer is made when its receive is posted and dropped by the stage once that
+    micro-batch's backward has run (what autograd still holds for a split backward stays alive through
+    autograd), and the last stage's loss lets go of its graph then (_drop_graph), which otherwise holds
+    every received activation to the step's end.  Wraps the instance's methods that both torch 2.11 and
+    2.13 call: _prepare_forward_infra and _prepare_backward_infra (which make the buffers),
+    get_fwd_recv_ops / get_bwd_recv_ops (which post the receives), backward_one_chunk and
+    backward_weight_one_chunk."""
+    orig = {n: getattr(stage, n) for n in ("_prepare_forward_infra", "_prepare_backward_infra", "get_fwd_recv_ops",
+                                           "get_bwd_recv_ops", "backward_one_chunk", "backward_weight_one_chunk")}
+
+    def prepare_forward(*a, **k):
+        out = orig["_prepare_forward_infra"](*a, **k)
+        _to_placeholders(stage.args_recv_info)
+        return out
+
+    def prepare_backward(*a, **k):
+        out = orig["_prepare_backward_infra"](*a, **k)
+        _to_placeholders(stage.grad_recv_info)
+        return out
+
+    def fwd_recv_ops(chunk):
+        _allocate(stage.args_recv_info.get(chunk))
+        return orig["get_fwd_recv_ops"](chunk)
+
+    def bwd_recv_ops(chunk):
+        _allocate(stage.grad_recv_info.get(chunk))
+        return orig["get_bwd_recv_ops"](chunk)
+
+    pending_losses: dict = {}
+
+    def backward_one_chunk(chunk, *a, **k):
+        out = orig["backward_one_chunk"](chunk, *a, **k)
+        _release(stage.args_recv_info.get(chunk))
+        _release(stage.grad_recv_info.get(chunk))
+        loss = k.get("loss", a[0] if a else None)
+        if k.get("full_backward", a[1] if len(a) > 1 else True):
+            _drop_graph(loss)
+        else:  # zero-bubble: the weight pass still needs the graph
+            pending_losses[chunk] = loss
+        return out
+
+    def backward_weight_one_chunk(chunk, *a, **k):
+        out = orig["backward_weight_one_chunk"](chunk, *a, **k)
+        _drop_graph(pending_losses.pop(chunk, None))
+        return out
+
+    stage._prepare_forward_infra = prepare_forward
+    stage._prepare_backward_infra = prepare_backward
+    stage.get_fwd_recv_ops = fwd_recv_ops
+    stage.get_bwd_recv_ops = bwd_recv_ops
+    stage.backward_one_chunk = backward_one_chunk
+    stage.backward_weight_one_chunk = backward_weight_one_chunk
+    return stage
+
+
+def _drop_graph(loss) -> None:
+    """The last stage's loss, once its backward is done: the schedule keeps every micro-batch's loss
+    until the step ends (to return them), and a loss with its graph keeps the graph's leaves, the
+    received activations among them, alive.  Detached in place, it keeps only its value."""
+    if isinstance(loss, torch.Tensor) and loss.grad_fn is not None and not loss._is_view():
+        loss.detach_()

@@ -115,7 +115,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero3_fsdp2=tr.framework in TORCH_PIPELINING,
                           zero3_one_weight_ahead=tr.framework == "deepspeed",
                           p2p_blocking_transfers=tr.framework == "deepspeed",
-                          p2p_buffers_per_microbatch=tr.framework in TORCH_PIPELINING,
+                          p2p_buffers_per_microbatch=tr.framework == "torchtitan",  # parplan: just_in_time_receives
                           p2p_sends_held_to_step_end=tr.framework in TORCH_PIPELINING,
                           sp_saves_gathered_input=tr.framework == "torchtitan",
                           cp_saves_gathered_kv=tr.framework == "parplan",

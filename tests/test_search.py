@@ -114,18 +114,20 @@ def test_70b_on_8_gpus_fits_only_with_offload():
 
 
 def test_a_batch_that_rules_out_dp_gets_a_nearby_batch_suggestion():
-    """7B on 3 GPUs with batch 1024: dp 3 is ruled out by the batch, tp 3 by the heads, and pp 3 alone
-    does not fit (parplan's runtime keeps a receive buffer per micro-batch).  The first suggestion is the
-    nearest batch that dp 3 splits, and it does fit; more GPUs come after."""
+    """7B on 3 GPUs with batch 1024 as torchtitan runs it: dp 3 is ruled out by the batch, tp 3 by the
+    heads, and pp 3 does not fit (torch.distributed.pipelining keeps a receive buffer per micro-batch).
+    The first suggestion is the nearest batch that dp 3 splits, and it does fit; more GPUs come after.
+    parplan's own runtime, which allocates receive buffers just in time, fits pp 3 at batch 1024."""
     from planner.models import model_from_params
     spec, _ = model_from_params(7e9)
     with pytest.raises(NothingFits) as e:
-        recommend(spec, 3, global_batch_size=1024)
+        recommend(spec, 3, global_batch_size=1024, framework="torchtitan")
     first = e.value.plan.suggestions[0]
     assert first.startswith("--global-batch-size 1023 fits on 3 GPUs"), first
     assert "1024 does not split over dp 3" in first
     assert any(s.startswith("--gpus 4 fits") for s in e.value.plan.suggestions[1:])
-    assert recommend(spec, 3, global_batch_size=1023).parallel.dp == 3
+    assert recommend(spec, 3, global_batch_size=1023, framework="torchtitan").parallel.dp == 3
+    assert recommend(spec, 3, global_batch_size=1024).parallel.pp == 3
 
 
 def test_nothing_fits_for_host_memory_says_host_memory():

@@ -482,6 +482,9 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
+    # a zero-bubble weight pass still to run keeps the output gradient the stage received for it (torch's
+    # backward_state); with per-micro-batch receive buffers that tensor is already one of them
+    pend_recv = 0.0 if tr.p2p_buffers_per_microbatch else p2p_tensor_bytes(m, lay, act_b)
 
     # Gradients are freed after each optimizer step (zero_grad(set_to_none=True), the runtime's
     # and PyTorch's default).  With several micro-batches per step the whole gradient buffer is
@@ -506,7 +509,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         _, g_early, _, _ = states(per_layer + head_here)
         blocks_bwd = np.where(one_micro, np.maximum(acts + np.minimum(g_early, g), g), acts + g) + working
         loss_bwd = np.where(has_loss, acts + loss_peak + np.where(one_micro, 0.0, g), 0.0)
-        bufs = bufs + n_held * sent
+        bufs = bufs + n_held * sent + n_pending * pend_recv
         total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs
         # the named terms are each term's largest size (the total is the worse moment, not their sum)
         return dict(weights=w, grads=g, optimizer=o, activations=acts + np.where(has_loss, loss_peak, 0.0),

@@ -322,14 +322,14 @@ def test_collective_benchmark_runs_end_to_end_on_gloo_ranks():
     overlap probe, rank 0's file) on two gloo CPU ranks, then into a profile.  Until this ran on CPU the
     worker had only ever been read, never run: the NCCL machine with two GPUs has not been lent yet."""
     from planner.calibrate import apply_collectives, measure_collectives
-    sizes = [8 << 10, 4 << 20]
+    sizes = [8 << 10, 32 << 20]
     coll = measure_collectives(2, quick=True, device_type="cpu", sizes=sizes)
     ops = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
     assert [(r["op"], r["bytes"]) for r in coll if r["op"] != "overlap"] == [(op, b) for op in ops for b in sizes]
     for r in coll:
         if r["op"] != "overlap":
             assert r["s"] > 0 and r["busbw_gbytes_per_s"] > 0
-    for op in ops:  # a 512x larger message takes longer, and moves more bytes per second
+    for op in ops:  # a 4096x larger message takes longer, and moves more bytes per second
         small, big = (r for r in coll if r["op"] == op)
         assert big["s"] > small["s"], op
         assert big["busbw_gbytes_per_s"] > small["busbw_gbytes_per_s"], op
@@ -340,7 +340,7 @@ def test_collective_benchmark_runs_end_to_end_on_gloo_ranks():
     fields: list[str] = []
     note = apply_collectives(data, coll, base, 2, fields)
     prof = HardwareProfile(**data)
-    (big_ar,) = (r for r in coll if r["op"] == "all_reduce" and r["bytes"] == 4 << 20)
+    (big_ar,) = (r for r in coll if r["op"] == "all_reduce" and r["bytes"] == 32 << 20)
     eff = min(1.0, max(1e-4, big_ar["busbw_gbytes_per_s"] / base.nvlink.gbytes_per_s))
     assert prof.nvlink.efficiency == pytest.approx(eff, rel=1e-3, abs=1e-4)
     (small_ar,) = (r for r in coll if r["op"] == "all_reduce" and r["bytes"] == 8 << 10)

@@ -13,7 +13,10 @@ out (NCCL writes into the caller's tensors).  Measured (4 ranks, torch 2.13 CPU,
 benchmarks/results/2026-11-23-cpu-memory): the model within -3.6 .. +6.3 % of the largest rank's
 peak everywhere (22 plans); ZeRO-2's and FSDP2's peaks move by a few % between runs (a gradient that gloo frees
 on its own thread is seen free only when its address is handed out again).  Each pipeline rank kind
-against its own rank: -6.7 .. +6.3 % (ZB-V + SP's rank 0 moves between runs: -3.8 .. -9.1 % over six)."""
+against its own rank: -6.7 .. +6.3 % (ZB-V + SP's rank 0 moves between runs: -3.8 .. -9.1 % over six).
+Since the runtime allocates pipeline receive buffers just in time (parallel_layers.pipeline.
+just_in_time_receives; one run, benchmarks/results/2026-11-23-cpu-memory-jit): -6.9 .. +5.1 % of the
+largest rank's peak, each rank kind -7.8 .. +5.2 %."""
 from __future__ import annotations
 
 import json

@@ -71,13 +71,48 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
     return builders[key](plan)
 
 
+# How the cost model's framework-decided behaviours (TrainingConsts fields no flag sets) read to a user
+_BEHAVIOURS = {
+    "zero3_fsdp2": "ZeRO-3 as FSDP2",
+    "zero3_one_weight_ahead": "ZeRO-3 gathering one weight ahead",
+    "p2p_blocking_transfers": "four blocking pipeline transfers a micro-batch",
+    "p2p_buffers_per_microbatch": "a pipeline receive buffer per micro-batch",
+    "p2p_sends_held_to_step_end": "pipeline sends held to the step's end",
+    "sp_saves_gathered_input": "sequence parallelism saving gathered matmul inputs",
+    "cp_saves_gathered_kv": "context parallelism saving the gathered K/V",
+    "cp_overlap_local_chunk_only": "ring attention overlapping the local chunk only",
+}
+
+
+def framework_differences(plan: Plan, to: str) -> list[str]:
+    """What the cost model does differently for framework ``to`` than for the plan's: the stack flags whose
+    defaults differ ("name a -> b") and the behaviours the framework itself decides."""
+    from planner.core import FRAMEWORK_DEFAULTS, STACK_FLAGS, training_consts
+    from planner.schema import Training
+    tr = plan.training
+    flags = {k: getattr(tr, k) for k in STACK_FLAGS}
+    flags.update({k: Training.model_fields[k].default for k in FRAMEWORK_DEFAULTS.get(tr.framework, {})})
+    flags.update(FRAMEWORK_DEFAULTS[to])
+    target = tr.model_copy(update={"framework": to, **flags})
+    out = [f"{k} {getattr(tr, k)} -> {flags[k]}" for k in STACK_FLAGS if flags[k] != getattr(tr, k)]
+    a, b = training_consts(tr), training_consts(target)
+    out += [f"{'no ' if not getattr(b, k) else ''}{name}" for k, name in _BEHAVIOURS.items()
+            if getattr(a, k) != getattr(b, k)]
+    if not flags["fused_elementwise"] and a.eager_runtime != b.eager_runtime:  # which eager op table counts
+        out.append(f"{b.eager_runtime}'s eager pointwise ops")
+    return out
+
+
 def framework_note(plan: Plan, to: str) -> Optional[str]:
-    """A sentence when the plan was predicted for another framework than the export target."""
+    """A sentence when the plan was predicted for another framework than the export target: what the cost
+    model would do differently there, and the command that predicts with it."""
     planned_for = plan.training.framework
     if planned_for == to:
         return None
-    return (f"the plan's prediction models {planned_for}, not {to}; `parplan recommend ... --framework {to}` "
-            f"predicts with {to}'s defaults (gradient accumulation, pipeline sends, ZeRO-1 reduction)")
+    diff = framework_differences(plan, to)
+    return (f"the plan's prediction models {planned_for}, not {to}"
+            + (f" ({to}: {'; '.join(diff)})" if diff else "")
+            + f"; `parplan recommend ... --framework {to}` predicts with {to}'s defaults")
 
 
 # --------------------------------------------------------------------------------------------

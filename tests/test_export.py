@@ -299,6 +299,28 @@ def test_framework_note_only_when_predicted_for_another_framework():
     assert "models megatron, not deepspeed" in framework_note(plan, "deepspeed")
 
 
+def test_framework_note_names_what_the_target_framework_changes():
+    """The note lists the stack flags that `recommend --framework TO` would set differently (checked against
+    what recommend does) and the behaviours the framework itself decides."""
+    from planner.core import STACK_FLAGS, recommend
+    from planner.export import framework_differences
+    plan = llama_plan()
+    for to in FORMATS:
+        diff = framework_differences(plan, to)
+        rec = recommend(plan.model, 16, seq_len=4096, global_batch_size=64, precision="master-weights", framework=to,
+                        top_k=1, suggest=False)
+        for k in STACK_FLAGS:
+            listed = [d for d in diff if d.startswith(k + " ")]
+            if getattr(rec.training, k) == getattr(plan.training, k):
+                assert not listed, (to, k)
+            else:
+                assert listed == [f"{k} {getattr(plan.training, k)} -> {getattr(rec.training, k)}"], (to, k, listed)
+    assert "a pipeline receive buffer per micro-batch" in framework_differences(plan, "torchtitan")
+    assert "four blocking pipeline transfers a micro-batch" in framework_differences(plan, "deepspeed")
+    plan.training.framework = "megatron"
+    assert "fused_elementwise" not in " ".join(framework_differences(plan, "deepspeed"))
+
+
 def test_op_level_selective_recompute_exports_as_torchtitans_own_mode():
     plan = llama_plan(recompute="selective-op")
     cfg = tomllib.loads(export_plan(plan, "torchtitan"))

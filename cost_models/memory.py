@@ -11,6 +11,8 @@ All functions are elementwise over a Layout (scalars or numpy arrays).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
@@ -283,6 +285,55 @@ def middle_rank(pp, schedule):
     return np.where(zb, np.maximum(np.asarray(pp) - 2, 1), 1)
 
 
+@lru_cache(maxsize=256)
+def zbv_order_moments(p: int, m: int, r: int) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """ZB-V's two peak moments on rank r of p with m micro-batches, walked along torch's own order
+    (ScheduleZBVZeroBubble._calculate_single_rank_operations, torch 2.5-2.13, rewritten here without
+    torch): it builds the order for max(2p - 1, m) micro-batches and drops the actions of those past m,
+    so with fewer than 2p - 1 micro-batches the closed forms of rank_inflight (which hold from 2p - 1 on)
+    count too many.  Returns (chunks held, chunks pending their weight pass, sends held to the step's
+    end) at the moment with the most chunks held, then at the moment with the most pending, chunks in
+    stage units (/ 2), as rank_inflight's moments."""
+    n_micro, st0, st1, last = max(2 * p - 1, m), r, 2 * p - 1 - r, 2 * p - 1
+    ops: list[tuple[str, int, int]] = []  # (F | I | W, stage, micro-batch)
+    f0 = f1 = b0 = b1 = 0
+    for _ in range(2 * (p - r) - 1):
+        ops.append(("F", st0, f0)); f0 += 1
+    for _ in range(r):
+        ops.append(("F", st1, f1)); f1 += 1
+        ops.append(("F", st0, f0)); f0 += 1
+    for _ in range(p - r):
+        ops += [("F", st1, f1), ("I", st1, b1), ("W", st1, b1)]; f1 += 1; b1 += 1
+    while f1 < f0 or f0 < n_micro:
+        if f0 < n_micro:
+            ops.append(("F", st0, f0)); f0 += 1
+        ops += [("I", st0, b0), ("W", st0, b0), ("F", st1, f1), ("I", st1, b1), ("W", st1, b1)]
+        b0 += 1; f1 += 1; b1 += 1
+    w0, w1 = b0, b1
+    for _ in range(r):
+        ops += [("I", st0, b0), ("I", st1, b1)]; b0 += 1; b1 += 1
+    for _ in range(p - r):
+        ops += [("I", st0, b0), ("W", st0, w0)]; b0 += 1; w0 += 1
+    ops += [("W", st1, k) for k in range(w1, b1)] + [("W", st0, k) for k in range(w0, b0)]
+    rank_of = lambda st: st if st < p else last - st  # noqa: E731  (the V: rank r holds r and 2p-1-r)
+    act = pend = held = 0
+    most_act = most_pend = (0, 0, 0)
+    for kind, st, mb in ops:
+        if mb >= m:
+            continue
+        act += kind == "F"
+        pend += (kind == "I") - (kind == "W")
+        act -= kind == "W"
+        if kind == "I":
+            held += (st != 0 and rank_of(st - 1) != r) + (st != last and rank_of(st + 1) != r)
+        now = (act, pend, held)
+        most_act = max(most_act, now)
+        most_pend = max(most_pend, (pend, act, held))
+    a1, w1_, h1 = most_act
+    w2, a2, h2 = most_pend
+    return (a1 / 2, w1_ / 2, float(h1)), (a2 / 2, w2 / 2, float(h2))
+
+
 def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
     """Per pipeline rank kind ("first", "mid" = the fullest middle rank, "last"), the peak moments as
     (micro-batches whose saved activations are held, micro-batches whose weight-gradient pass is
@@ -297,7 +348,9 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
       (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, simulated action by action):
       interleaved-zb: v*p chunk-micro-batches on every rank, r + 1 of them pending;
       zbv (v = 2): 2p chunks with 1 pending on every rank, and on rank r >= 1 also p + r chunks with
-      2r + 1 pending (its cool-down runs r input passes of both chunks before their W passes).
+      2r + 1 pending (its cool-down runs r input passes of both chunks before their W passes), from
+      2p - 1 micro-batches on; with fewer (the search allows m = p), torch's order is walked
+      (zbv_order_moments).
     A CPU allocator trace of pp 4 x 8 micro-batches found exactly these counts
     (benchmarks/results/2026-11-23-cpu-memory)."""
     p, v, m = np.asarray(lay.pp, dtype=float), np.asarray(lay.vpp, dtype=float), np.asarray(m_micro, dtype=float)
@@ -379,7 +432,25 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
                np.where(sch == SCH_ZBV, held(mid_r, zbv_late=True), held_mid))
     last_zbv = (pick(m, 1, i_last, full, (2 * p - 1) / 2), pick(0, 0, 0, p / v, (2 * p - 1) / 2),
                 np.where(sch == SCH_ZBV, held(p - 1, zbv_late=True), held_last))
-    return {"first": [first, first], "mid": [mid, mid_zbv], "last": [last, last_zbv]}
+    out = {"first": [first, first], "mid": [mid, mid_zbv], "last": [last, last_zbv]}
+    # ZB-V with fewer than 2p - 1 micro-batches: torch's order, walked (zbv_order_moments)
+    short = np.broadcast_to((sch == SCH_ZBV) & (m < 2 * p - 1) & (p > 1), shape)
+    if short.any():
+        pairs, which = np.unique(np.stack([pb[short], mb[short]]).astype(int), axis=1, return_inverse=True)
+        which = which.reshape(-1)
+        for kind, rank in (("first", lambda q: 0), ("mid", lambda q: max(q - 2, 1)), ("last", lambda q: q - 1)):
+            # per distinct (p, m): [moment][count], then scattered onto the short candidates
+            table = np.array([zbv_order_moments(int(q), int(n), rank(int(q))) for q, n in pairs.T])
+            moments = []
+            for k, mom in enumerate(out[kind]):
+                fields = []
+                for j, x in enumerate(mom):
+                    x = np.array(np.broadcast_to(x, shape), dtype=float)
+                    x[short] = table[which, k, j]
+                    fields.append(x)
+                moments.append(tuple(fields))
+            out[kind] = moments
+    return out
 
 
 def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,

@@ -109,8 +109,14 @@ def just_in_time_receives(stage):
     2.13 call: _prepare_forward_infra and _prepare_backward_infra (which make the buffers),
     get_fwd_recv_ops / get_bwd_recv_ops (which post the receives), backward_one_chunk and
     backward_weight_one_chunk."""
-    orig = {n: getattr(stage, n) for n in ("_prepare_forward_infra", "_prepare_backward_infra", "get_fwd_recv_ops",
-                                           "get_bwd_recv_ops", "backward_one_chunk", "backward_weight_one_chunk")}
+    names = ("_prepare_forward_infra", "_prepare_backward_infra", "get_fwd_recv_ops", "get_bwd_recv_ops",
+             "backward_one_chunk", "backward_weight_one_chunk")
+    if not all(hasattr(stage, n) for n in names + ("args_recv_info", "grad_recv_info")):
+        import warnings
+        warnings.warn(f"torch {torch.__version__}'s PipelineStage lacks the methods just_in_time_receives wraps; "
+                      "its receive buffers stay per micro-batch (more memory than the plan predicts)", stacklevel=2)
+        return stage
+    orig = {n: getattr(stage, n) for n in names}
 
     def prepare_forward(*a, **k):
         out = orig["_prepare_forward_infra"](*a, **k)

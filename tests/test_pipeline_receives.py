@@ -83,3 +83,20 @@ def test_just_in_time_receive_buffers(tmp_path):
     assert jit[0]["placeholders"] == jit[1]["placeholders"] == MICROBATCHES  # every receive descriptor
     for r in (0, 1):
         assert 1 <= jit[r]["most_live"] <= 2, jit[r]
+
+
+def test_a_torch_without_the_wrapped_methods_keeps_its_own_buffers():
+    """A torch whose PipelineStage lacks a wrapped method gets the stage back untouched, with a warning,
+    rather than a launch that fails."""
+    import pytest
+
+    from parallel_layers.pipeline import just_in_time_receives
+
+    class Stage:  # no _prepare_backward_infra, no recv infos
+        def _prepare_forward_infra(self):
+            return None
+
+    st = Stage()
+    with pytest.warns(UserWarning, match="stay per micro-batch"):
+        assert just_in_time_receives(st) is st
+    assert st._prepare_forward_infra.__func__ is Stage._prepare_forward_infra

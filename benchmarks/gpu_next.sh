@@ -30,6 +30,14 @@ kv = torch.randn(4, 8, 2048, 128, device="cuda", dtype=torch.bfloat16, requires_
 for gqa, k in (("enable_gqa", kv), ("no GQA (16 kv heads)", torch.randn_like(q))):
     choice = torch._fused_sdp_choice(q, k, k, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
     print(f"{gqa}: {SDPBackend(choice).name}")
+# what SDPA saves for its backward with grouped K/V: the unexpanded inputs (q 32 MiB, k and v 16 MiB each),
+# out 32 MiB and the fp32 log-sum-exp 0.5 MiB = 96.5 MiB (what the CPU kernel saves), or 32 MiB more with
+# K and V expanded to the query heads
+saved = []
+with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel() * t.element_size()) or t, lambda t: t):
+    out = torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
+print(f"SDPA with enable_gqa saves {sum(saved) / 2**20:.1f} MiB in {len(saved)} tensors: "
+      + ", ".join(f"{b / 2**20:.1f}" for b in saved))
 print("torch", torch.__version__)
 EOF
 cat "$R/host/sdpa_choice.txt"; pack

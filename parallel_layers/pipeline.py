@@ -8,6 +8,8 @@ the embedding, the last stage the final norm, head and loss.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
@@ -68,30 +70,39 @@ def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, de
     return cls(stages, n_microbatches=nmb, loss_fn=loss_fn, scale_grads=scale_grads)
 
 
+class _RecvMeta(NamedTuple):
+    """What a receive descriptor needs to make its buffer again, and the 0-element tensor it holds meanwhile."""
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+    requires_grad: bool
+    placeholder: torch.Tensor
+
+
 def _release(infos) -> None:
     """Drop the stage's reference to each receive buffer (autograd, or a send in flight, keeps its own)."""
     for info in infos or ():
         if getattr(info, "_jit_meta", None) is not None:
-            info.buffer = info._jit_meta[4]
+            info.buffer = info._jit_meta.placeholder
 
 
 def _allocate(infos) -> None:
     """A fresh buffer for each receive about to be posted, where the stage holds only the placeholder."""
     for info in infos or ():
         meta = getattr(info, "_jit_meta", None)
-        if meta is not None and info.buffer is meta[4]:
-            shape, dtype, device, requires_grad, _ = meta
-            info.buffer = torch.empty(shape, dtype=dtype, device=device).requires_grad_(requires_grad)
+        if meta is not None and info.buffer is meta.placeholder:
+            info.buffer = torch.empty(meta.shape, dtype=meta.dtype, device=meta.device).requires_grad_(meta.requires_grad)
 
 
 def _to_placeholders(infos_by_chunk: dict) -> None:
+    """Replace every buffer torch made up front with a placeholder, keeping its shape (_RecvMeta)."""
     for infos in infos_by_chunk.values():
         for info in infos:
             buf = getattr(info, "buffer", None)
             if isinstance(buf, torch.Tensor) and getattr(info, "_jit_meta", None) is None:
-                info._jit_meta = (buf.shape, buf.dtype, buf.device, buf.requires_grad,
-                                  torch.empty(0, dtype=buf.dtype, device=buf.device))
-                info.buffer = info._jit_meta[4]
+                info._jit_meta = _RecvMeta(buf.shape, buf.dtype, buf.device, buf.requires_grad,
+                                           torch.empty(0, dtype=buf.dtype, device=buf.device))
+                info.buffer = info._jit_meta.placeholder
 
 
 def just_in_time_receives(stage):

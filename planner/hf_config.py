@@ -3,6 +3,10 @@
 Families and how they map (field names differ per family; `_FIELDS` lists them):
   llama, mistral, qwen2  -> arch llama (RMSNorm, RoPE, GQA, SwiGLU). Qwen2's q/k/v biases are not
                             counted (ModelSpec has no bias field): 0.002% of Qwen2.5-7B.
+  qwen3                  -> arch llama with the config's head_dim (Qwen3-0.6B: 16 heads x 128 = 2048
+                            over hidden 1024); its per-head q/k RMSNorms (2 x head_dim weights a layer)
+                            are not counted.
+  phi3                   -> arch llama: its fused qkv and gate_up projections hold the same matrices.
   gemma                  -> arch llama: GeGLU has the same three ffn x h matrices as SwiGLU; head_dim
                             from the config (256), tied embeddings by default.
   gpt2                   -> arch gpt (LayerNorm, GeLU, learned positions n_positions, biases, tied).
@@ -23,7 +27,7 @@ from pathlib import Path
 from cost_models.params import param_counts
 from planner.schema import ModelSpec
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "gemma")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma")
 GPT_LIKE = ("gpt2", "gpt_neox")
 SUPPORTED = LLAMA_LIKE + GPT_LIKE
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -38,7 +42,8 @@ _FIELDS = {
                  "kv_heads": (), "ffn_hidden": ("intermediate_size",), "vocab": ("vocab_size",)},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
-_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "gemma": True, "gpt2": True, "gpt_neox": False}
+_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "gemma": True,
+                 "gpt2": True, "gpt_neox": False}
 
 
 def _load(path_or_dict) -> tuple[dict, str]:
@@ -109,6 +114,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         name = Path(where).parent.name if Path(where).name == "config.json" else Path(where).stem
     notes = {
         "qwen2": "q/k/v biases not counted",
+        "qwen3": "per-head q/k norms not counted",
+        "phi3": "fused qkv and gate_up counted as separate matrices",
         "gemma": "GeGLU counted as 3 matrices like SwiGLU",
         "gpt_neox": "rotary (no position table) and parallel attention mapped to gpt",
     }.get(model_type)

@@ -133,3 +133,21 @@ def test_bad_json(tmp_path):
     p.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         model_from_hf_config(p)
+
+
+def test_qwen3_and_phi3_map_to_llama():
+    """Families added without a stored copy of their config: the fields are the llama family's, so these
+    dicts hold the shapes their model cards state, and the counts are checked against the cards' rounded
+    totals (Qwen3-0.6B: 0.6B, 0.44B without embeddings; Phi-3-mini: 3.8B)."""
+    qwen3 = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 28, "vocab_size": 151936,
+             "tie_word_embeddings": True, "max_position_embeddings": 40960}
+    spec = model_from_hf_config(qwen3)
+    assert spec.arch == "llama" and spec.head_dim == 128 and spec.tied_embeddings  # 16 x 128 = 2048 != 1024
+    assert round(spec.num_params / 1e9, 1) == 0.6
+    assert round((spec.num_params - 151936 * 1024) / 1e9, 2) == 0.44
+    assert "q/k norms not counted" in spec.source
+    phi3 = {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_attention_heads": 32,
+            "num_key_value_heads": 32, "num_hidden_layers": 32, "vocab_size": 32064}
+    spec = model_from_hf_config(phi3)
+    assert spec.arch == "llama" and not spec.tied_embeddings and round(spec.num_params / 1e9, 1) == 3.8

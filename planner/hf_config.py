@@ -7,6 +7,11 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             over hidden 1024); its per-head q/k RMSNorms (2 x head_dim weights a layer)
                             are not counted.
   phi3                   -> arch llama: its fused qkv and gate_up projections hold the same matrices.
+  gemma2                 -> as gemma, plus two norms a layer not counted (2 h weights) and attention
+                            logit soft-capping (pointwise); every other layer attends within a sliding
+                            window (4096), which the cost model counts as full attention: exact up to that
+                            sequence length, an over-estimate of those layers' attention beyond it (said in
+                            the spec's source).
   gemma                  -> arch llama: GeGLU has the same three ffn x h matrices as SwiGLU; head_dim
                             from the config (256), tied embeddings by default.
   gpt2                   -> arch gpt (LayerNorm, GeLU, learned positions n_positions, biases, tied).
@@ -27,7 +32,7 @@ from pathlib import Path
 from cost_models.params import param_counts
 from planner.schema import ModelSpec
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2")
 GPT_LIKE = ("gpt2", "gpt_neox")
 SUPPORTED = LLAMA_LIKE + GPT_LIKE
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -42,7 +47,7 @@ _FIELDS = {
                  "kv_heads": (), "ffn_hidden": ("intermediate_size",), "vocab": ("vocab_size",)},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
-_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "gemma": True,
+_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "gemma": True, "gemma2": True,
                  "gpt2": True, "gpt_neox": False}
 
 
@@ -117,8 +122,13 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "qwen3": "per-head q/k norms not counted",
         "phi3": "fused qkv and gate_up counted as separate matrices",
         "gemma": "GeGLU counted as 3 matrices like SwiGLU",
+        "gemma2": "GeGLU counted as 3 matrices like SwiGLU; post-norms not counted",
         "gpt_neox": "rotary (no position table) and parallel attention mapped to gpt",
     }.get(model_type)
+    window = cfg.get("sliding_window") if model_type == "gemma2" else None
+    if window and seq_len and seq_len > window:
+        notes += (f"; half the layers attend within a {window}-token window, counted as full attention at "
+                  f"seq_len {seq_len} (their attention over-estimated)")
     source = f"Hugging Face config {where} (model_type {model_type}" + (f", context {context}" if context else "") + \
              (f"; {notes}" if notes else "") + ")"
 

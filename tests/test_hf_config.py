@@ -151,3 +151,16 @@ def test_qwen3_and_phi3_map_to_llama():
             "num_key_value_heads": 32, "num_hidden_layers": 32, "vocab_size": 32064}
     spec = model_from_hf_config(phi3)
     assert spec.arch == "llama" and not spec.tied_embeddings and round(spec.num_params / 1e9, 1) == 3.8
+
+
+def test_gemma2_maps_to_llama_and_says_when_its_sliding_window_is_counted_full():
+    """Gemma-2-2B's shape as its model card states it (2.61B): exact but for two norms a layer; at a
+    sequence longer than its 4096-token window the source says the local layers' attention is over-counted."""
+    gemma2 = {"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_attention_heads": 8,
+              "num_key_value_heads": 4, "head_dim": 256, "num_hidden_layers": 26, "vocab_size": 256000,
+              "sliding_window": 4096}
+    spec = model_from_hf_config(gemma2, seq_len=4096)
+    assert spec.tied_embeddings and spec.head_dim == 256
+    assert 2_614_341_888 - spec.num_params == 26 * 2 * 2304  # the two post-norms a layer
+    assert "window" not in spec.source
+    assert "counted as full attention at seq_len 8192" in model_from_hf_config(gemma2, seq_len=8192).source

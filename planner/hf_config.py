@@ -12,6 +12,9 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             window (4096), which the cost model counts as full attention: exact up to that
                             sequence length, an over-estimate of those layers' attention beyond it (said in
                             the spec's source).
+  gemma3_text, gemma3    -> as gemma2 (q/k norms not counted either), five of every six layers within a
+                            512-1024-token window; a multimodal gemma3 config's text_config is read and
+                            its vision tower left out.
   gemma                  -> arch llama: GeGLU has the same three ffn x h matrices as SwiGLU; head_dim
                             from the config (256), tied embeddings by default.
   gpt2                   -> arch gpt (LayerNorm, GeLU, learned positions n_positions, biases, tied).
@@ -32,7 +35,7 @@ from pathlib import Path
 from cost_models.params import param_counts
 from planner.schema import ModelSpec
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text")
 GPT_LIKE = ("gpt2", "gpt_neox")
 SUPPORTED = LLAMA_LIKE + GPT_LIKE
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -47,7 +50,7 @@ _FIELDS = {
                  "kv_heads": (), "ffn_hidden": ("intermediate_size",), "vocab": ("vocab_size",)},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
-_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "gemma": True, "gemma2": True,
+_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "gemma": True, "gemma2": True, "gemma3_text": True,
                  "gpt2": True, "gpt_neox": False}
 
 
@@ -85,6 +88,10 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         if cfg.get(field):
             raise ValueError(f"mixture-of-experts configs are not supported yet (field {field})")
     model_type = cfg.get("model_type")
+    vision_dropped = model_type == "gemma3" and isinstance(cfg.get("text_config"), dict)
+    if vision_dropped:  # multimodal Gemma 3: the language model's shape is its text_config
+        cfg = {"model_type": "gemma3_text", **{k: v for k, v in cfg.items() if k != "model_type"}, **cfg["text_config"]}
+        model_type = "gemma3_text"
     if model_type is None:
         raise ValueError(f"{where}: missing required field model_type (one of {', '.join(SUPPORTED)})")
     if model_type not in SUPPORTED:
@@ -123,11 +130,22 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "phi3": "fused qkv and gate_up counted as separate matrices",
         "gemma": "GeGLU counted as 3 matrices like SwiGLU",
         "gemma2": "GeGLU counted as 3 matrices like SwiGLU; post-norms not counted",
+        "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; post-norms and q/k norms not counted",
         "gpt_neox": "rotary (no position table) and parallel attention mapped to gpt",
     }.get(model_type)
-    window = cfg.get("sliding_window") if model_type == "gemma2" else None
+    if vision_dropped:
+        notes += "; the vision tower is not counted"
+    window = cfg.get("sliding_window") if model_type in ("gemma2", "gemma3_text") else None
     if window and seq_len and seq_len > window:
-        notes += (f"; half the layers attend within a {window}-token window, counted as full attention at "
+        kinds = cfg.get("layer_types")
+        if isinstance(kinds, list) and kinds:
+            local = f"{sum(k == 'sliding_attention' for k in kinds)} of {len(kinds)} layers"
+        elif model_type == "gemma2":
+            local = "half the layers"
+        else:
+            pattern = int(cfg.get("sliding_window_pattern") or 6)
+            local = f"{pattern - 1} of every {pattern} layers"
+        notes += (f"; {local} attend within a {window}-token window, counted as full attention at "
                   f"seq_len {seq_len} (their attention over-estimated)")
     source = f"Hugging Face config {where} (model_type {model_type}" + (f", context {context}" if context else "") + \
              (f"; {notes}" if notes else "") + ")"

@@ -164,3 +164,18 @@ def test_gemma2_maps_to_llama_and_says_when_its_sliding_window_is_counted_full()
     assert 2_614_341_888 - spec.num_params == 26 * 2 * 2304  # the two post-norms a layer
     assert "window" not in spec.source
     assert "counted as full attention at seq_len 8192" in model_from_hf_config(gemma2, seq_len=8192).source
+
+
+def test_gemma3_text_and_a_multimodal_gemma3_config():
+    """Gemma-3-1B (999,885,952 parameters): exact but for its two post-norms and two q/k norms a layer;
+    five of every six layers attend within 512 tokens, said in the source beyond that length.  A
+    multimodal gemma3 config is read through its text_config, the vision tower left out (said)."""
+    text = {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 26, "vocab_size": 262144,
+            "sliding_window": 512, "sliding_window_pattern": 6}
+    spec = model_from_hf_config(text, seq_len=4096)
+    assert 999_885_952 - spec.num_params == 26 * (2 * 1152 + 2 * 256)
+    assert "5 of every 6 layers attend within a 512-token window" in spec.source
+    wrapped = model_from_hf_config({"model_type": "gemma3", "text_config": text, "vision_config": {"hidden_size": 1152}})
+    assert wrapped.num_params == model_from_hf_config(text).num_params and wrapped.tied_embeddings
+    assert "vision tower is not counted" in wrapped.source

@@ -80,7 +80,9 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
             return load_preset(model), None
         if model_config is not None:
             from .hf_config import model_from_hf_config
-            return model_from_hf_config(model_config, seq_len=seq_len), None
+            spec = model_from_hf_config(model_config, seq_len=seq_len)
+            # what the mapping approximates (biases or norms not counted, sliding windows counted full)
+            return spec, (spec.source if "; " in (spec.source or "") else None)
         if params is not None:
             from .models import model_from_params
             n = parse_count(params, "--params")

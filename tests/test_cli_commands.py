@@ -206,3 +206,21 @@ def test_stage_layers_print_as_runs():
     assert compact_counts([32]) == "[32]"
     assert compact_counts([5, 6, 6, 5]) == "[5, 6 x2, 5]"
     assert compact_counts([]) == "[]"
+
+
+def test_model_config_approximations_are_a_note_on_stderr(tmp_path, capsys):
+    """A config whose mapping approximates (gemma2 past its sliding window) says so on stderr; stdout stays
+    the JSON plan, and a config that maps exactly adds no note."""
+    cfg = {"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_attention_heads": 8,
+           "num_key_value_heads": 4, "head_dim": 256, "num_hidden_layers": 26, "vocab_size": 256000,
+           "sliding_window": 4096}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    rc, out, err = _run(["recommend", "--model-config", str(path), "--gpus", "8", "--seq-len", "8192", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["model"]["arch"] == "llama"
+    assert "note: " in err and "counted as full attention at seq_len 8192" in err
+    exact = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256}
+    path.write_text(json.dumps(exact))
+    rc, out, err = _run(["recommend", "--model-config", str(path), "--gpus", "8", "--json"], capsys)
+    assert rc == 0 and "note: Hugging Face" not in err

@@ -104,6 +104,10 @@ class TrainingConsts:
     # Measured with gloo; NCCL stashes a sent tensor until wait() as well, but its watchdog may release
     # completed sends earlier (pytorch/pytorch#148590), so on CUDA this is an upper bound (unmeasured).
     p2p_sends_held_to_step_end: bool = False
+    # torch.distributed.pipelining's Schedule1F1B (parplan's runtime, torchtitan) refuses fewer micro-batches
+    # than pipeline stages ("Number of microbatches must be greater than or equal to the number of stages",
+    # torch 2.11 and 2.13); Megatron's and DeepSpeed's 1F1B warm up with min(p - r - 1, m) and run any m
+    torch_1f1b_needs_m_ge_p: bool = False
     # sequence parallelism: the all-gathered input of the column-parallel matmuls is saved for their
     # backward (torch's DTensor SP: torchtitan), not gathered again in the backward (Megatron and
     # parplan's runtime, under the zero-bubble schedules in the weight-gradient pass)

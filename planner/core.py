@@ -117,6 +117,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           p2p_blocking_transfers=tr.framework == "deepspeed",
                           p2p_buffers_per_microbatch=tr.framework == "torchtitan",  # parplan: just_in_time_receives
                           p2p_sends_held_to_step_end=tr.framework in TORCH_PIPELINING,
+                          torch_1f1b_needs_m_ge_p=tr.framework in TORCH_PIPELINING,
                           sp_saves_gathered_input=tr.framework == "torchtitan",
                           cp_saves_gathered_kv=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
@@ -197,6 +198,8 @@ def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> s
     if code == "batch":
         return f"batch: global_batch_size {gbs} is not divisible by dp({lay_row['dp']}) x micro_batch_size({lay_row['mbs']})"
     if code == "schedule":
+        if lay_row["vpp"] == 1 and lay_row["pp"] > 1 and gbs // max(lay_row["dp"] * lay_row["mbs"], 1) < lay_row["pp"]:
+            return f"schedule: torch's 1F1B needs num_microbatches >= pp({lay_row['pp']})"
         return f"schedule: interleaving needs num_microbatches divisible by pp({lay_row['pp']})"
     if code == "layers":
         return f"layers: pp x vpp = {lay_row['pp'] * lay_row['vpp']} virtual stages leave some without a block"
@@ -349,8 +352,8 @@ def _no_candidates_message(spec, gpus, pins) -> str:
 # what each structural rejection (search.REASONS) means, for the "every candidate was rejected" error
 REJECTED_BECAUSE = {
     "batch": "do not split the global batch evenly (it must be a multiple of dp x micro-batch)",
-    "schedule": "need a schedule they cannot run (interleaving: micro-batches a multiple of pp; zero-bubble "
-                "schedules: no full or op-level recompute)",
+    "schedule": "need a schedule they cannot run (interleaving: micro-batches a multiple of pp; torch's 1F1B: at "
+                "least pp micro-batches; zero-bubble schedules: no full or op-level recompute)",
     "layers": "leave a virtual stage without a block (pp x vpp > layers + 2)",
     "seq": "do not split the sequence evenly (it must be a multiple of 2 x cp, and with sequence parallelism "
            "each rank's part a multiple of tp)",

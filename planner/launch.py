@@ -160,6 +160,11 @@ def check_runtime_support(plan, device: str) -> Check:
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         missing.append((f"cp={p.cp} with seq_len {t.seq_len} (load-balanced context parallelism cuts the sequence "
                         f"into 2*cp = {2 * p.cp} chunks)", f"use a seq_len divisible by {2 * p.cp}, or another cp"))
+    if p.schedule == "1f1b" and p.pp > 1 and t.num_microbatches < p.pp:
+        missing.append((f"1F1B over pp={p.pp} with {t.num_microbatches} micro-batch(es) (torch's Schedule1F1B needs at "
+                        "least one per stage)", f"use a global batch of at least {p.pp} micro-batches per replica "
+                        f"({p.pp * p.dp * t.micro_batch_size} sequences at this dp and micro-batch), a smaller "
+                        "micro_batch_size, or schedule gpipe"))
     if t.precision.startswith("master-weights") and t.dtype == "fp16":
         missing.append((f"precision {t.precision} with fp16 (needs loss scaling)", "use dtype bf16"))
     if device == "cuda" and t.precision == "amp" and t.dtype == "fp16":

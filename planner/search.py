@@ -148,6 +148,9 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     mb = gbs // np.maximum(lay.dp * lay.mbs, 1)
     interleaved = lay.vpp > 1
     reason = _mark(reason, interleaved & ((mb % lay.pp) != 0), "schedule")  # Megatron: m divisible by p
+    # torch's Schedule1F1B needs a micro-batch per stage (TrainingConsts.torch_1f1b_needs_m_ge_p)
+    one_f1b = (lay.schedule == SCHEDULES.index("1f1b")) & (lay.pp > 1) & (mb < lay.pp)
+    reason = _mark(reason, one_f1b & np.asarray(tr.torch_1f1b_needs_m_ge_p), "schedule")
     # zero-bubble + full recompute: torch's weight-gradient pass re-runs a checkpointed block's forward
     # once per weight and holds every re-run (ZB_FULL_RECOMPUTE)
     zb = np.isin(lay.schedule, [SCHEDULES.index(s) for s in ZERO_BUBBLE])

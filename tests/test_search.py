@@ -428,3 +428,23 @@ def test_tp_divides_the_mlp_width():
         recommend(spec, 8, seq_len=2048, global_batch_size=64, pins=Pins(tp=2))
     even = spec.model_copy(update={"ffn_hidden": 2816})
     assert recommend(even, 8, seq_len=2048, global_batch_size=64, pins=Pins(tp=2), suggest=False).parallel.tp == 2
+
+
+def test_torch_1f1b_gets_at_least_a_micro_batch_per_stage():
+    """torch's Schedule1F1B refuses fewer micro-batches than stages (a CPU launch of a tiny 4-stage plan the
+    search had given one micro-batch of 32 failed on every rank); Megatron's 1F1B runs any count."""
+    spec = load_preset("tiny-llama-test")
+    plan = recommend(spec, 4, seq_len=128, global_batch_size=32, pins=Pins(tp=1, pp=4, schedule="1f1b"))
+    assert plan.training.num_microbatches >= 4
+    mega = recommend(spec, 4, seq_len=128, global_batch_size=32, framework="megatron",
+                     pins=Pins(tp=1, pp=4, schedule="1f1b", mbs=32))
+    assert mega.training.num_microbatches == 1
+
+
+def test_launch_preflight_refuses_1f1b_with_fewer_micro_batches_than_stages():
+    from planner.launch import check_runtime_support
+    spec = load_preset("tiny-llama-test")
+    plan = recommend(spec, 4, seq_len=128, global_batch_size=32, framework="megatron",
+                     pins=Pins(tp=1, pp=4, schedule="1f1b", mbs=32))
+    check = check_runtime_support(plan, "cpu")
+    assert not check.ok and "needs at least one per stage" in check.detail, check

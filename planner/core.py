@@ -198,6 +198,9 @@ def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> s
     if code == "batch":
         return f"batch: global_batch_size {gbs} is not divisible by dp({lay_row['dp']}) x micro_batch_size({lay_row['mbs']})"
     if code == "schedule":
+        from cost_models.layout import RECOMPUTE, SCHEDULES
+        if SCHEDULES[lay_row["schedule"]] in ZERO_BUBBLE and RECOMPUTE[lay_row["recompute"]] in ("full", "selective-op"):
+            return f"schedule: {ZB_FULL_RECOMPUTE}"
         if lay_row["vpp"] == 1 and lay_row["pp"] > 1 and gbs // max(lay_row["dp"] * lay_row["mbs"], 1) < lay_row["pp"]:
             return f"schedule: torch's 1F1B needs num_microbatches >= pp({lay_row['pp']})"
         return f"schedule: interleaving needs num_microbatches divisible by pp({lay_row['pp']})"

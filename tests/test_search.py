@@ -448,3 +448,17 @@ def test_launch_preflight_refuses_1f1b_with_fewer_micro_batches_than_stages():
                      pins=Pins(tp=1, pp=4, schedule="1f1b", mbs=32))
     check = check_runtime_support(plan, "cpu")
     assert not check.ok and "needs at least one per stage" in check.detail, check
+
+
+def test_evaluate_names_the_schedule_rule_a_plan_breaks():
+    """A hand-edited plan that breaks a schedule rule gets that rule as its reason, not interleaving's."""
+    spec = load_preset("tiny-llama-test")
+    plan = recommend(spec, 4, seq_len=128, global_batch_size=32, pins=Pins(tp=1, pp=4, schedule="1f1b"))
+    few = plan.model_copy(update={"training": plan.training.model_copy(
+        update={"global_batch_size": 2, "micro_batch_size": 2, "num_microbatches": 1})})
+    assert evaluate_plan(few).prediction.reason == "schedule: torch's 1F1B needs num_microbatches >= pp(4)"
+    zb = plan.model_copy(update={
+        "parallel": plan.parallel.model_copy(update={"schedule": "zbv", "vpp": 2, "pp": 2, "dp": 2, "recompute": "full",
+                                                     "stage_layers": None}),
+        "training": plan.training.model_copy(update={"num_microbatches": 2})})
+    assert evaluate_plan(zb).prediction.reason.startswith("schedule: zero-bubble schedules")

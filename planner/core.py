@@ -187,18 +187,22 @@ def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: f
         days_to_train=days, gpu_hours_to_train=gpu_hours, warnings=warnings)
 
 
+def _offloaded_per_node(met: dict, i: int, hw, lay_row: dict) -> float:
+    """Bytes of optimizer state a node's host memory must hold for candidate i (its GPUs' offload)."""
+    return float(met["mem_offloaded"][i]) * min(lay_row["gpus"], hw.gpus_per_node)
+
+
 def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> str:
     gb = 1e9
     if code == "memory":
         return (f"memory: needs {float(met['mem_total'][i]) / gb:.1f} GB per GPU, "
                 f"{hw.usable_bytes / gb:.1f} GB usable")
     if code == "host-memory":
-        return (f"host-memory: offload needs {float(met['mem_offloaded'][i]) * min(lay_row['gpus'], hw.gpus_per_node) / gb:.0f} GB"
+        return (f"host-memory: offload needs {_offloaded_per_node(met, i, hw, lay_row) / gb:.0f} GB"
                 f" per node, {hw.host_memory_bytes_per_node / gb:.0f} GB available")
     if code == "batch":
         return f"batch: global_batch_size {gbs} is not divisible by dp({lay_row['dp']}) x micro_batch_size({lay_row['mbs']})"
     if code == "schedule":
-        from cost_models.layout import RECOMPUTE, SCHEDULES
         if SCHEDULES[lay_row["schedule"]] in ZERO_BUBBLE and RECOMPUTE[lay_row["recompute"]] in ("full", "selective-op"):
             return f"schedule: {ZB_FULL_RECOMPUTE}"
         if lay_row["vpp"] == 1 and lay_row["pp"] > 1 and gbs // max(lay_row["dp"] * lay_row["mbs"], 1) < lay_row["pp"]:
@@ -403,7 +407,7 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
             msg = (f"nothing fits: the smallest layout needs {needed / gb:.1f} GB per GPU "
                    f"({row['gpus']} x {hw.usable_bytes / gb:.1f} GB usable on {hw_ref.name})")
         else:  # fits the GPUs only by offloading more optimizer state than a node's host memory holds
-            per_node = float(met1["mem_offloaded"][0]) * min(row["gpus"], hw.gpus_per_node)
+            per_node = _offloaded_per_node(met1, 0, hw, row)
             msg = (f"nothing fits: the closest layout fits the GPUs ({needed / gb:.1f} GB per GPU) only by offloading "
                    f"{per_node / gb:.0f} GB of optimizer state per node to host memory, which holds "
                    f"{hw.host_memory_bytes_per_node / gb:.0f} GB on {hw_ref.name}")

@@ -128,7 +128,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # pipeline point-to-point: per chunk, send activations forward and gradients backward
     pp_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
     pp_bw, pp_lat = comm.tier_params(hw, pp_in)
-    # Megatron's scatter/gather (Narayanan 2021 sec. 4.1): without SP each TP rank sends its 1/tp slice
+    # Megatron's scatter/gather (Narayanan 2021 sec. 4.1), and DeepSpeed's partitioned pipeline buffers
+    # (PartitionedTensor, deepspeed/runtime/pipe/engine.py): without SP each TP rank sends its 1/tp slice
     # and the receiving stage all-gathers the slices over the (NVLink) TP group; with SP the stage
     # output is already sequence-sharded, so every rank sends 1/tp and nothing is gathered.
     act_full = tokens_mb * m.hidden * act_b
@@ -136,9 +137,12 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     p2p_bytes = act_full / np.where((np.asarray(lay.sp) > 0) | sg, tp, 1)
     gather_t = np.where(sg, comm.all_gather(act_full, tp, tp_bw, tp_lat)[0], 0.0)
     # transfers a micro-batch waits for per virtual stage: a forward send and a backward send, each paired
-    # with the opposite receive (Megatron, torch), or those four one after another (DeepSpeed's engine)
+    # with the opposite receive (Megatron, torch: a gather after each), or those four one after another
+    # (DeepSpeed's engine: gathers after the two receives, and one before the backward that rebuilds the
+    # stage's own output, which it kept partitioned since the forward's send)
     n_p2p = 4 if tr.p2p_blocking_transfers else 2
-    p2p_mb = np.where(single, 0.0, n_p2p * v * (comm.p2p(p2p_bytes, pp_bw, pp_lat) + gather_t))
+    n_gather = 3 if tr.p2p_blocking_transfers else 2
+    p2p_mb = np.where(single, 0.0, v * (n_p2p * comm.p2p(p2p_bytes, pp_bw, pp_lat) + n_gather * gather_t))
     t_stage = np.maximum(np.maximum(t_first, t_mid), t_last) + p2p_mb
     compute_stage = np.maximum(np.maximum(blocks_first * bt["total"] + np.where(single, head_t, 0.0),
                                           blocks_mid * bt["total"]),

@@ -58,8 +58,11 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 #              to scatter with sequence parallelism), --use-distributed-optimizer reduce-scatters,
 #              --cp-comm-type p2p (ring attention: the K/V exchange overlaps the attention)
 #   deepspeed  zero_optimization.reduce_scatter (default true) for ZeRO-1/2; stage 2 reduces the
-#              gradients of every micro-batch as the backward produces them (sharded); pipeline
-#              engine sends whole tensors; autograd accumulates gradients (no fusion)
+#              gradients of every micro-batch as the backward produces them (sharded); the pipeline
+#              engine partitions what it sends over the tensor-parallel group (is_pipe_partitioned and
+#              is_grad_partitioned = model parallel, deepspeed/runtime/pipe/engine.py: each rank sends
+#              1/tp as a PartitionedTensor, the receiver all-gathers it); autograd accumulates gradients
+#              (no fusion)
 #   torchtitan FSDP2 and torch.distributed.pipelining, like parplan's runtime; eager unless
 #              training.compile; torch's context parallelism (overlap_cp_comm, its default all-gather
 #              rotation hiding behind the rank's own chunk of the attention only: cp_overlap_local_chunk_only)
@@ -87,7 +90,7 @@ FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
                  "fused_cross_entropy": True, "overlap_cp_comm": True},
     "deepspeed": {"zero1_grad_reduce": "reduce-scatter", "zero2_grad_reduce": "per-micro-batch",
-                  "fused_cross_entropy": True, "overlap_cp_comm": True},
+                  "p2p_scatter_gather": True, "fused_cross_entropy": True, "overlap_cp_comm": True},
     # torchtitan's training.compile defaults to false; its context parallelism is torch's (asynchronous gather)
     "torchtitan": {"fused_elementwise": False, "overlap_cp_comm": True},
 }

@@ -97,8 +97,9 @@ class Training(Strict):
     p2p_scatter_gather: bool = Field(
         False, description="Without sequence parallelism, each tensor-parallel rank sends only its 1/tp slice of the "
         "activation to the next pipeline stage, which all-gathers it over the tensor-parallel group (Megatron-LM's "
-        "scatter_gather_tensors_in_pipeline, on by default there; Narayanan 2021 sec. 4.1). Off = every rank sends the "
-        "whole tensor, as parplan's runtime (torch.distributed.pipelining) and DeepSpeed's pipeline engine do.")
+        "scatter_gather_tensors_in_pipeline, on by default there; Narayanan 2021 sec. 4.1; DeepSpeed's pipeline engine "
+        "partitions its buffers the same way). Off = every rank sends the whole tensor, as parplan's runtime "
+        "(torch.distributed.pipelining) does.")
     fused_cross_entropy: bool = Field(
         False, description="The loss keeps one fp32 softmax of the logits and writes its gradient into it in place "
         "(Megatron-LM's vocab-parallel cross-entropy: 16-bit logits + 4 B per logit at the loss's backward). Off = an "

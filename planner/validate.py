@@ -309,7 +309,8 @@ def bloom_176b(d: dict) -> Iterable[Query]:
     (`buffered_allreduce_fallback` on `get_grads_for_reduction()`, deepspeed/runtime/engine.py) and the
     optimizer all-gathers the bf16 parameters after stepping its shard; after each micro-batch's backward
     the BF16 optimizer adds the bf16 gradients into its fp32 buffers (no gradient accumulation fusion); the
-    engine runs each pipeline send and receive as its own blocking transfer (framework deepspeed).  70 layers
+    engine runs each pipeline send and receive as its own blocking transfer of 1/tp of the tensor (its
+    partitioned buffers, all-gathered by the receiver; framework deepspeed).  70 layers
     on 12 stages are uneven (the planner spreads them; BLOOM put 5/6 blocks + embeddings).
     Metric: the logged TFLOPs, Megatron-DeepSpeed's formula with checkpoint factor 4:
     96 B s L h^2 (1 + s/(6h) + V/(16 L h)) = SC21 eq. 3 = the planner's hardware FLOPs with full
@@ -323,8 +324,8 @@ def bloom_176b(d: dict) -> Iterable[Query]:
                     seq_len=c["seq_len"], global_batch_size=r["global_batch_size"], metric="hardware_tflops_per_gpu",
                     published=r["tflops_per_gpu"], dtype="bf16", flash_attention=False, overlap_grad_reduce=False,
                     gpus_per_node=c["gpus_per_node"], inter_node_gbytes_per_s=c["inter_node_gb_s_per_gpu_per_direction"],
-                    zero1_grad_reduce="all-reduce", grad_accumulation_fusion=False, p2p_scatter_gather=False,
-                    pin_variants=[pins], framework="deepspeed")
+                    zero1_grad_reduce="all-reduce", grad_accumulation_fusion=False, pin_variants=[pins],
+                    framework="deepspeed")
 
 
 OPT_VOCAB = 50272  # GPT-2 BPE as padded in the released OPT configs; 0.3% of the FLOPs either way
@@ -360,7 +361,7 @@ def gpt_neox_20b(d: dict) -> Iterable[Query]:
     not stated; 200 Gb/s is ConnectX-6's top rate, so 4 x 200 Gb/s / 8 = 12.5 GB/s per GPU is an upper
     bound (the profile's 25 GB/s assumes one HCA per GPU).  DeepSpeed's pipeline engine reduces
     gradients after the last micro-batch: no overlap; it runs each send and receive as its own blocking
-    transfer (framework deepspeed).
+    transfer of 1/tp of the tensor (partitioned buffers; framework deepspeed).
     Metric: 117 TFLOP/s per GPU (unverified, secondary source), convention not stated; compared with
     `neox_tflops`, the formula GPT-NeoX's own logger used in 2022 (6 x total params + 60 s h L per
     token; which code version produced the 117 is not confirmed).  For this shape it is 0.92x the
@@ -373,8 +374,8 @@ def gpt_neox_20b(d: dict) -> Iterable[Query]:
                     hardware="a100-sxm-40gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="neox_tflops", published=r["tflops_per_gpu"], dtype="fp16",
                     precision="master-weights-half-grads", flash_attention=False, overlap_grad_reduce=False, gpus_per_node=c["gpus_per_node"],
-                    inter_node_gbytes_per_s=12.5, grad_accumulation_fusion=False, p2p_scatter_gather=False,
-                    pin_variants=[pins], framework="deepspeed")
+                    inter_node_gbytes_per_s=12.5, grad_accumulation_fusion=False, pin_variants=[pins],
+                    framework="deepspeed")
 
 
 def mt_nlg_530b(d: dict) -> Iterable[Query]:
@@ -384,7 +385,7 @@ def mt_nlg_530b(d: dict) -> Iterable[Query]:
     (none or full; DeepSpeed 2021 had no selective) and ZeRO 0 or 1.  As for BLOOM (same stack): the
     pipeline engine reduces gradients after the last micro-batch (no overlap), ZeRO-1 all-reduces the
     gradients, gradient accumulation is a separate pass, and each pipeline send and receive is its own
-    blocking transfer (framework deepspeed).  Network: DGX A100, one 200 Gb/s HDR HCA
+    blocking transfer of 1/tp of the tensor (partitioned buffers; framework deepspeed).  Network: DGX A100, one 200 Gb/s HDR HCA
     per GPU = 25 GB/s.  Metric: SC21 eq. 3 TFLOP/s (`sc21_eq3_tflops`), which reproduces the published
     126/121/113 from the published iteration times (the file shows the check)."""
     c = d["common"]
@@ -398,7 +399,7 @@ def mt_nlg_530b(d: dict) -> Iterable[Query]:
                     metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
                     overlap_grad_reduce=False, dropout=True, gpus_per_node=c["gpus_per_node"],
                     inter_node_gbytes_per_s=c["inter_node_gb_s_per_gpu_per_direction"], zero1_grad_reduce="all-reduce",
-                    grad_accumulation_fusion=False, p2p_scatter_gather=False, pin_variants=variants, framework="deepspeed")
+                    grad_accumulation_fusion=False, pin_variants=variants, framework="deepspeed")
 
 
 def torchtitan_2024_h100(d: dict) -> Iterable[Query]:

@@ -401,6 +401,14 @@ def test_pipeline_scatter_gather():
     assert float(out[True, 0]["pp_comm_s"]) < float(out[False, 0]["pp_comm_s"]) / 3
     for k in ("comm_pp_bytes", "pp_comm_s"):
         assert float(out[True, 1][k]) == pytest.approx(float(out[False, 1][k]))
+    # DeepSpeed's pipeline engine partitions the same way (PartitionedTensor) but runs its four transfers
+    # a micro-batch one after another; it gathers after both receives and once more before the backward
+    # to rebuild the stage's own output, which it kept partitioned since the forward's send
+    ds = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
+                        overlap_grad_reduce=True, overlap_tp_comm=False, p2p_scatter_gather=True,
+                        p2p_blocking_transfers=True)
+    ds_out = evaluate(m, ds, hw, _lay(gpus=16, tp=8, pp=2, dp=1, mbs=1, sp=0))
+    assert float(ds_out["pp_comm_s"]) == pytest.approx(n_mb * (4 * send + 3 * gather), rel=1e-6)
 
 
 def test_overlapped_communication_slows_the_compute_beside_it():

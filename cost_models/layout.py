@@ -135,6 +135,11 @@ class TrainingConsts:
     # all-gather before it on the critical path (parplan's runtime; Llama 3: "the all-gather communication
     # latency is exposed in the critical path", Dubey et al. 2024 sec. 3.3.2)
     overlap_cp_comm: bool = False
+    # the column-parallel layers' input-gradient collective (all-reduce; reduce-scatter with SP) started
+    # asynchronously and overlapped with their weight-gradient GEMM (Megatron-LM's
+    # LinearWithGradAccumulationAndAsyncCommunication, async_tensor_model_parallel_allreduce) or waited for
+    # before it (parplan's runtime; Megatron-DeepSpeed, which turns it off by default)
+    async_tp_grad_comm: bool = False
     # torch's context parallelism (torchtitan; its default all-gather rotation, _AllGatherRotater in
     # torch/distributed/tensor/experimental/_attention.py) gathers K/V once, asynchronously, before the
     # rank's own chunk of the attention and waits for it after: only that 1/cp of the attention hides it

@@ -94,6 +94,16 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     t_ag, moved_ag = comm.all_gather(msg, tp, tp_bw, tp_lat)
     tp_block_exposed = tp_block_exposed + np.where(
         regather, hw.exposed(2 * t_ag, column_input_grad_time(m, lay, hw)), 0.0)
+    # Megatron-LM starts the input-gradient collective of the column-parallel layers (qkv, fc1 / gate+up)
+    # asynchronously and computes their weight gradients meanwhile (LinearWithGradAccumulationAndAsync-
+    # Communication.backward): two of the backward's collectives a block, an all-reduce each, or with SP
+    # a reduce-scatter each (the all-gathers backward of SP's reduce-scatters stay on the critical path),
+    # hide behind weight-gradient GEMMs of those layers' size (the same FLOPs as their input gradients)
+    async_dgrad = np.asarray(tr.async_tp_grad_comm) & ~np.asarray(tr.overlap_tp_comm) & (np.asarray(tp) > 1)
+    sp_on = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1)
+    dgrad_coll = 2 * np.where(sp_on, t_ag, t_ar)
+    tp_block_exposed = tp_block_exposed - np.where(
+        async_dgrad, dgrad_coll - hw.exposed(dgrad_coll, column_input_grad_time(m, lay, hw)), 0.0)
 
     # ---- context parallel (Llama 3 sec. 3.3.2): all-gather of the K/V shards forward
     # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same

@@ -50,13 +50,15 @@ def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
-               "fused_elementwise", "overlap_cp_comm")
+               "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
 #              --no-scatter-gather-tensors-in-pipeline (scatter/gather on unless disabled; nothing
 #              to scatter with sequence parallelism), --use-distributed-optimizer reduce-scatters,
-#              --cp-comm-type p2p (ring attention: the K/V exchange overlaps the attention)
+#              --cp-comm-type p2p (ring attention: the K/V exchange overlaps the attention),
+#              the column-parallel layers' input-gradient all-reduce (reduce-scatter with SP) started
+#              asynchronously beside their weight-gradient GEMM (async_tensor_model_parallel_allreduce)
 #   deepspeed  zero_optimization.reduce_scatter (default true) for ZeRO-1/2; stage 2 reduces the
 #              gradients of every micro-batch as the backward produces them (sharded); the pipeline
 #              engine partitions what it sends over the tensor-parallel group (is_pipe_partitioned and
@@ -88,7 +90,7 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "parplan": {},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
-                 "fused_cross_entropy": True, "overlap_cp_comm": True},
+                 "fused_cross_entropy": True, "overlap_cp_comm": True, "async_tp_grad_comm": True},
     "deepspeed": {"zero1_grad_reduce": "reduce-scatter", "zero2_grad_reduce": "per-micro-batch",
                   "p2p_scatter_gather": True, "fused_cross_entropy": True, "overlap_cp_comm": True},
     # torchtitan's training.compile defaults to false; its context parallelism is torch's (asynchronous gather)
@@ -126,6 +128,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
                           fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm,
+                          async_tp_grad_comm=tr.async_tp_grad_comm,
                           eager_runtime="parplan" if tr.framework == "parplan" else "torchtitan",
                           cp_overlap_local_chunk_only=tr.framework == "torchtitan")
 

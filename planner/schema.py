@@ -106,6 +106,12 @@ class Training(Strict):
         "autograd cross-entropy over an fp32 upcast (parplan's runtime, torchtitan): the saved fp32 log-softmax plus "
         "two fp32 logit-sized tensors in its backward, 12 B per logit (measured: an H100 allocator snapshot, "
         "benchmarks/results/2026-11-22-h100/snapshots).")
+    async_tp_grad_comm: bool = Field(
+        False, description="The column-parallel layers' input-gradient collective (an all-reduce; a reduce-scatter "
+        "with sequence parallelism) runs asynchronously beside their weight-gradient GEMM (Megatron-LM's "
+        "async_tensor_model_parallel_allreduce, LinearWithGradAccumulationAndAsyncCommunication; on by default there "
+        "since 2022). Off = the backward waits for it (parplan's runtime; Megatron-DeepSpeed, which disables it by "
+        "default; Megatron-LM of 2021).")
     overlap_cp_comm: bool = Field(
         False, description="Context parallelism's key/value exchange runs beside the attention (Megatron's ring "
         "attention passes K/V chunks while the previous chunk is computed; torch's, under torchtitan, gathers them "

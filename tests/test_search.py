@@ -253,7 +253,8 @@ def test_recommend_takes_every_stack_flag_and_rejects_others():
     spec = load_preset("tiny-llama-test")
     flags = dict(flash_attention=False, overlap_grad_reduce=False, overlap_tp_comm=True, dropout=True,
                  zero1_grad_reduce="reduce-scatter", zero2_grad_reduce="per-micro-batch", grad_accumulation_fusion=True,
-                 p2p_scatter_gather=True, fused_cross_entropy=True, fused_elementwise=False, overlap_cp_comm=True)
+                 p2p_scatter_gather=True, fused_cross_entropy=True, fused_elementwise=False, overlap_cp_comm=True,
+                 async_tp_grad_comm=True)
     assert set(flags) == set(STACK_FLAGS)
     plan = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, **flags)
     assert stack_flags(plan.training) == {"framework": "parplan", **flags}

@@ -449,7 +449,8 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "torchtitan_2024_h100": torchtitan_2024_h100,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
-FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction"}
+FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction",
+             "megatron_sc21_table1": "a100-sxm-80gb sustained_matmul_fraction"}
 # Sets the reference README calls low-detail / plausibility checks (a peak, or an unverified figure).
 PLAUSIBILITY_ONLY = {"opt_175b": "published figure is an 'up to' peak with unknown FLOP convention",
                      "gpt_neox_20b": "117 TFLOP/s found only in a secondary summary; FLOP convention unknown",

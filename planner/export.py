@@ -546,6 +546,12 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
             notes.append("offload optimizer with zero_stage 0: DeepSpeed offloads optimizer states only under ZeRO "
                          "(stage >= 1); set zero_optimization.stage accordingly.")
     cfg["zero_optimization"] = zero
+    if p.pp > 1 and p.tp > 1 and not p.sp:
+        # what the prediction's pipeline transfers assumed: DeepSpeed's engine partitions activations and
+        # gradients over the tensor-parallel group by default (1/tp per rank, all-gathered by the receiver);
+        # a plan predicted with whole tensors (parplan's runtime) turns that off, so the run matches it
+        cfg["pipeline"] = {"pipe_partitioned": bool(t.p2p_scatter_gather),
+                           "grad_partitioned": bool(t.p2p_scatter_gather)}
 
     if plan.hardware.gpus != p.dp:
         notes.append(f"train_batch_size = micro {t.micro_batch_size} x accumulation {t.num_microbatches} x "

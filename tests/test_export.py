@@ -261,11 +261,21 @@ def test_deepspeed_llama():
     assert cfg["bf16"] == {"enabled": True} and "fp16" not in cfg
     assert cfg["gradient_clipping"] == 1.0
     allowed = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-               "gradient_clipping", "bf16", "fp16", "zero_optimization"}
+               "gradient_clipping", "bf16", "fp16", "zero_optimization", "pipeline"}
     assert set(cfg) <= allowed
     notes = export_notes(plan, "deepspeed")
     assert any("tp=4" in n for n in notes) and any("pp=2" in n for n in notes)
     assert any("Interleav" in n or "interleav" in n for n in notes)
+    # the pipeline transfers the prediction assumed: DeepSpeed partitions them over TP unless told not to
+    # (its config defaults pipe_partitioned and grad_partitioned to true); with SP there is nothing to partition
+    assert "pipeline" not in cfg  # this plan has SP
+    plan = llama_plan(sp=False)
+    for sg in (True, False):
+        plan.training.p2p_scatter_gather = sg
+        cfg = json.loads(export_plan(plan, "deepspeed"))
+        assert cfg["pipeline"] == {"pipe_partitioned": sg, "grad_partitioned": sg}
+    assert "pipeline" not in json.loads(export_plan(llama_plan(sp=False, pp=1, vpp=1, dp=4,
+                                                               schedule="1f1b"), "deepspeed"))
 
 
 def test_deepspeed_gpt_zero3_offload():

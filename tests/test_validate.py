@@ -148,11 +148,10 @@ def test_reference_sets_ship_with_the_package():
 
 
 @pytest.mark.parametrize("name", ["korthikanti2022_selective_recompute", "megatron_sc21_table2_zero3",
-                                  "bloom_176b"])
+                                  "bloom_176b", "llama3_405b_table4"])
 def test_other_published_sets_meet_the_12_percent_median_bar(summary, name):
-    """Issue 4's bar for the other published sets, on those that meet it today (MT-NLG, OPT, GPT-NeoX and,
-    since every pipeline rank's in-flight micro-batches are counted, Llama 3 do not: README, "How
-    accurate"); a regression on any of these fails here."""
+    """Issue 4's bar for the other published sets, on those that meet it today (MT-NLG does not, and OPT and
+    GPT-NeoX are plausibility checks: README, "How accurate"); a regression on any of these fails here."""
     assert summary[name]["median_abs_error"] <= 0.12, summary[name]
     assert summary[name]["fitted"] is None  # no profile parameter fitted to them
 

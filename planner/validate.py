@@ -96,6 +96,13 @@ def _gpt(r: dict, vocab: int, tied: bool, ffn=None) -> ModelSpec:
                      ffn_hidden=ffn or r.get("ffn_hidden") or 4 * r["hidden"], vocab=vocab, tied_embeddings=tied)
 
 
+# Megatron-LM's fp16 runs keep 16-bit gradient buffers and all-reduce them in 16 bits unless
+# --accumulate-allreduce-grads-in-fp32 is given (only bf16 forces it: megatron/arguments.py), and before 2022
+# its DDP hook added each micro-batch's gradient into that buffer (param.main_grad.add_(param.grad)): no
+# gradient accumulation fusion.  So the 2021 fp16 sets use the 16-bit-gradient recipe, unfused.
+MEGATRON_2021_FP16 = "master-weights-half-grads"
+
+
 def megatron_sc21_table1(d: dict) -> Iterable[Query]:
     """Narayanan 2021 Table 1: every setting is stated (tp, pp, dp, mbs, vpp from the authors'
     script, full recompute, fp16, no SP, no ZeRO); Megatron 2021 all-reduced gradients after the
@@ -111,6 +118,7 @@ def megatron_sc21_table1(d: dict) -> Iterable[Query]:
         yield Query(async_tp_grad_comm=False, label=f"{r['params_billion']}B", spec=_gpt(r, c["vocab"], True), gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="hardware_tflops_per_gpu", published=r["tflops_per_gpu"], dtype="fp16",
+                    precision=MEGATRON_2021_FP16, grad_accumulation_fusion=False,
                     flash_attention=False, overlap_grad_reduce=False, dropout=True, pin_variants=[pins])
 
 
@@ -260,13 +268,13 @@ def megatron_sc21_table2_zero3(d: dict) -> Iterable[Query]:
                              recompute="full", sp=False, schedule=s, offload="none")
                         for t, p in splits for s in MEGATRON_2021_SCHEDULES]
             overlap = False
-            precision = "master-weights"
+            precision = MEGATRON_2021_FP16
         yield Query(async_tp_grad_comm=False, label=f"{r['scheme']} {r['params_billion']}B {r['gpus']}gpu",
                     spec=_gpt(r, c["vocab"], c.get("tied_embeddings", True)), gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
                     overlap_grad_reduce=overlap, precision=precision, dropout=True, gpus_per_node=c.get("gpus_per_node"),
-                    grad_accumulation_fusion=r["scheme"] != "zero3",  # DeepSpeed accumulates in a separate pass
+                    grad_accumulation_fusion=False,  # DeepSpeed, and Megatron of 2021, accumulate in a separate pass
                     inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants,
                     framework="deepspeed" if r["scheme"] == "zero3" else "megatron")
 
@@ -403,6 +411,7 @@ def mt_nlg_530b(d: dict) -> Iterable[Query]:
         yield Query(async_tp_grad_comm=False, label=f"{r['gpus']}gpu gbs{r['global_batch_size']}", spec=spec, gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
+                    precision="master-weights-half-grads",  # DeepSpeed fp16: 16-bit grads, fp32 master (ZeRO-3 rows too)
                     overlap_grad_reduce=False, dropout=True, gpus_per_node=c["gpus_per_node"],
                     inter_node_gbytes_per_s=c["inter_node_gb_s_per_gpu_per_direction"], zero1_grad_reduce="all-reduce",
                     grad_accumulation_fusion=False, pin_variants=variants, framework="deepspeed")

@@ -108,7 +108,7 @@ NOTES = [
     "taking longer per micro-batch than the model on the same shapes (Megatron's own 2021 run of this "
     "configuration, SC21 Table 1's 530B row, is predicted within 1.3%); nothing is fitted to it. fp16: DeepSpeed "
     "keeps and all-reduces 16-bit gradients (master-weights-half-grads; counted as fp32 until 2026-11-23, "
-    "2.3 points). benchmarks/deepspeed_gap.py: BLOOM's constant 6.0 ms per block and micro-batch would take "
+    "which had read 16.8% instead of 20.2% at the A100 fraction then, 0.93). benchmarks/deepspeed_gap.py: BLOOM's constant 6.0 ms per block and micro-batch would take "
     "these rows to +8.8 / +9.8 / +14.1%; a diagnosis, not in the model (MT-NLG's launch settings are not "
     "published).",
     "Overlap: every overlapped collective (DP gradients, ZeRO gathers, CP K/V, TP with --tp-comm-overlap) "

@@ -218,3 +218,31 @@ def test_recommend_says_how_accurate(capsys):
     out, err = capsys.readouterr()  # human output goes to stderr when stdout is not a terminal
     line = next(ln for ln in (out + err).splitlines() if ln.startswith("how accurate:"))
     assert "published runs" in line and "median" in line
+
+
+README_ROWS = {  # the README's "How accurate" table: the start of a row's first cell -> its set
+    "Megatron SC21 Table 1": "megatron_sc21_table1",
+    "Megatron-Core H100 2024": "megatron_h100_2024",
+    "Korthikanti 2022": "korthikanti2022_selective_recompute",
+    "SC21 Table 2": "megatron_sc21_table2_zero3",
+    "BLOOM-176B": "bloom_176b",
+    "Llama 3 405B": "llama3_405b_table4",
+    "MT-NLG 530B": "mt_nlg_530b",
+}
+
+
+def test_readme_accuracy_table_matches_validate(summary):
+    """The README's per-set median and max are what `parplan validate` computes today, to 0.1 point: a
+    cost-model change that moves a published set cannot leave the README's numbers behind."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    seen = set()
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        name = next((s for prefix, s in README_ROWS.items() if cells[0].startswith(prefix)), None)
+        if name is None or len(cells) < 5:
+            continue
+        median, worst = (float(c.rstrip(" %")) / 100 for c in cells[3:5])
+        assert median == pytest.approx(summary[name]["median_abs_error"], abs=5e-4), (name, cells)
+        assert worst == pytest.approx(summary[name]["max_abs_error"], abs=5e-4), (name, cells)
+        seen.add(name)
+    assert seen == set(README_ROWS.values())

@@ -655,13 +655,17 @@ def hardware_list():
     """List hardware profiles."""
     import hardware_profiles
     from rich.table import Table
-    t = Table(title="hardware profiles", title_justify="left")
-    for c in ("name", "bf16 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "NVLink GB/s", "inter-node GB/s"):
+    t = Table(title="hardware profiles", title_justify="left",
+              caption="sustained: the share of the isolated-kernel matmul curve a long training run keeps, fitted on "
+                      "a published table (A100: SC21 Table 1; H100, and H200 reusing it: Megatron-Core 2024); "
+                      "1 = not calibrated to training runs, so likely optimistic", caption_justify="left")
+    for c in ("name", "bf16 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "NVLink GB/s", "inter-node GB/s", "sustained"):
         t.add_column(c, justify="left" if c == "name" else "right")
     for name in hardware_profiles.list_profiles():
         p = hardware_profiles.load_profile(name)
         t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{p.hbm_gbytes:g} GB", f"{p.hbm_gbytes_per_s:g}",
-                  str(p.gpus_per_node), f"{p.nvlink.gbytes_per_s:g}", f"{p.inter_node.gbytes_per_s:g}")
+                  str(p.gpus_per_node), f"{p.nvlink.gbytes_per_s:g}", f"{p.inter_node.gbytes_per_s:g}",
+                  f"{p.sustained_matmul_fraction:g}")
     _console().print(t)
 
 

@@ -463,3 +463,12 @@ def test_evaluate_names_the_schedule_rule_a_plan_breaks():
                                                      "stage_layers": None}),
         "training": plan.training.model_copy(update={"num_microbatches": 2})})
     assert evaluate_plan(zb).prediction.reason.startswith("schedule: zero-bubble schedules")
+
+
+def test_a_profile_without_a_fitted_sustained_fraction_says_so():
+    """B200 and MI300X carry isolated-kernel matmul curves only; A100 and H100 have a sustained fraction fitted
+    on a published table (README, "Fitted parameters"), so only the former warn that the time is optimistic."""
+    spec = load_preset("llama3-8b")
+    for hw, warned in (("b200", True), ("mi300x", True), ("h100-sxm-80gb", False), ("a100-sxm-80gb", False)):
+        plan = recommend(spec, 8, hardware=hw, suggest=False)
+        assert any(w.startswith("uncalibrated") for w in plan.prediction.warnings) is warned, hw

@@ -137,8 +137,8 @@ class TrainingConsts:
     overlap_cp_comm: bool = False
     # the column-parallel layers' input-gradient collective (all-reduce; reduce-scatter with SP) started
     # asynchronously and overlapped with their weight-gradient GEMM (Megatron-LM's
-    # LinearWithGradAccumulationAndAsyncCommunication, async_tensor_model_parallel_allreduce) or waited for
-    # before it (parplan's runtime; Megatron-DeepSpeed, which turns it off by default)
+    # LinearWithGradAccumulationAndAsyncCommunication, async_tensor_model_parallel_allreduce; parplan's runtime)
+    # or waited for before it (Megatron-DeepSpeed, which turns it off by default; torchtitan's DTensor TP)
     async_tp_grad_comm: bool = False
     # torch's context parallelism (torchtitan; its default all-gather rotation, _AllGatherRotater in
     # torch/distributed/tensor/experimental/_attention.py) gathers K/V once, asynchronously, before the

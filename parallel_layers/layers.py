@@ -20,11 +20,11 @@ import torch.nn.functional as F
 
 from parallel_layers.mappings import (
     SEQ_DIM,
+    _all_reduce_start,
     _gather,
     _gather_start,
-    _reduce_scatter,
+    _reduce_scatter_start,
     _size,
-    copy_to_tp_region,
     reduce_from_tp_region,
     reduce_scatter_to_sequence_parallel_region,
 )
@@ -75,21 +75,80 @@ class _ShardedModule(nn.Module):
         self.param_specs[attr] = spec
 
 
-class _SPGatherLinears(torch.autograd.Function):
-    """Column-parallel matmuls of one sequence-parallel input that keep the input's shard for the
-    backward, not the gathered sequence (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication
-    with sequence_parallel; Korthikanti et al. 2022 sec. 4.2.2).  Forward: all-gather x over the
-    sequence, apply each (weight, bias).  Backward: start the all-gather of x again, make the input
-    gradient meanwhile, then the weight gradients from the gathered x, and reduce-scatter the input
-    gradient.  Saves h/tp per token instead of h (autograd over the gathered tensor keeps all of it)."""
+def _will_run(ctx, n: int):
+    """Which of a column-parallel Function's gradients this backward pass must make: (x, [weights],
+    [biases given]).  The zero-bubble schedules run the node twice, asking for the input gradient first
+    and for the weight gradients later (torch.distributed.pipelining's stage_backward_input/_weight):
+    each pass makes only what its graph task will use, so neither communicates twice.  (next_functions:
+    one edge per tensor input, in order: x, the weights, the biases given; each a view's node, never a
+    leaf's, which the engine cannot be asked about inside autograd.grad.)"""
+    will_run = iter([node is not None and torch._C._will_engine_execute_node(node)
+                     for node, _ in ctx.next_functions])
+    need_x = next(will_run)
+    need_w = [next(will_run) for _ in range(n)]
+    need_b = [has and next(will_run) for has in ctx.has_bias]
+    return need_x, need_w, need_b
+
+
+def _autocast_input(x):
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):  # what F.linear would cast to (and save)
+        return x.to(torch.get_autocast_dtype(dev))
+    return x
+
+
+class _TPLinears(torch.autograd.Function):
+    """Column-parallel matmuls of one input replicated over TP (no SP).  Forward: apply each (weight,
+    bias).  Backward: the input gradient first, its all-reduce over TP started asynchronously, the
+    weight gradients meanwhile, then the wait (Megatron-LM's async_tensor_model_parallel_allreduce in
+    LinearWithGradAccumulationAndAsyncCommunication; the plain pair, copy_to_tp_region then F.linear,
+    waits for the all-reduce after both)."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, x, group, n, *weights_biases):
         weights, biases = weights_biases[:n], weights_biases[n:]
-        dev = x.device.type
-        if torch.is_autocast_enabled(dev):  # what F.linear would cast to, at 1/tp the size
-            x = x.to(torch.get_autocast_dtype(dev))
+        x = _autocast_input(x)
+        # under autocast, keep the 16-bit casts of the weights for the backward, as F.linear's own
+        # backward does (the memory model's per-micro-batch casts of the amp recipe)
+        weights = [_autocast_input(w) for w in weights]
+        ctx.save_for_backward(x, *weights)
+        ctx.group, ctx.has_bias = group, [b is not None for b in biases]
+        return tuple(F.linear(x, w, b) for w, b in zip(weights, biases))
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, *grads):
+        x, *weights = ctx.saved_tensors
+        n = len(weights)
+        need_x, need_w, need_b = _will_run(ctx, n)
+        finish = None
+        if need_x:
+            gx = None
+            for g, w in zip(grads, weights):
+                part = g.matmul(w)
+                gx = part if gx is None else gx + part
+            finish = _all_reduce_start(gx, ctx.group)  # beside the weight-gradient matmuls
+        flat = x.flatten(0, -2)
+        gws = [g.flatten(0, -2).t().matmul(flat) if need else None for g, need in zip(grads, need_w)]
+        lead = tuple(range(grads[0].dim() - 1))
+        gbs = [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)]
+        return (finish() if finish is not None else None, None, None, *gws, *gbs)
+
+
+class _SPGatherLinears(torch.autograd.Function):
+    """Column-parallel matmuls of one sequence-parallel input that keep the input's shard for the
+    backward, not the gathered sequence (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication
+    with sequence_parallel; Korthikanti et al. 2022 sec. 4.2.2).  Forward: all-gather x over the
+    sequence, apply each (weight, bias).  Backward: start the all-gather of x again, make the input
+    gradient meanwhile, start its reduce-scatter, then the weight gradients from the gathered x beside
+    it.  Saves h/tp per token instead of h (autograd over the gathered tensor keeps all of it)."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, x, group, n, *weights_biases):
+        weights, biases = weights_biases[:n], weights_biases[n:]
+        x = _autocast_input(x)  # at 1/tp the size
         full = _gather(x, SEQ_DIM, group)
         ctx.save_for_backward(x, *weights)
         ctx.group, ctx.has_bias = group, [b is not None for b in biases]
@@ -100,43 +159,35 @@ class _SPGatherLinears(torch.autograd.Function):
     def backward(ctx, *grads):
         x, *weights = ctx.saved_tensors
         n = len(weights)
-        # The zero-bubble schedules run this node twice, asking for the input gradient first and for
-        # the weight gradients later (torch.distributed.pipelining's stage_backward_input/_weight):
-        # each pass makes only what its graph task will use, so neither gathers or reduces twice.
-        # (next_functions: one edge per tensor input, in order: x, the weights, the biases given; each
-        # a view's node, never a leaf's, which the engine cannot be asked about inside autograd.grad)
-        will_run = iter([node is not None and torch._C._will_engine_execute_node(node)
-                         for node, _ in ctx.next_functions])
-        need_x = next(will_run)
-        need_w = [next(will_run) for _ in range(n)]
-        need_b = [has and next(will_run) for has in ctx.has_bias]
-        finish = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) else None  # beside the input-gradient matmuls
+        need_x, need_w, need_b = _will_run(ctx, n)
+        gather = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) else None  # beside the input-gradient matmuls
         gx = None
         if need_x:
             for g, w in zip(grads, weights):
                 part = g.matmul(w)
                 gx = part if gx is None else gx + part
+        full = gather() if gather is not None else None  # it completes before the next collective is issued
+        reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group) if need_x else None  # beside the weight gradients
         gws = [None] * n
-        if finish is not None:  # the gather completes before the next collective is issued
-            flat = finish().flatten(0, -2)
+        if full is not None:
+            flat = full.flatten(0, -2)
             gws = [g.flatten(0, -2).t().matmul(flat) if need else None for g, need in zip(grads, need_w)]
-        if need_x:
-            gx = _reduce_scatter(gx, SEQ_DIM, ctx.group)
         lead = tuple(range(grads[0].dim() - 1))
         gbs = [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)]
-        return (gx, None, None, *gws, *gbs)
+        return (reduce() if reduce is not None else None, None, None, *gws, *gbs)
 
 
 def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool):
     """Outputs of column-parallel linears that read the same input x: one all-gather (SP, keeping
-    only x's shard for the backward: _SPGatherLinears) or one identity/all-reduce pair for all."""
-    if sequence_parallel and _size(tp_group) > 1:
-        # views: non-leaf edges _SPGatherLinears.backward can ask the engine about
-        tensors = [t if t is None else t.view_as(t)
-                   for t in [x, *[m.weight for m in linears], *[m.bias for m in linears]]]
-        return list(_SPGatherLinears.apply(tensors[0], tp_group, len(linears), *tensors[1:]))
-    x = copy_to_tp_region(x, tp_group)  # (SP on a group of one is the identity too)
-    return [F.linear(x, m.weight, m.bias) for m in linears]
+    only x's shard for the backward: _SPGatherLinears) or one all-reduce of the input gradient, started
+    before the weight gradients (_TPLinears)."""
+    if _size(tp_group) == 1:  # (SP on a group of one is the identity too)
+        return [F.linear(x, m.weight, m.bias) for m in linears]
+    # views: non-leaf edges the Functions' backward can ask the engine about
+    tensors = [t if t is None else t.view_as(t)
+               for t in [x, *[m.weight for m in linears], *[m.bias for m in linears]]]
+    fn = _SPGatherLinears if sequence_parallel else _TPLinears
+    return list(fn.apply(tensors[0], tp_group, len(linears), *tensors[1:]))
 
 
 class ColumnParallelLinear(_ShardedModule):

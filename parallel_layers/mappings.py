@@ -41,6 +41,42 @@ def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
     return x
 
 
+def _all_reduce_start(x: torch.Tensor, group):
+    """Start an all-reduce of a copy of x; returns a function that waits and returns the sum (the
+    caller computes something else meanwhile)."""
+    if _size(group) == 1:
+        return lambda: x
+    x = x.contiguous().clone()
+    work = dist.all_reduce(x, group=group, async_op=True)
+
+    def finish():
+        work.wait()
+        return x
+    return finish
+
+
+def _reduce_scatter_start(x: torch.Tensor, dim: int, group):
+    """Start a reduce-scatter of x along dim; returns a function that waits and returns this rank's
+    chunk of the sum (gloo, which has no reduce-scatter: an all-reduce of a copy, then the chunk)."""
+    n = _size(group)
+    if n == 1:
+        return lambda: x
+    if x.shape[dim] % n:
+        raise ValueError(f"dim {dim} of size {x.shape[dim]} is not divisible by the group size {n}")
+    if dist.get_backend(group) == "gloo":
+        with _gloo_staging(group, "reduce_scatter_as_all_reduce"):
+            finish_all = _all_reduce_start(x, group)
+        return lambda: _split(finish_all(), dim, group)
+    parts = [p.contiguous() for p in x.chunk(n, dim=dim)]
+    out = torch.empty_like(parts[0])
+    work = dist.reduce_scatter(out, parts, group=group, async_op=True)
+
+    def finish():
+        work.wait()
+        return out
+    return finish
+
+
 def _split(x: torch.Tensor, dim: int, group) -> torch.Tensor:
     n = _size(group)
     if n == 1:
@@ -87,22 +123,10 @@ def _gather_start(x: torch.Tensor, dim: int, group):
 
 
 def _reduce_scatter(x: torch.Tensor, dim: int, group) -> torch.Tensor:
-    n = _size(group)
-    if n == 1:
-        return x
-    if x.shape[dim] % n:
-        raise ValueError(f"dim {dim} of size {x.shape[dim]} is not divisible by the group size {n}")
     # gloo has no reduce_scatter: all-reduce a copy, then keep our chunk (same result, more bytes).
     # The full-size copy is this emulation's staging (NCCL's reduce-scatter has none), named as
     # gloo's own for the CPU memory trace (parallel_layers/host_memory.py leaves those out).
-    if dist.get_backend(group) == "gloo":
-        with _gloo_staging(group, "reduce_scatter_as_all_reduce"):
-            full = _all_reduce(x, group)
-        return _split(full, dim, group)
-    parts = [p.contiguous() for p in x.chunk(n, dim=dim)]
-    out = torch.empty_like(parts[0])
-    dist.reduce_scatter(out, parts, group=group)
-    return out
+    return _reduce_scatter_start(x, dim, group)()
 
 
 class _CopyToTP(torch.autograd.Function):

@@ -56,9 +56,10 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dro
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
 #              --no-scatter-gather-tensors-in-pipeline (scatter/gather on unless disabled; nothing
 #              to scatter with sequence parallelism), --use-distributed-optimizer reduce-scatters,
-#              --cp-comm-type p2p (ring attention: the K/V exchange overlaps the attention),
-#              the column-parallel layers' input-gradient all-reduce (reduce-scatter with SP) started
-#              asynchronously beside their weight-gradient GEMM (async_tensor_model_parallel_allreduce)
+#              --cp-comm-type p2p (ring attention: the K/V exchange overlaps the attention); like
+#              parplan's runtime it starts the column-parallel layers' input-gradient all-reduce
+#              (reduce-scatter with SP) beside their weight-gradient GEMM (async_tensor_model_parallel_allreduce),
+#              which Megatron-DeepSpeed and torchtitan do not
 #   deepspeed  zero_optimization.reduce_scatter (default true) for ZeRO-1/2; stage 2 reduces the
 #              gradients of every micro-batch as the backward produces them (sharded); the pipeline
 #              engine partitions what it sends over the tensor-parallel group (is_pipe_partitioned and
@@ -90,11 +91,14 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "parplan": {},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
-                 "fused_cross_entropy": True, "overlap_cp_comm": True, "async_tp_grad_comm": True},
+                 "fused_cross_entropy": True, "overlap_cp_comm": True},
+    # Megatron-DeepSpeed turns the asynchronous input-gradient all-reduce off by default
     "deepspeed": {"zero1_grad_reduce": "reduce-scatter", "zero2_grad_reduce": "per-micro-batch",
-                  "p2p_scatter_gather": True, "fused_cross_entropy": True, "overlap_cp_comm": True},
-    # torchtitan's training.compile defaults to false; its context parallelism is torch's (asynchronous gather)
-    "torchtitan": {"fused_elementwise": False, "overlap_cp_comm": True},
+                  "p2p_scatter_gather": True, "fused_cross_entropy": True, "overlap_cp_comm": True,
+                  "async_tp_grad_comm": False},
+    # torchtitan's training.compile defaults to false; its context parallelism is torch's (asynchronous gather);
+    # its DTensor tensor parallelism reduces the input gradient where the layout changes, after the matmuls
+    "torchtitan": {"fused_elementwise": False, "overlap_cp_comm": True, "async_tp_grad_comm": False},
 }
 
 

@@ -194,10 +194,6 @@ def check_runtime_support(plan, device: str) -> Check:
         if t.p2p_scatter_gather and p.pp > 1 and p.tp > 1 and not p.sp:
             warnings.append("the prediction assumes Megatron's scatter/gather pipeline sends, which the runtime does not "
                             "do (it sends whole tensors); `parplan evaluate` the plan with it off to compare")
-        if t.async_tp_grad_comm and p.tp > 1 and not t.overlap_tp_comm:
-            warnings.append("the prediction assumes Megatron's asynchronous input-gradient all-reduce beside the "
-                            "weight-gradient GEMM, which the runtime does not do (it waits for it); `parplan evaluate` "
-                            "the plan with async_tp_grad_comm off to compare")
         if t.overlap_cp_comm and p.cp > 1:
             warnings.append("the prediction assumes context parallelism's K/V exchange overlapped with the attention "
                             "(ring attention); the runtime all-gathers before it; `parplan evaluate` the plan with "

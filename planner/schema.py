@@ -107,11 +107,12 @@ class Training(Strict):
         "two fp32 logit-sized tensors in its backward, 12 B per logit (measured: an H100 allocator snapshot, "
         "benchmarks/results/2026-11-22-h100/snapshots).")
     async_tp_grad_comm: bool = Field(
-        False, description="The column-parallel layers' input-gradient collective (an all-reduce; a reduce-scatter "
+        True, description="The column-parallel layers' input-gradient collective (an all-reduce; a reduce-scatter "
         "with sequence parallelism) runs asynchronously beside their weight-gradient GEMM (Megatron-LM's "
-        "async_tensor_model_parallel_allreduce, LinearWithGradAccumulationAndAsyncCommunication; on by default there "
-        "since 2022). Off = the backward waits for it (parplan's runtime; Megatron-DeepSpeed, which disables it by "
-        "default; Megatron-LM of 2021).")
+        "async_tensor_model_parallel_allreduce, LinearWithGradAccumulationAndAsyncCommunication, on by default there "
+        "since 2022; parplan's runtime, parallel_layers.layers._TPLinears / _SPGatherLinears). Off = the backward "
+        "waits for it (Megatron-DeepSpeed, which disables it by default; torchtitan's DTensor tensor parallelism; "
+        "Megatron-LM of 2021).")
     overlap_cp_comm: bool = Field(
         False, description="Context parallelism's key/value exchange runs beside the attention (Megatron's ring "
         "attention passes K/V chunks while the previous chunk is computed; torch's, under torchtitan, gathers them "

@@ -193,8 +193,6 @@ def test_runtime_support_check(change, ok, words):
     ("p2p_scatter_gather", 2, False, True),
     ("p2p_scatter_gather", 2, True, False),   # with SP the runtime sends 1/tp slices too
     ("p2p_scatter_gather", 1, False, False),  # no pipeline, nothing to send
-    ("async_tp_grad_comm", 1, False, True),
-    ("async_tp_grad_comm", 2, True, True),
 ])
 def test_runtime_support_warns_about_megatron_only_assumptions(flag, pp, sp, warned):
     plan = tiny_plan(tp=2, pp=pp, dp=1, seq_len=32)

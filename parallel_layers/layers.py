@@ -128,7 +128,7 @@ class _TPLinears(torch.autograd.Function):
             for g, w in zip(grads, weights):
                 part = g.matmul(w)
                 gx = part if gx is None else gx + part
-            finish = _all_reduce_start(gx, ctx.group)  # beside the weight-gradient matmuls
+            finish = _all_reduce_start(gx, ctx.group, owned=True)  # in place, beside the weight-gradient matmuls
         flat = x.flatten(0, -2)
         gws = [g.flatten(0, -2).t().matmul(flat) if need else None for g, need in zip(grads, need_w)]
         lead = tuple(range(grads[0].dim() - 1))
@@ -167,7 +167,7 @@ class _SPGatherLinears(torch.autograd.Function):
                 part = g.matmul(w)
                 gx = part if gx is None else gx + part
         full = gather() if gather is not None else None  # it completes before the next collective is issued
-        reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group) if need_x else None  # beside the weight gradients
+        reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group, owned=True) if need_x else None  # beside the weight gradients
         gws = [None] * n
         if full is not None:
             flat = full.flatten(0, -2)

@@ -41,13 +41,18 @@ def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
     return x
 
 
-def _all_reduce_start(x: torch.Tensor, group):
-    """Start an all-reduce of a copy of x; returns a function that waits and returns the sum (the
-    caller computes something else meanwhile)."""
+def _all_reduce_start(x: torch.Tensor, group, owned: bool = False):
+    """Start an all-reduce of x; returns a function that waits and returns the sum (the caller computes
+    something else meanwhile).  owned: x is the caller's own fresh tensor, reduced in place; otherwise a
+    copy is."""
     if _size(group) == 1:
         return lambda: x
-    x = x.contiguous().clone()
+    x = x.contiguous() if owned else x.contiguous().clone()
     work = dist.all_reduce(x, group=group, async_op=True)
+    if dist.get_backend(group) == "gloo":
+        # gloo runs an asynchronous collective on its own threads, whose copies and frees the CPU memory
+        # trace cannot place; on CPU there is no overlap worth having, so finish it here
+        work.wait()
 
     def finish():
         work.wait()
@@ -55,9 +60,10 @@ def _all_reduce_start(x: torch.Tensor, group):
     return finish
 
 
-def _reduce_scatter_start(x: torch.Tensor, dim: int, group):
+def _reduce_scatter_start(x: torch.Tensor, dim: int, group, owned: bool = False):
     """Start a reduce-scatter of x along dim; returns a function that waits and returns this rank's
-    chunk of the sum (gloo, which has no reduce-scatter: an all-reduce of a copy, then the chunk)."""
+    chunk of the sum (gloo, which has no reduce-scatter: an all-reduce, of x itself when the caller owns
+    it, else of a copy, then the chunk)."""
     n = _size(group)
     if n == 1:
         return lambda: x
@@ -65,7 +71,7 @@ def _reduce_scatter_start(x: torch.Tensor, dim: int, group):
         raise ValueError(f"dim {dim} of size {x.shape[dim]} is not divisible by the group size {n}")
     if dist.get_backend(group) == "gloo":
         with _gloo_staging(group, "reduce_scatter_as_all_reduce"):
-            finish_all = _all_reduce_start(x, group)
+            finish_all = _all_reduce_start(x, group, owned)
         return lambda: _split(finish_all(), dim, group)
     parts = [p.contiguous() for p in x.chunk(n, dim=dim)]
     out = torch.empty_like(parts[0])

@@ -1,7 +1,9 @@
 """Column-parallel linears on two gloo ranks: the input gradient's collective (all-reduce; reduce-scatter
 with SP) is started before the weight-gradient matmuls and waited for after them (Megatron-LM's
 asynchronous one, which `async_tp_grad_comm` models), and the gradients are those of the plain
-autograd pair (copy to the TP region, then F.linear; or gather the sequence, then F.linear)."""
+autograd pair (copy to the TP region, then F.linear; or gather the sequence, then F.linear).  The order
+is the calls'; gloo itself finishes the collective at its start (parallel_layers.mappings._all_reduce_start),
+NCCL runs it beside the matmuls."""
 from __future__ import annotations
 
 import json

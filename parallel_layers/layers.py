@@ -90,6 +90,34 @@ def _will_run(ctx, n: int):
     return need_x, need_w, need_b
 
 
+def _input_grad(grads, weights):
+    """sum_i dY_i W_i: the input gradient of linears that read one input."""
+    gx = None
+    for g, w in zip(grads, weights):
+        part = g.matmul(w)
+        gx = part if gx is None else gx + part
+    return gx
+
+
+def _param_grads(grads, x, need_w, need_b):
+    """dW_i = dY_i^T x (over all leading dims) and db_i = sum dY_i, for the ones this pass needs."""
+    flat = x.flatten(0, -2)
+    lead = tuple(range(grads[0].dim() - 1))
+    return ([g.flatten(0, -2).t().matmul(flat) if need else None for g, need in zip(grads, need_w)],
+            [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)])
+
+
+def _save(ctx, x, weights, group, biases) -> None:
+    ctx.save_for_backward(x, *weights)
+    ctx.group, ctx.has_bias = group, [b is not None for b in biases]
+
+
+def _saved(ctx):
+    """(x, weights, need_x, need_w, need_b) for a column-parallel Function's backward."""
+    x, *weights = ctx.saved_tensors
+    return (x, weights, *_will_run(ctx, len(weights)))
+
+
 def _autocast_input(x):
     dev = x.device.type
     if torch.is_autocast_enabled(dev):  # what F.linear would cast to (and save)
@@ -112,27 +140,16 @@ class _TPLinears(torch.autograd.Function):
         # under autocast, keep the 16-bit casts of the weights for the backward, as F.linear's own
         # backward does (the memory model's per-micro-batch casts of the amp recipe)
         weights = [_autocast_input(w) for w in weights]
-        ctx.save_for_backward(x, *weights)
-        ctx.group, ctx.has_bias = group, [b is not None for b in biases]
+        _save(ctx, x, weights, group, biases)
         return tuple(F.linear(x, w, b) for w, b in zip(weights, biases))
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, *grads):
-        x, *weights = ctx.saved_tensors
-        n = len(weights)
-        need_x, need_w, need_b = _will_run(ctx, n)
-        finish = None
-        if need_x:
-            gx = None
-            for g, w in zip(grads, weights):
-                part = g.matmul(w)
-                gx = part if gx is None else gx + part
-            finish = _all_reduce_start(gx, ctx.group, owned=True)  # in place, beside the weight-gradient matmuls
-        flat = x.flatten(0, -2)
-        gws = [g.flatten(0, -2).t().matmul(flat) if need else None for g, need in zip(grads, need_w)]
-        lead = tuple(range(grads[0].dim() - 1))
-        gbs = [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)]
+        x, weights, need_x, need_w, need_b = _saved(ctx)
+        # in place, beside the weight-gradient matmuls
+        finish = _all_reduce_start(_input_grad(grads, weights), ctx.group, owned=True) if need_x else None
+        gws, gbs = _param_grads(grads, x, need_w, need_b)
         return (finish() if finish is not None else None, None, None, *gws, *gbs)
 
 
@@ -150,30 +167,18 @@ class _SPGatherLinears(torch.autograd.Function):
         weights, biases = weights_biases[:n], weights_biases[n:]
         x = _autocast_input(x)  # at 1/tp the size
         full = _gather(x, SEQ_DIM, group)
-        ctx.save_for_backward(x, *weights)
-        ctx.group, ctx.has_bias = group, [b is not None for b in biases]
+        _save(ctx, x, weights, group, biases)
         return tuple(F.linear(full, w, b) for w, b in zip(weights, biases))
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, *grads):
-        x, *weights = ctx.saved_tensors
-        n = len(weights)
-        need_x, need_w, need_b = _will_run(ctx, n)
+        x, weights, need_x, need_w, need_b = _saved(ctx)
         gather = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) else None  # beside the input-gradient matmuls
-        gx = None
-        if need_x:
-            for g, w in zip(grads, weights):
-                part = g.matmul(w)
-                gx = part if gx is None else gx + part
-        full = gather() if gather is not None else None  # it completes before the next collective is issued
+        gx = _input_grad(grads, weights) if need_x else None
+        full = gather() if gather is not None else x  # it completes before the next collective is issued
         reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group, owned=True) if need_x else None  # beside the weight gradients
-        gws = [None] * n
-        if full is not None:
-            flat = full.flatten(0, -2)
-            gws = [g.flatten(0, -2).t().matmul(flat) if need else None for g, need in zip(grads, need_w)]
-        lead = tuple(range(grads[0].dim() - 1))
-        gbs = [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)]
+        gws, gbs = _param_grads(grads, full, need_w, need_b)
         return (reduce() if reduce is not None else None, None, None, *gws, *gbs)
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import weakref
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
+from runtime_helpers.two_ranks import run_two
 
 MICROBATCHES = 16
 
@@ -63,12 +62,7 @@ def _worker(rank: int, port: int, jit: bool, out: str) -> None:
 
 
 def _run(tmp_path, jit: bool) -> list[dict]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / ("jit" if jit else "torch")
-    mp.spawn(_worker, args=(port, jit, str(out)), nprocs=2, join=True)
-    return [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
+    return run_two(_worker, tmp_path / ("jit" if jit else "torch"), jit)
 
 
 def test_just_in_time_receive_buffers(tmp_path):

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
+from runtime_helpers.two_ranks import run_two
 
 
 def _worker(rank: int, port: int, sp: bool, out: str) -> None:
@@ -85,12 +84,7 @@ def _worker(rank: int, port: int, sp: bool, out: str) -> None:
 
 
 def _run(tmp_path, sp: bool) -> list[dict]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / ("sp" if sp else "tp")
-    mp.spawn(_worker, args=(port, sp, str(out)), nprocs=2, join=True)
-    return [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
+    return run_two(_worker, tmp_path / ("sp" if sp else "tp"), sp)
 
 
 def test_input_gradient_collective_runs_beside_the_weight_gradients(tmp_path):

@@ -90,7 +90,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # of the layers it feeds and overlapped with them (Megatron-LM's
     # LinearWithGradAccumulationAndAsyncCommunication; parplan's _SPGatherLinears, which under the
     # zero-bubble schedules gathers in the weight-gradient pass: the same two gathers, counted alike)
-    regather = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1) & ~np.asarray(tr.sp_saves_gathered_input)
+    sp_on = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1)
+    regather = sp_on & ~np.asarray(tr.sp_saves_gathered_input)
     t_ag, moved_ag = comm.all_gather(msg, tp, tp_bw, tp_lat)
     tp_block_exposed = tp_block_exposed + np.where(
         regather, hw.exposed(2 * t_ag, column_input_grad_time(m, lay, hw)), 0.0)
@@ -100,7 +101,6 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # a reduce-scatter each (the all-gathers backward of SP's reduce-scatters stay on the critical path),
     # hide behind weight-gradient GEMMs of those layers' size (the same FLOPs as their input gradients)
     async_dgrad = np.asarray(tr.async_tp_grad_comm) & ~np.asarray(tr.overlap_tp_comm) & (np.asarray(tp) > 1)
-    sp_on = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1)
     dgrad_coll = 2 * np.where(sp_on, t_ag, t_ar)
     tp_block_exposed = tp_block_exposed - np.where(
         async_dgrad, dgrad_coll - hw.exposed(dgrad_coll, column_input_grad_time(m, lay, hw)), 0.0)

@@ -48,9 +48,10 @@ class Query:
     fused_cross_entropy: bool = True  # Megatron's vocab-parallel cross-entropy (every published stack here uses it)
     fused_elementwise: bool = True  # fused pointwise kernels (Megatron, DeepSpeed's Megatron fork, torch.compile)
     overlap_cp_comm: bool = True  # ring attention (Megatron); only the Llama 3 set has CP, and says otherwise
-    # Megatron-LM's asynchronous input-gradient all-reduce beside the weight-gradient GEMM (on by default since
-    # 2022); the 2021 sets, the Megatron-DeepSpeed ones (off by default there) and those that do not say turn it off
-    async_tp_grad_comm: bool = True
+    # Megatron-LM's asynchronous input-gradient all-reduce beside the weight-gradient GEMM: on by default since
+    # 2022, so only the Megatron sets of 2022 on (Korthikanti, Megatron-Core H100) turn it on; the 2021 sets, the
+    # Megatron-DeepSpeed ones (off by default there) and those that do not say keep it off
+    async_tp_grad_comm: bool = False
     # the stack flags above are all explicit; the framework still decides what is not a flag: ZeRO-3's
     # memory (FSDP2 vs DeepSpeed stage 3) and torch.distributed.pipelining's per-micro-batch buffers
     framework: str = "megatron"
@@ -115,7 +116,7 @@ def megatron_sc21_table1(d: dict) -> Iterable[Query]:
         vpp = r["layers"] // (r["pp"] * lpv) if lpv else 1
         pins = Pins(tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=1, mbs=r["micro_batch_size"], vpp=vpp, zero=0,
                     recompute="full", sp=False, schedule="interleaved-1f1b" if vpp > 1 else "1f1b", offload="none")
-        yield Query(async_tp_grad_comm=False, label=f"{r['params_billion']}B", spec=_gpt(r, c["vocab"], True), gpus=r["gpus"],
+        yield Query(label=f"{r['params_billion']}B", spec=_gpt(r, c["vocab"], True), gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="hardware_tflops_per_gpu", published=r["tflops_per_gpu"], dtype="fp16",
                     precision=MEGATRON_2021_FP16, grad_accumulation_fusion=False,
@@ -135,7 +136,8 @@ def megatron_h100_2024(d: dict) -> Iterable[Query]:
         yield Query(label=r["model"], spec=_gpt(r, c["vocab"], not c.get("untied_embeddings", False)),
                     gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=c["seq_len"],
                     global_batch_size=r["global_batch_size"], metric="mfu", published=r["mfu_percent"] / 100,
-                    overlap_grad_reduce=True, overlap_tp_comm=True, dropout=True, pin_variants=variants)
+                    overlap_grad_reduce=True, overlap_tp_comm=True, async_tp_grad_comm=True, dropout=True,
+                    pin_variants=variants)
 
 
 # ---------------------------------------------------------------- metric conversions
@@ -239,7 +241,7 @@ def korthikanti2022_selective_recompute(d: dict) -> Iterable[Query]:
         yield Query(label=label, spec=_gpt(r, c["vocab"], c.get("tied_embeddings", True)), gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="mfu", published=r["mfu_percent"] / 100, flash_attention=False,
-                    overlap_grad_reduce=False, dropout=True, gpus_per_node=c.get("gpus_per_node"),
+                    overlap_grad_reduce=False, async_tp_grad_comm=True, dropout=True, gpus_per_node=c.get("gpus_per_node"),
                     inter_node_gbytes_per_s=c.get("inter_node_gb_s_per_gpu_per_direction"), pin_variants=variants)
 
 
@@ -269,7 +271,7 @@ def megatron_sc21_table2_zero3(d: dict) -> Iterable[Query]:
                         for t, p in splits for s in MEGATRON_2021_SCHEDULES]
             overlap = False
             precision = MEGATRON_2021_FP16
-        yield Query(async_tp_grad_comm=False, label=f"{r['scheme']} {r['params_billion']}B {r['gpus']}gpu",
+        yield Query(label=f"{r['scheme']} {r['params_billion']}B {r['gpus']}gpu",
                     spec=_gpt(r, c["vocab"], c.get("tied_embeddings", True)), gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
@@ -303,7 +305,7 @@ def llama3_405b_table4(d: dict) -> Iterable[Query]:
         recs = [r["recompute"]] if r.get("recompute") else ["none", "selective", "full"]
         variants = [Pins(tp=r["tp"], cp=r["cp"], pp=r["pp"], dp=r["dp"], zero=2, offload="none", recompute=rc,
                          schedule=s) for rc in recs for s in MEGATRON_2021_SCHEDULES]
-        yield Query(async_tp_grad_comm=False, label=f"{r['gpus']}gpu seq{r['seq_len']} cp{r['cp']}", spec=spec, gpus=r["gpus"],
+        yield Query(label=f"{r['gpus']}gpu seq{r['seq_len']} cp{r['cp']}", spec=spec, gpus=r["gpus"],
                     hardware="h100-sxm-80gb", seq_len=r["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="mfu", published=r["mfu_percent"] / 100, flash_attention=True,
                     overlap_grad_reduce=True, overlap_tp_comm=False, overlap_cp_comm=False,
@@ -333,7 +335,7 @@ def bloom_176b(d: dict) -> Iterable[Query]:
     for r in d["rows"]:
         pins = Pins(tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=1, mbs=r["micro_batch_size"], vpp=1, zero=1,
                     recompute="full", sp=False, schedule="1f1b", offload="none")
-        yield Query(async_tp_grad_comm=False, label=f"gbs{r['global_batch_size']} mbs{r['micro_batch_size']}",
+        yield Query(label=f"gbs{r['global_batch_size']} mbs{r['micro_batch_size']}",
                     spec=_gpt(r, c["vocab"], True, ffn=4 * r["hidden"]), gpus=r["gpus"], hardware="a100-sxm-80gb",
                     seq_len=c["seq_len"], global_batch_size=r["global_batch_size"], metric="hardware_tflops_per_gpu",
                     published=r["tflops_per_gpu"], dtype="bf16", flash_attention=False, overlap_grad_reduce=False,
@@ -359,7 +361,7 @@ def opt_175b(d: dict) -> Iterable[Query]:
         gbs = 992
         variants = [Pins(tp=t, pp=1, cp=1, zero=3, recompute=rc, sp=False, vpp=1, schedule="1f1b", offload="none")
                     for t in (1, 2, 4, 8) for rc in ("none", "full")]
-        yield Query(async_tp_grad_comm=False, label=f"{r['model']} {r['gpus']}gpu (peak)", spec=_gpt(r, OPT_VOCAB, True, ffn=4 * r["hidden"]),
+        yield Query(label=f"{r['model']} {r['gpus']}gpu (peak)", spec=_gpt(r, OPT_VOCAB, True, ffn=4 * r["hidden"]),
                     gpus=r["gpus"], hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=gbs,
                     metric="hardware_tflops_per_gpu", published=r["tflops_per_gpu"], dtype="fp16",
                     flash_attention=False, overlap_grad_reduce=True, dropout=True, grad_accumulation_fusion=False,
@@ -384,7 +386,7 @@ def gpt_neox_20b(d: dict) -> Iterable[Query]:
     for r in d["rows"]:
         pins = Pins(tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=1, mbs=r["micro_batch_size"], vpp=1, zero=1,
                     recompute="full", sp=False, schedule="1f1b", offload="none")
-        yield Query(async_tp_grad_comm=False, label=r["model"], spec=_gpt(r, c["vocab"], False, ffn=c["ffn_hidden"]), gpus=r["gpus"],
+        yield Query(label=r["model"], spec=_gpt(r, c["vocab"], False, ffn=c["ffn_hidden"]), gpus=r["gpus"],
                     hardware="a100-sxm-40gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="neox_tflops", published=r["tflops_per_gpu"], dtype="fp16",
                     precision="master-weights-half-grads", flash_attention=False, overlap_grad_reduce=False, gpus_per_node=c["gpus_per_node"],
@@ -408,7 +410,7 @@ def mt_nlg_530b(d: dict) -> Iterable[Query]:
     for r in d["rows"]:
         variants = [Pins(tp=c["tp"], pp=c["pp"], dp=r["dp"], cp=1, vpp=1, schedule="1f1b", zero=z, recompute=rc,
                          sp=False, offload="none") for z in (0, 1) for rc in ("none", "full")]
-        yield Query(async_tp_grad_comm=False, label=f"{r['gpus']}gpu gbs{r['global_batch_size']}", spec=spec, gpus=r["gpus"],
+        yield Query(label=f"{r['gpus']}gpu gbs{r['global_batch_size']}", spec=spec, gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,
                     precision="master-weights-half-grads",  # DeepSpeed fp16: 16-bit grads, fp32 master (ZeRO-3 rows too)
@@ -437,7 +439,7 @@ def torchtitan_2024_h100(d: dict) -> Iterable[Query]:
         pins = Pins(tp=1, pp=1, cp=1, dp=r["gpus"], mbs=c["local_batch_size"], zero=3, recompute="selective-op",
                     sp=False, vpp=1, schedule="1f1b", offload="none")
         for metric, published in (("tokens_per_s_per_gpu", r["tps_per_gpu"]), ("memory_gib", r["memory_gib"])):
-            yield Query(async_tp_grad_comm=False, label=f"8B {r['gpus']}gpu {r['techniques']}", spec=spec, gpus=r["gpus"], hardware=prof,
+            yield Query(label=f"8B {r['gpus']}gpu {r['techniques']}", spec=spec, gpus=r["gpus"], hardware=prof,
                         seq_len=c["seq_len"], global_batch_size=r["global_batch_size"], metric=metric,
                         published=published, dtype="bf16", precision="master-weights", flash_attention=True,
                         overlap_grad_reduce=True, grad_accumulation_fusion=False, p2p_scatter_gather=False,

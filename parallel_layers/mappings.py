@@ -43,13 +43,16 @@ def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
 
 def _all_reduce_start(x: torch.Tensor, group, owned: bool = False):
     """Start an all-reduce of x; returns a function that waits and returns the sum (the caller computes
-    something else meanwhile).  owned: x is the caller's own fresh tensor, reduced in place; otherwise a
-    copy is."""
+    something else meanwhile).  owned: x is the caller's own fresh tensor, reduced in place (NCCL); otherwise,
+    and always on gloo, a copy is."""
     if _size(group) == 1:
         return lambda: x
-    x = x.contiguous() if owned else x.contiguous().clone()
+    gloo = dist.get_backend(group) == "gloo"
+    # gloo may drop its reference on its own thread, a free the CPU memory trace misses: it gets a copy,
+    # so the caller's tensor is freed where the trace sees it
+    x = x.contiguous() if owned and not gloo else x.contiguous().clone()
     work = dist.all_reduce(x, group=group, async_op=True)
-    if dist.get_backend(group) == "gloo":
+    if gloo:
         # gloo runs an asynchronous collective on its own threads, whose copies and frees the CPU memory
         # trace cannot place; on CPU there is no overlap worth having, so finish it here
         work.wait()
@@ -62,8 +65,8 @@ def _all_reduce_start(x: torch.Tensor, group, owned: bool = False):
 
 def _reduce_scatter_start(x: torch.Tensor, dim: int, group, owned: bool = False):
     """Start a reduce-scatter of x along dim; returns a function that waits and returns this rank's
-    chunk of the sum (gloo, which has no reduce-scatter: an all-reduce, of x itself when the caller owns
-    it, else of a copy, then the chunk)."""
+    chunk of the sum (gloo, which has no reduce-scatter: an all-reduce of a copy named as gloo's staging,
+    then the chunk)."""
     n = _size(group)
     if n == 1:
         return lambda: x

@@ -35,13 +35,21 @@ def _err(msg: str) -> None:
     sys.stderr.write(msg.rstrip("\n") + "\n")
 
 
-def _console():
-    """Rich console on stderr; 160 columns when stderr is not a terminal (logs, CI) so tables don't fold."""
+def _console(stderr: bool = True):
+    """Rich console on stderr (progress, notes); 160 columns when it is not a terminal (logs, CI) so
+    tables don't fold."""
     from rich.console import Console
-    console = Console(stderr=True)
+    console = Console(stderr=stderr)
     if not console.is_terminal:
-        console = Console(stderr=True, width=160)
+        console = Console(stderr=stderr, width=160)
     return console
+
+
+def _out():
+    """Rich console on stdout: a command's answer for people (tables, explanations), so that
+    `parplan validate | less` and `parplan recommend ... > plan.txt` hold it. Notes, warnings, errors
+    and progress stay on stderr; with --json stdout holds only the JSON."""
+    return _console(stderr=False)
 
 
 def parse_count(text: str, what: str) -> float:
@@ -278,7 +286,7 @@ def recommend(
 
 def _show_plans(plan, title: str) -> None:
     from .render import breakdown_table, plans_table, summary_lines
-    console = _console()
+    console = _out()
     console.print(plans_table([plan] + list(plan.alternatives), title))
     console.print(breakdown_table(plan))
     for line in summary_lines(plan):
@@ -312,7 +320,8 @@ def read_plan(source: str):
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise UserError(f"plan from {where} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        hint = "" if text.lstrip().startswith(("{", "[")) else "; plans are JSON: add --json to `parplan recommend`"
+        raise UserError(f"plan from {where} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}){hint}") from None
     if not isinstance(data, dict):
         raise UserError(f"plan from {where} must be a JSON object, got {type(data).__name__}")
     try:
@@ -455,7 +464,7 @@ def explain(
     if as_json:
         _write_json(data)
     else:
-        console = _console()
+        console = _out()
         for item in explain_renderables(data):
             if isinstance(item, str):
                 console.print(item, highlight=False, markup=False)
@@ -482,7 +491,7 @@ def compare(
     if as_json:
         _write_json({"a": plan_a, "b": plan_b, "rows": rows})
         return
-    _console().print(compare_table(rows, f"{plan_a} ({layout_label(a.parallel)})",
+    _out().print(compare_table(rows, f"{plan_a} ({layout_label(a.parallel)})",
                                    f"{plan_b} ({layout_label(b.parallel)})"))
 
 
@@ -535,7 +544,7 @@ def sweep(
     if as_json:
         _write_json(rows)
     else:
-        console = _console()
+        console = _out()
         console.print(sweep_table(rows, f"sweep: {spec.name or spec.arch} on {opts.hardware}"))
         for line in (bar_lines(rows, "tokens_per_s", "tokens/s", lambda v: f"{v:,.0f}") + [""]
                      + bar_lines(rows, "mfu", "MFU", lambda v: f"{v * 100:.1f}%")):
@@ -581,7 +590,7 @@ def validate(
                      "summary": summary, "by_framework": by_framework})
         return
     from rich.table import Table
-    console = _console()
+    console = _out()
     for name in names:
         t = Table(title=f"{name}", title_justify="left", header_style="bold")
         for col in ("run", "metric", "published", "predicted", "error", "layout"):
@@ -635,7 +644,7 @@ def models_list(as_json: bool = typer.Option(False, "--json")):
     for s in rows:
         t.add_row(s.name, s.arch, f"{s.num_params / 1e9:.2f} B", str(s.layers), str(s.hidden), str(s.heads),
                   str(s.kv_heads), str(s.ffn_hidden), str(s.vocab))
-    _console().print(t)
+    _out().print(t)
 
 
 @models_app.command("show")
@@ -666,7 +675,7 @@ def hardware_list():
         t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{p.hbm_gbytes:g} GB", f"{p.hbm_gbytes_per_s:g}",
                   str(p.gpus_per_node), f"{p.nvlink.gbytes_per_s:g}", f"{p.inter_node.gbytes_per_s:g}",
                   f"{p.sustained_matmul_fraction:g}")
-    _console().print(t)
+    _out().print(t)
 
 
 @hardware_app.command("show")

@@ -120,7 +120,7 @@ def test_explain_json_and_text(plan_file, capsys):
     assert ru is not None and ru["changes"], "runner-up must differ from the plan"
     assert "relative_step_time" in ru and "delta_memory_bytes" in ru
     rc, out, err = _run(["explain", plan_file], capsys)
-    assert rc == 0 and out == "" and "runner-up" in err and "dominates" in err
+    assert rc == 0 and err == "" and "runner-up" in out and "dominates" in out
 
 
 def test_explain_without_alternatives_searches_runner_up(plan_file, tmp_path, capsys):
@@ -147,7 +147,7 @@ def test_compare_same_rows_and_relative(plan_file, tmp_path, capsys):
     assert [r["name"] for r in same.values()] == names
     assert same["step_time_s"]["relative"] == pytest.approx(0.0)
     rc, out, err = _run(["compare", plan_file, str(b)], capsys)
-    assert rc == 0 and out == "" and "B vs A" in err
+    assert rc == 0 and err == "" and "B vs A" in out
 
 
 def test_sweep_json_and_chart(capsys):
@@ -160,7 +160,7 @@ def test_sweep_json_and_chart(capsys):
         assert r["fits"] and r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1 and r["memory_total_bytes"] > 0
     assert rows[-1]["tokens_per_s"] > rows[0]["tokens_per_s"]
     rc, out, err = _run(base, capsys)
-    assert rc == 0 and out == "" and "tokens/s" in err and "MFU" in err and "#" in err
+    assert rc == 0 and err == "" and "tokens/s" in out and "MFU" in out and "#" in out
 
 
 def test_sweep_nothing_fits_exit_3(capsys):
@@ -188,9 +188,22 @@ def test_schema_parses(capsys):
     assert {"model", "hardware", "training", "parallel", "prediction"} <= set(root["properties"])
 
 
-def test_recommend_text_goes_to_stderr(capsys):
-    rc, out, err = _run(["recommend", "--model", "tiny-llama-test", "--gpus", "8"], capsys)
-    assert rc == 0 and out == "" and "layouts" in err
+def test_recommend_table_goes_to_stdout_and_notes_to_stderr(capsys):
+    """The answer for people is stdout (`> plan.txt`, `| less`); a note is stderr; --json is only JSON."""
+    rc, out, err = _run(["recommend", "--params", "7e9", "--gpus", "8"], capsys)
+    assert rc == 0 and "layouts" in out and "note: derived from" in err and "layouts" not in err
+    rc, out, err = _run(["recommend", "--params", "7e9", "--gpus", "8", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["parallel"] and "layouts" not in out + err
+    for argv in (["validate", "--set", "bloom_176b"], ["models", "list"], ["hardware", "list"]):
+        rc, out, err = _run(argv, capsys)
+        assert rc == 0 and out.strip() and err == "", argv
+
+
+def test_a_table_piped_into_launch_says_to_add_json(capsys, monkeypatch):
+    import io
+    monkeypatch.setattr("sys.stdin", io.StringIO("top 5 layouts for 8 x h100-sxm-80gb\n"))
+    rc, out, err = _run(["evaluate", "-"], capsys)
+    assert rc == 2 and out == "" and "add --json" in err
 
 
 def test_help_lists_new_commands(capsys):

@@ -18,6 +18,7 @@ CASES = [
     ("recommend --params 70e9 --gpus 8 --json", 1.0),
     ("recommend --model llama3-405b --gpus 16384 --json", 3.0),
     ("recommend --model llama3-70b --gpus 64 --json", 1.0),
+    ("recommend --model llama3-405b --gpus 1024 --seq-len 131072 --json", 1.0),
 ]
 
 

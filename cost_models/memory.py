@@ -472,50 +472,89 @@ def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dr
     return grads + recomputed
 
 
+def fsdp2_flags(lay, tr):
+    """(FSDP2 ZeRO-3, FSDP2 ZeRO-3 inside a pipeline: gathered weights kept through the step)."""
+    fsdp2 = (lay.zero >= 3) & tr.zero3_fsdp2
+    return fsdp2, fsdp2 & (np.asarray(lay.pp) > 1)
+
+
+def rank_params(m: ModelDims, lay):
+    """Parameters per GPU on pipeline rank 0 (embedding; the head too without a pipeline or under ZB-V,
+    whose V puts both ends on rank 0), the heaviest middle rank, and the last rank (the head)."""
+    pp = np.asarray(lay.pp)
+    first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, lay.vpp)
+    per_layer = layer_params_per_gpu(m, lay.tp)
+    head = head_params_per_gpu(m, lay.tp, pp)
+    head_first = (pp == 1) | ((lay.schedule == SCH_ZBV) & (pp > 1))
+    p_first = first_blocks * per_layer + embedding_params_per_gpu(m, lay.tp) + np.where(head_first, head, 0.0)
+    p_last = last_blocks * per_layer + np.where(head_first & (pp > 1), 0.0, head)
+    return p_first, mid_blocks * per_layer, p_last
+
+
+def model_states(params, lay, tr):
+    """(weights, gradients, optimizer states, offloaded) bytes per GPU for `params` parameters under the
+    precision recipe, ZeRO stage and offload of each candidate."""
+    rec = PRECISION_RECIPES[tr.precision]
+    zero, dp = lay.zero, lay.dp
+    off = lay.offload > 0
+    fsdp2, z3_full = fsdp2_flags(lay, tr)
+    # FSDP2 with a master recipe: the fp32 shard is the master (counted with the optimizer states)
+    fsdp2_shard = 0.0 if rec["master"] else rec["weight"]
+    # persistent weight storage: full, sharded (ZeRO-3), or for FSDP2 with a master recipe none
+    # besides the master; FSDP2 inside a pipeline also keeps the gathered compute copies
+    stored = params * np.where(fsdp2, fsdp2_shard, rec["weight"]) / np.where(zero >= 3, dp, 1)
+    gathered = np.where(z3_full, params * rec["weight"], 0.0)
+    # ZeRO-2 keeps gradients sharded only when it reduce-scatters them as they are produced;
+    # reduced once per step, every rank holds them all through the backward.
+    sharded_g = ((zero >= 3) & ~z3_full) | ((zero == 2) & tr.zero2_each_microbatch)
+    g = params * rec["grad"] / np.where(sharded_g, dp, 1)
+    opt_total = params * (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
+    # FSDP2's CPUOffloadPolicy keeps the sharded parameters and gradients on the host as well
+    # (the unsharded gradients a pipeline accumulates stay on the device until the reduce)
+    host = off & fsdp2
+    host_g = host & ~z3_full
+    w = gathered + np.where(host, 0.0, stored)
+    o = np.where(off, 0.0, opt_total)
+    offloaded = np.where(off, opt_total, 0.0) + np.where(host, stored, 0.0) + np.where(host_g, g, 0.0)
+    return w, np.where(host_g, 0.0, g), o, offloaded
+
+
+def states_floor(m: ModelDims, lay, tr):
+    """A floor under memory_breakdown's total, cheap enough to skip candidates that cannot fit before
+    the full model: the heaviest present pipeline rank's weights + gradients + optimizer states.
+    stage_total adds only non-negative terms to w + o (activations, working memory, casts, buffers),
+    and both of its moments hold at least g (the blocks' backward holds the gradients, all of them
+    by the end of a one-micro-batch backward)."""
+    pp = np.asarray(lay.pp)
+
+    def held(params):
+        w, g, o, _ = model_states(params, lay, tr)
+        return w + g + o
+
+    p_first, p_mid, p_last = rank_params(m, lay)
+    return np.maximum(held(p_first), np.maximum(np.where(pp > 2, held(p_mid), 0.0),
+                                                np.where(pp > 1, held(p_last), 0.0)))
+
+
 def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     """Named memory terms (bytes per GPU) of the worst of: first stage (embedding, most
     micro-batches in flight), second stage (largest middle stage, one fewer in flight), last
     stage (head and logits, one micro-batch in flight for 1F1B).  Returns a dict of arrays."""
     rec = PRECISION_RECIPES[tr.precision]
     act_b = tr.act_bytes
-    tp, pp, dp, v = lay.tp, lay.pp, lay.dp, lay.vpp
+    tp, pp, v = lay.tp, lay.pp, lay.vpp
     # blocks per pipeline *rank* (its v virtual stages; uneven splits allowed)
     first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, v)
-
     per_layer = layer_params_per_gpu(m, tp)
-    emb = embedding_params_per_gpu(m, tp)
     head = head_params_per_gpu(m, tp, pp)
     single = np.asarray(pp) == 1
-    p_first = first_blocks * per_layer + emb + np.where(single, head, 0.0)
-    p_mid = mid_blocks * per_layer
-    p_last = last_blocks * per_layer + head
+    p_first, p_mid, p_last = rank_params(m, lay)
 
     zero = lay.zero
-    off = lay.offload > 0
-
-    fsdp2 = (zero >= 3) & tr.zero3_fsdp2
-    z3_full = fsdp2 & (np.asarray(pp) > 1)
-    # FSDP2 with a master recipe: the fp32 shard is the master (counted with the optimizer states)
-    fsdp2_shard = 0.0 if rec["master"] else rec["weight"]
+    fsdp2, z3_full = fsdp2_flags(lay, tr)
 
     def states(params):
-        # persistent weight storage: full, sharded (ZeRO-3), or for FSDP2 with a master recipe none
-        # besides the master; FSDP2 inside a pipeline also keeps the gathered compute copies
-        stored = params * np.where(fsdp2, fsdp2_shard, rec["weight"]) / np.where(zero >= 3, dp, 1)
-        gathered = np.where(z3_full, params * rec["weight"], 0.0)
-        # ZeRO-2 keeps gradients sharded only when it reduce-scatters them as they are produced;
-        # reduced once per step, every rank holds them all through the backward.
-        sharded_g = ((zero >= 3) & ~z3_full) | ((zero == 2) & tr.zero2_each_microbatch)
-        g = params * rec["grad"] / np.where(sharded_g, dp, 1)
-        opt_total = params * (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
-        # FSDP2's CPUOffloadPolicy keeps the sharded parameters and gradients on the host as well
-        # (the unsharded gradients a pipeline accumulates stay on the device until the reduce)
-        host = off & fsdp2
-        host_g = host & ~z3_full
-        w = gathered + np.where(host, 0.0, stored)
-        o = np.where(off, 0.0, opt_total)
-        offloaded = np.where(off, opt_total, 0.0) + np.where(host, stored, 0.0) + np.where(host_g, g, 0.0)
-        return w, np.where(host_g, 0.0, g), o, offloaded
+        return model_states(params, lay, tr)
 
     counts = rank_inflight(lay, m_micro, m.layers)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more)
@@ -587,8 +626,6 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
                     other=working + casts + bufs, total=total, offloaded=offl)
 
     head_first = single | zbv
-    p_first = p_first + np.where(zbv, head, 0.0)
-    p_last = p_last - np.where(zbv, head, 0.0)
 
     def worse(a, b):
         pick_b = b["total"] > a["total"]

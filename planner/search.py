@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts
+from cost_models.memory import states_floor
 from cost_models.total import evaluate
 
 MICRO_BATCH_CHOICES = (1, 2, 4, 8, 16, 32)
@@ -207,7 +208,15 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
                objective: str) -> SearchResult:
     t0 = time.perf_counter()
     layouts, metric_list, reasons = [], [], []
-    candidates, structural = 0, []
+    candidates, structural, floored = 0, [np.array([], dtype=int)], []
+
+    def cost(lay):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            met = evaluate(m, tr, hw, lay)
+        layouts.append(lay)
+        metric_list.append(met)
+        reasons.append(infeasibility(m, tr, hw, lay, met, reason=np.full(len(lay), -1)))
+
     for g in gpu_counts:
         lay = build_layouts(m, g, tr.global_batch_size, pins)
         if len(lay) == 0:
@@ -216,16 +225,22 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         pre = structural_infeasibility(m, tr, lay)
         structural.append(pre[pre >= 0])
         lay = lay.take(np.nonzero(pre < 0)[0])  # only these need the cost model
+        # what cannot fit on its weights, gradients and optimizer states alone is out of memory whatever
+        # the rest: set aside unevaluated, and evaluated only if nothing fits (for the closest miss)
+        over = states_floor(m, lay, tr) > hw.usable_bytes
+        if np.any(over):
+            floored.append(lay.take(np.nonzero(over)[0]))
+            lay = lay.take(np.nonzero(~over)[0])
         if len(lay) == 0:
             continue
-        with np.errstate(divide="ignore", invalid="ignore"):
-            met = evaluate(m, tr, hw, lay)
-        layouts.append(lay)
-        metric_list.append(met)
-        reasons.append(infeasibility(m, tr, hw, lay, met, reason=np.full(len(lay), -1)))
+        cost(lay)
         if objective == "min-gpus" and np.any(reasons[-1] < 0):
             break  # counts ascend: the first that fits is the fewest; larger ones cannot rank higher
-    skipped = np.concatenate(structural) if structural else np.array([], dtype=int)
+    if floored and not any(np.any(r < 0) for r in reasons):
+        for lay in floored:
+            cost(lay)
+        floored = []
+    skipped = np.concatenate(structural + [np.full(sum(len(f) for f in floored), REASONS.index("memory"))])
     if not layouts:
         by_reason = {r: int(np.sum(skipped == i)) for i, r in enumerate(REASONS) if np.any(skipped == i)}
         return SearchResult(layout=None, metrics={}, candidates=candidates, feasible=0,

@@ -297,6 +297,52 @@ def test_structural_prefilter_changes_nothing_but_the_work():
     assert lay.row(int(best)) == res.layout.row(0)
 
 
+FLOOR_CASES = [  # (preset, gpus, seq, gbs, TrainingConsts overrides)
+    ("llama3-70b", 64, 4096, 512, {}),
+    ("llama3-405b", 1024, 131072, 64, {}),
+    ("llama3-405b", 256, 8192, 512, {"precision": "master-weights-half-grads", "zero3_fsdp2": False,
+                                     "zero3_one_weight_ahead": True, "zero2_each_microbatch": True}),
+    ("llama3-8b", 8, 8192, 64, {"precision": "amp"}),
+    ("llama3-405b", 8, 4096, 64, {}),  # nothing fits: the closest miss comes from the floored ones too
+]
+
+
+@pytest.mark.parametrize("case", FLOOR_CASES, ids=[f"{c[0]}-{c[1]}gpu-s{c[2]}" for c in FLOOR_CASES])
+def test_memory_floor_is_under_every_total_and_changes_no_answer(case):
+    """run_search sets aside, unevaluated, what cannot fit on its weights, gradients and optimizer
+    states alone (memory.states_floor).  The floor must lie under the full model's total for every
+    candidate (offload, ZeRO 0-3, FSDP2 or DeepSpeed stage 3, every schedule), and the search must give
+    the same reason counts, best plan and closest miss as evaluating everything."""
+    from dataclasses import replace
+
+    from cost_models.memory import states_floor
+    from planner.search import REASONS, infeasibility, run_search, sort_key, structural_infeasibility
+    name, gpus, seq, gbs, over = case
+    spec, m, tr, hw, lay = _setup(name, gpus, seq, gbs)
+    tr = replace(tr, **over)
+    lay = lay.take(np.nonzero(structural_infeasibility(m, tr, lay) < 0)[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        met = evaluate(m, tr, hw, lay)
+    floor = states_floor(m, lay, tr)
+    assert np.all(floor <= met["mem_total"] * (1 + 1e-12)), "floor above a total"
+    assert np.any(floor > hw.usable_bytes), "the case should exercise the floor"
+    res = run_search(m, tr, hw, [gpus], Pins(), top_k=3, objective="throughput")
+    _, m, tr0, hw, every = _setup(name, gpus, seq, gbs)
+    reason = structural_infeasibility(m, tr, every)
+    ok = np.nonzero(reason < 0)[0]
+    reason[ok] = infeasibility(m, tr, hw, lay, met, reason=np.full(len(lay), -1))
+    assert res.infeasible_by_reason == {r: int(np.sum(reason == i)) for i, r in enumerate(REASONS)
+                                        if np.any(reason == i)}
+    fits = np.nonzero(reason[ok] < 0)[0]
+    if len(fits):
+        order = fits[sort_key("throughput", lay.take(fits), {k: v[fits] for k, v in met.items()})[:3]]
+        assert [lay.row(int(i)) for i in order] == [res.layout.row(j) for j in range(len(res.layout))]
+    else:
+        miss = np.nonzero(np.isin(reason[ok], [REASONS.index("memory"), REASONS.index("host-memory")]))[0]
+        closest = miss[np.argmin(met["mem_total"][miss])]
+        assert res.best_infeasible[0].row(0) == lay.row(int(closest))
+
+
 def test_framework_limits_the_schedules_searched():
     from planner.core import FRAMEWORK_SCHEDULES
     spec = load_preset("llama3-70b")

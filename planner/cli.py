@@ -137,6 +137,11 @@ def _plan_json(plan) -> dict:
     return plan.model_dump(mode="json", exclude_none=False)
 
 
+DEFAULT_GLOBAL_BATCH = 1024  # sequences: 4M tokens at the default 4096-token sequence
+# A defaulted batch beyond this many tokens a step gets a note (Llama 3 405B's largest batch was 16M
+# tokens, Table 4 of its paper, benchmarks/reference/llama3_405b_table4.json)
+LONG_STEP_TOKENS = 16 * 2 ** 20
+
 # Options shared by recommend and sweep (model, hardware, training, pins): declared once and spliced into
 # each command's signature by @_model_options, which hands them to the command as one `opts` namespace.
 _MODEL_OPTIONS = [
@@ -154,7 +159,7 @@ _MODEL_OPTIONS = [
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), None),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
     ("seq_len", int, 4096, ("--seq-len",), None),
-    ("global_batch_size", int, 1024, ("--global-batch-size",), "Sequences per optimizer step."),
+    ("global_batch_size", Optional[int], None, ("--global-batch-size",), f"Sequences per optimizer step [default: {DEFAULT_GLOBAL_BATCH}]."),
     ("dtype", str, "bf16", ("--dtype",), "bf16 or fp16."),
     ("precision", str, "master-weights", ("--precision",), "master-weights (16-bit weights + fp32 grads and master + Adam, 18 B/param, as Megatron), master-weights-half-grads (16-bit grads, 16 B/param, as DeepSpeed fp16), amp (fp32 weights under autocast) or fp32."),
     ("tokens", Optional[str], None, ("--tokens",), "Total training tokens (reports days and GPU-hours)."),
@@ -223,6 +228,12 @@ def _prepare(opts, gpus: int | None = None):
     if gpus is not None:
         _positive("gpus", gpus, allow_none=False, upper=1_000_000)
     _positive("seq-len", o.seq_len, allow_none=False, upper=10_000_000)
+    if o.global_batch_size is None:
+        o.global_batch_size = DEFAULT_GLOBAL_BATCH
+        if o.seq_len * DEFAULT_GLOBAL_BATCH > LONG_STEP_TOKENS:
+            _err(f"note: the global batch defaults to {DEFAULT_GLOBAL_BATCH} sequences, "
+                 f"{o.seq_len * DEFAULT_GLOBAL_BATCH / 1e6:,.0f}M tokens a step at --seq-len {o.seq_len}; "
+                 "set --global-batch-size to your run's")
     _positive("global-batch-size", o.global_batch_size, allow_none=False, upper=100_000_000)
     _positive("gpus-per-node", o.gpus_per_node, upper=1_000_000)
     _positive("inter-node-bandwidth", o.inter_node_bandwidth, upper=1e6)

@@ -237,3 +237,14 @@ def test_model_config_approximations_are_a_note_on_stderr(tmp_path, capsys):
     path.write_text(json.dumps(exact))
     rc, out, err = _run(["recommend", "--model-config", str(path), "--gpus", "8", "--json"], capsys)
     assert rc == 0 and "note: Hugging Face" not in err
+
+
+def test_a_defaulted_batch_of_many_tokens_gets_a_note(capsys):
+    """1024 sequences is 4M tokens at 4096 but 134M at 128K: a defaulted batch past 16M tokens says so
+    on stderr; an explicit one, or a default within it, adds nothing."""
+    rc, out, err = _run(["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--seq-len", "32768", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["training"]["global_batch_size"] == 1024
+    assert "note: the global batch defaults to 1024 sequences, 34M tokens" in err
+    for extra in (["--seq-len", "32768", "--global-batch-size", "1024"], ["--seq-len", "4096"]):
+        rc, out, err = _run(["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--json"] + extra, capsys)
+        assert rc == 0 and "global batch" not in err, extra

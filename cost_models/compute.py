@@ -235,6 +235,16 @@ def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per
     return on_gpu + off
 
 
+def grad_clip_time(grad_params, precision: str, hw, scales: bool = True):
+    """Global gradient-norm clipping, memory-bound, per step: the norm reads every gradient the rank
+    holds (the fp32 main_grad under master-weights), and the scaling pass reads and writes them again
+    (torch's clip_grad_norm_ and parplan's runtime multiply by the clamped coefficient every step;
+    Megatron-LM only when the norm exceeds the threshold, `scales` False: its norm pass alone)."""
+    grad_bytes = PRECISION_RECIPES[precision]["grad"]
+    # in the after-backward phase beside the optimizer step: at the bandwidth fraction the profile fits for it
+    return grad_params * grad_bytes * (3 if scales else 1) / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction)
+
+
 def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True,
                eager_runtime: str = "torchtitan"):
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the

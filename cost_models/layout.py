@@ -144,6 +144,10 @@ class TrainingConsts:
     # torch/distributed/tensor/experimental/_attention.py) gathers K/V once, asynchronously, before the
     # rank's own chunk of the attention and waits for it after: only that 1/cp of the attention hides it
     cp_overlap_local_chunk_only: bool = False
+    # global gradient-norm clipping: a read of every gradient the rank holds for the norm, then (unless the
+    # framework scales only when it clips: Megatron-LM's clip_grad_norm_fp32) a scaling pass over them
+    clip_grad: bool = False
+    clip_scales_always: bool = True
 
     @property
     def eager_saves_more(self) -> bool:

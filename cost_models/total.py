@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import comm, zero3
-from .compute import (block_time, cast_time, column_input_grad_time, grad_accumulation_time, head_time,
-                      optimizer_time)
+from .compute import (block_time, cast_time, column_input_grad_time, grad_accumulation_time, grad_clip_time,
+                      head_time, optimizer_time)
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
@@ -243,6 +243,9 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     opt_t = opt_t + grad_accumulation_time(stage_params, m_micro, tr.precision, hw, tr.grad_accumulation_fusion)
+    if tr.clip_grad:  # the gradients the rank holds after the reduction: ZeRO-2/3 and reduce-scatter ZeRO-1 shard them
+        sharded = (zero >= 2) | ((zero == 1) & (not tr.zero1_all_reduce))
+        opt_t = opt_t + grad_clip_time(stage_params / np.where(sharded, dp, 1), tr.precision, hw, tr.clip_scales_always)
     step = t_pipe + dp_exposed + opt_t
 
     # ---- memory

@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from parallel_layers import checkpoint as ckpt
+from parallel_layers.clip import clip_grad_norm
 from parallel_layers.context_parallel import shard_sequence
 from parallel_layers.data import TokenSource, replica_sample_indices
 from parallel_layers.host_memory import CpuMemoryTrace, trace_if
@@ -298,6 +299,17 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
                 local_tensor(grad_of(p)).mul_(opts.debug_grad_scale)
 
 
+def clip_gradients(rt: Runtime) -> Optional[torch.Tensor]:
+    """The plan's global gradient-norm clipping (parallel_layers.clip), after the reduction: the norm
+    before clipping, or None without clip_grad."""
+    max_norm = rt.plan.training.clip_grad
+    if max_norm is None:
+        return None
+    par = rt.plan.parallel
+    return clip_grad_norm(rt.stage_modules, max_norm, tp=par.tp, dp=par.dp, cp=par.cp, pp=par.pp,
+                          zero_stage=par.zero_stage, tied=rt.cfg.tied_embeddings, device=rt.device)
+
+
 def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> None:
     """Each rank writes its reduced gradients keyed by logical name with its TP slice position,
     so a test can reassemble full tensors and compare layouts."""
@@ -461,6 +473,7 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
             reduce_gradients(rt, opts)
             if opts.dump_grads and step == start + 1:
                 dump_gradients(rt, opts.dump_grads, indices)
+            grad_norm = clip_gradients(rt)
             rt.optimizer.step()
         _sync(device)
         t_end = time.perf_counter()
@@ -470,10 +483,11 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         step_time = float(dt.item())
         tps = tokens_per_step / step_time
         mfu = flops_per_token * tps / (world * peak * 1e12) if peak else None
+        norm = None if grad_norm is None else float(grad_norm)
         steps.append({"step": step, "loss": loss, "step_time_s": step_time, "tokens_per_s": tps, "mfu": mfu,
-                      **step_phases(rt, t0, t_fb, t_end)})
+                      "grad_norm": norm, **step_phases(rt, t0, t_fb, t_end)})
         log(f"step {step}/{opts.steps} loss={loss:.6f} step_time_s={step_time:.4f} tokens_per_s={tps:.1f} "
-            f"mfu={'null' if mfu is None else f'{mfu:.4f}'}")
+            f"mfu={'null' if mfu is None else f'{mfu:.4f}'}" + ("" if norm is None else f" grad_norm={norm:.6g}"))
         if opts.checkpoint_dir and opts.checkpoint_every and step % opts.checkpoint_every == 0:
             path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer)
             log(f"checkpoint {path}")

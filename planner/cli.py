@@ -162,6 +162,7 @@ _MODEL_OPTIONS = [
     ("global_batch_size", Optional[int], None, ("--global-batch-size",), f"Sequences per optimizer step [default: {DEFAULT_GLOBAL_BATCH}]."),
     ("dtype", str, "bf16", ("--dtype",), "bf16 or fp16."),
     ("precision", str, "master-weights", ("--precision",), "master-weights (16-bit weights + fp32 grads and master + Adam, 18 B/param, as Megatron), master-weights-half-grads (16-bit grads, 16 B/param, as DeepSpeed fp16), amp (fp32 weights under autocast) or fp32."),
+    ("clip_grad", float, 1.0, ("--clip-grad",), "Global gradient-norm clipping threshold, as Megatron-LM's --clip-grad, torchtitan's max_norm (0: none); `parplan launch` clips, and the prediction counts its passes."),
     ("tokens", Optional[str], None, ("--tokens",), "Total training tokens (reports days and GPU-hours)."),
     ("tp", Optional[int], None, ("--tp",), None),
     ("pp", Optional[int], None, ("--pp",), None),
@@ -235,6 +236,8 @@ def _prepare(opts, gpus: int | None = None):
                  f"{o.seq_len * DEFAULT_GLOBAL_BATCH / 1e6:,.0f}M tokens a step at --seq-len {o.seq_len}; "
                  "set --global-batch-size to your run's")
     _positive("global-batch-size", o.global_batch_size, allow_none=False, upper=100_000_000)
+    if not (o.clip_grad >= 0 and math.isfinite(o.clip_grad)):
+        raise UserError(f"--clip-grad must be a positive norm, or 0 for no clipping; got {o.clip_grad}")
     _positive("gpus-per-node", o.gpus_per_node, upper=1_000_000)
     _positive("inter-node-bandwidth", o.inter_node_bandwidth, upper=1e6)
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "tp", "pp", "dp", "cp", "mbs", "vpp"):
@@ -256,6 +259,7 @@ def _prepare(opts, gpus: int | None = None):
                 sp=o.sp, schedule=o.schedule, offload=o.offload)
     from .core import STACK_FLAGS
     kwargs = dict(hardware=o.hardware, seq_len=o.seq_len, global_batch_size=o.global_batch_size, dtype=o.dtype,
+                  clip_grad=o.clip_grad or None,
                   precision=o.precision, gpus_per_node=o.gpus_per_node,
                   inter_node_gbytes_per_s=o.inter_node_bandwidth, tokens=n_tokens, pins=pins, framework=o.framework,
                   **{k: getattr(o, k) for k in STACK_FLAGS if getattr(o, k) is not None})

@@ -46,6 +46,10 @@ def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
     return spec.model_copy(update={"num_params": int(param_counts(spec, seq_len)["total"])})
 
 
+# Global gradient-norm clipping `recommend` plans with: the default of Megatron-LM (--clip-grad),
+# torchtitan (max_norm) and the published DeepSpeed runs' gradient_clipping
+DEFAULT_CLIP_GRAD = 1.0
+
 # Training fields that describe the framework rather than the job: recommend() takes them as keywords,
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
@@ -133,6 +137,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
                           fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm,
                           async_tp_grad_comm=tr.async_tp_grad_comm,
+                          clip_grad=tr.clip_grad is not None, clip_scales_always=tr.framework != "megatron",
                           eager_runtime="parplan" if tr.framework == "parplan" else "torchtitan",
                           cp_overlap_local_chunk_only=tr.framework == "torchtitan")
 
@@ -257,7 +262,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
               global_batch_size: int = 1024, dtype: str = "bf16", precision: str = "master-weights",
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
-              pins: Pins | None = None, suggest: bool = True, framework: str = "parplan", **stack) -> Plan:
+              pins: Pins | None = None, suggest: bool = True, framework: str = "parplan",
+              clip_grad: float | None = DEFAULT_CLIP_GRAD, **stack) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
     `model` is a ModelSpec or a preset name ("llama3-70b").  `stack`: any of STACK_FLAGS, the
     Training fields that describe how the training framework behaves; those not given (or None)
@@ -298,7 +304,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         pins = replace(pins, zero_max_with_pp=1)
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
-                        **stack)
+                        clip_grad=clip_grad, **stack)
     hw = hardware_constants(profile, hw_ref, dtype)
     m = ModelDims.from_spec(spec, seq_len)
     tr = training_consts(training)
@@ -444,8 +450,9 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
 
 
 def stack_flags(training: Training) -> dict:
-    """The plan's framework and STACK_FLAGS, as keyword arguments for recommend()."""
-    return {"framework": training.framework, **{k: getattr(training, k) for k in STACK_FLAGS}}
+    """The plan's framework, STACK_FLAGS and gradient clipping, as keyword arguments for recommend()."""
+    return {"framework": training.framework, "clip_grad": training.clip_grad,
+            **{k: getattr(training, k) for k in STACK_FLAGS}}
 
 
 def _nearby_batches(gbs: int, gpus: int, pins: Pins, limit: int = 6) -> list[int]:

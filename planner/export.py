@@ -311,6 +311,7 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
 
     # --- run
     flag("--lr", t.lr)
+    flag("--clip-grad", float(t.clip_grad or 0.0))  # 0: none
     flag("--seed", t.seed)
     if t.tokens is not None:
         flag("--train-samples", math.ceil(t.tokens / t.seq_len))
@@ -480,7 +481,7 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
             ("local_batch_size", local_batch),
             ("global_batch_size", t.global_batch_size),
             ("seq_len", t.seq_len),
-            ("max_norm", 1.0),
+            ("max_norm", float(t.clip_grad) if t.clip_grad is not None else math.inf),  # inf: no clipping
             ("steps", steps),
             ("mixed_precision_param", mp_param),
             ("mixed_precision_reduce", "float32"),
@@ -522,7 +523,7 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         "train_batch_size": t.global_batch_size,
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
         "gradient_accumulation_steps": t.num_microbatches,
-        "gradient_clipping": 1.0,
+        "gradient_clipping": float(t.clip_grad or 0.0),  # 0: none
     }
     if t.precision != "fp32" and t.dtype == "bf16":
         cfg["bf16"] = {"enabled": True}

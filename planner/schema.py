@@ -124,6 +124,11 @@ class Training(Strict):
         "apex's, or torch.compile's (parplan launch compiles each block on cuda; torchtitan with training.compile). "
         "Off = eager PyTorch ops, each a pass over memory (RMSNorm in fp32, complex rotary, the GQA key/value copy: "
         "about 3.3x the bytes of a llama block's fused pointwise work, cost_models.compute.layer_elementwise_time).")
+    clip_grad: Optional[float] = Field(
+        None, gt=0, description="Clip the gradient to this global 2-norm before each optimizer step (Megatron-LM "
+        "--clip-grad, DeepSpeed gradient_clipping, torchtitan max_norm; 1.0 in all three, and what `parplan recommend` "
+        "writes); costs a read of every gradient for the norm and, except in Megatron-LM (which scales only when "
+        "clipping), a scaling pass. None = no clipping (plans written before the field existed).")
     tokens: Optional[float] = Field(None, gt=0, description="Total training tokens, for time-to-train.")
     seed: int = Field(1234, description="Seed of the logical weights and synthetic data.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate used by `parplan launch`.")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 
@@ -22,7 +23,7 @@ def llama_plan(**parallel_overrides) -> Plan:
                         ffn_hidden=14336, vocab=128256),
         hardware=HardwareRef(name="h100-sxm-80gb", gpus=16, gpus_per_node=8),
         training=Training(seq_len=4096, global_batch_size=par["dp"] * 32, micro_batch_size=1, num_microbatches=32,
-                          dtype="bf16", precision="master-weights", tokens=1e9),
+                          dtype="bf16", precision="master-weights", tokens=1e9, clip_grad=1.0),
         parallel=Parallel(**par),
     )
 
@@ -362,3 +363,15 @@ def test_megatron_context_parallel_follows_the_predicted_exchange():
     assert "--cp-comm-type" not in a
     assert any("overlap_cp_comm off" in n for n in export_notes(llama_plan(cp=2, tp=4, pp=1, vpp=1, schedule="1f1b"),
                                                                  "torchtitan"))
+
+
+def test_gradient_clipping_is_exported_as_planned():
+    """The plan's clip_grad (1.0 from recommend) becomes each framework's threshold; a plan without it
+    (None: the prediction counts no clipping pass) exports clipping off: Megatron-LM and DeepSpeed take
+    0, torchtitan an infinite max_norm."""
+    for clip, mega, ds, titan in ((1.0, 1.0, 1.0, 1.0), (0.3, 0.3, 0.3, 0.3), (None, 0.0, 0.0, math.inf)):
+        plan = llama_plan()
+        plan = plan.model_copy(update={"training": plan.training.model_copy(update={"clip_grad": clip})})
+        assert float(megatron_args(export_plan(plan, "megatron"))["--clip-grad"]) == mega
+        assert json.loads(export_plan(plan, "deepspeed"))["gradient_clipping"] == ds
+        assert tomllib.loads(export_plan(plan, "torchtitan"))["training"]["max_norm"] == titan

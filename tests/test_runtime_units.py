@@ -293,3 +293,26 @@ def test_cost_model_counts_the_runtimes_parameter_tensors(model, first, last):
     blocks = [2 if first else 0, 0 if first or last else 2, 2 if last and not first else 0]
     count = param_tensors_per_rank(m, np.array(pp), *(np.array(b) for b in blocks))
     assert int(count) == len({id(p) for p in stage.parameters()})
+
+
+@pytest.mark.parametrize("max_norm", [1e-3, 1e9], ids=["clips", "does-not-clip"])
+def test_clip_grad_norm_matches_torch_on_one_rank(max_norm):
+    """parallel_layers.clip on one rank is torch.nn.utils.clip_grad_norm_: the same norm and the same
+    clipped gradients (tied gpt: the shared embedding counted once)."""
+    from parallel_layers.clip import clip_grad_norm
+    cfg = ModelConfig.from_plan(tiny_plan(TINY_GPT))
+    model = StageModule(cfg, list(range(cfg.layers)), first=True, last=True, tp_group=None)
+    init_parameters(model, 1234)
+    x = torch.randint(0, cfg.vocab, (2, 16))
+    F.cross_entropy(model(x).reshape(-1, cfg.vocab), x.reshape(-1)).backward()
+    twin = {n: p.grad.clone() for n, p in model.named_parameters()}
+    params = [p for _, p in model.named_parameters()]
+    norm = clip_grad_norm([model], max_norm, tp=1, dp=1, cp=1, pp=1, zero_stage=0, tied=True, device=torch.device("cpu"))
+    ref_params = [nn.Parameter(p.detach().clone()) for p in params]
+    for rp, (n, _) in zip(ref_params, model.named_parameters()):
+        rp.grad = twin[n]
+    ref = torch.nn.utils.clip_grad_norm_(ref_params, max_norm)
+    torch.testing.assert_close(norm, ref)
+    for p, rp in zip(params, ref_params):
+        torch.testing.assert_close(p.grad, rp.grad)
+    assert (norm > max_norm) == (max_norm == 1e-3)

@@ -256,8 +256,9 @@ def test_recommend_takes_every_stack_flag_and_rejects_others():
                  p2p_scatter_gather=True, fused_cross_entropy=True, fused_elementwise=False, overlap_cp_comm=True,
                  async_tp_grad_comm=True)
     assert set(flags) == set(STACK_FLAGS)
-    plan = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, **flags)
-    assert stack_flags(plan.training) == {"framework": "parplan", **flags}
+    plan = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, clip_grad=0.5, **flags)
+    assert stack_flags(plan.training) == {"framework": "parplan", "clip_grad": 0.5, **flags}
+    assert recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False).training.clip_grad == 1.0
     with pytest.raises(TypeError, match="flash_atention"):
         recommend(spec, 2, seq_len=64, global_batch_size=4, flash_atention=False)
 

@@ -86,10 +86,18 @@ REFERENCE_CASES = {
 }
 REFERENCE_PRECISION = {"gpt-master-weights": "master-weights", "gpt-master-weights-half-grads": "master-weights-half-grads"}
 SGD_LR = 0.5
+# Global gradient-norm clipping on every AdamW job: the tiny models' one-rank norms run 0.5-1.6 over the
+# first steps, so 1.0 clips some steps and not others (a wrong distributed norm then changes the losses,
+# which a constant clip factor would not under AdamW); the SGD jobs check a 2x gradient and do not clip
+CLIP_GRAD = 1.0
 
 
 def _lr(opts):
     return SGD_LR if opts.get("optimizer") == "sgd" else 1e-2
+
+
+def _clip(opts):
+    return None if opts.get("optimizer") == "sgd" else CLIP_GRAD
 
 
 def _job(tmp: Path, name: str, plan, opts: dict, steps=STEPS) -> dict:
@@ -100,21 +108,22 @@ def _job(tmp: Path, name: str, plan, opts: dict, steps=STEPS) -> dict:
 
 
 def reference_jobs(tmp: Path) -> list[dict]:
-    return [_job(tmp, f"ref-{n}", tiny_plan(m, lr=_lr(o), precision=REFERENCE_PRECISION.get(n, "fp32")), o)
+    return [_job(tmp, f"ref-{n}", tiny_plan(m, lr=_lr(o), clip_grad=_clip(o), precision=REFERENCE_PRECISION.get(n, "fp32")), o)
             for n, (m, o) in REFERENCE_CASES.items()]
 
 
 def parallel_jobs(tmp: Path) -> list[dict]:
-    jobs = [_job(tmp, n, tiny_plan(m, lr=_lr(o), **{**LAYOUT, **p}), o) for n, (m, p, o) in PARALLEL_CASES.items()]
+    jobs = [_job(tmp, n, tiny_plan(m, lr=_lr(o), clip_grad=_clip(o), **{**LAYOUT, **p}), o)
+            for n, (m, p, o) in PARALLEL_CASES.items()]
     # stop after step 2 with a checkpoint, then resume to step 3 in a fresh runtime
-    plan = tiny_plan(TINY_LLAMA, **LAYOUT, zero_stage=1)
+    plan = tiny_plan(TINY_LLAMA, **LAYOUT, zero_stage=1, clip_grad=CLIP_GRAD)
     ck = str(tmp / "resume" / "ckpt")
     jobs.append(_job(tmp, "resume-first", plan, {"checkpoint_dir": ck, "checkpoint_every": 2}, steps=2))
     jobs.append(_job(tmp, "resume-second", plan, {"checkpoint_dir": ck, "resume": True}, steps=STEPS))
     ck = str(tmp / "cp-resume" / "ckpt")
     next(j for j in jobs if j["report"] == str(tmp / CP_RESUME_FROM / "report.json"))["opts"].update(
         checkpoint_dir=ck, checkpoint_every=2)
-    jobs.append(_job(tmp, "cp-resume", tiny_plan(TINY_LLAMA, **CP_RESUME_LAYOUT),
+    jobs.append(_job(tmp, "cp-resume", tiny_plan(TINY_LLAMA, **CP_RESUME_LAYOUT, clip_grad=CLIP_GRAD),
                      {"checkpoint_dir": ck, "resume": True}, steps=STEPS))
     return jobs
 
@@ -123,7 +132,8 @@ def reshard_jobs(tmp: Path) -> list[dict]:
     """4-rank resumes of the 8-rank ZeRO-1 checkpoint (step 2) in other layouts with the same tp:
     fewer dp ranks (dp folded into micro-batches), and pp 2 -> 1 with FSDP2."""
     ck = str(tmp / "resume" / "ckpt")
-    return [_job(tmp, name, tiny_plan(TINY_LLAMA, **par), {"checkpoint_dir": ck, "resume": True}, steps=STEPS)
+    return [_job(tmp, name, tiny_plan(TINY_LLAMA, **par, clip_grad=CLIP_GRAD), {"checkpoint_dir": ck, "resume": True},
+                 steps=STEPS)
             for name, par in (("reshard-dp1-zero0", dict(tp=2, pp=2, dp=1)),
                               ("reshard-pp1-fsdp2", dict(tp=2, pp=1, dp=2, zero_stage=3)))]
 

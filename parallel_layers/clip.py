@@ -1,0 +1,71 @@
+"""Gradient clipping by the global 2-norm, over every parallel dimension.
+
+The norm is the one a single rank would compute on the unsplit model (torch.nn.utils.clip_grad_norm_,
+Megatron-LM's clip_grad_norm_fp32): each rank sums the squares of the gradients it holds after the
+reduction, each divided by the number of ranks holding an identical copy, and one all-reduce over
+the world adds them.  Copies of a gradient:
+  - tensor parallel: parameters not split over TP (norms, row-parallel biases) are the same on every
+    TP rank (sequence parallelism's partial gradients have been summed by then);
+  - data parallel: ZeRO-0 and parplan's ZeRO-1 (all-reduce) leave the whole gradient on every dp
+    rank; ZeRO-2 on its owner only; FSDP2 a disjoint shard on each;
+  - context parallel: the cp ranks hold averaged replicas;
+  - pipeline: a tied embedding's gradient is summed into both its copies (first and last stage).
+Every local gradient is then multiplied by min(1, max_norm / (norm + 1e-6)) on the device, with no
+host synchronisation, as torch's clip_grad_norm_ does.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from parallel_layers.data_parallel import local_tensor
+from parallel_layers.model import iter_shard_specs
+from parallel_layers.precision import grad_of
+
+EPS = 1e-6
+
+
+def copies(spec, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int, tied: bool) -> int:
+    """Ranks in the world holding the same gradient as this one (see the module docstring)."""
+    n = cp * (dp if zero_stage in (0, 1) else 1)
+    if spec.tp_dim is None:
+        n *= tp
+    if tied and pp > 1 and spec.logical_name == "embedding.weight":
+        n *= 2
+    return n
+
+
+def local_gradients(stage_modules, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int, tied: bool):
+    """(local gradient tensor, copies in the world) for every gradient this rank holds."""
+    seen = set()
+    for m in stage_modules:
+        for _, p, spec in iter_shard_specs(m):
+            g = grad_of(p)
+            if g is None or id(p) in seen:
+                continue
+            seen.add(id(p))
+            yield local_tensor(g), copies(spec, tp=tp, dp=dp, cp=cp, pp=pp, zero_stage=zero_stage, tied=tied)
+
+
+def clip_grad_norm(stage_modules, max_norm: float, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int,
+                   tied: bool, device: torch.device) -> torch.Tensor:
+    """Scale this rank's gradients so the whole model's gradient has 2-norm at most max_norm; returns
+    the norm before clipping (a 0-d fp32 tensor on `device`, identical on every rank)."""
+    grads = list(local_gradients(stage_modules, tp=tp, dp=dp, cp=cp, pp=pp, zero_stage=zero_stage, tied=tied))
+    sq = torch.zeros((), dtype=torch.float32, device=device)
+    by_copies: dict = {}  # one foreach norm per (device, dtype, copies), in fp32, as clip_grad_norm_ groups them
+    for g, n in grads:
+        by_copies.setdefault((g.device, g.dtype, n), []).append(g)
+    for (_, _, n), gs in by_copies.items():
+        norms = torch._foreach_norm(gs, 2, dtype=torch.float32)
+        sq += torch.stack(norms).pow(2).sum().to(device) / n
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(sq)
+    norm = sq.sqrt()
+    coef = torch.clamp(max_norm / (norm + EPS), max=1.0)
+    groups: dict = {}  # one foreach multiply per (device, dtype): FSDP2's offloaded shards live on the host
+    for g, _ in grads:
+        groups.setdefault((g.device, g.dtype), []).append(g)
+    for (dev, dtype), gs in groups.items():
+        torch._foreach_mul_(gs, coef.to(device=dev, dtype=dtype))
+    return norm

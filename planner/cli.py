@@ -524,6 +524,27 @@ def _gpus_list(text: str) -> list[int]:
     return sorted(set(out))
 
 
+def _sweep_row(spec, g: int, objective: str, kwargs: dict) -> dict:
+    """One GPU count's best plan for `sweep`, or why nothing fits."""
+    from .core import NothingFits, PlannerError, recommend as do_recommend
+    from .render import layout_label
+    row = {"gpus": g, "fits": False, "reason": None, "layout": None, "layout_label": None,
+           "step_time_s": None, "tokens_per_s": None, "mfu": None, "memory_total_bytes": None}
+    try:
+        plan = do_recommend(spec, g, objective=objective, top_k=1, suggest=False, **kwargs)
+    except NothingFits as e:
+        row["reason"] = e.plan.prediction.reason if e.plan.prediction else str(e)
+    except PlannerError as e:
+        row["reason"] = _one_line(e)
+    else:
+        from .explain import layout_dict
+        pr = plan.prediction
+        row.update(fits=True, layout=layout_dict(plan), layout_label=layout_label(plan.parallel),
+                   step_time_s=pr.step_time_s, tokens_per_s=pr.tokens_per_s, mfu=pr.mfu,
+                   memory_total_bytes=pr.memory_bytes_per_gpu.total)
+    return row
+
+
 @app.command()
 @_model_options
 def sweep(
@@ -534,28 +555,17 @@ def sweep(
     opts=None,
 ):
     """Best layout for each GPU count: step time, tokens/s, MFU and memory, with bar charts."""
-    from .core import NothingFits, PlannerError, recommend as do_recommend
-    from .render import bar_lines, layout_label, sweep_table
+    from rich.progress import Progress
+
+    from .render import bar_lines, sweep_table
     _check_choice("objective", objective, ("throughput", "memory"))
     counts = _gpus_list(gpus_list)
     spec, kwargs = _prepare(opts)
     rows = []
-    for g in counts:
-        row = {"gpus": g, "fits": False, "reason": None, "layout": None, "layout_label": None,
-               "step_time_s": None, "tokens_per_s": None, "mfu": None, "memory_total_bytes": None}
-        try:
-            plan = do_recommend(spec, g, objective=objective, top_k=1, suggest=False, **kwargs)
-        except NothingFits as e:
-            row["reason"] = e.plan.prediction.reason if e.plan.prediction else str(e)
-        except PlannerError as e:
-            row["reason"] = _one_line(e)
-        else:
-            from .explain import layout_dict
-            pr = plan.prediction
-            row.update(fits=True, layout=layout_dict(plan), layout_label=layout_label(plan.parallel),
-                       step_time_s=pr.step_time_s, tokens_per_s=pr.tokens_per_s, mfu=pr.mfu,
-                       memory_total_bytes=pr.memory_bytes_per_gpu.total)
-        rows.append(row)
+    err = _console()  # a transient bar on a terminal's stderr: stdout keeps the table or the JSON
+    with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
+        for g in progress.track(counts, description="planning each GPU count"):
+            rows.append(_sweep_row(spec, g, objective, kwargs))
     if as_json:
         _write_json(rows)
     else:

@@ -2,7 +2,7 @@
 ``model`` dict with Megatron-style tensor parallelism.
 
 llama: RMSNorm, rotary positions, GQA (query and kv heads both split over TP), SwiGLU, no
-biases, untied head.  gpt: LayerNorm, GeLU, learned positions, biases, tied or untied head.
+biases, tied or untied head.  gpt: LayerNorm, GeLU, learned positions, biases, tied or untied head.
 Attention is ``F.scaled_dot_product_attention(is_causal=True)``; no dropout anywhere.  With
 context parallelism (cp > 1, ``parallel_layers.context_parallel``) each rank holds two chunks
 of the sequence, rotary and learned positions use the tokens' global positions, K/V are
@@ -103,7 +103,7 @@ class ModelConfig:
         m = plan.model
         return cls(arch=m.arch, layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
                    ffn_hidden=m.ffn_hidden, vocab=m.vocab, head_dim=m.head_dim or m.hidden // m.heads,
-                   tied_embeddings=m.tied_embeddings and m.arch == "gpt",
+                   tied_embeddings=m.tied_embeddings,
                    max_seq_len=m.max_seq_len or plan.training.seq_len)
 
 

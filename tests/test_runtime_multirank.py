@@ -59,7 +59,10 @@ def losses(tmp, name) -> list[float]:
 
 def reference_for(case: str) -> str:
     model, _, opts = suite.PARALLEL_CASES[case]
-    name = "ref-llama" if model["arch"] == "llama" else "ref-gpt" if model.get("tied_embeddings") else "ref-gpt-untied"
+    if model["arch"] == "llama":
+        name = "ref-llama-tied" if model.get("tied_embeddings") else "ref-llama"
+    else:
+        name = "ref-gpt" if model.get("tied_embeddings") else "ref-gpt-untied"
     if model["vocab"] != suite.TINY_GPT["vocab"]:
         name = f"ref-{model['arch']}-vocab{model['vocab']}"
     if _precision(case) != "fp32":
@@ -134,7 +137,7 @@ def test_a_twice_too_large_gradient_would_move_step3_loss(runs):
     assert max_relative_error(g2, g1)[0] > 0.5  # the gradient check would flag it too
 
 
-@pytest.mark.parametrize("case", ["1f1b", "zbv", "gpt-tied"])
+@pytest.mark.parametrize("case", ["1f1b", "zbv", "gpt-tied", "llama-tied-1f1b-sp"])
 def test_each_rank_holds_its_share_of_parameters(runs, case):
     dumps = load_dumps(runs / case / "grads")
     plan = Plan.model_validate(report(runs, case)["plan"])

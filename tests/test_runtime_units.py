@@ -316,3 +316,16 @@ def test_clip_grad_norm_matches_torch_on_one_rank(max_norm):
     for p, rp in zip(params, ref_params):
         torch.testing.assert_close(p.grad, rp.grad)
     assert (norm > max_norm) == (max_norm == 1e-3)
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, {**TINY_LLAMA, "tied_embeddings": True}, TINY_GPT],
+                         ids=["llama", "llama-tied", "gpt-tied"])
+def test_one_rank_model_has_the_planned_parameter_count(model):
+    """The runtime builds the model the plan costs: a tied llama (Llama 3.2 1B, Gemma) shares the head
+    with the embedding, as gpt does, so its parameters are the cost model's count, not one vocab x
+    hidden matrix more."""
+    plan = tiny_plan(model)
+    cfg = ModelConfig.from_plan(plan)
+    m = StageModule(cfg, list(range(cfg.layers)), first=True, last=True, tp_group=None)
+    assert (m.head.weight is m.embed.weight) == bool(model.get("tied_embeddings"))
+    assert sum(p.numel() for p in m.parameters()) == param_counts(plan.model, plan.training.seq_len)["total"]

@@ -44,6 +44,10 @@ PARALLEL_CASES = {
     # a vocabulary tp does not divide (GPT-2's 50257 is odd): padded to a multiple of tp, the padding's
     # logits masked; tied, so the last stage's copy of the embedding is padded and summed too
     "gpt-tied-odd-vocab": ({**TINY_GPT, "vocab": 257}, dict(schedule="1f1b"), {}),
+    # llama with tied embeddings (Llama 3.2 1B/3B, Gemma): the last stage's head is a copy of the
+    # embedding whose gradient is summed with it, as gpt's; ZB-V puts both copies on pp rank 0
+    "llama-tied-1f1b-sp": ({**TINY_LLAMA, "tied_embeddings": True}, dict(schedule="1f1b", sp=True), {}),
+    "llama-tied-zbv-zero1": ({**TINY_LLAMA, "tied_embeddings": True}, dict(schedule="zbv", vpp=2, zero_stage=1), {}),
     "sgd": (TINY_LLAMA, dict(), {"optimizer": "sgd"}),
     # optimizer offload: AdamW states on the host, step on the CPU (MasterAdamW as a host mirror)
     "zero1-offload": (TINY_LLAMA, dict(zero_stage=1, offload="optimizer"), {}),
@@ -78,6 +82,7 @@ REFERENCE_CASES = {
     "llama": (TINY_LLAMA, {}),
     "gpt": (TINY_GPT, {}),
     "gpt-untied": ({**TINY_GPT, "tied_embeddings": False}, {}),
+    "llama-tied": ({**TINY_LLAMA, "tied_embeddings": True}, {}),
     "gpt-vocab257": ({**TINY_GPT, "vocab": 257}, {}),
     "llama-sgd": (TINY_LLAMA, {"optimizer": "sgd"}),
     "llama-sgd-2x": (TINY_LLAMA, {"optimizer": "sgd", "debug_grad_scale": 2.0}),

@@ -393,6 +393,9 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
                      f"shape; register {flavor!r} in llama3_configs (torchtitan/models/llama3/__init__.py) with "
                      f"dim={m.hidden}, n_layers={m.layers}, n_heads={m.heads}, n_kv_heads={m.kv_heads}, "
                      f"FFN hidden {m.ffn_hidden}, vocab_size={m.vocab}.")
+    if m.arch == "llama" and m.tied_embeddings:
+        notes.append("tied_embeddings: torchtitan's llama3 has its own output layer, one vocab x hidden matrix "
+                     "(embedding-sized) more than the plan counts in parameters, gradients and optimizer states.")
 
     # [training]
     pp_on = p.pp > 1

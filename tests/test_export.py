@@ -375,3 +375,10 @@ def test_gradient_clipping_is_exported_as_planned():
         assert float(megatron_args(export_plan(plan, "megatron"))["--clip-grad"]) == mega
         assert json.loads(export_plan(plan, "deepspeed"))["gradient_clipping"] == ds
         assert tomllib.loads(export_plan(plan, "torchtitan"))["training"]["max_norm"] == titan
+
+
+def test_a_tied_llama_exported_to_torchtitan_says_its_head_is_untied_there():
+    plan = llama_plan()
+    plan = plan.model_copy(update={"model": plan.model.model_copy(update={"tied_embeddings": True})})
+    assert any("tied_embeddings" in n for n in export_notes(plan, "torchtitan"))
+    assert not any("tied_embeddings" in n for n in export_notes(llama_plan(), "torchtitan"))

@@ -392,6 +392,18 @@ def _host_block_note(report: dict, host_s: float) -> str | None:
     return note
 
 
+def grad_norm_line(report: dict) -> str | None:
+    """The global gradient norm before clipping, first and last step, and how many steps clipped."""
+    steps = report.get("steps") or []
+    norms = [s.get("grad_norm") for s in steps]
+    clip = ((report.get("plan") or {}).get("training") or {}).get("clip_grad")
+    if not norms or None in norms or clip is None:
+        return None
+    clipped = sum(n > clip for n in norms)
+    return (f"gradient norm before clipping at {clip:g}: {norms[0]:.4g} at step {steps[0]['step']}, "
+            f"{norms[-1]:.4g} at step {steps[-1]['step']}; {clipped} of {len(norms)} steps clipped")
+
+
 def cpu_memory_line(report: dict) -> str | None:
     """The CPU allocator's traced peak (``--memory-snapshot`` on cpu) against the plan's memory model."""
     cm = report.get("cpu_memory")
@@ -460,7 +472,7 @@ def print_summary(report: dict, report_path: str) -> None:
     console.print(t)
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
-    for line in (phases_line(report), cpu_memory_line(report), rank_kind_line(report)):
+    for line in (phases_line(report), grad_norm_line(report), cpu_memory_line(report), rank_kind_line(report)):
         if line:
             console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)

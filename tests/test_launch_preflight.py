@@ -302,3 +302,13 @@ def test_runtime_support_rejects_dimensions_tp_does_not_divide():
     plan.model.ffn_hidden = plan.model.ffn_hidden + 1
     c = L.check_runtime_support(plan, "cpu")
     assert not c.ok and "ffn_hidden" in c.detail
+
+
+def test_the_report_says_how_many_steps_clipped():
+    from planner.launch import grad_norm_line
+    report = {"plan": {"training": {"clip_grad": 1.0}},
+              "steps": [{"step": 1, "grad_norm": 2.5}, {"step": 2, "grad_norm": 0.8}, {"step": 3, "grad_norm": 1.2}]}
+    assert grad_norm_line(report) == ("gradient norm before clipping at 1: 2.5 at step 1, 1.2 at step 3; "
+                                      "2 of 3 steps clipped")
+    report["plan"]["training"]["clip_grad"] = None  # a plan without clipping, or a report from before it
+    assert grad_norm_line(report) is None

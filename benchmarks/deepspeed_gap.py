@@ -9,8 +9,9 @@ x (seconds per block and micro-batch, whatever the micro-batch size) + r x the s
 same two numbers applied to MT-NLG (held out).  BLOOM's training script sets CUDA_LAUNCH_BLOCKING=1
 (bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm: "do not remove or the training
 will hang"), which makes the host wait for every kernel, so a block's host dispatch adds to its GPU time
-instead of hiding behind it: a cost per block that does not grow with the micro-batch.  Nothing here
-changes a prediction.
+instead of hiding behind it: a cost per block that does not grow with the micro-batch.  Last, MT-NLG's
+published steps split into a cost per pipeline slot and one per iteration (its three rows differ only
+in dp, at one global batch).  Nothing here changes a prediction.
 
     python benchmarks/deepspeed_gap.py
 """
@@ -34,6 +35,7 @@ def rows(set_name: str):
         slots = m + pp - 1
         blocks = plan.model.layers / pp
         yield dict(label=q.label, m=m, slots=slots, blocks=blocks, slot_s=slot_s, predicted_s=pr.step_time_s,
+                   step_fixed_s=tb.dp_comm_s + tb.optimizer_s,
                    published_s=published_s, short_per_slot_s=(published_s - pr.step_time_s) / slots,
                    metric=V.metric_value(plan, q), published=q.published)
 
@@ -59,6 +61,15 @@ def main() -> None:
         print(f"  {r['label']:16s} short {r['short_per_slot_s'] * 1e3:5.1f} ms a slot, BLOOM's fit gives "
               f"{(x * r['blocks'] + k * r['slot_s']) * 1e3:5.1f} ms: error {100 * err0:+.1f} % -> {100 * err1:+.1f} %")
     print(f"  median |error| with BLOOM's fit: {100 * float(np.median(errs)):.1f} %")
+    # MT-NLG's three rows differ only in dp (8, 10, 12) at one global batch: the published step as
+    # a x (m + p - 1) slots + C separates a cost per pipeline slot from one per iteration
+    mt = list(rows("mt_nlg_530b"))
+    a = np.array([[r["slots"], 1.0] for r in mt])
+    (per_slot, fixed), *_ = np.linalg.lstsq(a, np.array([r["published_s"] for r in mt]), rcond=None)
+    print(f"MT-NLG published steps as slots x {per_slot * 1e3:.0f} ms + {fixed:.1f} s an iteration "
+          f"(model: {1e3 * float(np.mean([r['slot_s'] for r in mt])):.0f} ms a slot, "
+          f"{float(np.mean([r['step_fixed_s'] for r in mt])):.2f} s of data-parallel communication and "
+          "optimizer/gradient passes)")
 
 
 if __name__ == "__main__":

@@ -197,7 +197,7 @@ class TimeBreakdown(Strict):
     dp_comm_s: float = Field(description="Exposed data-parallel gradient/parameter communication.")
     cp_comm_s: float = Field(description="Exposed context-parallel K/V exchange.")
     bubble_s: float = Field(description="Pipeline fill/drain idle time.")
-    optimizer_s: float = Field(description="Optimizer step (memory-bound, or host for offload) plus the memory-bound gradient upcast/accumulation passes unless grad_accumulation_fusion.")
+    optimizer_s: float = Field(description="Optimizer step (memory-bound, or host for offload) plus the memory-bound gradient upcast/accumulation passes unless grad_accumulation_fusion, and with training.clip_grad the gradient-norm read and scaling pass.")
 
 
 class Amdahl(Strict):

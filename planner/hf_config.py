@@ -7,6 +7,11 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             over hidden 1024); its per-head q/k RMSNorms (2 x head_dim weights a layer)
                             are not counted.
   phi3                   -> arch llama: its fused qkv and gate_up projections hold the same matrices.
+  granite                -> arch llama: Granite's embedding, residual, attention and logit multipliers are
+                            scalars (no parameters, no matmuls).
+  olmo2                  -> arch llama: its two norms a layer sit after attention and MLP instead of
+                            before (same count); its q and k RMSNorms (h + kv width weights a layer) are
+                            not counted.
   gemma2                 -> as gemma, plus two norms a layer not counted (2 h weights) and attention
                             logit soft-capping (pointwise); every other layer attends within a sliding
                             window (4096), which the cost model counts as full attention: exact up to that
@@ -35,7 +40,7 @@ from pathlib import Path
 from cost_models.params import param_counts
 from planner.schema import ModelSpec
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "gemma", "gemma2", "gemma3_text")
 GPT_LIKE = ("gpt2", "gpt_neox")
 SUPPORTED = LLAMA_LIKE + GPT_LIKE
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -50,7 +55,8 @@ _FIELDS = {
                  "kv_heads": (), "ffn_hidden": ("intermediate_size",), "vocab": ("vocab_size",)},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
-_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "gemma": True, "gemma2": True, "gemma3_text": True,
+_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "granite": False,
+                 "olmo2": False, "gemma": True, "gemma2": True, "gemma3_text": True,
                  "gpt2": True, "gpt_neox": False}
 
 
@@ -127,6 +133,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     notes = {
         "qwen2": "q/k/v biases not counted",
         "qwen3": "per-head q/k norms not counted",
+        "olmo2": "q/k norms not counted",
         "phi3": "fused qkv and gate_up counted as separate matrices",
         "gemma": "GeGLU counted as 3 matrices like SwiGLU",
         "gemma2": "GeGLU counted as 3 matrices like SwiGLU; post-norms not counted",

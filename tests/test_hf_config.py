@@ -179,3 +179,22 @@ def test_gemma3_text_and_a_multimodal_gemma3_config():
     wrapped = model_from_hf_config({"model_type": "gemma3", "text_config": text, "vision_config": {"hidden_size": 1152}})
     assert wrapped.num_params == model_from_hf_config(text).num_params and wrapped.tied_embeddings
     assert "vision tower is not counted" in wrapped.source
+
+
+def test_granite_and_olmo2_map_to_llama():
+    """Granite's multipliers are scalars, so a granite config counts as llama exactly; OLMo 2's q/k norms
+    (h + kv width weights a layer) are the one difference, said in the source.  Shapes of
+    ibm-granite/granite-3.1-8b-base and allenai/OLMo-2-1124-7B as their configs give them; the counts
+    are the llama formula's (no published count is claimed here)."""
+    from cost_models.params import param_counts
+    granite = {"model_type": "granite", "hidden_size": 4096, "intermediate_size": 12800, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "num_hidden_layers": 40, "vocab_size": 49155, "tie_word_embeddings": True,
+               "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
+               "logits_scaling": 16.0}
+    olmo2 = {"model_type": "olmo2", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+             "num_key_value_heads": 32, "num_hidden_layers": 32, "vocab_size": 100352}
+    for cfg, tied, note in ((granite, True, None), (olmo2, False, "q/k norms not counted")):
+        spec = model_from_hf_config(cfg)
+        assert spec.arch == "llama" and spec.tied_embeddings is tied
+        assert spec.num_params == param_counts(spec)["total"]
+        assert (note in spec.source) if note else "not counted" not in spec.source

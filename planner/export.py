@@ -581,7 +581,8 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
     if p.cp > 1:
         notes.append(f"context parallelism cp={p.cp}: DeepSpeed's counterpart is Ulysses sequence parallelism "
                      "(all-to-all over heads), set in model code, not in ds_config; its communication differs "
-                     "from the predicted ring exchange.")
+                     "from the predicted K/V exchange (" + ("overlapped with the attention" if plan.training.overlap_cp_comm
+                                                            else "an all-gather before the attention") + ").")
     if p.recompute != "none":
         notes.append(f"recompute {p.recompute}: activation recomputation is switched on in the model code "
                      "(deepspeed.checkpointing / Megatron-DeepSpeed --recompute-granularity); ds_config's "

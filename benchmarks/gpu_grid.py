@@ -57,6 +57,9 @@ def grid() -> list[tuple[str, list[str]]]:
                "--vocab", "32000", "--seq-len", "2048", "--mbs", "4", "--global-batch-size", "4"]
     out.append(("llama-1.3b-mbs4-selective-op", llama13 + ["--recompute", "selective-op"]))
     out.append(("llama-1.3b-mbs4-none-eager", llama13 + ["--recompute", "none", "--no-fused-elementwise"]))
+    # gradient clipping (on by default since 2026-11-23): the same run without it, for the clipping passes'
+    # share of the after-backward phase (cost_models.compute.grad_clip_time)
+    out.append(("llama-1.3b-mbs4-none-noclip", llama13 + ["--recompute", "none", "--clip-grad", "0"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",

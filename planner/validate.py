@@ -447,6 +447,31 @@ def torchtitan_2024_h100(d: dict) -> Iterable[Query]:
                         framework="torchtitan", pin_variants=[pins])
 
 
+def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
+    """MosaicML llm-foundry's MPT throughput table on H100 (scripts/train/benchmarking/README.md): 52 runs
+    from 760M to 70B at 512 to 65,536 tokens on 8-64 GPUs.  Pinned, as published: FSDP FULL_SHARD over
+    every GPU (ZeRO 3, tp = pp = cp = 1), the row's micro-batch, full recompute where the row checkpoints
+    activations and none where it does not; flash attention, fp32 sharded masters with bf16 compute and
+    fp32 reduce (master-weights), eager pointwise work and an autograd cross-entropy.  The framework is
+    torchtitan's, the closest parplan models (FSDP over a torch model, eager); the runs used PyTorch's
+    FSDP1 under Composer.  MPT is parplan's gpt arch exactly (biases, LayerNorm, GeLU, learned positions,
+    tied embedding).  Metric: tokens/s per GPU."""
+    c = d["common"]
+    for r in d["rows"]:
+        shape = c["shapes"][r["model"]]
+        spec = ModelSpec(name=f"mpt-{r['model']}", arch="gpt", layers=shape["layers"], hidden=shape["hidden"],
+                         heads=shape["heads"], kv_heads=shape["heads"], ffn_hidden=4 * shape["hidden"],
+                         vocab=c["vocab"], tied_embeddings=True, max_seq_len=r["seq_len"])
+        pins = Pins(tp=1, pp=1, cp=1, dp=r["gpus"], mbs=r["micro_batch_size"], zero=3, sp=False, vpp=1,
+                    schedule="1f1b", offload="none", recompute="full" if r["activation_checkpointing"] else "none")
+        yield Query(label=f"{r['model']} s{r['seq_len']} {r['gpus']}gpu", spec=spec, gpus=r["gpus"],
+                    hardware="h100-sxm-80gb", seq_len=r["seq_len"], global_batch_size=r["global_batch_size"],
+                    metric="tokens_per_s_per_gpu", published=r["tokens_per_s_per_gpu"], dtype="bf16",
+                    precision="master-weights", flash_attention=True, overlap_grad_reduce=True,
+                    grad_accumulation_fusion=False, p2p_scatter_gather=False, fused_cross_entropy=False,
+                    fused_elementwise=False, framework="torchtitan", pin_variants=[pins])
+
+
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "megatron_sc21_table1": megatron_sc21_table1,
     "megatron_h100_2024": megatron_h100_2024,
@@ -458,6 +483,7 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "opt_175b": opt_175b,
     "gpt_neox_20b": gpt_neox_20b,
     "torchtitan_2024_h100": torchtitan_2024_h100,
+    "mpt_llm_foundry_h100": mpt_llm_foundry_h100,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
 FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction",

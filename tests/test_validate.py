@@ -123,12 +123,12 @@ def test_mt_nlg_published_tflops_follow_from_iteration_times():
 
 def test_pipeline_sends_partitioned_for_megatron_and_deepspeed(cases):
     """Megatron sets send 1/tp slices between stages (scatter/gather), and so do the DeepSpeed pipeline
-    sets (the engine's PartitionedTensor buffers whenever tp > 1); torchtitan's 1D FSDP runs have no
-    pipeline to send over and keep parplan's default, whole tensors."""
+    sets (the engine's PartitionedTensor buffers whenever tp > 1); torchtitan's and llm-foundry's 1D FSDP
+    runs have no pipeline to send over and keep parplan's default, whole tensors."""
     for c in cases:
         if c.plan is None:
             continue
-        whole = c.set_name in ("torchtitan_2024_h100",)
+        whole = c.set_name in ("torchtitan_2024_h100", "mpt_llm_foundry_h100")
         assert c.plan.training.p2p_scatter_gather is (not whole), (c.set_name, c.label)
         # DeepSpeed's pipeline engine (BLOOM, MT-NLG, GPT-NeoX) is modelled as DeepSpeed: blocking transfers
         if c.set_name in ("bloom_176b", "gpt_neox_20b", "mt_nlg_530b"):
@@ -228,6 +228,7 @@ README_ROWS = {  # the README's "How accurate" table: the start of a row's first
     "BLOOM-176B": "bloom_176b",
     "Llama 3 405B": "llama3_405b_table4",
     "MT-NLG 530B": "mt_nlg_530b",
+    "llm-foundry MPT": "mpt_llm_foundry_h100",
 }
 
 
@@ -246,3 +247,17 @@ def test_readme_accuracy_table_matches_validate(summary):
         assert worst == pytest.approx(summary[name]["max_abs_error"], abs=5e-4), (name, cells)
         seen.add(name)
     assert seen == set(README_ROWS.values())
+
+
+def test_mpt_shapes_reproduce_every_published_parameter_count():
+    """The llm-foundry MPT set's shapes (its yamls) and parplan's gpt count give every row's NumParams
+    to the parameter, learned positions of the row's sequence length included."""
+    import json as _json
+
+    from cost_models.params import param_counts
+    from planner.validate import mpt_llm_foundry_h100, reference_dir
+    data = _json.loads((reference_dir() / "mpt_llm_foundry_h100.json").read_text())
+    queries = list(mpt_llm_foundry_h100(data))
+    assert len(queries) == len(data["rows"]) == 52
+    for q, r in zip(queries, data["rows"]):
+        assert param_counts(q.spec, r["seq_len"])["total"] == r["num_params"], q.label

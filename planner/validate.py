@@ -452,7 +452,8 @@ def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
     from 760M to 70B at 512 to 65,536 tokens on 8-64 GPUs.  Pinned, as published: FSDP FULL_SHARD over
     every GPU (ZeRO 3, tp = pp = cp = 1), the row's micro-batch, full recompute where the row checkpoints
     activations and none where it does not; flash attention, fp32 sharded masters with bf16 compute and
-    fp32 reduce (master-weights), eager pointwise work and an autograd cross-entropy.  The framework is
+    fp32 reduce (master-weights), eager pointwise work, and flash-attn's fused cross-entropy over the 16-bit
+    logits (llm-foundry's ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy').  The framework is
     torchtitan's, the closest parplan models (FSDP over a torch model, eager); the runs used PyTorch's
     FSDP1 under Composer.  MPT is parplan's gpt arch exactly (biases, LayerNorm, GeLU, learned positions,
     tied embedding).  Metric: tokens/s per GPU."""
@@ -468,7 +469,7 @@ def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
                     hardware="h100-sxm-80gb", seq_len=r["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="tokens_per_s_per_gpu", published=r["tokens_per_s_per_gpu"], dtype="bf16",
                     precision="master-weights", flash_attention=True, overlap_grad_reduce=True,
-                    grad_accumulation_fusion=False, p2p_scatter_gather=False, fused_cross_entropy=False,
+                    grad_accumulation_fusion=False, p2p_scatter_gather=False, fused_cross_entropy=True,
                     fused_elementwise=False, framework="torchtitan", pin_variants=[pins])
 
 

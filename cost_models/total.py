@@ -243,9 +243,9 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     opt_t = opt_t + grad_accumulation_time(stage_params, m_micro, tr.precision, hw, tr.grad_accumulation_fusion)
-    if tr.clip_grad:  # the gradients the rank holds after the reduction: ZeRO-2/3 and reduce-scatter ZeRO-1 shard them
-        sharded = (zero >= 2) | ((zero == 1) & (not tr.zero1_all_reduce))
-        opt_t = opt_t + grad_clip_time(stage_params / np.where(sharded, dp, 1), tr.precision, hw, tr.clip_scales_always)
+    if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
+        held = stage_params / np.where((zero >= 1) & ~z1_ar, dp, 1)
+        opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)
     step = t_pipe + dp_exposed + opt_t
 
     # ---- memory

@@ -51,21 +51,18 @@ def clip_grad_norm(stage_modules, max_norm: float, *, tp: int, dp: int, cp: int,
                    tied: bool, device: torch.device) -> torch.Tensor:
     """Scale this rank's gradients so the whole model's gradient has 2-norm at most max_norm; returns
     the norm before clipping (a 0-d fp32 tensor on `device`, identical on every rank)."""
-    grads = list(local_gradients(stage_modules, tp=tp, dp=dp, cp=cp, pp=pp, zero_stage=zero_stage, tied=tied))
+    # one foreach norm and one foreach multiply per (device, dtype, copies): FSDP2's offloaded shards live
+    # on the host, and torch's clip_grad_norm_ groups by device and dtype alike
+    groups: dict = {}
+    for g, n in local_gradients(stage_modules, tp=tp, dp=dp, cp=cp, pp=pp, zero_stage=zero_stage, tied=tied):
+        groups.setdefault((g.device, g.dtype, n), []).append(g)
     sq = torch.zeros((), dtype=torch.float32, device=device)
-    by_copies: dict = {}  # one foreach norm per (device, dtype, copies), in fp32, as clip_grad_norm_ groups them
-    for g, n in grads:
-        by_copies.setdefault((g.device, g.dtype, n), []).append(g)
-    for (_, _, n), gs in by_copies.items():
-        norms = torch._foreach_norm(gs, 2, dtype=torch.float32)
-        sq += torch.stack(norms).pow(2).sum().to(device) / n
+    for (_, _, n), gs in groups.items():
+        sq += torch.stack(torch._foreach_norm(gs, 2, dtype=torch.float32)).pow(2).sum().to(device) / n
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(sq)
     norm = sq.sqrt()
     coef = torch.clamp(max_norm / (norm + EPS), max=1.0)
-    groups: dict = {}  # one foreach multiply per (device, dtype): FSDP2's offloaded shards live on the host
-    for g, _ in grads:
-        groups.setdefault((g.device, g.dtype), []).append(g)
-    for (dev, dtype), gs in groups.items():
+    for (dev, dtype, _), gs in groups.items():
         torch._foreach_mul_(gs, coef.to(device=dev, dtype=dtype))
     return norm

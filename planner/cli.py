@@ -507,7 +507,7 @@ def compare(
         _write_json({"a": plan_a, "b": plan_b, "rows": rows})
         return
     _out().print(compare_table(rows, f"{plan_a} ({layout_label(a.parallel)})",
-                                   f"{plan_b} ({layout_label(b.parallel)})"))
+                               f"{plan_b} ({layout_label(b.parallel)})"))
 
 
 def _gpus_list(text: str) -> list[int]:

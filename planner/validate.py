@@ -459,10 +459,7 @@ def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
     tied embedding).  Metric: tokens/s per GPU."""
     c = d["common"]
     for r in d["rows"]:
-        shape = c["shapes"][r["model"]]
-        spec = ModelSpec(name=f"mpt-{r['model']}", arch="gpt", layers=shape["layers"], hidden=shape["hidden"],
-                         heads=shape["heads"], kv_heads=shape["heads"], ffn_hidden=4 * shape["hidden"],
-                         vocab=c["vocab"], tied_embeddings=True, max_seq_len=r["seq_len"])
+        spec = _gpt({**c["shapes"][r["model"]], "model": f"mpt-{r['model']}"}, c["vocab"], tied=True)
         pins = Pins(tp=1, pp=1, cp=1, dp=r["gpus"], mbs=r["micro_batch_size"], zero=3, sp=False, vpp=1,
                     schedule="1f1b", offload="none", recompute="full" if r["activation_checkpointing"] else "none")
         yield Query(label=f"{r['model']} s{r['seq_len']} {r['gpus']}gpu", spec=spec, gpus=r["gpus"],

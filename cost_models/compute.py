@@ -73,11 +73,22 @@ def column_input_grad_time(m: ModelDims, lay, hw):
     return out
 
 
-def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = False):
+# The Triton FlashAttention of 2022 against FlashAttention-2 (Dao 2023, "FlashAttention-2", sec. 4.1, A100
+# 80GB, fig. 4-6): "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward
+# pass and around 2x faster in the backward pass".  The forward takes the range's middle.
+TRITON_2022_FWD_SLOWDOWN = 1.4
+TRITON_2022_BWD_SLOWDOWN = 2.0
+
+
+def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = False, kernel: str = "profile"):
     """(forward, backward) seconds of softmax(QK^T)V for one block and micro-batch.
 
     flash: causal FLOPs 0.5 * 4 * b * s^2 * (heads*head_dim) / (tp*cp) forward, backward 2.5x,
     at the profile's measured attention efficiency for this sequence length.
+    kernel triton-2022 (llm-foundry's attn_impl triton): FlashAttention-2's speed, which on a GPU newer
+    than the kernel is at most FlashAttention-2's published best there (hw.fa2_peak_flops: 335 TFLOP/s
+    on H100, whose TMA and wgmma neither kernel uses; Dao 2023 sec. 4.1), slowed by the Triton kernel's
+    published gap: 1.4x forward, 2x backward.
     unfused: two batched GEMMs of 2*b*s^2*qw/(tp*cp) each (no causal skipping) plus the softmax
     over b*heads*s^2/(tp*cp) scores: read+write forward (2 passes), 3 passes backward; attention
     dropout adds read + write + 1-byte mask per score forward and the same backward (fused flash
@@ -87,6 +98,10 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
     if flash:
         fwd_flops = 0.5 * 4 * b * s * s * m.q_width / per_gpu
         eff = hw.attention_efficiency(s)
+        if kernel == "triton-2022":
+            eff = np.minimum(eff, hw.sustained * hw.fa2_peak_flops / hw.peak_flops)
+            fwd = fwd_flops / (hw.peak_flops * eff)
+            return TRITON_2022_FWD_SLOWDOWN * fwd, TRITON_2022_BWD_SLOWDOWN * 2.5 * fwd
         fwd = fwd_flops / (hw.peak_flops * eff)
         return fwd, 2.5 * fwd
     bmm = 2 * b * s * s * m.q_width / per_gpu
@@ -246,11 +261,11 @@ def grad_clip_time(grad_params, precision: str, hw, scales: bool = True):
 
 
 def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True,
-               eager_runtime: str = "torchtitan"):
+               eager_runtime: str = "torchtitan", attention_kernel: str = "profile"):
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the
     parts the communication model needs to know about (GEMM time it can overlap with)."""
     mm_f, mm_b = layer_matmul_time(m, lay, hw)
-    at_f, at_b = attention_core_time(m, lay, hw, flash, dropout)
+    at_f, at_b = attention_core_time(m, lay, hw, flash, dropout, attention_kernel)
     el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout, fused, eager_runtime)
     fwd = mm_f + at_f + el_f
     full = lay.recompute == REC_FULL

@@ -41,6 +41,7 @@ class HardwareConstants:
     overlap_slowdown: float = 0.0  # profile.overlap_compute_slowdown
     optimizer_bw_fraction: float = 1.0  # profile.optimizer_bandwidth_fraction
     optimizer_host_per_tensor_s: float = 0.0  # profile.optimizer_host_per_tensor_s
+    fa2_peak_flops: float = 0.0  # profile.flash_attention_2_tflops in FLOP/s (0 = not published)
 
     def exposed(self, comm_s, compute_s):
         """Seconds communication adds to compute it overlaps with: max(C, X + C k/(1+k)) - X for a
@@ -94,4 +95,5 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         overlap_slowdown=profile.overlap_compute_slowdown,
         optimizer_bw_fraction=profile.optimizer_bandwidth_fraction,
         optimizer_host_per_tensor_s=profile.optimizer_host_per_tensor_s,
+        fa2_peak_flops=(profile.flash_attention_2_tflops or 0.0) * 1e12,
     )

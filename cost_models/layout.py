@@ -123,6 +123,7 @@ class TrainingConsts:
     # micro-batch waits for four transfers in turn; Megatron and torch.distributed.pipelining pair a
     # send with the opposite receive in one batched call (batch_isend_irecv): two
     p2p_blocking_transfers: bool = False
+    attention_kernel: str = "profile"  # Training.attention_kernel: profile (measured curve) or triton-2022
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit
     # a block's pointwise work (norms, rotary, activation) runs as fused kernels (Megatron/apex, torch.compile:
     # parplan launch compiles its blocks on cuda) or as eager PyTorch ops (compute.layer_elementwise_time)

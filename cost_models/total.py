@@ -73,7 +73,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     op = lay.recompute == REC_SELECTIVE_OP
 
     # ---- compute per block / micro-batch
-    bt = block_time(m, lay, hw, act_b, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime)
+    bt = block_time(m, lay, hw, act_b, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
+                    tr.attention_kernel)
 
     # ---- tensor parallel: 2 all-reduces forward, 2 backward (Narayanan 2021 sec. 3.3), +2 when
     # the forward is recomputed; with SP each becomes all-gather + reduce-scatter of the same

@@ -187,6 +187,7 @@ _MODEL_OPTIONS = [
     ("overlap_cp_comm", Optional[bool], None, ("--overlap-cp-comm/--no-overlap-cp-comm",), "Model context parallelism's K/V exchange as overlapped with the attention (Megatron's ring; torchtitan's asynchronous gather, behind the rank's own chunk only); off: an all-gather before it, on the critical path (parplan's runtime, Llama 3). Default: the framework's."),
     ("async_tp_grad_comm", Optional[bool], None, ("--async-tp-grad-comm/--no-async-tp-grad-comm",), "Model Megatron's asynchronous input-gradient all-reduce (reduce-scatter with SP) of the column-parallel layers, beside their weight-gradient GEMM; off: the backward waits for it (parplan's runtime, Megatron-DeepSpeed). Default: the framework's."),
     ("fused_elementwise", Optional[bool], None, ("--fused-elementwise/--no-fused-elementwise",), "Model the blocks' pointwise work (norms, rotary, SwiGLU) as fused kernels (Megatron, torch.compile; parplan launch on cuda); off: eager PyTorch ops (torchtitan without training.compile). Default: the framework's."),
+    ("attention_kernel", Optional[str], None, ("--attention-kernel",), "Fused attention kernel the prediction times: profile (the hardware profile's measured curve: torch's flash SDPA, what parplan launch and torchtitan run) or triton-2022 (the Triton FlashAttention of 2022, llm-foundry's attn_impl triton: FlashAttention-2's published speed on the GPU, 1.4x slower forward and 2x backward). Default: profile."),
     ("fused_cross_entropy", Optional[bool], None, ("--fused-cross-entropy/--no-fused-cross-entropy",), "Model Megatron's in-place vocab-parallel cross-entropy (16-bit logits + 4 B per logit); off: an autograd cross-entropy over fp32 logits, 12 B per logit at its backward (parplan's runtime, torchtitan). Default: the framework's."),
 ]
 
@@ -244,10 +245,12 @@ def _prepare(opts, gpus: int | None = None):
         _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
     if o.zero is not None and o.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
-    if o.zero1_grad_reduce is not None:
-        _check_choice("zero1-grad-reduce", o.zero1_grad_reduce, ("all-reduce", "reduce-scatter"))
-    if o.zero2_grad_reduce is not None:
-        _check_choice("zero2-grad-reduce", o.zero2_grad_reduce, ("per-step", "per-micro-batch"))
+    from typing import get_args
+
+    from .schema import Training
+    for name in ("zero1_grad_reduce", "zero2_grad_reduce", "attention_kernel"):
+        if getattr(o, name) is not None:
+            _check_choice(name.replace("_", "-"), getattr(o, name), get_args(Training.model_fields[name].annotation))
     from .core import FRAMEWORK_DEFAULTS
     _check_choice("framework", o.framework, tuple(FRAMEWORK_DEFAULTS))
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None

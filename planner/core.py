@@ -54,7 +54,7 @@ DEFAULT_CLIP_GRAD = 1.0
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
-               "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm")
+               "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm", "attention_kernel")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
@@ -136,7 +136,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
                           fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm,
-                          async_tp_grad_comm=tr.async_tp_grad_comm,
+                          async_tp_grad_comm=tr.async_tp_grad_comm, attention_kernel=tr.attention_kernel,
                           clip_grad=tr.clip_grad is not None, clip_scales_always=tr.framework != "megatron",
                           eager_runtime="parplan" if tr.framework == "parplan" else "torchtitan",
                           cp_overlap_local_chunk_only=tr.framework == "torchtitan")
@@ -306,6 +306,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
                         clip_grad=clip_grad, **stack)
     hw = hardware_constants(profile, hw_ref, dtype)
+    _check_attention_kernel(profile, training)
     m = ModelDims.from_spec(spec, seq_len)
     tr = training_consts(training)
     _check_pins(spec, gpus, pins, seq_len)
@@ -522,10 +523,18 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
     return out
 
 
+def _check_attention_kernel(profile, training: Training) -> None:
+    if training.attention_kernel == "triton-2022" and not profile.flash_attention_2_tflops:
+        raise PlannerError(f"attention kernel triton-2022 is modelled from FlashAttention-2's published speed on the GPU, "
+                           f"which profile {profile.name} does not have (flash_attention_2_tflops); use --attention-kernel "
+                           "profile, or a profile that has it (a100-sxm-80gb, a100-sxm-40gb, h100-sxm-80gb)")
+
+
 def evaluate_plan(plan: Plan) -> Plan:
     """Re-predict a given (possibly hand-edited) plan; never searches."""
     profile = load_hardware(plan.hardware.name)
     hw = hardware_constants(profile, plan.hardware, plan.training.dtype)
+    _check_attention_kernel(profile, plan.training)
     spec = with_param_count(plan.model, plan.training.seq_len)
     m = ModelDims.from_spec(spec, plan.training.seq_len)
     tr = training_consts(plan.training)

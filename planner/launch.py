@@ -198,6 +198,10 @@ def check_runtime_support(plan, device: str) -> Check:
             warnings.append("the prediction assumes context parallelism's K/V exchange overlapped with the attention "
                             "(ring attention); the runtime all-gathers before it; `parplan evaluate` the plan with "
                             "overlap_cp_comm off to compare")
+        if getattr(t, "attention_kernel", "profile") != "profile":
+            warnings.append(f"the prediction times the attention as the {t.attention_kernel} kernel; the runtime runs "
+                            "torch's scaled_dot_product_attention (the profile's measured curve); `parplan evaluate` "
+                            "the plan with attention_kernel profile to compare")
         if t.framework == "deepspeed" and ((p.zero_stage == 3 and p.dp > 1) or p.pp > 1):
             warnings.append("the prediction models DeepSpeed's engine (blocking pipeline transfers, ZeRO-3 gathers one "
                             "weight ahead), not this runtime; re-plan with --framework parplan to compare")

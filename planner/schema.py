@@ -119,6 +119,13 @@ class Training(Strict):
         "asynchronously behind the rank's own chunk). Off = one all-gather of K and V before "
         "the attention, on the critical path (parplan's runtime; Llama 3's all-gather CP, whose paper says the "
         "all-gather latency is exposed: Dubey et al. 2024 sec. 3.3.2).")
+    attention_kernel: Literal["profile", "triton-2022"] = Field(
+        "profile", description="The fused attention kernel's speed: profile = the hardware profile's measured "
+        "attention curve (torch's scaled_dot_product_attention flash kernel on that GPU: parplan's runtime, "
+        "torchtitan); triton-2022 = the Triton FlashAttention of 2022 (flash_attn_triton on triton 2.0.0.dev20221202, "
+        "llm-foundry's attn_impl triton), which FlashAttention-2 outruns 1.3-1.5x forward and 2x backward (Dao 2023, "
+        "sec. 4.1, A100), capped at FlashAttention-2's published best on the GPU (flash_attention_2_tflops: 335 "
+        "TFLOP/s on H100, which a kernel without Hopper instructions does not pass).")
     fused_elementwise: bool = Field(
         True, description="The blocks' pointwise work (norms, rotary, SwiGLU) runs as fused kernels: Megatron's and "
         "apex's, or torch.compile's (parplan launch compiles each block on cuda; torchtitan with training.compile). "
@@ -287,6 +294,10 @@ class HardwareProfile(Strict):
         description="(GEMM size in GFLOP, achieved fraction of peak) points, interpolated in log(GFLOP); clamped at the ends.")
     attention_efficiency_curve: list[tuple[float, float]] = Field(
         description="(sequence length, achieved fraction of peak) of fused causal attention fwd+bwd, causal FLOPs counted as half.")
+    flash_attention_2_tflops: Optional[float] = Field(
+        None, gt=0, description="FlashAttention-2's published best forward + backward TFLOP/s on this GPU (Dao 2023, "
+        "sec. 4.1: 230 on A100, 335 on H100 without Hopper's TMA and wgmma instructions): the ceiling of an attention "
+        "kernel of that generation, used by training.attention_kernel triton-2022; absent = not published.")
     sustained_matmul_fraction: float = Field(
         1.0, gt=0, le=1, description="Fraction of the isolated-kernel matmul/attention throughput (the curves) sustained over a long "
         "multi-GPU training run (clocks under the power cap, launch gaps). The one parameter a profile may fit to published "

@@ -52,6 +52,9 @@ class Query:
     # 2022, so only the Megatron sets of 2022 on (Korthikanti, Megatron-Core H100) turn it on; the 2021 sets, the
     # Megatron-DeepSpeed ones (off by default there) and those that do not say keep it off
     async_tp_grad_comm: bool = False
+    # the profile's measured attention curve (the kernels every stack here ran are FlashAttention-2 or newer),
+    # except llm-foundry's 2023 MPT runs: the Triton FlashAttention of 2022
+    attention_kernel: str = "profile"
     # the stack flags above are all explicit; the framework still decides what is not a flag: ZeRO-3's
     # memory (FSDP2 vs DeepSpeed stage 3) and torch.distributed.pipelining's per-micro-batch buffers
     framework: str = "megatron"
@@ -451,7 +454,8 @@ def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
     """MosaicML llm-foundry's MPT throughput table on H100 (scripts/train/benchmarking/README.md): 52 runs
     from 760M to 70B at 512 to 65,536 tokens on 8-64 GPUs.  Pinned, as published: FSDP FULL_SHARD over
     every GPU (ZeRO 3, tp = pp = cp = 1), the row's micro-batch, full recompute where the row checkpoints
-    activations and none where it does not; flash attention, fp32 sharded masters with bf16 compute and
+    activations and none where it does not; flash attention as the runs' attn_impl triton ran it (Tri Dao's
+    flash_attn_triton on triton 2.0.0.dev20221202: attention_kernel triton-2022), fp32 sharded masters with bf16 compute and
     fp32 reduce (master-weights), eager pointwise work, and flash-attn's fused cross-entropy over the 16-bit
     logits (llm-foundry's ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy').  The framework is
     torchtitan's, the closest parplan models (FSDP over a torch model, eager); the runs used PyTorch's
@@ -467,7 +471,8 @@ def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
                     metric="tokens_per_s_per_gpu", published=r["tokens_per_s_per_gpu"], dtype="bf16",
                     precision="master-weights", flash_attention=True, overlap_grad_reduce=True,
                     grad_accumulation_fusion=False, p2p_scatter_gather=False, fused_cross_entropy=True,
-                    fused_elementwise=False, framework="torchtitan", pin_variants=[pins])
+                    fused_elementwise=False, attention_kernel="triton-2022", framework="torchtitan",
+                    pin_variants=[pins])
 
 
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {

@@ -109,6 +109,10 @@ CASES = [
     (["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--tp", "1", "--pp", "1", "--cp", "1",
       "--global-batch-size", "12", "--json"], 2, ["multiple of dp x micro-batch", "--global-batch-size 16 splits over dp 8"]),
     (["hardware", "show", "nope"], 2, ["nope"]),
+    # the Triton kernel is timed from FlashAttention-2's published speed, which only some profiles have
+    (["recommend", "--model", "llama3-8b", "--hardware", "h200-sxm-141gb", "--attention-kernel", "triton-2022",
+      "--json"], 2, ["flash_attention_2_tflops", "--attention-kernel profile"]),
+    (["recommend", "--model", "llama3-8b", "--attention-kernel", "flash3", "--json"], 2, ["--attention-kernel must be one of"]),
 ]
 
 BAD_PLANS = {

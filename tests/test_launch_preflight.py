@@ -212,6 +212,14 @@ def test_runtime_support_warns_when_zero1_is_predicted_with_reduce_scatter():
     assert "reduce-scatters" not in L.check_runtime_support(plan, "cpu").detail
 
 
+def test_runtime_support_warns_when_the_prediction_times_another_attention_kernel():
+    plan = tiny_plan(tp=1, dp=2, seq_len=32)
+    assert "attention_kernel profile" not in L.check_runtime_support(plan, "cpu").detail
+    plan.training.attention_kernel = "triton-2022"
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok and "triton-2022" in c.detail and "attention_kernel profile" in c.detail
+
+
 def test_runtime_support_warns_when_zero2_is_predicted_per_micro_batch():
     plan = tiny_plan(tp=1, dp=2, seq_len=32, zero_stage=2)
     assert "reduces them once per step" not in L.check_runtime_support(plan, "cpu").detail

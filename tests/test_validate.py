@@ -261,3 +261,20 @@ def test_mpt_shapes_reproduce_every_published_parameter_count():
     assert len(queries) == len(data["rows"]) == 52
     for q, r in zip(queries, data["rows"]):
         assert param_counts(q.spec, r["seq_len"])["total"] == r["num_params"], q.label
+
+
+def test_only_the_mpt_set_times_the_triton_kernel_and_its_plans_replay_it(cases):
+    """llm-foundry's runs used the Triton FlashAttention of 2022 (attn_impl triton); every other set's stack ran
+    FlashAttention-2 or newer, the profile's measured curve.  A plan carries the kernel, so evaluating it again
+    gives the same prediction, and the same plan timed with the profile's curve is faster by the attention alone."""
+    from planner.core import evaluate_plan
+    for c in cases:
+        if c.plan is not None:
+            want = "triton-2022" if c.set_name == "mpt_llm_foundry_h100" else "profile"
+            assert c.plan.training.attention_kernel == want, (c.set_name, c.label)
+    mpt = next(c for c in cases if c.set_name == "mpt_llm_foundry_h100" and c.label == "7b s32768 8gpu")
+    again = evaluate_plan(mpt.plan)
+    assert again.prediction.step_time_s == pytest.approx(mpt.plan.prediction.step_time_s, rel=1e-9)
+    faster = evaluate_plan(mpt.plan.model_copy(update={"training": mpt.plan.training.model_copy(
+        update={"attention_kernel": "profile"})}))
+    assert faster.prediction.step_time_s < 0.8 * mpt.plan.prediction.step_time_s

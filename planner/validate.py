@@ -461,18 +461,41 @@ def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
     torchtitan's, the closest parplan models (FSDP over a torch model, eager); the runs used PyTorch's
     FSDP1 under Composer.  MPT is parplan's gpt arch exactly (biases, LayerNorm, GeLU, learned positions,
     tied embedding).  Metric: tokens/s per GPU."""
+    return _mpt_queries(d)
+
+
+# llm-foundry's GPU names -> parplan profiles; FSDP mixed precision DEFAULT reduces gradients in fp32, PURE in bf16
+# (both over fp32 sharded parameters: FSDP's flat parameter is the master)
+_MPT_GPUS = {"h100_80gb": "h100-sxm-80gb", "a100_80gb": "a100-sxm-80gb", "a100_40gb": "a100-sxm-40gb"}
+_MPT_PRECISION = {"DEFAULT": "master-weights", "PURE": "master-weights-half-grads"}
+
+
+def _mpt_queries(d: dict) -> Iterable[Query]:
     c = d["common"]
     for r in d["rows"]:
         spec = _gpt({**c["shapes"][r["model"]], "model": f"mpt-{r['model']}"}, c["vocab"], tied=True)
         pins = Pins(tp=1, pp=1, cp=1, dp=r["gpus"], mbs=r["micro_batch_size"], zero=3, sp=False, vpp=1,
                     schedule="1f1b", offload="none", recompute="full" if r["activation_checkpointing"] else "none")
-        yield Query(label=f"{r['model']} s{r['seq_len']} {r['gpus']}gpu", spec=spec, gpus=r["gpus"],
-                    hardware="h100-sxm-80gb", seq_len=r["seq_len"], global_batch_size=r["global_batch_size"],
+        gpu = r.get("gpu", "h100_80gb")
+        label = f"{r['model']} s{r['seq_len']} {r['gpus']}gpu" + ("" if gpu == "h100_80gb" else f" {gpu[5:]}")
+        if r["model"] == "125m" and r["seq_len"] == 2048 and r["gpus"] == 8:
+            label += f" mbs{r['micro_batch_size']}"  # the A100 80GB table has two such rows
+        yield Query(label=label, spec=spec, gpus=r["gpus"],
+                    hardware=_MPT_GPUS[gpu], seq_len=r["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="tokens_per_s_per_gpu", published=r["tokens_per_s_per_gpu"], dtype="bf16",
-                    precision="master-weights", flash_attention=True, overlap_grad_reduce=True,
-                    grad_accumulation_fusion=False, p2p_scatter_gather=False, fused_cross_entropy=True,
-                    fused_elementwise=False, attention_kernel="triton-2022", framework="torchtitan",
-                    pin_variants=[pins])
+                    precision=_MPT_PRECISION[r.get("mp_mode", "DEFAULT")], flash_attention=True,
+                    overlap_grad_reduce=True, grad_accumulation_fusion=False, p2p_scatter_gather=False,
+                    fused_cross_entropy=True, fused_elementwise=False, attention_kernel="triton-2022",
+                    framework="torchtitan", pin_variants=[pins])
+
+
+def mpt_llm_foundry_a100(d: dict) -> Iterable[Query]:
+    """The same llm-foundry benchmark README's two A100 tables (A100 80GB and A100 40GB, both with 1600 Gbps
+    node-to-node RoCE = 25 GB/s per GPU): 139 runs from 125M to 70B at 512 to 65,536 tokens on 8-128 GPUs,
+    modelled as the H100 table is (mpt_llm_foundry_h100), with each row's FSDP mixed precision: DEFAULT
+    reduces gradients in fp32 (master-weights), PURE in bf16 (master-weights-half-grads).  The Triton kernel's
+    published ratios to FlashAttention-2 were measured on this GPU.  Metric: tokens/s per GPU."""
+    return _mpt_queries(d)
 
 
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
@@ -487,6 +510,7 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "gpt_neox_20b": gpt_neox_20b,
     "torchtitan_2024_h100": torchtitan_2024_h100,
     "mpt_llm_foundry_h100": mpt_llm_foundry_h100,
+    "mpt_llm_foundry_a100": mpt_llm_foundry_a100,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
 FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction",

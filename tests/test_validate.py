@@ -128,7 +128,7 @@ def test_pipeline_sends_partitioned_for_megatron_and_deepspeed(cases):
     for c in cases:
         if c.plan is None:
             continue
-        whole = c.set_name in ("torchtitan_2024_h100", "mpt_llm_foundry_h100")
+        whole = c.set_name in ("torchtitan_2024_h100", "mpt_llm_foundry_h100", "mpt_llm_foundry_a100")
         assert c.plan.training.p2p_scatter_gather is (not whole), (c.set_name, c.label)
         # DeepSpeed's pipeline engine (BLOOM, MT-NLG, GPT-NeoX) is modelled as DeepSpeed: blocking transfers
         if c.set_name in ("bloom_176b", "gpt_neox_20b", "mt_nlg_530b"):
@@ -228,7 +228,8 @@ README_ROWS = {  # the README's "How accurate" table: the start of a row's first
     "BLOOM-176B": "bloom_176b",
     "Llama 3 405B": "llama3_405b_table4",
     "MT-NLG 530B": "mt_nlg_530b",
-    "llm-foundry MPT": "mpt_llm_foundry_h100",
+    "llm-foundry MPT (H100": "mpt_llm_foundry_h100",
+    "llm-foundry MPT (A100": "mpt_llm_foundry_a100",
 }
 
 
@@ -249,18 +250,36 @@ def test_readme_accuracy_table_matches_validate(summary):
     assert seen == set(README_ROWS.values())
 
 
-def test_mpt_shapes_reproduce_every_published_parameter_count():
-    """The llm-foundry MPT set's shapes (its yamls) and parplan's gpt count give every row's NumParams
+@pytest.mark.parametrize("name,rows", [("mpt_llm_foundry_h100", 52), ("mpt_llm_foundry_a100", 139)])
+def test_mpt_shapes_reproduce_every_published_parameter_count(name, rows):
+    """The llm-foundry MPT sets' shapes (their yamls) and parplan's gpt count give every row's NumParams
     to the parameter, learned positions of the row's sequence length included."""
     import json as _json
 
     from cost_models.params import param_counts
-    from planner.validate import mpt_llm_foundry_h100, reference_dir
-    data = _json.loads((reference_dir() / "mpt_llm_foundry_h100.json").read_text())
-    queries = list(mpt_llm_foundry_h100(data))
-    assert len(queries) == len(data["rows"]) == 52
+    from planner.validate import ADAPTERS, reference_dir
+    data = _json.loads((reference_dir() / f"{name}.json").read_text())
+    queries = list(ADAPTERS[name](data))
+    assert len(queries) == len(data["rows"]) == rows
+    assert len({q.label for q in queries}) == rows
     for q, r in zip(queries, data["rows"]):
         assert param_counts(q.spec, r["seq_len"])["total"] == r["num_params"], q.label
+
+
+def test_mpt_a100_rows_take_their_gpu_and_their_fsdp_mixed_precision():
+    """Each A100 row runs on its table's GPU (80 GB or 40 GB profile) with the gradient reduction its MP Mode
+    column says: DEFAULT reduces in fp32 (master-weights), PURE in bf16 (master-weights-half-grads)."""
+    import json as _json
+
+    from planner.validate import mpt_llm_foundry_a100, reference_dir
+    data = _json.loads((reference_dir() / "mpt_llm_foundry_a100.json").read_text())
+    seen = set()
+    for q, r in zip(mpt_llm_foundry_a100(data), data["rows"]):
+        assert q.hardware == {"a100_80gb": "a100-sxm-80gb", "a100_40gb": "a100-sxm-40gb"}[r["gpu"]]
+        assert q.precision == {"DEFAULT": "master-weights", "PURE": "master-weights-half-grads"}[r["mp_mode"]]
+        assert q.attention_kernel == "triton-2022"
+        seen.add((q.hardware, q.precision))
+    assert len(seen) == 3  # 80 GB rows of both modes, 40 GB rows PURE
 
 
 def test_only_the_mpt_set_times_the_triton_kernel_and_its_plans_replay_it(cases):
@@ -270,7 +289,7 @@ def test_only_the_mpt_set_times_the_triton_kernel_and_its_plans_replay_it(cases)
     from planner.core import evaluate_plan
     for c in cases:
         if c.plan is not None:
-            want = "triton-2022" if c.set_name == "mpt_llm_foundry_h100" else "profile"
+            want = "triton-2022" if c.set_name.startswith("mpt_llm_foundry") else "profile"
             assert c.plan.training.attention_kernel == want, (c.set_name, c.label)
     mpt = next(c for c in cases if c.set_name == "mpt_llm_foundry_h100" and c.label == "7b s32768 8gpu")
     again = evaluate_plan(mpt.plan)
@@ -278,3 +297,11 @@ def test_only_the_mpt_set_times_the_triton_kernel_and_its_plans_replay_it(cases)
     faster = evaluate_plan(mpt.plan.model_copy(update={"training": mpt.plan.training.model_copy(
         update={"attention_kernel": "profile"})}))
     assert faster.prediction.step_time_s < 0.8 * mpt.plan.prediction.step_time_s
+
+
+def test_mpt_a100_misses_only_the_350m_rows_whose_memory_it_over_counts(cases):
+    """Four A100 40GB runs (350M, micro-batch 18, 16-128 GPUs) ran but do not fit the model's 40 GB by about
+    half a percent: the README says why (flash-attn's Triton cross-entropy keeps a bf16 logit gradient where the
+    model counts Megatron's fp32 softmax, not modelled).  Any other run of the set must give a plan."""
+    missing = sorted(c.label for c in cases if c.set_name == "mpt_llm_foundry_a100" and c.predicted is None)
+    assert missing == sorted(f"350m s2048 {g}gpu 40gb" for g in (16, 32, 64, 128))

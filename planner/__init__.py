@@ -9,6 +9,9 @@ A small Python API mirrors the CLI (imported lazily so `parplan` starts fast):
 Nothing in this package imports torch; only `parplan launch` (planner.launch) starts it, in a
 torchrun subprocess.
 """
+# sequences a step when none is given (recommend() and the CLI): 4M tokens at the default 4096-token sequence
+DEFAULT_GLOBAL_BATCH = 1024
+
 __all__ = ["recommend", "evaluate_plan", "load_preset", "model_from_params", "Pins", "Plan", "ModelSpec",
            "NothingFits", "PlannerError"]
 

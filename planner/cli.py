@@ -15,6 +15,8 @@ from typing import Optional
 
 import typer
 
+from . import DEFAULT_GLOBAL_BATCH
+
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
                   help="Auto-parallel planner: how to split a model over your GPUs, why, and a launcher that checks it.")
@@ -137,7 +139,6 @@ def _plan_json(plan) -> dict:
     return plan.model_dump(mode="json", exclude_none=False)
 
 
-DEFAULT_GLOBAL_BATCH = 1024  # sequences: 4M tokens at the default 4096-token sequence
 # A defaulted batch beyond this many tokens a step gets a note (Llama 3 405B's largest batch was 16M
 # tokens, Table 4 of its paper, benchmarks/reference/llama3_405b_table4.json)
 LONG_STEP_TOKENS = 16 * 2 ** 20

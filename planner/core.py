@@ -19,6 +19,7 @@ from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDim
 from cost_models.params import param_counts
 from cost_models.total import evaluate
 
+from . import DEFAULT_GLOBAL_BATCH
 from .schema import (Amdahl, CommBytes, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan, Prediction,
                      SearchInfo, TimeBreakdown, Training)
 from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, run_search
@@ -259,7 +260,7 @@ def _with_accuracy(prediction: Prediction, framework: str) -> Prediction:
 
 
 def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
-              global_batch_size: int = 1024, dtype: str = "bf16", precision: str = "master-weights",
+              global_batch_size: int = DEFAULT_GLOBAL_BATCH, dtype: str = "bf16", precision: str = "master-weights",
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, suggest: bool = True, framework: str = "parplan",

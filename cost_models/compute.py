@@ -285,8 +285,12 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     host = hw.host_block_s[np.asarray(lay.recompute, dtype=int)]
     total = np.maximum(gpu, host)
     scale = total / gpu
+    # the attention core with its recompute (full and selective re-run it; op-level selective keeps a flash
+    # kernel's output and re-runs unfused attention)
+    attn_all = at_f + at_b + np.where(full | selective, at_f, np.where(op, 0.0 if flash else at_f, 0.0))
     return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale, "gpu": gpu, "host": host,
-            "gemm": mm_f + mm_b + np.where(full, mm_f, np.where(op, op_gemm, 0.0)), "attention": at_f + at_b}
+            "gemm": mm_f + mm_b + np.where(full, mm_f, np.where(op, op_gemm, 0.0)), "attention": at_f + at_b,
+            "attention_all": attn_all}
 
 
 def grad_accumulation_time(params, m_micro, precision: str, hw, fused: bool):

@@ -158,6 +158,9 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     compute_stage = np.maximum(np.maximum(blocks_first * bt["total"] + np.where(single, head_t, 0.0),
                                           blocks_mid * bt["total"]),
                                np.where(single, 0.0, blocks_last * bt["total"] + head_t))
+    # the blocks of the stage that sets compute_stage, for the attention's share of it
+    blocks_crit = np.where(compute_stage == blocks_first * bt["total"] + np.where(single, head_t, 0.0), blocks_first,
+                           np.where(compute_stage == blocks_mid * bt["total"], blocks_mid, blocks_last))
 
     bf = bubble_factor(lay, m_micro)
     t_pipe = (m_micro + bf) * t_stage
@@ -286,6 +289,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
         "hfu": hfu,
         "bubble_fraction": bubble_s / step,
         "compute_s": t_compute,
+        "attention_s": m_micro * blocks_crit * bt["attention_all"],
         "tp_comm_s": m_micro * blocks_first * tp_block_exposed,
         "cp_comm_s": m_micro * blocks_first * cp_block_exposed,
         "pp_comm_s": m_micro * p2p_mb,

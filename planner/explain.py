@@ -55,8 +55,13 @@ def time_breakdown(plan: Plan) -> dict:
     dominant = max(parts, key=parts.get)
     overhead = {k: v for k, v in parts.items() if k != "compute"}
     top_overhead = max(overhead, key=overhead.get)
+    attention = tb.attention_s if tb is not None else None
     return {"parts_s": parts, "step_time_s": step,
             "fractions": {k: (v / step if step else None) for k, v in parts.items()},
+            # of compute: the attention core, timed as training.attention_kernel says (None in older plans)
+            "attention_s": attention, "attention_kernel": plan.training.attention_kernel,
+            "attention_fraction_of_compute": (attention / parts["compute"]) if attention is not None and parts["compute"]
+            else None,
             "dominant": dominant, "dominant_fraction": (parts[dominant] / step) if step else None,
             "largest_overhead": top_overhead,
             "largest_overhead_fraction": (overhead[top_overhead] / step) if step else None}

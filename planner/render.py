@@ -141,7 +141,7 @@ def _fmt_value(name: str, v) -> str:
 
 
 def explain_renderables(data: dict) -> list:
-    """Rich tables and plain lines for `parplan explain` (printed on stderr)."""
+    """Rich tables and plain lines for `parplan explain` (printed on stdout)."""
     from rich.table import Table
     lay = data["layout"]
     head = (f"{data['model']} on {data['gpus']} x {data['hardware']}: tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} "
@@ -171,6 +171,12 @@ def explain_renderables(data: dict) -> list:
             d = run["delta_time_parts_s"][k]
             row.append(("+" if d >= 0 else "-") + _fmt_s(abs(d)))
         u.add_row(*row)
+        if k == "compute" and tim.get("attention_s") is not None:
+            kern = "" if tim["attention_kernel"] == "profile" else f", {tim['attention_kernel']} kernel"
+            att = ["  of which attention" + kern, _fmt_s(tim["attention_s"]),
+                   f"{tim['attention_fraction_of_compute'] * 100:.1f}% of compute"
+                   if tim["attention_fraction_of_compute"] is not None else ""]
+            u.add_row(*(att + ([""] if run else [])))
     step_row = ["step", _fmt_s(tim["step_time_s"]), ""]
     if run:
         step_row.append(_fmt_rel(run["relative_step_time"]))

@@ -204,6 +204,10 @@ class TimeBreakdown(Strict):
     dp_comm_s: float = Field(description="Exposed data-parallel gradient/parameter communication.")
     cp_comm_s: float = Field(description="Exposed context-parallel K/V exchange.")
     bubble_s: float = Field(description="Pipeline fill/drain idle time.")
+    attention_s: Optional[float] = Field(
+        None, description="Of compute_s: the attention core (the fused kernel, or unfused attention's batched matmuls "
+        "and softmax) forward, backward and recomputed, on the critical stage (training.attention_kernel times it). "
+        "Absent in plans written before it was reported.")
     optimizer_s: float = Field(description="Optimizer step (memory-bound, or host for offload) plus the memory-bound gradient upcast/accumulation passes unless grad_accumulation_fusion, and with training.clip_grad the gradient-norm read and scaling pass.")
 
 

@@ -647,3 +647,27 @@ def test_triton_2022_attention_is_flashattention2_capped_and_slowed_by_the_publi
     # unfused attention has no kernel to choose
     m = ModelDims.from_spec(spec, 2048)
     assert attention_core_time(m, lay, hw, False, kernel="triton-2022") == attention_core_time(m, lay, hw, False)
+
+
+def test_attention_share_of_compute_is_the_critical_stage_attention_kernel_time():
+    """Prediction.time_breakdown.attention_s: the attention core's seconds on the critical stage, forward,
+    backward and recompute, all micro-batches; the triton-2022 kernel's is larger by its published ratios."""
+    from cost_models.compute import attention_core_time
+    from planner.core import evaluate_plan, recommend
+    from planner.search import Pins
+    spec = ModelSpec(arch="llama", layers=8, hidden=2048, heads=16, kv_heads=4, ffn_hidden=5632, vocab=32000)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    for rec, extra in (("none", 0.0), ("full", 1.0), ("selective", 1.0)):
+        pins = Pins(tp=1, pp=1, cp=1, dp=8, mbs=2, zero=1, sp=False, vpp=1, schedule="1f1b", offload="none",
+                    recompute=rec)
+        plan = recommend(spec, 8, seq_len=8192, global_batch_size=64, pins=pins, top_k=1, suggest=False)
+        tb = plan.prediction.time_breakdown
+        m = ModelDims.from_spec(plan.model, 8192)
+        lay = Layout(gpus=8, tp=1, pp=1, dp=8, cp=1, vpp=1, mbs=2, zero=1, recompute=0, sp=0, schedule=0, offload=0)
+        f, b = attention_core_time(m, lay, hw, True)
+        assert tb.attention_s == pytest.approx(plan.training.num_microbatches * 8 * (f + b + extra * f), rel=1e-9)
+        assert 0 < tb.attention_s < tb.compute_s
+        tri = evaluate_plan(plan.model_copy(update={"training": plan.training.model_copy(
+            update={"attention_kernel": "triton-2022"})})).prediction.time_breakdown
+        assert tri.attention_s > 1.8 * tb.attention_s
+        assert tri.compute_s - tb.compute_s == pytest.approx(tri.attention_s - tb.attention_s, rel=1e-6)

@@ -119,7 +119,9 @@ def memory_jobs(tmp, steps: int = 2, schedules: dict | None = None) -> list[dict
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("memory")
-    r = suite.run_jobs(memory_jobs(tmp), 4, tmp, "memory")
+    # 22 jobs, 4 ranks on CI's 2 cores: 7 min on a quiet sitting (2026-11-23), more on a loaded one; the
+    # default 600 s would turn a slow machine into a failure
+    r = suite.run_jobs(memory_jobs(tmp), 4, tmp, "memory", timeout=1500)
     assert r.returncode == 0, f"torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return tmp
 

@@ -635,8 +635,9 @@ def validate(
         s = summary[name]
         fitted = f"; fitted on this set: {s['fitted']}" if s["fitted"] else ""
         sp = f", Spearman {s['spearman']:.2f}" if s["spearman"] is not None else ""
-        console.print(f"{name}: {s['runs']} runs, median |error| {s['median_abs_error']:.1%}, "
-                      f"max {s['max_abs_error']:.1%}{sp}{fitted}", highlight=False, markup=False)
+        errors = (f"median |error| {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%}"
+                  if s["median_abs_error"] is not None else "no prediction")
+        console.print(f"{name}: {s['runs']} runs, {errors}{sp}{fitted}", highlight=False, markup=False)
     # the same runs by the framework each prediction modelled (what `recommend` prints under a plan)
     for fw, f in by_framework.items():
         parts = []

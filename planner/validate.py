@@ -547,6 +547,7 @@ def why_infeasible(q: Query, hardware_override: str | None = None) -> str:
     """One line on why no pin variant gave a plan (lowest-memory candidate, or no candidate at all)."""
     from .core import NothingFits, PlannerError, recommend
     best = None
+    error = None
     for pins in q.pin_variants:
         try:
             recommend(q.spec, q.gpus, pins=pins, **_recommend_kwargs(q, hardware_override))
@@ -557,10 +558,11 @@ def why_infeasible(q: Query, hardware_override: str | None = None) -> str:
                 mem = pred.memory_bytes_per_gpu.total
                 if best is None or mem < best[0]:
                     best = (mem, pred.usable_memory_bytes)
-        except PlannerError:
+        except PlannerError as e:
+            error = error or str(e)
             continue
     if best is None:
-        return "no feasible plan: no layout matches the pins"
+        return f"no feasible plan: {error}" if error else "no feasible plan: no layout matches the pins"
     usable = f" > {best[1] / 1e9:.1f} GB usable" if best[1] else ""
     return f"no feasible plan: least memory {best[0] / 1e9:.1f} GB/GPU{usable}"
 

@@ -179,6 +179,15 @@ def test_validate_cli_takes_another_profile(capsys):
     assert err.count("\n") == 1 and "unknown hardware profile" in err
 
 
+def test_validate_on_a_profile_that_cannot_time_the_sets_kernel_says_why(capsys):
+    """The MPT sets' Triton kernel needs FlashAttention-2's published speed on the GPU; predicted on a profile
+    without it every run is missing, each with the planner's reason, and the summary line says so."""
+    from planner.cli import main
+    assert main(["validate", "--set", "mpt_llm_foundry_h100", "--hardware", "h200-sxm-141gb"]) == 0
+    out = capsys.readouterr().out
+    assert "flash_attention_2_tflops" in out and "mpt_llm_foundry_h100: 0 runs, no prediction" in out
+
+
 def test_torchtitan_nvl_profile_differs_from_its_sxm_one_only_in_the_peak():
     """The lower-bound profile is a copy with another peak; any other field drifting apart would make the
     two bounds answer different questions."""

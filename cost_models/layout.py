@@ -125,6 +125,7 @@ class TrainingConsts:
     p2p_blocking_transfers: bool = False
     attention_kernel: str = "profile"  # Training.attention_kernel: profile (measured curve) or triton-2022
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit
+    cross_entropy_16bit_grad: bool = False  # with fused: the gradient in the logits' dtype (flash-attn), 2 x 16-bit
     # a block's pointwise work (norms, rotary, activation) runs as fused kernels (Megatron/apex, torch.compile:
     # parplan launch compiles its blocks on cuda) or as eager PyTorch ops (compute.layer_elementwise_time)
     fused_elementwise: bool = True

@@ -204,11 +204,14 @@ def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: boo
     return T * peak
 
 
-def logits_bytes(m: ModelDims, lay, act_bytes: int, fused: bool = True):
+def logits_bytes(m: ModelDims, lay, act_bytes: int, fused: bool = True, grad_16bit: bool = False):
     """Last stage, per micro-batch, the loss's peak (during its backward) and what stays saved for it
     while other micro-batches run (GPipe), T x V/tp logits each, plus the final norm's input/output:
       fused (Megatron's vocab-parallel cross-entropy): the 16-bit logits and the fp32 softmax the
         gradient is written into in place, act_bytes + 4 per logit; saved: the softmax, 4;
+      fused with grad_16bit (flash-attn's cross-entropy, llm-foundry's default loss: it saves the 16-bit
+        logits and a per-row fp32 log-sum-exp, and its backward writes the gradient in the logits' dtype,
+        torch.empty_like(logits)): 2 x act_bytes per logit; saved: the logits, act_bytes;
       autograd over an fp32 upcast (parplan's runtime: F.cross_entropy(logits.float()); torchtitan):
         the saved fp32 log-softmax, the gradient arriving at it and the gradient it makes, 12 per
         logit (an H100 allocator snapshot of parplan launch, llama 0.5B micro-batch 4: the three
@@ -218,6 +221,8 @@ def logits_bytes(m: ModelDims, lay, act_bytes: int, fused: bool = True):
     T = lay.mbs * m.seq_len / lay.cp
     norm = 2 * m.hidden / np.where(lay.sp > 0, lay.tp, 1) * act_bytes
     logits = T * m.vocab / lay.tp
+    if fused and grad_16bit:
+        return logits * 2 * act_bytes + T * norm, logits * act_bytes + T * norm
     peak = logits * ((act_bytes + 4) if fused else 12) + T * norm
     return peak, logits * 4 + T * norm
 
@@ -561,7 +566,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
     work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
-    loss_peak, loss_saved = logits_bytes(m, lay, act_b, tr.fused_cross_entropy)
+    loss_peak, loss_saved = logits_bytes(m, lay, act_b, tr.fused_cross_entropy, tr.cross_entropy_16bit_grad)
     # The stage with the loss runs each micro-batch's backward right after its forward (1F1B and its
     # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.
     logits_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)

@@ -55,6 +55,7 @@ DEFAULT_CLIP_GRAD = 1.0
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
+               "cross_entropy_16bit_grad",
                "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm", "attention_kernel")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
@@ -136,6 +137,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           cp_saves_gathered_kv=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
+                          cross_entropy_16bit_grad=tr.cross_entropy_16bit_grad,
                           fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm,
                           async_tp_grad_comm=tr.async_tp_grad_comm, attention_kernel=tr.attention_kernel,
                           clip_grad=tr.clip_grad is not None, clip_scales_always=tr.framework != "megatron",

@@ -46,6 +46,7 @@ class Query:
     grad_accumulation_fusion: bool = True  # Megatron-LM's default unless a set says otherwise
     p2p_scatter_gather: bool = True  # Megatron-LM's default unless a set says otherwise
     fused_cross_entropy: bool = True  # Megatron's vocab-parallel cross-entropy (every published stack here uses it)
+    cross_entropy_16bit_grad: bool = False  # flash-attn's cross-entropy (llm-foundry) keeps its gradient in 16 bits
     fused_elementwise: bool = True  # fused pointwise kernels (Megatron, DeepSpeed's Megatron fork, torch.compile)
     overlap_cp_comm: bool = True  # ring attention (Megatron); only the Llama 3 set has CP, and says otherwise
     # Megatron-LM's asynchronous input-gradient all-reduce beside the weight-gradient GEMM: on by default since
@@ -457,7 +458,8 @@ def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
     activations and none where it does not; flash attention as the runs' attn_impl triton ran it (Tri Dao's
     flash_attn_triton on triton 2.0.0.dev20221202: attention_kernel triton-2022), fp32 sharded masters with bf16 compute and
     fp32 reduce (master-weights), eager pointwise work, and flash-attn's fused cross-entropy over the 16-bit
-    logits (llm-foundry's ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy').  The framework is
+    logits, its gradient in 16 bits too (llm-foundry's ComposerMPTCausalLM: loss_fn defaults to
+    'fused_crossentropy'; cross_entropy_16bit_grad).  The framework is
     torchtitan's, the closest parplan models (FSDP over a torch model, eager); the runs used PyTorch's
     FSDP1 under Composer.  MPT is parplan's gpt arch exactly (biases, LayerNorm, GeLU, learned positions,
     tied embedding).  Metric: tokens/s per GPU."""
@@ -485,7 +487,8 @@ def _mpt_queries(d: dict) -> Iterable[Query]:
                     metric="tokens_per_s_per_gpu", published=r["tokens_per_s_per_gpu"], dtype="bf16",
                     precision=_MPT_PRECISION[r.get("mp_mode", "DEFAULT")], flash_attention=True,
                     overlap_grad_reduce=True, grad_accumulation_fusion=False, p2p_scatter_gather=False,
-                    fused_cross_entropy=True, fused_elementwise=False, attention_kernel="triton-2022",
+                    fused_cross_entropy=True, cross_entropy_16bit_grad=True, fused_elementwise=False,
+                    attention_kernel="triton-2022",
                     framework="torchtitan", pin_variants=[pins])
 
 

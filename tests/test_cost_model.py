@@ -671,3 +671,18 @@ def test_attention_share_of_compute_is_the_critical_stage_attention_kernel_time(
             update={"attention_kernel": "triton-2022"})})).prediction.time_breakdown
         assert tri.attention_s > 1.8 * tb.attention_s
         assert tri.compute_s - tb.compute_s == pytest.approx(tri.attention_s - tb.attention_s, rel=1e-6)
+
+
+def test_loss_memory_by_cross_entropy_kind():
+    """Per logit at the loss's backward: autograd over an fp32 upcast 12 B (saved 4); Megatron's fused softmax
+    16-bit logits + 4 B (saved 4); flash-attn's, gradient in the logits' dtype, 2 x 2 B (saved 2)."""
+    from cost_models.memory import logits_bytes
+    spec = ModelSpec(arch="llama", layers=2, hidden=512, heads=8, kv_heads=8, ffn_hidden=1408, vocab=32000)
+    m = ModelDims.from_spec(spec, 1024)
+    lay = Layout(gpus=2, tp=2, pp=1, dp=1, cp=1, vpp=1, mbs=3, zero=0, recompute=0, sp=0, schedule=0, offload=0)
+    logits = 3 * 1024 * 32000 / 2
+    norm = 3 * 1024 * 2 * 512 * 2
+    for fused, g16, peak, saved in ((False, False, 12, 4), (True, False, 6, 4), (True, True, 4, 2)):
+        p, s = logits_bytes(m, lay, 2, fused, g16)
+        assert (p, s) == (pytest.approx(logits * peak + norm), pytest.approx(logits * saved + norm))
+    assert logits_bytes(m, lay, 2, False, True) == logits_bytes(m, lay, 2, False, False)  # needs the fused kernel

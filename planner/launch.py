@@ -198,6 +198,11 @@ def check_runtime_support(plan, device: str) -> Check:
             warnings.append("the prediction assumes context parallelism's K/V exchange overlapped with the attention "
                             "(ring attention); the runtime all-gathers before it; `parplan evaluate` the plan with "
                             "overlap_cp_comm off to compare")
+        if t.fused_cross_entropy:
+            kind = "flash-attn's (16-bit gradient)" if t.cross_entropy_16bit_grad else "Megatron's fused"
+            warnings.append(f"the prediction counts {kind} cross-entropy's memory; the runtime's loss is an "
+                            "autograd cross-entropy over fp32 logits (12 B a logit at its backward); `parplan "
+                            "evaluate` the plan with fused_cross_entropy off to compare")
         if getattr(t, "attention_kernel", "profile") != "profile":
             warnings.append(f"the prediction times the attention as the {t.attention_kernel} kernel; the runtime runs "
                             "torch's scaled_dot_product_attention (the profile's measured curve); `parplan evaluate` "

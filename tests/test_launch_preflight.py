@@ -212,6 +212,16 @@ def test_runtime_support_warns_when_zero1_is_predicted_with_reduce_scatter():
     assert "reduce-scatters" not in L.check_runtime_support(plan, "cpu").detail
 
 
+@pytest.mark.parametrize("g16, kind", [(False, "Megatron's fused"), (True, "flash-attn's")])
+def test_runtime_support_warns_when_the_prediction_counts_a_fused_loss(g16, kind):
+    plan = tiny_plan(tp=1, dp=2, seq_len=32)
+    assert "cross-entropy" not in L.check_runtime_support(plan, "cpu").detail
+    plan.training.fused_cross_entropy = True
+    plan.training.cross_entropy_16bit_grad = g16
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok and kind in c.detail and "fused_cross_entropy off" in c.detail
+
+
 def test_runtime_support_warns_when_the_prediction_times_another_attention_kernel():
     plan = tiny_plan(tp=1, dp=2, seq_len=32)
     assert "attention_kernel profile" not in L.check_runtime_support(plan, "cpu").detail

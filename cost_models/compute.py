@@ -98,12 +98,12 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
     if flash:
         fwd_flops = 0.5 * 4 * b * s * s * m.q_width / per_gpu
         eff = hw.attention_efficiency(s)
+        slow_f = slow_b = 1.0
         if kernel == "triton-2022":
             eff = np.minimum(eff, hw.sustained * hw.fa2_peak_flops / hw.peak_flops)
-            fwd = fwd_flops / (hw.peak_flops * eff)
-            return TRITON_2022_FWD_SLOWDOWN * fwd, TRITON_2022_BWD_SLOWDOWN * 2.5 * fwd
+            slow_f, slow_b = TRITON_2022_FWD_SLOWDOWN, TRITON_2022_BWD_SLOWDOWN
         fwd = fwd_flops / (hw.peak_flops * eff)
-        return fwd, 2.5 * fwd
+        return slow_f * fwd, slow_b * 2.5 * fwd
     bmm = 2 * b * s * s * m.q_width / per_gpu
     scores = b * m.heads * s * s / per_gpu
     gemm = 2 * gemm_time(bmm, hw)

@@ -155,12 +155,11 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     n_gather = 3 if tr.p2p_blocking_transfers else 2
     p2p_mb = np.where(single, 0.0, v * (n_p2p * comm.p2p(p2p_bytes, pp_bw, pp_lat) + n_gather * gather_t))
     t_stage = np.maximum(np.maximum(t_first, t_mid), t_last) + p2p_mb
-    compute_stage = np.maximum(np.maximum(blocks_first * bt["total"] + np.where(single, head_t, 0.0),
-                                          blocks_mid * bt["total"]),
-                               np.where(single, 0.0, blocks_last * bt["total"] + head_t))
+    c_first = blocks_first * bt["total"] + np.where(single, head_t, 0.0)
+    c_mid = blocks_mid * bt["total"]
+    compute_stage = np.maximum(np.maximum(c_first, c_mid), np.where(single, 0.0, blocks_last * bt["total"] + head_t))
     # the blocks of the stage that sets compute_stage, for the attention's share of it
-    blocks_crit = np.where(compute_stage == blocks_first * bt["total"] + np.where(single, head_t, 0.0), blocks_first,
-                           np.where(compute_stage == blocks_mid * bt["total"], blocks_mid, blocks_last))
+    blocks_crit = np.where(compute_stage == c_first, blocks_first, np.where(compute_stage == c_mid, blocks_mid, blocks_last))
 
     bf = bubble_factor(lay, m_micro)
     t_pipe = (m_micro + bf) * t_stage

@@ -11,7 +11,7 @@ import json
 import math
 import re
 import sys
-from typing import Optional
+from typing import Optional, get_args
 
 import typer
 
@@ -247,8 +247,6 @@ def _prepare(opts, gpus: int | None = None):
         _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
     if o.zero is not None and o.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
-    from typing import get_args
-
     from .schema import Training
     for name in ("zero1_grad_reduce", "zero2_grad_reduce", "attention_kernel"):
         if getattr(o, name) is not None:

@@ -55,8 +55,8 @@ DEFAULT_CLIP_GRAD = 1.0
 # the CLI has one option each, and `validate` sets them per published set.
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
-               "cross_entropy_16bit_grad",
-               "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm", "attention_kernel")
+               "cross_entropy_16bit_grad", "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm",
+               "attention_kernel")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
@@ -528,9 +528,11 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
 
 def _check_attention_kernel(profile, training: Training) -> None:
     if training.attention_kernel == "triton-2022" and not profile.flash_attention_2_tflops:
+        from hardware_profiles import list_profiles, load_profile
+        have = ", ".join(n for n in list_profiles() if load_profile(n).flash_attention_2_tflops)
         raise PlannerError(f"attention kernel triton-2022 is modelled from FlashAttention-2's published speed on the GPU, "
                            f"which profile {profile.name} does not have (flash_attention_2_tflops); use --attention-kernel "
-                           "profile, or a profile that has it (a100-sxm-80gb, a100-sxm-40gb, h100-sxm-80gb)")
+                           f"profile, or a profile that has it ({have})")
 
 
 def evaluate_plan(plan: Plan) -> Plan:

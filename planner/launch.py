@@ -203,7 +203,7 @@ def check_runtime_support(plan, device: str) -> Check:
             warnings.append(f"the prediction counts {kind} cross-entropy's memory; the runtime's loss is an "
                             "autograd cross-entropy over fp32 logits (12 B a logit at its backward); `parplan "
                             "evaluate` the plan with fused_cross_entropy off to compare")
-        if getattr(t, "attention_kernel", "profile") != "profile":
+        if t.attention_kernel != "profile":
             warnings.append(f"the prediction times the attention as the {t.attention_kernel} kernel; the runtime runs "
                             "torch's scaled_dot_product_attention (the profile's measured curve); `parplan evaluate` "
                             "the plan with attention_kernel profile to compare")

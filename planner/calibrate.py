@@ -959,26 +959,51 @@ class _Predictor:
             path.unlink(missing_ok=True)
 
 
+def increasing_root(f, lo: float, hi: float, rel_tol: float, f_tol: float = 0.0, max_evals: int = 100) -> float:
+    """x in [lo, hi] where the increasing function f crosses zero, given f(lo) < 0 < f(hi).  Regula
+    falsi with the Illinois modification (Dowell & Jarratt 1971): the step times it is used for are
+    near-linear in the fitted parameter, so the secant lands close at once, and halving the retained
+    end's value keeps the bracket shrinking from both sides where the function bends.  Returns a point
+    where |f| <= f_tol, or the bracket's middle once it is within `rel_tol` of its ends."""
+    f_lo, f_hi = f(lo), f(hi)
+    side = 0
+    for _ in range(max_evals):
+        if hi - lo <= rel_tol * max(abs(lo), abs(hi)):
+            break
+        x = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        if not lo < x < hi:  # rounding at the ends: bisect instead
+            x = (lo + hi) / 2
+        fx = f(x)
+        if abs(fx) <= f_tol:
+            return x
+        if fx < 0:
+            lo, f_lo = x, fx
+            if side == -1:
+                f_hi /= 2
+            side = -1
+        else:
+            hi, f_hi = x, fx
+            if side == 1:
+                f_lo /= 2
+            side = 1
+    return (lo + hi) / 2
+
+
 def fit_sustained(plan, profile, measured_s: float, predict) -> tuple[float, bool]:
     """sustained_matmul_fraction in (0, 1] at which the predicted step time equals `measured_s`.
     Step time falls monotonically as the fraction grows (only matmul/attention time scales with it),
-    so bisection in log space; (1.0, True) when even 1.0 predicts slower than measured."""
+    and grows about linearly in its inverse, so the root is found in x = 1 / fraction; (1.0, True)
+    when even 1.0 predicts slower than measured."""
     def t(s):
         return predict(plan, profile.model_copy(update={"sustained_matmul_fraction": s})).step_time_s
-    if t(1.0) >= measured_s:
+    t1 = t(1.0)
+    if t1 >= measured_s:
         return 1.0, True
-    lo, hi = 1e-4, 1.0
+    lo = 1e-4
     if t(lo) <= measured_s:
         return lo, True
-    for _ in range(60):
-        mid = math.sqrt(lo * hi)
-        if t(mid) > measured_s:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo < 1 + 1e-7:
-            break
-    return math.sqrt(lo * hi), False
+    x = increasing_root(lambda x: t(1.0 / x) - measured_s, 1.0, 1.0 / lo, 1e-7, f_tol=1e-10 * measured_s)
+    return 1.0 / x, False
 
 
 def launch_bound(prediction) -> bool:
@@ -999,13 +1024,7 @@ def fit_host_block(plan, profile, measured_s: float, predict) -> float | None:
         lo, hi = hi, hi * 2
         if hi > 10.0:
             return None
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        if t(mid) < measured_s:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    return increasing_root(lambda h: t(h) - measured_s, lo, hi, 1e-9, f_tol=1e-10 * measured_s)
 
 
 def fit_optimizer(runs: list[dict], profile, predict) -> tuple[float, float, int] | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import hardware_profiles
-from planner.calibrate import _Predictor, binned_curve, isotonic_increasing, profile_toml
+from planner.calibrate import _Predictor, binned_curve, increasing_root, isotonic_increasing, profile_toml
 from planner.cli import main
 from planner.schema import HardwareProfile
 
@@ -347,3 +347,23 @@ def test_collective_benchmark_runs_end_to_end_on_gloo_ranks():
     assert prof.nvlink.latency_s == pytest.approx(small_ar["s"] / 2, rel=1e-2)  # 2 (n - 1) ring steps
     assert set(fields) == {"overlap_compute_slowdown", "nvlink.efficiency", "nvlink.latency_s"}
     assert "2 GPUs: all-reduce busbw" in note
+
+
+@pytest.mark.parametrize("f, root", [
+    (lambda x: 0.3 + 2.0 * x - 5.0, 2.35),                      # linear: a step time in 1 / fraction
+    (lambda x: max(1.0, 0.5 * x) - 3.0, 6.0),                    # flat, then linear (launch-bound, then not)
+    (lambda x: max(4.0, 0.5 * x) + 0.1 * x - 5.0, 25.0 / 3.0),   # a kink where the root is
+    (lambda x: x + 1e-3 * x ** 2 - 5.0, (math.sqrt(1.02) - 1.0) / 2e-3),  # a curve
+])
+def test_increasing_root_finds_the_crossing_in_few_evaluations(f, root):
+    """The from-run fits solve one monotone equation per report; the solver must land where bisection
+    would (to its tolerance) with far fewer cost-model evaluations."""
+    calls = []
+
+    def counted(x):
+        calls.append(x)
+        return f(x)
+    x = increasing_root(counted, 0.0, 1e3, 1e-9)
+    assert x == pytest.approx(root, rel=1e-8)
+    assert all(0.0 <= c <= 1e3 for c in calls)
+    assert len(calls) < 15  # bisection: ~40 over this bracket

@@ -17,11 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 #   Llama 2 paper / HF checkpoints: 7B 6.74B, 13B 13.0B, 70B 68.98B
 #   Llama 3.1 model cards: 8.03B, 70.55B, 405.85B (Llama 3 Herd of Models, Table 3 shapes)
 #   Mistral 7B 7.24B, Qwen2.5-7B 7.61B, Qwen2.5-72B 72.7B (Qwen2.5 report Table 1)
+#   Qwen3 model cards: 8B 8.2B (6.95B without embeddings), 14B 14.8B (13.2B), 32B 32.8B (31.2B)
 #   GPT-3 175B (Brown et al. 2020, Table 2.1), GPT-2 124M (released checkpoint)
 PUBLISHED = {
     "llama2-7b": 6.74e9, "llama2-13b": 13.0e9, "llama2-70b": 68.98e9,
     "llama3-8b": 8.03e9, "llama3-70b": 70.55e9, "llama3-405b": 405.85e9,
     "mistral-7b": 7.24e9, "qwen2.5-7b": 7.61e9, "qwen2.5-72b": 72.7e9,
+    "qwen3-8b": 8.2e9, "qwen3-14b": 14.8e9, "qwen3-32b": 32.8e9,
     "gpt3-175b": 175e9, "gpt2": 124.4e6,
 }
 
@@ -144,3 +146,13 @@ def test_models_module_imports_fast_without_torch():
     code = "import sys, planner.models as m; m.load_preset('llama3-8b'); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("name,non_embedding", [("qwen3-8b", 6.95e9), ("qwen3-14b", 13.2e9), ("qwen3-32b", 31.2e9)])
+def test_qwen3_head_dim_is_not_hidden_over_heads(name, non_embedding):
+    """Qwen3's head_dim is 128 whatever the width (32B: 64 heads x 128 = 8192 > hidden 5120), so the
+    attention projections are hidden x 8192: the model cards' counts without embeddings check it."""
+    spec = load_preset(name)
+    assert spec.head_dim == 128
+    embeddings = spec.vocab * spec.hidden * (1 if spec.tied_embeddings else 2)
+    assert spec.num_params - embeddings == pytest.approx(non_embedding, rel=0.005)

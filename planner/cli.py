@@ -77,8 +77,13 @@ def _positive(name: str, v, allow_none=True, upper=None):
 
 
 def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
-                   seq_len):
+                   seq_len, head_dim=None, tied_embeddings=None):
     given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None]
+    shape_only = [f for f, v in (("--head-dim", head_dim), ("--tied-embeddings/--untied-embeddings", tied_embeddings))
+                  if v is not None]
+    if shape_only and layers is None and hidden is None:
+        raise UserError(f"{' and '.join(shape_only)} only apply to an explicit shape (--layers/--hidden/--heads); "
+                        "a preset, --model-config or --params sets them itself")
     if sum(given) == 0:
         raise UserError("say which model: --model NAME (see `parplan models list`), --params 70e9, "
                         "--model-config config.json, or --layers/--hidden/--heads")
@@ -111,7 +116,8 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
         if missing:
             raise UserError("explicit shape needs " + ", ".join("--" + m for m in missing))
         from .models import model_from_flags
-        return model_from_flags(arch or "llama", layers, hidden, heads, kv_heads, ffn_hidden, vocab), None
+        return model_from_flags(arch or "llama", layers, hidden, heads, kv_heads, ffn_hidden, vocab, head_dim=head_dim,
+                                tied_embeddings=tied_embeddings), None
     except UserError:
         raise
     except (ValueError, OSError) as e:
@@ -156,6 +162,8 @@ _MODEL_OPTIONS = [
     ("kv_heads", Optional[int], None, ("--kv-heads",), None),
     ("ffn_hidden", Optional[int], None, ("--ffn-hidden",), None),
     ("vocab", Optional[int], None, ("--vocab",), None),
+    ("head_dim", Optional[int], None, ("--head-dim",), "Per-head width (default hidden / heads; Qwen3, Gemma: 128 or 256 whatever the width)."),
+    ("tied_embeddings", Optional[bool], None, ("--tied-embeddings/--untied-embeddings",), "Output layer shares the embedding (default: tied for gpt, untied for llama)."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), None),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
@@ -243,7 +251,7 @@ def _prepare(opts, gpus: int | None = None):
         raise UserError(f"--clip-grad must be a positive norm, or 0 for no clipping; got {o.clip_grad}")
     _positive("gpus-per-node", o.gpus_per_node, upper=1_000_000)
     _positive("inter-node-bandwidth", o.inter_node_bandwidth, upper=1e6)
-    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "tp", "pp", "dp", "cp", "mbs", "vpp"):
+    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "tp", "pp", "dp", "cp", "mbs", "vpp"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
     if o.zero is not None and o.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
@@ -255,7 +263,7 @@ def _prepare(opts, gpus: int | None = None):
     _check_choice("framework", o.framework, tuple(FRAMEWORK_DEFAULTS))
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None
     spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
-                               o.ffn_hidden, o.vocab, o.seq_len)
+                               o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings)
     if why:
         _err(f"note: {why}")
     pins = Pins(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, mbs=o.mbs, vpp=o.vpp, zero=o.zero, recompute=o.recompute,

@@ -248,3 +248,18 @@ def test_a_defaulted_batch_of_many_tokens_gets_a_note(capsys):
     for extra in (["--seq-len", "32768", "--global-batch-size", "1024"], ["--seq-len", "4096"]):
         rc, out, err = _run(["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--json"] + extra, capsys)
         assert rc == 0 and "global batch" not in err, extra
+
+
+def test_explicit_shape_takes_head_dim_and_tied_embeddings(capsys):
+    """Qwen3-32B by flags (head_dim 128 > hidden / heads = 80) is the preset, to the parameter; the
+    embedding flags override the arch's default (llama untied)."""
+    flags = ["recommend", "--layers", "64", "--hidden", "5120", "--heads", "64", "--kv-heads", "8", "--ffn-hidden",
+             "25600", "--vocab", "151936", "--gpus", "64", "--json"]
+    rc, out, _ = _run(flags + ["--head-dim", "128"], capsys)
+    assert rc == 0
+    model = json.loads(out)["model"]
+    from planner.models import load_preset
+    assert model["head_dim"] == 128 and model["num_params"] == load_preset("qwen3-32b").num_params
+    rc, out, _ = _run(flags + ["--head-dim", "128", "--tied-embeddings"], capsys)
+    tied = json.loads(out)["model"]
+    assert rc == 0 and tied["tied_embeddings"] and model["num_params"] - tied["num_params"] == 151936 * 5120

@@ -56,6 +56,9 @@ def files(tmp_path_factory):
 # (argv, exit code, words the stderr line must contain)
 CASES = [
     (R[:1] + ["--model", "llama3-8b", "--gpus", "0", "--json"], 2, ["--gpus"]),
+    (R + ["--head-dim", "64"], 2, ["--head-dim", "explicit shape"]),
+    (["recommend", "--params", "7e9", "--untied-embeddings", "--json"], 2, ["embeddings", "explicit shape"]),
+    (["recommend", "--layers", "2", "--hidden", "256", "--heads", "4", "--head-dim", "0", "--json"], 2, ["--head-dim"]),
     (R + ["--gpus", "-8"], 2, ["--gpus"]),
     (R + ["--gpus", "abc"], 2, ["--gpus"]),
     (R + ["--gpus", "nan"], 2, ["--gpus"]),

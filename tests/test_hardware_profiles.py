@@ -97,6 +97,7 @@ def test_generated_blocks_up_to_date(name):
     assert len(p.matmul_efficiency_curve) == len(c["matmul"])
     for (x, y), (xe, ye) in zip(p.matmul_efficiency_curve, c["matmul"]):
         assert x == pytest.approx(xe, rel=1e-5) and y == pytest.approx(ye, abs=1e-4)
+    assert len(p.attention_efficiency_curve) == len(c["attention"])
     for (x, y), (xe, ye) in zip(p.attention_efficiency_curve, c["attention"]):
         assert x == pytest.approx(xe) and y == pytest.approx(ye, abs=1e-4)
 
@@ -105,6 +106,7 @@ def test_scaled_curve_follows_peak_and_ceiling():
     """A100: same overhead share at 312/989.4 of the GFLOP; ceiling ratio 0.869/0.803 (MAMF table)."""
     h = load_profile("h100-sxm-80gb").matmul_efficiency_curve
     a = load_profile("a100-sxm-80gb").matmul_efficiency_curve
+    assert len(h) == len(a)
     for (xh, yh), (xa, ya) in zip(h, a):
         assert xa == pytest.approx(xh * 312 / 989.4, rel=1e-4)
         assert ya == pytest.approx(yh * 0.869 / 0.803, abs=2e-4)

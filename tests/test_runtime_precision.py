@@ -16,9 +16,18 @@ from parallel_layers.precision import MasterAdamW, grad_of
 from tests.runtime_helpers.plans import TINY_GPT, tiny_plan
 
 CPU = torch.device("cpu")
-# bf16 parameters round each update to 8 significant bits: over 3 steps the loss of the tiny
-# model stays within 2e-2 relative of the fp32 run (measured ~2e-4)
-BF16_TRACK_RTOL = 2e-2
+# bf16 parameters round each update to 8 significant bits: over 3 steps the tiny model's losses stay
+# within 1.3e-4 relative of the fp32 run's and its loss changes from step 1 within 1.8 % (measured, every
+# recipe and ZeRO stage here).  Training moves the loss by under 1 % in 3 steps, so the losses alone
+# cannot tell a run whose masters are never stepped: frozen parameters (lr 1e-9) read 5.4e-3 and 70 %.
+BF16_TRACK_RTOL = 1e-3
+BF16_CHANGE_RTOL = 0.1
+
+
+def assert_tracks(got: list[float], ref: list[float]) -> None:
+    """A 16-bit run follows the fp32 run: its losses, and how far each step moved them."""
+    assert got == pytest.approx(ref, rel=BF16_TRACK_RTOL)
+    assert [g - got[0] for g in got[1:]] == pytest.approx([r - ref[0] for r in ref[1:]], rel=BF16_CHANGE_RTOL)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,7 +88,7 @@ def test_offloaded_states_live_in_host_copies_that_the_step_writes_back():
 def test_master_weights_track_the_fp32_run(precision, zero):
     ref = losses(tiny_plan(zero_stage=zero))
     got = losses(tiny_plan(zero_stage=zero, precision=precision))
-    assert got == pytest.approx(ref, rel=BF16_TRACK_RTOL)
+    assert_tracks(got, ref)
     assert got != ref  # bf16 parameters: not the fp32 computation
 
 
@@ -110,7 +119,7 @@ def test_fsdp2_master_weights_use_a_mixed_precision_policy_over_fp32_shards():
     assert isinstance(rt.optimizer, torch.optim.AdamW)
     assert {p.dtype for p in train._unique_params(rt.stage_modules)} == {torch.float32}
     assert rt.stage_modules[0]._get_fsdp_state()._mp_policy.param_dtype == torch.bfloat16
-    assert losses(plan) == pytest.approx(losses(tiny_plan(zero_stage=3)), rel=BF16_TRACK_RTOL)
+    assert_tracks(losses(plan), losses(tiny_plan(zero_stage=3)))
 
 
 def test_fsdp2_offload_keeps_shards_and_states_on_the_host():

@@ -72,7 +72,8 @@ def test_recommended_plans_are_valid(objective):
         Plan.model_validate(p.model_dump(mode="json"))  # strict schema round-trip
     key = {"throughput": lambda p: p.prediction.step_time_s,
            "memory": lambda p: p.prediction.memory_bytes_per_gpu.total,
-           "min-gpus": lambda p: p.hardware.gpus}[objective]
+           # the fewest GPUs, then the fastest at that count (all the top plans share the count)
+           "min-gpus": lambda p: (p.hardware.gpus, p.prediction.step_time_s)}[objective]
     if objective == "throughput":
         # plans within NEAR_TIE of the fastest come first, the simplest of them first
         from planner.search import NEAR_TIE
@@ -172,7 +173,8 @@ def _timed(cmd):
 
 def test_speed_bars():
     """Bars: 70e9 on 8 GPUs <= 1 s wall (torch never imported), llama3-405b on 16384 GPUs <= 3 s
-    with >= 10,000 candidates.  Best of three runs; a little slack for a loaded CI machine."""
+    with >= 10,000 candidates.  Best of three runs, asserted at 1.5 s and 4 s: slack for a loaded CI
+    machine (benchmarks/speed.py measures the bars themselves: 0.41 s and 0.80 s, speed.md)."""
     t, out = _timed([sys.executable, "-m", "planner.cli", "recommend", "--params", "70e9", "--gpus", "8", "--json"])
     assert out.returncode == 0, out.stderr
     json.loads(out.stdout)

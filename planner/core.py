@@ -376,8 +376,10 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
 
 
 def _no_candidates_message(spec, gpus, pins) -> str:
+    sp = " (--sp needs a tp > 1 that divides them)" if pins.sp else ""
     return (f"no layout of {gpus} GPUs matches the pinned dimensions for this model "
-            f"(heads {spec.heads}, kv_heads {spec.kv_heads}, layers {spec.layers}); relax a pin such as --tp/--pp/--schedule/--vpp")
+            f"(heads {spec.heads}, kv_heads {spec.kv_heads}, layers {spec.layers}){sp}; relax a pin such as "
+            f"--tp/--pp/--schedule/--vpp{'/--sp' if pins.sp else ''}")
 
 
 # what each structural rejection (search.REASONS) means, for the "every candidate was rejected" error

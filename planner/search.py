@@ -113,17 +113,20 @@ def policy_space(pins: Pins):
 def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins) -> Layout:
     struct = np.array(structural_space(m, gpus, gbs, pins), dtype=np.int64).reshape(-1, 7)
     policy = np.array(policy_space(pins), dtype=np.int64).reshape(-1, 4)
-    ns, npol = len(struct), len(policy)
-    S = np.repeat(struct, npol, axis=0)
-    P = np.tile(policy, (ns, 1))
-    lay = Layout(gpus=np.full(ns * npol, gpus), tp=S[:, 0], pp=S[:, 1], cp=S[:, 2], dp=S[:, 3], mbs=S[:, 4],
-                 schedule=S[:, 5], vpp=S[:, 6], zero=P[:, 0], recompute=P[:, 1], sp=P[:, 2], offload=P[:, 3])
-    # drop duplicates that are the same plan under another name: sp without TP, ZeRO without DP
-    keep = ~((lay.sp == 1) & (lay.tp == 1)) | (pins.sp is True)
-    keep &= ~((lay.zero > 0) & (lay.dp == 1)) | (pins.zero is not None)
+    # every (structure, policy) pair, struct-major, less sequence parallelism without TP (there is nothing
+    # to split it over: with --sp pinned the search keeps to tp > 1, as --sp --tp 1 is an error) and ZeRO
+    # without DP (the same plan as ZeRO 0), masked on the (structure x policy) grid before any column is
+    # built: the product itself is hundreds of thousands of rows at scale
+    tp, pp, dp = (struct[:, j, None] for j in (0, 1, 3))
+    zero, sp = policy[None, :, 0], policy[None, :, 2]
+    keep = ~((sp == 1) & (tp == 1))
+    keep = keep & (~((zero > 0) & (dp == 1)) | (pins.zero is not None))
     if pins.zero_max_with_pp is not None:
-        keep &= ~((lay.zero > pins.zero_max_with_pp) & (lay.pp > 1))
-    return lay.take(np.nonzero(keep)[0])
+        keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
+    i_s, i_p = np.nonzero(np.broadcast_to(keep, (len(struct), len(policy))))
+    S, P = struct[i_s], policy[i_p]
+    return Layout(gpus=np.full(len(i_s), gpus), tp=S[:, 0], pp=S[:, 1], cp=S[:, 2], dp=S[:, 3], mbs=S[:, 4],
+                  schedule=S[:, 5], vpp=S[:, 6], zero=P[:, 0], recompute=P[:, 1], sp=P[:, 2], offload=P[:, 3])
 
 
 def _mark(reason, mask, name):

@@ -57,6 +57,7 @@ def files(tmp_path_factory):
 CASES = [
     (R[:1] + ["--model", "llama3-8b", "--gpus", "0", "--json"], 2, ["--gpus"]),
     (R + ["--head-dim", "64"], 2, ["--head-dim", "explicit shape"]),
+    (R[:1] + ["--model", "llama3-8b", "--gpus", "1", "--sp", "--json"], 2, ["--sp", "tp > 1"]),
     (["recommend", "--params", "7e9", "--untied-embeddings", "--json"], 2, ["embeddings", "explicit shape"]),
     (["recommend", "--layers", "2", "--hidden", "256", "--heads", "4", "--head-dim", "0", "--json"], 2, ["--head-dim"]),
     (R + ["--gpus", "-8"], 2, ["--gpus"]),

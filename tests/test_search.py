@@ -521,3 +521,14 @@ def test_a_profile_without_a_fitted_sustained_fraction_says_so():
     for hw, warned in (("b200", True), ("mi300x", True), ("h100-sxm-80gb", False), ("a100-sxm-80gb", False)):
         plan = recommend(spec, 8, hardware=hw, suggest=False)
         assert any(w.startswith("uncalibrated") for w in plan.prediction.warnings) is warned, hw
+
+
+def test_pinned_sp_searches_only_tensor_parallel_layouts():
+    """--sp with tp free: sequence parallelism needs a TP group, so only tp > 1 is searched (a tp-1 layout
+    kept under the pin used to win on 8 GPUs and fail the plan's own validation as an internal error)."""
+    plan = recommend(load_preset("llama3-8b"), 8, pins=Pins(sp=True), top_k=5, suggest=False)
+    for p in [plan] + plan.alternatives:
+        assert p.parallel.sp and p.parallel.tp > 1
+        Plan.model_validate(p.model_dump(mode="json"))
+    free = recommend(load_preset("llama3-8b"), 8, pins=Pins(sp=False), top_k=1, suggest=False)
+    assert not free.parallel.sp

@@ -209,14 +209,31 @@ def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, se
     return fwd, bwd, tokens * act_elems / hw.hbm_bytes_per_s
 
 
-def head_time(m: ModelDims, lay, hw, act_bytes: int):
+# The cross-entropy's passes over the logits, bytes per logit over forward and backward, counted from the
+# code (not measured):
+# - Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py, the unfused
+#   path): the cast of the 16-bit logits to fp32 (read 2, write 4), the max (4), the in-place subtraction
+#   of it (4 + 4), the in-place exp (4 + 4), the sum (4) and the in-place division (4 + 4) forward, 38;
+#   backward the in-place scaling by the loss gradient (4 + 4) and autograd's cast of the fp32 gradient
+#   back to the logits' dtype (4 + 2), 14: 52.
+# - An autograd F.cross_entropy over fp32 logits (parplan's runtime, torchtitan) comes to the same: the cast
+#   (2 + 4), log_softmax's max, sum and write passes (4 + 4 + 4 + 4), nll_loss's dense gradient (4),
+#   log_softmax's backward (two reads for the sum, 4 + 4, then 4 + 4 read and 4 written) and the cast
+#   back (4 + 2): 52.
+# - flash-attn's Triton cross-entropy (flash_attn/ops/triton/cross_entropy.py; llm-foundry's
+#   fused_crossentropy, --cross-entropy-16bit-grad): one forward pass reading the 16-bit logits (2), one
+#   backward pass reading them again (2) and writing the gradient in their dtype (2): 6.
+CE_BYTES_PER_LOGIT = 52.0
+CE_BYTES_PER_LOGIT_FLASH_ATTN = 6.0
+
+
+def head_time(m: ModelDims, lay, hw, ce_bytes_per_logit: float = CE_BYTES_PER_LOGIT):
     """(forward, backward) seconds of the output head and the vocab-parallel cross-entropy.
-    GEMM 2*T*h*V/tp; cross-entropy moves ~24 bytes per logit over forward+backward (16-bit
-    logits read and cast to fp32 (2+4), max/exp/sum passes (4+4+4), backward softmax-grad
-    read+write (4+4) and cast back (2)), at HBM bandwidth."""
+    GEMM 2*T*h*V/tp; the cross-entropy's passes over the logits (ce_bytes_per_logit, forward and
+    backward together, split evenly) at HBM bandwidth."""
     tokens = lay.mbs * m.seq_len / lay.cp
     gemm = gemm_time(2 * tokens * m.hidden * m.vocab / lay.tp, hw)
-    ce = tokens * m.vocab / lay.tp * 24 / hw.hbm_bytes_per_s
+    ce = tokens * m.vocab / lay.tp * ce_bytes_per_logit / hw.hbm_bytes_per_s
     return gemm + 0.5 * ce, 2 * gemm + 0.5 * ce
 
 

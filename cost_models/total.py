@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import comm, zero3
-from .compute import (block_time, cast_time, column_input_grad_time, grad_accumulation_time, grad_clip_time,
-                      head_time, optimizer_time)
+from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, block_time, cast_time, column_input_grad_time,
+                      grad_accumulation_time, grad_clip_time, head_time, optimizer_time)
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
@@ -127,7 +127,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     head_params = head_params_per_gpu(m, tp, pp)
     # embedding: vocab-parallel lookup ends with an all-reduce of T x h (forward only)
     emb_time = t_ar / 2 + tokens_mb * m.hidden * act_b * 2 / hw.hbm_bytes_per_s
-    h_f, h_b = head_time(m, lay, hw, act_b)
+    h_f, h_b = head_time(m, lay, hw, CE_BYTES_PER_LOGIT_FLASH_ATTN if tr.cross_entropy_16bit_grad
+                         else CE_BYTES_PER_LOGIT)
     head_t = h_f + h_b
     single = np.asarray(pp) == 1
     cast_first = cast_time(blocks_first * per_layer, tr.precision, hw)

@@ -698,3 +698,26 @@ def test_loss_memory_by_cross_entropy_kind():
         p, s = logits_bytes(m, lay, 2, fused, g16)
         assert (p, s) == (pytest.approx(logits * peak + norm), pytest.approx(logits * saved + norm))
     assert logits_bytes(m, lay, 2, False, True) == logits_bytes(m, lay, 2, False, False)  # needs the fused kernel
+
+
+def test_cross_entropy_passes_are_counted_per_loss_kernel():
+    """The head's loss moves 52 bytes per logit (Megatron's vocab-parallel cross-entropy and an autograd
+    cross-entropy over fp32 logits, counted from their code) or 6 (flash-attn's Triton loss with its 16-bit
+    gradient), at HBM bandwidth: the step differs by exactly (52 - 6) x logits / bandwidth per micro-batch."""
+    from cost_models.compute import CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, head_time
+    assert (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN) == (2 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 6, 2 + 2 + 2)
+    spec = ModelSpec(arch="gpt", layers=2, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, vocab=50304)
+    m = ModelDims.from_spec(spec, 2048)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(gpus=2, tp=2, dp=1, mbs=2)
+    logits = 2 * 2048 * 50304 / 2
+    f52, b52 = head_time(m, lay, hw)
+    f6, b6 = head_time(m, lay, hw, 6.0)
+    assert float(f52 + b52 - f6 - b6) == pytest.approx(46 * logits / hw.hbm_bytes_per_s, rel=1e-12)
+
+    def step(sixteen_bit_grad):
+        tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
+                            overlap_grad_reduce=True, overlap_tp_comm=False, fused_cross_entropy=True,
+                            cross_entropy_16bit_grad=sixteen_bit_grad)
+        return float(evaluate(m, tr, hw, lay)["step_time_s"])
+    assert step(False) - step(True) == pytest.approx(4 * 46 * logits / hw.hbm_bytes_per_s, rel=1e-9)  # 4 micro-batches

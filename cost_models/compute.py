@@ -80,7 +80,8 @@ TRITON_2022_FWD_SLOWDOWN = 1.4
 TRITON_2022_BWD_SLOWDOWN = 2.0
 
 
-def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = False, kernel: str = "profile"):
+def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = False, kernel: str = "profile",
+                        act_bytes: int = 2):
     """(forward, backward) seconds of softmax(QK^T)V for one block and micro-batch.
 
     flash: causal FLOPs 0.5 * 4 * b * s^2 * (heads*head_dim) / (tp*cp) forward, backward 2.5x,
@@ -90,7 +91,7 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
     on H100, whose TMA and wgmma neither kernel uses; Dao 2023 sec. 4.1), slowed by the Triton kernel's
     published gap: 1.4x forward, 2x backward.
     unfused: two batched GEMMs of 2*b*s^2*qw/(tp*cp) each (no causal skipping) plus the softmax
-    over b*heads*s^2/(tp*cp) scores: read+write forward (2 passes), 3 passes backward; attention
+    over b*heads*s^2/(tp*cp) scores of act_bytes each: read+write forward (2 passes), 3 passes backward; attention
     dropout adds read + write + 1-byte mask per score forward and the same backward (fused flash
     kernels regenerate the mask from the RNG state: no extra traffic)."""
     b, s = lay.mbs, m.seq_len
@@ -107,8 +108,8 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
     bmm = 2 * b * s * s * m.q_width / per_gpu
     scores = b * m.heads * s * s / per_gpu
     gemm = 2 * gemm_time(bmm, hw)
-    softmax_fwd = scores * 2 * 2 / hw.hbm_bytes_per_s
-    drop = scores * (2 * 2 + 1) / hw.hbm_bytes_per_s if dropout else 0.0
+    softmax_fwd = scores * 2 * act_bytes / hw.hbm_bytes_per_s
+    drop = scores * (2 * act_bytes + 1) / hw.hbm_bytes_per_s if dropout else 0.0
     return gemm + softmax_fwd + drop, 2 * gemm + 1.5 * softmax_fwd + drop
 
 
@@ -282,7 +283,7 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the
     parts the communication model needs to know about (GEMM time it can overlap with)."""
     mm_f, mm_b = layer_matmul_time(m, lay, hw)
-    at_f, at_b = attention_core_time(m, lay, hw, flash, dropout, attention_kernel)
+    at_f, at_b = attention_core_time(m, lay, hw, flash, dropout, attention_kernel, act_bytes)
     el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout, fused, eager_runtime)
     fwd = mm_f + at_f + el_f
     full = lay.recompute == REC_FULL

@@ -125,8 +125,10 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     per_layer = layer_params_per_gpu(m, tp)
     emb_params = embedding_params_per_gpu(m, tp)
     head_params = head_params_per_gpu(m, tp, pp)
-    # embedding: vocab-parallel lookup ends with an all-reduce of T x h (forward only)
-    emb_time = t_ar / 2 + tokens_mb * m.hidden * act_b * 2 / hw.hbm_bytes_per_s
+    # embedding: the vocab-parallel lookup ends with an all-reduce of T x h, or with SP a reduce-scatter
+    # into the sequence shards, half of it (Megatron's VocabParallelEmbedding; forward only)
+    emb_comm = np.where(sp_on, 0.5, 1.0)
+    emb_time = emb_comm * t_ar + tokens_mb * m.hidden * act_b * 2 / hw.hbm_bytes_per_s
     h_f, h_b = head_time(m, lay, hw, CE_BYTES_PER_LOGIT_FLASH_ATTN if tr.cross_entropy_16bit_grad
                          else CE_BYTES_PER_LOGIT)
     head_t = h_f + h_b
@@ -275,7 +277,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     alpha = np.where(n > 1, (1 - 1 / np.maximum(speedup, 1e-12)) / np.where(n > 1, 1 - 1 / n, 1.0), 1.0)
 
     # ---- bytes per GPU per step
-    tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, 2 * moved_ag, 0.0)) + moved_ar / 2)
+    tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, 2 * moved_ag, 0.0)) + emb_comm * moved_ar)
     pp_bytes = np.where(single, 0.0, m_micro * 2 * v * p2p_bytes)
     cp_bytes = m_micro * blocks_first * n_cp * moved_cp
 

@@ -99,7 +99,7 @@ def block_comm(m: ModelDims, lay, hw, tr, bw, lat):
     names_flops = layer_gemms(m, tokens, lay.tp)
     gemm = [gemm_time(f, hw) for _, f in names_flops]
     total_gemm = sum(gemm)
-    at_f, at_b = attention_core_time(m, lay, hw, tr.flash_attention, tr.dropout, tr.attention_kernel)
+    at_f, at_b = attention_core_time(m, lay, hw, tr.flash_attention, tr.dropout, tr.attention_kernel, tr.act_bytes)
     el_f, el_b, _ = layer_elementwise_time(m, lay, hw, tr.act_bytes, tr.dropout, tr.fused_elementwise,
                                            tr.eager_runtime)
     names = [n for n, _ in names_flops]

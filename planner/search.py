@@ -18,6 +18,10 @@ from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims
 from cost_models.memory import states_floor
 from cost_models.total import evaluate
 
+# The searched ranges: design limits, not physics (a pin goes past any of them).  Micro-batches in powers of
+# two up to 32 (the published runs here use 1-40; llm-foundry's 40, 18, 14 and 10 are pinned by their
+# adapter); up to 8 model chunks per pipeline rank (Llama 3 405B's 126 layers on pp 16 used v = 8, the most a
+# published run here uses); context parallelism up to 16 (Llama 3's 128K-token stage used cp 16).
 MICRO_BATCH_CHOICES = (1, 2, 4, 8, 16, 32)
 MAX_VPP = 8
 MAX_CP = 16

@@ -150,6 +150,13 @@ class TrainingConsts:
     # framework scales only when it clips: Megatron-LM's clip_grad_norm_fp32) a scaling pass over them
     clip_grad: bool = False
     clip_scales_always: bool = True
+    # context-parallel ranks hold the same parameters, so their gradients are reduced over dp x cp in every
+    # framework.  Megatron (its data-parallel group "with context parallel": DDP and the distributed
+    # optimizer), torchtitan (FSDP2 over the dp_shard x cp mesh) and DeepSpeed (ZeRO over its sequence-data-
+    # parallel group) also shard ZeRO's states over dp x cp; parplan's runtime shards over dp only and
+    # averages the cp replicas with an all-reduce of their own after the backward
+    # (parallel_layers/train.py reduce_gradients)
+    zero_over_cp: bool = False
 
     @property
     def eager_saves_more(self) -> bool:
@@ -244,3 +251,9 @@ def rank_block_counts(layers: int, pp, vpp):
     last = np.where(pp == 1, first, last)
     mid = np.where(pp > 2, mid, first)
     return first, mid, last
+
+
+def zero_shards(lay, tr):
+    """Ranks that ZeRO shards states over and its reduce-scatters and all-gathers span: dp x cp, or dp
+    where the cp replicas are averaged apart (TrainingConsts.zero_over_cp)."""
+    return np.asarray(lay.dp) * np.where(tr.zero_over_cp, np.asarray(lay.cp), 1)

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
+from .layout import (PRECISION_RECIPES, zero_shards, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts, virtual_stage_blocks)
 from . import zero3
 from .params import layer_other_params
@@ -500,7 +500,7 @@ def model_states(params, lay, tr):
     """(weights, gradients, optimizer states, offloaded) bytes per GPU for `params` parameters under the
     precision recipe, ZeRO stage and offload of each candidate."""
     rec = PRECISION_RECIPES[tr.precision]
-    zero, dp = lay.zero, lay.dp
+    zero, dp = lay.zero, zero_shards(lay, tr)
     off = lay.offload > 0
     fsdp2, z3_full = fsdp2_flags(lay, tr)
     # FSDP2 with a master recipe: the fp32 shard is the master (counted with the optimizer states)

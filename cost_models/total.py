@@ -28,7 +28,8 @@ import numpy as np
 from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, block_time, cast_time, column_input_grad_time,
                       grad_accumulation_time, grad_clip_time, head_time, optimizer_time)
-from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts,
+                     zero_shards)
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
@@ -172,13 +173,22 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     stage_params = np.maximum(np.maximum(blocks_first * per_layer + emb_params + np.where(single, head_params, 0.0),
                                          blocks_mid * per_layer),
                               np.where(single, 0.0, blocks_last * per_layer + head_params))
+    # context-parallel ranks are replicas too: gradients are reduced over dp x cp (TrainingConsts.zero_over_cp).
+    # Mesh order (dp, pp, cp, tp): without a pipeline dp x cp is one block of ranks tp apart; with one, the
+    # group spans the cp group and the dp group's ranks, inside a node only where both are
+    cp_in = comm.group_inside_node(hw, tp, cp, lay.gpus)
     dp_in = comm.group_inside_node(hw, tp * cp * pp, dp, lay.gpus)
-    dp_bw, dp_lat = comm.tier_params(hw, dp_in)
+    dpcp_in = np.where(np.asarray(pp) == 1, comm.group_inside_node(hw, tp, cp * dp, lay.gpus), cp_in & dp_in)
+    dpcp = np.asarray(dp) * np.asarray(cp)
+    shards = zero_shards(lay, tr)
+    sh_bw, sh_lat = comm.tier_params(hw, np.where(tr.zero_over_cp, dpcp_in, dp_in))
+    dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in)
     grad_bytes = stage_params * rec["grad"]
     w_bytes = stage_params * rec["weight"]
-    ar_t, ar_moved = comm.all_reduce(grad_bytes, dp, dp_bw, dp_lat)
-    rs_t, rs_moved = comm.reduce_scatter(grad_bytes, dp, dp_bw, dp_lat)
-    ag_t, ag_moved = comm.all_gather(w_bytes, dp, dp_bw, dp_lat)
+    ar_t, ar_moved = comm.all_reduce(grad_bytes, dpcp, dpcp_bw, dpcp_lat)  # ZeRO-0: over dp x cp everywhere
+    rs_t, rs_moved = comm.reduce_scatter(grad_bytes, shards, sh_bw, sh_lat)
+    ag_t, ag_moved = comm.all_gather(w_bytes, shards, sh_bw, sh_lat)
+    dp_bw, dp_lat = sh_bw, sh_lat  # ZeRO's collectives (DeepSpeed's stage 3 below) span its shards
     zero = lay.zero
     bwd_window = blocks_first * bt["bwd"]
     fwd_window = blocks_first * bt["fwd"]
@@ -217,8 +227,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     ds_moved = 0.0
     if np.any(ds):
         rest = np.maximum(stage_params - blocks_first * per_layer, 0.0)
-        rest_ag, rest_ag_moved = comm.all_gather(rest * rec["weight"], dp, dp_bw, dp_lat)
-        rest_rs, rest_rs_moved = comm.reduce_scatter(rest * rec["grad"], dp, dp_bw, dp_lat)
+        rest_ag, rest_ag_moved = comm.all_gather(rest * rec["weight"], shards, dp_bw, dp_lat)
+        rest_rs, rest_rs_moved = comm.reduce_scatter(rest * rec["grad"], shards, dp_bw, dp_lat)
         blk_exp, blk_moved = zero3.block_comm(m, lay, hw, tr, dp_bw, dp_lat)
         rest_compute = emb_time + np.where(single, head_t, 0.0)
         ds_mb = blocks_first * blk_exp + hw.exposed((2 + z3_regather) * rest_ag + rest_rs, rest_compute)
@@ -228,6 +238,13 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     dp_moved = np.where(zero == 0, ar_moved,
                         np.where(zero >= 3, np.where(ds, ds_moved, z3_n * ((2 + z3_regather) * ag_moved + rs_moved)),
                                  n_red * red_moved + ag_moved))
+    # sharding over dp only (parplan's runtime), ZeRO-1/2 average the cp replicas' full gradients and FSDP2
+    # their gradient shards with an all-reduce over cp after the backward, on the critical path
+    cp_bw, cp_lat = comm.tier_params(hw, cp_in)
+    cp_avg_t, cp_avg_moved = comm.all_reduce(grad_bytes / np.where(zero >= 3, dp, 1), cp, cp_bw, cp_lat)
+    cp_apart = (zero >= 1) & ~np.asarray(tr.zero_over_cp)
+    dp_exposed = dp_exposed + np.where(cp_apart, cp_avg_t, 0.0)
+    dp_moved = dp_moved + np.where(cp_apart, cp_avg_moved, 0.0)
     # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
     # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
     # two ranks, V x h / tp gradients), on the critical path before the optimizer step.
@@ -240,7 +257,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
         dp_moved = dp_moved + np.where(single, 0.0, tie_moved)
 
     # ---- optimizer
-    shard = np.where(zero >= 1, dp, 1)
+    shard = np.where(zero >= 1, shards, 1)
     opt_params = stage_params / shard
     off = lay.offload > 0
     gpus_node = np.minimum(lay.gpus, hw.gpus_per_node)
@@ -250,7 +267,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     opt_t = opt_t + grad_accumulation_time(stage_params, m_micro, tr.precision, hw, tr.grad_accumulation_fusion)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
-        held = stage_params / np.where((zero >= 1) & ~z1_ar, dp, 1)
+        held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)
     step = t_pipe + dp_exposed + opt_t
 

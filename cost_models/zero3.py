@@ -40,7 +40,7 @@ import numpy as np
 
 from . import comm
 from .compute import attention_core_time, gemm_time, layer_elementwise_time, layer_gemms
-from .layout import PRECISION_RECIPES, REC_FULL, ModelDims
+from .layout import PRECISION_RECIPES, REC_FULL, ModelDims, zero_shards
 
 PREFETCH_BUCKET_ELEMENTS = 5e7  # DeepSpeed stage3_prefetch_bucket_size default
 MAX_LIVE_ELEMENTS = 1e9  # stage3_max_live_parameters default; taken as not binding (module docstring)
@@ -95,7 +95,7 @@ def block_comm(m: ModelDims, lay, hw, tr, bw, lat):
     micro-batch under one-weight-ahead prefetch (forward, recompute forward, backward)."""
     rec = PRECISION_RECIPES[tr.precision]
     tokens = lay.mbs * m.seq_len / lay.cp
-    dp = lay.dp
+    dp = zero_shards(lay, tr)
     names_flops = layer_gemms(m, tokens, lay.tp)
     gemm = [gemm_time(f, hw) for _, f in names_flops]
     total_gemm = sum(gemm)

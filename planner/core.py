@@ -142,7 +142,8 @@ def training_consts(tr: Training) -> TrainingConsts:
                           async_tp_grad_comm=tr.async_tp_grad_comm, attention_kernel=tr.attention_kernel,
                           clip_grad=tr.clip_grad is not None, clip_scales_always=tr.framework != "megatron",
                           eager_runtime="parplan" if tr.framework == "parplan" else "torchtitan",
-                          cp_overlap_local_chunk_only=tr.framework == "torchtitan")
+                          cp_overlap_local_chunk_only=tr.framework == "torchtitan",
+                          zero_over_cp=tr.framework != "parplan")
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):

@@ -119,12 +119,13 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins) -> Layout:
     policy = np.array(policy_space(pins), dtype=np.int64).reshape(-1, 4)
     # every (structure, policy) pair, struct-major, less sequence parallelism without TP (there is nothing
     # to split it over: with --sp pinned the search keeps to tp > 1, as --sp --tp 1 is an error) and ZeRO
-    # without DP (the same plan as ZeRO 0), masked on the (structure x policy) grid before any column is
-    # built: the product itself is hundreds of thousands of rows at scale
-    tp, pp, dp = (struct[:, j, None] for j in (0, 1, 3))
+    # without replicas to shard over (dp x cp = 1: the same plan as ZeRO 0; frameworks that shard over
+    # dp x cp use cp ranks), masked on the (structure x policy) grid before any column is built: the
+    # product itself is hundreds of thousands of rows at scale
+    tp, pp, cp, dp = (struct[:, j, None] for j in (0, 1, 2, 3))
     zero, sp = policy[None, :, 0], policy[None, :, 2]
     keep = ~((sp == 1) & (tp == 1))
-    keep = keep & (~((zero > 0) & (dp == 1)) | (pins.zero is not None))
+    keep = keep & (~((zero > 0) & (dp * cp == 1)) | (pins.zero is not None))
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
     i_s, i_p = np.nonzero(np.broadcast_to(keep, (len(struct), len(policy))))

@@ -721,3 +721,55 @@ def test_cross_entropy_passes_are_counted_per_loss_kernel():
                             cross_entropy_16bit_grad=sixteen_bit_grad)
         return float(evaluate(m, tr, hw, lay)["step_time_s"])
     assert step(False) - step(True) == pytest.approx(4 * 46 * logits / hw.hbm_bytes_per_s, rel=1e-9)  # 4 micro-batches
+
+
+def test_context_parallel_ranks_are_replicas_for_the_gradients_and_zero():
+    """cp ranks hold the same parameters: every framework reduces gradients over dp x cp.  Megatron,
+    torchtitan and DeepSpeed shard ZeRO's states over dp x cp too (zero_over_cp); parplan's runtime shards over
+    dp and averages the cp replicas with an all-reduce of their own after the backward (train.reduce_gradients)."""
+    from cost_models.layout import PRECISION_RECIPES
+    spec = ModelSpec(arch="llama", layers=4, hidden=2048, heads=16, kv_heads=16, ffn_hidden=5632, vocab=32000)
+    m = ModelDims.from_spec(spec, 8192)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    rec = PRECISION_RECIPES["master-weights"]
+
+    def run(over_cp, zero, dp=2, cp=2):
+        tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
+                            overlap_grad_reduce=False, overlap_tp_comm=False, zero_over_cp=over_cp,
+                            zero1_all_reduce=False)
+        lay = _lay(gpus=dp * cp, tp=1, pp=1, dp=dp, cp=cp, mbs=1, zero=zero)
+        return evaluate(m, tr, hw, lay)
+
+    params = param_counts(spec, 8192)["total"]
+    for zero in (1, 2):
+        apart, over = run(False, zero), run(True, zero)
+        assert float(apart["mem_optimizer"]) == pytest.approx(params * (rec["master"] + rec["adam"]) / 2, rel=1e-9)
+        assert float(over["mem_optimizer"]) == pytest.approx(params * (rec["master"] + rec["adam"]) / 4, rel=1e-9)
+        # the runtime's extra all-reduce of the full gradients over the 2 cp ranks (inside one node), exposed
+        nv = hw.nvlink
+        cp_ar, _ = comm.all_reduce(params * rec["grad"], 2, nv.bytes_per_s, nv.latency_s)
+        rs_dp, _ = comm.reduce_scatter(params * rec["grad"], 2, nv.bytes_per_s, nv.latency_s)
+        rs_dpcp, _ = comm.reduce_scatter(params * rec["grad"], 4, nv.bytes_per_s, nv.latency_s)
+        ag_dp, _ = comm.all_gather(params * rec["weight"], 2, nv.bytes_per_s, nv.latency_s)
+        ag_dpcp, _ = comm.all_gather(params * rec["weight"], 4, nv.bytes_per_s, nv.latency_s)
+        assert float(apart["dp_comm_s"]) == pytest.approx(float(rs_dp + ag_dp + cp_ar), rel=1e-9)
+        assert float(over["dp_comm_s"]) == pytest.approx(float(rs_dpcp + ag_dpcp), rel=1e-9)
+    # ZeRO-0: one all-reduce over dp x cp in both
+    ar, _ = comm.all_reduce(params * rec["grad"], 4, hw.nvlink.bytes_per_s, hw.nvlink.latency_s)
+    assert float(run(False, 0)["dp_comm_s"]) == float(run(True, 0)["dp_comm_s"]) == pytest.approx(float(ar), rel=1e-9)
+    # and with dp 1, ZeRO has cp ranks to shard over where the framework shards over dp x cp
+    assert float(run(True, 1, dp=1, cp=4)["mem_optimizer"]) == pytest.approx(
+        params * (rec["master"] + rec["adam"]) / 4, rel=1e-9)
+
+
+def test_megatron_context_parallel_plan_shards_the_optimizer_over_cp():
+    """Llama 3 8B at cp 8 on one node: Megatron's distributed optimizer over the cp ranks fits it in 80 GB;
+    parplan's runtime, which shards over dp only, does not (nothing to shard over at dp 1)."""
+    from planner.core import NothingFits, recommend
+    from planner.models import load_preset
+    from planner.search import Pins
+    spec = load_preset("llama3-8b")
+    plan = recommend(spec, 8, seq_len=8192, framework="megatron", pins=Pins(cp=8), suggest=False)
+    assert plan.prediction.fits and plan.parallel.cp == 8 and plan.parallel.zero_stage >= 1
+    with pytest.raises(NothingFits):
+        recommend(spec, 8, seq_len=8192, pins=Pins(cp=8, offload="none"), suggest=False)

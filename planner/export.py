@@ -118,22 +118,14 @@ def framework_note(plan: Plan, to: str) -> Optional[str]:
 # --------------------------------------------------------------------------------------------
 # shared helpers
 
-def _even_split(layers: int, stages: int) -> list[int]:
-    """Split ``layers`` over ``stages``; the remainder goes to the middle stages (first/last carry embedding/head)."""
-    base, extra = divmod(layers, stages)
-    counts = [base] * stages
-    middle = list(range(1, stages - 1)) or list(range(stages))
-    for i in range(extra):
-        counts[middle[i % len(middle)]] += 1
-    return counts
-
-
 def _stage_layers(plan: Plan) -> list[int]:
-    """Transformer blocks per virtual stage, in virtual-stage order (pp*vpp entries)."""
+    """Transformer blocks per virtual stage, in virtual-stage order (pp*vpp entries): the plan's, or the split
+    the cost model predicted (cost_models.layout.stage_layers)."""
+    from cost_models.layout import stage_layers
     p, m = plan.parallel, plan.model
     if p.stage_layers is not None:
         return list(p.stage_layers)
-    return _even_split(m.layers, p.pp * p.vpp)
+    return stage_layers(m.layers, p.pp * p.vpp)
 
 
 def _train_steps(plan: Plan) -> Optional[int]:
@@ -200,12 +192,17 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if p.pp > 1:
         counts = _stage_layers(plan)
         uniform = len(set(counts)) == 1
+        # Megatron's first/last-stage flags need at least one block on each end (TransformerConfig raises
+        # otherwise) and equal middle stages; any other split goes as an explicit layout
+        ends = not uniform and p.vpp == 1 and len(set(counts[1:-1])) <= 1 and min(counts[0], counts[-1]) > 0
         if p.stage_layers is None and not uniform:
-            notes.append(f"layers ({m.layers}) do not divide evenly over pp*vpp = {p.pp * p.vpp} stages; "
-                         f"exported the split {counts} as an explicit --pipeline-model-parallel-layout.")
+            notes.append(f"layers ({m.layers}) do not divide evenly over pp*vpp = {p.pp * p.vpp} stages; exported "
+                         f"the predicted split {counts} as "
+                         + ("--decoder-first/last-pipeline-num-layers." if ends
+                            else "an explicit --pipeline-model-parallel-layout."))
         if uniform and p.vpp > 1:
             flag("--num-layers-per-virtual-pipeline-stage", counts[0])
-        elif not uniform and p.vpp == 1 and len(set(counts[1:-1])) <= 1:
+        elif ends:
             flag("--decoder-first-pipeline-num-layers", counts[0])
             flag("--decoder-last-pipeline-num-layers", counts[-1])
         elif not uniform:
@@ -277,6 +274,10 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         flag("--use-megatron-fsdp")
         flag("--data-parallel-sharding-strategy", "optim_grads_params")
         flag("--ckpt-format", "fsdp_dtensor")
+        # the Megatron-FSDP user guide's required configuration
+        # (docs/discussions/megatron-fsdp-user-guide/megatron-fsdp-user-guide.md)
+        flag("--use-distributed-optimizer")
+        flag("--no-gradient-accumulation-fusion")
         notes.append("zero_stage 3: mapped to Megatron-FSDP (--use-megatron-fsdp with sharding strategy "
                      "optim_grads_params), Megatron's equivalent of ZeRO-3 rather than DeepSpeed ZeRO-3; it needs "
                      "the fsdp_dtensor checkpoint format and CUDA_DEVICE_MAX_CONNECTIONS not set to 1"
@@ -298,6 +299,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                          "mode; exported as plain fp32 (no --bf16/--fp16).")
     else:
         flag("--bf16" if t.dtype == "bf16" else "--fp16")
+        # the gradients' dtype of the recipe: validate_args reduces in fp32 under --bf16 unless told
+        # otherwise, and in 16 bit under --fp16 unless told otherwise
+        if t.precision == "master-weights" and t.dtype == "fp16":
+            flag("--accumulate-allreduce-grads-in-fp32")
+        elif t.precision == "master-weights-half-grads" and t.dtype == "bf16":
+            flag("--grad-reduce-in-bf16")
         if t.precision == "amp":
             notes.append(f"precision amp: Megatron-LM's --{t.dtype} keeps 16-bit parameters with fp32 main "
                          "weights (the master-weights recipe), so per-parameter memory differs from the prediction.")
@@ -310,6 +317,9 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                          "plan does not use; not exported.")
 
     # --- run
+    if not t.dropout:  # Megatron-LM's defaults are 0.1 each; the plan was predicted without dropout
+        flag("--hidden-dropout", 0.0)
+        flag("--attention-dropout", 0.0)
     flag("--lr", t.lr)
     flag("--clip-grad", float(t.clip_grad or 0.0))  # 0: none
     flag("--seed", t.seed)
@@ -319,7 +329,9 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         notes.append("training.tokens is not set: add --train-iters or --train-samples.")
     flag("--mock-data")
     flag("--tokenizer-type", "NullTokenizer")
-    flag("--vocab-size", m.vocab)
+    # the NullTokenizer adds an end-of-document id after --vocab-size ids (its vocab_size is that + 1, its eod
+    # that number), which the mock data appends to every sample: V - 1 keeps it inside the V-row embedding
+    flag("--vocab-size", m.vocab - 1)
     notes.append("--mock-data and the NullTokenizer make a smoke test; replace them with --data-path, "
                  "--tokenizer-type and --tokenizer-model for real data.")
 
@@ -393,6 +405,12 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
                      f"shape; register {flavor!r} in llama3_configs (torchtitan/models/llama3/__init__.py) with "
                      f"dim={m.hidden}, n_layers={m.layers}, n_heads={m.heads}, n_kv_heads={m.kv_heads}, "
                      f"FFN hidden {m.ffn_hidden}, vocab_size={m.vocab}.")
+    if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
+        notes.append(f"head_dim {m.head_dim}: torchtitan's llama3 derives the head size as dim / n_heads "
+                     f"({m.hidden // m.heads} here) and has no head_dim setting, so its attention is smaller than the "
+                     "plan's unless the model code is changed.")
+    if t.dropout:
+        notes.append("dropout: torchtitan's llama3 has no dropout; the plan's is not exported.")
     if m.arch == "llama" and m.tied_embeddings:
         notes.append("tied_embeddings: torchtitan's llama3 has its own output layer, one vocab x hidden matrix "
                      "(embedding-sized) more than the plan counts in parameters, gradients and optimizer states.")
@@ -415,12 +433,16 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
     # [parallelism]
     if p.zero_stage == 0:
         replicate, shard, reshard = p.dp, 1, None
-        if p.dp > 1:
-            notes.append("zero_stage 0: mapped to data_parallel_replicate_degree = dp (DDP, no sharding); "
-                         "torchtitan's DDP path is meant for pure data parallelism, so with tp/pp/cp > 1 check "
-                         "your version or use data_parallel_shard_degree (FSDP) instead.")
+        if p.dp > 1 and max(p.tp, p.pp, p.cp) > 1:
+            notes.append("zero_stage 0 with tp/pp/cp > 1: torchtitan's DDP (data_parallel_replicate_degree) refuses "
+                         "more than one parallel dimension (parallelize_llama: \"DDP has not supported > 1D "
+                         "parallelism\"); plan with --zero 3 to export FSDP (data_parallel_shard_degree) instead.")
+        elif p.dp > 1:
+            notes.append("zero_stage 0: mapped to data_parallel_replicate_degree = dp (DDP, no sharding).")
     elif p.zero_stage == 3:
-        replicate, shard, reshard = 1, p.dp, "default"
+        # torchtitan's "default" keeps parameters gathered between forward and backward whenever a pipeline is
+        # on (reshard_after_forward = not pp_enabled: ZeRO-2-like); the plan's ZeRO-3 reshards
+        replicate, shard, reshard = 1, p.dp, "always" if pp_on else "default"
     else:
         replicate, shard, reshard = 1, p.dp, "never"
         if p.dp > 1:
@@ -501,7 +523,8 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
               f"({plan.hardware.name}); launch with NGPU={plan.hardware.gpus} CONFIG_FILE=<this file> ./run_train.sh",
               "Keys follow pytorch/torchtitan torchtitan/config/job_config.py (commit 000204a4). Newer torchtitan",
               "main configures runs in Python (Trainer.Config): set the same fields there, with",
-              "parallelism.num_pp_microbatches in place of pipeline_parallel_microbatch_size.",
+              "parallelism.num_pp_microbatches (a count: local_batch_size / micro-batch size"
+              + (f" = {t.num_microbatches}" if p.pp > 1 else "") + ") in place of pipeline_parallel_microbatch_size.",
               f"shape: layers={m.layers} hidden={m.hidden} heads={m.heads} kv_heads={m.kv_heads} "
               f"ffn_hidden={m.ffn_hidden} vocab={m.vocab}",
               f"batch: {t.global_batch_size} = dp {p.dp} x micro {t.micro_batch_size} x {t.num_microbatches} "
@@ -527,6 +550,8 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
         "gradient_accumulation_steps": t.num_microbatches,
         "gradient_clipping": float(t.clip_grad or 0.0),  # 0: none
+        # the optimizer the plan counts (AdamW: two fp32 states a parameter) at the plan's learning rate
+        "optimizer": {"type": "AdamW", "params": {"lr": t.lr}},
     }
     if t.precision != "fp32" and t.dtype == "bf16":
         cfg["bf16"] = {"enabled": True}
@@ -594,4 +619,7 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         notes.append(f"precision fp32 with dtype {t.dtype}: exported without bf16/fp16 sections (plain fp32).")
     if t.overlap_tp_comm:
         notes.append("overlap_tp_comm has no ds_config key.")
+    notes.append(f"seed {t.seed}: ds_config has no seed; set it in the training script (e.g. Megatron-DeepSpeed --seed).")
+    if t.dropout:
+        notes.append("dropout: set in the model code (e.g. Megatron-DeepSpeed --hidden-dropout/--attention-dropout 0.1).")
     return json.dumps(cfg, indent=2) + "\n", notes

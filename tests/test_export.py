@@ -170,7 +170,9 @@ def test_megatron_gpt_zero3_offload():
     assert a["--padded-vocab-size"] == "50257"
     assert a["--use-megatron-fsdp"] is True
     assert a["--data-parallel-sharding-strategy"] == "optim_grads_params"
-    assert "--use-distributed-optimizer" not in a
+    # the Megatron-FSDP user guide's required flags (docs/discussions/megatron-fsdp-user-guide)
+    assert a["--use-distributed-optimizer"] is True and a["--no-gradient-accumulation-fusion"] is True
+    assert a["--ckpt-format"] == "fsdp_dtensor"
     assert a["--optimizer-cpu-offload"] is True
     assert a["--use-precision-aware-optimizer"] is True
     assert "--sequence-parallel" not in a
@@ -262,7 +264,7 @@ def test_deepspeed_llama():
     assert cfg["bf16"] == {"enabled": True} and "fp16" not in cfg
     assert cfg["gradient_clipping"] == 1.0
     allowed = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-               "gradient_clipping", "bf16", "fp16", "zero_optimization", "pipeline"}
+               "gradient_clipping", "bf16", "fp16", "zero_optimization", "pipeline", "optimizer"}
     assert set(cfg) <= allowed
     notes = export_notes(plan, "deepspeed")
     assert any("tp=4" in n for n in notes) and any("pp=2" in n for n in notes)
@@ -382,3 +384,47 @@ def test_a_tied_llama_exported_to_torchtitan_says_its_head_is_untied_there():
     plan = plan.model_copy(update={"model": plan.model.model_copy(update={"tied_embeddings": True})})
     assert any("tied_embeddings" in n for n in export_notes(plan, "torchtitan"))
     assert not any("tied_embeddings" in n for n in export_notes(llama_plan(), "torchtitan"))
+
+
+def _with(plan: Plan, section: str, **update) -> Plan:
+    return plan.model_copy(update={section: getattr(plan, section).model_copy(update=update)})
+
+
+def test_megatron_realises_what_the_plan_predicted_not_its_defaults():
+    """Megatron-LM's defaults differ from a plan's: dropout 0.1 (plans run without), fp32 gradient reduction
+    under --bf16 and 16-bit under --fp16 (each recipe says which), and the NullTokenizer's end-of-document id
+    one past --vocab-size, which the mock data appends to every sample."""
+    plan = llama_plan(tp=2, pp=1, vpp=1, dp=8, schedule="1f1b")
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert a["--hidden-dropout"] == "0.0" and a["--attention-dropout"] == "0.0"
+    assert int(a["--vocab-size"]) + 1 == int(a["--padded-vocab-size"]) == plan.model.vocab
+    assert "--grad-reduce-in-bf16" not in a and "--accumulate-allreduce-grads-in-fp32" not in a  # bf16, fp32 grads
+    half = _with(plan, "training", precision="master-weights-half-grads")
+    assert megatron_args(export_plan(half, "megatron"))["--grad-reduce-in-bf16"] is True
+    fp16 = _with(plan, "training", dtype="fp16")
+    assert megatron_args(export_plan(fp16, "megatron"))["--accumulate-allreduce-grads-in-fp32"] is True
+
+
+def test_megatron_uneven_split_is_the_predicted_one_and_never_an_empty_end():
+    """Without stage_layers the export splits as the cost model did (cost_models.layout.stage_layers: the
+    remainder to the middle stages first, 30 layers on 4 stages -> 7, 8, 8, 7); an empty first or last stage
+    goes as an explicit layout, since Megatron's first/last-stage flags must be > 0."""
+    plan = _with(llama_plan(tp=2, pp=4, vpp=1, dp=2, schedule="1f1b"), "model", layers=30)
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert (a["--decoder-first-pipeline-num-layers"], a["--decoder-last-pipeline-num-layers"]) == ("7", "7")
+    empty_end = _with(plan, "parallel", stage_layers=[0, 15, 15, 0])
+    b = megatron_args(export_plan(empty_end, "megatron"))
+    assert "--decoder-first-pipeline-num-layers" not in b and "--pipeline-model-parallel-layout" in b
+
+
+def test_torchtitan_zero3_with_a_pipeline_reshards_after_forward():
+    """torchtitan's fsdp_reshard_after_forward "default" is `not pp_enabled`: with a pipeline it would keep the
+    parameters gathered (ZeRO-2-like), so a ZeRO-3 plan with pp > 1 exports "always"; DDP with tp > 1 is
+    refused by torchtitan, which the notes say with the fix."""
+    import tomllib
+    with_pp = tomllib.loads(export_plan(llama_plan(tp=2, pp=2, vpp=1, dp=4, zero_stage=3, schedule="1f1b"), "torchtitan"))
+    without = tomllib.loads(export_plan(llama_plan(tp=2, pp=1, vpp=1, dp=8, zero_stage=3, schedule="1f1b"), "torchtitan"))
+    assert with_pp["parallelism"]["fsdp_reshard_after_forward"] == "always"
+    assert without["parallelism"]["fsdp_reshard_after_forward"] == "default"
+    ddp = llama_plan(tp=2, pp=1, vpp=1, dp=8, zero_stage=0, schedule="1f1b")
+    assert any("DDP" in n and "--zero 3" in n for n in export_notes(ddp, "torchtitan"))

@@ -54,6 +54,20 @@ _FIELDS = {
     "gpt_neox": {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "heads": ("num_attention_heads",),
                  "kv_heads": (), "ffn_hidden": ("intermediate_size",), "vocab": ("vocab_size",)},
 }
+# What a family's transformers config class fills in for a key the file leaves out (configuration_<type>.py,
+# __init__ defaults): official configs omit some (a multimodal Gemma 3's text_config lists only what differs
+# from Gemma3TextConfig), and Qwen3's and Gemma's head_dim is not hidden / heads.  Llama, Phi-3, Granite and
+# OLMo 2 default num_key_value_heads to num_attention_heads and head_dim to hidden / heads (the fallbacks below).
+_CLASS_DEFAULTS = {
+    "mistral": {"num_key_value_heads": 8},
+    "qwen2": {"num_key_value_heads": 32, "vocab_size": 151936},
+    "qwen3": {"num_key_value_heads": 32, "vocab_size": 151936, "head_dim": 128},
+    "gemma": {"num_key_value_heads": 16, "vocab_size": 256000, "head_dim": 256},
+    "gemma2": {"num_key_value_heads": 4, "vocab_size": 256000, "head_dim": 256},
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
+    "gpt2": {"n_positions": 1024},
+}
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
 _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "granite": False,
                  "olmo2": False, "gemma": True, "gemma2": True, "gemma3_text": True,
@@ -102,6 +116,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         raise ValueError(f"{where}: missing required field model_type (one of {', '.join(SUPPORTED)})")
     if model_type not in SUPPORTED:
         raise ValueError(f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
+    cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # keys the file has win, explicit nulls included
 
     names = _FIELDS["llama" if model_type in LLAMA_LIKE else model_type]
     layers = _get(cfg, names["layers"], "layers", where)
@@ -142,18 +157,21 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     }.get(model_type)
     if vision_dropped:
         notes += "; the vision tower is not counted"
-    window = cfg.get("sliding_window") if model_type in ("gemma2", "gemma3_text") else None
+    window = cfg.get("sliding_window") if model_type in ("mistral", "gemma2", "gemma3_text") else None
     if window and seq_len and seq_len > window:
         kinds = cfg.get("layer_types")
-        if isinstance(kinds, list) and kinds:
+        if model_type == "mistral":  # Mistral 7B v0.1: every layer within the window
+            local = "all layers"
+        elif isinstance(kinds, list) and kinds:
             local = f"{sum(k == 'sliding_attention' for k in kinds)} of {len(kinds)} layers"
         elif model_type == "gemma2":
             local = "half the layers"
         else:
             pattern = int(cfg.get("sliding_window_pattern") or 6)
             local = f"{pattern - 1} of every {pattern} layers"
-        notes += (f"; {local} attend within a {window}-token window, counted as full attention at "
-                  f"seq_len {seq_len} (their attention over-estimated)")
+        window_note = (f"{local} attend within a {window}-token window, counted as full attention at "
+                       f"seq_len {seq_len} (their attention over-estimated)")
+        notes = f"{notes}; {window_note}" if notes else window_note
     source = f"Hugging Face config {where} (model_type {model_type}" + (f", context {context}" if context else "") + \
              (f"; {notes}" if notes else "") + ")"
 

@@ -202,3 +202,30 @@ def test_granite_and_olmo2_map_to_llama():
         assert spec.arch == "llama" and spec.tied_embeddings is tied
         assert spec.num_params == param_counts(spec)["total"] == by_hand[cfg["model_type"]]
         assert (note in spec.source) if note else "not counted" not in spec.source
+
+
+def test_keys_a_config_leaves_out_take_the_transformers_class_defaults():
+    """A key missing from config.json is what the family's transformers config class fills in
+    (configuration_<type>.py): an official multimodal Gemma 3 text_config lists only what differs from
+    Gemma3TextConfig (vocab 262,208, 8 heads, 4 kv heads, head_dim 256), Qwen3's head_dim is 128 and Mistral's
+    kv heads 8 whatever the width, GPT-2's position table 1,024.  Counts by hand."""
+    g4b = model_from_hf_config({"model_type": "gemma3", "vision_config": {"hidden_size": 1152},
+                                "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+                                                "intermediate_size": 10240, "num_hidden_layers": 34,
+                                                "sliding_window": 1024}})
+    h, q, kv, f, V = 2560, 8 * 256, 4 * 256, 10240, 262208
+    assert (g4b.heads, g4b.kv_heads, g4b.head_dim, g4b.vocab, g4b.tied_embeddings) == (8, 4, 256, V, True)
+    assert g4b.num_params == 34 * (2 * h * q + 2 * h * kv + 3 * h * f + 2 * h) + V * h + h == 3_880_071_680
+    qwen3 = model_from_hf_config({"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
+                                  "num_attention_heads": 16, "num_key_value_heads": 8, "num_hidden_layers": 28,
+                                  "tie_word_embeddings": True})  # Qwen3-0.6B's shape, head_dim left out
+    assert qwen3.head_dim == 128
+    assert qwen3.num_params == 28 * (2 * 1024 * 2048 + 2 * 1024 * 1024 + 3 * 1024 * 3072 + 2 * 1024) \
+        + 151936 * 1024 + 1024
+    mistral = model_from_hf_config({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                                    "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 32000,
+                                    "sliding_window": 4096}, seq_len=32768)
+    assert mistral.kv_heads == 8 and mistral.num_params == 7_241_732_096  # Mistral-7B's 7.24B
+    assert "all layers attend within a 4096-token window" in mistral.source
+    gpt2 = model_from_hf_config({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257})
+    assert gpt2.max_seq_len == 1024 and gpt2.num_params == 124_439_808  # GPT-2's released 124M

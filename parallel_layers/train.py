@@ -510,12 +510,20 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
     measured = steps[warmup:] or steps
     med = lambda key: (statistics.median(s[key] for s in measured)  # noqa: E731
                        if measured and all(s.get(key) is not None for s in measured) else None)
+
+    def at_median_step(key):
+        """A rate (tokens/s, MFU: work per step over the step's time) at the median step time, so the
+        report's rates and its step time agree (the median of 1/t is not 1/median t over an even count)."""
+        t = med("step_time_s")
+        if t is None or not t or not all(s.get(key) is not None and s.get("step_time_s") for s in measured):
+            return med(key)
+        return statistics.median(s[key] * s["step_time_s"] for s in measured) / t
     pred = plan.prediction if comparable else None
     reserved = [m["reserved"] for m in memories if m.get("reserved") is not None]
     error = {
         "step_time_s": _rel_error(pred.step_time_s if pred else None, med("step_time_s")),
         "peak_memory": _rel_error(pred.memory_bytes_per_gpu.total if pred else None, max(reserved) if reserved else None),
-        "mfu": _rel_error(pred.mfu if pred else None, med("mfu")),
+        "mfu": _rel_error(pred.mfu if pred else None, at_median_step("mfu")),
     }
     traced = [m["allocated_without_collective_buffers"] for m in memories
               if m.get("allocated_without_collective_buffers") is not None]
@@ -534,7 +542,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "world_size": len(memories),
         "warmup_steps": warmup,
         "steps": steps,
-        "median": {"step_time_s": med("step_time_s"), "tokens_per_s": med("tokens_per_s"), "mfu": med("mfu"),
+        "median": {"step_time_s": med("step_time_s"), "tokens_per_s": at_median_step("tokens_per_s"),
+                   "mfu": at_median_step("mfu"),
                    "host_dispatch_s": med("host_dispatch_s"), "fwd_bwd_s": med("fwd_bwd_s"), "after_s": med("after_s")},
         "peak_memory_bytes": {str(r): m for r, m in enumerate(memories)},
         "cpu_memory": cpu_memory,

@@ -172,6 +172,9 @@ def check_runtime_support(plan, device: str) -> Check:
     if getattr(t, "dropout", False):
         missing.append(("dropout", "set training.dropout to false (the runtime's blocks have no dropout; "
                                    "the prediction would count masks the run does not have)"))
+    if m.arch == "gpt" and m.max_seq_len is not None and m.max_seq_len < t.seq_len:
+        missing.append((f"seq_len {t.seq_len} beyond the model's {m.max_seq_len} learned positions",
+                        f"use a seq_len of at most {m.max_seq_len}, or a model with max_seq_len >= {t.seq_len}"))
     if not missing:
         warnings = []
         if p.zero_stage == 3 and p.pp > 1 and p.dp > 1 and t.framework not in TORCH_PIPELINING:
@@ -203,6 +206,10 @@ def check_runtime_support(plan, device: str) -> Check:
             warnings.append(f"the prediction counts {kind} cross-entropy's memory; the runtime's loss is an "
                             "autograd cross-entropy over fp32 logits (12 B a logit at its backward); `parplan "
                             "evaluate` the plan with fused_cross_entropy off to compare")
+        if not t.flash_attention:
+            warnings.append("the prediction counts unfused attention (score-sized tensors, their memory and passes); "
+                            "the runtime runs torch's fused scaled_dot_product_attention; `parplan evaluate` the "
+                            "plan with flash_attention on to compare")
         if t.attention_kernel != "profile":
             warnings.append(f"the prediction times the attention as the {t.attention_kernel} kernel; the runtime runs "
                             "torch's scaled_dot_product_attention (the profile's measured curve); `parplan evaluate` "
@@ -517,10 +524,25 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     if data and not Path(data).is_file():
         checks.append(Check("data", False, f"{data} is not a file", "pass a flat uint16/uint32 token file"))
 
+    if resume and not checkpoint_dir:
+        checks.append(Check("checkpoint", False, "--resume without --checkpoint-dir has nothing to resume from",
+                            "pass --checkpoint-dir DIR (the folder --checkpoint-every wrote)"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(report).parent if report else Path("runs") / stamp
     report_path = report or str(run_dir / "report.json")
     plan_path = run_dir / "plan.json"
+    if report:
+        # the run writes plan.json and torchrun.log beside the report: never over a file of someone else's,
+        # nor through a file where a folder should be
+        clash = next((q for q in run_dir.parents if q.exists() and not q.is_dir()), None) if not run_dir.is_dir() \
+            else None
+        if Path(report).is_dir() or (run_dir.exists() and not run_dir.is_dir()) or clash is not None:
+            checks.append(Check("report", False, f"--report {report} is not a file path in a folder",
+                                "pass --report FOLDER/report.json"))
+        elif plan_path.exists() and plan_path.read_text() != plan.model_dump_json(indent=2):
+            checks.append(Check("report", False, f"{plan_path} exists and holds another plan, which the run would "
+                                f"overwrite (it writes plan.json and torchrun.log beside the report)",
+                                "pass --report in a folder of its own, e.g. runs/NAME/report.json"))
     # every node derives the same rendezvous id from the same plan
     rdzv_id = "parplan-" + hashlib.sha1(plan.model_dump_json().encode()).hexdigest()[:12]
     argv = torchrun_argv(str(plan_path), nproc=nproc, steps=steps, device=device, report=report_path, nnodes=nnodes,
@@ -534,7 +556,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
             _err(c.line())
         _err(f"plan would be written to {plan_path}; report to {report_path}")
         sys.stdout.write(shlex.join(argv) + "\n")
-        return EXIT_OK
+        return EXIT_OK  # a dry run shows the command and every check, failed ones included (module docstring)
     if failed:
         for c in failed:
             _err(f"error: {c.name}: {c.detail} -- fix: {c.fix}")

@@ -330,3 +330,51 @@ def test_the_report_says_how_many_steps_clipped():
                                       "2 of 3 steps clipped")
     report["plan"]["training"]["clip_grad"] = None  # a plan without clipping, or a report from before it
     assert grad_norm_line(report) is None
+
+
+def test_a_gpt_plan_past_its_learned_positions_fails_before_any_rank():
+    """A GPT model's learned position table caps the sequence: every rank would crash on the add."""
+    from tests.runtime_helpers.plans import TINY_GPT
+    plan = tiny_plan({**TINY_GPT, "max_seq_len": 16}, tp=2, seq_len=32)
+    c = L.check_runtime_support(plan, "cpu")
+    assert not c.ok and "16 learned positions" in c.detail and "at most 16" in c.fix
+    plan.training.seq_len = 16
+    assert L.check_runtime_support(plan, "cpu").ok
+
+
+def test_unfused_attention_is_a_warning_the_runtime_runs_sdpa():
+    plan = tiny_plan(tp=2, seq_len=32)
+    plan.training.flash_attention = False
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok and "unfused attention" in c.detail
+
+
+def test_report_paths_and_resume_are_checked_before_the_run(plan8, tmp_path, capsys):
+    """--report writes plan.json and torchrun.log beside the report: it must not overwrite another plan there,
+    nor point into a file; --resume needs --checkpoint-dir."""
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "plan.json").write_text('{"my": "plan"}')
+    assert L.launch(plan8, device="cpu", report=str(other / "report.json")) == 2
+    assert (other / "plan.json").read_text() == '{"my": "plan"}'
+    assert "another plan" in capsys.readouterr().err
+    assert L.launch(plan8, device="cpu", report=str(tmp_path)) == 2  # a folder, not a report file
+    assert L.launch(plan8, device="cpu", report=str(other / "plan.json" / "report.json")) == 2
+    assert "not a file path" in capsys.readouterr().err
+    assert L.launch(plan8, device="cpu", resume=True, report=str(tmp_path / "r" / "report.json")) == 2
+    assert "--checkpoint-dir" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_report_rates_are_at_the_median_step_time():
+    """With an even number of measured steps the median of tokens/s is not tokens over the median step time;
+    the report gives the latter, so its step time and rates agree."""
+    import torch
+    from parallel_layers.train import RunOptions, build_report
+    plan = tiny_plan(tp=1, seq_len=32)
+    steps = [{"step": i + 1, "step_time_s": t, "tokens_per_s": 256 / t, "mfu": 0.01 / t}
+             for i, t in enumerate([9.0, 1.0, 2.0, 3.0, 4.0])]
+    rep = build_report(plan, RunOptions(steps=5, warmup_steps=1), torch.device("cpu"), steps, [{}], [1])
+    med = rep["median"]
+    assert med["step_time_s"] == 2.5
+    assert med["tokens_per_s"] == pytest.approx(256 / 2.5) and med["mfu"] == pytest.approx(0.01 / 2.5)

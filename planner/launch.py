@@ -139,6 +139,33 @@ def check_memory(plan, device: str, machine: MachineInfo) -> Check:
     return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU <= {free / 1e9:.2f} GB free")
 
 
+DATA_SAMPLE_TOKENS = 1 << 20  # token ids read for the range check (the file's first MiB-count of tokens)
+
+
+def check_data(path: str, plan) -> Check:
+    """A flat token file as the runtime reads it (parallel_layers.data.TokenSource: uint16 when the vocabulary
+    fits 16 bits, else uint32): a whole number of tokens, at least seq_len + 2 of them, and ids below the
+    vocabulary in its first DATA_SAMPLE_TOKENS (a file of the other width reads as ids out of range or as
+    every other token 0)."""
+    import numpy as np
+    vocab, seq = plan.model.vocab, plan.training.seq_len
+    dtype = np.dtype("uint16" if vocab <= 2**16 else "uint32")
+    size = Path(path).stat().st_size
+    fix = f"write the tokens as flat {dtype.name} (the runtime's width for vocab {vocab})"
+    if size % dtype.itemsize:
+        return Check("data", False, f"{path} is {size} bytes, not a whole number of {dtype.name} tokens", fix)
+    n = size // dtype.itemsize
+    if n < seq + 2:
+        return Check("data", False, f"{path} holds {n} {dtype.name} tokens, need at least seq_len + 2 = {seq + 2}",
+                     "pass a longer token file, or a shorter seq_len")
+    head = np.fromfile(path, dtype=dtype, count=min(n, DATA_SAMPLE_TOKENS))
+    top = int(head.max())
+    if top >= vocab:
+        return Check("data", False, f"{path}: token id {top} in its first {len(head):,} {dtype.name} tokens is >= "
+                     f"vocab {vocab}", fix + ", or plan with the tokenizer's vocabulary")
+    return Check("data", True, f"{path}: {n:,} {dtype.name} tokens, ids in range in the first {len(head):,}")
+
+
 def check_runtime_support(plan, device: str) -> Check:
     """What parallel_layers does not run (yet), caught before any rank starts."""
     from .core import TORCH_PIPELINING
@@ -523,6 +550,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                check_memory(plan, device, machine)]
     if data and not Path(data).is_file():
         checks.append(Check("data", False, f"{data} is not a file", "pass a flat uint16/uint32 token file"))
+    elif data:
+        checks.append(check_data(data, plan))
 
     if resume and not checkpoint_dir:
         checks.append(Check("checkpoint", False, "--resume without --checkpoint-dir has nothing to resume from",

@@ -149,12 +149,16 @@ def test_unimplemented_settings_fail_before_any_rank_starts(tmp_path, capsys):
 
 
 @pytest.mark.multirank
-def test_crashed_ranks_are_reported_by_rank_and_cause(tmp_path, capfd):
-    """Token ids >= vocab in the data file make every rank raise at its first batch."""
+def test_crashed_ranks_are_reported_by_rank_and_cause(tmp_path, capfd, monkeypatch):
+    """Token ids >= vocab in the data file make every rank raise at its first batch (past the ids the
+    pre-flight samples: every 33-token window reaches them)."""
     plan = write_plan(tiny_plan(tp=2), tmp_path / "plan.json")
     tok = tmp_path / "tok.bin"
     import numpy as np
-    np.full(1000, 300, dtype=np.uint16).tofile(tok)  # vocab is 256
+    ids = np.full(1000, 300, dtype=np.uint16)  # vocab is 256
+    ids[:10] = 0
+    ids.tofile(tok)
+    monkeypatch.setattr(L, "DATA_SAMPLE_TOKENS", 10)
     code = L.launch(plan, steps=2, device="cpu", report=str(tmp_path / "run" / "report.json"), data=str(tok))
     assert code != 0
     out, err = capfd.readouterr()
@@ -378,3 +382,23 @@ def test_report_rates_are_at_the_median_step_time():
     med = rep["median"]
     assert med["step_time_s"] == 2.5
     assert med["tokens_per_s"] == pytest.approx(256 / 2.5) and med["mfu"] == pytest.approx(0.01 / 2.5)
+
+
+def test_a_token_file_is_checked_before_any_rank_starts(tmp_path, capsys):
+    """The runtime reads uint16 when the vocabulary fits 16 bits: a file of another width, a short one or one
+    with ids past the vocabulary fails pre-flight with one line, not in every rank."""
+    import numpy as np
+    plan = write_plan(tiny_plan(tp=2), tmp_path / "plan.json")  # vocab 256, seq_len 32
+    cases = {"odd.bin": np.zeros(101, dtype=np.uint8), "short.bin": np.zeros(20, dtype=np.uint16),
+             "wide.bin": np.full(500, 70000, dtype=np.uint32)}
+    words = {"odd.bin": "whole number", "short.bin": "need at least seq_len + 2", "wide.bin": ">= vocab 256"}
+    for name, arr in cases.items():
+        arr.tofile(tmp_path / name)
+        assert L.launch(plan, device="cpu", report=str(tmp_path / "run" / name / "r.json"),
+                        data=str(tmp_path / name)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words[name] in err, (name, err)
+    good = tmp_path / "good.bin"
+    np.arange(500, dtype=np.uint16).__mod__(256).astype(np.uint16).tofile(good)
+    assert L.launch(plan, dry_run=True, device="cpu", data=str(good)) == 0
+    assert "[ok  ] data: " in capsys.readouterr().err

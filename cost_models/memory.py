@@ -15,8 +15,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .layout import (PRECISION_RECIPES, zero_shards, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
-                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts, virtual_stage_blocks)
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts, virtual_stage_blocks, zero_shards)
 from . import zero3
 from .params import layer_other_params
 

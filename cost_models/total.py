@@ -188,7 +188,6 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     ar_t, ar_moved = comm.all_reduce(grad_bytes, dpcp, dpcp_bw, dpcp_lat)  # ZeRO-0: over dp x cp everywhere
     rs_t, rs_moved = comm.reduce_scatter(grad_bytes, shards, sh_bw, sh_lat)
     ag_t, ag_moved = comm.all_gather(w_bytes, shards, sh_bw, sh_lat)
-    dp_bw, dp_lat = sh_bw, sh_lat  # ZeRO's collectives (DeepSpeed's stage 3 below) span its shards
     zero = lay.zero
     bwd_window = blocks_first * bt["bwd"]
     fwd_window = blocks_first * bt["fwd"]
@@ -227,9 +226,9 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     ds_moved = 0.0
     if np.any(ds):
         rest = np.maximum(stage_params - blocks_first * per_layer, 0.0)
-        rest_ag, rest_ag_moved = comm.all_gather(rest * rec["weight"], shards, dp_bw, dp_lat)
-        rest_rs, rest_rs_moved = comm.reduce_scatter(rest * rec["grad"], shards, dp_bw, dp_lat)
-        blk_exp, blk_moved = zero3.block_comm(m, lay, hw, tr, dp_bw, dp_lat)
+        rest_ag, rest_ag_moved = comm.all_gather(rest * rec["weight"], shards, sh_bw, sh_lat)
+        rest_rs, rest_rs_moved = comm.reduce_scatter(rest * rec["grad"], shards, sh_bw, sh_lat)
+        blk_exp, blk_moved = zero3.block_comm(m, lay, hw, tr, sh_bw, sh_lat)
         rest_compute = emb_time + np.where(single, head_t, 0.0)
         ds_mb = blocks_first * blk_exp + hw.exposed((2 + z3_regather) * rest_ag + rest_rs, rest_compute)
         z3_exposed = np.where(ds, m_micro * ds_mb, z3_exposed)

@@ -563,9 +563,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     if report:
         # the run writes plan.json and torchrun.log beside the report: never over a file of someone else's,
         # nor through a file where a folder should be
-        clash = next((q for q in run_dir.parents if q.exists() and not q.is_dir()), None) if not run_dir.is_dir() \
-            else None
-        if Path(report).is_dir() or (run_dir.exists() and not run_dir.is_dir()) or clash is not None:
+        nearest = next((q for q in (run_dir, *run_dir.parents) if q.exists()), None)  # what mkdir would build on
+        if Path(report).is_dir() or (nearest is not None and not nearest.is_dir()):
             checks.append(Check("report", False, f"--report {report} is not a file path in a folder",
                                 "pass --report FOLDER/report.json"))
         elif plan_path.exists() and plan_path.read_text() != plan.model_dump_json(indent=2):

@@ -481,12 +481,13 @@ def _mpt_queries(d: dict) -> Iterable[Query]:
         return f"{r['model']} s{r['seq_len']} {r['gpus']}gpu" + ("" if gpu == "h100_80gb" else f" {gpu[5:]}")
     repeated = {b for b, n in Counter(base(r) for r in d["rows"]).items() if n > 1}
     for r in d["rows"]:
+        gpu = r.get("gpu", "h100_80gb")
         spec = _gpt({**c["shapes"][r["model"]], "model": f"mpt-{r['model']}"}, c["vocab"], tied=True)
         pins = Pins(tp=1, pp=1, cp=1, dp=r["gpus"], mbs=r["micro_batch_size"], zero=3, sp=False, vpp=1,
                     schedule="1f1b", offload="none", recompute="full" if r["activation_checkpointing"] else "none")
         label = base(r) + (f" mbs{r['micro_batch_size']}" if base(r) in repeated else "")
         yield Query(label=label, spec=spec, gpus=r["gpus"],
-                    hardware=_MPT_GPUS[r.get("gpu", "h100_80gb")], seq_len=r["seq_len"], global_batch_size=r["global_batch_size"],
+                    hardware=_MPT_GPUS[gpu], seq_len=r["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="tokens_per_s_per_gpu", published=r["tokens_per_s_per_gpu"], dtype="bf16",
                     precision=_MPT_PRECISION[r.get("mp_mode", "DEFAULT")], flash_attention=True,
                     overlap_grad_reduce=True, grad_accumulation_fusion=False, p2p_scatter_gather=False,

@@ -87,11 +87,14 @@ def save(directory: str, step: int, stage_modules, optim) -> str:
     return path
 
 
-def latest(directory: str) -> str | None:
+def latest(directory: str, step: int | None = None) -> str | None:
+    """The newest complete checkpoint under directory, or the one written after `step` (None when absent)."""
     if not directory or not os.path.isdir(directory):
         return None
     steps = [d for d in os.listdir(directory) if re.fullmatch(r"step_\d+", d)
              and os.path.exists(os.path.join(directory, d, ".metadata"))]
+    if step is not None:
+        steps = [d for d in steps if int(d[5:]) == step]
     return os.path.join(directory, max(steps)) if steps else None
 
 

@@ -87,6 +87,7 @@ class RunOptions:
     checkpoint_dir: Optional[str] = None
     checkpoint_every: int = 0
     resume: bool = False
+    resume_step: Optional[int] = None  # resume from the checkpoint written after this step (default: the newest)
     warmup_steps: Optional[int] = None
     dump_grads: Optional[str] = None  # directory: per-rank reduced gradients after the first step
     optimizer: str = "adamw"  # "sgd" only for tests that need a scale-sensitive update
@@ -442,7 +443,9 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
     indices = replica_sample_indices(rt.coords.dp_rank, tr.micro_batch_size, tr.num_microbatches)
     start = 0
     if opts.resume:
-        path = ckpt.latest(opts.checkpoint_dir)
+        path = ckpt.latest(opts.checkpoint_dir, opts.resume_step)
+        if path is None and opts.resume_step is not None:
+            raise FileNotFoundError(f"no complete checkpoint of step {opts.resume_step} under {opts.checkpoint_dir}")
         if path is None:
             log(f"no checkpoint under {opts.checkpoint_dir}; starting from step 0")
         else:
@@ -488,7 +491,8 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
                       "grad_norm": norm, **step_phases(rt, t0, t_fb, t_end)})
         log(f"step {step}/{opts.steps} loss={loss:.6f} step_time_s={step_time:.4f} tokens_per_s={tps:.1f} "
             f"mfu={'null' if mfu is None else f'{mfu:.4f}'}" + ("" if norm is None else f" grad_norm={norm:.6g}"))
-        if opts.checkpoint_dir and opts.checkpoint_every and step % opts.checkpoint_every == 0:
+        # every checkpoint_every steps, and after the last step (Megatron's --save and torchtitan do the same)
+        if opts.checkpoint_dir and ((opts.checkpoint_every and step % opts.checkpoint_every == 0) or step == opts.steps):
             path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer)
             log(f"checkpoint {path}")
     return rt, steps
@@ -594,6 +598,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--checkpoint-dir")
     ap.add_argument("--checkpoint-every", type=int, default=0)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--resume-step", type=int, help="with --resume: the checkpoint written after this step (default the newest)")
     ap.add_argument("--warmup-steps", type=int)
     ap.add_argument("--dump-grads", help=argparse.SUPPRESS)
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help=argparse.SUPPRESS)
@@ -606,6 +611,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def options_from_args(a: argparse.Namespace) -> RunOptions:
     return RunOptions(steps=a.steps, device=a.device, data=a.data, data_dtype=a.data_dtype,
                       checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=a.resume,
+                      resume_step=a.resume_step,
                       warmup_steps=a.warmup_steps, dump_grads=a.dump_grads, optimizer=a.optimizer,
                       debug_grad_scale=a.debug_grad_scale, compile=a.compile,
                       memory_snapshot=a.memory_snapshot)

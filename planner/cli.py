@@ -389,10 +389,16 @@ def launch(
     nnodes: int = typer.Option(1, "--nnodes"),
     node_rank: int = typer.Option(0, "--node-rank"),
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT for multi-node."),
-    data: Optional[str] = typer.Option(None, "--data", help="Flat token file (uint16/uint32); synthetic tokens if omitted."),
-    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir"),
-    checkpoint_every: int = typer.Option(0, "--checkpoint-every"),
-    resume: bool = typer.Option(False, "--resume"),
+    data: Optional[str] = typer.Option(None, "--data", help="Flat token file; synthetic tokens if omitted."),
+    data_dtype: Optional[str] = typer.Option(None, "--data-dtype", help="uint16 or uint32: the width of --data's "
+                                             "tokens (default uint16 when the vocabulary fits 16 bits, else uint32)."),
+    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="Save a distributed checkpoint "
+                                                 "here after the last step (and every --checkpoint-every steps)."),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Also save every N steps (0: the last only)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint in --checkpoint-dir "
+                                "(in any layout with the same model)."),
+    resume_step: Optional[int] = typer.Option(None, "--resume-step", help="Continue from the checkpoint written "
+                                              "after this step (implies --resume)."),
     compile_blocks: Optional[bool] = typer.Option(None, "--compile/--no-compile",
                                                   help="torch.compile each block (default: on for cuda unless the plan models eager pointwise work, --no-fused-elementwise; off for cpu)."),
     memory_snapshot: Optional[str] = typer.Option(None, "--memory-snapshot", help="Directory: record the CUDA "
@@ -409,6 +415,9 @@ def launch(
         raise UserError(f"--node-rank must be in 0..{nnodes - 1}, got {node_rank}")
     if checkpoint_every < 0:
         raise UserError(f"--checkpoint-every must be >= 0, got {checkpoint_every}")
+    if data_dtype is not None:
+        _check_choice("data-dtype", data_dtype, ("uint16", "uint32"))
+    _positive("resume-step", resume_step, upper=10_000_000)
     if plan_file != "-":
         read_plan(plan_file)  # same one-line errors as evaluate/export before anything starts
     try:
@@ -421,7 +430,7 @@ def launch(
         code = do_launch(plan_file, steps=steps, device=device, dry_run=dry_run, report=report, nnodes=nnodes,
                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
                      checkpoint_every=checkpoint_every, resume=resume, data=data, compile=compile_blocks,
-                     memory_snapshot=memory_snapshot)
+                     memory_snapshot=memory_snapshot, data_dtype=data_dtype, resume_step=resume_step)
     except PlannerError as e:
         raise UserError(str(e)) from None
     raise typer.Exit(int(code or 0))

@@ -3,7 +3,10 @@ parallel_layers, stream rank 0's progress, and report measured against predicted
 
 Pre-flight checks (each failure one stderr line with the fix): torch importable, the device
 (auto = cuda when a GPU is visible), world size (tp*pp*dp*cp) against GPUs here x nnodes,
-the multi-node rendezvous, and the predicted memory per GPU against free device memory.
+what parallel_layers runs, the multi-node rendezvous, the plan's hardware profile against this
+GPU (a warning), the predicted memory per GPU against free device memory (on cpu: the ranks'
+state against the host's available memory), a --data token file, and --resume against the
+checkpoints saved.
 
 The torchrun command is a Python list (never a shell string); plan fields never reach a
 command line: the validated plan is written to a file in the run directory and its path is
@@ -11,7 +14,7 @@ passed.  stdout stays clean during a run (dry-run prints the command there); pro
 summary table and errors go to stderr.  torch is imported only inside ``launch``.
 
 Exit codes: 0 ok (and every dry run that could build a command), 2 invalid plan or a failed
-pre-flight check, 3 the plan does not fit in free device memory, 130 interrupted, else the
+pre-flight check, 3 the plan does not fit in free device (or, on cpu, host) memory, 130 interrupted, else the
 job's own exit code.
 """
 from __future__ import annotations
@@ -56,6 +59,31 @@ class MachineInfo:
     gpus: int
     free_memory_bytes: Optional[int]  # smallest free memory over the visible GPUs
     gpu_name: Optional[str] = None
+    cpu_cores: Optional[int] = None  # cores this process may run on
+    host_available_bytes: Optional[int] = None  # host memory available (MemAvailable) on this node
+
+
+def host_memory_available() -> Optional[int]:
+    """MemAvailable from /proc/meminfo (what the kernel can give without swapping), else free pages; None when
+    neither is readable."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def cpu_cores() -> Optional[int]:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 def _err(msg: str) -> None:
@@ -81,7 +109,8 @@ def probe_machine() -> MachineInfo:
     if gpus:
         free = min(torch.cuda.mem_get_info(i)[0] for i in range(gpus))
     return MachineInfo(torch_version=torch.__version__, gpus=gpus, free_memory_bytes=free,
-                       gpu_name=torch.cuda.get_device_name(0) if gpus else None)
+                       gpu_name=torch.cuda.get_device_name(0) if gpus else None, cpu_cores=cpu_cores(),
+                       host_available_bytes=host_memory_available())
 
 
 def resolve_device(device: str, machine: MachineInfo) -> tuple[str, Check]:
@@ -111,7 +140,9 @@ def check_world(plan, device: str, machine: MachineInfo, nnodes: int, nproc_per_
         return nproc, Check("world size", False, f"{layout} != nproc_per_node({nproc}) * nnodes({nnodes})",
                             f"use nproc_per_node {world // nnodes} or a plan with {nproc * nnodes} GPUs")
     if device == "cpu":
-        return nproc, Check("world size", True, f"{layout} ranks as {nproc} CPU processes x {nnodes} node(s)")
+        shared = (f"; {nproc} ranks share this node's {machine.cpu_cores} cores, so step times measure the host, "
+                  "not the layout" if machine.cpu_cores and nproc > machine.cpu_cores else "")
+        return nproc, Check("world size", True, f"{layout} ranks as {nproc} CPU processes x {nnodes} node(s){shared}")
     if machine.gpus == 0:  # the device check already says so
         return nproc, Check("world size", True, f"{layout} needs {nproc} GPUs per node x {nnodes} node(s) (none here)")
     if nproc > machine.gpus:
@@ -122,13 +153,33 @@ def check_world(plan, device: str, machine: MachineInfo, nnodes: int, nproc_per_
     return nproc, Check("world size", True, f"{layout} = {nproc} GPUs per node x {nnodes} node(s); {machine.gpus} visible")
 
 
-def check_memory(plan, device: str, machine: MachineInfo) -> Check:
+def check_memory(plan, device: str, machine: MachineInfo, nproc: int = 1) -> Check:
+    """Predicted bytes per GPU against the smallest GPU's free memory; on cpu, and for optimizer offload, what
+    this node's ranks must hold against the host's available memory."""
     pred = plan.prediction
     if pred is None:
         return Check("memory", True, "skipped: the plan carries no prediction (run `parplan evaluate` to add one)")
-    need = pred.memory_bytes_per_gpu.total
+    mem = pred.memory_bytes_per_gpu
+    need = mem.total
+    host = machine.host_available_bytes
     if device == "cpu":
-        return Check("memory", True, f"skipped on cpu (predicted {need / 1e9:.2f} GB per GPU is for {plan.hardware.name})")
+        # each CPU rank holds at least its weights, gradients, optimizer state and saved activations (the
+        # prediction's "other" is CUDA context, NCCL buffers and fragmentation, which a gloo rank has not; its
+        # fp32 math can need up to twice a 16-bit plan's activations)
+        state = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.offloaded
+        if host is not None and state * nproc > host:
+            return Check("memory", False, f"{nproc} CPU ranks hold at least {state * nproc / 1e9:.1f} GB (predicted "
+                         f"weights, gradients, optimizer state and activations, {state / 1e9:.2f} GB each) > "
+                         f"{host / 1e9:.1f} GB available on this host",
+                         "run it on its GPUs, or try the layout on CPU with a smaller model (--layers/--hidden) or "
+                         "seq_len", exit_code=EXIT_DOES_NOT_FIT)
+        return Check("memory", True, f"skipped on cpu (predicted {need / 1e9:.2f} GB per GPU is for {plan.hardware.name})"
+                     + (f"; {nproc} ranks' state {state * nproc / 1e9:.2f} GB <= {host / 1e9:.1f} GB available on "
+                        "the host" if host is not None else ""))
+    if mem.offloaded and host is not None and mem.offloaded * nproc > host:
+        return Check("memory", False, f"{nproc} ranks offload {mem.offloaded * nproc / 1e9:.1f} GB of optimizer state "
+                     f"to the host > {host / 1e9:.1f} GB available", "re-plan without --offload, or with more nodes",
+                     exit_code=EXIT_DOES_NOT_FIT)
     if machine.free_memory_bytes is None:
         return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU; free memory unknown")
     free = machine.free_memory_bytes
@@ -139,19 +190,52 @@ def check_memory(plan, device: str, machine: MachineInfo) -> Check:
     return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU <= {free / 1e9:.2f} GB free")
 
 
+# GPU families as both torch.cuda.get_device_name and the profiles spell them
+GPU_FAMILY = re.compile(r"(?i)(?<![a-z0-9])(GB200|B200|B100|H200|H100|H800|H20|A100|A800|A10G|L40S|L40|L4|V100|"
+                        r"MI355X|MI325X|MI300X|MI250X|MI250)(?![a-z0-9])")
+
+
+def gpu_family(text: Optional[str]) -> Optional[str]:
+    m = GPU_FAMILY.search(text or "")
+    return m.group(1).upper() if m else None
+
+
+def check_hardware(plan, device: str, machine: MachineInfo) -> Check:
+    """The plan's hardware profile: loadable here (the runtime takes the MFU's peak from it) and the GPU it
+    describes the one this node has (else the report compares a run with another GPU's prediction)."""
+    name = plan.hardware.name
+    if device != "cuda" or not machine.gpus:
+        return Check("hardware", True, f"profile {name} (not used on {device})")
+    from .core import PlannerError, load_hardware
+    try:
+        prof = load_hardware(name)
+    except PlannerError as e:
+        return Check("hardware", True, f"warning: profile {name} does not load here ({e}), so the report's MFU will "
+                     "be null; re-plan with --hardware NAME|PATH of a profile on this machine")
+    want = gpu_family(prof.name) or gpu_family(prof.description)
+    have = gpu_family(machine.gpu_name)
+    if want and have and want != have:
+        return Check("hardware", True, f"warning: the plan was predicted for {prof.name} ({want}) and this node has "
+                     f"{machine.gpu_name}, so the report compares the run with another GPU's prediction; re-plan with "
+                     f"--hardware for a {have} profile (`parplan hardware list`, or `parplan calibrate`)")
+    return Check("hardware", True, f"profile {prof.name}" + (f" ({want})" if want else "") + f" on {machine.gpu_name}")
+
+
 DATA_SAMPLE_TOKENS = 1 << 20  # token ids read for the range check (the file's first MiB-count of tokens)
 
 
-def check_data(path: str, plan) -> Check:
-    """A flat token file as the runtime reads it (parallel_layers.data.TokenSource: uint16 when the vocabulary
-    fits 16 bits, else uint32): a whole number of tokens, at least seq_len + 2 of them, and ids below the
-    vocabulary in its first DATA_SAMPLE_TOKENS (a file of the other width reads as ids out of range or as
-    every other token 0)."""
+def check_data(path: str, plan, data_dtype: Optional[str] = None) -> Check:
+    """A flat token file as the runtime reads it (parallel_layers.data.TokenSource: data_dtype, by default
+    uint16 when the vocabulary fits 16 bits, else uint32): a whole number of tokens, at least seq_len + 2 of
+    them, and ids below the vocabulary in its first DATA_SAMPLE_TOKENS (a file of the other width reads as ids
+    out of range or as every other token 0)."""
     import numpy as np
     vocab, seq = plan.model.vocab, plan.training.seq_len
-    dtype = np.dtype("uint16" if vocab <= 2**16 else "uint32")
+    dtype = np.dtype(data_dtype or ("uint16" if vocab <= 2**16 else "uint32"))
     size = Path(path).stat().st_size
-    fix = f"write the tokens as flat {dtype.name} (the runtime's width for vocab {vocab})"
+    other = "uint32" if dtype.name == "uint16" else "uint16"
+    fix = (f"pass --data-dtype {other} if the file holds {other} tokens, or write them as flat {dtype.name}"
+           + ("" if data_dtype else f" (the runtime's width for vocab {vocab})"))
     if size % dtype.itemsize:
         return Check("data", False, f"{path} is {size} bytes, not a whole number of {dtype.name} tokens", fix)
     n = size // dtype.itemsize
@@ -164,6 +248,27 @@ def check_data(path: str, plan) -> Check:
         return Check("data", False, f"{path}: token id {top} in its first {len(head):,} {dtype.name} tokens is >= "
                      f"vocab {vocab}", fix + ", or plan with the tokenizer's vocabulary")
     return Check("data", True, f"{path}: {n:,} {dtype.name} tokens, ids in range in the first {len(head):,}")
+
+
+def saved_steps(checkpoint_dir: str) -> list[int]:
+    """Steps with a complete checkpoint under checkpoint_dir, as parallel_layers.checkpoint writes them
+    (step_NNNNNNNN/.metadata, the file DCP writes last)."""
+    return sorted(int(d.name[5:]) for d in Path(checkpoint_dir).glob("step_*")
+                  if d.name[5:].isdigit() and (d / ".metadata").is_file())
+
+
+def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int) -> Check:
+    have = saved_steps(checkpoint_dir)
+    if resume_step is not None and resume_step not in have:
+        return Check("checkpoint", False, f"no complete checkpoint of step {resume_step} under {checkpoint_dir}",
+                     f"pass --resume-step one of {have}" if have else "pass the --checkpoint-dir an earlier run wrote")
+    if not have:
+        return Check("checkpoint", True, f"no checkpoint under {checkpoint_dir} yet: the run starts from step 0")
+    start = resume_step if resume_step is not None else have[-1]
+    if start >= steps:
+        return Check("checkpoint", False, f"the checkpoint is after step {start} and --steps is {steps}: nothing to run",
+                     f"pass --steps greater than {start} (the step count to reach, not the steps to add)")
+    return Check("checkpoint", True, f"resumes after step {start} of {checkpoint_dir}, runs steps {start + 1}..{steps}")
 
 
 def check_runtime_support(plan, device: str) -> Check:
@@ -265,8 +370,10 @@ def check_rendezvous(nnodes: int, node_rank: int, rdzv_endpoint: Optional[str]) 
 def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report: str, nnodes: int = 1,
                   node_rank: int = 0, rdzv_endpoint: Optional[str] = None, rdzv_id: str = "parplan",
                   checkpoint_dir: Optional[str] = None,
-                  checkpoint_every: int = 0, resume: bool = False, data: Optional[str] = None,
-                  compile_blocks: bool = False, memory_snapshot: Optional[str] = None) -> list[str]:
+                  checkpoint_every: int = 0, resume: bool = False, resume_step: Optional[int] = None,
+                  data: Optional[str] = None,
+                  compile_blocks: bool = False, memory_snapshot: Optional[str] = None,
+                  data_dtype: Optional[str] = None) -> list[str]:
     """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
     `parallel_layers.train`."""
     argv = [sys.executable, "-m", "torch.distributed.run"]
@@ -279,10 +386,12 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
              "--steps", str(steps), "--report", str(report), "--device", device]
     if data:
         argv += ["--data", str(data)]
+        if data_dtype:
+            argv += ["--data-dtype", data_dtype]
     if checkpoint_dir:
         argv += ["--checkpoint-dir", str(checkpoint_dir), "--checkpoint-every", str(checkpoint_every)]
-    if resume:
-        argv += ["--resume"]
+    if resume or resume_step is not None:
+        argv += ["--resume"] + ([] if resume_step is None else ["--resume-step", str(resume_step)])
     if compile_blocks:
         argv += ["--compile"]
     if memory_snapshot:
@@ -524,7 +633,7 @@ def print_summary(report: dict, report_path: str) -> None:
 def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: bool = False, report: str | None = None,
            nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
            checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None,
-           memory_snapshot: str | None = None) -> int:
+           memory_snapshot: str | None = None, data_dtype: str | None = None, resume_step: int | None = None) -> int:
     """Check the plan against this machine and run it with torchrun; returns the exit code.
     compile: torch.compile each block (None = on for cuda when the plan models fused pointwise work,
     training.fused_elementwise, as it does by default; off for cpu)."""
@@ -547,15 +656,21 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     checks.append(dev_check)
     nproc, world_check = check_world(plan, device, machine, nnodes, nproc_per_node)
     checks += [world_check, check_runtime_support(plan, device), check_rendezvous(nnodes, node_rank, rdzv_endpoint),
-               check_memory(plan, device, machine)]
+               check_hardware(plan, device, machine), check_memory(plan, device, machine, nproc)]
     if data and not Path(data).is_file():
         checks.append(Check("data", False, f"{data} is not a file", "pass a flat uint16/uint32 token file"))
     elif data:
-        checks.append(check_data(data, plan))
+        checks.append(check_data(data, plan, data_dtype))
+    if data_dtype and not data:
+        checks.append(Check("data", False, f"--data-dtype {data_dtype} without --data (the synthetic tokens have no file)",
+                            "pass --data FILE, or drop --data-dtype"))
 
+    resume = resume or resume_step is not None
     if resume and not checkpoint_dir:
         checks.append(Check("checkpoint", False, "--resume without --checkpoint-dir has nothing to resume from",
-                            "pass --checkpoint-dir DIR (the folder --checkpoint-every wrote)"))
+                            "pass --checkpoint-dir DIR (the folder --checkpoint-dir wrote)"))
+    elif resume:
+        checks.append(check_resume(checkpoint_dir, resume_step, steps))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(report).parent if report else Path("runs") / stamp
     report_path = report or str(run_dir / "report.json")
@@ -575,9 +690,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     rdzv_id = "parplan-" + hashlib.sha1(plan.model_dump_json().encode()).hexdigest()[:12]
     argv = torchrun_argv(str(plan_path), nproc=nproc, steps=steps, device=device, report=report_path, nnodes=nnodes,
                          node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, checkpoint_dir=checkpoint_dir,
-                         checkpoint_every=checkpoint_every, resume=resume, data=data,
+                         checkpoint_every=checkpoint_every, resume=resume, resume_step=resume_step, data=data,
                          compile_blocks=(device == "cuda" and plan.training.fused_elementwise) if compile is None else compile,
-                         memory_snapshot=memory_snapshot)
+                         memory_snapshot=memory_snapshot, data_dtype=data_dtype)
     failed = [c for c in checks if not c.ok]
     if dry_run:
         for c in checks:

@@ -114,18 +114,20 @@ def policy_space(pins: Pins):
     return list(itertools.product(zeros, recs, sps, offs))
 
 
-def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins) -> Layout:
+def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: bool = True) -> Layout:
     struct = np.array(structural_space(m, gpus, gbs, pins), dtype=np.int64).reshape(-1, 7)
     policy = np.array(policy_space(pins), dtype=np.int64).reshape(-1, 4)
     # every (structure, policy) pair, struct-major, less sequence parallelism without TP (there is nothing
     # to split it over: with --sp pinned the search keeps to tp > 1, as --sp --tp 1 is an error) and ZeRO
-    # without replicas to shard over (dp x cp = 1: the same plan as ZeRO 0; frameworks that shard over
-    # dp x cp use cp ranks), masked on the (structure x policy) grid before any column is built: the
-    # product itself is hundreds of thousands of rows at scale
+    # without replicas to shard over (the same plan as ZeRO 0: dp x cp = 1 where the framework shards over
+    # dp x cp, dp = 1 where it shards over dp only, as parplan's runtime does, zero_over_cp), masked on the
+    # (structure x policy) grid before any column is built: the product itself is hundreds of thousands of
+    # rows at scale
     tp, pp, cp, dp = (struct[:, j, None] for j in (0, 1, 2, 3))
     zero, sp = policy[None, :, 0], policy[None, :, 2]
     keep = ~((sp == 1) & (tp == 1))
-    keep = keep & (~((zero > 0) & (dp * cp == 1)) | (pins.zero is not None))
+    shards = dp * cp if zero_over_cp else dp
+    keep = keep & (~((zero > 0) & (shards == 1)) | (pins.zero is not None))
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
     i_s, i_p = np.nonzero(np.broadcast_to(keep, (len(struct), len(policy))))
@@ -226,7 +228,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         reasons.append(infeasibility(m, tr, hw, lay, met, reason=np.full(len(lay), -1)))
 
     for g in gpu_counts:
-        lay = build_layouts(m, g, tr.global_batch_size, pins)
+        lay = build_layouts(m, g, tr.global_batch_size, pins, tr.zero_over_cp)
         if len(lay) == 0:
             continue
         candidates += len(lay)

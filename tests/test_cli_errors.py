@@ -108,6 +108,8 @@ CASES = [
     (["launch", "--dry-run", "{good.json}", "--steps", "0"], 2, ["--steps"]),
     (["launch", "--dry-run", "{good.json}", "--device", "tpu"], 2, ["--device"]),
     (["launch", "--dry-run", "{good.json}", "--node-rank", "3"], 2, ["--node-rank"]),
+    (["launch", "--dry-run", "{good.json}", "--data-dtype", "int8"], 2, ["--data-dtype", "uint16, uint32"]),
+    (["launch", "--dry-run", "{good.json}", "--resume-step", "0"], 2, ["--resume-step"]),
     (["models", "show", "nope"], 2, ["nope"]),
     # every layout rejected for the batch split: said in words, with a batch that splits over the pinned dp
     (["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--tp", "1", "--pp", "1", "--cp", "1",

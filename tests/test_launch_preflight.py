@@ -87,6 +87,9 @@ def test_world_size_checks():
     assert not c.ok and "do not split evenly" in c.detail
     nproc, c = L.check_world(plan, "cpu", NO_GPU, nnodes=1, nproc_per_node=None)
     assert (nproc, c.ok) == (8, True)
+    two_cores = L.MachineInfo(torch_version="x", gpus=0, free_memory_bytes=None, cpu_cores=2)
+    nproc, c = L.check_world(plan, "cpu", two_cores, nnodes=1, nproc_per_node=None)
+    assert (nproc, c.ok) == (8, True) and "share this node's 2 cores" in c.detail
 
 
 def test_memory_check_uses_the_prediction():
@@ -402,3 +405,87 @@ def test_a_token_file_is_checked_before_any_rank_starts(tmp_path, capsys):
     np.arange(500, dtype=np.uint16).__mod__(256).astype(np.uint16).tofile(good)
     assert L.launch(plan, dry_run=True, device="cpu", data=str(good)) == 0
     assert "[ok  ] data: " in capsys.readouterr().err
+
+
+def test_data_dtype_reads_the_file_at_the_width_given(tmp_path, capsys):
+    """--data-dtype uint32 reads a uint32 file for a vocabulary that fits 16 bits (the default would read
+    every other token as 0); the width reaches the runtime; without --data it is refused."""
+    import numpy as np
+    plan = write_plan(tiny_plan(tp=2), tmp_path / "plan.json")  # vocab 256
+    wide = tmp_path / "wide.bin"
+    (np.arange(500, dtype=np.uint32) % 256).tofile(wide)
+    assert L.check_data(str(wide), tiny_plan(tp=2), "uint32").ok
+    # read as uint16 it is 1000 tokens, every other one 0, all in range: ids below 2^16 cannot tell the width ...
+    assert L.check_data(str(wide), tiny_plan(tp=2)).ok
+    (np.arange(500, dtype=np.uint32) + 70000).tofile(wide)  # ... but ids past 2^16 can
+    c = L.check_data(str(wide), tiny_plan(tp=2))
+    assert not c.ok and "--data-dtype uint32" in c.fix
+    assert L.launch(plan, dry_run=True, device="cpu", data=str(wide), data_dtype="uint32") == 0
+    out, err = capsys.readouterr()
+    assert "--data-dtype uint32" in out and "FAIL] data" in err  # ids 70000+ are past vocab 256 at either width
+    assert L.launch(plan, device="cpu", data_dtype="uint32", report=str(tmp_path / "r" / "r.json")) == 2
+    assert "without --data" in capsys.readouterr().err
+
+
+def test_resume_is_checked_against_the_saved_steps(tmp_path):
+    ck = tmp_path / "ck"
+    assert L.check_resume(str(ck), None, 5).ok  # nothing saved yet: starts from step 0
+    for step in (2, 4):
+        (ck / f"step_{step:08d}").mkdir(parents=True)
+        (ck / f"step_{step:08d}" / ".metadata").write_text("")
+    (ck / "step_00000006").mkdir()  # a save that did not finish: no .metadata
+    c = L.check_resume(str(ck), None, 10)
+    assert c.ok and "after step 4" in c.detail and "5..10" in c.detail
+    c = L.check_resume(str(ck), 3, 10)
+    assert not c.ok and "[2, 4]" in c.fix
+    c = L.check_resume(str(ck), 6, 10)
+    assert not c.ok and "step 6" in c.detail
+    c = L.check_resume(str(ck), None, 4)
+    assert not c.ok and "greater than 4" in c.fix
+    assert L.check_resume(str(ck), 2, 4).ok
+    argv = L.torchrun_argv("p.json", nproc=1, steps=4, device="cpu", report="r.json", checkpoint_dir=str(ck),
+                           resume_step=2)
+    assert argv[-3:] == ["--resume", "--resume-step", "2"]
+
+
+def test_cpu_ranks_must_fit_in_the_host_memory():
+    """On cpu each rank holds at least the predicted weights, gradients, optimizer state and activations
+    (not the prediction's CUDA context and buffers); an optimizer offloaded on cuda lives on the host too."""
+    from planner.schema import Prediction
+
+    plan = tiny_plan(tp=2)
+    mem = dict(weights=1e9, grads=1e9, optimizer=2e9, activations=1e9, other=3e9, total=8e9)
+    pred = dict(memory_bytes_per_gpu=mem, step_time_s=1.0, tokens_per_s=1.0, model_tflops_per_gpu=1.0,
+                hardware_tflops_per_gpu=1.0, mfu=0.4, hfu=0.4, bubble_fraction=0.0, comm_bytes_per_step={},
+                amdahl=dict(parallel_fraction=1, speedup=2), fits=True)
+    plan.prediction = Prediction.model_validate(pred)
+    host = lambda b: L.MachineInfo(torch_version="x", gpus=0, free_memory_bytes=None, host_available_bytes=b)  # noqa: E731
+    c = L.check_memory(plan, "cpu", host(9.5e9), nproc=2)  # 2 x 5 GB of state > 9.5 GB
+    assert not c.ok and c.exit_code == L.EXIT_DOES_NOT_FIT and "10.0 GB" in c.detail and "9.5 GB" in c.detail
+    assert L.check_memory(plan, "cpu", host(10.5e9), nproc=2).ok  # the 3 GB of "other" is not counted
+    assert L.check_memory(plan, "cpu", host(None), nproc=64).ok  # unknown: skipped
+    plan.prediction = Prediction.model_validate({**pred, "memory_bytes_per_gpu": {**mem, "optimizer": 0.0,
+                                                                                  "offloaded": 2e9, "total": 6e9}})
+    gpu = L.MachineInfo(torch_version="x", gpus=8, free_memory_bytes=80e9, gpu_name="H100", host_available_bytes=15e9)
+    c = L.check_memory(plan, "cuda", gpu, nproc=8)  # 8 ranks x 2 GB offloaded > 15 GB
+    assert not c.ok and "offload 16.0 GB" in c.detail
+    assert L.check_memory(plan, "cuda", gpu, nproc=4).ok
+
+
+def test_the_plans_gpu_is_checked_against_this_one(tmp_path):
+    """A plan predicted for another GPU, or naming a profile this machine cannot load, warns (the report's
+    comparison, or its MFU, would be off) but does not stop the run."""
+    plan = tiny_plan(tp=2)
+    h100 = L.MachineInfo(torch_version="x", gpus=2, free_memory_bytes=80e9, gpu_name="NVIDIA H100 80GB HBM3")
+    plan.hardware.name = "a100-sxm-80gb"
+    c = L.check_hardware(plan, "cuda", h100)
+    assert c.ok and "warning" in c.detail and "(A100)" in c.detail and "H100 profile" in c.detail
+    plan.hardware.name = "h100-sxm-80gb"
+    c = L.check_hardware(plan, "cuda", h100)
+    assert c.ok and "warning" not in c.detail and "(H100)" in c.detail
+    plan.hardware.name = str(tmp_path / "gone.toml")
+    c = L.check_hardware(plan, "cuda", h100)
+    assert c.ok and "does not load" in c.detail and "MFU will be null" in c.detail
+    assert "not used on cpu" in L.check_hardware(plan, "cpu", NO_GPU).detail
+    assert [L.gpu_family(n) for n in ("NVIDIA A100-SXM4-80GB", "NVIDIA GH200 480GB", "AMD Instinct MI300X", None)] == \
+        ["A100", None, "MI300X", None]

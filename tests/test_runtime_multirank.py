@@ -175,6 +175,7 @@ def test_resume_continues_the_loss_curve_exactly(runs):
     assert [s["loss"] for s in first["steps"]] == pytest.approx(straight[:2], rel=1e-7)
     assert second["steps"][0]["loss"] == pytest.approx(straight[2], rel=1e-7)
     assert (runs / "resume" / "ckpt" / "step_00000002" / ".metadata").exists()
+    assert (runs / "resume" / "ckpt" / "step_00000003" / ".metadata").exists()  # the last step is saved too
 
 
 @pytest.mark.parametrize("case", ["reshard-dp1-zero0", "reshard-pp1-fsdp2"])

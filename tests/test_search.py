@@ -23,7 +23,7 @@ def _setup(name="llama3-70b", gpus=64, seq=4096, gbs=512):
     tr = TrainingConsts(global_batch_size=gbs, dtype="bf16", precision="master-weights", flash_attention=True,
                         overlap_grad_reduce=True, overlap_tp_comm=False)
     hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
-    return spec, m, tr, hw, build_layouts(m, gpus, gbs, Pins())
+    return spec, m, tr, hw, build_layouts(m, gpus, gbs, Pins(), tr.zero_over_cp)
 
 
 def test_array_path_matches_scalar_path_on_1000_random_candidates():
@@ -532,3 +532,20 @@ def test_pinned_sp_searches_only_tensor_parallel_layouts():
         Plan.model_validate(p.model_dump(mode="json"))
     free = recommend(load_preset("llama3-8b"), 8, pins=Pins(sp=False), top_k=1, suggest=False)
     assert not free.parallel.sp
+
+
+def test_zero_without_shards_is_not_searched():
+    """ZeRO with one shard is ZeRO 0 again: where the framework shards over dp x cp (zero_over_cp), ZeRO > 0
+    needs dp x cp > 1; parplan's runtime shards over dp only, so there it needs dp > 1 (cp ranks alone
+    would only add its cp all-reduce)."""
+    _, m, _, _, _ = _setup("llama3-8b", gpus=8, seq=32768, gbs=64)
+    over = build_layouts(m, 8, 64, Pins(), zero_over_cp=True)
+    apart = build_layouts(m, 8, 64, Pins(), zero_over_cp=False)
+    z, dp, cp = (np.asarray(getattr(over, k)) for k in ("zero", "dp", "cp"))
+    assert not np.any((z > 0) & (dp * cp == 1))
+    assert np.any((z > 0) & (dp == 1) & (cp > 1))  # cp ranks are ZeRO's shards here
+    z, dp, cp = (np.asarray(getattr(apart, k)) for k in ("zero", "dp", "cp"))
+    assert not np.any((z > 0) & (dp == 1)) and np.any((z > 0) & (cp > 1))
+    assert len(apart) < len(over)
+    pinned = build_layouts(m, 8, 64, Pins(zero=1, dp=1), zero_over_cp=False)  # a pin is kept as asked
+    assert len(pinned) and np.all(np.asarray(pinned.zero) == 1)

@@ -124,12 +124,12 @@ def parallel_jobs(tmp: Path) -> list[dict]:
     plan = tiny_plan(TINY_LLAMA, **LAYOUT, zero_stage=1, clip_grad=CLIP_GRAD)
     ck = str(tmp / "resume" / "ckpt")
     jobs.append(_job(tmp, "resume-first", plan, {"checkpoint_dir": ck, "checkpoint_every": 2}, steps=2))
-    jobs.append(_job(tmp, "resume-second", plan, {"checkpoint_dir": ck, "resume": True}, steps=STEPS))
+    jobs.append(_job(tmp, "resume-second", plan, {"checkpoint_dir": ck, "resume": True}, steps=STEPS))  # writes step 3 too
     ck = str(tmp / "cp-resume" / "ckpt")
     next(j for j in jobs if j["report"] == str(tmp / CP_RESUME_FROM / "report.json"))["opts"].update(
         checkpoint_dir=ck, checkpoint_every=2)
     jobs.append(_job(tmp, "cp-resume", tiny_plan(TINY_LLAMA, **CP_RESUME_LAYOUT, clip_grad=CLIP_GRAD),
-                     {"checkpoint_dir": ck, "resume": True}, steps=STEPS))
+                     {"checkpoint_dir": ck, "resume": True, "resume_step": 2}, steps=STEPS))
     return jobs
 
 
@@ -137,8 +137,8 @@ def reshard_jobs(tmp: Path) -> list[dict]:
     """4-rank resumes of the 8-rank ZeRO-1 checkpoint (step 2) in other layouts with the same tp:
     fewer dp ranks (dp folded into micro-batches), and pp 2 -> 1 with FSDP2."""
     ck = str(tmp / "resume" / "ckpt")
-    return [_job(tmp, name, tiny_plan(TINY_LLAMA, **par, clip_grad=CLIP_GRAD), {"checkpoint_dir": ck, "resume": True},
-                 steps=STEPS)
+    return [_job(tmp, name, tiny_plan(TINY_LLAMA, **par, clip_grad=CLIP_GRAD), {"checkpoint_dir": ck, "resume": True,
+                                                                          "resume_step": 2}, steps=STEPS)
             for name, par in (("reshard-dp1-zero0", dict(tp=2, pp=2, dp=1)),
                               ("reshard-pp1-fsdp2", dict(tp=2, pp=1, dp=2, zero_stage=3)))]
 

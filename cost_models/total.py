@@ -34,20 +34,22 @@ from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
 
-def param_tensors_per_rank(m: ModelDims, pp, blocks_first, blocks_mid, blocks_last):
+def param_tensors_per_rank(m: ModelDims, pp, blocks_first, blocks_mid, blocks_last, head_first=None):
     """Parameter tensors on the rank holding the most, as parplan's runtime builds them: per llama
     block wq, wk, wv, wo, gate, up, down and two RMSNorm weights (9); per GPT block the same four
     attention and two MLP weights with their biases and two LayerNorms with bias (16); the embedding
     (+ learned positions) on the first stage; the final norm and an untied (or pipeline-copied) head
-    on the last."""
+    on the last, which is rank 0 without a pipeline and under ZB-V (head_first; default pp == 1)."""
     gpt = m.arch == "gpt"
     per_block = 16 if gpt else 9
     first = 2 if gpt else 1
     last = (2 if gpt else 1) + 1
     single = np.asarray(pp) == 1
-    head_on_first = np.where(single, last - (1 if m.tied else 0), 0)
+    head_first = single if head_first is None else head_first
+    head_on_first = np.where(head_first, last - np.where(single & m.tied, 1, 0), 0)
     return np.maximum(np.maximum(blocks_first * per_block + first + head_on_first, blocks_mid * per_block),
-                      np.where(single, 0, blocks_last * per_block + last))
+                      np.where(head_first & ~single, blocks_last * per_block,
+                               np.where(single, 0, blocks_last * per_block + last)))
 
 
 def num_microbatches(tr, lay):
@@ -134,12 +136,21 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
                          else CE_BYTES_PER_LOGIT)
     head_t = h_f + h_b
     single = np.asarray(pp) == 1
-    cast_first = cast_time(blocks_first * per_layer, tr.precision, hw)
-    cast_mid = cast_time(blocks_mid * per_layer, tr.precision, hw)
-    cast_last = cast_time(blocks_last * per_layer + head_params, tr.precision, hw)
-    t_first = blocks_first * block + emb_time + cast_first + np.where(single, head_t, 0.0)
+    # the head (final norm, output matmul, loss) runs on the last pipeline rank, or on rank 0 without a
+    # pipeline and under ZB-V, whose V places the last virtual stage on rank 0 with the first
+    # (memory.rank_params places its parameters the same way)
+    head_first = single | ((lay.schedule == SCH_ZBV) & ~single)
+    # amp's autocast casts each weight once a forward, and again in a recomputed forward (full, or op-level
+    # selective, which re-runs every op it does not save, the casts included); the head's matmul casts its
+    # V x h / tp weight, tied or not (the embedding's lookup reads the fp32 table)
+    casts = 1 + (full | op)
+    head_cast = m.vocab * m.hidden / tp
+    cast_first = cast_time(casts * blocks_first * per_layer + np.where(head_first, head_cast, 0.0), tr.precision, hw)
+    cast_mid = cast_time(casts * blocks_mid * per_layer, tr.precision, hw)
+    cast_last = cast_time(casts * blocks_last * per_layer + np.where(head_first, 0.0, head_cast), tr.precision, hw)
+    t_first = blocks_first * block + emb_time + cast_first + np.where(head_first, head_t, 0.0)
     t_mid = np.where(np.asarray(pp) > 2, blocks_mid * block + cast_mid, 0.0)
-    t_last = np.where(single, 0.0, blocks_last * block + head_t + cast_last)
+    t_last = np.where(single, 0.0, blocks_last * block + cast_last + np.where(head_first, 0.0, head_t))
     # pipeline point-to-point: per chunk, send activations forward and gradients backward
     pp_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
     pp_bw, pp_lat = comm.tier_params(hw, pp_in)
@@ -159,9 +170,10 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     n_gather = 3 if tr.p2p_blocking_transfers else 2
     p2p_mb = np.where(single, 0.0, v * (n_p2p * comm.p2p(p2p_bytes, pp_bw, pp_lat) + n_gather * gather_t))
     t_stage = np.maximum(np.maximum(t_first, t_mid), t_last) + p2p_mb
-    c_first = blocks_first * bt["total"] + np.where(single, head_t, 0.0)
+    c_first = blocks_first * bt["total"] + np.where(head_first, head_t, 0.0)
     c_mid = blocks_mid * bt["total"]
-    compute_stage = np.maximum(np.maximum(c_first, c_mid), np.where(single, 0.0, blocks_last * bt["total"] + head_t))
+    compute_stage = np.maximum(np.maximum(c_first, c_mid),
+                               np.where(single, 0.0, blocks_last * bt["total"] + np.where(head_first, 0.0, head_t)))
     # the blocks of the stage that sets compute_stage, for the attention's share of it
     blocks_crit = np.where(compute_stage == c_first, blocks_first, np.where(compute_stage == c_mid, blocks_mid, blocks_last))
 
@@ -170,9 +182,9 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     bubble_s = bf * t_stage
 
     # ---- data parallel (per step), on the heaviest stage's parameters
-    stage_params = np.maximum(np.maximum(blocks_first * per_layer + emb_params + np.where(single, head_params, 0.0),
+    stage_params = np.maximum(np.maximum(blocks_first * per_layer + emb_params + np.where(head_first, head_params, 0.0),
                                          blocks_mid * per_layer),
-                              np.where(single, 0.0, blocks_last * per_layer + head_params))
+                              np.where(single, 0.0, blocks_last * per_layer + np.where(head_first, 0.0, head_params)))
     # context-parallel ranks are replicas too: gradients are reduced over dp x cp (TrainingConsts.zero_over_cp).
     # Mesh order (dp, pp, cp, tp): without a pipeline dp x cp is one block of ranks tp apart; with one, the
     # group spans the cp group and the dp group's ranks, inside a node only where both are
@@ -229,7 +241,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
         rest_ag, rest_ag_moved = comm.all_gather(rest * rec["weight"], shards, sh_bw, sh_lat)
         rest_rs, rest_rs_moved = comm.reduce_scatter(rest * rec["grad"], shards, sh_bw, sh_lat)
         blk_exp, blk_moved = zero3.block_comm(m, lay, hw, tr, sh_bw, sh_lat)
-        rest_compute = emb_time + np.where(single, head_t, 0.0)
+        rest_compute = emb_time + np.where(head_first, head_t, 0.0)
         ds_mb = blocks_first * blk_exp + hw.exposed((2 + z3_regather) * rest_ag + rest_rs, rest_compute)
         z3_exposed = np.where(ds, m_micro * ds_mb, z3_exposed)
         ds_moved = m_micro * (blocks_first * blk_moved + (2 + z3_regather) * rest_ag_moved + rest_rs_moved)
@@ -246,14 +258,19 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     dp_moved = dp_moved + np.where(cp_apart, cp_avg_moved, 0.0)
     # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
     # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
-    # two ranks, V x h / tp gradients), on the critical path before the optimizer step.
+    # two ranks, V x h / tp gradients; parplan's runtime: over the whole pipeline group,
+    # TrainingConsts.tied_grads_over_pp), on the critical path before the optimizer step.  Under ZB-V
+    # rank 0 holds both: a local sum, unless the framework all-reduces over the pipeline anyway.
     if m.tied:
         # the first and last stage of one pipeline replica share a node where the replica does
         first_last_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
         tie_bw, tie_lat = comm.tier_params(hw, first_last_in)
-        tie_t, tie_moved = comm.all_reduce(m.vocab * m.hidden / tp * rec["grad"], 2, tie_bw, tie_lat)
-        dp_exposed = dp_exposed + np.where(single, 0.0, tie_t)
-        dp_moved = dp_moved + np.where(single, 0.0, tie_moved)
+        over_pp = np.asarray(tr.tied_grads_over_pp)
+        tie_t, tie_moved = comm.all_reduce(m.vocab * m.hidden / tp * rec["grad"], np.where(over_pp, pp, 2),
+                                           tie_bw, tie_lat)
+        tie_on = ~single & (over_pp | ~head_first)
+        dp_exposed = dp_exposed + np.where(tie_on, tie_t, 0.0)
+        dp_moved = dp_moved + np.where(tie_on, tie_moved, 0.0)
 
     # ---- optimizer
     shard = np.where(zero >= 1, shards, 1)
@@ -261,7 +278,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     off = lay.offload > 0
     gpus_node = np.minimum(lay.gpus, hw.gpus_per_node)
     opt_t = optimizer_time(np.where(off, 0.0, opt_params), np.where(off, opt_params, 0.0),
-                           tr.precision, hw, gpus_node, param_tensors_per_rank(m, pp, blocks_first, blocks_mid, blocks_last))
+                           tr.precision, hw, gpus_node, param_tensors_per_rank(m, pp, blocks_first, blocks_mid, blocks_last,
+                                                                                        head_first))
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     opt_t = opt_t + grad_accumulation_time(stage_params, m_micro, tr.precision, hw, tr.grad_accumulation_fusion)

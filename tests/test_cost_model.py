@@ -355,421 +355,71 @@ def test_tied_embedding_gradient_sync_across_pipeline_stages():
     expected = grad_bytes / (tier.gbytes_per_s * 1e9 * tier.efficiency) + 2 * tier.latency_s
     assert float(tied["dp_comm_s"]) - float(untied["dp_comm_s"]) == pytest.approx(expected, rel=1e-6)
     assert float(tied["comm_dp_bytes"]) - float(untied["comm_dp_bytes"]) == pytest.approx(grad_bytes)
+    # parplan's runtime all-reduces them over the whole pipeline group (ranks holding neither add zeros):
+    # 2 (pp - 1) / pp of the buffer, 2 (pp - 1) latency steps
+    over = replace(tr, tied_grads_over_pp=True)
+    tied_pp = evaluate(ModelDims.from_spec(gpt(8, 2048, 16, vocab=250880, tied=True), 2048), over, hw, lay)
+    untied_pp = evaluate(ModelDims.from_spec(gpt(8, 2048, 16, vocab=250880, tied=False), 2048), over, hw, lay)
+    expected = 2 * 3 / 4 * grad_bytes / (tier.gbytes_per_s * 1e9 * tier.efficiency) + 6 * tier.latency_s
+    assert float(tied_pp["dp_comm_s"]) - float(untied_pp["dp_comm_s"]) == pytest.approx(expected, rel=1e-6)
+    assert float(tied_pp["comm_dp_bytes"]) - float(untied_pp["comm_dp_bytes"]) == pytest.approx(1.5 * grad_bytes)
 
 
-def test_zero1_gradient_reduction_variants():
-    """ZeRO-1 by all-reduce moves 2(n-1)/n of the gradient bytes, by reduce-scatter (n-1)/n; both then
-    all-gather the 16-bit weights.  ZeRO-2 always reduce-scatters."""
-    spec = gpt(4, 1024, 16)
-    m = ModelDims.from_spec(spec, 1024)
+def test_zbv_runs_the_head_on_rank_0():
+    """ZB-V's V puts the last virtual stage on rank 0 beside the first: the head's parameters (memory), its
+    gradients (the data-parallel reduce), its time (the critical stage) and a tied embedding's gradient sum
+    (local, where the framework's group is the two end stages) all belong to rank 0 there."""
+    from cost_models.memory import rank_params
+    spec = ModelSpec(arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256)
+    m = ModelDims.from_spec(spec, 8192)
     hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
-    P = param_counts(spec, 1024)["total"]
-    moved = {}
-    for how in (True, False):
-        tr = TrainingConsts(global_batch_size=16, dtype="bf16", precision="master-weights", flash_attention=True,
-                            overlap_grad_reduce=False, overlap_tp_comm=False, zero1_all_reduce=how)
-        for zero in (1, 2):
-            moved[how, zero] = float(evaluate(m, tr, hw, _lay(gpus=8, dp=8, zero=zero))["comm_dp_bytes"])
-    ag = 7 / 8 * P * 2
-    assert moved[True, 1] == pytest.approx(2 * 7 / 8 * P * 4 + ag)
-    assert moved[False, 1] == pytest.approx(7 / 8 * P * 4 + ag)
-    assert moved[True, 2] == moved[False, 2] == pytest.approx(7 / 8 * P * 4 + ag)
+    tr = TrainingConsts(global_batch_size=64, dtype="bf16", precision="master-weights", flash_attention=True,
+                        overlap_grad_reduce=False, overlap_tp_comm=False)
+    got = {}
+    for name, sch, v in (("1f1b", 1, 1), ("interleaved", 2, 2), ("zbv", 4, 2)):
+        lay = _lay(gpus=16, tp=1, pp=4, dp=4, vpp=v, schedule=sch)
+        assert lay.schedule == sch
+        got[name] = (evaluate(m, tr, hw, lay), [float(x) for x in rank_params(m, lay)])
+    for name, (met, (first, mid, last)) in got.items():
+        # ZeRO-0 all-reduces the heaviest rank's fp32 gradients over dp 4: 2 x 3/4 of them
+        assert float(met["comm_dp_bytes"]) == pytest.approx(1.5 * 4 * max(first, mid, last), rel=1e-9), name
+    (zbv, (first, _, last)), (onef1b, (first_1, _, last_1)) = got["zbv"], got["1f1b"]
+    head = 128256 * 4096 + 4096
+    assert first == pytest.approx(first_1 + head) and last == pytest.approx(last_1 - head)
+    assert float(zbv["comm_dp_bytes"]) / float(onef1b["comm_dp_bytes"]) == pytest.approx(first / max(first_1, last_1))
+    assert float(zbv["optimizer_s"]) > float(onef1b["optimizer_s"])
 
 
-def test_pipeline_scatter_gather():
-    """Megatron's scatter/gather (Narayanan 2021 sec. 4.1): without SP each of the tp ranks sends 1/tp of
-    the b x s x h activation to the next stage, which all-gathers it over NVLink; full tensors otherwise.
-    With SP the stage output is already sharded: 1/tp and no gather, whatever the flag."""
-    spec = gpt(8, 4096, 32)
+def test_zbv_tied_embedding_sum_is_local_where_the_group_is_the_two_end_stages():
+    spec = gpt(8, 2048, 16, vocab=250880, tied=True)
     m = ModelDims.from_spec(spec, 2048)
-    prof = load_profile("a100-sxm-80gb")
-    hw = constants_from_profile(prof, "bf16")
-    out = {}
-    for sg in (False, True):
-        tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
-                            overlap_grad_reduce=True, overlap_tp_comm=False, p2p_scatter_gather=sg)
-        for sp in (0, 1):
-            out[sg, sp] = evaluate(m, tr, hw, _lay(gpus=16, tp=8, pp=2, dp=1, mbs=1, sp=sp))
-    act = 2048 * 4096 * 2
-    n_mb = 8  # micro-batches, each sends activations forward and gradients backward once (vpp 1)
-    assert float(out[False, 0]["comm_pp_bytes"]) == pytest.approx(n_mb * 2 * act)
-    assert float(out[True, 0]["comm_pp_bytes"]) == pytest.approx(n_mb * 2 * act / 8)
-    ib, nv = prof.inter_node, prof.nvlink  # tp 8 fills the node: stages talk over InfiniBand
-    send = act / 8 / (ib.gbytes_per_s * 1e9 * ib.efficiency) + ib.latency_s
-    gather = 7 / 8 * act / (nv.gbytes_per_s * 1e9 * nv.efficiency) + 7 * nv.latency_s
-    assert float(out[True, 0]["pp_comm_s"]) == pytest.approx(n_mb * 2 * (send + gather), rel=1e-6)
-    assert float(out[True, 0]["pp_comm_s"]) < float(out[False, 0]["pp_comm_s"]) / 3
-    for k in ("comm_pp_bytes", "pp_comm_s"):
-        assert float(out[True, 1][k]) == pytest.approx(float(out[False, 1][k]))
-    # DeepSpeed's pipeline engine partitions the same way (PartitionedTensor) but runs its four transfers
-    # a micro-batch one after another; it gathers after both receives and once more before the backward
-    # to rebuild the stage's own output, which it kept partitioned since the forward's send
-    ds = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
-                        overlap_grad_reduce=True, overlap_tp_comm=False, p2p_scatter_gather=True,
-                        p2p_blocking_transfers=True)
-    ds_out = evaluate(m, ds, hw, _lay(gpus=16, tp=8, pp=2, dp=1, mbs=1, sp=0))
-    assert float(ds_out["pp_comm_s"]) == pytest.approx(n_mb * (4 * send + 3 * gather), rel=1e-6)
-
-
-def test_overlapped_communication_slows_the_compute_beside_it():
-    """A collective of C s beside X s of compute costs max(C, X + C k/(1+k)) - X extra for the profile's
-    compute slowdown k (perfect overlap at k = 0).  By hand for ZeRO-3 over 16 GPUs on two nodes, where
-    the gathers (C) are shorter than the micro-batch's compute: exposed 0 at k = 0, C k/(1+k) at k."""
-    from dataclasses import replace
-    spec = gpt(8, 4096, 32)
-    m = ModelDims.from_spec(spec, 2048)
-    prof = load_profile("a100-sxm-80gb")
-    k = prof.overlap_compute_slowdown
-    assert k == pytest.approx(0.189)
-    hw = constants_from_profile(prof, "bf16")
-    hw0 = replace(hw, overlap_slowdown=0.0)
-    assert hw.exposed(1.0, 5.0) == pytest.approx(k / (1 + k)) and hw0.exposed(1.0, 5.0) == 0.0
-    assert hw.exposed(5.0, 1.0) == pytest.approx(4.0) == hw0.exposed(5.0, 1.0)
-    tr = TrainingConsts(global_batch_size=256, dtype="bf16", precision="master-weights", flash_attention=True,
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
                         overlap_grad_reduce=True, overlap_tp_comm=False)
-    lay = _lay(gpus=16, dp=16, zero=3, mbs=16)  # one micro-batch of 16 sequences per GPU
-    with_k, without = evaluate(m, tr, hw, lay), evaluate(m, tr, hw0, lay)
-    P = param_counts(spec, 2048)["total"]
-    ag, _ = comm.all_gather(P * 2, 16, hw.inter_node.bytes_per_s, hw.inter_node.latency_s)
-    rs, _ = comm.reduce_scatter(P * 4, 16, hw.inter_node.bytes_per_s, hw.inter_node.latency_s)
-    c = 2 * ag + rs  # gather for forward and backward, reduce-scatter the fp32 gradients
-    assert float(without["dp_comm_s"]) == 0.0  # hidden behind the micro-batch
-    assert float(with_k["dp_comm_s"]) == pytest.approx(c * k / (1 + k), rel=1e-6)
+    lay = _lay(gpus=4, tp=1, pp=4, dp=1, vpp=2, schedule=4)
+    untied = ModelDims.from_spec(gpt(8, 2048, 16, vocab=250880, tied=False), 2048)
+    two = float(evaluate(m, tr, hw, lay)["comm_dp_bytes"]) - float(evaluate(untied, tr, hw, lay)["comm_dp_bytes"])
+    over = replace(tr, tied_grads_over_pp=True)  # parplan's runtime all-reduces over the pipeline regardless
+    whole = float(evaluate(m, over, hw, lay)["comm_dp_bytes"]) - float(evaluate(untied, over, hw, lay)["comm_dp_bytes"])
+    assert two == 0.0 and whole == pytest.approx(1.5 * 250880 * 2048 * 4)
 
 
-def test_zero2_gradients_sharded_only_when_reduced_per_micro_batch():
-    """ZeRO-2 reduced once per step (parplan's runtime) holds every gradient through the backward, so its
-    memory equals ZeRO-1's; reduced per micro-batch (DeepSpeed stage 2) the gradients stay sharded and
-    the reduce-scatter traffic is m times larger."""
-    spec = gpt(4, 1024, 16)
-    m = ModelDims.from_spec(spec, 1024)
-    P = param_counts(spec, 1024)["total"]
-    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
-    out = {}
-    for each in (False, True):
-        tr = TrainingConsts(global_batch_size=64, dtype="bf16", precision="master-weights", flash_attention=True,
-                            overlap_grad_reduce=True, overlap_tp_comm=False, zero1_all_reduce=False,
-                            zero2_each_microbatch=each)
-        out[each] = evaluate(m, tr, hw, _lay(gpus=8, dp=8, zero=2, mbs=2))  # 4 micro-batches
-        z1 = evaluate(m, tr, hw, _lay(gpus=8, dp=8, zero=1, mbs=2))
-        if not each:
-            assert float(out[each]["mem_total"]) == pytest.approx(float(z1["mem_total"]))
-    assert float(out[False]["num_microbatches"]) == 4
-    mem = {each: memory_breakdown(m, _lay(gpus=8, dp=8, zero=2, mbs=2),
-                                  TrainingConsts(global_batch_size=64, dtype="bf16", precision="master-weights",
-                                                 flash_attention=True, overlap_grad_reduce=True, overlap_tp_comm=False,
-                                                 zero2_each_microbatch=each), 4) for each in (False, True)}
-    assert mem[False]["grads"] == pytest.approx(P * 4)
-    assert mem[True]["grads"] == pytest.approx(P * 4 / 8)
-    rs = 7 / 8 * P * 4
-    ag = 7 / 8 * P * 2
-    assert float(out[False]["comm_dp_bytes"]) == pytest.approx(rs + ag)
-    assert float(out[True]["comm_dp_bytes"]) == pytest.approx(4 * rs + ag)
-    assert float(out[True]["dp_comm_s"]) >= float(out[False]["dp_comm_s"])
-
-
-def test_zero3_inside_torch_pipelining_holds_full_weights_and_gradients():
-    """torch.distributed.pipelining turns FSDP2 resharding and gradient sync off until the step ends, so
-    ZeRO-3 with pp > 1 holds full weights and gradients (optimizer states stay sharded) and communicates
-    once per step; frameworks that reshard per micro-batch keep everything sharded."""
-    spec = gpt(8, 1024, 16, tied=False)  # no first/last-stage embedding sync in the bytes
-    m = ModelDims.from_spec(spec, 1024)
-    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
-    lay = _lay(gpus=8, pp=2, dp=4, zero=3, mbs=1)
-    kw = dict(global_batch_size=16, dtype="bf16", precision="master-weights", flash_attention=True,
-              overlap_grad_reduce=True, overlap_tp_comm=False)
-    torch_pp = TrainingConsts(**kw, zero3_fsdp2=True)
-    resharding = TrainingConsts(**kw, zero3_fsdp2=False)
-    z1 = memory_breakdown(m, _lay(gpus=8, pp=2, dp=4, zero=1, mbs=1), torch_pp, 4)
-    full, sharded = memory_breakdown(m, lay, torch_pp, 4), memory_breakdown(m, lay, resharding, 4)
-    for k in ("weights", "grads", "optimizer"):
-        assert full[k] == pytest.approx(z1[k])
-    assert sharded["weights"] == pytest.approx(full["weights"] / 4)
-    assert sharded["grads"] == pytest.approx(full["grads"] / 4)
-    once, per_mb = evaluate(m, torch_pp, hw, lay), evaluate(m, resharding, hw, lay)
-    assert float(per_mb["comm_dp_bytes"]) == pytest.approx(4 * float(once["comm_dp_bytes"]), rel=1e-9)
-    # without a pipeline FSDP2 reshards per micro-batch either way
-    flat = _lay(gpus=8, dp=8, zero=3, mbs=1)
-    assert float(evaluate(m, torch_pp, hw, flat)["comm_dp_bytes"]) == \
-        pytest.approx(float(evaluate(m, resharding, hw, flat)["comm_dp_bytes"]))
-
-
-def test_memory_by_pipeline_rank_kind():
-    """by_stage: each pipeline rank kind's own total; the plan's total is the largest of them."""
-    from planner.core import recommend
-    from planner.search import Pins
-    for pp, kinds in ((1, None), (2, {"first", "last"}), (4, {"first", "middle", "last"})):
-        plan = recommend("llama3-8b", 8, seq_len=4096, global_batch_size=64,
-                         pins=Pins(tp=1, pp=pp, dp=8 // pp, cp=1, vpp=1, schedule="1f1b"))
-        by = plan.prediction.memory_bytes_per_gpu.by_stage
-        if kinds is None:
-            assert by is None
-            continue
-        assert set(by) == kinds
-        assert max(by.values()) == pytest.approx(plan.prediction.memory_bytes_per_gpu.total)
-        # 1F1B: rank 0 holds p micro-batches, the last rank one
-        assert by["first"] > by["last"]
-
-
-def test_all_gather_context_parallel_saves_the_whole_sequences_keys_and_values():
-    """parplan's all-gather CP saves the gathered K and V (cp x the rank's tokens) and, with two causal chunks
-    per rank, the attention output twice; ring attention (Megatron, torch) saves only the rank's own."""
-    spec = ModelSpec(arch="llama", layers=2, hidden=1024, heads=8, kv_heads=2, ffn_hidden=2816, vocab=1000)
-    m = ModelDims.from_spec(spec, 8192)
-    lay = _lay(cp=4, tp=2, mbs=1)
-    T = 8192 / 4
-    ring = activation_bytes_per_layer(m, lay, 2, True)
-    gathered = activation_bytes_per_layer(m, lay, 2, True, cp_saves_gathered_kv=True)
-    assert gathered - ring == pytest.approx(T * (m.q_width + 2 * m.kv_width * 3) / 2 * 2)
-    # without context parallelism nothing changes
-    assert activation_bytes_per_layer(m, _lay(tp=2), 2, True, cp_saves_gathered_kv=True) == \
-        activation_bytes_per_layer(m, _lay(tp=2), 2, True)
-
-
-def test_deepspeed_pipeline_waits_for_four_transfers_a_micro_batch():
-    """DeepSpeed's engine sends and receives one tensor at a time, blocking (TrainSchedule: two
-    transfers before each forward and each backward step); Megatron and torch pair a send with the
-    opposite receive in one batched call: the pipeline's transfer time per micro-batch doubles."""
-    m = ModelDims.from_spec(gpt(24, 2048, 16), 2048)
-    hw = constants_from_profile(load_profile("a100-sxm-80gb"), "bf16", 8, 25.0)
-    lay = _lay(gpus=16, tp=2, pp=4, dp=2, mbs=1)
-    kw = dict(global_batch_size=64, dtype="bf16", precision="master-weights", flash_attention=True,
-              overlap_grad_reduce=True, overlap_tp_comm=False)
-    paired = evaluate(m, TrainingConsts(**kw), hw, lay)
-    blocking = evaluate(m, TrainingConsts(**kw, p2p_blocking_transfers=True), hw, lay)
-    assert float(blocking["pp_comm_s"]) == pytest.approx(2 * float(paired["pp_comm_s"]))
-    assert float(paired["pp_comm_s"]) > 0
-    assert float(blocking["step_time_s"]) > float(paired["step_time_s"])
-
-
-def test_context_parallel_gather_is_exposed_unless_overlapped():
-    """All-gather CP (parplan's runtime; Llama 3: 'the all-gather communication latency is exposed in the
-    critical path') pays the K/V gather and the dK/dV reduce-scatter in full; ring attention (Megatron,
-    torch: overlap_cp_comm) hides them behind the attention but for the overlap slowdown."""
-    m = ModelDims.from_spec(ModelSpec(arch="llama", layers=8, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
-                                      vocab=32000), 32768)
-    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
-    lay = _lay(gpus=16, tp=8, cp=2, dp=1, mbs=1)
-    kw = dict(global_batch_size=4, dtype="bf16", precision="master-weights", flash_attention=True,
-              overlap_grad_reduce=True, overlap_tp_comm=False)
-    exposed = evaluate(m, TrainingConsts(**kw), hw, lay)
-    ring = evaluate(m, TrainingConsts(**kw, overlap_cp_comm=True), hw, lay)
-    share = hw.overlap_slowdown / (1 + hw.overlap_slowdown)
-    assert float(exposed["cp_comm_s"]) > 0
-    assert float(ring["cp_comm_s"]) == pytest.approx(share * float(exposed["cp_comm_s"]), rel=1e-6)
-    assert float(exposed["step_time_s"]) > float(ring["step_time_s"])
-
-
-def test_torch_context_parallel_hides_its_gather_behind_the_local_chunk_only():
-    """torch's all-gather rotation (torchtitan) waits for the gathered K/V after the rank's own chunk of the
-    attention: 1/cp of it hides the exchange, not all of it as a ring does."""
-    m = ModelDims.from_spec(ModelSpec(arch="llama", layers=8, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
-                                      vocab=32000), 32768)
-    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16", 8, 1.0)  # a slow network: the gather shows
-    lay = _lay(gpus=32, tp=8, cp=4, dp=1, mbs=1)
-    kw = dict(global_batch_size=4, dtype="bf16", precision="master-weights", flash_attention=True,
-              overlap_grad_reduce=True, overlap_tp_comm=False, overlap_cp_comm=True)
-    ring = float(evaluate(m, TrainingConsts(**kw), hw, lay)["cp_comm_s"])
-    local = float(evaluate(m, TrainingConsts(**kw, cp_overlap_local_chunk_only=True), hw, lay)["cp_comm_s"])
-    exposed = float(evaluate(m, TrainingConsts(**{**kw, "overlap_cp_comm": False}), hw, lay)["cp_comm_s"])
-    assert ring < local < exposed
-
-
-def test_groups_that_do_not_tile_a_node_cross_it():
-    """tp 6 on 8-GPU nodes puts ranks 6-11 on two nodes: the group pays the network; tp 4 and 8 tile the
-    node; on a job of one node every group is inside."""
-    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
-    inside = comm.group_inside_node(hw, 1, np.array([2, 4, 6, 8, 16]), 64)
-    assert inside.tolist() == [True, True, False, True, False]
-    assert bool(comm.group_inside_node(hw, 1, 6, 6))       # six GPUs of one node
-    assert not bool(comm.group_inside_node(hw, 2, 3, 64))  # a cp group of 3 over tp 2 spans 6 ranks
-
-
-def test_async_tp_input_grad_collective_hides_behind_weight_gradients():
-    """Megatron-LM starts the column-parallel layers' input-gradient all-reduce (a reduce-scatter with SP)
-    asynchronously and computes their weight gradients meanwhile: per block two such collectives cost only
-    what the weight-gradient GEMMs (the qkv and fc1 GEMMs' FLOPs again) cannot hide, max(C k/(1+k), C - X).
-    By hand for a tp-8 GPT on one node, with and without SP: on NVLink the GEMMs outlast the collectives
-    (X > C: the overlap slowdown's share is what is left), and on a link 1/1000 as fast they do not (X < C: C - X
-    is left); nothing changes when --tp-comm-overlap already hides every TP collective, or without TP."""
-    from cost_models.compute import column_input_grad_time
-    spec = gpt(8, 4096, 32)
-    m = ModelDims.from_spec(spec, 2048)
-    prof = load_profile("a100-sxm-80gb")
-    fast = constants_from_profile(prof, "bf16")
-    nv = prof.nvlink
-    k = prof.overlap_compute_slowdown
-
-    def run(hw, asy, sp, tp=8, overlap=False):
-        tr = TrainingConsts(global_batch_size=4, dtype="bf16", precision="master-weights", flash_attention=True,
-                            overlap_grad_reduce=True, overlap_tp_comm=overlap, async_tp_grad_comm=asy)
-        lay = _lay(gpus=tp, tp=tp, pp=1, dp=1, mbs=1, sp=sp)
-        return lay, float(evaluate(m, tr, hw, lay)["tp_comm_s"])
-
-    # X by hand: the qkv (h x 3h) and fc1 (h x 4h) GEMMs of 2048 tokens on a tp-8 rank, at the profile's
-    # matmul efficiency for each GEMM's size
-    tokens, h = 2048, 4096
-    gemms = [2 * tokens * h * 3 * h / 8, 2 * tokens * h * 4 * h / 8]
-    x = sum(f / (fast.peak_flops * fast.matmul_efficiency(f)) for f in gemms)
-    msg = 2048 * 4096 * 2
-    for scale in (1.0, 1e-3):
-        hw = replace(fast, nvlink=replace(fast.nvlink, bytes_per_s=fast.nvlink.bytes_per_s * scale))
-        bw = nv.gbytes_per_s * 1e9 * nv.efficiency * scale
-        t_ar = 2 * 7 / 8 * msg / bw + 14 * nv.latency_s
-        t_rs = 7 / 8 * msg / bw + 7 * nv.latency_s
-        for sp, c in ((0, 2 * t_ar), (1, 2 * t_rs)):
-            lay, waited = run(hw, False, sp)
-            _, hidden = run(hw, True, sp)
-            assert float(column_input_grad_time(m, lay, hw)) == pytest.approx(x, rel=1e-9)
-            if scale == 1.0:
-                assert x > c > 0  # the GEMMs are long enough to hide most of it: C k / (1 + k) is left
-                saved = c / (1 + k)
-            else:
-                assert c - x > c * k / (1 + k)  # a slow link: C - X is left, X is saved
-                saved = x
-            assert waited - hidden == pytest.approx(4 * 8 * saved, rel=1e-6)  # 4 micro-batches x 8 blocks
-    assert run(fast, True, 1, overlap=True)[1] == run(fast, False, 1, overlap=True)[1]
-    assert run(fast, True, 0, tp=1)[1] == run(fast, False, 0, tp=1)[1] == 0.0
-
-
-def test_triton_2022_attention_is_flashattention2_capped_and_slowed_by_the_published_ratios():
-    """attention_kernel triton-2022 (llm-foundry's attn_impl triton): FlashAttention-2's published best on the GPU
-    (Dao 2023 sec. 4.1: 335 TFLOP/s on H100) caps the profile's curve, and the kernel runs its forward 1.4x and its
-    backward 2x slower than that (same section: 1.3-1.5x and 2x, A100); the sustained fraction applies to both."""
-    from cost_models.compute import attention_core_time
-    spec = ModelSpec(arch="gpt", layers=2, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=50368)
-    lay = Layout(gpus=np.array([4]), tp=np.array([2]), pp=np.array([1]), dp=np.array([1]), cp=np.array([2]), vpp=np.array([1]),
-                 mbs=np.array([3]), zero=np.array([0]), recompute=np.array([0]), sp=np.array([0]),
-                 schedule=np.array([0]), offload=np.array([0]))
-    for name, cap in (("h100-sxm-80gb", 335e12), ("a100-sxm-80gb", 230e12)):
-        hw = constants_from_profile(load_profile(name), "bf16")
-        for seq in (1024, 8192, 65536):
-            m = ModelDims.from_spec(spec, seq)
-            flops = 0.5 * 4 * 3 * seq * seq * 2048 / (2 * 2)
-            f0, b0 = attention_core_time(m, lay, hw, True)
-            f1, b1 = attention_core_time(m, lay, hw, True, kernel="triton-2022")
-            rate = min(hw.peak_flops * hw.attention_efficiency(seq), hw.sustained * cap)
-            assert float(f1[0]) == pytest.approx(1.4 * flops / rate, rel=1e-9)
-            assert float(b1[0]) == pytest.approx(2.0 * 2.5 * flops / rate, rel=1e-9)
-            assert float(f0[0]) == pytest.approx(flops / (hw.peak_flops * hw.attention_efficiency(seq)), rel=1e-9)
-            assert float(b0[0]) == pytest.approx(2.5 * float(f0[0]), rel=1e-9)
-            assert float(f1[0]) > 1.39 * float(f0[0])
-        # the H100 curve passes FlashAttention-2's best at long sequences; the A100 one never reaches it
-        assert (hw.peak_flops * hw.attention_efficiency(8192) > hw.sustained * cap) == (name == "h100-sxm-80gb")
-    # unfused attention has no kernel to choose
-    m = ModelDims.from_spec(spec, 2048)
-    assert attention_core_time(m, lay, hw, False, kernel="triton-2022") == attention_core_time(m, lay, hw, False)
-
-
-def test_attention_share_of_compute_is_the_critical_stage_attention_kernel_time():
-    """Prediction.time_breakdown.attention_s: the attention core's seconds on the critical stage, forward,
-    backward and recompute, all micro-batches; the triton-2022 kernel's is larger by its published ratios."""
-    from cost_models.compute import attention_core_time
-    from planner.core import evaluate_plan, recommend
-    from planner.search import Pins
-    spec = ModelSpec(arch="llama", layers=8, hidden=2048, heads=16, kv_heads=4, ffn_hidden=5632, vocab=32000)
-    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
-    for rec, extra in (("none", 0.0), ("full", 1.0), ("selective", 1.0)):
-        pins = Pins(tp=1, pp=1, cp=1, dp=8, mbs=2, zero=1, sp=False, vpp=1, schedule="1f1b", offload="none",
-                    recompute=rec)
-        plan = recommend(spec, 8, seq_len=8192, global_batch_size=64, pins=pins, top_k=1, suggest=False)
-        tb = plan.prediction.time_breakdown
-        m = ModelDims.from_spec(plan.model, 8192)
-        lay = Layout(gpus=8, tp=1, pp=1, dp=8, cp=1, vpp=1, mbs=2, zero=1, recompute=0, sp=0, schedule=0, offload=0)
-        f, b = attention_core_time(m, lay, hw, True)
-        assert tb.attention_s == pytest.approx(plan.training.num_microbatches * 8 * (f + b + extra * f), rel=1e-9)
-        assert 0 < tb.attention_s < tb.compute_s
-        tri = evaluate_plan(plan.model_copy(update={"training": plan.training.model_copy(
-            update={"attention_kernel": "triton-2022"})})).prediction.time_breakdown
-        assert tri.attention_s > 1.8 * tb.attention_s
-        assert tri.compute_s - tb.compute_s == pytest.approx(tri.attention_s - tb.attention_s, rel=1e-6)
-
-
-def test_loss_memory_by_cross_entropy_kind():
-    """Per logit at the loss's backward: autograd over an fp32 upcast 12 B (saved 4); Megatron's fused softmax
-    16-bit logits + 4 B (saved 4); flash-attn's, gradient in the logits' dtype, 2 x 2 B (saved 2)."""
-    from cost_models.memory import logits_bytes
-    spec = ModelSpec(arch="llama", layers=2, hidden=512, heads=8, kv_heads=8, ffn_hidden=1408, vocab=32000)
-    m = ModelDims.from_spec(spec, 1024)
-    lay = Layout(gpus=2, tp=2, pp=1, dp=1, cp=1, vpp=1, mbs=3, zero=0, recompute=0, sp=0, schedule=0, offload=0)
-    logits = 3 * 1024 * 32000 / 2
-    norm = 3 * 1024 * 2 * 512 * 2
-    for fused, g16, peak, saved in ((False, False, 12, 4), (True, False, 6, 4), (True, True, 4, 2)):
-        p, s = logits_bytes(m, lay, 2, fused, g16)
-        assert (p, s) == (pytest.approx(logits * peak + norm), pytest.approx(logits * saved + norm))
-    assert logits_bytes(m, lay, 2, False, True) == logits_bytes(m, lay, 2, False, False)  # needs the fused kernel
-
-
-def test_cross_entropy_passes_are_counted_per_loss_kernel():
-    """The head's loss moves 52 bytes per logit (Megatron's vocab-parallel cross-entropy and an autograd
-    cross-entropy over fp32 logits, counted from their code) or 6 (flash-attn's Triton loss with its 16-bit
-    gradient), at HBM bandwidth: the step differs by exactly (52 - 6) x logits / bandwidth per micro-batch."""
-    from cost_models.compute import CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, head_time
-    assert (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN) == (2 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 6, 2 + 2 + 2)
-    spec = ModelSpec(arch="gpt", layers=2, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, vocab=50304)
-    m = ModelDims.from_spec(spec, 2048)
-    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
-    lay = _lay(gpus=2, tp=2, dp=1, mbs=2)
-    logits = 2 * 2048 * 50304 / 2
-    f52, b52 = head_time(m, lay, hw)
-    f6, b6 = head_time(m, lay, hw, 6.0)
-    assert float(f52 + b52 - f6 - b6) == pytest.approx(46 * logits / hw.hbm_bytes_per_s, rel=1e-12)
-
-    def step(sixteen_bit_grad):
-        tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
-                            overlap_grad_reduce=True, overlap_tp_comm=False, fused_cross_entropy=True,
-                            cross_entropy_16bit_grad=sixteen_bit_grad)
-        return float(evaluate(m, tr, hw, lay)["step_time_s"])
-    assert step(False) - step(True) == pytest.approx(4 * 46 * logits / hw.hbm_bytes_per_s, rel=1e-9)  # 4 micro-batches
-
-
-def test_context_parallel_ranks_are_replicas_for_the_gradients_and_zero():
-    """cp ranks hold the same parameters: every framework reduces gradients over dp x cp.  Megatron,
-    torchtitan and DeepSpeed shard ZeRO's states over dp x cp too (zero_over_cp); parplan's runtime shards over
-    dp and averages the cp replicas with an all-reduce of their own after the backward (train.reduce_gradients)."""
-    from cost_models.layout import PRECISION_RECIPES
+def test_amp_recasts_the_weights_in_a_recomputed_forward(monkeypatch):
+    """autocast casts each weight (read fp32, write 16 bit: 6 B) once a forward; a recomputed forward (full, or
+    op-level selective, which re-runs the ops it does not save) casts again; the head's V x h matmul weight
+    is cast whether tied or not.  Checked as the step time with and without the cast passes."""
+    import cost_models.total as total
     spec = ModelSpec(arch="llama", layers=4, hidden=2048, heads=16, kv_heads=16, ffn_hidden=5632, vocab=32000)
-    m = ModelDims.from_spec(spec, 8192)
+    m = ModelDims.from_spec(spec, 2048)
     hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
-    rec = PRECISION_RECIPES["master-weights"]
-
-    def run(over_cp, zero, dp=2, cp=2):
-        tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision="master-weights", flash_attention=True,
-                            overlap_grad_reduce=False, overlap_tp_comm=False, zero_over_cp=over_cp,
-                            zero1_all_reduce=False)
-        lay = _lay(gpus=dp * cp, tp=1, pp=1, dp=dp, cp=cp, mbs=1, zero=zero)
-        return evaluate(m, tr, hw, lay)
-
-    params = param_counts(spec, 8192)["total"]
-    for zero in (1, 2):
-        apart, over = run(False, zero), run(True, zero)
-        assert float(apart["mem_optimizer"]) == pytest.approx(params * (rec["master"] + rec["adam"]) / 2, rel=1e-9)
-        assert float(over["mem_optimizer"]) == pytest.approx(params * (rec["master"] + rec["adam"]) / 4, rel=1e-9)
-        # the runtime's extra all-reduce of the full gradients over the 2 cp ranks (inside one node), exposed
-        nv = hw.nvlink
-        cp_ar, _ = comm.all_reduce(params * rec["grad"], 2, nv.bytes_per_s, nv.latency_s)
-        rs_dp, _ = comm.reduce_scatter(params * rec["grad"], 2, nv.bytes_per_s, nv.latency_s)
-        rs_dpcp, _ = comm.reduce_scatter(params * rec["grad"], 4, nv.bytes_per_s, nv.latency_s)
-        ag_dp, _ = comm.all_gather(params * rec["weight"], 2, nv.bytes_per_s, nv.latency_s)
-        ag_dpcp, _ = comm.all_gather(params * rec["weight"], 4, nv.bytes_per_s, nv.latency_s)
-        assert float(apart["dp_comm_s"]) == pytest.approx(float(rs_dp + ag_dp + cp_ar), rel=1e-9)
-        assert float(over["dp_comm_s"]) == pytest.approx(float(rs_dpcp + ag_dpcp), rel=1e-9)
-    # ZeRO-0: one all-reduce over dp x cp in both
-    ar, _ = comm.all_reduce(params * rec["grad"], 4, hw.nvlink.bytes_per_s, hw.nvlink.latency_s)
-    assert float(run(False, 0)["dp_comm_s"]) == float(run(True, 0)["dp_comm_s"]) == pytest.approx(float(ar), rel=1e-9)
-    # and with dp 1, ZeRO has cp ranks to shard over where the framework shards over dp x cp
-    assert float(run(True, 1, dp=1, cp=4)["mem_optimizer"]) == pytest.approx(
-        params * (rec["master"] + rec["adam"]) / 4, rel=1e-9)
-
-
-def test_megatron_context_parallel_plan_shards_the_optimizer_over_cp():
-    """Llama 3 8B at cp 8 on one node: Megatron's distributed optimizer over the cp ranks fits it in 80 GB;
-    parplan's runtime, which shards over dp only, does not (nothing to shard over at dp 1)."""
-    from planner.core import NothingFits, recommend
-    from planner.models import load_preset
-    from planner.search import Pins
-    spec = load_preset("llama3-8b")
-    plan = recommend(spec, 8, seq_len=8192, framework="megatron", pins=Pins(cp=8), suggest=False)
-    assert plan.prediction.fits and plan.parallel.cp == 8 and plan.parallel.zero_stage >= 1
-    with pytest.raises(NothingFits):
-        recommend(spec, 8, seq_len=8192, pins=Pins(cp=8, offload="none"), suggest=False)
+    tr = TrainingConsts(global_batch_size=8, dtype="bf16", precision="amp", flash_attention=True,
+                        overlap_grad_reduce=False, overlap_tp_comm=False)
+    per_layer = float(layer_params_per_gpu(m, 1))
+    cast = lambda n: 8 * n * 6 / hw.hbm_bytes_per_s  # noqa: E731  (8 micro-batches, one stage)
+    for rec, casts in ((0, 1), (1, 1), (2, 2), (3, 2)):  # none, selective, full, selective-op
+        lay = _lay(gpus=1, dp=1, recompute=rec)
+        with_casts = float(evaluate(m, tr, hw, lay)["step_time_s"])
+        with monkeypatch.context() as mp:
+            mp.setattr(total, "cast_time", lambda params, precision, hw: 0.0 * params)
+            without = float(evaluate(m, tr, hw, lay)["step_time_s"])
+        assert with_casts - without == pytest.approx(cast(casts * 4 * per_layer + 32000 * 2048), rel=1e-9), rec

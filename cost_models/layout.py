@@ -235,6 +235,10 @@ def rank_block_counts(layers: int, pp, vpp):
     approximated by this placement; with layers divisible by 2pp both give layers/pp."""
     pp = np.asarray(pp)
     vpp = np.asarray(vpp)
+    if pp.ndim == 1 and pp.shape == vpp.shape and pp.size >= 4096:
+        # a search's candidates share a few dozen (pp, vpp): count once per pair, then scatter
+        pairs, where = np.unique(pp.astype(np.int64) * 4096 + vpp, return_inverse=True)
+        return tuple(np.asarray(x)[where] for x in rank_block_counts(layers, pairs // 4096, pairs % 4096))
     S = pp * vpp
     base = layers // S
     rem = layers % S

@@ -12,6 +12,7 @@ All functions are elementwise over a Layout (scalars or numpy arrays).
 from __future__ import annotations
 
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -496,9 +497,9 @@ def rank_params(m: ModelDims, lay):
     return p_first, mid_blocks * per_layer, p_last
 
 
-def model_states(params, lay, tr):
-    """(weights, gradients, optimizer states, offloaded) bytes per GPU for `params` parameters under the
-    precision recipe, ZeRO stage and offload of each candidate."""
+def model_state_coefficients(lay, tr):
+    """Bytes per parameter of each candidate, as (weights, gradients, optimizer states, offloaded): model
+    states are linear in the parameter count, so a rank's are its parameters times these."""
     rec = PRECISION_RECIPES[tr.precision]
     zero, dp = lay.zero, zero_shards(lay, tr)
     off = lay.offload > 0
@@ -507,13 +508,13 @@ def model_states(params, lay, tr):
     fsdp2_shard = 0.0 if rec["master"] else rec["weight"]
     # persistent weight storage: full, sharded (ZeRO-3), or for FSDP2 with a master recipe none
     # besides the master; FSDP2 inside a pipeline also keeps the gathered compute copies
-    stored = params * np.where(fsdp2, fsdp2_shard, rec["weight"]) / np.where(zero >= 3, dp, 1)
-    gathered = np.where(z3_full, params * rec["weight"], 0.0)
+    stored = np.where(fsdp2, fsdp2_shard, rec["weight"]) / np.where(zero >= 3, dp, 1)
+    gathered = np.where(z3_full, rec["weight"], 0.0)
     # ZeRO-2 keeps gradients sharded only when it reduce-scatters them as they are produced;
     # reduced once per step, every rank holds them all through the backward.
     sharded_g = ((zero >= 3) & ~z3_full) | ((zero == 2) & tr.zero2_each_microbatch)
-    g = params * rec["grad"] / np.where(sharded_g, dp, 1)
-    opt_total = params * (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
+    g = rec["grad"] / np.where(sharded_g, dp, 1)
+    opt_total = (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
     # FSDP2's CPUOffloadPolicy keeps the sharded parameters and gradients on the host as well
     # (the unsharded gradients a pipeline accumulates stay on the device until the reduce)
     host = off & fsdp2
@@ -524,6 +525,12 @@ def model_states(params, lay, tr):
     return w, np.where(host_g, 0.0, g), o, offloaded
 
 
+def model_states(params, lay, tr, coefficients=None):
+    """(weights, gradients, optimizer states, offloaded) bytes per GPU for `params` parameters under the
+    precision recipe, ZeRO stage and offload of each candidate (model_state_coefficients, given or computed)."""
+    return tuple(params * c for c in (coefficients or model_state_coefficients(lay, tr)))
+
+
 def states_floor(m: ModelDims, lay, tr):
     """A floor under memory_breakdown's total, cheap enough to skip candidates that cannot fit before
     the full model: the heaviest present pipeline rank's weights + gradients + optimizer states.
@@ -531,14 +538,30 @@ def states_floor(m: ModelDims, lay, tr):
     and both of its moments hold at least g (the blocks' backward holds the gradients, all of them
     by the end of a one-micro-batch backward)."""
     pp = np.asarray(lay.pp)
+    cw, cg, co, _ = model_state_coefficients(lay, tr)
 
     def held(params):
-        w, g, o, _ = model_states(params, lay, tr)
-        return w + g + o
+        return params * (cw + cg + co)
 
     p_first, p_mid, p_last = rank_params(m, lay)
     return np.maximum(held(p_first), np.maximum(np.where(pp > 2, held(p_mid), 0.0),
                                                 np.where(pp > 1, held(p_last), 0.0)))
+
+
+def rank_inflight_by_key(lay, m_micro, layers: int | None = None) -> dict:
+    """rank_inflight, computed once per distinct (pp, vpp, schedule, micro-batches) and scattered back: a
+    search's hundreds of thousands of candidates share a few hundred of these (the same counts)."""
+    shape = np.broadcast(np.asarray(lay.pp), np.asarray(lay.vpp), np.asarray(lay.schedule), np.asarray(m_micro)).shape
+    m_arr = np.broadcast_to(np.asarray(m_micro, dtype=float), shape)
+    if len(shape) != 1 or shape[0] < 4096 or not np.all(m_arr == np.round(m_arr)) or m_arr.max(initial=0) >= 2**31:
+        return rank_inflight(lay, m_micro, layers)
+    pp, vpp, sch = (np.broadcast_to(np.asarray(x, dtype=np.int64), shape) for x in (lay.pp, lay.vpp, lay.schedule))
+    key = ((pp * 256 + vpp) * 16 + sch) * 2**31 + m_arr.astype(np.int64)  # pp, vpp < 2^20, 2^8; 5 schedules
+    keys, first, where = np.unique(key, return_index=True, return_inverse=True)
+    sub = SimpleNamespace(pp=pp[first], vpp=vpp[first], schedule=sch[first])
+    counts = rank_inflight(sub, m_arr[first], layers)
+    return {kind: [tuple(np.asarray(x)[where] for x in moment) for moment in moments]
+            for kind, moments in counts.items()}
 
 
 def memory_breakdown(m: ModelDims, lay, tr, m_micro):
@@ -558,10 +581,12 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     zero = lay.zero
     fsdp2, z3_full = fsdp2_flags(lay, tr)
 
-    def states(params):
-        return model_states(params, lay, tr)
+    coefficients = model_state_coefficients(lay, tr)
 
-    counts = rank_inflight(lay, m_micro, m.layers)
+    def states(params):
+        return model_states(params, lay, tr, coefficients)
+
+    counts = rank_inflight_by_key(lay, m_micro, m.layers)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more)
     pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
     act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)

@@ -423,3 +423,28 @@ def test_amp_recasts_the_weights_in_a_recomputed_forward(monkeypatch):
             mp.setattr(total, "cast_time", lambda params, precision, hw: 0.0 * params)
             without = float(evaluate(m, tr, hw, lay)["step_time_s"])
         assert with_casts - without == pytest.approx(cast(casts * 4 * per_layer + 32000 * 2048), rel=1e-9), rec
+
+
+def test_search_sized_arrays_take_the_shared_key_paths_and_get_the_same_counts():
+    """rank_block_counts and rank_inflight are computed once per distinct (pp, vpp[, schedule, micro-batches])
+    for a search's arrays (>= 4096 candidates) and scattered back: the same numbers as element by element."""
+    from types import SimpleNamespace
+
+    from cost_models.memory import rank_inflight_by_key
+    rng = np.random.default_rng(0)
+    n = 6000
+    pp = rng.choice([1, 2, 3, 4, 8, 16], n)
+    vpp = rng.choice([1, 2, 3, 4], n)
+    sch = rng.integers(0, 5, n)
+    vpp = np.where(sch == 4, 2, np.where(sch >= 2, vpp, 1))
+    m = pp * rng.integers(1, 6, n)
+    for layers in (126, 32, 7):
+        big = rank_block_counts(layers, pp, vpp)
+        for i in range(0, n, 97):
+            assert [int(x[i]) for x in big] == [int(x) for x in rank_block_counts(layers, pp[i], vpp[i])]
+        keyed = rank_inflight_by_key(SimpleNamespace(pp=pp, vpp=vpp, schedule=sch), m.astype(float), layers)
+        direct = rank_inflight(SimpleNamespace(pp=pp, vpp=vpp, schedule=sch), m.astype(float), layers)
+        for kind in ("first", "mid", "last"):
+            for a, b in zip(keyed[kind], direct[kind]):
+                for x, y in zip(a, b):
+                    np.testing.assert_array_equal(np.broadcast_to(x, (n,)), np.broadcast_to(y, (n,)))

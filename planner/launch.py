@@ -1,12 +1,13 @@
 """`parplan launch`: check a plan against this machine, run it as a torchrun job built from
 parallel_layers, stream rank 0's progress, and report measured against predicted.
 
-Pre-flight checks (each failure one stderr line with the fix): torch importable, the device
+Pre-flight checks (each failure one stderr line with the fix): torch importable, the plan's
+prediction made again from its layout (an edited plan is compared with its own), the device
 (auto = cuda when a GPU is visible), world size (tp*pp*dp*cp) against GPUs here x nnodes,
 what parallel_layers runs, the multi-node rendezvous, the plan's hardware profile against this
 GPU (a warning), the predicted memory per GPU against free device memory (on cpu: the ranks'
-state against the host's available memory), a --data token file, and --resume against the
-checkpoints saved.
+state against the host's available memory), a --data token file, --resume against the
+checkpoints saved, and the folders the run writes into.
 
 The torchrun command is a Python list (never a shell string); plan fields never reach a
 command line: the validated plan is written to a file in the run directory and its path is
@@ -269,6 +270,44 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int) ->
         return Check("checkpoint", False, f"the checkpoint is after step {start} and --steps is {steps}: nothing to run",
                      f"pass --steps greater than {start} (the step count to reach, not the steps to add)")
     return Check("checkpoint", True, f"resumes after step {start} of {checkpoint_dir}, runs steps {start + 1}..{steps}")
+
+
+def repredict(plan):
+    """The plan's prediction made again from the plan itself (planner.core.evaluate_plan: numpy, no torch), so
+    a report never compares a run with the prediction of a layout the plan no longer has (a hand-edited
+    micro-batch, say), nor has nothing to compare with.  Returns (plan to run, check)."""
+    from .core import PlannerError, evaluate_plan
+    try:
+        fresh = evaluate_plan(plan)
+    except PlannerError as e:
+        return plan, Check("prediction", True, f"the plan's own (cannot re-predict it here: {e})")
+    new = fresh.prediction
+    if plan.prediction is None:
+        return fresh, Check("prediction", True, f"the plan carried none: predicted here, {new.step_time_s:.4g} s a "
+                            f"step, {new.memory_bytes_per_gpu.total / 1e9:.2f} GB per GPU on {plan.hardware.name}")
+    old = plan.prediction
+
+    def differs(a, b):
+        return abs(a - b) > 1e-6 * max(abs(a), abs(b), 1e-12)
+    if differs(old.step_time_s, new.step_time_s) or differs(old.memory_bytes_per_gpu.total, new.memory_bytes_per_gpu.total):
+        return fresh, Check("prediction", True, f"warning: the plan's prediction ({old.step_time_s:.4g} s, "
+                            f"{old.memory_bytes_per_gpu.total / 1e9:.2f} GB per GPU) is not its layout's "
+                            f"({new.step_time_s:.4g} s, {new.memory_bytes_per_gpu.total / 1e9:.2f} GB): edited after "
+                            "it was predicted, or predicted by another parplan version; the run is compared with "
+                            "the layout's (`parplan evaluate` prints it)")
+    return plan, Check("prediction", True, f"{old.step_time_s:.4g} s a step, {old.memory_bytes_per_gpu.total / 1e9:.2f} "
+                       "GB per GPU (re-predicted: the same)")
+
+
+def check_folder(option: str, path: str) -> Check | None:
+    """A folder the run writes into (--checkpoint-dir, --memory-snapshot): it may exist as a folder or not
+    yet exist, but neither it nor a parent on its path may be a file (the job would fail after training)."""
+    p = Path(path)
+    nearest = next((q for q in (p, *p.parents) if q.exists()), None)
+    if nearest is not None and not nearest.is_dir():
+        return Check(option[2:], False, f"{option} {path}: {nearest} is a file, not a folder",
+                     f"pass {option} a folder path (it is created if missing)")
+    return None
 
 
 def check_runtime_support(plan, device: str) -> Check:
@@ -652,6 +691,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         return EXIT_INVALID
     machine = probe_machine()
     checks = [Check("torch", True, f"torch {machine.torch_version}")]
+    plan, pred_check = repredict(plan)
+    checks.append(pred_check)
     device, dev_check = resolve_device(device, machine)
     checks.append(dev_check)
     nproc, world_check = check_world(plan, device, machine, nnodes, nproc_per_node)
@@ -665,6 +706,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         checks.append(Check("data", False, f"--data-dtype {data_dtype} without --data (the synthetic tokens have no file)",
                             "pass --data FILE, or drop --data-dtype"))
 
+    checks += [c for c in (check_folder("--checkpoint-dir", checkpoint_dir) if checkpoint_dir else None,
+                           check_folder("--memory-snapshot", memory_snapshot) if memory_snapshot else None) if c]
     resume = resume or resume_step is not None
     if resume and not checkpoint_dir:
         checks.append(Check("checkpoint", False, "--resume without --checkpoint-dir has nothing to resume from",

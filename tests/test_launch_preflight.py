@@ -489,3 +489,43 @@ def test_the_plans_gpu_is_checked_against_this_one(tmp_path):
     assert "not used on cpu" in L.check_hardware(plan, "cpu", NO_GPU).detail
     assert [L.gpu_family(n) for n in ("NVIDIA A100-SXM4-80GB", "NVIDIA GH200 480GB", "AMD Instinct MI300X", None)] == \
         ["A100", None, "MI300X", None]
+
+
+def test_a_plan_edited_after_its_prediction_is_re_predicted():
+    """launch compares the run with the plan's own layout: a prediction left from before an edit (or none) is
+    replaced by evaluate_plan's, with a warning; an unedited plan keeps its own."""
+    from planner.core import recommend
+    from planner.models import load_preset
+    plan = recommend(load_preset("tiny-llama-test"), 1, seq_len=256, global_batch_size=8, suggest=False)
+    same, c = L.repredict(plan)
+    assert same is plan and c.ok and "the same" in c.detail
+    edited = plan.model_copy(deep=True)
+    edited.training.micro_batch_size, edited.training.num_microbatches = 8, 1
+    if plan.training.micro_batch_size == 8:
+        edited.training.micro_batch_size, edited.training.num_microbatches = 1, 8
+    fresh, c = L.repredict(edited)
+    assert c.ok and c.detail.startswith("warning: the plan's prediction")
+    assert fresh.prediction.memory_bytes_per_gpu.total != plan.prediction.memory_bytes_per_gpu.total
+    assert fresh.training.micro_batch_size == edited.training.micro_batch_size
+    bare = plan.model_copy(update={"prediction": None})
+    fresh, c = L.repredict(bare)
+    assert fresh.prediction is not None and "carried none" in c.detail
+    assert fresh.prediction.step_time_s == pytest.approx(plan.prediction.step_time_s)
+    gone = plan.model_copy(deep=True)
+    gone.hardware.name = "/nonexistent/profile.toml"
+    kept, c = L.repredict(gone)
+    assert kept is gone and c.ok and "cannot re-predict" in c.detail
+
+
+def test_output_folders_that_are_files_fail_before_the_run(plan8, tmp_path, capsys):
+    """--checkpoint-dir and --memory-snapshot are folders the job writes after training: a file there (or
+    on the way) used to fail the run at its end, with no report."""
+    f = tmp_path / "f"
+    f.write_text("x")
+    for opt in ("checkpoint_dir", "memory_snapshot"):
+        for path in (f, f / "sub"):
+            assert L.launch(plan8, device="cpu", report=str(tmp_path / "r" / "r.json"), **{opt: str(path)}) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "is a file, not a folder" in err, err
+    assert L.check_folder("--checkpoint-dir", str(tmp_path / "new" / "ck")) is None
+    assert not (tmp_path / "r").exists()

@@ -23,12 +23,14 @@ of communication overlapped with X seconds of compute cost max(C, X + C k/(1+k))
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, block_time, cast_time, column_input_grad_time,
                       grad_accumulation_time, grad_clip_time, head_time, optimizer_time)
-from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts,
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts,
                      zero_shards)
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
@@ -64,6 +66,11 @@ def bubble_factor(lay, m_micro):
 
 
 def evaluate(m: ModelDims, tr, hw, lay) -> dict:
+    # without a pipeline there is nothing to schedule: every schedule runs as plain gradient accumulation
+    # (one micro-batch's activations at a time; parallel_layers.train runs one module), so pp 1 is 1F1B, vpp 1
+    if np.any((np.asarray(lay.pp) == 1) & ((np.asarray(lay.schedule) != SCH_1F1B) | (np.asarray(lay.vpp) != 1))):
+        alone = np.asarray(lay.pp) == 1
+        lay = replace(lay, schedule=np.where(alone, SCH_1F1B, lay.schedule), vpp=np.where(alone, 1, lay.vpp))
     rec = PRECISION_RECIPES[tr.precision]
     act_b = tr.act_bytes
     tp, pp, dp, cp, v = lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp

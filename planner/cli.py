@@ -148,6 +148,7 @@ def _plan_json(plan) -> dict:
 # A defaulted batch beyond this many tokens a step gets a note (Llama 3 405B's largest batch was 16M
 # tokens, Table 4 of its paper, benchmarks/reference/llama3_405b_table4.json)
 LONG_STEP_TOKENS = 16 * 2 ** 20
+DEFAULT_SEQ_LEN = 4096
 
 # Options shared by recommend and sweep (model, hardware, training, pins): declared once and spliced into
 # each command's signature by @_model_options, which hands them to the command as one `opts` namespace.
@@ -167,7 +168,8 @@ _MODEL_OPTIONS = [
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), None),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
-    ("seq_len", int, 4096, ("--seq-len",), None),
+    ("seq_len", Optional[int], None, ("--seq-len",), f"Tokens per sequence [default: {DEFAULT_SEQ_LEN}, or a GPT "
+     "model's learned positions where fewer]."),
     ("global_batch_size", Optional[int], None, ("--global-batch-size",), f"Sequences per optimizer step [default: {DEFAULT_GLOBAL_BATCH}]."),
     ("dtype", str, "bf16", ("--dtype",), "bf16 or fp16."),
     ("precision", str, "master-weights", ("--precision",), "master-weights (16-bit weights + fp32 grads and master + Adam, 18 B/param, as Megatron), master-weights-half-grads (16-bit grads, 16 B/param, as DeepSpeed fp16), amp (fp32 weights under autocast) or fp32."),
@@ -239,7 +241,25 @@ def _prepare(opts, gpus: int | None = None):
             _check_choice(name, getattr(o, name), choices)
     if gpus is not None:
         _positive("gpus", gpus, allow_none=False, upper=1_000_000)
+    explicit_seq = o.seq_len is not None
+    o.seq_len = o.seq_len if explicit_seq else DEFAULT_SEQ_LEN
     _positive("seq-len", o.seq_len, allow_none=False, upper=10_000_000)
+    if not (o.clip_grad >= 0 and math.isfinite(o.clip_grad)):
+        raise UserError(f"--clip-grad must be a positive norm, or 0 for no clipping; got {o.clip_grad}")
+    _positive("gpus-per-node", o.gpus_per_node, upper=1_000_000)
+    _positive("inter-node-bandwidth", o.inter_node_bandwidth, upper=1e6)
+    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "tp", "pp", "dp", "cp", "mbs", "vpp"):
+        _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
+    spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
+                               o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings)
+    limit = spec.max_seq_len if spec.arch == "gpt" else None  # a learned position table caps the sequence
+    if limit is not None and o.seq_len > limit:
+        name = spec.name or "the model"
+        if explicit_seq:
+            raise UserError(f"--seq-len {o.seq_len} is beyond {name}'s {limit} learned positions; use --seq-len "
+                            f"{limit} or less, or a config with a longer table (n_positions)")
+        _err(f"note: --seq-len defaults to {name}'s {limit} learned positions")
+        o.seq_len = limit
     if o.global_batch_size is None:
         o.global_batch_size = DEFAULT_GLOBAL_BATCH
         if o.seq_len * DEFAULT_GLOBAL_BATCH > LONG_STEP_TOKENS:
@@ -247,12 +267,6 @@ def _prepare(opts, gpus: int | None = None):
                  f"{o.seq_len * DEFAULT_GLOBAL_BATCH / 1e6:,.0f}M tokens a step at --seq-len {o.seq_len}; "
                  "set --global-batch-size to your run's")
     _positive("global-batch-size", o.global_batch_size, allow_none=False, upper=100_000_000)
-    if not (o.clip_grad >= 0 and math.isfinite(o.clip_grad)):
-        raise UserError(f"--clip-grad must be a positive norm, or 0 for no clipping; got {o.clip_grad}")
-    _positive("gpus-per-node", o.gpus_per_node, upper=1_000_000)
-    _positive("inter-node-bandwidth", o.inter_node_bandwidth, upper=1e6)
-    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "tp", "pp", "dp", "cp", "mbs", "vpp"):
-        _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
     if o.zero is not None and o.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
     from .schema import Training
@@ -262,8 +276,6 @@ def _prepare(opts, gpus: int | None = None):
     from .core import FRAMEWORK_DEFAULTS
     _check_choice("framework", o.framework, tuple(FRAMEWORK_DEFAULTS))
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None
-    spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
-                               o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings)
     if why:
         _err(f"note: {why}")
     pins = Pins(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, mbs=o.mbs, vpp=o.vpp, zero=o.zero, recompute=o.recompute,

@@ -362,6 +362,9 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
              f"evenly; use --ffn-hidden {-(-spec.ffn_hidden // pins.tp) * pins.tp} or another --tp")
     if pins.pp is not None:
         need(pins.pp <= spec.layers, f"--pp {pins.pp} exceeds the model's {spec.layers} layers")
+        need(pins.pp > 1 or pins.schedule in (None, "1f1b"),
+             f"--schedule {pins.schedule} with --pp 1: without a pipeline there is nothing to schedule (every "
+             "schedule is plain gradient accumulation); drop --schedule, or pin --pp > 1")
     prod = 1
     for name in ("tp", "pp", "dp", "cp"):
         prod *= getattr(pins, name) or 1
@@ -499,6 +502,18 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
         break
     free = Pins(mbs=pins.mbs, recompute=pins.recompute, zero=pins.zero, sp=pins.sp, offload=pins.offload,
                 schedule=pins.schedule)
+    degrees = [k for k in ("tp", "pp", "dp", "cp", "vpp") if getattr(pins, k) is not None]
+    # one degree pin dropped, the others kept, on the same GPUs (the pin that rules everything out)
+    for k in degrees:
+        try:
+            rec = recommend(spec, gpus, global_batch_size=training.global_batch_size,
+                            pins=replace(pins, **{k: None}), **common)
+        except (NothingFits, PlannerError):
+            continue
+        r = rec.parallel
+        out.append(f"without --{k} {getattr(pins, k)} it fits on {gpus} GPUs (tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}, "
+                   f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
+        break
     per_node = hw.gpus_per_node
     candidates = [g for g in (2 ** k for k in range(0, 17)) if g > gpus]
     candidates = sorted(set(candidates + [per_node * k for k in range(1, 4097) if per_node * k > gpus]))
@@ -513,17 +528,28 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
                        + (f"; without {' '.join(dropped)}" if dropped else "") + ")")
         except (NothingFits, PlannerError):
             pass
-    # scan growing GPU counts (powers of two and whole nodes), capped to keep suggestions fast
-    for g in candidates[:64]:
-        if training.global_batch_size < 1:
+    # scan growing GPU counts (powers of two and whole nodes), capped to keep suggestions fast: with the
+    # degree pins kept (dp aside, which the count changes), then, if none fits, without them (said so)
+    kept = replace(pins, dp=None)
+    for scan_pins in (kept, free) if kept != free else (free,):
+        found = False
+        for g in candidates[:64]:
+            if training.global_batch_size < 1:
+                break
+            try:
+                rec = recommend(spec, g, global_batch_size=max(training.global_batch_size, 1), pins=scan_pins, **common)
+            except (NothingFits, PlannerError):
+                continue
+            r = rec.parallel
+            dropped = [f"--{k}" for k in ("tp", "pp", "cp", "vpp")
+                       if getattr(pins, k) is not None and getattr(scan_pins, k) is None]
+            out.append(f"--gpus {g} fits (tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}, "
+                       f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU"
+                       + (f"; without {' '.join(dropped)}" if dropped else "") + ")")
+            found = True
             break
-        try:
-            rec = recommend(spec, g, global_batch_size=max(training.global_batch_size, 1), pins=free, **common)
-            out.append(f"--gpus {g} fits (tp {rec.parallel.tp}, pp {rec.parallel.pp}, dp {rec.parallel.dp}, "
-                       f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
+        if found:
             break
-        except (NothingFits, PlannerError):
-            continue
     if training.precision == "amp":
         out.append("--precision master-weights stores 16-bit weights (18 B/param with fp32 master) instead of fp32 + casts")
     return out

@@ -88,8 +88,8 @@ def structural_space(m: ModelDims, gpus: int, gbs: int, pins: Pins):
             continue
         for sched_name in _choices(pins.schedule, pins.schedules or SCHEDULES):
             code = SCHEDULES.index(sched_name)
-            if pp == 1 and pins.schedule is None and sched_name != "1f1b":
-                continue  # all schedules coincide without a pipeline
+            if pp == 1 and sched_name != "1f1b":
+                continue  # all schedules coincide without a pipeline: it is 1F1B (plain gradient accumulation)
             if sched_name in ("gpipe", "1f1b"):
                 vpps = [1]
             elif sched_name == "zbv":

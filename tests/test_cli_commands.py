@@ -265,3 +265,35 @@ def test_explicit_shape_takes_head_dim_and_tied_embeddings(capsys):
     rc, out, _ = _run(flags + ["--head-dim", "128", "--tied-embeddings"], capsys)
     tied = json.loads(out)["model"]
     assert rc == 0 and tied["tied_embeddings"] and model["num_params"] - tied["num_params"] == 151936 * 5120
+
+
+def test_a_gpt_models_learned_positions_cap_the_sequence(capsys):
+    """GPT-2's table has 1024 positions: the default sequence is that, with a note; a longer --seq-len is one
+    line with the fix (the run would crash on the position add; launch's pre-flight says so too)."""
+    rc, out, err = _run(["recommend", "--model", "gpt2", "--gpus", "1", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["training"]["seq_len"] == 1024 and "1024 learned positions" in err
+    rc, out, err = _run(["recommend", "--model", "gpt2", "--gpus", "1", "--seq-len", "2048"], capsys)
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "--seq-len 1024 or less" in err
+    rc, out, _ = _run(["recommend", "--model", "llama3-8b", "--gpus", "8", "--json"], capsys)
+    assert json.loads(out)["training"]["seq_len"] == 4096  # no learned table: the default
+
+
+def test_pipeline_schedules_need_a_pipeline(capsys):
+    """Without a pipeline every schedule is plain gradient accumulation: pp 1 is searched as 1F1B only, a pinned
+    schedule with --pp 1 is refused, and a hand-written pp-1 GPipe plan is predicted as 1F1B (one micro-batch's
+    activations, not all of them)."""
+    rc, _, err = _run(["recommend", "--model", "llama3-8b", "--gpus", "8", "--schedule", "zbv", "--pp", "1"], capsys)
+    assert rc == 2 and "nothing to schedule" in err
+    rc, out, _ = _run(["recommend", "--model", "llama3-8b", "--gpus", "8", "--schedule", "gpipe",
+                       "--global-batch-size", "16", "--json"], capsys)
+    plan = json.loads(out)
+    assert rc == 0 and plan["parallel"]["pp"] > 1 and plan["parallel"]["schedule"] == "gpipe"
+    from planner.core import evaluate_plan, recommend
+    from planner.models import load_preset
+    from planner.search import Pins
+    one = recommend(load_preset("llama3-8b"), 8, pins=Pins(pp=1), global_batch_size=64, suggest=False)
+    assert one.parallel.schedule == "1f1b" and one.training.num_microbatches > 1
+    gpipe = one.model_copy(deep=True)
+    gpipe.parallel.schedule = "gpipe"
+    a, b = evaluate_plan(one).prediction, evaluate_plan(gpipe).prediction
+    assert a.memory_bytes_per_gpu.total == b.memory_bytes_per_gpu.total and a.step_time_s == b.step_time_s

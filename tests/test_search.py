@@ -549,3 +549,24 @@ def test_zero_without_shards_is_not_searched():
     assert len(apart) < len(over)
     pinned = build_layouts(m, 8, 64, Pins(zero=1, dp=1), zero_over_cp=False)  # a pin is kept as asked
     assert len(pinned) and np.all(np.asarray(pinned.zero) == 1)
+
+
+def test_nothing_fits_suggestions_keep_or_name_the_pins():
+    """A suggestion is followed as written: the --gpus one keeps the degree pins (dp aside) or says which it
+    drops, and dropping a single pin that rules everything out is suggested on the same GPUs."""
+    from planner.core import NothingFits
+    spec = load_preset("llama3-8b")
+    with pytest.raises(NothingFits) as e:
+        recommend(spec, 8, seq_len=16, global_batch_size=64, pins=Pins(cp=8))
+    sugg = e.value.plan.suggestions
+    assert any(s.startswith("without --cp 8 it fits on 8 GPUs") for s in sugg), sugg
+    for s in sugg:
+        if s.startswith("--gpus "):
+            assert "cp 8" in s or "without --cp" in s, s
+    with pytest.raises(NothingFits) as e:
+        recommend(spec, 32, global_batch_size=512, pins=Pins(pp=2, schedule="gpipe"))
+    gpus = [s for s in e.value.plan.suggestions if s.startswith("--gpus ")]
+    assert gpus and ("pp 2" in gpus[0] or "without --pp" in gpus[0]), gpus
+    g = int(gpus[0].split()[1])
+    if "without" not in gpus[0]:  # following it works
+        assert recommend(spec, g, global_batch_size=512, pins=Pins(pp=2, schedule="gpipe"), suggest=False).parallel.pp == 2

@@ -26,8 +26,13 @@ def _looks_like_path(name_or_path: str | Path) -> bool:
 
 
 def _read(path: Path) -> dict:
+    if path.is_dir():
+        raise ValueError(f"hardware profile {path} is a folder; give a .toml/.json file in it, or a profile name "
+                         f"({', '.join(list_profiles())})")
     if not path.is_file():
-        raise ValueError(f"hardware profile file {path} does not exist")
+        raise ValueError(f"hardware profile file {path} does not exist; give a profile name "
+                         f"({', '.join(list_profiles())}) or a path to a .toml/.json file (`parplan calibrate --out` "
+                         "writes one)")
     try:
         if path.suffix == ".json":
             with open(path) as f:

@@ -59,6 +59,8 @@ def parse_count(text: str, what: str) -> float:
     s = str(text).strip().replace("_", "").replace(",", "")
     mult = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
     match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)([kKmMbBgGtT]?)", s)
+    if not match and re.fullmatch(r"-[0-9.]+(?:[eE][+-]?[0-9]+)?[kKmMbBgGtT]?", s):
+        raise UserError(f"{what} must be a positive number, got {text!r}")
     if not match:
         raise UserError(f"{what} must be a number like 70e9 or 70B, got {text!r}")
     value = float(match.group(1)) * (mult[match.group(2).lower()] if match.group(2) else 1)
@@ -82,7 +84,7 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
     shape_only = [f for f, v in (("--head-dim", head_dim), ("--tied-embeddings/--untied-embeddings", tied_embeddings))
                   if v is not None]
     if shape_only and layers is None and hidden is None:
-        raise UserError(f"{' and '.join(shape_only)} only apply to an explicit shape (--layers/--hidden/--heads); "
+        raise UserError(f"{' and '.join(shape_only)} only appl{'y' if len(shape_only) > 1 else 'ies'} to an explicit shape (--layers/--hidden/--heads); "
                         "a preset, --model-config or --params sets them itself")
     if sum(given) == 0:
         raise UserError("say which model: --model NAME (see `parplan models list`), --params 70e9, "
@@ -129,8 +131,9 @@ def _one_line(e: Exception) -> str:
     if isinstance(e, ValidationError):
         parts = []
         for err in e.errors()[:3]:
-            loc = ".".join(str(x) for x in err.get("loc", ())) or "plan"
-            parts.append(f"{loc}: {err.get('msg')}")
+            loc = ".".join(str(x) for x in err.get("loc", ()))
+            msg = str(err.get("msg")).removeprefix("Value error, ")  # a validator's own sentence, as it wrote it
+            parts.append(f"{loc}: {msg}" if loc else msg)
         more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
         return "invalid plan: " + "; ".join(parts) + more
     return " ".join(str(e).split())
@@ -518,6 +521,7 @@ def explain(
             else:
                 console.print(item)
     if not plan.prediction.fits:
+        _err(f"note: the plan does not fit: {plan.prediction.reason or 'see the memory rows'} (exit {EXIT_NOTHING_FITS})")
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
@@ -700,7 +704,7 @@ def models_list(as_json: bool = typer.Option(False, "--json")):
     for c in ("name", "arch", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab"):
         t.add_column(c, justify="left" if c in ("name", "arch") else "right")
     for s in rows:
-        t.add_row(s.name, s.arch, f"{s.num_params / 1e9:.2f} B", str(s.layers), str(s.hidden), str(s.heads),
+        t.add_row(s.name, s.arch, f"{s.num_params / 1e9:.2f} B" if s.num_params >= 1e8 else f"{s.num_params / 1e6:.2f} M", str(s.layers), str(s.hidden), str(s.heads),
                   str(s.kv_heads), str(s.ffn_hidden), str(s.vocab))
     _out().print(t)
 

@@ -403,6 +403,10 @@ def check_rendezvous(nnodes: int, node_rank: int, rdzv_endpoint: Optional[str]) 
                      "pass --rdzv-endpoint HOST:PORT of node 0, the same on every node")
     if not 0 <= node_rank < nnodes:
         return Check("rendezvous", False, f"node_rank {node_rank} not in 0..{nnodes - 1}", "pass --node-rank in range")
+    host, _, port = rdzv_endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return Check("rendezvous", False, f"--rdzv-endpoint {rdzv_endpoint} is not HOST:PORT",
+                     "pass node 0's address and a free port, e.g. --rdzv-endpoint node0:29500")
     return Check("rendezvous", True, f"c10d at {rdzv_endpoint}, node {node_rank} of {nnodes}")
 
 

@@ -337,3 +337,10 @@ class HardwareProfile(Strict):
     host_memory_gbytes_per_node: float = Field(gt=0, description="CPU DRAM per node, GB.")
     host_link_gbytes_per_s: float = Field(gt=0, description="Host<->device bandwidth per GPU per direction (PCIe/C2C), GB/s.")
     host_memory_gbytes_per_s_per_node: float = Field(gt=0, description="CPU DRAM bandwidth per node, GB/s (bounds a host-side optimizer step).")
+
+    @model_validator(mode="after")
+    def _reserve_leaves_memory(self):
+        if self.memory_reserve_gbytes >= self.hbm_gbytes:
+            raise ValueError(f"memory_reserve_gbytes ({self.memory_reserve_gbytes:g}) must be below hbm_gbytes "
+                             f"({self.hbm_gbytes:g}): it is the part of the HBM tensors cannot use")
+        return self

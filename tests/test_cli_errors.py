@@ -48,6 +48,8 @@ def files(tmp_path_factory):
     out["notutf8.json"] = str(d / "notutf8.json")
     out["missing.json"] = str(d / "missing.json")
     out["dir"] = str(d)
+    prof = (Path(__file__).resolve().parent.parent / "hardware_profiles" / "h100-sxm-80gb.toml").read_text()
+    put("reserve.toml", prof.replace("memory_reserve_gbytes = ", "memory_reserve_gbytes = 100 # was "))
     shutil.copy(HF / "Mixtral-8x7B-v0.1.json", d / "moe.json")
     out["moe.json"] = str(d / "moe.json")
     return out
@@ -119,6 +121,15 @@ CASES = [
     (["recommend", "--model", "llama3-8b", "--hardware", "h200-sxm-141gb", "--attention-kernel", "triton-2022",
       "--json"], 2, ["flash_attention_2_tflops", "--attention-kernel profile"]),
     (["recommend", "--model", "llama3-8b", "--attention-kernel", "flash3", "--json"], 2, ["--attention-kernel must be one of"]),
+    (["recommend", "--params", "-1", "--json"], 2, ["--params must be a positive number"]),
+    (["recommend", "--model", "llama3-8b", "--hardware", "/tmp", "--json"], 2, ["is a folder", "h100-sxm-80gb"]),
+    (["recommend", "--model", "llama3-8b", "--hardware", "/nonexistent/p.toml", "--json"], 2,
+     ["does not exist", "calibrate --out"]),
+    (["recommend", "--model", "llama3-8b", "--hardware", "{reserve.toml}", "--json"], 2,
+     ["memory_reserve_gbytes", "below hbm_gbytes"]),
+    (["recommend", "--layers", "2", "--hidden", "256", "--head-dim", "64", "--model", "llama3-8b", "--json"], 2,
+     ["only one of"]),
+    (["launch", "{good.json}", "--device", "cpu", "--nnodes", "2", "--rdzv-endpoint", "node0"], 2, ["HOST:PORT"]),
 ]
 
 BAD_PLANS = {
@@ -176,3 +187,26 @@ def test_internal_error_is_one_line(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert rc == 1 and out == ""
     assert len(err.strip().splitlines()) == 1 and "ZeroDivisionError" in err and "PARPLAN_DEBUG" in err
+
+
+def test_explain_of_a_plan_that_does_not_fit_says_so_on_stderr(files, capsys, tmp_path):
+    """Exit 3 with --json: the JSON on stdout, and a line on stderr saying why (it was silent)."""
+    plan = json.loads(Path(files["good.json"]).read_text())
+    plan["training"]["seq_len"] = 1 << 20  # a million tokens on the tiny model's 8 ranks
+    p = tmp_path / "big.json"
+    p.write_text(json.dumps(plan))
+    rc = main(["explain", str(p), "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 3 and json.loads(out) and "does not fit" in err and "Traceback" not in err
+
+
+def test_a_validators_sentence_is_not_prefixed_by_pydantic(files, capsys):
+    plan = json.loads(Path(files["good.json"]).read_text())
+    plan["training"]["num_microbatches"] += 1  # the batch no longer splits
+    from planner.cli import _one_line
+    from planner.schema import Plan
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError) as e:
+        Plan.model_validate(plan)
+    line = _one_line(e.value)
+    assert "Value error" not in line and line.startswith("invalid plan: ") and "plan: " not in line[14:]

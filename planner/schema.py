@@ -272,6 +272,9 @@ class Plan(Strict):
     @model_validator(mode="after")
     def _check(self) -> "Plan":
         p, t, m = self.parallel, self.training, self.model
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(f"schema_version {self.schema_version}: this parplan reads plans of schema_version "
+                             f"{SCHEMA_VERSION}; re-create the plan with this parplan (`parplan recommend ... --json`)")
         if p.world_size != self.hardware.gpus:
             raise ValueError(f"tp({p.tp}) * pp({p.pp}) * dp({p.dp}) * cp({p.cp}) = {p.world_size} != gpus({self.hardware.gpus})")
         if t.global_batch_size != p.dp * t.micro_batch_size * t.num_microbatches:

@@ -43,6 +43,7 @@ def files(tmp_path_factory):
     put("string.json", json.dumps("plan"))
     put("world_mismatch.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": good["parallel"]["dp"] * 2}}))
     put("bad_hw.json", json.dumps({**good, "hardware": {**good["hardware"], "name": "no-such-gpu"}}))
+    put("version2.json", json.dumps({**good, "schema_version": 2}))
     put("binary.json", "\x00\x01\x02")
     (d / "notutf8.json").write_bytes(b"\xff\xfe\xfa")
     out["notutf8.json"] = str(d / "notutf8.json")
@@ -137,7 +138,7 @@ BAD_PLANS = {
     "empty.json": ["empty"], "blank.json": ["empty"], "malformed.json": ["not valid json"],
     "unknown_key.json": ["bogus"], "unknown_nested.json": ["tpp"], "wrong_type.json": ["seq_len"],
     "negative.json": ["dp"], "world_mismatch.json": ["gpus"], "bad_hw.json": ["no-such-gpu"],
-    "binary.json": ["json"], "notutf8.json": ["plan"], "dir": ["plan"],
+    "binary.json": ["json"], "notutf8.json": ["plan"], "dir": ["plan"], "version2.json": ["schema_version 2"],
 }
 for _name, _words in BAD_PLANS.items():
     for _cmd in (["evaluate", "--json"], ["export", "--to", "torchtitan"], ["launch", "--dry-run", "--device", "cpu"],

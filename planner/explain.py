@@ -14,6 +14,43 @@ TIME_LABELS = {"compute": "compute", "tp_comm": "exposed TP communication", "pp_
                "bubble": "pipeline bubble", "optimizer": "optimizer step + gradient passes"}
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "schedule", "offload")
 
+# The memory parts are each part's own largest size over the step; the total is the worse of two moments
+# (cost_models/memory.py stage_total: the loss's backward, or a block's backward), at which not every
+# part is at its largest (the loss's logits peak and a block's backward working memory never coincide;
+# with one micro-batch per step gradients appear as the activations are freed).  The tables show the
+# difference as its own (negative) row so that the rows add up to the total.
+NOT_LIVE_LABEL = "not live at once (parts peak at different moments)"
+NOT_LIVE_MIN_BYTES = 1e6  # below this (0.001 GB) the row is left out: it rounds away
+
+
+def step_remainder(parts_s: dict, step_s: float) -> float:
+    """Step time not in the named parts (seconds; ~0 rounding noise is 0).
+
+    The parts are per-stage terms (cost_models/total.py evaluate): compute on the stage with the most
+    compute, TP/CP communication on pipeline rank 0's blocks, while the step runs m micro-batches of the
+    slowest stage, whose time also holds the embedding lookup (+ its TP collective), amp's weight casts and
+    that stage's own blocks' TP/CP communication.  step = parts + remainder exactly."""
+    r = step_s - sum(parts_s.values())
+    return 0.0 if abs(r) <= 1e-9 * max(abs(step_s), 1.0) else r
+
+
+def remainder_label(remainder_s: float, layout: dict, precision: str | None = None) -> str:
+    """What step_remainder holds, for a table row.  layout: layout_dict's keys tp, pp, cp.  precision None:
+    not known (the casts are named as amp's, the only recipe that has them)."""
+    if remainder_s < 0:
+        # the compute or TP/CP rows count a stage (rank 0, or the one with the most compute) for more
+        # than the slowest stage spends on it
+        return "less: rows above count other stages' work"
+    bits = ["embedding"]
+    if precision is None:
+        bits.append("casts (if amp)")
+    elif precision == "amp":
+        bits.append("amp weight casts")
+    comm = "/".join(k.upper() for k in ("tp", "cp") if int(layout.get(k, 1)) > 1)
+    if int(layout.get("pp", 1)) > 1 and comm:
+        bits.append(f"{comm} comm of the slowest stage's extra blocks")
+    return "other: " + ", ".join(bits)
+
 
 def layout_key(plan: Plan) -> tuple:
     p = plan.parallel
@@ -38,7 +75,7 @@ def memory_breakdown(plan: Plan) -> dict:
     parts = {k: getattr(mem, k) for k in MEMORY_PARTS}
     biggest = max(parts, key=parts.get)
     return {"parts_bytes": parts, "total_bytes": mem.total,
-            # one micro-batch per step: gradients and activations are not all live at the peak
+            # the parts are each part's own largest size; the total is the worse moment (NOT_LIVE_LABEL)
             "not_live_together_bytes": max(0.0, sum(parts.values()) - mem.total), "usable_bytes": usable,
             "headroom_bytes": usable - mem.total, "fraction_of_usable": (mem.total / usable) if usable else None,
             "offloaded_bytes": mem.offloaded, "largest": biggest,

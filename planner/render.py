@@ -28,7 +28,32 @@ def layout_label(p) -> str:
     return " ".join(bits)
 
 
+def _fmt_signed_s(x: float) -> str:
+    return ("-" + _fmt_s(-x)) if x < 0 else _fmt_s(x)
+
+
+def ranking_note(plans: list[Plan]) -> str | None:
+    """One line for under the plans table when a lower-ranked plan is faster than #1: the throughput
+    ranking's near-tie rule (planner/search.py sort_key) put it there.  None when nothing needs saying."""
+    if not plans or plans[0].prediction is None:
+        return None
+    if plans[0].search is not None and plans[0].search.objective != "throughput":
+        return None
+    if not plans[0].prediction.fits:
+        return None
+    best = plans[0].prediction.step_time_s
+    faster = [(i, pl.prediction.step_time_s) for i, pl in enumerate(plans[1:], 2)
+              if pl.prediction is not None and pl.prediction.step_time_s < best]
+    if not faster:
+        return None
+    from .search import NEAR_TIE
+    i, t = min(faster, key=lambda it: it[1])
+    return (f"note: #{i} is faster than #1 ({_fmt_s(t)} vs {_fmt_s(best)}): plans within {NEAR_TIE:.0%} of the fastest "
+            "rank simplest first (avoiding offload, then CP, then ZeRO-3)")
+
+
 def plans_table(plans: list[Plan], title: str):
+    """The ranked plans, with ranking_note's line under them when there is one."""
     from rich.table import Table
     t = Table(title=title, title_justify="left", header_style="bold")
     for col in ("#", "layout", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "offload",
@@ -44,37 +69,64 @@ def plans_table(plans: list[Plan], title: str):
                   f"{mem.total / GB:.1f}/{cap / GB:.0f} GB", _fmt_s(pr.step_time_s), f"{pr.tokens_per_s:,.0f}",
                   f"{pr.mfu * 100:.1f}%", f"{pr.bubble_fraction * 100:.1f}%",
                   _fmt_bytes(comm.tp + comm.pp + comm.dp + comm.cp))
-    return t
+    note = ranking_note(plans)
+    if note is None:
+        return t
+    # under the table, as wide as the console (a caption would wrap at the table's width)
+    from rich.console import Group
+    from rich.text import Text
+    return Group(t, Text(note))
+
+
+def memory_rows(plan: Plan) -> list[tuple[str, float]]:
+    """(label, bytes) of the best plan's memory table: the parts, the part of them not live at the worst
+    moment (negative), the total (the parts and that row add up to it), then capacity and per-stage rows."""
+    from .explain import NOT_LIVE_LABEL, NOT_LIVE_MIN_BYTES, memory_breakdown
+    pr = plan.prediction
+    mem = pr.memory_bytes_per_gpu
+    rows = [("weights", mem.weights), ("grads", mem.grads), ("optimizer", mem.optimizer),
+            ("activations", mem.activations), ("other (working, buffers)", mem.other)]
+    apart = memory_breakdown(plan)["not_live_together_bytes"]
+    if apart > NOT_LIVE_MIN_BYTES:
+        rows.append((NOT_LIVE_LABEL, -apart))
+    rows += [("total", mem.total), ("usable HBM", pr.usable_memory_bytes or 0)]
+    if mem.offloaded:
+        rows.append(("offloaded to host", mem.offloaded))
+    for kind, v in (mem.by_stage or {}).items():
+        rows.append((f"  {STAGE_NAMES[kind]}", v))
+    return rows
+
+
+def time_rows(plan: Plan) -> list[tuple[str, float]]:
+    """(label, seconds) of the best plan's step-time table: the named parts, the remainder of the step they
+    leave (explain.step_remainder: the slowest stage's embedding, casts, ...), and the step; the rows before
+    the step add up to it."""
+    from .explain import TIME_PARTS, layout_dict, remainder_label, step_remainder
+    pr = plan.prediction
+    tb = pr.time_breakdown
+    labels = {"compute": "compute", "tp_comm": "TP comm (exposed)", "pp_comm": "PP send/recv",
+              "dp_comm": "DP comm (exposed)", "cp_comm": "CP comm (exposed)", "bubble": "pipeline bubble",
+              "optimizer": "optimizer + grad passes"}
+    parts = {k: (getattr(tb, attr) if tb is not None else 0.0) for k, attr in TIME_PARTS}
+    rest = step_remainder(parts, pr.step_time_s)
+    label = remainder_label(rest, layout_dict(plan), plan.training.precision) if tb is not None else "not broken down"
+    return [(labels[k], v) for k, v in parts.items()] + [(label, rest), ("step", pr.step_time_s)]
 
 
 def breakdown_table(plan: Plan):
     from rich.table import Table
-    pr = plan.prediction
-    mem = pr.memory_bytes_per_gpu
     t = Table(title="best plan: where memory and time go", title_justify="left", header_style="bold")
     t.add_column("memory per GPU (worst stage)")
     t.add_column("", justify="right")
     t.add_column("step time")
     t.add_column("", justify="right")
-    tb = pr.time_breakdown
-    mem_rows = [("weights", mem.weights), ("grads", mem.grads), ("optimizer", mem.optimizer),
-                ("activations", mem.activations), ("other (working, buffers)", mem.other),
-                ("total", mem.total), ("usable HBM", pr.usable_memory_bytes or 0)]
-    from .explain import memory_breakdown
-    apart = memory_breakdown(plan)["not_live_together_bytes"]
-    if apart > 1e6:  # one micro-batch per step: gradients grow as the activations are freed
-        mem_rows.insert(5, ("not live at once (1 micro-batch)", -apart))
-    if mem.offloaded:
-        mem_rows.append(("offloaded to host", mem.offloaded))
-    for kind, v in (mem.by_stage or {}).items():
-        mem_rows.append((f"  {STAGE_NAMES[kind]}", v))
-    time_rows = [("compute", tb.compute_s), ("TP comm (exposed)", tb.tp_comm_s), ("PP send/recv", tb.pp_comm_s),
-                 ("DP comm (exposed)", tb.dp_comm_s), ("CP comm (exposed)", tb.cp_comm_s),
-                 ("pipeline bubble", tb.bubble_s), ("optimizer + grad passes", tb.optimizer_s), ("step", pr.step_time_s)]
-    for i in range(max(len(mem_rows), len(time_rows))):
+    mem_rows = memory_rows(plan)
+    t_rows = time_rows(plan)
+    for i in range(max(len(mem_rows), len(t_rows))):
         a = mem_rows[i] if i < len(mem_rows) else ("", None)
-        b = time_rows[i] if i < len(time_rows) else ("", None)
-        t.add_row(a[0], _fmt_bytes(a[1]) if a[1] is not None else "", b[0], _fmt_s(b[1]) if b[1] is not None else "")
+        b = t_rows[i] if i < len(t_rows) else ("", None)
+        t.add_row(a[0], _fmt_bytes(a[1]) if a[1] is not None else "", b[0],
+                  _fmt_signed_s(b[1]) if b[1] is not None else "")
     return t
 
 
@@ -140,9 +192,28 @@ def _fmt_value(name: str, v) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.4g}"
 
 
+def explain_memory_rows(data: dict) -> list[tuple[str, float]]:
+    """(part, bytes) rows of `explain`'s memory table above the total: the parts and, as in the recommend
+    table, the part of them not live at the worst moment (negative); they add up to the total."""
+    from .explain import NOT_LIVE_LABEL, NOT_LIVE_MIN_BYTES
+    mem = data["memory"]
+    rows = list(mem["parts_bytes"].items())
+    apart = mem.get("not_live_together_bytes") or 0.0
+    if apart > NOT_LIVE_MIN_BYTES:
+        rows.append((NOT_LIVE_LABEL, -apart))
+    return rows
+
+
+def explain_time_remainder(data: dict) -> float:
+    """The step time `explain`'s named parts leave (explain.step_remainder)."""
+    from .explain import step_remainder
+    return step_remainder(data["time"]["parts_s"], data["time"]["step_time_s"])
+
+
 def explain_renderables(data: dict) -> list:
     """Rich tables and plain lines for `parplan explain` (printed on stdout)."""
     from rich.table import Table
+    from .explain import remainder_label, step_remainder
     lay = data["layout"]
     head = (f"{data['model']} on {data['gpus']} x {data['hardware']}: tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} "
             f"cp{lay['cp']} vpp{lay['vpp']} mbs{lay['micro_batch_size']} zero{lay['zero_stage']} "
@@ -151,7 +222,7 @@ def explain_renderables(data: dict) -> list:
     t = Table(title="memory per GPU vs capacity", title_justify="left", header_style="bold")
     for c in ("part", "bytes", "share"):
         t.add_column(c, justify="left" if c == "part" else "right")
-    for k, v in mem["parts_bytes"].items():
+    for k, v in explain_memory_rows(data):
         t.add_row(k, _fmt_bytes(v), f"{v / mem['total_bytes'] * 100:.0f}%" if mem["total_bytes"] else "")
     t.add_row("total", _fmt_bytes(mem["total_bytes"]),
               f"{mem['fraction_of_usable'] * 100:.0f}% of usable" if mem["fraction_of_usable"] is not None else "")
@@ -164,6 +235,7 @@ def explain_renderables(data: dict) -> list:
     cols = ["part", "time", "share"] + (["runner-up change"] if run else [])
     for c in cols:
         u.add_column(c, justify="left" if c == "part" else "right")
+    rest = explain_time_remainder(data)
     for k, v in tim["parts_s"].items():
         frac = tim["fractions"][k]
         row = [k, _fmt_s(v), "" if frac is None else f"{frac * 100:.1f}%"]
@@ -177,6 +249,15 @@ def explain_renderables(data: dict) -> list:
                    f"{tim['attention_fraction_of_compute'] * 100:.1f}% of compute"
                    if tim["attention_fraction_of_compute"] is not None else ""]
             u.add_row(*(att + ([""] if run else [])))
+    # what the per-stage parts leave of the step (explain.step_remainder), so that the rows add up to it
+    step = tim["step_time_s"]
+    label = remainder_label(rest, lay) if any(tim["parts_s"].values()) else "not broken down"
+    row = [label, _fmt_signed_s(rest), f"{rest / step * 100:.1f}%" if step else ""]
+    if run:
+        # the runner-up's remainder minus this plan's
+        d = step_remainder(run["delta_time_parts_s"], run["delta_step_time_s"])
+        row.append(("+" if d >= 0 else "-") + _fmt_s(abs(d)))
+    u.add_row(*row)
     step_row = ["step", _fmt_s(tim["step_time_s"]), ""]
     if run:
         step_row.append(_fmt_rel(run["relative_step_time"]))

@@ -98,7 +98,7 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     cp_kv = np.where(cp_saves_gathered_kv & (lay.cp > 1), lay.cp, 1)
     cp_out = np.where(cp_saves_gathered_kv & (lay.cp > 1), m.q_width, 0)
     inside = (2 * m.q_width + cp_out + 2 * m.kv_width * cp_kv + mlp) / tp
-    elems = (outside + inside) * act_bytes + 8
+    elems = (outside + inside) * act_bytes + 8 / seq_split  # + the two norms' fp32 statistics, per token they see
     if dropout:
         elems = elems + 2 * m.hidden / seq_split  # two 1-byte hidden-dropout masks
     if flash:

@@ -10,7 +10,7 @@ are used in JSON, in cost breakdowns and in the runtime's DeviceMesh.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,8 +26,25 @@ Precision = Literal["amp", "master-weights", "master-weights-half-grads", "fp32"
 Objective = Literal["throughput", "min-gpus", "memory"]
 
 
+def _numeric(annotation) -> bool:
+    """int or float, or an Optional/Union of them without bool."""
+    args = get_args(annotation) or (annotation,)
+    return bool({int, float} & set(args)) and bool not in args
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data):
+        # pydantic's lax mode reads true as 1: a plan with "tp": true would run as tp 1
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key)
+                if isinstance(value, bool) and field is not None and _numeric(field.annotation):
+                    raise ValueError(f"{key}: expected a number, got {str(value).lower()}")
+        return data
 
 
 class ModelSpec(Strict):

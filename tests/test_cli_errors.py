@@ -44,6 +44,7 @@ def files(tmp_path_factory):
     put("world_mismatch.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": good["parallel"]["dp"] * 2}}))
     put("bad_hw.json", json.dumps({**good, "hardware": {**good["hardware"], "name": "no-such-gpu"}}))
     put("version2.json", json.dumps({**good, "schema_version": 2}))
+    put("bool_tp.json", json.dumps({**good, "parallel": {**good["parallel"], "tp": True}}))
     put("binary.json", "\x00\x01\x02")
     (d / "notutf8.json").write_bytes(b"\xff\xfe\xfa")
     out["notutf8.json"] = str(d / "notutf8.json")
@@ -139,6 +140,7 @@ BAD_PLANS = {
     "unknown_key.json": ["bogus"], "unknown_nested.json": ["tpp"], "wrong_type.json": ["seq_len"],
     "negative.json": ["dp"], "world_mismatch.json": ["gpus"], "bad_hw.json": ["no-such-gpu"],
     "binary.json": ["json"], "notutf8.json": ["plan"], "dir": ["plan"], "version2.json": ["schema_version 2"],
+    "bool_tp.json": ["tp: expected a number"],
 }
 for _name, _words in BAD_PLANS.items():
     for _cmd in (["evaluate", "--json"], ["export", "--to", "torchtitan"], ["launch", "--dry-run", "--device", "cpu"],

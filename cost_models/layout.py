@@ -157,11 +157,6 @@ class TrainingConsts:
     # averages the cp replicas with an all-reduce of their own after the backward
     # (parallel_layers/train.py reduce_gradients)
     zero_over_cp: bool = False
-    # tied embeddings with a pipeline: Megatron sums the embedding's and the head copy's gradients over its
-    # two-rank embedding group (first and last stage); parplan's runtime all-reduces them over the whole
-    # pipeline group, the ranks holding neither adding zeros (parallel_layers.data_parallel.
-    # sync_tied_embedding_grads), and so also under ZB-V, whose rank 0 holds both
-    tied_grads_over_pp: bool = False
 
     @property
     def eager_saves_more(self) -> bool:

@@ -264,18 +264,15 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     dp_exposed = dp_exposed + np.where(cp_apart, cp_avg_t, 0.0)
     dp_moved = dp_moved + np.where(cp_apart, cp_avg_moved, 0.0)
     # Tied embeddings with a pipeline: the first stage's embedding and the last stage's copy of it
-    # sum their gradients after the backward (Megatron's embedding group: an all-reduce over the
-    # two ranks, V x h / tp gradients; parplan's runtime: over the whole pipeline group,
-    # TrainingConsts.tied_grads_over_pp), on the critical path before the optimizer step.  Under ZB-V
-    # rank 0 holds both: a local sum, unless the framework all-reduces over the pipeline anyway.
+    # sum their gradients after the backward (Megatron's embedding group, parplan's runtime's
+    # mesh.embedding_group: an all-reduce over the two ranks, V x h / tp gradients), on the critical
+    # path before the optimizer step.  Under ZB-V rank 0 holds both: a local sum.
     if m.tied:
         # the first and last stage of one pipeline replica share a node where the replica does
         first_last_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
         tie_bw, tie_lat = comm.tier_params(hw, first_last_in)
-        over_pp = np.asarray(tr.tied_grads_over_pp)
-        tie_t, tie_moved = comm.all_reduce(m.vocab * m.hidden / tp * rec["grad"], np.where(over_pp, pp, 2),
-                                           tie_bw, tie_lat)
-        tie_on = ~single & (over_pp | ~head_first)
+        tie_t, tie_moved = comm.all_reduce(m.vocab * m.hidden / tp * rec["grad"], 2, tie_bw, tie_lat)
+        tie_on = ~single & ~head_first
         dp_exposed = dp_exposed + np.where(tie_on, tie_t, 0.0)
         dp_moved = dp_moved + np.where(tie_on, tie_moved, 0.0)
 

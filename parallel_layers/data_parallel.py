@@ -82,32 +82,30 @@ def sync_sequence_parallel_grads(stage_modules: list[nn.Module], tp_group) -> No
     all_reduce_bucketed(grads, tp_group, average=False)
 
 
-def sync_tied_embedding_grads(stage_modules: list[nn.Module], vocab_shard_shape, pp_group, device,
-                              grad_dtype: torch.dtype = torch.float32) -> None:
-    """Sum the gradients of the embedding and of its copy used by the head on another pipeline
-    rank.  Every pp rank joins the all-reduce (ranks holding neither contribute zeros)."""
-    if pp_group is None or _group_size(pp_group) == 1:
-        return
+def sync_tied_embedding_grads(stage_modules: list[nn.Module], group) -> None:
+    """Sum the gradients of the embedding and of its copy used by the head: over `group`, the two pipeline
+    ends that hold them (mesh.embedding_group: Megatron's embedding group), or on this rank alone where it
+    holds both (ZB-V puts the first and last stage on pp rank 0: group None).  Ranks holding neither
+    take no part."""
     emb = head = None
     for m in stage_modules:
         if getattr(m, "first", False):
             emb = m.embed.weight
         if getattr(m, "separate_tied_head", False):
             head = m.head.weight
-    like = emb if emb is not None else head
-    if like is not None and grad_of(like) is None:
+    held = [p for p in (emb, head) if p is not None]
+    if not held:
+        return
+    if any(grad_of(p) is None for p in held):
         raise RuntimeError("tied embedding has no gradient after backward")
-    # ranks holding neither need the gradient's dtype too (16-bit with master-weights-half-grads)
-    buf = (torch.zeros(vocab_shard_shape, device=device, dtype=grad_dtype) if like is None
-           else torch.zeros_like(local_tensor(grad_of(like))))
-    if emb is not None:
-        buf += local_tensor(grad_of(emb))
-    if head is not None:
-        buf += local_tensor(grad_of(head))
-    dist.all_reduce(buf, group=pp_group)
-    for p in (emb, head):
-        if p is not None:
-            local_tensor(grad_of(p)).copy_(buf)
+    if len(held) == 2:
+        buf = local_tensor(grad_of(emb)) + local_tensor(grad_of(head))
+    else:
+        buf = local_tensor(grad_of(held[0])).clone()
+    if group is not None and _group_size(group) > 1:
+        dist.all_reduce(buf, group=group)
+    for p in held:
+        local_tensor(grad_of(p)).copy_(buf)
 
 
 class ShardedAdamW:

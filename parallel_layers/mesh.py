@@ -70,3 +70,19 @@ class RankCoords:
                    cp_rank=mesh["cp"].get_local_rank() if cp else 0,
                    cp_group=mesh["cp"].get_group() if cp else None,
                    dp_cp_group=mesh["dp", "cp"]._flatten("dp_cp").get_group() if cp else dp_group)
+
+
+def embedding_group(mesh: DeviceMesh):
+    """The group of this rank's pipeline ends (pp ranks 0 and pp-1 of its pipeline), whose tied embedding
+    and head copy sum their gradients: Megatron's embedding group.  Every rank creates every pipeline's
+    group, in one order (dist.new_group is collective); returns None for a rank at neither end."""
+    names = list(mesh.mesh_dim_names)
+    ranks = mesh.mesh.movedim(names.index("pp"), -1).reshape(-1, mesh.mesh.shape[names.index("pp")])
+    me, mine = dist.get_rank(), None
+    for row in ranks.tolist():
+        ends = sorted({row[0], row[-1]})
+        group = dist.new_group(ends)
+        if me in ends:
+            mine = group
+    return mine
+

@@ -57,8 +57,8 @@ from parallel_layers.data_parallel import (
     sync_sequence_parallel_grads,
     sync_tied_embedding_grads,
 )
-from parallel_layers.layers import padded_size, vocab_parallel_cross_entropy
-from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh
+from parallel_layers.layers import vocab_parallel_cross_entropy
+from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
 from parallel_layers.pipeline import build_schedule, stages_of_rank, virtual_stage_layers
 from parallel_layers.precision import (
@@ -160,6 +160,9 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
                  optimizer=None, holds_first=0 in stage_ids, holds_last=(n_stages - 1) in stage_ids,
                  local_params=local_params)
     rt.extra["mesh"] = mesh
+    # a tied embedding's two copies sum their gradients over the pipeline ends (both on pp rank 0 under ZB-V)
+    rt.extra["embedding_group"] = (embedding_group(mesh) if cfg.tied_embeddings and par.pp > 1
+                                   and par.schedule != "zbv" else None)
     if par.zero_stage == 3:
         rt.fsdp_correction = fsdp_grad_correction(mesh["dp"], device)
         # torch 2.13: with per-block FSDP units the zero-bubble schedules (split dI/dW backward)
@@ -271,12 +274,7 @@ def _takes_return_outputs(schedule_type) -> bool:
 def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
     par = rt.plan.parallel
     if rt.cfg.tied_embeddings and par.pp > 1:
-        rows = padded_size(rt.cfg.vocab, par.tp) // par.tp  # the vocabulary padded to a multiple of tp
-        if par.zero_stage == 3:  # FSDP2 shards dim 0 over dp like torch.chunk
-            rows = torch.empty(rows).chunk(par.dp)[rt.coords.dp_rank].numel()
-        half = rt.plan.training.precision == "master-weights-half-grads" and par.zero_stage != 3
-        sync_tied_embedding_grads(rt.stage_modules, (rows, rt.cfg.hidden), rt.coords.pp_group, rt.device,
-                                  grad_dtype=param_dtype(rt.plan) if half else torch.float32)
+        sync_tied_embedding_grads(rt.stage_modules, rt.extra["embedding_group"])
     if par.sp:
         sync_sequence_parallel_grads(rt.stage_modules, rt.coords.tp_group)
     params = _unique_params(rt.stage_modules)

@@ -250,6 +250,9 @@ def _prepare(opts, gpus: int | None = None):
     if not (o.clip_grad >= 0 and math.isfinite(o.clip_grad)):
         raise UserError(f"--clip-grad must be a positive norm, or 0 for no clipping; got {o.clip_grad}")
     _positive("gpus-per-node", o.gpus_per_node, upper=1_000_000)
+    if gpus is not None and o.gpus_per_node and gpus > o.gpus_per_node and gpus % o.gpus_per_node:
+        _err(f"note: {gpus} GPUs on nodes of {o.gpus_per_node}: {gpus // o.gpus_per_node} full node(s) and one with "
+             f"{gpus % o.gpus_per_node} of its {o.gpus_per_node}")
     _positive("inter-node-bandwidth", o.inter_node_bandwidth, upper=1e6)
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "tp", "pp", "dp", "cp", "mbs", "vpp"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)

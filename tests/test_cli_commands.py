@@ -297,3 +297,10 @@ def test_pipeline_schedules_need_a_pipeline(capsys):
     gpipe.parallel.schedule = "gpipe"
     a, b = evaluate_plan(one).prediction, evaluate_plan(gpipe).prediction
     assert a.memory_bytes_per_gpu.total == b.memory_bytes_per_gpu.total and a.step_time_s == b.step_time_s
+
+
+def test_a_partly_used_node_gets_a_note(capsys):
+    rc, out, err = _run(["recommend", "--model", "llama3-8b", "--gpus", "8", "--gpus-per-node", "3", "--json"], capsys)
+    assert rc == 0 and json.loads(out) and "2 full node(s) and one with 2 of its 3" in err
+    _, _, err = _run(["recommend", "--model", "llama3-8b", "--gpus", "16", "--gpus-per-node", "8", "--json"], capsys)
+    assert "full node" not in err

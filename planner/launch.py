@@ -595,8 +595,10 @@ def grad_norm_line(report: dict) -> str | None:
     if not norms or None in norms or clip is None:
         return None
     clipped = sum(n > clip for n in norms)
-    return (f"gradient norm before clipping at {clip:g}: {norms[0]:.4g} at step {steps[0]['step']}, "
-            f"{norms[-1]:.4g} at step {steps[-1]['step']}; {clipped} of {len(norms)} steps clipped")
+    at = f"{norms[0]:.4g} at step {steps[0]['step']}" + (f", {norms[-1]:.4g} at step {steps[-1]['step']}"
+                                                          if len(steps) > 1 else "")
+    return (f"gradient norm before clipping at {clip:g}: {at}; {clipped} of {len(norms)} "
+            f"step{'s' if len(norms) > 1 else ''} clipped")
 
 
 def cpu_memory_line(report: dict) -> str | None:

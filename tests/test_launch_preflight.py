@@ -335,6 +335,8 @@ def test_the_report_says_how_many_steps_clipped():
               "steps": [{"step": 1, "grad_norm": 2.5}, {"step": 2, "grad_norm": 0.8}, {"step": 3, "grad_norm": 1.2}]}
     assert grad_norm_line(report) == ("gradient norm before clipping at 1: 2.5 at step 1, 1.2 at step 3; "
                                       "2 of 3 steps clipped")
+    one = {**report, "steps": report["steps"][2:]}  # a resumed run of one step names it once
+    assert grad_norm_line(one) == "gradient norm before clipping at 1: 1.2 at step 3; 1 of 1 step clipped"
     report["plan"]["training"]["clip_grad"] = None  # a plan without clipping, or a report from before it
     assert grad_norm_line(report) is None
 

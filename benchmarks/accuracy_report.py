@@ -228,7 +228,7 @@ def write_summary(cases) -> Path:
         sys.path.pop(0)
     datas, source = gpu_accuracy.build_all()
     out = {"generated": _dt.date.today().isoformat(),
-           "published": framework_summary(cases),
+           "published": framework_summary(cases, digits=4),
            "h100_launches": gpu_accuracy.summary(datas, source)}
     ACCURACY_JSON.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return ACCURACY_JSON

@@ -39,11 +39,17 @@ def _err(msg: str) -> None:
 
 def _console(stderr: bool = True):
     """Rich console on stderr (progress, notes); 160 columns when it is not a terminal (logs, CI) so
-    tables don't fold."""
+    tables don't fold.  A reader that goes away (`| head`) ends the command quietly with exit 0 (main's
+    BrokenPipeError), where rich's own handler exits 1."""
     from rich.console import Console
-    console = Console(stderr=stderr)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    console = _Console(stderr=stderr)
     if not console.is_terminal:
-        console = Console(stderr=stderr, width=160)
+        console = _Console(stderr=stderr, width=160)
     return console
 
 
@@ -160,16 +166,16 @@ _MODEL_OPTIONS = [
     ("model", Optional[str], None, ("--model", "-m"), "Preset name (parplan models list)."),
     ("model_config", Optional[str], None, ("--model-config",), "Hugging Face config.json."),
     ("arch", Optional[str], None, ("--arch",), "llama or gpt (explicit shape or --params)."),
-    ("layers", Optional[int], None, ("--layers",), None),
-    ("hidden", Optional[int], None, ("--hidden",), None),
-    ("heads", Optional[int], None, ("--heads",), None),
-    ("kv_heads", Optional[int], None, ("--kv-heads",), None),
-    ("ffn_hidden", Optional[int], None, ("--ffn-hidden",), None),
-    ("vocab", Optional[int], None, ("--vocab",), None),
+    ("layers", Optional[int], None, ("--layers",), "Transformer blocks (explicit shape)."),
+    ("hidden", Optional[int], None, ("--hidden",), "Hidden size (explicit shape)."),
+    ("heads", Optional[int], None, ("--heads",), "Attention heads (explicit shape)."),
+    ("kv_heads", Optional[int], None, ("--kv-heads",), "Key/value heads, GQA (default: --heads)."),
+    ("ffn_hidden", Optional[int], None, ("--ffn-hidden",), "MLP width (default: the arch's usual for --hidden)."),
+    ("vocab", Optional[int], None, ("--vocab",), "Vocabulary size (explicit shape; default 32000, Llama 2's)."),
     ("head_dim", Optional[int], None, ("--head-dim",), "Per-head width (default hidden / heads; Qwen3, Gemma: 128 or 256 whatever the width)."),
     ("tied_embeddings", Optional[bool], None, ("--tied-embeddings/--untied-embeddings",), "Output layer shares the embedding (default: tied for gpt, untied for llama)."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
-    ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), None),
+    ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
     ("seq_len", Optional[int], None, ("--seq-len",), f"Tokens per sequence [default: {DEFAULT_SEQ_LEN}, or a GPT "
      "model's learned positions where fewer]."),
@@ -178,10 +184,10 @@ _MODEL_OPTIONS = [
     ("precision", str, "master-weights", ("--precision",), "master-weights (16-bit weights + fp32 grads and master + Adam, 18 B/param, as Megatron), master-weights-half-grads (16-bit grads, 16 B/param, as DeepSpeed fp16), amp (fp32 weights under autocast) or fp32."),
     ("clip_grad", float, 1.0, ("--clip-grad",), "Global gradient-norm clipping threshold, as Megatron-LM's --clip-grad, torchtitan's max_norm (0: none); `parplan launch` clips, and the prediction counts its passes."),
     ("tokens", Optional[str], None, ("--tokens",), "Total training tokens (reports days and GPU-hours)."),
-    ("tp", Optional[int], None, ("--tp",), None),
-    ("pp", Optional[int], None, ("--pp",), None),
-    ("dp", Optional[int], None, ("--dp",), None),
-    ("cp", Optional[int], None, ("--cp",), None),
+    ("tp", Optional[int], None, ("--tp",), "Pin the tensor-parallel degree."),
+    ("pp", Optional[int], None, ("--pp",), "Pin the pipeline-parallel degree."),
+    ("dp", Optional[int], None, ("--dp",), "Pin the data-parallel degree."),
+    ("cp", Optional[int], None, ("--cp",), "Pin the context-parallel degree."),
     ("mbs", Optional[int], None, ("--mbs",), "Micro-batch size (micro_batch_size)."),
     ("vpp", Optional[int], None, ("--vpp",), "Model chunks per pipeline rank."),
     ("zero", Optional[int], None, ("--zero",), "ZeRO stage 0-3 (zero_stage)."),
@@ -189,9 +195,9 @@ _MODEL_OPTIONS = [
     ("sp", Optional[bool], None, ("--sp/--no-sp",), "Sequence parallelism."),
     ("schedule", Optional[str], None, ("--schedule",), "gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv."),
     ("offload", Optional[str], None, ("--offload",), "none or optimizer."),
-    ("flash_attention", bool, True, ("--flash-attention/--no-flash-attention",), None),
-    ("overlap_grad_reduce", bool, True, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), None),
-    ("overlap_tp_comm", bool, False, ("--overlap-tp-comm/--no-overlap-tp-comm",), None),
+    ("flash_attention", bool, True, ("--flash-attention/--no-flash-attention",), "Fused attention (no score-sized tensors), as flash-attn / SDPA."),
+    ("overlap_grad_reduce", bool, True, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), "Data-parallel gradient reduction overlapped with the backward."),
+    ("overlap_tp_comm", bool, False, ("--overlap-tp-comm/--no-overlap-tp-comm",), "Tensor-parallel collectives overlapped with the matmuls (Megatron's --tp-comm-overlap)."),
     ("dropout", bool, False, ("--dropout/--no-dropout",), "Model hidden/attention dropout (Megatron GPT default); parplan launch runs without."),
     ("framework", str, "parplan", ("--framework",), "Framework the prediction models: parplan (its own runtime, what `parplan launch` runs), megatron, deepspeed or torchtitan. Sets the defaults of the options below that say 'Default: the framework's', and limits the schedules (and, for DeepSpeed, ZeRO inside a pipeline) searched."),
     ("zero1_grad_reduce", Optional[str], None, ("--zero1-grad-reduce",), "ZeRO-1 gradient reduction: all-reduce (parplan's runtime, DeepSpeed BF16 optimizer) or reduce-scatter (Megatron distributed optimizer, DeepSpeed ZeRO). Default: the framework's."),
@@ -379,7 +385,7 @@ def read_plan(source: str):
 @app.command()
 def evaluate(
     plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the re-predicted plan as JSON on stdout."),
 ):
     """Re-predict a given (possibly hand-edited) plan; never searches."""
     from .core import PlannerError, evaluate_plan
@@ -528,10 +534,18 @@ def explain(
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
+def _evaluated_as(which: str, path: str):
+    """_evaluated's plan, its errors naming which of compare's two plans they are about."""
+    try:
+        return _evaluated(path)[1]
+    except UserError as e:
+        raise UserError(f"plan {which} ({path}): {e}") from None
+
+
 @app.command()
 def compare(
     plan_a: str = typer.Argument(..., help="First plan JSON file (A), or - for stdin."),
-    plan_b: str = typer.Argument(..., help="Second plan JSON file (B)."),
+    plan_b: str = typer.Argument(..., help="Second plan JSON file (B), or - for stdin (one of the two)."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
 ):
     """Two plans side by side: the same rows for both, and B's relative difference against A."""
@@ -539,8 +553,13 @@ def compare(
     from .render import compare_table, layout_label
     if plan_a == "-" and plan_b == "-":
         raise UserError("only one of the two plans can come from stdin (-)")
-    _, a = _evaluated(plan_a)
-    _, b = _evaluated(plan_b)
+    a, b = (_evaluated_as(which, path) for which, path in (("A", plan_a), ("B", plan_b)))
+    differ = [f"{what} ({x} vs {y})" for what, x, y in (
+        ("model", a.model.name or a.model.arch, b.model.name or b.model.arch),
+        ("seq_len", a.training.seq_len, b.training.seq_len),
+        ("global batch", a.training.global_batch_size, b.training.global_batch_size)) if x != y]
+    if differ:
+        _err(f"note: the plans differ in {', '.join(differ)}: their rows compare different jobs")
     rows = do_compare(a, b)
     if as_json:
         _write_json({"a": plan_a, "b": plan_b, "rows": rows})
@@ -568,19 +587,21 @@ def _sweep_row(spec, g: int, objective: str, kwargs: dict) -> dict:
     from .core import NothingFits, PlannerError, recommend as do_recommend
     from .render import layout_label
     row = {"gpus": g, "fits": False, "reason": None, "layout": None, "layout_label": None,
-           "step_time_s": None, "tokens_per_s": None, "mfu": None, "memory_total_bytes": None}
+           "step_time_s": None, "tokens_per_s": None, "mfu": None, "memory_total_bytes": None,
+           "days_to_train": None, "gpu_hours_to_train": None, "input_error": False}
     try:
         plan = do_recommend(spec, g, objective=objective, top_k=1, suggest=False, **kwargs)
     except NothingFits as e:
         row["reason"] = e.plan.prediction.reason if e.plan.prediction else str(e)
-    except PlannerError as e:
-        row["reason"] = _one_line(e)
+    except PlannerError as e:  # the input (a pin, the profile) rules this count out, not memory
+        row.update(reason=_one_line(e), input_error=True)
     else:
         from .explain import layout_dict
         pr = plan.prediction
         row.update(fits=True, layout=layout_dict(plan), layout_label=layout_label(plan.parallel),
                    step_time_s=pr.step_time_s, tokens_per_s=pr.tokens_per_s, mfu=pr.mfu,
-                   memory_total_bytes=pr.memory_bytes_per_gpu.total)
+                   memory_total_bytes=pr.memory_bytes_per_gpu.total, days_to_train=pr.days_to_train,
+                   gpu_hours_to_train=pr.gpu_hours_to_train)
     return row
 
 
@@ -600,11 +621,18 @@ def sweep(
     _check_choice("objective", objective, ("throughput", "memory"))
     counts = _gpus_list(gpus_list)
     spec, kwargs = _prepare(opts)
+    from .core import PlannerError, load_hardware
+    try:
+        load_hardware(opts.hardware)  # a bad profile is the input's fault at every count
+    except PlannerError as e:
+        raise UserError(str(e)) from None
     rows = []
     err = _console()  # a transient bar on a terminal's stderr: stdout keeps the table or the JSON
     with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
         for g in progress.track(counts, description="planning each GPU count"):
             rows.append(_sweep_row(spec, g, objective, kwargs))
+    if rows and all(r["input_error"] for r in rows):  # no count could be planned at all: bad input, not memory
+        raise UserError(f"{rows[0]['reason']} (at every GPU count in --gpus-list)")
     if as_json:
         _write_json(rows)
     else:
@@ -624,12 +652,12 @@ def validate(
     reference_dir: Optional[str] = typer.Option(None, "--reference-dir", help="Folder of reference JSON files."),
     hardware: Optional[str] = typer.Option(None, "--hardware", help="Predict every run on this profile (name or "
                                            "path) instead of its set's: e.g. the other bound of an unknown peak."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the runs, per-set and per-framework errors as JSON."),
 ):
     """Predicted against published for every reference set (per run, median and max error)."""
     from pathlib import Path
 
-    from .validate import available_sets, framework_summary, summarize, validate_all
+    from .validate import ReferenceFileError, available_sets, framework_summary, summarize, validate_all
     directory = Path(reference_dir) if reference_dir else None
     names = available_sets(directory)
     if not names:
@@ -638,20 +666,27 @@ def validate(
         unknown = [s for s in sets if s not in names]
         if unknown:
             raise UserError(f"unknown reference set {unknown[0]!r}; available: {', '.join(names)}")
-        names = list(sets)
+        names = list(dict.fromkeys(sets))  # a set named twice is validated once
     if hardware is not None:
         from .core import PlannerError, load_hardware
         try:
             load_hardware(hardware)
         except PlannerError as e:
             raise UserError(str(e)) from None
-    cases = validate_all(names, directory, hardware)
+    try:
+        cases = validate_all(names, directory, hardware)
+    except ReferenceFileError as e:
+        raise UserError(str(e)) from None
     summary = summarize(cases)
+    if hardware is not None:  # a profile fitted to a set is not what predicted it here
+        for s in summary.values():
+            s["fitted"] = None
     by_framework = framework_summary(cases)
     if as_json:
         _write_json({"cases": [{"set": c.set_name, "run": c.label, "metric": c.metric, "published": c.published,
                                 "predicted": c.predicted, "error": c.error, "note": c.note} for c in cases],
-                     "summary": summary, "by_framework": by_framework})
+                     "summary": summary, "by_framework": by_framework,
+                     "hardware": hardware or "each set's own profile"})
         return
     from rich.table import Table
     console = _out()
@@ -691,7 +726,7 @@ def schema():
 
 
 @models_app.command("list")
-def models_list(as_json: bool = typer.Option(False, "--json")):
+def models_list(as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON on stdout.")):
     """List model presets."""
     from .core import with_param_count
     from .models import list_presets, load_preset

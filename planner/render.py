@@ -278,14 +278,17 @@ def compare_table(rows: list[dict], a_label: str, b_label: str):
 def sweep_table(rows: list[dict], title: str):
     from rich.table import Table
     t = Table(title=title, title_justify="left", header_style="bold")
-    for c in ("GPUs", "best layout", "step", "tokens/s", "MFU", "mem/GPU"):
+    days = any(r.get("days_to_train") is not None for r in rows)  # --tokens given
+    cols = ("GPUs", "best layout", "step", "tokens/s", "MFU", "mem/GPU") + (("days", "GPU-hours") if days else ())
+    for c in cols:
         t.add_column(c, justify="left" if c == "best layout" else "right")
     for r in rows:
         if not r["fits"]:
-            t.add_row(f"{r['gpus']:,}", f"does not fit: {r['reason']}", "", "", "", "")
+            t.add_row(f"{r['gpus']:,}", f"does not fit: {r['reason']}", *[""] * (len(cols) - 2))
             continue
         t.add_row(f"{r['gpus']:,}", r["layout_label"], _fmt_s(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
-                  f"{r['mfu'] * 100:.1f}%", _fmt_bytes(r["memory_total_bytes"]))
+                  f"{r['mfu'] * 100:.1f}%", _fmt_bytes(r["memory_total_bytes"]),
+                  *((f"{r['days_to_train']:.1f}", f"{r['gpu_hours_to_train']:,.0f}") if days else ()))
     return t
 
 

@@ -603,9 +603,23 @@ def validate_all(names: list[str] | None = None, directory: Path | None = None,
     directory = directory or reference_dir()
     out = []
     for name in names or available_sets(directory):
-        with open(directory / f"{name}.json", encoding="utf-8") as f:
-            out.extend(validate_set(name, json.load(f), hardware_override))
+        path = directory / f"{name}.json"
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ReferenceFileError(f"reference set {path}: cannot read it as JSON ({e})") from None
+        try:
+            out.extend(validate_set(name, data, hardware_override))
+        except (KeyError, TypeError, IndexError) as e:
+            what = f"missing key {e}" if isinstance(e, KeyError) else f"{e.__class__.__name__}: {e}"
+            raise ReferenceFileError(f"reference set {path}: {what} (compare with the set's shipped file in "
+                                     "benchmarks/reference/)") from None
     return out
+
+
+class ReferenceFileError(ValueError):
+    """A reference set's file that its adapter cannot read: the file's fault, said in one line."""
 
 
 def summarize(cases: list[Case]) -> dict:
@@ -624,9 +638,12 @@ def summarize(cases: list[Case]) -> dict:
     return out
 
 
-def framework_summary(cases: list[Case]) -> dict:
+def framework_summary(cases: list[Case], digits: int | None = None) -> dict:
     """Per framework the predictions modelled: runs, median and max |error| over every predicted published
-    run (sets marked plausibility-only counted apart), rounded as planner/data/accuracy.json keeps them."""
+    run (sets marked plausibility-only counted apart); rounded to `digits` where given (planner/data/
+    accuracy.json keeps 4), else as computed, like summarize's."""
+    def r(x: float) -> float:
+        return x if digits is None else round(x, digits)
     groups: dict[str, dict[str, list[float]]] = {}
     for c in cases:
         if c.predicted is None or c.plan is None:
@@ -637,10 +654,10 @@ def framework_summary(cases: list[Case]) -> dict:
     for fw, g in sorted(groups.items()):
         held, plaus = np.array(g["held"]), np.array(g["plausibility"])
         out[fw] = {"runs": len(held),
-                   "median_abs_error": round(float(np.median(held)), 4) if len(held) else None,
-                   "max_abs_error": round(float(held.max()), 4) if len(held) else None,
+                   "median_abs_error": r(float(np.median(held))) if len(held) else None,
+                   "max_abs_error": r(float(held.max())) if len(held) else None,
                    "plausibility_runs": len(plaus),
-                   "plausibility_median_abs_error": round(float(np.median(plaus)), 4) if len(plaus) else None}
+                   "plausibility_median_abs_error": r(float(np.median(plaus))) if len(plaus) else None}
     return out
 
 

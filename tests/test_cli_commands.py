@@ -304,3 +304,64 @@ def test_a_partly_used_node_gets_a_note(capsys):
     assert rc == 0 and json.loads(out) and "2 full node(s) and one with 2 of its 3" in err
     _, _, err = _run(["recommend", "--model", "llama3-8b", "--gpus", "16", "--gpus-per-node", "8", "--json"], capsys)
     assert "full node" not in err
+
+
+def test_sweep_input_errors_and_tokens(capsys):
+    """A bad profile, or a pin no count can take, is bad input (exit 2, one line), not 'nothing fits'; --tokens
+    adds days and GPU-hours to every row."""
+    rc, out, err = _run(["sweep", "--model", "llama2-7b", "--hardware", "nope", "--json"], capsys)
+    assert rc == 2 and out == "" and "unknown hardware profile" in err
+    rc, out, err = _run(["sweep", "--model", "llama2-7b", "--gpus-list", "8,16", "--tp", "3", "--json"], capsys)
+    assert rc == 2 and out == "" and "every GPU count" in err
+    rc, out, _ = _run(["sweep", "--model", "llama2-7b", "--gpus-list", "8,16", "--tokens", "1T", "--json"], capsys)
+    rows = json.loads(out)
+    assert rc == 0 and all(r["days_to_train"] > 0 and r["gpu_hours_to_train"] > 0 for r in rows)
+    rc, out, _ = _run(["sweep", "--model", "llama2-7b", "--gpus-list", "8", "--tokens", "1T"], capsys)
+    assert "GPU-hours" in out
+
+
+def test_validate_reads_a_set_once_and_says_which_profile(capsys):
+    rc, out, _ = _run(["validate", "--set", "bloom_176b", "--set", "bloom_176b", "--json"], capsys)
+    data = json.loads(out)
+    assert rc == 0 and data["summary"]["bloom_176b"]["runs"] == 3 and len(data["cases"]) == 3
+    assert data["hardware"] == "each set's own profile"
+    rc, out, _ = _run(["validate", "--set", "megatron_h100_2024", "--hardware", "a100-sxm-80gb", "--json"], capsys)
+    data = json.loads(out)
+    assert data["hardware"] == "a100-sxm-80gb" and data["summary"]["megatron_h100_2024"]["fitted"] is None
+    fw = data["by_framework"]["megatron"]  # as computed, like the set's (not rounded to 4 digits first)
+    assert fw["median_abs_error"] == data["summary"]["megatron_h100_2024"]["median_abs_error"]
+
+
+def test_a_broken_reference_file_is_one_line(tmp_path, capsys):
+    import shutil as sh
+    from planner.validate import reference_dir
+    for f in reference_dir().glob("*.json"):
+        sh.copy(f, tmp_path / f.name)
+    (tmp_path / "bloom_176b.json").write_text("{bad")
+    rc, out, err = _run(["validate", "--reference-dir", str(tmp_path), "--set", "bloom_176b"], capsys)
+    assert rc == 2 and "cannot read it as JSON" in err and err.count("\n") == 1
+    data = json.loads((reference_dir() / "bloom_176b.json").read_text())
+    del data["rows"][0]["heads"]
+    (tmp_path / "bloom_176b.json").write_text(json.dumps(data))
+    rc, out, err = _run(["validate", "--reference-dir", str(tmp_path), "--set", "bloom_176b"], capsys)
+    assert rc == 2 and "missing key 'heads'" in err
+
+
+def test_compare_names_the_plan_and_notes_different_jobs(tmp_path, capsys):
+    _, a, _ = _run(["recommend", "--model", "tiny-llama-test", "--gpus", "2", "--seq-len", "64",
+                    "--global-batch-size", "4", "--json"], capsys)
+    _, b, _ = _run(["recommend", "--model", "llama2-7b", "--gpus", "8", "--json"], capsys)
+    (tmp_path / "a.json").write_text(a)
+    (tmp_path / "b.json").write_text(b)
+    (tmp_path / "bad.json").write_text('{"x": 1}')
+    rc, out, err = _run(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json"], capsys)
+    assert rc == 0 and json.loads(out) and "differ in model" in err and "seq_len (64 vs 4096)" in err
+    rc, _, err = _run(["compare", str(tmp_path / "a.json"), str(tmp_path / "bad.json")], capsys)
+    assert rc == 2 and err.startswith(f"error: plan B ({tmp_path / 'bad.json'})")
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`parplan validate | head -1`: rich's broken-pipe handler exited 1; the command now ends with 0."""
+    cmd = f"{sys.executable} -m planner.cli validate --set bloom_176b | true; exit ${{PIPESTATUS[0]}}"
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr

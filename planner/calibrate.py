@@ -21,14 +21,20 @@ N samples, each sample a loop long enough to swamp the timer):
       again while asynchronous all-reduces run beside it (``overlap_slowdown``), the slowest rank's
       ratio - 1 (the base profile's literature value is kept with one GPU).
 
-On a CPU there is no datasheet peak: the best fp32 GEMM throughput measured is used as the
-"peak" of every dtype and the copy bandwidth as the memory bandwidth: a self-calibration for
-testing the tool only, and the profile's ``measured`` line says so.
+With --device cpu (asked for by name: --device auto without a CUDA GPU is refused) there is no
+datasheet peak: the best fp32 GEMM throughput measured is used as the "peak" of every dtype and the
+copy bandwidth as the memory bandwidth: a self-calibration for testing the tool only, which stderr
+says before and after the run, and the profile's ``measured`` and ``description`` too.
 
 Run mode (``calibrate_from_runs``) refits the two parameters that long runs expose:
 sustained_matmul_fraction (per report, the value at which ``planner.core.evaluate_plan``
 predicts the measured median step time; median over reports, clamped to (0, 1]) and
-memory_reserve_gbytes (+ the median of measured reserved peak - predicted total, never < 0).
+memory_reserve_gbytes (+ the median of measured reserved peak - predicted total, never < 0).  The
+base is --base, else the first report's plan hardware (a relative path found from here or from the
+report's folder up); reports from another GPU than the base describes are refused.
+
+No mode writes over the --base file: a default --out that would be it gets a suffix, an --out that
+names it is refused.
 
 torch is imported only inside the device-mode functions: run mode and the binning helpers
 stay importable without it.
@@ -162,12 +168,48 @@ def profile_toml(profile) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_out_path(out: str | None, default_name: str) -> Path:
-    path = Path(out) if out else Path(f"{default_name}.toml")
+def _looks_like_path(name: str) -> bool:
+    """As hardware_profiles.load_profile decides: a path, else a shipped profile's name."""
+    return name.endswith((".toml", ".json")) or "/" in name or "\\" in name
+
+
+def base_file(base: str) -> Path:
+    """The file the profile `base` (a name or a path) is read from."""
+    import hardware_profiles
+    path = Path(base) if _looks_like_path(base) else hardware_profiles.PROFILE_DIR / f"{base}.toml"
+    return path.resolve()
+
+
+def _same_file(a: Path, b: Path | None) -> bool:
+    if b is None:
+        return False
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def check_out_path(out: str | None, default_name: str, base_path: Path | None = None,
+                   suffix: str = "-new", console=None) -> Path:
+    """--out, or `<default_name>.toml`; never the --base file `base_path`: an --out naming it is refused,
+    and a default that would be it gets `suffix` added (a calibrated or refit base keeps what it holds)."""
+    if out:
+        path = Path(out)
+    else:
+        path = Path(f"{default_name}.toml")
+        first = path
+        while _same_file(path, base_path):
+            path = path.with_name(f"{path.stem}{suffix}{path.suffix}")
+        if path != first and console is not None:
+            console.print(f"note: writing {path}, not {first}: that is the --base file, which is kept",
+                          markup=False, highlight=False, soft_wrap=True)
     if path.suffix not in (".toml", ".json"):
         raise CalibrationError(f"--out {path}: give a .toml or .json file name")
     if path.is_dir():
         raise CalibrationError(f"--out {path} is a directory; give a .toml or .json file name")
+    if out and _same_file(path, base_path):
+        raise CalibrationError(f"--out {out} is the --base profile itself, which it would overwrite -- fix: give "
+                               f"another --out (or none: the default is a new file)")
     return path
 
 
@@ -186,12 +228,12 @@ def write_profile(profile, path: Path) -> Path:
     return path
 
 
-def _load_base(name: str):
+def _load_base(name: str, what: str = "--base", fix: str = ""):
     import hardware_profiles
     try:
         return hardware_profiles.load_profile(name)
     except (ValueError, OSError) as e:
-        raise CalibrationError(f"--base: {' '.join(str(e).split())}") from None
+        raise CalibrationError(f"{what}: {' '.join(str(e).split())}{fix}") from None
 
 
 def base_for_device(device_name: str) -> tuple[str, bool]:
@@ -203,9 +245,15 @@ def base_for_device(device_name: str) -> tuple[str, bool]:
     return DEFAULT_BASE, False
 
 
-def _calibrated_name(name: str) -> str:
-    name = Path(name).stem if ("/" in name or name.endswith((".toml", ".json"))) else name
-    return name if name.endswith("-calibrated") else f"{name}-calibrated"
+def _calibrated_name(name: str, tag: str = "-calibrated") -> str:
+    name = Path(name).stem if _looks_like_path(name) else name
+    return name if name.endswith(tag) else f"{name}{tag}"
+
+
+CPU_WARNING = ("warning: --device cpu: a self-calibration of this CPU FOR TESTING THE TOOL ONLY: its peaks and "
+               "bandwidths are this CPU's (about 0.1 TFLOP/s), not a GPU's; never plan real runs with the profile")
+NO_GPU = ("no CUDA GPU here to calibrate -- fix: run it on the GPU node, or pass --device cpu for a test-only "
+          "self-calibration of this CPU")
 
 
 def _today() -> str:
@@ -621,12 +669,16 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
 
 
 def _pick_device(torch, device: str):
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise CalibrationError("--device cuda: no CUDA device is visible to torch here; use --device cpu "
-                                   "for a CPU self-calibration (testing only)")
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """cuda for auto/cuda, the CPU only when asked for by name: a machine with no GPU is refused under
+    auto (a CPU profile is no measurement of any GPU, and it took 100 s to write one nobody asked for)."""
+    if device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        if device == "auto":
+            raise CalibrationError(NO_GPU)
+        raise CalibrationError("--device cuda: no CUDA device is visible to torch here -- fix: run it on the GPU "
+                               "node, or pass --device cpu for a test-only self-calibration of this CPU")
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def _open_device(device: str):
@@ -648,6 +700,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     t_start = time.perf_counter()
     torch, dev, on_gpu, device_name = _open_device(device)
     console = console or _console()
+    if not on_gpu:
+        console.print(CPU_WARNING, style="bold red", markup=False, highlight=False, soft_wrap=True)
     notes: list[str] = []
     if base is None:
         base, matched = base_for_device(device_name) if on_gpu else (DEFAULT_BASE, False)
@@ -657,7 +711,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
             notes.append(f"{device_name!r} is not the SXM part of base {base}: efficiencies are relative to the SXM "
                          "datasheet peak and bandwidth; give --base with a matching profile for exact fractions")
     base_profile = _load_base(base)
-    path = check_out_path(out, _calibrated_name(base_profile.name))
+    path = check_out_path(out, _calibrated_name(base_profile.name), base_file(base), "-recalibrated", console)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -756,11 +810,14 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                             f"{', '.join(measured_fields)} ({method}; {elapsed:.0f} s)")
     else:
         data["measured"] = (f"{_today()}: CPU SELF-CALIBRATION FOR TESTING ONLY ({device_name}, {torch.get_num_threads()} "
-                            f"threads), torch {torch.__version__}, {cmd}: peak = best fp32 GEMM measured "
-                            f"({peaks['fp32'] * 1e3:.1f} GFLOP/s) for every dtype, hbm = device copy bandwidth; "
-                            f"not a GPU measurement ({method}; {elapsed:.0f} s)")
+                            f"threads), torch {torch.__version__}, {cmd} (the CPU asked for by name): peak = best fp32 "
+                            f"GEMM measured ({peaks['fp32'] * 1e3:.1f} GFLOP/s) for every dtype, hbm = device copy "
+                            f"bandwidth; not a GPU measurement, and not a {base_profile.name}: do not plan real runs "
+                            f"with it ({method}; {elapsed:.0f} s)")
     data["name"] = _calibrated_name(base_profile.name)
-    data["description"] = f"{base_profile.description} -- calibrated on {device_name}".strip(" -")
+    data["description"] = (f"{base_profile.description} -- calibrated on {device_name}".strip(" -") if on_gpu else
+                           f"CPU SELF-CALIBRATION FOR TESTING ONLY on {device_name} (fields it does not measure kept "
+                           f"from {base_profile.name}); not a GPU profile")
     best = {dt: max(r["tflops"] for r in gemm if r["dtype"] == dt) for dt in gemm_dtypes}
     src = (f"[calibrate] {cmd} ({_today()}, {device_name}): {len(gemm)} GEMMs "
            f"({', '.join(f'{dt} best {v:.1f} TFLOP/s' for dt, v in best.items())}) binned into {len(data['matmul_efficiency_curve'])} "
@@ -781,6 +838,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                "h2d_gbytes_per_s": h2d, "d2h_gbytes_per_s": d2h, "collectives": coll, "host_block_s": host_block,
                "notes": notes}
     _print_device_summary(console, base_profile, profile, summary)
+    if not on_gpu:
+        console.print(CPU_WARNING, style="bold red", markup=False, highlight=False, soft_wrap=True)
     return path, profile, summary
 
 
@@ -796,10 +855,15 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     t_start = time.perf_counter()
     torch, dev, on_gpu, device_name = _open_device(device)
     console = console or _console()
+    if not on_gpu:
+        console.print(CPU_WARNING.replace("its peaks and bandwidths are this CPU's (about 0.1 TFLOP/s), not a GPU's",
+                                          "the host dispatch of parplan's CPU runtime, not of a GPU host's"),
+                      style="bold red", markup=False, highlight=False, soft_wrap=True)
     if base is None:
         base = base_for_device(device_name)[0] if on_gpu else DEFAULT_BASE
     base_profile = _load_base(base)
-    path = check_out_path(out, f"{base_profile.name}-host")
+    host_name = _calibrated_name(base_profile.name, "-host")
+    path = check_out_path(out, host_name, base_file(base), "-remeasured", console)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     n = len(modes) * len(HOST_BLOCKS)
@@ -809,6 +873,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
         host = measure_host_block(dev.type, steps=steps, advance=lambda: prog.advance(task), modes=modes)
     elapsed = time.perf_counter() - t_start
     data = base_profile.model_dump(mode="json")
+    data["name"] = host_name  # not the base's: this file is not the shipped (or refit) profile
     data["host_block_s"] = {**(data.get("host_block_s") or {}), **{k: float(f"{v:.4g}") for k, v in host.items()}}
     where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: FOR TESTING ONLY)"
     what = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host.items())
@@ -932,6 +997,62 @@ def read_report(path: str) -> dict:
             "step_time_s": statistics.median(measured), "steps_used": len(measured),
             "reserved_bytes": max(reserved) if reserved else None,
             "after_s": statistics.median(after) if after_ok else None}
+
+
+def base_from_report(report: str, name: str, console=None) -> str:
+    """The profile a report's plan names, for --from-run without --base: a shipped name as is; a relative
+    path as launched, which only resolves from the folder the launch ran in, so from here, else beside the
+    report or in a folder above it (launch reports sit under runs/ or benchmarks/results/... of the repository
+    the launch ran in).  One line naming the report when it is nowhere."""
+    if not _looks_like_path(name) or Path(name).exists():
+        return name
+    if not Path(name).is_absolute():
+        folder = Path(report).resolve().parent
+        for d in (folder, *folder.parents):
+            if (d / name).is_file():
+                found = d / name
+                try:
+                    found = found.relative_to(Path.cwd())
+                except ValueError:
+                    pass
+                if console is not None:
+                    console.print(f"base: {found} (the hardware of {report}'s plan, {name}, from {d})",
+                                  markup=False, highlight=False, soft_wrap=True)
+                return str(found)
+    raise CalibrationError(f"run report {report}: its plan's hardware profile {name} is not found from here, beside the "
+                           f"report or in a folder above it -- fix: pass --base NAME|PATH (the profile the runs were "
+                           f"planned with)")
+
+
+def check_devices(runs: list[dict], base_profile) -> None:
+    """Refuse reports from another GPU than the base profile describes (both known): a refit of one GPU's
+    profile from another GPU's step times is neither."""
+    from .launch import gpu_family
+
+    want = gpu_family(base_profile.name) or gpu_family(base_profile.description)
+    for r in runs:
+        have = gpu_family(r["device"])
+        if want and have and want != have:
+            name, matched = base_for_device(r["device"])
+            raise CalibrationError(f"run report {r['path']} ran on {r['device']} ({have}), and the base profile "
+                                   f"{base_profile.name} describes {want} GPUs -- fix: pass the --base of the GPU the "
+                                   f"runs used" + (f" (e.g. --base {name}, or its calibrated profile)" if matched else ""))
+
+
+def report_labels(paths: list[str]) -> tuple[list[str], str]:
+    """Short labels that tell the reports apart (all are usually named report.json): each path relative
+    to the reports' common folder (with one report, relative to its folder's parent); and that folder,
+    relative to the current directory where it is under it."""
+    res = [Path(p).resolve() for p in paths]
+    common = Path(os.path.commonpath([str(r.parent) for r in res]))
+    if len(set(res)) == 1:
+        common = common.parent
+    labels = [os.path.relpath(r, common) for r in res]
+    try:
+        under = str(common.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        under = str(common)
+    return labels, under
 
 
 class _Predictor:
@@ -1068,9 +1189,14 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     console = console or _console()
     runs = [read_report(r) for r in reports]
     if base is None:
-        base = runs[0]["plan"].hardware.name
-    base_profile = _load_base(base)
-    path = check_out_path(out, _calibrated_name(base_profile.name))
+        base = base_from_report(runs[0]["path"], runs[0]["plan"].hardware.name, console)
+        base_profile = _load_base(base, f"run report {runs[0]['path']}: its plan's hardware",
+                                  " -- fix: pass --base NAME|PATH (the profile the runs were planned with)")
+    else:
+        base_profile = _load_base(base)
+    check_devices(runs, base_profile)
+    path = check_out_path(out, _calibrated_name(base_profile.name), base_file(base), "-refit", console)
+    labels, under = report_labels([r["path"] for r in runs])
     from .schema import HardwareProfile
 
     predict = _Predictor()
@@ -1112,7 +1238,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         data["name"] = _calibrated_name(base_profile.name)
         devices = sorted({r["device"] for r in runs})
         torches = sorted({str(r["torch_version"]) for r in runs if r["torch_version"]})
-        names = " ".join(Path(r["path"]).name for r in runs)
+        names = " ".join(labels) + (f" (in {under})" if under not in ("", ".") else "")
         what = (f"{_today()}: {TOOL} --from-run ({len(runs)} report{'s' if len(runs) > 1 else ''} on "
                 f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): sustained_matmul_fraction, "
                 + ("host_block_s, " if host_fits else "")
@@ -1138,13 +1264,15 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         predict.close()
     write_profile(profile, path)
     rows = []
-    for r, b, a, (s_fit, c) in zip(runs, before, after, fits):
-        rows.append({"report": r["path"], "device": r["device"], "measured_step_time_s": r["step_time_s"],
+    for r, label, lb, b, a, (s_fit, c) in zip(runs, labels, bound, before, after, fits):
+        rows.append({"report": r["path"], "label": label, "launch_bound": lb,
+                     "used_for_sustained": not lb or all(bound),
+                     "device": r["device"], "measured_step_time_s": r["step_time_s"],
                      "predicted_step_time_s_before": b.step_time_s, "predicted_step_time_s_after": a.step_time_s,
                      "fitted_sustained": s_fit, "clamped": c, "measured_reserved_bytes": r["reserved_bytes"],
                      "predicted_memory_bytes_before": b.memory_bytes_per_gpu.total,
                      "predicted_memory_bytes_after": a.memory_bytes_per_gpu.total + (new_reserve - old_reserve) * GB})
-    _print_run_table(console, base_profile, profile, rows)
+    _print_run_table(console, base_profile, profile, rows, under)
     if host_fits:
         console.print("host dispatch per block: " + ", ".join(
             f"{k} {base_profile.host_block_s.get(k, 0.0) * 1e3:.3g} -> {host_new[k] * 1e3:.3g} ms ({len(v)} launch-bound run(s))"
@@ -1156,7 +1284,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     return path, profile, rows
 
 
-def _print_run_table(console, base, prof, rows) -> None:
+def _print_run_table(console, base, prof, rows, under: str = "") -> None:
     from rich.table import Table
 
     def pct(pred, meas):
@@ -1167,17 +1295,24 @@ def _print_run_table(console, base, prof, rows) -> None:
                     f"{prof.memory_reserve_gbytes:.4g}", title_justify="left")
     for c in ("report", "step s meas", "step before", "err", "step after", "err", "fit sustained",
               "mem GB meas", "mem before", "err", "mem after", "err"):
-        t.add_column(c, justify="left" if c == "report" else "right")
+        t.add_column(c, justify="left" if c == "report" else "right", no_wrap=c in ("report", "fit sustained"))
     for r in rows:
         m = r["measured_step_time_s"]
         mm = r["measured_reserved_bytes"]
-        t.add_row(Path(r["report"]).name, f"{m:.4g}", f"{r['predicted_step_time_s_before']:.4g}",
+        t.add_row(r.get("label") or r["report"], f"{m:.4g}", f"{r['predicted_step_time_s_before']:.4g}",
                   pct(r["predicted_step_time_s_before"], m), f"{r['predicted_step_time_s_after']:.4g}",
-                  pct(r["predicted_step_time_s_after"], m), f"{r['fitted_sustained']:.4g}" + (" (clamped)" if r["clamped"] else ""),
+                  pct(r["predicted_step_time_s_after"], m), f"{r['fitted_sustained']:.4g}" + (" (clamped)" if r["clamped"] else "")
+                  + ("" if r.get("used_for_sustained", True) else " (launch-bound, not used)"),
                   f"{mm / GB:.2f}" if mm else "-", f"{r['predicted_memory_bytes_before'] / GB:.2f}",
                   pct(r["predicted_memory_bytes_before"], mm), f"{r['predicted_memory_bytes_after'] / GB:.2f}",
                   pct(r["predicted_memory_bytes_after"], mm))
     console.print(t)
+    if under not in ("", "."):
+        console.print(f"reports: paths under {under}", markup=False, highlight=False, soft_wrap=True)
+    unused = [r.get("label") or r["report"] for r in rows if not r.get("used_for_sustained", True)]
+    if unused:
+        console.print(f"launch-bound, not used for sustained_matmul_fraction (they refit host_block_s): {', '.join(unused)}",
+                      markup=False, highlight=False, soft_wrap=True)
     console.print("memory: meas = largest torch reserved peak over ranks; 'mem after' = predicted total + the change in "
                   "memory_reserve_gbytes (the reserve is what the planner keeps free beside the predicted total)",
                   markup=False, highlight=False)

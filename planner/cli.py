@@ -791,12 +791,19 @@ def hardware_show(name: str):
 
 @app.command()
 def calibrate(
-    out: Optional[str] = typer.Option(None, "--out", help="Profile to write (.toml, or .json); default <base>-calibrated.toml."),
+    reports: Optional[list[str]] = typer.Argument(None, metavar="REPORT", show_default=False,
+                                                  help="More launch reports for --from-run, e.g. from a shell glob "
+                                                  "(--from-run runs/*/report.json)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Profile to write (.toml, or .json); default <base>-calibrated.toml, "
+                                      "with --host-only <base>-host.toml; never the --base file itself (a default that "
+                                      "would be it gets -recalibrated/-refit/-remeasured added; such an --out is refused)."),
     base: Optional[str] = typer.Option(None, "--base", help="Profile to start from (name or path); default the one matching "
                                        "the GPU (else h100-sxm-80gb), or with --from-run the reports' hardware."),
-    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu (cpu: a self-calibration for testing only)."),
+    device: str = typer.Option("auto", "--device", help="auto (a CUDA GPU, refused without one), cuda, or cpu (a "
+                               "self-calibration of this CPU for testing only)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer shapes and samples."),
-    from_run: Optional[list[str]] = typer.Option(None, "--from-run", help="Launch report JSON (repeatable): refit "
+    from_run: Optional[list[str]] = typer.Option(None, "--from-run", help="Launch report JSON (repeatable, or followed by "
+                                                 "more report paths): refit "
                                                  "instead of measuring: the optimizer step from one-rank reports' "
                                                  "after-backward phase, sustained_matmul_fraction, host_block_s from "
                                                  "launch-bound runs, memory_reserve_gbytes."),
@@ -806,6 +813,11 @@ def calibrate(
 ):
     """Measure this machine (GEMM, attention, HBM, host link, collectives) into a hardware profile, or refit one from run reports."""
     _check_choice("device", device, ("auto", "cuda", "cpu"))
+    if reports and not from_run:
+        raise UserError(f"unexpected argument {reports[0]}: give launch reports with --from-run (repeat --from-run for "
+                        "each report, or --from-run runs/*/report.json)")
+    if reports:
+        from_run = [*from_run, *reports]  # `--from-run a.json b.json`: the shell's glob, all of them reports
     if from_run and (quick or device != "auto"):
         raise UserError("--from-run refits from reports and measures nothing: drop --device/--quick")
     if host_only and (from_run or quick):
@@ -821,7 +833,11 @@ def calibrate(
             path, _, _ = calibrate_device(out=out, base=base, device=device, quick=quick, console=_console())
     except CalibrationError as e:
         raise UserError(str(e)) from None
-    _err(f"wrote {path}; use it with `parplan recommend --hardware {path} ...`")
+    if device == "cpu":
+        _err(f"wrote {path}: a CPU self-calibration FOR TESTING THE TOOL ONLY, not a GPU profile; do not plan real "
+             "runs with it")
+    else:
+        _err(f"wrote {path}; use it with `parplan recommend --hardware {path} ...`")
     sys.stdout.write(f"{path}\n")
 
 

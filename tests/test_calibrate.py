@@ -34,11 +34,21 @@ def _monotone_ish(curve, slack=0.02):
 # ---------------------------------------------------------------------------------------------- device mode
 
 @pytest.fixture(scope="module")
-def cpu_profile(tmp_path_factory):
+def cpu_run(tmp_path_factory):
+    """(profile path, stderr) of `calibrate --device cpu --quick`."""
+    import contextlib
+    import io
     path = tmp_path_factory.mktemp("cal") / "tmp.toml"
-    rc = main(["calibrate", "--device", "cpu", "--quick", "--out", str(path)])
-    assert rc == 0
-    return path
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["calibrate", "--device", "cpu", "--quick", "--out", str(path)])
+    assert rc == 0, err.getvalue()
+    return path, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def cpu_profile(cpu_run):
+    return cpu_run[0]
 
 
 def test_cpu_quick_writes_a_valid_profile(cpu_profile):
@@ -63,6 +73,39 @@ def test_cpu_quick_writes_a_valid_profile(cpu_profile):
     base = hardware_profiles.load_profile("h100-sxm-80gb")
     assert prof.nvlink == base.nvlink and prof.inter_node == base.inter_node
     assert prof.sustained_matmul_fraction == base.sustained_matmul_fraction
+
+
+def test_cpu_self_calibration_warns_on_stderr_and_in_the_file(cpu_run):
+    """--device cpu still works, but says loudly, on stderr and not only inside the file, that the profile
+    is a test of the tool; the file's notes say --device cpu was asked for (it was: auto never falls back)."""
+    path, err = cpu_run
+    assert err.count("FOR TESTING THE TOOL ONLY") >= 2  # before the 100 s run and after it
+    assert "never plan real runs" in err
+    assert "use it with `parplan recommend --hardware" not in err
+    prof = hardware_profiles.load_profile(path)
+    assert "--device cpu" in prof.measured and "(the CPU asked for by name)" in prof.measured
+    assert prof.description.startswith("CPU SELF-CALIBRATION FOR TESTING ONLY")
+
+
+@pytest.mark.parametrize("argv", [["calibrate"], ["calibrate", "--quick"], ["calibrate", "--host-only"]])
+def test_auto_without_a_gpu_refuses_instead_of_calibrating_the_cpu(argv, tmp_path, capsys, monkeypatch):
+    """`parplan calibrate` on a machine with no GPU once self-calibrated the CPU for 100 s and wrote an
+    h100-sxm-80gb-calibrated.toml at 0.15 TFLOP/s; now one line and exit 2, nothing written."""
+    import torch
+
+    import planner.calibrate as cal
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+    def measured(*a, **k):
+        raise AssertionError("measured the CPU under --device auto")
+    monkeypatch.setattr(cal, "gemm_shapes", measured)
+    monkeypatch.setattr(cal, "measure_host_block", measured)
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = _run(argv, capsys)
+    assert rc == 2 and out == ""
+    assert err.strip() == ("error: no CUDA GPU here to calibrate -- fix: run it on the GPU node, or pass --device cpu "
+                           "for a test-only self-calibration of this CPU")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_recommend_accepts_the_calibrated_profile(cpu_profile, capsys):
@@ -305,8 +348,9 @@ def test_host_only_remeasures_the_dispatch_and_keeps_everything_else(tmp_path):
     assert set(host) == {"none"} and host["none"] > 0
     assert prof.host_block_s["none"] == pytest.approx(host["none"], rel=1e-3)
     assert prof.host_block_s["full"] == base.host_block_s["full"]  # modes not measured are kept
-    same = {k for k in type(base).model_fields if k not in ("host_block_s", "sources", "measured")}
+    same = {k for k in type(base).model_fields if k not in ("host_block_s", "sources", "measured", "name")}
     assert all(getattr(prof, k) == getattr(base, k) for k in same)
+    assert prof.name == "h100-sxm-80gb-host"  # not to be mistaken for the shipped profile
     assert any(s.startswith("[calibrate --host-only]") and "FOR TESTING ONLY" in s for s in prof.sources)
     assert hardware_profiles.load_profile(path) == prof
 
@@ -367,3 +411,152 @@ def test_increasing_root_finds_the_crossing_in_few_evaluations(f, root):
     assert x == pytest.approx(root, rel=1e-8)
     assert all(0.0 <= c <= 1e3 for c in calls)
     assert len(calls) < 15  # bisection: ~40 over this bracket
+
+
+# ---------------------------------------------------------------------------------------------- --from-run: which base, which reports
+
+def _on_hardware(plan, name):
+    return plan.model_copy(update={"hardware": plan.hardware.model_copy(update={"name": name})})
+
+
+def _profile_file(path, name, base="h100-sxm-80gb"):
+    prof = hardware_profiles.load_profile(base).model_copy(update={"name": name})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile_toml(prof))
+    return path
+
+
+def test_from_run_finds_the_reports_relative_hardware_path_from_elsewhere(plan, tmp_path, capsys, monkeypatch):
+    """A launch from the repository root records --hardware benchmarks/results/X/h100-calibrated.toml in
+    the plan; a refit from another folder, with no --base, finds it from the report's folder up."""
+    repo = tmp_path / "repo"
+    rel = "benchmarks/results/2026-11-23-h100/h100-calibrated.toml"
+    _profile_file(repo / rel, "h100-calibrated")
+    run = repo / "benchmarks/results/2026-11-23-h100/runs/7b"
+    run.mkdir(parents=True)
+    r = _report(_on_hardware(plan, rel), run / "report.json")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    rc, out, err = _run(["calibrate", "--from-run", str(r), "--out", "fit.toml"], capsys)
+    assert rc == 0, err
+    prof = hardware_profiles.load_profile(tmp_path / "elsewhere" / "fit.toml")
+    assert prof.name == "h100-calibrated"  # the base was the report's profile, not the shipped one
+    assert "--base h100-calibrated" in prof.sources[-1]
+
+
+def test_from_run_reports_hardware_nowhere_says_pass_base(plan, tmp_path, capsys, monkeypatch):
+    r = _report(_on_hardware(plan, "benchmarks/results/gone/h100-calibrated.toml"), tmp_path / "report.json")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    rc, out, err = _run(["calibrate", "--from-run", str(r), "--out", "fit.toml"], capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert str(r) in err and "pass --base" in err and "--base:" not in err
+    assert not (tmp_path / "elsewhere" / "fit.toml").exists()
+
+
+@pytest.mark.parametrize("base, device, want", [
+    ("mi300x", "NVIDIA H100 80GB HBM3", ["MI300X", "H100", "--base h100-sxm-80gb"]),
+    ("a100-sxm-80gb", "NVIDIA H100 80GB HBM3", ["A100", "H100"]),
+    (None, "AMD Instinct MI300X", ["MI300X", "H100", "--base mi300x"]),  # the plan's h100-sxm-80gb, MI300X runs
+])
+def test_from_run_refuses_reports_from_another_gpu_than_the_base(base, device, want, plan, tmp_path, capsys):
+    r = _report(plan, tmp_path / "report.json", device=device)
+    argv = ["calibrate", "--from-run", str(r), "--out", str(tmp_path / "o.toml")] + (["--base", base] if base else [])
+    rc, out, err = _run(argv, capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "pass the --base of the GPU the runs used" in err
+    assert all(w in err for w in want), err
+    assert not (tmp_path / "o.toml").exists()
+
+
+def test_from_run_tells_reports_named_alike_apart_and_marks_the_unused(plan, tmp_path, capsys, monkeypatch):
+    """Every launch report is report.json: the table and the profile's sources name each by its folder,
+    and a launch-bound report left out of the sustained fraction says so in the table."""
+    from planner.core import recommend
+    from planner.schema import ModelSpec
+    from planner.search import Pins
+    tiny = ModelSpec(arch="llama", layers=4, hidden=256, heads=4, kv_heads=2, ffn_hidden=512, vocab=1024, name="tiny")
+    small = recommend(tiny, gpus=1, seq_len=128, global_batch_size=1, suggest=False, hardware="h100-sxm-80gb",
+                      pins=Pins(tp=1, pp=1, dp=1, mbs=1, zero=0, recompute="none", offload="none"))
+    for name, p, f in (("7b-a", plan, 1.1), ("7b-b", plan, 1.2), ("tiny", small, 1.3)):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        _report(p, tmp_path / "runs" / name / "report.json", factor=f)
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = _run(["calibrate", "--from-run", "runs/7b-a/report.json", "--from-run", "runs/7b-b/report.json",
+                         "--from-run", "runs/tiny/report.json", "--base", "h100-sxm-80gb", "--out", "fit.toml"], capsys)
+    assert rc == 0, err
+    rows = [line for line in err.splitlines() if "report.json" in line and line.startswith("│")]
+    assert [line.split("│")[1].strip() for line in rows] == ["7b-a/report.json", "7b-b/report.json", "tiny/report.json"]
+    assert "(launch-bound," in rows[2] and "launch-bound" not in rows[0] + rows[1]
+    assert "launch-bound, not used for sustained_matmul_fraction (they refit host_block_s): tiny/report.json" in err
+    src = hardware_profiles.load_profile(tmp_path / "fit.toml").sources[-1]
+    assert "--from-run 7b-a/report.json 7b-b/report.json tiny/report.json (in runs)" in src
+
+
+def test_from_run_takes_more_reports_after_one_flag(plan, tmp_path, capsys):
+    """`--from-run runs/*/report.json` expands to `--from-run a b c`: all of them are reports."""
+    paths = [str(_report(plan, tmp_path / f"{k}.json", factor=1.1)) for k in "abc"]
+    rc, out, err = _run(["calibrate", "--from-run", *paths, "--base", "h100-sxm-80gb", "--out", str(tmp_path / "o.toml")],
+                        capsys)
+    assert rc == 0, err
+    assert all(f"{k}.json" in err for k in "abc")
+    assert "3 reports" in hardware_profiles.load_profile(tmp_path / "o.toml").measured
+
+
+def test_reports_without_from_run_say_to_give_it(tmp_path, capsys):
+    rc, out, err = _run(["calibrate", str(tmp_path / "a.json"), "--out", str(tmp_path / "o.toml")], capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "repeat --from-run for each report" in err
+
+
+# ---------------------------------------------------------------------------------------------- never the --base file
+
+def test_from_run_default_out_never_overwrites_a_calibrated_base(plan, tmp_path, capsys, monkeypatch):
+    """--base ./h100-sxm-80gb-calibrated.toml once made the default --out that same file: the refit
+    replaced the device calibration.  Now the default gets -refit, and --out naming the base is refused."""
+    base = _profile_file(tmp_path / "h100-sxm-80gb-calibrated.toml", "h100-sxm-80gb-calibrated")
+    before = base.read_text()
+    r = _report(plan, tmp_path / "r.json", factor=1.1)
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = _run(["calibrate", "--from-run", str(r), "--base", "./h100-sxm-80gb-calibrated.toml"], capsys)
+    assert rc == 0, err
+    assert out.strip() == "h100-sxm-80gb-calibrated-refit.toml"
+    assert base.read_text() == before
+    assert hardware_profiles.load_profile(tmp_path / out.strip()).sustained_matmul_fraction < 0.83
+    rc, out, err = _run(["calibrate", "--from-run", str(r), "--base", "./h100-sxm-80gb-calibrated.toml",
+                         "--out", str(base)], capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "is the --base profile itself" in err
+    assert base.read_text() == before
+
+
+def test_out_is_never_the_base_file_in_any_mode(tmp_path):
+    """check_out_path, which all three modes use: a shipped profile's own file included."""
+    from planner.calibrate import CalibrationError, base_file, check_out_path
+    shipped = base_file("h100-sxm-80gb")
+    assert shipped.is_file()
+    with pytest.raises(CalibrationError, match="is the --base profile itself"):
+        check_out_path(str(shipped), "h100-sxm-80gb-calibrated", shipped)
+    mine = _profile_file(tmp_path / "x-calibrated.toml", "x-calibrated")
+    assert check_out_path(None, str(tmp_path / "x-calibrated"), base_file(str(mine)), "-recalibrated") == \
+        tmp_path / "x-calibrated-recalibrated.toml"
+    assert check_out_path(None, str(tmp_path / "y-calibrated"), base_file(str(mine))) == tmp_path / "y-calibrated.toml"
+
+
+def test_host_only_on_a_host_profile_writes_a_new_file_with_its_own_name(tmp_path, monkeypatch, capsys):
+    """--host-only writes <base>-host.toml (as --out's help says) named <base>-host; a base that is
+    itself such a file is not overwritten."""
+    import io
+
+    from rich.console import Console
+
+    import planner.calibrate as cal
+    monkeypatch.setattr(cal, "measure_host_block", lambda *a, **k: {"none": 1.5e-3})
+    monkeypatch.chdir(tmp_path)
+    path, prof, _ = cal.calibrate_host(base="h100-sxm-80gb", device="cpu", console=Console(file=io.StringIO()))
+    assert str(path) == "h100-sxm-80gb-host.toml" and prof.name == "h100-sxm-80gb-host"
+    before = path.read_text()
+    again, prof2, _ = cal.calibrate_host(base=str(path), device="cpu", console=Console(file=io.StringIO()))
+    assert again != path and path.read_text() == before and prof2.name == "h100-sxm-80gb-host"
+    rc, out, err = _run(["calibrate", "--help"], capsys)
+    assert "<base>-host.toml" in " ".join(out.split())

@@ -748,7 +748,7 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print the pr
 
 
 @models_app.command("show")
-def models_show(name: str):
+def models_show(name: str, as_json: bool = typer.Option(False, "--json", help="Accepted for symmetry: the output is JSON.")):
     """Show one preset as JSON."""
     from .core import with_param_count
     from .models import load_preset
@@ -760,9 +760,12 @@ def models_show(name: str):
 
 
 @hardware_app.command("list")
-def hardware_list():
+def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the profiles as JSON on stdout.")):
     """List hardware profiles."""
     import hardware_profiles
+    if as_json:
+        _write_json([hardware_profiles.load_profile(n).model_dump(mode="json") for n in hardware_profiles.list_profiles()])
+        return
     from rich.table import Table
     t = Table(title="hardware profiles", title_justify="left",
               caption="sustained: the share of the isolated-kernel matmul curve a long training run keeps, fitted on "
@@ -779,7 +782,7 @@ def hardware_list():
 
 
 @hardware_app.command("show")
-def hardware_show(name: str):
+def hardware_show(name: str, as_json: bool = typer.Option(False, "--json", help="Accepted for symmetry: the output is JSON.")):
     """Show one profile as JSON."""
     from .core import PlannerError, load_hardware
     try:

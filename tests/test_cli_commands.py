@@ -365,3 +365,12 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     cmd = f"{sys.executable} -m planner.cli validate --set bloom_176b | true; exit ${{PIPESTATUS[0]}}"
     r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_hardware_and_models_take_json(capsys):
+    import hardware_profiles
+    rc, out, _ = _run(["hardware", "list", "--json"], capsys)
+    assert rc == 0 and [p["name"] for p in json.loads(out)] == hardware_profiles.list_profiles()
+    for argv in (["hardware", "show", "h100-sxm-80gb", "--json"], ["models", "show", "gpt2", "--json"]):
+        rc, out, _ = _run(argv, capsys)
+        assert rc == 0 and json.loads(out)["name"]

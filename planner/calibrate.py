@@ -192,7 +192,8 @@ def _same_file(a: Path, b: Path | None) -> bool:
 def check_out_path(out: str | None, default_name: str, base_path: Path | None = None,
                    suffix: str = "-new", console=None) -> Path:
     """--out, or `<default_name>.toml`; never the --base file `base_path`: an --out naming it is refused,
-    and a default that would be it gets `suffix` added (a calibrated or refit base keeps what it holds)."""
+    and a default that would be it gets `suffix` added (a calibrated or refit base keeps what it holds); a
+    default that names an existing file gets -2, -3, ... (only an explicit --out replaces a file)."""
     if out:
         path = Path(out)
     else:
@@ -202,6 +203,13 @@ def check_out_path(out: str | None, default_name: str, base_path: Path | None = 
             path = path.with_name(f"{path.stem}{suffix}{path.suffix}")
         if path != first and console is not None:
             console.print(f"note: writing {path}, not {first}: that is the --base file, which is kept",
+                          markup=False, highlight=False, soft_wrap=True)
+        taken, n = path, 2
+        while path.exists():  # a default never replaces a file: an earlier calibration keeps what it holds
+            path = taken.with_name(f"{taken.stem}-{n}{taken.suffix}")
+            n += 1
+        if path != taken and console is not None:
+            console.print(f"note: writing {path}, not {taken}, which exists (pass --out {taken} to replace it)",
                           markup=False, highlight=False, soft_wrap=True)
     if path.suffix not in (".toml", ".json"):
         raise CalibrationError(f"--out {path}: give a .toml or .json file name")

@@ -159,7 +159,8 @@ def explain(plan: Plan, runner_up: Plan | None) -> dict:
     tim = time_breakdown(plan)
     runner = compare_plans(plan, runner_up) if runner_up is not None and runner_up.prediction is not None else None
     return {"layout": layout_dict(plan), "model": plan.model.name or plan.model.arch,
-            "gpus": plan.hardware.gpus, "hardware": plan.hardware.name, "fits": plan.prediction.fits,
+            "gpus": plan.hardware.gpus, "hardware": plan.hardware.name, "precision": plan.training.precision,
+            "fits": plan.prediction.fits,
             "reason": plan.prediction.reason, "memory": mem, "time": tim,
             "tokens_per_s": plan.prediction.tokens_per_s, "mfu": plan.prediction.mfu,
             "runner_up": runner, "summary": summary(plan, mem, tim, runner)}

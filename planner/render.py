@@ -251,7 +251,7 @@ def explain_renderables(data: dict) -> list:
             u.add_row(*(att + ([""] if run else [])))
     # what the per-stage parts leave of the step (explain.step_remainder), so that the rows add up to it
     step = tim["step_time_s"]
-    label = remainder_label(rest, lay) if any(tim["parts_s"].values()) else "not broken down"
+    label = remainder_label(rest, lay, data.get("precision")) if any(tim["parts_s"].values()) else "not broken down"
     row = [label, _fmt_signed_s(rest), f"{rest / step * 100:.1f}%" if step else ""]
     if run:
         # the runner-up's remainder minus this plan's

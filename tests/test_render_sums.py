@@ -180,3 +180,23 @@ def test_ranking_note_in_the_table_output_not_in_json(capsys):
     out, _ = capsys.readouterr()
     json.loads(out)
     assert "note:" not in out and "simplest first" not in out
+
+
+def test_explain_names_amps_casts_from_the_plans_precision():
+    from planner.core import recommend
+    from planner.explain import explain
+    from planner.models import load_preset
+    from planner.render import explain_renderables
+    from planner.search import Pins
+    from rich.console import Console
+    import io
+
+    for precision, words in (("amp", "amp weight casts"), ("master-weights", "other: embedding")):
+        plan = recommend(load_preset("llama3-8b"), 16, precision=precision, pins=Pins(pp=2), suggest=False)
+        data = explain(plan, None)
+        assert data["precision"] == precision
+        buf = io.StringIO()
+        console = Console(file=buf, width=200)
+        for item in explain_renderables(data):
+            console.print(item)
+        assert words in buf.getvalue() and "if amp" not in buf.getvalue()

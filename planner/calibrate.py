@@ -1197,6 +1197,11 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     console = console or _console()
     runs = [read_report(r) for r in reports]
     if base is None:
+        names = list(dict.fromkeys(r["plan"].hardware.name for r in runs))
+        if len(names) > 1:  # every report is refit against one base: say which
+            console.print(f"note: the reports were planned on {len(names)} profiles ({', '.join(names)}); refitting "
+                          f"{names[0]}, the first report's (pass --base to choose)", markup=False, highlight=False,
+                          soft_wrap=True)
         base = base_from_report(runs[0]["path"], runs[0]["plan"].hardware.name, console)
         base_profile = _load_base(base, f"run report {runs[0]['path']}: its plan's hardware",
                                   " -- fix: pass --base NAME|PATH (the profile the runs were planned with)")

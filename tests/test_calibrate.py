@@ -566,3 +566,16 @@ def test_host_only_on_a_host_profile_writes_a_new_file_with_its_own_name(tmp_pat
     assert again != path and path.read_text() == before and prof2.name == "h100-sxm-80gb-host"
     rc, out, err = _run(["calibrate", "--help"], capsys)
     assert "<base>-host.toml" in " ".join(out.split())
+
+
+def test_from_run_says_which_base_when_reports_were_planned_on_several(plan, tmp_path, capsys, monkeypatch):
+    """Every report is refit against one base profile: with reports planned on two, a note names the one used."""
+    mine = _profile_file(tmp_path / "mine.toml", "mine")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = _report(plan, tmp_path / "a" / "report.json")
+    b = _report(_on_hardware(plan, str(mine)), tmp_path / "b" / "report.json")
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = _run(["calibrate", "--from-run", str(a), "--from-run", str(b), "--out", "fit.toml"], capsys)
+    assert rc == 0, err
+    assert "planned on 2 profiles" in err and f"refitting {plan.hardware.name}" in err

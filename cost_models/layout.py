@@ -257,6 +257,12 @@ def rank_block_counts(layers: int, pp, vpp):
     return first, mid, last
 
 
+def head_on_first_rank(lay):
+    """Whether pipeline rank 0 holds the head (final norm, output layer, loss) beside the embedding: without a
+    pipeline, and under ZB-V, whose V places the last virtual stage on rank 0 with the first."""
+    return (np.asarray(lay.pp) == 1) | (np.asarray(lay.schedule) == SCH_ZBV)
+
+
 def zero_shards(lay, tr):
     """Ranks that ZeRO shards states over and its reduce-scatters and all-gathers span: dp x cp, or dp
     where the cp replicas are averaged apart (TrainingConsts.zero_over_cp)."""

@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
-                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts, virtual_stage_blocks, zero_shards)
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, rank_block_counts,
+                     virtual_stage_blocks, zero_shards)
 from . import zero3
 from .params import layer_other_params
 
@@ -491,7 +492,7 @@ def rank_params(m: ModelDims, lay):
     first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, lay.vpp)
     per_layer = layer_params_per_gpu(m, lay.tp)
     head = head_params_per_gpu(m, lay.tp, pp)
-    head_first = (pp == 1) | ((lay.schedule == SCH_ZBV) & (pp > 1))
+    head_first = head_on_first_rank(lay)
     p_first = first_blocks * per_layer + embedding_params_per_gpu(m, lay.tp) + np.where(head_first, head, 0.0)
     p_last = last_blocks * per_layer + np.where(head_first & (pp > 1), 0.0, head)
     return p_first, mid_blocks * per_layer, p_last
@@ -557,7 +558,7 @@ def rank_inflight_by_key(lay, m_micro, layers: int | None = None) -> dict:
         return rank_inflight(lay, m_micro, layers)
     pp, vpp, sch = (np.broadcast_to(np.asarray(x, dtype=np.int64), shape) for x in (lay.pp, lay.vpp, lay.schedule))
     key = ((pp * 256 + vpp) * 16 + sch) * 2**31 + m_arr.astype(np.int64)  # pp, vpp < 2^20, 2^8; 5 schedules
-    keys, first, where = np.unique(key, return_index=True, return_inverse=True)
+    _, first, where = np.unique(key, return_index=True, return_inverse=True)
     sub = SimpleNamespace(pp=pp[first], vpp=vpp[first], schedule=sch[first])
     counts = rank_inflight(sub, m_arr[first], layers)
     return {kind: [tuple(np.asarray(x)[where] for x in moment) for moment in moments]

@@ -30,8 +30,8 @@ import numpy as np
 from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, block_time, cast_time, column_input_grad_time,
                       grad_accumulation_time, grad_clip_time, head_time, optimizer_time)
-from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, rank_block_counts,
-                     zero_shards)
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
+                     head_on_first_rank, rank_block_counts, zero_shards)
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
@@ -143,10 +143,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
                          else CE_BYTES_PER_LOGIT)
     head_t = h_f + h_b
     single = np.asarray(pp) == 1
-    # the head (final norm, output matmul, loss) runs on the last pipeline rank, or on rank 0 without a
-    # pipeline and under ZB-V, whose V places the last virtual stage on rank 0 with the first
-    # (memory.rank_params places its parameters the same way)
-    head_first = single | ((lay.schedule == SCH_ZBV) & ~single)
+    # the head runs on the last pipeline rank, or on rank 0 (memory.rank_params places its parameters the same way)
+    head_first = head_on_first_rank(lay)
     # amp's autocast casts each weight once a forward, and again in a recomputed forward (full, or op-level
     # selective, which re-runs every op it does not save, the casts included); the head's matmul casts its
     # V x h / tp weight, tied or not (the embedding's lookup reads the fp32 table)

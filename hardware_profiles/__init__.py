@@ -20,7 +20,8 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
 
 
-def _looks_like_path(name_or_path: str | Path) -> bool:
+def looks_like_path(name_or_path: str | Path) -> bool:
+    """A path (a Path, a .toml/.json name, or one with a separator), else a shipped profile's name."""
     s = str(name_or_path)
     return isinstance(name_or_path, Path) or s.endswith(_SUFFIXES) or "/" in s or "\\" in s
 
@@ -65,16 +66,19 @@ def _one_line(path: Path, err, model) -> str:
     return f"hardware profile {path}: field {loc}: {msg}{more}"
 
 
+def profile_file(name_or_path: str | Path) -> Path:
+    """The file a profile name (a shipped profile) or path is read from."""
+    return Path(name_or_path) if looks_like_path(name_or_path) else PROFILE_DIR / f"{name_or_path}.toml"
+
+
 def load_profile(name_or_path: str | Path):
     """A shipped profile by name (see ``list_profiles()``) or a .toml/.json file by path."""
     from pydantic import ValidationError  # lazy: keep `import hardware_profiles` cheap
 
     from planner.schema import HardwareProfile
 
-    if _looks_like_path(name_or_path):
-        path = Path(name_or_path)
-    else:
-        path = PROFILE_DIR / f"{name_or_path}.toml"
+    path = profile_file(name_or_path)
+    if not looks_like_path(name_or_path):
         if not path.is_file():
             raise ValueError(f"unknown hardware profile {name_or_path!r}; available: {', '.join(list_profiles())} "
                              "(or give a path to a .toml/.json file)")

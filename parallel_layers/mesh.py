@@ -85,4 +85,3 @@ def embedding_group(mesh: DeviceMesh):
         if me in ends:
             mine = group
     return mine
-

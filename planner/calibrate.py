@@ -168,16 +168,10 @@ def profile_toml(profile) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _looks_like_path(name: str) -> bool:
-    """As hardware_profiles.load_profile decides: a path, else a shipped profile's name."""
-    return name.endswith((".toml", ".json")) or "/" in name or "\\" in name
-
-
 def base_file(base: str) -> Path:
     """The file the profile `base` (a name or a path) is read from."""
     import hardware_profiles
-    path = Path(base) if _looks_like_path(base) else hardware_profiles.PROFILE_DIR / f"{base}.toml"
-    return path.resolve()
+    return hardware_profiles.profile_file(base).resolve()
 
 
 def _same_file(a: Path, b: Path | None) -> bool:
@@ -254,12 +248,14 @@ def base_for_device(device_name: str) -> tuple[str, bool]:
 
 
 def _calibrated_name(name: str, tag: str = "-calibrated") -> str:
-    name = Path(name).stem if _looks_like_path(name) else name
+    from hardware_profiles import looks_like_path
+    name = Path(name).stem if looks_like_path(name) else name
     return name if name.endswith(tag) else f"{name}{tag}"
 
 
-CPU_WARNING = ("warning: --device cpu: a self-calibration of this CPU FOR TESTING THE TOOL ONLY: its peaks and "
-               "bandwidths are this CPU's (about 0.1 TFLOP/s), not a GPU's; never plan real runs with the profile")
+def cpu_warning(what: str = "its peaks and bandwidths are this CPU's (about 0.1 TFLOP/s), not a GPU's") -> str:
+    return (f"warning: --device cpu: a self-calibration of this CPU FOR TESTING THE TOOL ONLY: {what}; never plan "
+            "real runs with the profile")
 NO_GPU = ("no CUDA GPU here to calibrate -- fix: run it on the GPU node, or pass --device cpu for a test-only "
           "self-calibration of this CPU")
 
@@ -709,7 +705,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     torch, dev, on_gpu, device_name = _open_device(device)
     console = console or _console()
     if not on_gpu:
-        console.print(CPU_WARNING, style="bold red", markup=False, highlight=False, soft_wrap=True)
+        console.print(cpu_warning(), style="bold red", markup=False, highlight=False, soft_wrap=True)
     notes: list[str] = []
     if base is None:
         base, matched = base_for_device(device_name) if on_gpu else (DEFAULT_BASE, False)
@@ -847,7 +843,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                "notes": notes}
     _print_device_summary(console, base_profile, profile, summary)
     if not on_gpu:
-        console.print(CPU_WARNING, style="bold red", markup=False, highlight=False, soft_wrap=True)
+        console.print(cpu_warning(), style="bold red", markup=False, highlight=False, soft_wrap=True)
     return path, profile, summary
 
 
@@ -864,8 +860,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     torch, dev, on_gpu, device_name = _open_device(device)
     console = console or _console()
     if not on_gpu:
-        console.print(CPU_WARNING.replace("its peaks and bandwidths are this CPU's (about 0.1 TFLOP/s), not a GPU's",
-                                          "the host dispatch of parplan's CPU runtime, not of a GPU host's"),
+        console.print(cpu_warning("the host dispatch of parplan's CPU runtime, not of a GPU host's"),
                       style="bold red", markup=False, highlight=False, soft_wrap=True)
     if base is None:
         base = base_for_device(device_name)[0] if on_gpu else DEFAULT_BASE
@@ -1012,7 +1007,8 @@ def base_from_report(report: str, name: str, console=None) -> str:
     path as launched, which only resolves from the folder the launch ran in, so from here, else beside the
     report or in a folder above it (launch reports sit under runs/ or benchmarks/results/... of the repository
     the launch ran in).  One line naming the report when it is nowhere."""
-    if not _looks_like_path(name) or Path(name).exists():
+    from hardware_profiles import looks_like_path
+    if not looks_like_path(name) or Path(name).exists():
         return name
     if not Path(name).is_absolute():
         folder = Path(report).resolve().parent

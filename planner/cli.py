@@ -534,6 +534,15 @@ def explain(
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
+def _profile_or_fail(name: str):
+    """The hardware profile `name` (a name or a path), or its one-line error."""
+    from .core import PlannerError, load_hardware
+    try:
+        return load_hardware(name)
+    except PlannerError as e:
+        raise UserError(str(e)) from None
+
+
 def _evaluated_as(which: str, path: str):
     """_evaluated's plan, its errors naming which of compare's two plans they are about."""
     try:
@@ -621,11 +630,7 @@ def sweep(
     _check_choice("objective", objective, ("throughput", "memory"))
     counts = _gpus_list(gpus_list)
     spec, kwargs = _prepare(opts)
-    from .core import PlannerError, load_hardware
-    try:
-        load_hardware(opts.hardware)  # a bad profile is the input's fault at every count
-    except PlannerError as e:
-        raise UserError(str(e)) from None
+    _profile_or_fail(opts.hardware)  # a bad profile is the input's fault at every count
     rows = []
     err = _console()  # a transient bar on a terminal's stderr: stdout keeps the table or the JSON
     with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
@@ -668,11 +673,7 @@ def validate(
             raise UserError(f"unknown reference set {unknown[0]!r}; available: {', '.join(names)}")
         names = list(dict.fromkeys(sets))  # a set named twice is validated once
     if hardware is not None:
-        from .core import PlannerError, load_hardware
-        try:
-            load_hardware(hardware)
-        except PlannerError as e:
-            raise UserError(str(e)) from None
+        _profile_or_fail(hardware)
     try:
         cases = validate_all(names, directory, hardware)
     except ReferenceFileError as e:
@@ -784,12 +785,7 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
 @hardware_app.command("show")
 def hardware_show(name: str, as_json: bool = typer.Option(False, "--json", help="Accepted for symmetry: the output is JSON.")):
     """Show one profile as JSON."""
-    from .core import PlannerError, load_hardware
-    try:
-        p = load_hardware(name)
-    except PlannerError as e:
-        raise UserError(str(e)) from None
-    _write_json(p.model_dump(mode="json"))
+    _write_json(_profile_or_fail(name).model_dump(mode="json"))
 
 
 @app.command()

@@ -23,6 +23,11 @@ NOT_LIVE_LABEL = "not live at once (parts peak at different moments)"
 NOT_LIVE_MIN_BYTES = 1e6  # below this (0.001 GB) the row is left out: it rounds away
 
 
+def not_live_rows(apart_bytes: float) -> list[tuple[str, float]]:
+    """The tables' (negative) NOT_LIVE_LABEL row for `apart_bytes` not live at the worst moment, or none."""
+    return [(NOT_LIVE_LABEL, -apart_bytes)] if apart_bytes > NOT_LIVE_MIN_BYTES else []
+
+
 def step_remainder(parts_s: dict, step_s: float) -> float:
     """Step time not in the named parts (seconds; ~0 rounding noise is 0).
 

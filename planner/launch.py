@@ -299,11 +299,15 @@ def repredict(plan):
                        "GB per GPU (re-predicted: the same)")
 
 
+def nearest_existing(path: Path) -> Path | None:
+    """The path itself or its nearest parent that exists: what mkdir would build on."""
+    return next((q for q in (path, *path.parents) if q.exists()), None)
+
+
 def check_folder(option: str, path: str) -> Check | None:
     """A folder the run writes into (--checkpoint-dir, --memory-snapshot): it may exist as a folder or not
     yet exist, but neither it nor a parent on its path may be a file (the job would fail after training)."""
-    p = Path(path)
-    nearest = next((q for q in (p, *p.parents) if q.exists()), None)
+    nearest = nearest_existing(Path(path))
     if nearest is not None and not nearest.is_dir():
         return Check(option[2:], False, f"{option} {path}: {nearest} is a file, not a folder",
                      f"pass {option} a folder path (it is created if missing)")
@@ -727,7 +731,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     if report:
         # the run writes plan.json and torchrun.log beside the report: never over a file of someone else's,
         # nor through a file where a folder should be
-        nearest = next((q for q in (run_dir, *run_dir.parents) if q.exists()), None)  # what mkdir would build on
+        nearest = nearest_existing(run_dir)
         if Path(report).is_dir() or (nearest is not None and not nearest.is_dir()):
             checks.append(Check("report", False, f"--report {report} is not a file path in a folder",
                                 "pass --report FOLDER/report.json"))

@@ -81,14 +81,12 @@ def plans_table(plans: list[Plan], title: str):
 def memory_rows(plan: Plan) -> list[tuple[str, float]]:
     """(label, bytes) of the best plan's memory table: the parts, the part of them not live at the worst
     moment (negative), the total (the parts and that row add up to it), then capacity and per-stage rows."""
-    from .explain import NOT_LIVE_LABEL, NOT_LIVE_MIN_BYTES, memory_breakdown
+    from .explain import memory_breakdown, not_live_rows
     pr = plan.prediction
     mem = pr.memory_bytes_per_gpu
     rows = [("weights", mem.weights), ("grads", mem.grads), ("optimizer", mem.optimizer),
             ("activations", mem.activations), ("other (working, buffers)", mem.other)]
-    apart = memory_breakdown(plan)["not_live_together_bytes"]
-    if apart > NOT_LIVE_MIN_BYTES:
-        rows.append((NOT_LIVE_LABEL, -apart))
+    rows += not_live_rows(memory_breakdown(plan)["not_live_together_bytes"])
     rows += [("total", mem.total), ("usable HBM", pr.usable_memory_bytes or 0)]
     if mem.offloaded:
         rows.append(("offloaded to host", mem.offloaded))
@@ -195,13 +193,9 @@ def _fmt_value(name: str, v) -> str:
 def explain_memory_rows(data: dict) -> list[tuple[str, float]]:
     """(part, bytes) rows of `explain`'s memory table above the total: the parts and, as in the recommend
     table, the part of them not live at the worst moment (negative); they add up to the total."""
-    from .explain import NOT_LIVE_LABEL, NOT_LIVE_MIN_BYTES
+    from .explain import not_live_rows
     mem = data["memory"]
-    rows = list(mem["parts_bytes"].items())
-    apart = mem.get("not_live_together_bytes") or 0.0
-    if apart > NOT_LIVE_MIN_BYTES:
-        rows.append((NOT_LIVE_LABEL, -apart))
-    return rows
+    return list(mem["parts_bytes"].items()) + not_live_rows(mem.get("not_live_together_bytes") or 0.0)
 
 
 def explain_time_remainder(data: dict) -> float:

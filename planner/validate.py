@@ -598,6 +598,10 @@ def available_sets(directory: Path | None = None) -> list[str]:
     return [n for n in ADAPTERS if (directory / f"{n}.json").exists()]
 
 
+class ReferenceFileError(ValueError):
+    """A reference set's file that its adapter cannot read: the file's fault, said in one line."""
+
+
 def validate_all(names: list[str] | None = None, directory: Path | None = None,
                  hardware_override: str | None = None) -> list[Case]:
     directory = directory or reference_dir()
@@ -617,9 +621,6 @@ def validate_all(names: list[str] | None = None, directory: Path | None = None,
                                      "benchmarks/reference/)") from None
     return out
 
-
-class ReferenceFileError(ValueError):
-    """A reference set's file that its adapter cannot read: the file's fault, said in one line."""
 
 
 def summarize(cases: list[Case]) -> dict:

@@ -94,6 +94,16 @@ def valid_layouts(draw):
     return plan
 
 
+@st.composite
+def oversized_layouts(draw):
+    """Valid plans of a model far past the GPUs' memory (hidden 32768 to 65536, 64 to 128 layers): exit 3."""
+    plan = draw(valid_layouts())
+    h = draw(st.sampled_from([32768, 65536]))
+    plan["model"].update(hidden=h, heads=h // 128, kv_heads=h // 128, ffn_hidden=4 * h,
+                         layers=draw(st.sampled_from([64, 128])))
+    return plan
+
+
 any_plan = st.one_of(valid_layouts(), mutated_plans(), json_values)
 
 
@@ -121,19 +131,34 @@ def test_seed_plan_is_valid(capsys):
     assert rc == 0 and json.loads(out)["prediction"]["fits"]
 
 
+def _check_prediction(rc, out):
+    pred = json.loads(out)["prediction"]
+    assert pred["fits"] is (rc == 0)
+    mem = dict(pred["memory_bytes_per_gpu"])
+    by_stage = mem.pop("by_stage")
+    assert all(math.isfinite(v) for v in mem.values())
+    # per pipeline rank kind: only the kinds the pipeline has, each at most the total
+    assert (by_stage is None) == (json.loads(out)["parallel"]["pp"] == 1)
+    assert all(math.isfinite(v) and v <= mem["total"] * (1 + 1e-9) for v in (by_stage or {}).values())
+
+
 @SETTINGS
 @given(any_plan)
 def test_evaluate_never_crashes(capsys, doc):
     rc, out, _ = _run(["evaluate"], doc, ["--json"], capsys)
     if rc in (0, 3):
-        pred = json.loads(out)["prediction"]
-        assert pred["fits"] is (rc == 0)
-        mem = dict(pred["memory_bytes_per_gpu"])
-        by_stage = mem.pop("by_stage")
-        assert all(math.isfinite(v) for v in mem.values())
-        # per pipeline rank kind: only the kinds the pipeline has, each at most the total
-        assert (by_stage is None) == (json.loads(out)["parallel"]["pp"] == 1)
-        assert all(math.isfinite(v) and v <= mem["total"] * (1 + 1e-9) for v in (by_stage or {}).values())
+        _check_prediction(rc, out)
+
+
+@settings(SETTINGS, max_examples=min(SETTINGS.max_examples, 10))
+@given(oversized_layouts())
+def test_evaluate_plans_that_do_not_fit_exit_3_with_a_full_prediction(capsys, doc):
+    # the random mix above rarely draws a valid plan that does not fit: this path, every time
+    rc, out, _ = _run(["evaluate"], doc, ["--json"], capsys)
+    assert rc == 3
+    _check_prediction(rc, out)
+    rc, out, _ = _run(["explain"], doc, ["--json"], capsys)
+    assert rc == 3 and "memory" in json.loads(out)
 
 
 @SETTINGS

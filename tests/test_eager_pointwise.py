@@ -56,8 +56,6 @@ def test_parplan_eager_table_counts_the_runtimes_ops(arch, ffn):
 
     fwd, bwd, _ = layer_elementwise_time(m, lay, OneBytePerSecond, 2, False, False, "parplan")
     assert (fwd + bwd) / counted.total == pytest.approx(1.0, abs=0.05)
-    titan_f, titan_b, _ = layer_elementwise_time(m, lay, OneBytePerSecond, 2, False, False, "torchtitan")
-    assert titan_b / titan_f == pytest.approx(2.0)
     if arch == "llama":  # RMSNorm's and SwiGLU's backward, op by op, move more than twice their forward
         assert bwd / fwd > 2.5
 

@@ -5,6 +5,7 @@ The GPU numbers are committed reports (benchmarks/results/2026-11-22-h100, each 
 this checkout's cost model, so a change that worsens the model against real runs fails here."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 import sys
@@ -154,13 +155,20 @@ def test_shipped_h100_accuracy_summary_matches_the_cost_model(accuracy, session2
     assert shipped["runs"] == 39 + 22
 
 
-def test_issue3_model_reaches_45_percent_mfu_on_the_h100():
+def test_committed_issue3_report_shows_45_percent_mfu_and_the_model_predicts_its_step(accuracy):
+    """The committed H100 report (not re-measurable without a GPU) holds MFU >= 45 % from the piped
+    recommend | launch; what CI re-checks is today's cost model against its measured step: the
+    held-out profile (fitted without this run) predicts both of its runs within 5 %."""
     rep = json.loads((RESULTS / "grid" / "issue3-mfu" / "report.json").read_text())
     assert "H100" in rep["device"]
     mfus = [s["mfu"] for s in rep["steps"][rep["warmup_steps"]:]]
     assert statistics.median(mfus) >= 0.45
     cmd = (RESULTS / "grid" / "issue3-mfu" / "command.txt").read_text()
     assert "recommend" in cmd and "| " in cmd and "launch -" in cmd  # the number came from the pipe
+    runs = [r for r in accuracy["runs"] if r["name"] == "issue3-mfu"]
+    assert len(runs) == 2
+    for r in runs:
+        assert abs(r["pred"]["held-out"][0] - r["step_s"]) / r["step_s"] <= 0.05, r["pred"]
 
 
 def test_calibrated_profiles_predict_the_runs_better_than_the_datasheet(accuracy):
@@ -197,7 +205,7 @@ def test_peak_memory_within_10_percent_of_reserved_with_expandable_segments(accu
     assert len(errs) == 23 and max(abs(e) for *_, e in errs) <= 0.10, errs
 
 
-def test_peak_memory_within_10_percent_of_allocated_on_every_run(accuracy):
+def test_peak_memory_within_5_percent_of_allocated_on_every_run(accuracy):
     errs = [(r["name"], (r["pred"]["refit"][1] - r["allocated"]) / r["allocated"]) for r in accuracy["runs"]]
     assert len(errs) == 39
     assert max(abs(e) for _, e in errs) <= 0.05, errs  # README: max 3.2 %
@@ -282,8 +290,9 @@ def _err(r, profile):
     return (r["pred"][profile][0] - r["step_s"]) / r["step_s"]
 
 
-def test_calibrate_finishes_in_under_five_minutes_on_the_h100():
-    """Both calibrations of 2026-11-23 (8 host-probe runs each) took 61 and 79 s (their logs)."""
+def test_committed_calibrate_logs_finished_in_under_five_minutes_on_the_h100():
+    """Both calibrations of 2026-11-23 (8 host-probe runs each) took 61 and 79 s (their logs).  This reads the
+    committed logs: the time can only be re-measured on a GPU (benchmarks/gpu_next.sh)."""
     import re
     took = [float(re.search(r"calibration took ([0-9.]+) s", (RESULTS2 / log).read_text()).group(1))
             for log in ("calibrate.log", "calibrate-2.log")]
@@ -331,11 +340,21 @@ def test_one_block_backward_bound_holds_on_cuda_for_the_runtimes_blocks():
     bound is safe there; Megatron-style unfused attention in plain torch needs more on CUDA than the
     op-by-op replay (three score-sized tensors live at once: README, 'noticed')."""
     rows = json.loads((RESULTS2 / "block_backward.json").read_text())
+    # today's memory model, not the prediction stored beside the measurement (bf16 on CUDA: 2 bytes)
+    spec = importlib.util.spec_from_file_location("block_backward_memory", ROOT / "benchmarks" / "block_backward_memory.py")
+    bbm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bbm)
+    bbm.ACT_BYTES = 2
+
+    def over(r):
+        return bbm.model_terms(r["block"], r["s"], r["b"], r["h"], r["a"], r["ffn"], r.get("kv_heads", r["a"]),
+                               r["recompute"])["over"]
+    assert len(rows) == 6
     for r in rows:
         if r["block"].startswith("parplan"):
-            assert r["predicted"]["over"] >= r["measured"]["over"], r
+            assert over(r) >= r["measured"]["over"], r
     llama = next(r for r in rows if r["block"] == "parplan-llama" and r["recompute"] == "none")
-    assert llama["predicted"]["over"] / llama["measured"]["over"] - 1 < 0.20
+    assert over(llama) / llama["measured"]["over"] - 1 < 0.20
 
 
 def test_launch_summary_compares_the_hosts_dispatch_with_the_profile():

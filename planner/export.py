@@ -136,9 +136,19 @@ def _train_steps(plan: Plan) -> Optional[int]:
 
 
 def _nodes(plan: Plan) -> tuple[int, int]:
+    """(nodes, ranks per node) for torchrun, which starts the same number on every node: the most that fit
+    a node and divide the job (12 GPUs on 8-GPU nodes: 2 x 6)."""
     h = plan.hardware
-    per_node = min(h.gpus, h.gpus_per_node)
-    return max(1, math.ceil(h.gpus / per_node)), per_node
+    per_node = next(d for d in range(min(h.gpus, h.gpus_per_node), 0, -1) if h.gpus % d == 0)
+    return h.gpus // per_node, per_node
+
+
+def _nodes_note(plan: Plan) -> Optional[str]:
+    nnodes, nproc = _nodes(plan)
+    if nproc == min(plan.hardware.gpus, plan.hardware.gpus_per_node):
+        return None
+    return (f"{plan.hardware.gpus} GPUs do not fill {plan.hardware.gpus_per_node}-GPU nodes: launched as {nnodes} "
+            f"nodes x {nproc} (torchrun starts the same number of ranks on every node).")
 
 
 def _comment_lines(lines: list[str], prefix: str = "# ") -> list[str]:
@@ -288,6 +298,11 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         if p.zero_stage >= 1:
             flag("--overlap-param-gather")
     if p.offload == "optimizer":
+        if p.zero_stage == 0:  # OptimizerConfig asserts the distributed optimizer under the precision-aware one
+            flag("--use-distributed-optimizer")
+            notes.append("offload optimizer with zero_stage 0: Megatron-LM offloads only the distributed "
+                         "optimizer's states (--use-precision-aware-optimizer needs --use-distributed-optimizer), "
+                         "so the export shards them over dp (ZeRO-1).")
         flag("--optimizer-cpu-offload")
         flag("--use-precision-aware-optimizer")
         flag("--optimizer-offload-fraction", 1.0)
@@ -308,7 +323,13 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         if t.precision == "amp":
             notes.append(f"precision amp: Megatron-LM's --{t.dtype} keeps 16-bit parameters with fp32 main "
                          "weights (the master-weights recipe), so per-parameter memory differs from the prediction.")
-    flag("--attention-backend", "flash" if t.flash_attention else "unfused")
+    sixteen_bit = not (t.precision == "fp32" or t.dtype == "fp32")
+    if t.flash_attention and not sixteen_bit:
+        # Transformer Engine's flash and fused kernels take 16-bit q/k/v only: with Megatron's flash backend an
+        # fp32 run finds no attention kernel at its first forward
+        notes.append("flash_attention with fp32: flash attention needs 16-bit inputs; exported with "
+                     "--attention-backend unfused (attention time and memory above the prediction).")
+    flag("--attention-backend", "flash" if t.flash_attention and sixteen_bit else "unfused")
     if t.overlap_tp_comm:
         if p.sp:
             flag("--tp-comm-overlap")
@@ -337,6 +358,8 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
 
     # --- render
     nnodes, nproc = _nodes(plan)
+    if _nodes_note(plan):
+        notes.append(_nodes_note(plan))
     header = [f"parplan export --to megatron: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}",
               f"tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} sp={p.sp} zero={p.zero_stage} "
               f"recompute={p.recompute} schedule={p.schedule} offload={p.offload}",
@@ -450,6 +473,15 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
                          "fsdp_reshard_after_forward = \"never\" (parameters stay gathered between forward and "
                          "backward, ZeRO-2-like)" + (", which also shards gradients, unlike ZeRO-1." if
                                                      p.zero_stage == 1 else "."))
+    if shard == 1 and p.cp == 1 and (p.tp > 1 or p.pp > 1) and mp_param != "float32":
+        # torchtitan/distributed/utils.py maybe_enable_amp: mixed precision lives in FSDP's policy, and without
+        # FSDP it is on for DDP/single-device only
+        notes.append("no FSDP (data_parallel_shard_degree 1) with tp/pp > 1: torchtitan turns mixed precision off "
+                     "(\"Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is enabled\") "
+                     "and trains in fp32: slower and larger than the prediction; plan with --zero 3 to export FSDP.")
+    if t.precision == "master-weights-half-grads" and mp_param != "float32":
+        notes.append("precision master-weights-half-grads: torchtitan's mixed_precision_reduce accepts float32 "
+                     "only, so gradients are reduced and kept in fp32, not the plan's 16-bit ones.")
     if p.tp > 1 and not p.sp:
         notes.append("sp false: torchtitan always applies sequence parallelism with tensor parallelism in the "
                      "TOML-configured versions, so activation memory is below the prediction.")
@@ -519,8 +551,16 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
          ([("selective_ac_option", "op")] if p.recompute in ("selective", "selective-op") else [])),
     ]
 
+    nnodes, nproc = _nodes(plan)
+    if nnodes > 1:
+        notes.append(f"{nnodes} nodes: run_train.sh starts one node's ranks (torchrun --nproc_per_node=$NGPU on "
+                     f"localhost); start {nproc} ranks on each of the {nnodes} nodes with a multi-node torchrun "
+                     "(--nnodes, --rdzv-endpoint) or torchtitan's multinode_trainer.slurm.")
+    notes.append("[model] names no tokenizer: set the tokenizer path (model.tokenizer_path, or hf_assets_path in newer "
+                 "torchtitan) to your tokenizer before training.")
     header = [f"parplan export --to torchtitan: {m.name or m.arch}, {plan.hardware.gpus} GPUs "
-              f"({plan.hardware.name}); launch with NGPU={plan.hardware.gpus} CONFIG_FILE=<this file> ./run_train.sh",
+              f"({plan.hardware.name}); launch with NGPU={nproc} CONFIG_FILE=<this file> ./run_train.sh"
+              + (" on each node" if nnodes > 1 else ""),
               "Keys follow pytorch/torchtitan torchtitan/config/job_config.py (commit 000204a4). Newer torchtitan",
               "main configures runs in Python (Trainer.Config): set the same fields there, with",
               "parallelism.num_pp_microbatches (a count: local_batch_size / micro-batch size"
@@ -557,11 +597,29 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         cfg["bf16"] = {"enabled": True}
     elif t.precision != "fp32" and t.dtype == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0}
-    zero: dict[str, Any] = {"stage": p.zero_stage}
-    if p.zero_stage >= 1:
+    # DeepSpeed's PipelineEngine asserts ZeRO stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline
+    # parallelism"): a config it would refuse is no export
+    stage = min(p.zero_stage, 1) if p.pp > 1 else p.zero_stage
+    if stage != p.zero_stage:
+        notes.append(f"zero_stage {p.zero_stage} with pipeline parallelism: DeepSpeed's pipeline engine refuses ZeRO "
+                     "stages 2 and 3, so zero_optimization.stage is 1 (gradients unsharded: more memory than the "
+                     f"prediction; `parplan recommend ... --pp {p.pp} --zero 1` predicts that layout).")
+    zero: dict[str, Any] = {"stage": stage}
+    if t.precision == "master-weights" and t.dtype == "bf16":
+        # the plan's fp32 gradients: DeepSpeed accumulates in the model's dtype unless told (engine.get_data_types);
+        # with bf16 at stage 0/1 this selects its BF16_Optimizer, fp32 gradients reduced by all-reduce
+        if stage <= 1:
+            cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+        else:
+            notes.append(f"precision master-weights at zero_stage {stage}: DeepSpeed's ZeRO-{stage} keeps and reduces "
+                         "bf16 gradients, not the plan's fp32 ones (less gradient memory and traffic).")
+    if t.precision == "master-weights" and t.dtype == "fp16":
+        notes.append("precision master-weights with fp16: DeepSpeed's fp16 mode keeps 16-bit gradients, not the "
+                     "plan's fp32 ones.")
+    if stage >= 1:
         zero["overlap_comm"] = bool(t.overlap_grad_reduce)
         zero["contiguous_gradients"] = True
-    if p.zero_stage >= 3:
+    if stage >= 3:
         # the stage-3 schedule the prediction assumed (cost_models/zero3.py): DeepSpeed's default prefetch
         # bucket and reuse distance, and a live-parameter cap that lets it prefetch the next weight
         # (where a weight pair exceeds the 1e9 default, DeepSpeed would stop prefetching)
@@ -600,9 +658,6 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         if p.stage_layers is not None and len(set(p.stage_layers)) > 1:
             notes.append(f"uneven stages {p.stage_layers}: pass them to PipelineModule via partition_method "
                          "(e.g. 'type:transformer' balances blocks; explicit per-stage counts need a custom split).")
-        if p.zero_stage >= 2:
-            notes.append(f"zero_stage {p.zero_stage} with pipeline parallelism: DeepSpeed's pipeline engine supports "
-                         "ZeRO stages 0 and 1 only.")
     if p.cp > 1:
         notes.append(f"context parallelism cp={p.cp}: DeepSpeed's counterpart is Ulysses sequence parallelism "
                      "(all-to-all over heads), set in model code, not in ds_config; its communication differs "

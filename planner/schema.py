@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -47,8 +47,20 @@ class Strict(BaseModel):
         return data
 
 
+def _printable_name(value):
+    # a name lands in exported scripts' and TOML files' comment lines: a newline there would end the comment
+    if isinstance(value, str) and any(ord(c) < 0x20 or ord(c) == 0x7f for c in value):
+        raise ValueError("control characters (newlines, tabs, ...) are not allowed in a name")
+    return value
+
+
 class ModelSpec(Strict):
     """A dense decoder-only transformer, as the cost model and the runtime both build it."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_printable(cls, v):
+        return _printable_name(v)
 
     name: Optional[str] = Field(None, description="Preset or config name, if any.")
     arch: Arch = Field(description="llama: RMSNorm, RoPE, GQA, SwiGLU, no biases; gpt: LayerNorm, GeLU, learned positions, biases.")
@@ -79,9 +91,13 @@ class ModelSpec(Strict):
 
 class HardwareRef(Strict):
     name: str = Field(description="Hardware profile name (see `parplan hardware list`) or the path it was loaded from.")
+    @field_validator("name")
+    @classmethod
+    def _name_printable(cls, v):
+        return _printable_name(v)
     gpus: int = Field(gt=0, description="Total GPUs in the job.")
     gpus_per_node: int = Field(gt=0, description="GPUs per node (NVLink domain).")
-    inter_node_gbytes_per_s: Optional[float] = Field(None, gt=0, description="Override of the profile's inter-node bandwidth, GB/s per GPU per direction.")
+    inter_node_gbytes_per_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="Override of the profile's inter-node bandwidth, GB/s per GPU per direction.")
 
 
 class Training(Strict):
@@ -153,13 +169,14 @@ class Training(Strict):
         "Off = eager PyTorch ops, each a pass over memory (RMSNorm in fp32, complex rotary, the GQA key/value copy: "
         "about 3.3x the bytes of a llama block's fused pointwise work, cost_models.compute.layer_elementwise_time).")
     clip_grad: Optional[float] = Field(
-        None, gt=0, description="Clip the gradient to this global 2-norm before each optimizer step (Megatron-LM "
+        None, gt=0, allow_inf_nan=False, description="Clip the gradient to this global 2-norm before each optimizer step (Megatron-LM "
         "--clip-grad, DeepSpeed gradient_clipping, torchtitan max_norm; 1.0 in all three, and what `parplan recommend` "
         "writes); costs a read of every gradient for the norm and, except in Megatron-LM (which scales only when "
         "clipping), a scaling pass. None = no clipping (plans written before the field existed).")
-    tokens: Optional[float] = Field(None, gt=0, description="Total training tokens, for time-to-train.")
+    tokens: Optional[float] = Field(None, gt=0, le=1e18, allow_inf_nan=False,
+                                    description="Total training tokens, for time-to-train (at most 1e18).")
     seed: int = Field(1234, description="Seed of the logical weights and synthetic data.")
-    lr: float = Field(3e-4, gt=0, description="AdamW learning rate used by `parplan launch`.")
+    lr: float = Field(3e-4, gt=0, allow_inf_nan=False, description="AdamW learning rate used by `parplan launch`.")
 
 
 class Parallel(Strict):

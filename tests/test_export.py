@@ -1,6 +1,7 @@
 """planner.export: each target carries the plan's numbers under that tool's own names."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -21,7 +22,8 @@ def llama_plan(**parallel_overrides) -> Plan:
     return Plan(
         model=ModelSpec(name="llama3-8b", arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8,
                         ffn_hidden=14336, vocab=128256),
-        hardware=HardwareRef(name="h100-sxm-80gb", gpus=16, gpus_per_node=8),
+        hardware=HardwareRef(name="h100-sxm-80gb", gpus=par["tp"] * par["pp"] * par["dp"] * par.get("cp", 1),
+                             gpus_per_node=8),
         training=Training(seq_len=4096, global_batch_size=par["dp"] * 32, micro_batch_size=1, num_microbatches=32,
                           dtype="bf16", precision="master-weights", tokens=1e9, clip_grad=1.0),
         parallel=Parallel(**par),
@@ -264,8 +266,10 @@ def test_deepspeed_llama():
     assert cfg["bf16"] == {"enabled": True} and "fp16" not in cfg
     assert cfg["gradient_clipping"] == 1.0
     allowed = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-               "gradient_clipping", "bf16", "fp16", "zero_optimization", "pipeline", "optimizer"}
+               "gradient_clipping", "bf16", "fp16", "zero_optimization", "pipeline", "optimizer", "data_types"}
     assert set(cfg) <= allowed
+    # the plan's fp32 gradients (master-weights): DeepSpeed accumulates in bf16 unless told
+    assert t.precision == "master-weights" and cfg["data_types"] == {"grad_accum_dtype": "fp32"}
     notes = export_notes(plan, "deepspeed")
     assert any("tp=4" in n for n in notes) and any("pp=2" in n for n in notes)
     assert any("Interleav" in n or "interleav" in n for n in notes)
@@ -428,3 +432,72 @@ def test_torchtitan_zero3_with_a_pipeline_reshards_after_forward():
     assert without["parallelism"]["fsdp_reshard_after_forward"] == "default"
     ddp = llama_plan(tp=2, pp=1, vpp=1, dp=8, zero_stage=0, schedule="1f1b")
     assert any("DDP" in n and "--zero 3" in n for n in export_notes(ddp, "torchtitan"))
+
+
+def test_launch_line_fills_nodes_evenly():
+    """torchrun starts the same number of ranks on every node: 12 GPUs on 8-GPU nodes are 2 x 6, not 2 x 8."""
+    plan = llama_plan(sp=False, pp=3, vpp=1, dp=4, tp=1, schedule="1f1b")
+    plan.model.layers = 24
+    text = export_plan(plan, "megatron")
+    assert "torchrun --nnodes 2 --nproc-per-node 6 " in text
+    assert any("2 nodes x 6" in n for n in export_notes(plan, "megatron"))
+    toml = export_plan(plan, "torchtitan")
+    assert "NGPU=6 " in toml and any("multinode" in n for n in export_notes(plan, "torchtitan"))
+    plan = llama_plan()
+    assert f"--nnodes {plan.hardware.gpus // 8} --nproc-per-node 8 " in export_plan(plan, "megatron")
+
+
+def test_megatron_fp32_gets_an_attention_kernel_it_has():
+    plan = llama_plan()
+    plan.training.precision = "fp32"
+    plan.training.dtype = "fp32"
+    text = export_plan(plan, "megatron")
+    assert "--attention-backend unfused" in text and "--bf16" not in text
+    assert any("16-bit inputs" in n for n in export_notes(plan, "megatron"))
+    assert "--attention-backend flash" in export_plan(llama_plan(), "megatron")
+
+
+def test_megatron_offload_without_zero_adds_the_distributed_optimizer():
+    plan = llama_plan()
+    plan.parallel.zero_stage = 0
+    plan.parallel.offload = "optimizer"
+    text = export_plan(plan, "megatron")
+    assert "--use-precision-aware-optimizer" in text and "--use-distributed-optimizer" in text
+    assert any("offload optimizer with zero_stage 0" in n for n in export_notes(plan, "megatron"))
+
+
+def test_deepspeed_pipeline_caps_zero_at_stage_1():
+    """DeepSpeed's PipelineEngine asserts ZeRO stage < 2: the default 70B plan (ZeRO-2, pp 4) exported as is
+    would not start."""
+    plan = llama_plan(sp=False)
+    for z in (2, 3):
+        plan.parallel.zero_stage = z
+        cfg = json.loads(export_plan(plan, "deepspeed"))
+        assert cfg["zero_optimization"]["stage"] == 1
+        assert any(f"zero_stage {z} with pipeline" in n for n in export_notes(plan, "deepspeed"))
+    plan = llama_plan(sp=False, pp=1, vpp=1, dp=4, schedule="1f1b")
+    plan.parallel.zero_stage = 3
+    assert json.loads(export_plan(plan, "deepspeed"))["zero_optimization"]["stage"] == 3
+
+
+def test_torchtitan_notes_fp32_without_fsdp_and_16_bit_gradients():
+    plan = llama_plan(sp=True, pp=2, dp=1)  # tp x pp, no FSDP: torchtitan turns mixed precision off
+    plan.parallel.zero_stage = 0
+    assert any("trains in fp32" in n for n in export_notes(plan, "torchtitan"))
+    plan = llama_plan()
+    plan.training.precision = "master-weights-half-grads"
+    assert any("mixed_precision_reduce accepts float32" in n for n in export_notes(plan, "torchtitan"))
+
+
+def test_names_with_control_characters_and_non_finite_numbers_are_refused():
+    """A name lands in exported comment lines (a newline would start a shell command or a TOML table), and
+    an infinite learning rate, clip or token count is no plan."""
+    from pydantic import ValidationError
+    doc = json.loads(llama_plan().model_dump_json())
+    for path, value in ((("model", "name"), "llama\necho INJECTED"), (("hardware", "name"), "h100\n[training]"),
+                        (("training", "lr"), float("inf")), (("training", "clip_grad"), float("inf")),
+                        (("training", "tokens"), 1e300), (("training", "tokens"), float("nan"))):
+        bad = copy.deepcopy(doc)
+        bad[path[0]][path[1]] = value
+        with pytest.raises(ValidationError):
+            Plan.model_validate(bad)

@@ -48,17 +48,23 @@ class CpuMemoryTrace:
         from torch._C._profiler import _EventType
 
         phases, allocs = [], []
-        stack = list(self._prof.profiler.kineto_results.experimental_event_tree())
+        # (node, inside a c10d/gloo collective): the flag is passed down the tree rather than looked up
+        # per allocation, and an allocation's owner is named only where it is live at the peak (_live)
+        stack = [(n, False) for n in self._prof.profiler.kineto_results.experimental_event_tree()]
+        allocation = _EventType.Allocation
         while stack:
-            node = stack.pop()
-            stack.extend(node.children)
-            if node.tag == _EventType.Allocation:
+            node, in_coll = stack.pop()
+            if node.tag == allocation:
                 ex = node.extra_fields
                 if ex.device.type == "cpu":
-                    allocs.append((node.start_time_ns, ex.alloc_size, ex.ptr, _owner(node), _in_collective(node)))
-            elif node.name.startswith(PHASE_PREFIX):
-                phases.append((node.start_time_ns, node.end_time_ns, node.name[len(PHASE_PREFIX):]))
-        allocs.sort(key=lambda a: a[0])
+                    allocs.append((node.start_time_ns, ex.alloc_size, ex.ptr, node, in_coll))
+                continue
+            name = node.name
+            if name.startswith(PHASE_PREFIX):
+                phases.append((node.start_time_ns, node.end_time_ns, name[len(PHASE_PREFIX):]))
+            inner = in_coll or name.startswith(_COLLECTIVE_PREFIXES)
+            stack.extend((c, inner) for c in node.children)
+        allocs.sort(key=lambda a: a[0])  # stable: events of one timestamp keep the walk's order
         phases.sort()
         if not allocs or not phases:
             empty = {"allocated": None, "phase": None, "at_start": None, "live_at_peak": []}
@@ -113,12 +119,35 @@ def _replay(allocs, phases, skip_collectives: bool) -> dict:
     """Live bytes over the trace, from its allocations and frees; the peak inside the phases.
     skip_collectives: leave out what c10d's collectives allocate inside themselves (gloo's staging
     buffers for reduce-scatter and all-gather; NCCL writes into the caller's tensors), i.e. what
-    the same job holds on a GPU."""
+    the same job holds on a GPU.  allocs: (time, size, address, op name or profiler node, in a
+    collective), frees with size <= 0."""
     first = phases[0][0]
-    live: dict = {}
     total = at_start = peak = 0
-    peak_live, peak_t = {}, first
-    for t, size, ptr, op, collective in allocs:
+    peak_i, peak_t = -1, first
+    for i, total, t in _live_totals(allocs, skip_collectives):
+        if t < first:
+            at_start = total
+        elif total > peak:
+            peak, peak_i, peak_t = total, i, t
+    peak = max(peak, at_start)
+    peak_live = {}
+    if peak_i >= 0:  # the blocks live at the peak: the same replay, stopped there
+        live = {}
+        for i, _, _ in _live_totals(allocs, skip_collectives, live):
+            if i == peak_i:
+                peak_live = live
+                break
+    where = [name for s, e, name in phases if s <= peak_t <= e]
+    return {"allocated": int(peak), "phase": where[-1] if where else None, "at_start": int(at_start),
+            "live_at_peak": _live(peak_live.values())}
+
+
+def _live_totals(allocs, skip_collectives: bool, live: Optional[dict] = None):
+    """(index, live bytes after it, time) for each allocation or free; `live` (address -> (size, op)) is
+    kept up to date as the generator runs."""
+    live = {} if live is None else live
+    total = 0
+    for i, (t, size, ptr, op, collective) in enumerate(allocs):
         if size > 0:
             # The reporter only sees frees on profiled threads; a block released on another
             # thread (gloo drops a collective's tensors on its own) shows up when its address is
@@ -130,29 +159,19 @@ def _replay(allocs, phases, skip_collectives: bool) -> dict:
             total += size
         elif ptr in live:
             total -= live.pop(ptr)[0]
-        if t < first:
-            at_start = total
-        elif total > peak:
-            peak, peak_live, peak_t = total, dict(live), t
-    peak = max(peak, at_start)
-    where = [name for s, e, name in phases if s <= peak_t <= e]
-    return {"allocated": int(peak), "phase": where[-1] if where else None, "at_start": int(at_start),
-            "live_at_peak": _live(peak_live.values())}
+        yield i, total, t
 
 
-def _in_collective(node) -> bool:
-    n = node.parent
-    while n is not None:
-        if n.name.startswith(("c10d::", "gloo:")):
-            return True
-        n = n.parent
-    return False
+_COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 
 
 def _live(blocks, top: int = 16) -> list[dict]:
-    """Live blocks (size, allocating op) summed per (op, block size), largest first."""
+    """Live blocks (size, allocating op: its name, or its profiler node, named by _owner) summed per (op,
+    block size), largest first."""
     groups: dict = {}
     for size, op in blocks:
+        if not isinstance(op, str):
+            op = _owner(op)
         g = groups.setdefault((op, size), [0, 0])
         g[0] += size
         g[1] += 1

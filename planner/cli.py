@@ -1,7 +1,8 @@
 """`parplan` command line: one thin function per command.
 
-stdout carries only the result (JSON with --json, written with sys.stdout.write, never through
-rich); tables, progress and messages go to stderr.  Exit codes: 0 a plan, 2 invalid input
+stdout carries the result: JSON alone with --json (written with sys.stdout.write, never through rich),
+else the tables and a plan's own warnings; progress, notes and errors go to stderr, and so does all of
+`launch`'s output but its report file.  Exit codes: 0 a plan, 2 invalid input
 (stdout empty), 3 nothing fits (the JSON result is still on stdout with --json), otherwise the
 launched job's own code.
 """

@@ -25,6 +25,7 @@ whole block so only the block input is saved.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ class ModelConfig:
     head_dim: int
     tied_embeddings: bool
     max_seq_len: int
+    rope_theta: float = ROPE_THETA
 
     @classmethod
     def from_plan(cls, plan) -> "ModelConfig":
@@ -104,7 +106,7 @@ class ModelConfig:
         return cls(arch=m.arch, layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
                    ffn_hidden=m.ffn_hidden, vocab=m.vocab, head_dim=m.head_dim or m.hidden // m.heads,
                    tied_embeddings=m.tied_embeddings,
-                   max_seq_len=m.max_seq_len or plan.training.seq_len)
+                   max_seq_len=m.max_seq_len or plan.training.seq_len, rope_theta=m.rope_theta or ROPE_THETA)
 
 
 class Norm(_ShardedModule):
@@ -156,18 +158,18 @@ class _RMSNorm(torch.autograd.Function):
 _ROPE_TABLES: dict = {}
 
 
-def _rope_tables(s: int, d: int, device, dtype, positions: Optional[torch.Tensor], key) -> tuple:
+def _rope_tables(s: int, d: int, device, dtype, positions: Optional[torch.Tensor], key, theta: float = ROPE_THETA) -> tuple:
     """cos and sin (s, d) in x's dtype.  The products x * cos and rotate(x) * sin save them for the
     backward, so tables made per call were saved per call: twice a block (q and k) and micro-batch,
     4 s d elements each time (a CPU allocator trace of tp 4 with SP found 32 of them live in 8 blocks).
-    Eager runs share one cached pair per key (sequence length, head size, device, dtype, and the cp rank
-    for context parallelism); compiled blocks make their own, which the compiler fuses, and inference
+    Eager runs share one cached pair per key (sequence length, head size, device, dtype, base, and the cp
+    rank for context parallelism); compiled blocks make their own, which the compiler fuses, and inference
     mode makes its own (its tensors cannot be saved for a later backward)."""
     cache = key is not None and not torch.compiler.is_compiling() and not torch.is_inference_mode_enabled()
     if cache and key in _ROPE_TABLES:
         return _ROPE_TABLES[key]
     with torch.no_grad() if cache else contextlib.nullcontext():
-        inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+        inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
         pos = torch.arange(s, device=device, dtype=torch.float32) if positions is None else positions.float()
         angles = torch.outer(pos, inv_freq)  # (s, d/2)
         cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(dtype)
@@ -177,22 +179,23 @@ def _rope_tables(s: int, d: int, device, dtype, positions: Optional[torch.Tensor
     return cos, sin
 
 
-def rotary(x: torch.Tensor, positions: Optional[torch.Tensor] = None, key=None) -> torch.Tensor:
+def rotary(x: torch.Tensor, positions: Optional[torch.Tensor] = None, key=None, theta: float = ROPE_THETA) -> torch.Tensor:
     """Rotary position embedding (Su et al. 2021, half-split form as in Llama/HF) of
     x: (b, heads, s, d) at positions (s,) (default 0..s-1; a cp rank passes its global ones and a
-    key naming them, so their tables are cached as the default positions' are)."""
+    key naming them, so their tables are cached as the default positions' are), base `theta`."""
     b, nh, s, d = x.shape
     if positions is None:
-        key = (s, d, str(x.device), x.dtype)
+        key = (s, d, str(x.device), x.dtype, theta)
     elif key is not None:
-        key = (key, s, d, str(x.device), x.dtype)
-    cos, sin = _rope_tables(s, d, x.device, x.dtype, positions, key)
+        key = (key, s, d, str(x.device), x.dtype, theta)
+    cos, sin = _rope_tables(s, d, x.device, x.dtype, positions, key, theta)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def _core_attention_rope(q, k, v):
-    return F.scaled_dot_product_attention(rotary(q), rotary(k), v, is_causal=True, enable_gqa=True)
+def _core_attention_rope(q, k, v, theta: float = ROPE_THETA):
+    return F.scaled_dot_product_attention(rotary(q, theta=theta), rotary(k, theta=theta), v, is_causal=True,
+                                          enable_gqa=True)
 
 
 def _core_attention(q, k, v):
@@ -232,7 +235,7 @@ class Attention(nn.Module):
         self.cp_group, self.cp = cp_group, _size(cp_group)
         self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
-        self.rope = cfg.arch == "llama"
+        self.rope, self.rope_theta = cfg.arch == "llama", cfg.rope_theta
         n = f"layers.{i}.attn"
         self.wq = ColumnParallelLinear(h, cfg.heads * d, tp_group, name=f"{n}.wq", bias=gpt)
         self.wk = ColumnParallelLinear(h, cfg.kv_heads * d, tp_group, name=f"{n}.wk", bias=gpt)
@@ -251,7 +254,7 @@ class Attention(nn.Module):
         if self.cp > 1:
             o = self._context_parallel(q, k, v)
             return self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim))
-        core = _core_attention_rope if self.rope else _core_attention
+        core = functools.partial(_core_attention_rope, theta=self.rope_theta) if self.rope else _core_attention
         if self.selective:
             o = checkpoint(core, q, k, v, use_reentrant=False)  # (b, nh/tp, s, d)
         else:
@@ -265,7 +268,7 @@ class Attention(nn.Module):
         pos = local_positions(q.shape[2], self.cp_rank, self.cp, q.device)
         if self.rope:
             key = ("cp", self.cp_rank, self.cp)
-            q, k = rotary(q, pos, key), rotary(k, pos, key)
+            q, k = rotary(q, pos, key, self.rope_theta), rotary(k, pos, key, self.rope_theta)
         k, v = gather_kv(k, v, self.cp_group)  # (b, nkv/tp, S, d) each
         starts = chunk_starts(q.shape[2], self.cp_rank, self.cp)
         if self.selective:

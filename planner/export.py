@@ -240,6 +240,8 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if m.arch == "llama":
         flag("--max-position-embeddings", t.seq_len)
         flag("--position-embedding-type", "rope")
+        if m.rope_theta is not None:
+            flag("--rotary-base", int(m.rope_theta) if float(m.rope_theta).is_integer() else m.rope_theta)
         flag("--normalization", "RMSNorm")
         flag("--swiglu")
         flag("--disable-bias-linear")
@@ -389,7 +391,9 @@ _TITAN_SCHEDULES = {
     "zbv": "ZBVZeroBubble",
 }
 
-# torchtitan/models/llama3/__init__.py flavors: (hidden, layers, heads, kv_heads, ffn_hidden, vocab)
+# torchtitan/models/llama3/__init__.py flavors (each with rope_theta 500000): (hidden, layers, heads, kv_heads,
+# ffn_hidden, vocab)
+_TITAN_LLAMA3_ROPE_THETA = 500000.0
 _TITAN_LLAMA3_FLAVORS = {
     (4096, 32, 32, 8, 14336, 128256): "8B",
     (8192, 80, 64, 8, 28672, 128256): "70B",
@@ -427,7 +431,10 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
         notes.append(f"torchtitan picks the model shape by flavor and has no built-in llama3 flavor with this "
                      f"shape; register {flavor!r} in llama3_configs (torchtitan/models/llama3/__init__.py) with "
                      f"dim={m.hidden}, n_layers={m.layers}, n_heads={m.heads}, n_kv_heads={m.kv_heads}, "
-                     f"FFN hidden {m.ffn_hidden}, vocab_size={m.vocab}.")
+                     f"FFN hidden {m.ffn_hidden}, vocab_size={m.vocab}, rope_theta={m.rope_theta or 10000:g}.")
+    elif (m.rope_theta or 10000) != _TITAN_LLAMA3_ROPE_THETA:
+        notes.append(f"rope_theta: torchtitan's {flavor} flavor uses {_TITAN_LLAMA3_ROPE_THETA:g}, the plan's model "
+                     f"{m.rope_theta or 10000:g}; change the flavor's rope_theta to match.")
     if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
         notes.append(f"head_dim {m.head_dim}: torchtitan's llama3 derives the head size as dim / n_heads "
                      f"({m.hidden // m.heads} here) and has no head_dim setting, so its attention is smaller than the "

@@ -138,6 +138,11 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
 
     arch = "llama" if model_type in LLAMA_LIKE else "gpt"
     max_seq_len = cfg.get("n_positions") if model_type == "gpt2" else None  # only gpt2 has a learned table
+    # RoPE base (the model, not its cost): the config's, else transformers' default for the type (10000;
+    # Gemma3TextConfig: 1000000 for its global layers)
+    rope_theta = None
+    if arch == "llama":
+        rope_theta = cfg.get("rope_theta", 1e6 if model_type == "gemma3_text" else None)
     context = cfg.get("max_position_embeddings") or cfg.get("n_positions")
     if cfg.get("_name_or_path"):
         name = cfg["_name_or_path"]
@@ -157,6 +162,11 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     }.get(model_type)
     if vision_dropped:
         notes += "; the vision tower is not counted"
+    scaling = cfg.get("rope_scaling")
+    if arch == "llama" and isinstance(scaling, dict) and scaling:
+        kind = scaling.get("rope_type") or scaling.get("type") or "?"
+        scaling_note = f"rope_scaling ({kind}) not applied by parplan's runtime (the cost is the same)"
+        notes = f"{notes}; {scaling_note}" if notes else scaling_note
     window = cfg.get("sliding_window") if model_type in ("mistral", "gemma2", "gemma3_text") else None
     if window and seq_len and seq_len > window:
         kinds = cfg.get("layer_types")
@@ -180,7 +190,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     try:
         spec = ModelSpec(name=name, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                          ffn_hidden=ffn, vocab=vocab, head_dim=head_dim, tied_embeddings=bool(tied),
-                         max_seq_len=max_seq_len, source=source)
+                         max_seq_len=max_seq_len, rope_theta=rope_theta, source=source)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

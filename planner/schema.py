@@ -73,6 +73,9 @@ class ModelSpec(Strict):
     head_dim: Optional[int] = Field(None, gt=0, description="Per-head width; defaults to hidden/heads.")
     tied_embeddings: bool = Field(False, description="Output projection shares the input embedding matrix.")
     max_seq_len: Optional[int] = Field(None, gt=0, description="Learned position table size (gpt); defaults to the training seq_len.")
+    rope_theta: Optional[float] = Field(
+        None, gt=0, allow_inf_nan=False, description="RoPE base of a llama-arch model (Llama 3: 500000, Qwen2.5/3: "
+        "1000000); None = 10000, the Llama 2 and Megatron-LM default.  Sets the model, not its cost.")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 

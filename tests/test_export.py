@@ -501,3 +501,13 @@ def test_names_with_control_characters_and_non_finite_numbers_are_refused():
         bad[path[0]][path[1]] = value
         with pytest.raises(ValidationError):
             Plan.model_validate(bad)
+
+
+def test_rope_base_reaches_megatron_and_is_checked_against_torchtitans_flavor():
+    plan = llama_plan()
+    plan.model.rope_theta = 500000.0  # Llama 3
+    assert "--rotary-base 500000 " in export_plan(plan, "megatron")
+    assert not any("rope_theta" in n for n in export_notes(plan, "torchtitan"))  # the 8B flavor's own
+    plan.model.rope_theta = None  # 10000
+    assert "--rotary-base" not in export_plan(plan, "megatron")  # Megatron-LM's default, 10000
+    assert any("rope_theta" in n and "500000" in n for n in export_notes(plan, "torchtitan"))

@@ -58,8 +58,21 @@ def test_exact_where_the_family_maps_exactly():
 def test_llama_mapping_equals_preset():
     spec = model_from_hf_config(DATA / "Meta-Llama-3-8B.json")
     preset = load_preset("llama3-8b")
-    for f in ("arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "tied_embeddings"):
+    for f in ("arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "tied_embeddings", "rope_theta"):
         assert getattr(spec, f) == getattr(preset, f), f
+
+
+def test_rope_base_is_read_with_the_types_default():
+    """The RoPE base sets the model (the runtime's rotary tables, Megatron's --rotary-base), not its cost."""
+    assert model_from_hf_config(DATA / "Meta-Llama-3-8B.json").rope_theta == 500000.0
+    assert model_from_hf_config(DATA / "Qwen2.5-7B.json").rope_theta == 1000000.0
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100}
+    assert model_from_hf_config(cfg).rope_theta is None  # LlamaConfig's default, 10000
+    assert model_from_hf_config({**cfg, "model_type": "gemma3_text", "head_dim": 16}).rope_theta == 1e6
+    assert model_from_hf_config(_cfg("gpt2")).rope_theta is None  # learned positions
+    scaled = model_from_hf_config({**cfg, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+    assert "rope_scaling (llama3) not applied" in scaled.source
 
 
 def test_gpt2_fields_and_defaults():

@@ -329,3 +329,44 @@ def test_one_rank_model_has_the_planned_parameter_count(model):
     m = StageModule(cfg, list(range(cfg.layers)), first=True, last=True, tp_group=None)
     assert (m.head.weight is m.embed.weight) == bool(model.get("tied_embeddings"))
     assert sum(p.numel() for p in m.parameters()) == param_counts(plan.model, plan.training.seq_len)["total"]
+
+
+def test_rotary_uses_the_models_base():
+    """A Llama 3 plan (rope_theta 500000) rotates with its own base: the tables differ from the default's, and
+    the attention module passes the plan's base."""
+    from parallel_layers.model import ModelConfig, rotary
+    x = torch.randn(1, 2, 8, 16)
+    base = rotary(x)
+    assert torch.equal(rotary(x, theta=10000.0), base)
+    assert not torch.allclose(rotary(x, theta=500000.0), base)
+    d = torch.arange(0, 16, 2, dtype=torch.float32) / 16
+    pos = torch.arange(8, dtype=torch.float32)
+    ang = torch.outer(pos, 1.0 / 500000.0 ** d)
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
+    x1, x2 = x[..., :8], x[..., 8:]
+    assert torch.allclose(rotary(x, theta=500000.0), x * cos + torch.cat([-x2, x1], -1) * sin, atol=1e-6)
+
+    class _Plan:
+        class model:
+            arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab = "llama", 1, 64, 4, 4, 128, 100
+            head_dim, tied_embeddings, max_seq_len, rope_theta = None, False, None, 500000.0
+
+        class training:
+            seq_len = 8
+    assert ModelConfig.from_plan(_Plan).rope_theta == 500000.0
+    _Plan.model.rope_theta = None
+    assert ModelConfig.from_plan(_Plan).rope_theta == 10000.0
+
+    # a block built with the plan's base runs it: the same weights give other outputs than at 10000, and
+    # the selective-recompute path (its core attention checkpointed) the same as the plain one
+    from parallel_layers.model import Block, init_parameters
+    outs = {}
+    for theta, rec in ((10000.0, "none"), (500000.0, "none"), (500000.0, "selective")):
+        cfg = ModelConfig(arch="llama", layers=1, hidden=64, heads=4, kv_heads=4, ffn_hidden=128, vocab=100,
+                          head_dim=16, tied_embeddings=False, max_seq_len=8, rope_theta=theta)
+        blk = Block(cfg, 0, None, False, rec)
+        init_parameters(blk, 0)
+        torch.manual_seed(0)
+        outs[theta, rec] = blk(torch.randn(1, 8, 64))
+    assert not torch.allclose(outs[10000.0, "none"], outs[500000.0, "none"])
+    assert torch.allclose(outs[500000.0, "none"], outs[500000.0, "selective"])

@@ -163,6 +163,8 @@ def check_memory(plan, device: str, machine: MachineInfo, nproc: int = 1) -> Che
     mem = pred.memory_bytes_per_gpu
     need = mem.total
     host = machine.host_available_bytes
+    if nproc < 1:  # the world size check failed: no ranks per node to hold anything yet
+        host = None
     if device == "cpu":
         # each CPU rank holds at least its weights, gradients, optimizer state and saved activations (the
         # prediction's "other" is CUDA context, NCCL buffers and fragmentation, which a gloo rank has not; its
@@ -679,6 +681,16 @@ def print_summary(report: dict, report_path: str) -> None:
     console.print(f"report: {report_path}", markup=False)
 
 
+def _placeholders(argv: list[str]) -> list[str]:
+    """A dry run's command after failed checks: the values no check could settle shown as <...>, not as
+    None or 0."""
+    out = list(argv)
+    for flag, bad, shown in (("--rdzv-endpoint", "None", "<HOST:PORT>"), ("--nproc-per-node", "0", "<RANKS_PER_NODE>")):
+        if flag in out and out.index(flag) + 1 < len(out) and out[out.index(flag) + 1] == bad:
+            out[out.index(flag) + 1] = shown
+    return out
+
+
 def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: bool = False, report: str | None = None,
            nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
            checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None,
@@ -751,6 +763,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         for c in checks:
             _err(c.line())
         _err(f"plan would be written to {plan_path}; report to {report_path}")
+        if failed:
+            _err(f"{len(failed)} check(s) failed: the command below runs once they are fixed (placeholders in <>)")
+            argv = _placeholders(argv)
         sys.stdout.write(shlex.join(argv) + "\n")
         return EXIT_OK  # a dry run shows the command and every check, failed ones included (module docstring)
     if failed:

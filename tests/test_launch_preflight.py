@@ -42,6 +42,15 @@ def test_dry_run_cpu_prints_every_check_and_the_command(plan8, capsys, tmp_path)
     assert not (tmp_path / "r").exists()  # a dry run writes nothing
 
 
+def test_dry_run_with_failed_checks_shows_placeholders_not_none(plan8, capsys):
+    """3 nodes for 8 ranks without an endpoint: the command names what is missing instead of printing
+    --rdzv-endpoint None and --nproc-per-node 0, and the memory line does not count 0 ranks."""
+    assert L.launch(plan8, dry_run=True, device="cpu", nnodes=3) == 0
+    out, err = capsys.readouterr()
+    assert "--rdzv-endpoint '<HOST:PORT>'" in out and "--nproc-per-node '<RANKS_PER_NODE>'" in out
+    assert "None" not in out and "2 check(s) failed" in err and "0 ranks" not in err
+
+
 def test_memory_snapshot_reaches_the_runtime_on_cuda_and_on_cpu(plan8, capsys, monkeypatch):
     argv = L.torchrun_argv("p.json", nproc=1, steps=2, device="cuda", report="r.json", memory_snapshot="snap")
     assert argv[-2:] == ["--memory-snapshot", "snap"]

@@ -8,5 +8,6 @@ pipeline.py       virtual-stage layout and torch.distributed.pipelining schedule
 data_parallel.py  ZeRO 0-2 gradient reduction / sharded AdamW, FSDP2, tied and SP grad sums
 data.py           deterministic synthetic or memmapped token batches
 checkpoint.py     torch.distributed.checkpoint save/resume
+checkpoint_steps.py  which steps a checkpoint folder holds (no torch: launch's pre-flight reads it too)
 train.py          the torchrun entry and the run report
 """

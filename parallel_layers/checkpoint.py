@@ -12,11 +12,10 @@ master and need no extra key).  Optimizer offload changes nothing in the keys.
 """
 from __future__ import annotations
 
-import os
-import re
-
 import torch
 import torch.distributed.checkpoint as dcp
+
+from .checkpoint_steps import saved, step_path
 
 
 
@@ -82,20 +81,17 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
 
 
 def save(directory: str, step: int, stage_modules, optim) -> str:
-    path = os.path.join(directory, f"step_{step:08d}")
+    path = step_path(directory, step)
     dcp.save(state_dict(stage_modules, optim, step), checkpoint_id=path)
     return path
 
 
 def latest(directory: str, step: int | None = None) -> str | None:
     """The newest complete checkpoint under directory, or the one written after `step` (None when absent)."""
-    if not directory or not os.path.isdir(directory):
-        return None
-    steps = [d for d in os.listdir(directory) if re.fullmatch(r"step_\d+", d)
-             and os.path.exists(os.path.join(directory, d, ".metadata"))]
+    have = saved(directory)
     if step is not None:
-        steps = [d for d in steps if int(d[5:]) == step]
-    return os.path.join(directory, max(steps)) if steps else None
+        return have.get(step)
+    return have[max(have)] if have else None
 
 
 def load(path: str, stage_modules, optim) -> int:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from parallel_layers.checkpoint_steps import saved_steps
+
 EXIT_OK = 0
 EXIT_INVALID = 2
 EXIT_DOES_NOT_FIT = 3
@@ -251,13 +253,6 @@ def check_data(path: str, plan, data_dtype: Optional[str] = None) -> Check:
         return Check("data", False, f"{path}: token id {top} in its first {len(head):,} {dtype.name} tokens is >= "
                      f"vocab {vocab}", fix + ", or plan with the tokenizer's vocabulary")
     return Check("data", True, f"{path}: {n:,} {dtype.name} tokens, ids in range in the first {len(head):,}")
-
-
-def saved_steps(checkpoint_dir: str) -> list[int]:
-    """Steps with a complete checkpoint under checkpoint_dir, as parallel_layers.checkpoint writes them
-    (step_NNNNNNNN/.metadata, the file DCP writes last)."""
-    return sorted(int(d.name[5:]) for d in Path(checkpoint_dir).glob("step_*")
-                  if d.name[5:].isdigit() and (d / ".metadata").is_file())
 
 
 def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int) -> Check:

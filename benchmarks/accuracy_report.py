@@ -120,8 +120,8 @@ NOTES = [
     "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "
     "plausibility checks and should not be read as accuracy.",
     "torchtitan_2024_h100 ran on 500 W H100 96GB HBM2e whose peak the source puts between SXM and NVL without "
-    "a number: the profile takes the SXM peak (an upper bound on throughput). With the NVL peak (835 TFLOP/s) "
-    "the four tokens/s rows read +2.2 / +4.3 / -1.5 / -1.0% (eager 8 GPUs, compiled 8, eager 128, compiled 128); "
+    "a number: the profile takes the SXM peak (an upper bound on throughput). With the NVL peak (835.5 TFLOP/s) "
+    "the four tokens/s rows read +2.3 / +4.4 / -1.4 / -1.0% (eager 8 GPUs, compiled 8, eager 128, compiled 128); "
     "every published figure is below its SXM prediction and within 6% of its NVL one. Its memory is the "
     "logged peak reserved; the model predicts allocated. A plausibility check, not a fit.",
     "Dropout: the Megatron/DeepSpeed GPT runs (SC21, Korthikanti, H100 2024, OPT) trained with dropout "

@@ -59,7 +59,7 @@ class ModelDims:
         return cls(arch=spec.arch, layers=spec.layers, hidden=spec.hidden, heads=spec.heads,
                    kv_heads=spec.kv_heads, head_dim=spec.head_dim or spec.hidden // spec.heads,
                    ffn=spec.ffn_hidden, vocab=spec.vocab, tied=spec.tied_embeddings, seq_len=seq_len,
-                   positions=(spec.max_seq_len or seq_len) if spec.arch == "gpt" else 0)
+                   positions=(spec.max_seq_len or seq_len) if spec.has_learned_positions else 0)
 
 
 @dataclass(frozen=True)

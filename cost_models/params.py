@@ -45,13 +45,14 @@ def spec_dims(spec):
 
 def param_counts(spec, seq_len: int | None = None) -> dict:
     """Named parameter counts of a ModelSpec.  gpt's learned position table has
-    max_seq_len (or seq_len) rows, as in Narayanan eq. 2."""
+    max_seq_len (or seq_len) rows, as in Narayanan eq. 2 (none where the gpt-arch model has rotary
+    positions: learned_positions false)."""
     arch, L, h, a, kv, d, f, V, tied = spec_dims(spec)
     per_layer_matmul = layer_matmul_params(arch, h, a, kv, d, f)
     per_layer_other = layer_other_params(arch, h, a, kv, d, f)
     embedding = V * h
     positions = 0
-    if arch == "gpt":
+    if arch == "gpt" and getattr(spec, "learned_positions", None) is not False:
         positions = (spec.max_seq_len or seq_len or 0) * h
     final_norm = h if arch == "llama" else 2 * h
     head = 0 if tied else V * h

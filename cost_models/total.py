@@ -44,7 +44,7 @@ def param_tensors_per_rank(m: ModelDims, pp, blocks_first, blocks_mid, blocks_la
     on the last, which is rank 0 without a pipeline and under ZB-V (head_first; default pp == 1)."""
     gpt = m.arch == "gpt"
     per_block = 16 if gpt else 9
-    first = 2 if gpt else 1
+    first = 2 if m.positions else 1
     last = (2 if gpt else 1) + 1
     single = np.asarray(pp) == 1
     head_first = single if head_first is None else head_first

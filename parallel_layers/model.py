@@ -99,6 +99,11 @@ class ModelConfig:
     tied_embeddings: bool
     max_seq_len: int
     rope_theta: float = ROPE_THETA
+    rope: Optional[bool] = None  # rotary positions: llama's, and a gpt-arch model's without a learned table
+
+    def __post_init__(self):
+        if self.rope is None:  # the arch's default (a frozen dataclass: set once here)
+            object.__setattr__(self, "rope", self.arch == "llama")
 
     @classmethod
     def from_plan(cls, plan) -> "ModelConfig":
@@ -106,7 +111,8 @@ class ModelConfig:
         return cls(arch=m.arch, layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
                    ffn_hidden=m.ffn_hidden, vocab=m.vocab, head_dim=m.head_dim or m.hidden // m.heads,
                    tied_embeddings=m.tied_embeddings,
-                   max_seq_len=m.max_seq_len or plan.training.seq_len, rope_theta=m.rope_theta or ROPE_THETA)
+                   max_seq_len=m.max_seq_len or plan.training.seq_len, rope_theta=m.rope_theta or ROPE_THETA,
+                   rope=m.arch == "llama" or m.learned_positions is False)
 
 
 class Norm(_ShardedModule):
@@ -235,7 +241,7 @@ class Attention(nn.Module):
         self.cp_group, self.cp = cp_group, _size(cp_group)
         self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
-        self.rope, self.rope_theta = cfg.arch == "llama", cfg.rope_theta
+        self.rope, self.rope_theta = cfg.rope, cfg.rope_theta
         n = f"layers.{i}.attn"
         self.wq = ColumnParallelLinear(h, cfg.heads * d, tp_group, name=f"{n}.wq", bias=gpt)
         self.wk = ColumnParallelLinear(h, cfg.kv_heads * d, tp_group, name=f"{n}.wk", bias=gpt)
@@ -365,7 +371,7 @@ class StageModule(nn.Module):
         self.tp_group, self.sp = tp_group, sp
         if first:
             self.embed = VocabParallelEmbedding(cfg.vocab, cfg.hidden, tp_group, name="embedding", sequence_parallel=sp)
-            self.positions = PositionEmbedding(cfg, tp_group, sp, cp_group) if cfg.arch == "gpt" else None
+            self.positions = PositionEmbedding(cfg, tp_group, sp, cp_group) if not cfg.rope else None
         self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group) for i in layer_ids])
         self.separate_tied_head = False
         if last:

@@ -265,7 +265,7 @@ def _prepare(opts, gpus: int | None = None):
         _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
     spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
                                o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings)
-    limit = spec.max_seq_len if spec.arch == "gpt" else None  # a learned position table caps the sequence
+    limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"
         if explicit_seq:

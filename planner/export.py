@@ -240,15 +240,19 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if m.arch == "llama":
         flag("--max-position-embeddings", t.seq_len)
         flag("--position-embedding-type", "rope")
-        if m.rope_theta is not None:
-            flag("--rotary-base", int(m.rope_theta) if float(m.rope_theta).is_integer() else m.rope_theta)
         flag("--normalization", "RMSNorm")
         flag("--swiglu")
         flag("--disable-bias-linear")
-    else:
+    elif m.has_learned_positions:
         flag("--max-position-embeddings", max(m.max_seq_len or t.seq_len, t.seq_len))
         flag("--position-embedding-type", "learned_absolute")
         flag("--normalization", "LayerNorm")
+    else:  # gpt blocks with rotary positions (GPT-NeoX, Pythia)
+        flag("--max-position-embeddings", t.seq_len)
+        flag("--position-embedding-type", "rope")
+        flag("--normalization", "LayerNorm")
+    if not m.has_learned_positions and m.rope_theta is not None:
+        flag("--rotary-base", int(m.rope_theta) if float(m.rope_theta).is_integer() else m.rope_theta)
     if not m.tied_embeddings:
         flag("--untie-embeddings-and-output-weights")
     padded = math.ceil(m.vocab / p.tp) * p.tp

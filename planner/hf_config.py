@@ -23,13 +23,12 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
   gemma                  -> arch llama: GeGLU has the same three ffn x h matrices as SwiGLU; head_dim
                             from the config (256), tied embeddings by default.
   gpt2                   -> arch gpt (LayerNorm, GeLU, learned positions n_positions, biases, tied).
-  gpt_neox               -> arch gpt: LayerNorm, GeLU, biases on every linear, untied embeddings.
-                            Differences the spec does not carry: rotary positions (no position table,
-                            so max_seq_len is left empty and num_params counts none) and parallel
-                            attention + MLP (same matmuls, same FLOPs). The parameter count then
-                            matches the checkpoint exactly; a runtime gpt model built from this spec
-                            adds a learned position table of seq_len x hidden (Pythia-1.4B at 2048:
-                            +4.2M, +0.30%).
+  gpt_neox               -> arch gpt: LayerNorm, GeLU, biases on every linear, untied embeddings,
+                            rotary positions (learned_positions false: no table, so the count
+                            matches the checkpoint exactly, the sequence is not capped, and the
+                            runtime rotates q and k, over the whole head rather than NeoX's
+                            rotary_pct share).  Not carried: parallel attention + MLP (same matmuls,
+                            same FLOPs).
 Mixture-of-experts configs are rejected (the planner models dense layers only).
 """
 from __future__ import annotations
@@ -87,6 +86,8 @@ def _load(path_or_dict) -> tuple[dict, str]:
         raise ValueError(f"Hugging Face config {path} does not exist") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"Hugging Face config {path}: not valid JSON: {e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"Hugging Face config {path}: not a text (UTF-8 JSON) file") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"Hugging Face config {path}: expected a JSON object")
     return cfg, str(path)
@@ -108,9 +109,11 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         if cfg.get(field):
             raise ValueError(f"mixture-of-experts configs are not supported yet (field {field})")
     model_type = cfg.get("model_type")
-    vision_dropped = model_type == "gemma3" and isinstance(cfg.get("text_config"), dict)
-    if vision_dropped:  # multimodal Gemma 3: the language model's shape is its text_config
-        cfg = {"model_type": "gemma3_text", **{k: v for k, v in cfg.items() if k != "model_type"}, **cfg["text_config"]}
+    vision_dropped = model_type == "gemma3"
+    if vision_dropped:  # multimodal Gemma 3: the language model's shape is its text_config (Gemma3Config: the
+        # Gemma3TextConfig defaults where it has none)
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+        cfg = {"model_type": "gemma3_text", **{k: v for k, v in cfg.items() if k != "model_type"}, **text}
         model_type = "gemma3_text"
     if model_type is None:
         raise ValueError(f"{where}: missing required field model_type (one of {', '.join(SUPPORTED)})")
@@ -141,8 +144,13 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     # RoPE base (the model, not its cost): the config's, else transformers' default for the type (10000;
     # Gemma3TextConfig: 1000000 for its global layers)
     rope_theta = None
-    if arch == "llama":
-        rope_theta = cfg.get("rope_theta", 1e6 if model_type == "gemma3_text" else None)
+    if arch == "llama" or model_type == "gpt_neox":
+        rope_theta = cfg.get("rotary_emb_base" if model_type == "gpt_neox" else "rope_theta")  # GPTNeoXConfig's name
+        params = cfg.get("rope_parameters")  # the newer layout: {"rope_type": ..., "rope_theta": ...}
+        if rope_theta is None and isinstance(params, dict) and isinstance(params.get("rope_theta"), (int, float)):
+            rope_theta = params["rope_theta"]
+        if rope_theta is None and model_type == "gemma3_text":
+            rope_theta = 1e6
     context = cfg.get("max_position_embeddings") or cfg.get("n_positions")
     if cfg.get("_name_or_path"):
         name = cfg["_name_or_path"]
@@ -158,19 +166,27 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "gemma": "GeGLU counted as 3 matrices like SwiGLU",
         "gemma2": "GeGLU counted as 3 matrices like SwiGLU; post-norms not counted",
         "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; post-norms and q/k norms not counted",
-        "gpt_neox": "rotary (no position table) and parallel attention mapped to gpt",
+        "gpt_neox": "gpt blocks with rotary positions (over the whole head, not rotary_pct of it); parallel "
+                    "attention + MLP run one after the other",
     }.get(model_type)
     if vision_dropped:
         notes += "; the vision tower is not counted"
     scaling = cfg.get("rope_scaling")
+    params = cfg.get("rope_parameters")
+    if not (isinstance(scaling, dict) and scaling) and isinstance(params, dict) \
+            and params.get("rope_type") not in (None, "default"):
+        scaling = params
     if arch == "llama" and isinstance(scaling, dict) and scaling:
         kind = scaling.get("rope_type") or scaling.get("type") or "?"
         scaling_note = f"rope_scaling ({kind}) not applied by parplan's runtime (the cost is the same)"
         notes = f"{notes}; {scaling_note}" if notes else scaling_note
-    window = cfg.get("sliding_window") if model_type in ("mistral", "gemma2", "gemma3_text") else None
+    # MistralConfig's default window is 4096 where the file has no key (an explicit null: none); Phi-3 builds its
+    # attention on Mistral's (transformers' modular_phi3.py), every layer within its window
+    window = cfg.get("sliding_window", 4096 if model_type == "mistral" else None) \
+        if model_type in ("mistral", "phi3", "gemma2", "gemma3_text") else None
     if window and seq_len and seq_len > window:
         kinds = cfg.get("layer_types")
-        if model_type == "mistral":  # Mistral 7B v0.1: every layer within the window
+        if model_type in ("mistral", "phi3"):  # Mistral 7B v0.1, Phi-3 4k: every layer within the window
             local = "all layers"
         elif isinstance(kinds, list) and kinds:
             local = f"{sum(k == 'sliding_attention' for k in kinds)} of {len(kinds)} layers"
@@ -182,6 +198,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         window_note = (f"{local} attend within a {window}-token window, counted as full attention at "
                        f"seq_len {seq_len} (their attention over-estimated)")
         notes = f"{notes}; {window_note}" if notes else window_note
+    if context and seq_len and seq_len > context and model_type != "gpt2":  # gpt2's table caps it (the CLI)
+        beyond = f"seq_len {seq_len} beyond the checkpoint's context {context} (a context extension)"
+        notes = f"{notes}; {beyond}" if notes else beyond
     source = f"Hugging Face config {where} (model_type {model_type}" + (f", context {context}" if context else "") + \
              (f"; {notes}" if notes else "") + ")"
 
@@ -190,11 +209,10 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     try:
         spec = ModelSpec(name=name, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                          ffn_hidden=ffn, vocab=vocab, head_dim=head_dim, tied_embeddings=bool(tied),
-                         max_seq_len=max_seq_len, rope_theta=rope_theta, source=source)
+                         max_seq_len=max_seq_len, rope_theta=rope_theta, source=source,
+                         learned_positions=False if model_type == "gpt_neox" else None)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
         raise ValueError(f"{where}: {loc + ': ' if loc else ''}{err['msg']}") from None
-    # gpt_neox has no position table: count none even when a training seq_len is given
-    count_seq = None if model_type == "gpt_neox" else seq_len
-    return spec.model_copy(update={"num_params": int(param_counts(spec, count_seq)["total"])})
+    return spec.model_copy(update={"num_params": int(param_counts(spec, seq_len)["total"])})

@@ -344,7 +344,7 @@ def check_runtime_support(plan, device: str) -> Check:
     if getattr(t, "dropout", False):
         missing.append(("dropout", "set training.dropout to false (the runtime's blocks have no dropout; "
                                    "the prediction would count masks the run does not have)"))
-    if m.arch == "gpt" and m.max_seq_len is not None and m.max_seq_len < t.seq_len:
+    if m.has_learned_positions and m.max_seq_len is not None and m.max_seq_len < t.seq_len:
         missing.append((f"seq_len {t.seq_len} beyond the model's {m.max_seq_len} learned positions",
                         f"use a seq_len of at most {m.max_seq_len}, or a model with max_seq_len >= {t.seq_len}"))
     if not missing:

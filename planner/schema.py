@@ -73,6 +73,9 @@ class ModelSpec(Strict):
     head_dim: Optional[int] = Field(None, gt=0, description="Per-head width; defaults to hidden/heads.")
     tied_embeddings: bool = Field(False, description="Output projection shares the input embedding matrix.")
     max_seq_len: Optional[int] = Field(None, gt=0, description="Learned position table size (gpt); defaults to the training seq_len.")
+    learned_positions: Optional[bool] = Field(
+        None, description="A learned position table (gpt's default) or rotary positions (llama's; GPT-NeoX and Pythia "
+        "are gpt-arch blocks with rotary positions: false).  None = the arch's default.")
     rope_theta: Optional[float] = Field(
         None, gt=0, allow_inf_nan=False, description="RoPE base of a llama-arch model (Llama 3: 500000, Qwen2.5/3: "
         "1000000); None = 10000, the Llama 2 and Megatron-LM default.  Sets the model, not its cost.")
@@ -85,11 +88,18 @@ class ModelSpec(Strict):
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.head_dim is None and self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}), or give head_dim")
+        if self.arch == "llama" and self.learned_positions:
+            raise ValueError("learned_positions: arch llama has rotary positions; use arch gpt for a learned table")
         return self
 
     @property
     def head_size(self) -> int:
         return self.head_dim or self.hidden // self.heads
+
+    @property
+    def has_learned_positions(self) -> bool:
+        """A learned position table (it caps the sequence at max_seq_len); otherwise rotary positions."""
+        return self.arch == "gpt" and self.learned_positions is not False
 
 
 class HardwareRef(Strict):

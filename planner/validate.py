@@ -378,7 +378,7 @@ def gpt_neox_20b(d: dict) -> Iterable[Query]:
     """GPT-NeoX-20B on 96 A100 40GB (configs/20B.yml): tp 2, pp 4, dp 12, micro-batch 4, global batch
     1536, full recompute, ZeRO-1, fp16, unfused attention, untied embeddings, vocab 50432, ffn 24576,
     DeepSpeed non-interleaved pipeline (1F1B), no SP, no offload -- all pinned.  Parallel attention+MLP
-    is modelled as the sequential gpt block (same FLOPs).  Network: 4 ConnectX-6 HCAs per 8 GPUs, speed
+    is modelled as the sequential gpt block (same FLOPs), with rotary positions (no table).  Network: 4 ConnectX-6 HCAs per 8 GPUs, speed
     not stated; 200 Gb/s is ConnectX-6's top rate, so 4 x 200 Gb/s / 8 = 12.5 GB/s per GPU is an upper
     bound (the profile's 25 GB/s assumes one HCA per GPU).  DeepSpeed's pipeline engine reduces
     gradients after the last micro-batch: no overlap; it runs each send and receive as its own blocking
@@ -391,7 +391,8 @@ def gpt_neox_20b(d: dict) -> Iterable[Query]:
     for r in d["rows"]:
         pins = Pins(tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=1, mbs=r["micro_batch_size"], vpp=1, zero=1,
                     recompute="full", sp=False, schedule="1f1b", offload="none")
-        yield Query(label=r["model"], spec=_gpt(r, c["vocab"], False, ffn=c["ffn_hidden"]), gpus=r["gpus"],
+        spec = _gpt(r, c["vocab"], False, ffn=c["ffn_hidden"]).model_copy(update={"learned_positions": False})  # rotary
+        yield Query(label=r["model"], spec=spec, gpus=r["gpus"],
                     hardware="a100-sxm-40gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="neox_tflops", published=r["tflops_per_gpu"], dtype="fp16",
                     precision="master-weights-half-grads", flash_attention=False, overlap_grad_reduce=False, gpus_per_node=c["gpus_per_node"],

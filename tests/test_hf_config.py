@@ -87,8 +87,44 @@ def test_gpt2_fields_and_defaults():
 def test_gpt_neox_untied_no_position_table():
     spec = model_from_hf_config(DATA / "pythia-1.4b.json")
     assert spec.arch == "gpt" and not spec.tied_embeddings and spec.max_seq_len is None
-    # a training seq_len does not add a position table to the count (rotary)
+    assert spec.learned_positions is False and not spec.has_learned_positions
+    # a training seq_len does not add a position table to the count (rotary), nor does `recommend`'s recount
     assert model_from_hf_config(DATA / "pythia-1.4b.json", seq_len=2048).num_params == PUBLISHED["pythia-1.4b"]
+    from planner.core import with_param_count
+    for name in ("pythia-1.4b", "gpt-neox-20b"):
+        spec = model_from_hf_config(DATA / f"{name}.json", seq_len=4096)
+        assert with_param_count(spec, 4096).num_params == PUBLISHED[name]
+        assert "beyond the checkpoint's context 2048" in spec.source
+
+
+def test_rope_base_under_rope_parameters():
+    """transformers' newer layout keeps the base (and the scaling) under rope_parameters."""
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100,
+           "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}}
+    spec = model_from_hf_config(cfg)
+    assert spec.rope_theta == 500000.0 and "rope_scaling (llama3) not applied" in spec.source
+    spec = model_from_hf_config({**cfg, "rope_theta": None, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
+    assert spec.rope_theta == 1e6 and "rope_scaling" not in spec.source
+
+
+def test_sliding_windows_of_phi3_and_mistrals_default_are_noted():
+    phi3 = {"model_type": "phi3", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 100, "sliding_window": 2047}
+    assert "all layers attend within a 2047-token window" in model_from_hf_config(phi3, seq_len=4096).source
+    mistral = {**_cfg("Mistral-7B-v0.1"), "model_type": "mistral"}
+    mistral.pop("sliding_window", None)  # MistralConfig's default: 4096
+    assert "4096-token window" in model_from_hf_config(mistral, seq_len=8192).source
+    assert "window" not in model_from_hf_config({**mistral, "sliding_window": None}, seq_len=8192).source
+
+
+def test_binary_file_and_gemma3_without_text_config(tmp_path):
+    bad = tmp_path / "bin.json"
+    bad.write_bytes(b"\xff\xfe\x00junk")
+    with pytest.raises(ValueError, match="bin.json: not a text"):
+        model_from_hf_config(bad)
+    spec = model_from_hf_config({"model_type": "gemma3", "vision_config": {}})  # Gemma3TextConfig's defaults
+    assert spec.arch == "llama" and "vision tower is not counted" in spec.source
 
 
 def test_gemma_head_dim_and_tied_default():

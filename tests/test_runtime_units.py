@@ -152,7 +152,10 @@ def _stage(model, recompute):
     return m
 
 
-@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT], ids=["llama", "gpt"])
+TINY_NEOX = {**TINY_GPT, "tied_embeddings": False, "learned_positions": False}  # gpt blocks, rotary positions
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT, TINY_NEOX], ids=["llama", "gpt", "gpt-rotary"])
 @pytest.mark.parametrize("recompute", ["selective", "full", "selective-op"])
 def test_recompute_gives_the_same_loss_and_gradients(model, recompute):
     ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
@@ -167,8 +170,8 @@ def test_recompute_gives_the_same_loss_and_gradients(model, recompute):
         torch.testing.assert_close(results[1][1][n], g, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT, {**TINY_GPT, "tied_embeddings": False}],
-                         ids=["llama", "gpt-tied", "gpt-untied"])
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT, {**TINY_GPT, "tied_embeddings": False}, TINY_NEOX],
+                         ids=["llama", "gpt-tied", "gpt-untied", "gpt-rotary"])
 def test_parameter_count_matches_cost_model(model):
     plan = tiny_plan(model)
     m = _stage(model, "none")
@@ -273,8 +276,8 @@ def test_cp_gather_is_identity_on_one_rank(group_of_one):
 
 
 
-@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT, {**TINY_GPT, "tied_embeddings": False}],
-                         ids=["llama", "gpt-tied", "gpt-untied"])
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT, {**TINY_GPT, "tied_embeddings": False}, TINY_NEOX],
+                         ids=["llama", "gpt-tied", "gpt-untied", "gpt-rotary"])
 @pytest.mark.parametrize("first,last", [(True, True), (True, False), (False, True), (False, False)],
                          ids=["single", "first", "last", "middle"])
 def test_cost_model_counts_the_runtimes_parameter_tensors(model, first, last):
@@ -370,3 +373,14 @@ def test_rotary_uses_the_models_base():
         outs[theta, rec] = blk(torch.randn(1, 8, 64))
     assert not torch.allclose(outs[10000.0, "none"], outs[500000.0, "none"])
     assert torch.allclose(outs[500000.0, "none"], outs[500000.0, "selective"])
+
+
+def test_gpt_blocks_with_rotary_positions_have_no_table_and_rotate():
+    """GPT-NeoX/Pythia (learned_positions false): no position table on the first stage, q and k rotated, and a
+    sequence past any table length runs."""
+    plan = tiny_plan(TINY_NEOX)
+    cfg = ModelConfig.from_plan(plan)
+    assert cfg.rope and cfg.arch == "gpt"
+    m = StageModule(cfg, list(range(cfg.layers)), first=True, last=True, tp_group=None)
+    assert m.positions is None and all(b.attn.rope for b in m.blocks)
+    assert not ModelConfig.from_plan(tiny_plan(TINY_GPT)).rope

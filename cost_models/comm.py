@@ -16,8 +16,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def tier_params(hw, inside_node):
-    bw = np.where(inside_node, hw.nvlink.bytes_per_s, hw.inter_node.bytes_per_s)
+def tier_params(hw, inside_node, size=None):
+    """(bandwidth, latency) of a group of `size` ranks: its node's fabric inside a node, the network across.
+    On a full mesh (xGMI: hw.nvlink.mesh_links) a group of k ranks drives k - 1 of the links and a
+    point-to-point transfer (size 2) one; a switch gives every group the full bandwidth."""
+    intra = hw.nvlink.bytes_per_s
+    links = getattr(hw.nvlink, "mesh_links", 0)
+    if links and size is not None:
+        intra = intra * np.clip(np.asarray(size) - 1, 1, links) / links
+    bw = np.where(inside_node, intra, hw.inter_node.bytes_per_s)
     lat = np.where(inside_node, hw.nvlink.latency_s, hw.inter_node.latency_s)
     return bw, lat
 

@@ -17,6 +17,7 @@ GB = 1e9
 class Tier:
     bytes_per_s: float  # achievable: link bandwidth x efficiency
     latency_s: float
+    mesh_links: int = 0  # a full mesh of this many links (xGMI); 0 = a switch
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,8 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         hbm_bytes_per_s=profile.hbm_gbytes_per_s * GB * profile.hbm_efficiency,
         reserve_bytes=profile.memory_reserve_gbytes * GB,
         gpus_per_node=gpus_per_node or profile.gpus_per_node,
-        nvlink=Tier(profile.nvlink.gbytes_per_s * GB * profile.nvlink.efficiency, profile.nvlink.latency_s),
+        nvlink=Tier(profile.nvlink.gbytes_per_s * GB * profile.nvlink.efficiency, profile.nvlink.latency_s,
+                    profile.nvlink.mesh_links or 0),
         inter_node=Tier(inter_bw, inter.latency_s),
         host_memory_bytes_per_node=profile.host_memory_gbytes_per_node * GB,
         host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,

@@ -90,7 +90,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # the forward is recomputed; with SP each becomes all-gather + reduce-scatter of the same
     # total volume (Korthikanti 2022 sec. 4.2.2).
     tp_in = comm.group_inside_node(hw, 1, tp, lay.gpus)
-    tp_bw, tp_lat = comm.tier_params(hw, tp_in)
+    tp_bw, tp_lat = comm.tier_params(hw, tp_in, tp)
     msg = tokens_mb * m.hidden * act_b
     t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
     n_coll = 4 + 2 * full + op
@@ -120,7 +120,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same
     # volume), +1 all-gather under full or op-level selective recompute; per layer per micro-batch.
     cp_in = comm.group_inside_node(hw, tp, cp, lay.gpus)
-    cp_bw, cp_lat = comm.tier_params(hw, cp_in)
+    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp)
     kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
     n_cp = 2 + full + op
@@ -158,7 +158,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     t_last = np.where(single, 0.0, blocks_last * block + cast_last + np.where(head_first, 0.0, head_t))
     # pipeline point-to-point: per chunk, send activations forward and gradients backward
     pp_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
-    pp_bw, pp_lat = comm.tier_params(hw, pp_in)
+    pp_bw, pp_lat = comm.tier_params(hw, pp_in, 2)  # point to point
     # Megatron's scatter/gather (Narayanan 2021 sec. 4.1), and DeepSpeed's partitioned pipeline buffers
     # (PartitionedTensor, deepspeed/runtime/pipe/engine.py): without SP each TP rank sends its 1/tp slice
     # and the receiving stage all-gathers the slices over the (NVLink) TP group; with SP the stage
@@ -198,8 +198,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     dpcp_in = np.where(np.asarray(pp) == 1, comm.group_inside_node(hw, tp, cp * dp, lay.gpus), cp_in & dp_in)
     dpcp = np.asarray(dp) * np.asarray(cp)
     shards = zero_shards(lay, tr)
-    sh_bw, sh_lat = comm.tier_params(hw, np.where(tr.zero_over_cp, dpcp_in, dp_in))
-    dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in)
+    sh_bw, sh_lat = comm.tier_params(hw, np.where(tr.zero_over_cp, dpcp_in, dp_in), shards)
+    dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp)
     grad_bytes = stage_params * rec["grad"]
     w_bytes = stage_params * rec["weight"]
     ar_t, ar_moved = comm.all_reduce(grad_bytes, dpcp, dpcp_bw, dpcp_lat)  # ZeRO-0: over dp x cp everywhere
@@ -256,7 +256,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
                                  n_red * red_moved + ag_moved))
     # sharding over dp only (parplan's runtime), ZeRO-1/2 average the cp replicas' full gradients and FSDP2
     # their gradient shards with an all-reduce over cp after the backward, on the critical path
-    cp_bw, cp_lat = comm.tier_params(hw, cp_in)
+    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp)
     cp_avg_t, cp_avg_moved = comm.all_reduce(grad_bytes / np.where(zero >= 3, dp, 1), cp, cp_bw, cp_lat)
     cp_apart = (zero >= 1) & ~np.asarray(tr.zero_over_cp)
     dp_exposed = dp_exposed + np.where(cp_apart, cp_avg_t, 0.0)
@@ -268,7 +268,7 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     if m.tied:
         # the first and last stage of one pipeline replica share a node where the replica does
         first_last_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
-        tie_bw, tie_lat = comm.tier_params(hw, first_last_in)
+        tie_bw, tie_lat = comm.tier_params(hw, first_last_in, 2)
         tie_t, tie_moved = comm.all_reduce(m.vocab * m.hidden / tp * rec["grad"], 2, tie_bw, tie_lat)
         tie_on = ~single & ~head_first
         dp_exposed = dp_exposed + np.where(tie_on, tie_t, 0.0)

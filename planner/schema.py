@@ -338,6 +338,10 @@ class NetworkTier(Strict):
     gbytes_per_s: float = Field(gt=0, description="Unidirectional bandwidth per GPU, gigabytes per second.")
     latency_s: float = Field(ge=0, description="Per-message latency (alpha of the alpha-beta model), seconds.")
     efficiency: float = Field(gt=0, le=1, description="Achievable fraction of gbytes_per_s for large collectives (bus bandwidth / link bandwidth).")
+    mesh_links: Optional[int] = Field(
+        None, gt=0, description="A full mesh of this many equal links per GPU (AMD's xGMI) instead of a switch: a group "
+        "of k ranks inside a node drives k - 1 of them, a point-to-point transfer one (gbytes_per_s is the sum over "
+        "all).  None = a switch (NVSwitch): every group gets the full bandwidth.")
 
 
 class HardwareProfile(Strict):

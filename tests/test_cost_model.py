@@ -444,3 +444,24 @@ def test_search_sized_arrays_take_the_shared_key_paths_and_get_the_same_counts()
             for a, b in zip(keyed[kind], direct[kind]):
                 for x, y in zip(a, b):
                     np.testing.assert_array_equal(np.broadcast_to(x, (n,)), np.broadcast_to(y, (n,)))
+
+
+def test_xgmi_mesh_gives_a_group_the_links_to_its_peers():
+    """MI300X's xGMI is a full mesh of 7 links per GPU, not a switch: tp 2 (and a pipeline send) drives one
+    link, tp 4 three, tp 8 all seven; an NVSwitch node gives every group the whole bandwidth."""
+    import numpy as np
+    from cost_models import comm
+    from cost_models.hardware import constants_from_profile
+    from planner.core import load_hardware
+    mi = constants_from_profile(load_hardware("mi300x"))
+    link = 64e9 * 0.75
+    for size, links in ((2, 1), (4, 3), (8, 7)):
+        bw, _ = comm.tier_params(mi, True, size)
+        assert float(bw) == pytest.approx(links * link)
+    assert float(comm.tier_params(mi, True)[0]) == pytest.approx(7 * link)  # no size: the whole mesh
+    h100 = constants_from_profile(load_hardware("h100-sxm-80gb"))
+    assert np.allclose(comm.tier_params(h100, True, np.array([2, 4, 8]))[0], h100.nvlink.bytes_per_s)
+    # the planner sees it: tp 2 all-reduces on MI300X cost 3.5x the bandwidth-time of the same bytes at tp 8
+    t2 = comm.all_reduce(1e9, 2, *comm.tier_params(mi, True, 2))[0]
+    t8 = comm.all_reduce(1e9, 8, *comm.tier_params(mi, True, 8))[0]
+    assert t2 > t8

@@ -127,7 +127,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     heads = _get(cfg, names["heads"], "heads", where)
     vocab = _get(cfg, names["vocab"], "vocab", where)
     kv_heads = _get(cfg, names["kv_heads"], "kv_heads", where, required=False) if names["kv_heads"] else None
-    kv_heads = kv_heads or heads  # multi-head attention when the config has no GQA field
+    if kv_heads is None:
+        kv_heads = heads  # multi-head attention when the config has no GQA field
     if model_type == "gpt2":
         ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, required=False) or 4 * hidden  # GPT2Config: n_inner None -> 4*n_embd
     else:
@@ -135,6 +136,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     tied = cfg.get("tie_word_embeddings")
     if tied is None:
         tied = _TIED_DEFAULT[model_type]
+    elif not isinstance(tied, bool):  # "false" would read as tied
+        raise ValueError(f"{where}: tie_word_embeddings must be true or false, got {tied!r}")
     head_dim = cfg.get("head_dim")
     if head_dim is not None and heads and head_dim * heads == hidden:
         head_dim = None  # the default; keep the spec minimal
@@ -171,6 +174,10 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     }.get(model_type)
     if vision_dropped:
         notes += "; the vision tower is not counted"
+    if arch == "llama" and model_type != "qwen2" and (cfg.get("attention_bias") or cfg.get("mlp_bias")):
+        which = " and ".join(k for k in ("attention_bias", "mlp_bias") if cfg.get(k))
+        bias_note = f"{which} not counted (llama blocks have no biases)"
+        notes = f"{notes}; {bias_note}" if notes else bias_note
     scaling = cfg.get("rope_scaling")
     params = cfg.get("rope_parameters")
     if not (isinstance(scaling, dict) and scaling) and isinstance(params, dict) \

@@ -278,3 +278,13 @@ def test_keys_a_config_leaves_out_take_the_transformers_class_defaults():
     assert "all layers attend within a 4096-token window" in mistral.source
     gpt2 = model_from_hf_config({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257})
     assert gpt2.max_seq_len == 1024 and gpt2.num_params == 124_439_808  # GPT-2's released 124M
+
+
+def test_wrong_types_and_dropped_biases_are_said():
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100}
+    with pytest.raises(ValueError, match="tie_word_embeddings must be true or false"):
+        model_from_hf_config({**cfg, "tie_word_embeddings": "false"})
+    with pytest.raises(ValueError, match="kv_heads"):
+        model_from_hf_config({**cfg, "num_key_value_heads": 0})
+    assert "attention_bias not counted" in model_from_hf_config({**cfg, "attention_bias": True}).source

@@ -5,7 +5,7 @@
 #
 #     bash benchmarks/gpu_next.sh benchmarks/results/YYYY-MM-DD-h100
 #
-# 1. the host: lscpu and which SDPA kernel torch picks for the grid's GQA attention;
+# 1. the host: lscpu, which SDPA kernel torch picks for the grid's GQA attention, the allocator's capacity;
 # 2. `parplan calibrate --host-only` on the 2026-11-22 refit profile, timed as its own command;
 # 3. the GQA block's saved bytes and backward peak on CUDA (none / selective / full, with the trace);
 # 4. the four launch-bound grid entries with step 2's profile, on the same machine, then one entry with
@@ -40,6 +40,8 @@ with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel() *
 print(f"SDPA with enable_gqa saves {sum(saved) / 2**20:.1f} MiB in {len(saved)} tensors: "
       + ", ".join(f"{b / 2**20:.1f}" for b in saved))
 print("torch", torch.__version__)
+# the capacity the CUDA allocator sees (calibrate now writes it as hbm_gbytes; the shipped profile has nvidia-smi's)
+print("total_memory", torch.cuda.get_device_properties(0).total_memory, "free/total", torch.cuda.mem_get_info())
 EOF
 cat "$R/host/sdpa_choice.txt"; pack
 

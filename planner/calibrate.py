@@ -164,7 +164,7 @@ def profile_toml(profile) -> str:
             lines.append(f"{key} = {_toml_value(value)}")
     for key, table in tables.items():
         lines.append(f"\n[{key}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items())
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)  # unset: the default
     return "\n".join(lines) + "\n"
 
 
@@ -258,6 +258,12 @@ def cpu_warning(what: str = "its peaks and bandwidths are this CPU's (about 0.1 
             "real runs with the profile")
 NO_GPU = ("no CUDA GPU here to calibrate -- fix: run it on the GPU node, or pass --device cpu for a test-only "
           "self-calibration of this CPU")
+
+
+def device_capacity_bytes(index: int = 0) -> int:
+    """The CUDA device's memory as its allocator sees it (cudaDeviceProp.totalGlobalMem)."""
+    import torch
+    return int(torch.cuda.get_device_properties(index).total_memory)
 
 
 def _today() -> str:
@@ -789,6 +795,10 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         measured_fields.append("host_link_gbytes_per_s")
         data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_block.items()}
         measured_fields.append("host_block_s")
+        # what the CUDA allocator can use (cudaDeviceProp.totalGlobalMem): below nvidia-smi's memory.total, which
+        # counts memory the driver keeps (an H100 80GB: about 79.1 GiB against 81,559 MiB)
+        data["hbm_gbytes"] = round(device_capacity_bytes() / 1e9, 2)
+        measured_fields.append("hbm_gbytes")
     else:
         data["hbm_gbytes_per_s"] = float(f"{copy_gbps:.4g}")
         data["hbm_efficiency"] = 1.0
@@ -802,8 +812,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         why = "one GPU" if on_gpu else "cpu"
         notes.append(f"{why}: network not measured; nvlink, inter_node and overlap_compute_slowdown kept from "
                      f"{base_profile.name}")
-    notes.append("inter_node, hbm_gbytes, memory_reserve_gbytes, sustained_matmul_fraction and host memory kept from "
-                 f"{base_profile.name} (inter-node needs several nodes; sustained fraction: `parplan calibrate --from-run`)")
+    notes.append("inter_node, " + ("" if on_gpu else "hbm_gbytes, ") + "memory_reserve_gbytes, sustained_matmul_fraction "
+                 f"and host memory kept from {base_profile.name} (inter-node needs several nodes; sustained fraction: "
+                 "`parplan calibrate --from-run`)")
 
     elapsed = time.perf_counter() - t_start
     method = (f"CUDA events, median of {timer.reps} after {timer.warmup} warm-ups" if on_gpu

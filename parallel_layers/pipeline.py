@@ -21,6 +21,7 @@ from torch.distributed.pipelining.schedules import (
 )
 
 from parallel_layers.model import split_layers
+from parallel_layers.precision import fold_pending_grads
 
 SCHEDULES = {
     "gpipe": ScheduleGPipe,
@@ -163,6 +164,9 @@ def just_in_time_receives(stage):
     def backward_weight_one_chunk(chunk, *a, **k):
         out = orig["backward_weight_one_chunk"](chunk, *a, **k)
         _drop_graph(pending_losses.pop(chunk, None))
+        # torch's weight pass assigns or adds dW to p.grad directly (stage_backward_weight), past the
+        # master-weights hook: fold this micro-batch's into the fp32 main_grad now, not the step's bf16 sum
+        fold_pending_grads(stage.submod.parameters())
         return out
 
     stage._prepare_forward_infra = prepare_forward

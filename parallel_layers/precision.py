@@ -90,10 +90,11 @@ def attach_main_grads(params) -> None:
 
 
 def fold_pending_grads(params, divide: float = 1.0) -> None:
-    """After the backward of a step: gradients written to ``p.grad`` without the hook (the
-    zero-bubble schedules assign weight gradients directly) join ``main_grad``; then all of them
-    are divided by ``divide`` (the pipeline's micro-batch count, which the schedule's own
-    ``scale_grads`` would have applied to ``p.grad``)."""
+    """Gradients written to ``p.grad`` without the hook (the zero-bubble schedules' weight pass assigns
+    them directly: pipeline.just_in_time_receives folds them after every micro-batch's pass, so they add
+    up in fp32) join ``main_grad``; then, after the step's backward, all of them are divided by
+    ``divide`` (the pipeline's micro-batch count, which the schedule's own ``scale_grads`` would have
+    applied to ``p.grad``)."""
     for p in params:
         if not hasattr(p, "main_grad"):
             continue

@@ -384,3 +384,35 @@ def test_gpt_blocks_with_rotary_positions_have_no_table_and_rotate():
     m = StageModule(cfg, list(range(cfg.layers)), first=True, last=True, tp_group=None)
     assert m.positions is None and all(b.attn.rope for b in m.blocks)
     assert not ModelConfig.from_plan(tiny_plan(TINY_GPT)).rope
+
+
+def test_zero_bubble_weight_pass_folds_each_micro_batch_into_fp32():
+    """torch's weight pass (stage_backward_weight) writes dW to p.grad past the master-weights hook; the wrapped
+    pass folds it into the fp32 main_grad at once, so micro-batches add up in fp32 rather than in bf16."""
+    from parallel_layers.pipeline import just_in_time_receives
+    from parallel_layers.precision import attach_main_grads
+
+    lin = nn.Linear(4, 4, bias=False).to(torch.bfloat16)
+    attach_main_grads(lin.parameters())
+
+    class FakeStage:
+        submod = lin
+        args_recv_info, grad_recv_info = {}, {}
+
+        def _prepare_forward_infra(self, *a, **k): pass
+        def _prepare_backward_infra(self, *a, **k): pass
+        def get_fwd_recv_ops(self, chunk): return []
+        def get_bwd_recv_ops(self, chunk): return []
+        def backward_one_chunk(self, chunk, *a, **k): pass
+
+        def backward_weight_one_chunk(self, chunk, *a, **k):  # as torch does: p.grad = dW or p.grad += dW
+            g = torch.full((4, 4), 256.0 if chunk == 0 else 1.0, dtype=torch.bfloat16)
+            lin.weight.grad = g if lin.weight.grad is None else lin.weight.grad + g
+
+    stage = just_in_time_receives(FakeStage())
+    for chunk in range(4):
+        stage.backward_weight_one_chunk(chunk)
+    w = lin.weight
+    # 256 + 1 + 1 + 1 in fp32; summed in bf16 (8 significant bits: steps of 2 above 256) it would read 256
+    assert w.grad is None and w.main_grad.dtype == torch.float32
+    assert torch.equal(w.main_grad, torch.full((4, 4), 259.0))

@@ -25,13 +25,24 @@ def _key(mod_tp_size: int, mod_tp_rank: int, spec) -> str:
     return spec.logical_name
 
 
-def keyed_parameters(stage_modules) -> dict[str, torch.nn.Parameter]:
-    out = {}
+def _keyed(stage_modules) -> tuple[dict[str, torch.nn.Parameter], list[tuple[str, torch.nn.Parameter]]]:
+    """({key: parameter}, [(key, copy)]): the first parameter of each key, and the other parameters that carry
+    the same key -- a tied head's copy of the embedding on the rank that holds both ends (ZB-V's rank 0),
+    which is saved once and restored from the same values."""
+    out, copies = {}, []
     for m in stage_modules:
         for mod in m.modules():
             for attr, spec in getattr(mod, "param_specs", {}).items():
-                out[_key(mod.tp_size, mod.tp_rank, spec)] = getattr(mod, attr)
-    return out
+                k, p = _key(mod.tp_size, mod.tp_rank, spec), getattr(mod, attr)
+                if k not in out:
+                    out[k] = p
+                elif out[k] is not p and all(c is not p for _, c in copies):
+                    copies.append((k, p))
+    return out, copies
+
+
+def keyed_parameters(stage_modules) -> dict[str, torch.nn.Parameter]:
+    return _keyed(stage_modules)[0]
 
 
 def _ensure_adamw_state(optim: torch.optim.Optimizer) -> None:
@@ -63,16 +74,20 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
     """optim: a torch optimizer or a ShardedAdamW / MasterAdamW.  A MasterAdamW's states are
     keyed by the parameter its fp32 copy belongs to; its fp32 master (master-weights recipes,
     not a mere host mirror of an fp32 parameter) is saved as ``{key}/master``."""
-    params = keyed_parameters(stage_modules)
+    params, copies = _keyed(stage_modules)
     sd = {"model": dict(params), "optim": {}, "meta": {"step": torch.tensor(step)}}
     inner, master = _unwrap(optim)
     if inner is not None:
         if create_optim_state:
             _ensure_adamw_state(inner)
         by_param = {id(p): k for k, p in params.items()}
+        copy_ids = {id(c) for _, c in copies}  # their states equal the first's (the same summed gradient)
         alias = master.alias if master is not None else {}
         for p, st in inner.state.items():
-            k = by_param[id(alias.get(id(p), p))]
+            owner = alias.get(id(p), p)
+            if id(owner) in copy_ids:
+                continue
+            k = by_param[id(owner)]
             for name, value in st.items():
                 sd["optim"][f"{k}/{name}"] = value
             if master is not None and master.keep_master:
@@ -94,10 +109,31 @@ def latest(directory: str, step: int | None = None) -> str | None:
     return have[max(have)] if have else None
 
 
+def _restore_copies(stage_modules, optim) -> None:
+    """A tied head's copy takes the loaded embedding's values, fp32 master and AdamW state."""
+    params, copies = _keyed(stage_modules)
+    if not copies:
+        return
+    inner, master = _unwrap(optim)
+    alias = master.alias if master is not None else {}
+    opt_of = {id(alias.get(id(p), p)): p for p in (inner.state if inner is not None else {})}
+    with torch.no_grad():
+        for k, c in copies:
+            c.copy_(params[k])
+            src, dst = opt_of.get(id(params[k])), opt_of.get(id(c))
+            if src is None or dst is None:
+                continue
+            if src is not params[k]:  # an fp32 master stands for the parameter in the optimizer
+                dst.copy_(src)
+            for name, value in inner.state[src].items():
+                inner.state[dst][name].copy_(value)
+
+
 def load(path: str, stage_modules, optim) -> int:
     """Load in place; returns the step the checkpoint was written after."""
     sd = state_dict(stage_modules, optim, 0, create_optim_state=True)
     dcp.load(sd, checkpoint_id=path)
+    _restore_copies(stage_modules, optim)
     _, master = _unwrap(optim)
     if master is not None:
         master.sync_from_params()  # a host mirror of fp32 parameters follows the loaded values

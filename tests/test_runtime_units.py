@@ -416,3 +416,35 @@ def test_zero_bubble_weight_pass_folds_each_micro_batch_into_fp32():
     # 256 + 1 + 1 + 1 in fp32; summed in bf16 (8 significant bits: steps of 2 above 256) it would read 256
     assert w.grad is None and w.main_grad.dtype == torch.float32
     assert torch.equal(w.main_grad, torch.full((4, 4), 259.0))
+
+
+def test_checkpoint_of_a_rank_holding_both_tied_ends(tmp_path):
+    """ZB-V puts the first and the last stage on pipeline rank 0: the embedding and the head's copy of it carry
+    one key.  The checkpoint saves it once (it had lost the embedding and then failed on its optimizer state)
+    and a load gives both the saved values and AdamW state."""
+    from parallel_layers import checkpoint
+    from parallel_layers.model import StageModule, init_parameters
+    plan = tiny_plan(TINY_GPT)  # tied
+    cfg = ModelConfig.from_plan(plan)
+    first = StageModule(cfg, [0], first=True, last=False, tp_group=None)
+    last = StageModule(cfg, [1], first=False, last=True, tp_group=None)
+    assert last.separate_tied_head
+    stages = [first, last]
+    for m in stages:
+        init_parameters(m, 0)
+    params = list({id(p): p for m in stages for p in m.parameters()}.values())
+    opt = torch.optim.AdamW(params, lr=1e-2)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    saved = {k: v.detach().clone() for k, v in checkpoint.keyed_parameters(stages).items()}
+    checkpoint.save(str(tmp_path), 1, stages, opt)
+    with torch.no_grad():
+        for p in params:
+            p.add_(1.0)
+    for st in opt.state.values():
+        st["exp_avg"].zero_()
+    assert checkpoint.load(checkpoint.latest(str(tmp_path)), stages, opt) == 1
+    emb, head = first.embed.weight, last.head.weight
+    assert torch.equal(emb, saved["embedding.weight"]) and torch.equal(head, emb)
+    assert torch.equal(opt.state[head]["exp_avg"], opt.state[emb]["exp_avg"]) and opt.state[emb]["exp_avg"].abs().sum() > 0

@@ -94,6 +94,10 @@ FRAMEWORK_RECOMPUTES: dict[str, tuple[str, ...] | None] = {
 # everything (FSDP2, data_parallel_shard_degree); it has no optimizer-only or gradient sharding.
 FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtitan": (0, 3), "megatron": None,
                                                        "deepspeed": None}
+# What an unpinned search offers where a pin may still ask for more: Megatron-LM's distributed optimizer is ZeRO-1
+# (gradients reduce-scattered into a full-size buffer), so its ZeRO-2 plan is the ZeRO-1 plan twice over, unless a
+# caller pins a per-micro-batch ZeRO-2 (validate's Llama 3 rows, whose stack is Meta's own)
+FRAMEWORK_SEARCHED_ZEROS: dict[str, tuple[int, ...]] = {"megatron": (0, 1, 3)}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     "parplan": {},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
@@ -298,6 +302,13 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     pins = _framework_choices(pins, "zero", FRAMEWORK_ZEROS[framework],
                               f"is not a {framework} data-parallel mode (DDP replicates, FSDP shards everything)",
                               "another --framework")
+    if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
+        pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
+    if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
+        if pins.zero == 0 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):
+            raise PlannerError("torchtitan runs DDP (--zero 0) only without tp, pp or cp (\"DDP has not supported > 1D "
+                               "parallelism\"); use --zero 3 (FSDP), or --tp/--pp/--cp 1")
+        pins = replace(pins, zero0_one_dim=True)
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
         raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")
@@ -373,6 +384,15 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
         need(pins.mbs >= 1, f"--mbs must be >= 1, got {pins.mbs}")
     if pins.vpp is not None:
         need(pins.vpp >= 1, f"--vpp must be >= 1, got {pins.vpp}")
+        need(pins.vpp >= 2 or pins.schedule not in ("interleaved-1f1b", "interleaved-zb"),
+             f"--schedule {pins.schedule} with --vpp 1: interleaving needs 2 or more model chunks per pipeline rank; "
+             "pin --vpp 2 or more, or --schedule 1f1b")
+        need(pins.vpp == 2 or pins.schedule != "zbv",
+             f"--schedule zbv with --vpp {pins.vpp}: the V-shaped schedule runs exactly 2 chunks per rank; pin --vpp 2 "
+             "or drop --vpp")
+        need(pins.vpp == 1 or pins.schedule not in ("gpipe", "1f1b"),
+             f"--schedule {pins.schedule} with --vpp {pins.vpp}: that schedule runs one chunk per rank; pin --vpp 1, "
+             "or --schedule interleaved-1f1b")
     if pins.zero is not None:
         need(0 <= pins.zero <= 3, f"--zero must be 0, 1, 2 or 3, got {pins.zero}")
     if pins.sp and pins.tp == 1:

@@ -48,6 +48,7 @@ class Pins:
     recomputes: tuple[str, ...] | None = None  # what an unpinned recompute may be (None: every one)
     zeros: tuple[int, ...] | None = None  # what an unpinned ZeRO stage may be (None: 0-3)
     zero_max_with_pp: int | None = None  # highest ZeRO stage the framework runs inside a pipeline
+    zero0_one_dim: bool = False  # ZeRO 0 (DDP) only without tp, pp or cp (torchtitan)
 
 
 @dataclass
@@ -95,7 +96,8 @@ def structural_space(m: ModelDims, gpus: int, gbs: int, pins: Pins):
             elif sched_name == "zbv":
                 vpps = [2]
             else:
-                vpps = [v for v in range(2, MAX_VPP + 1)] if pins.vpp is None else [pins.vpp]
+                # interleaving needs 2 chunks or more: a pinned --vpp 1 leaves these schedules out
+                vpps = [v for v in range(2, MAX_VPP + 1)] if pins.vpp is None else [pins.vpp] if pins.vpp >= 2 else []
             if pins.vpp is not None:
                 vpps = [v for v in vpps if v == pins.vpp]
             for v in vpps:
@@ -124,12 +126,16 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: b
     # (structure x policy) grid before any column is built: the product itself is hundreds of thousands of
     # rows at scale
     tp, pp, cp, dp = (struct[:, j, None] for j in (0, 1, 2, 3))
-    zero, sp = policy[None, :, 0], policy[None, :, 2]
+    zero, sp, off = policy[None, :, 0], policy[None, :, 2], policy[None, :, 3]
     keep = ~((sp == 1) & (tp == 1))
     shards = dp * cp if zero_over_cp else dp
-    keep = keep & (~((zero > 0) & (shards == 1)) | (pins.zero is not None))
+    # ...except under optimizer offload, which the frameworks run under ZeRO only (DeepSpeed's ZeRO-Offload
+    # on one GPU is ZeRO-1 over a single shard): there the stage is what moves the states to the host
+    keep = keep & (~((zero > 0) & (shards == 1) & (off == 0)) | (pins.zero is not None))
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
+    if pins.zero0_one_dim:
+        keep = keep & ~((zero == 0) & ((tp > 1) | (pp > 1) | (cp > 1)))
     i_s, i_p = np.nonzero(np.broadcast_to(keep, (len(struct), len(policy))))
     S, P = struct[i_s], policy[i_p]
     return Layout(gpus=np.full(len(i_s), gpus), tp=S[:, 0], pp=S[:, 1], cp=S[:, 2], dp=S[:, 3], mbs=S[:, 4],

@@ -341,6 +341,14 @@ def check_runtime_support(plan, device: str) -> Check:
         missing.append((f"precision {t.precision} with fp16 (needs loss scaling)", "use dtype bf16"))
     if device == "cuda" and t.precision == "amp" and t.dtype == "fp16":
         missing.append(("amp with fp16 (needs loss scaling)", "use dtype bf16"))
+    # FSDP2's CPUOffloadPolicy keeps the gradient shards on the host, and the runtime's SP, cp and tied-embedding
+    # gradient sums would all-reduce those CPU tensors over NCCL, which has no CPU backend
+    extra = [n for n, on in (("sequence parallelism", p.sp and p.tp > 1), (f"cp={p.cp}", p.cp > 1),
+                             ("tied embeddings across the pipeline", m.tied_embeddings and p.pp > 1)) if on]
+    if device == "cuda" and p.zero_stage == 3 and p.offload == "optimizer" and extra:
+        missing.append((f"FSDP2 optimizer offload with {' and '.join(extra)} on cuda (their gradient sums would "
+                        "all-reduce host tensors over NCCL)", "drop offload, use ZeRO 1 or 2 with offload, or "
+                        "launch without " + " and ".join(extra)))
     if getattr(t, "dropout", False):
         missing.append(("dropout", "set training.dropout to false (the runtime's blocks have no dropout; "
                                    "the prediction would count masks the run does not have)"))

@@ -540,3 +540,14 @@ def test_output_folders_that_are_files_fail_before_the_run(plan8, tmp_path, caps
             assert err.count("\n") == 1 and "is a file, not a folder" in err, err
     assert L.check_folder("--checkpoint-dir", str(tmp_path / "new" / "ck")) is None
     assert not (tmp_path / "r").exists()
+
+
+def test_fsdp2_offload_with_host_gradient_sums_is_refused_on_cuda():
+    """FSDP2's CPU offload keeps gradient shards on the host; SP's (and cp's, and tied embeddings') gradient sums
+    would all-reduce them over NCCL: refused on cuda, allowed on gloo (cpu), where every tensor is a host one."""
+    plan = tiny_plan(tp=2, dp=2, zero_stage=3, offload="optimizer", sp=True)
+    c = L.check_runtime_support(plan, "cuda")
+    assert not c.ok and "FSDP2 optimizer offload with sequence parallelism" in c.detail
+    assert L.check_runtime_support(plan, "cpu").ok
+    plan = tiny_plan(tp=1, dp=4, zero_stage=3, offload="optimizer")
+    assert L.check_runtime_support(plan, "cuda").ok

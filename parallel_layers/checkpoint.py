@@ -8,7 +8,8 @@ pp 2 -> 1 with ZeRO-1 -> FSDP2); another tp is not supported (TP shards are sepa
 
 Master-weights recipes (ZeRO 0-2) also save each fp32 master as ``{key}/master``; such a
 checkpoint resumes only into a master-weights run and vice versa (FSDP2's fp32 shards are the
-master and need no extra key).  Optimizer offload changes nothing in the keys.
+master and need no extra key; between FSDP2 and ZeRO 0-2 each side's fp32 values load into the
+other's masters).  Optimizer offload changes nothing in the keys.
 """
 from __future__ import annotations
 
@@ -129,10 +130,42 @@ def _restore_copies(stage_modules, optim) -> None:
                 inner.state[dst][name].copy_(value)
 
 
+def _saved_keys(path: str) -> set[str]:
+    """The flattened keys a checkpoint holds ("model.<key>", "optim.<key>/master", ...)."""
+    return set(dcp.FileSystemReader(path).read_metadata().state_dict_metadata)
+
+
+def _cross_master_recipes(sd: dict, saved: set[str], stage_modules) -> list:
+    """A master-weights checkpoint resumes across FSDP2 and ZeRO 0-2, whose fp32 masters are saved differently:
+    FSDP2's fp32 parameters are the masters (under "model"), ZeRO 0-2 save 16-bit parameters plus
+    "{key}/master".  Redirects sd so each fp32 tensor loads from the fp32 values the checkpoint has; returns
+    [(16-bit parameter, fp32 master)] to copy after the load."""
+    after = []
+    masters = {k[: -len("/master")]: v for k, v in sd["optim"].items() if k.endswith("/master")}
+    params = sd["model"]
+    if masters and not any(k.endswith("/master") for k in saved):
+        # written by FSDP2 (no master keys): the masters load from its fp32 parameters
+        for k, master in masters.items():
+            del sd["optim"][f"{k}/master"]
+            after.append((params[k], master))
+            params[k] = master
+    elif not masters and any(k.endswith("/master") for k in saved):
+        # written by ZeRO 0-2 with masters, read by FSDP2 (fp32 parameters): take the fp32 masters, not the
+        # 16-bit copies
+        for k in list(params):
+            if params[k].dtype == torch.float32 and f"optim.{k}/master" in saved:
+                sd["optim"][f"{k}/master"] = params.pop(k)
+    return after
+
+
 def load(path: str, stage_modules, optim) -> int:
     """Load in place; returns the step the checkpoint was written after."""
     sd = state_dict(stage_modules, optim, 0, create_optim_state=True)
+    after = _cross_master_recipes(sd, _saved_keys(path), stage_modules)
     dcp.load(sd, checkpoint_id=path)
+    with torch.no_grad():
+        for param, master in after:
+            param.copy_(master)
     _restore_copies(stage_modules, optim)
     _, master = _unwrap(optim)
     if master is not None:

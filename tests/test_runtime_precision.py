@@ -155,3 +155,30 @@ def test_master_weights_with_fp16_is_refused_with_the_fix():
     with pytest.raises(NotImplementedError, match="use dtype bf16"):
         train.autocast_dtype(tiny_plan(precision="master-weights").model_copy(
             update={"training": tiny_plan().training.model_copy(update={"dtype": "fp16", "precision": "master-weights"})}), "cpu")
+
+
+@pytest.mark.parametrize("first,then", [(3, 0), (0, 3), (3, 1)], ids=["fsdp2-to-zero0", "zero0-to-fsdp2", "fsdp2-to-zero1"])
+def test_master_weights_checkpoint_resumes_across_fsdp2_and_zero(tmp_path, first, then):
+    """FSDP2 keeps its fp32 masters as the parameters, ZeRO 0-2 beside 16-bit ones ({key}/master): each resumes the
+    other's checkpoint from the fp32 values (it had failed on the missing master keys one way, and loaded the
+    16-bit copies into the fp32 shards the other)."""
+    kw = dict(precision="master-weights")
+    a = tiny_plan(TINY_GPT, zero_stage=first, **kw)
+    b = tiny_plan(TINY_GPT, zero_stage=then, **kw)
+    ck = str(tmp_path / "ckpt")
+    losses(a, steps=2, checkpoint_dir=ck, checkpoint_every=2)
+    straight = losses(a, steps=3)
+    rep = train.run(b, train.RunOptions(steps=3, device="cpu", checkpoint_dir=ck, resume=True))
+    assert rep["steps"][0]["loss"] == pytest.approx(straight[2], rel=1e-4)
+    if then == 3:  # FSDP2's fp32 parameters are the ZeRO-0 run's saved masters, bit for bit
+        from parallel_layers import checkpoint
+        path = checkpoint.latest(ck, 2)
+        zero = train.build_runtime(a, train.RunOptions(steps=3), CPU)
+        checkpoint.load(path, zero.stage_modules, zero.optimizer)
+        fsdp = train.build_runtime(b, train.RunOptions(steps=3), CPU)
+        checkpoint.load(path, fsdp.stage_modules, fsdp.optimizer)
+        master_of = dict(zip(map(id, zero.optimizer.params), zero.optimizer.masters))
+        want = {k: master_of[id(v)] for k, v in checkpoint.keyed_parameters(zero.stage_modules).items()}
+        got = checkpoint.keyed_parameters(fsdp.stage_modules)
+        for k, v in got.items():
+            assert torch.equal(v.to_local() if hasattr(v, "to_local") else v, want[k]), k

@@ -178,6 +178,10 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         which = " and ".join(k for k in ("attention_bias", "mlp_bias") if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes = f"{notes}; {bias_note}" if notes else bias_note
+    partial = cfg.get("partial_rotary_factor")
+    if arch == "llama" and isinstance(partial, (int, float)) and 0 < partial < 1:
+        part_note = f"partial_rotary_factor {partial:g}: parplan's runtime rotates the whole head (the cost is the same)"
+        notes = f"{notes}; {part_note}" if notes else part_note
     scaling = cfg.get("rope_scaling")
     params = cfg.get("rope_parameters")
     if not (isinstance(scaling, dict) and scaling) and isinstance(params, dict) \

@@ -288,3 +288,4 @@ def test_wrong_types_and_dropped_biases_are_said():
     with pytest.raises(ValueError, match="kv_heads"):
         model_from_hf_config({**cfg, "num_key_value_heads": 0})
     assert "attention_bias not counted" in model_from_hf_config({**cfg, "attention_bias": True}).source
+    assert "partial_rotary_factor 0.75" in model_from_hf_config({**cfg, "partial_rotary_factor": 0.75}).source

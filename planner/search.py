@@ -49,6 +49,7 @@ class Pins:
     zeros: tuple[int, ...] | None = None  # what an unpinned ZeRO stage may be (None: 0-3)
     zero_max_with_pp: int | None = None  # highest ZeRO stage the framework runs inside a pipeline
     zero0_one_dim: bool = False  # ZeRO 0 (DDP) only without tp, pp or cp (torchtitan)
+    offload_needs_shards: bool = False  # no optimizer offload over a single shard (torchtitan: FSDP needs dp_shard > 1)
 
 
 @dataclass
@@ -131,7 +132,8 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: b
     shards = dp * cp if zero_over_cp else dp
     # ...except under optimizer offload, which the frameworks run under ZeRO only (DeepSpeed's ZeRO-Offload
     # on one GPU is ZeRO-1 over a single shard): there the stage is what moves the states to the host
-    keep = keep & (~((zero > 0) & (shards == 1) & (off == 0)) | (pins.zero is not None))
+    one_shard_offload = (off > 0) & (not pins.offload_needs_shards)
+    keep = keep & (~((zero > 0) & (shards == 1) & ~one_shard_offload) | (pins.zero is not None))
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
     if pins.zero0_one_dim:

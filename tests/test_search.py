@@ -594,6 +594,9 @@ def test_search_audit_pins_and_framework_modes():
     for a in [titan, *titan.alternatives]:
         p = a.parallel
         assert p.zero_stage == 3 or (p.tp == p.pp == p.cp == 1), p
+    # tp 8 alone on 8 GPUs: no DDP beside TP, and no FSDP (or its CPU offload) without a dp_shard to shard over
+    with pytest.raises(PlannerError, match="no layout"):
+        recommend(spec, 8, framework="torchtitan", pins=Pins(tp=8))
     with pytest.raises(PlannerError, match="DDP has not supported"):
         recommend(spec, 16, framework="torchtitan", pins=Pins(zero=0, tp=2))
     mega = recommend(load_preset("llama3-70b"), 64, framework="megatron", top_k=20)

@@ -305,10 +305,10 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
         pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
-        if pins.zero == 0 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):
-            raise PlannerError("torchtitan runs DDP (--zero 0) only without tp, pp or cp (\"DDP has not supported > 1D "
-                               "parallelism\"); use --zero 3 (FSDP), or --tp/--pp/--cp 1")
-        pins = replace(pins, zero0_one_dim=True, offload_needs_shards=True)
+        if pins.zero == 0 and (pins.dp or 1) > 1 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):
+            raise PlannerError("torchtitan runs DDP (--zero 0 over dp > 1) only without tp, pp or cp (\"DDP has not "
+                               "supported > 1D parallelism\"); use --zero 3 (FSDP), or --tp/--pp/--cp 1")
+        pins = replace(pins, zero0_one_dim=True, offload_needs_shards=True, fsdp_native=True)
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
         raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")

@@ -48,8 +48,9 @@ class Pins:
     recomputes: tuple[str, ...] | None = None  # what an unpinned recompute may be (None: every one)
     zeros: tuple[int, ...] | None = None  # what an unpinned ZeRO stage may be (None: 0-3)
     zero_max_with_pp: int | None = None  # highest ZeRO stage the framework runs inside a pipeline
-    zero0_one_dim: bool = False  # ZeRO 0 (DDP) only without tp, pp or cp (torchtitan)
+    zero0_one_dim: bool = False  # DDP (ZeRO 0 over dp > 1) only without tp, pp or cp (torchtitan)
     offload_needs_shards: bool = False  # no optimizer offload over a single shard (torchtitan: FSDP needs dp_shard > 1)
+    fsdp_native: bool = False  # ZeRO-3 is the framework's default data parallelism, no moving part (torchtitan)
 
 
 @dataclass
@@ -137,7 +138,7 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: b
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
     if pins.zero0_one_dim:
-        keep = keep & ~((zero == 0) & ((tp > 1) | (pp > 1) | (cp > 1)))
+        keep = keep & ~((zero == 0) & (dp > 1) & ((tp > 1) | (pp > 1) | (cp > 1)))
     i_s, i_p = np.nonzero(np.broadcast_to(keep, (len(struct), len(policy))))
     S, P = struct[i_s], policy[i_p]
     return Layout(gpus=np.full(len(i_s), gpus), tp=S[:, 0], pp=S[:, 1], cp=S[:, 2], dp=S[:, 3], mbs=S[:, 4],
@@ -200,13 +201,14 @@ def infeasibility(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, metrics: di
 NEAR_TIE = 0.05
 
 
-def complexity(lay: Layout):
+def complexity(lay: Layout, zero3_counts: bool = True):
     """Moving parts a plan adds (lower is simpler): optimizer offload, then context parallelism,
-    then ZeRO-3 parameter sharding."""
-    return 4 * (np.asarray(lay.offload) > 0) + 2 * (np.asarray(lay.cp) > 1) + (np.asarray(lay.zero) >= 3)
+    then ZeRO-3 parameter sharding (not where FSDP is the framework's own default: zero3_counts)."""
+    return (4 * (np.asarray(lay.offload) > 0) + 2 * (np.asarray(lay.cp) > 1)
+            + ((np.asarray(lay.zero) >= 3) & zero3_counts))
 
 
-def sort_key(objective: str, lay: Layout, metrics: dict):
+def sort_key(objective: str, lay: Layout, metrics: dict, zero3_counts: bool = True):
     """Indices best first.  np.lexsort sorts by the last key first.  Throughput: plans within
     NEAR_TIE of the fastest come first, simplest of them first; then by step time."""
     step = metrics["step_time_s"]
@@ -219,7 +221,7 @@ def sort_key(objective: str, lay: Layout, metrics: dict):
     if len(step) == 0:
         return np.arange(0)
     near = step <= step.min() * (1 + NEAR_TIE)
-    return np.lexsort((tie, mem, step, np.where(near, complexity(lay), 0), ~near))
+    return np.lexsort((tie, mem, step, np.where(near, complexity(lay, zero3_counts), 0), ~near))
 
 
 def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins: Pins, top_k: int,
@@ -282,7 +284,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
     else:
         sub = lay.take(feasible)
         sub_met = {k: v[feasible] for k, v in met.items()}
-        order = sort_key(objective, sub, sub_met)[:top_k]
+        order = sort_key(objective, sub, sub_met, zero3_counts=not pins.fsdp_native)[:top_k]
         top = sub.take(order)
         top_met = {k: v[order] for k, v in sub_met.items()}
     return SearchResult(layout=top, metrics=top_met, candidates=candidates, feasible=int(len(feasible)),

@@ -41,7 +41,7 @@ NOTES = [
     "virtual stages lighter, as Meta describes). MFU is compared in Chowdhery et al.'s convention (no causal "
     "discount), which the paper cites; the causally discounted value is in the row note (8K rows 0.382 and "
     "0.361 against 0.43 and 0.41, -11.2% and -12.0%; the 128K row 0.340 against 0.38, -10.5%). Without the "
-    "discount the 128K row, where attention is 57% of the counted FLOPs, is +26%: the convention is not "
+    "discount the 128K row, where attention is 57% of the counted FLOPs, is +25.2%: the convention is not "
     "stated, so both are shown and the undiscounted one is scored. Its all-gather context parallelism is "
     "exposed in the critical path, as the paper says (sec. 3.3.2; overlap_cp_comm off): charging it took "
     "the row from +29.9% to +26.1%. Recompute for the 128K stage is not "
@@ -73,7 +73,7 @@ NOTES = [
     "(tp x pp searched, best taken) were over-predicted by 17-18%. With the A100's sustained fraction fitted "
     "on SC21 Table 1 (2026-11-23), and the PTD-P rows given Megatron-2021's 16-bit gradient buffers (fp16, "
     "unfused accumulation), the 384-GPU ZeRO-3 row reads +4.1%, the 640-GPU one +9.9%, the "
-    "communication-bound ones within 7.3%, and the 174.6B PTD-P rows +6.5 to +8.6%.",
+    "communication-bound ones within 7.3%, and the 174.6B PTD-P rows +6.2 to +8.4%.",
     "korthikanti2022_selective_recompute: Megatron-LM of 2022 starts the column-parallel layers' input-gradient "
     "all-reduce (reduce-scatter with SP) asynchronously and computes their weight gradients meanwhile "
     "(LinearWithGradAccumulationAndAsyncCommunication, async_tensor_model_parallel_allreduce, on by default); "
@@ -94,19 +94,20 @@ NOTES = [
     "took it to 1.3%. But with tensor parallelism the engine partitions what it sends (is_pipe_partitioned, "
     "is_grad_partitioned, PartitionedTensor in deepspeed/runtime/pipe/engine.py: 1/tp per rank, all-gathered "
     "by the receiver), and modelled so (2026-11-23) it read 10.3%: the whole tensors had covered part of "
-    "what the model lacked. With the A100's sustained fraction fitted on SC21 Table 1 it reads 3.7%. "
+    "what the model lacked. With the A100's sustained fraction fitted on SC21 Table 1 it read 3.7% (3.1% today). "
     "benchmarks/deepspeed_gap.py: what is left is 21-28 ms per pipeline slot at micro-batch 1 and 2, with 1 "
     "and 128 micro-batches alike: a constant 6.0 ms per block and micro-batch (the fit's share of the GPU "
     "time is -2.0%). The training script sets CUDA_LAUNCH_BLOCKING=1, so every kernel waits for the "
     "previous one and a block's host dispatch adds to its GPU time; not modelled (that stack's dispatch "
     "time is not measured).",
     "mt_nlg_530b: the same model, tp 8 x pp 35 and cluster (Selene) as Korthikanti's 530B rows, which are "
-    "predicted within 0.1-5.0%. The published iteration times fit (m + 34) x 0.206 s + 3.6 s for m = 240, 192, "
-    "160 micro-batches (micro-batch 1, 1F1B); the model gives 0.184 s per micro-batch with the engine's four "
+    "predicted within 0.1-5.0%. The published iteration times fit (m + 34) x 0.194 s + 6.7 s (least squares over m = "
+    "240, 192, 160 micro-batches; micro-batch 1, 1F1B; benchmarks/deepspeed_gap.py); the model gives 0.178 s a slot "
+    "and 1.72 s a step with the engine's four "
     "blocking transfers a micro-batch, each 1/tp of the activation (partitioned over the TP group, then "
     "all-gathered; whole tensors until 2026-11-23). The over-prediction is DeepSpeed's 2021 pipeline engine "
     "taking longer per micro-batch than the model on the same shapes (Megatron's own 2021 run of this "
-    "configuration, SC21 Table 1's 530B row, is predicted within 1.3%); nothing is fitted to it. fp16: DeepSpeed "
+    "configuration, SC21 Table 1's 530B row, is predicted within 1.4%); nothing is fitted to it. fp16: DeepSpeed "
     "keeps and all-reduces 16-bit gradients (master-weights-half-grads; counted as fp32 until 2026-11-23, "
     "which had read 16.8% instead of 20.2% at the A100 fraction then, 0.93). benchmarks/deepspeed_gap.py: BLOOM's constant 6.0 ms per block and micro-batch would take "
     "these rows to +9.4 / +10.4 / +14.7%; a diagnosis, not in the model (MT-NLG's launch settings are not "
@@ -116,7 +117,8 @@ NOTES = [
     "arXiv 2507.03114). Adding it moved the H100 fit from 0.72 (median 4.0%, max 12.8%, Spearman 0.07) to "
     "0.83 (3.0%, 11.0%, 0.88), OPT-175B from +25.2% to +14.0% and Llama 3 from 9.0% to 4.3% median. "
     "OPT then moved to +17.0% when FSDP stopped being charged a third gather per recomputed block "
-    "(2026-11-23: FSDP2 gathers a block twice a step whatever the recompute, tests/test_runtime_fsdp2_gathers.py).",
+    "(2026-11-23: FSDP2 gathers a block twice a step whatever the recompute, tests/test_runtime_fsdp2_gathers.py). "
+    "Today, after later changes: the H100 table 3.7% / 7.9% at 0.83 (Spearman 0.90), OPT +10.0%.",
     "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "
     "plausibility checks and should not be read as accuracy.",
     "torchtitan_2024_h100 ran on 500 W H100 96GB HBM2e whose peak the source puts between SXM and NVL without "
@@ -193,8 +195,11 @@ def render_markdown(cases, summary, date: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--no-write", action="store_true", help="print only, do not write results/accuracy.md")
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--no-write", action="store_true",
+                    help="print only, do not write results/accuracy.md nor planner/data/accuracy.json")
+    ap.add_argument("--out", default=str(OUT),
+                    help="the markdown report (default benchmarks/results/accuracy.md); the shipped summary under "
+                         "every plan, planner/data/accuracy.json, is written too unless --no-write")
     args = ap.parse_args(argv)
     cases = validate_all()
     summary = summarize(cases)

@@ -1,6 +1,8 @@
 """What one transformer block holds for its backward, and how much more its backward allocates.
 
-    python benchmarks/block_backward_memory.py [--json OUT]
+    python benchmarks/block_backward_memory.py [--json OUT] [--device cpu|cuda] [--trace] [--only NAME]
+
+(blocks: megatron-gpt, parplan-llama, parplan-llama-gqa, parplan-gpt; --only takes a prefix)
 
 Builds single blocks in plain torch on CPU (fp32, tp 1) and replays the CPU allocator's trace
 (torch.profiler profile_memory, as parallel_layers/host_memory.py does) over one forward and one

@@ -41,6 +41,8 @@ def rows(set_name: str):
 
 
 def main() -> None:
+    import argparse
+    argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0]).parse_args()  # no options; --help says so
     bloom = list(rows("bloom_176b"))
     print("BLOOM-176B: published vs predicted step, and what the model is short per pipeline slot")
     for r in bloom:

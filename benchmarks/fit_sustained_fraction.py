@@ -45,7 +45,11 @@ def median_error(fraction: float, queries, base) -> tuple[float, float]:
 
 
 def main() -> None:
-    name = sys.argv[1] if len(sys.argv) > 1 else "h100-sxm-80gb"
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("profile", nargs="?", default="h100-sxm-80gb", choices=sorted(FIT_SETS),
+                    help="the profile to scan (default h100-sxm-80gb)")
+    name = ap.parse_args().profile
     fit_set = FIT_SETS[name]
     data = json.loads((reference_dir() / f"{fit_set}.json").read_text())
     queries = list(ADAPTERS[fit_set](data))

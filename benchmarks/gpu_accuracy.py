@@ -318,7 +318,8 @@ def spread(rs: list[dict]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("root", help="a results folder with grid/, grid-refit/, h100-calibrated.toml, h100-refit.toml")
+    ap.add_argument("root", help="a results folder: the first session's (grid/, grid-refit/, h100-calibrated.toml), "
+                                 "or a later one with grids.json naming its grid folders and calibrated profiles")
     ap.add_argument("--out", help="markdown file to write (default: print)")
     a = ap.parse_args()
     root = Path(a.root)

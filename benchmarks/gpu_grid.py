@@ -4,9 +4,10 @@ predicted against measured step time and peak memory (allocated and reserved), a
 Every recorded GPU number must come from this pipe (issue 3/4), with the command and the report
 committed.  Run on a machine with one GPU:
 
-    python benchmarks/gpu_grid.py --out benchmarks/results/$(date +%F)-h100 [--only NAME ...] [--steps 12]
+    python benchmarks/gpu_grid.py --out benchmarks/results/$(date +%F)-h100/grid [--only NAME ...] [--steps 12]
 
-Writes <out>/<name>/{plan.json,report.json,command.txt} and <out>/summary.md.  Entries cover the
+Writes <out>/<name>/{plan.json,report.json,command.txt} and <out>/summary.md (every report under <out>,
+this call's and earlier ones'; `--summarize` rebuilds it without running anything).  Entries cover the
 issues' grid: three llama sizes x micro-batch 1/4 x recompute none/full, a gpt size, selective
 recompute at one size, the issue-3 MFU model (hidden 2048, 24 layers, 16 heads, 8 kv, ffn 5632,
 vocab 32000, seq 2048, micro-batch 4), op-level selective recompute and eager pointwise work at 1.3B, and a
@@ -158,7 +159,14 @@ def main() -> None:
             r = {"name": name, "error": f"{type(e).__name__}: {e}"}
         rows.append(r)
         print(json.dumps(r), flush=True)
-    head = [f"# single-GPU grid, {datetime.date.today()}", "",
+    # the summary covers every report under --out, not only this call's entries (a later --only call had left
+    # the others out of summary.md)
+    done = {r["name"]: r for r in rows}
+    rows = [done[name] if name in done else summarize(name, json.loads((out / name / "report.json").read_text()),
+                                                      float("nan"))
+            for name, _ in grid() if name in done or (out / name / "report.json").exists()]
+    head = [f"# single-GPU grid, {datetime.date.today()}" + (" (summary rebuilt from the reports under this folder; the "
+                                                             "runs' dates are in their reports)" if a.summarize else ""), "",
             "`python benchmarks/gpu_grid.py` (each run: the command in <run>/command.txt; the report beside it).",
             "Medians over the steps after warm-up; memory error is against the largest reserved peak. "
             "'pred' is the prediction the plan carried at launch; `benchmarks/gpu_accuracy.py` re-predicts "

@@ -24,8 +24,10 @@ CASES = [
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description="Time `parplan recommend` on the planner's speed cases.")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "speed.md"),
+                    help="markdown written here (default: benchmarks/results/speed.md)")
     args = ap.parse_args()
     rows = []
     for cmd, bar in CASES:
@@ -35,6 +37,8 @@ def main() -> None:
             t0 = time.perf_counter()
             out = subprocess.run([sys.executable, "-m", "planner.cli", *cmd.split()], capture_output=True, text=True)
             times.append(time.perf_counter() - t0)
+            if out.returncode != 0:
+                sys.exit(f"parplan {cmd} exited {out.returncode}: {out.stderr.strip()[-500:]}")
         data = json.loads(out.stdout)
         rows.append((cmd, min(times), sorted(times)[len(times) // 2], bar, data["search"]["candidates"],
                      data["search"]["seconds"]))
@@ -47,7 +51,7 @@ def main() -> None:
              "| command | best s | median s | bar s | candidates | search s |", "|---|---|---|---|---|---|"]
     for cmd, best, med, bar, cand, sec in rows:
         lines.append(f"| `parplan {cmd}` | {best:.3f} | {med:.3f} | {bar} | {cand:,} | {sec:.3f} |")
-    out_path = Path(__file__).resolve().parent / "results" / "speed.md"
+    out_path = Path(args.out)
     out_path.write_text("\n".join(lines) + "\n")
     print(f"wrote {out_path}")
 

@@ -178,6 +178,12 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         which = " and ".join(k for k in ("attention_bias", "mlp_bias") if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes = f"{notes}; {bias_note}" if notes else bias_note
+    if model_type == "gemma2" and cfg.get("attn_logit_softcapping"):
+        # the soft-cap is pointwise on the scores: a fused kernel must implement it, and where it does not (torch's
+        # SDPA) transformers runs eager attention, which keeps the s x s scores
+        cap_note = ("attn_logit_softcapping: planned with a fused attention kernel that applies it; eager attention "
+                    "would keep s x s scores per head (plan with --no-flash-attention for that)")
+        notes = f"{notes}; {cap_note}" if notes else cap_note
     partial = cfg.get("partial_rotary_factor")
     if arch == "llama" and isinstance(partial, (int, float)) and 0 < partial < 1:
         part_note = f"partial_rotary_factor {partial:g}: parplan's runtime rotates the whole head (the cost is the same)"

@@ -289,3 +289,5 @@ def test_wrong_types_and_dropped_biases_are_said():
         model_from_hf_config({**cfg, "num_key_value_heads": 0})
     assert "attention_bias not counted" in model_from_hf_config({**cfg, "attention_bias": True}).source
     assert "partial_rotary_factor 0.75" in model_from_hf_config({**cfg, "partial_rotary_factor": 0.75}).source
+    gemma2 = {**cfg, "model_type": "gemma2", "head_dim": 16, "attn_logit_softcapping": 50.0}
+    assert "attn_logit_softcapping" in model_from_hf_config(gemma2).source

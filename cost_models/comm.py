@@ -21,7 +21,7 @@ def tier_params(hw, inside_node, size=None):
     On a full mesh (xGMI: hw.nvlink.mesh_links) a group of k ranks drives k - 1 of the links and a
     point-to-point transfer (size 2) one; a switch gives every group the full bandwidth."""
     intra = hw.nvlink.bytes_per_s
-    links = getattr(hw.nvlink, "mesh_links", 0)
+    links = hw.nvlink.mesh_links
     if links and size is not None:
         intra = intra * np.clip(np.asarray(size) - 1, 1, links) / links
     bw = np.where(inside_node, intra, hw.inter_node.bytes_per_s)

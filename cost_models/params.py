@@ -52,7 +52,7 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     per_layer_other = layer_other_params(arch, h, a, kv, d, f)
     embedding = V * h
     positions = 0
-    if arch == "gpt" and getattr(spec, "learned_positions", None) is not False:
+    if spec.has_learned_positions:
         positions = (spec.max_seq_len or seq_len or 0) * h
     final_norm = h if arch == "llama" else 2 * h
     head = 0 if tied else V * h

@@ -135,7 +135,7 @@ def _saved_keys(path: str) -> set[str]:
     return set(dcp.FileSystemReader(path).read_metadata().state_dict_metadata)
 
 
-def _cross_master_recipes(sd: dict, saved: set[str], stage_modules) -> list:
+def _cross_master_recipes(sd: dict, saved: set[str]) -> list:
     """A master-weights checkpoint resumes across FSDP2 and ZeRO 0-2, whose fp32 masters are saved differently:
     FSDP2's fp32 parameters are the masters (under "model"), ZeRO 0-2 save 16-bit parameters plus
     "{key}/master".  Redirects sd so each fp32 tensor loads from the fp32 values the checkpoint has; returns
@@ -161,7 +161,7 @@ def _cross_master_recipes(sd: dict, saved: set[str], stage_modules) -> list:
 def load(path: str, stage_modules, optim) -> int:
     """Load in place; returns the step the checkpoint was written after."""
     sd = state_dict(stage_modules, optim, 0, create_optim_state=True)
-    after = _cross_master_recipes(sd, _saved_keys(path), stage_modules)
+    after = _cross_master_recipes(sd, _saved_keys(path))
     dcp.load(sd, checkpoint_id=path)
     with torch.no_grad():
         for param, master in after:

@@ -111,8 +111,8 @@ class ModelConfig:
         return cls(arch=m.arch, layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
                    ffn_hidden=m.ffn_hidden, vocab=m.vocab, head_dim=m.head_dim or m.hidden // m.heads,
                    tied_embeddings=m.tied_embeddings,
-                   max_seq_len=m.max_seq_len or plan.training.seq_len, rope_theta=m.rope_theta or ROPE_THETA,
-                   rope=m.arch == "llama" or m.learned_positions is False)
+                   max_seq_len=m.max_seq_len or plan.training.seq_len, rope_theta=m.rope_base,
+                   rope=not m.has_learned_positions)
 
 
 class Norm(_ShardedModule):

@@ -16,12 +16,12 @@ import numpy as np
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
                                 stage_layers)
-from cost_models.params import param_counts
 from cost_models.total import evaluate
 
 from . import DEFAULT_GLOBAL_BATCH
 from .schema import (Amdahl, CommBytes, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan, Prediction,
                      SearchInfo, TimeBreakdown, Training)
+from .models import with_param_count
 from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, run_search
 
 
@@ -41,10 +41,6 @@ def load_hardware(name_or_path: str):
         return hardware_profiles.load_profile(name_or_path)
     except (ValueError, OSError) as e:
         raise PlannerError(str(e)) from None
-
-
-def with_param_count(spec: ModelSpec, seq_len: int) -> ModelSpec:
-    return spec.model_copy(update={"num_params": int(param_counts(spec, seq_len)["total"])})
 
 
 # Global gradient-norm clipping `recommend` plans with: the default of Megatron-LM (--clip-grad),
@@ -308,7 +304,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         if pins.zero == 0 and (pins.dp or 1) > 1 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):
             raise PlannerError("torchtitan runs DDP (--zero 0 over dp > 1) only without tp, pp or cp (\"DDP has not "
                                "supported > 1D parallelism\"); use --zero 3 (FSDP), or --tp/--pp/--cp 1")
-        pins = replace(pins, zero0_one_dim=True, offload_needs_shards=True, fsdp_native=True)
+        pins = replace(pins, fsdp_native=True)
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
         raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")

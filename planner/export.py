@@ -143,13 +143,6 @@ def _nodes(plan: Plan) -> tuple[int, int]:
     return h.gpus // per_node, per_node
 
 
-def _nodes_note(plan: Plan) -> Optional[str]:
-    nnodes, nproc = _nodes(plan)
-    if nproc == min(plan.hardware.gpus, plan.hardware.gpus_per_node):
-        return None
-    return (f"{plan.hardware.gpus} GPUs do not fill {plan.hardware.gpus_per_node}-GPU nodes: launched as {nnodes} "
-            f"nodes x {nproc} (torchrun starts the same number of ranks on every node).")
-
 
 def _comment_lines(lines: list[str], prefix: str = "# ") -> list[str]:
     return [prefix + line if line else prefix.rstrip() for line in lines]
@@ -252,7 +245,7 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         flag("--position-embedding-type", "rope")
         flag("--normalization", "LayerNorm")
     if not m.has_learned_positions and m.rope_theta is not None:
-        flag("--rotary-base", int(m.rope_theta) if float(m.rope_theta).is_integer() else m.rope_theta)
+        flag("--rotary-base", int(m.rope_base) if m.rope_base.is_integer() else m.rope_base)
     if not m.tied_embeddings:
         flag("--untie-embeddings-and-output-weights")
     padded = math.ceil(m.vocab / p.tp) * p.tp
@@ -364,8 +357,9 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
 
     # --- render
     nnodes, nproc = _nodes(plan)
-    if _nodes_note(plan):
-        notes.append(_nodes_note(plan))
+    if nproc != min(plan.hardware.gpus, plan.hardware.gpus_per_node):  # nodes not filled
+        notes.append(f"{plan.hardware.gpus} GPUs do not fill {plan.hardware.gpus_per_node}-GPU nodes: launched as "
+                     f"{nnodes} nodes x {nproc} (torchrun starts the same number of ranks on every node).")
     header = [f"parplan export --to megatron: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}",
               f"tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} sp={p.sp} zero={p.zero_stage} "
               f"recompute={p.recompute} schedule={p.schedule} offload={p.offload}",
@@ -435,10 +429,10 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
         notes.append(f"torchtitan picks the model shape by flavor and has no built-in llama3 flavor with this "
                      f"shape; register {flavor!r} in llama3_configs (torchtitan/models/llama3/__init__.py) with "
                      f"dim={m.hidden}, n_layers={m.layers}, n_heads={m.heads}, n_kv_heads={m.kv_heads}, "
-                     f"FFN hidden {m.ffn_hidden}, vocab_size={m.vocab}, rope_theta={m.rope_theta or 10000:g}.")
-    elif (m.rope_theta or 10000) != _TITAN_LLAMA3_ROPE_THETA:
+                     f"FFN hidden {m.ffn_hidden}, vocab_size={m.vocab}, rope_theta={m.rope_base:g}.")
+    elif m.rope_base != _TITAN_LLAMA3_ROPE_THETA:
         notes.append(f"rope_theta: torchtitan's {flavor} flavor uses {_TITAN_LLAMA3_ROPE_THETA:g}, the plan's model "
-                     f"{m.rope_theta or 10000:g}; change the flavor's rope_theta to match.")
+                     f"{m.rope_base:g}; change the flavor's rope_theta to match.")
     if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
         notes.append(f"head_dim {m.head_dim}: torchtitan's llama3 derives the head size as dim / n_heads "
                      f"({m.hidden // m.heads} here) and has no head_dim setting, so its attention is smaller than the "

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cost_models.params import param_counts
+from planner.models import with_param_count
 from planner.schema import ModelSpec
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "gemma", "gemma2", "gemma3_text")
@@ -161,7 +161,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         name = model_type
     else:  # .../Llama-3-8B/config.json -> Llama-3-8B; .../gpt2.json -> gpt2
         name = Path(where).parent.name if Path(where).name == "config.json" else Path(where).stem
-    notes = {
+    base_note = {
         "qwen2": "q/k/v biases not counted",
         "qwen3": "per-head q/k norms not counted",
         "olmo2": "q/k norms not counted",
@@ -172,22 +172,23 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "gpt_neox": "gpt blocks with rotary positions (over the whole head, not rotary_pct of it); parallel "
                     "attention + MLP run one after the other",
     }.get(model_type)
+    notes = [base_note] if base_note else []
     if vision_dropped:
-        notes += "; the vision tower is not counted"
+        notes.append("the vision tower is not counted")
     if arch == "llama" and model_type != "qwen2" and (cfg.get("attention_bias") or cfg.get("mlp_bias")):
         which = " and ".join(k for k in ("attention_bias", "mlp_bias") if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"
-        notes = f"{notes}; {bias_note}" if notes else bias_note
+        notes.append(bias_note)
     if model_type == "gemma2" and cfg.get("attn_logit_softcapping"):
         # the soft-cap is pointwise on the scores: a fused kernel must implement it, and where it does not (torch's
         # SDPA) transformers runs eager attention, which keeps the s x s scores
         cap_note = ("attn_logit_softcapping: planned with a fused attention kernel that applies it; eager attention "
                     "would keep s x s scores per head (plan with --no-flash-attention for that)")
-        notes = f"{notes}; {cap_note}" if notes else cap_note
+        notes.append(cap_note)
     partial = cfg.get("partial_rotary_factor")
     if arch == "llama" and isinstance(partial, (int, float)) and 0 < partial < 1:
         part_note = f"partial_rotary_factor {partial:g}: parplan's runtime rotates the whole head (the cost is the same)"
-        notes = f"{notes}; {part_note}" if notes else part_note
+        notes.append(part_note)
     scaling = cfg.get("rope_scaling")
     params = cfg.get("rope_parameters")
     if not (isinstance(scaling, dict) and scaling) and isinstance(params, dict) \
@@ -196,7 +197,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     if arch == "llama" and isinstance(scaling, dict) and scaling:
         kind = scaling.get("rope_type") or scaling.get("type") or "?"
         scaling_note = f"rope_scaling ({kind}) not applied by parplan's runtime (the cost is the same)"
-        notes = f"{notes}; {scaling_note}" if notes else scaling_note
+        notes.append(scaling_note)
     # MistralConfig's default window is 4096 where the file has no key (an explicit null: none); Phi-3 builds its
     # attention on Mistral's (transformers' modular_phi3.py), every layer within its window
     window = cfg.get("sliding_window", 4096 if model_type == "mistral" else None) \
@@ -214,12 +215,12 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
             local = f"{pattern - 1} of every {pattern} layers"
         window_note = (f"{local} attend within a {window}-token window, counted as full attention at "
                        f"seq_len {seq_len} (their attention over-estimated)")
-        notes = f"{notes}; {window_note}" if notes else window_note
+        notes.append(window_note)
     if context and seq_len and seq_len > context and model_type != "gpt2":  # gpt2's table caps it (the CLI)
         beyond = f"seq_len {seq_len} beyond the checkpoint's context {context} (a context extension)"
-        notes = f"{notes}; {beyond}" if notes else beyond
+        notes.append(beyond)
     source = f"Hugging Face config {where} (model_type {model_type}" + (f", context {context}" if context else "") + \
-             (f"; {notes}" if notes else "") + ")"
+             ("; " + "; ".join(notes) if notes else "") + ")"
 
     from pydantic import ValidationError
 
@@ -232,4 +233,4 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
         raise ValueError(f"{where}: {loc + ': ' if loc else ''}{err['msg']}") from None
-    return spec.model_copy(update={"num_params": int(param_counts(spec, seq_len)["total"])})
+    return with_param_count(spec, seq_len)

@@ -26,7 +26,8 @@ def _data() -> dict:
         return tomllib.load(f)
 
 
-def _with_count(spec: ModelSpec, seq_len: int | None = None) -> ModelSpec:
+def with_param_count(spec: ModelSpec, seq_len: int | None = None) -> ModelSpec:
+    """The spec with num_params filled in (a learned position table counted at seq_len rows where it has none)."""
     return spec.model_copy(update={"num_params": int(param_counts(spec, seq_len)["total"])})
 
 
@@ -40,7 +41,7 @@ def _spec(seq_len: int | None = None, **fields) -> ModelSpec:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
         raise ValueError(f"invalid model shape: {loc + ': ' if loc else ''}{err['msg']}") from None
-    return _with_count(spec, seq_len)
+    return with_param_count(spec, seq_len)
 
 
 def list_presets() -> list[str]:

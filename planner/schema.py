@@ -97,6 +97,11 @@ class ModelSpec(Strict):
         return self.head_dim or self.hidden // self.heads
 
     @property
+    def rope_base(self) -> float:
+        """The RoPE base the model rotates with (rope_theta, or the Llama 2 / Megatron-LM default)."""
+        return self.rope_theta or 10000.0
+
+    @property
     def has_learned_positions(self) -> bool:
         """A learned position table (it caps the sequence at max_seq_len); otherwise rotary positions."""
         return self.arch == "gpt" and self.learned_positions is not False

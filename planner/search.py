@@ -48,9 +48,9 @@ class Pins:
     recomputes: tuple[str, ...] | None = None  # what an unpinned recompute may be (None: every one)
     zeros: tuple[int, ...] | None = None  # what an unpinned ZeRO stage may be (None: 0-3)
     zero_max_with_pp: int | None = None  # highest ZeRO stage the framework runs inside a pipeline
-    zero0_one_dim: bool = False  # DDP (ZeRO 0 over dp > 1) only without tp, pp or cp (torchtitan)
-    offload_needs_shards: bool = False  # no optimizer offload over a single shard (torchtitan: FSDP needs dp_shard > 1)
-    fsdp_native: bool = False  # ZeRO-3 is the framework's default data parallelism, no moving part (torchtitan)
+    # data parallelism is FSDP or plain DDP (torchtitan): DDP (ZeRO 0 over dp > 1) only without tp, pp or cp; no
+    # optimizer offload over a single shard (FSDP needs dp_shard > 1); ZeRO-3 is its default, no moving part
+    fsdp_native: bool = False
 
 
 @dataclass
@@ -133,11 +133,11 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: b
     shards = dp * cp if zero_over_cp else dp
     # ...except under optimizer offload, which the frameworks run under ZeRO only (DeepSpeed's ZeRO-Offload
     # on one GPU is ZeRO-1 over a single shard): there the stage is what moves the states to the host
-    one_shard_offload = (off > 0) & (not pins.offload_needs_shards)
+    one_shard_offload = (off > 0) & (not pins.fsdp_native)
     keep = keep & (~((zero > 0) & (shards == 1) & ~one_shard_offload) | (pins.zero is not None))
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
-    if pins.zero0_one_dim:
+    if pins.fsdp_native:
         keep = keep & ~((zero == 0) & (dp > 1) & ((tp > 1) | (pp > 1) | (cp > 1)))
     i_s, i_p = np.nonzero(np.broadcast_to(keep, (len(struct), len(policy))))
     S, P = struct[i_s], policy[i_p]

@@ -349,16 +349,11 @@ def test_rotary_uses_the_models_base():
     x1, x2 = x[..., :8], x[..., 8:]
     assert torch.allclose(rotary(x, theta=500000.0), x * cos + torch.cat([-x2, x1], -1) * sin, atol=1e-6)
 
-    class _Plan:
-        class model:
-            arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab = "llama", 1, 64, 4, 4, 128, 100
-            head_dim, tied_embeddings, max_seq_len, rope_theta = None, False, None, 500000.0
-
-        class training:
-            seq_len = 8
-    assert ModelConfig.from_plan(_Plan).rope_theta == 500000.0
-    _Plan.model.rope_theta = None
-    assert ModelConfig.from_plan(_Plan).rope_theta == 10000.0
+    plan = tiny_plan(TINY_LLAMA)
+    plan.model = plan.model.model_copy(update={"rope_theta": 500000.0})
+    assert ModelConfig.from_plan(plan).rope_theta == 500000.0
+    plan.model = plan.model.model_copy(update={"rope_theta": None})
+    assert ModelConfig.from_plan(plan).rope_theta == 10000.0
 
     # a block built with the plan's base runs it: the same weights give other outputs than at 10000, and
     # the selective-recompute path (its core attention checkpointed) the same as the plain one

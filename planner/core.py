@@ -304,7 +304,19 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         if pins.zero == 0 and (pins.dp or 1) > 1 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):
             raise PlannerError("torchtitan runs DDP (--zero 0 over dp > 1) only without tp, pp or cp (\"DDP has not "
                                "supported > 1D parallelism\"); use --zero 3 (FSDP), or --tp/--pp/--cp 1")
+        if pins.zero == 0 and (pins.cp or 1) > 1:  # ParallelDims.fsdp_enabled: dp_shard > 1 or cp > 1
+            raise PlannerError("torchtitan shards parameters over cp whenever cp > 1 (FSDP is on), so it has no "
+                               "--zero 0 with --cp; use --zero 3")
         pins = replace(pins, fsdp_native=True)
+        if precision != "fp32" and dtype != "fp32":
+            # torchtitan/distributed/utils.py maybe_enable_amp: mixed precision is FSDP's policy (dp_shard or cp
+            # > 1) or autocast for DDP/single-device runs; tp/pp alone train in fp32 ("Mixed precision training
+            # with TP or PP is only supported when FSDP/HSDP/CP is enabled")
+            split = (pins.tp or 1) * (pins.pp or 1)
+            if split > 1 and (split == gpus or (pins.dp == 1 and pins.cp == 1)):
+                raise PlannerError(f"torchtitan trains tp/pp without FSDP (dp = cp = 1) in fp32, not {dtype}: its mixed "
+                                   "precision is FSDP's; leave GPUs for --dp (with --zero 3) or --cp")
+            pins = replace(pins, sixteen_bit_needs_shards=True)
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
         raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")

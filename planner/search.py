@@ -49,8 +49,12 @@ class Pins:
     zeros: tuple[int, ...] | None = None  # what an unpinned ZeRO stage may be (None: 0-3)
     zero_max_with_pp: int | None = None  # highest ZeRO stage the framework runs inside a pipeline
     # data parallelism is FSDP or plain DDP (torchtitan): DDP (ZeRO 0 over dp > 1) only without tp, pp or cp; no
+    # ZeRO 0 with cp (torchtitan shards over cp whenever cp > 1); no
     # optimizer offload over a single shard (FSDP needs dp_shard > 1); ZeRO-3 is its default, no moving part
     fsdp_native: bool = False
+    # 16-bit training needs FSDP (or a single dimension) there: torchtitan's maybe_enable_amp leaves mixed
+    # precision to FSDP's policy and autocasts only DDP/single-device runs, so tp/pp with dp = cp = 1 trains fp32
+    sixteen_bit_needs_shards: bool = False
 
 
 @dataclass
@@ -138,7 +142,10 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: b
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
     if pins.fsdp_native:
-        keep = keep & ~((zero == 0) & (dp > 1) & ((tp > 1) | (pp > 1) | (cp > 1)))
+        # ...and FSDP is on whenever cp > 1 (ParallelDims.fsdp_enabled), so no ZeRO 0 beside cp either
+        keep = keep & ~((zero == 0) & (((dp > 1) & ((tp > 1) | (pp > 1))) | (cp > 1)))
+    if pins.sixteen_bit_needs_shards:
+        keep = keep & ~(((tp > 1) | (pp > 1)) & (dp == 1) & (cp == 1))
     i_s, i_p = np.nonzero(np.broadcast_to(keep, (len(struct), len(policy))))
     S, P = struct[i_s], policy[i_p]
     return Layout(gpus=np.full(len(i_s), gpus), tp=S[:, 0], pp=S[:, 1], cp=S[:, 2], dp=S[:, 3], mbs=S[:, 4],

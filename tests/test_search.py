@@ -602,11 +602,35 @@ def test_search_audit_pins_and_framework_modes():
                  mbs=np.array([1]), zero=np.array([3]), recompute=np.array([0]), sp=np.array([0]),
                  schedule=np.array([0]), offload=np.array([0]), gpus=np.array([8]))
     assert int(complexity(lay)[0]) == 1 and int(complexity(lay, zero3_counts=False)[0]) == 0
-    # tp 8 alone on 8 GPUs: no data parallelism at all (no DDP to refuse), and no FSDP or its CPU offload
-    # without a dp_shard to shard over
-    tp8 = recommend(spec, 8, framework="torchtitan", pins=Pins(tp=8), top_k=20)
+    # tp 8 alone on 8 GPUs (in fp32: 16-bit needs FSDP, test_torchtitan_mixed_precision_needs_fsdp): no data
+    # parallelism at all (no DDP to refuse), and no FSDP or its CPU offload without a dp_shard to shard over
+    tp8 = recommend(spec, 8, framework="torchtitan", pins=Pins(tp=8), top_k=20, precision="fp32")
     assert all(a.parallel.zero_stage == 0 and a.parallel.offload == "none" for a in [tp8, *tp8.alternatives])
     with pytest.raises(PlannerError, match="DDP has not supported"):
         recommend(spec, 16, framework="torchtitan", pins=Pins(zero=0, tp=2, dp=8))
     mega = recommend(load_preset("llama3-70b"), 64, framework="megatron", top_k=20)
     assert all(a.parallel.zero_stage != 2 for a in [mega, *mega.alternatives])
+
+
+def test_torchtitan_mixed_precision_needs_fsdp():
+    """torchtitan's mixed precision is FSDP's policy, and FSDP is on when dp_shard > 1 or cp > 1
+    (ParallelDims.fsdp_enabled); without it only DDP/single-device runs autocast (maybe_enable_amp), so tp
+    or pp with dp = cp = 1 trains in fp32 and cp never runs beside ZeRO 0.  A 16-bit search offers neither,
+    and pins that force one are one line."""
+    spec = load_preset("llama3-8b")
+    from planner.search import Pins
+    for pins in (Pins(tp=4), Pins(pp=2), Pins(cp=2), Pins()):
+        plan = recommend(spec, 8, framework="torchtitan", pins=pins, top_k=30)
+        for a in [plan, *plan.alternatives]:
+            p = a.parallel
+            fsdp = p.zero_stage == 3 and p.dp * p.cp > 1
+            assert fsdp or (p.tp == p.pp == p.cp == 1), p
+    plan = recommend(spec, 8, framework="torchtitan", pins=Pins(tp=4, dp=1), top_k=30)
+    assert {(a.parallel.cp, a.parallel.zero_stage) for a in [plan, *plan.alternatives]} == {(2, 3)}
+    for pins in (Pins(tp=8), Pins(tp=4, pp=2), Pins(tp=2, dp=1, cp=1)):
+        with pytest.raises(PlannerError, match="in fp32, not bf16"):
+            recommend(spec, 8, framework="torchtitan", pins=pins)
+    with pytest.raises(PlannerError, match="no --zero 0 with --cp"):
+        recommend(spec, 8, framework="torchtitan", pins=Pins(zero=0, cp=2))
+    # parplan's runtime autocasts any layout: the same pins plan there
+    assert recommend(spec, 8, pins=Pins(tp=8)).parallel.tp == 8

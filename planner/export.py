@@ -467,6 +467,10 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
                          "parallelism\"); plan with --zero 3 to export FSDP (data_parallel_shard_degree) instead.")
         elif p.dp > 1:
             notes.append("zero_stage 0: mapped to data_parallel_replicate_degree = dp (DDP, no sharding).")
+        if p.cp > 1:  # ParallelDims.fsdp_enabled: dp_shard > 1 or cp > 1
+            notes.append("zero_stage 0 with cp > 1: torchtitan turns FSDP on whenever cp > 1 and shards parameters, "
+                         "gradients and optimizer states over the cp ranks: less memory and more traffic than the "
+                         "prediction; plan with --framework torchtitan for its ZeRO-3 over dp x cp.")
     elif p.zero_stage == 3:
         # torchtitan's "default" keeps parameters gathered between forward and backward whenever a pipeline is
         # on (reshard_after_forward = not pp_enabled: ZeRO-2-like); the plan's ZeRO-3 reshards

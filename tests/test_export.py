@@ -484,6 +484,9 @@ def test_torchtitan_notes_fp32_without_fsdp_and_16_bit_gradients():
     plan = llama_plan(sp=True, pp=2, dp=1)  # tp x pp, no FSDP: torchtitan turns mixed precision off
     plan.parallel.zero_stage = 0
     assert any("trains in fp32" in n for n in export_notes(plan, "torchtitan"))
+    plan = llama_plan(sp=True, pp=1, vpp=1, schedule="1f1b", dp=1, cp=2)  # FSDP is on whenever cp > 1: ZeRO 0 is sharded there
+    plan.parallel.zero_stage = 0
+    assert any("turns FSDP on whenever cp > 1" in n for n in export_notes(plan, "torchtitan"))
     plan = llama_plan()
     plan.training.precision = "master-weights-half-grads"
     assert any("mixed_precision_reduce accepts float32" in n for n in export_notes(plan, "torchtitan"))

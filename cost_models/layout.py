@@ -108,6 +108,10 @@ class TrainingConsts:
     # than pipeline stages ("Number of microbatches must be greater than or equal to the number of stages",
     # torch 2.11 and 2.13); Megatron's and DeepSpeed's 1F1B warm up with min(p - r - 1, m) and run any m
     torch_1f1b_needs_m_ge_p: bool = False
+    # torch's ScheduleInterleaved1F1B runs m in max(1, m // p) rounds and needs m a multiple of them ("must be
+    # a multiple of the number of rounds"): any m below 2p, and 9 of pp 4 not; Megatron-LM needs m a multiple
+    # of p (memory.round_size)
+    interleaved_torch_rounds: bool = False
     # sequence parallelism: the all-gathered input of the column-parallel matmuls is saved for their
     # backward (torch's DTensor SP: torchtitan), not gathered again in the backward (Megatron and
     # parplan's runtime, under the zero-bubble schedules in the weight-gradient pass)

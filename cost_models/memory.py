@@ -239,22 +239,33 @@ def in_flight_microbatches(lay, m_micro):
     return rank_inflight(lay, m_micro)["first"][0][0]
 
 
+def round_size(pp, m_micro):
+    """Micro-batches per round of torch's interleaved schedules (ScheduleInterleaved1F1B and
+    ScheduleInterleavedZeroBubble: number_of_rounds = max(1, m // p), microbatches_per_round =
+    m // number_of_rounds, and they need m to be a multiple of the rounds): a chunk runs this many
+    micro-batches before the rank moves to its next chunk.  p when m is a multiple of p (Megatron-LM's
+    only case); m itself below 2p."""
+    p, m = np.asarray(pp), np.asarray(m_micro)
+    return np.where(m >= 1, m // np.maximum(1, m // np.maximum(p, 1)), p)
+
+
 def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
     """Peak over time of the blocks x micro-batches whose activations pipeline rank `rank` holds under
     interleaved 1F1B, each chunk weighed by its own blocks.  It differs from blocks x the warm-up count
     when the virtual stages are uneven (stage_layers: 126 layers on pp 16 x vpp 8 give stages 0 and 127
     no block, so rank 0's first chunk, which has the most micro-batches in flight, is empty).  Counted
     from the schedule's action order (Megatron-LM's, and torch.distributed.pipelining's
-    ScheduleInterleaved1F1B when m is a multiple of p, which the search requires): rank r runs
-    W = min((v-1) p + 2 (p-1-r), m v) forwards, then pairs (forward W+i, backward i), then the rest of
-    the backwards; forward j runs chunk (j // p) % v, backward i chunk v-1 - (i // p) % v.  The held
-    weight after pair i's forward, D(i) = SF(W+1+i) - SB(i) (SF, SB: blocks summed over the first
-    forwards, backwards), is periodic in i (period v p) and piecewise linear between the points where
-    either chunk changes, so its maximum is at those points.  With even stages this is
-    blocks x (v p + p - 1 - 2r) / v, Megatron's warm-up count."""
+    ScheduleInterleaved1F1B), with g = round_size(p, m) micro-batches a round (p when m is a multiple of
+    p, Megatron's only case): rank r runs W = min((v-1) g + 2 (p-1-r), m v) forwards, then pairs
+    (forward W+i, backward i), then the rest of the backwards; forward j runs chunk (j // g) % v, backward
+    i chunk v-1 - (i // g) % v.  The held weight after pair i's forward, D(i) = SF(W+1+i) - SB(i) (SF, SB:
+    blocks summed over the first forwards, backwards), is periodic in i (period v g) and piecewise linear
+    between the points where either chunk changes, so its maximum is at those points.  With even stages
+    this is blocks x ((v-1) g + 2 (p-1-r) + 1) / v, Megatron's warm-up count v p + p - 1 - 2r at g = p."""
     p, v, m = np.asarray(pp), np.asarray(vpp), np.asarray(m_micro)
     r = np.broadcast_to(np.asarray(rank), np.broadcast(p, v, m).shape)
     p, v, m = (np.broadcast_to(x, r.shape) for x in (p, v, m))
+    g = round_size(p, m)
     vmax = int(v.max()) if v.size else 1
     ks = np.arange(vmax).reshape((-1,) + (1,) * r.ndim)
     b = np.where(ks < v, virtual_stage_blocks(layers, p, v, r + ks * p), 0)  # chunk k's blocks
@@ -264,20 +275,20 @@ def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
     pre_rev = np.concatenate([np.zeros((1,) + r.shape), np.cumsum(b_rev, axis=0)])
 
     def summed(n, chunks, prefix):
-        # blocks of the first n actions, chunk (j // p) % v of `chunks` for action j
+        # blocks of the first n actions, chunk (j // g) % v of `chunks` for action j
         n = np.asarray(n)
-        t = n % (v * p)
-        q = np.minimum(t // p, vmax - 1)
-        part = np.take_along_axis(prefix, q[None], axis=0)[0] * p
+        t = n % (v * g)
+        q = np.minimum(t // g, vmax - 1)
+        part = np.take_along_axis(prefix, q[None], axis=0)[0] * g
         cur = np.take_along_axis(chunks, q[None], axis=0)[0]
-        return (n // (v * p)) * p * total + part + (t % p) * cur
+        return (n // (v * g)) * g * total + part + (t % g) * cur
 
-    W = np.minimum((v - 1) * p + 2 * (p - 1 - r), m * v)
+    W = np.minimum((v - 1) * g + 2 * (p - 1 - r), m * v)
     steady = m * v - W
     best = summed(m * v, b, pre) * (steady <= 0)  # no steady state: every forward before a backward
-    off = (-(W + 1)) % p
+    off = (-(W + 1)) % g
     for c in range(vmax + 2):
-        for x in (c * p, c * p + off, c * p - 1, c * p + off - 1):
+        for x in (c * g, c * g + off, c * g - 1, c * g + off - 1):
             i = np.clip(x, 0, np.maximum(steady - 1, 0))
             d = summed(W + 1 + i, b, pre) - summed(i, b_rev, pre_rev)
             best = np.where(steady > 0, np.maximum(best, d), best)
@@ -348,7 +359,9 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
     see held()); two moments per rank, the worse counts.
     Counted from the schedules' action orders (rank r of p, v stages per rank, m micro-batches):
       gpipe: m everywhere; 1f1b: p - r; interleaved 1F1B: v*p + p - 1 - 2r chunk-micro-batches
-      (Megatron's warm-up count for r = 0; torch.distributed.pipelining's order gives the same);
+      (Megatron's warm-up count for r = 0; torch.distributed.pipelining's order gives the same), and
+      (v-1)*g + 2(p-1-r) + 1 with torch's g = round_size(p, m) micro-batches a round where m is not a
+      multiple of p (torch runs those; Megatron-LM does not);
       zero-bubble schedules split the backward into an input-gradient pass (I) and a deferred
       weight-gradient pass (W), and a block waiting for its W keeps its activations and the
       gradients of its linear layers' outputs (pending_w_bytes_per_layer).  In torch's orders
@@ -375,9 +388,11 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
                                 return_inverse=True)
         where = where.reshape(-1)
 
+    g = round_size(p, m)  # torch's micro-batches a round of the interleaved schedules: p where m is a multiple
+
     def interleaved(r):
         """r: rank 0, 1 or p - 1 (the kinds' ranks), as the function of p it is."""
-        even = np.minimum(v * p + p - 1 - 2 * r(p), m * v) / v
+        even = np.minimum((v - 1) * g + 2 * (p - 1 - r(p)) + 1, m * v) / v
         if not uneven.any():
             return even
         up, uv, um = keys
@@ -404,8 +419,8 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
     i_last = interleaved(lambda q: q - 1)
 
     def backwards_of_chunk(n, k):
-        # among the first n backward (or input-gradient) passes, chunk v-1 - (i // p) % v for pass i
-        return (n // (v * p)) * p + np.clip(n % (v * p) - (v - 1 - k) * p, 0, p)
+        # among the first n backward (or input-gradient) passes, chunk v-1 - (i // g) % v for pass i
+        return (n // (v * g)) * g + np.clip(n % (v * g) - (v - 1 - k) * g, 0, g)
 
     def sends(n, r):
         # each finished backward freed a stage output that was sent (not the last virtual stage's) and
@@ -422,7 +437,7 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
         m v - W - 1 backwards; interleaved-zb at its last steady input pass, after m v - v p + 1 + r;
         ZB-V after 2m - 3p + 2 + r in its steady state, and in its cool-down (rank r >= 1) after
         2m - p + 1 + r."""
-        inter = m * v - np.minimum((v - 1) * p + 2 * (p - 1 - r), m * v) - 1
+        inter = m * v - np.minimum((v - 1) * g + 2 * (p - 1 - r), m * v) - 1
         izb = m * v - v * p + 1 + r
         zbv = 2 * m - (p - 1 - r if zbv_late else 3 * p - 2 - r)
         n = pick(0, 0, inter, izb, zbv)

@@ -7,9 +7,9 @@ Step time (per GPU, critical pipeline stage):
     t_mb    = per micro-batch time of the slowest stage: blocks x (block compute + exposed TP and
               CP communication) + embedding/head + autocast casts + pipeline send/recv
     t_pipe  = (m + bubble_factor) x t_mb      bubble_factor: (p-1) for GPipe/1F1B (Narayanan 2021
-              eq. 1: bubble fraction (p-1)/m), (p-1)/v interleaved (eq. 2), zero-bubble schedules
-              (Qi et al. 2024) (p-1)/v x max(0, 1 - m/p): the fill/drain is filled with deferred
-              weight-gradient work once there are at least p micro-batches (assumption)
+              eq. 1: bubble fraction (p-1)/m), (p-1)/v interleaved (eq. 2), more below p micro-batches;
+              zero-bubble schedules (Qi et al. 2024) (p-1)/(3v) and more below p (bubble_factor: all
+              checked against torch's own orders, benchmarks/results/2026-11-24-schedule-bubble)
     step    = t_pipe + exposed data-parallel communication + optimizer step
 Overlap assumptions: TP collectives are exposed (our runtime and Megatron without
 --tp-comm-overlap run them on the critical path); with overlap_tp_comm they hide behind the
@@ -59,10 +59,29 @@ def num_microbatches(tr, lay):
 
 
 def bubble_factor(lay, m_micro):
-    p, v = np.asarray(lay.pp), np.asarray(lay.vpp)
-    base = (p - 1.0) / v
-    zb = (lay.schedule == SCH_INTERLEAVED_ZB) | (lay.schedule == SCH_ZBV)
-    return np.where(zb, base * np.maximum(0.0, 1.0 - m_micro / p), base)
+    """Idle time of the critical rank in units of t_mb (one micro-batch through one rank's v chunks, forward
+    and backward), as torch's own schedule orders give it: benchmarks/schedule_bubble.py times each rank's
+    order as a dependency graph (chunk costs f, input-gradient b, weight-gradient w; no communication), and
+    tests/test_schedule_bubble.py holds these forms to it.
+      GPipe, 1F1B, interleaved 1F1B: (p-1)/v (Narayanan 2021 eqs. 1-2), + (v-1)(p-m)/v below p micro-batches
+        (torch's interleaved orders run rounds of m then: micro-batch 0 needs p chunk-times to come back to
+        rank 0 for its next chunk, which has m to run; p - m idle at each of the v - 1 chunk changes, forward
+        and backward; derived, exact for any f, b, w).  Megatron-LM's m, a multiple of p, never has it.
+      interleaved-zb, zbv: no order beats (p-1) f, the last rank's first forward waiting for micro-batch 0
+        through p - 1 chunks; torch's orders reach it (interleaved-zb from m = p, zbv from (3p-1)/2), which at
+        f = b = w (a matmul block: the backward twice the forward, split evenly into I and W) is (p-1)/(3v):
+        the deferred W passes do not fill the fill.  (Qi et al. 2024's zero for ZB-V needs their optimizer
+        post-validation; a step-wide gradient-clipping all-reduce "breaks parallelogram".)  Below those m,
+        the simulated makespan at f = b = w (fitted to torch's orders over p 2-8, not derived):
+        interleaved-zb max(2vp + 2m - 1, 2vm + vp + p - 1) chunk-times, zbv (2p - 1 - m)/3."""
+    p, v = np.asarray(lay.pp, dtype=float), np.asarray(lay.vpp, dtype=float)
+    m = np.asarray(m_micro, dtype=float)
+    sch = np.asarray(lay.schedule)
+    looped = (p - 1.0) / v + (v - 1.0) * np.maximum(0.0, p - m) / v
+    izb = np.maximum(2 * v * p + 2 * m - 1, 2 * v * m + v * np.maximum(p, m) + p - 1) / (3 * v) - m
+    zbv = np.maximum((2 * p - 1 - m) / 3, (p - 1) / 6)
+    out = np.where(sch == SCH_INTERLEAVED_ZB, izb, np.where(sch == SCH_ZBV, zbv, looped))
+    return np.where(p > 1, out, 0.0)
 
 
 def evaluate(m: ModelDims, tr, hw, lay) -> dict:

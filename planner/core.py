@@ -133,6 +133,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           p2p_buffers_per_microbatch=tr.framework == "torchtitan",  # parplan: just_in_time_receives
                           p2p_sends_held_to_step_end=tr.framework in TORCH_PIPELINING,
                           torch_1f1b_needs_m_ge_p=tr.framework in TORCH_PIPELINING,
+                          interleaved_torch_rounds=tr.framework in TORCH_PIPELINING,
                           sp_saves_gathered_input=tr.framework == "torchtitan",
                           cp_saves_gathered_kv=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
@@ -230,7 +231,8 @@ def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> s
             return f"schedule: {ZB_FULL_RECOMPUTE}"
         if lay_row["vpp"] == 1 and lay_row["pp"] > 1 and gbs // max(lay_row["dp"] * lay_row["mbs"], 1) < lay_row["pp"]:
             return f"schedule: torch's 1F1B needs num_microbatches >= pp({lay_row['pp']})"
-        return f"schedule: interleaving needs num_microbatches divisible by pp({lay_row['pp']})"
+        return (f"schedule: interleaving needs num_microbatches divisible by pp({lay_row['pp']}) (torch's interleaved "
+                "1F1B: by its max(1, num_microbatches // pp) rounds)")
     if code == "layers":
         return f"layers: pp x vpp = {lay_row['pp'] * lay_row['vpp']} virtual stages leave some without a block"
     if code == "seq":
@@ -417,7 +419,8 @@ def _no_candidates_message(spec, gpus, pins) -> str:
 # what each structural rejection (search.REASONS) means, for the "every candidate was rejected" error
 REJECTED_BECAUSE = {
     "batch": "do not split the global batch evenly (it must be a multiple of dp x micro-batch)",
-    "schedule": "need a schedule they cannot run (interleaving: micro-batches a multiple of pp; torch's 1F1B: at "
+    "schedule": "need a schedule they cannot run (interleaving: micro-batches a multiple of pp, or for torch's "
+                "interleaved 1F1B of its max(1, micro-batches // pp) rounds; torch's 1F1B: at "
                 "least pp micro-batches; zero-bubble schedules: no full or op-level recompute)",
     "layers": "leave a virtual stage without a block (pp x vpp > layers + 2)",
     "seq": "do not split the sequence evenly (it must be a multiple of 2 x cp, and with sequence parallelism "
@@ -427,8 +430,9 @@ REJECTED_BECAUSE = {
 
 
 def _batch_fix(gbs: int, seq_len: int, gpus: int, pins: Pins) -> str | None:
-    """The next global batch that the largest data-parallel size these pins allow divides (with tp, pp and
-    cp all pinned the rest is fixed; with only cp free it takes the rest and must split the sequence)."""
+    """The nearest global batch (the larger on a tie) that the largest data-parallel size these pins allow
+    divides (with tp, pp and cp all pinned the rest is fixed; with only cp free it takes the rest and must
+    split the sequence)."""
     fixed = 1
     for name in ("tp", "pp", "cp"):
         fixed *= getattr(pins, name) or 1
@@ -447,7 +451,9 @@ def _batch_fix(gbs: int, seq_len: int, gpus: int, pins: Pins) -> str | None:
     d = next((d for d in range(gpus, 0, -1) if allowed(d)), None)
     if d is None or gbs % (d * mbs) == 0:
         return None
-    best = -(-gbs // (d * mbs)) * d * mbs
+    step = d * mbs
+    up, down = -(-gbs // step) * step, gbs // step * step
+    best = down if down and gbs - down < up - gbs else up
     return f"--global-batch-size {best} splits over dp {d}" + (f" x micro-batch {mbs}" if mbs > 1 else "")
 
 

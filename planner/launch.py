@@ -332,6 +332,12 @@ def check_runtime_support(plan, device: str) -> Check:
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         missing.append((f"cp={p.cp} with seq_len {t.seq_len} (load-balanced context parallelism cuts the sequence "
                         f"into 2*cp = {2 * p.cp} chunks)", f"use a seq_len divisible by {2 * p.cp}, or another cp"))
+    rounds = max(1, t.num_microbatches // p.pp)
+    if p.schedule in ("interleaved-1f1b", "interleaved-zb") and p.pp > 1 and t.num_microbatches % rounds:
+        fit = [n for n in range(t.num_microbatches, 0, -1) if n % max(1, n // p.pp) == 0][0]
+        missing.append((f"{p.schedule} over pp={p.pp} with {t.num_microbatches} micro-batches (torch runs them in "
+                        f"{rounds} rounds and needs a multiple of the rounds)",
+                        f"use {fit} or {rounds * p.pp} micro-batches per replica, e.g. a multiple of pp"))
     if p.schedule == "1f1b" and p.pp > 1 and t.num_microbatches < p.pp:
         missing.append((f"1F1B over pp={p.pp} with {t.num_microbatches} micro-batch(es) (torch's Schedule1F1B needs at "
                         "least one per stage)", f"use a global batch of at least {p.pp} micro-batches per replica "

@@ -174,7 +174,11 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     reason = _mark(reason, (gbs % (lay.dp * lay.mbs)) != 0, "batch")
     mb = gbs // np.maximum(lay.dp * lay.mbs, 1)
     interleaved = lay.vpp > 1
-    reason = _mark(reason, interleaved & ((mb % lay.pp) != 0), "schedule")  # Megatron: m divisible by p
+    # Megatron: m divisible by p; torch's interleaved 1F1B: by its max(1, m // p) rounds (TrainingConsts.
+    # interleaved_torch_rounds; its interleaved-zb keeps the multiple of p, whose memory counts assume it)
+    rounds = np.asarray(tr.interleaved_torch_rounds) & (lay.schedule == SCHEDULES.index("interleaved-1f1b"))
+    bad_m = np.where(rounds, (mb % np.maximum(1, mb // np.maximum(lay.pp, 1))) != 0, (mb % lay.pp) != 0)
+    reason = _mark(reason, interleaved & bad_m, "schedule")
     # torch's Schedule1F1B needs a micro-batch per stage (TrainingConsts.torch_1f1b_needs_m_ge_p)
     one_f1b = (lay.schedule == SCHEDULES.index("1f1b")) & (lay.pp > 1) & (mb < lay.pp)
     reason = _mark(reason, one_f1b & np.asarray(tr.torch_1f1b_needs_m_ge_p), "schedule")

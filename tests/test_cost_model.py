@@ -64,9 +64,13 @@ def test_bubble_factors():
     # Narayanan 2021: (p-1)/m of the ideal time for 1F1B, (p-1)/(v m) interleaved
     assert bubble_factor(_lay(pp=4, schedule=1), 16) == pytest.approx(3)
     assert bubble_factor(_lay(pp=4, vpp=2, schedule=2), 16) == pytest.approx(1.5)
-    # zero-bubble schedules: no bubble once m >= p
-    assert bubble_factor(_lay(pp=4, vpp=2, schedule=4), 16) == pytest.approx(0)
-    assert bubble_factor(_lay(pp=4, vpp=2, schedule=4), 2) == pytest.approx(1.5 * 0.5)
+    # zero-bubble schedules: the fill's (p - 1) forwards stay, (p-1)/(3v) from enough micro-batches on
+    # (tests/test_schedule_bubble.py holds these to torch's orders)
+    assert bubble_factor(_lay(pp=4, vpp=2, schedule=4), 16) == pytest.approx(3 / 6)
+    assert bubble_factor(_lay(pp=4, vpp=2, schedule=4), 2) == pytest.approx((7 - 2) / 3)
+    assert bubble_factor(_lay(pp=4, vpp=2, schedule=3), 8) == pytest.approx(3 / 6)
+    # interleaved 1F1B below p micro-batches: p - m idle at each chunk change
+    assert bubble_factor(_lay(pp=4, vpp=2, schedule=2), 2) == pytest.approx(1.5 + 0.5 * 2)
 
 
 def test_in_flight_microbatches():
@@ -134,7 +138,9 @@ def test_held_sends_and_in_flight_counts_follow_torchs_orders():
     for schedule, vs in (("interleaved-1f1b", (2, 3)), ("interleaved-zb", (2, 3)), ("zbv", (2,))):
         for v in vs:
             for p in (2, 3, 4, 8):
-                for m in (p, 2 * p, 4 * p):
+                # torch's interleaved 1F1B also runs m that are not multiples of p (m % max(1, m // p) == 0)
+                extra = (p + 1, 3 * p // 2 + 1, 2 * p + 2) if schedule == "interleaved-1f1b" else ()
+                for m in (p, 2 * p, 4 * p) + tuple(x for x in extra if x % max(1, x // p) == 0):
                     orders, rank_of = _torch_orders(schedule, p, v, m)
                     last_stage = p * v - 1
                     model = rank_inflight(_lay(gpus=p, pp=p, dp=1, vpp=v, schedule=codes[schedule]), m, p * v)
@@ -176,7 +182,8 @@ def test_interleaved_peak_follows_torchs_action_order():
     from torch.distributed.pipelining.schedules import _ComputationType
     after_warmup = cases = 0
     for L, p, v, m in [(L, p, v, m) for L in (5, 6, 10, 13, 30, 126) for p in (2, 3, 4, 16) for v in (2, 3, 8)
-                       for m in (p, 2 * p, 4 * p) if p * v <= L + 2]:
+                       for m in (p, 2 * p, 4 * p, p + 1, 2 * p - 1, 2 * p + 2) if p * v <= L + 2
+                       and m % max(1, m // p) == 0]:  # torch's rule: m a multiple of its rounds
         sizes = stage_layers(L, p * v)
         for r, ops in _torch_interleaved_orders(p, v, m).items():
             held = peak = 0

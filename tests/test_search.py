@@ -116,13 +116,17 @@ def test_70b_on_8_gpus_fits_only_with_offload():
 
 def test_a_batch_that_rules_out_dp_gets_a_nearby_batch_suggestion():
     """7B on 3 GPUs with batch 1024 as torchtitan runs it: dp 3 is ruled out by the batch, tp 3 by the
-    heads, and pp 3 does not fit (torch.distributed.pipelining keeps a receive buffer per micro-batch).
-    The first suggestion is the nearest batch that dp 3 splits, and it does fit; more GPUs come after.
-    parplan's own runtime, which allocates receive buffers just in time, fits pp 3 at batch 1024."""
+    heads, and pp 3 (in fp32, where torchtitan runs a pipeline without FSDP) does not fit (torch.distributed.
+    pipelining keeps a receive buffer per micro-batch).  The first suggestion is the nearest batch that dp 3
+    splits, and it does fit; more GPUs come after.  In bf16 torchtitan has no pp 3 either (no FSDP under it),
+    so nothing is costed and the error names the nearest batch.  parplan's own runtime, which allocates
+    receive buffers just in time, fits pp 3 at batch 1024."""
     from planner.models import model_from_params
     spec, _ = model_from_params(7e9)
-    with pytest.raises(NothingFits) as e:
+    with pytest.raises(PlannerError, match="every candidate was rejected.*--global-batch-size 1023 splits over dp 3"):
         recommend(spec, 3, global_batch_size=1024, framework="torchtitan")
+    with pytest.raises(NothingFits) as e:
+        recommend(spec, 3, global_batch_size=1024, framework="torchtitan", precision="fp32")
     first = e.value.plan.suggestions[0]
     assert first.startswith("--global-batch-size 1023 fits on 3 GPUs"), first
     assert "1024 does not split over dp 3" in first
@@ -634,3 +638,26 @@ def test_torchtitan_mixed_precision_needs_fsdp():
         recommend(spec, 8, framework="torchtitan", pins=Pins(zero=0, cp=2))
     # parplan's runtime autocasts any layout: the same pins plan there
     assert recommend(spec, 8, pins=Pins(tp=8)).parallel.tp == 8
+
+
+def test_torch_interleaved_runs_micro_batches_in_rounds():
+    """torch's ScheduleInterleaved1F1B splits m into max(1, m // p) rounds and needs m a multiple of them, not of
+    p (Megatron-LM's rule): 3 micro-batches over pp 2 run there, with the bubble and memory of torch's order
+    (tests/test_schedule_bubble.py, test_cost_model's order walks); 5 do not, and launch says so."""
+    from planner.launch import check_runtime_support
+    spec = load_preset("tiny-llama-test")
+    pins = Pins(tp=1, pp=2, vpp=2, dp=1, mbs=1, schedule="interleaved-1f1b")
+    plan = recommend(spec, 2, seq_len=128, global_batch_size=3, pins=pins)
+    assert plan.training.num_microbatches == 3 and plan.parallel.schedule == "interleaved-1f1b"
+    assert check_runtime_support(plan, "cpu").ok
+    with pytest.raises(PlannerError, match="every candidate was rejected"):
+        recommend(spec, 2, seq_len=128, global_batch_size=3, pins=pins, framework="megatron")
+    with pytest.raises(PlannerError, match="every candidate was rejected"):
+        recommend(spec, 2, seq_len=128, global_batch_size=5, pins=pins)
+    # below p micro-batches the chunk change waits for micro-batch 0: (p-1)/v + (v-1)(p-m)/v = 1, not 0.5
+    few = recommend(spec, 2, seq_len=128, global_batch_size=1, pins=pins)
+    assert few.prediction.bubble_fraction > plan.prediction.bubble_fraction
+    edited = plan.model_copy(deep=True)
+    edited.training.num_microbatches, edited.training.global_batch_size = 5, 5
+    check = check_runtime_support(edited, "cpu")
+    assert not check.ok and "multiple of the rounds" in check.detail, check

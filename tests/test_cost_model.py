@@ -138,9 +138,12 @@ def test_held_sends_and_in_flight_counts_follow_torchs_orders():
     for schedule, vs in (("interleaved-1f1b", (2, 3)), ("interleaved-zb", (2, 3)), ("zbv", (2,))):
         for v in vs:
             for p in (2, 3, 4, 8):
-                # torch's interleaved 1F1B also runs m that are not multiples of p (m % max(1, m // p) == 0)
-                extra = (p + 1, 3 * p // 2 + 1, 2 * p + 2) if schedule == "interleaved-1f1b" else ()
-                for m in (p, 2 * p, 4 * p) + tuple(x for x in extra if x % max(1, x // p) == 0):
+                # torch's interleaved 1F1B also runs m that are not multiples of p (m % max(1, m // p) == 0),
+                # and ZB-V any m
+                extra = (tuple(x for x in (p + 1, 3 * p // 2 + 1, 2 * p + 2) if x % max(1, x // p) == 0)
+                         if schedule == "interleaved-1f1b" else
+                         (1, p + 1, 2 * p - 1, 2 * p + 1, 3 * p - 1) if schedule == "zbv" else ())
+                for m in (p, 2 * p, 4 * p) + extra:
                     orders, rank_of = _torch_orders(schedule, p, v, m)
                     last_stage = p * v - 1
                     model = rank_inflight(_lay(gpus=p, pp=p, dp=1, vpp=v, schedule=codes[schedule]), m, p * v)

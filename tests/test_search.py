@@ -1,4 +1,5 @@
 """The vectorised search: array path = scalar path, plan properties, presets x profiles, speed."""
+from dataclasses import replace
 import json
 import subprocess
 import sys
@@ -657,6 +658,9 @@ def test_torch_interleaved_runs_micro_batches_in_rounds():
     # below p micro-batches the chunk change waits for micro-batch 0: (p-1)/v + (v-1)(p-m)/v = 1, not 0.5
     few = recommend(spec, 2, seq_len=128, global_batch_size=1, pins=pins)
     assert few.prediction.bubble_fraction > plan.prediction.bubble_fraction
+    # torch's ZB-V runs any m (memory counts walked on its order: test_cost_model)
+    zbv = recommend(spec, 2, seq_len=128, global_batch_size=3, pins=replace(pins, schedule="zbv"))
+    assert zbv.training.num_microbatches == 3 and zbv.parallel.schedule == "zbv"
     edited = plan.model_copy(deep=True)
     edited.training.num_microbatches, edited.training.global_batch_size = 5, 5
     check = check_runtime_support(edited, "cpu")

@@ -366,7 +366,8 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
       weight-gradient pass (W), and a block waiting for its W keeps its activations and the
       gradients of its linear layers' outputs (pending_w_bytes_per_layer).  In torch's orders
       (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, simulated action by action):
-      interleaved-zb: v*p chunk-micro-batches on every rank, r + 1 of them pending;
+      interleaved-zb: v*p chunk-micro-batches on every rank, r + 1 of them pending; (v-1)*g + p where m is
+      not a multiple of p (m >= p: torch's rounds of g = round_size(p, m); below p the held sends differ);
       zbv (v = 2): 2p chunks with 1 pending on every rank, and on rank r >= 1 also p + r chunks with
       2r + 1 pending (its cool-down runs r input passes of both chunks before their W passes), from
       2p - 1 micro-batches on; with fewer (the search allows m = p), torch's order is walked
@@ -411,6 +412,11 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
         return np.where(sch == SCH_ZBV, zbv, out) + zero
 
     full = np.minimum(p, m)
+    # interleaved-zb in torch's rounds of g: (v-1) g + p chunks held, r + 1 pending (at most all m v)
+    izb_act = np.minimum(((v - 1) * g + p) / v, m)
+
+    def izb_pend(r):
+        return np.minimum(r + 1, m * v) / v
     # the fullest middle rank (middle_rank): rank 1, or p - 2 under the zero-bubble schedules, whose
     # counts below use mid_r
     mid_r = np.maximum(p - 2, 1)
@@ -434,25 +440,25 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
     def held(r, zbv_late=False):
         """Sends finished before rank r's peak and held to the step's end (torch's action-list runtime),
         counted from torch's orders: interleaved 1F1B peaks at its last steady pair, after
-        m v - W - 1 backwards; interleaved-zb at its last steady input pass, after m v - v p + 1 + r;
-        ZB-V after 2m - 3p + 2 + r in its steady state, and in its cool-down (rank r >= 1) after
+        m v - W - 1 backwards; interleaved-zb at its last steady input pass, after m v - ((v-1) g + p) + 1
+        + r (g: round_size); ZB-V after 2m - 3p + 2 + r in its steady state, and in its cool-down (rank r >= 1) after
         2m - p + 1 + r."""
         inter = m * v - np.minimum((v - 1) * g + 2 * (p - 1 - r), m * v) - 1
-        izb = m * v - v * p + 1 + r
+        izb = m * v - ((v - 1) * g + p) + 1 + r
         zbv = 2 * m - (p - 1 - r if zbv_late else 3 * p - 2 - r)
         n = pick(0, 0, inter, izb, zbv)
         return sends(np.clip(n, 0, m * v), r)
 
     held_mid = held(middle_rank(p, sch))
     held_last = held(p - 1)
-    first = (pick(m, full, i_first, full, full), pick(0, 0, 0, 1 / v, 0.5), held(0 * p))
-    mid = (pick(m, np.minimum(p - 1, m), i_mid, full, full), pick(0, 0, 0, (mid_r + 1) / v, 0.5), held_mid)
-    last = (pick(m, 1, i_last, full, full), pick(0, 0, 0, p / v, 0.5), held_last)
+    first = (pick(m, full, i_first, izb_act, full), pick(0, 0, 0, izb_pend(0), 0.5), held(0 * p))
+    mid = (pick(m, np.minimum(p - 1, m), i_mid, izb_act, full), pick(0, 0, 0, izb_pend(mid_r), 0.5), held_mid)
+    last = (pick(m, 1, i_last, izb_act, full), pick(0, 0, 0, izb_pend(p - 1), 0.5), held_last)
     # ZB-V's second moment, in its cool-down (the other schedules: the first again)
-    mid_zbv = (pick(m, np.minimum(p - 1, m), i_mid, full, (p + mid_r) / 2),
-               pick(0, 0, 0, (mid_r + 1) / v, (2 * mid_r + 1) / 2),
+    mid_zbv = (pick(m, np.minimum(p - 1, m), i_mid, izb_act, (p + mid_r) / 2),
+               pick(0, 0, 0, izb_pend(mid_r), (2 * mid_r + 1) / 2),
                np.where(sch == SCH_ZBV, held(mid_r, zbv_late=True), held_mid))
-    last_zbv = (pick(m, 1, i_last, full, (2 * p - 1) / 2), pick(0, 0, 0, p / v, (2 * p - 1) / 2),
+    last_zbv = (pick(m, 1, i_last, izb_act, (2 * p - 1) / 2), pick(0, 0, 0, izb_pend(p - 1), (2 * p - 1) / 2),
                 np.where(sch == SCH_ZBV, held(p - 1, zbv_late=True), held_last))
     out = {"first": [first, first], "mid": [mid, mid_zbv], "last": [last, last_zbv]}
     # ZB-V with fewer than 2p - 1 micro-batches: torch's order, walked (zbv_order_moments)

@@ -232,7 +232,7 @@ def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> s
         if lay_row["vpp"] == 1 and lay_row["pp"] > 1 and gbs // max(lay_row["dp"] * lay_row["mbs"], 1) < lay_row["pp"]:
             return f"schedule: torch's 1F1B needs num_microbatches >= pp({lay_row['pp']})"
         return (f"schedule: interleaving needs num_microbatches divisible by pp({lay_row['pp']}) (torch's interleaved "
-                "1F1B: by its max(1, num_microbatches // pp) rounds)")
+                "schedules: by their max(1, num_microbatches // pp) rounds, interleaved-zb at least pp)")
     if code == "layers":
         return f"layers: pp x vpp = {lay_row['pp'] * lay_row['vpp']} virtual stages leave some without a block"
     if code == "seq":
@@ -420,7 +420,8 @@ def _no_candidates_message(spec, gpus, pins) -> str:
 REJECTED_BECAUSE = {
     "batch": "do not split the global batch evenly (it must be a multiple of dp x micro-batch)",
     "schedule": "need a schedule they cannot run (interleaving: micro-batches a multiple of pp, or for torch's "
-                "interleaved 1F1B of its max(1, micro-batches // pp) rounds; torch's 1F1B: at "
+                "interleaved schedules of their max(1, micro-batches // pp) rounds, interleaved-zb at least pp; "
+                "torch's 1F1B: at "
                 "least pp micro-batches; zero-bubble schedules: no full or op-level recompute)",
     "layers": "leave a virtual stage without a block (pp x vpp > layers + 2)",
     "seq": "do not split the sequence evenly (it must be a multiple of 2 x cp, and with sequence parallelism "

@@ -174,11 +174,14 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     reason = _mark(reason, (gbs % (lay.dp * lay.mbs)) != 0, "batch")
     mb = gbs // np.maximum(lay.dp * lay.mbs, 1)
     interleaved = lay.vpp > 1
-    # Megatron: m divisible by p; torch's interleaved 1F1B: by its max(1, m // p) rounds (TrainingConsts.
-    # interleaved_torch_rounds; its interleaved-zb keeps the multiple of p, whose memory counts assume it);
-    # torch's ZB-V runs any m (its order is built for max(2p - 1, m) and cut; memory.rank_inflight walks it)
-    rounds = np.asarray(tr.interleaved_torch_rounds) & (lay.schedule == SCHEDULES.index("interleaved-1f1b"))
-    bad_m = np.where(rounds, (mb % np.maximum(1, mb // np.maximum(lay.pp, 1))) != 0, (mb % lay.pp) != 0)
+    # Megatron: m divisible by p; torch's interleaved schedules: by their max(1, m // p) rounds (TrainingConsts.
+    # interleaved_torch_rounds), interleaved-zb from m = p on (below it the memory counts' held sends are not
+    # torch's); torch's ZB-V runs any m (its order is built for max(2p - 1, m) and cut; rank_inflight walks it)
+    torch = np.asarray(tr.interleaved_torch_rounds)
+    off_rounds = (mb % np.maximum(1, mb // np.maximum(lay.pp, 1))) != 0
+    izb = torch & (lay.schedule == SCHEDULES.index("interleaved-zb"))
+    bad_m = np.where(torch & (lay.schedule == SCHEDULES.index("interleaved-1f1b")), off_rounds,
+                     np.where(izb, off_rounds | (mb < lay.pp), (mb % lay.pp) != 0))
     bad_m = bad_m & (lay.schedule != SCHEDULES.index("zbv"))
     reason = _mark(reason, interleaved & bad_m, "schedule")
     # torch's Schedule1F1B needs a micro-batch per stage (TrainingConsts.torch_1f1b_needs_m_ge_p)

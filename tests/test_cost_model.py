@@ -138,11 +138,12 @@ def test_held_sends_and_in_flight_counts_follow_torchs_orders():
     for schedule, vs in (("interleaved-1f1b", (2, 3)), ("interleaved-zb", (2, 3)), ("zbv", (2,))):
         for v in vs:
             for p in (2, 3, 4, 8):
-                # torch's interleaved 1F1B also runs m that are not multiples of p (m % max(1, m // p) == 0),
-                # and ZB-V any m
+                # torch's interleaved schedules also run m that are not multiples of p (m % max(1, m // p) ==
+                # 0; the search offers interleaved-zb those from p on), and ZB-V any m
                 extra = (tuple(x for x in (p + 1, 3 * p // 2 + 1, 2 * p + 2) if x % max(1, x // p) == 0)
                          if schedule == "interleaved-1f1b" else
-                         (1, p + 1, 2 * p - 1, 2 * p + 1, 3 * p - 1) if schedule == "zbv" else ())
+                         (1, p + 1, 2 * p - 1, 2 * p + 1, 3 * p - 1) if schedule == "zbv" else
+                         tuple(x for x in (p + 1, 2 * p - 1, 2 * p + 2) if x % max(1, x // p) == 0))
                 for m in (p, 2 * p, 4 * p) + extra:
                     orders, rank_of = _torch_orders(schedule, p, v, m)
                     last_stage = p * v - 1

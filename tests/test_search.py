@@ -658,7 +658,12 @@ def test_torch_interleaved_runs_micro_batches_in_rounds():
     # below p micro-batches the chunk change waits for micro-batch 0: (p-1)/v + (v-1)(p-m)/v = 1, not 0.5
     few = recommend(spec, 2, seq_len=128, global_batch_size=1, pins=pins)
     assert few.prediction.bubble_fraction > plan.prediction.bubble_fraction
-    # torch's ZB-V runs any m (memory counts walked on its order: test_cost_model)
+    # interleaved-zb from pp micro-batches on (3 over pp 2: rounds of 3), ZB-V any m (memory counts walked on
+    # torch's orders: test_cost_model)
+    izb = recommend(spec, 2, seq_len=128, global_batch_size=3, pins=replace(pins, schedule="interleaved-zb"))
+    assert izb.training.num_microbatches == 3
+    with pytest.raises(PlannerError, match="every candidate was rejected"):
+        recommend(spec, 2, seq_len=128, global_batch_size=1, pins=replace(pins, schedule="interleaved-zb"))
     zbv = recommend(spec, 2, seq_len=128, global_batch_size=3, pins=replace(pins, schedule="zbv"))
     assert zbv.training.num_microbatches == 3 and zbv.parallel.schedule == "zbv"
     edited = plan.model_copy(deep=True)

@@ -534,9 +534,14 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         # The CPU allocator's peak is comparable with the plan's memory model where the CPU runs the GPU's
         # storage dtypes (fp32, or bf16 parameters with fp32 masters); collective staging buffers are
         # gloo's own (NCCL writes into the caller's tensors), so they are left out of the comparison.
-        predicted = plan.prediction.memory_bytes_per_gpu.total if plan.prediction else None
+        # amp autocasts only on a GPU (autocast_dtype): on the CPU its activations are fp32, not the plan's 16-bit
+        # ones, so its peak is reported without a prediction to compare
+        amp = plan.training.precision == "amp"
+        predicted = plan.prediction.memory_bytes_per_gpu.total if plan.prediction and not amp else None
         cpu_memory = {"allocated_max": max(m["allocated"] for m in memories), "without_collective_buffers_max": max(traced),
                       "predicted": predicted, "error": _rel_error(predicted, max(traced))}
+        if amp:
+            cpu_memory["note"] = "amp runs in fp32 on the CPU (no autocast): not comparable with its 16-bit prediction"
     return {
         "plan": json.loads(plan.model_dump_json()),
         "device": device.type if device.type != "cuda" else torch.cuda.get_device_name(device),

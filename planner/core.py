@@ -121,8 +121,17 @@ def _framework_choices(pins: Pins, axis: str, offered: tuple[str, ...] | None, w
     return pins
 
 
+def compute_dtype(dtype: str, precision: str) -> str:
+    """What the matmuls run in and the saved activations are stored in: fp32 under the fp32 recipe (parplan's
+    runtime autocasts nothing there, parallel_layers.train.autocast_dtype; Megatron-LM without --bf16/--fp16
+    and DeepSpeed without a bf16/fp16 section alike), else the plan's 16-bit dtype.  The runtime's MFU takes
+    the same peak (parallel_layers.train.peak_tflops_per_gpu)."""
+    return "fp32" if precision == "fp32" else dtype
+
+
 def training_consts(tr: Training) -> TrainingConsts:
-    return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
+    return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=compute_dtype(tr.dtype, tr.precision),
+                          precision=tr.precision,
                           flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
                           overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
@@ -330,7 +339,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
                         clip_grad=clip_grad, **stack)
-    hw = hardware_constants(profile, hw_ref, dtype)
+    hw = hardware_constants(profile, hw_ref, compute_dtype(dtype, precision))
     _check_attention_kernel(profile, training)
     m = ModelDims.from_spec(spec, seq_len)
     tr = training_consts(training)
@@ -602,7 +611,7 @@ def _check_attention_kernel(profile, training: Training) -> None:
 def evaluate_plan(plan: Plan) -> Plan:
     """Re-predict a given (possibly hand-edited) plan; never searches."""
     profile = load_hardware(plan.hardware.name)
-    hw = hardware_constants(profile, plan.hardware, plan.training.dtype)
+    hw = hardware_constants(profile, plan.hardware, compute_dtype(plan.training.dtype, plan.training.precision))
     _check_attention_kernel(profile, plan.training)
     spec = with_param_count(plan.model, plan.training.seq_len)
     m = ModelDims.from_spec(spec, plan.training.seq_len)

@@ -625,6 +625,8 @@ def cpu_memory_line(report: dict) -> str | None:
             f"{_fmt(cm['without_collective_buffers_max'], 'bytes')} without gloo's collective buffers")
     if cm.get("predicted") is not None:
         line += f"; the plan's memory model: {_fmt(cm['predicted'], 'bytes')} ({_fmt(cm['error'], 'err')})"
+    elif cm.get("note"):
+        line += f"; {cm['note']}"
     return line
 
 
@@ -636,7 +638,8 @@ def rank_kind_memory(report: dict) -> dict[str, dict] | None:
     peak (what the summary's peak memory compares).  None without a pipeline or a comparable prediction."""
     by_stage = ((report.get("prediction") or {}).get("memory_bytes_per_gpu") or {}).get("by_stage")
     peaks = report.get("peak_memory_bytes") or {}
-    comparable = report.get("cpu_memory") or (report.get("error") or {}).get("peak_memory") is not None
+    comparable = ((report.get("cpu_memory") or {}).get("predicted") is not None
+                  or (report.get("error") or {}).get("peak_memory") is not None)
     if not by_stage or not peaks or not comparable:
         return None
     from cost_models.layout import SCHEDULES

@@ -64,6 +64,14 @@ def test_cpu_memory_line_compares_the_traced_peak_with_the_model():
     line = L.cpu_memory_line({"cpu_memory": {"allocated_max": 2.2e9, "without_collective_buffers_max": 2.0e9,
                                              "predicted": 1.9e9, "error": -0.05}})
     assert "2.20 GB" in line and "2.00 GB without gloo" in line and "1.90 GB (-5.0%)" in line
+    # amp computes in fp32 on the CPU: its peak is shown with why there is no comparison, and per rank kind too
+    amp = {"allocated_max": 2.2e9, "without_collective_buffers_max": 2.0e9, "predicted": None, "error": None,
+           "note": "amp runs in fp32 on the CPU (no autocast): not comparable with its 16-bit prediction"}
+    assert "not comparable" in L.cpu_memory_line({"cpu_memory": amp}) and "%" not in L.cpu_memory_line({"cpu_memory": amp})
+    rep = _report(2, 1, "1f1b", [100, 90], {"first": 110.0, "last": 95.0})
+    assert L.rank_kind_memory(rep) is not None
+    rep["cpu_memory"] = amp
+    assert L.rank_kind_memory(rep) is None
 
 
 def test_bad_plan_file_is_one_line_exit_2(tmp_path, capsys):
@@ -272,7 +280,8 @@ def _report(pp, tp, schedule, peaks, by_stage, cpu=True):
     return {"plan": {"parallel": {"pp": pp, "tp": tp, "cp": 1, "schedule": schedule}},
             "peak_memory_bytes": {str(r): {key: v, "allocated": v} for r, v in enumerate(peaks)},
             "prediction": {"memory_bytes_per_gpu": {"total": max(by_stage.values()), "by_stage": by_stage}},
-            "cpu_memory": {"error": 0.0} if cpu else None, "error": {"peak_memory": None if cpu else 0.0}}
+            "cpu_memory": {"error": 0.0, "predicted": max(by_stage.values())} if cpu else None,
+            "error": {"peak_memory": None if cpu else 0.0}}
 
 
 def test_rank_kind_memory_matches_each_kind_with_its_pipeline_rank():

@@ -670,3 +670,17 @@ def test_torch_interleaved_runs_micro_batches_in_rounds():
     edited.training.num_microbatches, edited.training.global_batch_size = 5, 5
     check = check_runtime_support(edited, "cpu")
     assert not check.ok and "multiple of the rounds" in check.detail, check
+
+
+def test_fp32_recipe_computes_in_fp32():
+    """--precision fp32 autocasts nothing (parplan's runtime; Megatron-LM and DeepSpeed without a 16-bit mode):
+    its activations are 4 bytes, not the 16-bit dtype's 2, and its matmuls run at the profile's fp32 peak.  A
+    CPU launch had measured an fp32 plan 43 % over the prediction that stored them in 2 bytes."""
+    spec = load_preset("llama3-8b")
+    pins = Pins(tp=1, pp=1, dp=8, mbs=1, zero=3, recompute="none", sp=False, offload="none")
+    amp = recommend(spec, 8, seq_len=2048, global_batch_size=8, pins=pins, precision="amp").prediction
+    fp32 = recommend(spec, 8, seq_len=2048, global_batch_size=8, pins=pins, precision="fp32").prediction
+    # (the loss's fp32 logits are the same in both: the blocks' part doubles)
+    assert fp32.memory_bytes_per_gpu.activations > 1.6 * amp.memory_bytes_per_gpu.activations
+    # H100: 66.9 TFLOP/s fp32 against 989.4 bf16 dense
+    assert fp32.step_time_s > 5 * amp.step_time_s

@@ -331,6 +331,14 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
         raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")
+    if framework == "parplan":  # launch's check_runtime_support: FSDP2 offload with SP/cp/tied pp on cuda
+        extra = [n for n, on in (("--sp", pins.sp and (pins.tp or 1) > 1), (f"--cp {pins.cp}", (pins.cp or 1) > 1),
+                                 ("tied embeddings across --pp", spec.tied_embeddings and (pins.pp or 1) > 1)) if on]
+        if pins.zero == 3 and pins.offload == "optimizer" and extra:
+            raise PlannerError(f"parplan's runtime has no FSDP2 optimizer offload with {' and '.join(extra)} on a GPU "
+                               "(their gradient sums would all-reduce host tensors over NCCL); use --zero 1 or 2 "
+                               "with the offload, or drop " + " and ".join(extra))
+        pins = replace(pins, fsdp_offload_alone=True)
     if framework == "deepspeed":  # PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         if pins.zero is not None and pins.zero >= 2 and pins.pp is not None and pins.pp > 1:
             raise PlannerError(f"DeepSpeed's pipeline engine refuses ZeRO-{pins.zero} with --pp {pins.pp}; "

@@ -55,6 +55,10 @@ class Pins:
     # 16-bit training needs FSDP (or a single dimension) there: torchtitan's maybe_enable_amp leaves mixed
     # precision to FSDP's policy and autocasts only DDP/single-device runs, so tp/pp with dp = cp = 1 trains fp32
     sixteen_bit_needs_shards: bool = False
+    # parplan's runtime on a GPU: FSDP2's CPU offload keeps gradient shards on the host, and SP's, cp's and tied
+    # embeddings' gradient sums would all-reduce them over NCCL, so ZeRO 3 + offload only without those
+    # (planner.launch.check_runtime_support refuses them)
+    fsdp_offload_alone: bool = False
 
 
 @dataclass
@@ -144,6 +148,8 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: b
     if pins.fsdp_native:
         # ...and FSDP is on whenever cp > 1 (ParallelDims.fsdp_enabled), so no ZeRO 0 beside cp either
         keep = keep & ~((zero == 0) & (((dp > 1) & ((tp > 1) | (pp > 1))) | (cp > 1)))
+    if pins.fsdp_offload_alone:
+        keep = keep & ~((zero == 3) & (off > 0) & (((sp == 1) & (tp > 1)) | (cp > 1) | ((pp > 1) & m.tied)))
     if pins.sixteen_bit_needs_shards:
         keep = keep & ~(((tp > 1) | (pp > 1)) & (dp == 1) & (cp == 1))
     i_s, i_p = np.nonzero(np.broadcast_to(keep, (len(struct), len(policy))))

@@ -684,3 +684,19 @@ def test_fp32_recipe_computes_in_fp32():
     assert fp32.memory_bytes_per_gpu.activations > 1.6 * amp.memory_bytes_per_gpu.activations
     # H100: 66.9 TFLOP/s fp32 against 989.4 bf16 dense
     assert fp32.step_time_s > 5 * amp.step_time_s
+
+
+def test_search_offers_no_plan_its_runtime_refuses_on_a_gpu():
+    """parplan's runtime refuses FSDP2 optimizer offload with SP, cp or tied embeddings across a pipeline on cuda
+    (launch.check_runtime_support); the memory objective's top plans had been exactly those.  A pin that forces
+    one is one line; other frameworks keep them."""
+    from planner.launch import check_runtime_support
+    spec = load_preset("tiny-llama-test")
+    plan = recommend(spec, 8, seq_len=128, global_batch_size=16, objective="memory", top_k=20)
+    for a in [plan, *plan.alternatives]:
+        assert check_runtime_support(a, "cuda").ok, a.parallel
+    with pytest.raises(PlannerError, match="no FSDP2 optimizer offload with --cp 2"):
+        recommend(spec, 8, seq_len=128, global_batch_size=16, pins=Pins(zero=3, offload="optimizer", cp=2))
+    tt = recommend(spec, 8, seq_len=128, global_batch_size=16, framework="torchtitan", top_k=5,
+                   pins=Pins(zero=3, offload="optimizer", cp=2))
+    assert tt.parallel.cp == 2 and tt.parallel.offload == "optimizer"

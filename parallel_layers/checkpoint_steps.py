@@ -23,3 +23,16 @@ def saved(directory: str) -> dict[int, str]:
 def saved_steps(directory: str) -> list[int]:
     """The steps of saved(directory), oldest first."""
     return sorted(saved(directory))
+
+
+def saved_tp(path: str) -> int | None:
+    """The tensor-parallel size a checkpoint was saved with, from its key names and without torch: a TP shard's key
+    ends in "@tp{rank}of{tp}" (parallel_layers.checkpoint._key), and DCP's .metadata pickle holds the keys as
+    plain strings.  1 when no key is a TP shard; None when the file cannot be read."""
+    try:
+        with open(os.path.join(path, ".metadata"), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    sizes = {int(t) for t in re.findall(rb"@tp\d+of(\d+)", data)}
+    return max(sizes) if sizes else 1

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from parallel_layers.checkpoint_steps import saved_steps
+from parallel_layers.checkpoint_steps import saved_steps, saved_tp, step_path
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -255,7 +255,10 @@ def check_data(path: str, plan, data_dtype: Optional[str] = None) -> Check:
     return Check("data", True, f"{path}: {n:,} {dtype.name} tokens, ids in range in the first {len(head):,}")
 
 
-def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int) -> Check:
+def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp: Optional[int] = None) -> Check:
+    """The step to resume from exists and leaves steps to run, and (with the plan's tp) was saved with that tp: a
+    checkpoint resumes with another dp, pp, cp or ZeRO stage, not another tp (its TP shards are keys of their own,
+    parallel_layers.checkpoint), which had failed on every rank with a missing key."""
     have = saved_steps(checkpoint_dir)
     if resume_step is not None and resume_step not in have:
         return Check("checkpoint", False, f"no complete checkpoint of step {resume_step} under {checkpoint_dir}",
@@ -266,6 +269,12 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int) ->
     if start >= steps:
         return Check("checkpoint", False, f"the checkpoint is after step {start} and --steps is {steps}: nothing to run",
                      f"pass --steps greater than {start} (the step count to reach, not the steps to add)")
+    was = saved_tp(step_path(checkpoint_dir, start)) if tp is not None else None
+    if was is not None and was != tp:
+        return Check("checkpoint", False, f"the checkpoint of step {start} was saved with tp={was} and the plan has "
+                     f"tp={tp}: its tensor-parallel shards do not load into another tp",
+                     f"resume with a tp={was} plan (dp, pp, cp and the ZeRO stage may differ), or start afresh "
+                     "without --resume")
     return Check("checkpoint", True, f"resumes after step {start} of {checkpoint_dir}, runs steps {start + 1}..{steps}")
 
 
@@ -747,7 +756,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         checks.append(Check("checkpoint", False, "--resume without --checkpoint-dir has nothing to resume from",
                             "pass --checkpoint-dir DIR (the folder --checkpoint-dir wrote)"))
     elif resume:
-        checks.append(check_resume(checkpoint_dir, resume_step, steps))
+        checks.append(check_resume(checkpoint_dir, resume_step, steps, plan.parallel.tp))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(report).parent if report else Path("runs") / stamp
     report_path = report or str(run_dir / "report.json")

@@ -463,6 +463,12 @@ def test_resume_is_checked_against_the_saved_steps(tmp_path):
     c = L.check_resume(str(ck), None, 4)
     assert not c.ok and "greater than 4" in c.fix
     assert L.check_resume(str(ck), 2, 4).ok
+    # another tp cannot resume it (its TP shards are keys of their own): read from the keys, without torch
+    (ck / "step_00000004" / ".metadata").write_bytes(b"\x80\x04...model.blocks.0.attn.wq.weight@tp1of2...")
+    c = L.check_resume(str(ck), None, 10, tp=1)
+    assert not c.ok and "saved with tp=2" in c.detail and "tp=2 plan" in c.fix
+    assert L.check_resume(str(ck), None, 10, tp=2).ok
+    assert L.check_resume(str(ck), 2, 10, tp=1).ok  # step 2's keys have no TP shard: tp 1
     argv = L.torchrun_argv("p.json", nproc=1, steps=4, device="cpu", report="r.json", checkpoint_dir=str(ck),
                            resume_step=2)
     assert argv[-3:] == ["--resume", "--resume-step", "2"]

@@ -220,3 +220,9 @@ def test_cp_resume_in_another_cp_layout(runs):
     assert loss == pytest.approx(losses(runs, suite.CP_RESUME_FROM)[2], rel=LOSS_RTOL)
     assert loss == pytest.approx(losses(runs, "ref-llama")[2], rel=LOSS_RTOL)
     assert (runs / "cp-resume" / "ckpt" / "step_00000002" / ".metadata").exists()
+    # launch's preflight reads the checkpoint's tp from DCP's metadata without torch: 2, so a tp 1 plan is refused
+    from parallel_layers.checkpoint_steps import saved_tp
+    from planner.launch import check_resume
+    assert saved_tp(str(runs / "cp-resume" / "ckpt" / "step_00000002")) == 2
+    assert not check_resume(str(runs / "cp-resume" / "ckpt"), 2, 3, tp=1).ok
+    assert check_resume(str(runs / "cp-resume" / "ckpt"), 2, 3, tp=2).ok

@@ -4,7 +4,8 @@ Keys are logical parameter names; a TP shard adds ``@tp{rank}of{tp}`` (DCP treat
 of plain tensors as replicas, which is right for the dp copies and wrong for TP shards).  FSDP2
 parameters and their AdamW states are DTensors over dp, and layer keys use the global layer
 index, so a checkpoint resumes with another dp, pp or ZeRO stage (tested: dp 2 -> 1, and
-pp 2 -> 1 with ZeRO-1 -> FSDP2); another tp is not supported (TP shards are separate keys).  Data needs no state: batches are a function of (seed, step, index).
+pp 2 -> 1 with ZeRO-1 -> FSDP2); another tp is not supported (TP shards are separate keys; `parplan
+launch` refuses it before any rank starts, checkpoint_steps.saved_tp).  Data needs no state: batches are a function of (seed, step, index).
 
 Master-weights recipes (ZeRO 0-2) also save each fp32 master as ``{key}/master``; such a
 checkpoint resumes only into a master-weights run and vice versa (FSDP2's fp32 shards are the

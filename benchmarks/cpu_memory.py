@@ -1,10 +1,12 @@
 """The memory model against the CPU allocator's peak, per ZeRO stage and pipeline (the layouts of
 tests/test_runtime_memory.py), written as a markdown table with what was live at each peak.
 
-    OMP_NUM_THREADS=1 python benchmarks/cpu_memory.py --out benchmarks/results/DATE-cpu-memory [--runs 3]
+    OMP_NUM_THREADS=1 python benchmarks/cpu_memory.py --out benchmarks/results/DATE-cpu-memory [--runs 3] [--precision fp32]
 
 Each run is one 4-rank gloo torchrun of every layout with ``--memory-snapshot`` (the CPU allocator
 traced through torch.profiler, parallel_layers/host_memory.py).  Repeated runs show the spread.
+``--precision`` picks the recipe of every plan: master-weights (the test's) or fp32; the CPU runs both in
+the GPU's storage dtypes, so both compare.
 """
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ EXTRA = {"zbv-selective": dict(schedule="zbv", vpp=2, recompute="selective"),
 CASES = {**LAYOUTS, **SCHEDULES, **EXTRA}
 
 MIB = 2**20
+# the recipes the CPU runs in the GPU's storage dtypes (amp autocasts only on a GPU: not comparable)
+RECIPES = {"master-weights": "master-weights (bf16 parameters, fp32 gradients, fp32 masters + AdamW)",
+           "fp32": "fp32 (fp32 parameters, gradients and AdamW states; fp32 activations and working buffers)"}
 
 
 def _repredict(rep: dict, plan_path: Path) -> dict:
@@ -51,6 +56,8 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--precision", choices=list(RECIPES), default="master-weights",
+                    help="every plan's recipe (with --repredict the committed plans' own recipe is used)")
     ap.add_argument("--repredict", action="store_true",
                     help="run nothing: re-predict the runs already under --out with this checkout's cost model "
                          "(the measured peaks do not depend on it) and rewrite summary.md")
@@ -61,7 +68,8 @@ def main() -> int:
         tmp = out / f"run{i + 1}"
         t0 = time.time()
         if not a.repredict:
-            r = suite.run_jobs(memory_jobs(tmp, a.steps, {**SCHEDULES, **EXTRA}), 4, tmp, "memory", timeout=1200)
+            r = suite.run_jobs(memory_jobs(tmp, a.steps, {**SCHEDULES, **EXTRA}, a.precision), 4, tmp, "memory",
+                               timeout=1200)
             if r.returncode != 0:
                 print(r.stderr[-4000:], file=sys.stderr)
                 return 1
@@ -77,15 +85,19 @@ def main() -> int:
                 trace = json.loads((tmp / name / "trace" / f"rank{worst}.json").read_text())
                 live[name] = (worst, trace["without_collective_buffers"])
     import torch
+    # the recipe the runs were made with (the committed plans' under --repredict)
+    precisions = {rep["plan"]["training"]["precision"] for reps in rows.values() for rep in reps}
+    precision = precisions.pop() if len(precisions) == 1 else a.precision
     lines = [f"# Memory model vs the CPU allocator ({datetime.date.today()}, {platform.processor() or platform.machine()}, "
              f"torch {torch.__version__}, 4 gloo ranks, {a.runs} runs)", "",
              f"Command: `OMP_NUM_THREADS=1 python benchmarks/cpu_memory.py --out {a.out} --runs {a.runs}"
+             + (f" --precision {precision}" if precision != "master-weights" else "")
              + (" --repredict`: the predictions re-made by this checkout's cost model, the peaks as measured when the "
                 "runs were made (the traces' dates)." if a.repredict else "`."),
              "ZeRO layouts: llama, hidden 1024, ffn 2816, 8 heads, vocab 4096, seq 32, micro-batch 1, global batch 8 "
              "(model states dominate). Schedules: llama, 8 layers, hidden 256, ffn 704, 4 heads, vocab 512, seq 512, "
-             "micro-batch 2, 8 micro-batches, pp 4 (activations and pipeline buffers dominate). Recipe master-weights "
-             "(bf16 parameters, fp32 gradients, fp32 masters + AdamW) throughout.",
+             "micro-batch 2, 8 micro-batches, pp 4 (activations and pipeline buffers dominate). "
+             f"Recipe {RECIPES.get(precision, precision)} throughout.",
              "Measured: the largest rank's peak without gloo's collective staging buffers, MiB.", "",
              "| layout | predicted | measured (each run) | error (each run) | weights | grads | optimizer | other |",
              "|---|---:|---|---|---:|---:|---:|---:|"]

@@ -94,12 +94,12 @@ def rank_kind_errors(plan: dict, report: dict) -> dict[str, float]:
     return {k: v["error"] for k, v in kinds.items()}
 
 
-def memory_jobs(tmp, steps: int = 2, schedules: dict | None = None) -> list[dict]:
+def memory_jobs(tmp, steps: int = 2, schedules: dict | None = None, precision: str = "master-weights") -> list[dict]:
     """One multi_run job per layout and schedule under tmp/<name>/ (plan.json, report.json, trace/rankN.json)."""
     jobs = []
     for name, (layers, par) in LAYOUTS.items():
         plan = evaluate_plan(tiny_plan({**WIDE, "layers": layers}, seq_len=32, global_batch_size=8,
-                                       precision="master-weights", **par))
+                                       precision=precision, **par))
         d = tmp / name
         d.mkdir(parents=True, exist_ok=True)
         jobs.append({"plan": write_plan(plan, d / "plan.json"), "report": str(d / "report.json"),
@@ -108,7 +108,7 @@ def memory_jobs(tmp, steps: int = 2, schedules: dict | None = None) -> list[dict
         par = dict(par)
         arch = {**NARROW, "layers": par.pop("layers", NARROW["layers"]), "vocab": par.pop("vocab", NARROW["vocab"])}
         plan = evaluate_plan(tiny_plan(arch, seq_len=512, global_batch_size=16, micro_batch_size=2,
-                                       precision="master-weights", **{"tp": 1, "pp": 4, "dp": 1, **par}))
+                                       precision=precision, **{"tp": 1, "pp": 4, "dp": 1, **par}))
         d = tmp / name
         d.mkdir(parents=True, exist_ok=True)
         jobs.append({"plan": write_plan(plan, d / "plan.json"), "report": str(d / "report.json"),

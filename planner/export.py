@@ -212,6 +212,11 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
             flag("--pipeline-model-parallel-layout", _megatron_layout(counts))
         if p.schedule in _MEGATRON_SCHEDULE_NOTES:
             notes.append(_MEGATRON_SCHEDULE_NOTES[p.schedule])
+        if p.vpp > 1 and t.num_microbatches % p.pp:
+            # torch's interleaved schedules run m in max(1, m // pp) rounds; Megatron-LM's needs whole rounds of pp
+            notes.append(f"{t.num_microbatches} micro-batches over pp={p.pp}: Megatron-LM's interleaved schedule needs "
+                         "a multiple of pp (torch's, which the plan was predicted for, runs them in rounds); plan with "
+                         "--framework megatron for a batch it runs.")
     elif p.vpp > 1:
         notes.append(f"vpp={p.vpp} with pp=1 has no meaning in Megatron-LM; virtual stages were not exported.")
 

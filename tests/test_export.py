@@ -514,3 +514,11 @@ def test_rope_base_reaches_megatron_and_is_checked_against_torchtitans_flavor():
     plan.model.rope_theta = None  # 10000
     assert "--rotary-base" not in export_plan(plan, "megatron")  # Megatron-LM's default, 10000
     assert any("rope_theta" in n and "500000" in n for n in export_notes(plan, "torchtitan"))
+
+
+def test_megatron_notes_micro_batches_torchs_interleaving_runs_and_its_does_not():
+    """torch's interleaved schedules run m in max(1, m // pp) rounds (3 over pp 2); Megatron-LM needs a multiple."""
+    plan = llama_plan()  # interleaved over pp 2 with 32 micro-batches
+    assert not any("needs a multiple of pp" in n for n in export_notes(plan, "megatron"))
+    plan.training.num_microbatches, plan.training.global_batch_size = 3, 6
+    assert any("needs a multiple of pp" in n for n in export_notes(plan, "megatron"))

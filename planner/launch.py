@@ -341,6 +341,19 @@ def check_runtime_support(plan, device: str) -> Check:
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         missing.append((f"cp={p.cp} with seq_len {t.seq_len} (load-balanced context parallelism cuts the sequence "
                         f"into 2*cp = {2 * p.cp} chunks)", f"use a seq_len divisible by {2 * p.cp}, or another cp"))
+    if p.pp > 1:
+        # a pipeline rank with no block, embedding or head has nothing to train (its optimizer gets no parameters,
+        # and the run fails on that rank); the search never makes one, a hand-edited pp or vpp can
+        from cost_models.layout import stage_layers
+        counts = list(p.stage_layers) if p.stage_layers is not None else stage_layers(m.layers, p.pp * p.vpp)
+        last = p.pp * p.vpp - 1
+        empty = [r for r in range(p.pp)
+                 if not any(s in (0, last) or counts[s] for s in
+                            ((r, 2 * p.pp - 1 - r) if p.schedule == "zbv" else range(r, last + 1, p.pp)))]
+        if empty:
+            missing.append((f"pipeline rank(s) {empty} with no block, embedding or head ({m.layers} layers over "
+                            f"pp={p.pp} x vpp={p.vpp} stages: {counts})", "use fewer pipeline stages than layers "
+                            "(pp x vpp at most layers + 2, the ends holding the embedding and the head)"))
     rounds = max(1, t.num_microbatches // p.pp)
     if p.schedule in ("interleaved-1f1b", "interleaved-zb") and p.pp > 1 and t.num_microbatches % rounds:
         fit = [n for n in range(t.num_microbatches, 0, -1) if n % max(1, n // p.pp) == 0][0]

@@ -566,3 +566,16 @@ def test_fsdp2_offload_with_host_gradient_sums_is_refused_on_cuda():
     assert L.check_runtime_support(plan, "cpu").ok
     plan = tiny_plan(tp=1, dp=4, zero_stage=3, offload="optimizer")
     assert L.check_runtime_support(plan, "cuda").ok
+
+
+def test_a_pipeline_rank_with_nothing_to_train_is_refused():
+    """A hand-edited pp past the layers leaves middle ranks with no block, embedding or head: the run had failed
+    on that rank ("optimizer got an empty parameter list"); the ends, holding the embedding and the head, and the
+    search's uneven interleaved stages are fine."""
+    layers = tiny_plan().model.layers
+    plan = tiny_plan(pp=layers + 4, global_batch_size=16)
+    c = L.check_runtime_support(plan, "cpu")
+    assert not c.ok and "with no block, embedding or head" in c.detail, c
+    assert L.check_runtime_support(tiny_plan(pp=layers + 2, global_batch_size=16), "cpu").ok
+    assert L.check_runtime_support(tiny_plan(pp=2, vpp=layers // 2 + 1, schedule="interleaved-1f1b",
+                                             global_batch_size=16), "cpu").ok

@@ -36,9 +36,9 @@ import torch  # noqa: E402
 from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops  # noqa: E402
 from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402
 
-from cost_models.layout import SCHEDULES as CODES, Layout  # noqa: E402
+from cost_models.layout import SCHEDULES as CODES, Layout, stages_of_rank  # noqa: E402
 from cost_models.total import bubble_factor  # noqa: E402
-from parallel_layers.pipeline import SCHEDULES, SINGLE_STAGE, stages_of_rank  # noqa: E402
+from parallel_layers.pipeline import SCHEDULES, SINGLE_STAGE  # noqa: E402
 
 KINDS = ("F", "I", "W", "B")  # the values of torch's compute _ComputationTypes (B: full backward)
 COSTS = {"even": (1.0, 1.0, 1.0), "b1.2-w0.8": (1.0, 1.2, 0.8)}  # (f, b, w) per chunk

@@ -213,6 +213,18 @@ def stage_layers(layers: int, stages: int) -> list[int]:
     return sizes
 
 
+def stages_of_rank(pp_rank: int, pp: int, vpp: int, schedule: str) -> list[int]:
+    """Virtual stage indices a pipeline rank holds, in the order the schedule wants them: loop placement
+    (r, r + pp, r + 2pp, ...), or ZB-V's V shape (r and 2pp - 1 - r, as ScheduleZBVZeroBubble expects).
+    parplan's runtime places its stages by it (parallel_layers.pipeline); torch-free, so launch's preflight
+    uses it too."""
+    if pp == 1:
+        return list(range(vpp))
+    if schedule == "zbv":
+        return [pp_rank, 2 * pp - 1 - pp_rank]
+    return [pp_rank + k * pp for k in range(vpp)]
+
+
 def virtual_stage_blocks(layers: int, pp, vpp, stage):
     """Vectorised stage_layers(layers, pp*vpp)[stage]: base blocks, one more for middle stages
     1..R (R = remainder, at most S - 2), then for stage 0, then for stage S - 1."""

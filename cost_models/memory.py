@@ -249,6 +249,13 @@ def round_size(pp, m_micro):
     return np.where(m >= 1, m // np.maximum(1, m // np.maximum(p, 1)), p)
 
 
+def runs_in_rounds(pp, m_micro):
+    """Whether torch's interleaved schedules take m micro-batches over pp ranks: m a multiple of its max(1, m // pp)
+    rounds ("must be a multiple of the number of rounds"); any m below 2 pp, 9 over pp 4 not."""
+    p, m = np.asarray(pp), np.asarray(m_micro)
+    return m % np.maximum(1, m // np.maximum(p, 1)) == 0
+
+
 def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
     """Peak over time of the blocks x micro-batches whose activations pipeline rank `rank` holds under
     interleaved 1F1B, each chunk weighed by its own blocks.  It differs from blocks x the warm-up count

@@ -455,15 +455,3 @@ def init_parameters(root: nn.Module, seed: int) -> None:
             if spec.tp_dim is not None and mod.tp_size > 1:
                 full = pad_tp_dim(full, spec, mod.tp_size).chunk(mod.tp_size, dim=spec.tp_dim)[mod.tp_rank]
             p.copy_(full.to(p.device, p.dtype))
-
-
-def split_layers(layers: int, stages: int) -> list[int]:
-    """Even split, the remainder going to the middle stages first (the first and last carry
-    the embedding and the head)."""
-    base, rem = divmod(layers, stages)
-    counts = [base] * stages
-    centre = (stages - 1) / 2
-    order = sorted(range(stages), key=lambda i: (i in (0, stages - 1), abs(i - centre), i))
-    for i in order[:rem]:
-        counts[i] += 1
-    return counts

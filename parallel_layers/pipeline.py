@@ -3,8 +3,9 @@ holds, which virtual stages each rank holds, and the schedule the plan names.
 
 Virtual-stage order: ``stage_layers[v]`` blocks for virtual stage v = 0 .. pp*vpp-1.  Rank r
 holds stages r, r+pp, r+2pp, ... (loop placement of interleaved schedules); for zbv the
-V-shape placement ScheduleZBVZeroBubble expects: rank r holds r and 2*pp-1-r.  Stage 0 holds
-the embedding, the last stage the final norm, head and loss.
+V-shape placement ScheduleZBVZeroBubble expects: rank r holds r and 2*pp-1-r.  The placement and the
+default split are the cost model's (cost_models.layout.stages_of_rank, stage_layers), shared with the
+planner.  Stage 0 holds the embedding, the last stage the final norm, head and loss.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from torch.distributed.pipelining.schedules import (
     ScheduleZBVZeroBubble,
 )
 
-from parallel_layers.model import split_layers
+from cost_models.layout import stage_layers as default_split
 from parallel_layers.precision import fold_pending_grads
 
 SCHEDULES = {
@@ -35,7 +36,9 @@ SINGLE_STAGE = {"gpipe", "1f1b"}
 
 def virtual_stage_layers(n_layers: int, pp: int, vpp: int, stage_layers: list[int] | None) -> list[list[int]]:
     """Global layer ids of each virtual stage, in virtual-stage order."""
-    counts = list(stage_layers) if stage_layers is not None else split_layers(n_layers, pp * vpp)
+    # the default split is the cost model's (cost_models.layout.stage_layers), so a plan without stage_layers
+    # trains the split it was predicted with
+    counts = list(stage_layers) if stage_layers is not None else default_split(n_layers, pp * vpp)
     if len(counts) != pp * vpp or sum(counts) != n_layers:
         raise ValueError(f"stage_layers {counts} must have pp*vpp = {pp * vpp} entries summing to {n_layers}")
     out, start = [], 0
@@ -43,15 +46,6 @@ def virtual_stage_layers(n_layers: int, pp: int, vpp: int, stage_layers: list[in
         out.append(list(range(start, start + c)))
         start += c
     return out
-
-
-def stages_of_rank(pp_rank: int, pp: int, vpp: int, schedule: str) -> list[int]:
-    """Virtual stage indices held by a pipeline rank, in the order the schedule wants them."""
-    if pp == 1:
-        return list(range(vpp))
-    if schedule == "zbv":
-        return [pp_rank, 2 * pp - 1 - pp_rank]
-    return [pp_rank + k * pp for k in range(vpp)]
 
 
 def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, device, loss_fn,

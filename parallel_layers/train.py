@@ -43,6 +43,7 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 
+from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
 from parallel_layers.clip import clip_grad_norm
 from parallel_layers.context_parallel import shard_sequence
@@ -60,7 +61,7 @@ from parallel_layers.data_parallel import (
 from parallel_layers.layers import vocab_parallel_cross_entropy
 from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
-from parallel_layers.pipeline import build_schedule, stages_of_rank, virtual_stage_layers
+from parallel_layers.pipeline import build_schedule, virtual_stage_layers
 from parallel_layers.precision import (
     MasterAdamW,
     attach_main_grads,

@@ -22,7 +22,7 @@ from . import DEFAULT_GLOBAL_BATCH
 from .schema import (Amdahl, CommBytes, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan, Prediction,
                      SearchInfo, TimeBreakdown, Training)
 from .models import with_param_count
-from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, run_search
+from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, fsdp2_offload_blockers, run_search
 
 
 class PlannerError(ValueError):
@@ -332,8 +332,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
                            "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")
     if framework == "parplan":  # launch's check_runtime_support: FSDP2 offload with SP/cp/tied pp on cuda
-        extra = [n for n, on in (("--sp", pins.sp and (pins.tp or 1) > 1), (f"--cp {pins.cp}", (pins.cp or 1) > 1),
-                                 ("tied embeddings across --pp", spec.tied_embeddings and (pins.pp or 1) > 1)) if on]
+        extra = fsdp2_offload_blockers(bool(pins.sp), pins.tp or 1, pins.cp or 1, spec.tied_embeddings, pins.pp or 1,
+                                       as_flags=True)
         if pins.zero == 3 and pins.offload == "optimizer" and extra:
             raise PlannerError(f"parplan's runtime has no FSDP2 optimizer offload with {' and '.join(extra)} on a GPU "
                                "(their gradient sums would all-reduce host tensors over NCCL); use --zero 1 or 2 "

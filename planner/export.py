@@ -118,7 +118,7 @@ def framework_note(plan: Plan, to: str) -> Optional[str]:
 # --------------------------------------------------------------------------------------------
 # shared helpers
 
-def _stage_layers(plan: Plan) -> list[int]:
+def plan_stage_layers(plan: Plan) -> list[int]:
     """Transformer blocks per virtual stage, in virtual-stage order (pp*vpp entries): the plan's, or the split
     the cost model predicted (cost_models.layout.stage_layers)."""
     from cost_models.layout import stage_layers
@@ -193,7 +193,7 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if p.sp:
         flag("--sequence-parallel")
     if p.pp > 1:
-        counts = _stage_layers(plan)
+        counts = plan_stage_layers(plan)
         uniform = len(set(counts)) == 1
         # Megatron's first/last-stage flags need at least one block on each end (TransformerConfig raises
         # otherwise) and equal middle stages; any other split goes as an explicit layout
@@ -526,7 +526,7 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
         ("pipeline_parallel_degree", p.pp),
     ]
     if pp_on:
-        counts = _stage_layers(plan)
+        counts = plan_stage_layers(plan)
         bounds, acc = [], 0
         for n in counts[:-1]:
             acc += n

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_steps, saved_tp, step_path
 
 EXIT_OK = 0
@@ -344,19 +345,18 @@ def check_runtime_support(plan, device: str) -> Check:
     if p.pp > 1:
         # a pipeline rank with no block, embedding or head has nothing to train (its optimizer gets no parameters,
         # and the run fails on that rank); the search never makes one, a hand-edited pp or vpp can
-        from cost_models.layout import stage_layers
-        counts = list(p.stage_layers) if p.stage_layers is not None else stage_layers(m.layers, p.pp * p.vpp)
-        last = p.pp * p.vpp - 1
+        from cost_models.layout import stages_of_rank
+        from .export import plan_stage_layers
+        counts, last = plan_stage_layers(plan), p.pp * p.vpp - 1
         empty = [r for r in range(p.pp)
-                 if not any(s in (0, last) or counts[s] for s in
-                            ((r, 2 * p.pp - 1 - r) if p.schedule == "zbv" else range(r, last + 1, p.pp)))]
+                 if not any(s in (0, last) or counts[s] for s in stages_of_rank(r, p.pp, p.vpp, p.schedule))]
         if empty:
             missing.append((f"pipeline rank(s) {empty} with no block, embedding or head ({m.layers} layers over "
                             f"pp={p.pp} x vpp={p.vpp} stages: {counts})", "use fewer pipeline stages than layers "
                             "(pp x vpp at most layers + 2, the ends holding the embedding and the head)"))
     rounds = max(1, t.num_microbatches // p.pp)
-    if p.schedule in ("interleaved-1f1b", "interleaved-zb") and p.pp > 1 and t.num_microbatches % rounds:
-        fit = [n for n in range(t.num_microbatches, 0, -1) if n % max(1, n // p.pp) == 0][0]
+    if p.schedule in ("interleaved-1f1b", "interleaved-zb") and p.pp > 1 and not runs_in_rounds(p.pp, t.num_microbatches):
+        fit = next(n for n in range(t.num_microbatches, 0, -1) if runs_in_rounds(p.pp, n))
         missing.append((f"{p.schedule} over pp={p.pp} with {t.num_microbatches} micro-batches (torch runs them in "
                         f"{rounds} rounds and needs a multiple of the rounds)",
                         f"use {fit} or {rounds * p.pp} micro-batches per replica, e.g. a multiple of pp"))
@@ -371,8 +371,8 @@ def check_runtime_support(plan, device: str) -> Check:
         missing.append(("amp with fp16 (needs loss scaling)", "use dtype bf16"))
     # FSDP2's CPUOffloadPolicy keeps the gradient shards on the host, and the runtime's SP, cp and tied-embedding
     # gradient sums would all-reduce those CPU tensors over NCCL, which has no CPU backend
-    extra = [n for n, on in (("sequence parallelism", p.sp and p.tp > 1), (f"cp={p.cp}", p.cp > 1),
-                             ("tied embeddings across the pipeline", m.tied_embeddings and p.pp > 1)) if on]
+    from .search import fsdp2_offload_blockers
+    extra = fsdp2_offload_blockers(p.sp, p.tp, p.cp, m.tied_embeddings, p.pp)
     if device == "cuda" and p.zero_stage == 3 and p.offload == "optimizer" and extra:
         missing.append((f"FSDP2 optimizer offload with {' and '.join(extra)} on cuda (their gradient sums would "
                         "all-reduce host tensors over NCCL)", "drop offload, use ZeRO 1 or 2 with offload, or "

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts
-from cost_models.memory import states_floor
+from cost_models.memory import runs_in_rounds, states_floor
 from cost_models.total import evaluate
 
 # The searched ranges: design limits, not physics (a pin goes past any of them).  Micro-batches in powers of
@@ -59,6 +59,15 @@ class Pins:
     # embeddings' gradient sums would all-reduce them over NCCL, so ZeRO 3 + offload only without those
     # (planner.launch.check_runtime_support refuses them)
     fsdp_offload_alone: bool = False
+
+
+def fsdp2_offload_blockers(sp: bool, tp: int, cp: int, tied: bool, pp: int, as_flags: bool = False) -> list[str]:
+    """What keeps parplan's runtime from FSDP2 optimizer offload on a GPU (Pins.fsdp_offload_alone; launch's
+    check_runtime_support): FSDP2's CPU offload keeps the gradient shards on the host, and these gradient sums
+    would all-reduce them over NCCL.  Named as recommend's flags (as_flags) or as the plan's settings."""
+    named = ((("--sp", "sequence parallelism"), sp and tp > 1), ((f"--cp {cp}", f"cp={cp}"), cp > 1),
+             (("tied embeddings across --pp", "tied embeddings across the pipeline"), tied and pp > 1))
+    return [names[0] if as_flags else names[1] for names, on in named if on]
 
 
 @dataclass
@@ -184,7 +193,7 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     # interleaved_torch_rounds), interleaved-zb from m = p on (below it the memory counts' held sends are not
     # torch's); torch's ZB-V runs any m (its order is built for max(2p - 1, m) and cut; rank_inflight walks it)
     torch = np.asarray(tr.interleaved_torch_rounds)
-    off_rounds = (mb % np.maximum(1, mb // np.maximum(lay.pp, 1))) != 0
+    off_rounds = ~runs_in_rounds(lay.pp, mb)
     izb = torch & (lay.schedule == SCHEDULES.index("interleaved-zb"))
     bad_m = np.where(torch & (lay.schedule == SCHEDULES.index("interleaved-1f1b")), off_rounds,
                      np.where(izb, off_rounds | (mb < lay.pp), (mb % lay.pp) != 0))

@@ -9,13 +9,15 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from cost_models.layout import stage_layers as split_layers  # the runtime's default split is the cost model's
+from cost_models.layout import stages_of_rank
 from cost_models.params import param_counts
 from parallel_layers import context_parallel as CP
 from parallel_layers import mappings as M
 from parallel_layers.data import TokenSource, replica_sample_indices
 from parallel_layers.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, vocab_parallel_cross_entropy
-from parallel_layers.model import ModelConfig, StageModule, full_logical_init, init_parameters, iter_shard_specs, split_layers
-from parallel_layers.pipeline import stages_of_rank, virtual_stage_layers
+from parallel_layers.model import ModelConfig, StageModule, full_logical_init, init_parameters, iter_shard_specs
+from parallel_layers.pipeline import virtual_stage_layers
 from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
 
 
@@ -115,6 +117,9 @@ def test_split_layers_gives_remainder_to_middle_stages():
     assert split_layers(5, 3) == [2, 2, 1]  # middle first, then the first stage
     assert sum(split_layers(7, 3)) == 7 and split_layers(7, 3)[1] == 3
     assert virtual_stage_layers(4, 2, 1, [1, 3]) == [[0], [1, 2, 3]]
+    # a plan without stage_layers trains the split it was predicted with (7 blocks on 6 stages: the runtime had
+    # given the extra block to stage 2, the model to stage 1)
+    assert [len(s) for s in virtual_stage_layers(7, 6, 1, None)] == split_layers(7, 6) == [1, 2, 1, 1, 1, 1]
 
 
 def test_virtual_stage_placement():

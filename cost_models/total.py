@@ -84,12 +84,26 @@ def bubble_factor(lay, m_micro):
     return np.where(p > 1, out, 0.0)
 
 
-def evaluate(m: ModelDims, tr, hw, lay) -> dict:
-    # without a pipeline there is nothing to schedule: every schedule runs as plain gradient accumulation
-    # (one micro-batch's activations at a time; parallel_layers.train runs one module), so pp 1 is 1F1B, vpp 1
+def _unpipelined_as_1f1b(lay):
+    """Without a pipeline there is nothing to schedule: every schedule runs as plain gradient accumulation
+    (one micro-batch's activations at a time; parallel_layers.train runs one module), so pp 1 is 1F1B, vpp 1."""
     if np.any((np.asarray(lay.pp) == 1) & ((np.asarray(lay.schedule) != SCH_1F1B) | (np.asarray(lay.vpp) != 1))):
         alone = np.asarray(lay.pp) == 1
         lay = replace(lay, schedule=np.where(alone, SCH_1F1B, lay.schedule), vpp=np.where(alone, 1, lay.vpp))
+    return lay
+
+
+def memory(m: ModelDims, tr, lay) -> dict:
+    """The memory half of `evaluate` alone (memory.memory_breakdown of the layout as evaluate sees it).
+    The search computes it for every candidate first and times only those that fit; `evaluate(...,
+    mem=memory(...))` gives what `evaluate` alone gives, to the bit."""
+    lay = _unpipelined_as_1f1b(lay)
+    return memory_breakdown(m, lay, tr, num_microbatches(tr, lay))
+
+
+def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
+    """Every prediction for the layout(s); `mem`: `memory(m, tr, lay)` when the caller has it already."""
+    lay = _unpipelined_as_1f1b(lay)
     rec = PRECISION_RECIPES[tr.precision]
     act_b = tr.act_bytes
     tp, pp, dp, cp, v = lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp
@@ -310,7 +324,8 @@ def evaluate(m: ModelDims, tr, hw, lay) -> dict:
     step = t_pipe + dp_exposed + opt_t
 
     # ---- memory
-    mem = memory_breakdown(m, lay, tr, m_micro)
+    if mem is None:
+        mem = memory_breakdown(m, lay, tr, m_micro)
 
     # ---- FLOPs, MFU, HFU (Narayanan 2021 eq. 3 for the recompute term)
     layer_mm = layer_matmul_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)

@@ -16,7 +16,7 @@ import numpy as np
 
 from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts
 from cost_models.memory import runs_in_rounds, states_floor
-from cost_models.total import evaluate
+from cost_models.total import evaluate, memory
 
 # The searched ranges: design limits, not physics (a pin goes past any of them).  Micro-batches in powers of
 # two up to 32 (the published runs here use 1-40; llm-foundry's 40, 18, 14 and 10 are pinned by their
@@ -258,15 +258,29 @@ def sort_key(objective: str, lay: Layout, metrics: dict, zero3_counts: bool = Tr
 def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins: Pins, top_k: int,
                objective: str) -> SearchResult:
     t0 = time.perf_counter()
-    layouts, metric_list, reasons = [], [], []
-    candidates, structural, floored = 0, [np.array([], dtype=int)], []
+    layouts, metric_list = [], []
+    candidates, skipped, floored = 0, [np.array([], dtype=int)], []
+    misses = []  # per evaluated batch, its smallest-footprint candidate that did not fit: (footprint, layout)
 
     def cost(lay):
+        """Memory for every candidate first; the time model only for those that fit (the memory half is
+        about half of `evaluate`, and about a third of the candidates that reach it do not fit)."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            met = evaluate(m, tr, hw, lay)
-        layouts.append(lay)
-        metric_list.append(met)
-        reasons.append(infeasibility(m, tr, hw, lay, met, reason=np.full(len(lay), -1)))
+            mem = memory(m, tr, lay)
+            reason = infeasibility(m, tr, hw, lay, {"mem_total": mem["total"], "mem_offloaded": mem["offloaded"]},
+                                   reason=np.full(len(lay), -1))
+            fits = np.nonzero(reason < 0)[0]
+            if len(fits):
+                sub = lay.take(fits)
+                layouts.append(sub)
+                metric_list.append(evaluate(m, tr, hw, sub, mem={k: np.asarray(v)[fits] if np.ndim(v) else v
+                                                                 for k, v in mem.items()}))
+        out = np.nonzero(reason >= 0)[0]
+        skipped.append(reason[out])
+        if len(out):
+            i = out[np.argmin(np.asarray(mem["total"])[out])]
+            misses.append((float(np.asarray(mem["total"])[i]), lay.take(np.array([i]))))
+        return len(fits) > 0
 
     for g in gpu_counts:
         lay = build_layouts(m, g, tr.global_batch_size, pins, tr.zero_over_cp)
@@ -274,7 +288,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
             continue
         candidates += len(lay)
         pre = structural_infeasibility(m, tr, lay)
-        structural.append(pre[pre >= 0])
+        skipped.append(pre[pre >= 0])
         lay = lay.take(np.nonzero(pre < 0)[0])  # only these need the cost model
         # what cannot fit on its weights, gradients and optimizer states alone is out of memory whatever
         # the rest: set aside unevaluated, and evaluated only if nothing fits (for the closest miss)
@@ -284,40 +298,29 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
             lay = lay.take(np.nonzero(~over)[0])
         if len(lay) == 0:
             continue
-        cost(lay)
-        if objective == "min-gpus" and np.any(reasons[-1] < 0):
+        if cost(lay) and objective == "min-gpus":
             break  # counts ascend: the first that fits is the fewest; larger ones cannot rank higher
-    if floored and not any(np.any(r < 0) for r in reasons):
+    if floored and not layouts:
         for lay in floored:
             cost(lay)
         floored = []
-    skipped = np.concatenate(structural + [np.full(sum(len(f) for f in floored), REASONS.index("memory"))])
+    every = np.concatenate(skipped + [np.full(sum(len(f) for f in floored), REASONS.index("memory"))])
+    by_reason = {r: int(np.sum(every == i)) for i, r in enumerate(REASONS) if np.any(every == i)}
     if not layouts:
-        by_reason = {r: int(np.sum(skipped == i)) for i, r in enumerate(REASONS) if np.any(skipped == i)}
+        best_infeasible = None
+        if misses:
+            # the closest miss: among candidates that fail only on memory, the smallest footprint
+            _, near = min(misses, key=lambda x: x[0])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                best_infeasible = (near, evaluate(m, tr, hw, near))
         return SearchResult(layout=None, metrics={}, candidates=candidates, feasible=0,
-                            seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason)
+                            seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason,
+                            best_infeasible=best_infeasible)
     lay = Layout(**{k: np.concatenate([getattr(l_, k) for l_ in layouts]) for k in layouts[0].__dict__})
     met = {k: np.concatenate([np.broadcast_to(mm[k], (len(l_),)) for mm, l_ in zip(metric_list, layouts)])
            for k in metric_list[0]}
-    reason = np.concatenate(reasons)
-    feasible = np.nonzero(reason < 0)[0]
-    every = np.concatenate([reason, skipped])
-    by_reason = {r: int(np.sum(every == i)) for i, r in enumerate(REASONS) if np.any(every == i)}
-    best_infeasible = None
-    if len(feasible) == 0:
-        # the closest miss: among candidates that fail only on memory, the smallest footprint
-        mem_only = np.nonzero((reason == REASONS.index("memory")) | (reason == REASONS.index("host-memory")))[0]
-        if len(mem_only):
-            i = mem_only[np.argmin(met["mem_total"][mem_only])]
-            best_infeasible = (lay.take(np.array([i])), {k: v[[i]] for k, v in met.items()})
-        top = lay.take(np.array([], dtype=int))
-        top_met = {k: v[:0] for k, v in met.items()}
-    else:
-        sub = lay.take(feasible)
-        sub_met = {k: v[feasible] for k, v in met.items()}
-        order = sort_key(objective, sub, sub_met, zero3_counts=not pins.fsdp_native)[:top_k]
-        top = sub.take(order)
-        top_met = {k: v[order] for k, v in sub_met.items()}
-    return SearchResult(layout=top, metrics=top_met, candidates=candidates, feasible=int(len(feasible)),
-                        seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason,
-                        best_infeasible=best_infeasible)
+    order = sort_key(objective, lay, met, zero3_counts=not pins.fsdp_native)[:top_k]
+    top = lay.take(order)
+    top_met = {k: v[order] for k, v in met.items()}
+    return SearchResult(layout=top, metrics=top_met, candidates=candidates, feasible=len(lay),
+                        seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason)

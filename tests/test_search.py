@@ -350,6 +350,27 @@ def test_memory_floor_is_under_every_total_and_changes_no_answer(case):
         miss = np.nonzero(np.isin(reason[ok], [REASONS.index("memory"), REASONS.index("host-memory")]))[0]
         closest = miss[np.argmin(met["mem_total"][miss])]
         assert res.best_infeasible[0].row(0) == lay.row(int(closest))
+        got = res.best_infeasible[1]
+        assert set(got) == set(met)
+        for k, v in met.items():
+            assert np.array_equal(got[k], np.broadcast_to(v, (len(lay),))[[closest]], equal_nan=True), k
+
+
+def test_memory_first_then_time_gives_evaluate_to_the_bit():
+    """The search computes memory for every candidate and times only those that fit
+    (cost_models.total.memory, then evaluate(..., mem=)): every metric equals evaluate's alone, bit for
+    bit, on every candidate and on any subset (pp 1 plans included, which evaluate runs as 1F1B)."""
+    from cost_models.total import memory
+    _, m, tr, hw, lay = _setup()
+    assert np.any(np.asarray(lay.pp) == 1) and np.any(np.asarray(lay.schedule) != 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        whole = evaluate(m, tr, hw, lay)
+        mem = memory(m, tr, lay)
+        sub = np.random.default_rng(1).choice(len(lay), size=len(lay) // 3, replace=False)
+        part = evaluate(m, tr, hw, lay.take(sub), mem={k: np.asarray(v)[sub] for k, v in mem.items()})
+    for k, v in whole.items():
+        assert np.array_equal(np.broadcast_to(v, (len(lay),))[sub], np.broadcast_to(part[k], (len(sub),)),
+                              equal_nan=True), k
 
 
 def test_framework_limits_the_schedules_searched():

@@ -593,6 +593,29 @@ def rank_inflight_by_key(lay, m_micro, layers: int | None = None) -> dict:
             for kind, moments in counts.items()}
 
 
+BLOCK_SHAPE_FIELDS = ("tp", "cp", "mbs", "sp", "recompute")
+
+
+def per_block_shape(lay, fn):
+    """fn(layout) -> tuple of arrays, for terms that read only a block's shape (BLOCK_SHAPE_FIELDS: what one
+    block of one micro-batch holds on one GPU), computed once per distinct shape and scattered back: a
+    search's hundreds of thousands of candidates share a few hundred shapes.  The same numbers as
+    fn(lay), to the bit (elementwise arithmetic on the same values; tests/test_search.py)."""
+    cols = [np.asarray(getattr(lay, f)) for f in BLOCK_SHAPE_FIELDS]
+    shape = np.broadcast(*cols).shape
+    if len(shape) != 1 or shape[0] < 4096 or any(c.dtype.kind not in "iub" for c in cols):
+        return fn(lay)
+    cols = [np.broadcast_to(c, shape).astype(np.int64) for c in cols]
+    if min(int(c.min()) for c in cols) < 0 or max(int(c.max()) for c in cols) >= 2**12:
+        return fn(lay)
+    key = np.zeros(shape, dtype=np.int64)
+    for c in cols:  # 5 fields of 12 bits
+        key = key * 2**12 + c
+    _, first, where = np.unique(key, return_index=True, return_inverse=True)
+    out = fn(lay.take(first))
+    return tuple(np.broadcast_to(np.asarray(x), first.shape)[where] for x in out)
+
+
 def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     """Named memory terms (bytes per GPU) of the worst of: first stage (embedding, most
     micro-batches in flight), second stage (largest middle stage, one fewer in flight), last
@@ -617,10 +640,14 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
 
     counts = rank_inflight_by_key(lay, m_micro, m.layers)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more)
-    pend_layer = pending_w_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
-    act_layer = activation_bytes_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
-    work_layer = activation_bytes_working_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
-    loss_peak, loss_saved = logits_bytes(m, lay, act_b, tr.fused_cross_entropy, tr.cross_entropy_16bit_grad)
+
+    def block_terms(sub):
+        args = (m, sub, act_b, tr.flash_attention, tr.dropout, *saves)
+        return (pending_w_bytes_per_layer(*args), activation_bytes_per_layer(*args),
+                activation_bytes_working_layer(*args), backward_temporaries_per_layer(*args),
+                *logits_bytes(m, sub, act_b, tr.fused_cross_entropy, tr.cross_entropy_16bit_grad))
+
+    pend_layer, act_layer, work_layer, temp_layer, loss_peak, loss_saved = per_block_shape(lay, block_terms)
     # The stage with the loss runs each micro-batch's backward right after its forward (1F1B and its
     # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.
     logits_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
@@ -638,7 +665,6 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # except under full recompute (the forward pass saves nothing but the block input).
     cast_per_param = rec["cast"] * np.where((lay.recompute == REC_FULL) | (lay.recompute == REC_SELECTIVE_OP), 0.0, 1.0)
 
-    temp_layer = backward_temporaries_per_layer(m, lay, act_b, tr.flash_attention, tr.dropout, *saves)
     # ZeRO-3's gathered compute-dtype weights: two blocks (current + prefetch), or DeepSpeed's two weights
     # and one weight's gradient (one-weight-ahead prefetch, zero3.gathered_bytes); FSDP2 inside a
     # pipeline keeps the gathered weights (counted as weights), so only the block being gathered
@@ -664,18 +690,14 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # or all gradients once the activations are gone.
     one_micro = np.asarray(m_micro) == 1
 
-    def stage_total(params, blocks, n_inflight, has_loss, head_here, root_params, bufs, n_pending=0.0, n_held=0.0):
+    def stage_total(kind_terms, blocks, n_inflight, has_loss, bufs, n_pending=0.0, n_held=0.0):
         """The larger of two moments: the loss's backward (all saved activations, the loss's peak, and
         the gradients of earlier micro-batches; no block is being back-propagated yet) and the blocks'
-        backward (saved activations, gradients, one block's working memory).  root_params: the
-        stage's parameters outside its blocks (FSDP2 keeps them gathered through the step)."""
-        w, g, o, offl = states(params)
-        w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
-        layer_params = blocks * per_layer
-        acts = (blocks * (act_layer * n_inflight + pend_layer * n_pending)
-                + np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0))
-        casts = layer_params * cast_per_param * n_inflight + rec["cast"] * per_layer
-        _, g_early, _, _ = states(per_layer + head_here)
+        backward (saved activations, gradients, one block's working memory).  kind_terms: the rank
+        kind's terms that do not change with the micro-batches in flight (rank_total)."""
+        w, g, o, offl, g_early, cast_params, loss_kept = kind_terms
+        acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept
+        casts = cast_params * n_inflight + rec["cast"] * per_layer
         blocks_bwd = np.where(one_micro, np.maximum(acts + np.minimum(g_early, g), g), acts + g) + working
         loss_bwd = np.where(has_loss, acts + loss_peak + np.where(one_micro, 0.0, g), 0.0)
         bufs = bufs + n_held * sent + n_pending * pend_recv
@@ -690,9 +712,15 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         pick_b = b["total"] > a["total"]
         return {k: np.where(pick_b, b[k], a[k]) for k in a}
 
-    def rank_total(kind, params, blocks, has_loss, head_here, root, bufs):
-        alts = [stage_total(params, blocks, n, has_loss, head_here, root, bufs, pend, held)
-                for n, pend, held in counts[kind]]
+    def rank_total(kind, params, blocks, has_loss, head_here, root_params, bufs):
+        """root_params: the stage's parameters outside its blocks (FSDP2 keeps them gathered through the step)."""
+        w, g, o, offl = states(params)
+        w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
+        g_early = states(per_layer + head_here)[1]
+        cast_params = blocks * per_layer * cast_per_param
+        loss_kept = np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0)
+        terms = (w, g, o, offl, g_early, cast_params, loss_kept)
+        alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held) for n, pend, held in counts[kind]]
         return worse(*alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),

@@ -135,7 +135,8 @@ def policy_space(pins: Pins):
     return list(itertools.product(zeros, recs, sps, offs))
 
 
-def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: bool = True) -> Layout:
+def _grid(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: bool = True):
+    """(struct, policy, i_s, i_p): the structure and policy tables and the (structure, policy) pairs kept."""
     struct = np.array(structural_space(m, gpus, gbs, pins), dtype=np.int64).reshape(-1, 7)
     policy = np.array(policy_space(pins), dtype=np.int64).reshape(-1, 4)
     # every (structure, policy) pair, struct-major, less sequence parallelism without TP (there is nothing
@@ -162,9 +163,36 @@ def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: b
     if pins.sixteen_bit_needs_shards:
         keep = keep & ~(((tp > 1) | (pp > 1)) & (dp == 1) & (cp == 1))
     i_s, i_p = np.nonzero(np.broadcast_to(keep, (len(struct), len(policy))))
+    return struct, policy, i_s, i_p
+
+
+def _layout(gpus: int, struct, policy, i_s, i_p) -> Layout:
     S, P = struct[i_s], policy[i_p]
     return Layout(gpus=np.full(len(i_s), gpus), tp=S[:, 0], pp=S[:, 1], cp=S[:, 2], dp=S[:, 3], mbs=S[:, 4],
                   schedule=S[:, 5], vpp=S[:, 6], zero=P[:, 0], recompute=P[:, 1], sp=P[:, 2], offload=P[:, 3])
+
+
+def build_layouts(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: bool = True) -> Layout:
+    """Every candidate for `gpus` GPUs (the (structure x policy) pairs _grid keeps)."""
+    return _layout(gpus, *_grid(m, gpus, gbs, pins, zero_over_cp))
+
+
+def screened_layouts(m: ModelDims, tr: TrainingConsts, gpus: int, pins: Pins) -> tuple[Layout, int, np.ndarray]:
+    """(candidates passing structural_infeasibility, how many candidates there were, the failed ones' reason
+    codes): the same as build_layouts then structural_infeasibility, with each check run on the table it
+    reads (the structures', a few thousand rows, or the policies', a few dozen) and only its verdict spread
+    over the pairs; the columns are built for the passing pairs alone (tests/test_search.py)."""
+    struct, policy, i_s, i_p = _grid(m, gpus, tr.global_batch_size, pins, tr.zero_over_cp)
+    S, P = struct.T, policy.T
+    st = Layout(gpus=gpus, tp=S[0], pp=S[1], cp=S[2], dp=S[3], mbs=S[4], schedule=S[5], vpp=S[6],
+                zero=0, recompute=0, sp=0, offload=0)
+    early, late = _structure_checks(m, tr, st)
+    zb_whole = _zero_bubble(st.schedule)[i_s] & _whole_block(P[1])[i_p]
+    sp_split = (_sp_seq_misfit(m, st)[i_s]) & (P[2] > 0)[i_p]
+    offload = ((P[3] > 0) & (P[0] == 0))[i_p]
+    reason = _combine(early[i_s], zb_whole, late[i_s], sp_split, offload)
+    ok = np.nonzero(reason < 0)[0]
+    return _layout(gpus, struct, policy, i_s[ok], i_p[ok]), len(i_s), reason[reason >= 0]
 
 
 def _mark(reason, mask, name):
@@ -181,12 +209,13 @@ ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full (or 
                      "each block's forward once per weight in the weight-gradient pass")
 
 
-def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> np.ndarray:
-    """The checks that need no cost model (batch split, schedule, layers, sequence, offload): index
-    into REASONS of the first failed one, or -1.  The search evaluates only what passes them."""
+def _structure_checks(m: ModelDims, tr: TrainingConsts, lay: Layout):
+    """The structural checks that read only (tp, pp, cp, dp, mbs, schedule, vpp): (those that come before
+    the zero-bubble recompute check, those after), each an index into REASONS or -1."""
     gbs = tr.global_batch_size
-    reason = np.full(len(lay), -1)
-    reason = _mark(reason, (gbs % (lay.dp * lay.mbs)) != 0, "batch")
+    n = len(lay)
+    early = np.full(n, -1)
+    early = _mark(early, (gbs % (lay.dp * lay.mbs)) != 0, "batch")
     mb = gbs // np.maximum(lay.dp * lay.mbs, 1)
     interleaved = lay.vpp > 1
     # Megatron: m divisible by p; torch's interleaved schedules: by their max(1, m // p) rounds (TrainingConsts.
@@ -198,20 +227,46 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     bad_m = np.where(torch & (lay.schedule == SCHEDULES.index("interleaved-1f1b")), off_rounds,
                      np.where(izb, off_rounds | (mb < lay.pp), (mb % lay.pp) != 0))
     bad_m = bad_m & (lay.schedule != SCHEDULES.index("zbv"))
-    reason = _mark(reason, interleaved & bad_m, "schedule")
+    early = _mark(early, interleaved & bad_m, "schedule")
     # torch's Schedule1F1B needs a micro-batch per stage (TrainingConsts.torch_1f1b_needs_m_ge_p)
     one_f1b = (lay.schedule == SCHEDULES.index("1f1b")) & (lay.pp > 1) & (mb < lay.pp)
-    reason = _mark(reason, one_f1b & np.asarray(tr.torch_1f1b_needs_m_ge_p), "schedule")
+    early = _mark(early, one_f1b & np.asarray(tr.torch_1f1b_needs_m_ge_p), "schedule")
+    late = np.full(n, -1)
+    late = _mark(late, (lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle stages
+    late = _mark(late, (lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # 2*cp equal chunks
+    return early, late
+
+
+def _zero_bubble(schedule):
+    return np.isin(schedule, [SCHEDULES.index(s) for s in ZERO_BUBBLE])
+
+
+def _whole_block(recompute):
+    return (recompute == RECOMPUTE.index("full")) | (recompute == RECOMPUTE.index("selective-op"))
+
+
+def _sp_seq_misfit(m: ModelDims, lay: Layout):
+    """Sequence parallelism would not split each rank's sequence over the TP group (Megatron requires it too)."""
+    return (lay.tp > 1) & (((m.seq_len // lay.cp) % lay.tp) != 0)
+
+
+def _combine(early, zb_whole, late, sp_split, offload):
+    """The first failed check, in REASONS' order of checking."""
     # zero-bubble + full recompute: torch's weight-gradient pass re-runs a checkpointed block's forward
     # once per weight and holds every re-run (ZB_FULL_RECOMPUTE)
-    zb = np.isin(lay.schedule, [SCHEDULES.index(s) for s in ZERO_BUBBLE])
-    whole_block = (lay.recompute == RECOMPUTE.index("full")) | (lay.recompute == RECOMPUTE.index("selective-op"))
-    reason = _mark(reason, zb & whole_block, "schedule")
-    reason = _mark(reason, (lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle stages
-    reason = _mark(reason, (lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # 2*cp equal chunks
-    # sequence parallelism splits each rank's sequence over the TP group (Megatron requires it too)
-    reason = _mark(reason, (lay.sp > 0) & (lay.tp > 1) & (((m.seq_len // lay.cp) % lay.tp) != 0), "seq")
-    return _mark(reason, (lay.offload > 0) & (lay.zero == 0), "offload")
+    reason = _mark(early, zb_whole, "schedule")
+    reason = np.where(reason < 0, late, reason)
+    reason = _mark(reason, sp_split, "seq")
+    return _mark(reason, offload, "offload")
+
+
+def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> np.ndarray:
+    """The checks that need no cost model (batch split, schedule, layers, sequence, offload): index
+    into REASONS of the first failed one, or -1.  The search evaluates only what passes them (it runs
+    them per table: screened_layouts)."""
+    early, late = _structure_checks(m, tr, lay)
+    return _combine(early, _zero_bubble(lay.schedule) & _whole_block(lay.recompute), late,
+                    (lay.sp > 0) & _sp_seq_misfit(m, lay), (lay.offload > 0) & (lay.zero == 0))
 
 
 def infeasibility(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, metrics: dict,
@@ -283,13 +338,9 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         return len(fits) > 0
 
     for g in gpu_counts:
-        lay = build_layouts(m, g, tr.global_batch_size, pins, tr.zero_over_cp)
-        if len(lay) == 0:
-            continue
-        candidates += len(lay)
-        pre = structural_infeasibility(m, tr, lay)
-        skipped.append(pre[pre >= 0])
-        lay = lay.take(np.nonzero(pre < 0)[0])  # only these need the cost model
+        lay, n, failed = screened_layouts(m, tr, g, pins)  # only what passes needs the cost model
+        candidates += n
+        skipped.append(failed)
         # what cannot fit on its weights, gradients and optimizer states alone is out of memory whatever
         # the rest: set aside unevaluated, and evaluated only if nothing fits (for the closest miss)
         over = states_floor(m, lay, tr) > hw.usable_bytes

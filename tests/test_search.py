@@ -306,6 +306,36 @@ def test_structural_prefilter_changes_nothing_but_the_work():
     assert lay.row(int(best)) == res.layout.row(0)
 
 
+SCREEN_CASES = [  # (preset, gpus, seq, gbs, TrainingConsts overrides, pins)
+    ("llama3-70b", 64, 4096, 512, {}, {}),
+    ("gpt3-175b", 512, 2048, 1536, {"interleaved_torch_rounds": False, "torch_1f1b_needs_m_ge_p": False}, {}),
+    ("llama3-405b", 1024, 131072, 64, {}, {}),
+    ("llama3-8b", 24, 8192, 96, {}, {"vpp": 3}),  # pinned misfits: too few layers for some pp x vpp
+    ("llama3-8b", 12, 6002, 36, {}, {"sp": True}),  # sequences SP (or cp's 2 chunks) cannot split
+]
+
+
+@pytest.mark.parametrize("case", SCREEN_CASES, ids=[f"{c[0]}-{c[1]}gpu-s{c[2]}" for c in SCREEN_CASES])
+def test_screened_layouts_equal_building_everything_then_checking(case):
+    """The search runs the structural checks per table (structures, policies) and builds columns only for
+    the pairs that pass (search.screened_layouts): the same candidates in the same order, the same count
+    and the same failed reasons as build_layouts then structural_infeasibility."""
+    from planner.search import screened_layouts, structural_infeasibility
+    name, gpus, seq, gbs, over, pins = case
+    _, m, tr, hw, _ = _setup(name, gpus, seq, gbs)
+    tr = replace(tr, **over)
+    pins = Pins(**pins)
+    every = build_layouts(m, gpus, gbs, pins, tr.zero_over_cp)
+    reason = structural_infeasibility(m, tr, every)
+    assert np.any(reason >= 0) and np.any(reason < 0)
+    lay, n, failed = screened_layouts(m, tr, gpus, pins)
+    assert n == len(every)
+    assert np.array_equal(failed, reason[reason >= 0])
+    kept = every.take(np.nonzero(reason < 0)[0])
+    for k in kept.__dict__:
+        assert np.array_equal(np.broadcast_to(getattr(lay, k), (len(lay),)), getattr(kept, k)), k
+
+
 FLOOR_CASES = [  # (preset, gpus, seq, gbs, TrainingConsts overrides)
     ("llama3-70b", 64, 4096, 512, {}),
     ("llama3-405b", 1024, 131072, 64, {}),

@@ -8,7 +8,8 @@ Step time (per GPU, critical pipeline stage):
               CP communication) + embedding/head + autocast casts + pipeline send/recv
     t_pipe  = (m + bubble_factor) x t_mb      bubble_factor: (p-1) for GPipe/1F1B (Narayanan 2021
               eq. 1: bubble fraction (p-1)/m), (p-1)/v interleaved (eq. 2), more below p micro-batches;
-              zero-bubble schedules (Qi et al. 2024) (p-1)/(3v) and more below p (bubble_factor: all
+              zero-bubble schedules (Qi et al. 2024) (p-1) max(f, b, f+b-w) / (v (f+b+w)), (p-1)/(3v) at f = b = w, and
+              more below p, with f, b, w the block's forward, input- and weight-gradient times (bubble_factor: all
               checked against torch's own orders, benchmarks/results/2026-11-24-schedule-bubble)
     step    = t_pipe + exposed data-parallel communication + optimizer step
 Overlap assumptions: TP collectives are exposed (our runtime and Megatron without
@@ -58,28 +59,45 @@ def num_microbatches(tr, lay):
     return tr.global_batch_size / (np.asarray(lay.dp) * lay.mbs)
 
 
-def bubble_factor(lay, m_micro):
+def bubble_factor(lay, m_micro, costs=None):
     """Idle time of the critical rank in units of t_mb (one micro-batch through one rank's v chunks, forward
     and backward), as torch's own schedule orders give it: benchmarks/schedule_bubble.py times each rank's
-    order as a dependency graph (chunk costs f, input-gradient b, weight-gradient w; no communication), and
-    tests/test_schedule_bubble.py holds these forms to it.
+    order as a dependency graph (chunk costs f forward, b input-gradient, w weight-gradient; no
+    communication), and tests/test_schedule_bubble.py holds these forms to it.  costs: (f, b, w), relative
+    (evaluate: the block's forward, its backward less the weight-gradient GEMMs, and those GEMMs); default
+    f = b = w (a matmul block: the backward twice the forward, split evenly into I and W).
       GPipe, 1F1B, interleaved 1F1B: (p-1)/v (Narayanan 2021 eqs. 1-2), + (v-1)(p-m)/v below p micro-batches
         (torch's interleaved orders run rounds of m then: micro-batch 0 needs p chunk-times to come back to
         rank 0 for its next chunk, which has m to run; p - m idle at each of the v - 1 chunk changes, forward
-        and backward; derived, exact for any f, b, w).  Megatron-LM's m, a multiple of p, never has it.
-      interleaved-zb, zbv: no order beats (p-1) f, the last rank's first forward waiting for micro-batch 0
-        through p - 1 chunks; torch's orders reach it (interleaved-zb from m = p, zbv from (3p-1)/2), which at
-        f = b = w (a matmul block: the backward twice the forward, split evenly into I and W) is (p-1)/(3v):
-        the deferred W passes do not fill the fill.  (Qi et al. 2024's zero for ZB-V needs their optimizer
-        post-validation; a step-wide gradient-clipping all-reduce "breaks parallelogram".)  Below those m,
-        the simulated makespan at f = b = w (fitted to torch's orders over p 2-8, not derived):
-        interleaved-zb max(2vp + 2m - 1, 2vm + vp + p - 1) chunk-times, zbv (2p - 1 - m)/3."""
+        and backward; derived).  Exact for any f, b, w (a full backward is b + w).  Megatron-LM's m, a
+        multiple of p, never has the second term.
+      interleaved-zb: no order beats (p-1) f, the last rank's first forward waiting for micro-batch 0 through
+        p - 1 chunks, and from m = p torch's order idles (p-1) max(f, b, f + b - w): (p-1)/(3v) at f = b = w
+        (the deferred W passes do not fill the fill; Qi et al. 2024's zero for ZB-V needs their optimizer
+        post-validation, and a step-wide gradient-clipping all-reduce "breaks parallelogram").  Exact on
+        5,292 simulated cases (p 2-8, v 2-4, m p-4p, b/f 1-3.2, w/f 0.3-2).  Below p micro-batches (which the
+        search does not offer) the makespan is the larger of (vp + m - 1)(f + b) + w and vm(f + b + w) +
+        (p-1) max(f, b, f + b - w) + (p - m)((v-1) f + w) (fitted to torch's order, not derived: exact on 6,699
+        of 6,888 cases, p 2-8, v 2-4, m 1-4p, w <= b; the rest over by at most 0.09).
+      zbv (v = 2), where b >= f and w <= b (a block's input-gradient pass holds the weight pass's GEMMs' twin
+        and the attention's backward): the rank idles the larger of 2(p-1) b + 2 f (p-m) - 2 w (m-p) (m
+        below p: + 2f a micro-batch fewer; above: - 2w a micro-batch more) and its floor,
+        max((p-1) b + (p-2) max(0, w - b), 2 (p-1)(b - w)); at f = b = w, (2p - 1 - m)/3 and (p-1)/6.  Fitted
+        to torch's order, not derived: exact on 3,313 of 3,360 simulated cases (p 2-8, m 1-4p), the rest
+        under by at most 0.12 just above the floor."""
     p, v = np.asarray(lay.pp, dtype=float), np.asarray(lay.vpp, dtype=float)
     m = np.asarray(m_micro, dtype=float)
     sch = np.asarray(lay.schedule)
+    f, b, w = (1.0, 1.0, 1.0) if costs is None else costs
+    b = np.maximum(b, f)  # the forms were checked for b >= f; a block's costs always are
     looped = (p - 1.0) / v + (v - 1.0) * np.maximum(0.0, p - m) / v
-    izb = np.maximum(2 * v * p + 2 * m - 1, 2 * v * m + v * np.maximum(p, m) + p - 1) / (3 * v) - m
-    zbv = np.maximum((2 * p - 1 - m) / 3, (p - 1) / 6)
+    short = np.maximum(0.0, p - m)
+    izb_fill = (v * p + m - 1) * (f + b) + w
+    izb_tail = v * m * (f + b + w) + (p - 1) * np.maximum(np.maximum(f, b), f + b - w) + short * ((v - 1) * f + w)
+    izb = np.maximum(izb_fill, izb_tail) / (v * (f + b + w)) - m
+    zbv_floor = np.maximum((p - 1) * b + (p - 2) * np.maximum(0.0, w - b), 2 * (p - 1) * (b - w))
+    zbv_ramp = 2 * (p - 1) * b + 2 * f * np.maximum(0.0, p - m) - 2 * w * np.maximum(0.0, m - p)
+    zbv = np.maximum(zbv_floor, zbv_ramp) / (2 * (f + b + w))
     out = np.where(sch == SCH_INTERLEAVED_ZB, izb, np.where(sch == SCH_ZBV, zbv, looped))
     return np.where(p > 1, out, 0.0)
 
@@ -215,7 +233,10 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # the blocks of the stage that sets compute_stage, for the attention's share of it
     blocks_crit = np.where(compute_stage == c_first, blocks_first, np.where(compute_stage == c_mid, blocks_mid, blocks_last))
 
-    bf = bubble_factor(lay, m_micro)
+    # the zero-bubble schedules' idle time depends on how a block's work splits into forward (f), input
+    # gradient (b: the backward less the weight-gradient GEMMs, with the attention's backward and any
+    # recompute) and weight gradient (w: those GEMMs, as many FLOPs as the forward's)
+    bf = bubble_factor(lay, m_micro, (bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]))
     t_pipe = (m_micro + bf) * t_stage
     bubble_s = bf * t_stage
 

@@ -476,3 +476,22 @@ def test_xgmi_mesh_gives_a_group_the_links_to_its_peers():
     t2 = comm.all_reduce(1e9, 2, *comm.tier_params(mi, True, 2))[0]
     t8 = comm.all_reduce(1e9, 8, *comm.tier_params(mi, True, 8))[0]
     assert t2 > t8
+
+
+@pytest.mark.parametrize("name,seq,gpus", [("llama3-70b", 4096, 64), ("llama3-8b", 131072, 64), ("gpt3-175b", 2048, 512)])
+def test_a_blocks_costs_lie_where_the_zero_bubble_forms_were_checked(name, seq, gpus):
+    """bubble_factor's ZB-V form was fitted to torch's order where b >= f and w <= b (the input-gradient
+    pass holds the twins of the weight pass's GEMMs, and the attention's backward, heavier than its
+    forward): every candidate's block, flash or not, fused or eager, has that split."""
+    from cost_models.compute import block_time
+    from planner.models import load_preset
+    from planner.search import Pins, build_layouts
+    m = ModelDims.from_spec(load_preset(name), seq)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    lay = build_layouts(m, gpus, 512, Pins())
+    for flash in (True, False):
+        for fused in (True, False):
+            bt = block_time(m, lay, hw, 2, flash, False, fused)
+            f, w = bt["fwd"], bt["wgrad"]
+            b = bt["bwd"] - w
+            assert np.all(b >= f) and np.all(w <= b)

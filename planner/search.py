@@ -310,6 +310,25 @@ def sort_key(objective: str, lay: Layout, metrics: dict, zero3_counts: bool = Tr
     return np.lexsort((tie, mem, step, np.where(near, complexity(lay, zero3_counts), 0), ~near))
 
 
+def contenders(objective: str, metrics: dict, top_k: int) -> np.ndarray:
+    """Indices of the candidates that can be among sort_key's first top_k, ties included (everything where
+    the objective's first key does not narrow it): for throughput the near-ties of the fastest, and if
+    fewer than top_k, the others up to the top_k-th step time; for memory those up to the top_k-th footprint."""
+    step, mem = metrics["step_time_s"], metrics["mem_total"]
+    n = len(step)
+    every = np.arange(n)
+    if objective not in ("throughput", "memory") or n <= top_k:
+        return every
+    if objective == "memory":
+        return np.nonzero(mem <= np.partition(mem, top_k - 1)[top_k - 1])[0]
+    near = step <= step.min() * (1 + NEAR_TIE)
+    short = top_k - int(np.count_nonzero(near))
+    if short <= 0:
+        return np.nonzero(near)[0]
+    rest = step[~near]
+    return np.nonzero(near | (step <= np.partition(rest, short - 1)[short - 1]))[0]
+
+
 def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins: Pins, top_k: int,
                objective: str) -> SearchResult:
     t0 = time.perf_counter()
@@ -370,7 +389,9 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
     lay = Layout(**{k: np.concatenate([getattr(l_, k) for l_ in layouts]) for k in layouts[0].__dict__})
     met = {k: np.concatenate([np.broadcast_to(mm[k], (len(l_),)) for mm, l_ in zip(metric_list, layouts)])
            for k in metric_list[0]}
-    order = sort_key(objective, lay, met, zero3_counts=not pins.fsdp_native)[:top_k]
+    keep = contenders(objective, met, top_k)  # sorting these alone gives the same top_k as sorting all
+    sub, sub_met = lay.take(keep), {k: v[keep] for k, v in met.items()}
+    order = keep[sort_key(objective, sub, sub_met, zero3_counts=not pins.fsdp_native)[:top_k]]
     top = lay.take(order)
     top_met = {k: v[order] for k, v in met.items()}
     return SearchResult(layout=top, metrics=top_met, candidates=candidates, feasible=len(lay),

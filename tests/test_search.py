@@ -751,3 +751,22 @@ def test_search_offers_no_plan_its_runtime_refuses_on_a_gpu():
     tt = recommend(spec, 8, seq_len=128, global_batch_size=16, framework="torchtitan", top_k=5,
                    pins=Pins(zero=3, offload="optimizer", cp=2))
     assert tt.parallel.cp == 2 and tt.parallel.offload == "optimizer"
+
+
+@pytest.mark.parametrize("objective", ["throughput", "memory", "min-gpus"])
+@pytest.mark.parametrize("top_k", [1, 5, 40])
+def test_sorting_the_contenders_gives_the_full_sorts_top_k(objective, top_k):
+    """run_search sorts only the candidates that can reach the first top_k (search.contenders: the
+    near-ties of the fastest and the next step times, or the smallest footprints): the same plans, in the
+    same order, as sorting every feasible candidate."""
+    from planner.search import contenders, infeasibility, sort_key
+    _, m, tr, hw, lay = _setup()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        met = evaluate(m, tr, hw, lay)
+    ok = np.nonzero(infeasibility(m, tr, hw, lay, met) < 0)[0]
+    lay, met = lay.take(ok), {k: np.broadcast_to(v, (len(lay),))[ok] for k, v in met.items()}
+    full = sort_key(objective, lay, met)[:top_k]
+    keep = contenders(objective, met, top_k)
+    assert len(keep) < len(lay) or objective == "min-gpus"
+    part = keep[sort_key(objective, lay.take(keep), {k: v[keep] for k, v in met.items()})[:top_k]]
+    assert list(part) == list(full)

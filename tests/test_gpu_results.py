@@ -213,10 +213,13 @@ def test_peak_memory_within_5_percent_of_allocated_on_every_run(accuracy):
 
 def test_compute_bound_runs_within_15_percent_held_out(accuracy):
     """Every run with micro-batch 4 (GPU-bound), predicted with a profile refit without it."""
+    checked = 0
     for r in accuracy["runs"]:
         if r["plan"].training.micro_batch_size >= 4:
             p = r["pred"]["held-out"][0]
             assert abs(p - r["step_s"]) / r["step_s"] <= 0.15, r["name"]
+            checked += 1
+    assert checked >= 10
 
 
 def test_gradient_passes_cost_bytes_unless_fused():

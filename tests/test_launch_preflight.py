@@ -386,6 +386,7 @@ def test_report_paths_and_resume_are_checked_before_the_run(plan8, tmp_path, cap
     assert (other / "plan.json").read_text() == '{"my": "plan"}'
     assert "another plan" in capsys.readouterr().err
     assert L.launch(plan8, device="cpu", report=str(tmp_path)) == 2  # a folder, not a report file
+    assert "not a file path" in capsys.readouterr().err
     assert L.launch(plan8, device="cpu", report=str(other / "plan.json" / "report.json")) == 2
     assert "not a file path" in capsys.readouterr().err
     assert L.launch(plan8, device="cpu", resume=True, report=str(tmp_path / "r" / "report.json")) == 2

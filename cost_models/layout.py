@@ -104,6 +104,9 @@ class TrainingConsts:
     # Measured with gloo; NCCL stashes a sent tensor until wait() as well, but its watchdog may release
     # completed sends earlier (pytorch/pytorch#148590), so on CUDA this is an upper bound (unmeasured).
     p2p_sends_held_to_step_end: bool = False
+    # ...except a stage output's send, which parplan's runtime waits on and lets go right after that
+    # micro-batch's backward under the looped schedules (parallel_layers.pipeline.release_output_sends)
+    p2p_output_sends_released: bool = False
     # torch.distributed.pipelining's Schedule1F1B (parplan's runtime, torchtitan) refuses fewer micro-batches
     # than pipeline stages ("Number of microbatches must be greater than or equal to the number of stages",
     # torch 2.11 and 2.13); Megatron's and DeepSpeed's 1F1B warm up with min(p - r - 1, m) and run any m

@@ -359,7 +359,7 @@ def zbv_order_moments(p: int, m: int, r: int) -> tuple[tuple[float, float, float
     return (a1 / 2, w1_ / 2, float(h1)), (a2 / 2, w2 / 2, float(h2))
 
 
-def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
+def rank_inflight(lay, m_micro, layers: int | None = None, output_sends_released: bool = False) -> dict:
     """Per pipeline rank kind ("first", "mid" = the fullest middle rank, "last"), the peak moments as
     (micro-batches whose saved activations are held, micro-batches whose weight-gradient pass is
     pending, in stage units (layers/pp blocks x micro-batch); tensors sent and held to the step's end,
@@ -380,7 +380,9 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
       2p - 1 micro-batches on; with fewer (the search allows m = p), torch's order is walked
       (zbv_order_moments).
     A CPU allocator trace of pp 4 x 8 micro-batches found exactly these counts
-    (benchmarks/results/2026-11-23-cpu-memory)."""
+    (benchmarks/results/2026-11-23-cpu-memory).  output_sends_released (parplan's runtime under the looped
+    schedules, parallel_layers.pipeline.release_output_sends): a stage output's send is let go at its
+    backward, so only the input gradients sent stay held."""
     p, v, m = np.asarray(lay.pp, dtype=float), np.asarray(lay.vpp, dtype=float), np.asarray(m_micro, dtype=float)
     sch = np.asarray(lay.schedule)
     zero = np.zeros(np.broadcast(p, v, m, sch).shape)
@@ -442,6 +444,8 @@ def rank_inflight(lay, m_micro, layers: int | None = None) -> dict:
         zbv_one = (r == 0) | (r == p - 1)
         looped = (2 * n - np.where(r == 0, backwards_of_chunk(n, 0), 0)
                   - np.where(r == p - 1, backwards_of_chunk(n, v - 1), 0))
+        if output_sends_released:  # parplan's runtime lets a stage output's send go at its backward
+            looped = n - np.where(r == 0, backwards_of_chunk(n, 0), 0)
         return np.where(sch == SCH_ZBV, np.where(zbv_one, n, 2 * n), looped)
 
     def held(r, zbv_late=False):
@@ -577,18 +581,18 @@ def states_floor(m: ModelDims, lay, tr):
                                                 np.where(pp > 1, held(p_last), 0.0)))
 
 
-def rank_inflight_by_key(lay, m_micro, layers: int | None = None) -> dict:
+def rank_inflight_by_key(lay, m_micro, layers: int | None = None, output_sends_released: bool = False) -> dict:
     """rank_inflight, computed once per distinct (pp, vpp, schedule, micro-batches) and scattered back: a
     search's hundreds of thousands of candidates share a few hundred of these (the same counts)."""
     shape = np.broadcast(np.asarray(lay.pp), np.asarray(lay.vpp), np.asarray(lay.schedule), np.asarray(m_micro)).shape
     m_arr = np.broadcast_to(np.asarray(m_micro, dtype=float), shape)
     if len(shape) != 1 or shape[0] < 4096 or not np.all(m_arr == np.round(m_arr)) or m_arr.max(initial=0) >= 2**31:
-        return rank_inflight(lay, m_micro, layers)
+        return rank_inflight(lay, m_micro, layers, output_sends_released)
     pp, vpp, sch = (np.broadcast_to(np.asarray(x, dtype=np.int64), shape) for x in (lay.pp, lay.vpp, lay.schedule))
     key = ((pp * 256 + vpp) * 16 + sch) * 2**31 + m_arr.astype(np.int64)  # pp, vpp < 2^20, 2^8; 5 schedules
     _, first, where = np.unique(key, return_index=True, return_inverse=True)
     sub = SimpleNamespace(pp=pp[first], vpp=vpp[first], schedule=sch[first])
-    counts = rank_inflight(sub, m_arr[first], layers)
+    counts = rank_inflight(sub, m_arr[first], layers, output_sends_released)
     return {kind: [tuple(np.asarray(x)[where] for x in moment) for moment in moments]
             for kind, moments in counts.items()}
 
@@ -638,7 +642,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     def states(params):
         return model_states(params, lay, tr, coefficients)
 
-    counts = rank_inflight_by_key(lay, m_micro, m.layers)
+    counts = rank_inflight_by_key(lay, m_micro, m.layers, tr.p2p_output_sends_released)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more)
 
     def block_terms(sub):

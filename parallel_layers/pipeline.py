@@ -58,6 +58,8 @@ def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, de
     n_stages = par.pp * par.vpp
     stages = [just_in_time_receives(PipelineStage(m, sid, n_stages, device, group=pp_group))
               for m, sid in zip(stage_modules, stage_ids)]
+    if par.schedule in LOOPED_RUNTIME:
+        stages = [release_output_sends(st) for st in stages]
     cls = SCHEDULES[par.schedule]
     nmb = plan.training.num_microbatches
     if par.schedule in SINGLE_STAGE:
@@ -169,6 +171,94 @@ def just_in_time_receives(stage):
     stage.get_bwd_recv_ops = bwd_recv_ops
     stage.backward_one_chunk = backward_one_chunk
     stage.backward_weight_one_chunk = backward_weight_one_chunk
+    return stage
+
+
+# torch's action-list runtime (_PipelineScheduleRuntime) under the looped schedules: rank r holds stages r, r + p, ...
+LOOPED_RUNTIME = {"interleaved-1f1b", "interleaved-zb"}
+
+
+class _SendOps(list):
+    """A stage's forward send ops, marked with the (stage, micro-batch) they carry (release_output_sends)."""
+    key: tuple = ()
+
+
+class _HeldSend:
+    """What torch's runtime keeps of a forward send (send_ops, drained when the step ends): a handle that
+    waits on the send only while release_output_sends has not already, so the real work, and with it the
+    sent tensor, need not live to the step's end."""
+    __slots__ = ("_registry", "_key", "_i")
+
+    def __init__(self, registry: dict, key: tuple, i: int):
+        self._registry, self._key, self._i = registry, key, i
+
+    def wait(self, *a, **k) -> bool:
+        works = self._registry.get(self._key)
+        if works is not None and works[self._i] is not None:
+            works[self._i].wait(*a, **k)
+            works[self._i] = None
+        return True
+
+    def is_completed(self) -> bool:
+        works = self._registry.get(self._key)
+        return works is None or works[self._i] is None or works[self._i].is_completed()
+
+
+_SEND_REGISTRY: dict = {}  # (id of the stage, micro-batch) -> that forward send's works, until released
+
+
+def _patch_batch_p2p() -> None:
+    """torch's runtime sends with the module-level _batch_p2p: for a stage's marked forward sends, keep the
+    works here and give the runtime handles instead (once per process)."""
+    import torch.distributed.pipelining.schedules as S
+    if getattr(S._batch_p2p, "_parplan", False):
+        return
+    orig = S._batch_p2p
+
+    def batch_p2p(p2p_ops, desc=None):
+        works = orig(p2p_ops, desc=desc)
+        key = getattr(p2p_ops, "key", ())
+        if not key or not works:
+            return works
+        _SEND_REGISTRY[key] = list(works)
+        return [_HeldSend(_SEND_REGISTRY, key, i) for i in range(len(works))]
+
+    batch_p2p._parplan = True
+    S._batch_p2p = batch_p2p
+
+
+def release_output_sends(stage):
+    """Wait on a stage's forward send of a micro-batch right after that micro-batch's backward, and let go
+    of it there, rather than when the step ends.
+
+    torch's action-list runtime (interleaved 1F1B and the zero-bubble schedules, torch 2.5-2.13) keeps every
+    send's work until the step ends, and with it the sent tensor (gloo's SendWork holds it; NCCL unstashes
+    its references only in wait()), so a rank holds all the stage outputs it sent, after their backward has
+    freed its own copy.  The backward of (stage, micro-batch) consumes the gradient the next stage computed
+    from this very output, so that send has completed and its wait returns at once: no new dependency
+    between ranks (the placement upstream proposes for its WAIT_SEND_F actions, pytorch/pytorch#194121;
+    #194120 retires sends by polling, which gloo's sends do not answer before wait()).  Gradient sends have
+    no answering traffic and are still drained when the step ends; the memory model counts them
+    (cost_models.memory.rank_inflight, TrainingConsts.p2p_output_sends_released)."""
+    if not all(hasattr(stage, n) for n in ("get_fwd_send_ops", "backward_one_chunk")):
+        return stage
+    _patch_batch_p2p()
+    get_sends, backward = stage.get_fwd_send_ops, stage.backward_one_chunk
+
+    def fwd_send_ops(chunk):
+        ops = _SendOps(get_sends(chunk))
+        ops.key = (id(stage), chunk)
+        return ops
+
+    def backward_one_chunk(chunk, *a, **k):
+        out = backward(chunk, *a, **k)
+        for w in _SEND_REGISTRY.pop((id(stage), chunk), None) or ():
+            if w is not None:
+                w.wait()
+        return out
+
+    stage.get_fwd_send_ops = fwd_send_ops
+    stage.backward_one_chunk = backward_one_chunk
     return stage
 
 

@@ -126,11 +126,14 @@ def _torch_orders(schedule: str, p: int, v: int, m: int):
     return {r: [a for a in s._calculate_single_rank_operations(r) if a is not None] for r in range(p)}, rank_of
 
 
-def test_held_sends_and_in_flight_counts_follow_torchs_orders():
+@pytest.mark.parametrize("released", [False, True], ids=["torch", "parplan"])
+def test_held_sends_and_in_flight_counts_follow_torchs_orders(released):
     """Per rank, the peak over torch's action order of A x chunks whose activations are held + P x chunks
     waiting for their weight-gradient pass + H x sent tensors held to the step's end (the runtime waits on its
     sends when the step ends; a send goes to another rank only), against the model's moments.  ZB-V with as
-    many micro-batches as ranks (its order is cut from the one for 2p - 1) is walked (zbv_order_moments)."""
+    many micro-batches as ranks (its order is cut from the one for 2p - 1) is walked (zbv_order_moments).
+    released (parplan's runtime under the looped schedules, pipeline.release_output_sends): a stage output's
+    send is let go at that micro-batch's backward, so only the input gradients sent are held."""
     from torch.distributed.pipelining.schedules import _ComputationType as C
     A, P, H = 8.0, 5.0, 0.5
     codes = {"interleaved-1f1b": 2, "interleaved-zb": 3, "zbv": 4}
@@ -147,7 +150,9 @@ def test_held_sends_and_in_flight_counts_follow_torchs_orders():
                 for m in (p, 2 * p, 4 * p) + extra:
                     orders, rank_of = _torch_orders(schedule, p, v, m)
                     last_stage = p * v - 1
-                    model = rank_inflight(_lay(gpus=p, pp=p, dp=1, vpp=v, schedule=codes[schedule]), m, p * v)
+                    model = rank_inflight(_lay(gpus=p, pp=p, dp=1, vpp=v, schedule=codes[schedule]), m, p * v,
+                                          output_sends_released=released)
+                    looped_released = released and schedule != "zbv"
                     mid = 1 if schedule == "interleaved-1f1b" else max(p - 2, 1)
                     for kind, r in (("first", 0), ("mid", mid), ("last", p - 1)):
                         if kind == "mid" and p <= 2:
@@ -160,7 +165,8 @@ def test_held_sends_and_in_flight_counts_follow_torchs_orders():
                             pend += (t == C.BACKWARD_INPUT) - (t == C.BACKWARD_WEIGHT)
                             act -= t in (C.BACKWARD_WEIGHT, C.FULL_BACKWARD)
                             if t in (C.BACKWARD_INPUT, C.FULL_BACKWARD):
-                                held += (st != 0 and rank_of(st - 1) != r) + (st != last_stage and rank_of(st + 1) != r)
+                                held += (st != 0 and rank_of(st - 1) != r) + \
+                                    (st != last_stage and rank_of(st + 1) != r and not looped_released)
                             peak = max(peak, act * A + pend * P + held * H)
                         # the model's counts are in stage units (v chunks each)
                         got = max(float(n) * v * A + float(w) * v * P + float(h) * H for n, w, h in model[kind])

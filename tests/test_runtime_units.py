@@ -448,3 +448,55 @@ def test_checkpoint_of_a_rank_holding_both_tied_ends(tmp_path):
     emb, head = first.embed.weight, last.head.weight
     assert torch.equal(emb, saved["embedding.weight"]) and torch.equal(head, emb)
     assert torch.equal(opt.state[head]["exp_avg"], opt.state[emb]["exp_avg"]) and opt.state[emb]["exp_avg"].abs().sum() > 0
+
+
+def test_a_stage_outputs_send_is_waited_on_and_dropped_at_its_backward(monkeypatch):
+    """release_output_sends: torch's runtime gets a handle for each forward send (the runtime keeps it to the
+    step's end); the work itself, which holds the sent tensor, is waited on right after that micro-batch's
+    backward and dropped; the handle's own wait is then a no-op.  Sends without the stage's mark (gradient
+    sends, other schedules) pass through untouched."""
+    import gc
+    import weakref
+
+    import torch.distributed.pipelining.schedules as S
+    from parallel_layers import pipeline as PL
+
+    class Work:
+        def __init__(self):
+            self.waits = 0
+
+        def wait(self):
+            self.waits += 1
+            return True
+
+        def is_completed(self):
+            return self.waits > 0
+
+    made = []
+
+    def fake_batch_p2p(ops, desc=None):
+        made.extend(Work() for _ in ops)
+        return made[-len(ops):]
+
+    monkeypatch.setattr(S, "_batch_p2p", fake_batch_p2p)
+    monkeypatch.setattr(PL, "_SEND_REGISTRY", {})
+
+    class Stage:
+        def get_fwd_send_ops(self, chunk):
+            return [object(), object()]  # two sends (to two peers)
+
+        def backward_one_chunk(self, chunk, *a, **k):
+            return chunk
+
+    stage = PL.release_output_sends(Stage())
+    handles = S._batch_p2p(stage.get_fwd_send_ops(3))  # what torch's runtime does for SEND_F
+    assert all(isinstance(h, PL._HeldSend) for h in handles) and len(handles) == 2
+    plain = S._batch_p2p([object()])  # an unmarked batch: the real works
+    assert plain == [made[-1]]
+    first = weakref.ref(made[0])
+    assert stage.backward_one_chunk(3) == 3
+    assert [w.waits for w in made[:2]] == [1, 1] and PL._SEND_REGISTRY == {}
+    del made[:2]
+    gc.collect()
+    assert first() is None  # nothing but the registry held the work: gone with it
+    assert all(h.wait() and h.is_completed() for h in handles)  # the runtime's drain: nothing left to wait on

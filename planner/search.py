@@ -283,15 +283,18 @@ def infeasibility(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, metrics: di
 # Plans predicted within this fraction of the fastest are treated as equally fast: the cost model's
 # median error against published runs is 2-11 % per set (README, "How accurate") and its host-offload
 # term is a lower bound, so a smaller difference is no reason to take on host offload, context
-# parallelism or ZeRO-3.
+# parallelism, ZeRO-3 or an interleaved or zero-bubble schedule.
 NEAR_TIE = 0.05
 
 
 def complexity(lay: Layout, zero3_counts: bool = True):
-    """Moving parts a plan adds (lower is simpler): optimizer offload, then context parallelism,
-    then ZeRO-3 parameter sharding (not where FSDP is the framework's own default: zero3_counts)."""
-    return (4 * (np.asarray(lay.offload) > 0) + 2 * (np.asarray(lay.cp) > 1)
-            + ((np.asarray(lay.zero) >= 3) & zero3_counts))
+    """Moving parts a plan adds (lower is simpler), each outweighing all after it: optimizer offload, then
+    context parallelism, then ZeRO-3 parameter sharding (not where FSDP is the framework's own default:
+    zero3_counts), then a pipeline schedule beyond 1F1B (interleaving or zero-bubble: more memory held for
+    the same micro-batches, more sends, and for the zero-bubble ones deferred weight passes)."""
+    looped = np.isin(np.asarray(lay.schedule), [SCHEDULES.index(s) for s in ("interleaved-1f1b",) + ZERO_BUBBLE])
+    return (8 * (np.asarray(lay.offload) > 0) + 4 * (np.asarray(lay.cp) > 1)
+            + 2 * ((np.asarray(lay.zero) >= 3) & zero3_counts) + (looped & (np.asarray(lay.pp) > 1)))
 
 
 def sort_key(objective: str, lay: Layout, metrics: dict, zero3_counts: bool = True):

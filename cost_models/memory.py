@@ -786,8 +786,9 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
       - FSDP2: the reduce-scatter input of the block just back-propagated (one block's gradients
         in the reduce dtype) and the compute-dtype gradients the block being back-propagated is
         making (the CPU measurement found both live beside the next block's gather);
-      - data-parallel gradient buckets: 2 x 25 MB (PyTorch DDP bucket_cap_mb default 25; FSDP2 has
-        none);
+      - data-parallel gradient buckets: 2 x 25 MB (PyTorch DDP bucket_cap_mb default 25; parplan's
+        runtime packs gradients under 25 MiB into one flat bucket of less than 2 x 25 MiB and reduces
+        larger ones in place, parallel_layers.data_parallel.all_reduce_bucketed; FSDP2 has none);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
     buckets = np.where((lay.dp > 1) & ~fsdp2, 2 * 25e6, 0.0)

@@ -1,7 +1,8 @@
 """Data parallelism by ``parallel.zero_stage``, plus the gradient fix-ups TP and PP need.
 
 0: replicated AdamW, gradients all-reduced and averaged over the dp group after backward
-   (flattened into buckets of ``BUCKET_BYTES`` to cut per-message latency).
+   (flattened into buckets of ``BUCKET_BYTES`` to cut per-message latency; a gradient of that size or
+   more is reduced in place, alone).
 1: ``ShardedAdamW``: gradients all-reduced and averaged, each dp rank keeps AdamW states for
    the parameters it owns and steps only those, then broadcasts them (ZeRO-1).
 2: as 1, but each gradient is only *reduced* to its owner, so non-owners drop it after the
@@ -37,16 +38,18 @@ def _group_size(group) -> int:
 
 
 def all_reduce_bucketed(tensors: list[torch.Tensor], group, average: bool) -> None:
-    """In-place all-reduce (sum, or mean) of tensors, packed into flat buckets."""
+    """In-place all-reduce (sum, or mean) of tensors, packed into flat buckets.
+
+    A bucket is flushed once it reaches ``BUCKET_BYTES``; a contiguous tensor of that size or more is
+    reduced alone, in place, after what is pending.  So the flat copy never exceeds 2 x BUCKET_BYTES
+    (what the memory model counts for it, cost_models.memory._other_bytes), where packing the largest
+    gradient would copy it whole (2.1 GB for llama3-8b's fp32 embedding gradient at tp 1)."""
     n = _group_size(group)
     if n == 1 or not tensors:
         return
     bucket, size = [], 0
 
-    def flush():
-        if not bucket:
-            return
-        flat = torch.cat([t.reshape(-1) for t in bucket])
+    def reduce_(flat: torch.Tensor) -> None:
         if dist.get_backend(group) == "gloo":
             # gloo may drop its reference to the reduced tensor on its own thread, a free the CPU memory
             # trace misses until the address comes back (a 13 MB bucket then "lived" into the next step:
@@ -60,6 +63,12 @@ def all_reduce_bucketed(tensors: list[torch.Tensor], group, average: bool) -> No
             dist.all_reduce(flat, group=group)
         if average:
             flat /= n
+
+    def flush():
+        if not bucket:
+            return
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        reduce_(flat)
         off = 0
         for t in bucket:
             t.copy_(flat[off:off + t.numel()].view_as(t))
@@ -67,8 +76,14 @@ def all_reduce_bucketed(tensors: list[torch.Tensor], group, average: bool) -> No
         bucket.clear()
 
     for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        if nbytes >= BUCKET_BYTES and t.is_contiguous():
+            flush()
+            size = 0
+            reduce_(t)
+            continue
         bucket.append(t)
-        size += t.numel() * t.element_size()
+        size += nbytes
         if size >= BUCKET_BYTES:
             flush()
             size = 0

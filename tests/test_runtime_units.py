@@ -500,3 +500,37 @@ def test_a_stage_outputs_send_is_waited_on_and_dropped_at_its_backward(monkeypat
     gc.collect()
     assert first() is None  # nothing but the registry held the work: gone with it
     assert all(h.wait() and h.is_completed() for h in handles)  # the runtime's drain: nothing left to wait on
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+@pytest.mark.parametrize("average", [True, False])
+def test_bucketed_all_reduce_reduces_a_large_gradient_in_place_and_bounds_the_flat_copy(monkeypatch, backend, average):
+    """all_reduce_bucketed on a (faked) group of two: every tensor comes back summed or averaged; a tensor of
+    BUCKET_BYTES or more is reduced alone and, on NCCL, in its own storage (no flat copy of it); every flat
+    bucket stays under 2 x BUCKET_BYTES, what the memory model counts (cost_models.memory._other_bytes)."""
+    from parallel_layers import data_parallel as DP
+
+    calls = []
+
+    def fake_all_reduce(t, group=None):
+        calls.append((t.data_ptr(), t.numel() * t.element_size()))
+        t.mul_(2)  # two ranks holding the same values
+
+    monkeypatch.setattr(DP, "BUCKET_BYTES", 4096)
+    monkeypatch.setattr(DP, "_group_size", lambda group: 2)
+    monkeypatch.setattr(dist, "all_reduce", fake_all_reduce)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: backend)
+    sizes = [100, 300, 1500, 200, 5000, 700, 900, 40, 1024, 3]  # fp32 elements: 1500, 5000 and 1024 are >= 4096 B
+    tensors = [torch.randn(n) for n in sizes]
+    before = [t.clone() for t in tensors]
+    large = {t.data_ptr(): t.numel() * 4 for t in tensors if t.numel() * 4 >= 4096}
+    assert len(large) == 3
+    DP.all_reduce_bucketed(tensors, group=object(), average=average)
+    for t, b in zip(tensors, before):
+        torch.testing.assert_close(t, b if average else 2 * b)
+    assert sum(nbytes for _, nbytes in calls) == sum(sizes) * 4  # each element reduced once
+    assert all(nbytes < 2 * 4096 for ptr, nbytes in calls if nbytes not in large.values())
+    alone = [(ptr, nbytes) for ptr, nbytes in calls if nbytes in large.values()]
+    assert sorted(nbytes for _, nbytes in alone) == sorted(large.values())  # each large one reduced alone
+    if backend == "nccl":
+        assert {ptr for ptr, _ in alone} == set(large)  # in its own storage

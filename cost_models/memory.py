@@ -90,14 +90,17 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     backward, and with its two causal chunks per rank the attention output twice (each chunk's, saved by
     the attention, and their concatenation, saved by the output projection); Megatron's and torch's
     ring attention pass them again in the backward instead (CPU allocator trace of cp 2 x tp 2:
-    benchmarks/results/2026-11-23-cpu-memory)."""
+    benchmarks/results/2026-11-23-cpu-memory).  Under selective recompute the runtime checkpoints the
+    gather with the attention, so neither is saved and the backward gathers again (cost_models.total:
+    one all-gather more)."""
     T = lay.mbs * m.seq_len / lay.cp
     tp = lay.tp
     seq_split = np.where(lay.sp > 0, tp, 1)
     outside = 2 * m.hidden / seq_split + 2 * m.hidden / np.where(sp_saves_gathered, 1, seq_split)
     mlp = 3 * m.ffn if m.arch == "llama" else 2 * m.ffn
-    cp_kv = np.where(cp_saves_gathered_kv & (lay.cp > 1), lay.cp, 1)
-    cp_out = np.where(cp_saves_gathered_kv & (lay.cp > 1), m.q_width, 0)
+    cp_saved = cp_saves_gathered_kv & (lay.cp > 1) & (lay.recompute != REC_SELECTIVE)
+    cp_kv = np.where(cp_saved, lay.cp, 1)
+    cp_out = np.where(cp_saved, m.q_width, 0)
     inside = (2 * m.q_width + cp_out + 2 * m.kv_width * cp_kv + mlp) / tp
     elems = (outside + inside) * act_bytes + 8 / seq_split  # + the two norms' fp32 statistics, per token they see
     if dropout:

@@ -31,7 +31,7 @@ import numpy as np
 from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, block_time, cast_time, column_input_grad_time,
                       grad_accumulation_time, grad_clip_time, head_time, optimizer_time)
-from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      head_on_first_rank, rank_block_counts, zero_shards)
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
@@ -169,12 +169,14 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
 
     # ---- context parallel (Llama 3 sec. 3.3.2): all-gather of the K/V shards forward
     # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same
-    # volume), +1 all-gather under full or op-level selective recompute; per layer per micro-batch.
+    # volume), +1 all-gather under full or op-level selective recompute, and under selective where the
+    # gather is checkpointed with the attention (parplan's runtime: tr.cp_saves_gathered_kv, memory.
+    # activation_bytes_per_layer); per layer per micro-batch.
     cp_in = comm.group_inside_node(hw, tp, cp, lay.gpus)
     cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp)
     kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
-    n_cp = 2 + full + op
+    n_cp = 2 + full + op + (np.asarray(tr.cp_saves_gathered_kv) & (lay.recompute == REC_SELECTIVE))
     cp_block = n_cp * t_cp
     cp_window = bt["attention"] / np.where(tr.cp_overlap_local_chunk_only, cp, 1)
     cp_block_exposed = np.where(tr.overlap_cp_comm, hw.exposed(cp_block, cp_window), cp_block)

@@ -270,15 +270,20 @@ class Attention(nn.Module):
 
     def _context_parallel(self, q, k, v):
         """s local tokens (two chunks of the sequence); rotary at global positions before the
-        K/V all-gather (outside the selective checkpoint, so its backward does not gather again)."""
+        K/V all-gather.  Selective recompute checkpoints the gather with the attention: the rank's own
+        K/V are saved, not the gathered whole sequence (cp x as large) nor each chunk's output, and
+        the backward gathers again (as full and op-level selective recompute do)."""
         pos = local_positions(q.shape[2], self.cp_rank, self.cp, q.device)
         if self.rope:
             key = ("cp", self.cp_rank, self.cp)
             q, k = rotary(q, pos, key, self.rope_theta), rotary(k, pos, key, self.rope_theta)
-        k, v = gather_kv(k, v, self.cp_group)  # (b, nkv/tp, S, d) each
         starts = chunk_starts(q.shape[2], self.cp_rank, self.cp)
         if self.selective:
-            return checkpoint(cp_attention, q, k, v, pos, starts, use_reentrant=False)
+            return checkpoint(self._gathered_attention, q, k, v, pos, starts, use_reentrant=False)
+        return self._gathered_attention(q, k, v, pos, starts)
+
+    def _gathered_attention(self, q, k, v, pos, starts):
+        k, v = gather_kv(k, v, self.cp_group)  # (b, nkv/tp, S, d) each
         return cp_attention(q, k, v, pos, starts)
 
 

@@ -781,3 +781,31 @@ def test_sorting_the_contenders_gives_the_full_sorts_top_k(objective, top_k):
     assert len(keep) < len(lay) or objective == "min-gpus"
     part = keep[sort_key(objective, lay.take(keep), {k: v[keep] for k, v in met.items()})[:top_k]]
     assert list(part) == list(full)
+
+
+def test_selective_recompute_under_parplans_cp_saves_the_ranks_own_kv_and_gathers_again():
+    """parplan's all-gather CP saves the gathered K/V (cp x the rank's) and each causal chunk's output for the
+    attention's backward; under selective recompute the runtime checkpoints the gather with the attention
+    (parallel_layers.model.Attention._context_parallel), so a block saves (cp - 1) x 2 kv_width + q_width
+    elements a token fewer (over tp), and the backward gathers K/V once more: three all-gathers' time
+    where no recompute has two.  Megatron's ring attention saves neither with or without it."""
+    spec = load_preset("llama3-8b")
+    pins = dict(tp=2, pp=1, dp=1, cp=8, mbs=1, sp=True, zero=3, offload="none")
+    seq, tp, cp, bf16 = 131072, 2, 8, 2
+
+    def plan(framework, rc):
+        try:
+            return recommend(spec, 16, seq_len=seq, global_batch_size=16, framework=framework,
+                             pins=Pins(recompute=rc, **pins))
+        except NothingFits as e:  # 114 GB: the numbers hold all the same
+            return e.plan
+
+    kv_w, q_w = 8 * 128, 32 * 128
+    per_block = seq / cp * ((cp - 1) * 2 * kv_w + q_w) / tp * bf16
+    none, sel = plan("parplan", "none"), plan("parplan", "selective")
+    saved = none.prediction.memory_bytes_per_gpu.activations - sel.prediction.memory_bytes_per_gpu.activations
+    assert saved == pytest.approx(32 * per_block)
+    assert sel.prediction.time_breakdown.cp_comm_s == pytest.approx(1.5 * none.prediction.time_breakdown.cp_comm_s)
+    mnone, msel = plan("megatron", "none"), plan("megatron", "selective")
+    assert mnone.prediction.memory_bytes_per_gpu.activations == msel.prediction.memory_bytes_per_gpu.activations
+    assert msel.prediction.time_breakdown.cp_comm_s == pytest.approx(mnone.prediction.time_breakdown.cp_comm_s)

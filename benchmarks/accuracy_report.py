@@ -54,7 +54,7 @@ NOTES = [
     "second rank a whole stage-micro-batch below the first), the published v = 8 layout of the 8,192-GPU row "
     "needed 83.5 GB, 0.6% over the usable 83.0 GB, and the search fell back to v = 1 (-28.9%); since a block's "
     "backward working memory is counted as one block's activations, not two (commit 41b8d03, from the CPU "
-    "allocator traces), it needs 82.95 GB and fits, by 0.1%. The published run fit; nothing is fitted to it. "
+    "allocator traces), it needs 82.94 GB and fits, by 0.1%. The published run fit; nothing is fitted to it. "
     "The H100 profile's sustained_matmul_fraction was fitted on "
     "megatron_h100_2024, so this set is held out as data but not independent of that fit.",
     "megatron_sc21_table2_zero3: ZeRO-3 rows use DeepSpeed's 16-bit-gradient recipe (master-weights-half-grads, "

@@ -367,7 +367,9 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     t_compute = m_micro * compute_stage
     n = np.asarray(lay.gpus, dtype=float)
     speedup = n * t_compute / step
-    alpha = np.where(n > 1, (1 - 1 / np.maximum(speedup, 1e-12)) / np.where(n > 1, 1 - 1 / n, 1.0), 1.0)
+    # a layout slower than one GPU's compute (speedup < 1: communication over a slow network) has no Amdahl
+    # fraction; it reads 0, and the speedup says how much slower
+    alpha = np.where(n > 1, np.maximum(0.0, (1 - 1 / np.maximum(speedup, 1e-12)) / np.where(n > 1, 1 - 1 / n, 1.0)), 1.0)
 
     # ---- bytes per GPU per step
     tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, 2 * moved_ag, 0.0)) + emb_comm * moved_ar)

@@ -966,11 +966,16 @@ def read_report(path: str) -> dict:
     if not p.is_file():
         raise CalibrationError(f"run report {path} does not exist")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as e:
         raise CalibrationError(f"run report {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CalibrationError(f"cannot read run report {path}: {e.__class__.__name__}") from None
+    except UnicodeDecodeError as e:
+        raise CalibrationError(f"run report {path} is not UTF-8 text (byte {e.start}: {e.reason}); give the "
+                               "report.json `parplan launch` wrote") from None
+    except RecursionError:
+        raise CalibrationError(f"run report {path} is not a report: its JSON is nested too deeply") from None
+    except OSError as e:
+        raise CalibrationError(f"cannot read run report {path}: {e.strerror or e}") from None
     if not isinstance(data, dict):
         raise CalibrationError(f"run report {path} must be a JSON object, got {type(data).__name__}")
     if not isinstance(data.get("plan"), dict):

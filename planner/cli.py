@@ -87,12 +87,16 @@ def _positive(name: str, v, allow_none=True, upper=None):
 
 def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
                    seq_len, head_dim=None, tied_embeddings=None):
-    given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None]
-    shape_only = [f for f, v in (("--head-dim", head_dim), ("--tied-embeddings/--untied-embeddings", tied_embeddings))
+    given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None
+                                                                      or heads is not None]
+    # --arch chooses --params' shape family; a preset or config sets every one of these itself
+    shape_only = [f for f, v in (("--arch", None if params is not None else arch), ("--kv-heads", kv_heads),
+                                 ("--ffn-hidden", ffn_hidden), ("--vocab", vocab), ("--head-dim", head_dim),
+                                 ("--tied-embeddings/--untied-embeddings", tied_embeddings))
                   if v is not None]
-    if shape_only and layers is None and hidden is None:
+    if shape_only and layers is None and hidden is None and heads is None:
         raise UserError(f"{' and '.join(shape_only)} only appl{'y' if len(shape_only) > 1 else 'ies'} to an explicit shape (--layers/--hidden/--heads); "
-                        "a preset, --model-config or --params sets them itself")
+                        "a preset, --model-config or --params sets them itself (for another shape, give it whole)")
     if sum(given) == 0:
         raise UserError("say which model: --model NAME (see `parplan models list`), --params 70e9, "
                         "--model-config config.json, or --layers/--hidden/--heads")
@@ -105,6 +109,14 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
         if model_config is not None:
             from .hf_config import model_from_hf_config
             spec = model_from_hf_config(model_config, seq_len=seq_len)
+            for field in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim"):
+                v = getattr(spec, field, None)
+                if v is not None and v > 10_000_000:  # the limits the shape flags have
+                    raise UserError(f"{model_config}: {field} {v:g} is beyond what the planner models (max 1e+07)")
+            from cost_models.params import param_counts
+            if param_counts(spec, seq_len)["total"] > 1e14:
+                raise UserError(f"{model_config}: {param_counts(spec, seq_len)['total']:.3g} parameters is beyond what "
+                                "the planner models (max 1e14)")
             # what the mapping approximates (biases or norms not counted, sliding windows counted full)
             return spec, (spec.source if "; " in (spec.source or "") else None)
         if params is not None:
@@ -148,7 +160,8 @@ def _one_line(e: Exception) -> str:
 
 
 def _write_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    # NaN or Infinity is not JSON (jq and browsers refuse it): one would be a bug, not an answer to print
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 
@@ -262,6 +275,9 @@ def _prepare(opts, gpus: int | None = None):
         _err(f"note: {gpus} GPUs on nodes of {o.gpus_per_node}: {gpus // o.gpus_per_node} full node(s) and one with "
              f"{gpus % o.gpus_per_node} of its {o.gpus_per_node}")
     _positive("inter-node-bandwidth", o.inter_node_bandwidth, upper=1e6)
+    if o.inter_node_bandwidth is not None and o.inter_node_bandwidth < 1e-3:
+        raise UserError(f"--inter-node-bandwidth is in GB/s per GPU (1 GbE is 0.125); {o.inter_node_bandwidth:g} is "
+                        "below what the planner models (min 0.001)")
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "tp", "pp", "dp", "cp", "mbs", "vpp"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
     spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
@@ -290,6 +306,8 @@ def _prepare(opts, gpus: int | None = None):
     from .core import FRAMEWORK_DEFAULTS
     _check_choice("framework", o.framework, tuple(FRAMEWORK_DEFAULTS))
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None
+    if n_tokens is not None and n_tokens > 1e18:
+        raise UserError(f"--tokens {o.tokens} is beyond what the planner models (max 1e18)")
     if why:
         _err(f"note: {why}")
     pins = Pins(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, mbs=o.mbs, vpp=o.vpp, zero=o.zero, recompute=o.recompute,
@@ -350,6 +368,21 @@ def _check_choice(name, value, choices):
         raise UserError(f"--{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
+def read_text_file(path: str, what: str, fix: str) -> str:
+    """A UTF-8 text file's contents, or a UserError naming the file, why it cannot be read and `fix`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} not found; {fix}") from None
+    except IsADirectoryError:
+        raise UserError(f"{what} {path} is a folder; give the file in it") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what} {path} is not UTF-8 text (byte {e.start}: {e.reason}); {fix}") from None
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e.strerror or e}") from None
+
+
 def read_plan(source: str):
     """A Plan from a path or '-' (stdin), validated strictly."""
     from pydantic import ValidationError
@@ -359,14 +392,9 @@ def read_plan(source: str):
         text = sys.stdin.read()
         where = "stdin"
     else:
-        try:
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            raise UserError(f"plan file {source} not found; write one with `parplan recommend ... --json > {source}`") from None
-        except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
-            raise UserError(f"cannot read plan file {source}: {e.__class__.__name__}") from None
+        text = read_text_file(source, "plan file", f"write one with `parplan recommend ... --json > {source}`")
         where = source
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as some Windows editors save
     if not text.strip():
         raise UserError(f"plan from {where} is empty; pipe `parplan recommend ... --json` into it")
     try:
@@ -374,8 +402,14 @@ def read_plan(source: str):
     except json.JSONDecodeError as e:
         hint = "" if text.lstrip().startswith(("{", "[")) else "; plans are JSON: add --json to `parplan recommend`"
         raise UserError(f"plan from {where} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}){hint}") from None
+    except RecursionError:
+        raise UserError(f"plan from {where} is not a plan: its JSON is nested too deeply; "
+                        "write one with `parplan recommend ... --json`") from None
     if not isinstance(data, dict):
         raise UserError(f"plan from {where} must be a JSON object, got {type(data).__name__}")
+    if "plan" in data and "steps" in data and "model" not in data:
+        raise UserError(f"{where} is a `parplan launch` report, not a plan; its plan is the report's \"plan\" key "
+                        "(and plan.json beside it)")
     try:
         return Plan.model_validate(data)
     except ValidationError as e:
@@ -471,12 +505,34 @@ def export(
     from .export import FORMATS, export_notes, export_plan, framework_note
     _check_choice("to", to, FORMATS)
     plan = read_plan(plan_file)
+    fits = _fits_as_given(plan)
     sys.stdout.write(export_plan(plan, to).rstrip("\n") + "\n")
+    if fits is False:
+        _err(f"warning: this plan does not fit ({plan.prediction.reason}); exported as given")
     if framework_note(plan, to):
         _err(f"note: {framework_note(plan, to)}")
     if to == "deepspeed":
         for note in export_notes(plan, to):
             _err(f"note: {note}")
+    if fits is False:
+        raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+def _fits_as_given(plan):
+    """Re-predict a plan to export: False where it does not fit (plan.prediction then says why), None where it
+    cannot be re-predicted here (a profile this machine does not have: export takes the name as given)."""
+    from .core import PlannerError, check_plan_structure, evaluate_plan
+    try:
+        check_plan_structure(plan.model, plan)  # a layout no framework runs is an error here too
+    except PlannerError as e:
+        raise UserError(str(e)) from None
+    try:
+        fresh = evaluate_plan(plan)
+    except (PlannerError, ValueError) as e:
+        _err(f"note: not re-predicted here ({_one_line(e)}); exported as given")
+        return None
+    plan.prediction = fresh.prediction
+    return fresh.prediction.fits
 
 
 def _evaluated(plan_file: str):
@@ -585,8 +641,10 @@ def _gpus_list(text: str) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        if not re.fullmatch(r"[0-9]+", part) or int(part) <= 0 or int(part) > 1_000_000:
+        if not re.fullmatch(r"[0-9]+", part) or int(part) <= 0:
             raise UserError(f"--gpus-list takes positive GPU counts separated by commas (8,16,64), got {part!r}")
+        if int(part) > 1_000_000:
+            raise UserError(f"--gpus-list {part} is beyond what the planner models (max 1e+06 GPUs)")
         out.append(int(part))
     if not out:
         raise UserError("--gpus-list is empty; give counts like 8,16,64")
@@ -649,7 +707,9 @@ def sweep(
                      + bar_lines(rows, "mfu", "MFU", lambda v: f"{v * 100:.1f}%")):
             console.print(line, highlight=False, markup=False)
     if not any(r["fits"] for r in rows):
-        _err("error: nothing fits at any of the GPU counts; try larger counts or --offload optimizer")
+        # an unpinned search already tries optimizer offload; only a pinned --offload none leaves it untried
+        _err("error: nothing fits at any of the GPU counts; try larger counts"
+             + (" or --offload optimizer" if opts.offload == "none" else ""))
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
@@ -666,6 +726,9 @@ def validate(
 
     from .validate import ReferenceFileError, available_sets, framework_summary, summarize, validate_all
     directory = Path(reference_dir) if reference_dir else None
+    if directory is not None and not directory.is_dir():
+        raise UserError(f"--reference-dir {reference_dir} is not a folder; give the folder of reference JSON files "
+                        "(benchmarks/reference in a parplan checkout)")
     names = available_sets(directory)
     if not names:
         raise UserError("no reference sets found; run from a parplan checkout or pass --reference-dir benchmarks/reference")
@@ -814,6 +877,9 @@ def calibrate(
 ):
     """Measure this machine (GEMM, attention, HBM, host link, collectives) into a hardware profile, or refit one from run reports."""
     _check_choice("device", device, ("auto", "cuda", "cpu"))
+    if out is not None and not out.strip():
+        raise UserError("--out is empty: give the profile file to write (.toml or .json), or leave --out out for "
+                        "<base>-calibrated.toml")
     if reports and not from_run:
         raise UserError(f"unexpected argument {reports[0]}: give launch reports with --from-run (repeat --from-run for "
                         "each report, or --from-run runs/*/report.json)")

@@ -15,7 +15,7 @@ import numpy as np
 
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
-                                stage_layers)
+                                stage_layers, stages_of_rank)
 from cost_models.total import evaluate
 
 from . import DEFAULT_GLOBAL_BATCH
@@ -434,7 +434,7 @@ def _no_candidates_message(spec, gpus, pins) -> str:
             f"--tp/--pp/--schedule/--vpp{'/--sp' if pins.sp else ''}")
 
 
-# what each structural rejection (search.REASONS) means, for the "every candidate was rejected" error
+# what each structural rejection (search.REASONS) means, for the "every candidate breaks a rule" error
 REJECTED_BECAUSE = {
     "batch": "do not split the global batch evenly (it must be a multiple of dp x micro-batch)",
     "schedule": "need a schedule they cannot run (interleaving: micro-batches a multiple of pp, or for torch's "
@@ -496,9 +496,13 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
                    f"{hw.host_memory_bytes_per_node / gb:.0f} GB on {hw_ref.name}")
     else:
         why = "; ".join(f"{v} {REJECTED_BECAUSE.get(k, k)}" for k, v in res.infeasible_by_reason.items())
-        msg = f"nothing fits: every candidate was rejected: {why}"
+        msg = f"no layout can run this job: every candidate breaks a rule: {why}"
         fix = _batch_fix(training.global_batch_size, training.seq_len, gpus, pins) \
             if "batch" in res.infeasible_by_reason else None
+        if fix is None and "seq" in res.infeasible_by_reason and pins.cp and pins.cp > 1:
+            step = 2 * pins.cp * (pins.tp if pins.sp and pins.tp else 1)
+            near = max(step, round(training.seq_len / step) * step)
+            fix = f"--seq-len {near} splits into 2 x cp {pins.cp} chunks" + (f" and over tp {pins.tp}" if step > 2 * pins.cp else "")
         # no layout was even costed: more GPUs or offload (memory fixes) are no answer; say what is
         raise PlannerError(msg + "; " + (fix or "relax the pinned dimensions"))
     suggestions = []
@@ -617,8 +621,40 @@ def _check_attention_kernel(profile, training: Training) -> None:
                            f"profile, or a profile that has it ({have})")
 
 
+def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
+    """What the search never generates and no framework runs, for a hand-edited plan: more pipeline stages than
+    blocks, virtual stages without the schedule that runs them, a pipeline rank without a block, a schedule,
+    recompute or ZeRO stage outside the plan's framework (recommend refuses the same as pins)."""
+    p, t = plan.parallel, plan.training
+    fix = "correct the plan, or write one with `parplan recommend ... --json`"
+    if p.pp > spec.layers:
+        raise PlannerError(f"pp {p.pp} exceeds the model's {spec.layers} layers; {fix}")
+    want = {"gpipe": "1", "1f1b": "1", "zbv": "2", "interleaved-1f1b": "2 or more", "interleaved-zb": "2 or more"}
+    if p.pp > 1 and ((p.vpp == 1) != (p.schedule in ("gpipe", "1f1b")) or (p.schedule == "zbv" and p.vpp != 2)):
+        raise PlannerError(f"schedule {p.schedule} runs vpp {want[p.schedule]}, not {p.vpp}; {fix}")
+    if p.pp == 1 and p.vpp > 1:
+        raise PlannerError(f"vpp {p.vpp} without a pipeline (pp 1): virtual stages are pipeline chunks; {fix}")
+    if p.stage_layers is not None and p.pp > 1:
+        empty = [r for r in range(p.pp) if sum(p.stage_layers[s] for s in stages_of_rank(r, p.pp, p.vpp, p.schedule)
+                                               if s < len(p.stage_layers)) == 0]
+        if empty:
+            raise PlannerError(f"stage_layers {list(p.stage_layers)} leave pipeline rank(s) {empty} without a block; "
+                               f"{fix}")
+    fw = t.framework
+    for axis, value, offered in (("schedule", p.schedule if p.pp > 1 else None, FRAMEWORK_SCHEDULES.get(fw)),
+                                 ("recompute", p.recompute, FRAMEWORK_RECOMPUTES.get(fw)),
+                                 ("zero_stage", p.zero_stage, FRAMEWORK_ZEROS.get(fw))):
+        if value is not None and offered and value not in offered:
+            raise PlannerError(f"{axis} {value} is not one {fw} runs (it runs {', '.join(map(str, offered))}); "
+                               "change it, or the plan's training.framework")
+    if fw == "deepspeed" and p.zero_stage >= 2 and p.pp > 1:
+        raise PlannerError(f"DeepSpeed's pipeline engine refuses ZeRO-{p.zero_stage} with pp {p.pp}; use zero_stage "
+                           "0 or 1, or pp 1")
+
+
 def evaluate_plan(plan: Plan) -> Plan:
     """Re-predict a given (possibly hand-edited) plan; never searches."""
+    check_plan_structure(plan.model, plan)
     profile = load_hardware(plan.hardware.name)
     hw = hardware_constants(profile, plan.hardware, compute_dtype(plan.training.dtype, plan.training.precision))
     _check_attention_kernel(profile, plan.training)

@@ -232,5 +232,5 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ValueError(f"{where}: {loc + ': ' if loc else ''}{err['msg']}") from None
+        raise ValueError(f"{where}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}") from None
     return with_param_count(spec, seq_len)

@@ -781,6 +781,12 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         if Path(report).is_dir() or (nearest is not None and not nearest.is_dir()):
             checks.append(Check("report", False, f"--report {report} is not a file path in a folder",
                                 "pass --report FOLDER/report.json"))
+        elif plan_source != "-" and Path(report).resolve() == Path(plan_source).resolve():
+            checks.append(Check("report", False, f"--report {report} is the plan file itself, which the report "
+                                "would overwrite", "pass --report in a folder of its own, e.g. runs/NAME/report.json"))
+        elif Path(report).name in ("plan.json", "torchrun.log"):
+            checks.append(Check("report", False, f"--report {report}: the run writes its own {Path(report).name} "
+                                "there", "name the report report.json, e.g. runs/NAME/report.json"))
         elif plan_path.exists() and plan_path.read_text() != plan.model_dump_json(indent=2):
             checks.append(Check("report", False, f"{plan_path} exists and holds another plan, which the run would "
                                 f"overwrite (it writes plan.json and torchrun.log beside the report)",
@@ -807,8 +813,13 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
             _err(f"error: {c.name}: {c.detail} -- fix: {c.fix}")
         return max(c.exit_code for c in failed)
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    plan_path.write_text(plan.model_dump_json(indent=2))  # the validated plan, never the raw input
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        plan_path.write_text(plan.model_dump_json(indent=2))  # the validated plan, never the raw input
+    except OSError as e:
+        _err(f"error: report: cannot write in {run_dir}: {e.strerror or e} -- fix: pass --report in a folder you "
+             "can write, e.g. runs/NAME/report.json")
+        return EXIT_INVALID
     env = job_env(device)
     _err(f"launching {plan.parallel.world_size} ranks ({nproc} per node): {shlex.join(argv)}")
     code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")

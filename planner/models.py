@@ -40,7 +40,7 @@ def _spec(seq_len: int | None = None, **fields) -> ModelSpec:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ValueError(f"invalid model shape: {loc + ': ' if loc else ''}{err['msg']}") from None
+        raise ValueError(f"invalid model shape: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}") from None
     return with_param_count(spec, seq_len)
 
 

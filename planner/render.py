@@ -149,7 +149,9 @@ def summary_lines(plan: Plan) -> list[str]:
         f"model {m.name or m.arch}: {m.num_params / 1e9:.2f} B params, {m.layers} layers, hidden {m.hidden}, "
         f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}, vocab {m.vocab}",
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
-        f"Amdahl parallel fraction {pr.amdahl.parallel_fraction:.4f} -> speedup {pr.amdahl.speedup:.1f}x on {plan.hardware.gpus} GPUs",
+        + (f"Amdahl parallel fraction {pr.amdahl.parallel_fraction:.4f} -> speedup {pr.amdahl.speedup:.1f}x on {plan.hardware.gpus} GPUs"
+         if pr.amdahl.speedup >= 1 else f"no parallel speedup: {pr.amdahl.speedup:.2f}x one GPU's compute on "
+         f"{plan.hardware.gpus} GPUs (communication outweighs the split work)"),
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
         f"{len(plan.parallel.stage_layers or [])} in all)",
         f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else f" (`parplan export --to {fw}`)"),

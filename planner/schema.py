@@ -268,8 +268,10 @@ class TimeBreakdown(Strict):
 
 
 class Amdahl(Strict):
-    parallel_fraction: float = Field(description="alpha such that the predicted step time = T1*((1-alpha)+alpha/n).")
-    speedup: float = Field(description="1/((1-alpha)+alpha/n) for n GPUs.")
+    parallel_fraction: float = Field(description="alpha such that the predicted step time = T1*((1-alpha)+alpha/n); "
+                                     "0 where the layout is slower than one GPU's compute (speedup < 1).")
+    speedup: float = Field(description="n x one GPU's compute time / the predicted step time for n GPUs: "
+                           "1/((1-alpha)+alpha/n) where that is at least 1.")
 
 
 class Accuracy(Strict):

@@ -53,6 +53,28 @@ def files(tmp_path_factory):
     out["notutf8.json"] = str(d / "notutf8.json")
     out["missing.json"] = str(d / "missing.json")
     out["dir"] = str(d)
+
+    def edited(name, **par):
+        """good with a hand-edited parallel section (world size and micro-batch count kept consistent)."""
+        p = {**good["parallel"], "stage_layers": None, **par}
+        t = dict(good["training"])
+        t["num_microbatches"] = t["global_batch_size"] // (p["dp"] * t["micro_batch_size"])
+        put(name, json.dumps({**good, "parallel": p, "training": t}))
+
+    edited("pp_over_layers.json", tp=1, pp=8, dp=1, cp=1, zero_stage=0)  # 4 layers
+    edited("empty_rank.json", tp=1, pp=2, dp=4, vpp=2, schedule="interleaved-1f1b", stage_layers=[2, 0, 2, 0])
+    edited("vpp_no_pp.json", vpp=2, schedule="interleaved-1f1b")
+    edited("ds_zbv.json", tp=1, pp=2, dp=4, vpp=2, schedule="zbv", zero_stage=1)
+    put("ds_zbv.json", json.dumps({**json.loads(Path(out["ds_zbv.json"]).read_text()),
+                                   "training": {**json.loads(Path(out["ds_zbv.json"]).read_text())["training"],
+                                                "framework": "deepspeed"}}))
+    put("deep.json", "[" * 100_000 + "]" * 100_000)
+    (d / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(good).encode())
+    out["bom.json"] = str(d / "bom.json")
+    put("report.json", json.dumps({"plan": good, "steps": [], "device": "cpu"}))
+    put("huge_hidden_config.json", json.dumps({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 10**12,
+                                               "num_attention_heads": 8, "intermediate_size": 4 * 10**12,
+                                               "vocab_size": 1000}))
     prof = (Path(__file__).resolve().parent.parent / "hardware_profiles" / "h100-sxm-80gb.toml").read_text()
     put("reserve.toml", prof.replace("memory_reserve_gbytes = ", "memory_reserve_gbytes = 100 # was "))
     shutil.copy(HF / "Mixtral-8x7B-v0.1.json", d / "moe.json")
@@ -135,6 +157,32 @@ CASES = [
     (["recommend", "--layers", "2", "--hidden", "256", "--head-dim", "64", "--model", "llama3-8b", "--json"], 2,
      ["only one of"]),
     (["launch", "{good.json}", "--device", "cpu", "--nnodes", "2", "--rdzv-endpoint", "node0"], 2, ["HOST:PORT"]),
+    # found by a CLI audit (2026-11-24): each was an internal error, a silent wrong answer or an unclear line
+    (R + ["--tokens", "1e30"], 2, ["--tokens", "max 1e18"]),
+    (R + ["--vocab", "1000"], 2, ["--vocab", "explicit shape"]),
+    (R + ["--kv-heads", "32"], 2, ["--kv-heads", "explicit shape"]),
+    (R + ["--arch", "gpt"], 2, ["--arch", "explicit shape"]),
+    (["recommend", "--params", "7e9", "--ffn-hidden", "1000", "--json"], 2, ["--ffn-hidden", "explicit shape"]),
+    (R + ["--heads", "8"], 2, ["only one of"]),
+    (R + ["--inter-node-bandwidth", "1e-300"], 2, ["--inter-node-bandwidth", "min 0.001"]),
+    (["recommend", "--model-config", "{huge_hidden_config.json}", "--json"], 2, ["hidden", "max 1e+07"]),
+    (["recommend", "--layers", "32", "--hidden", "4096", "--heads", "7", "--json"], 2, ["divisible by heads"]),
+    (R + ["--gpus", "8", "--cp", "2", "--seq-len", "4095"], 2, ["breaks a rule", "--seq-len 4096"]),
+    (["sweep", "--model", "tiny-llama-test", "--gpus-list", "99999999", "--json"], 2, ["--gpus-list", "max 1e+06"]),
+    (["validate", "--reference-dir", "/nonexistent", "--json"], 2, ["--reference-dir", "not a folder"]),
+    (["evaluate", "{pp_over_layers.json}", "--json"], 2, ["pp 8", "4 layers"]),
+    (["evaluate", "{empty_rank.json}", "--json"], 2, ["stage_layers", "without a block"]),
+    (["evaluate", "{vpp_no_pp.json}", "--json"], 2, ["vpp 2", "pp 1"]),
+    (["evaluate", "{ds_zbv.json}", "--json"], 2, ["zbv", "deepspeed"]),
+    (["export", "{ds_zbv.json}", "--to", "deepspeed"], 2, ["zbv", "deepspeed"]),
+    (["evaluate", "{deep.json}", "--json"], 2, ["nested too deeply"]),
+    (["evaluate", "{report.json}", "--json"], 2, ["launch` report", "plan.json"]),
+    (["evaluate", "{notutf8.json}", "--json"], 2, ["not utf-8"]),
+    (["evaluate", "{dir}", "--json"], 2, ["is a folder"]),
+    (["launch", "{good.json}", "--device", "cpu", "--report", "{good.json}"], 2, ["plan file itself"]),
+    (["launch", "{good.json}", "--device", "cpu", "--report", "/proc/parplan-nope/report.json"], 2, ["cannot write"]),
+    (["calibrate", "--from-run", "{notutf8.json}"], 2, ["not utf-8"]),
+    (["calibrate", "--from-run", "{report.json}", "--out", ""], 2, ["--out is empty"]),
 ]
 
 BAD_PLANS = {
@@ -216,3 +264,40 @@ def test_a_validators_sentence_is_not_prefixed_by_pydantic(files, capsys):
         Plan.model_validate(plan)
     line = _one_line(e.value)
     assert "Value error" not in line and line.startswith("invalid plan: ") and "plan: " not in line[14:]
+
+
+def test_a_plan_saved_with_a_byte_order_mark_reads(files, capsys):
+    """Some Windows editors save UTF-8 with a BOM; the plan is the same plan."""
+    assert main(["evaluate", files["bom.json"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["parallel"] == json.loads(Path(files["good.json"]).read_text())["parallel"]
+
+
+def test_export_of_a_plan_that_does_not_fit_warns_and_exits_3(tmp_path, capsys):
+    """export re-predicts the plan it is given (a hand edit may no longer fit): the export is still printed, a
+    warning names why, and the exit code is 3, as recommend's for nothing fits."""
+    assert main(["recommend", "--model", "llama3-70b", "--gpus", "64", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    plan["parallel"].update(tp=1, pp=1, dp=64, cp=1, vpp=1, sp=False, zero_stage=0, schedule="1f1b",
+                            stage_layers=None, recompute="none", offload="none")
+    plan["training"]["num_microbatches"] = plan["training"]["global_batch_size"] // (64 * plan["training"]["micro_batch_size"])
+    plan["alternatives"] = []
+    f = tmp_path / "nofit.json"
+    f.write_text(json.dumps(plan))
+    assert main(["export", str(f), "--to", "torchtitan"]) == 3
+    out, err = capsys.readouterr()
+    assert "[parallelism]" in out
+    assert "does not fit (memory: needs" in err
+
+
+def test_a_layout_slower_than_one_gpu_has_no_amdahl_fraction(capsys):
+    """Over a 10 MB/s network dp 16 is slower than one GPU's compute: the speedup says so (< 1) and the Amdahl
+    fraction, which cannot describe a slowdown, reads 0 instead of going negative."""
+    argv = ["recommend", "--model", "llama3-8b", "--gpus", "16", "--dp", "16", "--inter-node-bandwidth", "0.01"]
+    assert main(argv + ["--json"]) == 0
+    amdahl = json.loads(capsys.readouterr().out)["prediction"]["amdahl"]
+    assert amdahl["parallel_fraction"] == 0.0 and 0 < amdahl["speedup"] < 1
+    assert main(argv) == 0
+    assert "no parallel speedup" in capsys.readouterr().out
+    assert main(["recommend", "--model", "llama3-8b", "--gpus", "16", "--json"]) == 0
+    amdahl = json.loads(capsys.readouterr().out)["prediction"]["amdahl"]
+    assert 0.9 < amdahl["parallel_fraction"] <= 1 and amdahl["speedup"] > 1

@@ -621,12 +621,15 @@ def _check_attention_kernel(profile, training: Training) -> None:
                            f"profile, or a profile that has it ({have})")
 
 
+STRUCTURE_FIX = "correct the plan, or write one with `parplan recommend ... --json`"
+
+
 def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     """What the search never generates and no framework runs, for a hand-edited plan: more pipeline stages than
     blocks, virtual stages without the schedule that runs them, a pipeline rank without a block, a schedule,
     recompute or ZeRO stage outside the plan's framework (recommend refuses the same as pins)."""
     p, t = plan.parallel, plan.training
-    fix = "correct the plan, or write one with `parplan recommend ... --json`"
+    fix = STRUCTURE_FIX
     if p.pp > spec.layers:
         raise PlannerError(f"pp {p.pp} exceeds the model's {spec.layers} layers; {fix}")
     want = {"gpipe": "1", "1f1b": "1", "zbv": "2", "interleaved-1f1b": "2 or more", "interleaved-zb": "2 or more"}

@@ -389,6 +389,8 @@ def read_plan(source: str):
 
     from .schema import Plan
     if source == "-":
+        if sys.stdin.isatty():
+            _err("note: reading the plan from stdin (pipe `parplan recommend ... --json` into this; Ctrl-D ends it)")
         text = sys.stdin.read()
         where = "stdin"
     else:
@@ -503,6 +505,7 @@ def export(
 ):
     """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config)."""
     from .export import FORMATS, export_notes, export_plan, framework_note
+    to = to.strip().lower()  # as --model names are read
     _check_choice("to", to, FORMATS)
     plan = read_plan(plan_file)
     fits = _fits_as_given(plan)

@@ -61,7 +61,8 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
     if key not in presets:
         close = difflib.get_close_matches(key, list(presets), n=1, cutoff=0.5)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown model preset {name!r}.{hint} Available: {', '.join(presets)}")
+        shown = name if len(name) <= 60 else name[:60] + "..."
+        raise ValueError(f"unknown model preset {shown!r}.{hint} Available: {', '.join(presets)}")
     fields = {k: v for k, v in presets[key].items() if k not in _PRESET_META}
     return _spec(seq_len, name=key, **fields)
 

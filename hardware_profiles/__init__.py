@@ -27,24 +27,34 @@ def looks_like_path(name_or_path: str | Path) -> bool:
 
 
 def _read(path: Path) -> dict:
-    if path.is_dir():
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except OSError as e:  # a name too long, a folder on the way that cannot be entered
+        raise ValueError(f"hardware profile {path}: cannot read it: {e.strerror or e}") from None
+    if is_dir:
         raise ValueError(f"hardware profile {path} is a folder; give a .toml/.json file in it, or a profile name "
                          f"({', '.join(list_profiles())})")
-    if not path.is_file():
+    if not is_file:
         raise ValueError(f"hardware profile file {path} does not exist; give a profile name "
                          f"({', '.join(list_profiles())}) or a path to a .toml/.json file (`parplan calibrate --out` "
                          "writes one)")
+    if path.suffix not in _SUFFIXES:
+        raise ValueError(f"hardware profile {path}: expected a .toml or .json file")
     try:
-        if path.suffix == ".json":
-            with open(path) as f:
-                data = json.load(f)
-        elif path.suffix == ".toml":
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        else:
-            raise ValueError(f"hardware profile {path}: expected a .toml or .json file")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"hardware profile {path}: cannot read it: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8-sig")  # an editor's byte order mark is still UTF-8
+    except UnicodeDecodeError as e:
+        raise ValueError(f"hardware profile {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                         "save it as UTF-8") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"hardware profile {path}: not valid {path.suffix[1:].upper()}: {e}") from None
+    except RecursionError:
+        raise ValueError(f"hardware profile {path}: not valid {path.suffix[1:].upper()}: nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError(f"hardware profile {path}: top level must be a table/object, got {type(data).__name__}")
     return data
@@ -58,7 +68,9 @@ def _one_line(path: Path, err, model) -> str:
     errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
     loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-    msg = first["msg"]
+    msg = str(first["msg"]).removeprefix("Value error, ")  # a validator's own sentence, as it wrote it
+    if first["type"] == "finite_number":
+        msg = "must be a finite number, not inf or nan"
     if first["type"] == "extra_forbidden":
         close = difflib.get_close_matches(str(first["loc"][-1]), list(model.model_fields), n=1)
         msg = "unknown field" + (f" (did you mean {close[0]}?)" if close else "")
@@ -79,7 +91,7 @@ def load_profile(name_or_path: str | Path):
 
     path = profile_file(name_or_path)
     if not looks_like_path(name_or_path):
-        if not path.is_file():
+        if name_or_path not in list_profiles():  # a shipped name; no file-system lookup of an arbitrary string
             raise ValueError(f"unknown hardware profile {name_or_path!r}; available: {', '.join(list_profiles())} "
                              "(or give a path to a .toml/.json file)")
     data = _read(path)

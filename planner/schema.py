@@ -341,7 +341,68 @@ class Plan(Strict):
         return self
 
 
+def _bool_in(value):
+    """true/false where a number belongs (pydantic's lax mode reads true as 1.0), in a table or a curve's points."""
+    if isinstance(value, dict):
+        for key, v in value.items():
+            if isinstance(v, bool):
+                raise ValueError(f"{key} = {str(v).lower()}: expected a number")
+    elif isinstance(value, (list, tuple)):
+        for i, point in enumerate(value):
+            flags = [v for v in point if isinstance(v, bool)] if isinstance(point, (list, tuple)) else []
+            if flags:
+                raise ValueError(f"point {i + 1} of {len(value)} holds {str(flags[0]).lower()}: expected a number")
+    return value
+
+
+def _check_curve(curve: list[tuple[float, float]], field: str) -> list[tuple[float, float]]:
+    """A profile's efficiency curve: at least one point, x > 0 strictly increasing, efficiency in (0, 1]."""
+    x_name = "GEMM size (GFLOP)" if field == "matmul_efficiency_curve" else "sequence length"
+    if not curve:
+        example = "[[1.0, 0.3], [1000.0, 0.7]]" if field == "matmul_efficiency_curve" else "[[2048, 0.35], [8192, 0.5]]"
+        raise ValueError(f"is empty; give at least one [{x_name}, efficiency] point, e.g. {field} = {example}")
+    for i, (x, e) in enumerate(curve):
+        point = f"point {i + 1} of {len(curve)} [{x:g}, {e:g}]"
+        if x <= 0:
+            raise ValueError(f"{point}: the {x_name} must be > 0 (the curve is interpolated in its log)"
+                             if field == "matmul_efficiency_curve" else f"{point}: the {x_name} must be > 0")
+        if not 0 < e <= 1:
+            raise ValueError(f"{point}: the efficiency must be in (0, 1], a fraction of the peak")
+        if i and x <= curve[i - 1][0]:
+            raise ValueError(f"{point}: the points must be in strictly increasing {x_name} ({x:g} follows "
+                             f"{curve[i - 1][0]:g}); sort them and drop repeated ones")
+    return curve
+
+
+# No number in a hardware profile comes near this in its field's unit (GB, GB/s, TFLOP/s, s, GFLOP, tokens): one that
+# does is a unit slip, and 1e300 GB would overflow to inf bytes and print as Infinity in --json.
+_PROFILE_NUMBER_MAX = 1e12
+
+
+def _not_astronomical(value):
+    """A profile field's value with every number in it at most _PROFILE_NUMBER_MAX."""
+    if isinstance(value, dict):
+        named = [(f"{k} = ", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        named = [(f"point {i + 1} of {len(value)}: ", v) for i, point in enumerate(value)
+                 for v in (point if isinstance(point, (list, tuple)) else [point])]
+    else:
+        named = [("", value)]
+    for name, v in named:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > _PROFILE_NUMBER_MAX:
+            raise ValueError(f"{name}{v:g} is out of range (at most {_PROFILE_NUMBER_MAX:g} in the field's unit); "
+                             "check the unit in the field's name")
+    return value
+
+
 class NetworkTier(Strict):
+    model_config = ConfigDict(allow_inf_nan=False)  # inf/nan in a profile is a typo, never a bandwidth
+
+    @field_validator("*")
+    @classmethod
+    def _in_range(cls, v):
+        return _not_astronomical(v)
+
     gbytes_per_s: float = Field(gt=0, description="Unidirectional bandwidth per GPU, gigabytes per second.")
     latency_s: float = Field(ge=0, description="Per-message latency (alpha of the alpha-beta model), seconds.")
     efficiency: float = Field(gt=0, le=1, description="Achievable fraction of gbytes_per_s for large collectives (bus bandwidth / link bandwidth).")
@@ -353,6 +414,43 @@ class NetworkTier(Strict):
 
 class HardwareProfile(Strict):
     """One GPU system. Units are in field names; the cost model converts them once (HardwareConstants)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # inf/nan would reach the JSON output as Infinity/NaN
+
+    @field_validator("peak_dense_tflops", "host_block_s", "matmul_efficiency_curve", "attention_efficiency_curve",
+                     mode="before")
+    @classmethod
+    def _no_booleans_inside(cls, v):
+        return _bool_in(v)
+
+    @field_validator("peak_dense_tflops")
+    @classmethod
+    def _peaks_positive(cls, v):
+        if not v:
+            raise ValueError("is empty; give the peak dense TFLOP/s of at least the dtype you train in, "
+                             "e.g. peak_dense_tflops = { bf16 = 989.4 }")
+        for dtype, tflops in v.items():
+            if tflops <= 0:
+                raise ValueError(f"{dtype} = {tflops:g}: a peak TFLOP/s must be > 0 (the datasheet's dense figure)")
+        return v
+
+    @field_validator("*")
+    @classmethod
+    def _in_range(cls, v):
+        return _not_astronomical(v)
+
+    @field_validator("matmul_efficiency_curve", "attention_efficiency_curve")
+    @classmethod
+    def _curve_valid(cls, v, info):
+        return _check_curve(v, info.field_name)
+
+    @field_validator("host_block_s")
+    @classmethod
+    def _host_seconds_not_negative(cls, v):
+        for mode, s in v.items():
+            if s < 0:
+                raise ValueError(f"{mode} = {s:g}: host seconds per block must be >= 0 (0 or absent = not measured)")
+        return v
 
     name: str = Field(description="Profile name, e.g. h100-sxm-80gb.")
     description: str = Field("", description="Human-readable system description.")

@@ -606,6 +606,9 @@ class ReferenceFileError(ValueError):
 def validate_all(names: list[str] | None = None, directory: Path | None = None,
                  hardware_override: str | None = None) -> list[Case]:
     directory = directory or reference_dir()
+    if hardware_override is not None:
+        from .core import load_hardware
+        load_hardware(hardware_override)  # a bad profile is refused as the profile's fault, before any set blames itself
     out = []
     for name in names or available_sets(directory):
         path = directory / f"{name}.json"

@@ -188,3 +188,201 @@ def test_profiles_ship_as_package_data():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "*.toml" in pyproject["tool"]["setuptools"]["package-data"]["hardware_profiles"]
     assert Path(hardware_profiles.__file__).parent == PROFILE_DIR
+
+
+# --- every number a profile holds is checked where it is read, so a bad file is refused in one line (exit 2)
+# instead of crashing the cost model (an empty curve), or printing Infinity/NaN in --json (inf, a zero peak)
+
+def _set(*keys, value):
+    def mutate(d):
+        for k in keys[:-1]:
+            d = d[k]
+        d[keys[-1]] = value
+    return mutate
+
+
+def _point(field, i, value):
+    def mutate(d):
+        d[field][i] = value
+    return mutate
+
+
+INF, NAN = float("inf"), float("nan")
+BAD_PROFILES = {  # id: (mutation, field named in the error, words of the allowed range / fix)
+    "matmul-curve-empty": (_set("matmul_efficiency_curve", value=[]), "matmul_efficiency_curve", ["at least one"]),
+    "attention-curve-empty": (_set("attention_efficiency_curve", value=[]), "attention_efficiency_curve",
+                              ["at least one"]),
+    "hbm-inf": (_set("hbm_gbytes", value=INF), "hbm_gbytes", ["finite"]),
+    "hbm-nan": (_set("hbm_gbytes", value=NAN), "hbm_gbytes", ["finite"]),
+    "reserve-inf": (_set("memory_reserve_gbytes", value=INF), "memory_reserve_gbytes", ["finite"]),
+    "fa2-inf": (_set("flash_attention_2_tflops", value=INF), "flash_attention_2_tflops", ["finite"]),
+    "nvlink-latency-inf": (_set("nvlink", "latency_s", value=INF), "nvlink.latency_s", ["finite"]),
+    "inter-node-bw-nan": (_set("inter_node", "gbytes_per_s", value=NAN), "inter_node.gbytes_per_s", ["finite"]),
+    "peak-zero": (_set("peak_dense_tflops", "bf16", value=0), "peak_dense_tflops", ["bf16", "> 0"]),
+    "peak-negative": (_set("peak_dense_tflops", "bf16", value=-5), "peak_dense_tflops", ["bf16", "> 0"]),
+    "peak-inf": (_set("peak_dense_tflops", "fp16", value=INF), "peak_dense_tflops.fp16", ["finite"]),
+    "peak-true": (_set("peak_dense_tflops", "bf16", value=True), "peak_dense_tflops", ["bf16", "number"]),
+    "peaks-empty": (_set("peak_dense_tflops", value={}), "peak_dense_tflops", ["at least"]),
+    "host-block-negative": (_set("host_block_s", "full", value=-0.004), "host_block_s", ["full", ">= 0"]),
+    "host-block-inf": (_set("host_block_s", "none", value=INF), "host_block_s.none", ["finite"]),
+    "matmul-unsorted": (lambda d: d["matmul_efficiency_curve"].reverse(), "matmul_efficiency_curve",
+                        ["increasing", "sort"]),
+    "matmul-repeated-size": (_point("matmul_efficiency_curve", 1, [6.44245, 0.3]), "matmul_efficiency_curve",
+                             ["increasing"]),
+    "matmul-efficiency-above-1": (_point("matmul_efficiency_curve", 3, [68.7195, 1.2]), "matmul_efficiency_curve",
+                                  ["(0, 1]", "point 4 of 10"]),
+    "matmul-efficiency-zero": (_point("matmul_efficiency_curve", 0, [6.44245, 0.0]), "matmul_efficiency_curve",
+                               ["(0, 1]"]),
+    "matmul-size-zero": (_point("matmul_efficiency_curve", 0, [0.0, 0.17]), "matmul_efficiency_curve", ["> 0", "log"]),
+    "matmul-size-negative": (_point("matmul_efficiency_curve", 0, [-6.4, 0.17]), "matmul_efficiency_curve", ["> 0"]),
+    "matmul-size-inf": (_point("matmul_efficiency_curve", 9, [INF, 0.7]), "matmul_efficiency_curve.9.0", ["finite"]),
+    "attention-efficiency-negative": (_point("attention_efficiency_curve", 0, [2048, -0.3467]),
+                                      "attention_efficiency_curve", ["(0, 1]"]),
+    "attention-efficiency-above-1": (_point("attention_efficiency_curve", 2, [8192, 1.01]),
+                                     "attention_efficiency_curve", ["(0, 1]"]),
+    "attention-seq-zero": (_point("attention_efficiency_curve", 0, [0, 0.3467]), "attention_efficiency_curve",
+                           ["> 0"]),
+    "attention-unsorted": (lambda d: d["attention_efficiency_curve"].reverse(), "attention_efficiency_curve",
+                           ["increasing"]),
+    "attention-true": (_point("attention_efficiency_curve", 0, [2048, True]), "attention_efficiency_curve",
+                       ["number"]),
+    # finite but astronomical: 1e300 GB is inf bytes in the cost model, and Infinity in --json
+    "hbm-astronomical": (_set("hbm_gbytes", value=1e300), "hbm_gbytes", ["out of range", "unit"]),
+    "peak-astronomical": (_set("peak_dense_tflops", "bf16", value=1e300), "peak_dense_tflops", ["bf16 = ", "out of range"]),
+    "latency-astronomical": (_set("inter_node", "latency_s", value=1e300), "inter_node.latency_s", ["out of range"]),
+    "curve-size-astronomical": (_point("matmul_efficiency_curve", 9, [1e300, 0.7]), "matmul_efficiency_curve",
+                                ["point 10 of 10", "out of range"]),
+}
+
+
+@pytest.mark.parametrize("mutate,field,words", BAD_PROFILES.values(), ids=list(BAD_PROFILES))
+def test_bad_value_is_one_line_naming_the_field(tmp_path, mutate, field, words):
+    path = _broken(tmp_path, mutate, ".json")  # json writes inf/nan as Infinity/NaN, which json.loads reads back
+    with pytest.raises(ValueError) as e:
+        load_profile(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg, msg
+    assert f"field {field}:" in msg, msg
+    for w in words:
+        assert w in msg, (w, msg)
+    assert "Value error" not in msg  # a validator's sentence, not pydantic's wrapping of it
+
+
+@pytest.mark.parametrize("line,field", [("hbm_gbytes = inf", "hbm_gbytes"), ("hbm_gbytes = nan", "hbm_gbytes"),
+                                        ("hbm_gbytes = -inf", "hbm_gbytes")])
+def test_toml_inf_and_nan_are_refused(tmp_path, line, field):
+    text = (PROFILE_DIR / "h100-sxm-80gb.toml").read_text()
+    assert "\nhbm_gbytes = " in text
+    path = tmp_path / "inf.toml"
+    path.write_text(re.sub(r"^hbm_gbytes = .*$", line, text, count=1, flags=re.M))
+    with pytest.raises(ValueError, match=rf"field {field}: must be a finite number"):
+        load_profile(path)
+
+
+def test_toml_zero_peak_is_refused(tmp_path):
+    text = (PROFILE_DIR / "h100-sxm-80gb.toml").read_text()
+    path = tmp_path / "peak0.toml"
+    path.write_text(text.replace("bf16 = 989.4,", "bf16 = 0,", 1))
+    with pytest.raises(ValueError, match=r"field peak_dense_tflops: bf16 = 0: .*> 0"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize("mutate", [
+    _set("matmul_efficiency_curve", value=[[100.0, 0.5]]),  # one point: a constant efficiency
+    _set("attention_efficiency_curve", value=[[4096, 1.0]]),  # efficiency 1 is allowed
+    _set("host_block_s", value={"none": 0.0, "full": 0.0}),  # 0 = not measured
+    _set("host_block_s", value={}),
+], ids=["one-point-curve", "efficiency-1", "host-block-zero", "host-block-empty"])
+def test_edges_of_the_allowed_ranges_load(tmp_path, mutate):
+    assert load_profile(_broken(tmp_path, mutate, ".json")).name == "h100-sxm-80gb"
+
+
+COMMITTED_PROFILES = sorted({*PROFILE_DIR.glob("*.toml"), *(ROOT / "benchmarks").glob("**/*.toml")})
+
+
+@pytest.mark.parametrize("path", COMMITTED_PROFILES, ids=[str(p.relative_to(ROOT)) for p in COMMITTED_PROFILES])
+def test_every_committed_profile_loads(path):
+    """The shipped, reference and calibrated/refit profiles under benchmarks/ all pass the rules above."""
+    assert load_profile(path).name
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_not_utf8_names_the_file_and_the_fix(tmp_path, suffix):
+    path = tmp_path / f"bad{suffix}"
+    path.write_bytes(b"\xff\xfe name = 1\n")
+    with pytest.raises(ValueError) as e:
+        load_profile(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg and "not UTF-8" in msg and "save it as UTF-8" in msg, msg
+    assert "codec" not in msg
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_utf8_with_byte_order_mark_loads(tmp_path, suffix):
+    src = PROFILE_DIR / "h100-sxm-80gb.toml"
+    text = src.read_text() if suffix == ".toml" else json.dumps(tomllib.loads(src.read_text()))
+    path = tmp_path / f"bom{suffix}"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert load_profile(path).name == "h100-sxm-80gb"
+
+
+def test_unreadable_file_names_the_path_and_the_reason(tmp_path, monkeypatch):
+    path = tmp_path / "locked.toml"
+    path.write_text((PROFILE_DIR / "h100-sxm-80gb.toml").read_text())
+
+    def denied(self):
+        raise PermissionError(13, "Permission denied", str(self))
+    monkeypatch.setattr(Path, "read_bytes", denied)  # chmod 000 does not stop root, who may run the tests
+    with pytest.raises(ValueError) as e:
+        load_profile(path)
+    msg = str(e.value)
+    assert str(path) in msg and "Permission denied" in msg and "PermissionError" not in msg and "Errno" not in msg
+
+
+def test_name_too_long_names_the_path_and_the_reason(tmp_path):
+    path = tmp_path / ("x" * 300 + ".toml")
+    with pytest.raises(ValueError) as e:
+        load_profile(path)
+    msg = str(e.value)
+    assert str(path) in msg and "too long" in msg.lower() and "Errno" not in msg, msg
+
+
+def test_a_long_profile_name_is_unknown_not_an_os_error():
+    with pytest.raises(ValueError, match="unknown hardware profile"):
+        load_profile("x" * 300)
+
+
+def test_validate_all_blames_a_bad_override_profile_not_the_reference_set(tmp_path):
+    from planner.validate import validate_all
+    path = _broken(tmp_path, _set("peak_dense_tflops", "bf16", value=0), ".json")
+    with pytest.raises(ValueError) as e:
+        validate_all(["megatron_h100_2024"], hardware_override=str(path))
+    assert str(path) in str(e.value) and "peak_dense_tflops" in str(e.value) and "reference set" not in str(e.value)
+
+
+# --- the same at the command line: exit 2, one stderr line, nothing on stdout (as tests/test_cli_errors.py)
+
+@pytest.mark.parametrize("argv", [
+    ["recommend", "--model", "llama3-8b", "--gpus", "8", "--json", "--hardware"],
+    ["validate", "--set", "megatron_h100_2024", "--json", "--hardware"],
+    ["hardware", "show"],
+], ids=["recommend", "validate", "hardware-show"])
+@pytest.mark.parametrize("case", ["matmul-curve-empty", "hbm-inf", "peak-zero", "hbm-astronomical", "not-utf8"])
+def test_cli_refuses_a_bad_profile_with_exit_2(tmp_path, capsys, argv, case):
+    from planner.cli import main
+    if case == "not-utf8":
+        path, words = tmp_path / "bad.toml", ["not UTF-8"]
+        path.write_bytes(b"\xff\xfe")
+    else:
+        mutate, field, words = BAD_PROFILES[case]
+        path = _broken(tmp_path, mutate, ".json")
+        words = [field, *words]
+    rc = main(argv + [str(path)])
+    out, err = capsys.readouterr()
+    assert rc == 2, (rc, err)
+    assert out == "", out
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("note: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0], err
+    assert "reference set" not in lines[0] and "internal error" not in lines[0].lower()
+    for w in words:
+        assert w in lines[0], (w, lines[0])

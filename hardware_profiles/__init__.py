@@ -92,7 +92,12 @@ def load_profile(name_or_path: str | Path):
     path = profile_file(name_or_path)
     if not looks_like_path(name_or_path):
         if name_or_path not in list_profiles():  # a shipped name; no file-system lookup of an arbitrary string
-            raise ValueError(f"unknown hardware profile {name_or_path!r}; available: {', '.join(list_profiles())} "
+            import difflib
+            close = [p for p in list_profiles() if p.startswith(str(name_or_path).lower())] or \
+                difflib.get_close_matches(str(name_or_path).lower(), list_profiles(), n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:60] + "..."
+            raise ValueError(f"unknown hardware profile {shown!r}{hint}; available: {', '.join(list_profiles())} "
                              "(or give a path to a .toml/.json file)")
     data = _read(path)
     try:

@@ -154,8 +154,9 @@ def _one_line(e: Exception) -> str:
             msg = str(err.get("msg")).removeprefix("Value error, ")  # a validator's own sentence, as it wrote it
             parts.append(f"{loc}: {msg}" if loc else msg)
         more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
-        return ("invalid plan: " + "; ".join(parts) + more + "; correct those fields, or write the plan again with "
-                "`parplan recommend ... --json`")
+        said = any("parplan recommend" in part for part in parts)  # a validator that names its own fix
+        return ("invalid plan: " + "; ".join(parts) + more + ("" if said else "; correct those fields, or write the "
+                                                              "plan again with `parplan recommend ... --json`"))
     return " ".join(str(e).split())
 
 

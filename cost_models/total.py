@@ -269,9 +269,12 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # ZeRO-1 by all-reduce (parplan's runtime, DeepSpeed's BF16 optimizer: every rank keeps the
     # full reduced gradient and steps its shard) or by reduce-scatter (Megatron's distributed
     # optimizer, DeepSpeed ZeRO); ZeRO-2 always reduce-scatters (non-owners drop their gradients).
+    # The all-reduce runs over the shard group: dp x cp where the framework shards over both, else dp only,
+    # after the cp replicas were averaged apart (cp_apart below; parplan's runtime)
     z1_ar = (zero == 1) & tr.zero1_all_reduce
-    red_t = np.where(z1_ar, ar_t, rs_t)
-    red_moved = np.where(z1_ar, ar_moved, rs_moved)
+    z1_ar_t, z1_ar_moved = comm.all_reduce(grad_bytes, shards, sh_bw, sh_lat)
+    red_t = np.where(z1_ar, z1_ar_t, rs_t)
+    red_moved = np.where(z1_ar, z1_ar_moved, rs_moved)
     # ZeRO-2 reducing per micro-batch: a reduce-scatter after each micro-batch's backward, which runs
     # beside the following micro-batches' work (as ZeRO-3's gathers do); the last one hides behind
     # the last backward only.

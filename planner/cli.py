@@ -212,7 +212,7 @@ _MODEL_OPTIONS = [
     ("schedule", Optional[str], None, ("--schedule",), "gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv."),
     ("offload", Optional[str], None, ("--offload",), "none or optimizer."),
     ("flash_attention", bool, True, ("--flash-attention/--no-flash-attention",), "Fused attention (no score-sized tensors), as flash-attn / SDPA."),
-    ("overlap_grad_reduce", bool, True, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), "Data-parallel gradient reduction overlapped with the backward."),
+    ("overlap_grad_reduce", Optional[bool], None, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), "Data-parallel gradient reduction (ZeRO 0-2) overlapped with the backward, and ZeRO-1/2's parameter gather with the next forward: off for parplan's runtime, which reduces after the backward and broadcasts after the step; on for the others. Default: the framework's."),
     ("overlap_tp_comm", bool, False, ("--overlap-tp-comm/--no-overlap-tp-comm",), "Tensor-parallel collectives overlapped with the matmuls (Megatron's --tp-comm-overlap)."),
     ("dropout", bool, False, ("--dropout/--no-dropout",), "Model hidden/attention dropout (Megatron GPT default); parplan launch runs without."),
     ("framework", str, "parplan", ("--framework",), "Framework the prediction models: parplan (its own runtime, what `parplan launch` runs), megatron, deepspeed or torchtitan. Sets the defaults of the options below that say 'Default: the framework's', and limits the schedules (and, for DeepSpeed, ZeRO inside a pipeline) searched."),

@@ -809,3 +809,32 @@ def test_selective_recompute_under_parplans_cp_saves_the_ranks_own_kv_and_gather
     mnone, msel = plan("megatron", "none"), plan("megatron", "selective")
     assert mnone.prediction.memory_bytes_per_gpu.activations == msel.prediction.memory_bytes_per_gpu.activations
     assert msel.prediction.time_breakdown.cp_comm_s == pytest.approx(mnone.prediction.time_breakdown.cp_comm_s)
+
+
+def test_parplans_runtime_reduces_gradients_after_the_backward():
+    """parplan's runtime all-reduces (ZeRO 0-2) after the whole backward and ZeRO-1/2 broadcast the stepped
+    parameters after the optimizer: nothing hides behind compute, so the framework's default is no overlap
+    (FRAMEWORK_DEFAULTS); Megatron overlaps.  The flag can still be given."""
+    spec = load_preset("llama3.2-1b")
+    pins = Pins(tp=1, pp=1, dp=16, cp=1, zero=0, mbs=1, recompute="none", offload="none")
+    own = recommend(spec, 16, global_batch_size=64, pins=pins)
+    told = recommend(spec, 16, global_batch_size=64, pins=pins, overlap_grad_reduce=True)
+    assert own.training.overlap_grad_reduce is False and told.training.overlap_grad_reduce is True
+    exposed, hidden = own.prediction.time_breakdown.dp_comm_s, told.prediction.time_breakdown.dp_comm_s
+    assert exposed > hidden > 0
+    assert own.prediction.comm_bytes_per_step.dp == told.prediction.comm_bytes_per_step.dp  # same bytes, exposed
+
+
+def test_zero1_with_cp_on_parplans_runtime_all_reduces_over_dp_only():
+    """ZeRO-1 over dp with cp replicas averaged apart (parplan's runtime, zero_over_cp off): the gradient
+    all-reduce runs over dp (2(dp-1)/dp), after an all-reduce over cp (2(cp-1)/cp); it was counted over dp x cp
+    as well as over cp.  Bytes against ZeRO-0's single all-reduce over dp x cp, G = gradient bytes per GPU
+    (fp32), parameters bf16 (G / 2) gathered back over dp."""
+    spec = load_preset("llama3.2-1b")
+    base = dict(tp=2, pp=1, dp=4, cp=2, mbs=1, recompute="none", offload="none", sp=True)
+    by_zero = {z: recommend(spec, 16, seq_len=8192, global_batch_size=64, pins=Pins(zero=z, **base))
+               for z in (0, 1)}
+    dp, cp = 4, 2
+    G = by_zero[0].prediction.comm_bytes_per_step.dp / (2 * (dp * cp - 1) / (dp * cp))
+    want = G * (2 * (dp - 1) / dp + 2 * (cp - 1) / cp) + G / 2 * (dp - 1) / dp
+    assert by_zero[1].prediction.comm_bytes_per_step.dp == pytest.approx(want, rel=1e-9)

@@ -177,7 +177,7 @@ def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: boo
     Hfull = m.hidden * a                  # a column-parallel input / row-parallel output, whole sequence
     mask = m.hidden / seq_split if dropout else 0.0
     q, kv, f = m.q_width / tp * a, m.kv_width / tp * a, m.ffn / tp * a
-    S = m.heads / tp * m.seq_len / lay.cp  # scores per token
+    S = m.heads / tp * m.seq_len  # scores per token: a rank's query attends the whole sequence under cp too
     hd = H if dropout else 0.0
     sp = lay.sp > 0
     g = np.where(sp, Hfull, 0.0)          # SP: a row-parallel layer's output gradient gathered

@@ -502,3 +502,17 @@ def test_a_blocks_costs_lie_where_the_zero_bubble_forms_were_checked(name, seq, 
             f, w = bt["fwd"], bt["wgrad"]
             b = bt["bwd"] - w
             assert np.all(b >= f) and np.all(w <= b)
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_unfused_backward_temporaries_split_over_cp_like_the_tokens(dropout):
+    """Under cp a rank holds seq/cp query tokens, each attending the whole sequence: the unfused backward's
+    score-sized temporaries, like every other term, scale with the rank's tokens (1/cp), not 1/cp^2 (they had
+    been divided by cp twice).  Saved activations agree."""
+    from cost_models.memory import backward_temporaries_per_layer
+    from planner.models import load_preset
+    spec = load_preset("llama3-8b")
+    m = ModelDims.from_spec(spec, 8192)
+    one, two = (_lay(gpus=8, tp=2, dp=4 // cp, cp=cp, sp=1) for cp in (1, 2))
+    for f in (backward_temporaries_per_layer, activation_bytes_per_layer):
+        assert float(f(m, two, 2, False, dropout)) == pytest.approx(float(f(m, one, 2, False, dropout)) / 2)

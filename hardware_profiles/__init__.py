@@ -65,10 +65,12 @@ def _one_line(path: Path, err, model) -> str:
     with the closest known field name, since a misspelt key also shows up as a missing one."""
     import difflib
 
+    from planner.schema import error_message
+
     errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
     loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-    msg = str(first["msg"]).removeprefix("Value error, ")  # a validator's own sentence, as it wrote it
+    msg = error_message(first)
     if first["type"] == "finite_number":
         msg = "must be a finite number, not inf or nan"
     if first["type"] == "extra_forbidden":

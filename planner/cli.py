@@ -76,6 +76,11 @@ def parse_count(text: str, what: str) -> float:
     return value
 
 
+# what the planner models: a shape dimension (layers, hidden, heads, ...) and a model's parameter count
+SHAPE_MAX = 10_000_000
+PARAMS_MAX = 1e14
+
+
 def _positive(name: str, v, allow_none=True, upper=None):
     if v is None and allow_none:
         return
@@ -111,19 +116,18 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
             spec = model_from_hf_config(model_config, seq_len=seq_len)
             for field in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim"):
                 v = getattr(spec, field, None)
-                if v is not None and v > 10_000_000:  # the limits the shape flags have
-                    raise UserError(f"{model_config}: {field} {v:g} is beyond what the planner models (max 1e+07)")
-            from cost_models.params import param_counts
-            if param_counts(spec, seq_len)["total"] > 1e14:
-                raise UserError(f"{model_config}: {param_counts(spec, seq_len)['total']:.3g} parameters is beyond what "
-                                "the planner models (max 1e14)")
+                if v is not None and v > SHAPE_MAX:  # the limits the shape flags have
+                    raise UserError(f"{model_config}: {field} {v:g} is beyond what the planner models (max {SHAPE_MAX:g})")
+            if spec.num_params > PARAMS_MAX:
+                raise UserError(f"{model_config}: {spec.num_params:.3g} parameters is beyond what the planner models "
+                                f"(max {PARAMS_MAX:g})")
             # what the mapping approximates (biases or norms not counted, sliding windows counted full)
             return spec, (spec.source if "; " in (spec.source or "") else None)
         if params is not None:
             from .models import model_from_params
             n = parse_count(params, "--params")
-            if n > 1e14:
-                raise UserError(f"--params {params} is beyond what the planner models (max 1e14)")
+            if n > PARAMS_MAX:
+                raise UserError(f"--params {params} is beyond what the planner models (max {PARAMS_MAX:g})")
             if n < 1e6:
                 raise UserError(f"--params {params} is too small for a transformer (give the count, e.g. 7e9)")
             spec, why = model_from_params(n, arch=arch or "llama")
@@ -147,11 +151,13 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
 
 def _one_line(e: Exception) -> str:
     from pydantic import ValidationError
+
+    from .schema import error_message
     if isinstance(e, ValidationError):
         parts = []
         for err in e.errors()[:3]:
             loc = ".".join(str(x) for x in err.get("loc", ()))
-            msg = str(err.get("msg")).removeprefix("Value error, ")  # a validator's own sentence, as it wrote it
+            msg = error_message(err)
             parts.append(f"{loc}: {msg}" if loc else msg)
         more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
         said = any("parplan recommend" in part for part in parts)  # a validator that names its own fix
@@ -280,7 +286,7 @@ def _prepare(opts, gpus: int | None = None):
         raise UserError(f"--inter-node-bandwidth is in GB/s per GPU (1 GbE is 0.125); {o.inter_node_bandwidth:g} is "
                         "below what the planner models (min 0.001)")
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "tp", "pp", "dp", "cp", "mbs", "vpp"):
-        _positive(name.replace("_", "-"), getattr(o, name), upper=10_000_000)
+        _positive(name.replace("_", "-"), getattr(o, name), upper=SHAPE_MAX)
     spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
                                o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings)
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
@@ -525,13 +531,11 @@ def export(
 def _fits_as_given(plan):
     """Re-predict a plan to export: False where it does not fit (plan.prediction then says why), None where it
     cannot be re-predicted here (a profile this machine does not have: export takes the name as given)."""
-    from .core import PlannerError, check_plan_structure, evaluate_plan
-    try:
-        check_plan_structure(plan.model, plan)  # a layout no framework runs is an error here too
-    except PlannerError as e:
-        raise UserError(str(e)) from None
+    from .core import PlannerError, StructureError, evaluate_plan
     try:
         fresh = evaluate_plan(plan)
+    except StructureError as e:  # a layout no framework runs is an error here too
+        raise UserError(str(e)) from None
     except (PlannerError, ValueError) as e:
         _err(f"note: not re-predicted here ({_one_line(e)}); exported as given")
         return None

@@ -29,6 +29,21 @@ class PlannerError(ValueError):
     """Invalid input; the message is one line with the fix."""
 
 
+class StructureError(PlannerError):
+    """A plan's layout that no framework runs (check_plan_structure): `problem`, then `fix`."""
+
+    def __init__(self, problem: str, fix: str = "correct the plan, or write one with `parplan recommend ... --json`"):
+        super().__init__(f"{problem}; {fix}")
+        self.problem, self.fix = problem, fix
+
+
+def deepspeed_zero_in_pipeline(zero: int | None, pp: int | None) -> str | None:
+    """DeepSpeed's PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"."""
+    if zero is not None and zero >= 2 and pp is not None and pp > 1:
+        return f"DeepSpeed's pipeline engine refuses ZeRO-{zero} with pp {pp}"
+    return None
+
+
 class NothingFits(Exception):
     def __init__(self, plan: Plan, message: str):
         super().__init__(message)
@@ -344,10 +359,10 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                                "(their gradient sums would all-reduce host tensors over NCCL); use --zero 1 or 2 "
                                "with the offload, or drop " + " and ".join(extra))
         pins = replace(pins, fsdp_offload_alone=True)
-    if framework == "deepspeed":  # PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
-        if pins.zero is not None and pins.zero >= 2 and pins.pp is not None and pins.pp > 1:
-            raise PlannerError(f"DeepSpeed's pipeline engine refuses ZeRO-{pins.zero} with --pp {pins.pp}; "
-                               "use --zero 0 or 1, or --pp 1")
+    if framework == "deepspeed":
+        refused = deepspeed_zero_in_pipeline(pins.zero, pins.pp)
+        if refused:
+            raise PlannerError(f"{refused.replace(' pp ', ' --pp ')}; use --zero 0 or 1, or --pp 1")
         pins = replace(pins, zero_max_with_pp=1)
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
@@ -625,38 +640,34 @@ def _check_attention_kernel(profile, training: Training) -> None:
                            f"profile, or a profile that has it ({have})")
 
 
-STRUCTURE_FIX = "correct the plan, or write one with `parplan recommend ... --json`"
-
-
 def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     """What the search never generates and no framework runs, for a hand-edited plan: more pipeline stages than
     blocks, virtual stages without the schedule that runs them, a pipeline rank without a block, a schedule,
-    recompute or ZeRO stage outside the plan's framework (recommend refuses the same as pins)."""
+    recompute or ZeRO stage outside the plan's framework (recommend refuses the same as pins).  Raises
+    StructureError."""
     p, t = plan.parallel, plan.training
-    fix = STRUCTURE_FIX
     if p.pp > spec.layers:
-        raise PlannerError(f"pp {p.pp} exceeds the model's {spec.layers} layers; {fix}")
+        raise StructureError(f"pp {p.pp} exceeds the model's {spec.layers} layers")
     want = {"gpipe": "1", "1f1b": "1", "zbv": "2", "interleaved-1f1b": "2 or more", "interleaved-zb": "2 or more"}
     if p.pp > 1 and ((p.vpp == 1) != (p.schedule in ("gpipe", "1f1b")) or (p.schedule == "zbv" and p.vpp != 2)):
-        raise PlannerError(f"schedule {p.schedule} runs vpp {want[p.schedule]}, not {p.vpp}; {fix}")
+        raise StructureError(f"schedule {p.schedule} runs vpp {want[p.schedule]}, not {p.vpp}")
     if p.pp == 1 and p.vpp > 1:
-        raise PlannerError(f"vpp {p.vpp} without a pipeline (pp 1): virtual stages are pipeline chunks; {fix}")
+        raise StructureError(f"vpp {p.vpp} without a pipeline (pp 1): virtual stages are pipeline chunks")
     if p.stage_layers is not None and p.pp > 1:
         empty = [r for r in range(p.pp) if sum(p.stage_layers[s] for s in stages_of_rank(r, p.pp, p.vpp, p.schedule)
                                                if s < len(p.stage_layers)) == 0]
         if empty:
-            raise PlannerError(f"stage_layers {list(p.stage_layers)} leave pipeline rank(s) {empty} without a block; "
-                               f"{fix}")
+            raise StructureError(f"stage_layers {list(p.stage_layers)} leave pipeline rank(s) {empty} without a block")
     fw = t.framework
     for axis, value, offered in (("schedule", p.schedule if p.pp > 1 else None, FRAMEWORK_SCHEDULES.get(fw)),
                                  ("recompute", p.recompute, FRAMEWORK_RECOMPUTES.get(fw)),
                                  ("zero_stage", p.zero_stage, FRAMEWORK_ZEROS.get(fw))):
         if value is not None and offered and value not in offered:
-            raise PlannerError(f"{axis} {value} is not one {fw} runs (it runs {', '.join(map(str, offered))}); "
-                               "change it, or the plan's training.framework")
-    if fw == "deepspeed" and p.zero_stage >= 2 and p.pp > 1:
-        raise PlannerError(f"DeepSpeed's pipeline engine refuses ZeRO-{p.zero_stage} with pp {p.pp}; use zero_stage "
-                           "0 or 1, or pp 1")
+            raise StructureError(f"{axis} {value} is not one {fw} runs (it runs {', '.join(map(str, offered))})",
+                                 "change it, or the plan's training.framework")
+    refused = deepspeed_zero_in_pipeline(p.zero_stage, p.pp) if fw == "deepspeed" else None
+    if refused:
+        raise StructureError(refused, "use zero_stage 0 or 1, or pp 1")
 
 
 def evaluate_plan(plan: Plan) -> Plan:

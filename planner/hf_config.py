@@ -37,7 +37,7 @@ import json
 from pathlib import Path
 
 from planner.models import with_param_count
-from planner.schema import ModelSpec
+from planner.schema import ModelSpec, error_message
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "gemma", "gemma2", "gemma3_text")
 GPT_LIKE = ("gpt2", "gpt_neox")
@@ -232,5 +232,5 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ValueError(f"{where}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}") from None
+        raise ValueError(f"{where}: {loc + ': ' if loc else ''}{error_message(err)}") from None
     return with_param_count(spec, seq_len)

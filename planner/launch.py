@@ -283,13 +283,11 @@ def repredict(plan):
     """The plan's prediction made again from the plan itself (planner.core.evaluate_plan: numpy, no torch), so
     a report never compares a run with the prediction of a layout the plan no longer has (a hand-edited
     micro-batch, say), nor has nothing to compare with.  Returns (plan to run, check)."""
-    from .core import STRUCTURE_FIX, PlannerError, check_plan_structure, evaluate_plan
-    try:
-        check_plan_structure(plan.model, plan)
-    except PlannerError as e:  # a layout no framework runs: nothing to launch
-        return plan, Check("plan", False, str(e).removesuffix(f"; {STRUCTURE_FIX}"), STRUCTURE_FIX)
+    from .core import PlannerError, StructureError, evaluate_plan
     try:
         fresh = evaluate_plan(plan)
+    except StructureError as e:  # a layout no framework runs: nothing to launch
+        return plan, Check("plan", False, e.problem, e.fix)
     except PlannerError as e:  # a profile this machine lacks: the plan's own prediction stands
         return plan, Check("prediction", True, f"the plan's own (cannot re-predict it here: {e})")
     new = fresh.prediction

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from cost_models.params import param_counts
-from planner.schema import ModelSpec
+from planner.schema import ModelSpec, error_message
 
 MODELS_TOML = Path(__file__).resolve().parent / "data" / "models.toml"
 # Keys of a preset table that document it but are not ModelSpec fields.
@@ -40,7 +40,7 @@ def _spec(seq_len: int | None = None, **fields) -> ModelSpec:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ValueError(f"invalid model shape: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}") from None
+        raise ValueError(f"invalid model shape: {loc + ': ' if loc else ''}{error_message(err)}") from None
     return with_param_count(spec, seq_len)
 
 

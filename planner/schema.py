@@ -32,6 +32,11 @@ def _numeric(annotation) -> bool:
     return bool({int, float} & set(args)) and bool not in args
 
 
+def error_message(err: dict) -> str:
+    """A pydantic error's message; a validator's own sentence as it wrote it, without pydantic's "Value error, "."""
+    return str(err.get("msg")).removeprefix("Value error, ")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 

@@ -123,11 +123,6 @@ class TrainingConsts:
     # attention's backward (memory.activation_bytes_per_layer); ring attention (Megatron, torch) passes
     # them again instead
     cp_saves_gathered_kv: bool = False
-    # ZeRO-1/2 hand whole parameter tensors to the dp ranks, largest first to the least loaded (parplan's
-    # runtime, parallel_layers.data_parallel.ShardedAdamW): the rank given the largest tensor (the embedding or
-    # the head) holds its optimizer states whole where that is more than 1/dp of the stage's (memory.
-    # whole_tensor_excess); Megatron and DeepSpeed split flat buffers evenly
-    zero_shards_whole_tensors: bool = False
     grad_accumulation_fusion: bool = False
     p2p_scatter_gather: bool = False
     # DeepSpeed's pipeline engine (TrainSchedule; deepspeed/runtime/pipe/engine.py) runs each send and

@@ -561,19 +561,6 @@ def model_state_coefficients(lay, tr):
     return w, np.where(host_g, 0.0, g), o, offloaded
 
 
-def whole_tensor_excess(params, largest, lay, tr):
-    """Optimizer bytes beyond params/dp that the most loaded dp rank holds where ZeRO-1/2 hand out whole
-    tensors (TrainingConsts.zero_shards_whole_tensors): largest first to the least loaded rank (LPT) leaves
-    the rank with the largest tensor holding it alone once it is more than 1/dp of the stage, so the worst
-    rank holds max(largest, params / dp); below that LPT stays within a tensor of params / dp, not counted.
-    Offloaded states live on the host (not counted here either)."""
-    rec = PRECISION_RECIPES[tr.precision]
-    dp = zero_shards(lay, tr)
-    on = (np.asarray(tr.zero_shards_whole_tensors) & ((lay.zero == 1) | (lay.zero == 2)) & (np.asarray(dp) > 1)
-          & ~(lay.offload > 0))
-    return np.where(on, np.maximum(largest - params / dp, 0.0) * (rec["master"] + rec["adam"]), 0.0)
-
-
 def model_states(params, lay, tr, coefficients=None):
     """(weights, gradients, optimizer states, offloaded) bytes per GPU for `params` parameters under the
     precision recipe, ZeRO stage and offload of each candidate (model_state_coefficients, given or computed)."""
@@ -732,17 +719,9 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         pick_b = b["total"] > a["total"]
         return {k: np.where(pick_b, b[k], a[k]) for k in a}
 
-    # the largest single tensors: a block's widest matrix (an ffn projection, or the query/output projection), the
-    # vocabulary embedding and the head (a copy of a tied embedding on another rank, the same tensor on one)
-    block_max = np.maximum(m.hidden * m.ffn, m.hidden * m.q_width) / tp
-    vocab_max = m.vocab * m.hidden / tp
-
     def rank_total(kind, params, blocks, has_loss, head_here, root_params, bufs):
         """root_params: the stage's parameters outside its blocks (FSDP2 keeps them gathered through the step)."""
         w, g, o, offl = states(params)
-        ends = {"first": 1.0, "mid": 0.0, "last": np.where(zbv, 0.0, 1.0)}[kind]  # embedding or head held
-        largest = np.maximum(np.where(blocks > 0, block_max, 0.0), ends * vocab_max)
-        o = o + whole_tensor_excess(params, largest, lay, tr)
         w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
         g_early = states(per_layer + head_here)[1]
         cast_params = blocks * per_layer * cast_per_param

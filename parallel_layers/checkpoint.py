@@ -72,29 +72,95 @@ def _unwrap(optim):
     return optim, master
 
 
-def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False) -> dict:
+def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False, after_load: list | None = None) -> dict:
     """optim: a torch optimizer or a ShardedAdamW / MasterAdamW.  A MasterAdamW's states are
     keyed by the parameter its fp32 copy belongs to; its fp32 master (master-weights recipes,
-    not a mere host mirror of an fp32 parameter) is saved as ``{key}/master``."""
+    not a mere host mirror of an fp32 parameter) is saved as ``{key}/master``.
+
+    A parameter ZeRO-1/2 split by rows over the dp ranks (ShardedAdamW.split) is saved whole, as any
+    other: saving assembles each of its states on the rank holding its first rows (a collective over
+    the dp group, one state at a time, so a rank briefly holds one whole state); loading (after_load
+    given) reads the whole state into a host tensor and appends (source, target, first row, end row) to
+    after_load for ``load`` to copy each rank's rows.  A tied head's copy on the rank that holds both
+    ends is saved once, under the embedding's key, and loads from it."""
     params, copies = _keyed(stage_modules)
     sd = {"model": dict(params), "optim": {}, "meta": {"step": torch.tensor(step)}}
     inner, master = _unwrap(optim)
+    keep_master = master is not None and master.keep_master
+    rows_of = {id(leaf): (p, a, b) for p, a, b, leaf in getattr(optim, "local", ()) if leaf is not p}
+    key_of = {id(p): k for k, p in params.items()}
+    copy_key = {id(c): k for k, c in copies}
+    loading = after_load is not None
+    temps: dict[str, torch.Tensor] = {}
+
+    def load_into(key: str, target: torch.Tensor, a, b, shape) -> None:
+        source = sd["optim"].get(key)
+        if source is None:
+            source = temps.setdefault(key, torch.zeros(shape if target.dim() else (), dtype=target.dtype))
+            sd["optim"][key] = source
+        after_load.append((source, target, a, b))
+
     if inner is not None:
-        if create_optim_state:
+        if create_optim_state or rows_of:
             _ensure_adamw_state(inner)
-        by_param = {id(p): k for k, p in params.items()}
-        copy_ids = {id(c) for _, c in copies}  # their states equal the first's (the same summed gradient)
         alias = master.alias if master is not None else {}
-        for p, st in inner.state.items():
-            owner = alias.get(id(p), p)
-            if id(owner) in copy_ids:
+        held = []  # (parameter, first row or None, end row, {state name: tensor})
+        for t, st in inner.state.items():
+            owner = alias.get(id(t), t)
+            p, a, b = rows_of.get(id(owner), (owner, None, None))
+            held.append((p, a, b, dict(st, **({"master": t} if keep_master else {}))))
+        for p, a, b, named in held:
+            if id(p) in copy_key:
                 continue
-            k = by_param[id(owner)]
-            for name, value in st.items():
-                sd["optim"][f"{k}/{name}"] = value
-            if master is not None and master.keep_master:
-                sd["optim"][f"{k}/master"] = p
+            for name, value in named.items():
+                if a is None:
+                    sd["optim"][f"{key_of[id(p)]}/{name}"] = value
+                elif loading:
+                    load_into(f"{key_of[id(p)]}/{name}", value, a, b, p.shape)
+        for p, a, b, named in held:  # a tied copy's states equal the first's (the same summed gradient)
+            if loading and id(p) in copy_key:
+                for name, value in named.items():
+                    load_into(f"{copy_key[id(p)]}/{name}", value, a, b, p.shape)
+    if not loading and getattr(optim, "split", None):
+        _gather_split_states(optim, inner, master, key_of, copy_key, sd["optim"])
     return sd
+
+
+def _gather_split_states(sharded, inner, master, key_of, copy_key, out: dict) -> None:
+    """Each state of each split parameter assembled whole on the dp rank holding its first rows (collectives
+    over the dp group in the parameters' order, the same on every dp rank)."""
+    import torch.distributed as dist
+
+    alias = master.alias if master is not None else {}
+    mine = {}  # id(param) -> {name: this rank's rows of that state}
+    if inner is not None:
+        for t, st in inner.state.items():
+            owner = alias.get(id(t), t)
+            hit = next(((p, a, b) for p, a, b, leaf in sharded.local if leaf is owner and leaf is not p), None)
+            if hit is not None:
+                mine[id(hit[0])] = dict(st, **({"master": t} if master is not None and master.keep_master else {}))
+    group = sharded.dp_group
+    for p in sharded.params:
+        if not sharded.is_split(p) or id(p) in copy_key:
+            continue
+        first = next(g for q, _, g, a, _, _ in sharded.pieces if q is p and a == 0)
+        # what the states are (names, dtypes) from the rank holding the first rows: a rank may hold none
+        meta = [{n: v.dtype for n, v in mine[id(p)].items()} if id(p) in mine else None]
+        dist.broadcast_object_list(meta, src=first, group=group)
+        for name, dtype in meta[0].items():
+            value = mine.get(id(p), {}).get(name)
+            if name == "step":  # a count, the same on every piece
+                if dist.get_rank() == first:
+                    out[f"{key_of[id(p)]}/step"] = value
+                continue
+            full = torch.zeros(p.shape, dtype=dtype, device=p.device)
+            for q, a, b, leaf in sharded.local:
+                if q is p:
+                    full[a:b].copy_(value)
+            dist.reduce(full, dst=first, group=group)
+            if dist.get_rank() == first:
+                out[f"{key_of[id(p)]}/{name}"] = full.cpu()
+            del full
 
 
 def save(directory: str, step: int, stage_modules, optim) -> str:
@@ -161,12 +227,15 @@ def _cross_master_recipes(sd: dict, saved: set[str]) -> list:
 
 def load(path: str, stage_modules, optim) -> int:
     """Load in place; returns the step the checkpoint was written after."""
-    sd = state_dict(stage_modules, optim, 0, create_optim_state=True)
+    rows = []
+    sd = state_dict(stage_modules, optim, 0, create_optim_state=True, after_load=rows)
     after = _cross_master_recipes(sd, _saved_keys(path))
     dcp.load(sd, checkpoint_id=path)
     with torch.no_grad():
         for param, master in after:
             param.copy_(master)
+        for source, target, a, b in rows:  # split parameters' rows, and a tied copy's states
+            target.copy_(source if a is None or source.dim() == 0 else source[a:b])
     _restore_copies(stage_modules, optim)
     _, master = _unwrap(optim)
     if master is not None:

@@ -4,9 +4,10 @@
    (flattened into buckets of ``BUCKET_BYTES`` to cut per-message latency; a gradient of that size or
    more is reduced in place, alone).
 1: ``ShardedAdamW``: gradients all-reduced and averaged, each dp rank keeps AdamW states for
-   the parameters it owns and steps only those, then broadcasts them (ZeRO-1).
-2: as 1, but each gradient is only *reduced* to its owner, so non-owners drop it after the
-   reduction (ZeRO-2 after the backward; during the backward full gradients still exist).
+   its 1/dp of the parameters (``partition_rows``: a tensor is cut by rows where a rank's share
+   ends) and steps only those, then broadcasts them (ZeRO-1).
+2: as 1, but each gradient (or row slice) is only *reduced* to its owner, so non-owners drop it
+   after the reduction (ZeRO-2 after the backward; during the backward full gradients still exist).
 3: FSDP2 ``fully_shard(mesh=mesh["dp"])`` per block and per stage.  On gloo FSDP2 has summed
    instead of averaged (pytorch/pytorch#162338): ``fsdp_grad_correction`` measures what this
    torch does with a probe and the trainer divides by the measured factor.
@@ -16,6 +17,9 @@ gradients summed over the pp group, and parameters replicated over TP but fed a 
 shard (SP) get theirs summed over the tp group.
 """
 from __future__ import annotations
+
+import collections
+import math
 
 import torch
 import torch.distributed as dist
@@ -124,29 +128,63 @@ def sync_tied_embedding_grads(stage_modules: list[nn.Module], group) -> None:
         local_tensor(grad_of(p)).copy_(buf)
 
 
+def partition_rows(shapes: list[tuple[int, ...]], n: int) -> list[list[tuple[int, int, int]]]:
+    """Split parameters evenly over n ranks, as the flat buffer of Megatron's distributed optimizer or
+    DeepSpeed's ZeRO is split, but at row (dim 0) boundaries: the parameters laid end to end in order are
+    cut at every multiple of total / n elements, each cut moved to the nearest row of the tensor it falls
+    in.  Returns, per parameter, its pieces as (rank, first row, end row); a rank holds total / n elements
+    within one row of each of its cuts.  A 0-d tensor is one row."""
+    sizes = [(s[0] if s else 1, math.prod(s[1:]) if s else 1) for s in shapes]
+    total = sum(r * w for r, w in sizes)
+    cuts = [round(k * total / n) for k in range(n + 1)]
+    out, off = [], 0
+    for rows, width in sizes:
+        pieces, start = [], 0
+        for rank in range(n):
+            if cuts[rank + 1] <= off or cuts[rank] >= off + rows * width:
+                continue
+            end = rows if cuts[rank + 1] >= off + rows * width else round((cuts[rank + 1] - off) / width)
+            if end > start:
+                pieces.append((rank, start, end))
+                start = end
+        assert start == rows or rows * width == 0, (rows, width, pieces)
+        out.append(pieces)
+        off += rows * width
+    return out
+
+
 class ShardedAdamW:
-    """ZeRO-1/2: parameters are assigned to dp ranks (largest first, to the least loaded rank);
-    each rank runs AdamW on its own parameters and broadcasts the updated values.  make_optim
-    (default ``torch.optim.AdamW``) builds the rank's optimizer over its own parameters: a
-    ``MasterAdamW`` for the master-weights recipes or optimizer offload, so fp32 masters and
-    host states exist only for those."""
+    """ZeRO-1/2: the parameters' optimizer states split evenly over the dp ranks (``partition_rows``: a
+    parameter that crosses a rank boundary is split by rows, so the rank given the embedding does not hold
+    its states whole).  Each rank runs AdamW on its pieces -- a parameter it owns whole, or a row-slice
+    view of one (``pieces``) -- and broadcasts them after the step.  make_optim (default
+    ``torch.optim.AdamW``) builds the rank's optimizer over its pieces: a ``MasterAdamW`` for the
+    master-weights recipes or optimizer offload, so fp32 masters and host states exist only for those."""
 
     def __init__(self, params: list[nn.Parameter], dp_group, stage: int, make_optim=None, **adamw_kwargs):
         self.params = params
         self.dp_group, self.stage = dp_group, stage
         n = _group_size(dp_group)
         self.dp_rank = 0 if n == 1 else dist.get_rank(dp_group)
-        loads = [0] * n
-        owner = [0] * len(params)
-        for i in sorted(range(len(params)), key=lambda i: (-params[i].numel(), i)):
-            r = min(range(n), key=lambda r: (loads[r], r))
-            owner[i] = r
-            loads[r] += params[i].numel()
-        self.owner = owner
-        self.owner_global = [dist.get_global_rank(dp_group, r) if n > 1 else dist.get_rank() for r in owner]
-        self.local_params = [p for p, r in zip(params, owner) if r == self.dp_rank]
+        # (parameter, rank in dp, global rank, first row, end row, the tensor the optimizer steps)
+        self.pieces = []
+        for p, parts in zip(params, partition_rows([tuple(p.shape) for p in params], n)):
+            for r, a, b in parts:
+                whole = len(parts) == 1
+                g = dist.get_global_rank(dp_group, r) if n > 1 else dist.get_rank() if dist.is_initialized() else 0
+                leaf = None
+                if r == self.dp_rank:
+                    leaf = p if whole else nn.Parameter(p.data[a:b], requires_grad=p.requires_grad)
+                self.pieces.append((p, r, g, a, b, leaf))
+        count = collections.Counter(id(p) for p, *_ in self.pieces)
+        self.split = {i for i, k in count.items() if k > 1}  # the parameters stepped in pieces
+        self.local = [(p, a, b, leaf) for p, r, _, a, b, leaf in self.pieces if r == self.dp_rank]
+        self._piece_grads: dict[int, torch.Tensor] = {}  # ZeRO-2: id(leaf) -> its reduced rows
         make_optim = make_optim or (lambda ps: torch.optim.AdamW(ps, **adamw_kwargs))
-        self.optim = make_optim(self.local_params) if self.local_params else None
+        self.optim = make_optim([leaf for *_, leaf in self.local]) if self.local else None
+
+    def is_split(self, p) -> bool:
+        return id(p) in self.split
 
     def reduce_gradients(self) -> None:
         n = _group_size(self.dp_group)
@@ -155,26 +193,75 @@ class ShardedAdamW:
         if self.stage == 1:
             all_reduce_bucketed([grad_of(p) for p in self.params if grad_of(p) is not None], self.dp_group, average=True)
             return
-        for p, r, g in zip(self.params, self.owner, self.owner_global):
+        kept = set()
+        for p, r, g, a, b, leaf in self.pieces:
             grad = grad_of(p)
             if grad is None:
                 continue
-            dist.reduce(grad, dst=g, group=self.dp_group)
+            rows = grad[a:b] if self.is_split(p) else grad
+            dist.reduce(rows, dst=g, group=self.dp_group)
             if r == self.dp_rank:
-                grad /= n
-            else:
+                rows /= n
+                if leaf is p:
+                    kept.add(id(p))
+                else:  # only these rows are this rank's: a copy outlives the gradient
+                    self._piece_grads[id(leaf)] = rows.clone()
+        for p in self.params:
+            if id(p) not in kept:
                 set_grad(p, None)  # ZeRO-2: only the owner keeps the reduced gradient
+
+    def held_piece_grads(self) -> list[tuple[torch.Tensor, nn.Parameter]]:
+        """ZeRO-2: (reduced rows, their parameter) for the split parameters' rows this rank owns (gradient
+        clipping counts them: the parameter itself no longer has a gradient here)."""
+        return [(self._piece_grads[id(leaf)], p) for p, a, b, leaf in self.local if id(leaf) in self._piece_grads]
+
+    def full_reduced_grads(self) -> dict[int, torch.Tensor]:
+        """ZeRO-2, for tests: every split parameter's whole reduced gradient, assembled over the dp group
+        (a collective: every dp rank calls it; each owner contributes its rows)."""
+        out = {}
+        for p in self.params:
+            if not self.is_split(p):
+                continue
+            full = torch.zeros_like(p, dtype=torch.float32 if hasattr(p, "main_grad") else p.dtype)
+            for q, a, b, leaf in self.local:
+                if q is p and id(leaf) in self._piece_grads:
+                    full[a:b] = self._piece_grads[id(leaf)]
+            if _group_size(self.dp_group) > 1:
+                dist.all_reduce(full, group=self.dp_group)
+            out[id(p)] = full
+        return out
+
+    def _bind_grads(self) -> None:
+        for p, a, b, leaf in self.local:
+            if leaf is p:
+                continue
+            if self.stage == 2:
+                rows = self._piece_grads.pop(id(leaf), None)
+            else:
+                g = grad_of(p)
+                rows = None if g is None else g[a:b]
+            if hasattr(p, "main_grad"):
+                leaf.main_grad = rows  # MasterAdamW reads it (precision.grad_of)
+            else:
+                leaf.grad = rows
 
     def step(self) -> None:
         if self.optim is not None:
+            self._bind_grads()
             self.optim.step()
+            for p, _, _, leaf in self.local:  # the row views would keep the whole gradient alive
+                if leaf is not p:
+                    leaf.grad = None
+                    if hasattr(p, "main_grad"):
+                        leaf.main_grad = None
         if _group_size(self.dp_group) > 1:
             with torch.no_grad():
-                for p, g in zip(self.params, self.owner_global):
-                    dist.broadcast(p.data, src=g, group=self.dp_group)
+                for p, _, g, a, b, _ in self.pieces:
+                    dist.broadcast(p.data[a:b] if self.is_split(p) else p.data, src=g, group=self.dp_group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         clear_grads(self.params)
+        self._piece_grads.clear()
 
 
 def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, mp_policy=None,

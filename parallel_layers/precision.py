@@ -6,8 +6,8 @@ parameter carries an fp32 ``main_grad`` buffer that a post-accumulate-grad hook 
 buffers, and ``MasterAdamW`` steps an fp32 master copy and copies it back into the 16-bit
 parameter.  ``master-weights-half-grads`` (ZeRO paper / DeepSpeed fp16): the same without the
 hook: gradients stay 16-bit in ``p.grad`` through the reduction and are upcast for the step.
-With ZeRO-1/2 the master copies exist only for the parameters a dp rank owns (``ShardedAdamW``
-builds one ``MasterAdamW`` over its own parameters).  FSDP2 (ZeRO-3) instead keeps fp32
+With ZeRO-1/2 the master copies exist only for the parameters (or row slices) a dp rank owns
+(``ShardedAdamW`` builds one ``MasterAdamW`` over its own pieces).  FSDP2 (ZeRO-3) instead keeps fp32
 sharded parameters and computes in 16 bit through ``MixedPrecisionPolicy`` (see
 ``fsdp_mixed_precision``).
 

@@ -306,8 +306,9 @@ def clip_gradients(rt: Runtime) -> Optional[torch.Tensor]:
     if max_norm is None:
         return None
     par = rt.plan.parallel
+    pieces = rt.optimizer.held_piece_grads() if isinstance(rt.optimizer, ShardedAdamW) else ()
     return clip_grad_norm(rt.stage_modules, max_norm, tp=par.tp, dp=par.dp, cp=par.cp, pp=par.pp,
-                          zero_stage=par.zero_stage, tied=rt.cfg.tied_embeddings, device=rt.device)
+                          zero_stage=par.zero_stage, tied=rt.cfg.tied_embeddings, device=rt.device, pieces=pieces)
 
 
 def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> None:
@@ -315,10 +316,14 @@ def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> No
     so a test can reassemble full tensors and compare layouts."""
     os.makedirs(directory, exist_ok=True)
     grads = {}
+    # ZeRO-2's split parameters: their reduced rows assembled over dp (each owner holds its rows)
+    split = rt.optimizer.full_reduced_grads() if isinstance(rt.optimizer, ShardedAdamW) and rt.optimizer.stage == 2 else {}
     for m in rt.stage_modules:
         for mod in m.modules():
             for attr, spec in getattr(mod, "param_specs", {}).items():
                 g = grad_of(getattr(mod, attr))
+                if g is None:
+                    g = split.get(id(getattr(mod, attr)))
                 if g is None:
                     continue
                 if hasattr(g, "full_tensor"):

@@ -164,7 +164,6 @@ def training_consts(tr: Training) -> TrainingConsts:
                           interleaved_torch_rounds=tr.framework in TORCH_PIPELINING,
                           sp_saves_gathered_input=tr.framework == "torchtitan",
                           cp_saves_gathered_kv=tr.framework == "parplan",
-                          zero_shards_whole_tensors=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
                           cross_entropy_16bit_grad=tr.cross_entropy_16bit_grad,

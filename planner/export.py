@@ -80,7 +80,6 @@ _BEHAVIOURS = {
     "p2p_sends_held_to_step_end": "pipeline sends held to the step's end",
     "sp_saves_gathered_input": "sequence parallelism saving gathered matmul inputs",
     "cp_saves_gathered_kv": "context parallelism saving the gathered K/V",
-    "zero_shards_whole_tensors": "ZeRO-1/2 handing whole tensors to the dp ranks",
     "cp_overlap_local_chunk_only": "ring attention overlapping the local chunk only",
 }
 

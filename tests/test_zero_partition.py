@@ -1,0 +1,105 @@
+"""ZeRO-1/2's even split of the optimizer states (parallel_layers.data_parallel.partition_rows and
+ShardedAdamW): every row owned once, every rank's share within a row of total / dp, and on two gloo
+ranks the same parameters as one AdamW over the whole model."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from parallel_layers.data_parallel import partition_rows
+from runtime_helpers.two_ranks import run_two
+
+
+def _check(shapes, n):
+    pieces = partition_rows(shapes, n)
+    share = [0] * n
+    for shape, parts in zip(shapes, pieces):
+        rows = shape[0] if shape else 1
+        width = int(torch.Size(shape[1:]).numel()) if shape else 1
+        assert [a for _, a, _ in parts] == [0] + [b for _, _, b in parts[:-1]], parts  # contiguous, in order
+        assert parts[-1][2] == rows and all(b > a for _, a, b in parts)
+        assert [r for r, _, _ in parts] == sorted({r for r, _, _ in parts}), parts  # one piece per rank
+        for r, a, b in parts:
+            share[r] += (b - a) * width
+    total = sum(int(torch.Size(s).numel()) for s in shapes)
+    widest = max(int(torch.Size(s[1:]).numel()) if s else 1 for s in shapes)
+    assert sum(share) == total
+    assert max(abs(s - total / n) for s in share) <= widest + 1, (share, total / n)
+    return pieces, share
+
+
+def test_llama3_8b_embedding_is_split_over_the_ranks():
+    """llama3-8b at tp 1 over dp 32: the 525 M-parameter embedding is more than twice a rank's 251 M share,
+    so handing out whole tensors left one rank with all of it (2.1x its share); cut by rows, it spans three
+    ranks and every rank holds its share within one 4,096-wide row."""
+    h, ffn, kv, V, L = 4096, 14336, 1024, 128256, 32
+    block = [(h,), (h, h), (kv, h), (kv, h), (h, h), (h,), (ffn, h), (ffn, h), (h, ffn)]
+    shapes = [(V, h)] + block * L + [(h,), (V, h)]
+    pieces, share = _check(shapes, 32)
+    assert len(pieces[0]) == 3 and len(pieces[-1]) == 3
+    assert max(share) < 1.001 * sum(share) / 32
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 64])
+def test_partition_properties(n):
+    g = torch.Generator().manual_seed(n)
+    for _ in range(20):
+        k = int(torch.randint(1, 12, (), generator=g))
+        shapes = []
+        for _ in range(k):
+            dims = int(torch.randint(0, 3, (), generator=g))
+            shapes.append(tuple(int(x) for x in torch.randint(1, 40, (dims,), generator=g)))
+        _check(shapes, n)
+
+
+def _worker(rank, port, out):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    Path(f"{out}.{rank}").write_text(json.dumps([_run(rank, stage) for stage in (1, 2)]))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _run(rank, stage):
+    import torch.distributed as dist
+
+    from parallel_layers.data_parallel import ShardedAdamW
+
+    torch.manual_seed(0)
+    shapes = [(40, 6), (5, 6), (6,), (3, 6)]  # the first is 240 of 306: more than half
+    params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt = ShardedAdamW(params, dist.group.WORLD, stage, lr=0.1, weight_decay=0.01)
+    ref_opt = torch.optim.AdamW(ref, lr=0.1, weight_decay=0.01)
+    for step in range(3):
+        grads = [torch.randn(s, generator=torch.Generator().manual_seed(100 * step + i + 10 * r))
+                 for r in range(2) for i, s in enumerate(shapes)]
+        for i, p in enumerate(params):
+            p.grad = grads[rank * len(shapes) + i].clone()
+        for i, p in enumerate(ref):
+            p.grad = (grads[i] + grads[len(shapes) + i]) / 2
+        opt.reduce_gradients()
+        opt.step()
+        opt.zero_grad()
+        ref_opt.step()
+    held = sum(v.numel() for st in opt.optim.state.values() for k, v in st.items() if k == "exp_avg")
+    err = max((p - q).abs().max().item() for p, q in zip(params, ref))
+    return {"stage": stage, "held": held, "err": err, "split": len(opt.split)}
+
+
+def test_two_ranks_step_as_one_adamw_and_hold_half_the_states(tmp_path):
+    """ZeRO-1 and ZeRO-2 on two gloo ranks: three AdamW steps give the parameters of one AdamW over the averaged
+    gradients, and each rank holds half the Adam states within a row (whole tensors put 240 of 294 on one)."""
+    by_rank = run_two(_worker, tmp_path / "out")
+    for stage in (0, 1):
+        ranks = [r[stage] for r in by_rank]
+        assert all(r["err"] < 1e-6 for r in ranks), ranks
+        assert all(r["split"] == 1 for r in ranks), ranks  # the 40 x 6 tensor, cut at row 24
+        assert sum(r["held"] for r in ranks) == 294
+        assert max(r["held"] for r in ranks) <= 294 / 2 + 6, ranks

@@ -311,19 +311,37 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
             "attention_all": attn_all}
 
 
-def grad_accumulation_time(params, m_micro, precision: str, hw, fused: bool):
+def grad_accumulation_time(params, m_micro, precision: str, hw, fused: bool, fsdp2=False, pp=1, shards=1):
     """Memory-bound gradient passes outside the GEMMs, per step: master-weights upcasts each 16-bit
     gradient into the fp32 main_grad (read 2 + write 4 B/param for the first micro-batch, read 2 +
     read 4 + write 4 for each later one: parplan's runtime's post-accumulate-grad hook); other
     recipes accumulate in their own dtype from the second micro-batch on (read 2x + write 1x the
     gradient's bytes: autograd's accumulation).  fused (Megatron's gradient_accumulation_fusion):
-    the weight-gradient GEMM accumulates into the buffer itself, no pass."""
+    the weight-gradient GEMM accumulates into the buffer itself, no pass.
+
+    fsdp2 (ZeRO-3 as FSDP2; torch/distributed/fsdp/_fully_shard, _fsdp_collectives.foreach_reduce and
+    _fsdp_param): gradients are computed in the compute dtype gu (16-bit under the master-weights recipes'
+    MixedPrecisionPolicy, else fp32) and reduced in gr (the recipe's gradient dtype; fp32 without a policy).
+    Each reduce-scatter first copies the unsharded gradients into its flat input (chunk_cat: read gu, write
+    gr); its output is cast to the fp32 shard where gr is 16-bit (read gr, write 4, per shard) and added
+    to the shard's gradient from the second reduction on (read 4 + 4, write 4, per shard).  Without a
+    pipeline that happens every micro-batch; inside torch.distributed.pipelining (pp > 1) the gradients
+    stay unsharded to the step's last backward (FSDP2 casts the first to gr, then adds each later one:
+    read gr + gu, write gr) and are reduced once."""
     if fused:
         return 0.0 * params
     rec = PRECISION_RECIPES[precision]
-    later = np.maximum(np.asarray(m_micro) - 1, 0)
+    m = np.asarray(m_micro)
+    later = np.maximum(m - 1, 0)
     if rec["master"] and rec["grad"] == 4:
         per_param = 6 + 10 * later
     else:
         per_param = 3 * rec["grad"] * later
+    gu = 2 if rec["master"] else 4
+    gr = rec["grad"] if rec["master"] else 4
+    copy_in = gu + gr
+    to_shard = (gr + 4 if gr != 4 else 0) / shards
+    fsdp_flat = m * (copy_in + to_shard) + later * 12 / shards
+    fsdp_pipe = (copy_in if gu != gr else 0) + later * (2 * gr + gu) + 2 * gr + to_shard
+    per_param = np.where(fsdp2, np.where(np.asarray(pp) > 1, fsdp_pipe, fsdp_flat), per_param)
     return params * per_param / hw.hbm_bytes_per_s

@@ -343,7 +343,8 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
                                                                                         head_first))
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
-    opt_t = opt_t + grad_accumulation_time(stage_params, m_micro, tr.precision, hw, tr.grad_accumulation_fusion)
+    opt_t = opt_t + grad_accumulation_time(stage_params, m_micro, tr.precision, hw, tr.grad_accumulation_fusion,
+                                           fsdp2=(zero >= 3) & np.asarray(tr.zero3_fsdp2), pp=pp, shards=shards)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
         held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)

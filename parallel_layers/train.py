@@ -335,6 +335,7 @@ def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> No
     torch.save({"rank": dist.get_rank(), "dp_rank": c.dp_rank, "pp_rank": c.pp_rank, "tp_rank": c.tp_rank,
                 "cp_rank": c.cp_rank,
                 "stage_ids": rt.stage_ids, "local_params": rt.local_params, "sample_indices": sample_indices,
+                "zero_split_params": len(rt.optimizer.split) if isinstance(rt.optimizer, ShardedAdamW) else 0,
                 "grads": grads}, os.path.join(directory, f"rank{dist.get_rank()}.pt"))
 
 

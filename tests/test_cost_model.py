@@ -516,3 +516,24 @@ def test_unfused_backward_temporaries_split_over_cp_like_the_tokens(dropout):
     one, two = (_lay(gpus=8, tp=2, dp=4 // cp, cp=cp, sp=1) for cp in (1, 2))
     for f in (backward_temporaries_per_layer, activation_bytes_per_layer):
         assert float(f(m, two, 2, False, dropout)) == pytest.approx(float(f(m, one, 2, False, dropout)) / 2)
+
+
+def test_fsdp2_gradient_passes_counted_from_its_reduce_path():
+    """FSDP2's gradient bytes per parameter, by hand from torch's _fully_shard code, for 1e9 parameters, 4
+    micro-batches, 8 shards at 1 TB/s.  master-weights (bf16 gradients reduced in fp32), no pipeline: each
+    micro-batch's reduce-scatter copies its gradients in (read 2 + write 4) and from the second on adds the
+    fp32 output to the shard (12 / 8): 4 x 6 + 3 x 1.5 = 28.5 B, where parplan's main_grad hook is
+    6 + 3 x 10 = 36 B.  In a pipeline the gradients stay unsharded to the last backward: cast (6), three
+    adds (10 each) and one copy-in (8): 44 B.  master-weights-half-grads (reduced in bf16): copy-in 2 + 2 and
+    the output's cast to the fp32 shard (2 + 4) / 8 every micro-batch, the adds 4.5: 23.5 B."""
+    from types import SimpleNamespace
+
+    from cost_models.compute import grad_accumulation_time
+
+    hw = SimpleNamespace(hbm_bytes_per_s=1e12)
+    t = lambda precision, **kw: float(grad_accumulation_time(1e9, 4, precision, hw, False, shards=8, **kw))  # noqa: E731
+    assert t("master-weights", fsdp2=True) == pytest.approx(28.5e-3)
+    assert t("master-weights", fsdp2=False) == pytest.approx(36e-3)
+    assert t("master-weights", fsdp2=True, pp=2) == pytest.approx(44e-3)
+    assert t("master-weights-half-grads", fsdp2=True) == pytest.approx(23.5e-3)
+    assert t("fp32", fsdp2=True) == pytest.approx((4 * 8 + 3 * 1.5) * 1e-3)  # fp32 copy-in 4 + 4, no cast

@@ -61,41 +61,79 @@ def _worker(rank, port, out):
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    Path(f"{out}.{rank}").write_text(json.dumps([_run(rank, stage) for stage in (1, 2)]))
+    Path(f"{out}.{rank}").write_text(json.dumps([_run(rank, stage, f"{out}.ckpt{stage}") for stage in (1, 2)]))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _run(rank, stage):
+SHAPES = [(40, 6), (5, 6), (6,), (3, 6)]  # the first is 240 of 294 parameters: more than half
+
+
+class _Stage(torch.nn.Module):
+    """The few attributes parallel_layers.checkpoint reads of a stage module: parameters with a param_specs
+    entry (logical name, no TP split) on a module with tp_size and tp_rank."""
+
+    def __init__(self, values):
+        super().__init__()
+        from types import SimpleNamespace
+
+        self.tp_size, self.tp_rank = 1, 0
+        self.param_specs = {}
+        for i, v in enumerate(values):
+            setattr(self, f"p{i}", torch.nn.Parameter(v.detach().clone()))
+            self.param_specs[f"p{i}"] = SimpleNamespace(logical_name=f"w{i}", tp_dim=None)
+
+
+def _run(rank, stage, ckpt):
     import torch.distributed as dist
 
+    from parallel_layers import checkpoint
     from parallel_layers.data_parallel import ShardedAdamW
 
     torch.manual_seed(0)
-    shapes = [(40, 6), (5, 6), (6,), (3, 6)]  # the first is 240 of 306: more than half
-    params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    model = _Stage([torch.randn(s) for s in SHAPES])
+    params = list(model.parameters())
     ref = [torch.nn.Parameter(p.detach().clone()) for p in params]
     opt = ShardedAdamW(params, dist.group.WORLD, stage, lr=0.1, weight_decay=0.01)
     ref_opt = torch.optim.AdamW(ref, lr=0.1, weight_decay=0.01)
     for step in range(3):
         grads = [torch.randn(s, generator=torch.Generator().manual_seed(100 * step + i + 10 * r))
-                 for r in range(2) for i, s in enumerate(shapes)]
+                 for r in range(2) for i, s in enumerate(SHAPES)]
         for i, p in enumerate(params):
-            p.grad = grads[rank * len(shapes) + i].clone()
+            p.grad = grads[rank * len(SHAPES) + i].clone()
         for i, p in enumerate(ref):
-            p.grad = (grads[i] + grads[len(shapes) + i]) / 2
+            p.grad = (grads[i] + grads[len(SHAPES) + i]) / 2
         opt.reduce_gradients()
         opt.step()
         opt.zero_grad()
         ref_opt.step()
     held = sum(v.numel() for st in opt.optim.state.values() for k, v in st.items() if k == "exp_avg")
     err = max((p - q).abs().max().item() for p, q in zip(params, ref))
-    return {"stage": stage, "held": held, "err": err, "split": len(opt.split)}
+    # the checkpoint holds each state whole (assembled from both ranks' rows); it loads into the same split
+    # and into one rank holding everything (dp 1), each equal to the one-AdamW states
+    checkpoint.save(ckpt, 3, [model], opt)
+    ckpt_err = {}
+    for name, group in (("split", dist.group.WORLD), ("whole", None)):
+        fresh = _Stage([torch.zeros(s) for s in SHAPES])
+        again = ShardedAdamW(list(fresh.parameters()), group, stage, lr=0.1, weight_decay=0.01)
+        checkpoint.load(checkpoint.latest(ckpt), [fresh], again)
+        worst = max((p - q).abs().max().item() for p, q in zip(fresh.parameters(), ref))
+        fresh_params = list(fresh.parameters())
+        for p, a, b, leaf in again.local:
+            i = next(i for i, q in enumerate(fresh_params) if q is p)
+            for key, value in again.optim.state[leaf].items():
+                want = ref_opt.state[ref[i]][key]
+                want = want if want.dim() == 0 or leaf is p else want[a:b]
+                worst = max(worst, (value - want).abs().max().item())
+        ckpt_err[name] = worst
+    return {"stage": stage, "held": held, "err": err, "split": len(opt.split), "ckpt_err": ckpt_err}
 
 
 def test_two_ranks_step_as_one_adamw_and_hold_half_the_states(tmp_path):
     """ZeRO-1 and ZeRO-2 on two gloo ranks: three AdamW steps give the parameters of one AdamW over the averaged
-    gradients, and each rank holds half the Adam states within a row (whole tensors put 240 of 294 on one)."""
+    gradients, and each rank holds half the Adam states within a row (whole tensors put 240 of 294 on one).
+    A checkpoint of the split states loads back, split the same way or whole on each rank, to the one AdamW's
+    parameters and states."""
     by_rank = run_two(_worker, tmp_path / "out")
     for stage in (0, 1):
         ranks = [r[stage] for r in by_rank]
@@ -103,3 +141,4 @@ def test_two_ranks_step_as_one_adamw_and_hold_half_the_states(tmp_path):
         assert all(r["split"] == 1 for r in ranks), ranks  # the 40 x 6 tensor, cut at row 24
         assert sum(r["held"] for r in ranks) == 294
         assert max(r["held"] for r in ranks) <= 294 / 2 + 6, ranks
+        assert all(e < 1e-7 for r in ranks for e in r["ckpt_err"].values()), ranks

@@ -73,10 +73,16 @@ PARALLEL_CASES = {
     # op-level selective checkpointing with cp: the recompute gathers K/V again; gpt's biased linears
     # are all recomputed (addmm is not on torchtitan's list)
     "gpt-tied-cp2-tp2-selective-op": (TINY_GPT, dict(tp=2, pp=1, dp=2, cp=2, recompute="selective-op"), {}),
+    # ZeRO-1 over 8 dp ranks: the even split cuts a block's gate projection by rows (data_parallel.partition_rows);
+    # its step-2 checkpoint (split states assembled whole) resumes as SPLIT_RESUME and SPLIT_RESHARD
+    "zero1-dp8-split": (TINY_LLAMA, dict(tp=1, pp=1, dp=8, zero_stage=1), {}),
 }
 # the cp2-tp2-dp2 run's step-2 checkpoint resumed with another cp (and dp, ZeRO stage) for step 3
 CP_RESUME_FROM = "cp2-tp2-dp2"
 CP_RESUME_LAYOUT = dict(tp=2, pp=1, dp=1, cp=4, zero_stage=2)
+SPLIT_FROM = "zero1-dp8-split"
+SPLIT_RESUME = dict(tp=1, pp=1, dp=8, zero_stage=2)  # the same rows split, loaded into ZeRO-2
+SPLIT_RESHARD = dict(tp=1, pp=1, dp=4, zero_stage=2)  # other cuts (a norm split), 4 ranks
 # one-rank references (dp folded into gradient accumulation): name -> (model, options)
 REFERENCE_CASES = {
     "llama": (TINY_LLAMA, {}),
@@ -130,6 +136,11 @@ def parallel_jobs(tmp: Path) -> list[dict]:
         checkpoint_dir=ck, checkpoint_every=2)
     jobs.append(_job(tmp, "cp-resume", tiny_plan(TINY_LLAMA, **CP_RESUME_LAYOUT, clip_grad=CLIP_GRAD),
                      {"checkpoint_dir": ck, "resume": True, "resume_step": 2}, steps=STEPS))
+    ck = str(tmp / "split" / "ckpt")
+    next(j for j in jobs if j["report"] == str(tmp / SPLIT_FROM / "report.json"))["opts"].update(
+        checkpoint_dir=ck, checkpoint_every=2)
+    jobs.append(_job(tmp, "split-resume", tiny_plan(TINY_LLAMA, **SPLIT_RESUME, clip_grad=CLIP_GRAD),
+                     {"checkpoint_dir": ck, "resume": True, "resume_step": 2}, steps=STEPS))
     return jobs
 
 
@@ -140,7 +151,9 @@ def reshard_jobs(tmp: Path) -> list[dict]:
     return [_job(tmp, name, tiny_plan(TINY_LLAMA, **par, clip_grad=CLIP_GRAD), {"checkpoint_dir": ck, "resume": True,
                                                                           "resume_step": 2}, steps=STEPS)
             for name, par in (("reshard-dp1-zero0", dict(tp=2, pp=2, dp=1)),
-                              ("reshard-pp1-fsdp2", dict(tp=2, pp=1, dp=2, zero_stage=3)))]
+                              ("reshard-pp1-fsdp2", dict(tp=2, pp=1, dp=2, zero_stage=3)))] + [
+        _job(tmp, "split-reshard", tiny_plan(TINY_LLAMA, **SPLIT_RESHARD, clip_grad=CLIP_GRAD),
+             {"checkpoint_dir": str(tmp / "split" / "ckpt"), "resume": True, "resume_step": 2}, steps=STEPS)]
 
 
 def run_jobs(jobs: list[dict], nproc: int, tmp: Path, name: str, timeout=600) -> subprocess.CompletedProcess:

@@ -192,6 +192,22 @@ def test_validate_on_a_profile_that_cannot_time_the_sets_kernel_says_why(capsys)
     assert "flash_attention_2_tflops" in out and "mpt_llm_foundry_h100: 0 runs, no prediction" in out
 
 
+def test_validate_on_a_profile_without_a_sets_dtype_says_so_up_front(capsys, tmp_path):
+    """A profile without fp16's peak predicts none of MT-NLG's fp16 runs: one note on stderr before the tables names
+    the sets left out and the fix, and each set's summary line carries the reason; the bf16 set is predicted."""
+    from planner.cli import main
+    src = (Path(__file__).resolve().parents[1] / "hardware_profiles" / "h100-sxm-80gb.toml").read_text(encoding="utf-8")
+    line = next(x for x in src.splitlines() if x.startswith("peak_dense_tflops"))
+    (tmp_path / "no-fp16.toml").write_text(src.replace(line, "peak_dense_tflops = { bf16 = 989.4, fp32 = 66.9 }"))
+    argv = ["validate", "--set", "mt_nlg_530b", "--set", "megatron_h100_2024", "--hardware", str(tmp_path / "no-fp16.toml")]
+    assert main(argv) == 0
+    got = capsys.readouterr()
+    note = [x for x in got.err.splitlines() if x.startswith("note: ")]
+    assert len(note) == 1 and "1 set not predicted (mt_nlg_530b)" in note[0] and "fp16" in note[0], got.err
+    assert "mt_nlg_530b: 0 runs, no prediction (no feasible plan: hardware profile" in got.out
+    assert "megatron_h100_2024: 9 runs, median" in got.out
+
+
 def test_torchtitan_nvl_profile_differs_from_its_sxm_one_only_in_the_peak():
     """The lower-bound profile is a copy with another peak; any other field drifting apart would make the
     two bounds answer different questions."""

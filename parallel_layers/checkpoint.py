@@ -78,10 +78,12 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
     not a mere host mirror of an fp32 parameter) is saved as ``{key}/master``.
 
     A parameter ZeRO-1/2 split by rows over the dp ranks (ShardedAdamW.split) is saved whole, as any
-    other: saving assembles each of its states on the rank holding its first rows (a collective over
-    the dp group, one state at a time, so a rank briefly holds one whole state); loading (after_load
-    given) reads the whole state into a host tensor and appends (source, target, first row, end row) to
-    after_load for ``load`` to copy each rank's rows.  A tied head's copy on the rank that holds both
+    other: saving assembles each of its states on the rank holding its first rows (a reduce over the dp
+    group, one state at a time: every dp rank briefly holds one whole state on the device, which the rank
+    with the first rows then copies to the host); loading (after_load given) reads each whole state into a
+    host tensor and appends (source, target, first row, end row) to after_load for ``load`` to copy each
+    rank's rows, so a rank holding a piece keeps whole host copies of its split states until the load
+    returns (6.3 GB for llama3-8b's embedding with fp32 masters at tp 1).  A tied head's copy on the rank that holds both
     ends is saved once, under the embedding's key, and loads from it."""
     params, copies = _keyed(stage_modules)
     sd = {"model": dict(params), "optim": {}, "meta": {"step": torch.tensor(step)}}

@@ -193,8 +193,7 @@ class ShardedAdamW:
         if self.stage == 1:
             all_reduce_bucketed([grad_of(p) for p in self.params if grad_of(p) is not None], self.dp_group, average=True)
             return
-        kept = set()
-        for p, r, g, a, b, leaf in self.pieces:
+        for i, (p, r, g, a, b, leaf) in enumerate(self.pieces):
             grad = grad_of(p)
             if grad is None:
                 continue
@@ -202,13 +201,11 @@ class ShardedAdamW:
             dist.reduce(rows, dst=g, group=self.dp_group)
             if r == self.dp_rank:
                 rows /= n
-                if leaf is p:
-                    kept.add(id(p))
-                else:  # only these rows are this rank's: a copy outlives the gradient
+                if leaf is not p:  # only these rows are this rank's: a copy outlives the gradient
                     self._piece_grads[id(leaf)] = rows.clone()
-        for p in self.params:
-            if id(p) not in kept:
-                set_grad(p, None)  # ZeRO-2: only the owner keeps the reduced gradient
+            last = i + 1 == len(self.pieces) or self.pieces[i + 1][0] is not p
+            if last and not (r == self.dp_rank and leaf is p):
+                set_grad(p, None)  # ZeRO-2: only the owner keeps the reduced gradient, freed as soon as reduced
 
     def held_piece_grads(self) -> list[tuple[torch.Tensor, nn.Parameter]]:
         """ZeRO-2: (reduced rows, their parameter) for the split parameters' rows this rank owns (gradient

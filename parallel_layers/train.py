@@ -294,9 +294,9 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
         all_reduce_bucketed([local_tensor(p.grad) for p in params if p.grad is not None], rt.coords.cp_group,
                             average=True)
     if opts.debug_grad_scale != 1.0:
-        for p in params:
-            if grad_of(p) is not None:
-                local_tensor(grad_of(p)).mul_(opts.debug_grad_scale)
+        pieces = rt.optimizer.held_piece_grads() if isinstance(rt.optimizer, ShardedAdamW) else ()
+        for g in [grad_of(p) for p in params if grad_of(p) is not None] + [g for g, _ in pieces]:
+            local_tensor(g).mul_(opts.debug_grad_scale)
 
 
 def clip_gradients(rt: Runtime) -> Optional[torch.Tensor]:

@@ -78,9 +78,8 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
     not a mere host mirror of an fp32 parameter) is saved as ``{key}/master``.
 
     A parameter ZeRO-1/2 split by rows over the dp ranks (ShardedAdamW.split) is saved whole, as any
-    other: saving assembles each of its states on the rank holding its first rows (a reduce over the dp
-    group, one state at a time: every dp rank briefly holds one whole state on the device, which the rank
-    with the first rows then copies to the host); loading (after_load given) reads each whole state into a
+    other: saving assembles each of its states on the host of the rank holding its first rows (the other
+    ranks holding rows send them, one slice at a time, so no rank holds a whole state on the device); loading (after_load given) reads each whole state into a
     host tensor and appends (source, target, first row, end row) to after_load for ``load`` to copy each
     rank's rows, so a rank holding a piece keeps whole host copies of its split states until the load
     returns (6.3 GB for llama3-8b's embedding with fp32 masters at tp 1).  A tied head's copy on the rank that holds both
@@ -129,8 +128,9 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
 
 
 def _gather_split_states(sharded, inner, master, key_of, copy_key, out: dict) -> None:
-    """Each state of each split parameter assembled whole on the dp rank holding its first rows (collectives
-    over the dp group in the parameters' order, the same on every dp rank)."""
+    """Each state of each split parameter assembled whole, on the host, by the dp rank holding its first rows:
+    every other rank holding rows sends them to it (point to point, in the parameters' and the state names'
+    order, the same on every rank); a rank holding none takes no part and allocates nothing."""
     import torch.distributed as dist
 
     alias = master.alias if master is not None else {}
@@ -141,28 +141,28 @@ def _gather_split_states(sharded, inner, master, key_of, copy_key, out: dict) ->
             hit = next(((p, a, b) for p, a, b, leaf in sharded.local if leaf is owner and leaf is not p), None)
             if hit is not None:
                 mine[id(hit[0])] = dict(st, **({"master": t} if master is not None and master.keep_master else {}))
-    group = sharded.dp_group
+    group, me = sharded.dp_group, dist.get_rank()
     for p in sharded.params:
-        if not sharded.is_split(p) or id(p) in copy_key:
+        if not sharded.is_split(p) or id(p) in copy_key or id(p) not in mine:
             continue
-        first = next(g for q, _, g, a, _, _ in sharded.pieces if q is p and a == 0)
-        # what the states are (names, dtypes) from the rank holding the first rows: a rank may hold none
-        meta = [{n: v.dtype for n, v in mine[id(p)].items()} if id(p) in mine else None]
-        dist.broadcast_object_list(meta, src=first, group=group)
-        for name, dtype in meta[0].items():
-            value = mine.get(id(p), {}).get(name)
+        pieces = [(g, a, b) for q, _, g, a, b, _ in sharded.pieces if q is p]
+        first, key = pieces[0][0], key_of[id(p)]
+        for name in sorted(mine[id(p)]):  # the same names on every rank holding rows (one optimizer type)
+            value = mine[id(p)][name]
             if name == "step":  # a count, the same on every piece
-                if dist.get_rank() == first:
-                    out[f"{key_of[id(p)]}/step"] = value
+                if me == first:
+                    out[f"{key}/step"] = value
                 continue
-            full = torch.zeros(p.shape, dtype=dtype, device=p.device)
-            for q, a, b, leaf in sharded.local:
-                if q is p:
-                    full[a:b].copy_(value)
-            dist.reduce(full, dst=first, group=group)
-            if dist.get_rank() == first:
-                out[f"{key_of[id(p)]}/{name}"] = full.cpu()
-            del full
+            if me != first:  # collectives need device tensors under NCCL (offloaded states live on the host)
+                dist.send(value.detach().to(p.device).contiguous(), dst=first, group=group)
+                continue
+            full = torch.empty(p.shape, dtype=value.dtype)
+            full[pieces[0][1]:pieces[0][2]].copy_(value)
+            for g, a, b in pieces[1:]:
+                rows = torch.empty((b - a, *p.shape[1:]), dtype=value.dtype, device=p.device)
+                dist.recv(rows, src=g, group=group)
+                full[a:b].copy_(rows)
+            out[f"{key}/{name}"] = full
 
 
 def save(directory: str, step: int, stage_modules, optim) -> str:

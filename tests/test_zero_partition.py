@@ -96,13 +96,14 @@ def _run(rank, stage, ckpt):
     ref = [torch.nn.Parameter(p.detach().clone()) for p in params]
     opt = ShardedAdamW(params, dist.group.WORLD, stage, lr=0.1, weight_decay=0.01)
     ref_opt = torch.optim.AdamW(ref, lr=0.1, weight_decay=0.01)
+    world = dist.get_world_size()
     for step in range(3):
-        grads = [torch.randn(s, generator=torch.Generator().manual_seed(100 * step + i + 10 * r))
-                 for r in range(2) for i, s in enumerate(SHAPES)]
+        grads = [[torch.randn(s, generator=torch.Generator().manual_seed(100 * step + i + 10 * r))
+                  for i, s in enumerate(SHAPES)] for r in range(world)]
         for i, p in enumerate(params):
-            p.grad = grads[rank * len(SHAPES) + i].clone()
+            p.grad = grads[rank][i].clone()
         for i, p in enumerate(ref):
-            p.grad = (grads[i] + grads[len(SHAPES) + i]) / 2
+            p.grad = sum(g[i] for g in grads) / world
         opt.reduce_gradients()
         opt.step()
         opt.zero_grad()

@@ -16,8 +16,10 @@ on its own thread is seen free only when its address is handed out again).  Each
 against its own rank: -6.7 .. +6.3 % (ZB-V + SP's rank 0 moves between runs: -3.8 .. -9.1 % over six).
 Since the runtime allocates pipeline receive buffers just in time (parallel_layers.pipeline.
 just_in_time_receives; one run, benchmarks/results/2026-11-23-cpu-memory-jit): -6.9 .. +5.1 % of the
-largest rank's peak, each rank kind -7.8 .. +5.2 %.  The latest (23 plans, one run,
-benchmarks/results/2026-11-24-cpu-memory-cpsel): -8.5 .. +3.4 %, each rank kind -8.5 .. +4.4 %."""
+largest rank's peak, each rank kind -7.8 .. +5.2 %.  With selective recompute
+under CP (23 plans, one run, benchmarks/results/2026-11-24-cpu-memory-cpsel): -8.5 .. +3.4 %, each rank kind
+-8.5 .. +4.4 %.  The latest, with ZeRO-1/2's even split (one run, benchmarks/results/2026-11-24-cpu-memory-zerosplit):
+-8.5 .. +5.0 %, each rank kind -8.5 .. +6.0 %."""
 from __future__ import annotations
 
 import json

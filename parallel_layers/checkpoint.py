@@ -88,11 +88,12 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
     sd = {"model": dict(params), "optim": {}, "meta": {"step": torch.tensor(step)}}
     inner, master = _unwrap(optim)
     keep_master = master is not None and master.keep_master
-    rows_of = {id(leaf): (p, a, b) for p, a, b, leaf in getattr(optim, "local", ()) if leaf is not p}
+    rows_of = {id(pc.leaf): (pc.param, pc.start, pc.end) for pc in getattr(optim, "local", ()) if pc.leaf is not pc.param}
     key_of = {id(p): k for k, p in params.items()}
     copy_key = {id(c): k for k, c in copies}
     loading = after_load is not None
     temps: dict[str, torch.Tensor] = {}
+    held = []  # (parameter, first row or None when whole, end row, {state name: tensor})
 
     def load_into(key: str, target: torch.Tensor, a, b, shape) -> None:
         source = sd["optim"].get(key)
@@ -105,7 +106,6 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
         if create_optim_state or rows_of:
             _ensure_adamw_state(inner)
         alias = master.alias if master is not None else {}
-        held = []  # (parameter, first row or None, end row, {state name: tensor})
         for t, st in inner.state.items():
             owner = alias.get(id(t), t)
             p, a, b = rows_of.get(id(owner), (owner, None, None))
@@ -122,30 +122,24 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
             if loading and id(p) in copy_key:
                 for name, value in named.items():
                     load_into(f"{copy_key[id(p)]}/{name}", value, a, b, p.shape)
-    if not loading and getattr(optim, "split", None):
-        _gather_split_states(optim, inner, master, key_of, copy_key, sd["optim"])
+    if not loading and rows_of:
+        mine = {id(p): named for p, a, _, named in held if a is not None}
+        _gather_split_states(optim, mine, key_of, copy_key, sd["optim"])
     return sd
 
 
-def _gather_split_states(sharded, inner, master, key_of, copy_key, out: dict) -> None:
+def _gather_split_states(sharded, mine: dict, key_of, copy_key, out: dict) -> None:
     """Each state of each split parameter assembled whole, on the host, by the dp rank holding its first rows:
     every other rank holding rows sends them to it (point to point, in the parameters' and the state names'
-    order, the same on every rank); a rank holding none takes no part and allocates nothing."""
+    order, the same on every rank); a rank holding none takes no part and allocates nothing.  mine: id(param)
+    -> {state name: this rank's rows of it}."""
     import torch.distributed as dist
 
-    alias = master.alias if master is not None else {}
-    mine = {}  # id(param) -> {name: this rank's rows of that state}
-    if inner is not None:
-        for t, st in inner.state.items():
-            owner = alias.get(id(t), t)
-            hit = next(((p, a, b) for p, a, b, leaf in sharded.local if leaf is owner and leaf is not p), None)
-            if hit is not None:
-                mine[id(hit[0])] = dict(st, **({"master": t} if master is not None and master.keep_master else {}))
     group, me = sharded.dp_group, dist.get_rank()
     for p in sharded.params:
         if not sharded.is_split(p) or id(p) in copy_key or id(p) not in mine:
             continue
-        pieces = [(g, a, b) for q, _, g, a, b, _ in sharded.pieces if q is p]
+        pieces = [(pc.global_rank, pc.start, pc.end) for pc in sharded.pieces if pc.param is p]
         first, key = pieces[0][0], key_of[id(p)]
         for name in sorted(mine[id(p)]):  # the same names on every rank holding rows (one optimizer type)
             value = mine[id(p)][name]

@@ -18,8 +18,8 @@ shard (SP) get theirs summed over the tp group.
 """
 from __future__ import annotations
 
-import collections
 import math
+from typing import NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -153,6 +153,18 @@ def partition_rows(shapes: list[tuple[int, ...]], n: int) -> list[list[tuple[int
     return out
 
 
+class Piece(NamedTuple):
+    """Rows [start, end) of a parameter, stepped by dp rank ``rank`` (``global_rank`` in the world); ``leaf`` is
+    what this rank's optimizer steps (the parameter itself when whole, a row-slice view when split), None on
+    the other ranks."""
+    param: nn.Parameter
+    rank: int
+    global_rank: int
+    start: int
+    end: int
+    leaf: Optional[nn.Parameter]
+
+
 class ShardedAdamW:
     """ZeRO-1/2: the parameters' optimizer states split evenly over the dp ranks (``partition_rows``: a
     parameter that crosses a rank boundary is split by rows, so the rank given the embedding does not hold
@@ -166,22 +178,22 @@ class ShardedAdamW:
         self.dp_group, self.stage = dp_group, stage
         n = _group_size(dp_group)
         self.dp_rank = 0 if n == 1 else dist.get_rank(dp_group)
-        # (parameter, rank in dp, global rank, first row, end row, the tensor the optimizer steps)
-        self.pieces = []
+        world = [dist.get_global_rank(dp_group, r) for r in range(n)] if n > 1 else \
+            [dist.get_rank() if dist.is_initialized() else 0]
+        self.pieces: list[Piece] = []
+        self.split: set[int] = set()  # id() of the parameters stepped in pieces
         for p, parts in zip(params, partition_rows([tuple(p.shape) for p in params], n)):
+            if len(parts) > 1:
+                self.split.add(id(p))
             for r, a, b in parts:
-                whole = len(parts) == 1
-                g = dist.get_global_rank(dp_group, r) if n > 1 else dist.get_rank() if dist.is_initialized() else 0
                 leaf = None
                 if r == self.dp_rank:
-                    leaf = p if whole else nn.Parameter(p.data[a:b], requires_grad=p.requires_grad)
-                self.pieces.append((p, r, g, a, b, leaf))
-        count = collections.Counter(id(p) for p, *_ in self.pieces)
-        self.split = {i for i, k in count.items() if k > 1}  # the parameters stepped in pieces
-        self.local = [(p, a, b, leaf) for p, r, _, a, b, leaf in self.pieces if r == self.dp_rank]
+                    leaf = p if len(parts) == 1 else nn.Parameter(p.data[a:b], requires_grad=p.requires_grad)
+                self.pieces.append(Piece(p, r, world[r], a, b, leaf))
+        self.local = [pc for pc in self.pieces if pc.leaf is not None]
         self._piece_grads: dict[int, torch.Tensor] = {}  # ZeRO-2: id(leaf) -> its reduced rows
         make_optim = make_optim or (lambda ps: torch.optim.AdamW(ps, **adamw_kwargs))
-        self.optim = make_optim([leaf for *_, leaf in self.local]) if self.local else None
+        self.optim = make_optim([pc.leaf for pc in self.local]) if self.local else None
 
     def is_split(self, p) -> bool:
         return id(p) in self.split
@@ -210,7 +222,7 @@ class ShardedAdamW:
     def held_piece_grads(self) -> list[tuple[torch.Tensor, nn.Parameter]]:
         """ZeRO-2: (reduced rows, their parameter) for the split parameters' rows this rank owns (gradient
         clipping counts them: the parameter itself no longer has a gradient here)."""
-        return [(self._piece_grads[id(leaf)], p) for p, a, b, leaf in self.local if id(leaf) in self._piece_grads]
+        return [(self._piece_grads[id(pc.leaf)], pc.param) for pc in self.local if id(pc.leaf) in self._piece_grads]
 
     def full_reduced_grads(self) -> dict[int, torch.Tensor]:
         """ZeRO-2, for tests: every split parameter's whole reduced gradient, assembled over the dp group
@@ -220,16 +232,16 @@ class ShardedAdamW:
             if not self.is_split(p):
                 continue
             full = torch.zeros_like(p, dtype=torch.float32 if hasattr(p, "main_grad") else p.dtype)
-            for q, a, b, leaf in self.local:
-                if q is p and id(leaf) in self._piece_grads:
-                    full[a:b] = self._piece_grads[id(leaf)]
+            for pc in self.local:
+                if pc.param is p and id(pc.leaf) in self._piece_grads:
+                    full[pc.start:pc.end] = self._piece_grads[id(pc.leaf)]
             if _group_size(self.dp_group) > 1:
                 dist.all_reduce(full, group=self.dp_group)
             out[id(p)] = full
         return out
 
     def _bind_grads(self) -> None:
-        for p, a, b, leaf in self.local:
+        for p, _, _, a, b, leaf in self.local:
             if leaf is p:
                 continue
             if self.stage == 2:
@@ -246,7 +258,7 @@ class ShardedAdamW:
         if self.optim is not None:
             self._bind_grads()
             self.optim.step()
-            for p, _, _, leaf in self.local:  # the row views would keep the whole gradient alive
+            for p, *_, leaf in self.local:  # the row views would keep the whole gradient alive
                 if leaf is not p:
                     leaf.grad = None
                     if hasattr(p, "main_grad"):

@@ -294,9 +294,13 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
         all_reduce_bucketed([local_tensor(p.grad) for p in params if p.grad is not None], rt.coords.cp_group,
                             average=True)
     if opts.debug_grad_scale != 1.0:
-        pieces = rt.optimizer.held_piece_grads() if isinstance(rt.optimizer, ShardedAdamW) else ()
-        for g in [grad_of(p) for p in params if grad_of(p) is not None] + [g for g, _ in pieces]:
+        for g in [grad_of(p) for p in params if grad_of(p) is not None] + [g for g, _ in _held_pieces(rt)]:
             local_tensor(g).mul_(opts.debug_grad_scale)
+
+
+def _held_pieces(rt: Runtime) -> list:
+    """ZeRO-2's reduced rows of split parameters this rank owns, with their parameters (ShardedAdamW)."""
+    return rt.optimizer.held_piece_grads() if isinstance(rt.optimizer, ShardedAdamW) else []
 
 
 def clip_gradients(rt: Runtime) -> Optional[torch.Tensor]:
@@ -306,9 +310,9 @@ def clip_gradients(rt: Runtime) -> Optional[torch.Tensor]:
     if max_norm is None:
         return None
     par = rt.plan.parallel
-    pieces = rt.optimizer.held_piece_grads() if isinstance(rt.optimizer, ShardedAdamW) else ()
     return clip_grad_norm(rt.stage_modules, max_norm, tp=par.tp, dp=par.dp, cp=par.cp, pp=par.pp,
-                          zero_stage=par.zero_stage, tied=rt.cfg.tied_embeddings, device=rt.device, pieces=pieces)
+                          zero_stage=par.zero_stage, tied=rt.cfg.tied_embeddings, device=rt.device,
+                          pieces=_held_pieces(rt))
 
 
 def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> None:

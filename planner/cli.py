@@ -752,16 +752,15 @@ def validate(
     except ReferenceFileError as e:
         raise UserError(str(e)) from None
     summary = summarize(cases)
-    # a profile without a set's dtype predicts none of its runs: said once, up front, with the sets it leaves out
-    lacking: dict[str, list[str]] = {}
-    for c in cases:
-        if c.predicted is None and c.note and "has no peak for dtype" in c.note and summary[c.set_name]["runs"] == 0:
-            why = c.note.removeprefix("no feasible plan: ")
-            if c.set_name not in lacking.setdefault(why, []):
-                lacking[why].append(c.set_name)
-    for why, missed in lacking.items():
-        _err(f"note: {len(missed)} set{'s' if len(missed) > 1 else ''} not predicted ({', '.join(missed)}): {why}; "
-             "add that dtype to the profile's peak_dense_tflops to predict them")
+    # a set none of whose runs could be predicted for one reason (a profile without its dtype's peak or its
+    # kernel's speed): said once, up front, grouped by reason, and on the set's summary line
+    missing = {name: {c.note for c in cases if c.set_name == name and c.predicted is None and c.note} for name in names}
+    unpredicted: dict[str, list[str]] = {}
+    for name in names:
+        if summary[name]["runs"] == 0 and len(missing[name]) == 1:
+            unpredicted.setdefault(next(iter(missing[name])), []).append(name)
+    for why, missed in unpredicted.items():
+        _err(f"note: {len(missed)} set{'s' if len(missed) > 1 else ''} not predicted ({', '.join(missed)}): {why}")
     if hardware is not None:  # a profile fitted to a set is not what predicted it here
         for s in summary.values():
             s["fitted"] = None
@@ -789,10 +788,9 @@ def validate(
         s = summary[name]
         fitted = f"; fitted on this set: {s['fitted']}" if s["fitted"] else ""
         sp = f", Spearman {s['spearman']:.2f}" if s["spearman"] is not None else ""
-        reasons = {c.note for c in cases if c.set_name == name and c.predicted is None and c.note}
         errors = (f"median |error| {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%}"
                   if s["median_abs_error"] is not None
-                  else "no prediction" + (f" ({next(iter(reasons))})" if len(reasons) == 1 else ""))
+                  else "no prediction" + (f" ({next(iter(missing[name]))})" if len(missing[name]) == 1 else ""))
         console.print(f"{name}: {s['runs']} runs, {errors}{sp}{fitted}", highlight=False, markup=False)
     # the same runs by the framework each prediction modelled (what `recommend` prints under a plan)
     for fw, f in by_framework.items():

@@ -194,7 +194,7 @@ def test_validate_on_a_profile_that_cannot_time_the_sets_kernel_says_why(capsys)
 
 def test_validate_on_a_profile_without_a_sets_dtype_says_so_up_front(capsys, tmp_path):
     """A profile without fp16's peak predicts none of MT-NLG's fp16 runs: one note on stderr before the tables names
-    the sets left out and the fix, and each set's summary line carries the reason; the bf16 set is predicted."""
+    the sets left out and why, and each set's summary line carries the reason; the bf16 set is predicted."""
     from planner.cli import main
     src = (Path(__file__).resolve().parents[1] / "hardware_profiles" / "h100-sxm-80gb.toml").read_text(encoding="utf-8")
     line = next(x for x in src.splitlines() if x.startswith("peak_dense_tflops"))

@@ -120,7 +120,7 @@ def _run(rank, stage, ckpt):
         checkpoint.load(checkpoint.latest(ckpt), [fresh], again)
         worst = max((p - q).abs().max().item() for p, q in zip(fresh.parameters(), ref))
         fresh_params = list(fresh.parameters())
-        for p, a, b, leaf in again.local:
+        for p, _, _, a, b, leaf in again.local:
             i = next(i for i, q in enumerate(fresh_params) if q is p)
             for key, value in again.optim.state[leaf].items():
                 want = ref_opt.state[ref[i]][key]

@@ -311,13 +311,25 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
             "attention_all": attn_all}
 
 
-def grad_accumulation_time(params, m_micro, precision: str, hw, fused: bool, fsdp2=False, pp=1, shards=1):
+def wgrad_fusion_applies(fused, precision: str, fsdp2, zero_bubble):
+    """Where gradient-accumulation fusion (the weight-gradient GEMM adding into the fp32 main_grad) runs:
+    the master-weights recipe (the fp32 main_grad; modelled for no other recipe), outside FSDP2 (which reduces
+    the 16-bit gradients autograd makes) and outside the zero-bubble schedules with a pipeline (torch's weight
+    pass assigns the dW autograd returns to p.grad).  parplan's runtime applies the same rule
+    (parallel_layers.train.wgrad_fusion_mode)."""
+    rec = PRECISION_RECIPES[precision]
+    return (np.asarray(fused) & bool(rec["master"] and rec["grad"] == 4) & ~np.asarray(fsdp2)
+            & ~np.asarray(zero_bubble))
+
+
+def grad_accumulation_time(params, m_micro, precision: str, hw, fused, fsdp2=False, pp=1, shards=1):
     """Memory-bound gradient passes outside the GEMMs, per step: master-weights upcasts each 16-bit
     gradient into the fp32 main_grad (read 2 + write 4 B/param for the first micro-batch, read 2 +
     read 4 + write 4 for each later one: parplan's runtime's post-accumulate-grad hook); other
     recipes accumulate in their own dtype from the second micro-batch on (read 2x + write 1x the
-    gradient's bytes: autograd's accumulation).  fused (Megatron's gradient_accumulation_fusion):
-    the weight-gradient GEMM accumulates into the buffer itself, no pass.
+    gradient's bytes: autograd's accumulation).  fused (where ``wgrad_fusion_applies``: Megatron's
+    gradient_accumulation_fusion, parplan's runtime on CUDA): the weight-gradient GEMM accumulates into the
+    buffer itself, no pass (the embedding's and the norms' gradients, a small share, are not counted apart).
 
     fsdp2 (ZeRO-3 as FSDP2; torch/distributed/fsdp/_fully_shard, _fsdp_collectives.foreach_reduce and
     _fsdp_param): gradients are computed in the compute dtype gu (16-bit under the master-weights recipes'
@@ -328,8 +340,6 @@ def grad_accumulation_time(params, m_micro, precision: str, hw, fused: bool, fsd
     pipeline that happens every micro-batch; inside torch.distributed.pipelining (pp > 1) the gradients
     stay unsharded to the step's last backward (FSDP2 casts the first to gr, then adds each later one:
     read gr + gu, write gr) and are reduced once."""
-    if fused:
-        return 0.0 * params
     rec = PRECISION_RECIPES[precision]
     m = np.asarray(m_micro)
     later = np.maximum(m - 1, 0)
@@ -343,5 +353,5 @@ def grad_accumulation_time(params, m_micro, precision: str, hw, fused: bool, fsd
     to_shard = (gr + 4 if gr != 4 else 0) / shards
     fsdp_flat = m * (copy_in + to_shard) + later * 12 / shards
     fsdp_pipe = (copy_in if gu != gr else 0) + later * (2 * gr + gu) + 2 * gr + to_shard
-    per_param = np.where(fsdp2, np.where(np.asarray(pp) > 1, fsdp_pipe, fsdp_flat), per_param)
+    per_param = np.where(fsdp2, np.where(np.asarray(pp) > 1, fsdp_pipe, fsdp_flat), np.where(fused, 0.0, per_param))
     return params * per_param / hw.hbm_bytes_per_s

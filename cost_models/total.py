@@ -30,7 +30,8 @@ import numpy as np
 
 from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, block_time, cast_time, column_input_grad_time,
-                      grad_accumulation_time, grad_clip_time, head_time, optimizer_time)
+                      grad_accumulation_time, grad_clip_time, head_time, optimizer_time,
+                      wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      head_on_first_rank, rank_block_counts, zero_shards)
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
@@ -343,8 +344,12 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
                                                                                         head_first))
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
-    opt_t = opt_t + grad_accumulation_time(stage_params, m_micro, tr.precision, hw, tr.grad_accumulation_fusion,
-                                           fsdp2=(zero >= 3) & np.asarray(tr.zero3_fsdp2), pp=pp, shards=shards)
+    fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)
+    zb_pipe = np.isin(lay.schedule, [SCH_INTERLEAVED_ZB, SCH_ZBV]) & (np.asarray(pp) > 1)
+    opt_t = opt_t + grad_accumulation_time(
+        stage_params, m_micro, tr.precision, hw,
+        wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, zb_pipe), fsdp2=fsdp2, pp=pp,
+        shards=shards)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
         held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)

@@ -99,17 +99,25 @@ def _input_grad(grads, weights):
     return gx
 
 
-def _param_grads(grads, x, need_w, need_b):
-    """dW_i = dY_i^T x (over all leading dims) and db_i = sum dY_i, for the ones this pass needs."""
+def _param_grads(grads, x, need_w, need_b, params):
+    """dW_i = dY_i^T x (over all leading dims) and db_i = sum dY_i, for the ones this pass needs.  A weight
+    with a ``fused_wgrad`` kernel (precision.attach_main_grads) gets its dW added into its fp32 main_grad by
+    that GEMM and returns no gradient to autograd."""
     flat = x.flatten(0, -2)
     lead = tuple(range(grads[0].dim() - 1))
-    return ([g.flatten(0, -2).t().matmul(flat) if need else None for g, need in zip(grads, need_w)],
-            [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)])
+    gws = []
+    for g, need, p in zip(grads, need_w, params):
+        kernel = getattr(p, "fused_wgrad", None)
+        if need and kernel is not None:
+            kernel(p, g.flatten(0, -2), flat)
+            need = False
+        gws.append(g.flatten(0, -2).t().matmul(flat) if need else None)
+    return gws, [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)]
 
 
-def _save(ctx, x, weights, group, biases) -> None:
+def _save(ctx, x, weights, group, biases, params) -> None:
     ctx.save_for_backward(x, *weights)
-    ctx.group, ctx.has_bias = group, [b is not None for b in biases]
+    ctx.group, ctx.has_bias, ctx.params = group, [b is not None for b in biases], params
 
 
 def _saved(ctx):
@@ -134,13 +142,14 @@ class _TPLinears(torch.autograd.Function):
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
-    def forward(ctx, x, group, n, *weights_biases):
+    def forward(ctx, x, group, params, *weights_biases):
+        n = len(params)
         weights, biases = weights_biases[:n], weights_biases[n:]
         x = _autocast_input(x)
         # under autocast, keep the 16-bit casts of the weights for the backward, as F.linear's own
         # backward does (the memory model's per-micro-batch casts of the amp recipe)
         weights = [_autocast_input(w) for w in weights]
-        _save(ctx, x, weights, group, biases)
+        _save(ctx, x, weights, group, biases, params)
         return tuple(F.linear(x, w, b) for w, b in zip(weights, biases))
 
     @staticmethod
@@ -149,7 +158,7 @@ class _TPLinears(torch.autograd.Function):
         x, weights, need_x, need_w, need_b = _saved(ctx)
         # in place, beside the weight-gradient matmuls
         finish = _all_reduce_start(_input_grad(grads, weights), ctx.group, owned=True) if need_x else None
-        gws, gbs = _param_grads(grads, x, need_w, need_b)
+        gws, gbs = _param_grads(grads, x, need_w, need_b, ctx.params)
         return (finish() if finish is not None else None, None, None, *gws, *gbs)
 
 
@@ -163,11 +172,12 @@ class _SPGatherLinears(torch.autograd.Function):
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
-    def forward(ctx, x, group, n, *weights_biases):
+    def forward(ctx, x, group, params, *weights_biases):
+        n = len(params)
         weights, biases = weights_biases[:n], weights_biases[n:]
         x = _autocast_input(x)  # at 1/tp the size
         full = _gather(x, SEQ_DIM, group)
-        _save(ctx, x, weights, group, biases)
+        _save(ctx, x, weights, group, biases, params)
         return tuple(F.linear(full, w, b) for w, b in zip(weights, biases))
 
     @staticmethod
@@ -178,21 +188,42 @@ class _SPGatherLinears(torch.autograd.Function):
         gx = _input_grad(grads, weights) if need_x else None
         full = gather() if gather is not None else x  # it completes before the next collective is issued
         reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group, owned=True) if need_x else None  # beside the weight gradients
-        gws, gbs = _param_grads(grads, full, need_w, need_b)
+        gws, gbs = _param_grads(grads, full, need_w, need_b, ctx.params)
         return (reduce() if reduce is not None else None, None, None, *gws, *gbs)
 
 
 def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool):
     """Outputs of column-parallel linears that read the same input x: one all-gather (SP, keeping
     only x's shard for the backward: _SPGatherLinears) or one all-reduce of the input gradient, started
-    before the weight gradients (_TPLinears)."""
-    if _size(tp_group) == 1:  # (SP on a group of one is the identity too)
+    before the weight gradients (_TPLinears).  On a TP group of one, F.linear, unless a weight's gradient
+    is accumulated by a fused GEMM (``fused_wgrad``): then _TPLinears, whose all-reduce is the identity."""
+    weights = [m.weight for m in linears]
+    if _size(tp_group) == 1 and not _fused(weights):  # (SP on a group of one is the identity too)
         return [F.linear(x, m.weight, m.bias) for m in linears]
-    # views: non-leaf edges the Functions' backward can ask the engine about
-    tensors = [t if t is None else t.view_as(t)
-               for t in [x, *[m.weight for m in linears], *[m.bias for m in linears]]]
-    fn = _SPGatherLinears if sequence_parallel else _TPLinears
-    return list(fn.apply(tensors[0], tp_group, len(linears), *tensors[1:]))
+    fn = _SPGatherLinears if sequence_parallel and _size(tp_group) > 1 else _TPLinears
+    return _apply_linears(fn, x, tp_group, weights, [m.bias for m in linears])
+
+
+def _fused(weights) -> bool:
+    return any(getattr(w, "fused_wgrad", None) is not None for w in weights)
+
+
+def _apply_linears(fn, x, group, weights, biases):
+    # views: non-leaf edges the Functions' backward can ask the engine about; the parameters themselves
+    # (a tuple, which autograd passes through) for their main_grad
+    if _fused(weights):
+        return _apply_eager(fn, x, group, weights, biases)
+    tensors = [t if t is None else t.view_as(t) for t in [x, *weights, *biases]]
+    return list(fn.apply(tensors[0], group, tuple(weights), *tensors[1:]))
+
+
+@torch.compiler.disable
+def _apply_eager(fn, x, group, weights, biases):
+    """The fused weight-gradient accumulation outside torch.compile: inside a compiled block (parplan launch's
+    default on CUDA) the linear runs eagerly, a graph break each side, so its backward runs the GEMM that adds
+    into main_grad as the probe tested it (precision.wgrad_fusion_kernel)."""
+    tensors = [t if t is None else t.view_as(t) for t in [x, *weights, *biases]]
+    return list(fn.apply(tensors[0], group, tuple(weights), *tensors[1:]))
 
 
 class ColumnParallelLinear(_ShardedModule):
@@ -232,7 +263,10 @@ class RowParallelLinear(_ShardedModule):
                                               sp_partial_grad=sequence_parallel and self.tp_size > 1))
 
     def forward(self, x):
-        y = F.linear(x, self.weight)  # partial sums, (b, s, out)
+        # partial sums, (b, s, out); through _TPLinears on a group of one (no collective) where the weight
+        # gradient is accumulated by a fused GEMM
+        y = _apply_linears(_TPLinears, x, None, [self.weight], [None])[0] if _fused([self.weight]) \
+            else F.linear(x, self.weight)
         if self.sequence_parallel:
             y = reduce_scatter_to_sequence_parallel_region(y, self.tp_group)  # (b, s/tp, out)
         else:

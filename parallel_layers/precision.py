@@ -75,6 +75,8 @@ def clear_grads(params) -> None:
 
 
 def _accumulate_main_grad(p: torch.Tensor) -> None:
+    if p.grad is None:  # a fused weight-gradient GEMM added into main_grad; autograd ran the hook with nothing
+        return
     if p.main_grad is None:
         p.main_grad = p.grad.float() if p.grad.dtype != torch.float32 else p.grad
     else:
@@ -82,11 +84,79 @@ def _accumulate_main_grad(p: torch.Tensor) -> None:
     p.grad = None
 
 
-def attach_main_grads(params) -> None:
-    """Recipe master-weights: accumulate each backward's gradient into an fp32 ``main_grad``."""
+def attach_main_grads(params, wgrad_kernel=None) -> None:
+    """Recipe master-weights: accumulate each backward's gradient into an fp32 ``main_grad``.
+
+    wgrad_kernel (``wgrad_fusion_kernel``): the linear layers' weight-gradient GEMMs accumulate into
+    ``main_grad`` themselves (``fused_wgrad``, read by ``parallel_layers.layers``), so those weights get no
+    16-bit ``p.grad`` and no upcast pass; the hook still serves every other gradient (embedding lookups,
+    norms, biases)."""
     for p in params:
         p.main_grad = None
         p.register_post_accumulate_grad_hook(_accumulate_main_grad)
+        if wgrad_kernel is not None and p.dtype != torch.float32:
+            p.fused_wgrad = wgrad_kernel
+
+
+# Gradient-accumulation fusion (Megatron-LM's --gradient-accumulation-fusion, its
+# fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32): the weight gradient dW = dY^T X of 16-bit operands
+# is made by one GEMM that adds into the fp32 main_grad (beta = 1), instead of a 16-bit dW that a second pass
+# upcasts and adds (read 2 + 4, write 4 bytes per parameter and micro-batch: cost_models.compute.
+# grad_accumulation_time).  torch >= 2.8 has that GEMM on CUDA: mm/addmm with out_dtype=float32 for
+# bf16/fp16 inputs (pytorch/pytorch#150812).
+
+def _wgrad_accumulate_cuda(p, dy: torch.Tensor, x: torch.Tensor) -> None:
+    """main_grad (+)= dy^T x, fp32 accumulation and output from 16-bit operands, in one cuBLAS GEMM."""
+    if p.main_grad is None:
+        p.main_grad = torch.mm(dy.t(), x, out_dtype=torch.float32)
+    else:
+        torch.addmm(p.main_grad, dy.t(), x, out_dtype=torch.float32, out=p.main_grad)
+
+
+def _wgrad_accumulate_reference(p, dy: torch.Tensor, x: torch.Tensor) -> None:
+    """The same arithmetic for devices without the mixed-dtype GEMM (tests on CPU): the fp32 product of the
+    16-bit operands, added into main_grad.  It upcasts both operands, so it saves no memory traffic."""
+    prod = dy.t().float() @ x.float()
+    if p.main_grad is None:
+        p.main_grad = prod
+    else:
+        p.main_grad.add_(prod)
+
+
+def _cuda_kernel_works(device: torch.device) -> bool:
+    """Whether this torch and GPU run ``_wgrad_accumulate_cuda`` right: twice over a small bf16 product,
+    compared with the fp32 reference (an older torch raises on out_dtype; any failure means no fusion)."""
+    try:
+        g = torch.Generator(device=device).manual_seed(0)
+        dy = torch.randn(64, 48, device=device, generator=g).to(torch.bfloat16)
+        x = torch.randn(64, 32, device=device, generator=g).to(torch.bfloat16)
+
+        class _P:
+            main_grad = None
+        p = _P()
+        _wgrad_accumulate_cuda(p, dy, x)
+        _wgrad_accumulate_cuda(p, dy, x)
+        want = 2 * (dy.t().float() @ x.float())
+        return (p.main_grad.dtype == torch.float32 and p.main_grad.shape == want.shape
+                and bool(torch.allclose(p.main_grad, want, rtol=1e-3, atol=1e-3)))
+    except (RuntimeError, TypeError):
+        return False
+
+
+WGRAD_FUSION_MODES = ("auto", "off", "reference")
+
+
+def wgrad_fusion_kernel(device: torch.device, mode: str = "auto"):
+    """The weight-gradient accumulation kernel the linears use, or None (the hook's separate upcast pass).
+    auto: the CUDA GEMM where this torch and GPU run it right, else None; reference: the upcasting
+    reference on any device (tests of the plumbing on CPU); off: None."""
+    if mode not in WGRAD_FUSION_MODES:
+        raise ValueError(f"wgrad fusion mode {mode!r}; one of {', '.join(WGRAD_FUSION_MODES)}")
+    if mode == "reference":
+        return _wgrad_accumulate_reference
+    if mode == "auto" and device.type == "cuda" and _cuda_kernel_works(device):
+        return _wgrad_accumulate_cuda
+    return None
 
 
 def fold_pending_grads(params, divide: float = 1.0) -> None:

@@ -63,6 +63,7 @@ from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
 from parallel_layers.pipeline import build_schedule, virtual_stage_layers
 from parallel_layers.precision import (
+    WGRAD_FUSION_MODES,
     MasterAdamW,
     attach_main_grads,
     clear_grads,
@@ -71,6 +72,7 @@ from parallel_layers.precision import (
     grad_of,
     param_dtype,
     uses_master_weights,
+    wgrad_fusion_kernel,
 )
 
 LOG_PREFIX = "[parplan]"
@@ -94,6 +96,9 @@ class RunOptions:
     optimizer: str = "adamw"  # "sgd" only for tests that need a scale-sensitive update
     debug_grad_scale: float = 1.0  # test hook: multiply reduced gradients (a deliberately wrong run)
     compile: bool = False  # torch.compile each transformer block (fuses norms, rotary, SwiGLU; GPU default)
+    # master-weights: the linears' weight-gradient GEMMs add into the fp32 main_grad (precision.wgrad_fusion_kernel):
+    # "auto" where the CUDA kernel runs right, "off", or "reference" (its arithmetic on any device, for tests)
+    wgrad_fusion: str = "auto"
     memory_snapshot: Optional[str] = None  # directory: CUDA allocator history of the run, one pickle per rank
 
 
@@ -172,12 +177,32 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         apply_fsdp(modules, mesh["dp"], per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1,
                    mp_policy=fsdp_mixed_precision(plan), offload_policy=_fsdp_offload(plan, device))
     elif plan.training.precision == "master-weights":
-        attach_main_grads(_unique_params(modules))  # fp32 gradient accumulation buffers
+        kernel = wgrad_fusion_kernel(device, wgrad_fusion_mode(plan, opts))
+        rt.extra["wgrad_fusion"] = kernel is not None
+        attach_main_grads(_unique_params(modules), kernel)  # fp32 gradient accumulation buffers
     rt.optimizer = build_optimizer(rt, opts)
     if par.pp > 1:
         rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device,
                                      make_loss_fn(coords.tp_group, plan.model.vocab), scale_grads=not main_grads(rt))
     return rt
+
+
+def _prediction_fuses(plan) -> bool:
+    """Whether the plan's prediction counted the weight gradients as accumulated by the fused GEMM."""
+    from cost_models.compute import wgrad_fusion_applies
+
+    par = plan.parallel
+    return bool(wgrad_fusion_applies(plan.training.grad_accumulation_fusion, plan.training.precision,
+                                     par.zero_stage == 3, par.schedule in ZERO_BUBBLE and par.pp > 1))
+
+
+def wgrad_fusion_mode(plan, opts: RunOptions) -> str:
+    """opts.wgrad_fusion, off where the runtime cannot fuse: the zero-bubble schedules with a pipeline (torch's
+    weight pass asks autograd for dW, which it then assigns to p.grad: pipeline.just_in_time_receives).  The
+    cost model applies the same rule (cost_models.compute.wgrad_fusion_applies)."""
+    if plan.parallel.schedule in ZERO_BUBBLE and plan.parallel.pp > 1:
+        return "off"
+    return opts.wgrad_fusion
 
 
 def _unique_params(modules) -> list:
@@ -442,7 +467,8 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     dist.all_gather_object(params_per_rank, rt.local_params)
     if dist.get_rank() != 0:
         return None
-    return build_report(plan, opts, device, steps, memories, params_per_rank)
+    return build_report(plan, opts, device, steps, memories, params_per_rank,
+                        wgrad_fusion=rt.extra.get("wgrad_fusion"))
 
 
 def _build_and_train(plan, opts: RunOptions, device: torch.device):
@@ -514,9 +540,10 @@ def _cpu_math(plan) -> str:
 
 
 def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
-                 comparable: Optional[bool] = None) -> dict:
+                 comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
-    comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise."""
+    comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
+    wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad)."""
     if comparable is None:
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
@@ -553,9 +580,15 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
                       "predicted": predicted, "error": _rel_error(predicted, max(traced))}
         if amp:
             cpu_memory["note"] = "amp runs in fp32 on the CPU (no autocast): not comparable with its 16-bit prediction"
+    notes = [] if comparable else [f"{device.type}: {_cpu_math(plan)}; not comparable with the prediction for "
+                                   f"{plan.hardware.name}, so error is null"]
+    if wgrad_fusion is not None and wgrad_fusion != _prediction_fuses(plan):
+        notes.append(f"the runtime {'did' if wgrad_fusion else 'did not'} fuse the gradient accumulation into the "
+                     f"weight-gradient GEMMs; the prediction assumed it {'did not' if wgrad_fusion else 'did'}")
     return {
         "plan": json.loads(plan.model_dump_json()),
         "device": device.type if device.type != "cuda" else torch.cuda.get_device_name(device),
+        "wgrad_fusion": wgrad_fusion,
         "torch_version": torch.__version__,
         "world_size": len(memories),
         "warmup_steps": warmup,
@@ -569,8 +602,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "model_flops_per_token": model_flops_per_token(plan),
         "prediction": json.loads(plan.prediction.model_dump_json()) if plan.prediction else None,
         "error": error,
-        "notes": [] if comparable else [f"{device.type}: {_cpu_math(plan)}; not comparable with the prediction for "
-                                        f"{plan.hardware.name}, so error is null"],
+        "notes": notes,
     }
 
 
@@ -618,6 +650,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help=argparse.SUPPRESS)
     ap.add_argument("--debug-grad-scale", type=float, default=1.0, help=argparse.SUPPRESS)
     ap.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
+    ap.add_argument("--wgrad-fusion", choices=list(WGRAD_FUSION_MODES), default="auto",
+                    help="master-weights: accumulate weight gradients into fp32 main_grad inside the GEMM (auto: on "
+                         "CUDA where torch has the fp32-output GEMM; reference: its arithmetic on any device)")
     ap.add_argument("--memory-snapshot", help="directory: record the CUDA allocator's history and dump it per rank")
     return ap.parse_args(argv)
 
@@ -628,7 +663,7 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
                       resume_step=a.resume_step,
                       warmup_steps=a.warmup_steps, dump_grads=a.dump_grads, optimizer=a.optimizer,
                       debug_grad_scale=a.debug_grad_scale, compile=a.compile,
-                      memory_snapshot=a.memory_snapshot)
+                      memory_snapshot=a.memory_snapshot, wgrad_fusion=a.wgrad_fusion)
 
 
 def write_report(report: dict, path: str) -> None:

@@ -112,8 +112,10 @@ FRAMEWORK_SEARCHED_ZEROS: dict[str, tuple[int, ...]] = {"megatron": (0, 1, 3)}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     # parplan's runtime reduces the gradients after the whole backward and ZeRO-1/2 broadcast the stepped
     # parameters after the optimizer (parallel_layers.train.reduce_gradients, data_parallel.ShardedAdamW): nothing
-    # of it hides behind compute (FSDP2's ZeRO-3 does overlap: that term does not read this flag)
-    "parplan": {"overlap_grad_reduce": False},
+    # of it hides behind compute (FSDP2's ZeRO-3 does overlap: that term does not read this flag).  Its linears'
+    # weight-gradient GEMMs add into the fp32 main_grad on CUDA (torch >= 2.8; precision.wgrad_fusion_kernel)
+    # where the recipe is master-weights, outside FSDP2 and the zero-bubble schedules (compute.wgrad_fusion_applies)
+    "parplan": {"overlap_grad_reduce": False, "grad_accumulation_fusion": True},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
                  "fused_cross_entropy": True, "overlap_cp_comm": True},
     # Megatron-DeepSpeed turns the asynchronous input-gradient all-reduce off by default

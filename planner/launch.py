@@ -398,9 +398,10 @@ def check_runtime_support(plan, device: str) -> Check:
             warnings.append("the runtime's ZeRO-2 holds full gradients through the backward and reduces them once per "
                             "step; the prediction assumes them sharded per micro-batch (zero2_grad_reduce per-step "
                             "models the runtime)")
-        if t.grad_accumulation_fusion:
-            warnings.append("the prediction assumes Megatron's fused gradient accumulation, which the runtime does not "
-                            "do (it upcasts per micro-batch); `parplan evaluate` the plan with it off to compare")
+        if t.grad_accumulation_fusion and device != "cuda" and t.precision == "master-weights" and p.zero_stage != 3:
+            warnings.append("the prediction assumes fused gradient accumulation, which the runtime does only on CUDA "
+                            "(on this device it upcasts per micro-batch); `parplan evaluate` the plan with "
+                            "grad_accumulation_fusion off to compare")
         if t.zero1_grad_reduce == "reduce-scatter" and p.zero_stage == 1 and p.dp > 1:
             warnings.append("the prediction assumes ZeRO-1 reduce-scatters the gradients; the runtime all-reduces them "
                             "(twice the bytes); `parplan evaluate` the plan with zero1_grad_reduce all-reduce to compare")
@@ -455,9 +456,10 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
                   checkpoint_every: int = 0, resume: bool = False, resume_step: Optional[int] = None,
                   data: Optional[str] = None,
                   compile_blocks: bool = False, memory_snapshot: Optional[str] = None,
-                  data_dtype: Optional[str] = None) -> list[str]:
+                  data_dtype: Optional[str] = None, wgrad_fusion: Optional[str] = None) -> list[str]:
     """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
-    `parallel_layers.train`."""
+    `parallel_layers.train`.  wgrad_fusion: the runtime's --wgrad-fusion (launch passes "off" for a plan
+    predicted without fused gradient accumulation, so the run does what was predicted)."""
     argv = [sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1:
         argv += ["--standalone"]
@@ -478,6 +480,8 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
         argv += ["--compile"]
     if memory_snapshot:
         argv += ["--memory-snapshot", str(memory_snapshot)]
+    if wgrad_fusion:
+        argv += ["--wgrad-fusion", wgrad_fusion]
     return argv
 
 
@@ -799,7 +803,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                          node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, checkpoint_dir=checkpoint_dir,
                          checkpoint_every=checkpoint_every, resume=resume, resume_step=resume_step, data=data,
                          compile_blocks=(device == "cuda" and plan.training.fused_elementwise) if compile is None else compile,
-                         memory_snapshot=memory_snapshot, data_dtype=data_dtype)
+                         memory_snapshot=memory_snapshot, data_dtype=data_dtype,
+                         wgrad_fusion=None if plan.training.grad_accumulation_fusion else "off")
     failed = [c for c in checks if not c.ok]
     if dry_run:
         for c in checks:

@@ -148,8 +148,10 @@ class Training(Strict):
         "stage 2, FSDP without no_sync) at m times the reduce-scatter traffic.")
     grad_accumulation_fusion: bool = Field(
         False, description="Weight-gradient GEMMs accumulate straight into the fp32 gradient buffer (Megatron-LM's "
-        "gradient_accumulation_fusion, on by default there). Off = a separate memory-bound pass per micro-batch upcasts or "
-        "adds each gradient into the buffer, as parplan's runtime, DeepSpeed and FSDP do.")
+        "gradient_accumulation_fusion, on by default there; parplan's runtime on CUDA with torch >= 2.8, its default "
+        "since 2026-11-24). Applies to the master-weights recipe only, outside FSDP2 and the zero-bubble schedules. "
+        "Off = a separate memory-bound pass per micro-batch upcasts or adds each gradient into the buffer, as "
+        "DeepSpeed and FSDP do. Absent (plans written before 2026-11-24) = off.")
     p2p_scatter_gather: bool = Field(
         False, description="Without sequence parallelism, each tensor-parallel rank sends only its 1/tp slice of the "
         "activation to the next pipeline stage, which all-gathers it over the tensor-parallel group (Megatron-LM's "

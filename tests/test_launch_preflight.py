@@ -51,6 +51,17 @@ def test_dry_run_with_failed_checks_shows_placeholders_not_none(plan8, capsys):
     assert "None" not in out and "2 check(s) failed" in err and "0 ranks" not in err
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_run_fuses_gradient_accumulation_as_the_plan_predicted(tmp_path, capsys, fused):
+    """A plan predicted without fused accumulation (--no-grad-accumulation-fusion, or written before the runtime
+    had it) runs the main_grad hook; one predicted with it leaves the runtime its default (auto: on CUDA)."""
+    plan = tiny_plan(tp=2, pp=2, dp=2, precision="master-weights")
+    plan.training.grad_accumulation_fusion = fused
+    assert L.launch(write_plan(plan, tmp_path / "plan.json"), dry_run=True, device="cpu") == 0
+    out, _ = capsys.readouterr()
+    assert ("--wgrad-fusion off" in out) is not fused
+
+
 def test_memory_snapshot_reaches_the_runtime_on_cuda_and_on_cpu(plan8, capsys, monkeypatch):
     argv = L.torchrun_argv("p.json", nproc=1, steps=2, device="cuda", report="r.json", memory_snapshot="snap")
     assert argv[-2:] == ["--memory-snapshot", "snap"]
@@ -213,7 +224,6 @@ def test_runtime_support_check(change, ok, words):
 
 
 @pytest.mark.parametrize("flag, pp, sp, warned", [
-    ("grad_accumulation_fusion", 1, False, True),
     ("p2p_scatter_gather", 2, False, True),
     ("p2p_scatter_gather", 2, True, False),   # with SP the runtime sends 1/tp slices too
     ("p2p_scatter_gather", 1, False, False),  # no pipeline, nothing to send
@@ -225,6 +235,19 @@ def test_runtime_support_warns_about_megatron_only_assumptions(flag, pp, sp, war
     c = L.check_runtime_support(plan, "cpu")
     assert c.ok
     assert ("Megatron" in c.detail) is warned
+
+
+@pytest.mark.parametrize("precision, device, warned", [
+    ("master-weights", "cpu", True),    # the runtime fuses on CUDA only
+    ("master-weights", "cuda", False),
+    ("fp32", "cpu", False),             # no main_grad: the prediction does not count fusion either
+])
+def test_runtime_support_warns_when_fused_accumulation_cannot_run(precision, device, warned):
+    plan = tiny_plan(tp=2, pp=1, dp=1, seq_len=32, precision=precision)
+    plan.training.grad_accumulation_fusion = True
+    c = L.check_runtime_support(plan, device)
+    assert c.ok
+    assert ("fused gradient accumulation" in c.detail) is warned
 
 
 def test_runtime_support_warns_when_zero1_is_predicted_with_reduce_scatter():

@@ -242,3 +242,12 @@ def test_cp_resume_in_another_cp_layout(runs):
     assert saved_tp(str(runs / "cp-resume" / "ckpt" / "step_00000002")) == 2
     assert not check_resume(str(runs / "cp-resume" / "ckpt"), 2, 3, tp=1).ok
     assert check_resume(str(runs / "cp-resume" / "ckpt"), 2, 3, tp=2).ok
+
+
+def test_the_fused_gradient_accumulation_case_fused(runs):
+    """The case that asks for the fused weight-gradient accumulation ran it (its losses and gradients are
+    compared with the unfused one-rank run above): a silent fallback to the hook would pass those too."""
+    fused = [c for c, (_, _, o) in suite.PARALLEL_CASES.items() if o.get("wgrad_fusion") == "reference"]
+    assert fused
+    for case in fused:
+        assert report(runs, case)["wgrad_fusion"] is True, case

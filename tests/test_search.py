@@ -289,7 +289,10 @@ def test_framework_sets_the_stack_defaults_and_explicit_flags_win():
     kw = dict(seq_len=64, global_batch_size=4, suggest=False)
     parplan = recommend(spec, 2, **kw).training
     assert (parplan.framework, parplan.grad_accumulation_fusion, parplan.p2p_scatter_gather,
-            parplan.zero1_grad_reduce) == ("parplan", False, False, "all-reduce")
+            parplan.zero1_grad_reduce) == ("parplan", True, False, "all-reduce")
+    # parplan's runtime fuses the gradient accumulation (on CUDA); DeepSpeed and torchtitan do not
+    for fw in ("deepspeed", "torchtitan"):
+        assert recommend(spec, 2, framework=fw, **kw).training.grad_accumulation_fusion is False
     meg = recommend(spec, 2, framework="megatron", **kw).training
     assert meg.framework == "megatron"
     for k, v in FRAMEWORK_DEFAULTS["megatron"].items():

@@ -56,6 +56,12 @@ PARALLEL_CASES = {
     # sequence-parallel (tp) gradient sums on main_grad; compared with the one-rank
     # master-weights run at the bf16 tolerances of test_runtime_multirank
     "gpt-tied-master-weights-zero2-sp": (TINY_GPT, dict(zero_stage=2, sp=True, precision="master-weights"), {}),
+    # gradient-accumulation fusion (the linears' dW added into main_grad by the GEMM; its reference arithmetic on
+    # the CPU): SP's gathered linears, the row-parallel ones, the tied head's copy on the last stage, inside the
+    # full-recompute checkpoint, then ZeRO-1's split states
+    "gpt-tied-master-weights-fused-zero1-sp-full": (TINY_GPT, dict(zero_stage=1, sp=True, recompute="full",
+                                                                   precision="master-weights"),
+                                                    {"wgrad_fusion": "reference"}),
     # zero-bubble weight gradients bypass the main_grad hook and are folded in after the schedule
     "gpt-tied-master-weights-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, precision="master-weights"), {}),
     # FSDP2 MixedPrecisionPolicy(bf16 params, bf16 reduce) over fp32 shards

@@ -61,6 +61,11 @@ def grid() -> list[tuple[str, list[str]]]:
     # gradient clipping (on by default since 2026-11-23): the same run without it, for the clipping passes'
     # share of the after-backward phase (cost_models.compute.grad_clip_time)
     out.append(("llama-1.3b-mbs4-none-noclip", llama13 + ["--recompute", "none", "--clip-grad", "0"]))
+    # gradient-accumulation fusion (parplan's runtime since 2026-11-24, not yet on a GPU): eight micro-batches of one,
+    # the weight gradients added into main_grad by the GEMM, and the same plan predicted and run with the upcast pass
+    accum8 = llama13[:-4] + ["--mbs", "1", "--global-batch-size", "8", "--recompute", "none"]
+    out.append(("llama-1.3b-mbs1-accum8", accum8))
+    out.append(("llama-1.3b-mbs1-accum8-unfused", accum8 + ["--no-grad-accumulation-fusion"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",

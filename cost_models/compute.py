@@ -329,7 +329,8 @@ def grad_accumulation_time(params, m_micro, precision: str, hw, fused, fsdp2=Fal
     recipes accumulate in their own dtype from the second micro-batch on (read 2x + write 1x the
     gradient's bytes: autograd's accumulation).  fused (where ``wgrad_fusion_applies``: Megatron's
     gradient_accumulation_fusion, parplan's runtime on CUDA): the weight-gradient GEMM accumulates into the
-    buffer itself, no pass (the embedding's and the norms' gradients, a small share, are not counted apart).
+    buffer itself, no pass; the caller (total.py) then passes only the parameters whose gradients no GEMM makes
+    (the embedding's, a lookup's; the norms' 2h per layer are left out).
 
     fsdp2 (ZeRO-3 as FSDP2; torch/distributed/fsdp/_fully_shard, _fsdp_collectives.foreach_reduce and
     _fsdp_param): gradients are computed in the compute dtype gu (16-bit under the master-weights recipes'

@@ -346,10 +346,11 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)
     zb_pipe = np.isin(lay.schedule, [SCH_INTERLEAVED_ZB, SCH_ZBV]) & (np.asarray(pp) > 1)
-    opt_t = opt_t + grad_accumulation_time(
-        stage_params, m_micro, tr.precision, hw,
-        wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, zb_pipe), fsdp2=fsdp2, pp=pp,
-        shards=shards)
+    # with fusion the linears' gradients need no pass; the embedding's (a lookup's, not a GEMM's) still does, on the
+    # first stage (counted on the heaviest; the norms' 2h per layer are left out)
+    fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, zb_pipe)
+    opt_t = opt_t + grad_accumulation_time(np.where(fused, emb_params, stage_params), m_micro, tr.precision, hw,
+                                           False, fsdp2=fsdp2, pp=pp, shards=shards)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
         held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)

@@ -323,7 +323,13 @@ def check_folder(option: str, path: str) -> Check | None:
     return None
 
 
-def check_runtime_support(plan, device: str) -> Check:
+def _torch_older_than(version: Optional[str], major_minor: tuple[int, int]) -> bool:
+    """Whether a torch version string ("2.7.1+cu126") is older than (major, minor); False when unreadable."""
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return bool(m) and (int(m.group(1)), int(m.group(2))) < major_minor
+
+
+def check_runtime_support(plan, device: str, torch_version: Optional[str] = None) -> Check:
     """What parallel_layers does not run (yet), caught before any rank starts."""
     from .core import TORCH_PIPELINING
     p, t = plan.parallel, plan.training
@@ -398,10 +404,13 @@ def check_runtime_support(plan, device: str) -> Check:
             warnings.append("the runtime's ZeRO-2 holds full gradients through the backward and reduces them once per "
                             "step; the prediction assumes them sharded per micro-batch (zero2_grad_reduce per-step "
                             "models the runtime)")
-        if t.grad_accumulation_fusion and device != "cuda" and t.precision == "master-weights" and p.zero_stage != 3:
-            warnings.append("the prediction assumes fused gradient accumulation, which the runtime does only on CUDA "
-                            "(on this device it upcasts per micro-batch); `parplan evaluate` the plan with "
-                            "grad_accumulation_fusion off to compare")
+        if t.grad_accumulation_fusion and t.precision == "master-weights" and p.zero_stage != 3:
+            # the fp32-output GEMM of 16-bit operands: torch >= 2.8 on CUDA (parallel_layers.precision)
+            if device != "cuda" or _torch_older_than(torch_version, (2, 8)):
+                where = "on this device" if device != "cuda" else f"with torch {torch_version}"
+                warnings.append(f"the prediction assumes fused gradient accumulation, which the runtime does only on "
+                                f"CUDA with torch >= 2.8 ({where} it upcasts per micro-batch); `parplan evaluate` the "
+                                "plan with grad_accumulation_fusion off to compare")
         if t.zero1_grad_reduce == "reduce-scatter" and p.zero_stage == 1 and p.dp > 1:
             warnings.append("the prediction assumes ZeRO-1 reduce-scatters the gradients; the runtime all-reduces them "
                             "(twice the bytes); `parplan evaluate` the plan with zero1_grad_reduce all-reduce to compare")
@@ -758,7 +767,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     device, dev_check = resolve_device(device, machine)
     checks.append(dev_check)
     nproc, world_check = check_world(plan, device, machine, nnodes, nproc_per_node)
-    checks += [world_check, check_runtime_support(plan, device), check_rendezvous(nnodes, node_rank, rdzv_endpoint),
+    checks += [world_check, check_runtime_support(plan, device, machine.torch_version),
+               check_rendezvous(nnodes, node_rank, rdzv_endpoint),
                check_hardware(plan, device, machine), check_memory(plan, device, machine, nproc)]
     if data and not Path(data).is_file():
         checks.append(Check("data", False, f"{data} is not a file", "pass a flat uint16/uint32 token file"))

@@ -237,15 +237,17 @@ def test_runtime_support_warns_about_megatron_only_assumptions(flag, pp, sp, war
     assert ("Megatron" in c.detail) is warned
 
 
-@pytest.mark.parametrize("precision, device, warned", [
-    ("master-weights", "cpu", True),    # the runtime fuses on CUDA only
-    ("master-weights", "cuda", False),
-    ("fp32", "cpu", False),             # no main_grad: the prediction does not count fusion either
+@pytest.mark.parametrize("precision, device, torch_version, warned", [
+    ("master-weights", "cpu", "2.13.0", True),          # the runtime fuses on CUDA only
+    ("master-weights", "cuda", "2.11.0+cu128", False),
+    ("master-weights", "cuda", "2.7.1+cu126", True),    # before torch's fp32-output GEMM (2.8)
+    ("master-weights", "cuda", None, False),            # unknown: the run's probe decides, and its report says
+    ("fp32", "cpu", "2.13.0", False),                   # no main_grad: the prediction does not count fusion either
 ])
-def test_runtime_support_warns_when_fused_accumulation_cannot_run(precision, device, warned):
+def test_runtime_support_warns_when_fused_accumulation_cannot_run(precision, device, torch_version, warned):
     plan = tiny_plan(tp=2, pp=1, dp=1, seq_len=32, precision=precision)
     plan.training.grad_accumulation_fusion = True
-    c = L.check_runtime_support(plan, device)
+    c = L.check_runtime_support(plan, device, torch_version)
     assert c.ok
     assert ("fused gradient accumulation" in c.detail) is warned
 

@@ -164,6 +164,9 @@ class TrainingConsts:
     # averages the cp replicas with an all-reduce of their own after the backward
     # (parallel_layers/train.py reduce_gradients)
     zero_over_cp: bool = False
+    # the 16-bit-gradient fused cross-entropy (cross_entropy_16bit_grad) as parplan's runtime runs it: chunks of
+    # eager kernels (layers._FusedVocabParallelCE), which save flash-attn's memory but not its traffic
+    ce_eager_chunks: bool = False
 
     @property
     def eager_saves_more(self) -> bool:

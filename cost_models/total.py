@@ -29,7 +29,8 @@ from dataclasses import replace
 import numpy as np
 
 from . import comm, zero3
-from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, block_time, cast_time, column_input_grad_time,
+from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTES_PER_LOGIT_PARPLAN_FUSED, block_time,
+                      cast_time, column_input_grad_time,
                       grad_accumulation_time, grad_clip_time, head_time, optimizer_time,
                       wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
@@ -193,8 +194,10 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # into the sequence shards, half of it (Megatron's VocabParallelEmbedding; forward only)
     emb_comm = np.where(sp_on, 0.5, 1.0)
     emb_time = emb_comm * t_ar + tokens_mb * m.hidden * act_b * 2 / hw.hbm_bytes_per_s
-    h_f, h_b = head_time(m, lay, hw, CE_BYTES_PER_LOGIT_FLASH_ATTN if tr.cross_entropy_16bit_grad
-                         else CE_BYTES_PER_LOGIT)
+    ce_bytes = CE_BYTES_PER_LOGIT
+    if tr.fused_cross_entropy and tr.cross_entropy_16bit_grad:
+        ce_bytes = CE_BYTES_PER_LOGIT_PARPLAN_FUSED if tr.ce_eager_chunks else CE_BYTES_PER_LOGIT_FLASH_ATTN
+    h_f, h_b = head_time(m, lay, hw, ce_bytes)
     head_t = h_f + h_b
     single = np.asarray(pp) == 1
     # the head runs on the last pipeline rank, or on rank 0 (memory.rank_params places its parameters the same way)

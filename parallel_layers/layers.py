@@ -299,6 +299,92 @@ class VocabParallelEmbedding(_ShardedModule):
         return reduce_from_tp_region(y, self.tp_group)
 
 
+# Rows of logits the fused cross-entropy upcasts to fp32 at a time: a chunk's fp32 copy stays under this many bytes
+# and under 1/16 of the logits' own bytes, so it adds at most 1/32 to the loss's peak of logits and gradient
+# (which the memory model counts: cost_models.memory.logits_bytes, fused with grad_16bit)
+CE_CHUNK_BYTES = 64 * 2**20
+
+
+def _ce_chunk_rows(flat: torch.Tensor) -> int:
+    n, v = flat.shape
+    return max(1, min(CE_CHUNK_BYTES, n * v * flat.element_size() // 16) // (4 * v))
+
+
+class _FusedVocabParallelCE(torch.autograd.Function):
+    """Mean token cross-entropy over vocabulary-split logits that keeps them in their own dtype: what flash-attn's
+    cross-entropy (flash_attn/ops/triton/cross_entropy.py, llm-foundry's default loss) keeps, in plain torch.
+    Forward: per chunk of rows, log_softmax upcast to fp32 gives the chunk's log-sum-exp (z_0 - log p_0), then
+    over TP one all-reduce of the maxima and one of the rescaled sums and target logits; saves the logits and
+    per-row fp32 statistics.  Backward: per chunk, softmax upcast to fp32, rescaled to the global log-sum-exp
+    and by the incoming gradient, minus it at the target, written in the logits' dtype into one new tensor
+    (torch.empty_like).  Memory at its peak: the logits and their gradient, 2 x their bytes
+    (cost_models.memory.logits_bytes, fused with grad_16bit), and one fp32 chunk (_ce_chunk_rows: at most 1/16
+    of the logits' bytes, uncounted).  Traffic, eager kernels, per logit: forward the upcast (2 + 4) and
+    log_softmax's max, sum and write passes (4 + 4 + 4 + 4); backward the upcast, softmax's passes, the scaling
+    (4 + 4) and the cast into the gradient (4 + 2): 58 bytes (compute.CE_BYTES_PER_LOGIT_PARPLAN_FUSED), where
+    flash-attn's one Triton pass each way moves 6 and the autograd loss 52; what it saves is memory."""
+
+    @staticmethod
+    def forward(ctx, logits, target, tp_group, vocab):
+        v_local = logits.shape[-1]
+        flat = logits.reshape(-1, v_local)
+        t = target.reshape(-1)
+        start = _rank(tp_group) * v_local
+        pad_from = v_local if vocab is None else max(0, min(v_local, vocab - start))  # local columns past the vocab
+        rows = _ce_chunk_rows(flat)
+        n = flat.shape[0]
+        lse_local = torch.empty(n, dtype=torch.float32, device=logits.device)
+        for r0 in range(0, n, rows):
+            z = flat[r0:r0 + rows, :pad_from]
+            logp0 = torch.log_softmax(z, dim=-1, dtype=torch.float32)[:, 0]
+            lse_local[r0:r0 + rows] = z[:, 0].float() - logp0
+            del logp0
+        inside = (t >= start) & (t < start + v_local)
+        local_t = (t - start).masked_fill(~inside, 0)
+        picked = flat.gather(-1, local_t.unsqueeze(-1)).squeeze(-1).float().masked_fill(~inside, 0.0)
+        lse = lse_local
+        if _size(tp_group) > 1:
+            m = lse_local.clone()
+            dist.all_reduce(m, op=dist.ReduceOp.MAX, group=tp_group)
+            total = (lse_local - m).exp_()
+            dist.all_reduce(total, group=tp_group)
+            lse = m + total.log_()
+            dist.all_reduce(picked, group=tp_group)
+        ctx.save_for_backward(logits, lse_local, lse, local_t, inside)
+        ctx.pad_from, ctx.rows = pad_from, rows
+        return (lse - picked).mean()
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        logits, lse_local, lse, local_t, inside = ctx.saved_tensors
+        v_local = logits.shape[-1]
+        flat = logits.reshape(-1, v_local)
+        n = flat.shape[0]
+        grad = torch.empty_like(logits)
+        gflat = grad.view(-1, v_local)
+        if ctx.pad_from < v_local:
+            gflat[:, ctx.pad_from:] = 0  # the padding's logits were masked out of the softmax
+        scale = grad_out.float() / n
+        # softmax over this rank's columns times exp(lse_local - lse) is the global softmax there
+        row_scale = (lse_local - lse).exp_().mul_(scale)
+        rows, pad_from = ctx.rows, ctx.pad_from
+        for r0 in range(0, n, rows):
+            p = torch.softmax(flat[r0:r0 + rows, :pad_from], dim=-1, dtype=torch.float32)
+            p.mul_(row_scale[r0:r0 + rows].unsqueeze(-1))
+            idx = torch.nonzero(inside[r0:r0 + rows]).squeeze(-1)
+            p[idx, local_t[r0:r0 + rows][idx]] -= scale
+            gflat[r0:r0 + rows, :pad_from] = p
+            del p
+        return grad, None, None, None
+
+
+def fused_vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp_group,
+                                       vocab: int | None = None) -> torch.Tensor:
+    """vocab_parallel_cross_entropy's value and gradient without an fp32 copy of the logits
+    (_FusedVocabParallelCE); the gradient is in the logits' dtype (flash-attn's, llm-foundry's)."""
+    return _FusedVocabParallelCE.apply(logits, target, tp_group, vocab)
+
+
 def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp_group,
                                  vocab: int | None = None) -> torch.Tensor:
     """Mean token cross-entropy of logits split over the vocabulary (last dim) across TP.

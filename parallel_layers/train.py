@@ -58,7 +58,7 @@ from parallel_layers.data_parallel import (
     sync_sequence_parallel_grads,
     sync_tied_embedding_grads,
 )
-from parallel_layers.layers import vocab_parallel_cross_entropy
+from parallel_layers.layers import fused_vocab_parallel_cross_entropy, vocab_parallel_cross_entropy
 from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
 from parallel_layers.pipeline import build_schedule, virtual_stage_layers
@@ -183,7 +183,8 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     rt.optimizer = build_optimizer(rt, opts)
     if par.pp > 1:
         rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device,
-                                     make_loss_fn(coords.tp_group, plan.model.vocab), scale_grads=not main_grads(rt))
+                                     make_loss_fn(coords.tp_group, plan.model.vocab, fused_loss(plan)),
+                                     scale_grads=not main_grads(rt))
     return rt
 
 
@@ -254,10 +255,20 @@ def build_optimizer(rt: Runtime, opts: RunOptions):
     return torch.optim.AdamW(params, **kwargs)
 
 
-def make_loss_fn(tp_group, vocab: int | None = None) -> Callable:
+def make_loss_fn(tp_group, vocab: int | None = None, fused: bool = False) -> Callable:
+    """The loss: the autograd cross-entropy over fp32 logits, or (fused: a plan predicted with flash-attn's
+    cross-entropy, training.fused_cross_entropy and cross_entropy_16bit_grad) the chunked one that keeps the
+    logits and their gradient in their own dtype."""
+    ce = fused_vocab_parallel_cross_entropy if fused else vocab_parallel_cross_entropy
+
     def loss_fn(logits, target):
-        return vocab_parallel_cross_entropy(logits, target, tp_group, vocab)
+        return ce(logits, target, tp_group, vocab)
     return loss_fn
+
+
+def fused_loss(plan) -> bool:
+    """Whether the plan's prediction counts the 16-bit-gradient fused cross-entropy the runtime runs then."""
+    return plan.training.fused_cross_entropy and plan.training.cross_entropy_16bit_grad
 
 
 def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -> Optional[float]:
@@ -265,7 +276,7 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     stage (None elsewhere).  Gradients end up as the mean over the replica's micro-batches."""
     nmb = rt.plan.training.num_microbatches
     if rt.schedule is None:
-        loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab)
+        loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab, fused_loss(rt.plan))
         losses = []
         for x, y in zip(inputs.chunk(nmb), targets.chunk(nmb)):
             loss = loss_fn(rt.stage_modules[0](x), y)

@@ -115,7 +115,10 @@ FRAMEWORK_DEFAULTS: dict[str, dict] = {
     # of it hides behind compute (FSDP2's ZeRO-3 does overlap: that term does not read this flag).  Its linears'
     # weight-gradient GEMMs add into the fp32 main_grad on CUDA (torch >= 2.8; precision.wgrad_fusion_kernel)
     # where the recipe is master-weights, outside FSDP2 and the zero-bubble schedules (compute.wgrad_fusion_applies)
-    "parplan": {"overlap_grad_reduce": False, "grad_accumulation_fusion": True},
+    # Its loss keeps the logits and their gradient in their own dtype (layers.fused_vocab_parallel_cross_entropy,
+    # flash-attn's cross-entropy in torch) where the plan says so: its default since 2026-11-24.
+    "parplan": {"overlap_grad_reduce": False, "grad_accumulation_fusion": True, "fused_cross_entropy": True,
+                "cross_entropy_16bit_grad": True},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
                  "fused_cross_entropy": True, "overlap_cp_comm": True},
     # Megatron-DeepSpeed turns the asynchronous input-gradient all-reduce off by default
@@ -174,7 +177,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           clip_grad=tr.clip_grad is not None, clip_scales_always=tr.framework != "megatron",
                           eager_runtime="parplan" if tr.framework == "parplan" else "torchtitan",
                           cp_overlap_local_chunk_only=tr.framework == "torchtitan",
-                          zero_over_cp=tr.framework != "parplan")
+                          zero_over_cp=tr.framework != "parplan", ce_eager_chunks=tr.framework == "parplan")
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):

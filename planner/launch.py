@@ -421,11 +421,11 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
             warnings.append("the prediction assumes context parallelism's K/V exchange overlapped with the attention "
                             "(ring attention); the runtime all-gathers before it; `parplan evaluate` the plan with "
                             "overlap_cp_comm off to compare")
-        if t.fused_cross_entropy:
-            kind = "flash-attn's (16-bit gradient)" if t.cross_entropy_16bit_grad else "Megatron's fused"
-            warnings.append(f"the prediction counts {kind} cross-entropy's memory; the runtime's loss is an "
-                            "autograd cross-entropy over fp32 logits (12 B a logit at its backward); `parplan "
-                            "evaluate` the plan with fused_cross_entropy off to compare")
+        if t.fused_cross_entropy and not t.cross_entropy_16bit_grad:
+            warnings.append("the prediction counts Megatron's fused cross-entropy's memory (an fp32 softmax written "
+                            "over in place); the runtime runs the autograd cross-entropy over fp32 logits here (12 B a "
+                            "logit at its backward), or with cross_entropy_16bit_grad flash-attn's (its logits' dtype); "
+                            "`parplan evaluate` the plan with one of those to compare")
         if not t.flash_attention:
             warnings.append("the prediction counts unfused attention (score-sized tensors, their memory and passes); "
                             "the runtime runs torch's fused scaled_dot_product_attention; `parplan evaluate` the "

@@ -161,13 +161,13 @@ class Training(Strict):
     fused_cross_entropy: bool = Field(
         False, description="The loss keeps one fp32 softmax of the logits and writes its gradient into it in place "
         "(Megatron-LM's vocab-parallel cross-entropy: 16-bit logits + 4 B per logit at the loss's backward). Off = an "
-        "autograd cross-entropy over an fp32 upcast (parplan's runtime, torchtitan): the saved fp32 log-softmax plus "
-        "two fp32 logit-sized tensors in its backward, 12 B per logit (measured: an H100 allocator snapshot, "
-        "benchmarks/results/2026-11-22-h100/snapshots).")
+        "autograd cross-entropy over an fp32 upcast (torchtitan; parplan's runtime for plans that say so): the saved "
+        "fp32 log-softmax plus two fp32 logit-sized tensors in its backward, 12 B per logit (measured: an H100 "
+        "allocator snapshot, benchmarks/results/2026-11-22-h100/snapshots).")
     cross_entropy_16bit_grad: bool = Field(
         False, description="With fused_cross_entropy: the loss writes the logits' gradient in their 16-bit dtype and "
-        "saves only the 16-bit logits (flash-attn's cross-entropy, llm-foundry's default loss_fn), 2 x 2 B per logit at "
-        "its backward, where Megatron's keeps an fp32 softmax (2 + 4 B).")
+        "saves only the 16-bit logits (flash-attn's cross-entropy, llm-foundry's default loss_fn; parplan's runtime, its "
+        "default since 2026-11-24), 2 x 2 B per logit at its backward, where Megatron's keeps an fp32 softmax (2 + 4 B).")
     async_tp_grad_comm: bool = Field(
         True, description="The column-parallel layers' input-gradient collective (an all-reduce; a reduce-scatter "
         "with sequence parallelism) runs asynchronously beside their weight-gradient GEMM (Megatron-LM's "

@@ -81,6 +81,10 @@ SCHEDULES = {
     # torchtitan's 1D layout in small: FSDP2 over 4 ranks, op-level selective checkpointing, a vocabulary 64x
     # the hidden size (Llama 3 8B: 31x) so the loss's fp32 logit-sized tensors make the peak
     "fsdp2-selective-op-vocab32k": dict(tp=1, pp=1, dp=4, zero_stage=3, recompute="selective-op", vocab=32768),
+    # the same with the fused cross-entropy (layers.fused_vocab_parallel_cross_entropy): the 16-bit logits and
+    # their 16-bit gradient instead of three fp32 logit-sized tensors at the loss's backward
+    "fsdp2-selective-op-vocab32k-fused-loss": dict(tp=1, pp=1, dp=4, zero_stage=3, recompute="selective-op",
+                                                   vocab=32768, fused_loss=True),
 }
 BAR = 0.10  # the memory bar for GPU runs
 # Each pipeline rank kind the model names (first, the fullest middle, last) against that rank's own peak.

@@ -534,3 +534,48 @@ def test_bucketed_all_reduce_reduces_a_large_gradient_in_place_and_bounds_the_fl
     assert sorted(nbytes for _, nbytes in alone) == sorted(large.values())  # each large one reduced alone
     if backend == "nccl":
         assert {ptr for ptr, _ in alone} == set(large)  # in its own storage
+
+
+@pytest.mark.parametrize("vocab", [None, 45])
+def test_fused_cross_entropy_is_the_autograd_loss_in_chunks(vocab, monkeypatch):
+    """layers.fused_vocab_parallel_cross_entropy (flash-attn's cross-entropy in torch): the value and the gradient
+    of F.cross_entropy over the fp32 logits, with the rows upcast a chunk at a time (here 3 rows of 50) and the
+    padding columns past the vocabulary masked out of the softmax with a zero gradient."""
+    from parallel_layers import layers
+    monkeypatch.setattr(layers, "CE_CHUNK_BYTES", 3 * 50 * 4)
+    g = torch.Generator().manual_seed(0)
+    x = (3 * torch.randn(4, 5, 50, generator=g)).requires_grad_()
+    t = torch.randint(0, vocab or 50, (4, 5), generator=g)
+    x0 = x.detach().clone()
+    loss = layers.fused_vocab_parallel_cross_entropy(x, t, None, vocab)
+    (2.0 * loss).backward()
+    assert torch.equal(x.detach(), x0)  # the logits are read, never written
+    got = x.grad.clone()
+    x.grad = None
+    v = vocab or 50
+    ref = torch.nn.functional.cross_entropy(x[..., :v].reshape(-1, v), t.reshape(-1))
+    (2.0 * ref).backward()
+    assert float(loss.detach()) == pytest.approx(float(ref.detach()), rel=1e-6)
+    assert torch.allclose(got, x.grad, atol=1e-7)
+    assert torch.count_nonzero(got[..., v:]) == 0
+
+
+def test_fused_cross_entropy_keeps_16_bit_logits_and_gradient():
+    """It saves the 16-bit logits and per-row fp32 statistics only (the memory model's 2 B per logit saved, and
+    2 x 2 at the backward: cost_models.memory.logits_bytes), and its gradient is bf16, within bf16 rounding of
+    the fp32 loss's."""
+    from parallel_layers import layers
+    g = torch.Generator().manual_seed(1)
+    x = (3 * torch.randn(2, 64, 512, generator=g)).to(torch.bfloat16).requires_grad_()
+    t = torch.randint(0, 512, (2, 64), generator=g)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda s: saved.append(s.numel() * s.element_size()) or s,
+                                                  lambda s: s):
+        loss = layers.fused_vocab_parallel_cross_entropy(x, t, None)
+    rows = 2 * 64
+    assert sum(saved) == x.numel() * 2 + rows * (4 + 4 + 8 + 1)  # logits; both log-sum-exps, target column, mask
+    loss.backward()
+    assert x.grad.dtype == torch.bfloat16
+    xf = x.detach().float().requires_grad_()
+    torch.nn.functional.cross_entropy(xf.reshape(-1, 512), t.reshape(-1)).backward()
+    assert (x.grad.float() - xf.grad).abs().max() <= 2 ** -8 * xf.grad.abs().max()

@@ -44,6 +44,9 @@ PARALLEL_CASES = {
     # a vocabulary tp does not divide (GPT-2's 50257 is odd): padded to a multiple of tp, the padding's
     # logits masked; tied, so the last stage's copy of the embedding is padded and summed too
     "gpt-tied-odd-vocab": ({**TINY_GPT, "vocab": 257}, dict(schedule="1f1b"), {}),
+    # the fused cross-entropy (layers.fused_vocab_parallel_cross_entropy: logits and their gradient in their own
+    # dtype, chunked fp32 upcasts) over tp 2 with the padded vocabulary, against the one-rank autograd loss
+    "gpt-tied-odd-vocab-fused-loss": ({**TINY_GPT, "vocab": 257}, dict(schedule="1f1b", fused_loss=True), {}),
     # llama with tied embeddings (Llama 3.2 1B/3B, Gemma): the last stage's head is a copy of the
     # embedding whose gradient is summed with it, as gpt's; ZB-V puts both copies on pp rank 0
     "llama-tied-1f1b-sp": ({**TINY_LLAMA, "tied_embeddings": True}, dict(schedule="1f1b", sp=True), {}),
@@ -60,7 +63,7 @@ PARALLEL_CASES = {
     # the CPU): SP's gathered linears, the row-parallel ones, the tied head's copy on the last stage, inside the
     # full-recompute checkpoint, then ZeRO-1's split states
     "gpt-tied-master-weights-fused-zero1-sp-full": (TINY_GPT, dict(zero_stage=1, sp=True, recompute="full",
-                                                                   precision="master-weights"),
+                                                                   precision="master-weights", fused_loss=True),
                                                     {"wgrad_fusion": "reference"}),
     # zero-bubble weight gradients bypass the main_grad hook and are folded in after the schedule
     "gpt-tied-master-weights-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, precision="master-weights"), {}),

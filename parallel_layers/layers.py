@@ -220,8 +220,9 @@ def _apply_linears(fn, x, group, weights, biases):
 @torch.compiler.disable
 def _apply_eager(fn, x, group, weights, biases):
     """The fused weight-gradient accumulation outside torch.compile: inside a compiled block (parplan launch's
-    default on CUDA) the linear runs eagerly, a graph break each side, so its backward runs the GEMM that adds
-    into main_grad as the probe tested it (precision.wgrad_fusion_kernel)."""
+    default on CUDA) the linear runs eagerly, so its backward runs the GEMM that adds into main_grad as the probe
+    tested it (precision.wgrad_fusion_kernel).  A llama block then compiles into 5 graphs (15 graph breaks)
+    instead of 1; the pointwise work between the linears stays compiled."""
     tensors = [t if t is None else t.view_as(t) for t in [x, *weights, *biases]]
     return list(fn.apply(tensors[0], group, tuple(weights), *tensors[1:]))
 
@@ -299,30 +300,32 @@ class VocabParallelEmbedding(_ShardedModule):
         return reduce_from_tp_region(y, self.tp_group)
 
 
-# Rows of logits the fused cross-entropy upcasts to fp32 at a time: a chunk's fp32 copy stays under this many bytes
-# and under 1/16 of the logits' own bytes, so it adds at most 1/32 to the loss's peak of logits and gradient
-# (which the memory model counts: cost_models.memory.logits_bytes, fused with grad_16bit)
-CE_CHUNK_BYTES = 64 * 2**20
+# Rows of logits the fused cross-entropy upcasts to fp32 at a time.  A chunk's log_softmax/softmax holds two fp32
+# chunk-sized tensors (the upcast and the result), each under this many bytes and under 1/32 of the logits' own
+# bytes, so together they add at most 1/32 to the loss's peak of logits and gradient (which the memory model
+# counts: cost_models.memory.logits_bytes, fused with grad_16bit)
+CE_CHUNK_BYTES = 32 * 2**20
 
 
 def _ce_chunk_rows(flat: torch.Tensor) -> int:
     n, v = flat.shape
-    return max(1, min(CE_CHUNK_BYTES, n * v * flat.element_size() // 16) // (4 * v))
+    return max(1, min(CE_CHUNK_BYTES, n * v * flat.element_size() // 32) // (4 * v))
 
 
 class _FusedVocabParallelCE(torch.autograd.Function):
     """Mean token cross-entropy over vocabulary-split logits that keeps them in their own dtype: what flash-attn's
     cross-entropy (flash_attn/ops/triton/cross_entropy.py, llm-foundry's default loss) keeps, in plain torch.
-    Forward: per chunk of rows, log_softmax upcast to fp32 gives the chunk's log-sum-exp (z_0 - log p_0), then
-    over TP one all-reduce of the maxima and one of the rescaled sums and target logits; saves the logits and
-    per-row fp32 statistics.  Backward: per chunk, softmax upcast to fp32, rescaled to the global log-sum-exp
-    and by the incoming gradient, minus it at the target, written in the logits' dtype into one new tensor
-    (torch.empty_like).  Memory at its peak: the logits and their gradient, 2 x their bytes
-    (cost_models.memory.logits_bytes, fused with grad_16bit), and one fp32 chunk (_ce_chunk_rows: at most 1/16
-    of the logits' bytes, uncounted).  Traffic, eager kernels, per logit: forward the upcast (2 + 4) and
-    log_softmax's max, sum and write passes (4 + 4 + 4 + 4); backward the upcast, softmax's passes, the scaling
-    (4 + 4) and the cast into the gradient (4 + 2): 58 bytes (compute.CE_BYTES_PER_LOGIT_PARPLAN_FUSED), where
-    flash-attn's one Triton pass each way moves 6 and the autograd loss 52; what it saves is memory."""
+    Forward: per chunk of rows, log_softmax upcast to fp32 gives the chunk's log-sum-exp, read at each row's
+    largest logit (z_k - log p_k, log p_k in [-log V, 0]: no cancellation), then over TP one all-reduce of the
+    maxima and one of the rescaled sums and target logits; saves the logits and per-row fp32 statistics.
+    Backward: per chunk, softmax upcast to fp32, rescaled to the global log-sum-exp and by the incoming gradient,
+    minus it at the target, written in the logits' dtype into one new contiguous tensor.  Memory at its peak:
+    the logits and their gradient, 2 x their bytes (cost_models.memory.logits_bytes, fused with grad_16bit),
+    and two fp32 chunks (_ce_chunk_rows: together at most 1/16 of the logits' bytes, uncounted).  Traffic, eager
+    kernels, per logit: forward the argmax (2), the upcast (2 + 4) and log_softmax's max, sum and write passes
+    (4 + 4 + 4 + 4); backward the upcast, softmax's passes, the scaling (4 + 4) and the cast into the gradient
+    (4 + 2): 60 bytes (compute.CE_BYTES_PER_LOGIT_PARPLAN_FUSED), where flash-attn's one Triton pass each way
+    moves 6 and the autograd loss 52; what it saves is memory.  Every target counts (no ignore_index)."""
 
     @staticmethod
     def forward(ctx, logits, target, tp_group, vocab):
@@ -330,16 +333,18 @@ class _FusedVocabParallelCE(torch.autograd.Function):
         flat = logits.reshape(-1, v_local)
         t = target.reshape(-1)
         start = _rank(tp_group) * v_local
-        pad_from = v_local if vocab is None else max(0, min(v_local, vocab - start))  # local columns past the vocab
+        # local columns before the padding past the vocabulary (0 on a rank holding padding only: tiny vocabularies)
+        pad_from = v_local if vocab is None else max(0, min(v_local, vocab - start))
         rows = _ce_chunk_rows(flat)
         n = flat.shape[0]
-        lse_local = torch.empty(n, dtype=torch.float32, device=logits.device)
-        for r0 in range(0, n, rows):
+        lse_local = torch.full((n,), float("-inf"), dtype=torch.float32, device=logits.device)
+        for r0 in range(0, n, rows) if pad_from else ():
             z = flat[r0:r0 + rows, :pad_from]
-            logp0 = torch.log_softmax(z, dim=-1, dtype=torch.float32)[:, 0]
-            lse_local[r0:r0 + rows] = z[:, 0].float() - logp0
-            del logp0
-        inside = (t >= start) & (t < start + v_local)
+            k = z.argmax(dim=-1, keepdim=True)
+            logp = torch.log_softmax(z, dim=-1, dtype=torch.float32).gather(-1, k).squeeze(-1)
+            lse_local[r0:r0 + rows] = z.gather(-1, k).squeeze(-1).float() - logp
+            del logp
+        inside = (t >= start) & (t < start + pad_from)
         local_t = (t - start).masked_fill(~inside, 0)
         picked = flat.gather(-1, local_t.unsqueeze(-1)).squeeze(-1).float().masked_fill(~inside, 0.0)
         lse = lse_local
@@ -360,7 +365,7 @@ class _FusedVocabParallelCE(torch.autograd.Function):
         v_local = logits.shape[-1]
         flat = logits.reshape(-1, v_local)
         n = flat.shape[0]
-        grad = torch.empty_like(logits)
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)  # contiguous, whatever the logits'
         gflat = grad.view(-1, v_local)
         if ctx.pad_from < v_local:
             gflat[:, ctx.pad_from:] = 0  # the padding's logits were masked out of the softmax
@@ -368,11 +373,13 @@ class _FusedVocabParallelCE(torch.autograd.Function):
         # softmax over this rank's columns times exp(lse_local - lse) is the global softmax there
         row_scale = (lse_local - lse).exp_().mul_(scale)
         rows, pad_from = ctx.rows, ctx.pad_from
-        for r0 in range(0, n, rows):
+        for r0 in range(0, n, rows) if pad_from else ():
             p = torch.softmax(flat[r0:r0 + rows, :pad_from], dim=-1, dtype=torch.float32)
             p.mul_(row_scale[r0:r0 + rows].unsqueeze(-1))
-            idx = torch.nonzero(inside[r0:r0 + rows]).squeeze(-1)
-            p[idx, local_t[r0:r0 + rows][idx]] -= scale
+            # minus the scale at the target where this rank holds it (0 elsewhere): no nonzero(), whose count
+            # would make the host wait for the GPU every chunk
+            p.scatter_add_(1, local_t[r0:r0 + rows].unsqueeze(-1),
+                           (-scale * inside[r0:r0 + rows]).unsqueeze(-1).to(p.dtype))
             gflat[r0:r0 + rows, :pad_from] = p
             del p
         return grad, None, None, None

@@ -84,18 +84,21 @@ def _accumulate_main_grad(p: torch.Tensor) -> None:
     p.grad = None
 
 
-def attach_main_grads(params, wgrad_kernel=None) -> None:
+def attach_main_grads(params, wgrad_kernel=None) -> bool:
     """Recipe master-weights: accumulate each backward's gradient into an fp32 ``main_grad``.
 
     wgrad_kernel (``wgrad_fusion_kernel``): the linear layers' weight-gradient GEMMs accumulate into
     ``main_grad`` themselves (``fused_wgrad``, read by ``parallel_layers.layers``), so those weights get no
     16-bit ``p.grad`` and no upcast pass; the hook still serves every other gradient (embedding lookups,
-    norms, biases)."""
+    norms, biases).  Only 16-bit parameters take the kernel.  Returns whether any did."""
+    fused = False
     for p in params:
         p.main_grad = None
         p.register_post_accumulate_grad_hook(_accumulate_main_grad)
         if wgrad_kernel is not None and p.dtype != torch.float32:
             p.fused_wgrad = wgrad_kernel
+            fused = True
+    return fused
 
 
 # Gradient-accumulation fusion (Megatron-LM's --gradient-accumulation-fusion, its

@@ -178,8 +178,8 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
                    mp_policy=fsdp_mixed_precision(plan), offload_policy=_fsdp_offload(plan, device))
     elif plan.training.precision == "master-weights":
         kernel = wgrad_fusion_kernel(device, wgrad_fusion_mode(plan, opts))
-        rt.extra["wgrad_fusion"] = kernel is not None
-        attach_main_grads(_unique_params(modules), kernel)  # fp32 gradient accumulation buffers
+        # fp32 gradient accumulation buffers; whether any weight's GEMM adds into them (16-bit parameters only)
+        rt.extra["wgrad_fusion"] = attach_main_grads(_unique_params(modules), kernel)
     rt.optimizer = build_optimizer(rt, opts)
     if par.pp > 1:
         rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device,

@@ -20,7 +20,7 @@ largest rank's peak, each rank kind -7.8 .. +5.2 %.  With selective recompute
 under CP (23 plans, one run, benchmarks/results/2026-11-24-cpu-memory-cpsel): -8.5 .. +3.4 %, each rank kind
 -8.5 .. +4.4 %.  The latest, with ZeRO-1/2's even split (one run, benchmarks/results/2026-11-24-cpu-memory-zerosplit):
 -8.5 .. +5.0 %, each rank kind -8.5 .. +6.0 %.  The fused cross-entropy's case (2026-11-24, one run of that case
-alone): 288.9 MiB measured, 280.6 predicted (-2.8 %)."""
+alone): 284.9 MiB measured, 280.6 predicted (-1.5 %)."""
 from __future__ import annotations
 
 import json

@@ -254,3 +254,9 @@ def test_wgrad_fusion_is_off_where_the_runtime_cannot_fuse():
     rt = train.build_runtime(tiny_plan(), train.RunOptions(steps=1, wgrad_fusion="reference"), CPU)
     assert "wgrad_fusion" not in rt.extra
     assert not any(hasattr(p, "fused_wgrad") for p in train._unique_params(rt.stage_modules))
+    # master-weights over fp32 parameters (dtype fp32): nothing 16-bit to fuse, and the report must not say it did
+    fp32 = tiny_plan(precision="master-weights")
+    fp32.training.dtype = "fp32"
+    rt = train.build_runtime(fp32, train.RunOptions(steps=1, wgrad_fusion="reference"), CPU)
+    assert rt.extra["wgrad_fusion"] is False
+    assert not any(hasattr(p, "fused_wgrad") for p in train._unique_params(rt.stage_modules))

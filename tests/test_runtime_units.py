@@ -3,6 +3,8 @@ against torch.nn on one rank, logical-seeded init slicing, stage splits, data de
 recompute equivalence, and parameter counts against cost_models.params."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -579,3 +581,47 @@ def test_fused_cross_entropy_keeps_16_bit_logits_and_gradient():
     xf = x.detach().float().requires_grad_()
     torch.nn.functional.cross_entropy(xf.reshape(-1, 512), t.reshape(-1)).backward()
     assert (x.grad.float() - xf.grad).abs().max() <= 2 ** -8 * xf.grad.abs().max()
+
+
+@pytest.mark.parametrize("vocab", [50, 9])
+def test_fused_cross_entropy_over_four_tp_ranks(tmp_path, vocab):
+    """Over tp 4 (gloo), the vocabulary padded to a multiple of 4 (50 -> 52; 9 -> 12, where the last rank holds
+    padding only), in several chunks of rows, with an incoming gradient of 2.5: each rank's loss and its slice
+    of the gradient are F.cross_entropy's over the whole unpadded logits (fp32 to 1e-6, bf16 within its
+    rounding, the gradient in bf16)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from tests.runtime_helpers.ce_ranks import worker
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = str(tmp_path / "ce")
+    mp.spawn(worker, args=(port, 4, vocab, out), nprocs=4, join=True)
+    for r in range(4):
+        res = json.loads(open(f"{out}.{r}").read())
+        f32, b16 = res["torch.float32"], res["torch.bfloat16"]
+        assert f32["loss"] == pytest.approx(f32["ref"], rel=1e-6)
+        assert f32["grad_err"] <= 1e-6 * f32["grad_max"]
+        assert b16["loss"] == pytest.approx(b16["ref"], rel=1e-3)
+        assert b16["grad_err"] <= 2 ** -7 * b16["grad_max"] and b16["grad_dtype"] == "torch.bfloat16"
+
+
+def test_fused_cross_entropy_takes_strided_logits_and_needs_no_pivot_column():
+    """Dense but transposed logits (the gradient is made contiguous), and a row whose first logit is -inf or far
+    below the others (the log-sum-exp is read at the row's largest logit)."""
+    from parallel_layers import layers
+    g = torch.Generator().manual_seed(2)
+    base = torch.randn(6, 2, 40, generator=g, requires_grad=True)
+    z = base.transpose(0, 1)
+    t = torch.randint(0, 40, (2, 6), generator=g)
+    layers.fused_vocab_parallel_cross_entropy(z, t, None).backward()
+    ref = base.detach().clone().requires_grad_()
+    F.cross_entropy(ref.transpose(0, 1).reshape(-1, 40), t.reshape(-1)).backward()
+    assert torch.allclose(base.grad, ref.grad, atol=1e-7)
+    x = torch.randn(3, 40, generator=g)
+    x[0, 0], x[1, 0] = float("-inf"), -1e6
+    t = torch.tensor([5, 7, 9])
+    got = layers.fused_vocab_parallel_cross_entropy(x.unsqueeze(0), t.unsqueeze(0), None)
+    assert float(got) == pytest.approx(float(F.cross_entropy(x, t)), rel=1e-6)

@@ -208,23 +208,22 @@ def _fused(weights) -> bool:
     return any(getattr(w, "fused_wgrad", None) is not None for w in weights)
 
 
-def _apply_linears(fn, x, group, weights, biases):
+def _apply(fn, x, group, weights, biases):
     # views: non-leaf edges the Functions' backward can ask the engine about; the parameters themselves
     # (a tuple, which autograd passes through) for their main_grad
-    if _fused(weights):
-        return _apply_eager(fn, x, group, weights, biases)
     tensors = [t if t is None else t.view_as(t) for t in [x, *weights, *biases]]
     return list(fn.apply(tensors[0], group, tuple(weights), *tensors[1:]))
 
 
-@torch.compiler.disable
-def _apply_eager(fn, x, group, weights, biases):
-    """The fused weight-gradient accumulation outside torch.compile: inside a compiled block (parplan launch's
-    default on CUDA) the linear runs eagerly, so its backward runs the GEMM that adds into main_grad as the probe
-    tested it (precision.wgrad_fusion_kernel).  A llama block then compiles into 5 graphs (15 graph breaks)
-    instead of 1; the pointwise work between the linears stays compiled."""
-    tensors = [t if t is None else t.view_as(t) for t in [x, *weights, *biases]]
-    return list(fn.apply(tensors[0], group, tuple(weights), *tensors[1:]))
+# The fused weight-gradient accumulation outside torch.compile: inside a compiled block (parplan launch's default
+# on CUDA) those linears run eagerly, so their backward runs the GEMM that adds into main_grad as the probe tested
+# it (precision.wgrad_fusion_kernel).  A llama block then compiles into 5 graphs (15 graph breaks) instead of 1;
+# the pointwise work between the linears stays compiled.
+_apply_eager = torch.compiler.disable(_apply)
+
+
+def _apply_linears(fn, x, group, weights, biases):
+    return (_apply_eager if _fused(weights) else _apply)(fn, x, group, weights, biases)
 
 
 class ColumnParallelLinear(_ShardedModule):

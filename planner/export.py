@@ -81,7 +81,7 @@ _BEHAVIOURS = {
     "sp_saves_gathered_input": "sequence parallelism saving gathered matmul inputs",
     "cp_saves_gathered_kv": "context parallelism saving the gathered K/V",
     "cp_overlap_local_chunk_only": "ring attention overlapping the local chunk only",
-    "ce_eager_chunks": "the 16-bit-gradient cross-entropy as chunks of eager kernels",
+    "ce_eager_chunks": "16-bit-gradient cross-entropy in chunks of eager kernels",
 }
 
 

@@ -226,11 +226,12 @@ def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, se
 #   backward pass reading them again (2) and writing the gradient in their dtype (2): 6.
 # - parplan's runtime's fused cross-entropy (parallel_layers.layers._FusedVocabParallelCE: eager kernels over
 #   chunks of rows): forward the argmax (2), the upcast of a chunk (2 + 4) and log_softmax's max, sum and write
-#   passes (4 + 4 + 4 + 4); backward the upcast, softmax's passes, the scaling (4 + 4) and the cast into the
-#   16-bit gradient (4 + 2): 60 (where torch's softmax upcasts inside its kernel, as for fp16 on CUDA, 12 less).
+#   passes (4 + 4 + 4 + 4); backward the upcast, softmax's passes and the scaling written straight into the
+#   16-bit gradient (4 + 2): 52, as the autograd loss (where torch's softmax upcasts inside its kernel, as for
+#   fp16 on CUDA, 12 less).
 CE_BYTES_PER_LOGIT = 52.0
 CE_BYTES_PER_LOGIT_FLASH_ATTN = 6.0
-CE_BYTES_PER_LOGIT_PARPLAN_FUSED = 60.0
+CE_BYTES_PER_LOGIT_PARPLAN_FUSED = 52.0
 
 
 def head_time(m: ModelDims, lay, hw, ce_bytes_per_logit: float = CE_BYTES_PER_LOGIT):

@@ -322,9 +322,9 @@ class _FusedVocabParallelCE(torch.autograd.Function):
     the logits and their gradient, 2 x their bytes (cost_models.memory.logits_bytes, fused with grad_16bit),
     and two fp32 chunks (_ce_chunk_rows: together at most 1/16 of the logits' bytes, uncounted).  Traffic, eager
     kernels, per logit: forward the argmax (2), the upcast (2 + 4) and log_softmax's max, sum and write passes
-    (4 + 4 + 4 + 4); backward the upcast, softmax's passes, the scaling (4 + 4) and the cast into the gradient
-    (4 + 2): 60 bytes (compute.CE_BYTES_PER_LOGIT_PARPLAN_FUSED), where flash-attn's one Triton pass each way
-    moves 6 and the autograd loss 52; what it saves is memory.  Every target counts (no ignore_index)."""
+    (4 + 4 + 4 + 4); backward the upcast, softmax's passes and the scaling written straight into the 16-bit
+    gradient (4 + 2): 52 bytes (compute.CE_BYTES_PER_LOGIT_PARPLAN_FUSED), the autograd loss's, where flash-attn's
+    one Triton pass each way moves 6; what it saves is memory.  Every target counts (no ignore_index)."""
 
     @staticmethod
     def forward(ctx, logits, target, tp_group, vocab):
@@ -374,12 +374,14 @@ class _FusedVocabParallelCE(torch.autograd.Function):
         rows, pad_from = ctx.rows, ctx.pad_from
         for r0 in range(0, n, rows) if pad_from else ():
             p = torch.softmax(flat[r0:r0 + rows, :pad_from], dim=-1, dtype=torch.float32)
-            p.mul_(row_scale[r0:r0 + rows].unsqueeze(-1))
-            # minus the scale at the target where this rank holds it (0 elsewhere): no nonzero(), whose count
-            # would make the host wait for the GPU every chunk
-            p.scatter_add_(1, local_t[r0:r0 + rows].unsqueeze(-1),
-                           (-scale * inside[r0:r0 + rows]).unsqueeze(-1).to(p.dtype))
-            gflat[r0:r0 + rows, :pad_from] = p
+            rs = row_scale[r0:r0 + rows].unsqueeze(-1)
+            t_c = local_t[r0:r0 + rows].unsqueeze(-1)
+            at_t = p.gather(1, t_c) * rs - scale * inside[r0:r0 + rows].unsqueeze(-1)  # fp32, no cancellation in 16 bits
+            g = gflat[r0:r0 + rows, :pad_from]
+            torch.mul(p, rs, out=g)  # scaled and cast in one pass
+            # the target's entry where this rank holds it (elsewhere column 0 gets its own value back): scatter, not
+            # nonzero(), whose count would make the host wait for the GPU every chunk
+            g.scatter_(1, t_c, at_t.to(g.dtype))
             del p
         return grad, None, None, None
 

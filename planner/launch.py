@@ -404,8 +404,11 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
             warnings.append("the runtime's ZeRO-2 holds full gradients through the backward and reduces them once per "
                             "step; the prediction assumes them sharded per micro-batch (zero2_grad_reduce per-step "
                             "models the runtime)")
-        if t.grad_accumulation_fusion and t.precision == "master-weights" and p.zero_stage != 3:
-            # the fp32-output GEMM of 16-bit operands: torch >= 2.8 on CUDA (parallel_layers.precision)
+        # where the prediction counts fused gradient accumulation (the runtime's rule too: not under FSDP2 nor the
+        # zero-bubble schedules), the fp32-output GEMM of 16-bit operands it needs: torch >= 2.8 on CUDA
+        from cost_models.compute import wgrad_fusion_applies
+        if wgrad_fusion_applies(t.grad_accumulation_fusion, t.precision, p.zero_stage == 3,
+                                p.schedule in ("zbv", "interleaved-zb") and p.pp > 1):
             if device != "cuda" or _torch_older_than(torch_version, (2, 8)):
                 where = "on this device" if device != "cuda" else f"with torch {torch_version}"
                 warnings.append(f"the prediction assumes fused gradient accumulation, which the runtime does only on "

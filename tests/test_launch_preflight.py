@@ -250,6 +250,10 @@ def test_runtime_support_warns_when_fused_accumulation_cannot_run(precision, dev
     c = L.check_runtime_support(plan, device, torch_version)
     assert c.ok
     assert ("fused gradient accumulation" in c.detail) is warned
+    # a zero-bubble schedule with a pipeline: neither the prediction nor the runtime fuses, nothing to warn about
+    zb = tiny_plan(tp=1, pp=2, dp=1, seq_len=32, precision=precision, schedule="zbv", vpp=2)
+    zb.training.grad_accumulation_fusion = True
+    assert "fused gradient accumulation" not in L.check_runtime_support(zb, device, torch_version).detail
 
 
 def test_runtime_support_warns_when_zero1_is_predicted_with_reduce_scatter():

@@ -328,15 +328,22 @@ def wgrad_fusion_applies(fused, precision: str, fsdp2, zero_bubble):
             & ~np.asarray(zero_bubble))
 
 
-def grad_accumulation_time(params, m_micro, precision: str, hw, fused, fsdp2=False, pp=1, shards=1):
+def plan_fuses_wgrad(training, parallel) -> bool:
+    """wgrad_fusion_applies for one plan as parplan's runtime runs it (planner.schema's Training and Parallel;
+    ZeRO-3 is FSDP2 there): what launch's pre-flight and the run's report compare with."""
+    return bool(wgrad_fusion_applies(training.grad_accumulation_fusion, training.precision, parallel.zero_stage == 3,
+                                     parallel.schedule in ("zbv", "interleaved-zb") and parallel.pp > 1))
+
+
+def grad_accumulation_time(params, m_micro, precision: str, hw, fsdp2=False, pp=1, shards=1):
     """Memory-bound gradient passes outside the GEMMs, per step: master-weights upcasts each 16-bit
     gradient into the fp32 main_grad (read 2 + write 4 B/param for the first micro-batch, read 2 +
     read 4 + write 4 for each later one: parplan's runtime's post-accumulate-grad hook); other
     recipes accumulate in their own dtype from the second micro-batch on (read 2x + write 1x the
-    gradient's bytes: autograd's accumulation).  fused (where ``wgrad_fusion_applies``: Megatron's
-    gradient_accumulation_fusion, parplan's runtime on CUDA): the weight-gradient GEMM accumulates into the
-    buffer itself, no pass; the caller (total.py) then passes only the parameters whose gradients no GEMM makes
-    (the embedding's, a lookup's; the norms' 2h per layer are left out).
+    gradient's bytes: autograd's accumulation).  Where gradient-accumulation fusion applies
+    (``wgrad_fusion_applies``: Megatron's gradient_accumulation_fusion, parplan's runtime on CUDA) the
+    weight-gradient GEMM accumulates into the buffer itself, so the caller (total.py) passes only the parameters
+    whose gradients no GEMM makes (the embedding's, a lookup's; the norms' 2h per layer are left out).
 
     fsdp2 (ZeRO-3 as FSDP2; torch/distributed/fsdp/_fully_shard, _fsdp_collectives.foreach_reduce and
     _fsdp_param): gradients are computed in the compute dtype gu (16-bit under the master-weights recipes'
@@ -360,5 +367,5 @@ def grad_accumulation_time(params, m_micro, precision: str, hw, fused, fsdp2=Fal
     to_shard = (gr + 4 if gr != 4 else 0) / shards
     fsdp_flat = m * (copy_in + to_shard) + later * 12 / shards
     fsdp_pipe = (copy_in if gu != gr else 0) + later * (2 * gr + gu) + 2 * gr + to_shard
-    per_param = np.where(fsdp2, np.where(np.asarray(pp) > 1, fsdp_pipe, fsdp_flat), np.where(fused, 0.0, per_param))
+    per_param = np.where(fsdp2, np.where(np.asarray(pp) > 1, fsdp_pipe, fsdp_flat), per_param)
     return params * per_param / hw.hbm_bytes_per_s

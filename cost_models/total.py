@@ -353,7 +353,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # first stage (counted on the heaviest; the norms' 2h per layer are left out)
     fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, zb_pipe)
     opt_t = opt_t + grad_accumulation_time(np.where(fused, emb_params, stage_params), m_micro, tr.precision, hw,
-                                           False, fsdp2=fsdp2, pp=pp, shards=shards)
+                                           fsdp2=fsdp2, pp=pp, shards=shards)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
         held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)

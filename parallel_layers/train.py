@@ -43,6 +43,7 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 
+from cost_models.compute import plan_fuses_wgrad
 from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
 from parallel_layers.clip import clip_grad_norm
@@ -188,19 +189,10 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     return rt
 
 
-def _prediction_fuses(plan) -> bool:
-    """Whether the plan's prediction counted the weight gradients as accumulated by the fused GEMM."""
-    from cost_models.compute import wgrad_fusion_applies
-
-    par = plan.parallel
-    return bool(wgrad_fusion_applies(plan.training.grad_accumulation_fusion, plan.training.precision,
-                                     par.zero_stage == 3, par.schedule in ZERO_BUBBLE and par.pp > 1))
-
-
 def wgrad_fusion_mode(plan, opts: RunOptions) -> str:
     """opts.wgrad_fusion, off where the runtime cannot fuse: the zero-bubble schedules with a pipeline (torch's
     weight pass asks autograd for dW, which it then assigns to p.grad: pipeline.just_in_time_receives).  The
-    cost model applies the same rule (cost_models.compute.wgrad_fusion_applies)."""
+    cost model applies the same rule (cost_models.compute.wgrad_fusion_applies, plan_fuses_wgrad)."""
     if plan.parallel.schedule in ZERO_BUBBLE and plan.parallel.pp > 1:
         return "off"
     return opts.wgrad_fusion
@@ -593,7 +585,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
             cpu_memory["note"] = "amp runs in fp32 on the CPU (no autocast): not comparable with its 16-bit prediction"
     notes = [] if comparable else [f"{device.type}: {_cpu_math(plan)}; not comparable with the prediction for "
                                    f"{plan.hardware.name}, so error is null"]
-    if wgrad_fusion is not None and wgrad_fusion != _prediction_fuses(plan):
+    if wgrad_fusion is not None and wgrad_fusion != plan_fuses_wgrad(plan.training, plan.parallel):
         notes.append(f"the runtime {'did' if wgrad_fusion else 'did not'} fuse the gradient accumulation into the "
                      f"weight-gradient GEMMs; the prediction assumed it {'did not' if wgrad_fusion else 'did'}")
     return {

@@ -406,9 +406,8 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
                             "models the runtime)")
         # where the prediction counts fused gradient accumulation (the runtime's rule too: not under FSDP2 nor the
         # zero-bubble schedules), the fp32-output GEMM of 16-bit operands it needs: torch >= 2.8 on CUDA
-        from cost_models.compute import wgrad_fusion_applies
-        if wgrad_fusion_applies(t.grad_accumulation_fusion, t.precision, p.zero_stage == 3,
-                                p.schedule in ("zbv", "interleaved-zb") and p.pp > 1):
+        from cost_models.compute import plan_fuses_wgrad
+        if plan_fuses_wgrad(t, p):
             if device != "cuda" or _torch_older_than(torch_version, (2, 8)):
                 where = "on this device" if device != "cuda" else f"with torch {torch_version}"
                 warnings.append(f"the prediction assumes fused gradient accumulation, which the runtime does only on "

@@ -531,7 +531,7 @@ def test_fsdp2_gradient_passes_counted_from_its_reduce_path():
     from cost_models.compute import grad_accumulation_time
 
     hw = SimpleNamespace(hbm_bytes_per_s=1e12)
-    t = lambda precision, **kw: float(grad_accumulation_time(1e9, 4, precision, hw, False, shards=8, **kw))  # noqa: E731
+    t = lambda precision, **kw: float(grad_accumulation_time(1e9, 4, precision, hw, shards=8, **kw))  # noqa: E731
     assert t("master-weights", fsdp2=True) == pytest.approx(28.5e-3)
     assert t("master-weights", fsdp2=False) == pytest.approx(36e-3)
     assert t("master-weights", fsdp2=True, pp=2) == pytest.approx(44e-3)

@@ -335,6 +335,21 @@ def plan_fuses_wgrad(training, parallel) -> bool:
                                      parallel.schedule in ("zbv", "interleaved-zb") and parallel.pp > 1))
 
 
+def grad_reduce_overlaps(overlap, zero_bubble):
+    """Where the data-parallel gradient reduction (ZeRO 0-2) starts during the backward: where the framework
+    overlaps it, outside the zero-bubble schedules with a pipeline, whose weight pass assigns each dW to p.grad
+    outside autograd's accumulation, so no hook tells when a gradient is final (torch's stage_backward_weight).
+    parplan's runtime applies the same rule (parallel_layers.train.grad_overlap)."""
+    return np.asarray(overlap) & ~np.asarray(zero_bubble)
+
+
+def plan_overlaps_grad_reduce(training, parallel) -> bool:
+    """grad_reduce_overlaps for one plan (planner.schema's Training and Parallel): what the run's report
+    compares with."""
+    return bool(grad_reduce_overlaps(training.overlap_grad_reduce,
+                                     parallel.schedule in ("zbv", "interleaved-zb") and parallel.pp > 1))
+
+
 def grad_accumulation_time(params, m_micro, precision: str, hw, fsdp2=False, pp=1, shards=1):
     """Memory-bound gradient passes outside the GEMMs, per step: master-weights upcasts each 16-bit
     gradient into the fp32 main_grad (read 2 + write 4 B/param for the first micro-batch, read 2 +

@@ -70,6 +70,9 @@ class TrainingConsts:
     flash_attention: bool
     overlap_grad_reduce: bool
     overlap_tp_comm: bool
+    # ZeRO-1/2's gather of the stepped parameters overlapped with the next forward (Megatron-LM's
+    # --overlap-param-gather); None: as overlap_grad_reduce (training_consts fills it)
+    overlap_param_gather: bool = True
     dropout: bool = False
     zero1_all_reduce: bool = True
     zero2_each_microbatch: bool = False  # ZeRO-2 gradients sharded as produced (reduce-scatter per micro-batch)

@@ -17,7 +17,7 @@ Overlap assumptions: TP collectives are exposed (our runtime and Megatron withou
 block's GEMMs.  CP's K/V all-gather (and the dK/dV reduce-scatter) is on the critical path (parplan's
 runtime; Llama 3's all-gather CP, Dubey et al. 2024 sec. 3.3.2: "the all-gather communication latency
 is exposed"); with overlap_cp_comm (ring attention: Megatron, torch) it hides behind the attention.  Data-parallel reduce-scatter/all-reduce hides behind one micro-batch's backward and the
-parameter all-gather behind one forward when overlap_grad_reduce; ZeRO-3 gathers hide behind the
+parameter all-gather behind one forward when overlap_param_gather; ZeRO-3 gathers hide behind the
 micro-batch they serve.  "Hides" is not free: while a collective runs, the compute beside it slows
 by the profile's overlap_compute_slowdown k (NCCL kernels occupy SMs and HBM bandwidth), so C seconds
 of communication overlapped with X seconds of compute cost max(C, X + C k/(1+k)) (hw.exposed).
@@ -31,7 +31,7 @@ import numpy as np
 from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTES_PER_LOGIT_PARPLAN_FUSED, block_time,
                       cast_time, column_input_grad_time,
-                      grad_accumulation_time, grad_clip_time, head_time, optimizer_time,
+                      grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, optimizer_time,
                       wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      head_on_first_rank, rank_block_counts, zero_shards)
@@ -268,7 +268,9 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     zero = lay.zero
     bwd_window = blocks_first * bt["bwd"]
     fwd_window = blocks_first * bt["fwd"]
-    ov = tr.overlap_grad_reduce
+    zb_pipe = np.isin(lay.schedule, [SCH_INTERLEAVED_ZB, SCH_ZBV]) & (np.asarray(pp) > 1)
+    ov = grad_reduce_overlaps(tr.overlap_grad_reduce, zb_pipe)
+    ov_gather = np.asarray(tr.overlap_param_gather)
     exposed_ar = np.where(ov, hw.exposed(ar_t, bwd_window), ar_t)
     # ZeRO-1 by all-reduce (parplan's runtime, DeepSpeed's BF16 optimizer: every rank keeps the
     # full reduced gradient and steps its shard) or by reduce-scatter (Megatron's distributed
@@ -286,7 +288,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     n_red = np.where(each, m_micro, 1)
     last_red = np.where(ov, hw.exposed(red_t, bwd_window), red_t)
     exposed_rs_ag = (np.where(each, (m_micro - 1) * np.where(ov, hw.exposed(red_t, t_stage), red_t), 0.0) + last_red
-                     + np.where(ov, hw.exposed(ag_t, fwd_window), ag_t))
+                     + np.where(ov_gather, hw.exposed(ag_t, fwd_window), ag_t))
     # ZeRO-3 / FSDP: per micro-batch gather weights for forward and backward (+ recompute) and
     # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.  FSDP2
     # unshards a block in its pre-backward hook, before autograd reaches the checkpoint, so the
@@ -317,10 +319,11 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     dp_moved = np.where(zero == 0, ar_moved,
                         np.where(zero >= 3, np.where(ds, ds_moved, z3_n * ((2 + z3_regather) * ag_moved + rs_moved)),
                                  n_red * red_moved + ag_moved))
-    # sharding over dp only (parplan's runtime), ZeRO-1/2 average the cp replicas' full gradients and FSDP2
-    # their gradient shards with an all-reduce over cp after the backward, on the critical path
+    # sharding over dp only (parplan's runtime), after the dp reduction the cp replicas average what each rank
+    # holds with an all-reduce over cp, on the critical path: ZeRO-1 the full gradients, ZeRO-2 (which drops
+    # the others' pieces) and FSDP2 their 1/dp
     cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp)
-    cp_avg_t, cp_avg_moved = comm.all_reduce(grad_bytes / np.where(zero >= 3, dp, 1), cp, cp_bw, cp_lat)
+    cp_avg_t, cp_avg_moved = comm.all_reduce(grad_bytes / np.where(zero >= 2, dp, 1), cp, cp_bw, cp_lat)
     cp_apart = (zero >= 1) & ~np.asarray(tr.zero_over_cp)
     dp_exposed = dp_exposed + np.where(cp_apart, cp_avg_t, 0.0)
     dp_moved = dp_moved + np.where(cp_apart, cp_avg_moved, 0.0)
@@ -348,7 +351,6 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)
-    zb_pipe = np.isin(lay.schedule, [SCH_INTERLEAVED_ZB, SCH_ZBV]) & (np.asarray(pp) > 1)
     # with fusion the linears' gradients need no pass; the embedding's (a lookup's, not a GEMM's) still does, on the
     # first stage (counted on the heaviest; the norms' 2h per layer are left out)
     fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, zb_pipe)

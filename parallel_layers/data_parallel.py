@@ -1,13 +1,16 @@
 """Data parallelism by ``parallel.zero_stage``, plus the gradient fix-ups TP and PP need.
 
-0: replicated AdamW, gradients all-reduced and averaged over the dp group after backward
-   (flattened into buckets of ``BUCKET_BYTES`` to cut per-message latency; a gradient of that size or
-   more is reduced in place, alone).
-1: ``ShardedAdamW``: gradients all-reduced and averaged, each dp rank keeps AdamW states for
+0: replicated AdamW, gradients all-reduced and averaged over the dp x cp group (flattened into buckets
+   of at most ``BUCKET_BYTES`` to cut per-message latency; a gradient of that size or more is reduced
+   in place, alone).
+1: ``ShardedAdamW``: gradients all-reduced and averaged over dp, each dp rank keeps AdamW states for
    its 1/dp of the parameters (``partition_rows``: a tensor is cut by rows where a rank's share
    ends) and steps only those, then broadcasts them (ZeRO-1).
 2: as 1, but each gradient (or row slice) is only *reduced* to its owner, so non-owners drop it
-   after the reduction (ZeRO-2 after the backward; during the backward full gradients still exist).
+   after the reduction (ZeRO-2; during the backward full gradients still exist).
+For 0-2 ``GradReduction`` starts these reductions during the last backward of the step, bucket by
+bucket as the gradients become final (PyTorch DDP's bucketed all-reduce, Megatron-LM's
+--overlap-grad-reduce), or runs them all after it.  ZeRO-1/2 then average the cp replicas apart.
 3: FSDP2 ``fully_shard(mesh=mesh["dp"])`` per block and per stage.  On gloo FSDP2 has summed
    instead of averaged (pytorch/pytorch#162338): ``fsdp_grad_correction`` measures what this
    torch does with a probe and the trainer divides by the measured factor.
@@ -19,7 +22,8 @@ shard (SP) get theirs summed over the tp group.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from collections import deque
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -41,57 +45,85 @@ def _group_size(group) -> int:
     return 1 if group is None else dist.get_world_size(group)
 
 
-def all_reduce_bucketed(tensors: list[torch.Tensor], group, average: bool) -> None:
-    """In-place all-reduce (sum, or mean) of tensors, packed into flat buckets.
+def _all_reduce_start(flat: torch.Tensor, group, divide: float) -> Callable[[], None]:
+    """Start an in-place sum of `flat` over `group`; the returned function waits and divides by `divide`."""
+    if dist.get_backend(group) == "gloo":
+        # gloo may drop its reference to the reduced tensor on its own thread, a free the CPU memory
+        # trace misses until the address comes back (a 13 MB bucket then "lived" into the next step:
+        # one CI run read -15.7 %): reduce a staging copy named as gloo's, and keep flat our own
+        with _gloo_staging(group, "all_reduce_bucket"):
+            staged = flat.clone()
+            work = dist.all_reduce(staged, group=group, async_op=True)
 
-    A bucket is flushed once it reaches ``BUCKET_BYTES``; a contiguous tensor of that size or more is
-    reduced alone, in place, after what is pending.  So the flat copy never exceeds 2 x BUCKET_BYTES
-    (what the memory model counts for it, cost_models.memory._other_bytes), where packing the largest
-    gradient would copy it whole (2.1 GB for llama3-8b's fp32 embedding gradient at tp 1)."""
+        def finish() -> None:
+            nonlocal staged
+            work.wait()
+            flat.copy_(staged)
+            staged = None
+            if divide != 1:
+                flat.div_(divide)
+        return finish
+    work = dist.all_reduce(flat, group=group, async_op=True)
+
+    def finish() -> None:
+        work.wait()
+        if divide != 1:
+            flat.div_(divide)
+    return finish
+
+
+def bucket_all_reduce_start(tensors: list[torch.Tensor], group, divide: float) -> Callable[[], None]:
+    """Start the sum over `group` of one bucket: a lone contiguous tensor in place, else a flat copy of them
+    all; the returned function waits, divides by `divide` and copies the result back."""
+    if len(tensors) == 1 and tensors[0].is_contiguous():
+        return _all_reduce_start(tensors[0], group, divide)
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    finish_flat = _all_reduce_start(flat, group, divide)
+
+    def finish() -> None:
+        nonlocal flat
+        finish_flat()
+        off = 0
+        for t in tensors:
+            t.copy_(flat[off:off + t.numel()].view_as(t))
+            off += t.numel()
+        flat = None
+    return finish
+
+
+def make_buckets(tensors: list[torch.Tensor], bucket_bytes: Optional[int] = None) -> list[list[int]]:
+    """Indices of `tensors` grouped in order into buckets of at most `bucket_bytes` (``BUCKET_BYTES``); a
+    contiguous tensor of that size or more is a bucket of its own (reduced in place, no copy)."""
+    bucket_bytes = BUCKET_BYTES if bucket_bytes is None else bucket_bytes
+    buckets, cur, size = [], [], 0
+    for i, t in enumerate(tensors):
+        nbytes = t.numel() * t.element_size()
+        if nbytes >= bucket_bytes and t.is_contiguous():
+            if cur:
+                buckets.append(cur)
+            buckets.append([i])
+            cur, size = [], 0
+            continue
+        if cur and size + nbytes > bucket_bytes:
+            buckets.append(cur)
+            cur, size = [], 0
+        cur.append(i)
+        size += nbytes
+    if cur:
+        buckets.append(cur)
+    return buckets
+
+
+def all_reduce_bucketed(tensors: list[torch.Tensor], group, average: bool) -> None:
+    """In-place all-reduce (sum, or mean) of tensors, packed into flat buckets (``make_buckets``), one
+    bucket at a time.  So the flat copy never exceeds ``BUCKET_BYTES`` (the memory model counts two of
+    them, cost_models.memory._other_bytes), where packing the largest gradient would copy it whole
+    (2.1 GB for llama3-8b's fp32 embedding gradient at tp 1)."""
     n = _group_size(group)
     if n == 1 or not tensors:
         return
-    bucket, size = [], 0
-
-    def reduce_(flat: torch.Tensor) -> None:
-        if dist.get_backend(group) == "gloo":
-            # gloo may drop its reference to the reduced tensor on its own thread, a free the CPU memory
-            # trace misses until the address comes back (a 13 MB bucket then "lived" into the next step:
-            # one CI run read -15.7 %): reduce a staging copy named as gloo's, and keep flat our own
-            with _gloo_staging(group, "all_reduce_bucket"):
-                staged = flat.clone()
-                dist.all_reduce(staged, group=group)
-            flat.copy_(staged)
-            del staged
-        else:
-            dist.all_reduce(flat, group=group)
-        if average:
-            flat /= n
-
-    def flush():
-        if not bucket:
-            return
-        flat = torch.cat([t.reshape(-1) for t in bucket])
-        reduce_(flat)
-        off = 0
-        for t in bucket:
-            t.copy_(flat[off:off + t.numel()].view_as(t))
-            off += t.numel()
-        bucket.clear()
-
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        if nbytes >= BUCKET_BYTES and t.is_contiguous():
-            flush()
-            size = 0
-            reduce_(t)
-            continue
-        bucket.append(t)
-        size += nbytes
-        if size >= BUCKET_BYTES:
-            flush()
-            size = 0
-    flush()
+    for idx in make_buckets(tensors):
+        bucket_all_reduce_start([tensors[i] for i in idx], group, n if average else 1)()
 
 
 def sync_sequence_parallel_grads(stage_modules: list[nn.Module], tp_group) -> None:
@@ -191,6 +223,9 @@ class ShardedAdamW:
                     leaf = p if len(parts) == 1 else nn.Parameter(p.data[a:b], requires_grad=p.requires_grad)
                 self.pieces.append(Piece(p, r, world[r], a, b, leaf))
         self.local = [pc for pc in self.pieces if pc.leaf is not None]
+        self._pieces_of: dict[int, list[Piece]] = {}
+        for pc in self.pieces:
+            self._pieces_of.setdefault(id(pc.param), []).append(pc)
         self._piece_grads: dict[int, torch.Tensor] = {}  # ZeRO-2: id(leaf) -> its reduced rows
         make_optim = make_optim or (lambda ps: torch.optim.AdamW(ps, **adamw_kwargs))
         self.optim = make_optim([pc.leaf for pc in self.local]) if self.local else None
@@ -199,25 +234,44 @@ class ShardedAdamW:
         return id(p) in self.split
 
     def reduce_gradients(self) -> None:
+        """Average the gradients over dp after the backward: all-reduced (ZeRO-1), or each piece reduced to
+        its owner and dropped by the others, parameter by parameter (ZeRO-2)."""
         n = _group_size(self.dp_group)
         if n == 1:
             return
         if self.stage == 1:
             all_reduce_bucketed([grad_of(p) for p in self.params if grad_of(p) is not None], self.dp_group, average=True)
             return
-        for i, (p, r, g, a, b, leaf) in enumerate(self.pieces):
-            grad = grad_of(p)
+        for p in self.params:
+            self.reduce_start([p], n)()
+
+    def reduce_start(self, params: list[nn.Parameter], divide: float) -> Callable[[], None]:
+        """Start the dp reduction of these parameters' gradients and return what finishes it (dividing by
+        `divide`): ZeRO-1 one bucket all-reduced; ZeRO-2 each piece reduced to its owner, after which the
+        owner keeps its rows and the other ranks drop the gradient."""
+        grads = [grad_of(p) for p in params]
+        if self.stage == 1:
+            return bucket_all_reduce_start([g for g in grads if g is not None], self.dp_group, divide)
+        works = []
+        for p, grad in zip(params, grads):
             if grad is None:
                 continue
-            rows = grad[a:b] if self.is_split(p) else grad
-            dist.reduce(rows, dst=g, group=self.dp_group)
-            if r == self.dp_rank:
-                rows /= n
-                if leaf is not p:  # only these rows are this rank's: a copy outlives the gradient
-                    self._piece_grads[id(leaf)] = rows.clone()
-            last = i + 1 == len(self.pieces) or self.pieces[i + 1][0] is not p
-            if last and not (r == self.dp_rank and leaf is p):
-                set_grad(p, None)  # ZeRO-2: only the owner keeps the reduced gradient, freed as soon as reduced
+            for pc in self._pieces_of[id(p)]:
+                rows = grad[pc.start:pc.end] if self.is_split(p) else grad
+                works.append((dist.reduce(rows, dst=pc.global_rank, group=self.dp_group, async_op=True), pc, rows))
+
+        def finish() -> None:
+            for work, pc, rows in works:
+                work.wait()
+                if pc.rank == self.dp_rank:
+                    rows /= divide
+                    if pc.leaf is not pc.param:  # only these rows are this rank's: a copy outlives the gradient
+                        self._piece_grads[id(pc.leaf)] = rows.clone()
+            works.clear()
+            for p, grad in zip(params, grads):
+                if grad is not None and not any(pc.leaf is p for pc in self._pieces_of[id(p)]):
+                    set_grad(p, None)  # ZeRO-2: only the owner keeps the reduced gradient
+        return finish
 
     def held_piece_grads(self) -> list[tuple[torch.Tensor, nn.Parameter]]:
         """ZeRO-2: (reduced rows, their parameter) for the split parameters' rows this rank owns (gradient
@@ -271,6 +325,118 @@ class ShardedAdamW:
     def zero_grad(self, set_to_none: bool = True) -> None:
         clear_grads(self.params)
         self._piece_grads.clear()
+
+
+class GradReduction:
+    """The data-parallel reduction of a step's gradients, started during the backward where ``overlap``.
+
+    ``start(params, divide)`` starts the reduction of one bucket of parameters' gradients and returns what
+    finishes it (``bucket_all_reduce_start`` for ZeRO-0, ``ShardedAdamW.reduce_start`` for ZeRO-1/2).  A
+    post-accumulate-grad hook on every parameter counts its gradient's accumulations in the step; one
+    whose count reaches the step's total is final, and a bucket whose parameters are all final starts at
+    once, while the backward goes on (PyTorch DDP's Reducer; Megatron-LM's --overlap-grad-reduce).  At
+    most ``max_pending`` buckets are in flight: starting one more first finishes the oldest, so at most two
+    flat copies of ``BUCKET_BYTES`` live at once (what the memory model counts).  ``finish`` (after the
+    backward) starts what is left and finishes everything.
+
+    The counts and the order in which gradients become final are learned in the first step, whose
+    reduction runs after its backward; the buckets follow that order (as DDP rebuilds its buckets after
+    its first iteration), taken from the group's first rank so that every rank starts the same
+    collectives in the same order.  A parameter used twice in a micro-batch (a tied embedding on one
+    stage), a recompute, several micro-batches or pipeline chunks all just change the count.  The hooks
+    run after the master-weights hook that folds ``p.grad`` into ``main_grad`` (registered first), and
+    fire for a weight whose fused GEMM wrote ``main_grad`` itself (its ``p.grad`` stays None).  Not for the
+    zero-bubble schedules, whose weight pass assigns gradients outside autograd's accumulation, nor FSDP2,
+    which reduces its own shards."""
+
+    def __init__(self, params: list[nn.Parameter], start: Callable, divide: float, order_group,
+                 overlap: bool = True, max_pending: int = 2, bucket_bytes: Optional[int] = None):
+        self.params = list(params)
+        self.bucket_bytes = bucket_bytes
+        self.start, self.divide, self.order_group = start, divide, order_group
+        self.overlap, self.max_pending = overlap, max_pending
+        self.expected: Optional[dict[int, int]] = None  # id(p) -> accumulations per step, once learned
+        self.buckets: Optional[list[list[nn.Parameter]]] = None
+        self.overlapped_steps = 0
+        self._count: dict[int, int] = {}
+        self._final_at: dict[int, int] = {}
+        self._seq = 0
+        self._ready: set[int] = set()
+        self._next = 0
+        self._pending: deque = deque()
+        self._active = False
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._hook)
+
+    def begin_step(self) -> None:
+        self._count.clear()
+        self._final_at.clear()
+        self._seq = 0
+        self._ready.clear()
+        self._next = 0
+        self._pending.clear()
+        self._active = self.overlap and self.buckets is not None
+
+    def _hook(self, p) -> None:
+        k = id(p)
+        c = self._count.get(k, 0) + 1
+        self._count[k] = c
+        if not self._active:
+            self._seq += 1
+            self._final_at[k] = self._seq  # the place of its last accumulation so far
+            return
+        if c == self.expected.get(k):
+            self._ready.add(k)
+            self._start_ready()
+
+    def _start_ready(self) -> None:
+        while self._next < len(self.buckets) and all(id(p) in self._ready for p in self.buckets[self._next]):
+            self._launch(self.buckets[self._next])
+
+    def _launch(self, bucket) -> None:
+        self._pending.append(self.start(bucket, self.divide))
+        self._next += 1
+        while len(self._pending) > self.max_pending:
+            self._pending.popleft()()
+
+    def _learn(self) -> None:
+        with_grads = [p for p in self.params if grad_of(p) is not None]
+        # gradients no hook saw (the zero-bubble weight pass assigns them) go last, in parameter order
+        last = self._seq + 1
+        order = sorted(range(len(with_grads)), key=lambda i: self._final_at.get(id(with_grads[i]), last))
+        if _group_size(self.order_group) > 1:  # every rank buckets as the group's first rank does
+            t = torch.tensor(order, dtype=torch.int64)
+            if dist.get_backend(self.order_group) == "nccl":
+                t = t.cuda()
+            dist.broadcast(t, src=dist.get_global_rank(self.order_group, 0), group=self.order_group)
+            order = t.tolist()
+        ordered = [with_grads[i] for i in order]
+        self.expected = {id(p): self._count.get(id(p), 0) for p in ordered}
+        self.buckets = [[ordered[i] for i in idx]
+                        for idx in make_buckets([grad_of(p) for p in ordered], self.bucket_bytes)]
+
+    def reduce_now(self, params: list[nn.Parameter]) -> None:
+        """Reduce these parameters' gradients (ones this object does not track) now, bucketed in order."""
+        params = [p for p in params if grad_of(p) is not None]
+        for idx in make_buckets([grad_of(p) for p in params], self.bucket_bytes):
+            self.start([params[i] for i in idx], self.divide)()
+
+    def finish(self) -> None:
+        """Complete the step's reduction: the buckets not yet started, then every one in flight."""
+        if self.buckets is None:
+            self._learn()
+        elif self._active:
+            missing = [k for k, n in self.expected.items() if self._count.get(k, 0) != n]
+            if missing:
+                raise RuntimeError(f"{len(missing)} gradients accumulated a different number of times than in the "
+                                   "first step; the overlapped reduction cannot tell when they are final "
+                                   "(run with --overlap-grad-reduce off)")
+            self.overlapped_steps += 1
+        while self._next < len(self.buckets):
+            self._launch(self.buckets[self._next])
+        while self._pending:
+            self._pending.popleft()()
+        self._active = False
 
 
 def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, mp_policy=None,

@@ -43,7 +43,7 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 
-from cost_models.compute import plan_fuses_wgrad
+from cost_models.compute import plan_fuses_wgrad, plan_overlaps_grad_reduce
 from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
 from parallel_layers.clip import clip_grad_norm
@@ -51,8 +51,10 @@ from parallel_layers.context_parallel import shard_sequence
 from parallel_layers.data import TokenSource, replica_sample_indices
 from parallel_layers.host_memory import CpuMemoryTrace, trace_if
 from parallel_layers.data_parallel import (
+    GradReduction,
     ShardedAdamW,
     all_reduce_bucketed,
+    bucket_all_reduce_start,
     apply_fsdp,
     fsdp_grad_correction,
     local_tensor,
@@ -100,6 +102,10 @@ class RunOptions:
     # master-weights: the linears' weight-gradient GEMMs add into the fp32 main_grad (precision.wgrad_fusion_kernel):
     # "auto" where the CUDA kernel runs right, "off", or "reference" (its arithmetic on any device, for tests)
     wgrad_fusion: str = "auto"
+    # ZeRO 0-2: start the data-parallel reduction of each bucket of gradients during the step's last backward
+    # (data_parallel.GradReduction); off: all of it after the backward.  Not under the zero-bubble schedules
+    # with a pipeline (grad_overlap), as the cost model has it (cost_models.compute.plan_overlaps_grad_reduce)
+    overlap_grad_reduce: bool = True
     memory_snapshot: Optional[str] = None  # directory: CUDA allocator history of the run, one pickle per rank
 
 
@@ -182,11 +188,65 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         # fp32 gradient accumulation buffers; whether any weight's GEMM adds into them (16-bit parameters only)
         rt.extra["wgrad_fusion"] = attach_main_grads(_unique_params(modules), kernel)
     rt.optimizer = build_optimizer(rt, opts)
+    rt.extra["grad_reduction"] = build_grad_reduction(rt, opts)
     if par.pp > 1:
+        # the schedule divides p.grad by the micro-batch count at its end, unless main_grad holds the gradients
+        # (forward_backward divides those) or the dp reduction divides them, having started before that end
         rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device,
                                      make_loss_fn(coords.tp_group, plan.model.vocab, fused_loss(plan)),
-                                     scale_grads=not main_grads(rt))
+                                     scale_grads=not main_grads(rt) and rt.extra["grad_reduction"] is None)
     return rt
+
+
+def grad_overlap(plan, opts: RunOptions) -> bool:
+    """opts.overlap_grad_reduce, off under the zero-bubble schedules with a pipeline: their weight pass assigns
+    each dW to p.grad outside autograd's accumulation, so no hook says when a gradient is final.  The cost
+    model applies the same rule (cost_models.compute.grad_reduce_overlaps, plan_overlaps_grad_reduce)."""
+    return opts.overlap_grad_reduce and not (plan.parallel.schedule in ZERO_BUBBLE and plan.parallel.pp > 1)
+
+
+def late_params(rt: Runtime) -> set:
+    """id() of the parameters whose gradients other sums complete after the backward, before their dp reduction:
+    the tied embedding's two copies on the pipeline's ends (summed over the embedding group) and, with SP, the
+    TP-replicated ones that saw a sequence shard (summed over TP).  ZeRO-2 keeps only a piece of a gradient after
+    its reduction, whose rows on the two pipeline ends differ, so those sums must come first."""
+    out = set()
+    for m in rt.stage_modules:
+        if rt.cfg.tied_embeddings and rt.plan.parallel.pp > 1:
+            if getattr(m, "first", False):
+                out.add(id(m.embed.weight))
+            if getattr(m, "separate_tied_head", False):
+                out.add(id(m.head.weight))
+        if rt.plan.parallel.sp:
+            out.update(id(p) for _, p, spec in iter_shard_specs(m) if spec.sp_partial_grad)
+    return out
+
+
+def build_grad_reduction(rt: Runtime, opts: RunOptions) -> Optional[GradReduction]:
+    """ZeRO 0-2's data-parallel reduction (data_parallel.GradReduction) where its group has more than one rank:
+    ZeRO-0 all-reduces over dp x cp, ZeRO-1/2 reduce over dp (ShardedAdamW.reduce_start; the cp replicas are
+    averaged after).  It divides by the group's size, and by the micro-batch count with a pipeline (the
+    schedule then leaves the gradients unscaled).  None for FSDP2 and for a group of one."""
+    par, coords = rt.plan.parallel, rt.coords
+    if par.zero_stage == 0:
+        group, start = coords.dp_cp_group, functools.partial(_dp_bucket_start, coords.dp_cp_group)
+    elif par.zero_stage in (1, 2):
+        group, start = coords.dp_group, rt.optimizer.reduce_start
+    else:
+        return None
+    n = 1 if group is None else dist.get_world_size(group)
+    if n == 1:
+        return None
+    late = late_params(rt)
+    params = [p for p in _unique_params(rt.stage_modules) if id(p) not in late]
+    divide = n * (rt.plan.training.num_microbatches if par.pp > 1 else 1)
+    red = GradReduction(params, start, divide, group, overlap=grad_overlap(rt.plan, opts))
+    red.late = [p for p in _unique_params(rt.stage_modules) if id(p) in late]
+    return red
+
+
+def _dp_bucket_start(group, params, divide):
+    return bucket_all_reduce_start([grad_of(p) for p in params if grad_of(p) is not None], group, divide)
 
 
 def wgrad_fusion_mode(plan, opts: RunOptions) -> str:
@@ -267,6 +327,9 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     """All micro-batches of one step; returns the replica's mean loss on ranks holding the last
     stage (None elsewhere).  Gradients end up as the mean over the replica's micro-batches."""
     nmb = rt.plan.training.num_microbatches
+    red = rt.extra.get("grad_reduction")
+    if red is not None:
+        red.begin_step()
     if rt.schedule is None:
         loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab, fused_loss(rt.plan))
         losses = []
@@ -287,8 +350,8 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
         rt.schedule.step(*args, target=targets, losses=losses, **kw)
     else:
         rt.schedule.step(*args, **kw)
-    if main_grads(rt):  # the schedule did not scale main_grad (built with scale_grads=False)
-        fold_pending_grads(_unique_params(rt.stage_modules), divide=nmb)
+    if main_grads(rt):  # the schedule did not scale main_grad (built with scale_grads=False); the dp reduction does
+        fold_pending_grads(_unique_params(rt.stage_modules), divide=nmb if red is None else 1.0)
     rt.extra["dispatched_at"] = time.perf_counter()
     if rt.holds_last:
         return sum(float(l.detach()) for l in losses) / len(losses)
@@ -301,18 +364,25 @@ def _takes_return_outputs(schedule_type) -> bool:
 
 
 def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
+    """Average the step's gradients over the replicas.  ZeRO 0-2: the dp reduction of every gradient but the late
+    ones (late_params) started during the backward, or now (GradReduction.finish); the tied-embedding and SP sums;
+    the late gradients' dp reduction; then (ZeRO-1/2) the average over the cp replicas of what each rank holds.
+    Sums commute with the averages, so the order changes no value.  FSDP2 reduced its shards in the backward."""
     par = rt.plan.parallel
+    red = rt.extra.get("grad_reduction")
+    if red is not None:
+        red.finish()
     if rt.cfg.tied_embeddings and par.pp > 1:
         sync_tied_embedding_grads(rt.stage_modules, rt.extra["embedding_group"])
     if par.sp:
         sync_sequence_parallel_grads(rt.stage_modules, rt.coords.tp_group)
     params = _unique_params(rt.stage_modules)
-    if par.zero_stage == 0:  # mean over dp x cp (cp ranks hold replicas)
-        all_reduce_bucketed([grad_of(p) for p in params if grad_of(p) is not None], rt.coords.dp_cp_group, average=True)
-    elif par.zero_stage in (1, 2):
-        # ZeRO-1/2 shard over dp: cp replicas are averaged first
-        all_reduce_bucketed([grad_of(p) for p in params if grad_of(p) is not None], rt.coords.cp_group, average=True)
-        rt.optimizer.reduce_gradients()
+    if par.zero_stage in (0, 1, 2):
+        if red is not None:
+            red.reduce_now(red.late)
+        if par.zero_stage in (1, 2):  # ZeRO-1/2 shard over dp: the cp replicas are averaged apart
+            held = [grad_of(p) for p in params if grad_of(p) is not None] + [g for g, _ in _held_pieces(rt)]
+            all_reduce_bucketed(held, rt.coords.cp_group, average=True)
     else:
         if rt.fsdp_correction != 1.0:
             for p in params:
@@ -470,8 +540,9 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     dist.all_gather_object(params_per_rank, rt.local_params)
     if dist.get_rank() != 0:
         return None
+    red = rt.extra.get("grad_reduction")
     return build_report(plan, opts, device, steps, memories, params_per_rank,
-                        wgrad_fusion=rt.extra.get("wgrad_fusion"))
+                        wgrad_fusion=rt.extra.get("wgrad_fusion"), grad_overlap=None if red is None else red.overlap)
 
 
 def _build_and_train(plan, opts: RunOptions, device: torch.device):
@@ -543,10 +614,12 @@ def _cpu_math(plan) -> str:
 
 
 def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
-                 comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None) -> dict:
+                 comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None,
+                 grad_overlap: Optional[bool] = None) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
     comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
-    wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad)."""
+    wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad).
+    grad_overlap: whether the data-parallel reduction started during the backward (None: FSDP2, or no dp group)."""
     if comparable is None:
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
@@ -585,6 +658,9 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
             cpu_memory["note"] = "amp runs in fp32 on the CPU (no autocast): not comparable with its 16-bit prediction"
     notes = [] if comparable else [f"{device.type}: {_cpu_math(plan)}; not comparable with the prediction for "
                                    f"{plan.hardware.name}, so error is null"]
+    if grad_overlap is not None and grad_overlap != plan_overlaps_grad_reduce(plan.training, plan.parallel):
+        notes.append(f"the runtime {'started' if grad_overlap else 'did not start'} the data-parallel gradient "
+                     f"reduction during the backward; the prediction assumed it {'did not' if grad_overlap else 'did'}")
     if wgrad_fusion is not None and wgrad_fusion != plan_fuses_wgrad(plan.training, plan.parallel):
         notes.append(f"the runtime {'did' if wgrad_fusion else 'did not'} fuse the gradient accumulation into the "
                      f"weight-gradient GEMMs; the prediction assumed it {'did not' if wgrad_fusion else 'did'}")
@@ -592,6 +668,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "plan": json.loads(plan.model_dump_json()),
         "device": device.type if device.type != "cuda" else torch.cuda.get_device_name(device),
         "wgrad_fusion": wgrad_fusion,
+        "overlap_grad_reduce": grad_overlap,
         "torch_version": torch.__version__,
         "world_size": len(memories),
         "warmup_steps": warmup,
@@ -656,6 +733,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--wgrad-fusion", choices=list(WGRAD_FUSION_MODES), default="auto",
                     help="master-weights: accumulate weight gradients into fp32 main_grad inside the GEMM (auto: on "
                          "CUDA where torch has the fp32-output GEMM; reference: its arithmetic on any device)")
+    ap.add_argument("--overlap-grad-reduce", choices=["on", "off"], default="on",
+                    help="ZeRO 0-2: start the data-parallel gradient reduction during the backward (on), or after it")
     ap.add_argument("--memory-snapshot", help="directory: record the CUDA allocator's history and dump it per rank")
     return ap.parse_args(argv)
 
@@ -666,7 +745,8 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
                       resume_step=a.resume_step,
                       warmup_steps=a.warmup_steps, dump_grads=a.dump_grads, optimizer=a.optimizer,
                       debug_grad_scale=a.debug_grad_scale, compile=a.compile,
-                      memory_snapshot=a.memory_snapshot, wgrad_fusion=a.wgrad_fusion)
+                      memory_snapshot=a.memory_snapshot, wgrad_fusion=a.wgrad_fusion,
+                      overlap_grad_reduce=a.overlap_grad_reduce == "on")
 
 
 def write_report(report: dict, path: str) -> None:

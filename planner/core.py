@@ -64,7 +64,7 @@ DEFAULT_CLIP_GRAD = 1.0
 
 # Training fields that describe the framework rather than the job: recommend() takes them as keywords,
 # the CLI has one option each, and `validate` sets them per published set.
-STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
+STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
                "cross_entropy_16bit_grad", "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm",
                "attention_kernel")
@@ -110,14 +110,15 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 # caller pins a per-micro-batch ZeRO-2 (validate's Llama 3 rows, whose stack is Meta's own)
 FRAMEWORK_SEARCHED_ZEROS: dict[str, tuple[int, ...]] = {"megatron": (0, 1, 3)}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
-    # parplan's runtime reduces the gradients after the whole backward and ZeRO-1/2 broadcast the stepped
-    # parameters after the optimizer (parallel_layers.train.reduce_gradients, data_parallel.ShardedAdamW): nothing
-    # of it hides behind compute (FSDP2's ZeRO-3 does overlap: that term does not read this flag).  Its linears'
+    # parplan's runtime starts the data-parallel reduction of each bucket of gradients during the step's last
+    # backward (ZeRO 0-2, data_parallel.GradReduction; since 2026-11-25, before which it all ran after the backward),
+    # outside the zero-bubble schedules with a pipeline (compute.grad_reduce_overlaps); ZeRO-1/2 broadcast the
+    # stepped parameters after the optimizer (data_parallel.ShardedAdamW): overlap_param_gather off.  Its linears'
     # weight-gradient GEMMs add into the fp32 main_grad on CUDA (torch >= 2.8; precision.wgrad_fusion_kernel)
     # where the recipe is master-weights, outside FSDP2 and the zero-bubble schedules (compute.wgrad_fusion_applies)
     # Its loss keeps the logits and their gradient in their own dtype (layers.fused_vocab_parallel_cross_entropy,
     # flash-attn's cross-entropy in torch) where the plan says so: its default since 2026-11-24.
-    "parplan": {"overlap_grad_reduce": False, "grad_accumulation_fusion": True, "fused_cross_entropy": True,
+    "parplan": {"overlap_grad_reduce": True, "overlap_param_gather": False, "grad_accumulation_fusion": True, "fused_cross_entropy": True,
                 "cross_entropy_16bit_grad": True},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
                  "fused_cross_entropy": True, "overlap_cp_comm": True},
@@ -156,6 +157,8 @@ def training_consts(tr: Training) -> TrainingConsts:
     return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=compute_dtype(tr.dtype, tr.precision),
                           precision=tr.precision,
                           flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
+                          overlap_param_gather=(tr.overlap_grad_reduce if tr.overlap_param_gather is None
+                                                else tr.overlap_param_gather),
                           overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",

@@ -300,8 +300,9 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                         if p.pp > 1 else "."))
     if t.overlap_grad_reduce and p.dp > 1:
         flag("--overlap-grad-reduce")
-        if p.zero_stage >= 1:
-            flag("--overlap-param-gather")
+    gather = t.overlap_grad_reduce if t.overlap_param_gather is None else t.overlap_param_gather
+    if gather and p.dp > 1 and p.zero_stage >= 1:
+        flag("--overlap-param-gather")
     if p.offload == "optimizer":
         if p.zero_stage == 0:  # OptimizerConfig asserts the distributed optimizer under the precision-aware one
             flag("--use-distributed-optimizer")

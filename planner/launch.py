@@ -467,10 +467,12 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
                   checkpoint_every: int = 0, resume: bool = False, resume_step: Optional[int] = None,
                   data: Optional[str] = None,
                   compile_blocks: bool = False, memory_snapshot: Optional[str] = None,
-                  data_dtype: Optional[str] = None, wgrad_fusion: Optional[str] = None) -> list[str]:
+                  data_dtype: Optional[str] = None, wgrad_fusion: Optional[str] = None,
+                  overlap_grad_reduce: Optional[str] = None) -> list[str]:
     """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
-    `parallel_layers.train`.  wgrad_fusion: the runtime's --wgrad-fusion (launch passes "off" for a plan
-    predicted without fused gradient accumulation, so the run does what was predicted)."""
+    `parallel_layers.train`.  wgrad_fusion, overlap_grad_reduce: the runtime's --wgrad-fusion and
+    --overlap-grad-reduce (launch passes "off" for a plan predicted without fused gradient accumulation, or
+    with the gradient reduction after the backward, so the run does what was predicted)."""
     argv = [sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1:
         argv += ["--standalone"]
@@ -493,6 +495,8 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
         argv += ["--memory-snapshot", str(memory_snapshot)]
     if wgrad_fusion:
         argv += ["--wgrad-fusion", wgrad_fusion]
+    if overlap_grad_reduce:
+        argv += ["--overlap-grad-reduce", overlap_grad_reduce]
     return argv
 
 
@@ -816,7 +820,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                          checkpoint_every=checkpoint_every, resume=resume, resume_step=resume_step, data=data,
                          compile_blocks=(device == "cuda" and plan.training.fused_elementwise) if compile is None else compile,
                          memory_snapshot=memory_snapshot, data_dtype=data_dtype,
-                         wgrad_fusion=None if plan.training.grad_accumulation_fusion else "off")
+                         wgrad_fusion=None if plan.training.grad_accumulation_fusion else "off",
+                         overlap_grad_reduce=None if plan.training.overlap_grad_reduce else "off")
     failed = [c for c in checks if not c.ok]
     if dry_run:
         for c in checks:

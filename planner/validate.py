@@ -38,6 +38,7 @@ class Query:
     precision: str = "master-weights"
     flash_attention: bool = True
     overlap_grad_reduce: bool = True
+    overlap_param_gather: bool | None = None  # as overlap_grad_reduce (Megatron's --overlap-param-gather beside it)
     overlap_tp_comm: bool = False
     inter_node_gbytes_per_s: float | None = None
     gpus_per_node: int | None = None

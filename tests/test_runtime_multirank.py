@@ -251,3 +251,35 @@ def test_the_fused_gradient_accumulation_case_fused(runs):
     assert fused
     for case in fused:
         assert report(runs, case)["wgrad_fusion"] is True, case
+
+
+@pytest.mark.parametrize("case", [c[:-len(suite.AFTER_BACKWARD)] for c in suite.PARALLEL_CASES
+                                  if c.endswith(suite.AFTER_BACKWARD)])
+def test_reducing_during_the_backward_changes_no_value(runs, case):
+    """The data-parallel reduction started during the last backward (data_parallel.GradReduction) gives, to the
+    bit, the losses and gradient norms of the same run reducing after the backward: steps 2 and 3 are reduced
+    during it (step 1 learns the order), and a bucket started before its gradients were final, or divided once
+    more or less, would show in the norm."""
+    during, after = report(runs, case), report(runs, case + suite.AFTER_BACKWARD)
+    assert during["overlap_grad_reduce"] is True and after["overlap_grad_reduce"] is False
+    for key in ("loss", "grad_norm"):
+        assert [s[key] for s in during["steps"]] == [s[key] for s in after["steps"]], key
+
+
+def test_the_report_says_where_the_reduction_ran(runs):
+    """Every case's report: during the backward for ZeRO 0-2 with more than one rank to reduce over, unless the
+    case turned it off or runs a zero-bubble schedule with a pipeline; null for FSDP2 and single-replica layouts.
+    The cost model's rule (plan_overlaps_grad_reduce) agrees wherever the run had something to reduce."""
+    from cost_models.compute import plan_overlaps_grad_reduce
+    for case, (_, _, opts) in suite.PARALLEL_CASES.items():
+        rep = report(runs, case)
+        plan = Plan.model_validate(rep["plan"])
+        par = plan.parallel
+        group = par.dp * par.cp if par.zero_stage == 0 else par.dp
+        if par.zero_stage == 3 or group == 1:
+            assert rep["overlap_grad_reduce"] is None, case
+            continue
+        zb_pipe = par.schedule in ("zbv", "interleaved-zb") and par.pp > 1
+        assert rep["overlap_grad_reduce"] is (opts.get("overlap_grad_reduce", True) and not zb_pipe), case
+        if opts.get("overlap_grad_reduce", True):
+            assert rep["overlap_grad_reduce"] is plan_overlaps_grad_reduce(plan.training, par), case

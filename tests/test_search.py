@@ -271,7 +271,8 @@ def test_recommend_takes_every_stack_flag_and_rejects_others():
     from planner.schema import Training
     assert set(STACK_FLAGS) <= set(Training.model_fields)
     spec = load_preset("tiny-llama-test")
-    flags = dict(flash_attention=False, overlap_grad_reduce=False, overlap_tp_comm=True, dropout=True,
+    flags = dict(flash_attention=False, overlap_grad_reduce=False, overlap_param_gather=True, overlap_tp_comm=True,
+                 dropout=True,
                  zero1_grad_reduce="reduce-scatter", zero2_grad_reduce="per-micro-batch", grad_accumulation_fusion=True,
                  p2p_scatter_gather=True, fused_cross_entropy=True, fused_elementwise=False, overlap_cp_comm=True,
                  async_tp_grad_comm=True, attention_kernel="triton-2022", cross_entropy_16bit_grad=True)
@@ -819,18 +820,30 @@ def test_selective_recompute_under_parplans_cp_saves_the_ranks_own_kv_and_gather
     assert msel.prediction.time_breakdown.cp_comm_s == pytest.approx(mnone.prediction.time_breakdown.cp_comm_s)
 
 
-def test_parplans_runtime_reduces_gradients_after_the_backward():
-    """parplan's runtime all-reduces (ZeRO 0-2) after the whole backward and ZeRO-1/2 broadcast the stepped
-    parameters after the optimizer: nothing hides behind compute, so the framework's default is no overlap
-    (FRAMEWORK_DEFAULTS); Megatron overlaps.  The flag can still be given."""
+def test_parplans_runtime_reduces_gradients_during_the_backward_and_gathers_after_the_step():
+    """parplan's runtime starts each bucket's gradient reduction (ZeRO 0-2) during the last backward
+    (data_parallel.GradReduction) but broadcasts ZeRO-1/2's stepped parameters after the optimizer: the
+    framework's defaults are overlap_grad_reduce on, overlap_param_gather off (FRAMEWORK_DEFAULTS).  Under a
+    zero-bubble schedule with a pipeline the reduction runs after the backward whatever the flag
+    (grad_reduce_overlaps).  Same bytes either way: only what is exposed changes."""
     spec = load_preset("llama3.2-1b")
     pins = Pins(tp=1, pp=1, dp=16, cp=1, zero=0, mbs=1, recompute="none", offload="none")
     own = recommend(spec, 16, global_batch_size=64, pins=pins)
-    told = recommend(spec, 16, global_batch_size=64, pins=pins, overlap_grad_reduce=True)
-    assert own.training.overlap_grad_reduce is False and told.training.overlap_grad_reduce is True
-    exposed, hidden = own.prediction.time_breakdown.dp_comm_s, told.prediction.time_breakdown.dp_comm_s
+    after = recommend(spec, 16, global_batch_size=64, pins=pins, overlap_grad_reduce=False)
+    assert own.training.overlap_grad_reduce is True and own.training.overlap_param_gather is False
+    hidden, exposed = own.prediction.time_breakdown.dp_comm_s, after.prediction.time_breakdown.dp_comm_s
     assert exposed > hidden > 0
-    assert own.prediction.comm_bytes_per_step.dp == told.prediction.comm_bytes_per_step.dp  # same bytes, exposed
+    assert own.prediction.comm_bytes_per_step.dp == after.prediction.comm_bytes_per_step.dp
+    # ZeRO-1: the parameter gather after the step stays exposed unless the flag says otherwise (Megatron's)
+    z1 = replace(pins, zero=1)
+    own1 = recommend(spec, 16, global_batch_size=64, pins=z1)
+    gathered = recommend(spec, 16, global_batch_size=64, pins=z1, overlap_param_gather=True)
+    assert own1.prediction.time_breakdown.dp_comm_s > gathered.prediction.time_breakdown.dp_comm_s
+    # a zero-bubble schedule with a pipeline reduces after the backward: the flag changes nothing
+    zb = Pins(tp=1, pp=2, dp=8, cp=1, vpp=2, zero=0, mbs=1, recompute="none", offload="none", schedule="interleaved-zb")
+    on = recommend(spec, 16, global_batch_size=64, pins=zb)
+    off = recommend(spec, 16, global_batch_size=64, pins=zb, overlap_grad_reduce=False)
+    assert on.prediction.time_breakdown.dp_comm_s == off.prediction.time_breakdown.dp_comm_s > 0
 
 
 def test_zero1_with_cp_on_parplans_runtime_all_reduces_over_dp_only():

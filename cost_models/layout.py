@@ -163,8 +163,8 @@ class TrainingConsts:
     # context-parallel ranks hold the same parameters, so their gradients are reduced over dp x cp in every
     # framework.  Megatron (its data-parallel group "with context parallel": DDP and the distributed
     # optimizer), torchtitan (FSDP2 over the dp_shard x cp mesh) and DeepSpeed (ZeRO over its sequence-data-
-    # parallel group) also shard ZeRO's states over dp x cp; parplan's runtime shards over dp only and
-    # averages the cp replicas with an all-reduce of their own after the backward
+    # parallel group) also shard ZeRO's states over dp x cp; parplan's runtime shards over dp only and,
+    # after the dp reduction, averages the cp replicas with an all-reduce of their own after the backward
     # (parallel_layers/train.py reduce_gradients)
     zero_over_cp: bool = False
     # the 16-bit-gradient fused cross-entropy (cross_entropy_16bit_grad) as parplan's runtime runs it: chunks of

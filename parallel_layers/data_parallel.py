@@ -350,14 +350,15 @@ class GradReduction:
     which reduces its own shards."""
 
     def __init__(self, params: list[nn.Parameter], start: Callable, divide: float, order_group,
-                 overlap: bool = True, max_pending: int = 2, bucket_bytes: Optional[int] = None):
+                 overlap: bool = True, max_pending: int = 2, bucket_bytes: Optional[int] = None,
+                 late: tuple = ()):
         self.params = list(params)
+        self.late = list(late)  # reduced by the caller with reduce_now, after other sums complete them
         self.bucket_bytes = bucket_bytes
         self.start, self.divide, self.order_group = start, divide, order_group
         self.overlap, self.max_pending = overlap, max_pending
         self.expected: Optional[dict[int, int]] = None  # id(p) -> accumulations per step, once learned
         self.buckets: Optional[list[list[nn.Parameter]]] = None
-        self.overlapped_steps = 0
         self._count: dict[int, int] = {}
         self._final_at: dict[int, int] = {}
         self._seq = 0
@@ -427,11 +428,11 @@ class GradReduction:
             self._learn()
         elif self._active:
             missing = [k for k, n in self.expected.items() if self._count.get(k, 0) != n]
+            missing += [k for k in self._count if k not in self.expected]  # a gradient the first step did not have
             if missing:
                 raise RuntimeError(f"{len(missing)} gradients accumulated a different number of times than in the "
                                    "first step; the overlapped reduction cannot tell when they are final "
                                    "(run with --overlap-grad-reduce off)")
-            self.overlapped_steps += 1
         while self._next < len(self.buckets):
             self._launch(self.buckets[self._next])
         while self._pending:

@@ -240,9 +240,8 @@ def build_grad_reduction(rt: Runtime, opts: RunOptions) -> Optional[GradReductio
     late = late_params(rt)
     params = [p for p in _unique_params(rt.stage_modules) if id(p) not in late]
     divide = n * (rt.plan.training.num_microbatches if par.pp > 1 else 1)
-    red = GradReduction(params, start, divide, group, overlap=grad_overlap(rt.plan, opts))
-    red.late = [p for p in _unique_params(rt.stage_modules) if id(p) in late]
-    return red
+    return GradReduction(params, start, divide, group, overlap=grad_overlap(rt.plan, opts),
+                         late=[p for p in _unique_params(rt.stage_modules) if id(p) in late])
 
 
 def _dp_bucket_start(group, params, divide):

@@ -111,7 +111,7 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 FRAMEWORK_SEARCHED_ZEROS: dict[str, tuple[int, ...]] = {"megatron": (0, 1, 3)}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     # parplan's runtime starts the data-parallel reduction of each bucket of gradients during the step's last
-    # backward (ZeRO 0-2, data_parallel.GradReduction; since 2026-11-25, before which it all ran after the backward),
+    # backward (ZeRO 0-2, data_parallel.GradReduction; since 2026-11-24, before which it all ran after the backward),
     # outside the zero-bubble schedules with a pipeline (compute.grad_reduce_overlaps); ZeRO-1/2 broadcast the
     # stepped parameters after the optimizer (data_parallel.ShardedAdamW): overlap_param_gather off.  Its linears'
     # weight-gradient GEMMs add into the fp32 main_grad on CUDA (torch >= 2.8; precision.wgrad_fusion_kernel)

@@ -73,7 +73,7 @@ PARALLEL_CASES = {
     # context parallelism (load-balanced all-gather CP): GQA llama over cp x tp x dp (ZeRO-0 over
     # the flattened dp x cp group; it also writes the checkpoint CP_RESUME resumes); gpt with
     # learned positions, SP inside TP, a zero-bubble schedule (split dI/dW backward), selective
-    # recompute and ZeRO-1 (cp replicas averaged before the dp reduction); cp4 with FSDP2 (shards
+    # recompute and ZeRO-1 (cp replicas averaged after the dp reduction); cp4 with FSDP2 (shards
     # over dp, cp replicas averaged) and full recompute (the K/V gather runs again in the backward)
     "cp2-tp2-dp2": (TINY_LLAMA, dict(tp=2, pp=1, dp=2, cp=2), {}),
     "gpt-tied-cp2-pp2-tp2-sp-zbv": (TINY_GPT, dict(tp=2, pp=2, dp=1, cp=2, sp=True, schedule="zbv", vpp=2,

@@ -350,6 +350,15 @@ def plan_overlaps_grad_reduce(training, parallel) -> bool:
                                      parallel.schedule in ("zbv", "interleaved-zb") and parallel.pp > 1))
 
 
+def plan_overlaps_param_gather(training) -> bool:
+    """Whether ZeRO-1/2's gather of the stepped parameters overlaps the next forward: the plan's
+    overlap_param_gather, or where it is absent (plans before 2026-11-24, frameworks that do not set it) its
+    overlap_grad_reduce.  parplan's runtime broadcasts asynchronously and waits for each part's parameters
+    before the forward uses them (data_parallel.ShardedAdamW.wait_for)."""
+    gather = training.overlap_param_gather
+    return bool(training.overlap_grad_reduce if gather is None else gather)
+
+
 def grad_accumulation_time(params, m_micro, precision: str, hw, fsdp2=False, pp=1, shards=1):
     """Memory-bound gradient passes outside the GEMMs, per step: master-weights upcasts each 16-bit
     gradient into the fp32 main_grad (read 2 + write 4 B/param for the first micro-batch, read 2 +

@@ -205,8 +205,12 @@ class ShardedAdamW:
     ``torch.optim.AdamW``) builds the rank's optimizer over its pieces: a ``MasterAdamW`` for the
     master-weights recipes or optimizer offload, so fp32 masters and host states exist only for those."""
 
-    def __init__(self, params: list[nn.Parameter], dp_group, stage: int, make_optim=None, **adamw_kwargs):
+    def __init__(self, params: list[nn.Parameter], dp_group, stage: int, make_optim=None, overlap_gather: bool = False,
+                 **adamw_kwargs):
         self.params = params
+        # broadcast the stepped pieces asynchronously; the next forward waits for each part's (wait_for)
+        self.overlap_gather = overlap_gather
+        self._gathers: dict[int, list] = {}
         self.dp_group, self.stage = dp_group, stage
         n = _group_size(dp_group)
         self.dp_rank = 0 if n == 1 else dist.get_rank(dp_group)
@@ -318,9 +322,28 @@ class ShardedAdamW:
                     if hasattr(p, "main_grad"):
                         leaf.main_grad = None
         if _group_size(self.dp_group) > 1:
+            self.wait_gathers()
             with torch.no_grad():
                 for p, _, g, a, b, _ in self.pieces:
-                    dist.broadcast(p.data[a:b] if self.is_split(p) else p.data, src=g, group=self.dp_group)
+                    work = dist.broadcast(p.data[a:b] if self.is_split(p) else p.data, src=g, group=self.dp_group,
+                                          async_op=self.overlap_gather)
+                    if self.overlap_gather:
+                        self._gathers.setdefault(id(p), []).append(work)
+
+    def wait_for(self, module: nn.Module) -> None:
+        """Wait for the gathers of the stepped parameters of `module` still in flight (overlap_gather: the next
+        forward calls this with each part before it uses its parameters; on CUDA the wait is the stream's)."""
+        if self._gathers:
+            for p in module.parameters():
+                for work in self._gathers.pop(id(p), ()):
+                    work.wait()
+
+    def wait_gathers(self) -> None:
+        """Wait for every gather still in flight (before a checkpoint reads the parameters, and at the end)."""
+        for works in self._gathers.values():
+            for work in works:
+                work.wait()
+        self._gathers.clear()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         clear_grads(self.params)

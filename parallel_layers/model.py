@@ -29,7 +29,7 @@ import functools
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -379,6 +379,9 @@ class StageModule(nn.Module):
             self.positions = PositionEmbedding(cfg, tp_group, sp, cp_group) if not cfg.rope else None
         self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group) for i in layer_ids])
         self.separate_tied_head = False
+        # called with each part (embedding, block, head) before the forward uses its parameters: ZeRO-1/2's
+        # gather of the stepped parameters still in flight from the last step (ShardedAdamW.wait_for)
+        self.param_wait: Optional[Callable[[nn.Module], None]] = None
         if last:
             self.final_norm = Norm(cfg, tp_group, name="final_norm", sequence_parallel=sp)
             name = "embedding" if cfg.tied_embeddings else "head"
@@ -399,14 +402,20 @@ class StageModule(nn.Module):
         return self._forward(x)
 
     def _forward(self, x):
+        wait = self.param_wait or (lambda module: None)
         if self.first:
+            wait(self.embed)
             x = self.embed(x)  # (b, s[/tp], h)
             if self.positions is not None:
+                wait(self.positions)
                 x = self.positions(x)
         for block in self.blocks:
+            wait(block)
             # (op-level selective checkpointing is inside Block.forward)
             x = checkpoint(block, x, use_reentrant=False) if self.full_recompute else block(x)
         if self.last:
+            wait(self.final_norm)
+            wait(self.head)
             x = self.head(self.final_norm(x))  # (b, s, V/tp)
         return x
 

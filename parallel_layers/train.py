@@ -43,7 +43,7 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 
-from cost_models.compute import plan_fuses_wgrad, plan_overlaps_grad_reduce
+from cost_models.compute import plan_fuses_wgrad, plan_overlaps_grad_reduce, plan_overlaps_param_gather
 from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
 from parallel_layers.clip import clip_grad_norm
@@ -106,6 +106,9 @@ class RunOptions:
     # (data_parallel.GradReduction); off: all of it after the backward.  Not under the zero-bubble schedules
     # with a pipeline (grad_overlap), as the cost model has it (cost_models.compute.plan_overlaps_grad_reduce)
     overlap_grad_reduce: bool = True
+    # ZeRO-1/2: broadcast the stepped parameters asynchronously and wait for each part's before the next forward
+    # uses them (data_parallel.ShardedAdamW.wait_for); off: each broadcast waited for after the step
+    overlap_param_gather: bool = True
     memory_snapshot: Optional[str] = None  # directory: CUDA allocator history of the run, one pickle per rank
 
 
@@ -188,6 +191,9 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         # fp32 gradient accumulation buffers; whether any weight's GEMM adds into them (16-bit parameters only)
         rt.extra["wgrad_fusion"] = attach_main_grads(_unique_params(modules), kernel)
     rt.optimizer = build_optimizer(rt, opts)
+    if isinstance(rt.optimizer, ShardedAdamW) and rt.optimizer.overlap_gather:
+        for m in modules:
+            m.param_wait = rt.optimizer.wait_for
     rt.extra["grad_reduction"] = build_grad_reduction(rt, opts)
     if par.pp > 1:
         # the schedule divides p.grad by the micro-batch count at its end, unless main_grad holds the gradients
@@ -300,7 +306,8 @@ def build_optimizer(rt: Runtime, opts: RunOptions):
     make = (functools.partial(MasterAdamW, offload=offload, keep_master=master, **kwargs)
             if (offload or master) and plan.parallel.zero_stage != 3 else None)
     if plan.parallel.zero_stage in (1, 2):
-        return ShardedAdamW(params, rt.coords.dp_group, plan.parallel.zero_stage, make_optim=make, **kwargs)
+        return ShardedAdamW(params, rt.coords.dp_group, plan.parallel.zero_stage, make_optim=make,
+                            overlap_gather=opts.overlap_param_gather and plan.parallel.dp > 1, **kwargs)
     if make is not None:
         return make(params)
     return torch.optim.AdamW(params, **kwargs)
@@ -541,7 +548,9 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
         return None
     red = rt.extra.get("grad_reduction")
     return build_report(plan, opts, device, steps, memories, params_per_rank,
-                        wgrad_fusion=rt.extra.get("wgrad_fusion"), grad_overlap=None if red is None else red.overlap)
+                        wgrad_fusion=rt.extra.get("wgrad_fusion"), grad_overlap=None if red is None else red.overlap,
+                        param_overlap=(rt.optimizer.overlap_gather if isinstance(rt.optimizer, ShardedAdamW)
+                                       and plan.parallel.dp > 1 else None))
 
 
 def _build_and_train(plan, opts: RunOptions, device: torch.device):
@@ -601,9 +610,18 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
             f"mfu={'null' if mfu is None else f'{mfu:.4f}'}" + ("" if norm is None else f" grad_norm={norm:.6g}"))
         # every checkpoint_every steps, and after the last step (Megatron's --save and torchtitan do the same)
         if opts.checkpoint_dir and ((opts.checkpoint_every and step % opts.checkpoint_every == 0) or step == opts.steps):
+            settle_parameters(rt)
             path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer)
             log(f"checkpoint {path}")
+    settle_parameters(rt)
     return rt, steps
+
+
+def settle_parameters(rt: Runtime) -> None:
+    """Wait for ZeRO-1/2's gathers of the stepped parameters still in flight (before anything but the next
+    forward reads the parameters)."""
+    if isinstance(rt.optimizer, ShardedAdamW):
+        rt.optimizer.wait_gathers()
 
 
 def _cpu_math(plan) -> str:
@@ -614,11 +632,12 @@ def _cpu_math(plan) -> str:
 
 def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
                  comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None,
-                 grad_overlap: Optional[bool] = None) -> dict:
+                 grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
     comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
     wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad).
-    grad_overlap: whether the data-parallel reduction started during the backward (None: FSDP2, or no dp group)."""
+    grad_overlap: whether the data-parallel reduction started during the backward (None: FSDP2, or no dp group).
+    param_overlap: whether ZeRO-1/2's parameter gather ran beside the next forward (None: no ZeRO-1/2 over dp > 1)."""
     if comparable is None:
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
@@ -657,6 +676,9 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
             cpu_memory["note"] = "amp runs in fp32 on the CPU (no autocast): not comparable with its 16-bit prediction"
     notes = [] if comparable else [f"{device.type}: {_cpu_math(plan)}; not comparable with the prediction for "
                                    f"{plan.hardware.name}, so error is null"]
+    if param_overlap is not None and param_overlap != plan_overlaps_param_gather(plan.training):
+        notes.append(f"the runtime {'gathered' if param_overlap else 'did not gather'} the stepped parameters during "
+                     f"the next forward; the prediction assumed it {'did not' if param_overlap else 'did'}")
     if grad_overlap is not None and grad_overlap != plan_overlaps_grad_reduce(plan.training, plan.parallel):
         notes.append(f"the runtime {'started' if grad_overlap else 'did not start'} the data-parallel gradient "
                      f"reduction during the backward; the prediction assumed it {'did not' if grad_overlap else 'did'}")
@@ -668,6 +690,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "device": device.type if device.type != "cuda" else torch.cuda.get_device_name(device),
         "wgrad_fusion": wgrad_fusion,
         "overlap_grad_reduce": grad_overlap,
+        "overlap_param_gather": param_overlap,
         "torch_version": torch.__version__,
         "world_size": len(memories),
         "warmup_steps": warmup,
@@ -734,6 +757,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "CUDA where torch has the fp32-output GEMM; reference: its arithmetic on any device)")
     ap.add_argument("--overlap-grad-reduce", choices=["on", "off"], default="on",
                     help="ZeRO 0-2: start the data-parallel gradient reduction during the backward (on), or after it")
+    ap.add_argument("--overlap-param-gather", choices=["on", "off"], default="on",
+                    help="ZeRO-1/2: broadcast the stepped parameters during the next forward (on), or after the step")
     ap.add_argument("--memory-snapshot", help="directory: record the CUDA allocator's history and dump it per rank")
     return ap.parse_args(argv)
 
@@ -745,7 +770,8 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
                       warmup_steps=a.warmup_steps, dump_grads=a.dump_grads, optimizer=a.optimizer,
                       debug_grad_scale=a.debug_grad_scale, compile=a.compile,
                       memory_snapshot=a.memory_snapshot, wgrad_fusion=a.wgrad_fusion,
-                      overlap_grad_reduce=a.overlap_grad_reduce == "on")
+                      overlap_grad_reduce=a.overlap_grad_reduce == "on",
+                      overlap_param_gather=a.overlap_param_gather == "on")
 
 
 def write_report(report: dict, path: str) -> None:

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from cost_models.compute import plan_overlaps_param_gather
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
                                 stage_layers, stages_of_rank)
@@ -112,13 +113,14 @@ FRAMEWORK_SEARCHED_ZEROS: dict[str, tuple[int, ...]] = {"megatron": (0, 1, 3)}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     # parplan's runtime starts the data-parallel reduction of each bucket of gradients during the step's last
     # backward (ZeRO 0-2, data_parallel.GradReduction; since 2026-11-24, before which it all ran after the backward),
-    # outside the zero-bubble schedules with a pipeline (compute.grad_reduce_overlaps); ZeRO-1/2 broadcast the
-    # stepped parameters after the optimizer (data_parallel.ShardedAdamW): overlap_param_gather off.  Its linears'
+    # outside the zero-bubble schedules with a pipeline (compute.grad_reduce_overlaps), and ZeRO-1/2 broadcast the
+    # stepped parameters asynchronously, each part's waited for before the next forward uses it
+    # (data_parallel.ShardedAdamW.wait_for): overlap_param_gather as overlap_grad_reduce.  Its linears'
     # weight-gradient GEMMs add into the fp32 main_grad on CUDA (torch >= 2.8; precision.wgrad_fusion_kernel)
     # where the recipe is master-weights, outside FSDP2 and the zero-bubble schedules (compute.wgrad_fusion_applies)
     # Its loss keeps the logits and their gradient in their own dtype (layers.fused_vocab_parallel_cross_entropy,
     # flash-attn's cross-entropy in torch) where the plan says so: its default since 2026-11-24.
-    "parplan": {"overlap_grad_reduce": True, "overlap_param_gather": False, "grad_accumulation_fusion": True, "fused_cross_entropy": True,
+    "parplan": {"overlap_grad_reduce": True, "grad_accumulation_fusion": True, "fused_cross_entropy": True,
                 "cross_entropy_16bit_grad": True},
     "megatron": {"grad_accumulation_fusion": True, "p2p_scatter_gather": True, "zero1_grad_reduce": "reduce-scatter",
                  "fused_cross_entropy": True, "overlap_cp_comm": True},
@@ -157,8 +159,7 @@ def training_consts(tr: Training) -> TrainingConsts:
     return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=compute_dtype(tr.dtype, tr.precision),
                           precision=tr.precision,
                           flash_attention=tr.flash_attention, overlap_grad_reduce=tr.overlap_grad_reduce,
-                          overlap_param_gather=(tr.overlap_grad_reduce if tr.overlap_param_gather is None
-                                                else tr.overlap_param_gather),
+                          overlap_param_gather=plan_overlaps_param_gather(tr),
                           overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",

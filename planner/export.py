@@ -43,6 +43,7 @@ import shlex
 from typing import Any, Optional
 
 from cost_models import zero3
+from cost_models.compute import plan_overlaps_param_gather
 from cost_models.layout import ModelDims
 from planner.schema import Plan
 
@@ -300,8 +301,7 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                         if p.pp > 1 else "."))
     if t.overlap_grad_reduce and p.dp > 1:
         flag("--overlap-grad-reduce")
-    gather = t.overlap_grad_reduce if t.overlap_param_gather is None else t.overlap_param_gather
-    if gather and p.dp > 1 and p.zero_stage >= 1:
+    if plan_overlaps_param_gather(t) and p.dp > 1 and p.zero_stage >= 1:
         flag("--overlap-param-gather")
     if p.offload == "optimizer":
         if p.zero_stage == 0:  # OptimizerConfig asserts the distributed optimizer under the precision-aware one

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from cost_models.compute import plan_overlaps_param_gather
 from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_steps, saved_tp, step_path
 
@@ -468,11 +469,12 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
                   data: Optional[str] = None,
                   compile_blocks: bool = False, memory_snapshot: Optional[str] = None,
                   data_dtype: Optional[str] = None, wgrad_fusion: Optional[str] = None,
-                  overlap_grad_reduce: Optional[str] = None) -> list[str]:
+                  overlap_grad_reduce: Optional[str] = None, overlap_param_gather: Optional[str] = None) -> list[str]:
     """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
-    `parallel_layers.train`.  wgrad_fusion, overlap_grad_reduce: the runtime's --wgrad-fusion and
-    --overlap-grad-reduce (launch passes "off" for a plan predicted without fused gradient accumulation, or
-    with the gradient reduction after the backward, so the run does what was predicted)."""
+    `parallel_layers.train`.  wgrad_fusion, overlap_grad_reduce, overlap_param_gather: the runtime's
+    --wgrad-fusion, --overlap-grad-reduce and --overlap-param-gather (launch passes "off" for a plan predicted
+    without fused gradient accumulation, with the gradient reduction after the backward, or with ZeRO-1/2's
+    parameter gather after the step, so the run does what was predicted)."""
     argv = [sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1:
         argv += ["--standalone"]
@@ -497,6 +499,8 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
         argv += ["--wgrad-fusion", wgrad_fusion]
     if overlap_grad_reduce:
         argv += ["--overlap-grad-reduce", overlap_grad_reduce]
+    if overlap_param_gather:
+        argv += ["--overlap-param-gather", overlap_param_gather]
     return argv
 
 
@@ -821,7 +825,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                          compile_blocks=(device == "cuda" and plan.training.fused_elementwise) if compile is None else compile,
                          memory_snapshot=memory_snapshot, data_dtype=data_dtype,
                          wgrad_fusion=None if plan.training.grad_accumulation_fusion else "off",
-                         overlap_grad_reduce=None if plan.training.overlap_grad_reduce else "off")
+                         overlap_grad_reduce=None if plan.training.overlap_grad_reduce else "off",
+                         overlap_param_gather=None if plan_overlaps_param_gather(plan.training) else "off")
     failed = [c for c in checks if not c.ok]
     if dry_run:
         for c in checks:

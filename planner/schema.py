@@ -139,7 +139,8 @@ class Training(Strict):
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction (ZeRO 0-2) overlapped with the backward pass (parplan's runtime since 2026-11-24; not under the zero-bubble schedules with a pipeline).")
     overlap_param_gather: Optional[bool] = Field(
         None, description="ZeRO-1/2's gather of the stepped parameters overlapped with the next forward (Megatron-LM's "
-        "--overlap-param-gather). parplan's runtime broadcasts them after the step: off. Absent = as overlap_grad_reduce.")
+        "--overlap-param-gather; parplan's runtime since 2026-11-24: each part of a stage waits for its parameters "
+        "before it runs). Absent = as overlap_grad_reduce.")
     overlap_tp_comm: bool = Field(False, description="Tensor-parallel collectives overlapped with GEMMs (Megatron --tp-comm-overlap).")
     zero1_grad_reduce: Literal["all-reduce", "reduce-scatter"] = Field(
         "all-reduce", description="How ZeRO-1 reduces gradients: all-reduce, then each rank steps its shard (parplan's runtime, "

@@ -111,3 +111,34 @@ def test_reduction_during_the_backward_matches_the_one_after_it(tmp_path):
             for during, after in later:  # every gradient is final inside the last backward() call
                 assert [during, after] == [res["buckets"], 0], res
             assert res["refused"], res
+
+
+def test_the_forward_waits_for_each_parts_parameters_before_using_them():
+    """ZeRO-1/2's gather of the stepped parameters runs beside the next forward (ShardedAdamW.overlap_gather):
+    StageModule asks param_wait for each part (embedding, positions, block, final norm, head) just before it
+    runs, so every parameter of the stage is waited for, and each before the first operation that reads it."""
+    from parallel_layers.model import ModelConfig, StageModule, init_parameters
+    from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
+
+    for model in (TINY_LLAMA, TINY_GPT):
+        plan = tiny_plan(model)
+        cfg = ModelConfig.from_plan(plan)
+        for recompute in ("none", "full"):
+            m = StageModule(cfg, list(range(cfg.layers)), first=True, last=True, tp_group=None, recompute=recompute)
+            init_parameters(m, plan.training.seed)
+            waited, early = set(), []
+
+            def wait(module):
+                waited.update(id(p) for p in module.parameters())
+
+            def reads(module, args):
+                if not all(id(p) in waited for p in module.parameters(recurse=False)):
+                    early.append(type(module).__name__)
+            hooks = [sub.register_forward_pre_hook(reads) for sub in m.modules()]
+            m.param_wait = wait
+            x = torch.randint(0, cfg.vocab, (2, plan.training.seq_len))
+            m(x).float().sum().backward()
+            for h in hooks:
+                h.remove()
+            assert waited == {id(p) for p in m.parameters()}, (model["arch"], recompute)
+            assert not early, early

@@ -262,6 +262,8 @@ def test_reducing_during_the_backward_changes_no_value(runs, case):
     more or less, would show in the norm."""
     during, after = report(runs, case), report(runs, case + suite.AFTER_BACKWARD)
     assert during["overlap_grad_reduce"] is True and after["overlap_grad_reduce"] is False
+    if during["plan"]["parallel"]["zero_stage"] in (1, 2):  # the parameters' gather beside the next forward, or not
+        assert during["overlap_param_gather"] is True and after["overlap_param_gather"] is False
     for key in ("loss", "grad_norm"):
         assert [s[key] for s in during["steps"]] == [s[key] for s in after["steps"]], key
 
@@ -269,7 +271,8 @@ def test_reducing_during_the_backward_changes_no_value(runs, case):
 def test_the_report_says_where_the_reduction_ran(runs):
     """Every case's report: during the backward for ZeRO 0-2 with more than one rank to reduce over, unless the
     case turned it off or runs a zero-bubble schedule with a pipeline; null for FSDP2 and single-replica layouts.
-    The cost model's rule (plan_overlaps_grad_reduce) agrees wherever the run had something to reduce."""
+    The cost model's rule (plan_overlaps_grad_reduce) agrees wherever the run had something to reduce.  ZeRO-1/2
+    over dp > 1 gathers the stepped parameters beside the next forward unless the case turned it off."""
     from cost_models.compute import plan_overlaps_grad_reduce
     for case, (_, _, opts) in suite.PARALLEL_CASES.items():
         rep = report(runs, case)
@@ -283,3 +286,8 @@ def test_the_report_says_where_the_reduction_ran(runs):
         assert rep["overlap_grad_reduce"] is (opts.get("overlap_grad_reduce", True) and not zb_pipe), case
         if opts.get("overlap_grad_reduce", True):
             assert rep["overlap_grad_reduce"] is plan_overlaps_grad_reduce(plan.training, par), case
+    for case, (_, _, opts) in suite.PARALLEL_CASES.items():  # ZeRO-1/2's gather of the stepped parameters
+        rep = report(runs, case)
+        par = rep["plan"]["parallel"]
+        want = opts.get("overlap_param_gather", True) if par["zero_stage"] in (1, 2) and par["dp"] > 1 else None
+        assert rep["overlap_param_gather"] is want, case

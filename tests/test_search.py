@@ -820,25 +820,26 @@ def test_selective_recompute_under_parplans_cp_saves_the_ranks_own_kv_and_gather
     assert msel.prediction.time_breakdown.cp_comm_s == pytest.approx(mnone.prediction.time_breakdown.cp_comm_s)
 
 
-def test_parplans_runtime_reduces_gradients_during_the_backward_and_gathers_after_the_step():
+def test_parplans_runtime_overlaps_the_gradient_reduction_and_the_parameter_gather():
     """parplan's runtime starts each bucket's gradient reduction (ZeRO 0-2) during the last backward
-    (data_parallel.GradReduction) but broadcasts ZeRO-1/2's stepped parameters after the optimizer: the
-    framework's defaults are overlap_grad_reduce on, overlap_param_gather off (FRAMEWORK_DEFAULTS).  Under a
-    zero-bubble schedule with a pipeline the reduction runs after the backward whatever the flag
-    (grad_reduce_overlaps).  Same bytes either way: only what is exposed changes."""
+    (data_parallel.GradReduction) and gathers ZeRO-1/2's stepped parameters beside the next forward
+    (ShardedAdamW.wait_for): the framework's default is overlap_grad_reduce on, and overlap_param_gather unset,
+    which follows it.  Under a zero-bubble schedule with a pipeline the reduction runs after the backward
+    whatever the flag (grad_reduce_overlaps).  Same bytes either way: only what is exposed changes."""
     spec = load_preset("llama3.2-1b")
     pins = Pins(tp=1, pp=1, dp=16, cp=1, zero=0, mbs=1, recompute="none", offload="none")
     own = recommend(spec, 16, global_batch_size=64, pins=pins)
     after = recommend(spec, 16, global_batch_size=64, pins=pins, overlap_grad_reduce=False)
-    assert own.training.overlap_grad_reduce is True and own.training.overlap_param_gather is False
+    assert own.training.overlap_grad_reduce is True and own.training.overlap_param_gather is None
     hidden, exposed = own.prediction.time_breakdown.dp_comm_s, after.prediction.time_breakdown.dp_comm_s
     assert exposed > hidden > 0
     assert own.prediction.comm_bytes_per_step.dp == after.prediction.comm_bytes_per_step.dp
-    # ZeRO-1: the parameter gather after the step stays exposed unless the flag says otherwise (Megatron's)
+    # ZeRO-1: the parameter gather after the step is exposed where the flag says so (--no-overlap-param-gather)
     z1 = replace(pins, zero=1)
     own1 = recommend(spec, 16, global_batch_size=64, pins=z1)
-    gathered = recommend(spec, 16, global_batch_size=64, pins=z1, overlap_param_gather=True)
-    assert own1.prediction.time_breakdown.dp_comm_s > gathered.prediction.time_breakdown.dp_comm_s
+    serial = recommend(spec, 16, global_batch_size=64, pins=z1, overlap_param_gather=False)
+    assert serial.prediction.time_breakdown.dp_comm_s > own1.prediction.time_breakdown.dp_comm_s
+    assert own1.prediction.comm_bytes_per_step.dp == serial.prediction.comm_bytes_per_step.dp
     # a zero-bubble schedule with a pipeline reduces after the backward: the flag changes nothing
     zb = Pins(tp=1, pp=2, dp=8, cp=1, vpp=2, zero=0, mbs=1, recompute="none", offload="none", schedule="interleaved-zb")
     on = recommend(spec, 16, global_batch_size=64, pins=zb)

@@ -85,14 +85,16 @@ PARALLEL_CASES = {
     # ZeRO-1 over 8 dp ranks: the even split cuts a block's gate projection by rows (data_parallel.partition_rows);
     # its step-2 checkpoint (split states assembled whole) resumes as SPLIT_RESUME and SPLIT_RESHARD
     "zero1-dp8-split": (TINY_LLAMA, dict(tp=1, pp=1, dp=8, zero_stage=1), {}),
-    # the data-parallel reduction after the backward instead of during it (data_parallel.GradReduction): the same
-    # buckets, so the same values to the bit (test_runtime_multirank's overlap test): ZeRO-0 under SGD with the
-    # pipeline's unscaled gradients, interleaved chunks, and ZeRO-2 with main_grad, SP and the tied embedding
+    # the data-parallel reduction after the backward instead of during it (data_parallel.GradReduction), and ZeRO's
+    # gather of the stepped parameters after the step instead of beside the next forward (ShardedAdamW.wait_for):
+    # the same buckets and broadcasts, so the same values to the bit (test_runtime_multirank's overlap test): ZeRO-0
+    # under SGD with the pipeline's unscaled gradients, interleaved chunks, and ZeRO-2 with main_grad, SP and the
+    # tied embedding
     "sgd-after-backward": (TINY_LLAMA, dict(), {"optimizer": "sgd", "overlap_grad_reduce": False}),
     "interleaved-1f1b-after-backward": (TINY_LLAMA, dict(schedule="interleaved-1f1b", vpp=2),
                                         {"overlap_grad_reduce": False}),
     "gpt-tied-master-weights-zero2-sp-after-backward": (TINY_GPT, dict(zero_stage=2, sp=True, precision="master-weights"),
-                                                        {"overlap_grad_reduce": False}),
+                                                        {"overlap_grad_reduce": False, "overlap_param_gather": False}),
 }
 AFTER_BACKWARD = "-after-backward"
 # the cp2-tp2-dp2 run's step-2 checkpoint resumed with another cp (and dp, ZeRO stage) for step 3

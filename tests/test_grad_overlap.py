@@ -142,3 +142,22 @@ def test_the_forward_waits_for_each_parts_parameters_before_using_them():
                 h.remove()
             assert waited == {id(p) for p in m.parameters()}, (model["arch"], recompute)
             assert not early, early
+
+
+def test_the_reduction_does_not_keep_the_model_alive():
+    """A tensor's hooks are not traversed by the garbage collector: a hook that held the reduction (and through it
+    every parameter) kept each finished run's model alive, and the CPU memory benchmark's 30 runs in one process
+    grew to 6 GB a rank.  The hook holds the reduction weakly."""
+    import gc
+    import weakref
+
+    from parallel_layers.data_parallel import GradReduction
+
+    model = _model()
+    alive = [weakref.ref(p) for p in model.parameters()]
+    red = GradReduction(list(model.parameters()), lambda ps, divide: (lambda: None), 1, None)
+    model(torch.randn(2, 16)).sum().backward()  # the hooks run while it lives
+    assert red._count
+    del model, red
+    gc.collect()
+    assert not any(r() is not None for r in alive)

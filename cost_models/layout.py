@@ -7,7 +7,7 @@ arrays of the same length (a search); the arithmetic is the same for both.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -71,8 +71,8 @@ class TrainingConsts:
     overlap_grad_reduce: bool
     overlap_tp_comm: bool
     # ZeRO-1/2's gather of the stepped parameters overlapped with the next forward (Megatron-LM's
-    # --overlap-param-gather); None: as overlap_grad_reduce (training_consts fills it)
-    overlap_param_gather: bool = True
+    # --overlap-param-gather); None: as overlap_grad_reduce (compute.plan_overlaps_param_gather's rule)
+    overlap_param_gather: Optional[bool] = None
     dropout: bool = False
     zero1_all_reduce: bool = True
     zero2_each_microbatch: bool = False  # ZeRO-2 gradients sharded as produced (reduce-scatter per micro-batch)

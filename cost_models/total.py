@@ -270,7 +270,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     fwd_window = blocks_first * bt["fwd"]
     zb_pipe = np.isin(lay.schedule, [SCH_INTERLEAVED_ZB, SCH_ZBV]) & (np.asarray(pp) > 1)
     ov = grad_reduce_overlaps(tr.overlap_grad_reduce, zb_pipe)
-    ov_gather = np.asarray(tr.overlap_param_gather)
+    ov_gather = np.asarray(tr.overlap_grad_reduce if tr.overlap_param_gather is None else tr.overlap_param_gather)
     exposed_ar = np.where(ov, hw.exposed(ar_t, bwd_window), ar_t)
     # ZeRO-1 by all-reduce (parplan's runtime, DeepSpeed's BF16 optimizer: every rank keeps the
     # full reduced gradient and steps its shard) or by reduce-scatter (Megatron's distributed

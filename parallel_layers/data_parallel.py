@@ -76,6 +76,8 @@ def _all_reduce_start(flat: torch.Tensor, group, divide: float) -> Callable[[], 
 def bucket_all_reduce_start(tensors: list[torch.Tensor], group, divide: float) -> Callable[[], None]:
     """Start the sum over `group` of one bucket: a lone contiguous tensor in place, else a flat copy of them
     all; the returned function waits, divides by `divide` and copies the result back."""
+    if not tensors:
+        return lambda: None
     if len(tensors) == 1 and tensors[0].is_contiguous():
         return _all_reduce_start(tensors[0], group, divide)
     flat = torch.cat([t.reshape(-1) for t in tensors])
@@ -314,6 +316,7 @@ class ShardedAdamW:
                 leaf.grad = rows
 
     def step(self) -> None:
+        self.wait_gathers()  # the last step's broadcasts must land before this step writes their sources
         if self.optim is not None:
             self._bind_grads()
             self.optim.step()
@@ -323,7 +326,6 @@ class ShardedAdamW:
                     if hasattr(p, "main_grad"):
                         leaf.main_grad = None
         if _group_size(self.dp_group) > 1:
-            self.wait_gathers()
             with torch.no_grad():
                 for p, _, g, a, b, _ in self.pieces:
                     work = dist.broadcast(p.data[a:b] if self.is_split(p) else p.data, src=g, group=self.dp_group,
@@ -459,7 +461,12 @@ class GradReduction:
         """Complete the step's reduction: the buckets not yet started, then every one in flight."""
         if self.buckets is None:
             self._learn()
-        elif self._active:
+        elif not self._active:  # after the backward: the gradients now are those the buckets were built from
+            held = {id(p) for p in self.params if grad_of(p) is not None}
+            if held != {id(p) for b in self.buckets for p in b}:
+                raise RuntimeError("the parameters with gradients differ from the first step's; the data-parallel "
+                                   "reduction's buckets were built from those")
+        else:
             missing = [k for k, n in self.expected.items() if self._count.get(k, 0) != n]
             missing += [k for k in self._count if k not in self.expected]  # a gradient the first step did not have
             if missing:

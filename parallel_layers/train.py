@@ -176,6 +176,10 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
                  optimizer=None, holds_first=0 in stage_ids, holds_last=(n_stages - 1) in stage_ids,
                  local_params=local_params)
     rt.extra["mesh"] = mesh
+    # the step's own bookkeeping (its time, the loss) over a communicator of its own: on the world group it would
+    # queue behind ZeRO-1/2's parameter gathers, which go on into the next step (a dp group of every rank is the
+    # world group itself), and the host would wait for them between steps
+    rt.extra["stats_group"] = dist.new_group()
     # a tied embedding's two copies sum their gradients over the pipeline ends (both on pp rank 0 under ZB-V)
     rt.extra["embedding_group"] = (embedding_group(mesh) if cfg.tied_embeddings and par.pp > 1
                                    and par.schedule != "zbv" else None)
@@ -212,11 +216,14 @@ def grad_overlap(plan, opts: RunOptions) -> bool:
 
 
 def late_params(rt: Runtime) -> set:
-    """id() of the parameters whose gradients other sums complete after the backward, before their dp reduction:
-    the tied embedding's two copies on the pipeline's ends (summed over the embedding group) and, with SP, the
-    TP-replicated ones that saw a sequence shard (summed over TP).  ZeRO-2 keeps only a piece of a gradient after
-    its reduction, whose rows on the two pipeline ends differ, so those sums must come first."""
+    """ZeRO-2: id() of the parameters whose gradients other sums complete after the backward, before their dp
+    reduction: the tied embedding's two copies on the pipeline's ends (summed over the embedding group) and, with
+    SP, the TP-replicated ones that saw a sequence shard (summed over TP).  ZeRO-2 keeps only a piece of a gradient
+    after its reduction, whose rows on the two pipeline ends differ, so those sums must come first.  ZeRO-0/1
+    all-reduce whole gradients, which commutes with the sums: none are late there."""
     out = set()
+    if rt.plan.parallel.zero_stage != 2:
+        return out
     for m in rt.stage_modules:
         if rt.cfg.tied_embeddings and rt.plan.parallel.pp > 1:
             if getattr(m, "first", False):
@@ -455,7 +462,7 @@ def mean_loss_over_world(rt: Runtime, replica_loss: Optional[float]) -> float:
     if replica_loss is not None and rt.coords.tp_rank == 0:
         contrib = replica_loss / (rt.plan.parallel.dp * rt.plan.parallel.cp)
     t = torch.tensor([contrib], dtype=torch.float64, device=rt.device)  # nccl needs device tensors
-    dist.all_reduce(t)
+    dist.all_reduce(t, group=rt.extra.get("stats_group"))
     return float(t.item())
 
 
@@ -474,6 +481,13 @@ def step_phases(rt: Runtime, t0: float, t_fb: float, t_end: float) -> dict:
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _sync_compute(device):
+    """Wait for the compute stream only: the collectives still in flight on NCCL's streams (ZeRO-1/2's gathers of
+    the stepped parameters) go on into the next step, whose forward waits for them part by part."""
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
 
 
 def model_flops_per_token(plan) -> float:
@@ -577,9 +591,11 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     steps = []
+    t0 = None
     for step in range(start + 1, opts.steps + 1):
-        _sync(device)
-        t0 = time.perf_counter()
+        if t0 is None:
+            _sync(device)
+            t0 = time.perf_counter()
         with CpuMemoryTrace.phase(f"step{step}.fwd_bwd"):
             rt.optimizer.zero_grad(set_to_none=True)
             clear_grads(_unique_params(rt.stage_modules))
@@ -595,10 +611,11 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
                 dump_gradients(rt, opts.dump_grads, indices)
             grad_norm = clip_gradients(rt)
             rt.optimizer.step()
-        _sync(device)
+        _sync_compute(device)
         t_end = time.perf_counter()
         dt = torch.tensor([t_end - t0], dtype=torch.float64, device=device)
-        dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the step ends when the slowest rank ends
+        # the step ends when the slowest rank ends
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=rt.extra["stats_group"])
         loss = mean_loss_over_world(rt, replica_loss)
         step_time = float(dt.item())
         tps = tokens_per_step / step_time
@@ -613,6 +630,10 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
             settle_parameters(rt)
             path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer)
             log(f"checkpoint {path}")
+            t_end = None  # the save is no step's time
+        # one clock from step to step: what runs between two steps (this bookkeeping, the gathers' tail) counts in
+        # the next, and a step's time is the interval between the ends of the compute of two steps
+        t0 = t_end
     settle_parameters(rt)
     return rt, steps
 

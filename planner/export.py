@@ -302,7 +302,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if t.overlap_grad_reduce and p.dp > 1:
         flag("--overlap-grad-reduce")
     if plan_overlaps_param_gather(t) and p.dp > 1 and p.zero_stage >= 1:
-        flag("--overlap-param-gather")
+        if t.overlap_grad_reduce:
+            flag("--overlap-param-gather")
+        else:  # megatron/training/arguments.py: "Must use --overlap-param-gather with --overlap-grad-reduce"
+            notes.append("overlap_param_gather without overlap_grad_reduce: Megatron-LM accepts --overlap-param-gather "
+                         "only with --overlap-grad-reduce, so the export leaves it out (the parameter gather runs "
+                         "after the step, slower than predicted).")
     if p.offload == "optimizer":
         if p.zero_stage == 0:  # OptimizerConfig asserts the distributed optimizer under the precision-aware one
             flag("--use-distributed-optimizer")

@@ -522,3 +522,19 @@ def test_megatron_notes_micro_batches_torchs_interleaving_runs_and_its_does_not(
     assert not any("needs a multiple of pp" in n for n in export_notes(plan, "megatron"))
     plan.training.num_microbatches, plan.training.global_batch_size = 3, 6
     assert any("needs a multiple of pp" in n for n in export_notes(plan, "megatron"))
+
+
+def test_megatron_overlap_flags_follow_the_plan_and_megatrons_rule():
+    """--overlap-grad-reduce and, with the distributed optimizer, --overlap-param-gather as the plan predicted;
+    Megatron-LM refuses the gather's overlap without the reduction's ("Must use --overlap-param-gather with
+    --overlap-grad-reduce"), so that plan exports without it and says so."""
+    plan = llama_plan(zero_stage=1)
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert a.get("--overlap-grad-reduce") and a.get("--overlap-param-gather")
+    plan.training.overlap_param_gather = False
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert a.get("--overlap-grad-reduce") and "--overlap-param-gather" not in a
+    plan.training.overlap_grad_reduce, plan.training.overlap_param_gather = False, True
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert "--overlap-grad-reduce" not in a and "--overlap-param-gather" not in a
+    assert any("overlap_param_gather without overlap_grad_reduce" in n for n in export_notes(plan, "megatron"))

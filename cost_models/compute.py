@@ -328,11 +328,18 @@ def wgrad_fusion_applies(fused, precision: str, fsdp2, zero_bubble):
             & ~np.asarray(zero_bubble))
 
 
+def zero_bubble_pipeline(parallel) -> bool:
+    """A zero-bubble schedule (split input- and weight-gradient passes) over a pipeline: planner.schema's Parallel.
+    There torch's weight pass assigns each dW to p.grad outside autograd's accumulation, which neither the fused
+    accumulation nor the overlapped gradient reduction can follow (the runtime and the model alike)."""
+    return parallel.schedule in ("zbv", "interleaved-zb") and parallel.pp > 1
+
+
 def plan_fuses_wgrad(training, parallel) -> bool:
     """wgrad_fusion_applies for one plan as parplan's runtime runs it (planner.schema's Training and Parallel;
     ZeRO-3 is FSDP2 there): what launch's pre-flight and the run's report compare with."""
     return bool(wgrad_fusion_applies(training.grad_accumulation_fusion, training.precision, parallel.zero_stage == 3,
-                                     parallel.schedule in ("zbv", "interleaved-zb") and parallel.pp > 1))
+                                     zero_bubble_pipeline(parallel)))
 
 
 def grad_reduce_overlaps(overlap, zero_bubble):
@@ -346,14 +353,13 @@ def grad_reduce_overlaps(overlap, zero_bubble):
 def plan_overlaps_grad_reduce(training, parallel) -> bool:
     """grad_reduce_overlaps for one plan (planner.schema's Training and Parallel): what the run's report
     compares with."""
-    return bool(grad_reduce_overlaps(training.overlap_grad_reduce,
-                                     parallel.schedule in ("zbv", "interleaved-zb") and parallel.pp > 1))
+    return bool(grad_reduce_overlaps(training.overlap_grad_reduce, zero_bubble_pipeline(parallel)))
 
 
 def plan_overlaps_param_gather(training) -> bool:
     """Whether ZeRO-1/2's gather of the stepped parameters overlaps the next forward: the plan's
     overlap_param_gather, or where it is absent (plans before 2026-11-24, frameworks that do not set it) its
-    overlap_grad_reduce.  parplan's runtime broadcasts asynchronously and waits for each part's parameters
+    overlap_grad_reduce.  `training`: planner.schema's Training or the model's TrainingConsts (both carry the two).  parplan's runtime broadcasts asynchronously and waits for each part's parameters
     before the forward uses them (data_parallel.ShardedAdamW.wait_for)."""
     gather = training.overlap_param_gather
     return bool(training.overlap_grad_reduce if gather is None else gather)

@@ -32,7 +32,7 @@ from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTES_PER_LOGIT_PARPLAN_FUSED, block_time,
                       cast_time, column_input_grad_time,
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, optimizer_time,
-                      wgrad_fusion_applies)
+                      plan_overlaps_param_gather, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      head_on_first_rank, rank_block_counts, zero_shards)
 from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
@@ -270,7 +270,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     fwd_window = blocks_first * bt["fwd"]
     zb_pipe = np.isin(lay.schedule, [SCH_INTERLEAVED_ZB, SCH_ZBV]) & (np.asarray(pp) > 1)
     ov = grad_reduce_overlaps(tr.overlap_grad_reduce, zb_pipe)
-    ov_gather = np.asarray(tr.overlap_grad_reduce if tr.overlap_param_gather is None else tr.overlap_param_gather)
+    ov_gather = plan_overlaps_param_gather(tr)
     exposed_ar = np.where(ov, hw.exposed(ar_t, bwd_window), ar_t)
     # ZeRO-1 by all-reduce (parplan's runtime, DeepSpeed's BF16 optimizer: every rank keeps the
     # full reduced gradient and steps its shard) or by reduce-scatter (Megatron's distributed

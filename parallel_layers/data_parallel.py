@@ -48,26 +48,19 @@ def _group_size(group) -> int:
 
 def _all_reduce_start(flat: torch.Tensor, group, divide: float) -> Callable[[], None]:
     """Start an in-place sum of `flat` over `group`; the returned function waits and divides by `divide`."""
-    if dist.get_backend(group) == "gloo":
-        # gloo may drop its reference to the reduced tensor on its own thread, a free the CPU memory
-        # trace misses until the address comes back (a 13 MB bucket then "lived" into the next step:
-        # one CI run read -15.7 %): reduce a staging copy named as gloo's, and keep flat our own
-        with _gloo_staging(group, "all_reduce_bucket"):
-            staged = flat.clone()
-            work = dist.all_reduce(staged, group=group, async_op=True)
-
-        def finish() -> None:
-            nonlocal staged
-            work.wait()
-            flat.copy_(staged)
-            staged = None
-            if divide != 1:
-                flat.div_(divide)
-        return finish
-    work = dist.all_reduce(flat, group=group, async_op=True)
+    # gloo may drop its reference to the reduced tensor on its own thread, a free the CPU memory trace misses
+    # until the address comes back (a 13 MB bucket then "lived" into the next step: one CI run read -15.7 %):
+    # there reduce a staging copy named as gloo's (_gloo_staging; nothing on NCCL), and keep flat our own
+    with _gloo_staging(group, "all_reduce_bucket"):
+        reduced = flat.clone() if dist.get_backend(group) == "gloo" else flat
+        work = dist.all_reduce(reduced, group=group, async_op=True)
 
     def finish() -> None:
+        nonlocal reduced
         work.wait()
+        if reduced is not flat:
+            flat.copy_(reduced)
+        reduced = None
         if divide != 1:
             flat.div_(divide)
     return finish

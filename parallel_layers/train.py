@@ -43,7 +43,8 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 
-from cost_models.compute import plan_fuses_wgrad, plan_overlaps_grad_reduce, plan_overlaps_param_gather
+from cost_models.compute import (plan_fuses_wgrad, plan_overlaps_grad_reduce, plan_overlaps_param_gather,
+                                  zero_bubble_pipeline)
 from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
 from parallel_layers.clip import clip_grad_norm
@@ -212,7 +213,7 @@ def grad_overlap(plan, opts: RunOptions) -> bool:
     """opts.overlap_grad_reduce, off under the zero-bubble schedules with a pipeline: their weight pass assigns
     each dW to p.grad outside autograd's accumulation, so no hook says when a gradient is final.  The cost
     model applies the same rule (cost_models.compute.grad_reduce_overlaps, plan_overlaps_grad_reduce)."""
-    return opts.overlap_grad_reduce and not (plan.parallel.schedule in ZERO_BUBBLE and plan.parallel.pp > 1)
+    return opts.overlap_grad_reduce and not zero_bubble_pipeline(plan.parallel)
 
 
 def late_params(rt: Runtime) -> set:
@@ -265,7 +266,7 @@ def wgrad_fusion_mode(plan, opts: RunOptions) -> str:
     """opts.wgrad_fusion, off where the runtime cannot fuse: the zero-bubble schedules with a pipeline (torch's
     weight pass asks autograd for dW, which it then assigns to p.grad: pipeline.just_in_time_receives).  The
     cost model applies the same rule (cost_models.compute.wgrad_fusion_applies, plan_fuses_wgrad)."""
-    if plan.parallel.schedule in ZERO_BUBBLE and plan.parallel.pp > 1:
+    if zero_bubble_pipeline(plan.parallel):
         return "off"
     return opts.wgrad_fusion
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from cost_models.compute import plan_overlaps_param_gather
+from cost_models.compute import plan_fuses_wgrad, plan_overlaps_param_gather
 from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_steps, saved_tp, step_path
 
@@ -407,7 +407,6 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
                             "models the runtime)")
         # where the prediction counts fused gradient accumulation (the runtime's rule too: not under FSDP2 nor the
         # zero-bubble schedules), the fp32-output GEMM of 16-bit operands it needs: torch >= 2.8 on CUDA
-        from cost_models.compute import plan_fuses_wgrad
         if plan_fuses_wgrad(t, p):
             if device != "cuda" or _torch_older_than(torch_version, (2, 8)):
                 where = "on this device" if device != "cuda" else f"with torch {torch_version}"

@@ -514,6 +514,29 @@ def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dr
     return grads + recomputed
 
 
+def queued_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int):
+    """Bytes one block holds for one micro-batch while its weight-gradient pass is pending, where that pass runs
+    from queued closures (TrainingConsts.zb_weight_grad_store; the input-gradient pass freed the block's graph):
+    each linear's input X and output gradients dY (dW = dY^T X).  Inputs: the attention's and the MLP's norm
+    outputs (h, or h/tp under SP, whose gather the weight pass repeats), the attention's output (q width / tp)
+    and the MLP's activation (ffn / tp); the gradients as pending_w_bytes_per_layer's."""
+    T = lay.mbs * m.seq_len / lay.cp
+    mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
+    norm_out = np.where(lay.sp > 0, m.hidden / lay.tp, m.hidden)
+    inputs = 2 * norm_out + (m.q_width + m.ffn) / lay.tp
+    grads = (m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden
+    return T * (inputs + grads) * act_bytes
+
+
+def queued_weight_pass(lay, tr):
+    """Where a zero-bubble schedule's weight passes run from queued closures (queued_w_bytes_per_layer): a
+    pipeline, whole-block recomputation, parplan's runtime outside FSDP2 (parallel_layers.pipeline.
+    queues_weight_grads)."""
+    zb = ((lay.schedule == SCH_INTERLEAVED_ZB) | (lay.schedule == SCH_ZBV)) & (np.asarray(lay.pp) > 1)
+    whole = (lay.recompute == REC_FULL) | (lay.recompute == REC_SELECTIVE_OP)
+    return zb & whole & (np.asarray(lay.zero) < 3) & bool(tr.zb_weight_grad_store)
+
+
 def fsdp2_flags(lay, tr):
     """(FSDP2 ZeRO-3, FSDP2 ZeRO-3 inside a pipeline: gathered weights kept through the step)."""
     fsdp2 = (lay.zero >= 3) & tr.zero3_fsdp2
@@ -652,17 +675,23 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         args = (m, sub, act_b, tr.flash_attention, tr.dropout, *saves)
         return (pending_w_bytes_per_layer(*args), activation_bytes_per_layer(*args),
                 activation_bytes_working_layer(*args), backward_temporaries_per_layer(*args),
-                *logits_bytes(m, sub, act_b, tr.fused_cross_entropy, tr.cross_entropy_16bit_grad))
+                *logits_bytes(m, sub, act_b, tr.fused_cross_entropy, tr.cross_entropy_16bit_grad),
+                queued_w_bytes_per_layer(m, sub, act_b))
 
-    pend_layer, act_layer, work_layer, temp_layer, loss_peak, loss_saved = per_block_shape(lay, block_terms)
+    pend_layer, act_layer, work_layer, temp_layer, loss_peak, loss_saved, queued_layer = per_block_shape(lay, block_terms)
+    # a pending block counts as held (its saved activations) plus pend_layer; where the weight pass is queued
+    # closures the input-gradient pass freed the saved activations and the closures hold the rest
+    queued = queued_weight_pass(lay, tr)
+    pend_layer = np.where(queued, queued_layer - act_layer, pend_layer)
     # The stage with the loss runs each micro-batch's backward right after its forward (1F1B and its
     # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.
     logits_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
     # interleaved zero-bubble defers the head's weight-gradient pass too: the last rank keeps the
     # gradient of the logits (activation dtype) of up to p micro-batches, p - 1 of them beside the
-    # one the loss's peak counts (torch's order; ZB-V runs the head's W right after its I)
+    # one the loss's peak counts (torch's order; ZB-V runs the head's W right after its I); queued weight
+    # passes queue the blocks' linears only, so the head's gradient is made in its input-gradient pass
     T_loss = lay.mbs * m.seq_len / lay.cp
-    head_pending = np.where((lay.schedule == SCH_INTERLEAVED_ZB) & (np.asarray(pp) > 1),
+    head_pending = np.where((lay.schedule == SCH_INTERLEAVED_ZB) & (np.asarray(pp) > 1) & ~queued,
                             (np.asarray(pp) - 1) * T_loss * m.vocab / lay.tp * act_b, 0.0)
     p_np = np.asarray(pp)
     zbv = (lay.schedule == SCH_ZBV) & (p_np > 1)  # the V puts both ends, embedding and head, on rank 0
@@ -686,7 +715,8 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
     # a zero-bubble weight pass still to run keeps the output gradient the stage received for it (torch's
     # backward_state); with per-micro-batch receive buffers that tensor is already one of them
-    pend_recv = 0.0 if tr.p2p_buffers_per_microbatch else p2p_tensor_bytes(m, lay, act_b)
+    # (queued closures: the last block's output gradient, counted in queued_w_bytes_per_layer)
+    pend_recv = np.where(queued, 0.0, 0.0 if tr.p2p_buffers_per_microbatch else p2p_tensor_bytes(m, lay, act_b))
 
     # Gradients are freed after each optimizer step (zero_grad(set_to_none=True), the runtime's
     # and PyTorch's default).  With several micro-batches per step the whole gradient buffer is

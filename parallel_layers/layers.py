@@ -99,6 +99,84 @@ def _input_grad(grads, weights):
     return gx
 
 
+class WeightGradStore:
+    """The zero-bubble schedules' weight-gradient pass without a second autograd pass: the linears'
+    backward makes the input gradient and queues each dW = dY^T X as a closure over the tensors it reads
+    (its input X and the output gradients dY), which the weight pass runs (Megatron-LM's and the
+    zero-bubble authors' WeightGradStore, sail-sg/zero-bubble-pipeline-parallelism).  A stage hands
+    ``take`` to torch's PipelineStage as its ``dw_builder``: the input-gradient pass is then an ordinary
+    backward that frees the block's graph, and the weight pass runs the closures it queued.
+
+    torch's own weight pass (stage_backward_weight) runs one autograd.grad per parameter group through the
+    retained graph, and a block under activation checkpointing re-runs its forward in every one of them:
+    a CPU allocator trace found 7 re-runs per llama block held at once (pytorch/pytorch#136766).  Here a
+    checkpointed block is re-run once, in the input-gradient pass, as under 1F1B."""
+
+    def __init__(self):
+        self._queued: list = []
+
+    def defer(self, fn) -> None:
+        self._queued.append(fn)
+
+    def take(self):
+        """The weight pass of what was queued since the last take (the input-gradient pass just run)."""
+        fns, self._queued = self._queued, []
+
+        def weight_pass() -> None:
+            # outside the backward grad mode is on, and the saved inputs are graph tensors: dW would record a
+            # graph that keeps dY and X alive with it
+            with torch.no_grad():
+                while fns:  # each closure's tensors are freed as it runs
+                    fns.pop()()
+        return weight_pass
+
+
+def defer_weight_grads(modules, store: WeightGradStore) -> int:
+    """Queue the weight gradients of these modules' column- and row-parallel linears in `store` instead of
+    making them in the backward; returns how many weights."""
+    n = 0
+    for mod in modules:
+        for sub in mod.modules():
+            if isinstance(sub, (ColumnParallelLinear, RowParallelLinear)):
+                sub.weight.deferred_wgrad = store
+                n += 1
+    return n
+
+
+def _store_of(params) -> Optional[WeightGradStore]:
+    return getattr(params[0], "deferred_wgrad", None) if params else None
+
+
+def _accumulate_weight_grads(params, gws) -> None:
+    """What autograd's accumulation would do with the deferred gradients (into p.grad; a master-weights run
+    folds it into main_grad after the weight pass, precision.fold_pending_grads)."""
+    for p, gw in zip(params, gws):
+        if gw is not None:
+            if p.grad is None:
+                p.grad = gw.to(p.dtype)
+            else:
+                p.grad.add_(gw)
+
+
+def _defer_or_make(ctx, grads, x, need_w, need_b, gather=None):
+    """The weight and bias gradients of a linears Function's backward, or, where its weights' gradients are
+    deferred (WeightGradStore), the biases' now and the weights' queued (gather: makes the gathered sequence
+    from the saved shard, under SP; run in the weight pass)."""
+    store = _store_of(ctx.params)
+    if store is None or not any(need_w):
+        full = gather() if gather is not None and any(need_w) else x
+        return _param_grads(grads, full, need_w, need_b, ctx.params)
+    params = ctx.params
+
+    def weight_pass():
+        full = gather() if gather is not None else x
+        gws, _ = _param_grads(grads, full, need_w, [], params)
+        _accumulate_weight_grads(params, gws)
+    store.defer(weight_pass)
+    _, gbs = _param_grads(grads, x, [False] * len(need_w), need_b, params)
+    return [None] * len(need_w), gbs
+
+
 def _param_grads(grads, x, need_w, need_b, params):
     """dW_i = dY_i^T x (over all leading dims) and db_i = sum dY_i, for the ones this pass needs.  A weight
     with a ``fused_wgrad`` kernel (precision.attach_main_grads) gets its dW added into its fp32 main_grad by
@@ -158,7 +236,7 @@ class _TPLinears(torch.autograd.Function):
         x, weights, need_x, need_w, need_b = _saved(ctx)
         # in place, beside the weight-gradient matmuls
         finish = _all_reduce_start(_input_grad(grads, weights), ctx.group, owned=True) if need_x else None
-        gws, gbs = _param_grads(grads, x, need_w, need_b, ctx.params)
+        gws, gbs = _defer_or_make(ctx, grads, x, need_w, need_b)
         return (finish() if finish is not None else None, None, None, *gws, *gbs)
 
 
@@ -184,11 +262,16 @@ class _SPGatherLinears(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, *grads):
         x, weights, need_x, need_w, need_b = _saved(ctx)
-        gather = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) else None  # beside the input-gradient matmuls
+        deferred = _store_of(ctx.params) is not None  # the weight pass gathers x again for itself
+        gather = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) and not deferred else None  # beside the input-gradient matmuls
         gx = _input_grad(grads, weights) if need_x else None
         full = gather() if gather is not None else x  # it completes before the next collective is issued
         reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group, owned=True) if need_x else None  # beside the weight gradients
-        gws, gbs = _param_grads(grads, full, need_w, need_b, ctx.params)
+        if deferred:
+            group = ctx.group
+            gws, gbs = _defer_or_make(ctx, grads, x, need_w, need_b, gather=lambda: _gather(x, SEQ_DIM, group))
+        else:
+            gws, gbs = _param_grads(grads, full, need_w, need_b, ctx.params)
         return (reduce() if reduce is not None else None, None, None, *gws, *gbs)
 
 
@@ -205,7 +288,10 @@ def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool):
 
 
 def _fused(weights) -> bool:
-    return any(getattr(w, "fused_wgrad", None) is not None for w in weights)
+    """Whether these weights' gradients are made outside autograd's own linear backward: accumulated by a fused
+    GEMM (``fused_wgrad``) or queued for a zero-bubble weight pass (``deferred_wgrad``, WeightGradStore)."""
+    return any(getattr(w, "fused_wgrad", None) is not None or getattr(w, "deferred_wgrad", None) is not None
+               for w in weights)
 
 
 def _apply(fn, x, group, weights, biases):

@@ -22,6 +22,7 @@ from torch.distributed.pipelining.schedules import (
 )
 
 from cost_models.layout import stage_layers as default_split
+from parallel_layers.layers import WeightGradStore, defer_weight_grads
 from parallel_layers.precision import fold_pending_grads
 
 SCHEDULES = {
@@ -48,6 +49,29 @@ def virtual_stage_layers(n_layers: int, pp: int, vpp: int, stage_layers: list[in
     return out
 
 
+ZERO_BUBBLE = {"zbv", "interleaved-zb"}
+
+
+def queues_weight_grads(par) -> bool:
+    """Whether a zero-bubble schedule's weight passes run from a WeightGradStore instead of torch's autograd
+    pass: under whole-block recomputation (full, or op-level selective), whose checkpointed blocks torch's pass
+    re-runs once per parameter group (layers.WeightGradStore).  Not under FSDP2 (ZeRO-3), whose unsharded
+    parameters and gradient reduce-scatter belong to autograd's own accumulation."""
+    return (par.schedule in ZERO_BUBBLE and par.pp > 1 and par.recompute in ("full", "selective-op")
+            and par.zero_stage < 3)
+
+
+def weight_pass_builder(plan, stage_module):
+    """The stage's dw_builder: its blocks' linears queue their weight gradients in a WeightGradStore whose
+    ``take`` gives each micro-batch's weight pass (queues_weight_grads), else None (torch's own pass)."""
+    if not queues_weight_grads(plan.parallel):
+        return None
+    store = WeightGradStore()
+    blocks = getattr(stage_module, "blocks", None)
+    defer_weight_grads(list(blocks) if blocks is not None else [stage_module], store)
+    return store.take
+
+
 def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, device, loss_fn,
                    scale_grads: bool = True):
     """PipelineStage per local module and the schedule named in plan.parallel.schedule.
@@ -56,7 +80,8 @@ def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, de
     divides, as for fp32 main_grad buffers the schedule does not see)."""
     par = plan.parallel
     n_stages = par.pp * par.vpp
-    stages = [just_in_time_receives(PipelineStage(m, sid, n_stages, device, group=pp_group))
+    stages = [just_in_time_receives(PipelineStage(m, sid, n_stages, device, group=pp_group,
+                                                  dw_builder=weight_pass_builder(plan, m)))
               for m, sid in zip(stage_modules, stage_ids)]
     if par.schedule in LOOPED_RUNTIME:
         stages = [release_output_sends(st) for st in stages]

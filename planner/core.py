@@ -181,7 +181,8 @@ def training_consts(tr: Training) -> TrainingConsts:
                           clip_grad=tr.clip_grad is not None, clip_scales_always=tr.framework != "megatron",
                           eager_runtime="parplan" if tr.framework == "parplan" else "torchtitan",
                           cp_overlap_local_chunk_only=tr.framework == "torchtitan",
-                          zero_over_cp=tr.framework != "parplan", ce_eager_chunks=tr.framework == "parplan")
+                          zero_over_cp=tr.framework != "parplan", ce_eager_chunks=tr.framework == "parplan",
+                          zb_weight_grad_store=tr.framework == "parplan")
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):

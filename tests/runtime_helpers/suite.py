@@ -34,6 +34,10 @@ PARALLEL_CASES = {
     # re-runs SP's gathers and scatters and the unsaved matmuls inside FSDP2's gathered block
     "sp-fsdp2-selective-op": (TINY_LLAMA, dict(sp=True, zero_stage=3, recompute="selective-op"), {}),
     "zb-sp-fsdp2-full": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2, sp=True, zero_stage=3, recompute="full"), {}),
+    # whole-block recompute under the zero-bubble schedules: the linears queue their weight gradients
+    # (layers.WeightGradStore) and the weight pass runs them, SP's gather of the input again in it
+    "zbv-sp-full": (TINY_LLAMA, dict(schedule="zbv", vpp=2, sp=True, recompute="full"), {}),
+    "interleaved-zb-selective-op": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2, recompute="selective-op"), {}),
     "gpt-tied": (TINY_GPT, dict(schedule="1f1b"), {}),
     "gpt-tied-sp-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, sp=True, recompute="selective"), {}),
     "gpt-tied-fsdp2-gpipe": (TINY_GPT, dict(schedule="gpipe", zero_stage=3, sp=True), {}),
@@ -67,6 +71,9 @@ PARALLEL_CASES = {
                                                     {"wgrad_fusion": "reference"}),
     # zero-bubble weight gradients bypass the main_grad hook and are folded in after the schedule
     "gpt-tied-master-weights-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, precision="master-weights"), {}),
+    # and so are the queued ones (WeightGradStore), under full recompute
+    "gpt-tied-master-weights-zbv-full": (TINY_GPT, dict(schedule="zbv", vpp=2, precision="master-weights",
+                                                        recompute="full"), {}),
     # FSDP2 MixedPrecisionPolicy(bf16 params, bf16 reduce) over fp32 shards
     "gpt-tied-half-grads-fsdp2-gpipe-sp": (TINY_GPT, dict(schedule="gpipe", zero_stage=3, sp=True,
                                                           precision="master-weights-half-grads"), {}),

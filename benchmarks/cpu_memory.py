@@ -24,13 +24,15 @@ sys.path.insert(0, str(REPO))
 from tests.runtime_helpers import suite  # noqa: E402
 from tests.test_runtime_memory import LAYOUTS, SCHEDULES, memory_jobs, rank_kind_errors  # noqa: E402
 
-# recorded here, not asserted in the test: recomputation under the zero-bubble schedules.  With full
-# recompute each weight-gradient pass re-runs the block's forward once per weight and holds every re-run
-# (7 for a llama block, in the live-at-peak tables), so the search no longer offers the combination
-# (planner/search.py, ZB_FULL_RECOMPUTE)
+# recorded here, not asserted in the test: more recomputation under the zero-bubble schedules.  torch's own
+# weight-gradient pass re-ran a fully recomputed block's forward once per weight and held every re-run (7 for a
+# llama block, in the live-at-peak tables of 2026-11-23); since 2026-11-25 the runtime queues the linears' weight
+# gradients instead (parallel_layers.layers.WeightGradStore; the test holds zbv-full and
+# interleaved-zb-selective-op)
 EXTRA = {"zbv-selective": dict(schedule="zbv", vpp=2, recompute="selective"),
-         "zbv-full": dict(schedule="zbv", vpp=2, recompute="full"),
-         "interleaved-zb-full": dict(schedule="interleaved-zb", vpp=2, recompute="full")}
+         "interleaved-zb-full": dict(schedule="interleaved-zb", vpp=2, recompute="full"),
+         "zbv-selective-op": dict(schedule="zbv", vpp=2, recompute="selective-op"),
+         "tp2-sp-pp2-zbv-full": dict(tp=2, pp=2, schedule="zbv", vpp=2, sp=True, recompute="full")}
 CASES = {**LAYOUTS, **SCHEDULES, **EXTRA}
 
 MIB = 2**20

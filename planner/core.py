@@ -358,8 +358,15 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                                    "precision is FSDP's; leave GPUs for --dp (with --zero 3) or --cp")
             pins = replace(pins, sixteen_bit_needs_shards=True)
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
-        raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE} in torch "
-                           "pipelining; use --recompute selective or none, or --schedule interleaved-1f1b")
+        # parplan's runtime queues the linears' weight gradients (parallel_layers.layers.WeightGradStore) outside
+        # FSDP2; torch's own weight pass re-runs the checkpointed blocks (search.ZB_FULL_RECOMPUTE)
+        if framework != "parplan":
+            raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute}: {ZB_FULL_RECOMPUTE}; use "
+                               "--recompute selective or none, --schedule interleaved-1f1b, or --framework parplan")
+        if pins.zero == 3:
+            raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute} and --zero 3: "
+                               f"{ZB_FULL_RECOMPUTE}; use --zero 2 or less, --recompute selective or none, or "
+                               "--schedule interleaved-1f1b")
     if framework == "parplan":  # launch's check_runtime_support: FSDP2 offload with SP/cp/tied pp on cuda
         extra = fsdp2_offload_blockers(bool(pins.sp), pins.tp or 1, pins.cp or 1, spec.tied_embeddings, pins.pp or 1,
                                        as_flags=True)
@@ -468,7 +475,8 @@ REJECTED_BECAUSE = {
     "schedule": "need a schedule they cannot run (interleaving: micro-batches a multiple of pp, or for torch's "
                 "interleaved schedules of their max(1, micro-batches // pp) rounds, interleaved-zb at least pp; "
                 "torch's 1F1B: at "
-                "least pp micro-batches; zero-bubble schedules: no full or op-level recompute)",
+                "least pp micro-batches; zero-bubble schedules: no full or op-level recompute under torch's own "
+                "weight pass)",
     "layers": "leave a virtual stage without a block (pp x vpp > layers + 2)",
     "seq": "do not split the sequence evenly (it must be a multiple of 2 x cp, and with sequence parallelism "
            "each rank's part a multiple of tp)",

@@ -187,7 +187,7 @@ def screened_layouts(m: ModelDims, tr: TrainingConsts, gpus: int, pins: Pins) ->
     st = Layout(gpus=gpus, tp=S[0], pp=S[1], cp=S[2], dp=S[3], mbs=S[4], schedule=S[5], vpp=S[6],
                 zero=0, recompute=0, sp=0, offload=0)
     early, late = _structure_checks(m, tr, st)
-    zb_whole = _zero_bubble(st.schedule)[i_s] & _whole_block(P[1])[i_p]
+    zb_whole = _zero_bubble(st.schedule)[i_s] & (_whole_block(P[1]) & ~_queued_weight_pass(tr, P[0]))[i_p]
     sp_split = (_sp_seq_misfit(m, st)[i_s]) & (P[2] > 0)[i_p]
     offload = ((P[3] > 0) & (P[0] == 0))[i_p]
     reason = _combine(early[i_s], zb_whole, late[i_s], sp_split, offload)
@@ -200,13 +200,22 @@ def _mark(reason, mask, name):
 
 
 # A CPU allocator trace of parplan's runtime (torch 2.13, non-reentrant activation checkpointing,
-# benchmarks/results/2026-11-23-cpu-memory) found each weight-gradient pass of a zero-bubble schedule
+# benchmarks/results/2026-11-23-cpu-memory) found torch's weight-gradient pass of a zero-bubble schedule
 # re-running a fully recomputed block's forward once per weight matrix (7 for a llama block) and
-# holding all of them: 7x the recompute FLOPs and 7 blocks' activations at once.  The search does not
-# offer the combination; selective recompute (checkpointed pieces without weights) is unaffected.
+# holding all of them: 7x the recompute FLOPs and 7 blocks' activations at once (pytorch/pytorch#136766).
+# parplan's runtime queues its linears' weight gradients instead (parallel_layers.layers.WeightGradStore;
+# TrainingConsts.zb_weight_grad_store), outside FSDP2; the search offers the combination only there.
+# Selective recompute (checkpointed pieces without weights) is unaffected.
 ZERO_BUBBLE = ("zbv", "interleaved-zb")
-ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full (or op-level selective) recompute re-run "
-                     "each block's forward once per weight in the weight-gradient pass")
+ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full (or op-level selective) recompute under "
+                     "torch's own weight-gradient pass (torchtitan; parplan's runtime under ZeRO-3/FSDP2) re-run each "
+                     "block's forward once per weight in it")
+
+
+def _queued_weight_pass(tr: TrainingConsts, zero):
+    """Where the zero-bubble weight passes run from queued closures (cost_models.memory.queued_weight_pass), by
+    ZeRO stage: parplan's runtime outside FSDP2."""
+    return np.asarray(zero) < 3 if tr.zb_weight_grad_store else np.zeros(np.shape(zero), dtype=bool)
 
 
 def _structure_checks(m: ModelDims, tr: TrainingConsts, lay: Layout):
@@ -252,8 +261,8 @@ def _sp_seq_misfit(m: ModelDims, lay: Layout):
 
 def _combine(early, zb_whole, late, sp_split, offload):
     """The first failed check, in REASONS' order of checking."""
-    # zero-bubble + full recompute: torch's weight-gradient pass re-runs a checkpointed block's forward
-    # once per weight and holds every re-run (ZB_FULL_RECOMPUTE)
+    # zero-bubble + full recompute under torch's weight-gradient pass, which re-runs a checkpointed block's
+    # forward once per weight and holds every re-run (ZB_FULL_RECOMPUTE)
     reason = _mark(early, zb_whole, "schedule")
     reason = np.where(reason < 0, late, reason)
     reason = _mark(reason, sp_split, "seq")
@@ -265,7 +274,8 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     into REASONS of the first failed one, or -1.  The search evaluates only what passes them (it runs
     them per table: screened_layouts)."""
     early, late = _structure_checks(m, tr, lay)
-    return _combine(early, _zero_bubble(lay.schedule) & _whole_block(lay.recompute), late,
+    return _combine(early, _zero_bubble(lay.schedule) & _whole_block(lay.recompute) & ~_queued_weight_pass(tr, lay.zero),
+                    late,
                     (lay.sp > 0) & _sp_seq_misfit(m, lay), (lay.offload > 0) & (lay.zero == 0))
 
 

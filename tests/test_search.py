@@ -440,22 +440,29 @@ def test_deepspeed_runs_no_zero2_or_3_inside_a_pipeline():
         recommend(spec, 64, framework="deepspeed", pins=Pins(zero=3, pp=2))
 
 
-def test_zero_bubble_with_full_recompute_is_not_offered():
+def test_zero_bubble_with_full_recompute_only_where_the_weight_pass_is_queued():
     """torch's weight-gradient pass re-runs a fully recomputed block once per weight (CPU allocator trace,
-    benchmarks/results/2026-11-23-cpu-memory): the search leaves the combination out, a pin says why."""
+    benchmarks/results/2026-11-23-cpu-memory); parplan's runtime queues its linears' weight gradients instead
+    (layers.WeightGradStore), outside FSDP2.  So parplan offers the combination below ZeRO-3, and torchtitan (torch's
+    pass) and ZeRO-3 never get it, a pin says why."""
     spec = load_preset("llama3-70b")
-    plan = recommend(spec, 64, pins=Pins(recompute="full"), top_k=20)
+    plan = recommend(spec, 64, pins=Pins(schedule="interleaved-zb", recompute="full"), top_k=20)
+    assert all(p.parallel.schedule == "interleaved-zb" and p.parallel.recompute == "full" and p.parallel.zero_stage < 3
+               for p in [plan] + plan.alternatives)
+    assert recommend(spec, 64, pins=Pins(schedule="zbv", recompute="selective-op")).parallel.recompute == "selective-op"
+    with pytest.raises(PlannerError, match="once per weight"):
+        recommend(spec, 64, pins=Pins(schedule="interleaved-zb", recompute="full", zero=3))
+    with pytest.raises(PlannerError, match="once per weight"):
+        recommend(spec, 64, framework="torchtitan", pins=Pins(schedule="zbv", recompute="full"))
+    plan = recommend(spec, 64, framework="torchtitan", pins=Pins(recompute="full"), top_k=20)
     assert all(not (p.parallel.schedule in ("zbv", "interleaved-zb") and p.parallel.recompute == "full")
                for p in [plan] + plan.alternatives)
-    assert recommend(spec, 64, pins=Pins(schedule="zbv", recompute="selective")).parallel.schedule == "zbv"
-    with pytest.raises(PlannerError, match="once per weight"):
-        recommend(spec, 64, pins=Pins(schedule="interleaved-zb", recompute="full"))
 
 
 def test_op_level_selective_recompute_is_offered_where_the_framework_has_it():
     """selective-op is torchtitan's op-level selective checkpointing (parplan's runtime runs the same
     policy): Megatron-LM and DeepSpeed plans never get it, a pin says why; like full recompute it is
-    not combined with the zero-bubble schedules (the weight-gradient pass re-runs the block per weight)."""
+    not combined with the zero-bubble schedules under torch's own weight pass (it re-runs the block per weight)."""
     spec = load_preset("llama3-8b")
     for fw in ("megatron", "deepspeed"):
         plan = recommend(spec, 8, framework=fw, top_k=50, seq_len=8192, global_batch_size=16)
@@ -466,7 +473,7 @@ def test_op_level_selective_recompute_is_offered_where_the_framework_has_it():
                      seq_len=8192, global_batch_size=16)
     assert plan.parallel.recompute == "selective-op"
     with pytest.raises(PlannerError, match="once per weight"):
-        recommend(spec, 8, pins=Pins(schedule="zbv", recompute="selective-op"))
+        recommend(spec, 8, framework="torchtitan", pins=Pins(schedule="zbv", recompute="selective-op"))
 
 
 def test_op_level_selective_sits_between_none_and_full():
@@ -582,9 +589,12 @@ def test_evaluate_names_the_schedule_rule_a_plan_breaks():
     assert evaluate_plan(few).prediction.reason == "schedule: torch's 1F1B needs num_microbatches >= pp(4)"
     zb = plan.model_copy(update={
         "parallel": plan.parallel.model_copy(update={"schedule": "zbv", "vpp": 2, "pp": 2, "dp": 2, "recompute": "full",
-                                                     "stage_layers": None}),
+                                                     "zero_stage": 3, "stage_layers": None}),
         "training": plan.training.model_copy(update={"num_microbatches": 2})})
     assert evaluate_plan(zb).prediction.reason.startswith("schedule: zero-bubble schedules")
+    # parplan's runtime queues the weight gradients outside FSDP2 (WeightGradStore): the same plan at ZeRO-2 runs
+    zb2 = zb.model_copy(update={"parallel": zb.parallel.model_copy(update={"zero_stage": 2})})
+    assert not (evaluate_plan(zb2).prediction.reason or "").startswith("schedule")
 
 
 def test_a_profile_without_a_fitted_sustained_fraction_says_so():

@@ -1,0 +1,111 @@
+"""Zero-bubble weight passes from queued closures (parallel_layers.layers.WeightGradStore) under whole-block
+recomputation, on one process: the input-gradient pass makes no linear weight gradient, the weight pass makes
+exactly autograd's, a checkpointed block's forward runs again once (torch's own weight pass re-ran it once per
+parameter group, pytorch/pytorch#136766), and what the queue held is freed once the weight pass has run.  The
+pipelined runs (8 gloo ranks, with SP and master weights) are in tests/test_runtime_multirank.py, their memory
+in tests/test_runtime_memory.py."""
+from __future__ import annotations
+
+import gc
+import itertools
+import weakref
+
+import numpy as np
+import pytest
+import torch
+
+import parallel_layers.layers as L
+import parallel_layers.model as M
+from cost_models.layout import RECOMPUTE, SCHEDULES, Layout
+from cost_models.memory import queued_weight_pass
+from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
+from parallel_layers.pipeline import queues_weight_grads, weight_pass_builder
+from planner.core import training_consts
+from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
+
+
+def _stage(model: dict, recompute: str) -> StageModule:
+    plan = tiny_plan(model)
+    m = StageModule(ModelConfig.from_plan(plan), list(range(plan.model.layers)), first=True, last=True,
+                    tp_group=None, recompute=recompute)
+    init_parameters(m, plan.training.seed)
+    return m
+
+
+def _linear_weights(m) -> list[str]:
+    return [n for n, mod in m.named_modules() if isinstance(mod, (L.ColumnParallelLinear, L.RowParallelLinear))
+            and n.startswith("blocks.")]
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT], ids=["llama", "gpt"])
+@pytest.mark.parametrize("recompute", ["full", "selective-op"])
+def test_the_queued_weight_pass_makes_autograds_gradients(model, recompute):
+    ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+    grads = []
+    for queued in (False, True):
+        m = _stage(model, recompute)
+        store = L.WeightGradStore()
+        if queued:
+            per_block = 7 if model["arch"] == "llama" else len(_linear_weights(m)) // len(m.blocks)
+            assert L.defer_weight_grads(list(m.blocks), store) == len(_linear_weights(m)) == per_block * len(m.blocks)
+        L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
+        weight_pass = store.take()
+        if queued:  # the input-gradient pass made every gradient but the blocks' linear weights'
+            made = {n for n, p, _ in iter_shard_specs(m) if p.grad is not None}
+            held = {f"{n}.weight" for n in _linear_weights(m)}
+            assert not made & held and made | held == {n for n, _, _ in iter_shard_specs(m)}
+        weight_pass()
+        assert not store.take().__closure__[0].cell_contents  # nothing left queued
+        grads.append({n: p.grad.clone() for n, p, _ in iter_shard_specs(m)})
+    for n, g in grads[0].items():
+        torch.testing.assert_close(grads[1][n], g, rtol=1e-5, atol=1e-7)
+
+
+def test_a_checkpointed_block_runs_again_once_and_the_queue_lets_go():
+    """One re-run per block (as under 1F1B), and the inputs and output gradients the closures held are freed
+    after the weight pass: run in grad mode, dW would record a graph that keeps them (what a CPU allocator trace
+    found: 33 of the MLP's output gradients live on a ZB-V rank that should hold 10)."""
+    m = _stage(TINY_LLAMA, "full")
+    store = L.WeightGradStore()
+    L.defer_weight_grads(list(m.blocks), store)
+    runs = []
+    forward = M.Block._forward
+
+    def counted(block, x):
+        runs.append(block.layer_id)
+        return forward(block, x)
+    ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+    M.Block._forward = counted
+    try:
+        L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
+        queued = store._queued
+        held = [weakref.ref(t) for fn in queued for name, cell in zip(fn.__code__.co_freevars, fn.__closure__)
+                if name in ("grads", "x") for t in (cell.cell_contents if name == "grads" else (cell.cell_contents,))]
+        weight_pass = store.take()
+        weight_pass()
+    finally:
+        M.Block._forward = forward
+    assert sorted(runs) == sorted(2 * list(range(len(m.blocks))))
+    del queued, weight_pass
+    gc.collect()
+    assert len(held) > 4 * len(m.blocks) and all(r() is None for r in held)
+
+
+def test_the_runtime_and_the_model_queue_the_same_plans():
+    """parallel_layers.pipeline.queues_weight_grads (which stages get a dw_builder) is cost_models.memory.
+    queued_weight_pass for parplan's runtime: a zero-bubble schedule over a pipeline, whole-block recompute,
+    ZeRO below 3; torchtitan (torch's own pass) never."""
+    tr = training_consts(tiny_plan().training)
+    titan = training_consts(tiny_plan().training.model_copy(update={"framework": "torchtitan"}))
+    assert tr.zb_weight_grad_store and not titan.zb_weight_grad_store
+    for schedule, recompute, pp, zero in itertools.product(SCHEDULES, RECOMPUTE, (1, 2), range(4)):
+        vpp = 2 if schedule in ("zbv", "interleaved-zb", "interleaved-1f1b") else 1
+        plan = tiny_plan(pp=pp, dp=2, tp=1, schedule=schedule if pp > 1 else "1f1b", vpp=vpp if pp > 1 else 1,
+                         recompute=recompute, zero_stage=zero)
+        par = plan.parallel
+        lay = Layout(gpus=4, tp=1, pp=pp, dp=2, cp=1, vpp=par.vpp, mbs=1, zero=zero,
+                     recompute=RECOMPUTE.index(recompute), sp=0, schedule=SCHEDULES.index(par.schedule), offload=0)
+        want = queues_weight_grads(par)
+        assert bool(queued_weight_pass(lay, tr)) == want, (schedule, recompute, pp, zero)
+        assert not np.any(queued_weight_pass(lay, titan))
+        assert (weight_pass_builder(plan, _stage(TINY_LLAMA, recompute)) is not None) == want

@@ -520,6 +520,11 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
                      "for torchtitan's policy).")
     if p.cp > 1 and not t.flash_attention:
         notes.append("flash_attention false: torchtitan's context parallelism runs on SDPA flash/efficient kernels.")
+    if pp_on and p.schedule in ("zbv", "interleaved-zb") and p.recompute in ("full", "selective-op"):
+        notes.append(f"schedule {p.schedule} with recompute {p.recompute}: torchtitan runs torch's own weight-gradient "
+                     "pass, which re-runs each checkpointed block's forward once per weight and holds every re-run "
+                     "(pytorch/pytorch#136766): far more memory and recompute than the prediction, which has "
+                     "parplan's queued weight gradients; use recompute selective or a 1F1B schedule there.")
 
     par: list[tuple[str, Any]] = [
         ("data_parallel_replicate_degree", replicate),

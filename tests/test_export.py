@@ -226,6 +226,13 @@ def test_torchtitan_schedules(schedule, vpp, name):
     assert len(cfg["parallelism"]["pipeline_parallel_split_points"]) == 2 * vpp - 1
 
 
+def test_torchtitan_warns_that_its_zero_bubble_weight_pass_reruns_checkpointed_blocks():
+    for recompute, warned in (("full", True), ("selective-op", True), ("selective", False)):
+        notes = export_notes(llama_plan(schedule="zbv", vpp=2, recompute=recompute), "torchtitan")
+        assert any("once per weight" in n for n in notes) == warned, recompute
+    assert not any("once per weight" in n for n in export_notes(llama_plan(recompute="full"), "torchtitan"))
+
+
 def test_torchtitan_zero0_replicates_and_uneven_split():
     plan = llama_plan(zero_stage=0, stage_layers=[7, 9, 9, 7])
     cfg = tomllib.loads(export_plan(plan, "torchtitan"))

@@ -208,7 +208,8 @@ def test_fp32_recipe_memory_against_the_committed_cpu_run():
     from planner.schema import Plan
     run = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-11-24-cpu-memory-fp32" / "run1"
     errors = {}
-    names = [n for n in (*LAYOUTS, *SCHEDULES) if (run / n / "report.json").exists()]
+    # zbv-full was run there too, before its weight pass was queued (layers.WeightGradStore): another runtime
+    names = [n for n in (*LAYOUTS, *SCHEDULES) if (run / n / "report.json").exists() and n != "zbv-full"]
     assert len(names) == 22  # every layout and schedule but cp2-tp2-sp-selective, added after that run
     for name in names:
         plan = Plan.model_validate_json((run / name / "plan.json").read_text())

@@ -20,7 +20,9 @@ largest rank's peak, each rank kind -7.8 .. +5.2 %.  With selective recompute
 under CP (23 plans, one run, benchmarks/results/2026-11-24-cpu-memory-cpsel): -8.5 .. +3.4 %, each rank kind
 -8.5 .. +4.4 %.  The latest, with ZeRO-1/2's even split (one run, benchmarks/results/2026-11-24-cpu-memory-zerosplit):
 -8.5 .. +5.0 %, each rank kind -8.5 .. +6.0 %.  With the gradient reduction during the backward (one run,
-benchmarks/results/2026-11-24-cpu-memory-overlap): -8.5 .. +6.0 %, each rank kind -8.5 .. +6.6 %.  The fused cross-entropy's case (2026-11-24, one run of that case
+benchmarks/results/2026-11-24-cpu-memory-overlap): -8.5 .. +6.0 %, each rank kind -8.5 .. +6.6 %.  With the
+zero-bubble weight passes queued under whole-block recompute (one run, benchmarks/results/2026-11-25-cpu-memory-zbqueued):
+-8.5 .. +7.1 %, each rank kind -8.5 .. +7.2 %; zbv-full +4.2 % (its rank kinds +4.2 .. +5.2 %), interleaved-zb-selective-op -1.6 %.  The fused cross-entropy's case (2026-11-24, one run of that case
 alone): 284.9 MiB measured, 280.6 predicted (-1.5 %)."""
 from __future__ import annotations
 

@@ -170,10 +170,10 @@ class TrainingConsts:
     # the 16-bit-gradient fused cross-entropy (cross_entropy_16bit_grad) as parplan's runtime runs it: chunks of
     # eager kernels (layers._FusedVocabParallelCE), which save flash-attn's memory but not its traffic
     ce_eager_chunks: bool = False
-    # the zero-bubble schedules' weight passes under whole-block recomputation (full, op-level selective) run from
-    # closures the linears' backward queued (parplan's runtime: parallel_layers.layers.WeightGradStore, outside
-    # FSDP2), so a pending block keeps its linears' inputs and output gradients and not its graph; torch's own
-    # weight pass (torchtitan) re-runs a checkpointed block once per parameter group, which no plan is offered
+    # the zero-bubble schedules' weight passes run from closures the linears' backward queued (parplan's runtime:
+    # parallel_layers.layers.WeightGradStore, outside FSDP2), so a pending block keeps its linears' inputs and
+    # output gradients and not its graph; torch's own weight pass (torchtitan) keeps the graph and re-runs a
+    # checkpointed block once per parameter group, which no plan is offered (full or op-level selective recompute)
     zb_weight_grad_store: bool = False
 
     @property

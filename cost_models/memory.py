@@ -374,7 +374,8 @@ def rank_inflight(lay, m_micro, layers: int | None = None, output_sends_released
       multiple of p (torch runs those; Megatron-LM does not);
       zero-bubble schedules split the backward into an input-gradient pass (I) and a deferred
       weight-gradient pass (W), and a block waiting for its W keeps its activations and the
-      gradients of its linear layers' outputs (pending_w_bytes_per_layer).  In torch's orders
+      gradients of its linear layers' outputs (pending_w_bytes_per_layer; under parplan's queued weight passes
+      its linears' inputs and output gradients only, queued_w_bytes_per_layer).  In torch's orders
       (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, simulated action by action):
       interleaved-zb: v*p chunk-micro-batches on every rank, r + 1 of them pending; (v-1)*g + p where m is
       not a multiple of p (m >= p: torch's rounds of g = round_size(p, m); below p the held sends differ);
@@ -529,12 +530,10 @@ def queued_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int):
 
 
 def queued_weight_pass(lay, tr):
-    """Where a zero-bubble schedule's weight passes run from queued closures (queued_w_bytes_per_layer): a
-    pipeline, whole-block recomputation, parplan's runtime outside FSDP2 (parallel_layers.pipeline.
-    queues_weight_grads)."""
+    """Where a zero-bubble schedule's weight passes run from queued closures (queued_w_bytes_per_layer): over a
+    pipeline, in parplan's runtime outside FSDP2 (parallel_layers.pipeline.queues_weight_grads)."""
     zb = ((lay.schedule == SCH_INTERLEAVED_ZB) | (lay.schedule == SCH_ZBV)) & (np.asarray(lay.pp) > 1)
-    whole = (lay.recompute == REC_FULL) | (lay.recompute == REC_SELECTIVE_OP)
-    return zb & whole & (np.asarray(lay.zero) < 3) & bool(tr.zb_weight_grad_store)
+    return zb & (np.asarray(lay.zero) < 3) & bool(tr.zb_weight_grad_store)
 
 
 def fsdp2_flags(lay, tr):

@@ -54,11 +54,11 @@ ZERO_BUBBLE = {"zbv", "interleaved-zb"}
 
 def queues_weight_grads(par) -> bool:
     """Whether a zero-bubble schedule's weight passes run from a WeightGradStore instead of torch's autograd
-    pass: under whole-block recomputation (full, or op-level selective), whose checkpointed blocks torch's pass
-    re-runs once per parameter group (layers.WeightGradStore).  Not under FSDP2 (ZeRO-3), whose unsharded
+    pass (layers.WeightGradStore): every zero-bubble schedule over a pipeline, where the input-gradient pass then
+    frees the block's graph (a pending block keeps only its linears' inputs and output gradients) and a
+    checkpointed block is re-run once, not once per parameter group.  Not under FSDP2 (ZeRO-3), whose unsharded
     parameters and gradient reduce-scatter belong to autograd's own accumulation."""
-    return (par.schedule in ZERO_BUBBLE and par.pp > 1 and par.recompute in ("full", "selective-op")
-            and par.zero_stage < 3)
+    return par.schedule in ZERO_BUBBLE and par.pp > 1 and par.zero_stage < 3
 
 
 def weight_pass_builder(plan, stage_module):

@@ -70,8 +70,9 @@ SCHEDULES = {
     # deferred weight-gradient passes (counted from torch's action orders: cost_models.memory.rank_inflight)
     "zbv": dict(schedule="zbv", vpp=2),
     "interleaved-zb": dict(schedule="interleaved-zb", vpp=2),
-    # ...under whole-block recompute, from queued closures (layers.WeightGradStore): a pending block keeps its
-    # linears' inputs and output gradients, not its graph (cost_models.memory.queued_w_bytes_per_layer)
+    # ...and under whole-block recompute (the weight passes run from queued closures, layers.WeightGradStore: a
+    # pending block keeps its linears' inputs and output gradients, not its graph; cost_models.memory.
+    # queued_w_bytes_per_layer)
     "zbv-full": dict(schedule="zbv", vpp=2, recompute="full"),
     "interleaved-zb-selective-op": dict(schedule="interleaved-zb", vpp=2, recompute="selective-op"),
     # sequence parallelism: the column-parallel matmuls keep their input's shard and gather it again

@@ -1,5 +1,5 @@
-"""Zero-bubble weight passes from queued closures (parallel_layers.layers.WeightGradStore) under whole-block
-recomputation, on one process: the input-gradient pass makes no linear weight gradient, the weight pass makes
+"""Zero-bubble weight passes from queued closures (parallel_layers.layers.WeightGradStore), on one process
+(recomputation off, full and op-level selective): the input-gradient pass makes no linear weight gradient, the weight pass makes
 exactly autograd's, a checkpointed block's forward runs again once (torch's own weight pass re-ran it once per
 parameter group, pytorch/pytorch#136766), and what the queue held is freed once the weight pass has run.  The
 pipelined runs (8 gloo ranks, with SP and master weights) are in tests/test_runtime_multirank.py, their memory
@@ -38,7 +38,7 @@ def _linear_weights(m) -> list[str]:
 
 
 @pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT], ids=["llama", "gpt"])
-@pytest.mark.parametrize("recompute", ["full", "selective-op"])
+@pytest.mark.parametrize("recompute", ["none", "full", "selective-op"])
 def test_the_queued_weight_pass_makes_autograds_gradients(model, recompute):
     ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
     grads = []
@@ -93,8 +93,8 @@ def test_a_checkpointed_block_runs_again_once_and_the_queue_lets_go():
 
 def test_the_runtime_and_the_model_queue_the_same_plans():
     """parallel_layers.pipeline.queues_weight_grads (which stages get a dw_builder) is cost_models.memory.
-    queued_weight_pass for parplan's runtime: a zero-bubble schedule over a pipeline, whole-block recompute,
-    ZeRO below 3; torchtitan (torch's own pass) never."""
+    queued_weight_pass for parplan's runtime: a zero-bubble schedule over a pipeline, ZeRO below 3; torchtitan
+    (torch's own pass) never."""
     tr = training_consts(tiny_plan().training)
     titan = training_consts(tiny_plan().training.model_copy(update={"framework": "torchtitan"}))
     assert tr.zb_weight_grad_store and not titan.zb_weight_grad_store

@@ -34,8 +34,8 @@ PARALLEL_CASES = {
     # re-runs SP's gathers and scatters and the unsaved matmuls inside FSDP2's gathered block
     "sp-fsdp2-selective-op": (TINY_LLAMA, dict(sp=True, zero_stage=3, recompute="selective-op"), {}),
     "zb-sp-fsdp2-full": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2, sp=True, zero_stage=3, recompute="full"), {}),
-    # whole-block recompute under the zero-bubble schedules: the linears queue their weight gradients
-    # (layers.WeightGradStore) and the weight pass runs them, SP's gather of the input again in it
+    # whole-block recompute under the zero-bubble schedules (whose linears queue their weight gradients,
+    # layers.WeightGradStore, for the weight pass to run): SP's gather of the input again in it
     "zbv-sp-full": (TINY_LLAMA, dict(schedule="zbv", vpp=2, sp=True, recompute="full"), {}),
     "interleaved-zb-selective-op": (TINY_LLAMA, dict(schedule="interleaved-zb", vpp=2, recompute="selective-op"), {}),
     "gpt-tied": (TINY_GPT, dict(schedule="1f1b"), {}),

@@ -320,9 +320,9 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
 def wgrad_fusion_applies(fused, precision: str, fsdp2, zero_bubble):
     """Where gradient-accumulation fusion (the weight-gradient GEMM adding into the fp32 main_grad) runs:
     the master-weights recipe (the fp32 main_grad; modelled for no other recipe), outside FSDP2 (which reduces
-    the 16-bit gradients autograd makes) and outside the zero-bubble schedules with a pipeline (torch's weight
-    pass assigns the dW autograd returns to p.grad).  parplan's runtime applies the same rule
-    (parallel_layers.train.wgrad_fusion_mode)."""
+    the 16-bit gradients autograd makes) and outside torch's own zero-bubble weight pass (`zero_bubble`: it
+    assigns the dW autograd returns to p.grad; parplan's queued weight pass runs the fused GEMM in its closures).
+    parplan's runtime applies the same rule (parallel_layers.train.wgrad_fusion_mode)."""
     rec = PRECISION_RECIPES[precision]
     return (np.asarray(fused) & bool(rec["master"] and rec["grad"] == 4) & ~np.asarray(fsdp2)
             & ~np.asarray(zero_bubble))
@@ -330,16 +330,24 @@ def wgrad_fusion_applies(fused, precision: str, fsdp2, zero_bubble):
 
 def zero_bubble_pipeline(parallel) -> bool:
     """A zero-bubble schedule (split input- and weight-gradient passes) over a pipeline: planner.schema's Parallel.
-    There torch's weight pass assigns each dW to p.grad outside autograd's accumulation, which neither the fused
-    accumulation nor the overlapped gradient reduction can follow (the runtime and the model alike)."""
+    There the weight pass assigns each dW to p.grad outside autograd's accumulation, which no hook sees, so the
+    overlapped gradient reduction cannot follow it (the runtime and the model alike)."""
     return parallel.schedule in ("zbv", "interleaved-zb") and parallel.pp > 1
+
+
+def queued_weight_pass_plan(parallel) -> bool:
+    """Whether parplan's runtime runs this plan's zero-bubble weight passes from queued closures
+    (parallel_layers.layers.WeightGradStore): a zero-bubble pipeline outside FSDP2 (ZeRO-3), whose unsharded
+    gradients belong to autograd's own accumulation and get torch's pass.  The model's rule for every candidate
+    is cost_models.memory.queued_weight_pass."""
+    return zero_bubble_pipeline(parallel) and parallel.zero_stage < 3
 
 
 def plan_fuses_wgrad(training, parallel) -> bool:
     """wgrad_fusion_applies for one plan as parplan's runtime runs it (planner.schema's Training and Parallel;
     ZeRO-3 is FSDP2 there): what launch's pre-flight and the run's report compare with."""
     return bool(wgrad_fusion_applies(training.grad_accumulation_fusion, training.precision, parallel.zero_stage == 3,
-                                     zero_bubble_pipeline(parallel)))
+                                     zero_bubble_pipeline(parallel) and not queued_weight_pass_plan(parallel)))
 
 
 def grad_reduce_overlaps(overlap, zero_bubble):

@@ -35,7 +35,8 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       plan_overlaps_param_gather, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      head_on_first_rank, rank_block_counts, zero_shards)
-from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown)
+from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown,
+                     queued_weight_pass)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
 
@@ -353,7 +354,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)
     # with fusion the linears' gradients need no pass; the embedding's (a lookup's, not a GEMM's) still does, on the
     # first stage (counted on the heaviest; the norms' 2h per layer are left out)
-    fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, zb_pipe)
+    fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, zb_pipe & ~queued_weight_pass(lay, tr))
     opt_t = opt_t + grad_accumulation_time(np.where(fused, emb_params, stage_params), m_micro, tr.precision, hw,
                                            fsdp2=fsdp2, pp=pp, shards=shards)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them

@@ -21,6 +21,7 @@ from torch.distributed.pipelining.schedules import (
     ScheduleZBVZeroBubble,
 )
 
+from cost_models.compute import queued_weight_pass_plan
 from cost_models.layout import stage_layers as default_split
 from parallel_layers.layers import WeightGradStore, defer_weight_grads
 from parallel_layers.precision import fold_pending_grads
@@ -49,16 +50,13 @@ def virtual_stage_layers(n_layers: int, pp: int, vpp: int, stage_layers: list[in
     return out
 
 
-ZERO_BUBBLE = {"zbv", "interleaved-zb"}
-
-
 def queues_weight_grads(par) -> bool:
     """Whether a zero-bubble schedule's weight passes run from a WeightGradStore instead of torch's autograd
     pass (layers.WeightGradStore): every zero-bubble schedule over a pipeline, where the input-gradient pass then
     frees the block's graph (a pending block keeps only its linears' inputs and output gradients) and a
     checkpointed block is re-run once, not once per parameter group.  Not under FSDP2 (ZeRO-3), whose unsharded
     parameters and gradient reduce-scatter belong to autograd's own accumulation."""
-    return par.schedule in ZERO_BUBBLE and par.pp > 1 and par.zero_stage < 3
+    return queued_weight_pass_plan(par)
 
 
 def weight_pass_builder(plan, stage_module):

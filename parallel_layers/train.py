@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 
 from cost_models.compute import (plan_fuses_wgrad, plan_overlaps_grad_reduce, plan_overlaps_param_gather,
-                                  zero_bubble_pipeline)
+                                  queued_weight_pass_plan, zero_bubble_pipeline)
 from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
 from parallel_layers.clip import clip_grad_norm
@@ -263,10 +263,11 @@ def _dp_bucket_start(group, params, divide):
 
 
 def wgrad_fusion_mode(plan, opts: RunOptions) -> str:
-    """opts.wgrad_fusion, off where the runtime cannot fuse: the zero-bubble schedules with a pipeline (torch's
-    weight pass asks autograd for dW, which it then assigns to p.grad: pipeline.just_in_time_receives).  The
-    cost model applies the same rule (cost_models.compute.wgrad_fusion_applies, plan_fuses_wgrad)."""
-    if zero_bubble_pipeline(plan.parallel):
+    """opts.wgrad_fusion, off where the runtime cannot fuse: torch's own zero-bubble weight pass (FSDP2 with a
+    zero-bubble pipeline: it asks autograd for dW, which it then assigns to p.grad); the queued weight pass
+    (layers.WeightGradStore) runs the fused GEMM in its closures.  The cost model applies the same rule
+    (cost_models.compute.wgrad_fusion_applies, plan_fuses_wgrad)."""
+    if zero_bubble_pipeline(plan.parallel) and not queued_weight_pass_plan(plan.parallel):
         return "off"
     return opts.wgrad_fusion
 

@@ -117,7 +117,8 @@ FRAMEWORK_DEFAULTS: dict[str, dict] = {
     # stepped parameters asynchronously, each part's waited for before the next forward uses it
     # (data_parallel.ShardedAdamW.wait_for): overlap_param_gather as overlap_grad_reduce.  Its linears'
     # weight-gradient GEMMs add into the fp32 main_grad on CUDA (torch >= 2.8; precision.wgrad_fusion_kernel)
-    # where the recipe is master-weights, outside FSDP2 and the zero-bubble schedules (compute.wgrad_fusion_applies)
+    # where the recipe is master-weights, outside FSDP2 (compute.wgrad_fusion_applies; under the zero-bubble schedules
+    # in its queued weight pass, layers.WeightGradStore)
     # Its loss keeps the logits and their gradient in their own dtype (layers.fused_vocab_parallel_cross_entropy,
     # flash-attn's cross-entropy in torch) where the plan says so: its default since 2026-11-24.
     "parplan": {"overlap_grad_reduce": True, "grad_accumulation_fusion": True, "fused_cross_entropy": True,

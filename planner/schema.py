@@ -153,7 +153,8 @@ class Training(Strict):
     grad_accumulation_fusion: bool = Field(
         False, description="Weight-gradient GEMMs accumulate straight into the fp32 gradient buffer (Megatron-LM's "
         "gradient_accumulation_fusion, on by default there; parplan's runtime on CUDA with torch >= 2.8, its default "
-        "since 2026-11-24). Applies to the master-weights recipe only, outside FSDP2 and the zero-bubble schedules. "
+        "since 2026-11-24). Applies to the master-weights recipe only, outside FSDP2 (and torch's own zero-bubble weight "
+        "pass, which parplan's runtime replaces below ZeRO-3 since 2026-11-25). "
         "Off = a separate memory-bound pass per micro-batch upcasts or adds each gradient into the buffer, as "
         "DeepSpeed and FSDP do. Absent (plans written before 2026-11-24) = off.")
     p2p_scatter_gather: bool = Field(

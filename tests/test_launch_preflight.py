@@ -250,10 +250,14 @@ def test_runtime_support_warns_when_fused_accumulation_cannot_run(precision, dev
     c = L.check_runtime_support(plan, device, torch_version)
     assert c.ok
     assert ("fused gradient accumulation" in c.detail) is warned
-    # a zero-bubble schedule with a pipeline: neither the prediction nor the runtime fuses, nothing to warn about
+    # a zero-bubble schedule with a pipeline fuses in its queued weight pass as any other plan; under FSDP2 (torch's
+    # own weight pass) neither the prediction nor the runtime fuses, nothing to warn about
     zb = tiny_plan(tp=1, pp=2, dp=1, seq_len=32, precision=precision, schedule="zbv", vpp=2)
     zb.training.grad_accumulation_fusion = True
-    assert "fused gradient accumulation" not in L.check_runtime_support(zb, device, torch_version).detail
+    assert ("fused gradient accumulation" in L.check_runtime_support(zb, device, torch_version).detail) is warned
+    zb3 = tiny_plan(tp=1, pp=2, dp=2, seq_len=32, precision=precision, schedule="zbv", vpp=2, zero_stage=3)
+    zb3.training.grad_accumulation_fusion = True
+    assert "fused gradient accumulation" not in L.check_runtime_support(zb3, device, torch_version).detail
 
 
 def test_runtime_support_warns_when_zero1_is_predicted_with_reduce_scatter():

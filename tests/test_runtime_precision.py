@@ -246,11 +246,14 @@ def test_fused_weight_gradients_train_like_the_upcast_pass_and_say_so():
 
 
 def test_wgrad_fusion_is_off_where_the_runtime_cannot_fuse():
-    """auto on a CPU (no fp32-output GEMM of bf16 operands); any mode under a zero-bubble schedule with a
-    pipeline (torch's weight pass assigns autograd's dW to p.grad) or without a main_grad (fp32 recipe)."""
+    """auto on a CPU (no fp32-output GEMM of bf16 operands); any mode under torch's own zero-bubble weight pass
+    (FSDP2 with a zero-bubble pipeline: it assigns autograd's dW to p.grad; the queued pass below ZeRO-3 fuses)
+    or without a main_grad (fp32 recipe)."""
     assert precision_module.wgrad_fusion_kernel(CPU, "auto") is None
     zb = tiny_plan(precision="master-weights", tp=1, pp=2, dp=1, schedule="zbv", vpp=2)
-    assert train.wgrad_fusion_mode(zb, train.RunOptions(steps=1, wgrad_fusion="reference")) == "off"
+    assert train.wgrad_fusion_mode(zb, train.RunOptions(steps=1, wgrad_fusion="reference")) == "reference"
+    zb3 = tiny_plan(precision="master-weights", tp=1, pp=2, dp=2, schedule="zbv", vpp=2, zero_stage=3)
+    assert train.wgrad_fusion_mode(zb3, train.RunOptions(steps=1, wgrad_fusion="reference")) == "off"
     rt = train.build_runtime(tiny_plan(), train.RunOptions(steps=1, wgrad_fusion="reference"), CPU)
     assert "wgrad_fusion" not in rt.extra
     assert not any(hasattr(p, "fused_wgrad") for p in train._unique_params(rt.stage_modules))

@@ -71,9 +71,10 @@ PARALLEL_CASES = {
                                                     {"wgrad_fusion": "reference"}),
     # zero-bubble weight gradients bypass the main_grad hook and are folded in after the schedule
     "gpt-tied-master-weights-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, precision="master-weights"), {}),
-    # and so are the queued ones (WeightGradStore), under full recompute
-    "gpt-tied-master-weights-zbv-full": (TINY_GPT, dict(schedule="zbv", vpp=2, precision="master-weights",
-                                                        recompute="full"), {}),
+    # and so are the queued ones (WeightGradStore), under full recompute, with the weight-gradient GEMM adding into
+    # main_grad inside the queued closures (its reference arithmetic on the CPU)
+    "gpt-tied-master-weights-fused-zbv-full": (TINY_GPT, dict(schedule="zbv", vpp=2, precision="master-weights",
+                                                              recompute="full"), {"wgrad_fusion": "reference"}),
     # FSDP2 MixedPrecisionPolicy(bf16 params, bf16 reduce) over fp32 shards
     "gpt-tied-half-grads-fsdp2-gpipe-sp": (TINY_GPT, dict(schedule="gpipe", zero_stage=3, sp=True,
                                                           precision="master-weights-half-grads"), {}),

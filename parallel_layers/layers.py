@@ -77,7 +77,8 @@ class _ShardedModule(nn.Module):
 
 def _will_run(ctx, n: int):
     """Which of a column-parallel Function's gradients this backward pass must make: (x, [weights],
-    [biases given]).  The zero-bubble schedules run the node twice, asking for the input gradient first
+    [biases given]).  torch's own zero-bubble weight pass (parplan's runtime under FSDP2; elsewhere the
+    weight gradients are queued, WeightGradStore) runs the node twice, asking for the input gradient first
     and for the weight gradients later (torch.distributed.pipelining's stage_backward_input/_weight):
     each pass makes only what its graph task will use, so neither communicates twice.  (next_functions:
     one edge per tensor input, in order: x, the weights, the biases given; each a view's node, never a
@@ -148,14 +149,20 @@ def _store_of(params) -> Optional[WeightGradStore]:
 
 
 def _accumulate_weight_grads(params, gws) -> None:
-    """What autograd's accumulation would do with the deferred gradients (into p.grad; a master-weights run
-    folds it into main_grad after the weight pass, precision.fold_pending_grads)."""
+    """What autograd's accumulation and the master-weights hook would do with the deferred gradients: added into
+    the fp32 main_grad where the parameter has one (precision.attach_main_grads), else into p.grad."""
     for p, gw in zip(params, gws):
-        if gw is not None:
-            if p.grad is None:
-                p.grad = gw.to(p.dtype)
+        if gw is None:
+            continue
+        if hasattr(p, "main_grad"):
+            if p.main_grad is None:
+                p.main_grad = gw.float()
             else:
-                p.grad.add_(gw)
+                p.main_grad.add_(gw)
+        elif p.grad is None:
+            p.grad = gw.to(p.dtype)
+        else:
+            p.grad.add_(gw)
 
 
 def _defer_or_make(ctx, grads, x, need_w, need_b, gather=None):
@@ -167,6 +174,9 @@ def _defer_or_make(ctx, grads, x, need_w, need_b, gather=None):
         full = gather() if gather is not None and any(need_w) else x
         return _param_grads(grads, full, need_w, need_b, ctx.params)
     params = ctx.params
+    # the saved input unpacks as a graph tensor: its grad_fn chain would keep the stage's input (and the graph's
+    # nodes) alive until the weight pass
+    x = x.detach()
 
     def weight_pass():
         full = gather() if gather is not None else x
@@ -268,8 +278,8 @@ class _SPGatherLinears(torch.autograd.Function):
         full = gather() if gather is not None else x  # it completes before the next collective is issued
         reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group, owned=True) if need_x else None  # beside the weight gradients
         if deferred:
-            group = ctx.group
-            gws, gbs = _defer_or_make(ctx, grads, x, need_w, need_b, gather=lambda: _gather(x, SEQ_DIM, group))
+            group, shard = ctx.group, x.detach()
+            gws, gbs = _defer_or_make(ctx, grads, x, need_w, need_b, gather=lambda: _gather(shard, SEQ_DIM, group))
         else:
             gws, gbs = _param_grads(grads, full, need_w, need_b, ctx.params)
         return (reduce() if reduce is not None else None, None, None, *gws, *gbs)

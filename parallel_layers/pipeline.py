@@ -174,17 +174,18 @@ def just_in_time_receives(stage):
         _release(stage.args_recv_info.get(chunk))
         _release(stage.grad_recv_info.get(chunk))
         loss = k.get("loss", a[0] if a else None)
-        if k.get("full_backward", a[1] if len(a) > 1 else True):
+        if k.get("full_backward", a[1] if len(a) > 1 else True) or stage.dw_builder is not None:
             _drop_graph(loss)
-        else:  # zero-bubble: the weight pass still needs the graph
+        else:  # torch's zero-bubble weight pass still needs the graph (a queued one does not: weight_pass_builder)
             pending_losses[chunk] = loss
         return out
 
     def backward_weight_one_chunk(chunk, *a, **k):
         out = orig["backward_weight_one_chunk"](chunk, *a, **k)
         _drop_graph(pending_losses.pop(chunk, None))
-        # torch's weight pass assigns or adds dW to p.grad directly (stage_backward_weight), past the
-        # master-weights hook: fold this micro-batch's into the fp32 main_grad now, not the step's bf16 sum
+        # torch's weight pass (under FSDP2) assigns or adds dW to p.grad directly (stage_backward_weight), past the
+        # master-weights hook: fold this micro-batch's into the fp32 main_grad now, not the step's bf16 sum (the
+        # queued pass adds into main_grad itself: layers._accumulate_weight_grads)
         fold_pending_grads(stage.submod.parameters())
         return out
 

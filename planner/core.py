@@ -23,7 +23,8 @@ from . import DEFAULT_GLOBAL_BATCH
 from .schema import (Amdahl, CommBytes, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan, Prediction,
                      SearchInfo, TimeBreakdown, Training)
 from .models import with_param_count
-from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, fsdp2_offload_blockers, run_search
+from .search import (REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, fsdp2_offload_blockers, run_search,
+                     weight_pass_queued)
 
 
 class PlannerError(ValueError):
@@ -255,7 +256,7 @@ def _offloaded_per_node(met: dict, i: int, hw, lay_row: dict) -> float:
     return float(met["mem_offloaded"][i]) * min(lay_row["gpus"], hw.gpus_per_node)
 
 
-def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> str:
+def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int, tr: TrainingConsts | None = None) -> str:
     gb = 1e9
     if code == "memory":
         return (f"memory: needs {float(met['mem_total'][i]) / gb:.1f} GB per GPU, "
@@ -266,7 +267,8 @@ def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int) -> s
     if code == "batch":
         return f"batch: global_batch_size {gbs} is not divisible by dp({lay_row['dp']}) x micro_batch_size({lay_row['mbs']})"
     if code == "schedule":
-        if SCHEDULES[lay_row["schedule"]] in ZERO_BUBBLE and RECOMPUTE[lay_row["recompute"]] in ("full", "selective-op"):
+        if (SCHEDULES[lay_row["schedule"]] in ZERO_BUBBLE and RECOMPUTE[lay_row["recompute"]] in ("full", "selective-op")
+                and not (tr is not None and weight_pass_queued(tr, lay_row["zero"]))):
             return f"schedule: {ZB_FULL_RECOMPUTE}"
         if lay_row["vpp"] == 1 and lay_row["pp"] > 1 and gbs // max(lay_row["dp"] * lay_row["mbs"], 1) < lay_row["pp"]:
             return f"schedule: torch's 1F1B needs num_microbatches >= pp({lay_row['pp']})"
@@ -704,7 +706,7 @@ def evaluate_plan(plan: Plan) -> Plan:
         met = evaluate(m, tr, hw, arr)
     from .search import infeasibility
     r = int(infeasibility(m, tr, hw, arr, met)[0])
-    reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size)
+    reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size, tr)
     pred = _with_accuracy(prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus),
                           plan.training.framework)
     if p.stage_layers is not None and list(p.stage_layers) != stage_layers(spec.layers, p.pp * p.vpp):

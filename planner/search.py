@@ -187,7 +187,7 @@ def screened_layouts(m: ModelDims, tr: TrainingConsts, gpus: int, pins: Pins) ->
     st = Layout(gpus=gpus, tp=S[0], pp=S[1], cp=S[2], dp=S[3], mbs=S[4], schedule=S[5], vpp=S[6],
                 zero=0, recompute=0, sp=0, offload=0)
     early, late = _structure_checks(m, tr, st)
-    zb_whole = _zero_bubble(st.schedule)[i_s] & (_whole_block(P[1]) & ~_queued_weight_pass(tr, P[0]))[i_p]
+    zb_whole = _zero_bubble(st.schedule)[i_s] & (_whole_block(P[1]) & ~weight_pass_queued(tr, P[0]))[i_p]
     sp_split = (_sp_seq_misfit(m, st)[i_s]) & (P[2] > 0)[i_p]
     offload = ((P[3] > 0) & (P[0] == 0))[i_p]
     reason = _combine(early[i_s], zb_whole, late[i_s], sp_split, offload)
@@ -212,7 +212,7 @@ ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full (or 
                      "block's forward once per weight in it")
 
 
-def _queued_weight_pass(tr: TrainingConsts, zero):
+def weight_pass_queued(tr: TrainingConsts, zero):
     """Where the zero-bubble weight passes run from queued closures (cost_models.memory.queued_weight_pass), by
     ZeRO stage: parplan's runtime outside FSDP2."""
     return np.asarray(zero) < 3 if tr.zb_weight_grad_store else np.zeros(np.shape(zero), dtype=bool)
@@ -274,7 +274,7 @@ def structural_infeasibility(m: ModelDims, tr: TrainingConsts, lay: Layout) -> n
     into REASONS of the first failed one, or -1.  The search evaluates only what passes them (it runs
     them per table: screened_layouts)."""
     early, late = _structure_checks(m, tr, lay)
-    return _combine(early, _zero_bubble(lay.schedule) & _whole_block(lay.recompute) & ~_queued_weight_pass(tr, lay.zero),
+    return _combine(early, _zero_bubble(lay.schedule) & _whole_block(lay.recompute) & ~weight_pass_queued(tr, lay.zero),
                     late,
                     (lay.sp > 0) & _sp_seq_misfit(m, lay), (lay.offload > 0) & (lay.zero == 0))
 

@@ -595,6 +595,13 @@ def test_evaluate_names_the_schedule_rule_a_plan_breaks():
     # parplan's runtime queues the weight gradients outside FSDP2 (WeightGradStore): the same plan at ZeRO-2 runs
     zb2 = zb.model_copy(update={"parallel": zb.parallel.model_copy(update={"zero_stage": 2})})
     assert not (evaluate_plan(zb2).prediction.reason or "").startswith("schedule")
+    # ...so a queued zero-bubble plan that breaks another schedule rule is told that rule
+    izb = plan.model_copy(update={
+        "parallel": plan.parallel.model_copy(update={"schedule": "interleaved-zb", "vpp": 2, "recompute": "full",
+                                                     "zero_stage": 1, "stage_layers": None}),
+        "training": plan.training.model_copy(update={"global_batch_size": 4, "micro_batch_size": 2,
+                                                     "num_microbatches": 2})})
+    assert evaluate_plan(izb).prediction.reason.startswith("schedule: interleaving needs")
 
 
 def test_a_profile_without_a_fitted_sustained_fraction_says_so():

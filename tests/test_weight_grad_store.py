@@ -61,34 +61,84 @@ def test_the_queued_weight_pass_makes_autograds_gradients(model, recompute):
         torch.testing.assert_close(grads[1][n], g, rtol=1e-5, atol=1e-7)
 
 
-def test_a_checkpointed_block_runs_again_once_and_the_queue_lets_go():
-    """One re-run per block (as under 1F1B), and the inputs and output gradients the closures held are freed
-    after the weight pass: run in grad mode, dW would record a graph that keeps them (what a CPU allocator trace
-    found: 33 of the MLP's output gradients live on a ZB-V rank that should hold 10)."""
-    m = _stage(TINY_LLAMA, "full")
-    store = L.WeightGradStore()
-    L.defer_weight_grads(list(m.blocks), store)
-    runs = []
+def _middle_stage(recompute: str) -> StageModule:
+    plan = tiny_plan(TINY_LLAMA)
+    m = StageModule(ModelConfig.from_plan(plan), [1, 2], first=False, last=False, tp_group=None, recompute=recompute)
+    init_parameters(m, plan.training.seed)
+    return m
+
+
+def _split_backward(m, queued: bool, runs: list):
+    """One micro-batch of a middle stage through the zero-bubble split: the input-gradient pass, then the weight
+    pass, as torch.distributed.pipelining runs them (stage_backward_input / stage_backward_weight) or as a stage
+    with a queue runs them (an ordinary backward, then the queue's take()).  Returns the input gradient, the
+    parameters' gradients, and weak references to the stage input after the input-gradient pass and to what the
+    queue held."""
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 32, 64, generator=gen).requires_grad_(True)
+    dy = torch.randn(2, 32, 64, generator=gen)
     forward = M.Block._forward
 
-    def counted(block, x):
+    def counted(block, h):
         runs.append(block.layer_id)
-        return forward(block, x)
-    ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+        return forward(block, h)
     M.Block._forward = counted
     try:
-        L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
-        queued = store._queued
-        held = [weakref.ref(t) for fn in queued for name, cell in zip(fn.__code__.co_freevars, fn.__closure__)
-                if name in ("grads", "x") for t in (cell.cell_contents if name == "grads" else (cell.cell_contents,))]
-        weight_pass = store.take()
+        store = L.WeightGradStore()
+        if queued:
+            L.defer_weight_grads(list(m.blocks), store)
+        y = m(x)
+        if queued:
+            y.backward(dy)
+            gx, weight_pass = x.grad, store.take()
+            held = [weakref.ref(t) for fn in weight_pass.__closure__[0].cell_contents
+                    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__) if name in ("grads", "x")
+                    for t in (cell.cell_contents if name == "grads" else (cell.cell_contents,))]
+        else:
+            (gx,), groups = stage_backward_input([y], [dy], [x], m.parameters())
+            held = []
+            weight_pass = lambda: stage_backward_weight(m.parameters(), groups)  # noqa: E731
+        del y
+        x_alive = weakref.ref(x)
+        del x
+        gc.collect()
+        input_freed = x_alive() is None  # the pipeline lets go of its received input after the I pass
         weight_pass()
+        del weight_pass
     finally:
         M.Block._forward = forward
-    assert sorted(runs) == sorted(2 * list(range(len(m.blocks))))
-    del queued, weight_pass
     gc.collect()
-    assert len(held) > 4 * len(m.blocks) and all(r() is None for r in held)
+    return gx, {n: p.grad.clone() for n, p in m.named_parameters()}, input_freed, held
+
+
+def test_the_queue_reruns_a_checkpointed_block_once_where_torchs_weight_pass_reruns_it_per_weight():
+    """torch's weight pass re-runs each checkpointed block once per parameter group (pytorch/pytorch#136766): a llama
+    block's forward runs 10 times or more for one micro-batch.  The queued pass runs it twice (the forward and the
+    input-gradient pass's re-run, as 1F1B does) and makes the same gradients; after its input-gradient pass the
+    stage's input is no longer referenced (the closures keep detached inputs, not the graph), and after its weight
+    pass nothing it held is (in grad mode dW recorded a graph that kept every dY alive)."""
+    torch_runs, queued_runs = [], []
+    gx_t, g_t, _, _ = _split_backward(_middle_stage("full"), False, torch_runs)
+    gx_q, g_q, input_freed, held = _split_backward(_middle_stage("full"), True, queued_runs)
+    assert sorted(queued_runs) == [1, 1, 2, 2]
+    assert all(torch_runs.count(i) > 4 for i in (1, 2)), torch_runs
+    torch.testing.assert_close(gx_q, gx_t, rtol=1e-5, atol=1e-7)
+    for n, g in g_t.items():
+        torch.testing.assert_close(g_q[n], g, rtol=1e-5, atol=1e-7)
+    assert input_freed
+    assert len(held) > 7 * 2 and all(r() is None for r in held)
+
+
+def test_op_level_selective_recompute_runs_under_the_queue_and_not_under_torchs_weight_pass():
+    """Under op-level selective checkpointing torch's weight pass cannot run at all: its second backward through the
+    checkpointed region is refused ("You are only allowed to backward once on any region computed under selective
+    activation checkpoint").  The queued pass needs one backward."""
+    with pytest.raises(RuntimeError, match="backward once"):
+        _split_backward(_middle_stage("selective-op"), False, [])
+    runs = []
+    _, _, input_freed, held = _split_backward(_middle_stage("selective-op"), True, runs)
+    assert sorted(runs) == [1, 1, 2, 2] and input_freed and all(r() is None for r in held)
 
 
 def test_the_runtime_and_the_model_queue_the_same_plans():

@@ -209,7 +209,8 @@ def _mark(reason, mask, name):
 ZERO_BUBBLE = ("zbv", "interleaved-zb")
 ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full (or op-level selective) recompute under "
                      "torch's own weight-gradient pass (torchtitan; parplan's runtime under ZeRO-3/FSDP2) re-run each "
-                     "block's forward once per weight in it")
+                     "block's forward once per weight in it (op-level selective checkpointing refuses that second "
+                     "backward outright)")
 
 
 def weight_pass_queued(tr: TrainingConsts, zero):

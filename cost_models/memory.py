@@ -529,11 +529,17 @@ def queued_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int):
     return T * (inputs + grads) * act_bytes
 
 
+def weight_pass_queued(tr, zero):
+    """Whether a zero-bubble weight pass would run from queued closures, by ZeRO stage: parplan's runtime outside
+    FSDP2 (TrainingConsts.zb_weight_grad_store)."""
+    return (np.asarray(zero) < 3) & bool(tr.zb_weight_grad_store)
+
+
 def queued_weight_pass(lay, tr):
     """Where a zero-bubble schedule's weight passes run from queued closures (queued_w_bytes_per_layer): over a
-    pipeline, in parplan's runtime outside FSDP2 (parallel_layers.pipeline.queues_weight_grads)."""
+    pipeline, where weight_pass_queued (the runtime's rule for one plan: compute.queued_weight_pass_plan)."""
     zb = ((lay.schedule == SCH_INTERLEAVED_ZB) | (lay.schedule == SCH_ZBV)) & (np.asarray(lay.pp) > 1)
-    return zb & (np.asarray(lay.zero) < 3) & bool(tr.zb_weight_grad_store)
+    return zb & weight_pass_queued(tr, lay.zero)
 
 
 def fsdp2_flags(lay, tr):

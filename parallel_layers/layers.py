@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from parallel_layers.precision import accumulate_main_grad
 from parallel_layers.mappings import (
     SEQ_DIM,
     _all_reduce_start,
@@ -144,44 +145,28 @@ def defer_weight_grads(modules, store: WeightGradStore) -> int:
     return n
 
 
-def _store_of(params) -> Optional[WeightGradStore]:
-    return getattr(params[0], "deferred_wgrad", None) if params else None
+def _store_of(params, need_w) -> Optional[WeightGradStore]:
+    """The queue these weights' gradients go to in this pass (WeightGradStore), or None: made in the backward."""
+    return getattr(params[0], "deferred_wgrad", None) if params and any(need_w) else None
 
 
-def _accumulate_weight_grads(params, gws) -> None:
-    """What autograd's accumulation and the master-weights hook would do with the deferred gradients: added into
-    the fp32 main_grad where the parameter has one (precision.attach_main_grads), else into p.grad."""
-    for p, gw in zip(params, gws):
-        if gw is None:
-            continue
-        if hasattr(p, "main_grad"):
-            if p.main_grad is None:
-                p.main_grad = gw.float()
-            else:
-                p.main_grad.add_(gw)
-        elif p.grad is None:
-            p.grad = gw.to(p.dtype)
-        else:
-            p.grad.add_(gw)
-
-
-def _defer_or_make(ctx, grads, x, need_w, need_b, gather=None):
-    """The weight and bias gradients of a linears Function's backward, or, where its weights' gradients are
-    deferred (WeightGradStore), the biases' now and the weights' queued (gather: makes the gathered sequence
-    from the saved shard, under SP; run in the weight pass)."""
-    store = _store_of(ctx.params)
-    if store is None or not any(need_w):
-        full = gather() if gather is not None and any(need_w) else x
-        return _param_grads(grads, full, need_w, need_b, ctx.params)
-    params = ctx.params
+def _queue_weight_grads(store: WeightGradStore, params, grads, x, need_w, need_b, sp_group=None):
+    """A linears Function's backward with its weights' gradients queued in `store`: the biases' gradients now, the
+    weights' as a closure for the weight pass, which adds them as autograd would (then the master-weights hook,
+    precision.accumulate_main_grad, into the fp32 main_grad).  sp_group: x is the saved sequence shard, gathered
+    again in the weight pass."""
     # the saved input unpacks as a graph tensor: its grad_fn chain would keep the stage's input (and the graph's
     # nodes) alive until the weight pass
     x = x.detach()
 
     def weight_pass():
-        full = gather() if gather is not None else x
+        full = x if sp_group is None else _gather(x, SEQ_DIM, sp_group)
         gws, _ = _param_grads(grads, full, need_w, [], params)
-        _accumulate_weight_grads(params, gws)
+        for p, gw in zip(params, gws):
+            if gw is not None:
+                p.grad = gw if p.grad is None else p.grad.add_(gw)
+                if hasattr(p, "main_grad"):
+                    accumulate_main_grad(p)
     store.defer(weight_pass)
     _, gbs = _param_grads(grads, x, [False] * len(need_w), need_b, params)
     return [None] * len(need_w), gbs
@@ -246,7 +231,9 @@ class _TPLinears(torch.autograd.Function):
         x, weights, need_x, need_w, need_b = _saved(ctx)
         # in place, beside the weight-gradient matmuls
         finish = _all_reduce_start(_input_grad(grads, weights), ctx.group, owned=True) if need_x else None
-        gws, gbs = _defer_or_make(ctx, grads, x, need_w, need_b)
+        store = _store_of(ctx.params, need_w)
+        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b) if store is not None
+                    else _param_grads(grads, x, need_w, need_b, ctx.params))
         return (finish() if finish is not None else None, None, None, *gws, *gbs)
 
 
@@ -272,16 +259,13 @@ class _SPGatherLinears(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, *grads):
         x, weights, need_x, need_w, need_b = _saved(ctx)
-        deferred = _store_of(ctx.params) is not None  # the weight pass gathers x again for itself
-        gather = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) and not deferred else None  # beside the input-gradient matmuls
+        store = _store_of(ctx.params, need_w)  # queued: the weight pass gathers x again for itself
+        gather = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) and store is None else None  # beside the input-gradient matmuls
         gx = _input_grad(grads, weights) if need_x else None
         full = gather() if gather is not None else x  # it completes before the next collective is issued
         reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group, owned=True) if need_x else None  # beside the weight gradients
-        if deferred:
-            group, shard = ctx.group, x.detach()
-            gws, gbs = _defer_or_make(ctx, grads, x, need_w, need_b, gather=lambda: _gather(shard, SEQ_DIM, group))
-        else:
-            gws, gbs = _param_grads(grads, full, need_w, need_b, ctx.params)
+        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b, sp_group=ctx.group)
+                    if store is not None else _param_grads(grads, full, need_w, need_b, ctx.params))
         return (reduce() if reduce is not None else None, None, None, *gws, *gbs)
 
 

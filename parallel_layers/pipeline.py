@@ -50,23 +50,16 @@ def virtual_stage_layers(n_layers: int, pp: int, vpp: int, stage_layers: list[in
     return out
 
 
-def queues_weight_grads(par) -> bool:
-    """Whether a zero-bubble schedule's weight passes run from a WeightGradStore instead of torch's autograd
-    pass (layers.WeightGradStore): every zero-bubble schedule over a pipeline, where the input-gradient pass then
-    frees the block's graph (a pending block keeps only its linears' inputs and output gradients) and a
-    checkpointed block is re-run once, not once per parameter group.  Not under FSDP2 (ZeRO-3), whose unsharded
-    parameters and gradient reduce-scatter belong to autograd's own accumulation."""
-    return queued_weight_pass_plan(par)
-
-
 def weight_pass_builder(plan, stage_module):
-    """The stage's dw_builder: its blocks' linears queue their weight gradients in a WeightGradStore whose
-    ``take`` gives each micro-batch's weight pass (queues_weight_grads), else None (torch's own pass)."""
-    if not queues_weight_grads(plan.parallel):
+    """The stage's dw_builder: where the plan's zero-bubble weight passes are queued (cost_models.compute.
+    queued_weight_pass_plan: every zero-bubble pipeline outside FSDP2), its blocks' linears queue their weight
+    gradients in a WeightGradStore whose ``take`` gives each micro-batch's weight pass; the input-gradient pass
+    then frees the block's graph and a checkpointed block is re-run once, not once per parameter group.  Else
+    None (torch's own pass)."""
+    if not queued_weight_pass_plan(plan.parallel):
         return None
     store = WeightGradStore()
-    blocks = getattr(stage_module, "blocks", None)
-    defer_weight_grads(list(blocks) if blocks is not None else [stage_module], store)
+    defer_weight_grads(stage_module.blocks, store)
     return store.take
 
 
@@ -185,7 +178,7 @@ def just_in_time_receives(stage):
         _drop_graph(pending_losses.pop(chunk, None))
         # torch's weight pass (under FSDP2) assigns or adds dW to p.grad directly (stage_backward_weight), past the
         # master-weights hook: fold this micro-batch's into the fp32 main_grad now, not the step's bf16 sum (the
-        # queued pass adds into main_grad itself: layers._accumulate_weight_grads)
+        # queued pass adds into main_grad itself: layers._queue_weight_grads)
         fold_pending_grads(stage.submod.parameters())
         return out
 

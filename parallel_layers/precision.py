@@ -74,7 +74,7 @@ def clear_grads(params) -> None:
             p.main_grad = None
 
 
-def _accumulate_main_grad(p: torch.Tensor) -> None:
+def accumulate_main_grad(p: torch.Tensor) -> None:
     if p.grad is None:  # a fused weight-gradient GEMM added into main_grad; autograd ran the hook with nothing
         return
     if p.main_grad is None:
@@ -94,7 +94,7 @@ def attach_main_grads(params, wgrad_kernel=None) -> bool:
     fused = False
     for p in params:
         p.main_grad = None
-        p.register_post_accumulate_grad_hook(_accumulate_main_grad)
+        p.register_post_accumulate_grad_hook(accumulate_main_grad)
         if wgrad_kernel is not None and p.dtype != torch.float32:
             p.fused_wgrad = wgrad_kernel
             fused = True
@@ -172,7 +172,7 @@ def fold_pending_grads(params, divide: float = 1.0) -> None:
         if not hasattr(p, "main_grad"):
             continue
         if p.grad is not None:
-            _accumulate_main_grad(p)
+            accumulate_main_grad(p)
         if divide != 1.0 and p.main_grad is not None:
             p.main_grad.div_(divide)
 

@@ -17,14 +17,14 @@ from cost_models.compute import plan_overlaps_param_gather
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
                                 stage_layers, stages_of_rank)
+from cost_models.memory import weight_pass_queued
 from cost_models.total import evaluate
 
 from . import DEFAULT_GLOBAL_BATCH
 from .schema import (Amdahl, CommBytes, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan, Prediction,
                      SearchInfo, TimeBreakdown, Training)
 from .models import with_param_count
-from .search import (REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, fsdp2_offload_blockers, run_search,
-                     weight_pass_queued)
+from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, fsdp2_offload_blockers, run_search
 
 
 class PlannerError(ValueError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts
-from cost_models.memory import runs_in_rounds, states_floor
+from cost_models.memory import runs_in_rounds, states_floor, weight_pass_queued
 from cost_models.total import evaluate, memory
 
 # The searched ranges: design limits, not physics (a pin goes past any of them).  Micro-batches in powers of
@@ -211,12 +211,6 @@ ZB_FULL_RECOMPUTE = ("zero-bubble schedules (zbv, interleaved-zb) with full (or 
                      "torch's own weight-gradient pass (torchtitan; parplan's runtime under ZeRO-3/FSDP2) re-run each "
                      "block's forward once per weight in it (op-level selective checkpointing refuses that second "
                      "backward outright)")
-
-
-def weight_pass_queued(tr: TrainingConsts, zero):
-    """Where the zero-bubble weight passes run from queued closures (cost_models.memory.queued_weight_pass), by
-    ZeRO stage: parplan's runtime outside FSDP2."""
-    return np.asarray(zero) < 3 if tr.zb_weight_grad_store else np.zeros(np.shape(zero), dtype=bool)
 
 
 def _structure_checks(m: ModelDims, tr: TrainingConsts, lay: Layout):

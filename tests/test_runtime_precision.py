@@ -196,12 +196,12 @@ def main_grads_after_backward(plan, mode: str, monkeypatch):
     """(runtime, {name: main_grad}, how many 16-bit gradients of linear weights the main_grad hook upcast)
     after one step's forward and backward with wgrad_fusion ``mode``."""
     upcast = []
-    hook = precision_module._accumulate_main_grad
+    hook = precision_module.accumulate_main_grad
 
     def counting(p):
         upcast.append(id(p) if p.grad is not None else None)
         hook(p)
-    monkeypatch.setattr(precision_module, "_accumulate_main_grad", counting)
+    monkeypatch.setattr(precision_module, "accumulate_main_grad", counting)
     rt = train.build_runtime(plan, train.RunOptions(steps=1, wgrad_fusion=mode), CPU)
     tr = plan.training
     data = TokenSource(plan.model.vocab, tr.seq_len, tr.seed)

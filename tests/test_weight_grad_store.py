@@ -19,7 +19,8 @@ import parallel_layers.model as M
 from cost_models.layout import RECOMPUTE, SCHEDULES, Layout
 from cost_models.memory import queued_weight_pass
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
-from parallel_layers.pipeline import queues_weight_grads, weight_pass_builder
+from cost_models.compute import queued_weight_pass_plan
+from parallel_layers.pipeline import weight_pass_builder
 from planner.core import training_consts
 from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
 
@@ -142,7 +143,7 @@ def test_op_level_selective_recompute_runs_under_the_queue_and_not_under_torchs_
 
 
 def test_the_runtime_and_the_model_queue_the_same_plans():
-    """parallel_layers.pipeline.queues_weight_grads (which stages get a dw_builder) is cost_models.memory.
+    """cost_models.compute.queued_weight_pass_plan (which stages get a dw_builder) is cost_models.memory.
     queued_weight_pass for parplan's runtime: a zero-bubble schedule over a pipeline, ZeRO below 3; torchtitan
     (torch's own pass) never."""
     tr = training_consts(tiny_plan().training)
@@ -155,7 +156,7 @@ def test_the_runtime_and_the_model_queue_the_same_plans():
         par = plan.parallel
         lay = Layout(gpus=4, tp=1, pp=pp, dp=2, cp=1, vpp=par.vpp, mbs=1, zero=zero,
                      recompute=RECOMPUTE.index(recompute), sp=0, schedule=SCHEDULES.index(par.schedule), offload=0)
-        want = queues_weight_grads(par)
+        want = queued_weight_pass_plan(par)
         assert bool(queued_weight_pass(lay, tr)) == want, (schedule, recompute, pp, zero)
         assert not np.any(queued_weight_pass(lay, titan))
         assert (weight_pass_builder(plan, _stage(TINY_LLAMA, recompute)) is not None) == want

@@ -317,21 +317,19 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
             "attention_all": attn_all}
 
 
-def wgrad_fusion_applies(fused, precision: str, fsdp2, zero_bubble):
+def wgrad_fusion_applies(fused, precision: str, fsdp2, torch_weight_pass):
     """Where gradient-accumulation fusion (the weight-gradient GEMM adding into the fp32 main_grad) runs:
     the master-weights recipe (the fp32 main_grad; modelled for no other recipe), outside FSDP2 (which reduces
-    the 16-bit gradients autograd makes) and outside torch's own zero-bubble weight pass (`zero_bubble`: it
-    assigns the dW autograd returns to p.grad; parplan's queued weight pass runs the fused GEMM in its closures).
+    the 16-bit gradients autograd makes) and outside torch's own zero-bubble weight pass (`torch_weight_pass`:
+    it assigns the dW autograd returns to p.grad; parplan's queued weight pass runs the fused GEMM in its closures).
     parplan's runtime applies the same rule (parallel_layers.train.wgrad_fusion_mode)."""
     rec = PRECISION_RECIPES[precision]
     return (np.asarray(fused) & bool(rec["master"] and rec["grad"] == 4) & ~np.asarray(fsdp2)
-            & ~np.asarray(zero_bubble))
+            & ~np.asarray(torch_weight_pass))
 
 
 def zero_bubble_pipeline(parallel) -> bool:
-    """A zero-bubble schedule (split input- and weight-gradient passes) over a pipeline: planner.schema's Parallel.
-    There the weight pass assigns each dW to p.grad outside autograd's accumulation, which no hook sees, so the
-    overlapped gradient reduction cannot follow it (the runtime and the model alike)."""
+    """A zero-bubble schedule (split input- and weight-gradient passes) over a pipeline: planner.schema's Parallel."""
     return parallel.schedule in ("zbv", "interleaved-zb") and parallel.pp > 1
 
 
@@ -343,25 +341,35 @@ def queued_weight_pass_plan(parallel) -> bool:
     return zero_bubble_pipeline(parallel) and parallel.zero_stage < 3
 
 
+def torch_weight_pass_plan(parallel) -> bool:
+    """Whether parplan's runtime runs this plan's weight passes with torch's own stage_backward_weight (a
+    zero-bubble pipeline whose weight passes are not queued: FSDP2).  That pass assigns each dW to p.grad
+    outside autograd's accumulation and runs no hook, so neither gradient-accumulation fusion nor the
+    overlapped gradient reduction can follow it.  The model's rule for every candidate: zero-bubble pipelines
+    less cost_models.memory.queued_weight_pass."""
+    return zero_bubble_pipeline(parallel) and not queued_weight_pass_plan(parallel)
+
+
 def plan_fuses_wgrad(training, parallel) -> bool:
     """wgrad_fusion_applies for one plan as parplan's runtime runs it (planner.schema's Training and Parallel;
     ZeRO-3 is FSDP2 there): what launch's pre-flight and the run's report compare with."""
     return bool(wgrad_fusion_applies(training.grad_accumulation_fusion, training.precision, parallel.zero_stage == 3,
-                                     zero_bubble_pipeline(parallel) and not queued_weight_pass_plan(parallel)))
+                                     torch_weight_pass_plan(parallel)))
 
 
-def grad_reduce_overlaps(overlap, zero_bubble):
+def grad_reduce_overlaps(overlap, torch_weight_pass):
     """Where the data-parallel gradient reduction (ZeRO 0-2) starts during the backward: where the framework
-    overlaps it, outside the zero-bubble schedules with a pipeline, whose weight pass assigns each dW to p.grad
-    outside autograd's accumulation, so no hook tells when a gradient is final (torch's stage_backward_weight).
-    parplan's runtime applies the same rule (parallel_layers.train.grad_overlap)."""
-    return np.asarray(overlap) & ~np.asarray(zero_bubble)
+    overlaps it, outside torch's own zero-bubble weight pass (`torch_weight_pass`: stage_backward_weight assigns
+    each dW to p.grad outside autograd's accumulation, so no hook tells when a gradient is final).  Under
+    parplan's queued weight pass a weight-pass hook tells it (layers.WeightGradStore).  parplan's runtime
+    applies the same rule (parallel_layers.train.grad_overlap)."""
+    return np.asarray(overlap) & ~np.asarray(torch_weight_pass)
 
 
 def plan_overlaps_grad_reduce(training, parallel) -> bool:
     """grad_reduce_overlaps for one plan (planner.schema's Training and Parallel): what the run's report
     compares with."""
-    return bool(grad_reduce_overlaps(training.overlap_grad_reduce, zero_bubble_pipeline(parallel)))
+    return bool(grad_reduce_overlaps(training.overlap_grad_reduce, torch_weight_pass_plan(parallel)))
 
 
 def plan_overlaps_param_gather(training) -> bool:

@@ -267,10 +267,16 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     rs_t, rs_moved = comm.reduce_scatter(grad_bytes, shards, sh_bw, sh_lat)
     ag_t, ag_moved = comm.all_gather(w_bytes, shards, sh_bw, sh_lat)
     zero = lay.zero
-    bwd_window = blocks_first * bt["bwd"]
-    fwd_window = blocks_first * bt["fwd"]
     zb_pipe = np.isin(lay.schedule, [SCH_INTERLEAVED_ZB, SCH_ZBV]) & (np.asarray(pp) > 1)
-    ov = grad_reduce_overlaps(tr.overlap_grad_reduce, zb_pipe)
+    # torch's own zero-bubble weight pass runs no hook (FSDP2, torchtitan); parplan's queued one does
+    torch_wpass = zb_pipe & ~queued_weight_pass(lay, tr)
+    # the reduction starts as each bucket's gradients become final and hides behind the rest of the rank's last
+    # backward; under a zero-bubble pipeline the linears' gradients become final in the last weight passes,
+    # so the window is the weight passes of the rank's last micro-batch (the input-gradient passes and other
+    # micro-batches' work between its chunks' last weight passes are not counted: a lower bound)
+    bwd_window = blocks_first * np.where(zb_pipe, bt["wgrad"], bt["bwd"])
+    fwd_window = blocks_first * bt["fwd"]
+    ov = grad_reduce_overlaps(tr.overlap_grad_reduce, torch_wpass)
     ov_gather = plan_overlaps_param_gather(tr)
     exposed_ar = np.where(ov, hw.exposed(ar_t, bwd_window), ar_t)
     # ZeRO-1 by all-reduce (parplan's runtime, DeepSpeed's BF16 optimizer: every rank keeps the
@@ -354,7 +360,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)
     # with fusion the linears' gradients need no pass; the embedding's (a lookup's, not a GEMM's) still does, on the
     # first stage (counted on the heaviest; the norms' 2h per layer are left out)
-    fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, zb_pipe & ~queued_weight_pass(lay, tr))
+    fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, torch_wpass)
     opt_t = opt_t + grad_accumulation_time(np.where(fused, emb_params, stage_params), m_micro, tr.precision, hw,
                                            fsdp2=fsdp2, pp=pp, shards=shards)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them

@@ -32,7 +32,7 @@ import torch.nn as nn
 
 from parallel_layers.mappings import _gloo_staging
 from parallel_layers.model import iter_shard_specs
-from parallel_layers.precision import clear_grads, grad_of, set_grad
+from parallel_layers.precision import clear_grads, grad_of, register_weight_pass_hook, set_grad
 
 BUCKET_BYTES = 25 * 2**20
 
@@ -351,8 +351,10 @@ class GradReduction:
 
     ``start(params, divide)`` starts the reduction of one bucket of parameters' gradients and returns what
     finishes it (``bucket_all_reduce_start`` for ZeRO-0, ``ShardedAdamW.reduce_start`` for ZeRO-1/2).  A
-    post-accumulate-grad hook on every parameter counts its gradient's accumulations in the step; one
-    whose count reaches the step's total is final, and a bucket whose parameters are all final starts at
+    post-accumulate-grad hook on every parameter counts its gradient's accumulations in the step (and a
+    weight-pass hook, precision.register_weight_pass_hook, those of the zero-bubble schedules' queued weight
+    pass, which accumulates outside autograd: layers.WeightGradStore); one whose count reaches the step's
+    total is final, and a bucket whose parameters are all final starts at
     once, while the backward goes on (PyTorch DDP's Reducer; Megatron-LM's --overlap-grad-reduce).  At
     most ``max_pending`` buckets are in flight: before one more starts (and makes its flat copy) the oldest
     finishes, so at most two flat copies of ``BUCKET_BYTES`` live at once (what the memory model counts).  ``finish`` (after the
@@ -364,9 +366,9 @@ class GradReduction:
     collectives in the same order.  A parameter used twice in a micro-batch (a tied embedding on one
     stage), a recompute, several micro-batches or pipeline chunks all just change the count.  The hooks
     run after the master-weights hook that folds ``p.grad`` into ``main_grad`` (registered first), and
-    fire for a weight whose fused GEMM wrote ``main_grad`` itself (its ``p.grad`` stays None).  Not for the
-    zero-bubble schedules, whose weight pass assigns gradients outside autograd's accumulation, nor FSDP2,
-    which reduces its own shards."""
+    fire for a weight whose fused GEMM wrote ``main_grad`` itself (its ``p.grad`` stays None).  Not where torch's
+    own zero-bubble weight pass runs (stage_backward_weight assigns the gradients outside autograd's
+    accumulation and runs no hook: FSDP2, which reduces its own shards anyway)."""
 
     def __init__(self, params: list[nn.Parameter], start: Callable, divide: float, order_group,
                  overlap: bool = True, max_pending: int = 2, bucket_bytes: Optional[int] = None,
@@ -396,6 +398,7 @@ class GradReduction:
                 red._hook(p)
         for p in self.params:
             p.register_post_accumulate_grad_hook(hook)
+            register_weight_pass_hook(p, hook)
 
     def begin_step(self) -> None:
         self._count.clear()
@@ -430,7 +433,7 @@ class GradReduction:
 
     def _learn(self) -> None:
         with_grads = [p for p in self.params if grad_of(p) is not None]
-        # gradients no hook saw (the zero-bubble weight pass assigns them) go last, in parameter order
+        # gradients no hook saw (torch's zero-bubble weight pass assigns them) go last, in parameter order
         last = self._seq + 1
         order = sorted(range(len(with_grads)), key=lambda i: self._final_at.get(id(with_grads[i]), last))
         if _group_size(self.order_group) > 1:  # every rank buckets as the group's first rank does

@@ -74,6 +74,20 @@ def clear_grads(params) -> None:
             p.main_grad = None
 
 
+def register_weight_pass_hook(p: torch.Tensor, fn) -> None:
+    """fn(p) runs after a queued zero-bubble weight pass (layers.WeightGradStore) has added p's gradient, as a
+    post-accumulate-grad hook runs after autograd's accumulation: that pass accumulates outside autograd, so
+    autograd's hooks do not run there."""
+    if "weight_pass_hooks" not in p.__dict__:
+        p.weight_pass_hooks = []
+    p.weight_pass_hooks.append(fn)
+
+
+def run_weight_pass_hooks(p: torch.Tensor) -> None:
+    for fn in p.__dict__.get("weight_pass_hooks", ()):
+        fn(p)
+
+
 def accumulate_main_grad(p: torch.Tensor) -> None:
     if p.grad is None:  # a fused weight-gradient GEMM added into main_grad; autograd ran the hook with nothing
         return

@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 
 from cost_models.compute import (plan_fuses_wgrad, plan_overlaps_grad_reduce, plan_overlaps_param_gather,
-                                  queued_weight_pass_plan, zero_bubble_pipeline)
+                                  torch_weight_pass_plan)
 from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
 from parallel_layers.clip import clip_grad_norm
@@ -104,8 +104,8 @@ class RunOptions:
     # "auto" where the CUDA kernel runs right, "off", or "reference" (its arithmetic on any device, for tests)
     wgrad_fusion: str = "auto"
     # ZeRO 0-2: start the data-parallel reduction of each bucket of gradients during the step's last backward
-    # (data_parallel.GradReduction); off: all of it after the backward.  Not under the zero-bubble schedules
-    # with a pipeline (grad_overlap), as the cost model has it (cost_models.compute.plan_overlaps_grad_reduce)
+    # (data_parallel.GradReduction); off: all of it after the backward.  Not under torch's own zero-bubble weight
+    # pass (grad_overlap), as the cost model has it (cost_models.compute.plan_overlaps_grad_reduce)
     overlap_grad_reduce: bool = True
     # ZeRO-1/2: broadcast the stepped parameters asynchronously and wait for each part's before the next forward
     # uses them (data_parallel.ShardedAdamW.wait_for); off: each broadcast waited for after the step
@@ -210,10 +210,11 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
 
 
 def grad_overlap(plan, opts: RunOptions) -> bool:
-    """opts.overlap_grad_reduce, off under the zero-bubble schedules with a pipeline: their weight pass assigns
-    each dW to p.grad outside autograd's accumulation, so no hook says when a gradient is final.  The cost
-    model applies the same rule (cost_models.compute.grad_reduce_overlaps, plan_overlaps_grad_reduce)."""
-    return opts.overlap_grad_reduce and not zero_bubble_pipeline(plan.parallel)
+    """opts.overlap_grad_reduce, off under torch's own zero-bubble weight pass: it assigns each dW to p.grad
+    outside autograd's accumulation, so no hook says when a gradient is final (the queued weight pass runs the
+    weight-pass hooks, precision.register_weight_pass_hook).  The cost model applies the same rule
+    (cost_models.compute.grad_reduce_overlaps, plan_overlaps_grad_reduce)."""
+    return opts.overlap_grad_reduce and not torch_weight_pass_plan(plan.parallel)
 
 
 def late_params(rt: Runtime) -> set:
@@ -267,7 +268,7 @@ def wgrad_fusion_mode(plan, opts: RunOptions) -> str:
     zero-bubble pipeline: it asks autograd for dW, which it then assigns to p.grad); the queued weight pass
     (layers.WeightGradStore) runs the fused GEMM in its closures.  The cost model applies the same rule
     (cost_models.compute.wgrad_fusion_applies, plan_fuses_wgrad)."""
-    if zero_bubble_pipeline(plan.parallel) and not queued_weight_pass_plan(plan.parallel):
+    if torch_weight_pass_plan(plan.parallel):
         return "off"
     return opts.wgrad_fusion
 

@@ -114,7 +114,8 @@ FRAMEWORK_SEARCHED_ZEROS: dict[str, tuple[int, ...]] = {"megatron": (0, 1, 3)}
 FRAMEWORK_DEFAULTS: dict[str, dict] = {
     # parplan's runtime starts the data-parallel reduction of each bucket of gradients during the step's last
     # backward (ZeRO 0-2, data_parallel.GradReduction; since 2026-11-24, before which it all ran after the backward),
-    # outside the zero-bubble schedules with a pipeline (compute.grad_reduce_overlaps), and ZeRO-1/2 broadcast the
+    # outside torch's own zero-bubble weight pass (compute.grad_reduce_overlaps; since 2026-11-25 the queued weight
+    # pass tells the reduction when a weight's gradient is final), and ZeRO-1/2 broadcast the
     # stepped parameters asynchronously, each part's waited for before the next forward uses it
     # (data_parallel.ShardedAdamW.wait_for): overlap_param_gather as overlap_grad_reduce.  Its linears'
     # weight-gradient GEMMs add into the fp32 main_grad on CUDA (torch >= 2.8; precision.wgrad_fusion_kernel)

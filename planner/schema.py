@@ -136,7 +136,7 @@ class Training(Strict):
         "behaves inside a pipeline (parplan = its own runtime, what `parplan launch` runs).")
     dropout: bool = Field(False, description="Hidden and attention dropout as in published GPT runs (Megatron default 0.1); adds masks and memory-bound passes. parplan's runtime has no dropout.")
     flash_attention: bool = Field(True, description="Fused attention kernel (no s^2 score tensors stored).")
-    overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction (ZeRO 0-2) overlapped with the backward pass (parplan's runtime since 2026-11-24; not under the zero-bubble schedules with a pipeline).")
+    overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction (ZeRO 0-2) overlapped with the backward pass (parplan's runtime since 2026-11-24, under the zero-bubble schedules with a pipeline since 2026-11-25: not where torch's own weight pass runs, FSDP2).")
     overlap_param_gather: Optional[bool] = Field(
         None, description="ZeRO-1/2's gather of the stepped parameters overlapped with the next forward (Megatron-LM's "
         "--overlap-param-gather; parplan's runtime since 2026-11-24: each part of a stage waits for its parameters "

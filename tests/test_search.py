@@ -841,8 +841,9 @@ def test_parplans_runtime_overlaps_the_gradient_reduction_and_the_parameter_gath
     """parplan's runtime starts each bucket's gradient reduction (ZeRO 0-2) during the last backward
     (data_parallel.GradReduction) and gathers ZeRO-1/2's stepped parameters beside the next forward
     (ShardedAdamW.wait_for): the framework's default is overlap_grad_reduce on, and overlap_param_gather unset,
-    which follows it.  Under a zero-bubble schedule with a pipeline the reduction runs after the backward
-    whatever the flag (grad_reduce_overlaps).  Same bytes either way: only what is exposed changes."""
+    which follows it.  Under a zero-bubble schedule with a pipeline too (its queued weight pass runs the reduction's
+    hooks, since 2026-11-25), behind the last micro-batch's weight passes only: the same layout under the interleaved
+    1F1B hides it behind whole backwards.  Same bytes either way: only what is exposed changes."""
     spec = load_preset("llama3.2-1b")
     pins = Pins(tp=1, pp=1, dp=16, cp=1, zero=0, mbs=1, recompute="none", offload="none")
     own = recommend(spec, 16, global_batch_size=64, pins=pins)
@@ -857,11 +858,16 @@ def test_parplans_runtime_overlaps_the_gradient_reduction_and_the_parameter_gath
     serial = recommend(spec, 16, global_batch_size=64, pins=z1, overlap_param_gather=False)
     assert serial.prediction.time_breakdown.dp_comm_s > own1.prediction.time_breakdown.dp_comm_s
     assert own1.prediction.comm_bytes_per_step.dp == serial.prediction.comm_bytes_per_step.dp
-    # a zero-bubble schedule with a pipeline reduces after the backward: the flag changes nothing
-    zb = Pins(tp=1, pp=2, dp=8, cp=1, vpp=2, zero=0, mbs=1, recompute="none", offload="none", schedule="interleaved-zb")
-    on = recommend(spec, 16, global_batch_size=64, pins=zb)
-    off = recommend(spec, 16, global_batch_size=64, pins=zb, overlap_grad_reduce=False)
-    assert on.prediction.time_breakdown.dp_comm_s == off.prediction.time_breakdown.dp_comm_s > 0
+    for zero in (0, 1, 2):
+        zb = Pins(tp=1, pp=2, dp=8, cp=1, vpp=2, zero=zero, mbs=1, recompute="none", offload="none",
+                  schedule="interleaved-zb")
+        on = recommend(spec, 16, global_batch_size=64, pins=zb)
+        off = recommend(spec, 16, global_batch_size=64, pins=zb, overlap_grad_reduce=False)
+        i1f1b = recommend(spec, 16, global_batch_size=64, pins=replace(zb, schedule="interleaved-1f1b"))
+        assert on.training.overlap_grad_reduce is True
+        assert off.prediction.time_breakdown.dp_comm_s > on.prediction.time_breakdown.dp_comm_s \
+            > i1f1b.prediction.time_breakdown.dp_comm_s > 0, zero
+        assert on.prediction.comm_bytes_per_step.dp == off.prediction.comm_bytes_per_step.dp, zero
 
 
 def test_zero1_with_cp_on_parplans_runtime_all_reduces_over_dp_only():

@@ -160,3 +160,56 @@ def test_the_runtime_and_the_model_queue_the_same_plans():
         assert bool(queued_weight_pass(lay, tr)) == want, (schedule, recompute, pp, zero)
         assert not np.any(queued_weight_pass(lay, titan))
         assert (weight_pass_builder(plan, _stage(TINY_LLAMA, recompute)) is not None) == want
+
+
+@pytest.mark.parametrize("recipe", ["fp32", "master-weights-fused"])
+def test_the_overlapped_reduction_starts_each_bucket_in_the_pass_that_makes_its_gradients_final(recipe):
+    """The data-parallel reduction (data_parallel.GradReduction, overlap on) under a queued weight pass, one stage
+    of two micro-batches per step with every gradient its own bucket, its collectives recorded: in the second step
+    (the first learns the order) the buckets of the parameters autograd accumulates (norms, embedding, head)
+    start in the last micro-batch's input-gradient pass and those of the blocks' linear weights in its weight
+    pass, whose closures run the weight-pass hooks (the weights' gradients never pass autograd's accumulation;
+    without those hooks they would wait for finish()).  Under master weights with the fused GEMM the closures
+    add into main_grad and leave p.grad None, and still count."""
+    from parallel_layers.data_parallel import GradReduction
+    from parallel_layers.precision import attach_main_grads, wgrad_fusion_kernel
+
+    m = _stage(TINY_LLAMA, "none")
+    if recipe != "fp32":
+        m = m.to(torch.bfloat16)
+        assert attach_main_grads(list(m.parameters()), wgrad_fusion_kernel(torch.device("cpu"), "reference"))
+    names = {id(p): n for n, p in m.named_parameters()}
+    linear = {f"{n}.weight" for n in _linear_weights(m)}
+    phase, started = ["?"], []
+
+    def start(bucket, divide):
+        started.append((phase[0], [names[id(p)] for p in bucket]))
+        return lambda: None
+
+    red = GradReduction(list(m.parameters()), start, 2.0, None, overlap=True, bucket_bytes=1)
+    store = L.WeightGradStore()
+    L.defer_weight_grads(list(m.blocks), store)
+    ids = torch.randint(0, 256, (2, 2, 17), generator=torch.Generator().manual_seed(0))
+    for step in range(2):
+        red.begin_step()
+        started.clear()
+        for mb in range(2):
+            phase[0] = f"I{mb}"
+            L.vocab_parallel_cross_entropy(m(ids[mb, :, :-1]), ids[mb, :, 1:], None).backward()
+            phase[0] = f"W{mb}"
+            store.take()()
+        phase[0] = "finish"
+        if step == 1:
+            # per micro-batch: autograd runs the post-accumulate-grad hook with nothing in the input-gradient pass
+            # (the Function returns no weight gradient) and the weight pass runs the weight-pass hook; the count
+            # reaches the step's total in the last weight pass, which follows every input-gradient pass
+            assert red.expected[id(m.blocks[0].mlp.down.weight)] == 4
+        red.finish()
+        for p in m.parameters():
+            p.grad = None
+            if hasattr(p, "main_grad"):
+                p.main_grad = None
+    where = {n: ph for ph, bucket in started for n in bucket}
+    assert set(where) == set(names.values())
+    assert {n for n, ph in where.items() if ph == "W1"} == linear
+    assert {n for n, ph in where.items() if ph == "I1"} == set(names.values()) - linear

@@ -715,6 +715,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
                                    blocks_gathered)
     gathered = np.where(zero >= 3, blocks_gathered, 0.0)
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full)
+    block_working = work_layer - act_layer + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
@@ -736,12 +737,24 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         """The larger of two moments: the loss's backward (all saved activations, the loss's peak, and
         the gradients of earlier micro-batches; no block is being back-propagated yet) and the blocks'
         backward (saved activations, gradients, one block's working memory).  kind_terms: the rank
-        kind's terms that do not change with the micro-batches in flight (rank_total)."""
+        kind's terms that do not change with the micro-batches in flight (rank_total).
+        A zero-bubble moment where every micro-batch held waits for its weight pass (n_pending = n_inflight:
+        ZB-V's cool-down runs its input-gradient passes, then the weight passes) has no input-gradient pass
+        running: a weight pass runs, whose closures add no block's working memory (block_working); the input
+        pass that made the last of them ran with one block fewer pending (that chunk's earlier blocks had
+        queued theirs), beside that block's working memory."""
         w, g, o, offl, g_early, cast_params, loss_kept = kind_terms
+        all_pending = (np.asarray(n_pending) > 0) & (np.asarray(n_pending) >= np.asarray(n_inflight))
+        n_pend_i = np.where(all_pending, np.maximum(n_pending - 1.0 / np.maximum(blocks, 1), 0.0), n_pending)
         acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept
+        acts_i = blocks * (act_layer * n_inflight + pend_layer * n_pend_i) + loss_kept
         casts = cast_params * n_inflight + rec["cast"] * per_layer
-        blocks_bwd = np.where(one_micro, np.maximum(acts + np.minimum(g_early, g), g), acts + g) + working
-        loss_bwd = np.where(has_loss, acts + loss_peak + np.where(one_micro, 0.0, g), 0.0)
+
+        def bwd(held, work):
+            return np.where(one_micro, np.maximum(held + np.minimum(g_early, g), g), held + g) + work
+        blocks_bwd = np.where(all_pending, np.maximum(bwd(acts_i, working), bwd(acts, working - block_working)),
+                              bwd(acts, working))
+        loss_bwd = np.where(has_loss, acts_i + loss_peak + np.where(one_micro, 0.0, g), 0.0)
         bufs = bufs + n_held * sent + n_pending * pend_recv
         total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs
         # the named terms are each term's largest size (the total is the worse moment, not their sum)

@@ -740,11 +740,12 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         kind's terms that do not change with the micro-batches in flight (rank_total).
         A zero-bubble moment where every micro-batch held waits for its weight pass (n_pending = n_inflight:
         ZB-V's cool-down runs its input-gradient passes, then the weight passes) has no input-gradient pass
-        running: a weight pass runs, whose closures add no block's working memory (block_working); the input
+        running: under queued weight passes a weight pass runs, whose closures add no block's working memory
+        (block_working; torch's own weight pass is a backward through the retained graph, which does); the input
         pass that made the last of them ran with one block fewer pending (that chunk's earlier blocks had
         queued theirs), beside that block's working memory."""
         w, g, o, offl, g_early, cast_params, loss_kept = kind_terms
-        all_pending = (np.asarray(n_pending) > 0) & (np.asarray(n_pending) >= np.asarray(n_inflight))
+        all_pending = queued & (np.asarray(n_pending) > 0) & (np.asarray(n_pending) >= np.asarray(n_inflight))
         n_pend_i = np.where(all_pending, np.maximum(n_pending - 1.0 / np.maximum(blocks, 1), 0.0), n_pending)
         acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept
         acts_i = blocks * (act_layer * n_inflight + pend_layer * n_pend_i) + loss_kept

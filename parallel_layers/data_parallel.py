@@ -387,6 +387,8 @@ class GradReduction:
         self._next = 0
         self._pending: deque = deque()
         self._active = False
+        # the last step's buckets, and how many of them started before finish() (during the backward)
+        self.last_step: dict = {"buckets": 0, "started_in_backward": 0}
         # the hook holds this object weakly: a tensor's hooks are not traversed by the garbage collector, so a
         # bound method would keep the reduction and every parameter alive after the run (found: the CPU memory
         # benchmark's 30 jobs in one process grew to 6 GB a rank)
@@ -469,6 +471,7 @@ class GradReduction:
                 raise RuntimeError(f"{len(missing)} gradients accumulated a different number of times than in the "
                                    "first step; the overlapped reduction cannot tell when they are final "
                                    "(run with --overlap-grad-reduce off)")
+        self.last_step = {"buckets": len(self.buckets), "started_in_backward": self._next if self._active else 0}
         while self._next < len(self.buckets):
             self._launch(self.buckets[self._next])
         while self._pending:

@@ -107,6 +107,9 @@ class RunOptions:
     # (data_parallel.GradReduction); off: all of it after the backward.  Not under torch's own zero-bubble weight
     # pass (grad_overlap), as the cost model has it (cost_models.compute.plan_overlaps_grad_reduce)
     overlap_grad_reduce: bool = True
+    # test hook: the reduction's bucket size in bytes (None: data_parallel.BUCKET_BYTES), so that a tiny model's
+    # gradients span several buckets started at different points of the backward
+    grad_bucket_bytes: Optional[int] = None
     # ZeRO-1/2: broadcast the stepped parameters asynchronously and wait for each part's before the next forward
     # uses them (data_parallel.ShardedAdamW.wait_for); off: each broadcast waited for after the step
     overlap_param_gather: bool = True
@@ -255,7 +258,7 @@ def build_grad_reduction(rt: Runtime, opts: RunOptions) -> Optional[GradReductio
     late = late_params(rt)
     params = [p for p in _unique_params(rt.stage_modules) if id(p) not in late]
     divide = n * (rt.plan.training.num_microbatches if par.pp > 1 else 1)
-    return GradReduction(params, start, divide, group, overlap=grad_overlap(rt.plan, opts),
+    return GradReduction(params, start, divide, group, overlap=grad_overlap(rt.plan, opts), bucket_bytes=opts.grad_bucket_bytes,
                          late=[p for p in _unique_params(rt.stage_modules) if id(p) in late])
 
 
@@ -566,6 +569,7 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     red = rt.extra.get("grad_reduction")
     return build_report(plan, opts, device, steps, memories, params_per_rank,
                         wgrad_fusion=rt.extra.get("wgrad_fusion"), grad_overlap=None if red is None else red.overlap,
+                        grad_buckets=None if red is None else red.last_step,
                         param_overlap=(rt.optimizer.overlap_gather if isinstance(rt.optimizer, ShardedAdamW)
                                        and plan.parallel.dp > 1 else None))
 
@@ -656,12 +660,14 @@ def _cpu_math(plan) -> str:
 
 def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
                  comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None,
-                 grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None) -> dict:
+                 grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None,
+                 grad_buckets: Optional[dict] = None) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
     comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
     wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad).
     grad_overlap: whether the data-parallel reduction started during the backward (None: FSDP2, or no dp group).
-    param_overlap: whether ZeRO-1/2's parameter gather ran beside the next forward (None: no ZeRO-1/2 over dp > 1)."""
+    param_overlap: whether ZeRO-1/2's parameter gather ran beside the next forward (None: no ZeRO-1/2 over dp > 1).
+    grad_buckets: rank 0's reduction in the last step, {"buckets", "started_in_backward"} (None where grad_overlap is)."""
     if comparable is None:
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
@@ -715,6 +721,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "wgrad_fusion": wgrad_fusion,
         "overlap_grad_reduce": grad_overlap,
         "overlap_param_gather": param_overlap,
+        "grad_reduce_buckets": grad_buckets,
         "torch_version": torch.__version__,
         "world_size": len(memories),
         "warmup_steps": warmup,

@@ -266,6 +266,11 @@ def test_reducing_during_the_backward_changes_no_value(runs, case):
         assert during["overlap_param_gather"] is True and after["overlap_param_gather"] is False
     for key in ("loss", "grad_norm"):
         assert [s[key] for s in during["steps"]] == [s[key] for s in after["steps"]], key
+    assert after["grad_reduce_buckets"]["started_in_backward"] == 0
+    buckets = during["grad_reduce_buckets"]
+    assert buckets["started_in_backward"] >= 1 and buckets["buckets"] == after["grad_reduce_buckets"]["buckets"]
+    if "grad_bucket_bytes" in suite.PARALLEL_CASES[case][2]:  # several buckets, most started inside the schedule
+        assert buckets["buckets"] >= 8 and buckets["started_in_backward"] >= buckets["buckets"] // 2, buckets
 
 
 def test_the_report_says_where_the_reduction_ran(runs):

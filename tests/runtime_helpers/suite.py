@@ -105,13 +105,16 @@ PARALLEL_CASES = {
                                                         {"overlap_grad_reduce": False, "overlap_param_gather": False}),
     # and under ZB-V, whose queued weight pass tells the reduction when a linear's gradient is final (its weight-pass
     # hooks; the fused GEMM's reference arithmetic adds into main_grad there): ZeRO-2's pieces reduced to their owners
-    # during the last weight passes, SP's partial gradients late, against the same run reducing after the backward
+    # during the last weight passes, SP's partial gradients late, against the same run reducing after the backward;
+    # 4 KiB buckets, so that the tiny model's gradients span many started at different points of the schedule (one
+    # 25 MiB bucket would start at the last hook)
     "gpt-tied-master-weights-fused-zero2-sp-zbv": (TINY_GPT, dict(schedule="zbv", vpp=2, zero_stage=2, sp=True,
                                                                   precision="master-weights"),
-                                                   {"wgrad_fusion": "reference"}),
+                                                   {"wgrad_fusion": "reference", "grad_bucket_bytes": 4096}),
     "gpt-tied-master-weights-fused-zero2-sp-zbv-after-backward": (
         TINY_GPT, dict(schedule="zbv", vpp=2, zero_stage=2, sp=True, precision="master-weights"),
-        {"wgrad_fusion": "reference", "overlap_grad_reduce": False, "overlap_param_gather": False}),
+        {"wgrad_fusion": "reference", "grad_bucket_bytes": 4096, "overlap_grad_reduce": False,
+         "overlap_param_gather": False}),
 }
 AFTER_BACKWARD = "-after-backward"
 # the cp2-tp2-dp2 run's step-2 checkpoint resumed with another cp (and dp, ZeRO stage) for step 3

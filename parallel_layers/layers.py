@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parallel_layers.precision import accumulate_main_grad, run_weight_pass_hooks
+from parallel_layers.precision import run_weight_pass_hooks
 from parallel_layers.mappings import (
     SEQ_DIM,
     _all_reduce_start,
@@ -152,11 +152,10 @@ def _store_of(params, need_w) -> Optional[WeightGradStore]:
 
 def _queue_weight_grads(store: WeightGradStore, params, grads, x, need_w, need_b, sp_group=None):
     """A linears Function's backward with its weights' gradients queued in `store`: the biases' gradients now, the
-    weights' as a closure for the weight pass, which adds them as autograd would (then the master-weights hook,
-    precision.accumulate_main_grad, into the fp32 main_grad), and then runs the weights' weight-pass hooks
-    (precision.register_weight_pass_hook: the data-parallel reduction counts the accumulation there, as autograd's
-    post-accumulate-grad hook counts it outside this pass).  sp_group: x is the saved sequence shard, gathered
-    again in the weight pass."""
+    weights' as a closure for the weight pass, which adds them as autograd would and then runs the weights'
+    weight-pass hooks (precision.register_weight_pass_hook), as autograd runs its post-accumulate-grad hooks: the
+    master-weights hook folding p.grad into the fp32 main_grad, then the data-parallel reduction's count.
+    sp_group: x is the saved sequence shard, gathered again in the weight pass."""
     # the saved input unpacks as a graph tensor: its grad_fn chain would keep the stage's input (and the graph's
     # nodes) alive until the weight pass
     x = x.detach()
@@ -167,8 +166,6 @@ def _queue_weight_grads(store: WeightGradStore, params, grads, x, need_w, need_b
         for p, gw, need in zip(params, gws, need_w):
             if gw is not None:
                 p.grad = gw if p.grad is None else p.grad.add_(gw)
-                if hasattr(p, "main_grad"):
-                    accumulate_main_grad(p)
             if need:  # made here, or added into main_grad by the fused GEMM
                 run_weight_pass_hooks(p)
     store.defer(weight_pass)

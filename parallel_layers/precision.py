@@ -109,6 +109,7 @@ def attach_main_grads(params, wgrad_kernel=None) -> bool:
     for p in params:
         p.main_grad = None
         p.register_post_accumulate_grad_hook(accumulate_main_grad)
+        register_weight_pass_hook(p, accumulate_main_grad)  # the queued weight pass runs it as autograd would
         if wgrad_kernel is not None and p.dtype != torch.float32:
             p.fused_wgrad = wgrad_kernel
             fused = True

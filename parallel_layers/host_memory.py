@@ -36,6 +36,7 @@ class CpuMemoryTrace:
         self._prof.__exit__(*exc)
         if exc[0] is None:
             self.result = self._peak()
+        self._prof = None  # its event tree (every allocation of the run) is read; let it go
 
     @staticmethod
     @contextmanager

@@ -8,10 +8,25 @@ over the same default process group (each builds its own mesh).
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import sys
 
 from parallel_layers import train
+
+
+def release_memory() -> None:
+    """Hand a finished job's memory back before the next starts.  Without it each rank grew by 0.2-0.6 GiB a
+    job (the CPU memory trace's profiler events and the job's model, left to the cyclic collector and then
+    kept by glibc's arenas): 26 memory-suite jobs on 4 ranks came to 16 GiB resident on a 24 GiB machine,
+    where the page cache thrashed and one 70-second job ran for 40 minutes.  With it: 0.5 GiB a rank after
+    8 jobs, 3.4 GiB without (2026-11-28, this 2-core machine)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def main(path: str) -> int:
@@ -24,6 +39,7 @@ def main(path: str) -> int:
             report = train.run(plan, train.RunOptions(**job["opts"]))
             if report is not None:
                 train.write_report(report, job["report"])
+            release_memory()
         train.shutdown()
     except BaseException as exc:
         train.report_failure(exc)

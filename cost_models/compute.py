@@ -85,19 +85,21 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
     """(forward, backward) seconds of softmax(QK^T)V for one block and micro-batch.
 
     flash: causal FLOPs 0.5 * 4 * b * s^2 * (heads*head_dim) / (tp*cp) forward, backward 2.5x,
-    at the profile's measured attention efficiency for this sequence length.
+    at the profile's measured attention efficiency for this sequence length; a sliding window as the framework
+    trains it (ModelDims.window) counts only the band's pairs, s w - w^2 / 2 of a windowed layer's s^2 / 2.
     kernel triton-2022 (llm-foundry's attn_impl triton): FlashAttention-2's speed, which on a GPU newer
     than the kernel is at most FlashAttention-2's published best there (hw.fa2_peak_flops: 335 TFLOP/s
     on H100, whose TMA and wgmma neither kernel uses; Dao 2023 sec. 4.1), slowed by the Triton kernel's
     published gap: 1.4x forward, 2x backward.
-    unfused: two batched GEMMs of 2*b*s^2*qw/(tp*cp) each (no causal skipping) plus the softmax
+    unfused: two batched GEMMs of 2*b*s^2*qw/(tp*cp) each (no causal skipping, nor a window's: it is a mask) plus the softmax
     over b*heads*s^2/(tp*cp) scores of act_bytes each: read+write forward (2 passes), 3 passes backward; attention
     dropout adds read + write + 1-byte mask per score forward and the same backward (fused flash
     kernels regenerate the mask from the RNG state: no extra traffic)."""
     b, s = lay.mbs, m.seq_len
     per_gpu = lay.tp * lay.cp
     if flash:
-        fwd_flops = 0.5 * 4 * b * s * s * m.q_width / per_gpu
+        # a sliding window: the kernel skips the tiles outside the band (ModelDims.causal_pairs_fraction)
+        fwd_flops = 0.5 * 4 * b * s * s * m.q_width / per_gpu * m.causal_pairs_fraction()
         eff = hw.attention_efficiency(s)
         slow_f = slow_b = 1.0
         if kernel == "triton-2022":

@@ -45,6 +45,10 @@ class ModelDims:
     tied: bool
     seq_len: int
     positions: int  # learned position rows (gpt), 0 for rotary
+    # sliding-window attention as the framework trains it (planner.core.model_dims): `windowed_layers` of the layers
+    # attend to at most `window` keys; 0 = full causal attention everywhere (also where the window is not applied)
+    window: int = 0
+    windowed_layers: int = 0
 
     @property
     def q_width(self) -> int:
@@ -54,12 +58,29 @@ class ModelDims:
     def kv_width(self) -> int:
         return self.kv_heads * self.head_dim
 
+    def attention_span(self) -> float:
+        """Keys per query, averaged over the layers, in the MFU convention (no causal discount: a full layer counts
+        seq_len, a windowed one min(seq_len, window)): what 12 L h s's s becomes."""
+        w = min(self.seq_len, self.window) if self.window else self.seq_len
+        return (self.seq_len * (self.layers - self.windowed_layers) + w * self.windowed_layers) / self.layers
+
+    def causal_pairs_fraction(self) -> float:
+        """Attended (query, key) pairs, averaged over the layers, as a fraction of full causal attention's s^2 / 2
+        (a flash kernel skips the tiles outside the band): a windowed layer's s w - w^2 / 2 for s > w, the same
+        continuous count that gives s^2 / 2 for the full one."""
+        s, w = self.seq_len, self.window
+        if not w or w >= s or not self.windowed_layers:
+            return 1.0
+        windowed = (s * w - w * w / 2) / (s * s / 2)
+        return ((self.layers - self.windowed_layers) + windowed * self.windowed_layers) / self.layers
+
     @classmethod
     def from_spec(cls, spec, seq_len: int) -> "ModelDims":
         return cls(arch=spec.arch, layers=spec.layers, hidden=spec.hidden, heads=spec.heads,
                    kv_heads=spec.kv_heads, head_dim=spec.head_dim or spec.hidden // spec.heads,
                    ffn=spec.ffn_hidden, vocab=spec.vocab, tied=spec.tied_embeddings, seq_len=seq_len,
-                   positions=(spec.max_seq_len or seq_len) if spec.has_learned_positions else 0)
+                   positions=(spec.max_seq_len or seq_len) if spec.has_learned_positions else 0,
+                   window=spec.sliding_window or 0, windowed_layers=spec.windowed_layers)
 
 
 @dataclass(frozen=True)

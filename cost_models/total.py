@@ -374,9 +374,11 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
 
     # ---- FLOPs, MFU, HFU (Narayanan 2021 eq. 3 for the recompute term)
     layer_mm = layer_matmul_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)
-    mf_tok = model_flops_per_token(m.layers * layer_mm + m.vocab * m.hidden, m.layers, m.q_width, m.seq_len)
+    # a sliding window shortens the attended span (ModelDims.attention_span; the full sequence without one)
+    span = m.attention_span()
+    mf_tok = model_flops_per_token(m.layers * layer_mm + m.vocab * m.hidden, m.layers, m.q_width, span)
     op_params = sum(op_sac_recomputed_matmuls(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn))
-    hf_extra = recompute_flops_per_token(lay.recompute, m.layers * layer_mm, m.layers, m.q_width, m.seq_len,
+    hf_extra = recompute_flops_per_token(lay.recompute, m.layers * layer_mm, m.layers, m.q_width, span,
                                          m.layers * op_params, tr.flash_attention)
     tokens_step = tr.global_batch_size * m.seq_len
     tokens_per_s = tokens_step / step

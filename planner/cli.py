@@ -91,13 +91,14 @@ def _positive(name: str, v, allow_none=True, upper=None):
 
 
 def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
-                   seq_len, head_dim=None, tied_embeddings=None):
+                   seq_len, head_dim=None, tied_embeddings=None, sliding_window=None, full_attention_every=None):
     given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None
                                                                       or heads is not None]
     # --arch chooses --params' shape family; a preset or config sets every one of these itself
     shape_only = [f for f, v in (("--arch", None if params is not None else arch), ("--kv-heads", kv_heads),
                                  ("--ffn-hidden", ffn_hidden), ("--vocab", vocab), ("--head-dim", head_dim),
-                                 ("--tied-embeddings/--untied-embeddings", tied_embeddings))
+                                 ("--tied-embeddings/--untied-embeddings", tied_embeddings),
+                                 ("--sliding-window", sliding_window), ("--full-attention-every", full_attention_every))
                   if v is not None]
     if shape_only and layers is None and hidden is None and heads is None:
         raise UserError(f"{' and '.join(shape_only)} only appl{'y' if len(shape_only) > 1 else 'ies'} to an explicit shape (--layers/--hidden/--heads); "
@@ -142,7 +143,8 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
             raise UserError("explicit shape needs " + ", ".join("--" + m for m in missing))
         from .models import model_from_flags
         return model_from_flags(arch or "llama", layers, hidden, heads, kv_heads, ffn_hidden, vocab, head_dim=head_dim,
-                                tied_embeddings=tied_embeddings), None
+                                tied_embeddings=tied_embeddings, sliding_window=sliding_window,
+                                full_attention_every=full_attention_every), None
     except UserError:
         raise
     except (ValueError, OSError) as e:
@@ -196,6 +198,8 @@ _MODEL_OPTIONS = [
     ("vocab", Optional[int], None, ("--vocab",), "Vocabulary size (explicit shape; default 32000, Llama 2's)."),
     ("head_dim", Optional[int], None, ("--head-dim",), "Per-head width (default hidden / heads; Qwen3, Gemma: 128 or 256 whatever the width)."),
     ("tied_embeddings", Optional[bool], None, ("--tied-embeddings/--untied-embeddings",), "Output layer shares the embedding (default: tied for gpt, untied for llama)."),
+    ("sliding_window", Optional[int], None, ("--sliding-window",), "Sliding-window attention over this many tokens (explicit shape; counted under --framework megatron, which trains it)."),
+    ("full_attention_every", Optional[int], None, ("--full-attention-every",), "With --sliding-window: every k-th layer attends in full (Gemma 2: 2, Gemma 3: 6; default: none does)."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
@@ -286,10 +290,12 @@ def _prepare(opts, gpus: int | None = None):
     if o.inter_node_bandwidth is not None and o.inter_node_bandwidth < 1e-3:
         raise UserError(f"--inter-node-bandwidth is in GB/s per GPU (1 GbE is 0.125); {o.inter_node_bandwidth:g} is "
                         "below what the planner models (min 0.001)")
-    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "tp", "pp", "dp", "cp", "mbs", "vpp"):
+    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "sliding_window",
+                 "full_attention_every", "tp", "pp", "dp", "cp", "mbs", "vpp"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=SHAPE_MAX)
     spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
-                               o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings)
+                               o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings, o.sliding_window,
+                               o.full_attention_every)
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

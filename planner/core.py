@@ -158,6 +158,18 @@ def compute_dtype(dtype: str, precision: str) -> str:
     return "fp32" if precision == "fp32" else dtype
 
 
+# Frameworks that train a model's sliding-window attention (ModelSpec.sliding_window): Megatron-LM's --window-size
+# and --window-attn-skip-freq, run by Transformer Engine's flash kernels, which skip the tiles outside the band.
+# parplan's runtime, torchtitan's llama and Megatron-DeepSpeed attend over the whole causal prefix.
+WINDOW_FRAMEWORKS = ("megatron",)
+
+
+def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
+    """The model as the framework trains it: its sliding window only where the framework applies one."""
+    m = ModelDims.from_spec(spec, seq_len)
+    return m if framework in WINDOW_FRAMEWORKS else replace(m, window=0, windowed_layers=0)
+
+
 def training_consts(tr: Training) -> TrainingConsts:
     return TrainingConsts(global_batch_size=tr.global_batch_size, dtype=compute_dtype(tr.dtype, tr.precision),
                           precision=tr.precision,
@@ -389,7 +401,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                         clip_grad=clip_grad, **stack)
     hw = hardware_constants(profile, hw_ref, compute_dtype(dtype, precision))
     _check_attention_kernel(profile, training)
-    m = ModelDims.from_spec(spec, seq_len)
+    m = model_dims(spec, seq_len, framework)
     tr = training_consts(training)
     _check_pins(spec, gpus, pins, seq_len)
     gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node)
@@ -698,7 +710,7 @@ def evaluate_plan(plan: Plan) -> Plan:
     hw = hardware_constants(profile, plan.hardware, compute_dtype(plan.training.dtype, plan.training.precision))
     _check_attention_kernel(profile, plan.training)
     spec = with_param_count(plan.model, plan.training.seq_len)
-    m = ModelDims.from_spec(spec, plan.training.seq_len)
+    m = model_dims(spec, plan.training.seq_len, plan.training.framework)
     tr = training_consts(plan.training)
     p = plan.parallel
     lay = layout_from_parallel(p, plan.training.micro_batch_size, plan.hardware.gpus)

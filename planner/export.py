@@ -255,6 +255,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         flag("--rotary-base", int(m.rope_base) if m.rope_base.is_integer() else m.rope_base)
     if not m.tied_embeddings:
         flag("--untie-embeddings-and-output-weights")
+    if m.sliding_window is not None:
+        # Transformer Engine's (left, right) window: query i attends keys i - left .. i + right, so the left extent is
+        # the window less the query itself (Hugging Face's sliding_window counts the keys a query sees)
+        flag("--window-size", f"{m.sliding_window - 1},0")
+        if m.full_attention_every:
+            flag("--window-attn-skip-freq", m.full_attention_every)
     padded = math.ceil(m.vocab / p.tp) * p.tp
     flag("--padded-vocab-size", padded)
     flag("--make-vocab-size-divisible-by", 1)
@@ -425,9 +431,20 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
+def _full_attention_note(plan: Plan, to: str) -> list[str]:
+    """A model with a sliding window exported to a framework that attends over the whole prefix."""
+    m, t = plan.model, plan.training
+    if not m.windowed_layers or m.sliding_window >= t.seq_len:
+        return []
+    counted = "as the prediction counts it" if t.framework != "megatron" else \
+        "which this plan's prediction (for megatron) does not count"
+    return [f"sliding window {m.sliding_window}: {to} attends over the whole prefix in every layer, {counted}; "
+            "Megatron-LM trains the window (--window-size)"]
+
+
 def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
     m, t, p = plan.model, plan.training, plan.parallel
-    notes: list[str] = []
+    notes: list[str] = _full_attention_note(plan, "torchtitan's llama3")
 
     # [model]
     if m.arch != "llama":
@@ -610,7 +627,7 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
 
 def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
     t, p = plan.training, plan.parallel
-    notes: list[str] = []
+    notes: list[str] = _full_attention_note(plan, "Megatron-DeepSpeed's GPT model")
     cfg: dict[str, Any] = {
         "train_batch_size": t.global_batch_size,
         "train_micro_batch_size_per_gpu": t.micro_batch_size,

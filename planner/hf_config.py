@@ -202,20 +202,35 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     # attention on Mistral's (transformers' modular_phi3.py), every layer within its window
     window = cfg.get("sliding_window", 4096 if model_type == "mistral" else None) \
         if model_type in ("mistral", "phi3", "gemma2", "gemma3_text") else None
+    # the window as ModelSpec carries it: every full_every-th layer (from 1) attends in full, the others within the
+    # window (Megatron-LM's --window-attn-skip-freq); None with a window: every layer within it
+    full_every, irregular, local = None, False, ""
+    kinds = cfg.get("layer_types")
+    if not window:
+        window = None
+    elif model_type in ("mistral", "phi3"):  # Mistral 7B v0.1, Phi-3 4k: every layer within the window
+        local = "all layers"
+    elif isinstance(kinds, list) and kinds:
+        local = f"{sum(k == 'sliding_attention' for k in kinds)} of {len(kinds)} layers"
+        full_at = [i + 1 for i, k in enumerate(kinds) if k != "sliding_attention"]
+        if full_at:
+            full_every = full_at[0]
+            irregular = any(((i + 1) % full_every == 0) != (k != "sliding_attention") for i, k in enumerate(kinds))
+    elif model_type == "gemma2":  # even layers (from 0) local, odd global
+        local, full_every = "half the layers", 2
+    else:
+        pattern = int(cfg.get("sliding_window_pattern") or 6)
+        local, full_every = f"{pattern - 1} of every {pattern} layers", pattern
     if window and seq_len and seq_len > window:
-        kinds = cfg.get("layer_types")
-        if model_type in ("mistral", "phi3"):  # Mistral 7B v0.1, Phi-3 4k: every layer within the window
-            local = "all layers"
-        elif isinstance(kinds, list) and kinds:
-            local = f"{sum(k == 'sliding_attention' for k in kinds)} of {len(kinds)} layers"
-        elif model_type == "gemma2":
-            local = "half the layers"
+        if irregular:
+            how = "counted as full attention by every framework (a pattern ModelSpec cannot say)"
         else:
-            pattern = int(cfg.get("sliding_window_pattern") or 6)
-            local = f"{pattern - 1} of every {pattern} layers"
-        window_note = (f"{local} attend within a {window}-token window, counted as full attention at "
-                       f"seq_len {seq_len} (their attention over-estimated)")
+            how = ("counted as full attention at seq_len " f"{seq_len} except under --framework megatron, which trains "
+                   "the window (parplan's runtime, torchtitan and DeepSpeed attend over the whole prefix)")
+        window_note = f"{local} attend within a {window}-token window, {how}"
         notes.append(window_note)
+    if irregular:
+        window, full_every = None, None
     if context and seq_len and seq_len > context and model_type != "gpt2":  # gpt2's table caps it (the CLI)
         beyond = f"seq_len {seq_len} beyond the checkpoint's context {context} (a context extension)"
         notes.append(beyond)
@@ -228,7 +243,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         spec = ModelSpec(name=name, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                          ffn_hidden=ffn, vocab=vocab, head_dim=head_dim, tied_embeddings=bool(tied),
                          max_seq_len=max_seq_len, rope_theta=rope_theta, source=source,
-                         learned_positions=False if model_type == "gpt_neox" else None)
+                         learned_positions=False if model_type == "gpt_neox" else None,
+                         sliding_window=window, full_attention_every=full_every)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

@@ -34,6 +34,7 @@ from typing import Optional
 from cost_models.compute import plan_fuses_wgrad, plan_overlaps_param_gather
 from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_steps, saved_tp, step_path
+from planner.core import WINDOW_FRAMEWORKS
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -436,6 +437,12 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
             warnings.append(f"the prediction times the attention as the {t.attention_kernel} kernel; the runtime runs "
                             "torch's scaled_dot_product_attention (the profile's measured curve); `parplan evaluate` "
                             "the plan with attention_kernel profile to compare")
+        if m.windowed_layers and m.sliding_window < t.seq_len:
+            counted = ("the prediction counts the window (Megatron's --window-size); `parplan evaluate` the plan with "
+                       "--framework parplan to compare" if t.framework in WINDOW_FRAMEWORKS else
+                       "the prediction counts the same")
+            warnings.append(f"the runtime runs full causal attention: the model's {m.windowed_layers} sliding-window "
+                            f"layers attend over all {t.seq_len} tokens, not {m.sliding_window}; {counted}")
         if t.framework == "deepspeed" and ((p.zero_stage == 3 and p.dp > 1) or p.pp > 1):
             warnings.append("the prediction models DeepSpeed's engine (blocking pipeline transfers, ZeRO-3 gathers one "
                             "weight ahead), not this runtime; re-plan with --framework parplan to compare")

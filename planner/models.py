@@ -76,7 +76,8 @@ def swiglu_ffn(hidden: int, multiple_of: int = 256) -> int:
 def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: int | None = None,
                      ffn_hidden: int | None = None, vocab: int | None = 32000, *, head_dim: int | None = None,
                      tied_embeddings: bool | None = None, max_seq_len: int | None = None,
-                     seq_len: int | None = None, name: str | None = None) -> ModelSpec:
+                     seq_len: int | None = None, name: str | None = None, sliding_window: int | None = None,
+                     full_attention_every: int | None = None) -> ModelSpec:
     """An explicit shape. Defaults: kv_heads = heads; ffn_hidden = SwiGLU 8/3 h (llama) or 4 h (gpt);
     tied embeddings for gpt (GPT-2/3 style), untied for llama; vocab None -> 32000 (Llama 2 tokenizer)."""
     if vocab is None:
@@ -90,9 +91,13 @@ def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: 
     if tied_embeddings is None:
         tied_embeddings = arch == "gpt"
     desc = f"{arch}: {layers} layers, hidden {hidden}, {heads} heads ({kv_heads} kv), ffn {ffn_hidden}, vocab {vocab}"
+    if sliding_window:
+        desc += f", sliding window {sliding_window}" + (f" (full every {full_attention_every})"
+                                                         if full_attention_every else "")
     return _spec(seq_len, name=name, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                  ffn_hidden=ffn_hidden, vocab=vocab, head_dim=head_dim, tied_embeddings=tied_embeddings,
-                 max_seq_len=max_seq_len, source=f"explicit flags ({desc})")
+                 max_seq_len=max_seq_len, sliding_window=sliding_window, full_attention_every=full_attention_every,
+                 source=f"explicit flags ({desc})")
 
 
 def _interp_loglog(x: float, xs: list[float], ys: list[float]) -> float:

@@ -141,13 +141,26 @@ def compact_counts(counts) -> str:
     return "[" + ", ".join(f"{c}" if n == 1 else f"{c} x{n}" for c, n in runs) + "]"
 
 
+def _window_text(plan: Plan) -> str:
+    """The model line's sliding window, and whether this plan's framework trains it (planner.core.model_dims)."""
+    from .core import WINDOW_FRAMEWORKS
+    m, t = plan.model, plan.training
+    if not m.windowed_layers:
+        return ""
+    text = f", {m.windowed_layers} of {m.layers} layers within a {m.sliding_window}-token window"
+    if m.sliding_window >= t.seq_len:
+        return text
+    return text + (" (counted)" if t.framework in WINDOW_FRAMEWORKS else f" (counted as full: {t.framework} attends "
+                                                                      "over the whole prefix)")
+
+
 def summary_lines(plan: Plan) -> list[str]:
     pr = plan.prediction
     m = plan.model
     fw = plan.training.framework
     lines = [
         f"model {m.name or m.arch}: {m.num_params / 1e9:.2f} B params, {m.layers} layers, hidden {m.hidden}, "
-        f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}, vocab {m.vocab}",
+        f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}, vocab {m.vocab}" + _window_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + (f"Amdahl parallel fraction {pr.amdahl.parallel_fraction:.4f} -> speedup {pr.amdahl.speedup:.1f}x on {plan.hardware.gpus} GPUs"
          if pr.amdahl.speedup >= 1 else f"no parallel speedup: {pr.amdahl.speedup:.2f}x one GPU's compute on "

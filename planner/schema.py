@@ -84,6 +84,15 @@ class ModelSpec(Strict):
     rope_theta: Optional[float] = Field(
         None, gt=0, allow_inf_nan=False, description="RoPE base of a llama-arch model (Llama 3: 500000, Qwen2.5/3: "
         "1000000); None = 10000, the Llama 2 and Megatron-LM default.  Sets the model, not its cost.")
+    sliding_window: Optional[int] = Field(
+        None, gt=0, description="Sliding-window attention: a windowed layer's query attends to at most this many keys, "
+        "itself included (Hugging Face's sliding_window: Mistral 7B v0.1 4096, Gemma 2 4096, Gemma 3 1024).  None = "
+        "every layer attends to the whole causal prefix.  Counted where the framework trains the window (Megatron-LM's "
+        "--window-size); parplan's runtime, torchtitan and DeepSpeed run full causal attention, and are predicted so.")
+    full_attention_every: Optional[int] = Field(
+        None, gt=0, description="With sliding_window: every k-th layer (numbered from 1) attends to the whole prefix and "
+        "the others within the window (Megatron-LM's --window-attn-skip-freq; Gemma 2: 2, Gemma 3: its "
+        "sliding_window_pattern, 6).  None = every layer within the window (Mistral 7B v0.1, Phi-3).")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 
@@ -95,7 +104,18 @@ class ModelSpec(Strict):
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}), or give head_dim")
         if self.arch == "llama" and self.learned_positions:
             raise ValueError("learned_positions: arch llama has rotary positions; use arch gpt for a learned table")
+        if self.full_attention_every is not None and self.sliding_window is None:
+            raise ValueError("full_attention_every needs sliding_window (the window the other layers attend within)")
         return self
+
+    @property
+    def windowed_layers(self) -> int:
+        """How many layers attend within sliding_window (Megatron-LM's rule: layer i, from 1, attends in full where
+        i is a multiple of full_attention_every)."""
+        if self.sliding_window is None:
+            return 0
+        k = self.full_attention_every
+        return self.layers - (self.layers // k if k else 0)
 
     @property
     def head_size(self) -> int:

@@ -1,0 +1,115 @@
+"""Sliding-window attention (ModelSpec.sliding_window, full_attention_every): read from Hugging Face configs, counted
+where the framework trains the window (Megatron-LM's --window-size: its flash kernels skip the tiles outside the
+band), and as full causal attention where it does not (parplan's runtime, torchtitan, DeepSpeed), which is what
+those run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cost_models.layout import ModelDims
+from planner import evaluate_plan, recommend
+from planner.core import model_dims
+from planner.export import export_notes, export_plan
+from planner.hf_config import model_from_hf_config
+from planner.launch import check_runtime_support
+from planner.models import load_preset, model_from_flags
+
+GEMMA3_1B = {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912, "num_attention_heads": 4,
+             "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 26, "vocab_size": 262144,
+             "sliding_window": 512, "sliding_window_pattern": 6}
+
+
+def test_windows_read_from_configs():
+    """Gemma 3: every 6th layer global (4 of 26), Gemma 2 every 2nd, Mistral 7B v0.1 and Phi-3 every layer local;
+    a layer_types list is read as its period, and one with no period is left full (said)."""
+    g3 = model_from_hf_config(GEMMA3_1B)
+    assert (g3.sliding_window, g3.full_attention_every, g3.windowed_layers) == (512, 6, 22)
+    g2 = model_from_hf_config({**GEMMA3_1B, "model_type": "gemma2", "sliding_window": 4096})
+    assert (g2.sliding_window, g2.full_attention_every, g2.windowed_layers) == (4096, 2, 13)
+    mistral = load_preset("mistral-7b")
+    assert (mistral.sliding_window, mistral.full_attention_every, mistral.windowed_layers) == (4096, None, 32)
+    kinds = (["sliding_attention"] * 5 + ["full_attention"]) * 4 + ["sliding_attention"] * 2
+    listed = model_from_hf_config({**GEMMA3_1B, "layer_types": kinds})
+    assert (listed.full_attention_every, listed.windowed_layers) == (6, 22)
+    odd = model_from_hf_config({**GEMMA3_1B, "layer_types": ["full_attention"] + ["sliding_attention"] * 25},
+                               seq_len=4096)
+    assert odd.sliding_window is None and odd.windowed_layers == 0 and "irregular" not in odd.source
+    assert "a pattern ModelSpec cannot say" in odd.source
+
+
+def test_pairs_and_span():
+    """At s = 4w a windowed layer attends 2w/s - (w/s)^2 = 7/16 of full causal attention's pairs, and in the MFU
+    convention (no causal discount) w keys a query against s; at s <= w nothing changes."""
+    m = ModelDims(arch="llama", layers=6, hidden=64, heads=4, kv_heads=4, head_dim=16, ffn=128, vocab=100,
+                  tied=False, seq_len=4096, positions=0, window=1024, windowed_layers=5)
+    assert m.causal_pairs_fraction() == pytest.approx((1 + 5 * 7 / 16) / 6)
+    assert m.attention_span() == pytest.approx((4096 + 5 * 1024) / 6)
+    short = ModelDims(**{**m.__dict__, "seq_len": 1024})
+    assert short.causal_pairs_fraction() == 1.0 and short.attention_span() == 1024
+
+
+def _pair(framework: str, seq_len: int):
+    windowed = model_from_flags("llama", 16, 2048, 16, 8, 8192, 32000, sliding_window=1024, full_attention_every=4)
+    full = model_from_flags("llama", 16, 2048, 16, 8, 8192, 32000)
+    kw = dict(gpus=8, seq_len=seq_len, framework=framework, global_batch_size=64)
+    a = recommend(windowed, **kw)
+    b = evaluate_plan(a.model_copy(update={"model": full}))
+    return a, b
+
+
+def test_megatron_counts_the_window_and_parplan_does_not():
+    """Under --framework megatron the 12 windowed layers of 16 attend within 1024 of 16384 tokens: the attention
+    kernel's time and the model FLOPs per token shrink by what the band leaves out; parplan's runtime attends over
+    the whole prefix, and its prediction is full attention's to the bit."""
+    a, b = _pair("megatron", 16384)
+    q_width, s, w = 2048, 16384, 1024
+    saved = 12 * 12 * q_width * (s - w)  # 12 L_w h (s - w): the MFU convention's attention term
+    assert b.prediction.model_tflops_per_gpu / b.prediction.tokens_per_s - \
+        a.prediction.model_tflops_per_gpu / a.prediction.tokens_per_s == pytest.approx(saved / 8 / 1e12, rel=1e-9)
+    assert a.prediction.step_time_s < 0.9 * b.prediction.step_time_s
+    a, b = _pair("parplan", 16384)
+    assert a.prediction == b.prediction
+    m = model_dims(a.model, 16384, "parplan")
+    assert m.window == 0 and m.causal_pairs_fraction() == 1.0
+
+
+def test_a_window_as_long_as_the_sequence_changes_nothing():
+    a, b = _pair("megatron", 1024)
+    assert a.prediction == b.prediction
+
+
+def test_exports_and_launch_say_it():
+    plan = recommend(load_preset("mistral-7b"), gpus=8, seq_len=16384, framework="megatron", global_batch_size=64)
+    assert "--window-size 4095,0" in export_plan(plan, "megatron")
+    assert "--window-attn-skip-freq" not in export_plan(plan, "megatron")
+    assert any("attends over the whole prefix" in n for n in export_notes(plan, "torchtitan"))
+    g3 = recommend(model_from_hf_config(GEMMA3_1B), gpus=8, seq_len=8192, framework="megatron", global_batch_size=64)
+    assert "--window-attn-skip-freq 6" in export_plan(g3, "megatron")
+    check = check_runtime_support(plan, "cpu")
+    assert check.ok and "runtime runs full causal attention" in check.detail and "--framework parplan" in check.detail
+    short = plan.model_copy(update={"training": plan.training.model_copy(update={"seq_len": 4096})})
+    assert "full causal attention" not in check_runtime_support(short, "cpu").detail
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--layers", "8", "--hidden", "512", "--heads", "8", "--full-attention-every", "2"], "needs sliding_window"),
+    (["--model", "llama3-8b", "--sliding-window", "4096"], "only applies to an explicit shape"),
+    (["--layers", "8", "--hidden", "512", "--heads", "8", "--sliding-window", "0"], "--sliding-window"),
+])
+def test_cli_refuses_with_one_line(args, says):
+    r = subprocess.run([sys.executable, "-m", "planner.cli", "recommend", "--gpus", "8", "--json", *args],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "" and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r
+
+
+def test_cli_explicit_window_reaches_the_plan():
+    r = subprocess.run([sys.executable, "-m", "planner.cli", "recommend", "--gpus", "8", "--json", "--layers", "8",
+                        "--hidden", "512", "--heads", "8", "--sliding-window", "256", "--full-attention-every", "4",
+                        "--seq-len", "2048", "--framework", "megatron"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    model = json.loads(r.stdout)["model"]
+    assert (model["sliding_window"], model["full_attention_every"]) == (256, 4)

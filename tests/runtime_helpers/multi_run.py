@@ -19,9 +19,10 @@ from parallel_layers import train
 def release_memory() -> None:
     """Hand a finished job's memory back before the next starts.  Without it each rank grew by 0.2-0.6 GiB a
     job (the CPU memory trace's profiler events and the job's model, left to the cyclic collector and then
-    kept by glibc's arenas): 26 memory-suite jobs on 4 ranks came to 16 GiB resident on a 24 GiB machine,
-    where the page cache thrashed and one 70-second job ran for 40 minutes.  With it: 0.5 GiB a rank after
-    8 jobs, 3.4 GiB without (2026-11-28, this 2-core machine)."""
+    kept by glibc's arenas): by the memory suite's 24th job 4 GiB a rank, 16 GiB over 4 ranks on a 24 GiB
+    machine with the page cache squeezed out, and its cp2-tp2-sp-selective-op job (55 s alone) ran over 6
+    minutes before it was stopped.  With it: 0.5 GiB a rank after 8 jobs (3.4 without), 1.1 GiB at the 25th,
+    and that job 59 s (2026-11-28, this 2-core machine)."""
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)

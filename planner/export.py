@@ -45,6 +45,7 @@ from typing import Any, Optional
 from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
 from cost_models.layout import ModelDims
+from planner.core import WINDOW_FRAMEWORKS
 from planner.schema import Plan
 
 FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
@@ -434,10 +435,10 @@ def _toml_value(v: Any) -> str:
 def _full_attention_note(plan: Plan, to: str) -> list[str]:
     """A model with a sliding window exported to a framework that attends over the whole prefix."""
     m, t = plan.model, plan.training
-    if not m.windowed_layers or m.sliding_window >= t.seq_len:
+    if not m.window_binds(t.seq_len):
         return []
-    counted = "as the prediction counts it" if t.framework != "megatron" else \
-        "which this plan's prediction (for megatron) does not count"
+    counted = "as the prediction counts it" if t.framework not in WINDOW_FRAMEWORKS else \
+        f"which this plan's prediction (for {t.framework}) does not count"
     return [f"sliding window {m.sliding_window}: {to} attends over the whole prefix in every layer, {counted}; "
             "Megatron-LM trains the window (--window-size)"]
 

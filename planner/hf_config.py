@@ -225,7 +225,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         if irregular:
             how = "counted as full attention by every framework (a pattern ModelSpec cannot say)"
         else:
-            how = ("counted as full attention at seq_len " f"{seq_len} except under --framework megatron, which trains "
+            how = (f"counted as full attention at seq_len {seq_len} except under --framework megatron, which trains "
                    "the window (parplan's runtime, torchtitan and DeepSpeed attend over the whole prefix)")
         window_note = f"{local} attend within a {window}-token window, {how}"
         notes.append(window_note)

@@ -437,7 +437,7 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
             warnings.append(f"the prediction times the attention as the {t.attention_kernel} kernel; the runtime runs "
                             "torch's scaled_dot_product_attention (the profile's measured curve); `parplan evaluate` "
                             "the plan with attention_kernel profile to compare")
-        if m.windowed_layers and m.sliding_window < t.seq_len:
+        if m.window_binds(t.seq_len):
             counted = ("the prediction counts the window (Megatron's --window-size); `parplan evaluate` the plan with "
                        "--framework parplan to compare" if t.framework in WINDOW_FRAMEWORKS else
                        "the prediction counts the same")

@@ -148,7 +148,7 @@ def _window_text(plan: Plan) -> str:
     if not m.windowed_layers:
         return ""
     text = f", {m.windowed_layers} of {m.layers} layers within a {m.sliding_window}-token window"
-    if m.sliding_window >= t.seq_len:
+    if not m.window_binds(t.seq_len):
         return text
     return text + (" (counted)" if t.framework in WINDOW_FRAMEWORKS else f" (counted as full: {t.framework} attends "
                                                                       "over the whole prefix)")

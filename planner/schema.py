@@ -117,6 +117,10 @@ class ModelSpec(Strict):
         k = self.full_attention_every
         return self.layers - (self.layers // k if k else 0)
 
+    def window_binds(self, seq_len: int) -> bool:
+        """Whether some layers' window is shorter than the sequence (otherwise it changes nothing)."""
+        return bool(self.windowed_layers) and self.sliding_window < seq_len
+
     @property
     def head_size(self) -> int:
         return self.head_dim or self.hidden // self.heads

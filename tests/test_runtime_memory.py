@@ -245,11 +245,11 @@ def test_the_zero_bubble_cool_down_holds_no_input_pass_working_memory(run_dir):
 
 
 def test_a_cpu_matmuls_fp32_scratch_is_left_out_of_the_gpu_like_peak():
-    """A bf16 matmul on a CPU without native bf16 instructions (this project's 2-core Xeon: AVX512F, no
-    AVX512-BF16 or AMX) allocates an fp32 buffer of the output's size inside aten::mm and frees it there; a GPU
-    writes the output directly.  The GPU-like peak (without_collective_buffers) is the bf16 output alone on either
-    kind of CPU; the raw peak shows the scratch where the CPU makes one.  Without the rule the fused-loss memory case
-    read -18.9 % on this machine and -1.4 % on the one its committed run came from."""
+    """A bf16 matmul on a CPU allocates scratch inside aten::mm and frees it there; a GPU writes the output directly.
+    How much depends on the CPU: a 2-core Xeon without native bf16 (AVX512F, no AVX512-BF16 or AMX) made an fp32 buffer
+    of the output's size (raw peak 3x the output); one with AMX (2026-11-28) made 0.5-1.0 MiB (529,408 and 1,058,432 bytes in two runs) beside this 8 MiB
+    output.  The GPU-like peak (without_collective_buffers) is the bf16 output alone on every CPU.  Without the rule
+    the fused-loss memory case read -18.9 % on the machine without native bf16 and -1.4 % on an AMX one."""
     a = torch.randn(512, 64, dtype=torch.bfloat16)
     w = torch.randn(8192, 64, dtype=torch.bfloat16)
     with CpuMemoryTrace() as t:
@@ -257,5 +257,4 @@ def test_a_cpu_matmuls_fp32_scratch_is_left_out_of_the_gpu_like_peak():
             y = torch.nn.functional.linear(a, w)
     out = y.numel() * y.element_size()
     assert t.result["without_collective_buffers"]["allocated"] == out
-    raw = t.result["allocated"]
-    assert raw == out or 0 <= raw - 3 * out <= 256, (raw, out)  # + an fp32 copy (and its alignment) where made
+    assert t.result["allocated"] >= out  # the raw peak keeps whatever scratch this CPU made

@@ -746,15 +746,27 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         queued theirs), beside that block's working memory."""
         w, g, o, offl, g_early, cast_params, loss_kept = kind_terms
         all_pending = queued & (np.asarray(n_pending) > 0) & (np.asarray(n_pending) >= np.asarray(n_inflight))
-        n_pend_i = np.where(all_pending, np.maximum(n_pending - 1.0 / np.maximum(blocks, 1), 0.0), n_pending)
         acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept
-        acts_i = blocks * (act_layer * n_inflight + pend_layer * n_pend_i) + loss_kept
         casts = cast_params * n_inflight + rec["cast"] * per_layer
 
-        def bwd(held, work):
-            return np.where(one_micro, np.maximum(held + np.minimum(g_early, g), g), held + g) + work
-        blocks_bwd = np.where(all_pending, np.maximum(bwd(acts_i, working), bwd(acts, working - block_working)),
-                              bwd(acts, working))
+        def bwd(held, work, one=one_micro, early=g_early, grads=g):
+            return np.where(one, np.maximum(held + np.minimum(early, grads), grads), held + grads) + work
+        blocks_bwd, acts_i = bwd(acts, working), acts
+        # the all-pending moment, on the candidates it concerns only (a few % of a search; the same numbers as
+        # computing it everywhere and selecting, at a fraction of the time)
+        shape = np.broadcast(blocks_bwd, acts, all_pending).shape
+        sel = np.flatnonzero(np.broadcast_to(all_pending, shape))
+        if sel.size:
+            def at(x):
+                return np.broadcast_to(x, shape).ravel()[sel]
+            n_pend_i = np.maximum(at(n_pending) - 1.0 / np.maximum(at(blocks), 1), 0.0)
+            acts_i_sel = at(blocks) * (at(act_layer) * at(n_inflight) + at(pend_layer) * n_pend_i) + at(loss_kept)
+            one, early, grads, work = at(one_micro), at(g_early), at(g), at(working)
+            blocks_bwd = np.array(np.broadcast_to(blocks_bwd, shape), dtype=float)
+            acts_i = np.array(np.broadcast_to(acts, shape), dtype=float)
+            blocks_bwd.ravel()[sel] = np.maximum(bwd(acts_i_sel, work, one, early, grads),
+                                                 bwd(at(acts), work - at(block_working), one, early, grads))
+            acts_i.ravel()[sel] = acts_i_sel
         loss_bwd = np.where(has_loss, acts_i + loss_peak + np.where(one_micro, 0.0, g), 0.0)
         bufs = bufs + n_held * sent + n_pending * pend_recv
         total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs

@@ -122,6 +122,20 @@ def memory(m: ModelDims, tr, lay) -> dict:
     return memory_breakdown(m, lay, tr, num_microbatches(tr, lay))
 
 
+def step_floor(m: ModelDims, tr, hw, lay):
+    """A lower bound of `evaluate`'s step time, at a fraction of its work: the pipeline's (m + bubble) stage
+    times, with the first rank's stage counted as its blocks' compute alone.  evaluate's step is t_pipe plus
+    the exposed data-parallel time and the optimizer's (both >= 0), t_pipe = (m + bubble) x t_stage, and
+    t_stage >= t_first >= blocks_first x block >= blocks_first x bt["total"] (the terms left out are times,
+    none negative).  The search times only candidates whose floor could still rank (search.run_search)."""
+    lay = _unpipelined_as_1f1b(lay)
+    m_micro = num_microbatches(tr, lay)
+    bt = block_time(m, lay, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
+                    tr.attention_kernel)
+    bf = bubble_factor(lay, m_micro, (bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]))
+    return (m_micro + bf) * rank_block_counts(m.layers, lay.pp, lay.vpp)[0] * bt["total"]
+
+
 def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     """Every prediction for the layout(s); `mem`: `memory(m, tr, lay)` when the caller has it already."""
     lay = _unpipelined_as_1f1b(lay)

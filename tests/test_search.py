@@ -902,3 +902,70 @@ def test_parplans_zero12_split_the_optimizer_states_evenly():
     for zero in (1, 2, 3):
         assert opt("parplan", zero) == pytest.approx(per_gpu * 12 / 32, rel=1e-3), zero
     assert opt("megatron", 1) == pytest.approx(per_gpu * 12 / 32, rel=1e-3)
+
+FLOOR_TIME_CASES = [  # (preset, gpus, seq, gbs, TrainingConsts overrides): pipelines, cp, zero-bubble, no pipeline
+    ("llama3-70b", 64, 4096, 512, {}),
+    ("llama3-405b", 1024, 131072, 64, {}),
+    ("gpt3-175b", 512, 2048, 1536, {"zb_weight_grad_store": True}),
+    ("llama3-8b", 16, 8192, 256, {"precision": "amp", "overlap_tp_comm": True}),
+]
+
+
+@pytest.mark.parametrize("case", FLOOR_TIME_CASES, ids=[f"{c[0]}-{c[1]}gpu-s{c[2]}" for c in FLOOR_TIME_CASES])
+def test_step_floor_is_under_every_step_and_the_timed_subset_changes_no_answer(case):
+    """A throughput search times first the candidates with the lowest step-time floor (total.step_floor), then
+    only those whose floor is within the step time that bounds every contender.  The floor must lie under
+    evaluate's step for every candidate, and the search must give the same plans, in the same order, and the same
+    feasible count as timing everything (FLOOR_FIRST past the candidate count), for any top_k and over two GPU
+    counts, while timing fewer candidates; also with only 64 timed first, where the bound is looser and a wrong
+    bound would drop contenders the default's 4,096 happen to hold."""
+    import planner.search as search
+    from cost_models.total import step_floor
+    name, gpus, seq, gbs, over = case
+    spec, m, tr, hw, lay = _setup(name, gpus, seq, gbs)
+    tr = replace(tr, **over)
+    lay = lay.take(np.nonzero(search.structural_infeasibility(m, tr, lay) < 0)[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step = np.broadcast_to(evaluate(m, tr, hw, lay)["step_time_s"], (len(lay),))
+        floor = np.broadcast_to(step_floor(m, tr, hw, lay), (len(lay),))
+    assert np.all(floor <= step * (1 + 1e-12)), "floor above a step time"
+    assert np.any(floor < 0.5 * step) and np.any(floor > 0.9 * step)  # neither trivial nor the step itself
+    # the bound from any subset of the fitting candidates' step times is at or above every contender's step
+    with np.errstate(divide="ignore", invalid="ignore"):
+        met = evaluate(m, tr, hw, lay)
+    fits = np.nonzero(search.infeasibility(m, tr, hw, lay, met) < 0)[0]
+    rng = np.random.default_rng(0)
+    for top_k in (1, 5, 40):
+        worst = step[fits][search.contenders("throughput", {"step_time_s": step[fits],
+                                                            "mem_total": met["mem_total"][fits]}, top_k)].max()
+        for size in (top_k, 64, len(fits) // 2):
+            picks = [rng.choice(fits, size=size, replace=False), fits[np.argsort(step[fits])[:size]]]
+            for pick in picks:  # a random subset, and the fastest (where a wrong bound is tightest)
+                assert worst <= search.contender_bound(step[pick], top_k), (top_k, size)
+
+    timed = []
+    real = search.evaluate
+
+    def counting(*a, **k):
+        timed.append(len(a[3]))
+        return real(*a, **k)
+
+    for top_k in (1, 5, 40):
+        runs = {}
+        for first in (64, search.FLOOR_FIRST, 10**9):
+            timed.clear()
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(search, "FLOOR_FIRST", first)
+                mp.setattr(search, "evaluate", counting)
+                res = search.run_search(m, tr, hw, [gpus // 2, gpus], Pins(), top_k=top_k, objective="throughput")
+            runs[first] = (res, sum(timed))
+        every, n_every = runs.pop(10**9)
+        for first, (pruned, n_pruned) in runs.items():
+            assert [pruned.layout.row(j) for j in range(len(pruned.layout))] == \
+                   [every.layout.row(j) for j in range(len(every.layout))], (first, top_k)
+            for k, v in every.metrics.items():
+                assert np.array_equal(pruned.metrics[k], v, equal_nan=True), (first, top_k, k)
+            assert (pruned.feasible, pruned.candidates, pruned.infeasible_by_reason) == \
+                   (every.feasible, every.candidates, every.infeasible_by_reason)
+            if first == search.FLOOR_FIRST and every.feasible > 2 * first:
+                assert n_pruned < n_every

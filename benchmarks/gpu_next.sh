@@ -22,6 +22,13 @@ mkdir -p "$R/host"
 pack() { tar czf "${OUT:-/tmp}/results.tgz" --exclude='*.pickle' "$R" 2>/dev/null; }
 
 nvidia-smi -L > "$R/host/gpu.txt" 2>&1
+# Every step below builds on the H100 runs (the 2026-11-22 refit profile, grid entries sized for 80 GB): on another
+# GPU kind (this workplace has since lent H200s) stop at once rather than spend device minutes on a mismatched profile
+if ! grep -q "H100" "$R/host/gpu.txt"; then
+  echo "this call is prepared for an H100 and this GPU is: $(head -1 "$R/host/gpu.txt")"
+  echo "there: python3 -m planner.cli calibrate --out $R/calibrated.toml, then benchmarks/gpu_grid.py --hardware $R/calibrated.toml"
+  pack; exit 3
+fi
 lscpu > "$R/host/lscpu.txt" 2>&1
 python3 - > "$R/host/sdpa_choice.txt" 2>&1 <<'EOF'
 import torch

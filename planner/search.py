@@ -344,7 +344,8 @@ def contender_bound(steps, top_k: int) -> float:
     """A step time no throughput contender exceeds (contenders(): the near-ties of the fastest and the top_k fastest),
     from the step times of any subset of the candidates: over more candidates the fastest and the top_k-th fastest can
     only be faster, so the bound from a subset holds for the whole search; inf below top_k steps."""
-    steps = np.asarray(steps)
+    steps = np.asarray(steps, dtype=float)
+    steps = steps[np.isfinite(steps)]  # a NaN step (none is known) would make the bound NaN and leave out everything
     if len(steps) < top_k:
         return np.inf
     return max(steps.min() * (1 + NEAR_TIE), np.partition(steps, top_k - 1)[top_k - 1])

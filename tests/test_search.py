@@ -943,6 +943,9 @@ def test_step_floor_is_under_every_step_and_the_timed_subset_changes_no_answer(c
             for pick in picks:  # a random subset, and the fastest (where a wrong bound is tightest)
                 assert worst <= search.contender_bound(step[pick], top_k), (top_k, size)
 
+    assert search.contender_bound([1.0, np.nan, 2.0, 3.0], 2) == 2.0  # a NaN step would otherwise bound at NaN
+    assert search.contender_bound([1.0, 2.0], 5) == np.inf
+
     timed = []
     real = search.evaluate
 

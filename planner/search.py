@@ -153,6 +153,9 @@ def _grid(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: bool = Tr
     # on one GPU is ZeRO-1 over a single shard): there the stage is what moves the states to the host
     one_shard_offload = (off > 0) & (not pins.fsdp_native)
     keep = keep & (~((zero > 0) & (shards == 1) & ~one_shard_offload) | (pins.zero is not None))
+    # ...where ZeRO-2 over one shard is ZeRO-1 again (the gradients it would shard are whole): the same prediction
+    # in two rows of the table, so only ZeRO-1 is searched there (ZeRO-3 differs: its parameters go to the host too)
+    keep = keep & (~((zero == 2) & (shards == 1) & one_shard_offload) | (pins.zero is not None))
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
     if pins.fsdp_native:

@@ -634,12 +634,16 @@ def test_zero_without_shards_is_not_searched():
     z, dp, cp, off = (np.asarray(getattr(over, k)) for k in ("zero", "dp", "cp", "offload"))
     assert not np.any((z > 0) & (dp * cp == 1) & (off == 0))
     assert np.any((z > 0) & (dp * cp == 1) & (off > 0))  # optimizer offload is a ZeRO mode, even over one shard
+    # ...where ZeRO-2 is ZeRO-1 again (its gradients whole): one of the two is searched, not the same plan twice
+    assert np.any((z == 1) & (dp * cp == 1) & (off > 0)) and not np.any((z == 2) & (dp * cp == 1) & (off > 0))
     assert np.any((z > 0) & (dp == 1) & (cp > 1))  # cp ranks are ZeRO's shards here
     z, dp, cp, off = (np.asarray(getattr(apart, k)) for k in ("zero", "dp", "cp", "offload"))
     assert not np.any((z > 0) & (dp == 1) & (off == 0)) and np.any((z > 0) & (cp > 1))
     assert len(apart) < len(over)
     pinned = build_layouts(m, 8, 64, Pins(zero=1, dp=1), zero_over_cp=False)  # a pin is kept as asked
     assert len(pinned) and np.all(np.asarray(pinned.zero) == 1)
+    pinned = build_layouts(m, 8, 64, Pins(zero=2, dp=1, offload="optimizer"), zero_over_cp=False)
+    assert len(pinned) and np.all(np.asarray(pinned.zero) == 2)
 
 
 def test_nothing_fits_suggestions_keep_or_name_the_pins():

@@ -167,10 +167,10 @@ def _live_totals(allocs, skip_collectives: bool, live: Optional[dict] = None):
 
 _COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 
-# A 16-bit matmul on a CPU without native bf16/fp16 instructions (no AVX512-BF16 or AMX) computes into an fp32
-# buffer of the output's size inside aten::mm and frees it there: 134 MB beside the 67 MB bf16 logits of a
-# 1,024-token, 32,768-vocabulary head on this project's 2-core Xeon (2026-11-28), none on a CPU with those
-# instructions, and none on a GPU, whose matmuls write their output directly.  The GPU-like replay leaves it out.
+# A 16-bit matmul on a CPU allocates scratch inside aten::mm and frees it there: without native bf16 instructions
+# (no AVX512-BF16 or AMX) an fp32 buffer of the output's size, 134 MB beside the 67 MB bf16 logits of a 1,024-token,
+# 32,768-vocabulary head on one of this project's 2-core Xeons; with AMX 0.5-1.0 MiB beside an 8 MiB output on
+# another (both 2026-11-28); none on a GPU, whose matmuls write their output directly.  The GPU-like replay leaves it out.
 _MATMUL_OPS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm"})
 
 

@@ -151,11 +151,10 @@ def _grid(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: bool = Tr
     shards = dp * cp if zero_over_cp else dp
     # ...except under optimizer offload, which the frameworks run under ZeRO only (DeepSpeed's ZeRO-Offload
     # on one GPU is ZeRO-1 over a single shard): there the stage is what moves the states to the host
-    one_shard_offload = (off > 0) & (not pins.fsdp_native)
+    # on one shard ZeRO-2 is ZeRO-1's plan (the gradients it would shard are whole), so offload there is ZeRO-1 or
+    # ZeRO-3 (whose parameters go to the host too)
+    one_shard_offload = (off > 0) & (not pins.fsdp_native) & (zero != 2)
     keep = keep & (~((zero > 0) & (shards == 1) & ~one_shard_offload) | (pins.zero is not None))
-    # ...where ZeRO-2 over one shard is ZeRO-1 again (the gradients it would shard are whole): the same prediction
-    # in two rows of the table, so only ZeRO-1 is searched there (ZeRO-3 differs: its parameters go to the host too)
-    keep = keep & (~((zero == 2) & (shards == 1) & one_shard_offload) | (pins.zero is not None))
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
     if pins.fsdp_native:
@@ -360,7 +359,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
     layouts, metric_list = [], []
     candidates, skipped, floored = 0, [np.array([], dtype=int)], []
     misses = []  # per evaluated batch, its smallest-footprint candidate that did not fit: (footprint, layout)
-    unranked = [0]  # candidates that fit but were not timed: their step-time floor is past every contender
+    unranked = 0  # candidates that fit but were not timed: their step-time floor is past every contender
     timed_steps = []  # step times of every timed candidate so far (throughput: the contender bound)
 
     def time_fitting(lay, fits, mem):
@@ -377,6 +376,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         the candidates with the lowest step-time floor (total.step_floor) are timed first, and the rest only where
         their floor is within the step time that bounds every contender: a candidate past it cannot be among
         contenders(), so the plans are the same as timing all (tests/test_search.py), about a third of the time."""
+        nonlocal unranked
         with np.errstate(divide="ignore", invalid="ignore"):
             mem = memory(m, tr, lay)
             reason = infeasibility(m, tr, hw, lay, {"mem_total": mem["total"], "mem_offloaded": mem["offloaded"]},
@@ -389,20 +389,13 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
                 first[np.argpartition(floor, FLOOR_FIRST - 1)[:FLOOR_FIRST]] = True
                 met = time_fitting(lay, fits[first], mem)
                 within = ~first & (floor <= contender_bound(np.concatenate(timed_steps), top_k))
-                unranked[0] += int(np.count_nonzero(~first & ~within))
-                timed = first | within
+                unranked += int(np.count_nonzero(~first & ~within))
                 if np.any(within):
-                    # both parts back into candidate order: each row where its candidate stands among the timed
+                    # both parts back into candidate order (it breaks exact ties in sort_key)
                     met_within = time_fitting(lay, fits[within], mem)
-                    slot = np.cumsum(timed)[timed] - 1
-                    where_first, where_within = slot[first[timed]], slot[within[timed]]
-                    both = {}
-                    for k, v in met.items():
-                        col = np.empty(len(slot), dtype=np.result_type(v, met_within[k]))
-                        col[where_first], col[where_within] = v, met_within[k]
-                        both[k] = col
-                    met = both
-                layouts.append(lay.take(fits[timed]))
+                    order = np.argsort(np.concatenate([np.flatnonzero(first), np.flatnonzero(within)]))
+                    met = {k: np.concatenate([v, met_within[k]])[order] for k, v in met.items()}
+                layouts.append(lay.take(fits[first | within]))
                 metric_list.append(met)
             elif len(fits):
                 layouts.append(lay.take(fits))
@@ -453,5 +446,5 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
     order = keep[sort_key(objective, sub, sub_met, zero3_counts=not pins.fsdp_native)[:top_k]]
     top = lay.take(order)
     top_met = {k: v[order] for k, v in met.items()}
-    return SearchResult(layout=top, metrics=top_met, candidates=candidates, feasible=len(lay) + unranked[0],
+    return SearchResult(layout=top, metrics=top_met, candidates=candidates, feasible=len(lay) + unranked,
                         seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason)

@@ -149,10 +149,13 @@ def main() -> None:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    entries = dict(grid())
+    unknown = [n for n in a.only or () if n not in entries]
+    if unknown:
+        ap.error(f"no grid entry {', '.join(unknown)}; the entries: {', '.join(entries)}")
     rows = []
-    for name, args in grid():
-        if a.only and name not in a.only:
-            continue
+    for name in a.only or entries:  # --only's order: a call short of time runs the entries it names first
+        args = entries[name]
         if a.summarize:
             rep = out / name / "report.json"
             if rep.exists():

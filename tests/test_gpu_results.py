@@ -376,3 +376,49 @@ def test_launch_summary_compares_the_hosts_dispatch_with_the_profile():
     assert "calibrate --host-only" in other
     assert "launch-bound: the device waited" in same and "2.34 ms" in same and "2.44 ms" in same
     assert "--host-only" not in same
+
+
+# ---------------------------------------------------------------------------------------------- other GPU kinds
+
+def _gpu_grid():
+    spec = importlib.util.spec_from_file_location("gpu_grid", ROOT / "benchmarks" / "gpu_grid.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_grid_runs_only_entries_in_the_order_given_and_refuses_unknown_names(tmp_path, monkeypatch, capsys):
+    """benchmarks/gpu_h200.sh names the launch-bound entries first so a call short of time has run them."""
+    grid = _gpu_grid()
+    ran = []
+    monkeypatch.setattr(grid, "run_entry", lambda name, *a, **k: ran.append(name) or {"name": name, "error": "stub"})
+    monkeypatch.setattr(sys, "argv", ["gpu_grid.py", "--out", str(tmp_path), "--only", "llama-3b-mbs4-full",
+                                      "llama-0.5b-mbs1-none"])
+    grid.main()
+    assert ran == ["llama-3b-mbs4-full", "llama-0.5b-mbs1-none"]
+    monkeypatch.setattr(sys, "argv", ["gpu_grid.py", "--out", str(tmp_path), "--only", "llama-9b-mbs1-none"])
+    with pytest.raises(SystemExit) as e:
+        grid.main()
+    assert e.value.code == 2 and "no grid entry llama-9b-mbs1-none" in capsys.readouterr().err
+
+
+def test_a_session_on_another_gpu_kind_is_scored_against_its_own_datasheet(tmp_path):
+    """A grids.json naming an H200 session: the datasheet column is the H200 profile, and there is no refit
+    column (calibrate --from-run refuses H100 reports on an H200 base).  The runs are H100 reports copied in
+    to exercise the path; the numbers mean nothing."""
+    import shutil
+    root = tmp_path / "2026-12-01-h200"
+    shutil.copytree(RESULTS2 / "grid" / "llama-1.3b-mbs4-none", root / "grid" / "llama-1.3b-mbs4-none")
+    shutil.copy(ROOT / "hardware_profiles" / "h200-sxm-141gb.toml", root / "h200-calibrated.toml")
+    (root / "grids.json").write_text(json.dumps({"about": "test", "gpu": "H200", "datasheet": "h200-sxm-141gb",
+                                                 "grids": {"grid": {"calibrated": "h200-calibrated.toml",
+                                                                    "same_machine": True}}}))
+    data = _gpu_accuracy().build_session(root)[1]
+    (r,) = data["runs"]
+    assert set(r["pred"]) == {"datasheet", "calibrated"}
+    plan = r["plan"]
+    expect = evaluate_plan(plan.model_copy(update={"hardware": plan.hardware.model_copy(
+        update={"name": "h200-sxm-141gb"})})).prediction.step_time_s
+    h100 = evaluate_plan(plan.model_copy(update={"hardware": plan.hardware.model_copy(
+        update={"name": "h100-sxm-80gb"})})).prediction.step_time_s
+    assert r["pred"]["datasheet"][0] == pytest.approx(expect) and expect != pytest.approx(h100)

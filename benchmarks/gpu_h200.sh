@@ -17,22 +17,9 @@
 set -u
 R=${1:?give the results folder, e.g. benchmarks/results/2026-12-01-h200}
 LIMIT=${LIMIT:-560}  # seconds this script may take in all (the device tool stops a command at 600)
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  >/dev/null 2>&1 || { echo "pip failed: put the pydantic wheels in .whl/"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD
-mkdir -p "$R/host"
-pack() { tar czf "${OUT:-/tmp}/results.tgz" --exclude='*.pickle' "$R" 2>/dev/null; }
-
-nvidia-smi -L > "$R/host/gpu.txt" 2>&1
-if ! grep -q "H200" "$R/host/gpu.txt"; then
-  echo "this call is prepared for an H200 and this GPU is: $(head -1 "$R/host/gpu.txt")"
-  echo "on an H100: bash benchmarks/gpu_next.sh; elsewhere: python3 -m planner.cli calibrate --out $R/calibrated.toml,"
-  echo "then python3 benchmarks/gpu_grid.py --out $R/grid --hardware $R/calibrated.toml"
-  pack; exit 3
-fi
+KIND=H200
+. benchmarks/gpu_call_start.sh
 nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm --format=csv > "$R/host/nvidia-smi.csv" 2>&1
-lscpu > "$R/host/lscpu.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda); \
 print('total_memory', torch.cuda.get_device_properties(0).total_memory)" > "$R/host/torch.txt" 2>&1
 cat "$R/host/gpu.txt" "$R/host/nvidia-smi.csv" "$R/host/torch.txt"; pack

@@ -14,22 +14,9 @@
 # Everything lands under the results folder and is packed into $OUT/results.tgz after each step.
 set -u
 R=${1:?give the results folder, e.g. benchmarks/results/2026-12-01-h100}
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  >/dev/null 2>&1 || { echo "pip failed: put the pydantic wheels in .whl/"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD
-mkdir -p "$R/host"
-pack() { tar czf "${OUT:-/tmp}/results.tgz" --exclude='*.pickle' "$R" 2>/dev/null; }
-
-nvidia-smi -L > "$R/host/gpu.txt" 2>&1
-# Every step below builds on the H100 runs (the 2026-11-22 refit profile, grid entries sized for 80 GB): on another
-# GPU kind (this workplace has since lent H200s) stop at once rather than spend device minutes on a mismatched profile
-if ! grep -q "H100" "$R/host/gpu.txt"; then
-  echo "this call is prepared for an H100 and this GPU is: $(head -1 "$R/host/gpu.txt")"
-  echo "there: python3 -m planner.cli calibrate --out $R/calibrated.toml, then benchmarks/gpu_grid.py --hardware $R/calibrated.toml"
-  pack; exit 3
-fi
-lscpu > "$R/host/lscpu.txt" 2>&1
+# every step below builds on the H100 runs (the 2026-11-22 refit profile, grid entries sized for 80 GB)
+KIND=H100
+. benchmarks/gpu_call_start.sh
 python3 - > "$R/host/sdpa_choice.txt" 2>&1 <<'EOF'
 import torch
 from torch.nn.attention import SDPBackend

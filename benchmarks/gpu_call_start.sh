@@ -1,0 +1,20 @@
+# Sourced by the one-call device scripts (gpu_next.sh, gpu_h200.sh) after they set R (the results folder) and
+# KIND (the GPU the call is prepared for, as nvidia-smi names it): installs the carried wheels (.whl/), makes
+# $R/host, defines pack (everything under $R into $OUT/results.tgz), and stops the call at once (exit 3) on
+# any other GPU kind rather than spend device minutes on a mismatched profile.
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  >/dev/null 2>&1 || { echo "pip failed: put the pydantic wheels in .whl/"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD
+mkdir -p "$R/host"
+pack() { tar czf "${OUT:-/tmp}/results.tgz" --exclude='*.pickle' "$R" 2>/dev/null; }
+
+nvidia-smi -L > "$R/host/gpu.txt" 2>&1
+if ! grep -q "$KIND" "$R/host/gpu.txt"; then
+  echo "this call is prepared for an $KIND and this GPU is: $(head -1 "$R/host/gpu.txt")"
+  echo "on an H100: bash benchmarks/gpu_next.sh; on an H200: bash benchmarks/gpu_h200.sh; elsewhere:"
+  echo "python3 -m planner.cli calibrate --out $R/calibrated.toml, then"
+  echo "python3 benchmarks/gpu_grid.py --out $R/grid --hardware $R/calibrated.toml"
+  pack; exit 3
+fi
+lscpu > "$R/host/lscpu.txt" 2>&1

@@ -12,7 +12,7 @@
 #    (the class that missed the 15 % step bar on the H100s when calibrated on another machine), until the
 #    call's time is spent;
 # 4. grids.json, so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every report
-#    under the datasheet H200 profile, this calibrate, and this calibrate refit over the H100 phase reports.
+#    under the datasheet H200 profile and this calibrate (no refit: calibrate --from-run refuses H100 reports here).
 # Everything lands under the results folder and is packed into $OUT/results.tgz after each step.
 set -u
 R=${1:?give the results folder, e.g. benchmarks/results/2026-12-01-h200}
@@ -31,7 +31,7 @@ echo "calibrate rc=$? took $(( SECONDS - t0 )) s" | tee -a "$R/calibrate.log"; t
 [ -f "$R/h200-calibrated.toml" ] || { echo "no calibrated profile; skipping the grid"; exit 0; }
 
 python3 - "$R" <<'EOF'
-import json, subprocess, sys
+import json, sys
 torch_line = open(sys.argv[1] + "/host/torch.txt").readline().strip()
 gpu = open(sys.argv[1] + "/host/gpu.txt").readline().strip()
 json.dump({"about": f"One device call of benchmarks/gpu_h200.sh on {gpu} ({torch_line}): the calibrate and every run of "
@@ -43,6 +43,8 @@ EOF
 
 left=$(( LIMIT - SECONDS ))
 echo "grid: ${left} s left"
+# `timeout 0` would mean no limit at all: with under a minute left there is no grid entry to finish anyway
+[ "$left" -ge 60 ] || { pack; echo "no time left for the grid"; exit 0; }
 timeout "$left" python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h200-calibrated.toml" --only \
   llama-0.5b-mbs1-none llama-1.3b-mbs1-full llama-1.3b-mbs4-none llama-3b-mbs4-full gpt-1.3b-mbs4-none \
   llama-0.5b-mbs1-full llama-1.3b-mbs1-none llama-3b-mbs1-none llama-1.3b-mbs4-selective llama-3b-mbs4-none \

@@ -87,8 +87,10 @@ def run_entry(name: str, args: list[str], out: Path, steps: int, hardware: str |
     (d / "command.txt").write_text(shlex.join(rec) + " | " + shlex.join(launch) + "\n")
     t0 = time.time()
     plan = subprocess.run(rec, capture_output=True, text=True)
-    (d / "plan.json").write_text(plan.stdout)
     if plan.returncode != 0:
+        # launch writes plan.json itself, and refuses a folder whose plan.json holds another plan (its
+        # own serialisation can differ from recommend's stdout), so recommend's output is kept only on failure
+        (d / "recommend.json").write_text(plan.stdout)
         return {"name": name, "error": f"recommend exit {plan.returncode}: {plan.stderr.strip()[-300:]}"}
     job = subprocess.run(launch, input=plan.stdout, capture_output=True, text=True)
     (d / "launch.log").write_text(job.stderr)

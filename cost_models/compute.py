@@ -315,6 +315,7 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     # kernel's output and re-runs unfused attention)
     attn_all = at_f + at_b + np.where(full | selective, at_f, np.where(op, 0.0 if flash else at_f, 0.0))
     return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale, "wgrad": mm_f * scale, "gpu": gpu, "host": host,
+            "gpu_fwd": fwd, "host_fwd": host * hw.host_fwd_share[np.asarray(lay.recompute, dtype=int)],
             "gemm": mm_f + mm_b + np.where(full, mm_f, np.where(op, op_gemm, 0.0)), "attention": at_f + at_b,
             "attention_all": attn_all}
 

@@ -6,7 +6,7 @@ bytes, seconds and FLOP/s only.  Nothing here imports torch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +39,7 @@ class HardwareConstants:
     host_link_bytes_per_s: float
     host_memory_bytes_per_s_per_node: float
     host_block_s: np.ndarray  # host dispatch seconds per block fwd+bwd, indexed by recompute code (0 = not measured)
+    host_fwd_share: np.ndarray = field(default_factory=lambda: np.zeros(4))  # host_block_s's forward share (0 = not measured)
     overlap_slowdown: float = 0.0  # profile.overlap_compute_slowdown
     optimizer_bw_fraction: float = 1.0  # profile.optimizer_bandwidth_fraction
     optimizer_host_per_tensor_s: float = 0.0  # profile.optimizer_host_per_tensor_s
@@ -94,6 +95,8 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         # selective-op re-dispatches nearly every op of the block, as full does: full's host time unless measured
         host_block_s=np.array([profile.host_block_s.get(k, 0.0) for k in ("none", "selective", "full")]
                               + [profile.host_block_s.get("selective-op", profile.host_block_s.get("full", 0.0))]),
+        host_fwd_share=np.array([profile.host_forward_share.get(k, 0.0) for k in ("none", "selective", "full")]
+                                + [profile.host_forward_share.get("selective-op", profile.host_forward_share.get("full", 0.0))]),
         overlap_slowdown=profile.overlap_compute_slowdown,
         optimizer_bw_fraction=profile.optimizer_bandwidth_fraction,
         optimizer_host_per_tensor_s=profile.optimizer_host_per_tensor_s,

@@ -260,6 +260,21 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     bf = bubble_factor(lay, m_micro, (bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]))
     t_pipe = (m_micro + bf) * t_stage
     bubble_s = bf * t_stage
+    # The host dispatches and the GPU runs the same kernels in the same order: a two-machine flow shop, whose
+    # makespan is the largest over the job sequence of (host time up to a job + GPU time from it on) (Johnson,
+    # "Optimal two- and three-stage production schedules", Naval Research Logistics Quarterly 1, 1954).  Blocks
+    # are uniform and a micro-batch's forward then backward are two runs of them, so beyond max(GPU, host) two
+    # terms can lead: a host-bound forward before a GPU-bound backward delays the first backward (the GPU waits
+    # for the host once), and a GPU-bound last backward runs after the host is done.  One-stage plans only (a
+    # pipeline schedule's order is another job sequence); a profile without host_forward_share leaves it out.
+    rec_i = np.asarray(lay.recompute, dtype=int)
+    share = hw.host_fwd_share[rec_i] + 0.0 * t_pipe
+    h_f, g_f = bt["host_fwd"], bt["gpu_fwd"]
+    h_b, g_b = bt["host"] - h_f, bt["gpu"] - g_f
+    g_all, h_all = m_micro * blocks_first * bt["gpu"], m_micro * blocks_first * bt["host"]
+    flow = np.maximum(g_all + blocks_first * (h_f - g_f), h_all + blocks_first * (g_b - h_b)) - np.maximum(g_all, h_all)
+    dispatch_wait = np.where(single & (share > 0), np.maximum(flow, 0.0), 0.0)
+    t_pipe = t_pipe + dispatch_wait
 
     # ---- data parallel (per step), on the heaviest stage's parameters
     stage_params = np.maximum(np.maximum(blocks_first * per_layer + emb_params + np.where(head_first, head_params, 0.0),
@@ -402,7 +417,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     hfu = hw_tflops * 1e12 / hw.peak_flops
 
     # ---- Amdahl: T1 = the whole job's pure compute on one GPU = n x per-GPU compute time.
-    t_compute = m_micro * compute_stage
+    t_compute = m_micro * compute_stage + dispatch_wait
     n = np.asarray(lay.gpus, dtype=float)
     speedup = n * t_compute / step
     # a layout slower than one GPU's compute (speedup < 1: communication over a slow network) has no Amdahl

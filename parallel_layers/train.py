@@ -349,11 +349,14 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     red = rt.extra.get("grad_reduction")
     if red is not None:
         red.begin_step()
+    rt.extra.pop("forward_dispatched_at", None)
     if rt.schedule is None:
         loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab, fused_loss(rt.plan))
         losses = []
         for x, y in zip(inputs.chunk(nmb), targets.chunk(nmb)):
             loss = loss_fn(rt.stage_modules[0](x), y)
+            # the host has enqueued the first micro-batch's forward: what the backward waits on in a flow shop
+            rt.extra.setdefault("forward_dispatched_at", time.perf_counter())
             (loss / nmb).backward()
             losses.append(loss.detach())  # no .item() here: it would stall the host every micro-batch
         if main_grads(rt):
@@ -477,10 +480,13 @@ def step_phases(rt: Runtime, t0: float, t_fb: float, t_end: float) -> dict:
     the last forward/backward kernel; ``fwd_bwd_s`` until the forward/backward was done on the device
     (the loss read waits for it; only on ranks holding the last stage, else null); ``after_s`` the
     gradient reduction and optimizer step after it.  A launch-bound run has host_dispatch_s close to
-    fwd_bwd_s; a device-bound one ends its dispatch early."""
+    fwd_bwd_s; a device-bound one ends its dispatch early.  ``host_forward_s`` (one-stage plans only, else
+    null): until the host had enqueued the first micro-batch's forward and loss, before its backward."""
     dispatched = rt.extra.get("dispatched_at")
+    forward = rt.extra.get("forward_dispatched_at")
     synced = rt.holds_last
     return {"host_dispatch_s": None if dispatched is None else dispatched - t0,
+            "host_forward_s": None if forward is None else forward - t0,
             "fwd_bwd_s": t_fb - t0 if synced else None, "after_s": t_end - t_fb if synced else None}
 
 
@@ -728,7 +734,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "steps": steps,
         "median": {"step_time_s": med("step_time_s"), "tokens_per_s": at_median_step("tokens_per_s"),
                    "mfu": at_median_step("mfu"),
-                   "host_dispatch_s": med("host_dispatch_s"), "fwd_bwd_s": med("fwd_bwd_s"), "after_s": med("after_s")},
+                   "host_dispatch_s": med("host_dispatch_s"), "host_forward_s": med("host_forward_s"),
+                   "fwd_bwd_s": med("fwd_bwd_s"), "after_s": med("after_s")},
         "peak_memory_bytes": {str(r): m for r, m in enumerate(memories)},
         "cpu_memory": cpu_memory,
         "params_per_rank": params_per_rank,

@@ -630,12 +630,16 @@ def _host_probe_plan(blocks: int, recompute: str, device_type: str):
                      suggest=False)
 
 
-def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HOST_MODES) -> dict[str, float]:
+def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HOST_MODES,
+                       shares: dict | None = None) -> dict[str, float]:
     """Host seconds to dispatch one block's forward + backward in parplan's own runtime, per recompute
     mode: the runtime (torchrun, --compile on cuda, as `parplan launch` runs it) trains the tiny probe
     with 2 and with 10 blocks; (median step time difference) / 8.  The per-step costs (embedding,
     head, optimizer launch, synchronisation) cancel in the difference.  All the runs share one
-    process (`parallel_layers.probe`): one start-up instead of one per run."""
+    process (`parallel_layers.probe`): one start-up instead of one per run.  `shares`, if given, gets
+    each mode's forward share of that dispatch (the profile's host_forward_share): the difference of the
+    runs' forward dispatch (`host_forward_s`) over the difference of their whole dispatch, where both are
+    in the reports and the share lies in (0, 1)."""
     import subprocess
 
     from .launch import job_env
@@ -670,11 +674,19 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
             raise CalibrationError(f"host-dispatch probe ({missing[0] if missing else 'exit ' + str(job.returncode)}) "
                                    f"failed: {' | '.join(tail)}")
         for mode in modes:
-            times = []
+            times, fwd, disp = [], [], []
             for blocks in HOST_BLOCKS:
                 rep = json.loads((Path(tmp) / f"report-{mode}-{blocks}.json").read_text())
-                times.append(statistics.median(st["step_time_s"] for st in rep["steps"][rep["warmup_steps"]:]))
+                after = rep["steps"][rep["warmup_steps"]:]
+                times.append(statistics.median(st["step_time_s"] for st in after))
+                if all(st.get("host_forward_s") is not None and st.get("host_dispatch_s") is not None for st in after):
+                    fwd.append(statistics.median(st["host_forward_s"] for st in after))
+                    disp.append(statistics.median(st["host_dispatch_s"] for st in after))
             out[mode] = max(0.0, (times[1] - times[0]) / (HOST_BLOCKS[1] - HOST_BLOCKS[0]))
+            if shares is not None and len(fwd) == 2 and disp[1] > disp[0]:
+                share = (fwd[1] - fwd[0]) / (disp[1] - disp[0])
+                if 0 < share < 1:
+                    shares[mode] = share
     return out
 
 
@@ -746,6 +758,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     coll: list[dict] = []
     copy_gbps = h2d = d2h = None
     host_block: dict[str, float] = {}
+    host_share: dict[str, float] = {}
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                   console=console, transient=False) as prog:
@@ -770,7 +783,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                 adv()
             prog.update(task, description="host dispatch per block (parplan's runtime, 6 short runs)")
             torch.cuda.empty_cache()
-            host_block = measure_host_block("cuda", advance=adv)
+            host_block = measure_host_block("cuda", advance=adv, shares=host_share)
         prog.update(task, description="done")
 
     data = base_profile.model_dump(mode="json")
@@ -795,6 +808,11 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         measured_fields.append("host_link_gbytes_per_s")
         data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_block.items()}
         measured_fields.append("host_block_s")
+        # a base's share belongs to its own host's dispatch times: the modes re-measured here drop it
+        data["host_forward_share"] = {**{k: v for k, v in (data.get("host_forward_share") or {}).items()
+                                         if k not in host_block}, **{k: float(f"{v:.3g}") for k, v in host_share.items()}}
+        if host_share:
+            measured_fields.append("host_forward_share")
         # what the CUDA allocator can use (cudaDeviceProp.totalGlobalMem): below nvidia-smi's memory.total, which
         # counts memory the driver keeps (an H100 80GB: about 79.1 GiB against 81,559 MiB)
         data["hbm_gbytes"] = round(device_capacity_bytes() / 1e9, 2)
@@ -841,7 +859,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         src += f"; pinned H2D {h2d:.1f} / D2H {d2h:.1f} GB/s"
         src += ("; host dispatch per block fwd+bwd (runtime, compiled, probe of hidden 256 x 128 tokens, "
                 f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks): " +
-                ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host_block.items()))
+                ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host_block.items()) +
+                ("; the forward's share of it " + ", ".join(f"{k} {v:.2f}" for k, v in host_share.items())
+                 if host_share else ""))
     if net_note:
         src += f"; {net_note}"
     data["sources"] = list(data.get("sources") or []) + [src] + [f"[calibrate] {n}" for n in notes]
@@ -884,13 +904,18 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         task = prog.add_task(f"host dispatch per block (parplan's runtime, {n} short runs)", total=n)
-        host = measure_host_block(dev.type, steps=steps, advance=lambda: prog.advance(task), modes=modes)
+        shares: dict[str, float] = {}
+        host = measure_host_block(dev.type, steps=steps, advance=lambda: prog.advance(task), modes=modes, shares=shares)
     elapsed = time.perf_counter() - t_start
     data = base_profile.model_dump(mode="json")
     data["name"] = host_name  # not the base's: this file is not the shipped (or refit) profile
     data["host_block_s"] = {**(data.get("host_block_s") or {}), **{k: float(f"{v:.4g}") for k, v in host.items()}}
+    # a share measured on another host with other dispatch times does not carry: the modes re-measured drop it
+    data["host_forward_share"] = {**{k: v for k, v in (data.get("host_forward_share") or {}).items() if k not in host},
+                                  **{k: float(f"{v:.3g}") for k, v in shares.items()}}
     where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: FOR TESTING ONLY)"
-    what = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host.items())
+    what = ", ".join(f"{k} {v * 1e3:.2f} ms" + (f" (forward share {shares[k]:.2f})" if k in shares else "")
+                     for k, v in host.items())
     data["sources"] = list(data.get("sources") or []) + [
         f"[calibrate --host-only] {TOOL} --host-only --device {dev.type} --base {base_profile.name} ({_today()}, {where}): "
         f"host dispatch per block fwd+bwd (runtime{', compiled' if on_gpu else ''}, probe of hidden 256 x 128 tokens, "
@@ -1010,12 +1035,29 @@ def read_report(path: str) -> dict:
             v = m.get("reserved") if isinstance(m, dict) else None
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
                 reserved.append(float(v))
-    after = [s.get("after_s") for s in steps[warmup:] or steps if isinstance(s, dict)]
-    after_ok = after and all(isinstance(a, (int, float)) and not isinstance(a, bool) and a > 0 for a in after)
+    def phase(key):
+        """A step phase's median over the measured steps, where every one of them has it (else None)."""
+        vals = [s.get(key) for s in steps[warmup:] or steps if isinstance(s, dict)]
+        ok = vals and all(isinstance(a, (int, float)) and not isinstance(a, bool) and a > 0 for a in vals)
+        return statistics.median(vals) if ok else None
+
     return {"path": str(path), "plan": plan, "device": device, "torch_version": data.get("torch_version"),
             "step_time_s": statistics.median(measured), "steps_used": len(measured),
             "reserved_bytes": max(reserved) if reserved else None,
-            "after_s": statistics.median(after) if after_ok else None}
+            "after_s": phase("after_s"), "host_forward_s": phase("host_forward_s"),
+            "host_dispatch_s": phase("host_dispatch_s")}
+
+
+def measured_forward_share(run: dict) -> float | None:
+    """The forward's share of a launch-bound one-stage run's dispatch, from its report's phases: the first
+    micro-batch's forward dispatch (host_forward_s) over one micro-batch's share of the whole dispatch.  It
+    counts the embedding, head and loss with the forward and their backward with the rest, unlike the calibrate
+    probe's difference of two block counts."""
+    plan = run["plan"]
+    if plan.parallel.pp != 1 or not run.get("host_forward_s") or not run.get("host_dispatch_s"):
+        return None
+    share = run["host_forward_s"] * plan.training.num_microbatches / run["host_dispatch_s"]
+    return share if 0 < share < 1 else None
 
 
 def base_from_report(report: str, name: str, console=None) -> str:
@@ -1240,7 +1282,15 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         # launch-bound one): robust to the odd noisy run
         s_new = statistics.median(s for (s, _), lb in zip(fits, bound) if not lb or all(bound))
         s_new = min(1.0, max(1e-4, s_new))
-        candidate = base_fit.model_copy(update={"sustained_matmul_fraction": s_new})
+        # the forward's share of the dispatch, measured (not fitted) in launch-bound one-stage runs' phases: before
+        # the host fit, which solves each launch-bound run's step for its dispatch under these shares
+        share_fits: dict[str, list[float]] = {}
+        for r, lb in zip(runs, bound):
+            sh = measured_forward_share(r) if lb else None
+            if sh is not None:
+                share_fits.setdefault(r["plan"].parallel.recompute, []).append(sh)
+        share_new = {**base_profile.host_forward_share, **{k: statistics.median(v) for k, v in share_fits.items()}}
+        candidate = base_fit.model_copy(update={"sustained_matmul_fraction": s_new, "host_forward_share": share_new})
         host_fits: dict[str, list[float]] = {}
         for r, lb in zip(runs, bound):
             if lb and base_profile.host_block_s:
@@ -1257,6 +1307,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         data["sustained_matmul_fraction"] = float(f"{s_new:.6g}")
         data["memory_reserve_gbytes"] = round(new_reserve, 4)
         data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_new.items()}
+        data["host_forward_share"] = {k: float(f"{v:.3g}") for k, v in share_new.items()}
         if opt_fit:
             data["optimizer_bandwidth_fraction"] = float(f"{opt_fit[0]:.4g}")
             data["optimizer_host_per_tensor_s"] = float(f"{opt_fit[1]:.4g}")
@@ -1266,7 +1317,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         names = " ".join(labels) + (f" (in {under})" if under not in ("", ".") else "")
         what = (f"{_today()}: {TOOL} --from-run ({len(runs)} report{'s' if len(runs) > 1 else ''} on "
                 f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): sustained_matmul_fraction, "
-                + ("host_block_s, " if host_fits else "")
+                + ("host_block_s, " if host_fits else "") + ("host_forward_share, " if share_fits else "")
                 + ("optimizer_bandwidth_fraction, optimizer_host_per_tensor_s, " if opt_fit else "") + "memory_reserve_gbytes")
         data["measured"] = f"{what}; before: {base_profile.measured}" if base_profile.measured else what
         clamped = sum(c for _, c in fits)
@@ -1277,6 +1328,9 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
             f"{f'; {clamped} clamped' if clamped else ''}); "
             + "".join(f"host_block_s.{k} {base_profile.host_block_s.get(k, 0.0) * 1e3:.3g} -> {host_new[k] * 1e3:.3g} ms "
                       f"(median of {len(v)} launch-bound report(s)); " for k, v in host_fits.items())
+            + "".join(f"host_forward_share.{k} {base_profile.host_forward_share.get(k, 0.0):.3g} -> {share_new[k]:.3g} "
+                      f"(median over the phases of {len(v)} launch-bound one-stage report(s)); "
+                      for k, v in share_fits.items())
             + (f"optimizer_bandwidth_fraction {base_profile.optimizer_bandwidth_fraction:g} -> {opt_fit[0]:.4g} and "
                f"optimizer_host_per_tensor_s {base_profile.optimizer_host_per_tensor_s * 1e6:.3g} -> {opt_fit[1] * 1e6:.3g} us "
                f"(least squares over the after-backward phase of {opt_fit[2]} one-rank report(s)); " if opt_fit else "")
@@ -1302,6 +1356,10 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         console.print("host dispatch per block: " + ", ".join(
             f"{k} {base_profile.host_block_s.get(k, 0.0) * 1e3:.3g} -> {host_new[k] * 1e3:.3g} ms ({len(v)} launch-bound run(s))"
             for k, v in host_fits.items()), markup=False, highlight=False)
+    if share_fits:
+        console.print("the forward's share of the dispatch: " + ", ".join(
+            f"{k} {base_profile.host_forward_share.get(k, 0.0):.3g} -> {share_new[k]:.3g} ({len(v)} launch-bound run(s))"
+            for k, v in share_fits.items()), markup=False, highlight=False)
     if opt_fit:
         console.print(f"optimizer step: bandwidth fraction {opt_fit[0]:.3g}, host {opt_fit[1] * 1e6:.3g} us per parameter "
                       f"tensor (least squares over the after-backward phase of {opt_fit[2]} one-rank run(s))",

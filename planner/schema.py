@@ -453,7 +453,7 @@ class HardwareProfile(Strict):
 
     model_config = ConfigDict(allow_inf_nan=False)  # inf/nan would reach the JSON output as Infinity/NaN
 
-    @field_validator("peak_dense_tflops", "host_block_s", "matmul_efficiency_curve", "attention_efficiency_curve",
+    @field_validator("peak_dense_tflops", "host_block_s", "host_forward_share", "matmul_efficiency_curve", "attention_efficiency_curve",
                      mode="before")
     @classmethod
     def _no_booleans_inside(cls, v):
@@ -488,6 +488,15 @@ class HardwareProfile(Strict):
                 raise ValueError(f"{mode} = {s:g}: host seconds per block must be >= 0 (0 or absent = not measured)")
         return v
 
+    @field_validator("host_forward_share")
+    @classmethod
+    def _share_in_unit_interval(cls, v):
+        for mode, s in v.items():
+            if not 0 <= s < 1:
+                raise ValueError(f"{mode} = {s:g}: the forward's share of a block's host dispatch must be in [0, 1) "
+                                 "(0 or absent = not measured)")
+        return v
+
     name: str = Field(description="Profile name, e.g. h100-sxm-80gb.")
     description: str = Field("", description="Human-readable system description.")
     sources: list[str] = Field(default_factory=list, description="Datasheets, papers and measurements behind the numbers.")
@@ -510,6 +519,12 @@ class HardwareProfile(Strict):
         "runtime, by recompute mode (selective-op, if absent, takes full's); a block takes max(GPU time, host time), so small blocks are launch-bound. Measured by "
         "`parplan calibrate` on the machine (it depends on the CPU, torch and the runtime, not the GPU); empty = not measured, "
         "no host bound.")
+    host_forward_share: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
+        default_factory=dict, description="The forward's share of host_block_s, by recompute mode (selective-op, if absent, "
+        "takes full's): the GPU cannot run a micro-batch's backward before the host has dispatched its forward, so a "
+        "step whose forward is launch-bound and backward GPU-bound takes longer than max(GPU, host) (a two-stage flow "
+        "shop). Measured by `parplan calibrate --from-run` from launch reports that carry the forward's dispatch time; "
+        "empty = not measured, no such bound.")
     optimizer_bandwidth_fraction: float = Field(
         1.0, gt=0, le=1, description="Fraction of the streaming bandwidth (hbm_gbytes_per_s x hbm_efficiency) the optimizer "
         "step's passes reach (fused AdamW, master copy-back). Fitted by `parplan calibrate --from-run` from the reports' "

@@ -338,8 +338,8 @@ def test_from_run_fits_host_dispatch_on_launch_bound_reports_only(plan, tmp_path
 
 
 def test_host_only_remeasures_the_dispatch_and_keeps_everything_else(tmp_path):
-    """`calibrate --host-only --base P`: P's fields untouched but host_block_s, which is measured here (the
-    runtime on CPU in this test; on a GPU machine the compiled runtime on its host)."""
+    """`calibrate --host-only --base P`: P's fields untouched but host_block_s and host_forward_share, which are
+    measured here (the runtime on CPU in this test; on a GPU machine the compiled runtime on its host)."""
     from planner.calibrate import calibrate_host
     from rich.console import Console
     import io
@@ -349,8 +349,11 @@ def test_host_only_remeasures_the_dispatch_and_keeps_everything_else(tmp_path):
     assert set(host) == {"none"} and host["none"] > 0
     assert prof.host_block_s["none"] == pytest.approx(host["none"], rel=1e-3)
     assert prof.host_block_s["full"] == base.host_block_s["full"]  # modes not measured are kept
-    same = {k for k in type(base).model_fields if k not in ("host_block_s", "sources", "measured", "name")}
+    same = {k for k in type(base).model_fields
+            if k not in ("host_block_s", "host_forward_share", "sources", "measured", "name")}
     assert all(getattr(prof, k) == getattr(base, k) for k in same)
+    # the forward's share of the dispatch is measured with it (the runtime's reports carry the forward's end)
+    assert set(prof.host_forward_share) == {"none"} and 0 < prof.host_forward_share["none"] < 1
     assert prof.name == "h100-sxm-80gb-host"  # not to be mistaken for the shipped profile
     assert any(s.startswith("[calibrate --host-only]") and "FOR TESTING ONLY" in s for s in prof.sources)
     assert hardware_profiles.load_profile(path) == prof

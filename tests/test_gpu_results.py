@@ -87,7 +87,7 @@ def test_one_microbatch_gradients_grow_as_activations_are_freed():
 
 def _with_host(tmp_path, host: dict) -> str:
     prof = load_hardware("h100-sxm-80gb").model_copy(update={"host_block_s": host, "name": "h100-host-test"})
-    path = tmp_path / f"h100-host-{len(host)}.toml"
+    path = tmp_path / f"h100-host-{len(host)}-{len(list(tmp_path.glob('*.toml')))}.toml"
     path.write_text(profile_toml(prof))
     return str(path)
 
@@ -112,6 +112,48 @@ def test_launch_bound_blocks_take_the_host_time(tmp_path):
     assert not any(w.startswith("launch-bound") for w in big_hosted.prediction.warnings)
 
 
+def _with_share(tmp_path, host: dict, share: dict) -> str:
+    prof = load_hardware("h100-sxm-80gb").model_copy(update={"host_block_s": host, "host_forward_share": share,
+                                                             "name": "h100-share-test"})
+    path = tmp_path / f"h100-share-{len(list(tmp_path.glob('*.toml')))}.toml"
+    path.write_text(profile_toml(prof))
+    return str(path)
+
+
+def _step_on(plan, path) -> float:
+    return evaluate_plan(plan.model_copy(update={"hardware": plan.hardware.model_copy(update={"name": path})})
+                         ).prediction.step_time_s
+
+
+def test_a_launch_bound_forward_delays_the_backward_once_a_step(tmp_path):
+    """The two-machine flow shop (host dispatches, GPU runs): with the host's dispatch of a block about its GPU
+    time, a forward whose dispatch takes most of it leaves the GPU waiting before the backward, so the step
+    exceeds max(GPU, host) -- once a step, not once a micro-batch, and never by more than one micro-batch's
+    dispatch.  Without a measured share the step is max(GPU, host) as before; far from the bound nothing moves."""
+    unmeasured = _with_host(tmp_path, {})
+    one, four = _plan(gbs=8, hardware=unmeasured), _plan(gbs=32, hardware=unmeasured)
+    blocks = one.parallel.stage_layers[0]
+    lo, hi = 0.0, one.prediction.time_breakdown.compute_s / blocks  # the block's GPU time: where the host starts to bind
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _step_on(one, _with_host(tmp_path, {"none": mid})) == one.prediction.step_time_s else (lo, mid)
+    h = 0.9 * hi  # GPU-bound, barely: a forward with 0.6 of the dispatch is host-bound, the backward GPU-bound
+    plain = _with_host(tmp_path, {"none": h})
+    assert _step_on(one, plain) == one.prediction.step_time_s
+    shared = _with_share(tmp_path, {"none": h}, {"none": 0.6})
+    extra_one = _step_on(one, shared) - _step_on(one, plain)
+    extra_four = _step_on(four, shared) - _step_on(four, plain)
+    assert extra_one > 0.05 * _step_on(one, plain)
+    assert extra_one <= blocks * h
+    assert extra_four == pytest.approx(extra_one, rel=1e-6)
+    assert _step_on(one, _with_share(tmp_path, {"none": h}, {})) == _step_on(one, plain)
+    far = h / 20
+    assert _step_on(one, _with_share(tmp_path, {"none": far}, {"none": 0.6})) == pytest.approx(
+        _step_on(one, _with_host(tmp_path, {"none": far})), rel=1e-12)
+    with pytest.raises(ValueError):
+        HardwareProfile(**{**load_hardware("h100-sxm-80gb").model_dump(), "host_forward_share": {"none": 1.2}})
+
+
 def test_host_block_round_trips_through_the_profile_writer(tmp_path):
     path = _with_host(tmp_path, {"none": 0.00185, "selective": 0.00234, "full": 0.00434})
     back = load_hardware(path)
@@ -124,8 +166,11 @@ def test_host_block_round_trips_through_the_profile_writer(tmp_path):
 @pytest.mark.multirank
 def test_host_probe_runs_the_runtime_on_cpu():
     """The calibrate probe (two short runtime launches); on a CPU it measures the CPU, not a GPU host."""
-    out = measure_host_block("cpu", steps=3, modes=("none",))
+    shares: dict = {}
+    out = measure_host_block("cpu", steps=3, modes=("none",), shares=shares)
     assert set(out) == {"none"} and out["none"] > 0
+    # the runtime's reports carry the forward's dispatch: its share of the block (here the CPU's compute)
+    assert set(shares) == {"none"} and 0 < shares["none"] < 1
 
 
 # ---------------------------------------------------------------------------------------------- the H100 runs
@@ -484,3 +529,31 @@ def test_h200_launch_bound_runs_held_out_refit_beats_the_probe(h200):
            for n in ("calibrated", "calibrated+refit held-out")}
     assert len(runs) == 5
     assert err["calibrated+refit held-out"] < 0.05 < err["calibrated"]
+
+
+def test_refit_takes_the_forward_share_from_launch_bound_one_stage_phases(tmp_path):
+    """`calibrate --from-run` reads the forward's share of the dispatch from reports that carry host_forward_s
+    (the runtime writes it since 2026-11-28; the committed H200 reports predate it, so it is written into copies
+    of them here): launch-bound one-stage runs only, the median per recompute mode, and a report without the
+    phase changes nothing."""
+    from planner.calibrate import calibrate_from_runs
+    from rich.console import Console
+    import io
+    import shutil
+    paths = []
+    for name, share in (("llama-0.5b-mbs1-none", 0.5), ("llama-1.3b-mbs1-none", 0.6), ("llama-1.3b-mbs4-none", 0.9),
+                        ("llama-1.3b-mbs1-full", None)):
+        d = tmp_path / name
+        shutil.copytree(RESULTS_H200 / "grid" / name, d)
+        rep = json.loads((d / "report.json").read_text())
+        if share is not None:
+            for st in rep["steps"]:
+                st["host_forward_s"] = share * st["host_dispatch_s"]
+        (d / "report.json").write_text(json.dumps(rep))
+        paths.append(str(d / "report.json"))
+    _, prof, _ = calibrate_from_runs(paths, base=str(RESULTS_H200 / "h200-calibrated.toml"),
+                                     out=str(tmp_path / "refit.toml"), console=Console(file=io.StringIO()))
+    # the mbs-4 run is not launch-bound by its prediction: its 0.9 is left out
+    assert prof.host_forward_share == {"none": pytest.approx(0.55, abs=1e-3)}
+    assert any("host_forward_share.none 0 -> 0.55" in src for src in prof.sources)
+

@@ -8,11 +8,10 @@
 #
 # 1. the host: nvidia-smi, lscpu; stops at once (exit 3) on any other GPU kind;
 # 2. `parplan calibrate` from the shipped H200 profile (timed: the issue's bar is under 5 minutes);
-# 3. grid entries (benchmarks/gpu_grid.py) predicted with step 2's profile, the launch-bound ones first
-#    (the class that missed the 15 % step bar on the H100s when calibrated on another machine), until the
-#    call's time is spent;
+# 3. grid entries (benchmarks/gpu_grid.py) predicted with step 2's profile, in the order of the open questions
+#    of 2026-11-28's H200 session (README, How accurate), until the call's time is spent;
 # 4. grids.json, so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every report
-#    under the datasheet H200 profile and this calibrate (no refit: calibrate --from-run refuses H100 reports here).
+#    under the datasheet H200 profile, this calibrate, and this calibrate refit over the call's other reports.
 # Everything lands under the results folder and is packed into $OUT/results.tgz after each step.
 set -u
 R=${1:?give the results folder, e.g. benchmarks/results/2026-12-01-h200}
@@ -45,8 +44,12 @@ left=$(( LIMIT - SECONDS ))
 echo "grid: ${left} s left"
 # `timeout 0` would mean no limit at all: with under a minute left there is no grid entry to finish anyway
 [ "$left" -ge 60 ] || { pack; echo "no time left for the grid"; exit 0; }
+# near the host bound first (the flow-shop term, now predicted from the calibrate's measured forward share; the
+# 0.5B micro-batch-4 full-recompute run was near it on the H100s), then full recompute at micro-batch 1 (the
+# probe read 6.06 ms a block where 2026-11-28's launches dispatched 9.2), then the two entries 2026-11-28's call
+# had no time for, then the rest (accum8: eight micro-batches, whose flow-shop wait the model counts once a step)
 timeout "$left" python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h200-calibrated.toml" --only \
-  llama-0.5b-mbs1-none llama-1.3b-mbs1-full llama-1.3b-mbs4-none llama-3b-mbs4-full gpt-1.3b-mbs4-none \
-  llama-0.5b-mbs1-full llama-1.3b-mbs1-none llama-3b-mbs1-none llama-1.3b-mbs4-selective llama-3b-mbs4-none \
+  llama-1.3b-mbs4-none gpt-1.3b-mbs4-none llama-0.5b-mbs4-full llama-1.3b-mbs1-full llama-1.3b-mbs4-selective \
+  llama-3b-mbs4-none llama-3b-mbs1-none llama-1.3b-mbs1-accum8 llama-0.5b-mbs1-none llama-3b-mbs4-full \
   2>&1 | cut -c1-250
 pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, then gpu_accuracy.py $R)"

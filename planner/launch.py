@@ -616,7 +616,10 @@ def phases_line(report: dict) -> str | None:
     host, fb, after = med("host_dispatch_s"), med("fwd_bwd_s"), med("after_s")
     if host is None or fb is None or after is None:
         return None
-    line = (f"phases (rank 0, median): host done dispatching the forward/backward at {host * 1e3:.1f} ms, the device "
+    fwd = med("host_forward_s")
+    line = ("phases (rank 0, median): host done dispatching " +
+            (f"the first forward at {fwd * 1e3:.1f} ms, " if fwd is not None else "") +
+            f"the forward/backward at {host * 1e3:.1f} ms, the device "
             f"done with it at {fb * 1e3:.1f} ms, then {after * 1e3:.1f} ms of gradient reduction and optimizer step")
     predicted_bound = any("launch-bound" in w for w in (report.get("prediction") or {}).get("warnings") or [])
     if host >= 0.97 * fb and report.get("device") != "cpu":  # on CPU the host is the device

@@ -329,6 +329,11 @@ def test_launch_summary_names_the_launch_bound_runs():
     free = phases_line(json.loads((RESULTS / "grid-phases" / "llama-3b-mbs4-none" / "report.json").read_text()))
     assert "launch-bound" in bound and "phases" in free and "launch-bound" not in free
     assert phases_line(json.loads((RESULTS / "grid" / "issue3-mfu" / "report.json").read_text())) is None  # no phases yet
+    assert "first forward" not in bound  # these reports predate host_forward_s
+    rep = json.loads((RESULTS / "grid-phases" / "llama-1.3b-mbs1-full" / "report.json").read_text())
+    for st in rep["steps"]:
+        st["host_forward_s"] = 0.0412
+    assert "host done dispatching the first forward at 41.2 ms, the forward/backward at" in phases_line(rep)
 
 
 # ---------------------------------------------------------------------------------------------- 2026-11-23

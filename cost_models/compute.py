@@ -320,6 +320,18 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
             "attention_all": attn_all}
 
 
+def flow_shop_wait(m, blocks, h_f, g_f, h_b, g_b):
+    """Seconds a step of m micro-batches, each `blocks` uniform blocks forward (host h_f, GPU g_f a block) then
+    backward (h_b, g_b), takes beyond max(GPU total, host total) when the host dispatches and the GPU runs one
+    sequence of kernels: a two-machine flow shop, whose makespan is max over the sequence of (host time up to a
+    job + GPU time from it on) (Johnson 1954).  That maximum, linear in the job's place within each run of equal
+    jobs and in the micro-batch, lies at the end of the first forward or the start of the last backward:
+    max(G + L (h_f - g_f), H + L (g_b - h_b)); one job's time at either end is left out, as in max(G, H)."""
+    g_all, h_all = m * blocks * (g_f + g_b), m * blocks * (h_f + h_b)
+    flow = np.maximum(g_all + blocks * (h_f - g_f), h_all + blocks * (g_b - h_b)) - np.maximum(g_all, h_all)
+    return np.maximum(flow, 0.0)
+
+
 def wgrad_fusion_applies(fused, precision: str, fsdp2, torch_weight_pass):
     """Where gradient-accumulation fusion (the weight-gradient GEMM adding into the fp32 main_grad) runs:
     the master-weights recipe (the fp32 main_grad; modelled for no other recipe), outside FSDP2 (which reduces

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTES_PER_LOGIT_PARPLAN_FUSED, block_time,
-                      cast_time, column_input_grad_time,
+                      cast_time, column_input_grad_time, flow_shop_wait,
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, optimizer_time,
                       plan_overlaps_param_gather, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
@@ -267,13 +267,10 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # terms can lead: a host-bound forward before a GPU-bound backward delays the first backward (the GPU waits
     # for the host once), and a GPU-bound last backward runs after the host is done.  One-stage plans only (a
     # pipeline schedule's order is another job sequence); a profile without host_forward_share leaves it out.
-    rec_i = np.asarray(lay.recompute, dtype=int)
-    share = hw.host_fwd_share[rec_i] + 0.0 * t_pipe
-    h_f, g_f = bt["host_fwd"], bt["gpu_fwd"]
-    h_b, g_b = bt["host"] - h_f, bt["gpu"] - g_f
-    g_all, h_all = m_micro * blocks_first * bt["gpu"], m_micro * blocks_first * bt["host"]
-    flow = np.maximum(g_all + blocks_first * (h_f - g_f), h_all + blocks_first * (g_b - h_b)) - np.maximum(g_all, h_all)
-    dispatch_wait = np.where(single & (share > 0), np.maximum(flow, 0.0), 0.0)
+    share = hw.host_fwd_share[np.asarray(lay.recompute, dtype=int)] + 0.0 * t_pipe
+    wait = flow_shop_wait(m_micro, blocks_first, bt["host_fwd"], bt["gpu_fwd"], bt["host"] - bt["host_fwd"],
+                          bt["gpu"] - bt["gpu_fwd"])
+    dispatch_wait = np.where(single & (share > 0), wait, 0.0)
     t_pipe = t_pipe + dispatch_wait
 
     # ---- data parallel (per step), on the heaviest stage's parameters

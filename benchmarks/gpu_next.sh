@@ -10,7 +10,9 @@
 # 3. the GQA block's saved bytes and backward peak on CUDA (none / selective / full, with the trace);
 # 4. gradient-accumulation fusion: eight micro-batches with and without it (the report's wgrad_fusion says
 #    whether the CUDA GEMM ran), then the four launch-bound grid entries with step 2's profile, on the same
-#    machine, then one entry with and without gradient clipping (its passes in the after-backward phase).
+#    machine, then two near the host bound (the flow-shop wait, predicted from step 2's measured forward share of
+#    the dispatch since 2026-11-28), then one entry with and without gradient clipping (its passes in the
+#    after-backward phase).
 # Everything lands under the results folder and is packed into $OUT/results.tgz after each step.
 set -u
 R=${1:?give the results folder, e.g. benchmarks/results/2026-12-01-h100}
@@ -54,5 +56,5 @@ echo "GQA block trace took $(( SECONDS - t0 )) s"; cat "$R/block_backward_gqa.md
 timeout $(( 570 - SECONDS )) python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h100-host.toml" --only \
   llama-1.3b-mbs1-accum8 llama-1.3b-mbs1-accum8-unfused \
   llama-1.3b-mbs1-none llama-0.5b-mbs1-none llama-1.3b-mbs1-full llama-0.5b-mbs1-full \
-  llama-1.3b-mbs4-none llama-1.3b-mbs4-none-noclip 2>&1 | cut -c1-250
+  llama-0.5b-mbs4-full llama-3b-mbs1-none llama-1.3b-mbs4-none llama-1.3b-mbs4-none-noclip 2>&1 | cut -c1-250
 pack; echo "all done at ${SECONDS} s"

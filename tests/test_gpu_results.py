@@ -588,3 +588,15 @@ def test_refit_takes_the_forward_share_from_launch_bound_one_stage_phases(tmp_pa
     assert prof.host_forward_share == {"none": pytest.approx(0.55, abs=1e-3)}
     assert any("host_forward_share.none 0 -> 0.55" in src for src in prof.sources)
 
+
+
+def test_committed_flow_shop_whatif_regenerates(tmp_path, monkeypatch):
+    """The README's what-if numbers for the flow-shop term are benchmarks/flow_shop_whatif.py's output for this
+    checkout's cost model and the committed launches."""
+    spec = importlib.util.spec_from_file_location("flow_shop_whatif", ROOT / "benchmarks" / "flow_shop_whatif.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "w.md"
+    monkeypatch.setattr(sys, "argv", ["flow_shop_whatif.py", "--out", str(out)])
+    mod.main()
+    assert out.read_text() == (RESULTS_H200 / "flow_shop_whatif.md").read_text()

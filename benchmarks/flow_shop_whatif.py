@@ -77,11 +77,7 @@ def main() -> None:
                       "re-predicted with its session's calibrated profile, its sustained fraction as shipped or "
                       "1.0, and host_forward_share absent or set by hand (the shares the H200's near-bound runs "
                       "imply; not measured, not shipped).", ""] + lines) + "\n"
-    if a.out:
-        Path(a.out).write_text(text)
-        print(f"wrote {a.out}")
-    else:
-        print(text)
+    ga.write_or_print(text, a.out)
 
 
 if __name__ == "__main__":

@@ -214,7 +214,8 @@ def build_session(root: Path, first_root: Path = FIRST) -> tuple[list[str], dict
     # the refit over the first session's H100 reports only where the runs are H100s (calibrate refuses another base);
     # on another kind, the refit is over this session's own other runs, one fit per run without that run (held out)
     h100 = datasheet == "h100-sxm-80gb"
-    held_out = not h100 and len(list(root.glob("*/*/report.json"))) > 1  # a held-out fit needs another report
+    session_reports = sorted(root.glob("*/*/report.json"))
+    held_out = not h100 and len(session_reports) > 1  # a held-out fit needs another report
     names = ["datasheet", "calibrated"] + (["calibrated+refit"] if h100 else
                                            ["calibrated+refit held-out"] if held_out else [])
     rs: list[dict] = []
@@ -226,12 +227,11 @@ def build_session(root: Path, first_root: Path = FIRST) -> tuple[list[str], dict
                 profiles.append(str(calibrate_from_runs(earlier, base=cal, out=str(Path(tmp) / f"{grid}.toml"),
                                                         console=quiet)[0]))
             same = spec["same_machine"]
-            reports = sorted((root / grid).glob("*/report.json"))
-            for rep_path in reports:
+            for rep_path in sorted((root / grid).glob("*/report.json")):
                 rep = json.loads(rep_path.read_text())
                 plan = Plan(**rep["plan"])
                 if held_out:  # `calibrate --from-run` over the session's other reports: out of sample for this one
-                    others = [str(p) for p in sorted(root.glob("*/*/report.json")) if p != rep_path]
+                    others = [str(p) for p in session_reports if p != rep_path]
                     profiles = [datasheet, cal, str(calibrate_from_runs(
                         others, base=cal, out=str(Path(tmp) / f"{grid}-{rep_path.parent.name}.toml"), console=quiet)[0])]
                 r = {"grid": grid, "name": rep_path.parent.name, "path": str(rep_path), "plan": plan, **measured(rep),
@@ -362,12 +362,17 @@ def main() -> None:
                  "time after warm-up and the largest peak over ranks. Predicted: re-made from the report's plan with this "
                  "checkout's cost model (the `prediction` in each report is the one printed at launch). "
                  "`grid` ran without expandable segments (launch set them from the second grid on).")
-    text = "\n".join(title + [intro, ""] + lines) + "\n"
-    if a.out:
-        Path(a.out).write_text(text)
-        print(f"wrote {a.out}")
+    write_or_print("\n".join(title + [intro, ""] + lines) + "\n", a.out)
+
+
+def write_or_print(text: str, out: str | None) -> None:
+    """A generated markdown page into --out, or on stdout without it."""
+    if out:
+        Path(out).write_text(text)
+        print(f"wrote {out}")
     else:
         print(text)
+
 
 if __name__ == "__main__":
     main()

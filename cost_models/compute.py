@@ -308,14 +308,15 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     # The host must dispatch the block's kernels too: a block takes the longer of its GPU time
     # and the profile's measured host time for this recompute mode (CUDA launches are
     # asynchronous, so the two overlap; small blocks are launch-bound).  No measurement: 0.
-    host = hw.host_block_s[np.asarray(lay.recompute, dtype=int)]
+    rec = np.asarray(lay.recompute, dtype=int)
+    host = hw.host_block_s[rec]
     total = np.maximum(gpu, host)
     scale = total / gpu
     # the attention core with its recompute (full and selective re-run it; op-level selective keeps a flash
     # kernel's output and re-runs unfused attention)
     attn_all = at_f + at_b + np.where(full | selective, at_f, np.where(op, 0.0 if flash else at_f, 0.0))
     return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale, "wgrad": mm_f * scale, "gpu": gpu, "host": host,
-            "gpu_fwd": fwd, "host_fwd": host * hw.host_fwd_share[np.asarray(lay.recompute, dtype=int)],
+            "gpu_fwd": fwd, "host_fwd": host * hw.host_fwd_share[rec],
             "gemm": mm_f + mm_b + np.where(full, mm_f, np.where(op, op_gemm, 0.0)), "attention": at_f + at_b,
             "attention_all": attn_all}
 

@@ -267,10 +267,9 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # terms can lead: a host-bound forward before a GPU-bound backward delays the first backward (the GPU waits
     # for the host once), and a GPU-bound last backward runs after the host is done.  One-stage plans only (a
     # pipeline schedule's order is another job sequence); a profile without host_forward_share leaves it out.
-    share = hw.host_fwd_share[np.asarray(lay.recompute, dtype=int)] + 0.0 * t_pipe
     wait = flow_shop_wait(m_micro, blocks_first, bt["host_fwd"], bt["gpu_fwd"], bt["host"] - bt["host_fwd"],
                           bt["gpu"] - bt["gpu_fwd"])
-    dispatch_wait = np.where(single & (share > 0), wait, 0.0)
+    dispatch_wait = np.where(single & (bt["host_fwd"] > 0), wait, 0.0)
     t_pipe = t_pipe + dispatch_wait
 
     # ---- data parallel (per step), on the heaviest stage's parameters

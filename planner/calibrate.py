@@ -690,6 +690,14 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
     return out
 
 
+def _remeasured_shares(old: dict | None, remeasured: dict, shares: dict) -> dict:
+    """A profile's host_forward_share after its host dispatch was measured again for the modes in `remeasured`: a
+    share measured beside other dispatch times (another host's) does not carry, so those modes keep only what this
+    measurement found (`shares`); the other modes keep theirs."""
+    return {**{k: v for k, v in (old or {}).items() if k not in remeasured},
+            **{k: float(f"{v:.3g}") for k, v in shares.items()}}
+
+
 def _pick_device(torch, device: str):
     """cuda for auto/cuda, the CPU only when asked for by name: a machine with no GPU is refused under
     auto (a CPU profile is no measurement of any GPU, and it took 100 s to write one nobody asked for)."""
@@ -808,9 +816,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         measured_fields.append("host_link_gbytes_per_s")
         data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_block.items()}
         measured_fields.append("host_block_s")
-        # a base's share belongs to its own host's dispatch times: the modes re-measured here drop it
-        data["host_forward_share"] = {**{k: v for k, v in (data.get("host_forward_share") or {}).items()
-                                         if k not in host_block}, **{k: float(f"{v:.3g}") for k, v in host_share.items()}}
+        data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host_block, host_share)
         if host_share:
             measured_fields.append("host_forward_share")
         # what the CUDA allocator can use (cudaDeviceProp.totalGlobalMem): below nvidia-smi's memory.total, which
@@ -910,9 +916,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     data = base_profile.model_dump(mode="json")
     data["name"] = host_name  # not the base's: this file is not the shipped (or refit) profile
     data["host_block_s"] = {**(data.get("host_block_s") or {}), **{k: float(f"{v:.4g}") for k, v in host.items()}}
-    # a share measured on another host with other dispatch times does not carry: the modes re-measured drop it
-    data["host_forward_share"] = {**{k: v for k, v in (data.get("host_forward_share") or {}).items() if k not in host},
-                                  **{k: float(f"{v:.3g}") for k, v in shares.items()}}
+    data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host, shares)
     where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: FOR TESTING ONLY)"
     what = ", ".join(f"{k} {v * 1e3:.2f} ms" + (f" (forward share {shares[k]:.2f})" if k in shares else "")
                      for k, v in host.items())

@@ -523,8 +523,8 @@ class HardwareProfile(Strict):
         default_factory=dict, description="The forward's share of host_block_s, by recompute mode (selective-op, if absent, "
         "takes full's): the GPU cannot run a micro-batch's backward before the host has dispatched its forward, so a "
         "step whose forward is launch-bound and backward GPU-bound takes longer than max(GPU, host) (a two-stage flow "
-        "shop). Measured by `parplan calibrate --from-run` from launch reports that carry the forward's dispatch time; "
-        "empty = not measured, no such bound.")
+        "shop). Measured by `parplan calibrate` (its host-dispatch probe) and `--from-run` (launch reports that carry the "
+        "forward's dispatch time); empty = not measured, no such bound.")
     optimizer_bandwidth_fraction: float = Field(
         1.0, gt=0, le=1, description="Fraction of the streaming bandwidth (hbm_gbytes_per_s x hbm_efficiency) the optimizer "
         "step's passes reach (fused AdamW, master copy-back). Fitted by `parplan calibrate --from-run` from the reports' "

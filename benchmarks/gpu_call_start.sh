@@ -18,3 +18,17 @@ if ! grep -q "$KIND" "$R/host/gpu.txt"; then
   pack; exit 3
 fi
 lscpu > "$R/host/lscpu.txt" 2>&1
+
+# long_run PROFILE [STEPS] [LIMIT_S]: one GPU-bound grid entry (llama-3b-mbs4-none) for STEPS steps (default 200,
+# about a minute) with nvidia-smi reading the SM clock, power and temperature every second: does a run slow down as
+# the GPU settles under its power and thermal limits, as calibrate --sustained measures on one GEMM?
+# (benchmarks/sustained_drift.py reads $R/long on the CPU afterwards)
+long_run() {
+  mkdir -p "$R/long"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,nounits -lms 1000 \
+    > "$R/long/nvidia-smi.csv" 2>&1 &
+  local smi=$!
+  timeout "${3:-240}" python3 benchmarks/gpu_grid.py --out "$R/long" --hardware "$1" --steps "${2:-200}" \
+    --only llama-3b-mbs4-none 2>&1 | cut -c1-250
+  kill "$smi" 2>/dev/null; pack
+}

@@ -7,7 +7,11 @@
 #     bash benchmarks/gpu_h200.sh benchmarks/results/YYYY-MM-DD-h200
 #
 # 1. the host: nvidia-smi, lscpu; stops at once (exit 3) on any other GPU kind;
-# 2. `parplan calibrate` from the shipped H200 profile (timed: the issue's bar is under 5 minutes);
+# 2. `parplan calibrate --sustained 60` from the shipped H200 profile (timed: the issue's bar is under 5 minutes;
+#    --sustained runs the best GEMM back to back for a minute and writes what it sustains as the profile's
+#    sustained_matmul_fraction, instead of keeping the value fitted to Megatron's multi-GPU table);
+# 2b. one long launch (llama-3b-mbs4-none, 200 steps, about a minute) with nvidia-smi sampling clocks, power and
+#    temperature (gpu_call_start.sh long_run): does a run slow as the GPU settles (benchmarks/sustained_drift.py)?
 # 3. grid entries (benchmarks/gpu_grid.py) predicted with step 2's profile, in the order of the open questions
 #    of 2026-11-28's H200 session (README, How accurate), until the call's time is spent;
 # 4. grids.json, so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every report
@@ -24,8 +28,8 @@ print('total_memory', torch.cuda.get_device_properties(0).total_memory)" > "$R/h
 cat "$R/host/gpu.txt" "$R/host/nvidia-smi.csv" "$R/host/torch.txt"; pack
 
 t0=$SECONDS
-COLUMNS=160 timeout 300 python3 -m planner.cli calibrate --base h200-sxm-141gb --out "$R/h200-calibrated.toml" \
-  > "$R/calibrate.log" 2>&1
+COLUMNS=160 timeout 300 python3 -m planner.cli calibrate --base h200-sxm-141gb --sustained 60 \
+  --out "$R/h200-calibrated.toml" > "$R/calibrate.log" 2>&1
 echo "calibrate rc=$? took $(( SECONDS - t0 )) s" | tee -a "$R/calibrate.log"; tail -12 "$R/calibrate.log" | cut -c1-200; pack
 [ -f "$R/h200-calibrated.toml" ] || { echo "no calibrated profile; skipping the grid"; exit 0; }
 
@@ -40,6 +44,10 @@ json.dump({"about": f"One device call of benchmarks/gpu_h200.sh on {gpu} ({torch
           open(sys.argv[1] + "/grids.json", "w"), indent=1)
 EOF
 
+t0=$SECONDS
+long_run "$R/h200-calibrated.toml" 200 200
+echo "long run took $(( SECONDS - t0 )) s"
+
 left=$(( LIMIT - SECONDS ))
 echo "grid: ${left} s left"
 # `timeout 0` would mean no limit at all: with under a minute left there is no grid entry to finish anyway
@@ -52,4 +60,4 @@ timeout "$left" python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h2
   llama-1.3b-mbs4-none gpt-1.3b-mbs4-none llama-0.5b-mbs4-full llama-1.3b-mbs1-full llama-1.3b-mbs4-selective \
   llama-3b-mbs4-none llama-3b-mbs1-none llama-1.3b-mbs1-accum8 llama-0.5b-mbs1-none llama-3b-mbs4-full \
   2>&1 | cut -c1-250
-pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, then gpu_accuracy.py $R)"
+pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R, sustained_drift.py $R)"

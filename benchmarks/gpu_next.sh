@@ -53,6 +53,9 @@ timeout 120 python3 benchmarks/block_backward_memory.py --device cuda --trace --
 echo "GQA block trace took $(( SECONDS - t0 )) s"; cat "$R/block_backward_gqa.md" | cut -c1-250; pack
 
 [ -f "$R/h100-host.toml" ] || { echo "no host-only profile; skipping the grid"; exit 0; }
+t0=$SECONDS
+long_run "$R/h100-host.toml" 200 200  # a minute of one GPU-bound run with clocks sampled (sustained_drift.py)
+echo "long run took $(( SECONDS - t0 )) s"
 timeout $(( 570 - SECONDS )) python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h100-host.toml" --only \
   llama-1.3b-mbs1-accum8 llama-1.3b-mbs1-accum8-unfused \
   llama-1.3b-mbs1-none llama-0.5b-mbs1-none llama-1.3b-mbs1-full llama-0.5b-mbs1-full \

@@ -369,6 +369,90 @@ def measure_gemms(torch, device, timer, shapes, dtype_name, advance) -> list[dic
     return out
 
 
+def _gpu_telemetry(torch, device):
+    """A function that returns (SM clock MHz, power W, temperature C) of `device` from nvidia-smi, or None when
+    nvidia-smi is not there or does not list the device (matched by UUID when several GPUs are listed)."""
+    import shutil
+    import subprocess
+
+    if device.type != "cuda" or not shutil.which("nvidia-smi"):
+        return None
+    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "").lower().replace("gpu-", "")
+
+    def read():
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=uuid,clocks.sm,power.draw,temperature.gpu",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.count(",") == 3]
+        pick = [r for r in rows if uuid and uuid in r[0].lower()] or (rows if len(rows) == 1 else [])
+        try:
+            return tuple(float(v) for v in pick[0][1:]) if pick else None
+        except ValueError:
+            return None
+
+    return read if read() is not None else None
+
+
+def measure_sustained(torch, device, row: dict, dtype_name: str, seconds: float, window_s: float = 1.0) -> dict:
+    """The GEMM `row` (m, k, n, its isolated `tflops` from measure_gemms) run back to back for `seconds`, timed in
+    windows of about `window_s`: what a long training run sustains once clocks settle under the power and thermal
+    limits, against the short isolated measurement the curves come from.  Each window's work is queued, the GPU's
+    clock, power and temperature read (nvidia-smi) while it runs, then the window is timed (CUDA events).
+    `fraction` = steady / isolated, steady = the median of the last third of the windows, at most 1."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(row["m"], row["k"], device=device, dtype=dtype, generator=gen)
+    w = torch.randn(row["k"], row["n"], device=device, dtype=dtype, generator=gen)
+    c = torch.empty(row["m"], row["n"], device=device, dtype=dtype)
+    flops = 2.0 * row["m"] * row["k"] * row["n"]
+    per_window = max(1, int(window_s / (flops / (row["tflops"] * 1e12))))
+    cuda = device.type == "cuda"
+    telemetry = _gpu_telemetry(torch, device)
+    windows, t0 = [], time.perf_counter()
+    while not windows or time.perf_counter() - t0 < seconds:
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            w0 = time.perf_counter()
+        for _ in range(per_window):
+            torch.mm(x, w, out=c)
+        if cuda:
+            end.record()
+        sample = telemetry() if telemetry else None  # read while the window's GEMMs run
+        if cuda:
+            end.synchronize()
+            dt = start.elapsed_time(end) / 1e3
+        else:
+            dt = time.perf_counter() - w0
+        windows.append({"t_s": round(time.perf_counter() - t0, 3), "tflops": per_window * flops / dt / 1e12,
+                        **(dict(zip(("sm_mhz", "power_w", "temp_c"), sample)) if sample else {})})
+    del x, w, c
+    steady = statistics.median(r["tflops"] for r in windows[len(windows) - max(1, len(windows) // 3):])
+    return {"shape": {k: row[k] for k in ("m", "k", "n")}, "dtype": dtype_name, "seconds": seconds,
+            "isolated_tflops": row["tflops"], "first_tflops": windows[0]["tflops"], "steady_tflops": steady,
+            "fraction": min(1.0, steady / row["tflops"]), "windows": windows}
+
+
+def sustained_note(sus: dict) -> str:
+    """One line for the profile's sources: what measure_sustained ran and found."""
+    ws = sus["windows"]
+    s = sus["shape"]
+    note = (f"sustained: {sus['dtype']} GEMM {s['m']}x{s['k']}x{s['n']} back to back for {sus['seconds']:g} s "
+            f"({len(ws)} windows): first window {sus['first_tflops']:.1f} TFLOP/s, steady (median of the last third) "
+            f"{sus['steady_tflops']:.1f}, isolated {sus['isolated_tflops']:.1f}: sustained_matmul_fraction "
+            f"{sus['fraction']:.3g}")
+    tel = [w for w in ws if "sm_mhz" in w]
+    if tel:
+        last = tel[len(tel) - max(1, len(tel) // 3):]
+        note += (f"; SM clock {tel[0]['sm_mhz']:.0f} -> {statistics.median(w['sm_mhz'] for w in last):.0f} MHz, power "
+                 f"{tel[0]['power_w']:.0f} -> {statistics.median(w['power_w'] for w in last):.0f} W, temperature "
+                 f"{tel[0]['temp_c']:.0f} -> {statistics.median(w['temp_c'] for w in last):.0f} C (nvidia-smi)")
+    return note
+
+
 def attention_cases(on_gpu: bool, quick: bool) -> list[dict]:
     if on_gpu:
         seqs, tokens, heads, d = ((2048, 4096, 8192) if quick else (1024, 2048, 4096, 8192, 16384)), 16384, 32, 128
@@ -725,8 +809,13 @@ def _open_device(device: str):
 
 
 def calibrate_device(out: str | None = None, base: str | None = None, device: str = "auto",
-                     quick: bool = False, console=None):
-    """Measure the local device and write a calibrated profile. Returns (path, profile, summary)."""
+                     quick: bool = False, console=None, sustained_s: float = 0.0):
+    """Measure the local device and write a calibrated profile. Returns (path, profile, summary).  With
+    `sustained_s` > 0 the best GEMM is also run back to back for that long (measure_sustained), last, and
+    sustained_matmul_fraction is what it sustained over its isolated time; otherwise that field is kept from
+    the base profile."""
+    if not 0 <= sustained_s <= 3600:
+        raise CalibrationError(f"--sustained must be between 0 and 3600 seconds; got {sustained_s:g}")
     t_start = time.perf_counter()
     torch, dev, on_gpu, device_name = _open_device(device)
     console = console or _console()
@@ -759,7 +848,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         timer = _Timer(torch, dev, warmup=1, reps=3, sample_s=2e-3 if quick else 1e-2)
     host_runs = len(HOST_MODES) * len(HOST_BLOCKS) if on_gpu else 0
     total = len(gemm_rows) * len(gemm_dtypes) + len(attn_cases) + 1 + (1 if on_gpu else 0) + (1 if world >= 2 else 0) \
-        + host_runs
+        + host_runs + (1 if sustained_s else 0)
 
     gemm: list[dict] = []
     attn: list[dict] = []
@@ -792,6 +881,12 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
             prog.update(task, description="host dispatch per block (parplan's runtime, 6 short runs)")
             torch.cuda.empty_cache()
             host_block = measure_host_block("cuda", advance=adv, shares=host_share)
+        sustained = None
+        if sustained_s:
+            best_row = max((r for r in gemm if r["dtype"] == gemm_dtypes[0]), key=lambda r: r["tflops"])
+            prog.update(task, description=f"sustained GEMM for {sustained_s:g} s (clocks under the power limit)")
+            sustained = measure_sustained(torch, dev, best_row, gemm_dtypes[0], sustained_s)
+            adv()
         prog.update(task, description="done")
 
     data = base_profile.model_dump(mode="json")
@@ -836,14 +931,23 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         why = "one GPU" if on_gpu else "cpu"
         notes.append(f"{why}: network not measured; nvlink, inter_node and overlap_compute_slowdown kept from "
                      f"{base_profile.name}")
-    notes.append("inter_node, " + ("" if on_gpu else "hbm_gbytes, ") + "memory_reserve_gbytes, sustained_matmul_fraction "
-                 f"and host memory kept from {base_profile.name} (inter-node needs several nodes; sustained fraction: "
-                 "`parplan calibrate --from-run`)")
+    if sustained:
+        data["sustained_matmul_fraction"] = float(f"{sustained['fraction']:.4g}")
+        measured_fields.append("sustained_matmul_fraction")
+        notes.append("inter_node, " + ("" if on_gpu else "hbm_gbytes, ") + "memory_reserve_gbytes and host memory kept "
+                     f"from {base_profile.name} (inter-node needs several nodes); sustained_matmul_fraction "
+                     f"{base_profile.sustained_matmul_fraction:g} -> {data['sustained_matmul_fraction']:g}, measured "
+                     "(--sustained)")
+    else:
+        notes.append("inter_node, " + ("" if on_gpu else "hbm_gbytes, ") + "memory_reserve_gbytes, "
+                     f"sustained_matmul_fraction and host memory kept from {base_profile.name} (inter-node needs several "
+                     "nodes; sustained fraction: `parplan calibrate --sustained SECONDS`, or --from-run)")
 
     elapsed = time.perf_counter() - t_start
     method = (f"CUDA events, median of {timer.reps} after {timer.warmup} warm-ups" if on_gpu
               else f"perf_counter, median of {timer.reps} after {timer.warmup} warm-up")
-    cmd = f"{TOOL} --device {dev.type} --base {base_profile.name}" + (" --quick" if quick else "")
+    cmd = f"{TOOL} --device {dev.type} --base {base_profile.name}" + (" --quick" if quick else "") + \
+        (f" --sustained {sustained_s:g}" if sustained_s else "")
     if on_gpu:
         data["measured"] = (f"{_today()}: {device_name} ({world} visible), torch {torch.__version__}, {cmd}: "
                             f"{', '.join(measured_fields)} ({method}; {elapsed:.0f} s)")
@@ -870,14 +974,18 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                  if host_share else ""))
     if net_note:
         src += f"; {net_note}"
-    data["sources"] = list(data.get("sources") or []) + [src] + [f"[calibrate] {n}" for n in notes]
+    if sustained:
+        src += f"; {sustained_note(sustained)}"
+    kept = [x for x in data.get("sources") or []
+            if not (sustained and x.startswith("[fitted] sustained_matmul_fraction"))]  # measured now, not the fit
+    data["sources"] = kept + [src] + [f"[calibrate] {n}" for n in notes]
 
     from .schema import HardwareProfile
     profile = HardwareProfile(**data)
     write_profile(profile, path)
     summary = {"device": device_name, "elapsed_s": elapsed, "gemm": gemm, "attention": attn, "copy_gbytes_per_s": copy_gbps,
                "h2d_gbytes_per_s": h2d, "d2h_gbytes_per_s": d2h, "collectives": coll, "host_block_s": host_block,
-               "notes": notes}
+               "sustained": sustained, "notes": notes}
     _print_device_summary(console, base_profile, profile, summary)
     if not on_gpu:
         console.print(cpu_warning(), style="bold red", markup=False, highlight=False, soft_wrap=True)
@@ -972,12 +1080,16 @@ def _print_device_summary(console, base, prof, s) -> None:
          " / ".join(f"{prof.host_block_s[k] * 1e3:.2f}" for k in HOST_MODES if k in prof.host_block_s) or "-"),
         ("nvlink efficiency / latency", f"{base.nvlink.efficiency:g} / {base.nvlink.latency_s:.2g} s",
          f"{prof.nvlink.efficiency:g} / {prof.nvlink.latency_s:.2g} s"),
+        ("sustained matmul fraction", f"{base.sustained_matmul_fraction:g}", f"{prof.sustained_matmul_fraction:g}"
+         + (" (measured)" if s.get("sustained") else " (kept)")),
     ]
     for r in rows:
         t.add_row(*r)
     console.print(t)
     for n in s["notes"]:
         console.print(f"note: {n}", markup=False, highlight=False)
+    if s.get("sustained"):
+        console.print(sustained_note(s["sustained"]), markup=False, highlight=False, soft_wrap=True)
     console.print(f"calibration took {s['elapsed_s']:.1f} s", markup=False, highlight=False)
 
 

@@ -899,6 +899,9 @@ def calibrate(
     host_only: bool = typer.Option(False, "--host-only", help="Measure only this machine's host dispatch per block "
                                    "(under a minute on an H100 host) into a copy of --base: run it on the machine you launch on, "
                                    "since a launch-bound step follows that host's CPU."),
+    sustained: float = typer.Option(0.0, "--sustained", metavar="SECONDS", help="Also run the best GEMM back to back "
+                                    "for SECONDS (e.g. 90) and measure sustained_matmul_fraction: what a long run keeps "
+                                    "once clocks settle under the power and thermal limits; 0 (default) keeps the base's."),
 ):
     """Measure this machine (GEMM, attention, HBM, host link, collectives) into a hardware profile, or refit one from run reports."""
     _check_choice("device", device, ("auto", "cuda", "cpu"))
@@ -912,6 +915,8 @@ def calibrate(
         from_run = [*from_run, *reports]  # `--from-run a.json b.json`: the shell's glob, all of them reports
     if from_run and (quick or device != "auto"):
         raise UserError("--from-run refits from reports and measures nothing: drop --device/--quick")
+    if sustained and (from_run or host_only):
+        raise UserError("--sustained measures the GPU: drop --from-run/--host-only")
     if host_only and (from_run or quick):
         raise UserError("--host-only measures the host dispatch alone: drop --from-run/--quick (refit first, then "
                         "--host-only --base THE-REFIT on the launch machine)")
@@ -922,7 +927,8 @@ def calibrate(
         elif from_run:
             path, _, _ = calibrate_from_runs(from_run, base=base, out=out, console=_console())
         else:
-            path, _, _ = calibrate_device(out=out, base=base, device=device, quick=quick, console=_console())
+            path, _, _ = calibrate_device(out=out, base=base, device=device, quick=quick, console=_console(),
+                                          sustained_s=sustained)
     except CalibrationError as e:
         raise UserError(str(e)) from None
     if device == "cpu":

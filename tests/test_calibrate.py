@@ -233,11 +233,14 @@ def _bad(tmp_path, plan):
         "bad out": ["calibrate", "--from-run", str(tmp_path / "x.json"), "--out", str(tmp_path / "o.yaml")],
         "bad device": ["calibrate", "--device", "tpu", "--out", str(tmp_path / "o.toml")],
         "from-run with --quick": ["calibrate", "--from-run", str(tmp_path / "x.json"), "--quick", "--out", str(tmp_path / "o.toml")],
+        "from-run with --sustained": ["calibrate", "--from-run", str(tmp_path / "x.json"), "--sustained", "60",
+                                      "--out", str(tmp_path / "o.toml")],
+        "negative --sustained": ["calibrate", "--device", "cpu", "--sustained", "-5", "--out", str(tmp_path / "o.toml")],
     }
 
 
 @pytest.mark.parametrize("case", ["missing", "malformed", "no steps", "cpu report", "bad base", "bad out", "bad device",
-                                  "from-run with --quick"])
+                                  "from-run with --quick", "from-run with --sustained", "negative --sustained"])
 def test_bad_input_is_one_line_exit_2(case, plan, tmp_path, capsys):
     argv = _bad(tmp_path, plan)[case]
     rc, out, err = _run(argv, capsys)

@@ -1,0 +1,140 @@
+"""`calibrate --sustained`: the best GEMM run back to back, its steady throughput over the isolated one written as the
+profile's sustained_matmul_fraction (CPU here: the mechanics, not a GPU's clocks); benchmarks/sustained_drift.py,
+which reads a device call's long run, and benchmarks/sustained_gap.py, whose committed output regenerates."""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import hardware_profiles
+from planner.calibrate import _gpu_telemetry, measure_sustained, sustained_note
+from planner.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    """A script under benchmarks/, imported with that folder on the path (the scripts import each other)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.pop(0)
+    return mod
+
+
+def test_measure_sustained_on_the_cpu():
+    import torch
+    dev = torch.device("cpu")
+    row = {"m": 256, "k": 256, "n": 512, "tflops": 0.02}
+    sus = measure_sustained(torch, dev, row, "fp32", seconds=0.3, window_s=0.05)
+    assert len(sus["windows"]) >= 2
+    assert all(w["tflops"] > 0 and "sm_mhz" not in w for w in sus["windows"])  # no telemetry on a CPU
+    assert [w["t_s"] for w in sus["windows"]] == sorted(w["t_s"] for w in sus["windows"])
+    assert sus["windows"][-1]["t_s"] >= 0.3
+    # the fraction is steady over isolated, capped at 1 (the isolated rate given here is far below a real one)
+    assert sus["fraction"] == 1.0 and sus["steady_tflops"] > 0.02
+    assert _gpu_telemetry(torch, dev) is None
+    note = sustained_note(sus)
+    assert "256x256x512" in note and "sustained_matmul_fraction 1" in note and "nvidia-smi" not in note
+
+
+def test_sustained_note_reads_the_clocks():
+    ws = [{"t_s": i, "tflops": 700 - 10 * i, "sm_mhz": 1980 - 40 * i, "power_w": 500 + 20 * i, "temp_c": 40 + 5 * i}
+          for i in range(6)]
+    sus = {"shape": {"m": 8, "k": 8, "n": 8}, "dtype": "bf16", "seconds": 6, "isolated_tflops": 720.0,
+           "first_tflops": 700.0, "steady_tflops": 655.0, "fraction": 655 / 720, "windows": ws}
+    note = sustained_note(sus)
+    # the last third (windows 4 and 5): medians of 1820/1780 MHz, 580/600 W, 60/65 C
+    assert "SM clock 1980 -> 1800 MHz" in note and "power 500 -> 590 W" in note and "62 C" in note
+    assert "sustained_matmul_fraction 0.91" in note
+
+
+def test_calibrate_sustained_writes_the_measured_fraction(tmp_path):
+    path = tmp_path / "c.toml"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["calibrate", "--device", "cpu", "--quick", "--sustained", "0.5", "--out", str(path)])
+    assert rc == 0, err.getvalue()
+    prof = hardware_profiles.load_profile(path)
+    base = hardware_profiles.load_profile("h100-sxm-80gb")
+    assert 0 < prof.sustained_matmul_fraction <= 1
+    assert "--sustained 0.5" in prof.measured
+    # measured now: the base's "fitted" source for it is gone, and the calibrate line says how it was measured
+    assert not any(s.startswith("[fitted] sustained_matmul_fraction") for s in prof.sources)
+    assert any(s.startswith("[fitted] sustained_matmul_fraction") for s in base.sources)
+    line = next(s for s in prof.sources if "sustained:" in s)
+    assert f"sustained_matmul_fraction {prof.sustained_matmul_fraction:.3g}" in line
+    assert any(f"{base.sustained_matmul_fraction:g} -> {prof.sustained_matmul_fraction:g}, measured" in s
+               for s in prof.sources)
+
+
+def test_drift_and_smi_trace(tmp_path):
+    drift = _script("sustained_drift")
+    steps = [{"step_time_s": 0.5}] * 2 + [{"step_time_s": 0.30}] * 20 + [{"step_time_s": 0.33}] * 10 + \
+        [{"step_time_s": 0.345}] * 15
+    d = drift.drift(steps, warmup=2)
+    assert d["steps"] == 45 and d["first_s"] == 0.30 and d["last_s"] == 0.345
+    assert d["slowdown"] == pytest.approx(0.15)
+    with pytest.raises(ValueError):
+        drift.drift(steps[:20], warmup=2)
+    csv = tmp_path / "smi.csv"
+    csv.write_text("timestamp, clocks.sm [MHz], power.draw [W], temperature.gpu\n"
+                   "2026/12/01 10:00:00.000, 345, 70.1, 30\n"  # idle: below half the top power, not the load
+                   + "".join(f"2026/12/01 10:00:{i:02d}.000, {1980 - 20 * i}, {600 + 5 * i}, {35 + i}\n"
+                             for i in range(1, 10)))
+    t = drift.smi_trace(csv)
+    assert t["samples"] == 9 and t["first"] == (1960.0, 605.0, 36.0)
+    assert t["last"] == (1820.0, 640.0, 43.0)  # samples 7-9: medians of the last third
+    assert drift.smi_trace(tmp_path / "none.csv") is None
+
+
+def test_drift_report_on_a_long_run(tmp_path):
+    """build() on a results folder laid out as long_run writes it: a slowing run reads as its slowdown, and the
+    prediction is the folder's calibrated profile's."""
+    drift = _script("sustained_drift")
+    src = ROOT / "benchmarks" / "results" / "2026-11-28-h200"
+    rep = json.loads((src / "grid" / "llama-3b-mbs4-full" / "report.json").read_text())
+    base = rep["steps"][-1]
+    rep["steps"] = [dict(base, step=i, step_time_s=0.36 if i < 40 else 0.396) for i in range(60)]
+    (tmp_path / "long" / "llama-3b-mbs4-none").mkdir(parents=True)
+    (tmp_path / "long" / "llama-3b-mbs4-none" / "report.json").write_text(json.dumps(rep))
+    (tmp_path / "h200-calibrated.toml").write_text((src / "h200-calibrated.toml").read_text())
+    text = "\n".join(drift.build(tmp_path))
+    assert "| llama-3b-mbs4-none | 58 |" in text and "| +10.0% |" in text
+    assert "kept from the base profile" in text  # that calibrate ran without --sustained
+    pred = drift.predicted_step(rep["plan"], tmp_path / "h200-calibrated.toml")
+    assert f"| {pred * 1e3:.1f} | {pred / 0.36 - 1:+.1%} | {pred / 0.396 - 1:+.1%} |" in text
+
+
+def test_committed_sustained_gap_regenerates(tmp_path, monkeypatch):
+    """The README's numbers on the sustained-fraction gap are benchmarks/sustained_gap.py's output for this checkout's
+    cost model and the committed launches and profiles."""
+    gap = _script("sustained_gap")
+    out = tmp_path / "g.md"
+    monkeypatch.setattr(sys, "argv", ["sustained_gap.py", "--out", str(out)])
+    gap.main()
+    assert out.read_text() == (ROOT / "benchmarks" / "results" / "sustained_gap.md").read_text()
+
+
+def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
+    """The device scripts' long run names a grid entry that exists (a typo would spend the call's minute on an
+    argparse error), and the H200 call measures the sustained fraction."""
+    import re
+    grid = _script("gpu_grid")
+    names = dict(grid.grid())
+    start = (ROOT / "benchmarks" / "gpu_call_start.sh").read_text()
+    only = re.search(r"long_run\(\) \{.*?--only (\S+)", start, re.S).group(1)
+    assert only in names
+    h200 = (ROOT / "benchmarks" / "gpu_h200.sh").read_text()
+    assert re.search(r"calibrate --base h200-sxm-141gb --sustained \d+", h200)
+    assert h200.index("long_run ") < h200.index("gpu_grid.py --out \"$R/grid\"")
+    assert "long_run " in (ROOT / "benchmarks" / "gpu_next.sh").read_text()

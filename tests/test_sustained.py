@@ -138,3 +138,15 @@ def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
     assert re.search(r"calibrate --base h200-sxm-141gb --sustained \d+", h200)
     assert h200.index("long_run ") < h200.index("gpu_grid.py --out \"$R/grid\"")
     assert "long_run " in (ROOT / "benchmarks" / "gpu_next.sh").read_text()
+
+
+def test_readme_quotes_the_sustained_gap_as_generated():
+    """The README's sentence on the committed launches carries sustained_gap.md's own summary numbers."""
+    import re
+    md = (ROOT / "benchmarks" / "results" / "sustained_gap.md").read_text()
+    n, own, own_max, one, within = re.search(
+        r"(\d+) GPU-bound runs: median \|error\| ([\d.]+)% \(max ([\d.]+)%\) at the profiles' own fraction, ([\d.]+)% "
+        r"\(max [\d.]+%\) at 1.0; within 5 % at 1.0: (\d+) of", md).groups()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"their {n} GPU-bound runs (three sessions, each run predicted with its session's calibrated profile) read a "
+            f"median |error| of {own} % (max {own_max} %) at 0.83 and {one} % at 1.0, {within} of {n} within 5 %") in readme

@@ -1,8 +1,8 @@
 """Several plans in one process: ``python -m parallel_layers.probe --plan A.json --report A.out.json
 --plan B.json --report B.out.json --steps N --device cuda [--compile]`` trains each plan in turn after
 one torch import and one process-group start.  It is the host-dispatch probe of `parplan calibrate`
-(eight tiny runs: one start-up, and one set of compiled block graphs shared by the runs of a recompute
-mode, instead of eight).  One rank; each report is the one `parallel_layers.train` would write."""
+(planner.calibrate.measure_host_block's tiny runs, three pairs per recompute mode: one start-up, and one set of
+compiled block graphs shared by the runs of a mode, instead of one each).  One rank; each report is the one `parallel_layers.train` would write."""
 from __future__ import annotations
 
 import argparse

@@ -698,6 +698,8 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
 
 HOST_BLOCKS = (2, 10)  # block counts of the two host-dispatch runs; their difference isolates one block
 HOST_MODES = ("none", "selective", "full", "selective-op")
+HOST_REPEATS = 3  # pairs of runs per mode: the median of their estimates, and their spread, which says how steady the host was
+HOST_NOISY = 0.25  # a mode whose repeats spread more than this (max - min over median) gets a note
 
 
 def _host_probe_plan(blocks: int, recompute: str, device_type: str):
@@ -714,29 +716,51 @@ def _host_probe_plan(blocks: int, recompute: str, device_type: str):
                      suggest=False)
 
 
+def host_block_estimate(pairs: list[dict]) -> tuple[float, float | None, float | None]:
+    """(host seconds per block, forward share, spread) of one recompute mode from its repeated pairs of runs.
+    Each pair holds the median step time of the HOST_BLOCKS runs (`t`) and, where the reports carry them, the
+    median forward dispatch (`f`) and whole dispatch (`d`).  A pair's estimate is the step-time difference over
+    the block difference; the result is the median over pairs, so one pair disturbed by the host (another
+    process, a clock change) does not set it.  The share is the median of the pairs' (f difference / d
+    difference) that lie in (0, 1); the spread is (max - min) / median of the estimates (None for one pair)."""
+    per_block = HOST_BLOCKS[1] - HOST_BLOCKS[0]
+    ests = [max(0.0, (p["t"][1] - p["t"][0]) / per_block) for p in pairs]
+    shares = [(p["f"][1] - p["f"][0]) / (p["d"][1] - p["d"][0]) for p in pairs
+              if p.get("f") and p.get("d") and p["d"][1] > p["d"][0]]
+    shares = [x for x in shares if 0 < x < 1]
+    est = statistics.median(ests)
+    spread = (max(ests) - min(ests)) / est if len(ests) > 1 and est > 0 else None
+    return est, (statistics.median(shares) if shares else None), spread
+
+
 def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HOST_MODES,
-                       shares: dict | None = None) -> dict[str, float]:
+                       shares: dict | None = None, repeats: int = HOST_REPEATS,
+                       spread: dict | None = None) -> dict[str, float]:
     """Host seconds to dispatch one block's forward + backward in parplan's own runtime, per recompute
     mode: the runtime (torchrun, --compile on cuda, as `parplan launch` runs it) trains the tiny probe
-    with 2 and with 10 blocks; (median step time difference) / 8.  The per-step costs (embedding,
+    with 2 and with 10 blocks, `repeats` times in turn; each pair gives (median step time difference) / 8, and
+    the mode's value is the median over the pairs (host_block_estimate).  The per-step costs (embedding,
     head, optimizer launch, synchronisation) cancel in the difference.  All the runs share one
-    process (`parallel_layers.probe`): one start-up instead of one per run.  `shares`, if given, gets
-    each mode's forward share of that dispatch (the profile's host_forward_share): the difference of the
-    runs' forward dispatch (`host_forward_s`) over the difference of their whole dispatch, where both are
-    in the reports and the share lies in (0, 1)."""
+    process (`parallel_layers.probe`): one start-up and one compile per mode instead of one per run.  `shares`,
+    if given, gets each mode's forward share of that dispatch (the profile's host_forward_share): the difference
+    of the runs' forward dispatch (`host_forward_s`) over the difference of their whole dispatch, where both are
+    in the reports and the share lies in (0, 1).  `spread`, if given, gets each mode's spread over its pairs."""
     import subprocess
 
     from .launch import job_env
 
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="parplan-host-") as tmp:
-        runs = [(mode, blocks, Path(tmp) / f"report-{mode}-{blocks}.json") for mode in modes for blocks in HOST_BLOCKS]
+        runs = [(mode, rep, blocks, Path(tmp) / f"report-{mode}-{rep}-{blocks}.json")
+                for mode in modes for rep in range(repeats) for blocks in HOST_BLOCKS]
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                 "-m", "parallel_layers.probe", "--steps", str(steps), "--device", device_type]
         if device_type == "cuda":
             argv.append("--compile")
-        for mode, blocks, report in runs:
-            plan_path = Path(tmp) / f"plan-{mode}-{blocks}.json"
+        for mode, rep, blocks, report in runs:
+            plan_path = Path(tmp) / f"plan-{mode}-{rep}-{blocks}.json"
             plan_path.write_text(_host_probe_plan(blocks, mode, device_type).model_dump_json())
             argv += ["--plan", str(plan_path), "--report", str(report)]
         log = Path(tmp) / "probe.log"
@@ -752,26 +776,41 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
                 if not running:
                     break
                 time.sleep(0.2)
-        missing = [f"{mode}, {blocks} blocks" for mode, blocks, r in runs if not r.exists()]
+        missing = [f"{mode}, {blocks} blocks" for mode, _, blocks, r in runs if not r.exists()]
         if job.returncode != 0 or missing:
             tail = log.read_text(errors="replace").strip().splitlines()[-3:]
             raise CalibrationError(f"host-dispatch probe ({missing[0] if missing else 'exit ' + str(job.returncode)}) "
                                    f"failed: {' | '.join(tail)}")
         for mode in modes:
-            times, fwd, disp = [], [], []
-            for blocks in HOST_BLOCKS:
-                rep = json.loads((Path(tmp) / f"report-{mode}-{blocks}.json").read_text())
-                after = rep["steps"][rep["warmup_steps"]:]
-                times.append(statistics.median(st["step_time_s"] for st in after))
-                if all(st.get("host_forward_s") is not None and st.get("host_dispatch_s") is not None for st in after):
-                    fwd.append(statistics.median(st["host_forward_s"] for st in after))
-                    disp.append(statistics.median(st["host_dispatch_s"] for st in after))
-            out[mode] = max(0.0, (times[1] - times[0]) / (HOST_BLOCKS[1] - HOST_BLOCKS[0]))
-            if shares is not None and len(fwd) == 2 and disp[1] > disp[0]:
-                share = (fwd[1] - fwd[0]) / (disp[1] - disp[0])
-                if 0 < share < 1:
-                    shares[mode] = share
+            pairs = []
+            for rep in range(repeats):
+                pair: dict = {"t": [], "f": [], "d": []}
+                for blocks in HOST_BLOCKS:
+                    rep_json = json.loads((Path(tmp) / f"report-{mode}-{rep}-{blocks}.json").read_text())
+                    after = rep_json["steps"][rep_json["warmup_steps"]:]
+                    pair["t"].append(statistics.median(st["step_time_s"] for st in after))
+                    if all(st.get("host_forward_s") is not None and st.get("host_dispatch_s") is not None for st in after):
+                        pair["f"].append(statistics.median(st["host_forward_s"] for st in after))
+                        pair["d"].append(statistics.median(st["host_dispatch_s"] for st in after))
+                if len(pair["f"]) != len(HOST_BLOCKS):
+                    pair["f"] = pair["d"] = None
+                pairs.append(pair)
+            out[mode], share, sp = host_block_estimate(pairs)
+            if shares is not None and share is not None:
+                shares[mode] = share
+            if spread is not None and sp is not None:
+                spread[mode] = sp
     return out
+
+
+def noisy_host_note(spread: dict) -> str | None:
+    """A note naming the modes whose repeated pairs spread past HOST_NOISY, or None."""
+    bad = {k: v for k, v in spread.items() if v > HOST_NOISY}
+    if not bad:
+        return None
+    return ("host dispatch varied over its repeats (" + ", ".join(f"{k} {v:.0%}" for k, v in bad.items()) +
+            f", max - min over median of {HOST_REPEATS} pairs): a busy or unsteady host; the median is kept -- "
+            "re-measure with `parplan calibrate --host-only` when the machine is idle")
 
 
 def _remeasured_shares(old: dict | None, remeasured: dict, shares: dict) -> dict:
@@ -846,7 +885,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         timer = _Timer(torch, dev, warmup=3, reps=10 if not quick else 5, sample_s=2e-3)
     else:
         timer = _Timer(torch, dev, warmup=1, reps=3, sample_s=2e-3 if quick else 1e-2)
-    host_runs = len(HOST_MODES) * len(HOST_BLOCKS) if on_gpu else 0
+    host_runs = len(HOST_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu else 0
     total = len(gemm_rows) * len(gemm_dtypes) + len(attn_cases) + 1 + (1 if on_gpu else 0) + (1 if world >= 2 else 0) \
         + host_runs + (1 if sustained_s else 0)
 
@@ -856,6 +895,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     copy_gbps = h2d = d2h = None
     host_block: dict[str, float] = {}
     host_share: dict[str, float] = {}
+    host_spread: dict[str, float] = {}
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                   console=console, transient=False) as prog:
@@ -878,9 +918,11 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                 torch.cuda.empty_cache()
                 coll = measure_collectives(world, quick)
                 adv()
-            prog.update(task, description="host dispatch per block (parplan's runtime, 6 short runs)")
+            prog.update(task, description=f"host dispatch per block (parplan's runtime, {host_runs} short runs)")
             torch.cuda.empty_cache()
-            host_block = measure_host_block("cuda", advance=adv, shares=host_share)
+            host_block = measure_host_block("cuda", advance=adv, shares=host_share, spread=host_spread)
+            if noisy_host_note(host_spread):
+                notes.append(noisy_host_note(host_spread))
         sustained = None
         if sustained_s:
             best_row = max((r for r in gemm if r["dtype"] == gemm_dtypes[0]), key=lambda r: r["tflops"])
@@ -968,8 +1010,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     if on_gpu:
         src += f"; pinned H2D {h2d:.1f} / D2H {d2h:.1f} GB/s"
         src += ("; host dispatch per block fwd+bwd (runtime, compiled, probe of hidden 256 x 128 tokens, "
-                f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks): " +
-                ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host_block.items()) +
+                f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks, median of {HOST_REPEATS} pairs): " +
+                ", ".join(f"{k} {v * 1e3:.2f} ms" + (f" (spread {host_spread[k]:.0%})" if k in host_spread else "")
+                          for k, v in host_block.items()) +
                 ("; the forward's share of it " + ", ".join(f"{k} {v:.2f}" for k, v in host_share.items())
                  if host_share else ""))
     if net_note:
@@ -994,8 +1037,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
 
 def calibrate_host(out: str | None = None, base: str | None = None, device: str = "auto", console=None,
                    steps: int = 12, modes=HOST_MODES):
-    """Measure only this machine's host dispatch per block (measure_host_block: eight short runs of the
-    runtime, 36-46 s on the H100 hosts of 2026-11-23) into a copy of `base`, everything else kept.  A launch-bound
+    """Measure only this machine's host dispatch per block (measure_host_block: HOST_REPEATS pairs of short runs
+    per mode; one pair per mode took 36-46 s on the H100 hosts of 2026-11-23, most of it start-up and compiles,
+    which the repeats share) into a copy of `base`, everything else kept.  A launch-bound
     plan's step is its host's dispatch time, and that moved 1.9x per block between two machines of one
     kind (benchmarks/results/2026-11-23-h100: the launches' own dispatch phases); the GPU's terms (the
     curves, bandwidths, a `--from-run` refit's fractions) carry from machine to machine, the host's do not.
@@ -1014,12 +1058,14 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     path = check_out_path(out, host_name, base_file(base), "-remeasured", console)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    n = len(modes) * len(HOST_BLOCKS)
+    n = len(modes) * len(HOST_BLOCKS) * HOST_REPEATS
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         task = prog.add_task(f"host dispatch per block (parplan's runtime, {n} short runs)", total=n)
         shares: dict[str, float] = {}
-        host = measure_host_block(dev.type, steps=steps, advance=lambda: prog.advance(task), modes=modes, shares=shares)
+        spread: dict[str, float] = {}
+        host = measure_host_block(dev.type, steps=steps, advance=lambda: prog.advance(task), modes=modes, shares=shares,
+                                  spread=spread)
     elapsed = time.perf_counter() - t_start
     data = base_profile.model_dump(mode="json")
     data["name"] = host_name  # not the base's: this file is not the shipped (or refit) profile
@@ -1027,11 +1073,13 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host, shares)
     where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: FOR TESTING ONLY)"
     what = ", ".join(f"{k} {v * 1e3:.2f} ms" + (f" (forward share {shares[k]:.2f})" if k in shares else "")
-                     for k, v in host.items())
+                     + (f" (spread {spread[k]:.0%})" if k in spread else "") for k, v in host.items())
     data["sources"] = list(data.get("sources") or []) + [
         f"[calibrate --host-only] {TOOL} --host-only --device {dev.type} --base {base_profile.name} ({_today()}, {where}): "
         f"host dispatch per block fwd+bwd (runtime{', compiled' if on_gpu else ''}, probe of hidden 256 x 128 tokens, "
-        f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks): {what}; every other field from {base_profile.name}"]
+        f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks, median of {HOST_REPEATS} pairs): {what}; every other field "
+        f"from {base_profile.name}"] + ([f"[calibrate --host-only] {noisy_host_note(spread)}"] if noisy_host_note(spread)
+                                        else [])
     data["measured"] = ((data.get("measured") or "").rstrip("; ") + "; " if data.get("measured") else "") + \
         f"{_today()}: host_block_s re-measured on {where} ({elapsed:.0f} s)"
     from .schema import HardwareProfile
@@ -1039,12 +1087,15 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     write_profile(profile, path)
     from rich.table import Table
     t = Table(title=f"host dispatch per block on {where}", title_justify="left")
-    for c in ("recompute", f"{base_profile.name} ms", "measured ms"):
+    for c in ("recompute", f"{base_profile.name} ms", "measured ms", f"spread over {HOST_REPEATS}"):
         t.add_column(c, justify="left" if c == "recompute" else "right")
     for k, v in host.items():
         old = base_profile.host_block_s.get(k)
-        t.add_row(k, f"{old * 1e3:.2f}" if old is not None else "-", f"{v * 1e3:.2f}")
+        t.add_row(k, f"{old * 1e3:.2f}" if old is not None else "-", f"{v * 1e3:.2f}",
+                  f"{spread[k]:.0%}" if k in spread else "-")
     console.print(t)
+    if noisy_host_note(spread):
+        console.print(f"note: {noisy_host_note(spread)}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"host calibration took {elapsed:.1f} s", markup=False, highlight=False)
     return path, profile, host
 

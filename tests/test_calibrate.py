@@ -586,3 +586,21 @@ def test_from_run_says_which_base_when_reports_were_planned_on_several(plan, tmp
     rc, out, err = _run(["calibrate", "--from-run", str(a), "--from-run", str(b), "--out", "fit.toml"], capsys)
     assert rc == 0, err
     assert "planned on 2 profiles" in err and f"refitting {plan.hardware.name}" in err
+
+
+def test_host_block_estimate_keeps_the_median_pair():
+    """One pair of probe runs disturbed by the host (here its 10-block run took 40 ms longer) does not set the
+    reading: the median of three pairs does, and the spread says the pairs disagreed."""
+    from planner.calibrate import HOST_BLOCKS, host_block_estimate, noisy_host_note
+    per = HOST_BLOCKS[1] - HOST_BLOCKS[0]
+    steady = {"t": [0.010, 0.010 + per * 0.002], "f": [0.004, 0.004 + per * 0.001], "d": [0.008, 0.008 + per * 0.002]}
+    hit = {"t": [0.010, 0.010 + per * 0.002 + 0.040], "f": [0.004, 0.004 + per * 0.0015], "d": [0.008, 0.008 + per * 0.002]}
+    est, share, spread = host_block_estimate([steady, hit, dict(steady, t=[0.010, 0.010 + per * 0.0021])])
+    assert est == pytest.approx(0.0021)  # the middle pair, not the disturbed one (0.007) nor the mean (0.0037)
+    assert share == pytest.approx(0.5)  # median of 0.5, 0.75, 0.5
+    assert spread == pytest.approx((0.007 - 0.002) / 0.0021)
+    assert noisy_host_note({"none": spread, "full": 0.1}).startswith("host dispatch varied over its repeats (none 238%")
+    assert noisy_host_note({"none": 0.1}) is None
+    # one pair: no spread; a pair without forward/dispatch phases gives no share; a negative difference reads 0
+    assert host_block_estimate([steady]) == (pytest.approx(0.002), pytest.approx(0.5), None)
+    assert host_block_estimate([{"t": [0.02, 0.01], "f": None, "d": None}]) == (0.0, None, None)

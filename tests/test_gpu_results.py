@@ -191,12 +191,16 @@ def test_host_block_round_trips_through_the_profile_writer(tmp_path):
 
 @pytest.mark.multirank
 def test_host_probe_runs_the_runtime_on_cpu():
-    """The calibrate probe (two short runtime launches); on a CPU it measures the CPU, not a GPU host."""
+    """The calibrate probe (pairs of short runtime launches); on a CPU it measures the CPU, not a GPU host."""
     shares: dict = {}
-    out = measure_host_block("cpu", steps=3, modes=("none",), shares=shares)
+    spread: dict = {}
+    out = measure_host_block("cpu", steps=3, modes=("none",), shares=shares, repeats=2, spread=spread)
     assert set(out) == {"none"} and out["none"] > 0
     # the runtime's reports carry the forward's dispatch: its share of the block (here the CPU's compute)
     assert set(shares) == {"none"} and 0 < shares["none"] < 1
+    assert set(spread) == {"none"} and spread["none"] >= 0  # two pairs: their spread
+    with pytest.raises(ValueError):
+        measure_host_block("cpu", modes=("none",), repeats=0)
 
 
 # ---------------------------------------------------------------------------------------------- the H100 runs

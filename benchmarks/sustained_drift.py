@@ -40,8 +40,9 @@ def drift(steps: list[dict], warmup: int) -> dict:
     last_from = len(after) - len(after) // 3
     first = statistics.median(after[:FIRST])
     last = statistics.median(after[last_from:])
+    fifths = [statistics.median(after[i * len(after) // 5:(i + 1) * len(after) // 5]) for i in range(5)]
     return {"steps": len(after), "first_s": first, "last_s": last, "slowdown": last / first - 1.0,
-            "last_starts_s": sum(after[:last_from]), "run_s": sum(after)}
+            "last_starts_s": sum(after[:last_from]), "run_s": sum(after), "fifths_s": fifths}
 
 
 def smi_trace(path: Path) -> dict | None:
@@ -63,7 +64,9 @@ def smi_trace(path: Path) -> dict | None:
     load = [r for r in rows if r[1] > 0.5 * top]
     last = load[len(load) - max(1, len(load) // 3):]
     med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
-    return {"samples": len(load), "first": load[0], "last": tuple(med(last, i) for i in range(3))}
+    fifths = [load[k * len(load) // 5:(k + 1) * len(load) // 5] or load for k in range(5)]
+    return {"samples": len(load), "first": load[0], "last": tuple(med(last, i) for i in range(3)),
+            "fifths": [tuple(med(f, i) for i in range(3)) for f in fifths]}
 
 
 def predicted_step(plan: dict, profile: Path) -> float:
@@ -94,6 +97,7 @@ def build(root: Path) -> list[str]:
             "W first -> last | C first -> last | predicted ms | err vs first | err vs last |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     smi = smi_trace(root / "long" / "nvidia-smi.csv")
+    trajectory: list[str] = []
     for rep_path in sorted((root / "long").glob("*/report.json")):
         rep = json.loads(rep_path.read_text())
         d = drift(rep["steps"], rep["warmup_steps"])
@@ -103,7 +107,12 @@ def build(root: Path) -> list[str]:
         errs = (f"{pred * 1e3:.1f} | {pred / d['first_s'] - 1:+.1%} | {pred / d['last_s'] - 1:+.1%}") if pred else "- | - | -"
         out.append(f"| {rep_path.parent.name} | {d['steps']} | {d['run_s']:.0f} | {d['first_s'] * 1e3:.1f} | "
                    f"{d['last_s'] * 1e3:.1f} ({d['last_starts_s']:.0f}) | {d['slowdown']:+.1%} | {tel} | {errs} |")
-    return out
+        trajectory.append(f"- {rep_path.parent.name}: step ms by fifth of the timed steps "
+                          + " / ".join(f"{x * 1e3:.1f}" for x in d["fifths_s"]))
+    if smi:
+        trajectory.append("- nvidia-smi by fifth of the load (SM MHz, W, C): "
+                          + " / ".join(f"{c:.0f}, {p:.0f}, {t:.0f}" for c, p, t in smi["fifths"]))
+    return out + ([""] + trajectory if trajectory else [])
 
 
 def main() -> None:

@@ -84,6 +84,7 @@ def test_drift_and_smi_trace(tmp_path):
     d = drift.drift(steps, warmup=2)
     assert d["steps"] == 45 and d["first_s"] == 0.30 and d["last_s"] == 0.345
     assert d["slowdown"] == pytest.approx(0.15)
+    assert d["fifths_s"] == [0.30, 0.30, 0.33, 0.345, 0.345]  # steps 0-8, 9-17, 18-26, 27-35, 36-44
     with pytest.raises(ValueError):
         drift.drift(steps[:20], warmup=2)
     csv = tmp_path / "smi.csv"
@@ -94,6 +95,7 @@ def test_drift_and_smi_trace(tmp_path):
     t = drift.smi_trace(csv)
     assert t["samples"] == 9 and t["first"] == (1960.0, 605.0, 36.0)
     assert t["last"] == (1820.0, 640.0, 43.0)  # samples 7-9: medians of the last third
+    assert t["fifths"][0] == (1960.0, 605.0, 36.0) and t["fifths"][-1] == (1810.0, 642.5, 43.5)
     assert drift.smi_trace(tmp_path / "none.csv") is None
 
 
@@ -111,6 +113,7 @@ def test_drift_report_on_a_long_run(tmp_path):
     text = "\n".join(drift.build(tmp_path))
     assert "| llama-3b-mbs4-none | 58 |" in text and "| +10.0% |" in text
     assert "kept from the base profile" in text  # that calibrate ran without --sustained
+    assert "- llama-3b-mbs4-none: step ms by fifth of the timed steps 360.0 / 360.0 / 360.0 / 396.0 / 396.0" in text
     pred = drift.predicted_step(rep["plan"], tmp_path / "h200-calibrated.toml")
     assert f"| {pred * 1e3:.1f} | {pred / 0.36 - 1:+.1%} | {pred / 0.396 - 1:+.1%} |" in text
 

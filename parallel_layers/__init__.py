@@ -10,4 +10,5 @@ data.py           deterministic synthetic or memmapped token batches
 checkpoint.py     torch.distributed.checkpoint save/resume
 checkpoint_steps.py  which steps a checkpoint folder holds (no torch: launch's pre-flight reads it too)
 train.py          the torchrun entry and the run report
+telemetry.py      nvidia-smi's SM clock, power and temperature per step (rank 0; no torch)
 """

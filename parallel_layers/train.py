@@ -51,6 +51,7 @@ from parallel_layers.clip import clip_grad_norm
 from parallel_layers.context_parallel import shard_sequence
 from parallel_layers.data import TokenSource, replica_sample_indices
 from parallel_layers.host_memory import CpuMemoryTrace, trace_if
+from parallel_layers.telemetry import FIELDS as TELEMETRY_FIELDS, GpuTelemetry, per_step
 from parallel_layers.data_parallel import (
     GradReduction,
     ShardedAdamW,
@@ -100,6 +101,8 @@ class RunOptions:
     optimizer: str = "adamw"  # "sgd" only for tests that need a scale-sensitive update
     debug_grad_scale: float = 1.0  # test hook: multiply reduced gradients (a deliberately wrong run)
     compile: bool = False  # torch.compile each transformer block (fuses norms, rotary, SwiGLU; GPU default)
+    # nvidia-smi's SM clock, power and temperature per step on rank 0 (parallel_layers.telemetry); None: on cuda
+    telemetry: Optional[bool] = None
     # master-weights: the linears' weight-gradient GEMMs add into the fp32 main_grad (precision.wgrad_fusion_kernel):
     # "auto" where the CUDA kernel runs right, "off", or "reference" (its arithmetic on any device, for tests)
     wgrad_fusion: str = "auto"
@@ -604,6 +607,8 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     steps = []
+    spans = []
+    tel = _start_telemetry(opts, device)
     t0 = None
     for step in range(start + 1, opts.steps + 1):
         if t0 is None:
@@ -636,6 +641,7 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         norm = None if grad_norm is None else float(grad_norm)
         steps.append({"step": step, "loss": loss, "step_time_s": step_time, "tokens_per_s": tps, "mfu": mfu,
                       "grad_norm": norm, **step_phases(rt, t0, t_fb, t_end)})
+        spans.append((t0, t_end))
         log(f"step {step}/{opts.steps} loss={loss:.6f} step_time_s={step_time:.4f} tokens_per_s={tps:.1f} "
             f"mfu={'null' if mfu is None else f'{mfu:.4f}'}" + ("" if norm is None else f" grad_norm={norm:.6g}"))
         # every checkpoint_every steps, and after the last step (Megatron's --save and torchtitan do the same)
@@ -648,7 +654,20 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         # the next, and a step's time is the interval between the ends of the compute of two steps
         t0 = t_end
     settle_parameters(rt)
+    if tel is not None:
+        for st, values in zip(steps, per_step(tel.stop(), spans)):
+            st.update(values)
     return rt, steps
+
+
+def _start_telemetry(opts: RunOptions, device: torch.device):
+    """Rank 0's GPU sampler (parallel_layers.telemetry), running, or None: off, another rank, or no nvidia-smi."""
+    on = opts.telemetry if opts.telemetry is not None else device.type == "cuda"
+    if not on or dist.get_rank() != 0:
+        return None
+    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "")) if device.type == "cuda" else None
+    tel = GpuTelemetry(uuid=uuid)
+    return tel if tel.start() else None
 
 
 def settle_parameters(rt: Runtime) -> None:
@@ -735,7 +754,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "median": {"step_time_s": med("step_time_s"), "tokens_per_s": at_median_step("tokens_per_s"),
                    "mfu": at_median_step("mfu"),
                    "host_dispatch_s": med("host_dispatch_s"), "host_forward_s": med("host_forward_s"),
-                   "fwd_bwd_s": med("fwd_bwd_s"), "after_s": med("after_s")},
+                   "fwd_bwd_s": med("fwd_bwd_s"), "after_s": med("after_s"),
+                   **{k: med(k) for k in TELEMETRY_FIELDS if med(k) is not None}},
         "peak_memory_bytes": {str(r): m for r, m in enumerate(memories)},
         "cpu_memory": cpu_memory,
         "params_per_rank": params_per_rank,

@@ -631,6 +631,21 @@ def phases_line(report: dict) -> str | None:
     return line
 
 
+def telemetry_line(report: dict) -> str | None:
+    """Rank 0's GPU clock, power and temperature over the timed steps (nvidia-smi; parallel_layers.telemetry): the
+    first timed step's, the median, and the last's, so a run that slowed as the GPU settled shows it."""
+    steps = report.get("steps") or []
+    steps = [s for s in steps[report.get("warmup_steps") or 0:] or steps if s.get("sm_mhz") is not None]
+    if not steps:
+        return None
+    import statistics
+    med = {k: statistics.median(s[k] for s in steps) for k in ("sm_mhz", "power_w", "temp_c")}
+    first, last = steps[0], steps[-1]
+    return (f"GPU (rank 0, nvidia-smi; first timed step / median / last): SM clock {first['sm_mhz']:.0f} / "
+            f"{med['sm_mhz']:.0f} / {last['sm_mhz']:.0f} MHz, power {first['power_w']:.0f} / {med['power_w']:.0f} / "
+            f"{last['power_w']:.0f} W, {first['temp_c']:.0f} / {med['temp_c']:.0f} / {last['temp_c']:.0f} C")
+
+
 def _host_block_note(report: dict, host_s: float) -> str | None:
     """A launch-bound one-stage run's dispatch per block (the host phase over blocks x micro-batches: an upper
     bound, the embedding, head and loss included) beside the profile's host_block_s, which predicted it: the
@@ -743,7 +758,8 @@ def print_summary(report: dict, report_path: str) -> None:
     console.print(t)
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
-    for line in (phases_line(report), grad_norm_line(report), cpu_memory_line(report), rank_kind_line(report)):
+    for line in (phases_line(report), telemetry_line(report), grad_norm_line(report), cpu_memory_line(report),
+                 rank_kind_line(report)):
         if line:
             console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)

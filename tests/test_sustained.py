@@ -115,6 +115,13 @@ def test_drift_report_on_a_long_run(tmp_path):
     assert "kept from the base profile" in text  # that calibrate ran without --sustained
     assert "- llama-3b-mbs4-none: step ms by fifth of the timed steps 360.0 / 360.0 / 360.0 / 396.0 / 396.0" in text
     pred = drift.predicted_step(rep["plan"], tmp_path / "h200-calibrated.toml")
+    assert "| - | - | - |" in text  # no clocks: neither per step nor a csv
+    # the run's own per-step clocks (launches since telemetry) fill the clock columns
+    rep["steps"] = [dict(st, sm_mhz=1980 if st["step"] < 40 else 1755, power_w=700, temp_c=50 + st["step"] // 10)
+                    for st in rep["steps"]]
+    (tmp_path / "long" / "llama-3b-mbs4-none" / "report.json").write_text(json.dumps(rep))
+    text = "\n".join(drift.build(tmp_path))
+    assert "| 1980 -> 1755 | 700 -> 700 | 50 -> 55 |" in text
     assert f"| {pred * 1e3:.1f} | {pred / 0.36 - 1:+.1%} | {pred / 0.396 - 1:+.1%} |" in text
 
 

@@ -22,7 +22,7 @@ QUERY = "uuid,clocks.sm,power.draw,temperature.gpu"
 class GpuTelemetry:
     """nvidia-smi sampling one GPU (`uuid`, or the only GPU listed) every `interval_ms` from start() to stop()."""
 
-    def __init__(self, uuid: str | None = None, interval_ms: int = 250, exe: str = "nvidia-smi"):
+    def __init__(self, uuid: str | None = None, interval_ms: int = 500, exe: str = "nvidia-smi"):
         self.uuid = (uuid or "").lower().replace("gpu-", "")
         self.interval_ms = interval_ms
         self.exe = exe

@@ -21,7 +21,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if len(a.plan) != len(a.report):
         ap.error("give one --report per --plan")
-    opts = RunOptions(steps=a.steps, device=a.device, compile=a.compile)
+    # no nvidia-smi sampler beside these runs: they measure the host's own dispatch time
+    opts = RunOptions(steps=a.steps, device=a.device, compile=a.compile, telemetry=False)
     run_plans(a.device, [(plan, opts, report) for plan, report in zip(a.plan, a.report)])
     return 0
 

@@ -55,8 +55,10 @@ def measured(rep: dict) -> dict:
     after = rep["steps"][rep["warmup_steps"]:]
     peaks = rep["peak_memory_bytes"]
     peaks = list(peaks.values()) if isinstance(peaks, dict) else peaks
+    clocks = [s["sm_mhz"] for s in after if s.get("sm_mhz") is not None]  # reports since 2026-11-28 (telemetry)
     return {"step_s": statistics.median(s["step_time_s"] for s in after),
-            "reserved": max(p["reserved"] for p in peaks), "allocated": max(p["allocated"] for p in peaks)}
+            "reserved": max(p["reserved"] for p in peaks), "allocated": max(p["allocated"] for p in peaks),
+            "sm_mhz": statistics.median(clocks) if clocks else None}
 
 
 def predict(plan: Plan, profile: str):
@@ -240,9 +242,11 @@ def build_session(root: Path, first_root: Path = FIRST) -> tuple[list[str], dict
                 r["pred"] = {n: predict(plan, p) for n, p in zip(names, profiles)}
                 rs.append(r)
     stats: dict = {n: {"step": [], "mem": [], "mem_alloc": []} for n in names}
+    clocks = any(r["sm_mhz"] is not None for r in rs)  # a column only where the session's reports carry the clock
     lines = ["| grid | run | recompute | mbs | launch-bound | calibrated on its machine | step meas ms | " +
+             ("SM MHz | " if clocks else "") +
              " | ".join(f"{n} err" for n in names) + " | reserved GB | allocated GB | mem pred GB | err vs reserved | "
-             "err vs allocated |", "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|---|---|"]
+             "err vs allocated |", "|---|---|---|---|---|---|---|" + "---|" * (len(names) + clocks) + "---|---|---|---|---|"]
     for r in rs:
         for n in names:
             stats[n]["step"].append(rel(r["pred"][n][0], r["step_s"]))
@@ -252,6 +256,7 @@ def build_session(root: Path, first_root: Path = FIRST) -> tuple[list[str], dict
         lines.append(f"| {r['grid']} | {r['name']} | {r['plan'].parallel.recompute} | "
                      f"{r['plan'].training.micro_batch_size} | {'yes' if r['launch_bound'] else ''} | "
                      f"{'yes' if r['same_machine'] else ''} | {r['step_s'] * 1e3:.1f} | " +
+                     (f"{r['sm_mhz']:.0f} | " if clocks and r["sm_mhz"] is not None else "- | " if clocks else "") +
                      " | ".join(f"{rel(r['pred'][n][0], r['step_s']):+.1%}" for n in names) +
                      f" | {r['reserved'] / 1e9:.2f} | {r['allocated'] / 1e9:.2f} | {p_mem / 1e9:.2f} | "
                      f"{rel(p_mem, r['reserved']):+.1%} | {rel(p_mem, r['allocated']):+.1%} |")

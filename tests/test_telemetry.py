@@ -98,3 +98,32 @@ def test_a_run_records_the_clock_per_step_and_launch_prints_it(tmp_path):
     # without it (a CPU run's default): no clock fields, no line
     rep["steps"] = [{k: v for k, v in st.items() if k not in ("sm_mhz", "power_w", "temp_c")} for st in rep["steps"]]
     assert telemetry_line(rep) is None
+
+
+def test_gpu_accuracy_shows_the_clock_where_the_reports_carry_it(tmp_path):
+    """gpu_accuracy.py's per-run table gains an SM MHz column when a session's reports carry the clock (the committed
+    sessions do not, and their tables regenerate unchanged: tests/test_gpu_results.py)."""
+    import shutil
+    src = ROOT / "benchmarks" / "results" / "2026-11-28-h200"
+    dst = tmp_path / "2026-11-28-h200"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.md", "host"))
+    rep_path = dst / "grid" / "llama-3b-mbs4-full" / "report.json"
+    rep = json.loads(rep_path.read_text())
+    rep["steps"] = [dict(st, sm_mhz=1700 + 10 * i) for i, st in enumerate(rep["steps"])]
+    rep_path.write_text(json.dumps(rep))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_accuracy
+    finally:
+        sys.path.pop(0)
+    lines, _ = gpu_accuracy.build_session(dst)
+    header = lines[0].split(" | ")
+    assert "SM MHz" in header
+    col = header.index("SM MHz")
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in lines[2:] if line.startswith("| grid |")}
+    after = [1700 + 10 * i for i in range(len(rep["steps"]))][rep["warmup_steps"]:]
+    import statistics
+    assert gpu_accuracy.measured(rep)["sm_mhz"] == statistics.median(after)
+    assert rows["llama-3b-mbs4-full"][col] == f"{statistics.median(after):.0f}"
+    assert rows["llama-0.5b-mbs1-none"][col] == "-"
+    assert all(len(r) == len(header) for r in rows.values())

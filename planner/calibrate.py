@@ -928,6 +928,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
             best_row = max((r for r in gemm if r["dtype"] == gemm_dtypes[0]), key=lambda r: r["tflops"])
             prog.update(task, description=f"sustained GEMM for {sustained_s:g} s (clocks under the power limit)")
             sustained = measure_sustained(torch, dev, best_row, gemm_dtypes[0], sustained_s)
+            sustained["fraction"] = float(f"{sustained['fraction']:.4g}")  # as the profile stores it, and the note says
             adv()
         prog.update(task, description="done")
 
@@ -974,7 +975,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         notes.append(f"{why}: network not measured; nvlink, inter_node and overlap_compute_slowdown kept from "
                      f"{base_profile.name}")
     if sustained:
-        data["sustained_matmul_fraction"] = float(f"{sustained['fraction']:.4g}")
+        data["sustained_matmul_fraction"] = sustained["fraction"]
         measured_fields.append("sustained_matmul_fraction")
         notes.append("inter_node, " + ("" if on_gpu else "hbm_gbytes, ") + "memory_reserve_gbytes and host memory kept "
                      f"from {base_profile.name} (inter-node needs several nodes); sustained_matmul_fraction "

@@ -71,14 +71,16 @@ class GpuTelemetry:
         return list(self.samples)
 
 
-def per_step(samples: list[tuple], spans: list[tuple[float, float]]) -> list[dict]:
+def per_step(samples: list[tuple], spans: list[tuple[float, float]], reach: float = 1.0) -> list[dict]:
     """For each step span (start, end) on the samples' clock: the median of the samples inside it, or the sample
-    nearest its middle when none falls inside (a step shorter than the sampling interval); {} with no samples."""
+    nearest its middle when none falls inside (a step shorter than the sampling interval) and that sample lies within
+    `reach` seconds of the span (not an idle reading from before the load or after it); {} otherwise."""
     out = []
     for a, b in spans:
         inside = [s for s in samples if a <= s[0] <= b]
         if not inside and samples:
             mid = (a + b) / 2
-            inside = [min(samples, key=lambda s: abs(s[0] - mid))]
+            near = min(samples, key=lambda s: abs(s[0] - mid))
+            inside = [near] if a - reach <= near[0] <= b + reach else []
         out.append({f: statistics.median(s[i + 1] for s in inside) for i, f in enumerate(FIELDS)} if inside else {})
     return out

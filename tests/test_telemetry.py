@@ -30,12 +30,13 @@ def _fake_smi(tmp_path: Path, lines: list[str], period: float = 0.02) -> Path:
 
 def test_per_step_takes_the_samples_inside_each_step_or_the_nearest():
     samples = [(0.0, 1980, 300, 40), (0.5, 1900, 650, 50), (1.0, 1800, 700, 60), (1.5, 1700, 700, 70)]
-    spans = [(0.4, 1.1), (1.2, 1.3), (5.0, 6.0)]
+    spans = [(0.4, 1.1), (1.2, 1.3), (2.0, 2.2), (5.0, 6.0)]
     got = per_step(samples, spans)
     assert got[0] == {"sm_mhz": 1850, "power_w": 675, "temp_c": 55}  # the two samples inside
     assert got[1] == {"sm_mhz": 1800, "power_w": 700, "temp_c": 60}  # none inside: the nearest to 1.25 (1.0)
-    assert got[2] == {"sm_mhz": 1700, "power_w": 700, "temp_c": 70}
-    assert per_step([], spans) == [{}, {}, {}]
+    assert got[2] == {"sm_mhz": 1700, "power_w": 700, "temp_c": 70}  # the nearest, 0.5 s before the step
+    assert got[3] == {}  # the nearest is 3.5 s away: no reading of this step
+    assert per_step([], spans) == [{}, {}, {}, {}]
 
 
 def test_sampler_reads_its_gpu_by_uuid_and_skips_what_it_cannot_parse(tmp_path, monkeypatch):

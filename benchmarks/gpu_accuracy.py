@@ -61,9 +61,14 @@ def measured(rep: dict) -> dict:
             "sm_mhz": statistics.median(clocks) if clocks else None}
 
 
-def predict(plan: Plan, profile: str):
+def prediction(plan: Plan, profile: str):
+    """The plan's prediction under another profile (a name or a file)."""
     hw = plan.hardware.model_copy(update={"name": profile})
-    pr = evaluate_plan(plan.model_copy(update={"hardware": hw})).prediction
+    return evaluate_plan(plan.model_copy(update={"hardware": hw})).prediction
+
+
+def predict(plan: Plan, profile: str):
+    pr = prediction(plan, profile)
     return pr.step_time_s, pr.memory_bytes_per_gpu.total
 
 

@@ -82,11 +82,9 @@ def step_telemetry(steps: list[dict], warmup: int) -> dict | None:
 
 
 def predicted_step(plan: dict, profile: Path) -> float:
-    from planner.core import evaluate_plan
+    from gpu_accuracy import predict
     from planner.schema import Plan
-    p = Plan(**plan)
-    hw = p.hardware.model_copy(update={"name": str(profile)})
-    return evaluate_plan(p.model_copy(update={"hardware": hw})).prediction.step_time_s
+    return predict(Plan(**plan), str(profile))[0]
 
 
 def build(root: Path) -> list[str]:

@@ -29,44 +29,35 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from gpu_accuracy import measured, write_or_print  # noqa: E402
+from flow_shop_whatif import launches as committed_launches  # noqa: E402
+from gpu_accuracy import measured, prediction, write_or_print  # noqa: E402
 
-# (session folder, its calibrated profile, the grids whose runs it predicts)
-SESSIONS = (("2026-11-22-h100", "h100-calibrated.toml", ("grid", "grid-refit", "grid-phases", "grid-phases-2")),
-            ("2026-11-23-h100", "h100-calibrated.toml", ("grid", "grid-2")),
-            ("2026-11-28-h200", "h200-calibrated.toml", ("grid",)))
 SCAN = np.round(np.arange(0.78, 1.0001, 0.01), 2)
 
 
-def _predict(plan, profile, tmp: Path):
-    from planner.core import evaluate_plan
-    path = tmp / f"{profile.name}.json"
-    path.write_text(json.dumps(profile.model_dump(mode="json")))
-    return evaluate_plan(plan.model_copy(update={"hardware": plan.hardware.model_copy(update={"name": str(path)})})).prediction
-
-
 def launches(tmp: Path) -> list[dict]:
-    """Every committed GPU-bound grid run: measured step, and predicted at the profile's fraction and at 1.0."""
+    """Every committed GPU-bound grid run (flow_shop_whatif's list: each with its session's calibrated profile):
+    measured step, and predicted at the profile's fraction and at 1.0."""
     from hardware_profiles import load_profile
     from planner.calibrate import launch_bound
     from planner.schema import Plan
 
+    at_one: dict = {}  # calibrated profile -> the same at sustained 1.0, written once
     rows = []
-    for sess, cal, grids in SESSIONS:
-        root = HERE / "results" / sess
-        prof = load_profile(str(root / cal))
-        at_one = prof.model_copy(update={"sustained_matmul_fraction": 1.0, "name": prof.name + "-s1"})
-        for grid in grids:
-            for rep_path in sorted((root / grid).glob("*/report.json")):
-                rep = json.loads(rep_path.read_text())
-                plan = Plan(**rep["plan"])
-                own = _predict(plan, prof, tmp)
-                if launch_bound(own):
-                    continue
-                m = measured(rep)["step_s"]
-                rows.append({"session": sess, "grid": grid, "run": rep_path.parent.name, "measured_s": m,
-                             "own_fraction": prof.sustained_matmul_fraction, "own_s": own.step_time_s,
-                             "one_s": _predict(plan, at_one, tmp).step_time_s})
+    for sess, rep_path, cal in committed_launches():
+        if cal not in at_one:
+            prof = load_profile(str(cal))
+            at_one[cal] = (prof.sustained_matmul_fraction, tmp / f"s1-{len(at_one)}.json")
+            at_one[cal][1].write_text(json.dumps(prof.model_copy(update={"sustained_matmul_fraction": 1.0})
+                                                 .model_dump(mode="json")))
+        rep = json.loads(rep_path.read_text())
+        plan = Plan(**rep["plan"])
+        own = prediction(plan, str(cal))
+        if launch_bound(own):
+            continue
+        rows.append({"session": sess, "grid": rep_path.parent.parent.name, "run": rep_path.parent.name,
+                     "measured_s": measured(rep)["step_s"], "own_fraction": at_one[cal][0], "own_s": own.step_time_s,
+                     "one_s": prediction(plan, str(at_one[cal][1])).step_time_s})
     return rows
 
 
@@ -108,7 +99,7 @@ def build() -> list[str]:
             f"Scan of sustained_matmul_fraction over {SCAN[0]:g}-{SCAN[-1]:g} (step 0.01), median |MFU error| "
             "(benchmarks/fit_sustained_fraction.py's objective).", "",
             "| profile (curves) | best fraction | median | max |", "|---|---|---|---|"]
-    profs = ["h100-sxm-80gb"] + [str(HERE / "results" / s / c) for s, c, _ in SESSIONS if "h100" in s]
+    profs = ["h100-sxm-80gb"] + [str(HERE / "results" / s / "h100-calibrated.toml") for s in ("2026-11-22-h100", "2026-11-23-h100")]
     for p, f, med, mx in megatron_scan(profs):
         out.append(f"| {Path(p).parent.name + '/' + Path(p).name if '/' in p else p} | {f:.2f} | {med:.1%} | {mx:.1%} |")
     return out

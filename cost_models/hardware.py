@@ -64,6 +64,13 @@ class HardwareConstants:
         return self.sustained * np.interp(np.asarray(seq_len, dtype=float), self.attn_seq, self.attn_eff)
 
 
+def _by_recompute(per_mode: dict) -> np.ndarray:
+    """A profile's per-recompute-mode host field as an array indexed by recompute code (0 = not measured);
+    selective-op re-dispatches nearly every op of the block, as full does: full's value unless measured."""
+    return np.array([per_mode.get(k, 0.0) for k in ("none", "selective", "full")]
+                    + [per_mode.get("selective-op", per_mode.get("full", 0.0))])
+
+
 def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | None = None,
                            inter_node_gbytes_per_s: float | None = None) -> HardwareConstants:
     """Convert a HardwareProfile (planner.schema) to SI units for one dtype, applying CLI overrides."""
@@ -92,11 +99,8 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         host_memory_bytes_per_node=profile.host_memory_gbytes_per_node * GB,
         host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,
         host_memory_bytes_per_s_per_node=profile.host_memory_gbytes_per_s_per_node * GB,
-        # selective-op re-dispatches nearly every op of the block, as full does: full's host time unless measured
-        host_block_s=np.array([profile.host_block_s.get(k, 0.0) for k in ("none", "selective", "full")]
-                              + [profile.host_block_s.get("selective-op", profile.host_block_s.get("full", 0.0))]),
-        host_fwd_share=np.array([profile.host_forward_share.get(k, 0.0) for k in ("none", "selective", "full")]
-                                + [profile.host_forward_share.get("selective-op", profile.host_forward_share.get("full", 0.0))]),
+        host_block_s=_by_recompute(profile.host_block_s),
+        host_fwd_share=_by_recompute(profile.host_forward_share),
         overlap_slowdown=profile.overlap_compute_slowdown,
         optimizer_bw_fraction=profile.optimizer_bandwidth_fraction,
         optimizer_host_per_tensor_s=profile.optimizer_host_per_tensor_s,

@@ -9,6 +9,7 @@ answer, nothing is sampled and the report simply has no clock fields.
 """
 from __future__ import annotations
 
+import atexit
 import shutil
 import statistics
 import subprocess
@@ -19,11 +20,54 @@ FIELDS = ("sm_mhz", "power_w", "temp_c")
 QUERY = "uuid,clocks.sm,power.draw,temperature.gpu"
 
 
+def _norm(uuid: str | None) -> str:
+    """torch's and nvidia-smi's spellings of a GPU's UUID, made comparable (nvidia-smi prefixes "GPU-")."""
+    return (uuid or "").lower().replace("gpu-", "")
+
+
+def _add(by_gpu: dict, line: str, t: float) -> None:
+    """One csv line of QUERY into by_gpu[uuid] as (t, SM MHz, W, C).  A line it cannot read ("[N/A]") adds no
+    sample, but its GPU is listed all the same: a named GPU without readings is not replaced by another one."""
+    cells = [c.strip() for c in line.split(",")]
+    if len(cells) != 4:
+        return
+    samples = by_gpu.setdefault(cells[0].lower(), [])
+    try:
+        samples.append((t, *(float(c) for c in cells[1:])))
+    except ValueError:
+        return
+
+
+def _pick(by_gpu: dict, uuid: str) -> list:
+    """The samples of the GPU named by uuid; else of the only GPU listed (a uuid torch formats otherwise still finds
+    it); else none: with several GPUs listed and none named, no single GPU's reading."""
+    named = [v for k, v in by_gpu.items() if uuid and uuid in k]
+    return named[0] if named else (next(iter(by_gpu.values())) if len(by_gpu) == 1 else [])
+
+
+def query_once(uuid: str | None = None, exe: str = "nvidia-smi") -> tuple[float, float, float] | None:
+    """(SM MHz, W, C) of one GPU now (calibrate --sustained reads it once a window), or None where nvidia-smi is
+    missing, does not answer, or lists no such GPU."""
+    path = shutil.which(exe)
+    if not path:
+        return None
+    try:
+        out = subprocess.run([path, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    by_gpu: dict = {}
+    for line in out.splitlines():
+        _add(by_gpu, line, 0.0)
+    got = _pick(by_gpu, _norm(uuid))
+    return got[0][1:] if got else None
+
+
 class GpuTelemetry:
     """nvidia-smi sampling one GPU (`uuid`, or the only GPU listed) every `interval_ms` from start() to stop()."""
 
     def __init__(self, uuid: str | None = None, interval_ms: int = 500, exe: str = "nvidia-smi"):
-        self.uuid = (uuid or "").lower().replace("gpu-", "")
+        self.uuid = _norm(uuid)
         self.interval_ms = interval_ms
         self.exe = exe
         self.samples: list[tuple[float, float, float, float]] = []  # (perf_counter, sm MHz, W, C)
@@ -43,31 +87,25 @@ class GpuTelemetry:
             return False
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
+        atexit.register(self.stop)  # a run that raises does not leave nvidia-smi looping behind it
         return True
 
     def _read(self) -> None:
         by_gpu: dict[str, list] = {}
         for line in self._proc.stdout:
-            t = time.perf_counter()
-            cells = [c.strip() for c in line.split(",")]
-            if len(cells) != 4:
-                continue
-            try:
-                by_gpu.setdefault(cells[0].lower(), []).append((t, *(float(c) for c in cells[1:])))
-            except ValueError:  # "[N/A]" and the like
-                continue
-        # the GPU named by uuid; else the only GPU listed (a uuid torch formats otherwise still finds it); else none
-        named = [v for k, v in by_gpu.items() if self.uuid and self.uuid in k]
-        self.samples = named[0] if named else (next(iter(by_gpu.values())) if len(by_gpu) == 1 else [])
+            _add(by_gpu, line, time.perf_counter())
+        self.samples = _pick(by_gpu, self.uuid)
 
     def stop(self) -> list[tuple[float, float, float, float]]:
-        if self._proc is not None:
+        """Stop sampling (again: a no-op) and return the samples."""
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
             try:
                 self._proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-            self._thread.join(timeout=5)
+        if self._thread is not None:
+            self._thread.join(timeout=5)  # the reader sets the samples once nvidia-smi's output ends
         return list(self.samples)
 
 

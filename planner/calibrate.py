@@ -370,28 +370,13 @@ def measure_gemms(torch, device, timer, shapes, dtype_name, advance) -> list[dic
 
 
 def _gpu_telemetry(torch, device):
-    """A function that returns (SM clock MHz, power W, temperature C) of `device` from nvidia-smi, or None when
-    nvidia-smi is not there or does not list the device (matched by UUID when several GPUs are listed)."""
-    import shutil
-    import subprocess
-
-    if device.type != "cuda" or not shutil.which("nvidia-smi"):
+    """A function that returns (SM clock MHz, power W, temperature C) of `device` from nvidia-smi
+    (parallel_layers.telemetry.query_once), or None when nvidia-smi is not there or does not list the device."""
+    if device.type != "cuda":
         return None
-    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "").lower().replace("gpu-", "")
-
-    def read():
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=uuid,clocks.sm,power.draw,temperature.gpu",
-                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5).stdout
-        except (OSError, subprocess.SubprocessError):
-            return None
-        rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.count(",") == 3]
-        pick = [r for r in rows if uuid and uuid in r[0].lower()] or (rows if len(rows) == 1 else [])
-        try:
-            return tuple(float(v) for v in pick[0][1:]) if pick else None
-        except ValueError:
-            return None
-
+    from parallel_layers.telemetry import query_once
+    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "")
+    read = lambda: query_once(uuid)  # noqa: E731
     return read if read() is not None else None
 
 
@@ -401,6 +386,8 @@ def measure_sustained(torch, device, row: dict, dtype_name: str, seconds: float,
     limits, against the short isolated measurement the curves come from.  Each window's work is queued, the GPU's
     clock, power and temperature read (nvidia-smi) while it runs, then the window is timed (CUDA events).
     `fraction` = steady / isolated, steady = the median of the last third of the windows, at most 1."""
+    from parallel_layers.telemetry import FIELDS as TELEMETRY_FIELDS
+
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(row["m"], row["k"], device=device, dtype=dtype, generator=gen)
@@ -428,7 +415,7 @@ def measure_sustained(torch, device, row: dict, dtype_name: str, seconds: float,
         else:
             dt = time.perf_counter() - w0
         windows.append({"t_s": round(time.perf_counter() - t0, 3), "tflops": per_window * flops / dt / 1e12,
-                        **(dict(zip(("sm_mhz", "power_w", "temp_c"), sample)) if sample else {})})
+                        **(dict(zip(TELEMETRY_FIELDS, sample)) if sample else {})})
     del x, w, c
     steady = statistics.median(r["tflops"] for r in windows[len(windows) - max(1, len(windows) // 3):])
     return {"shape": {k: row[k] for k in ("m", "k", "n")}, "dtype": dtype_name, "seconds": seconds,
@@ -921,8 +908,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
             prog.update(task, description=f"host dispatch per block (parplan's runtime, {host_runs} short runs)")
             torch.cuda.empty_cache()
             host_block = measure_host_block("cuda", advance=adv, shares=host_share, spread=host_spread)
-            if noisy_host_note(host_spread):
-                notes.append(noisy_host_note(host_spread))
+            notes += [n for n in (noisy_host_note(host_spread),) if n]
         sustained = None
         if sustained_s:
             best_row = max((r for r in gemm if r["dtype"] == gemm_dtypes[0]), key=lambda r: r["tflops"])
@@ -1067,6 +1053,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
         spread: dict[str, float] = {}
         host = measure_host_block(dev.type, steps=steps, advance=lambda: prog.advance(task), modes=modes, shares=shares,
                                   spread=spread)
+    noisy = noisy_host_note(spread)
     elapsed = time.perf_counter() - t_start
     data = base_profile.model_dump(mode="json")
     data["name"] = host_name  # not the base's: this file is not the shipped (or refit) profile
@@ -1079,8 +1066,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
         f"[calibrate --host-only] {TOOL} --host-only --device {dev.type} --base {base_profile.name} ({_today()}, {where}): "
         f"host dispatch per block fwd+bwd (runtime{', compiled' if on_gpu else ''}, probe of hidden 256 x 128 tokens, "
         f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks, median of {HOST_REPEATS} pairs): {what}; every other field "
-        f"from {base_profile.name}"] + ([f"[calibrate --host-only] {noisy_host_note(spread)}"] if noisy_host_note(spread)
-                                        else [])
+        f"from {base_profile.name}"] + ([f"[calibrate --host-only] {noisy}"] if noisy else [])
     data["measured"] = ((data.get("measured") or "").rstrip("; ") + "; " if data.get("measured") else "") + \
         f"{_today()}: host_block_s re-measured on {where} ({elapsed:.0f} s)"
     from .schema import HardwareProfile
@@ -1095,8 +1081,8 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
         t.add_row(k, f"{old * 1e3:.2f}" if old is not None else "-", f"{v * 1e3:.2f}",
                   f"{spread[k]:.0%}" if k in spread else "-")
     console.print(t)
-    if noisy_host_note(spread):
-        console.print(f"note: {noisy_host_note(spread)}", markup=False, highlight=False, soft_wrap=True)
+    if noisy:
+        console.print(f"note: {noisy}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"host calibration took {elapsed:.1f} s", markup=False, highlight=False)
     return path, profile, host
 

@@ -128,3 +128,20 @@ def test_gpu_accuracy_shows_the_clock_where_the_reports_carry_it(tmp_path):
     assert rows["llama-3b-mbs4-full"][col] == f"{statistics.median(after):.0f}"
     assert rows["llama-0.5b-mbs1-none"][col] == "-"
     assert all(len(r) == len(header) for r in rows.values())
+
+
+def test_query_once_reads_one_gpu_now(tmp_path, monkeypatch):
+    """calibrate --sustained's one reading a window: the same uuid rules as the sampler, one nvidia-smi call."""
+    from parallel_layers.telemetry import query_once
+    d = tmp_path / "bin"
+    d.mkdir()
+    exe = d / "nvidia-smi"
+    exe.write_text("#!/bin/bash\necho 'GPU-aaaa-1111, 1980, 650.5, 45'\necho 'GPU-bbbb-2222, 1410, [N/A], 38'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ['PATH']}")
+    assert query_once("aaaa-1111") == (1980.0, 650.5, 45.0)
+    assert query_once("GPU-AAAA-1111") == (1980.0, 650.5, 45.0)  # either spelling of the uuid
+    assert query_once("bbbb-2222") is None  # listed, its line unreadable: not another GPU's reading instead
+    assert query_once(None) is None  # two GPUs listed, none named
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert query_once("aaaa-1111") is None

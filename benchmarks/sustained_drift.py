@@ -75,10 +75,10 @@ def step_telemetry(steps: list[dict], warmup: int) -> dict | None:
     after = [s for s in steps[warmup:] if s.get("sm_mhz") is not None]
     if len(after) < 2 * FIRST:
         return None
-    keys = ("sm_mhz", "power_w", "temp_c")
+    from parallel_layers.telemetry import FIELDS
     first, last = after[:FIRST], after[len(after) - len(after) // 3:]
-    return {"first": tuple(statistics.median(s[k] for s in first) for k in keys),
-            "last": tuple(statistics.median(s[k] for s in last) for k in keys)}
+    return {"first": tuple(statistics.median(s[k] for s in first) for k in FIELDS),
+            "last": tuple(statistics.median(s[k] for s in last) for k in FIELDS)}
 
 
 def predicted_step(plan: dict, profile: Path) -> float:

@@ -773,12 +773,12 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
             for rep in range(repeats):
                 pair: dict = {"t": [], "f": [], "d": []}
                 for blocks in HOST_BLOCKS:
-                    rep_json = json.loads((Path(tmp) / f"report-{mode}-{rep}-{blocks}.json").read_text())
-                    after = rep_json["steps"][rep_json["warmup_steps"]:]
-                    pair["t"].append(statistics.median(st["step_time_s"] for st in after))
-                    if all(st.get("host_forward_s") is not None and st.get("host_dispatch_s") is not None for st in after):
-                        pair["f"].append(statistics.median(st["host_forward_s"] for st in after))
-                        pair["d"].append(statistics.median(st["host_dispatch_s"] for st in after))
+                    # the report's medians over its timed steps (None where a step lacks the phase)
+                    med = json.loads((Path(tmp) / f"report-{mode}-{rep}-{blocks}.json").read_text())["median"]
+                    pair["t"].append(med["step_time_s"])
+                    if med["host_forward_s"] is not None and med["host_dispatch_s"] is not None:
+                        pair["f"].append(med["host_forward_s"])
+                        pair["d"].append(med["host_dispatch_s"])
                 if len(pair["f"]) != len(HOST_BLOCKS):
                     pair["f"] = pair["d"] = None
                 pairs.append(pair)

@@ -634,12 +634,15 @@ def phases_line(report: dict) -> str | None:
 def telemetry_line(report: dict) -> str | None:
     """Rank 0's GPU clock, power and temperature over the timed steps (nvidia-smi; parallel_layers.telemetry): the
     first timed step's, the median, and the last's, so a run that slowed as the GPU settled shows it."""
+    import statistics
+
+    from parallel_layers.telemetry import FIELDS
+
     steps = report.get("steps") or []
     steps = [s for s in steps[report.get("warmup_steps") or 0:] or steps if s.get("sm_mhz") is not None]
     if not steps:
         return None
-    import statistics
-    med = {k: statistics.median(s[k] for s in steps) for k in ("sm_mhz", "power_w", "temp_c")}
+    med = {k: statistics.median(s[k] for s in steps) for k in FIELDS}
     first, last = steps[0], steps[-1]
     return (f"GPU (rank 0, nvidia-smi; first timed step / median / last): SM clock {first['sm_mhz']:.0f} / "
             f"{med['sm_mhz']:.0f} / {last['sm_mhz']:.0f} MHz, power {first['power_w']:.0f} / {med['power_w']:.0f} / "

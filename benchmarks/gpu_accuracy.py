@@ -72,7 +72,7 @@ def predict(plan: Plan, profile: str):
     return pr.step_time_s, pr.memory_bytes_per_gpu.total
 
 
-def predicted_phases(plan: Plan, profile: str, tmp: Path) -> tuple[float, float]:
+def predicted_phases(plan: Plan, profile: str) -> tuple[float, float]:
     """(forward/backward, after-backward) seconds the model gives a one-rank plan.  The after phase is
     the optimizer step alone: its passes (what halving the bandwidth fraction adds) plus its per-tensor
     host time (what zeroing it removes); the model reports the gradient upcast with the optimizer, but
@@ -82,10 +82,7 @@ def predicted_phases(plan: Plan, profile: str, tmp: Path) -> tuple[float, float]
     prof = load_profile(profile)
 
     def opt(**update):
-        path = tmp / "phase-profile.json"
-        path.write_text(json.dumps(prof.model_copy(update=update).model_dump(mode="json")))
-        pr = evaluate_plan(plan.model_copy(update={"hardware": plan.hardware.model_copy(update={"name": str(path)})}))
-        return pr.prediction
+        return evaluate_plan(plan, profile=prof.model_copy(update=update)).prediction
 
     full = opt()
     t = full.time_breakdown.optimizer_s
@@ -94,7 +91,7 @@ def predicted_phases(plan: Plan, profile: str, tmp: Path) -> tuple[float, float]
     return full.step_time_s - passes - host, passes + host
 
 
-def phase_table(rs: list[dict], profile: str, label: str, tmp: Path) -> list[str]:
+def phase_table(rs: list[dict], profile: str, label: str) -> list[str]:
     """Measured step phases (reports that carry them) against the model's split of the same step."""
     out = ["", f"Step phases (reports that carry them; medians after warm-up) against the model's split, {label}:", "",
            "| grid | run | fwd+bwd meas ms | pred ms | err | after-backward meas ms | pred ms | err | host done ms |",
@@ -106,7 +103,7 @@ def phase_table(rs: list[dict], profile: str, label: str, tmp: Path) -> list[str
         host = [s.get("host_dispatch_s") for s in rep["steps"][rep["warmup_steps"]:]]
         if not after or None in after or None in fb:
             continue
-        p_fb, p_after = predicted_phases(r["plan"], profile, tmp)
+        p_fb, p_after = predicted_phases(r["plan"], profile)
         m_fb, m_after = statistics.median(fb), statistics.median(after)
         out.append(f"| {r['grid']} | {r['name']} | {m_fb * 1e3:.1f} | {p_fb * 1e3:.1f} | {rel(p_fb, m_fb):+.1%} | "
                    f"{m_after * 1e3:.1f} | {p_after * 1e3:.1f} | {rel(p_after, m_after):+.1%} | "
@@ -170,7 +167,7 @@ def build(root: Path) -> tuple[list[str], dict]:
         for r in rs:
             r["pred"] = {k: predict(r["plan"], p) for k, p in profiles.items()}
             r["pred"]["held-out"] = predict(r["plan"], held[r["name"]]) if r["name"] in held else (None, None)
-        phases = phase_table(rs, profiles["refit-s3"], "refit-s3 (in-sample: fitted on these runs)", Path(tmp))
+        phases = phase_table(rs, profiles["refit-s3"], "refit-s3 (in-sample: fitted on these runs)")
     names = ["datasheet", "calibrated", "refit", "held-out", "refit-s3"]
     lines = ["| grid | run | recompute | mbs | step meas ms | " + " | ".join(f"{n} err" for n in names) +
              " | reserved GB | allocated GB | mem pred GB | err vs reserved | err vs allocated |",

@@ -285,23 +285,25 @@ def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
     pre_rev = np.concatenate([np.zeros((1,) + r.shape), np.cumsum(b_rev, axis=0)])
 
     def summed(n, chunks, prefix):
-        # blocks of the first n actions, chunk (j // g) % v of `chunks` for action j
-        n = np.asarray(n)
+        # blocks of the first n actions, chunk (j // g) % v of `chunks` for action j; n: (points,) + r.shape
         t = n % (v * g)
         q = np.minimum(t // g, vmax - 1)
-        part = np.take_along_axis(prefix, q[None], axis=0)[0] * g
-        cur = np.take_along_axis(chunks, q[None], axis=0)[0]
+        part = np.take_along_axis(prefix, q, axis=0) * g
+        cur = np.take_along_axis(chunks, q, axis=0)
         return (n // (v * g)) * g * total + part + (t % g) * cur
 
     W = np.minimum((v - 1) * g + 2 * (p - 1 - r), m * v)
     steady = m * v - W
-    best = summed(m * v, b, pre) * (steady <= 0)  # no steady state: every forward before a backward
+    best = summed((m * v)[None], b, pre)[0] * (steady <= 0)  # no steady state: every forward before a backward
     off = (-(W + 1)) % g
-    for c in range(vmax + 2):
-        for x in (c * g, c * g + off, c * g - 1, c * g + off - 1):
-            i = np.clip(x, 0, np.maximum(steady - 1, 0))
-            d = summed(W + 1 + i, b, pre) - summed(i, b_rev, pre_rev)
-            best = np.where(steady > 0, np.maximum(best, d), best)
+    # the candidate points c g, c g + off and the two before them, c < v + 2, taken together (a few
+    # thousand values at a time: one call for a handful of (p, v, m) triples, as rank_inflight passes)
+    per_call = max(1, 4096 // max(r.size, 1))
+    for c0 in range(0, vmax + 2, per_call):
+        cg = np.arange(c0, min(c0 + per_call, vmax + 2)).reshape((-1,) + (1,) * r.ndim) * g
+        i = np.clip(np.concatenate([cg, cg + off, cg - 1, cg + off - 1]), 0, np.maximum(steady - 1, 0))
+        d = summed(W + 1 + i, b, pre) - summed(i, b_rev, pre_rev)
+        best = np.where(steady > 0, np.maximum(best, d.max(axis=0)), best)
     return best
 
 

@@ -85,6 +85,12 @@ def profile_file(name_or_path: str | Path) -> Path:
     return Path(name_or_path) if looks_like_path(name_or_path) else PROFILE_DIR / f"{name_or_path}.toml"
 
 
+# Profiles already read and validated, by (resolved path, mtime, size): `validate` plans 251 published
+# runs over a handful of profiles, and parsing their TOML each time was a sixth of the command. A file
+# edited since is read again (its mtime or size changed); callers get a deep copy, never the cached one.
+_LOADED: dict = {}
+
+
 def load_profile(name_or_path: str | Path):
     """A shipped profile by name (see ``list_profiles()``) or a .toml/.json file by path."""
     from pydantic import ValidationError  # lazy: keep `import hardware_profiles` cheap
@@ -101,8 +107,20 @@ def load_profile(name_or_path: str | Path):
             shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:60] + "..."
             raise ValueError(f"unknown hardware profile {shown!r}{hint}; available: {', '.join(list_profiles())} "
                              "(or give a path to a .toml/.json file)")
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = None  # _read says what is wrong with the path
+    if key is not None and key in _LOADED:
+        return _LOADED[key].model_copy(deep=True)
     data = _read(path)
     try:
-        return HardwareProfile(**data)
+        profile = HardwareProfile(**data)
     except ValidationError as e:
         raise ValueError(_one_line(path, e, HardwareProfile)) from None
+    if key is not None:
+        if len(_LOADED) >= 16:  # a session reads a few files; drop the oldest (an edited file's old version)
+            del _LOADED[next(iter(_LOADED))]
+        _LOADED[key] = profile
+    return profile.model_copy(deep=True)

@@ -1271,29 +1271,24 @@ def report_labels(paths: list[str]) -> tuple[list[str], str]:
     return labels, under
 
 
-class _Predictor:
-    """Re-evaluates plans (planner.core.evaluate_plan) against candidate profiles written to a temp dir."""
+def _predict(plan, profile):
+    """The plan's prediction (planner.core.evaluate_plan) under a candidate profile, validated as a profile
+    file would be (a fit that strays outside a field's range is refused the same way), without writing it."""
+    from pydantic import ValidationError
 
-    def __init__(self):
-        self._dir = tempfile.TemporaryDirectory(prefix="parplan-calibrate-")
-        self._n = 0
+    from hardware_profiles import _one_line
 
-    def close(self):
-        self._dir.cleanup()
+    from .core import PlannerError, evaluate_plan
+    from .schema import HardwareProfile
 
-    def __call__(self, plan, profile):
-        from .core import PlannerError, evaluate_plan
-
-        self._n += 1
-        path = Path(self._dir.name) / f"candidate-{self._n}.json"
-        path.write_text(json.dumps(profile.model_dump(mode="json")))
-        hw = plan.hardware.model_copy(update={"name": str(path)})
-        try:
-            return evaluate_plan(plan.model_copy(update={"hardware": hw})).prediction
-        except PlannerError as e:
-            raise CalibrationError(str(e)) from None
-        finally:
-            path.unlink(missing_ok=True)
+    try:
+        checked = HardwareProfile.model_validate(profile.model_dump())
+    except ValidationError as e:
+        raise CalibrationError(_one_line(f"candidate {profile.name}", e, HardwareProfile)) from None
+    try:
+        return evaluate_plan(plan, profile=checked).prediction
+    except PlannerError as e:
+        raise CalibrationError(str(e)) from None
 
 
 def increasing_root(f, lo: float, hi: float, rel_tol: float, f_tol: float = 0.0, max_evals: int = 100) -> float:
@@ -1420,81 +1415,78 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     labels, under = report_labels([r["path"] for r in runs])
     from .schema import HardwareProfile
 
-    predict = _Predictor()
-    try:
-        before = [predict(r["plan"], base_profile) for r in runs]
-        # the optimizer step first (its own measured phase), then everything else against the step time
-        opt_fit = fit_optimizer(runs, base_profile, predict)
-        if opt_fit:
-            base_fit = base_profile.model_copy(update={"optimizer_bandwidth_fraction": opt_fit[0],
-                                                       "optimizer_host_per_tensor_s": opt_fit[1]})
-        else:
-            base_fit = base_profile
-        fits = [fit_sustained(r["plan"], base_fit, r["step_time_s"], predict) for r in runs]
-        bound = [launch_bound(b) for b in before]
-        # median of the per-report fits over the compute-bound runs (the fraction barely moves a
-        # launch-bound one): robust to the odd noisy run
-        s_new = statistics.median(s for (s, _), lb in zip(fits, bound) if not lb or all(bound))
-        s_new = min(1.0, max(1e-4, s_new))
-        # the forward's share of the dispatch, measured (not fitted) in launch-bound one-stage runs' phases: before
-        # the host fit, which solves each launch-bound run's step for its dispatch under these shares
-        share_fits: dict[str, list[float]] = {}
-        for r, lb in zip(runs, bound):
-            sh = measured_forward_share(r) if lb else None
-            if sh is not None:
-                share_fits.setdefault(r["plan"].parallel.recompute, []).append(sh)
-        share_new = {**base_profile.host_forward_share, **{k: statistics.median(v) for k, v in share_fits.items()}}
-        candidate = base_fit.model_copy(update={"sustained_matmul_fraction": s_new, "host_forward_share": share_new})
-        host_fits: dict[str, list[float]] = {}
-        for r, lb in zip(runs, bound):
-            if lb and base_profile.host_block_s:
-                h = fit_host_block(r["plan"], candidate, r["step_time_s"], predict)
-                if h is not None:
-                    host_fits.setdefault(r["plan"].parallel.recompute, []).append(h)
-        host_new = {**base_profile.host_block_s, **{k: statistics.median(v) for k, v in host_fits.items()}}
-        candidate = candidate.model_copy(update={"host_block_s": host_new})
-        mid = [predict(r["plan"], candidate) for r in runs]
-        gaps = [r["reserved_bytes"] - p.memory_bytes_per_gpu.total for r, p in zip(runs, mid) if r["reserved_bytes"]]
-        old_reserve = base_profile.memory_reserve_gbytes
-        new_reserve = max(0.0, old_reserve + statistics.median(gaps) / GB) if gaps else old_reserve
-        data = candidate.model_dump(mode="json")
-        data["sustained_matmul_fraction"] = float(f"{s_new:.6g}")
-        data["memory_reserve_gbytes"] = round(new_reserve, 4)
-        data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_new.items()}
-        data["host_forward_share"] = {k: float(f"{v:.3g}") for k, v in share_new.items()}
-        if opt_fit:
-            data["optimizer_bandwidth_fraction"] = float(f"{opt_fit[0]:.4g}")
-            data["optimizer_host_per_tensor_s"] = float(f"{opt_fit[1]:.4g}")
-        data["name"] = _calibrated_name(base_profile.name)
-        devices = sorted({r["device"] for r in runs})
-        torches = sorted({str(r["torch_version"]) for r in runs if r["torch_version"]})
-        names = " ".join(labels) + (f" (in {under})" if under not in ("", ".") else "")
-        what = (f"{_today()}: {TOOL} --from-run ({len(runs)} report{'s' if len(runs) > 1 else ''} on "
-                f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): sustained_matmul_fraction, "
-                + ("host_block_s, " if host_fits else "") + ("host_forward_share, " if share_fits else "")
-                + ("optimizer_bandwidth_fraction, optimizer_host_per_tensor_s, " if opt_fit else "") + "memory_reserve_gbytes")
-        data["measured"] = f"{what}; before: {base_profile.measured}" if base_profile.measured else what
-        clamped = sum(c for _, c in fits)
-        data["sources"] = list(data.get("sources") or []) + [
-            f"[calibrate] {TOOL} --from-run {names} --base {base_profile.name}: sustained_matmul_fraction "
-            f"{base_profile.sustained_matmul_fraction:g} -> {s_new:.4g} (median of per-report fits "
-            f"{', '.join(f'{s:.4g}' + (' [launch-bound, not used]' if lb and not all(bound) else '') for (s, _), lb in zip(fits, bound))}"
-            f"{f'; {clamped} clamped' if clamped else ''}); "
-            + "".join(f"host_block_s.{k} {base_profile.host_block_s.get(k, 0.0) * 1e3:.3g} -> {host_new[k] * 1e3:.3g} ms "
-                      f"(median of {len(v)} launch-bound report(s)); " for k, v in host_fits.items())
-            + "".join(f"host_forward_share.{k} {base_profile.host_forward_share.get(k, 0.0):.3g} -> {share_new[k]:.3g} "
-                      f"(median over the phases of {len(v)} launch-bound one-stage report(s)); "
-                      for k, v in share_fits.items())
-            + (f"optimizer_bandwidth_fraction {base_profile.optimizer_bandwidth_fraction:g} -> {opt_fit[0]:.4g} and "
-               f"optimizer_host_per_tensor_s {base_profile.optimizer_host_per_tensor_s * 1e6:.3g} -> {opt_fit[1] * 1e6:.3g} us "
-               f"(least squares over the after-backward phase of {opt_fit[2]} one-rank report(s)); " if opt_fit else "")
-            + "memory_reserve_gbytes "
-            f"{old_reserve:g} -> {new_reserve:.4g} (" + (f"median reserved-peak minus predicted total {statistics.median(gaps) / GB:+.3f} GB over "
-                                                          f"{len(gaps)} report(s))" if gaps else "no report had reserved memory: kept)")]
-        profile = HardwareProfile(**data)
-        after = [predict(r["plan"], profile) for r in runs]
-    finally:
-        predict.close()
+    predict = _predict
+    before = [predict(r["plan"], base_profile) for r in runs]
+    # the optimizer step first (its own measured phase), then everything else against the step time
+    opt_fit = fit_optimizer(runs, base_profile, predict)
+    if opt_fit:
+        base_fit = base_profile.model_copy(update={"optimizer_bandwidth_fraction": opt_fit[0],
+                                                   "optimizer_host_per_tensor_s": opt_fit[1]})
+    else:
+        base_fit = base_profile
+    fits = [fit_sustained(r["plan"], base_fit, r["step_time_s"], predict) for r in runs]
+    bound = [launch_bound(b) for b in before]
+    # median of the per-report fits over the compute-bound runs (the fraction barely moves a
+    # launch-bound one): robust to the odd noisy run
+    s_new = statistics.median(s for (s, _), lb in zip(fits, bound) if not lb or all(bound))
+    s_new = min(1.0, max(1e-4, s_new))
+    # the forward's share of the dispatch, measured (not fitted) in launch-bound one-stage runs' phases: before
+    # the host fit, which solves each launch-bound run's step for its dispatch under these shares
+    share_fits: dict[str, list[float]] = {}
+    for r, lb in zip(runs, bound):
+        sh = measured_forward_share(r) if lb else None
+        if sh is not None:
+            share_fits.setdefault(r["plan"].parallel.recompute, []).append(sh)
+    share_new = {**base_profile.host_forward_share, **{k: statistics.median(v) for k, v in share_fits.items()}}
+    candidate = base_fit.model_copy(update={"sustained_matmul_fraction": s_new, "host_forward_share": share_new})
+    host_fits: dict[str, list[float]] = {}
+    for r, lb in zip(runs, bound):
+        if lb and base_profile.host_block_s:
+            h = fit_host_block(r["plan"], candidate, r["step_time_s"], predict)
+            if h is not None:
+                host_fits.setdefault(r["plan"].parallel.recompute, []).append(h)
+    host_new = {**base_profile.host_block_s, **{k: statistics.median(v) for k, v in host_fits.items()}}
+    candidate = candidate.model_copy(update={"host_block_s": host_new})
+    mid = [predict(r["plan"], candidate) for r in runs]
+    gaps = [r["reserved_bytes"] - p.memory_bytes_per_gpu.total for r, p in zip(runs, mid) if r["reserved_bytes"]]
+    old_reserve = base_profile.memory_reserve_gbytes
+    new_reserve = max(0.0, old_reserve + statistics.median(gaps) / GB) if gaps else old_reserve
+    data = candidate.model_dump(mode="json")
+    data["sustained_matmul_fraction"] = float(f"{s_new:.6g}")
+    data["memory_reserve_gbytes"] = round(new_reserve, 4)
+    data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_new.items()}
+    data["host_forward_share"] = {k: float(f"{v:.3g}") for k, v in share_new.items()}
+    if opt_fit:
+        data["optimizer_bandwidth_fraction"] = float(f"{opt_fit[0]:.4g}")
+        data["optimizer_host_per_tensor_s"] = float(f"{opt_fit[1]:.4g}")
+    data["name"] = _calibrated_name(base_profile.name)
+    devices = sorted({r["device"] for r in runs})
+    torches = sorted({str(r["torch_version"]) for r in runs if r["torch_version"]})
+    names = " ".join(labels) + (f" (in {under})" if under not in ("", ".") else "")
+    what = (f"{_today()}: {TOOL} --from-run ({len(runs)} report{'s' if len(runs) > 1 else ''} on "
+            f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): sustained_matmul_fraction, "
+            + ("host_block_s, " if host_fits else "") + ("host_forward_share, " if share_fits else "")
+            + ("optimizer_bandwidth_fraction, optimizer_host_per_tensor_s, " if opt_fit else "") + "memory_reserve_gbytes")
+    data["measured"] = f"{what}; before: {base_profile.measured}" if base_profile.measured else what
+    clamped = sum(c for _, c in fits)
+    data["sources"] = list(data.get("sources") or []) + [
+        f"[calibrate] {TOOL} --from-run {names} --base {base_profile.name}: sustained_matmul_fraction "
+        f"{base_profile.sustained_matmul_fraction:g} -> {s_new:.4g} (median of per-report fits "
+        f"{', '.join(f'{s:.4g}' + (' [launch-bound, not used]' if lb and not all(bound) else '') for (s, _), lb in zip(fits, bound))}"
+        f"{f'; {clamped} clamped' if clamped else ''}); "
+        + "".join(f"host_block_s.{k} {base_profile.host_block_s.get(k, 0.0) * 1e3:.3g} -> {host_new[k] * 1e3:.3g} ms "
+                  f"(median of {len(v)} launch-bound report(s)); " for k, v in host_fits.items())
+        + "".join(f"host_forward_share.{k} {base_profile.host_forward_share.get(k, 0.0):.3g} -> {share_new[k]:.3g} "
+                  f"(median over the phases of {len(v)} launch-bound one-stage report(s)); "
+                  for k, v in share_fits.items())
+        + (f"optimizer_bandwidth_fraction {base_profile.optimizer_bandwidth_fraction:g} -> {opt_fit[0]:.4g} and "
+           f"optimizer_host_per_tensor_s {base_profile.optimizer_host_per_tensor_s * 1e6:.3g} -> {opt_fit[1] * 1e6:.3g} us "
+           f"(least squares over the after-backward phase of {opt_fit[2]} one-rank report(s)); " if opt_fit else "")
+        + "memory_reserve_gbytes "
+        f"{old_reserve:g} -> {new_reserve:.4g} (" + (f"median reserved-peak minus predicted total {statistics.median(gaps) / GB:+.3f} GB over "
+                                                      f"{len(gaps)} report(s))" if gaps else "no report had reserved memory: kept)")]
+    profile = HardwareProfile(**data)
+    after = [predict(r["plan"], profile) for r in runs]
     write_profile(profile, path)
     rows = []
     for r, label, lb, b, a, (s_fit, c) in zip(runs, labels, bound, before, after, fits):

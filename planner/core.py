@@ -703,10 +703,12 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
         raise StructureError(refused, "use zero_stage 0 or 1, or pp 1")
 
 
-def evaluate_plan(plan: Plan) -> Plan:
-    """Re-predict a given (possibly hand-edited) plan; never searches."""
+def evaluate_plan(plan: Plan, profile=None) -> Plan:
+    """Re-predict a given (possibly hand-edited) plan; never searches.  profile: a validated
+    HardwareProfile to predict with instead of the one plan.hardware.name names (calibrate's fits try
+    hundreds of candidate profiles, which need no file each)."""
     check_plan_structure(plan.model, plan)
-    profile = load_hardware(plan.hardware.name)
+    profile = load_hardware(plan.hardware.name) if profile is None else profile
     hw = hardware_constants(profile, plan.hardware, compute_dtype(plan.training.dtype, plan.training.precision))
     _check_attention_kernel(profile, plan.training)
     spec = with_param_count(plan.model, plan.training.seq_len)

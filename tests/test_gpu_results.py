@@ -320,25 +320,22 @@ def test_optimizer_phase_fit_reproduces_each_runs_after_backward_phase():
     Fitted over them: the optimizer's passes at 0.89 of the copy bandwidth plus ~21 us of host time per
     parameter tensor (README); with those, the model's optimizer term is within 10 % of every run's phase,
     where bandwidth alone at the copy rate is 19-42 % short."""
-    from planner.calibrate import _Predictor, fit_optimizer, read_report
+    from planner.calibrate import _predict, fit_optimizer, read_report
     runs = [read_report(str(p)) for p in sorted(RESULTS.glob("grid-phases*/*/report.json"))]
     base = load_hardware(str(RESULTS / "h100-calibrated.toml"))
-    predict = _Predictor()
-    try:
-        f, h, n = fit_optimizer(runs, base, predict)
-        assert n == 17 and 0.85 <= f <= 0.95 and 15e-6 <= h <= 25e-6
-        fitted = base.model_copy(update={"optimizer_bandwidth_fraction": f, "optimizer_host_per_tensor_s": h})
-        plain = base.model_copy(update={"optimizer_bandwidth_fraction": 1.0, "optimizer_host_per_tensor_s": 0.0})
-        for r in runs:
-            t0 = predict(r["plan"], plain).time_breakdown.optimizer_s
-            passes = predict(r["plan"], plain.model_copy(update={"optimizer_bandwidth_fraction": 0.5})
-                             ).time_breakdown.optimizer_s - t0
-            upcast = t0 - passes  # the gradient upcast is reported with the optimizer but runs in the backward
-            after = predict(r["plan"], fitted).time_breakdown.optimizer_s - upcast
-            assert abs(after - r["after_s"]) / r["after_s"] <= 0.10, (r["path"], after, r["after_s"])
-            assert (r["after_s"] - passes) / r["after_s"] >= 0.15, (r["path"], passes, r["after_s"])
-    finally:
-        predict.close()
+    predict = _predict
+    f, h, n = fit_optimizer(runs, base, predict)
+    assert n == 17 and 0.85 <= f <= 0.95 and 15e-6 <= h <= 25e-6
+    fitted = base.model_copy(update={"optimizer_bandwidth_fraction": f, "optimizer_host_per_tensor_s": h})
+    plain = base.model_copy(update={"optimizer_bandwidth_fraction": 1.0, "optimizer_host_per_tensor_s": 0.0})
+    for r in runs:
+        t0 = predict(r["plan"], plain).time_breakdown.optimizer_s
+        passes = predict(r["plan"], plain.model_copy(update={"optimizer_bandwidth_fraction": 0.5})
+                         ).time_breakdown.optimizer_s - t0
+        upcast = t0 - passes  # the gradient upcast is reported with the optimizer but runs in the backward
+        after = predict(r["plan"], fitted).time_breakdown.optimizer_s - upcast
+        assert abs(after - r["after_s"]) / r["after_s"] <= 0.10, (r["path"], after, r["after_s"])
+        assert (r["after_s"] - passes) / r["after_s"] >= 0.15, (r["path"], passes, r["after_s"])
 
 
 def test_refit_from_the_third_session_predicts_the_earlier_runs(accuracy):

@@ -131,6 +131,28 @@ def test_load_by_path_toml_and_json(tmp_path):
     assert p.name == "my-cluster" and p.inter_node.gbytes_per_s == 12.5
 
 
+def test_a_profile_read_again_is_a_fresh_copy_and_an_edit_is_seen(tmp_path):
+    """load_profile keeps what it parsed (validate reads the same few files hundreds of times), but each caller
+    gets its own object, and a file changed since is read again."""
+    data = tomllib.loads((PROFILE_DIR / "h100-sxm-80gb.toml").read_text())
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    copies = [load_profile(path) for _ in range(3)]
+    for p in copies[:2]:  # callers that edit their copy in place, the first read's and a later one's
+        p.host_block_s["none"] = 9.0
+        p.sustained_matmul_fraction = 0.5
+    assert len({id(p) for p in copies}) == 3
+    assert copies[2].host_block_s["none"] == data["host_block_s"]["none"]
+    assert load_profile(path).sustained_matmul_fraction == data["sustained_matmul_fraction"]
+    data["name"] = "edited"
+    data["inter_node"]["gbytes_per_s"] = 12.5
+    path.write_text(json.dumps(data))  # a different size, so seen even where mtime is coarse
+    assert load_profile(path).name == "edited" and load_profile(path).inter_node.gbytes_per_s == 12.5
+    for _ in range(40):  # the cache stays small
+        load_profile("a100-sxm-80gb"), load_profile(tmp_path / "mine.json")
+    assert len(hardware_profiles._LOADED) <= 16
+
+
 def _broken(tmp_path, mutate, suffix=".toml"):
     data = tomllib.loads((PROFILE_DIR / "h100-sxm-80gb.toml").read_text())
     mutate(data)

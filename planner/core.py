@@ -21,8 +21,8 @@ from cost_models.memory import weight_pass_queued
 from cost_models.total import evaluate
 
 from . import DEFAULT_GLOBAL_BATCH
-from .schema import (Amdahl, CommBytes, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan, Prediction,
-                     SearchInfo, TimeBreakdown, Training)
+from .schema import (Amdahl, CommBytes, HardwareProfile, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan,
+                     Prediction, SearchInfo, TimeBreakdown, Training)
 from .models import with_param_count
 from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, fsdp2_offload_blockers, run_search
 
@@ -703,7 +703,7 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
         raise StructureError(refused, "use zero_stage 0 or 1, or pp 1")
 
 
-def evaluate_plan(plan: Plan, profile=None) -> Plan:
+def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     """Re-predict a given (possibly hand-edited) plan; never searches.  profile: a validated
     HardwareProfile to predict with instead of the one plan.hardware.name names (calibrate's fits try
     hundreds of candidate profiles, which need no file each)."""

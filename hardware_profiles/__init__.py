@@ -26,7 +26,7 @@ def looks_like_path(name_or_path: str | Path) -> bool:
     return isinstance(name_or_path, Path) or s.endswith(_SUFFIXES) or "/" in s or "\\" in s
 
 
-def _read(path: Path) -> dict:
+def _read_bytes(path: Path) -> bytes:
     try:
         is_dir, is_file = path.is_dir(), path.is_file()
     except OSError as e:  # a name too long, a folder on the way that cannot be entered
@@ -41,9 +41,12 @@ def _read(path: Path) -> dict:
     if path.suffix not in _SUFFIXES:
         raise ValueError(f"hardware profile {path}: expected a .toml or .json file")
     try:
-        raw = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         raise ValueError(f"hardware profile {path}: cannot read it: {e.strerror or e}") from None
+
+
+def _parse(path: Path, raw: bytes) -> dict:
     try:
         text = raw.decode("utf-8-sig")  # an editor's byte order mark is still UTF-8
     except UnicodeDecodeError as e:
@@ -85,9 +88,9 @@ def profile_file(name_or_path: str | Path) -> Path:
     return Path(name_or_path) if looks_like_path(name_or_path) else PROFILE_DIR / f"{name_or_path}.toml"
 
 
-# Profiles already read and validated, by (resolved path, mtime, size): `validate` plans 251 published
-# runs over a handful of profiles, and parsing their TOML each time was a sixth of the command. A file
-# edited since is read again (its mtime or size changed); callers get a deep copy, never the cached one.
+# Profiles already parsed and validated, by their file's suffix and bytes: `validate` plans 251 published runs
+# over a handful of profiles, and parsing their TOML each time was a sixth of the command. The file is still
+# read every time (microseconds), so an edit is always seen; callers get a deep copy, never the cached one.
 _LOADED: dict = {}
 
 
@@ -107,20 +110,14 @@ def load_profile(name_or_path: str | Path):
             shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:60] + "..."
             raise ValueError(f"unknown hardware profile {shown!r}{hint}; available: {', '.join(list_profiles())} "
                              "(or give a path to a .toml/.json file)")
-    try:
-        stat = path.stat()
-        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-    except OSError:
-        key = None  # _read says what is wrong with the path
-    if key is not None and key in _LOADED:
-        return _LOADED[key].model_copy(deep=True)
-    data = _read(path)
-    try:
-        profile = HardwareProfile(**data)
-    except ValidationError as e:
-        raise ValueError(_one_line(path, e, HardwareProfile)) from None
-    if key is not None:
+    raw = _read_bytes(path)
+    key = (path.suffix, raw)
+    if key not in _LOADED:
+        try:
+            profile = HardwareProfile(**_parse(path, raw))
+        except ValidationError as e:
+            raise ValueError(_one_line(path, e, HardwareProfile)) from None
         if len(_LOADED) >= 16:  # a session reads a few files; drop the oldest (an edited file's old version)
             del _LOADED[next(iter(_LOADED))]
         _LOADED[key] = profile
-    return profile.model_copy(deep=True)
+    return _LOADED[key].model_copy(deep=True)

@@ -191,6 +191,7 @@ def test_interleaved_peak_follows_torchs_action_order():
     where the stages are uneven and the peak comes after the warm-up."""
     from torch.distributed.pipelining.schedules import _ComputationType
     after_warmup = cases = 0
+    by_layers: dict[int, list[tuple[int, int, int, int, int]]] = {}
     for L, p, v, m in [(L, p, v, m) for L in (5, 6, 10, 13, 30, 126) for p in (2, 3, 4, 16) for v in (2, 3, 8)
                        for m in (p, 2 * p, 4 * p, p + 1, 2 * p - 1, 2 * p + 2) if p * v <= L + 2
                        and m % max(1, m // p) == 0]:  # torch's rule: m a multiple of its rounds
@@ -207,9 +208,15 @@ def test_interleaved_peak_follows_torchs_action_order():
                     held -= sizes[a.stage_index]
             assert held == 0
             assert interleaved_block_peak(L, p, v, m, r) == peak, (L, p, v, m, r)
+            by_layers.setdefault(L, []).append((p, v, m, r, peak))
             after_warmup += peak > warm
             cases += 1
     assert cases > 500 and after_warmup > 50  # the steady state matters, not only the warm-up's end
+    # every case of a layer count in one call, three times over: more candidates than one batch of points takes
+    for L, rows in by_layers.items():
+        p, v, m, r, peak = (np.tile(np.array(c), 3) for c in zip(*rows))
+        assert list(interleaved_block_peak(L, p, v, m, r)) == list(peak), L
+    assert max(3 * len(rows) for rows in by_layers.values()) * (8 + 2) > 4096
     # vectorised over candidates: the same answers in one call
     p = np.array([2, 4, 16, 16]); v = np.array([2, 2, 8, 8]); m = np.array([4, 8, 32, 16])
     got = interleaved_block_peak(126, p, v, m, np.array([1, 0, 0, 1]))

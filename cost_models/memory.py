@@ -259,6 +259,9 @@ def runs_in_rounds(pp, m_micro):
     return m % np.maximum(1, m // np.maximum(p, 1)) == 0
 
 
+PEAK_POINTS_PER_BATCH = 4096  # interleaved_block_peak's candidate points x (p, v, m) triples evaluated at once
+
+
 def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
     """Peak over time of the blocks x micro-batches whose activations pipeline rank `rank` holds under
     interleaved 1F1B, each chunk weighed by its own blocks.  It differs from blocks x the warm-up count
@@ -298,7 +301,7 @@ def interleaved_block_peak(layers: int, pp, vpp, m_micro, rank):
     off = (-(W + 1)) % g
     # the candidate points c g, c g + off and the two before them, c < v + 2, taken together (a few
     # thousand values at a time: one call for a handful of (p, v, m) triples, as rank_inflight passes)
-    per_call = max(1, 4096 // max(r.size, 1))
+    per_call = max(1, PEAK_POINTS_PER_BATCH // max(r.size, 1))
     for c0 in range(0, vmax + 2, per_call):
         cg = np.arange(c0, min(c0 + per_call, vmax + 2)).reshape((-1,) + (1,) * r.ndim) * g
         i = np.clip(np.concatenate([cg, cg + off, cg - 1, cg + off - 1]), 0, np.maximum(steady - 1, 0))

@@ -1415,16 +1415,15 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     labels, under = report_labels([r["path"] for r in runs])
     from .schema import HardwareProfile
 
-    predict = _predict
-    before = [predict(r["plan"], base_profile) for r in runs]
+    before = [_predict(r["plan"], base_profile) for r in runs]
     # the optimizer step first (its own measured phase), then everything else against the step time
-    opt_fit = fit_optimizer(runs, base_profile, predict)
+    opt_fit = fit_optimizer(runs, base_profile, _predict)
     if opt_fit:
         base_fit = base_profile.model_copy(update={"optimizer_bandwidth_fraction": opt_fit[0],
                                                    "optimizer_host_per_tensor_s": opt_fit[1]})
     else:
         base_fit = base_profile
-    fits = [fit_sustained(r["plan"], base_fit, r["step_time_s"], predict) for r in runs]
+    fits = [fit_sustained(r["plan"], base_fit, r["step_time_s"], _predict) for r in runs]
     bound = [launch_bound(b) for b in before]
     # median of the per-report fits over the compute-bound runs (the fraction barely moves a
     # launch-bound one): robust to the odd noisy run
@@ -1442,12 +1441,12 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     host_fits: dict[str, list[float]] = {}
     for r, lb in zip(runs, bound):
         if lb and base_profile.host_block_s:
-            h = fit_host_block(r["plan"], candidate, r["step_time_s"], predict)
+            h = fit_host_block(r["plan"], candidate, r["step_time_s"], _predict)
             if h is not None:
                 host_fits.setdefault(r["plan"].parallel.recompute, []).append(h)
     host_new = {**base_profile.host_block_s, **{k: statistics.median(v) for k, v in host_fits.items()}}
     candidate = candidate.model_copy(update={"host_block_s": host_new})
-    mid = [predict(r["plan"], candidate) for r in runs]
+    mid = [_predict(r["plan"], candidate) for r in runs]
     gaps = [r["reserved_bytes"] - p.memory_bytes_per_gpu.total for r, p in zip(runs, mid) if r["reserved_bytes"]]
     old_reserve = base_profile.memory_reserve_gbytes
     new_reserve = max(0.0, old_reserve + statistics.median(gaps) / GB) if gaps else old_reserve
@@ -1486,7 +1485,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         f"{old_reserve:g} -> {new_reserve:.4g} (" + (f"median reserved-peak minus predicted total {statistics.median(gaps) / GB:+.3f} GB over "
                                                       f"{len(gaps)} report(s))" if gaps else "no report had reserved memory: kept)")]
     profile = HardwareProfile(**data)
-    after = [predict(r["plan"], profile) for r in runs]
+    after = [_predict(r["plan"], profile) for r in runs]
     write_profile(profile, path)
     rows = []
     for r, label, lb, b, a, (s_fit, c) in zip(runs, labels, bound, before, after, fits):

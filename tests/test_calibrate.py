@@ -173,14 +173,13 @@ def test_from_run_refits_sustained_fraction_and_reserve(plan, tmp_path, capsys):
 
     # Only matmul/attention time scales with the fraction: step(s) = A/s + B. Solve for the exact
     # expected factor from two predictions; it is 0.8 for the scaling part, a little below for the whole step.
-    predict = _predict
     s0 = base.sustained_matmul_fraction
-    t0 = predict(plan, base).step_time_s
-    t1 = predict(plan, base.model_copy(update={"sustained_matmul_fraction": s0 / 2})).step_time_s
+    t0 = _predict(plan, base).step_time_s
+    t1 = _predict(plan, base.model_copy(update={"sustained_matmul_fraction": s0 / 2})).step_time_s
     a = (t1 - t0) * s0
     b = t0 - a / s0
     expected = a / (1.25 * t0 - b) / s0
-    after = predict(plan, prof)
+    after = _predict(plan, prof)
     assert 0.75 < expected <= 0.8
     assert ratio == pytest.approx(expected, rel=2e-3)
     assert after.step_time_s == pytest.approx(1.25 * plan.prediction.step_time_s, rel=0.01)
@@ -328,9 +327,8 @@ def test_from_run_fits_host_dispatch_on_launch_bound_reports_only(plan, tmp_path
     assert prof.host_block_s["none"] > base.host_block_s["none"]
     assert prof.host_block_s["full"] == base.host_block_s["full"]  # no launch-bound full-recompute report
     assert any("launch-bound, not used" in s for s in prof.sources)
-    predict = _predict
     for p, factor in ((plan, 1.1), (small, 1.3)):
-        got = predict(p, prof).step_time_s
+        got = _predict(p, prof).step_time_s
         assert got == pytest.approx(factor * p.prediction.step_time_s, rel=0.02)
 
 

@@ -323,17 +323,16 @@ def test_optimizer_phase_fit_reproduces_each_runs_after_backward_phase():
     from planner.calibrate import _predict, fit_optimizer, read_report
     runs = [read_report(str(p)) for p in sorted(RESULTS.glob("grid-phases*/*/report.json"))]
     base = load_hardware(str(RESULTS / "h100-calibrated.toml"))
-    predict = _predict
-    f, h, n = fit_optimizer(runs, base, predict)
+    f, h, n = fit_optimizer(runs, base, _predict)
     assert n == 17 and 0.85 <= f <= 0.95 and 15e-6 <= h <= 25e-6
     fitted = base.model_copy(update={"optimizer_bandwidth_fraction": f, "optimizer_host_per_tensor_s": h})
     plain = base.model_copy(update={"optimizer_bandwidth_fraction": 1.0, "optimizer_host_per_tensor_s": 0.0})
     for r in runs:
-        t0 = predict(r["plan"], plain).time_breakdown.optimizer_s
-        passes = predict(r["plan"], plain.model_copy(update={"optimizer_bandwidth_fraction": 0.5})
+        t0 = _predict(r["plan"], plain).time_breakdown.optimizer_s
+        passes = _predict(r["plan"], plain.model_copy(update={"optimizer_bandwidth_fraction": 0.5})
                          ).time_breakdown.optimizer_s - t0
         upcast = t0 - passes  # the gradient upcast is reported with the optimizer but runs in the backward
-        after = predict(r["plan"], fitted).time_breakdown.optimizer_s - upcast
+        after = _predict(r["plan"], fitted).time_breakdown.optimizer_s - upcast
         assert abs(after - r["after_s"]) / r["after_s"] <= 0.10, (r["path"], after, r["after_s"])
         assert (r["after_s"] - passes) / r["after_s"] >= 0.15, (r["path"], passes, r["after_s"])
 

@@ -36,7 +36,7 @@ def release_groups() -> None:
     """Destroy the process groups a finished job made (its mesh's, the stats group, embedding groups), keeping
     the world group the next job builds its own from.  Kept, they piled up: every gloo group holds its own
     threads and connections on every rank, 172 threads a rank after 16 jobs, and the same 1f1b job's step
-    time rose 0.33 s -> 0.5 s over those 16 jobs; the 8-rank suite's 59th job, a cp4 resume, took 67 s
+    time rose 0.33 s -> 0.5 s over those 16 jobs; the 8-rank suite's 48th of 49 jobs, a cp4 resume, took 67 s
     a step there against 2.2 s alone (2026-11-29, this 2-core machine).
 
     DTensor caches sharding decisions keyed by specs whose DeviceMesh compares equal to any mesh of the same

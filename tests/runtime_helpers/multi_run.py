@@ -53,15 +53,18 @@ def release_groups() -> None:
 
 
 def _clear_dtensor_caches() -> None:
-    from torch.distributed.tensor import _redistribute, _sharding_prop
-    from torch.distributed.tensor._collective_utils import MeshTopoInfo
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+    """The caches torch 2.13 keeps; an older torch lacks some of them, and what it lacks cannot go stale."""
+    from torch.distributed.tensor import _collective_utils, _redistribute, _sharding_prop, debug
 
-    _clear_sharding_prop_cache()
-    _sharding_prop.ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
-    _redistribute._gen_transform_infos.cache_clear()
-    _redistribute.clear_redistribute_planner_cache()
-    MeshTopoInfo.build_from_mesh.cache_clear()
+    for clear in (getattr(debug, "_clear_sharding_prop_cache", None),
+                  getattr(getattr(_sharding_prop.ShardingPropagator, "_propagate_tensor_meta_cached", None),
+                          "cache_clear", None),
+                  getattr(getattr(_redistribute, "_gen_transform_infos", None), "cache_clear", None),
+                  getattr(_redistribute, "clear_redistribute_planner_cache", None),
+                  getattr(getattr(getattr(_collective_utils, "MeshTopoInfo", None), "build_from_mesh", None),
+                          "cache_clear", None)):
+        if clear is not None:
+            clear()
 
 
 def main(path: str) -> int:

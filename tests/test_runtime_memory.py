@@ -144,8 +144,9 @@ def memory_jobs(tmp, steps: int = 2, schedules: dict | None = None, precision: s
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("memory")
-    # 23 jobs, 4 ranks on CI's 2 cores: 7 min on a quiet sitting (2026-11-23), more on a loaded one; the
-    # default 600 s would turn a slow machine into a failure
+    # 26 jobs, 4 ranks on CI's 2 cores: 7 min on a quiet sitting (2026-11-23, 23 jobs), 4.6 min since the harness
+    # destroys each job's process groups (2026-11-29), more on a loaded one; the default 600 s would turn a slow
+    # machine into a failure
     r = suite.run_jobs(memory_jobs(tmp), 4, tmp, "memory", timeout=1500)
     assert r.returncode == 0, f"torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return tmp

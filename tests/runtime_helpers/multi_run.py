@@ -53,10 +53,13 @@ def release_groups() -> None:
 
 
 def _clear_dtensor_caches() -> None:
-    """The caches torch 2.13 keeps; an older torch lacks some of them, and what it lacks cannot go stale."""
-    from torch.distributed.tensor import _collective_utils, _redistribute, _sharding_prop, debug
+    """The caches as torch 2.13 names them.  Another torch may lack or rename some; one left uncleared shows up
+    as the error above on a later job of the same mesh shape, not as wrong numbers."""
+    from torch.distributed.tensor import DTensor, _collective_utils, _redistribute, _sharding_prop, debug
 
-    for clear in (getattr(debug, "_clear_sharding_prop_cache", None),
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    for clear in (getattr(debug, "_clear_sharding_prop_cache", None)
+                  or getattr(getattr(propagator, "propagate_op_sharding", None), "cache_clear", None),
                   getattr(getattr(_sharding_prop.ShardingPropagator, "_propagate_tensor_meta_cached", None),
                           "cache_clear", None),
                   getattr(getattr(_redistribute, "_gen_transform_infos", None), "cache_clear", None),

@@ -851,15 +851,18 @@ def main(argv=None) -> int:
     return 0
 
 
-def run_plans(device: str, jobs) -> None:
+def run_plans(device: str, jobs, between_jobs=None) -> None:
     """Start the process group once, train each (plan path, RunOptions, report path or None) in turn,
-    write rank 0's reports, and shut down; a failure is reported with this rank and re-raised."""
+    write rank 0's reports, and shut down; a failure is reported with this rank and re-raised.
+    between_jobs, if given, is called on every rank after each job (the multi-rank tests' teardown)."""
     try:
         init_distributed(device)
         for plan_path, opts, report_path in jobs:
             report = run(load_plan(plan_path), opts)
             if report is not None and report_path:
                 write_report(report, report_path)
+            if between_jobs is not None:
+                between_jobs()
         shutdown()
     except BaseException as exc:
         report_failure(exc)

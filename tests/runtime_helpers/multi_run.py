@@ -13,6 +13,7 @@ import gc
 import json
 import sys
 
+import torch
 import torch.distributed as dist
 
 from parallel_layers import train
@@ -55,37 +56,34 @@ def release_groups() -> None:
 def _clear_dtensor_caches() -> None:
     """The caches as torch 2.13 names them.  Another torch may lack or rename some; one left uncleared shows up
     as the error above on a later job of the same mesh shape, not as wrong numbers."""
-    from torch.distributed.tensor import DTensor, _collective_utils, _redistribute, _sharding_prop, debug
+    from torch.distributed.tensor import DTensor, _collective_utils, _redistribute, _sharding_prop
 
-    propagator = DTensor._op_dispatcher.sharding_propagator
-    for clear in (getattr(debug, "_clear_sharding_prop_cache", None)
-                  or getattr(getattr(propagator, "propagate_op_sharding", None), "cache_clear", None),
-                  getattr(getattr(_sharding_prop.ShardingPropagator, "_propagate_tensor_meta_cached", None),
-                          "cache_clear", None),
-                  getattr(getattr(_redistribute, "_gen_transform_infos", None), "cache_clear", None),
-                  getattr(_redistribute, "clear_redistribute_planner_cache", None),
-                  getattr(getattr(getattr(_collective_utils, "MeshTopoInfo", None), "build_from_mesh", None),
-                          "cache_clear", None)):
+    for owner, name in ((DTensor._op_dispatcher.sharding_propagator, "propagate_op_sharding"),
+                        (_sharding_prop.ShardingPropagator, "_propagate_tensor_meta_cached"),
+                        (_redistribute, "_gen_transform_infos"),
+                        (_collective_utils.MeshTopoInfo, "build_from_mesh")):
+        cached = getattr(owner, name, None)
+        if hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+    # the planner instances by mesh, and the C++ fast path's sharding cache (what debug._clear_sharding_prop_cache
+    # clears beside the Python one)
+    for clear in (getattr(_redistribute, "clear_redistribute_planner_cache", None),
+                  getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)):
         if clear is not None:
             clear()
+
+
+def release() -> None:
+    """What one job leaves behind, before the next starts."""
+    release_groups()
+    release_memory()
 
 
 def main(path: str) -> int:
     with open(path) as f:
         jobs = json.load(f)
-    try:
-        train.init_distributed("cpu")
-        for job in jobs:
-            plan = train.load_plan(job["plan"])
-            report = train.run(plan, train.RunOptions(**job["opts"]))
-            if report is not None:
-                train.write_report(report, job["report"])
-            release_groups()
-            release_memory()
-        train.shutdown()
-    except BaseException as exc:
-        train.report_failure(exc)
-        raise
+    train.run_plans("cpu", [(j["plan"], train.RunOptions(**j["opts"]), j["report"]) for j in jobs],
+                    between_jobs=release)
     return 0
 
 

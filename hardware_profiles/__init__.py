@@ -8,7 +8,10 @@ Only the standard library and pydantic are imported here, so `parplan` starts fa
 from __future__ import annotations
 
 import json
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
+    import tomli as tomllib
 from pathlib import Path
 
 PROFILE_DIR = Path(__file__).resolve().parent

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import difflib
 import math
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
+    import tomli as tomllib
 from functools import lru_cache
 from pathlib import Path
 

@@ -12,7 +12,10 @@ import pytest
 from planner.export import FORMATS, export_notes, export_plan
 from planner.schema import HardwareRef, ModelSpec, Parallel, Plan, Training
 
-tomllib = pytest.importorskip("tomllib")
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
+    import tomli as tomllib
 
 
 def llama_plan(**parallel_overrides) -> Plan:
@@ -432,7 +435,6 @@ def test_torchtitan_zero3_with_a_pipeline_reshards_after_forward():
     """torchtitan's fsdp_reshard_after_forward "default" is `not pp_enabled`: with a pipeline it would keep the
     parameters gathered (ZeRO-2-like), so a ZeRO-3 plan with pp > 1 exports "always"; DDP with tp > 1 is
     refused by torchtitan, which the notes say with the fix."""
-    import tomllib
     with_pp = tomllib.loads(export_plan(llama_plan(tp=2, pp=2, vpp=1, dp=4, zero_stage=3, schedule="1f1b"), "torchtitan"))
     without = tomllib.loads(export_plan(llama_plan(tp=2, pp=1, vpp=1, dp=8, zero_stage=3, schedule="1f1b"), "torchtitan"))
     assert with_pp["parallelism"]["fsdp_reshard_after_forward"] == "always"

@@ -58,8 +58,9 @@ def test_activation_model_matches_the_runtime(arch, recompute):
     b, s, layers = 2, 64, 3
     measured = saved_bytes(arch, recompute, b, s, layers)
     predicted = predicted_bytes(arch, recompute, b, s, layers)
-    # small per-block constants the model leaves out (rotary cos/sin tables) stay under 5 %
-    assert predicted == pytest.approx(measured, rel=0.05), (measured, predicted)
+    # within 0.6 % today (llama none -0.54 %, the others 0.0-0.2 %); at this shape one missing
+    # kv-width tensor would be about 3 %, so the bar is 1 %
+    assert predicted == pytest.approx(measured, rel=0.01), (measured, predicted)
 
 
 def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, compiled: bool = False) -> int:

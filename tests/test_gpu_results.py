@@ -77,6 +77,11 @@ def test_one_microbatch_gradients_grow_as_activations_are_freed():
     m = ModelDims.from_spec(SPEC.model_copy(update={"num_params": None}), 2048)
     g_early = 4 * (float(layer_params_per_gpu(m, 1)) + float(head_params_per_gpu(m, 1, 1)))  # fp32 grads
     one = _plan(gbs=2, mbs=2, recompute="selective").prediction.memory_bytes_per_gpu
+    # the states, counted by hand: 8 x (q, o 1024^2; k, v 1024 x 512; 3 MLP 1024 x 2816; 2 norms) + embedding
+    # and untied head 32000 x 1024 + final norm = 159,925,248 parameters; bf16 weights, fp32 grads, fp32
+    # master + Adam's two moments
+    n = 8 * (2 * 1024 ** 2 + 2 * 1024 * 512 + 3 * 1024 * 2816 + 2 * 1024) + 2 * 32000 * 1024 + 1024
+    assert (one.weights, one.grads, one.optimizer) == (2 * n, 4 * n, 12 * n)
     acts = one.activations - _loss_peak(2, False)  # the saved activations alone
     blocks_bwd = one.weights + one.optimizer + max(acts + g_early, one.grads) + one.other
     loss_bwd = one.weights + one.optimizer + one.activations
@@ -216,9 +221,23 @@ def _gpu_accuracy():
 
 
 @pytest.fixture(scope="module")
-def accuracy():
-    _, data = _gpu_accuracy().build(RESULTS)
-    return data
+def accuracy_page():
+    return _gpu_accuracy().build(RESULTS)  # (the page's lines, the numbers)
+
+
+@pytest.fixture(scope="module")
+def accuracy(accuracy_page):
+    return accuracy_page[1]
+
+
+def _page_body(path: Path) -> str:
+    """A generated accuracy.md less its title and intro (which name the command and the session)."""
+    return path.read_text().split("\n\n", 2)[2]
+
+
+def test_committed_h100_accuracy_regenerates(accuracy_page):
+    """The first session's committed accuracy.md is what this checkout's cost model gives for its reports."""
+    assert _page_body(RESULTS / "accuracy.md") == "\n".join(accuracy_page[0]) + "\n"
 
 
 def test_shipped_h100_accuracy_summary_matches_the_cost_model(accuracy, session2):
@@ -365,8 +384,18 @@ def test_launch_summary_names_the_launch_bound_runs():
 # ---------------------------------------------------------------------------------------------- 2026-11-23
 
 @pytest.fixture(scope="module")
-def session2():
-    return _gpu_accuracy().build_session(RESULTS2)[1]
+def session2_page():
+    return _gpu_accuracy().build_session(RESULTS2)
+
+
+@pytest.fixture(scope="module")
+def session2(session2_page):
+    return session2_page[1]
+
+
+def test_committed_session2_accuracy_regenerates(session2_page):
+    """The 2026-11-23 session's committed accuracy.md is what this checkout's cost model gives for its reports."""
+    assert _page_body(RESULTS2 / "accuracy.md") == "\n".join(session2_page[0]) + "\n"
 
 
 def _err(r, profile):
@@ -539,9 +568,7 @@ def h200():
 
 def test_committed_h200_accuracy_regenerates(h200):
     """The committed accuracy.md is what this checkout's cost model gives for the committed H200 reports."""
-    lines, _ = h200
-    body = (RESULTS_H200 / "accuracy.md").read_text().split("\n\n", 2)[2]
-    assert body == "\n".join(lines) + "\n"
+    assert _page_body(RESULTS_H200 / "accuracy.md") == "\n".join(h200[0]) + "\n"
 
 
 def test_h200_memory_within_5_percent_of_allocated_and_10_of_reserved(h200):

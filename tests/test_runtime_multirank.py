@@ -255,8 +255,17 @@ def test_the_fused_gradient_accumulation_case_fused(runs):
         assert report(runs, case)["wgrad_fusion"] is True, case
 
 
-@pytest.mark.parametrize("case", [c[:-len(suite.AFTER_BACKWARD)] for c in suite.PARALLEL_CASES
-                                  if c.endswith(suite.AFTER_BACKWARD)])
+REDUCE_AFTER_BACKWARD = [c[:-len(suite.AFTER_BACKWARD)] for c in suite.PARALLEL_CASES if c.endswith(suite.AFTER_BACKWARD)]
+
+
+def test_the_reduce_after_backward_pairs_exist():
+    """The parametrized comparison below has its cases (a renamed suffix would leave it empty: a skip, not a
+    failure); each pairs with a case of the same name reducing during the backward."""
+    assert len(REDUCE_AFTER_BACKWARD) >= 4
+    assert all(c in suite.PARALLEL_CASES for c in REDUCE_AFTER_BACKWARD)
+
+
+@pytest.mark.parametrize("case", REDUCE_AFTER_BACKWARD)
 def test_reducing_during_the_backward_changes_no_value(runs, case):
     """The data-parallel reduction started during the last backward (data_parallel.GradReduction) gives, to the
     bit, the losses and gradient norms of the same run reducing after the backward: steps 2 and 3 are reduced

@@ -110,7 +110,9 @@ def test_tp_shards_are_slices_of_the_logical_parameter():
         assert torch.equal(row.weight, full_row.chunk(2, 1)[rank])
         full = full_col
     assert not torch.equal(full, full_logical_init(ColumnParallelLinear(8, 6, None, name="layers.1.attn.wq").param_specs["weight"], 7))
-    assert full.std().item() == pytest.approx(0.02, rel=0.5)
+    # 48 values cannot pin the scale (sampling error ~10 %); 131,072 of the same init can (~0.2 %)
+    big = full_logical_init(ColumnParallelLinear(512, 256, None, name="layers.0.attn.wq").param_specs["weight"], 7)
+    assert big.std().item() == pytest.approx(0.02, rel=0.02) and abs(big.mean().item()) < 1e-3
 
 
 def test_split_layers_gives_remainder_to_middle_stages():

@@ -111,7 +111,8 @@ def test_interleaved_zb_idles_the_larger_of_f_b_and_f_plus_b_minus_w(bench, p, v
 @pytest.mark.parametrize("p", [3, 4, 8])
 def test_zbv_form_follows_torchs_order_for_a_blocks_costs(bench, p):
     """ZB-V for every M from 1 to 3p and each cost set: the model's fitted form equals torch's order but for
-    a few M just above the floor, where it is under by at most 0.12 of a micro-batch's time."""
+    a few M just above the floor, where it is under by at most 0.083 of a micro-batch's time (3 points at p 8,
+    none at p 3 and 4)."""
     worst = 0.0
     exact = total = 0
     for m in range(1, 3 * p + 1):
@@ -122,7 +123,7 @@ def test_zbv_form_follows_torchs_order_for_a_blocks_costs(bench, p):
             worst = max(worst, -miss)
             exact += abs(miss) < 1e-9
             total += 1
-    assert worst <= 0.12 and exact >= 0.9 * total, (worst, exact, total)
+    assert worst <= 0.085 and total - exact <= {3: 0, 4: 0, 8: 3}[p], (worst, exact, total)
 
 
 @pytest.mark.parametrize("p,v,m", [(4, 2, 1), (8, 2, 4), (8, 2, 7), (8, 4, 6), (6, 3, 5), (4, 4, 3)])

@@ -114,7 +114,14 @@ def test_drift_report_on_a_long_run(tmp_path):
     assert "| llama-3b-mbs4-none | 58 |" in text and "| +10.0% |" in text
     assert "kept from the base profile" in text  # that calibrate ran without --sustained
     assert "- llama-3b-mbs4-none: step ms by fifth of the timed steps 360.0 / 360.0 / 360.0 / 396.0 / 396.0" in text
-    pred = drift.predicted_step(rep["plan"], tmp_path / "h200-calibrated.toml")
+    # the calibrated profile's prediction, made here without the script's helper
+    from hardware_profiles import load_profile
+    from planner.core import evaluate_plan
+    from planner.schema import Plan
+    prof = load_profile(str(tmp_path / "h200-calibrated.toml"))
+    pred = evaluate_plan(Plan(**rep["plan"]), profile=prof).prediction.step_time_s
+    datasheet = evaluate_plan(Plan(**rep["plan"]), profile=load_profile("h200-sxm-141gb")).prediction.step_time_s
+    assert pred != pytest.approx(datasheet, rel=0.01)  # so the page shows which profile it used
     assert "| - | - | - |" in text  # no clocks: neither per step nor a csv
     # the run's own per-step clocks (launches since telemetry) fill the clock columns
     rep["steps"] = [dict(st, sm_mhz=1980 if st["step"] < 40 else 1755, power_w=700, temp_c=50 + st["step"] // 10)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -217,6 +218,20 @@ def test_torchtitan_nvl_profile_differs_from_its_sxm_one_only_in_the_peak():
     nvl = hardware_profiles.load_profile(str(d / "h100-hbm2e-96gb-500w-nvl-peak.toml")).model_dump()
     differ = {k for k in sxm if sxm[k] != nvl[k]}
     assert differ <= {"name", "peak_dense_tflops"} and "peak_dense_tflops" in differ, differ
+
+
+def test_committed_accuracy_page_regenerates(cases, summary):
+    """benchmarks/results/accuracy.md, per set and per run, is what validate gives today (its date aside):
+    rerun `python benchmarks/accuracy_report.py` after changing the cost model."""
+    import re
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import accuracy_report
+    finally:
+        sys.path.pop(0)
+    committed = (accuracy_report.OUT).read_text(encoding="utf-8")
+    date = re.search(r"^Generated (\S+) by", committed, re.M).group(1)
+    assert committed == accuracy_report.render_markdown(cases, summary, date) + "\n"
 
 
 def test_shipped_accuracy_summary_matches_the_cost_model(cases):

@@ -128,7 +128,11 @@ def test_explain_json_and_text(plan_file, capsys):
     assert d["time"]["dominant"] in d["time"]["parts_s"]
     ru = d["runner_up"]
     assert ru is not None and ru["changes"], "runner-up must differ from the plan"
-    assert "relative_step_time" in ru and "delta_memory_bytes" in ru
+    # the runner-up against this plan, signs included (the plan file's own prediction is the base)
+    pa = json.loads(open(plan_file).read())["prediction"]
+    assert ru["relative_step_time"] == pytest.approx(ru["step_time_s"] / pa["step_time_s"] - 1)
+    assert ru["delta_step_time_s"] == pytest.approx(ru["step_time_s"] - pa["step_time_s"])
+    assert ru["delta_memory_bytes"] == pytest.approx(ru["memory_total_bytes"] - pa["memory_bytes_per_gpu"]["total"])
     rc, out, err = _run(["explain", plan_file], capsys)
     assert rc == 0 and err == "" and "runner-up" in out and "dominates" in out
 
@@ -153,6 +157,12 @@ def test_compare_same_rows_and_relative(plan_file, tmp_path, capsys):
     rows = json.loads(out)["rows"]
     names = [r["name"] for r in rows]
     assert {"step_time_s", "tokens_per_s", "mfu", "memory_total_bytes", "tp", "pp", "dp"} <= set(names)
+    by = {r["name"]: r for r in rows}
+    step_a, step_b = d["prediction"]["step_time_s"], alt["prediction"]["step_time_s"]
+    assert step_a != pytest.approx(step_b)  # so a swapped A and B would show
+    assert (by["step_time_s"]["a"], by["step_time_s"]["b"]) == (pytest.approx(step_a), pytest.approx(step_b))
+    assert by["step_time_s"]["relative"] == pytest.approx(step_b / step_a - 1)
+    assert by["tp"]["a"] == d["parallel"]["tp"] and by["tp"]["b"] == alt["parallel"]["tp"]
     same = {r["name"]: r for r in json.loads((_run(["compare", plan_file, plan_file, "--json"], capsys))[1])["rows"]}
     assert [r["name"] for r in same.values()] == names
     assert same["step_time_s"]["relative"] == pytest.approx(0.0)

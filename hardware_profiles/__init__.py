@@ -61,6 +61,9 @@ def _parse(path: Path, raw: bytes) -> dict:
         raise ValueError(f"hardware profile {path}: not valid {path.suffix[1:].upper()}: {e}") from None
     except RecursionError:
         raise ValueError(f"hardware profile {path}: not valid {path.suffix[1:].upper()}: nested too deeply") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise ValueError(f"hardware profile {path}: not valid {path.suffix[1:].upper()}: a number in it has more "
+                         "digits than can be read") from None
     if not isinstance(data, dict):
         raise ValueError(f"hardware profile {path}: top level must be a table/object, got {type(data).__name__}")
     return data
@@ -107,8 +110,9 @@ def load_profile(name_or_path: str | Path):
     if not looks_like_path(name_or_path):
         if name_or_path not in list_profiles():  # a shipped name; no file-system lookup of an arbitrary string
             import difflib
-            close = [p for p in list_profiles() if p.startswith(str(name_or_path).lower())] or \
-                difflib.get_close_matches(str(name_or_path).lower(), list_profiles(), n=1, cutoff=0.5)
+            close = ([p for p in list_profiles() if p.startswith(str(name_or_path).lower())] or
+                     difflib.get_close_matches(str(name_or_path).lower(), list_profiles(), n=1, cutoff=0.5)) \
+                if str(name_or_path).strip() else []  # every name starts with "": no guess for an empty one
             hint = f" (did you mean {close[0]}?)" if close else ""
             shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:60] + "..."
             raise ValueError(f"unknown hardware profile {shown!r}{hint}; available: {', '.join(list_profiles())} "

@@ -1139,11 +1139,16 @@ def read_report(path: str) -> dict:
     """A launch report (parallel_layers/train.py build_report) reduced to what the refit needs."""
     from pydantic import ValidationError
 
-    from .schema import Plan
+    from .schema import Plan, json_type_name
 
     p = Path(path)
+    fix = "give the report.json `parplan launch` wrote (runs/<time>/report.json)"
+    if path == "-":
+        raise CalibrationError(f"--from-run reads report files, not stdin (-); {fix}")
+    if p.is_dir():
+        raise CalibrationError(f"run report {path} is a folder; give the report.json in it")
     if not p.is_file():
-        raise CalibrationError(f"run report {path} does not exist")
+        raise CalibrationError(f"run report {path} does not exist; {fix}")
     try:
         data = json.loads(p.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as e:
@@ -1155,8 +1160,13 @@ def read_report(path: str) -> dict:
         raise CalibrationError(f"run report {path} is not a report: its JSON is nested too deeply") from None
     except OSError as e:
         raise CalibrationError(f"cannot read run report {path}: {e.strerror or e}") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise CalibrationError(f"run report {path} is not a report: a number in it has more digits than can be read; "
+                               f"{fix}") from None
     if not isinstance(data, dict):
-        raise CalibrationError(f"run report {path} must be a JSON object, got {type(data).__name__}")
+        raise CalibrationError(f"run report {path} must be a JSON object, got {json_type_name(data)}")
+    if "plan" not in data and "model" in data and "parallel" in data:  # plan.json, beside the report
+        raise CalibrationError(f"run report {path} is a plan, not a launch report; {fix}")
     if not isinstance(data.get("plan"), dict):
         raise CalibrationError(f"run report {path} has no plan (write it with `parplan launch --report`)")
     try:

@@ -113,15 +113,18 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
             from .models import load_preset
             return load_preset(model), None
         if model_config is not None:
+            if not model_config.strip():
+                raise UserError("--model-config is empty: give a Hugging Face config.json (or the folder holding it)")
             from .hf_config import model_from_hf_config
             spec = model_from_hf_config(model_config, seq_len=seq_len)
             for field in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim"):
                 v = getattr(spec, field, None)
                 if v is not None and v > SHAPE_MAX:  # the limits the shape flags have
-                    raise UserError(f"{model_config}: {field} {v:g} is beyond what the planner models (max {SHAPE_MAX:g})")
+                    raise UserError(f"{model_config}: {field} {_big(v)} is beyond what the planner models "
+                                    f"(max {SHAPE_MAX:g})")
             if spec.num_params > PARAMS_MAX:
-                raise UserError(f"{model_config}: {spec.num_params:.3g} parameters is beyond what the planner models "
-                                f"(max {PARAMS_MAX:g})")
+                raise UserError(f"{model_config}: {_big(spec.num_params, '.3g')} parameters is beyond what the planner "
+                                f"models (max {PARAMS_MAX:g})")
             # what the mapping approximates (biases or norms not counted, sliding windows counted full)
             return spec, (spec.source if "; " in (spec.source or "") else None)
         if params is not None:
@@ -142,13 +145,26 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
         if missing:
             raise UserError("explicit shape needs " + ", ".join("--" + m for m in missing))
         from .models import model_from_flags
-        return model_from_flags(arch or "llama", layers, hidden, heads, kv_heads, ffn_hidden, vocab, head_dim=head_dim,
+        spec = model_from_flags(arch or "llama", layers, hidden, heads, kv_heads, ffn_hidden, vocab, head_dim=head_dim,
                                 tied_embeddings=tied_embeddings, sliding_window=sliding_window,
-                                full_attention_every=full_attention_every), None
+                                full_attention_every=full_attention_every)
+        n = spec.num_params
+        if n > PARAMS_MAX:  # as --params and --model-config: a shape this large is a typo, not a job that does not fit
+            raise UserError(f"--layers {layers} --hidden {hidden}: {_big(n, '.3g')} parameters is beyond what the "
+                            f"planner models (max {PARAMS_MAX:g})")
+        return spec, None
     except UserError:
         raise
     except (ValueError, OSError) as e:
         raise UserError(_one_line(e)) from None
+
+
+def _big(v, fmt: str = "g") -> str:
+    """A count for a message; an integer beyond float's range (a config's 400-digit field) as its power of ten."""
+    try:
+        return format(v, fmt)
+    except OverflowError:
+        return f"~1e+{len(str(abs(int(v)))) - 1}"
 
 
 def _one_line(e: Exception) -> str:
@@ -401,11 +417,21 @@ def read_plan(source: str):
     """A Plan from a path or '-' (stdin), validated strictly."""
     from pydantic import ValidationError
 
-    from .schema import Plan
+    from .schema import Plan, json_type_name
+    if not source.strip():
+        raise UserError("the plan file name is empty; give a plan JSON file (`parplan recommend ... --json > "
+                        "plan.json`), or - for stdin")
     if source == "-":
+        if sys.stdin is None:  # `parplan evaluate - <&-`
+            raise UserError("stdin is closed: pipe `parplan recommend ... --json` into this, or give a plan file")
         if sys.stdin.isatty():
             _err("note: reading the plan from stdin (pipe `parplan recommend ... --json` into this; Ctrl-D ends it)")
-        text = sys.stdin.read()
+        raw = getattr(sys.stdin, "buffer", None)  # bytes: a UTF-8 locale's strict stdin would raise on a stray byte
+        try:
+            text = raw.read().decode("utf-8") if raw is not None else sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise UserError(f"plan from stdin is not UTF-8 text (byte {e.start}: {e.reason}); pipe "
+                            "`parplan recommend ... --json` into it") from None
         where = "stdin"
     else:
         text = read_text_file(source, "plan file", f"write one with `parplan recommend ... --json > {source}`")
@@ -421,8 +447,11 @@ def read_plan(source: str):
     except RecursionError:
         raise UserError(f"plan from {where} is not a plan: its JSON is nested too deeply; "
                         "write one with `parplan recommend ... --json`") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise UserError(f"plan from {where} is not a plan: a number in it has more digits than can be read; "
+                        "write one with `parplan recommend ... --json`") from None
     if not isinstance(data, dict):
-        raise UserError(f"plan from {where} must be a JSON object, got {type(data).__name__}")
+        raise UserError(f"plan from {where} must be a JSON object, got {json_type_name(data)}")
     if "plan" in data and "steps" in data and "model" not in data:
         raise UserError(f"{where} is a `parplan launch` report, not a plan; its plan is the report's \"plan\" key "
                         "(and plan.json beside it)")
@@ -494,6 +523,11 @@ def launch(
     if data_dtype is not None:
         _check_choice("data-dtype", data_dtype, ("uint16", "uint32"))
     _positive("resume-step", resume_step, upper=10_000_000)
+    for flag, value, unset in (("--report", report, "runs/<time>/report.json"), ("--data", data, "synthetic tokens"),
+                               ("--checkpoint-dir", checkpoint_dir, "no checkpoints"),
+                               ("--memory-snapshot", memory_snapshot, "no snapshot")):
+        if value is not None and not value.strip():  # `--data "$DATA"` with DATA unset: not the same as no --data
+            raise UserError(f"{flag} is empty: give a path, or leave {flag} out ({unset})")
     if plan_file != "-":
         read_plan(plan_file)  # same one-line errors as evaluate/export before anything starts
     try:
@@ -740,6 +774,9 @@ def validate(
     from pathlib import Path
 
     from .validate import ReferenceFileError, available_sets, framework_summary, summarize, validate_all
+    if reference_dir is not None and not reference_dir.strip():
+        raise UserError("--reference-dir is empty: give the folder of reference JSON files, or leave it out for "
+                        "benchmarks/reference")
     directory = Path(reference_dir) if reference_dir else None
     if directory is not None and not directory.is_dir():
         raise UserError(f"--reference-dir {reference_dir} is not a folder; give the folder of reference JSON files "
@@ -1019,6 +1056,15 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - last resort: one line instead of a traceback
         if os.environ.get("PARPLAN_DEBUG"):
             raise
+        import errno
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            # writing the answer failed (`> file` on a full disk): the machine's condition, not a bug in parplan
+            try:
+                _err(f"error: cannot write the output: {e.strerror or e}; free space where it goes, or write it "
+                     "elsewhere")
+            except OSError:
+                pass
+            return 1
         where = ""
         tb = e.__traceback__
         while tb is not None and tb.tb_next is not None:

@@ -34,10 +34,11 @@ Mixture-of-experts configs are rejected (the planner models dense layers only).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from planner.models import with_param_count
-from planner.schema import ModelSpec, error_message
+from planner.schema import ModelSpec, error_message, json_type_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "gemma", "gemma2", "gemma3_text")
 GPT_LIKE = ("gpt2", "gpt_neox")
@@ -80,7 +81,7 @@ def _load(path_or_dict) -> tuple[dict, str]:
     if path.is_dir():
         path = path / "config.json"
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8-sig") as f:  # utf-8-sig: an editor's byte order mark is still UTF-8
             cfg = json.load(f)
     except FileNotFoundError:
         raise ValueError(f"Hugging Face config {path} does not exist") from None
@@ -88,9 +89,26 @@ def _load(path_or_dict) -> tuple[dict, str]:
         raise ValueError(f"Hugging Face config {path}: not valid JSON: {e}") from None
     except UnicodeDecodeError:
         raise ValueError(f"Hugging Face config {path}: not a text (UTF-8 JSON) file") from None
+    except RecursionError:
+        raise ValueError(f"Hugging Face config {path}: not a config: its JSON is nested too deeply") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise ValueError(f"Hugging Face config {path}: not a config: a number in it has more digits than can be "
+                         "read") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"Hugging Face config {path}: expected a JSON object")
     return cfg, str(path)
+
+
+def _positive_int(cfg: dict, key: str, where: str, zero_is_none: bool = False):
+    """cfg[key] where the file sets it: a positive integer (a JSON number without a fraction), else None (also for 0
+    where zero_is_none); anything else is a one-line ValueError naming the key (these are compared with the
+    sequence length, where a string would fail deep inside)."""
+    v = cfg.get(key)
+    if v is None or (zero_is_none and v == 0 and not isinstance(v, bool)):
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or v != int(v):
+        raise ValueError(f"{where}: {key} must be a positive integer, got {v!r}; correct it in the config")
+    return int(v)
 
 
 def _get(cfg: dict, keys: tuple[str, ...], field: str, where: str, required: bool = True):
@@ -112,7 +130,11 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     vision_dropped = model_type == "gemma3"
     if vision_dropped:  # multimodal Gemma 3: the language model's shape is its text_config (Gemma3Config: the
         # Gemma3TextConfig defaults where it has none)
-        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+        text = cfg.get("text_config")
+        if text is not None and not isinstance(text, dict):
+            raise ValueError(f"{where}: text_config must be a JSON object (the language model's config), got "
+                             f"{json_type_name(text)}")
+        text = text or {}
         cfg = {"model_type": "gemma3_text", **{k: v for k, v in cfg.items() if k != "model_type"}, **text}
         model_type = "gemma3_text"
     if model_type is None:
@@ -154,7 +176,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
             rope_theta = params["rope_theta"]
         if rope_theta is None and model_type == "gemma3_text":
             rope_theta = 1e6
-    context = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+    context = _positive_int(cfg, "max_position_embeddings", where) or _positive_int(cfg, "n_positions", where)
     if cfg.get("_name_or_path"):
         name = cfg["_name_or_path"]
     elif where == "config dict":
@@ -200,8 +222,10 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         notes.append(scaling_note)
     # MistralConfig's default window is 4096 where the file has no key (an explicit null: none); Phi-3 builds its
     # attention on Mistral's (transformers' modular_phi3.py), every layer within its window
-    window = cfg.get("sliding_window", 4096 if model_type == "mistral" else None) \
-        if model_type in ("mistral", "phi3", "gemma2", "gemma3_text") else None
+    window = None
+    if model_type in ("mistral", "phi3", "gemma2", "gemma3_text"):
+        window = _positive_int(cfg, "sliding_window", where, zero_is_none=True) if "sliding_window" in cfg \
+            else 4096 if model_type == "mistral" else None
     # the window as ModelSpec carries it: every full_every-th layer (from 1) attends in full, the others within the
     # window (Megatron-LM's --window-attn-skip-freq); None with a window: every layer within it
     full_every, irregular, local = None, False, ""
@@ -219,7 +243,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     elif model_type == "gemma2":  # even layers (from 0) local, odd global
         local, full_every = "half the layers", 2
     else:
-        pattern = int(cfg.get("sliding_window_pattern") or 6)
+        pattern = _positive_int(cfg, "sliding_window_pattern", where) or 6
         local, full_every = f"{pattern - 1} of every {pattern} layers", pattern
     if window and seq_len and seq_len > window:
         if irregular:

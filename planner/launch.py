@@ -845,6 +845,13 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
             checks.append(Check("report", False, f"{plan_path} exists and holds another plan, which the run would "
                                 f"overwrite (it writes plan.json and torchrun.log beside the report)",
                                 "pass --report in a folder of its own, e.g. runs/NAME/report.json"))
+    if not any(c.name == "report" for c in checks):
+        # where the run's folder would be made (the default runs/<time> included): a dry run says so too, where the
+        # run itself would stop at its first write
+        nearest = nearest_existing(run_dir.absolute())
+        if nearest is not None and nearest.is_dir() and not os.access(nearest, os.W_OK | os.X_OK):
+            checks.append(Check("report", False, f"cannot write in {run_dir}: {nearest} is not writable",
+                                "pass --report in a folder you can write, e.g. runs/NAME/report.json"))
     # every node derives the same rendezvous id from the same plan
     rdzv_id = "parplan-" + hashlib.sha1(plan.model_dump_json().encode()).hexdigest()[:12]
     argv = torchrun_argv(str(plan_path), nproc=nproc, steps=steps, device=device, report=report_path, nnodes=nnodes,

@@ -32,6 +32,16 @@ def _numeric(annotation) -> bool:
     return bool({int, float} & set(args)) and bool not in args
 
 
+def json_type_name(value) -> str:
+    """What a parsed JSON value is, in JSON's words (null, not NoneType), for 'must be a JSON object, got ...'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(type(value),
+                                                                                           type(value).__name__)
+
+
 def error_message(err: dict) -> str:
     """A pydantic error's message; a validator's own sentence as it wrote it, without pydantic's "Value error, "."""
     return str(err.get("msg")).removeprefix("Value error, ")

@@ -79,6 +79,26 @@ def files(tmp_path_factory):
     put("reserve.toml", prof.replace("memory_reserve_gbytes = ", "memory_reserve_gbytes = 100 # was "))
     shutil.copy(HF / "Mixtral-8x7B-v0.1.json", d / "moe.json")
     out["moe.json"] = str(d / "moe.json")
+    # found by a CLI audit (2026-11-29): Hugging Face configs with a field of the wrong kind, a plan, report or
+    # profile with an integer of more digits than Python reads, a plan where a report belongs
+    hf = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
+          "intermediate_size": 688, "vocab_size": 1000}
+    put("hf_window_str.json", json.dumps({**hf, "model_type": "gemma2", "sliding_window": "big"}))
+    put("hf_context_str.json", json.dumps({**hf, "max_position_embeddings": "long"}))
+    put("hf_pattern_str.json", json.dumps({**hf, "model_type": "gemma3_text", "sliding_window": 128,
+                                           "sliding_window_pattern": "x"}))
+    put("hf_text_config_list.json", json.dumps({"model_type": "gemma3", "text_config": [1]}))
+    put("hf_hidden_1e400.json", json.dumps({**hf, "hidden_size": 10 ** 400}))
+    put("hf_deep.json", '{"a": ' * 100_000 + "1" + "}" * 100_000)
+    put("hf_5000_digits.json", json.dumps(hf).replace('"vocab_size": 1000', '"vocab_size": ' + "9" * 5000))
+    put("hf_bom_free.json", json.dumps(hf))
+    (d / "hf_bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(hf).encode())
+    out["hf_bom.json"] = str(d / "hf_bom.json")
+    put("null.json", "null")
+    put("digits.json", json.dumps(good).replace('"tp": 1', '"tp": ' + "9" * 5000, 1))
+    put("report_digits.json", json.dumps({"plan": good, "steps": [{"step_time_s": 1.0}], "device": "cuda"})
+        .replace('"step_time_s": 1.0', '"step_time_s": ' + "9" * 5000))
+    put("digits.toml", prof.replace("gpus_per_node = 8", "gpus_per_node = " + "9" * 5000, 1))
     return out
 
 
@@ -184,6 +204,34 @@ CASES = [
     (["launch", "{good.json}", "--device", "cpu", "--report", "/proc/parplan-nope/report.json"], 2, ["cannot write"]),
     (["calibrate", "--from-run", "{notutf8.json}"], 2, ["not utf-8"]),
     (["calibrate", "--from-run", "{report.json}", "--out", ""], 2, ["--out is empty"]),
+    # found by a CLI audit (2026-11-29): each was an internal error, a silent default or a misleading line
+    (["recommend", "--model-config", "{hf_window_str.json}", "--json"], 2, ["sliding_window must be a positive integer"]),
+    (["recommend", "--model-config", "{hf_context_str.json}", "--json"], 2,
+     ["max_position_embeddings must be a positive integer"]),
+    (["recommend", "--model-config", "{hf_pattern_str.json}", "--json"], 2,
+     ["sliding_window_pattern must be a positive integer"]),
+    (["recommend", "--model-config", "{hf_text_config_list.json}", "--json"], 2, ["text_config must be a json object"]),
+    (["recommend", "--model-config", "{hf_hidden_1e400.json}", "--json"], 2, ["hidden ~1e+400", "max 1e+07"]),
+    (["recommend", "--model-config", "{hf_deep.json}", "--json"], 2, ["hf_deep.json", "nested too deeply"]),
+    (["recommend", "--model-config", "{hf_5000_digits.json}", "--json"], 2, ["hf_5000_digits.json", "more digits"]),
+    (["recommend", "--model-config", "", "--json"], 2, ["--model-config is empty"]),
+    (["recommend", "--layers", "10000000", "--hidden", "10000000", "--heads", "10000000", "--json"], 2,
+     ["parameters is beyond", "max 1e+14"]),
+    (["evaluate", "", "--json"], 2, ["plan file name is empty", "- for stdin"]),
+    (["evaluate", "{null.json}", "--json"], 2, ["json object, got null"]),
+    (["evaluate", "{digits.json}", "--json"], 2, ["digits.json", "more digits"]),
+    (["launch", "{digits.json}", "--dry-run", "--device", "cpu"], 2, ["digits.json", "more digits"]),
+    (R + ["--hardware", "{digits.toml}"], 2, ["digits.toml", "more digits"]),
+    (["launch", "{good.json}", "--dry-run", "--device", "cpu", "--data", ""], 2, ["--data is empty"]),
+    (["launch", "{good.json}", "--dry-run", "--device", "cpu", "--report", " "], 2, ["--report is empty"]),
+    (["launch", "{good.json}", "--dry-run", "--device", "cpu", "--checkpoint-dir", ""], 2, ["--checkpoint-dir is empty"]),
+    (["launch", "{good.json}", "--dry-run", "--device", "cpu", "--memory-snapshot", ""], 2,
+     ["--memory-snapshot is empty"]),
+    (["validate", "--reference-dir", "", "--json"], 2, ["--reference-dir is empty"]),
+    (["calibrate", "--from-run", "{good.json}"], 2, ["is a plan, not a launch report", "report.json"]),
+    (["calibrate", "--from-run", "{dir}"], 2, ["is a folder", "report.json"]),
+    (["calibrate", "--from-run", "-"], 2, ["not stdin"]),
+    (["calibrate", "--from-run", "{report_digits.json}"], 2, ["report_digits.json", "more digits"]),
 ]
 
 BAD_PLANS = {
@@ -302,3 +350,52 @@ def test_a_layout_slower_than_one_gpu_has_no_amdahl_fraction(capsys):
     assert main(["recommend", "--model", "llama3-8b", "--gpus", "16", "--json"]) == 0
     amdahl = json.loads(capsys.readouterr().out)["prediction"]["amdahl"]
     assert 0.9 < amdahl["parallel_fraction"] <= 1 and amdahl["speedup"] > 1
+
+
+def test_a_hugging_face_config_saved_with_a_byte_order_mark_reads(files, capsys):
+    """As plans, reports and profiles: a BOM-prefixed config.json is the same config (it was 'not valid JSON')."""
+    assert main(["recommend", "--model-config", files["hf_bom.json"], "--json"]) == 0
+    with_bom = json.loads(capsys.readouterr().out)
+    assert main(["recommend", "--model-config", files["hf_bom_free.json"], "--json"]) == 0
+    assert with_bom["parallel"] == json.loads(capsys.readouterr().out)["parallel"]
+    assert with_bom["model"]["num_params"] > 0
+
+
+def test_an_empty_hardware_name_guesses_no_profile(capsys):
+    """Every profile name starts with '': an empty --hardware was answered 'did you mean a100-sxm-40gb?'."""
+    assert main(R + ["--hardware", ""]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "unknown hardware profile ''" in err and "did you mean" not in err
+
+
+def test_a_full_disk_is_not_reported_as_a_bug(monkeypatch, capsys):
+    """stdout on a full disk (`> /dev/full`): one line saying the output could not be written, exit 1, not an
+    'internal error ... a bug in parplan'."""
+    import errno
+    import sys
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sys, "stdout", Full())
+    rc = main(["schema"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "cannot write the output: No space left on device" in err
+    assert "internal error" not in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("stdin,words", [
+    (lambda: io.TextIOWrapper(io.BytesIO(b"\xff\xfe{}"), encoding="utf-8", errors="strict"), "not UTF-8 text (byte 0"),
+    (lambda: None, "stdin is closed"),
+], ids=["not utf-8", "closed"])
+def test_a_plan_on_stdin_that_cannot_be_read_is_one_line(stdin, words, monkeypatch, capsys):
+    """A stray byte on stdin under a strict UTF-8 locale (en_US.UTF-8: not C.UTF-8's surrogateescape), or a closed
+    stdin (`<&-`), were internal errors."""
+    import sys
+    for argv in (["evaluate", "-", "--json"], ["launch", "-", "--dry-run", "--device", "cpu"]):
+        monkeypatch.setattr(sys, "stdin", stdin())
+        rc = main(argv)
+        out, err = capsys.readouterr()
+        assert rc == 2 and out == "" and err.startswith("error: ") and words in err, err
+        assert len(err.strip().splitlines()) == 1 and "internal error" not in err

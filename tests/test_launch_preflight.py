@@ -51,6 +51,20 @@ def test_dry_run_with_failed_checks_shows_placeholders_not_none(plan8, capsys):
     assert "None" not in out and "2 check(s) failed" in err and "0 ranks" not in err
 
 
+def test_dry_run_says_when_the_run_folder_cannot_be_written(plan8, capsys, monkeypatch, tmp_path):
+    """The run itself stops at its first write ("cannot write in ..."); the dry run said every check passed. (As
+    root every folder is writable to os.access, so the unwritable folder is simulated.)"""
+    real = L.os.access
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(L.os, "access", lambda p, mode: False if str(p) == str(locked) else real(p, mode))
+    assert L.launch(plan8, dry_run=True, device="cpu", report=str(locked / "r" / "report.json")) == 0
+    out, err = capsys.readouterr()
+    assert f"[FAIL] report: cannot write in {locked / 'r'}" in err and "1 check(s) failed" in err
+    assert L.launch(plan8, dry_run=True, device="cpu", report=str(tmp_path / "free" / "report.json")) == 0
+    assert "FAIL" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_the_run_fuses_gradient_accumulation_as_the_plan_predicted(tmp_path, capsys, fused):
     """A plan predicted without fused accumulation (--no-grad-accumulation-fusion, or written before the runtime

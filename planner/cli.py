@@ -1007,11 +1007,20 @@ def _usage_exceptions():
     return pick("NoArgsIsHelpError"), pick("UsageError"), pick("ClickException"), pick("Exit"), pick("Abort")
 
 
-def _usage_line(e) -> str:
+def _usage_line(e, argv: list[str] | None = None) -> str:
     ctx = getattr(e, "ctx", None)
     path = getattr(ctx, "command_path", "") or ""
-    hint = f" (see `parplan {path.split(' ', 1)[1]} --help`)" if " " in path else " (see `parplan --help`)"
+    sub = path.split(" ", 1)[1] if " " in path else _subcommand(sys.argv[1:] if argv is None else argv)
+    hint = f" (see `parplan {sub} --help`)" if sub else " (see `parplan --help`)"
     return f"error: {_one_line(Exception(e.format_message()))}{hint}"
+
+
+def _subcommand(argv: list[str]) -> str | None:
+    """The command an argument list names (its first word, where it is one of parplan's), for the help hint of an
+    option error that click raises before the command's own context exists (`recommend --gpus` with no value)."""
+    import typer.main
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in getattr(typer.main.get_command(app), "commands", {}) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1033,7 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(ctx.get_help().rstrip("\n") + "\n")
         return 0
     except usage as e:
-        _err(_usage_line(e))
+        _err(_usage_line(e, argv))
         return EXIT_INVALID
     except click_exc as e:
         _err(f"error: {_one_line(Exception(e.format_message()))}")

@@ -139,7 +139,11 @@ CASES = [
     (R + ["--inter-node-bandwidth", "fast"], 2, ["--inter-node-bandwidth"]),
     (R + ["--top", "0"], 2, ["--top"]),
     (R + ["--tokens", "lots"], 2, ["--tokens"]),
-    (R + ["--bogus-option"], 2, ["no such option", "--help"]),
+    (R + ["--bogus-option"], 2, ["no such option", "`parplan recommend --help`"]),
+    (["recommend", "--gpus"], 2, ["requires an argument", "`parplan recommend --help`"]),  # was `parplan --help`
+    (["recommend", "--json=false"], 2, ["does not take a value", "`parplan recommend --help`"]),
+    (["models", "list", "--x"], 2, ["no such option", "`parplan models list --help`"]),
+    (["--bogus"], 2, ["no such option", "`parplan --help`"]),
     (["recommend", "--layers", "4", "--json"], 2, ["--hidden", "--heads"]),
     (["recommend", "--json"], 2, ["--model"]),
     (["no-such-command"], 2, ["no-such-command"]),

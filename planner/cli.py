@@ -957,8 +957,10 @@ def calibrate(
     if host_only and (from_run or quick):
         raise UserError("--host-only measures the host dispatch alone: drop --from-run/--quick (refit first, then "
                         "--host-only --base THE-REFIT on the launch machine)")
-    from .calibrate import CalibrationError, calibrate_device, calibrate_from_runs, calibrate_host
+    from .calibrate import CalibrationError, _load_base, calibrate_device, calibrate_from_runs, calibrate_host
     try:
+        if base is not None:
+            _load_base(base)  # a misspelt --base is the first thing to say, before "no CUDA GPU here"
         if host_only:
             path, _, _ = calibrate_host(out=out, base=base, device=device, console=_console())
         elif from_run:

@@ -140,6 +140,8 @@ CASES = [
     (R + ["--top", "0"], 2, ["--top"]),
     (R + ["--tokens", "lots"], 2, ["--tokens"]),
     (R + ["--bogus-option"], 2, ["no such option", "`parplan recommend --help`"]),
+    (["calibrate", "--host-only", "--base", "nope"], 2, ["--base", "unknown hardware profile"]),  # was: no CUDA GPU
+    (["calibrate", "--base", "nope"], 2, ["--base", "unknown hardware profile"]),
     (["recommend", "--gpus"], 2, ["requires an argument", "`parplan recommend --help`"]),  # was `parplan --help`
     (["recommend", "--json=false"], 2, ["does not take a value", "`parplan recommend --help`"]),
     (["models", "list", "--x"], 2, ["no such option", "`parplan models list --help`"]),

@@ -208,6 +208,64 @@ def gpu_family(text: Optional[str]) -> Optional[str]:
     return m.group(1).upper() if m else None
 
 
+def cpu_matmul_rate(n: int = 512, repeats: int = 8) -> float:
+    """FLOP/s of one thread of this CPU on an fp32 n x n x n matmul (the best of `repeats` after one warm-up), as a
+    rank of a cpu launch runs them (OMP_NUM_THREADS=1, fp32 math).  About 0.1 s."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * n ** 3 / best
+
+
+CPU_RUN_WARN_S = 600  # a launch past ten minutes on a CPU is rarely the quick check it was meant to be
+
+
+def check_cpu_time(plan, steps: int, nproc: int, machine: MachineInfo, rate: Optional[float] = None) -> Check:
+    """How long a cpu launch will take, at least: the step's matmul FLOPs (the model's FLOPs per token x the
+    prediction's HFU/MFU for recomputation, x the step's tokens) over this CPU's one-thread matmul rate, measured
+    here, times the cores the ranks share.  A lower bound: the rest of a step (attention's softmax, elementwise
+    work, gloo's collectives) comes on top.  A warning, never a failure, past CPU_RUN_WARN_S."""
+    from cost_models.params import model_flops_per_token, param_counts
+
+    m, tr = plan.model, plan.training
+    per_token = float(model_flops_per_token(param_counts(m, tr.seq_len)["matmul"], m.layers, m.heads * m.head_size,
+                                            tr.seq_len))
+    pr = plan.prediction
+    if pr is not None and pr.mfu > 0:
+        per_token *= pr.hfu / pr.mfu  # recomputation repeats forward work
+    flops = per_token * tr.seq_len * tr.global_batch_size
+    rate = cpu_matmul_rate() if rate is None else rate
+    cores = max(1, min(nproc, machine.cpu_cores or 1))
+    step_s = flops / (rate * cores)
+    total_s = step_s * steps
+    detail = (f"at least {_duration(step_s)} a step here ({flops:.3g} FLOP a step at {rate / 1e9:.1f} GFLOP/s a core "
+              f"measured, {cores} core(s)), {_duration(total_s)} for {steps} steps")
+    if total_s > CPU_RUN_WARN_S:
+        return Check("cpu time", True, f"warning: {detail}; for a quick check on a CPU plan a smaller step "
+                     f"(`parplan recommend ... --seq-len 256 --global-batch-size {2 * plan.parallel.dp}`) or run "
+                     "fewer --steps")
+    return Check("cpu time", True, detail)
+
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.3g} s"
+    if s < 7200:
+        return f"{s / 60:.3g} min"
+    return f"{s / 3600:.3g} h"
+
+
 def check_hardware(plan, device: str, machine: MachineInfo) -> Check:
     """The plan's hardware profile: loadable here (the runtime takes the MFU's peak from it) and the GPU it
     describes the one this node has (else the report compares a run with another GPU's prediction)."""
@@ -808,6 +866,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     checks += [world_check, check_runtime_support(plan, device, machine.torch_version),
                check_rendezvous(nnodes, node_rank, rdzv_endpoint),
                check_hardware(plan, device, machine), check_memory(plan, device, machine, nproc)]
+    if device == "cpu" and world_check.ok:
+        checks.append(check_cpu_time(plan, steps, nproc, machine))
     if data and not Path(data).is_file():
         checks.append(Check("data", False, f"{data} is not a file", "pass a flat uint16/uint32 token file"))
     elif data:
@@ -884,6 +944,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         _err(f"error: report: cannot write in {run_dir}: {e.strerror or e} -- fix: pass --report in a folder you "
              "can write, e.g. runs/NAME/report.json")
         return EXIT_INVALID
+    for c in checks:  # what passed with a warning (a dry run prints every check)
+        if c.detail.startswith("warning: "):
+            _err(f"{c.name}: {c.detail}")
     env = job_env(device)
     _err(f"launching {plan.parallel.world_size} ranks ({nproc} per node): {shlex.join(argv)}")
     code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")

@@ -183,6 +183,44 @@ def test_cpu_launch_writes_report_and_keeps_stdout_clean(tmp_path, capfd):
     assert [s["step"] for s in rep["steps"]] == [1, 2, 3]
     assert rep["plan"]["parallel"]["tp"] == 2 and len(rep["peak_memory_bytes"]) == 4
     assert (tmp_path / "run" / "plan.json").exists() and (tmp_path / "run" / "torchrun.log").exists()
+    # the pre-flight's CPU time is a lower bound of the step the ranks measured
+    from planner.schema import Plan
+    est = L.check_cpu_time(Plan.model_validate_json((tmp_path / "run" / "plan.json").read_text()), 1, 4,
+                           L.probe_machine())
+    step = float(est.detail.split("at least ")[1].split(" s a step")[0])
+    assert 0 < step <= rep["median"]["step_time_s"], (est.detail, rep["median"])
+
+
+def _cpu_plan(**over):
+    from planner.core import evaluate_plan
+    return evaluate_plan(tiny_plan(**{"tp": 1, "dp": 2, **over}))
+
+
+def test_cpu_time_scales_with_the_step_and_warns_past_ten_minutes():
+    """The CPU-time check (cpu launches only): the step's FLOPs over the rate measured here and the cores the ranks
+    share; recomputation adds its forward; a warning with the fix past CPU_RUN_WARN_S, never a failure."""
+    two = L.MachineInfo(torch_version="x", gpus=0, free_memory_bytes=None, cpu_cores=2)
+
+    def secs(c):
+        return float(c.detail.split("at least ")[1].split(" s a step")[0])
+
+    base = L.check_cpu_time(_cpu_plan(), 10, 2, two, rate=1e9)
+    assert base.ok and not base.detail.startswith("warning") and "1.0 GFLOP/s" in base.detail
+    doubled = L.check_cpu_time(_cpu_plan(global_batch_size=16), 10, 2, two, rate=1e9)
+    assert secs(doubled) == pytest.approx(2 * secs(base), rel=0.01)
+    one_core = L.check_cpu_time(_cpu_plan(), 10, 2, L.MachineInfo("x", 0, None, cpu_cores=1), rate=1e9)
+    assert secs(one_core) == pytest.approx(2 * secs(base), rel=0.01)
+    full = L.check_cpu_time(_cpu_plan(recompute="full"), 10, 2, two, rate=1e9)
+    assert 1.2 < secs(full) / secs(base) < 1.4  # the forward again: about 4/3
+    slow = L.check_cpu_time(_cpu_plan(), 10, 2, two, rate=secs(base) * 1e9 / (L.CPU_RUN_WARN_S / 10) / 1.01)
+    assert slow.ok and slow.detail.startswith("warning: ") and "--global-batch-size" in slow.detail
+    assert L.cpu_matmul_rate(n=64, repeats=2) > 1e6
+
+
+def test_a_cpu_dry_run_says_how_long_the_run_takes(plan8, capsys):
+    assert L.launch(plan8, dry_run=True, device="cpu", steps=4) == 0
+    _, err = capsys.readouterr()
+    assert "] cpu time: at least " in err and "for 4 steps" in err
 
 
 def test_unimplemented_settings_fail_before_any_rank_starts(tmp_path, capsys):

@@ -384,6 +384,13 @@ def recommend(
     _show_plans(plan, title=f"top {1 + len(plan.alternatives)} layouts for {plan.hardware.gpus} x {plan.hardware.name}")
 
 
+def _with_fix(reason: str | None) -> str | None:
+    """A prediction's reason with what to change in the plan (planner.core.REASON_FIXES)."""
+    from .core import reason_fix
+    fix = reason_fix(reason)
+    return f"{reason} -- fix: {fix}" if fix else reason
+
+
 def _show_plans(plan, title: str) -> None:
     from .render import breakdown_table, plans_table, summary_lines
     console = _out()
@@ -480,7 +487,7 @@ def evaluate(
     else:
         _show_plans(out, title="evaluated plan")
     if not out.prediction.fits:
-        _err(f"error: plan does not fit: {out.prediction.reason}")
+        _err(f"error: plan does not fit: {_with_fix(out.prediction.reason)}")
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
@@ -637,7 +644,8 @@ def explain(
             else:
                 console.print(item)
     if not plan.prediction.fits:
-        _err(f"note: the plan does not fit: {plan.prediction.reason or 'see the memory rows'} (exit {EXIT_NOTHING_FITS})")
+        _err(f"note: the plan does not fit: {_with_fix(plan.prediction.reason) or 'see the memory rows'} "
+             f"(exit {EXIT_NOTHING_FITS})")
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 

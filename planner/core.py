@@ -297,6 +297,23 @@ def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int, tr: 
     return code
 
 
+REASON_FIXES = {  # what to change in a plan whose layout breaks a rule (the code before a reason's colon)
+    "memory": "more GPUs, a larger tp or pp, ZeRO, recomputation or optimizer offload (`parplan recommend` with the "
+              "plan's pins finds one)",
+    "host-memory": "offload less (a higher ZeRO stage shards the offloaded states), or more nodes",
+    "batch": "make global_batch_size a multiple of dp x micro_batch_size",
+    "schedule": "more micro-batches (a larger global_batch_size or a smaller micro_batch_size), or schedule 1f1b",
+    "layers": "fewer virtual stages (a smaller pp or vpp), so every stage holds a block",
+    "seq": "make seq_len a multiple of 2 x cp (of cp x tp with sequence parallelism), or a smaller cp",
+    "offload": "zero_stage 1 or more, or offload none",
+}
+
+
+def reason_fix(reason: str | None) -> str | None:
+    """The fix for a prediction's reason (Prediction.reason: "code: ..."), or None."""
+    return REASON_FIXES.get((reason or "").split(":", 1)[0])
+
+
 def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Prediction | None) -> Plan:
     stages = lay_row["pp"] * lay_row["vpp"]
     m_micro = training.global_batch_size // (lay_row["dp"] * lay_row["mbs"])

@@ -604,6 +604,25 @@ def test_evaluate_names_the_schedule_rule_a_plan_breaks():
     assert evaluate_plan(izb).prediction.reason.startswith("schedule: interleaving needs")
 
 
+def test_every_reason_a_plan_can_break_has_its_fix(tmp_path, capsys):
+    """`evaluate` of a hand-edited plan that breaks a rule says which and what to change (exit 3, as nothing fits)."""
+    from planner.cli import main
+    from planner.core import REASON_FIXES
+    from planner.search import REASONS
+    assert set(REASONS) == set(REASON_FIXES)
+    spec = load_preset("tiny-llama-test")
+    plan = recommend(spec, 4, seq_len=128, global_batch_size=32, pins=Pins(tp=1, pp=4, schedule="1f1b"))
+    few = plan.model_copy(update={"training": plan.training.model_copy(
+        update={"global_batch_size": 2, "micro_batch_size": 2, "num_microbatches": 1})})
+    path = tmp_path / "few.json"
+    path.write_text(few.model_dump_json())
+    assert main(["evaluate", str(path), "--json"]) == 3
+    out, err = capsys.readouterr()
+    assert json.loads(out)["prediction"]["fits"] is False
+    assert err.strip() == ("error: plan does not fit: schedule: torch's 1F1B needs num_microbatches >= pp(4) -- fix: "
+                           + REASON_FIXES["schedule"])
+
+
 def test_a_profile_without_a_fitted_sustained_fraction_says_so():
     """B200 and MI300X carry isolated-kernel matmul curves only; A100 and H100 have a sustained fraction fitted
     on a published table (README, "Fitted parameters"), so only the former warn that the time is optimistic."""

@@ -189,10 +189,16 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         notes.append(f"seq_len {t.seq_len} is not a multiple of 2*cp = {2 * p.cp}, which Megatron-LM requires "
                      "for context parallelism.")
-    if p.cp > 1 and not t.overlap_cp_comm:
+    window_binds = m.sliding_window is not None and m.sliding_window < t.seq_len
+    if p.cp > 1 and (not t.overlap_cp_comm or window_binds):
         # the prediction's K/V exchange: one all-gather before the attention (Megatron's default, p2p, is the
-        # overlapped ring)
-        flag("--cp-comm-type", "allgather")
+        # overlapped ring).  Transformer Engine spells it all_gather (its attn_forward_func_with_cp raises on any
+        # other name, arguments.py's help text "allgather" included), and its p2p ring refuses a sliding window.
+        flag("--cp-comm-type", "all_gather")
+        if t.overlap_cp_comm:
+            notes.append("overlap_cp_comm with a sliding window: Transformer Engine's p2p ring (Megatron's default) "
+                         "does not run sliding-window attention, so the export asks for all_gather, whose K/V "
+                         "exchange is exposed; plan with --no-overlap-cp-comm to predict that.")
     if p.sp:
         flag("--sequence-parallel")
     if p.pp > 1:
@@ -253,7 +259,10 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         flag("--position-embedding-type", "rope")
         flag("--normalization", "LayerNorm")
     if not m.has_learned_positions and m.rope_theta is not None:
-        flag("--rotary-base", int(m.rope_base) if m.rope_base.is_integer() else m.rope_base)
+        flag("--rotary-base", round(m.rope_base))  # arguments.py: type=int
+        if not m.rope_base.is_integer():
+            notes.append(f"rope_theta {m.rope_base:g}: Megatron-LM's --rotary-base takes an integer; rounded to "
+                         f"{round(m.rope_base)}.")
     if not m.tied_embeddings:
         flag("--untie-embeddings-and-output-weights")
     if m.sliding_window is not None:
@@ -528,9 +537,12 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
         notes.append("offload optimizer: torchtitan's training.enable_cpu_offload is FSDP CPU offload of "
                      "parameters, gradients and optimizer states together (more than optimizer offload)"
                      + ("; it needs data_parallel_shard_degree > 1." if shard <= 1 else "."))
-    if t.overlap_tp_comm:
-        notes.append("overlap_tp_comm: enable_async_tensor_parallel only takes effect with torch.compile "
-                     "(training.compile / [compile] enable).")
+    async_tp = bool(t.overlap_tp_comm and p.tp > 1 and t.fused_elementwise)
+    if t.overlap_tp_comm and p.tp > 1 and not async_tp:
+        # parallelize_llama: "Async TP requires --training.compile" (a RuntimeError at start-up)
+        notes.append("overlap_tp_comm: torchtitan's enable_async_tensor_parallel needs torch.compile, and this plan "
+                     "exports compile = false (eager pointwise work), so async TP is left off and the TP "
+                     "collectives are exposed; plan with --fused-elementwise to export both.")
     if p.recompute == "selective":
         notes.append("recompute selective: torchtitan's op-level selective activation checkpointing "
                      "(selective_ac_option = \"op\") uses its own save policy, not Korthikanti's attention+MLP-"
@@ -552,7 +564,7 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
         par.append(("fsdp_reshard_after_forward", reshard))
     par += [
         ("tensor_parallel_degree", p.tp),
-        ("enable_async_tensor_parallel", bool(t.overlap_tp_comm and p.tp > 1)),
+        ("enable_async_tensor_parallel", async_tp),
         ("pipeline_parallel_degree", p.pp),
     ]
     if pp_on:

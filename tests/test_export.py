@@ -365,18 +365,31 @@ def test_torchtitan_compile_follows_fused_elementwise():
     for fused in (True, False):
         p = plan.model_copy(update={"training": plan.training.model_copy(update={"fused_elementwise": fused})})
         assert tomllib.loads(export_plan(p, "torchtitan"))["training"]["compile"] is fused
+        # async TP without compile is torchtitan's RuntimeError at start-up ("Async TP requires --training.compile")
+        p.training.overlap_tp_comm = True
+        cfg = tomllib.loads(export_plan(p, "torchtitan"))
+        assert cfg["parallelism"]["enable_async_tensor_parallel"] is fused is cfg["training"]["compile"]
+        assert any("needs torch.compile" in n for n in export_notes(p, "torchtitan")) is not fused
 
 
 def test_megatron_context_parallel_follows_the_predicted_exchange():
     """A plan predicted with all-gather CP (overlap_cp_comm off: parplan's runtime, Llama 3) asks Megatron for
-    --cp-comm-type allgather; with the ring (overlap on, Megatron's own default p2p) nothing is added."""
+    --cp-comm-type all_gather (Transformer Engine's name: attn_forward_func_with_cp raises "Unsupported communication
+    type" on "allgather", which this export wrote until 2026-11-29, after arguments.py's help text); with the ring
+    (overlap on, Megatron's own default p2p) nothing is added, unless a sliding window binds: TE's p2p refuses it."""
     plan = llama_plan(tp=4, pp=1, vpp=1, dp=2, cp=2, schedule="1f1b")
     plan.hardware.gpus = 16
     a = megatron_args(export_plan(plan, "megatron"))
-    assert a["--context-parallel-size"] == "2" and a["--cp-comm-type"] == "allgather"
+    assert a["--context-parallel-size"] == "2" and a["--cp-comm-type"] == "all_gather"
     plan.training.overlap_cp_comm = True
     a = megatron_args(export_plan(plan, "megatron"))
     assert "--cp-comm-type" not in a
+    plan.model.sliding_window = plan.training.seq_len // 2
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert a["--cp-comm-type"] == "all_gather"
+    assert any("sliding window" in n and "all_gather" in n for n in export_notes(plan, "megatron"))
+    plan.model.sliding_window = plan.training.seq_len  # a window the sequence never exceeds: the ring runs
+    assert "--cp-comm-type" not in megatron_args(export_plan(plan, "megatron"))
     assert any("overlap_cp_comm off" in n for n in export_notes(llama_plan(cp=2, tp=4, pp=1, vpp=1, schedule="1f1b"),
                                                                  "torchtitan"))
 
@@ -520,6 +533,9 @@ def test_rope_base_reaches_megatron_and_is_checked_against_torchtitans_flavor():
     plan.model.rope_theta = 500000.0  # Llama 3
     assert "--rotary-base 500000 " in export_plan(plan, "megatron")
     assert not any("rope_theta" in n for n in export_notes(plan, "torchtitan"))  # the 8B flavor's own
+    plan.model.rope_theta = 12345.6  # arguments.py: --rotary-base type=int, so argparse would refuse 12345.6
+    assert "--rotary-base 12346 " in export_plan(plan, "megatron")
+    assert any("rounded to 12346" in n for n in export_notes(plan, "megatron"))
     plan.model.rope_theta = None  # 10000
     assert "--rotary-base" not in export_plan(plan, "megatron")  # Megatron-LM's default, 10000
     assert any("rope_theta" in n and "500000" in n for n in export_notes(plan, "torchtitan"))

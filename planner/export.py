@@ -373,8 +373,10 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     flag("--seed", t.seed)
     if t.tokens is not None:
         flag("--train-samples", math.ceil(t.tokens / t.seq_len))
-    else:
-        notes.append("training.tokens is not set: add --train-iters or --train-samples.")
+    else:  # Megatron needs one of them (it multiplies train_iters by the batch), as torchtitan needs steps
+        flag("--train-iters", 1000)
+        notes.append("training.tokens is not set: --train-iters 1000 is a placeholder (or plan with --tokens for "
+                     "--train-samples).")
     flag("--mock-data")
     flag("--tokenizer-type", "NullTokenizer")
     # the NullTokenizer adds an end-of-document id after --vocab-size ids (its vocab_size is that + 1, its eod

@@ -184,6 +184,7 @@ def test_megatron_gpt_zero3_offload():
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in text.split("# note:")[-1].split("\n", 1)[1]
     assert "# note: zero_stage 3" in text
     assert any("train-iters" in n for n in export_notes(plan, "megatron"))  # no tokens in this plan
+    assert "--train-iters 1000 " in export_plan(plan, "megatron")  # a placeholder, as torchtitan's steps: it runs
 
 
 def test_megatron_values_are_shell_quoted():

@@ -65,6 +65,11 @@ def main() -> int:
                          "(the measured peaks do not depend on it) and rewrite summary.md")
     a = ap.parse_args()
     out = Path(a.out)
+    if a.repredict:  # the runs the folder holds (a committed folder may hold one), not --runs
+        a.runs = sum((out / f"run{i + 1}").is_dir() for i in range(len(list(out.glob("run*")))))
+        if not a.runs:
+            print(f"error: {out} holds no run1/ to re-predict", file=sys.stderr)
+            return 2
     rows, live = {n: [] for n in CASES}, {}
     for i in range(a.runs):
         tmp = out / f"run{i + 1}"

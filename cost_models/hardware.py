@@ -44,6 +44,7 @@ class HardwareConstants:
     optimizer_bw_fraction: float = 1.0  # profile.optimizer_bandwidth_fraction
     optimizer_host_per_tensor_s: float = 0.0  # profile.optimizer_host_per_tensor_s
     fa2_peak_flops: float = 0.0  # profile.flash_attention_2_tflops in FLOP/s (0 = not published)
+    sustained_measured: bool = False  # `calibrate --from-run` or `--sustained` set it (profile.measured names it)
 
     def exposed(self, comm_s, compute_s):
         """Seconds communication adds to compute it overlaps with: max(C, X + C k/(1+k)) - X for a
@@ -85,6 +86,7 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         name=profile.name,
         peak_flops=peaks[dtype] * 1e12,
         sustained=profile.sustained_matmul_fraction,
+        sustained_measured="sustained_matmul_fraction" in (profile.measured or ""),
         mm_log_gflop=np.array([math.log10(g) for g, _ in curve]),
         mm_eff=np.array([e for _, e in curve]),
         attn_seq=np.array([s for s, _ in attn], dtype=float),

@@ -236,7 +236,7 @@ def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: f
                         "to 1.30x and the dispatch per block up to 1.9x between machines (benchmarks/results/"
                         "2026-11-23-h100/accuracy.md); `parplan calibrate` on the machine that runs it measures its "
                         "host, and a larger micro-batch hides it")
-    if float(hw.sustained) >= 1.0:
+    if float(hw.sustained) >= 1.0 and not hw.sustained_measured:  # a refit or a measured 1.0 is calibrated
         warnings.append(f"uncalibrated: {hw.name}'s matmul curve is isolated-kernel throughput with no sustained "
                         "fraction fitted to training runs (0.92 on A100 and 0.83 on H100, where published runs fit "
                         "them), so the step time is likely optimistic")

@@ -393,3 +393,24 @@ def test_hardware_and_models_take_json(capsys):
     for argv in (["hardware", "show", "h100-sxm-80gb", "--json"], ["models", "show", "gpt2", "--json"]):
         rc, out, _ = _run(argv, capsys)
         assert rc == 0 and json.loads(out)["name"]
+
+
+def test_stack_flag_help_names_each_frameworks_default():
+    """Where a flag's help says "Default: the framework's (on for ...)", those are the frameworks whose prediction
+    turns it on (planner.core.FRAMEWORK_DEFAULTS over Training's own defaults): the help had said "off, as
+    parplan's runtime" for four flags parplan had since turned on."""
+    import re
+
+    from planner.cli import _MODEL_OPTIONS
+    from planner.core import FRAMEWORK_DEFAULTS
+    from planner.schema import Training
+    checked = 0
+    for name, _, _, _, help_text in _MODEL_OPTIONS:
+        m = re.search(r"Default: the framework's \(on for ([^)]*)\)", help_text)
+        if not m:
+            continue
+        said = set(re.split(r", | and ", m.group(1)))
+        on = {fw for fw, d in FRAMEWORK_DEFAULTS.items() if d.get(name, Training.model_fields[name].default) is True}
+        assert said == on, (name, said, on)
+        checked += 1
+    assert checked >= 4

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -623,13 +624,23 @@ def test_every_reason_a_plan_can_break_has_its_fix(tmp_path, capsys):
                            + REASON_FIXES["schedule"])
 
 
-def test_a_profile_without_a_fitted_sustained_fraction_says_so():
+def test_a_profile_without_a_fitted_sustained_fraction_says_so(tmp_path):
     """B200 and MI300X carry isolated-kernel matmul curves only; A100 and H100 have a sustained fraction fitted
     on a published table (README, "Fitted parameters"), so only the former warn that the time is optimistic."""
     spec = load_preset("llama3-8b")
     for hw, warned in (("b200", True), ("mi300x", True), ("h100-sxm-80gb", False), ("a100-sxm-80gb", False)):
         plan = recommend(spec, 8, hardware=hw, suggest=False)
         assert any(w.startswith("uncalibrated") for w in plan.prediction.warnings) is warned, hw
+    # a profile whose fraction a refit (`calibrate --from-run`) or `--sustained` set, 1.0 included, is calibrated
+    refit = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-11-22-h100" / "h100-refit.toml"
+    from planner.calibrate import profile_toml
+    prof = hardware_profiles.load_profile(str(refit))
+    assert "sustained_matmul_fraction" in prof.measured
+    for measured, warned in ((prof.measured, False), ("2026-11-22: matmul_efficiency_curve", True)):
+        path = tmp_path / f"one-{warned}.toml"
+        path.write_text(profile_toml(prof.model_copy(update={"sustained_matmul_fraction": 1.0, "measured": measured})))
+        plan = recommend(spec, 8, hardware=str(path), suggest=False)
+        assert any(w.startswith("uncalibrated") for w in plan.prediction.warnings) is warned, measured
 
 
 def test_pinned_sp_searches_only_tensor_parallel_layouts():

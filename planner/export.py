@@ -131,6 +131,11 @@ def plan_stage_layers(plan: Plan) -> list[int]:
     return stage_layers(m.layers, p.pp * p.vpp)
 
 
+# megatron/core/datasets/gpt_dataset.py MockGPTLowLevelDataset: arange(length - 1) + 1 for lengths below
+# max_sequence_length = 4096, so ids reach 4094
+MOCK_DATA_MAX_TOKEN = 4094
+
+
 def _train_steps(plan: Plan) -> Optional[int]:
     t = plan.training
     if t.tokens is None:
@@ -384,6 +389,10 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     flag("--vocab-size", m.vocab - 1)
     notes.append("--mock-data and the NullTokenizer make a smoke test; replace them with --data-path, "
                  "--tokenizer-type and --tokenizer-model for real data.")
+    if m.vocab < MOCK_DATA_MAX_TOKEN + 1:
+        notes.append(f"vocab {m.vocab}: Megatron-LM's mock samples count token ids 1, 2, ... up to "
+                     f"{MOCK_DATA_MAX_TOKEN} whatever the vocabulary (MockGPTLowLevelDataset, max_sequence_length "
+                     "4096, in the versions that keep no vocab_size), past this embedding: use --data-path here.")
 
     # --- render
     nnodes, nproc = _nodes(plan)

@@ -564,3 +564,12 @@ def test_megatron_overlap_flags_follow_the_plan_and_megatrons_rule():
     a = megatron_args(export_plan(plan, "megatron"))
     assert "--overlap-grad-reduce" not in a and "--overlap-param-gather" not in a
     assert any("overlap_param_gather without overlap_grad_reduce" in n for n in export_notes(plan, "megatron"))
+
+
+def test_megatron_mock_data_warns_below_its_token_range():
+    """Megatron's mock samples (older MockGPTLowLevelDataset) hold ids up to 4094 whatever the vocabulary: a smaller
+    embedding would be indexed past its end, so such an export says to use real data."""
+    plan = llama_plan()
+    assert not any("mock samples" in n for n in export_notes(plan, "megatron"))
+    plan.model.vocab = 1024
+    assert any("mock samples" in n and "4094" in n for n in export_notes(plan, "megatron"))

@@ -66,7 +66,9 @@ def main() -> int:
     a = ap.parse_args()
     out = Path(a.out)
     if a.repredict:  # the runs the folder holds (a committed folder may hold one), not --runs
-        a.runs = sum((out / f"run{i + 1}").is_dir() for i in range(len(list(out.glob("run*")))))
+        a.runs = 0
+        while (out / f"run{a.runs + 1}").is_dir():
+            a.runs += 1
         if not a.runs:
             print(f"error: {out} holds no run1/ to re-predict", file=sys.stderr)
             return 2

@@ -1018,19 +1018,30 @@ def _usage_exceptions():
 
 
 def _usage_line(e, argv: list[str] | None = None) -> str:
-    ctx = getattr(e, "ctx", None)
-    path = getattr(ctx, "command_path", "") or ""
-    sub = path.split(" ", 1)[1] if " " in path else _subcommand(sys.argv[1:] if argv is None else argv)
+    sub = _subcommand(sys.argv[1:] if argv is None else argv)
     hint = f" (see `parplan {sub} --help`)" if sub else " (see `parplan --help`)"
     return f"error: {_one_line(Exception(e.format_message()))}{hint}"
 
 
 def _subcommand(argv: list[str]) -> str | None:
-    """The command an argument list names (its first word, where it is one of parplan's), for the help hint of an
-    option error that click raises before the command's own context exists (`recommend --gpus` with no value)."""
+    """The (sub)command an argument list names, walked down parplan's command tree (`models show`), for the help
+    hint of a usage error; click raises some before the command's own context exists (`recommend --gpus` with no
+    value).  An option before any command is the top level's (None); words after a leaf command are its own."""
     import typer.main
-    first = next((a for a in argv if not a.startswith("-")), None)
-    return first if first in getattr(typer.main.get_command(app), "commands", {}) else None
+    group, path = typer.main.get_command(app), []
+    for word in argv:
+        if word.startswith("-"):
+            if not path:
+                return None
+            continue
+        commands = getattr(group, "commands", None)
+        if not commands or word not in commands:
+            break
+        path.append(word)
+        group = commands[word]
+        if not getattr(group, "commands", None):
+            break  # a leaf: what follows is its arguments, whatever they spell
+    return " ".join(path) or None
 
 
 def main(argv: list[str] | None = None) -> int:

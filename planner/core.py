@@ -302,16 +302,26 @@ REASON_FIXES = {  # what to change in a plan whose layout breaks a rule (the cod
               "plan's pins finds one)",
     "host-memory": "offload less (a higher ZeRO stage shards the offloaded states), or more nodes",
     "batch": "make global_batch_size a multiple of dp x micro_batch_size",
-    "schedule": "more micro-batches (a larger global_batch_size or a smaller micro_batch_size), or schedule 1f1b",
+    "schedule": "more micro-batches (a larger global_batch_size or a smaller micro_batch_size), or schedule gpipe",
     "layers": "fewer virtual stages (a smaller pp or vpp), so every stage holds a block",
-    "seq": "make seq_len a multiple of 2 x cp (of cp x tp with sequence parallelism), or a smaller cp",
+    "seq": "make seq_len a multiple of 2 x cp (of cp x tp with sequence parallelism), or a smaller cp or tp, or sp off",
     "offload": "zero_stage 1 or more, or offload none",
 }
+# the schedule rules _reason_text names, each with its own fix (a 1F1B plan is not told "schedule 1f1b")
+SCHEDULE_FIXES = (
+    ("zero-bubble", "recompute selective or none (on parplan's runtime also zero_stage 2 or less, whose queued weight "
+                    "pass allows it), or schedule interleaved-1f1b"),
+    ("interleaving needs", "num_microbatches a multiple of pp (global_batch_size / (dp x micro_batch_size)), or vpp 1 "
+                           "with schedule 1f1b"),
+)
 
 
 def reason_fix(reason: str | None) -> str | None:
     """The fix for a prediction's reason (Prediction.reason: "code: ..."), or None."""
-    return REASON_FIXES.get((reason or "").split(":", 1)[0])
+    code = (reason or "").split(":", 1)[0]
+    if code == "schedule":
+        return next((fix for key, fix in SCHEDULE_FIXES if key in reason), REASON_FIXES[code])
+    return REASON_FIXES.get(code)
 
 
 def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Prediction | None) -> Plan:

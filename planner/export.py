@@ -194,7 +194,7 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         notes.append(f"seq_len {t.seq_len} is not a multiple of 2*cp = {2 * p.cp}, which Megatron-LM requires "
                      "for context parallelism.")
-    window_binds = m.sliding_window is not None and m.sliding_window < t.seq_len
+    window_binds = m.window_binds(t.seq_len)  # --window-size is written only then (below)
     if p.cp > 1 and (not t.overlap_cp_comm or window_binds):
         # the prediction's K/V exchange: one all-gather before the attention (Megatron's default, p2p, is the
         # overlapped ring).  Transformer Engine spells it all_gather (its attn_forward_func_with_cp raises on any
@@ -203,7 +203,8 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         if t.overlap_cp_comm:
             notes.append("overlap_cp_comm with a sliding window: Transformer Engine's p2p ring (Megatron's default) "
                          "does not run sliding-window attention, so the export asks for all_gather, whose K/V "
-                         "exchange is exposed; plan with --no-overlap-cp-comm to predict that.")
+                         "exchange is exposed; plan with --no-overlap-cp-comm to predict that (some TE versions run "
+                         "a window under all_gather only with their fused attention backend, or ask for a2a).")
     if p.sp:
         flag("--sequence-parallel")
     if p.pp > 1:
@@ -270,7 +271,7 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                          f"{round(m.rope_base)}.")
     if not m.tied_embeddings:
         flag("--untie-embeddings-and-output-weights")
-    if m.sliding_window is not None:
+    if window_binds:  # a window the sequence never exceeds changes nothing, and TE would still call it sliding
         # Transformer Engine's (left, right) window: query i attends keys i - left .. i + right, so the left extent is
         # the window less the query itself (Hugging Face's sliding_window counts the keys a query sees)
         flag("--window-size", f"{m.sliding_window - 1},0")

@@ -104,10 +104,12 @@ def _positive_int(cfg: dict, key: str, where: str, zero_is_none: bool = False):
     where zero_is_none); anything else is a one-line ValueError naming the key (these are compared with the
     sequence length, where a string would fail deep inside)."""
     v = cfg.get(key)
-    if v is None or (zero_is_none and v == 0 and not isinstance(v, bool)):
+    if v is None or (zero_is_none and (v is False or (not isinstance(v, bool) and v == 0))):
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or v != int(v):
-        raise ValueError(f"{where}: {key} must be a positive integer, got {v!r}; correct it in the config")
+    whole = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
+    if isinstance(v, bool) or not whole or v <= 0:  # floats checked before int() (an int of 400 digits is whole)
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "..."
+        raise ValueError(f"{where}: {key} must be a positive integer, got {shown}; correct it in the config")
     return int(v)
 
 
@@ -176,7 +178,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
             rope_theta = params["rope_theta"]
         if rope_theta is None and model_type == "gemma3_text":
             rope_theta = 1e6
-    context = _positive_int(cfg, "max_position_embeddings", where) or _positive_int(cfg, "n_positions", where)
+    context = (_positive_int(cfg, "max_position_embeddings", where, zero_is_none=True)
+               or _positive_int(cfg, "n_positions", where, zero_is_none=True))
     if cfg.get("_name_or_path"):
         name = cfg["_name_or_path"]
     elif where == "config dict":

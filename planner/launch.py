@@ -234,7 +234,7 @@ CPU_RUN_WARN_S = 600  # a launch past ten minutes on a CPU is rarely the quick c
 def check_cpu_time(plan, steps: int, nproc: int, machine: MachineInfo, rate: Optional[float] = None) -> Check:
     """How long a cpu launch will take, at least: the step's matmul FLOPs (the model's FLOPs per token x the
     prediction's HFU/MFU for recomputation, x the step's tokens) over this CPU's one-thread matmul rate, measured
-    here, times the cores the ranks share.  A lower bound: the rest of a step (attention's softmax, elementwise
+    here, times the cores the ranks share; on several nodes, this node's ranks' share.  A lower bound: the rest of a step (attention's softmax, elementwise
     work, gloo's collectives) comes on top.  A warning, never a failure, past CPU_RUN_WARN_S."""
     from cost_models.params import model_flops_per_token, param_counts
 
@@ -244,13 +244,14 @@ def check_cpu_time(plan, steps: int, nproc: int, machine: MachineInfo, rate: Opt
     pr = plan.prediction
     if pr is not None and pr.mfu > 0:
         per_token *= pr.hfu / pr.mfu  # recomputation repeats forward work
-    flops = per_token * tr.seq_len * tr.global_batch_size
+    # this node's ranks (nproc of the world's) do their share of the step
+    flops = per_token * tr.seq_len * tr.global_batch_size * nproc / max(plan.parallel.world_size, 1)
     rate = cpu_matmul_rate() if rate is None else rate
     cores = max(1, min(nproc, machine.cpu_cores or 1))
     step_s = flops / (rate * cores)
     total_s = step_s * steps
-    detail = (f"at least {_duration(step_s)} a step here ({flops:.3g} FLOP a step at {rate / 1e9:.1f} GFLOP/s a core "
-              f"measured, {cores} core(s)), {_duration(total_s)} for {steps} steps")
+    detail = (f"at least {_duration(step_s)} a step here ({flops:.3g} FLOP a step on this node at "
+              f"{rate / 1e9:.1f} GFLOP/s a core measured, {cores} core(s)), {_duration(total_s)} for {steps} steps")
     if total_s > CPU_RUN_WARN_S:
         return Check("cpu time", True, f"warning: {detail}; for a quick check on a CPU plan a smaller step "
                      f"(`parplan recommend ... --seq-len 256 --global-batch-size {2 * plan.parallel.dp}`) or run "

@@ -89,6 +89,8 @@ def files(tmp_path_factory):
                                            "sliding_window_pattern": "x"}))
     put("hf_text_config_list.json", json.dumps({"model_type": "gemma3", "text_config": [1]}))
     put("hf_hidden_1e400.json", json.dumps({**hf, "hidden_size": 10 ** 400}))
+    put("hf_context_1e400.json", json.dumps({**hf, "max_position_embeddings": 10 ** 400}))  # was an OverflowError
+    put("hf_window_1e400.json", json.dumps({**hf, "model_type": "mistral", "sliding_window": 10 ** 400}))
     put("hf_deep.json", '{"a": ' * 100_000 + "1" + "}" * 100_000)
     put("hf_5000_digits.json", json.dumps(hf).replace('"vocab_size": 1000', '"vocab_size": ' + "9" * 5000))
     put("hf_bom_free.json", json.dumps(hf))
@@ -146,6 +148,8 @@ CASES = [
     (["recommend", "--json=false"], 2, ["does not take a value", "`parplan recommend --help`"]),
     (["models", "list", "--x"], 2, ["no such option", "`parplan models list --help`"]),
     (["--bogus"], 2, ["no such option", "`parplan --help`"]),
+    (["--bogus", "recommend"], 2, ["no such option", "`parplan --help`"]),  # a top-level option, before the command
+    (["models", "show", "--json=x"], 2, ["does not take a value", "`parplan models show --help`"]),
     (["recommend", "--layers", "4", "--json"], 2, ["--hidden", "--heads"]),
     (["recommend", "--json"], 2, ["--model"]),
     (["no-such-command"], 2, ["no-such-command"]),
@@ -405,3 +409,13 @@ def test_a_plan_on_stdin_that_cannot_be_read_is_one_line(stdin, words, monkeypat
         out, err = capsys.readouterr()
         assert rc == 2 and out == "" and err.startswith("error: ") and words in err, err
         assert len(err.strip().splitlines()) == 1 and "internal error" not in err
+
+
+@pytest.mark.parametrize("name", ["hf_context_1e400.json", "hf_window_1e400.json"])
+def test_a_huge_context_or_window_is_only_a_long_one(name, files, capsys):
+    """A 400-digit max_position_embeddings or sliding_window is a whole positive number: the context is long and
+    the window never binds, so the plan is made (it was an OverflowError, "a bug in parplan")."""
+    rc = main(_fill(["recommend", "--model-config", "{" + name + "}", "--json"], files))
+    out, err = capsys.readouterr()
+    assert rc == 0 and "internal error" not in err, err
+    assert json.loads(out)["prediction"]["fits"] is True

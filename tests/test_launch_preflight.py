@@ -215,6 +215,9 @@ def test_cpu_time_scales_with_the_step_and_warns_past_ten_minutes():
     slow = L.check_cpu_time(_cpu_plan(), 10, 2, two, rate=secs(base) * 1e9 / (L.CPU_RUN_WARN_S / 10) / 1.01)
     assert slow.ok and slow.detail.startswith("warning: ") and "--global-batch-size" in slow.detail
     assert L.cpu_matmul_rate(n=64, repeats=2) > 1e6
+    # on two nodes, each node's ranks do half the step
+    half = L.check_cpu_time(_cpu_plan(), 10, 1, two, rate=1e9)
+    assert secs(half) == pytest.approx(secs(base), rel=0.01)  # half the work on one core of two
 
 
 def test_a_cpu_dry_run_says_how_long_the_run_takes(plan8, capsys):

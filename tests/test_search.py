@@ -622,6 +622,19 @@ def test_every_reason_a_plan_can_break_has_its_fix(tmp_path, capsys):
     assert json.loads(out)["prediction"]["fits"] is False
     assert err.strip() == ("error: plan does not fit: schedule: torch's 1F1B needs num_microbatches >= pp(4) -- fix: "
                            + REASON_FIXES["schedule"])
+    from planner.core import reason_fix
+    assert "gpipe" in reason_fix(evaluate_plan(few).prediction.reason)  # not "schedule 1f1b" to a 1f1b plan
+    zb = plan.model_copy(update={
+        "parallel": plan.parallel.model_copy(update={"schedule": "zbv", "vpp": 2, "pp": 2, "dp": 2, "recompute": "full",
+                                                     "zero_stage": 3, "stage_layers": None}),
+        "training": plan.training.model_copy(update={"num_microbatches": 2})})
+    assert reason_fix(evaluate_plan(zb).prediction.reason).startswith("recompute selective or none")
+    inter = plan.model_copy(update={
+        "parallel": plan.parallel.model_copy(update={"schedule": "interleaved-zb", "vpp": 2, "recompute": "full",
+                                                     "zero_stage": 1, "stage_layers": None}),
+        "training": plan.training.model_copy(update={"global_batch_size": 4, "micro_batch_size": 2,
+                                                     "num_microbatches": 2})})
+    assert reason_fix(evaluate_plan(inter).prediction.reason).startswith("num_microbatches a multiple of pp")
 
 
 def test_a_profile_without_a_fitted_sustained_fraction_says_so(tmp_path):

@@ -2,7 +2,7 @@
 
 Until 2026-11-29 `import tomllib` (3.11+) sat unguarded in planner/models.py and hardware_profiles, so every
 parplan command died on 3.10 ("internal error ModuleNotFoundError").  The whole suite has since passed on a real
-3.10.13 (1,175 tests); these tests keep what broke it from coming back, as far as 3.11 can tell: syntax newer than 3.10, and a parser only 3.11 ships (3.10 installs tomli, pyproject's conditional dependency)."""
+3.10.13 (1,222 tests); these tests keep what broke it from coming back, as far as 3.11 can tell: syntax newer than 3.10, and a parser only 3.11 ships (3.10 installs tomli, pyproject's conditional dependency)."""
 from __future__ import annotations
 
 import ast

@@ -85,6 +85,13 @@ def model_flops_per_token(matmul_params, layers, hidden_attn, seq_len):
     return 6 * matmul_params + 12 * layers * hidden_attn * seq_len
 
 
+def spec_model_flops_per_token(spec, seq_len: int) -> float:
+    """model_flops_per_token of a ModelSpec at seq_len: what MFU counts (the runtime's reports, a cpu launch's
+    time bound)."""
+    return float(model_flops_per_token(param_counts(spec, seq_len)["matmul"], spec.layers,
+                                       spec.heads * spec.head_size, seq_len))
+
+
 def op_sac_recomputed_matmuls(arch: str, hidden: int, q_width: int, kv_width: int, ffn: int) -> list[int]:
     """Parameters of each matmul of one block whose forward torchtitan's op-level selective
     checkpointing (recompute "selective-op") re-runs: every second aten.mm of the block.  A llama

@@ -110,9 +110,10 @@ def load_profile(name_or_path: str | Path):
     if not looks_like_path(name_or_path):
         if name_or_path not in list_profiles():  # a shipped name; no file-system lookup of an arbitrary string
             import difflib
-            close = ([p for p in list_profiles() if p.startswith(str(name_or_path).lower())] or
-                     difflib.get_close_matches(str(name_or_path).lower(), list_profiles(), n=1, cutoff=0.5)) \
-                if str(name_or_path).strip() else []  # every name starts with "": no guess for an empty one
+            key = str(name_or_path).strip().lower()
+            close = [] if not key else (  # every name starts with "": no guess for an empty one
+                [p for p in list_profiles() if p.startswith(key)]
+                or difflib.get_close_matches(key, list_profiles(), n=1, cutoff=0.5))
             hint = f" (did you mean {close[0]}?)" if close else ""
             shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:60] + "..."
             raise ValueError(f"unknown hardware profile {shown!r}{hint}; available: {', '.join(list_profiles())} "

@@ -506,10 +506,9 @@ def _sync_compute(device):
 
 
 def model_flops_per_token(plan) -> float:
-    from cost_models.params import model_flops_per_token as mfpt, param_counts
+    from cost_models.params import spec_model_flops_per_token
 
-    m, s = plan.model, plan.training.seq_len
-    return float(mfpt(param_counts(m, s)["matmul"], m.layers, m.heads * m.head_size, s))
+    return spec_model_flops_per_token(plan.model, plan.training.seq_len)
 
 
 def peak_tflops_per_gpu(plan, device: torch.device) -> Optional[float]:

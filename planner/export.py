@@ -549,8 +549,9 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
         notes.append("offload optimizer: torchtitan's training.enable_cpu_offload is FSDP CPU offload of "
                      "parameters, gradients and optimizer states together (more than optimizer offload)"
                      + ("; it needs data_parallel_shard_degree > 1." if shard <= 1 else "."))
-    async_tp = bool(t.overlap_tp_comm and p.tp > 1 and t.fused_elementwise)
-    if t.overlap_tp_comm and p.tp > 1 and not async_tp:
+    async_tp = bool(t.overlap_tp_comm and p.tp > 1)
+    if async_tp and not t.fused_elementwise:
+        async_tp = False
         # parallelize_llama: "Async TP requires --training.compile" (a RuntimeError at start-up)
         notes.append("overlap_tp_comm: torchtitan's enable_async_tensor_parallel needs torch.compile, and this plan "
                      "exports compile = false (eager pointwise work), so async TP is left off and the TP "

@@ -233,14 +233,14 @@ CPU_RUN_WARN_S = 600  # a launch past ten minutes on a CPU is rarely the quick c
 
 def check_cpu_time(plan, steps: int, nproc: int, machine: MachineInfo, rate: Optional[float] = None) -> Check:
     """How long a cpu launch will take, at least: the step's matmul FLOPs (the model's FLOPs per token x the
-    prediction's HFU/MFU for recomputation, x the step's tokens) over this CPU's one-thread matmul rate, measured
-    here, times the cores the ranks share; on several nodes, this node's ranks' share.  A lower bound: the rest of a step (attention's softmax, elementwise
-    work, gloo's collectives) comes on top.  A warning, never a failure, past CPU_RUN_WARN_S."""
-    from cost_models.params import model_flops_per_token, param_counts
+    prediction's HFU/MFU for recomputation, x the step's tokens; on several nodes, this node's ranks' share) over
+    this CPU's one-thread matmul rate, measured here, times the cores the ranks share.  A lower bound: the rest of a
+    step (attention's softmax, elementwise work, gloo's collectives) comes on top.  A warning, never a failure, past
+    CPU_RUN_WARN_S."""
+    from cost_models.params import spec_model_flops_per_token
 
-    m, tr = plan.model, plan.training
-    per_token = float(model_flops_per_token(param_counts(m, tr.seq_len)["matmul"], m.layers, m.heads * m.head_size,
-                                            tr.seq_len))
+    tr = plan.training
+    per_token = spec_model_flops_per_token(plan.model, tr.seq_len)
     pr = plan.prediction
     if pr is not None and pr.mfu > 0:
         per_token *= pr.hfu / pr.mfu  # recomputation repeats forward work

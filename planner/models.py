@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import difflib
 import math
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
-    import tomli as tomllib
 from functools import lru_cache
 from pathlib import Path
 
 from cost_models.params import param_counts
+from hardware_profiles import tomllib  # tomli on Python 3.10
 from planner.schema import ModelSpec, error_message
 
 MODELS_TOML = Path(__file__).resolve().parent / "data" / "models.toml"

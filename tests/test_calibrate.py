@@ -6,10 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
-    import tomli as tomllib
+from hardware_profiles import tomllib  # tomli on Python 3.10
 from pathlib import Path
 
 import pytest

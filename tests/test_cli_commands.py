@@ -83,7 +83,7 @@ def test_shell_pipe_into_export(plan_text):
     r = _pipe("export - --to torchtitan")
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
-    from planner.models import tomllib  # tomli on Python 3.10
+    from hardware_profiles import tomllib  # tomli on Python 3.10
     toml = tomllib.loads(r.stdout)  # the whole export parses, notes being comments
     assert toml["parallelism"]["tensor_parallel_degree"] == json.loads(plan_text)["parallel"]["tp"]
 

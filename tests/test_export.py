@@ -12,10 +12,7 @@ import pytest
 from planner.export import FORMATS, export_notes, export_plan
 from planner.schema import HardwareRef, ModelSpec, Parallel, Plan, Training
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
-    import tomli as tomllib
+from hardware_profiles import tomllib  # tomli on Python 3.10
 
 
 def llama_plan(**parallel_overrides) -> Plan:

@@ -7,10 +7,7 @@ import json
 import re
 import subprocess
 import sys
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
-    import tomli as tomllib
+from hardware_profiles import tomllib  # tomli on Python 3.10
 from pathlib import Path
 
 import pytest

@@ -37,7 +37,7 @@ def test_parplan_runs_without_tomllib():
 
 
 def test_pyproject_pulls_tomli_below_311():
-    from planner.models import tomllib  # tomli on 3.10
+    from hardware_profiles import tomllib  # tomli on 3.10
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.replace(" ", "").startswith("tomli>=") and "python_version<'3.11'" in d.replace(" ", "")
                for d in deps), deps

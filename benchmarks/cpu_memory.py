@@ -72,7 +72,14 @@ def main() -> int:
         if not a.runs:
             print(f"error: {out} holds no run1/ to re-predict", file=sys.stderr)
             return 2
-    rows, live = {n: [] for n in CASES}, {}
+    names = list(CASES)
+    if a.repredict:  # a folder made before a case was added holds fewer: re-predict those it has
+        names = [n for n in CASES if (out / "run1" / n / "report.json").is_file()]
+        left = [n for n in CASES if n not in names]
+        if left:
+            print(f"note: {out} predates {len(left)} of today's cases ({', '.join(left)}); re-predicting the "
+                  f"{len(names)} it holds", file=sys.stderr)
+    rows, live = {n: [] for n in names}, {}
     for i in range(a.runs):
         tmp = out / f"run{i + 1}"
         t0 = time.time()
@@ -83,7 +90,7 @@ def main() -> int:
                 print(r.stderr[-4000:], file=sys.stderr)
                 return 1
             print(f"run {i + 1}: {time.time() - t0:.0f} s", file=sys.stderr)
-        for name in CASES:
+        for name in names:
             rep = json.loads((tmp / name / "report.json").read_text())
             if a.repredict:
                 rep = _repredict(rep, tmp / name / "plan.json")

@@ -186,14 +186,21 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
 
     # ---- context parallel (Llama 3 sec. 3.3.2): all-gather of the K/V shards forward
     # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same
-    # volume), +1 all-gather under full or op-level selective recompute, and under selective where the
-    # gather is checkpointed with the attention (parplan's runtime: tr.cp_saves_gathered_kv, memory.
-    # activation_bytes_per_layer); per layer per micro-batch.
+    # volume); per layer per micro-batch.  Where the gathered K/V is not saved for the backward (Megatron's
+    # and torch's ring attention; memory.activation_bytes_per_layer) the backward passes K/V again beside
+    # dK/dV: Transformer Engine's "point-to-point communications of KV and dKV" (context_parallel.py,
+    # flash_attn_p2p_communicate), torch's _templated_ring_attention_backward (a K/V and a dK/dV rotater).
+    # +1 where the forward's exchange runs again: full recompute; selective, whose checkpoint holds the
+    # attention with its exchange (Megatron's core_attn, Transformer Engine's checkpointed core attention;
+    # parplan's runtime checkpoints the gather with it); op-level selective where the gather sits outside the
+    # attention op (parplan's runtime: its K projection is recomputed), not where it runs inside an attention
+    # op the policy saves (torchtitan's SDPA under torch's context parallelism).
     cp_in = comm.group_inside_node(hw, tp, cp, lay.gpus)
     cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp)
     kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
-    n_cp = 2 + full + op + (np.asarray(tr.cp_saves_gathered_kv) & (lay.recompute == REC_SELECTIVE))
+    cp_saved = np.asarray(tr.cp_saves_gathered_kv)
+    n_cp = 2 + ~cp_saved + full + (lay.recompute == REC_SELECTIVE) + (op & cp_saved)
     cp_block = n_cp * t_cp
     cp_window = bt["attention"] / np.where(tr.cp_overlap_local_chunk_only, cp, 1)
     cp_block_exposed = np.where(tr.overlap_cp_comm, hw.exposed(cp_block, cp_window), cp_block)

@@ -545,3 +545,29 @@ def test_fsdp2_gradient_passes_counted_from_its_reduce_path():
     assert t("master-weights", fsdp2=True, pp=2) == pytest.approx(44e-3)
     assert t("master-weights-half-grads", fsdp2=True) == pytest.approx(23.5e-3)
     assert t("fp32", fsdp2=True) == pytest.approx((4 * 8 + 3 * 1.5) * 1e-3)  # fp32 copy-in 4 + 4, no cast
+
+
+@pytest.mark.parametrize("rec, exchanges", [(0, {"parplan": 2, "megatron": 3, "torchtitan": 3}),
+                                            (1, {"parplan": 3, "megatron": 4}),
+                                            (2, {"parplan": 3, "megatron": 4, "torchtitan": 4}),
+                                            (3, {"parplan": 3, "torchtitan": 3})])
+def test_cp_exchanges_per_block_follow_what_the_backward_has(rec, exchanges):
+    """Context parallelism's K/V traffic, in exchanges of (cp-1)/cp of the full-sequence K/V a block and micro-batch:
+    the forward's, the backward's dK/dV, and K/V again in the backward where the gathered K/V is not saved (Megatron's
+    and torch's rings; parplan's runtime saves it); +1 where a recompute runs the forward's exchange again (full;
+    selective, which checkpoints the attention with it; op-level where the gather sits outside the attention op:
+    parplan's runtime, not torchtitan's SDPA, which the policy saves)."""
+    from planner.core import training_consts
+    from planner.schema import Training
+    spec = ModelSpec(arch="llama", layers=8, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32000)
+    seq, cp, tp, micro = 32768, 4, 2, 4
+    m = ModelDims.from_spec(spec, seq)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(gpus=8, tp=tp, dp=1, cp=cp, sp=1, recompute=rec)
+    tr = dict(seq_len=seq, global_batch_size=micro, micro_batch_size=1, num_microbatches=micro,
+              precision="master-weights")
+    kv_full = seq * 2 * 8 * 128 / tp * 2  # the full sequence's K and V of the rank's kv heads, bf16
+    one = kv_full * (cp - 1) / cp
+    for fw, n in exchanges.items():
+        out = evaluate(m, training_consts(Training(**tr, framework=fw)), hw, lay)
+        assert float(out["comm_cp_bytes"]) == pytest.approx(micro * 8 * n * one), fw

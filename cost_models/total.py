@@ -220,7 +220,15 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     if tr.fused_cross_entropy and tr.cross_entropy_16bit_grad:
         ce_bytes = CE_BYTES_PER_LOGIT_PARPLAN_FUSED if tr.ce_eager_chunks else CE_BYTES_PER_LOGIT_FLASH_ATTN
     h_f, h_b = head_time(m, lay, hw, ce_bytes)
-    head_t = h_f + h_b
+    # the head is vocab-parallel: its input gradient is all-reduced over tp in the backward (with SP an
+    # all-gather forward and a reduce-scatter backward, one all-reduce's volume: Megatron's and parplan's
+    # column-parallel output layer), and the vocab-parallel cross-entropy all-reduces three fp32 values a token
+    # (the max, the sum of exponentials, the target's logit: Megatron's _VocabParallelCrossEntropy, parplan's
+    # layers.vocab_parallel_cross_entropy and its fused loss)
+    t_ce, moved_ce = comm.all_reduce(tokens_mb * 4, tp, tp_bw, tp_lat)
+    head_comm_t = np.where(sp_on, 2 * t_ag, t_ar) + 3 * t_ce
+    head_comm_moved = np.where(sp_on, 2 * moved_ag, moved_ar) + 3 * moved_ce
+    head_t = h_f + h_b + head_comm_t
     single = np.asarray(pp) == 1
     # the head runs on the last pipeline rank, or on rank 0 (memory.rank_params places its parameters the same way)
     head_first = head_on_first_rank(lay)
@@ -334,7 +342,17 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # recompute runs on the gathered weights (its pre-forward hook finds them unsharded): no third
     # gather; DeepSpeed's stage 3 fetches for the recompute forward again.
     z3_regather = (full | op) & ~np.asarray(tr.zero3_fsdp2)
-    z3_mb_t = (2 + z3_regather) * ag_t + rs_t
+    # FSDP2 does not reshard its root unit after the forward ("its parameters would typically be immediately
+    # all-gathered for backward": torch's FSDPState._lazy_init): the stage's parameters outside its blocks
+    # (embedding, final norm, head; the root in parplan's runtime and torchtitan's of 2024) are gathered once a
+    # micro-batch, as the memory model keeps them (memory.memory_breakdown's root_params)
+    fsdp2 = np.asarray(tr.zero3_fsdp2)
+    root_params = np.where(fsdp2, np.maximum(stage_params - blocks_first * per_layer, 0.0), 0.0)
+    root_ag_t, root_ag_moved = comm.all_gather(root_params * rec["weight"], shards, sh_bw, sh_lat)
+    blk_ag_t, blk_ag_moved = comm.all_gather((stage_params - root_params) * rec["weight"], shards, sh_bw, sh_lat)
+    z3_ag_t = np.where(fsdp2, (2 + z3_regather) * blk_ag_t + root_ag_t, (2 + z3_regather) * ag_t)
+    z3_ag_moved = np.where(fsdp2, (2 + z3_regather) * blk_ag_moved + root_ag_moved, (2 + z3_regather) * ag_moved)
+    z3_mb_t = z3_ag_t + rs_t
     # inside torch.distributed.pipelining the gathered weights stay gathered after a stage's first
     # backward: the step gathers and reduce-scatters about once, not per micro-batch (the warm-up
     # forwards before that first backward gather again; not counted)
@@ -356,7 +374,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
         ds_moved = m_micro * (blocks_first * blk_moved + (2 + z3_regather) * rest_ag_moved + rest_rs_moved)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, ar_moved,
-                        np.where(zero >= 3, np.where(ds, ds_moved, z3_n * ((2 + z3_regather) * ag_moved + rs_moved)),
+                        np.where(zero >= 3, np.where(ds, ds_moved, z3_n * (z3_ag_moved + rs_moved)),
                                  n_red * red_moved + ag_moved))
     # sharding over dp only (parplan's runtime), after the dp reduction the cp replicas average what each rank
     # holds with an all-reduce over cp, on the critical path: ZeRO-1 the full gradients, ZeRO-2 (which drops
@@ -428,7 +446,8 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     alpha = np.where(n > 1, np.maximum(0.0, (1 - 1 / np.maximum(speedup, 1e-12)) / np.where(n > 1, 1 - 1 / n, 1.0)), 1.0)
 
     # ---- bytes per GPU per step
-    tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, 2 * moved_ag, 0.0)) + emb_comm * moved_ar)
+    tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, 2 * moved_ag, 0.0)) + emb_comm * moved_ar
+                          + np.where(head_first, head_comm_moved, 0.0))
     pp_bytes = np.where(single, 0.0, m_micro * 2 * v * p2p_bytes)
     cp_bytes = m_micro * blocks_first * n_cp * moved_cp
 

@@ -571,3 +571,50 @@ def test_cp_exchanges_per_block_follow_what_the_backward_has(rec, exchanges):
     for fw, n in exchanges.items():
         out = evaluate(m, training_consts(Training(**tr, framework=fw)), hw, lay)
         assert float(out["comm_cp_bytes"]) == pytest.approx(micro * 8 * n * one), fw
+
+
+@pytest.mark.parametrize("sp", [0, 1])
+def test_the_vocab_parallel_head_reduces_its_input_gradient_and_the_losss_three_values(sp):
+    """tp 2, one stage: a block's four all-reduces (Narayanan sec. 3.3; with SP as gathers and reduce-scatters
+    of the same volume), the embedding's (half with SP: a reduce-scatter), and the head's: its input gradient
+    (Megatron's and parplan's column-parallel output layer; with SP a gather forward and a reduce-scatter
+    backward) and the vocab-parallel cross-entropy's three fp32 values a token (max, sum of exponentials,
+    target logit; parallel_layers.layers)."""
+    from planner.core import training_consts
+    from planner.schema import Training
+    spec = ModelSpec(arch="llama", layers=4, hidden=2048, heads=16, kv_heads=8, ffn_hidden=5632, vocab=32000)
+    seq, tp, micro = 4096, 2, 4
+    m = ModelDims.from_spec(spec, seq)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(gpus=2, tp=tp, dp=1, sp=sp)
+    tr = training_consts(Training(seq_len=seq, global_batch_size=micro, micro_batch_size=1, num_microbatches=micro,
+                                  precision="master-weights"))
+    out = evaluate(m, tr, hw, lay)
+    ar = 2 * (tp - 1) / tp  # of the all-reduced bytes, sent per rank
+    blocks = 4 * 4 + (4 * 2 * 0.5 if sp else 0)  # + SP's two backward re-gathers a block, half an all-reduce each
+    emb = 0.5 if sp else 1.0
+    hidden_bytes = seq * 2048 * 2
+    want = micro * ((blocks + emb + 1) * ar * hidden_bytes + 3 * ar * seq * 4)
+    assert float(out["comm_tp_bytes"]) == pytest.approx(want)
+
+
+def test_fsdp2_gathers_its_root_once_a_micro_batch():
+    """FSDP2 keeps its root unit gathered from the forward to the backward (torch's FSDPState._lazy_init); the
+    blocks are gathered for the forward and again for the backward.  dp 8, ZeRO-3, one stage, 4 micro-batches:
+    the FSDP2 frameworks send (d-1)/d of the root's bf16 bytes once a micro-batch fewer than a stage-3 that
+    gathers everything twice."""
+    from planner.core import training_consts
+    from planner.schema import Training
+    from cost_models.memory import embedding_params_per_gpu, head_params_per_gpu
+    spec = ModelSpec(arch="llama", layers=4, hidden=2048, heads=16, kv_heads=8, ffn_hidden=5632, vocab=32000)
+    seq, dp, micro = 4096, 8, 4
+    m = ModelDims.from_spec(spec, seq)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(gpus=dp, dp=dp, zero=3)
+    tr = training_consts(Training(seq_len=seq, global_batch_size=micro * dp, micro_batch_size=1,
+                                  num_microbatches=micro, precision="master-weights"))
+    assert tr.zero3_fsdp2
+    fsdp2, twice = (float(evaluate(m, replace(tr, zero3_fsdp2=f), hw, lay)["comm_dp_bytes"]) for f in (True, False))
+    root = float(embedding_params_per_gpu(m, 1) + head_params_per_gpu(m, 1, 1))
+    assert root > 0.0
+    assert twice - fsdp2 == pytest.approx(micro * root * 2 * (dp - 1) / dp, rel=1e-9)

@@ -3,7 +3,8 @@
 Three parplan llama blocks, each fully_shard'ed, under a root; the blocks run plain, under full
 recompute (non-reentrant checkpoint around each) and under op-level selective checkpointing (inside
 each block's forward, as the runtime builds it).  Prints one JSON line
-on rank 0: {mode: {block: all-gathers in the second step}} from FSDP2's own profiler ranges."""
+on rank 0: {mode: {block or "root": all-gathers in the second step}} from FSDP2's own profiler ranges (the root
+holds the head: FSDP2 keeps it gathered from the forward to the backward, one gather a step)."""
 import collections
 import json
 import sys
@@ -50,6 +51,7 @@ def main() -> int:
                 root(x).sum().backward()
         names = collections.Counter(e.name for e in prof.events())
         out[mode] = {f"blocks.{i}": names.get(f"FSDP::all_gather (blocks.{i})", 0) for i in range(cfg.layers)}
+        out[mode]["root"] = names.get("FSDP::all_gather", 0)  # the root unit's range has no module name
     if dist.get_rank() == 0:
         print("FSDP2_GATHERS " + json.dumps(out))
     dist.barrier()

@@ -226,7 +226,13 @@ def load(path: str, stage_modules, optim) -> int:
     rows = []
     sd = state_dict(stage_modules, optim, 0, create_optim_state=True, after_load=rows)
     after = _cross_master_recipes(sd, _saved_keys(path))
-    dcp.load(sd, checkpoint_id=path)
+    try:
+        dcp.load(sd, checkpoint_id=path)
+    except dcp.api.CheckpointException as e:  # its own text names only the failing ranks: say what failed
+        causes = [f[0] if isinstance(f, tuple) else f for f in e.failures.values()]
+        first = str(causes[0]).strip().splitlines()[0] if causes else str(e)
+        raise RuntimeError(f"checkpoint {path} does not load into this plan's model ({first}); resume with the "
+                           "model it was saved with") from e
     with torch.no_grad():
         for param, master in after:
             param.copy_(master)

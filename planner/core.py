@@ -324,6 +324,17 @@ def reason_fix(reason: str | None) -> str | None:
     return REASON_FIXES.get(code)
 
 
+def _training_warnings(training: Training) -> list[str]:
+    """What the plan's training settings tell its user before a launch: parplan's runtime scales no loss, so it
+    refuses 16-bit fp16 training (launch.check_runtime_support), which a plan for it would otherwise carry silently."""
+    if training.framework == "parplan" and training.dtype == "fp16" and training.precision != "fp32":
+        where = " on CUDA" if training.precision == "amp" else ""
+        return [f"fp16: parplan's runtime has no loss scaling, so `parplan launch` refuses precision "
+                f"{training.precision} in fp16{where}; use --dtype bf16 (the same tensor-core speed on A100 and H100), "
+                "or --framework megatron or deepspeed and `parplan export`, which scale the loss"]
+    return []
+
+
 def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Prediction | None) -> Plan:
     stages = lay_row["pp"] * lay_row["vpp"]
     m_micro = training.global_batch_size // (lay_row["dp"] * lay_row["mbs"])
@@ -335,6 +346,7 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
     hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
     if prediction is not None:
         prediction = _with_accuracy(prediction, training.framework)
+        prediction.warnings.extend(_training_warnings(training))
     return Plan.model_construct(model=spec, hardware=hw, training=tr, parallel=par, prediction=prediction,
                                 search=None, alternatives=[], suggestions=[], schema_version=1)
 
@@ -714,10 +726,16 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     if p.pp == 1 and p.vpp > 1:
         raise StructureError(f"vpp {p.vpp} without a pipeline (pp 1): virtual stages are pipeline chunks")
     if p.stage_layers is not None and p.pp > 1:
-        empty = [r for r in range(p.pp) if sum(p.stage_layers[s] for s in stages_of_rank(r, p.pp, p.vpp, p.schedule)
-                                               if s < len(p.stage_layers)) == 0]
+        # a rank that holds the embedding or the head (the first and last virtual stages: rank 0 and, under ZB-V's
+        # V, rank 0 again) trains without a block, as the search places them (pp x vpp up to layers + 2) and the
+        # runtime runs them (launch.check_runtime_support); a rank with neither has nothing to train
+        last = p.pp * p.vpp - 1
+        empty = [r for r in range(p.pp)
+                 if not any(s in (0, last) or (s < len(p.stage_layers) and p.stage_layers[s])
+                            for s in stages_of_rank(r, p.pp, p.vpp, p.schedule))]
         if empty:
-            raise StructureError(f"stage_layers {list(p.stage_layers)} leave pipeline rank(s) {empty} without a block")
+            raise StructureError(f"stage_layers {list(p.stage_layers)} leave pipeline rank(s) {empty} without a block, "
+                                 "embedding or head")
     fw = t.framework
     for axis, value, offered in (("schedule", p.schedule if p.pp > 1 else None, FRAMEWORK_SCHEDULES.get(fw)),
                                  ("recompute", p.recompute, FRAMEWORK_RECOMPUTES.get(fw)),
@@ -753,5 +771,6 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
                           plan.training.framework)
     if p.stage_layers is not None and list(p.stage_layers) != stage_layers(spec.layers, p.pp * p.vpp):
         pred.warnings.append("stage_layers differ from the default split; memory and time assume the default split")
+    pred.warnings.extend(_training_warnings(plan.training))
     return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],
                                    "suggestions": []})

@@ -317,7 +317,23 @@ def check_data(path: str, plan, data_dtype: Optional[str] = None) -> Check:
     return Check("data", True, f"{path}: {n:,} {dtype.name} tokens, ids in range in the first {len(head):,}")
 
 
-def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp: Optional[int] = None) -> Check:
+def checkpoint_model_shape(path: str) -> Optional[tuple[int, int]]:
+    """(layers, hidden) of the model a checkpoint holds, from DCP's metadata (its keys "model.layers.<i>...." and
+    the final norm's size); None when it cannot be read.  Imports torch, as launch does already."""
+    try:
+        import torch.distributed.checkpoint as dcp
+        md = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    except Exception:  # an unreadable or foreign folder: the run's own load says more
+        return None
+    idx = [int(m.group(1)) for k in md if (m := re.match(r"model\.layers\.(\d+)\.", k))]
+    norm = md.get("model.final_norm.weight")
+    if not idx or norm is None or not getattr(norm, "size", None):
+        return None
+    return max(idx) + 1, int(norm.size[0])
+
+
+def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp: Optional[int] = None,
+                 model=None) -> Check:
     """The step to resume from exists and leaves steps to run, and (with the plan's tp) was saved with that tp: a
     checkpoint resumes with another dp, pp, cp or ZeRO stage, not another tp (its TP shards are keys of their own,
     parallel_layers.checkpoint), which had failed on every rank with a missing key."""
@@ -337,6 +353,12 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp
                      f"tp={tp}: its tensor-parallel shards do not load into another tp",
                      f"resume with a tp={was} plan (dp, pp, cp and the ZeRO stage may differ), or start afresh "
                      "without --resume")
+    shape = checkpoint_model_shape(step_path(checkpoint_dir, start)) if model is not None else None
+    if shape is not None and shape != (model.layers, model.hidden):
+        # fewer layers in the plan had loaded the first ones silently; more failed on rank 0 with no cause
+        return Check("checkpoint", False, f"the checkpoint of step {start} holds a model of {shape[0]} layers, hidden "
+                     f"{shape[1]}, and the plan's has {model.layers} layers, hidden {model.hidden}",
+                     "resume with a plan of the model it was saved with (any layout), or start afresh without --resume")
     return Check("checkpoint", True, f"resumes after step {start} of {checkpoint_dir}, runs steps {start + 1}..{steps}")
 
 
@@ -367,6 +389,24 @@ def repredict(plan):
                             "the layout's (`parplan evaluate` prints it)")
     return plan, Check("prediction", True, f"{old.step_time_s:.4g} s a step, {old.memory_bytes_per_gpu.total / 1e9:.2f} "
                        "GB per GPU (re-predicted: the same)")
+
+
+# reasons a plan does not fit that depend on the machine: check_memory tests them against the one that runs it
+MACHINE_REASONS = ("memory", "host-memory")
+
+
+def check_rules(plan) -> Check | None:
+    """A failing check when the (re-)predicted plan breaks a layout rule (`Prediction.reason`'s code is not a memory
+    one): a zero-bubble schedule whose weight pass would re-run an op-level checkpoint refuses its second backward on
+    every rank, and the planner's other rules are what the frameworks refuse.  None when it keeps them."""
+    from .core import reason_fix
+    pred = plan.prediction
+    if pred is None or pred.fits or not pred.reason:
+        return None
+    if pred.reason.split(":", 1)[0] in MACHINE_REASONS:
+        return None
+    return Check("plan", False, f"breaks a layout rule: {pred.reason}",
+                 reason_fix(pred.reason) or "write the plan again with `parplan recommend ... --json`")
 
 
 def nearest_existing(path: Path) -> Path | None:
@@ -479,6 +519,10 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
         if t.p2p_scatter_gather and p.pp > 1 and p.tp > 1 and not p.sp:
             warnings.append("the prediction assumes Megatron's scatter/gather pipeline sends, which the runtime does not "
                             "do (it sends whole tensors); `parplan evaluate` the plan with it off to compare")
+        if t.overlap_tp_comm and p.tp > 1:
+            warnings.append("the prediction assumes tensor-parallel collectives overlapped with the GEMMs (Megatron's "
+                            "--tp-comm-overlap, Transformer Engine's userbuffers); the runtime waits for them, as "
+                            "Narayanan's model does; `parplan evaluate` the plan with overlap_tp_comm off to compare")
         if t.overlap_cp_comm and p.cp > 1:
             warnings.append("the prediction assumes context parallelism's K/V exchange overlapped with the attention "
                             "(ring attention); the runtime all-gathers before it; `parplan evaluate` the plan with "
@@ -864,8 +908,10 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     device, dev_check = resolve_device(device, machine)
     checks.append(dev_check)
     nproc, world_check = check_world(plan, device, machine, nnodes, nproc_per_node)
-    checks += [world_check, check_runtime_support(plan, device, machine.torch_version),
-               check_rendezvous(nnodes, node_rank, rdzv_endpoint),
+    support = check_runtime_support(plan, device, machine.torch_version)
+    # a layout rule the runtime's own checks do not name (one failure line per problem)
+    rules = check_rules(plan) if support.ok else None
+    checks += [c for c in (rules, world_check, support) if c] + [check_rendezvous(nnodes, node_rank, rdzv_endpoint),
                check_hardware(plan, device, machine), check_memory(plan, device, machine, nproc)]
     if device == "cpu" and world_check.ok:
         checks.append(check_cpu_time(plan, steps, nproc, machine))
@@ -884,7 +930,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         checks.append(Check("checkpoint", False, "--resume without --checkpoint-dir has nothing to resume from",
                             "pass --checkpoint-dir DIR (the folder --checkpoint-dir wrote)"))
     elif resume:
-        checks.append(check_resume(checkpoint_dir, resume_step, steps, plan.parallel.tp))
+        checks.append(check_resume(checkpoint_dir, resume_step, steps, plan.parallel.tp, plan.model))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(report).parent if report else Path("runs") / stamp
     report_path = report or str(run_dir / "report.json")
@@ -963,6 +1009,12 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                 _err(f"  {line}")
         _err(f"full log: {run_dir / 'torchrun.log'}")
         return code
+    if nnodes > 1 and not Path(report_path).exists():
+        # global rank 0 writes the report, on the node that ran it (c10d numbers the nodes as they join, so not
+        # always --node-rank 0's)
+        _err(f"node {node_rank}: its ranks finished; the report is written on the node that ran global rank 0, "
+             f"at {report_path} there")
+        return EXIT_OK
     try:
         with open(report_path) as f:
             rep = json.load(f)

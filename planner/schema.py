@@ -116,6 +116,10 @@ class ModelSpec(Strict):
             raise ValueError("learned_positions: arch llama has rotary positions; use arch gpt for a learned table")
         if self.full_attention_every is not None and self.sliding_window is None:
             raise ValueError("full_attention_every needs sliding_window (the window the other layers attend within)")
+        if not self.has_learned_positions and self.head_size % 2:
+            raise ValueError(f"rotary positions rotate pairs of a head's channels, so head_dim must be even (it is "
+                             f"{self.head_size}" + (f" = hidden {self.hidden} / heads {self.heads}" if self.head_dim is None
+                                                    else "") + "); change hidden, heads or head_dim")
         return self
 
     @property

@@ -62,7 +62,7 @@ def files(tmp_path_factory):
         put(name, json.dumps({**good, "parallel": p, "training": t}))
 
     edited("pp_over_layers.json", tp=1, pp=8, dp=1, cp=1, zero_stage=0)  # 4 layers
-    edited("empty_rank.json", tp=1, pp=2, dp=4, vpp=2, schedule="interleaved-1f1b", stage_layers=[2, 0, 2, 0])
+    edited("empty_rank.json", tp=1, pp=4, dp=2, vpp=1, schedule="1f1b", stage_layers=[2, 0, 0, 2])  # ranks 1, 2: nothing
     edited("vpp_no_pp.json", vpp=2, schedule="interleaved-1f1b")
     edited("ds_zbv.json", tp=1, pp=2, dp=4, vpp=2, schedule="zbv", zero_stage=1)
     put("ds_zbv.json", json.dumps({**json.loads(Path(out["ds_zbv.json"]).read_text()),
@@ -152,6 +152,9 @@ CASES = [
     (["models", "show", "--json=x"], 2, ["does not take a value", "`parplan models show --help`"]),
     (["recommend", "--layers", "4", "--json"], 2, ["--hidden", "--heads"]),
     (["recommend", "--json"], 2, ["--model"]),
+    # rotary positions pair a head's channels: an odd head_dim had passed the planner and crashed every rank
+    (["recommend", "--layers", "2", "--hidden", "60", "--heads", "4", "--kv-heads", "2", "--ffn-hidden", "160",
+      "--vocab", "512", "--gpus", "1", "--json"], 2, ["head_dim must be even", "15"]),
     (["no-such-command"], 2, ["no-such-command"]),
     (["evaluate"], 2, ["missing", "plan_file"]),
     (["export", "{good.json}"], 2, ["--to"]),
@@ -225,7 +228,7 @@ CASES = [
     (["recommend", "--model-config", "{hf_deep.json}", "--json"], 2, ["hf_deep.json", "nested too deeply"]),
     (["recommend", "--model-config", "{hf_5000_digits.json}", "--json"], 2, ["hf_5000_digits.json", "more digits"]),
     (["recommend", "--model-config", "", "--json"], 2, ["--model-config is empty"]),
-    (["recommend", "--layers", "10000000", "--hidden", "10000000", "--heads", "10000000", "--json"], 2,
+    (["recommend", "--layers", "10000000", "--hidden", "10000000", "--heads", "5000000", "--json"], 2,
      ["parameters is beyond", "max 1e+14"]),
     (["evaluate", "", "--json"], 2, ["plan file name is empty", "- for stdin"]),
     (["evaluate", "{null.json}", "--json"], 2, ["json object, got null"]),

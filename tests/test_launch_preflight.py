@@ -418,6 +418,10 @@ def test_runtime_support_warns_about_overlapped_cp_and_deepspeed_predictions():
     plan.training.overlap_cp_comm = True
     c = L.check_runtime_support(plan, "cpu")
     assert c.ok and "overlap_cp_comm off" in c.detail
+    assert "overlap_tp_comm" not in c.detail
+    plan.training.overlap_tp_comm = True  # Megatron's --tp-comm-overlap: the runtime waits for its collectives
+    c = L.check_runtime_support(plan, "cpu")
+    assert c.ok and "overlap_tp_comm off" in c.detail
     plan = tiny_plan(tp=1, pp=2, dp=1, seq_len=32)
     plan.training.framework = "deepspeed"
     c = L.check_runtime_support(plan, "cpu")
@@ -670,3 +674,19 @@ def test_a_pipeline_rank_with_nothing_to_train_is_refused():
     assert L.check_runtime_support(tiny_plan(pp=layers + 2, global_batch_size=16), "cpu").ok
     assert L.check_runtime_support(tiny_plan(pp=2, vpp=layers // 2 + 1, schedule="interleaved-1f1b",
                                              global_batch_size=16), "cpu").ok
+
+
+def test_a_node_without_global_rank_0_exits_0_and_says_where_the_report_is(plan8, tmp_path, monkeypatch, capsys):
+    """Multi-node: global rank 0 writes the report on its own node; the other nodes' launch had read a report they do
+    not have and exited 1 after a good run.  Node 1 here: its job succeeds and writes nothing."""
+    monkeypatch.setattr(L, "run_job", lambda argv, env, steps, log: (0, [], []))
+    monkeypatch.setattr(L, "check_cpu_time", lambda *a, **k: L.Check("time", True, "test"))
+    report = tmp_path / "run" / "report.json"
+    code = L.launch(plan8, device="cpu", steps=2, nnodes=2, node_rank=1, nproc_per_node=4,
+                    rdzv_endpoint="127.0.0.1:29611", report=str(report))
+    err = capsys.readouterr().err
+    assert code == 0 and not report.exists(), err
+    assert "node 1" in err and "global rank 0" in err
+    # one node: a missing report after a good run is still an error
+    code = L.launch(plan8, device="cpu", steps=2, nproc_per_node=8, report=str(tmp_path / "one" / "report.json"))
+    assert code == 1 and "unreadable" in capsys.readouterr().err

@@ -454,6 +454,33 @@ def test_checkpoint_of_a_rank_holding_both_tied_ends(tmp_path):
     assert torch.equal(opt.state[head]["exp_avg"], opt.state[emb]["exp_avg"]) and opt.state[emb]["exp_avg"].abs().sum() > 0
 
 
+def test_a_checkpoint_of_another_model_is_named_before_and_at_the_load(tmp_path):
+    """A checkpoint resumes in any layout of the model it was saved with, and no other: launch's pre-flight reads
+    its layers and hidden size from DCP's metadata (a plan with fewer layers had loaded the first ones silently),
+    and a load that fails anyway says why (DCP's own exception named only the failing ranks)."""
+    from parallel_layers import checkpoint
+    from planner.launch import check_resume, checkpoint_model_shape
+    plan = tiny_plan(TINY_LLAMA)
+    cfg = ModelConfig.from_plan(plan)
+
+    def stage(layers):
+        m = StageModule(cfg, list(range(layers)), first=True, last=True, tp_group=None)
+        init_parameters(m, 0)
+        return [m], torch.optim.AdamW(m.parameters(), lr=1e-2)
+
+    two, opt = stage(2)
+    checkpoint.save(str(tmp_path), 1, two, opt)
+    path = checkpoint.latest(str(tmp_path))
+    assert checkpoint_model_shape(path) == (2, cfg.hidden)
+    model = plan.model
+    c = check_resume(str(tmp_path), None, 5, tp=1, model=model.model_copy(update={"layers": 3}))
+    assert not c.ok and "2 layers" in c.detail and "3 layers" in c.detail
+    assert check_resume(str(tmp_path), None, 5, tp=1, model=model.model_copy(update={"layers": 2})).ok
+    three, opt3 = stage(3)
+    with pytest.raises(RuntimeError, match="does not load into this plan's model"):
+        checkpoint.load(path, three, opt3)
+
+
 def test_a_stage_outputs_send_is_waited_on_and_dropped_at_its_backward(monkeypatch):
     """release_output_sends: torch's runtime gets a handle for each forward send (the runtime keeps it to the
     step's end); the work itself, which holds the sent tensor, is waited on right after that micro-batch's

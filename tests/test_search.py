@@ -1022,3 +1022,31 @@ def test_step_floor_is_under_every_step_and_the_timed_subset_changes_no_answer(c
                    (every.feasible, every.candidates, every.infeasible_by_reason)
             if first == search.FLOOR_FIRST and every.feasible > 2 * first:
                 assert n_pruned < n_every
+
+
+def test_a_zbv_plan_whose_rank_0_holds_only_the_embedding_and_head_evaluates():
+    """6 blocks over pp 4 x vpp 2 under ZB-V: the search leaves the first and last virtual stages empty (pp x vpp up
+    to layers + 2), and both sit on rank 0, which then holds the embedding and the head and no block.  The runtime
+    trains it (a CPU run matched the one-rank losses); evaluate and launch's pre-flight had refused it."""
+    from planner.core import evaluate_plan
+    from planner.schema import ModelSpec
+    spec = ModelSpec(arch="llama", layers=6, hidden=128, heads=8, kv_heads=4, ffn_hidden=344, vocab=512)
+    plan = recommend(spec, 4, seq_len=128, global_batch_size=8, precision="fp32",
+                     pins=Pins(tp=1, pp=4, dp=1, vpp=2, schedule="zbv", mbs=1))
+    assert list(plan.parallel.stage_layers) == [0, 1, 1, 1, 1, 1, 1, 0]
+    again = evaluate_plan(plan)
+    assert again.prediction.step_time_s == pytest.approx(plan.prediction.step_time_s)
+
+
+def test_an_fp16_plan_for_parplans_runtime_says_launch_refuses_it():
+    """parplan's runtime scales no loss, so launch refuses 16-bit fp16 training; recommend and evaluate had written
+    such a plan with fits true and no word (the default precision, master-weights, keeps fp16 weights)."""
+    from planner.core import evaluate_plan
+    spec = load_preset("tiny-llama-test")
+    plan = recommend(spec, 2, seq_len=128, global_batch_size=8, dtype="fp16")
+    said = [w for w in plan.prediction.warnings if w.startswith("fp16:")]
+    assert len(said) == 1 and "--dtype bf16" in said[0]
+    assert [w for w in evaluate_plan(plan).prediction.warnings if w.startswith("fp16:")] == said
+    for quiet in (recommend(spec, 2, seq_len=128, global_batch_size=8),
+                  recommend(spec, 2, seq_len=128, global_batch_size=8, dtype="fp16", framework="megatron")):
+        assert not any(w.startswith("fp16:") for w in quiet.prediction.warnings)

@@ -102,7 +102,10 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     cp_kv = np.where(cp_saved, lay.cp, 1)
     cp_out = np.where(cp_saved, m.q_width, 0)
     inside = (2 * m.q_width + cp_out + 2 * m.kv_width * cp_kv + mlp) / tp
-    elems = (outside + inside) * act_bytes + 8 / seq_split  # + the two norms' fp32 statistics, per token they see
+    # + the two norms' fp32 statistics, per token they see: RMSNorm saves its rstd (4 B), LayerNorm its mean and
+    # rstd (8 B: torch's native_layer_norm, apex's FusedLayerNorm mean/invvar, Transformer Engine's mu/rsigma)
+    norm_stats = 16 if m.arch == "gpt" else 8
+    elems = (outside + inside) * act_bytes + norm_stats / seq_split
     if dropout:
         elems = elems + 2 * m.hidden / seq_split  # two 1-byte hidden-dropout masks
     if flash:
@@ -855,12 +858,13 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
       - FSDP2: the reduce-scatter input of the block just back-propagated (one block's gradients
         in the reduce dtype) and the compute-dtype gradients the block being back-propagated is
         making (the CPU measurement found both live beside the next block's gather);
-      - data-parallel gradient buckets: 2 x 25 MB (PyTorch DDP bucket_cap_mb default 25; parplan's
+      - data-parallel gradient buckets: 2 x 25 MiB (PyTorch DDP bucket_cap_mb default 25, which DDP reads as
+        MiB: int(bucket_cap_mb * 1024 * 1024); parplan's
         runtime packs gradients under 25 MiB into one flat bucket of less than 2 x 25 MiB and reduces
         larger ones in place, parallel_layers.data_parallel.all_reduce_bucketed; FSDP2 has none);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
-    buckets = np.where((lay.dp > 1) & ~fsdp2, 2 * 25e6, 0.0)
+    buckets = np.where((lay.dp > 1) & ~fsdp2, 2 * 25 * 2 ** 20, 0.0)  # parallel_layers.data_parallel.BUCKET_BYTES
     return work_layer - act_layer + temp_layer + gathered + rs_input + buckets
 
 

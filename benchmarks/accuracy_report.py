@@ -102,8 +102,8 @@ NOTES = [
     "previous one and a block's host dispatch adds to its GPU time; not modelled (that stack's dispatch "
     "time is not measured).",
     "mt_nlg_530b: the same model, tp 8 x pp 35 and cluster (Selene) as Korthikanti's 530B rows, which are "
-    "predicted within 0.8-5.5%. The published iteration times fit (m + 34) x 0.194 s + 6.7 s (least squares over m = "
-    "240, 192, 160 micro-batches; micro-batch 1, 1F1B; benchmarks/deepspeed_gap.py); the model gives 0.179 s a slot "
+    "predicted within 1.3-5.6%. The published iteration times fit (m + 34) x 0.194 s + 6.7 s (least squares over m = "
+    "240, 192, 160 micro-batches; micro-batch 1, 1F1B; benchmarks/deepspeed_gap.py); the model gives 0.178 s a slot "
     "and 1.72 s a step with the engine's four "
     "blocking transfers a micro-batch, each 1/tp of the activation (partitioned over the TP group, then "
     "all-gathered; whole tensors until 2026-11-23). The over-prediction is DeepSpeed's 2021 pipeline engine "
@@ -119,7 +119,7 @@ NOTES = [
     "0.83 (3.0%, 11.0%, 0.88), OPT-175B from +25.2% to +14.0% and Llama 3 from 9.0% to 4.3% median. "
     "OPT then moved to +17.0% when FSDP stopped being charged a third gather per recomputed block "
     "(2026-11-23: FSDP2 gathers a block twice a step whatever the recompute, tests/test_runtime_fsdp2_gathers.py). "
-    "Today, after later changes: the H100 table 3.4% / 7.7% at 0.83 (Spearman 0.88), OPT +10.0%.",
+    "Today, after later changes: the H100 table 3.4% / 7.6% at 0.83 (Spearman 0.84), OPT +10.0%.",
     "opt_175b and gpt_neox_20b are single unverified or peak figures with unknown conventions; they are "
     "plausibility checks and should not be read as accuracy.",
     "torchtitan_2024_h100 ran on 500 W H100 96GB HBM2e whose peak the source puts between SXM and NVL without "

@@ -45,6 +45,7 @@ class HardwareConstants:
     optimizer_host_per_tensor_s: float = 0.0  # profile.optimizer_host_per_tensor_s
     fa2_peak_flops: float = 0.0  # profile.flash_attention_2_tflops in FLOP/s (0 = not published)
     sustained_measured: bool = False  # `calibrate --from-run` or `--sustained` set it (profile.measured names it)
+    test_only: bool = False  # a CPU self-calibration (`calibrate --device cpu`, or --host-only on a CPU): tool tests only
 
     def exposed(self, comm_s, compute_s):
         """Seconds communication adds to compute it overlaps with: max(C, X + C k/(1+k)) - X for a
@@ -87,6 +88,7 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         peak_flops=peaks[dtype] * 1e12,
         sustained=profile.sustained_matmul_fraction,
         sustained_measured="sustained_matmul_fraction" in (profile.measured or ""),
+        test_only="FOR TESTING ONLY" in (profile.measured or ""),  # what calibrate writes on a CPU, both modes
         mm_log_gflop=np.array([math.log10(g) for g, _ in curve]),
         mm_eff=np.array([e for _, e in curve]),
         attn_seq=np.array([s for s, _ in attn], dtype=float),

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTES_PER_LOGIT_PARPLAN_FUSED, block_time,
-                      cast_time, column_input_grad_time, flow_shop_wait,
+                      cast_time, column_input_grad_time, flow_shop_wait, gemm_time,
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, optimizer_time,
                       plan_overlaps_param_gather, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
@@ -225,10 +225,18 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # column-parallel output layer), and the vocab-parallel cross-entropy all-reduces three fp32 values a token
     # (the max, the sum of exponentials, the target's logit: Megatron's _VocabParallelCrossEntropy, parplan's
     # layers.vocab_parallel_cross_entropy and its fused loss)
+    # With SP the head's input is gathered again in the backward where the blocks' are (regather).  The input
+    # gradient's collective starts beside the head's weight-gradient GEMM where the blocks' do (async_dgrad, or TP
+    # overlap), and hides behind it as theirs do; the gathers and the loss's all-reduces wait.
     t_ce, moved_ce = comm.all_reduce(tokens_mb * 4, tp, tp_bw, tp_lat)
-    head_comm_t = np.where(sp_on, 2 * t_ag, t_ar) + 3 * t_ce
-    head_comm_moved = np.where(sp_on, 2 * moved_ag, moved_ar) + 3 * moved_ce
-    head_t = h_f + h_b + head_comm_t
+    head_dgrad = np.where(sp_on, t_ag, t_ar)
+    head_wgrad = gemm_time(2 * tokens_mb * m.hidden * m.vocab / tp, hw)
+    head_hides = (async_dgrad | np.asarray(tr.overlap_tp_comm)) & (np.asarray(tp) > 1)
+    head_comm_t = (np.where(head_hides, hw.exposed(head_dgrad, head_wgrad), head_dgrad)
+                   + np.where(sp_on, (1 + regather) * t_ag, 0.0) + 3 * t_ce)
+    head_comm_moved = np.where(sp_on, (2 + regather) * moved_ag, moved_ar) + 3 * moved_ce
+    head_compute = h_f + h_b
+    head_t = head_compute + head_comm_t
     single = np.asarray(pp) == 1
     # the head runs on the last pipeline rank, or on rank 0 (memory.rank_params places its parameters the same way)
     head_first = head_on_first_rank(lay)
@@ -262,10 +270,10 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     n_gather = 3 if tr.p2p_blocking_transfers else 2
     p2p_mb = np.where(single, 0.0, v * (n_p2p * comm.p2p(p2p_bytes, pp_bw, pp_lat) + n_gather * gather_t))
     t_stage = np.maximum(np.maximum(t_first, t_mid), t_last) + p2p_mb
-    c_first = blocks_first * bt["total"] + np.where(head_first, head_t, 0.0)
+    c_first = blocks_first * bt["total"] + np.where(head_first, head_compute, 0.0)
     c_mid = blocks_mid * bt["total"]
     compute_stage = np.maximum(np.maximum(c_first, c_mid),
-                               np.where(single, 0.0, blocks_last * bt["total"] + np.where(head_first, 0.0, head_t)))
+                               np.where(single, 0.0, blocks_last * bt["total"] + np.where(head_first, 0.0, head_compute)))
     # the blocks of the stage that sets compute_stage, for the attention's share of it
     blocks_crit = np.where(compute_stage == c_first, blocks_first, np.where(compute_stage == c_mid, blocks_mid, blocks_last))
 
@@ -288,9 +296,15 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     t_pipe = t_pipe + dispatch_wait
 
     # ---- data parallel (per step), on the heaviest stage's parameters
-    stage_params = np.maximum(np.maximum(blocks_first * per_layer + emb_params + np.where(head_first, head_params, 0.0),
-                                         blocks_mid * per_layer),
-                              np.where(single, 0.0, blocks_last * per_layer + np.where(head_first, 0.0, head_params)))
+    first_params = blocks_first * per_layer + emb_params + np.where(head_first, head_params, 0.0)
+    mid_params = blocks_mid * per_layer
+    last_params = np.where(single, 0.0, blocks_last * per_layer + np.where(head_first, 0.0, head_params))
+    stage_params = np.maximum(np.maximum(first_params, mid_params), last_params)
+    # the heaviest stage's parameters outside its blocks (embedding and a head on rank 0, the head on the last
+    # rank, none in the middle): FSDP2's root, DeepSpeed's trailing weights
+    stage_root = np.where(first_params >= np.maximum(mid_params, last_params),
+                          emb_params + np.where(head_first, head_params, 0.0),
+                          np.where(mid_params >= last_params, 0.0, np.where(head_first, 0.0, head_params)))
     # context-parallel ranks are replicas too: gradients are reduced over dp x cp (TrainingConsts.zero_over_cp).
     # Mesh order (dp, pp, cp, tp): without a pipeline dp x cp is one block of ranks tp apart; with one, the
     # group spans the cp group and the dp group's ranks, inside a node only where both are
@@ -347,7 +361,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # (embedding, final norm, head; the root in parplan's runtime and torchtitan's of 2024) are gathered once a
     # micro-batch, as the memory model keeps them (memory.memory_breakdown's root_params)
     fsdp2 = np.asarray(tr.zero3_fsdp2)
-    root_params = np.where(fsdp2, np.maximum(stage_params - blocks_first * per_layer, 0.0), 0.0)
+    root_params = np.where(fsdp2, stage_root, 0.0)
     root_ag_t, root_ag_moved = comm.all_gather(root_params * rec["weight"], shards, sh_bw, sh_lat)
     blk_ag_t, blk_ag_moved = comm.all_gather((stage_params - root_params) * rec["weight"], shards, sh_bw, sh_lat)
     z3_ag_t = np.where(fsdp2, (2 + z3_regather) * blk_ag_t + root_ag_t, (2 + z3_regather) * ag_t)
@@ -364,11 +378,11 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     ds = (zero >= 3) & np.asarray(tr.zero3_one_weight_ahead) & zero3.one_weight_ahead(m, tp)
     ds_moved = 0.0
     if np.any(ds):
-        rest = np.maximum(stage_params - blocks_first * per_layer, 0.0)
+        rest = stage_root
         rest_ag, rest_ag_moved = comm.all_gather(rest * rec["weight"], shards, sh_bw, sh_lat)
         rest_rs, rest_rs_moved = comm.reduce_scatter(rest * rec["grad"], shards, sh_bw, sh_lat)
         blk_exp, blk_moved = zero3.block_comm(m, lay, hw, tr, sh_bw, sh_lat)
-        rest_compute = emb_time + np.where(head_first, head_t, 0.0)
+        rest_compute = emb_time + np.where(head_first, head_compute, 0.0)
         ds_mb = blocks_first * blk_exp + hw.exposed((2 + z3_regather) * rest_ag + rest_rs, rest_compute)
         z3_exposed = np.where(ds, m_micro * ds_mb, z3_exposed)
         ds_moved = m_micro * (blocks_first * blk_moved + (2 + z3_regather) * rest_ag_moved + rest_rs_moved)
@@ -462,7 +476,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
         "bubble_fraction": bubble_s / step,
         "compute_s": t_compute,
         "attention_s": m_micro * blocks_crit * bt["attention_all"],
-        "tp_comm_s": m_micro * blocks_first * tp_block_exposed,
+        "tp_comm_s": m_micro * (blocks_first * tp_block_exposed + np.where(head_first, head_comm_t, 0.0)),
         "cp_comm_s": m_micro * blocks_first * cp_block_exposed,
         "pp_comm_s": m_micro * p2p_mb,
         "dp_comm_s": dp_exposed,

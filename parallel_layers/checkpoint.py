@@ -229,10 +229,10 @@ def load(path: str, stage_modules, optim) -> int:
     try:
         dcp.load(sd, checkpoint_id=path)
     except dcp.api.CheckpointException as e:  # its own text names only the failing ranks: say what failed
-        causes = [f[0] if isinstance(f, tuple) else f for f in e.failures.values()]
-        first = str(causes[0]).strip().splitlines()[0] if causes else str(e)
-        raise RuntimeError(f"checkpoint {path} does not load into this plan's model ({first}); resume with the "
-                           "model it was saved with") from e
+        causes = [f[0] if isinstance(f, tuple) else f for f in e.failures.values()] or [e]
+        first = (str(causes[0]).strip().splitlines() or [repr(causes[0])])[0]
+        raise RuntimeError(f"checkpoint {path} failed to load: {first} (a model other than the one it was saved "
+                           "with is the usual cause)") from e
     with torch.no_grad():
         for param, master in after:
             param.copy_(master)

@@ -29,7 +29,8 @@ says before and after the run, and the profile's ``measured`` and ``description`
 Run mode (``calibrate_from_runs``) refits the two parameters that long runs expose:
 sustained_matmul_fraction (per report, the value at which ``planner.core.evaluate_plan``
 predicts the measured median step time; median over reports, clamped to (0, 1]) and
-memory_reserve_gbytes (+ the median of measured reserved peak - predicted total, never < 0).  The
+memory_reserve_gbytes (the base's own reserve + the median of measured reserved peak - predicted total, never < 0;
+the fitted part kept apart as memory_slack_gbytes, so a refit of a refit replaces it).  The
 base is --base, else the first report's plan hardware (a relative path found from here or from the
 report's folder up); reports from another GPU than the base describes are refused.
 
@@ -1459,10 +1460,19 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     mid = [_predict(r["plan"], candidate) for r in runs]
     gaps = [r["reserved_bytes"] - p.memory_bytes_per_gpu.total for r, p in zip(runs, mid) if r["reserved_bytes"]]
     old_reserve = base_profile.memory_reserve_gbytes
-    new_reserve = max(0.0, old_reserve + statistics.median(gaps) / GB) if gaps else old_reserve
+    # the reserve is the base's own (CUDA context, communicator buffers) plus the launches' allocator slack; a base
+    # refit before keeps its slack apart, so refitting it again replaces that slack instead of adding it twice
+    own_reserve = old_reserve - (base_profile.memory_slack_gbytes or 0.0)
+    if base_profile.memory_slack_gbytes is None and "--from-run" in (base_profile.measured or "") and gaps:
+        console.print(f"note: {base_profile.name} was refit before 2026-11-29, whose reserve ({old_reserve:g} GB) holds "
+                      "a fitted slack it did not record: this fit adds its own to it; refit from a calibrated or "
+                      "datasheet profile instead", markup=False, highlight=False, soft_wrap=True)
+    slack = statistics.median(gaps) / GB if gaps else base_profile.memory_slack_gbytes
+    new_reserve = max(0.0, own_reserve + slack) if slack is not None else old_reserve
     data = candidate.model_dump(mode="json")
     data["sustained_matmul_fraction"] = float(f"{s_new:.6g}")
     data["memory_reserve_gbytes"] = round(new_reserve, 4)
+    data["memory_slack_gbytes"] = None if slack is None else round(new_reserve - own_reserve, 4)
     data["host_block_s"] = {k: float(f"{v:.4g}") for k, v in host_new.items()}
     data["host_forward_share"] = {k: float(f"{v:.3g}") for k, v in share_new.items()}
     if opt_fit:
@@ -1492,7 +1502,8 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
            f"optimizer_host_per_tensor_s {base_profile.optimizer_host_per_tensor_s * 1e6:.3g} -> {opt_fit[1] * 1e6:.3g} us "
            f"(least squares over the after-backward phase of {opt_fit[2]} one-rank report(s)); " if opt_fit else "")
         + "memory_reserve_gbytes "
-        f"{old_reserve:g} -> {new_reserve:.4g} (" + (f"median reserved-peak minus predicted total {statistics.median(gaps) / GB:+.3f} GB over "
+        f"{old_reserve:g} -> {new_reserve:.4g} (" + (f"{own_reserve:g} of the base's own + the median reserved-peak minus "
+                                                      f"predicted total {statistics.median(gaps) / GB:+.3f} GB over "
                                                       f"{len(gaps)} report(s))" if gaps else "no report had reserved memory: kept)")]
     profile = HardwareProfile(**data)
     after = [_predict(r["plan"], profile) for r in runs]

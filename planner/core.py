@@ -240,6 +240,9 @@ def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: f
         warnings.append(f"uncalibrated: {hw.name}'s matmul curve is isolated-kernel throughput with no sustained "
                         "fraction fitted to training runs (0.92 on A100 and 0.83 on H100, where published runs fit "
                         "them), so the step time is likely optimistic")
+    if hw.test_only:
+        warnings.append(f"test-only profile: {hw.name} holds a CPU self-calibration (`parplan calibrate` on a CPU), "
+                        "made to test the tool: its numbers describe no GPU; plan real runs with a GPU's profile")
     days = gpu_hours = None
     if tokens:
         # Narayanan 2021 eq. 4 (time = 8 T P / (n X)) made exact: steps x predicted step time.
@@ -376,6 +379,12 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError(str(e)) from None
     pins = pins or Pins()
     profile = load_hardware(hardware)
+    # a profile file is recorded by its absolute path: a plan read from another folder (evaluate, launch, export)
+    # finds it again, where the path as typed had been relative to wherever recommend ran
+    import hardware_profiles
+    if hardware_profiles.looks_like_path(hardware):
+        from pathlib import Path
+        hardware = str(Path(hardware).expanduser().resolve())
     hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,
                          inter_node_gbytes_per_s=inter_node_gbytes_per_s)
     spec = with_param_count(model, seq_len)

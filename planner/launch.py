@@ -396,11 +396,16 @@ MACHINE_REASONS = ("memory", "host-memory")
 
 
 def check_rules(plan) -> Check | None:
-    """A failing check when the (re-)predicted plan breaks a layout rule (`Prediction.reason`'s code is not a memory
-    one): a zero-bubble schedule whose weight pass would re-run an op-level checkpoint refuses its second backward on
-    every rank, and the planner's other rules are what the frameworks refuse.  None when it keeps them."""
-    from .core import reason_fix
-    pred = plan.prediction
+    """A failing check when the plan breaks a layout rule of the runtime that launch runs (parplan's, whatever
+    framework the plan was predicted for; `Prediction.reason`'s code is not a memory one, which check_memory tests
+    against this machine): a zero-bubble schedule whose weight pass would re-run an op-level checkpoint refuses its
+    second backward on every rank.  None when it keeps them, or when it cannot be predicted here (repredict says so)."""
+    from .core import PlannerError, evaluate_plan, reason_fix
+    ours = plan.model_copy(update={"training": plan.training.model_copy(update={"framework": "parplan"})})
+    try:
+        pred = evaluate_plan(ours).prediction
+    except PlannerError:
+        return None
     if pred is None or pred.fits or not pred.reason:
         return None
     if pred.reason.split(":", 1)[0] in MACHINE_REASONS:
@@ -995,6 +1000,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         if c.detail.startswith("warning: "):
             _err(f"{c.name}: {c.detail}")
     env = job_env(device)
+    started = time.time()
     _err(f"launching {plan.parallel.world_size} ranks ({nproc} per node): {shlex.join(argv)}")
     code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")
     if code == EXIT_INTERRUPTED:
@@ -1009,9 +1015,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                 _err(f"  {line}")
         _err(f"full log: {run_dir / 'torchrun.log'}")
         return code
-    if nnodes > 1 and not Path(report_path).exists():
+    if nnodes > 1 and (not Path(report_path).exists() or Path(report_path).stat().st_mtime < started):
         # global rank 0 writes the report, on the node that ran it (c10d numbers the nodes as they join, so not
-        # always --node-rank 0's)
+        # always --node-rank 0's); a report older than this run is an earlier run's
         _err(f"node {node_rank}: its ranks finished; the report is written on the node that ran global rank 0, "
              f"at {report_path} there")
         return EXIT_OK

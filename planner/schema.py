@@ -555,6 +555,11 @@ class HardwareProfile(Strict):
     hbm_gbytes_per_s: float = Field(gt=0, description="HBM bandwidth per GPU, datasheet, GB/s.")
     hbm_efficiency: float = Field(gt=0, le=1, description="Achievable fraction of HBM bandwidth for streaming kernels.")
     memory_reserve_gbytes: float = Field(ge=0, description="HBM not available to tensors: CUDA context, communicator buffers, allocator slack.")
+    memory_slack_gbytes: Optional[float] = Field(
+        None, allow_inf_nan=False, description="The part of memory_reserve_gbytes that `calibrate --from-run` fitted: the "
+        "median reserved-minus-predicted gap of the launches (negative where the model over-predicted them). A later "
+        "refit replaces it rather than adding to it. None = not fitted (a refit before 2026-11-29 folded its gap into "
+        "the reserve without recording it).")
     gpus_per_node: int = Field(gt=0, description="GPUs per node (NVLink/xGMI domain).")
     nvlink: NetworkTier = Field(description="Intra-node tier.")
     inter_node: NetworkTier = Field(description="Inter-node tier (InfiniBand / RoCE), per GPU.")

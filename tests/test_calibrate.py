@@ -57,6 +57,9 @@ def test_cpu_quick_writes_a_valid_profile(cpu_profile):
     assert hardware_profiles.load_profile(cpu_profile) == prof
     assert prof.name == "h100-sxm-80gb-calibrated"
     assert "CPU SELF-CALIBRATION FOR TESTING ONLY" in prof.measured and "torch" in prof.measured
+    from planner.core import recommend
+    plan = recommend("tiny-llama-test", 1, seq_len=128, global_batch_size=8, hardware=str(cpu_profile))
+    assert any(w.startswith("test-only profile") for w in plan.prediction.warnings)
     assert any(s.startswith("[calibrate] parplan calibrate") for s in prof.sources)
     assert any("network not measured" in s for s in prof.sources)
     for curve in (prof.matmul_efficiency_curve, prof.attention_efficiency_curve):
@@ -187,6 +190,20 @@ def test_from_run_refits_sustained_fraction_and_reserve(plan, tmp_path, capsys):
     assert prof.memory_reserve_gbytes == pytest.approx(base.memory_reserve_gbytes + 2.0, abs=0.01)
     assert prof.name == "h100-sxm-80gb-calibrated"
     assert "--from-run" in prof.measured and any("--from-run" in s for s in prof.sources)
+
+
+def test_a_refit_of_a_refit_replaces_the_reserves_slack_instead_of_adding_it(plan, tmp_path, capsys):
+    """The reserve is the base's own plus the launches' allocator slack; refitting the refit profile on the same
+    report had added the slack again each time (2.5 -> 4.28 -> 6.06 GB on a committed H100 report)."""
+    base = hardware_profiles.load_profile("h100-sxm-80gb")
+    r = _report(plan, tmp_path / "a.json", reserved_extra=2.0e9)
+    once, twice = tmp_path / "once.toml", tmp_path / "twice.toml"
+    assert _run(["calibrate", "--from-run", str(r), "--base", "h100-sxm-80gb", "--out", str(once)], capsys)[0] == 0
+    assert _run(["calibrate", "--from-run", str(r), "--base", str(once), "--out", str(twice)], capsys)[0] == 0
+    p1, p2 = hardware_profiles.load_profile(once), hardware_profiles.load_profile(twice)
+    assert p1.memory_reserve_gbytes == pytest.approx(base.memory_reserve_gbytes + 2.0, abs=0.01)
+    assert p1.memory_slack_gbytes == pytest.approx(2.0, abs=0.01)
+    assert (p2.memory_reserve_gbytes, p2.memory_slack_gbytes) == (p1.memory_reserve_gbytes, p1.memory_slack_gbytes)
 
 
 def test_from_run_faster_than_predicted_clamps_to_one_and_reserve_not_negative(plan, tmp_path, capsys):
@@ -352,6 +369,12 @@ def test_host_only_remeasures_the_dispatch_and_keeps_everything_else(tmp_path):
     assert prof.name == "h100-sxm-80gb-host"  # not to be mistaken for the shipped profile
     assert any(s.startswith("[calibrate --host-only]") and "FOR TESTING ONLY" in s for s in prof.sources)
     assert hardware_profiles.load_profile(path) == prof
+    # a plan made with it says so: its numbers describe no GPU (plans had carried no word of it)
+    from planner.core import recommend
+    warned = recommend("tiny-llama-test", 1, seq_len=128, global_batch_size=8, hardware=str(path)).prediction.warnings
+    assert any(w.startswith("test-only profile") for w in warned)
+    shipped = recommend("tiny-llama-test", 1, seq_len=128, global_batch_size=8).prediction.warnings
+    assert not any(w.startswith("test-only profile") for w in shipped)
 
 
 def test_host_only_refuses_from_run(tmp_path, capsys):

@@ -325,9 +325,11 @@ def test_sp_keeps_the_shard_and_gathers_again_in_the_backward(schedule):
     tp_s = {k: float(o["tp_comm_s"]) for k, o in out.items()}
     tp_b = {k: float(o["comm_tp_bytes"]) for k, o in out.items()}
     assert act["torchtitan"] > act["parplan"] and tp_s["torchtitan"] < tp_s["parplan"]
-    # gathering again moves two all-gathers of the block input per block and micro-batch
+    # gathering again moves two all-gathers of the block input per block and micro-batch, and one of the head's
+    # input where the rank holds the head (ZB-V's rank 0)
     blocks, micro = 4, 8
-    assert tp_b["parplan"] - tp_b["torchtitan"] == pytest.approx(micro * blocks * 2 * 3 / 4 * 4096 * 4096 * 2)
+    gathers = blocks * 2 + (1 if schedule == 4 else 0)
+    assert tp_b["parplan"] - tp_b["torchtitan"] == pytest.approx(micro * gathers * 3 / 4 * 4096 * 4096 * 2)
     assert tp_b["megatron"] == tp_b["parplan"]
 
 
@@ -339,11 +341,15 @@ def test_tp_across_nodes_pays_inter_node_tier():
     prof = load_profile("h100-sxm-80gb")
     inside = evaluate(m, tr, constants_from_profile(prof, "bf16", gpus_per_node=16), _lay(gpus=16, tp=16, dp=1))
     across = evaluate(m, tr, constants_from_profile(prof, "bf16", gpus_per_node=8), _lay(gpus=16, tp=16, dp=1))
-    # by hand: 16 micro-batches x 8 blocks x 4 all-reduces of 2048 x 8192 x 2 bytes, ring over 16 ranks
+    # by hand: 16 micro-batches x (8 blocks x 4 all-reduces + the head's input gradient) of 2048 x 8192 x 2 bytes,
+    # and the loss's three all-reduces of 2048 fp32 values, ring over 16 ranks
     msg = 2048 * 8192 * 2
+
+    def ring(nbytes, tier):
+        return 2 * 15 / 16 * nbytes / (tier.gbytes_per_s * 1e9 * tier.efficiency) + 2 * 15 * tier.latency_s
     for out, tier in ((inside, prof.nvlink), (across, prof.inter_node)):
-        one = 2 * 15 / 16 * msg / (tier.gbytes_per_s * 1e9 * tier.efficiency) + 2 * 15 * tier.latency_s
-        assert float(out["tp_comm_s"]) == pytest.approx(16 * 8 * 4 * one, rel=1e-6)
+        want = 16 * ((8 * 4 + 1) * ring(msg, tier) + 3 * ring(2048 * 4, tier))
+        assert float(out["tp_comm_s"]) == pytest.approx(want, rel=1e-6)
     assert float(across["tp_comm_s"]) > 5 * float(inside["tp_comm_s"])
 
 
@@ -576,12 +582,14 @@ def test_cp_exchanges_per_block_follow_what_the_backward_has(rec, exchanges):
 @pytest.mark.parametrize("sp", [0, 1])
 def test_the_vocab_parallel_head_reduces_its_input_gradient_and_the_losss_three_values(sp):
     """tp 2, one stage: a block's four all-reduces (Narayanan sec. 3.3; with SP as gathers and reduce-scatters
-    of the same volume), the embedding's (half with SP: a reduce-scatter), and the head's: its input gradient
-    (Megatron's and parplan's column-parallel output layer; with SP a gather forward and a reduce-scatter
-    backward) and the vocab-parallel cross-entropy's three fp32 values a token (max, sum of exponentials,
-    target logit; parallel_layers.layers)."""
+    of the same volume, and two gathers again in the backward), the embedding's (half with SP: a reduce-scatter),
+    and the head's: its input gradient (Megatron's and parplan's column-parallel output layer; with SP a gather
+    forward, again backward, and a reduce-scatter) and the vocab-parallel cross-entropy's three fp32 values a
+    token (max, sum of exponentials, target logit; parallel_layers.layers).  Communication, not compute: the head's
+    collectives are in tp_comm_s, and compute_s holds the blocks' and the head's own time only."""
     from planner.core import training_consts
     from planner.schema import Training
+    from cost_models.compute import block_time, head_time
     spec = ModelSpec(arch="llama", layers=4, hidden=2048, heads=16, kv_heads=8, ffn_hidden=5632, vocab=32000)
     seq, tp, micro = 4096, 2, 4
     m = ModelDims.from_spec(spec, seq)
@@ -593,9 +601,21 @@ def test_the_vocab_parallel_head_reduces_its_input_gradient_and_the_losss_three_
     ar = 2 * (tp - 1) / tp  # of the all-reduced bytes, sent per rank
     blocks = 4 * 4 + (4 * 2 * 0.5 if sp else 0)  # + SP's two backward re-gathers a block, half an all-reduce each
     emb = 0.5 if sp else 1.0
+    head = 1.5 if sp else 1.0  # SP: gather, gather again, reduce-scatter
     hidden_bytes = seq * 2048 * 2
-    want = micro * ((blocks + emb + 1) * ar * hidden_bytes + 3 * ar * seq * 4)
+    want = micro * ((blocks + emb + head) * ar * hidden_bytes + 3 * ar * seq * 4)
     assert float(out["comm_tp_bytes"]) == pytest.approx(want)
+    # compute_s is the blocks' and the head's own time (a faster network changes tp_comm_s, never compute_s)
+    fast = replace(hw, nvlink=replace(hw.nvlink, bytes_per_s=hw.nvlink.bytes_per_s * 1e3))
+    quick = evaluate(m, tr, fast, lay)
+    assert float(quick["compute_s"]) == pytest.approx(float(out["compute_s"]), rel=1e-12)
+    assert float(quick["tp_comm_s"]) < 0.1 * float(out["tp_comm_s"])
+    bt = block_time(m, lay, hw, 2, True, tr.dropout, tr.fused_elementwise, tr.eager_runtime, tr.attention_kernel)
+    head = float(out["compute_s"]) / micro - 4 * float(bt["total"])
+    h_f, h_b = head_time(m, lay, hw)  # the default loss bytes: the head's GEMMs at least
+    assert 0.9 * (h_f + h_b) < head < 1.5 * (h_f + h_b)
+    one = evaluate(m, tr, hw, _lay(gpus=1, tp=1, dp=1))
+    assert float(out["tp_comm_s"]) > 0 and float(one["tp_comm_s"]) == 0
 
 
 def test_fsdp2_gathers_its_root_once_a_micro_batch():
@@ -618,3 +638,24 @@ def test_fsdp2_gathers_its_root_once_a_micro_batch():
     root = float(embedding_params_per_gpu(m, 1) + head_params_per_gpu(m, 1, 1))
     assert root > 0.0
     assert twice - fsdp2 == pytest.approx(micro * root * 2 * (dp - 1) / dp, rel=1e-9)
+
+
+def test_fsdp2_in_a_pipeline_gathers_the_heaviest_stages_own_root():
+    """Under a pipeline the data-parallel traffic is the heaviest stage's (torch.distributed.pipelining keeps the
+    gathered weights from a stage's first backward: one gather of a block and its reduce-scatter a step).  A middle
+    stage holds no root: all its parameters are blocks', gathered twice; it had been charged rank 0's embedding
+    as its root (one block's gather short) when it outweighed rank 0."""
+    from planner.core import training_consts
+    from planner.schema import Training
+    from cost_models.memory import layer_params_per_gpu
+    spec = ModelSpec(arch="llama", layers=22, hidden=1024, heads=8, kv_heads=8, ffn_hidden=2816, vocab=1024)
+    seq, dp, micro = 1024, 4, 4
+    m = ModelDims.from_spec(spec, seq)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(gpus=3 * dp, pp=3, dp=dp, zero=3)
+    assert [int(x) for x in rank_block_counts(22, 3, 1)] == [7, 8, 7]
+    tr = training_consts(Training(seq_len=seq, global_batch_size=micro * dp, micro_batch_size=1,
+                                  num_microbatches=micro, precision="master-weights"))
+    mid = 8 * float(layer_params_per_gpu(m, 1))
+    got = float(evaluate(m, tr, hw, lay)["comm_dp_bytes"])
+    assert got == pytest.approx((2 * 2 + 4) * mid * (dp - 1) / dp, rel=1e-9)

@@ -42,6 +42,7 @@ stay importable without it.
 """
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import math
@@ -1410,6 +1411,12 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     Returns (path, profile, rows) with one row per report (predictions before/after)."""
     console = console or _console()
     runs = [read_report(r) for r in reports]
+    from .launch import gpu_family
+    kinds = collections.Counter(gpu_family(r["device"]) or r["device"] for r in runs)
+    if len(kinds) > 1:  # one profile describes one GPU: before a base is chosen for some of them
+        raise CalibrationError(f"the reports ran on {len(kinds)} kinds of GPU ("
+                               + ", ".join(f"{k}: {n} report{'s' if n > 1 else ''}" for k, n in kinds.items())
+                               + ") and a profile describes one -- fix: refit each kind's reports apart")
     if base is None:
         names = list(dict.fromkeys(r["plan"].hardware.name for r in runs))
         if len(names) > 1:  # every report is refit against one base: say which
@@ -1555,7 +1562,12 @@ def _print_run_table(console, base, prof, rows, under: str = "") -> None:
                   f"{mm / GB:.2f}" if mm else "-", f"{r['predicted_memory_bytes_before'] / GB:.2f}",
                   pct(r["predicted_memory_bytes_before"], mm), f"{r['predicted_memory_bytes_after'] / GB:.2f}",
                   pct(r["predicted_memory_bytes_after"], mm))
+    width = console.width
+    if not console.is_terminal:  # a log or a pipe: the whole table, never cells cut to "..."
+        from rich.measure import Measurement
+        console.width = max(width, Measurement.get(console, console.options.update_width(10_000), t).maximum)
     console.print(t)
+    console.width = width
     if under not in ("", "."):
         console.print(f"reports: paths under {under}", markup=False, highlight=False, soft_wrap=True)
     unused = [r.get("label") or r["report"] for r in rows if not r.get("used_for_sustained", True)]

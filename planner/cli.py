@@ -611,7 +611,11 @@ def _runner_up(source, plan):
         except PlannerError:
             ranked = []
         found = pick_runner_up(plan, ranked)
-        if found is not None:
+        by_throughput = source.search is None or source.search.objective == "throughput"
+        # a file's alternative faster than its plan: the plan was edited away from the search's best, which the
+        # file no longer holds; a fresh search finds it (the stale alternative was shown as a "runner-up")
+        if found is not None and not (by_throughput and found.prediction.fits
+                                      and found.prediction.step_time_s < plan.prediction.step_time_s):
             return found
     tr, hw = plan.training, plan.hardware
     try:
@@ -958,6 +962,10 @@ def calibrate(
                         "each report, or --from-run runs/*/report.json)")
     if reports:
         from_run = [*from_run, *reports]  # `--from-run a.json b.json`: the shell's glob, all of them reports
+    flag = next((r for r in from_run or [] if r.startswith("--")), None)
+    if flag:  # `--from-run --out x.toml`: the option took the next flag as its report
+        raise UserError(f"--from-run needs a launch report's path, and got the option {flag} -- fix: "
+                        "--from-run runs/NAME/report.json, then the other options")
     if from_run and (quick or device != "auto"):
         raise UserError("--from-run refits from reports and measures nothing: drop --device/--quick")
     if sustained and (from_run or host_only):

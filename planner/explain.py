@@ -99,6 +99,9 @@ def time_breakdown(plan: Plan) -> dict:
     top_overhead = max(overhead, key=overhead.get)
     attention = tb.attention_s if tb is not None else None
     return {"parts_s": parts, "step_time_s": step,
+            # what the parts leave out (the embedding and its collective, amp's casts, the slowest stage's own
+            # extra blocks' communication: step_remainder), so that parts + remainder = step
+            "remainder_s": step_remainder(parts, step),
             "fractions": {k: (v / step if step else None) for k, v in parts.items()},
             # of compute: the attention core, timed as training.attention_kernel says (None in older plans)
             "attention_s": attention, "attention_kernel": plan.training.attention_kernel,
@@ -152,7 +155,9 @@ def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
     dt = runner["relative_step_time"]
     dm = runner["delta_memory_bytes"]
     moved = sorted(runner["delta_time_parts_s"].items(), key=lambda kv: -abs(kv[1]))[0]
-    lines.append(f"runner-up ({what}): step time {'+' if (dt or 0) >= 0 else ''}{(dt or 0):.1%}, "
+    # a faster layout is not a runner-up: this plan is not the search's best (a hand-edited one, or a pinned search)
+    label = "runner-up" if (dt or 0) >= 0 else "a faster layout"
+    lines.append(f"{label} ({what}): step time {'+' if (dt or 0) >= 0 else ''}{(dt or 0):.1%}, "
                  f"memory {'+' if dm >= 0 else ''}{dm / gb:.1f} GB per GPU; biggest time change "
                  f"{TIME_LABELS[moved[0]]} {'+' if moved[1] >= 0 else ''}{moved[1]:.3g} s")
     return lines

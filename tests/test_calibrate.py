@@ -192,6 +192,26 @@ def test_from_run_refits_sustained_fraction_and_reserve(plan, tmp_path, capsys):
     assert "--from-run" in prof.measured and any("--from-run" in s for s in prof.sources)
 
 
+def test_from_run_prints_its_table_whole_into_a_log(plan, tmp_path, capsys):
+    """stderr is no terminal here (as in a log): the table is as wide as it needs, where the 160 columns had cut
+    the step columns of long report names to "0.16…"."""
+    r = _report(plan, tmp_path / ("a-long-report-name-" * 6 + ".json"))
+    rc, _, err = _run(["calibrate", "--from-run", str(r), "--base", "h100-sxm-80gb", "--out", str(tmp_path / "w.toml")],
+                      capsys)
+    assert rc == 0 and "step before" in err and "…" not in err, err
+
+
+def test_from_run_refuses_reports_of_two_gpu_kinds_in_one_line(tmp_path, capsys):
+    """One profile describes one GPU: reports of an H200 and an H100 session together are refused before a base is
+    picked (a note, the base and an error had suggested a --base that would refuse the other kind's reports)."""
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    mixed = [str(results / "2026-11-28-h200" / "grid" / "gpt-1.3b-mbs4-none" / "report.json"),
+             str(results / "2026-11-22-h100" / "grid" / "llama-3b-mbs4-none" / "report.json")]
+    rc, out, err = _run(["calibrate", "--from-run", *mixed, "--out", str(tmp_path / "x.toml")], capsys)
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert "2 kinds of GPU" in err and "H200: 1 report" in err and "H100: 1 report" in err
+
+
 def test_a_refit_of_a_refit_replaces_the_reserves_slack_instead_of_adding_it(plan, tmp_path, capsys):
     """The reserve is the base's own plus the launches' allocator slack; refitting the refit profile on the same
     report had added the slack again each time (2.5 -> 4.28 -> 6.06 GB on a committed H100 report)."""

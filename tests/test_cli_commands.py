@@ -126,6 +126,9 @@ def test_explain_json_and_text(plan_file, capsys):
     assert d["memory"]["usable_bytes"] > d["memory"]["total_bytes"]
     assert set(d["time"]["parts_s"]) == {"compute", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "bubble", "optimizer"}
     assert d["time"]["dominant"] in d["time"]["parts_s"]
+    # the parts and what they leave out (the table's "other" row) make the step
+    assert sum(d["time"]["parts_s"].values()) + d["time"]["remainder_s"] == pytest.approx(d["time"]["step_time_s"],
+                                                                                          rel=1e-12)
     ru = d["runner_up"]
     assert ru is not None and ru["changes"], "runner-up must differ from the plan"
     # the runner-up against this plan, signs included (the plan file's own prediction is the base)
@@ -145,6 +148,20 @@ def test_explain_without_alternatives_searches_runner_up(plan_file, tmp_path, ca
     rc, out, _ = _run(["explain", str(p), "--json"], capsys)
     assert rc == 0
     assert json.loads(out)["runner_up"]["changes"]
+
+
+def test_explain_of_a_plan_edited_off_the_best_names_the_faster_layout(plan_file, tmp_path, capsys):
+    """A hand-edited plan keeps its file's alternatives, ranked against the layout it was edited from; one of them
+    faster than the plan had been shown as its "runner-up".  explain searches again and calls it what it is."""
+    d = json.loads(open(plan_file).read())
+    d["parallel"]["zero_stage"] = 3
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(d))
+    rc, out, _ = _run(["explain", str(p), "--json"], capsys)
+    ru = json.loads(out)["runner_up"]
+    assert rc == 0 and ru["relative_step_time"] < 0
+    rc, out, _ = _run(["explain", str(p)], capsys)
+    assert rc == 0 and "a faster layout (" in out and "runner-up (" not in out
 
 
 def test_compare_same_rows_and_relative(plan_file, tmp_path, capsys):

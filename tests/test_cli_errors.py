@@ -152,6 +152,7 @@ CASES = [
     (["models", "show", "--json=x"], 2, ["does not take a value", "`parplan models show --help`"]),
     (["recommend", "--layers", "4", "--json"], 2, ["--hidden", "--heads"]),
     (["recommend", "--json"], 2, ["--model"]),
+    (["calibrate", "--from-run", "--out", "x.toml"], 2, ["--from-run needs a launch report", "--out"]),
     # rotary positions pair a head's channels: an odd head_dim had passed the planner and crashed every rank
     (["recommend", "--layers", "2", "--hidden", "60", "--heads", "4", "--kv-heads", "2", "--ffn-hidden", "160",
       "--vocab", "512", "--gpus", "1", "--json"], 2, ["head_dim must be even", "15"]),

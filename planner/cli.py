@@ -769,8 +769,13 @@ def sweep(
             console.print(line, highlight=False, markup=False)
     if not any(r["fits"] for r in rows):
         # an unpinned search already tries optimizer offload; only a pinned --offload none leaves it untried
-        _err("error: nothing fits at any of the GPU counts; try larger counts"
-             + (" or --offload optimizer" if opts.offload == "none" else ""))
+        short = [str(r["gpus"]) for r in rows if str(r.get("reason") or "").startswith(("memory", "host-memory"))]
+        rules = [str(r["gpus"]) for r in rows if str(r["gpus"]) not in short]
+        _err("error: nothing fits at any of the GPU counts"
+             + (f"; at {', '.join(short)} memory runs out: try larger counts"
+                + (" or --offload optimizer" if opts.offload == "none" else "") if short else "")
+             + (f"; at {', '.join(rules)} every layout breaks a rule (--json's reason says which: a batch or sequence "
+                "that does not split, a schedule or pipeline rule)" if rules else ""))
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 

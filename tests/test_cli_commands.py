@@ -431,3 +431,12 @@ def test_stack_flag_help_names_each_frameworks_default():
         assert said == on, (name, said, on)
         checked += 1
     assert checked >= 4
+
+
+def test_sweep_where_nothing_fits_says_why_at_each_count(capsys):
+    """A count short of memory wants more GPUs; one where every layout breaks a rule (3 GPUs: the default batch
+    does not split) does not: the error had told both to try larger counts."""
+    rc, out, err = _run(["sweep", "--model", "llama3-8b", "--framework", "torchtitan", "--gpus-list", "1,3", "--json"],
+                        capsys)
+    assert rc == 3 and json.loads(out)
+    assert "at 1 memory runs out: try larger counts" in err and "at 3 every layout breaks a rule" in err

@@ -89,6 +89,19 @@ def _one_line(path: Path, err, model) -> str:
     return f"hardware profile {path}: field {loc}: {msg}{more}"
 
 
+def find_upward(name: str, folder: str | Path) -> Path | None:
+    """A relative profile path as a plan or report records it (relative to where recommend or launch ran), looked
+    for in `folder` (the plan's or report's own) and the folders above it: plans sit in runs/<time>/ or
+    benchmarks/results/... of the folder they were made in.  None for a shipped name, an absolute path, or nowhere."""
+    if not looks_like_path(name) or Path(name).is_absolute():
+        return None
+    start = Path(folder).resolve()
+    for d in (start, *start.parents):
+        if (d / name).is_file():
+            return d / name
+    return None
+
+
 def profile_file(name_or_path: str | Path) -> Path:
     """The file a profile name (a shipped profile) or path is read from."""
     return Path(name_or_path) if looks_like_path(name_or_path) else PROFILE_DIR / f"{name_or_path}.toml"

@@ -1231,22 +1231,20 @@ def base_from_report(report: str, name: str, console=None) -> str:
     path as launched, which only resolves from the folder the launch ran in, so from here, else beside the
     report or in a folder above it (launch reports sit under runs/ or benchmarks/results/... of the repository
     the launch ran in).  One line naming the report when it is nowhere."""
-    from hardware_profiles import looks_like_path
+    from hardware_profiles import find_upward, looks_like_path
     if not looks_like_path(name) or Path(name).exists():
         return name
-    if not Path(name).is_absolute():
-        folder = Path(report).resolve().parent
-        for d in (folder, *folder.parents):
-            if (d / name).is_file():
-                found = d / name
-                try:
-                    found = found.relative_to(Path.cwd())
-                except ValueError:
-                    pass
-                if console is not None:
-                    console.print(f"base: {found} (the hardware of {report}'s plan, {name}, from {d})",
-                                  markup=False, highlight=False, soft_wrap=True)
-                return str(found)
+    found = find_upward(name, Path(report).resolve().parent)
+    if found is not None:
+        d = Path(str(found)[: -len(name)] or ".")
+        try:
+            found = found.relative_to(Path.cwd())
+        except ValueError:
+            pass
+        if console is not None:
+            console.print(f"base: {found} (the hardware of {report}'s plan, {name}, from {d})",
+                          markup=False, highlight=False, soft_wrap=True)
+        return str(found)
     raise CalibrationError(f"run report {report}: its plan's hardware profile {name} is not found from here, beside the "
                            f"report or in a folder above it -- fix: pass --base NAME|PATH (the profile the runs were "
                            f"planned with)")

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import sys
+from pathlib import Path
 from typing import Optional, get_args
 
 import typer
@@ -463,11 +464,30 @@ def read_plan(source: str):
         raise UserError(f"{where} is a `parplan launch` report, not a plan; its plan is the report's \"plan\" key "
                         "(and plan.json beside it)")
     try:
-        return Plan.model_validate(data)
+        plan = Plan.model_validate(data)
     except ValidationError as e:
         raise UserError(_one_line(e)) from None
     except (ValueError, TypeError) as e:
         raise UserError(f"invalid plan: {_one_line(e)}") from None
+    return _with_profile_found(plan, None if source == "-" else Path(source).parent)
+
+
+def _with_profile_found(plan, folder):
+    """A plan whose hardware is a relative profile path (as typed to `recommend --hardware`, relative to where it
+    ran) read from elsewhere: the path is looked for beside the plan file and in the folders above it, and the
+    plan names the file it found (from here).  Unchanged where the path resolves from here, or nowhere."""
+    from hardware_profiles import find_upward
+    name = plan.hardware.name
+    if folder is None or Path(name).exists():
+        return plan
+    found = find_upward(name, folder)
+    if found is None:
+        return plan
+    try:
+        found = found.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return plan.model_copy(update={"hardware": plan.hardware.model_copy(update={"name": str(found)})})
 
 
 @app.command()
@@ -611,11 +631,12 @@ def _runner_up(source, plan):
         except PlannerError:
             ranked = []
         found = pick_runner_up(plan, ranked)
-        by_throughput = source.search is None or source.search.objective == "throughput"
-        # a file's alternative faster than its plan: the plan was edited away from the search's best, which the
-        # file no longer holds; a fresh search finds it (the stale alternative was shown as a "runner-up")
-        if found is not None and not (by_throughput and found.prediction.fits
-                                      and found.prediction.step_time_s < plan.prediction.step_time_s):
+        # a plan edited after its search (its own prediction no longer its layout's) is ranked against none of the
+        # file's alternatives, which came with the layout it was edited from: a fresh search ranks it
+        old, new = source.prediction, plan.prediction
+        edited = old is None or abs(old.step_time_s - new.step_time_s) > 1e-6 * max(new.step_time_s, 1e-12) or \
+            abs(old.memory_bytes_per_gpu.total - new.memory_bytes_per_gpu.total) > 1e-6 * new.memory_bytes_per_gpu.total
+        if found is not None and not edited:
             return found
     tr, hw = plan.training, plan.hardware
     try:

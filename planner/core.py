@@ -379,12 +379,6 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError(str(e)) from None
     pins = pins or Pins()
     profile = load_hardware(hardware)
-    # a profile file is recorded by its absolute path: a plan read from another folder (evaluate, launch, export)
-    # finds it again, where the path as typed had been relative to wherever recommend ran
-    import hardware_profiles
-    if hardware_profiles.looks_like_path(hardware):
-        from pathlib import Path
-        hardware = str(Path(hardware).expanduser().resolve())
     hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,
                          inter_node_gbytes_per_s=inter_node_gbytes_per_s)
     spec = with_param_count(model, seq_len)

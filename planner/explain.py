@@ -33,8 +33,9 @@ def step_remainder(parts_s: dict, step_s: float) -> float:
 
     The parts are per-stage terms (cost_models/total.py evaluate): compute on the stage with the most
     compute, TP/CP communication on pipeline rank 0's blocks, while the step runs m micro-batches of the
-    slowest stage, whose time also holds the embedding lookup (+ its TP collective), amp's weight casts and
-    that stage's own blocks' TP/CP communication.  step = parts + remainder exactly."""
+    slowest stage, whose time also holds the embedding lookup (+ its TP collective), amp's weight casts,
+    that stage's own blocks' TP/CP communication and, on the last stage, the head's TP collectives.
+    step = parts + remainder, to within 1e-9 of the step (smaller is rounding, read as 0)."""
     r = step_s - sum(parts_s.values())
     return 0.0 if abs(r) <= 1e-9 * max(abs(step_s), 1.0) else r
 
@@ -53,7 +54,10 @@ def remainder_label(remainder_s: float, layout: dict, precision: str | None = No
         bits.append("amp weight casts")
     comm = "/".join(k.upper() for k in ("tp", "cp") if int(layout.get(k, 1)) > 1)
     if int(layout.get("pp", 1)) > 1 and comm:
-        bits.append(f"{comm} comm of the slowest stage's extra blocks")
+        # tp_comm_s counts rank 0's blocks (and the head where rank 0 holds it): the slowest stage's other blocks'
+        # and the last stage's head's collectives are here
+        head = " and head" if int(layout.get("tp", 1)) > 1 else ""
+        bits.append(f"{comm} comm of the slowest stage's extra blocks{head}")
     return "other: " + ", ".join(bits)
 
 
@@ -135,6 +139,13 @@ def _fmt_change(k: str, ch: dict) -> str:
     return f"{k} {ch['from']} -> {ch['to']}"
 
 
+def runner_label(runner: dict) -> str:
+    """What the other layout is to this plan: its runner-up, or, faster by more than the search's near tie (within
+    which the search ranks the simpler layout first), a faster layout (a hand-edited plan's, a memory objective's)."""
+    from .search import NEAR_TIE
+    return "a faster layout" if (runner.get("relative_step_time") or 0) < -NEAR_TIE else "runner-up"
+
+
 def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
     gb = 1e9
     lines = []
@@ -155,8 +166,7 @@ def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
     dt = runner["relative_step_time"]
     dm = runner["delta_memory_bytes"]
     moved = sorted(runner["delta_time_parts_s"].items(), key=lambda kv: -abs(kv[1]))[0]
-    # a faster layout is not a runner-up: this plan is not the search's best (a hand-edited one, or a pinned search)
-    label = "runner-up" if (dt or 0) >= 0 else "a faster layout"
+    label = runner_label(runner)
     lines.append(f"{label} ({what}): step time {'+' if (dt or 0) >= 0 else ''}{(dt or 0):.1%}, "
                  f"memory {'+' if dm >= 0 else ''}{dm / gb:.1f} GB per GPU; biggest time change "
                  f"{TIME_LABELS[moved[0]]} {'+' if moved[1] >= 0 else ''}{moved[1]:.3g} s")

@@ -405,12 +405,18 @@ def check_rules(plan) -> Check | None:
     try:
         pred = evaluate_plan(ours).prediction
     except PlannerError:
-        return None
+        # the plan's profile does not load here (check_hardware warns): the rules do not depend on the GPU, so any
+        # shipped profile tells them (a memory reason it gives is not acted on)
+        try:
+            pred = evaluate_plan(ours.model_copy(update={"hardware": ours.hardware.model_copy(
+                update={"name": "h100-sxm-80gb"})})).prediction
+        except PlannerError:
+            return None
     if pred is None or pred.fits or not pred.reason:
         return None
     if pred.reason.split(":", 1)[0] in MACHINE_REASONS:
         return None
-    return Check("plan", False, f"breaks a layout rule: {pred.reason}",
+    return Check("plan", False, f"breaks a layout rule of parplan's runtime: {pred.reason}",
                  reason_fix(pred.reason) or "write the plan again with `parplan recommend ... --json`")
 
 
@@ -1000,7 +1006,14 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         if c.detail.startswith("warning: "):
             _err(f"{c.name}: {c.detail}")
     env = job_env(device)
-    started = time.time()
+
+    def report_state():  # what the report file is before the run, to tell this run's from an earlier one's
+        try:
+            st = os.stat(report_path)
+            return st.st_ino, st.st_size, st.st_mtime_ns
+        except OSError:
+            return None
+    before = report_state()
     _err(f"launching {plan.parallel.world_size} ranks ({nproc} per node): {shlex.join(argv)}")
     code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")
     if code == EXIT_INTERRUPTED:
@@ -1015,9 +1028,11 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                 _err(f"  {line}")
         _err(f"full log: {run_dir / 'torchrun.log'}")
         return code
-    if nnodes > 1 and (not Path(report_path).exists() or Path(report_path).stat().st_mtime < started):
+    now = report_state()
+    if nnodes > 1 and (now is None or now == before):
         # global rank 0 writes the report, on the node that ran it (c10d numbers the nodes as they join, so not
-        # always --node-rank 0's); a report older than this run is an earlier run's
+        # always --node-rank 0's); a file this run did not change is an earlier run's (compared by inode, size and
+        # mtime as stored, not against this node's clock, which a shared file system's need not match)
         _err(f"node {node_rank}: its ranks finished; the report is written on the node that ran global rank 0, "
              f"at {report_path} there")
         return EXIT_OK

@@ -241,8 +241,9 @@ def explain_renderables(data: dict) -> list:
         t.add_row(f"  {STAGE_NAMES[k]}", _fmt_bytes(v), f"{v / mem['usable_bytes'] * 100:.0f}% of usable"
                   if mem["usable_bytes"] else "")
     u = Table(title="step time", title_justify="left", header_style="bold")
-    faster = bool(run) and (run.get("relative_step_time") or 0) < 0  # explain.summary's "a faster layout"
-    cols = ["part", "time", "share"] + ([("faster layout's" if faster else "runner-up") + " change"] if run else [])
+    from .explain import runner_label
+    cols = ["part", "time", "share"] + ([("faster layout's" if runner_label(run) == "a faster layout" else "runner-up")
+                                         + " change"] if run else [])
     for c in cols:
         u.add_column(c, justify="left" if c == "part" else "right")
     rest = explain_time_remainder(data)

@@ -659,3 +659,23 @@ def test_fsdp2_in_a_pipeline_gathers_the_heaviest_stages_own_root():
     mid = 8 * float(layer_params_per_gpu(m, 1))
     got = float(evaluate(m, tr, hw, lay)["comm_dp_bytes"])
     assert got == pytest.approx((2 * 2 + 4) * mid * (dp - 1) / dp, rel=1e-9)
+
+
+def test_the_heads_input_gradient_collective_hides_behind_its_weight_gradient_gemm_where_the_blocks_do():
+    """The head's input-gradient all-reduce is T x h whatever the vocabulary, so without the asynchronous start the
+    head's TP time does not depend on the vocabulary; started beside the head's weight-gradient GEMM (Megatron's and
+    parplan's async_tp_grad_comm, as the blocks' column-parallel layers) it hides behind that GEMM, which grows with
+    the vocabulary."""
+    from planner.core import training_consts
+    from planner.schema import Training
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(gpus=8, tp=8, dp=1)
+    tr = training_consts(Training(seq_len=4096, global_batch_size=4, micro_batch_size=1, num_microbatches=4,
+                                  precision="master-weights"))
+
+    def tp_s(vocab, async_on):
+        spec = ModelSpec(arch="llama", layers=2, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=vocab)
+        return float(evaluate(ModelDims.from_spec(spec, 4096), replace(tr, async_tp_grad_comm=async_on), hw,
+                              lay)["tp_comm_s"])
+    assert tp_s(256, False) == pytest.approx(tp_s(128256, False), rel=1e-12)
+    assert tp_s(128256, True) < tp_s(256, True) < tp_s(256, False)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from planner import launch as L
-from tests.runtime_helpers.plans import tiny_plan, write_plan
+from tests.runtime_helpers.plans import TINY_LLAMA, tiny_plan, write_plan
 
 
 @pytest.fixture
@@ -687,6 +687,34 @@ def test_a_node_without_global_rank_0_exits_0_and_says_where_the_report_is(plan8
     err = capsys.readouterr().err
     assert code == 0 and not report.exists(), err
     assert "node 1" in err and "global rank 0" in err
+    # a report an earlier run left there is not this run's: the same answer
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text("{}")
+    code = L.launch(plan8, device="cpu", steps=2, nnodes=2, node_rank=1, nproc_per_node=4,
+                    rdzv_endpoint="127.0.0.1:29611", report=str(report))
+    err = capsys.readouterr().err
+    assert code == 0 and "global rank 0" in err and "unreadable" not in err, err
     # one node: a missing report after a good run is still an error
     code = L.launch(plan8, device="cpu", steps=2, nproc_per_node=8, report=str(tmp_path / "one" / "report.json"))
     assert code == 1 and "unreadable" in capsys.readouterr().err
+
+
+def test_the_rule_check_follows_parplans_runtime_whatever_profile_or_framework():
+    """Launch refuses a plan that breaks a rule of the runtime it runs (ZeRO-3 under a zero-bubble schedule with
+    op-level checkpoints had crashed every rank), judged as parplan's runtime judges it: a Megatron plan whose
+    micro-batches torch's interleaved schedule runs is launched; and a plan whose profile file is not on this machine
+    is still checked (the rules do not depend on the GPU)."""
+    bad = tiny_plan(pp=2, dp=2, vpp=2, schedule="zbv", zero_stage=3, recompute="selective-op", global_batch_size=8)
+    c = L.check_rules(L.repredict(bad)[0])
+    assert c is not None and not c.ok and "zero-bubble" in c.detail and "recompute selective or none" in c.fix
+    elsewhere = bad.model_copy(update={"hardware": bad.hardware.model_copy(update={"name": "/nowhere/my-h100.toml"})})
+    c = L.check_rules(elsewhere)
+    assert c is not None and not c.ok and "zero-bubble" in c.detail
+    assert L.check_rules(L.repredict(tiny_plan(pp=2, dp=2, vpp=2, schedule="zbv", global_batch_size=8))[0]) is None
+    # 6 micro-batches over pp 4: torch's interleaved 1F1B runs them in rounds, Megatron wants a multiple of pp
+    torch_ok = tiny_plan({**TINY_LLAMA, "layers": 8}, pp=4, dp=1, vpp=2, schedule="interleaved-1f1b",
+                         global_batch_size=6)
+    meg = torch_ok.model_copy(update={"training": torch_ok.training.model_copy(update={"framework": "megatron"})})
+    from planner.core import evaluate_plan
+    assert not evaluate_plan(meg).prediction.fits  # Megatron's rule, which the plan's own prediction names
+    assert L.check_rules(meg) is None

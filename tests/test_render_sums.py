@@ -98,7 +98,7 @@ def test_time_remainder_is_what_the_parts_leave(plans):
     rows = dict((r[2], r[3]) for r in _rows(_text(breakdown_table(plans["amp"]))) if r[2])
     assert "other: embedding, amp weight casts" in rows
     rows = dict((r[2], r[3]) for r in _rows(_text(breakdown_table(plans["pipeline"]))) if r[2])
-    assert "other: embedding, TP comm of the slowest stage's extra blocks" in rows
+    assert "other: embedding, TP comm of the slowest stage's extra blocks and head" in rows
 
 
 def test_remainder_label_names_a_credit_when_negative():

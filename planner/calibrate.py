@@ -1412,9 +1412,9 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     from .launch import gpu_family
     kinds = collections.Counter(gpu_family(r["device"]) or r["device"] for r in runs)
     if len(kinds) > 1:  # one profile describes one GPU: before a base is chosen for some of them
-        raise CalibrationError(f"the reports ran on {len(kinds)} kinds of GPU ("
+        raise CalibrationError(f"the reports ran on {len(kinds)} kinds of device ("
                                + ", ".join(f"{k}: {n} report{'s' if n > 1 else ''}" for k, n in kinds.items())
-                               + ") and a profile describes one -- fix: refit each kind's reports apart")
+                               + ") and a profile describes one GPU -- fix: refit each kind's reports apart")
     if base is None:
         names = list(dict.fromkeys(r["plan"].hardware.name for r in runs))
         if len(names) > 1:  # every report is refit against one base: say which

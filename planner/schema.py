@@ -572,4 +572,7 @@ class HardwareProfile(Strict):
         if self.memory_reserve_gbytes >= self.hbm_gbytes:
             raise ValueError(f"memory_reserve_gbytes ({self.memory_reserve_gbytes:g}) must be below hbm_gbytes "
                              f"({self.hbm_gbytes:g}): it is the part of the HBM tensors cannot use")
+        if self.memory_slack_gbytes is not None and self.memory_slack_gbytes > self.memory_reserve_gbytes:
+            raise ValueError(f"memory_slack_gbytes ({self.memory_slack_gbytes:g}) must not exceed memory_reserve_gbytes "
+                             f"({self.memory_reserve_gbytes:g}): it is the fitted part of that reserve")
         return self

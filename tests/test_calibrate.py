@@ -209,7 +209,7 @@ def test_from_run_refuses_reports_of_two_gpu_kinds_in_one_line(tmp_path, capsys)
              str(results / "2026-11-22-h100" / "grid" / "llama-3b-mbs4-none" / "report.json")]
     rc, out, err = _run(["calibrate", "--from-run", *mixed, "--out", str(tmp_path / "x.toml")], capsys)
     assert rc == 2 and out == "" and err.count("\n") == 1, err
-    assert "2 kinds of GPU" in err and "H200: 1 report" in err and "H100: 1 report" in err
+    assert "2 kinds of device" in err and "H200: 1 report" in err and "H100: 1 report" in err
 
 
 def test_a_refit_of_a_refit_replaces_the_reserves_slack_instead_of_adding_it(plan, tmp_path, capsys):
@@ -224,6 +224,8 @@ def test_a_refit_of_a_refit_replaces_the_reserves_slack_instead_of_adding_it(pla
     assert p1.memory_reserve_gbytes == pytest.approx(base.memory_reserve_gbytes + 2.0, abs=0.01)
     assert p1.memory_slack_gbytes == pytest.approx(2.0, abs=0.01)
     assert (p2.memory_reserve_gbytes, p2.memory_slack_gbytes) == (p1.memory_reserve_gbytes, p1.memory_slack_gbytes)
+    with pytest.raises(ValueError, match="must not exceed memory_reserve_gbytes"):  # a hand edit past the reserve
+        type(p1)(**{**p1.model_dump(), "memory_slack_gbytes": p1.memory_reserve_gbytes + 1})
 
 
 def test_from_run_faster_than_predicted_clamps_to_one_and_reserve_not_negative(plan, tmp_path, capsys):

@@ -20,6 +20,10 @@ class Tier:
     mesh_links: int = 0  # a full mesh of this many links (xGMI); 0 = a switch
 
 
+# what `parplan calibrate` writes into a CPU self-calibration's `measured` (both modes): a profile for tool tests
+TEST_ONLY_MARK = "FOR TESTING ONLY"
+
+
 @dataclass(frozen=True)
 class HardwareConstants:
     name: str
@@ -88,7 +92,7 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         peak_flops=peaks[dtype] * 1e12,
         sustained=profile.sustained_matmul_fraction,
         sustained_measured="sustained_matmul_fraction" in (profile.measured or ""),
-        test_only="FOR TESTING ONLY" in (profile.measured or ""),  # what calibrate writes on a CPU, both modes
+        test_only=TEST_ONLY_MARK in (profile.measured or ""),
         mm_log_gflop=np.array([math.log10(g) for g, _ in curve]),
         mm_eff=np.array([e for _, e in curve]),
         attn_seq=np.array([s for s, _ in attn], dtype=float),

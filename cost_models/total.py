@@ -220,14 +220,13 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     if tr.fused_cross_entropy and tr.cross_entropy_16bit_grad:
         ce_bytes = CE_BYTES_PER_LOGIT_PARPLAN_FUSED if tr.ce_eager_chunks else CE_BYTES_PER_LOGIT_FLASH_ATTN
     h_f, h_b = head_time(m, lay, hw, ce_bytes)
-    # the head is vocab-parallel: its input gradient is all-reduced over tp in the backward (with SP an
-    # all-gather forward and a reduce-scatter backward, one all-reduce's volume: Megatron's and parplan's
-    # column-parallel output layer), and the vocab-parallel cross-entropy all-reduces three fp32 values a token
-    # (the max, the sum of exponentials, the target's logit: Megatron's _VocabParallelCrossEntropy, parplan's
-    # layers.vocab_parallel_cross_entropy and its fused loss)
-    # With SP the head's input is gathered again in the backward where the blocks' are (regather).  The input
-    # gradient's collective starts beside the head's weight-gradient GEMM where the blocks' do (async_dgrad, or TP
-    # overlap), and hides behind it as theirs do; the gathers and the loss's all-reduces wait.
+    # the head is vocab-parallel (Megatron's and parplan's column-parallel output layer): its input gradient is
+    # all-reduced over tp in the backward, or with SP reduce-scattered after an all-gather forward and, where the
+    # blocks' inputs are (regather), another in the backward; the input gradient's collective starts beside the
+    # head's weight-gradient GEMM where the blocks' do (async_dgrad, or TP overlap) and hides behind it as theirs
+    # do.  The vocab-parallel cross-entropy all-reduces three fp32 values a token (the max, the sum of exponentials,
+    # the target's logit: Megatron's _VocabParallelCrossEntropy, parplan's layers.vocab_parallel_cross_entropy and
+    # its fused loss).  Communication, not compute: compute_stage counts head_compute only.
     t_ce, moved_ce = comm.all_reduce(tokens_mb * 4, tp, tp_bw, tp_lat)
     head_dgrad = np.where(sp_on, t_ag, t_ar)
     head_wgrad = gemm_time(2 * tokens_mb * m.hidden * m.vocab / tp, hw)
@@ -364,8 +363,9 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     root_params = np.where(fsdp2, stage_root, 0.0)
     root_ag_t, root_ag_moved = comm.all_gather(root_params * rec["weight"], shards, sh_bw, sh_lat)
     blk_ag_t, blk_ag_moved = comm.all_gather((stage_params - root_params) * rec["weight"], shards, sh_bw, sh_lat)
-    z3_ag_t = np.where(fsdp2, (2 + z3_regather) * blk_ag_t + root_ag_t, (2 + z3_regather) * ag_t)
-    z3_ag_moved = np.where(fsdp2, (2 + z3_regather) * blk_ag_moved + root_ag_moved, (2 + z3_regather) * ag_moved)
+    # without a root (not FSDP2, or a middle stage) the blocks' gather is the stage's, and no root gather is timed
+    z3_ag_t = (2 + z3_regather) * blk_ag_t + np.where(root_params > 0, root_ag_t, 0.0)
+    z3_ag_moved = (2 + z3_regather) * blk_ag_moved + root_ag_moved
     z3_mb_t = z3_ag_t + rs_t
     # inside torch.distributed.pipelining the gathered weights stay gathered after a stage's first
     # backward: the step gathers and reduce-scatters about once, not per micro-batch (the warm-up

@@ -92,14 +92,18 @@ def _one_line(path: Path, err, model) -> str:
 def find_upward(name: str, folder: str | Path) -> Path | None:
     """A relative profile path as a plan or report records it (relative to where recommend or launch ran), looked
     for in `folder` (the plan's or report's own) and the folders above it: plans sit in runs/<time>/ or
-    benchmarks/results/... of the folder they were made in.  None for a shipped name, an absolute path, or nowhere."""
+    benchmarks/results/... of the folder they were made in.  The file as seen from here (relative to the current
+    folder where it is under it); None for a shipped name, an absolute path, or nowhere."""
     if not looks_like_path(name) or Path(name).is_absolute():
         return None
     start = Path(folder).resolve()
-    for d in (start, *start.parents):
-        if (d / name).is_file():
-            return d / name
-    return None
+    found = next((d / name for d in (start, *start.parents) if (d / name).is_file()), None)
+    if found is None:
+        return None
+    try:
+        return found.relative_to(Path.cwd())
+    except ValueError:
+        return found
 
 
 def profile_file(name_or_path: str | Path) -> Path:

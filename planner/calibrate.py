@@ -53,6 +53,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cost_models.hardware import TEST_ONLY_MARK
+
 N_BINS = 10
 TOOL = "parplan calibrate"
 GB = 1e9
@@ -983,8 +985,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         data["measured"] = (f"{_today()}: {device_name} ({world} visible), torch {torch.__version__}, {cmd}: "
                             f"{', '.join(measured_fields)} ({method}; {elapsed:.0f} s)")
     else:
-        data["measured"] = (f"{_today()}: CPU SELF-CALIBRATION FOR TESTING ONLY ({device_name}, {torch.get_num_threads()} "
-                            f"threads), torch {torch.__version__}, {cmd} (the CPU asked for by name): peak = best fp32 "
+        data["measured"] = (f"{_today()}: CPU SELF-CALIBRATION {TEST_ONLY_MARK} ({device_name}, "
+                            f"{torch.get_num_threads()} threads), torch {torch.__version__}, {cmd} (the CPU asked for "
+                            f"by name): peak = best fp32 "
                             f"GEMM measured ({peaks['fp32'] * 1e3:.1f} GFLOP/s) for every dtype, hbm = device copy "
                             f"bandwidth; not a GPU measurement, and not a {base_profile.name}: do not plan real runs "
                             f"with it ({method}; {elapsed:.0f} s)")
@@ -1061,7 +1064,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     data["name"] = host_name  # not the base's: this file is not the shipped (or refit) profile
     data["host_block_s"] = {**(data.get("host_block_s") or {}), **{k: float(f"{v:.4g}") for k, v in host.items()}}
     data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host, shares)
-    where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: FOR TESTING ONLY)"
+    where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: {TEST_ONLY_MARK})"
     what = ", ".join(f"{k} {v * 1e3:.2f} ms" + (f" (forward share {shares[k]:.2f})" if k in shares else "")
                      + (f" (spread {spread[k]:.0%})" if k in spread else "") for k, v in host.items())
     data["sources"] = list(data.get("sources") or []) + [
@@ -1236,13 +1239,8 @@ def base_from_report(report: str, name: str, console=None) -> str:
         return name
     found = find_upward(name, Path(report).resolve().parent)
     if found is not None:
-        d = Path(str(found)[: -len(name)] or ".")
-        try:
-            found = found.relative_to(Path.cwd())
-        except ValueError:
-            pass
         if console is not None:
-            console.print(f"base: {found} (the hardware of {report}'s plan, {name}, from {d})",
+            console.print(f"base: {found} (the hardware of {report}'s plan, {name}, found above the report)",
                           markup=False, highlight=False, soft_wrap=True)
         return str(found)
     raise CalibrationError(f"run report {report}: its plan's hardware profile {name} is not found from here, beside the "

@@ -483,10 +483,6 @@ def _with_profile_found(plan, folder):
     found = find_upward(name, folder)
     if found is None:
         return plan
-    try:
-        found = found.relative_to(Path.cwd())
-    except ValueError:
-        pass
     return plan.model_copy(update={"hardware": plan.hardware.model_copy(update={"name": str(found)})})
 
 
@@ -623,7 +619,8 @@ def _evaluated(plan_file: str):
 
 def _runner_up(source, plan):
     """First alternative in the file whose layout differs, else #2 of a fresh search for the same job."""
-    from .core import NothingFits, PlannerError, evaluate_plan, recommend as do_recommend, stack_flags
+    from .core import NothingFits, PlannerError, evaluate_plan, prediction_differs, stack_flags
+    from .core import recommend as do_recommend
     from .explain import pick_runner_up
     if source.alternatives:
         try:
@@ -633,9 +630,7 @@ def _runner_up(source, plan):
         found = pick_runner_up(plan, ranked)
         # a plan edited after its search (its own prediction no longer its layout's) is ranked against none of the
         # file's alternatives, which came with the layout it was edited from: a fresh search ranks it
-        old, new = source.prediction, plan.prediction
-        edited = old is None or abs(old.step_time_s - new.step_time_s) > 1e-6 * max(new.step_time_s, 1e-12) or \
-            abs(old.memory_bytes_per_gpu.total - new.memory_bytes_per_gpu.total) > 1e-6 * new.memory_bytes_per_gpu.total
+        edited = source.prediction is None or prediction_differs(source.prediction, plan.prediction)
         if found is not None and not edited:
             return found
     tr, hw = plan.training, plan.hardware

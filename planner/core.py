@@ -348,16 +348,27 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
                    stage_layers=stage_layers(spec.layers, stages))
     hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
     if prediction is not None:
-        prediction = _with_accuracy(prediction, training.framework)
-        prediction.warnings.extend(_training_warnings(training))
+        prediction = _with_accuracy(prediction, training)
     return Plan.model_construct(model=spec, hardware=hw, training=tr, parallel=par, prediction=prediction,
                                 search=None, alternatives=[], suggestions=[], schema_version=1)
 
 
-def _with_accuracy(prediction: Prediction, framework: str) -> Prediction:
+def _with_accuracy(prediction: Prediction, training: Training) -> Prediction:
+    """A plan's prediction as it is shown: the framework's accuracy lines, and what its training settings tell the
+    user (_training_warnings)."""
     from .accuracy import entries
     from .schema import Accuracy
-    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(framework)]})
+    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(training.framework)],
+                                         "warnings": [*prediction.warnings, *_training_warnings(training)]})
+
+
+def prediction_differs(old: Prediction, new: Prediction) -> bool:
+    """Whether a plan's own prediction is not its layout's (edited after it was predicted, or by another parplan
+    version): step time or memory apart by more than rounding."""
+    def apart(a, b):
+        return abs(a - b) > 1e-6 * max(abs(a), abs(b), 1e-12)
+    return (apart(old.step_time_s, new.step_time_s)
+            or apart(old.memory_bytes_per_gpu.total, new.memory_bytes_per_gpu.total))
 
 
 def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
@@ -771,9 +782,8 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     r = int(infeasibility(m, tr, hw, arr, met)[0])
     reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size, tr)
     pred = _with_accuracy(prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus),
-                          plan.training.framework)
+                          plan.training)
     if p.stage_layers is not None and list(p.stage_layers) != stage_layers(spec.layers, p.pp * p.vpp):
         pred.warnings.append("stage_layers differ from the default split; memory and time assume the default split")
-    pred.warnings.extend(_training_warnings(plan.training))
     return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],
                                    "suggestions": []})

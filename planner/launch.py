@@ -366,7 +366,7 @@ def repredict(plan):
     """The plan's prediction made again from the plan itself (planner.core.evaluate_plan: numpy, no torch), so
     a report never compares a run with the prediction of a layout the plan no longer has (a hand-edited
     micro-batch, say), nor has nothing to compare with.  Returns (plan to run, check)."""
-    from .core import PlannerError, StructureError, evaluate_plan
+    from .core import PlannerError, StructureError, evaluate_plan, prediction_differs
     try:
         fresh = evaluate_plan(plan)
     except StructureError as e:  # a layout no framework runs: nothing to launch
@@ -378,10 +378,7 @@ def repredict(plan):
         return fresh, Check("prediction", True, f"the plan carried none: predicted here, {new.step_time_s:.4g} s a "
                             f"step, {new.memory_bytes_per_gpu.total / 1e9:.2f} GB per GPU on {plan.hardware.name}")
     old = plan.prediction
-
-    def differs(a, b):
-        return abs(a - b) > 1e-6 * max(abs(a), abs(b), 1e-12)
-    if differs(old.step_time_s, new.step_time_s) or differs(old.memory_bytes_per_gpu.total, new.memory_bytes_per_gpu.total):
+    if prediction_differs(old, new):
         return fresh, Check("prediction", True, f"warning: the plan's prediction ({old.step_time_s:.4g} s, "
                             f"{old.memory_bytes_per_gpu.total / 1e9:.2f} GB per GPU) is not its layout's "
                             f"({new.step_time_s:.4g} s, {new.memory_bytes_per_gpu.total / 1e9:.2f} GB): edited after "

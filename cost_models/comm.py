@@ -10,21 +10,37 @@ Tier of a group: mesh order is (dp, pp, cp, tp), TP innermost.  Groups whose ran
 (or the job is one node); otherwise ring steps cross the inter-node tier.  So a TP group larger than
 a node, or one that does not tile it (6 on 8-GPU nodes), pays InfiniBand/RoCE bandwidth: the planner
 sees that.
+
+Across nodes a collective is charged one NIC's bandwidth per rank (the profile's inter_node, per GPU),
+unless the profile's inter-node tier sets aggregate_nics: NCCL can run a collective over every NIC its ranks
+on a node own, one ring per channel, each entering and leaving the node through a different NIC and passing
+the node's GPUs over NVLink ("data can flow from the NIC to the nearest GPU, go through all the other GPUs
+through NVLink, then exit from the last GPU, back to the NIC. And we can have 4 of those flows running
+concurrently", NVIDIA/nccl#412; "on an Nvidia DGX-A100 system we have 8x200Gbit/s IB cards and we measure
+192GB/s AllReduce BusBW", NVIDIA/nccl#812, where one card carries 25 GB/s).  Then a group with k ranks on each
+node moves its ring at k times the per-GPU bandwidth, up to the node's fabric: a data-parallel group of every
+GPU (FSDP over 64 GPUs) at the NVLink rate, one with a rank per node (beside tp 8) at one NIC's.  Which the
+published runs saw is split (benchmarks/nic_aggregation.py): MosaicML's 2023 FSDP runs need it (MPT-13B at
+mbs 2 ran as fast a GPU on 64 H100s as on 8, over 120 GB/s of gathers a GPU), the Selene and EOS runs the
+profiles are fitted and checked on fit without it (DeepSpeed's 2021 ZeRO-3 rows ran at ~21 GB/s a GPU), so it
+is off by default.  Point-to-point transfers (pipeline sends) use their own GPU's NIC either way.
 """
 from __future__ import annotations
 
 import numpy as np
 
 
-def tier_params(hw, inside_node, size=None):
-    """(bandwidth, latency) of a group of `size` ranks: its node's fabric inside a node, the network across.
-    On a full mesh (xGMI: hw.nvlink.mesh_links) a group of k ranks drives k - 1 of the links and a
-    point-to-point transfer (size 2) one; a switch gives every group the full bandwidth."""
+def tier_params(hw, inside_node, size=None, local=1):
+    """(bandwidth, latency) of a group of `size` ranks: its node's fabric inside a node, the network across,
+    at `local` NICs' bandwidth for a group with that many ranks on each node (ranks_per_node), no faster than
+    the node's fabric, where the profile's inter-node tier aggregates NICs (one NIC otherwise).  On a full mesh (xGMI: hw.nvlink.mesh_links) a group of k ranks drives k - 1 of the
+    links and a point-to-point transfer (size 2) one; a switch gives every group the full bandwidth."""
     intra = hw.nvlink.bytes_per_s
     links = hw.nvlink.mesh_links
     if links and size is not None:
         intra = intra * np.clip(np.asarray(size) - 1, 1, links) / links
-    bw = np.where(inside_node, intra, hw.inter_node.bytes_per_s)
+    nics = np.asarray(local) if hw.inter_node.aggregate_nics else 1
+    bw = np.where(inside_node, intra, np.minimum(intra, nics * hw.inter_node.bytes_per_s))
     lat = np.where(inside_node, hw.nvlink.latency_s, hw.inter_node.latency_s)
     return bw, lat
 
@@ -38,6 +54,15 @@ def group_inside_node(hw, stride, size, gpus=None):
     gpn = hw.gpus_per_node
     one_node = False if gpus is None else np.asarray(gpus) <= gpn
     return (span <= gpn) & ((gpn % np.maximum(span, 1) == 0) | one_node)
+
+
+def ranks_per_node(hw, stride, size):
+    """Ranks of each group of `size` ranks `stride` apart on one node, where the groups tile the nodes
+    (stride divides gpus_per_node); 1 otherwise (a group with a rank per node, or one split unevenly: the
+    node holding fewest of its ranks sets the pace, taken as one)."""
+    s = np.maximum(np.asarray(stride), 1)
+    gpn = hw.gpus_per_node
+    return np.where((s < gpn) & (gpn % s == 0), np.minimum(np.asarray(size), gpn // s), 1)
 
 
 def all_reduce(nbytes, n, bw, lat):

@@ -18,6 +18,7 @@ class Tier:
     bytes_per_s: float  # achievable: link bandwidth x efficiency
     latency_s: float
     mesh_links: int = 0  # a full mesh of this many links (xGMI); 0 = a switch
+    aggregate_nics: bool = False  # inter-node: a group's ranks on a node pool their NICs (NetworkTier.aggregate_nics)
 
 
 # what `parplan calibrate` writes into a CPU self-calibration's `measured` (both modes): a profile for tool tests
@@ -103,7 +104,7 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         gpus_per_node=gpus_per_node or profile.gpus_per_node,
         nvlink=Tier(profile.nvlink.gbytes_per_s * GB * profile.nvlink.efficiency, profile.nvlink.latency_s,
                     profile.nvlink.mesh_links or 0),
-        inter_node=Tier(inter_bw, inter.latency_s),
+        inter_node=Tier(inter_bw, inter.latency_s, aggregate_nics=bool(inter.aggregate_nics)),
         host_memory_bytes_per_node=profile.host_memory_gbytes_per_node * GB,
         host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,
         host_memory_bytes_per_s_per_node=profile.host_memory_gbytes_per_s_per_node * GB,

@@ -158,7 +158,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # the forward is recomputed; with SP each becomes all-gather + reduce-scatter of the same
     # total volume (Korthikanti 2022 sec. 4.2.2).
     tp_in = comm.group_inside_node(hw, 1, tp, lay.gpus)
-    tp_bw, tp_lat = comm.tier_params(hw, tp_in, tp)
+    tp_bw, tp_lat = comm.tier_params(hw, tp_in, tp, comm.ranks_per_node(hw, 1, tp))
     msg = tokens_mb * m.hidden * act_b
     t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
     n_coll = 4 + 2 * full + op
@@ -196,7 +196,8 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # attention op (parplan's runtime: its K projection is recomputed), not where it runs inside an attention
     # op the policy saves (torchtitan's SDPA under torch's context parallelism).
     cp_in = comm.group_inside_node(hw, tp, cp, lay.gpus)
-    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp)
+    cp_local = comm.ranks_per_node(hw, tp, cp)
+    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, cp_local)
     kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
     cp_saved = np.asarray(tr.cp_saves_gathered_kv)
@@ -312,8 +313,12 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     dpcp_in = np.where(np.asarray(pp) == 1, comm.group_inside_node(hw, tp, cp * dp, lay.gpus), cp_in & dp_in)
     dpcp = np.asarray(dp) * np.asarray(cp)
     shards = zero_shards(lay, tr)
-    sh_bw, sh_lat = comm.tier_params(hw, np.where(tr.zero_over_cp, dpcp_in, dp_in), shards)
-    dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp)
+    # ranks of a dp (dp x cp) group on one node, for the NICs its rings use across nodes
+    dp_local = comm.ranks_per_node(hw, tp * cp * pp, dp)
+    dpcp_local = np.where(np.asarray(pp) == 1, comm.ranks_per_node(hw, tp, cp * dp), cp_local * dp_local)
+    sh_bw, sh_lat = comm.tier_params(hw, np.where(tr.zero_over_cp, dpcp_in, dp_in), shards,
+                                     np.where(tr.zero_over_cp, dpcp_local, dp_local))
+    dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local)
     grad_bytes = stage_params * rec["grad"]
     w_bytes = stage_params * rec["weight"]
     ar_t, ar_moved = comm.all_reduce(grad_bytes, dpcp, dpcp_bw, dpcp_lat)  # ZeRO-0: over dp x cp everywhere
@@ -393,7 +398,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # sharding over dp only (parplan's runtime), after the dp reduction the cp replicas average what each rank
     # holds with an all-reduce over cp, on the critical path: ZeRO-1 the full gradients, ZeRO-2 (which drops
     # the others' pieces) and FSDP2 their 1/dp
-    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp)
+    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, cp_local)
     cp_avg_t, cp_avg_moved = comm.all_reduce(grad_bytes / np.where(zero >= 2, dp, 1), cp, cp_bw, cp_lat)
     cp_apart = (zero >= 1) & ~np.asarray(tr.zero_over_cp)
     dp_exposed = dp_exposed + np.where(cp_apart, cp_avg_t, 0.0)

@@ -460,6 +460,12 @@ class NetworkTier(Strict):
         None, gt=0, description="A full mesh of this many equal links per GPU (AMD's xGMI) instead of a switch: a group "
         "of k ranks inside a node drives k - 1 of them, a point-to-point transfer one (gbytes_per_s is the sum over "
         "all).  None = a switch (NVSwitch): every group gets the full bandwidth.")
+    aggregate_nics: Optional[bool] = Field(
+        None, description="Inter-node tier only: a collective across nodes runs over the NICs of all its ranks on a "
+        "node (NCCL's rings each leave the node through a different NIC, NVIDIA/nccl#412), so a group with k ranks "
+        "a node moves at k x gbytes_per_s, up to the node's fabric.  False or unset = one NIC's bandwidth per rank, as the "
+        "published Megatron (Selene, EOS) and DeepSpeed runs the profiles are checked on ran "
+        "(benchmarks/nic_aggregation.py scores both).")
 
 
 class HardwareProfile(Strict):

@@ -22,8 +22,8 @@ node moves its ring at k times the per-GPU bandwidth, up to the node's fabric: a
 GPU (FSDP over 64 GPUs) at the NVLink rate, one with a rank per node (beside tp 8) at one NIC's.  Which the
 published runs saw is split (benchmarks/nic_aggregation.py): MosaicML's 2023 FSDP runs need it (MPT-13B at
 mbs 2 ran as fast a GPU on 64 H100s as on 8, over 120 GB/s of gathers a GPU), the Selene and EOS runs the
-profiles are fitted and checked on fit without it (DeepSpeed's 2021 ZeRO-3 rows ran at ~21 GB/s a GPU), so it
-is off by default.  Point-to-point transfers (pipeline sends) use their own GPU's NIC either way.
+profiles are fitted and checked on fit without it (DeepSpeed's 2021 ZeRO-3 rows ran at ~21 GB/s a GPU, as its
+stage-3 gather of that time did even over NVLink: deepspeedai/DeepSpeed#1174, #1188), so it is off by default.  Point-to-point transfers (pipeline sends) use their own GPU's NIC either way.
 """
 from __future__ import annotations
 

@@ -79,7 +79,8 @@ def _by_recompute(per_mode: dict) -> np.ndarray:
 
 
 def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | None = None,
-                           inter_node_gbytes_per_s: float | None = None) -> HardwareConstants:
+                           inter_node_gbytes_per_s: float | None = None,
+                           aggregate_nics: bool | None = None) -> HardwareConstants:
     """Convert a HardwareProfile (planner.schema) to SI units for one dtype, applying CLI overrides."""
     peaks = profile.peak_dense_tflops
     if dtype not in peaks:
@@ -104,7 +105,7 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         gpus_per_node=gpus_per_node or profile.gpus_per_node,
         nvlink=Tier(profile.nvlink.gbytes_per_s * GB * profile.nvlink.efficiency, profile.nvlink.latency_s,
                     profile.nvlink.mesh_links or 0),
-        inter_node=Tier(inter_bw, inter.latency_s, aggregate_nics=bool(inter.aggregate_nics)),
+        inter_node=Tier(inter_bw, inter.latency_s, aggregate_nics=bool(inter.aggregate_nics if aggregate_nics is None else aggregate_nics)),
         host_memory_bytes_per_node=profile.host_memory_gbytes_per_node * GB,
         host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,
         host_memory_bytes_per_s_per_node=profile.host_memory_gbytes_per_s_per_node * GB,

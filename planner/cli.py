@@ -220,6 +220,9 @@ _MODEL_OPTIONS = [
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
+    ("pool_nics", Optional[bool], None, ("--pool-nics/--one-nic-per-rank",), "Collectives across nodes run over all "
+     "the NICs their ranks on a node own (NCCL's multi-NIC rings: FSDP over nodes near NVLink speed) or one NIC per "
+     "rank [default: the profile's inter_node.aggregate_nics; off in the shipped profiles]."),
     ("seq_len", Optional[int], None, ("--seq-len",), f"Tokens per sequence [default: {DEFAULT_SEQ_LEN}, or a GPT "
      "model's learned positions where fewer]."),
     ("global_batch_size", Optional[int], None, ("--global-batch-size",), f"Sequences per optimizer step [default: {DEFAULT_GLOBAL_BATCH}]."),
@@ -347,7 +350,7 @@ def _prepare(opts, gpus: int | None = None):
     kwargs = dict(hardware=o.hardware, seq_len=o.seq_len, global_batch_size=o.global_batch_size, dtype=o.dtype,
                   clip_grad=o.clip_grad or None,
                   precision=o.precision, gpus_per_node=o.gpus_per_node,
-                  inter_node_gbytes_per_s=o.inter_node_bandwidth, tokens=n_tokens, pins=pins, framework=o.framework,
+                  inter_node_gbytes_per_s=o.inter_node_bandwidth, aggregate_nics=o.pool_nics, tokens=n_tokens, pins=pins, framework=o.framework,
                   **{k: getattr(o, k) for k in STACK_FLAGS if getattr(o, k) is not None})
     return spec, kwargs
 
@@ -638,6 +641,7 @@ def _runner_up(source, plan):
         best = do_recommend(plan.model, hw.gpus, hardware=hw.name, seq_len=tr.seq_len,
                             global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
                             gpus_per_node=hw.gpus_per_node, inter_node_gbytes_per_s=hw.inter_node_gbytes_per_s,
+                            aggregate_nics=hw.aggregate_nics,
                             **stack_flags(tr), top_k=3, suggest=False)
     except (NothingFits, PlannerError):
         return None
@@ -931,13 +935,15 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
     t = Table(title="hardware profiles", title_justify="left",
               caption="sustained: the share of the isolated-kernel matmul curve a long training run keeps, fitted on "
                       "a published table (A100: SC21 Table 1; H100, and H200 reusing it: Megatron-Core 2024); "
-                      "1 = not calibrated to training runs, so likely optimistic", caption_justify="left")
+                      "1 = not calibrated to training runs, so likely optimistic; inter-node GB/s is per GPU ('pooled': a "
+                      "group's ranks on a node share their NICs, inter_node.aggregate_nics)", caption_justify="left")
     for c in ("name", "bf16 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "NVLink GB/s", "inter-node GB/s", "sustained"):
         t.add_column(c, justify="left" if c == "name" else "right")
     for name in hardware_profiles.list_profiles():
         p = hardware_profiles.load_profile(name)
         t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{p.hbm_gbytes:g} GB", f"{p.hbm_gbytes_per_s:g}",
-                  str(p.gpus_per_node), f"{p.nvlink.gbytes_per_s:g}", f"{p.inter_node.gbytes_per_s:g}",
+                  str(p.gpus_per_node), f"{p.nvlink.gbytes_per_s:g}",
+                  f"{p.inter_node.gbytes_per_s:g}" + (" pooled" if p.inter_node.aggregate_nics else ""),
                   f"{p.sustained_matmul_fraction:g}")
     _out().print(t)
 

@@ -202,7 +202,8 @@ def training_consts(tr: Training) -> TrainingConsts:
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):
     try:
-        return constants_from_profile(profile, dtype, hw_ref.gpus_per_node, hw_ref.inter_node_gbytes_per_s)
+        return constants_from_profile(profile, dtype, hw_ref.gpus_per_node, hw_ref.inter_node_gbytes_per_s,
+                                      hw_ref.aggregate_nics)
     except ValueError as e:
         raise PlannerError(str(e)) from None
 
@@ -374,7 +375,7 @@ def prediction_differs(old: Prediction, new: Prediction) -> bool:
 def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
               global_batch_size: int = DEFAULT_GLOBAL_BATCH, dtype: str = "bf16", precision: str = "master-weights",
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
-              tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
+              aggregate_nics: bool | None = None, tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, suggest: bool = True, framework: str = "parplan",
               clip_grad: float | None = DEFAULT_CLIP_GRAD, **stack) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
@@ -391,7 +392,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     pins = pins or Pins()
     profile = load_hardware(hardware)
     hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,
-                         inter_node_gbytes_per_s=inter_node_gbytes_per_s)
+                         inter_node_gbytes_per_s=inter_node_gbytes_per_s, aggregate_nics=aggregate_nics)
     spec = with_param_count(model, seq_len)
     unknown = set(stack) - set(STACK_FLAGS)
     if unknown:
@@ -651,7 +652,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
     out = []
     common = dict(hardware=hw_ref.name, seq_len=training.seq_len, dtype=training.dtype, precision=training.precision,
                   gpus_per_node=hw_ref.gpus_per_node, inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s,
-                  **stack_flags(training), top_k=1, suggest=False)
+                  aggregate_nics=hw_ref.aggregate_nics, **stack_flags(training), top_k=1, suggest=False)
     for b in (_nearby_batches(training.global_batch_size, gpus, pins) if batch_rejected else []):
         try:
             rec = recommend(spec, gpus, global_batch_size=b, pins=pins, **common)

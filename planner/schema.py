@@ -159,6 +159,7 @@ class HardwareRef(Strict):
     gpus: int = Field(gt=0, description="Total GPUs in the job.")
     gpus_per_node: int = Field(gt=0, description="GPUs per node (NVLink domain).")
     inter_node_gbytes_per_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="Override of the profile's inter-node bandwidth, GB/s per GPU per direction.")
+    aggregate_nics: Optional[bool] = Field(None, description="Override of the profile's inter_node.aggregate_nics: a collective's ranks on a node pool their NICs (None: the profile's).")
 
 
 class Training(Strict):

@@ -109,3 +109,22 @@ def test_the_published_13b_rows_need_pooled_nics():
         path.write_text(_pooled(prof).model_dump_json())
         pooled = run_query(q, hardware_override=str(path))
     assert abs(metric_value(pooled, q) - q.published) / q.published < 0.15
+
+
+def test_pool_nics_flag_is_recorded_and_followed_by_evaluate(tmp_path, capsys):
+    """`--pool-nics` overrides the profile, lands in the plan's hardware, and a plan file evaluated again keeps it."""
+    from planner.cli import main
+    argv = ["recommend", "--model", "llama3-8b", "--gpus", "64", "--seq-len", "2048", "--tp", "1", "--pp", "1",
+            "--zero", "3", "--recompute", "none", "--mbs", "2", "--json"]
+    assert main(argv) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main(argv + ["--pool-nics"]) == 0
+    out = capsys.readouterr().out
+    pooled = json.loads(out)
+    assert one["hardware"]["aggregate_nics"] is None and pooled["hardware"]["aggregate_nics"] is True
+    assert pooled["prediction"]["step_time_s"] < 0.8 * one["prediction"]["step_time_s"]
+    path = tmp_path / "plan.json"
+    path.write_text(out)
+    assert main(["evaluate", str(path), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["prediction"]["step_time_s"] == pytest.approx(pooled["prediction"]["step_time_s"], rel=1e-9)

@@ -197,7 +197,10 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # op the policy saves (torchtitan's SDPA under torch's context parallelism).
     cp_in = comm.group_inside_node(hw, tp, cp, lay.gpus)
     cp_local = comm.ranks_per_node(hw, tp, cp)
-    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, cp_local)
+    # a collective's ranks on a node may pool their NICs (comm.tier_params); Megatron's ring attention passes K/V
+    # point to point, each rank over its own NIC (torch's all-gather rotater and the all-gather CP are collectives)
+    ring_p2p = np.asarray(tr.overlap_cp_comm) & ~np.asarray(tr.cp_overlap_local_chunk_only)
+    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, np.where(ring_p2p, 1, cp_local))
     kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
     cp_saved = np.asarray(tr.cp_saves_gathered_kv)

@@ -128,3 +128,21 @@ def test_pool_nics_flag_is_recorded_and_followed_by_evaluate(tmp_path, capsys):
     assert main(["evaluate", str(path), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["prediction"]["step_time_s"] == pytest.approx(pooled["prediction"]["step_time_s"], rel=1e-9)
+
+
+def test_ring_attention_sends_point_to_point_the_all_gather_pools():
+    """Context parallelism over two nodes (cp 16, 8 ranks a node): Megatron's ring attention passes K/V point to point,
+    each rank over its own NIC, so pooling leaves its K/V exchange alone; the all-gather CP (Llama 3, parplan's
+    runtime) is a collective and pools.  The gradient reduction over cp pools in both."""
+    spec = ModelSpec(arch="llama", layers=8, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256)
+    m = ModelDims.from_spec(spec, 131072)
+    lay = Layout(gpus=16, tp=1, pp=1, dp=1, cp=16, vpp=1, mbs=1, zero=1, recompute=REC_NONE, sp=0, schedule=1,
+                 offload=0)
+
+    def cp_comm(ring, aggregate):
+        tr = TrainingConsts(global_batch_size=1, dtype="bf16", precision="master-weights", flash_attention=True,
+                            overlap_grad_reduce=True, overlap_tp_comm=False, overlap_cp_comm=ring)
+        return float(evaluate(m, tr, _hw(aggregate), lay)["cp_comm_s"])
+
+    assert cp_comm(True, True) == cp_comm(True, False) > 0
+    assert cp_comm(False, True) < 0.5 * cp_comm(False, False)

@@ -130,10 +130,15 @@ def test_explain_json_and_text(plan_file, capsys):
     # the parts and what they leave out (the table's "other" row) make the step
     assert sum(d["time"]["parts_s"].values()) + d["time"]["remainder_s"] == pytest.approx(d["time"]["step_time_s"],
                                                                                           rel=1e-9)
+    # each part is the plan's own prediction of it, and the remainder (embedding, head, casts) a small share
+    pa = json.loads(open(plan_file).read())["prediction"]
+    for part, value in d["time"]["parts_s"].items():
+        assert value == pytest.approx(pa["time_breakdown"][f"{part}_s"], rel=1e-9, abs=1e-12), part
+    assert d["time"]["step_time_s"] == pytest.approx(pa["step_time_s"], rel=1e-9)
+    assert abs(d["time"]["remainder_s"]) <= 0.03 * pa["step_time_s"]
     ru = d["runner_up"]
     assert ru is not None and ru["changes"], "runner-up must differ from the plan"
     # the runner-up against this plan, signs included (the plan file's own prediction is the base)
-    pa = json.loads(open(plan_file).read())["prediction"]
     assert ru["relative_step_time"] == pytest.approx(ru["step_time_s"] / pa["step_time_s"] - 1)
     assert ru["delta_step_time_s"] == pytest.approx(ru["step_time_s"] - pa["step_time_s"])
     assert ru["delta_memory_bytes"] == pytest.approx(ru["memory_total_bytes"] - pa["memory_bytes_per_gpu"]["total"])

@@ -403,7 +403,6 @@ def test_zbv_runs_the_head_on_rank_0():
     got = {}
     for name, sch, v in (("1f1b", 1, 1), ("interleaved", 2, 2), ("zbv", 4, 2)):
         lay = _lay(gpus=16, tp=1, pp=4, dp=4, vpp=v, schedule=sch)
-        assert lay.schedule == sch
         got[name] = (evaluate(m, tr, hw, lay), [float(x) for x in rank_params(m, lay)])
     for name, (met, (first, mid, last)) in got.items():
         # ZeRO-0 all-reduces the heaviest rank's fp32 gradients over dp 4: 2 x 3/4 of them

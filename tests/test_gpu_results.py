@@ -88,6 +88,25 @@ def test_one_microbatch_gradients_grow_as_activations_are_freed():
     assert one.total == pytest.approx(max(blocks_bwd, loss_bwd), rel=1e-9)
 
 
+
+def test_blocks_backward_peak_holds_only_the_first_gradients():
+    """With a small vocabulary (a small loss) and no recompute, the blocks' backward sets the one-micro-batch peak:
+    every saved activation beside the first gradients made (the head's and one block's), not the whole buffer."""
+    spec = SPEC.model_copy(update={"vocab": 1024})
+    m = ModelDims.from_spec(spec, 2048)
+    g_early = 4 * (float(layer_params_per_gpu(m, 1)) + float(head_params_per_gpu(m, 1, 1)))  # fp32 grads
+    one = recommend(spec, gpus=1, seq_len=2048, global_batch_size=2, suggest=False, fused_cross_entropy=False,
+                    cross_entropy_16bit_grad=False,
+                    pins=Pins(tp=1, pp=1, dp=1, cp=1, mbs=2, zero=0, recompute="none", offload="none")
+                    ).prediction.memory_bytes_per_gpu
+    tokens = 2 * 2048
+    acts = one.activations - (tokens * 1024 * 12 + tokens * 2 * spec.hidden * 2)  # less the loss's backward
+    blocks_bwd = one.weights + one.optimizer + acts + g_early + one.other
+    assert blocks_bwd > one.weights + one.optimizer + one.activations  # not the loss's moment
+    assert g_early < one.grads
+    assert one.total == pytest.approx(blocks_bwd, rel=1e-9)
+
+
 # ---------------------------------------------------------------------------------------------- host bound
 
 def _with_host(tmp_path, host: dict) -> str:

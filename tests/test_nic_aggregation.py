@@ -45,6 +45,11 @@ def test_tier_bandwidth_across_nodes():
     assert float(comm.tier_params(on, False, 64, 4)[0]) == pytest.approx(min(4 * nic, nvl))
     assert float(comm.tier_params(on, False, 64, 8)[0]) == pytest.approx(min(8 * nic, nvl))
     assert float(comm.tier_params(on, False, 64, 1)[0]) == pytest.approx(nic)
+    # NICs faster than the fabric (8 x 100 GB/s past NVLink's 360): the fabric bounds the ring
+    fat = replace(on, inter_node=replace(on.inter_node, bytes_per_s=100e9))
+    assert 8 * 100e9 > nvl
+    assert float(comm.tier_params(fat, False, 64, 8)[0]) == pytest.approx(nvl)
+    assert float(comm.tier_params(fat, False, 64, 2)[0]) == pytest.approx(min(2 * 100e9, nvl))
     # inside a node nothing changes
     assert float(comm.tier_params(on, True, 8, 8)[0]) == pytest.approx(nvl)
 
@@ -139,10 +144,12 @@ def test_ring_attention_sends_point_to_point_the_all_gather_pools():
     lay = Layout(gpus=16, tp=1, pp=1, dp=1, cp=16, vpp=1, mbs=1, zero=1, recompute=REC_NONE, sp=0, schedule=1,
                  offload=0)
 
-    def cp_comm(ring, aggregate):
+    def comm_s(ring, aggregate, part="cp_comm_s"):
         tr = TrainingConsts(global_batch_size=1, dtype="bf16", precision="master-weights", flash_attention=True,
                             overlap_grad_reduce=True, overlap_tp_comm=False, overlap_cp_comm=ring)
-        return float(evaluate(m, tr, _hw(aggregate), lay)["cp_comm_s"])
+        return float(evaluate(m, tr, _hw(aggregate), lay)[part])
 
-    assert cp_comm(True, True) == cp_comm(True, False) > 0
-    assert cp_comm(False, True) < 0.5 * cp_comm(False, False)
+    assert comm_s(True, True) == comm_s(True, False) > 0
+    assert comm_s(False, True) < 0.5 * comm_s(False, False)
+    for ring in (True, False):
+        assert comm_s(ring, True, "dp_comm_s") < 0.5 * comm_s(ring, False, "dp_comm_s")

@@ -124,6 +124,11 @@ def test_explain_time_rows_sum_to_the_step(plans, kind):
     _sums_to([r[1] for r in body[:-1]], body[-1][1])
     shares = [float(r[2].rstrip("%")) for r in body[:-1]]
     assert sum(shares) == pytest.approx(100.0, abs=0.05 * len(shares) + 1e-9)
+    # the rows are the plan's predicted parts (a sum that closes by construction proves nothing about them)
+    tb = plan.prediction.time_breakdown
+    for part, value in data["time"]["parts_s"].items():
+        assert value == pytest.approx(getattr(tb, f"{part}_s"), rel=1e-9, abs=1e-12), part
+    assert abs(data["time"]["remainder_s"]) <= 0.05 * plan.prediction.step_time_s
     # the JSON explanation is unchanged: the seven named parts, no remainder key
     assert set(data["time"]["parts_s"]) == {"compute", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "bubble",
                                             "optimizer"}

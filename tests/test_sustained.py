@@ -34,14 +34,23 @@ def _script(name: str):
 def test_measure_sustained_on_the_cpu():
     import torch
     dev = torch.device("cpu")
-    row = {"m": 256, "k": 256, "n": 512, "tflops": 0.02}
+    # an isolated rate far below what even a loaded 2-core CPU does (1e-4 TFLOP/s): the fraction is capped at 1
+    row = {"m": 256, "k": 256, "n": 512, "tflops": 1e-4}
     sus = measure_sustained(torch, dev, row, "fp32", seconds=0.3, window_s=0.05)
     assert len(sus["windows"]) >= 2
     assert all(w["tflops"] > 0 and "sm_mhz" not in w for w in sus["windows"])  # no telemetry on a CPU
     assert [w["t_s"] for w in sus["windows"]] == sorted(w["t_s"] for w in sus["windows"])
     assert sus["windows"][-1]["t_s"] >= 0.3
-    # the fraction is steady over isolated, capped at 1 (the isolated rate given here is far below a real one)
-    assert sus["fraction"] == 1.0 and sus["steady_tflops"] > 0.02
+    assert sus["fraction"] == 1.0 and sus["steady_tflops"] > 1e-4
+    # steady is the median of the last third of the windows
+    rates = [w["tflops"] for w in sus["windows"]]
+    tail = sorted(rates[len(rates) - max(1, len(rates) // 3):])
+    mid = len(tail) // 2
+    assert sus["steady_tflops"] == pytest.approx(tail[mid] if len(tail) % 2 else (tail[mid - 1] + tail[mid]) / 2)
+    # an isolated rate above what this CPU sustains (0.5 TFLOP/s): fraction = steady / isolated, below 1
+    fast = measure_sustained(torch, dev, {**row, "tflops": 0.5}, "fp32", seconds=0.1, window_s=0.005)
+    assert fast["steady_tflops"] < 0.5
+    assert fast["fraction"] == pytest.approx(fast["steady_tflops"] / 0.5, rel=1e-12) and fast["fraction"] < 1
     assert _gpu_telemetry(torch, dev) is None
     note = sustained_note(sus)
     assert "256x256x512" in note and "sustained_matmul_fraction 1" in note and "nvidia-smi" not in note

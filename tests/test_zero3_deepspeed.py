@@ -103,6 +103,13 @@ def test_per_weight_schedule_limits():
     comm_s -= comm.all_gather(w[-1] * 2, 1536, bw, lat)[0]
     out = evaluate(m, tr, slow, lay)
     assert out["dp_comm_s"] > 0.9 * comm_s * 96
+    # exposed = communication - compute: twice the compute (half the sustained fraction) leaves the step as it was,
+    # the exposed communication shorter by exactly the added compute
+    slower = evaluate(m, tr, replace(slow, sustained=slow.sustained / 2), lay)
+    added = float(slower["compute_s"] - out["compute_s"])
+    assert added > 1.0
+    assert float(slower["step_time_s"]) == pytest.approx(float(out["step_time_s"]), rel=1e-12)
+    assert float(out["dp_comm_s"] - slower["dp_comm_s"]) == pytest.approx(added, rel=1e-9)
 
 
 def test_deepspeed_holds_two_weights_gathered_not_two_blocks():

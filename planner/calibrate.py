@@ -1398,6 +1398,25 @@ def fit_optimizer(runs: list[dict], profile, predict) -> tuple[float, float, int
     return 1.0 / inv_f, float(h), len(rows)
 
 
+def distinct_reports(reports: list[str]) -> tuple[list[str], list[str]]:
+    """The reports in order with repeats dropped (the same file by another path, or a byte-identical copy), and the
+    paths dropped.  A file that cannot be read is kept: read_report says why."""
+    import hashlib
+    seen, kept, repeated = set(), [], []
+    for r in reports:
+        try:
+            key = hashlib.sha256(Path(r).read_bytes()).hexdigest()
+        except OSError:
+            kept.append(r)
+            continue
+        if key in seen:
+            repeated.append(r)
+        else:
+            seen.add(key)
+            kept.append(r)
+    return kept, repeated
+
+
 def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | None = None, console=None):
     """Refit a profile from launch reports: first the optimizer step (optimizer_bandwidth_fraction,
     optimizer_host_per_tensor_s) on the one-rank reports that carry the after-backward phase, then
@@ -1406,6 +1425,10 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     the calibrate probe measures it on a tiny model), then memory_reserve_gbytes.
     Returns (path, profile, rows) with one row per report (predictions before/after)."""
     console = console or _console()
+    reports, repeated = distinct_reports(reports)
+    if repeated:  # a report counted twice would weigh its run twice in every fit
+        console.print(f"note: {len(repeated)} report{'s' if len(repeated) > 1 else ''} given more than once, counted "
+                      f"once: {', '.join(repeated)}", markup=False, highlight=False, soft_wrap=True)
     runs = [read_report(r) for r in reports]
     from .launch import gpu_family
     kinds = collections.Counter(gpu_family(r["device"]) or r["device"] for r in runs)

@@ -691,10 +691,13 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
                        + (f"; without {' '.join(dropped)}" if dropped else "") + ")")
         except (NothingFits, PlannerError):
             pass
-    # scan growing GPU counts (powers of two and whole nodes), capped to keep suggestions fast: with the
-    # degree pins kept (dp aside, which the count changes), then, if none fits, without them (said so)
-    kept = replace(pins, dp=None)
-    for scan_pins in (kept, free) if kept != free else (free,):
+    # scan growing GPU counts (powers of two and whole nodes), capped to keep suggestions fast: with every degree
+    # pin kept, then without dp's (which the count would change), then without any (each drop said so)
+    scans = []
+    for scan in (pins, replace(pins, dp=None), free):
+        if scan not in scans:
+            scans.append(scan)
+    for scan_pins in scans:
         found = False
         for g in candidates[:64]:
             if training.global_batch_size < 1:
@@ -704,7 +707,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
             except (NothingFits, PlannerError):
                 continue
             r = rec.parallel
-            dropped = [f"--{k}" for k in ("tp", "pp", "cp", "vpp")
+            dropped = [f"--{k} {getattr(pins, k)}" for k in ("tp", "pp", "dp", "cp", "vpp")
                        if getattr(pins, k) is not None and getattr(scan_pins, k) is None]
             out.append(f"--gpus {g} fits (tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}, "
                        f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU"

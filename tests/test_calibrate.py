@@ -641,3 +641,19 @@ def test_host_block_estimate_keeps_the_median_pair():
     # one pair: no spread; a pair without forward/dispatch phases gives no share; a negative difference reads 0
     assert host_block_estimate([steady]) == (pytest.approx(0.002), pytest.approx(0.5), None)
     assert host_block_estimate([{"t": [0.02, 0.01], "f": None, "d": None}]) == (0.0, None, None)
+
+
+def test_a_report_given_twice_is_counted_once(tmp_path):
+    """`calibrate --from-run a.json a.json` (or a byte-identical copy) fits as `--from-run a.json`: a repeat had weighed
+    its run twice in every fit and made a two-point least squares of one run."""
+    from planner.calibrate import distinct_reports
+    a = tmp_path / "a.json"
+    a.write_text('{"x": 1}')
+    copy = tmp_path / "sub"
+    copy.mkdir()
+    (copy / "a.json").write_text('{"x": 1}')
+    b = tmp_path / "b.json"
+    b.write_text('{"x": 2}')
+    kept, repeated = distinct_reports([str(a), str(b), str(a), str(copy / "a.json"), str(tmp_path / "missing.json")])
+    assert kept == [str(a), str(b), str(tmp_path / "missing.json")]
+    assert repeated == [str(a), str(copy / "a.json")]

@@ -690,7 +690,7 @@ def test_zero_without_shards_is_not_searched():
 
 
 def test_nothing_fits_suggestions_keep_or_name_the_pins():
-    """A suggestion is followed as written: the --gpus one keeps the degree pins (dp aside) or says which it
+    """A suggestion is followed as written: the --gpus one keeps the degree pins (dp included) or says which it
     drops, and dropping a single pin that rules everything out is suggested on the same GPUs."""
     from planner.core import NothingFits
     spec = load_preset("llama3-8b")
@@ -712,6 +712,14 @@ def test_nothing_fits_suggestions_keep_or_name_the_pins():
     if "without" not in gpus[0]:  # following it works
         assert recommend(spec, g, global_batch_size=512, pins=Pins(pp=2, schedule="gpipe"), suggest=False,
                          **loss).parallel.pp == 2
+    # a pinned dp is kept by the --gpus suggestion (it had been dropped without a word, so following it failed)
+    with pytest.raises(NothingFits) as e:
+        recommend(load_preset("llama2-70b"), 8, pins=Pins(dp=2, zero=0))
+    gpus = [s for s in e.value.plan.suggestions if s.startswith("--gpus ")]
+    assert gpus and ("dp 2," in gpus[0] or "without --dp 2" in gpus[0]), gpus
+    if "without" not in gpus[0]:
+        g = int(gpus[0].split()[1])
+        assert recommend(load_preset("llama2-70b"), g, pins=Pins(dp=2, zero=0), suggest=False).parallel.dp == 2
 
 
 def test_search_audit_pins_and_framework_modes():

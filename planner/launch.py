@@ -889,6 +889,17 @@ def _placeholders(argv: list[str]) -> list[str]:
     return out
 
 
+def is_launch_report(path: Path) -> bool:
+    """True where `path` holds a report `parplan launch` wrote (a JSON object with the plan and the measured step),
+    which a run may replace; any other file it must not."""
+    import json
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "plan" in data and "steps" in data and "world_size" in data
+
+
 def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: bool = False, report: str | None = None,
            nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
            checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None,
@@ -956,6 +967,10 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         elif Path(report).name in ("plan.json", "torchrun.log"):
             checks.append(Check("report", False, f"--report {report}: the run writes its own {Path(report).name} "
                                 "there", "name the report report.json, e.g. runs/NAME/report.json"))
+        elif Path(report).is_file() and not is_launch_report(Path(report)):
+            checks.append(Check("report", False, f"--report {report} exists and is not a launch report, which the "
+                                "run would overwrite", "pass --report in a folder of its own, e.g. "
+                                "runs/NAME/report.json (a launch report there is replaced)"))
         elif plan_path.exists() and plan_path.read_text() != plan.model_dump_json(indent=2):
             checks.append(Check("report", False, f"{plan_path} exists and holds another plan, which the run would "
                                 f"overwrite (it writes plan.json and torchrun.log beside the report)",

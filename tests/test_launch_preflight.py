@@ -42,6 +42,22 @@ def test_dry_run_cpu_prints_every_check_and_the_command(plan8, capsys, tmp_path)
     assert not (tmp_path / "r").exists()  # a dry run writes nothing
 
 
+def test_a_report_path_holding_another_file_is_refused(plan8, capsys, tmp_path):
+    """--report naming a file that is not a launch report (a plan, notes) is refused: the run had replaced it without
+    a word.  A launch report there (the same command run again) is replaced as before."""
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"my": "notes"}')
+    assert L.launch(plan8, dry_run=True, device="cpu", report=str(mine)) == 0
+    err = capsys.readouterr().err
+    assert f"[FAIL] report: --report {mine} exists and is not a launch report" in err and "1 check(s) failed" in err
+    again = tmp_path / "r" / "report.json"
+    again.parent.mkdir()
+    again.write_text(json.dumps({"plan": {}, "steps": [], "world_size": 8}))
+    assert L.launch(plan8, dry_run=True, device="cpu", report=str(again)) == 0
+    assert "FAIL" not in capsys.readouterr().err
+    assert L.is_launch_report(again) and not L.is_launch_report(mine) and not L.is_launch_report(tmp_path / "none")
+
+
 def test_dry_run_with_failed_checks_shows_placeholders_not_none(plan8, capsys):
     """3 nodes for 8 ranks without an endpoint: the command names what is missing instead of printing
     --rdzv-endpoint None and --nproc-per-node 0, and the memory line does not count 0 ranks."""

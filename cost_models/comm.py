@@ -12,18 +12,20 @@ a node, or one that does not tile it (6 on 8-GPU nodes), pays InfiniBand/RoCE ba
 sees that.
 
 Across nodes a collective is charged one NIC's bandwidth per rank (the profile's inter_node, per GPU),
-unless the profile's inter-node tier sets aggregate_nics: NCCL can run a collective over every NIC its ranks
-on a node own, one ring per channel, each entering and leaving the node through a different NIC and passing
-the node's GPUs over NVLink ("data can flow from the NIC to the nearest GPU, go through all the other GPUs
-through NVLink, then exit from the last GPU, back to the NIC. And we can have 4 of those flows running
+unless the profile's inter-node tier sets aggregate_nics (or `--pool-nics`): NCCL can run a collective over
+every NIC its ranks on a node own, one ring per channel, each entering and leaving the node through a different
+NIC and passing the node's GPUs over NVLink ("data can flow from the NIC to the nearest GPU, go through all the
+other GPUs through NVLink, then exit from the last GPU, back to the NIC. And we can have 4 of those flows running
 concurrently", NVIDIA/nccl#412; "on an Nvidia DGX-A100 system we have 8x200Gbit/s IB cards and we measure
 192GB/s AllReduce BusBW", NVIDIA/nccl#812, where one card carries 25 GB/s).  Then a group with k ranks on each
-node moves its ring at k times the per-GPU bandwidth, up to the node's fabric: a data-parallel group of every
-GPU (FSDP over 64 GPUs) at the NVLink rate, one with a rank per node (beside tp 8) at one NIC's.  Which the
-published runs saw is split (benchmarks/nic_aggregation.py): MosaicML's 2023 FSDP runs need it (MPT-13B at
-mbs 2 ran as fast a GPU on 64 H100s as on 8, over 120 GB/s of gathers a GPU), the Selene and EOS runs the
-profiles are fitted and checked on fit without it (DeepSpeed's 2021 ZeRO-3 rows ran at ~21 GB/s a GPU, as its
-stage-3 gather of that time did even over NVLink: deepspeedai/DeepSpeed#1174, #1188), so it is off by default.  Point-to-point transfers (pipeline sends) use their own GPU's NIC either way.
+node moves its ring at k times the per-GPU bandwidth, up to the node's fabric: a data-parallel group of every GPU
+(FSDP over 64 GPUs) at 8 NICs' rate (H100: 8 x 44 = 352 GB/s against NVLink's 360; A100: 8 x 22 = 176 against
+234), one with a rank per node (beside tp 8) at one NIC's.  Which the published runs saw is split
+(benchmarks/nic_aggregation.py): MosaicML's 2023 FSDP runs suggest pooling (MPT-13B at micro-batch 2 ran as fast
+a GPU on 64 H100s as on 8, which takes at least 90-120 GB/s of FSDP traffic a GPU); the Selene and EOS runs the
+profiles are fitted and checked on are fitted better without it (DeepSpeed's 2021 ZeRO-3 rows ran at ~21 GB/s a
+GPU, as its stage-3 gather of that time did even over NVLink: deepspeedai/DeepSpeed#1174, #1188), so it is off
+by default.  Point-to-point transfers (pipeline sends, ring attention's K/V) use their own GPU's NIC either way.
 """
 from __future__ import annotations
 
@@ -31,16 +33,19 @@ import numpy as np
 
 
 def tier_params(hw, inside_node, size=None, local=1):
-    """(bandwidth, latency) of a group of `size` ranks: its node's fabric inside a node, the network across,
-    at `local` NICs' bandwidth for a group with that many ranks on each node (ranks_per_node), no faster than
-    the node's fabric, where the profile's inter-node tier aggregates NICs (one NIC otherwise).  On a full mesh (xGMI: hw.nvlink.mesh_links) a group of k ranks drives k - 1 of the
-    links and a point-to-point transfer (size 2) one; a switch gives every group the full bandwidth."""
+    """(bandwidth, latency) of a group of `size` ranks: its node's fabric inside a node; across nodes one NIC's
+    bandwidth, or where the profile's inter-node tier aggregates NICs, `local` NICs' for a group with that many ranks
+    on each node (ranks_per_node), no faster than the node's fabric and never slower than one NIC.  On a full mesh
+    (xGMI: hw.nvlink.mesh_links) a group of k ranks drives k - 1 of the links and a point-to-point transfer
+    (size 2) one; a switch gives every group the full bandwidth."""
     intra = hw.nvlink.bytes_per_s
     links = hw.nvlink.mesh_links
     if links and size is not None:
         intra = intra * np.clip(np.asarray(size) - 1, 1, links) / links
-    nics = np.asarray(local) if hw.inter_node.aggregate_nics else 1
-    bw = np.where(inside_node, intra, np.minimum(intra, nics * hw.inter_node.bytes_per_s))
+    inter = hw.inter_node.bytes_per_s
+    if hw.inter_node.aggregate_nics:  # never below one NIC (a point-to-point pair on a mesh drives one xGMI link)
+        inter = np.maximum(inter, np.minimum(intra, np.asarray(local) * inter))
+    bw = np.where(inside_node, intra, inter)
     lat = np.where(inside_node, hw.nvlink.latency_s, hw.inter_node.latency_s)
     return bw, lat
 
@@ -53,16 +58,19 @@ def group_inside_node(hw, stride, size, gpus=None):
     span = np.asarray(stride) * np.asarray(size)
     gpn = hw.gpus_per_node
     one_node = False if gpus is None else np.asarray(gpus) <= gpn
-    return (span <= gpn) & ((gpn % np.maximum(span, 1) == 0) | one_node)
+    # a group of one rank has nothing to send: inside its node whatever the stride
+    return ((span <= gpn) & ((gpn % np.maximum(span, 1) == 0) | one_node)) | (np.asarray(size) <= 1)
 
 
 def ranks_per_node(hw, stride, size):
-    """Ranks of each group of `size` ranks `stride` apart on one node, where the groups tile the nodes
-    (stride divides gpus_per_node); 1 otherwise (a group with a rank per node, or one split unevenly: the
-    node holding fewest of its ranks sets the pace, taken as one)."""
+    """The fewest ranks any node holds of a group of `size` ranks `stride` apart (the node that sets its ring's
+    pace), where stride divides gpus_per_node: gcd(size, gpus_per_node / stride), which is the group's share of a
+    node where groups tile the nodes (FSDP over 64: 8) and what a split group keeps on its emptier node (tp 6 on
+    8-GPU nodes: ranks 6-11 are 2 + 4, so 2; dp 12: 8 + 4, so 4).  1 where the stride does not divide a node
+    (counted as one NIC: a lower bound) or reaches past it (a rank per node)."""
     s = np.maximum(np.asarray(stride), 1)
     gpn = hw.gpus_per_node
-    return np.where((s < gpn) & (gpn % s == 0), np.minimum(np.asarray(size), gpn // s), 1)
+    return np.where(gpn % s == 0, np.gcd(np.asarray(size), gpn // s), 1)
 
 
 def all_reduce(nbytes, n, bw, lat):

@@ -221,7 +221,7 @@ _MODEL_OPTIONS = [
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
     ("pool_nics", Optional[bool], None, ("--pool-nics/--one-nic-per-rank",), "Collectives across nodes run over all "
-     "the NICs their ranks on a node own (NCCL's multi-NIC rings: FSDP over nodes near NVLink speed) or one NIC per "
+     "the NICs their ranks on a node own (NCCL's multi-NIC rings: FSDP over nodes at up to the node's fabric) or one NIC per "
      "rank [default: the profile's inter_node.aggregate_nics; off in the shipped profiles]."),
     ("seq_len", Optional[int], None, ("--seq-len",), f"Tokens per sequence [default: {DEFAULT_SEQ_LEN}, or a GPT "
      "model's learned positions where fewer]."),

@@ -464,9 +464,9 @@ class NetworkTier(Strict):
     aggregate_nics: Optional[bool] = Field(
         None, description="Inter-node tier only: a collective across nodes runs over the NICs of all its ranks on a "
         "node (NCCL's rings each leave the node through a different NIC, NVIDIA/nccl#412), so a group with k ranks "
-        "a node moves at k x gbytes_per_s, up to the node's fabric.  False or unset = one NIC's bandwidth per rank, as the "
-        "published Megatron (Selene, EOS) and DeepSpeed runs the profiles are checked on ran "
-        "(benchmarks/nic_aggregation.py scores both).")
+        "a node moves at k x gbytes_per_s, up to the node's fabric.  False or unset = one NIC's bandwidth per rank, which "
+        "fits the published Megatron (Selene, EOS) and DeepSpeed runs the profiles are fitted and checked on better "
+        "(benchmarks/nic_aggregation.py scores both).  Not for the nvlink tier.")
 
 
 class HardwareProfile(Strict):
@@ -479,6 +479,14 @@ class HardwareProfile(Strict):
     @classmethod
     def _no_booleans_inside(cls, v):
         return _bool_in(v)
+
+    @field_validator("nvlink")
+    @classmethod
+    def _nvlink_pools_nothing(cls, v):
+        if v.aggregate_nics is not None:
+            raise ValueError("aggregate_nics is set under [nvlink]; it belongs under [inter_node] (whether a "
+                             "collective across nodes pools the NICs of its ranks on a node)")
+        return v
 
     @field_validator("peak_dense_tflops")
     @classmethod

@@ -36,6 +36,34 @@ def test_ranks_per_node_of_groups_that_tile_the_nodes():
     assert got.tolist() == [8, 4, 1, 1, 1, 4]
 
 
+def _fewest_on_a_node(stride, size, gpus, gpn=8):
+    """Brute force: over every group of `size` ranks `stride` apart (blocks of stride x size), the fewest ranks of
+    a group on any node it touches."""
+    fewest = size
+    for base in range(0, gpus, stride * size):
+        for off in range(stride):
+            ranks = [base + off + i * stride for i in range(size)]
+            nodes = {}
+            for r in ranks:
+                nodes[r // gpn] = nodes.get(r // gpn, 0) + 1
+            fewest = min(fewest, min(nodes.values()))
+    return fewest
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3, 4, 6, 8, 16])
+@pytest.mark.parametrize("size", [2, 3, 4, 6, 8, 12, 16, 24, 32])
+def test_ranks_per_node_never_counts_more_nics_than_a_node_gives(stride, size):
+    """A group split unevenly (tp 6 on 8-GPU nodes: ranks 6-11 are 2 + 4) paces its ring at its emptier node's
+    NICs: the code's count is never above the brute-force fewest, and equal to it where the stride divides a node."""
+    hw = _hw(True)
+    gpus = 48 * stride * size  # whole groups over whole nodes
+    true = _fewest_on_a_node(stride, size, gpus)
+    got = int(comm.ranks_per_node(hw, stride, size))
+    assert got <= true
+    if 8 % stride == 0:
+        assert got == true
+
+
 def test_tier_bandwidth_across_nodes():
     off, on = _hw(False), _hw(True)
     nic, nvl = on.inter_node.bytes_per_s, on.nvlink.bytes_per_s
@@ -52,6 +80,29 @@ def test_tier_bandwidth_across_nodes():
     assert float(comm.tier_params(fat, False, 64, 2)[0]) == pytest.approx(min(2 * 100e9, nvl))
     # inside a node nothing changes
     assert float(comm.tier_params(on, True, 8, 8)[0]) == pytest.approx(nvl)
+    # a group of one sends nothing: inside its node whatever its stride (a cp group beside dp 1 over pp stages)
+    assert bool(comm.group_inside_node(on, 16, 1, 64)) and not bool(comm.group_inside_node(on, 16, 2, 64))
+
+
+def test_one_nic_is_the_floor_on_a_mesh_node_whatever_the_option():
+    """MI300X's xGMI gives a pair of ranks one link (1/7 of the fabric); a faster NIC across nodes is still a NIC's
+    bandwidth, with pooling off (as before the option) and on."""
+    prof = load_profile("mi300x")
+    for pooled in (False, True):
+        hw = constants_from_profile(prof, "bf16", None, 100.0)
+        hw = replace(hw, inter_node=replace(hw.inter_node, aggregate_nics=pooled))
+        pair = float(comm.tier_params(hw, True, 2)[0])
+        assert pair < hw.inter_node.bytes_per_s
+        assert float(comm.tier_params(hw, False, 2, 1)[0]) == pytest.approx(hw.inter_node.bytes_per_s)
+
+
+def test_aggregate_nics_belongs_to_the_inter_node_tier():
+    from pydantic import ValidationError
+    from planner.schema import HardwareProfile
+    d = load_profile("h100-sxm-80gb").model_dump()
+    d["nvlink"]["aggregate_nics"] = True
+    with pytest.raises(ValidationError, match="belongs under \\[inter_node\\]"):
+        HardwareProfile.model_validate(d)
 
 
 def _fsdp(dp, tp=1):

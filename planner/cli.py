@@ -71,6 +71,8 @@ def parse_count(text: str, what: str) -> float:
         raise UserError(f"{what} must be a positive number, got {text!r}")
     if not match:
         raise UserError(f"{what} must be a number like 70e9 or 70B, got {text!r}")
+    if match.group(2) and re.search(r"[eE]", match.group(1)):  # 70e9B: 7e19, surely not what was meant
+        raise UserError(f"{what} {text!r} has both an exponent and a unit; give one, e.g. 70e9 or 70B")
     value = float(match.group(1)) * (mult[match.group(2).lower()] if match.group(2) else 1)
     if not math.isfinite(value) or value <= 0:
         raise UserError(f"{what} must be a positive number, got {text!r}")

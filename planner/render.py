@@ -154,6 +154,18 @@ def _window_text(plan: Plan) -> str:
                                                                       "over the whole prefix)")
 
 
+def _speedup_text(plan: Plan) -> str:
+    """The Amdahl line: none on one GPU (nothing is split, and below 1x there is offload or the optimizer, not
+    communication); on more, the speedup or what outweighs the split work."""
+    am, gpus = plan.prediction.amdahl, plan.hardware.gpus
+    if gpus == 1:
+        return "one GPU: no parallel speedup to report"
+    if am.speedup >= 1:
+        return f"Amdahl parallel fraction {am.parallel_fraction:.4f} -> speedup {am.speedup:.1f}x on {gpus} GPUs"
+    return (f"no parallel speedup: {am.speedup:.2f}x one GPU's compute on {gpus} GPUs (communication, offload and the "
+            "optimizer outweigh the split work)")
+
+
 def summary_lines(plan: Plan) -> list[str]:
     pr = plan.prediction
     m = plan.model
@@ -162,9 +174,7 @@ def summary_lines(plan: Plan) -> list[str]:
         f"model {m.name or m.arch}: {m.num_params / 1e9:.2f} B params, {m.layers} layers, hidden {m.hidden}, "
         f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}, vocab {m.vocab}" + _window_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
-        + (f"Amdahl parallel fraction {pr.amdahl.parallel_fraction:.4f} -> speedup {pr.amdahl.speedup:.1f}x on {plan.hardware.gpus} GPUs"
-         if pr.amdahl.speedup >= 1 else f"no parallel speedup: {pr.amdahl.speedup:.2f}x one GPU's compute on "
-         f"{plan.hardware.gpus} GPUs (communication outweighs the split work)"),
+        + _speedup_text(plan),
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
         f"{len(plan.parallel.stage_layers or [])} in all)",
         f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else f" (`parplan export --to {fw}`)"),

@@ -122,6 +122,7 @@ CASES = [
     (["recommend", "--params", "2e6", "--json"], 2, ["--params", "--layers"]),  # no standard shape that small
     (["recommend", "--params", "1e30", "--json"], 2, ["--params", "max"]),
     (["recommend", "--params", "1000", "--json"], 2, ["--params"]),
+    (["recommend", "--params", "70e9B", "--json"], 2, ["exponent and a unit", "70B"]),  # 7e19 was read
     (R + ["--seq-len", "0"], 2, ["--seq-len"]),
     (R + ["--global-batch-size", "0"], 2, ["--global-batch-size"]),
     (R + ["--hardware", "no-such-gpu"], 2, ["no-such-gpu", "available"]),
@@ -361,6 +362,10 @@ def test_a_layout_slower_than_one_gpu_has_no_amdahl_fraction(capsys):
     assert amdahl["parallel_fraction"] == 0.0 and 0 < amdahl["speedup"] < 1
     assert main(argv) == 0
     assert "no parallel speedup" in capsys.readouterr().out
+    # one GPU splits nothing: no speedup line blaming communication there is none of
+    assert main(["recommend", "--model", "gpt2", "--gpus", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "one GPU: no parallel speedup to report" in out and "communication" not in out
     assert main(["recommend", "--model", "llama3-8b", "--gpus", "16", "--json"]) == 0
     amdahl = json.loads(capsys.readouterr().out)["prediction"]["amdahl"]
     assert 0.9 < amdahl["parallel_fraction"] <= 1 and amdahl["speedup"] > 1

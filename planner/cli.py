@@ -704,12 +704,23 @@ def compare(
     if plan_a == "-" and plan_b == "-":
         raise UserError("only one of the two plans can come from stdin (-)")
     a, b = (_evaluated_as(which, path) for which, path in (("A", plan_a), ("B", plan_b)))
+    shape = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
+    same_name = (a.model.name or a.model.arch) == (b.model.name or b.model.arch)
+    ha, hb = a.hardware, b.hardware
     differ = [f"{what} ({x} vs {y})" for what, x, y in (
         ("model", a.model.name or a.model.arch, b.model.name or b.model.arch),
+        ("model shape", f"{a.model.num_params / 1e9:.2f} B", f"{b.model.num_params / 1e9:.2f} B")
+        if same_name and [getattr(a.model, k) for k in shape] != [getattr(b.model, k) for k in shape] else ("", 0, 0),
         ("seq_len", a.training.seq_len, b.training.seq_len),
-        ("global batch", a.training.global_batch_size, b.training.global_batch_size)) if x != y]
+        ("global batch", a.training.global_batch_size, b.training.global_batch_size),
+        ("dtype", a.training.dtype, b.training.dtype),
+        ("hardware", ha.name, hb.name),
+        ("GPUs per node", ha.gpus_per_node, hb.gpus_per_node),
+        ("inter-node GB/s", ha.inter_node_gbytes_per_s or "profile's", hb.inter_node_gbytes_per_s or "profile's"),
+        ("NIC pooling", {None: "profile's", True: "on", False: "off"}[ha.aggregate_nics],
+         {None: "profile's", True: "on", False: "off"}[hb.aggregate_nics])) if x != y]
     if differ:
-        _err(f"note: the plans differ in {', '.join(differ)}: their rows compare different jobs")
+        _err(f"note: the plans differ in {', '.join(differ)}: their rows compare different jobs or machines")
     rows = do_compare(a, b)
     if as_json:
         _write_json({"a": plan_a, "b": plan_b, "rows": rows})

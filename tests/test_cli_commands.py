@@ -400,6 +400,14 @@ def test_compare_names_the_plan_and_notes_different_jobs(tmp_path, capsys):
     assert rc == 0 and json.loads(out) and "differ in model" in err and "seq_len (64 vs 4096)" in err
     rc, _, err = _run(["compare", str(tmp_path / "a.json"), str(tmp_path / "bad.json")], capsys)
     assert rc == 2 and err.startswith(f"error: plan B ({tmp_path / 'bad.json'})")
+    # the same preset name and batch, another size (--params) or another machine: said too
+    for name, argv, said in (("p7", ["--params", "7e9"], None), ("p13", ["--params", "13e9"], "model shape"),
+                             ("a100", ["--params", "7e9", "--hardware", "a100-sxm-80gb", "--pool-nics"],
+                              "hardware (h100-sxm-80gb vs a100-sxm-80gb), NIC pooling (profile's vs on)")):
+        _, text, _ = _run(["recommend", *argv, "--gpus", "8", "--json"], capsys)
+        (tmp_path / f"{name}.json").write_text(text)
+        rc, _, err = _run(["compare", str(tmp_path / "p7.json"), str(tmp_path / f"{name}.json")], capsys)
+        assert rc == 0 and (said in err if said else "differ" not in err), (name, err)
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly():

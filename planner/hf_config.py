@@ -113,9 +113,11 @@ def _positive_int(cfg: dict, key: str, where: str, zero_is_none: bool = False):
     return int(v)
 
 
-def _get(cfg: dict, keys: tuple[str, ...], field: str, where: str, required: bool = True):
+def _get(cfg: dict, keys: tuple[str, ...], field: str, where: str, required: bool = True, used: dict | None = None):
     for k in keys:
         if cfg.get(k) is not None:
+            if used is not None:
+                used[field] = k  # the config's key, for an error about the value
             return cfg[k]
     if required:
         raise ValueError(f"{where}: missing required field {' / '.join(keys)} (for {field})")
@@ -146,17 +148,20 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # keys the file has win, explicit nulls included
 
     names = _FIELDS["llama" if model_type in LLAMA_LIKE else model_type]
-    layers = _get(cfg, names["layers"], "layers", where)
-    hidden = _get(cfg, names["hidden"], "hidden", where)
-    heads = _get(cfg, names["heads"], "heads", where)
-    vocab = _get(cfg, names["vocab"], "vocab", where)
-    kv_heads = _get(cfg, names["kv_heads"], "kv_heads", where, required=False) if names["kv_heads"] else None
+    used = {"head_dim": "head_dim", "tied_embeddings": "tie_word_embeddings"}  # parplan's field -> the config's key
+    if model_type == "gpt2":
+        used["max_seq_len"] = "n_positions"
+    layers = _get(cfg, names["layers"], "layers", where, used=used)
+    hidden = _get(cfg, names["hidden"], "hidden", where, used=used)
+    heads = _get(cfg, names["heads"], "heads", where, used=used)
+    vocab = _get(cfg, names["vocab"], "vocab", where, used=used)
+    kv_heads = _get(cfg, names["kv_heads"], "kv_heads", where, required=False, used=used) if names["kv_heads"] else None
     if kv_heads is None:
         kv_heads = heads  # multi-head attention when the config has no GQA field
     if model_type == "gpt2":
-        ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, required=False) or 4 * hidden  # GPT2Config: n_inner None -> 4*n_embd
+        ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, required=False, used=used) or 4 * hidden  # GPT2Config: n_inner None -> 4*n_embd
     else:
-        ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where)
+        ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, used=used)
     tied = cfg.get("tie_word_embeddings")
     if tied is None:
         tied = _TIED_DEFAULT[model_type]
@@ -275,5 +280,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ValueError(f"{where}: {loc + ': ' if loc else ''}{error_message(err)}") from None
+        if loc in used:  # name the key to fix in the file, and parplan's field it fills
+            loc = f"{used[loc]} (parplan's {loc})"
+        raise ValueError(f"{where}: {loc + ': ' if loc else ''}{error_message(err)}; correct it in the config") from None
     return with_param_count(spec, seq_len)

@@ -291,3 +291,18 @@ def test_wrong_types_and_dropped_biases_are_said():
     assert "partial_rotary_factor 0.75" in model_from_hf_config({**cfg, "partial_rotary_factor": 0.75}).source
     gemma2 = {**cfg, "model_type": "gemma2", "head_dim": 16, "attn_logit_softcapping": 50.0}
     assert "attn_logit_softcapping" in model_from_hf_config(gemma2).source
+
+
+@pytest.mark.parametrize("cfg, key, field", [
+    ({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 0, "vocab_size": 100,
+      "intermediate_size": 128}, "num_attention_heads", "heads"),
+    ({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+      "num_key_value_heads": 0, "vocab_size": 100, "intermediate_size": 128}, "num_key_value_heads", "kv_heads"),
+    ({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 0},
+     "n_positions", "max_seq_len"),
+])
+def test_a_bad_value_names_the_configs_key(cfg, key, field):
+    """The error names the key to fix in the file (it had named parplan's field only: 'heads: ...')."""
+    with pytest.raises(ValueError) as e:
+        model_from_hf_config(cfg)
+    assert f"{key} (parplan's {field})" in str(e.value) and "correct it in the config" in str(e.value)

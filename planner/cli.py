@@ -832,6 +832,10 @@ def validate(
         raise UserError(f"--reference-dir {reference_dir} is not a folder; give the folder of reference JSON files "
                         "(benchmarks/reference in a parplan checkout)")
     names = available_sets(directory)
+    if not names and directory is not None:
+        from .validate import ADAPTERS
+        raise UserError(f"--reference-dir {reference_dir} holds no known set file (the sets are named by their "
+                        f"adapter, e.g. {next(iter(ADAPTERS))}.json; known: {', '.join(ADAPTERS)})")
     if not names:
         raise UserError("no reference sets found; run from a parplan checkout or pass --reference-dir benchmarks/reference")
     if sets:

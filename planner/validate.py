@@ -618,6 +618,15 @@ def validate_all(names: list[str] | None = None, directory: Path | None = None,
                 data = json.load(f)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ReferenceFileError(f"reference set {path}: cannot read it as JSON ({e})") from None
+        from .schema import json_type_name
+        if not isinstance(data, dict):
+            raise ReferenceFileError(f"reference set {path}: the top level must be a JSON object (with its rows), "
+                                     f"not {json_type_name(data)}; compare with the set's shipped file in "
+                                     "benchmarks/reference/")
+        rows = data.get("rows")
+        if rows is not None and not isinstance(rows, list):
+            raise ReferenceFileError(f"reference set {path}: its rows must be a JSON list, not {json_type_name(rows)}; "
+                                     "compare with the set's shipped file in benchmarks/reference/")
         try:
             out.extend(validate_set(name, data, hardware_override))
         except (KeyError, TypeError, IndexError) as e:

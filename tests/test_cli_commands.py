@@ -387,6 +387,17 @@ def test_a_broken_reference_file_is_one_line(tmp_path, capsys):
     (tmp_path / "bloom_176b.json").write_text(json.dumps(data))
     rc, out, err = _run(["validate", "--reference-dir", str(tmp_path), "--set", "bloom_176b"], capsys)
     assert rc == 2 and "missing key 'heads'" in err
+    # a top level or rows of the wrong JSON type: said in JSON's words, not a Python exception's
+    for text, said in (("[1]", "the top level must be a JSON object"), ('{"rows": "x"}', "its rows must be a JSON list")):
+        (tmp_path / "bloom_176b.json").write_text(text)
+        rc, out, err = _run(["validate", "--reference-dir", str(tmp_path), "--set", "bloom_176b"], capsys)
+        assert rc == 2 and said in err and "TypeError" not in err and err.count("\n") == 1, err
+    # a folder with no set file named as an adapter: says so, not "pass --reference-dir" (which was passed)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.json").write_text("{}")
+    rc, out, err = _run(["validate", "--reference-dir", str(empty)], capsys)
+    assert rc == 2 and "holds no known set file" in err and "bloom_176b" in err
 
 
 def test_compare_names_the_plan_and_notes_different_jobs(tmp_path, capsys):

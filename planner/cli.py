@@ -80,8 +80,8 @@ def parse_count(text: str, what: str) -> float:
 
 
 # what the planner models: a shape dimension (layers, hidden, heads, ...) and a model's parameter count
-SHAPE_MAX = 10_000_000
-PARAMS_MAX = 1e14
+# what the planner models (plan files and configs are held to the same bounds: planner.schema)
+from .limits import BATCH_MAX, GPUS_MAX, PARAMS_MAX, SHAPE_MAX  # noqa: E402
 
 
 def _positive(name: str, v, allow_none=True, upper=None):
@@ -298,13 +298,13 @@ def _prepare(opts, gpus: int | None = None):
         if getattr(o, name) is not None:
             _check_choice(name, getattr(o, name), choices)
     if gpus is not None:
-        _positive("gpus", gpus, allow_none=False, upper=1_000_000)
+        _positive("gpus", gpus, allow_none=False, upper=GPUS_MAX)
     explicit_seq = o.seq_len is not None
     o.seq_len = o.seq_len if explicit_seq else DEFAULT_SEQ_LEN
-    _positive("seq-len", o.seq_len, allow_none=False, upper=10_000_000)
+    _positive("seq-len", o.seq_len, allow_none=False, upper=SHAPE_MAX)
     if not (o.clip_grad >= 0 and math.isfinite(o.clip_grad)):
         raise UserError(f"--clip-grad must be a positive norm, or 0 for no clipping; got {o.clip_grad}")
-    _positive("gpus-per-node", o.gpus_per_node, upper=1_000_000)
+    _positive("gpus-per-node", o.gpus_per_node, upper=GPUS_MAX)
     if gpus is not None and o.gpus_per_node and gpus > o.gpus_per_node and gpus % o.gpus_per_node:
         _err(f"note: {gpus} GPUs on nodes of {o.gpus_per_node}: {gpus // o.gpus_per_node} full node(s) and one with "
              f"{gpus % o.gpus_per_node} of its {o.gpus_per_node}")
@@ -332,7 +332,7 @@ def _prepare(opts, gpus: int | None = None):
             _err(f"note: the global batch defaults to {DEFAULT_GLOBAL_BATCH} sequences, "
                  f"{o.seq_len * DEFAULT_GLOBAL_BATCH / 1e6:,.0f}M tokens a step at --seq-len {o.seq_len}; "
                  "set --global-batch-size to your run's")
-    _positive("global-batch-size", o.global_batch_size, allow_none=False, upper=100_000_000)
+    _positive("global-batch-size", o.global_batch_size, allow_none=False, upper=BATCH_MAX)
     if o.zero is not None and o.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
     from .schema import Training

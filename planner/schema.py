@@ -14,6 +14,8 @@ from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .limits import BATCH_MAX, GPUS_MAX, SHAPE_MAX
+
 SCHEMA_VERSION = 1
 
 Arch = Literal["llama", "gpt"]
@@ -43,7 +45,15 @@ def json_type_name(value) -> str:
 
 
 def error_message(err: dict) -> str:
-    """A pydantic error's message; a validator's own sentence as it wrote it, without pydantic's "Value error, "."""
+    """A pydantic error's message; a validator's own sentence as it wrote it, without pydantic's "Value error, "; a
+    value past a bound the planner models said as the flags say it (planner.limits)."""
+    if err.get("type") == "less_than_equal" and isinstance(err.get("input"), (int, float)):
+        value, bound = err["input"], (err.get("ctx") or {}).get("le")
+        try:
+            shown = f"{value:.3g}" if abs(value) >= 1e6 else f"{value}"
+        except OverflowError:  # an integer past float's range (a config's 400-digit field): its power of ten
+            shown = f"~1e+{len(str(abs(int(value)))) - 1}"
+        return f"{shown} is beyond what the planner models (max {bound:g})"
     return str(err.get("msg")).removeprefix("Value error, ")
 
 
@@ -79,13 +89,13 @@ class ModelSpec(Strict):
 
     name: Optional[str] = Field(None, description="Preset or config name, if any.")
     arch: Arch = Field(description="llama: RMSNorm, RoPE, GQA, SwiGLU, no biases; gpt: LayerNorm, GeLU, learned positions, biases.")
-    layers: int = Field(gt=0, description="Number of transformer blocks.")
-    hidden: int = Field(gt=0, description="Model (residual stream) width.")
-    heads: int = Field(gt=0, description="Query attention heads.")
-    kv_heads: int = Field(gt=0, description="Key/value heads (GQA); equal to heads for multi-head attention.")
-    ffn_hidden: int = Field(gt=0, description="Inner width of the MLP (per matrix for SwiGLU).")
-    vocab: int = Field(gt=0, description="Vocabulary size.")
-    head_dim: Optional[int] = Field(None, gt=0, description="Per-head width; defaults to hidden/heads.")
+    layers: int = Field(gt=0, le=SHAPE_MAX, description="Number of transformer blocks.")
+    hidden: int = Field(gt=0, le=SHAPE_MAX, description="Model (residual stream) width.")
+    heads: int = Field(gt=0, le=SHAPE_MAX, description="Query attention heads.")
+    kv_heads: int = Field(gt=0, le=SHAPE_MAX, description="Key/value heads (GQA); equal to heads for multi-head attention.")
+    ffn_hidden: int = Field(gt=0, le=SHAPE_MAX, description="Inner width of the MLP (per matrix for SwiGLU).")
+    vocab: int = Field(gt=0, le=SHAPE_MAX, description="Vocabulary size.")
+    head_dim: Optional[int] = Field(None, gt=0, le=SHAPE_MAX, description="Per-head width; defaults to hidden/heads.")
     tied_embeddings: bool = Field(False, description="Output projection shares the input embedding matrix.")
     max_seq_len: Optional[int] = Field(None, gt=0, description="Learned position table size (gpt); defaults to the training seq_len.")
     learned_positions: Optional[bool] = Field(
@@ -156,15 +166,15 @@ class HardwareRef(Strict):
     @classmethod
     def _name_printable(cls, v):
         return _printable_name(v)
-    gpus: int = Field(gt=0, description="Total GPUs in the job.")
-    gpus_per_node: int = Field(gt=0, description="GPUs per node (NVLink domain).")
+    gpus: int = Field(gt=0, le=GPUS_MAX, description="Total GPUs in the job.")
+    gpus_per_node: int = Field(gt=0, le=GPUS_MAX, description="GPUs per node (NVLink domain).")
     inter_node_gbytes_per_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="Override of the profile's inter-node bandwidth, GB/s per GPU per direction.")
     aggregate_nics: Optional[bool] = Field(None, description="Override of the profile's inter_node.aggregate_nics: a collective's ranks on a node pool their NICs (None: the profile's).")
 
 
 class Training(Strict):
-    seq_len: int = Field(gt=0, description="Tokens per sequence.")
-    global_batch_size: int = Field(gt=0, description="Sequences per optimizer step (= dp x micro_batch_size x num_microbatches).")
+    seq_len: int = Field(gt=0, le=SHAPE_MAX, description="Tokens per sequence.")
+    global_batch_size: int = Field(gt=0, le=BATCH_MAX, description="Sequences per optimizer step (= dp x micro_batch_size x num_microbatches).")
     micro_batch_size: int = Field(gt=0, description="Sequences per micro-batch per data-parallel replica.")
     num_microbatches: int = Field(gt=0, description="Micro-batches per optimizer step per replica (gradient accumulation / pipeline depth).")
     dtype: Dtype = Field("bf16", description="Compute dtype of matrix multiplies.")

@@ -46,6 +46,8 @@ def files(tmp_path_factory):
     put("string.json", json.dumps("plan"))
     put("world_mismatch.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": good["parallel"]["dp"] * 2}}))
     put("bad_hw.json", json.dumps({**good, "hardware": {**good["hardware"], "name": "no-such-gpu"}}))
+    put("huge_plan.json", json.dumps({**good, "hardware": {**good["hardware"], "gpus": 10 ** 30},
+                                      "training": {**good["training"], "global_batch_size": 128 * 10 ** 30}}))
     put("version2.json", json.dumps({**good, "schema_version": 2}))
     put("bool_tp.json", json.dumps({**good, "parallel": {**good["parallel"], "tp": True}}))
     put("binary.json", "\x00\x01\x02")
@@ -226,14 +228,17 @@ CASES = [
     (["recommend", "--model-config", "{hf_pattern_str.json}", "--json"], 2,
      ["sliding_window_pattern must be a positive integer"]),
     (["recommend", "--model-config", "{hf_text_config_list.json}", "--json"], 2, ["text_config must be a json object"]),
-    (["recommend", "--model-config", "{hf_hidden_1e400.json}", "--json"], 2, ["hidden ~1e+400", "max 1e+07"]),
+    (["recommend", "--model-config", "{hf_hidden_1e400.json}", "--json"], 2, ["hidden_size", "~1e+400 is beyond", "max 1e+07"]),
     (["recommend", "--model-config", "{hf_deep.json}", "--json"], 2, ["hf_deep.json", "nested too deeply"]),
     (["recommend", "--model-config", "{hf_5000_digits.json}", "--json"], 2, ["hf_5000_digits.json", "more digits"]),
     (["recommend", "--model-config", "", "--json"], 2, ["--model-config is empty"]),
+    # the MLP's default width (8/3 of 1e7) is past the bound before the parameter count is
     (["recommend", "--layers", "10000000", "--hidden", "10000000", "--heads", "5000000", "--json"], 2,
-     ["parameters is beyond", "max 1e+14"]),
+     ["ffn_hidden", "2.67e+07 is beyond", "max 1e+07"]),
     (["evaluate", "", "--json"], 2, ["plan file name is empty", "- for stdin"]),
     (["evaluate", "{null.json}", "--json"], 2, ["json object, got null"]),
+    (["evaluate", "{huge_plan.json}", "--json"], 2, ["hardware.gpus", "1e+30 is beyond", "max 1e+06",
+                                                    "training.global_batch_size"]),  # a plan file is held to the flags' bounds
     (["evaluate", "{digits.json}", "--json"], 2, ["digits.json", "more digits"]),
     (["launch", "{digits.json}", "--dry-run", "--device", "cpu"], 2, ["digits.json", "more digits"]),
     (R + ["--hardware", "{digits.toml}"], 2, ["digits.toml", "more digits"]),

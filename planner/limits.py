@@ -1,0 +1,7 @@
+"""What the planner models, for the flags and for plan files and configs alike (no imports: the CLI reads it at
+start-up): a shape dimension or a sequence length, the GPUs of a job or a node, the sequences of a step, a
+model's parameters."""
+SHAPE_MAX = 10_000_000
+GPUS_MAX = 1_000_000
+BATCH_MAX = 100_000_000
+PARAMS_MAX = 1e14

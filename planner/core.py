@@ -60,6 +60,25 @@ def load_hardware(name_or_path: str):
         raise PlannerError(str(e)) from None
 
 
+def plan_hardware(plan):
+    """The profile a plan names; where it cannot be loaded, the error names the plan's field and how to fix it (a
+    plan has no --hardware flag to pass: `evaluate`, `explain`, `compare` and `export` read it from the file)."""
+    import hardware_profiles
+    name = plan.hardware.name
+    try:
+        return load_hardware(name)
+    except PlannerError as e:
+        from pathlib import Path
+        if hardware_profiles.looks_like_path(name) and not Path(name).exists():
+            raise PlannerError(f"the plan's hardware.name {name!r} is a profile file found neither from here nor "
+                               "beside the plan file or above it; run from the folder the plan was made in, or edit "
+                               "hardware.name to the file's path or to a profile name "
+                               f"({', '.join(hardware_profiles.list_profiles())})") from None
+        if not hardware_profiles.looks_like_path(name):
+            raise PlannerError(f"the plan's hardware.name {name!r}: {e}; edit hardware.name in the plan file") from None
+        raise PlannerError(f"the plan's hardware.name: {e}") from None
+
+
 # Global gradient-norm clipping `recommend` plans with: the default of Megatron-LM (--clip-grad),
 # torchtitan (max_norm) and the published DeepSpeed runs' gradient_clipping
 DEFAULT_CLIP_GRAD = 1.0
@@ -771,7 +790,7 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     HardwareProfile to predict with instead of the one plan.hardware.name names (calibrate's fits try
     hundreds of candidate profiles, which need no file each)."""
     check_plan_structure(plan.model, plan)
-    profile = load_hardware(plan.hardware.name) if profile is None else profile
+    profile = plan_hardware(plan) if profile is None else profile
     hw = hardware_constants(profile, plan.hardware, compute_dtype(plan.training.dtype, plan.training.precision))
     _check_attention_kernel(profile, plan.training)
     spec = with_param_count(plan.model, plan.training.seq_len)

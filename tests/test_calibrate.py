@@ -539,7 +539,7 @@ def test_from_run_tells_reports_named_alike_apart_and_marks_the_unused(plan, tmp
 
 def test_from_run_takes_more_reports_after_one_flag(plan, tmp_path, capsys):
     """`--from-run runs/*/report.json` expands to `--from-run a b c`: all of them are reports."""
-    paths = [str(_report(plan, tmp_path / f"{k}.json", factor=1.1)) for k in "abc"]
+    paths = [str(_report(plan, tmp_path / f"{k}.json", factor=f)) for k, f in zip("abc", (1.1, 1.2, 1.3))]
     rc, out, err = _run(["calibrate", "--from-run", *paths, "--base", "h100-sxm-80gb", "--out", str(tmp_path / "o.toml")],
                         capsys)
     assert rc == 0, err

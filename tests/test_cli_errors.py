@@ -46,6 +46,7 @@ def files(tmp_path_factory):
     put("string.json", json.dumps("plan"))
     put("world_mismatch.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": good["parallel"]["dp"] * 2}}))
     put("bad_hw.json", json.dumps({**good, "hardware": {**good["hardware"], "name": "no-such-gpu"}}))
+    put("missing_hw_file.json", json.dumps({**good, "hardware": {**good["hardware"], "name": "hw_gone.toml"}}))
     put("huge_plan.json", json.dumps({**good, "hardware": {**good["hardware"], "gpus": 10 ** 30},
                                       "training": {**good["training"], "global_batch_size": 128 * 10 ** 30}}))
     put("version2.json", json.dumps({**good, "schema_version": 2}))
@@ -258,14 +259,15 @@ BAD_PLANS = {
     "missing.json": ["not found"], "list.json": ["json object", "list"], "string.json": ["json object"],
     "empty.json": ["empty"], "blank.json": ["empty"], "malformed.json": ["not valid json"],
     "unknown_key.json": ["bogus"], "unknown_nested.json": ["tpp"], "wrong_type.json": ["seq_len"],
-    "negative.json": ["dp"], "world_mismatch.json": ["gpus"], "bad_hw.json": ["no-such-gpu"],
+    "negative.json": ["dp"], "world_mismatch.json": ["gpus"], "bad_hw.json": ["the plan's hardware.name 'no-such-gpu'", "edit hardware.name"],
+    "missing_hw_file.json": ["the plan's hardware.name 'hw_gone.toml'", "run from the folder the plan was made in"],
     "binary.json": ["json"], "notutf8.json": ["plan"], "dir": ["plan"], "version2.json": ["schema_version 2"],
     "bool_tp.json": ["tp: expected a number"],
 }
 for _name, _words in BAD_PLANS.items():
     for _cmd in (["evaluate", "--json"], ["export", "--to", "torchtitan"], ["launch", "--dry-run", "--device", "cpu"],
                  ["explain", "--json"], ["compare", "{good.json}"]):
-        if _name == "bad_hw.json" and _cmd[0] in ("export", "launch"):
+        if _name in ("bad_hw.json", "missing_hw_file.json") and _cmd[0] in ("export", "launch"):
             continue  # export/launch take the profile name as given; only the cost model needs it
         CASES.append(([_cmd[0], "{%s}" % _name] + _cmd[1:], 2, _words))
 

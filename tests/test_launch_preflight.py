@@ -705,7 +705,7 @@ def test_a_node_without_global_rank_0_exits_0_and_says_where_the_report_is(plan8
     assert "node 1" in err and "global rank 0" in err
     # a report an earlier run left there is not this run's: the same answer
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("{}")
+    report.write_text(json.dumps({"plan": {}, "steps": [], "world_size": 8}))  # an earlier launch's report
     code = L.launch(plan8, device="cpu", steps=2, nnodes=2, node_rank=1, nproc_per_node=4,
                     rdzv_endpoint="127.0.0.1:29611", report=str(report))
     err = capsys.readouterr().err

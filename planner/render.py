@@ -166,6 +166,30 @@ def _speedup_text(plan: Plan) -> str:
             "optimizer outweigh the split work)")
 
 
+def _network_line(plan: Plan) -> str | None:
+    """Where the data-parallel traffic crosses nodes with several of a group's ranks on each and is a visible share
+    of the step, which network model the prediction took: one NIC per rank unless pooled (--pool-nics), and how to
+    tell which a cluster does."""
+    hw, par, tb = plan.hardware, plan.parallel, plan.prediction.time_breakdown
+    if tb is None or hw.gpus <= hw.gpus_per_node or par.tp * par.cp * par.pp >= hw.gpus_per_node:
+        return None
+    step = plan.prediction.step_time_s
+    if not step or tb.dp_comm_s < 0.05 * step:
+        return None
+    pooled = hw.aggregate_nics
+    if pooled is None:
+        import hardware_profiles
+        try:
+            pooled = bool(hardware_profiles.load_profile(hw.name).inter_node.aggregate_nics)
+        except (ValueError, OSError):
+            return None
+    share = f"data-parallel communication {tb.dp_comm_s / step:.0%} of the step"
+    if pooled:
+        return f"network: {share}, with a node's NICs pooled for its ranks (--pool-nics; --one-nic-per-rank if not)"
+    return (f"network: {share} at one NIC per rank; if your NCCL pools a node's NICs (nccl-tests' all-reduce bus "
+            "bandwidth across nodes near all the node's NICs together), --pool-nics predicts that")
+
+
 def summary_lines(plan: Plan) -> list[str]:
     pr = plan.prediction
     m = plan.model
@@ -185,6 +209,9 @@ def summary_lines(plan: Plan) -> list[str]:
     if pr.days_to_train is not None:
         lines.append(f"time to train {plan.training.tokens:.3g} tokens: {pr.days_to_train:.1f} days, "
                      f"{pr.gpu_hours_to_train:,.0f} GPU-hours")
+    network = _network_line(plan)
+    if network:
+        lines.append(network)
     if plan.search:
         s = plan.search
         reasons = ", ".join(f"{k} {v}" for k, v in s.infeasible_by_reason.items()) or "none"

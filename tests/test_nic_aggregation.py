@@ -204,3 +204,17 @@ def test_ring_attention_sends_point_to_point_the_all_gather_pools():
     assert comm_s(False, True) < 0.5 * comm_s(False, False)
     for ring in (True, False):
         assert comm_s(ring, True, "dp_comm_s") < 0.5 * comm_s(ring, False, "dp_comm_s")
+
+
+def test_the_summary_says_which_network_model_a_multi_node_plan_took(capsys):
+    """Data-parallel traffic across nodes, a visible share of the step, at one NIC per rank: the human summary says
+    so and names --pool-nics; one node, or the traffic hidden, says nothing."""
+    from planner.cli import main
+    argv = ["recommend", "--model", "llama3-8b", "--gpus", "64", "--seq-len", "2048", "--tp", "1", "--pp", "1",
+            "--zero", "3", "--mbs", "1", "--recompute", "none"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("network:"))
+    assert "at one NIC per rank" in line and "--pool-nics" in "".join(out.split())
+    assert main(["recommend", "--model", "llama3-8b", "--gpus", "8"]) == 0
+    assert "network:" not in capsys.readouterr().out

@@ -82,8 +82,7 @@ from parallel_layers.precision import (
 
 LOG_PREFIX = "[parplan]"
 ZERO_BUBBLE = ("interleaved-zb", "zbv")
-ADAMW_BETAS = (0.9, 0.95)
-ADAMW_WEIGHT_DECAY = 0.1
+from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY  # noqa: E402  (the exports configure the same AdamW)
 
 
 @dataclass

@@ -11,6 +11,11 @@ torchrun subprocess.
 """
 # sequences a step when none is given (recommend() and the CLI): 4M tokens at the default 4096-token sequence
 DEFAULT_GLOBAL_BATCH = 1024
+# the AdamW that parplan's runtime trains with (parallel_layers/train.py) and the exports configure: Llama 3's and
+# torchtitan's betas and weight decay (Megatron-LM's defaults are beta2 0.999 and weight decay 0.01, DeepSpeed's
+# AdamW 0.999 and 0)
+ADAMW_BETAS = (0.9, 0.95)
+ADAMW_WEIGHT_DECAY = 0.1
 
 __all__ = ["recommend", "evaluate_plan", "load_preset", "model_from_params", "Pins", "Plan", "ModelSpec",
            "NothingFits", "PlannerError"]

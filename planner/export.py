@@ -45,6 +45,7 @@ from typing import Any, Optional
 from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
 from cost_models.layout import ModelDims
+from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.core import WINDOW_FRAMEWORKS
 from planner.schema import Plan
 
@@ -177,6 +178,30 @@ def _megatron_layout(counts: list[int]) -> str:
         body = "t" if n == 1 else (f"t*{n}" if n > 1 else "")
         stages.append(("E" if i == 0 else "") + body + ("L" if i == last else ""))
     return "|".join(stages)
+
+
+# stack flags a Megatron-LM run cannot be told (its asynchronous input-gradient all-reduce:
+# --no-async-tensor-model-parallel-allreduce is "DEPRECATED. This flag is ignored"; no flag turns its pipeline
+# scatter/gather, its pointwise fusions as a whole or its in-place vocab-parallel cross-entropy off)
+_MEGATRON_FIXED = ("p2p_scatter_gather", "async_tp_grad_comm", "fused_elementwise", "fused_cross_entropy")
+
+
+def _unflagged_megatron(plan: Plan) -> list[str]:
+    """Notes where a plan predicted for Megatron-LM sets a stack flag its run cannot follow (a plan for another
+    framework gets framework_note instead)."""
+    from planner.core import FRAMEWORK_DEFAULTS
+    from planner.schema import Training
+    t = plan.training
+    if t.framework != "megatron":
+        return []
+    out = []
+    for k in _MEGATRON_FIXED:
+        default = True if k == "async_tp_grad_comm" else FRAMEWORK_DEFAULTS["megatron"].get(
+            k, Training.model_fields[k].default)
+        if getattr(t, k) != default and (k not in ("p2p_scatter_gather", "async_tp_grad_comm") or plan.parallel.tp > 1):
+            out.append(f"{k} {getattr(t, k)}: Megatron-LM has no flag for it and runs as {k} {default}, so its step "
+                       f"differs from the prediction there (`--{k.replace('_', '-')}` predicts that).")
+    return out
 
 
 def _megatron(plan: Plan) -> tuple[str, list[str]]:
@@ -321,6 +346,8 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                      "the fsdp_dtensor checkpoint format and CUDA_DEVICE_MAX_CONNECTIONS not set to 1"
                      + ("; check that your Megatron-LM version supports it together with pipeline parallelism."
                         if p.pp > 1 else "."))
+    if not t.grad_accumulation_fusion and not fsdp:  # Megatron-FSDP's required flag is written above
+        flag("--no-gradient-accumulation-fusion")
     if t.overlap_grad_reduce and p.dp > 1:
         flag("--overlap-grad-reduce")
     if plan_overlaps_param_gather(t) and p.dp > 1 and p.zero_stage >= 1:
@@ -370,15 +397,22 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
             notes.append("overlap_tp_comm: Megatron-LM's --tp-comm-overlap needs --sequence-parallel, which the "
                          "plan does not use; not exported.")
 
+    # what a Megatron plan set against Megatron-LM's own behaviour where Megatron-LM has no flag for it
+    notes += _unflagged_megatron(plan)
+
     # --- run
     if not t.dropout:  # Megatron-LM's defaults are 0.1 each; the plan was predicted without dropout
         flag("--hidden-dropout", 0.0)
         flag("--attention-dropout", 0.0)
     flag("--lr", t.lr)
+    flag("--adam-beta1", ADAMW_BETAS[0])  # parplan's runtime's AdamW; Megatron-LM's defaults are 0.9, 0.999, 0.01
+    flag("--adam-beta2", ADAMW_BETAS[1])
+    flag("--weight-decay", ADAMW_WEIGHT_DECAY)
     flag("--clip-grad", float(t.clip_grad or 0.0))  # 0: none
     flag("--seed", t.seed)
     if t.tokens is not None:
-        flag("--train-samples", math.ceil(t.tokens / t.seq_len))
+        # whole steps, as torchtitan's steps: Megatron trains train_samples // global_batch_size iterations
+        flag("--train-samples", _train_steps(plan) * t.global_batch_size)
     else:  # Megatron needs one of them (it multiplies train_iters by the batch), as torchtitan needs steps
         flag("--train-iters", 1000)
         notes.append("training.tokens is not set: --train-iters 1000 is a placeholder (or plan with --tokens for "
@@ -464,6 +498,30 @@ def _full_attention_note(plan: Plan, to: str) -> list[str]:
             "Megatron-LM trains the window (--window-size)"]
 
 
+def titan_ffn_width(dim: int, multiplier: float | None, multiple_of: int) -> int:
+    """torchtitan's llama3 FeedForward width: 2/3 of 4 x dim, scaled by ffn_dim_multiplier, rounded up to a
+    multiple of multiple_of (torchtitan/models/llama3/model: FeedForward.__init__)."""
+    hidden = int(2 * 4 * dim / 3)
+    if multiplier is not None:
+        hidden = int(multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def _titan_ffn_args(dim: int, ffn: int) -> str:
+    """ffn_dim_multiplier and multiple_of that give torchtitan's llama3 an MLP `ffn` wide (it has no width field):
+    the largest power-of-two multiple_of up to 1024 dividing ffn, and the multiplier ffn / (8 dim / 3), nudged up
+    by a rounding step where its product truncates below."""
+    multiple_of = max(m for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if ffn % m == 0)
+    base = int(2 * 4 * dim / 3)
+    for digits in range(4, 12):
+        mult = round(ffn / base, digits)
+        if titan_ffn_width(dim, mult, multiple_of) == ffn:
+            return f"ffn_dim_multiplier={mult:g}, multiple_of={multiple_of}"
+    if titan_ffn_width(dim, None, multiple_of) == ffn:
+        return f"ffn_dim_multiplier=None, multiple_of={multiple_of}"
+    return f"an MLP width of {ffn} (no ffn_dim_multiplier/multiple_of pair gives it: change FeedForward)"
+
+
 def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
     m, t, p = plan.model, plan.training, plan.parallel
     notes: list[str] = _full_attention_note(plan, "torchtitan's llama3")
@@ -480,7 +538,8 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
         notes.append(f"torchtitan picks the model shape by flavor and has no built-in llama3 flavor with this "
                      f"shape; register {flavor!r} in llama3_configs (torchtitan/models/llama3/__init__.py) with "
                      f"dim={m.hidden}, n_layers={m.layers}, n_heads={m.heads}, n_kv_heads={m.kv_heads}, "
-                     f"FFN hidden {m.ffn_hidden}, vocab_size={m.vocab}, rope_theta={m.rope_base:g}.")
+                     f"{_titan_ffn_args(m.hidden, m.ffn_hidden)} (an MLP width of {m.ffn_hidden}), "
+                     f"vocab_size={m.vocab}, rope_theta={m.rope_base:g}.")
     elif m.rope_base != _TITAN_LLAMA3_ROPE_THETA:
         notes.append(f"rope_theta: torchtitan's {flavor} flavor uses {_TITAN_LLAMA3_ROPE_THETA:g}, the plan's model "
                      f"{m.rope_base:g}; change the flavor's rope_theta to match.")
@@ -563,11 +622,12 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
                      "for torchtitan's policy).")
     if p.cp > 1 and not t.flash_attention:
         notes.append("flash_attention false: torchtitan's context parallelism runs on SDPA flash/efficient kernels.")
-    if pp_on and p.schedule in ("zbv", "interleaved-zb") and p.recompute in ("full", "selective-op"):
+    if pp_on and p.schedule in ("zbv", "interleaved-zb") and p.recompute != "none":
+        # every recompute mode exports as an activation-checkpoint mode (selective as torchtitan's op-level one)
         notes.append(f"schedule {p.schedule} with recompute {p.recompute}: torchtitan runs torch's own weight-gradient "
                      "pass, which re-runs each checkpointed block's forward once per weight and holds every re-run "
                      "(pytorch/pytorch#136766): far more memory and recompute than the prediction, which has "
-                     "parplan's queued weight gradients; use recompute selective or a 1F1B schedule there.")
+                     "parplan's queued weight gradients; use recompute none or a 1F1B schedule there.")
 
     par: list[tuple[str, Any]] = [
         ("data_parallel_replicate_degree", replicate),
@@ -660,7 +720,8 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         "gradient_accumulation_steps": t.num_microbatches,
         "gradient_clipping": float(t.clip_grad or 0.0),  # 0: none
         # the optimizer the plan counts (AdamW: two fp32 states a parameter) at the plan's learning rate
-        "optimizer": {"type": "AdamW", "params": {"lr": t.lr}},
+        "optimizer": {"type": "AdamW", "params": {"lr": t.lr, "betas": list(ADAMW_BETAS),
+                                                  "weight_decay": ADAMW_WEIGHT_DECAY}},
     }
     if t.precision != "fp32" and t.dtype == "bf16":
         cfg["bf16"] = {"enabled": True}
@@ -674,19 +735,40 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
                      "stages 2 and 3, so zero_optimization.stage is 1 (gradients unsharded: more memory than the "
                      f"prediction; `parplan recommend ... --pp {p.pp} --zero 1` predicts that layout).")
     zero: dict[str, Any] = {"stage": stage}
+    bf16_optimizer = False
     if t.precision == "master-weights" and t.dtype == "bf16":
-        # the plan's fp32 gradients: DeepSpeed accumulates in the model's dtype unless told (engine.get_data_types);
-        # with bf16 at stage 0/1 this selects its BF16_Optimizer, fp32 gradients reduced by all-reduce
-        if stage <= 1:
+        # the plan's fp32 gradients: DeepSpeed accumulates in the model's dtype unless told (engine.get_data_types).
+        # fp32 accumulation selects its BF16_Optimizer at stage 1 (fp32 gradients all-reduced:
+        # buffered_allreduce_fallback), which is the plan only where it all-reduces; at stage 0 current DeepSpeed
+        # refuses the mix (engine._do_optimizer_sanity_check: "unsupported mix of model_dtype ... and
+        # grad_accum_dtype"), and stages 2-3 keep bf16 gradients
+        if stage == 1 and t.zero1_grad_reduce == "all-reduce":
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+            bf16_optimizer = True
+        elif stage == 1:
+            notes.append("precision master-weights at zero_stage 1 with a reduce-scatter: DeepSpeed's fp32 gradient "
+                         "accumulation would select its BF16_Optimizer, which all-reduces; exported without it, so "
+                         "DeepSpeed's ZeRO-1 keeps and reduce-scatters bf16 gradients, not the plan's fp32 ones (less "
+                         "gradient memory and traffic); plan with --zero1-grad-reduce all-reduce for the BF16 optimizer.")
         else:
-            notes.append(f"precision master-weights at zero_stage {stage}: DeepSpeed's ZeRO-{stage} keeps and reduces "
-                         "bf16 gradients, not the plan's fp32 ones (less gradient memory and traffic).")
+            notes.append(f"precision master-weights at zero_stage {stage}: DeepSpeed's "
+                         + ("plain data parallelism (stage 0 refuses fp32 gradient accumulation with a bf16 model)"
+                            if stage == 0 else f"ZeRO-{stage}")
+                         + " keeps and reduces bf16 gradients, not the plan's fp32 ones (less gradient memory and "
+                           "traffic).")
     if t.precision == "master-weights" and t.dtype == "fp16":
         notes.append("precision master-weights with fp16: DeepSpeed's fp16 mode keeps 16-bit gradients, not the "
                      "plan's fp32 ones.")
     if stage >= 1:
-        zero["overlap_comm"] = bool(t.overlap_grad_reduce)
+        # DeepSpeed's pipeline engine turns overlap_comm off ("Pipeline parallelism does not support overlapped
+        # communication, will be disabled"), and the BF16_Optimizer never reads it
+        honoured = p.pp == 1 and not bf16_optimizer
+        zero["overlap_comm"] = bool(t.overlap_grad_reduce) and honoured
+        if t.overlap_grad_reduce and not honoured and p.dp > 1:
+            notes.append("overlap_grad_reduce: DeepSpeed does not overlap the gradient reduction "
+                         + ("under its pipeline engine" if p.pp > 1 else "in its BF16_Optimizer")
+                         + ", so it runs after the backward, slower than predicted (plan with --no-overlap-grad-reduce "
+                           "to predict that).")
         zero["contiguous_gradients"] = True
     if stage >= 3:
         # the stage-3 schedule the prediction assumed (cost_models/zero3.py): DeepSpeed's default prefetch

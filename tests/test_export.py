@@ -105,7 +105,11 @@ def test_megatron_llama():
     assert a["--disable-bias-linear"] is True
     assert a["--untie-embeddings-and-output-weights"] is True
     assert a["--attention-backend"] == "flash"
-    assert a["--train-samples"] == str(-(-10**9 // 4096))
+    # whole steps, as torchtitan's: Megatron trains train_samples // global batch (64) iterations, here 3815
+    steps = -(-10**9 // (64 * 4096))
+    assert a["--train-samples"] == str(steps * 64) and int(a["--train-samples"]) // 64 == steps
+    # the AdamW the plan counts and parplan's runtime trains, not Megatron-LM's defaults (0.999, 0.01)
+    assert (a["--adam-beta1"], a["--adam-beta2"], a["--weight-decay"]) == ("0.9", "0.95", "0.1")
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
     assert "torchrun --nnodes 2 --nproc-per-node 8" in text
     # mutually exclusive ways of giving virtual stages: exactly one
@@ -228,7 +232,8 @@ def test_torchtitan_schedules(schedule, vpp, name):
 
 
 def test_torchtitan_warns_that_its_zero_bubble_weight_pass_reruns_checkpointed_blocks():
-    for recompute, warned in (("full", True), ("selective-op", True), ("selective", False)):
+    # selective exports as torchtitan's op-level checkpointing too (the same TOML as selective-op): warned alike
+    for recompute, warned in (("full", True), ("selective-op", True), ("selective", True), ("none", False)):
         notes = export_notes(llama_plan(schedule="zbv", vpp=2, recompute=recompute), "torchtitan")
         assert any("once per weight" in n for n in notes) == warned, recompute
     assert not any("once per weight" in n for n in export_notes(llama_plan(recompute="full"), "torchtitan"))
@@ -571,3 +576,55 @@ def test_megatron_mock_data_warns_below_its_token_range():
     assert not any("mock samples" in n for n in export_notes(plan, "megatron"))
     plan.model.vocab = 1024
     assert any("mock samples" in n and "4094" in n for n in export_notes(plan, "megatron"))
+
+
+def test_deepspeed_gradient_dtype_and_overlap_follow_what_deepspeed_accepts():
+    """bf16 with the plan's fp32 gradients: DeepSpeed's fp32 accumulation selects its BF16_Optimizer at stage 1 (an
+    all-reduce) and is refused at stage 0 by current DeepSpeed (engine._do_optimizer_sanity_check), so data_types is
+    written only for a stage-1 all-reduce plan; overlap_comm only where DeepSpeed honours it (not under its pipeline
+    engine, not in the BF16_Optimizer), each with a note."""
+    def ds(**kw):
+        reduce = kw.pop("reduce", "all-reduce")
+        plan = llama_plan(**kw)
+        plan.training.zero1_grad_reduce = reduce
+        return json.loads(export_plan(plan, "deepspeed")), export_notes(plan, "deepspeed")
+
+    flat = dict(pp=1, vpp=1, dp=4, schedule="1f1b")
+    cfg, notes = ds(zero_stage=0, **flat)
+    assert "data_types" not in cfg and any("stage 0 refuses fp32 gradient accumulation" in n for n in notes)
+    cfg, notes = ds(zero_stage=1, **flat)
+    assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["zero_optimization"]["overlap_comm"] is False
+    assert any("in its BF16_Optimizer" in n for n in notes)
+    cfg, notes = ds(zero_stage=1, reduce="reduce-scatter", **flat)
+    assert "data_types" not in cfg and cfg["zero_optimization"]["overlap_comm"] is True
+    assert any("--zero1-grad-reduce all-reduce" in n for n in notes)
+    cfg, notes = ds(zero_stage=1, reduce="reduce-scatter")  # pp 2
+    assert cfg["zero_optimization"]["overlap_comm"] is False and any("under its pipeline engine" in n for n in notes)
+    # the AdamW the plan counts, not DeepSpeed's defaults (0.999, 0)
+    assert cfg["optimizer"]["params"]["betas"] == [0.9, 0.95] and cfg["optimizer"]["params"]["weight_decay"] == 0.1
+
+
+def test_megatron_writes_the_plans_gradient_accumulation_and_notes_what_it_cannot_be_told():
+    plan = llama_plan()
+    plan.training.framework = "megatron"
+    plan.training.grad_accumulation_fusion = False
+    plan.training.async_tp_grad_comm = False
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert a["--no-gradient-accumulation-fusion"] is True
+    notes = export_notes(plan, "megatron")
+    assert any(n.startswith("async_tp_grad_comm False: Megatron-LM has no flag for it") for n in notes)
+    plan.training.grad_accumulation_fusion = True
+    assert "--no-gradient-accumulation-fusion" not in megatron_args(export_plan(plan, "megatron"))
+
+
+@pytest.mark.parametrize("dim, ffn", [(768, 3072), (4096, 14336), (5120, 13824), (1024, 2816), (8192, 28672),
+                                      (4096, 11008)])
+def test_torchtitan_custom_flavor_gets_its_mlp_width_from_multiplier_and_multiple_of(dim, ffn):
+    """torchtitan's llama3 has no MLP-width field: the note's ffn_dim_multiplier and multiple_of give the plan's
+    width through FeedForward's own arithmetic (its 8B: 1.3 and 1024 give 14336)."""
+    import re
+    from planner.export import _titan_ffn_args, titan_ffn_width
+    assert titan_ffn_width(4096, 1.3, 1024) == 14336
+    got = re.fullmatch(r"ffn_dim_multiplier=([0-9.]+), multiple_of=(\d+)", _titan_ffn_args(dim, ffn))
+    assert got, _titan_ffn_args(dim, ffn)
+    assert titan_ffn_width(dim, float(got[1]), int(got[2])) == ffn

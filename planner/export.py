@@ -204,6 +204,16 @@ def _unflagged_megatron(plan: Plan) -> list[str]:
     return out
 
 
+def _qwen_family(m) -> Optional[str]:
+    """Qwen2 (q/k/v biases) or Qwen3 (q/k norms) by the preset's or config's name or source, else None."""
+    text = f"{m.name or ''} {m.source or ''}".lower()
+    if "qwen3" in text:
+        return "Qwen3"
+    if "qwen2" in text:
+        return "Qwen2"
+    return None
+
+
 def _megatron(plan: Plan) -> tuple[str, list[str]]:
     m, t, p = plan.model, plan.training, plan.parallel
     notes: list[str] = []
@@ -399,6 +409,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
 
     # what a Megatron plan set against Megatron-LM's own behaviour where Megatron-LM has no flag for it
     notes += _unflagged_megatron(plan)
+    family = _qwen_family(m)
+    if family:  # llama blocks in the plan; the checkpoint's extras are Megatron flags the plan does not count
+        notes.append(f"{family}: the plan counts llama blocks; Megatron-LM trains the real model with "
+                     + ("--add-qkv-bias (its q/k/v biases)" if family == "Qwen2" else "--qk-layernorm (its per-head q/k "
+                        "RMSNorms)") + " and --norm-epsilon 1e-6 (Qwen's RMSNorm; Megatron-LM's default is 1e-5), "
+                     "which the export leaves out: add them for that model (a few parameters more than predicted).")
 
     # --- run
     if not t.dropout:  # Megatron-LM's defaults are 0.1 each; the plan was predicted without dropout

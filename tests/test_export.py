@@ -628,3 +628,12 @@ def test_torchtitan_custom_flavor_gets_its_mlp_width_from_multiplier_and_multipl
     got = re.fullmatch(r"ffn_dim_multiplier=([0-9.]+), multiple_of=(\d+)", _titan_ffn_args(dim, ffn))
     assert got, _titan_ffn_args(dim, ffn)
     assert titan_ffn_width(dim, float(got[1]), int(got[2])) == ffn
+
+
+def test_megatron_names_what_a_qwen_checkpoint_adds_to_llama_blocks():
+    from planner.models import load_preset
+    for name, flag in (("qwen2.5-7b", "--add-qkv-bias"), ("qwen3-8b", "--qk-layernorm"), ("llama3-8b", None)):
+        plan = llama_plan(pp=1, vpp=1, schedule="1f1b")
+        plan = plan.model_copy(update={"model": load_preset(name)})
+        said = [n for n in export_notes(plan, "megatron") if "--norm-epsilon 1e-6" in n]
+        assert (len(said) == 1 and flag in said[0]) if flag else not said, (name, said)

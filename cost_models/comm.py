@@ -73,6 +73,15 @@ def ranks_per_node(hw, stride, size):
     return np.where(gpn % s == 0, np.gcd(np.asarray(size), gpn // s), 1)
 
 
+def data_parallel_ranks_per_node(hw, tp, cp, pp, dp):
+    """(dp group, dp x cp group) ranks a node (ranks_per_node) under the mesh order (dp, pp, cp, tp): without a
+    pipeline dp x cp is one block of ranks tp apart; with one, the cp group's ranks times the dp group's."""
+    dp_local = ranks_per_node(hw, np.asarray(tp) * np.asarray(cp) * np.asarray(pp), dp)
+    dpcp_local = np.where(np.asarray(pp) == 1, ranks_per_node(hw, tp, np.asarray(cp) * np.asarray(dp)),
+                          ranks_per_node(hw, tp, cp) * dp_local)
+    return dp_local, dpcp_local
+
+
 def all_reduce(nbytes, n, bw, lat):
     """(seconds, bytes sent per rank) of a ring all-reduce; zero for a group of one."""
     n = np.asarray(n)

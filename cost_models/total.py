@@ -317,8 +317,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     dpcp = np.asarray(dp) * np.asarray(cp)
     shards = zero_shards(lay, tr)
     # ranks of a dp (dp x cp) group on one node, for the NICs its rings use across nodes
-    dp_local = comm.ranks_per_node(hw, tp * cp * pp, dp)
-    dpcp_local = np.where(np.asarray(pp) == 1, comm.ranks_per_node(hw, tp, cp * dp), cp_local * dp_local)
+    dp_local, dpcp_local = comm.data_parallel_ranks_per_node(hw, tp, cp, pp, dp)
     sh_bw, sh_lat = comm.tier_params(hw, np.where(tr.zero_over_cp, dpcp_in, dp_in), shards,
                                      np.where(tr.zero_over_cp, dpcp_local, dp_local))
     dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local)

@@ -1179,7 +1179,8 @@ def read_report(path: str) -> dict:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err.get("loc", ())) or "plan"
-        raise CalibrationError(f"run report {path}: invalid plan: {loc}: {err.get('msg')}") from None
+        from .schema import error_message
+        raise CalibrationError(f"run report {path}: invalid plan: {loc}: {error_message(err)}") from None
     steps = data.get("steps")
     if not isinstance(steps, list) or not steps:
         raise CalibrationError(f"run report {path} has no steps to measure")

@@ -79,9 +79,8 @@ def parse_count(text: str, what: str) -> float:
     return value
 
 
-# what the planner models: a shape dimension (layers, hidden, heads, ...) and a model's parameter count
 # what the planner models (plan files and configs are held to the same bounds: planner.schema)
-from .limits import BATCH_MAX, GPUS_MAX, PARAMS_MAX, SHAPE_MAX  # noqa: E402
+from .limits import BATCH_MAX, GPUS_MAX, PARAMS_MAX, SHAPE_MAX, big_number  # noqa: E402
 
 
 def _positive(name: str, v, allow_none=True, upper=None):
@@ -119,14 +118,9 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
             if not model_config.strip():
                 raise UserError("--model-config is empty: give a Hugging Face config.json (or the folder holding it)")
             from .hf_config import model_from_hf_config
-            spec = model_from_hf_config(model_config, seq_len=seq_len)
-            for field in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim"):
-                v = getattr(spec, field, None)
-                if v is not None and v > SHAPE_MAX:  # the limits the shape flags have
-                    raise UserError(f"{model_config}: {field} {_big(v)} is beyond what the planner models "
-                                    f"(max {SHAPE_MAX:g})")
+            spec = model_from_hf_config(model_config, seq_len=seq_len)  # ModelSpec holds it to the flags' bounds
             if spec.num_params > PARAMS_MAX:
-                raise UserError(f"{model_config}: {_big(spec.num_params, '.3g')} parameters is beyond what the planner "
+                raise UserError(f"{model_config}: {big_number(spec.num_params)} parameters is beyond what the planner "
                                 f"models (max {PARAMS_MAX:g})")
             # what the mapping approximates (biases or norms not counted, sliding windows counted full)
             return spec, (spec.source if "; " in (spec.source or "") else None)
@@ -153,21 +147,13 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
                                 full_attention_every=full_attention_every)
         n = spec.num_params
         if n > PARAMS_MAX:  # as --params and --model-config: a shape this large is a typo, not a job that does not fit
-            raise UserError(f"--layers {layers} --hidden {hidden}: {_big(n, '.3g')} parameters is beyond what the "
+            raise UserError(f"--layers {layers} --hidden {hidden}: {big_number(n)} parameters is beyond what the "
                             f"planner models (max {PARAMS_MAX:g})")
         return spec, None
     except UserError:
         raise
     except (ValueError, OSError) as e:
         raise UserError(_one_line(e)) from None
-
-
-def _big(v, fmt: str = "g") -> str:
-    """A count for a message; an integer beyond float's range (a config's 400-digit field) as its power of ten."""
-    try:
-        return format(v, fmt)
-    except OverflowError:
-        return f"~1e+{len(str(abs(int(v)))) - 1}"
 
 
 def _one_line(e: Exception) -> str:
@@ -704,21 +690,20 @@ def compare(
     if plan_a == "-" and plan_b == "-":
         raise UserError("only one of the two plans can come from stdin (-)")
     a, b = (_evaluated_as(which, path) for which, path in (("A", plan_a), ("B", plan_b)))
-    shape = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
-    same_name = (a.model.name or a.model.arch) == (b.model.name or b.model.arch)
+    from .render import nics_pooled
+    shape = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "tied_embeddings", "arch")
     ha, hb = a.hardware, b.hardware
+    pooled = {None: "unknown", True: "on", False: "off"}
     differ = [f"{what} ({x} vs {y})" for what, x, y in (
         ("model", a.model.name or a.model.arch, b.model.name or b.model.arch),
-        ("model shape", f"{a.model.num_params / 1e9:.2f} B", f"{b.model.num_params / 1e9:.2f} B")
-        if same_name and [getattr(a.model, k) for k in shape] != [getattr(b.model, k) for k in shape] else ("", 0, 0),
+        *((k, getattr(a.model, k), getattr(b.model, k)) for k in shape),
         ("seq_len", a.training.seq_len, b.training.seq_len),
         ("global batch", a.training.global_batch_size, b.training.global_batch_size),
         ("dtype", a.training.dtype, b.training.dtype),
         ("hardware", ha.name, hb.name),
         ("GPUs per node", ha.gpus_per_node, hb.gpus_per_node),
         ("inter-node GB/s", ha.inter_node_gbytes_per_s or "profile's", hb.inter_node_gbytes_per_s or "profile's"),
-        ("NIC pooling", {None: "profile's", True: "on", False: "off"}[ha.aggregate_nics],
-         {None: "profile's", True: "on", False: "off"}[hb.aggregate_nics])) if x != y]
+        ("NIC pooling", pooled[nics_pooled(ha)], pooled[nics_pooled(hb)])) if x != y]
     if differ:
         _err(f"note: the plans differ in {', '.join(differ)}: their rows compare different jobs or machines")
     rows = do_compare(a, b)

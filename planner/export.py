@@ -198,7 +198,10 @@ def _unflagged_megatron(plan: Plan) -> list[str]:
     for k in _MEGATRON_FIXED:
         default = True if k == "async_tp_grad_comm" else FRAMEWORK_DEFAULTS["megatron"].get(
             k, Training.model_fields[k].default)
-        if getattr(t, k) != default and (k not in ("p2p_scatter_gather", "async_tp_grad_comm") or plan.parallel.tp > 1):
+        par = plan.parallel
+        applies = {"p2p_scatter_gather": par.pp > 1 and par.tp > 1 and not par.sp,  # cost_models/total.py: sg
+                   "async_tp_grad_comm": par.tp > 1}.get(k, True)
+        if getattr(t, k) != default and applies:
             out.append(f"{k} {getattr(t, k)}: Megatron-LM has no flag for it and runs as {k} {default}, so its step "
                        f"differs from the prediction there (`--{k.replace('_', '-')}` predicts that).")
     return out
@@ -525,16 +528,17 @@ def titan_ffn_width(dim: int, multiplier: float | None, multiple_of: int) -> int
 
 def _titan_ffn_args(dim: int, ffn: int) -> str:
     """ffn_dim_multiplier and multiple_of that give torchtitan's llama3 an MLP `ffn` wide (it has no width field):
-    the largest power-of-two multiple_of up to 1024 dividing ffn, and the multiplier ffn / (8 dim / 3), nudged up
-    by a rounding step where its product truncates below."""
+    the largest power-of-two multiple_of up to 1024 dividing ffn, and the shortest decimal multiplier near
+    ffn / (8 dim / 3) that FeedForward's truncation and rounding turn into exactly ffn (checked, printed in full)."""
     multiple_of = max(m for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if ffn % m == 0)
     base = int(2 * 4 * dim / 3)
-    for digits in range(4, 12):
-        mult = round(ffn / base, digits)
-        if titan_ffn_width(dim, mult, multiple_of) == ffn:
-            return f"ffn_dim_multiplier={mult:g}, multiple_of={multiple_of}"
     if titan_ffn_width(dim, None, multiple_of) == ffn:
         return f"ffn_dim_multiplier=None, multiple_of={multiple_of}"
+    for digits in range(1, 13):  # the shortest decimal whose product truncates into the width's rounding step
+        scale = 10 ** digits
+        for mult in (math.floor(ffn / base * scale) / scale, math.ceil(ffn / base * scale) / scale):
+            if mult > 0 and titan_ffn_width(dim, mult, multiple_of) == ffn:
+                return f"ffn_dim_multiplier={mult!r}, multiple_of={multiple_of}"
     return f"an MLP width of {ffn} (no ffn_dim_multiplier/multiple_of pair gives it: change FeedForward)"
 
 
@@ -760,7 +764,8 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         # grad_accum_dtype"), and stages 2-3 keep bf16 gradients
         if stage == 1 and t.zero1_grad_reduce == "all-reduce":
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
-            bf16_optimizer = True
+            # DeepSpeed picks its BF16_Optimizer only without CPU offload (_do_optimizer_sanity_check)
+            bf16_optimizer = p.offload != "optimizer"
         elif stage == 1:
             notes.append("precision master-weights at zero_stage 1 with a reduce-scatter: DeepSpeed's fp32 gradient "
                          "accumulation would select its BF16_Optimizer, which all-reduces; exported without it, so "

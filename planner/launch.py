@@ -889,13 +889,21 @@ def _placeholders(argv: list[str]) -> list[str]:
     return out
 
 
+REPORT_MAX_BYTES = 256 * 2 ** 20
+
+
 def is_launch_report(path: Path) -> bool:
-    """True where `path` holds a report `parplan launch` wrote (a JSON object with the plan and the measured step),
-    which a run may replace; any other file it must not."""
+    """True where `path` holds a report `parplan launch` wrote (a JSON object with the plan and the measured steps)
+    or is empty, which a run may replace; any other file it must not."""
     import json
     try:
+        size = path.stat().st_size
+        if size == 0:  # a file made for the report (mktemp): nothing of anyone's to lose
+            return True
+        if size > REPORT_MAX_BYTES:  # a launch report is a few hundred kB; never read a large file to find out
+            return False
         data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError, MemoryError):
         return False
     return isinstance(data, dict) and "plan" in data and "steps" in data and "world_size" in data
 

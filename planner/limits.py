@@ -5,3 +5,13 @@ SHAPE_MAX = 10_000_000
 GPUS_MAX = 1_000_000
 BATCH_MAX = 100_000_000
 PARAMS_MAX = 1e14
+BOUNDS = (SHAPE_MAX, GPUS_MAX, BATCH_MAX, PARAMS_MAX)
+
+
+def big_number(v) -> str:
+    """A count for a message (3 significant digits); an integer beyond float's range (a config's 400-digit field)
+    as its power of ten."""
+    try:
+        return f"{v:.3g}"
+    except OverflowError:
+        return f"~1e+{len(str(abs(int(v)))) - 1}"

@@ -166,23 +166,37 @@ def _speedup_text(plan: Plan) -> str:
             "optimizer outweigh the split work)")
 
 
+def nics_pooled(hw) -> bool | None:
+    """Whether a plan's collectives across nodes pool a node's NICs: its --pool-nics, else its profile's setting
+    (None where the profile cannot be loaded)."""
+    if hw.aggregate_nics is not None:
+        return hw.aggregate_nics
+    import hardware_profiles
+    try:
+        return bool(hardware_profiles.load_profile(hw.name).inter_node.aggregate_nics)
+    except (ValueError, OSError):
+        return None
+
+
 def _network_line(plan: Plan) -> str | None:
     """Where the data-parallel traffic crosses nodes with several of a group's ranks on each and is a visible share
     of the step, which network model the prediction took: one NIC per rank unless pooled (--pool-nics), and how to
     tell which a cluster does."""
+    from types import SimpleNamespace
+
+    from cost_models.comm import data_parallel_ranks_per_node
     hw, par, tb = plan.hardware, plan.parallel, plan.prediction.time_breakdown
-    if tb is None or hw.gpus <= hw.gpus_per_node or par.tp * par.cp * par.pp >= hw.gpus_per_node:
+    if tb is None or hw.gpus <= hw.gpus_per_node:
         return None
+    # where pooling changes something: a data-parallel group (dp, or dp x cp) with several ranks on a node
+    local = data_parallel_ranks_per_node(SimpleNamespace(gpus_per_node=hw.gpus_per_node), par.tp, par.cp, par.pp,
+                                         par.dp)
     step = plan.prediction.step_time_s
-    if not step or tb.dp_comm_s < 0.05 * step:
+    if max(int(x) for x in local) <= 1 or not step or tb.dp_comm_s < 0.05 * step:
         return None
-    pooled = hw.aggregate_nics
+    pooled = nics_pooled(hw)
     if pooled is None:
-        import hardware_profiles
-        try:
-            pooled = bool(hardware_profiles.load_profile(hw.name).inter_node.aggregate_nics)
-        except (ValueError, OSError):
-            return None
+        return None
     share = f"data-parallel communication {tb.dp_comm_s / step:.0%} of the step"
     if pooled:
         return f"network: {share}, with a node's NICs pooled for its ranks (--pool-nics; --one-nic-per-rank if not)"

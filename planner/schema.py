@@ -14,7 +14,7 @@ from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .limits import BATCH_MAX, GPUS_MAX, SHAPE_MAX
+from .limits import BATCH_MAX, BOUNDS, GPUS_MAX, PARAMS_MAX, SHAPE_MAX, big_number
 
 SCHEMA_VERSION = 1
 
@@ -47,13 +47,10 @@ def json_type_name(value) -> str:
 def error_message(err: dict) -> str:
     """A pydantic error's message; a validator's own sentence as it wrote it, without pydantic's "Value error, "; a
     value past a bound the planner models said as the flags say it (planner.limits)."""
-    if err.get("type") == "less_than_equal" and isinstance(err.get("input"), (int, float)):
-        value, bound = err["input"], (err.get("ctx") or {}).get("le")
-        try:
-            shown = f"{value:.3g}" if abs(value) >= 1e6 else f"{value}"
-        except OverflowError:  # an integer past float's range (a config's 400-digit field): its power of ten
-            shown = f"~1e+{len(str(abs(int(value)))) - 1}"
-        return f"{shown} is beyond what the planner models (max {bound:g})"
+    bound = (err.get("ctx") or {}).get("le")
+    if err.get("type") == "less_than_equal" and bound in BOUNDS and isinstance(err.get("input"), (int, float)):
+        value = err["input"]
+        return f"{big_number(value) if abs(value) >= 1e6 else value} is beyond what the planner models (max {bound:g})"
     return str(err.get("msg")).removeprefix("Value error, ")
 
 
@@ -97,7 +94,7 @@ class ModelSpec(Strict):
     vocab: int = Field(gt=0, le=SHAPE_MAX, description="Vocabulary size.")
     head_dim: Optional[int] = Field(None, gt=0, le=SHAPE_MAX, description="Per-head width; defaults to hidden/heads.")
     tied_embeddings: bool = Field(False, description="Output projection shares the input embedding matrix.")
-    max_seq_len: Optional[int] = Field(None, gt=0, description="Learned position table size (gpt); defaults to the training seq_len.")
+    max_seq_len: Optional[int] = Field(None, gt=0, le=SHAPE_MAX, description="Learned position table size (gpt); defaults to the training seq_len.")
     learned_positions: Optional[bool] = Field(
         None, description="A learned position table (gpt's default) or rotary positions (llama's; GPT-NeoX and Pythia "
         "are gpt-arch blocks with rotary positions: false).  None = the arch's default.")
@@ -130,6 +127,12 @@ class ModelSpec(Strict):
             raise ValueError(f"rotary positions rotate pairs of a head's channels, so head_dim must be even (it is "
                              f"{self.head_size}" + (f" = hidden {self.hidden} / heads {self.heads}" if self.head_dim is None
                                                     else "") + "); change hidden, heads or head_dim")
+        # the blocks' matrices and the embedding (norms and biases aside): the bound the flags hold a count to
+        h = self.hidden
+        attn = h * (self.head_dim or h // self.heads) * (2 * self.heads + 2 * self.kv_heads)
+        weights = self.layers * (attn + 3 * h * self.ffn_hidden) + self.vocab * h
+        if weights > PARAMS_MAX:
+            raise ValueError(f"{big_number(weights)} parameters is beyond what the planner models (max {PARAMS_MAX:g})")
         return self
 
     @property

@@ -657,3 +657,18 @@ def test_a_report_given_twice_is_counted_once(tmp_path):
     kept, repeated = distinct_reports([str(a), str(b), str(a), str(copy / "a.json"), str(tmp_path / "missing.json")])
     assert kept == [str(a), str(b), str(tmp_path / "missing.json")]
     assert repeated == [str(a), str(copy / "a.json")]
+
+
+def test_from_run_with_a_report_twice_fits_as_with_it_once(plan, tmp_path, capsys):
+    """The command, not only the helper: a report given twice is counted once (said on stderr), and the profile
+    written is the one the report alone gives."""
+    rep = str(_report(plan, tmp_path / "a.json", factor=1.3))
+    rc, _, err = _run(["calibrate", "--from-run", rep, rep, "--base", "h100-sxm-80gb", "--out", str(tmp_path / "two.toml")],
+                      capsys)
+    assert rc == 0 and "given more than once, counted once" in err, err
+    rc, _, _ = _run(["calibrate", "--from-run", rep, "--base", "h100-sxm-80gb", "--out", str(tmp_path / "one.toml")],
+                    capsys)
+    two, one = (hardware_profiles.load_profile(tmp_path / f"{n}.toml") for n in ("two", "one"))
+    assert "1 report" in two.measured
+    assert two.sustained_matmul_fraction == one.sustained_matmul_fraction
+    assert two.memory_reserve_gbytes == one.memory_reserve_gbytes

@@ -412,13 +412,20 @@ def test_compare_names_the_plan_and_notes_different_jobs(tmp_path, capsys):
     rc, _, err = _run(["compare", str(tmp_path / "a.json"), str(tmp_path / "bad.json")], capsys)
     assert rc == 2 and err.startswith(f"error: plan B ({tmp_path / 'bad.json'})")
     # the same preset name and batch, another size (--params) or another machine: said too
-    for name, argv, said in (("p7", ["--params", "7e9"], None), ("p13", ["--params", "13e9"], "model shape"),
+    for name, argv, said in (("p7", ["--params", "7e9"], None), ("p13", ["--params", "13e9"], "hidden (4096 vs 5120)"),
                              ("a100", ["--params", "7e9", "--hardware", "a100-sxm-80gb", "--pool-nics"],
-                              "hardware (h100-sxm-80gb vs a100-sxm-80gb), NIC pooling (profile's vs on)")):
+                              "hardware (h100-sxm-80gb vs a100-sxm-80gb), NIC pooling (off vs on)"),
+                             ("off", ["--params", "7e9", "--one-nic-per-rank"], None)):  # the profile's off, said
         _, text, _ = _run(["recommend", *argv, "--gpus", "8", "--json"], capsys)
         (tmp_path / f"{name}.json").write_text(text)
         rc, _, err = _run(["compare", str(tmp_path / "p7.json"), str(tmp_path / f"{name}.json")], capsys)
         assert rc == 0 and (said in err if said else "differ" not in err), (name, err)
+    # a vocabulary 8 apart (the same size to 0.01 B): the field itself is named
+    d = json.loads((tmp_path / "p7.json").read_text())
+    d["model"]["vocab"] += 8
+    (tmp_path / "p7v.json").write_text(json.dumps(d))
+    rc, _, err = _run(["compare", str(tmp_path / "p7.json"), str(tmp_path / "p7v.json")], capsys)
+    assert rc == 0 and f"vocab ({d['model']['vocab'] - 8} vs {d['model']['vocab']})" in err, err
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly():

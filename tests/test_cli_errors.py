@@ -47,6 +47,9 @@ def files(tmp_path_factory):
     put("world_mismatch.json", json.dumps({**good, "parallel": {**good["parallel"], "dp": good["parallel"]["dp"] * 2}}))
     put("bad_hw.json", json.dumps({**good, "hardware": {**good["hardware"], "name": "no-such-gpu"}}))
     put("missing_hw_file.json", json.dumps({**good, "hardware": {**good["hardware"], "name": "hw_gone.toml"}}))
+    put("huge_model_plan.json", json.dumps({**good, "model": {**good["model"], "layers": 10 ** 7, "hidden": 10 ** 7,
+                                                             "heads": 10 ** 5, "kv_heads": 10 ** 5,
+                                                             "ffn_hidden": 10 ** 7}}))
     put("huge_plan.json", json.dumps({**good, "hardware": {**good["hardware"], "gpus": 10 ** 30},
                                       "training": {**good["training"], "global_batch_size": 128 * 10 ** 30}}))
     put("version2.json", json.dumps({**good, "schema_version": 2}))
@@ -238,6 +241,7 @@ CASES = [
      ["ffn_hidden", "2.67e+07 is beyond", "max 1e+07"]),
     (["evaluate", "", "--json"], 2, ["plan file name is empty", "- for stdin"]),
     (["evaluate", "{null.json}", "--json"], 2, ["json object, got null"]),
+    (["evaluate", "{huge_model_plan.json}", "--json"], 2, ["parameters is beyond", "max 1e+14"]),  # each dim within
     (["evaluate", "{huge_plan.json}", "--json"], 2, ["hardware.gpus", "1e+30 is beyond", "max 1e+06",
                                                     "training.global_batch_size"]),  # a plan file is held to the flags' bounds
     (["evaluate", "{digits.json}", "--json"], 2, ["digits.json", "more digits"]),

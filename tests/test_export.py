@@ -625,9 +625,21 @@ def test_torchtitan_custom_flavor_gets_its_mlp_width_from_multiplier_and_multipl
     import re
     from planner.export import _titan_ffn_args, titan_ffn_width
     assert titan_ffn_width(4096, 1.3, 1024) == 14336
-    got = re.fullmatch(r"ffn_dim_multiplier=([0-9.]+), multiple_of=(\d+)", _titan_ffn_args(dim, ffn))
+    got = re.fullmatch(r"ffn_dim_multiplier=([0-9.]+|None), multiple_of=(\d+)", _titan_ffn_args(dim, ffn))
     assert got, _titan_ffn_args(dim, ffn)
-    assert titan_ffn_width(dim, float(got[1]), int(got[2])) == ffn
+    assert titan_ffn_width(dim, None if got[1] == "None" else float(got[1]), int(got[2])) == ffn
+
+
+def test_torchtitan_mlp_width_args_hold_for_every_width():
+    """Every width from dim to 5 dim on a few dims (odd ones included) gets a pair FeedForward turns into it exactly:
+    the multiplier is printed in full (a 6-digit print had given 8192 for 8193)."""
+    import re
+    from planner.export import _titan_ffn_args, titan_ffn_width
+    for dim in (256, 1000, 3072):
+        for ffn in range(dim, 5 * dim, 13):
+            got = re.fullmatch(r"ffn_dim_multiplier=([0-9.]+|None), multiple_of=(\d+)", _titan_ffn_args(dim, ffn))
+            assert got and titan_ffn_width(dim, None if got[1] == "None" else float(got[1]), int(got[2])) == ffn, \
+                (dim, ffn, _titan_ffn_args(dim, ffn))
 
 
 def test_megatron_names_what_a_qwen_checkpoint_adds_to_llama_blocks():

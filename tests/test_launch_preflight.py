@@ -56,6 +56,9 @@ def test_a_report_path_holding_another_file_is_refused(plan8, capsys, tmp_path):
     assert L.launch(plan8, dry_run=True, device="cpu", report=str(again)) == 0
     assert "FAIL" not in capsys.readouterr().err
     assert L.is_launch_report(again) and not L.is_launch_report(mine) and not L.is_launch_report(tmp_path / "none")
+    empty = tmp_path / "made.json"  # a file made for the report (mktemp): nothing to lose
+    empty.write_text("")
+    assert L.is_launch_report(empty)
 
 
 def test_dry_run_with_failed_checks_shows_placeholders_not_none(plan8, capsys):

@@ -218,3 +218,14 @@ def test_the_summary_says_which_network_model_a_multi_node_plan_took(capsys):
     assert "at one NIC per rank" in line and "--pool-nics" in "".join(out.split())
     assert main(["recommend", "--model", "llama3-8b", "--gpus", "8"]) == 0
     assert "network:" not in capsys.readouterr().out
+    # a data-parallel stride that does not divide a node (tp 2 x pp 3): pooling changes nothing, nothing said
+    assert main(["recommend", "--model", "llama3-8b", "--gpus", "96", "--pp", "3", "--tp", "2",
+                 "--global-batch-size", "96"]) == 0
+    assert "network:" not in capsys.readouterr().out
+    # the pooled branch: the same plan with its NICs pooled names --one-nic-per-rank
+    from planner.render import _network_line
+    assert main(argv + ["--json"]) == 0
+    from planner.schema import Plan
+    plan = Plan.model_validate_json(capsys.readouterr().out)
+    pooled = plan.model_copy(update={"hardware": plan.hardware.model_copy(update={"aggregate_nics": True})})
+    assert "NICs pooled" in _network_line(pooled) and "--one-nic-per-rank" in _network_line(pooled)

@@ -47,10 +47,9 @@ def test_measure_sustained_on_the_cpu():
     tail = sorted(rates[len(rates) - max(1, len(rates) // 3):])
     mid = len(tail) // 2
     assert sus["steady_tflops"] == pytest.approx(tail[mid] if len(tail) % 2 else (tail[mid - 1] + tail[mid]) / 2)
-    # an isolated rate above what this CPU sustains (0.5 TFLOP/s): fraction = steady / isolated, below 1
+    # an isolated rate above what a small CPU sustains (0.5 TFLOP/s): fraction = steady / isolated (capped at 1)
     fast = measure_sustained(torch, dev, {**row, "tflops": 0.5}, "fp32", seconds=0.1, window_s=0.005)
-    assert fast["steady_tflops"] < 0.5
-    assert fast["fraction"] == pytest.approx(fast["steady_tflops"] / 0.5, rel=1e-12) and fast["fraction"] < 1
+    assert fast["fraction"] == pytest.approx(min(1.0, fast["steady_tflops"] / 0.5), rel=1e-12)
     assert _gpu_telemetry(torch, dev) is None
     note = sustained_note(sus)
     assert "256x256x512" in note and "sustained_matmul_fraction 1" in note and "nvidia-smi" not in note

@@ -1465,8 +1465,19 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     bound = [launch_bound(b) for b in before]
     # median of the per-report fits over the compute-bound runs (the fraction barely moves a
     # launch-bound one): robust to the odd noisy run
-    s_new = statistics.median(s for (s, _), lb in zip(fits, bound) if not lb or all(bound))
-    s_new = min(1.0, max(1e-4, s_new))
+    # every report launch-bound: their steps are the host's dispatch, which a fitted fraction would take for slow
+    # GPU compute (one such report had set 0.83 -> 0.21, and a 70B plan 3.6x too slow).  Where the base has a
+    # measured dispatch the fraction is kept and the runs refit host_block_s; without one, fitted as before (said)
+    kept = all(bound) and bool(base_profile.host_block_s)
+    if kept:
+        s_new = base_profile.sustained_matmul_fraction
+        console.print(f"note: every report is launch-bound (the host's dispatch sets its step), so "
+                      f"sustained_matmul_fraction stays {s_new:g} (the base's) and the runs refit host_block_s; give "
+                      "compute-bound reports (a larger model or micro-batch) to fit the fraction",
+                      markup=False, highlight=False, soft_wrap=True)
+    else:
+        s_new = statistics.median(s for (s, _), lb in zip(fits, bound) if not lb or all(bound))
+        s_new = min(1.0, max(1e-4, s_new))
     # the forward's share of the dispatch, measured (not fitted) in launch-bound one-stage runs' phases: before
     # the host fit, which solves each launch-bound run's step for its dispatch under these shares
     share_fits: dict[str, list[float]] = {}
@@ -1510,7 +1521,8 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     torches = sorted({str(r["torch_version"]) for r in runs if r["torch_version"]})
     names = " ".join(labels) + (f" (in {under})" if under not in ("", ".") else "")
     what = (f"{_today()}: {TOOL} --from-run ({len(runs)} report{'s' if len(runs) > 1 else ''} on "
-            f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): sustained_matmul_fraction, "
+            f"{', '.join(devices)}; torch {', '.join(torches) or 'unknown'}): "
+            + ("" if kept else "sustained_matmul_fraction, ")
             + ("host_block_s, " if host_fits else "") + ("host_forward_share, " if share_fits else "")
             + ("optimizer_bandwidth_fraction, optimizer_host_per_tensor_s, " if opt_fit else "") + "memory_reserve_gbytes")
     data["measured"] = f"{what}; before: {base_profile.measured}" if base_profile.measured else what
@@ -1518,7 +1530,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     data["sources"] = list(data.get("sources") or []) + [
         f"[calibrate] {TOOL} --from-run {names} --base {base_profile.name}: sustained_matmul_fraction "
         f"{base_profile.sustained_matmul_fraction:g} -> {s_new:.4g} (median of per-report fits "
-        f"{', '.join(f'{s:.4g}' + (' [launch-bound, not used]' if lb and not all(bound) else '') for (s, _), lb in zip(fits, bound))}"
+        f"{', '.join(f'{s:.4g}' + (' [launch-bound, not used]' if lb and (kept or not all(bound)) else '') for (s, _), lb in zip(fits, bound))}"
         f"{f'; {clamped} clamped' if clamped else ''}); "
         + "".join(f"host_block_s.{k} {base_profile.host_block_s.get(k, 0.0) * 1e3:.3g} -> {host_new[k] * 1e3:.3g} ms "
                   f"(median of {len(v)} launch-bound report(s)); " for k, v in host_fits.items())
@@ -1538,7 +1550,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     rows = []
     for r, label, lb, b, a, (s_fit, c) in zip(runs, labels, bound, before, after, fits):
         rows.append({"report": r["path"], "label": label, "launch_bound": lb,
-                     "used_for_sustained": not lb or all(bound),
+                     "used_for_sustained": not lb or (all(bound) and not kept),
                      "device": r["device"], "measured_step_time_s": r["step_time_s"],
                      "predicted_step_time_s_before": b.step_time_s, "predicted_step_time_s_after": a.step_time_s,
                      "fitted_sustained": s_fit, "clamped": c, "measured_reserved_bytes": r["reserved_bytes"],

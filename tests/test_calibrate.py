@@ -672,3 +672,23 @@ def test_from_run_with_a_report_twice_fits_as_with_it_once(plan, tmp_path, capsy
     assert "1 report" in two.measured
     assert two.sustained_matmul_fraction == one.sustained_matmul_fraction
     assert two.memory_reserve_gbytes == one.memory_reserve_gbytes
+
+
+def test_from_run_with_only_launch_bound_reports_keeps_the_fraction(tmp_path, capsys):
+    """Every report launch-bound: their steps are host dispatch, so the base's sustained fraction is kept (said) and
+    host_block_s is refit; fitting the fraction to them had taken 0.83 to 0.21 on one committed H100 report."""
+    from planner.core import recommend
+    from planner.schema import ModelSpec
+    from planner.search import Pins
+    tiny = ModelSpec(arch="llama", layers=4, hidden=256, heads=4, kv_heads=2, ffn_hidden=512, vocab=1024, name="tiny")
+    small = recommend(tiny, gpus=1, seq_len=128, global_batch_size=1, suggest=False, hardware="h100-sxm-80gb",
+                      pins=Pins(tp=1, pp=1, dp=1, mbs=1, zero=0, recompute="none", offload="none"))
+    rep = _report(small, tmp_path / "tiny.json", factor=1.3)
+    out = tmp_path / "fit.toml"
+    rc, _, err = _run(["calibrate", "--from-run", str(rep), "--base", "h100-sxm-80gb", "--out", str(out)], capsys)
+    assert rc == 0, err
+    assert "every report is launch-bound" in err
+    base, prof = hardware_profiles.load_profile("h100-sxm-80gb"), hardware_profiles.load_profile(out)
+    assert prof.sustained_matmul_fraction == base.sustained_matmul_fraction
+    assert prof.host_block_s["none"] > base.host_block_s["none"]
+    assert _predict(small, prof).step_time_s == pytest.approx(small.prediction.step_time_s * 1.3, rel=0.02)

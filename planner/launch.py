@@ -956,8 +956,18 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     if resume and not checkpoint_dir:
         checks.append(Check("checkpoint", False, "--resume without --checkpoint-dir has nothing to resume from",
                             "pass --checkpoint-dir DIR (the folder --checkpoint-dir wrote)"))
+    elif resume and not saved_steps(checkpoint_dir):  # a misspelt folder had trained from step 0 without a word
+        checks.append(Check("checkpoint", False, f"--resume: no checkpoint under {checkpoint_dir}",
+                            "pass the --checkpoint-dir an earlier run wrote, or drop --resume to start from step 0"))
     elif resume:
         checks.append(check_resume(checkpoint_dir, resume_step, steps, plan.parallel.tp, plan.model))
+    elif checkpoint_dir and saved_steps(checkpoint_dir):  # a fresh run would write its steps among another run's
+        checks.append(Check("checkpoint", False, f"--checkpoint-dir {checkpoint_dir} holds checkpoints of an earlier "
+                            f"run (steps {', '.join(map(str, saved_steps(checkpoint_dir)))}), which this run would mix "
+                            "its own with", "pass --resume to continue that run, or a new --checkpoint-dir"))
+    if checkpoint_every and not checkpoint_dir:  # the option had been dropped without a word
+        checks.append(Check("checkpoint", False, f"--checkpoint-every {checkpoint_every} without --checkpoint-dir "
+                            "has nowhere to save", "pass --checkpoint-dir DIR, or drop --checkpoint-every"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(report).parent if report else Path("runs") / stamp
     report_path = report or str(run_dir / "report.json")

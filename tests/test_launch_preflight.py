@@ -737,3 +737,22 @@ def test_the_rule_check_follows_parplans_runtime_whatever_profile_or_framework()
     from planner.core import evaluate_plan
     assert not evaluate_plan(meg).prediction.fits  # Megatron's rule, which the plan's own prediction names
     assert L.check_rules(meg) is None
+
+
+def test_checkpoint_options_that_would_lose_or_mix_runs_are_refused(plan8, capsys, tmp_path):
+    """--resume on a folder with no checkpoint (a misspelt path) had trained from step 0 without a word; a fresh run
+    into a folder of another run's checkpoints had written its steps among them; --checkpoint-every without
+    --checkpoint-dir had been dropped."""
+    def fails(**kw):
+        assert L.launch(plan8, dry_run=True, device="cpu", steps=10, report=str(tmp_path / "r" / "report.json"),
+                        **kw) == 0
+        return [ln for ln in capsys.readouterr().err.splitlines() if "[FAIL] checkpoint" in ln]
+
+    assert "no checkpoint under" in fails(checkpoint_dir=str(tmp_path / "nock"), resume=True)[0]
+    ck = tmp_path / "ck"
+    (ck / "step_00000004").mkdir(parents=True)
+    (ck / "step_00000004" / ".metadata").write_bytes(b"model.blocks.0.attn.wq.weight@tp1of2")  # plan8's tp 2
+    assert "holds checkpoints of an earlier run (steps 4)" in fails(checkpoint_dir=str(ck))[0]
+    assert not fails(checkpoint_dir=str(ck), resume=True)  # continuing that run is what the folder is for
+    assert not fails(checkpoint_dir=str(tmp_path / "fresh"), checkpoint_every=2)
+    assert "without --checkpoint-dir" in fails(checkpoint_every=2)[0]

@@ -216,6 +216,11 @@ def check_out_path(out: str | None, default_name: str, base_path: Path | None = 
     if out and _same_file(path, base_path):
         raise CalibrationError(f"--out {out} is the --base profile itself, which it would overwrite -- fix: give "
                                f"another --out (or none: the default is a new file)")
+    # before any measurement (a device calibration takes minutes): where the file would go must be a writable folder
+    folder = next((q for q in path.absolute().parents if q.exists()), None)
+    if folder is not None and (not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK)):
+        why = "is a file, not a folder" if not folder.is_dir() else "is not writable"
+        raise CalibrationError(f"--out {path}: {folder} {why} -- fix: give --out in a folder you can write")
     return path
 
 

@@ -892,6 +892,19 @@ def _placeholders(argv: list[str]) -> list[str]:
 REPORT_MAX_BYTES = 256 * 2 ** 20
 
 
+def _same_plan(path: Path, plan) -> bool:
+    """True where `path` holds this plan's job (model, hardware, training, layout), however it is formatted and
+    whatever prediction it carries: the run rewrites it, in its own layout, with the prediction launch made."""
+    from planner.schema import Plan
+    job = {"model", "hardware", "training", "parallel"}
+    computed = {"model": {"num_params"}}  # filled in by the planner: absent from a hand-written plan
+    try:
+        return Plan.model_validate_json(path.read_text(encoding="utf-8-sig")).model_dump(include=job, exclude=computed) \
+            == plan.model_dump(include=job, exclude=computed)
+    except (OSError, ValueError):
+        return False
+
+
 def is_launch_report(path: Path) -> bool:
     """True where `path` holds a report `parplan launch` wrote (a JSON object with the plan and the measured steps)
     or is empty, which a run may replace; any other file it must not."""
@@ -989,7 +1002,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
             checks.append(Check("report", False, f"--report {report} exists and is not a launch report, which the "
                                 "run would overwrite", "pass --report in a folder of its own, e.g. "
                                 "runs/NAME/report.json (a launch report there is replaced)"))
-        elif plan_path.exists() and plan_path.read_text() != plan.model_dump_json(indent=2):
+        elif plan_path.exists() and not _same_plan(plan_path, plan):
             checks.append(Check("report", False, f"{plan_path} exists and holds another plan, which the run would "
                                 f"overwrite (it writes plan.json and torchrun.log beside the report)",
                                 "pass --report in a folder of its own, e.g. runs/NAME/report.json"))

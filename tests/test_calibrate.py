@@ -692,3 +692,10 @@ def test_from_run_with_only_launch_bound_reports_keeps_the_fraction(tmp_path, ca
     assert prof.sustained_matmul_fraction == base.sustained_matmul_fraction
     assert prof.host_block_s["none"] > base.host_block_s["none"]
     assert _predict(small, prof).step_time_s == pytest.approx(small.prediction.step_time_s * 1.3, rel=0.02)
+
+
+def test_an_unwritable_out_is_refused_before_measuring(tmp_path, capsys):
+    """--out under a file (or an unwritable folder) was found only after the whole calibration (minutes on a GPU)."""
+    (tmp_path / "afile").write_text("x")
+    rc, _, err = _run(["calibrate", "--device", "cpu", "--quick", "--out", str(tmp_path / "afile" / "x.toml")], capsys)
+    assert rc == 2 and "is a file, not a folder" in err and "GEMM" not in err, err

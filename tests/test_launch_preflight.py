@@ -756,3 +756,12 @@ def test_checkpoint_options_that_would_lose_or_mix_runs_are_refused(plan8, capsy
     assert not fails(checkpoint_dir=str(ck), resume=True)  # continuing that run is what the folder is for
     assert not fails(checkpoint_dir=str(tmp_path / "fresh"), checkpoint_every=2)
     assert "without --checkpoint-dir" in fails(checkpoint_every=2)[0]
+
+
+def test_the_same_plan_beside_the_report_is_not_another_plan(plan8, capsys, tmp_path):
+    """A plan.json holding this plan, formatted otherwise (recommend's output, say), is the run's own: not refused."""
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "plan.json").write_text(json.dumps(json.loads(open(plan8).read())))  # compact, not the run's indent-2 layout
+    assert L.launch(plan8, dry_run=True, device="cpu", report=str(d / "report.json")) == 0
+    assert "FAIL" not in capsys.readouterr().err

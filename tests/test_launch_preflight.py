@@ -765,3 +765,8 @@ def test_the_same_plan_beside_the_report_is_not_another_plan(plan8, capsys, tmp_
     (d / "plan.json").write_text(json.dumps(json.loads(open(plan8).read())))  # compact, not the run's indent-2 layout
     assert L.launch(plan8, dry_run=True, device="cpu", report=str(d / "report.json")) == 0
     assert "FAIL" not in capsys.readouterr().err
+    other = json.loads(open(plan8).read())
+    other["training"]["seq_len"] *= 2  # another job
+    (d / "plan.json").write_text(json.dumps(other))
+    assert L.launch(plan8, dry_run=True, device="cpu", report=str(d / "report.json")) == 0
+    assert "holds another plan" in capsys.readouterr().err

@@ -191,14 +191,13 @@ def _unflagged_megatron(plan: Plan) -> list[str]:
     framework gets framework_note instead)."""
     from planner.core import FRAMEWORK_DEFAULTS
     from planner.schema import Training
-    t = plan.training
+    t, par = plan.training, plan.parallel
     if t.framework != "megatron":
         return []
     out = []
     for k in _MEGATRON_FIXED:
         default = True if k == "async_tp_grad_comm" else FRAMEWORK_DEFAULTS["megatron"].get(
             k, Training.model_fields[k].default)
-        par = plan.parallel
         applies = {"p2p_scatter_gather": par.pp > 1 and par.tp > 1 and not par.sp,  # cost_models/total.py: sg
                    "async_tp_grad_comm": par.tp > 1}.get(k, True)
         if getattr(t, k) != default and applies:

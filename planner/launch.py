@@ -966,17 +966,18 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     checks += [c for c in (check_folder("--checkpoint-dir", checkpoint_dir) if checkpoint_dir else None,
                            check_folder("--memory-snapshot", memory_snapshot) if memory_snapshot else None) if c]
     resume = resume or resume_step is not None
+    have = saved_steps(checkpoint_dir) if checkpoint_dir else []  # read once: the checks below all ask it
     if resume and not checkpoint_dir:
         checks.append(Check("checkpoint", False, "--resume without --checkpoint-dir has nothing to resume from",
                             "pass --checkpoint-dir DIR (the folder --checkpoint-dir wrote)"))
-    elif resume and not saved_steps(checkpoint_dir):  # a misspelt folder had trained from step 0 without a word
+    elif resume and not have:  # a misspelt folder had trained from step 0 without a word
         checks.append(Check("checkpoint", False, f"--resume: no checkpoint under {checkpoint_dir}",
                             "pass the --checkpoint-dir an earlier run wrote, or drop --resume to start from step 0"))
     elif resume:
         checks.append(check_resume(checkpoint_dir, resume_step, steps, plan.parallel.tp, plan.model))
-    elif checkpoint_dir and saved_steps(checkpoint_dir):  # a fresh run would write its steps among another run's
+    elif have:  # a fresh run would write its steps among another run's
         checks.append(Check("checkpoint", False, f"--checkpoint-dir {checkpoint_dir} holds checkpoints of an earlier "
-                            f"run (steps {', '.join(map(str, saved_steps(checkpoint_dir)))}), which this run would mix "
+                            f"run (steps {', '.join(map(str, have))}), which this run would mix "
                             "its own with", "pass --resume to continue that run, or a new --checkpoint-dir"))
     if checkpoint_every and not checkpoint_dir:  # the option had been dropped without a word
         checks.append(Check("checkpoint", False, f"--checkpoint-every {checkpoint_every} without --checkpoint-dir "

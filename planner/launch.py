@@ -317,23 +317,85 @@ def check_data(path: str, plan, data_dtype: Optional[str] = None) -> Check:
     return Check("data", True, f"{path}: {n:,} {dtype.name} tokens, ids in range in the first {len(head):,}")
 
 
-def checkpoint_model_shape(path: str) -> Optional[tuple[int, int]]:
-    """(layers, hidden) of the model a checkpoint holds, from DCP's metadata (its keys "model.layers.<i>...." and
-    the final norm's size); None when it cannot be read.  Imports torch, as launch does already."""
+def _checkpoint_shapes(path: str) -> Optional[dict[str, tuple[int, ...]]]:
+    """{DCP key after "model.": size} of a checkpoint's parameters, from its metadata; None when it cannot be
+    read.  Imports torch, as launch does already."""
     try:
         import torch.distributed.checkpoint as dcp
         md = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
     except Exception:  # an unreadable or foreign folder: the run's own load says more
         return None
-    idx = [int(m.group(1)) for k in md if (m := re.match(r"model\.layers\.(\d+)\.", k))]
-    norm = md.get("model.final_norm.weight")
-    if not idx or norm is None or not getattr(norm, "size", None):
+    return {k[len("model."):]: tuple(int(n) for n in getattr(v, "size", ()) or ())
+            for k, v in md.items() if k.startswith("model.")}
+
+
+def checkpoint_model_shape(path: str) -> Optional[tuple[int, int]]:
+    """(layers, hidden) of the model a checkpoint holds, from DCP's metadata (its keys "model.layers.<i>...." and
+    the final norm's size); None when it cannot be read."""
+    md = _checkpoint_shapes(path)
+    if md is None:
         return None
-    return max(idx) + 1, int(norm.size[0])
+    idx = [int(m.group(1)) for k in md if (m := re.match(r"layers\.(\d+)\.", k))]
+    norm = md.get("final_norm.weight")
+    if not idx or not norm:
+        return None
+    return max(idx) + 1, int(norm[0])
+
+
+def plan_parameter_shapes(plan) -> dict[str, tuple[tuple[int, ...], Optional[int]]]:
+    """{logical name: (full shape, tensor-parallel dimension)} of the plan's model, as the runtime builds it
+    (parallel_layers.model, on the meta device: no memory, whatever the size)."""
+    import torch
+
+    from parallel_layers.model import ModelConfig, StageModule, iter_shard_specs
+    cfg = ModelConfig.from_plan(plan)
+    with torch.device("meta"):
+        whole = StageModule(cfg, list(range(cfg.layers)), first=True, last=True, tp_group=None)
+    return {spec.logical_name: (spec.full_shape, spec.tp_dim) for _, _, spec in iter_shard_specs(whole)}
+
+
+def checkpoint_model_mismatch(path: str, plan) -> Optional[str]:
+    """What differs between the model a checkpoint holds and the plan's, parameter by parameter (names and
+    sizes, a TP shard's size scaled back by its tp), or None when they agree or the checkpoint cannot be
+    read.  Tied embeddings, kv heads, the MLP width, the vocabulary and learned positions show here: a
+    plan differing in them had failed inside every rank, or (tied against untied) loaded without the head."""
+    from parallel_layers.layers import padded_size
+    md = _checkpoint_shapes(path)
+    if not md:
+        return None
+    want = plan_parameter_shapes(plan)
+    have: dict[str, tuple[int, ...]] = {}
+    for key, size in md.items():
+        name, _, shard = key.partition("@tp")
+        if "/" in name:  # not a parameter (optimizer states live under "optim.")
+            continue
+        m = re.fullmatch(r"\d+of(\d+)", shard)
+        if m and name in want and want[name][1] is not None and len(size) > want[name][1]:
+            t, d = int(m.group(1)), want[name][1]
+            full = list(want[name][0])
+            if size[d] * t == padded_size(full[d], t):  # the padded vocabulary's rows count as the logical ones
+                size = tuple(full[d] if i == d else n for i, n in enumerate(size))
+            else:
+                size = tuple(n * t if i == d else n for i, n in enumerate(size))
+        have[name] = size
+    tied = plan.model.tied_embeddings
+    if "head.weight" in have and tied:
+        return "the checkpoint has an output head of its own (untied embeddings) and the plan ties it to the embedding"
+    if "head.weight" in want and "head.weight" not in have and "embedding.weight" in have:
+        return "the checkpoint ties the output head to the embedding and the plan has a head of its own"
+    for name in sorted(set(want) | set(have), key=lambda n: (n not in want, n)):
+        if name not in have:
+            return f"the checkpoint has no {name} and the plan's model does"
+        if name not in want:
+            return f"the checkpoint has {name} and the plan's model does not"
+        if tuple(want[name][0]) != have[name]:
+            return (f"{name} is {'x'.join(map(str, have[name]))} in the checkpoint and "
+                    f"{'x'.join(map(str, want[name][0]))} in the plan")
+    return None
 
 
 def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp: Optional[int] = None,
-                 model=None) -> Check:
+                 plan=None) -> Check:
     """The step to resume from exists and leaves steps to run, and (with the plan's tp) was saved with that tp: a
     checkpoint resumes with another dp, pp, cp or ZeRO stage, not another tp (its TP shards are keys of their own,
     parallel_layers.checkpoint), which had failed on every rank with a missing key."""
@@ -353,12 +415,17 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp
                      f"tp={tp}: its tensor-parallel shards do not load into another tp",
                      f"resume with a tp={was} plan (dp, pp, cp and the ZeRO stage may differ), or start afresh "
                      "without --resume")
-    shape = checkpoint_model_shape(step_path(checkpoint_dir, start)) if model is not None else None
-    if shape is not None and shape != (model.layers, model.hidden):
-        # fewer layers in the plan had loaded the first ones silently; more failed on rank 0 with no cause
-        return Check("checkpoint", False, f"the checkpoint of step {start} holds a model of {shape[0]} layers, hidden "
-                     f"{shape[1]}, and the plan's has {model.layers} layers, hidden {model.hidden}",
-                     "resume with a plan of the model it was saved with (any layout), or start afresh without --resume")
+    if plan is not None:
+        fix = "resume with a plan of the model it was saved with (any layout), or start afresh without --resume"
+        model, path = plan.model, step_path(checkpoint_dir, start)
+        shape = checkpoint_model_shape(path)
+        if shape is not None and shape != (model.layers, model.hidden):
+            # fewer layers in the plan had loaded the first ones silently; more failed on rank 0 with no cause
+            return Check("checkpoint", False, f"the checkpoint of step {start} holds a model of {shape[0]} layers, "
+                         f"hidden {shape[1]}, and the plan's has {model.layers} layers, hidden {model.hidden}", fix)
+        other = checkpoint_model_mismatch(path, plan)
+        if other:
+            return Check("checkpoint", False, f"the checkpoint of step {start} holds another model: {other}", fix)
     return Check("checkpoint", True, f"resumes after step {start} of {checkpoint_dir}, runs steps {start + 1}..{steps}")
 
 
@@ -974,7 +1041,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         checks.append(Check("checkpoint", False, f"--resume: no checkpoint under {checkpoint_dir}",
                             "pass the --checkpoint-dir an earlier run wrote, or drop --resume to start from step 0"))
     elif resume:
-        checks.append(check_resume(checkpoint_dir, resume_step, steps, plan.parallel.tp, plan.model))
+        checks.append(check_resume(checkpoint_dir, resume_step, steps, plan.parallel.tp, plan))
     elif have:  # a fresh run would write its steps among another run's
         checks.append(Check("checkpoint", False, f"--checkpoint-dir {checkpoint_dir} holds checkpoints of an earlier "
                             f"run (steps {', '.join(map(str, have))}), which this run would mix "
@@ -1007,6 +1074,11 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
             checks.append(Check("report", False, f"{plan_path} exists and holds another plan, which the run would "
                                 f"overwrite (it writes plan.json and torchrun.log beside the report)",
                                 "pass --report in a folder of its own, e.g. runs/NAME/report.json"))
+        elif (run_dir / "torchrun.log").is_file() and not plan_path.exists() and not Path(report).is_file():
+            # a log with neither a report nor a plan beside it is no earlier run of this plan's
+            checks.append(Check("report", False, f"{run_dir / 'torchrun.log'} exists beside no launch report or plan, "
+                                "and the run would overwrite it", "pass --report in a folder of its own, e.g. "
+                                "runs/NAME/report.json"))
     if not any(c.name == "report" for c in checks):
         # where the run's folder would be made (the default runs/<time> included): a dry run says so too, where the
         # run itself would stop at its first write

@@ -498,6 +498,15 @@ def test_report_paths_and_resume_are_checked_before_the_run(plan8, tmp_path, cap
     assert L.launch(plan8, device="cpu", report=str(other / "report.json")) == 2
     assert (other / "plan.json").read_text() == '{"my": "plan"}'
     assert "another plan" in capsys.readouterr().err
+    logs = tmp_path / "logs"  # a torchrun.log with no report or plan beside it: no earlier run of this plan's
+    logs.mkdir()
+    (logs / "torchrun.log").write_text("my notes")
+    assert L.launch(plan8, device="cpu", report=str(logs / "report.json")) == 2
+    assert "torchrun.log exists beside no launch report" in capsys.readouterr().err
+    assert (logs / "torchrun.log").read_text() == "my notes"
+    (logs / "report.json").write_text(json.dumps({"plan": {}, "steps": [], "world_size": 8}))
+    assert L.launch(plan8, dry_run=True, device="cpu", report=str(logs / "report.json")) == 0  # a rerun replaces both
+    assert "FAIL" not in capsys.readouterr().err
     assert L.launch(plan8, device="cpu", report=str(tmp_path)) == 2  # a folder, not a report file
     assert "not a file path" in capsys.readouterr().err
     assert L.launch(plan8, device="cpu", report=str(other / "plan.json" / "report.json")) == 2

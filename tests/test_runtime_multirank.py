@@ -244,6 +244,11 @@ def test_cp_resume_in_another_cp_layout(runs):
     assert saved_tp(str(runs / "cp-resume" / "ckpt" / "step_00000002")) == 2
     assert not check_resume(str(runs / "cp-resume" / "ckpt"), 2, 3, tp=1).ok
     assert check_resume(str(runs / "cp-resume" / "ckpt"), 2, 3, tp=2).ok
+    # and its model, TP shards scaled back, is the plan's: launch compares them parameter by parameter
+    plan = Plan.model_validate_json((runs / "cp-resume" / "plan.json").read_text())
+    assert check_resume(str(runs / "cp-resume" / "ckpt"), 2, 3, tp=2, plan=plan).ok
+    wider = plan.model_copy(update={"model": plan.model.model_copy(update={"ffn_hidden": 2 * plan.model.ffn_hidden})})
+    assert "mlp" in check_resume(str(runs / "cp-resume" / "ckpt"), 2, 3, tp=2, plan=wider).detail
 
 
 def test_the_fused_gradient_accumulation_case_fused(runs):

@@ -473,12 +473,54 @@ def test_a_checkpoint_of_another_model_is_named_before_and_at_the_load(tmp_path)
     path = checkpoint.latest(str(tmp_path))
     assert checkpoint_model_shape(path) == (2, cfg.hidden)
     model = plan.model
-    c = check_resume(str(tmp_path), None, 5, tp=1, model=model.model_copy(update={"layers": 3}))
+
+    def other(**update):
+        return plan.model_copy(update={"model": model.model_copy(update=update)})
+
+    c = check_resume(str(tmp_path), None, 5, tp=1, plan=other(layers=3))
     assert not c.ok and "2 layers" in c.detail and "3 layers" in c.detail
-    assert check_resume(str(tmp_path), None, 5, tp=1, model=model.model_copy(update={"layers": 2})).ok
+    assert check_resume(str(tmp_path), None, 5, tp=1, plan=other(layers=2)).ok
+    # the rest of the shape, which the layers and hidden size miss (each had failed inside every rank, and a
+    # tied plan had loaded an untied checkpoint without its head)
+    for update, words in (({"tied_embeddings": True}, "untied"), ({"kv_heads": 4}, "layers.0."),
+                          ({"ffn_hidden": 96}, "96"), ({"vocab": 300}, "embedding.weight is 256x64")):
+        c = check_resume(str(tmp_path), None, 5, tp=1, plan=other(layers=2, **update))
+        assert not c.ok and "another model" in c.detail and words in c.detail, (update, c.detail)
     three, opt3 = stage(3)
     with pytest.raises(RuntimeError, match="failed to load: .*layers.2"):
         checkpoint.load(path, three, opt3)
+
+
+def test_a_checkpoints_tp_shards_are_scaled_back_to_the_logical_shape(monkeypatch):
+    """checkpoint_model_mismatch reads a TP shard's key ("@tp{r}of{t}") at t times its size along the split
+    dimension, and the padded vocabulary's rows as the logical vocabulary: a tp=4 checkpoint of the plan's own
+    model agrees, one of a wider MLP does not."""
+    import planner.launch as L
+    plan = tiny_plan(TINY_LLAMA)
+    full = L.plan_parameter_shapes(plan)
+
+    def saved(t, change=None):
+        out = {}
+        for name, (shape, d) in full.items():
+            shape = list(change.get(name, shape) if change else shape)
+            if d is None:
+                out[name] = tuple(shape)
+                continue
+            shape[d] = -(-shape[d] // t)  # padded, then split
+            for r in range(t):
+                out[f"{name}@tp{r}of{t}"] = tuple(shape)
+        return out
+
+    vocab = TINY_LLAMA["vocab"]
+    plan = plan.model_copy(update={"model": plan.model.model_copy(update={"vocab": vocab - 2})})  # pads at tp 4
+    full = L.plan_parameter_shapes(plan)
+    assert full["embedding.weight"][0][0] == vocab - 2
+    monkeypatch.setattr(L, "_checkpoint_shapes", lambda path: saved(4))
+    assert L.checkpoint_model_mismatch("x", plan) is None
+    wide = {n: (s[0] * 2,) + tuple(s[1:]) for n, (s, d) in full.items() if ".mlp." in n and d == 0}
+    assert wide
+    monkeypatch.setattr(L, "_checkpoint_shapes", lambda path: saved(4, wide))
+    assert ".mlp." in L.checkpoint_model_mismatch("x", plan)
 
 
 def test_a_stage_outputs_send_is_waited_on_and_dropped_at_its_backward(monkeypatch):

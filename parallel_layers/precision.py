@@ -31,6 +31,13 @@ def uses_master_weights(plan) -> bool:
     return plan.training.precision in MASTER_RECIPES
 
 
+def cpu_math(plan) -> str:
+    """What a CPU run of the plan computes in (the run report's and launch's device line)."""
+    if uses_master_weights(plan) and plan.training.dtype == "bf16":
+        return f"bf16 parameters with fp32 masters ({plan.training.precision}), no autocast"
+    return "fp32 math, no autocast"
+
+
 def param_dtype(plan) -> torch.dtype:
     """Dtype of the model's parameters (outside FSDP2): 16-bit for the master-weights recipes."""
     if not uses_master_weights(plan):

@@ -72,6 +72,7 @@ from parallel_layers.precision import (
     MasterAdamW,
     attach_main_grads,
     clear_grads,
+    cpu_math,
     fold_pending_grads,
     fsdp_mixed_precision,
     grad_of,
@@ -675,12 +676,6 @@ def settle_parameters(rt: Runtime) -> None:
         rt.optimizer.wait_gathers()
 
 
-def _cpu_math(plan) -> str:
-    if uses_master_weights(plan) and plan.training.dtype == "bf16":
-        return f"bf16 parameters with fp32 masters ({plan.training.precision}), no autocast"
-    return "fp32 math, no autocast"
-
-
 def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
                  comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None,
                  grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None,
@@ -727,7 +722,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
                       "predicted": predicted, "error": _rel_error(predicted, max(traced))}
         if amp:
             cpu_memory["note"] = "amp runs in fp32 on the CPU (no autocast): not comparable with its 16-bit prediction"
-    notes = [] if comparable else [f"{device.type}: {_cpu_math(plan)}; not comparable with the prediction for "
+    notes = [] if comparable else [f"{device.type}: {cpu_math(plan)}; not comparable with the prediction for "
                                    f"{plan.hardware.name}, so error is null"]
     if param_overlap is not None and param_overlap != plan_overlaps_param_gather(plan.training):
         notes.append(f"the runtime {'gathered' if param_overlap else 'did not gather'} the stepped parameters during "

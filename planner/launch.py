@@ -119,7 +119,7 @@ def probe_machine() -> MachineInfo:
                        host_available_bytes=host_memory_available())
 
 
-def resolve_device(device: str, machine: MachineInfo) -> tuple[str, Check]:
+def resolve_device(device: str, machine: MachineInfo, plan=None) -> tuple[str, Check]:
     if device == "auto":
         if machine.gpus:
             return "cuda", Check("device", True, f"auto -> cuda ({machine.gpus} x {machine.gpu_name})")
@@ -129,7 +129,9 @@ def resolve_device(device: str, machine: MachineInfo) -> tuple[str, Check]:
         return "cuda", Check("device", False, "cuda requested but no CUDA GPU is visible",
                              "use --device cpu (gloo), or check CUDA_VISIBLE_DEVICES and the driver")
     if device == "cpu":
-        return "cpu", Check("device", True, "cpu (gloo, fp32 math, OMP_NUM_THREADS=1 per rank)")
+        from parallel_layers.precision import cpu_math
+        math = cpu_math(plan).removesuffix(", no autocast") if plan is not None else "fp32 math"
+        return "cpu", Check("device", True, f"cpu (gloo, {math}, OMP_NUM_THREADS=1 per rank)")
     return device, Check("device", True, f"cuda ({machine.gpus} x {machine.gpu_name})")
 
 
@@ -1012,7 +1014,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     checks = [Check("torch", True, f"torch {machine.torch_version}")]
     plan, pred_check = repredict(plan)
     checks.append(pred_check)
-    device, dev_check = resolve_device(device, machine)
+    device, dev_check = resolve_device(device, machine, plan)
     checks.append(dev_check)
     nproc, world_check = check_world(plan, device, machine, nnodes, nproc_per_node)
     support = check_runtime_support(plan, device, machine.torch_version)

@@ -779,3 +779,14 @@ def test_the_same_plan_beside_the_report_is_not_another_plan(plan8, capsys, tmp_
     (d / "plan.json").write_text(json.dumps(other))
     assert L.launch(plan8, dry_run=True, device="cpu", report=str(d / "report.json")) == 0
     assert "holds another plan" in capsys.readouterr().err
+
+
+def test_the_cpu_device_line_names_the_math_the_ranks_will_do():
+    """The device check says what a CPU run computes in, as the report's note does: a bf16 master-weights plan runs
+    bf16 parameters (it had said "fp32 math" for every plan)."""
+    amp = tiny_plan()
+    master = tiny_plan(precision="master-weights")
+    master = master.model_copy(update={"training": master.training.model_copy(update={"dtype": "bf16"})})
+    assert "fp32 math" in L.resolve_device("cpu", NO_GPU, amp)[1].detail
+    line = L.resolve_device("cpu", NO_GPU, master)[1].detail
+    assert "bf16 parameters with fp32 masters (master-weights)" in line and "fp32 math" not in line

@@ -578,6 +578,7 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     return build_report(plan, opts, device, steps, memories, params_per_rank,
                         wgrad_fusion=rt.extra.get("wgrad_fusion"), grad_overlap=None if red is None else red.overlap,
                         grad_buckets=None if red is None else red.last_step,
+                        resumed_from=rt.extra.get("resumed_from"),
                         param_overlap=(rt.optimizer.overlap_gather if isinstance(rt.optimizer, ShardedAdamW)
                                        and plan.parallel.dp > 1 else None))
 
@@ -596,6 +597,7 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
             log(f"no checkpoint under {opts.checkpoint_dir}; starting from step 0")
         else:
             start = ckpt.load(path, rt.stage_modules, rt.optimizer)
+            rt.extra["resumed_from"] = {"checkpoint": path, "step": start}
             log(f"resumed from {path} (after step {start})")
     flops_per_token = model_flops_per_token(plan)
     peak = peak_tflops_per_gpu(plan, device)
@@ -679,13 +681,14 @@ def settle_parameters(rt: Runtime) -> None:
 def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
                  comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None,
                  grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None,
-                 grad_buckets: Optional[dict] = None) -> dict:
+                 grad_buckets: Optional[dict] = None, resumed_from: Optional[dict] = None) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
     comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
     wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad).
     grad_overlap: whether the data-parallel reduction started during the backward (None: FSDP2, or no dp group).
     param_overlap: whether ZeRO-1/2's parameter gather ran beside the next forward (None: no ZeRO-1/2 over dp > 1).
-    grad_buckets: rank 0's reduction in the last step, {"buckets", "started_in_backward"} (None where grad_overlap is)."""
+    grad_buckets: rank 0's reduction in the last step, {"buckets", "started_in_backward"} (None where grad_overlap is).
+    resumed_from: {"checkpoint": its folder, "step": the step it was saved after} of a resumed run, else None."""
     if comparable is None:
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
@@ -742,6 +745,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "grad_reduce_buckets": grad_buckets,
         "torch_version": torch.__version__,
         "world_size": len(memories),
+        "resumed_from": resumed_from,
         "warmup_steps": warmup,
         "steps": steps,
         "median": {"step_time_s": med("step_time_s"), "tokens_per_s": at_median_step("tokens_per_s"),

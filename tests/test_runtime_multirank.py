@@ -174,6 +174,8 @@ def test_resume_continues_the_loss_curve_exactly(runs):
     assert [s["step"] for s in second["steps"]] == [3]
     assert [s["loss"] for s in first["steps"]] == pytest.approx(straight[:2], rel=1e-7)
     assert second["steps"][0]["loss"] == pytest.approx(straight[2], rel=1e-7)
+    assert first["resumed_from"] is None  # the report names the checkpoint a resumed run started from
+    assert second["resumed_from"]["step"] == 2 and second["resumed_from"]["checkpoint"].endswith("step_00000002")
     assert (runs / "resume" / "ckpt" / "step_00000002" / ".metadata").exists()
     assert (runs / "resume" / "ckpt" / "step_00000003" / ".metadata").exists()  # the last step is saved too
 

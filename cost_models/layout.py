@@ -272,19 +272,24 @@ def virtual_stage_blocks(layers: int, pp, vpp, stage):
     return np.where(S == 1, layers, base + extra)
 
 
-def rank_block_counts(layers: int, pp, vpp):
+def rank_block_counts(layers: int, pp, vpp, schedule=None):
     """Vectorised: blocks held by pipeline rank 0 (with the embedding), the heaviest middle rank, and
-    rank pp-1 (with the head), when rank r holds virtual stages r, r+pp, ..., r+(vpp-1)pp and the
-    stage sizes follow stage_layers(layers, pp*vpp) (middle stages first get the remainder, so the
-    first and last virtual stages are the light ones: llama3-405b, 126 layers on pp 16 x vpp 8 ->
-    rank 0 and rank 15 hold 7 blocks, the others 8).  zbv's V placement (r and 2pp-1-r) is
-    approximated by this placement; with layers divisible by 2pp both give layers/pp."""
+    rank pp-1, where the virtual stages' sizes follow stage_layers(layers, pp*vpp) (middle stages first get
+    the remainder, so the first and last virtual stages are the light ones) and stages_of_rank places them:
+    rank r holds r, r+pp, ..., r+(vpp-1)pp (llama3-405b, 126 layers on pp 16 x vpp 8 -> rank 0 and rank 15
+    hold 7 blocks, the others 8), or under ZB-V (schedule SCH_ZBV, vpp 2) r and 2pp-1-r, the V that puts both
+    light ends on rank 0 and the middle stages pp-1 and pp on rank pp-1 (qwen2.5-7b's 28 layers on pp 4 ->
+    6, 7, 7, 8 blocks, where the loop's count is 7 on every rank)."""
     pp = np.asarray(pp)
     vpp = np.asarray(vpp)
+    zbv = np.zeros(np.shape(pp), bool) if schedule is None else np.broadcast_to(np.asarray(schedule) == SCH_ZBV,
+                                                                                 np.broadcast_shapes(np.shape(pp), np.shape(schedule)))
     if pp.ndim == 1 and pp.shape == vpp.shape and pp.size >= 4096:
-        # a search's candidates share a few dozen (pp, vpp): count once per pair, then scatter
-        pairs, where = np.unique(pp.astype(np.int64) * 4096 + vpp, return_inverse=True)
-        return tuple(np.asarray(x)[where] for x in rank_block_counts(layers, pairs // 4096, pairs % 4096))
+        # a search's candidates share a few dozen (pp, vpp, zbv): count once per triple, then scatter
+        keys, where = np.unique((pp.astype(np.int64) * 4096 + vpp) * 2 + zbv, return_inverse=True)
+        pairs = keys // 2
+        return tuple(np.asarray(x)[where] for x in rank_block_counts(layers, pairs // 4096, pairs % 4096,
+                                                                      np.where(keys % 2 == 1, SCH_ZBV, -1)))
     S = pp * vpp
     base = layers // S
     rem = layers % S
@@ -301,6 +306,15 @@ def rank_block_counts(layers: int, pp, vpp):
     mid = vpp * base + extra_middle(np.minimum(1, pp - 1))
     last_r = pp - 1
     last = vpp * base + extra_middle(last_r) + (left >= 2) * (last_r >= 0)
+    # ZB-V (S = 2pp): rank 0 holds stages 0 and S-1 (the remainder's last two blocks); rank r in 1..pp-2 holds
+    # r and 2pp-1-r, at most one extra for the first and one for the second where R reaches pp+1 (r = pp-2);
+    # rank pp-1 holds pp-1 and pp
+    v_first = 2 * base + left
+    v_mid = 2 * base + (R >= 1) + (R >= pp + 1)
+    v_last = 2 * base + ((pp - 1 >= 1) & (R >= pp - 1)) + (R >= pp)
+    first = np.where(zbv & (pp > 1), v_first, first)
+    mid = np.where(zbv & (pp > 1), v_mid, mid)
+    last = np.where(zbv & (pp > 1), v_last, last)
     single = S == 1
     first = np.where(single, layers, first)
     last = np.where(pp == 1, first, last)

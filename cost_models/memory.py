@@ -139,10 +139,14 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
 def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
                                    sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
                                    eager: bool = False):
-    """One block's activations without recompute (a block being recomputed or back-propagated)."""
+    """One block's activations without recompute (a block being recomputed or back-propagated), and never less
+    than what its recompute saved: the saved tensors stay live while the rest is rebuilt (op-level selective under
+    SP saves the row-parallel outputs at full width, which outgrow the whole no-recompute set past tp ~ 8 for
+    llama; the difference had gone negative and taken memory off the peak)."""
+    saves = (sp_saves_gathered, cp_saves_gathered_kv, eager)
     none = _replace(lay, recompute=np.zeros_like(np.asarray(lay.recompute)) + REC_NONE)
-    return activation_bytes_per_layer(m, none, act_bytes, flash, dropout, sp_saves_gathered, cp_saves_gathered_kv,
-                                      eager)
+    return np.maximum(activation_bytes_per_layer(m, none, act_bytes, flash, dropout, *saves),
+                      activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, *saves))
 
 
 def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
@@ -560,7 +564,7 @@ def rank_params(m: ModelDims, lay):
     """Parameters per GPU on pipeline rank 0 (embedding; the head too without a pipeline or under ZB-V,
     whose V puts both ends on rank 0), the heaviest middle rank, and the last rank (the head)."""
     pp = np.asarray(lay.pp)
-    first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, lay.vpp)
+    first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, lay.vpp, lay.schedule)
     per_layer = layer_params_per_gpu(m, lay.tp)
     head = head_params_per_gpu(m, lay.tp, pp)
     head_first = head_on_first_rank(lay)
@@ -667,7 +671,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     act_b = tr.act_bytes
     tp, pp, v = lay.tp, lay.pp, lay.vpp
     # blocks per pipeline *rank* (its v virtual stages; uneven splits allowed)
-    first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, v)
+    first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, v, lay.schedule)
     per_layer = layer_params_per_gpu(m, tp)
     head = head_params_per_gpu(m, tp, pp)
     single = np.asarray(pp) == 1

@@ -133,7 +133,7 @@ def step_floor(m: ModelDims, tr, hw, lay):
     bt = block_time(m, lay, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
                     tr.attention_kernel)
     bf = bubble_factor(lay, m_micro, (bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]))
-    return (m_micro + bf) * rank_block_counts(m.layers, lay.pp, lay.vpp)[0] * bt["total"]
+    return (m_micro + bf) * rank_block_counts(m.layers, lay.pp, lay.vpp, lay.schedule)[0] * bt["total"]
 
 
 def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
@@ -212,7 +212,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     block = bt["total"] + tp_block_exposed + cp_block_exposed
 
     # ---- pipeline stages: first (embedding), middle, last (head)
-    blocks_first, blocks_mid, blocks_last = rank_block_counts(m.layers, pp, v)
+    blocks_first, blocks_mid, blocks_last = rank_block_counts(m.layers, pp, v, lay.schedule)
     per_layer = layer_params_per_gpu(m, tp)
     emb_params = embedding_params_per_gpu(m, tp)
     head_params = head_params_per_gpu(m, tp, pp)

@@ -95,6 +95,24 @@ def test_stage_layers_uneven():
             assert mid[0] == (max(sizes[1:-1]) if s > 2 else sizes[0])
 
 
+def test_rank_block_counts_follow_each_schedules_placement():
+    """Blocks per pipeline rank (rank 0, the heaviest middle rank, rank pp-1) as the runtime places the virtual
+    stages (stages_of_rank) over stage_layers' sizes, by brute force: the loop, and ZB-V's V (r and 2pp-1-r),
+    which the model had counted as the loop (qwen2.5-7b's 28 layers on pp 4: 6, 7, 8 blocks, not 7 on every
+    rank: a plan one rank's 2 GB short of fitting was called fitting)."""
+    from cost_models.layout import SCH_ZBV, stages_of_rank
+    for layers in range(1, 70):
+        for pp in range(1, 17):
+            for vpp, schedule, name in ((1, 1, "1f1b"), (2, 2, "interleaved"), (3, 2, "interleaved"), (2, SCH_ZBV, "zbv")):
+                if layers < pp * vpp:
+                    continue
+                sizes = stage_layers(layers, pp * vpp)
+                per = [sum(sizes[s] for s in stages_of_rank(r, pp, vpp, name)) for r in range(pp)]
+                want = (per[0], max(per[1:-1]) if pp > 2 else per[0], per[-1])
+                assert tuple(int(x) for x in rank_block_counts(layers, pp, vpp, schedule)) == want, (layers, pp, vpp, name)
+    assert [int(x) for x in rank_block_counts(28, 4, 2, SCH_ZBV)] == [6, 7, 8]
+
+
 def _torch_interleaved_orders(p, v, m):
     """Every rank's action list from torch.distributed.pipelining's ScheduleInterleaved1F1B (its order
     builder, without process groups)."""
@@ -465,9 +483,9 @@ def test_search_sized_arrays_take_the_shared_key_paths_and_get_the_same_counts()
     vpp = np.where(sch == 4, 2, np.where(sch >= 2, vpp, 1))
     m = pp * rng.integers(1, 6, n)
     for layers in (126, 32, 7):
-        big = rank_block_counts(layers, pp, vpp)
+        big = rank_block_counts(layers, pp, vpp, sch)
         for i in range(0, n, 97):
-            assert [int(x[i]) for x in big] == [int(x) for x in rank_block_counts(layers, pp[i], vpp[i])]
+            assert [int(x[i]) for x in big] == [int(x) for x in rank_block_counts(layers, pp[i], vpp[i], sch[i])]
         keyed = rank_inflight_by_key(SimpleNamespace(pp=pp, vpp=vpp, schedule=sch), m.astype(float), layers)
         direct = rank_inflight(SimpleNamespace(pp=pp, vpp=vpp, schedule=sch), m.astype(float), layers)
         for kind in ("first", "mid", "last"):

@@ -975,7 +975,7 @@ def calibrate(
                                                  "after-backward phase, sustained_matmul_fraction, host_block_s from "
                                                  "launch-bound runs, memory_reserve_gbytes."),
     host_only: bool = typer.Option(False, "--host-only", help="Measure only this machine's host dispatch per block "
-                                   "(under a minute on an H100 host) into a copy of --base: run it on the machine you launch on, "
+                                   "(24 short runs; 8 of them took 36-46 s on an H100 host) into a copy of --base: run it on the machine you launch on, "
                                    "since a launch-bound step follows that host's CPU."),
     sustained: float = typer.Option(0.0, "--sustained", metavar="SECONDS", help="Also run the best GEMM back to back "
                                     "for SECONDS (e.g. 90) and measure sustained_matmul_fraction: what a long run keeps "

@@ -423,7 +423,7 @@ def test_cuda_compiles_blocks_when_the_plan_models_fused_pointwise_work(tmp_path
     plan = tiny_plan(tp=1, pp=1, dp=1)
     plan = plan.model_copy(update={"training": plan.training.model_copy(update={"fused_elementwise": fused})})
     path = write_plan(plan, tmp_path / "plan.json")
-    monkeypatch.setattr(L, "resolve_device", lambda device, machine: ("cuda", L.Check("device", True, "cuda (test)")))
+    monkeypatch.setattr(L, "resolve_device", lambda device, machine, plan=None: ("cuda", L.Check("device", True, "cuda (test)")))
     assert L.launch(path, dry_run=True) == 0
     out, _ = capsys.readouterr()
     assert ("--compile" in out.split()) is fused

@@ -726,7 +726,9 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         blocks_gathered = np.where(zero3.one_weight_ahead(m, tp), zero3.gathered_bytes(m, lay, tr.precision),
                                    blocks_gathered)
     gathered = np.where(zero >= 3, blocks_gathered, 0.0)
-    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full)
+    # the flat bucket copies hold a rank's gradients, so never more than them (a small model's are under 2 x 25 MiB)
+    grad_bytes = np.maximum(np.maximum(p_first, p_mid), p_last) * rec["grad"]
+    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full, grad_bytes)
     block_working = work_layer - act_layer + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
@@ -844,7 +846,7 @@ def p2p_receive_buffers(m: ModelDims, lay, act_bytes: int, m_micro, per_microbat
     return first, 2 * v * each, last
 
 
-def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full):
+def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full, grad_bytes=np.inf):
     """Working memory besides saved activations and model states:
       - the block being back-propagated: its backward's temporaries (backward_temporaries_per_layer:
         with flash attention about one block's activations -- a llama block peaks in the SwiGLU
@@ -865,10 +867,11 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
       - data-parallel gradient buckets: 2 x 25 MiB (PyTorch DDP bucket_cap_mb default 25, which DDP reads as
         MiB: int(bucket_cap_mb * 1024 * 1024); parplan's
         runtime packs gradients under 25 MiB into one flat bucket of less than 2 x 25 MiB and reduces
-        larger ones in place, parallel_layers.data_parallel.all_reduce_bucketed; FSDP2 has none);
+        larger ones in place, parallel_layers.data_parallel.all_reduce_bucketed; FSDP2 has none), and never more
+        than the gradients they pack (grad_bytes: the largest rank's; a 3.4 MB model's had been charged 52 MB);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
-    buckets = np.where((lay.dp > 1) & ~fsdp2, 2 * 25 * 2 ** 20, 0.0)  # parallel_layers.data_parallel.BUCKET_BYTES
+    buckets = np.where((lay.dp > 1) & ~fsdp2, np.minimum(2 * 25 * 2 ** 20, grad_bytes), 0.0)  # data_parallel.BUCKET_BYTES
     return work_layer - act_layer + temp_layer + gathered + rs_input + buckets
 
 

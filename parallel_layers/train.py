@@ -197,6 +197,8 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         # stage is one FSDP unit.
         apply_fsdp(modules, mesh["dp"], per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1,
                    mp_policy=fsdp_mixed_precision(plan), offload_policy=_fsdp_offload(plan, device))
+        # the rank's shards: the report's params_per_rank had counted each rank's whole stages under ZeRO-3
+        rt.local_params = sum(local_tensor(p).numel() for m in modules for _, p, _ in iter_shard_specs(m))
     elif plan.training.precision == "master-weights":
         kernel = wgrad_fusion_kernel(device, wgrad_fusion_mode(plan, opts))
         # fp32 gradient accumulation buffers; whether any weight's GEMM adds into them (16-bit parameters only)
@@ -720,11 +722,19 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         # amp autocasts only on a GPU (autocast_dtype): on the CPU its activations are fp32, not the plan's 16-bit
         # ones, so its peak is reported without a prediction to compare
         amp = plan.training.precision == "amp"
-        predicted = plan.prediction.memory_bytes_per_gpu.total if plan.prediction and not amp else None
+        mem = plan.prediction.memory_bytes_per_gpu if plan.prediction else None
+        predicted = mem.total if mem is not None and not amp else None
+        # optimizer offload: on the CPU the "host" is the device, so the offloaded states sit in the same allocator
+        # (the GPU's total leaves them out, and the comparison had read 7 % low where it read +10 % without offload)
+        offloaded = (mem.offloaded or 0.0) if mem is not None and plan.parallel.offload != "none" else 0.0
+        predicted = predicted + offloaded if predicted is not None else None
         cpu_memory = {"allocated_max": max(m["allocated"] for m in memories), "without_collective_buffers_max": max(traced),
                       "predicted": predicted, "error": _rel_error(predicted, max(traced))}
         if amp:
             cpu_memory["note"] = "amp runs in fp32 on the CPU (no autocast): not comparable with its 16-bit prediction"
+        elif offloaded:
+            cpu_memory["note"] = (f"optimizer offload: predicted is the GPU's total plus the {offloaded / 2**20:.1f} MiB "
+                                  "offloaded, which a CPU run holds in the same memory")
     notes = [] if comparable else [f"{device.type}: {cpu_math(plan)}; not comparable with the prediction for "
                                    f"{plan.hardware.name}, so error is null"]
     if param_overlap is not None and param_overlap != plan_overlaps_param_gather(plan.training):

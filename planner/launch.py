@@ -879,6 +879,8 @@ def cpu_memory_line(report: dict) -> str | None:
             f"{_fmt(cm['without_collective_buffers_max'], 'bytes')} without gloo's collective buffers")
     if cm.get("predicted") is not None:
         line += f"; the plan's memory model: {_fmt(cm['predicted'], 'bytes')} ({_fmt(cm['error'], 'err')})"
+        if cm.get("note"):
+            line += f" ({cm['note']})"
     elif cm.get("note"):
         line += f"; {cm['note']}"
     return line

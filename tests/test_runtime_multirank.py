@@ -137,6 +137,16 @@ def test_a_twice_too_large_gradient_would_move_step3_loss(runs):
     assert max_relative_error(g2, g1)[0] > 0.5  # the gradient check would flag it too
 
 
+def test_zero3_ranks_report_their_shards(runs):
+    """The report's params_per_rank counts a ZeRO-3 rank's FSDP2 shards (it had counted each rank's whole stages):
+    over the dp ranks they add up to one replica of the same layout without ZeRO."""
+    whole, shards = report(runs, "1f1b"), report(runs, "fsdp2")
+    same = {k: v for k, v in whole["plan"]["parallel"].items() if k != "zero_stage"}
+    assert same == {k: v for k, v in shards["plan"]["parallel"].items() if k != "zero_stage"}
+    dp = whole["plan"]["parallel"]["dp"]
+    assert dp > 1 and sum(shards["params_per_rank"]) * dp == sum(whole["params_per_rank"])
+
+
 @pytest.mark.parametrize("case", ["1f1b", "zbv", "gpt-tied", "llama-tied-1f1b-sp"])
 def test_each_rank_holds_its_share_of_parameters(runs, case):
     dumps = load_dumps(runs / case / "grads")

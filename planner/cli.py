@@ -211,8 +211,8 @@ _MODEL_OPTIONS = [
     ("pool_nics", Optional[bool], None, ("--pool-nics/--one-nic-per-rank",), "Collectives across nodes run over all "
      "the NICs their ranks on a node own (NCCL's multi-NIC rings: FSDP over nodes at up to the node's fabric) or one NIC per "
      "rank [default: the profile's inter_node.aggregate_nics; off in the shipped profiles]."),
-    ("seq_len", Optional[int], None, ("--seq-len",), f"Tokens per sequence [default: {DEFAULT_SEQ_LEN}, or a GPT "
-     "model's learned positions where fewer]."),
+    ("seq_len", Optional[int], None, ("--seq-len",), f"Tokens per sequence [default: {DEFAULT_SEQ_LEN}, or the "
+     "model's learned positions or a config's context where fewer]."),
     ("global_batch_size", Optional[int], None, ("--global-batch-size",), f"Sequences per optimizer step [default: {DEFAULT_GLOBAL_BATCH}]."),
     ("dtype", str, "bf16", ("--dtype",), "bf16 or fp16."),
     ("precision", str, "master-weights", ("--precision",), "master-weights (16-bit weights + fp32 grads and master + Adam, 18 B/param, as Megatron), master-weights-half-grads (16-bit grads, 16 B/param, as DeepSpeed fp16), amp (fp32 weights under autocast) or fp32."),
@@ -304,6 +304,17 @@ def _prepare(opts, gpus: int | None = None):
     spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
                                o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings, o.sliding_window,
                                o.full_attention_every)
+    if not explicit_seq and o.model_config and not spec.has_learned_positions:
+        # a rotary checkpoint's context below the default (Pythia, GPT-NeoX-20B: 2048) is its length, as a learned
+        # table's is (it had been planned at 4096, past the checkpoint's context, with a note)
+        from .hf_config import hf_config_context
+        context = hf_config_context(o.model_config)
+        if context and context < o.seq_len:
+            _err(f"note: --seq-len defaults to {spec.name or 'the model'}'s context, {context} tokens")
+            o.seq_len = context
+            spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads,
+                                       o.kv_heads, o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings,
+                                       o.sliding_window, o.full_attention_every)
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

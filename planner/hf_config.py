@@ -62,10 +62,12 @@ _CLASS_DEFAULTS = {
     "mistral": {"num_key_value_heads": 8},
     "qwen2": {"num_key_value_heads": 32, "vocab_size": 151936},
     "qwen3": {"num_key_value_heads": 32, "vocab_size": 151936, "head_dim": 128},
-    "gemma": {"num_key_value_heads": 16, "vocab_size": 256000, "head_dim": 256},
-    "gemma2": {"num_key_value_heads": 4, "vocab_size": 256000, "head_dim": 256},
+    "gemma": {"num_key_value_heads": 16, "vocab_size": 256000, "head_dim": 256, "max_position_embeddings": 8192},
+    "gemma2": {"num_key_value_heads": 4, "vocab_size": 256000, "head_dim": 256, "max_position_embeddings": 8192,
+               "sliding_window": 4096},
     "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "max_position_embeddings": 131072, "sliding_window": 4096},
     "gpt2": {"n_positions": 1024},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
@@ -124,8 +126,8 @@ def _get(cfg: dict, keys: tuple[str, ...], field: str, where: str, required: boo
     return None
 
 
-def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
-    """ModelSpec (with num_params) from a config.json path, a model directory, or a loaded dict."""
+def _prepared(path_or_dict) -> tuple[dict, str, str, bool]:
+    """(config with its class's defaults, where it came from, model_type, whether a vision tower was dropped)."""
     cfg, where = _load(path_or_dict)
     for field in MOE_FIELDS:
         if cfg.get(field):
@@ -146,6 +148,23 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     if model_type not in SUPPORTED:
         raise ValueError(f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # keys the file has win, explicit nulls included
+    return cfg, where, model_type, vision_dropped
+
+
+def _context(cfg: dict, where: str):
+    return (_positive_int(cfg, "max_position_embeddings", where, zero_is_none=True)
+            or _positive_int(cfg, "n_positions", where, zero_is_none=True))
+
+
+def hf_config_context(path_or_dict) -> int | None:
+    """The checkpoint's context (max_position_embeddings, or gpt2's n_positions), where the config gives one."""
+    cfg, where, _, _ = _prepared(path_or_dict)
+    return _context(cfg, where)
+
+
+def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
+    """ModelSpec (with num_params) from a config.json path, a model directory, or a loaded dict."""
+    cfg, where, model_type, vision_dropped = _prepared(path_or_dict)
 
     names = _FIELDS["llama" if model_type in LLAMA_LIKE else model_type]
     used = {"head_dim": "head_dim", "tied_embeddings": "tie_word_embeddings"}  # parplan's field -> the config's key
@@ -183,8 +202,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
             rope_theta = params["rope_theta"]
         if rope_theta is None and model_type == "gemma3_text":
             rope_theta = 1e6
-    context = (_positive_int(cfg, "max_position_embeddings", where, zero_is_none=True)
-               or _positive_int(cfg, "n_positions", where, zero_is_none=True))
+    context = _context(cfg, where)
     if cfg.get("_name_or_path"):
         name = cfg["_name_or_path"]
     elif where == "config dict":
@@ -209,6 +227,10 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         which = " and ".join(k for k in ("attention_bias", "mlp_bias") if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes.append(bias_note)
+    if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
+        # Qwen's layers from max_window_layers on attend within sliding_window: not a pattern ModelSpec can say
+        notes.append(f"use_sliding_window: the layers from max_window_layers ({cfg.get('max_window_layers')}) on attend "
+                     f"within {cfg.get('sliding_window')} tokens in transformers; counted as full attention")
     if model_type == "gemma2" and cfg.get("attn_logit_softcapping"):
         # the soft-cap is pointwise on the scores: a fused kernel must implement it, and where it does not (torch's
         # SDPA) transformers runs eager attention, which keeps the s x s scores

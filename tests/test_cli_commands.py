@@ -320,6 +320,16 @@ def test_a_gpt_models_learned_positions_cap_the_sequence(capsys):
     assert json.loads(out)["training"]["seq_len"] == 4096  # no learned table: the default
 
 
+def test_a_rotary_configs_context_is_the_default_sequence(capsys):
+    """A config's context below the default 4096 (GPT-NeoX-20B's 2048, rotary) is the default sequence, with a
+    note (it had been planned at 4096, past the checkpoint's context); --seq-len still goes past it, noted."""
+    cfg = str(Path(__file__).parent / "data" / "hf_configs" / "gpt-neox-20b.json")
+    rc, out, err = _run(["recommend", "--model-config", cfg, "--gpus", "8", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["training"]["seq_len"] == 2048 and "context, 2048 tokens" in err
+    rc, out, err = _run(["recommend", "--model-config", cfg, "--gpus", "8", "--seq-len", "4096", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["training"]["seq_len"] == 4096 and "context extension" in err
+
+
 def test_pipeline_schedules_need_a_pipeline(capsys):
     """Without a pipeline every schedule is plain gradient accumulation: pp 1 is searched as 1F1B only, a pinned
     schedule with --pp 1 is refused, and a hand-written pp-1 GPipe plan is predicted as 1F1B (one micro-batch's

@@ -280,6 +280,22 @@ def test_keys_a_config_leaves_out_take_the_transformers_class_defaults():
     assert gpt2.max_seq_len == 1024 and gpt2.num_params == 124_439_808  # GPT-2's released 124M
 
 
+def test_gemma_window_and_context_defaults_and_qwens_window_note():
+    """Gemma2Config and Gemma3TextConfig default sliding_window to 4096 and max_position_embeddings to 8,192 and
+    131,072 (transformers' configuration_gemma2.py / configuration_gemma3.py): a config leaving them out had planned
+    no window and no context.  Qwen's use_sliding_window (layers from max_window_layers on) is said, not modelled."""
+    g2 = model_from_hf_config({"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216,
+                               "num_attention_heads": 8, "num_hidden_layers": 26}, seq_len=8192)
+    assert (g2.sliding_window, g2.full_attention_every) == (4096, 2) and "context 8192" in g2.source
+    g3 = model_from_hf_config({"model_type": "gemma3", "text_config": {"hidden_size": 2560,
+                               "intermediate_size": 10240, "num_hidden_layers": 34}})
+    assert (g3.sliding_window, g3.full_attention_every) == (4096, 6) and "context 131072" in g3.source
+    qwen = _cfg("Qwen2.5-7B")
+    assert "use_sliding_window" not in model_from_hf_config(qwen).source
+    qwen.update(use_sliding_window=True, max_window_layers=28, sliding_window=4096)
+    assert "max_window_layers (28) on attend within 4096 tokens" in model_from_hf_config(qwen).source
+
+
 def test_wrong_types_and_dropped_biases_are_said():
     cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
            "intermediate_size": 128, "vocab_size": 100}

@@ -139,14 +139,18 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
 def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
                                    sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
                                    eager: bool = False):
-    """One block's activations without recompute (a block being recomputed or back-propagated), and never less
-    than what its recompute saved: the saved tensors stay live while the rest is rebuilt (op-level selective under
-    SP saves the row-parallel outputs at full width, which outgrow the whole no-recompute set past tp ~ 8 for
-    llama; the difference had gone negative and taken memory off the peak)."""
-    saves = (sp_saves_gathered, cp_saves_gathered_kv, eager)
+    """One block's activations without recompute (a block being recomputed or back-propagated)."""
     none = _replace(lay, recompute=np.zeros_like(np.asarray(lay.recompute)) + REC_NONE)
-    return np.maximum(activation_bytes_per_layer(m, none, act_bytes, flash, dropout, *saves),
-                      activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, *saves))
+    return activation_bytes_per_layer(m, none, act_bytes, flash, dropout, sp_saves_gathered, cp_saves_gathered_kv,
+                                      eager)
+
+
+def rebuilt_bytes(work_layer, act_layer):
+    """What a recomputed block rebuilds beyond what it saved: the no-recompute set less the saved set, never
+    negative -- the saved tensors stay live while the rest is rebuilt, and op-level selective under SP saves the
+    row-parallel outputs at full width, which outgrow the whole no-recompute set past tp ~ 8 for llama (the
+    difference had gone negative and taken memory off the peak)."""
+    return np.maximum(work_layer - act_layer, 0.0)
 
 
 def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
@@ -522,8 +526,8 @@ def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dr
     mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
     grads = T * ((m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden) * act_bytes
     saves = (sp_saves_gathered, cp_saves_gathered_kv, eager)
-    recomputed = (activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, *saves)
-                  - activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, *saves))
+    recomputed = rebuilt_bytes(activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, *saves),
+                               activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, *saves))
     return grads + recomputed
 
 
@@ -597,7 +601,12 @@ def model_state_coefficients(lay, tr):
     host_g = host & ~z3_full
     w = gathered + np.where(host, 0.0, stored)
     o = np.where(off, 0.0, opt_total)
-    offloaded = np.where(off, opt_total, 0.0) + np.where(host, stored, 0.0) + np.where(host_g, g, 0.0)
+    # an optimizer stepping on the host needs the fp32 values it steps there: with a master recipe that is the
+    # master (in opt_total); with fp32 weights (amp, fp32) a host mirror of the rank's share (parplan's MasterAdamW,
+    # as DeepSpeed's CPU Adam keeps its fp32 partition) -- not under FSDP2, whose offloaded shards are the values
+    mirror = np.where(off & ~fsdp2 & (rec["master"] == 0), 4.0 / np.where(zero >= 1, dp, 1), 0.0)
+    offloaded = (np.where(off, opt_total, 0.0) + mirror + np.where(host, stored, 0.0)
+                 + np.where(host_g, g, 0.0))
     return w, np.where(host_g, 0.0, g), o, offloaded
 
 
@@ -729,7 +738,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     # the flat bucket copies hold a rank's gradients, so never more than them (a small model's are under 2 x 25 MiB)
     grad_bytes = np.maximum(np.maximum(p_first, p_mid), p_last) * rec["grad"]
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full, grad_bytes)
-    block_working = work_layer - act_layer + temp_layer  # the block being back-propagated (in working)
+    block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
@@ -872,7 +881,7 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
     buckets = np.where((lay.dp > 1) & ~fsdp2, np.minimum(2 * 25 * 2 ** 20, grad_bytes), 0.0)  # data_parallel.BUCKET_BYTES
-    return work_layer - act_layer + temp_layer + gathered + rs_input + buckets
+    return rebuilt_bytes(work_layer, act_layer) + temp_layer + gathered + rs_input + buckets
 
 
 def _replace(lay, **kw):

@@ -93,7 +93,11 @@ def _positive(name: str, v, allow_none=True, upper=None):
 
 
 def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
-                   seq_len, head_dim=None, tied_embeddings=None, sliding_window=None, full_attention_every=None):
+                   seq_len, head_dim=None, tied_embeddings=None, sliding_window=None, full_attention_every=None,
+                   default_seq: bool = False, resolved_seq: Optional[list] = None):
+    """(spec, what its mapping approximates or None).  default_seq: seq_len is the default, which a config's shorter
+    context replaces (written into resolved_seq[0])."""
+    resolved_seq = [seq_len] if resolved_seq is None else resolved_seq
     given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None
                                                                       or heads is not None]
     # --arch chooses --params' shape family; a preset or config sets every one of these itself
@@ -117,8 +121,16 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
         if model_config is not None:
             if not model_config.strip():
                 raise UserError("--model-config is empty: give a Hugging Face config.json (or the folder holding it)")
-            from .hf_config import model_from_hf_config
-            spec = model_from_hf_config(model_config, seq_len=seq_len)  # ModelSpec holds it to the flags' bounds
+            from .hf_config import hf_config_context, model_from_hf_config, read_hf_config
+            loaded = read_hf_config(model_config)  # once: a pipe reads empty the second time
+            spec = model_from_hf_config(loaded, seq_len=seq_len)  # ModelSpec holds it to the flags' bounds
+            context = hf_config_context(loaded) if default_seq and not spec.has_learned_positions else None
+            if context and context < seq_len:
+                # a rotary checkpoint's context below the default (Pythia, GPT-NeoX-20B: 2048) is its length, as a
+                # learned table's is (it had been planned at 4096, past the checkpoint's context, with a note)
+                _err(f"note: --seq-len defaults to {spec.name or 'the model'}'s context, {context} tokens")
+                resolved_seq[0] = seq_len = context
+                spec = model_from_hf_config(loaded, seq_len=seq_len)
             if spec.num_params > PARAMS_MAX:
                 raise UserError(f"{model_config}: {big_number(spec.num_params)} parameters is beyond what the planner "
                                 f"models (max {PARAMS_MAX:g})")
@@ -301,20 +313,11 @@ def _prepare(opts, gpus: int | None = None):
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "sliding_window",
                  "full_attention_every", "tp", "pp", "dp", "cp", "mbs", "vpp"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=SHAPE_MAX)
+    resolved_seq = [o.seq_len]
     spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
                                o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings, o.sliding_window,
-                               o.full_attention_every)
-    if not explicit_seq and o.model_config and not spec.has_learned_positions:
-        # a rotary checkpoint's context below the default (Pythia, GPT-NeoX-20B: 2048) is its length, as a learned
-        # table's is (it had been planned at 4096, past the checkpoint's context, with a note)
-        from .hf_config import hf_config_context
-        context = hf_config_context(o.model_config)
-        if context and context < o.seq_len:
-            _err(f"note: --seq-len defaults to {spec.name or 'the model'}'s context, {context} tokens")
-            o.seq_len = context
-            spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads,
-                                       o.kv_heads, o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings,
-                                       o.sliding_window, o.full_attention_every)
+                               o.full_attention_every, default_seq=not explicit_seq, resolved_seq=resolved_seq)
+    o.seq_len = resolved_seq[0]
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

@@ -76,7 +76,15 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "gpt2": True, "gpt_neox": False}
 
 
+def read_hf_config(path_or_dict) -> tuple[dict, str]:
+    """(the config, where it came from): read once, then pass this to model_from_hf_config and hf_config_context
+    (a pipe, --model-config <(...), reads empty the second time)."""
+    return _load(path_or_dict)
+
+
 def _load(path_or_dict) -> tuple[dict, str]:
+    if isinstance(path_or_dict, tuple):  # read_hf_config's
+        return path_or_dict
     if isinstance(path_or_dict, dict):
         return path_or_dict, "config dict"
     path = Path(path_or_dict)
@@ -228,9 +236,12 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes.append(bias_note)
     if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
-        # Qwen's layers from max_window_layers on attend within sliding_window: not a pattern ModelSpec can say
-        notes.append(f"use_sliding_window: the layers from max_window_layers ({cfg.get('max_window_layers')}) on attend "
-                     f"within {cfg.get('sliding_window')} tokens in transformers; counted as full attention")
+        # Qwen's layers from max_window_layers on attend within sliding_window (Qwen2Config / Qwen3Config defaults:
+        # 28 and 4096): not a pattern ModelSpec can say
+        first = cfg.get("max_window_layers", 28)
+        if isinstance(first, int) and isinstance(layers, int) and 0 <= first < layers:
+            notes.append(f"use_sliding_window: layers {first + 1}..{layers} attend within "
+                         f"{cfg.get('sliding_window') or 4096} tokens in transformers; counted as full attention")
     if model_type == "gemma2" and cfg.get("attn_logit_softcapping"):
         # the soft-cap is pointwise on the scores: a fused kernel must implement it, and where it does not (torch's
         # SDPA) transformers runs eager attention, which keeps the s x s scores

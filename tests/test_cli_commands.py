@@ -328,6 +328,15 @@ def test_a_rotary_configs_context_is_the_default_sequence(capsys):
     assert rc == 0 and json.loads(out)["training"]["seq_len"] == 2048 and "context, 2048 tokens" in err
     rc, out, err = _run(["recommend", "--model-config", cfg, "--gpus", "8", "--seq-len", "4096", "--json"], capsys)
     assert rc == 0 and json.loads(out)["training"]["seq_len"] == 4096 and "context extension" in err
+    import os  # a config through a pipe (--model-config <(...)) is read once: a second read had found it empty
+    r, w = os.pipe()
+    os.write(w, Path(cfg).read_bytes())
+    os.close(w)
+    try:
+        rc, out, err = _run(["recommend", "--model-config", f"/dev/fd/{r}", "--gpus", "8", "--json"], capsys)
+    finally:
+        os.close(r)
+    assert rc == 0 and json.loads(out)["training"]["seq_len"] == 2048, err
 
 
 def test_pipeline_schedules_need_a_pipeline(capsys):

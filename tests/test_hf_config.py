@@ -287,13 +287,19 @@ def test_gemma_window_and_context_defaults_and_qwens_window_note():
     g2 = model_from_hf_config({"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216,
                                "num_attention_heads": 8, "num_hidden_layers": 26}, seq_len=8192)
     assert (g2.sliding_window, g2.full_attention_every) == (4096, 2) and "context 8192" in g2.source
+    g1 = _cfg("gemma-2b")
+    g1.pop("max_position_embeddings", None)
+    assert "context 8192" in model_from_hf_config(g1).source  # GemmaConfig's
     g3 = model_from_hf_config({"model_type": "gemma3", "text_config": {"hidden_size": 2560,
                                "intermediate_size": 10240, "num_hidden_layers": 34}})
     assert (g3.sliding_window, g3.full_attention_every) == (4096, 6) and "context 131072" in g3.source
     qwen = _cfg("Qwen2.5-7B")
     assert "use_sliding_window" not in model_from_hf_config(qwen).source
-    qwen.update(use_sliding_window=True, max_window_layers=28, sliding_window=4096)
-    assert "max_window_layers (28) on attend within 4096 tokens" in model_from_hf_config(qwen).source
+    qwen.update(use_sliding_window=True, max_window_layers=28, sliding_window=4096)  # 28 layers: none slides
+    assert "use_sliding_window" not in model_from_hf_config(qwen).source
+    qwen.update(max_window_layers=20)
+    del qwen["sliding_window"]  # Qwen2Config's 4096
+    assert "layers 21..28 attend within 4096 tokens" in model_from_hf_config(qwen).source
 
 
 def test_wrong_types_and_dropped_biases_are_said():

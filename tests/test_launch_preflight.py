@@ -790,3 +790,30 @@ def test_the_cpu_device_line_names_the_math_the_ranks_will_do():
     assert "fp32 math" in L.resolve_device("cpu", NO_GPU, amp)[1].detail
     line = L.resolve_device("cpu", NO_GPU, master)[1].detail
     assert "bf16 parameters with fp32 masters (master-weights)" in line and "fp32 math" not in line
+
+
+def test_the_dry_runs_device_line_is_the_plans(tmp_path, capsys):
+    master = tiny_plan(precision="master-weights")
+    master = master.model_copy(update={"training": master.training.model_copy(update={"dtype": "bf16"})})
+    assert L.launch(write_plan(master, tmp_path / "plan.json"), dry_run=True, device="cpu") == 0
+    assert "device: cpu (gloo, bf16 parameters with fp32 masters" in capsys.readouterr().err
+
+
+def test_a_cpu_run_with_optimizer_offload_is_compared_with_what_it_offloads_too():
+    """On the CPU the "host" is the device: an offloaded optimizer's states sit in the allocator the run traces, so
+    the report compares the traced peak with the GPU's total plus what is offloaded, and says so (it had compared
+    the total alone: -7 % where the same plan without offload read +10 %)."""
+    import torch
+    from parallel_layers.train import RunOptions, build_report
+    from planner.core import evaluate_plan
+    plan = tiny_plan(tp=1, pp=1, dp=2, seq_len=32, precision="fp32")
+    plan = evaluate_plan(plan.model_copy(update={"parallel": plan.parallel.model_copy(
+        update={"zero_stage": 1, "offload": "optimizer"})}))
+    mem = plan.prediction.memory_bytes_per_gpu
+    assert mem.offloaded > 0
+    traced = [{"allocated": 3e6, "allocated_without_collective_buffers": 2e6}] * 2
+    steps = [{"step": 1, "step_time_s": 1.0, "tokens_per_s": 1.0, "mfu": None}]
+    cm = build_report(plan, RunOptions(steps=1), torch.device("cpu"), steps, traced, [1, 1])["cpu_memory"]
+    assert cm["predicted"] == pytest.approx(mem.total + mem.offloaded) and "offloaded" in cm["note"]
+    line = L.cpu_memory_line({"cpu_memory": cm})
+    assert "%" in line and "offloaded" in line

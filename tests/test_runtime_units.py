@@ -520,7 +520,9 @@ def test_a_checkpoints_tp_shards_are_scaled_back_to_the_logical_shape(monkeypatc
     wide = {n: (s[0] * 2,) + tuple(s[1:]) for n, (s, d) in full.items() if ".mlp." in n and d == 0}
     assert wide
     monkeypatch.setattr(L, "_checkpoint_shapes", lambda path: saved(4, wide))
-    assert ".mlp." in L.checkpoint_model_mismatch("x", plan)
+    said = L.checkpoint_model_mismatch("x", plan)
+    name = min(wide)  # the first differing parameter, at its logical size (its shards' rows x 4), not a shard's
+    assert said.startswith(f"{name} is {'x'.join(map(str, wide[name]))} in the checkpoint"), said
 
 
 def test_a_stage_outputs_send_is_waited_on_and_dropped_at_its_backward(monkeypatch):

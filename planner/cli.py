@@ -384,6 +384,9 @@ def recommend(
                 _err(f"suggestion: {s}")
         _err(f"error: {e}")
         raise typer.Exit(EXIT_NOTHING_FITS)
+    if objective == "min-gpus":  # the answer itself, said where the table's title alone had carried it
+        _err(f"fewest GPUs that fit: {plan.hardware.gpus} (tried every count up to a node of "
+             f"{plan.hardware.gpus_per_node}, then whole nodes, up to --gpus {gpus})")
     if as_json:
         _write_json(_plan_json(plan))
         return

@@ -497,14 +497,10 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
 
 
 def _gpu_counts_up_to(gpus: int, per_node: int) -> list[int]:
-    """Ascending GPU counts for --objective min-gpus: 1, 2, 4 within a node, every whole node up to 8
-    nodes, then doubling node counts, and --gpus itself."""
-    counts = {g for g in (1, 2, 4) if g < per_node} | {per_node * k for k in range(1, 9)}
-    k = 16
-    while per_node * k < gpus:
-        counts.add(per_node * k)
-        k *= 2
-    counts.add(gpus)
+    """Ascending GPU counts for --objective min-gpus: every count within a node, every whole node, and --gpus
+    itself (the suggestions' scan tries whole nodes too: it had named --gpus 96 for a model this objective put at
+    128, when only doubling node counts were tried past 8 nodes)."""
+    counts = set(range(1, per_node + 1)) | {per_node * k for k in range(1, gpus // per_node + 1)} | {gpus}
     return sorted(g for g in counts if g <= gpus)
 
 

@@ -421,6 +421,11 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     stack = {**FRAMEWORK_DEFAULTS[framework], **{k: v for k, v in stack.items() if v is not None}}
     pins = _framework_choices(pins, "schedule", FRAMEWORK_SCHEDULES[framework],
                               f"is not a {framework} schedule", "another --framework")
+    offered = FRAMEWORK_SCHEDULES[framework]
+    if (pins.vpp or 1) > 1 and offered is not None and not set(offered) - {"gpipe", "1f1b"}:
+        # the search had found no candidate and blamed the model's shape
+        raise PlannerError(f"--vpp {pins.vpp}: {framework} runs one model chunk per pipeline rank "
+                           f"({', '.join(offered)}); drop --vpp, or use --framework megatron or parplan")
     pins = _framework_choices(pins, "recompute", FRAMEWORK_RECOMPUTES[framework],
                               f"is torchtitan's op-level selective checkpointing, which {framework} does not have",
                               "--framework torchtitan or parplan")
@@ -565,7 +570,7 @@ REJECTED_BECAUSE = {
     "layers": "leave a virtual stage without a block (pp x vpp > layers + 2)",
     "seq": "do not split the sequence evenly (it must be a multiple of 2 x cp, and with sequence parallelism "
            "each rank's part a multiple of tp)",
-    "offload": "offload the optimizer without ZeRO (it needs --zero 1 or more)",
+    "offload": "offload the optimizer without ZeRO (it needs --zero 1 or more; torchtitan's FSDP offload --zero 3)",
 }
 
 
@@ -696,16 +701,19 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
     candidates = [g for g in (2 ** k for k in range(0, 17)) if g > gpus]
     candidates = sorted(set(candidates + [per_node * k for k in range(1, 4097) if per_node * k > gpus]))
     if pins.offload is None or pins.offload == "none":
-        try:
-            rec = recommend(spec, gpus, global_batch_size=training.global_batch_size,
-                            pins=Pins(**{**free.__dict__, "offload": "optimizer"}), **common)
+        # with every pin kept first (--tp 1 --pp 1 plus offload can fit), then with the degrees free
+        for offload_pins in (replace(pins, offload="optimizer"), Pins(**{**free.__dict__, "offload": "optimizer"})):
+            try:
+                rec = recommend(spec, gpus, global_batch_size=training.global_batch_size, pins=offload_pins, **common)
+            except (NothingFits, PlannerError):
+                continue
             r = rec.parallel
-            dropped = [f"--{k}" for k in ("tp", "pp", "dp", "cp", "vpp") if getattr(pins, k) not in (None, getattr(r, k))]
+            dropped = [f"--{k} {getattr(pins, k)}" for k in ("tp", "pp", "dp", "cp", "vpp")
+                       if getattr(pins, k) not in (None, getattr(r, k))]
             out.append(f"--offload optimizer fits on {gpus} GPUs (tp {r.tp}, pp {r.pp}, dp {r.dp}, ZeRO-{r.zero_stage}, "
                        f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU"
                        + (f"; without {' '.join(dropped)}" if dropped else "") + ")")
-        except (NothingFits, PlannerError):
-            pass
+            break
     # scan growing GPU counts (powers of two and whole nodes), capped to keep suggestions fast: with every degree
     # pin kept, then without dp's (which the count would change), then without any (each drop said so)
     scans = []

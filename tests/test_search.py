@@ -1070,3 +1070,19 @@ def test_min_gpus_tries_every_count_in_a_node_and_every_whole_node():
         recommend(load_preset("llama3-405b"), 88, pins=Pins(offload="none"), suggest=False)
     six = recommend(load_preset("llama2-70b"), 64, objective="min-gpus", framework="megatron")
     assert six.hardware.gpus == 6
+
+
+def test_the_offload_suggestion_keeps_the_pins_where_they_fit():
+    """Nothing fits llama3-70b on 8 GPUs at --tp 1 --pp 1 without offload; with it the same pins fit, and the
+    suggestion says so (it had dropped every degree pin first and answered tp 4 pp 2 "without --tp --pp")."""
+    with pytest.raises(NothingFits) as e:
+        recommend(load_preset("llama3-70b"), 8, pins=Pins(tp=1, pp=1, offload="none"))
+    said = [s for s in e.value.plan.suggestions if s.startswith("--offload optimizer")]
+    assert said and "(tp 1, pp 1," in said[0] and "without" not in said[0]
+
+
+def test_vpp_under_a_framework_without_interleaving_is_refused_by_name():
+    """DeepSpeed runs 1F1B, one chunk per rank: --vpp 2 had found no candidate and blamed the model's shape."""
+    with pytest.raises(PlannerError, match="--vpp 2: deepspeed runs one model chunk per pipeline rank"):
+        recommend(load_preset("llama3-8b"), 8, framework="deepspeed", pins=Pins(vpp=2))
+    assert recommend(load_preset("llama3-8b"), 8, framework="megatron", pins=Pins(vpp=2)).parallel.vpp == 2

@@ -94,10 +94,9 @@ def _positive(name: str, v, allow_none=True, upper=None):
 
 def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
                    seq_len, head_dim=None, tied_embeddings=None, sliding_window=None, full_attention_every=None,
-                   default_seq: bool = False, resolved_seq: Optional[list] = None):
-    """(spec, what its mapping approximates or None).  default_seq: seq_len is the default, which a config's shorter
-    context replaces (written into resolved_seq[0])."""
-    resolved_seq = [seq_len] if resolved_seq is None else resolved_seq
+                   default_seq: bool = False):
+    """(spec, what its mapping approximates or None, seq_len).  default_seq: seq_len is the default, which a
+    config's shorter context replaces."""
     given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None
                                                                       or heads is not None]
     # --arch chooses --params' shape family; a preset or config sets every one of these itself
@@ -117,7 +116,7 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
     try:
         if model is not None:
             from .models import load_preset
-            return load_preset(model), None
+            return load_preset(model), None, seq_len
         if model_config is not None:
             if not model_config.strip():
                 raise UserError("--model-config is empty: give a Hugging Face config.json (or the folder holding it)")
@@ -129,13 +128,13 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
                 # a rotary checkpoint's context below the default (Pythia, GPT-NeoX-20B: 2048) is its length, as a
                 # learned table's is (it had been planned at 4096, past the checkpoint's context, with a note)
                 _err(f"note: --seq-len defaults to {spec.name or 'the model'}'s context, {context} tokens")
-                resolved_seq[0] = seq_len = context
+                seq_len = context
                 spec = model_from_hf_config(loaded, seq_len=seq_len)
             if spec.num_params > PARAMS_MAX:
                 raise UserError(f"{model_config}: {big_number(spec.num_params)} parameters is beyond what the planner "
                                 f"models (max {PARAMS_MAX:g})")
             # what the mapping approximates (biases or norms not counted, sliding windows counted full)
-            return spec, (spec.source if "; " in (spec.source or "") else None)
+            return spec, (spec.source if "; " in (spec.source or "") else None), seq_len
         if params is not None:
             from .models import model_from_params
             n = parse_count(params, "--params")
@@ -149,7 +148,7 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
             if abs(got - n) > 0.25 * n:
                 raise UserError(f"--params {params}: the nearest standard shape has {got / 1e9:.3g}B parameters "
                                 f"({got / n - 1:+.0%}); give the shape with --layers/--hidden/--heads/--vocab instead")
-            return spec, why
+            return spec, why, seq_len
         missing = [n for n, v in (("layers", layers), ("hidden", hidden), ("heads", heads)) if v is None]
         if missing:
             raise UserError("explicit shape needs " + ", ".join("--" + m for m in missing))
@@ -161,7 +160,7 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
         if n > PARAMS_MAX:  # as --params and --model-config: a shape this large is a typo, not a job that does not fit
             raise UserError(f"--layers {layers} --hidden {hidden}: {big_number(n)} parameters is beyond what the "
                             f"planner models (max {PARAMS_MAX:g})")
-        return spec, None
+        return spec, None, seq_len
     except UserError:
         raise
     except (ValueError, OSError) as e:
@@ -313,11 +312,9 @@ def _prepare(opts, gpus: int | None = None):
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "sliding_window",
                  "full_attention_every", "tp", "pp", "dp", "cp", "mbs", "vpp"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=SHAPE_MAX)
-    resolved_seq = [o.seq_len]
-    spec, why = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads, o.kv_heads,
-                               o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings, o.sliding_window,
-                               o.full_attention_every, default_seq=not explicit_seq, resolved_seq=resolved_seq)
-    o.seq_len = resolved_seq[0]
+    spec, why, o.seq_len = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads,
+                                          o.kv_heads, o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings,
+                                          o.sliding_window, o.full_attention_every, default_seq=not explicit_seq)
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

@@ -79,10 +79,6 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
 def read_hf_config(path_or_dict) -> tuple[dict, str]:
     """(the config, where it came from): read once, then pass this to model_from_hf_config and hf_config_context
     (a pipe, --model-config <(...), reads empty the second time)."""
-    return _load(path_or_dict)
-
-
-def _load(path_or_dict) -> tuple[dict, str]:
     if isinstance(path_or_dict, tuple):  # read_hf_config's
         return path_or_dict
     if isinstance(path_or_dict, dict):
@@ -136,7 +132,7 @@ def _get(cfg: dict, keys: tuple[str, ...], field: str, where: str, required: boo
 
 def _prepared(path_or_dict) -> tuple[dict, str, str, bool]:
     """(config with its class's defaults, where it came from, model_type, whether a vision tower was dropped)."""
-    cfg, where = _load(path_or_dict)
+    cfg, where = read_hf_config(path_or_dict)
     for field in MOE_FIELDS:
         if cfg.get(field):
             raise ValueError(f"mixture-of-experts configs are not supported yet (field {field})")

@@ -334,7 +334,10 @@ def _checkpoint_shapes(path: str) -> Optional[dict[str, tuple[int, ...]]]:
 def checkpoint_model_shape(path: str) -> Optional[tuple[int, int]]:
     """(layers, hidden) of the model a checkpoint holds, from DCP's metadata (its keys "model.layers.<i>...." and
     the final norm's size); None when it cannot be read."""
-    md = _checkpoint_shapes(path)
+    return _model_shape(_checkpoint_shapes(path))
+
+
+def _model_shape(md: Optional[dict]) -> Optional[tuple[int, int]]:
     if md is None:
         return None
     idx = [int(m.group(1)) for k in md if (m := re.match(r"layers\.(\d+)\.", k))]
@@ -361,8 +364,11 @@ def checkpoint_model_mismatch(path: str, plan) -> Optional[str]:
     sizes, a TP shard's size scaled back by its tp), or None when they agree or the checkpoint cannot be
     read.  Tied embeddings, kv heads, the MLP width, the vocabulary and learned positions show here: a
     plan differing in them had failed inside every rank, or (tied against untied) loaded without the head."""
+    return _model_mismatch(_checkpoint_shapes(path), plan)
+
+
+def _model_mismatch(md: Optional[dict], plan) -> Optional[str]:
     from parallel_layers.layers import padded_size
-    md = _checkpoint_shapes(path)
     if not md:
         return None
     want = plan_parameter_shapes(plan)
@@ -419,13 +425,13 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp
                      "without --resume")
     if plan is not None:
         fix = "resume with a plan of the model it was saved with (any layout), or start afresh without --resume"
-        model, path = plan.model, step_path(checkpoint_dir, start)
-        shape = checkpoint_model_shape(path)
+        model, md = plan.model, _checkpoint_shapes(step_path(checkpoint_dir, start))  # read once for both checks
+        shape = _model_shape(md)
         if shape is not None and shape != (model.layers, model.hidden):
             # fewer layers in the plan had loaded the first ones silently; more failed on rank 0 with no cause
             return Check("checkpoint", False, f"the checkpoint of step {start} holds a model of {shape[0]} layers, "
                          f"hidden {shape[1]}, and the plan's has {model.layers} layers, hidden {model.hidden}", fix)
-        other = checkpoint_model_mismatch(path, plan)
+        other = _model_mismatch(md, plan)
         if other:
             return Check("checkpoint", False, f"the checkpoint of step {start} holds another model: {other}", fix)
     return Check("checkpoint", True, f"resumes after step {start} of {checkpoint_dir}, runs steps {start + 1}..{steps}")

@@ -106,7 +106,13 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_param_gather",
 #              (no fusion)
 #   torchtitan FSDP2 and torch.distributed.pipelining, like parplan's runtime; eager unless
 #              training.compile; torch's context parallelism (overlap_cp_comm, its default all-gather
-#              rotation hiding behind the rank's own chunk of the attention only: cp_overlap_local_chunk_only)
+#              rotation hiding behind the rank's own chunk of the attention only: cp_overlap_local_chunk_only);
+#              tensor parallelism always with sequence parallelism (its TP plan runs the norms under
+#              SequenceParallel: Pins.sp_with_tp)
+#   fsdp       PyTorch FSDP (FULL_SHARD = ZeRO 3, or DDP) over an eager torch model, with Megatron-style tensor
+#              parallelism and no sequence parallelism, pipeline or context parallelism: metaseq (OPT),
+#              llm-foundry under Composer (MPT), Accelerate.  Modelled as torchtitan's FSDP2 otherwise
+#              (zero3_fsdp2: FSDP1's flat parameters are gathered and freed per block alike)
 # DeepSpeed also differs in what no flag names (TrainingConsts: zero3_one_weight_ahead,
 # p2p_blocking_transfers); parplan's runtime keeps fused-kernel memory uncompiled (TrainingConsts.eager_saves_more).
 # Pipeline schedules each framework runs (the search only offers these): Megatron-LM's 1F1B and
@@ -116,16 +122,23 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_param_gather",
 # DeepSpeed's (TrainingConsts: zero3_fsdp2, p2p_buffers_per_microbatch); torchtitan's DTensor sequence
 # parallelism also keeps the gathered matmul inputs (sp_saves_gathered_input).
 TORCH_PIPELINING = ("parplan", "torchtitan")
+# Frameworks whose ZeRO-3 is torch's FSDP (TrainingConsts.zero3_fsdp2)
+TORCH_FSDP = TORCH_PIPELINING + ("fsdp",)
 FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
-    "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",)}
+    "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",),
+    "fsdp": ("1f1b",)}
+# Parallel dimensions a framework does not have (Pins.lacks): they stay 1 (sp: off)
+FRAMEWORK_LACKS: dict[str, tuple[str, ...]] = {"fsdp": ("pp", "cp", "sp")}
 # Recompute modes each framework runs: selective-op is torchtitan's op-level selective activation
 # checkpointing (parplan's runtime runs the same policy); Megatron-LM and DeepSpeed have no such mode.
 FRAMEWORK_RECOMPUTES: dict[str, tuple[str, ...] | None] = {
-    "parplan": None, "torchtitan": None, "megatron": ("none", "selective", "full"), "deepspeed": ("none", "selective", "full")}
+    "parplan": None, "torchtitan": None, "megatron": ("none", "selective", "full"), "deepspeed": ("none", "selective", "full"),
+    "fsdp": ("none", "full")}  # FSDP's checkpoint wrapper around whole blocks (metaseq, llm-foundry)
 # ZeRO stages each framework runs: torchtitan replicates (DDP, data_parallel_replicate_degree) or shards
-# everything (FSDP2, data_parallel_shard_degree); it has no optimizer-only or gradient sharding.
+# everything (FSDP2, data_parallel_shard_degree); it has no optimizer-only or gradient sharding.  fsdp: NO_SHARD
+# (DDP) or FULL_SHARD; FSDP's SHARD_GRAD_OP is not modelled.
 FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtitan": (0, 3), "megatron": None,
-                                                       "deepspeed": None}
+                                                       "deepspeed": None, "fsdp": (0, 3)}
 # What an unpinned search offers where a pin may still ask for more: Megatron-LM's distributed optimizer is ZeRO-1
 # (gradients reduce-scattered into a full-size buffer), so its ZeRO-2 plan is the ZeRO-1 plan twice over, unless a
 # caller pins a per-micro-batch ZeRO-2 (validate's Llama 3 rows, whose stack is Meta's own)
@@ -153,6 +166,9 @@ FRAMEWORK_DEFAULTS: dict[str, dict] = {
     # torchtitan's training.compile defaults to false; its context parallelism is torch's (asynchronous gather);
     # its DTensor tensor parallelism reduces the input gradient where the layout changes, after the matmuls
     "torchtitan": {"fused_elementwise": False, "overlap_cp_comm": True, "async_tp_grad_comm": False},
+    # FSDP over an eager model; fairscale's and metaseq's ColumnParallelLinear all-reduce the input gradient in
+    # its backward, before the weight-gradient GEMM
+    "fsdp": {"fused_elementwise": False, "async_tp_grad_comm": False},
 }
 
 
@@ -167,6 +183,12 @@ def _framework_choices(pins: Pins, axis: str, offered: tuple[str, ...] | None, w
     if pinned not in offered:
         raise PlannerError(f"--{axis} {pinned} {why}; use one of {', '.join(map(str, offered))}, or {instead}")
     return pins
+
+
+def _lack_names(lacks: tuple[str, ...]) -> str:
+    words = {"pp": "pipeline parallelism", "cp": "context parallelism", "sp": "sequence parallelism"}
+    named = [words[a] for a in lacks]
+    return ", ".join(named[:-1]) + (" or " if len(named) > 1 else "") + named[-1]
 
 
 def compute_dtype(dtype: str, precision: str) -> str:
@@ -197,7 +219,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           overlap_tp_comm=tr.overlap_tp_comm, dropout=tr.dropout,
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",
-                          zero3_fsdp2=tr.framework in TORCH_PIPELINING,
+                          zero3_fsdp2=tr.framework in TORCH_FSDP,
                           zero3_one_weight_ahead=tr.framework == "deepspeed",
                           p2p_blocking_transfers=tr.framework == "deepspeed",
                           p2p_buffers_per_microbatch=tr.framework == "torchtitan",  # parplan: just_in_time_receives
@@ -441,7 +463,13 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         if pins.zero == 0 and (pins.cp or 1) > 1:  # ParallelDims.fsdp_enabled: dp_shard > 1 or cp > 1
             raise PlannerError("torchtitan shards parameters over cp whenever cp > 1 (FSDP is on), so it has no "
                                "--zero 0 with --cp; use --zero 3")
-        pins = replace(pins, fsdp_native=True)
+        if pins.sp is False and (pins.tp or 1) > 1:
+            # torchtitan/models/llama3/infra/parallelize.py apply_tp: the norms run under SequenceParallel and the
+            # block inputs are Shard(1) whenever tp > 1; there is no switch to turn it off
+            raise PlannerError("torchtitan always runs sequence parallelism with tensor parallelism (its TP plan "
+                               "shards the norms over the sequence); drop --no-sp, or use --tp 1, or --framework "
+                               "megatron or fsdp for tensor parallelism without it")
+        pins = replace(pins, fsdp_native=True, ddp_one_dim=True, sp_with_tp=True)
         if precision != "fp32" and dtype != "fp32":
             # torchtitan/distributed/utils.py maybe_enable_amp: mixed precision is FSDP's policy (dp_shard or cp
             # > 1) or autocast for DDP/single-device runs; tp/pp alone train in fp32 ("Mixed precision training
@@ -451,6 +479,16 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                 raise PlannerError(f"torchtitan trains tp/pp without FSDP (dp = cp = 1) in fp32, not {dtype}: its mixed "
                                    "precision is FSDP's; leave GPUs for --dp (with --zero 3) or --cp")
             pins = replace(pins, sixteen_bit_needs_shards=True)
+    if framework in FRAMEWORK_LACKS:
+        lacks = FRAMEWORK_LACKS[framework]
+        pinned = [f"--{a} {getattr(pins, a)}" for a in ("pp", "cp") if a in lacks and (getattr(pins, a) or 1) > 1]
+        pinned += ["--sp"] if "sp" in lacks and pins.sp else []
+        if pinned:
+            raise PlannerError(f"{' '.join(pinned)}: {framework} has no "
+                               f"{_lack_names(tuple(p.split()[0][2:] for p in pinned))}; drop "
+                               f"{' and '.join(p.split()[0] for p in pinned)}, or use another --framework "
+                               "(torchtitan or megatron)")
+        pins = replace(pins, fsdp_native=True, lacks=lacks)
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
         # parplan's runtime queues the linears' weight gradients (parallel_layers.layers.WeightGradStore) outside
         # FSDP2; torch's own weight pass re-runs the checkpointed blocks (search.ZB_FULL_RECOMPUTE)
@@ -787,6 +825,15 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     refused = deepspeed_zero_in_pipeline(p.zero_stage, p.pp) if fw == "deepspeed" else None
     if refused:
         raise StructureError(refused, "use zero_stage 0 or 1, or pp 1")
+    if fw == "torchtitan" and p.tp > 1 and not p.sp:
+        raise StructureError(f"sp false with tp {p.tp}: torchtitan always runs sequence parallelism with tensor "
+                             "parallelism", "set sp true, or the plan's training.framework to fsdp or megatron")
+    lacks = FRAMEWORK_LACKS.get(fw, ())
+    has = [f"{a} {getattr(p, a)}" for a in ("pp", "cp") if a in lacks and getattr(p, a) > 1]
+    has += ["sp true"] if "sp" in lacks and p.sp else []
+    if has:
+        raise StructureError(f"{', '.join(has)}: {fw} has no {_lack_names(tuple(h.split()[0] for h in has))}",
+                             "set them to 1 (sp false), or change the plan's training.framework")
 
 
 def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:

@@ -182,10 +182,12 @@ class Training(Strict):
     num_microbatches: int = Field(gt=0, description="Micro-batches per optimizer step per replica (gradient accumulation / pipeline depth).")
     dtype: Dtype = Field("bf16", description="Compute dtype of matrix multiplies.")
     precision: Precision = Field("amp", description="Mixed-precision recipe: amp = fp32 params/grads/Adam under autocast (16 B/param + 16-bit cast copies); master-weights = 16-bit params + fp32 grads + fp32 master + Adam (18 B/param, Megatron); master-weights-half-grads = 16-bit params and grads + fp32 master + Adam (16 B/param, the ZeRO paper / DeepSpeed fp16); fp32 = everything fp32 (16 B/param).")
-    framework: Literal["parplan", "megatron", "deepspeed", "torchtitan"] = Field(
+    framework: Literal["parplan", "megatron", "deepspeed", "torchtitan", "fsdp"] = Field(
         "parplan", description="Framework the prediction models; it set the defaults of zero1_grad_reduce, "
         "zero2_grad_reduce, grad_accumulation_fusion and p2p_scatter_gather, the schedules searched, and how ZeRO-3 "
-        "behaves inside a pipeline (parplan = its own runtime, what `parplan launch` runs).")
+        "behaves inside a pipeline (parplan = its own runtime, what `parplan launch` runs; fsdp = PyTorch FSDP over "
+        "an eager model with Megatron-style tensor parallelism and no pipeline, context or sequence parallelism, "
+        "as metaseq and llm-foundry run it).")
     dropout: bool = Field(False, description="Hidden and attention dropout as in published GPT runs (Megatron default 0.1); adds masks and memory-bound passes. parplan's runtime has no dropout.")
     flash_attention: bool = Field(True, description="Fused attention kernel (no s^2 score tensors stored).")
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction (ZeRO 0-2) overlapped with the backward pass (parplan's runtime since 2026-11-24, under the zero-bubble schedules with a pipeline since 2026-11-25: not where torch's own weight pass runs, FSDP2).")

@@ -48,10 +48,17 @@ class Pins:
     recomputes: tuple[str, ...] | None = None  # what an unpinned recompute may be (None: every one)
     zeros: tuple[int, ...] | None = None  # what an unpinned ZeRO stage may be (None: 0-3)
     zero_max_with_pp: int | None = None  # highest ZeRO stage the framework runs inside a pipeline
-    # data parallelism is FSDP or plain DDP (torchtitan): DDP (ZeRO 0 over dp > 1) only without tp, pp or cp; no
-    # ZeRO 0 with cp (torchtitan shards over cp whenever cp > 1); no
-    # optimizer offload over a single shard (FSDP needs dp_shard > 1); ZeRO-3 is its default, no moving part
+    # data parallelism is FSDP or plain DDP (torchtitan, fsdp): no optimizer offload over a single shard (FSDP
+    # needs dp_shard > 1); ZeRO-3 is its default, no moving part
     fsdp_native: bool = False
+    # torchtitan's DDP is one-dimensional: DDP (ZeRO 0 over dp > 1) only without tp, pp or cp; no ZeRO 0 with cp
+    # (torchtitan shards over cp whenever cp > 1)
+    ddp_one_dim: bool = False
+    # tensor parallelism always comes with sequence parallelism (torchtitan's TP plan puts the norms under
+    # SequenceParallel): no tp > 1 without SP
+    sp_with_tp: bool = False
+    # the framework has no pipeline (pp), context parallelism (cp) or sequence parallelism (sp): those stay 1 / off
+    lacks: tuple[str, ...] = ()
     # 16-bit training needs FSDP (or a single dimension) there: torchtitan's maybe_enable_amp leaves mixed
     # precision to FSDP's policy and autocasts only DDP/single-device runs, so tp/pp with dp = cp = 1 trains fp32
     sixteen_bit_needs_shards: bool = False
@@ -157,9 +164,16 @@ def _grid(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: bool = Tr
     keep = keep & (~((zero > 0) & (shards == 1) & ~one_shard_offload) | (pins.zero is not None))
     if pins.zero_max_with_pp is not None:
         keep = keep & ~((zero > pins.zero_max_with_pp) & (pp > 1))
-    if pins.fsdp_native:
+    if pins.ddp_one_dim:
         # ...and FSDP is on whenever cp > 1 (ParallelDims.fsdp_enabled), so no ZeRO 0 beside cp either
         keep = keep & ~((zero == 0) & (((dp > 1) & ((tp > 1) | (pp > 1))) | (cp > 1)))
+    if pins.sp_with_tp:
+        keep = keep & ~((tp > 1) & (sp == 0))
+    for axis, degree in (("pp", pp), ("cp", cp)):
+        if axis in pins.lacks:
+            keep = keep & (degree == 1)
+    if "sp" in pins.lacks:
+        keep = keep & (sp == 0)
     if pins.fsdp_offload_alone:
         keep = keep & ~((zero == 3) & (off > 0) & (((sp == 1) & (tp > 1)) | (cp > 1) | ((pp > 1) & m.tied)))
     if pins.sixteen_bit_needs_shards:

@@ -355,7 +355,7 @@ OPT_VOCAB = 50272  # GPT-2 BPE as padded in the released OPT configs; 0.3% of th
 
 def opt_175b(d: dict) -> Iterable[Query]:
     """OPT-175B, a plausibility anchor only (the file says so): 992 A100 80GB, "up to" 147 TFLOP/s, FLOP
-    convention unknown.  Metaseq = FSDP (ZeRO-3) + Megatron TP, no pipeline: pp 1, ZeRO 3, tp searched
+    convention unknown.  Metaseq = FSDP (ZeRO-3) + Megatron TP, no pipeline (framework fsdp): pp 1, ZeRO 3, tp searched
     over 1/2/4/8 (within a node), micro-batch searched, recompute none or full (no selective in 2021/22
     metaseq), no SP, no offload.  Global batch: "2M tokens" = 992 sequences of 2048 (2.03M tokens), the
     only count near 2M divisible by every dp that 992 GPUs allow -- derived, not published.  Vocab is
@@ -371,8 +371,7 @@ def opt_175b(d: dict) -> Iterable[Query]:
                     gpus=r["gpus"], hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=gbs,
                     metric="hardware_tflops_per_gpu", published=r["tflops_per_gpu"], dtype="fp16",
                     flash_attention=False, overlap_grad_reduce=True, dropout=True, grad_accumulation_fusion=False,
-                    pin_variants=variants,
-                    framework="torchtitan")  # FSDP semantics (fp32 shards as masters), no pipeline
+                    pin_variants=variants, framework="fsdp")  # FSDP (fp32 shards as masters) + TP without SP
 
 
 def gpt_neox_20b(d: dict) -> Iterable[Query]:
@@ -463,8 +462,7 @@ def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
     fp32 reduce (master-weights), eager pointwise work, and flash-attn's fused cross-entropy over the 16-bit
     logits, its gradient in 16 bits too (llm-foundry's ComposerMPTCausalLM: loss_fn defaults to
     'fused_crossentropy'; cross_entropy_16bit_grad).  The framework is
-    torchtitan's, the closest parplan models (FSDP over a torch model, eager); the runs used PyTorch's
-    FSDP1 under Composer.  MPT is parplan's gpt arch exactly (biases, LayerNorm, GeLU, learned positions,
+    fsdp (PyTorch FSDP over an eager torch model): the runs used FSDP1 under Composer.  MPT is parplan's gpt arch exactly (biases, LayerNorm, GeLU, learned positions,
     tied embedding).  Metric: tokens/s per GPU."""
     return _mpt_queries(d)
 
@@ -495,7 +493,7 @@ def _mpt_queries(d: dict) -> Iterable[Query]:
                     overlap_grad_reduce=True, grad_accumulation_fusion=False, p2p_scatter_gather=False,
                     fused_cross_entropy=True, cross_entropy_16bit_grad=True, fused_elementwise=False,
                     attention_kernel="triton-2022",
-                    framework="torchtitan", pin_variants=[pins])
+                    framework="fsdp", pin_variants=[pins])
 
 
 def mpt_llm_foundry_a100(d: dict) -> Iterable[Query]:

@@ -1086,3 +1086,56 @@ def test_vpp_under_a_framework_without_interleaving_is_refused_by_name():
     with pytest.raises(PlannerError, match="--vpp 2: deepspeed runs one model chunk per pipeline rank"):
         recommend(load_preset("llama3-8b"), 8, framework="deepspeed", pins=Pins(vpp=2))
     assert recommend(load_preset("llama3-8b"), 8, framework="megatron", pins=Pins(vpp=2)).parallel.vpp == 2
+
+
+def test_torchtitan_tensor_parallelism_always_comes_with_sequence_parallelism():
+    """torchtitan's TP plan runs the norms under SequenceParallel whenever tp > 1 (apply_tp): its search never
+    ranks a tp > 1 plan without SP, a --no-sp pin beside --tp > 1 is one line, and --no-sp alone keeps tp 1.  A
+    hand-edited plan that says otherwise is refused by evaluate."""
+    from planner.core import StructureError
+    spec = load_preset("llama3-70b")
+    plan = recommend(spec, 16, framework="torchtitan", top_k=200)
+    layouts = [a.parallel for a in [plan, *plan.alternatives]]
+    assert any(p.tp > 1 for p in layouts)
+    assert all(p.sp for p in layouts if p.tp > 1)
+    with pytest.raises(PlannerError, match="always runs sequence parallelism"):
+        recommend(spec, 16, framework="torchtitan", pins=Pins(tp=2, sp=False))
+    alone = recommend(spec, 16, framework="torchtitan", pins=Pins(sp=False), top_k=30)
+    assert {a.parallel.tp for a in [alone, *alone.alternatives]} == {1}
+    edited = plan.model_copy(deep=True)
+    edited.parallel.tp, edited.parallel.sp = max(2, edited.parallel.tp), False
+    with pytest.raises(StructureError, match="always runs sequence parallelism"):
+        evaluate_plan(edited)
+
+
+def test_fsdp_framework_has_no_pipeline_context_or_sequence_parallelism():
+    """--framework fsdp (PyTorch FSDP over an eager model with Megatron-style TP: metaseq, llm-foundry) searches
+    tp x dp only, without SP, over DDP or FULL_SHARD and whole-block checkpointing; pins of what it lacks are one
+    line naming them, and its plans otherwise predict as torchtitan's FSDP2 at the same layout."""
+    from planner.core import StructureError
+    spec = load_preset("llama3-70b")
+    plan = recommend(spec, 16, framework="fsdp", top_k=100)
+    layouts = [a.parallel for a in [plan, *plan.alternatives]]
+    assert any(p.tp > 1 for p in layouts)
+    assert all(p.pp == 1 and p.cp == 1 and not p.sp and p.zero_stage in (0, 3) and p.recompute in ("none", "full")
+               for p in layouts)
+    for pins, named in ((Pins(pp=2), "--pp 2: fsdp has no pipeline parallelism;"),
+                        (Pins(cp=2, pp=2), "--pp 2 --cp 2: fsdp has no pipeline parallelism or context parallelism;"),
+                        (Pins(tp=2, sp=True), "--sp: fsdp has no sequence parallelism;")):
+        with pytest.raises(PlannerError, match=named):
+            recommend(spec, 16, framework="fsdp", pins=pins)
+    with pytest.raises(PlannerError, match="use one of 1f1b"):
+        recommend(spec, 16, framework="fsdp", pins=Pins(schedule="interleaved-1f1b"))
+    with pytest.raises(PlannerError, match="use one of none, full"):
+        recommend(spec, 16, framework="fsdp", pins=Pins(recompute="selective"))
+    # DDP beside tp, which torchtitan refuses, is plain PyTorch here
+    assert recommend(load_preset("llama3-8b"), 16, framework="fsdp", pins=Pins(zero=0, tp=2, dp=8)).parallel.tp == 2
+    edited = plan.model_copy(deep=True)
+    edited.parallel.tp, edited.parallel.sp = max(2, edited.parallel.tp), True
+    with pytest.raises(StructureError, match="sp true: fsdp has no sequence parallelism"):
+        evaluate_plan(edited)
+    same = Pins(tp=1, pp=1, cp=1, dp=16, mbs=1, zero=3, recompute="full", sp=False, schedule="1f1b", offload="none")
+    fsdp, titan = (recommend(load_preset("llama3-8b"), 16, framework=fw, pins=same, fused_elementwise=False, async_tp_grad_comm=False)
+                   for fw in ("fsdp", "torchtitan"))
+    assert fsdp.prediction.step_time_s == titan.prediction.step_time_s
+    assert fsdp.prediction.memory_bytes_per_gpu.total == titan.prediction.memory_bytes_per_gpu.total

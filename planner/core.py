@@ -525,7 +525,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     info = SearchInfo(candidates=res.candidates, feasible=res.feasible, seconds=round(res.seconds, 4),
                       infeasible_by_reason=res.infeasible_by_reason, objective=objective)
     if res.candidates == 0:
-        raise PlannerError(_no_candidates_message(spec, gpus, pins))
+        raise PlannerError(_framework_rule_message(m, tr, gpus, pins, framework)
+                           or _no_candidates_message(spec, gpus, pins))
     if res.feasible == 0:
         return _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, suggest, tokens)
     plans = []
@@ -588,6 +589,37 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
         need(0 <= pins.zero <= 3, f"--zero must be 0, 1, 2 or 3, got {pins.zero}")
     if pins.sp and pins.tp == 1:
         raise PlannerError("--sp needs --tp > 1 (sequence parallelism splits activations over the TP group)")
+
+
+# The layout rules a framework adds to the search (Pins fields set by recommend), as a user reads them, with the fix
+_FRAMEWORK_RULES = {
+    "ddp_one_dim": ("runs DDP (--zero 0 over dp > 1) only without tp, pp or cp, and no --zero 0 beside cp (\"DDP has "
+                    "not supported > 1D parallelism\")", "use --zero 3 (FSDP), or unpin --tp/--pp/--cp"),
+    "sixteen_bit_needs_shards": ("trains tp/pp in 16 bits only beside FSDP over dp or cp > 1 (its mixed precision is "
+                                 "FSDP's)", "leave GPUs for --dp with --zero 3, or use --precision fp32"),
+    "sp_with_tp": ("runs tensor parallelism only with sequence parallelism", "drop --no-sp, or use --tp 1"),
+    "zero_max_with_pp": ("runs ZeRO-2 and 3 only without a pipeline", "use --zero 0 or 1, or --pp 1"),
+    "fsdp_offload_alone": ("has no FSDP2 optimizer offload with SP, cp or tied embeddings across the pipeline on a "
+                           "GPU", "use --zero 1 or 2 with the offload, or drop --sp/--cp"),
+}
+
+
+def _framework_rule_message(m, tr, gpus: int, pins: Pins, framework: str) -> str | None:
+    """Where the pins leave layouts but the framework's own rules (Pins.ddp_one_dim, ...) rule out every one: which
+    rule, and its fix (the generic message had blamed the model's shape for torchtitan's --zero 0 --tp 2)."""
+    from .search import build_layouts
+    def count(p):
+        return len(build_layouts(m, gpus, tr.global_batch_size, p, tr.zero_over_cp).tp)
+    free = replace(pins, **{k: False if k != "zero_max_with_pp" else None for k in _FRAMEWORK_RULES})
+    if count(free) == 0:
+        return None
+    blocking = [k for k in _FRAMEWORK_RULES if getattr(pins, k) not in (False, None)
+                and count(replace(pins, **{k: False if k != "zero_max_with_pp" else None})) > 0]
+    if not blocking:  # only the rules together rule everything out
+        blocking = [k for k in _FRAMEWORK_RULES if getattr(pins, k) not in (False, None)]
+    what = "; and ".join(_FRAMEWORK_RULES[k][0] for k in blocking)
+    fix = "; or ".join(_FRAMEWORK_RULES[k][1] for k in blocking)
+    return f"no layout of {gpus} GPUs with these pins runs under {framework}: it {what}; {fix}"
 
 
 def _no_candidates_message(spec, gpus, pins) -> str:
@@ -704,6 +736,19 @@ def _nearby_batches(gbs: int, gpus: int, pins: Pins, limit: int = 6) -> list[int
     return sorted(out, key=lambda b: (abs(b - gbs), b))[:limit]
 
 
+POLICY_PINS = ("zero", "recompute", "mbs", "sp", "schedule")
+
+
+def _policy_value(plan: Plan, k: str):
+    p = plan.parallel
+    return {"zero": p.zero_stage, "recompute": p.recompute, "mbs": plan.training.micro_batch_size, "sp": p.sp,
+            "schedule": p.schedule}[k]
+
+
+def _policy_flag(k: str, v) -> str:
+    return ("--sp" if v else "--no-sp") if k == "sp" else f"--{k} {v}"
+
+
 def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = False) -> list[str]:
     """A nearby global batch that lets a ruled-out data-parallel size fit (when the batch rejected
     some layouts), the fewest GPUs that fit (same pins minus the degree pins), and offload when it helps."""
@@ -735,6 +780,25 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
         out.append(f"without --{k} {getattr(pins, k)} it fits on {gpus} GPUs (tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}, "
                    f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
         break
+    # one policy pin dropped (--zero, --recompute, --mbs, --sp, --schedule), the degrees kept, on the same GPUs: the
+    # fastest of those that fit (a ZeRO stage the framework cannot run inside the pipeline that fits had no
+    # suggestion: only degrees and GPU counts were relaxed)
+    fits = []
+    for k in POLICY_PINS:
+        if getattr(pins, k) is None:
+            continue
+        try:
+            rec = recommend(spec, gpus, global_batch_size=training.global_batch_size, pins=replace(pins, **{k: None}),
+                            **common)
+        except (NothingFits, PlannerError):
+            continue
+        fits.append((rec.prediction.step_time_s, k, rec))
+    if fits:
+        _, k, rec = min(fits, key=lambda f: f[0])
+        r, chosen = rec.parallel, _policy_value(rec, k)
+        out.append(f"without {_policy_flag(k, getattr(pins, k))} it fits on {gpus} GPUs with {_policy_flag(k, chosen)} "
+                   f"(tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}, {rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} "
+                   "GB per GPU)")
     per_node = hw.gpus_per_node
     candidates = [g for g in (2 ** k for k in range(0, 17)) if g > gpus]
     candidates = sorted(set(candidates + [per_node * k for k in range(1, 4097) if per_node * k > gpus]))

@@ -1139,3 +1139,32 @@ def test_fsdp_framework_has_no_pipeline_context_or_sequence_parallelism():
                    for fw in ("fsdp", "torchtitan"))
     assert fsdp.prediction.step_time_s == titan.prediction.step_time_s
     assert fsdp.prediction.memory_bytes_per_gpu.total == titan.prediction.memory_bytes_per_gpu.total
+
+
+def test_a_policy_pin_that_never_fits_gets_a_suggestion_without_it():
+    """llama3-405b on 64 GPUs under DeepSpeed at --zero 2: ZeRO-2 forces pp 1 there, and nothing fits; dropping the
+    pin fits at ZeRO-1 inside a pipeline, and the suggestions say so (they had relaxed only degrees and GPU counts,
+    and said nothing).  With two policy pins the fastest relaxation is named, with the value it takes."""
+    with pytest.raises(NothingFits) as e:
+        recommend(load_preset("llama3-405b"), 64, framework="deepspeed", pins=Pins(zero=2))
+    said = [s for s in e.value.plan.suggestions if s.startswith("without --zero 2")]
+    assert said and ("it fits on 64 GPUs with --zero 1 " in said[0] or "with --zero 0 " in said[0]), \
+        e.value.plan.suggestions
+    with pytest.raises(NothingFits) as e:
+        recommend(load_preset("llama3-70b"), 8, pins=Pins(recompute="none", mbs=4))
+    said = [s for s in e.value.plan.suggestions if s.startswith("without --")]
+    assert said == [s for s in said if s.startswith(("without --mbs 4 it fits on 8 GPUs with --mbs ",
+                                                     "without --recompute none it fits on 8 GPUs with --recompute "))]
+    assert len(said) == 1
+
+
+def test_framework_rules_that_rule_out_every_layout_are_named():
+    """torchtitan's DDP is one-dimensional and its 16-bit tp needs FSDP: --zero 0 --tp 2 leaves no layout on 8
+    GPUs, and the error names those rules and their fixes (it had blamed the model's heads and layers)."""
+    for pins in (Pins(zero=0, tp=2), Pins(zero=0, pp=2)):
+        with pytest.raises(PlannerError, match="runs under torchtitan: it runs DDP .* only without tp, pp or cp") as e:
+            recommend(load_preset("llama3-8b"), 8, framework="torchtitan", pins=pins)
+        assert "heads" not in str(e.value) and "use --zero 3" in str(e.value)
+    with pytest.raises(PlannerError, match="matches the pinned dimensions for this model"):
+        one_head = load_preset("llama3-8b").model_copy(update={"heads": 1, "kv_heads": 1, "head_dim": None})
+        recommend(one_head, 8, framework="torchtitan", pins=Pins(sp=True))  # the shape, not a rule

@@ -753,29 +753,50 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         notes.append(f"zero_stage {p.zero_stage} with pipeline parallelism: DeepSpeed's pipeline engine refuses ZeRO "
                      "stages 2 and 3, so zero_optimization.stage is 1 (gradients unsharded: more memory than the "
                      f"prediction; `parplan recommend ... --pp {p.pp} --zero 1` predicts that layout).")
+    shards = p.dp * p.cp
+    sharded = ("over one data-parallel rank: what the plan holds" if shards == 1 else
+               f"sharding the optimizer over {shards} data-parallel ranks: less memory than this ZeRO-0 plan; "
+               "`--framework deepspeed` plans it as ZeRO-1")
+    if stage == 0 and "bf16" in cfg and t.precision != "master-weights":
+        # engine._do_optimizer_sanity_check: a bf16 model accumulating bf16 gradients without ZeRO raises outside a
+        # pipeline ("enable ZeRO to use Bfloat16 gradient accumulation") and inside one (since 2024) runs the
+        # BF16_Optimizer (planner.core.DEEPSPEED_BF16_ZERO0)
+        if p.pp == 1:
+            stage = 1
+            notes.append("zero_stage 0 in bf16 without a pipeline: DeepSpeed refuses bf16 gradient accumulation "
+                         f"without ZeRO, so zero_optimization.stage is 1 ({sharded}).")
+        else:
+            notes.append("zero_stage 0 in bf16 inside a pipeline: DeepSpeed runs its BF16_Optimizer (older versions "
+                         f"refuse bf16 gradient accumulation without ZeRO), {sharded}.")
     zero: dict[str, Any] = {"stage": stage}
     bf16_optimizer = False
     if t.precision == "master-weights" and t.dtype == "bf16":
         # the plan's fp32 gradients: DeepSpeed accumulates in the model's dtype unless told (engine.get_data_types).
-        # fp32 accumulation selects its BF16_Optimizer at stage 1 (fp32 gradients all-reduced:
-        # buffered_allreduce_fallback), which is the plan only where it all-reduces; at stage 0 current DeepSpeed
-        # refuses the mix (engine._do_optimizer_sanity_check: "unsupported mix of model_dtype ... and
-        # grad_accum_dtype"), and stages 2-3 keep bf16 gradients
-        if stage == 1 and t.zero1_grad_reduce == "all-reduce":
+        # fp32 accumulation selects its BF16_Optimizer at stages 0 and 1 (fp32 gradients all-reduced:
+        # buffered_allreduce_fallback), which is the plan only where it all-reduces (at stage 0 over one rank: a
+        # deepspeed plan has no bf16 ZeRO 0 over more); stages 2-3 accumulate their gradient shards in fp32
+        # (stage_1_and_2 averaged_gradients, stage3 grad_partitions_flat_buffer) and reduce in
+        # communication_data_type, fp32 as the plan reduces
+        if stage == 0 or (stage == 1 and t.zero1_grad_reduce == "all-reduce"):
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
             # DeepSpeed picks its BF16_Optimizer only without CPU offload (_do_optimizer_sanity_check)
             bf16_optimizer = p.offload != "optimizer"
+            if stage == 0:
+                notes.append("zero_stage 0 in bf16: DeepSpeed has no bf16 data parallelism without ZeRO but its "
+                             "BF16_Optimizer (fp32 gradient accumulation: data_types.grad_accum_dtype), "
+                             f"{sharded}.")
         elif stage == 1:
             notes.append("precision master-weights at zero_stage 1 with a reduce-scatter: DeepSpeed's fp32 gradient "
                          "accumulation would select its BF16_Optimizer, which all-reduces; exported without it, so "
                          "DeepSpeed's ZeRO-1 keeps and reduce-scatters bf16 gradients, not the plan's fp32 ones (less "
                          "gradient memory and traffic); plan with --zero1-grad-reduce all-reduce for the BF16 optimizer.")
         else:
-            notes.append(f"precision master-weights at zero_stage {stage}: DeepSpeed's "
-                         + ("plain data parallelism (stage 0 refuses fp32 gradient accumulation with a bf16 model)"
-                            if stage == 0 else f"ZeRO-{stage}")
-                         + " keeps and reduces bf16 gradients, not the plan's fp32 ones (less gradient memory and "
-                           "traffic).")
+            cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+            cfg["communication_data_type"] = "fp32"
+            notes.append(f"precision master-weights at zero_stage {stage}: data_types.grad_accum_dtype fp32 keeps "
+                         f"DeepSpeed's ZeRO-{stage} gradient shards in fp32 and communication_data_type fp32 reduces "
+                         "them in fp32, as the plan does; each micro-batch's backward still writes bf16 gradients "
+                         "before the reduction.")
     if t.precision == "master-weights" and t.dtype == "fp16":
         notes.append("precision master-weights with fp16: DeepSpeed's fp16 mode keeps 16-bit gradients, not the "
                      "plan's fp32 ones.")
@@ -804,12 +825,14 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
             notes.append("offload optimizer with zero_stage 0: DeepSpeed offloads optimizer states only under ZeRO "
                          "(stage >= 1); set zero_optimization.stage accordingly.")
     cfg["zero_optimization"] = zero
-    if p.pp > 1 and p.tp > 1 and not p.sp:
+    if p.pp > 1 and p.tp > 1:
         # what the prediction's pipeline transfers assumed: DeepSpeed's engine partitions activations and
         # gradients over the tensor-parallel group by default (1/tp per rank, all-gathered by the receiver);
-        # a plan predicted with whole tensors (parplan's runtime) turns that off, so the run matches it
-        cfg["pipeline"] = {"pipe_partitioned": bool(t.p2p_scatter_gather),
-                           "grad_partitioned": bool(t.p2p_scatter_gather)}
+        # a plan predicted with whole tensors (parplan's runtime) turns that off, so the run matches it.  Under
+        # sequence parallelism the TP ranks hold different sequence chunks, which a partition would mix up:
+        # Megatron-DeepSpeed's scripts turn it off there (PARTITIONED_MODE=false with SEQ_PARALLEL)
+        partitioned = bool(t.p2p_scatter_gather) and not p.sp
+        cfg["pipeline"] = {"pipe_partitioned": partitioned, "grad_partitioned": partitioned}
 
     if plan.hardware.gpus != p.dp:
         notes.append(f"train_batch_size = micro {t.micro_batch_size} x accumulation {t.num_microbatches} x "
@@ -831,9 +854,12 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
                          "(e.g. 'type:transformer' balances blocks; explicit per-stage counts need a custom split).")
     if p.cp > 1:
         notes.append(f"context parallelism cp={p.cp}: DeepSpeed's counterpart is Ulysses sequence parallelism "
-                     "(all-to-all over heads), set in model code, not in ds_config; its communication differs "
-                     "from the predicted K/V exchange (" + ("overlapped with the attention" if plan.training.overlap_cp_comm
-                                                            else "an all-gather before the attention") + ").")
+                     f"(all-to-all over heads; Megatron-DeepSpeed --ds-sequence-parallel-size {p.cp}), set outside "
+                     "ds_config; its communication differs from the predicted K/V exchange ("
+                     + ("overlapped with the attention" if plan.training.overlap_cp_comm
+                        else "an all-gather before the attention") + ")"
+                     + ("; Megatron-DeepSpeed refuses it beside --sequence-parallel, which this plan uses" if p.sp
+                        else "") + ".")
     if p.recompute != "none":
         notes.append(f"recompute {p.recompute}: activation recomputation is switched on in the model code "
                      "(deepspeed.checkpointing / Megatron-DeepSpeed --recompute-granularity); ds_config's "

@@ -279,7 +279,8 @@ def test_deepspeed_llama():
     assert cfg["bf16"] == {"enabled": True} and "fp16" not in cfg
     assert cfg["gradient_clipping"] == 1.0
     allowed = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-               "gradient_clipping", "bf16", "fp16", "zero_optimization", "pipeline", "optimizer", "data_types"}
+               "gradient_clipping", "bf16", "fp16", "zero_optimization", "pipeline", "optimizer", "data_types",
+               "communication_data_type"}
     assert set(cfg) <= allowed
     # the plan's fp32 gradients (master-weights): DeepSpeed accumulates in bf16 unless told
     assert t.precision == "master-weights" and cfg["data_types"] == {"grad_accum_dtype": "fp32"}
@@ -288,7 +289,9 @@ def test_deepspeed_llama():
     assert any("Interleav" in n or "interleav" in n for n in notes)
     # the pipeline transfers the prediction assumed: DeepSpeed partitions them over TP unless told not to
     # (its config defaults pipe_partitioned and grad_partitioned to true); with SP there is nothing to partition
-    assert "pipeline" not in cfg  # this plan has SP
+    # with SP the TP ranks hold different sequence chunks, which DeepSpeed's partitioning would mix up: off
+    # (Megatron-DeepSpeed's scripts: PARTITIONED_MODE=false with SEQ_PARALLEL)
+    assert cfg["pipeline"] == {"pipe_partitioned": False, "grad_partitioned": False}  # this plan has SP
     plan = llama_plan(sp=False)
     for sg in (True, False):
         plan.training.p2p_scatter_gather = sg
@@ -579,10 +582,12 @@ def test_megatron_mock_data_warns_below_its_token_range():
 
 
 def test_deepspeed_gradient_dtype_and_overlap_follow_what_deepspeed_accepts():
-    """bf16 with the plan's fp32 gradients: DeepSpeed's fp32 accumulation selects its BF16_Optimizer at stage 1 (an
-    all-reduce) and is refused at stage 0 by current DeepSpeed (engine._do_optimizer_sanity_check), so data_types is
-    written only for a stage-1 all-reduce plan; overlap_comm only where DeepSpeed honours it (not under its pipeline
-    engine, not in the BF16_Optimizer), each with a note."""
+    """bf16 with the plan's fp32 gradients: DeepSpeed's fp32 accumulation selects its BF16_Optimizer at stages 0 and
+    1 (an all-reduce; engine._do_optimizer_sanity_check), which shards the optimizer over dp even at stage 0 (said),
+    and keeps ZeRO-2/3's gradient shards in fp32, reduced in fp32 with communication_data_type; data_types is left out
+    only for a stage-1 reduce-scatter plan; overlap_comm only where DeepSpeed honours it (not under its pipeline
+    engine, not in the BF16_Optimizer), each with a note.  bf16 gradients at stage 0 without a pipeline, which
+    DeepSpeed refuses, export as stage 1."""
     def ds(**kw):
         reduce = kw.pop("reduce", "all-reduce")
         plan = llama_plan(**kw)
@@ -591,7 +596,18 @@ def test_deepspeed_gradient_dtype_and_overlap_follow_what_deepspeed_accepts():
 
     flat = dict(pp=1, vpp=1, dp=4, schedule="1f1b")
     cfg, notes = ds(zero_stage=0, **flat)
-    assert "data_types" not in cfg and any("stage 0 refuses fp32 gradient accumulation" in n for n in notes)
+    assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["zero_optimization"]["stage"] == 0
+    assert any("BF16_Optimizer" in n and "over 4 data-parallel ranks: less memory" in n for n in notes)
+    cfg, notes = ds(zero_stage=0, pp=1, vpp=1, dp=1, schedule="1f1b")
+    assert any("over one data-parallel rank: what the plan holds" in n for n in notes)
+    for stage in (2, 3):
+        cfg, notes = ds(zero_stage=stage, **flat)
+        assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["communication_data_type"] == "fp32"
+    half = llama_plan(zero_stage=0, **flat)
+    half.training.precision = "master-weights-half-grads"
+    cfg = json.loads(export_plan(half, "deepspeed"))
+    assert cfg["zero_optimization"]["stage"] == 1 and "data_types" not in cfg
+    assert any("DeepSpeed refuses bf16 gradient accumulation without ZeRO" in n for n in export_notes(half, "deepspeed"))
     cfg, notes = ds(zero_stage=1, **flat)
     assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["zero_optimization"]["overlap_comm"] is False
     assert any("in its BF16_Optimizer" in n for n in notes)

@@ -888,7 +888,9 @@ def validate(
         errors = (f"median |error| {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%}"
                   if s["median_abs_error"] is not None
                   else "no prediction" + (f" ({next(iter(missing[name]))})" if len(missing[name]) == 1 else ""))
-        console.print(f"{name}: {s['runs']} runs, {errors}{sp}{fitted}", highlight=False, markup=False)
+        unpredicted = f" ({s['missing']} of {s['runs'] + s['missing']} not predicted: see the table)" \
+            if s["missing"] and s["runs"] else ""
+        console.print(f"{name}: {s['runs']} runs, {errors}{sp}{fitted}{unpredicted}", highlight=False, markup=False)
     # the same runs by the framework each prediction modelled (what `recommend` prints under a plan)
     for fw, f in by_framework.items():
         parts = []

@@ -209,6 +209,15 @@ def test_validate_on_a_profile_without_a_sets_dtype_says_so_up_front(capsys, tmp
     assert "megatron_h100_2024: 9 runs, median" in got.out
 
 
+def test_a_set_partly_predicted_says_how_many_runs_were_left_out(capsys):
+    """On the A100 40GB, 8 of SC21 Table 1's 10 runs fit no layout: the set's line says so beside its errors (it had
+    read "2 runs, median 3.6 %" as if the set were 2 runs)."""
+    from planner.cli import main
+    assert main(["validate", "--set", "megatron_sc21_table1", "--hardware", "a100-sxm-40gb"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("megatron_sc21_table1: "))
+    assert line.startswith("megatron_sc21_table1: 2 runs, median") and line.endswith("(8 of 10 not predicted: see the table)")
+
+
 def test_torchtitan_nvl_profile_differs_from_its_sxm_one_only_in_the_peak():
     """The lower-bound profile is a copy with another peak; any other field drifting apart would make the
     two bounds answer different questions."""

@@ -26,8 +26,10 @@ the index gives commit hashes, not dates):
   layout of ``torchtitan/models/llama3/train_configs/llama3_70b.toml`` (commit ``038d5fd1``) and the
   flavor table in ``torchtitan/models/llama3/__init__.py`` (commit ``00f555e1``).  Newer torchtitan
   main describes runs with Python ``Trainer.Config`` functions (``torchtitan/config/README.md``,
-  commit ``1b4a5caf``) and renames the micro-batch knob to ``num_pp_microbatches``
-  (``torchtitan/config/parallelism.py``, commit ``15e24313``); the TOML below targets the
+  commit ``1b4a5caf``), renames the micro-batch knob to ``num_pp_microbatches``
+  (``torchtitan/config/parallelism.py``, commit ``15e24313``) and counts the batch in tokens
+  (``num_tokens_per_microbatch_per_dp_rank``, ``num_tokens_per_train_step``, ``max_context_length``:
+  ``torchtitan/config/training.py``, commit ``f204eb63``); the TOML below targets the
   TOML-configured releases.  Schedule names are ``torch.distributed.pipelining`` class names
   (``GPipe``, ``1F1B``, ``Interleaved1F1B``, ``InterleavedZeroBubble``, ``ZBVZeroBubble``).
 * DeepSpeed -- the configuration reference page https://www.deepspeed.ai/docs/config-json/
@@ -619,7 +621,8 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
                      "and trains in fp32: slower and larger than the prediction; plan with --zero 3 to export FSDP.")
     if t.precision == "master-weights-half-grads" and mp_param != "float32":
         notes.append("precision master-weights-half-grads: torchtitan's mixed_precision_reduce accepts float32 "
-                     "only, so gradients are reduced and kept in fp32, not the plan's 16-bit ones.")
+                     "only in the TOML-configured versions (commit 000204a4), so gradients are reduced and kept in "
+                     "fp32, not the plan's 16-bit ones; newer main also takes bfloat16 there.")
     if p.tp > 1 and not p.sp:
         notes.append("sp false: torchtitan always applies sequence parallelism with tensor parallelism in the "
                      "TOML-configured versions, so activation memory is below the prediction.")
@@ -710,9 +713,13 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
               f"({plan.hardware.name}); launch with NGPU={nproc} CONFIG_FILE=<this file> ./run_train.sh"
               + (" on each node" if nnodes > 1 else ""),
               "Keys follow pytorch/torchtitan torchtitan/config/job_config.py (commit 000204a4). Newer torchtitan",
-              "main configures runs in Python (Trainer.Config): set the same fields there, with",
-              "parallelism.num_pp_microbatches (a count: local_batch_size / micro-batch size"
-              + (f" = {t.num_microbatches}" if p.pp > 1 else "") + ") in place of pipeline_parallel_microbatch_size.",
+              "main configures runs in Python (Trainer.Config) and counts the batch in tokens (torchtitan/config/",
+              f"training.py, commit f204eb63): training.num_tokens_per_microbatch_per_dp_rank = {t.micro_batch_size * t.seq_len}"
+              f" (micro-batch {t.micro_batch_size} x seq_len {t.seq_len}),",
+              f"num_tokens_per_train_step = {t.global_batch_size * t.seq_len}, max_context_length = {t.seq_len}"
+              + (f", and parallelism.num_pp_microbatches = {t.num_microbatches} in place of "
+                 "pipeline_parallel_microbatch_size" if p.pp > 1 else "") + "; other sections moved too: check its",
+              "config/ folder.",
               f"shape: layers={m.layers} hidden={m.hidden} heads={m.heads} kv_heads={m.kv_heads} "
               f"ffn_hidden={m.ffn_hidden} vocab={m.vocab}",
               f"batch: {t.global_batch_size} = dp {p.dp} x micro {t.micro_batch_size} x {t.num_microbatches} "

@@ -220,6 +220,10 @@ def test_torchtitan_llama():
     assert cfg["activation_checkpoint"]["mode"] == "selective"
     notes = export_notes(plan, "torchtitan")
     assert any("zero_stage 1" in n for n in notes)
+    # newer torchtitan main counts the batch in tokens (config/training.py): the header gives those counts
+    header = " ".join(x[2:] for x in export_plan(plan, "torchtitan").splitlines() if x.startswith("# "))
+    assert "num_tokens_per_microbatch_per_dp_rank = 4096 (micro-batch 1 x seq_len 4096)" in header
+    assert "num_tokens_per_train_step = 262144" in header and "num_pp_microbatches = 32" in header
 
 
 @pytest.mark.parametrize("schedule,vpp,name", [("gpipe", 1, "GPipe"), ("1f1b", 1, "1F1B"),

@@ -552,7 +552,8 @@ class HardwareProfile(Strict):
         description="(sequence length, achieved fraction of peak) of fused causal attention fwd+bwd, causal FLOPs counted as half.")
     flash_attention_2_tflops: Optional[float] = Field(
         None, gt=0, description="FlashAttention-2's published best forward + backward TFLOP/s on this GPU (Dao 2023, "
-        "sec. 4.1: 230 on A100, 335 on H100 without Hopper's TMA and wgmma instructions): the ceiling of an attention "
+        "sec. 4.1: 335 on H100 without Hopper's TMA and wgmma instructions; on A100 204.6, from its 73 % forward and 63 % "
+        "backward bests): the ceiling of an attention "
         "kernel of that generation, used by training.attention_kernel triton-2022; absent = not published.")
     sustained_matmul_fraction: float = Field(
         1.0, gt=0, le=1, description="Fraction of the isolated-kernel matmul/attention throughput (the curves) sustained over a long "

@@ -13,7 +13,9 @@ settles at the clock the power and thermal limits allow.  A device call measures
 
 This script (CPU) reads a results folder and prints, for each long run: the step time of the first steps after
 warm-up against the last third, the clock, power and temperature at the start and at the end, and the prediction
-under the folder's calibrated profile (whose sustained fraction calibrate --sustained measured, if it ran).
+under the folder's calibrated profile (whose sustained fraction calibrate --sustained measured, if it ran).  A long
+run with fewer than 2 x FIRST timed steps (or an unreadable report) is left out, with a note on stderr and a line on
+the page; a folder that is missing or holds no long run that can be tabulated is an error (exit 2), not an empty table.
 
     python benchmarks/sustained_drift.py benchmarks/results/2026-12-01-h200 [--out R/sustained.md]
 """
@@ -29,6 +31,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 FIRST = 10  # steps after warm-up that make the "first" window
+
+
+class DriftError(ValueError):
+    """Nothing to tabulate (no such folder, no long run in it, or none long enough); the message is one line."""
 
 
 def drift(steps: list[dict], warmup: int) -> dict:
@@ -87,8 +93,26 @@ def predicted_step(plan: dict, profile: Path) -> float:
     return predict(Plan(**plan), str(profile))[0]
 
 
-def build(root: Path) -> list[str]:
+def long_reports(root: Path) -> list[Path]:
+    """The long runs' reports under `root`/long; DriftError (one line) where the folder or the runs are missing,
+    so that a mistyped folder does not print an empty table."""
+    if not root.is_dir():
+        raise DriftError(f"{root} is not a folder: give a device call's results folder (benchmarks/results/<date>-<gpu>)")
+    reports = sorted((root / "long").glob("*/report.json"))
+    if not reports:
+        raise DriftError(f"no long runs in {root}: no {root / 'long'}/*/report.json (the device scripts' long_run writes "
+                         "them)")
+    return reports
+
+
+def build(root: Path, notes: list[str] | None = None) -> list[str]:
+    """The page's lines.  A long run that cannot be tabulated (fewer than 2 x FIRST timed steps, or a report that
+    cannot be read) is left out with a one-line note, appended to `notes` and listed on the page; DriftError when no
+    run is left."""
     from hardware_profiles import load_profile
+
+    reports = long_reports(root)
+    notes = [] if notes is None else notes
 
     profiles = sorted(root.glob("*-calibrated.toml"))
     prof = profiles[0] if profiles else None
@@ -109,9 +133,26 @@ def build(root: Path) -> list[str]:
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     smi = smi_trace(root / "long" / "nvidia-smi.csv")
     trajectory: list[str] = []
-    for rep_path in sorted((root / "long").glob("*/report.json")):
-        rep = json.loads(rep_path.read_text())
-        d = drift(rep["steps"], rep["warmup_steps"])
+    skipped: list[str] = []
+    for rep_path in reports:
+        try:
+            rep = json.loads(rep_path.read_text())
+            d = drift(rep["steps"], rep["warmup_steps"])
+        except json.JSONDecodeError as e:
+            why = f"not valid JSON ({e})"
+        except ValueError as e:  # drift(): too few timed steps
+            why = str(e)
+        except KeyError as e:
+            why = f"the report has no {e}"
+        except (OSError, TypeError) as e:
+            why = f"{e.__class__.__name__}: {e}"
+        else:
+            why = None
+        if why is not None:
+            why = " ".join(why.split())
+            skipped.append(f"{rep_path.parent.name}: skipped ({why})")
+            notes.append(f"note: {rep_path}: skipped, {why}")
+            continue
         pred = predicted_step(rep["plan"], prof) if prof else None
         own = step_telemetry(rep["steps"], rep["warmup_steps"])  # the run's own per-step clocks, where it has them
         ends = own or smi
@@ -122,20 +163,32 @@ def build(root: Path) -> list[str]:
                    f"{d['last_s'] * 1e3:.1f} ({d['last_starts_s']:.0f}) | {d['slowdown']:+.1%} | {tel} | {errs} |")
         trajectory.append(f"- {rep_path.parent.name}: step ms by fifth of the timed steps "
                           + " / ".join(f"{x * 1e3:.1f}" for x in d["fifths_s"]))
+    if len(skipped) == len(reports):
+        raise DriftError(f"no long run in {root / 'long'} can be tabulated: " + "; ".join(skipped))
+    trajectory += [f"- {s}" for s in skipped]
     if smi:
         trajectory.append("- nvidia-smi by fifth of the load (SM MHz, W, C): "
                           + " / ".join(f"{c:.0f}, {p:.0f}, {t:.0f}" for c, p, t in smi["fifths"]))
     return out + ([""] + trajectory if trajectory else [])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root", help="a device call's results folder (with long/)")
     ap.add_argument("--out", help="write the markdown here (default: print)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     from gpu_accuracy import write_or_print
-    write_or_print("\n".join(build(Path(a.root))) + "\n", a.out)
+    notes: list[str] = []
+    try:
+        text = "\n".join(build(Path(a.root), notes)) + "\n"
+    except DriftError as e:  # its message names every run it skipped
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for n in notes:
+        print(n, file=sys.stderr)
+    write_or_print(text, a.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -26,16 +26,28 @@ datasheet peak: the best fp32 GEMM throughput measured is used as the "peak" of 
 copy bandwidth as the memory bandwidth: a self-calibration for testing the tool only, which stderr
 says before and after the run, and the profile's ``measured`` and ``description`` too.
 
-Run mode (``calibrate_from_runs``) refits the two parameters that long runs expose:
-sustained_matmul_fraction (per report, the value at which ``planner.core.evaluate_plan``
-predicts the measured median step time; median over reports, clamped to (0, 1]) and
-memory_reserve_gbytes (the base's own reserve + the median of measured reserved peak - predicted total, never < 0;
-the fitted part kept apart as memory_slack_gbytes, so a refit of a refit replaces it).  The
-base is --base, else the first report's plan hardware (a relative path found from here or from the
-report's folder up); reports from another GPU than the base describes are refused.
+Run mode (``calibrate_from_runs``) refits, from `parplan launch` reports (each reduced to the median of its
+timed steps, those after the warm-up: a report with none, e.g. `launch --steps 1`, is refused), five groups of
+fields, each on the reports that expose it:
+  (1) optimizer_bandwidth_fraction and optimizer_host_per_tensor_s: least squares over the after-backward phase
+      (gradient reduction + optimizer step) of the one-rank reports that carry it (two or more needed);
+  (2) sustained_matmul_fraction: per report, the value at which ``planner.core.evaluate_plan`` predicts the measured
+      step time; the median over the compute-bound reports (the base's cost model does not call them launch-bound),
+      clamped to (0, 1].  If every report is launch-bound and the base has a measured host dispatch, the base's
+      fraction is kept; a base with no host dispatch for a report's recompute mode cannot tell that report
+      launch-bound, so it joins the fit (a warning on stderr says so and names `calibrate --host-only`);
+  (3) host_forward_share per recompute mode: the median forward share of the dispatch, measured from the phases of
+      the launch-bound one-stage reports;
+  (4) host_block_s per recompute mode: per launch-bound report, the dispatch per block that predicts its step (with
+      the fraction and shares above); the median per mode (only where the base has a measured dispatch);
+  (5) memory_reserve_gbytes: the base's own reserve + the median of measured reserved peak - predicted total, never
+      < 0; the fitted part kept apart as memory_slack_gbytes, so a refit of a refit replaces it.
+The base is --base, else the first report's plan hardware (a relative path found from here or from the report's
+folder up); reports from another GPU than the base describes are refused where both are known GPU families, and a
+device or base naming no known GPU gets a note on stderr that the two could not be matched.
 
 No mode writes over the --base file: a default --out that would be it gets a suffix, an --out that
-names it is refused.
+names it is refused; in run mode an --out that names one of the reports is refused too.
 
 torch is imported only inside the device-mode functions: run mode and the binning helpers
 stay importable without it.
@@ -1200,9 +1212,19 @@ def read_report(path: str) -> dict:
         raise CalibrationError(f"run report {path} ran on {device or 'an unknown device'}: not a measurement of "
                                f"{plan.hardware.name} GPUs; refit from cuda runs")
     warmup = data.get("warmup_steps")
-    if not isinstance(warmup, int) or warmup < 0:
-        warmup = min(2, len(times) // 2)
-    measured = times[warmup:] or times
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        warmup = min(2, len(times) // 2)  # launch's own rule (parallel_layers/train.py build_report)
+    # the first step compiles and warms up (3-15 s on a GPU against a fraction of a second after): launch counts it
+    # as warm-up whenever a second step follows (warmup_steps = min(2, steps // 2)), so its warmup_steps is 0 only
+    # when `--steps 1` ran that step alone, which the fit had taken for the step time (sustained 0.83 -> 0.02).
+    # The timed steps are those after the warm-up, never the first; none left is no measurement
+    start = max(warmup, 1)
+    if len(times) <= start:
+        what = ("has one step, the first, which compiles and warms up" if len(times) == 1 else
+                f"has {len(times)} steps, all of them warm-up (warmup_steps {warmup})")
+        raise CalibrationError(f"run report {path} {what}: no timed step to fit -- fix: launch with more steps "
+                               f"(e.g. parplan launch --steps 10: the first 2 are warm-up)")
+    measured = times[start:]
     reserved = []
     peaks = data.get("peak_memory_bytes")
     if isinstance(peaks, dict):
@@ -1212,7 +1234,7 @@ def read_report(path: str) -> dict:
                 reserved.append(float(v))
     def phase(key):
         """A step phase's median over the measured steps, where every one of them has it (else None)."""
-        vals = [s.get(key) for s in steps[warmup:] or steps if isinstance(s, dict)]
+        vals = [s.get(key) for s in steps[start:] if isinstance(s, dict)]
         ok = vals and all(isinstance(a, (int, float)) and not isinstance(a, bool) and a > 0 for a in vals)
         return statistics.median(vals) if ok else None
 
@@ -1254,12 +1276,15 @@ def base_from_report(report: str, name: str, console=None) -> str:
                            f"planned with)")
 
 
-def check_devices(runs: list[dict], base_profile) -> None:
-    """Refuse reports from another GPU than the base profile describes (both known): a refit of one GPU's
-    profile from another GPU's step times is neither."""
+def check_devices(runs: list[dict], base_profile, console=None) -> None:
+    """Refuse reports from another GPU than the base profile describes, where both are known GPU families
+    (launch.gpu_family): a refit of one GPU's profile from another GPU's step times is neither.  Where either is
+    not (a device such as "NVIDIA GeForce RTX 4090" or "cuda", or a base whose name and description name no GPU),
+    nothing can be compared: a note on `console` says so, once per device, and the refit goes on."""
     from .launch import gpu_family
 
     want = gpu_family(base_profile.name) or gpu_family(base_profile.description)
+    unmatched: dict[str, list[str]] = {}
     for r in runs:
         have = gpu_family(r["device"])
         if want and have and want != have:
@@ -1267,6 +1292,20 @@ def check_devices(runs: list[dict], base_profile) -> None:
             raise CalibrationError(f"run report {r['path']} ran on {r['device']} ({have}), and the base profile "
                                    f"{base_profile.name} describes {want} GPUs -- fix: pass the --base of the GPU the "
                                    f"runs used" + (f" (e.g. --base {name}, or its calibrated profile)" if matched else ""))
+        if not (want and have):
+            unmatched.setdefault(r["device"], []).append(r["path"])
+    if console is None:
+        return
+    for device, paths in unmatched.items():
+        which = paths[0] if len(paths) == 1 else f"{len(paths)} reports ({paths[0]}, ...)"
+        if not gpu_family(device):
+            why = f"'{device}' is no GPU this tool recognises"
+        else:
+            why = f"the base profile {base_profile.name} names no GPU this tool recognises"
+        target = f"{base_profile.name}'s {want}" if want else f"{base_profile.name}'s"
+        console.print(f"note: {which} ran on {device}, which could not be matched to {target} GPU ({why}); "
+                      f"refitting it anyway -- refit only from runs on the GPU the base profile describes",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def report_labels(paths: list[str]) -> tuple[list[str], str]:
@@ -1404,6 +1443,37 @@ def fit_optimizer(runs: list[dict], profile, predict) -> tuple[float, float, int
     return 1.0 / inv_f, float(h), len(rows)
 
 
+def host_unmeasured_warning(runs: list[dict], base_profile, base: str, fits: list[float]) -> str | None:
+    """One line for stderr where the base has no host dispatch (host_block_s) for some reports' recompute mode, else
+    None.  Without it the cost model has no host bound: no such report can be told launch-bound, so each feeds
+    sustained_matmul_fraction, and a launch-bound one (a small model or micro-batch, whose step is the CPU's
+    dispatch) reads as slow GPU compute and pulls the fraction down (the shipped h200-sxm-141gb over the 2026-11-28
+    H200 grid: 0.83 -> 0.39, its compute-bound runs then predicted 77-135 % slow).
+    A warning, not a refusal: reports of compute-bound runs alone fit the fraction right without a host
+    measurement (the shipped profiles but H100's have none, and a large-model session is a usual first refit), and
+    refusing would ask for a measurement on the launch host that such a refit does not need; the table's 'after'
+    errors show which case it is, and the warning names the fix."""
+    host = base_profile.host_block_s
+
+    def measured(mode):  # as the cost model reads it (cost_models.hardware): selective-op takes full's if absent
+        return host.get(mode) or (mode == "selective-op" and host.get("full"))
+    blind = [(r["plan"].parallel.recompute, s) for r, s in zip(runs, fits) if not measured(r["plan"].parallel.recompute)]
+    if not blind:
+        return None
+    missing, n = list(dict.fromkeys(m for m, _ in blind)), len(blind)
+    fits = [s for _, s in blind]
+    if base_profile.host_block_s:
+        what = (f"for recompute {', '.join(missing)}, so {n} of the {len(runs)} reports (those planned with it) "
+                "cannot be told launch-bound and fit")
+    else:
+        what = f"(no host_block_s), so no report can be told launch-bound and all {len(runs)} fit"
+    spread = f" (per-report fits {min(fits):.3g} to {max(fits):.3g})" if len(fits) > 1 else ""
+    return (f"warning: {base_profile.name} has no measured host dispatch {what} sustained_matmul_fraction{spread}: a "
+            f"launch-bound run (small model or micro-batch) among them pulls the fraction down -- fix: measure the host "
+            f"first with `parplan calibrate --host-only --base {base}` on the launch machine, then refit with --base "
+            f"the profile it writes")
+
+
 def distinct_reports(reports: list[str]) -> tuple[list[str], list[str]]:
     """The reports in order with repeats dropped (the same file by another path, or a byte-identical copy), and the
     paths dropped.  A file that cannot be read is kept: read_report says why."""
@@ -1426,9 +1496,11 @@ def distinct_reports(reports: list[str]) -> tuple[list[str], list[str]]:
 def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | None = None, console=None):
     """Refit a profile from launch reports: first the optimizer step (optimizer_bandwidth_fraction,
     optimizer_host_per_tensor_s) on the one-rank reports that carry the after-backward phase, then
-    sustained_matmul_fraction on the reports that are not launch-bound (all of them if every one is),
-    then host_block_s per recompute mode on those that are (the runs measure dispatch under real load;
-    the calibrate probe measures it on a tiny model), then memory_reserve_gbytes.
+    sustained_matmul_fraction on the reports that are not launch-bound (the base's kept if every one is; a base
+    with no host dispatch for a report's recompute mode cannot tell it launch-bound: a warning), then host_forward_share
+    per recompute mode from the phases of the launch-bound one-stage reports, then host_block_s per recompute mode
+    on the launch-bound ones (the runs measure dispatch under real load; the calibrate probe measures it on a tiny
+    model), then memory_reserve_gbytes.
     Returns (path, profile, rows) with one row per report (predictions before/after)."""
     console = console or _console()
     reports, repeated = distinct_reports(reports)
@@ -1453,8 +1525,12 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
                                   " -- fix: pass --base NAME|PATH (the profile the runs were planned with)")
     else:
         base_profile = _load_base(base)
-    check_devices(runs, base_profile)
+    check_devices(runs, base_profile, console)
     path = check_out_path(out, _calibrated_name(base_profile.name), base_file(base), "-refit", console)
+    for r in [*reports, *repeated]:  # as --base: the profile must not replace a report it was fitted from
+        if _same_file(path, Path(r)):
+            raise CalibrationError(f"--out {out or path} is the run report {r}, which it would overwrite -- fix: give another "
+                                   f"--out (or none: the default is a new file)")
     labels, under = report_labels([r["path"] for r in runs])
     from .schema import HardwareProfile
 
@@ -1472,8 +1548,10 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     # launch-bound one): robust to the odd noisy run
     # every report launch-bound: their steps are the host's dispatch, which a fitted fraction would take for slow
     # GPU compute (one such report had set 0.83 -> 0.21, and a 70B plan 3.6x too slow).  Where the base has a
-    # measured dispatch the fraction is kept and the runs refit host_block_s; without one, fitted as before (said)
+    # measured dispatch the fraction is kept and the runs refit host_block_s; without one, fitted as before, and
+    # said by host_unmeasured_warning below
     kept = all(bound) and bool(base_profile.host_block_s)
+    host_warning = host_unmeasured_warning(runs, base_profile, base, [s for s, _ in fits])
     if kept:
         s_new = base_profile.sustained_matmul_fraction
         console.print(f"note: every report is launch-bound (the host's dispatch sets its step), so "
@@ -1552,6 +1630,12 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     profile = HardwareProfile(**data)
     after = [_predict(r["plan"], profile) for r in runs]
     write_profile(profile, path)
+    # the memory columns: the torch reserved peak each profile predicts, its predicted total plus the fitted part of
+    # its reserve (memory_slack_gbytes, the launches' reserved-minus-predicted gap; none fitted = 0).  The rest of the
+    # reserve (CUDA context, communicator buffers) lies outside torch's reserved peak, so it is left out.  A refit of
+    # a refit on the same reports reads the same before and after (the base's slack had been left out of 'before')
+    slack_before = base_profile.memory_slack_gbytes or 0.0
+    slack_after = profile.memory_slack_gbytes or 0.0
     rows = []
     for r, label, lb, b, a, (s_fit, c) in zip(runs, labels, bound, before, after, fits):
         rows.append({"report": r["path"], "label": label, "launch_bound": lb,
@@ -1559,8 +1643,8 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
                      "device": r["device"], "measured_step_time_s": r["step_time_s"],
                      "predicted_step_time_s_before": b.step_time_s, "predicted_step_time_s_after": a.step_time_s,
                      "fitted_sustained": s_fit, "clamped": c, "measured_reserved_bytes": r["reserved_bytes"],
-                     "predicted_memory_bytes_before": b.memory_bytes_per_gpu.total,
-                     "predicted_memory_bytes_after": a.memory_bytes_per_gpu.total + (new_reserve - old_reserve) * GB})
+                     "predicted_memory_bytes_before": b.memory_bytes_per_gpu.total + slack_before * GB,
+                     "predicted_memory_bytes_after": a.memory_bytes_per_gpu.total + slack_after * GB})
     _print_run_table(console, base_profile, profile, rows, under)
     if host_fits:
         console.print("host dispatch per block: " + ", ".join(
@@ -1574,6 +1658,8 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         console.print(f"optimizer step: bandwidth fraction {opt_fit[0]:.3g}, host {opt_fit[1] * 1e6:.3g} us per parameter "
                       f"tensor (least squares over the after-backward phase of {opt_fit[2]} one-rank run(s))",
                       markup=False, highlight=False)
+    if host_warning:  # last, below the table, where it is read with the errors it explains
+        console.print(host_warning, markup=False, highlight=False, soft_wrap=True)
     return path, profile, rows
 
 
@@ -1611,6 +1697,7 @@ def _print_run_table(console, base, prof, rows, under: str = "") -> None:
     if unused:
         console.print(f"launch-bound, not used for sustained_matmul_fraction (they refit host_block_s): {', '.join(unused)}",
                       markup=False, highlight=False, soft_wrap=True)
-    console.print("memory: meas = largest torch reserved peak over ranks; 'mem after' = predicted total + the change in "
-                  "memory_reserve_gbytes (the reserve is what the planner keeps free beside the predicted total)",
-                  markup=False, highlight=False)
+    console.print("memory: meas = largest torch reserved peak over ranks; 'mem before'/'mem after' = the reserved peak "
+                  "each profile predicts: predicted total + its memory_slack_gbytes (the fitted part of "
+                  "memory_reserve_gbytes, the launches' reserved-minus-predicted gap; none fitted = 0)",
+                  markup=False, highlight=False, soft_wrap=True)

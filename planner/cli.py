@@ -988,8 +988,11 @@ def calibrate(
     from_run: Optional[list[str]] = typer.Option(None, "--from-run", help="Launch report JSON (repeatable, or followed by "
                                                  "more report paths): refit "
                                                  "instead of measuring: the optimizer step from one-rank reports' "
-                                                 "after-backward phase, sustained_matmul_fraction, host_block_s from "
-                                                 "launch-bound runs, memory_reserve_gbytes."),
+                                                 "after-backward phase, sustained_matmul_fraction from compute-bound "
+                                                 "runs, host_forward_share and host_block_s from launch-bound runs "
+                                                 "(telling them apart needs a base with host_block_s: measure it with "
+                                                 "--host-only), memory_reserve_gbytes. Reports need a step after the "
+                                                 "warm-up (launch --steps 2 or more)."),
     host_only: bool = typer.Option(False, "--host-only", help="Measure only this machine's host dispatch per block "
                                    "(24 short runs; 8 of them took 36-46 s on an H100 host) into a copy of --base: run it on the machine you launch on, "
                                    "since a launch-bound step follows that host's CPU."),

@@ -175,3 +175,29 @@ def test_readme_quotes_the_sustained_gap_as_generated():
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert (f"their {n} GPU-bound runs (three sessions, each run predicted with its session's calibrated profile) read a "
             f"median |error| of {own} % (max {own_max} %) at 0.83 and {one} % at 1.0, {within} of {n} within 5 %") in readme
+
+
+def test_drift_skips_a_short_long_run_and_refuses_an_empty_folder(tmp_path, capsys):
+    """A long run of fewer than 20 timed steps had raised drift()'s ValueError out of build(): a traceback, and the
+    other runs' rows lost.  It is left out with a one-line note; a folder that is missing, has no long/ runs, or none
+    long enough is one error line and exit 2, not an empty table."""
+    drift = _script("sustained_drift")
+    src = ROOT / "benchmarks" / "results" / "2026-11-28-h200"
+    rep = json.loads((src / "grid" / "llama-3b-mbs4-full" / "report.json").read_text())
+    base = rep["steps"][-1]
+    for name, n in (("long-ok", 60), ("short", 12)):
+        (tmp_path / "long" / name).mkdir(parents=True)
+        (tmp_path / "long" / name / "report.json").write_text(
+            json.dumps(dict(rep, steps=[dict(base, step=i, step_time_s=0.36) for i in range(n)])))
+    assert drift.main([str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "| long-ok | 58 |" in out and "- short: skipped (10 timed steps: a drift needs at least 20)" in out
+    assert err.strip() == f"note: {tmp_path / 'long' / 'short' / 'report.json'}: skipped, 10 timed steps: a drift needs at least 20"
+    import shutil
+    shutil.rmtree(tmp_path / "long" / "long-ok")
+    for root, says in ((tmp_path, "no long run in"), (tmp_path / "missing", "is not a folder"),
+                       (src, "no long runs in")):
+        assert drift.main([str(root), "--out", str(tmp_path / "page.md")]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1 and err.startswith("error: ") and says in err, err
+        assert not (tmp_path / "page.md").exists()

@@ -577,9 +577,9 @@ def launch(
 @app.command()
 def export(
     plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
-    to: str = typer.Option(..., "--to", help="megatron, torchtitan or deepspeed."),
+    to: str = typer.Option(..., "--to", help="megatron, torchtitan, deepspeed or llm-foundry (Composer + FSDP: what --framework fsdp predicts)."),
 ):
-    """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config)."""
+    """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config, llm-foundry YAML)."""
     from .export import FORMATS, export_notes, export_plan, framework_note
     to = to.strip().lower()  # as --model names are read
     _check_choice("to", to, FORMATS)

@@ -39,11 +39,11 @@ class StructureError(PlannerError):
         self.problem, self.fix = problem, fix
 
 
-# DeepSpeed's engine (_do_optimizer_sanity_check) wraps a bf16 model without ZeRO in its BF16_Optimizer (bf16 gradients
-# inside a pipeline since 2024, fp32 accumulation in any version; without either it raises), and BF16_Optimizer shards
-# the fp32 master weights and Adam states over the data-parallel group (fp32_groups_flat_partition) after all-reducing
-# the gradients: validate's BLOOM rows model it so (ZeRO-1, zero1_grad_reduce all-reduce)
-DEEPSPEED_BF16_ZERO0 = ("DeepSpeed trains a bf16 model without ZeRO only through its BF16_Optimizer, which shards the "
+# DeepSpeed's engine (_do_optimizer_sanity_check, 007cca6a and later) wraps a bf16 model without ZeRO inside a
+# pipeline in its BF16_Optimizer, which shards the fp32 master weights and Adam states over the data-parallel group
+# (fp32_groups_flat_partition) after all-reducing the gradients: validate's BLOOM rows model it so (ZeRO-1,
+# zero1_grad_reduce all-reduce).  Outside a pipeline it is plain data parallelism (DDP_BFLOAT16: FP16_Optimizer in bf16)
+DEEPSPEED_BF16_ZERO0 = ("DeepSpeed trains a bf16 pipeline without ZeRO through its BF16_Optimizer, which shards the "
                         "fp32 master weights and Adam states over the data-parallel ranks as ZeRO-1 does (gradients "
                         "all-reduced)")
 
@@ -527,10 +527,11 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError(f"{refused.replace(' pp ', ' --pp ')}; use --zero 0 or 1, or --pp 1")
         pins = replace(pins, zero_max_with_pp=1)
         if deepspeed_bf16_optimizer(dtype, precision):
-            if pins.zero == 0 and ((pins.dp or 1) > 1 or (pins.cp or 1) > 1):
-                raise PlannerError(f"--zero 0 over {'dp ' + str(pins.dp) if (pins.dp or 1) > 1 else 'cp ' + str(pins.cp)}"
-                                   f" under deepspeed: {DEEPSPEED_BF16_ZERO0}; use --zero 1 --zero1-grad-reduce "
-                                   "all-reduce to predict that, or --dtype fp16")
+            if pins.zero == 0 and (pins.pp or 1) > 1 and ((pins.dp or 1) > 1 or (pins.cp or 1) > 1):
+                raise PlannerError(f"--zero 0 with --pp {pins.pp} over "
+                                   f"{'dp ' + str(pins.dp) if (pins.dp or 1) > 1 else 'cp ' + str(pins.cp)} under "
+                                   f"deepspeed: {DEEPSPEED_BF16_ZERO0}; use --zero 1 --zero1-grad-reduce all-reduce to "
+                                   "predict that, --pp 1, or --dtype fp16")
             pins = replace(pins, zero0_single_shard=True)
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
@@ -619,8 +620,8 @@ _FRAMEWORK_RULES = {
                                  "FSDP's)", "leave GPUs for --dp with --zero 3, or use --precision fp32"),
     "sp_with_tp": ("runs tensor parallelism only with sequence parallelism", "drop --no-sp, or use --tp 1"),
     "zero_max_with_pp": ("runs ZeRO-2 and 3 only without a pipeline", "use --zero 0 or 1, or --pp 1"),
-    "zero0_single_shard": ("runs bf16 without ZeRO only through its BF16_Optimizer, which shards the optimizer over dp "
-                           "(ZeRO-1)", "use --zero 1 --zero1-grad-reduce all-reduce, or --dp 1"),
+    "zero0_single_shard": ("runs a bf16 pipeline without ZeRO through its BF16_Optimizer, which shards the optimizer "
+                           "over dp (ZeRO-1)", "use --zero 1 --zero1-grad-reduce all-reduce, --pp 1, or --dp 1"),
     "fsdp_offload_alone": ("has no FSDP2 optimizer offload with SP, cp or tied embeddings across the pipeline on a "
                            "GPU", "use --zero 1 or 2 with the offload, or drop --sp/--cp"),
 }
@@ -911,10 +912,10 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     refused = deepspeed_zero_in_pipeline(p.zero_stage, p.pp) if fw == "deepspeed" else None
     if refused:
         raise StructureError(refused, "use zero_stage 0 or 1, or pp 1")
-    if (fw == "deepspeed" and p.zero_stage == 0 and p.dp * p.cp > 1
+    if (fw == "deepspeed" and p.zero_stage == 0 and p.pp > 1 and p.dp * p.cp > 1
             and deepspeed_bf16_optimizer(t.dtype, t.precision)):
-        raise StructureError(f"zero_stage 0 over dp {p.dp} x cp {p.cp} in bf16: {DEEPSPEED_BF16_ZERO0}",
-                             "use zero_stage 1 with zero1_grad_reduce all-reduce, or dtype fp16")
+        raise StructureError(f"zero_stage 0 with pp {p.pp} over dp {p.dp} x cp {p.cp} in bf16: {DEEPSPEED_BF16_ZERO0}",
+                             "use zero_stage 1 with zero1_grad_reduce all-reduce, pp 1, or dtype fp16")
     if fw == "torchtitan" and p.tp > 1 and not p.sp:
         raise StructureError(f"sp false with tp {p.tp}: torchtitan always runs sequence parallelism with tensor "
                              "parallelism", "set sp true, or the plan's training.framework to fsdp or megatron")

@@ -51,13 +51,17 @@ from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.core import WINDOW_FRAMEWORKS
 from planner.schema import Plan
 
-FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
+FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "llm-foundry")
+# the framework each format's runs are predicted with (`parplan recommend --framework`)
+FORMAT_FRAMEWORK: dict[str, str] = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
+                                    "llm-foundry": "fsdp"}
 
 __all__ = ["FORMATS", "export_plan", "export_notes", "framework_note"]
 
 
 def export_plan(plan: Plan, to: str) -> str:
-    """The plan as a Megatron-LM argument list, a torchtitan TOML file or a DeepSpeed ds_config JSON."""
+    """The plan as a Megatron-LM argument list, a torchtitan TOML file, a DeepSpeed ds_config JSON or an llm-foundry
+    training YAML."""
     text, _ = _build(plan, to)
     return text
 
@@ -70,7 +74,7 @@ def export_notes(plan: Plan, to: str) -> list[str]:
 
 def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
     key = (to or "").strip().lower()
-    builders = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed}
+    builders = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed, "llm-foundry": _llm_foundry}
     if key not in builders:
         raise ValueError(f"unknown export format {to!r}; choose one of: {', '.join(FORMATS)}")
     return builders[key](plan)
@@ -113,12 +117,13 @@ def framework_note(plan: Plan, to: str) -> Optional[str]:
     """A sentence when the plan was predicted for another framework than the export target: what the cost
     model would do differently there, and the command that predicts with it."""
     planned_for = plan.training.framework
-    if planned_for == to:
+    fw = FORMAT_FRAMEWORK.get(to, to)
+    if planned_for == fw:
         return None
-    diff = framework_differences(plan, to)
-    return (f"the plan's prediction models {planned_for}, not {to}"
-            + (f" ({to}: {'; '.join(diff)})" if diff else "")
-            + f"; `parplan recommend ... --framework {to}` predicts with {to}'s defaults")
+    diff = framework_differences(plan, fw)
+    return (f"the plan's prediction models {planned_for}, not {fw}"
+            + (f" ({fw}: {'; '.join(diff)})" if diff else "")
+            + f"; `parplan recommend ... --framework {fw}` predicts with {fw}'s defaults")
 
 
 # --------------------------------------------------------------------------------------------
@@ -760,43 +765,39 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         notes.append(f"zero_stage {p.zero_stage} with pipeline parallelism: DeepSpeed's pipeline engine refuses ZeRO "
                      "stages 2 and 3, so zero_optimization.stage is 1 (gradients unsharded: more memory than the "
                      f"prediction; `parplan recommend ... --pp {p.pp} --zero 1` predicts that layout).")
+    # a bf16 model without ZeRO (engine._do_optimizer_sanity_check, DeepSpeed 007cca6a and later): outside a pipeline
+    # DDP_BFLOAT16, plain data parallelism (FP16_Optimizer in bf16: fp32 master weights and Adam states on every rank,
+    # bf16 gradients); inside one its BF16_Optimizer, which shards the fp32 master weights and Adam states over the
+    # data-parallel ranks (planner.core.DEEPSPEED_BF16_ZERO0).  fp32 gradient accumulation there is refused ("unsupported
+    # mix of model_dtype ... and grad_accum_dtype"), so no data_types at stage 0
     shards = p.dp * p.cp
-    sharded = ("over one data-parallel rank: what the plan holds" if shards == 1 else
-               f"sharding the optimizer over {shards} data-parallel ranks: less memory than this ZeRO-0 plan; "
-               "`--framework deepspeed` plans it as ZeRO-1")
-    if stage == 0 and "bf16" in cfg and t.precision != "master-weights":
-        # engine._do_optimizer_sanity_check: a bf16 model accumulating bf16 gradients without ZeRO raises outside a
-        # pipeline ("enable ZeRO to use Bfloat16 gradient accumulation") and inside one (since 2024) runs the
-        # BF16_Optimizer (planner.core.DEEPSPEED_BF16_ZERO0)
-        if p.pp == 1:
-            stage = 1
-            notes.append("zero_stage 0 in bf16 without a pipeline: DeepSpeed refuses bf16 gradient accumulation "
-                         f"without ZeRO, so zero_optimization.stage is 1 ({sharded}).")
-        else:
-            notes.append("zero_stage 0 in bf16 inside a pipeline: DeepSpeed runs its BF16_Optimizer (older versions "
-                         f"refuse bf16 gradient accumulation without ZeRO), {sharded}.")
+    if stage == 0 and "bf16" in cfg and p.pp > 1:
+        notes.append("zero_stage 0 in bf16 inside a pipeline: DeepSpeed runs its BF16_Optimizer, "
+                     + ("over one data-parallel rank: what the plan holds" if shards == 1 else
+                        f"which shards the optimizer over the {shards} data-parallel ranks: less memory than this "
+                        "ZeRO-0 plan; `--framework deepspeed` plans it as ZeRO-1")
+                     + "; its gradients accumulate in bf16.")
     zero: dict[str, Any] = {"stage": stage}
     bf16_optimizer = False
     if t.precision == "master-weights" and t.dtype == "bf16":
         # the plan's fp32 gradients: DeepSpeed accumulates in the model's dtype unless told (engine.get_data_types).
-        # fp32 accumulation selects its BF16_Optimizer at stages 0 and 1 (fp32 gradients all-reduced:
-        # buffered_allreduce_fallback), which is the plan only where it all-reduces (at stage 0 over one rank: a
-        # deepspeed plan has no bf16 ZeRO 0 over more); stages 2-3 accumulate their gradient shards in fp32
-        # (stage_1_and_2 averaged_gradients, stage3 grad_partitions_flat_buffer) and reduce in
-        # communication_data_type, fp32 as the plan reduces
-        if stage == 0 or (stage == 1 and t.zero1_grad_reduce == "all-reduce"):
+        # fp32 accumulation selects its BF16_Optimizer at stage 1 (fp32 gradients all-reduced:
+        # buffered_allreduce_fallback), which is the plan only where it all-reduces; stage 0 refuses it (above);
+        # stages 2-3 accumulate their gradient shards in fp32 (stage_1_and_2 averaged_gradients, stage3
+        # grad_partitions_flat_buffer) and reduce in communication_data_type, fp32 as the plan reduces
+        if stage == 1 and t.zero1_grad_reduce == "all-reduce":
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
             # DeepSpeed picks its BF16_Optimizer only without CPU offload (_do_optimizer_sanity_check)
             bf16_optimizer = p.offload != "optimizer"
-            if stage == 0:
-                notes.append("zero_stage 0 in bf16: DeepSpeed has no bf16 data parallelism without ZeRO but its "
-                             "BF16_Optimizer (fp32 gradient accumulation: data_types.grad_accum_dtype), "
-                             f"{sharded}.")
         elif stage == 1:
             notes.append("precision master-weights at zero_stage 1 with a reduce-scatter: DeepSpeed's fp32 gradient "
                          "accumulation would select its BF16_Optimizer, which all-reduces; exported without it, so "
                          "DeepSpeed's ZeRO-1 keeps and reduce-scatters bf16 gradients, not the plan's fp32 ones (less "
                          "gradient memory and traffic); plan with --zero1-grad-reduce all-reduce for the BF16 optimizer.")
+        elif stage == 0:
+            notes.append("precision master-weights at zero_stage 0: DeepSpeed refuses fp32 gradient accumulation with "
+                         "a bf16 model without ZeRO, so its gradients are bf16, not the plan's fp32 ones (less gradient "
+                         "memory and traffic).")
         else:
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
             cfg["communication_data_type"] = "fp32"
@@ -882,3 +883,144 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
     if t.dropout:
         notes.append("dropout: set in the model code (e.g. Megatron-DeepSpeed --hidden-dropout/--attention-dropout 0.1).")
     return json.dumps(cfg, indent=2) + "\n", notes
+
+
+# --------------------------------------------------------------------------------------------
+# llm-foundry (Composer + PyTorch FSDP): what --framework fsdp predicts
+
+def _yaml_scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        # with a dot in the mantissa: YAML 1.1 loaders (PyYAML) read 1e-08 as a string, 1.0e-08 as a float
+        text = repr(float(f"{v:.6g}"))
+        mantissa, e, exp = text.partition("e")
+        return (mantissa if "." in mantissa else mantissa + ".0") + (e + exp if e else "")
+    if isinstance(v, str):
+        # plain where YAML reads it back as the same string (a name, a ${...} reference), else JSON-quoted (JSON
+        # strings are YAML)
+        plain = v and all(c.isalnum() or c in "_-.${}/" for c in v) and not v[0].isdigit() \
+            and v.lower() not in ("true", "false", "null", "yes", "no", "on", "off", "~")
+        return v if plain else json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to YAML")
+
+
+def _yaml_lines(d: dict, indent: int = 0) -> list[str]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.append(" " * indent + f"{k}:")
+            out += _yaml_lines(v, indent + 2)
+        else:
+            out.append(" " * indent + f"{k}: {_yaml_scalar(v)}")
+    return out
+
+
+# Composer's FSDP mixed precision (composer/distributed/mosaic_parallelism.py get_mixed_precision): DEFAULT keeps fp32
+# sharded parameters, computes in the autocast dtype and reduces in fp32; PURE reduces in it too; FULL is fp32 throughout
+# (compute under Composer's autocast precision).  parplan's recipes, as validate's MPT rows map them.
+_FOUNDRY_MIXED = {"master-weights": "DEFAULT", "master-weights-half-grads": "PURE", "amp": "FULL", "fp32": "FULL"}
+_FOUNDRY_SHARDING = {0: "NO_SHARD", 1: "SHARD_GRAD_OP", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}
+
+
+def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
+    """An llm-foundry training YAML (scripts/train/train.py): the model as an MPT (mpt_causal_lm, whose options cover
+    both of parplan's archs: llmfoundry/models/mpt/configuration_mpt.py), the batch, Composer's precision and
+    fsdp_config, following scripts/train/yamls/pretrain/mpt-7b.yaml."""
+    m, t, p = plan.model, plan.training, plan.parallel
+    notes: list[str] = _full_attention_note(plan, "llm-foundry's MPT")
+    llama = m.arch == "llama"
+    expansion = m.ffn_hidden / m.hidden
+    if int(m.hidden * expansion) != m.ffn_hidden:  # MPT's width: int(d_model * expansion_ratio)
+        notes.append(f"ffn_hidden {m.ffn_hidden}: MPT sizes the MLP as int(d_model x expansion_ratio) = "
+                     f"{int(m.hidden * expansion)}; set ffn_config.ffn_hidden_size {m.ffn_hidden} where your "
+                     "llm-foundry has it.")
+    if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
+        notes.append(f"head_dim {m.head_dim}: MPT's heads are d_model / n_heads = {m.hidden // m.heads} wide; the "
+                     "exported model differs from the plan's there.")
+    attn: dict[str, Any] = {"attn_impl": "triton" if t.attention_kernel == "triton-2022" else
+                            "flash" if t.flash_attention else "torch"}
+    if m.kv_heads != m.heads:
+        attn.update(attn_type="grouped_query_attention", kv_n_heads=m.kv_heads)
+    if not m.has_learned_positions:
+        theta = float(m.rope_base)
+        attn.update(rope=True, rope_theta=int(theta) if theta.is_integer() else theta)
+    model: dict[str, Any] = {"name": "mpt_causal_lm", "init_device": "meta", "d_model": m.hidden, "n_heads": m.heads,
+                             "n_layers": m.layers, "expansion_ratio": int(expansion) if expansion.is_integer() else expansion,
+                             "max_seq_len": "${max_seq_len}", "vocab_size": m.vocab,
+                             "learned_pos_emb": m.has_learned_positions, "no_bias": llama,
+                             "norm_type": "rmsnorm" if llama else "low_precision_layernorm",
+                             "tie_word_embeddings": bool(m.tied_embeddings), "attn_config": attn}
+    if llama:
+        model["ffn_config"] = {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}}
+    if t.dropout:
+        model.update(resid_pdrop=0.1, emb_pdrop=0.1)
+        attn["attn_pdrop"] = 0.1
+    dtype = "fp32" if t.precision == "fp32" else t.dtype
+    fsdp: dict[str, Any] = {"sharding_strategy": _FOUNDRY_SHARDING[p.zero_stage],
+                            "mixed_precision": _FOUNDRY_MIXED[t.precision],
+                            "activation_checkpointing": p.recompute != "none",
+                            "activation_checkpointing_reentrant": False, "activation_cpu_offload": False,
+                            "limit_all_gathers": True}
+    if p.offload == "optimizer":
+        fsdp["cpu_offload"] = True
+        notes.append("offload optimizer: FSDP's cpu_offload moves the parameters and gradients to the host too (more "
+                     "than optimizer offload), and Composer steps the optimizer there.")
+    cfg: dict[str, Any] = {"max_seq_len": t.seq_len, "global_seed": t.seed, "model": model,
+                           "global_train_batch_size": t.global_batch_size,
+                           "device_train_microbatch_size": t.micro_batch_size,
+                           "precision": {"bf16": "amp_bf16", "fp16": "amp_fp16", "fp32": "fp32"}[dtype],
+                           # the AdamW the plan counts; Composer's decoupled weight decay is not scaled by the lr
+                           "optimizer": {"name": "decoupled_adamw", "lr": t.lr, "betas": list(ADAMW_BETAS),
+                                         "eps": 1.0e-8, "weight_decay": ADAMW_WEIGHT_DECAY * t.lr}}
+    if t.clip_grad:
+        cfg["algorithms"] = {"gradient_clipping": {"clipping_type": "norm", "clipping_threshold": float(t.clip_grad)}}
+    steps = _train_steps(plan)
+    cfg["max_duration"] = f"{steps if steps else 1000}ba"
+    if not steps:
+        notes.append("training.tokens is not set: max_duration 1000ba is a placeholder.")
+    cfg["fsdp_config"] = fsdp
+    notes.append(f"weight_decay {ADAMW_WEIGHT_DECAY * t.lr:.3g}: Composer's decoupled_adamw does not scale weight decay "
+                 f"by the learning rate; this is torch AdamW's {ADAMW_WEIGHT_DECAY} x lr {t.lr:g}.")
+    if p.zero_stage in (1, 2):
+        notes.append(f"zero_stage {p.zero_stage}: FSDP's nearest is SHARD_GRAD_OP, which shards gradients and optimizer "
+                     "states and gathers the parameters for each forward and backward (ZeRO-2 plus those gathers)"
+                     + ("; ZeRO-1's gradients were whole: less memory, more traffic than the prediction." if p.zero_stage == 1
+                        else "; `--framework fsdp` does not model it."))
+    if p.recompute in ("selective", "selective-op"):
+        notes.append(f"recompute {p.recompute}: llm-foundry checkpoints whole blocks (activation_checkpointing) or the "
+                     "modules activation_checkpointing_target names; exported as whole blocks, which recompute more than "
+                     "the prediction.")
+    dp_world = p.dp * p.tp * p.pp * p.cp
+    if p.tp > 1:
+        notes.append(f"tensor parallelism tp={p.tp}: llm-foundry's tp_config (recent versions) shards only the MLP "
+                     f"(strategy ffn), and Composer's batch arithmetic divides global_train_batch_size by all "
+                     f"{dp_world} ranks; the plan shards attention too over tp and data-parallel ranks only: set it up "
+                     "by hand, or plan with --tp 1.")
+    if p.pp > 1:
+        notes.append(f"pipeline parallelism pp={p.pp}: llm-foundry has no pipeline; plan with --framework fsdp.")
+    if p.cp > 1:
+        notes.append(f"context parallelism cp={p.cp}: llm-foundry has none; plan with --framework fsdp.")
+    if p.sp and p.tp > 1:
+        notes.append("sequence parallelism: llm-foundry has none; its activations are larger than the prediction.")
+    if t.fused_elementwise:
+        notes.append("fused_elementwise true: Composer runs the blocks eagerly unless compiled (llm-foundry's "
+                     "compile_config); the prediction counted fused kernels.")
+    notes.append("train_loader and tokenizer are not set: add your dataset (train_loader) and tokenizer before training.")
+    nnodes, nproc = _nodes(plan)
+    header = [f"parplan export --to llm-foundry: {m.name or m.arch}, {plan.hardware.gpus} GPUs ({plan.hardware.name}); "
+              f"launch with composer -n {nproc} scripts/train/train.py <this file>" + (
+                  f" on each of {nnodes} nodes (composer --world_size {plan.hardware.gpus} --node_rank N "
+                  "--master_addr HOST)" if nnodes > 1 else ""),
+              "Keys follow llm-foundry's scripts/train/yamls/pretrain/mpt-7b.yaml and llmfoundry/models/mpt/"
+              "configuration_mpt.py (MPTConfig).",
+              f"shape: layers={m.layers} hidden={m.hidden} heads={m.heads} kv_heads={m.kv_heads} "
+              f"ffn_hidden={m.ffn_hidden} vocab={m.vocab}",
+              f"batch: {t.global_batch_size} = dp {p.dp} x micro {t.micro_batch_size} x {t.num_microbatches} "
+              "micro-batches (Composer's gradient accumulation)"]
+    lines = _comment_lines(header) + [f"# note: {n}" for n in notes] + _yaml_lines(cfg)
+    return "\n".join(lines) + "\n", notes

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .accuracy import line as accuracy_line
-from .export import FORMATS as EXPORT_FORMATS
+from .export import FORMAT_FRAMEWORK as EXPORT_FORMATS
 from .schema import Plan
 
 GB = 1e9
@@ -216,9 +216,8 @@ def summary_lines(plan: Plan) -> list[str]:
         + _speedup_text(plan),
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
         f"{len(plan.parallel.stage_layers or [])} in all)",
-        f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else f" (`parplan export --to {fw}`)"
-                             if fw in EXPORT_FORMATS else " (no export format: set FSDP's sharding, tensor-parallel "
-                             "degree and checkpointing by hand)" if fw == "fsdp" else ""),
+        f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else
+                             "".join(f" (`parplan export --to {f}`)" for f, w in EXPORT_FORMATS.items() if w == fw)),
     ]
     how = accuracy_line(fw)
     if how:

@@ -59,8 +59,9 @@ class Pins:
     sp_with_tp: bool = False
     # the framework has no pipeline (pp), context parallelism (cp) or sequence parallelism (sp): those stay 1 / off
     lacks: tuple[str, ...] = ()
-    # no ZeRO 0 over more than one data-parallel shard: DeepSpeed trains a bf16 model without ZeRO only through its
-    # BF16_Optimizer, which shards the fp32 master weights and Adam states over dp (ZeRO-1, gradients all-reduced)
+    # no ZeRO 0 over more than one data-parallel shard inside a pipeline: DeepSpeed trains a bf16 pipeline without
+    # ZeRO through its BF16_Optimizer, which shards the fp32 master weights and Adam states over dp (ZeRO-1, gradients
+    # all-reduced)
     zero0_single_shard: bool = False
     # 16-bit training needs FSDP (or a single dimension) there: torchtitan's maybe_enable_amp leaves mixed
     # precision to FSDP's policy and autocasts only DDP/single-device runs, so tp/pp with dp = cp = 1 trains fp32
@@ -171,7 +172,7 @@ def _grid(m: ModelDims, gpus: int, gbs: int, pins: Pins, zero_over_cp: bool = Tr
         # ...and FSDP is on whenever cp > 1 (ParallelDims.fsdp_enabled), so no ZeRO 0 beside cp either
         keep = keep & ~((zero == 0) & (((dp > 1) & ((tp > 1) | (pp > 1))) | (cp > 1)))
     if pins.zero0_single_shard:
-        keep = keep & ~((zero == 0) & (shards > 1))
+        keep = keep & ~((zero == 0) & (shards > 1) & (pp > 1))
     if pins.sp_with_tp:
         keep = keep & ~((tp > 1) & (sp == 0))
     for axis, degree in (("pp", pp), ("cp", cp)):

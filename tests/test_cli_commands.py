@@ -89,6 +89,17 @@ def test_shell_pipe_into_export(plan_text):
     assert toml["parallelism"]["tensor_parallel_degree"] == json.loads(plan_text)["parallel"]["tp"]
 
 
+def test_shell_pipe_into_llm_foundry_export_notes_the_framework_on_stderr(plan_text):
+    """A parplan plan exported to llm-foundry: the YAML alone on stdout (its notes are comments), and a note on stderr
+    that the prediction modelled parplan's runtime, not fsdp (what --framework fsdp would change)."""
+    r = _pipe("export - --to llm-foundry")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "models parplan, not fsdp" in r.stderr
+    body = [x for x in r.stdout.splitlines() if x and not x.startswith("#")]
+    assert body[0] == f"max_seq_len: {json.loads(plan_text)['training']['seq_len']}"
+    assert "fsdp_config:" in body and all(":" in x for x in body)
+
+
 def test_shell_pipe_into_evaluate_gives_same_prediction(plan_text):
     r = _pipe("evaluate - --json")
     assert r.returncode == 0, r.stderr

@@ -66,7 +66,7 @@ def megatron_args(text: str) -> dict[str, object]:
 
 
 def test_formats_and_unknown():
-    assert FORMATS == ("megatron", "torchtitan", "deepspeed")
+    assert FORMATS == ("megatron", "torchtitan", "deepspeed", "llm-foundry")
     with pytest.raises(ValueError) as e:
         export_plan(llama_plan(), "nemo")
     for name in FORMATS:
@@ -328,9 +328,10 @@ def test_framework_note_only_when_predicted_for_another_framework():
     from planner.export import framework_note
     plan = llama_plan()
     assert plan.training.framework == "parplan"
+    from planner.export import FORMAT_FRAMEWORK
     for to in FORMATS:
         note = framework_note(plan, to)
-        assert note and f"--framework {to}" in note
+        assert note and f"--framework {FORMAT_FRAMEWORK[to]}" in note
     plan.training.framework = "megatron"
     assert framework_note(plan, "megatron") is None
     assert "models megatron, not deepspeed" in framework_note(plan, "deepspeed")
@@ -341,8 +342,9 @@ def test_framework_note_names_what_the_target_framework_changes():
     what recommend does) and the behaviours the framework itself decides."""
     from planner.core import STACK_FLAGS, recommend
     from planner.export import framework_differences
+    from planner.export import FORMAT_FRAMEWORK
     plan = llama_plan()
-    for to in FORMATS:
+    for to in sorted(set(FORMAT_FRAMEWORK.values())):
         diff = framework_differences(plan, to)
         rec = recommend(plan.model, 16, seq_len=4096, global_batch_size=64, precision="master-weights", framework=to,
                         top_k=1, suggest=False)
@@ -586,12 +588,11 @@ def test_megatron_mock_data_warns_below_its_token_range():
 
 
 def test_deepspeed_gradient_dtype_and_overlap_follow_what_deepspeed_accepts():
-    """bf16 with the plan's fp32 gradients: DeepSpeed's fp32 accumulation selects its BF16_Optimizer at stages 0 and
-    1 (an all-reduce; engine._do_optimizer_sanity_check), which shards the optimizer over dp even at stage 0 (said),
-    and keeps ZeRO-2/3's gradient shards in fp32, reduced in fp32 with communication_data_type; data_types is left out
-    only for a stage-1 reduce-scatter plan; overlap_comm only where DeepSpeed honours it (not under its pipeline
-    engine, not in the BF16_Optimizer), each with a note.  bf16 gradients at stage 0 without a pipeline, which
-    DeepSpeed refuses, export as stage 1."""
+    """bf16 with the plan's fp32 gradients: DeepSpeed's fp32 accumulation selects its BF16_Optimizer at stage 1 (an
+    all-reduce), is refused at stage 0 (engine._do_optimizer_sanity_check: "unsupported mix"), and keeps ZeRO-2/3's
+    gradient shards in fp32, reduced in fp32 with communication_data_type; data_types is written for those; a bf16
+    stage 0 inside a pipeline runs the BF16_Optimizer, which shards the optimizer over dp (said); overlap_comm only
+    where DeepSpeed honours it (not under its pipeline engine, not in the BF16_Optimizer), each with a note."""
     def ds(**kw):
         reduce = kw.pop("reduce", "all-reduce")
         plan = llama_plan(**kw)
@@ -600,18 +601,14 @@ def test_deepspeed_gradient_dtype_and_overlap_follow_what_deepspeed_accepts():
 
     flat = dict(pp=1, vpp=1, dp=4, schedule="1f1b")
     cfg, notes = ds(zero_stage=0, **flat)
-    assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["zero_optimization"]["stage"] == 0
-    assert any("BF16_Optimizer" in n and "over 4 data-parallel ranks: less memory" in n for n in notes)
-    cfg, notes = ds(zero_stage=0, pp=1, vpp=1, dp=1, schedule="1f1b")
-    assert any("over one data-parallel rank: what the plan holds" in n for n in notes)
+    assert "data_types" not in cfg and cfg["zero_optimization"]["stage"] == 0
+    assert any("refuses fp32 gradient accumulation with a bf16 model without ZeRO" in n for n in notes)
+    cfg, notes = ds(zero_stage=0, pp=2, vpp=1, dp=4, schedule="1f1b")
+    assert "data_types" not in cfg and any("BF16_Optimizer, which shards the optimizer over the 4 data-parallel"
+                                           in n for n in notes)
     for stage in (2, 3):
         cfg, notes = ds(zero_stage=stage, **flat)
         assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["communication_data_type"] == "fp32"
-    half = llama_plan(zero_stage=0, **flat)
-    half.training.precision = "master-weights-half-grads"
-    cfg = json.loads(export_plan(half, "deepspeed"))
-    assert cfg["zero_optimization"]["stage"] == 1 and "data_types" not in cfg
-    assert any("DeepSpeed refuses bf16 gradient accumulation without ZeRO" in n for n in export_notes(half, "deepspeed"))
     cfg, notes = ds(zero_stage=1, **flat)
     assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["zero_optimization"]["overlap_comm"] is False
     assert any("in its BF16_Optimizer" in n for n in notes)
@@ -669,3 +666,86 @@ def test_megatron_names_what_a_qwen_checkpoint_adds_to_llama_blocks():
         plan = plan.model_copy(update={"model": load_preset(name)})
         said = [n for n in export_notes(plan, "megatron") if "--norm-epsilon 1e-6" in n]
         assert (len(said) == 1 and flag in said[0]) if flag else not said, (name, said)
+
+
+def _yaml(text: str) -> dict:
+    """The export's YAML subset (block mappings by two-space indent, scalars, flow lists of scalars), read back."""
+    root: dict = {}
+    stack = [(-1, root)]
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, _, value = line.strip().partition(":")
+        while stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1]
+        value = value.strip()
+        if not value:
+            parent[key] = {}
+            stack.append((indent, parent[key]))
+            continue
+
+        def scalar(v):
+            if v in ("true", "false"):
+                return v == "true"
+            try:
+                return json.loads(v)
+            except ValueError:
+                return v
+        parent[key] = ([scalar(x.strip()) for x in value[1:-1].split(",")] if value.startswith("[")
+                       else scalar(value))
+    return root
+
+
+def test_llm_foundry_yaml_carries_the_fsdp_plan():
+    """--framework fsdp's plans export to llm-foundry's training YAML: the model as an MPT (GQA, rotary, SwiGLU,
+    RMSNorm, no biases for llama), the batch, Composer's precision and FSDP sharding, mixed precision and
+    checkpointing, under the keys of llm-foundry's mpt-7b.yaml and MPTConfig."""
+    from planner.core import recommend
+    from planner.models import load_preset
+    plan = recommend(load_preset("llama3-8b"), 16, framework="fsdp", precision="master-weights",
+                     pins=__import__("planner.search", fromlist=["Pins"]).Pins(tp=1, zero=3, recompute="full"))
+    cfg = _yaml(export_plan(plan, "llm-foundry"))
+    m, f = cfg["model"], cfg["fsdp_config"]
+    assert m["name"] == "mpt_causal_lm" and (m["d_model"], m["n_heads"], m["n_layers"]) == (4096, 32, 32)
+    assert m["expansion_ratio"] == 3.5 and m["vocab_size"] == 128256 and m["max_seq_len"] == "${max_seq_len}"
+    assert m["no_bias"] is True and m["norm_type"] == "rmsnorm" and m["learned_pos_emb"] is False
+    assert m["attn_config"] == {"attn_impl": "flash", "attn_type": "grouped_query_attention", "kv_n_heads": 8,
+                                "rope": True, "rope_theta": 500000}
+    assert m["ffn_config"] == {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}}
+    t = plan.training
+    assert cfg["max_seq_len"] == t.seq_len and cfg["global_train_batch_size"] == t.global_batch_size
+    assert cfg["device_train_microbatch_size"] == t.micro_batch_size and cfg["precision"] == "amp_bf16"
+    assert f["sharding_strategy"] == "FULL_SHARD" and f["mixed_precision"] == "DEFAULT"
+    assert f["activation_checkpointing"] is True and "cpu_offload" not in f
+    assert cfg["optimizer"]["betas"] == [0.9, 0.95] and cfg["optimizer"]["eps"] == 1e-8
+    assert cfg["algorithms"]["gradient_clipping"]["clipping_threshold"] == 1.0
+    assert export_notes(plan, "llm-foundry") and not any("tp=" in n for n in export_notes(plan, "llm-foundry"))
+    from planner.export import framework_note
+    assert framework_note(plan, "llm-foundry") is None
+
+
+def test_llm_foundry_gpt_is_mpt_and_says_what_it_cannot_carry():
+    """A gpt plan is MPT itself (learned positions, biases, LayerNorm, tied head, GeLU MLP); the Triton kernel of
+    validate's MPT rows is attn_impl triton; half-precision gradients are FSDP's PURE; what llm-foundry has no
+    counterpart for (pipeline, tensor parallelism, ZeRO-1, optimizer offload) is said in a note."""
+    plan = gpt_plan()  # tp 1, dp 8, ZeRO-3 with optimizer offload, fp16 amp, full recompute
+    plan.training.attention_kernel = "triton-2022"
+    cfg = _yaml(export_plan(plan, "llm-foundry"))
+    m = cfg["model"]
+    assert m["learned_pos_emb"] is True and m["no_bias"] is False and m["norm_type"] == "low_precision_layernorm"
+    assert m["tie_word_embeddings"] is True and "ffn_config" not in m and m["expansion_ratio"] == 4
+    assert m["attn_config"] == {"attn_impl": "triton"}
+    assert cfg["precision"] == "amp_fp16" and cfg["fsdp_config"]["mixed_precision"] == "FULL"
+    assert cfg["fsdp_config"]["cpu_offload"] is True
+    notes = export_notes(plan, "llm-foundry")
+    assert any(n.startswith("offload optimizer: FSDP's cpu_offload") for n in notes)
+    plan = llama_plan(zero_stage=1)  # tp 4, pp 2, vpp 2, SP
+    plan.training.precision = "master-weights-half-grads"
+    cfg = _yaml(export_plan(plan, "llm-foundry"))
+    assert cfg["fsdp_config"]["mixed_precision"] == "PURE" and cfg["fsdp_config"]["sharding_strategy"] == "SHARD_GRAD_OP"
+    notes = " ".join(export_notes(plan, "llm-foundry"))
+    for said in ("tensor parallelism tp=4", "pipeline parallelism pp=2", "zero_stage 1: FSDP's nearest",
+                 "recompute selective", "sequence parallelism"):
+        assert said in notes, said

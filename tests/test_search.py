@@ -1170,23 +1170,24 @@ def test_framework_rules_that_rule_out_every_layout_are_named():
         recommend(one_head, 8, framework="torchtitan", pins=Pins(sp=True))  # the shape, not a rule
 
 
-def test_deepspeed_has_no_bf16_zero0_over_replicas():
-    """DeepSpeed trains a bf16 model without ZeRO only through its BF16_Optimizer, which shards the fp32 master
-    weights and Adam states over dp (ZeRO-1, gradients all-reduced: validate's BLOOM rows): its bf16 search never
-    offers ZeRO 0 over dp x cp > 1, a pin that asks for it is one line, and evaluate refuses such a plan; fp16 keeps
-    plain data parallelism (FP16_Optimizer)."""
+def test_deepspeed_has_no_bf16_zero0_over_replicas_inside_a_pipeline():
+    """DeepSpeed trains a bf16 pipeline without ZeRO through its BF16_Optimizer, which shards the fp32 master weights
+    and Adam states over dp (ZeRO-1, gradients all-reduced: validate's BLOOM rows); outside a pipeline it is plain
+    data parallelism (DDP_BFLOAT16).  Its bf16 search never offers ZeRO 0 over dp x cp > 1 with pp > 1, a pin that
+    asks for it is one line, and evaluate refuses such a plan; ZeRO 0 without a pipeline and fp16 pipelines stay."""
     from planner.core import StructureError
-    spec = load_preset("llama3-8b")
-    plan = recommend(spec, 8, framework="deepspeed", top_k=200)
+    spec = load_preset("llama3-70b")
+    plan = recommend(spec, 32, framework="deepspeed", top_k=300)
     layouts = [a.parallel for a in [plan, *plan.alternatives]]
-    assert not any(p.zero_stage == 0 and p.dp * p.cp > 1 for p in layouts)
-    with pytest.raises(PlannerError, match="--zero 0 over dp 8 under deepspeed: DeepSpeed trains a bf16 model"):
-        recommend(spec, 8, framework="deepspeed", pins=Pins(zero=0, dp=8))
-    alone = recommend(spec, 8, framework="deepspeed", pins=Pins(zero=0), top_k=30)
-    assert {a.parallel.dp * a.parallel.cp for a in [alone, *alone.alternatives]} == {1}
-    fp16 = recommend(spec, 8, framework="deepspeed", dtype="fp16", pins=Pins(zero=0, dp=2))
+    assert not any(p.zero_stage == 0 and p.pp > 1 and p.dp * p.cp > 1 for p in layouts)
+    with pytest.raises(PlannerError, match="--zero 0 with --pp 2 over dp 2 under deepspeed: DeepSpeed trains a bf16"):
+        recommend(spec, 32, framework="deepspeed", pins=Pins(zero=0, pp=2, dp=2))
+    small = load_preset("llama3-8b")
+    flat = recommend(small, 8, framework="deepspeed", pins=Pins(zero=0, pp=1, dp=2))
+    assert flat.parallel.zero_stage == 0 and flat.parallel.dp == 2
+    fp16 = recommend(spec, 32, framework="deepspeed", dtype="fp16", pins=Pins(zero=0, pp=2, dp=2))
     assert fp16.parallel.zero_stage == 0 and fp16.parallel.dp == 2
     edited = fp16.model_copy(deep=True)
     edited.training.dtype = "bf16"
-    with pytest.raises(StructureError, match="zero_stage 0 over dp 2 x cp 1 in bf16"):
+    with pytest.raises(StructureError, match="zero_stage 0 with pp 2 over dp 2 x cp 1 in bf16"):
         evaluate_plan(edited)

@@ -138,9 +138,10 @@ def build(root: Path, notes: list[str] | None = None) -> list[str]:
         try:
             rep = json.loads(rep_path.read_text())
             d = drift(rep["steps"], rep["warmup_steps"])
+            pred = predicted_step(rep["plan"], prof) if prof else None
         except json.JSONDecodeError as e:
             why = f"not valid JSON ({e})"
-        except ValueError as e:  # drift(): too few timed steps
+        except ValueError as e:  # drift(): too few timed steps; a plan the cost model refuses (PlannerError, pydantic's)
             why = str(e)
         except KeyError as e:
             why = f"the report has no {e}"
@@ -153,7 +154,6 @@ def build(root: Path, notes: list[str] | None = None) -> list[str]:
             skipped.append(f"{rep_path.parent.name}: skipped ({why})")
             notes.append(f"note: {rep_path}: skipped, {why}")
             continue
-        pred = predicted_step(rep["plan"], prof) if prof else None
         own = step_telemetry(rep["steps"], rep["warmup_steps"])  # the run's own per-step clocks, where it has them
         ends = own or smi
         tel = (f"{ends['first'][0]:.0f} -> {ends['last'][0]:.0f} | {ends['first'][1]:.0f} -> {ends['last'][1]:.0f} | "

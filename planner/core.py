@@ -455,6 +455,19 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if framework not in FRAMEWORK_DEFAULTS:
         raise PlannerError(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORK_DEFAULTS)}")
     stack = {**FRAMEWORK_DEFAULTS[framework], **{k: v for k, v in stack.items() if v is not None}}
+    if framework in FRAMEWORK_LACKS:
+        lacks = FRAMEWORK_LACKS[framework]
+        # pipeline pins (--vpp, a schedule other than plain 1F1B) name the pipeline the framework lacks
+        pinned = [(axis, f"--{a} {getattr(pins, a)}") for a, axis in (("pp", "pp"), ("cp", "cp"), ("vpp", "pp"))
+                  if axis in lacks and (getattr(pins, a) or 1) > 1]
+        pinned += [("pp", f"--schedule {pins.schedule}")] if "pp" in lacks and pins.schedule not in (None, "1f1b") else []
+        pinned += [("sp", "--sp")] if "sp" in lacks and pins.sp else []
+        if pinned:
+            raise PlannerError(f"{' '.join(f for _, f in pinned)}: {framework} has no "
+                               f"{_lack_names(tuple(dict.fromkeys(a for a, _ in pinned)))}; drop "
+                               f"{' and '.join(f.split()[0] for _, f in pinned)}, or use another --framework "
+                               "(torchtitan or megatron)")
+        pins = replace(pins, fsdp_native=True, lacks=lacks)
     pins = _framework_choices(pins, "schedule", FRAMEWORK_SCHEDULES[framework],
                               f"is not a {framework} schedule", "another --framework")
     offered = FRAMEWORK_SCHEDULES[framework]
@@ -463,8 +476,11 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         raise PlannerError(f"--vpp {pins.vpp}: {framework} runs one model chunk per pipeline rank "
                            f"({', '.join(offered)}); drop --vpp, or use --framework megatron or parplan")
     pins = _framework_choices(pins, "recompute", FRAMEWORK_RECOMPUTES[framework],
-                              f"is torchtitan's op-level selective checkpointing, which {framework} does not have",
-                              "--framework torchtitan or parplan")
+                              f"is torchtitan's op-level selective checkpointing, which {framework} does not have"
+                              if pins.recompute == "selective-op" else
+                              f"is not a {framework} recompute mode (it checkpoints whole blocks or nothing)",
+                              "--framework torchtitan or parplan" if pins.recompute == "selective-op" else
+                              "--framework megatron, torchtitan or parplan")
     pins = _framework_choices(pins, "zero", FRAMEWORK_ZEROS[framework],
                               f"is not a {framework} data-parallel mode (DDP replicates, FSDP shards everything)",
                               "another --framework")
@@ -493,16 +509,6 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                 raise PlannerError(f"torchtitan trains tp/pp without FSDP (dp = cp = 1) in fp32, not {dtype}: its mixed "
                                    "precision is FSDP's; leave GPUs for --dp (with --zero 3) or --cp")
             pins = replace(pins, sixteen_bit_needs_shards=True)
-    if framework in FRAMEWORK_LACKS:
-        lacks = FRAMEWORK_LACKS[framework]
-        pinned = [f"--{a} {getattr(pins, a)}" for a in ("pp", "cp") if a in lacks and (getattr(pins, a) or 1) > 1]
-        pinned += ["--sp"] if "sp" in lacks and pins.sp else []
-        if pinned:
-            raise PlannerError(f"{' '.join(pinned)}: {framework} has no "
-                               f"{_lack_names(tuple(p.split()[0][2:] for p in pinned))}; drop "
-                               f"{' and '.join(p.split()[0] for p in pinned)}, or use another --framework "
-                               "(torchtitan or megatron)")
-        pins = replace(pins, fsdp_native=True, lacks=lacks)
     if pins.schedule in ZERO_BUBBLE and pins.recompute in ("full", "selective-op"):
         # parplan's runtime queues the linears' weight gradients (parallel_layers.layers.WeightGradStore) outside
         # FSDP2; torch's own weight pass re-runs the checkpointed blocks (search.ZB_FULL_RECOMPUTE)
@@ -528,10 +534,9 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         pins = replace(pins, zero_max_with_pp=1)
         if deepspeed_bf16_optimizer(dtype, precision):
             if pins.zero == 0 and (pins.pp or 1) > 1 and ((pins.dp or 1) > 1 or (pins.cp or 1) > 1):
-                raise PlannerError(f"--zero 0 with --pp {pins.pp} over "
-                                   f"{'dp ' + str(pins.dp) if (pins.dp or 1) > 1 else 'cp ' + str(pins.cp)} under "
-                                   f"deepspeed: {DEEPSPEED_BF16_ZERO0}; use --zero 1 --zero1-grad-reduce all-reduce to "
-                                   "predict that, --pp 1, or --dtype fp16")
+                over = " x ".join(f"{a} {getattr(pins, a)}" for a in ("dp", "cp") if (getattr(pins, a) or 1) > 1)
+                raise PlannerError(f"--zero 0 with --pp {pins.pp} over {over} under deepspeed: {DEEPSPEED_BF16_ZERO0}; "
+                                   "use --zero 1 --zero1-grad-reduce all-reduce to predict that, --pp 1, or --dtype fp16")
             pins = replace(pins, zero0_single_shard=True)
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
@@ -621,7 +626,10 @@ _FRAMEWORK_RULES = {
     "sp_with_tp": ("runs tensor parallelism only with sequence parallelism", "drop --no-sp, or use --tp 1"),
     "zero_max_with_pp": ("runs ZeRO-2 and 3 only without a pipeline", "use --zero 0 or 1, or --pp 1"),
     "zero0_single_shard": ("runs a bf16 pipeline without ZeRO through its BF16_Optimizer, which shards the optimizer "
-                           "over dp (ZeRO-1)", "use --zero 1 --zero1-grad-reduce all-reduce, --pp 1, or --dp 1"),
+                           "over dp (ZeRO-1)", "use --zero 1 --zero1-grad-reduce all-reduce, --pp 1, --dp 1 --cp 1, or "
+                           "--dtype fp16"),
+    "lacks": ("has no pipeline or context parallelism: its layouts are tp x dp", "pin --tp and --dp to multiply to "
+              "--gpus, or leave one of them free"),
     "fsdp_offload_alone": ("has no FSDP2 optimizer offload with SP, cp or tied embeddings across the pipeline on a "
                            "GPU", "use --zero 1 or 2 with the offload, or drop --sp/--cp"),
 }
@@ -633,13 +641,14 @@ def _framework_rule_message(m, tr, gpus: int, pins: Pins, framework: str) -> str
     from .search import build_layouts
     def count(p):
         return len(build_layouts(m, gpus, tr.global_batch_size, p, tr.zero_over_cp).tp)
-    free = replace(pins, **{k: False if k != "zero_max_with_pp" else None for k in _FRAMEWORK_RULES})
+    off = {k: None if k == "zero_max_with_pp" else () if k == "lacks" else False for k in _FRAMEWORK_RULES}
+    free = replace(pins, **off)
     if count(free) == 0:
         return None
-    blocking = [k for k in _FRAMEWORK_RULES if getattr(pins, k) not in (False, None)
-                and count(replace(pins, **{k: False if k != "zero_max_with_pp" else None})) > 0]
+    on = [k for k in _FRAMEWORK_RULES if getattr(pins, k) != off[k]]
+    blocking = [k for k in on if count(replace(pins, **{k: off[k]})) > 0]
     if not blocking:  # only the rules together rule everything out
-        blocking = [k for k in _FRAMEWORK_RULES if getattr(pins, k) not in (False, None)]
+        blocking = on
     what = "; and ".join(_FRAMEWORK_RULES[k][0] for k in blocking)
     fix = "; or ".join(_FRAMEWORK_RULES[k][1] for k in blocking)
     return f"no layout of {gpus} GPUs with these pins runs under {framework}: it {what}; {fix}"
@@ -916,6 +925,16 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
             and deepspeed_bf16_optimizer(t.dtype, t.precision)):
         raise StructureError(f"zero_stage 0 with pp {p.pp} over dp {p.dp} x cp {p.cp} in bf16: {DEEPSPEED_BF16_ZERO0}",
                              "use zero_stage 1 with zero1_grad_reduce all-reduce, pp 1, or dtype fp16")
+    if fw == "torchtitan" and p.zero_stage == 0 and ((p.dp > 1 and (p.tp > 1 or p.pp > 1)) or p.cp > 1):
+        # the search's Pins.ddp_one_dim (parallelize_llama: "DDP has not supported > 1D parallelism"; FSDP whenever cp > 1)
+        raise StructureError(f"zero_stage 0 with tp {p.tp}, pp {p.pp}, cp {p.cp} over dp {p.dp}: torchtitan runs DDP only "
+                             "without tp, pp or cp, and shards over cp whenever cp > 1", "set zero_stage 3 (FSDP)")
+    if (fw == "torchtitan" and t.precision != "fp32" and t.dtype != "fp32" and (p.tp > 1 or p.pp > 1)
+            and p.dp == 1 and p.cp == 1):
+        # the search's Pins.sixteen_bit_needs_shards (maybe_enable_amp)
+        raise StructureError(f"tp {p.tp} x pp {p.pp} without FSDP (dp = cp = 1) in {t.dtype}: torchtitan's mixed "
+                             "precision is FSDP's, and tp/pp alone train in fp32", "set precision fp32, or spread the "
+                             "GPUs over dp with zero_stage 3")
     if fw == "torchtitan" and p.tp > 1 and not p.sp:
         raise StructureError(f"sp false with tp {p.tp}: torchtitan always runs sequence parallelism with tensor "
                              "parallelism", "set sp true, or the plan's training.framework to fsdp or megatron")

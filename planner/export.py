@@ -894,15 +894,17 @@ def _yaml_scalar(v: Any) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        # with a dot in the mantissa: YAML 1.1 loaders (PyYAML) read 1e-08 as a string, 1.0e-08 as a float
-        text = repr(float(f"{v:.6g}"))
-        mantissa, e, exp = text.partition("e")
+        if not math.isfinite(v):
+            raise ValueError(f"cannot write {v} to YAML")
+        # repr's shortest round-trip digits, with a dot in the mantissa: YAML 1.1 loaders (PyYAML) read 1e-08 as a
+        # string, 1.0e-08 as a float
+        mantissa, e, exp = repr(v).partition("e")
         return (mantissa if "." in mantissa else mantissa + ".0") + (e + exp if e else "")
     if isinstance(v, str):
-        # plain where YAML reads it back as the same string (a name, a ${...} reference), else JSON-quoted (JSON
-        # strings are YAML)
-        plain = v and all(c.isalnum() or c in "_-.${}/" for c in v) and not v[0].isdigit() \
-            and v.lower() not in ("true", "false", "null", "yes", "no", "on", "off", "~")
+        # plain where YAML reads it back as the same string (a name, a ${...} reference: a letter, _ or $ first), else
+        # JSON-quoted (JSON strings are YAML)
+        plain = (v and (v[0].isalpha() or v[0] in "_$") and all(c.isalnum() or c in "_-.${}/" for c in v)
+                 and v.lower() not in ("true", "false", "null", "yes", "no", "on", "off", "y", "n"))
         return v if plain else json.dumps(v)
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
@@ -932,13 +934,18 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     both of parplan's archs: llmfoundry/models/mpt/configuration_mpt.py), the batch, Composer's precision and
     fsdp_config, following scripts/train/yamls/pretrain/mpt-7b.yaml."""
     m, t, p = plan.model, plan.training, plan.parallel
-    notes: list[str] = _full_attention_note(plan, "llm-foundry's MPT")
+    notes: list[str] = []
+    if m.window_binds(t.seq_len):
+        notes.append(f"sliding window {m.sliding_window}: the exported MPT attends over the whole prefix in every layer, "
+                     "as the prediction counts it (MPT's attn_config.sliding_window_size trains one window in every "
+                     "layer, which --framework fsdp does not count).")
     llama = m.arch == "llama"
     expansion = m.ffn_hidden / m.hidden
-    if int(m.hidden * expansion) != m.ffn_hidden:  # MPT's width: int(d_model * expansion_ratio)
-        notes.append(f"ffn_hidden {m.ffn_hidden}: MPT sizes the MLP as int(d_model x expansion_ratio) = "
-                     f"{int(m.hidden * expansion)}; set ffn_config.ffn_hidden_size {m.ffn_hidden} where your "
-                     "llm-foundry has it.")
+    ffn: dict[str, Any] = {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}} if llama else {}
+    if not expansion.is_integer():
+        # MPT's width from a ratio is int(d_model x expansion_ratio), refused where not whole (ffn.py
+        # resolve_ffn_hidden_size); ffn_hidden_size gives it exactly and the ratio is then ignored
+        ffn["ffn_hidden_size"] = m.ffn_hidden
     if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
         notes.append(f"head_dim {m.head_dim}: MPT's heads are d_model / n_heads = {m.hidden // m.heads} wide; the "
                      "exported model differs from the plan's there.")
@@ -950,13 +957,14 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
         theta = float(m.rope_base)
         attn.update(rope=True, rope_theta=int(theta) if theta.is_integer() else theta)
     model: dict[str, Any] = {"name": "mpt_causal_lm", "init_device": "meta", "d_model": m.hidden, "n_heads": m.heads,
-                             "n_layers": m.layers, "expansion_ratio": int(expansion) if expansion.is_integer() else expansion,
+                             "n_layers": m.layers, "expansion_ratio": int(expansion) if expansion.is_integer() else
+                             round(expansion, 4),
                              "max_seq_len": "${max_seq_len}", "vocab_size": m.vocab,
                              "learned_pos_emb": m.has_learned_positions, "no_bias": llama,
                              "norm_type": "rmsnorm" if llama else "low_precision_layernorm",
                              "tie_word_embeddings": bool(m.tied_embeddings), "attn_config": attn}
-    if llama:
-        model["ffn_config"] = {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}}
+    if ffn:
+        model["ffn_config"] = ffn
     if t.dropout:
         model.update(resid_pdrop=0.1, emb_pdrop=0.1)
         attn["attn_pdrop"] = 0.1
@@ -970,17 +978,20 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
         fsdp["cpu_offload"] = True
         notes.append("offload optimizer: FSDP's cpu_offload moves the parameters and gradients to the host too (more "
                      "than optimizer offload), and Composer steps the optimizer there.")
-    cfg: dict[str, Any] = {"max_seq_len": t.seq_len, "global_seed": t.seed, "model": model,
+    cfg: dict[str, Any] = {"max_seq_len": t.seq_len, "seed": t.seed, "model": model,
                            "global_train_batch_size": t.global_batch_size,
                            "device_train_microbatch_size": t.micro_batch_size,
                            "precision": {"bf16": "amp_bf16", "fp16": "amp_fp16", "fp32": "fp32"}[dtype],
                            # the AdamW the plan counts; Composer's decoupled weight decay is not scaled by the lr
                            "optimizer": {"name": "decoupled_adamw", "lr": t.lr, "betas": list(ADAMW_BETAS),
-                                         "eps": 1.0e-8, "weight_decay": ADAMW_WEIGHT_DECAY * t.lr}}
+                                         "eps": 1.0e-8, "weight_decay": float(f"{ADAMW_WEIGHT_DECAY * t.lr:.6g}")},
+                           # the constant learning rate parplan's runtime trains with
+                           "scheduler": {"name": "constant_with_warmup", "t_warmup": "0ba"}}
     if t.clip_grad:
         cfg["algorithms"] = {"gradient_clipping": {"clipping_type": "norm", "clipping_threshold": float(t.clip_grad)}}
     steps = _train_steps(plan)
     cfg["max_duration"] = f"{steps if steps else 1000}ba"
+    cfg["eval_interval"] = cfg["max_duration"]  # TrainConfig requires it; no eval_loader is written
     if not steps:
         notes.append("training.tokens is not set: max_duration 1000ba is a placeholder.")
     cfg["fsdp_config"] = fsdp
@@ -1010,7 +1021,8 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     if t.fused_elementwise:
         notes.append("fused_elementwise true: Composer runs the blocks eagerly unless compiled (llm-foundry's "
                      "compile_config); the prediction counted fused kernels.")
-    notes.append("train_loader and tokenizer are not set: add your dataset (train_loader) and tokenizer before training.")
+    notes.append("train_loader and tokenizer are not set: add your dataset (train_loader) and tokenizer before training; "
+                 "eval_interval is max_duration (no eval_loader), the scheduler a constant learning rate.")
     nnodes, nproc = _nodes(plan)
     header = [f"parplan export --to llm-foundry: {m.name or m.arch}, {plan.hardware.gpus} GPUs ({plan.hardware.name}); "
               f"launch with composer -n {nproc} scripts/train/train.py <this file>" + (

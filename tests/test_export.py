@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import shutil
 import subprocess
 
@@ -668,6 +669,17 @@ def test_megatron_names_what_a_qwen_checkpoint_adds_to_llama_blocks():
         assert (len(said) == 1 and flag in said[0]) if flag else not said, (name, said)
 
 
+def test_yaml_scalars_read_back_as_written():
+    """The llm-foundry writer's scalars as a YAML 1.1 loader reads them: floats keep their digits and a dot, strings
+    that would read as another type (a number, a bool, '-', '.5', '{x}') are quoted."""
+    from planner.export import _yaml_scalar
+    for v in (1e-8, 3e-05, 0.0003, 1.0, 3.5, 1.23456789e-4, 123456789.0, 1e20):
+        assert _yaml(f"x: {_yaml_scalar(v)}")["x"] == v, v
+    for v in ("mpt_causal_lm", "${max_seq_len}", "1000ba", "true", "no", "-", "-1", ".5", "{x}", "a b", ""):
+        assert _yaml(f"x: {_yaml_scalar(v)}")["x"] == v, v
+    assert _yaml_scalar("-1").startswith('"') and _yaml_scalar(".5").startswith('"') and _yaml_scalar("{x}")[0] == '"'
+
+
 def _yaml(text: str) -> dict:
     """The export's YAML subset (block mappings by two-space indent, scalars, flow lists of scalars), read back."""
     root: dict = {}
@@ -687,12 +699,14 @@ def _yaml(text: str) -> dict:
             continue
 
         def scalar(v):
+            # YAML 1.1's resolvers (PyYAML's): a float needs a dot (1e-08 is a string there), quoted strings are JSON
             if v in ("true", "false"):
                 return v == "true"
-            try:
-                return json.loads(v)
-            except ValueError:
-                return v
+            if re.fullmatch(r"[-+]?[0-9]+", v):
+                return int(v)
+            if re.fullmatch(r"[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?", v):
+                return float(v)
+            return json.loads(v) if v.startswith('"') else v
         parent[key] = ([scalar(x.strip()) for x in value[1:-1].split(",")] if value.startswith("[")
                        else scalar(value))
     return root
@@ -713,8 +727,11 @@ def test_llm_foundry_yaml_carries_the_fsdp_plan():
     assert m["no_bias"] is True and m["norm_type"] == "rmsnorm" and m["learned_pos_emb"] is False
     assert m["attn_config"] == {"attn_impl": "flash", "attn_type": "grouped_query_attention", "kv_n_heads": 8,
                                 "rope": True, "rope_theta": 500000}
-    assert m["ffn_config"] == {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}}
+    # 3.5 is no whole ratio, which MPT refuses (int(d_model x ratio) must be exact): the width is given outright
+    assert m["ffn_config"] == {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}, "ffn_hidden_size": 14336}
     t = plan.training
+    assert cfg["seed"] == t.seed and cfg["scheduler"]["name"] == "constant_with_warmup"
+    assert cfg["eval_interval"] == cfg["max_duration"]
     assert cfg["max_seq_len"] == t.seq_len and cfg["global_train_batch_size"] == t.global_batch_size
     assert cfg["device_train_microbatch_size"] == t.micro_batch_size and cfg["precision"] == "amp_bf16"
     assert f["sharding_strategy"] == "FULL_SHARD" and f["mixed_precision"] == "DEFAULT"

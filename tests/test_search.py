@@ -1124,10 +1124,18 @@ def test_fsdp_framework_has_no_pipeline_context_or_sequence_parallelism():
                         (Pins(tp=2, sp=True), "--sp: fsdp has no sequence parallelism;")):
         with pytest.raises(PlannerError, match=named):
             recommend(spec, 16, framework="fsdp", pins=pins)
-    with pytest.raises(PlannerError, match="use one of 1f1b"):
-        recommend(spec, 16, framework="fsdp", pins=Pins(schedule="interleaved-1f1b"))
-    with pytest.raises(PlannerError, match="use one of none, full"):
-        recommend(spec, 16, framework="fsdp", pins=Pins(recompute="selective"))
+    for pins, named in ((Pins(schedule="interleaved-1f1b"), "--schedule interleaved-1f1b: fsdp has no pipeline"),
+                        (Pins(vpp=2), "--vpp 2: fsdp has no pipeline parallelism;"),
+                        (Pins(recompute="selective"), "--recompute selective is not a fsdp recompute mode .*use one of "
+                                                      "none, full"),
+                        (Pins(recompute="selective-op"), "torchtitan's op-level selective checkpointing, which fsdp")):
+        with pytest.raises(PlannerError, match=named):
+            recommend(spec, 16, framework="fsdp", pins=pins)
+    # pins that leave fsdp's tp x dp no layout say so (they had blamed the model's shape and offered --pp)
+    with pytest.raises(PlannerError, match="runs under fsdp: it has no pipeline or context parallelism: its layouts "
+                                           "are tp x dp") as e:
+        recommend(spec, 16, framework="fsdp", pins=Pins(tp=2, dp=2))
+    assert "heads" not in str(e.value)
     # DDP beside tp, which torchtitan refuses, is plain PyTorch here
     assert recommend(load_preset("llama3-8b"), 16, framework="fsdp", pins=Pins(zero=0, tp=2, dp=8)).parallel.tp == 2
     edited = plan.model_copy(deep=True)
@@ -1191,3 +1199,19 @@ def test_deepspeed_has_no_bf16_zero0_over_replicas_inside_a_pipeline():
     edited.training.dtype = "bf16"
     with pytest.raises(StructureError, match="zero_stage 0 with pp 2 over dp 2 x cp 1 in bf16"):
         evaluate_plan(edited)
+
+def test_evaluate_refuses_torchtitan_layouts_its_search_never_offers():
+    """The search's torchtitan rules hold for a hand-edited plan too: DDP beside tp (ddp_one_dim) and 16-bit tp
+    without FSDP (sixteen_bit_needs_shards) are refused by evaluate as by recommend (evaluate had accepted them)."""
+    from planner.core import StructureError
+    plan = recommend(load_preset("llama3-8b"), 8, framework="torchtitan", pins=Pins(tp=2, dp=4, zero=3))
+    ddp = plan.model_copy(deep=True)
+    ddp.parallel.zero_stage = 0
+    with pytest.raises(StructureError, match="torchtitan runs DDP only without tp, pp or cp"):
+        evaluate_plan(ddp)
+    alone = plan.model_copy(deep=True)
+    alone.parallel.tp, alone.parallel.dp = 8, 1
+    alone.training.global_batch_size = alone.training.micro_batch_size * alone.training.num_microbatches
+    with pytest.raises(StructureError, match="torchtitan's mixed precision is FSDP's"):
+        evaluate_plan(alone)
+    assert evaluate_plan(plan).prediction.step_time_s == pytest.approx(plan.prediction.step_time_s, rel=1e-12)

@@ -193,7 +193,17 @@ def test_drift_skips_a_short_long_run_and_refuses_an_empty_folder(tmp_path, caps
     out, err = capsys.readouterr()
     assert "| long-ok | 58 |" in out and "- short: skipped (10 timed steps: a drift needs at least 20)" in out
     assert err.strip() == f"note: {tmp_path / 'long' / 'short' / 'report.json'}: skipped, 10 timed steps: a drift needs at least 20"
+    # with a profile to predict with, a report whose plan the cost model refuses is skipped too (it had raised)
+    (tmp_path / "h200-calibrated.toml").write_text((src / "h200-calibrated.toml").read_text())
+    (tmp_path / "long" / "bad-plan").mkdir()
+    (tmp_path / "long" / "bad-plan" / "report.json").write_text(
+        json.dumps(dict(rep, plan={"model": {}}, steps=[dict(base, step=i, step_time_s=0.36) for i in range(60)])))
+    assert drift.main([str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "| long-ok | 58 |" in out and "- bad-plan: skipped (" in out and "Traceback" not in err
+    (tmp_path / "h200-calibrated.toml").unlink()
     import shutil
+    shutil.rmtree(tmp_path / "long" / "bad-plan")
     shutil.rmtree(tmp_path / "long" / "long-ok")
     for root, says in ((tmp_path, "no long run in"), (tmp_path / "missing", "is not a folder"),
                        (src, "no long runs in")):

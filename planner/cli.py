@@ -902,7 +902,7 @@ def validate(
 
 
 @app.command()
-def schema():
+def schema(as_json: bool = typer.Option(False, "--json", help="Accepted for symmetry: the output is JSON.")):
     """Print the JSON Schema of a plan."""
     from .schema import Plan
     _write_json(Plan.model_json_schema())

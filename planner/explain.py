@@ -54,9 +54,9 @@ def remainder_label(remainder_s: float, layout: dict, precision: str | None = No
         bits.append("amp weight casts")
     comm = "/".join(k.upper() for k in ("tp", "cp") if int(layout.get(k, 1)) > 1)
     if int(layout.get("pp", 1)) > 1 and comm:
-        # tp_comm_s counts rank 0's blocks (and the head where rank 0 holds it): the slowest stage's other blocks'
-        # and the last stage's head's collectives are here
-        head = " and head" if int(layout.get("tp", 1)) > 1 else ""
+        # tp_comm_s counts rank 0's blocks (and the head where rank 0 holds it, as under ZB-V's V): the slowest
+        # stage's other blocks' and, where the last rank holds it, the head's collectives are here
+        head = " and head" if int(layout.get("tp", 1)) > 1 and layout.get("schedule") != "zbv" else ""
         bits.append(f"{comm} comm of the slowest stage's extra blocks{head}")
     return "other: " + ", ".join(bits)
 
@@ -139,11 +139,15 @@ def _fmt_change(k: str, ch: dict) -> str:
     return f"{k} {ch['from']} -> {ch['to']}"
 
 
-def runner_label(runner: dict) -> str:
-    """What the other layout is to this plan: its runner-up, or, faster by more than the search's near tie (within
-    which the search ranks the simpler layout first), a faster layout (a hand-edited plan's, a memory objective's)."""
+def runner_label(runner: dict, plan_fits: bool = True) -> str:
+    """What the other layout is to this plan: a layout that fits where this plan does not; its runner-up; or, faster
+    by more than the search's near tie (the plan within NEAR_TIE of the other's step, where the search ranks the
+    simpler layout first), a faster layout (a hand-edited plan's, a memory objective's)."""
     from .search import NEAR_TIE
-    return "a faster layout" if (runner.get("relative_step_time") or 0) < -NEAR_TIE else "runner-up"
+    if not plan_fits and runner.get("fits"):
+        return "a layout that fits"
+    # relative_step_time = other / plan - 1; the search's tie is plan <= (1 + NEAR_TIE) x other
+    return "a faster layout" if (runner.get("relative_step_time") or 0) < -NEAR_TIE / (1 + NEAR_TIE) else "runner-up"
 
 
 def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
@@ -166,7 +170,7 @@ def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
     dt = runner["relative_step_time"]
     dm = runner["delta_memory_bytes"]
     moved = sorted(runner["delta_time_parts_s"].items(), key=lambda kv: -abs(kv[1]))[0]
-    label = runner_label(runner)
+    label = runner_label(runner, plan.prediction.fits)
     lines.append(f"{label} ({what}): step time {'+' if (dt or 0) >= 0 else ''}{(dt or 0):.1%}, "
                  f"memory {'+' if dm >= 0 else ''}{dm / gb:.1f} GB per GPU; biggest time change "
                  f"{TIME_LABELS[moved[0]]} {'+' if moved[1] >= 0 else ''}{moved[1]:.3g} s")
@@ -183,6 +187,7 @@ def explain(plan: Plan, runner_up: Plan | None) -> dict:
             "fits": plan.prediction.fits,
             "reason": plan.prediction.reason, "memory": mem, "time": tim,
             "tokens_per_s": plan.prediction.tokens_per_s, "mfu": plan.prediction.mfu,
+            "warnings": list(plan.prediction.warnings),  # what `evaluate` prints beside the same plan
             "runner_up": runner, "summary": summary(plan, mem, tim, runner)}
 
 

@@ -295,8 +295,9 @@ def explain_renderables(data: dict) -> list:
                   if mem["usable_bytes"] else "")
     u = Table(title="step time", title_justify="left", header_style="bold")
     from .explain import runner_label
-    cols = ["part", "time", "share"] + ([("faster layout's" if runner_label(run) == "a faster layout" else "runner-up")
-                                         + " change"] if run else [])
+    label_of = {"a faster layout": "faster layout's", "a layout that fits": "fitting layout's"}
+    cols = ["part", "time", "share"] + ([label_of.get(runner_label(run, data["fits"]), "runner-up") + " change"]
+                                        if run else [])
     for c in cols:
         u.add_column(c, justify="left" if c == "part" else "right")
     rest = explain_time_remainder(data)
@@ -326,7 +327,7 @@ def explain_renderables(data: dict) -> list:
     if run:
         step_row.append(_fmt_rel(run["relative_step_time"]))
     u.add_row(*step_row)
-    return [head, t, u] + list(data["summary"])
+    return [head, t, u] + list(data["summary"]) + [f"warning: {w}" for w in data.get("warnings") or []]
 
 
 def compare_table(rows: list[dict], a_label: str, b_label: str):

@@ -171,7 +171,7 @@ class HardwareRef(Strict):
         return _printable_name(v)
     gpus: int = Field(gt=0, le=GPUS_MAX, description="Total GPUs in the job.")
     gpus_per_node: int = Field(gt=0, le=GPUS_MAX, description="GPUs per node (NVLink domain).")
-    inter_node_gbytes_per_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="Override of the profile's inter-node bandwidth, GB/s per GPU per direction.")
+    inter_node_gbytes_per_s: Optional[float] = Field(None, ge=0.001, allow_inf_nan=False, description="Override of the profile's inter-node bandwidth, GB/s per GPU per direction (at least 0.001, as --inter-node-bandwidth).")
     aggregate_nics: Optional[bool] = Field(None, description="Override of the profile's inter_node.aggregate_nics: a collective's ranks on a node pool their NICs (None: the profile's).")
 
 

@@ -537,3 +537,52 @@ def test_explain_of_a_plan_as_recommended_calls_its_alternative_the_runner_up(tm
     ru = json.loads(out)["runner_up"]
     assert rc == 0 and ru["relative_step_time"] > -0.05
     assert any(line.startswith("runner-up (") for line in json.loads(out)["summary"])
+
+
+def test_explain_names_a_fitting_layout_and_prints_the_plans_warnings(tmp_path, capsys):
+    """A hand-edited plan that does not fit, whose other layout does: the summary calls that one "a layout that fits"
+    (it had read "runner-up", as if the plan were the better of the two); and the plan's own warnings (an edited
+    stage split) print with the explanation and sit in its JSON, as `evaluate` gives them (explain had left them
+    out).  The faster-layout threshold is the search's near tie seen from the other side: other / plan - 1 below
+    -NEAR_TIE / (1 + NEAR_TIE)."""
+    from planner.core import recommend
+    from planner.explain import runner_label
+    from planner.models import load_preset
+    from planner.search import NEAR_TIE, Pins
+    edge = -NEAR_TIE / (1 + NEAR_TIE)
+    assert runner_label({"relative_step_time": edge * 1.01}) == "a faster layout"
+    assert runner_label({"relative_step_time": edge * 0.99}) == "runner-up"
+    assert runner_label({"relative_step_time": 0.1, "fits": True}, plan_fits=False) == "a layout that fits"
+    plan = recommend(load_preset("llama3-8b"), 8, pins=Pins(tp=1, pp=1, dp=8, zero=3))
+    d = json.loads(plan.model_dump_json())
+    d["parallel"]["zero_stage"] = 0  # 8B replicated with its optimizer: about 150 GB a GPU
+    p = tmp_path / "big.json"
+    p.write_text(json.dumps(d))
+    rc, out, _ = _run(["explain", str(p)], capsys)
+    assert rc == 3 and "a layout that fits (" in out and "runner-up (" not in out
+    plan = recommend(load_preset("llama3-8b"), 8, pins=Pins(tp=2, pp=4, dp=1, vpp=1, schedule="1f1b"))
+    d = json.loads(plan.model_dump_json())
+    d["parallel"]["stage_layers"] = [7, 9, 8, 8]
+    p.write_text(json.dumps(d))
+    rc, out, _ = _run(["evaluate", str(p), "--json"], capsys)
+    warned = json.loads(out)["prediction"]["warnings"]
+    assert any("stage_layers" in w for w in warned)
+    rc, out, _ = _run(["explain", str(p), "--json"], capsys)
+    assert json.loads(out)["warnings"] == warned
+    rc, out, _ = _run(["explain", str(p)], capsys)
+    assert rc == 0 and all(f"warning: {w}" in " ".join(out.split()) for w in warned)
+
+
+def test_schema_takes_json_and_plans_keep_the_flags_network_floor(tmp_path, capsys):
+    """`schema --json` as `models show --json` (it had said "No such option"); a plan's inter-node bandwidth has the
+    flag's floor, 0.001 GB/s (1e-300 had printed a 300-digit step time)."""
+    rc, out, _ = _run(["schema", "--json"], capsys)
+    assert rc == 0 and "Plan" in json.loads(out)["$defs"]
+    from planner.core import recommend
+    from planner.models import load_preset
+    d = json.loads(recommend(load_preset("llama3-8b"), 16).model_dump_json())
+    d["hardware"]["inter_node_gbytes_per_s"] = 1e-300
+    p = tmp_path / "slow.json"
+    p.write_text(json.dumps(d))
+    rc, out, err = _run(["explain", str(p)], capsys)
+    assert rc == 2 and out == "" and "inter_node_gbytes_per_s" in err and len(err.strip().splitlines()) == 1

@@ -57,8 +57,19 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--json", help="also write the grouped peak here")
     a = ap.parse_args()
-    with open(a.snapshot, "rb") as f:
-        snap = pickle.load(f)
+    try:
+        with open(a.snapshot, "rb") as f:
+            snap = pickle.load(f)
+    except (pickle.UnpicklingError, EOFError, ValueError) as e:
+        # a CPU launch's --memory-snapshot writes rank<N>.json (what was live at its traced peak), which launch
+        # itself prints and compares; only CUDA's allocator history is a pickle this script replays
+        cpu = a.snapshot.endswith(".json")
+        raise SystemExit(f"{a.snapshot}: not a CUDA allocator snapshot ({e.__class__.__name__})"
+                         + ("; a --device cpu launch's snapshot is a JSON of what was live at each rank's peak, which "
+                            "the launch report already compares" if cpu else "; give the rank<N>.pickle a CUDA launch "
+                            "wrote with --memory-snapshot")) from None
+    except OSError as e:
+        raise SystemExit(f"{a.snapshot}: {e.strerror or e}") from None
     traces = [t for t in snap.get("device_traces", []) if t]
     if not traces:
         raise SystemExit(f"{a.snapshot}: no allocation trace (was it recorded with --memory-snapshot?)")

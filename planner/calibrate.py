@@ -1474,6 +1474,15 @@ def host_unmeasured_warning(runs: list[dict], base_profile, base: str, fits: lis
             f"the profile it writes")
 
 
+def _is_launch_report(path) -> bool:
+    """Whether `path` is an existing `parplan launch` report (a JSON object with its plan and steps)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "plan" in data and "steps" in data
+
+
 def distinct_reports(reports: list[str]) -> tuple[list[str], list[str]]:
     """The reports in order with repeats dropped (the same file by another path, or a byte-identical copy), and the
     paths dropped.  A file that cannot be read is kept: read_report says why."""
@@ -1531,6 +1540,9 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
         if _same_file(path, Path(r)):
             raise CalibrationError(f"--out {out or path} is the run report {r}, which it would overwrite -- fix: give another "
                                    f"--out (or none: the default is a new file)")
+    if _is_launch_report(path):  # another run's report: a measurement that no refit may replace either
+        raise CalibrationError(f"--out {out or path} is a launch report, which the profile would overwrite -- fix: give "
+                               "another --out (or none: the default is a new file)")
     labels, under = report_labels([r["path"] for r in runs])
     from .schema import HardwareProfile
 

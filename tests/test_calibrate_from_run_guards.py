@@ -139,6 +139,13 @@ def test_out_naming_a_report_is_refused(plan, tmp_path, capsys, monkeypatch):
         _one_line_error(rc, stdout, err)
         assert f"--out {out} is the run report" in err and "which it would overwrite" in err
         assert rep.read_text() == before
+    # nor another run's report, not among the inputs
+    (tmp_path / "b").mkdir()
+    third = _report(plan, tmp_path / "b" / "report.json", factor=1.2)
+    kept = third.read_text()
+    rc, stdout, err = _run(["calibrate", "--from-run", str(other), "--base", "h100-sxm-80gb", "--out", str(third)], capsys)
+    _one_line_error(rc, stdout, err)
+    assert "is a launch report, which the profile would overwrite" in err and third.read_text() == kept
 
 
 # ---------------------------------------------------------------------------------------------- 4: unknown device

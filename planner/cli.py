@@ -844,8 +844,13 @@ def validate(
         names = list(dict.fromkeys(sets))  # a set named twice is validated once
     if hardware is not None:
         _profile_or_fail(hardware)
+    from rich.progress import Progress
+    err = _console()  # a transient bar on a terminal's stderr (the sets take seconds): stdout keeps the tables
+    cases = []
     try:
-        cases = validate_all(names, directory, hardware)
+        with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
+            for name in progress.track(names, description="predicting the published runs"):
+                cases += validate_all([name], directory, hardware)
     except ReferenceFileError as e:
         raise UserError(str(e)) from None
     summary = summarize(cases)

@@ -86,6 +86,9 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
     ends is saved once, under the embedding's key, and loads from it."""
     params, copies = _keyed(stage_modules)
     sd = {"model": dict(params), "optim": {}, "meta": {"step": torch.tensor(step)}}
+    vocab = logical_vocab(stage_modules)
+    if vocab is not None:  # the vocabulary before padding to a multiple of tp, which the shapes cannot tell apart
+        sd["meta"]["vocab"] = torch.tensor(vocab)
     inner, master = _unwrap(optim)
     keep_master = master is not None and master.keep_master
     rows_of = {id(pc.leaf): (pc.param, pc.start, pc.end) for pc in getattr(optim, "local", ()) if pc.leaf is not pc.param}
@@ -159,6 +162,15 @@ def _gather_split_states(sharded, mine: dict, key_of, copy_key, out: dict) -> No
             out[f"{key}/{name}"] = full
 
 
+def logical_vocab(stage_modules) -> int | None:
+    """The model's vocabulary as the plan gives it (ModelConfig.vocab), before the TP padding (None without a config)."""
+    for m in stage_modules:
+        cfg = getattr(m, "cfg", None)
+        if cfg is not None and getattr(cfg, "vocab", None):
+            return int(cfg.vocab)
+    return None
+
+
 def save(directory: str, step: int, stage_modules, optim) -> str:
     path = step_path(directory, step)
     dcp.save(state_dict(stage_modules, optim, step), checkpoint_id=path)
@@ -225,7 +237,14 @@ def load(path: str, stage_modules, optim) -> int:
     """Load in place; returns the step the checkpoint was written after."""
     rows = []
     sd = state_dict(stage_modules, optim, 0, create_optim_state=True, after_load=rows)
-    after = _cross_master_recipes(sd, _saved_keys(path))
+    saved = _saved_keys(path)
+    after = _cross_master_recipes(sd, saved)
+    want = sd["meta"].get("vocab")
+    if "meta.vocab" not in saved:  # written before the vocabulary was recorded (2026-12-02)
+        sd["meta"].pop("vocab", None)
+        want = None
+    else:
+        want = int(want)
     try:
         dcp.load(sd, checkpoint_id=path)
     except dcp.api.CheckpointException as e:  # its own text names only the failing ranks: say what failed
@@ -233,6 +252,10 @@ def load(path: str, stage_modules, optim) -> int:
         first = (str(causes[0]).strip().splitlines() or [repr(causes[0])])[0]
         raise RuntimeError(f"checkpoint {path} failed to load: {first} (a model other than the one it was saved "
                            "with is the usual cause)") from e
+    if want is not None and int(sd["meta"]["vocab"]) != want:
+        # the padded rows agree (the shapes loaded), the tokens do not: vocab 254 and 256 both pad to 256 at tp 4
+        raise RuntimeError(f"checkpoint {path} holds a model of a {int(sd['meta']['vocab'])}-token vocabulary and this "
+                           f"run's has {want} (both pad to the same rows)")
     with torch.no_grad():
         for param, master in after:
             param.copy_(master)

@@ -331,6 +331,25 @@ def _checkpoint_shapes(path: str) -> Optional[dict[str, tuple[int, ...]]]:
             for k, v in md.items() if k.startswith("model.")}
 
 
+def checkpoint_vocab(path: str) -> Optional[int]:
+    """The logical vocabulary a checkpoint recorded (parallel_layers.checkpoint: "meta.vocab", since 2026-12-02), or
+    None where it has none or cannot be read."""
+    try:
+        import warnings
+
+        import torch
+        import torch.distributed.checkpoint as dcp
+        if "meta.vocab" not in dcp.FileSystemReader(path).read_metadata().state_dict_metadata:
+            return None
+        sd = {"meta": {"vocab": torch.tensor(0)}}
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(sd, checkpoint_id=path)
+        return int(sd["meta"]["vocab"])
+    except Exception:  # an unreadable or foreign folder: the run's own load says more
+        return None
+
+
 def checkpoint_model_shape(path: str) -> Optional[tuple[int, int]]:
     """(layers, hidden) of the model a checkpoint holds, from DCP's metadata (its keys "model.layers.<i>...." and
     the final norm's size); None when it cannot be read."""
@@ -432,6 +451,10 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp
             return Check("checkpoint", False, f"the checkpoint of step {start} holds a model of {shape[0]} layers, "
                          f"hidden {shape[1]}, and the plan's has {model.layers} layers, hidden {model.hidden}", fix)
         other = _model_mismatch(md, plan)
+        vocab = checkpoint_vocab(step_path(checkpoint_dir, start)) if not other else None
+        if vocab is not None and vocab != model.vocab:
+            # the padded rows agree, so the shapes cannot tell them apart (vocab 254 and 256 at tp 4)
+            other = f"a vocabulary of {vocab} tokens, and the plan's has {model.vocab} (both pad to the same rows)"
         if other:
             return Check("checkpoint", False, f"the checkpoint of step {start} holds another model: {other}", fix)
     return Check("checkpoint", True, f"resumes after step {start} of {checkpoint_dir}, runs steps {start + 1}..{steps}")

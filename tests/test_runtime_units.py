@@ -491,6 +491,43 @@ def test_a_checkpoint_of_another_model_is_named_before_and_at_the_load(tmp_path)
         checkpoint.load(path, three, opt3)
 
 
+def test_a_checkpoint_records_its_vocabulary_which_padding_hides_from_the_shapes(tmp_path):
+    """Vocabularies 254 and 256 pad to the same 256 rows at tp 4, so a checkpoint's shapes cannot tell them apart
+    (the resume check had passed such a pair).  The checkpoint records the logical vocabulary ("meta.vocab"):
+    launch's pre-flight names the difference, and a load that gets past it refuses too.  Simulated at tp 1 by a
+    256-row model whose config says 254, as a tp-4 checkpoint of a 254-token model would hold."""
+    import dataclasses
+
+    from parallel_layers import checkpoint
+    from planner.launch import check_resume, checkpoint_vocab
+    plan = tiny_plan(TINY_LLAMA)
+    cfg = ModelConfig.from_plan(plan)
+    m = StageModule(cfg, list(range(cfg.layers)), first=True, last=True, tp_group=None)
+    init_parameters(m, 0)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    for p in m.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()  # the optimizer's states, which a load reads too
+    checkpoint.save(str(tmp_path / "same"), 1, [m], opt)
+    assert checkpoint_vocab(checkpoint.latest(str(tmp_path / "same"))) == cfg.vocab == 256
+    assert check_resume(str(tmp_path / "same"), None, 5, tp=1, plan=plan).ok
+    m.cfg = dataclasses.replace(cfg, vocab=254)
+    checkpoint.save(str(tmp_path / "near"), 1, [m], opt)
+    c = check_resume(str(tmp_path / "near"), None, 5, tp=1, plan=plan)
+    assert not c.ok and "a vocabulary of 254 tokens, and the plan's has 256" in c.detail, c.detail
+    m.cfg = cfg
+    with pytest.raises(RuntimeError, match="254-token vocabulary and this run's has 256"):
+        checkpoint.load(checkpoint.latest(str(tmp_path / "near")), [m], opt)
+    # a checkpoint written before the vocabulary was recorded still resumes (nothing to compare)
+    import torch.distributed.checkpoint as dcp
+    old = checkpoint.state_dict([m], opt, 1)
+    old["meta"].pop("vocab")
+    dcp.save(old, checkpoint_id=checkpoint.step_path(str(tmp_path / "old"), 1))
+    assert checkpoint_vocab(checkpoint.latest(str(tmp_path / "old"))) is None
+    assert check_resume(str(tmp_path / "old"), None, 5, tp=1, plan=plan).ok
+    assert checkpoint.load(checkpoint.latest(str(tmp_path / "old")), [m], opt) == 1
+
+
 def test_a_checkpoints_tp_shards_are_scaled_back_to_the_logical_shape(monkeypatch):
     """checkpoint_model_mismatch reads a TP shard's key ("@tp{r}of{t}") at t times its size along the split
     dimension, and the padded vocabulary's rows as the logical vocabulary: a tp=4 checkpoint of the plan's own

@@ -1474,6 +1474,14 @@ def host_unmeasured_warning(runs: list[dict], base_profile, base: str, fits: lis
             f"the profile it writes")
 
 
+def _superseded(line: str, refit: list[str]) -> str:
+    """A source line that says fields were "kept from" a base, marked where a later refit fitted some of them."""
+    if "kept from" not in line or "(superseded" in line:
+        return line
+    named = [f for f in refit if f in line.split("kept from")[0]]
+    return line + f" (superseded for {', '.join(named)} by the --from-run refit below)" if named else line
+
+
 def _is_launch_report(path) -> bool:
     """Whether `path` is an existing `parplan launch` report (a JSON object with its plan and steps)."""
     try:
@@ -1622,6 +1630,12 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
             + ("optimizer_bandwidth_fraction, optimizer_host_per_tensor_s, " if opt_fit else "") + "memory_reserve_gbytes")
     data["measured"] = f"{what}; before: {base_profile.measured}" if base_profile.measured else what
     clamped = sum(c for _, c in fits)
+    # an earlier calibrate's line that kept a field from its base, which this refit now fits, is marked as such
+    # (it had stood beside the refit's own line, saying the opposite)
+    refit = (["sustained_matmul_fraction"] if not kept else []) + (["host_block_s"] if host_fits else []) \
+        + (["host_forward_share"] if share_fits else []) + (["optimizer_bandwidth_fraction"] if opt_fit else []) \
+        + ["memory_reserve_gbytes"]
+    data["sources"] = [_superseded(line, refit) for line in data.get("sources") or []]
     data["sources"] = list(data.get("sources") or []) + [
         f"[calibrate] {TOOL} --from-run {names} --base {base_profile.name}: sustained_matmul_fraction "
         f"{base_profile.sustained_matmul_fraction:g} -> {s_new:.4g} (median of per-report fits "

@@ -189,3 +189,19 @@ def test_memory_columns_are_what_each_profile_predicts_for_a_refit_of_a_refit(pl
     (row,) = rows2
     assert row["predicted_memory_bytes_before"] == pytest.approx(measured, rel=1e-4)
     assert row["predicted_memory_bytes_after"] == pytest.approx(measured, rel=1e-4)
+
+
+def test_a_refit_marks_the_base_calibrates_kept_from_line_it_supersedes(plan, tmp_path, capsys):
+    """A calibrated base says sustained_matmul_fraction and memory_reserve_gbytes were "kept from" the datasheet
+    profile; a refit fits both, and that line had stood unchanged beside the refit's own, saying the opposite."""
+    import hardware_profiles
+    base = ROOT / "benchmarks" / "results" / "2026-11-22-h100" / "h100-calibrated.toml"
+    a, b = _report(plan, tmp_path / "a.json"), _report(plan, tmp_path / "b.json", factor=1.3)
+    rc, _, err = _run(["calibrate", "--from-run", str(a), str(b), "--base", str(base), "--out", str(tmp_path / "o.toml")],
+                      capsys)
+    assert rc == 0, err
+    lines = [x for x in hardware_profiles.load_profile(str(tmp_path / "o.toml")).sources if "kept from" in x]
+    stale = [x for x in lines if x.startswith("[calibrate]") and "sustained_matmul_fraction" in x.split("kept from")[0]]
+    assert stale and all("(superseded for sustained_matmul_fraction, memory_reserve_gbytes by the --from-run refit"
+                         in x for x in stale), stale
+    assert any("nvlink and inter_node kept from" in x and "superseded" not in x for x in lines)

@@ -410,6 +410,12 @@ def test_rank_kind_memory_matches_each_kind_with_its_pipeline_rank():
     assert L.rank_kind_memory(gpu)["first"]["error"] == pytest.approx(0.1)
     assert L.rank_kind_line(gpu) == ("memory per pipeline rank, measured / predicted: rank 0 (first) 10.00 GB / "
                                      "11.00 GB (+10.0%), rank 1 (last) 8.00 GB / 8.00 GB (+0.0%)")
+    # a CPU run with optimizer offload holds the offloaded states in the same allocator, which by_stage leaves out
+    cpu = _report(2, 1, "1f1b", [10e9, 8e9], {"first": 11e9, "last": 8e9})
+    assert not L.rank_kind_line(cpu).endswith("which a CPU run holds beside them")
+    cpu["plan"]["parallel"]["offload"] = "optimizer"
+    assert L.rank_kind_line(cpu).endswith("; predicted without the offloaded optimizer states, which a CPU run holds "
+                                          "beside them")
     # nothing to compare: no pipeline, or a prediction the run cannot be compared with
     assert L.rank_kind_memory(_report(1, 1, "1f1b", [10.0], {"first": 10.0}) | {
         "prediction": {"memory_bytes_per_gpu": {"total": 10.0, "by_stage": None}}}) is None

@@ -240,7 +240,7 @@ def load(path: str, stage_modules, optim) -> int:
     saved = _saved_keys(path)
     after = _cross_master_recipes(sd, saved)
     want = sd["meta"].get("vocab")
-    if "meta.vocab" not in saved:  # written before the vocabulary was recorded (2026-12-02)
+    if want is None or "meta.vocab" not in saved:  # written before the vocabulary was recorded (2026-12-02)
         sd["meta"].pop("vocab", None)
         want = None
     else:

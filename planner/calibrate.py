@@ -59,6 +59,7 @@ import datetime
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -1474,21 +1475,29 @@ def host_unmeasured_warning(runs: list[dict], base_profile, base: str, fits: lis
             f"the profile it writes")
 
 
+_SUPERSEDED = re.compile(r" \(superseded for ([a-z_, ]+) by the --from-run refit below\)$")
+
+
 def _superseded(line: str, refit: list[str]) -> str:
-    """A source line that says fields were "kept from" a base, marked where a later refit fitted some of them."""
-    if "kept from" not in line or "(superseded" in line:
+    """A source line that says fields were "kept from" a base (a calibrate's, or a hand update's), marked where a
+    later refit fitted some of them; a line marked by an earlier refit gains the fields this one fits."""
+    if "kept from" not in line:
         return line
-    named = [f for f in refit if f in line.split("kept from")[0]]
-    return line + f" (superseded for {', '.join(named)} by the --from-run refit below)" if named else line
+    mark = _SUPERSEDED.search(line)
+    text, before = (line[:mark.start()], mark.group(1).split(", ")) if mark else (line, [])
+    named = list(dict.fromkeys(before + [f for f in refit if f in text.split("kept from")[0]]))
+    return text + f" (superseded for {', '.join(named)} by the --from-run refit below)" if named else line
 
 
 def _is_launch_report(path) -> bool:
-    """Whether `path` is an existing `parplan launch` report (a JSON object with its plan and steps)."""
+    """Whether `path` is an existing, non-empty `parplan launch` report (launch.is_launch_report: a BOM, a huge or a
+    deeply nested file read as launch reads them)."""
+    from .launch import is_launch_report
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return path.is_file() and path.stat().st_size > 0 and is_launch_report(path)
+    except OSError:
         return False
-    return isinstance(data, dict) and "plan" in data and "steps" in data
 
 
 def distinct_reports(reports: list[str]) -> tuple[list[str], list[str]]:
@@ -1634,7 +1643,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     # (it had stood beside the refit's own line, saying the opposite)
     refit = (["sustained_matmul_fraction"] if not kept else []) + (["host_block_s"] if host_fits else []) \
         + (["host_forward_share"] if share_fits else []) + (["optimizer_bandwidth_fraction"] if opt_fit else []) \
-        + ["memory_reserve_gbytes"]
+        + (["memory_reserve_gbytes"] if gaps else [])
     data["sources"] = [_superseded(line, refit) for line in data.get("sources") or []]
     data["sources"] = list(data.get("sources") or []) + [
         f"[calibrate] {TOOL} --from-run {names} --base {base_profile.name}: sustained_matmul_fraction "

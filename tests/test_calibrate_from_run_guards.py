@@ -45,7 +45,7 @@ def _report(plan, path, factor=1.25, reserved_extra=1.0e9, steps=6, warmup=2, de
     mem = {str(r): {"allocated": 1.0, "reserved": pred.memory_bytes_per_gpu.total + reserved_extra}
            for r in range(plan.hardware.gpus)}
     data = {"plan": json.loads(plan.model_dump_json()), "device": device, "torch_version": "2.13.0",
-            "warmup_steps": warmup, "steps": rows, "peak_memory_bytes": mem,
+            "world_size": plan.hardware.gpus, "warmup_steps": warmup, "steps": rows, "peak_memory_bytes": mem,
             "prediction": json.loads(pred.model_dump_json()), "error": {}}
     path.write_text(json.dumps(data))
     return path
@@ -205,3 +205,38 @@ def test_a_refit_marks_the_base_calibrates_kept_from_line_it_supersedes(plan, tm
     assert stale and all("(superseded for sustained_matmul_fraction, memory_reserve_gbytes by the --from-run refit"
                          in x for x in stale), stale
     assert any("nvlink and inter_node kept from" in x and "superseded" not in x for x in lines)
+
+
+def test_superseded_marks_merge_and_follow_what_the_refit_fitted(plan, tmp_path, capsys):
+    """A line marked by an earlier refit gains the fields a later one fits (it had kept its first mark); a reserve
+    that no report could refit (no reserved memory) is not called superseded; --out refuses a launch report with a
+    byte-order mark as launch reads it, and a deeply nested JSON at --out is no internal error."""
+    from planner.calibrate import _superseded
+    line = "[calibrate] memory_reserve_gbytes, sustained_matmul_fraction and host memory kept from h100-sxm-80gb"
+    once = _superseded(line, ["memory_reserve_gbytes"])
+    assert once.endswith("(superseded for memory_reserve_gbytes by the --from-run refit below)")
+    assert _superseded(once, ["sustained_matmul_fraction"]).endswith(
+        "(superseded for memory_reserve_gbytes, sustained_matmul_fraction by the --from-run refit below)")
+    import hardware_profiles
+    base = ROOT / "benchmarks" / "results" / "2026-11-22-h100" / "h100-calibrated.toml"
+    a, b = _report(plan, tmp_path / "a.json"), _report(plan, tmp_path / "b.json", factor=1.3)
+    for r in (a, b):
+        data = json.loads(r.read_text())
+        data["peak_memory_bytes"] = {}
+        r.write_text(json.dumps(data))
+    rc, _, err = _run(["calibrate", "--from-run", str(a), str(b), "--base", str(base), "--out", str(tmp_path / "o.toml")],
+                      capsys)
+    assert rc == 0, err
+    marked = [x for x in hardware_profiles.load_profile(str(tmp_path / "o.toml")).sources
+              if x.startswith("[calibrate]") and "(superseded for" in x]
+    assert marked and all("memory_reserve_gbytes" not in x.split("(superseded for")[1] for x in marked), marked
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + _report(plan, tmp_path / "c.json").read_bytes())
+    kept = bom.read_bytes()
+    rc, out, err = _run(["calibrate", "--from-run", str(a), "--base", "h100-sxm-80gb", "--out", str(bom)], capsys)
+    _one_line_error(rc, out, err)
+    assert "is a launch report" in err and bom.read_bytes() == kept
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    rc, out, err = _run(["calibrate", "--from-run", str(a), "--base", "h100-sxm-80gb", "--out", str(deep)], capsys)
+    assert "internal error" not in err

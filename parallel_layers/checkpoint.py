@@ -239,12 +239,9 @@ def load(path: str, stage_modules, optim) -> int:
     sd = state_dict(stage_modules, optim, 0, create_optim_state=True, after_load=rows)
     saved = _saved_keys(path)
     after = _cross_master_recipes(sd, saved)
-    want = sd["meta"].get("vocab")
-    if want is None or "meta.vocab" not in saved:  # written before the vocabulary was recorded (2026-12-02)
+    want = logical_vocab(stage_modules) if "meta.vocab" in saved else None  # none recorded before 2026-12-02
+    if want is None:
         sd["meta"].pop("vocab", None)
-        want = None
-    else:
-        want = int(want)
     try:
         dcp.load(sd, checkpoint_id=path)
     except dcp.api.CheckpointException as e:  # its own text names only the failing ranks: say what failed

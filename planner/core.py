@@ -49,7 +49,7 @@ DEEPSPEED_BF16_ZERO0 = ("DeepSpeed trains a bf16 pipeline without ZeRO through i
 
 
 def deepspeed_bf16_optimizer(dtype: str, precision: str) -> bool:
-    """Whether DeepSpeed runs this recipe's model in bf16 (its ds_config bf16 section: planner.export)."""
+    """Whether DeepSpeed runs this recipe's model in bf16 (the ds_config bf16 section planner.export writes)."""
     return dtype == "bf16" and precision != "fp32"
 
 
@@ -141,6 +141,9 @@ TORCH_FSDP = TORCH_PIPELINING + ("fsdp",)
 FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
     "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",),
     "fsdp": ("1f1b",)}
+# The framework each `parplan export --to` format's runs are predicted with (`recommend --framework`)
+FORMAT_FRAMEWORK: dict[str, str] = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
+                                    "llm-foundry": "fsdp"}
 # Parallel dimensions a framework does not have (Pins.lacks): they stay 1 (sp: off)
 FRAMEWORK_LACKS: dict[str, tuple[str, ...]] = {"fsdp": ("pp", "cp", "sp")}
 # Recompute modes each framework runs: selective-op is torchtitan's op-level selective activation
@@ -641,7 +644,7 @@ def _framework_rule_message(m, tr, gpus: int, pins: Pins, framework: str) -> str
     from .search import build_layouts
     def count(p):
         return len(build_layouts(m, gpus, tr.global_batch_size, p, tr.zero_over_cp).tp)
-    off = {k: None if k == "zero_max_with_pp" else () if k == "lacks" else False for k in _FRAMEWORK_RULES}
+    off = {k: Pins.__dataclass_fields__[k].default for k in _FRAMEWORK_RULES}  # each rule's field as unset
     free = replace(pins, **off)
     if count(free) == 0:
         return None

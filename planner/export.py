@@ -48,13 +48,10 @@ from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
 from cost_models.layout import ModelDims
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
-from planner.core import WINDOW_FRAMEWORKS
+from planner.core import FORMAT_FRAMEWORK, WINDOW_FRAMEWORKS, deepspeed_bf16_optimizer
 from planner.schema import Plan
 
-FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "llm-foundry")
-# the framework each format's runs are predicted with (`parplan recommend --framework`)
-FORMAT_FRAMEWORK: dict[str, str] = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
-                                    "llm-foundry": "fsdp"}
+FORMATS: tuple[str, ...] = tuple(FORMAT_FRAMEWORK)
 
 __all__ = ["FORMATS", "export_plan", "export_notes", "framework_note"]
 
@@ -512,15 +509,15 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
-def _full_attention_note(plan: Plan, to: str) -> list[str]:
-    """A model with a sliding window exported to a framework that attends over the whole prefix."""
+def _full_attention_note(plan: Plan, to: str, trains: str = "Megatron-LM trains the window (--window-size)") -> list[str]:
+    """A model with a sliding window exported to a framework that attends over the whole prefix; `trains`: what
+    would train the window instead."""
     m, t = plan.model, plan.training
     if not m.window_binds(t.seq_len):
         return []
     counted = "as the prediction counts it" if t.framework not in WINDOW_FRAMEWORKS else \
         f"which this plan's prediction (for {t.framework}) does not count"
-    return [f"sliding window {m.sliding_window}: {to} attends over the whole prefix in every layer, {counted}; "
-            "Megatron-LM trains the window (--window-size)"]
+    return [f"sliding window {m.sliding_window}: {to} attends over the whole prefix in every layer, {counted}; {trains}"]
 
 
 def titan_ffn_width(dim: int, multiplier: float | None, multiple_of: int) -> int:
@@ -754,7 +751,7 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         "optimizer": {"type": "AdamW", "params": {"lr": t.lr, "betas": list(ADAMW_BETAS),
                                                   "weight_decay": ADAMW_WEIGHT_DECAY}},
     }
-    if t.precision != "fp32" and t.dtype == "bf16":
+    if deepspeed_bf16_optimizer(t.dtype, t.precision):
         cfg["bf16"] = {"enabled": True}
     elif t.precision != "fp32" and t.dtype == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0}
@@ -934,11 +931,8 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     both of parplan's archs: llmfoundry/models/mpt/configuration_mpt.py), the batch, Composer's precision and
     fsdp_config, following scripts/train/yamls/pretrain/mpt-7b.yaml."""
     m, t, p = plan.model, plan.training, plan.parallel
-    notes: list[str] = []
-    if m.window_binds(t.seq_len):
-        notes.append(f"sliding window {m.sliding_window}: the exported MPT attends over the whole prefix in every layer, "
-                     "as the prediction counts it (MPT's attn_config.sliding_window_size trains one window in every "
-                     "layer, which --framework fsdp does not count).")
+    notes: list[str] = _full_attention_note(plan, "the exported MPT", "MPT's attn_config.sliding_window_size would "
+                                            "train one window in every layer, which --framework fsdp does not count")
     llama = m.arch == "llama"
     expansion = m.ffn_hidden / m.hidden
     ffn: dict[str, Any] = {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}} if llama else {}

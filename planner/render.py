@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .accuracy import line as accuracy_line
-from .export import FORMAT_FRAMEWORK as EXPORT_FORMATS
+from .core import FORMAT_FRAMEWORK
 from .schema import Plan
 
 GB = 1e9
@@ -217,7 +217,7 @@ def summary_lines(plan: Plan) -> list[str]:
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
         f"{len(plan.parallel.stage_layers or [])} in all)",
         f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else
-                             "".join(f" (`parplan export --to {f}`)" for f, w in EXPORT_FORMATS.items() if w == fw)),
+                             "".join(f" (`parplan export --to {f}`)" for f, w in FORMAT_FRAMEWORK.items() if w == fw)),
     ]
     how = accuracy_line(fw)
     if how:

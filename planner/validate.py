@@ -20,6 +20,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from cost_models.layout import ModelDims
+
 from .schema import ModelSpec
 from .search import Pins
 
@@ -164,10 +166,15 @@ def _model_flops_per_token(plan) -> float:
 
 
 def mfu_causal(plan, q: "Query") -> float:
-    """MFU with the attention score/value FLOPs halved for the causal mask (12 L h s -> 6 L h s)."""
+    """MFU with the attention score/value FLOPs counted over the causal mask's pairs: 12 L h s -> 6 L h s without a
+    window; a windowed layer's MFU term (12 h min(s, w), ModelDims.attention_span) becomes its band's pairs per
+    query, (s w - w^2 / 2) / s (ModelDims.causal_pairs_fraction)."""
     mf = _model_flops_per_token(plan)
-    attn = 12 * plan.model.layers * _attn_width(plan.model) * plan.training.seq_len
-    return plan.prediction.mfu * (mf - attn / 2) / mf
+    dims = ModelDims.from_spec(plan.model, plan.training.seq_len)
+    per_pair = 12 * plan.model.layers * _attn_width(plan.model)
+    counted = per_pair * dims.attention_span()
+    causal = per_pair * plan.training.seq_len / 2 * dims.causal_pairs_fraction()
+    return plan.prediction.mfu * (mf - counted + causal) / mf
 
 
 def sc21_eq3_tflops(plan, q: "Query") -> float:

@@ -114,3 +114,19 @@ def test_cli_explicit_window_reaches_the_plan():
     assert r.returncode == 0, r.stderr
     model = json.loads(r.stdout)["model"]
     assert (model["sliding_window"], model["full_attention_every"]) == (256, 4)
+
+
+def test_causal_mfu_counts_the_bands_pairs():
+    """validate's causal MFU counts each query's attended keys: s/2 for a full causal layer, (s w - w^2/2)/s for a
+    windowed one (12 of 16 layers, w = 1024 of s = 16384); the matmul part (6 N) is what the plan's MFU counts beside
+    the attention's 12 h (s L_full + w L_windowed)."""
+    from planner.validate import mfu_causal
+    a, b = _pair("megatron", 16384)
+    q_width, s, w = 2048, 16384, 1024
+    for plan, full_layers, windowed_layers in ((a, 4, 12), (b, 16, 0)):
+        per_token = plan.prediction.model_tflops_per_gpu * 1e12 * plan.hardware.gpus / plan.prediction.tokens_per_s
+        six_n = per_token - 12 * q_width * (s * full_layers + w * windowed_layers)
+        causal = six_n + 12 * q_width * (full_layers * s / 2 + windowed_layers * (s * w - w * w / 2) / s)
+        peak = plan.prediction.model_tflops_per_gpu * 1e12 / plan.prediction.mfu
+        expected = plan.prediction.tokens_per_s / plan.hardware.gpus * causal / peak
+        assert mfu_causal(plan, None) == pytest.approx(expected, rel=1e-9)

@@ -253,13 +253,14 @@ def cast_time(params_per_gpu, precision: str, hw):
     return params_per_gpu * 6 / hw.hbm_bytes_per_s
 
 
-def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per_node_used, tensors=0):
+def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per_node_used, tensors=0, over_link=True):
     """AdamW step, memory-bound: read param, grad, m, v and write param, m, v (7 x 4 = 28 B per
     fp32 parameter).  The master-weights recipes then copy the fp32 master into the 16-bit parameter
     in a separate pass (read 4 + write 2: parplan's MasterAdamW, Megatron's distributed optimizer),
     and with 16-bit gradients (-half-grads) first upcast the gradient (read 2 + write 4).  Offloaded states
     step on the host (host DRAM bandwidth shared by the node's GPUs) after the gradients cross
-    the host link (4 B/param) and before the updated 16-bit/fp32 weights come back.
+    the host link (4 B/param) and before the updated 16-bit/fp32 weights come back; not over_link (FSDP2's
+    CPUOffloadPolicy, whose gathers and reduce-scatters copy the shards: cost_models.total) no copy a step.
     Check that the host step is bandwidth-bound, not compute-bound (2026-11-22, this project's 2-core
     CPU VM, torch 2.13 fused CPU AdamW on 50M fp32 params): 33 ms per step = 1.5 Gparam/s = 42 GB/s at
     28 B/param, above the same VM's 26 GB/s tensor copy; the foreach (unfused) AdamW was 4x slower.
@@ -272,7 +273,8 @@ def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per
     on_gpu = (params_on_gpu * bytes_per_param / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction)
               + tensors * hw.optimizer_host_per_tensor_s)
     host_bw = hw.host_memory_bytes_per_s_per_node / gpus_per_node_used
-    off = offloaded_params * (bytes_per_param / host_bw + (4 + rec["weight"]) / hw.host_link_bytes_per_s)
+    off = offloaded_params * (bytes_per_param / host_bw
+                              + np.where(over_link, (4 + rec["weight"]) / hw.host_link_bytes_per_s, 0.0))
     return on_gpu + off
 
 
@@ -333,14 +335,15 @@ def flow_shop_wait(m, blocks, h_f, g_f, h_b, g_b):
     return np.maximum(flow, 0.0)
 
 
-def wgrad_fusion_applies(fused, precision: str, fsdp2, torch_weight_pass):
+def wgrad_fusion_applies(fused, precision: str, zero3, torch_weight_pass):
     """Where gradient-accumulation fusion (the weight-gradient GEMM adding into the fp32 main_grad) runs:
-    the master-weights recipe (the fp32 main_grad; modelled for no other recipe), outside FSDP2 (which reduces
-    the 16-bit gradients autograd makes) and outside torch's own zero-bubble weight pass (`torch_weight_pass`:
+    the master-weights recipe (the fp32 main_grad; modelled for no other recipe), outside ZeRO-3 (FSDP2 reduces
+    the 16-bit gradients autograd makes; Megatron-FSDP runs without the fusion) and outside torch's own
+    zero-bubble weight pass (`torch_weight_pass`:
     it assigns the dW autograd returns to p.grad; parplan's queued weight pass runs the fused GEMM in its closures).
     parplan's runtime applies the same rule (parallel_layers.train.wgrad_fusion_mode)."""
     rec = PRECISION_RECIPES[precision]
-    return (np.asarray(fused) & bool(rec["master"] and rec["grad"] == 4) & ~np.asarray(fsdp2)
+    return (np.asarray(fused) & bool(rec["master"] and rec["grad"] == 4) & ~np.asarray(zero3)
             & ~np.asarray(torch_weight_pass))
 
 

@@ -558,6 +558,11 @@ def queued_weight_pass(lay, tr):
     return zb & weight_pass_queued(tr, lay.zero)
 
 
+def fsdp2_offload(lay, tr):
+    """FSDP2 ZeRO-3 under optimizer offload: CPUOffloadPolicy, its parameter and gradient shards on the host."""
+    return (lay.zero >= 3) & np.asarray(tr.zero3_fsdp2) & (lay.offload > 0)
+
+
 def fsdp2_flags(lay, tr):
     """(FSDP2 ZeRO-3, FSDP2 ZeRO-3 inside a pipeline: gathered weights kept through the step)."""
     fsdp2 = (lay.zero >= 3) & tr.zero3_fsdp2
@@ -597,7 +602,7 @@ def model_state_coefficients(lay, tr):
     opt_total = (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
     # FSDP2's CPUOffloadPolicy keeps the sharded parameters and gradients on the host as well
     # (the unsharded gradients a pipeline accumulates stay on the device until the reduce)
-    host = off & fsdp2
+    host = fsdp2_offload(lay, tr)
     host_g = host & ~z3_full
     w = gathered + np.where(host, 0.0, stored)
     o = np.where(off, 0.0, opt_total)

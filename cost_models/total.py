@@ -35,7 +35,7 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       plan_overlaps_param_gather, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      head_on_first_rank, rank_block_counts, zero_shards)
-from .memory import (embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu, memory_breakdown,
+from .memory import (embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu, memory_breakdown,
                      queued_weight_pass)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
@@ -370,13 +370,27 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     root_params = np.where(fsdp2, stage_root, 0.0)
     root_ag_t, root_ag_moved = comm.all_gather(root_params * rec["weight"], shards, sh_bw, sh_lat)
     blk_ag_t, blk_ag_moved = comm.all_gather((stage_params - root_params) * rec["weight"], shards, sh_bw, sh_lat)
-    # without a root (not FSDP2, or a middle stage) the blocks' gather is the stage's, and no root gather is timed
-    z3_ag_t = (2 + z3_regather) * blk_ag_t + np.where(root_params > 0, root_ag_t, 0.0)
-    z3_ag_moved = (2 + z3_regather) * blk_ag_moved + root_ag_moved
-    z3_mb_t = z3_ag_t + rs_t
-    # inside torch.distributed.pipelining the gathered weights stay gathered after a stage's first
-    # backward: the step gathers and reduce-scatters about once, not per micro-batch (the warm-up
-    # forwards before that first backward gather again; not counted)
+    # without a root (not FSDP2, or a middle stage) the blocks' gather is the stage's, and no root gather is timed.
+    # Inside a pipeline FSDP2 gathers a block once a step (below: z3_n), not for its forward and again its backward
+    blk_gathers = np.where(fsdp2 & (np.asarray(pp) > 1), 1, 2 + z3_regather)
+    # FSDP2's CPUOffloadPolicy keeps the shards on the host: each gather first copies the rank's shard up the host
+    # link (FSDPParam.all_gather_inputs: the fp32 master under a master recipe, else the weights), and each
+    # reduce-scatter copies the gradient shard down (foreach_reduce), both per micro-batch where the gathers are;
+    # counted with the collective they serve and hiding as it does (torch runs the uploads on the gathers' stream;
+    # the download of a gradient added to an earlier micro-batch's waits for the host's add, not counted).  The
+    # optimizer then steps the host shards in place (optimizer_time: no copy a step)
+    host_z3 = fsdp2_offload(lay, tr)
+    up_bytes = rec["master"] if rec["master"] else rec["weight"]
+    blk_up = np.where(host_z3, (stage_params - root_params) / shards * up_bytes / hw.host_link_bytes_per_s, 0.0)
+    root_up = np.where(host_z3, root_params / shards * up_bytes / hw.host_link_bytes_per_s, 0.0)
+    grad_down = np.where(host_z3, stage_params / shards * rec["grad"] / hw.host_link_bytes_per_s, 0.0)
+    z3_ag_t = blk_gathers * (blk_ag_t + blk_up) + np.where(root_params > 0, root_ag_t + root_up, 0.0)
+    z3_ag_moved = blk_gathers * blk_ag_moved + root_ag_moved
+    z3_mb_t = z3_ag_t + rs_t + grad_down
+    # inside a pipeline FSDP2 keeps the weights gathered from a stage's first forward to its last backward
+    # (reshard_after_forward off: torchtitan's default whenever pp > 1, and parplan's runtime's; the pipeline
+    # schedule turns reshard_after_backward off but for the last backward): the step gathers and reduce-scatters
+    # once, not per micro-batch (counted on 4 gloo ranks, tests/test_runtime_fsdp2_gathers.py)
     z3_n = np.where(tr.zero3_fsdp2 & (np.asarray(pp) > 1), 1, m_micro)
     z3_exposed = z3_n * hw.exposed(z3_mb_t, t_stage)
     # DeepSpeed's stage 3 prefetches one weight ahead: each gather hides behind one weight's compute
@@ -425,13 +439,16 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     gpus_node = np.minimum(lay.gpus, hw.gpus_per_node)
     opt_t = optimizer_time(np.where(off, 0.0, opt_params), np.where(off, opt_params, 0.0),
                            tr.precision, hw, gpus_node, param_tensors_per_rank(m, pp, blocks_first, blocks_mid, blocks_last,
-                                                                                        head_first))
+                                                                                        head_first),
+                           over_link=~fsdp2_offload(lay, tr))
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)
     # with fusion the linears' gradients need no pass; the embedding's (a lookup's, not a GEMM's) still does, on the
-    # first stage (counted on the heaviest; the norms' 2h per layer are left out)
-    fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, fsdp2, torch_wpass)
+    # first stage (counted on the heaviest; the norms' 2h per layer are left out).  No ZeRO-3 fuses: FSDP2 reduces
+    # autograd's gradients, and Megatron-FSDP runs with --no-gradient-accumulation-fusion (its guide's required
+    # configuration, which `parplan export --to megatron` writes)
+    fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, zero >= 3, torch_wpass)
     opt_t = opt_t + grad_accumulation_time(np.where(fused, emb_params, stage_params), m_micro, tr.precision, hw,
                                            fsdp2=fsdp2, pp=pp, shards=shards)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them

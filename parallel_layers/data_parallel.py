@@ -480,12 +480,19 @@ class GradReduction:
 
 
 def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, mp_policy=None,
-               offload_policy=None) -> None:
+               offload_policy=None, reshard_after_forward: bool = True) -> None:
     """FSDP2 over the dp mesh: each block is its own unit (per_block), the stage (embedding, head)
-    the root.  mp_policy: a ``MixedPrecisionPolicy`` (the master-weights recipes) or None."""
+    the root.  mp_policy: a ``MixedPrecisionPolicy`` (the master-weights recipes) or None.
+    reshard_after_forward False (inside a pipeline): a unit gathered by its first forward stays gathered to the
+    step's last backward, as torchtitan's default does whenever pp > 1 ("to avoid per-microbatch all-gathers");
+    torch.distributed.pipelining already keeps it gathered after every backward but the last
+    (set_reshard_after_backward), and a forward that resharded would make each micro-batch's backward gather
+    again."""
     from torch.distributed.fsdp import fully_shard
 
-    kw = {} if mp_policy is None else {"mp_policy": mp_policy}
+    kw = {"reshard_after_forward": reshard_after_forward}
+    if mp_policy is not None:
+        kw["mp_policy"] = mp_policy
     if offload_policy is not None:
         kw["offload_policy"] = offload_policy
     for m in stage_modules:

@@ -196,7 +196,8 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         # lose some blocks' gradients (caught by the layout-equivalence test); there each
         # stage is one FSDP unit.
         apply_fsdp(modules, mesh["dp"], per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1,
-                   mp_policy=fsdp_mixed_precision(plan), offload_policy=_fsdp_offload(plan, device))
+                   mp_policy=fsdp_mixed_precision(plan), offload_policy=_fsdp_offload(plan, device),
+                   reshard_after_forward=par.pp == 1)
         # the rank's shards: the report's params_per_rank had counted each rank's whole stages under ZeRO-3
         rt.local_params = sum(local_tensor(p).numel() for m in modules for _, p, _ in iter_shard_specs(m))
     elif plan.training.precision == "master-weights":

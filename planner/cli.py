@@ -747,7 +747,7 @@ def _gpus_list(text: str) -> list[int]:
 def _sweep_row(spec, g: int, objective: str, kwargs: dict) -> dict:
     """One GPU count's best plan for `sweep`, or why nothing fits."""
     from .core import NothingFits, PlannerError, recommend as do_recommend
-    from .render import layout_label
+    from .render import full_layout_label
     row = {"gpus": g, "fits": False, "reason": None, "layout": None, "layout_label": None,
            "step_time_s": None, "tokens_per_s": None, "mfu": None, "memory_total_bytes": None,
            "days_to_train": None, "gpu_hours_to_train": None, "input_error": False}
@@ -760,7 +760,7 @@ def _sweep_row(spec, g: int, objective: str, kwargs: dict) -> dict:
     else:
         from .explain import layout_dict
         pr = plan.prediction
-        row.update(fits=True, layout=layout_dict(plan), layout_label=layout_label(plan.parallel),
+        row.update(fits=True, layout=layout_dict(plan), layout_label=full_layout_label(plan.parallel),
                    step_time_s=pr.step_time_s, tokens_per_s=pr.tokens_per_s, mfu=pr.mfu,
                    memory_total_bytes=pr.memory_bytes_per_gpu.total, days_to_train=pr.days_to_train,
                    gpu_hours_to_train=pr.gpu_hours_to_train)

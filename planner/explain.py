@@ -12,6 +12,20 @@ TIME_PARTS = (("compute", "compute_s"), ("tp_comm", "tp_comm_s"), ("pp_comm", "p
 TIME_LABELS = {"compute": "compute", "tp_comm": "exposed TP communication", "pp_comm": "exposed PP send/recv",
                "dp_comm": "exposed DP communication", "cp_comm": "exposed CP communication",
                "bubble": "pipeline bubble", "optimizer": "optimizer step + gradient passes"}
+def time_label(key: str, plan: Plan) -> str:
+    """TIME_LABELS[key], naming the host-link copies the DP part holds under FSDP2 offload (host_shards)."""
+    return TIME_LABELS[key] + (" and host-link copies" if key == "dp_comm" and host_shards(plan) else "")
+
+
+def host_shards(plan: Plan) -> bool:
+    """FSDP2's CPUOffloadPolicy (ZeRO-3 with optimizer offload where torch's FSDP runs it): each gather copies the
+    rank's shard up the host link and each reduce-scatter copies its gradient down, timed with them
+    (cost_models.memory.fsdp2_offload)."""
+    from .core import TORCH_FSDP
+    p = plan.parallel
+    return p.zero_stage >= 3 and p.offload != "none" and plan.training.framework in TORCH_FSDP
+
+
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "schedule", "offload")
 
 # The memory parts are each part's own largest size over the step; the total is the worse of two moments
@@ -158,8 +172,8 @@ def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
                      f"({mem['fraction_of_usable']:.0%}); largest part {mem['largest']} "
                      f"({mem['largest_fraction']:.0%} of the total)")
     if tim["step_time_s"]:
-        lines.append(f"time: {TIME_LABELS[tim['dominant']]} dominates the {tim['step_time_s']:.3g} s step "
-                     f"({tim['dominant_fraction']:.0%}); largest overhead {TIME_LABELS[tim['largest_overhead']]} "
+        lines.append(f"time: {time_label(tim['dominant'], plan)} dominates the {tim['step_time_s']:.3g} s step "
+                     f"({tim['dominant_fraction']:.0%}); largest overhead {time_label(tim['largest_overhead'], plan)} "
                      f"({tim['largest_overhead_fraction']:.1%})")
     if not plan.prediction.fits:
         lines.append(f"does not fit: {plan.prediction.reason}")
@@ -173,7 +187,7 @@ def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
     label = runner_label(runner, plan.prediction.fits)
     lines.append(f"{label} ({what}): step time {'+' if (dt or 0) >= 0 else ''}{(dt or 0):.1%}, "
                  f"memory {'+' if dm >= 0 else ''}{dm / gb:.1f} GB per GPU; biggest time change "
-                 f"{TIME_LABELS[moved[0]]} {'+' if moved[1] >= 0 else ''}{moved[1]:.3g} s")
+                 f"{time_label(moved[0], plan)} {'+' if moved[1] >= 0 else ''}{moved[1]:.3g} s")
     return lines
 
 

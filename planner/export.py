@@ -344,11 +344,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     fsdp = p.zero_stage == 3
     if p.zero_stage in (1, 2):
         flag("--use-distributed-optimizer")
-        if p.zero_stage == 2:
+        if p.zero_stage == 2 and t.zero2_grad_reduce == "per-micro-batch":
+            # a per-step ZeRO-2 (parplan's runtime) was predicted with full gradients through the backward: as run
             notes.append("zero_stage 2: Megatron-LM's distributed optimizer reduce-scatters gradients (ZeRO-2 "
                          "traffic) but keeps a full-size gradient buffer, so gradient memory is not sharded as "
-                         "predicted; --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads is the "
-                         "sharded alternative.")
+                         "predicted (per micro-batch); --use-megatron-fsdp --data-parallel-sharding-strategy "
+                         "optim_grads is the sharded alternative.")
     elif fsdp:
         flag("--use-megatron-fsdp")
         flag("--data-parallel-sharding-strategy", "optim_grads_params")
@@ -605,9 +606,11 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
                          "gradients and optimizer states over the cp ranks: less memory and more traffic than the "
                          "prediction; plan with --framework torchtitan for its ZeRO-3 over dp x cp.")
     elif p.zero_stage == 3:
-        # torchtitan's "default" keeps parameters gathered between forward and backward whenever a pipeline is
-        # on (reshard_after_forward = not pp_enabled: ZeRO-2-like); the plan's ZeRO-3 reshards
-        replicate, shard, reshard = 1, p.dp, "always" if pp_on else "default"
+        # torchtitan's "default" is reshard_after_forward = not pp_enabled: inside a pipeline the parameters stay
+        # gathered from a stage's first forward to its last backward ("to avoid per-microbatch all-gathers"), which
+        # is what the prediction counts (gathered weights in full, one gather and one reduce-scatter a step) and
+        # what parplan's runtime runs (apply_fsdp); "always" would gather again for every micro-batch's backward
+        replicate, shard, reshard = 1, p.dp, "default"
     else:
         replicate, shard, reshard = 1, p.dp, "never"
         if p.dp > 1:
@@ -759,9 +762,12 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
     # parallelism"): a config it would refuse is no export
     stage = min(p.zero_stage, 1) if p.pp > 1 else p.zero_stage
     if stage != p.zero_stage:
+        # the prediction held full gradients too where its ZeRO-2 reduced once a step (parplan's runtime)
+        more = p.zero_stage == 3 or t.zero2_grad_reduce == "per-micro-batch"
         notes.append(f"zero_stage {p.zero_stage} with pipeline parallelism: DeepSpeed's pipeline engine refuses ZeRO "
-                     "stages 2 and 3, so zero_optimization.stage is 1 (gradients unsharded: more memory than the "
-                     f"prediction; `parplan recommend ... --pp {p.pp} --zero 1` predicts that layout).")
+                     "stages 2 and 3, so zero_optimization.stage is 1 (gradients unsharded"
+                     + (": more memory than the prediction" if more else ", as predicted") +
+                     f"; `parplan recommend ... --pp {p.pp} --zero 1` predicts that layout).")
     # a bf16 model without ZeRO (engine._do_optimizer_sanity_check, DeepSpeed 007cca6a and later): outside a pipeline
     # DDP_BFLOAT16, plain data parallelism (FP16_Optimizer in bf16: fp32 master weights and Adam states on every rank,
     # bf16 gradients); inside one its BF16_Optimizer, which shards the fp32 master weights and Adam states over the

@@ -29,6 +29,14 @@ def layout_label(p) -> str:
     return " ".join(bits)
 
 
+def full_layout_label(p) -> str:
+    """layout_label with what else sets a plan apart where it is not the default: virtual stages, sequence
+    parallelism, the ZeRO stage, recompute and offload (sweep's one column: "tp4 pp2 dp1 zero1 offload")."""
+    bits = [layout_label(p)] + ([f"vpp{p.vpp}"] if p.vpp > 1 else []) + (["sp"] if p.sp else [])
+    bits += ([f"zero{p.zero_stage}"] if p.zero_stage else []) + ([p.recompute] if p.recompute != "none" else [])
+    return " ".join(bits + (["offload"] if p.offload != "none" else []))
+
+
 def _fmt_signed_s(x: float) -> str:
     return ("-" + _fmt_s(-x)) if x < 0 else _fmt_s(x)
 
@@ -100,11 +108,12 @@ def time_rows(plan: Plan) -> list[tuple[str, float]]:
     """(label, seconds) of the best plan's step-time table: the named parts, the remainder of the step they
     leave (explain.step_remainder: the slowest stage's embedding, casts, ...), and the step; the rows before
     the step add up to it."""
-    from .explain import TIME_PARTS, layout_dict, remainder_label, step_remainder
+    from .explain import TIME_PARTS, host_shards, layout_dict, remainder_label, step_remainder
     pr = plan.prediction
     tb = pr.time_breakdown
     labels = {"compute": "compute", "tp_comm": "TP comm (exposed)", "pp_comm": "PP send/recv",
-              "dp_comm": "DP comm (exposed)", "cp_comm": "CP comm (exposed)", "bubble": "pipeline bubble",
+              "dp_comm": "DP comm" + (" + host copies" if host_shards(plan) else "") + " (exposed)",
+              "cp_comm": "CP comm (exposed)", "bubble": "pipeline bubble",
               "optimizer": "optimizer + grad passes"}
     parts = {k: (getattr(tb, attr) if tb is not None else 0.0) for k, attr in TIME_PARTS}
     rest = step_remainder(parts, pr.step_time_s)

@@ -586,3 +586,16 @@ def test_schema_takes_json_and_plans_keep_the_flags_network_floor(tmp_path, caps
     p.write_text(json.dumps(d))
     rc, out, err = _run(["explain", str(p)], capsys)
     assert rc == 2 and out == "" and "inter_node_gbytes_per_s" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_names_what_sets_a_layout_apart(capsys):
+    """The sweep's one layout column names offload, ZeRO, SP, virtual stages and recompute where a plan has them:
+    llama3-70b's best plan on 8 GPUs offloads its optimizer, which the column had left out."""
+    rc, out, _ = _run(["sweep", "--model", "llama3-70b", "--gpus-list", "16", "--offload", "optimizer", "--zero", "1",
+                       "--recompute", "full", "--vpp", "2", "--json"], capsys)
+    assert rc == 0
+    row = json.loads(out)[0]
+    lay = row["layout"]
+    want = (f"tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} vpp2" + (" sp" if lay["sp"] else "")
+            + " zero1 full offload")
+    assert row["layout_label"] == want

@@ -660,10 +660,11 @@ def test_fsdp2_gathers_its_root_once_a_micro_batch():
 
 
 def test_fsdp2_in_a_pipeline_gathers_the_heaviest_stages_own_root():
-    """Under a pipeline the data-parallel traffic is the heaviest stage's (torch.distributed.pipelining keeps the
-    gathered weights from a stage's first backward: one gather of a block and its reduce-scatter a step).  A middle
-    stage holds no root: all its parameters are blocks', gathered twice; it had been charged rank 0's embedding
-    as its root (one block's gather short) when it outweighed rank 0."""
+    """Under a pipeline the data-parallel traffic is the heaviest stage's (FSDP2 keeps the weights gathered from a
+    stage's first forward to its last backward: one gather of a block and its reduce-scatter a step; it had been
+    counted twice, a forward's and a backward's, where the runtime gathered m + 1 times).  A middle stage holds no
+    root: all its parameters are blocks'; it had been charged rank 0's embedding as its root when it outweighed
+    rank 0."""
     from planner.core import training_consts
     from planner.schema import Training
     from cost_models.memory import layer_params_per_gpu
@@ -677,7 +678,7 @@ def test_fsdp2_in_a_pipeline_gathers_the_heaviest_stages_own_root():
                                   num_microbatches=micro, precision="master-weights"))
     mid = 8 * float(layer_params_per_gpu(m, 1))
     got = float(evaluate(m, tr, hw, lay)["comm_dp_bytes"])
-    assert got == pytest.approx((2 * 2 + 4) * mid * (dp - 1) / dp, rel=1e-9)
+    assert got == pytest.approx((2 + 4) * mid * (dp - 1) / dp, rel=1e-9)
 
 
 def test_the_heads_input_gradient_collective_hides_behind_its_weight_gradient_gemm_where_the_blocks_do():
@@ -755,3 +756,34 @@ def test_a_recomputed_block_never_takes_memory_off_and_buckets_never_exceed_the_
     off = memory_breakdown(tiny, _lay(gpus=2, dp=2, zero=1, offload=1), _consts("fp32", 4), 1)
     kept = memory_breakdown(tiny, _lay(gpus=2, dp=2, zero=1), _consts("fp32", 4), 1)
     assert float(off["offloaded"]) == pytest.approx(float(kept["optimizer"]) * 12 / 8)  # Adam's 8 B + the 4 B copy
+
+
+def test_fsdp2_offload_copies_each_gathered_shard_over_the_host_link():
+    """FSDP2's CPUOffloadPolicy keeps the shards on the host: every gather copies the rank's fp32 master shard up the
+    host link and every reduce-scatter its fp32 gradient down, per micro-batch (pp 1: a block gathered for its
+    forward and its backward, the root once); the optimizer steps the host shards in place, with no copy a step.
+    Halving the link adds exactly those copies' time once they outlast the compute beside them; ZeRO-1 offload
+    (parplan's host Adam) crosses the link once a step in the optimizer instead."""
+    from planner.core import training_consts
+    from planner.schema import Training
+    from cost_models.memory import embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu
+    spec = ModelSpec(arch="llama", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=2816, vocab=1024)
+    seq, micro = 1024, 6
+    m = ModelDims.from_spec(spec, seq)
+    tr = training_consts(Training(seq_len=seq, global_batch_size=micro, micro_batch_size=1, num_microbatches=micro,
+                                  precision="master-weights"))
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    slow = replace(hw, host_link_bytes_per_s=1e9)
+    slower = replace(hw, host_link_bytes_per_s=0.5e9)
+    z3 = _lay(gpus=1, dp=1, zero=3, offload=1)
+    blocks = 4 * float(layer_params_per_gpu(m, 1))
+    root = float(embedding_params_per_gpu(m, 1) + head_params_per_gpu(m, 1, 1))
+    per_micro = (2 * blocks + root) * 4 + (blocks + root) * 4  # up: two gathers of a block, one of the root; down
+    a, b = (evaluate(m, tr, h, z3) for h in (slow, slower))
+    assert float(b["dp_comm_s"] - a["dp_comm_s"]) == pytest.approx(micro * per_micro / 1e9, rel=1e-9)
+    assert float(b["optimizer_s"]) == pytest.approx(float(a["optimizer_s"]), rel=1e-12)
+    z1 = _lay(gpus=1, dp=1, zero=1, offload=1)
+    a, b = (evaluate(m, tr, h, z1) for h in (slow, slower))
+    assert float(a["dp_comm_s"]) == float(b["dp_comm_s"]) == 0.0
+    # the gradients down (4 B) and the 16-bit weights back (2 B), once a step
+    assert float(b["optimizer_s"] - a["optimizer_s"]) == pytest.approx((blocks + root) * 6 / 1e9, rel=1e-9)

@@ -458,13 +458,14 @@ def test_megatron_uneven_split_is_the_predicted_one_and_never_an_empty_end():
     assert "--decoder-first-pipeline-num-layers" not in b and "--pipeline-model-parallel-layout" in b
 
 
-def test_torchtitan_zero3_with_a_pipeline_reshards_after_forward():
-    """torchtitan's fsdp_reshard_after_forward "default" is `not pp_enabled`: with a pipeline it would keep the
-    parameters gathered (ZeRO-2-like), so a ZeRO-3 plan with pp > 1 exports "always"; DDP with tp > 1 is
-    refused by torchtitan, which the notes say with the fix."""
+def test_torchtitan_zero3_keeps_its_default_resharding():
+    """torchtitan's fsdp_reshard_after_forward "default" is `not pp_enabled`: with a pipeline the parameters stay
+    gathered through the step, as the prediction counts them (and parplan's runtime runs them); "always" would
+    gather them again for every micro-batch.  DDP with tp > 1 is refused by torchtitan, which the notes say with
+    the fix."""
     with_pp = tomllib.loads(export_plan(llama_plan(tp=2, pp=2, vpp=1, dp=4, zero_stage=3, schedule="1f1b"), "torchtitan"))
     without = tomllib.loads(export_plan(llama_plan(tp=2, pp=1, vpp=1, dp=8, zero_stage=3, schedule="1f1b"), "torchtitan"))
-    assert with_pp["parallelism"]["fsdp_reshard_after_forward"] == "always"
+    assert with_pp["parallelism"]["fsdp_reshard_after_forward"] == "default"
     assert without["parallelism"]["fsdp_reshard_after_forward"] == "default"
     ddp = llama_plan(tp=2, pp=1, vpp=1, dp=8, zero_stage=0, schedule="1f1b")
     assert any("DDP" in n and "--zero 3" in n for n in export_notes(ddp, "torchtitan"))
@@ -766,3 +767,31 @@ def test_llm_foundry_gpt_is_mpt_and_says_what_it_cannot_carry():
     for said in ("tensor parallelism tp=4", "pipeline parallelism pp=2", "zero_stage 1: FSDP's nearest",
                  "recompute selective", "sequence parallelism"):
         assert said in notes, said
+
+
+def test_zero2_notes_say_more_gradient_memory_only_where_the_prediction_sharded_it():
+    """A per-step ZeRO-2 (parplan's runtime) is predicted with full gradients through the backward, as Megatron's
+    distributed optimizer and DeepSpeed's pipeline ZeRO-1 hold them; only a per-micro-batch ZeRO-2 (DeepSpeed's
+    own) was predicted with sharded gradients, and only its exports say they take more memory."""
+    per_step = llama_plan(zero_stage=2)
+    per_micro = _with(per_step, "training", zero2_grad_reduce="per-micro-batch")
+    for plan, says in ((per_step, False), (per_micro, True)):
+        meg = " ".join(export_notes(plan, "megatron"))
+        assert ("gradient memory is not sharded as predicted" in meg) == says
+        ds = " ".join(export_notes(plan, "deepspeed"))
+        assert "zero_optimization.stage is 1" in ds
+        assert ("more memory than the prediction" in ds) == says and ("as predicted" in ds) != says
+
+
+def test_megatron_fsdp_is_predicted_without_the_fusion_its_export_turns_off():
+    """Megatron-FSDP (zero_stage 3) exports --no-gradient-accumulation-fusion, its guide's required configuration;
+    its prediction is that run's (it had kept Megatron's default fusion: 1.2 % faster on llama3-70b at pp 16),
+    while ZeRO-1 keeps the fusion Megatron turns on by default."""
+    from planner.core import evaluate_plan
+    for zero, fused_differs in ((3, False), (1, True)):
+        plan = _with(_with(llama_plan(zero_stage=zero, pp=2, vpp=1, schedule="1f1b"), "training",
+                           framework="megatron", grad_accumulation_fusion=True), "parallel", recompute="none")
+        off = _with(plan, "training", grad_accumulation_fusion=False)
+        a, b = evaluate_plan(plan).prediction, evaluate_plan(off).prediction
+        assert (a.step_time_s != b.step_time_s) == fused_differs
+        assert ("--no-gradient-accumulation-fusion" in export_plan(plan, "megatron")) == (zero == 3)

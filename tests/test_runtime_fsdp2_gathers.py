@@ -52,3 +52,33 @@ def test_fsdp2_gathers_each_block_twice_per_step(gathers, mode):
     assert _dp_bytes("parplan", mode) == pytest.approx(want, rel=1e-9)
     if mode == "full":
         assert _dp_bytes("deepspeed", mode) > 1.2 * _dp_bytes("deepspeed", "none")
+
+
+@pytest.fixture(scope="module")
+def pipeline_gathers():
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                        "-m", "tests.runtime_helpers.fsdp2_pipeline_gathers"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    line = next(l for l in r.stdout.splitlines() if l.startswith("FSDP2_PIPELINE_GATHERS "))
+    return json.loads(line.split(" ", 1)[1])
+
+
+@pytest.mark.parametrize("schedule, chunks", [("1f1b", 1), ("interleaved-1f1b", 2)])
+def test_fsdp2_inside_a_pipeline_gathers_each_unit_once_per_step(pipeline_gathers, schedule, chunks):
+    """pp 2 x dp 2, ZeRO-3, 4 micro-batches: the runtime gathers each FSDP unit once a step (its first forward),
+    and the cost model counts one gather and one reduce-scatter of the stage a step; resharding after each
+    forward, the runtime had gathered every unit again for each micro-batch's backward, 5 times a step (and the
+    model had counted a block twice).  Interleaved, each rank's two chunks hold a block each (both named
+    blocks.0), and one of them the embedding or head: the rank's one root unit with parameters."""
+    expected = ({"FSDP::all_gather": 1, "FSDP::all_gather (blocks.0)": 1, "FSDP::all_gather (blocks.1)": 1}
+                if chunks == 1 else {"FSDP::all_gather": 1, "FSDP::all_gather (blocks.0)": 2})
+    ranks = [{k: v for k, v in counts.items() if "copy_out" not in k} for counts in pipeline_gathers[schedule]]
+    assert ranks == [expected] * 4
+    plan = recommend(load_preset("llama3-8b"), 16, framework="parplan", seq_len=4096, global_batch_size=64,
+                     pins=Pins(tp=1, pp=2, dp=8, mbs=1, zero=3, recompute="none", offload="none", schedule="1f1b"))
+    c = param_counts(load_preset("llama3-8b"))
+    # one gather (bf16) and one reduce-scatter (fp32) of the fullest stage's parameters a step, over a ring of 8
+    stage = 16 * c["per_layer"] + max(c["embedding"], c["head"] + c["final_norm"])
+    assert plan.prediction.comm_bytes_per_step.dp == pytest.approx((2 + 4) * stage * 7 / 8, rel=0.02)

@@ -490,7 +490,9 @@ def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, 
     again."""
     from torch.distributed.fsdp import fully_shard
 
-    kw = {"reshard_after_forward": reshard_after_forward}
+    # left to FSDP2 otherwise: its default reshards every unit but the root, which stays gathered from the forward
+    # to the backward (an explicit True would reshard the root too, and gather it again for the backward)
+    kw = {} if reshard_after_forward else {"reshard_after_forward": False}
     if mp_policy is not None:
         kw["mp_policy"] = mp_policy
     if offload_policy is not None:

@@ -1,8 +1,8 @@
 """Run under torchrun (2 ranks, gloo): FSDP2 all-gathers per block and step, for each recompute mode.
 
-Three parplan llama blocks, each fully_shard'ed, under a root; the blocks run plain, under full
-recompute (non-reentrant checkpoint around each) and under op-level selective checkpointing (inside
-each block's forward, as the runtime builds it).  Prints one JSON line
+Three parplan llama blocks under a root, sharded as the runtime shards a stage (data_parallel.apply_fsdp); the
+blocks run plain, under full recompute (non-reentrant checkpoint around each) and under op-level selective
+checkpointing (inside each block's forward, as the runtime builds it).  Prints one JSON line
 on rank 0: {mode: {block or "root": all-gathers in the second step}} from FSDP2's own profiler ranges (the root
 holds the head: FSDP2 keeps it gathered from the forward to the backward, one gather a step)."""
 import collections
@@ -11,9 +11,10 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.device_mesh import init_device_mesh
 from torch.utils.checkpoint import checkpoint
 
+from parallel_layers.data_parallel import apply_fsdp
 from parallel_layers.model import Block, ModelConfig, init_parameters
 
 MODES = ("none", "full", "selective-op")
@@ -38,13 +39,12 @@ def main() -> int:
     dist.init_process_group("gloo")
     cfg = ModelConfig(arch="llama", layers=3, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=64, head_dim=16,
                       tied_embeddings=False, max_seq_len=16)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     out = {}
     for mode in MODES:
         root = Root(cfg, mode)
         init_parameters(root.blocks, 0)
-        for b in root.blocks:
-            fully_shard(b)
-        fully_shard(root)
+        apply_fsdp([root], mesh)  # as the runtime shards a stage (parallel_layers.data_parallel)
         x = torch.randn(2, 16, cfg.hidden, requires_grad=True)
         for _ in range(2):  # the second step is counted
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

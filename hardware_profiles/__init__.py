@@ -37,6 +37,9 @@ def _read_bytes(path: Path) -> bytes:
     if is_dir:
         raise ValueError(f"hardware profile {path} is a folder; give a .toml/.json file in it, or a profile name "
                          f"({', '.join(list_profiles())})")
+    if not is_file and path.exists():  # a device (/dev/zero) or a pipe: not a profile file
+        raise ValueError(f"hardware profile {path} is not a regular file; give a .toml/.json file, or a profile name "
+                         f"({', '.join(list_profiles())})")
     if not is_file:
         raise ValueError(f"hardware profile file {path} does not exist; give a profile name "
                          f"({', '.join(list_profiles())}) or a path to a .toml/.json file (`parplan calibrate --out` "

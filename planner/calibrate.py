@@ -1171,7 +1171,7 @@ def read_report(path: str) -> dict:
     if p.is_dir():
         raise CalibrationError(f"run report {path} is a folder; give the report.json in it")
     if not p.is_file():
-        raise CalibrationError(f"run report {path} does not exist; {fix}")
+        raise CalibrationError(f"run report {path} {'is not a regular file' if p.exists() else 'does not exist'}; {fix}")
     try:
         data = json.loads(p.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as e:
@@ -1506,6 +1506,9 @@ def distinct_reports(reports: list[str]) -> tuple[list[str], list[str]]:
     import hashlib
     seen, kept, repeated = set(), [], []
     for r in reports:
+        if not Path(r).is_file():  # a folder, a device (/dev/zero: read for ever), missing: read_report says which
+            kept.append(r)
+            continue
         try:
             key = hashlib.sha256(Path(r).read_bytes()).hexdigest()
         except OSError:

@@ -142,7 +142,11 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
                 raise UserError(f"--params {params} is beyond what the planner models (max {PARAMS_MAX:g})")
             if n < 1e6:
                 raise UserError(f"--params {params} is too small for a transformer (give the count, e.g. 7e9)")
-            spec, why = model_from_params(n, arch=arch or "llama")
+            try:
+                spec, why = model_from_params(n, arch=arch or "llama")
+            except ValueError:  # the shape it derives rounds past the bound the flag itself passed
+                raise UserError(f"--params {params}: the nearest standard shape is beyond what the planner models "
+                                f"(max {PARAMS_MAX:g} parameters); give a smaller --params") from None
             from cost_models.params import param_counts
             got = param_counts(spec, seq_len)["total"]
             if abs(got - n) > 0.25 * n:
@@ -413,6 +417,9 @@ def _check_choice(name, value, choices):
 
 def read_text_file(path: str, what: str, fix: str) -> str:
     """A UTF-8 text file's contents, or a UserError naming the file, why it cannot be read and `fix`."""
+    from .limits import is_device
+    if is_device(path):
+        raise UserError(f"{what} {path} is a device, not a file; give the file itself")
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -1155,6 +1162,15 @@ def main(argv: list[str] | None = None) -> int:
                      "elsewhere")
             except OSError:
                 pass
+            return 1
+        if isinstance(e, OSError) and e.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+            # a path the system cannot look up (a file name over 255 bytes, a symlink loop): the input's fault
+            name = f"{str(e.filename)[:60]}{'...' if len(str(e.filename)) > 60 else ''}: " if e.filename else ""
+            fix = "give a shorter path" if e.errno == errno.ENAMETOOLONG else "give a path without the link loop"
+            _err(f"error: {name}{e.strerror or e}; {fix}")
+            return EXIT_INVALID
+        if sys.stdout is None and isinstance(e, AttributeError):  # `parplan ... >&-`: nowhere to write the answer
+            _err("error: stdout is closed; give the command somewhere to write (a file, a pipe)")
             return 1
         where = ""
         tb = e.__traceback__

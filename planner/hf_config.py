@@ -86,6 +86,9 @@ def read_hf_config(path_or_dict) -> tuple[dict, str]:
     path = Path(path_or_dict)
     if path.is_dir():
         path = path / "config.json"
+    from .limits import is_device
+    if is_device(path):
+        raise ValueError(f"Hugging Face config {path} is a device, not a file; give the model's config.json")
     try:
         with open(path, encoding="utf-8-sig") as f:  # utf-8-sig: an editor's byte order mark is still UTF-8
             cfg = json.load(f)

@@ -15,3 +15,15 @@ def big_number(v) -> str:
         return f"{v:.3g}"
     except OverflowError:
         return f"~1e+{len(str(abs(int(v)))) - 1}"
+
+
+def is_device(path) -> bool:
+    """A character or block device (/dev/zero, /dev/urandom, a tty): reading one as a file never ends.  Pipes
+    (`<(...)`, a FIFO) are read as files; a path that cannot be looked at is left to the caller's open."""
+    import os
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)

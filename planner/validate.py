@@ -12,6 +12,7 @@ zero-bubble schedule and no offload).  The metric compared is the one the public
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
+from pydantic import ValidationError
 
 from cost_models.layout import ModelDims
 
@@ -605,6 +607,15 @@ def available_sets(directory: Path | None = None) -> list[str]:
     return [n for n in ADAPTERS if (directory / f"{n}.json").exists()]
 
 
+def _pydantic_line(e) -> str:
+    """A ValidationError of a plan built from a reference row, in one line: the first field's error."""
+    from .schema import error_message
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err.get("loc", ()))
+    more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    return f"{e.title} {loc}: {error_message(err)}{more}"
+
+
 class ReferenceFileError(ValueError):
     """A reference set's file that its adapter cannot read: the file's fault, said in one line."""
 
@@ -633,11 +644,23 @@ def validate_all(names: list[str] | None = None, directory: Path | None = None,
             raise ReferenceFileError(f"reference set {path}: its rows must be a JSON list, not {json_type_name(rows)}; "
                                      "compare with the set's shipped file in benchmarks/reference/")
         try:
-            out.extend(validate_set(name, data, hardware_override))
-        except (KeyError, TypeError, IndexError) as e:
-            what = f"missing key {e}" if isinstance(e, KeyError) else f"{e.__class__.__name__}: {e}"
+            cases = validate_set(name, data, hardware_override)
+            for c in cases:  # every row's published figure, before anything divides by it
+                if isinstance(c.published, bool) or not isinstance(c.published, (int, float)) or \
+                        not math.isfinite(c.published) or c.published <= 0:
+                    raise ValueError(f"row {c.label!r}: its published {c.metric} is {c.published!r}, not a positive "
+                                     "number")
+        except (KeyError, TypeError, IndexError, ValueError, ZeroDivisionError) as e:
+            # a ValueError here is the row's: a pydantic ValidationError of the plan built from it (gpus 0, a
+            # negative sequence), or the check above
+            what = (f"missing key {e}" if isinstance(e, KeyError) else _pydantic_line(e) if isinstance(e, ValidationError)
+                    else " ".join(str(e).split()) if isinstance(e, ValueError) else f"{e.__class__.__name__}: {e}")
             raise ReferenceFileError(f"reference set {path}: {what} (compare with the set's shipped file in "
                                      "benchmarks/reference/)") from None
+        if not cases:
+            raise ReferenceFileError(f"reference set {path}: no rows to predict (compare with the set's shipped file "
+                                     "in benchmarks/reference/)")
+        out.extend(cases)
     return out
 
 

@@ -112,7 +112,17 @@ def files(tmp_path_factory):
 
 # (argv, exit code, words the stderr line must contain)
 CASES = [
+    # a device read as a file never ends (/dev/zero): refused before it is read
+    (["evaluate", "/dev/zero", "--json"], 2, ["plan file /dev/zero is a device"]),
+    (R[:1] + ["--model-config", "/dev/zero", "--gpus", "8", "--json"], 2, ["/dev/zero is a device"]),
+    (["calibrate", "--from-run", "/dev/zero"], 2, ["/dev/zero is not a regular file"]),
+    (R + ["--hardware", "/dev/zero"], 2, ["/dev/zero is not a regular file"]),
     (R[:1] + ["--model", "llama3-8b", "--gpus", "0", "--json"], 2, ["--gpus"]),
+    # a file name over the system's 255 bytes: the input's, not an internal error
+    (["validate", "--reference-dir", "a" * 300, "--json"], 2, ["file name too long", "shorter path"]),
+    (["calibrate", "--from-run", str(Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2026-11-23-h100"
+                                     / "grid-2" / "llama-0.5b-mbs1-full" / "report.json"),
+      "--out", "a" * 300 + ".toml"], 2, ["shorter path"]),
     (R + ["--head-dim", "64"], 2, ["--head-dim", "explicit shape"]),
     (R[:1] + ["--model", "llama3-8b", "--gpus", "1", "--sp", "--json"], 2, ["--sp", "tp > 1"]),
     (["recommend", "--params", "7e9", "--untied-embeddings", "--json"], 2, ["embeddings", "explicit shape"]),
@@ -127,6 +137,8 @@ CASES = [
     (["recommend", "--params", "inf", "--json"], 2, ["--params"]),
     (["recommend", "--params", "2e6", "--json"], 2, ["--params", "--layers"]),  # no standard shape that small
     (["recommend", "--params", "1e30", "--json"], 2, ["--params", "max"]),
+    # at the bound the derived shape rounds past it: said of --params, not as an "invalid plan" to write again
+    (["recommend", "--params", "1e14", "--json"], 2, ["--params 1e14", "nearest standard shape", "smaller --params"]),
     (["recommend", "--params", "1000", "--json"], 2, ["--params"]),
     (["recommend", "--params", "70e9B", "--json"], 2, ["exponent and a unit", "70B"]),  # 7e19 was read
     (R + ["--seq-len", "0"], 2, ["--seq-len"]),

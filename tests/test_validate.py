@@ -364,3 +364,23 @@ def test_every_mpt_run_fits_with_flash_attns_16bit_loss_gradient(cases):
     q = next(q for q in mpt_llm_foundry_a100(data) if q.label == "350m s2048 64gpu 40gb")
     assert q.cross_entropy_16bit_grad and run_query(q) is not None
     assert run_query(_dc.replace(q, cross_entropy_16bit_grad=False)) is None
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d.update(rows=[]), "no rows to predict"),
+    (lambda d: d["rows"][0].update(tflops_per_gpu=0), "row '1.7B': its published"),
+    (lambda d: d["rows"][0].update(tflops_per_gpu=None), "not a positive number"),
+    (lambda d: d["rows"][0].update(gpus=0), "HardwareRef gpus: Input should be greater than 0"),
+])
+def test_a_hand_edited_reference_file_is_named_in_one_line(capsys, tmp_path, edit, says):
+    """A reference folder whose set has no rows, a zero or missing published figure, or a row no plan can be built
+    from is the file's fault, said in one line with exit 2 (each had been an internal error: a KeyError, a
+    ZeroDivisionError, a TypeError, a pydantic error blaming a plan the user never gave)."""
+    from planner.cli import main
+    data = json.loads((reference_dir() / "megatron_sc21_table1.json").read_text())
+    edit(data)
+    (tmp_path / "megatron_sc21_table1.json").write_text(json.dumps(data))
+    assert main(["validate", "--reference-dir", str(tmp_path), "--json"]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and len(got.err.strip().splitlines()) == 1 and says in got.err, got.err
+    assert "reference set" in got.err and "internal error" not in got.err

@@ -84,7 +84,8 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
     """Convert a HardwareProfile (planner.schema) to SI units for one dtype, applying CLI overrides."""
     peaks = profile.peak_dense_tflops
     if dtype not in peaks:
-        raise ValueError(f"hardware profile {profile.name} has no peak for dtype {dtype}; it lists {sorted(peaks)}")
+        raise ValueError(f"hardware profile {profile.name} has no peak for dtype {dtype}; it lists {sorted(peaks)}: "
+                         f"add {dtype} to its peak_dense_tflops, or train in {' or '.join(sorted(peaks))}")
     curve = sorted(profile.matmul_efficiency_curve)
     attn = sorted(profile.attention_efficiency_curve)
     inter = profile.inter_node

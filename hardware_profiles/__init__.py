@@ -135,6 +135,14 @@ def load_profile(name_or_path: str | Path):
                 [p for p in list_profiles() if p.startswith(key)]
                 or difflib.get_close_matches(key, list_profiles(), n=1, cutoff=0.5))
             hint = f" (did you mean {close[0]}?)" if close else ""
+            try:  # a file or folder of that name here: read as a profile name, as a bare word is
+                here = Path(name_or_path)
+                here = "folder" if here.is_dir() else "file" if here.exists() else None
+            except (OSError, ValueError):
+                here = None
+            if here:
+                hint += (f" ({name_or_path} here is a {here}: a profile file is named .toml or .json, or given with "
+                         f"a folder, ./{name_or_path})")
             shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:60] + "..."
             raise ValueError(f"unknown hardware profile {shown!r}{hint}; available: {', '.join(list_profiles())} "
                              "(or give a path to a .toml/.json file)")

@@ -362,7 +362,8 @@ def _reason_text(code: str, met: dict, i: int, hw, lay_row: dict, gbs: int, tr: 
 REASON_FIXES = {  # what to change in a plan whose layout breaks a rule (the code before a reason's colon)
     "memory": "more GPUs, a larger tp or pp, ZeRO, recomputation or optimizer offload (`parplan recommend` with the "
               "plan's pins finds one)",
-    "host-memory": "offload less (a higher ZeRO stage shards the offloaded states), or more nodes",
+    "host-memory": "more nodes (the offloaded states shard over more data-parallel ranks), or offload none on more "
+                   "GPUs",
     "batch": "make global_batch_size a multiple of dp x micro_batch_size",
     "schedule": "more micro-batches (a larger global_batch_size or a smaller micro_batch_size), or schedule gpipe",
     "layers": "fewer virtual stages (a smaller pp or vpp), so every stage holds a block",
@@ -704,7 +705,7 @@ def _batch_fix(gbs: int, seq_len: int, gpus: int, pins: Pins) -> str | None:
     step = d * mbs
     up, down = -(-gbs // step) * step, gbs // step * step
     best = down if down and gbs - down < up - gbs else up
-    return f"--global-batch-size {best} splits over dp {d}" + (f" x micro-batch {mbs}" if mbs > 1 else "")
+    return f"use --global-batch-size {best}, which splits over dp {d}" + (f" x micro-batch {mbs}" if mbs > 1 else "")
 
 
 def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, suggest, tokens) -> Plan:
@@ -733,7 +734,8 @@ def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, sugg
         if fix is None and "seq" in res.infeasible_by_reason and pins.cp and pins.cp > 1:
             step = 2 * pins.cp * (pins.tp if pins.sp and pins.tp else 1)
             near = max(step, round(training.seq_len / step) * step)
-            fix = f"--seq-len {near} splits into 2 x cp {pins.cp} chunks" + (f" and over tp {pins.tp}" if step > 2 * pins.cp else "")
+            fix = (f"use --seq-len {near}, which splits into 2 x cp {pins.cp} chunks"
+                   + (f" and over tp {pins.tp}" if step > 2 * pins.cp else ""))
         # no layout was even costed: more GPUs or offload (memory fixes) are no answer; say what is
         raise PlannerError(msg + "; " + (fix or "relax the pinned dimensions"))
     suggestions = []
@@ -784,14 +786,24 @@ def _policy_flag(k: str, v) -> str:
     return ("--sp" if v else "--no-sp") if k == "sp" else f"--{k} {v}"
 
 
+def states_cannot_fit(n_params: float, gpus: int, hw) -> bool:
+    """No layout on `gpus` GPUs holds the model: every recipe keeps Adam's two fp32 moments and the fp32 values it
+    steps (the master, or fp32 weights), 12 B a parameter, on the GPUs' HBM and the hosts' memory together even
+    when all is sharded and offloaded.  A count the suggestions need not search (an absurd model on a few GPUs had
+    searched some 130 layouts spaces, up to a minute)."""
+    nodes = -(-gpus // hw.gpus_per_node)
+    return 12 * n_params > gpus * hw.hbm_bytes + nodes * hw.host_memory_bytes_per_node
+
+
 def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = False) -> list[str]:
     """A nearby global batch that lets a ruled-out data-parallel size fit (when the batch rejected
     some layouts), the fewest GPUs that fit (same pins minus the degree pins), and offload when it helps."""
     out = []
+    hopeless = states_cannot_fit(spec.num_params, gpus, hw)  # no pin dropped on these GPUs can fit it
     common = dict(hardware=hw_ref.name, seq_len=training.seq_len, dtype=training.dtype, precision=training.precision,
                   gpus_per_node=hw_ref.gpus_per_node, inter_node_gbytes_per_s=hw_ref.inter_node_gbytes_per_s,
                   aggregate_nics=hw_ref.aggregate_nics, **stack_flags(training), top_k=1, suggest=False)
-    for b in (_nearby_batches(training.global_batch_size, gpus, pins) if batch_rejected else []):
+    for b in (_nearby_batches(training.global_batch_size, gpus, pins) if batch_rejected and not hopeless else []):
         try:
             rec = recommend(spec, gpus, global_batch_size=b, pins=pins, **common)
         except (NothingFits, PlannerError):
@@ -805,7 +817,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
                 schedule=pins.schedule)
     degrees = [k for k in ("tp", "pp", "dp", "cp", "vpp") if getattr(pins, k) is not None]
     # one degree pin dropped, the others kept, on the same GPUs (the pin that rules everything out)
-    for k in degrees:
+    for k in ([] if hopeless else degrees):
         try:
             rec = recommend(spec, gpus, global_batch_size=training.global_batch_size,
                             pins=replace(pins, **{k: None}), **common)
@@ -820,7 +832,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
     # suggestion: only degrees and GPU counts were relaxed)
     fits = []
     for k in POLICY_PINS:
-        if getattr(pins, k) is None:
+        if getattr(pins, k) is None or hopeless:
             continue
         try:
             rec = recommend(spec, gpus, global_batch_size=training.global_batch_size, pins=replace(pins, **{k: None}),
@@ -837,7 +849,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
     per_node = hw.gpus_per_node
     candidates = [g for g in (2 ** k for k in range(0, 17)) if g > gpus]
     candidates = sorted(set(candidates + [per_node * k for k in range(1, 4097) if per_node * k > gpus]))
-    if pins.offload is None or pins.offload == "none":
+    if (pins.offload is None or pins.offload == "none") and not hopeless:
         # with every pin kept first (--tp 1 --pp 1 plus offload can fit), then with the degrees free
         for offload_pins in (replace(pins, offload="optimizer"), Pins(**{**free.__dict__, "offload": "optimizer"})):
             try:
@@ -862,6 +874,8 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
         for g in candidates[:64]:
             if training.global_batch_size < 1:
                 break
+            if states_cannot_fit(spec.num_params, g, hw):
+                continue
             try:
                 rec = recommend(spec, g, global_batch_size=max(training.global_batch_size, 1), pins=scan_pins, **common)
             except (NothingFits, PlannerError):

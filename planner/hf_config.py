@@ -83,6 +83,9 @@ def read_hf_config(path_or_dict) -> tuple[dict, str]:
         return path_or_dict
     if isinstance(path_or_dict, dict):
         return path_or_dict, "config dict"
+    if str(path_or_dict) == "-":
+        raise ValueError("--model-config reads a config.json file or a model's folder, not stdin (-); save the config "
+                         "to a file and give its path")
     path = Path(path_or_dict)
     if path.is_dir():
         path = path / "config.json"

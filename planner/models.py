@@ -61,6 +61,9 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
     if key not in presets:
         close = difflib.get_close_matches(key, list(presets), n=1, cutoff=0.5)
         hint = f" Did you mean {close[0]!r}?" if close else ""
+        if name.endswith(".json") or "/" in name or "\\" in name:  # a config file: --model-config reads those
+            hint += " A Hugging Face config file is read by --model-config (e.g. `parplan recommend --model-config " \
+                    f"{name} --gpus 8`)."
         shown = name if len(name) <= 60 else name[:60] + "..."
         raise ValueError(f"unknown model preset {shown!r}.{hint} Available: {', '.join(presets)}")
     fields = {k: v for k, v in presets[key].items() if k not in _PRESET_META}

@@ -118,6 +118,11 @@ CASES = [
     (["calibrate", "--from-run", "/dev/zero"], 2, ["/dev/zero is not a regular file"]),
     (R + ["--hardware", "/dev/zero"], 2, ["/dev/zero is not a regular file"]),
     (R[:1] + ["--model", "llama3-8b", "--gpus", "0", "--json"], 2, ["--gpus"]),
+    (R[:1] + ["--model-config", "-", "--gpus", "8", "--json"], 2, ["not stdin (-)", "config.json"]),
+    (["models", "show", "cfg/config.json"], 2, ["unknown model preset", "--model-config cfg/config.json"]),
+    # a sequence no cp split divides: the fix is worded as one to take, not as the input
+    (R[:1] + ["--model", "llama3-8b", "--gpus", "8", "--cp", "8", "--seq-len", "4", "--json"], 2,
+     ["use --seq-len 16, which splits into 2 x cp 8 chunks"]),
     # a file name over the system's 255 bytes: the input's, not an internal error
     (["validate", "--reference-dir", "a" * 300, "--json"], 2, ["file name too long", "shorter path"]),
     (["calibrate", "--from-run", str(Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2026-11-23-h100"
@@ -195,7 +200,7 @@ CASES = [
     (["models", "show", "nope"], 2, ["nope"]),
     # every layout rejected for the batch split: said in words, with a batch that splits over the pinned dp
     (["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--tp", "1", "--pp", "1", "--cp", "1",
-      "--global-batch-size", "12", "--json"], 2, ["multiple of dp x micro-batch", "--global-batch-size 16 splits over dp 8"]),
+      "--global-batch-size", "12", "--json"], 2, ["multiple of dp x micro-batch", "use --global-batch-size 16, which splits over dp 8"]),
     (["hardware", "show", "nope"], 2, ["nope"]),
     # the Triton kernel is timed from FlashAttention-2's published speed, which only some profiles have
     (["recommend", "--model", "llama3-8b", "--hardware", "h200-sxm-141gb", "--attention-kernel", "triton-2022",
@@ -451,3 +456,15 @@ def test_a_huge_context_or_window_is_only_a_long_one(name, files, capsys):
     out, err = capsys.readouterr()
     assert rc == 0 and "internal error" not in err, err
     assert json.loads(out)["prediction"]["fits"] is True
+
+
+def test_a_profile_name_that_is_a_file_or_folder_here_says_so(tmp_path, monkeypatch, capsys):
+    """--hardware NAME with no separator or suffix is read as a shipped profile's name; where a folder or a file of
+    that name is in the working folder, the error says how to give it as a path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "noext").write_text("name = 'x'\n")
+    for name, kind in (("adir", "folder"), ("noext", "file")):
+        assert main(R + ["--gpus", "8", "--hardware", name]) == 2
+        err = capsys.readouterr().err
+        assert f"{name} here is a {kind}" in err and f"./{name}" in err and len(err.strip().splitlines()) == 1, err

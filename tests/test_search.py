@@ -126,7 +126,7 @@ def test_a_batch_that_rules_out_dp_gets_a_nearby_batch_suggestion():
     receive buffers just in time, fits pp 3 at batch 1024."""
     from planner.models import model_from_params
     spec, _ = model_from_params(7e9)
-    with pytest.raises(PlannerError, match="every candidate breaks a rule.*--global-batch-size 1023 splits over dp 3"):
+    with pytest.raises(PlannerError, match="every candidate breaks a rule.*use --global-batch-size 1023, which splits over dp 3"):
         recommend(spec, 3, global_batch_size=1024, framework="torchtitan")
     with pytest.raises(NothingFits) as e:
         recommend(spec, 3, global_batch_size=1024, framework="torchtitan", precision="fp32")
@@ -1215,3 +1215,39 @@ def test_evaluate_refuses_torchtitan_layouts_its_search_never_offers():
     with pytest.raises(StructureError, match="torchtitan's mixed precision is FSDP's"):
         evaluate_plan(alone)
     assert evaluate_plan(plan).prediction.step_time_s == pytest.approx(plan.prediction.step_time_s, rel=1e-12)
+
+
+def test_suggestions_skip_counts_no_layout_can_hold():
+    """A GPU count whose HBM and hosts together cannot hold 12 B a parameter (Adam's fp32 moments and the fp32
+    values, under every recipe) is not searched for a suggestion: a 99-trillion-parameter model on 8 GPUs had run
+    some 130 searches (up to a minute).  The floor never rules out a count where a layout fits: the smallest fits of
+    llama3-405b, with and without offload, pass it."""
+    import planner.core as core
+    from planner.core import NothingFits, recommend, states_cannot_fit
+    from planner.models import model_from_params
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    spec, _ = model_from_params(99e12)
+    assert all(states_cannot_fit(spec.num_params, g, hw) for g in (8, 64, 1024))
+    calls = []
+    real = core.recommend
+
+    def counting(*a, **k):
+        calls.append(a[1] if len(a) > 1 else k.get("gpus"))
+        return real(*a, **k)
+    core.recommend = counting
+    try:
+        with pytest.raises(NothingFits):
+            real(spec, 8)
+    finally:
+        core.recommend = real
+    assert calls == []
+    big, fitted = load_preset("llama3-405b"), []
+    for pins in (Pins(offload="none"), Pins(offload="optimizer", zero=3)):
+        for g in (8, 16, 32, 64):
+            try:
+                plan = recommend(big, g, pins=pins, suggest=False, top_k=1)
+            except NothingFits:
+                continue
+            fitted.append((pins.offload, g))
+            assert not states_cannot_fit(plan.model.num_params, g, hw), (pins, g)
+    assert ("optimizer", 32) in fitted, fitted  # the smallest of these counts where a layout fits

@@ -224,7 +224,7 @@ def summary_lines(plan: Plan) -> list[str]:
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + _speedup_text(plan),
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
-        f"{len(plan.parallel.stage_layers or [])} in all)",
+        f"{len(plan.parallel.stage_layers or [])} stage{'s' * (len(plan.parallel.stage_layers or []) != 1)})",
         f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else
                              "".join(f" (`parplan export --to {f}`)" for f, w in FORMAT_FRAMEWORK.items() if w == fw)),
     ]

@@ -787,3 +787,34 @@ def test_fsdp2_offload_copies_each_gathered_shard_over_the_host_link():
     assert float(a["dp_comm_s"]) == float(b["dp_comm_s"]) == 0.0
     # the gradients down (4 B) and the 16-bit weights back (2 B), once a step
     assert float(b["optimizer_s"] - a["optimizer_s"]) == pytest.approx((blocks + root) * 6 / 1e9, rel=1e-9)
+
+
+def test_amdahl_fraction_is_the_law_solved_for_the_speedup():
+    """The parallel fraction a plan reports is Amdahl's law, 1/S = (1 - a) + a/n, solved for a at the plan's own
+    speedup S on n GPUs (a speedup below one, communication slower than a GPU's compute, reads 0)."""
+    from planner.core import recommend
+    from planner.models import load_preset
+    for name, gpus in (("llama3-8b", 8), ("llama3-70b", 64), ("gpt3-175b", 1024)):
+        am = recommend(load_preset(name), gpus).prediction.amdahl
+        s, a = am.speedup, am.parallel_fraction
+        assert 1 < s <= gpus and 0 < a <= 1
+        assert 1 / s == pytest.approx((1 - a) + a / gpus, rel=1e-9)
+
+
+def test_pipeline_bytes_are_two_activations_per_micro_batch_and_virtual_stage():
+    """Each micro-batch crosses each of a rank's v virtual-stage boundaries twice (the forward's activation, the
+    backward's gradient), mbs x seq x hidden 16-bit values each without TP: pp bytes per GPU and step
+    = m x 2 x v x that; interleaving (v 2) doubles it."""
+    from planner.core import recommend
+    from planner.models import load_preset
+    from planner.search import Pins
+    spec = load_preset("llama3-8b")
+    got = {}
+    for sched, vpp in (("1f1b", 1), ("interleaved-1f1b", 2)):
+        plan = recommend(spec, 8, seq_len=4096, global_batch_size=64,
+                         pins=Pins(tp=1, pp=4, dp=2, cp=1, mbs=2, vpp=vpp, schedule=sched, sp=False, zero=1))
+        m = plan.training.num_microbatches
+        assert m == 64 // (2 * 2)
+        got[vpp] = plan.prediction.comm_bytes_per_step.pp
+        assert got[vpp] == pytest.approx(m * 2 * vpp * (2 * 4096 * 4096 * 2), rel=1e-12)
+    assert got[2] == pytest.approx(2 * got[1])

@@ -1251,3 +1251,25 @@ def test_suggestions_skip_counts_no_layout_can_hold():
             fitted.append((pins.offload, g))
             assert not states_cannot_fit(plan.model.num_params, g, hw), (pins, g)
     assert ("optimizer", 32) in fitted, fitted  # the smallest of these counts where a layout fits
+
+
+@pytest.mark.parametrize("tp, cp, sp, seq, ok", [
+    (1, 2, False, 4098, False),  # 2 x cp = 4 equal chunks: 4098 is even, not a multiple of 4
+    (1, 2, False, 4100, True),
+    (4, 2, True, 4100, False),   # SP splits each cp rank's 2050 tokens over tp 4: not evenly
+    (4, 2, True, 4104, True),    # 2052 over tp 4
+    (4, 2, False, 4100, True),   # without SP nothing is split over tp
+])
+def test_sequence_splits_rule_out_what_cannot_divide(tp, cp, sp, seq, ok):
+    """Context parallelism cuts the sequence into 2 x cp equal chunks (load-balanced causal attention), and
+    sequence parallelism splits each cp rank's share over tp; a length neither divides is refused with the reason
+    `seq`, whatever else the layout does."""
+    from planner.core import PlannerError, recommend
+    pins = Pins(tp=tp, cp=cp, sp=sp, pp=1, mbs=1, zero=1, recompute="full")
+    spec = load_preset("llama3-8b")
+    if ok:
+        plan = recommend(spec, 8, seq_len=seq, global_batch_size=64, pins=pins, top_k=1)
+        assert plan.parallel.cp == cp and plan.training.seq_len == seq
+    else:
+        with pytest.raises(PlannerError, match=r"every candidate breaks a rule: \d+ .*seq"):
+            recommend(spec, 8, seq_len=seq, global_batch_size=64, pins=pins, top_k=1)

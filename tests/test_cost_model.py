@@ -818,3 +818,38 @@ def test_pipeline_bytes_are_two_activations_per_micro_batch_and_virtual_stage():
         got[vpp] = plan.prediction.comm_bytes_per_step.pp
         assert got[vpp] == pytest.approx(m * 2 * vpp * (2 * 4096 * 4096 * 2), rel=1e-12)
     assert got[2] == pytest.approx(2 * got[1])
+
+
+def test_a_tied_head_still_costs_its_matmul():
+    """Model FLOPs count the output projection whether or not it shares the embedding's matrix (PaLM's 6N over
+    the matmul parameters); the parameter total counts the shared matrix once."""
+    from planner.models import load_preset
+    for name in ("gpt2", "llama3-8b"):
+        spec = load_preset(name)
+        c = param_counts(spec)
+        assert c["matmul"] == spec.layers * c["per_layer_matmul"] + spec.vocab * spec.hidden
+        assert (c["head"] == 0) == bool(spec.tied_embeddings)
+
+
+def test_a_group_is_inside_a_node_only_where_its_span_tiles_the_node():
+    """Ranks of a group `stride` apart span stride x size ranks; on 8-GPU nodes a span that does not divide 8
+    (6, 12) straddles two nodes for some group once the job has more than one node; a single-node job, or a
+    group of one, is always inside."""
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    inside = lambda stride, size, gpus: bool(comm.group_inside_node(hw, stride, size, gpus))
+    assert inside(1, 4, 16) and inside(2, 4, 16) and inside(1, 8, 64)
+    assert not inside(1, 6, 12) and not inside(3, 4, 24) and not inside(1, 16, 32)
+    assert inside(1, 6, 6) and inside(5, 1, 40)
+
+
+def test_the_simplest_of_near_ties_is_ranked_by_moving_parts_in_order():
+    """complexity: optimizer offload outweighs context parallelism, which outweighs ZeRO-3, which outweighs an
+    interleaved or zero-bubble pipeline, each more than all after it together; a schedule without a pipeline adds
+    nothing, and ZeRO-3 nothing where FSDP is the framework's default."""
+    from planner.search import complexity
+    lay = lambda **kw: _lay(**{"gpus": 16, "dp": 16, **kw})
+    c = lambda l, z3=True: int(complexity(l, z3))
+    everything_else = c(lay(cp=2, dp=8, zero=3, pp=2, vpp=2, schedule=2))
+    assert c(lay(offload=1, zero=1)) > everything_else
+    assert c(lay(cp=2, dp=8)) > c(lay(zero=3, pp=2, vpp=2, schedule=2)) > c(lay(pp=2, vpp=2, schedule=2)) > 0
+    assert c(lay(zero=3)) > 0 and c(lay(zero=3), False) == 0 and c(lay(schedule=2)) == 0

@@ -19,15 +19,20 @@ from tests.runtime_helpers.suite import REPO
 pytestmark = pytest.mark.multirank
 
 
-@pytest.fixture(scope="module")
-def gathers():
+def _counted(helper: str, ranks: int, tag: str) -> dict:
+    """The JSON line `tag` that tests.runtime_helpers.<helper> prints on rank 0, run under torchrun on gloo."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        "-m", "tests.runtime_helpers.fsdp2_gathers"], cwd=REPO, env=env, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+                        "-m", f"tests.runtime_helpers.{helper}"], cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    line = next(l for l in r.stdout.splitlines() if l.startswith("FSDP2_GATHERS "))
+    line = next(l for l in r.stdout.splitlines() if l.startswith(tag + " "))
     return json.loads(line.split(" ", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def gathers():
+    return _counted("fsdp2_gathers", 2, "FSDP2_GATHERS")
 
 
 def _dp_bytes(framework: str, recompute: str) -> float:
@@ -56,13 +61,7 @@ def test_fsdp2_gathers_each_block_twice_per_step(gathers, mode):
 
 @pytest.fixture(scope="module")
 def pipeline_gathers():
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-                        "-m", "tests.runtime_helpers.fsdp2_pipeline_gathers"], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    line = next(l for l in r.stdout.splitlines() if l.startswith("FSDP2_PIPELINE_GATHERS "))
-    return json.loads(line.split(" ", 1)[1])
+    return _counted("fsdp2_pipeline_gathers", 4, "FSDP2_PIPELINE_GATHERS")
 
 
 @pytest.mark.parametrize("schedule, chunks", [("1f1b", 1), ("interleaved-1f1b", 2)])

@@ -558,15 +558,15 @@ def queued_weight_pass(lay, tr):
     return zb & weight_pass_queued(tr, lay.zero)
 
 
-def fsdp2_offload(lay, tr):
-    """FSDP2 ZeRO-3 under optimizer offload: CPUOffloadPolicy, its parameter and gradient shards on the host."""
-    return (lay.zero >= 3) & np.asarray(tr.zero3_fsdp2) & (lay.offload > 0)
-
-
 def fsdp2_flags(lay, tr):
     """(FSDP2 ZeRO-3, FSDP2 ZeRO-3 inside a pipeline: gathered weights kept through the step)."""
     fsdp2 = (lay.zero >= 3) & tr.zero3_fsdp2
     return fsdp2, fsdp2 & (np.asarray(lay.pp) > 1)
+
+
+def fsdp2_offload(lay, tr):
+    """FSDP2 ZeRO-3 under optimizer offload: CPUOffloadPolicy, its parameter and gradient shards on the host."""
+    return np.asarray(fsdp2_flags(lay, tr)[0]) & (np.asarray(lay.offload) > 0)  # arrays: callers negate it
 
 
 def rank_params(m: ModelDims, lay):

@@ -440,7 +440,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     opt_t = optimizer_time(np.where(off, 0.0, opt_params), np.where(off, opt_params, 0.0),
                            tr.precision, hw, gpus_node, param_tensors_per_rank(m, pp, blocks_first, blocks_mid, blocks_last,
                                                                                         head_first),
-                           over_link=~fsdp2_offload(lay, tr))
+                           over_link=~host_z3)
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)

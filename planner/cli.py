@@ -174,17 +174,12 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
 def _one_line(e: Exception) -> str:
     from pydantic import ValidationError
 
-    from .schema import error_message
+    from .schema import validation_summary
     if isinstance(e, ValidationError):
-        parts = []
-        for err in e.errors()[:3]:
-            loc = ".".join(str(x) for x in err.get("loc", ()))
-            msg = error_message(err)
-            parts.append(f"{loc}: {msg}" if loc else msg)
-        more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
-        said = any("parplan recommend" in part for part in parts)  # a validator that names its own fix
-        return ("invalid plan: " + "; ".join(parts) + more + ("" if said else "; correct those fields, or write the "
-                                                              "plan again with `parplan recommend ... --json`"))
+        text = validation_summary(e)
+        said = "parplan recommend" in text  # a validator that names its own fix
+        return ("invalid plan: " + text + ("" if said else "; correct those fields, or write the "
+                                           "plan again with `parplan recommend ... --json`"))
     return " ".join(str(e).split())
 
 

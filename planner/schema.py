@@ -54,6 +54,18 @@ def error_message(err: dict) -> str:
     return str(err.get("msg")).removeprefix("Value error, ")
 
 
+def validation_summary(e, limit: int = 3) -> str:
+    """A pydantic ValidationError in one line: its first `limit` fields' errors ("loc: message; ..."), then how many
+    more there are."""
+    parts = []
+    for err in e.errors()[:limit]:
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = error_message(err)
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    more = f" (+{e.error_count() - limit} more)" if e.error_count() > limit else ""
+    return "; ".join(parts) + more
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from cost_models.layout import ModelDims
 
-from .schema import ModelSpec
+from .schema import ModelSpec, validation_summary
 from .search import Pins
 
 
@@ -607,15 +607,6 @@ def available_sets(directory: Path | None = None) -> list[str]:
     return [n for n in ADAPTERS if (directory / f"{n}.json").exists()]
 
 
-def _pydantic_line(e) -> str:
-    """A ValidationError of a plan built from a reference row, in one line: the first field's error."""
-    from .schema import error_message
-    err = e.errors()[0]
-    loc = ".".join(str(x) for x in err.get("loc", ()))
-    more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-    return f"{e.title} {loc}: {error_message(err)}{more}"
-
-
 class ReferenceFileError(ValueError):
     """A reference set's file that its adapter cannot read: the file's fault, said in one line."""
 
@@ -653,8 +644,14 @@ def validate_all(names: list[str] | None = None, directory: Path | None = None,
         except (KeyError, TypeError, IndexError, ValueError, ZeroDivisionError) as e:
             # a ValueError here is the row's: a pydantic ValidationError of the plan built from it (gpus 0, a
             # negative sequence), or the check above
-            what = (f"missing key {e}" if isinstance(e, KeyError) else _pydantic_line(e) if isinstance(e, ValidationError)
-                    else " ".join(str(e).split()) if isinstance(e, ValueError) else f"{e.__class__.__name__}: {e}")
+            if isinstance(e, KeyError):
+                what = f"missing key {e}"
+            elif isinstance(e, ValidationError):
+                what = f"{e.title} {validation_summary(e, 1)}"
+            elif isinstance(e, ValueError):
+                what = " ".join(str(e).split())
+            else:
+                what = f"{e.__class__.__name__}: {e}"
             raise ReferenceFileError(f"reference set {path}: {what} (compare with the set's shipped file in "
                                      "benchmarks/reference/)") from None
         if not cases:

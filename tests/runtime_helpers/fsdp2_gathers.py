@@ -52,8 +52,13 @@ def main() -> int:
         names = collections.Counter(e.name for e in prof.events())
         out[mode] = {f"blocks.{i}": names.get(f"FSDP::all_gather (blocks.{i})", 0) for i in range(cfg.layers)}
         out[mode]["root"] = names.get("FSDP::all_gather", 0)  # the root unit's range has no module name
+    return finish("FSDP2_GATHERS", out)
+
+
+def finish(tag: str, out) -> int:
+    """Print `tag` and the counts as one JSON line on rank 0 (what the test reads), then leave the group."""
     if dist.get_rank() == 0:
-        print("FSDP2_GATHERS " + json.dumps(out))
+        print(f"{tag} " + json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()
     return 0

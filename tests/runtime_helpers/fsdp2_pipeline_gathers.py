@@ -6,13 +6,13 @@ forward-backward and gradient reduction run under the profiler.  Prints one JSON
 {schedule: [{unit name: all-gathers in that step} for each rank]} from FSDP2's own profiler ranges (a unit's range
 is "FSDP::all_gather (<module>)", the stage root's has no module name)."""
 import collections
-import json
 import sys
 
 import torch
 import torch.distributed as dist
 
 from parallel_layers import train
+from tests.runtime_helpers.fsdp2_gathers import finish
 from tests.runtime_helpers.plans import TINY_LLAMA, tiny_plan
 
 SCHEDULES = {"1f1b": 1, "interleaved-1f1b": 2}
@@ -44,11 +44,7 @@ def main() -> int:
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, dict(counts))
         out[schedule] = ranks
-    if dist.get_rank() == 0:
-        print("FSDP2_PIPELINE_GATHERS " + json.dumps(out))
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return finish("FSDP2_PIPELINE_GATHERS", out)
 
 
 if __name__ == "__main__":

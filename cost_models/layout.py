@@ -112,6 +112,12 @@ class TrainingConsts:
     # DeepSpeed's stage 3 gathers weight by weight and prefetches one weight ahead (cost_models/zero3.py):
     # its gathers hide behind one weight's compute, not a whole block's, and it holds two weights gathered
     zero3_one_weight_ahead: bool = False
+    # DeepSpeed's optimizer offload accumulates the rank's gradient partition across micro-batches in a host
+    # buffer of the parameters' dtype, through the GPU (up, add on the GPU, back down), and keeps the partition's
+    # fp32 gradient on the host beside its Adam states: timed in cost_models.total (per-micro-batch copies), held
+    # in memory.model_state_coefficients (offloaded).  Megatron's and parplan's offloaded optimizers take the
+    # gradients off the GPU once a step; FSDP2's CPUOffloadPolicy is fsdp2_offload's.
+    offload_grads_via_host: bool = False
     # torch.distributed.pipelining allocates, per stage and per micro-batch, a receive buffer for the
     # stage's input activation (all stages but the first) and one for its output gradient (all but
     # the last), once, and keeps them (PipelineStage's args_recv_info / grad_recv_info); counted

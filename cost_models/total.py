@@ -353,9 +353,23 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     # the last backward only.
     each = (zero == 2) & tr.zero2_each_microbatch
     n_red = np.where(each, m_micro, 1)
-    last_red = np.where(ov, hw.exposed(red_t, bwd_window), red_t)
-    exposed_rs_ag = (np.where(each, (m_micro - 1) * np.where(ov, hw.exposed(red_t, t_stage), red_t), 0.0) + last_red
-                     + np.where(ov_gather, hw.exposed(ag_t, fwd_window), ag_t))
+    # DeepSpeed's optimizer offload (TrainingConsts.offload_grads_via_host) accumulates the rank's gradient
+    # partition in a host buffer of the parameters' dtype through the GPU: a micro-batch after the first copies
+    # the buffer up and adds it on the GPU, one before the boundary copies the sum back down; the boundary's fp32
+    # copy down is optimizer_time's.  ZeRO-1/2: stage_1_and_2.py's copy_grads_in_partition runs
+    # async_accumulate_grad_in_cpu_via_gpu where gradient_accumulation_steps > 1, after each reduction on the
+    # reduction stream: ZeRO-2 reduces every micro-batch (2 (m - 1) copies a step, counted as a down and an up
+    # copy with each but the last reduction), ZeRO-1 at the boundary only, where it still copies the (never
+    # filled) buffer up once.  ZeRO-3: stage3.py's partition_grads copies down and up every micro-batch (the
+    # first's `grad_buffer.to(device)` too): 2 m, with each micro-batch's reduce-scatters (zero3.block_comm)
+    ds_acc = (lay.offload > 0) & np.asarray(tr.offload_grads_via_host)
+    acc_copy = np.where(ds_acc, stage_params / shards * rec["weight"] / hw.host_link_bytes_per_s, 0.0)
+    accumulates = m_micro > 1
+    red_last_t = red_t + np.where((zero == 1) & accumulates, acc_copy, 0.0)
+    red_each_t = red_t + np.where(accumulates, 2 * acc_copy, 0.0)
+    last_red = np.where(ov, hw.exposed(red_last_t, bwd_window), red_last_t)
+    exposed_rs_ag = (np.where(each, (m_micro - 1) * np.where(ov, hw.exposed(red_each_t, t_stage), red_each_t), 0.0)
+                     + last_red + np.where(ov_gather, hw.exposed(ag_t, fwd_window), ag_t))
     # ZeRO-3 / FSDP: per micro-batch gather weights for forward and backward (+ recompute) and
     # reduce-scatter gradients; each hides behind the compute of the micro-batch it serves.  FSDP2
     # unshards a block in its pre-backward hook, before autograd reaches the checkpoint, so the
@@ -386,7 +400,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     grad_down = np.where(host_z3, stage_params / shards * rec["grad"] / hw.host_link_bytes_per_s, 0.0)
     z3_ag_t = blk_gathers * (blk_ag_t + blk_up) + np.where(root_params > 0, root_ag_t + root_up, 0.0)
     z3_ag_moved = blk_gathers * blk_ag_moved + root_ag_moved
-    z3_mb_t = z3_ag_t + rs_t + grad_down
+    z3_mb_t = z3_ag_t + rs_t + grad_down + 2 * acc_copy
     # inside a pipeline FSDP2 keeps the weights gathered from a stage's first forward to its last backward
     # (reshard_after_forward off: torchtitan's default whenever pp > 1, and parplan's runtime's; the pipeline
     # schedule turns reshard_after_backward off but for the last backward): the step gathers and reduce-scatters
@@ -402,6 +416,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
         rest = stage_root
         rest_ag, rest_ag_moved = comm.all_gather(rest * rec["weight"], shards, sh_bw, sh_lat)
         rest_rs, rest_rs_moved = comm.reduce_scatter(rest * rec["grad"], shards, sh_bw, sh_lat)
+        rest_rs = rest_rs + np.where(ds_acc, 2 * rest / shards * rec["weight"] / hw.host_link_bytes_per_s, 0.0)
         blk_exp, blk_moved = zero3.block_comm(m, lay, hw, tr, sh_bw, sh_lat)
         rest_compute = emb_time + np.where(head_first, head_compute, 0.0)
         ds_mb = blocks_first * blk_exp + hw.exposed((2 + z3_regather) * rest_ag + rest_rs, rest_compute)

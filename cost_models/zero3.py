@@ -110,7 +110,11 @@ def block_comm(m: ModelDims, lay, hw, tr, bw, lat):
     gath = [comm.all_gather(x * rec["weight"], dp, bw, lat) for x in w]
     red = [comm.reduce_scatter(x * rec["grad"], dp, bw, lat) for x in w]
     g_t, g_b = np.stack([t for t, _ in gath]), np.stack([b for _, b in gath])
-    r_t, r_b = [t for t, _ in red], [b for _, b in red]
+    # under optimizer offload each reduce-scatter's partition goes down to the host buffer and comes back up
+    # every micro-batch (stage3.py partition_grads; cost_models.total: offload_grads_via_host)
+    host = (np.asarray(lay.offload) > 0) & np.asarray(tr.offload_grads_via_host)
+    r_t = [t + np.where(host, 2 * x / dp * rec["weight"] / hw.host_link_bytes_per_s, 0.0) for (t, _), x in zip(red, w)]
+    r_b = [b for _, b in red]
     full = np.asarray(lay.recompute) == REC_FULL
     kept = np.where(full, kept_after_recompute(w), 0)
 

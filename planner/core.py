@@ -128,7 +128,7 @@ STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_param_gather",
 #              llm-foundry under Composer (MPT), Accelerate.  Modelled as torchtitan's FSDP2 otherwise
 #              (zero3_fsdp2: FSDP1's flat parameters are gathered and freed per block alike)
 # DeepSpeed also differs in what no flag names (TrainingConsts: zero3_one_weight_ahead,
-# p2p_blocking_transfers); parplan's runtime keeps fused-kernel memory uncompiled (TrainingConsts.eager_saves_more).
+# p2p_blocking_transfers, offload_grads_via_host); parplan's runtime keeps fused-kernel memory uncompiled (TrainingConsts.eager_saves_more).
 # Pipeline schedules each framework runs (the search only offers these): Megatron-LM's 1F1B and
 # interleaved 1F1B; DeepSpeed's pipeline engine (TrainSchedule, non-interleaved 1F1B);
 # torch.distributed.pipelining (parplan's runtime, torchtitan) has all five.
@@ -238,6 +238,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",
                           zero3_fsdp2=tr.framework in TORCH_FSDP,
                           zero3_one_weight_ahead=tr.framework == "deepspeed",
+                          offload_grads_via_host=tr.framework == "deepspeed",
                           p2p_blocking_transfers=tr.framework == "deepspeed",
                           p2p_buffers_per_microbatch=tr.framework == "torchtitan",  # parplan: just_in_time_receives
                           p2p_sends_held_to_step_end=tr.framework in TORCH_PIPELINING,

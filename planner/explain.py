@@ -13,17 +13,23 @@ TIME_LABELS = {"compute": "compute", "tp_comm": "exposed TP communication", "pp_
                "dp_comm": "exposed DP communication", "cp_comm": "exposed CP communication",
                "bubble": "pipeline bubble", "optimizer": "optimizer step + gradient passes"}
 def time_label(key: str, plan: Plan) -> str:
-    """TIME_LABELS[key], naming the host-link copies the DP part holds under FSDP2 offload (host_shards)."""
-    return TIME_LABELS[key] + (" and host-link copies" if key == "dp_comm" and host_shards(plan) else "")
+    """TIME_LABELS[key], naming the host-link copies the DP part holds under some offloads (dp_host_copies)."""
+    return TIME_LABELS[key] + (" and host-link copies" if key == "dp_comm" and dp_host_copies(plan) else "")
 
 
-def host_shards(plan: Plan) -> bool:
-    """FSDP2's CPUOffloadPolicy (ZeRO-3 with optimizer offload where torch's FSDP runs it): each gather copies the
-    rank's shard up the host link and each reduce-scatter copies its gradient down, timed with them
-    (cost_models.memory.fsdp2_offload)."""
+def dp_host_copies(plan: Plan) -> bool:
+    """Whether the DP part times host-link copies besides the collectives: FSDP2's CPUOffloadPolicy (ZeRO-3 with
+    optimizer offload where torch's FSDP runs it), whose gathers copy the rank's shard up and reduce-scatters its
+    gradient down (cost_models.memory.fsdp2_offload), and DeepSpeed's offload, which accumulates the gradient
+    partition in host memory through the GPU: every micro-batch at ZeRO-3, with gradient accumulation at ZeRO-1/2
+    (TrainingConsts.offload_grads_via_host)."""
     from .core import TORCH_FSDP
-    p = plan.parallel
-    return p.zero_stage >= 3 and p.offload != "none" and plan.training.framework in TORCH_FSDP
+    p, t = plan.parallel, plan.training
+    if p.offload == "none" or p.zero_stage == 0:
+        return False
+    if t.framework == "deepspeed":
+        return p.zero_stage >= 3 or t.num_microbatches > 1
+    return p.zero_stage >= 3 and t.framework in TORCH_FSDP
 
 
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "schedule", "offload")

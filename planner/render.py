@@ -108,11 +108,11 @@ def time_rows(plan: Plan) -> list[tuple[str, float]]:
     """(label, seconds) of the best plan's step-time table: the named parts, the remainder of the step they
     leave (explain.step_remainder: the slowest stage's embedding, casts, ...), and the step; the rows before
     the step add up to it."""
-    from .explain import TIME_PARTS, host_shards, layout_dict, remainder_label, step_remainder
+    from .explain import TIME_PARTS, dp_host_copies, layout_dict, remainder_label, step_remainder
     pr = plan.prediction
     tb = pr.time_breakdown
     labels = {"compute": "compute", "tp_comm": "TP comm (exposed)", "pp_comm": "PP send/recv",
-              "dp_comm": "DP comm" + (" + host copies" if host_shards(plan) else "") + " (exposed)",
+              "dp_comm": "DP comm" + (" + host copies" if dp_host_copies(plan) else "") + " (exposed)",
               "cp_comm": "CP comm (exposed)", "bubble": "pipeline bubble",
               "optimizer": "optimizer + grad passes"}
     parts = {k: (getattr(tb, attr) if tb is not None else 0.0) for k, attr in TIME_PARTS}

@@ -789,6 +789,56 @@ def test_fsdp2_offload_copies_each_gathered_shard_over_the_host_link():
     assert float(b["optimizer_s"] - a["optimizer_s"]) == pytest.approx((blocks + root) * 6 / 1e9, rel=1e-9)
 
 
+def test_deepspeed_offload_accumulates_gradients_through_the_host_link():
+    """DeepSpeed's optimizer offload accumulates the rank's gradient partition in a host buffer of the parameters'
+    dtype through the GPU (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, stage3.py partition_grads): ZeRO-2
+    copies down and up with each of m - 1 micro-batches' reductions, ZeRO-3 with all m, ZeRO-1 (which reduces at
+    the boundary only) the never-filled buffer up once; with one micro-batch ZeRO-1/2 copy nothing.  Halving the
+    link adds exactly those copies' time once they outlast the compute beside them.  Its host holds the buffer
+    and the partition's fp32 gradient (4 B) beside the Adam states; parplan's offload none of these."""
+    from planner.core import training_consts
+    from planner.schema import Training
+    from cost_models.memory import embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu
+    spec = ModelSpec(arch="llama", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=2816, vocab=1024)
+    seq = 1024
+    m = ModelDims.from_spec(spec, seq)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    slow, slower = replace(hw, host_link_bytes_per_s=1e9), replace(hw, host_link_bytes_per_s=0.5e9)
+    params = 4 * float(layer_params_per_gpu(m, 1)) + float(embedding_params_per_gpu(m, 1) + head_params_per_gpu(m, 1, 1))
+    copy = params * 2 / 1e9  # one 16-bit copy of the partition at 1e9 B/s: halving the link adds this much again
+
+    def consts(framework, micro, dp=1):
+        return training_consts(Training(seq_len=seq, global_batch_size=micro * dp, micro_batch_size=1,
+                                        num_microbatches=micro, precision="master-weights", framework=framework,
+                                        zero2_grad_reduce="per-micro-batch"))
+
+    for micro in (6, 1):
+        ds, own = consts("deepspeed", micro), consts("parplan", micro)
+        for zero, copies in ((1, 1 if micro > 1 else 0), (2, 2 * (micro - 1)), (3, 2 * micro)):
+            lay = _lay(gpus=1, dp=1, zero=zero, offload=1)
+            a, b = (evaluate(m, ds, h, lay) for h in (slow, slower))
+            assert float(b["dp_comm_s"] - a["dp_comm_s"]) == pytest.approx(copies * copy, rel=1e-9, abs=1e-12)
+            # the optimizer's step a step: gradients down in fp32 (4 B), 16-bit weights back (2 B)
+            assert float(b["optimizer_s"] - a["optimizer_s"]) == pytest.approx(params * 6 / 1e9, rel=1e-9)
+            held = float(a["mem_offloaded"]) - params * (12 + 4)  # the master and Adam's m, v; the fp32 gradient
+            assert held == pytest.approx(params * 2 if zero == 3 or micro > 1 else 0.0, abs=1e-3 * params)
+            if zero < 3:  # parplan's runtime (FSDP2 at ZeRO-3, its own copies): the states alone, no copies timed
+                a, b = (evaluate(m, own, h, lay) for h in (slow, slower))
+                assert float(a["dp_comm_s"]) == float(b["dp_comm_s"]) == 0.0
+                assert float(a["mem_offloaded"]) == pytest.approx(params * 12, rel=1e-9)
+    # weights above DeepSpeed's prefetch bucket (zero3.block_comm, one weight ahead): the copies go with each
+    # weight's reduce-scatter, and on a link slow enough to leave the compute no part they are all of the difference
+    from cost_models import zero3
+    big = ModelDims.from_spec(gpt(2, 12288, 96), 2048)
+    lay, kept = _lay(gpus=8, dp=8, zero=3, offload=1), _lay(gpus=8, dp=8, zero=3)
+    assert bool(zero3.one_weight_ahead(big, 1))
+    crawl = replace(hw, host_link_bytes_per_s=1e6)
+    ds = consts("deepspeed", 2, dp=8)
+    added = float(evaluate(big, ds, crawl, lay)["dp_comm_s"] - evaluate(big, ds, crawl, kept)["dp_comm_s"])
+    stage = 2 * float(layer_params_per_gpu(big, 1)) + float(embedding_params_per_gpu(big, 1))
+    assert added == pytest.approx(2 * 2 * stage / 8 * 2 / 1e6, rel=0.01)
+
+
 def test_amdahl_fraction_is_the_law_solved_for_the_speedup():
     """The parallel fraction a plan reports is Amdahl's law, 1/S = (1 - a) + a/n, solved for a at the plan's own
     speedup S on n GPUs (a speedup below one, communication slower than a GPU's compute, reads 0)."""

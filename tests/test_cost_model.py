@@ -193,6 +193,92 @@ def test_held_sends_and_in_flight_counts_follow_torchs_orders(released):
     assert checked > 100
 
 
+def _torch_single_stage_order(schedule_cls, p, m, r):
+    """Rank r's events under torch.distributed.pipelining's own Schedule1F1B or ScheduleGPipe
+    (`_step_microbatches`, which builds no action list): the schedule runs over a stand-in stage that records its
+    forwards and backwards, and its p2p batches and waits are recorded instead of sent."""
+    from unittest import mock
+    from torch.distributed.pipelining import schedules as S
+    log = []
+
+    class Stage:
+        stage_index, is_first, is_last = r, r == 0, r == p - 1
+
+        def get_fwd_recv_ops(self, i):
+            return []
+
+        get_bwd_recv_ops = get_fwd_recv_ops
+
+        def get_fwd_send_ops(self, i):
+            return [] if self.is_last else [("output", i)]
+
+        def get_bwd_send_ops(self, i):
+            return [] if self.is_first else [("input_grad", i)]
+
+        def forward_one_chunk(self, i, *args, **kwargs):
+            log.append(("F", i))
+
+        def backward_one_chunk(self, i, **kwargs):
+            log.append(("B", i))
+
+        def perform_reduce_grad(self, *args):
+            pass
+
+    s = schedule_cls.__new__(schedule_cls)
+    s._stage, s._n_microbatches, s._num_stages, s.scale_grads = Stage(), m, p, True
+    s._check_inputs = lambda *a: ([None] * m, [{}] * m)
+    s._initialize_stage = s._maybe_compute_loss = s._maybe_get_loss = s._update_losses = lambda *a: None
+
+    def batch(ops, desc=None):
+        log.extend(("send", o) for o in ops)
+        return list(ops)
+
+    def wait(work):
+        for w in (work.values() if isinstance(work, dict) else work):
+            log.extend(("wait", o) for o in (w if isinstance(w, list) else [w]))
+
+    with mock.patch.object(S, "_batch_p2p", batch), mock.patch.object(S, "_wait_batch_p2p", wait), \
+            mock.patch.object(S, "_sorted_batch_p2p", lambda ops, desc=None: {0: batch(ops)}):
+        s._step_microbatches(None, None, None, None)
+    return log
+
+
+def test_1f1b_and_gpipe_in_flight_counts_follow_torchs_own_runs():
+    """The model's moments for 1F1B (p - r micro-batches held) and GPipe (all m) against torch's own
+    Schedule1F1B and ScheduleGPipe run over a stand-in stage: the peak over the run of A x micro-batches whose
+    activations are held + H x sent tensors not yet waited for that would otherwise be freed (an input gradient
+    from its send on; a stage output only once its micro-batch's backward ran).  torch waits on each send within
+    a step or two under 1F1B; GPipe holds its input gradients to the end, but while the activations drain."""
+    from torch.distributed.pipelining import schedules as S
+    A, H = 8.0, 0.5
+    checked = 0
+    for cls, code in ((S.Schedule1F1B, 1), (S.ScheduleGPipe, 0)):
+        for p in (2, 3, 4, 8):
+            for m in (p, p + 1, 2 * p, 4 * p) + ((1, p - 1) if code == 0 else ()):
+                model = rank_inflight(_lay(gpus=p, pp=p, dp=1, schedule=code), m, p)
+                for kind, r in (("first", 0), ("mid", 1), ("last", p - 1)):
+                    if kind == "mid" and p <= 2:
+                        continue
+                    act, out, peak = 0, set(), 0.0
+                    done = set()
+                    for ev, x in _torch_single_stage_order(cls, p, m, r):
+                        if ev == "F":
+                            act += 1
+                        elif ev == "B":
+                            act -= 1
+                            done.add(x)
+                        elif ev == "send":
+                            out.add(x)
+                        else:
+                            out.discard(x)
+                        held = sum(1 for kind_, i in out if kind_ == "input_grad" or i in done)
+                        peak = max(peak, act * A + held * H)
+                    got = max(float(n) * A + float(w) * 0 + float(h) * H for n, w, h in model[kind])
+                    assert got == pytest.approx(peak), (cls.__name__, p, m, kind)
+                    checked += 1
+    assert checked > 50
+
+
 def test_virtual_stage_blocks_is_stage_layers():
     for L in (1, 5, 7, 13, 30, 126):
         for p in (1, 2, 3, 4, 16):

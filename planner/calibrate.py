@@ -67,6 +67,7 @@ import time
 from pathlib import Path
 
 from cost_models.hardware import TEST_ONLY_MARK
+from planner.limits import can_make_folder_in
 
 N_BINS = 10
 TOOL = "parplan calibrate"
@@ -231,7 +232,7 @@ def check_out_path(out: str | None, default_name: str, base_path: Path | None = 
                                f"another --out (or none: the default is a new file)")
     # before any measurement (a device calibration takes minutes): where the file would go must be a writable folder
     folder = next((q for q in path.absolute().parents if q.exists()), None)
-    if folder is not None and (not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK)):
+    if folder is not None and (not folder.is_dir() or not can_make_folder_in(folder)):
         why = "is a file, not a folder" if not folder.is_dir() else "is not writable"
         raise CalibrationError(f"--out {path}: {folder} {why} -- fix: give --out in a folder you can write")
     return path

@@ -35,6 +35,7 @@ from cost_models.compute import plan_fuses_wgrad, plan_overlaps_param_gather
 from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_steps, saved_tp, step_path
 from planner.core import WINDOW_FRAMEWORKS
+from planner.limits import can_make_folder_in
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -1122,7 +1123,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         # where the run's folder would be made (the default runs/<time> included): a dry run says so too, where the
         # run itself would stop at its first write
         nearest = nearest_existing(run_dir.absolute())
-        if nearest is not None and nearest.is_dir() and not os.access(nearest, os.W_OK | os.X_OK):
+        if nearest is not None and nearest.is_dir() and not can_make_folder_in(nearest):
             checks.append(Check("report", False, f"cannot write in {run_dir}: {nearest} is not writable",
                                 "pass --report in a folder you can write, e.g. runs/NAME/report.json"))
     # every node derives the same rendezvous id from the same plan

@@ -27,3 +27,17 @@ def is_device(path) -> bool:
     except (OSError, ValueError):
         return False
     return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
+def can_make_folder_in(folder) -> bool:
+    """Whether a folder can be made in `folder`: permission bits (os.access) first, then a folder made and removed,
+    since some places pass os.access and take no folder (/proc and /sys as root, a read-only mount)."""
+    import os
+    import tempfile
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".parplan-", dir=folder))
+    except OSError:
+        return False
+    return True

@@ -84,6 +84,27 @@ def test_dry_run_says_when_the_run_folder_cannot_be_written(plan8, capsys, monke
     assert "FAIL" not in capsys.readouterr().err
 
 
+def test_dry_run_tries_to_make_the_run_folder_where_permission_bits_say_yes(plan8, capsys, monkeypatch, tmp_path):
+    """Some folders pass os.access and take no folder (/proc as root, a read-only mount): the dry run had said every
+    check passed there.  It now makes and removes a folder where the bits allow one (the refusal is simulated by
+    a mkdtemp that fails, as /proc's does), and leaves nothing behind where it can."""
+    import errno
+    import tempfile
+    free = tmp_path / "free"
+    free.mkdir()
+    assert L.can_make_folder_in(free) and list(free.iterdir()) == []
+    real = tempfile.mkdtemp
+
+    def refuse(*args, dir=None, **kwargs):
+        if str(dir) == str(free):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*args, dir=dir, **kwargs)
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    assert not L.can_make_folder_in(free)
+    assert L.launch(plan8, dry_run=True, device="cpu", report=str(free / "r" / "report.json")) == 0
+    assert f"[FAIL] report: cannot write in {free / 'r'}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_the_run_fuses_gradient_accumulation_as_the_plan_predicted(tmp_path, capsys, fused):
     """A plan predicted without fused accumulation (--no-grad-accumulation-fusion, or written before the runtime

@@ -231,6 +231,13 @@ class Layout:
     sp: Any  # 0/1
     schedule: Any  # SCHEDULES code
     offload: Any  # OFFLOADS code
+    # under full recompute, how many blocks of each virtual stage are recomputed, from its first (Megatron-LM's
+    # --recompute-method block --recompute-num-layers N; recomputed_share); 0: every block
+    recompute_layers: Any = 0
+
+    def __post_init__(self):
+        if np.ndim(self.recompute_layers) == 0 and np.ndim(self.tp) > 0:  # arrays of candidates: one each
+            self.recompute_layers = np.full(np.shape(self.tp), int(self.recompute_layers))
 
     def __len__(self) -> int:
         return int(np.size(self.tp))
@@ -240,6 +247,16 @@ class Layout:
 
     def row(self, i: int) -> dict:
         return {k: np.asarray(v)[i].item() for k, v in self.__dict__.items()}
+
+
+def recomputed_share(layers: int, lay):
+    """Share of a pipeline rank's blocks that full recompute re-runs: 1, or under recompute_layers N (Megatron-LM's
+    block method: the first N blocks of every virtual stage recomputed, the others keeping their activations)
+    N over the virtual stage's blocks, layers / (pp x vpp), at most 1 (an uneven split's stages at their mean
+    size).  1 wherever recompute is not full."""
+    n = np.asarray(lay.recompute_layers, dtype=float)
+    chunk = layers / (np.asarray(lay.pp) * np.asarray(lay.vpp))
+    return np.where((np.asarray(lay.recompute) == REC_FULL) & (n > 0), np.minimum(n / chunk, 1.0), 1.0)
 
 
 def stage_layers(layers: int, stages: int) -> list[int]:

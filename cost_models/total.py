@@ -33,8 +33,8 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       cast_time, column_input_grad_time, flow_shop_wait, gemm_time,
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, optimizer_time,
                       plan_overlaps_param_gather, wgrad_fusion_applies)
-from .layout import (PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
-                     head_on_first_rank, rank_block_counts, zero_shards)
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
+                     head_on_first_rank, rank_block_counts, recomputed_share, zero_shards)
 from .memory import (embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu, memory_breakdown,
                      queued_weight_pass)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
@@ -129,6 +129,10 @@ def step_floor(m: ModelDims, tr, hw, lay):
     t_stage >= t_first >= blocks_first x block >= blocks_first x bt["total"] (the terms left out are times,
     none negative).  The search times only candidates whose floor could still rank (search.run_search)."""
     lay = _unpipelined_as_1f1b(lay)
+    # partial recompute's blocks cost at least those of no recompute (partial_recompute's mix)
+    part = recomputed_share(m.layers, lay) < 1
+    if np.any(part):
+        lay = replace(lay, recompute=np.where(part, REC_NONE, np.asarray(lay.recompute)))
     m_micro = num_microbatches(tr, lay)
     bt = block_time(m, lay, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
                     tr.attention_kernel)
@@ -136,9 +140,93 @@ def step_floor(m: ModelDims, tr, hw, lay):
     return (m_micro + bf) * rank_block_counts(m.layers, lay.pp, lay.vpp, lay.schedule)[0] * bt["total"]
 
 
+# evaluate's outputs that are sums over a rank's blocks (and micro-batches) or follow them linearly: under partial
+# recompute, a mix of the no-recompute and full-recompute layouts' (partial_recompute)
+BLOCK_LINEAR_KEYS = ("step_time_s", "compute_s", "attention_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
+                     "bubble_s", "optimizer_s", "block_gpu_s", "block_host_s", "comm_tp_bytes", "comm_pp_bytes",
+                     "comm_dp_bytes", "comm_cp_bytes")
+
+
 def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     """Every prediction for the layout(s); `mem`: `memory(m, tr, lay)` when the caller has it already."""
     lay = _unpipelined_as_1f1b(lay)
+    share = recomputed_share(m.layers, lay)
+    return split_by_share(share, lay, mem, lambda sub, sm: _evaluate_whole_blocks(m, tr, hw, sub, sm),
+                          lambda sub, f, sm: partial_recompute(m, tr, hw, sub, f, sm))
+
+
+def split_by_share(share, lay, mem, whole, partial) -> dict:
+    """whole(layout, mem) for candidates whose blocks all recompute alike, partial(layout, share, mem) for those that
+    recompute a share of them (partial_recompute costs two evaluations), scattered back into candidate order."""
+    part = np.asarray(share) < 1
+    if not np.any(part):
+        return whole(lay, mem)
+    if part.ndim == 0 or np.all(part):
+        return partial(lay, share, mem)
+    n = len(part)
+    idx = (np.flatnonzero(~part), np.flatnonzero(part))
+
+    def rows(d, i):
+        return None if d is None else {k: np.broadcast_to(v, (n,))[i] if np.ndim(v) else v for k, v in d.items()}
+    a, b = whole(lay.take(idx[0]), rows(mem, idx[0])), partial(lay.take(idx[1]), share[idx[1]], rows(mem, idx[1]))
+    out = {}
+    for k in a:
+        va, vb = np.broadcast_to(a[k], (len(idx[0]),)), np.broadcast_to(b[k], (len(idx[1]),))
+        v = np.empty(n, dtype=np.result_type(va, vb))
+        v[idx[0]], v[idx[1]] = va, vb
+        out[k] = v
+    return out
+
+
+def partial_recompute(m: ModelDims, tr, hw, lay, share, mem: dict | None = None) -> dict:
+    """evaluate where full recompute re-runs a share f of each rank's blocks (Layout.recompute_layers): a block's
+    times, collectives and bytes are its own, recomputed or not, so a rank's sums over its blocks -- compute, the
+    per-block TP and CP exposure, the stage time and with it the 1F1B bubble -- are f x full recompute's + (1 - f) x
+    no recompute's, exactly.  The data-parallel and ZeRO-3 exposures hide behind windows that are such sums, and
+    exposure is convex in its window, so mixing them linearly over-states them where the overlap changes regime.
+    FLOPs follow the same mix (Narayanan 2021 eq. 3's recompute term over f of the blocks).  Memory:
+    memory.partial_recompute_memory."""
+    part = share < 1
+    whole = replace(lay, recompute_layers=np.zeros_like(np.asarray(lay.recompute_layers)))
+    none = replace(whole, recompute=np.where(part, REC_NONE, np.asarray(lay.recompute)))
+    kept, full = _evaluate_whole_blocks(m, tr, hw, none), _evaluate_whole_blocks(m, tr, hw, whole)
+    if mem is None:
+        mem = memory_breakdown(m, lay, tr, num_microbatches(tr, lay))
+    out = dict(full)
+    for k in BLOCK_LINEAR_KEYS:
+        out[k] = np.where(part, (1 - share) * kept[k] + share * full[k], full[k])
+    n = np.asarray(lay.gpus, dtype=float)
+
+    def hw_flops_per_token(r):
+        return r["hardware_tflops_per_gpu"] * n * 1e12 / r["tokens_per_s"]
+    step = out["step_time_s"]
+    out["tokens_per_s"] = tr.global_batch_size * m.seq_len / step
+    out["model_tflops_per_gpu"] = out["tokens_per_s"] * full["model_flops_per_token"] / n / 1e12
+    hf = (1 - share) * hw_flops_per_token(kept) + share * hw_flops_per_token(full)
+    out["hardware_tflops_per_gpu"] = out["tokens_per_s"] * hf / n / 1e12
+    out["mfu"] = out["model_tflops_per_gpu"] * 1e12 / hw.peak_flops
+    out["hfu"] = out["hardware_tflops_per_gpu"] * 1e12 / hw.peak_flops
+    out["bubble_fraction"] = out["bubble_s"] / step
+    out["speedup"], out["parallel_fraction"] = amdahl(n, out["compute_s"], step)
+    for k, key in (("weights", "mem_weights"), ("grads", "mem_grads"), ("optimizer", "mem_optimizer"),
+                   ("activations", "mem_activations"), ("other", "mem_other"), ("total", "mem_total"),
+                   ("offloaded", "mem_offloaded"), ("worst_stage", "worst_stage"), ("first_total", "mem_first"),
+                   ("mid_total", "mem_mid"), ("last_total", "mem_last")):
+        out[key] = mem[k]
+    return {k: np.where(part, v, full[k]) if k not in ("num_microbatches",) else v for k, v in out.items()}
+
+
+def amdahl(n, t_compute, step):
+    """(speedup, Amdahl parallel fraction): T1 = the whole job's pure compute on one GPU = n x per-GPU compute time.
+    A layout slower than one GPU's compute (speedup < 1: communication over a slow network) has no Amdahl fraction;
+    it reads 0, and the speedup says how much slower."""
+    speedup = n * t_compute / step
+    alpha = np.where(n > 1, np.maximum(0.0, (1 - 1 / np.maximum(speedup, 1e-12)) / np.where(n > 1, 1 - 1 / n, 1.0)), 1.0)
+    return speedup, alpha
+
+
+def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
+    """evaluate where every block of a rank recomputes alike."""
     rec = PRECISION_RECIPES[tr.precision]
     act_b = tr.act_bytes
     tp, pp, dp, cp, v = lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp
@@ -490,13 +578,9 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     mfu = model_tflops * 1e12 / hw.peak_flops
     hfu = hw_tflops * 1e12 / hw.peak_flops
 
-    # ---- Amdahl: T1 = the whole job's pure compute on one GPU = n x per-GPU compute time.
+    # ---- Amdahl
     t_compute = m_micro * compute_stage + dispatch_wait
-    n = np.asarray(lay.gpus, dtype=float)
-    speedup = n * t_compute / step
-    # a layout slower than one GPU's compute (speedup < 1: communication over a slow network) has no Amdahl
-    # fraction; it reads 0, and the speedup says how much slower
-    alpha = np.where(n > 1, np.maximum(0.0, (1 - 1 / np.maximum(speedup, 1e-12)) / np.where(n > 1, 1 - 1 / n, 1.0)), 1.0)
+    speedup, alpha = amdahl(np.asarray(lay.gpus, dtype=float), t_compute, step)
 
     # ---- bytes per GPU per step
     tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, 2 * moved_ag, 0.0)) + emb_comm * moved_ar

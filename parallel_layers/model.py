@@ -368,10 +368,13 @@ class StageModule(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer_ids: list[int], *, first: bool, last: bool, tp_group,
                  sp: bool = False, recompute: str = "none", autocast_dtype: Optional[torch.dtype] = None,
-                 device_type: str = "cpu", cp_group=None):
+                 device_type: str = "cpu", cp_group=None, recompute_layers: Optional[int] = None):
         super().__init__()
         self.cfg, self.first, self.last = cfg, first, last
-        self.full_recompute = recompute == "full"
+        # full recompute checkpoints every block, or with recompute_layers the stage's first that many (Megatron-LM's
+        # --recompute-method block), the others keeping their activations
+        self.recomputed_blocks = (0 if recompute != "full" else
+                                  len(layer_ids) if recompute_layers is None else min(recompute_layers, len(layer_ids)))
         self.autocast_dtype, self.device_type = autocast_dtype, device_type
         self.tp_group, self.sp = tp_group, sp
         if first:
@@ -409,10 +412,10 @@ class StageModule(nn.Module):
             if self.positions is not None:
                 wait(self.positions)
                 x = self.positions(x)
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             wait(block)
             # (op-level selective checkpointing is inside Block.forward)
-            x = checkpoint(block, x, use_reentrant=False) if self.full_recompute else block(x)
+            x = checkpoint(block, x, use_reentrant=False) if i < self.recomputed_blocks else block(x)
         if self.last:
             wait(self.final_norm)
             wait(self.head)

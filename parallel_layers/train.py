@@ -167,7 +167,7 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     for sid in stage_ids:
         m = StageModule(cfg, vstages[sid], first=sid == 0, last=sid == n_stages - 1, tp_group=coords.tp_group,
                         sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type,
-                        cp_group=coords.cp_group)
+                        cp_group=coords.cp_group, recompute_layers=par.recompute_layers)
         init_parameters(m, plan.training.seed)
         # master-weights: 16-bit parameters (rounded from the fp32 init, as Megatron's master
         # copies are made from the 16-bit model); FSDP2 keeps fp32 shards and casts instead

@@ -151,6 +151,10 @@ FRAMEWORK_LACKS: dict[str, tuple[str, ...]] = {"fsdp": ("pp", "cp", "sp")}
 FRAMEWORK_RECOMPUTES: dict[str, tuple[str, ...] | None] = {
     "parplan": None, "torchtitan": None, "megatron": ("none", "selective", "full"), "deepspeed": ("none", "selective", "full"),
     "fsdp": ("none", "full")}  # FSDP's checkpoint wrapper around whole blocks (metaseq, llm-foundry)
+# Frameworks that recompute some blocks of each stage whole and keep the others' activations (Layout.recompute_layers):
+# Megatron-LM's --recompute-method block --recompute-num-layers N, and parplan's runtime (StageModule's
+# recompute_layers); an unpinned recompute also searches the fewest such blocks that fit (search.with_partial_recompute)
+PARTIAL_RECOMPUTE_FRAMEWORKS = ("megatron", "parplan")
 # ZeRO stages each framework runs: torchtitan replicates (DDP, data_parallel_replicate_degree) or shards
 # everything (FSDP2, data_parallel_shard_degree); it has no optimizer-only or gradient sharding.  fsdp: NO_SHARD
 # (DDP) or FULL_SHARD; FSDP's SHARD_GRAD_OP is not modelled.
@@ -270,7 +274,8 @@ def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):
 def layout_from_parallel(p: Parallel, micro_batch_size: int, gpus: int) -> Layout:
     return Layout(gpus=gpus, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, vpp=p.vpp, mbs=micro_batch_size,
                   zero=p.zero_stage, recompute=RECOMPUTE.index(p.recompute), sp=int(p.sp),
-                  schedule=SCHEDULES.index(p.schedule), offload=OFFLOADS.index(p.offload))
+                  schedule=SCHEDULES.index(p.schedule), offload=OFFLOADS.index(p.offload),
+                  recompute_layers=p.recompute_layers or 0)
 
 
 def _f(x) -> float:
@@ -406,6 +411,7 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
     par = Parallel(tp=lay_row["tp"], pp=lay_row["pp"], dp=lay_row["dp"], cp=lay_row["cp"], vpp=lay_row["vpp"],
                    sp=bool(lay_row["sp"]), zero_stage=lay_row["zero"], recompute=RECOMPUTE[lay_row["recompute"]],
                    schedule=SCHEDULES[lay_row["schedule"]], offload=OFFLOADS[lay_row["offload"]],
+                   recompute_layers=lay_row.get("recompute_layers") or None,
                    stage_layers=stage_layers(spec.layers, stages))
     hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
     if prediction is not None:
@@ -524,6 +530,19 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError(f"--schedule {pins.schedule} with --recompute {pins.recompute} and --zero 3: "
                                f"{ZB_FULL_RECOMPUTE}; use --zero 2 or less, --recompute selective or none, or "
                                "--schedule interleaved-1f1b")
+    if pins.recompute_layers is not None:
+        if framework not in PARTIAL_RECOMPUTE_FRAMEWORKS:
+            raise PlannerError(f"--recompute-layers: {framework} recomputes every block of a stage or none; drop "
+                               "--recompute-layers, or use --framework megatron or parplan")
+        if pins.recompute not in (None, "full"):
+            raise PlannerError(f"--recompute-layers {pins.recompute_layers} recomputes that many blocks of each stage "
+                               f"whole, which is full recompute, not --recompute {pins.recompute}; drop one of them")
+        if pins.schedule in ZERO_BUBBLE:
+            raise PlannerError(f"--recompute-layers with --schedule {pins.schedule}: partial recompute is predicted "
+                               "for gpipe, 1f1b and interleaved-1f1b; drop one of them")
+        pins = replace(pins, recompute="full")
+    elif framework in PARTIAL_RECOMPUTE_FRAMEWORKS and pins.recompute is None:
+        pins = replace(pins, partial_recompute=True)
     if framework == "parplan":  # launch's check_runtime_support: FSDP2 offload with SP/cp/tied pp on cuda
         extra = fsdp2_offload_blockers(bool(pins.sp), pins.tp or 1, pins.cp or 1, spec.tied_embeddings, pins.pp or 1,
                                        as_flags=True)
@@ -618,6 +637,10 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
              "or --schedule interleaved-1f1b")
     if pins.zero is not None:
         need(0 <= pins.zero <= 3, f"--zero must be 0, 1, 2 or 3, got {pins.zero}")
+    if pins.recompute_layers is not None:
+        need(1 <= pins.recompute_layers < spec.layers,
+             f"--recompute-layers {pins.recompute_layers}: give 1 to {spec.layers - 1} blocks of each stage (the model "
+             f"has {spec.layers}; every block is --recompute full)")
     if pins.sp and pins.tp == 1:
         raise PlannerError("--sp needs --tp > 1 (sequence parallelism splits activations over the TP group)")
 
@@ -936,6 +959,12 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
         if value is not None and offered and value not in offered:
             raise StructureError(f"{axis} {value} is not one {fw} runs (it runs {', '.join(map(str, offered))})",
                                  "change it, or the plan's training.framework")
+    if p.recompute_layers is not None and fw not in PARTIAL_RECOMPUTE_FRAMEWORKS:
+        raise StructureError(f"recompute_layers {p.recompute_layers}: {fw} recomputes every block of a stage or none",
+                             "drop recompute_layers, or set training.framework megatron or parplan")
+    if p.recompute_layers is not None and p.pp > 1 and p.schedule in ZERO_BUBBLE:
+        raise StructureError(f"recompute_layers with schedule {p.schedule}: partial recompute is predicted for gpipe, "
+                             "1f1b and interleaved-1f1b", "drop recompute_layers, or change the schedule")
     refused = deepspeed_zero_in_pipeline(p.zero_stage, p.pp) if fw == "deepspeed" else None
     if refused:
         raise StructureError(refused, "use zero_stage 0 or 1, or pp 1")

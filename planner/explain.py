@@ -12,6 +12,15 @@ TIME_PARTS = (("compute", "compute_s"), ("tp_comm", "tp_comm_s"), ("pp_comm", "p
 TIME_LABELS = {"compute": "compute", "tp_comm": "exposed TP communication", "pp_comm": "exposed PP send/recv",
                "dp_comm": "exposed DP communication", "cp_comm": "exposed CP communication",
                "bubble": "pipeline bubble", "optimizer": "optimizer step + gradient passes"}
+
+
+def recompute_label(p) -> str:
+    """The recompute mode, with partial full recompute as blocks recomputed of each stage's ("full 30/40")."""
+    if p.recompute == "full" and p.recompute_layers:
+        return f"full {p.recompute_layers}/{max(p.stage_layers) if p.stage_layers else '?'}"
+    return p.recompute
+
+
 def time_label(key: str, plan: Plan) -> str:
     """TIME_LABELS[key], naming the host-link copies the DP part holds under some offloads (dp_host_copies)."""
     return TIME_LABELS[key] + (" and host-link copies" if key == "dp_comm" and dp_host_copies(plan) else "")
@@ -32,7 +41,7 @@ def dp_host_copies(plan: Plan) -> bool:
     return p.zero_stage >= 3 and t.framework in TORCH_FSDP
 
 
-LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "schedule", "offload")
+LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "recompute_layers", "schedule", "offload")
 
 # The memory parts are each part's own largest size over the step; the total is the worse of two moments
 # (cost_models/memory.py stage_total: the loss's backward, or a block's backward), at which not every
@@ -225,7 +234,7 @@ COMPARE_ROWS = (
     ("dp", lambda p: p.parallel.dp), ("cp", lambda p: p.parallel.cp), ("vpp", lambda p: p.parallel.vpp),
     ("micro_batch_size", lambda p: p.training.micro_batch_size),
     ("num_microbatches", lambda p: p.training.num_microbatches),
-    ("zero_stage", lambda p: p.parallel.zero_stage), ("recompute", lambda p: p.parallel.recompute),
+    ("zero_stage", lambda p: p.parallel.zero_stage), ("recompute", lambda p: recompute_label(p.parallel)),
     ("sp", lambda p: p.parallel.sp), ("schedule", lambda p: p.parallel.schedule),
     ("offload", lambda p: p.parallel.offload),
     ("memory_total_bytes", lambda p: p.prediction.memory_bytes_per_gpu.total),

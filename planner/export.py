@@ -330,6 +330,11 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         notes.append("recompute selective: Megatron-LM's default selective recompute covers core attention "
                      "(--recompute-modules core_attn); it has no switch for the MLP activation alone, so that "
                      "activation stays stored and activation memory is somewhat above the prediction.")
+    elif p.recompute == "full" and p.recompute_layers:
+        # the first N blocks of each pipeline stage (each model chunk) recomputed whole, the rest not at all
+        flag("--recompute-granularity", "full")
+        flag("--recompute-method", "block")
+        flag("--recompute-num-layers", p.recompute_layers)
     elif p.recompute == "full":
         flag("--recompute-granularity", "full")
         flag("--recompute-method", "uniform")
@@ -459,7 +464,8 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                      f"{nnodes} nodes x {nproc} (torchrun starts the same number of ranks on every node).")
     header = [f"parplan export --to megatron: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}",
               f"tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} sp={p.sp} zero={p.zero_stage} "
-              f"recompute={p.recompute} schedule={p.schedule} offload={p.offload}",
+              f"recompute={p.recompute}{f' ({p.recompute_layers} blocks/stage)' if p.recompute_layers else ''} "
+              f"schedule={p.schedule} offload={p.offload}",
               "Flags follow NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac2)."]
     lines = _comment_lines(header)
     lines += [f"# note: {n}" for n in notes]
@@ -521,6 +527,16 @@ def _full_attention_note(plan: Plan, to: str, trains: str = "Megatron-LM trains 
     return [f"sliding window {m.sliding_window}: {to} attends over the whole prefix in every layer, {counted}; {trains}"]
 
 
+def _whole_blocks_note(plan: Plan, to: str) -> list[str]:
+    """Partial full recompute (Parallel.recompute_layers) exported to a framework that recomputes every block or none."""
+    p = plan.parallel
+    if p.recompute != "full" or not p.recompute_layers:
+        return []
+    return [f"recompute full of {p.recompute_layers} blocks per stage: {to} recomputes every block or none, so it is "
+            "exported as every block (more recompute, less activation memory than predicted); Megatron-LM runs it "
+            "(--recompute-method block)."]
+
+
 def titan_ffn_width(dim: int, multiplier: float | None, multiple_of: int) -> int:
     """torchtitan's llama3 FeedForward width: 2/3 of 4 x dim, scaled by ffn_dim_multiplier, rounded up to a
     multiple of multiple_of (torchtitan/models/llama3/model: FeedForward.__init__)."""
@@ -548,7 +564,7 @@ def _titan_ffn_args(dim: int, ffn: int) -> str:
 
 def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
     m, t, p = plan.model, plan.training, plan.parallel
-    notes: list[str] = _full_attention_note(plan, "torchtitan's llama3")
+    notes: list[str] = _full_attention_note(plan, "torchtitan's llama3") + _whole_blocks_note(plan, "torchtitan")
 
     # [model]
     if m.arch != "llama":
@@ -744,7 +760,8 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
 
 def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
     t, p = plan.training, plan.parallel
-    notes: list[str] = _full_attention_note(plan, "Megatron-DeepSpeed's GPT model")
+    notes: list[str] = (_full_attention_note(plan, "Megatron-DeepSpeed's GPT model")
+                        + _whole_blocks_note(plan, "this DeepSpeed export"))
     cfg: dict[str, Any] = {
         "train_batch_size": t.global_batch_size,
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
@@ -939,6 +956,7 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     m, t, p = plan.model, plan.training, plan.parallel
     notes: list[str] = _full_attention_note(plan, "the exported MPT", "MPT's attn_config.sliding_window_size would "
                                             "train one window in every layer, which --framework fsdp does not count")
+    notes += _whole_blocks_note(plan, "llm-foundry")
     llama = m.arch == "llama"
     expansion = m.ffn_hidden / m.hidden
     ffn: dict[str, Any] = {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}} if llama else {}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .accuracy import line as accuracy_line
 from .core import FORMAT_FRAMEWORK
+from .explain import recompute_label
 from .schema import Plan
 
 GB = 1e9
@@ -33,7 +34,7 @@ def full_layout_label(p) -> str:
     """layout_label with what else sets a plan apart where it is not the default: virtual stages, sequence
     parallelism, the ZeRO stage, recompute and offload (sweep's one column: "tp4 pp2 dp1 zero1 offload")."""
     bits = [layout_label(p)] + ([f"vpp{p.vpp}"] if p.vpp > 1 else []) + (["sp"] if p.sp else [])
-    bits += ([f"zero{p.zero_stage}"] if p.zero_stage else []) + ([p.recompute] if p.recompute != "none" else [])
+    bits += ([f"zero{p.zero_stage}"] if p.zero_stage else []) + ([recompute_label(p)] if p.recompute != "none" else [])
     return " ".join(bits + (["offload"] if p.offload != "none" else []))
 
 
@@ -74,7 +75,7 @@ def plans_table(plans: list[Plan], title: str):
         comm = pr.comm_bytes_per_step
         cap = pr.usable_memory_bytes or 0
         t.add_row(str(i), layout_label(p), str(p.vpp), str(pl.training.micro_batch_size), str(p.zero_stage),
-                  p.recompute, "y" if p.sp else "n", p.schedule, p.offload,
+                  recompute_label(p), "y" if p.sp else "n", p.schedule, p.offload,
                   f"{mem.total / GB:.1f}/{cap / GB:.0f} GB", _fmt_s(pr.step_time_s), f"{pr.tokens_per_s:,.0f}",
                   f"{pr.mfu * 100:.1f}%", f"{pr.bubble_fraction * 100:.1f}%",
                   _fmt_bytes(comm.tp + comm.pp + comm.dp + comm.cp))
@@ -288,7 +289,8 @@ def explain_renderables(data: dict) -> list:
     lay = data["layout"]
     head = (f"{data['model']} on {data['gpus']} x {data['hardware']}: tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} "
             f"cp{lay['cp']} vpp{lay['vpp']} mbs{lay['micro_batch_size']} zero{lay['zero_stage']} "
-            f"{lay['recompute']} {lay['schedule']} offload {lay['offload']}")
+            f"{lay['recompute']}{'' if not lay.get('recompute_layers') else ' ' + str(lay['recompute_layers']) + ' blocks/stage'} "
+            f"{lay['schedule']} offload {lay['offload']}")
     mem, tim, run = data["memory"], data["time"], data["runner_up"]
     t = Table(title="memory per GPU vs capacity", title_justify="left", header_style="bold")
     for c in ("part", "bytes", "share"):

@@ -284,6 +284,10 @@ class Parallel(Strict):
     sp: bool = Field(False, description="Sequence parallelism inside the TP group (Korthikanti 2022).")
     zero_stage: int = Field(0, ge=0, le=3, description="0 replicated optimizer, 1 sharded optimizer states, 2 +sharded grads, 3 +sharded params (FSDP).")
     recompute: Recompute = Field("none", description="Activation recomputation: none, selective (core attention + MLP activation), full (whole block), selective-op (torchtitan's op-level selective checkpointing: keeps every second matmul's and the attention kernel's outputs, recomputes the rest).")
+    recompute_layers: Optional[int] = Field(
+        None, gt=0, description="With recompute full: how many blocks of each virtual stage are recomputed, from its "
+        "first; the others keep their activations (Megatron-LM's --recompute-method block --recompute-num-layers). "
+        "None: every block.")
     schedule: Schedule = Field("1f1b", description="Pipeline schedule.")
     offload: Offload = Field("none", description="optimizer: Adam states and fp32 master on host memory, step on the CPU.")
     stage_layers: Optional[list[int]] = Field(None, description="Transformer blocks held by each pipeline stage (pp*vpp entries, in virtual-stage order); first/last are lighter to carry the embedding and the head.")
@@ -307,6 +311,12 @@ class Parallel(Strict):
             raise ValueError(f"schedule zbv uses exactly two chunks per rank (vpp=2), got vpp={self.vpp}")
         if self.sp and self.tp == 1:
             raise ValueError("sp (sequence parallel) needs tp > 1")
+        if self.recompute_layers is not None and self.recompute != "full":
+            raise ValueError(f"recompute_layers needs recompute full (the blocks it recomputes whole), got recompute "
+                             f"{self.recompute}")
+        if self.recompute_layers is not None and self.stage_layers and self.recompute_layers >= max(self.stage_layers):
+            raise ValueError(f"recompute_layers {self.recompute_layers} recomputes every block of each stage (at most "
+                             f"{max(self.stage_layers)}); drop it for recompute full")
         return self
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -41,6 +41,10 @@ class Pins:
     vpp: int | None = None
     zero: int | None = None
     recompute: str | None = None
+    recompute_layers: int | None = None  # with recompute full: blocks of each virtual stage recomputed
+    # the framework recomputes some blocks of a stage (core.PARTIAL_RECOMPUTE_FRAMEWORKS): with recompute unpinned,
+    # the search adds the fewest such blocks that fit beside full recompute (with_partial_recompute)
+    partial_recompute: bool = False
     sp: bool | None = None
     schedule: str | None = None
     offload: str | None = None
@@ -373,6 +377,82 @@ def contender_bound(steps, top_k: int) -> float:
     return max(steps.min() * (1 + NEAR_TIE), np.partition(steps, top_k - 1)[top_k - 1])
 
 
+def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> Layout:
+    """A pinned recompute_layers on every full-recompute candidate (where it is every block of a stage: full
+    recompute's plan, recompute_layers 0)."""
+    if pins.recompute_layers is None:
+        return lay
+    full = np.asarray(lay.recompute) == RECOMPUTE.index("full")
+    below = pins.recompute_layers < m.layers / (np.asarray(lay.pp) * np.asarray(lay.vpp))
+    return replace(lay, recompute_layers=np.where(full & below, pins.recompute_layers, 0))
+
+
+MEMORY_RANKS = ("first_total", "mid_total", "last_total")
+
+
+def partial_recompute_candidates(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, mem: dict,
+                                 pins: Pins) -> Layout | None:
+    """Where the framework recomputes some blocks of a stage (pins.partial_recompute): beside each full-recompute
+    candidate that fits whose no-recompute twin (the same layout, recompute none: among `lay`, whose memory `mem`
+    is) does not, the one recomputing the fewest blocks of each virtual stage that fits, where that is fewer than
+    every block.  memory.partial_recompute_memory is, rank by rank, the chord in the share f of blocks recomputed
+    between the twin's and full recompute's, so the least f under the usable memory is read off those two.  Not
+    under the zero-bubble schedules, whose bubble is not linear in the blocks' mix.  None where there are none."""
+    if not pins.partial_recompute or len(lay) == 0:
+        return None
+    rec = np.asarray(lay.recompute)
+    full, none = rec == RECOMPUTE.index("full"), rec == RECOMPUTE.index("none")
+    usable = hw.usable_bytes
+    cand = full & ~_zero_bubble(np.asarray(lay.schedule)) & (np.asarray(mem["total"]) <= usable)
+    if not np.any(cand):
+        return None
+    # each candidate's twin: the same fields but recompute, matched on one integer per row (the fields in mixed
+    # radix; a search's columns are small integers, hundreds of thousands of rows)
+    key = _row_keys(lay, exclude=("recompute", "recompute_layers"))
+    none_rows = np.flatnonzero(none)
+    if len(none_rows) == 0:
+        return None
+    order = np.argsort(key[none_rows], kind="stable")
+    sorted_keys = key[none_rows][order]
+    idx = np.flatnonzero(cand)
+    at = np.minimum(np.searchsorted(sorted_keys, key[idx]), len(sorted_keys) - 1)
+    found = sorted_keys[at] == key[idx]
+    idx, twin = idx[found], none_rows[order[at[found]]]
+    kept_total = np.asarray(mem["total"])[twin]
+    idx, twin = idx[kept_total > usable], twin[kept_total > usable]
+    if len(idx) == 0:
+        return None
+    sub = lay.take(idx)
+    chunk = m.layers / (np.asarray(sub.pp) * np.asarray(sub.vpp))
+    need = np.zeros(len(idx))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in MEMORY_RANKS:
+            k0, k1 = np.asarray(mem[k])[twin], np.asarray(mem[k])[idx]
+            need = np.maximum(need, np.nan_to_num(np.where(k0 > usable, (k0 - usable) / (k0 - k1), 0.0)))
+    n = np.maximum(np.ceil(need * chunk - 1e-9), 1)
+    ok = np.flatnonzero(n < chunk)
+    return replace(sub.take(ok), recompute_layers=n[ok].astype(np.int64)) if len(ok) else None
+
+
+def _row_keys(lay: Layout, exclude=()) -> np.ndarray:
+    """One int64 per candidate that equals another's where all fields but `exclude` do: the fields in mixed radix
+    (each column less its minimum, over its range), or the rank of the row among the distinct ones where that
+    would overflow."""
+    cols = [np.asarray(getattr(lay, k)).astype(np.int64) for k in lay.__dict__ if k not in exclude]
+    cols = [np.broadcast_to(c, (len(lay),)) - c.min(initial=0) for c in cols]
+    spans = [int(c.max(initial=0)) + 1 for c in cols]
+    if np.prod([float(x) for x in spans]) < 2.0 ** 62:
+        key = np.zeros(len(lay), dtype=np.int64)
+        for c, span in zip(cols, spans):
+            key = key * span + c
+        return key
+    return np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def _joined(a: Layout, b: Layout) -> Layout:
+    return Layout(**{k: np.concatenate([np.asarray(getattr(a, k)), np.asarray(getattr(b, k))]) for k in a.__dict__})
+
+
 def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins: Pins, top_k: int,
                objective: str) -> SearchResult:
     t0 = time.perf_counter()
@@ -395,10 +475,18 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         about half of `evaluate`, and about a third of the candidates that reach it do not fit).  For throughput,
         the candidates with the lowest step-time floor (total.step_floor) are timed first, and the rest only where
         their floor is within the step time that bounds every contender: a candidate past it cannot be among
-        contenders(), so the plans are the same as timing all (tests/test_search.py), about a third of the time."""
-        nonlocal unranked
+        contenders(), so the plans are the same as timing all (tests/test_search.py), about a third of the time.
+        Partial-recompute candidates join after the memory half (partial_recompute_candidates)."""
+        nonlocal unranked, candidates
         with np.errstate(divide="ignore", invalid="ignore"):
             mem = memory(m, tr, lay)
+            part = partial_recompute_candidates(m, tr, hw, lay, mem, pins)
+            if part is not None:
+                part_mem = memory(m, tr, part)
+                lay = _joined(lay, part)
+                mem = {k: np.concatenate([np.broadcast_to(v, (len(lay) - len(part),)), np.broadcast_to(part_mem[k], (len(part),))])
+                       for k, v in mem.items()}
+                candidates += len(part)
             reason = infeasibility(m, tr, hw, lay, {"mem_total": mem["total"], "mem_offloaded": mem["offloaded"]},
                                    reason=np.full(len(lay), -1))
             fits = np.nonzero(reason < 0)[0]
@@ -429,6 +517,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
 
     for g in gpu_counts:
         lay, n, failed = screened_layouts(m, tr, g, pins)  # only what passes needs the cost model
+        lay = pin_recompute_layers(m, lay, pins)
         candidates += n
         skipped.append(failed)
         # what cannot fit on its weights, gradients and optimizer states alone is out of memory whatever

@@ -925,6 +925,42 @@ def test_deepspeed_offload_accumulates_gradients_through_the_host_link():
     assert added == pytest.approx(2 * 2 * stage / 8 * 2 / 1e6, rel=0.01)
 
 
+def test_partial_recompute_mixes_each_blocks_own_costs():
+    """Full recompute of the first N blocks of each virtual stage (Layout.recompute_layers, Megatron-LM's block
+    method): a rank's compute, TP collectives, bytes and 1F1B bubble are sums over its blocks, so they are
+    N/c of full recompute's plus the rest of no recompute's, exactly (c blocks a stage); so are a single rank's
+    saved activations.  Memory is no more than that chord and falls as N grows; N = 0 or N >= c is full recompute;
+    the search's step floor stays under the step."""
+    from cost_models.total import step_floor
+    m = ModelDims.from_spec(ModelSpec(arch="llama", layers=16, hidden=2048, heads=16, kv_heads=4, ffn_hidden=5632,
+                                      vocab=32000), 4096)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    tr = _consts(batch=32)
+    for base in (dict(gpus=8, tp=2, pp=4, dp=1, sp=1), dict(gpus=2, tp=2, pp=1, dp=1, sp=1)):
+        c = 16 // base["pp"]
+        none, full = (evaluate(m, tr, hw, _lay(**base, recompute=r)) for r in (0, 2))
+        assert all(float(evaluate(m, tr, hw, _lay(**base, recompute=2, recompute_layers=n))[k]) == float(full[k])
+                   for n in (0, c, c + 3) for k in ("step_time_s", "mem_total"))
+        last = None
+        for n in range(1, c):
+            f = n / c
+            part = evaluate(m, tr, hw, _lay(**base, recompute=2, recompute_layers=n))
+            for k in ("compute_s", "tp_comm_s", "bubble_s", "comm_tp_bytes", "mem_activations"):
+                if base["pp"] > 1 and k == "mem_activations":
+                    continue  # the worst rank's part; a single rank's is exact
+                assert float(part[k]) == pytest.approx(float((1 - f) * none[k] + f * full[k]), rel=1e-12), (n, k)
+            total = float(part["mem_total"])
+            assert float(full["mem_total"]) <= total <= float((1 - f) * none["mem_total"] + f * full["mem_total"]) * (1 + 1e-12)
+            assert last is None or total <= last
+            last = total
+            floor = float(step_floor(m, tr, hw, _lay(**base, recompute=2, recompute_layers=n)))
+            assert floor <= float(part["step_time_s"])
+            # the hardware FLOPs a step: the recompute's share of full recompute's extra
+            hw_flops = float(part["hardware_tflops_per_gpu"] * part["step_time_s"])
+            assert hw_flops == pytest.approx(float((1 - f) * none["hardware_tflops_per_gpu"] * none["step_time_s"]
+                                                   + f * full["hardware_tflops_per_gpu"] * full["step_time_s"]), rel=1e-9)
+
+
 def test_amdahl_fraction_is_the_law_solved_for_the_speedup():
     """The parallel fraction a plan reports is Amdahl's law, 1/S = (1 - a) + a/n, solved for a at the plan's own
     speedup S on n GPUs (a speedup below one, communication slower than a GPU's compute, reads 0)."""

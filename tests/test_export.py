@@ -795,3 +795,20 @@ def test_megatron_fsdp_is_predicted_without_the_fusion_its_export_turns_off():
         a, b = evaluate_plan(plan).prediction, evaluate_plan(off).prediction
         assert (a.step_time_s != b.step_time_s) == fused_differs
         assert ("--no-gradient-accumulation-fusion" in export_plan(plan, "megatron")) == (zero == 3)
+
+
+def test_partial_recompute_exports_as_megatrons_block_method_and_is_noted_elsewhere():
+    """recompute_layers N (full recompute of the first N blocks of each stage) is Megatron-LM's --recompute-method
+    block --recompute-num-layers N; the frameworks that recompute every block or none export every block and say
+    so.  The plan refuses N without full recompute, and N that covers every block of a stage."""
+    plan = llama_plan(recompute="full", recompute_layers=5, stage_layers=[8, 8, 8, 8])
+    a = megatron_args(export_plan(plan, "megatron"))
+    assert a["--recompute-granularity"] == "full" and a["--recompute-method"] == "block"
+    assert a["--recompute-num-layers"] == "5"
+    assert not any("blocks per stage" in n for n in export_notes(plan, "megatron"))
+    for to in ("torchtitan", "deepspeed", "llm-foundry"):
+        assert any("recompute full of 5 blocks per stage" in n for n in export_notes(plan, to)), to
+    with pytest.raises(ValueError, match="needs recompute full"):
+        Parallel(tp=1, recompute="selective", recompute_layers=2)
+    with pytest.raises(ValueError, match="every block of each stage"):
+        Parallel(tp=1, pp=2, recompute="full", recompute_layers=8, stage_layers=[8, 8])

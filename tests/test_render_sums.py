@@ -14,7 +14,7 @@ from planner.core import recommend
 from planner.explain import explain, pick_runner_up
 from planner.render import breakdown_table, explain_renderables, plans_table
 from planner.schema import Plan
-from planner.search import NEAR_TIE
+from planner.search import NEAR_TIE, Pins
 
 UNITS = {"s": 1.0, "ms": 1e-3, "GB": 1.0}
 
@@ -50,8 +50,11 @@ def plans():
     """A pipeline plan (405B on 1024: tp8 pp16 vpp4), a pp=1 plan (8B on 8 with the autograd loss, whose near tie
     the ranking note explains), an amp plan."""
     return {"pipeline": recommend("llama3-405b", 1024),
-            "pp1": recommend("llama3-8b", 8, fused_cross_entropy=False),
-            "amp": recommend("llama3-8b", 16, precision="amp")}
+            # (recompute none pinned: the near tie the note explains is between no-recompute plans)
+            "pp1": recommend("llama3-8b", 8, fused_cross_entropy=False, pins=Pins(recompute="none")),
+            # (no recompute pinned: the remainder holds a cast per micro-batch's forward; the search's pick recomputes
+            # one block at a larger micro-batch, with fewer casts a step)
+            "amp": recommend("llama3-8b", 16, precision="amp", pins=Pins(recompute="none"))}
 
 
 def _time_cells(plan) -> tuple[list[str], str]:
@@ -145,7 +148,9 @@ def _cli_plan(argv, capsys) -> Plan:
     # (6.3 GB until the runtime's fused cross-entropy became parplan's default, 2026-11-24)
     (["recommend", "--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1000", "--gpus", "2"], "5.8 GB"),
     # before: parts 54.7 GB against a 51.4 GB total (43.0 GB with the fused cross-entropy)
-    (["recommend", "-m", "llama3-8b", "--gpus", "8", "--dp", "8", "--zero", "3", "--offload", "optimizer"], "43.0 GB"),
+    # (--recompute none: unpinned, the search now recomputes one block at micro-batch 4, 81.7 GB)
+    (["recommend", "-m", "llama3-8b", "--gpus", "8", "--dp", "8", "--zero", "3", "--offload", "optimizer", "--recompute",
+      "none"], "43.0 GB"),
 ])
 def test_explain_memory_rows_sum_to_the_total(argv, total, capsys):
     plan = _cli_plan(argv, capsys)
@@ -188,10 +193,10 @@ def test_ranking_note_when_a_lower_plan_is_faster(plans):
 
 
 def test_ranking_note_in_the_table_output_not_in_json(capsys):
-    assert main(["recommend", "-m", "llama3-8b", "--no-fused-cross-entropy"]) == 0
+    assert main(["recommend", "-m", "llama3-8b", "--no-fused-cross-entropy", "--recompute", "none"]) == 0
     out, err = capsys.readouterr()
     assert "note: #" in out + err
-    assert main(["recommend", "-m", "llama3-8b", "--no-fused-cross-entropy", "--json"]) == 0
+    assert main(["recommend", "-m", "llama3-8b", "--no-fused-cross-entropy", "--recompute", "none", "--json"]) == 0
     out, _ = capsys.readouterr()
     json.loads(out)
     assert "note:" not in out and "simplest first" not in out

@@ -64,6 +64,9 @@ SCHEDULES = {
     "interleaved-uneven": dict(schedule="interleaved-1f1b", vpp=2, layers=6),
     "1f1b-selective": dict(schedule="1f1b", recompute="selective"),
     "1f1b-full": dict(schedule="1f1b", recompute="full"),
+    # the first of each stage's two blocks recomputed, the second keeping its activations (recompute_layers: the
+    # chord of memory.partial_recompute_memory)
+    "1f1b-full-1-of-2": dict(schedule="1f1b", recompute="full", recompute_layers=1),
     # torchtitan's op-level selective checkpointing: block input, every second matmul's output and the
     # attention kernel's output and log-sum-exp saved; with SP the down projection's output is the whole
     # sequence's partial sum (cost_models.memory.activation_bytes_per_layer)
@@ -102,6 +105,8 @@ SCHEDULES = {
                                                    vocab=32768, fused_loss=True),
 }
 BAR = 0.10  # the memory bar for GPU runs
+# cases added after benchmarks/results/2026-11-25-cpu-memory-fp32 was run (test_fp32_recipe_memory_against_the_committed_cpu_run)
+ADDED_AFTER_THE_FP32_RUN = {"1f1b-full-1-of-2"}
 # Each pipeline rank kind the model names (first, the fullest middle, last) against that rank's own peak.
 # The largest rank is held to BAR above; the others to RANK_BAR (measured -6.7 .. +6.3 %, the worst on
 # rank 0 of tp 2 x pp 2 ZB-V with SP, -9.1 % in an earlier set of runs; benchmarks/results/2026-11-23-cpu-memory).  This comparison found,
@@ -222,7 +227,7 @@ def test_fp32_recipe_memory_against_the_committed_cpu_run():
     run = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-11-25-cpu-memory-fp32" / "run1"
     errors = {}
     names = [n for n in (*LAYOUTS, *SCHEDULES) if (run / n / "report.json").exists()]
-    assert len(names) == len(LAYOUTS) + len(SCHEDULES)
+    assert set(names) == set(LAYOUTS) | set(SCHEDULES) - ADDED_AFTER_THE_FP32_RUN
     for name in names:
         plan = Plan.model_validate_json((run / name / "plan.json").read_text())
         assert plan.training.precision == "fp32"

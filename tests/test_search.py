@@ -34,9 +34,15 @@ def test_array_path_matches_scalar_path_on_1000_random_candidates():
     with Python scalars must give the same numbers (catches broadcasting/branch bugs)."""
     _, m, tr, hw, lay = _setup()
     assert len(lay) > 5000
+    # a share of the full-recompute candidates recompute some blocks of each stage (evaluate splits them off)
+    rng = np.random.default_rng(0)
+    full = np.asarray(lay.recompute) == 2
+    chunk = m.layers // (np.asarray(lay.pp) * np.asarray(lay.vpp))
+    some = full & (chunk >= 2) & (rng.random(len(lay)) < 0.5)
+    lay = replace(lay, recompute_layers=np.where(some, rng.integers(1, np.maximum(chunk, 2)), 0))
+    assert 100 < np.count_nonzero(lay.recompute_layers) < np.count_nonzero(full)
     with np.errstate(divide="ignore", invalid="ignore"):
         arrays = evaluate(m, tr, hw, lay)
-    rng = np.random.default_rng(0)
     idx = rng.choice(len(lay), size=1000, replace=False)
     keys = ["step_time_s", "mfu", "hfu", "mem_total", "mem_activations", "mem_weights", "comm_dp_bytes",
             "comm_tp_bytes", "comm_pp_bytes", "bubble_fraction", "parallel_fraction"]
@@ -1273,3 +1279,32 @@ def test_sequence_splits_rule_out_what_cannot_divide(tp, cp, sp, seq, ok):
     else:
         with pytest.raises(PlannerError, match=r"every candidate breaks a rule: \d+ .*seq"):
             recommend(spec, 8, seq_len=seq, global_batch_size=64, pins=pins, top_k=1)
+
+
+def test_the_search_recomputes_the_fewest_blocks_of_each_stage_that_fit():
+    """Where the framework recomputes some blocks of a stage (Megatron-LM's --recompute-method block, parplan's
+    runtime), a layout that fits only with full recompute is also offered with the fewest blocks of each virtual
+    stage recomputed that fit: llama3-70b on 16 H100s (no offload) takes such a plan, faster than the same layout
+    recomputing every block; one block fewer does not fit.  torchtitan recomputes every block or none, and a
+    pinned --recompute full stays every block.  The plan round-trips: evaluate_plan gives its numbers again."""
+    spec = load_preset("llama3-70b")
+    best = recommend(spec, 16, framework="megatron", pins=Pins(offload="none"))
+    p = best.parallel
+    assert p.recompute == "full" and p.recompute_layers and p.recompute_layers < max(p.stage_layers)
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    pred = best.prediction
+    assert pred.memory_bytes_per_gpu.total <= hw.usable_bytes
+    again = evaluate_plan(best)
+    assert again.prediction.step_time_s == pytest.approx(pred.step_time_s, rel=1e-12)
+    assert again.prediction.memory_bytes_per_gpu.total == pytest.approx(pred.memory_bytes_per_gpu.total, rel=1e-12)
+    fewer = evaluate_plan(best.model_copy(update={"parallel": p.model_copy(update={"recompute_layers": p.recompute_layers - 1})})) \
+        if p.recompute_layers > 1 else None
+    assert fewer is None or fewer.prediction.memory_bytes_per_gpu.total > hw.usable_bytes
+    every = evaluate_plan(best.model_copy(update={"parallel": p.model_copy(update={"recompute_layers": None})}))
+    assert every.prediction.step_time_s > pred.step_time_s
+    for plan in [best] + best.alternatives:  # no other framework's plan carries it
+        assert (plan.parallel.recompute_layers is None) or plan.parallel.recompute == "full"
+    titan = recommend(spec, 16, framework="torchtitan", pins=Pins(offload="none"))
+    assert all(q.parallel.recompute_layers is None for q in [titan] + titan.alternatives)
+    pinned = recommend(spec, 16, framework="megatron", pins=Pins(offload="none", recompute="full"))
+    assert all(q.parallel.recompute_layers is None for q in [pinned] + pinned.alternatives)

@@ -611,13 +611,15 @@ def model_state_coefficients(lay, tr):
     # as DeepSpeed's CPU Adam keeps its fp32 partition) -- not under FSDP2, whose offloaded shards are the values
     mirror = np.where(off & ~fsdp2 & (rec["master"] == 0), 4.0 / np.where(zero >= 1, dp, 1), 0.0)
     # DeepSpeed's offload also holds the partition's fp32 gradient on the host (the fp32 partition's .grad, which
-    # the boundary's copy fills: stage_1_and_2.py, stage3.py), and its host accumulation buffer of the parameters'
-    # dtype: ZeRO-1/2's accumulated_grads_in_cpu once gradient_accumulation_steps > 1, ZeRO-3's
-    # grad_partitions_flat_buffer always (cost_models.total: offload_grads_via_host)
+    # the boundary's copy fills: stage_1_and_2.py, stage3.py), its host accumulation buffer of the parameters'
+    # dtype (ZeRO-1/2's accumulated_grads_in_cpu once gradient_accumulation_steps > 1, ZeRO-3's
+    # grad_partitions_flat_buffer always; cost_models.total: offload_grads_via_host), and at ZeRO-1/2 a host copy
+    # of the partition's 16-bit parameters that the CPU Adam writes before they go up
+    # (param_buffer_of_bit16_for_cpu_offload_groups)
     ds = off & np.asarray(tr.offload_grads_via_host)
     accumulates = tr.global_batch_size / (np.asarray(lay.dp) * lay.mbs) > 1  # total.num_microbatches
-    ds_grads = np.where(ds, (4.0 + np.where((zero >= 3) | accumulates, rec["weight"], 0.0)) / np.where(zero >= 1, dp, 1),
-                        0.0)
+    ds_host = 4.0 + np.where((zero >= 3) | accumulates, rec["weight"], 0.0) + np.where(zero < 3, rec["weight"], 0.0)
+    ds_grads = np.where(ds, ds_host / np.where(zero >= 1, dp, 1), 0.0)
     offloaded = (np.where(off, opt_total, 0.0) + mirror + np.where(host, stored, 0.0)
                  + np.where(host_g, g, 0.0) + ds_grads)
     return w, np.where(host_g, 0.0, g), o, offloaded

@@ -443,17 +443,19 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     n_red = np.where(each, m_micro, 1)
     # DeepSpeed's optimizer offload (TrainingConsts.offload_grads_via_host) accumulates the rank's gradient
     # partition in a host buffer of the parameters' dtype through the GPU: a micro-batch after the first copies
-    # the buffer up and adds it on the GPU, one before the boundary copies the sum back down; the boundary's fp32
-    # copy down is optimizer_time's.  ZeRO-1/2: stage_1_and_2.py's copy_grads_in_partition runs
+    # the buffer up and adds it on the GPU, and the sum goes back down; the boundary's fp32 copy down is
+    # optimizer_time's.  ZeRO-1/2: stage_1_and_2.py's copy_grads_in_partition runs
     # async_accumulate_grad_in_cpu_via_gpu where gradient_accumulation_steps > 1, after each reduction on the
-    # reduction stream: ZeRO-2 reduces every micro-batch (2 (m - 1) copies a step, counted as a down and an up
-    # copy with each but the last reduction), ZeRO-1 at the boundary only, where it still copies the (never
-    # filled) buffer up once.  ZeRO-3: stage3.py's partition_grads copies down and up every micro-batch (the
-    # first's `grad_buffer.to(device)` too): 2 m, with each micro-batch's reduce-scatters (zero3.block_comm)
+    # reduction stream: ZeRO-2 reduces every micro-batch and (since DeepSpeed's PR #7967, 2026) copies down every
+    # time and up for all but the first, 2m - 1 copies a step (2(m - 1) before #6550, 2024): counted as a down and
+    # an up copy with each but the last reduction and one with the last; ZeRO-1 reduces at the boundary only, one
+    # copy.  ZeRO-3: stage3.py's partition_grads copies down and up every micro-batch (the first's
+    # `grad_buffer.to(device)` too): 2m, with each micro-batch's reduce-scatters (zero3.block_comm).  The ZeRO-1/2
+    # buffers hold whole parameters, so the one or two a partition's edges cut are copied whole (not counted)
     ds_acc = (lay.offload > 0) & np.asarray(tr.offload_grads_via_host)
     acc_copy = np.where(ds_acc, stage_params / shards * rec["weight"] / hw.host_link_bytes_per_s, 0.0)
     accumulates = m_micro > 1
-    red_last_t = red_t + np.where((zero == 1) & accumulates, acc_copy, 0.0)
+    red_last_t = red_t + np.where(((zero == 1) | (zero == 2)) & accumulates, acc_copy, 0.0)
     red_each_t = red_t + np.where(accumulates, 2 * acc_copy, 0.0)
     last_red = np.where(ov, hw.exposed(red_last_t, bwd_window), red_last_t)
     exposed_rs_ag = (np.where(each, (m_micro - 1) * np.where(ov, hw.exposed(red_each_t, t_stage), red_each_t), 0.0)

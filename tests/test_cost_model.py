@@ -878,10 +878,11 @@ def test_fsdp2_offload_copies_each_gathered_shard_over_the_host_link():
 def test_deepspeed_offload_accumulates_gradients_through_the_host_link():
     """DeepSpeed's optimizer offload accumulates the rank's gradient partition in a host buffer of the parameters'
     dtype through the GPU (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, stage3.py partition_grads): ZeRO-2
-    copies down and up with each of m - 1 micro-batches' reductions, ZeRO-3 with all m, ZeRO-1 (which reduces at
-    the boundary only) the never-filled buffer up once; with one micro-batch ZeRO-1/2 copy nothing.  Halving the
-    link adds exactly those copies' time once they outlast the compute beside them.  Its host holds the buffer
-    and the partition's fp32 gradient (4 B) beside the Adam states; parplan's offload none of these."""
+    copies down with each of m reductions and up with all but the first, ZeRO-3 down and up with all m, ZeRO-1
+    (which reduces at the boundary only) once; with one micro-batch ZeRO-1/2 copy nothing.  Halving the link adds
+    exactly those copies' time once they outlast the compute beside them, each rank's for its 1/dp partition
+    (dp 1 and 2).  Its host holds the buffer, the partition's fp32 gradient (4 B) and at ZeRO-1/2 a 16-bit copy of
+    the partition's parameters beside the Adam states; parplan's offload none of these."""
     from planner.core import training_consts
     from planner.schema import Training
     from cost_models.memory import embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu
@@ -898,20 +899,25 @@ def test_deepspeed_offload_accumulates_gradients_through_the_host_link():
                                         num_microbatches=micro, precision="master-weights", framework=framework,
                                         zero2_grad_reduce="per-micro-batch"))
 
-    for micro in (6, 1):
-        ds, own = consts("deepspeed", micro), consts("parplan", micro)
-        for zero, copies in ((1, 1 if micro > 1 else 0), (2, 2 * (micro - 1)), (3, 2 * micro)):
-            lay = _lay(gpus=1, dp=1, zero=zero, offload=1)
+    for micro, dp in ((6, 1), (1, 1), (6, 2), (1, 2)):
+        ds, own = consts("deepspeed", micro, dp), consts("parplan", micro, dp)
+        # ZeRO-2 copies down with every reduction and up for all but the first (DeepSpeed since PR #7967)
+        for zero, copies in ((1, 1 if micro > 1 else 0), (2, 2 * micro - 1 if micro > 1 else 0), (3, 2 * micro)):
+            lay = _lay(gpus=dp, dp=dp, zero=zero, offload=1)
             a, b = (evaluate(m, ds, h, lay) for h in (slow, slower))
-            assert float(b["dp_comm_s"] - a["dp_comm_s"]) == pytest.approx(copies * copy, rel=1e-9, abs=1e-12)
+            # each rank copies its 1/dp partition (the reductions themselves are NVLink's: unchanged)
+            assert float(b["dp_comm_s"] - a["dp_comm_s"]) == pytest.approx(copies * copy / dp, rel=1e-9, abs=1e-12)
             # the optimizer's step a step: gradients down in fp32 (4 B), 16-bit weights back (2 B)
-            assert float(b["optimizer_s"] - a["optimizer_s"]) == pytest.approx(params * 6 / 1e9, rel=1e-9)
-            held = float(a["mem_offloaded"]) - params * (12 + 4)  # the master and Adam's m, v; the fp32 gradient
-            assert held == pytest.approx(params * 2 if zero == 3 or micro > 1 else 0.0, abs=1e-3 * params)
+            assert float(b["optimizer_s"] - a["optimizer_s"]) == pytest.approx(params / dp * 6 / 1e9, rel=1e-9)
+            # beyond the master and Adam's m, v and the fp32 gradient (16 B): the accumulation buffer, and at
+            # ZeRO-1/2 the 16-bit parameters the CPU Adam writes (2 B each), all of the rank's 1/dp
+            held = float(a["mem_offloaded"]) - params / dp * 16
+            extra = (2 if zero == 3 or micro > 1 else 0) + (2 if zero < 3 else 0)
+            assert held == pytest.approx(params / dp * extra, abs=1e-3 * params)
             if zero < 3:  # parplan's runtime (FSDP2 at ZeRO-3, its own copies): the states alone, no copies timed
                 a, b = (evaluate(m, own, h, lay) for h in (slow, slower))
-                assert float(a["dp_comm_s"]) == float(b["dp_comm_s"]) == 0.0
-                assert float(a["mem_offloaded"]) == pytest.approx(params * 12, rel=1e-9)
+                assert float(b["dp_comm_s"] - a["dp_comm_s"]) == 0.0
+                assert float(a["mem_offloaded"]) == pytest.approx(params / dp * 12, rel=1e-9)
     # weights above DeepSpeed's prefetch bucket (zero3.block_comm, one weight ahead): the copies go with each
     # weight's reduce-scatter, and on a link slow enough to leave the compute no part they are all of the difference
     from cost_models import zero3

@@ -249,14 +249,21 @@ class Layout:
         return {k: np.asarray(v)[i].item() for k, v in self.__dict__.items()}
 
 
+def largest_virtual_stage(layers: int, lay):
+    """Blocks of the largest virtual stage: ceil(layers / (pp x vpp)) (stage_layers' split)."""
+    return -(-layers // (np.asarray(lay.pp) * np.asarray(lay.vpp)))
+
+
 def recomputed_share(layers: int, lay):
     """Share of a pipeline rank's blocks that full recompute re-runs: 1, or under recompute_layers N (Megatron-LM's
     block method: the first N blocks of every virtual stage recomputed, the others keeping their activations)
-    N over the virtual stage's blocks, layers / (pp x vpp), at most 1 (an uneven split's stages at their mean
-    size).  1 wherever recompute is not full."""
+    N over the largest virtual stage's blocks, at most 1.  With stages of one size that is every rank's share; where
+    the split is uneven, the largest stages' (the critical ones in time), and a smaller stage, which recomputes a
+    larger share of its blocks, is charged more memory than it holds (an upper bound) and up to one block's recompute
+    less time.  1 wherever recompute is not full."""
     n = np.asarray(lay.recompute_layers, dtype=float)
-    chunk = layers / (np.asarray(lay.pp) * np.asarray(lay.vpp))
-    return np.where((np.asarray(lay.recompute) == REC_FULL) & (n > 0), np.minimum(n / chunk, 1.0), 1.0)
+    return np.where((np.asarray(lay.recompute) == REC_FULL) & (n > 0),
+                    np.minimum(n / largest_virtual_stage(layers, lay), 1.0), 1.0)
 
 
 def stage_layers(layers: int, stages: int) -> list[int]:

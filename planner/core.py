@@ -153,7 +153,8 @@ FRAMEWORK_RECOMPUTES: dict[str, tuple[str, ...] | None] = {
     "fsdp": ("none", "full")}  # FSDP's checkpoint wrapper around whole blocks (metaseq, llm-foundry)
 # Frameworks that recompute some blocks of each stage whole and keep the others' activations (Layout.recompute_layers):
 # Megatron-LM's --recompute-method block --recompute-num-layers N, and parplan's runtime (StageModule's
-# recompute_layers); an unpinned recompute also searches the fewest such blocks that fit (search.with_partial_recompute)
+# recompute_layers); an unpinned recompute also searches the fewest such blocks that fit
+# (search.partial_recompute_candidates)
 PARTIAL_RECOMPUTE_FRAMEWORKS = ("megatron", "parplan")
 # ZeRO stages each framework runs: torchtitan replicates (DDP, data_parallel_replicate_degree) or shards
 # everything (FSDP2, data_parallel_shard_degree); it has no optimizer-only or gradient sharding.  fsdp: NO_SHARD
@@ -540,7 +541,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         if pins.schedule in ZERO_BUBBLE:
             raise PlannerError(f"--recompute-layers with --schedule {pins.schedule}: partial recompute is predicted "
                                "for gpipe, 1f1b and interleaved-1f1b; drop one of them")
-        pins = replace(pins, recompute="full")
+        pins = replace(pins, recomputes=("full",))  # (recompute itself stays the user's: the suggestions drop N alone)
     elif framework in PARTIAL_RECOMPUTE_FRAMEWORKS and pins.recompute is None:
         pins = replace(pins, partial_recompute=True)
     if framework == "parplan":  # launch's check_runtime_support: FSDP2 offload with SP/cp/tied pp on cuda
@@ -797,17 +798,26 @@ def _nearby_batches(gbs: int, gpus: int, pins: Pins, limit: int = 6) -> list[int
     return sorted(out, key=lambda b: (abs(b - gbs), b))[:limit]
 
 
-POLICY_PINS = ("zero", "recompute", "mbs", "sp", "schedule")
+POLICY_PINS = ("zero", "recompute", "recompute_layers", "mbs", "sp", "schedule")
 
 
 def _policy_value(plan: Plan, k: str):
     p = plan.parallel
-    return {"zero": p.zero_stage, "recompute": p.recompute, "mbs": plan.training.micro_batch_size, "sp": p.sp,
-            "schedule": p.schedule}[k]
+    return {"zero": p.zero_stage, "recompute": p.recompute, "recompute_layers": p.recompute_layers,
+            "mbs": plan.training.micro_batch_size, "sp": p.sp, "schedule": p.schedule}[k]
 
 
-def _policy_flag(k: str, v) -> str:
-    return ("--sp" if v else "--no-sp") if k == "sp" else f"--{k} {v}"
+def _policy_flag(k: str, v, plan: Plan | None = None) -> str:
+    if k == "sp":
+        return "--sp" if v else "--no-sp"
+    if k == "recompute_layers" and v is None and plan is not None:  # the plan recomputes every block or none
+        return f"--recompute {plan.parallel.recompute}"
+    return f"--{k.replace('_', '-')} {v}"
+
+
+def _without(pins: Pins, k: str) -> Pins:
+    """pins less the policy pin k (recompute_layers: with the search's recompute choices it had narrowed)."""
+    return replace(pins, recompute_layers=None, recomputes=None) if k == "recompute_layers" else replace(pins, **{k: None})
 
 
 def states_cannot_fit(n_params: float, gpus: int, hw) -> bool:
@@ -859,15 +869,14 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
         if getattr(pins, k) is None or hopeless:
             continue
         try:
-            rec = recommend(spec, gpus, global_batch_size=training.global_batch_size, pins=replace(pins, **{k: None}),
-                            **common)
+            rec = recommend(spec, gpus, global_batch_size=training.global_batch_size, pins=_without(pins, k), **common)
         except (NothingFits, PlannerError):
             continue
         fits.append((rec.prediction.step_time_s, k, rec))
     if fits:
         _, k, rec = min(fits, key=lambda f: f[0])
         r, chosen = rec.parallel, _policy_value(rec, k)
-        out.append(f"without {_policy_flag(k, getattr(pins, k))} it fits on {gpus} GPUs with {_policy_flag(k, chosen)} "
+        out.append(f"without {_policy_flag(k, getattr(pins, k))} it fits on {gpus} GPUs with {_policy_flag(k, chosen, rec)} "
                    f"(tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}, {rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} "
                    "GB per GPU)")
     per_node = hw.gpus_per_node
@@ -962,6 +971,11 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     if p.recompute_layers is not None and fw not in PARTIAL_RECOMPUTE_FRAMEWORKS:
         raise StructureError(f"recompute_layers {p.recompute_layers}: {fw} recomputes every block of a stage or none",
                              "drop recompute_layers, or set training.framework megatron or parplan")
+    if p.recompute_layers is not None:
+        largest = max(p.stage_layers or stage_layers(spec.layers, p.pp * p.vpp))
+        if p.recompute_layers >= largest:
+            raise StructureError(f"recompute_layers {p.recompute_layers} recomputes every block of each stage (at most "
+                                 f"{largest})", "drop it for recompute full, or give fewer")
     if p.recompute_layers is not None and p.pp > 1 and p.schedule in ZERO_BUBBLE:
         raise StructureError(f"recompute_layers with schedule {p.schedule}: partial recompute is predicted for gpipe, "
                              "1f1b and interleaved-1f1b", "drop recompute_layers, or change the schedule")

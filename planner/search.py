@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts
+from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts, largest_virtual_stage
 from cost_models.memory import runs_in_rounds, states_floor, weight_pass_queued
 from cost_models.total import evaluate, memory, step_floor
 
@@ -43,7 +43,7 @@ class Pins:
     recompute: str | None = None
     recompute_layers: int | None = None  # with recompute full: blocks of each virtual stage recomputed
     # the framework recomputes some blocks of a stage (core.PARTIAL_RECOMPUTE_FRAMEWORKS): with recompute unpinned,
-    # the search adds the fewest such blocks that fit beside full recompute (with_partial_recompute)
+    # the search adds the fewest such blocks that fit beside full recompute (partial_recompute_candidates)
     partial_recompute: bool = False
     sp: bool | None = None
     schedule: str | None = None
@@ -377,14 +377,20 @@ def contender_bound(steps, top_k: int) -> float:
     return max(steps.min() * (1 + NEAR_TIE), np.partition(steps, top_k - 1)[top_k - 1])
 
 
-def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> Layout:
-    """A pinned recompute_layers on every full-recompute candidate (where it is every block of a stage: full
-    recompute's plan, recompute_layers 0)."""
+def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Layout, int]:
+    """(candidates, how many were dropped): a pinned recompute_layers on every full-recompute candidate (where it is
+    every block of a stage: full recompute's plan, recompute_layers 0)."""
     if pins.recompute_layers is None:
-        return lay
+        return lay, 0
     full = np.asarray(lay.recompute) == RECOMPUTE.index("full")
-    below = pins.recompute_layers < m.layers / (np.asarray(lay.pp) * np.asarray(lay.vpp))
-    return replace(lay, recompute_layers=np.where(full & below, pins.recompute_layers, 0))
+    # partial recompute is predicted for gpipe, 1f1b and interleaved-1f1b only: a zero-bubble candidate would be a
+    # plan every other command refuses (check_plan_structure), so none is offered
+    zb = _zero_bubble(np.asarray(lay.schedule)) & (np.asarray(lay.pp) > 1)
+    dropped = int(np.count_nonzero(full & zb))
+    lay = lay.take(np.flatnonzero(~(full & zb)))
+    full = np.asarray(lay.recompute) == RECOMPUTE.index("full")
+    below = pins.recompute_layers < largest_virtual_stage(m.layers, lay)
+    return replace(lay, recompute_layers=np.where(full & below, pins.recompute_layers, 0)), dropped
 
 
 MEMORY_RANKS = ("first_total", "mid_total", "last_total")
@@ -423,7 +429,7 @@ def partial_recompute_candidates(m: ModelDims, tr: TrainingConsts, hw, lay: Layo
     if len(idx) == 0:
         return None
     sub = lay.take(idx)
-    chunk = m.layers / (np.asarray(sub.pp) * np.asarray(sub.vpp))
+    chunk = largest_virtual_stage(m.layers, sub)
     need = np.zeros(len(idx))
     with np.errstate(divide="ignore", invalid="ignore"):
         for k in MEMORY_RANKS:
@@ -517,9 +523,10 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
 
     for g in gpu_counts:
         lay, n, failed = screened_layouts(m, tr, g, pins)  # only what passes needs the cost model
-        lay = pin_recompute_layers(m, lay, pins)
+        lay, dropped = pin_recompute_layers(m, lay, pins)
         candidates += n
         skipped.append(failed)
+        skipped.append(np.full(dropped, REASONS.index("schedule")))
         # what cannot fit on its weights, gradients and optimizer states alone is out of memory whatever
         # the rest: set aside unevaluated, and evaluated only if nothing fits (for the closest miss)
         over = states_floor(m, lay, tr) > hw.usable_bytes

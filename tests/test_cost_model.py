@@ -967,6 +967,58 @@ def test_partial_recompute_mixes_each_blocks_own_costs():
                                                    + f * full["hardware_tflops_per_gpu"] * full["step_time_s"]), rel=1e-9)
 
 
+def test_partial_recompute_on_uneven_stages_takes_the_largest_stages_share():
+    """16 blocks over pp 3 are stages of 5, 6 and 5: N = 5 recomputes 5 of the critical stage's 6, so its time is
+    1/6 no recompute's and 5/6 full recompute's (the mean stage, 5.33 blocks, had read 15/16 recomputed), and the
+    smaller stages, which recompute all 5, are charged for 1/6 kept: memory an upper bound on every rank."""
+    from cost_models.layout import largest_virtual_stage, recomputed_share
+    m = ModelDims.from_spec(ModelSpec(arch="llama", layers=16, hidden=2048, heads=16, kv_heads=4, ffn_hidden=5632,
+                                      vocab=32000), 4096)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+    tr = _consts(batch=32)
+    base = dict(gpus=6, tp=2, pp=3, dp=1, sp=1)
+    assert stage_layers(16, 3) == [5, 6, 5] and int(largest_virtual_stage(16, _lay(**base))) == 6
+    part = _lay(**base, recompute=2, recompute_layers=5)
+    assert float(recomputed_share(16, part)) == pytest.approx(5 / 6)
+    none, full, got = (evaluate(m, tr, hw, x) for x in (_lay(**base, recompute=0), _lay(**base, recompute=2), part))
+    for k in ("compute_s", "step_time_s"):
+        assert float(got[k]) == pytest.approx(float(none[k] / 6 + full[k] * 5 / 6), rel=1e-12), k
+
+
+def test_the_runtime_checkpoints_the_first_blocks_of_a_stage():
+    """parplan's runtime under recompute_layers N checkpoints a stage module's first N blocks (Megatron-LM's block
+    method) and runs the rest as they are: the tensors autograd saves inside each block (the parameters aside), a
+    one-process stage without tensor parallelism.  A checkpointed block saves none of its own."""
+    import torch
+    from parallel_layers.model import ModelConfig, StageModule, init_parameters
+    cfg = ModelConfig(arch="llama", layers=4, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=100, head_dim=16,
+                      tied_embeddings=False, max_seq_len=16)
+
+    def saved_per_block(recompute, n):
+        st = StageModule(cfg, [0, 1, 2, 3], first=False, last=False, tp_group=None, recompute=recompute,
+                         recompute_layers=n)
+        init_parameters(st, 0)
+        params = {p.data_ptr() for p in st.parameters()}
+        now, seen = [None], {}
+        for i, b in enumerate(st.blocks):
+            b.register_forward_pre_hook(lambda mod, a, i=i: now.__setitem__(0, i))
+
+        def pack(t):
+            if t.data_ptr() not in params:
+                seen.setdefault(now[0], set()).add(t.data_ptr())
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # what the forward saves
+            y = st(torch.randn(2, 16, 64, requires_grad=True))
+        y.sum().backward()  # (and the stage still trains)
+        return st.recomputed_blocks, [len(seen.get(i, ())) for i in range(4)]
+    n_none, kept = saved_per_block("none", None)
+    assert n_none == 0 and all(k > 0 for k in kept)
+    for n, want in ((1, 1), (3, 3), (None, 4), (9, 4)):
+        blocks, saved = saved_per_block("full", n)
+        assert blocks == want
+        assert saved[want:] == kept[want:] and all(s <= 1 < k for s, k in zip(saved[:want], kept[:want])), (n, saved)
+
+
 def test_amdahl_fraction_is_the_law_solved_for_the_speedup():
     """The parallel fraction a plan reports is Amdahl's law, 1/S = (1 - a) + a/n, solved for a at the plan's own
     speedup S on n GPUs (a speedup below one, communication slower than a GPU's compute, reads 0)."""

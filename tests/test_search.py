@@ -1308,3 +1308,22 @@ def test_the_search_recomputes_the_fewest_blocks_of_each_stage_that_fit():
     assert all(q.parallel.recompute_layers is None for q in [titan] + titan.alternatives)
     pinned = recommend(spec, 16, framework="megatron", pins=Pins(offload="none", recompute="full"))
     assert all(q.parallel.recompute_layers is None for q in [pinned] + pinned.alternatives)
+
+
+def test_partial_recompute_pins_and_suggestions():
+    """A pinned --recompute-layers never comes back on a zero-bubble schedule (partial recompute is predicted for
+    gpipe, 1f1b and interleaved-1f1b; such a plan had been returned, which every other command then refused), and
+    where it is too few blocks to fit, the suggestions name the fewest that do."""
+    from planner.core import NothingFits
+    spec = load_preset("llama3-8b")
+    plan = recommend(spec, 8, framework="parplan", global_batch_size=16,
+                     pins=Pins(pp=4, vpp=2, recompute_layers=1))
+    for q in [plan] + plan.alternatives:
+        assert q.parallel.schedule not in ("interleaved-zb", "zbv")
+        assert q.parallel.recompute == "full" and q.parallel.recompute_layers == 1
+        evaluate_plan(q)  # accepted by the structure check
+    with pytest.raises(NothingFits) as e:
+        recommend(load_preset("llama3-70b"), 16, framework="megatron",
+                  pins=Pins(offload="none", tp=8, pp=2, vpp=1, recompute_layers=5))
+    said = " ".join(e.value.plan.suggestions)
+    assert "without --recompute-layers 5 it fits on 16 GPUs with --recompute-layers 30" in said, said

@@ -6,7 +6,7 @@ arrays of the same length (a search); the arithmetic is the same for both.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -245,6 +245,11 @@ class Layout:
     def take(self, idx) -> "Layout":
         return Layout(**{k: np.asarray(v)[idx] for k, v in self.__dict__.items()})
 
+    @staticmethod
+    def concat(layouts) -> "Layout":
+        """The candidates of several Layouts (arrays), in order."""
+        return Layout(**{k: np.concatenate([np.asarray(getattr(l_, k)) for l_ in layouts]) for k in layouts[0].__dict__})
+
     def row(self, i: int) -> dict:
         return {k: np.asarray(v)[i].item() for k, v in self.__dict__.items()}
 
@@ -264,6 +269,40 @@ def recomputed_share(layers: int, lay):
     n = np.asarray(lay.recompute_layers, dtype=float)
     return np.where((np.asarray(lay.recompute) == REC_FULL) & (n > 0),
                     np.minimum(n / largest_virtual_stage(layers, lay), 1.0), 1.0)
+
+
+def num_microbatches(tr, lay):
+    return tr.global_batch_size / (np.asarray(lay.dp) * lay.mbs)
+
+
+def recompute_ends(lay) -> tuple:
+    """(no recompute, full recompute of every block): the two layouts partial recompute is mixed from."""
+    whole = replace(lay, recompute_layers=np.zeros_like(np.asarray(lay.recompute_layers)))
+    return replace(whole, recompute=np.zeros_like(np.asarray(lay.recompute)) + REC_NONE), whole
+
+
+def split_by_share(share, lay, mem, whole, partial) -> dict:
+    """whole(layout, mem) for candidates whose blocks all recompute alike, partial(layout, share, mem) for those that
+    recompute a share of them (recomputed_share < 1; the partial models cost two evaluations each and see only
+    such candidates), scattered back into candidate order."""
+    part = np.asarray(share) < 1
+    if not np.any(part):
+        return whole(lay, mem)
+    if part.ndim == 0 or np.all(part):
+        return partial(lay, share, mem)
+    n = len(part)
+    idx = (np.flatnonzero(~part), np.flatnonzero(part))
+
+    def rows(d, i):
+        return None if d is None else {k: np.broadcast_to(v, (n,))[i] if np.ndim(v) else v for k, v in d.items()}
+    a, b = whole(lay.take(idx[0]), rows(mem, idx[0])), partial(lay.take(idx[1]), share[idx[1]], rows(mem, idx[1]))
+    out = {}
+    for k in a:
+        va, vb = np.broadcast_to(a[k], (len(idx[0]),)), np.broadcast_to(b[k], (len(idx[1]),))
+        v = np.empty(n, dtype=np.result_type(va, vb))
+        v[idx[0]], v[idx[1]] = va, vb
+        out[k] = v
+    return out
 
 
 def stage_layers(layers: int, stages: int) -> list[int]:

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
-                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, rank_block_counts,
-                     recomputed_share, virtual_stage_blocks, zero_shards)
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches, rank_block_counts,
+                     recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards)
 from . import zero3
 from .params import layer_other_params
 
@@ -617,7 +617,7 @@ def model_state_coefficients(lay, tr):
     # of the partition's 16-bit parameters that the CPU Adam writes before they go up
     # (param_buffer_of_bit16_for_cpu_offload_groups)
     ds = off & np.asarray(tr.offload_grads_via_host)
-    accumulates = tr.global_batch_size / (np.asarray(lay.dp) * lay.mbs) > 1  # total.num_microbatches
+    accumulates = num_microbatches(tr, lay) > 1
     ds_host = 4.0 + np.where((zero >= 3) | accumulates, rec["weight"], 0.0) + np.where(zero < 3, rec["weight"], 0.0)
     ds_grads = np.where(ds, ds_host / np.where(zero >= 1, dp, 1), 0.0)
     offloaded = (np.where(off, opt_total, 0.0) + mirror + np.where(host, stored, 0.0)
@@ -695,7 +695,6 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     share = recomputed_share(m.layers, lay)
     if not np.any(share < 1):
         return _whole_blocks_memory(m, lay, tr, m_micro)
-    from .total import split_by_share  # (total imports this module)
     m_arr = np.broadcast_to(np.asarray(m_micro, dtype=float), np.shape(share))
     return split_by_share(share, lay, {"m": m_arr}, lambda sub, sm: _whole_blocks_memory(m, sub, tr, sm["m"]),
                           lambda sub, f, sm: partial_recompute_memory(m, sub, tr, sm["m"], f))
@@ -713,16 +712,11 @@ def partial_recompute_memory(m: ModelDims, lay, tr, m_micro, share):
     working memory) are mixed on the same chords; the weights, gradients and optimizer states do not change.  The
     CPU allocator trace of 1F1B over four ranks with one of each stage's two blocks recomputed
     (tests/test_runtime_memory.py) reads within the bars the other plans keep."""
-    part = share < 1
-    whole = _replace(lay, recompute_layers=np.zeros_like(np.asarray(lay.recompute_layers)))
-    none = _replace(whole, recompute=np.where(part, REC_NONE, np.asarray(lay.recompute)))
+    none, whole = recompute_ends(lay)
     full, kept = _whole_blocks_memory(m, whole, tr, m_micro), _whole_blocks_memory(m, none, tr, m_micro)
-
-    def chord(k):
-        return np.where(part, (1 - share) * kept[k] + share * full[k], full[k])
     out = dict(full)
     for k in ("activations", "other", "first_total", "mid_total", "last_total"):
-        out[k] = chord(k)
+        out[k] = (1 - share) * kept[k] + share * full[k]
     ranks = np.stack([np.broadcast_to(out[k], np.shape(out["total"])) for k in ("first_total", "mid_total", "last_total")])
     out["worst_stage"] = np.argmax(np.where(np.isnan(ranks), -np.inf, ranks), axis=0)
     out["total"] = np.nanmax(ranks, axis=0)

@@ -34,7 +34,8 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, optimizer_time,
                       plan_overlaps_param_gather, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
-                     head_on_first_rank, rank_block_counts, recomputed_share, zero_shards)
+                     head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends, recomputed_share,
+                     split_by_share, zero_shards)
 from .memory import (embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu, memory_breakdown,
                      queued_weight_pass)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
@@ -56,10 +57,6 @@ def param_tensors_per_rank(m: ModelDims, pp, blocks_first, blocks_mid, blocks_la
     return np.maximum(np.maximum(blocks_first * per_block + first + head_on_first, blocks_mid * per_block),
                       np.where(head_first & ~single, blocks_last * per_block,
                                np.where(single, 0, blocks_last * per_block + last)))
-
-
-def num_microbatches(tr, lay):
-    return tr.global_batch_size / (np.asarray(lay.dp) * lay.mbs)
 
 
 def bubble_factor(lay, m_micro, costs=None):
@@ -155,29 +152,6 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
                           lambda sub, f, sm: partial_recompute(m, tr, hw, sub, f, sm))
 
 
-def split_by_share(share, lay, mem, whole, partial) -> dict:
-    """whole(layout, mem) for candidates whose blocks all recompute alike, partial(layout, share, mem) for those that
-    recompute a share of them (partial_recompute costs two evaluations), scattered back into candidate order."""
-    part = np.asarray(share) < 1
-    if not np.any(part):
-        return whole(lay, mem)
-    if part.ndim == 0 or np.all(part):
-        return partial(lay, share, mem)
-    n = len(part)
-    idx = (np.flatnonzero(~part), np.flatnonzero(part))
-
-    def rows(d, i):
-        return None if d is None else {k: np.broadcast_to(v, (n,))[i] if np.ndim(v) else v for k, v in d.items()}
-    a, b = whole(lay.take(idx[0]), rows(mem, idx[0])), partial(lay.take(idx[1]), share[idx[1]], rows(mem, idx[1]))
-    out = {}
-    for k in a:
-        va, vb = np.broadcast_to(a[k], (len(idx[0]),)), np.broadcast_to(b[k], (len(idx[1]),))
-        v = np.empty(n, dtype=np.result_type(va, vb))
-        v[idx[0]], v[idx[1]] = va, vb
-        out[k] = v
-    return out
-
-
 def partial_recompute(m: ModelDims, tr, hw, lay, share, mem: dict | None = None) -> dict:
     """evaluate where full recompute re-runs a share f of each rank's blocks (Layout.recompute_layers): a block's
     times, collectives and bytes are its own, recomputed or not, so a rank's sums over its blocks -- compute, the
@@ -186,15 +160,13 @@ def partial_recompute(m: ModelDims, tr, hw, lay, share, mem: dict | None = None)
     exposure is convex in its window, so mixing them linearly over-states them where the overlap changes regime.
     FLOPs follow the same mix (Narayanan 2021 eq. 3's recompute term over f of the blocks).  Memory:
     memory.partial_recompute_memory."""
-    part = share < 1
-    whole = replace(lay, recompute_layers=np.zeros_like(np.asarray(lay.recompute_layers)))
-    none = replace(whole, recompute=np.where(part, REC_NONE, np.asarray(lay.recompute)))
+    none, whole = recompute_ends(lay)
     kept, full = _evaluate_whole_blocks(m, tr, hw, none), _evaluate_whole_blocks(m, tr, hw, whole)
     if mem is None:
         mem = memory_breakdown(m, lay, tr, num_microbatches(tr, lay))
     out = dict(full)
     for k in BLOCK_LINEAR_KEYS:
-        out[k] = np.where(part, (1 - share) * kept[k] + share * full[k], full[k])
+        out[k] = (1 - share) * kept[k] + share * full[k]
     n = np.asarray(lay.gpus, dtype=float)
 
     def hw_flops_per_token(r):
@@ -213,7 +185,7 @@ def partial_recompute(m: ModelDims, tr, hw, lay, share, mem: dict | None = None)
                    ("offloaded", "mem_offloaded"), ("worst_stage", "worst_stage"), ("first_total", "mem_first"),
                    ("mid_total", "mem_mid"), ("last_total", "mem_last")):
         out[key] = mem[k]
-    return {k: np.where(part, v, full[k]) if k not in ("num_microbatches",) else v for k, v in out.items()}
+    return out
 
 
 def amdahl(n, t_compute, step):

@@ -156,6 +156,8 @@ FRAMEWORK_RECOMPUTES: dict[str, tuple[str, ...] | None] = {
 # recompute_layers); an unpinned recompute also searches the fewest such blocks that fit
 # (search.partial_recompute_candidates)
 PARTIAL_RECOMPUTE_FRAMEWORKS = ("megatron", "parplan")
+# ...and the schedules it is predicted under (the zero-bubble schedules' bubble is not linear in the blocks' mix)
+PARTIAL_RECOMPUTE_SCHEDULES = "partial recompute is predicted for gpipe, 1f1b and interleaved-1f1b"
 # ZeRO stages each framework runs: torchtitan replicates (DDP, data_parallel_replicate_degree) or shards
 # everything (FSDP2, data_parallel_shard_degree); it has no optimizer-only or gradient sharding.  fsdp: NO_SHARD
 # (DDP) or FULL_SHARD; FSDP's SHARD_GRAD_OP is not modelled.
@@ -539,8 +541,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError(f"--recompute-layers {pins.recompute_layers} recomputes that many blocks of each stage "
                                f"whole, which is full recompute, not --recompute {pins.recompute}; drop one of them")
         if pins.schedule in ZERO_BUBBLE:
-            raise PlannerError(f"--recompute-layers with --schedule {pins.schedule}: partial recompute is predicted "
-                               "for gpipe, 1f1b and interleaved-1f1b; drop one of them")
+            raise PlannerError(f"--recompute-layers with --schedule {pins.schedule}: {PARTIAL_RECOMPUTE_SCHEDULES}; "
+                               "drop one of them")
         pins = replace(pins, recomputes=("full",))  # (recompute itself stays the user's: the suggestions drop N alone)
     elif framework in PARTIAL_RECOMPUTE_FRAMEWORKS and pins.recompute is None:
         pins = replace(pins, partial_recompute=True)
@@ -968,17 +970,17 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
         if value is not None and offered and value not in offered:
             raise StructureError(f"{axis} {value} is not one {fw} runs (it runs {', '.join(map(str, offered))})",
                                  "change it, or the plan's training.framework")
-    if p.recompute_layers is not None and fw not in PARTIAL_RECOMPUTE_FRAMEWORKS:
-        raise StructureError(f"recompute_layers {p.recompute_layers}: {fw} recomputes every block of a stage or none",
-                             "drop recompute_layers, or set training.framework megatron or parplan")
     if p.recompute_layers is not None:
+        if fw not in PARTIAL_RECOMPUTE_FRAMEWORKS:
+            raise StructureError(f"recompute_layers {p.recompute_layers}: {fw} recomputes every block of a stage or "
+                                 "none", "drop recompute_layers, or set training.framework megatron or parplan")
         largest = max(p.stage_layers or stage_layers(spec.layers, p.pp * p.vpp))
         if p.recompute_layers >= largest:
             raise StructureError(f"recompute_layers {p.recompute_layers} recomputes every block of each stage (at most "
                                  f"{largest})", "drop it for recompute full, or give fewer")
-    if p.recompute_layers is not None and p.pp > 1 and p.schedule in ZERO_BUBBLE:
-        raise StructureError(f"recompute_layers with schedule {p.schedule}: partial recompute is predicted for gpipe, "
-                             "1f1b and interleaved-1f1b", "drop recompute_layers, or change the schedule")
+        if p.pp > 1 and p.schedule in ZERO_BUBBLE:
+            raise StructureError(f"recompute_layers with schedule {p.schedule}: {PARTIAL_RECOMPUTE_SCHEDULES}",
+                                 "drop recompute_layers, or change the schedule")
     refused = deepspeed_zero_in_pipeline(p.zero_stage, p.pp) if fw == "deepspeed" else None
     if refused:
         raise StructureError(refused, "use zero_stage 0 or 1, or pp 1")

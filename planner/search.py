@@ -455,10 +455,6 @@ def _row_keys(lay: Layout, exclude=()) -> np.ndarray:
     return np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
-def _joined(a: Layout, b: Layout) -> Layout:
-    return Layout(**{k: np.concatenate([np.asarray(getattr(a, k)), np.asarray(getattr(b, k))]) for k in a.__dict__})
-
-
 def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins: Pins, top_k: int,
                objective: str) -> SearchResult:
     t0 = time.perf_counter()
@@ -489,7 +485,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
             part = partial_recompute_candidates(m, tr, hw, lay, mem, pins)
             if part is not None:
                 part_mem = memory(m, tr, part)
-                lay = _joined(lay, part)
+                lay = Layout.concat([lay, part])
                 mem = {k: np.concatenate([np.broadcast_to(v, (len(lay) - len(part),)), np.broadcast_to(part_mem[k], (len(part),))])
                        for k, v in mem.items()}
                 candidates += len(part)
@@ -554,7 +550,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
                             seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason,
                             best_infeasible=best_infeasible)
     # (a batch may have been timed in two parts: every list below is in the order of `layouts`)
-    lay = Layout(**{k: np.concatenate([getattr(l_, k) for l_ in layouts]) for k in layouts[0].__dict__})
+    lay = Layout.concat(layouts)
     met = {k: np.concatenate([np.broadcast_to(mm[k], (len(l_),)) for mm, l_ in zip(metric_list, layouts)])
            for k in metric_list[0]}
     keep = contenders(objective, met, top_k)  # sorting these alone gives the same top_k as sorting all

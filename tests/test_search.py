@@ -174,29 +174,40 @@ def test_smoke_every_profile_and_preset(hardware):
 
 
 def _timed(cmd):
-    best = None
+    """Best of three runs of cmd: (wall seconds, CPU seconds of the child, the last run's result).  The bars
+    are asserted on the CPU time (user + system of the child process, from getrusage): a loaded CI machine
+    stretches the wall time (4.2 s for the 405B search once, at load 8, against 0.9 s quiet) but barely
+    the CPU time the search itself spends."""
+    import resource
+    best_wall = best_cpu = None
     out = None
     for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True)
-        dt = time.perf_counter() - t0
-        best = dt if best is None else min(best, dt)
-    return best, out
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best_wall = wall if best_wall is None else min(best_wall, wall)
+        best_cpu = cpu if best_cpu is None else min(best_cpu, cpu)
+    return best_wall, best_cpu, out
 
 
 def test_speed_bars():
-    """Bars: 70e9 on 8 GPUs <= 1 s wall (torch never imported), llama3-405b on 16384 GPUs <= 3 s
-    with >= 10,000 candidates.  Best of three runs, asserted at 1.5 s and 4 s: slack for a loaded CI
-    machine (benchmarks/speed.py measures the bars themselves, speed.md: 0.39 s and 0.61 s best of 7 at the end of 2026-11-24)."""
-    t, out = _timed([sys.executable, "-m", "planner.cli", "recommend", "--params", "70e9", "--gpus", "8", "--json"])
+    """Bars: 70e9 on 8 GPUs <= 1 s (torch never imported), llama3-405b on 16384 GPUs <= 3 s with >= 10,000
+    candidates.  Best of three runs, asserted on the child's CPU time at 1.5 s and 4 s (slack for a slower
+    machine; the wall time, which load stretches, is only reported).  benchmarks/speed.py measures the bars
+    themselves in wall time (speed.md: 0.39 s and 0.61 s best of 7 at the end of 2026-11-24)."""
+    wall, cpu, out = _timed([sys.executable, "-m", "planner.cli", "recommend", "--params", "70e9", "--gpus", "8",
+                             "--json"])
     assert out.returncode == 0, out.stderr
     json.loads(out.stdout)
-    assert t <= 1.5, t
-    t, out = _timed([sys.executable, "-m", "planner.cli", "recommend", "--model", "llama3-405b", "--gpus", "16384",
-                     "--json"])
+    assert cpu <= 1.5, (cpu, wall)
+    wall, cpu, out = _timed([sys.executable, "-m", "planner.cli", "recommend", "--model", "llama3-405b", "--gpus",
+                             "16384", "--json"])
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["search"]["candidates"] >= 10_000
-    assert t <= 4.0, t
+    assert cpu <= 4.0, (cpu, wall)
     probe = subprocess.run([sys.executable, "-c", "import sys, planner.cli, planner.core, planner.search; "
                             "from planner.core import recommend; from planner.models import load_preset; "
                             "recommend(load_preset('llama3-8b'), 8); print('torch' in sys.modules)"],

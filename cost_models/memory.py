@@ -11,6 +11,7 @@ All functions are elementwise over a Layout (scalars or numpy arrays).
 """
 from __future__ import annotations
 
+import functools
 from functools import lru_cache
 from types import SimpleNamespace
 
@@ -620,9 +621,30 @@ def model_state_coefficients(lay, tr):
     accumulates = num_microbatches(tr, lay) > 1
     ds_host = 4.0 + np.where((zero >= 3) | accumulates, rec["weight"], 0.0) + np.where(zero < 3, rec["weight"], 0.0)
     ds_grads = np.where(ds, ds_host / np.where(zero >= 1, dp, 1), 0.0)
+    # every other optimizer stepping on the host takes the rank's gradients there as fp32 tensors of its share, all
+    # of them before it steps: parplan's MasterAdamW (grad.to("cpu", float32) per tensor, then one fused step),
+    # Megatron's HybridDeviceOptimizer (a pinned fp32 buffer per offloaded parameter, cpu_copy_map_grad, kept);
+    # FSDP2's host gradient shards are counted above, DeepSpeed's fp32 partition gradient in ds_grads
+    host_grads = np.where(off & ~fsdp2 & ~ds, 4.0 / np.where(zero >= 1, dp, 1), 0.0)
     offloaded = (np.where(off, opt_total, 0.0) + mirror + np.where(host, stored, 0.0)
-                 + np.where(host_g, g, 0.0) + ds_grads)
+                 + np.where(host_g, g, 0.0) + ds_grads + host_grads)
     return w, np.where(host_g, 0.0, g), o, offloaded
+
+
+def step_grad_copy_coefficient(lay, tr):
+    """Bytes per parameter that the optimizer step adds on the device: with 16-bit gradients and fp32 masters
+    (master-weights-half-grads) the step makes an fp32 copy of the gradients of its share before it steps them
+    (parplan's MasterAdamW: grad.to(float32) for every tensor, then one fused step; Megatron's
+    _copy_model_grads_to_main_grads: main_param.grad = main_grad.float(); DeepSpeed ZeRO-1/2's
+    single_grad_partition .to(fp32) per parameter group, ZeRO-3's per sub-group), live beside the weights, the
+    16-bit gradients and the optimizer states once the backward has freed the activations.  None with fp32
+    gradients (the copy is the gradient itself), under FSDP2 (its reduce-scatter writes the fp32 shard's
+    gradient) or with the optimizer offloaded (the copy is made on the host: model_state_coefficients)."""
+    rec = PRECISION_RECIPES[tr.precision]
+    if not (rec["master"] and rec["grad"] < 4):
+        return np.zeros(np.shape(lay.zero))
+    fsdp2, _ = fsdp2_flags(lay, tr)
+    return np.where(~fsdp2 & (lay.offload == 0), 4.0 / np.where(lay.zero >= 1, zero_shards(lay, tr), 1), 0.0)
 
 
 def model_states(params, lay, tr, coefficients=None):
@@ -742,6 +764,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
 
     def states(params):
         return model_states(params, lay, tr, coefficients)
+    step_copies = step_grad_copy_coefficient(lay, tr)
 
     counts = rank_inflight_by_key(lay, m_micro, m.layers, tr.p2p_output_sends_released)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more)
@@ -861,7 +884,12 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         loss_kept = np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0)
         terms = (w, g, o, offl, g_early, cast_params, loss_kept)
         alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held) for n, pend, held in counts[kind]]
-        return worse(*alts)
+        if np.any(step_copies):  # the optimizer step: the activations are gone, its fp32 gradient copies are not
+            copies = params * step_copies
+            zeros = np.zeros(np.broadcast(w, copies).shape)
+            alts.append(dict(weights=w, grads=g, optimizer=o, activations=zeros, other=copies,
+                             total=w + g + o + copies, offloaded=offl))
+        return functools.reduce(worse, alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),
                        p_first - first_blocks * per_layer, first_bufs)

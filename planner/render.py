@@ -95,7 +95,7 @@ def memory_rows(plan: Plan) -> list[tuple[str, float]]:
     pr = plan.prediction
     mem = pr.memory_bytes_per_gpu
     rows = [("weights", mem.weights), ("grads", mem.grads), ("optimizer", mem.optimizer),
-            ("activations", mem.activations), ("other (working, buffers)", mem.other)]
+            ("activations", mem.activations), ("other (working, buffers, step copies)", mem.other)]
     rows += not_live_rows(memory_breakdown(plan)["not_live_together_bytes"])
     rows += [("total", mem.total), ("usable HBM", pr.usable_memory_bytes or 0)]
     if mem.offloaded:

@@ -325,7 +325,7 @@ class MemoryBreakdown(Strict):
     grads: float = Field(description="Gradient bytes.")
     optimizer: float = Field(description="Optimizer state (+fp32 master) bytes on the GPU.")
     activations: float = Field(description="Saved activations of all in-flight micro-batches plus embedding/logits.")
-    other: float = Field(description="Framework overhead: CUDA context, communication buffers, temporaries, allocator fragmentation.")
+    other: float = Field(description="Framework overhead: CUDA context, communication buffers, temporaries, allocator fragmentation; at the optimizer step (where that is the peak, with activations 0) the step's fp32 copies of 16-bit gradients.")
     total: float = Field(description="Sum of the above, bytes per GPU.")
     offloaded: float = Field(0.0, description="Bytes kept in host memory per GPU (optimizer offload).")
     by_stage: dict[str, float] | None = Field(

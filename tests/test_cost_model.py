@@ -386,8 +386,9 @@ def test_model_states_by_recipe_and_zero():
         assert z3["grads"] == pytest.approx(counts["total"] * per_param[1] / 8)
         assert z3["optimizer"] == pytest.approx(counts["total"] * per_param[2] / 8)
         off = memory_breakdown(m, _lay(dp=8, zero=1, offload=1), tr, 1)
-        # amp's host optimizer keeps an fp32 copy of its share of the weights beside Adam's states (MasterAdamW)
-        host = per_param[2] + (4 if precision == "amp" else 0)
+        # amp's host optimizer keeps an fp32 copy of its share of the weights beside Adam's states (MasterAdamW);
+        # every recipe's takes its share's gradients there in fp32 before the step
+        host = per_param[2] + 4 + (4 if precision == "amp" else 0)
         assert off["optimizer"] == 0 and off["offloaded"] == pytest.approx(counts["total"] * host / 8)
 
 
@@ -821,7 +822,7 @@ def test_a_recomputed_block_never_takes_memory_off_and_buckets_never_exceed_the_
     """Op-level selective recompute under SP at tp 16 saves more than the whole no-recompute set (full-width
     row-parallel outputs): what the recompute rebuilds is then nothing, not a negative amount.  The data-parallel
     bucket copies hold at most the rank's gradients (a 3.4 MB model had been charged 52 MB).  And a host optimizer
-    over fp32 weights keeps a host copy of them (4 B a parameter, sharded as its states)."""
+    over fp32 weights keeps a host copy of them (4 B a parameter, sharded as its states), beside the gradients."""
     from cost_models.memory import activation_bytes_working_layer, memory_breakdown, rebuilt_bytes
     m = ModelDims.from_spec(ModelSpec(arch="llama", layers=8, hidden=4096, heads=32, kv_heads=16, ffn_hidden=11008,
                                       vocab=32000), 4096)
@@ -841,7 +842,8 @@ def test_a_recomputed_block_never_takes_memory_off_and_buckets_never_exceed_the_
     assert 0 < added <= float(two["grads"]) * (1 + 1e-9)
     off = memory_breakdown(tiny, _lay(gpus=2, dp=2, zero=1, offload=1), _consts("fp32", 4), 1)
     kept = memory_breakdown(tiny, _lay(gpus=2, dp=2, zero=1), _consts("fp32", 4), 1)
-    assert float(off["offloaded"]) == pytest.approx(float(kept["optimizer"]) * 12 / 8)  # Adam's 8 B + the 4 B copy
+    # Adam's 8 B + the 4 B copy of the weights + the 4 B fp32 gradients taken to the host for the step
+    assert float(off["offloaded"]) == pytest.approx(float(kept["optimizer"]) * 16 / 8)
 
 
 def test_fsdp2_offload_copies_each_gathered_shard_over_the_host_link():
@@ -882,7 +884,7 @@ def test_deepspeed_offload_accumulates_gradients_through_the_host_link():
     (which reduces at the boundary only) once; with one micro-batch ZeRO-1/2 copy nothing.  Halving the link adds
     exactly those copies' time once they outlast the compute beside them, each rank's for its 1/dp partition
     (dp 1 and 2).  Its host holds the buffer, the partition's fp32 gradient (4 B) and at ZeRO-1/2 a 16-bit copy of
-    the partition's parameters beside the Adam states; parplan's offload none of these."""
+    the partition's parameters beside the Adam states; parplan's offload only the fp32 gradient, once a step."""
     from planner.core import training_consts
     from planner.schema import Training
     from cost_models.memory import embedding_params_per_gpu, head_params_per_gpu, layer_params_per_gpu
@@ -914,10 +916,11 @@ def test_deepspeed_offload_accumulates_gradients_through_the_host_link():
             held = float(a["mem_offloaded"]) - params / dp * 16
             extra = (2 if zero == 3 or micro > 1 else 0) + (2 if zero < 3 else 0)
             assert held == pytest.approx(params / dp * extra, abs=1e-3 * params)
-            if zero < 3:  # parplan's runtime (FSDP2 at ZeRO-3, its own copies): the states alone, no copies timed
+            if zero < 3:  # parplan's runtime (FSDP2 at ZeRO-3, its own copies): no copies timed; the states and
+                # the fp32 gradients its MasterAdamW takes to the host before the step (4 B), once
                 a, b = (evaluate(m, own, h, lay) for h in (slow, slower))
                 assert float(b["dp_comm_s"] - a["dp_comm_s"]) == 0.0
-                assert float(a["mem_offloaded"]) == pytest.approx(params / dp * 12, rel=1e-9)
+                assert float(a["mem_offloaded"]) == pytest.approx(params / dp * (12 + 4), rel=1e-9)
     # weights above DeepSpeed's prefetch bucket (zero3.block_comm, one weight ahead): the copies go with each
     # weight's reduce-scatter, and on a link slow enough to leave the compute no part they are all of the difference
     from cost_models import zero3
@@ -1083,3 +1086,55 @@ def test_the_simplest_of_near_ties_is_ranked_by_moving_parts_in_order():
     assert c(lay(offload=1, zero=1)) > everything_else
     assert c(lay(cp=2, dp=8)) > c(lay(zero=3, pp=2, vpp=2, schedule=2)) > c(lay(pp=2, vpp=2, schedule=2)) > 0
     assert c(lay(zero=3)) > 0 and c(lay(zero=3), False) == 0 and c(lay(schedule=2)) == 0
+
+
+def test_the_optimizer_step_holds_fp32_copies_of_16_bit_gradients(monkeypatch):
+    """With 16-bit gradients and fp32 masters the optimizer step makes an fp32 copy of its share's gradients before
+    it steps (parplan's MasterAdamW, Megatron's main_grad.float(), DeepSpeed's fp32 partition gradient): a moment
+    of weights + gradients + optimizer states + 4 B a parameter of the share (sharded by ZeRO-1/2), which is the
+    peak where the activations are small.  None with fp32 gradients, under FSDP2, or with the optimizer offloaded,
+    whose copies are on the host: 4 B a parameter of the share there for every host optimizer but DeepSpeed's
+    (counted with its own buffers) and FSDP2's (its host gradient shards)."""
+    from planner.core import training_consts
+    from planner.schema import Training
+    from cost_models.memory import model_state_coefficients, step_grad_copy_coefficient
+    spec = ModelSpec(arch="llama", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=2816, vocab=4096)
+    m = ModelDims.from_spec(spec, 32)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"), "bf16")
+
+    def consts(precision, framework="parplan"):
+        return training_consts(Training(seq_len=32, global_batch_size=8, micro_batch_size=1, num_microbatches=1,
+                                        precision=precision, framework=framework))
+
+    half, full = consts("master-weights-half-grads"), consts("master-weights")
+    import cost_models.memory as memory
+    coefficient = memory.step_grad_copy_coefficient
+    for zero, dp in ((0, 8), (1, 8), (2, 8), (0, 1)):
+        lay = _lay(gpus=dp, dp=dp, zero=zero)
+        shard = dp if zero else 1
+        assert float(step_grad_copy_coefficient(lay, half)) == 4.0 / shard
+        assert float(step_grad_copy_coefficient(lay, full)) == 0.0
+        a, b = evaluate(m, half, hw, lay), evaluate(m, full, hw, lay)
+        assert float(b["mem_activations"]) > 0  # fp32 gradients: the backward's moment, as before
+        monkeypatch.setattr(memory, "step_grad_copy_coefficient", lambda lay, tr: 0.0 * coefficient(lay, tr))
+        backward = float(evaluate(m, half, hw, lay)["mem_total"])
+        monkeypatch.setattr(memory, "step_grad_copy_coefficient", coefficient)
+        w, g, o = (float(a[k]) for k in ("mem_weights", "mem_grads", "mem_optimizer"))
+        params = w / 2  # bf16 weights, none sharded below ZeRO-3
+        step = w + g + o + params * 4 / shard
+        assert float(a["mem_total"]) == pytest.approx(max(backward, step), rel=1e-12)
+        if step > backward:  # the step is the peak (zero 0 here: 32 tokens, no data-parallel buckets at dp 1)
+            assert float(a["mem_activations"]) == 0.0
+            assert float(a["mem_other"]) == pytest.approx(params * 4 / shard, rel=1e-9)
+    assert float(evaluate(m, half, hw, _lay(gpus=1, dp=1))["mem_activations"]) == 0.0  # the case above, once
+    # FSDP2 (its reduce-scatter writes the fp32 shard's gradient) and an offloaded optimizer: none on the device
+    assert float(step_grad_copy_coefficient(_lay(gpus=8, dp=8, zero=3), half)) == 0.0
+    assert float(step_grad_copy_coefficient(_lay(gpus=8, dp=8, zero=1, offload=1), half)) == 0.0
+    # on the host: 4 B a parameter of the share beside master + Adam (12 B) for parplan and Megatron, once
+    for framework in ("parplan", "megatron"):
+        for precision in ("master-weights", "master-weights-half-grads"):
+            offl = model_state_coefficients(_lay(gpus=8, dp=8, zero=1, offload=1), consts(precision, framework))[3]
+            assert float(offl) == pytest.approx((12 + 4) / 8, rel=1e-12), (framework, precision)
+    # FSDP2's host shards: parameters (fp32 master) and gradients, with no further copy
+    fsdp = model_state_coefficients(_lay(gpus=8, dp=8, zero=3, offload=1), consts("master-weights", "torchtitan"))[3]
+    assert float(fsdp) == pytest.approx((12 + 4) / 8, rel=1e-12)

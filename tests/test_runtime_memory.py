@@ -49,6 +49,12 @@ LAYOUTS = {
     "fsdp2-pp1": (4, dict(tp=1, pp=1, dp=4, zero_stage=3)),
     # four blocks per stage: FSDP2 inside torch.distributed.pipelining keeps gathered weights
     "fsdp2-pp2": (8, dict(tp=1, pp=2, dp=2, zero_stage=3)),
+    # 16-bit gradients: the optimizer step makes fp32 copies of its share's gradients, all before it steps
+    # (memory.step_grad_copy_coefficient), so with these model states the peak is the step, not the backward.
+    # One run (2026-12-02): 1140.2 MiB measured, 967.2 predicted without the copies (-15.2 %), 1140.2 with them;
+    # zero 1 x pp 2 (copies of half the gradients, the backward still the peak): -0.6 % -> -0.1 %, not kept here
+    # for CI's time
+    "zero0-half-grads": (4, dict(tp=1, pp=1, dp=4, zero_stage=0, precision="master-weights-half-grads")),
 }
 # Activations: a narrow model at 1,024 tokens per micro-batch, eight micro-batches over four pipeline
 # ranks, so saved activations, the micro-batches each schedule keeps in flight and the pipeline's
@@ -106,7 +112,7 @@ SCHEDULES = {
 }
 BAR = 0.10  # the issue's memory bar for GPU runs
 # cases added after benchmarks/results/2026-11-25-cpu-memory-fp32 was run (test_fp32_recipe_memory_against_the_committed_cpu_run)
-ADDED_AFTER_THE_FP32_RUN = {"1f1b-full-1-of-2"}
+ADDED_AFTER_THE_FP32_RUN = {"1f1b-full-1-of-2", "zero0-half-grads"}
 # Each pipeline rank kind the model names (first, the fullest middle, last) against that rank's own peak.
 # The largest rank is held to BAR above; the others to RANK_BAR (measured -6.7 .. +6.3 %, the worst on
 # rank 0 of tp 2 x pp 2 ZB-V with SP, -9.1 % in an earlier set of runs; benchmarks/results/2026-11-23-cpu-memory).  This comparison found,
@@ -128,8 +134,9 @@ def memory_jobs(tmp, steps: int = 2, schedules: dict | None = None, precision: s
     """One multi_run job per layout and schedule under tmp/<name>/ (plan.json, report.json, trace/rankN.json)."""
     jobs = []
     for name, (layers, par) in LAYOUTS.items():
+        par = dict(par)
         plan = evaluate_plan(tiny_plan({**WIDE, "layers": layers}, seq_len=32, global_batch_size=8,
-                                       precision=precision, **par))
+                                       precision=par.pop("precision", precision), **par))
         d = tmp / name
         d.mkdir(parents=True, exist_ok=True)
         jobs.append({"plan": write_plan(plan, d / "plan.json"), "report": str(d / "report.json"),
@@ -149,7 +156,7 @@ def memory_jobs(tmp, steps: int = 2, schedules: dict | None = None, precision: s
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("memory")
-    # 26 jobs, 4 ranks on CI's 2 cores: 7 min on a quiet sitting (2026-11-23, 23 jobs), 4.6 min since the harness
+    # 28 jobs, 4 ranks on CI's 2 cores: 7 min on a quiet sitting (2026-11-23, 23 jobs), 4.6 min since the harness
     # destroys each job's process groups (2026-11-29), more on a loaded one; the default 600 s would turn a slow
     # machine into a failure
     r = suite.run_jobs(memory_jobs(tmp), 4, tmp, "memory", timeout=1500)
@@ -227,7 +234,7 @@ def test_fp32_recipe_memory_against_the_committed_cpu_run():
     run = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-11-25-cpu-memory-fp32" / "run1"
     errors = {}
     names = [n for n in (*LAYOUTS, *SCHEDULES) if (run / n / "report.json").exists()]
-    assert set(names) == set(LAYOUTS) | set(SCHEDULES) - ADDED_AFTER_THE_FP32_RUN
+    assert set(names) == (set(LAYOUTS) | set(SCHEDULES)) - ADDED_AFTER_THE_FP32_RUN
     for name in names:
         plan = Plan.model_validate_json((run / name / "plan.json").read_text())
         assert plan.training.precision == "fp32"

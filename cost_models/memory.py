@@ -599,7 +599,10 @@ def model_state_coefficients(lay, tr):
     # ZeRO-2 keeps gradients sharded only when it reduce-scatters them as they are produced;
     # reduced once per step, every rank holds them all through the backward.
     sharded_g = ((zero >= 3) & ~z3_full) | ((zero == 2) & tr.zero2_each_microbatch)
-    g = rec["grad"] / np.where(sharded_g, dp, 1)
+    # FSDP2 casts each reduce-scatter's output to the sharded parameter's dtype (foreach_reduce:
+    # _to_dtype_if_needed(reduce_output, orig_dtype)), so under a master recipe its gradient shards are fp32
+    # whatever the reduce dtype (16-bit for master-weights-half-grads)
+    g = np.where(fsdp2 & ~z3_full, 4.0 if rec["master"] else rec["grad"], rec["grad"]) / np.where(sharded_g, dp, 1)
     opt_total = (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
     # FSDP2's CPUOffloadPolicy keeps the sharded parameters and gradients on the host as well
     # (the unsharded gradients a pipeline accumulates stay on the device until the reduce)

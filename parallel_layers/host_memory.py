@@ -52,21 +52,24 @@ class CpuMemoryTrace:
         # (node, not what the job holds on a GPU: inside a c10d/gloo collective, or a CPU matmul's scratch):
         # the flag is passed down the tree rather than looked up per allocation, and an allocation's owner is
         # named only where it is live at the peak (_live)
-        stack = [(n, False) for n in self._prof.profiler.kineto_results.experimental_event_tree()]
+        # (scratch: the (time, address) of allocations a matmul above made and freed again inside itself)
+        stack = [(n, False, frozenset()) for n in self._prof.profiler.kineto_results.experimental_event_tree()]
         allocation = _EventType.Allocation
         while stack:
-            node, in_coll = stack.pop()
+            node, in_coll, scratch = stack.pop()
             if node.tag == allocation:
                 ex = node.extra_fields
                 if ex.device.type == "cpu":
-                    allocs.append((node.start_time_ns, ex.alloc_size, ex.ptr, node, in_coll))
+                    allocs.append((node.start_time_ns, ex.alloc_size, ex.ptr, node,
+                                   in_coll or (node.start_time_ns, ex.ptr) in scratch))
                 continue
             name = node.name
             if name.startswith(PHASE_PREFIX):
                 phases.append((node.start_time_ns, node.end_time_ns, name[len(PHASE_PREFIX):]))
             inner = in_coll or name.startswith(_COLLECTIVE_PREFIXES)
-            scratch = _matmul_scratch(node, allocation) if name in _MATMUL_OPS else ()
-            stack.extend((c, inner or (c.tag == allocation and c.extra_fields.ptr in scratch)) for c in node.children)
+            if name in _MATMUL_OPS:
+                scratch = scratch | _matmul_scratch(node, allocation)
+            stack.extend((c, inner, scratch) for c in node.children)
         allocs.sort(key=lambda a: a[0])  # stable: events of one timestamp keep the walk's order
         phases.sort()
         if not allocs or not phases:
@@ -170,17 +173,32 @@ _COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 # A 16-bit matmul on a CPU allocates scratch inside aten::mm and frees it there: without native bf16 instructions
 # (no AVX512-BF16 or AMX) an fp32 buffer of the output's size, 134 MB beside the 67 MB bf16 logits of a 1,024-token,
 # 32,768-vocabulary head on one of this project's 2-core Xeons; with AMX 0.5-1.0 MiB beside an 8 MiB output on
-# another (both 2026-11-28); none on a GPU, whose matmuls write their output directly.  The GPU-like replay leaves it out.
-_MATMUL_OPS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm"})
+# another (both 2026-11-28); where oneDNN has no 16-bit path (AVX2 only) cpu_matmul's fp32 copies of the operands and
+# the product, made by the ops the matmul calls; none on a GPU, whose matmuls write their output directly.  The
+# GPU-like replay leaves them out.
+_MATMUL_OPS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm",
+                         "parplan::fp32_math"})  # cpu_matmul.SCOPE
 
 
-def _matmul_scratch(node, allocation) -> set:
-    """Addresses a matmul op allocated and freed again inside itself (its direct allocation events)."""
-    made, freed = set(), set()
-    for c in node.children:
+def _matmul_scratch(node, allocation) -> frozenset:
+    """(time, address) of each allocation anywhere below a matmul op that is freed again below it."""
+    events = []
+    stack = list(node.children)
+    while stack:
+        c = stack.pop()
         if c.tag == allocation:
-            (made if c.extra_fields.alloc_size > 0 else freed).add(c.extra_fields.ptr)
-    return made & freed
+            events.append((c.start_time_ns, c.extra_fields.alloc_size, c.extra_fields.ptr))
+        else:
+            stack.extend(c.children)
+    events.sort(key=lambda e: (e[0], e[1] <= 0))  # an allocation before a free of the same instant
+    open_at: dict = {}  # address -> time of its allocation not yet freed
+    scratch = set()
+    for t, size, ptr in events:
+        if size > 0:
+            open_at[ptr] = t
+        elif ptr in open_at:
+            scratch.add((open_at.pop(ptr), ptr))
+    return frozenset(scratch)
 
 
 def _live(blocks, top: int = 16) -> list[dict]:

@@ -34,7 +34,10 @@ def uses_master_weights(plan) -> bool:
 def cpu_math(plan) -> str:
     """What a CPU run of the plan computes in (the run report's and launch's device line)."""
     if uses_master_weights(plan) and plan.training.dtype == "bf16":
-        return f"bf16 parameters with fp32 masters ({plan.training.precision}), no autocast"
+        from parallel_layers.cpu_matmul import wanted
+        fp32 = ", matmuls and attention in fp32 (no native bf16 GEMM on this CPU)" if wanted(
+            torch.device("cpu"), torch.bfloat16) else ""
+        return f"bf16 parameters with fp32 masters ({plan.training.precision}), no autocast{fp32}"
     return "fp32 math, no autocast"
 
 

@@ -49,6 +49,7 @@ from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
 from parallel_layers.clip import clip_grad_norm
 from parallel_layers.context_parallel import shard_sequence
+from parallel_layers.cpu_matmul import fp32_matmuls
 from parallel_layers.data import TokenSource, replica_sample_indices
 from parallel_layers.host_memory import CpuMemoryTrace, trace_if
 from parallel_layers.telemetry import FIELDS as TELEMETRY_FIELDS, GpuTelemetry, per_step
@@ -562,7 +563,9 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     if device.type == "cuda" and opts.memory_snapshot:  # from the start: weights and states are in the trace too
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")  # "all" slows every alloc
     # cpu: the CPU allocator's running total through the profiler, from before the model exists
-    with trace_if(device.type == "cpu" and bool(opts.memory_snapshot)) as cpu_trace:
+    # 16-bit matmuls in fp32 on a CPU without native 16-bit GEMMs (cpu_matmul: what the run holds is unchanged)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.training.dtype) if uses_master_weights(plan) else None
+    with trace_if(device.type == "cpu" and bool(opts.memory_snapshot)) as cpu_trace, fp32_matmuls(device, half):
         rt, steps = _build_and_train(plan, opts, device)
     if cpu_trace.result is not None:
         path = cpu_trace.write(opts.memory_snapshot, dist.get_rank())

@@ -131,7 +131,7 @@ def resolve_device(device: str, machine: MachineInfo, plan=None) -> tuple[str, C
                              "use --device cpu (gloo), or check CUDA_VISIBLE_DEVICES and the driver")
     if device == "cpu":
         from parallel_layers.precision import cpu_math
-        math = cpu_math(plan).removesuffix(", no autocast") if plan is not None else "fp32 math"
+        math = cpu_math(plan).replace(", no autocast", "") if plan is not None else "fp32 math"
         return "cpu", Check("device", True, f"cpu (gloo, {math}, OMP_NUM_THREADS=1 per rank)")
     return device, Check("device", True, f"cuda ({machine.gpus} x {machine.gpu_name})")
 

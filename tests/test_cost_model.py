@@ -1135,6 +1135,9 @@ def test_the_optimizer_step_holds_fp32_copies_of_16_bit_gradients(monkeypatch):
         for precision in ("master-weights", "master-weights-half-grads"):
             offl = model_state_coefficients(_lay(gpus=8, dp=8, zero=1, offload=1), consts(precision, framework))[3]
             assert float(offl) == pytest.approx((12 + 4) / 8, rel=1e-12), (framework, precision)
+    # FSDP2 casts each reduce-scatter's output to the fp32 shard's dtype: 16-bit reductions, fp32 gradient shards
+    assert float(model_state_coefficients(_lay(gpus=8, dp=8, zero=3), half)[1]) == pytest.approx(4 / 8)
+    assert float(model_state_coefficients(_lay(gpus=8, dp=8, zero=2), half)[1]) == pytest.approx(2)
     # FSDP2's host shards: parameters (fp32 master) and gradients, with no further copy
     fsdp = model_state_coefficients(_lay(gpus=8, dp=8, zero=3, offload=1), consts("master-weights", "torchtitan"))[3]
     assert float(fsdp) == pytest.approx((12 + 4) / 8, rel=1e-12)

@@ -11,8 +11,7 @@ All functions are elementwise over a Layout (scalars or numpy arrays).
 """
 from __future__ import annotations
 
-import functools
-from functools import lru_cache
+from functools import lru_cache, reduce
 from types import SimpleNamespace
 
 import numpy as np
@@ -892,7 +891,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
             zeros = np.zeros(np.broadcast(w, copies).shape)
             alts.append(dict(weights=w, grads=g, optimizer=o, activations=zeros, other=copies,
                              total=w + g + o + copies, offloaded=offl))
-        return functools.reduce(worse, alts)
+        return reduce(worse, alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),
                        p_first - first_blocks * per_layer, first_bufs)

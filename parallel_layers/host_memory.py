@@ -52,8 +52,9 @@ class CpuMemoryTrace:
         # (node, not what the job holds on a GPU: inside a c10d/gloo collective, or a CPU matmul's scratch):
         # the flag is passed down the tree rather than looked up per allocation, and an allocation's owner is
         # named only where it is live at the peak (_live)
-        # (scratch: the (time, address) of allocations a matmul above made and freed again inside itself)
-        stack = [(n, False, frozenset()) for n in self._prof.profiler.kineto_results.experimental_event_tree()]
+        # (scratch: the (time, address) of allocations the outermost matmul above made and freed again inside
+        # itself, which holds those of every matmul nested in it; None outside any)
+        stack = [(n, False, None) for n in self._prof.profiler.kineto_results.experimental_event_tree()]
         allocation = _EventType.Allocation
         while stack:
             node, in_coll, scratch = stack.pop()
@@ -61,14 +62,14 @@ class CpuMemoryTrace:
                 ex = node.extra_fields
                 if ex.device.type == "cpu":
                     allocs.append((node.start_time_ns, ex.alloc_size, ex.ptr, node,
-                                   in_coll or (node.start_time_ns, ex.ptr) in scratch))
+                                   in_coll or (scratch is not None and (node.start_time_ns, ex.ptr) in scratch)))
                 continue
             name = node.name
             if name.startswith(PHASE_PREFIX):
                 phases.append((node.start_time_ns, node.end_time_ns, name[len(PHASE_PREFIX):]))
             inner = in_coll or name.startswith(_COLLECTIVE_PREFIXES)
-            if name in _MATMUL_OPS:
-                scratch = scratch | _matmul_scratch(node, allocation)
+            if scratch is None and name in _MATMUL_OPS:
+                scratch = _matmul_scratch(node, allocation)
             stack.extend((c, inner, scratch) for c in node.children)
         allocs.sort(key=lambda a: a[0])  # stable: events of one timestamp keep the walk's order
         phases.sort()

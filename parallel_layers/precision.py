@@ -24,6 +24,8 @@ from typing import Optional
 
 import torch
 
+from parallel_layers.cpu_matmul import wanted as fp32_matmuls_wanted
+
 MASTER_RECIPES = ("master-weights", "master-weights-half-grads")
 
 
@@ -34,8 +36,7 @@ def uses_master_weights(plan) -> bool:
 def cpu_math(plan) -> str:
     """What a CPU run of the plan computes in (the run report's and launch's device line)."""
     if uses_master_weights(plan) and plan.training.dtype == "bf16":
-        from parallel_layers.cpu_matmul import wanted
-        fp32 = ", matmuls and attention in fp32 (no native bf16 GEMM on this CPU)" if wanted(
+        fp32 = ", matmuls and attention in fp32 (no native bf16 GEMM on this CPU)" if fp32_matmuls_wanted(
             torch.device("cpu"), torch.bfloat16) else ""
         return f"bf16 parameters with fp32 masters ({plan.training.precision}), no autocast{fp32}"
     return "fp32 math, no autocast"

@@ -564,8 +564,8 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")  # "all" slows every alloc
     # cpu: the CPU allocator's running total through the profiler, from before the model exists
     # 16-bit matmuls in fp32 on a CPU without native 16-bit GEMMs (cpu_matmul: what the run holds is unchanged)
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.training.dtype) if uses_master_weights(plan) else None
-    with trace_if(device.type == "cpu" and bool(opts.memory_snapshot)) as cpu_trace, fp32_matmuls(device, half):
+    with trace_if(device.type == "cpu" and bool(opts.memory_snapshot)) as cpu_trace, \
+            fp32_matmuls(device, param_dtype(plan)):
         rt, steps = _build_and_train(plan, opts, device)
     if cpu_trace.result is not None:
         path = cpu_trace.write(opts.memory_snapshot, dist.get_rank())

@@ -163,6 +163,20 @@ def test_explain_memory_rows_sum_to_the_total(argv, total, capsys):
     _sums_to([r[1] for r in mrows[:i]], mrows[i][1])
     shares = [float(r[2].rstrip("%")) for r in mrows[:i]]
     assert sum(shares) == pytest.approx(100.0, abs=0.5 * len(shares))
+    # The not-live row closes the sum by construction, so check it against the physics instead: the rows above
+    # it are the plan's own parts, and the total is no less than either moment every part of it is live at
+    # (the optimizer step: weights, gradients, states; the loss's backward: weights, states, every saved
+    # activation and the loss's peak), so the row takes back at most the smaller of activations and gradients
+    # plus the working memory.
+    parts = plan.prediction.memory_bytes_per_gpu
+    shown = dict((r[0], r[1]) for r in mrows[:i])
+    for name in ("weights", "grads", "optimizer", "activations"):
+        label = next(lab for lab in shown if lab.lower().startswith(name[:5]))
+        assert _num(shown[label])[0] == pytest.approx(getattr(parts, name) / 1e9, abs=_num(shown[label])[1]), name
+    w, g, o, a = parts.weights, parts.grads, parts.optimizer, parts.activations
+    assert parts.total >= max(w + g + o, w + o + a) * (1 - 1e-12)
+    apart = data["memory"]["not_live_together_bytes"]
+    assert 0 < apart <= min(a, g) + parts.other
     # the recommend table shows the same row, with the same label, and adds up the same way
     rows = _rows(_text(breakdown_table(plan)))
     mem = [(r[0], r[1]) for r in rows if r[0]]

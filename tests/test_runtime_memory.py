@@ -105,7 +105,7 @@ SCHEDULES = {
     "cp2-tp2-sp-selective": dict(tp=2, pp=1, cp=2, sp=True, recompute="selective", global_batch_size=4),
     # op-level selective checkpointing with cp: the gathered K/V are not kept (the recompute gathers again)
     "cp2-tp2-sp-selective-op": dict(tp=2, pp=1, cp=2, sp=True, recompute="selective-op", global_batch_size=4),
-    # torchtitan's 1D layout in small: FSDP2 over 4 ranks, op-level selective checkpointing, a vocabulary 64x
+    # torchtitan's 1D layout in small: FSDP2 over 4 ranks, op-level selective checkpointing, a vocabulary 128x
     # the hidden size (Llama 3 8B: 31x) so the loss's fp32 logit-sized tensors make the peak
     "fsdp2-selective-op-vocab32k": dict(tp=1, pp=1, dp=4, zero_stage=3, recompute="selective-op", vocab=32768),
     # the same with the fused cross-entropy (layers.fused_vocab_parallel_cross_entropy): the 16-bit logits and

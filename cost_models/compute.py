@@ -253,7 +253,8 @@ def cast_time(params_per_gpu, precision: str, hw):
     return params_per_gpu * 6 / hw.hbm_bytes_per_s
 
 
-def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per_node_used, tensors=0, over_link=True):
+def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per_node_used, tensors=0, over_link=True,
+                   shard_is_master=False):
     """AdamW step, memory-bound: read param, grad, m, v and write param, m, v (7 x 4 = 28 B per
     fp32 parameter).  The master-weights recipes then copy the fp32 master into the 16-bit parameter
     in a separate pass (read 4 + write 2: parplan's MasterAdamW, Megatron's distributed optimizer),
@@ -266,10 +267,15 @@ def optimizer_time(params_on_gpu, offloaded_params, precision: str, hw, gpus_per
     28 B/param, above the same VM's 26 GB/s tensor copy; the foreach (unfused) AdamW was 4x slower.
     The runtime's offload copies are blocking and per parameter, so for parplan launch this term is
     a lower bound.
+    Torch's FSDP (shard_is_master: ZeRO-3 as FSDP2, or FSDP1's flat parameters) steps the fp32 shard, which is
+    the master, on a gradient its reduce-scatter already cast to fp32 (grad_accumulation_time's to_shard): no
+    copy to 16 bit and no upcast at the step; each all-gather casts the shard on its copy-in stream instead
+    (FSDPParam.all_gather_inputs' _to_dtype_if_needed), beside the compute.
     The profile may scale the on-GPU passes by the bandwidth fraction they reach and add host seconds
     per parameter tensor (`tensors` on this rank), both fitted from runs' after-backward phase."""
     rec = PRECISION_RECIPES[precision]
-    bytes_per_param = 28 + (6 if rec["master"] else 0) + (6 if rec["master"] and rec["grad"] == 2 else 0)
+    copies = (6 if rec["master"] else 0) + (6 if rec["master"] and rec["grad"] == 2 else 0)
+    bytes_per_param = 28 + np.where(shard_is_master, 0, copies)
     on_gpu = (params_on_gpu * bytes_per_param / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction)
               + tensors * hw.optimizer_host_per_tensor_s)
     host_bw = hw.host_memory_bytes_per_s_per_node / gpus_per_node_used

@@ -109,6 +109,10 @@ class TrainingConsts:
     #    pp > 1 holds full weights and gradients, gathers once and reduce-scatters once per step.
     # Measured on CPU (tests/test_runtime_memory.py, the CPU allocator through the profiler).
     zero3_fsdp2: bool = True
+    # FSDP2 copies each all-gather's output into the unsharded parameters on the compute stream
+    # (FSDPParamGroup.wait_for_unshard -> foreach_all_gather_copy_out's split_with_sizes_copy); FSDP1 gathers
+    # straight into its flat parameter's unsharded storage (the `fsdp` framework: no copy)
+    zero3_gather_copy_out: bool = True
     # DeepSpeed's stage 3 gathers weight by weight and prefetches one weight ahead (cost_models/zero3.py):
     # its gathers hide behind one weight's compute, not a whole block's, and it holds two weights gathered
     zero3_one_weight_ahead: bool = False

@@ -469,6 +469,11 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # once, not per micro-batch (counted on 4 gloo ranks, tests/test_runtime_fsdp2_gathers.py)
     z3_n = np.where(tr.zero3_fsdp2 & (np.asarray(pp) > 1), 1, m_micro)
     z3_exposed = z3_n * hw.exposed(z3_mb_t, t_stage)
+    # FSDP2 copies each gather's output into the unsharded parameters on the compute stream
+    # (FSDPParamGroup.wait_for_unshard -> foreach_all_gather_copy_out: split_with_sizes_copy, a read and a write in
+    # the parameters' dtype), serial with the blocks' compute; FSDP1 gathers into its flat parameter (no copy)
+    copy_out = (blk_gathers * (stage_params - root_params) + root_params) * 2 * rec["weight"] / hw.hbm_bytes_per_s
+    z3_exposed = z3_exposed + np.where(fsdp2 & np.asarray(tr.zero3_gather_copy_out), z3_n * copy_out, 0.0)
     # DeepSpeed's stage 3 prefetches one weight ahead: each gather hides behind one weight's compute
     # and trailing weights stay gathered from the recompute to the backward (cost_models/zero3.py);
     # the embedding and head hide behind their own compute
@@ -517,7 +522,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     opt_t = optimizer_time(np.where(off, 0.0, opt_params), np.where(off, opt_params, 0.0),
                            tr.precision, hw, gpus_node, param_tensors_per_rank(m, pp, blocks_first, blocks_mid, blocks_last,
                                                                                         head_first),
-                           over_link=~host_z3)
+                           over_link=~host_z3, shard_is_master=(zero >= 3) & np.asarray(tr.zero3_fsdp2))
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
     fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)

@@ -244,6 +244,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero1_all_reduce=tr.zero1_grad_reduce == "all-reduce",
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",
                           zero3_fsdp2=tr.framework in TORCH_FSDP,
+                          zero3_gather_copy_out=tr.framework in TORCH_PIPELINING,
                           zero3_one_weight_ahead=tr.framework == "deepspeed",
                           offload_grads_via_host=tr.framework == "deepspeed",
                           p2p_blocking_transfers=tr.framework == "deepspeed",

@@ -80,6 +80,7 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
 # How the cost model's framework-decided behaviours (TrainingConsts fields no flag sets) read to a user
 _BEHAVIOURS = {
     "zero3_fsdp2": "ZeRO-3 as FSDP2",
+    "zero3_gather_copy_out": "FSDP2's copy of each gather into the unsharded weights",
     "zero3_one_weight_ahead": "ZeRO-3 gathering one weight ahead",
     "p2p_blocking_transfers": "four blocking pipeline transfers a micro-batch",
     "p2p_buffers_per_microbatch": "a pipeline receive buffer per micro-batch",

@@ -155,6 +155,18 @@ def test_zero1_optimizer_step_is_sharded():
     assert float(z0["optimizer_s"] - z1["optimizer_s"]) == pytest.approx(P * 28 * (7 / 8) / bw, rel=1e-9)
 
 
+# compute.py optimizer_time -- torch's FSDP steps the fp32 shard that is the master, on a gradient its reduce-scatter
+# made fp32: AdamW's 28 B a parameter, with neither the master's copy to 16 bit (6 B) nor the gradient's upcast (6 B)
+def test_fsdp_steps_its_fp32_shard_without_copies():
+    from cost_models.compute import optimizer_time
+    bw = PROF.hbm_gbytes_per_s * 1e9 * PROF.hbm_efficiency * PROF.optimizer_bandwidth_fraction
+    P = 1e8
+    for precision, copies in (("master-weights-half-grads", 12), ("master-weights", 6), ("amp", 0)):
+        other, fsdp = (float(optimizer_time(P, 0.0, precision, HW, 8, shard_is_master=s)) for s in (False, True))
+        assert fsdp == pytest.approx(P * 28 / bw, rel=1e-9)
+        assert other - fsdp == pytest.approx(P * copies / bw, rel=1e-9)
+
+
 # layout.py:334 -- frameworks that shard over dp x cp divide optimizer states by dp*cp
 def test_zero_shards_over_dp_times_cp():
     m = ModelDims.from_spec(LLAMA, 1024)
@@ -237,7 +249,9 @@ def test_fsdp2_gathers_blocks_twice_a_micro_batch_time():
 
     def ring(nbytes):
         return 7 / 8 * nbytes / (450e9 * 0.8) + 7 * 1.9e-6
-    want = 2 * (2 * ring((P - root) * 2) + ring(root * 2) + ring(P * 4))  # 2 micro-batches
+    # ... and copies each gather's output into the unsharded weights on the compute stream (read + write, 2 B each)
+    copy_out = (2 * (P - root) + root) * 2 * 2 / HW.hbm_bytes_per_s
+    want = 2 * (2 * ring((P - root) * 2) + ring(root * 2) + ring(P * 4) + copy_out)  # 2 micro-batches
     assert float(out["dp_comm_s"]) == pytest.approx(want, rel=1e-6)
 
 

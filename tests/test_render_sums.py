@@ -47,11 +47,11 @@ def _sums_to(cells: list[str], total_cell: str):
 
 @pytest.fixture(scope="module")
 def plans():
-    """A pipeline plan (405B on 1024: tp8 pp16 vpp4), a pp=1 plan (8B on 8 with the autograd loss, whose near tie
+    """A pipeline plan (405B on 1024: tp8 pp16 vpp4), a pp=1 plan (8B on 4 with the autograd loss, whose near tie
     the ranking note explains), an amp plan."""
     return {"pipeline": recommend("llama3-405b", 1024),
             # (recompute none pinned: the near tie the note explains is between no-recompute plans)
-            "pp1": recommend("llama3-8b", 8, fused_cross_entropy=False, pins=Pins(recompute="none")),
+            "pp1": recommend("llama3-8b", 4, fused_cross_entropy=False, pins=Pins(recompute="none")),
             # (no recompute pinned: the remainder holds a cast per micro-batch's forward; the search's pick recomputes
             # one block at a larger micro-batch, with fewer casts a step)
             "amp": recommend("llama3-8b", 16, precision="amp", pins=Pins(recompute="none"))}
@@ -187,7 +187,7 @@ def test_explain_memory_rows_sum_to_the_total(argv, total, capsys):
 
 def test_ranking_note_when_a_lower_plan_is_faster(plans):
     from planner.render import ranking_note
-    plan = plans["pp1"]  # llama3-8b on 8: #5 (tp1 dp8 ZeRO-3) is faster than #1
+    plan = plans["pp1"]  # llama3-8b on 4: #3 (tp1 dp4 ZeRO-2) is faster than #1 (tp2 dp2)
     ranked = [plan] + list(plan.alternatives)
     first = plan.prediction.step_time_s
     faster = [i for i, p in enumerate(ranked[1:], 2) if p.prediction.step_time_s < first]
@@ -207,10 +207,11 @@ def test_ranking_note_when_a_lower_plan_is_faster(plans):
 
 
 def test_ranking_note_in_the_table_output_not_in_json(capsys):
-    assert main(["recommend", "-m", "llama3-8b", "--no-fused-cross-entropy", "--recompute", "none"]) == 0
+    assert main(["recommend", "-m", "llama3-8b", "--gpus", "4", "--no-fused-cross-entropy", "--recompute", "none"]) == 0
     out, err = capsys.readouterr()
     assert "note: #" in out + err
-    assert main(["recommend", "-m", "llama3-8b", "--no-fused-cross-entropy", "--recompute", "none", "--json"]) == 0
+    assert main(["recommend", "-m", "llama3-8b", "--gpus", "4", "--no-fused-cross-entropy", "--recompute", "none",
+                 "--json"]) == 0
     out, _ = capsys.readouterr()
     json.loads(out)
     assert "note:" not in out and "simplest first" not in out

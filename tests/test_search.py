@@ -1162,8 +1162,16 @@ def test_fsdp_framework_has_no_pipeline_context_or_sequence_parallelism():
     same = Pins(tp=1, pp=1, cp=1, dp=16, mbs=1, zero=3, recompute="full", sp=False, schedule="1f1b", offload="none")
     fsdp, titan = (recommend(load_preset("llama3-8b"), 16, framework=fw, pins=same, fused_elementwise=False, async_tp_grad_comm=False)
                    for fw in ("fsdp", "torchtitan"))
-    assert fsdp.prediction.step_time_s == titan.prediction.step_time_s
     assert fsdp.prediction.memory_bytes_per_gpu.total == titan.prediction.memory_bytes_per_gpu.total
+    # the steps differ only by FSDP2's copy-out of each gather into the unsharded parameters (read + write of the
+    # 16-bit weights on the compute stream; FSDP1 gathers into its flat parameter): the blocks gathered for the
+    # forward and again the backward, the root (embedding, final norm, head) once, every micro-batch
+    c = param_counts(titan.model)
+    root = c["embedding"] + c["final_norm"] + c["head"]
+    micro = titan.training.num_microbatches
+    hbm = constants_from_profile(hardware_profiles.load_profile(titan.hardware.name)).hbm_bytes_per_s
+    copy_out = micro * (2 * (c["total"] - root) + root) * 2 * 2 / hbm
+    assert titan.prediction.step_time_s - fsdp.prediction.step_time_s == pytest.approx(copy_out, rel=1e-9)
 
 
 def test_a_policy_pin_that_never_fits_gets_a_suggestion_without_it():

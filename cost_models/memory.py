@@ -811,9 +811,15 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     gathered = np.where(zero >= 3, blocks_gathered, 0.0)
     # the flat bucket copies hold a rank's gradients, so never more than them (a small model's are under 2 x 25 MiB)
     grad_bytes = np.maximum(np.maximum(p_first, p_mid), p_last) * rec["grad"]
-    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full, grad_bytes)
+    # torch DDP's buckets as a whole second copy of the rank's gradients (TrainingConsts.ddp_bucket_copy), allocated
+    # when DDP wraps the model and held through every moment: counted with the persistent buffers below
+    ddp_copy = (zero == 0) & (lay.dp > 1) & np.asarray(tr.ddp_bucket_copy)
+    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
+                           np.where(ddp_copy, 0.0, grad_bytes))
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
+    first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0)
+                                       for bufs, params in ((first_bufs, p_first), (mid_bufs, p_mid), (last_bufs, p_last)))
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
     # a zero-bubble weight pass still to run keeps the output gradient the stage received for it (torch's
@@ -956,7 +962,8 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
         MiB: int(bucket_cap_mb * 1024 * 1024); parplan's
         runtime packs gradients under 25 MiB into one flat bucket of less than 2 x 25 MiB and reduces
         larger ones in place, parallel_layers.data_parallel.all_reduce_bucketed; FSDP2 has none), and never more
-        than the gradients they pack (grad_bytes: the largest rank's; a 3.4 MB model's had been charged 52 MB);
+        than the gradients they pack (grad_bytes: the largest rank's; a 3.4 MB model's had been charged 52 MB; 0 where
+        torch DDP's buckets are a whole copy of the gradients, counted with the persistent buffers instead);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
     buckets = np.where((lay.dp > 1) & ~fsdp2, np.minimum(2 * 25 * 2 ** 20, grad_bytes), 0.0)  # data_parallel.BUCKET_BYTES

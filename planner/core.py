@@ -245,6 +245,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero2_each_microbatch=tr.zero2_grad_reduce == "per-micro-batch",
                           zero3_fsdp2=tr.framework in TORCH_FSDP,
                           zero3_gather_copy_out=tr.framework in TORCH_PIPELINING,
+                          ddp_bucket_copy=tr.framework in ("torchtitan", "fsdp"),
                           zero3_one_weight_ahead=tr.framework == "deepspeed",
                           offload_grads_via_host=tr.framework == "deepspeed",
                           p2p_blocking_transfers=tr.framework == "deepspeed",

@@ -81,6 +81,7 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
 _BEHAVIOURS = {
     "zero3_fsdp2": "ZeRO-3 as FSDP2",
     "zero3_gather_copy_out": "FSDP2's copy of each gather into the unsharded weights",
+    "ddp_bucket_copy": "DDP's buckets as a second copy of the gradients",
     "zero3_one_weight_ahead": "ZeRO-3 gathering one weight ahead",
     "p2p_blocking_transfers": "four blocking pipeline transfers a micro-batch",
     "p2p_buffers_per_microbatch": "a pipeline receive buffer per micro-batch",

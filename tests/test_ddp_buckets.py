@@ -1,0 +1,78 @@
+"""torch DDP without gradient_as_bucket_view (torchtitan's replicate, Composer's and Accelerate's
+DistributedDataParallel) holds a second copy of the gradients in its buckets (TrainingConsts.ddp_bucket_copy):
+measured on two gloo ranks through the CPU allocator trace, and the memory model's count of it."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from runtime_helpers.two_ranks import run_two
+
+LINEARS, WIDTH = 8, 1024  # 8 fp32 1,024 x 1,024 linears: 32 MiB of parameters, gradients and buckets each
+
+
+def _worker(rank, port, view, out):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from parallel_layers.host_memory import CpuMemoryTrace
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    with CpuMemoryTrace() as t:
+        with CpuMemoryTrace.phase("build"):
+            model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LINEARS)])
+            ddp = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=view)
+            x = torch.randn(4, WIDTH)
+        for step in (1, 2):
+            with CpuMemoryTrace.phase(f"step{step}.fwd_bwd"):
+                ddp(x).sum().backward()
+            with CpuMemoryTrace.phase(f"step{step}.zero_grad"):
+                model.zero_grad(set_to_none=True)
+    Path(f"{out}.{rank}").write_text(json.dumps({"peak": t.result["allocated"],
+                                                 "params": sum(p.numel() * 4 for p in model.parameters())}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.multirank
+def test_ddp_buckets_hold_a_second_copy_of_the_gradients(tmp_path):
+    copy, view = (run_two(_worker, tmp_path / name, flag)[0] for name, flag in (("copy", False), ("view", True)))
+    params = copy["params"]
+    # parameters, gradients and buckets, three times the parameters' bytes; with the view on the buckets are the
+    # gradients (2026-12-02: 100.7 MB against 71.5 MB, 33.5 MB of parameters)
+    assert copy["peak"] == pytest.approx(3 * params, rel=0.03)
+    assert view["peak"] < 2.25 * params
+
+
+def test_the_memory_model_counts_ddps_bucket_copy(monkeypatch):
+    """torchtitan and fsdp (torch DDP) hold the rank's gradients twice at ZeRO-0 over dp > 1, in place of the 2 x 25 MiB
+    of flat buckets parplan's runtime makes and frees one at a time; parplan, Megatron and DeepSpeed do not; ZeRO-3
+    has no DDP."""
+    from dataclasses import replace
+
+    import planner.core as core
+    from planner.core import evaluate_plan, recommend, training_consts
+    from planner.search import Pins
+
+    def plan(framework, zero):
+        return recommend("llama3.2-1b", 8, framework=framework,
+                         pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=zero))
+    copies = {fw: training_consts(plan(fw, 0).training).ddp_bucket_copy
+              for fw in ("parplan", "torchtitan", "fsdp", "megatron", "deepspeed")}
+    assert copies == {"parplan": False, "torchtitan": True, "fsdp": True, "megatron": False, "deepspeed": False}
+    titan, titan3 = plan("torchtitan", 0), plan("torchtitan", 3)
+    real = core.training_consts
+    monkeypatch.setattr(core, "training_consts", lambda tr: replace(real(tr), ddp_bucket_copy=False))
+    with_copy, without = titan.prediction.memory_bytes_per_gpu, evaluate_plan(titan).prediction.memory_bytes_per_gpu
+    grads = with_copy.grads
+    assert without.grads == grads
+    assert with_copy.other - without.other == pytest.approx(grads - 2 * 25 * 2**20, rel=1e-9)
+    # the copy is held at every moment, the flat buckets only in the blocks' backward (here the loss's backward peaks)
+    assert grads - 2 * 25 * 2**20 <= with_copy.total - without.total <= grads
+    assert evaluate_plan(titan3).prediction.memory_bytes_per_gpu.total == titan3.prediction.memory_bytes_per_gpu.total

@@ -123,6 +123,10 @@ class TrainingConsts:
     # copy is made and freed per bucket: memory._other_bytes)
     ddp_bucket_copy: bool = False
     zero3_one_weight_ahead: bool = False
+    # DeepSpeed's ZeRO gradient buckets with contiguous_gradients (its default, and the export's), reduce_bucket_size
+    # elements each in the model's 16-bit dtype whatever the model's size (0: not DeepSpeed; memory.
+    # deepspeed_grad_buckets)
+    ds_reduce_bucket_elements: float = 0.0
     # DeepSpeed's optimizer offload accumulates the rank's gradient partition across micro-batches in a host
     # buffer of the parameters' dtype, through the GPU (up, add on the GPU, back down), and keeps the partition's
     # fp32 gradient on the host beside its Adam states: timed in cost_models.total (per-micro-batch copies), held

@@ -649,6 +649,34 @@ def step_grad_copy_coefficient(lay, tr):
     return np.where(~fsdp2 & (lay.offload == 0), 4.0 / np.where(lay.zero >= 1, zero_shards(lay, tr), 1), 0.0)
 
 
+def deepspeed_grad_buckets(lay, tr):
+    """DeepSpeed's gradient buckets under contiguous_gradients (its default, and what planner.export writes), as
+    (held, in the blocks' backward) bytes per rank: reduce_bucket_size elements each (TrainingConsts.
+    ds_reduce_bucket_elements, 5e8 by default) in the model's 16-bit dtype, whatever the model's size (read in
+    DeepSpeed's source, stage_1_and_2.py 02aa38c3 and stage3.py; not measured):
+      - ZeRO-3 allocates one when it builds the optimizer (stage3's __ipg_bucket_flat_buffer) and keeps it: held;
+      - ZeRO-1/2 allocate one at a backward's first gradient hook (setup_buckets), two with overlap_comm (which its
+        pipeline engine turns off), and free them in the reduce epilogue (_release_ipg_buffers): ZeRO-2 at the end of
+        each micro-batch's backward, so in the backward; ZeRO-1 only at the step's boundary, so from the first
+        backward on through the later micro-batches' forwards: held (an upper bound before a step's first backward);
+      - none under the BF16_Optimizer (ZeRO-1 all-reducing fp32 gradients of a bf16 model, where planner.export writes
+        grad_accum_dtype fp32), whose flat fp32 gradient buffer the gradients count.
+    At a pipeline's boundary ZeRO-1's reduce_gradients(pipeline_parallel=True) appends one more buffer, and the
+    BF16_Optimizer's all-reduce flattens buckets of up to 5e8 fp32 gradients (the engine's
+    buffered_allreduce_fallback), both after the activations are gone (not counted).  The third value: where these
+    buckets stand in for the 2 x 25 MiB of flat buckets _other_bytes charges."""
+    zero = np.asarray(lay.zero)
+    if not tr.ds_reduce_bucket_elements:
+        none = np.zeros(np.shape(zero))
+        return none, none, none > 0
+    each = tr.ds_reduce_bucket_elements * PRECISION_RECIPES[tr.precision]["weight"]
+    bf16_optimizer = ((zero == 1) & tr.zero1_all_reduce & (tr.precision == "master-weights") & (tr.dtype == "bf16")
+                      & (np.asarray(lay.offload) == 0))
+    n = 1 + (tr.overlap_grad_reduce & (np.asarray(lay.pp) == 1))
+    held = np.where(zero >= 3, each, np.where((zero == 1) & ~bf16_optimizer, n * each, 0.0))
+    return held, np.where(zero == 2, n * each, 0.0), (zero >= 1) & ~bf16_optimizer
+
+
 def model_states(params, lay, tr, coefficients=None):
     """(weights, gradients, optimizer states, offloaded) bytes per GPU for `params` parameters under the
     precision recipe, ZeRO stage and offload of each candidate (model_state_coefficients, given or computed)."""
@@ -814,11 +842,13 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # torch DDP's buckets as a whole second copy of the rank's gradients (TrainingConsts.ddp_bucket_copy), allocated
     # when DDP wraps the model and held through every moment: counted with the persistent buffers below
     ddp_copy = (zero == 0) & (lay.dp > 1) & np.asarray(tr.ddp_bucket_copy)
+    # DeepSpeed's ZeRO buckets (deepspeed_grad_buckets), in place of the 2 x 25 MiB flat buckets too
+    ds_held, ds_backward, ds_own = deepspeed_grad_buckets(lay, tr)
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
-                           np.where(ddp_copy, 0.0, grad_bytes))
+                           np.where(ddp_copy | ds_own, 0.0, grad_bytes)) + ds_backward
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
-    first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0)
+    first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0) + ds_held
                                        for bufs, params in ((first_bufs, p_first), (mid_bufs, p_mid), (last_bufs, p_last)))
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
@@ -893,7 +923,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         terms = (w, g, o, offl, g_early, cast_params, loss_kept)
         alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held) for n, pend, held in counts[kind]]
         if np.any(step_copies):  # the optimizer step: the activations are gone, its fp32 gradient copies are not
-            copies = params * step_copies
+            copies = params * step_copies + np.where(zero >= 3, ds_held, 0.0)  # (ZeRO-1's bucket went at the boundary)
             zeros = np.zeros(np.broadcast(w, copies).shape)
             alts.append(dict(weights=w, grads=g, optimizer=o, activations=zeros, other=copies,
                              total=w + g + o + copies, offloaded=offl))

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
@@ -247,6 +248,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero3_gather_copy_out=tr.framework in TORCH_PIPELINING,
                           ddp_bucket_copy=tr.framework in ("torchtitan", "fsdp"),
                           zero3_one_weight_ahead=tr.framework == "deepspeed",
+                          ds_reduce_bucket_elements=zero3.REDUCE_BUCKET_ELEMENTS if tr.framework == "deepspeed" else 0.0,
                           offload_grads_via_host=tr.framework == "deepspeed",
                           p2p_blocking_transfers=tr.framework == "deepspeed",
                           p2p_buffers_per_microbatch=tr.framework == "torchtitan",  # parplan: just_in_time_receives

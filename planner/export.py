@@ -841,6 +841,9 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
                          + ", so it runs after the backward, slower than predicted (plan with --no-overlap-grad-reduce "
                            "to predict that).")
         zero["contiguous_gradients"] = True
+        # the gradient buckets the prediction holds (memory.deepspeed_grad_buckets): DeepSpeed's default size, written
+        # out, since each is allocated whole (a smaller one saves memory; the prediction would not know)
+        zero["reduce_bucket_size"] = int(zero3.REDUCE_BUCKET_ELEMENTS)
     if stage >= 3:
         # the stage-3 schedule the prediction assumed (cost_models/zero3.py): DeepSpeed's default prefetch
         # bucket and reuse distance, and a live-parameter cap that lets it prefetch the next weight

@@ -1,6 +1,7 @@
-"""torch DDP without gradient_as_bucket_view (torchtitan's replicate, Composer's and Accelerate's
-DistributedDataParallel) holds a second copy of the gradients in its buckets (TrainingConsts.ddp_bucket_copy):
-measured on two gloo ranks through the CPU allocator trace, and the memory model's count of it."""
+"""Gradient buckets other frameworks hold: torch DDP without gradient_as_bucket_view (torchtitan's replicate,
+Composer's and Accelerate's DistributedDataParallel) a second copy of the gradients (TrainingConsts.ddp_bucket_copy),
+measured on two gloo ranks through the CPU allocator trace; DeepSpeed's ZeRO reduce_bucket_size buckets
+(memory.deepspeed_grad_buckets, from its source); and the memory model's count of each."""
 from __future__ import annotations
 
 import json
@@ -54,10 +55,7 @@ def test_the_memory_model_counts_ddps_bucket_copy(monkeypatch):
     """torchtitan and fsdp (torch DDP) hold the rank's gradients twice at ZeRO-0 over dp > 1, in place of the 2 x 25 MiB
     of flat buckets parplan's runtime makes and frees one at a time; parplan, Megatron and DeepSpeed do not; ZeRO-3
     has no DDP."""
-    from dataclasses import replace
-
-    import planner.core as core
-    from planner.core import evaluate_plan, recommend, training_consts
+    from planner.core import recommend, training_consts
     from planner.search import Pins
 
     def plan(framework, zero):
@@ -67,12 +65,51 @@ def test_the_memory_model_counts_ddps_bucket_copy(monkeypatch):
               for fw in ("parplan", "torchtitan", "fsdp", "megatron", "deepspeed")}
     assert copies == {"parplan": False, "torchtitan": True, "fsdp": True, "megatron": False, "deepspeed": False}
     titan, titan3 = plan("torchtitan", 0), plan("torchtitan", 3)
-    real = core.training_consts
-    monkeypatch.setattr(core, "training_consts", lambda tr: replace(real(tr), ddp_bucket_copy=False))
-    with_copy, without = titan.prediction.memory_bytes_per_gpu, evaluate_plan(titan).prediction.memory_bytes_per_gpu
+    without_copy = _without(monkeypatch, ddp_bucket_copy=False)
+    with_copy, without = titan.prediction.memory_bytes_per_gpu, without_copy(titan)
     grads = with_copy.grads
     assert without.grads == grads
     assert with_copy.other - without.other == pytest.approx(grads - 2 * 25 * 2**20, rel=1e-9)
     # the copy is held at every moment, the flat buckets only in the blocks' backward (here the loss's backward peaks)
     assert grads - 2 * 25 * 2**20 <= with_copy.total - without.total <= grads
-    assert evaluate_plan(titan3).prediction.memory_bytes_per_gpu.total == titan3.prediction.memory_bytes_per_gpu.total
+    assert without_copy(titan3).total == titan3.prediction.memory_bytes_per_gpu.total
+
+
+def _without(monkeypatch, **flags):
+    """evaluate_plan with TrainingConsts fields replaced (planner.core.training_consts patched)."""
+    from dataclasses import replace
+
+    import planner.core as core
+    real = core.training_consts
+    monkeypatch.setattr(core, "training_consts", lambda tr: replace(real(tr), **flags))
+    return lambda plan: core.evaluate_plan(plan).prediction.memory_bytes_per_gpu
+
+
+@pytest.mark.parametrize("zero, overlap, buffers, held", [(3, True, 1, True), (2, True, 2, False), (2, False, 1, False),
+                                                          (1, True, 2, True)])
+def test_deepspeed_gradient_buckets_are_reduce_bucket_size_each(monkeypatch, zero, overlap, buffers, held):
+    """DeepSpeed's contiguous gradient buckets, 5e8 elements of the 16-bit dtype each whatever the model's size, in
+    place of the 2 x 25 MiB of flat buckets: ZeRO-3 one, made with the optimizer and kept; ZeRO-2 one (two with
+    overlap_comm) in each backward; ZeRO-1 as many from the first backward to the step's boundary."""
+    from planner.core import recommend
+    from planner.search import Pins
+
+    plan = recommend("llama3.2-1b", 8, framework="deepspeed", overlap_grad_reduce=overlap,
+                     zero1_grad_reduce="reduce-scatter",
+                     pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=zero))
+    mem, without = plan.prediction.memory_bytes_per_gpu, _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan)
+    assert mem.other - without.other == pytest.approx(buffers * 5e8 * 2 - 2 * 25 * 2**20, rel=1e-9)
+    if held:  # every moment holds them, the loss's backward (where these plans peak) included
+        assert mem.total - without.total == pytest.approx(buffers * 5e8 * 2, rel=1e-9)
+
+
+def test_deepspeeds_bf16_optimizer_has_no_bucket_buffer(monkeypatch):
+    """ZeRO-1 all-reducing the fp32 gradients of a bf16 model runs DeepSpeed's BF16_Optimizer (planner.export writes
+    grad_accum_dtype fp32), which makes no reduce_bucket_size buffer."""
+    from planner.core import recommend
+    from planner.search import Pins
+
+    plan = recommend("llama3.2-1b", 8, framework="deepspeed", zero1_grad_reduce="all-reduce",
+                     pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=1))
+    assert plan.training.precision == "master-weights" and plan.training.dtype == "bf16"
+    assert plan.prediction.memory_bytes_per_gpu == _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan)

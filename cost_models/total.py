@@ -533,6 +533,11 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, zero >= 3, torch_wpass)
     opt_t = opt_t + grad_accumulation_time(np.where(fused, emb_params, stage_params), m_micro, tr.precision, hw,
                                            fsdp2=fsdp2, pp=pp, shards=shards)
+    # torch DDP without gradient_as_bucket_view (TrainingConsts.ddp_bucket_copy) copies each gradient into its bucket
+    # as autograd makes it and back into the gradient after the all-reduce (the Reducer's mark_variable_ready_dense and
+    # its finalize): a read and a write of the gradients each way, on the compute stream
+    ddp_copy = (zero == 0) & (np.asarray(lay.dp) > 1) & np.asarray(tr.ddp_bucket_copy)
+    opt_t = opt_t + np.where(ddp_copy, stage_params * 4 * rec["grad"] / hw.hbm_bytes_per_s, 0.0)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
         held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)

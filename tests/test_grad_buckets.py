@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+import hardware_profiles
+from cost_models.hardware import constants_from_profile
+from cost_models.params import param_counts
 from runtime_helpers.two_ranks import run_two
 
 LINEARS, WIDTH = 8, 1024  # 8 fp32 1,024 x 1,024 linears: 32 MiB of parameters, gradients and buckets each
@@ -66,23 +69,27 @@ def test_the_memory_model_counts_ddps_bucket_copy(monkeypatch):
     assert copies == {"parplan": False, "torchtitan": True, "fsdp": True, "megatron": False, "deepspeed": False}
     titan, titan3 = plan("torchtitan", 0), plan("torchtitan", 3)
     without_copy = _without(monkeypatch, ddp_bucket_copy=False)
-    with_copy, without = titan.prediction.memory_bytes_per_gpu, without_copy(titan)
+    with_copy, without = titan.prediction.memory_bytes_per_gpu, without_copy(titan).memory_bytes_per_gpu
     grads = with_copy.grads
     assert without.grads == grads
     assert with_copy.other - without.other == pytest.approx(grads - 2 * 25 * 2**20, rel=1e-9)
     # the copy is held at every moment, the flat buckets only in the blocks' backward (here the loss's backward peaks)
     assert grads - 2 * 25 * 2**20 <= with_copy.total - without.total <= grads
-    assert without_copy(titan3).total == titan3.prediction.memory_bytes_per_gpu.total
+    assert without_copy(titan3) == titan3.prediction
+    # the copies' time: each gradient into its bucket and back after the all-reduce, a read and a write each way
+    hbm = constants_from_profile(hardware_profiles.load_profile(titan.hardware.name)).hbm_bytes_per_s
+    params = param_counts(titan.model)["total"]
+    assert titan.prediction.step_time_s - without_copy(titan).step_time_s == pytest.approx(params * 4 * 4 / hbm, rel=1e-9)
 
 
 def _without(monkeypatch, **flags):
-    """evaluate_plan with TrainingConsts fields replaced (planner.core.training_consts patched)."""
+    """evaluate_plan's prediction with TrainingConsts fields replaced (planner.core.training_consts patched)."""
     from dataclasses import replace
 
     import planner.core as core
     real = core.training_consts
     monkeypatch.setattr(core, "training_consts", lambda tr: replace(real(tr), **flags))
-    return lambda plan: core.evaluate_plan(plan).prediction.memory_bytes_per_gpu
+    return lambda plan: core.evaluate_plan(plan).prediction
 
 
 @pytest.mark.parametrize("zero, overlap, buffers, held", [(3, True, 1, True), (2, True, 2, False), (2, False, 1, False),
@@ -97,7 +104,8 @@ def test_deepspeed_gradient_buckets_are_reduce_bucket_size_each(monkeypatch, zer
     plan = recommend("llama3.2-1b", 8, framework="deepspeed", overlap_grad_reduce=overlap,
                      zero1_grad_reduce="reduce-scatter",
                      pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=zero))
-    mem, without = plan.prediction.memory_bytes_per_gpu, _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan)
+    mem = plan.prediction.memory_bytes_per_gpu
+    without = _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan).memory_bytes_per_gpu
     assert mem.other - without.other == pytest.approx(buffers * 5e8 * 2 - 2 * 25 * 2**20, rel=1e-9)
     if held:  # every moment holds them, the loss's backward (where these plans peak) included
         assert mem.total - without.total == pytest.approx(buffers * 5e8 * 2, rel=1e-9)
@@ -112,4 +120,4 @@ def test_deepspeeds_bf16_optimizer_has_no_bucket_buffer(monkeypatch):
     plan = recommend("llama3.2-1b", 8, framework="deepspeed", zero1_grad_reduce="all-reduce",
                      pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=1))
     assert plan.training.precision == "master-weights" and plan.training.dtype == "bf16"
-    assert plan.prediction.memory_bytes_per_gpu == _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan)
+    assert plan.prediction == _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan)

@@ -650,31 +650,36 @@ def step_grad_copy_coefficient(lay, tr):
 
 
 def deepspeed_grad_buckets(lay, tr):
-    """DeepSpeed's gradient buckets under contiguous_gradients (its default, and what planner.export writes), as
-    (held, in the blocks' backward) bytes per rank: reduce_bucket_size elements each (TrainingConsts.
-    ds_reduce_bucket_elements, 5e8 by default) in the model's 16-bit dtype, whatever the model's size (read in
-    DeepSpeed's source, stage_1_and_2.py 02aa38c3 and stage3.py; not measured):
+    """DeepSpeed's gradient buckets, read in its source (stage_1_and_2.py 02aa38c3, stage3.py, engine.py 007cca6a;
+    not measured), as a dict of bytes per rank: `held` at every moment, `backward` in the blocks' backward, and what
+    the reduction at the step's boundary holds beside the model states once the activations are gone, `flat_cap` (a
+    flat copy of at most that many bytes of the rank's gradients) and `boundary` (bytes).  Under contiguous_gradients
+    (its default, and what planner.export writes) a reduce bucket is reduce_bucket_size elements (TrainingConsts.
+    ds_reduce_bucket_elements, 5e8 by default) of the model's 16-bit dtype, whatever the model's size:
       - ZeRO-3 allocates one when it builds the optimizer (stage3's __ipg_bucket_flat_buffer) and keeps it: held;
       - ZeRO-1/2 allocate one at a backward's first gradient hook (setup_buckets), two with overlap_comm (which its
         pipeline engine turns off), and free them in the reduce epilogue (_release_ipg_buffers): ZeRO-2 at the end of
         each micro-batch's backward, so in the backward; ZeRO-1 only at the step's boundary, so from the first
         backward on through the later micro-batches' forwards: held (an upper bound before a step's first backward);
-      - none under the BF16_Optimizer (ZeRO-1 all-reducing fp32 gradients of a bf16 model, where planner.export writes
-        grad_accum_dtype fp32), whose flat fp32 gradient buffer the gradients count.
-    At a pipeline's boundary ZeRO-1's reduce_gradients(pipeline_parallel=True) appends one more buffer, and the
-    BF16_Optimizer's all-reduce flattens buckets of up to 5e8 fp32 gradients (the engine's
-    buffered_allreduce_fallback), both after the activations are gone (not counted).  The third value: where these
-    buckets stand in for the 2 x 25 MiB of flat buckets _other_bytes charges."""
+        inside a pipeline its boundary's reduce_gradients(pipeline_parallel=True) appends one more: boundary;
+      - the BF16_Optimizer (ZeRO-1 all-reducing fp32 gradients of a bf16 model, where planner.export writes
+        grad_accum_dtype fp32) and ZeRO-0 make none: the engine all-reduces their gradients at the boundary through
+        buffered_allreduce_fallback, one flat copy (allreduce_bucket's self.flatten) of up to MEMORY_OPT_ALLREDUCE_SIZE
+        (5e8) elements of the gradients' dtype at a time: flat_cap.
+    The third value's bytes stand in for the 2 x 25 MiB of flat buckets _other_bytes charges, wherever DeepSpeed runs."""
     zero = np.asarray(lay.zero)
-    if not tr.ds_reduce_bucket_elements:
-        none = np.zeros(np.shape(zero))
-        return none, none, none > 0
-    each = tr.ds_reduce_bucket_elements * PRECISION_RECIPES[tr.precision]["weight"]
+    elements = tr.ds_reduce_bucket_elements
+    rec = PRECISION_RECIPES[tr.precision]
     bf16_optimizer = ((zero == 1) & tr.zero1_all_reduce & (tr.precision == "master-weights") & (tr.dtype == "bf16")
                       & (np.asarray(lay.offload) == 0))
-    n = 1 + (tr.overlap_grad_reduce & (np.asarray(lay.pp) == 1))
-    held = np.where(zero >= 3, each, np.where((zero == 1) & ~bf16_optimizer, n * each, 0.0))
-    return held, np.where(zero == 2, n * each, 0.0), (zero >= 1) & ~bf16_optimizer
+    each = elements * rec["weight"]
+    pipeline = np.asarray(lay.pp) > 1
+    n = 1 + (tr.overlap_grad_reduce & ~pipeline)
+    zero1 = (zero == 1) & ~bf16_optimizer
+    return {"held": np.where(zero >= 3, each, np.where(zero1, n * each, 0.0)),
+            "backward": np.where(zero == 2, n * each, 0.0),
+            "flat_cap": np.where((zero == 0) | bf16_optimizer, elements * rec["grad"], 0.0),
+            "boundary": np.where(zero1 & pipeline, each, 0.0)}
 
 
 def model_states(params, lay, tr, coefficients=None):
@@ -842,13 +847,13 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # torch DDP's buckets as a whole second copy of the rank's gradients (TrainingConsts.ddp_bucket_copy), allocated
     # when DDP wraps the model and held through every moment: counted with the persistent buffers below
     ddp_copy = (zero == 0) & (lay.dp > 1) & np.asarray(tr.ddp_bucket_copy)
-    # DeepSpeed's ZeRO buckets (deepspeed_grad_buckets), in place of the 2 x 25 MiB flat buckets too
-    ds_held, ds_backward, ds_own = deepspeed_grad_buckets(lay, tr)
+    # DeepSpeed's buckets (deepspeed_grad_buckets), in place of the 2 x 25 MiB flat buckets
+    ds = deepspeed_grad_buckets(lay, tr)
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
-                           np.where(ddp_copy | ds_own, 0.0, grad_bytes)) + ds_backward
+                           np.where(ddp_copy | (tr.ds_reduce_bucket_elements > 0), 0.0, grad_bytes)) + ds["backward"]
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
-    first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0) + ds_held
+    first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0) + ds["held"]
                                        for bufs, params in ((first_bufs, p_first), (mid_bufs, p_mid), (last_bufs, p_last)))
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
@@ -922,11 +927,15 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         loss_kept = np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0)
         terms = (w, g, o, offl, g_early, cast_params, loss_kept)
         alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held) for n, pend, held in counts[kind]]
-        if np.any(step_copies):  # the optimizer step: the activations are gone, its fp32 gradient copies are not
-            copies = params * step_copies + np.where(zero >= 3, ds_held, 0.0)  # (ZeRO-1's bucket went at the boundary)
-            zeros = np.zeros(np.broadcast(w, copies).shape)
-            alts.append(dict(weights=w, grads=g, optimizer=o, activations=zeros, other=copies,
-                             total=w + g + o + copies, offloaded=offl))
+        # after the backward: the activations are gone; the reduction at the step's boundary (DeepSpeed's flat
+        # copies and buckets: deepspeed_grad_buckets), then the optimizer step's fp32 gradient copies beside ZeRO-3's
+        # bucket (ZeRO-1's went at the boundary), each beside the model states
+        boundary = np.minimum(params * rec["grad"], ds["flat_cap"]) + ds["boundary"]
+        after = np.maximum(boundary, params * step_copies + np.where(zero >= 3, ds["held"], 0.0))
+        if np.any(step_copies) or np.any(boundary):
+            zeros = np.zeros(np.broadcast(w, after).shape)
+            alts.append(dict(weights=w, grads=g, optimizer=o, activations=zeros, other=after,
+                             total=w + g + o + after, offloaded=offl))
         return reduce(worse, alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),

@@ -111,13 +111,40 @@ def test_deepspeed_gradient_buckets_are_reduce_bucket_size_each(monkeypatch, zer
         assert mem.total - without.total == pytest.approx(buffers * 5e8 * 2, rel=1e-9)
 
 
-def test_deepspeeds_bf16_optimizer_has_no_bucket_buffer(monkeypatch):
+def test_deepspeeds_bf16_optimizer_flattens_its_gradients_at_the_boundary(monkeypatch):
     """ZeRO-1 all-reducing the fp32 gradients of a bf16 model runs DeepSpeed's BF16_Optimizer (planner.export writes
-    grad_accum_dtype fp32), which makes no reduce_bucket_size buffer."""
-    from planner.core import recommend
+    grad_accum_dtype fp32): no reduce bucket, but the engine's all-reduce at the step's boundary flattens up to 5e8
+    gradients at a time (buffered_allreduce_fallback), beside the model states once the activations are gone; that
+    moment is llama3.2-1b's peak at a short sequence, its 1.2e9 fp32 gradients flattened 5e8 at a time."""
+    from cost_models.memory import deepspeed_grad_buckets
+    from planner.core import layout_from_parallel, recommend, training_consts
     from planner.search import Pins
 
-    plan = recommend("llama3.2-1b", 8, framework="deepspeed", zero1_grad_reduce="all-reduce",
+    plan = recommend("llama3.2-1b", 8, framework="deepspeed", zero1_grad_reduce="all-reduce", seq_len=256,
                      pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=1))
-    assert plan.training.precision == "master-weights" and plan.training.dtype == "bf16"
-    assert plan.prediction == _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan)
+    t = plan.training
+    assert t.precision == "master-weights" and t.dtype == "bf16"
+    ds = deepspeed_grad_buckets(layout_from_parallel(plan.parallel, t.micro_batch_size, plan.hardware.gpus),
+                                training_consts(t))
+    assert {k: float(v) for k, v in ds.items()} == {"held": 0.0, "backward": 0.0, "flat_cap": 5e8 * 4, "boundary": 0.0}
+    mem = plan.prediction.memory_bytes_per_gpu
+    assert mem.activations == 0 and mem.other == 5e8 * 4
+    assert mem.total == pytest.approx(mem.weights + mem.grads + mem.optimizer + 5e8 * 4, rel=1e-12)
+    without = _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan).memory_bytes_per_gpu
+    assert without.total < mem.total
+
+
+def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_appends_one_at_the_boundary():
+    """The pipeline engine turns overlap_comm off (one reduce bucket from the first backward) and its boundary's
+    reduce_gradients(pipeline_parallel=True) appends a second."""
+    from cost_models.memory import deepspeed_grad_buckets
+    from planner.core import layout_from_parallel, recommend, training_consts
+    from planner.search import Pins
+
+    plan = recommend("llama3-8b", 16, framework="deepspeed", zero1_grad_reduce="reduce-scatter",
+                     pins=Pins(tp=1, pp=2, cp=1, dp=8, zero=1))
+    t = plan.training
+    assert t.overlap_grad_reduce
+    ds = deepspeed_grad_buckets(layout_from_parallel(plan.parallel, t.micro_batch_size, plan.hardware.gpus),
+                                training_consts(t))
+    assert {k: float(v) for k, v in ds.items()} == {"held": 1e9, "backward": 0.0, "flat_cap": 0.0, "boundary": 1e9}

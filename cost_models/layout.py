@@ -115,6 +115,7 @@ class TrainingConsts:
     zero3_gather_copy_out: bool = True
     # DeepSpeed's stage 3 gathers weight by weight and prefetches one weight ahead (cost_models/zero3.py):
     # its gathers hide behind one weight's compute, not a whole block's, and it holds two weights gathered
+    zero3_one_weight_ahead: bool = False
     # torch's DDP without gradient_as_bucket_view (torchtitan's replicate(bucket_cap_mb=100), Composer's and
     # Accelerate's DistributedDataParallel) allocates its buckets once, for every gradient, and copies each gradient
     # into them: a second copy of the rank's gradients for the whole run (2 CPU gloo ranks, 2026-12-02: 8 fp32
@@ -122,7 +123,6 @@ class TrainingConsts:
     # Megatron's DDP and parplan's runtime keep no such copy (their gradients are the buffer, or a bucket's flat
     # copy is made and freed per bucket: memory._other_bytes)
     ddp_bucket_copy: bool = False
-    zero3_one_weight_ahead: bool = False
     # DeepSpeed's ZeRO gradient buckets with contiguous_gradients (its default, and the export's), reduce_bucket_size
     # elements each in the model's 16-bit dtype whatever the model's size (0: not DeepSpeed; memory.
     # deepspeed_grad_buckets)

@@ -649,6 +649,12 @@ def step_grad_copy_coefficient(lay, tr):
     return np.where(~fsdp2 & (lay.offload == 0), 4.0 / np.where(lay.zero >= 1, zero_shards(lay, tr), 1), 0.0)
 
 
+def ddp_bucket_copy(lay, tr):
+    """Where torch DDP's buckets are a second copy of the gradients (TrainingConsts.ddp_bucket_copy): ZeRO-0 over
+    dp > 1."""
+    return (np.asarray(lay.zero) == 0) & (np.asarray(lay.dp) > 1) & np.asarray(tr.ddp_bucket_copy)
+
+
 def deepspeed_grad_buckets(lay, tr):
     """DeepSpeed's gradient buckets, read in its source (stage_1_and_2.py 02aa38c3, stage3.py, engine.py 007cca6a;
     not measured), as a dict of bytes per rank: `held` at every moment, `backward` in the blocks' backward, and what
@@ -666,7 +672,7 @@ def deepspeed_grad_buckets(lay, tr):
         grad_accum_dtype fp32) and ZeRO-0 make none: the engine all-reduces their gradients at the boundary through
         buffered_allreduce_fallback, one flat copy (allreduce_bucket's self.flatten) of up to MEMORY_OPT_ALLREDUCE_SIZE
         (5e8) elements of the gradients' dtype at a time: flat_cap.
-    The third value's bytes stand in for the 2 x 25 MiB of flat buckets _other_bytes charges, wherever DeepSpeed runs."""
+    Wherever DeepSpeed runs, these stand in for the 2 x 25 MiB of flat buckets _other_bytes charges."""
     zero = np.asarray(lay.zero)
     elements = tr.ds_reduce_bucket_elements
     rec = PRECISION_RECIPES[tr.precision]
@@ -846,7 +852,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     grad_bytes = np.maximum(np.maximum(p_first, p_mid), p_last) * rec["grad"]
     # torch DDP's buckets as a whole second copy of the rank's gradients (TrainingConsts.ddp_bucket_copy), allocated
     # when DDP wraps the model and held through every moment: counted with the persistent buffers below
-    ddp_copy = (zero == 0) & (lay.dp > 1) & np.asarray(tr.ddp_bucket_copy)
+    ddp_copy = ddp_bucket_copy(lay, tr)
     # DeepSpeed's buckets (deepspeed_grad_buckets), in place of the 2 x 25 MiB flat buckets
     ds = deepspeed_grad_buckets(lay, tr)
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
@@ -1002,7 +1008,8 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
         runtime packs gradients under 25 MiB into one flat bucket of less than 2 x 25 MiB and reduces
         larger ones in place, parallel_layers.data_parallel.all_reduce_bucketed; FSDP2 has none), and never more
         than the gradients they pack (grad_bytes: the largest rank's; a 3.4 MB model's had been charged 52 MB; 0 where
-        torch DDP's buckets are a whole copy of the gradients, counted with the persistent buffers instead);
+        torch DDP's buckets are a whole copy of the gradients, or DeepSpeed runs: ddp_bucket_copy,
+        deepspeed_grad_buckets);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
     buckets = np.where((lay.dp > 1) & ~fsdp2, np.minimum(2 * 25 * 2 ** 20, grad_bytes), 0.0)  # data_parallel.BUCKET_BYTES

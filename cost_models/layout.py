@@ -123,6 +123,9 @@ class TrainingConsts:
     # Megatron's DDP and parplan's runtime keep no such copy (their gradients are the buffer, or a bucket's flat
     # copy is made and freed per bucket: memory._other_bytes)
     ddp_bucket_copy: bool = False
+    # torchtitan's train_step runs each micro-batch's loss.backward() with no no_sync (torchtitan/train.py), so its DDP
+    # all-reduces every micro-batch (Composer and Accelerate skip the sync until the last)
+    ddp_reduces_each_microbatch: bool = False
     # DeepSpeed's ZeRO gradient buckets with contiguous_gradients (its default, and the export's), reduce_bucket_size
     # elements each in the model's 16-bit dtype whatever the model's size (0: not DeepSpeed; memory.
     # deepspeed_grad_buckets)

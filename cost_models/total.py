@@ -398,7 +398,11 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     fwd_window = blocks_first * bt["fwd"]
     ov = grad_reduce_overlaps(tr.overlap_grad_reduce, torch_wpass)
     ov_gather = plan_overlaps_param_gather(tr)
-    exposed_ar = np.where(ov, hw.exposed(ar_t, bwd_window), ar_t)
+    # torchtitan calls no no_sync, so under DDP every micro-batch's backward all-reduces (the accumulated gradients;
+    # DDP waits for its buckets before the backward returns: behind that backward only), and copies into its buckets
+    # and back each time (ddp_bucket_copy, below); others reduce once a step
+    n_ar = np.where((zero == 0) & np.asarray(tr.ddp_reduces_each_microbatch), m_micro, 1)
+    exposed_ar = n_ar * np.where(ov, hw.exposed(ar_t, bwd_window), ar_t)
     # ZeRO-1 by all-reduce (parplan's runtime, DeepSpeed's BF16 optimizer: every rank keeps the
     # full reduced gradient and steps its shard) or by reduce-scatter (Megatron's distributed
     # optimizer, DeepSpeed ZeRO); ZeRO-2 always reduce-scatters (non-owners drop their gradients).
@@ -490,7 +494,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
         z3_exposed = np.where(ds, m_micro * ds_mb, z3_exposed)
         ds_moved = m_micro * (blocks_first * blk_moved + (2 + z3_regather) * rest_ag_moved + rest_rs_moved)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
-    dp_moved = np.where(zero == 0, ar_moved,
+    dp_moved = np.where(zero == 0, n_ar * ar_moved,
                         np.where(zero >= 3, np.where(ds, ds_moved, z3_n * (z3_ag_moved + rs_moved)),
                                  n_red * red_moved + ag_moved))
     # sharding over dp only (parplan's runtime), after the dp reduction the cp replicas average what each rank
@@ -535,8 +539,8 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
                                            fsdp2=fsdp2, pp=pp, shards=shards)
     # torch DDP without gradient_as_bucket_view (TrainingConsts.ddp_bucket_copy) copies each gradient into its bucket
     # as autograd makes it and back into the gradient after the all-reduce (the Reducer's mark_variable_ready_dense and
-    # its finalize): a read and a write of the gradients each way, on the compute stream
-    opt_t = opt_t + np.where(ddp_bucket_copy(lay, tr), stage_params * 4 * rec["grad"] / hw.hbm_bytes_per_s, 0.0)
+    # its finalize): a read and a write of the gradients each way, on the compute stream, at each all-reduce
+    opt_t = opt_t + np.where(ddp_bucket_copy(lay, tr), n_ar * stage_params * 4 * rec["grad"] / hw.hbm_bytes_per_s, 0.0)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
         held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)

@@ -82,6 +82,7 @@ _BEHAVIOURS = {
     "zero3_fsdp2": "ZeRO-3 as FSDP2",
     "zero3_gather_copy_out": "FSDP2's copy of each gather into the unsharded weights",
     "ddp_bucket_copy": "DDP's buckets as a second copy of the gradients",
+    "ddp_reduces_each_microbatch": "DDP all-reducing every micro-batch",
     "zero3_one_weight_ahead": "ZeRO-3 gathering one weight ahead",
     "p2p_blocking_transfers": "four blocking pipeline transfers a micro-batch",
     "p2p_buffers_per_microbatch": "a pipeline receive buffer per micro-batch",

@@ -76,10 +76,11 @@ def test_the_memory_model_counts_ddps_bucket_copy(monkeypatch):
     # the copy is held at every moment, the flat buckets only in the blocks' backward (here the loss's backward peaks)
     assert grads - 2 * 25 * 2**20 <= with_copy.total - without.total <= grads
     assert without_copy(titan3) == titan3.prediction
-    # the copies' time: each gradient into its bucket and back after the all-reduce, a read and a write each way
+    # the copies' time: each gradient into its bucket and back after each all-reduce (torchtitan's, every micro-batch:
+    # below), a read and a write each way
     hbm = constants_from_profile(hardware_profiles.load_profile(titan.hardware.name)).hbm_bytes_per_s
-    params = param_counts(titan.model)["total"]
-    assert titan.prediction.step_time_s - without_copy(titan).step_time_s == pytest.approx(params * 4 * 4 / hbm, rel=1e-9)
+    params, m = param_counts(titan.model)["total"], titan.training.num_microbatches
+    assert titan.prediction.step_time_s - without_copy(titan).step_time_s == pytest.approx(m * params * 16 / hbm, rel=1e-9)
 
 
 def _without(monkeypatch, **flags):
@@ -148,3 +149,27 @@ def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_appends_one_at_the_b
     ds = deepspeed_grad_buckets(layout_from_parallel(plan.parallel, t.micro_batch_size, plan.hardware.gpus),
                                 training_consts(t))
     assert {k: float(v) for k, v in ds.items()} == {"held": 1e9, "backward": 0.0, "flat_cap": 0.0, "boundary": 1e9}
+
+
+def test_torchtitans_ddp_all_reduces_every_micro_batch(monkeypatch):
+    """torchtitan's train_step calls loss.backward() per micro-batch with no no_sync, so its DDP all-reduces (and
+    copies into its buckets and back) every micro-batch, each behind that micro-batch's backward; fsdp's frameworks
+    (Composer, Accelerate) sync once a step."""
+    from planner.core import recommend, training_consts
+    from planner.search import Pins
+
+    def plan(framework):
+        return recommend("llama3.2-1b", 8, framework=framework,
+                         pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=0))
+    titan, fsdp = plan("torchtitan"), plan("fsdp")
+    assert training_consts(titan.training).ddp_reduces_each_microbatch
+    assert not training_consts(fsdp.training).ddp_reduces_each_microbatch
+    m = titan.training.num_microbatches
+    assert m > 1
+    once = _without(monkeypatch, ddp_reduces_each_microbatch=False)(titan)
+    assert titan.prediction.comm_bytes_per_step.dp == pytest.approx(m * once.comm_bytes_per_step.dp, rel=1e-12)
+    hbm = constants_from_profile(hardware_profiles.load_profile(titan.hardware.name)).hbm_bytes_per_s
+    copies = param_counts(titan.model)["total"] * 4 * 4 / hbm
+    each = titan.prediction.time_breakdown.dp_comm_s / m  # one micro-batch's exposed all-reduce
+    assert once.time_breakdown.dp_comm_s == pytest.approx(each, rel=1e-12)
+    assert titan.prediction.step_time_s - once.step_time_s == pytest.approx((m - 1) * (each + copies), rel=1e-9)

@@ -655,6 +655,14 @@ def ddp_bucket_copy(lay, tr):
     return (np.asarray(lay.zero) == 0) & (np.asarray(lay.dp) > 1) & np.asarray(tr.ddp_bucket_copy)
 
 
+def deepspeed_bf16_optimizer_steps(zero, zero1_all_reduce, precision: str, dtype: str, offloaded):
+    """Where DeepSpeed steps with its BF16_Optimizer, not its ZeRO optimizer: ZeRO-1 all-reducing the fp32 gradients
+    of a bf16 model (the grad_accum_dtype fp32 planner.export writes there), without CPU offload
+    (_do_optimizer_sanity_check).  Array-valued over candidates; planner.export asks it of one plan."""
+    return ((np.asarray(zero) == 1) & np.asarray(zero1_all_reduce) & (precision == "master-weights") & (dtype == "bf16")
+            & ~np.asarray(offloaded))
+
+
 def deepspeed_grad_buckets(lay, tr):
     """DeepSpeed's gradient buckets, read in its source (stage_1_and_2.py 02aa38c3, stage3.py, engine.py 007cca6a;
     not measured), as a dict of bytes per rank: `held` at every moment, `backward` in the blocks' backward, and what
@@ -676,8 +684,8 @@ def deepspeed_grad_buckets(lay, tr):
     zero = np.asarray(lay.zero)
     elements = tr.ds_reduce_bucket_elements
     rec = PRECISION_RECIPES[tr.precision]
-    bf16_optimizer = ((zero == 1) & tr.zero1_all_reduce & (tr.precision == "master-weights") & (tr.dtype == "bf16")
-                      & (np.asarray(lay.offload) == 0))
+    bf16_optimizer = deepspeed_bf16_optimizer_steps(zero, tr.zero1_all_reduce, tr.precision, tr.dtype,
+                                                    np.asarray(lay.offload) > 0)
     each = elements * rec["weight"]
     pipeline = np.asarray(lay.pp) > 1
     n = 1 + (tr.overlap_grad_reduce & ~pipeline)

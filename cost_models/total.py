@@ -523,13 +523,13 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     opt_params = stage_params / shard
     off = lay.offload > 0
     gpus_node = np.minimum(lay.gpus, hw.gpus_per_node)
+    fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)
     opt_t = optimizer_time(np.where(off, 0.0, opt_params), np.where(off, opt_params, 0.0),
                            tr.precision, hw, gpus_node, param_tensors_per_rank(m, pp, blocks_first, blocks_mid, blocks_last,
                                                                                         head_first),
-                           over_link=~host_z3, shard_is_master=(zero >= 3) & np.asarray(tr.zero3_fsdp2))
+                           over_link=~host_z3, shard_is_master=fsdp2)
 
     # gradient upcast/accumulation passes (serial, memory-bound), reported with the optimizer step
-    fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)
     # with fusion the linears' gradients need no pass; the embedding's (a lookup's, not a GEMM's) still does, on the
     # first stage (counted on the heaviest; the norms' 2h per layer are left out).  No ZeRO-3 fuses: FSDP2 reduces
     # autograd's gradients, and Megatron-FSDP runs with --no-gradient-accumulation-fusion (its guide's required

@@ -47,6 +47,7 @@ from typing import Any, Optional
 from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
 from cost_models.layout import ModelDims
+from cost_models.memory import deepspeed_bf16_optimizer_steps
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.core import FORMAT_FRAMEWORK, WINDOW_FRAMEWORKS, deepspeed_bf16_optimizer
 from planner.schema import Plan
@@ -810,8 +811,9 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         # grad_partitions_flat_buffer) and reduce in communication_data_type, fp32 as the plan reduces
         if stage == 1 and t.zero1_grad_reduce == "all-reduce":
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
-            # DeepSpeed picks its BF16_Optimizer only without CPU offload (_do_optimizer_sanity_check)
-            bf16_optimizer = p.offload != "optimizer"
+            # DeepSpeed picks its BF16_Optimizer only without CPU offload (the memory model asks the same question)
+            bf16_optimizer = bool(deepspeed_bf16_optimizer_steps(stage, True, t.precision, t.dtype,
+                                                                 p.offload == "optimizer"))
         elif stage == 1:
             notes.append("precision master-weights at zero_stage 1 with a reduce-scatter: DeepSpeed's fp32 gradient "
                          "accumulation would select its BF16_Optimizer, which all-reduces; exported without it, so "

@@ -123,6 +123,12 @@ class TrainingConsts:
     # Megatron's DDP and parplan's runtime keep no such copy (their gradients are the buffer, or a bucket's flat
     # copy is made and freed per bucket: memory._other_bytes)
     ddp_bucket_copy: bool = False
+    # parplan's runtime packs the gradients of ZeRO-0/1's all-reduce into flat buckets of at most 25 MiB, a copy made
+    # and freed per bucket (parallel_layers.data_parallel.all_reduce_bucketed; memory._other_bytes counts two).
+    # Megatron's DDP keeps the gradients in its contiguous grad buffer, whose buckets are views reduced in place
+    # (param_and_grad_buffer): no copy; torch DDP's and DeepSpeed's buckets are ddp_bucket_copy's and
+    # ds_reduce_bucket_elements'
+    flat_grad_buckets: bool = True
     # torchtitan's train_step runs each micro-batch's loss.backward() with no no_sync (torchtitan/train.py), so its DDP
     # all-reduces every micro-batch (Composer and Accelerate skip the sync until the last)
     ddp_reduces_each_microbatch: bool = False

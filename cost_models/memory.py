@@ -861,10 +861,12 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # torch DDP's buckets as a whole second copy of the rank's gradients (TrainingConsts.ddp_bucket_copy), allocated
     # when DDP wraps the model and held through every moment: counted with the persistent buffers below
     ddp_copy = ddp_bucket_copy(lay, tr)
-    # DeepSpeed's buckets (deepspeed_grad_buckets), in place of the 2 x 25 MiB flat buckets
+    # DeepSpeed's buckets (deepspeed_grad_buckets), in place of the 2 x 25 MiB flat buckets, which only parplan's
+    # runtime makes (TrainingConsts.flat_grad_buckets)
     ds = deepspeed_grad_buckets(lay, tr)
+    flat = tr.flat_grad_buckets & ~ddp_copy & (tr.ds_reduce_bucket_elements == 0)
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
-                           np.where(ddp_copy | (tr.ds_reduce_bucket_elements > 0), 0.0, grad_bytes)) + ds["backward"]
+                           np.where(flat, grad_bytes, 0.0)) + ds["backward"]
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0) + ds["held"]
@@ -1017,7 +1019,8 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
         larger ones in place, parallel_layers.data_parallel.all_reduce_bucketed; FSDP2 has none), and never more
         than the gradients they pack (grad_bytes: the largest rank's; a 3.4 MB model's had been charged 52 MB; 0 where
         torch DDP's buckets are a whole copy of the gradients, or DeepSpeed runs: ddp_bucket_copy,
-        deepspeed_grad_buckets);
+        deepspeed_grad_buckets; 0 under Megatron, whose buckets are views of its grad buffer:
+        TrainingConsts.flat_grad_buckets);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
     buckets = np.where((lay.dp > 1) & ~fsdp2, np.minimum(2 * 25 * 2 ** 20, grad_bytes), 0.0)  # data_parallel.BUCKET_BYTES

@@ -248,6 +248,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero3_gather_copy_out=tr.framework in TORCH_PIPELINING,
                           ddp_bucket_copy=tr.framework in ("torchtitan", "fsdp"),
                           ddp_reduces_each_microbatch=tr.framework == "torchtitan",
+                          flat_grad_buckets=tr.framework == "parplan",
                           zero3_one_weight_ahead=tr.framework == "deepspeed",
                           ds_reduce_bucket_elements=zero3.REDUCE_BUCKET_ELEMENTS if tr.framework == "deepspeed" else 0.0,
                           offload_grads_via_host=tr.framework == "deepspeed",

@@ -55,9 +55,9 @@ def test_ddp_buckets_hold_a_second_copy_of_the_gradients(tmp_path):
 
 
 def test_the_memory_model_counts_ddps_bucket_copy(monkeypatch):
-    """torchtitan and fsdp (torch DDP) hold the rank's gradients twice at ZeRO-0 over dp > 1, in place of the 2 x 25 MiB
-    of flat buckets parplan's runtime makes and frees one at a time; parplan, Megatron and DeepSpeed do not; ZeRO-3
-    has no DDP."""
+    """torchtitan and fsdp (torch DDP) hold the rank's gradients twice at ZeRO-0 over dp > 1 (the 2 x 25 MiB of flat
+    buckets parplan's runtime makes and frees one at a time are its alone); parplan, Megatron and DeepSpeed do not;
+    ZeRO-3 has no DDP."""
     from planner.core import recommend, training_consts
     from planner.search import Pins
 
@@ -72,15 +72,32 @@ def test_the_memory_model_counts_ddps_bucket_copy(monkeypatch):
     with_copy, without = titan.prediction.memory_bytes_per_gpu, without_copy(titan).memory_bytes_per_gpu
     grads = with_copy.grads
     assert without.grads == grads
-    assert with_copy.other - without.other == pytest.approx(grads - 2 * 25 * 2**20, rel=1e-9)
-    # the copy is held at every moment, the flat buckets only in the blocks' backward (here the loss's backward peaks)
-    assert grads - 2 * 25 * 2**20 <= with_copy.total - without.total <= grads
+    # torch DDP with the view on makes no flat buckets either (only parplan's runtime does: flat_grad_buckets)
+    assert with_copy.other - without.other == pytest.approx(grads, rel=1e-9)
+    assert with_copy.total - without.total == pytest.approx(grads, rel=1e-9)  # held at every moment
     assert without_copy(titan3) == titan3.prediction
     # the copies' time: each gradient into its bucket and back after each all-reduce (torchtitan's, every micro-batch:
     # below), a read and a write each way
     hbm = constants_from_profile(hardware_profiles.load_profile(titan.hardware.name)).hbm_bytes_per_s
     params, m = param_counts(titan.model)["total"], titan.training.num_microbatches
     assert titan.prediction.step_time_s - without_copy(titan).step_time_s == pytest.approx(m * params * 16 / hbm, rel=1e-9)
+
+
+def test_only_parplans_runtime_makes_flat_gradient_buckets(monkeypatch):
+    """parplan's ZeRO-0/1 all-reduce packs gradients into flat buckets of at most 25 MiB (two counted, in the blocks'
+    backward); Megatron's buckets are views of its contiguous grad buffer, reduced in place: none there."""
+    from planner.core import recommend, training_consts
+    from planner.search import Pins
+
+    def plan(framework, zero=1):
+        return recommend("llama3.2-1b", 8, framework=framework, seq_len=256,
+                         pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=zero))
+    flat = {fw: training_consts(plan(fw, 0).training).flat_grad_buckets
+            for fw in ("parplan", "torchtitan", "fsdp", "megatron", "deepspeed")}
+    assert flat == {"parplan": True, "torchtitan": False, "fsdp": False, "megatron": False, "deepspeed": False}
+    megatron = plan("megatron")
+    as_parplan = _without(monkeypatch, flat_grad_buckets=True)(megatron).memory_bytes_per_gpu
+    assert as_parplan.other - megatron.prediction.memory_bytes_per_gpu.other == pytest.approx(2 * 25 * 2**20, rel=1e-9)
 
 
 def _without(monkeypatch, **flags):
@@ -107,7 +124,7 @@ def test_deepspeed_gradient_buckets_are_reduce_bucket_size_each(monkeypatch, zer
                      pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=zero))
     mem = plan.prediction.memory_bytes_per_gpu
     without = _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan).memory_bytes_per_gpu
-    assert mem.other - without.other == pytest.approx(buffers * 5e8 * 2 - 2 * 25 * 2**20, rel=1e-9)
+    assert mem.other - without.other == pytest.approx(buffers * 5e8 * 2, rel=1e-9)
     if held:  # every moment holds them, the loss's backward (where these plans peak) included
         assert mem.total - without.total == pytest.approx(buffers * 5e8 * 2, rel=1e-9)
 

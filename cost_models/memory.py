@@ -864,9 +864,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # DeepSpeed's buckets (deepspeed_grad_buckets), in place of the 2 x 25 MiB flat buckets, which only parplan's
     # runtime makes (TrainingConsts.flat_grad_buckets)
     ds = deepspeed_grad_buckets(lay, tr)
-    flat = tr.flat_grad_buckets & ~ddp_copy & (tr.ds_reduce_bucket_elements == 0)
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
-                           np.where(flat, grad_bytes, 0.0)) + ds["backward"]
+                           grad_bytes if tr.flat_grad_buckets else 0.0) + ds["backward"]
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0) + ds["held"]

@@ -758,6 +758,13 @@ def per_block_shape(lay, fn):
     return tuple(np.broadcast_to(np.asarray(x), first.shape)[where] for x in out)
 
 
+# The moment of a rank's peak (memory_breakdown's "moment"; MemoryBreakdown.peak_moment names them): the blocks' or
+# the loss's backward, with the saved activations; after the backward, at the reduction at the step's boundary
+# (DeepSpeed's flat copies and buckets) or at the optimizer step (its fp32 copies of 16-bit gradients), with none
+MOMENT_BACKWARD, MOMENT_REDUCTION, MOMENT_STEP = 0, 1, 2
+PEAK_MOMENTS = ("backward", "gradient reduction after the backward", "optimizer step")
+
+
 def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     """Named memory terms (bytes per GPU) of the worst of: first stage (embedding, most
     micro-batches in flight), second stage (largest middle stage, one fewer in flight), last
@@ -788,6 +795,9 @@ def partial_recompute_memory(m: ModelDims, lay, tr, m_micro, share):
     out = dict(full)
     for k in ("activations", "other", "first_total", "mid_total", "last_total"):
         out[k] = (1 - share) * kept[k] + share * full[k]
+    # an after-the-backward peak holds no activations, so it is the same at both ends; where the ends peak at
+    # different moments the chord mixes a backward's activations in
+    out["moment"] = np.where(kept["moment"] == full["moment"], full["moment"], MOMENT_BACKWARD)
     ranks = np.stack([np.broadcast_to(out[k], np.shape(out["total"])) for k in ("first_total", "mid_total", "last_total")])
     out["worst_stage"] = np.argmax(np.where(np.isnan(ranks), -np.inf, ranks), axis=0)
     out["total"] = np.nanmax(ranks, axis=0)
@@ -925,7 +935,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs
         # the named terms are each term's largest size (the total is the worse moment, not their sum)
         return dict(weights=w, grads=g, optimizer=o, activations=acts + np.where(has_loss, loss_peak, 0.0),
-                    other=working + casts + bufs, total=total, offloaded=offl)
+                    other=working + casts + bufs, total=total, offloaded=offl, moment=MOMENT_BACKWARD)
 
     head_first = single | zbv
 
@@ -950,7 +960,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         if np.any(step_copies) or np.any(boundary):
             zeros = np.zeros(np.broadcast(w, after).shape)
             alts.append(dict(weights=w, grads=g, optimizer=o, activations=zeros, other=after,
-                             total=w + g + o + after, offloaded=offl))
+                             total=w + g + o + after, offloaded=offl,
+                             moment=np.where(boundary >= after, MOMENT_REDUCTION, MOMENT_STEP)))
         return reduce(worse, alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),

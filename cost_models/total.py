@@ -182,8 +182,8 @@ def partial_recompute(m: ModelDims, tr, hw, lay, share, mem: dict | None = None)
     out["speedup"], out["parallel_fraction"] = amdahl(n, out["compute_s"], step)
     for k, key in (("weights", "mem_weights"), ("grads", "mem_grads"), ("optimizer", "mem_optimizer"),
                    ("activations", "mem_activations"), ("other", "mem_other"), ("total", "mem_total"),
-                   ("offloaded", "mem_offloaded"), ("worst_stage", "worst_stage"), ("first_total", "mem_first"),
-                   ("mid_total", "mem_mid"), ("last_total", "mem_last")):
+                   ("offloaded", "mem_offloaded"), ("worst_stage", "worst_stage"), ("moment", "mem_moment"),
+                   ("first_total", "mem_first"), ("mid_total", "mem_mid"), ("last_total", "mem_last")):
         out[key] = mem[k]
     return out
 
@@ -609,6 +609,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
         "mem_total": mem["total"],
         "mem_offloaded": mem["offloaded"],
         "worst_stage": mem["worst_stage"],
+        "mem_moment": mem["moment"],
         "mem_first": mem["first_total"],
         "mem_mid": mem["mid_total"],
         "mem_last": mem["last_total"],

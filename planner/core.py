@@ -18,7 +18,7 @@ from cost_models.compute import plan_overlaps_param_gather
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
                                 stage_layers, stages_of_rank)
-from cost_models.memory import weight_pass_queued
+from cost_models.memory import PEAK_MOMENTS, weight_pass_queued
 from cost_models.total import evaluate
 
 from . import DEFAULT_GLOBAL_BATCH
@@ -327,7 +327,7 @@ def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: f
         memory_bytes_per_gpu=MemoryBreakdown(
             weights=g("mem_weights"), grads=g("mem_grads"), optimizer=g("mem_optimizer"),
             activations=g("mem_activations"), other=g("mem_other"), total=g("mem_total"),
-            offloaded=g("mem_offloaded"), by_stage=_by_stage(g)),
+            offloaded=g("mem_offloaded"), by_stage=_by_stage(g), peak_moment=PEAK_MOMENTS[int(g("mem_moment"))]),
         time_breakdown=TimeBreakdown(compute_s=g("compute_s"), tp_comm_s=g("tp_comm_s"), pp_comm_s=g("pp_comm_s"),
                                      dp_comm_s=g("dp_comm_s"), cp_comm_s=g("cp_comm_s"), bubble_s=g("bubble_s"),
                                      optimizer_s=g("optimizer_s"), attention_s=g("attention_s")),

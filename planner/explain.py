@@ -119,6 +119,8 @@ def memory_breakdown(plan: Plan) -> dict:
             "offloaded_bytes": mem.offloaded, "largest": biggest,
             # each pipeline rank kind's total (first, the fullest middle, last); None without a pipeline
             "by_stage_bytes": mem.by_stage,
+            # when the worst rank peaks (None in plans written before it was recorded)
+            "peak_moment": mem.peak_moment,
             "largest_fraction": (parts[biggest] / mem.total) if mem.total else None}
 
 
@@ -179,13 +181,21 @@ def runner_label(runner: dict, plan_fits: bool = True) -> str:
     return "a faster layout" if (runner.get("relative_step_time") or 0) < -NEAR_TIE / (1 + NEAR_TIE) else "runner-up"
 
 
+def peak_moment_words(moment: str | None) -> str:
+    """Where a peak comes after the backward (MemoryBreakdown.peak_moment), the words that say so: its activations
+    read 0 because none are live then.  Nothing for a backward peak, or a plan that does not record it."""
+    if moment in (None, "backward"):
+        return ""
+    return f" at the {moment} (after the backward: no activations are live)"
+
+
 def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
     gb = 1e9
     lines = []
     if mem["usable_bytes"]:
         lines.append(f"memory: {mem['total_bytes'] / gb:.1f} GB of {mem['usable_bytes'] / gb:.1f} GB usable per GPU "
-                     f"({mem['fraction_of_usable']:.0%}); largest part {mem['largest']} "
-                     f"({mem['largest_fraction']:.0%} of the total)")
+                     f"({mem['fraction_of_usable']:.0%}){peak_moment_words(mem.get('peak_moment'))}; largest part "
+                     f"{mem['largest']} ({mem['largest_fraction']:.0%} of the total)")
     if tim["step_time_s"]:
         lines.append(f"time: {time_label(tim['dominant'], plan)} dominates the {tim['step_time_s']:.3g} s step "
                      f"({tim['dominant_fraction']:.0%}); largest overhead {time_label(tim['largest_overhead'], plan)} "

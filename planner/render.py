@@ -88,6 +88,14 @@ def plans_table(plans: list[Plan], title: str):
     return Group(t, Text(note))
 
 
+def activations_label(moment: str | None) -> str:
+    """The activations row's label: where the peak comes after the backward (MemoryBreakdown.peak_moment), it says
+    that none are live then, so the 0 beside it is not read as activations left out."""
+    if moment in (None, "backward"):
+        return "activations"
+    return f"activations (none live at the {moment.removesuffix(' after the backward')})"
+
+
 def memory_rows(plan: Plan) -> list[tuple[str, float]]:
     """(label, bytes) of the best plan's memory table: the parts, the part of them not live at the worst
     moment (negative), the total (the parts and that row add up to it), then capacity and per-stage rows."""
@@ -95,7 +103,7 @@ def memory_rows(plan: Plan) -> list[tuple[str, float]]:
     pr = plan.prediction
     mem = pr.memory_bytes_per_gpu
     rows = [("weights", mem.weights), ("grads", mem.grads), ("optimizer", mem.optimizer),
-            ("activations", mem.activations), ("other (working, buffers, step copies)", mem.other)]
+            (activations_label(mem.peak_moment), mem.activations), ("other (working, buffers, step copies)", mem.other)]
     rows += not_live_rows(memory_breakdown(plan)["not_live_together_bytes"])
     rows += [("total", mem.total), ("usable HBM", pr.usable_memory_bytes or 0)]
     if mem.offloaded:
@@ -273,7 +281,9 @@ def explain_memory_rows(data: dict) -> list[tuple[str, float]]:
     table, the part of them not live at the worst moment (negative); they add up to the total."""
     from .explain import not_live_rows
     mem = data["memory"]
-    return list(mem["parts_bytes"].items()) + not_live_rows(mem.get("not_live_together_bytes") or 0.0)
+    label = {"activations": activations_label(mem.get("peak_moment"))}
+    return ([(label.get(k, k), v) for k, v in mem["parts_bytes"].items()]
+            + not_live_rows(mem.get("not_live_together_bytes") or 0.0))
 
 
 def explain_time_remainder(data: dict) -> float:

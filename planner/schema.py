@@ -26,6 +26,8 @@ Offload = Literal["none", "optimizer"]
 # Mixed-precision recipes; bytes per parameter live in cost_models/memory.py (PRECISION_RECIPES).
 Precision = Literal["amp", "master-weights", "master-weights-half-grads", "fp32"]
 Objective = Literal["throughput", "min-gpus", "memory"]
+# when a GPU's memory peaks (cost_models.memory.PEAK_MOMENTS, in its order)
+PeakMoment = Literal["backward", "gradient reduction after the backward", "optimizer step"]
 
 
 def _numeric(annotation) -> bool:
@@ -327,6 +329,11 @@ class MemoryBreakdown(Strict):
     activations: float = Field(description="Saved activations of all in-flight micro-batches plus embedding/logits.")
     other: float = Field(description="Framework overhead: CUDA context, communication buffers, temporaries, allocator fragmentation; at the optimizer step (where that is the peak, with activations 0) the step's fp32 copies of 16-bit gradients.")
     total: float = Field(description="Sum of the above, bytes per GPU.")
+    peak_moment: Optional[PeakMoment] = Field(
+        None, description="When the worst rank's memory peaks: in the backward (with the saved activations), or after "
+                          "it, at the gradient reduction (DeepSpeed's flat gradient copies and buckets) or at the "
+                          "optimizer step (the fp32 copies of 16-bit gradients), where no activations are left "
+                          "(activations 0).  None in plans written before 2026-12-03.")
     offloaded: float = Field(0.0, description="Bytes kept in host memory per GPU (optimizer offload).")
     by_stage: dict[str, float] | None = Field(
         None, description="Total bytes per GPU of each pipeline rank kind: 'first' (rank 0, with the embedding), "

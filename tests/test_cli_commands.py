@@ -108,8 +108,8 @@ def test_shell_pipe_into_evaluate_gives_same_prediction(plan_text):
     for k in ("step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction"):
         assert again[k] == pytest.approx(first[k], rel=1e-9), k
     for k, v in first["memory_bytes_per_gpu"].items():
-        if v is None:  # by_stage without a pipeline
-            assert again["memory_bytes_per_gpu"][k] is None, k
+        if v is None or isinstance(v, str):  # by_stage without a pipeline; peak_moment
+            assert again["memory_bytes_per_gpu"][k] == v, k
         else:
             assert again["memory_bytes_per_gpu"][k] == pytest.approx(v, rel=1e-9), k
     assert again["fits"] is True

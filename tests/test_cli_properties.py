@@ -8,10 +8,14 @@ import json
 import math
 import os
 import tempfile
+from typing import get_args
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from planner.cli import main
+from planner.schema import PeakMoment
+
+PEAK_MOMENTS = get_args(PeakMoment)
 
 VALID = {
     "schema_version": 1,
@@ -136,6 +140,7 @@ def _check_prediction(rc, out):
     assert pred["fits"] is (rc == 0)
     mem = dict(pred["memory_bytes_per_gpu"])
     by_stage = mem.pop("by_stage")
+    assert mem.pop("peak_moment") in PEAK_MOMENTS
     assert all(math.isfinite(v) for v in mem.values())
     # per pipeline rank kind: only the kinds the pipeline has, each at most the total
     assert (by_stage is None) == (json.loads(out)["parallel"]["pp"] == 1)

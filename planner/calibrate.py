@@ -68,6 +68,7 @@ from pathlib import Path
 
 from cost_models.hardware import TEST_ONLY_MARK
 from planner.limits import can_make_folder_in
+from planner.toml_text import toml_value
 
 N_BINS = 10
 TOOL = "parplan calibrate"
@@ -147,24 +148,6 @@ def _round_curve(curve) -> list[list[float]]:
 # Profile I/O
 # ----------------------------------------------------------------------------------------------
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise ValueError(f"cannot write non-finite number {v} to a profile")
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
 def profile_toml(profile) -> str:
     """A HardwareProfile as TOML (scalars and inline values first, then [nvlink] and [inter_node])."""
     data = profile.model_dump(mode="json")
@@ -177,12 +160,12 @@ def profile_toml(profile) -> str:
         if isinstance(value, dict) and key != "peak_dense_tflops":
             tables[key] = value
         elif key in ("sources",) or (isinstance(value, list) and value and isinstance(value[0], (list, tuple))):
-            lines.append(f"{key} = [\n" + "".join(f"  {_toml_value(x)},\n" for x in value) + "]")
+            lines.append(f"{key} = [\n" + "".join(f"  {toml_value(x)},\n" for x in value) + "]")
         else:
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{key} = {toml_value(value)}")
     for key, table in tables.items():
         lines.append(f"\n[{key}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)  # unset: the default
+        lines.extend(f"{k} = {toml_value(v)}" for k, v in table.items() if v is not None)  # unset: the default
     return "\n".join(lines) + "\n"
 
 

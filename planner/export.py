@@ -51,6 +51,7 @@ from cost_models.memory import deepspeed_bf16_optimizer_steps
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.core import FORMAT_FRAMEWORK, WINDOW_FRAMEWORKS, deepspeed_bf16_optimizer
 from planner.schema import Plan
+from planner.toml_text import toml_value
 
 FORMATS: tuple[str, ...] = tuple(FORMAT_FRAMEWORK)
 
@@ -506,20 +507,6 @@ _TITAN_LLAMA3_FLAVORS = {
 }
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
 def _full_attention_note(plan: Plan, to: str, trains: str = "Megatron-LM trains the window (--window-size)") -> list[str]:
     """A model with a sliding window exported to a framework that attends over the whole prefix; `trains`: what
     would train the window instead."""
@@ -755,7 +742,7 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
     for name, items in sections:
         lines.append("")
         lines.append(f"[{name}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in items]
+        lines += [f"{k} = {toml_value(v)}" for k, v in items]
     return "\n".join(lines) + "\n", notes
 
 

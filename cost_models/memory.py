@@ -872,10 +872,12 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # when DDP wraps the model and held through every moment: counted with the persistent buffers below
     ddp_copy = ddp_bucket_copy(lay, tr)
     # DeepSpeed's buckets (deepspeed_grad_buckets), in place of the 2 x 25 MiB flat buckets, which only parplan's
-    # runtime makes (TrainingConsts.flat_grad_buckets)
+    # runtime makes (TrainingConsts.flat_grad_buckets), and only its ZeRO-0/1 all-reduce: its ZeRO-2 reduces each
+    # gradient's rows in place to their owner (data_parallel.ShardedAdamW.reduce_start)
     ds = deepspeed_grad_buckets(lay, tr)
+    flat = np.where(zero == 2, 0.0, grad_bytes) if tr.flat_grad_buckets else 0.0
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
-                           grad_bytes if tr.flat_grad_buckets else 0.0) + ds["backward"]
+                           flat) + ds["backward"]
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0) + ds["held"]

@@ -49,11 +49,12 @@ class CpuMemoryTrace:
         from torch._C._profiler import _EventType
 
         phases, allocs = [], []
-        # (node, not what the job holds on a GPU: inside a c10d/gloo collective, or a CPU matmul's scratch):
-        # the flag is passed down the tree rather than looked up per allocation, and an allocation's owner is
-        # named only where it is live at the peak (_live)
-        # (scratch: the (time, address) of allocations the outermost matmul above made and freed again inside
-        # itself, which holds those of every matmul nested in it; None outside any)
+        # (node, not what the job holds on a GPU: inside a c10d/gloo collective, or a CPU matmul's or in-place op's
+        # scratch): the flag is passed down the tree rather than looked up per allocation, and an allocation's owner
+        # is named only where it is live at the peak (_live)
+        # (scratch: the (time, address) of allocations the outermost matmul or promoting in-place op above
+        # (_SCRATCH_OPS) made and freed again inside itself, which holds those of every such op nested in it; None
+        # outside any)
         stack = [(n, False, None) for n in self._prof.profiler.kineto_results.experimental_event_tree()]
         allocation = _EventType.Allocation
         while stack:
@@ -68,7 +69,7 @@ class CpuMemoryTrace:
             if name.startswith(PHASE_PREFIX):
                 phases.append((node.start_time_ns, node.end_time_ns, name[len(PHASE_PREFIX):]))
             inner = in_coll or name.startswith(_COLLECTIVE_PREFIXES)
-            if scratch is None and name in _MATMUL_OPS:
+            if scratch is None and name in _SCRATCH_OPS:
                 scratch = _matmul_scratch(node, allocation)
             stack.extend((c, inner, scratch) for c in node.children)
         allocs.sort(key=lambda a: a[0])  # stable: events of one timestamp keep the walk's order
@@ -125,8 +126,9 @@ def _owner(node, depth: int = 3) -> str:
 def _replay(allocs, phases, skip_collectives: bool) -> dict:
     """Live bytes over the trace, from its allocations and frees; the peak inside the phases.
     skip_collectives: leave out what c10d's collectives allocate inside themselves (gloo's staging
-    buffers for reduce-scatter and all-gather; NCCL writes into the caller's tensors) and a CPU matmul's
-    fp32 scratch (_MATMUL_OPS), i.e. what the same job holds on a GPU.  allocs: (time, size, address, op name or profiler node, in a
+    buffers for reduce-scatter and all-gather; NCCL writes into the caller's tensors), a CPU matmul's
+    fp32 scratch (_MATMUL_OPS) and an in-place op's dtype-promotion copies (_PROMOTING_INPLACE_OPS), i.e. what the
+    same job holds on a GPU.  allocs: (time, size, address, op name or profiler node, in a
     collective), frees with size <= 0."""
     first = phases[0][0]
     total = at_start = peak = 0
@@ -179,6 +181,16 @@ _COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 # GPU-like replay leaves them out.
 _MATMUL_OPS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm",
                          "parplan::fp32_math"})  # cpu_matmul.SCOPE
+
+# An in-place elementwise op whose operands differ in dtype (master-weights' main_grad.add_(the 16-bit gradient),
+# precision.accumulate_main_grad) promotes them on a CPU through a temporary copy in the common dtype, made and freed
+# inside the op: TensorIterator's compute_types creates such temporaries "for CPU operations" only (`if (common_device
+# == kCPU)`, aten/src/ATen/TensorIterator.cpp); a CUDA kernel casts each element as it reads it.  One of them (the
+# fp32 copy of an 11-16 MiB weight's gradient) sat at the peak of every data-parallel master-weights plan of the CPU
+# memory suite (2026-11-25).  The GPU-like replay leaves them out, as a matmul's scratch.
+_PROMOTING_INPLACE_OPS = frozenset({"aten::add_", "aten::sub_", "aten::mul_", "aten::div_", "aten::addcmul_",
+                                    "aten::addcdiv_", "aten::lerp_"})
+_SCRATCH_OPS = _MATMUL_OPS | _PROMOTING_INPLACE_OPS
 
 
 def _matmul_scratch(node, allocation) -> frozenset:

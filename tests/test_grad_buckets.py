@@ -100,6 +100,23 @@ def test_only_parplans_runtime_makes_flat_gradient_buckets(monkeypatch):
     assert as_parplan.other - megatron.prediction.memory_bytes_per_gpu.other == pytest.approx(2 * 25 * 2**20, rel=1e-9)
 
 
+def test_parplans_zero2_makes_no_flat_gradient_buckets(monkeypatch):
+    """parplan's ZeRO-2 reduces each gradient's rows in place to their owner (ShardedAdamW.reduce_start: a
+    dist.reduce of a view), so of its ZeRO stages only 0 and 1 pack flat buckets: a ZeRO-2 plan's `other` is the
+    same with the flag off, a ZeRO-1 plan's 2 x 25 MiB more with it on."""
+    from planner.core import recommend
+    from planner.search import Pins
+
+    def other(zero, **flags):
+        plan = recommend("llama3.2-1b", 8, seq_len=256,
+                         pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=zero))
+        got = _without(monkeypatch, **flags)(plan).memory_bytes_per_gpu.other
+        monkeypatch.undo()  # the next call patches the real training_consts again
+        return got
+    assert other(2) == other(2, flat_grad_buckets=False)
+    assert other(1) - other(1, flat_grad_buckets=False) == pytest.approx(2 * 25 * 2**20, rel=1e-9)
+
+
 def _without(monkeypatch, **flags):
     """evaluate_plan's prediction with TrainingConsts fields replaced (planner.core.training_consts patched)."""
     from dataclasses import replace

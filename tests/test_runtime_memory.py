@@ -228,10 +228,11 @@ def test_fp32_recipe_memory_against_the_committed_cpu_run():
     schedules, measured once with the CPU allocator traced (benchmarks/cpu_memory.py --precision fp32,
     benchmarks/results/2026-11-25-cpu-memory-fp32, after the zero-bubble weight passes were queued), re-predicted
     with today's model: within 10 % of the largest rank's peak (it read -48 % for the schedules when activations
-    were counted in 2 bytes).  zero2-pp2 is held to 12 %: it read +2.1 % in the run of 2026-11-24 and +10.0 % in this
-    one (ZeRO-2's peak moves between runs, by what it drops bucket by bucket in the backward, which the model keeps
-    to the backward's end), and +10.6 % since the model counts the runtime's two gradient buckets at their 25 MiB
-    (BUCKET_BYTES), not 25e6 B (2026-11-29).  A check of committed measurements, not a new run."""
+    were counted in 2 bytes).  zero2-pp2 had been held to 12 %: it read +2.1 % in the run of 2026-11-24 and +10.0 % in
+    this one (ZeRO-2's peak moves between runs, by what it drops bucket by bucket in the backward, which the model
+    keeps to the backward's end), +10.6 % with the runtime's two gradient buckets counted at their 25 MiB
+    (2026-11-29), and -3.1 % since the model charges parplan's ZeRO-2 no flat buckets, which it never made
+    (2026-12-03; zero2-pp1 +2.1 -> -6.0 %).  A check of committed measurements, not a new run."""
     from pathlib import Path
     from planner.schema import Plan
     run = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-11-25-cpu-memory-fp32" / "run1"
@@ -243,7 +244,6 @@ def test_fp32_recipe_memory_against_the_committed_cpu_run():
         assert plan.training.precision == "fp32"
         measured = json.loads((run / name / "report.json").read_text())["cpu_memory"]["without_collective_buffers_max"]
         errors[name] = evaluate_plan(plan).prediction.memory_bytes_per_gpu.total / measured - 1
-    assert abs(errors.pop("zero2-pp2")) < 0.12, errors
     assert max(abs(e) for e in errors.values()) < 0.10, errors
 
 
@@ -281,3 +281,22 @@ def test_a_cpu_matmuls_fp32_scratch_is_left_out_of_the_gpu_like_peak():
     out = y.numel() * y.element_size()
     assert t.result["without_collective_buffers"]["allocated"] == out
     assert t.result["allocated"] >= out  # the raw peak keeps whatever scratch this CPU made
+
+
+def test_an_in_place_ops_dtype_promotion_is_left_out_of_the_gpu_like_peak():
+    """main_grad.add_(a 16-bit gradient) on a CPU copies the gradient to fp32 inside add_ (TensorIterator promotes a
+    CPU op's inputs through temporaries; a CUDA kernel casts as it reads), so the raw peak holds a 4-byte copy of it;
+    the GPU-like peak does not.  An out-of-place result of the same size is a tensor the job keeps, and counts."""
+    n = 1 << 20
+    main_grad, grad16 = torch.zeros(n), torch.ones(n, dtype=torch.bfloat16)
+    with CpuMemoryTrace() as t:
+        with CpuMemoryTrace.phase("step1.fwd_bwd"):
+            main_grad.add_(grad16)  # the promotion alone: 4 MiB raw, nothing GPU-like
+            main_grad.addcmul_(grad16, grad16)
+            kept = main_grad * 2  # 4 MiB kept
+            main_grad.add_(grad16)  # beside it: 8 MiB raw, 4 MiB GPU-like
+    kept_bytes = kept.numel() * kept.element_size()
+    assert kept_bytes == 4 * n
+    # (a few bytes more: torch's small bookkeeping allocations of the ops)
+    assert 2 * kept_bytes <= t.result["allocated"] < 2 * kept_bytes + 1024
+    assert kept_bytes <= t.result["without_collective_buffers"]["allocated"] < kept_bytes + 1024

@@ -70,7 +70,7 @@ class CpuMemoryTrace:
                 phases.append((node.start_time_ns, node.end_time_ns, name[len(PHASE_PREFIX):]))
             inner = in_coll or name.startswith(_COLLECTIVE_PREFIXES)
             if scratch is None and name in _SCRATCH_OPS:
-                scratch = _matmul_scratch(node, allocation)
+                scratch = _op_scratch(node, allocation)
             stack.extend((c, inner, scratch) for c in node.children)
         allocs.sort(key=lambda a: a[0])  # stable: events of one timestamp keep the walk's order
         phases.sort()
@@ -193,8 +193,8 @@ _PROMOTING_INPLACE_OPS = frozenset({"aten::add_", "aten::sub_", "aten::mul_", "a
 _SCRATCH_OPS = _MATMUL_OPS | _PROMOTING_INPLACE_OPS
 
 
-def _matmul_scratch(node, allocation) -> frozenset:
-    """(time, address) of each allocation anywhere below a matmul op that is freed again below it."""
+def _op_scratch(node, allocation) -> frozenset:
+    """(time, address) of each allocation anywhere below a scratch op (_SCRATCH_OPS) that is freed again below it."""
     events = []
     stack = list(node.children)
     while stack:

@@ -181,12 +181,17 @@ def runner_label(runner: dict, plan_fits: bool = True) -> str:
     return "a faster layout" if (runner.get("relative_step_time") or 0) < -NEAR_TIE / (1 + NEAR_TIE) else "runner-up"
 
 
+def after_backward_moment(moment: str | None) -> str | None:
+    """A peak that comes after the backward (MemoryBreakdown.peak_moment), named short ("optimizer step",
+    "gradient reduction"): its activations read 0 because none are live then.  None for a backward peak, or a plan
+    that does not record it."""
+    return None if moment in (None, "backward") else moment.removesuffix(" after the backward")
+
+
 def peak_moment_words(moment: str | None) -> str:
-    """Where a peak comes after the backward (MemoryBreakdown.peak_moment), the words that say so: its activations
-    read 0 because none are live then.  Nothing for a backward peak, or a plan that does not record it."""
-    if moment in (None, "backward"):
-        return ""
-    return f" at the {moment} (after the backward: no activations are live)"
+    """The memory line's words for an after-the-backward peak (after_backward_moment), or nothing."""
+    short = after_backward_moment(moment)
+    return "" if short is None else f" at the {short} (after the backward: no activations are live)"
 
 
 def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:

@@ -89,11 +89,11 @@ def plans_table(plans: list[Plan], title: str):
 
 
 def activations_label(moment: str | None) -> str:
-    """The activations row's label: where the peak comes after the backward (MemoryBreakdown.peak_moment), it says
+    """The activations row's label: where the peak comes after the backward (explain.after_backward_moment), it says
     that none are live then, so the 0 beside it is not read as activations left out."""
-    if moment in (None, "backward"):
-        return "activations"
-    return f"activations (none live at the {moment.removesuffix(' after the backward')})"
+    from .explain import after_backward_moment
+    short = after_backward_moment(moment)
+    return "activations" if short is None else f"activations (none live at the {short})"
 
 
 def memory_rows(plan: Plan) -> list[tuple[str, float]]:

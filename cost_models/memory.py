@@ -1032,7 +1032,7 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
         than the gradients they pack (grad_bytes: the largest rank's; a 3.4 MB model's had been charged 52 MB; 0 where
         torch DDP's buckets are a whole copy of the gradients, or DeepSpeed runs: ddp_bucket_copy,
         deepspeed_grad_buckets; 0 under Megatron, whose buckets are views of its grad buffer:
-        TrainingConsts.flat_grad_buckets);
+        TrainingConsts.flat_grad_buckets; 0 at parplan's ZeRO-2, which reduces each gradient's rows in place);
       - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
     buckets = np.where((lay.dp > 1) & ~fsdp2, np.minimum(2 * 25 * 2 ** 20, grad_bytes), 0.0)  # data_parallel.BUCKET_BYTES

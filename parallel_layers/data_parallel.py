@@ -46,14 +46,21 @@ def _group_size(group) -> int:
     return 1 if group is None else dist.get_world_size(group)
 
 
+def _start_on_copy(t: torch.Tensor, group, what: str, collective) -> tuple:
+    """(work, the tensor reduced): `collective(tensor)` started on a staging copy of `t` named as gloo's on gloo
+    (_gloo_staging), on `t` itself elsewhere.  gloo may drop its reference to the tensor it was handed on its own
+    worker thread after the wait returns, a free the CPU memory trace misses until the address comes back (a 13 MB
+    bucket then "lived" into the next step: one CI run read -15.7 %; 31 MiB of ZeRO-2's step-1 gradients at step 2's
+    peak, 2026-12-03), so gloo is never handed a tensor of ours.  The caller copies the result back where it was a copy."""
+    with _gloo_staging(group, what):
+        sent = t.clone() if dist.get_backend(group) == "gloo" else t
+        return collective(sent), sent
+
+
 def _all_reduce_start(flat: torch.Tensor, group, divide: float) -> Callable[[], None]:
     """Start an in-place sum of `flat` over `group`; the returned function waits and divides by `divide`."""
-    # gloo may drop its reference to the reduced tensor on its own thread, a free the CPU memory trace misses
-    # until the address comes back (a 13 MB bucket then "lived" into the next step: one CI run read -15.7 %):
-    # there reduce a staging copy named as gloo's (_gloo_staging; nothing on NCCL), and keep flat our own
-    with _gloo_staging(group, "all_reduce_bucket"):
-        reduced = flat.clone() if dist.get_backend(group) == "gloo" else flat
-        work = dist.all_reduce(reduced, group=group, async_op=True)
+    work, reduced = _start_on_copy(flat, group, "all_reduce_bucket",
+                                   lambda t: dist.all_reduce(t, group=group, async_op=True))
 
     def finish() -> None:
         nonlocal reduced
@@ -252,20 +259,14 @@ class ShardedAdamW:
         grads = [grad_of(p) for p in params]
         if self.stage == 1:
             return bucket_all_reduce_start([g for g in grads if g is not None], self.dp_group, divide)
-        # as _all_reduce_start: on gloo reduce a staging copy named as gloo's, so that the gradient itself is never
-        # held by gloo, whose worker thread may drop its reference after the wait returns -- a free the CPU memory
-        # trace misses until the address comes back (31 MiB of step 1's gradients had then "lived" at step 2's peak
-        # of ZeRO-2 x pp 1, 2026-12-03); on NCCL the rows themselves
-        staged = dist.get_backend(self.dp_group) == "gloo"
         works = []
         for p, grad in zip(params, grads):
             if grad is None:
                 continue
             for pc in self._pieces_of[id(p)]:
                 rows = grad[pc.start:pc.end] if self.is_split(p) else grad
-                with _gloo_staging(self.dp_group, "reduce_rows"):
-                    sent = rows.clone() if staged else rows
-                    work = dist.reduce(sent, dst=pc.global_rank, group=self.dp_group, async_op=True)
+                work, sent = _start_on_copy(rows, self.dp_group, "reduce_rows", lambda t, dst=pc.global_rank:
+                                            dist.reduce(t, dst=dst, group=self.dp_group, async_op=True))
                 works.append((work, pc, rows, sent))
 
         def finish() -> None:

@@ -136,6 +136,10 @@ class TrainingConsts:
     # elements each in the model's 16-bit dtype whatever the model's size (0: not DeepSpeed; memory.
     # deepspeed_grad_buckets)
     ds_reduce_bucket_elements: float = 0.0
+    # DeepSpeed's ZeRO optimizer steps its gradient partition one group at a time through a flat copy of the group
+    # (memory.step_grad_copy_bytes); at ZeRO-3 a group is a sub-group of about sub_group_size elements: this (1e9,
+    # DeepSpeed's default, and what planner.export writes).  0: not DeepSpeed
+    ds_step_sub_group_elements: float = 0.0
     # DeepSpeed's optimizer offload accumulates the rank's gradient partition across micro-batches in a host
     # buffer of the parameters' dtype, through the GPU (up, add on the GPU, back down), and keeps the partition's
     # fp32 gradient on the host beside its Adam states: timed in cost_models.total (per-micro-batch copies), held

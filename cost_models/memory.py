@@ -649,6 +649,34 @@ def step_grad_copy_coefficient(lay, tr):
     return np.where(~fsdp2 & (lay.offload == 0), 4.0 / np.where(lay.zero >= 1, zero_shards(lay, tr), 1), 0.0)
 
 
+def step_grad_copy_bytes(m: ModelDims, params, lay, tr):
+    """Bytes the optimizer step adds on the device for a rank holding `params` parameters, beside its model states:
+    step_grad_copy_coefficient's fp32 copies, except under DeepSpeed's ZeRO optimizer (ZeRO-1/2/3 stepping on the
+    device with an fp32 master; not its BF16_Optimizer), which steps one group at a time and makes each group's
+    gradient partition flat first (stage_1_and_2.py step: self.flatten(self.averaged_gradients[i]).to(fp32);
+    stage3.py _prepare_fp32_grad_for_sub_group: the same per sub-group): a copy in the gradients' dtype (torch.cat of
+    the partition's views) and, with 16-bit gradients, its fp32 cast beside it until the 16-bit copy goes (with fp32
+    gradients .to returns the copy itself).  The fp32 gradient is let go after the group's step (single_partition_of_
+    fp32_groups[i].grad = None; _release_sub_group).  A ZeRO-1/2 group is a parameter group's partition (the rank's
+    whole share taken, an upper bound by the small no-decay group); a ZeRO-3 sub-group closes at the parameter that
+    takes it to sub_group_size elements (_create_fp16_sub_groups), so it holds at most sub_group_size + one
+    parameter's partition (the model's largest matrix taken)."""
+    rec = PRECISION_RECIPES[tr.precision]
+    zero = np.asarray(lay.zero)
+    shards = np.where(zero >= 1, zero_shards(lay, tr), 1)
+    generic = params * step_grad_copy_coefficient(lay, tr)
+    if not (tr.ds_step_sub_group_elements and rec["master"]):
+        return generic
+    bf16_optimizer = deepspeed_bf16_optimizer_steps(zero, tr.zero1_all_reduce, tr.precision, tr.dtype,
+                                                    np.asarray(lay.offload) > 0)
+    ds = (zero >= 1) & (np.asarray(lay.offload) == 0) & ~bf16_optimizer
+    largest = np.maximum(m.vocab * m.hidden / np.asarray(lay.tp), np.maximum.reduce(zero3.weight_elements(m, lay.tp)))
+    group = np.where(zero >= 3, np.minimum(params / shards, tr.ds_step_sub_group_elements + largest / shards),
+                     params / shards)
+    flat = group * (rec["grad"] + (4.0 if rec["grad"] < 4 else 0.0))
+    return np.where(ds, flat, generic)
+
+
 def ddp_bucket_copy(lay, tr):
     """Where torch DDP's buckets are a second copy of the gradients (TrainingConsts.ddp_bucket_copy): ZeRO-0 over
     dp > 1."""
@@ -823,7 +851,6 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
 
     def states(params):
         return model_states(params, lay, tr, coefficients)
-    step_copies = step_grad_copy_coefficient(lay, tr)
 
     counts = rank_inflight_by_key(lay, m_micro, m.layers, tr.p2p_output_sends_released)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more)
@@ -958,8 +985,9 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # copies and buckets: deepspeed_grad_buckets), then the optimizer step's fp32 gradient copies beside ZeRO-3's
         # bucket (ZeRO-1's went at the boundary), each beside the model states
         boundary = np.minimum(params * rec["grad"], ds["flat_cap"]) + ds["boundary"]
-        after = np.maximum(boundary, params * step_copies + np.where(zero >= 3, ds["held"], 0.0))
-        if np.any(step_copies) or np.any(boundary):
+        copies = step_grad_copy_bytes(m, params, lay, tr)
+        after = np.maximum(boundary, copies + np.where(zero >= 3, ds["held"], 0.0))
+        if np.any(copies) or np.any(boundary):
             zeros = np.zeros(np.broadcast(w, after).shape)
             alts.append(dict(weights=w, grads=g, optimizer=o, activations=zeros, other=after,
                              total=w + g + o + after, offloaded=offl,

@@ -46,6 +46,7 @@ PREFETCH_BUCKET_ELEMENTS = 5e7  # DeepSpeed stage3_prefetch_bucket_size default
 MAX_LIVE_ELEMENTS = 1e9  # stage3_max_live_parameters default; taken as not binding (module docstring)
 MAX_REUSE_DISTANCE_ELEMENTS = 1e9  # stage3_max_reuse_distance default
 REDUCE_BUCKET_ELEMENTS = 5e8  # reduce_bucket_size default (zero/config.py), every ZeRO stage's gradient bucket
+SUB_GROUP_ELEMENTS = 1e9  # sub_group_size default (zero/config.py): the optimizer steps a rank's partition by these
 
 
 def weight_elements(m: ModelDims, tp) -> list:

@@ -251,6 +251,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           flat_grad_buckets=tr.framework == "parplan",
                           zero3_one_weight_ahead=tr.framework == "deepspeed",
                           ds_reduce_bucket_elements=zero3.REDUCE_BUCKET_ELEMENTS if tr.framework == "deepspeed" else 0.0,
+                          ds_step_sub_group_elements=zero3.SUB_GROUP_ELEMENTS if tr.framework == "deepspeed" else 0.0,
                           offload_grads_via_host=tr.framework == "deepspeed",
                           p2p_blocking_transfers=tr.framework == "deepspeed",
                           p2p_buffers_per_microbatch=tr.framework == "torchtitan",  # parplan: just_in_time_receives

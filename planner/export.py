@@ -842,6 +842,9 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         zero["stage3_prefetch_bucket_size"] = int(zero3.PREFETCH_BUCKET_ELEMENTS)
         zero["stage3_max_reuse_distance"] = int(zero3.MAX_REUSE_DISTANCE_ELEMENTS)
         zero["stage3_max_live_parameters"] = int(max(zero3.MAX_LIVE_ELEMENTS, pair))
+        # the optimizer step's group: its flat gradient copy is what the prediction holds at the step
+        # (memory.step_grad_copy_bytes)
+        zero["sub_group_size"] = int(zero3.SUB_GROUP_ELEMENTS)
     if p.offload == "optimizer":
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if p.zero_stage == 0:

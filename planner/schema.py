@@ -327,12 +327,12 @@ class MemoryBreakdown(Strict):
     grads: float = Field(description="Gradient bytes.")
     optimizer: float = Field(description="Optimizer state (+fp32 master) bytes on the GPU.")
     activations: float = Field(description="Saved activations of all in-flight micro-batches plus embedding/logits.")
-    other: float = Field(description="Framework overhead: CUDA context, communication buffers, temporaries, allocator fragmentation; at the optimizer step (where that is the peak, with activations 0) the step's fp32 copies of 16-bit gradients.")
+    other: float = Field(description="Framework overhead: CUDA context, communication buffers, temporaries, allocator fragmentation; at the optimizer step (where that is the peak, with activations 0) the step's fp32 copies of 16-bit gradients (under DeepSpeed's ZeRO optimizer, a group's flat gradient copy and its fp32 cast).")
     total: float = Field(description="Sum of the above, bytes per GPU.")
     peak_moment: Optional[PeakMoment] = Field(
         None, description="When the worst rank's memory peaks: in the backward (with the saved activations), or after "
                           "it, at the gradient reduction (DeepSpeed's flat gradient copies and buckets) or at the "
-                          "optimizer step (the fp32 copies of 16-bit gradients), where no activations are left "
+                          "optimizer step (the fp32 copies of 16-bit gradients, or DeepSpeed's flat gradient copy of a group), where no activations are left "
                           "(activations 0).  None in plans written before 2026-12-03.")
     offloaded: float = Field(0.0, description="Bytes kept in host memory per GPU (optimizer offload).")
     by_stage: dict[str, float] | None = Field(

@@ -185,6 +185,66 @@ def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_appends_one_at_the_b
     assert {k: float(v) for k, v in ds.items()} == {"held": 1e9, "backward": 0.0, "flat_cap": 0.0, "boundary": 1e9}
 
 
+@pytest.mark.parametrize("zero, precision, per_param", [(2, "master-weights", 4), (2, "master-weights-half-grads", 6),
+                                                         (1, "master-weights-half-grads", 6),
+                                                         (3, "master-weights", 4), (3, "master-weights-half-grads", 6)])
+def test_deepspeed_steps_a_flat_copy_of_each_groups_gradients(monkeypatch, zero, precision, per_param):
+    """DeepSpeed's ZeRO optimizer flattens a group's gradient partition before it steps it (a torch.cat copy in the
+    gradients' dtype) and casts that to fp32 (a second copy beside it with 16-bit gradients; with fp32 ones .to
+    returns the copy itself): 6 or 4 bytes a parameter of the rank's share at the step, where the other frameworks
+    copy 16-bit gradients to fp32 only (4 bytes; none with fp32 gradients).  llama3-8b on 8 GPUs, full recompute,
+    one sequence a GPU: that moment is the peak, beside the model states (and ZeRO-3's kept reduce bucket); its 1e9
+    parameters a rank are one ZeRO-3 sub-group (1e9 elements closed by the parameter that reaches it)."""
+    from cost_models.memory import rank_params, step_grad_copy_bytes
+    from planner.core import layout_from_parallel, recommend, training_consts
+    from planner.search import Pins
+
+    plan = recommend("llama3-8b", 8, framework="deepspeed", precision=precision, seq_len=2048,
+                     zero1_grad_reduce="reduce-scatter", pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full",
+                                                                   zero=zero))
+    m, lay = _dims(plan), layout_from_parallel(plan.parallel, 1, 8)
+    params = float(rank_params(m, lay)[0])  # pp 1: the whole model
+    mem, share = plan.prediction.memory_bytes_per_gpu, params / 8
+    assert mem.peak_moment == "optimizer step" and mem.activations == 0
+    bucket = 5e8 * 2 if zero == 3 else 0.0
+    assert mem.other == pytest.approx(per_param * share + bucket, rel=1e-9)
+    assert mem.total == pytest.approx(mem.weights + mem.grads + mem.optimizer + mem.other, rel=1e-12)
+    # Megatron's step makes no flat copy: fp32 copies of 16-bit gradients only
+    megatron = training_consts(plan.training.model_copy(update={"framework": "megatron"}))
+    assert float(step_grad_copy_bytes(m, params, lay, megatron)) == pytest.approx(
+        4 * share if per_param == 6 else 0.0)
+    # an offloaded optimizer steps on the host: no copy on the device
+    off = layout_from_parallel(plan.parallel.model_copy(update={"offload": "optimizer"}), 1, 8)
+    assert float(step_grad_copy_bytes(m, params, off, training_consts(plan.training))) == 0
+
+
+def _dims(plan):
+    from cost_models.layout import ModelDims
+    return ModelDims.from_spec(plan.model, plan.training.seq_len)
+
+
+def test_deepspeed_zero3_steps_a_sub_group_at_a_time():
+    """A ZeRO-3 share above sub_group_size (1e9 elements, DeepSpeed's default; the export writes it) is stepped by
+    sub-groups, each closed by the parameter that takes it past 1e9: the flat copy holds at most 1e9 elements plus
+    one parameter's partition (the model's largest matrix taken: llama3-70b's 128,256 x 8,192 embedding), not the
+    share.  ZeRO-1/2 flatten a parameter group's whole partition."""
+    from cost_models.memory import rank_params, step_grad_copy_bytes
+    from planner.core import layout_from_parallel, recommend, training_consts
+    from planner.export import export_plan
+    from planner.search import Pins
+
+    plan = recommend("llama3-70b", 32, framework="deepspeed", precision="master-weights-half-grads", seq_len=2048,
+                     pins=Pins(tp=1, pp=1, cp=1, dp=32, mbs=1, recompute="full", zero=3, offload="none"))
+    m, tr = _dims(plan), training_consts(plan.training)
+    lay = layout_from_parallel(plan.parallel, 1, 32)
+    params = float(rank_params(m, lay)[0])
+    assert params / 32 > 2e9
+    assert float(step_grad_copy_bytes(m, params, lay, tr)) == pytest.approx((1e9 + 128256 * 8192 / 32) * 6)
+    zero2 = layout_from_parallel(plan.parallel.model_copy(update={"zero_stage": 2}), 1, 32)
+    assert float(step_grad_copy_bytes(m, params, zero2, tr)) == pytest.approx(params / 32 * 6)
+    assert json.loads(export_plan(plan, "deepspeed"))["zero_optimization"]["sub_group_size"] == 1_000_000_000
+
+
 def test_torchtitans_ddp_all_reduces_every_micro_batch(monkeypatch):
     """torchtitan's train_step calls loss.backward() per micro-batch with no no_sync, so its DDP all-reduces (and
     copies into its buckets and back) every micro-batch, each behind that micro-batch's backward; fsdp's frameworks

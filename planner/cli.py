@@ -289,6 +289,9 @@ def _prepare(opts, gpus: int | None = None):
     o = opts
     _check_choice("dtype", o.dtype, ("bf16", "fp16"))
     _check_choice("precision", o.precision, ("amp", "master-weights", "master-weights-half-grads", "fp32"))
+    if o.precision == "fp32" and o.dtype == "fp16":
+        _err("note: --precision fp32 trains in fp32 throughout; --dtype fp16 applies only to the 16-bit recipes "
+             "(amp, master-weights, master-weights-half-grads), so it changes nothing here")
     for name, choices in (("recompute", ("none", "selective", "full", "selective-op")),
                           ("schedule", ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")),
                           ("offload", ("none", "optimizer")), ("arch", ("llama", "gpt"))):

@@ -599,3 +599,17 @@ def test_sweep_names_what_sets_a_layout_apart(capsys):
     want = (f"tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} vpp2" + (" sp" if lay["sp"] else "")
             + " zero1 full offload")
     assert row["layout_label"] == want
+
+
+def test_fp16_under_the_fp32_recipe_gets_a_note(capsys):
+    """--dtype names the 16-bit recipes' dtype; the fp32 recipe computes in fp32 (core.compute_dtype), so the flag
+    changes nothing there, and recommend says so on stderr (the JSON on stdout is the same plan)."""
+    args = ["recommend", "--model", "llama3.2-1b", "--gpus", "8", "--precision", "fp32", "--json"]
+    rc, out, err = _run(args + ["--dtype", "fp16"], capsys)
+    assert rc == 0 and "--dtype fp16 applies only to the 16-bit recipes" in err
+    plan = json.loads(out)
+    _, bf16_out, bf16_err = _run(args, capsys)
+    assert "--dtype" not in bf16_err
+    assert json.loads(bf16_out)["prediction"] == plan["prediction"]
+    _, _, amp_err = _run(["recommend", "--model", "llama3.2-1b", "--gpus", "8", "--dtype", "fp16", "--json"], capsys)
+    assert "--dtype" not in amp_err

@@ -160,6 +160,9 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
         spec = model_from_flags(arch or "llama", layers, hidden, heads, kv_heads, ffn_hidden, vocab, head_dim=head_dim,
                                 tied_embeddings=tied_embeddings, sliding_window=sliding_window,
                                 full_attention_every=full_attention_every)
+        if full_attention_every is not None and full_attention_every > layers:
+            _err(f"note: --full-attention-every {full_attention_every} is past the model's {layers} layers, so no layer "
+                 "attends in full: every one attends within --sliding-window")
         n = spec.num_params
         if n > PARAMS_MAX:  # as --params and --model-config: a shape this large is a typo, not a job that does not fit
             raise UserError(f"--layers {layers} --hidden {hidden}: {big_number(n)} parameters is beyond what the "

@@ -613,3 +613,16 @@ def test_fp16_under_the_fp32_recipe_gets_a_note(capsys):
     assert json.loads(bf16_out)["prediction"] == plan["prediction"]
     _, _, amp_err = _run(["recommend", "--model", "llama3.2-1b", "--gpus", "8", "--dtype", "fp16", "--json"], capsys)
     assert "--dtype" not in amp_err
+
+
+def test_full_attention_past_the_last_layer_gets_a_note(capsys):
+    """Every k-th layer attends in full (ModelSpec.windowed_layers); k past the layer count leaves none that does,
+    the same model as no --full-attention-every at all, which recommend says on stderr."""
+    shape = ["recommend", "--layers", "8", "--hidden", "1024", "--heads", "8", "--sliding-window", "512",
+             "--seq-len", "2048", "--gpus", "8", "--framework", "megatron", "--json"]
+    rc, out, err = _run(shape + ["--full-attention-every", "9"], capsys)
+    assert rc == 0 and "--full-attention-every 9 is past the model's 8 layers" in err
+    _, plain, _ = _run(shape, capsys)
+    assert json.loads(out)["prediction"] == json.loads(plain)["prediction"]
+    _, _, err = _run(shape + ["--full-attention-every", "8"], capsys)  # the last layer attends in full
+    assert "past the model" not in err

@@ -649,6 +649,17 @@ def step_grad_copy_coefficient(lay, tr):
     return np.where(~fsdp2 & (lay.offload == 0), 4.0 / np.where(lay.zero >= 1, zero_shards(lay, tr), 1), 0.0)
 
 
+def deepspeed_zero_optimizer_steps(lay, tr):
+    """Where DeepSpeed's ZeRO optimizer (stage_1_and_2.py, stage3.py) steps on the device: ZeRO-1/2/3 with an fp32
+    master, the optimizer not offloaded, and not its BF16_Optimizer (deepspeed_bf16_optimizer_steps)."""
+    zero = np.asarray(lay.zero)
+    if not (tr.ds_step_sub_group_elements and PRECISION_RECIPES[tr.precision]["master"]):
+        return np.zeros(np.shape(zero), dtype=bool)
+    on_host = np.asarray(lay.offload) > 0
+    return ((zero >= 1) & ~on_host
+            & ~deepspeed_bf16_optimizer_steps(zero, tr.zero1_all_reduce, tr.precision, tr.dtype, on_host))
+
+
 def step_grad_copy_bytes(m: ModelDims, params, lay, tr):
     """Bytes the optimizer step adds on the device for a rank holding `params` parameters, beside its model states:
     step_grad_copy_coefficient's fp32 copies, except under DeepSpeed's ZeRO optimizer (ZeRO-1/2/3 stepping on the
@@ -665,11 +676,9 @@ def step_grad_copy_bytes(m: ModelDims, params, lay, tr):
     zero = np.asarray(lay.zero)
     shards = np.where(zero >= 1, zero_shards(lay, tr), 1)
     generic = params * step_grad_copy_coefficient(lay, tr)
-    if not (tr.ds_step_sub_group_elements and rec["master"]):
+    ds = deepspeed_zero_optimizer_steps(lay, tr)
+    if not np.any(ds):
         return generic
-    bf16_optimizer = deepspeed_bf16_optimizer_steps(zero, tr.zero1_all_reduce, tr.precision, tr.dtype,
-                                                    np.asarray(lay.offload) > 0)
-    ds = (zero >= 1) & (np.asarray(lay.offload) == 0) & ~bf16_optimizer
     largest = np.maximum(m.vocab * m.hidden / np.asarray(lay.tp), np.maximum.reduce(zero3.weight_elements(m, lay.tp)))
     group = np.where(zero >= 3, np.minimum(params / shards, tr.ds_step_sub_group_elements + largest / shards),
                      params / shards)
@@ -702,7 +711,8 @@ def deepspeed_grad_buckets(lay, tr):
       - ZeRO-1/2 allocate one at a backward's first gradient hook (setup_buckets), two with overlap_comm (which its
         pipeline engine turns off), and free them in the reduce epilogue (_release_ipg_buffers): ZeRO-2 at the end of
         each micro-batch's backward, so in the backward; ZeRO-1 only at the step's boundary, so from the first
-        backward on through the later micro-batches' forwards: held (an upper bound before a step's first backward);
+        backward on through the later micro-batches' forwards: held (an upper bound before a step's first backward;
+        the boundary's reduction leaves the other ranks' gradients as views of them, which keep them to the step);
         inside a pipeline its boundary's reduce_gradients(pipeline_parallel=True) appends one more: boundary;
       - the BF16_Optimizer (ZeRO-1 all-reducing fp32 gradients of a bf16 model, where planner.export writes
         grad_accum_dtype fp32) and ZeRO-0 make none: the engine all-reduces their gradients at the boundary through
@@ -902,6 +912,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # runtime makes (TrainingConsts.flat_grad_buckets), and only its ZeRO-0/1 all-reduce: its ZeRO-2 reduces each
     # gradient's rows in place to their owner (data_parallel.ShardedAdamW.reduce_start)
     ds = deepspeed_grad_buckets(lay, tr)
+    ds_zero_optimizer = deepspeed_zero_optimizer_steps(lay, tr)
     flat = np.where(zero == 2, 0.0, grad_bytes) if tr.flat_grad_buckets else 0.0
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
                            flat) + ds["backward"]
@@ -982,16 +993,24 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         terms = (w, g, o, offl, g_early, cast_params, loss_kept)
         alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held) for n, pend, held in counts[kind]]
         # after the backward: the activations are gone; the reduction at the step's boundary (DeepSpeed's flat
-        # copies and buckets: deepspeed_grad_buckets), then the optimizer step's fp32 gradient copies beside ZeRO-3's
-        # bucket (ZeRO-1's went at the boundary), each beside the model states
+        # copies and buckets: deepspeed_grad_buckets), then the optimizer step's gradient copies
+        # (step_grad_copy_bytes) beside ZeRO-3's bucket, each beside the model states.  DeepSpeed's ZeRO-1 reduces
+        # at the boundary by moving each gradient into its reduce buckets (reduce_independent_p_g_buckets_and_
+        # remove_grads: grad.data = a view of the bucket) and its partition's into grads_in_partition: the step finds
+        # the share's gradients, and the buckets kept alive by the other gradients' views until it lets those go
+        # (free_grad_in_param_list(params_not_in_partition), group by group: an upper bound, the whole buckets)
         boundary = np.minimum(params * rec["grad"], ds["flat_cap"]) + ds["boundary"]
-        copies = step_grad_copy_bytes(m, params, lay, tr)
-        after = np.maximum(boundary, copies + np.where(zero >= 3, ds["held"], 0.0))
-        if np.any(copies) or np.any(boundary):
-            zeros = np.zeros(np.broadcast(w, after).shape)
-            alts.append(dict(weights=w, grads=g, optimizer=o, activations=zeros, other=after,
-                             total=w + g + o + after, offloaded=offl,
-                             moment=np.where(boundary >= after, MOMENT_REDUCTION, MOMENT_STEP)))
+        zero1_moved = ds_zero_optimizer & (zero == 1)
+        g_step = np.where(zero1_moved, g / zero_shards(lay, tr), g)
+        at_step = step_grad_copy_bytes(m, params, lay, tr) + np.where(
+            zero >= 3, ds["held"], np.where(zero1_moved, ds["held"] + ds["boundary"], 0.0))
+        if np.any(at_step) or np.any(boundary):
+            step_leads = g_step + at_step > g + boundary
+            other = np.where(step_leads, at_step, boundary)
+            grads = np.where(step_leads, g_step, g)
+            alts.append(dict(weights=w, grads=grads, optimizer=o, activations=np.zeros(np.shape(other)), other=other,
+                             total=w + grads + o + other, offloaded=offl,
+                             moment=np.where(step_leads, MOMENT_STEP, MOMENT_REDUCTION)))
         return reduce(worse, alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),

@@ -185,37 +185,55 @@ def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_appends_one_at_the_b
     assert {k: float(v) for k, v in ds.items()} == {"held": 1e9, "backward": 0.0, "flat_cap": 0.0, "boundary": 1e9}
 
 
-@pytest.mark.parametrize("zero, precision, per_param", [(2, "master-weights", 4), (2, "master-weights-half-grads", 6),
-                                                         (1, "master-weights-half-grads", 6),
-                                                         (3, "master-weights", 4), (3, "master-weights-half-grads", 6)])
-def test_deepspeed_steps_a_flat_copy_of_each_groups_gradients(monkeypatch, zero, precision, per_param):
+@pytest.mark.parametrize("model, gpus, zero, precision, per_param, buckets", [
+    ("llama3-8b", 8, 2, "master-weights", 4, 0), ("llama3-8b", 8, 2, "master-weights-half-grads", 6, 0),
+    ("llama3-8b", 8, 3, "master-weights", 4, 1), ("llama3-8b", 8, 3, "master-weights-half-grads", 6, 1),
+    ("llama3.2-1b", 2, 1, "master-weights-half-grads", 6, 2)])
+def test_deepspeed_steps_a_flat_copy_of_each_groups_gradients(monkeypatch, model, gpus, zero, precision, per_param,
+                                                              buckets):
     """DeepSpeed's ZeRO optimizer flattens a group's gradient partition before it steps it (a torch.cat copy in the
     gradients' dtype) and casts that to fp32 (a second copy beside it with 16-bit gradients; with fp32 ones .to
     returns the copy itself): 6 or 4 bytes a parameter of the rank's share at the step, where the other frameworks
-    copy 16-bit gradients to fp32 only (4 bytes; none with fp32 gradients).  llama3-8b on 8 GPUs, full recompute,
-    one sequence a GPU: that moment is the peak, beside the model states (and ZeRO-3's kept reduce bucket); its 1e9
-    parameters a rank are one ZeRO-3 sub-group (1e9 elements closed by the parameter that reaches it)."""
+    copy 16-bit gradients to fp32 only (4 bytes; none with fp32 gradients).  Full recompute, one sequence a GPU:
+    that moment is the peak, beside the model states and the reduce buckets still held (ZeRO-3's one, kept; ZeRO-1's
+    two with overlap_comm, alive through the views its boundary left in the other ranks' gradients), and at ZeRO-1
+    only the share's gradients (the boundary moved the rest into the buckets).  llama3-8b's 1e9 parameters a rank are
+    one ZeRO-3 sub-group (1e9 elements closed by the parameter that reaches it)."""
+    from cost_models.layout import PRECISION_RECIPES
     from cost_models.memory import rank_params, step_grad_copy_bytes
     from planner.core import layout_from_parallel, recommend, training_consts
     from planner.search import Pins
 
-    plan = recommend("llama3-8b", 8, framework="deepspeed", precision=precision, seq_len=2048,
-                     zero1_grad_reduce="reduce-scatter", pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full",
+    plan = recommend(model, gpus, framework="deepspeed", precision=precision, seq_len=2048,
+                     zero1_grad_reduce="reduce-scatter", pins=Pins(tp=1, pp=1, cp=1, dp=gpus, mbs=1, recompute="full",
                                                                    zero=zero))
-    m, lay = _dims(plan), layout_from_parallel(plan.parallel, 1, 8)
+    m, lay = _dims(plan), layout_from_parallel(plan.parallel, 1, gpus)
     params = float(rank_params(m, lay)[0])  # pp 1: the whole model
-    mem, share = plan.prediction.memory_bytes_per_gpu, params / 8
+    mem, share = plan.prediction.memory_bytes_per_gpu, params / gpus
     assert mem.peak_moment == "optimizer step" and mem.activations == 0
-    bucket = 5e8 * 2 if zero == 3 else 0.0
-    assert mem.other == pytest.approx(per_param * share + bucket, rel=1e-9)
+    assert mem.other == pytest.approx(per_param * share + buckets * 5e8 * 2, rel=1e-9)
+    assert mem.grads == pytest.approx(share * PRECISION_RECIPES[precision]["grad"], rel=1e-9)
     assert mem.total == pytest.approx(mem.weights + mem.grads + mem.optimizer + mem.other, rel=1e-12)
     # Megatron's step makes no flat copy: fp32 copies of 16-bit gradients only
     megatron = training_consts(plan.training.model_copy(update={"framework": "megatron"}))
     assert float(step_grad_copy_bytes(m, params, lay, megatron)) == pytest.approx(
         4 * share if per_param == 6 else 0.0)
     # an offloaded optimizer steps on the host: no copy on the device
-    off = layout_from_parallel(plan.parallel.model_copy(update={"offload": "optimizer"}), 1, 8)
+    off = layout_from_parallel(plan.parallel.model_copy(update={"offload": "optimizer"}), 1, gpus)
     assert float(step_grad_copy_bytes(m, params, off, training_consts(plan.training))) == 0
+
+
+def test_deepspeed_zero1s_backward_outweighs_its_step_over_more_ranks():
+    """At ZeRO-1 the step holds the share's gradients, not all of them: llama3-8b over 8 ranks peaks in the backward
+    (all 16-bit gradients and the activations), as it did before the flat copies were counted."""
+    from planner.core import recommend
+    from planner.search import Pins
+
+    plan = recommend("llama3-8b", 8, framework="deepspeed", precision="master-weights-half-grads", seq_len=2048,
+                     zero1_grad_reduce="reduce-scatter", pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full",
+                                                                   zero=1))
+    mem = plan.prediction.memory_bytes_per_gpu
+    assert mem.peak_moment == "backward" and mem.grads == pytest.approx(plan.model.num_params * 2, rel=0.01)
 
 
 def _dims(plan):

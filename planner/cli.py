@@ -389,7 +389,8 @@ def recommend(
         raise typer.Exit(EXIT_NOTHING_FITS)
     if objective == "min-gpus":  # the answer itself, said where the table's title alone had carried it
         _err(f"fewest GPUs that fit: {plan.hardware.gpus} (tried every count up to a node of "
-             f"{plan.hardware.gpus_per_node}, then whole nodes, up to --gpus {gpus})")
+             f"{plan.hardware.gpus_per_node}, then whole nodes up to --gpus {gpus}, and every count of a last node "
+             "partly used)")
     if as_json:
         _write_json(_plan_json(plan))
         return

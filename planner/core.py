@@ -582,6 +582,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     _check_pins(spec, gpus, pins, seq_len)
     gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node)
     res = run_search(m, tr, hw, gpu_counts, pins, top_k, objective)
+    if objective == "min-gpus":
+        res = _partly_used_last_node(res, m, tr, hw, pins, top_k, hw.gpus_per_node)
     info = SearchInfo(candidates=res.candidates, feasible=res.feasible, seconds=round(res.seconds, 4),
                       infeasible_by_reason=res.infeasible_by_reason, objective=objective)
     if res.candidates == 0:
@@ -598,6 +600,24 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     best.search = info
     best.alternatives = plans[1:]
     return best
+
+
+def _partly_used_last_node(res, m, tr, hw, pins, top_k, per_node: int):
+    """--objective min-gpus past one node tries whole nodes (_gpu_counts_up_to): where N of them fit and N - 1 did
+    not, the counts between, N - 1 nodes and part of one more, ascending; the first of them that fits is the answer
+    (gpt3-175b under DeepSpeed: 15 GPUs, where whole nodes had said 16).  A count below N - 1 whole nodes is not
+    tried (one that fits where more GPUs on whole nodes do not is left unfound)."""
+    if not res.feasible:
+        return res
+    best = int(np.asarray(res.layout.gpus)[0])
+    if best <= per_node or best % per_node:
+        return res
+    more = run_search(m, tr, hw, list(range(best - per_node + 1, best)), pins, top_k, "min-gpus")
+    reasons = {k: res.infeasible_by_reason.get(k, 0) + more.infeasible_by_reason.get(k, 0)
+               for k in {**res.infeasible_by_reason, **more.infeasible_by_reason}}
+    both = dict(candidates=res.candidates + more.candidates, seconds=res.seconds + more.seconds,
+                infeasible_by_reason=reasons)
+    return replace(more, feasible=more.feasible + res.feasible, **both) if more.feasible else replace(res, **both)
 
 
 def _gpu_counts_up_to(gpus: int, per_node: int) -> list[int]:

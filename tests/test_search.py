@@ -1089,6 +1089,19 @@ def test_min_gpus_tries_every_count_in_a_node_and_every_whole_node():
     assert six.hardware.gpus == 6
 
 
+def test_min_gpus_fills_a_partly_used_last_node():
+    """Past one node min-gpus tries whole nodes, then the counts between the last that did not fit and the first
+    that did: gpt3-175b under DeepSpeed fits 15 GPUs (a node and 7 of the next), not 14, and whole nodes had said
+    16.  Its tp 3 groups do not tile the 8-GPU nodes, so their collectives are charged the inter-node tier."""
+    spec = load_preset("gpt3-175b")
+    plan = recommend(spec, 64, objective="min-gpus", framework="deepspeed", seq_len=2048)
+    assert plan.hardware.gpus == 15 and plan.prediction.fits
+    assert all(a.hardware.gpus == 15 for a in plan.alternatives)
+    with pytest.raises(NothingFits):
+        recommend(spec, 14, framework="deepspeed", seq_len=2048, suggest=False)
+    assert recommend(spec, 16, framework="deepspeed", seq_len=2048, suggest=False).prediction.fits
+
+
 def test_the_offload_suggestion_keeps_the_pins_where_they_fit():
     """Nothing fits llama3-70b on 8 GPUs at --tp 1 --pp 1 without offload; with it the same pins fit, and the
     suggestion says so (it had dropped every degree pin first and answered tp 4 pp 2 "without --tp --pp")."""

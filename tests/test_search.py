@@ -1100,6 +1100,8 @@ def test_min_gpus_fills_a_partly_used_last_node():
     with pytest.raises(NothingFits):
         recommend(spec, 14, framework="deepspeed", seq_len=2048, suggest=False)
     assert recommend(spec, 16, framework="deepspeed", seq_len=2048, suggest=False).prediction.fits
+    # the same under a --gpus that is not whole nodes
+    assert recommend(spec, 20, objective="min-gpus", framework="deepspeed", seq_len=2048).hardware.gpus == 15
 
 
 def test_the_offload_suggestion_keeps_the_pins_where_they_fit():

@@ -713,7 +713,8 @@ def deepspeed_grad_buckets(lay, tr):
         each micro-batch's backward, so in the backward; ZeRO-1 only at the step's boundary, so from the first
         backward on through the later micro-batches' forwards: held (an upper bound before a step's first backward;
         the boundary's reduction leaves the other ranks' gradients as views of them, which keep them to the step);
-        inside a pipeline its boundary's reduce_gradients(pipeline_parallel=True) appends one more: boundary;
+        inside a pipeline its boundary's reduce_gradients(pipeline_parallel=True) makes one of its own, replacing the
+        list (self.ipg_buffer = [buf_0]): boundary;
       - the BF16_Optimizer (ZeRO-1 all-reducing fp32 gradients of a bf16 model, where planner.export writes
         grad_accum_dtype fp32) and ZeRO-0 make none: the engine all-reduces their gradients at the boundary through
         buffered_allreduce_fallback, one flat copy (allreduce_bucket's self.flatten) of up to MEMORY_OPT_ALLREDUCE_SIZE
@@ -998,12 +999,15 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # at the boundary by moving each gradient into its reduce buckets (reduce_independent_p_g_buckets_and_
         # remove_grads: grad.data = a view of the bucket) and its partition's into grads_in_partition: the step finds
         # the share's gradients, and the buckets kept alive by the other gradients' views until it lets those go
-        # (free_grad_in_param_list(params_not_in_partition), group by group: an upper bound, the whole buckets)
+        # (free_grad_in_param_list(params_not_in_partition), group by group: an upper bound, the whole buckets); inside
+        # a pipeline those are the one its boundary's reduce_gradients(pipeline_parallel=True) made (self.ipg_buffer =
+        # [buf_0]: the list is replaced, so the bucket a last stage's backward had made goes)
         boundary = np.minimum(params * rec["grad"], ds["flat_cap"]) + ds["boundary"]
         zero1_moved = ds_zero_optimizer & (zero == 1)
         g_step = np.where(zero1_moved, g / zero_shards(lay, tr), g)
+        zero1_buckets = np.where(np.asarray(lay.pp) > 1, ds["boundary"], ds["held"])  # a pipeline's boundary's own
         at_step = step_grad_copy_bytes(m, params, lay, tr) + np.where(
-            zero >= 3, ds["held"], np.where(zero1_moved, ds["held"] + ds["boundary"], 0.0))
+            zero >= 3, ds["held"], np.where(zero1_moved, zero1_buckets, 0.0))
         if np.any(at_step) or np.any(boundary):
             step_leads = g_step + at_step > g + boundary
             other = np.where(step_leads, at_step, boundary)

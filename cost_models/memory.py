@@ -711,7 +711,8 @@ def deepspeed_grad_buckets(lay, tr):
       - ZeRO-1/2 allocate one at a backward's first gradient hook (setup_buckets), two with overlap_comm (which its
         pipeline engine turns off), and free them in the reduce epilogue (_release_ipg_buffers): ZeRO-2 at the end of
         each micro-batch's backward, so in the backward; ZeRO-1 only at the step's boundary, so from the first
-        backward on through the later micro-batches' forwards: held (an upper bound before a step's first backward;
+        backward on through the later micro-batches' forwards: held (inside a pipeline the last stage's alone: the
+        engine calls the optimizer's backward there only; an upper bound before a step's first backward;
         the boundary's reduction leaves the other ranks' gradients as views of them, which keep them to the step);
         inside a pipeline its boundary's reduce_gradients(pipeline_parallel=True) makes one of its own, replacing the
         list (self.ipg_buffer = [buf_0]): boundary;
@@ -919,8 +920,13 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
                            flat) + ds["backward"]
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
-    first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0) + ds["held"]
-                                       for bufs, params in ((first_bufs, p_first), (mid_bufs, p_mid), (last_bufs, p_last)))
+    # DeepSpeed's pipeline engine runs the ZeRO optimizer's backward (which makes ZeRO-1's reduce bucket) on its last
+    # stage only; the others call torch.autograd.backward themselves (PipelineEngine._exec_backward_pass)
+    held_before_last = np.where(np.asarray(lay.pp) > 1, 0.0, ds["held"])
+    first_bufs, mid_bufs, last_bufs = (bufs + np.where(ddp_copy, params * rec["grad"], 0.0) + held
+                                       for bufs, params, held in ((first_bufs, p_first, held_before_last),
+                                                                  (mid_bufs, p_mid, held_before_last),
+                                                                  (last_bufs, p_last, ds["held"])))
     # tensors sent and held until the step ends (torch's action-list runtime): one hidden state each
     sent = np.where(tr.p2p_sends_held_to_step_end, p2p_tensor_bytes(m, lay, act_b), 0.0)
     # a zero-bubble weight pass still to run keeps the output gradient the stage received for it (torch's

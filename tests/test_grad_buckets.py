@@ -169,10 +169,10 @@ def test_deepspeeds_bf16_optimizer_flattens_its_gradients_at_the_boundary(monkey
     assert without.total < mem.total
 
 
-def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_makes_one_at_the_boundary():
-    """The pipeline engine turns overlap_comm off (one reduce bucket from the first backward) and its boundary's
-    reduce_gradients(pipeline_parallel=True) makes one of its own (replacing the list), which the gradients it moves
-    there keep to the step."""
+def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_makes_one_at_the_boundary(monkeypatch):
+    """The pipeline engine turns overlap_comm off (one reduce bucket from the last stage's first backward) and its
+    boundary's reduce_gradients(pipeline_parallel=True) makes one of its own (replacing the list), which the
+    gradients it moves there keep to the step."""
     from cost_models.memory import deepspeed_grad_buckets
     from planner.core import layout_from_parallel, recommend, training_consts
     from planner.search import Pins
@@ -184,6 +184,12 @@ def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_makes_one_at_the_bou
     ds = deepspeed_grad_buckets(layout_from_parallel(plan.parallel, t.micro_batch_size, plan.hardware.gpus),
                                 training_consts(t))
     assert {k: float(v) for k, v in ds.items()} == {"held": 1e9, "backward": 0.0, "flat_cap": 0.0, "boundary": 1e9}
+    # the engine runs the ZeRO optimizer's backward on the last stage only: the others make no bucket in theirs
+    mem, without = plan.prediction.memory_bytes_per_gpu, _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan)
+    assert mem.peak_moment == "backward"
+    assert mem.by_stage["first"] == without.memory_bytes_per_gpu.by_stage["first"]
+    assert mem.by_stage["last"] - without.memory_bytes_per_gpu.by_stage["last"] == pytest.approx(1e9, rel=1e-9)
+    monkeypatch.undo()
     # llama3.2-3b over pp 2 x dp 2, 16-bit gradients, full recompute: the step is the peak, with the share's 16-bit
     # gradients, the flat copies (6 B a parameter of the share) and the boundary's one bucket, not the backward's too
     small = recommend("llama3.2-3b", 4, framework="deepspeed", zero1_grad_reduce="reduce-scatter", seq_len=2048,

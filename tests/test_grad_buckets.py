@@ -238,6 +238,23 @@ def test_deepspeed_steps_a_flat_copy_of_each_groups_gradients(monkeypatch, model
     assert float(step_grad_copy_bytes(m, params, off, training_consts(plan.training))) == 0
 
 
+def test_deepspeeds_flat_copy_takes_a_read_and_a_write_of_the_shares_gradients(monkeypatch):
+    """The flat copy costs time too: a read and a write of the share's gradients in their dtype at HBM bandwidth (the
+    fraction the profile gives the step's passes), 8 B a parameter of the share with fp32 gradients."""
+    from planner.core import recommend
+    from planner.search import Pins
+
+    plan = recommend("llama3-8b", 8, framework="deepspeed", precision="master-weights", seq_len=2048,
+                     pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=2))
+    without = _without(monkeypatch, ds_step_sub_group_elements=0.0)(plan)
+    from cost_models.hardware import constants_from_profile
+    from hardware_profiles import load_profile
+    hw = constants_from_profile(load_profile(plan.hardware.name), "bf16")
+    share = plan.prediction.memory_bytes_per_gpu.grads / 4  # fp32 gradient shards
+    extra = plan.prediction.step_time_s - without.step_time_s
+    assert extra == pytest.approx(share * 8 / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction), rel=1e-6)
+
+
 def test_deepspeed_zero1s_backward_outweighs_its_step_over_more_ranks():
     """At ZeRO-1 the step holds the share's gradients, not all of them: llama3-8b over 8 ranks peaks in the backward
     (all 16-bit gradients and the activations), as it did before the flat copies were counted."""

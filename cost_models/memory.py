@@ -609,6 +609,11 @@ def model_state_coefficients(lay, tr):
     host_g = host & ~z3_full
     w = gathered + np.where(host, 0.0, stored)
     o = np.where(off, 0.0, opt_total)
+    # DeepSpeed's ZeRO optimizer keeps an fp32 partition of its own even of fp32 weights (stage_1_and_2.py's
+    # weights_partition = ....clone().float(); stage3.py _create_fp32_partitions, ....clone().float()): a master the
+    # fp32 recipe does not otherwise have, 4 B a parameter of the share on the device (offloaded: the host mirror
+    # below).  amp's DeepSpeed export runs its 16-bit mode instead, which planner.export notes
+    o = o + np.where(deepspeed_fp32_partition(lay, tr) & ~off, 4.0 / dp, 0.0)
     # an optimizer stepping on the host needs the fp32 values it steps there: with a master recipe that is the
     # master (in opt_total); with fp32 weights (amp, fp32) a host mirror of the rank's share (parplan's MasterAdamW,
     # as DeepSpeed's CPU Adam keeps its fp32 partition) -- not under FSDP2, whose offloaded shards are the values
@@ -649,11 +654,17 @@ def step_grad_copy_coefficient(lay, tr):
     return np.where(~fsdp2 & (lay.offload == 0), 4.0 / np.where(lay.zero >= 1, zero_shards(lay, tr), 1), 0.0)
 
 
+def deepspeed_fp32_partition(lay, tr):
+    """Where DeepSpeed's ZeRO (stages 1-3) keeps an fp32 partition beside fp32 weights: the fp32 recipe under it."""
+    return (np.asarray(lay.zero) >= 1) & bool(tr.ds_step_sub_group_elements) & (tr.precision == "fp32")
+
+
 def deepspeed_zero_optimizer_steps(lay, tr):
     """Where DeepSpeed's ZeRO optimizer (stage_1_and_2.py, stage3.py) steps on the device: ZeRO-1/2/3 with an fp32
-    master, the optimizer not offloaded, and not its BF16_Optimizer (deepspeed_bf16_optimizer_steps)."""
+    master (the recipe's, or the fp32 recipe's partition: deepspeed_fp32_partition), the optimizer not offloaded, and
+    not its BF16_Optimizer (deepspeed_bf16_optimizer_steps)."""
     zero = np.asarray(lay.zero)
-    if not (tr.ds_step_sub_group_elements and PRECISION_RECIPES[tr.precision]["master"]):
+    if not (tr.ds_step_sub_group_elements and (PRECISION_RECIPES[tr.precision]["master"] or tr.precision == "fp32")):
         return np.zeros(np.shape(zero), dtype=bool)
     on_host = np.asarray(lay.offload) > 0
     return ((zero >= 1) & ~on_host

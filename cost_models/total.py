@@ -36,8 +36,9 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends, recomputed_share,
                      split_by_share, zero_shards)
-from .memory import (ddp_bucket_copy, deepspeed_zero_optimizer_steps, embedding_params_per_gpu, fsdp2_offload,
-                     head_params_per_gpu, layer_params_per_gpu, memory_breakdown, queued_weight_pass)
+from .memory import (ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
+                     embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu,
+                     memory_breakdown, queued_weight_pass)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
 
@@ -543,9 +544,11 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     opt_t = opt_t + np.where(ddp_bucket_copy(lay, tr), n_ar * stage_params * 4 * rec["grad"] / hw.hbm_bytes_per_s, 0.0)
     # DeepSpeed's ZeRO optimizer makes each group's gradient partition flat before it steps it (memory.
     # step_grad_copy_bytes): a read and a write of the share's gradients in their dtype, in the step's pass (the
-    # upcast of 16-bit ones is optimizer_time's)
+    # upcast of 16-bit ones is optimizer_time's); of fp32 weights it then copies its fp32 partition back into them
+    # (bit16_partitions[partition_id].data.copy_(fp32_partition.data)): a read and a write of 4 B more
+    ds_passes = 2 * rec["grad"] + np.where(deepspeed_fp32_partition(lay, tr), 8.0, 0.0)
     opt_t = opt_t + np.where(deepspeed_zero_optimizer_steps(lay, tr),
-                             opt_params * 2 * rec["grad"] / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction), 0.0)
+                             opt_params * ds_passes / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction), 0.0)
     if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
         held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)

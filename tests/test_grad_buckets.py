@@ -255,6 +255,28 @@ def test_deepspeeds_flat_copy_takes_a_read_and_a_write_of_the_shares_gradients(m
     assert extra == pytest.approx(share * 8 / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction), rel=1e-6)
 
 
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_deepspeed_keeps_an_fp32_partition_of_fp32_weights(monkeypatch, zero):
+    """DeepSpeed's ZeRO optimizer clones the rank's partition into an fp32 master even where the weights are fp32
+    (the fp32 recipe): 4 B a parameter of the share beside Adam's 8, where Megatron's distributed optimizer steps the
+    fp32 weights themselves; at the step it flattens the share's fp32 gradients (a read and a write of 4 B) and copies
+    the stepped partition back into the weights (4 B more each way)."""
+    from cost_models.hardware import constants_from_profile
+    from hardware_profiles import load_profile
+    from planner.core import recommend
+    from planner.search import Pins
+
+    plan = recommend("llama3.2-1b", 8, framework="deepspeed", precision="fp32", seq_len=2048,
+                     zero1_grad_reduce="reduce-scatter", pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full",
+                                                                   zero=zero))
+    share = plan.prediction.memory_bytes_per_gpu.optimizer / 12
+    without = _without(monkeypatch, ds_step_sub_group_elements=0.0)(plan)
+    assert without.memory_bytes_per_gpu.optimizer == pytest.approx(share * 8, rel=1e-9)
+    hw = constants_from_profile(load_profile(plan.hardware.name), "fp32")
+    assert plan.prediction.step_time_s - without.step_time_s == pytest.approx(
+        share * 16 / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction), rel=1e-6)
+
+
 def test_deepspeed_zero1s_backward_outweighs_its_step_over_more_ranks():
     """At ZeRO-1 the step holds the share's gradients, not all of them: llama3-8b over 8 ranks peaks in the backward
     (all 16-bit gradients and the activations), as it did before the flat copies were counted."""

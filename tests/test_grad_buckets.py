@@ -127,12 +127,15 @@ def _without(monkeypatch, **flags):
     return lambda plan: core.evaluate_plan(plan).prediction
 
 
-@pytest.mark.parametrize("zero, overlap, buffers, held", [(3, True, 1, True), (2, True, 2, False), (2, False, 1, False),
-                                                          (1, True, 2, True)])
-def test_deepspeed_gradient_buckets_are_reduce_bucket_size_each(monkeypatch, zero, overlap, buffers, held):
+@pytest.mark.parametrize("zero, overlap, buffers, held, reduce", [(3, True, 1, True, 4e9), (2, True, 2, False, 0),
+                                                                  (2, False, 1, False, 0), (1, True, 2, True, 0)])
+def test_deepspeed_gradient_buckets_are_reduce_bucket_size_each(monkeypatch, zero, overlap, buffers, held, reduce):
     """DeepSpeed's contiguous gradient buckets, 5e8 elements of the 16-bit dtype each whatever the model's size, in
     place of the 2 x 25 MiB of flat buckets: ZeRO-3 one, made with the optimizer and kept; ZeRO-2 one (two with
-    overlap_comm) in each backward; ZeRO-1 as many from the first backward to the step's boundary."""
+    overlap_comm) in each backward; ZeRO-1 as many from the first backward to the step's boundary.  ZeRO-3's reduce
+    of a full bucket adds its copies in the blocks' backward: the bf16 gradients cast to the fp32 the export
+    communicates in, and reduce_scatter_coalesced's interleaved torch.cat of those (2 x 4 B x 5e8: llama3.2-1b's
+    1.2e9 gradients fill a bucket)."""
     from planner.core import recommend
     from planner.search import Pins
 
@@ -141,9 +144,36 @@ def test_deepspeed_gradient_buckets_are_reduce_bucket_size_each(monkeypatch, zer
                      pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=zero))
     mem = plan.prediction.memory_bytes_per_gpu
     without = _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan).memory_bytes_per_gpu
-    assert mem.other - without.other == pytest.approx(buffers * 5e8 * 2, rel=1e-9)
-    if held:  # every moment holds them, the loss's backward (where these plans peak) included
+    assert mem.other - without.other == pytest.approx(buffers * 5e8 * 2 + reduce, rel=1e-9)
+    if held and not reduce:  # every moment holds them, the loss's backward (where these plans peak) included
         assert mem.total - without.total == pytest.approx(buffers * 5e8 * 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("precision, reduce", [("master-weights", 5e8 * 4 * 2), ("master-weights-half-grads", 5e8 * 2),
+                                               ("fp32", 5e8 * 4)])
+def test_deepspeed_zero3_reduces_a_bucket_through_copies(monkeypatch, precision, reduce):
+    """ZeRO-3's reduce-scatter of a bucket (stage3.py __avg_scatter_grads): each bf16 gradient cast to the
+    communication dtype where it is not the model's (the export's fp32 under master-weights), then
+    reduce_scatter_coalesced's torch.cat of them interleaved by rank, live together in the blocks' backward; a model
+    whose gradients fill less than a bucket copies only those."""
+    from dataclasses import replace
+
+    from cost_models.layout import Layout, ModelDims
+    from cost_models.memory import deepspeed_grad_buckets, memory_breakdown
+    from planner.core import training_consts
+    from planner.schema import ModelSpec, Training
+
+    tr = training_consts(Training(seq_len=1024, global_batch_size=8, micro_batch_size=1, num_microbatches=1,
+                                  precision=precision, framework="deepspeed"))
+    lay = Layout(gpus=8, tp=1, pp=1, dp=8, cp=1, vpp=1, mbs=1, zero=3, recompute=2, sp=0, schedule=1, offload=0)
+    assert float(deepspeed_grad_buckets(lay, tr)["reduce"]) == reduce
+    # a 0.1B model: its 1.1e8 gradients are a fifth of a bucket
+    m = ModelDims.from_spec(ModelSpec(arch="llama", layers=8, hidden=1024, heads=8, kv_heads=8, ffn_hidden=2816,
+                                      vocab=32000), 1024)
+    with_, without = (memory_breakdown(m, lay, t, 1) for t in (tr, replace(tr, ds_reduce_bucket_elements=0.0)))
+    params = float(with_["weights"] + with_["optimizer"]) / ((2 if precision != "fp32" else 4) + 12) * 8
+    held = 5e8 * (2 if precision != "fp32" else 4)
+    assert float(with_["other"] - without["other"]) == pytest.approx(held + reduce * params / 5e8, rel=1e-6)
 
 
 def test_deepspeeds_bf16_optimizer_flattens_its_gradients_at_the_boundary(monkeypatch):
@@ -161,7 +191,8 @@ def test_deepspeeds_bf16_optimizer_flattens_its_gradients_at_the_boundary(monkey
     assert t.precision == "master-weights" and t.dtype == "bf16"
     ds = deepspeed_grad_buckets(layout_from_parallel(plan.parallel, t.micro_batch_size, plan.hardware.gpus),
                                 training_consts(t))
-    assert {k: float(v) for k, v in ds.items()} == {"held": 0.0, "backward": 0.0, "flat_cap": 5e8 * 4, "boundary": 0.0}
+    assert {k: float(v) for k, v in ds.items()} == {"held": 0.0, "backward": 0.0, "reduce": 0.0, "flat_cap": 5e8 * 4,
+                                                    "boundary": 0.0}
     mem = plan.prediction.memory_bytes_per_gpu
     assert mem.activations == 0 and mem.other == 5e8 * 4
     assert mem.total == pytest.approx(mem.weights + mem.grads + mem.optimizer + 5e8 * 4, rel=1e-12)
@@ -183,7 +214,8 @@ def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_makes_one_at_the_bou
     assert t.overlap_grad_reduce
     ds = deepspeed_grad_buckets(layout_from_parallel(plan.parallel, t.micro_batch_size, plan.hardware.gpus),
                                 training_consts(t))
-    assert {k: float(v) for k, v in ds.items()} == {"held": 1e9, "backward": 0.0, "flat_cap": 0.0, "boundary": 1e9}
+    assert {k: float(v) for k, v in ds.items()} == {"held": 1e9, "backward": 0.0, "reduce": 0.0, "flat_cap": 0.0,
+                                                    "boundary": 1e9}
     # the engine runs the ZeRO optimizer's backward on the last stage only: the others make no bucket in theirs
     mem, without = plan.prediction.memory_bytes_per_gpu, _without(monkeypatch, ds_reduce_bucket_elements=0.0)(plan)
     assert mem.peak_moment == "backward"
@@ -202,7 +234,7 @@ def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_makes_one_at_the_bou
 
 @pytest.mark.parametrize("model, gpus, zero, precision, per_param, buckets", [
     ("llama3-8b", 8, 2, "master-weights", 4, 0), ("llama3-8b", 8, 2, "master-weights-half-grads", 6, 0),
-    ("llama3-8b", 8, 3, "master-weights", 4, 1), ("llama3-8b", 8, 3, "master-weights-half-grads", 6, 1),
+    ("llama3-8b", 8, 3, "master-weights-half-grads", 6, 1),
     ("llama3.2-1b", 2, 1, "master-weights-half-grads", 6, 2)])
 def test_deepspeed_steps_a_flat_copy_of_each_groups_gradients(monkeypatch, model, gpus, zero, precision, per_param,
                                                               buckets):
@@ -213,7 +245,8 @@ def test_deepspeed_steps_a_flat_copy_of_each_groups_gradients(monkeypatch, model
     that moment is the peak, beside the model states and the reduce buckets still held (ZeRO-3's one, kept; ZeRO-1's
     two with overlap_comm, alive through the views its boundary left in the other ranks' gradients), and at ZeRO-1
     only the share's gradients (the boundary moved the rest into the buckets).  llama3-8b's 1e9 parameters a rank are
-    one ZeRO-3 sub-group (1e9 elements closed by the parameter that reaches it)."""
+    one ZeRO-3 sub-group (1e9 elements closed by the parameter that reaches it).  (ZeRO-3 with fp32 gradients peaks
+    in the backward instead, where its reduce copies a bucket twice in fp32: the next tests.)"""
     from cost_models.layout import PRECISION_RECIPES
     from cost_models.memory import rank_params, step_grad_copy_bytes
     from planner.core import layout_from_parallel, recommend, training_consts

@@ -714,7 +714,7 @@ def deepspeed_bf16_optimizer_steps(zero, zero1_all_reduce, precision: str, dtype
 def deepspeed_grad_buckets(lay, tr):
     """DeepSpeed's gradient buckets, read in its source (stage_1_and_2.py 02aa38c3, stage3.py, engine.py 007cca6a;
     not measured), as a dict of bytes per rank: `held` at every moment, `backward` in the blocks' backward (and
-    `reduce`, ZeRO-3's copies of a full bucket while it reduce-scatters one: memory_breakdown scales it to the rank's
+    `reduce`, ZeRO-2/3's copies of a full bucket while they reduce one: memory_breakdown scales it to the rank's
     gradients where they fill less than a bucket), and what
     the reduction at the step's boundary holds beside the model states once the activations are gone, `flat_cap` (a
     flat copy of at most that many bytes of the rank's gradients) and `boundary` (bytes).  Under contiguous_gradients
@@ -743,15 +743,15 @@ def deepspeed_grad_buckets(lay, tr):
     pipeline = np.asarray(lay.pp) > 1
     n = 1 + (tr.overlap_grad_reduce & ~pipeline)
     zero1 = (zero == 1) & ~bf16_optimizer
-    # ZeRO-3 reduce-scatters a full bucket through copies (stage3.py __avg_scatter_grads): each gradient cast to the
-    # communication dtype where that is not the model's (g.to(communication_data_type): the export's fp32 beside
-    # fp32 gradient shards), then reduce_scatter_coalesced's torch.cat of them interleaved by rank, both live until
-    # the reduce-scatter returns
+    # a full bucket's reduction goes through copies: the bucket cast to the communication dtype where that is not the
+    # model's (the export's fp32 beside ZeRO-2/3's fp32 gradient shards: ZeRO-2's average_tensor, tensor.to(
+    # communication_data_type); ZeRO-3's __avg_scatter_grads, g.to(...) per gradient), and at ZeRO-3 then
+    # reduce_scatter_coalesced's torch.cat of them interleaved by rank, live together until the reduce returns
     comm = rec["grad"]
-    reduce = elements * comm * (2.0 if comm != rec["weight"] else 1.0)
+    cast = elements * comm if comm != rec["weight"] else 0.0
     return {"held": np.where(zero >= 3, each, np.where(zero1, n * each, 0.0)),
             "backward": np.where(zero == 2, n * each, 0.0),
-            "reduce": np.where(zero >= 3, reduce, 0.0),
+            "reduce": np.where(zero >= 3, cast + elements * comm, np.where(zero == 2, cast, 0.0)),
             "flat_cap": np.where((zero == 0) | bf16_optimizer, elements * rec["grad"], 0.0),
             "boundary": np.where(zero1 & pipeline, each, 0.0)}
 
@@ -936,7 +936,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     ds = deepspeed_grad_buckets(lay, tr)
     ds_zero_optimizer = deepspeed_zero_optimizer_steps(lay, tr)
     flat = np.where(zero == 2, 0.0, grad_bytes) if tr.flat_grad_buckets else 0.0
-    # ZeRO-3's reduce copies of a bucket, no larger than the rank's gradients fill one
+    # ZeRO-2/3's reduce copies of a bucket, no larger than the rank's gradients fill one
     bucket_fill = np.minimum(1.0, np.maximum(np.maximum(p_first, p_mid), p_last) / max(tr.ds_reduce_bucket_elements, 1.0))
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
                            flat) + ds["backward"] + ds["reduce"] * bucket_fill

@@ -127,15 +127,15 @@ def _without(monkeypatch, **flags):
     return lambda plan: core.evaluate_plan(plan).prediction
 
 
-@pytest.mark.parametrize("zero, overlap, buffers, held, reduce", [(3, True, 1, True, 4e9), (2, True, 2, False, 0),
-                                                                  (2, False, 1, False, 0), (1, True, 2, True, 0)])
+@pytest.mark.parametrize("zero, overlap, buffers, held, reduce", [(3, True, 1, True, 4e9), (2, True, 2, False, 2e9),
+                                                                  (2, False, 1, False, 2e9), (1, True, 2, True, 0)])
 def test_deepspeed_gradient_buckets_are_reduce_bucket_size_each(monkeypatch, zero, overlap, buffers, held, reduce):
     """DeepSpeed's contiguous gradient buckets, 5e8 elements of the 16-bit dtype each whatever the model's size, in
     place of the 2 x 25 MiB of flat buckets: ZeRO-3 one, made with the optimizer and kept; ZeRO-2 one (two with
-    overlap_comm) in each backward; ZeRO-1 as many from the first backward to the step's boundary.  ZeRO-3's reduce
-    of a full bucket adds its copies in the blocks' backward: the bf16 gradients cast to the fp32 the export
-    communicates in, and reduce_scatter_coalesced's interleaved torch.cat of those (2 x 4 B x 5e8: llama3.2-1b's
-    1.2e9 gradients fill a bucket)."""
+    overlap_comm) in each backward; ZeRO-1 as many from the first backward to the step's boundary.  ZeRO-2/3's
+    reduce of a full bucket adds its copies in the blocks' backward: the bf16 gradients cast to the fp32 the export
+    communicates in (4 B x 5e8), and at ZeRO-3 reduce_scatter_coalesced's interleaved torch.cat of those (as much
+    again; llama3.2-1b's 1.2e9 gradients fill a bucket)."""
     from planner.core import recommend
     from planner.search import Pins
 
@@ -233,7 +233,7 @@ def test_deepspeed_zero1_in_a_pipeline_holds_one_bucket_and_makes_one_at_the_bou
 
 
 @pytest.mark.parametrize("model, gpus, zero, precision, per_param, buckets", [
-    ("llama3-8b", 8, 2, "master-weights", 4, 0), ("llama3-8b", 8, 2, "master-weights-half-grads", 6, 0),
+    ("llama3-8b", 8, 2, "master-weights-half-grads", 6, 0),
     ("llama3-8b", 8, 3, "master-weights-half-grads", 6, 1),
     ("llama3.2-1b", 2, 1, "master-weights-half-grads", 6, 2)])
 def test_deepspeed_steps_a_flat_copy_of_each_groups_gradients(monkeypatch, model, gpus, zero, precision, per_param,
@@ -245,8 +245,9 @@ def test_deepspeed_steps_a_flat_copy_of_each_groups_gradients(monkeypatch, model
     that moment is the peak, beside the model states and the reduce buckets still held (ZeRO-3's one, kept; ZeRO-1's
     two with overlap_comm, alive through the views its boundary left in the other ranks' gradients), and at ZeRO-1
     only the share's gradients (the boundary moved the rest into the buckets).  llama3-8b's 1e9 parameters a rank are
-    one ZeRO-3 sub-group (1e9 elements closed by the parameter that reaches it).  (ZeRO-3 with fp32 gradients peaks
-    in the backward instead, where its reduce copies a bucket twice in fp32: the next tests.)"""
+    one ZeRO-3 sub-group (1e9 elements closed by the parameter that reaches it).  (With fp32 gradients these plans
+    peak in the backward instead, where the reduce casts a bucket to fp32, ZeRO-3 then copies it once more:
+    test_deepspeed_zero3_reduces_a_bucket_through_copies; the 4 B step copy is in the flat-copy time test.)"""
     from cost_models.layout import PRECISION_RECIPES
     from cost_models.memory import rank_params, step_grad_copy_bytes
     from planner.core import layout_from_parallel, recommend, training_consts
@@ -347,6 +348,8 @@ def test_deepspeed_zero3_steps_a_sub_group_at_a_time():
     assert float(step_grad_copy_bytes(m, params, lay, tr)) == pytest.approx((1e9 + 128256 * 8192 / 32) * 6)
     zero2 = layout_from_parallel(plan.parallel.model_copy(update={"zero_stage": 2}), 1, 32)
     assert float(step_grad_copy_bytes(m, params, zero2, tr)) == pytest.approx(params / 32 * 6)
+    fp32_grads = training_consts(plan.training.model_copy(update={"precision": "master-weights"}))
+    assert float(step_grad_copy_bytes(m, params, zero2, fp32_grads)) == pytest.approx(params / 32 * 4)  # the flatten
     assert json.loads(export_plan(plan, "deepspeed"))["zero_optimization"]["sub_group_size"] == 1_000_000_000
 
 

@@ -798,6 +798,9 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
         # grad_partitions_flat_buffer) and reduce in communication_data_type, fp32 as the plan reduces
         if stage == 1 and t.zero1_grad_reduce == "all-reduce":
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+            # the engine's all-reduce casts each flat bucket to communication_data_type, the model's bf16 unless told
+            # (engine.communication_data_type; allreduce_bucket's tensor.to(...)): fp32, as the plan reduces
+            cfg["communication_data_type"] = "fp32"
             # DeepSpeed picks its BF16_Optimizer only without CPU offload (the memory model asks the same question)
             bf16_optimizer = bool(deepspeed_bf16_optimizer_steps(stage, True, t.precision, t.dtype,
                                                                  p.offload == "optimizer"))

@@ -592,7 +592,8 @@ def test_megatron_mock_data_warns_below_its_token_range():
 def test_deepspeed_gradient_dtype_and_overlap_follow_what_deepspeed_accepts():
     """bf16 with the plan's fp32 gradients: DeepSpeed's fp32 accumulation selects its BF16_Optimizer at stage 1 (an
     all-reduce), is refused at stage 0 (engine._do_optimizer_sanity_check: "unsupported mix"), and keeps ZeRO-2/3's
-    gradient shards in fp32, reduced in fp32 with communication_data_type; data_types is written for those; a bf16
+    gradient shards in fp32, reduced in fp32 with communication_data_type (the BF16_Optimizer's all-reduce too, which
+    the engine would otherwise cast to bf16); data_types is written for those; a bf16
     stage 0 inside a pipeline runs the BF16_Optimizer, which shards the optimizer over dp (said); overlap_comm only
     where DeepSpeed honours it (not under its pipeline engine, not in the BF16_Optimizer), each with a note."""
     def ds(**kw):
@@ -613,6 +614,7 @@ def test_deepspeed_gradient_dtype_and_overlap_follow_what_deepspeed_accepts():
         assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["communication_data_type"] == "fp32"
     cfg, notes = ds(zero_stage=1, **flat)
     assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["zero_optimization"]["overlap_comm"] is False
+    assert cfg["communication_data_type"] == "fp32"  # the engine's all-reduce would cast its buckets to bf16
     assert any("in its BF16_Optimizer" in n for n in notes)
     cfg, notes = ds(zero_stage=1, reduce="reduce-scatter", **flat)
     assert "data_types" not in cfg and cfg["zero_optimization"]["overlap_comm"] is True

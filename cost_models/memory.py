@@ -654,9 +654,14 @@ def step_grad_copy_coefficient(lay, tr):
     return np.where(~fsdp2 & (lay.offload == 0), 4.0 / np.where(lay.zero >= 1, zero_shards(lay, tr), 1), 0.0)
 
 
+def deepspeed_runtime(tr) -> bool:
+    """Whether the framework is DeepSpeed (its step's sub-group size is set: ds_step_sub_group_elements)."""
+    return bool(tr.ds_step_sub_group_elements)
+
+
 def deepspeed_fp32_partition(lay, tr):
     """Where DeepSpeed's ZeRO (stages 1-3) keeps an fp32 partition beside fp32 weights: the fp32 recipe under it."""
-    return (np.asarray(lay.zero) >= 1) & bool(tr.ds_step_sub_group_elements) & (tr.precision == "fp32")
+    return (np.asarray(lay.zero) >= 1) & deepspeed_runtime(tr) & (tr.precision == "fp32")
 
 
 def deepspeed_zero_optimizer_steps(lay, tr):
@@ -664,7 +669,7 @@ def deepspeed_zero_optimizer_steps(lay, tr):
     master (the recipe's, or the fp32 recipe's partition: deepspeed_fp32_partition), the optimizer not offloaded, and
     not its BF16_Optimizer (deepspeed_bf16_optimizer_steps)."""
     zero = np.asarray(lay.zero)
-    if not (tr.ds_step_sub_group_elements and (PRECISION_RECIPES[tr.precision]["master"] or tr.precision == "fp32")):
+    if not (deepspeed_runtime(tr) and (PRECISION_RECIPES[tr.precision]["master"] or tr.precision == "fp32")):
         return np.zeros(np.shape(zero), dtype=bool)
     on_host = np.asarray(lay.offload) > 0
     return ((zero >= 1) & ~on_host
@@ -937,7 +942,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     ds_zero_optimizer = deepspeed_zero_optimizer_steps(lay, tr)
     flat = np.where(zero == 2, 0.0, grad_bytes) if tr.flat_grad_buckets else 0.0
     # ZeRO-2/3's reduce copies of a bucket, no larger than the rank's gradients fill one
-    bucket_fill = np.minimum(1.0, np.maximum(np.maximum(p_first, p_mid), p_last) / max(tr.ds_reduce_bucket_elements, 1.0))
+    bucket_fill = np.minimum(1.0, np.maximum(np.maximum(p_first, p_mid), p_last)
+                             / max(tr.ds_reduce_bucket_elements, 1.0))
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
                            flat) + ds["backward"] + ds["reduce"] * bucket_fill
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)

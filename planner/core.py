@@ -605,9 +605,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
 def _partly_used_last_node(res, m, tr, hw, pins, top_k, per_node: int):
     """--objective min-gpus past one node tries whole nodes (_gpu_counts_up_to): where N of them fit (or --gpus, past
     N - 1 of them) and N - 1 did not, the counts between, N - 1 nodes and part of one more, ascending; the first of
-    them that fits is the answer
-    (gpt3-175b under DeepSpeed: 15 GPUs, where whole nodes had said 16).  A count below N - 1 whole nodes is not
-    tried (one that fits where more GPUs on whole nodes do not is left unfound)."""
+    them that fits is the answer (gpt3-175b under DeepSpeed: 15 GPUs, where whole nodes had said 16).  A count below
+    N - 1 whole nodes is not tried (one that fits where more GPUs on whole nodes do not is left unfound)."""
     if not res.feasible:
         return res
     best = int(np.asarray(res.layout.gpus)[0])

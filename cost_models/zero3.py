@@ -115,7 +115,13 @@ def block_comm(m: ModelDims, lay, hw, tr, bw, lat):
     # under optimizer offload each reduce-scatter's partition goes down to the host buffer and comes back up
     # every micro-batch (stage3.py partition_grads; cost_models.total: offload_grads_via_host)
     host = (np.asarray(lay.offload) > 0) & np.asarray(tr.offload_grads_via_host)
-    r_t = [t + np.where(host, 2 * x / dp * rec["weight"] / hw.host_link_bytes_per_s, 0.0) for (t, _), x in zip(red, w)]
+    # and each reduce-scatter's gradient goes through copies on the reduce stream first (memory.deepspeed_grad_buckets'
+    # reduce): a cast to the communication dtype where it is not the model's (read + write) and reduce_scatter_
+    # coalesced's concatenation (read + write of the communication dtype), passes through HBM
+    comm_b = rec["grad"]
+    copy_b = (rec["weight"] + comm_b if comm_b != rec["weight"] else 0.0) + 2 * comm_b
+    r_t = [t + x * copy_b / hw.hbm_bytes_per_s
+           + np.where(host, 2 * x / dp * rec["weight"] / hw.host_link_bytes_per_s, 0.0) for (t, _), x in zip(red, w)]
     r_b = [b for _, b in red]
     full = np.asarray(lay.recompute) == REC_FULL
     kept = np.where(full, kept_after_recompute(w), 0)

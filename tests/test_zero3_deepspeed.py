@@ -84,7 +84,9 @@ def test_one_ahead_costs_more_than_whole_block_overlap_when_compute_and_gathers_
 
 def test_per_weight_schedule_limits():
     """Compute-bound: each gather hides behind its weight, leaving the overlap slowdown's share of the
-    communication; communication-bound: the gathers back to back, as for the block-level model."""
+    communication; communication-bound: the gathers back to back, as for the block-level model.  Each
+    reduce-scatter runs after its gradient's concatenation on the reduce stream (reduce_scatter_coalesced's
+    torch.cat: a read and a write of 2 B an element through HBM; fp16 is also the communication dtype here)."""
     m, hw, tr = ModelDims.from_spec(GPT_175B, 2048), _hw(), _tr()
     share = hw.overlap_slowdown / (1 + hw.overlap_slowdown)
     fast = replace(hw, inter_node=replace(hw.inter_node, bytes_per_s=hw.inter_node.bytes_per_s * 1e3))
@@ -92,7 +94,8 @@ def test_per_weight_schedule_limits():
     exposed = _block_exposed(m, lay, fast, tr)
     bw, lat = comm.tier_params(fast, False)
     w = zero3.weight_elements(m, 1)
-    comm_s = sum(3 * comm.all_gather(x * 2, 384, bw, lat)[0] + comm.reduce_scatter(x * 2, 384, bw, lat)[0] for x in w)
+    comm_s = sum(3 * comm.all_gather(x * 2, 384, bw, lat)[0] + comm.reduce_scatter(x * 2, 384, bw, lat)[0]
+                 + x * 4 / fast.hbm_bytes_per_s for x in w)
     comm_s -= comm.all_gather(w[-1] * 2, 384, bw, lat)[0]  # fc2 kept from the recompute
     assert float(exposed) == pytest.approx(share * comm_s, rel=1e-6)
     # communication-bound (micro-batch 1 on 1536 GPUs): exposed = communication - compute
@@ -110,6 +113,21 @@ def test_per_weight_schedule_limits():
     assert added > 1.0
     assert float(slower["step_time_s"]) == pytest.approx(float(out["step_time_s"]), rel=1e-12)
     assert float(out["dp_comm_s"] - slower["dp_comm_s"]) == pytest.approx(added, rel=1e-9)
+
+
+def test_fp32_gradients_reach_the_reduce_scatter_through_two_copies():
+    """With fp32 gradient shards (master-weights, which the export reduces in fp32) each bucket's bf16 gradients are
+    cast to fp32 (read 2 + write 4 B) and concatenated (read 4 + write 4 B) before the reduce-scatter, on the reduce
+    stream: compute-bound, the overlap slowdown's share of it all shows."""
+    m, tr = ModelDims.from_spec(GPT_175B, 2048), replace(_tr(), precision="master-weights", dtype="bf16")
+    hw = constants_from_profile(load_profile("a100-sxm-80gb"), "bf16", 8, 25.0)
+    fast = replace(hw, inter_node=replace(hw.inter_node, bytes_per_s=hw.inter_node.bytes_per_s * 1e3))
+    share = fast.overlap_slowdown / (1 + fast.overlap_slowdown)
+    bw, lat = comm.tier_params(fast, False)
+    w = zero3.weight_elements(m, 1)
+    comm_s = sum(3 * comm.all_gather(x * 2, 384, bw, lat)[0] + comm.reduce_scatter(x * 4, 384, bw, lat)[0]
+                 + x * 14 / fast.hbm_bytes_per_s for x in w) - comm.all_gather(w[-1] * 2, 384, bw, lat)[0]
+    assert float(_block_exposed(m, _lay(384, 4), fast, tr)) == pytest.approx(share * comm_s, rel=1e-6)
 
 
 def test_deepspeed_holds_two_weights_gathered_not_two_blocks():

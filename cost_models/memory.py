@@ -1034,14 +1034,13 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # remove_grads: grad.data = a view of the bucket) and its partition's into grads_in_partition: the step finds
         # the share's gradients, and the buckets kept alive by the other gradients' views until it lets those go
         # (free_grad_in_param_list(params_not_in_partition), group by group: an upper bound, the whole buckets); inside
-        # a pipeline those are the one its boundary's reduce_gradients(pipeline_parallel=True) made (self.ipg_buffer =
-        # [buf_0]: the list is replaced, so the bucket a last stage's backward had made goes)
+        # a pipeline that is the one its boundary's reduce_gradients(pipeline_parallel=True) made (self.ipg_buffer =
+        # [buf_0]: the list is replaced, so the bucket a last stage's backward had made goes), the size of `held`
+        # there (one bucket: the pipeline engine turns overlap_comm off), on every stage
         boundary = np.minimum(params * rec["grad"], ds["flat_cap"]) + ds["boundary"]
         zero1_moved = ds_zero_optimizer & (zero == 1)
         g_step = np.where(zero1_moved, g / zero_shards(lay, tr), g)
-        zero1_buckets = np.where(np.asarray(lay.pp) > 1, ds["boundary"], ds["held"])  # a pipeline's boundary's own
-        at_step = step_grad_copy_bytes(m, params, lay, tr) + np.where(
-            zero >= 3, ds["held"], np.where(zero1_moved, zero1_buckets, 0.0))
+        at_step = step_grad_copy_bytes(m, params, lay, tr) + np.where((zero >= 3) | zero1_moved, ds["held"], 0.0)
         if np.any(at_step) or np.any(boundary):
             step_leads = g_step + at_step > g + boundary
             other = np.where(step_leads, at_step, boundary)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .accuracy import line as accuracy_line
 from .core import FORMAT_FRAMEWORK
-from .explain import recompute_label
+from .explain import after_backward_moment, recompute_label
 from .schema import Plan
 
 GB = 1e9
@@ -91,7 +91,6 @@ def plans_table(plans: list[Plan], title: str):
 def activations_label(moment: str | None) -> str:
     """The activations row's label: where the peak comes after the backward (explain.after_backward_moment), it says
     that none are live then, so the 0 beside it is not read as activations left out."""
-    from .explain import after_backward_moment
     short = after_backward_moment(moment)
     return "activations" if short is None else f"activations (none live at the {short})"
 

@@ -412,6 +412,12 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     z1_ar = (zero == 1) & tr.zero1_all_reduce
     z1_ar_t, z1_ar_moved = comm.all_reduce(grad_bytes, shards, sh_bw, sh_lat)
     red_t = np.where(z1_ar, z1_ar_t, rs_t)
+    # DeepSpeed's ZeRO-2 casts each full bucket to the communication dtype where that is not the model's (the export's
+    # fp32 beside fp32 gradient shards: average_tensor's allreduce_bucket, tensor.to(communication_data_type)) on the
+    # reduction stream before reducing it: a read and a write of the stage's gradients through HBM each reduction
+    # (the memory model holds the cast: memory.deepspeed_grad_buckets' reduce)
+    ds_cast = (zero == 2) & bool(tr.ds_reduce_bucket_elements) & (rec["grad"] != rec["weight"])
+    red_t = red_t + np.where(ds_cast, stage_params * (rec["weight"] + rec["grad"]) / hw.hbm_bytes_per_s, 0.0)
     red_moved = np.where(z1_ar, z1_ar_moved, rs_moved)
     # ZeRO-2 reducing per micro-batch: a reduce-scatter after each micro-batch's backward, which runs
     # beside the following micro-batches' work (as ZeRO-3's gathers do); the last one hides behind

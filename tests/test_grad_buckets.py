@@ -289,6 +289,27 @@ def test_deepspeeds_flat_copy_takes_a_read_and_a_write_of_the_shares_gradients(m
     assert extra == pytest.approx(share * 8 / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction), rel=1e-6)
 
 
+@pytest.mark.parametrize("precision, cast", [("master-weights", 2 + 4), ("master-weights-half-grads", 0)])
+def test_deepspeed_zero2_casts_its_buckets_before_reducing_them(monkeypatch, precision, cast):
+    """ZeRO-2's reduction casts each full bucket to the communication dtype where it is not the model's (the export's
+    fp32 beside fp32 gradient shards): a read of 2 B and a write of 4 B an element of the stage's gradients through
+    HBM before each reduce, which with the reduction exposed (overlap_comm off, one micro-batch) is step time."""
+    from planner.core import recommend
+    from planner.search import Pins
+
+    plan = recommend("llama3.2-1b", 8, framework="deepspeed", precision=precision, seq_len=2048, global_batch_size=8,
+                     pins=Pins(tp=1, pp=1, cp=1, dp=8, mbs=1, recompute="full", zero=2))
+    with_ = _without(monkeypatch, overlap_grad_reduce=False)(plan)
+    without = _without(monkeypatch, overlap_grad_reduce=False, ds_reduce_bucket_elements=0.0)(plan)
+    from cost_models.hardware import constants_from_profile
+    from hardware_profiles import load_profile
+    hw = constants_from_profile(load_profile(plan.hardware.name), "bf16")
+    extra = with_.step_time_s - without.step_time_s
+    assert extra == pytest.approx(plan.model.num_params * cast / hw.hbm_bytes_per_s, rel=1e-6, abs=1e-12)
+    if cast:
+        assert extra > 1e-3
+
+
 @pytest.mark.parametrize("zero", [1, 2, 3])
 def test_deepspeed_keeps_an_fp32_partition_of_fp32_weights(monkeypatch, zero):
     """DeepSpeed's ZeRO optimizer clones the rank's partition into an fp32 master even where the weights are fp32

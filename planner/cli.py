@@ -388,13 +388,25 @@ def recommend(
         _err(f"error: {e}")
         raise typer.Exit(EXIT_NOTHING_FITS)
     if objective == "min-gpus":  # the answer itself, said where the table's title alone had carried it
-        _err(f"fewest GPUs that fit: {plan.hardware.gpus} (tried every count up to a node of "
-             f"{plan.hardware.gpus_per_node}, then whole nodes up to --gpus {gpus}, and every count of a last node "
-             "partly used)")
+        _err(f"fewest GPUs that fit: {plan.hardware.gpus} "
+             f"({_min_gpus_tried(kwargs['pins'], plan.hardware.gpus_per_node, gpus)})")
     if as_json:
         _write_json(_plan_json(plan))
         return
     _show_plans(plan, title=f"top {1 + len(plan.alternatives)} layouts for {plan.hardware.gpus} x {plan.hardware.name}")
+
+
+def _min_gpus_tried(pins, per_node: int, gpus: int) -> str:
+    """What --objective min-gpus searched (planner.core._gpu_counts_up_to), as the stderr line says it."""
+    from .core import _pinned_product
+    pinned = _pinned_product(pins)
+    tried = (f"every count up to a node of {per_node}, then whole nodes up to --gpus {gpus}, and every count of a "
+             "last node partly used")
+    if pinned == 1:
+        return "tried " + tried
+    if per_node % pinned:
+        return f"tried every multiple of {pinned}, the pinned degrees' product, up to --gpus {gpus}"
+    return f"tried {tried}, where the pinned degrees' product {pinned} divides it"
 
 
 def _with_fix(reason: str | None) -> str | None:

@@ -579,8 +579,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     _check_attention_kernel(profile, training)
     m = model_dims(spec, seq_len, framework)
     tr = training_consts(training)
-    _check_pins(spec, gpus, pins, seq_len)
-    gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node)
+    _check_pins(spec, gpus, pins, seq_len, up_to=objective == "min-gpus")
+    gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node, _pinned_product(pins))
     res = run_search(m, tr, hw, gpu_counts, pins, top_k, objective)
     if objective == "min-gpus":
         res = _partly_used_last_node(res, m, tr, hw, pins, top_k, hw.gpus_per_node)
@@ -620,15 +620,29 @@ def _partly_used_last_node(res, m, tr, hw, pins, top_k, per_node: int):
     return replace(more, feasible=more.feasible + res.feasible, **both) if more.feasible else replace(res, **both)
 
 
-def _gpu_counts_up_to(gpus: int, per_node: int) -> list[int]:
+def _gpu_counts_up_to(gpus: int, per_node: int, pinned: int = 1) -> list[int]:
     """Ascending GPU counts for --objective min-gpus: every count within a node, every whole node, and --gpus
     itself (the suggestions' scan tries whole nodes too: it had named --gpus 96 for a model this objective put at
-    128, when only doubling node counts were tried past 8 nodes)."""
+    128, when only doubling node counts were tried past 8 nodes).  With pinned degrees that multiply to `pinned`,
+    the counts they divide: those of that list, and where `pinned` does not divide a node, every multiple of it
+    (--tp 8 --pp 3 takes 24, 48, ...; --gpus is the most, not a count the pins must divide)."""
     counts = set(range(1, per_node + 1)) | {per_node * k for k in range(1, gpus // per_node + 1)} | {gpus}
-    return sorted(g for g in counts if g <= gpus)
+    if per_node % pinned:
+        counts |= {pinned * k for k in range(1, gpus // pinned + 1)}
+    return sorted(g for g in counts if g <= gpus and g % pinned == 0)
 
 
-def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
+def _pinned_product(pins: Pins) -> int:
+    """The product of the pinned tp, pp, dp and cp (1 where none is pinned)."""
+    prod = 1
+    for name in ("tp", "pp", "dp", "cp"):
+        prod *= getattr(pins, name) or 1
+    return prod
+
+
+def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: bool = False) -> None:
+    """Refuse pins no layout can meet, with the fix.  `up_to` (--objective min-gpus): --gpus is the most GPUs to
+    use, so the pins must fit under it, not divide it."""
     def need(ok, msg):
         if not ok:
             raise PlannerError(msg)
@@ -636,7 +650,11 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
         v = getattr(pins, name)
         if v is not None:
             need(v >= 1, f"--{name} must be a positive integer, got {v}")
-            need(gpus % v == 0, f"--{name} {v} does not divide --gpus {gpus}; pick a divisor of {gpus}")
+            if up_to:
+                need(v <= gpus, f"--{name} {v} is more than --gpus {gpus}, the most --objective min-gpus may use; "
+                                f"raise --gpus to {v} or more")
+            else:
+                need(gpus % v == 0, f"--{name} {v} does not divide --gpus {gpus}; pick a divisor of {gpus}")
     if pins.tp is not None:
         need(spec.heads % pins.tp == 0 and spec.kv_heads % pins.tp == 0,
              f"--tp {pins.tp} must divide heads ({spec.heads}) and kv_heads ({spec.kv_heads})")
@@ -648,10 +666,12 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int) -> None:
         need(pins.pp > 1 or pins.schedule in (None, "1f1b"),
              f"--schedule {pins.schedule} with --pp 1: without a pipeline there is nothing to schedule (every "
              "schedule is plain gradient accumulation); drop --schedule, or pin --pp > 1")
-    prod = 1
-    for name in ("tp", "pp", "dp", "cp"):
-        prod *= getattr(pins, name) or 1
-    need(gpus % prod == 0, f"pinned degrees multiply to {prod}, which does not divide --gpus {gpus}")
+    prod = _pinned_product(pins)
+    if up_to:
+        need(prod <= gpus, f"pinned degrees multiply to {prod}, more than --gpus {gpus}, the most --objective min-gpus "
+                           f"may use; raise --gpus to {prod} or more")
+    else:
+        need(gpus % prod == 0, f"pinned degrees multiply to {prod}, which does not divide --gpus {gpus}")
     if pins.mbs is not None:
         need(pins.mbs >= 1, f"--mbs must be >= 1, got {pins.mbs}")
     if pins.vpp is not None:

@@ -626,3 +626,14 @@ def test_full_attention_past_the_last_layer_gets_a_note(capsys):
     assert json.loads(out)["prediction"] == json.loads(plain)["prediction"]
     _, _, err = _run(shape + ["--full-attention-every", "8"], capsys)  # the last layer attends in full
     assert "past the model" not in err
+
+
+def test_min_gpus_says_what_it_tried_under_pins(capsys):
+    """The stderr line names the counts searched: with pins whose product does not divide a node, their multiples."""
+    rc, out, err = _run(["recommend", "--model", "llama3-70b", "--objective", "min-gpus", "--gpus", "64", "--tp", "8",
+                         "--pp", "3", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["hardware"]["gpus"] == 24
+    assert "fewest GPUs that fit: 24 (tried every multiple of 24, the pinned degrees' product, up to --gpus 64)" in err
+    rc, out, err = _run(["recommend", "--model", "llama3-70b", "--objective", "min-gpus", "--gpus", "16", "--tp", "8",
+                         "--pp", "3", "--json"], capsys)
+    assert rc == 2 and out == "" and "raise --gpus to 24 or more" in err

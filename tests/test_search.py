@@ -1104,6 +1104,28 @@ def test_min_gpus_fills_a_partly_used_last_node():
     assert recommend(spec, 20, objective="min-gpus", framework="deepspeed", seq_len=2048).hardware.gpus == 15
 
 
+def test_min_gpus_takes_the_counts_the_pins_divide():
+    """--gpus is min-gpus' most, not a count the pins must divide: --tp 8 --pp 3 under --gpus 64 had been refused
+    ("--pp 3 does not divide --gpus 64") where --gpus 48 answered 24; it tries the multiples of 24 now.  Pins that
+    divide a node keep the node-wise counts, filtered to those they divide; pins past --gpus are refused."""
+    from planner.core import PlannerError, _gpu_counts_up_to
+    spec = load_preset("llama3-70b")
+    for most in (64, 48, 30):
+        plan = recommend(spec, most, objective="min-gpus", pins=Pins(tp=8, pp=3))
+        assert (plan.hardware.gpus, plan.parallel.tp, plan.parallel.pp) == (24, 8, 3)
+    assert recommend(spec, 10, objective="min-gpus", pins=Pins(tp=4)).hardware.gpus % 4 == 0
+    assert _gpu_counts_up_to(64, 8, 24) == [24, 48]
+    assert _gpu_counts_up_to(20, 8, 4) == [4, 8, 16, 20]
+    assert _gpu_counts_up_to(20, 8) == [1, 2, 3, 4, 5, 6, 7, 8, 16, 20]
+    with pytest.raises(PlannerError, match="multiply to 24, more than --gpus 16"):
+        recommend(spec, 16, objective="min-gpus", pins=Pins(tp=8, pp=3))
+    with pytest.raises(PlannerError, match="--tp 8 is more than --gpus 4"):
+        recommend(spec, 4, objective="min-gpus", pins=Pins(tp=8))
+    # the throughput objective still asks the pins to divide --gpus
+    with pytest.raises(PlannerError, match="--pp 3 does not divide --gpus 64"):
+        recommend(spec, 64, pins=Pins(tp=8, pp=3))
+
+
 def test_the_offload_suggestion_keeps_the_pins_where_they_fit():
     """Nothing fits llama3-70b on 8 GPUs at --tp 1 --pp 1 without offload; with it the same pins fit, and the
     suggestion says so (it had dropped every degree pin first and answered tp 4 pp 2 "without --tp --pp")."""

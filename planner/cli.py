@@ -3,8 +3,9 @@
 stdout carries the result: JSON alone with --json (written with sys.stdout.write, never through rich),
 else the tables and a plan's own warnings; progress, notes and errors go to stderr, and so does all of
 `launch`'s output but its report file.  Exit codes: 0 a plan, 2 invalid input
-(stdout empty), 3 nothing fits (the JSON result is still on stdout with --json), otherwise the
-launched job's own code.
+(stdout empty), 3 nothing fits (the JSON result is still on stdout with --json), 1 an internal error or
+output that could not be written (a full disk, a closed stdout), 130 interrupted, otherwise the launched
+job's own code (the README's list).
 """
 from __future__ import annotations
 
@@ -58,8 +59,15 @@ def _console(stderr: bool = True):
 def _out():
     """Rich console on stdout: a command's answer for people (tables, explanations), so that
     `parplan validate | less` and `parplan recommend ... > plan.txt` hold it. Notes, warnings, errors
-    and progress stay on stderr; with --json stdout holds only the JSON."""
+    and progress stay on stderr; with --json stdout holds only the JSON.  With stdout closed (`>&-`) Python has
+    none and rich would print nowhere and exit 0: main reports it, as for the JSON."""
+    if sys.stdout is None:
+        raise _StdoutClosed
     return _console(stderr=False)
+
+
+class _StdoutClosed(Exception):
+    """No stdout to write a command's answer to (`parplan ... >&-`)."""
 
 
 def parse_count(text: str, what: str) -> float:
@@ -1184,7 +1192,7 @@ def main(argv: list[str] | None = None) -> int:
             fix = "give a shorter path" if e.errno == errno.ENAMETOOLONG else "give a path without the link loop"
             _err(f"error: {name}{e.strerror or e}; {fix}")
             return EXIT_INVALID
-        if sys.stdout is None and isinstance(e, AttributeError):  # `parplan ... >&-`: nowhere to write the answer
+        if isinstance(e, _StdoutClosed) or (sys.stdout is None and isinstance(e, AttributeError)):  # `>&-`
             _err("error: stdout is closed; give the command somewhere to write (a file, a pipe)")
             return 1
         where = ""

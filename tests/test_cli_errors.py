@@ -468,3 +468,14 @@ def test_a_profile_name_that_is_a_file_or_folder_here_says_so(tmp_path, monkeypa
         assert main(R + ["--gpus", "8", "--hardware", name]) == 2
         err = capsys.readouterr().err
         assert f"{name} here is a {kind}" in err and f"./{name}" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv", [["models", "list"], ["hardware", "list"], ["recommend", "--model", "gpt2"],
+                                  ["recommend", "--model", "gpt2", "--json"]])
+def test_a_closed_stdout_is_an_error_for_tables_and_json(monkeypatch, capsys, argv):
+    """`parplan ... >&-`: Python starts with no sys.stdout; rich's console printed nowhere and exited 0 where the JSON
+    path said so with exit 1.  Both say it now."""
+    import sys
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(argv) == 1
+    assert "error: stdout is closed" in capsys.readouterr().err

@@ -56,8 +56,12 @@ class Check:
     exit_code: int = EXIT_INVALID
 
     def line(self) -> str:
-        mark = "ok  " if self.ok else "FAIL"
-        return f"[{mark}] {self.name}: {self.detail}" + (f" -- fix: {self.fix}" if not self.ok and self.fix else "")
+        """`[ok  ]`, `[FAIL]`, `[warn]` for a passed check whose detail is a warning, `[--  ]` for one this machine
+        could not settle (marked by a detail ending "(not checked here)")."""
+        mark = ("FAIL" if not self.ok else "warn" if self.detail.startswith("warning:")
+                else "--  " if self.detail.endswith("(not checked here)") else "ok  ")
+        detail = self.detail.removeprefix("warning: ") if mark == "warn" else self.detail
+        return f"[{mark}] {self.name}: {detail}" + (f" -- fix: {self.fix}" if not self.ok and self.fix else "")
 
 
 @dataclass
@@ -153,7 +157,8 @@ def check_world(plan, device: str, machine: MachineInfo, nnodes: int, nproc_per_
                   "not the layout" if machine.cpu_cores and nproc > machine.cpu_cores else "")
         return nproc, Check("world size", True, f"{layout} ranks as {nproc} CPU processes x {nnodes} node(s){shared}")
     if machine.gpus == 0:  # the device check already says so
-        return nproc, Check("world size", True, f"{layout} needs {nproc} GPUs per node x {nnodes} node(s) (none here)")
+        return nproc, Check("world size", True, f"{layout} needs {nproc} GPUs per node x {nnodes} node(s); this "
+                            "machine has none (not checked here)")
     if nproc > machine.gpus:
         return nproc, Check("world size", False,
                             f"{layout} needs {nproc} GPUs per node x {nnodes} node(s), this node has {machine.gpus}",
@@ -274,8 +279,10 @@ def check_hardware(plan, device: str, machine: MachineInfo) -> Check:
     """The plan's hardware profile: loadable here (the runtime takes the MFU's peak from it) and the GPU it
     describes the one this node has (else the report compares a run with another GPU's prediction)."""
     name = plan.hardware.name
-    if device != "cuda" or not machine.gpus:
+    if device != "cuda":
         return Check("hardware", True, f"profile {name} (not used on {device})")
+    if not machine.gpus:
+        return Check("hardware", True, f"profile {name}; no GPU here to compare it with (not checked here)")
     from .core import PlannerError, load_hardware
     try:
         prof = load_hardware(name)
@@ -1142,8 +1149,13 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
             _err(c.line())
         _err(f"plan would be written to {plan_path}; report to {report_path}")
         if failed:
-            _err(f"{len(failed)} check(s) failed: the command below runs once they are fixed (placeholders in <>)")
-            argv = _placeholders(argv)
+            shown = _placeholders(argv)
+            _err(f"{len(failed)} check{'s' if len(failed) > 1 else ''} failed: the command on stdout runs once "
+                 f"{'they are' if len(failed) > 1 else 'it is'} fixed"
+                 + (" (values no check could settle in <>)" if shown != argv else ""))
+            argv = shown
+        _err("the command reads the plan that `parplan launch` writes there: to run it, repeat the launch without "
+             "--dry-run")
         sys.stdout.write(shlex.join(argv) + "\n")
         return EXIT_OK  # a dry run shows the command and every check, failed ones included (module docstring)
     if failed:

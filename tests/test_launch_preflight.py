@@ -49,7 +49,7 @@ def test_a_report_path_holding_another_file_is_refused(plan8, capsys, tmp_path):
     mine.write_text('{"my": "notes"}')
     assert L.launch(plan8, dry_run=True, device="cpu", report=str(mine)) == 0
     err = capsys.readouterr().err
-    assert f"[FAIL] report: --report {mine} exists and is not a launch report" in err and "1 check(s) failed" in err
+    assert f"[FAIL] report: --report {mine} exists and is not a launch report" in err and "1 check failed" in err
     again = tmp_path / "r" / "report.json"
     again.parent.mkdir()
     again.write_text(json.dumps({"plan": {}, "steps": [], "world_size": 8}))
@@ -67,7 +67,7 @@ def test_dry_run_with_failed_checks_shows_placeholders_not_none(plan8, capsys):
     assert L.launch(plan8, dry_run=True, device="cpu", nnodes=3) == 0
     out, err = capsys.readouterr()
     assert "--rdzv-endpoint '<HOST:PORT>'" in out and "--nproc-per-node '<RANKS_PER_NODE>'" in out
-    assert "None" not in out and "2 check(s) failed" in err and "0 ranks" not in err
+    assert "None" not in out and "2 checks failed" in err and "0 ranks" not in err
 
 
 def test_dry_run_says_when_the_run_folder_cannot_be_written(plan8, capsys, monkeypatch, tmp_path):
@@ -79,7 +79,7 @@ def test_dry_run_says_when_the_run_folder_cannot_be_written(plan8, capsys, monke
     monkeypatch.setattr(L.os, "access", lambda p, mode: False if str(p) == str(locked) else real(p, mode))
     assert L.launch(plan8, dry_run=True, device="cpu", report=str(locked / "r" / "report.json")) == 0
     out, err = capsys.readouterr()
-    assert f"[FAIL] report: cannot write in {locked / 'r'}" in err and "1 check(s) failed" in err
+    assert f"[FAIL] report: cannot write in {locked / 'r'}" in err and "1 check failed" in err
     assert L.launch(plan8, dry_run=True, device="cpu", report=str(tmp_path / "free" / "report.json")) == 0
     assert "FAIL" not in capsys.readouterr().err
 
@@ -844,3 +844,17 @@ def test_a_cpu_run_with_optimizer_offload_is_compared_with_what_it_offloads_too(
     assert cm["predicted"] == pytest.approx(mem.total + mem.offloaded) and "offloaded" in cm["note"]
     line = L.cpu_memory_line({"cpu_memory": cm})
     assert "%" in line and "offloaded" in line
+
+
+def test_checklist_marks_warnings_and_what_this_machine_cannot_settle():
+    """A passed check that warns reads [warn] (it had read [ok  ] "warning: ..."); one a GPU-less machine cannot
+    settle for a cuda plan reads [--  ]: the world size, and the profile (it had said "not used on cuda")."""
+    assert L.Check("cpu time", True, "warning: at least 3 h a step").line() == "[warn] cpu time: at least 3 h a step"
+    assert L.Check("torch", True, "torch 2.13").line() == "[ok  ] torch: torch 2.13"
+    assert L.Check("device", False, "no GPU", "add --device cpu").line() == "[FAIL] device: no GPU -- fix: add --device cpu"
+    plan = tiny_plan(TINY_LLAMA, tp=2)
+    hw = L.check_hardware(plan, "cuda", NO_GPU)
+    assert hw.ok and hw.line().startswith("[--  ] hardware: ") and "not used" not in hw.line()
+    assert L.check_hardware(plan, "cpu", NO_GPU).line().startswith("[ok  ] hardware: ")
+    nproc, world = L.check_world(plan, "cuda", NO_GPU, 1, None)
+    assert world.ok and world.line().startswith("[--  ] world size: ") and "has none" in world.line()

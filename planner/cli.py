@@ -390,9 +390,10 @@ def recommend(
         if as_json:
             _write_json(_plan_json(e.plan))
         else:
-            _show_plans(e.plan, title="closest layout (does not fit)")
+            _show_plans(e.plan, title="closest layout (does not fit)", which="closest layout")
             for s in e.plan.suggestions:
-                _err(f"suggestion: {s}")
+                if s not in str(e):  # the error line below carries the first
+                    _err(f"suggestion: {s}")
         _err(f"error: {e}")
         raise typer.Exit(EXIT_NOTHING_FITS)
     if objective == "min-gpus":  # the answer itself, said where the table's title alone had carried it
@@ -401,7 +402,8 @@ def recommend(
     if as_json:
         _write_json(_plan_json(plan))
         return
-    _show_plans(plan, title=f"top {1 + len(plan.alternatives)} layouts for {plan.hardware.gpus} x {plan.hardware.name}")
+    n = 1 + len(plan.alternatives)
+    _show_plans(plan, title=f"top {n} layout{'s' if n > 1 else ''} for {plan.hardware.gpus} x {plan.hardware.name}")
 
 
 def _min_gpus_tried(pins, per_node: int, gpus: int) -> str:
@@ -417,6 +419,11 @@ def _min_gpus_tried(pins, per_node: int, gpus: int) -> str:
     return f"tried {tried}, where the pinned degrees' product {pinned} divides it"
 
 
+def _runs(n: int, what: str = "run") -> str:
+    """'1 run', '9 runs'."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def _with_fix(reason: str | None) -> str | None:
     """A prediction's reason with what to change in the plan (planner.core.REASON_FIXES)."""
     from .core import reason_fix
@@ -424,11 +431,11 @@ def _with_fix(reason: str | None) -> str | None:
     return f"{reason} -- fix: {fix}" if fix else reason
 
 
-def _show_plans(plan, title: str) -> None:
+def _show_plans(plan, title: str, which: str = "best plan") -> None:
     from .render import breakdown_table, plans_table, summary_lines
     console = _out()
     console.print(plans_table([plan] + list(plan.alternatives), title))
-    console.print(breakdown_table(plan))
+    console.print(breakdown_table(plan, which))
     for line in summary_lines(plan):
         console.print(line, highlight=False, markup=False)
 
@@ -536,7 +543,7 @@ def evaluate(
     if as_json:
         _write_json(_plan_json(out))
     else:
-        _show_plans(out, title="evaluated plan")
+        _show_plans(out, title="evaluated plan", which="the plan")
     if not out.prediction.fits:
         _err(f"error: plan does not fit: {_with_fix(out.prediction.reason)}")
         raise typer.Exit(EXIT_NOTHING_FITS)
@@ -925,14 +932,15 @@ def validate(
                   else "no prediction" + (f" ({next(iter(missing[name]))})" if len(missing[name]) == 1 else ""))
         unpredicted = f" ({s['missing']} of {s['runs'] + s['missing']} not predicted: see the table)" \
             if s["missing"] and s["runs"] else ""
-        console.print(f"{name}: {s['runs']} runs, {errors}{sp}{fitted}{unpredicted}", highlight=False, markup=False)
+        console.print(f"{name}: {_runs(s['runs'])}, {errors}{sp}{fitted}{unpredicted}", highlight=False, markup=False)
     # the same runs by the framework each prediction modelled (what `recommend` prints under a plan)
     for fw, f in by_framework.items():
         parts = []
         if f["runs"]:
-            parts.append(f"{f['runs']} runs, median |error| {f['median_abs_error']:.1%}, max {f['max_abs_error']:.1%}")
+            parts.append(f"{_runs(f['runs'])}, median |error| {f['median_abs_error']:.1%}, max {f['max_abs_error']:.1%}")
         if f["plausibility_runs"]:
-            parts.append(f"{f['plausibility_runs']} plausibility-only runs, median {f['plausibility_median_abs_error']:.1%}")
+            parts.append(f"{_runs(f['plausibility_runs'], 'plausibility-only run')}, "
+                         f"median {f['plausibility_median_abs_error']:.1%}")
         console.print(f"by framework, {fw}: " + "; ".join(parts), highlight=False, markup=False)
 
 

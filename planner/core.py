@@ -878,6 +878,16 @@ def states_cannot_fit(n_params: float, gpus: int, hw) -> bool:
     return 12 * n_params > gpus * hw.hbm_bytes + nodes * hw.host_memory_bytes_per_node
 
 
+def _fitting_layout(rec: Plan, pins: Pins) -> str:
+    """A suggestion's layout as its text says it: the degrees, the optimizer offload where the search chose it and
+    the user had not pinned it (a suggestion that left it out named a layout that does not fit as said), the
+    memory."""
+    r = rec.parallel
+    offload = f", --offload {r.offload}" if r.offload != "none" and pins.offload is None else ""
+    return (f"tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}{offload}, "
+            f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU")
+
+
 def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = False) -> list[str]:
     """A nearby global batch that lets a ruled-out data-parallel size fit (when the batch rejected
     some layouts), the fewest GPUs that fit (same pins minus the degree pins), and offload when it helps."""
@@ -906,9 +916,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
                             pins=replace(pins, **{k: None}), **common)
         except (NothingFits, PlannerError):
             continue
-        r = rec.parallel
-        out.append(f"without --{k} {getattr(pins, k)} it fits on {gpus} GPUs (tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}, "
-                   f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU)")
+        out.append(f"without --{k} {getattr(pins, k)} it fits on {gpus} GPUs ({_fitting_layout(rec, pins)})")
         break
     # one policy pin dropped (--zero, --recompute, --mbs, --sp, --schedule), the degrees kept, on the same GPUs: the
     # fastest of those that fit (a ZeRO stage the framework cannot run inside the pipeline that fits had no
@@ -924,10 +932,9 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
         fits.append((rec.prediction.step_time_s, k, rec))
     if fits:
         _, k, rec = min(fits, key=lambda f: f[0])
-        r, chosen = rec.parallel, _policy_value(rec, k)
+        chosen = _policy_value(rec, k)
         out.append(f"without {_policy_flag(k, getattr(pins, k))} it fits on {gpus} GPUs with {_policy_flag(k, chosen, rec)} "
-                   f"(tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}, {rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} "
-                   "GB per GPU)")
+                   f"({_fitting_layout(rec, pins)})")
     per_node = hw.gpus_per_node
     candidates = [g for g in (2 ** k for k in range(0, 17)) if g > gpus]
     candidates = sorted(set(candidates + [per_node * k for k in range(1, 4097) if per_node * k > gpus]))
@@ -962,11 +969,9 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
                 rec = recommend(spec, g, global_batch_size=max(training.global_batch_size, 1), pins=scan_pins, **common)
             except (NothingFits, PlannerError):
                 continue
-            r = rec.parallel
             dropped = [f"--{k} {getattr(pins, k)}" for k in ("tp", "pp", "dp", "cp", "vpp")
                        if getattr(pins, k) is not None and getattr(scan_pins, k) is None]
-            out.append(f"--gpus {g} fits (tp {r.tp}, pp {r.pp}, dp {r.dp}, cp {r.cp}, "
-                       f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU"
+            out.append(f"--gpus {g} fits ({_fitting_layout(rec, pins)}"
                        + (f"; without {' '.join(dropped)}" if dropped else "") + ")")
             found = True
             break

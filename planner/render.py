@@ -129,9 +129,9 @@ def time_rows(plan: Plan) -> list[tuple[str, float]]:
     return [(labels[k], v) for k, v in parts.items()] + [(label, rest), ("step", pr.step_time_s)]
 
 
-def breakdown_table(plan: Plan):
+def breakdown_table(plan: Plan, which: str = "best plan"):
     from rich.table import Table
-    t = Table(title="best plan: where memory and time go", title_justify="left", header_style="bold")
+    t = Table(title=f"{which}: where memory and time go", title_justify="left", header_style="bold")
     t.add_column("memory per GPU (worst stage)")
     t.add_column("", justify="right")
     t.add_column("step time")

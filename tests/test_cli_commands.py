@@ -637,3 +637,11 @@ def test_min_gpus_says_what_it_tried_under_pins(capsys):
     rc, out, err = _run(["recommend", "--model", "llama3-70b", "--objective", "min-gpus", "--gpus", "16", "--tp", "8",
                          "--pp", "3", "--json"], capsys)
     assert rc == 2 and out == "" and "raise --gpus to 24 or more" in err
+
+
+def test_nothing_fits_says_its_first_suggestion_once(capsys):
+    """The error line carries the first suggestion; the suggestion lines above it hold the others only."""
+    rc, out, err = _run(["recommend", "--model", "llama3-405b", "--gpus", "8"], capsys)
+    first = err.strip().splitlines()[-1]
+    assert rc == 3 and first.startswith("error: nothing fits") and "--gpus 32 fits" in first
+    assert err.count("--gpus 32 fits") == 1

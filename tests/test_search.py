@@ -1135,6 +1135,18 @@ def test_the_offload_suggestion_keeps_the_pins_where_they_fit():
     assert said and "(tp 1, pp 1," in said[0] and "without" not in said[0]
 
 
+def test_a_suggestion_names_the_offload_its_layout_needs():
+    """Where the layout a suggestion found offloads the optimizer and the user had not pinned --offload, the text
+    says so: "without --zero 0 it fits ... with --zero 1 (tp 8, pp 8, ...)" had named a layout that fits only with
+    the offload."""
+    with pytest.raises(NothingFits) as e:
+        recommend(load_preset("llama3-405b"), 64, pins=Pins(zero=0))
+    said = [s for s in e.value.plan.suggestions if s.startswith("without --zero 0")]
+    assert said and "--offload optimizer" in said[0]
+    with pytest.raises(NothingFits):
+        recommend(load_preset("llama3-405b"), 64, pins=Pins(zero=1, tp=8, pp=8, offload="none"), suggest=False)
+
+
 def test_vpp_under_a_framework_without_interleaving_is_refused_by_name():
     """DeepSpeed runs 1F1B, one chunk per rank: --vpp 2 had found no candidate and blamed the model's shape."""
     with pytest.raises(PlannerError, match="--vpp 2: deepspeed runs one model chunk per pipeline rank"):

@@ -59,8 +59,13 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
     presets = _data()["presets"]
     key = name.strip().lower()
     if key not in presets:
-        close = difflib.get_close_matches(key, list(presets), n=1, cutoff=0.5)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        # names it begins (gpt3 -> gpt3-175b) first, then the three closest spellings (llama3-7b -> llama3-70b,
+        # llama3-8b, llama2-7b): one guess had offered llama3-70b alone for llama3-7b
+        close = [p for p in presets if p.startswith(key)] if key else []
+        close += [p for p in difflib.get_close_matches(key, list(presets), n=3, cutoff=0.5) if p not in close]
+        close = [repr(p) for p in close[:3]]
+        hint = f" Did you mean {' or '.join(close) if len(close) < 3 else ', '.join(close[:2]) + ' or ' + close[2]}?" \
+            if close else ""
         if name.endswith(".json") or "/" in name or "\\" in name:  # a config file: --model-config reads those
             hint += " A Hugging Face config file is read by --model-config (e.g. `parplan recommend --model-config " \
                     f"{name} --gpus 8`)."

@@ -65,8 +65,13 @@ def test_unknown_preset_lists_names_and_suggests():
     with pytest.raises(ValueError) as e:
         load_preset("llama3-7b")
     msg = str(e.value)
-    assert "Did you mean 'llama3-70b'" in msg or "Did you mean 'llama3-8b'" in msg
+    assert "Did you mean 'llama3-70b', 'llama3-8b' or 'llama2-7b'?" in msg
     assert "mistral-7b" in msg and "gpt3-175b" in msg
+    with pytest.raises(ValueError, match="Did you mean 'gpt3-175b'"):  # a name the preset's begins with, first
+        load_preset("gpt3")
+    with pytest.raises(ValueError) as e:
+        load_preset("xyz")
+    assert "Did you mean" not in str(e.value)
 
 
 def test_preset_lookup_is_case_insensitive():

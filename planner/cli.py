@@ -793,7 +793,8 @@ def _sweep_row(spec, g: int, objective: str, kwargs: dict) -> dict:
     except NothingFits as e:
         row["reason"] = e.plan.prediction.reason if e.plan.prediction else str(e)
     except PlannerError as e:  # the input (a pin, the profile) rules this count out, not memory
-        row.update(reason=_one_line(e), input_error=True)
+        # "--tp 8 does not divide --gpus 12; pick a divisor of 12": the sweep's count is given, the pin is the fix
+        row.update(reason=re.sub(r"; pick a divisor of \d+$", "", _one_line(e)), input_error=True)
     else:
         from .explain import layout_dict
         pr = plan.prediction

@@ -390,6 +390,10 @@ def test_sweep_input_errors_and_tokens(capsys):
     assert rc == 0 and all(r["days_to_train"] > 0 and r["gpu_hours_to_train"] > 0 for r in rows)
     rc, out, _ = _run(["sweep", "--model", "llama2-7b", "--gpus-list", "8", "--tokens", "1T"], capsys)
     assert "GPU-hours" in out
+    # a count the pins rule out is skipped, not "does not fit" (which is memory's), and the count is not the fix
+    rc, out, _ = _run(["sweep", "--model", "llama3-8b", "--gpus-list", "8,12", "--tp", "8"], capsys)
+    assert rc == 0 and "skipped: --tp 8 does not divide --gpus 12 " in out and "pick a divisor" not in out
+    assert "does not fit" not in out and "    12 | (skipped)" in out
 
 
 def test_validate_reads_a_set_once_and_says_which_profile(capsys):

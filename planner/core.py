@@ -671,11 +671,15 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: boo
         need(prod <= gpus, f"pinned degrees multiply to {prod}, more than --gpus {gpus}, the most --objective min-gpus "
                            f"may use; raise --gpus to {prod} or more")
     else:
+        need(prod <= gpus, f"pinned degrees multiply to {prod}, more than --gpus {gpus}; raise --gpus to {prod} or "
+                           "lower a pin")
         need(gpus % prod == 0, f"pinned degrees multiply to {prod}, which does not divide --gpus {gpus}")
     if pins.mbs is not None:
         need(pins.mbs >= 1, f"--mbs must be >= 1, got {pins.mbs}")
     if pins.vpp is not None:
         need(pins.vpp >= 1, f"--vpp must be >= 1, got {pins.vpp}")
+        need(pins.vpp == 1 or pins.pp != 1, f"--vpp {pins.vpp} with --pp 1: virtual stages split each pipeline rank's "
+                                            "blocks into chunks, and there is no pipeline; pin --pp > 1, or drop --vpp")
         need(pins.vpp >= 2 or pins.schedule not in ("interleaved-1f1b", "interleaved-zb"),
              f"--schedule {pins.schedule} with --vpp 1: interleaving needs 2 or more model chunks per pipeline rank; "
              "pin --vpp 2 or more, or --schedule 1f1b")
@@ -772,14 +776,20 @@ def _batch_fix(gbs: int, seq_len: int, gpus: int, pins: Pins) -> str | None:
             return (pins.cp is not None and rest == 1) or (pins.cp is None and (cp == 1 or seq_len % (2 * cp) == 0))
         return True
 
-    # the largest data-parallel size allowed (the least model parallelism), its next multiple
-    d = next((d for d in range(gpus, 0, -1) if allowed(d)), None)
-    if d is None or gbs % (d * mbs) == 0:
+    def nearest(d):
+        step = d * mbs
+        up, down = -(-gbs // step) * step, gbs // step * step
+        return down if down and gbs - down < up - gbs else up
+
+    # the largest data-parallel size allowed (the least model parallelism) whose nearest batch is within a factor 2 of
+    # the given one, else the size whose batch is nearest: the largest alone had sent --mbs 2048 to a batch of 16384
+    # over dp 8, where dp 1 takes 2048
+    ds = [d for d in range(gpus, 0, -1) if allowed(d)]
+    if not ds or gbs % (ds[0] * mbs) == 0:
         return None
-    step = d * mbs
-    up, down = -(-gbs // step) * step, gbs // step * step
-    best = down if down and gbs - down < up - gbs else up
-    return f"use --global-batch-size {best}, which splits over dp {d}" + (f" x micro-batch {mbs}" if mbs > 1 else "")
+    d = next((d for d in ds if gbs / 2 <= nearest(d) <= 2 * gbs), None) or min(ds, key=lambda d: abs(nearest(d) - gbs))
+    return (f"use --global-batch-size {nearest(d)}, which splits over dp {d}"
+            + (f" x micro-batch {mbs}" if mbs > 1 else ""))
 
 
 def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, suggest, tokens) -> Plan:

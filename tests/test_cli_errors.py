@@ -201,6 +201,14 @@ CASES = [
     # every layout rejected for the batch split: said in words, with a batch that splits over the pinned dp
     (["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--tp", "1", "--pp", "1", "--cp", "1",
       "--global-batch-size", "12", "--json"], 2, ["multiple of dp x micro-batch", "use --global-batch-size 16, which splits over dp 8"]),
+    # a micro-batch no batch near the given one splits over the most data parallelism: the dp that comes near it
+    (["recommend", "--model", "llama3-8b", "--mbs", "2048", "--json"], 2,
+     ["use --global-batch-size 2048, which splits over dp 1 x micro-batch 2048"]),
+    (["recommend", "--model", "llama3-8b", "--mbs", "3", "--json"], 2,
+     ["use --global-batch-size 1032, which splits over dp 8 x micro-batch 3"]),
+    (["recommend", "--model", "llama3-8b", "--vpp", "3", "--pp", "1", "--json"], 2, ["--vpp 3 with --pp 1", "drop --vpp"]),
+    (["recommend", "--model", "llama3-8b", "--tp", "2", "--pp", "2", "--dp", "4", "--json"], 2,
+     ["multiply to 16, more than --gpus 8"]),
     (["hardware", "show", "nope"], 2, ["nope"]),
     # the Triton kernel is timed from FlashAttention-2's published speed, which only some profiles have
     (["recommend", "--model", "llama3-8b", "--hardware", "h200-sxm-141gb", "--attention-kernel", "triton-2022",

@@ -530,7 +530,7 @@ def _with_profile_found(plan, folder):
 
 @app.command()
 def evaluate(
-    plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
+    plan_file: str = typer.Argument(..., metavar="PLAN_FILE", help="Plan JSON file, or - for stdin."),
     as_json: bool = typer.Option(False, "--json", help="Print the re-predicted plan as JSON on stdout."),
 ):
     """Re-predict a given (possibly hand-edited) plan; never searches."""
@@ -551,13 +551,14 @@ def evaluate(
 
 @app.command()
 def launch(
-    plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
-    steps: int = typer.Option(20, "--steps"),
+    plan_file: str = typer.Argument(..., metavar="PLAN_FILE", help="Plan JSON file, or - for stdin."),
+    steps: int = typer.Option(20, "--steps", help="Training steps to run (the first two are warm-up, "
+                              "left out of the measured step time, with 4 or more)."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu (gloo)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the torchrun command and pre-flight checks; run nothing."),
     report: Optional[str] = typer.Option(None, "--report", help="Run report path (default runs/<time>/report.json)."),
-    nnodes: int = typer.Option(1, "--nnodes"),
-    node_rank: int = typer.Option(0, "--node-rank"),
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes the job spans (run the same command on each)."),
+    node_rank: int = typer.Option(0, "--node-rank", help="This node's rank, 0 to --nnodes - 1."),
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT for multi-node."),
     data: Optional[str] = typer.Option(None, "--data", help="Flat token file; synthetic tokens if omitted."),
     data_dtype: Optional[str] = typer.Option(None, "--data-dtype", help="uint16 or uint32: the width of --data's "
@@ -613,7 +614,7 @@ def launch(
 
 @app.command()
 def export(
-    plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
+    plan_file: str = typer.Argument(..., metavar="PLAN_FILE", help="Plan JSON file, or - for stdin."),
     to: str = typer.Option(..., "--to", help="megatron, torchtitan, deepspeed or llm-foundry (Composer + FSDP: what --framework fsdp predicts)."),
 ):
     """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config, llm-foundry YAML)."""
@@ -689,7 +690,7 @@ def _runner_up(source, plan):
 
 @app.command()
 def explain(
-    plan_file: str = typer.Argument(..., help="Plan JSON file, or - for stdin."),
+    plan_file: str = typer.Argument(..., metavar="PLAN_FILE", help="Plan JSON file, or - for stdin."),
     as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON on stdout."),
 ):
     """Why this layout: memory vs capacity, where the step time goes, and what the runner-up changes."""
@@ -731,8 +732,8 @@ def _evaluated_as(which: str, path: str):
 
 @app.command()
 def compare(
-    plan_a: str = typer.Argument(..., help="First plan JSON file (A), or - for stdin."),
-    plan_b: str = typer.Argument(..., help="Second plan JSON file (B), or - for stdin (one of the two)."),
+    plan_a: str = typer.Argument(..., metavar="PLAN_A", help="First plan JSON file (A), or - for stdin."),
+    plan_b: str = typer.Argument(..., metavar="PLAN_B", help="Second plan JSON file (B), or - for stdin (one of the two)."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
 ):
     """Two plans side by side: the same rows for both, and B's relative difference against A."""

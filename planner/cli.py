@@ -434,7 +434,7 @@ def _with_fix(reason: str | None) -> str | None:
 def _show_plans(plan, title: str, which: str = "best plan") -> None:
     from .render import breakdown_table, plans_table, summary_lines
     console = _out()
-    console.print(plans_table([plan] + list(plan.alternatives), title))
+    console.print(plans_table([plan] + list(plan.alternatives), title, console.width))
     console.print(breakdown_table(plan, which))
     for line in summary_lines(plan):
         console.print(line, highlight=False, markup=False)

@@ -62,23 +62,39 @@ def ranking_note(plans: list[Plan]) -> str | None:
             "rank simplest first (avoiding offload, then CP, then ZeRO-3)")
 
 
-def plans_table(plans: list[Plan], title: str):
-    """The ranked plans, with ranking_note's line under them when there is one."""
+# below this many columns the plans table folds its policy columns into the layout's one (at 80 every column of the
+# full table had been cut to a character or two)
+COMPACT_WIDTH = 140
+
+
+def plans_table(plans: list[Plan], title: str, width: int | None = None):
+    """The ranked plans, with ranking_note's line under them when there is one; narrower than COMPACT_WIDTH (a
+    terminal's `width`), one layout column says what the vpp, mbs, ZeRO, recompute, SP, schedule and offload
+    columns do (full_layout_label, the micro-batch, the schedule with a pipeline) and the bubble and
+    communication columns are left out (`--json` and the breakdown below keep them)."""
     from rich.table import Table
     t = Table(title=title, title_justify="left", header_style="bold")
-    for col in ("#", "layout", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "offload",
-                "mem/GPU", "step", "tokens/s", "MFU", "bubble", "comm/GPU"):
+    compact = width is not None and width < COMPACT_WIDTH
+    cols = (("#", "layout", "mem/GPU", "step", "tokens/s", "MFU") if compact else
+            ("#", "layout", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "offload",
+             "mem/GPU", "step", "tokens/s", "MFU", "bubble", "comm/GPU"))
+    for col in cols:
         t.add_column(col, justify="right" if col not in ("layout", "recompute", "schedule", "offload") else "left")
     for i, pl in enumerate(plans, 1):
         p, pr = pl.parallel, pl.prediction
         mem = pr.memory_bytes_per_gpu
         comm = pr.comm_bytes_per_step
         cap = pr.usable_memory_bytes or 0
+        speed = [f"{mem.total / GB:.1f}/{cap / GB:.0f} GB", _fmt_s(pr.step_time_s), f"{pr.tokens_per_s:,.0f}",
+                 f"{pr.mfu * 100:.1f}%"]
+        if compact:
+            label = " ".join([full_layout_label(p), f"mbs{pl.training.micro_batch_size}"]
+                             + ([p.schedule] if p.pp > 1 else []))
+            t.add_row(str(i), label, *speed)
+            continue
         t.add_row(str(i), layout_label(p), str(p.vpp), str(pl.training.micro_batch_size), str(p.zero_stage),
-                  recompute_label(p), "y" if p.sp else "n", p.schedule, p.offload,
-                  f"{mem.total / GB:.1f}/{cap / GB:.0f} GB", _fmt_s(pr.step_time_s), f"{pr.tokens_per_s:,.0f}",
-                  f"{pr.mfu * 100:.1f}%", f"{pr.bubble_fraction * 100:.1f}%",
-                  _fmt_bytes(comm.tp + comm.pp + comm.dp + comm.cp))
+                  recompute_label(p), "y" if p.sp else "n", p.schedule, p.offload, *speed,
+                  f"{pr.bubble_fraction * 100:.1f}%", _fmt_bytes(comm.tp + comm.pp + comm.dp + comm.cp))
     note = ranking_note(plans)
     if note is None:
         return t

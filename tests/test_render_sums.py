@@ -235,3 +235,17 @@ def test_explain_names_amps_casts_from_the_plans_precision():
         for item in explain_renderables(data):
             console.print(item)
         assert words in buf.getvalue() and "if amp" not in buf.getvalue()
+
+
+def test_a_narrow_terminal_gets_the_plans_in_one_layout_column():
+    """At 80 columns the full table had cut every column to a character or two ("t…"); below COMPACT_WIDTH the
+    policy columns fold into the layout's, which reads whole, and the step and memory still show."""
+    plan = recommend("llama3-70b", 64, top_k=3)
+    plans = [plan] + list(plan.alternatives)
+    con = Console(file=StringIO(), width=80, color_system=None)
+    con.print(plans_table(plans, "top", con.width))
+    text = con.file.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    p = plan.parallel
+    assert f"tp{p.tp} pp{p.pp} dp{p.dp}" in text and f"{plan.prediction.mfu * 100:.1f}%" in text
+    assert "bubble" not in text and "bubble" in _text(plans_table(plans, "top", 160))

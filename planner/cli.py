@@ -355,6 +355,8 @@ def _prepare(opts, gpus: int | None = None):
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None
     if n_tokens is not None and n_tokens > 1e18:
         raise UserError(f"--tokens {o.tokens} is beyond what the planner models (max 1e18)")
+    if n_tokens is not None and n_tokens < 1:
+        raise UserError(f"--tokens {o.tokens} is less than one token; give the run's training tokens, e.g. 15T")
     if why:
         _err(f"note: {why}")
     pins = Pins(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, mbs=o.mbs, vpp=o.vpp, zero=o.zero, recompute=o.recompute,

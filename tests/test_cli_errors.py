@@ -207,6 +207,7 @@ CASES = [
     (["recommend", "--model", "llama3-8b", "--mbs", "3", "--json"], 2,
      ["use --global-batch-size 1032, which splits over dp 8 x micro-batch 3"]),
     (["recommend", "--model", "llama3-8b", "--vpp", "3", "--pp", "1", "--json"], 2, ["--vpp 3 with --pp 1", "drop --vpp"]),
+    (["recommend", "--model", "llama3-8b", "--tokens", "0.5", "--json"], 2, ["less than one token"]),
     (["recommend", "--model", "llama3-8b", "--tp", "2", "--pp", "2", "--dp", "4", "--json"], 2,
      ["multiply to 16, more than --gpus 8"]),
     (["hardware", "show", "nope"], 2, ["nope"]),

@@ -410,8 +410,8 @@ def recommend(
 
 def _min_gpus_tried(pins, per_node: int, gpus: int) -> str:
     """What --objective min-gpus searched (planner.core._gpu_counts_up_to), as the stderr line says it."""
-    from .core import _pinned_product
-    pinned = _pinned_product(pins)
+    from .core import pinned_product
+    pinned = pinned_product(pins)
     tried = (f"every count up to a node of {per_node}, then whole nodes up to --gpus {gpus}, and every count of a "
              "last node partly used")
     if pinned == 1:

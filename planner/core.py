@@ -580,7 +580,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     m = model_dims(spec, seq_len, framework)
     tr = training_consts(training)
     _check_pins(spec, gpus, pins, seq_len, up_to=objective == "min-gpus")
-    gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node, _pinned_product(pins))
+    gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node, pinned_product(pins))
     res = run_search(m, tr, hw, gpu_counts, pins, top_k, objective)
     if objective == "min-gpus":
         res = _partly_used_last_node(res, m, tr, hw, pins, top_k, hw.gpus_per_node)
@@ -632,7 +632,7 @@ def _gpu_counts_up_to(gpus: int, per_node: int, pinned: int = 1) -> list[int]:
     return sorted(g for g in counts if g <= gpus and g % pinned == 0)
 
 
-def _pinned_product(pins: Pins) -> int:
+def pinned_product(pins: Pins) -> int:
     """The product of the pinned tp, pp, dp and cp (1 where none is pinned)."""
     prod = 1
     for name in ("tp", "pp", "dp", "cp"):
@@ -666,7 +666,7 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: boo
         need(pins.pp > 1 or pins.schedule in (None, "1f1b"),
              f"--schedule {pins.schedule} with --pp 1: without a pipeline there is nothing to schedule (every "
              "schedule is plain gradient accumulation); drop --schedule, or pin --pp > 1")
-    prod = _pinned_product(pins)
+    prod = pinned_product(pins)
     if up_to:
         need(prod <= gpus, f"pinned degrees multiply to {prod}, more than --gpus {gpus}, the most --objective min-gpus "
                            f"may use; raise --gpus to {prod} or more")

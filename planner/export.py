@@ -438,6 +438,9 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         flag("--hidden-dropout", 0.0)
         flag("--attention-dropout", 0.0)
     flag("--lr", t.lr)
+    # the constant learning rate parplan's runtime trains with (Megatron-LM's default --lr-decay-style is linear, to
+    # --min-lr 0 over --train-iters)
+    flag("--lr-decay-style", "constant")
     flag("--adam-beta1", ADAMW_BETAS[0])  # parplan's runtime's AdamW; Megatron-LM's defaults are 0.9, 0.999, 0.01
     flag("--adam-beta2", ADAMW_BETAS[1])
     flag("--weight-decay", ADAMW_WEIGHT_DECAY)
@@ -688,6 +691,17 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
             ("pipeline_parallel_microbatch_size", t.micro_batch_size),
             ("pipeline_parallel_split_points", bounds),
         ]
+        # later TOML-configured torchtitan refuses the split points ("deprecated. Please use
+        # module_fqns_per_model_part instead", torchtitan/models/llama3/infra/pipeline.py) or ignores them and splits
+        # by its own rule (first and last stage one layer less): the same split in that key's form
+        parts, start = [], 0
+        for i, n in enumerate(counts):
+            mods = [f"layers.{j}" for j in range(start, start + n)]
+            start += n
+            parts.append((["tok_embeddings"] if i == 0 else []) + mods + (["norm", "output"] if i == len(counts) - 1 else []))
+        notes.append("torchtitan releases after this file's commit replace pipeline_parallel_split_points with "
+                     "parallelism.module_fqns_per_model_part (they refuse the split points, or split by their own rule); "
+                     f"this plan's stages there: module_fqns_per_model_part = {toml_value(parts)}")
     par.append(("context_parallel_degree", p.cp))
     if p.cp > 1 and not t.overlap_cp_comm:
         notes.append("overlap_cp_comm off: the prediction's context parallelism all-gathers K/V before the attention; "
@@ -697,6 +711,9 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
         ("job", [("description", f"parplan plan: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}")]),
         ("model", [("name", "llama3"), ("flavor", flavor)]),
         ("optimizer", [("name", "AdamW"), ("lr", float(t.lr))]),
+        # the constant learning rate parplan's runtime trains with: torchtitan's default is a 200-step warm-up, then a
+        # linear decay to 0 over the steps (LRScheduler; decay_ratio 0 leaves no decay steps)
+        ("lr_scheduler", [("warmup_steps", 0), ("decay_ratio", 0.0)]),
         ("training", [
             ("local_batch_size", local_batch),
             ("global_batch_size", t.global_batch_size),
@@ -731,7 +748,8 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
               f"num_tokens_per_train_step = {t.global_batch_size * t.seq_len}, max_context_length = {t.seq_len}"
               + (f", and parallelism.num_pp_microbatches = {t.num_microbatches} in place of "
                  "pipeline_parallel_microbatch_size" if p.pp > 1 else "") + "; other sections moved too: check its",
-              "config/ folder.",
+              "config/ folder. Later TOML releases moved training.compile to [compile] enable and training.seed to",
+              "[debug] seed (their config manager refuses unknown keys): rename those two there.",
               f"shape: layers={m.layers} hidden={m.hidden} heads={m.heads} kv_heads={m.kv_heads} "
               f"ffn_hidden={m.ffn_hidden} vocab={m.vocab}",
               f"batch: {t.global_batch_size} = dp {p.dp} x micro {t.micro_batch_size} x {t.num_microbatches} "

@@ -251,6 +251,21 @@ def test_torchtitan_zero0_replicates_and_uneven_split():
     assert par["data_parallel_replicate_degree"] == 2 and par["data_parallel_shard_degree"] == 1
     assert par["pipeline_parallel_split_points"] == ["layers.7", "layers.16", "layers.25"]
     assert any("replicate" in n for n in export_notes(plan, "torchtitan"))
+    # later torchtitan refuses the split points: the same stages in module_fqns_per_model_part's form, in a note
+    said = [n for n in export_notes(plan, "torchtitan") if "module_fqns_per_model_part = " in n]
+    stages = json.loads(said[0].split("module_fqns_per_model_part = ", 1)[1])
+    assert [len([x for x in s if x.startswith("layers.")]) for s in stages] == [7, 9, 9, 7]
+    assert stages[0][:2] == ["tok_embeddings", "layers.0"] and stages[-1][-3:] == ["layers.31", "norm", "output"]
+
+
+def test_exports_keep_the_constant_learning_rate_the_runtime_trains_with():
+    """Megatron-LM decays linearly to 0 over --train-iters by default, torchtitan warms up 200 steps and decays
+    linearly (its LRScheduler): both exports ask for a constant rate, as llm-foundry's does."""
+    plan = llama_plan()
+    assert "--lr-decay-style constant" in export_plan(plan, "megatron")
+    text = export_plan(plan, "torchtitan")
+    assert tomllib.loads(text)["lr_scheduler"] == {"warmup_steps": 0, "decay_ratio": 0.0}
+    assert "[debug] seed" in text and "[compile] enable" in text  # later TOML releases' names, in the header
 
 
 def test_torchtitan_gpt_zero3_offload():

@@ -963,7 +963,11 @@ def _yaml_lines(d: dict, indent: int = 0) -> list[str]:
 
 # Composer's FSDP mixed precision (composer/distributed/mosaic_parallelism.py get_mixed_precision): DEFAULT keeps fp32
 # sharded parameters, computes in the autocast dtype and reduces in fp32; PURE reduces in it too; FULL is fp32 throughout
-# (compute under Composer's autocast precision).  parplan's recipes, as validate's MPT rows map them.
+# (compute under Composer's autocast precision).  parplan's recipes, as validate's MPT rows map them.  DEFAULT's fp32
+# reduction is Composer's since its PR #2628 (2023-10-10, "Fixes default precision to use fp32 reduce dtype"; PR #2047
+# of 2023-03 had set it first): older releases may reduce in the 16-bit dtype (_FOUNDRY_OLD_DEFAULT, a note).
+_FOUNDRY_OLD_DEFAULT = ("mixed_precision DEFAULT reduces gradients in fp32, as the plan does, in Composer releases "
+                        "since its PR #2628 (2023-10); older ones may reduce them in the 16-bit dtype.")
 _FOUNDRY_MIXED = {"master-weights": "DEFAULT", "master-weights-half-grads": "PURE", "amp": "FULL", "fp32": "FULL"}
 _FOUNDRY_SHARDING = {0: "NO_SHARD", 1: "SHARD_GRAD_OP", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}
 
@@ -1011,6 +1015,8 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
                             "activation_checkpointing": p.recompute != "none",
                             "activation_checkpointing_reentrant": False, "activation_cpu_offload": False,
                             "limit_all_gathers": True}
+    if fsdp["mixed_precision"] == "DEFAULT":
+        notes.append(_FOUNDRY_OLD_DEFAULT)
     if p.offload == "optimizer":
         fsdp["cpu_offload"] = True
         notes.append("offload optimizer: FSDP's cpu_offload moves the parameters and gradients to the host too (more "

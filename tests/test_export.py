@@ -258,6 +258,13 @@ def test_torchtitan_zero0_replicates_and_uneven_split():
     assert stages[0][:2] == ["tok_embeddings", "layers.0"] and stages[-1][-3:] == ["layers.31", "norm", "output"]
 
 
+def test_llm_foundry_default_mixed_precision_names_the_composer_it_needs():
+    """Composer's DEFAULT reduces in fp32 since its PR #2628 (2023-10): the export says so where it writes DEFAULT."""
+    plan = llama_plan(tp=1, pp=1, dp=8, sp=False, zero_stage=3, vpp=1, schedule="1f1b")
+    assert "mixed_precision: DEFAULT" in export_plan(plan, "llm-foundry")
+    assert any("PR #2628" in n for n in export_notes(plan, "llm-foundry"))
+
+
 def test_exports_keep_the_constant_learning_rate_the_runtime_trains_with():
     """Megatron-LM decays linearly to 0 over --train-iters by default, torchtitan warms up 200 steps and decays
     linearly (its LRScheduler): both exports ask for a constant rate, as llm-foundry's does."""

@@ -555,7 +555,8 @@ def evaluate(
 def launch(
     plan_file: str = typer.Argument(..., metavar="PLAN_FILE", help="Plan JSON file, or - for stdin."),
     steps: int = typer.Option(20, "--steps", help="Training steps to run (the first two are warm-up, "
-                              "left out of the measured step time, with 4 or more)."),
+                              "left out of the measured step time, with 4 or more); with --resume, the step count to "
+                              "reach, not the steps to add."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu (gloo)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the torchrun command and pre-flight checks; run nothing."),
     report: Optional[str] = typer.Option(None, "--report", help="Run report path (default runs/<time>/report.json)."),

@@ -153,9 +153,16 @@ def check_world(plan, device: str, machine: MachineInfo, nnodes: int, nproc_per_
         return nproc, Check("world size", False, f"{layout} != nproc_per_node({nproc}) * nnodes({nnodes})",
                             f"use nproc_per_node {world // nnodes} or a plan with {nproc * nnodes} GPUs")
     if device == "cpu":
-        shared = (f"; {nproc} ranks share this node's {machine.cpu_cores} cores, so step times measure the host, "
-                  "not the layout" if machine.cpu_cores and nproc > machine.cpu_cores else "")
-        return nproc, Check("world size", True, f"{layout} ranks as {nproc} CPU processes x {nnodes} node(s){shared}")
+        cores = machine.cpu_cores
+        shared = (f"; {nproc} ranks share this node's {cores} cores, so step times measure the host, "
+                  "not the layout" if cores and nproc > cores else "")
+        said = f"{layout} ranks as {nproc} CPU process{'es' if nproc > 1 else ''} x {nnodes} node(s){shared}"
+        if cores and nproc > 4 * cores:
+            # 64 ranks on 2 cores measured 25.8 s a step where the cpu-time check said 2.0 s (it counts FLOPs, not the
+            # ranks' turns on the cores): a warning, the run is still the user's to make
+            said = (f"warning: {said}; {nproc // cores} ranks a core: expect steps and start-up far slower than the cpu "
+                    "time below, or run fewer ranks (a plan for fewer GPUs)")
+        return nproc, Check("world size", True, said)
     if machine.gpus == 0:  # the device check already says so
         return nproc, Check("world size", True, f"{layout} needs {nproc} GPUs per node x {nnodes} node(s); this "
                             "machine has none (not checked here)")
@@ -795,8 +802,8 @@ def _fmt(value, kind: str) -> str:
         return f"{value:,.0f}"
     if kind == "mfu":
         return f"{100 * value:.1f}%"
-    if kind == "bytes":
-        return f"{value / 1e9:.2f} GB"
+    if kind == "bytes":  # MiB below a GB: a CPU plan's 24.3 vs 26.7 MB had read "0.02 GB / 0.03 GB (+9.6%)"
+        return f"{value / 1e9:.2f} GB" if value >= 1e9 else f"{value / 2**20:.1f} MiB"
     if kind == "err":
         return f"{100 * value:+.1f}%"
     return str(value)
@@ -811,12 +818,22 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str]]:
     tps_err = None
     if err.get("step_time_s") is not None and pred.get("tokens_per_s") and med.get("tokens_per_s"):
         tps_err = (pred["tokens_per_s"] - med["tokens_per_s"]) / med["tokens_per_s"]
+    predicted_mem = (pred.get("memory_bytes_per_gpu") or {}).get("total")
+    mem_row = ("peak memory / GPU", _fmt(max(reserved) if reserved else None, "bytes"), _fmt(predicted_mem, "bytes"),
+               _fmt(err.get("peak_memory"), "err"))
+    mfu_label = "MFU"
+    if report.get("device") == "cpu":
+        # a CPU run has no GPU memory or MFU to measure: its memory is the allocator's trace (--memory-snapshot),
+        # and the MFU predicted is the plan's GPU's
+        cm = report.get("cpu_memory") or {}
+        mem_row = ("peak memory / rank (cpu allocator)", _fmt(cm.get("without_collective_buffers_max"), "bytes"),
+                   _fmt(cm.get("predicted", predicted_mem), "bytes"), _fmt(cm.get("error"), "err"))
+        mfu_label = "MFU (predicted for the plan's GPU)"
     return [
         ("step time", _fmt(med.get("step_time_s"), "s"), _fmt(pred.get("step_time_s"), "s"), _fmt(err.get("step_time_s"), "err")),
         ("tokens/s", _fmt(med.get("tokens_per_s"), "tps"), _fmt(pred.get("tokens_per_s"), "tps"), _fmt(tps_err, "err")),
-        ("MFU", _fmt(med.get("mfu"), "mfu"), _fmt(pred.get("mfu"), "mfu"), _fmt(err.get("mfu"), "err")),
-        ("peak memory / GPU", _fmt(max(reserved) if reserved else None, "bytes"),
-         _fmt((pred.get("memory_bytes_per_gpu") or {}).get("total"), "bytes"), _fmt(err.get("peak_memory"), "err")),
+        (mfu_label, _fmt(med.get("mfu"), "mfu"), _fmt(pred.get("mfu"), "mfu"), _fmt(err.get("mfu"), "err")),
+        mem_row,
     ]
 
 
@@ -975,14 +992,18 @@ def print_summary(report: dict, report_path: str) -> None:
     from rich.table import Table
 
     steps = report.get("steps", [])
-    title = (f"{report.get('device')} x {report.get('world_size')}: {len(steps)} steps, median after "
-             f"{report.get('warmup_steps')} warm-up; final loss {steps[-1]['loss']:.4f}" if steps else "no steps run")
-    t = Table(title=title)
+    warm = report.get("warmup_steps")
+    timed = (f"median after {warm} warm-up" if warm else
+             "no warm-up: the time includes start-up" if len(steps) == 1 else "median, no warm-up")
+    title = (f"{report.get('device')} x {report.get('world_size')}: {len(steps)} step{'s' if len(steps) > 1 else ''}, "
+             f"{timed}; final loss {steps[-1]['loss']:.4f}" if steps else "no steps run")
+    t = Table()
     for col in ("", "measured", "predicted", "rel. error"):
         t.add_column(col, justify="right" if col else "left")
     for row in summary_rows(report):
         t.add_row(*row)
     console = _console()
+    console.print(title, markup=False, highlight=False)  # above the table, not its title: that wrapped at its width
     console.print(t)
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
@@ -1104,7 +1125,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         # the run writes plan.json and torchrun.log beside the report: never over a file of someone else's,
         # nor through a file where a folder should be
         nearest = nearest_existing(run_dir)
-        if Path(report).is_dir() or (nearest is not None and not nearest.is_dir()):
+        # a name ending in a separator is a folder too, made or not (the runtime writes report + ".tmp" from the string:
+        # "DIR/" had run the job and failed at its last write, plan.json and the log in DIR's parent)
+        if Path(report).is_dir() or report.endswith(("/", os.sep)) or (nearest is not None and not nearest.is_dir()):
             checks.append(Check("report", False, f"--report {report} is not a file path in a folder",
                                 "pass --report FOLDER/report.json"))
         elif plan_source != "-" and Path(report).resolve() == Path(plan_source).resolve():

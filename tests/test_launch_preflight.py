@@ -172,6 +172,28 @@ def test_world_size_checks():
     two_cores = L.MachineInfo(torch_version="x", gpus=0, free_memory_bytes=None, cpu_cores=2)
     nproc, c = L.check_world(plan, "cpu", two_cores, nnodes=1, nproc_per_node=None)
     assert (nproc, c.ok) == (8, True) and "share this node's 2 cores" in c.detail
+    assert c.line().startswith("[ok  ]")  # 4 ranks a core: said, not warned
+    one_core = L.MachineInfo(torch_version="x", gpus=0, free_memory_bytes=None, cpu_cores=1)
+    nproc, c = L.check_world(plan, "cpu", one_core, nnodes=1, nproc_per_node=None)
+    assert c.ok and c.line().startswith("[warn] world size: ") and "8 ranks a core" in c.line()
+
+
+def test_a_cpu_runs_summary_compares_the_allocators_peak_in_mib(capsys):
+    """On CPU the summary's memory row is the allocator trace's peak per rank against the model (it had shown '-'
+    beside the GPU prediction, and 24.3 vs 26.7 MB as '0.02 GB / 0.03 GB'); the MFU row says whose it is; one step
+    says its time includes start-up."""
+    report = {"device": "cpu", "world_size": 4, "warmup_steps": 0, "steps": [{"loss": 6.9}],
+              "median": {"step_time_s": 1.0, "tokens_per_s": 100.0, "mfu": None},
+              "prediction": {"step_time_s": 0.5, "tokens_per_s": 200.0, "mfu": 0.4,
+                             "memory_bytes_per_gpu": {"total": 28e6}},
+              "error": {}, "peak_memory_bytes": {},
+              "cpu_memory": {"allocated_max": 30 * 2**20, "without_collective_buffers_max": 26.7 * 2**20, "predicted": 28e6,
+                             "error": 28e6 / (26.7 * 2**20) - 1}}
+    rows = {r[0]: r for r in L.summary_rows(report)}
+    assert rows["peak memory / rank (cpu allocator)"][1:] == ("26.7 MiB", "26.7 MiB", "+0.0%")
+    assert rows["MFU (predicted for the plan's GPU)"][1:3] == ("-", "40.0%")
+    L.print_summary({**report, "plan": tiny_plan(tp=2).model_dump(mode="json")}, "r.json")
+    assert "cpu x 4: 1 step, no warm-up: the time includes start-up; final loss 6.9000" in capsys.readouterr().err
 
 
 def test_memory_check_uses_the_prediction():
@@ -538,6 +560,9 @@ def test_report_paths_and_resume_are_checked_before_the_run(plan8, tmp_path, cap
     assert "not a file path" in capsys.readouterr().err
     assert L.launch(plan8, device="cpu", report=str(other / "plan.json" / "report.json")) == 2
     assert "not a file path" in capsys.readouterr().err
+    # a folder not made yet, named with a trailing separator: it had run the job and failed at the report's last write
+    assert L.launch(plan8, device="cpu", report=str(tmp_path / "new") + "/") == 2
+    assert "not a file path" in capsys.readouterr().err and not (tmp_path / "new").exists()
     assert L.launch(plan8, device="cpu", resume=True, report=str(tmp_path / "r" / "report.json")) == 2
     assert "--checkpoint-dir" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()

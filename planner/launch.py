@@ -679,7 +679,9 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
 
 def check_rendezvous(nnodes: int, node_rank: int, rdzv_endpoint: Optional[str]) -> Check:
     if nnodes == 1:
-        return Check("rendezvous", True, "single node (--standalone)")
+        return Check("rendezvous", True, "single node (--standalone)" + (
+            "" if not rdzv_endpoint else f"; --rdzv-endpoint {rdzv_endpoint} is not used (it names the rendezvous of "
+            "a multi-node run: pass --nnodes too, or drop it)"))
     if not rdzv_endpoint:
         return Check("rendezvous", False, f"{nnodes} nodes need a rendezvous endpoint",
                      "pass --rdzv-endpoint HOST:PORT of node 0, the same on every node")

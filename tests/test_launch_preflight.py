@@ -883,3 +883,9 @@ def test_checklist_marks_warnings_and_what_this_machine_cannot_settle():
     assert L.check_hardware(plan, "cpu", NO_GPU).line().startswith("[ok  ] hardware: ")
     nproc, world = L.check_world(plan, "cuda", NO_GPU, 1, None)
     assert world.ok and world.line().startswith("[--  ] world size: ") and "has none" in world.line()
+
+
+def test_a_single_node_says_it_leaves_the_rendezvous_endpoint_unused():
+    assert L.check_rendezvous(1, 0, None).detail == "single node (--standalone)"
+    said = L.check_rendezvous(1, 0, "foo:29500")
+    assert said.ok and "--rdzv-endpoint foo:29500 is not used" in said.detail

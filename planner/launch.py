@@ -853,6 +853,9 @@ def phases_line(report: dict) -> str | None:
     if host is None or fb is None or after is None:
         return None
     fwd = med("host_forward_s")
+    if report.get("device") == "cpu":  # the host runs the work it dispatches: no device to finish after it
+        return (f"phases (rank 0, median): the forward/backward done at {fb * 1e3:.1f} ms, then {after * 1e3:.1f} ms "
+                "of gradient reduction and optimizer step")
     line = ("phases (rank 0, median): host done dispatching " +
             (f"the first forward at {fwd * 1e3:.1f} ms, " if fwd is not None else "") +
             f"the forward/backward at {host * 1e3:.1f} ms, the device "

@@ -889,3 +889,13 @@ def test_a_single_node_says_it_leaves_the_rendezvous_endpoint_unused():
     assert L.check_rendezvous(1, 0, None).detail == "single node (--standalone)"
     said = L.check_rendezvous(1, 0, "foo:29500")
     assert said.ok and "--rdzv-endpoint foo:29500 is not used" in said.detail
+
+
+def test_a_cpu_runs_phases_line_names_no_device():
+    """On CPU the host runs what it dispatches: the phases line had said 'the device done with it' 0.1 ms after the
+    host finished dispatching."""
+    steps = [{"host_dispatch_s": 0.3427, "fwd_bwd_s": 0.3428, "after_s": 0.05}] * 3
+    line = L.phases_line({"device": "cpu", "steps": steps, "warmup_steps": 1})
+    assert line == ("phases (rank 0, median): the forward/backward done at 342.8 ms, then 50.0 ms of gradient "
+                    "reduction and optimizer step")
+    assert "device" in L.phases_line({"device": "cuda", "steps": steps, "warmup_steps": 1})

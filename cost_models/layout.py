@@ -425,6 +425,14 @@ def head_on_first_rank(lay):
     return (np.asarray(lay.pp) == 1) | (np.asarray(lay.schedule) == SCH_ZBV)
 
 
+def deepspeed_comm_casts(tr) -> bool:
+    """Where DeepSpeed's ZeRO-2/3 reductions cast each gradient bucket to a communication dtype other than the model's
+    (the recipe's gradient dtype is not its weights': the export's fp32 beside fp32 gradient shards) before reducing
+    it; its copy is memory.deepspeed_grad_buckets' `reduce`, its time in total and zero3.block_comm."""
+    rec = PRECISION_RECIPES[tr.precision]
+    return rec["grad"] != rec["weight"]
+
+
 def zero_shards(lay, tr):
     """Ranks that ZeRO shards states over and its reduce-scatters and all-gathers span: dp x cp, or dp
     where the cp replicas are averaged apart (TrainingConsts.zero_over_cp)."""

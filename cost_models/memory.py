@@ -18,7 +18,8 @@ import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches, rank_block_counts,
-                     recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards)
+                     recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards,
+                     deepspeed_comm_casts)
 from . import zero3
 from .params import layer_other_params
 
@@ -753,7 +754,7 @@ def deepspeed_grad_buckets(lay, tr):
     # communication_data_type); ZeRO-3's __avg_scatter_grads, g.to(...) per gradient), and at ZeRO-3 then
     # reduce_scatter_coalesced's torch.cat of them interleaved by rank, live together until the reduce returns
     comm = rec["grad"]
-    cast = elements * comm if comm != rec["weight"] else 0.0
+    cast = elements * comm if deepspeed_comm_casts(tr) else 0.0
     return {"held": np.where(zero >= 3, each, np.where(zero1, n * each, 0.0)),
             "backward": np.where(zero == 2, n * each, 0.0),
             "reduce": np.where(zero >= 3, cast + elements * comm, np.where(zero == 2, cast, 0.0)),

@@ -34,8 +34,8 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, optimizer_time,
                       plan_overlaps_param_gather, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
-                     head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends, recomputed_share,
-                     split_by_share, zero_shards)
+                     deepspeed_comm_casts, head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends,
+                     recomputed_share, split_by_share, zero_shards)
 from .memory import (ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
                      embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu,
                      memory_breakdown, queued_weight_pass)
@@ -416,7 +416,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # fp32 beside fp32 gradient shards: average_tensor's allreduce_bucket, tensor.to(communication_data_type)) on the
     # reduction stream before reducing it: a read and a write of the stage's gradients through HBM each reduction
     # (the memory model holds the cast: memory.deepspeed_grad_buckets' reduce)
-    ds_cast = (zero == 2) & bool(tr.ds_reduce_bucket_elements) & (rec["grad"] != rec["weight"])
+    ds_cast = (zero == 2) & bool(tr.ds_reduce_bucket_elements) & deepspeed_comm_casts(tr)
     red_t = red_t + np.where(ds_cast, stage_params * (rec["weight"] + rec["grad"]) / hw.hbm_bytes_per_s, 0.0)
     red_moved = np.where(z1_ar, z1_ar_moved, rs_moved)
     # ZeRO-2 reducing per micro-batch: a reduce-scatter after each micro-batch's backward, which runs

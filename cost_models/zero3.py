@@ -40,7 +40,7 @@ import numpy as np
 
 from . import comm
 from .compute import attention_core_time, gemm_time, layer_elementwise_time, layer_gemms
-from .layout import PRECISION_RECIPES, REC_FULL, ModelDims, zero_shards
+from .layout import PRECISION_RECIPES, REC_FULL, ModelDims, deepspeed_comm_casts, zero_shards
 
 PREFETCH_BUCKET_ELEMENTS = 5e7  # DeepSpeed stage3_prefetch_bucket_size default
 MAX_LIVE_ELEMENTS = 1e9  # stage3_max_live_parameters default; taken as not binding (module docstring)
@@ -119,7 +119,7 @@ def block_comm(m: ModelDims, lay, hw, tr, bw, lat):
     # reduce): a cast to the communication dtype where it is not the model's (read + write) and reduce_scatter_
     # coalesced's concatenation (read + write of the communication dtype), passes through HBM
     comm_b = rec["grad"]
-    copy_b = (rec["weight"] + comm_b if comm_b != rec["weight"] else 0.0) + 2 * comm_b
+    copy_b = (rec["weight"] + comm_b if deepspeed_comm_casts(tr) else 0.0) + 2 * comm_b
     r_t = [t + x * copy_b / hw.hbm_bytes_per_s
            + np.where(host, 2 * x / dp * rec["weight"] / hw.host_link_bytes_per_s, 0.0) for (t, _), x in zip(red, w)]
     r_b = [b for _, b in red]

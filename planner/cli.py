@@ -399,29 +399,17 @@ def recommend(
         _err(f"error: {e}")
         raise typer.Exit(EXIT_NOTHING_FITS)
     if objective == "min-gpus":  # the answer itself, said where the table's title alone had carried it
+        from .core import gpu_counts_said, pinned_product
         _err(f"fewest GPUs that fit: {plan.hardware.gpus} "
-             f"({_min_gpus_tried(kwargs['pins'], plan.hardware.gpus_per_node, gpus)})")
+             f"(tried {gpu_counts_said(gpus, plan.hardware.gpus_per_node, pinned_product(kwargs['pins']))})")
     if as_json:
         _write_json(_plan_json(plan))
         return
-    n = 1 + len(plan.alternatives)
-    _show_plans(plan, title=f"top {n} layout{'s' if n > 1 else ''} for {plan.hardware.gpus} x {plan.hardware.name}")
+    _show_plans(plan, title=f"top {_count(1 + len(plan.alternatives), 'layout')} for {plan.hardware.gpus} x "
+                            f"{plan.hardware.name}")
 
 
-def _min_gpus_tried(pins, per_node: int, gpus: int) -> str:
-    """What --objective min-gpus searched (planner.core._gpu_counts_up_to), as the stderr line says it."""
-    from .core import pinned_product
-    pinned = pinned_product(pins)
-    tried = (f"every count up to a node of {per_node}, then whole nodes up to --gpus {gpus}, and every count of a "
-             "last node partly used")
-    if pinned == 1:
-        return "tried " + tried
-    if per_node % pinned:
-        return f"tried every multiple of {pinned}, the pinned degrees' product, up to --gpus {gpus}"
-    return f"tried {tried}, where the pinned degrees' product {pinned} divides it"
-
-
-def _runs(n: int, what: str = "run") -> str:
+def _count(n: int, what: str) -> str:
     """'1 run', '9 runs'."""
     return f"{n} {what}{'' if n == 1 else 's'}"
 
@@ -797,8 +785,9 @@ def _sweep_row(spec, g: int, objective: str, kwargs: dict) -> dict:
     except NothingFits as e:
         row["reason"] = e.plan.prediction.reason if e.plan.prediction else str(e)
     except PlannerError as e:  # the input (a pin, the profile) rules this count out, not memory
-        # "--tp 8 does not divide --gpus 12; pick a divisor of 12": the sweep's count is given, the pin is the fix
-        row.update(reason=re.sub(r"; pick a divisor of \d+$", "", _one_line(e)), input_error=True)
+        # the problem without a fix given apart ("--tp 8 does not divide --gpus 12", not "; pick a divisor of 12"):
+        # a count of the sweep's list is not the user's to change there
+        row.update(reason=e.problem if e.fix else _one_line(e), input_error=True)
     else:
         from .explain import layout_dict
         pr = plan.prediction
@@ -937,14 +926,14 @@ def validate(
                   else "no prediction" + (f" ({next(iter(missing[name]))})" if len(missing[name]) == 1 else ""))
         unpredicted = f" ({s['missing']} of {s['runs'] + s['missing']} not predicted: see the table)" \
             if s["missing"] and s["runs"] else ""
-        console.print(f"{name}: {_runs(s['runs'])}, {errors}{sp}{fitted}{unpredicted}", highlight=False, markup=False)
+        console.print(f"{name}: {_count(s['runs'], 'run')}, {errors}{sp}{fitted}{unpredicted}", highlight=False, markup=False)
     # the same runs by the framework each prediction modelled (what `recommend` prints under a plan)
     for fw, f in by_framework.items():
         parts = []
         if f["runs"]:
-            parts.append(f"{_runs(f['runs'])}, median |error| {f['median_abs_error']:.1%}, max {f['max_abs_error']:.1%}")
+            parts.append(f"{_count(f['runs'], 'run')}, median |error| {f['median_abs_error']:.1%}, max {f['max_abs_error']:.1%}")
         if f["plausibility_runs"]:
-            parts.append(f"{_runs(f['plausibility_runs'], 'plausibility-only run')}, "
+            parts.append(f"{_count(f['plausibility_runs'], 'plausibility-only run')}, "
                          f"median {f['plausibility_median_abs_error']:.1%}")
         console.print(f"by framework, {fw}: " + "; ".join(parts), highlight=False, markup=False)
 

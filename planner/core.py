@@ -29,15 +29,19 @@ from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, fsdp2_offload
 
 
 class PlannerError(ValueError):
-    """Invalid input; the message is one line with the fix."""
+    """Invalid input; the message is one line with the fix: `problem`, then `fix` where the raiser gives it apart
+    (a sweep over GPU counts says the problem of a count a pin rules out without its "pick a divisor" fix)."""
+
+    def __init__(self, problem: str, fix: str | None = None):
+        super().__init__(problem if fix is None else f"{problem}; {fix}")
+        self.problem, self.fix = problem, fix
 
 
 class StructureError(PlannerError):
     """A plan's layout that no framework runs (check_plan_structure): `problem`, then `fix`."""
 
     def __init__(self, problem: str, fix: str = "correct the plan, or write one with `parplan recommend ... --json`"):
-        super().__init__(f"{problem}; {fix}")
-        self.problem, self.fix = problem, fix
+        super().__init__(problem, fix)
 
 
 # DeepSpeed's engine (_do_optimizer_sanity_check, 007cca6a and later) wraps a bf16 model without ZeRO inside a
@@ -632,6 +636,15 @@ def _gpu_counts_up_to(gpus: int, per_node: int, pinned: int = 1) -> list[int]:
     return sorted(g for g in counts if g <= gpus and g % pinned == 0)
 
 
+def gpu_counts_said(gpus: int, per_node: int, pinned: int = 1) -> str:
+    """What _gpu_counts_up_to and _partly_used_last_node search, in words (min-gpus' stderr line)."""
+    if per_node % pinned:
+        return f"every multiple of {pinned}, the pinned degrees' product, up to --gpus {gpus}"
+    tried = (f"every count up to a node of {per_node}, then whole nodes up to --gpus {gpus}, and every count of a "
+             "last node partly used")
+    return tried if pinned == 1 else f"{tried}, where the pinned degrees' product {pinned} divides it"
+
+
 def pinned_product(pins: Pins) -> int:
     """The product of the pinned tp, pp, dp and cp (1 where none is pinned)."""
     prod = 1
@@ -643,18 +656,18 @@ def pinned_product(pins: Pins) -> int:
 def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: bool = False) -> None:
     """Refuse pins no layout can meet, with the fix.  `up_to` (--objective min-gpus): --gpus is the most GPUs to
     use, so the pins must fit under it, not divide it."""
-    def need(ok, msg):
+    def need(ok, msg, fix=None):
         if not ok:
-            raise PlannerError(msg)
+            raise PlannerError(msg, fix)
     for name in ("tp", "pp", "dp", "cp"):
         v = getattr(pins, name)
         if v is not None:
             need(v >= 1, f"--{name} must be a positive integer, got {v}")
             if up_to:
-                need(v <= gpus, f"--{name} {v} is more than --gpus {gpus}, the most --objective min-gpus may use; "
-                                f"raise --gpus to {v} or more")
+                need(v <= gpus, f"--{name} {v} is more than --gpus {gpus}, the most --objective min-gpus may use",
+                     f"raise --gpus to {v} or more")
             else:
-                need(gpus % v == 0, f"--{name} {v} does not divide --gpus {gpus}; pick a divisor of {gpus}")
+                need(gpus % v == 0, f"--{name} {v} does not divide --gpus {gpus}", f"pick a divisor of {gpus}")
     if pins.tp is not None:
         need(spec.heads % pins.tp == 0 and spec.kv_heads % pins.tp == 0,
              f"--tp {pins.tp} must divide heads ({spec.heads}) and kv_heads ({spec.kv_heads})")
@@ -667,13 +680,9 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: boo
              f"--schedule {pins.schedule} with --pp 1: without a pipeline there is nothing to schedule (every "
              "schedule is plain gradient accumulation); drop --schedule, or pin --pp > 1")
     prod = pinned_product(pins)
-    if up_to:
-        need(prod <= gpus, f"pinned degrees multiply to {prod}, more than --gpus {gpus}, the most --objective min-gpus "
-                           f"may use; raise --gpus to {prod} or more")
-    else:
-        need(prod <= gpus, f"pinned degrees multiply to {prod}, more than --gpus {gpus}; raise --gpus to {prod} or "
-                           "lower a pin")
-        need(gpus % prod == 0, f"pinned degrees multiply to {prod}, which does not divide --gpus {gpus}")
+    need(prod <= gpus, f"pinned degrees multiply to {prod}, more than --gpus {gpus}" + ("" if not up_to else
+         ", the most --objective min-gpus may use"), f"raise --gpus to {prod} or " + ("more" if up_to else "lower a pin"))
+    need(up_to or gpus % prod == 0, f"pinned degrees multiply to {prod}, which does not divide --gpus {gpus}")
     if pins.mbs is not None:
         need(pins.mbs >= 1, f"--mbs must be >= 1, got {pins.mbs}")
     if pins.vpp is not None:
@@ -911,10 +920,8 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
             rec = recommend(spec, gpus, global_batch_size=b, pins=pins, **common)
         except (NothingFits, PlannerError):
             continue
-        r = rec.parallel
-        out.append(f"--global-batch-size {b} fits on {gpus} GPUs (tp {r.tp}, pp {r.pp}, dp {r.dp}, "
-                   f"{rec.prediction.memory_bytes_per_gpu.total / 1e9:.1f} GB per GPU; "
-                   f"{training.global_batch_size} does not split over dp {r.dp})")
+        out.append(f"--global-batch-size {b} fits on {gpus} GPUs ({_fitting_layout(rec, pins)}; "
+                   f"{training.global_batch_size} does not split over dp {rec.parallel.dp})")
         break
     free = Pins(mbs=pins.mbs, recompute=pins.recompute, zero=pins.zero, sp=pins.sp, offload=pins.offload,
                 schedule=pins.schedule)

@@ -54,12 +54,13 @@ class Check:
     detail: str
     fix: str = ""
     exit_code: int = EXIT_INVALID
+    settled: bool = True  # False: this machine cannot make the check (a cuda plan where there is no GPU)
 
     def line(self) -> str:
         """`[ok  ]`, `[FAIL]`, `[warn]` for a passed check whose detail is a warning, `[--  ]` for one this machine
-        could not settle (marked by a detail ending "(not checked here)")."""
+        could not settle."""
         mark = ("FAIL" if not self.ok else "warn" if self.detail.startswith("warning:")
-                else "--  " if self.detail.endswith("(not checked here)") else "ok  ")
+                else "ok  " if self.settled else "--  ")
         detail = self.detail.removeprefix("warning: ") if mark == "warn" else self.detail
         return f"[{mark}] {self.name}: {detail}" + (f" -- fix: {self.fix}" if not self.ok and self.fix else "")
 
@@ -165,7 +166,7 @@ def check_world(plan, device: str, machine: MachineInfo, nnodes: int, nproc_per_
         return nproc, Check("world size", True, said)
     if machine.gpus == 0:  # the device check already says so
         return nproc, Check("world size", True, f"{layout} needs {nproc} GPUs per node x {nnodes} node(s); this "
-                            "machine has none (not checked here)")
+                            "machine has none", settled=False)
     if nproc > machine.gpus:
         return nproc, Check("world size", False,
                             f"{layout} needs {nproc} GPUs per node x {nnodes} node(s), this node has {machine.gpus}",
@@ -289,7 +290,7 @@ def check_hardware(plan, device: str, machine: MachineInfo) -> Check:
     if device != "cuda":
         return Check("hardware", True, f"profile {name} (not used on {device})")
     if not machine.gpus:
-        return Check("hardware", True, f"profile {name}; no GPU here to compare it with (not checked here)")
+        return Check("hardware", True, f"profile {name}; no GPU here to compare it with", settled=False)
     from .core import PlannerError, load_hardware
     try:
         prof = load_hardware(name)

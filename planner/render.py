@@ -376,6 +376,11 @@ def compare_table(rows: list[dict], a_label: str, b_label: str):
     return t
 
 
+def _unplanned(row: dict) -> str:
+    """A sweep row without a plan: a pin its count breaks (skipped) or memory (does not fit)."""
+    return "skipped" if row.get("input_error") else "does not fit"
+
+
 def sweep_table(rows: list[dict], title: str):
     from rich.table import Table
     t = Table(title=title, title_justify="left", header_style="bold")
@@ -385,8 +390,7 @@ def sweep_table(rows: list[dict], title: str):
         t.add_column(c, justify="left" if c == "best layout" else "right")
     for r in rows:
         if not r["fits"]:
-            said = "skipped" if r.get("input_error") else "does not fit"  # a pin this count breaks, not memory
-            t.add_row(f"{r['gpus']:,}", f"{said}: {r['reason']}", *[""] * (len(cols) - 2))
+            t.add_row(f"{r['gpus']:,}", f"{_unplanned(r)}: {r['reason']}", *[""] * (len(cols) - 2))
             continue
         t.add_row(f"{r['gpus']:,}", r["layout_label"], _fmt_s(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
                   f"{r['mfu'] * 100:.1f}%", _fmt_bytes(r["memory_total_bytes"]),
@@ -401,7 +405,7 @@ def bar_lines(rows: list[dict], key: str, label: str, fmt, width: int = 40) -> l
     lines = [label]
     for r in rows:
         if not r["fits"]:
-            lines.append(f"{r['gpus']:>6} | ({'skipped' if r.get('input_error') else 'does not fit'})")
+            lines.append(f"{r['gpus']:>6} | ({_unplanned(r)})")
             continue
         n = int(round(width * r[key] / top)) if top > 0 else 0
         lines.append(f"{r['gpus']:>6} | {'#' * n}{' ' * (width - n)} {fmt(r[key])}")

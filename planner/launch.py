@@ -25,7 +25,9 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -1211,8 +1213,16 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         except OSError:
             return None
     before = report_state()
+    # torchrun's agent makes a log folder per run (/tmp/torchelastic_*, left behind empty: it redirects no stream here,
+    # the output is run_dir/torchrun.log): one of launch's own, removed when the job ends, whatever its end
+    log_dir = tempfile.mkdtemp(prefix="parplan_torchrun_")
+    at = argv.index("torch.distributed.run") + 1  # a torchrun option: before the -m of the script it runs
+    argv = argv[:at] + ["--log-dir", log_dir] + argv[at:]
     _err(f"launching {plan.parallel.world_size} ranks ({nproc} per node): {shlex.join(argv)}")
-    code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")
+    try:
+        code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
     if code == EXIT_INTERRUPTED:
         _err("interrupted")
         return code

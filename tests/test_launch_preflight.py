@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -899,3 +901,24 @@ def test_a_cpu_runs_phases_line_names_no_device():
     assert line == ("phases (rank 0, median): the forward/backward done at 342.8 ms, then 50.0 ms of gradient "
                     "reduction and optimizer step")
     assert "device" in L.phases_line({"device": "cuda", "steps": steps, "warmup_steps": 1})
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_torchruns_log_folder_is_launchs_own_and_goes_with_the_job(plan8, tmp_path, monkeypatch, capsys, code):
+    """torchrun's agent made a /tmp/torchelastic_* folder per launch and left it (26 launches, 26 empty folders):
+    launch hands it a folder of its own (--log-dir, a torchrun option, so before the -m) and removes it when the
+    job ends, failed or not."""
+    seen = {}
+
+    def job(argv, env, steps, log):
+        at = argv.index("--log-dir")
+        seen["dir"], seen["before_m"] = argv[at + 1], at < argv.index("-m", at)
+        seen["existed"] = os.path.isdir(argv[at + 1])
+        Path(argv[at + 1], "attempt_0").mkdir()  # what torchrun makes in it
+        return code, [], ["boom"]
+    monkeypatch.setattr(L, "run_job", job)
+    monkeypatch.setattr(L, "check_cpu_time", lambda *a, **k: L.Check("time", True, "test"))
+    L.launch(plan8, device="cpu", steps=2, nproc_per_node=8, report=str(tmp_path / "run" / "report.json"))
+    assert seen["existed"] and seen["before_m"] and Path(seen["dir"]).name.startswith("parplan_torchrun_")
+    assert not os.path.exists(seen["dir"])
+    assert f"--log-dir {seen['dir']}" in capsys.readouterr().err  # the command it says it runs is the one it runs

@@ -333,6 +333,43 @@ def split_by_share(share, lay, mem, whole, partial) -> dict:
     return out
 
 
+# A column's value range up to which distinct_rows counts its values in a table (a few MB) rather than sorting them
+DENSE_RANGE = 1 << 22
+
+
+def _dense_codes(c: np.ndarray) -> tuple[np.ndarray, int]:
+    """(each value's rank among the distinct values, how many there are) of a 1-d integer array: a table over the
+    value range marks the values present and its running count ranks them (np.unique's sort where the range is
+    wider than DENSE_RANGE)."""
+    lo, hi = int(c.min()), int(c.max())
+    if hi - lo >= DENSE_RANGE:
+        values, codes = np.unique(c, return_inverse=True)
+        return codes.reshape(-1), len(values)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[c - lo] = True
+    rank = np.cumsum(present) - 1
+    return rank[c - lo], int(rank[-1]) + 1
+
+
+def distinct_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
+    """(first, where) over the rows of integer columns (1-d, one length, not empty): `first` holds a row index for
+    each distinct row, in the rows' order (first column first), and row i equals row first[where[i]] -- what
+    np.unique(rows, return_index=True, return_inverse=True) gives, up to which of a repeated row's indices stands
+    for it, without np.unique's sort of every row (a search's few hundred thousand candidates share a few hundred
+    rows of the fields a term reads; the per-column tables take a fifth of the sort's time)."""
+    n = len(cols[0])
+    code, span = np.zeros(n, dtype=np.int64), 1
+    for c in cols:
+        ranks, k = _dense_codes(np.asarray(c).astype(np.int64))
+        code, span = code * k + ranks, span * k
+        if span >= DENSE_RANGE:
+            code, span = _dense_codes(code)
+    where, k = _dense_codes(code)
+    first = np.empty(k, dtype=np.int64)
+    first[where] = np.arange(n)
+    return first, where
+
+
 def stage_layers(layers: int, stages: int) -> list[int]:
     """Blocks per (virtual) pipeline stage.  The first and last stages carry the embedding and
     the head, so the remainder of layers/stages goes to the middle stages first, then the
@@ -383,10 +420,9 @@ def rank_block_counts(layers: int, pp, vpp, schedule=None):
                                                                                  np.broadcast_shapes(np.shape(pp), np.shape(schedule)))
     if pp.ndim == 1 and pp.shape == vpp.shape and pp.size >= 4096:
         # a search's candidates share a few dozen (pp, vpp, zbv): count once per triple, then scatter
-        keys, where = np.unique((pp.astype(np.int64) * 4096 + vpp) * 2 + zbv, return_inverse=True)
-        pairs = keys // 2
-        return tuple(np.asarray(x)[where] for x in rank_block_counts(layers, pairs // 4096, pairs % 4096,
-                                                                      np.where(keys % 2 == 1, SCH_ZBV, -1)))
+        first, where = distinct_rows(pp, vpp, zbv)
+        return tuple(np.asarray(x)[where] for x in rank_block_counts(layers, pp[first], vpp[first],
+                                                                      np.where(zbv[first], SCH_ZBV, -1)))
     S = pp * vpp
     base = layers // S
     rem = layers % S

@@ -19,7 +19,7 @@ import numpy as np
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches, rank_block_counts,
                      recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards,
-                     deepspeed_comm_casts)
+                     deepspeed_comm_casts, distinct_rows)
 from . import zero3
 from .params import layer_other_params
 
@@ -790,11 +790,10 @@ def rank_inflight_by_key(lay, m_micro, layers: int | None = None, output_sends_r
     search's hundreds of thousands of candidates share a few hundred of these (the same counts)."""
     shape = np.broadcast(np.asarray(lay.pp), np.asarray(lay.vpp), np.asarray(lay.schedule), np.asarray(m_micro)).shape
     m_arr = np.broadcast_to(np.asarray(m_micro, dtype=float), shape)
-    if len(shape) != 1 or shape[0] < 4096 or not np.all(m_arr == np.round(m_arr)) or m_arr.max(initial=0) >= 2**31:
+    if len(shape) != 1 or shape[0] < 4096 or not np.all(m_arr == np.round(m_arr)):
         return rank_inflight(lay, m_micro, layers, output_sends_released)
     pp, vpp, sch = (np.broadcast_to(np.asarray(x, dtype=np.int64), shape) for x in (lay.pp, lay.vpp, lay.schedule))
-    key = ((pp * 256 + vpp) * 16 + sch) * 2**31 + m_arr.astype(np.int64)  # pp, vpp < 2^20, 2^8; 5 schedules
-    _, first, where = np.unique(key, return_index=True, return_inverse=True)
+    first, where = distinct_rows(pp, vpp, sch, m_arr)
     sub = SimpleNamespace(pp=pp[first], vpp=vpp[first], schedule=sch[first])
     counts = rank_inflight(sub, m_arr[first], layers, output_sends_released)
     return {kind: [tuple(np.asarray(x)[where] for x in moment) for moment in moments]
@@ -813,13 +812,7 @@ def per_block_shape(lay, fn):
     shape = np.broadcast(*cols).shape
     if len(shape) != 1 or shape[0] < 4096 or any(c.dtype.kind not in "iub" for c in cols):
         return fn(lay)
-    cols = [np.broadcast_to(c, shape).astype(np.int64) for c in cols]
-    if min(int(c.min()) for c in cols) < 0 or max(int(c.max()) for c in cols) >= 2**12:
-        return fn(lay)
-    key = np.zeros(shape, dtype=np.int64)
-    for c in cols:  # 5 fields of 12 bits
-        key = key * 2**12 + c
-    _, first, where = np.unique(key, return_index=True, return_inverse=True)
+    first, where = distinct_rows(*(np.broadcast_to(c, shape) for c in cols))
     out = fn(lay.take(first))
     return tuple(np.broadcast_to(np.asarray(x), first.shape)[where] for x in out)
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts, largest_virtual_stage
+from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts, distinct_rows,
+                                largest_virtual_stage)
 from cost_models.memory import runs_in_rounds, states_floor, weight_pass_queued
 from cost_models.total import evaluate, memory, step_floor
 
@@ -452,7 +453,7 @@ def _row_keys(lay: Layout, exclude=()) -> np.ndarray:
         for c, span in zip(cols, spans):
             key = key * span + c
         return key
-    return np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return distinct_rows(*cols)[1]
 
 
 def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins: Pins, top_k: int,

@@ -1396,3 +1396,25 @@ def test_partial_recompute_pins_and_suggestions():
                   pins=Pins(offload="none", tp=8, pp=2, vpp=1, recompute_layers=5))
     said = " ".join(e.value.plan.suggestions)
     assert "without --recompute-layers 5 it fits on 16 GPUs with --recompute-layers 30" in said, said
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_distinct_rows_is_np_uniques_answer_without_its_sort(wide):
+    """distinct_rows (the per-shape and per-pipeline-shape dedupe of memory, rank counts and in-flight counts): the
+    distinct rows in np.unique's order, every row mapped onto its own, negative values and a column wider than the
+    dense table (np.unique's path) alike."""
+    from cost_models.layout import DENSE_RANGE, distinct_rows
+    rng = np.random.default_rng(7)
+    n = 20_000
+    cols = [rng.choice([1, 2, 4, 8, 64, 4096], n), rng.integers(-3, 4, n), rng.integers(0, 2, n),
+            rng.choice([1.0, 3.0, 96.0], n)]
+    if wide:
+        cols.append(rng.choice([0, 5, DENSE_RANGE * 3], n))
+    first, where = distinct_rows(*cols)
+    rows = np.stack([np.asarray(c).astype(np.int64) for c in cols], axis=1)
+    uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+    assert np.array_equal(rows[first], uniq)  # one row each, in np.unique's order
+    assert np.array_equal(where, inverse.reshape(-1))
+    assert np.array_equal(rows[first][where], rows)
+    first, where = distinct_rows(np.array([5]))
+    assert first.tolist() == [0] and where.tolist() == [0]

@@ -7,6 +7,9 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             over hidden 1024); its per-head q/k RMSNorms (2 x head_dim weights a layer)
                             are not counted.
   phi3                   -> arch llama: its fused qkv and gate_up projections hold the same matrices.
+  internlm2              -> arch llama: its fused wqkv holds the same q, k and v matrices, with llama's key names
+                            (InternLM2.5-7B: 7,737,708,544, every parameter); a `bias` true (InternLM2Config's
+                            default; the released configs set false) would add biases not counted (a note says so).
   granite                -> arch llama: Granite's embedding, residual, attention and logit multipliers are
                             scalars (no parameters, no matmuls).
   olmo2                  -> arch llama: its two norms a layer sit after attention and MLP instead of
@@ -40,10 +43,16 @@ from pathlib import Path
 from planner.models import with_param_count
 from planner.schema import ModelSpec, error_message, json_type_name
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "gemma", "gemma2", "gemma3_text")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
+              "gemma3_text")
 GPT_LIKE = ("gpt2", "gpt_neox")
 SUPPORTED = LLAMA_LIKE + GPT_LIKE
-MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
+# keys whose positive value makes a config mixture-of-experts (Mixtral's num_local_experts, Qwen-MoE's num_experts,
+# DeepSeek's n_routed_experts, DBRX's ffn_config.moe_num_experts, the experts a token is routed to), wherever the
+# config nests them (a multimodal config's text_config, DBRX's ffn_config)
+MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
+# a LM head: what the architectures field's class names end with for a model trained on next-token prediction
+LM_HEAD_CLASSES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
 # ModelSpec field -> config keys tried in order, per family group.
 _FIELDS = {
@@ -71,8 +80,8 @@ _CLASS_DEFAULTS = {
     "gpt2": {"n_positions": 1024},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
-_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "granite": False,
-                 "olmo2": False, "gemma": True, "gemma2": True, "gemma3_text": True,
+_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "internlm2": False,
+                 "granite": False, "olmo2": False, "gemma": True, "gemma2": True, "gemma3_text": True,
                  "gpt2": True, "gpt_neox": False}
 
 
@@ -139,9 +148,10 @@ def _get(cfg: dict, keys: tuple[str, ...], field: str, where: str, required: boo
 def _prepared(path_or_dict) -> tuple[dict, str, str, bool]:
     """(config with its class's defaults, where it came from, model_type, whether a vision tower was dropped)."""
     cfg, where = read_hf_config(path_or_dict)
-    for field in MOE_FIELDS:
-        if cfg.get(field):
-            raise ValueError(f"mixture-of-experts configs are not supported yet (field {field})")
+    moe = _moe_field(cfg)
+    if moe:
+        raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model; parplan plans dense models only "
+                         "(no expert parallelism in its search or cost model), so it has no plan for this config")
     model_type = cfg.get("model_type")
     vision_dropped = model_type == "gemma3"
     if vision_dropped:  # multimodal Gemma 3: the language model's shape is its text_config (Gemma3Config: the
@@ -156,9 +166,59 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, bool]:
     if model_type is None:
         raise ValueError(f"{where}: missing required field model_type (one of {', '.join(SUPPORTED)})")
     if model_type not in SUPPORTED:
-        raise ValueError(f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
+        raise ValueError(f"{where}: model_type {model_type!r} is not supported (supported: {', '.join(SUPPORTED)}); "
+                         f"give the shape instead: {_shape_flags(cfg)}")
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # keys the file has win, explicit nulls included
     return cfg, where, model_type, vision_dropped
+
+
+def _moe_field(cfg: dict, prefix: str = "", depth: int = 0):
+    """(key path, value) of the first MOE_FIELDS key with a positive value in cfg or the configs it nests (a vision or
+    audio tower's aside: a multimodal model drops those), else None."""
+    for k in MOE_FIELDS:
+        v = cfg.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return prefix + k, v
+    for k, v in cfg.items():
+        if isinstance(v, dict) and depth < 4 and not any(t in k for t in ("vision", "audio")):
+            found = _moe_field(v, f"{prefix}{k}.", depth + 1)
+            if found:
+                return found
+    return None
+
+
+# the explicit-shape flags an unsupported config's keys fill: the names the families in SUPPORTED use, and those of
+# OPT (ffn_dim), GPT-J (n_embd, n_layer, n_head, n_inner) and Falcon (num_kv_heads)
+_SHAPE_KEYS = (("--layers", ("num_hidden_layers", "n_layer", "num_layers", "n_layers")),
+               ("--hidden", ("hidden_size", "n_embd", "d_model")),
+               ("--heads", ("num_attention_heads", "n_head", "num_heads", "n_heads")),
+               ("--kv-heads", ("num_key_value_heads", "num_kv_heads", "n_head_kv")),
+               ("--ffn-hidden", ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")),
+               ("--vocab", ("vocab_size", "padded_vocab_size")),
+               ("--head-dim", ("head_dim",)))
+
+
+def _shape_flags(cfg: dict) -> str:
+    """The explicit-shape flags of an unsupported config, from its keys: --arch llama where its activation is SiLU
+    (a gated MLP), else gpt; Falcon's multi-query attention (multi_query without new_decoder_architecture) one
+    key/value head; a shape field the config has under no known key left as <N>."""
+    def value(keys):
+        for k in keys:
+            v = cfg.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return None
+    act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "").lower()
+    flags = ["--arch", "llama" if act in ("silu", "swiglu", "swish") else "gpt"]
+    for flag, keys in _SHAPE_KEYS:
+        v = 1 if flag == "--kv-heads" and cfg.get("multi_query") and not cfg.get("new_decoder_architecture") \
+            else value(keys)
+        if v is not None or flag in ("--layers", "--hidden", "--heads", "--vocab"):
+            flags += [flag, str(v) if v is not None else "<N>"]
+    if isinstance(cfg.get("tie_word_embeddings"), bool):
+        flags.append("--tied-embeddings" if cfg["tie_word_embeddings"] else "--untied-embeddings")
+    return (" ".join(flags) + " (from this config's keys, as parplan's llama or gpt blocks: check the parameter count "
+            "it prints against the model's)")
 
 
 def _context(cfg: dict, where: str):
@@ -224,6 +284,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "qwen3": "per-head q/k norms not counted",
         "olmo2": "q/k norms not counted",
         "phi3": "fused qkv and gate_up counted as separate matrices",
+        "internlm2": "fused wqkv counted as separate matrices",
         "gemma": "GeGLU counted as 3 matrices like SwiGLU",
         "gemma2": "GeGLU counted as 3 matrices like SwiGLU; post-norms not counted",
         "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; post-norms and q/k norms not counted",
@@ -231,10 +292,18 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                     "attention + MLP run one after the other",
     }.get(model_type)
     notes = [base_note] if base_note else []
+    classes = cfg.get("architectures")
+    if isinstance(classes, list) and classes and all(isinstance(c, str) and not c.endswith(LM_HEAD_CLASSES)
+                                                     for c in classes):
+        # a headless checkpoint (Qwen3Model as a text encoder) or another head (ForSequenceClassification): parplan
+        # trains next-token prediction, so its count and plan hold a vocab head and its loss (+26 % of a 0.6B
+        # headless untied Qwen3's parameters)
+        notes.append(f"architectures {', '.join(classes)}: no language-model head in the checkpoint; planned with "
+                     "one (parplan trains next-token prediction: a vocab head and its loss)")
     if vision_dropped:
         notes.append("the vision tower is not counted")
-    if arch == "llama" and model_type != "qwen2" and (cfg.get("attention_bias") or cfg.get("mlp_bias")):
-        which = " and ".join(k for k in ("attention_bias", "mlp_bias") if cfg.get(k))
+    if arch == "llama" and model_type != "qwen2" and any(cfg.get(k) for k in ("attention_bias", "mlp_bias", "bias")):
+        which = " and ".join(k for k in ("attention_bias", "mlp_bias", "bias") if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes.append(bias_note)
     if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):

@@ -147,16 +147,74 @@ def test_missing_kv_heads_means_multi_head():
     assert model_from_hf_config(cfg).kv_heads == 32
 
 
-@pytest.mark.parametrize("field", ["num_local_experts", "num_experts", "n_routed_experts"])
+@pytest.mark.parametrize("field", ["num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
+                                   "num_experts_per_tok"])
 def test_moe_rejected(field):
     cfg = _cfg("Meta-Llama-3-8B") | {field: 8}
-    with pytest.raises(ValueError, match=f"mixture-of-experts configs are not supported yet \\(field {field}\\)"):
+    with pytest.raises(ValueError, match=f"config dict: {field} = 8: a mixture-of-experts model; parplan plans dense "
+                                         "models only"):
         model_from_hf_config(cfg)
+    assert model_from_hf_config(_cfg("Meta-Llama-3-8B") | {field: 0}).layers == 32  # a dense config's 0 experts
+
+
+def test_moe_fields_nested_in_a_text_or_ffn_config_are_found():
+    """A multimodal config's text_config (merged after the check had run) and DBRX's ffn_config.moe_num_experts had
+    been counted as dense; a vision tower's fields are not the language model's."""
+    gemma = {"model_type": "gemma3", "text_config": {"num_experts": 8}, "vision_config": {}}
+    with pytest.raises(ValueError, match=r"text_config\.num_experts = 8: a mixture-of-experts model"):
+        model_from_hf_config(gemma)
+    with pytest.raises(ValueError, match=r"ffn_config\.moe_num_experts = 16"):
+        model_from_hf_config(_cfg("Meta-Llama-3-8B") | {"ffn_config": {"moe_num_experts": 16}})
+    assert model_from_hf_config({**gemma, "text_config": {}, "vision_config": {"num_experts": 4}}).layers == 26
 
 
 def test_mixtral_file_rejected():
-    with pytest.raises(ValueError, match=r"not supported yet \(field num_local_experts\)"):
+    with pytest.raises(ValueError, match=r"num_local_experts = 8: a mixture-of-experts model"):
         model_from_hf_config(DATA / "Mixtral-8x7B-v0.1.json")
+
+
+def test_an_unsupported_family_gets_the_explicit_shape_flags_its_keys_fill():
+    """The error named the supported types and no way on: it gives the explicit-shape flags from the config's own keys
+    (Falcon-7B's multi-query attention: one key/value head, whatever num_kv_heads says)."""
+    falcon = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
+              "num_kv_heads": 71, "multi_query": True, "new_decoder_architecture": False, "vocab_size": 65024}
+    with pytest.raises(ValueError) as e:
+        model_from_hf_config(falcon)
+    msg = str(e.value)
+    assert "model_type 'falcon' is not supported" in msg and "\n" not in msg
+    assert "give the shape instead: --arch gpt --layers 32 --hidden 4544 --heads 71 --kv-heads 1 --vocab 65024 (" in msg
+    opt = {"model_type": "opt", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+           "ffn_dim": 3072, "vocab_size": 50272, "activation_function": "relu", "tie_word_embeddings": True}
+    with pytest.raises(ValueError, match="--arch gpt --layers 12 --hidden 768 --heads 12 --ffn-hidden 3072 --vocab "
+                                         "50272 --tied-embeddings"):
+        model_from_hf_config(opt)
+    with pytest.raises(ValueError, match="--arch llama --layers <N> --hidden 64 --heads <N> --vocab <N>"):
+        model_from_hf_config({"model_type": "newthing", "hidden_size": 64, "hidden_act": "silu"})
+
+
+def test_internlm2_reads_as_a_llama_block():
+    """InternLM2's fused wqkv holds llama's q, k, v under llama's key names: InternLM2.5-7B's config counts its
+    checkpoint's 7,737,708,544 parameters (32 layers x (4096 x (4096 + 2 x 1024 + 4096) + 3 x 4096 x 14336 + 2 x
+    4096) + 2 x 92544 x 4096 + 4096)."""
+    cfg = {"model_type": "internlm2", "architectures": ["InternLM2ForCausalLM"], "bias": False, "hidden_size": 4096,
+           "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+           "vocab_size": 92544, "tie_word_embeddings": False, "max_position_embeddings": 32768}
+    spec = model_from_hf_config(cfg)
+    assert spec.arch == "llama" and spec.num_params == 7_737_708_544
+    assert "bias" not in spec.source
+    assert "bias not counted" in model_from_hf_config({**cfg, "bias": True}).source
+
+
+def test_a_checkpoint_without_a_language_model_head_is_said_to_be_planned_with_one():
+    """architectures Qwen3Model (a headless text encoder): parplan trains next-token prediction, so the count holds a
+    vocab head the checkpoint does not have, and the note says so (+26 % of an untied 0.6B Qwen3)."""
+    base = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
+            "num_hidden_layers": 28, "num_key_value_heads": 8, "vocab_size": 151936, "tie_word_embeddings": False}
+    said = "no language-model head in the checkpoint; planned with one"
+    assert said in model_from_hf_config({**base, "architectures": ["Qwen3Model"]}).source
+    for lm in ("Qwen3ForCausalLM", "GPT2LMHeadModel", "Gemma3ForConditionalGeneration"):
+        assert said not in model_from_hf_config({**base, "architectures": [lm]}).source
+    assert said not in model_from_hf_config(base).source
 
 
 @pytest.mark.parametrize("name,field", [("Meta-Llama-3-8B", "intermediate_size"), ("Meta-Llama-3-8B", "num_hidden_layers"),

@@ -990,22 +990,34 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
         notes.append(f"head_dim {m.head_dim}: MPT's heads are d_model / n_heads = {m.hidden // m.heads} wide; the "
                      "exported model differs from the plan's there.")
-    attn: dict[str, Any] = {"attn_impl": "triton" if t.attention_kernel == "triton-2022" else
-                            "flash" if t.flash_attention else "torch"}
+    # llm-foundry removed its Triton attention in v0.7.0 (PR #1063, 2024-03): MPTConfig takes torch or flash
+    attn: dict[str, Any] = {"attn_impl": "flash" if t.flash_attention or t.attention_kernel == "triton-2022" else "torch"}
+    if t.attention_kernel == "triton-2022":
+        notes.append("attention_kernel triton-2022 (the plan's, as MPT's published runs had it): llm-foundry has had no "
+                     "Triton attention since v0.7.0 (PR #1063), so it is exported as attn_impl flash, which the plan's "
+                     "attention time over-states.")
     if m.kv_heads != m.heads:
         attn.update(attn_type="grouped_query_attention", kv_n_heads=m.kv_heads)
     if not m.has_learned_positions:
         theta = float(m.rope_base)
         attn.update(rope=True, rope_theta=int(theta) if theta.is_integer() else theta)
+        if attn["attn_impl"] == "torch":  # MPT's default rope_impl, dail, imports flash-attn; HF's rotary does not
+            attn["rope_impl"] = "hf"
     model: dict[str, Any] = {"name": "mpt_causal_lm", "init_device": "meta", "d_model": m.hidden, "n_heads": m.heads,
                              "n_layers": m.layers, "expansion_ratio": int(expansion) if expansion.is_integer() else
                              round(expansion, 4),
-                             "max_seq_len": "${max_seq_len}", "vocab_size": m.vocab,
+                             # MPT's learned position table has max_seq_len rows: the model's, as the plan counts it
+                             "max_seq_len": m.max_seq_len if m.has_learned_positions and m.max_seq_len
+                             else "${max_seq_len}", "vocab_size": m.vocab,
                              "learned_pos_emb": m.has_learned_positions, "no_bias": llama,
                              "norm_type": "rmsnorm" if llama else "low_precision_layernorm",
                              "tie_word_embeddings": bool(m.tied_embeddings), "attn_config": attn}
     if ffn:
         model["ffn_config"] = ffn
+    # ComposerMPTCausalLM's default loss is flash-attn's fused cross-entropy (16-bit logit gradients); the plan's loss
+    # is the one it predicted (parplan's --fused-cross-entropy / --cross-entropy-16bit-grad)
+    model["loss_fn"] = "fused_crossentropy" if t.fused_cross_entropy and t.cross_entropy_16bit_grad \
+        else "torch_crossentropy"
     if t.dropout:
         model.update(resid_pdrop=0.1, emb_pdrop=0.1)
         attn["attn_pdrop"] = 0.1
@@ -1015,12 +1027,18 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
                             "activation_checkpointing": p.recompute != "none",
                             "activation_checkpointing_reentrant": False, "activation_cpu_offload": False,
                             "limit_all_gathers": True}
-    if fsdp["mixed_precision"] == "DEFAULT":
+    # ZeRO 0 without recompute: no fsdp_config, so Composer wraps the model in DDP, as the plan predicts (a NO_SHARD
+    # fsdp_config runs FSDP); with recompute FSDP's NO_SHARD, whose fsdp_config is where Composer checkpoints
+    ddp = p.zero_stage == 0 and p.recompute == "none"
+    if fsdp["mixed_precision"] == "DEFAULT" and not ddp:
         notes.append(_FOUNDRY_OLD_DEFAULT)
     if p.offload == "optimizer":
-        fsdp["cpu_offload"] = True
-        notes.append("offload optimizer: FSDP's cpu_offload moves the parameters and gradients to the host too (more "
-                     "than optimizer offload), and Composer steps the optimizer there.")
+        # Composer refuses fsdp_config.cpu_offload (get_cpu_offload: "FSDP CPU Offload not supported yet"; its FSDP2
+        # path drops the key with a warning), so the export cannot carry the plan's offload
+        held = "" if plan.prediction is None else f" ({plan.prediction.memory_bytes_per_gpu.offloaded / 1e9:.1f} GB)"
+        notes.append(f"offload optimizer: Composer has no FSDP CPU offload (\"FSDP CPU Offload not supported yet\", "
+                     f"composer/distributed/mosaic_parallelism.py), so the exported run keeps on each GPU what the plan "
+                     f"puts on the host{held}: plan with --offload none for llm-foundry.")
     cfg: dict[str, Any] = {"max_seq_len": t.seq_len, "seed": t.seed, "model": model,
                            "global_train_batch_size": t.global_batch_size,
                            "device_train_microbatch_size": t.micro_batch_size,
@@ -1037,7 +1055,13 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     cfg["eval_interval"] = cfg["max_duration"]  # TrainConfig requires it; no eval_loader is written
     if not steps:
         notes.append("training.tokens is not set: max_duration 1000ba is a placeholder.")
-    cfg["fsdp_config"] = fsdp
+    if ddp:
+        notes.append("zero_stage 0: no fsdp_config, so Composer trains with DDP, as predicted.")
+    else:
+        cfg["fsdp_config"] = fsdp
+        if p.zero_stage == 0:
+            notes.append("zero_stage 0 with recompute: FSDP's NO_SHARD (Composer checkpoints activations only through "
+                         "its fsdp_config), which keeps no DDP bucket copy of the gradients: less memory than predicted.")
     notes.append(f"weight_decay {ADAMW_WEIGHT_DECAY * t.lr:.3g}: Composer's decoupled_adamw does not scale weight decay "
                  f"by the learning rate; this is torch AdamW's {ADAMW_WEIGHT_DECAY} x lr {t.lr:g}.")
     if p.zero_stage in (1, 2):
@@ -1052,7 +1076,9 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     dp_world = p.dp * p.tp * p.pp * p.cp
     if p.tp > 1:
         notes.append(f"tensor parallelism tp={p.tp}: llm-foundry's tp_config (recent versions) shards only the MLP "
-                     f"(strategy ffn), and Composer's batch arithmetic divides global_train_batch_size by all "
+                     f"(strategy ffn: up_proj and down_proj, not a GLU's gate_proj, llmfoundry/tp/ffn_tp_strategy.py, "
+                     f"so an MPT with mptglu may not build), and Composer's batch arithmetic divides "
+                     f"global_train_batch_size by all "
                      f"{dp_world} ranks; the plan shards attention too over tp and data-parallel ranks only: set it up "
                      "by hand, or plan with --tp 1.")
     if p.pp > 1:
@@ -1070,9 +1096,11 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     header = [f"parplan export --to llm-foundry: {m.name or m.arch}, {plan.hardware.gpus} GPUs ({plan.hardware.name}); "
               f"launch with composer -n {nproc} scripts/train/train.py <this file>" + (
                   f" on each of {nnodes} nodes (composer --world_size {plan.hardware.gpus} --node_rank N "
-                  "--master_addr HOST)" if nnodes > 1 else ""),
+                  "--master_addr HOST --master_port PORT)" if nnodes > 1 else ""),
               "Keys follow llm-foundry's scripts/train/yamls/pretrain/mpt-7b.yaml and llmfoundry/models/mpt/"
-              "configuration_mpt.py (MPTConfig).",
+              "configuration_mpt.py (MPTConfig): llm-foundry v0.7.0 or later (mptglu and ffn_act_fn since v0.5, "
+              "no Triton attention since v0.7.0), fsdp_config in Composer's FSDP1 keys (its FSDP2 path ignores "
+              "sharding_strategy and limit_all_gathers, with a warning).",
               f"shape: layers={m.layers} hidden={m.hidden} heads={m.heads} kv_heads={m.kv_heads} "
               f"ffn_hidden={m.ffn_hidden} vocab={m.vocab}",
               f"batch: {t.global_batch_size} = dp {p.dp} x micro {t.micro_batch_size} x {t.num_microbatches} "

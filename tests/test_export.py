@@ -769,20 +769,25 @@ def test_llm_foundry_yaml_carries_the_fsdp_plan():
 
 
 def test_llm_foundry_gpt_is_mpt_and_says_what_it_cannot_carry():
-    """A gpt plan is MPT itself (learned positions, biases, LayerNorm, tied head, GeLU MLP); the Triton kernel of
-    validate's MPT rows is attn_impl triton; half-precision gradients are FSDP's PURE; what llm-foundry has no
-    counterpart for (pipeline, tensor parallelism, ZeRO-1, optimizer offload) is said in a note."""
+    """A gpt plan is MPT itself (learned positions, biases, LayerNorm, tied head, GeLU MLP, the model's position table);
+    the Triton kernel of validate's MPT rows, which llm-foundry removed in v0.7.0, is attn_impl flash with a note;
+    half-precision gradients are FSDP's PURE; what llm-foundry has no counterpart for (pipeline, tensor parallelism,
+    ZeRO-1, optimizer offload: Composer refuses fsdp_config.cpu_offload) is said in a note, never written."""
     plan = gpt_plan()  # tp 1, dp 8, ZeRO-3 with optimizer offload, fp16 amp, full recompute
     plan.training.attention_kernel = "triton-2022"
     cfg = _yaml(export_plan(plan, "llm-foundry"))
     m = cfg["model"]
     assert m["learned_pos_emb"] is True and m["no_bias"] is False and m["norm_type"] == "low_precision_layernorm"
     assert m["tie_word_embeddings"] is True and "ffn_config" not in m and m["expansion_ratio"] == 4
-    assert m["attn_config"] == {"attn_impl": "triton"}
+    assert m["max_seq_len"] == plan.model.max_seq_len  # the table the plan counts, not the training length's
+    assert m["attn_config"] == {"attn_impl": "flash"}
+    assert m["loss_fn"] == ("fused_crossentropy" if plan.training.fused_cross_entropy and
+                            plan.training.cross_entropy_16bit_grad else "torch_crossentropy")
     assert cfg["precision"] == "amp_fp16" and cfg["fsdp_config"]["mixed_precision"] == "FULL"
-    assert cfg["fsdp_config"]["cpu_offload"] is True
+    assert "cpu_offload" not in cfg["fsdp_config"]
     notes = export_notes(plan, "llm-foundry")
-    assert any(n.startswith("offload optimizer: FSDP's cpu_offload") for n in notes)
+    assert any(n.startswith("offload optimizer: Composer has no FSDP CPU offload") for n in notes)
+    assert any(n.startswith("attention_kernel triton-2022") for n in notes)
     plan = llama_plan(zero_stage=1)  # tp 4, pp 2, vpp 2, SP
     plan.training.precision = "master-weights-half-grads"
     cfg = _yaml(export_plan(plan, "llm-foundry"))
@@ -836,3 +841,25 @@ def test_partial_recompute_exports_as_megatrons_block_method_and_is_noted_elsewh
         Parallel(tp=1, recompute="selective", recompute_layers=2)
     with pytest.raises(ValueError, match="every block of each stage"):
         Parallel(tp=1, pp=2, recompute="full", recompute_layers=8, stage_layers=[8, 8])
+
+
+def test_llm_foundry_runs_what_the_plan_predicts_without_flash_attn_or_fsdp_where_it_did_not():
+    """A helper's read of llm-foundry and Composer: ZeRO 0 without recompute is Composer's DDP (no fsdp_config; a
+    NO_SHARD one runs FSDP, which the plan did not predict), with recompute FSDP's NO_SHARD (Composer checkpoints
+    only through fsdp_config) and a note; torch attention with rotary positions takes HF's rotary (MPT's default
+    rope_impl, dail, imports flash-attn); the loss is the one predicted (ComposerMPTCausalLM's default is flash-attn's
+    fused loss); a multi-node launch line names the port Composer's launcher requires."""
+    plan = llama_plan(tp=1, pp=1, vpp=1, dp=16, sp=False, zero_stage=0, recompute="none", schedule="1f1b")
+    plan.training.flash_attention = False
+    cfg = _yaml(export_plan(plan, "llm-foundry"))
+    assert "fsdp_config" not in cfg
+    assert any(n.startswith("zero_stage 0: no fsdp_config") for n in export_notes(plan, "llm-foundry"))
+    assert cfg["model"]["attn_config"]["attn_impl"] == "torch" and cfg["model"]["attn_config"]["rope_impl"] == "hf"
+    assert cfg["model"]["loss_fn"] == "torch_crossentropy"
+    assert "--master_port PORT" in export_plan(plan, "llm-foundry").splitlines()[0]
+    plan.parallel.recompute = "full"
+    plan.training.fused_cross_entropy = plan.training.cross_entropy_16bit_grad = True
+    cfg = _yaml(export_plan(plan, "llm-foundry"))
+    assert cfg["fsdp_config"]["sharding_strategy"] == "NO_SHARD" and cfg["fsdp_config"]["activation_checkpointing"]
+    assert cfg["model"]["loss_fn"] == "fused_crossentropy"
+    assert any(n.startswith("zero_stage 0 with recompute: FSDP's NO_SHARD") for n in export_notes(plan, "llm-foundry"))

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from cost_models.compute import plan_fuses_wgrad, plan_overlaps_param_gather
+from cost_models.layout import stage_layers
 from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_steps, saved_tp, step_path
 from planner.core import WINDOW_FRAMEWORKS
@@ -207,7 +208,13 @@ def check_memory(plan, device: str, machine: MachineInfo, nproc: int = 1) -> Che
                      f"to the host > {host / 1e9:.1f} GB available", "re-plan without --offload, or with more nodes",
                      exit_code=EXIT_DOES_NOT_FIT)
     if machine.free_memory_bytes is None:
-        return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU; free memory unknown")
+        if not pred.fits and (pred.reason or "").split(":", 1)[0] in MACHINE_REASONS:
+            # no GPU here to measure, but the plan's own prediction says its GPU cannot hold it
+            return Check("memory", False, f"predicted {need / 1e9:.2f} GB per GPU does not fit {plan.hardware.name}: "
+                         f"{pred.reason}", "re-plan with --zero 3, --recompute full or more pp/tp (parplan recommend)",
+                         exit_code=EXIT_DOES_NOT_FIT)
+        return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU; free memory unknown (no GPU here)",
+                     settled=False)
     free = machine.free_memory_bytes
     if need > free:
         return Check("memory", False, f"predicted {need / 1e9:.2f} GB per GPU > {free / 1e9:.2f} GB free on the smallest GPU",
@@ -485,10 +492,23 @@ def repredict(plan):
     from .core import PlannerError, StructureError, evaluate_plan, prediction_differs
     try:
         fresh = evaluate_plan(plan)
-    except StructureError as e:  # a layout no framework runs: nothing to launch
-        return plan, Check("plan", False, e.problem, e.fix)
-    except PlannerError as e:  # a profile this machine lacks: the plan's own prediction stands
-        return plan, Check("prediction", True, f"the plan's own (cannot re-predict it here: {e})")
+    except StructureError as e:
+        # launch runs parplan's runtime whatever framework the plan names (check_rules): a layout that framework
+        # refuses (DeepSpeed's pipeline with ZeRO-3) but parplan's runtime runs is predicted as parplan's
+        ours = plan.model_copy(update={"training": plan.training.model_copy(update={"framework": "parplan"})})
+        if plan.training.framework == "parplan":
+            return plan, Check("plan", False, e.problem, e.fix)
+        try:
+            fresh = evaluate_plan(ours)
+        except StructureError as e2:  # a layout parplan's runtime does not run either: nothing to launch
+            return plan, Check("plan", False, e2.problem, e2.fix)
+        except PlannerError as e2:
+            return plan, Check("prediction", True, f"the plan's own (cannot re-predict it here: {e2})", settled=False)
+        return fresh, Check("prediction", True, f"warning: {e.problem}, but parplan's runtime, which launch runs, "
+                            f"does: predicted as parplan's, {fresh.prediction.step_time_s:.4g} s a step, "
+                            f"{fresh.prediction.memory_bytes_per_gpu.total / 1e9:.2f} GB per GPU")
+    except PlannerError as e:  # a profile this machine lacks: the plan's own prediction stands, unchecked
+        return plan, Check("prediction", True, f"the plan's own (cannot re-predict it here: {e})", settled=False)
     new = fresh.prediction
     if plan.prediction is None:
         return fresh, Check("prediction", True, f"the plan carried none: predicted here, {new.step_time_s:.4g} s a "
@@ -506,6 +526,32 @@ def repredict(plan):
 
 # reasons a plan does not fit that depend on the machine: check_memory tests them against the one that runs it
 MACHINE_REASONS = ("memory", "host-memory")
+
+
+def check_split(plan) -> Check | None:
+    """A warning where the plan's stage_layers, which the runtime trains (parallel_layers.pipeline), is not the default
+    split, which every prediction, the memory check's included, assumes (planner.core.evaluate_plan says the same)."""
+    p = plan.parallel
+    if p.stage_layers is None:
+        return None
+    default = stage_layers(plan.model.layers, p.pp * p.vpp)
+    if list(p.stage_layers) == default:
+        return None
+    return Check("split", True, f"warning: stage_layers {_runs(p.stage_layers)} is not the default split "
+                 f"{_runs(default)}: the run trains the plan's split, and the prediction (memory, step time, the memory "
+                 "check) is the default split's")
+
+
+def _runs(counts) -> str:
+    """Blocks per stage, runs written once: [7, 8 x14, 7]."""
+    out, i = [], 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        out.append(f"{counts[i]}" + (f" x{j - i + 1}" if j > i else ""))
+        i = j + 1
+    return "[" + ", ".join(out) + "]"
 
 
 def check_rules(plan) -> Check | None:
@@ -1094,7 +1140,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     support = check_runtime_support(plan, device, machine.torch_version)
     # a layout rule the runtime's own checks do not name (one failure line per problem)
     rules = check_rules(plan) if support.ok else None
-    checks += [c for c in (rules, world_check, support) if c] + [check_rendezvous(nnodes, node_rank, rdzv_endpoint),
+    checks += [c for c in (rules, world_check, support, check_split(plan)) if c] + [
+               check_rendezvous(nnodes, node_rank, rdzv_endpoint),
                check_hardware(plan, device, machine), check_memory(plan, device, machine, nproc)]
     if device == "cpu" and world_check.ok:
         checks.append(check_cpu_time(plan, steps, nproc, machine))

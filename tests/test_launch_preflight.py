@@ -922,3 +922,42 @@ def test_torchruns_log_folder_is_launchs_own_and_goes_with_the_job(plan8, tmp_pa
     assert seen["existed"] and seen["before_m"] and Path(seen["dir"]).name.startswith("parplan_torchrun_")
     assert not os.path.exists(seen["dir"])
     assert f"--log-dir {seen['dir']}" in capsys.readouterr().err  # the command it says it runs is the one it runs
+
+
+def test_a_hand_edited_split_is_said_to_run_unpredicted(tmp_path, capsys):
+    """The runtime trains the plan's stage_layers, every prediction the default split: a hand-edited [77, 1, 1, 1]
+    of llama3-70b had passed the dry run with the default split's memory (a helper's audit)."""
+    plan = tiny_plan({**TINY_LLAMA, "layers": 8}, pp=4, dp=1, global_batch_size=8)
+    assert L.check_split(plan) is None
+    plan.parallel.stage_layers = [5, 1, 1, 1]
+    c = L.check_split(plan)
+    assert c.ok and c.line().startswith("[warn] split: stage_layers [5, 1 x3] is not the default split [2 x4]")
+    assert L.launch(write_plan(plan, tmp_path / "p.json"), dry_run=True, device="cpu") == 0
+    assert "[warn] split: stage_layers [5, 1 x3]" in capsys.readouterr().err
+
+
+def test_what_the_dry_run_could_not_check_or_the_plan_says_does_not_fit_is_not_ok():
+    """A profile this machine lacks leaves the plan's own prediction unchecked ([--  ], not [ok  ]); without a GPU the
+    free memory is unknown ([--  ]), but a plan whose own prediction says its GPU cannot hold it fails."""
+    from planner.core import evaluate_plan
+    plan = tiny_plan(tp=2, pp=2, dp=2)
+    lost = plan.model_copy(update={"hardware": plan.hardware.model_copy(update={"name": "h100-sxm-8gb"})})
+    assert L.repredict(lost)[1].line().startswith("[--  ] prediction: the plan's own (cannot re-predict")
+    assert L.check_memory(evaluate_plan(plan), "cuda", NO_GPU).line().startswith("[--  ] memory:")
+    big = tiny_plan({**TINY_LLAMA, "hidden": 8192, "heads": 64, "kv_heads": 64, "ffn_hidden": 28672, "layers": 160,
+                     "vocab": 128000}, tp=1, pp=1, dp=1, precision="master-weights")
+    pred = evaluate_plan(big)
+    assert not pred.prediction.fits
+    c = L.check_memory(pred, "cuda", NO_GPU)
+    assert not c.ok and c.exit_code == L.EXIT_DOES_NOT_FIT and "does not fit h100-sxm-80gb" in c.detail
+
+
+def test_a_layout_the_plans_framework_refuses_is_launched_as_parplans_runtime_runs_it():
+    """launch runs parplan's runtime whatever framework the plan names (README): a DeepSpeed plan hand-edited to ZeRO-3
+    in a pipeline, which DeepSpeed's engine refuses and parplan's runtime runs, had failed the pre-flight with the
+    DeepSpeed rule; it is re-predicted as parplan's, with a warning."""
+    plan = tiny_plan(pp=2, dp=2, zero_stage=3, global_batch_size=8)
+    plan.training.framework = "deepspeed"
+    fresh, c = L.repredict(plan)
+    assert c.ok and c.line().startswith("[warn] prediction: DeepSpeed") and "parplan's runtime, which launch runs" in c.detail
+    assert fresh.training.framework == "parplan" and fresh.prediction is not None

@@ -1686,6 +1686,7 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
 
 
 def _print_run_table(console, base, prof, rows, under: str = "") -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     def pct(pred, meas):
@@ -1700,7 +1701,7 @@ def _print_run_table(console, base, prof, rows, under: str = "") -> None:
     for r in rows:
         m = r["measured_step_time_s"]
         mm = r["measured_reserved_bytes"]
-        t.add_row(r.get("label") or r["report"], f"{m:.4g}", f"{r['predicted_step_time_s_before']:.4g}",
+        t.add_row(escape(str(r.get("label") or r["report"])), f"{m:.4g}", f"{r['predicted_step_time_s_before']:.4g}",
                   pct(r["predicted_step_time_s_before"], m), f"{r['predicted_step_time_s_after']:.4g}",
                   pct(r["predicted_step_time_s_after"], m), f"{r['fitted_sustained']:.4g}" + (" (clamped)" if r["clamped"] else "")
                   + ("" if r.get("used_for_sustained", True) else " (launch-bound, not used)"),

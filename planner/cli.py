@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -40,10 +41,17 @@ def _err(msg: str) -> None:
     sys.stderr.write(msg.rstrip("\n") + "\n")
 
 
+def _plain(text) -> str:
+    """A name or path as it reads in a rich table or title, where [...] would be taken for markup (a file under
+    `[old]/` had lost its folder, one with `[/x]` had crashed the command)."""
+    from rich.markup import escape
+    return escape(str(text))
+
+
 def _console(stderr: bool = True):
-    """Rich console on stderr (progress, notes); 160 columns when it is not a terminal (logs, CI) so
-    tables don't fold.  A reader that goes away (`| head`) ends the command quietly with exit 0 (main's
-    BrokenPipeError), where rich's own handler exits 1."""
+    """Rich console on stderr (progress, notes); when it is not a terminal (logs, CI), COLUMNS wide where that is set,
+    else 160 columns so tables don't fold.  A reader that goes away (`| head`) ends the command quietly with exit 0
+    (main's BrokenPipeError), where rich's own handler exits 1."""
     from rich.console import Console
 
     class _Console(Console):
@@ -52,7 +60,8 @@ def _console(stderr: bool = True):
 
     console = _Console(stderr=stderr)
     if not console.is_terminal:
-        console = _Console(stderr=stderr, width=160)
+        columns = os.environ.get("COLUMNS", "")
+        console = _Console(stderr=stderr, width=int(columns) if columns.isdigit() and int(columns) > 0 else 160)
     return console
 
 
@@ -406,7 +415,7 @@ def recommend(
         _write_json(_plan_json(plan))
         return
     _show_plans(plan, title=f"top {_count(1 + len(plan.alternatives), 'layout')} for {plan.hardware.gpus} x "
-                            f"{plan.hardware.name}")
+                            f"{_plain(plan.hardware.name)}")
 
 
 def _count(n: int, what: str) -> str:
@@ -482,7 +491,15 @@ def read_plan(source: str):
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        hint = "" if text.lstrip().startswith(("{", "[")) else "; plans are JSON: add --json to `parplan recommend`"
+        if not text.lstrip().startswith(("{", "[")):
+            hint = ("; a .toml file is a hardware profile (--hardware), not a plan" if where.endswith(".toml") else
+                    "; plans are JSON: add --json to `parplan recommend`")
+        elif e.msg == "Extra data":
+            hint = "; it holds more than one JSON value (a second plan appended with >>?): keep one"
+        elif e.msg.startswith("Unterminated") or e.pos >= len(text.rstrip()) - 1:
+            hint = "; it ends early (cut off?): write it again with `parplan recommend ... --json > plan.json`"
+        else:
+            hint = ""
         raise UserError(f"plan from {where} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}){hint}") from None
     except RecursionError:
         raise UserError(f"plan from {where} is not a plan: its JSON is nested too deeply; "
@@ -492,6 +509,9 @@ def read_plan(source: str):
                         "write one with `parplan recommend ... --json`") from None
     if not isinstance(data, dict):
         raise UserError(f"plan from {where} must be a JSON object, got {json_type_name(data)}")
+    if "model" not in data and ("model_type" in data or "architectures" in data):
+        raise UserError(f"{where} is a Hugging Face config.json, not a plan: plan it with `parplan recommend "
+                        f"--model-config {where} --gpus N --json > plan.json`")
     if "plan" in data and "steps" in data and "model" not in data:
         raise UserError(f"{where} is a `parplan launch` report, not a plan; its plan is the report's \"plan\" key "
                         "(and plan.json beside it)")
@@ -501,6 +521,14 @@ def read_plan(source: str):
         raise UserError(_one_line(e)) from None
     except (ValueError, TypeError) as e:
         raise UserError(f"invalid plan: {_one_line(e)}") from None
+    training = data.get("training")
+    if isinstance(training, dict) and set(type(plan.training).model_fields) - set(training):
+        from .core import defaulted_fields
+        read = defaulted_fields(training, plan.training.framework)
+        if read:
+            _err(f"note: the plan from {where} has no training.{', training.'.join(read)}: read as "
+                 f"{', '.join(f'{k} {v}' for k, v in read.items())} (the schema's defaults, what plans from before those "
+                 "fields meant), not what `parplan recommend` writes; set them in the plan to predict otherwise")
     return _with_profile_found(plan, None if source == "-" else Path(source).parent)
 
 
@@ -619,9 +647,8 @@ def export(
         _err(f"warning: this plan does not fit ({plan.prediction.reason}); exported as given")
     if framework_note(plan, to):
         _err(f"note: {framework_note(plan, to)}")
-    if to == "deepspeed":
-        for note in export_notes(plan, to):
-            _err(f"note: {note}")
+    for note in export_notes(plan, to):  # also in the file's comments, where the format has them: said here too, so
+        _err(f"note: {note}")            # that what the framework cannot carry (a dropped pipeline) is not only there
     if fits is False:
         raise typer.Exit(EXIT_NOTHING_FITS)
 
@@ -753,8 +780,8 @@ def compare(
     if as_json:
         _write_json({"a": plan_a, "b": plan_b, "rows": rows})
         return
-    _out().print(compare_table(rows, f"{plan_a} ({layout_label(a.parallel)})",
-                               f"{plan_b} ({layout_label(b.parallel)})"))
+    _out().print(compare_table(rows, f"{_plain(plan_a)} ({layout_label(a.parallel)})",
+                               f"{_plain(plan_b)} ({layout_label(b.parallel)})"))
 
 
 def _gpus_list(text: str) -> list[int]:
@@ -787,7 +814,8 @@ def _sweep_row(spec, g: int, objective: str, kwargs: dict) -> dict:
     except PlannerError as e:  # the input (a pin, the profile) rules this count out, not memory
         # the problem without a fix given apart ("--tp 8 does not divide --gpus 12", not "; pick a divisor of 12"):
         # a count of the sweep's list is not the user's to change there
-        row.update(reason=e.problem if e.fix else _one_line(e), input_error=True)
+        # the count is one of --gpus-list's, which sweep names as a count ("--gpus 4" is recommend's flag)
+        row.update(reason=(e.problem if e.fix else _one_line(e)).replace(f"--gpus {g}", f"{g} GPUs"), input_error=True)
     else:
         from .explain import layout_dict
         pr = plan.prediction
@@ -821,12 +849,15 @@ def sweep(
         for g in progress.track(counts, description="planning each GPU count"):
             rows.append(_sweep_row(spec, g, objective, kwargs))
     if rows and all(r["input_error"] for r in rows):  # no count could be planned at all: bad input, not memory
-        raise UserError(f"{rows[0]['reason']} (at every GPU count in --gpus-list)")
+        # each count's own reason (they differ by the count: "--tp 8 does not divide --gpus 4", "... 12"), once each
+        reasons = list(dict.fromkeys(r["reason"] for r in rows))
+        raise UserError(f"no GPU count in --gpus-list can be planned: {'; '.join(reasons[:4])}"
+                        + (f"; and {len(reasons) - 4} more" if len(reasons) > 4 else ""))
     if as_json:
         _write_json(rows)
     else:
         console = _out()
-        console.print(sweep_table(rows, f"sweep: {spec.name or spec.arch} on {opts.hardware}"))
+        console.print(sweep_table(rows, f"sweep: {_plain(spec.name or spec.arch)} on {_plain(opts.hardware)}"))
         for line in (bar_lines(rows, "tokens_per_s", "tokens/s", lambda v: f"{v:,.0f}") + [""]
                      + bar_lines(rows, "mfu", "MFU", lambda v: f"{v * 100:.1f}%")):
             console.print(line, highlight=False, markup=False)
@@ -957,10 +988,14 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print the pr
     if as_json:
         _write_json([r.model_dump(mode="json") for r in rows])
         return
+    from rich import box
     from rich.table import Table
-    t = Table(title="model presets", title_justify="left")
+    t = Table(title="model presets", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              collapse_padding=True)  # fits 80 columns uncut
     for c in ("name", "arch", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab"):
-        t.add_column(c, justify="left" if c in ("name", "arch") else "right")
+        # the name is what --model takes: never cut (two presets had read "llama3.2…" at 80 columns)
+        t.add_column(c, justify="left" if c in ("name", "arch") else "right", no_wrap=True,
+                     min_width=max(len(s.name) for s in rows) if c == "name" and rows else None)
     for s in rows:
         t.add_row(s.name, s.arch, f"{s.num_params / 1e9:.2f} B" if s.num_params >= 1e8 else f"{s.num_params / 1e6:.2f} M", str(s.layers), str(s.hidden), str(s.heads),
                   str(s.kv_heads), str(s.ffn_hidden), str(s.vocab))
@@ -992,8 +1027,11 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
                       "a published table (A100: SC21 Table 1; H100, and H200 reusing it: Megatron-Core 2024); "
                       "1 = not calibrated to training runs, so likely optimistic; inter-node GB/s is per GPU ('pooled': a "
                       "group's ranks on a node share their NICs, inter_node.aggregate_nics)", caption_justify="left")
+    names = hardware_profiles.list_profiles()
     for c in ("name", "bf16 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "NVLink GB/s", "inter-node GB/s", "sustained"):
-        t.add_column(c, justify="left" if c == "name" else "right")
+        t.add_column(c, justify="left" if c == "name" else "right", no_wrap=c == "name",  # what --hardware takes; the
+                     # numbers fold within their cell (at 80 columns every header and value does not fit one line)
+                     min_width=max(map(len, names)) if c == "name" and names else None)
     for name in hardware_profiles.list_profiles():
         p = hardware_profiles.load_profile(name)
         t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{p.hbm_gbytes:g} GB", f"{p.hbm_gbytes_per_s:g}",

@@ -101,6 +101,7 @@ def plan_hardware(plan):
 # Global gradient-norm clipping `recommend` plans with: the default of Megatron-LM (--clip-grad),
 # torchtitan (max_norm) and the published DeepSpeed runs' gradient_clipping
 DEFAULT_CLIP_GRAD = 1.0
+DEFAULT_PRECISION = "master-weights"  # recommend's recipe (Megatron's 18 B/param), where Training's default is amp
 
 # Training fields that describe the framework rather than the job: recommend() takes them as keywords,
 # the CLI has one option each, and `validate` sets them per published set.
@@ -443,6 +444,16 @@ def _with_accuracy(prediction: Prediction, training: Training) -> Prediction:
                                          "warnings": [*prediction.warnings, *_training_warnings(training)]})
 
 
+def defaulted_fields(training: dict, framework: str) -> dict:
+    """{field: the value a plan file's training section read by default} for the fields it leaves out whose schema
+    default (what a plan written before the field existed meant) is not what `recommend` writes for its framework:
+    the recipe, clipping, and the framework's stack (FRAMEWORK_DEFAULTS)."""
+    from .schema import Training
+    wrote = {"precision": DEFAULT_PRECISION, "clip_grad": DEFAULT_CLIP_GRAD, **FRAMEWORK_DEFAULTS.get(framework, {})}
+    schema = Training.model_fields
+    return {k: schema[k].default for k, v in wrote.items() if k not in training and schema[k].default != v}
+
+
 def prediction_differs(old: Prediction, new: Prediction) -> bool:
     """Whether a plan's own prediction is not its layout's (edited after it was predicted, or by another parplan
     version): step time or memory apart by more than rounding."""
@@ -453,7 +464,7 @@ def prediction_differs(old: Prediction, new: Prediction) -> bool:
 
 
 def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
-              global_batch_size: int = DEFAULT_GLOBAL_BATCH, dtype: str = "bf16", precision: str = "master-weights",
+              global_batch_size: int = DEFAULT_GLOBAL_BATCH, dtype: str = "bf16", precision: str = DEFAULT_PRECISION,
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               aggregate_nics: bool | None = None, tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, suggest: bool = True, framework: str = "parplan",

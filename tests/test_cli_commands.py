@@ -384,7 +384,10 @@ def test_sweep_input_errors_and_tokens(capsys):
     rc, out, err = _run(["sweep", "--model", "llama2-7b", "--hardware", "nope", "--json"], capsys)
     assert rc == 2 and out == "" and "unknown hardware profile" in err
     rc, out, err = _run(["sweep", "--model", "llama2-7b", "--gpus-list", "8,16", "--tp", "3", "--json"], capsys)
-    assert rc == 2 and out == "" and "every GPU count" in err
+    assert rc == 2 and out == "" and "no GPU count in --gpus-list can be planned" in err
+    # each count's own reason, in sweep's words (it has no --gpus)
+    rc, out, err = _run(["sweep", "--model", "llama2-7b", "--gpus-list", "4,12", "--tp", "8"], capsys)
+    assert rc == 2 and "--tp 8 does not divide 4 GPUs; --tp 8 does not divide 12 GPUs" in err and "--gpus 4" not in err
     rc, out, _ = _run(["sweep", "--model", "llama2-7b", "--gpus-list", "8,16", "--tokens", "1T", "--json"], capsys)
     rows = json.loads(out)
     assert rc == 0 and all(r["days_to_train"] > 0 and r["gpu_hours_to_train"] > 0 for r in rows)
@@ -392,7 +395,7 @@ def test_sweep_input_errors_and_tokens(capsys):
     assert "GPU-hours" in out
     # a count the pins rule out is skipped, not "does not fit" (which is memory's), and the count is not the fix
     rc, out, _ = _run(["sweep", "--model", "llama3-8b", "--gpus-list", "8,12", "--tp", "8"], capsys)
-    assert rc == 0 and "skipped: --tp 8 does not divide --gpus 12 " in out and "pick a divisor" not in out
+    assert rc == 0 and "skipped: --tp 8 does not divide 12 GPUs " in out and "pick a divisor" not in out
     assert "does not fit" not in out and "    12 | (skipped)" in out
 
 
@@ -649,3 +652,88 @@ def test_nothing_fits_says_its_first_suggestion_once(capsys):
     first = err.strip().splitlines()[-1]
     assert rc == 3 and first.startswith("error: nothing fits") and "--gpus 32 fits" in first
     assert err.count("--gpus 32 fits") == 1
+
+
+def _edited(plan_text, tmp_path, name, edit):
+    d = json.loads(plan_text)
+    edit(d)
+    path = tmp_path / name
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_a_plan_that_leaves_out_a_field_recommend_sets_otherwise_says_what_it_read(plan_text, tmp_path, capsys):
+    """The schema's defaults are what plans from before a field meant (amp, unfused...), not what recommend writes: a
+    plan without training.precision had gone from fitting to 'does not fit' with nothing said (a helper's audit)."""
+    def drop(d):
+        del d["training"]["precision"], d["training"]["clip_grad"]
+    rc, out, err = _run(["evaluate", _edited(plan_text, tmp_path, "p.json", drop), "--json"], capsys)
+    assert "has no training.precision, training.clip_grad: read as precision amp, clip_grad None" in err
+    assert json.loads(out)["training"]["precision"] == "amp"
+    def seed(d):
+        del d["training"]["seed"]  # its default is recommend's: nothing to say
+    rc, out, err = _run(["evaluate", _edited(plan_text, tmp_path, "q.json", seed), "--json"], capsys)
+    assert rc == 0 and "note: the plan" not in err
+
+
+def test_plans_recommend_would_refuse_are_refused_by_every_command(tmp_path, capsys):
+    """A sequence past a learned position table (export had written --max-position-embeddings 4096 for gpt2) and a
+    16-bit recipe at dtype fp32 (timed at the fp32 peak, weights counted at 2 bytes) are one-line errors, exit 2."""
+    rc, text, _ = _run(["recommend", "--model", "gpt2", "--gpus", "1", "--json"], capsys)
+    def longer(d):
+        d["training"]["seq_len"] = 4096
+    def fp32(d):
+        d["training"]["dtype"] = "fp32"
+    for edit, said in ((longer, "seq_len(4096) is beyond the model's 1024 learned positions"),
+                       (fp32, "dtype fp32 with precision master-weights")):
+        path = _edited(text, tmp_path, "p.json", edit)
+        for cmd in (["evaluate", path], ["explain", path], ["export", path, "--to", "megatron"]):
+            rc, out, err = _run(cmd, capsys)
+            assert rc == 2 and said in err and not out, (cmd, err)
+
+
+def test_brackets_in_file_and_profile_names_are_not_rich_markup(plan_text, tmp_path, capsys, monkeypatch):
+    """A plan under `[old]/` had lost its folder in compare's header, and a `[/x]` in a path crashed compare and
+    recommend --hardware with rich's MarkupError."""
+    monkeypatch.chdir(tmp_path)  # short relative paths: the header shows them whole
+    a, b = Path("[old]"), Path("exp[/x]")
+    a.mkdir()
+    b.mkdir(parents=True)  # exp[ / x]
+    (a / "plan.json").write_text(plan_text)
+    (b / "plan.json").write_text(plan_text)
+    rc, out, err = _run(["compare", str(a / "plan.json"), str(b / "plan.json")], capsys)
+    assert rc == 0 and "[old]/plan.json" in out and "exp[/x]/plan.json" in out, out
+    profile = b / "h.toml"
+    shutil.copy(Path(__file__).resolve().parents[1] / "hardware_profiles" / "h100-sxm-80gb.toml", tmp_path / profile)
+    rc, out, err = _run(["recommend", "--params", "7e9", "--gpus", "8", "--hardware", str(profile)], capsys)
+    assert rc == 0 and "exp[/x]/h.toml" in out
+
+
+def test_preset_and_profile_names_are_never_cut(capsys, monkeypatch):
+    """What --model and --hardware take: at 80 columns 12 preset names had been cut ('llama3.2…' twice)."""
+    from planner.models import list_presets
+    import hardware_profiles
+    monkeypatch.setenv("COLUMNS", "80")
+    rc, out, _ = _run(["models", "list"], capsys)
+    assert rc == 0 and "…" not in out and all(n in out for n in list_presets())
+    rc, out, _ = _run(["hardware", "list"], capsys)
+    assert rc == 0 and all(n in out for n in hardware_profiles.list_profiles())
+
+
+def test_files_that_are_not_plans_say_what_they_are(plan_text, tmp_path, capsys):
+    """A Hugging Face config, a hardware profile, a plan cut off and two plans in one file (`>>`): each error says
+    what the file is and what to do (they had listed 28 missing fields, or said to add --json)."""
+    hf = tmp_path / "config.json"
+    hf.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    toml = tmp_path / "h.toml"
+    toml.write_text("# a profile\nname = \"x\"\n")
+    cut = tmp_path / "cut.json"
+    cut.write_text(plan_text[:300])
+    twice = tmp_path / "twice.json"
+    twice.write_text(plan_text + plan_text)
+    for path, said in ((hf, "is a Hugging Face config.json, not a plan: plan it with `parplan recommend --model-config"),
+                       (toml, "a .toml file is a hardware profile (--hardware), not a plan"),
+                       (cut, "it ends early (cut off?)"),
+                       (twice, "more than one JSON value (a second plan appended with >>?)")):
+        rc, out, err = _run(["evaluate", str(path)], capsys)
+        assert rc == 2 and said in err and not out, (path, err)

@@ -111,7 +111,7 @@ def oversized_layouts(draw):
 any_plan = st.one_of(valid_layouts(), mutated_plans(), json_values)
 
 
-def _run(argv_before, doc, argv_after, capsys, max_lines=4):
+def _run(argv_before, doc, argv_after, capsys, max_lines=5):  # 4, and read_plan's note on fields left out
     fd, path = tempfile.mkstemp(suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
@@ -177,5 +177,6 @@ def test_explain_never_crashes(capsys, doc):
 @SETTINGS
 @given(st.one_of(mutated_plans(), json_values, st.text(max_size=40)))
 def test_launch_dry_run_never_crashes(capsys, doc):
-    # a dry run lists its pre-flight checks on stderr (one line each) before any error
-    _run(["launch", "--dry-run", "--device", "cpu"], doc, [], capsys, max_lines=12)
+    # a dry run lists its pre-flight checks on stderr (one line each) before any error, after a note where the plan
+    # leaves out fields recommend sets otherwise (read_plan), and a split's warning where its stage_layers is edited
+    _run(["launch", "--dry-run", "--device", "cpu"], doc, [], capsys, max_lines=14)

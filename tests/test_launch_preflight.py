@@ -524,9 +524,13 @@ def test_the_report_says_how_many_steps_clipped():
 
 
 def test_a_gpt_plan_past_its_learned_positions_fails_before_any_rank():
-    """A GPT model's learned position table caps the sequence: every rank would crash on the add."""
+    """A GPT model's learned position table caps the sequence: every rank would crash on the add.  A plan file cannot
+    say it since the schema refuses it (every command's reading); a Plan edited in code still meets this check."""
     from tests.runtime_helpers.plans import TINY_GPT
-    plan = tiny_plan({**TINY_GPT, "max_seq_len": 16}, tp=2, seq_len=32)
+    with pytest.raises(ValueError, match="beyond the model's 16 learned positions"):
+        tiny_plan({**TINY_GPT, "max_seq_len": 16}, tp=2, seq_len=32)
+    plan = tiny_plan({**TINY_GPT, "max_seq_len": 16}, tp=2, seq_len=16)
+    plan.training.seq_len = 32  # assignment is not validated
     c = L.check_runtime_support(plan, "cpu")
     assert not c.ok and "16 learned positions" in c.detail and "at most 16" in c.fix
     plan.training.seq_len = 16

@@ -149,8 +149,13 @@ def load_profile(name_or_path: str | Path):
     raw = _read_bytes(path)
     key = (path.suffix, raw)
     if key not in _LOADED:
+        data = _parse(path, raw)
+        if isinstance(data, dict) and "parallel" in data and "model" in data:  # `hardware show plan.json`
+            hw = data.get("hardware")
+            named = f"; its profile is {hw['name']}" if isinstance(hw, dict) and isinstance(hw.get("name"), str) else ""
+            raise ValueError(f"hardware profile {path} is a plan, not a hardware profile{named}")
         try:
-            profile = HardwareProfile(**_parse(path, raw))
+            profile = HardwareProfile(**data)
         except ValidationError as e:
             raise ValueError(_one_line(path, e, HardwareProfile)) from None
         if len(_LOADED) >= 16:  # a session reads a few files; drop the oldest (an edited file's old version)

@@ -168,8 +168,11 @@ def check_world(plan, device: str, machine: MachineInfo, nnodes: int, nproc_per_
                     "time below, or run fewer ranks (a plan for fewer GPUs)")
         return nproc, Check("world size", True, said)
     if machine.gpus == 0:  # the device check already says so
+        per_node = plan.hardware.gpus_per_node
+        nodes = (f"; the plan's {per_node}-GPU nodes would run it with --nnodes {world // per_node}"
+                 if nnodes == 1 and world > per_node and world % per_node == 0 else "")
         return nproc, Check("world size", True, f"{layout} needs {nproc} GPUs per node x {nnodes} node(s); this "
-                            "machine has none", settled=False)
+                            f"machine has none{nodes}", settled=False)
     if nproc > machine.gpus:
         return nproc, Check("world size", False,
                             f"{layout} needs {nproc} GPUs per node x {nnodes} node(s), this node has {machine.gpus}",

@@ -411,3 +411,11 @@ def test_cli_refuses_a_bad_profile_with_exit_2(tmp_path, capsys, argv, case):
     assert "reference set" not in lines[0] and "internal error" not in lines[0].lower()
     for w in words:
         assert w in lines[0], (w, lines[0])
+
+
+def test_a_plan_given_as_a_profile_says_so(tmp_path):
+    """`parplan hardware show plan.json` had said only 'unknown field (+22 more)'."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"model": {}, "parallel": {}, "hardware": {"name": "h100-sxm-80gb"}}))
+    with pytest.raises(ValueError, match=r"is a plan, not a hardware profile; its profile is h100-sxm-80gb"):
+        load_profile(plan)

@@ -965,3 +965,13 @@ def test_a_layout_the_plans_framework_refuses_is_launched_as_parplans_runtime_ru
     fresh, c = L.repredict(plan)
     assert c.ok and c.line().startswith("[warn] prediction: DeepSpeed") and "parplan's runtime, which launch runs" in c.detail
     assert fresh.training.framework == "parplan" and fresh.prediction is not None
+
+
+def test_a_gpu_less_dry_run_of_a_multi_node_plan_names_its_node_count():
+    """Off a GPU machine the world size cannot be checked; for a plan past one node it says the --nnodes its nodes
+    take (it had named one node of 32 GPUs)."""
+    plan = tiny_plan({**TINY_LLAMA, "layers": 8}, tp=2, pp=4, dp=4, global_batch_size=16)
+    nproc, c = L.check_world(plan, "cuda", NO_GPU, 1, None)
+    assert c.line().startswith("[--  ] world size") and c.detail.endswith("the plan's 8-GPU nodes would run it with "
+                                                                            "--nnodes 4")
+    assert "--nnodes" not in L.check_world(tiny_plan(tp=2, pp=2, dp=2), "cuda", NO_GPU, 1, None)[1].detail

@@ -1032,7 +1032,7 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
         t.add_column(c, justify="left" if c == "name" else "right", no_wrap=c == "name",  # what --hardware takes; the
                      # numbers fold within their cell (at 80 columns every header and value does not fit one line)
                      min_width=max(map(len, names)) if c == "name" and names else None)
-    for name in hardware_profiles.list_profiles():
+    for name in names:
         p = hardware_profiles.load_profile(name)
         t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{p.hbm_gbytes:g} GB", f"{p.hbm_gbytes_per_s:g}",
                   str(p.gpus_per_node), f"{p.nvlink.gbytes_per_s:g}",

@@ -488,6 +488,11 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp
     return Check("checkpoint", True, f"resumes after step {start} of {checkpoint_dir}, runs steps {start + 1}..{steps}")
 
 
+def as_parplans(plan):
+    """The plan as parplan's runtime, which launch runs, whatever framework the plan was predicted for."""
+    return plan.model_copy(update={"training": plan.training.model_copy(update={"framework": "parplan"})})
+
+
 def repredict(plan):
     """The plan's prediction made again from the plan itself (planner.core.evaluate_plan: numpy, no torch), so
     a report never compares a run with the prediction of a layout the plan no longer has (a hand-edited
@@ -498,11 +503,10 @@ def repredict(plan):
     except StructureError as e:
         # launch runs parplan's runtime whatever framework the plan names (check_rules): a layout that framework
         # refuses (DeepSpeed's pipeline with ZeRO-3) but parplan's runtime runs is predicted as parplan's
-        ours = plan.model_copy(update={"training": plan.training.model_copy(update={"framework": "parplan"})})
         if plan.training.framework == "parplan":
             return plan, Check("plan", False, e.problem, e.fix)
         try:
-            fresh = evaluate_plan(ours)
+            fresh = evaluate_plan(as_parplans(plan))
         except StructureError as e2:  # a layout parplan's runtime does not run either: nothing to launch
             return plan, Check("plan", False, e2.problem, e2.fix)
         except PlannerError as e2:
@@ -540,21 +544,10 @@ def check_split(plan) -> Check | None:
     default = stage_layers(plan.model.layers, p.pp * p.vpp)
     if list(p.stage_layers) == default:
         return None
-    return Check("split", True, f"warning: stage_layers {_runs(p.stage_layers)} is not the default split "
-                 f"{_runs(default)}: the run trains the plan's split, and the prediction (memory, step time, the memory "
+    from .render import compact_counts
+    return Check("split", True, f"warning: stage_layers {compact_counts(p.stage_layers)} is not the default split "
+                 f"{compact_counts(default)}: the run trains the plan's split, and the prediction (memory, step time, the memory "
                  "check) is the default split's")
-
-
-def _runs(counts) -> str:
-    """Blocks per stage, runs written once: [7, 8 x14, 7]."""
-    out, i = [], 0
-    while i < len(counts):
-        j = i
-        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
-            j += 1
-        out.append(f"{counts[i]}" + (f" x{j - i + 1}" if j > i else ""))
-        i = j + 1
-    return "[" + ", ".join(out) + "]"
 
 
 def check_rules(plan) -> Check | None:
@@ -563,7 +556,7 @@ def check_rules(plan) -> Check | None:
     against this machine): a zero-bubble schedule whose weight pass would re-run an op-level checkpoint refuses its
     second backward on every rank.  None when it keeps them, or when it cannot be predicted here (repredict says so)."""
     from .core import PlannerError, evaluate_plan, reason_fix
-    ours = plan.model_copy(update={"training": plan.training.model_copy(update={"framework": "parplan"})})
+    ours = as_parplans(plan)
     try:
         pred = evaluate_plan(ours).prediction
     except PlannerError:

@@ -529,7 +529,22 @@ def read_plan(source: str):
             _err(f"note: the plan from {where} has no training.{', training.'.join(read)}: read as "
                  f"{', '.join(f'{k} {v}' for k, v in read.items())} (the schema's defaults, what plans from before those "
                  "fields meant), not what `parplan recommend` writes; set them in the plan to predict otherwise")
+    _note_a_preset_name_on_another_shape(plan, where)
     return _with_profile_found(plan, None if source == "-" else Path(source).parent)
+
+
+def _note_a_preset_name_on_another_shape(plan, where: str) -> None:
+    """A plan's model.name is a label: a name edited to another preset's keeps the plan's own shape, said here (it had
+    printed "llama3-70b: 8.03 B params" with nothing said)."""
+    from .models import list_presets, load_preset
+    m = plan.model
+    if not m.name or m.name.lower() not in list_presets():
+        return
+    preset = load_preset(m.name.lower())
+    shape = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
+    if any(getattr(m, k) != getattr(preset, k) for k in shape):
+        _err(f"note: the plan from {where} names the model {m.name}, a preset of another shape; the plan's own shape is "
+             f"predicted (layers {m.layers}, hidden {m.hidden}): model.name is a label")
 
 
 def _with_profile_found(plan, folder):

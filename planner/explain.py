@@ -103,7 +103,11 @@ def layout_dict(plan: Plan) -> dict:
 
 
 def _rel(new: float, old: float) -> float | None:
-    return None if not old else (new - old) / old
+    """(new - old) / old; 0 where both are 0 (no change: compare's rows of a term neither plan has, such as the
+    bubble without a pipeline, had read null), None where only the old one is."""
+    if not old:
+        return 0.0 if not new else None
+    return (new - old) / old
 
 
 def memory_breakdown(plan: Plan) -> dict:

@@ -978,7 +978,9 @@ def cpu_memory_line(report: dict) -> str | None:
     """The CPU allocator's traced peak (``--memory-snapshot`` on cpu) against the plan's memory model."""
     cm = report.get("cpu_memory")
     if not cm:
-        return None
+        # a CPU run's measured memory is the allocator's trace, which only --memory-snapshot takes (the summary's "-")
+        return ("measured memory on cpu: run with --memory-snapshot DIR to trace the allocator's peak per rank"
+                if report.get("device") == "cpu" else None)
     line = (f"cpu allocator peak (max over ranks, --memory-snapshot): {_fmt(cm['allocated_max'], 'bytes')}, "
             f"{_fmt(cm['without_collective_buffers_max'], 'bytes')} without gloo's collective buffers")
     if cm.get("predicted") is not None:

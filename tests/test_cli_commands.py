@@ -200,6 +200,9 @@ def test_compare_same_rows_and_relative(plan_file, tmp_path, capsys):
     same = {r["name"]: r for r in json.loads((_run(["compare", plan_file, plan_file, "--json"], capsys))[1])["rows"]}
     assert [r["name"] for r in same.values()] == names
     assert same["step_time_s"]["relative"] == pytest.approx(0.0)
+    # a term neither plan has (0 in both) did not change: 0, not null
+    zero_both = [r for r in same.values() if r["a"] == 0 and not isinstance(r["a"], bool)]
+    assert zero_both and all(r["relative"] == 0.0 for r in zero_both), zero_both
     rc, out, err = _run(["compare", plan_file, str(b)], capsys)
     assert rc == 0 and err == "" and "B vs A" in out
 
@@ -737,3 +740,14 @@ def test_files_that_are_not_plans_say_what_they_are(plan_text, tmp_path, capsys)
                        (twice, "more than one JSON value (a second plan appended with >>?)")):
         rc, out, err = _run(["evaluate", str(path)], capsys)
         assert rc == 2 and said in err and not out, (path, err)
+
+
+def test_a_plan_naming_another_presets_model_says_its_own_shape_is_predicted(plan_text, tmp_path, capsys):
+    """model.name is a label: edited to another preset it had printed 'llama3-70b: 8.03 B params' with nothing said."""
+    def rename(d):
+        d["model"]["name"] = "llama3-70b"
+    rc, out, err = _run(["evaluate", _edited(plan_text, tmp_path, "p.json", rename), "--json"], capsys)
+    assert rc == 0 and "names the model llama3-70b, a preset of another shape" in err
+    assert json.loads(out)["model"]["layers"] == json.loads(plan_text)["model"]["layers"]
+    rc, out, err = _run(["evaluate", _edited(plan_text, tmp_path, "q.json", lambda d: None), "--json"], capsys)
+    assert "preset of another shape" not in err

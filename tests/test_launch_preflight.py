@@ -128,6 +128,8 @@ def test_memory_snapshot_reaches_the_runtime_on_cuda_and_on_cpu(plan8, capsys, m
 
 def test_cpu_memory_line_compares_the_traced_peak_with_the_model():
     assert L.cpu_memory_line({"cpu_memory": None}) is None
+    # a CPU run without the trace says how to take it (its summary row reads "-")
+    assert "--memory-snapshot DIR" in L.cpu_memory_line({"cpu_memory": None, "device": "cpu"})
     line = L.cpu_memory_line({"cpu_memory": {"allocated_max": 2.2e9, "without_collective_buffers_max": 2.0e9,
                                              "predicted": 1.9e9, "error": -0.05}})
     assert "2.20 GB" in line and "2.00 GB without gloo" in line and "1.90 GB (-5.0%)" in line

@@ -803,12 +803,13 @@ def rank_inflight_by_key(lay, m_micro, layers: int | None = None, output_sends_r
 BLOCK_SHAPE_FIELDS = ("tp", "cp", "mbs", "sp", "recompute")
 
 
-def per_block_shape(lay, fn):
+def per_block_shape(lay, fn, fields=BLOCK_SHAPE_FIELDS):
     """fn(layout) -> tuple of arrays, for terms that read only a block's shape (BLOCK_SHAPE_FIELDS: what one
-    block of one micro-batch holds on one GPU), computed once per distinct shape and scattered back: a
-    search's hundreds of thousands of candidates share a few hundred shapes.  The same numbers as
-    fn(lay), to the bit (elementwise arithmetic on the same values; tests/test_search.py)."""
-    cols = [np.asarray(getattr(lay, f)) for f in BLOCK_SHAPE_FIELDS]
+    block of one micro-batch holds on one GPU; `fields` where the terms read more, as a block's time reads whether
+    the job fits a node), computed once per distinct shape and scattered back: a search's hundreds of thousands of
+    candidates share a few hundred shapes.  The same numbers as fn(lay), to the bit (elementwise arithmetic on the
+    same values; tests/test_search.py)."""
+    cols = [np.asarray(getattr(lay, f)) for f in fields]
     shape = np.broadcast(*cols).shape
     if len(shape) != 1 or shape[0] < 4096 or any(c.dtype.kind not in "iub" for c in cols):
         return fn(lay)

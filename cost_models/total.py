@@ -25,6 +25,7 @@ of communication overlapped with X seconds of compute cost max(C, X + C k/(1+k))
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -36,9 +37,9 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      deepspeed_comm_casts, head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends,
                      recomputed_share, split_by_share, zero_shards)
-from .memory import (ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
+from .memory import (BLOCK_SHAPE_FIELDS, ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
                      embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu,
-                     memory_breakdown, queued_weight_pass)
+                     memory_breakdown, per_block_shape, queued_weight_pass)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
 
@@ -122,20 +123,27 @@ def memory(m: ModelDims, tr, lay) -> dict:
 
 def step_floor(m: ModelDims, tr, hw, lay):
     """A lower bound of `evaluate`'s step time, at a fraction of its work: the pipeline's (m + bubble) stage
-    times, with the first rank's stage counted as its blocks' compute alone.  evaluate's step is t_pipe plus
-    the exposed data-parallel time and the optimizer's (both >= 0), t_pipe = (m + bubble) x t_stage, and
-    t_stage >= t_first >= blocks_first x block >= blocks_first x bt["total"] (the terms left out are times,
-    none negative).  The search times only candidates whose floor could still rank (search.run_search)."""
+    times, with the first rank's stage counted as its blocks' alone (their compute and the tensor- and
+    context-parallel collectives on their critical path, block_comm).  evaluate's step is t_pipe plus the exposed
+    data-parallel time and the optimizer's (both >= 0), t_pipe = (m + bubble) x t_stage, and t_stage >= t_first >=
+    blocks_first x block (the terms left out are times, none negative).  The search times only candidates whose
+    floor could still rank (search.run_search)."""
     lay = _unpipelined_as_1f1b(lay)
     # partial recompute's blocks cost at least those of no recompute (partial_recompute's mix)
     part = recomputed_share(m.layers, lay) < 1
     if np.any(part):
         lay = replace(lay, recompute=np.where(part, REC_NONE, np.asarray(lay.recompute)))
     m_micro = num_microbatches(tr, lay)
-    bt = block_time(m, lay, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
-                    tr.attention_kernel)
-    bf = bubble_factor(lay, m_micro, (bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]))
-    return (m_micro + bf) * rank_block_counts(m.layers, lay.pp, lay.vpp, lay.schedule)[0] * bt["total"]
+
+    def block_parts(sub):
+        bt = block_time(m, sub, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
+                        tr.eager_runtime, tr.attention_kernel)
+        bc = block_comm(m, tr, hw, sub, bt)
+        return bt["total"] + bc.tp_exposed + bc.cp_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]
+    # a block's time and collectives read its shape and whether the job fits a node (comm.group_inside_node)
+    block, f, b, w = per_block_shape(lay, block_parts, BLOCK_SHAPE_FIELDS + ("gpus",))
+    bf = bubble_factor(lay, m_micro, (f, b, w))
+    return (m_micro + bf) * rank_block_counts(m.layers, lay.pp, lay.vpp, lay.schedule)[0] * block
 
 
 # evaluate's outputs that are sums over a rank's blocks (and micro-batches) or follow them linearly: under partial
@@ -198,23 +206,16 @@ def amdahl(n, t_compute, step):
     return speedup, alpha
 
 
-def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
-    """evaluate where every block of a rank recomputes alike."""
-    rec = PRECISION_RECIPES[tr.precision]
+def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
+    """A block's tensor- and context-parallel collectives for one micro-batch on one GPU, and what of them is on the
+    critical path (`tp_exposed`, `cp_exposed`: beside `bt`, block_time's compute, a block's time): evaluate's, and
+    step_floor's, whose floor counts them (a floor of the blocks' compute alone had let GPT-3's search time a third
+    of its fitting candidates)."""
     act_b = tr.act_bytes
-    tp, pp, dp, cp, v = lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp
-    m_micro = num_microbatches(tr, lay)
+    tp, cp = lay.tp, lay.cp
     tokens_mb = lay.mbs * m.seq_len / cp  # tokens per GPU per micro-batch
     full = lay.recompute == REC_FULL
-    # torchtitan's op-level selective checkpointing re-runs the block's forward up to its last needed
-    # tensor: the attention output projection (recomputed) and its all-reduce (or SP's gather/scatter)
-    # again, and the K/V gather of context parallelism (its K projection is recomputed)
-    op = lay.recompute == REC_SELECTIVE_OP
-
-    # ---- compute per block / micro-batch
-    bt = block_time(m, lay, hw, act_b, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
-                    tr.attention_kernel)
-
+    op = lay.recompute == REC_SELECTIVE_OP  # torchtitan's op-level checkpoints re-run the attention's projection
     # ---- tensor parallel: 2 all-reduces forward, 2 backward (Narayanan 2021 sec. 3.3), +2 when
     # the forward is recomputed; with SP each becomes all-gather + reduce-scatter of the same
     # total volume (Korthikanti 2022 sec. 4.2.2).
@@ -270,6 +271,34 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     cp_window = bt["attention"] / np.where(tr.cp_overlap_local_chunk_only, cp, 1)
     cp_block_exposed = np.where(tr.overlap_cp_comm, hw.exposed(cp_block, cp_window), cp_block)
 
+    return SimpleNamespace(tp_bw=tp_bw, tp_lat=tp_lat, t_ar=t_ar, moved_ar=moved_ar, n_coll=n_coll, sp_on=sp_on,
+                           regather=regather, t_ag=t_ag, moved_ag=moved_ag, async_dgrad=async_dgrad, cp_in=cp_in,
+                           cp_local=cp_local, moved_cp=moved_cp, n_cp=n_cp, tp_exposed=tp_block_exposed,
+                           cp_exposed=cp_block_exposed)
+
+
+def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
+    """evaluate where every block of a rank recomputes alike."""
+    rec = PRECISION_RECIPES[tr.precision]
+    act_b = tr.act_bytes
+    tp, pp, dp, cp, v = lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp
+    m_micro = num_microbatches(tr, lay)
+    tokens_mb = lay.mbs * m.seq_len / cp  # tokens per GPU per micro-batch
+    full = lay.recompute == REC_FULL
+    # torchtitan's op-level selective checkpointing re-runs the block's forward up to its last needed
+    # tensor: the attention output projection (recomputed) and its all-reduce (or SP's gather/scatter)
+    # again, and the K/V gather of context parallelism (its K projection is recomputed)
+    op = lay.recompute == REC_SELECTIVE_OP
+
+    # ---- compute per block / micro-batch
+    bt = block_time(m, lay, hw, act_b, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
+                    tr.attention_kernel)
+
+    bc = block_comm(m, tr, hw, lay, bt)
+    tp_bw, tp_lat, t_ar, moved_ar, t_ag, moved_ag = bc.tp_bw, bc.tp_lat, bc.t_ar, bc.moved_ar, bc.t_ag, bc.moved_ag
+    sp_on, regather, async_dgrad, n_coll = bc.sp_on, bc.regather, bc.async_dgrad, bc.n_coll
+    cp_in, cp_local, moved_cp, n_cp = bc.cp_in, bc.cp_local, bc.moved_cp, bc.n_cp
+    tp_block_exposed, cp_block_exposed = bc.tp_exposed, bc.cp_exposed
     block = bt["total"] + tp_block_exposed + cp_block_exposed
 
     # ---- pipeline stages: first (embedding), middle, last (head)

@@ -5,4 +5,7 @@ memory      bytes per GPU on the worst pipeline stage
 compute     matmul / attention / memory-bound kernel time with efficiency curves
 comm        alpha-beta collective time per network tier
 total       the whole step: bubble, overlap, MFU/HFU, Amdahl
+zero3       DeepSpeed ZeRO-3's one-weight-ahead gathers and their memory
+layout      the inputs: model dimensions, training constants, layouts (scalars or arrays of candidates)
+hardware    a hardware profile converted to SI units, with its efficiency curves
 """

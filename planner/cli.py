@@ -19,7 +19,7 @@ from typing import Optional, get_args
 
 import typer
 
-from . import DEFAULT_GLOBAL_BATCH
+from . import DEFAULT_GLOBAL_BATCH, DEFAULT_SEQ_LEN
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
@@ -216,7 +216,6 @@ def _plan_json(plan) -> dict:
 # A defaulted batch beyond this many tokens a step gets a note (Llama 3 405B's largest batch was 16M
 # tokens, Table 4 of its paper, benchmarks/reference/llama3_405b_table4.json)
 LONG_STEP_TOKENS = 16 * 2 ** 20
-DEFAULT_SEQ_LEN = 4096
 
 # Options shared by recommend and sweep (model, hardware, training, pins): declared once and spliced into
 # each command's signature by @_model_options, which hands them to the command as one `opts` namespace.
@@ -307,6 +306,8 @@ def _prepare(opts, gpus: int | None = None):
     """Validate the shared options; returns (model spec, keyword arguments for core.recommend)."""
     from .search import Pins
     o = opts
+    if o.dtype == "fp32":  # fp32 training is a recipe, not a compute dtype of the 16-bit ones
+        raise UserError("--dtype must be one of bf16, fp16; got 'fp32': for fp32 training use --precision fp32")
     _check_choice("dtype", o.dtype, ("bf16", "fp16"))
     _check_choice("precision", o.precision, ("amp", "master-weights", "master-weights-half-grads", "fp32"))
     if o.precision == "fp32" and o.dtype == "fp16":
@@ -462,8 +463,9 @@ def read_text_file(path: str, what: str, fix: str) -> str:
         raise UserError(f"cannot read {what} {path}: {e.strerror or e}") from None
 
 
-def read_plan(source: str):
-    """A Plan from a path or '-' (stdin), validated strictly."""
+def read_plan(source: str, notes: bool = True):
+    """A Plan from a path or '-' (stdin), validated strictly; `notes`: say on stderr what the file leaves out or
+    names otherwise (off where the same file is read again)."""
     from pydantic import ValidationError
 
     from .schema import Plan, json_type_name
@@ -522,14 +524,15 @@ def read_plan(source: str):
     except (ValueError, TypeError) as e:
         raise UserError(f"invalid plan: {_one_line(e)}") from None
     training = data.get("training")
-    if isinstance(training, dict) and set(type(plan.training).model_fields) - set(training):
+    if notes and isinstance(training, dict) and set(type(plan.training).model_fields) - set(training):
         from .core import defaulted_fields
         read = defaulted_fields(training, plan.training.framework)
         if read:
             _err(f"note: the plan from {where} has no training.{', training.'.join(read)}: read as "
                  f"{', '.join(f'{k} {v}' for k, v in read.items())} (the schema's defaults, what plans from before those "
                  "fields meant), not what `parplan recommend` writes; set them in the plan to predict otherwise")
-    _note_a_preset_name_on_another_shape(plan, where)
+    if notes:
+        _note_a_preset_name_on_another_shape(plan, where)
     return _with_profile_found(plan, None if source == "-" else Path(source).parent)
 
 
@@ -629,7 +632,8 @@ def launch(
         if value is not None and not value.strip():  # `--data "$DATA"` with DATA unset: not the same as no --data
             raise UserError(f"{flag} is empty: give a path, or leave {flag} out ({unset})")
     if plan_file != "-":
-        read_plan(plan_file)  # same one-line errors as evaluate/export before anything starts
+        read_plan(plan_file, notes=False)  # same one-line errors as evaluate/export before anything starts (launch
+        # reads it again, and says its notes then)
     try:
         from .launch import launch as do_launch
     except ImportError as e:

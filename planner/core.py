@@ -16,12 +16,12 @@ import numpy as np
 from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
 from cost_models.hardware import constants_from_profile
-from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
+from cost_models.layout import (OFFLOADS, PRECISION_RECIPES, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
                                 stage_layers, stages_of_rank)
 from cost_models.memory import PEAK_MOMENTS, weight_pass_queued
 from cost_models.total import evaluate
 
-from . import DEFAULT_GLOBAL_BATCH
+from . import DEFAULT_GLOBAL_BATCH, DEFAULT_SEQ_LEN
 from .schema import (Amdahl, CommBytes, HardwareProfile, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan,
                      Prediction, SearchInfo, TimeBreakdown, Training)
 from .models import with_param_count
@@ -463,7 +463,7 @@ def prediction_differs(old: Prediction, new: Prediction) -> bool:
             or apart(old.memory_bytes_per_gpu.total, new.memory_bytes_per_gpu.total))
 
 
-def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int = 4096,
+def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb", seq_len: int | None = None,
               global_batch_size: int = DEFAULT_GLOBAL_BATCH, dtype: str = "bf16", precision: str = DEFAULT_PRECISION,
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               aggregate_nics: bool | None = None, tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
@@ -473,13 +473,31 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     `model` is a ModelSpec or a preset name ("llama3-70b").  `stack`: any of STACK_FLAGS, the
     Training fields that describe how the training framework behaves; those not given (or None)
     take the framework's defaults (FRAMEWORK_DEFAULTS), then Training's (parplan's runtime).
-    Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits."""
+    `seq_len` None: 4096, or a learned position table's length where shorter (the CLI's default).
+    Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits, PlannerError for input
+    that no layout could take (the CLI's exit 2)."""
     if isinstance(model, str):
         from .models import load_preset
         try:
             model = load_preset(model)
         except ValueError as e:
             raise PlannerError(str(e)) from None
+    from typing import get_args
+    from .schema import Dtype, Objective
+    for what, value, choices in (("dtype", dtype, get_args(Dtype)), ("precision", precision, tuple(PRECISION_RECIPES)),
+                                 ("objective", objective, get_args(Objective))):
+        if value not in choices:
+            raise PlannerError(f"{what} {value!r} is not one of {', '.join(choices)}")
+    if dtype == "fp32" and precision != "fp32":
+        raise PlannerError(f"dtype fp32 with precision {precision}: the 16-bit recipes compute in bf16 or fp16; use "
+                           "precision fp32 for fp32 training")
+    # a learned position table caps the sequence (as the CLI's --seq-len and every plan reader: schema.Plan)
+    limit = model.max_seq_len if model.has_learned_positions else None
+    if seq_len is None:
+        seq_len = min(DEFAULT_SEQ_LEN, limit) if limit else DEFAULT_SEQ_LEN
+    elif limit is not None and seq_len > limit:
+        raise PlannerError(f"seq_len {seq_len} is beyond {model.name or 'the model'}'s {limit} learned positions; use "
+                           f"seq_len {limit} or less")
     pins = pins or Pins()
     profile = load_hardware(hardware)
     hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,
@@ -946,7 +964,7 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
             continue
         out.append(f"without --{k} {getattr(pins, k)} it fits on {gpus} GPUs ({_fitting_layout(rec, pins)})")
         break
-    # one policy pin dropped (--zero, --recompute, --mbs, --sp, --schedule), the degrees kept, on the same GPUs: the
+    # one policy pin dropped (--zero, --recompute, --recompute-layers, --mbs, --sp, --schedule), the degrees kept, on the same GPUs: the
     # fastest of those that fit (a ZeRO stage the framework cannot run inside the pipeline that fits had no
     # suggestion: only degrees and GPU counts were relaxed)
     fits = []

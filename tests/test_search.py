@@ -161,8 +161,8 @@ def test_smoke_every_profile_and_preset(hardware):
         spec = load_preset(name)
         gpus = 8 if spec.layers * spec.hidden < 40 * 8192 else 64
         try:
-            plan = recommend(spec, gpus, hardware=hardware, global_batch_size=256, seq_len=2048, top_k=1,
-                             suggest=False)
+            plan = recommend(spec, gpus, hardware=hardware, global_batch_size=256, top_k=1, suggest=False,
+                             seq_len=min(2048, spec.max_seq_len) if spec.has_learned_positions else 2048)
         except NothingFits as e:
             plan = e.plan
             assert not plan.prediction.fits and plan.prediction.reason
@@ -1418,3 +1418,18 @@ def test_distinct_rows_is_np_uniques_answer_without_its_sort(wide):
     assert np.array_equal(rows[first][where], rows)
     first, where = distinct_rows(np.array([5]))
     assert first.tolist() == [0] and where.tolist() == [0]
+
+
+def test_the_python_recommend_refuses_what_every_plan_reader_refuses():
+    """recommend() had returned plans every command then refused (gpt2 at 4096 tokens past its 1,024 learned
+    positions; dtype fp32 under a 16-bit recipe) and ran a whole search before refusing an unknown objective: a
+    sequence defaults to the table where shorter, as the CLI's --seq-len, and those are one-line PlannerErrors."""
+    assert recommend("gpt2", 8).training.seq_len == 1024
+    assert recommend("llama3.2-1b", 8).training.seq_len == 4096
+    for kw, said in (({"model": "gpt2", "seq_len": 4096}, "beyond gpt2's 1024 learned positions"),
+                     ({"dtype": "fp32"}, "use precision fp32"),
+                     ({"objective": "fastest"}, "objective 'fastest' is not one of"),
+                     ({"precision": "fp8"}, "precision 'fp8' is not one of")):
+        args = {"model": "llama3.2-1b", "gpus": 8, **kw}
+        with pytest.raises(PlannerError, match=said):
+            recommend(**args)

@@ -831,9 +831,8 @@ def _sweep_row(spec, g: int, objective: str, kwargs: dict) -> dict:
     except NothingFits as e:
         row["reason"] = e.plan.prediction.reason if e.plan.prediction else str(e)
     except PlannerError as e:  # the input (a pin, the profile) rules this count out, not memory
-        # the problem without a fix given apart ("--tp 8 does not divide --gpus 12", not "; pick a divisor of 12"):
-        # a count of the sweep's list is not the user's to change there
-        # the count is one of --gpus-list's, which sweep names as a count ("--gpus 4" is recommend's flag)
+        # the problem without its fix ("pick a divisor of 12": a count of the sweep's list is not the user's to change
+        # there), and the count as sweep names it ("12 GPUs": --gpus is recommend's flag)
         row.update(reason=(e.problem if e.fix else _one_line(e)).replace(f"--gpus {g}", f"{g} GPUs"), input_error=True)
     else:
         from .explain import layout_dict

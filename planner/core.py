@@ -483,21 +483,18 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         except ValueError as e:
             raise PlannerError(str(e)) from None
     from typing import get_args
-    from .schema import Dtype, Objective
+    from .schema import Dtype, Objective, job_problem
     for what, value, choices in (("dtype", dtype, get_args(Dtype)), ("precision", precision, tuple(PRECISION_RECIPES)),
                                  ("objective", objective, get_args(Objective))):
         if value not in choices:
             raise PlannerError(f"{what} {value!r} is not one of {', '.join(choices)}")
-    if dtype == "fp32" and precision != "fp32":
-        raise PlannerError(f"dtype fp32 with precision {precision}: the 16-bit recipes compute in bf16 or fp16; use "
-                           "precision fp32 for fp32 training")
-    # a learned position table caps the sequence (as the CLI's --seq-len and every plan reader: schema.Plan)
+    # the CLI's default sequence: a learned position table caps it
     limit = model.max_seq_len if model.has_learned_positions else None
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, limit) if limit else DEFAULT_SEQ_LEN
-    elif limit is not None and seq_len > limit:
-        raise PlannerError(f"seq_len {seq_len} is beyond {model.name or 'the model'}'s {limit} learned positions; use "
-                           f"seq_len {limit} or less")
+    problem = job_problem(model, seq_len, dtype, precision)
+    if problem:  # what every plan reader refuses (schema.Plan), said before the search
+        raise PlannerError(problem)
     pins = pins or Pins()
     profile = load_hardware(hardware)
     hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,
@@ -964,9 +961,9 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
             continue
         out.append(f"without --{k} {getattr(pins, k)} it fits on {gpus} GPUs ({_fitting_layout(rec, pins)})")
         break
-    # one policy pin dropped (--zero, --recompute, --recompute-layers, --mbs, --sp, --schedule), the degrees kept, on the same GPUs: the
-    # fastest of those that fit (a ZeRO stage the framework cannot run inside the pipeline that fits had no
-    # suggestion: only degrees and GPU counts were relaxed)
+    # one policy pin dropped (--zero, --recompute, --recompute-layers, --mbs, --sp, --schedule), the degrees kept, on
+    # the same GPUs: the fastest of those that fit (a ZeRO stage the framework cannot run inside the pipeline that
+    # fits had no suggestion: only degrees and GPU counts were relaxed)
     fits = []
     for k in POLICY_PINS:
         if getattr(pins, k) is None or hopeless:

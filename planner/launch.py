@@ -493,6 +493,10 @@ def as_parplans(plan):
     return plan.model_copy(update={"training": plan.training.model_copy(update={"framework": "parplan"})})
 
 
+def _unpredicted(e) -> Check:
+    return Check("prediction", True, f"the plan's own (cannot re-predict it here: {e})", settled=False)
+
+
 def repredict(plan):
     """The plan's prediction made again from the plan itself (planner.core.evaluate_plan: numpy, no torch), so
     a report never compares a run with the prediction of a layout the plan no longer has (a hand-edited
@@ -510,12 +514,12 @@ def repredict(plan):
         except StructureError as e2:  # a layout parplan's runtime does not run either: nothing to launch
             return plan, Check("plan", False, e2.problem, e2.fix)
         except PlannerError as e2:
-            return plan, Check("prediction", True, f"the plan's own (cannot re-predict it here: {e2})", settled=False)
+            return plan, _unpredicted(e2)
         return fresh, Check("prediction", True, f"warning: {e.problem}, but parplan's runtime, which launch runs, "
                             f"does: predicted as parplan's, {fresh.prediction.step_time_s:.4g} s a step, "
                             f"{fresh.prediction.memory_bytes_per_gpu.total / 1e9:.2f} GB per GPU")
     except PlannerError as e:  # a profile this machine lacks: the plan's own prediction stands, unchecked
-        return plan, Check("prediction", True, f"the plan's own (cannot re-predict it here: {e})", settled=False)
+        return plan, _unpredicted(e)
     new = fresh.prediction
     if plan.prediction is None:
         return fresh, Check("prediction", True, f"the plan carried none: predicted here, {new.step_time_s:.4g} s a "
@@ -546,8 +550,8 @@ def check_split(plan) -> Check | None:
         return None
     from .render import compact_counts
     return Check("split", True, f"warning: stage_layers {compact_counts(p.stage_layers)} is not the default split "
-                 f"{compact_counts(default)}: the run trains the plan's split, and the prediction (memory, step time, the memory "
-                 "check) is the default split's")
+                 f"{compact_counts(default)}: the run trains the plan's split, and the prediction (memory, step time, "
+                 "the memory check) is the default split's")
 
 
 def check_rules(plan) -> Check | None:

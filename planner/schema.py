@@ -433,16 +433,25 @@ class Plan(Strict):
             raise ValueError(f"tp({p.tp}) must divide heads({m.heads}) and kv_heads({m.kv_heads})")
         if p.stage_layers is not None and sum(p.stage_layers) != m.layers:
             raise ValueError(f"stage_layers sum to {sum(p.stage_layers)}, the model has {m.layers} layers")
-        if t.dtype == "fp32" and t.precision != "fp32":
-            # --dtype takes bf16 or fp16; fp32 training is the fp32 recipe (a 16-bit recipe at dtype fp32 was timed at
-            # the fp32 peak with its weights counted at 2 bytes)
-            raise ValueError(f"dtype fp32 with precision {t.precision}: the 16-bit recipes compute in bf16 or fp16; set "
-                             "precision fp32 for fp32 training (dtype is then unused), or dtype bf16")
-        if m.has_learned_positions and m.max_seq_len and t.seq_len > m.max_seq_len:
-            # a position table of max_seq_len rows has no position past it (recommend refuses such a --seq-len)
-            raise ValueError(f"seq_len({t.seq_len}) is beyond the model's {m.max_seq_len} learned positions "
-                             f"(max_seq_len); set seq_len <= {m.max_seq_len}, or model.max_seq_len to extend the table")
+        problem = job_problem(m, t.seq_len, t.dtype, t.precision, "the model")
+        if problem:
+            raise ValueError(problem)
         return self
+
+
+def job_problem(model: ModelSpec, seq_len: int, dtype: str, precision: str, who: str | None = None) -> str | None:
+    """What no layout of this model and job can train, in one line with the fix, or None: every plan reader refuses
+    it (Plan) and `recommend` before its search.  A 16-bit recipe at dtype fp32 (--dtype takes bf16 or fp16; fp32
+    training is the fp32 recipe: such a plan had been timed at the fp32 peak with its weights counted at 2 bytes); a
+    sequence past a learned position table of max_seq_len rows.  `who`: the model as the message names it."""
+    if dtype == "fp32" and precision != "fp32":
+        return (f"dtype fp32 with precision {precision}: the 16-bit recipes compute in bf16 or fp16; use precision fp32 "
+                "for fp32 training (dtype is then unused), or dtype bf16")
+    if model.has_learned_positions and model.max_seq_len and seq_len > model.max_seq_len:
+        return (f"seq_len({seq_len}) is beyond {who or model.name or 'the model'}'s {model.max_seq_len} learned "
+                f"positions (max_seq_len); use seq_len {model.max_seq_len} or less, or a model.max_seq_len that "
+                "extends the table")
+    return None
 
 
 def _bool_in(value):

@@ -495,7 +495,10 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     problem = job_problem(model, seq_len, dtype, precision)
     if problem:  # what every plan reader refuses (schema.Plan), said before the search
         raise PlannerError(problem)
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
+        raise PlannerError(f"gpus must be a positive integer, got {gpus!r}")
     pins = pins or Pins()
+    _check_pin_types(pins)
     profile = load_hardware(hardware)
     hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,
                          inter_node_gbytes_per_s=inter_node_gbytes_per_s, aggregate_nics=aggregate_nics)
@@ -677,6 +680,22 @@ def pinned_product(pins: Pins) -> int:
     for name in ("tp", "pp", "dp", "cp"):
         prod *= getattr(pins, name) or 1
     return prod
+
+
+def _check_pin_types(pins: Pins) -> None:
+    """A Python caller's Pins of the wrong kind (the CLI's options are typed): one line naming the pin and what it
+    takes, where a bad name had surfaced as "tuple.index(x): x not in tuple" from inside the search."""
+    from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES
+    for name in ("tp", "pp", "dp", "cp", "mbs", "vpp", "zero", "recompute_layers"):
+        v = getattr(pins, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise PlannerError(f"Pins {name} must be an integer or None, got {v!r}")
+    for name, choices in (("recompute", RECOMPUTE), ("schedule", SCHEDULES), ("offload", OFFLOADS)):
+        v = getattr(pins, name)
+        if v is not None and v not in choices:
+            raise PlannerError(f"Pins {name} must be one of {', '.join(choices)} or None, got {v!r}")
+    if pins.sp is not None and not isinstance(pins.sp, (bool, np.bool_)):
+        raise PlannerError(f"Pins sp must be True, False or None, got {pins.sp!r}")
 
 
 def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: bool = False) -> None:

@@ -1433,3 +1433,21 @@ def test_the_python_recommend_refuses_what_every_plan_reader_refuses():
         args = {"model": "llama3.2-1b", "gpus": 8, **kw}
         with pytest.raises(PlannerError, match=said):
             recommend(**args)
+
+
+@pytest.mark.parametrize("gpus, pins, said", [
+    (0, {}, "gpus must be a positive integer, got 0"),  # had been pydantic's four-line HardwareRef error
+    (8.0, {}, "gpus must be a positive integer, got 8.0"),
+    (8, {"recompute": "bogus"}, "Pins recompute must be one of none, selective, full, selective-op or None, got 'bogus'"),
+    (8, {"schedule": "1F1B"}, "Pins schedule must be one of gpipe, 1f1b"),  # these three had been "tuple.index(x)"
+    (8, {"offload": "cpu"}, "Pins offload must be one of none, optimizer or None"),
+    (8, {"tp": "2"}, "Pins tp must be an integer or None, got '2'"),  # a TypeError from a comparison
+    (8, {"zero": True}, "Pins zero must be an integer or None, got True"),
+    (8, {"sp": "no"}, "Pins sp must be True, False or None, got 'no'"),
+])
+def test_the_python_recommend_names_a_bad_gpu_count_or_pin(gpus, pins, said):
+    """The CLI's options are typed; a Python caller's are not: a wrong kind or name is one PlannerError naming it."""
+    with pytest.raises(PlannerError) as e:
+        recommend("llama3.2-1b", gpus, pins=Pins(**pins), framework="torchtitan")
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+    assert recommend("llama3.2-1b", np.int64(8), pins=Pins(tp=np.int64(2))).parallel.tp == 2  # numpy integers are integers

@@ -370,7 +370,7 @@ def test_every_mpt_run_fits_with_flash_attns_16bit_loss_gradient(cases):
     (lambda d: d.update(rows=[]), "no rows to predict"),
     (lambda d: d["rows"][0].update(tflops_per_gpu=0), "row '1.7B': its published"),
     (lambda d: d["rows"][0].update(tflops_per_gpu=None), "not a positive number"),
-    (lambda d: d["rows"][0].update(gpus=0), "HardwareRef gpus: Input should be greater than 0"),
+    (lambda d: d["rows"][0].update(gpus=0), "row '1.7B': gpus must be a positive integer, got 0"),
 ])
 def test_a_hand_edited_reference_file_is_named_in_one_line(capsys, tmp_path, edit, says):
     """A reference folder whose set has no rows, a zero or missing published figure, or a row no plan can be built

@@ -514,6 +514,50 @@ def mpt_llm_foundry_a100(d: dict) -> Iterable[Query]:
     return _mpt_queries(d)
 
 
+NEMO_GPT2_VOCAB = 51200  # GPT-2 BPE (50257) padded by NeMo to a multiple of 128 x tp 8
+
+
+def nemo_spec(r: dict, c: dict) -> ModelSpec:
+    """The shape a nemo_h100_bf16 row trained: the Llama 3.1 size's shape with the row's layers (the 405B proxies), and
+    for the NeMo Launcher 405B runs (releases 24.09 / 24.12) its config's 16 kv groups and GPT-2's padded vocab."""
+    shape = dict(c["shapes"][r["model"]], layers=r["layers"])
+    if r["model"] == "llama3.1-405b" and r["release"] != "nemo2":
+        shape.update(kv_heads=16, vocab=NEMO_GPT2_VOCAB)
+    name = r["model"] if r["layers"] == c["shapes"][r["model"]]["layers"] else f"{r['model']}-proxy-{r['layers']}l"
+    return ModelSpec(name=name, arch="llama", tied_embeddings=False, rope_theta=500000.0, **shape)
+
+
+def nemo_h100_bf16(d: dict) -> Iterable[Query]:
+    """NVIDIA's DGX Cloud benchmarking recipes for Llama 3.1 8B / 70B / 405B on H100 in BF16 (NeMo 24.09 and 24.12
+    through the NeMo Launcher, and a later NeMo-Run / NeMo 2.0 version): the NeMo docs' own H100 dense tables are all
+    FP8 (the file says so).  Every layout setting is published and pinned: tp, pp, cp 2, dp, micro-batch 1, the
+    virtual stages (interleaved 1F1B; plain 1F1B where there is none), the distributed optimizer (ZeRO 1, gradients
+    reduce-scattered), no recompute (the configs' activations_checkpoint_* are null), sequence parallelism with
+    tp > 1 (sequence_parallel true for 70B / 405B, tp 1 for 8B), no offload.  Stack: gradient reduce-scatter and
+    parameter all-gather overlapped (overlap_grad_sync / overlap_param_sync), userbuffers TP-comm overlap where
+    tp > 1 (ub_tp_comm_overlap), Megatron-Core's asynchronous input-gradient collective, TE's ring context
+    parallelism, cuDNN fused attention (the profile's curve), gradient-accumulation and cross-entropy fusion, no
+    dropout, bf16 with fp32 master weights and fp32 gradients (the reduce dtype is not stated).  Shapes: the Llama
+    3.1 presets, with the row's layers for the 405B proxies, and 16 kv groups with GPT-2's padded vocab (51,200) for
+    the Launcher's 405B runs (its config; the README: GPT2BPETokenizer as a proxy).  Network: 8 GPUs per node
+    stated, the rest the profile's DGX H100.  Metric: tokens/s per GPU (the printed tokens/s, i.e. seq x GBS over
+    the step time, over the GPUs); the file's MFU uses parplan's own model-FLOP convention (checked in the tests)."""
+    c = d["common"]
+    for r in d["rows"]:
+        vp = r.get("vp") or 1
+        pins = Pins(tp=r["tp"], pp=r["pp"], cp=r["cp"], dp=r["dp"], mbs=r["micro_batch_size"], vpp=vp, zero=1,
+                    recompute="none", sp=r["tp"] > 1, schedule="interleaved-1f1b" if vp > 1 else "1f1b", offload="none")
+        size = r["model"].rsplit("-", 1)[1]  # 8b, 70b, 405b
+        proxy = "" if r["layers"] == c["shapes"][r["model"]]["layers"] else f"-{r['layers']}l"
+        label = f"{r['release']} {size}{proxy} {r['gpus']}gpu"
+        yield Query(label=label, spec=nemo_spec(r, c), gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=r["seq_len"],
+                    global_batch_size=r["global_batch_size"], metric="tokens_per_s_per_gpu",
+                    published=r["tokens_per_s_per_gpu"], dtype="bf16", precision="master-weights", flash_attention=True,
+                    overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=r["tp"] > 1,
+                    async_tp_grad_comm=True, overlap_cp_comm=True, dropout=False, gpus_per_node=c["gpus_per_node"],
+                    pin_variants=[pins])
+
+
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "megatron_sc21_table1": megatron_sc21_table1,
     "megatron_h100_2024": megatron_h100_2024,
@@ -527,6 +571,7 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "torchtitan_2024_h100": torchtitan_2024_h100,
     "mpt_llm_foundry_h100": mpt_llm_foundry_h100,
     "mpt_llm_foundry_a100": mpt_llm_foundry_a100,
+    "nemo_h100_bf16": nemo_h100_bf16,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
 FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction",

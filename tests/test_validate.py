@@ -457,7 +457,7 @@ def test_nemo_h100_bf16_adapter_pins_what_the_file_says():
 
 def test_nemo_h100_bf16_is_held_out_and_under_predicted(summary, cases):
     """Held out (nothing fitted to it) and within the held-out bar; every predicted row is under the published
-    throughput (9.5 % median on 2026-12-04: the runs sustain more of the GEMM curve than the fraction fitted on the
+    throughput (9.5 % median on 2026-12-03: the runs sustain more of the GEMM curve than the fraction fitted on the
     Megatron-Core 2024 table); the one row without a plan is NeMo 2.0's 405B on 512 GPUs, over memory with fp32
     gradients (the recipe's gradient dtype is not published)."""
     s = summary["nemo_h100_bf16"]

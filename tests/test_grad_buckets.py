@@ -38,7 +38,8 @@ def _worker(rank, port, view, out):
                 ddp(x).sum().backward()
             with CpuMemoryTrace.phase(f"step{step}.zero_grad"):
                 model.zero_grad(set_to_none=True)
-    Path(f"{out}.{rank}").write_text(json.dumps({"peak": t.result["allocated"],
+    Path(f"{out}.{rank}").write_text(json.dumps({"peak": t.result["allocated"], "phase": t.result["phase"],
+                                                 "live": t.result["live_at_peak"][:4],
                                                  "params": sum(p.numel() * 4 for p in model.parameters())}))
     dist.barrier()
     dist.destroy_process_group()
@@ -46,12 +47,16 @@ def _worker(rank, port, view, out):
 
 @pytest.mark.multirank
 def test_ddp_buckets_hold_a_second_copy_of_the_gradients(tmp_path):
-    copy, view = (run_two(_worker, tmp_path / name, flag)[0] for name, flag in (("copy", False), ("view", True)))
+    # each rank's reading; the lower of the two is the test's: the trace sees a block freed on another thread (gloo's)
+    # only when its address is handed out again, so under a loaded machine one rank has once read a block too many
+    # (CI, 2026-12-03: 105 MB); the same job on both ranks holds the same tensors
+    copy, view = (min(run_two(_worker, tmp_path / name, flag), key=lambda r: r["peak"])
+                  for name, flag in (("copy", False), ("view", True)))
     params = copy["params"]
     # parameters, gradients and buckets, three times the parameters' bytes; with the view on the buckets are the
     # gradients (2026-12-02: 100.7 MB against 71.5 MB, 33.5 MB of parameters)
-    assert copy["peak"] == pytest.approx(3 * params, rel=0.03)
-    assert view["peak"] < 2.25 * params
+    assert copy["peak"] == pytest.approx(3 * params, rel=0.03), copy
+    assert view["peak"] < 2.25 * params, view
 
 
 def test_the_memory_model_counts_ddps_bucket_copy(monkeypatch):

@@ -1272,8 +1272,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         code, failures, tail = run_job(argv, env, steps, run_dir / "torchrun.log")
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
-    if code == EXIT_INTERRUPTED:
-        _err("interrupted")
+    if code == EXIT_INTERRUPTED:  # the CLI's main says "error: interrupted"
         return code
     if code != 0:
         for rank, cause in failures:

@@ -488,3 +488,27 @@ def test_a_closed_stdout_is_an_error_for_tables_and_json(monkeypatch, capsys, ar
     monkeypatch.setattr(sys, "stdout", None)
     assert main(argv) == 1
     assert "error: stdout is closed" in capsys.readouterr().err
+
+
+def test_ctrl_c_says_interrupted_in_one_line(monkeypatch, capsys):
+    """typer turns a KeyboardInterrupt into a silent Exit(130) (typer.core); parplan's own SIGINT handler notes the
+    interrupt, so the exit is 130 with one line (it had been silent)."""
+    import os
+    import signal
+    import time
+
+    import planner.core
+
+    def interrupted(*a, **k):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler raises KeyboardInterrupt here
+        raise AssertionError("no interrupt")
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's, as a shell's parplan has
+    try:
+        monkeypatch.setattr(planner.core, "recommend", interrupted)
+        assert main(["recommend", "--model", "llama3-8b", "--json"]) == 130
+        out, err = capsys.readouterr()
+        assert out == "" and err == "error: interrupted\n"
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handed back
+    finally:
+        signal.signal(signal.SIGINT, saved)

@@ -1704,7 +1704,7 @@ def _print_run_table(console, base, prof, rows, under: str = "") -> None:
         t.add_row(escape(str(r.get("label") or r["report"])), f"{m:.4g}", f"{r['predicted_step_time_s_before']:.4g}",
                   pct(r["predicted_step_time_s_before"], m), f"{r['predicted_step_time_s_after']:.4g}",
                   pct(r["predicted_step_time_s_after"], m), f"{r['fitted_sustained']:.4g}" + (" (clamped)" if r["clamped"] else "")
-                  + ("" if r.get("used_for_sustained", True) else " (launch-bound, not used)"),
+                  + ("" if r.get("used_for_sustained", True) else " (not used)"),  # why: the line below the table
                   f"{mm / GB:.2f}" if mm else "-", f"{r['predicted_memory_bytes_before'] / GB:.2f}",
                   pct(r["predicted_memory_bytes_before"], mm), f"{r['predicted_memory_bytes_after'] / GB:.2f}",
                   pct(r["predicted_memory_bytes_after"], mm))

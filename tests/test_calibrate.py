@@ -531,7 +531,7 @@ def test_from_run_tells_reports_named_alike_apart_and_marks_the_unused(plan, tmp
     assert rc == 0, err
     rows = [line for line in err.splitlines() if "report.json" in line and line.startswith("│")]
     assert [line.split("│")[1].strip() for line in rows] == ["7b-a/report.json", "7b-b/report.json", "tiny/report.json"]
-    assert "(launch-bound," in rows[2] and "launch-bound" not in rows[0] + rows[1]
+    assert "(not used)" in rows[2] and "not used" not in rows[0] + rows[1]
     assert "launch-bound, not used for sustained_matmul_fraction (they refit host_block_s): tiny/report.json" in err
     src = hardware_profiles.load_profile(tmp_path / "fit.toml").sources[-1]
     assert "--from-run 7b-a/report.json 7b-b/report.json tiny/report.json (in runs)" in src

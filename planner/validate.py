@@ -514,7 +514,13 @@ def mpt_llm_foundry_a100(d: dict) -> Iterable[Query]:
     return _mpt_queries(d)
 
 
-NEMO_GPT2_VOCAB = 51200  # GPT-2 BPE (50257) padded by NeMo to a multiple of 128 x tp 8
+def nemo_padded_vocab(tp: int, divisible_by: int = 128, tokens: int = 50257) -> int:
+    """NeMo's padded vocabulary: GPT-2 BPE's 50257 tokens padded to a multiple of make_vocab_size_divisible_by x tp."""
+    m = divisible_by * tp
+    return -(-tokens // m) * m
+
+
+NEMO_GPT2_VOCAB = nemo_padded_vocab(8)  # 51200: GPT-2 BPE padded by NeMo to a multiple of 128 x tp 8
 
 
 def nemo_spec(r: dict, c: dict) -> ModelSpec:
@@ -558,6 +564,62 @@ def nemo_h100_bf16(d: dict) -> Iterable[Query]:
                     pin_variants=[pins])
 
 
+_NEMO_LAUNCHER_175B_LAYOUTS = ((4, 8), (8, 8), (8, 16))  # (tp, pp) searched where the 23.x table does not say
+
+
+def nemo_launcher_gpt3(d: dict) -> Iterable[Query]:
+    """The NeMo Megatron Launcher's GPT-3 5B / 175B throughput as NVIDIA published it: the Launcher README's scaling
+    tables on DGX A100 80GB (the 2022 BigNLP-Scripts version and the 2023 NeMo Framework Launcher version) and the
+    DGX Cloud recipe's GPT-3 175B BF16 tables on H100 (two versions).  The shape is parplan's gpt arch exactly (the
+    configs: LayerNorm, GeLU 4h, biases, learned positions, tied embedding), vocab GPT-2's padded by NeMo for the
+    row's tp (nemo_padded_vocab; 51,200 where tp is unknown).  bf16 with fp32 master weights, dropout 0.1 (the
+    configs), Megatron's fused kernels and gradient-accumulation fusion.
+    Pinned where published: the H100 rows' every setting (tp 4, pp 8, vp 12 interleaved, micro-batch 1, dp, GBS 2 x
+    GPUs, no recompute, SP, distributed optimizer with grad/param sync overlapped and bf16 gradient sync, userbuffers
+    TP overlap, TE attention); the A100 rows' tp and pp where the README's text states them (BigNLP 22.08: 5B tp 2,
+    175B tp 8 / pp 8; Launcher 23.x: 5B tp 1), the optimizer it names (22.08 'Adam': ZeRO 0, gradients all-reduced
+    after the backward inside a pipeline, overlapped without one -- NeMo's O2 async all-reduce needs pp 1; 23.x
+    'Distributed Adam': ZeRO 1, overlapped), unfused softmax attention (no flash attention in those releases' GPT).
+    Searched, as not published: micro-batch, recompute (none / selective / full), SP with tp > 1 on the A100 175B
+    rows, and the Launcher 23.x 175B layout (tp 4 / pp 8, tp 8 / pp 8, tp 8 / pp 16, 1F1B or fully interleaved):
+    its README's 'tp 8, pp 16' cannot run on the table's 8-node column.  The A100 GBS is the file's
+    global_batch_size_used.  Metric: tokens/s per GPU."""
+    c = d["common"]
+    gbs_used = {"gpt3-5b bignlp-22.08": 1440, "gpt3-5b launcher-23.x": 2048, "gpt3-175b bignlp-22.08": 1536,
+                "gpt3-175b launcher-23.x": 2048}
+    for r in d["rows"]:
+        shape, table, g = c["shapes"][r["model"]], r["table"], r["gpus"]
+        h100 = table.startswith("dgxc")
+        vocab = nemo_padded_vocab(r["tp"]) if r["tp"] else NEMO_GPT2_VOCAB
+        spec = ModelSpec(name=r["model"], arch="gpt", layers=shape["layers"], hidden=shape["hidden"],
+                         heads=shape["heads"], kv_heads=shape["heads"], ffn_hidden=4 * shape["hidden"], vocab=vocab,
+                         tied_embeddings=True, max_seq_len=c["seq_len"])
+        if h100:
+            variants = [Pins(tp=r["tp"], pp=r["pp"], cp=1, dp=r["dp"], mbs=r["micro_batch_size"], vpp=r["vp"],
+                             schedule="interleaved-1f1b", zero=1, recompute="none", sp=True, offload="none")]
+        else:
+            recomputes = ("none", "selective", "full")
+            zero = 1 if table == "launcher-23.x" else 0
+            layouts = [(r["tp"], r["pp"])] if r["tp"] else _NEMO_LAUNCHER_175B_LAYOUTS
+            variants = []
+            for tp, pp in layouts:
+                if g % (tp * pp):
+                    continue
+                for vpp in sorted({1, shape["layers"] // pp}) if not r["tp"] else [1]:
+                    for sp in ((True, False) if tp > 1 and r["model"] == "gpt3-175b" else (False,)):
+                        variants.append(Pins(tp=tp, pp=pp, cp=1, vpp=vpp, zero=zero, sp=sp, offload="none",
+                                             schedule="interleaved-1f1b" if vpp > 1 else "1f1b",
+                                             recomputes=recomputes))
+        gbs = r["global_batch_size"] or gbs_used[f"{r['model']} {table}"]
+        overlap = h100 or table == "launcher-23.x" or (r["pp"] or 1) == 1
+        yield Query(label=f"{table} {r['model'][5:]} {g}gpu", spec=spec, gpus=g,
+                    hardware="h100-sxm-80gb" if h100 else "a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=gbs,
+                    metric="tokens_per_s_per_gpu", published=r["tokens_per_s_per_gpu"], dtype="bf16",
+                    precision="master-weights-half-grads" if h100 else "master-weights", flash_attention=h100,
+                    overlap_grad_reduce=overlap, overlap_param_gather=overlap, overlap_tp_comm=h100,
+                    async_tp_grad_comm=True, dropout=True, gpus_per_node=c["gpus_per_node"], pin_variants=variants)
+
+
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "megatron_sc21_table1": megatron_sc21_table1,
     "megatron_h100_2024": megatron_h100_2024,
@@ -572,6 +634,7 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "mpt_llm_foundry_h100": mpt_llm_foundry_h100,
     "mpt_llm_foundry_a100": mpt_llm_foundry_a100,
     "nemo_h100_bf16": nemo_h100_bf16,
+    "nemo_launcher_gpt3": nemo_launcher_gpt3,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
 FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction",

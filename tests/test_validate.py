@@ -284,6 +284,7 @@ README_ROWS = {  # the README's "How accurate" table: the start of a row's first
     "llm-foundry MPT (H100": "mpt_llm_foundry_h100",
     "llm-foundry MPT (A100": "mpt_llm_foundry_a100",
     "NVIDIA DGX Cloud NeMo": "nemo_h100_bf16",
+    "NeMo Megatron Launcher GPT-3": "nemo_launcher_gpt3",
 }
 
 
@@ -468,3 +469,114 @@ def test_nemo_h100_bf16_is_held_out_and_under_predicted(summary, cases):
     assert all(c.error < 0 for c in mine if c.predicted is not None)
     (missing,) = [c for c in mine if c.predicted is None]
     assert missing.label == "nemo2 405b 512gpu" and "GB/GPU" in missing.note
+
+
+def _launcher_rows():
+    return json.loads((reference_dir() / "nemo_launcher_gpt3.json").read_text())
+
+
+def _gpt3_flops_per_seq(L: int, h: int, s: int = 2048, V: int = 51200) -> float:
+    """dgxc's README formula: s (24 L h^2 + 12 L h s + 48 L h^2 + 6 V h) per sequence (2.20e15 for 175B)."""
+    return s * (24 * L * h * h + 12 * L * h * s + 48 * L * h * h + 6 * V * h)
+
+
+def test_nemo_launcher_gpt3_published_numbers_are_consistent():
+    """Every A100 row's tokens/s per GPU is its printed aggregate over 8 GPUs a node; every H100 row's printed
+    tokens/s is seq x GBS over its step time, its MFU the README's 2.20e15 FLOPs per sequence (its formula, rounded) over that time against
+    989 TFLOP/s, its days to train 1T tokens 1e12 over its tokens/s, and dp x tp x pp its GPUs; the 5B convergence
+    run's 300B tokens at 726,384 tokens/s take the printed 4.8 days."""
+    d = _launcher_rows()
+    assert len(d["rows"]) == 31
+    assert _gpt3_flops_per_seq(96, 12288) == pytest.approx(2.20e15, rel=3e-3)
+    for r in d["rows"]:
+        label = (r["table"], r["model"], r["gpus"])
+        assert r["gpus"] == 8 * r["nodes"], label
+        if not r["table"].startswith("dgxc"):
+            assert r["tokens_per_s_per_gpu"] == pytest.approx(r["tokens_per_s"] / r["gpus"], abs=0.01), label
+            continue
+        tps = 2048 * r["global_batch_size"] / r["step_time_s"]
+        assert tps == pytest.approx(r["tokens_per_s"], rel=1e-3), label
+        assert r["tokens_per_s_per_gpu"] == pytest.approx(tps / r["gpus"], abs=0.01), label
+        mfu = r["global_batch_size"] * 2.20e15 / r["step_time_s"] / r["gpus"] / 989e12  # the README's rounded FLOPs
+        assert mfu * 100 == pytest.approx(r["mfu_percent"], rel=2e-3), label
+        assert round(1e12 / r["tokens_per_s"] / 86400) == r["days_to_train_1t_tokens"], label
+        assert r["dp"] * r["tp"] * r["pp"] == r["gpus"] and r["global_batch_size"] == 16 * r["nodes"], label
+    run = d["convergence_run"]
+    assert run["tokens"] / run["tokens_per_s"] / 86400 == pytest.approx(run["time_to_train_days"], abs=0.05)
+
+
+def test_nemo_launcher_gpt3_flop_formula_is_the_planner_model_flops(cases):
+    """dgxc's FLOPs per sequence (vocab 51,200) are parplan's model FLOPs for GPT-3 175B with that vocab (the
+    Launcher 23.x 175B rows, whose tp is unknown, take it), so its MFU is parplan's."""
+    from planner.validate import _model_flops_per_token
+    c = next(c for c in cases if c.label == "launcher-23.x 175b 64gpu")
+    assert c.plan.model.vocab == 51200
+    assert _model_flops_per_token(c.plan) * 2048 == pytest.approx(_gpt3_flops_per_seq(96, 12288), rel=1e-9)
+
+
+def test_nemo_launcher_gpt3_adapter_pins_what_the_file_says():
+    """H100 rows: one variant, every published setting (tp 4, pp 8, vp 12, mbs 1, dp, no recompute, SP, ZeRO 1) and
+    the recipe's stack (TP-comm overlap, TE attention, bf16 gradient sync).  A100 rows: the tp / pp the README's text
+    states, the optimizer it names (22.08 Adam: ZeRO 0; 23.x Distributed Adam: ZeRO 1), softmax attention; the 23.x
+    175B layout searched over tp 4 / pp 8, tp 8 / pp 8 and tp 8 / pp 16 where they divide the GPUs.  The shape is the
+    gpt arch with a tied embedding, vocab padded for the row's tp."""
+    from planner.validate import nemo_launcher_gpt3, nemo_padded_vocab
+    assert [nemo_padded_vocab(tp) for tp in (1, 2, 4, 8)] == [50304, 50432, 50688, 51200]
+    d = _launcher_rows()
+    queries = list(nemo_launcher_gpt3(d))
+    assert len(queries) == len(d["rows"]) and len({q.label for q in queries}) == len(queries)
+    for q, r in zip(queries, d["rows"]):
+        assert q.spec.arch == "gpt" and q.spec.tied_embeddings and q.spec.ffn_hidden == 4 * q.spec.hidden
+        assert q.spec.vocab == (nemo_padded_vocab(r["tp"]) if r["tp"] else 51200), q.label
+        assert q.dtype == "bf16" and q.dropout and q.metric == "tokens_per_s_per_gpu"
+        assert q.published == r["tokens_per_s_per_gpu"]
+        if r["table"].startswith("dgxc"):
+            (p,) = q.pin_variants
+            assert (p.tp, p.pp, p.dp, p.mbs, p.vpp, p.zero, p.recompute, p.sp) == (4, 8, r["dp"], 1, 12, 1, "none", True)
+            assert q.hardware == "h100-sxm-80gb" and q.overlap_tp_comm and q.flash_attention
+            assert q.precision == "master-weights-half-grads" and q.global_batch_size == r["global_batch_size"]
+            continue
+        assert q.hardware == "a100-sxm-80gb" and not q.flash_attention and not q.overlap_tp_comm
+        zero = 1 if r["table"] == "launcher-23.x" else 0
+        assert {p.zero for p in q.pin_variants} == {zero}, q.label
+        layouts = {(p.tp, p.pp) for p in q.pin_variants}
+        if r["tp"]:
+            assert layouts == {(r["tp"], r["pp"])}, q.label
+        else:
+            assert layouts == {lay for lay in ((4, 8), (8, 8), (8, 16)) if r["gpus"] % (lay[0] * lay[1]) == 0}, q.label
+        assert q.overlap_grad_reduce is (r["table"] == "launcher-23.x" or r["pp"] == 1), q.label
+
+
+def test_nemo_launcher_gpt3_is_held_out(summary, cases):
+    """Held out: the A100 fraction was fitted on SC21 Table 1, the H100 one on the Megatron-Core 2024 table.  Measured
+    2026-12-03: 31 runs, median 10.7 %, max 48.0 %.  The BigNLP 22.08 rows within 6.4 %, the Launcher 23.x 5B rows
+    within 10.7 %, the H100 BF16 rows all under-predicted (11-18 %), the Launcher 23.x 175B rows over-predicted by
+    38-48 %: their published speed is that of full recompute without SP (see the next test)."""
+    s = summary["nemo_launcher_gpt3"]
+    assert s["fitted"] is None and s["plausibility_only"] is None
+    assert s["runs"] == 31 and s["missing"] == 0 and s["median_abs_error"] <= 0.12
+    mine = {c.label: c for c in cases if c.set_name == "nemo_launcher_gpt3"}
+    for label, c in mine.items():
+        if label.startswith("dgxc"):
+            assert -0.19 < c.error < 0, label
+        elif label.startswith("launcher-23.x 175b"):
+            assert 0.25 < c.error < 0.5, label
+        else:
+            assert abs(c.error) < 0.12, label
+
+
+def test_nemo_launcher_gpt3_23x_175b_reads_as_full_recompute():
+    """Why the Launcher 23.x 175B rows err: pinned to tp 8 / pp 8 with full recompute and no SP (the 2021 Megatron
+    recipe), the 64- and 1024-GPU rows come within 3 % (the search picks selective recompute with SP, 38-48 % faster
+    than published).  Not used for the set's numbers: the README does not say so."""
+    import dataclasses
+
+    from planner.search import Pins
+    from planner.validate import metric_value, nemo_launcher_gpt3, run_query
+    for q in nemo_launcher_gpt3(_launcher_rows()):
+        if q.label not in ("launcher-23.x 175b 64gpu", "launcher-23.x 175b 1024gpu"):
+            continue
+        full = dataclasses.replace(q, pin_variants=[Pins(tp=8, pp=8, cp=1, vpp=1, zero=1, sp=False, offload="none",
+                                                         schedule="1f1b", recompute="full")])
+        plan = run_query(full)
+        assert abs(metric_value(plan, full) / q.published - 1) < 0.03, q.label

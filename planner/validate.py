@@ -585,8 +585,8 @@ def nemo_launcher_gpt3(d: dict) -> Iterable[Query]:
     its README's 'tp 8, pp 16' cannot run on the table's 8-node column.  The A100 GBS is the file's
     global_batch_size_used.  Metric: tokens/s per GPU."""
     c = d["common"]
-    gbs_used = {"gpt3-5b bignlp-22.08": 1440, "gpt3-5b launcher-23.x": 2048, "gpt3-175b bignlp-22.08": 1536,
-                "gpt3-175b launcher-23.x": 2048}
+    # "1440: printed for the 160-GPU run ...": the number before the reason
+    gbs_used = {k: int(v.split(":", 1)[0]) for k, v in d["global_batch_size_used"].items()}
     for r in d["rows"]:
         shape, table, g = c["shapes"][r["model"]], r["table"], r["gpus"]
         h100 = table.startswith("dgxc")

@@ -545,6 +545,9 @@ def test_nemo_launcher_gpt3_adapter_pins_what_the_file_says():
         else:
             assert layouts == {lay for lay in ((4, 8), (8, 8), (8, 16)) if r["gpus"] % (lay[0] * lay[1]) == 0}, q.label
         assert q.overlap_grad_reduce is (r["table"] == "launcher-23.x" or r["pp"] == 1), q.label
+        # the batch: the row's where published, else the number global_batch_size_used gives with its reason
+        used = d["global_batch_size_used"][f"{r['model']} {r['table']}"]
+        assert q.global_batch_size == (r["global_batch_size"] or int(used.split(":")[0])), q.label
 
 
 def test_nemo_launcher_gpt3_is_held_out(summary, cases):

@@ -1232,7 +1232,6 @@ def _interrupts_seen():
 
 
 def _run(argv, interrupted: list, no_args_help, usage, click_exc, click_exit, click_abort) -> int:
-    import os
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="parplan")
         return int(rv or 0) if isinstance(rv, int) or rv is None else 0

@@ -306,14 +306,9 @@ def _overlap_worker(rank, world, port, out):
 def test_overlap_probe_runs_gemms_beside_async_all_reduces(tmp_path):
     """The (f) probe's mechanics on two gloo ranks: GEMMs timed alone and with all-reduces in flight.
     On a CPU the number means nothing; on GPUs the worker runs the same function over NCCL."""
-    import socket
-
-    import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from tests.runtime_helpers.two_ranks import spawn_on_a_free_port
     out = tmp_path / "overlap.json"
-    mp.spawn(_overlap_worker, args=(2, port, str(out)), nprocs=2, join=True)
+    spawn_on_a_free_port(_overlap_worker, lambda port: (2, port, str(out)), 2)
     r, r1 = (json.loads(Path(f"{out}.{k}").read_text()) for k in (0, 1))
     # each rank times its own GEMMs and all-reduce; they must agree on how many all-reduces to issue
     # (they once did not, and a CI run hung on the extra one)

@@ -705,16 +705,10 @@ def test_fused_cross_entropy_over_four_tp_ranks(tmp_path, vocab):
     padding only), in several chunks of rows, with an incoming gradient of 2.5: each rank's loss and its slice
     of the gradient are F.cross_entropy's over the whole unpadded logits (fp32 to 1e-6, bf16 within its
     rounding, the gradient in bf16)."""
-    import socket
-
-    import torch.multiprocessing as mp
-
     from tests.runtime_helpers.ce_ranks import worker
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from tests.runtime_helpers.two_ranks import spawn_on_a_free_port
     out = str(tmp_path / "ce")
-    mp.spawn(worker, args=(port, 4, vocab, out), nprocs=4, join=True)
+    spawn_on_a_free_port(worker, lambda port: (port, 4, vocab, out), 4)
     for r in range(4):
         res = json.loads(open(f"{out}.{r}").read())
         f32, b16 = res["torch.float32"], res["torch.bfloat16"]

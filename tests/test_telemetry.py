@@ -82,13 +82,13 @@ def test_a_run_records_the_clock_per_step_and_launch_prints_it(tmp_path):
             "MASTER_ADDR='127.0.0.1', MASTER_PORT=os.environ['PORT']); "
             "from parallel_layers.train import RunOptions, run_plans; "
             f"run_plans('cpu', [({str(plan)!r}, RunOptions(steps=4, device='cpu', telemetry=True), {str(report)!r})])")
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "PORT": str(port), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT)}
-    job = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    from tests.runtime_helpers.two_ranks import PORT_TRIES, free_port
+    for _ in range(PORT_TRIES):  # a port taken between free_port and the rank's bind: a fresh one (two_ranks.py)
+        env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "PORT": str(free_port()),
+               "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        job = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        if job.returncode == 0 or "EADDRINUSE" not in job.stderr:
+            break
     assert job.returncode == 0, job.stderr[-2000:]
     rep = json.loads(report.read_text())
     assert all(st["sm_mhz"] == 1980 and st["power_w"] == 640 and st["temp_c"] == 44 for st in rep["steps"])

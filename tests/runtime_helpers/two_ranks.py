@@ -9,10 +9,30 @@ from pathlib import Path
 
 import torch.multiprocessing as mp
 
+PORT_TRIES = 3
 
-def run_two(worker, out: Path, *args) -> list[dict]:
+
+def free_port() -> int:
+    """A port the OS hands out as free now (released again: rank 0's TCPStore binds it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(port, *args, str(out)), nprocs=2, join=True)
+        return s.getsockname()[1]
+
+
+def spawn_on_a_free_port(worker, args_for_port, nprocs: int) -> None:
+    """mp.spawn(worker, args=args_for_port(port), nprocs) on a free port.  The port is free when it is chosen, not
+    when rank 0 binds it seconds later (the ranks start Python and import torch first): under pytest-xdist the other
+    worker's gloo ranks open connections all the while, and one whose ephemeral port is this one makes rank 0's
+    TCPStore fail with EADDRINUSE.  Such a start, and only such a start, is tried again on a fresh port."""
+    for attempt in range(PORT_TRIES):
+        try:
+            mp.spawn(worker, args=args_for_port(free_port()), nprocs=nprocs, join=True)
+            return
+        except mp.ProcessRaisedException as e:
+            if attempt == PORT_TRIES - 1 or "EADDRINUSE" not in str(e):
+                raise
+
+
+def run_two(worker, out: Path, *args) -> list[dict]:
+    spawn_on_a_free_port(worker, lambda port: (port, *args, str(out)), 2)
     return [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]

@@ -109,6 +109,17 @@ def find_upward(name: str, folder: str | Path) -> Path | None:
         return found
 
 
+def canonical_name(name_or_path):
+    """A shipped profile's name as list_profiles() spells it where the given one differs only in case ("H100-SXM-80GB",
+    as model presets are matched); anything else as given."""
+    if looks_like_path(name_or_path):
+        return name_or_path
+    names = list_profiles()
+    if name_or_path in names:
+        return name_or_path
+    return {n.lower(): n for n in names}.get(str(name_or_path).lower(), name_or_path)
+
+
 def profile_file(name_or_path: str | Path) -> Path:
     """The file a profile name (a shipped profile) or path is read from."""
     return Path(name_or_path) if looks_like_path(name_or_path) else PROFILE_DIR / f"{name_or_path}.toml"
@@ -126,6 +137,7 @@ def load_profile(name_or_path: str | Path):
 
     from planner.schema import HardwareProfile
 
+    name_or_path = canonical_name(name_or_path)
     path = profile_file(name_or_path)
     if not looks_like_path(name_or_path):
         if name_or_path not in list_profiles():  # a shipped name; no file-system lookup of an arbitrary string
@@ -137,8 +149,8 @@ def load_profile(name_or_path: str | Path):
             hint = f" (did you mean {close[0]}?)" if close else ""
             try:  # a file or folder of that name here: read as a profile name, as a bare word is
                 here = Path(name_or_path)
-                here = "folder" if here.is_dir() else "file" if here.exists() else None
-            except (OSError, ValueError):
+                here = None if not key else "folder" if here.is_dir() else "file" if here.exists() else None
+            except (OSError, ValueError):  # (an empty name is Path("."), the folder here: no hint about it)
                 here = None
             if here:
                 hint += (f" ({name_or_path} here is a {here}: a profile file is named .toml or .json, or given with "

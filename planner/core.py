@@ -499,6 +499,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         raise PlannerError(f"gpus must be a positive integer, got {gpus!r}")
     pins = pins or Pins()
     _check_pin_types(pins)
+    import hardware_profiles
+    hardware = hardware_profiles.canonical_name(hardware)  # the plan records the name as shipped
     profile = load_hardware(hardware)
     hw_ref = HardwareRef(name=hardware, gpus=gpus, gpus_per_node=gpus_per_node or profile.gpus_per_node,
                          inter_node_gbytes_per_s=inter_node_gbytes_per_s, aggregate_nics=aggregate_nics)

@@ -422,6 +422,15 @@ def test_an_empty_hardware_name_guesses_no_profile(capsys):
     assert main(R + ["--hardware", ""]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "unknown hardware profile ''" in err and "did you mean" not in err
+    assert "here is a folder" not in err  # Path("") is the folder here: it had read "( here is a folder: ... ./)"
+
+
+def test_a_hardware_name_in_another_case_is_the_shipped_profile(capsys):
+    """As model presets: H100-SXM-80GB is h100-sxm-80gb, and the plan records the name as shipped."""
+    assert main(R + ["--hardware", "H100-SXM-80GB"]) == 0
+    assert json.loads(capsys.readouterr().out)["hardware"]["name"] == "h100-sxm-80gb"
+    assert main(["hardware", "show", "H200-sxm-141GB"]) == 0
+    assert "h200-sxm-141gb" in capsys.readouterr().out
 
 
 def test_a_full_disk_is_not_reported_as_a_bug(monkeypatch, capsys):

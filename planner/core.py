@@ -495,8 +495,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     problem = job_problem(model, seq_len, dtype, precision)
     if problem:  # what every plan reader refuses (schema.Plan), said before the search
         raise PlannerError(problem)
-    if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
-        raise PlannerError(f"gpus must be a positive integer, got {gpus!r}")
+    if problem := gpu_count_problem(gpus):
+        raise PlannerError(problem)
     pins = pins or Pins()
     _check_pin_types(pins)
     import hardware_profiles
@@ -684,10 +684,16 @@ def pinned_product(pins: Pins) -> int:
     return prod
 
 
+def gpu_count_problem(gpus) -> str | None:
+    """What is wrong with a GPU count given in Python (the CLI's is typed), or None."""
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
+        return f"gpus must be a positive integer, got {gpus!r}"
+    return None
+
+
 def _check_pin_types(pins: Pins) -> None:
     """A Python caller's Pins of the wrong kind (the CLI's options are typed): one line naming the pin and what it
     takes, where a bad name had surfaced as "tuple.index(x): x not in tuple" from inside the search."""
-    from cost_models.layout import OFFLOADS, RECOMPUTE, SCHEDULES
     for name in ("tp", "pp", "dp", "cp", "mbs", "vpp", "zero", "recompute_layers"):
         v = getattr(pins, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):

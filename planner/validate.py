@@ -692,11 +692,12 @@ def why_infeasible(q: Query, hardware_override: str | None = None) -> str:
 
 
 def validate_set(name: str, data: dict, hardware_override: str | None = None) -> list[Case]:
+    from .core import gpu_count_problem
     cases = []
     for q in ADAPTERS[name](data):
-        if isinstance(q.gpus, bool) or not isinstance(q.gpus, int) or q.gpus < 1:
-            # the row's fault, not a layout's (run_query would read recommend's refusal as "no feasible plan")
-            raise ValueError(f"row {q.label!r}: gpus must be a positive integer, got {q.gpus!r}")
+        problem = gpu_count_problem(q.gpus)
+        if problem:  # the row's fault, not a layout's (run_query would read recommend's refusal as "no feasible plan")
+            raise ValueError(f"row {q.label!r}: {problem}")
         plan = run_query(q, hardware_override)
         pred = None if plan is None else metric_value(plan, q)
         note = why_infeasible(q, hardware_override) if plan is None else _case_note(plan, q)

@@ -1692,35 +1692,41 @@ def _print_run_table(console, base, prof, rows, under: str = "") -> None:
     def pct(pred, meas):
         return f"{pred / meas - 1:+.1%}" if meas else "-"
 
-    t = Table(title=f"refit {base.name} -> {prof.name}: sustained_matmul_fraction {base.sustained_matmul_fraction:g} -> "
-                    f"{prof.sustained_matmul_fraction:.4g}, memory_reserve_gbytes {base.memory_reserve_gbytes:g} -> "
-                    f"{prof.memory_reserve_gbytes:.4g}", title_justify="left")
-    for c in ("report", "step s meas", "step before", "err", "step after", "err", "fit sustained",
-              "mem GB meas", "mem before", "err", "mem after", "err"):
-        t.add_column(c, justify="left" if c == "report" else "right", no_wrap=c in ("report", "fit sustained"))
+    console.print(f"refit {base.name} -> {prof.name}", markup=False, highlight=False, soft_wrap=True)
+    step = Table(title=f"step time s, sustained_matmul_fraction {base.sustained_matmul_fraction:g} -> "
+                       f"{prof.sustained_matmul_fraction:.4g}", title_justify="left")
+    mem = Table(title=f"reserved memory GB, memory_reserve_gbytes {base.memory_reserve_gbytes:g} -> "
+                      f"{prof.memory_reserve_gbytes:.4g}", title_justify="left")
+    for t, cols in ((step, ("report", "measured", "before", "err", "after", "err", "fit sustained")),
+                    (mem, ("report", "measured", "before", "err", "after", "err"))):
+        for c in cols:
+            t.add_column(c, justify="left" if c == "report" else "right", no_wrap=c in ("report", "fit sustained"))
     for r in rows:
         m = r["measured_step_time_s"]
         mm = r["measured_reserved_bytes"]
-        t.add_row(escape(str(r.get("label") or r["report"])), f"{m:.4g}", f"{r['predicted_step_time_s_before']:.4g}",
-                  pct(r["predicted_step_time_s_before"], m), f"{r['predicted_step_time_s_after']:.4g}",
-                  pct(r["predicted_step_time_s_after"], m), f"{r['fitted_sustained']:.4g}" + (" (clamped)" if r["clamped"] else "")
-                  + ("" if r.get("used_for_sustained", True) else " (not used)"),  # why: the line below the table
-                  f"{mm / GB:.2f}" if mm else "-", f"{r['predicted_memory_bytes_before'] / GB:.2f}",
-                  pct(r["predicted_memory_bytes_before"], mm), f"{r['predicted_memory_bytes_after'] / GB:.2f}",
-                  pct(r["predicted_memory_bytes_after"], mm))
+        label = escape(str(r.get("label") or r["report"]))
+        step.add_row(label, f"{m:.4g}", f"{r['predicted_step_time_s_before']:.4g}",
+                     pct(r["predicted_step_time_s_before"], m), f"{r['predicted_step_time_s_after']:.4g}",
+                     pct(r["predicted_step_time_s_after"], m),
+                     f"{r['fitted_sustained']:.4g}" + (" (clamped)" if r["clamped"] else "")
+                     + ("" if r.get("used_for_sustained", True) else " (not used)"))  # why: the line below the tables
+        mem.add_row(label, f"{mm / GB:.2f}" if mm else "-", f"{r['predicted_memory_bytes_before'] / GB:.2f}",
+                    pct(r["predicted_memory_bytes_before"], mm), f"{r['predicted_memory_bytes_after'] / GB:.2f}",
+                    pct(r["predicted_memory_bytes_after"], mm))
     width = console.width
-    if not console.is_terminal:  # a log or a pipe: the whole table, never cells cut to "..."
-        from rich.measure import Measurement
-        console.width = max(width, Measurement.get(console, console.options.update_width(10_000), t).maximum)
-    console.print(t)
-    console.width = width
+    for t in (step, mem):
+        if not console.is_terminal:  # a log or a pipe: the whole table, never cells cut to "..."
+            from rich.measure import Measurement
+            console.width = max(width, Measurement.get(console, console.options.update_width(10_000), t).maximum)
+        console.print(t)
+        console.width = width
     if under not in ("", "."):
         console.print(f"reports: paths under {under}", markup=False, highlight=False, soft_wrap=True)
     unused = [r.get("label") or r["report"] for r in rows if not r.get("used_for_sustained", True)]
     if unused:
         console.print(f"launch-bound, not used for sustained_matmul_fraction (they refit host_block_s): {', '.join(unused)}",
                       markup=False, highlight=False, soft_wrap=True)
-    console.print("memory: meas = largest torch reserved peak over ranks; 'mem before'/'mem after' = the reserved peak "
+    console.print("memory: measured = largest torch reserved peak over ranks; before/after = the reserved peak "
                   "each profile predicts: predicted total + its memory_slack_gbytes (the fitted part of "
                   "memory_reserve_gbytes, the launches' reserved-minus-predicted gap; none fitted = 0)",
                   markup=False, highlight=False, soft_wrap=True)

@@ -14,7 +14,6 @@ import math
 import os
 import re
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional, get_args
 
@@ -32,6 +31,7 @@ app.add_typer(hardware_app, name="hardware")
 
 EXIT_INVALID = 2
 EXIT_NOTHING_FITS = 3
+EXIT_INTERRUPTED = 130  # as launch.EXIT_INTERRUPTED
 
 
 class UserError(Exception):
@@ -1200,41 +1200,12 @@ def main(argv: list[str] | None = None) -> int:
     Exit codes: 0 success, 2 invalid input or usage, 3 nothing fits, 1 an internal error (one line;
     PARPLAN_DEBUG=1 shows the traceback), 130 interrupted, else the launched job's code."""
     no_args_help, usage, click_exc, click_exit, click_abort = _usage_exceptions()
-    with _interrupts_seen() as interrupted:
-        code = _run(argv, interrupted, no_args_help, usage, click_exc, click_exit, click_abort)
-    if code == 130 and interrupted:  # said here: typer makes Ctrl-C a silent Exit(130) (typer.core), launch returns 130
-        _err("error: interrupted")
-    return code
-
-
-@contextmanager
-def _interrupts_seen():
-    """A list that gets an entry at each Ctrl-C while parplan's own SIGINT handler is installed (on the main thread,
-    in place of Python's default one, which raises KeyboardInterrupt as this one then does)."""
-    import signal
-    seen: list = []
-
-    def on_interrupt(signum, frame):
-        seen.append(True)
-        raise KeyboardInterrupt
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-        mine = previous is signal.default_int_handler
-        if mine:
-            signal.signal(signal.SIGINT, on_interrupt)
-    except ValueError:  # not the main thread
-        mine = False
-    try:
-        yield seen
-    finally:
-        if mine:
-            signal.signal(signal.SIGINT, previous)
-
-
-def _run(argv, interrupted: list, no_args_help, usage, click_exc, click_exit, click_abort) -> int:
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="parplan")
-        return int(rv or 0) if isinstance(rv, int) or rv is None else 0
+        code = int(rv or 0) if isinstance(rv, int) or rv is None else 0
+        if code == EXIT_INTERRUPTED:  # typer's silent Exit(130) for a KeyboardInterrupt (Ctrl-C's, or raised by
+            _err("error: interrupted")  # code: typer.core), or launch's interrupted job
+        return code
     except UserError as e:
         _err(f"error: {e}")
         return EXIT_INVALID
@@ -1261,9 +1232,9 @@ def _run(argv, interrupted: list, no_args_help, usage, click_exc, click_exit, cl
         except (OSError, ValueError):
             pass
         return 0
-    except KeyboardInterrupt:  # main says so
-        interrupted.append(True)
-        return 130
+    except KeyboardInterrupt:  # outside typer's own handling
+        _err("error: interrupted")
+        return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - last resort: one line instead of a traceback
         if os.environ.get("PARPLAN_DEBUG"):
             raise

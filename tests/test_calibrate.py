@@ -170,7 +170,7 @@ def test_from_run_refits_sustained_fraction_and_reserve(plan, tmp_path, capsys):
                             "--base", "h100-sxm-80gb", "--out", str(out)], capsys)
     assert rc == 0, err
     assert stdout.strip() == str(out)
-    assert "step before" in err and "a.json" in err
+    assert "step time s" in err and "a.json" in err
     prof = hardware_profiles.load_profile(out)
     ratio = prof.sustained_matmul_fraction / base.sustained_matmul_fraction
 
@@ -198,7 +198,7 @@ def test_from_run_prints_its_table_whole_into_a_log(plan, tmp_path, capsys):
     r = _report(plan, tmp_path / ("a-long-report-name-" * 6 + ".json"))
     rc, _, err = _run(["calibrate", "--from-run", str(r), "--base", "h100-sxm-80gb", "--out", str(tmp_path / "w.toml")],
                       capsys)
-    assert rc == 0 and "step before" in err and "…" not in err, err
+    assert rc == 0 and "step time s" in err and "reserved memory GB" in err and "…" not in err, err
 
 
 def test_from_run_refuses_reports_of_two_gpu_kinds_in_one_line(tmp_path, capsys):
@@ -525,7 +525,9 @@ def test_from_run_tells_reports_named_alike_apart_and_marks_the_unused(plan, tmp
                          "--from-run", "runs/tiny/report.json", "--base", "h100-sxm-80gb", "--out", "fit.toml"], capsys)
     assert rc == 0, err
     rows = [line for line in err.splitlines() if "report.json" in line and line.startswith("│")]
-    assert [line.split("│")[1].strip() for line in rows] == ["7b-a/report.json", "7b-b/report.json", "tiny/report.json"]
+    names = ["7b-a/report.json", "7b-b/report.json", "tiny/report.json"]
+    assert [line.split("│")[1].strip() for line in rows] == names * 2  # the step table, then the memory table's
+    rows = rows[:3]
     assert "(not used)" in rows[2] and "not used" not in rows[0] + rows[1]
     assert "launch-bound, not used for sustained_matmul_fraction (they refit host_block_s): tiny/report.json" in err
     src = hardware_profiles.load_profile(tmp_path / "fit.toml").sources[-1]

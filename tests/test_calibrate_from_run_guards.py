@@ -170,8 +170,8 @@ def test_a_device_of_no_known_gpu_family_gets_a_note(device, plan, tmp_path, cap
 # ---------------------------------------------------------------------------------------------- 5: memory columns
 
 def test_memory_columns_are_what_each_profile_predicts_for_a_refit_of_a_refit(plan, tmp_path, capsys):
-    """'mem before' / 'mem after' are the reserved peak each profile predicts: predicted total + its fitted slack.
-    A refit of a refit on the same report changes nothing, so both read the measured peak; 'mem before' had left the
+    """The memory table's before / after are the reserved peak each profile predicts: predicted total + its fitted slack.
+    A refit of a refit on the same report changes nothing, so both read the measured peak; 'before' had left the
     base's slack out (-2.6 % / -3.9 % on a committed refit where the profile predicts ~0 %)."""
     from rich.console import Console
     import io

@@ -500,8 +500,8 @@ def test_a_closed_stdout_is_an_error_for_tables_and_json(monkeypatch, capsys, ar
 
 
 def test_ctrl_c_says_interrupted_in_one_line(monkeypatch, capsys):
-    """typer turns a KeyboardInterrupt into a silent Exit(130) (typer.core); parplan's own SIGINT handler notes the
-    interrupt, so the exit is 130 with one line (it had been silent)."""
+    """typer turns a KeyboardInterrupt into a silent Exit(130) (typer.core), which main says: the exit is 130 with
+    one line (it had been silent), and Python's SIGINT handler is left in place."""
     import os
     import signal
     import time
@@ -521,3 +521,16 @@ def test_ctrl_c_says_interrupted_in_one_line(monkeypatch, capsys):
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handed back
     finally:
         signal.signal(signal.SIGINT, saved)
+
+
+def test_a_keyboard_interrupt_raised_by_code_says_interrupted(monkeypatch, capsys):
+    """A KeyboardInterrupt raised without a signal reaches main as typer's Exit(130) too: one line (it had been
+    silent while main told Ctrl-C apart by its own SIGINT handler)."""
+    import planner.core
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(planner.core, "recommend", interrupted)
+    assert main(["recommend", "--model", "llama3-8b", "--json"]) == 130
+    out, err = capsys.readouterr()
+    assert out == "" and err == "error: interrupted\n"

@@ -1247,11 +1247,15 @@ def main(argv: list[str] | None = None) -> int:
             except OSError:
                 pass
             return 1
-        if isinstance(e, OSError) and e.errno in (errno.ENAMETOOLONG, errno.ELOOP):
-            # a path the system cannot look up (a file name over 255 bytes, a symlink loop): the input's fault
+        fixes = {errno.ENAMETOOLONG: "give a shorter path", errno.ELOOP: "give a path without the link loop",
+                 errno.EACCES: "give a path you may read (and write, for an output) or change its permissions",
+                 errno.EPERM: "give a path you may read (and write, for an output) or change its permissions",
+                 errno.EROFS: "give an output path on a writable file system"}
+        if isinstance(e, OSError) and e.errno in fixes:
+            # a path the system refuses (a file name over 255 bytes, a symlink loop, a folder or file the user may
+            # not enter, read or write, a read-only mount): the input's fault, wherever the command opened it
             name = f"{str(e.filename)[:60]}{'...' if len(str(e.filename)) > 60 else ''}: " if e.filename else ""
-            fix = "give a shorter path" if e.errno == errno.ENAMETOOLONG else "give a path without the link loop"
-            _err(f"error: {name}{e.strerror or e}; {fix}")
+            _err(f"error: {name}{e.strerror or e}; {fixes[e.errno]}")
             return EXIT_INVALID
         if isinstance(e, _StdoutClosed) or (sys.stdout is None and isinstance(e, AttributeError)):  # `>&-`
             _err("error: stdout is closed; give the command somewhere to write (a file, a pipe)")

@@ -580,17 +580,26 @@ def check_rules(plan) -> Check | None:
 
 
 def nearest_existing(path: Path) -> Path | None:
-    """The path itself or its nearest parent that exists: what mkdir would build on."""
-    return next((q for q in (path, *path.parents) if q.exists()), None)
+    """The path itself or its nearest parent that exists: what mkdir would build on (one in a folder the user may not
+    enter is taken as missing: that folder is the nearest, and the write checks find it closed)."""
+    def exists(q: Path) -> bool:
+        try:
+            return q.exists()
+        except PermissionError:
+            return False
+    return next((q for q in (path, *path.parents) if exists(q)), None)
 
 
 def check_folder(option: str, path: str) -> Check | None:
     """A folder the run writes into (--checkpoint-dir, --memory-snapshot): it may exist as a folder or not
     yet exist, but neither it nor a parent on its path may be a file (the job would fail after training)."""
-    nearest = nearest_existing(Path(path))
+    nearest = nearest_existing(Path(path).absolute())
     if nearest is not None and not nearest.is_dir():
         return Check(option[2:], False, f"{option} {path}: {nearest} is a file, not a folder",
                      f"pass {option} a folder path (it is created if missing)")
+    if nearest is not None and not can_make_folder_in(nearest):  # the job would train, then fail at its first save
+        return Check(option[2:], False, f"{option} {path}: cannot write in {nearest}",
+                     f"pass {option} a folder you can write (it is created if missing)")
     return None
 
 

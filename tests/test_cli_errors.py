@@ -534,3 +534,22 @@ def test_a_keyboard_interrupt_raised_by_code_says_interrupted(monkeypatch, capsy
     assert main(["recommend", "--model", "llama3-8b", "--json"]) == 130
     out, err = capsys.readouterr()
     assert out == "" and err == "error: interrupted\n"
+
+
+@pytest.mark.parametrize("err, fix", [(13, "change its permissions"), (1, "change its permissions"),
+                                      (30, "writable file system")])
+def test_a_path_the_system_refuses_is_the_inputs_fault_wherever_it_is_opened(monkeypatch, capsys, err, fix):
+    """A folder the user may not enter, a file they may not read or write, a read-only mount, met by any command
+    (launch's --report or --data inside such a folder, calibrate's --out, validate's --reference-dir): exit 2 naming
+    the path and the fix, where it had read "internal error PermissionError ... (a bug in parplan)"."""
+    import os
+
+    import planner.core
+
+    def refused(*a, **k):
+        raise OSError(err, os.strerror(err), "locked/out.toml")
+    monkeypatch.setattr(planner.core, "recommend", refused)
+    assert main(["recommend", "--model", "llama3-8b", "--json"]) == 2
+    out, msg = capsys.readouterr()
+    assert out == "" and msg.startswith("error: locked/out.toml: ") and fix in msg and len(msg.splitlines()) == 1, msg
+    assert "internal error" not in msg

@@ -740,6 +740,18 @@ def test_output_folders_that_are_files_fail_before_the_run(plan8, tmp_path, caps
     assert not (tmp_path / "r").exists()
 
 
+def test_output_folders_that_cannot_be_written_fail_before_the_run(plan8, tmp_path, capsys):
+    """The same for a folder nobody may write in (/proc, even as root; a locked folder for a user): the job had
+    trained every step and then failed at its first save ("CheckpointException ranks:dict_keys([0])")."""
+    if not Path("/proc").is_dir() or L.can_make_folder_in("/proc"):
+        pytest.skip("needs a /proc no folder can be made in")
+    for opt in ("checkpoint_dir", "memory_snapshot"):
+        assert L.launch(plan8, device="cpu", report=str(tmp_path / "r" / "r.json"), **{opt: "/proc/parplan-x"}) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot write in /proc" in err and "a folder you can write" in err, err
+    assert not (tmp_path / "r").exists()
+
+
 def test_fsdp2_offload_with_host_gradient_sums_is_refused_on_cuda():
     """FSDP2's CPU offload keeps gradient shards on the host; SP's (and cp's, and tied embeddings') gradient sums
     would all-reduce them over NCCL: refused on cuda, allowed on gloo (cpu), where every tensor is a host one."""

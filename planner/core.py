@@ -9,6 +9,7 @@ the CLI turns them into exit code 2.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -849,9 +850,15 @@ def _batch_fix(gbs: int, seq_len: int, gpus: int, pins: Pins) -> str | None:
     ds = [d for d in range(gpus, 0, -1) if allowed(d)]
     if not ds or gbs % (ds[0] * mbs) == 0:
         return None
+    # a size the batch already splits over is held back by another rule (heads, layers: a prime GPU count leaves
+    # dp 1 only with tp x pp the whole count), so it is no fix: naming the batch it has sent the same command back
+    ds = [d for d in ds if gbs % (d * mbs)]
     d = next((d for d in ds if gbs / 2 <= nearest(d) <= 2 * gbs), None) or min(ds, key=lambda d: abs(nearest(d) - gbs))
+    few = gpus > 3 and all(gpus % k for k in range(2, math.isqrt(gpus) + 1))  # a prime count: dp 1 or all of it
     return (f"use --global-batch-size {nearest(d)}, which splits over dp {d}"
-            + (f" x micro-batch {mbs}" if mbs > 1 else ""))
+            + (f" x micro-batch {mbs}" if mbs > 1 else "")
+            + (f", or a GPU count with divisors ({gpus} is prime; --objective min-gpus searches the counts up to it)"
+               if few else ""))
 
 
 def _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, suggest, tokens) -> Plan:

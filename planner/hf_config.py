@@ -36,6 +36,7 @@ Mixture-of-experts configs are rejected (the planner models dense layers only).
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from pathlib import Path
@@ -106,6 +107,9 @@ def read_hf_config(path_or_dict) -> tuple[dict, str]:
             cfg = json.load(f)
     except FileNotFoundError:
         raise ValueError(f"Hugging Face config {path} does not exist") from None
+    except PermissionError:
+        raise ValueError(f"cannot read Hugging Face config {path}: permission denied; give a file you may read, or "
+                         "change its permissions") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"Hugging Face config {path}: not valid JSON: {e}") from None
     except UnicodeDecodeError:
@@ -163,9 +167,16 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, bool]:
         text = text or {}
         cfg = {"model_type": "gemma3_text", **{k: v for k, v in cfg.items() if k != "model_type"}, **text}
         model_type = "gemma3_text"
+    if model_type is None and isinstance(cfg.get("parallel"), dict) and isinstance(cfg.get("model"), dict):
+        raise ValueError(f"{where} is a parplan plan, not a Hugging Face config (what --model-config reads): "
+                         f"re-predict it with `parplan evaluate {where}`")
     if model_type is None:
         raise ValueError(f"{where}: missing required field model_type (one of {', '.join(SUPPORTED)})")
     if model_type not in SUPPORTED:
+        near = difflib.get_close_matches(str(model_type).lower().replace("-", "_"), SUPPORTED, n=1, cutoff=0.8)
+        if near:  # transformers matches model_type exactly too ("LLAMA" is no llama to AutoConfig)
+            raise ValueError(f"{where}: model_type {model_type!r} is not supported; did you mean {near[0]!r}? "
+                             "correct it in the config")
         raise ValueError(f"{where}: model_type {model_type!r} is not supported (supported: {', '.join(SUPPORTED)}); "
                          f"give the shape instead: {_shape_flags(cfg)}")
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # keys the file has win, explicit nulls included
@@ -200,7 +211,8 @@ _SHAPE_KEYS = (("--layers", ("num_hidden_layers", "n_layer", "num_layers", "n_la
 
 def _shape_flags(cfg: dict) -> str:
     """The explicit-shape flags of an unsupported config, from its keys: --arch llama where its activation is SiLU
-    (a gated MLP), else gpt; Falcon's multi-query attention (multi_query without new_decoder_architecture) one
+    (a gated MLP), gpt where it names another, and where it names none llama if its MLP width is given and not
+    4 x hidden; Falcon's multi-query attention (multi_query without new_decoder_architecture) one
     key/value head; a shape field the config has under no known key left as <N>."""
     def value(keys):
         for k in keys:
@@ -209,7 +221,11 @@ def _shape_flags(cfg: dict) -> str:
                 return v
         return None
     act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "").lower()
-    flags = ["--arch", "llama" if act in ("silu", "swiglu", "swish") else "gpt"]
+    hidden, ffn = value(_SHAPE_KEYS[1][1]), value(_SHAPE_KEYS[4][1])
+    # no activation named: a gated MLP's width is seldom 4 x hidden (Llama 3's 3.5, Qwen2's 5.3), a GeLU MLP's is
+    # (OPT; Falcon and GPT-J leave it implicit): a llama-shaped config without hidden_act had been sent to --arch gpt
+    gated = act in ("silu", "swiglu", "swish") if act else bool(ffn and hidden and ffn != 4 * hidden)
+    flags = ["--arch", "llama" if gated else "gpt"]
     for flag, keys in _SHAPE_KEYS:
         v = 1 if flag == "--kv-heads" and cfg.get("multi_query") and not cfg.get("new_decoder_architecture") \
             else value(keys)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -66,7 +68,11 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
         close = [repr(p) for p in close[:3]]
         hint = f" Did you mean {' or '.join(close) if len(close) < 3 else ', '.join(close[:2]) + ' or ' + close[2]}?" \
             if close else ""
-        if name.endswith(".json") or "/" in name or "\\" in name:  # a config file: --model-config reads those
+        if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not name.endswith(".json") and not os.path.exists(name):
+            # a Hub id (meta-llama/Meta-Llama-3-8B): --model-config reads a file on disk, not the Hub
+            hint += (" A Hugging Face model's config.json is read by --model-config from disk: download "
+                     f"{name}'s config.json, then `parplan recommend --model-config config.json --gpus 8`.")
+        elif name.endswith(".json") or "/" in name or "\\" in name:  # a config file: --model-config reads those
             hint += " A Hugging Face config file is read by --model-config (e.g. `parplan recommend --model-config " \
                     f"{name} --gpus 8`)."
         shown = name if len(name) <= 60 else name[:60] + "..."

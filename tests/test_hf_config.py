@@ -386,3 +386,25 @@ def test_a_bad_value_names_the_configs_key(cfg, key, field):
     with pytest.raises(ValueError) as e:
         model_from_hf_config(cfg)
     assert f"{key} (parplan's {field})" in str(e.value) and "correct it in the config" in str(e.value)
+
+
+def test_a_config_that_names_no_activation_gets_the_block_its_mlp_width_reads_as():
+    """No hidden_act: a gated MLP's width is seldom 4 x hidden, so a llama-shaped config reads as --arch llama (it had
+    been sent to --arch gpt); a 4 x hidden or implicit width stays gpt (Falcon, above)."""
+    llama_like = {"model_type": "newthing", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+                  "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+    with pytest.raises(ValueError, match="--arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn-hidden "
+                                         "14336 --vocab 128256"):
+        model_from_hf_config(llama_like)
+    with pytest.raises(ValueError, match="--arch gpt --layers 32"):
+        model_from_hf_config({**llama_like, "intermediate_size": 16384})
+
+
+def test_a_model_type_in_another_case_is_named_and_a_plan_is_told_apart():
+    """'LLAMA' is no model_type transformers knows either: the error names 'llama' (it had offered the explicit
+    shape flags); a parplan plan given as a config is named as one, with the command that reads it."""
+    with pytest.raises(ValueError, match="model_type 'LLAMA' is not supported; did you mean 'llama'\\?"):
+        model_from_hf_config({"model_type": "LLAMA", "hidden_size": 64})
+    plan = {"model": {"arch": "llama"}, "parallel": {"tp": 1}, "training": {}}
+    with pytest.raises(ValueError, match="config dict is a parplan plan, not a Hugging Face config .*parplan evaluate"):
+        model_from_hf_config(plan)

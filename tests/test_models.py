@@ -74,6 +74,18 @@ def test_unknown_preset_lists_names_and_suggests():
     assert "Did you mean" not in str(e.value)
 
 
+def test_a_hub_id_is_told_to_download_its_config():
+    """meta-llama/Meta-Llama-3-8B is no file: the hint had been `--model-config meta-llama/Meta-Llama-3-8B`, which
+    then said the file does not exist."""
+    with pytest.raises(ValueError) as e:
+        load_preset("meta-llama/Meta-Llama-3-8B")
+    msg = str(e.value)
+    assert "download meta-llama/Meta-Llama-3-8B's config.json, then `parplan recommend --model-config config.json" in msg
+    assert "--model-config meta-llama" not in msg
+    with pytest.raises(ValueError, match="--model-config cfg/config.json --gpus 8"):  # a path keeps its own hint
+        load_preset("cfg/config.json")
+
+
 def test_preset_lookup_is_case_insensitive():
     assert load_preset("Llama3-8B").name == "llama3-8b"
 

@@ -144,6 +144,18 @@ def test_a_batch_that_rules_out_dp_gets_a_nearby_batch_suggestion():
     assert recommend(spec, 3, global_batch_size=1024).parallel.pp == 3
 
 
+def test_a_prime_gpu_count_is_not_sent_back_its_own_batch():
+    """On 10,007 GPUs (prime) an 8B model's only layouts put dp at 10,007: the fix had named the batch the command
+    already had ("use --global-batch-size 1024, which splits over dp 1", dp 1 being held back by the heads and
+    layers), so the same command failed again.  It names a batch dp 10,007 splits, and says the count is prime."""
+    spec = load_preset("llama3-8b")
+    with pytest.raises(PlannerError) as e:
+        recommend(spec, 10007, global_batch_size=1024)
+    msg = str(e.value)
+    assert "use --global-batch-size 10007, which splits over dp 10007" in msg and "10007 is prime" in msg, msg
+    assert "--global-batch-size 1024" not in msg
+
+
 def test_nothing_fits_for_host_memory_says_host_memory():
     """405B on 8 H100s fits the GPUs only with optimizer offload, and the offload needs more host memory
     than a node has: the error says so instead of quoting a GPU need below the usable HBM."""

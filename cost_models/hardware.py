@@ -84,8 +84,12 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
     """Convert a HardwareProfile (planner.schema) to SI units for one dtype, applying CLI overrides."""
     peaks = profile.peak_dense_tflops
     if dtype not in peaks:
+        # what selects each peak (planner.core.compute_dtype: fp32 is the fp32 recipe's); tf32 and others no flag does
+        flags = {"bf16": "--dtype bf16", "fp16": "--dtype fp16", "fp32": "--precision fp32"}
+        other = [flags[k] for k in sorted(peaks) if k in flags]
         raise ValueError(f"hardware profile {profile.name} has no peak for dtype {dtype}; it lists {sorted(peaks)}: "
-                         f"add {dtype} to its peak_dense_tflops, or train in {' or '.join(sorted(peaks))}")
+                         f"add {dtype} to its peak_dense_tflops" + (f", or train with {' or '.join(other)}" if other
+                                                                   else ""))
     curve = sorted(profile.matmul_efficiency_curve)
     attn = sorted(profile.attention_efficiency_curve)
     inter = profile.inter_node

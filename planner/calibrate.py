@@ -213,12 +213,28 @@ def check_out_path(out: str | None, default_name: str, base_path: Path | None = 
     if out and _same_file(path, base_path):
         raise CalibrationError(f"--out {out} is the --base profile itself, which it would overwrite -- fix: give "
                                f"another --out (or none: the default is a new file)")
+    if out and _is_launch_report(path):  # another run's report: a measurement that no profile may replace
+        raise CalibrationError(f"--out {out} is a launch report, which the profile would overwrite -- fix: give "
+                               "another --out (or none: the default is a new file)")
+    if out and path.is_file() and not _is_profile(path):  # a profile (an earlier calibration) may be replaced
+        raise CalibrationError(f"--out {out} exists and is not a hardware profile, which it would overwrite -- fix: "
+                               "give another --out (or none: the default is a new file)")
     # before any measurement (a device calibration takes minutes): where the file would go must be a writable folder
     folder = next((q for q in path.absolute().parents if q.exists()), None)
     if folder is not None and (not folder.is_dir() or not can_make_folder_in(folder)):
         why = "is a file, not a folder" if not folder.is_dir() else "is not writable"
         raise CalibrationError(f"--out {path}: {folder} {why} -- fix: give --out in a folder you can write")
     return path
+
+
+def _is_profile(path: Path) -> bool:
+    """Whether the file reads as a hardware profile (what --out may replace; a plan or a report it had overwritten)."""
+    import hardware_profiles
+    try:
+        hardware_profiles.load_profile(path)
+    except Exception:  # noqa: BLE001 - anything that does not load is no profile to replace
+        return False
+    return True
 
 
 def write_profile(profile, path: Path) -> Path:
@@ -1539,14 +1555,11 @@ def calibrate_from_runs(reports: list[str], base: str | None = None, out: str | 
     else:
         base_profile = _load_base(base)
     check_devices(runs, base_profile, console)
-    path = check_out_path(out, _calibrated_name(base_profile.name), base_file(base), "-refit", console)
     for r in [*reports, *repeated]:  # as --base: the profile must not replace a report it was fitted from
-        if _same_file(path, Path(r)):
-            raise CalibrationError(f"--out {out or path} is the run report {r}, which it would overwrite -- fix: give another "
+        if out and _same_file(Path(out), Path(r)):
+            raise CalibrationError(f"--out {out} is the run report {r}, which it would overwrite -- fix: give another "
                                    f"--out (or none: the default is a new file)")
-    if _is_launch_report(path):  # another run's report: a measurement that no refit may replace either
-        raise CalibrationError(f"--out {out or path} is a launch report, which the profile would overwrite -- fix: give "
-                               "another --out (or none: the default is a new file)")
+    path = check_out_path(out, _calibrated_name(base_profile.name), base_file(base), "-refit", console)
     labels, under = report_labels([r["path"] for r in runs])
     from .schema import HardwareProfile
 

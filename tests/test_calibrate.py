@@ -583,11 +583,13 @@ def test_out_is_never_the_base_file_in_any_mode(tmp_path):
         tmp_path / "x-calibrated-recalibrated.toml"
     assert check_out_path(None, str(tmp_path / "y-calibrated"), base_file(str(mine))) == tmp_path / "y-calibrated.toml"
     # a default never replaces an existing file (an earlier calibration); an explicit --out does
-    (tmp_path / "y-calibrated.toml").write_text("earlier")
+    _profile_file(tmp_path / "y-calibrated.toml", "y-calibrated")
     (tmp_path / "y-calibrated-2.toml").write_text("earlier too")
     assert check_out_path(None, str(tmp_path / "y-calibrated"), base_file(str(mine))) == tmp_path / "y-calibrated-3.toml"
     assert check_out_path(str(tmp_path / "y-calibrated.toml"), "ignored", base_file(str(mine))) == \
         tmp_path / "y-calibrated.toml"
+    with pytest.raises(CalibrationError, match="exists and is not a hardware profile"):  # an explicit --out replaces
+        check_out_path(str(tmp_path / "y-calibrated-2.toml"), "ignored", base_file(str(mine)))  # a profile only
 
 
 def test_host_only_on_a_host_profile_writes_a_new_file_with_its_own_name(tmp_path, monkeypatch, capsys):

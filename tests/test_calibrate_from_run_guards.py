@@ -240,3 +240,19 @@ def test_superseded_marks_merge_and_follow_what_the_refit_fitted(plan, tmp_path,
     deep.write_text("[" * 100_000)
     rc, out, err = _run(["calibrate", "--from-run", str(a), "--base", "h100-sxm-80gb", "--out", str(deep)], capsys)
     assert "internal error" not in err
+
+
+def test_out_replaces_a_profile_but_not_another_kind_of_file(plan, tmp_path, capsys):
+    """An explicit --out replaces an earlier profile (the README's refit loop does); a plan or any file that is no
+    profile is refused before anything is measured or fitted (`--out plan.json` had replaced the plan)."""
+    r = _report(plan, tmp_path / "r.json")
+    other = tmp_path / "plan.json"
+    other.write_text('{"schema_version": 1}')
+    assert main(["calibrate", "--from-run", str(r), "--base", "h100-sxm-80gb", "--out", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "exists and is not a hardware profile" in err and err.count("\n") == 1, err
+    assert other.read_text() == '{"schema_version": 1}'
+    prof = tmp_path / "p.toml"
+    assert main(["calibrate", "--from-run", str(r), "--base", "h100-sxm-80gb", "--out", str(prof)]) == 0
+    assert main(["calibrate", "--from-run", str(r), "--base", "h100-sxm-80gb", "--out", str(prof)]) == 0
+    assert hardware_profiles.load_profile(prof).name == "h100-sxm-80gb-calibrated"

@@ -419,3 +419,13 @@ def test_a_plan_given_as_a_profile_says_so(tmp_path):
     plan.write_text(json.dumps({"model": {}, "parallel": {}, "hardware": {"name": "h100-sxm-80gb"}}))
     with pytest.raises(ValueError, match=r"is a plan, not a hardware profile; its profile is h100-sxm-80gb"):
         load_profile(plan)
+
+
+def test_a_missing_peak_names_the_flags_that_select_the_others(tmp_path):
+    """'or train in bf16 or tf32' named a dtype --dtype does not take: the fix names the flags (tf32 has none)."""
+    from cost_models.hardware import constants_from_profile
+    prof = hardware_profiles.load_profile("h100-sxm-80gb")
+    prof = prof.model_copy(update={"peak_dense_tflops": {"bf16": 989.4, "tf32": 494.7}})
+    with pytest.raises(ValueError) as e:
+        constants_from_profile(prof, "fp16")
+    assert str(e.value).endswith("add fp16 to its peak_dense_tflops, or train with --dtype bf16"), str(e.value)

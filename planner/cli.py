@@ -307,10 +307,13 @@ def _prepare(opts, gpus: int | None = None):
     """Validate the shared options; returns (model spec, keyword arguments for core.recommend)."""
     from .search import Pins
     o = opts
-    if o.dtype == "fp32":  # fp32 training is a recipe, not a compute dtype of the 16-bit ones
+    if str(o.dtype).strip().lower() == "fp32":  # fp32 training is a recipe, not a compute dtype of the 16-bit ones
         raise UserError("--dtype must be one of bf16, fp16; got 'fp32': for fp32 training use --precision fp32")
-    _check_choice("dtype", o.dtype, ("bf16", "fp16"))
-    _check_choice("precision", o.precision, ("amp", "master-weights", "master-weights-half-grads", "fp32"))
+    o.dtype = _check_choice("dtype", o.dtype, ("bf16", "fp16"))
+    o.precision = _check_choice("precision", o.precision, ("amp", "master-weights", "master-weights-half-grads", "fp32"))
+    if o.cross_entropy_16bit_grad and o.fused_cross_entropy is False:
+        _err("note: --cross-entropy-16bit-grad is a mode of the fused cross-entropy; with --no-fused-cross-entropy it "
+             "changes nothing")
     if o.precision == "fp32" and o.dtype == "fp16":
         _err("note: --precision fp32 trains in fp32 throughout; --dtype fp16 applies only to the 16-bit recipes "
              "(amp, master-weights, master-weights-half-grads), so it changes nothing here")
@@ -318,7 +321,7 @@ def _prepare(opts, gpus: int | None = None):
                           ("schedule", ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")),
                           ("offload", ("none", "optimizer")), ("arch", ("llama", "gpt"))):
         if getattr(o, name) is not None:
-            _check_choice(name, getattr(o, name), choices)
+            setattr(o, name, _check_choice(name, getattr(o, name), choices))
     if gpus is not None:
         _positive("gpus", gpus, allow_none=False, upper=GPUS_MAX)
     explicit_seq = o.seq_len is not None
@@ -360,9 +363,10 @@ def _prepare(opts, gpus: int | None = None):
     from .schema import Training
     for name in ("zero1_grad_reduce", "zero2_grad_reduce", "attention_kernel"):
         if getattr(o, name) is not None:
-            _check_choice(name.replace("_", "-"), getattr(o, name), get_args(Training.model_fields[name].annotation))
+            setattr(o, name, _check_choice(name.replace("_", "-"), getattr(o, name),
+                                           get_args(Training.model_fields[name].annotation)))
     from .core import FRAMEWORK_DEFAULTS
-    _check_choice("framework", o.framework, tuple(FRAMEWORK_DEFAULTS))
+    o.framework = _check_choice("framework", o.framework, tuple(FRAMEWORK_DEFAULTS))
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None
     if n_tokens is not None and n_tokens > 1e18:
         raise UserError(f"--tokens {o.tokens} is beyond what the planner models (max 1e18)")
@@ -392,7 +396,7 @@ def recommend(
 ):
     """Search TP x PP x DP (x CP, vpp, micro-batch, ZeRO, recompute, schedule) layouts and rank them."""
     from .core import NothingFits, PlannerError, recommend as do_recommend
-    _check_choice("objective", objective, ("throughput", "min-gpus", "memory"))
+    objective = _check_choice("objective", objective, ("throughput", "min-gpus", "memory"))
     _positive("top", top, allow_none=False, upper=10_000)
     spec, kwargs = _prepare(opts, gpus)
     try:
@@ -442,8 +446,15 @@ def _show_plans(plan, title: str, which: str = "best plan") -> None:
 
 
 def _check_choice(name, value, choices):
-    if value not in choices:
+    """The choice `value` names, in any case (as --to, --hardware and --model names are read: --dtype BF16 is bf16),
+    else a UserError listing them."""
+    if value in choices:
+        return value
+    folded = str(value).strip().lower()
+    match = next((c for c in choices if c.lower() == folded), None)
+    if match is None:
         raise UserError(f"--{name} must be one of {', '.join(choices)}; got {value!r}")
+    return match
 
 
 def read_text_file(path: str, what: str, fix: str) -> str:
@@ -617,7 +628,7 @@ def launch(
                                                   "then, per rank as JSON, compared with the plan's memory model."),
 ):
     """Run a plan as a real torchrun job and report measured against predicted."""
-    _check_choice("device", device, ("auto", "cuda", "cpu"))
+    device = _check_choice("device", device, ("auto", "cuda", "cpu"))
     _positive("steps", steps, allow_none=False, upper=10_000_000)
     _positive("nnodes", nnodes, allow_none=False, upper=100_000)
     if node_rank < 0 or node_rank >= nnodes:
@@ -625,7 +636,7 @@ def launch(
     if checkpoint_every < 0:
         raise UserError(f"--checkpoint-every must be >= 0, got {checkpoint_every}")
     if data_dtype is not None:
-        _check_choice("data-dtype", data_dtype, ("uint16", "uint32"))
+        data_dtype = _check_choice("data-dtype", data_dtype, ("uint16", "uint32"))
     _positive("resume-step", resume_step, upper=10_000_000)
     for flag, value, unset in (("--report", report, "runs/<time>/report.json"), ("--data", data, "synthetic tokens"),
                                ("--checkpoint-dir", checkpoint_dir, "no checkpoints"),
@@ -658,8 +669,7 @@ def export(
 ):
     """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config, llm-foundry YAML)."""
     from .export import FORMATS, export_notes, export_plan, framework_note
-    to = to.strip().lower()  # as --model names are read
-    _check_choice("to", to, FORMATS)
+    to = _check_choice("to", to, FORMATS)
     plan = read_plan(plan_file)
     fits = _fits_as_given(plan)
     sys.stdout.write(export_plan(plan, to).rstrip("\n") + "\n")
@@ -858,7 +868,7 @@ def sweep(
     from rich.progress import Progress
 
     from .render import bar_lines, sweep_table
-    _check_choice("objective", objective, ("throughput", "memory"))
+    objective = _check_choice("objective", objective, ("throughput", "memory"))
     counts = _gpus_list(gpus_list)
     spec, kwargs = _prepare(opts)
     _profile_or_fail(opts.hardware)  # a bad profile is the input's fault at every count
@@ -1095,7 +1105,7 @@ def calibrate(
                                     "once clocks settle under the power and thermal limits; 0 (default) keeps the base's."),
 ):
     """Measure this machine (GEMM, attention, HBM, host link, collectives) into a hardware profile, or refit one from run reports."""
-    _check_choice("device", device, ("auto", "cuda", "cpu"))
+    device = _check_choice("device", device, ("auto", "cuda", "cpu"))
     if out is not None and not out.strip():
         raise UserError("--out is empty: give the profile file to write (.toml or .json), or leave --out out for "
                         "<base>-calibrated.toml")

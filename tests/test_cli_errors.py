@@ -553,3 +553,24 @@ def test_a_path_the_system_refuses_is_the_inputs_fault_wherever_it_is_opened(mon
     out, msg = capsys.readouterr()
     assert out == "" and msg.startswith("error: locked/out.toml: ") and fix in msg and len(msg.splitlines()) == 1, msg
     assert "internal error" not in msg
+
+
+def test_choices_are_read_in_any_case(capsys):
+    """--framework Megatron, --dtype BF16, --schedule 1F1B, --recompute FULL were refused where --to MEGATRON,
+    --hardware H100-SXM-80GB and model names in any case are read: every choice is, and the plan records it as listed."""
+    argv = ["recommend", "--model", "llama3-8b", "--gpus", "8", "--framework", "Megatron", "--dtype", "BF16",
+            "--schedule", "1F1B", "--recompute", "FULL", "--objective", "Throughput", "--json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["training"]["framework"], plan["training"]["dtype"]) == ("megatron", "bf16")
+    assert (plan["parallel"]["schedule"], plan["parallel"]["recompute"]) == ("1f1b", "full")
+    assert main(["recommend", "--model", "llama3-8b", "--dtype", "BF17", "--json"]) == 2
+    assert capsys.readouterr().err == "error: --dtype must be one of bf16, fp16; got 'BF17'\n"
+
+
+def test_a_16bit_loss_gradient_without_the_fused_loss_gets_a_note(capsys):
+    assert main(["recommend", "--model", "llama3-8b", "--cross-entropy-16bit-grad", "--no-fused-cross-entropy",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    assert "note: --cross-entropy-16bit-grad is a mode of the fused cross-entropy" in err

@@ -41,6 +41,7 @@ import json
 import math
 from pathlib import Path
 
+from planner.limits import SHAPE_MAX
 from planner.models import with_param_count
 from planner.schema import ModelSpec, error_message, json_type_name
 
@@ -358,8 +359,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     # window (Megatron-LM's --window-attn-skip-freq); None with a window: every layer within it
     full_every, irregular, local = None, False, ""
     kinds = cfg.get("layer_types")
-    if not window:
-        window = None
+    if not window or window >= SHAPE_MAX:  # none, or one no sequence the planner takes reaches (1e30 had been carried
+        window = None  # into the plan as a 31-digit integer): full attention either way
     elif model_type in ("mistral", "phi3"):  # Mistral 7B v0.1, Phi-3 4k: every layer within the window
         local = "all layers"
     elif isinstance(kinds, list) and kinds:

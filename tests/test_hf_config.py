@@ -413,7 +413,8 @@ def test_a_model_type_in_another_case_is_named_and_a_plan_is_told_apart():
 def test_a_window_no_sequence_reaches_is_full_attention():
     """sliding_window 1e30 (a float JSON number) had been carried into the plan as a 31-digit integer; a window at or
     past the longest sequence the planner takes never binds: full attention, as a null window."""
-    base = {"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+    base = {"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_hidden_layers": 2,
             "intermediate_size": 512, "vocab_size": 1000}
     assert model_from_hf_config({**base, "sliding_window": 1e30}).sliding_window is None
     assert model_from_hf_config({**base, "sliding_window": 4096}).sliding_window == 4096

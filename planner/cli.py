@@ -665,7 +665,7 @@ def launch(
 @app.command()
 def export(
     plan_file: str = typer.Argument(..., metavar="PLAN_FILE", help="Plan JSON file, or - for stdin."),
-    to: str = typer.Option(..., "--to", help="megatron, torchtitan, deepspeed or llm-foundry (Composer + FSDP: what --framework fsdp predicts)."),
+    to: str = typer.Option(..., "--to", help="megatron, torchtitan (keys of commit 000204a4, torchtitan 0.1), torchtitan-0.2 (its 0.2 TOML releases), deepspeed or llm-foundry (Composer + FSDP: what --framework fsdp predicts)."),
 ):
     """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config, llm-foundry YAML)."""
     from .export import FORMATS, export_notes, export_plan, framework_note

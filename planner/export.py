@@ -73,7 +73,8 @@ def export_notes(plan: Plan, to: str) -> list[str]:
 
 def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
     key = (to or "").strip().lower()
-    builders = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed, "llm-foundry": _llm_foundry}
+    builders = {"megatron": _megatron, "torchtitan": _torchtitan, "torchtitan-0.2": lambda plan: _torchtitan(plan, "0.2"),
+                "deepspeed": _deepspeed, "llm-foundry": _llm_foundry}
     if key not in builders:
         raise ValueError(f"unknown export format {to!r}; choose one of: {', '.join(FORMATS)}")
     return builders[key](plan)
@@ -556,8 +557,12 @@ def _titan_ffn_args(dim: int, ffn: int) -> str:
     return f"an MLP width of {ffn} (no ffn_dim_multiplier/multiple_of pair gives it: change FeedForward)"
 
 
-def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
+def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]:
+    """torchtitan's TOML: keys of commit 000204a4 (release None; torchtitan 0.1.0 reads them), or of its 0.2 releases
+    (release "0.2": [compile] enable, [debug] seed and module_fqns_per_model_part, which 0.2's config manager asks for
+    where it refuses the older keys)."""
     m, t, p = plan.model, plan.training, plan.parallel
+    new = release == "0.2"
     notes: list[str] = _full_attention_note(plan, "torchtitan's llama3") + _whole_blocks_note(plan, "torchtitan")
 
     # [model]
@@ -689,7 +694,6 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
         par += [
             ("pipeline_parallel_schedule", _TITAN_SCHEDULES[p.schedule]),
             ("pipeline_parallel_microbatch_size", t.micro_batch_size),
-            ("pipeline_parallel_split_points", bounds),
         ]
         # later TOML-configured torchtitan refuses the split points ("deprecated. Please use
         # module_fqns_per_model_part instead", torchtitan/models/llama3/infra/pipeline.py) or ignores them and splits
@@ -699,9 +703,14 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
             mods = [f"layers.{j}" for j in range(start, start + n)]
             start += n
             parts.append((["tok_embeddings"] if i == 0 else []) + mods + (["norm", "output"] if i == len(counts) - 1 else []))
-        notes.append("torchtitan releases after this file's commit replace pipeline_parallel_split_points with "
-                     "parallelism.module_fqns_per_model_part (they refuse the split points, or split by their own rule); "
-                     f"this plan's stages there: module_fqns_per_model_part = {toml_value(parts)}")
+        if new:
+            par.append(("module_fqns_per_model_part", parts))
+        else:
+            par.append(("pipeline_parallel_split_points", bounds))
+            notes.append("torchtitan releases after this file's commit replace pipeline_parallel_split_points with "
+                         "parallelism.module_fqns_per_model_part (they refuse the split points, or split by their own "
+                         "rule; `--to torchtitan-0.2` writes it); this plan's stages there: "
+                         f"module_fqns_per_model_part = {toml_value(parts)}")
     par.append(("context_parallel_degree", p.cp))
     if p.cp > 1 and not t.overlap_cp_comm:
         notes.append("overlap_cp_comm off: the prediction's context parallelism all-gathers K/V before the attention; "
@@ -722,14 +731,16 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
             ("steps", steps),
             ("mixed_precision_param", mp_param),
             ("mixed_precision_reduce", "float32"),
-            ("compile", bool(t.fused_elementwise)),
+            *([] if new else [("compile", bool(t.fused_elementwise))]),
             ("enable_cpu_offload", p.offload == "optimizer"),
-            ("seed", t.seed),
+            *([] if new else [("seed", t.seed)]),
         ]),
         ("parallelism", par),
         ("activation_checkpoint", [("mode", "selective" if p.recompute == "selective-op" else p.recompute)] +
          ([("selective_ac_option", "op")] if p.recompute in ("selective", "selective-op") else [])),
     ]
+    if new:
+        sections += [("compile", [("enable", bool(t.fused_elementwise))]), ("debug", [("seed", t.seed)])]
 
     nnodes, nproc = _nodes(plan)
     if nnodes > 1:
@@ -741,15 +752,18 @@ def _torchtitan(plan: Plan) -> tuple[str, list[str]]:
     header = [f"parplan export --to torchtitan: {m.name or m.arch}, {plan.hardware.gpus} GPUs "
               f"({plan.hardware.name}); launch with NGPU={nproc} CONFIG_FILE=<this file> ./run_train.sh"
               + (" on each node" if nnodes > 1 else ""),
-              "Keys follow pytorch/torchtitan torchtitan/config/job_config.py (commit 000204a4). Newer torchtitan",
+              ("Keys of torchtitan's 0.2 TOML releases (0.2.2's ConfigManager read them, 2026-12-03). Newer torchtitan"
+               if new else "Keys follow pytorch/torchtitan torchtitan/config/job_config.py (commit 000204a4). Newer "
+               "torchtitan"),
               "main configures runs in Python (Trainer.Config) and counts the batch in tokens (torchtitan/config/",
               f"training.py, commit f204eb63): training.num_tokens_per_microbatch_per_dp_rank = {t.micro_batch_size * t.seq_len}"
               f" (micro-batch {t.micro_batch_size} x seq_len {t.seq_len}),",
               f"num_tokens_per_train_step = {t.global_batch_size * t.seq_len}, max_context_length = {t.seq_len}"
               + (f", and parallelism.num_pp_microbatches = {t.num_microbatches} in place of "
                  "pipeline_parallel_microbatch_size" if p.pp > 1 else "") + "; other sections moved too: check its",
-              "config/ folder. Later TOML releases moved training.compile to [compile] enable and training.seed to",
-              "[debug] seed (their config manager refuses unknown keys): rename those two there.",
+              "config/ folder." + ("" if new else " Later TOML releases moved training.compile to [compile] enable and "
+                                   "training.seed to [debug] seed (their config manager refuses unknown keys): "
+                                   "`--to torchtitan-0.2` writes them so."),
               f"shape: layers={m.layers} hidden={m.hidden} heads={m.heads} kv_heads={m.kv_heads} "
               f"ffn_hidden={m.ffn_hidden} vocab={m.vocab}",
               f"batch: {t.global_batch_size} = dp {p.dp} x micro {t.micro_batch_size} x {t.num_microbatches} "

@@ -250,7 +250,8 @@ def summary_lines(plan: Plan) -> list[str]:
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
         f"{len(plan.parallel.stage_layers or [])} stage{'s' * (len(plan.parallel.stage_layers or []) != 1)})",
         f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else
-                             "".join(f" (`parplan export --to {f}`)" for f, w in FORMAT_FRAMEWORK.items() if w == fw)),
+                             "".join(f" (`parplan export --to {' | '.join(fs)}`)" for fs in
+                                     [[f for f, w in FORMAT_FRAMEWORK.items() if w == fw]] if fs)),
     ]
     how = accuracy_line(fw)
     if how:

@@ -67,7 +67,7 @@ def megatron_args(text: str) -> dict[str, object]:
 
 
 def test_formats_and_unknown():
-    assert FORMATS == ("megatron", "torchtitan", "deepspeed", "llm-foundry")
+    assert FORMATS == ("megatron", "torchtitan", "torchtitan-0.2", "deepspeed", "llm-foundry")
     with pytest.raises(ValueError) as e:
         export_plan(llama_plan(), "nemo")
     for name in FORMATS:
@@ -225,6 +225,28 @@ def test_torchtitan_llama():
     header = " ".join(x[2:] for x in export_plan(plan, "torchtitan").splitlines() if x.startswith("# "))
     assert "num_tokens_per_microbatch_per_dp_rank = 4096 (micro-batch 1 x seq_len 4096)" in header
     assert "num_tokens_per_train_step = 262144" in header and "num_pp_microbatches = 32" in header
+
+
+def test_torchtitan_02_writes_the_keys_its_config_manager_asks_for():
+    """torchtitan 0.2.2's ConfigManager refuses training.compile, training.seed and pipeline_parallel_split_points
+    (benchmarks/results/2026-12-03-export-parse: 0 of 12 exports parsed, 12 of 12 after these renames): --to
+    torchtitan-0.2 writes [compile] enable, [debug] seed and module_fqns_per_model_part, the rest as --to torchtitan."""
+    plan = llama_plan()
+    old, new = (tomllib.loads(export_plan(plan, to)) for to in ("torchtitan", "torchtitan-0.2"))
+    assert "compile" not in new["training"] and "seed" not in new["training"]
+    assert new["compile"] == {"enable": old["training"]["compile"]} and new["debug"] == {"seed": old["training"]["seed"]}
+    parts = new["parallelism"].pop("module_fqns_per_model_part")
+    assert "pipeline_parallel_split_points" not in new["parallelism"]
+    assert [p for p in parts if p[0].startswith("layers.")] == parts[1:]  # the embedding opens the first part
+    assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[-1][-2:] == ["norm", "output"]
+    assert [int(p[0 if i else 1].split(".")[1]) for i, p in enumerate(parts)][1:] == [8, 16, 24]  # the split points
+    assert sum(len([m for m in p if m.startswith("layers.")]) for p in parts) == plan.model.layers
+    old["parallelism"].pop("pipeline_parallel_split_points")
+    for key in ("compile", "seed"):
+        old["training"].pop(key)
+    assert {k: v for k, v in new.items() if k not in ("compile", "debug")} == old
+    assert not any("module_fqns_per_model_part" in n for n in export_notes(plan, "torchtitan-0.2"))
+    assert "0.2 TOML releases" in export_plan(plan, "torchtitan-0.2").splitlines()[1]
 
 
 @pytest.mark.parametrize("schedule,vpp,name", [("gpipe", 1, "GPipe"), ("1f1b", 1, "1F1B"),

@@ -31,6 +31,8 @@ for f in "$W"/plans/*.json; do n=$(basename "$f" .json)
     ext=$(case $to in megatron) echo sh;; torchtitan) echo toml;; deepspeed) echo json;; esac)
     $P -m planner.cli export "$f" --to $to > "$W/exports/$n.$to.$ext" 2> "$W/exports/$n.$to.err"
   done
+  mkdir -p "$W/v02/exports"; ln -sfn "$W/plans" "$W/v02/plans"  # --to torchtitan-0.2, as tt_check.py reads them
+  $P -m planner.cli export "$f" --to torchtitan-0.2 > "$W/v02/exports/$n.torchtitan.toml" 2> "$W/v02/exports/$n.torchtitan.err"
 done
 D=benchmarks/export_parse
 DS_ACCELERATOR=cpu $P $D/ds_check.py > "$R/deepspeed.txt" 2>&1
@@ -38,6 +40,7 @@ PYTHONPATH=$W/tt-0.1.0 $P $D/tt_check.py > "$R/torchtitan-0.1.0.txt" 2>&1
 for m in "" --adapt-keep-split --adapt; do
   PYTHONPATH=$W/tt-0.2.2 $P $D/tt_check.py $m > "$R/torchtitan-0.2.2${m:-raw}.txt" 2>&1
 done
+EXPORT_PARSE_DIR=$W/v02 PYTHONPATH=$W/tt-0.2.2 $P $D/tt_check.py > "$R/torchtitan-0.2.2-as-exported-0.2.txt" 2>&1
 # Megatron: no package ships Megatron-LM's arguments.py, and its transcribed argparse/validate_args lines are not kept
 # here (Megatron-LM's source; README.md here): results/2026-12-03-export-parse/megatron.txt is the one run's output
 tail -n 3 "$R"/*.txt

@@ -689,8 +689,9 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
             acc += n
             bounds.append(f"layers.{acc}")
         if any(n == 0 for n in counts):
+            key = "module_fqns_per_model_part" if new else "pipeline_parallel_split_points"
             notes.append("a pipeline stage holds no transformer block; torchtitan's split points cannot express "
-                         "an empty stage, check pipeline_parallel_split_points.")
+                         f"an empty stage, check {key}.")
         par += [
             ("pipeline_parallel_schedule", _TITAN_SCHEDULES[p.schedule]),
             ("pipeline_parallel_microbatch_size", t.micro_batch_size),

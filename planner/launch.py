@@ -1187,7 +1187,15 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     run_dir = Path(report).parent if report else Path("runs") / stamp
     report_path = report or str(run_dir / "report.json")
     plan_path = run_dir / "plan.json"
+    blocked = False
     if report:
+        try:
+            Path(report).exists()
+        except PermissionError:  # inside a folder the user may not enter: every check below would raise
+            blocked = True
+            checks.append(Check("report", False, f"--report {report}: permission denied on the way to it",
+                                "pass --report in a folder you can write, e.g. runs/NAME/report.json"))
+    if report and not blocked:
         # the run writes plan.json and torchrun.log beside the report: never over a file of someone else's,
         # nor through a file where a folder should be
         nearest = nearest_existing(run_dir)

@@ -989,3 +989,20 @@ def test_a_gpu_less_dry_run_of_a_multi_node_plan_names_its_node_count():
     assert c.line().startswith("[--  ] world size") and c.detail.endswith("the plan's 8-GPU nodes would run it with "
                                                                             "--nnodes 4")
     assert "--nnodes" not in L.check_world(tiny_plan(tp=2, pp=2, dp=2), "cuda", NO_GPU, 1, None)[1].detail
+
+
+def test_a_report_inside_a_folder_the_user_may_not_enter_is_a_failed_check(plan8, tmp_path, capsys, monkeypatch):
+    """--report in a folder the user may not enter (as a non-root user meets chmod 000): a dry run shows a [FAIL] line
+    with the fix, where the report checks had raised PermissionError from Path.is_dir."""
+    locked = tmp_path / "locked"
+    real_exists = Path.exists
+
+    def exists(self, *a, **k):
+        if str(self).startswith(str(locked) + "/"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self, *a, **k)
+    monkeypatch.setattr(Path, "exists", exists)
+    assert L.launch(plan8, device="cpu", report=str(locked / "r.json"), dry_run=True) == 0
+    err = capsys.readouterr().err
+    assert "[FAIL] report: --report " in err and "permission denied on the way to it" in err, err
+    assert "1 check failed" in err

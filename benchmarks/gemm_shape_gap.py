@@ -394,7 +394,7 @@ def build() -> list[str]:
             "validate plans (that script re-searches each row's micro-batch and schedule at each fraction; the "
             "profile keeps 0.83 beside its scans' 0.83-0.85 minima). Gap: median implied fraction of the NeMo rows "
             "less the Megatron-Core rows'.", "",
-            "| GEMM times | Megatron fit | median / max \|error\| there | nemo_h100_bf16 err there | "
+            "| GEMM times | Megatron fit | median / max \\|error\\| there | nemo_h100_bf16 err there | "
             "nemo_launcher_gpt3 dgxc err there | implied f Megatron / NeMo | gap | gap closed |",
             "|---|---|---|---|---|---|---|---|"]
     for v, label in ((None, "FLOPs-only (as shipped)"),) + VARIANTS:

@@ -150,6 +150,20 @@ def test_committed_sustained_gap_regenerates(tmp_path, monkeypatch):
     assert out.read_text() == (ROOT / "benchmarks" / "results" / "sustained_gap.md").read_text()
 
 
+def test_committed_gemm_shape_gap_regenerates(tmp_path, monkeypatch):
+    """The README's numbers on GEMM shape and the H100 fraction gap are benchmarks/gemm_shape_gap.py's output for this
+    checkout's cost model and the committed GEMM measurements and reference sets."""
+    gap = _script("gemm_shape_gap")
+    out = tmp_path / "s.md"
+    monkeypatch.setattr(sys, "argv", ["gemm_shape_gap.py", "--out", str(out)])
+    gap.main()
+    text = out.read_text()
+    assert text == (ROOT / "benchmarks" / "results" / "gemm_shape_gap.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "scales the GEMM time by 0.981\n(0.964–1.006) on the Megatron-Core rows" in readme
+    assert "r is 0.981 (median; 0.964 … 1.006) on the Megatron-Core rows" in text and "gap +0.100, 8% closed" in text
+
+
 def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
     """The device scripts' long run names a grid entry that exists (a typo would spend the call's minute on an
     argparse error), and the H200 call measures the sustained fraction."""

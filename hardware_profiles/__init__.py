@@ -89,6 +89,12 @@ def _one_line(path: Path, err, model) -> str:
         close = difflib.get_close_matches(str(first["loc"][-1]), list(model.model_fields), n=1)
         msg = "unknown field" + (f" (did you mean {close[0]}?)" if close else "")
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    key = first["loc"][-2] if len(first["loc"]) == 3 and first["loc"][-1] == "[key]" else None
+    if key is not None and key in model.model_fields:  # a top-level field written below a [table] header: TOML
+        # puts every key after the header into that table ("field host_block_s.memory_reserve_gbytes.[key]: ...")
+        table = first["loc"][0]
+        return (f"hardware profile {path}: {key} is read as a key of the [{table}] table (TOML puts every key below a "
+                f"header into its table; there: {msg}); move {key} above the [{table}] header{more}")
     return f"hardware profile {path}: field {loc}: {msg}{more}"
 
 

@@ -429,3 +429,17 @@ def test_a_missing_peak_names_the_flags_that_select_the_others(tmp_path):
     with pytest.raises(ValueError) as e:
         constants_from_profile(prof, "fp16")
     assert str(e.value).endswith("add fp16 to its peak_dense_tflops, or train with --dtype bf16"), str(e.value)
+
+
+def test_a_field_written_below_a_table_header_is_told_to_move_up(tmp_path):
+    """TOML reads a top-level key written after [host_block_s] as one of that table's: the error had been pydantic's
+    "field host_block_s.memory_reserve_gbytes.[key]: Input should be 'none', ..."; it names the key and the fix."""
+    text = (PROFILE_DIR / "h100-sxm-80gb.toml").read_text()
+    assert text.rstrip().endswith("full = 0.004344")  # [host_block_s] is the file's last table
+    path = tmp_path / "misplaced.toml"
+    path.write_text(text.rstrip() + "\nmemory_reserve_gbytes = 3.0\n")
+    with pytest.raises(ValueError) as e:
+        load_profile(path)
+    msg = str(e.value)
+    assert "memory_reserve_gbytes is read as a key of the [host_block_s] table" in msg and "\n" not in msg, msg
+    assert msg.endswith("move memory_reserve_gbytes above the [host_block_s] header"), msg

@@ -38,7 +38,7 @@ from cost_models.layout import stage_layers
 from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_steps, saved_tp, step_path
 from planner.core import WINDOW_FRAMEWORKS
-from planner.limits import can_make_folder_in
+from planner.limits import can_make_folder_in, is_device
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -1204,6 +1204,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         if Path(report).is_dir() or report.endswith(("/", os.sep)) or (nearest is not None and not nearest.is_dir()):
             checks.append(Check("report", False, f"--report {report} is not a file path in a folder",
                                 "pass --report FOLDER/report.json"))
+        elif is_device(report):  # /dev/null: the run would write plan.json and torchrun.log into /dev beside it
+            checks.append(Check("report", False, f"--report {report} is a device, and the run writes plan.json and "
+                                "torchrun.log beside the report", "pass --report FOLDER/report.json"))
         elif plan_source != "-" and Path(report).resolve() == Path(plan_source).resolve():
             checks.append(Check("report", False, f"--report {report} is the plan file itself, which the report "
                                 "would overwrite", "pass --report in a folder of its own, e.g. runs/NAME/report.json"))

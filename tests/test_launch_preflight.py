@@ -1006,3 +1006,12 @@ def test_a_report_inside_a_folder_the_user_may_not_enter_is_a_failed_check(plan8
     err = capsys.readouterr().err
     assert "[FAIL] report: --report " in err and "permission denied on the way to it" in err, err
     assert "1 check failed" in err
+
+
+def test_a_report_that_is_a_device_is_a_failed_check(plan8, capsys):
+    """--report /dev/null passed every check and would have written plan.json and torchrun.log into /dev."""
+    if not Path("/dev/null").exists():
+        pytest.skip("needs /dev/null")
+    assert L.launch(plan8, device="cpu", report="/dev/null", dry_run=True) == 0
+    err = capsys.readouterr().err
+    assert "[FAIL] report: --report /dev/null is a device" in err and "1 check failed" in err, err

@@ -12,6 +12,7 @@
 #    sustained_matmul_fraction, instead of keeping the value fitted to Megatron's multi-GPU table);
 # 2b. one long launch (llama-3b-mbs4-none, 200 steps, about a minute) with nvidia-smi sampling clocks, power and
 #    temperature (gpu_call_start.sh long_run): does a run slow as the GPU settles (benchmarks/sustained_drift.py)?
+# 2c. torch's SDPA kernels side by side, flash, cuDNN and efficient (benchmarks/attention_backends.py, seconds);
 # 3. grid entries (benchmarks/gpu_grid.py) predicted with step 2's profile, in the order of the open questions
 #    of 2026-11-28's H200 session (README, How accurate), until the call's time is spent;
 # 4. grids.json, so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every report
@@ -47,6 +48,13 @@ EOF
 t0=$SECONDS
 long_run "$R/h200-calibrated.toml" 200 200
 echo "long run took $(( SECONDS - t0 )) s"
+
+# the SDPA kernels side by side (flash, cuDNN, efficient) at calibrate's shapes: is the profile's FlashAttention-2
+# curve what NeMo's cuDNN attention runs at? (benchmarks/attention_backends.py; the held-out NeMo sets' lead)
+t0=$SECONDS
+timeout 120 python3 benchmarks/attention_backends.py --out "$R/attention_backends.md" --json "$R/attention_backends.json" \
+  2>&1 | tail -12
+echo "attention backends took $(( SECONDS - t0 )) s"; pack
 
 left=$(( LIMIT - SECONDS ))
 echo "grid: ${left} s left"

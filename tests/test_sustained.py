@@ -225,3 +225,17 @@ def test_drift_skips_a_short_long_run_and_refuses_an_empty_folder(tmp_path, caps
         out, err = capsys.readouterr()
         assert out == "" and len(err.strip().splitlines()) == 1 and err.startswith("error: ") and says in err, err
         assert not (tmp_path / "page.md").exists()
+
+
+def test_attention_backends_probe_runs_and_the_h200_call_runs_it(tmp_path):
+    """benchmarks/attention_backends.py (the device calls' side-by-side of torch's SDPA kernels) at its CPU shapes:
+    the math kernel, one row a length, the calibrate's FLOP count; gpu_h200.sh runs it on the GPU."""
+    probe = _script("attention_backends")
+    out = tmp_path / "a.md"
+    assert probe.main(["--device", "cpu", "--quick", "--out", str(out), "--json", str(tmp_path / "a.json")]) == 0
+    text = out.read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    assert [ln.split("|")[1].strip() for ln in rows] == ["128", "256", "512"] and "| MATH |" in text
+    data = json.loads((tmp_path / "a.json").read_text())
+    assert all(r["tflops_causal"] > 0 for r in data["rows"]["MATH"])
+    assert "benchmarks/attention_backends.py --out" in (ROOT / "benchmarks" / "gpu_h200.sh").read_text()

@@ -265,7 +265,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     if kv_heads is None:
         kv_heads = heads  # multi-head attention when the config has no GQA field
     if model_type == "gpt2":
-        ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, required=False, used=used) or 4 * hidden  # GPT2Config: n_inner None -> 4*n_embd
+        ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, required=False, used=used)
+        if ffn is None:  # GPT2Config: n_inner None -> 4*n_embd (an n_inner of 0 is a zero-wide MLP there: refused below)
+            ffn = 4 * hidden
     else:
         ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, used=used)
     tied = cfg.get("tie_word_embeddings")

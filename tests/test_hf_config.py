@@ -82,6 +82,10 @@ def test_gpt2_fields_and_defaults():
     assert spec.tied_embeddings and spec.max_seq_len == 1024
     cfg = _cfg("gpt2") | {"n_inner": 1000}
     assert model_from_hf_config(cfg).ffn_hidden == 1000
+    assert model_from_hf_config(_cfg("gpt2") | {"n_inner": None}).ffn_hidden == 4 * 768
+    # GPT2Config builds a zero-wide MLP from n_inner 0 (only None means 4 x n_embd): refused, not read as 4 x n_embd
+    with pytest.raises(ValueError, match=r"n_inner \(parplan's ffn_hidden\): Input should be greater than 0"):
+        model_from_hf_config(_cfg("gpt2") | {"n_inner": 0})
 
 
 def test_gpt_neox_untied_no_position_table():

@@ -294,6 +294,17 @@ def grad_clip_time(grad_params, precision: str, hw, scales: bool = True):
     return grad_params * grad_bytes * (3 if scales else 1) / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction)
 
 
+def loss_scale_time(grad_params, precision: str, hw):
+    """fp16's dynamic loss scaling, per step (Micikevicius et al. 2018 sec. 3.2): after the reduction every gradient
+    the rank holds is checked for inf/NaN and multiplied by 1/S in one fused pass, a read and a write of each
+    (torch's _amp_foreach_non_finite_check_and_unscale_: torch.amp.GradScaler, Megatron-LM's
+    MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan over its fp32 main grads, parplan's runtime:
+    parallel_layers.loss_scale).  DeepSpeed's fp16 optimizers check in a pass of their own and unscale inside the
+    clipping's multiply, about one pass more; not told apart.  bf16 and fp32 scale nothing (the caller's choice)."""
+    grad_bytes = PRECISION_RECIPES[precision]["grad"]
+    return grad_params * grad_bytes * 2 / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction)
+
+
 def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True,
                eager_runtime: str = "torchtitan", attention_kernel: str = "profile"):
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the

@@ -32,7 +32,8 @@ import numpy as np
 from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTES_PER_LOGIT_PARPLAN_FUSED, block_time,
                       cast_time, column_input_grad_time, flow_shop_wait, gemm_time,
-                      grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, optimizer_time,
+                      grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, loss_scale_time,
+                      optimizer_time,
                       plan_overlaps_param_gather, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      deepspeed_comm_casts, head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends,
@@ -584,9 +585,12 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     ds_passes = 2 * rec["grad"] + np.where(deepspeed_fp32_partition(lay, tr), 8.0, 0.0)
     opt_t = opt_t + np.where(deepspeed_zero_optimizer_steps(lay, tr),
                              opt_params * ds_passes / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction), 0.0)
-    if tr.clip_grad:  # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
-        held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
+    # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
+    held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
+    if tr.clip_grad:
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)
+    if tr.dtype == "fp16" and tr.precision != "fp32":  # fp16 scales the loss: the check-and-unscale pass
+        opt_t = opt_t + loss_scale_time(held, tr.precision, hw)
     step = t_pipe + dp_exposed + opt_t
 
     # ---- memory

@@ -171,10 +171,19 @@ def logical_vocab(stage_modules) -> int | None:
     return None
 
 
-def save(directory: str, step: int, stage_modules, optim) -> str:
+def save(directory: str, step: int, stage_modules, optim, scaler=None) -> str:
+    """scaler: an fp16 run's loss scaler (parallel_layers.loss_scale), whose scale and count of good steps are kept."""
     path = step_path(directory, step)
-    dcp.save(state_dict(stage_modules, optim, step), checkpoint_id=path)
+    sd = state_dict(stage_modules, optim, step)
+    if scaler is not None:
+        sd["meta"].update(_scaler_tensors(scaler.state()))
+    dcp.save(sd, checkpoint_id=path)
     return path
+
+
+def _scaler_tensors(state: dict) -> dict:
+    return {"loss_scale": torch.tensor(state["scale"], dtype=torch.float64),
+            "loss_scale_good_steps": torch.tensor(state["good_steps"])}
 
 
 def latest(directory: str, step: int | None = None) -> str | None:
@@ -233,8 +242,9 @@ def _cross_master_recipes(sd: dict, saved: set[str]) -> list:
     return after
 
 
-def load(path: str, stage_modules, optim) -> int:
-    """Load in place; returns the step the checkpoint was written after."""
+def load(path: str, stage_modules, optim, scaler=None) -> int:
+    """Load in place; returns the step the checkpoint was written after.  scaler: an fp16 run's loss scaler, which
+    takes the checkpoint's scale where it has one (a bf16 or fp32 run's has none: the scaler keeps its start)."""
     rows = []
     sd = state_dict(stage_modules, optim, 0, create_optim_state=True, after_load=rows)
     saved = _saved_keys(path)
@@ -242,6 +252,9 @@ def load(path: str, stage_modules, optim) -> int:
     want = logical_vocab(stage_modules) if "meta.vocab" in saved else None  # none recorded before 2026-12-02
     if want is None:
         sd["meta"].pop("vocab", None)
+    scaled = scaler is not None and "meta.loss_scale" in saved
+    if scaled:
+        sd["meta"].update(_scaler_tensors(scaler.state()))
     try:
         dcp.load(sd, checkpoint_id=path)
     except dcp.api.CheckpointException as e:  # its own text names only the failing ranks: say what failed
@@ -258,6 +271,8 @@ def load(path: str, stage_modules, optim) -> int:
             param.copy_(master)
         for source, target, a, b in rows:  # split parameters' rows, and a tied copy's states
             target.copy_(source if a is None or source.dim() == 0 else source[a:b])
+    if scaled:
+        scaler.load({"scale": float(sd["meta"]["loss_scale"]), "good_steps": int(sd["meta"]["loss_scale_good_steps"])})
     _restore_copies(stage_modules, optim)
     _, master = _unwrap(optim)
     if master is not None:

@@ -35,10 +35,12 @@ def uses_master_weights(plan) -> bool:
 
 def cpu_math(plan) -> str:
     """What a CPU run of the plan computes in (the run report's and launch's device line)."""
-    if uses_master_weights(plan) and plan.training.dtype == "bf16":
-        fp32 = ", matmuls and attention in fp32 (no native bf16 GEMM on this CPU)" if fp32_matmuls_wanted(
-            torch.device("cpu"), torch.bfloat16) else ""
-        return f"bf16 parameters with fp32 masters ({plan.training.precision}), no autocast{fp32}"
+    dtype = plan.training.dtype
+    if uses_master_weights(plan) and dtype in ("bf16", "fp16"):
+        fp32 = f", matmuls and attention in fp32 (no native {dtype} GEMM on this CPU)" if fp32_matmuls_wanted(
+            torch.device("cpu"), param_dtype(plan)) else ""
+        scaled = ", dynamic loss scaling" if dtype == "fp16" else ""
+        return f"{dtype} parameters with fp32 masters ({plan.training.precision}){scaled}, no autocast{fp32}"
     return "fp32 math, no autocast"
 
 
@@ -46,11 +48,7 @@ def param_dtype(plan) -> torch.dtype:
     """Dtype of the model's parameters (outside FSDP2): 16-bit for the master-weights recipes."""
     if not uses_master_weights(plan):
         return torch.float32
-    dtype = plan.training.dtype
-    if dtype == "fp16":
-        raise NotImplementedError(f"precision {plan.training.precision} with dtype fp16 needs loss scaling, which the "
-                                  "runtime does not do; use dtype bf16")
-    return torch.bfloat16 if dtype == "bf16" else torch.float32
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.training.dtype, torch.float32)
 
 
 def fsdp_mixed_precision(plan):

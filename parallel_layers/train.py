@@ -7,7 +7,8 @@ stage modules holding this rank's virtual stages -> logical-seeded init -> data 
 wrapping (FSDP2 for ZeRO-3) -> optimizer -> pipeline schedule (pp > 1) -> optional resume.
 
 One step: micro-batches forward/backward (the pipeline schedule, or gradient accumulation
-when pp = 1) -> tied-embedding and sequence-parallel gradient sums -> dp reduction -> AdamW.
+when pp = 1) -> tied-embedding and sequence-parallel gradient sums -> dp reduction -> (fp16: unscale,
+skip the rest of a step whose gradients overflowed on any rank) -> clipping -> AdamW.
 
 Context parallelism (cp > 1, ``context_parallel``): every rank of a cp group reads its
 replica's samples and keeps its two load-balanced chunks of each sequence; its loss is the
@@ -18,7 +19,8 @@ the dp reduction for ZeRO-1/2, of the dp-reduced shards for FSDP2).
 
 Precision (``training.precision``): amp = fp32 parameters under autocast (cuda; fp32 on CPU);
 master-weights[-half-grads] = 16-bit parameters (on CPU too) with fp32 masters stepped by
-``precision.MasterAdamW`` (FSDP2: ``MixedPrecisionPolicy`` over fp32 shards).  Offload
+``precision.MasterAdamW`` (FSDP2: ``MixedPrecisionPolicy`` over fp32 shards).  dtype fp16 scales
+the loss dynamically (``loss_scale``: torch's GradScaler rule, one overflow flag for all ranks).  Offload
 (``parallel.offload == "optimizer"``): the AdamW states and fp32 copies on the host, step on
 the CPU (ZeRO 0-2: ``MasterAdamW``; FSDP2: ``CPUOffloadPolicy``, which keeps the sharded
 parameters and gradients on the host too and steps AdamW there, the same math).
@@ -31,6 +33,7 @@ import argparse
 import functools
 import inspect
 import json
+import math
 import os
 import resource
 import socket
@@ -65,6 +68,7 @@ from parallel_layers.data_parallel import (
     sync_tied_embedding_grads,
 )
 from parallel_layers.layers import fused_vocab_parallel_cross_entropy, vocab_parallel_cross_entropy
+from parallel_layers.loss_scale import INIT_SCALE, DynamicLossScaler, wants_loss_scaling
 from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
 from parallel_layers.pipeline import build_schedule, virtual_stage_layers
@@ -118,6 +122,9 @@ class RunOptions:
     # uses them (data_parallel.ShardedAdamW.wait_for); off: each broadcast waited for after the step
     overlap_param_gather: bool = True
     memory_snapshot: Optional[str] = None  # directory: CUDA allocator history of the run, one pickle per rank
+    # fp16 plans: the dynamic loss scale's starting value (parallel_layers.loss_scale; None: torch's GradScaler's 2**16)
+    initial_loss_scale: Optional[float] = None
+    debug_overflow_step: Optional[int] = None  # test hook: the last rank's gradients read inf at this step
 
 
 @dataclass
@@ -141,13 +148,10 @@ def autocast_dtype(plan, device_type: str) -> Optional[torch.dtype]:
     """The forward compute dtype of the plan's precision recipe on this device."""
     recipe, dtype = plan.training.precision, plan.training.dtype
     if uses_master_weights(plan):
-        param_dtype(plan)  # refuses fp16 (loss scaling)
         return None  # the parameters themselves are 16-bit (or FSDP2 casts them): no autocast
     if recipe == "fp32" or device_type == "cpu" or dtype == "fp32":
         return None  # CPU always computes in fp32
-    if dtype == "fp16":
-        raise NotImplementedError("amp with fp16 needs loss scaling, which the runtime does not do; use dtype bf16")
-    return torch.bfloat16
+    return torch.float16 if dtype == "fp16" else torch.bfloat16  # fp16: with dynamic loss scaling (loss_scale)
 
 
 def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
@@ -210,11 +214,15 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         for m in modules:
             m.param_wait = rt.optimizer.wait_for
     rt.extra["grad_reduction"] = build_grad_reduction(rt, opts)
+    # fp16: the loss is multiplied by the scaler's S before every backward (the schedule's loss function reads it)
+    rt.extra["scaler"] = (DynamicLossScaler(opts.initial_loss_scale or INIT_SCALE) if wants_loss_scaling(plan)
+                          else None)
     if par.pp > 1:
         # the schedule divides p.grad by the micro-batch count at its end, unless main_grad holds the gradients
         # (forward_backward divides those) or the dp reduction divides them, having started before that end
         rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device,
-                                     make_loss_fn(coords.tp_group, plan.model.vocab, fused_loss(plan)),
+                                     make_loss_fn(coords.tp_group, plan.model.vocab, fused_loss(plan),
+                                                  rt.extra["scaler"]),
                                      scale_grads=not main_grads(rt) and rt.extra["grad_reduction"] is None)
     return rt
 
@@ -337,14 +345,17 @@ def build_optimizer(rt: Runtime, opts: RunOptions):
     return torch.optim.AdamW(params, **kwargs)
 
 
-def make_loss_fn(tp_group, vocab: int | None = None, fused: bool = False) -> Callable:
+def make_loss_fn(tp_group, vocab: int | None = None, fused: bool = False,
+                 scaler: Optional[DynamicLossScaler] = None) -> Callable:
     """The loss: the autograd cross-entropy over fp32 logits, or (fused: a plan predicted with flash-attn's
     cross-entropy, training.fused_cross_entropy and cross_entropy_16bit_grad) the chunked one that keeps the
-    logits and their gradient in their own dtype."""
+    logits and their gradient in their own dtype.  scaler (fp16): the loss times its current scale S, what the
+    pipeline schedule's backward starts from (forward_backward divides the losses it reports by S)."""
     ce = fused_vocab_parallel_cross_entropy if fused else vocab_parallel_cross_entropy
 
     def loss_fn(logits, target):
-        return ce(logits, target, tp_group, vocab)
+        loss = ce(logits, target, tp_group, vocab)
+        return loss if scaler is None else loss * scaler.scale
     return loss_fn
 
 
@@ -363,12 +374,13 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     rt.extra.pop("forward_dispatched_at", None)
     if rt.schedule is None:
         loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab, fused_loss(rt.plan))
+        scale = rt.extra["scaler"].scale if rt.extra.get("scaler") is not None else 1.0
         losses = []
         for x, y in zip(inputs.chunk(nmb), targets.chunk(nmb)):
             loss = loss_fn(rt.stage_modules[0](x), y)
             # the host has enqueued the first micro-batch's forward: what the backward waits on in a flow shop
             rt.extra.setdefault("forward_dispatched_at", time.perf_counter())
-            (loss / nmb).backward()
+            (loss * (scale / nmb) if scale != 1.0 else loss / nmb).backward()
             losses.append(loss.detach())  # no .item() here: it would stall the host every micro-batch
         if main_grads(rt):
             fold_pending_grads(_unique_params(rt.stage_modules))
@@ -387,7 +399,8 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
         fold_pending_grads(_unique_params(rt.stage_modules), divide=nmb if red is None else 1.0)
     rt.extra["dispatched_at"] = time.perf_counter()
     if rt.holds_last:
-        return sum(float(l.detach()) for l in losses) / len(losses)
+        scale = rt.extra["scaler"].scale if rt.extra.get("scaler") is not None else 1.0
+        return sum(float(l.detach()) for l in losses) / len(losses) / scale
     return None
 
 
@@ -414,8 +427,7 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
         if red is not None:
             red.reduce_now(red.late)
         if par.zero_stage in (1, 2):  # ZeRO-1/2 shard over dp: the cp replicas are averaged apart
-            held = [grad_of(p) for p in params if grad_of(p) is not None] + [g for g, _ in _held_pieces(rt)]
-            all_reduce_bucketed(held, rt.coords.cp_group, average=True)
+            all_reduce_bucketed(_held_grads(rt), rt.coords.cp_group, average=True)
     else:
         if rt.fsdp_correction != 1.0:
             for p in params:
@@ -425,8 +437,29 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
         all_reduce_bucketed([local_tensor(p.grad) for p in params if p.grad is not None], rt.coords.cp_group,
                             average=True)
     if opts.debug_grad_scale != 1.0:
-        for g in [grad_of(p) for p in params if grad_of(p) is not None] + [g for g, _ in _held_pieces(rt)]:
+        for g in _held_grads(rt):
             local_tensor(g).mul_(opts.debug_grad_scale)
+
+
+def unscale_gradients(rt: Runtime, opts: RunOptions, step: int) -> bool:
+    """fp16 (parallel_layers.loss_scale): multiply the reduced gradients by 1/S and update S; whether any rank's
+    gradients overflowed, when the step is skipped.  False without a scaler (bf16, fp32)."""
+    scaler = rt.extra["scaler"]
+    if scaler is None:
+        return False
+    grads = [local_tensor(g) for g in _held_grads(rt)]
+    if opts.debug_overflow_step == step and dist.get_rank() == dist.get_world_size() - 1 and grads:
+        grads[0].view(-1)[0] = float("inf")
+    found = scaler.unscale_(grads, rt.device, rt.extra["stats_group"])
+    scaler.update(found)
+    return found
+
+
+def _held_grads(rt: Runtime) -> list:
+    """Every gradient this rank holds after the reduction: its parameters' (main_grad under master-weights, an FSDP2
+    shard's local tensor) and ZeRO-2's reduced rows of split parameters."""
+    params = _unique_params(rt.stage_modules)
+    return [grad_of(p) for p in params if grad_of(p) is not None] + [g for g, _ in _held_pieces(rt)]
 
 
 def _held_pieces(rt: Runtime) -> list:
@@ -606,7 +639,7 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         if path is None:
             log(f"no checkpoint under {opts.checkpoint_dir}; starting from step 0")
         else:
-            start = ckpt.load(path, rt.stage_modules, rt.optimizer)
+            start = ckpt.load(path, rt.stage_modules, rt.optimizer, rt.extra["scaler"])
             rt.extra["resumed_from"] = {"checkpoint": path, "step": start}
             log(f"resumed from {path} (after step {start})")
     flops_per_token = model_flops_per_token(plan)
@@ -636,10 +669,14 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         t_fb = time.perf_counter()
         with CpuMemoryTrace.phase(f"step{step}.after"):
             reduce_gradients(rt, opts)
+            scale = rt.extra["scaler"].scale if rt.extra["scaler"] is not None else None
+            skipped = unscale_gradients(rt, opts, step)
             if opts.dump_grads and step == start + 1:
                 dump_gradients(rt, opts.dump_grads, indices)
-            grad_norm = clip_gradients(rt)
-            rt.optimizer.step()
+            grad_norm = None
+            if not skipped:  # an overflowed fp16 step changes nothing but the scale (every rank skips it)
+                grad_norm = clip_gradients(rt)
+                rt.optimizer.step()
         _sync_compute(device)
         t_end = time.perf_counter()
         dt = torch.tensor([t_end - t0], dtype=torch.float64, device=device)
@@ -651,14 +688,16 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         mfu = flops_per_token * tps / (world * peak * 1e12) if peak else None
         norm = None if grad_norm is None else float(grad_norm)
         steps.append({"step": step, "loss": loss, "step_time_s": step_time, "tokens_per_s": tps, "mfu": mfu,
-                      "grad_norm": norm, **step_phases(rt, t0, t_fb, t_end)})
+                      "grad_norm": norm, **step_phases(rt, t0, t_fb, t_end),
+                      **({} if scale is None else {"loss_scale": scale, "skipped": skipped})})
         spans.append((t0, t_end))
         log(f"step {step}/{opts.steps} loss={loss:.6f} step_time_s={step_time:.4f} tokens_per_s={tps:.1f} "
-            f"mfu={'null' if mfu is None else f'{mfu:.4f}'}" + ("" if norm is None else f" grad_norm={norm:.6g}"))
+            f"mfu={'null' if mfu is None else f'{mfu:.4f}'}" + ("" if norm is None else f" grad_norm={norm:.6g}")
+            + ("" if scale is None else f" loss_scale={scale:g}" + (" skipped (inf/nan gradients)" if skipped else "")))
         # every checkpoint_every steps, and after the last step (Megatron's --save and torchtitan do the same)
         if opts.checkpoint_dir and ((opts.checkpoint_every and step % opts.checkpoint_every == 0) or step == opts.steps):
             settle_parameters(rt)
-            path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer)
+            path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer, rt.extra["scaler"])
             log(f"checkpoint {path}")
             t_end = None  # the save is no step's time
         # one clock from step to step: what runs between two steps (this bookkeeping, the gathers' tail) counts in
@@ -703,6 +742,10 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
     measured = steps[warmup:] or steps
+    # an fp16 step skipped for overflowed gradients ran no clipping and no optimizer step: not a training step's time
+    stepped = [s for s in measured if not s.get("skipped")]
+    skipped_out = len(measured) - len(stepped) if stepped else 0
+    measured = stepped or measured
     med = lambda key: (statistics.median(s[key] for s in measured)  # noqa: E731
                        if measured and all(s.get(key) is not None for s in measured) else None)
 
@@ -745,6 +788,14 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
                                   "offloaded, which a CPU run holds in the same memory")
     notes = [] if comparable else [f"{device.type}: {cpu_math(plan)}; not comparable with the prediction for "
                                    f"{plan.hardware.name}, so error is null"]
+    scales = [s["loss_scale"] for s in steps if "loss_scale" in s]
+    loss_scaling = None
+    if scales:
+        loss_scaling = {"first": scales[0], "last": scales[-1],
+                        "skipped_steps": [s["step"] for s in steps if s.get("skipped")]}
+        if skipped_out:
+            notes.append(f"{skipped_out} step(s) after warm-up skipped for inf/nan fp16 gradients (loss scale halved) "
+                         "are left out of the medians")
     if param_overlap is not None and param_overlap != plan_overlaps_param_gather(plan.training):
         notes.append(f"the runtime {'gathered' if param_overlap else 'did not gather'} the stepped parameters during "
                      f"the next forward; the prediction assumed it {'did not' if param_overlap else 'did'}")
@@ -765,6 +816,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "world_size": len(memories),
         "resumed_from": resumed_from,
         "warmup_steps": warmup,
+        "loss_scaling": loss_scaling,
         "steps": steps,
         "median": {"step_time_s": med("step_time_s"), "tokens_per_s": at_median_step("tokens_per_s"),
                    "mfu": at_median_step("mfu"),
@@ -833,7 +885,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--overlap-param-gather", choices=["on", "off"], default="on",
                     help="ZeRO-1/2: broadcast the stepped parameters during the next forward (on), or after the step")
     ap.add_argument("--memory-snapshot", help="directory: record the CUDA allocator's history and dump it per rank")
-    return ap.parse_args(argv)
+    ap.add_argument("--initial-loss-scale", type=float,
+                    help="fp16 plans: the dynamic loss scale's start (default 65536, torch's GradScaler's; Megatron-LM "
+                         "starts at 4294967296)")
+    ap.add_argument("--debug-overflow-step", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.initial_loss_scale is not None and not (a.initial_loss_scale > 0 and math.isfinite(a.initial_loss_scale)):
+        ap.error(f"--initial-loss-scale must be a positive number, got {a.initial_loss_scale}")
+    return a
 
 
 def options_from_args(a: argparse.Namespace) -> RunOptions:
@@ -844,7 +903,8 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
                       debug_grad_scale=a.debug_grad_scale, compile=a.compile,
                       memory_snapshot=a.memory_snapshot, wgrad_fusion=a.wgrad_fusion,
                       overlap_grad_reduce=a.overlap_grad_reduce == "on",
-                      overlap_param_gather=a.overlap_param_gather == "on")
+                      overlap_param_gather=a.overlap_param_gather == "on",
+                      initial_loss_scale=a.initial_loss_scale, debug_overflow_step=a.debug_overflow_step)
 
 
 def write_report(report: dict, path: str) -> None:

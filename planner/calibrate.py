@@ -1225,7 +1225,9 @@ def read_report(path: str) -> dict:
                 f"has {len(times)} steps, all of them warm-up (warmup_steps {warmup})")
         raise CalibrationError(f"run report {path} {what}: no timed step to fit -- fix: launch with more steps "
                                f"(e.g. parplan launch --steps 10: the first 2 are warm-up)")
-    measured = times[start:]
+    # an fp16 step skipped for overflowed gradients (the report's "skipped") ran no optimizer step: not a step's time
+    timed = [i for i in range(start, len(steps)) if not steps[i].get("skipped")] or list(range(start, len(steps)))
+    measured = [times[i] for i in timed]
     reserved = []
     peaks = data.get("peak_memory_bytes")
     if isinstance(peaks, dict):
@@ -1235,7 +1237,7 @@ def read_report(path: str) -> dict:
                 reserved.append(float(v))
     def phase(key):
         """A step phase's median over the measured steps, where every one of them has it (else None)."""
-        vals = [s.get(key) for s in steps[start:] if isinstance(s, dict)]
+        vals = [steps[i].get(key) for i in timed]
         ok = vals and all(isinstance(a, (int, float)) and not isinstance(a, bool) and a > 0 for a in vals)
         return statistics.median(vals) if ok else None
 

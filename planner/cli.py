@@ -244,7 +244,8 @@ _MODEL_OPTIONS = [
     ("seq_len", Optional[int], None, ("--seq-len",), f"Tokens per sequence [default: {DEFAULT_SEQ_LEN}, or the "
      "model's learned positions or a config's context where fewer]."),
     ("global_batch_size", Optional[int], None, ("--global-batch-size",), f"Sequences per optimizer step [default: {DEFAULT_GLOBAL_BATCH}]."),
-    ("dtype", str, "bf16", ("--dtype",), "bf16 or fp16."),
+    ("dtype", str, "bf16", ("--dtype",), "bf16 or fp16 (fp16 scales the loss dynamically: parplan's runtime, "
+     "Megatron-LM and DeepSpeed; the step counts the unscale pass)."),
     ("precision", str, "master-weights", ("--precision",), "master-weights (16-bit weights + fp32 grads and master + Adam, 18 B/param, as Megatron), master-weights-half-grads (16-bit grads, 16 B/param, as DeepSpeed fp16), amp (fp32 weights under autocast) or fp32."),
     ("clip_grad", float, 1.0, ("--clip-grad",), "Global gradient-norm clipping threshold, as Megatron-LM's --clip-grad, torchtitan's max_norm (0: none); `parplan launch` clips, and the prediction counts its passes."),
     ("tokens", Optional[str], None, ("--tokens",), "Total training tokens (reports days and GPU-hours)."),

@@ -409,17 +409,6 @@ def reason_fix(reason: str | None) -> str | None:
     return REASON_FIXES.get(code)
 
 
-def _training_warnings(training: Training) -> list[str]:
-    """What the plan's training settings tell its user before a launch: parplan's runtime scales no loss, so it
-    refuses 16-bit fp16 training (launch.check_runtime_support), which a plan for it would otherwise carry silently."""
-    if training.framework == "parplan" and training.dtype == "fp16" and training.precision != "fp32":
-        where = " on CUDA" if training.precision == "amp" else ""
-        return [f"fp16: parplan's runtime has no loss scaling, so `parplan launch` refuses precision "
-                f"{training.precision} in fp16{where}; use --dtype bf16 (the same tensor-core speed on A100 and H100), "
-                "or --framework megatron or deepspeed and `parplan export`, which scale the loss"]
-    return []
-
-
 def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Prediction | None) -> Plan:
     stages = lay_row["pp"] * lay_row["vpp"]
     m_micro = training.global_batch_size // (lay_row["dp"] * lay_row["mbs"])
@@ -437,12 +426,10 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
 
 
 def _with_accuracy(prediction: Prediction, training: Training) -> Prediction:
-    """A plan's prediction as it is shown: the framework's accuracy lines, and what its training settings tell the
-    user (_training_warnings)."""
+    """A plan's prediction as it is shown: with the framework's accuracy lines."""
     from .accuracy import entries
     from .schema import Accuracy
-    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(training.framework)],
-                                         "warnings": [*prediction.warnings, *_training_warnings(training)]})
+    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(training.framework)]})
 
 
 def defaulted_fields(training: dict, framework: str) -> dict:

@@ -653,10 +653,6 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
                         "least one per stage)", f"use a global batch of at least {p.pp} micro-batches per replica "
                         f"({p.pp * p.dp * t.micro_batch_size} sequences at this dp and micro-batch), a smaller "
                         "micro_batch_size, or schedule gpipe"))
-    if t.precision.startswith("master-weights") and t.dtype == "fp16":
-        missing.append((f"precision {t.precision} with fp16 (needs loss scaling)", "use dtype bf16"))
-    if device == "cuda" and t.precision == "amp" and t.dtype == "fp16":
-        missing.append(("amp with fp16 (needs loss scaling)", "use dtype bf16"))
     # FSDP2's CPUOffloadPolicy keeps the gradient shards on the host, and the runtime's SP, cp and tied-embedding
     # gradient sums would all-reduce those CPU tensors over NCCL, which has no CPU backend
     from .search import fsdp2_offload_blockers
@@ -903,6 +899,7 @@ def phases_line(report: dict) -> str | None:
 
     steps = report.get("steps") or []
     steps = steps[report.get("warmup_steps") or 0:] or steps
+    steps = [s for s in steps if not s.get("skipped")] or steps  # fp16 steps skipped for overflow: no step taken
 
     def med(key):
         vals = [s.get(key) for s in steps]
@@ -975,7 +972,7 @@ def _host_block_note(report: dict, host_s: float) -> str | None:
 
 def grad_norm_line(report: dict) -> str | None:
     """The global gradient norm before clipping, first and last step, and how many steps clipped."""
-    steps = report.get("steps") or []
+    steps = [s for s in report.get("steps") or [] if not s.get("skipped")]  # an overflowed fp16 step has no norm
     norms = [s.get("grad_norm") for s in steps]
     clip = ((report.get("plan") or {}).get("training") or {}).get("clip_grad")
     if not norms or None in norms or clip is None:
@@ -985,6 +982,18 @@ def grad_norm_line(report: dict) -> str | None:
                                                           if len(steps) > 1 else "")
     return (f"gradient norm before clipping at {clip:g}: {at}; {clipped} of {len(norms)} "
             f"step{'s' if len(norms) > 1 else ''} clipped")
+
+
+def loss_scale_line(report: dict) -> str | None:
+    """fp16's dynamic loss scale (parallel_layers.loss_scale): where it started and ended, and the steps skipped."""
+    ls = report.get("loss_scaling")
+    if not isinstance(ls, dict) or ls.get("first") is None:
+        return None
+    skipped = ls.get("skipped_steps") or []
+    what = ("no step skipped" if not skipped else
+            f"{len(skipped)} step{'s' if len(skipped) > 1 else ''} skipped for inf/nan gradients (step "
+            + ", ".join(str(n) for n in skipped[:6]) + (", ..." if len(skipped) > 6 else "") + ")")
+    return f"fp16 loss scale {ls['first']:g} at the first step, {ls['last']:g} at the last; {what}"
 
 
 def cpu_memory_line(report: dict) -> str | None:
@@ -1072,8 +1081,8 @@ def print_summary(report: dict, report_path: str) -> None:
     console.print(t)
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
-    for line in (phases_line(report), telemetry_line(report), grad_norm_line(report), cpu_memory_line(report),
-                 rank_kind_line(report)):
+    for line in (phases_line(report), telemetry_line(report), grad_norm_line(report), loss_scale_line(report),
+                 cpu_memory_line(report), rank_kind_line(report)):
         if line:
             console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)

@@ -125,6 +125,22 @@ def test_warm_up_covering_every_step_is_refused_and_the_first_step_is_never_time
     assert r["step_time_s"] == pytest.approx(plan.prediction.step_time_s) and r["steps_used"] == 1
 
 
+def test_fp16_steps_skipped_for_overflow_are_not_timed(plan, tmp_path):
+    """An fp16 step skipped for inf/nan gradients (the report's "skipped", parallel_layers.loss_scale) ran no
+    clipping and no optimizer step: the fit reads the steps that stepped, as the report's own medians do."""
+    from planner.calibrate import read_report
+    path = _report(plan, tmp_path / "s.json", steps=6, warmup=2, factor=1.0)
+    data = json.loads(path.read_text())
+    for i in (2, 3):
+        data["steps"][i].update(skipped=True, step_time_s=plan.prediction.step_time_s * 0.2, after_s=1e-4)
+    for row in data["steps"]:
+        row.setdefault("after_s", 0.5)
+    path.write_text(json.dumps(data))
+    r = read_report(str(path))
+    assert r["steps_used"] == 2 and r["step_time_s"] == pytest.approx(plan.prediction.step_time_s)
+    assert r["after_s"] == 0.5
+
+
 # ---------------------------------------------------------------------------------------------- 3: --out a report
 
 def test_out_naming_a_report_is_refused(plan, tmp_path, capsys, monkeypatch):

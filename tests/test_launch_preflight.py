@@ -320,8 +320,10 @@ def test_crashed_ranks_are_reported_by_rank_and_cause(tmp_path, capfd, monkeypat
 
 
 @pytest.mark.parametrize("change, ok, words", [
-    (dict(precision="master-weights-half-grads", dtype="fp16"), False, "master-weights-half-grads with fp16"),
-    (dict(precision="master-weights", dtype="fp16"), False, "master-weights with fp16"),
+    # fp16 trains with the runtime's dynamic loss scale (parallel_layers.loss_scale); refused before 2026-12-03
+    (dict(precision="master-weights-half-grads", dtype="fp16"), True, "every setting"),
+    (dict(precision="master-weights", dtype="fp16"), True, "every setting"),
+    (dict(precision="amp", dtype="fp16"), True, "every setting"),
     (dict(zero_stage=3, offload="optimizer"), True, "CPUOffloadPolicy"),
     (dict(cp=2), True, "every setting"),
     (dict(cp=4, zero_stage=3, offload="optimizer"), True, "CPUOffloadPolicy"),
@@ -523,6 +525,24 @@ def test_the_report_says_how_many_steps_clipped():
     assert grad_norm_line(one) == "gradient norm before clipping at 1: 1.2 at step 3; 1 of 1 step clipped"
     report["plan"]["training"]["clip_grad"] = None  # a plan without clipping, or a report from before it
     assert grad_norm_line(report) is None
+
+
+def test_the_report_says_the_fp16_loss_scale_and_skipped_steps():
+    """An fp16 run's summary names its loss scale and the steps it skipped; a skipped step (no norm) leaves the
+    clipping line to the steps that stepped; bf16 reports (loss_scaling null, or none before 2026-12-03) say nothing."""
+    from planner.launch import grad_norm_line, loss_scale_line
+    steps = [{"step": 1, "grad_norm": 2.5, "loss_scale": 65536.0, "skipped": False},
+             {"step": 2, "grad_norm": None, "loss_scale": 65536.0, "skipped": True},
+             {"step": 3, "grad_norm": 0.5, "loss_scale": 32768.0, "skipped": False}]
+    report = {"plan": {"training": {"clip_grad": 1.0}}, "steps": steps,
+              "loss_scaling": {"first": 65536.0, "last": 32768.0, "skipped_steps": [2]}}
+    assert loss_scale_line(report) == ("fp16 loss scale 65536 at the first step, 32768 at the last; 1 step skipped "
+                                       "for inf/nan gradients (step 2)")
+    assert grad_norm_line(report) == ("gradient norm before clipping at 1: 2.5 at step 1, 0.5 at step 3; "
+                                      "1 of 2 steps clipped")
+    report["loss_scaling"] = {"first": 65536.0, "last": 65536.0, "skipped_steps": []}
+    assert loss_scale_line(report).endswith("; no step skipped")
+    assert loss_scale_line({"loss_scaling": None}) is None and loss_scale_line({}) is None
 
 
 def test_a_gpt_plan_past_its_learned_positions_fails_before_any_rank():

@@ -1,6 +1,6 @@
 """Layout equivalence on gloo: 8-rank TP2 x PP2 x DP2 runs (every schedule, ZeRO-1/2, FSDP2,
 sequence parallel, recompute, tied gpt, stop-and-resume, ZeRO-1 + optimizer offload, a
-master-weights (bf16) layout) and context-parallel layouts (cp2 x tp2 x dp2, cp2 x pp2 x tp2
+master-weights (bf16) layout, fp16 with the dynamic loss scale and an overflow on one rank) and context-parallel layouts (cp2 x tp2 x dp2, cp2 x pp2 x tp2
 with SP, cp4 x dp2 with FSDP2, a resume from cp2 into cp4) against one-rank runs of the same
 plan, where dp becomes gradient accumulation.  All 8-rank jobs share one torchrun invocation
 and all one-rank references another (process start-up dominates)."""
@@ -67,6 +67,10 @@ def reference_for(case: str) -> str:
         name = f"ref-{model['arch']}-vocab{model['vocab']}"
     if _precision(case) != "fp32":
         name += "-" + _precision(case)
+    if suite.PARALLEL_CASES[case][1].get("dtype") == "fp16":
+        name += "-fp16"
+        assert suite.REFERENCE_DTYPE.get(name[4:]) == "fp16", name
+    if _precision(case) != "fp32":
         assert suite.REFERENCE_PRECISION.get(name[4:]) == _precision(case), name
     return name + ("-sgd" if opts.get("optimizer") == "sgd" else "")
 
@@ -87,11 +91,16 @@ def test_gradient_norms_match_one_rank(runs, case):
     suite's threshold (suite.CLIP_GRAD) clips some of the reference's steps and not others."""
     got = [s["grad_norm"] for s in report(runs, case)["steps"]]
     ref = [s["grad_norm"] for s in report(runs, reference_for(case))["steps"]]
-    assert len(got) == len(ref) == suite.STEPS and None not in got + ref
+    assert len(got) == len(ref) == suite.STEPS
+    # a step skipped for overflowed fp16 gradients clips nothing and has no norm: the overflow case's step 2, on both
+    skipped = [suite.PARALLEL_CASES[case][2].get("debug_overflow_step") == step for step in range(1, suite.STEPS + 1)]
+    assert [g is None for g in got] == [r is None for r in ref] == skipped
     # step 1 at the gradients' tolerance; later steps follow parameters two AdamW updates apart in
     # rounding, at the losses' (cp2-tp2-dp2's step 3 measured 1.4e-5)
     loss_rtol, grad_rtol = tolerances(case)
     for step, (g, r) in enumerate(zip(got, ref), 1):
+        if g is None:
+            continue
         rtol = grad_rtol if step == 1 else max(grad_rtol, loss_rtol)
         assert abs(g - r) <= rtol * r, f"{case} step {step}: gradient norm {g} vs one-rank {r}"
 
@@ -197,6 +206,20 @@ def test_resume_in_another_layout(runs, case):
     rep = report(runs, case)
     assert [s["step"] for s in rep["steps"]] == [3]
     assert rep["steps"][0]["loss"] == pytest.approx(losses(runs, "zero1")[2], rel=LOSS_RTOL)
+
+
+def test_an_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(runs):
+    """The overflow case's last rank alone reads inf in its gradients at step 2; the flag's all-reduce makes all 8
+    ranks skip the step and halve the scale, as the one-rank reference does (its step 3 loss then matches:
+    test_losses_match_one_rank).  Without the all-reduce the other ranks would step and the model would part."""
+    case = "amp-fp16-zero2-sp-overflow"
+    for name in (case, reference_for(case)):
+        rep = report(runs, name)
+        assert rep["loss_scaling"] == {"first": 65536.0, "last": 32768.0, "skipped_steps": [2]}, name
+        assert [s["loss_scale"] for s in rep["steps"]] == [65536.0, 65536.0, 32768.0]
+        assert [s["skipped"] for s in rep["steps"]] == [False, True, False]
+    assert report(runs, "1f1b")["loss_scaling"] is None  # bf16 and fp32 scale nothing
+    assert report(runs, "gpt-tied-master-weights-fp16-zero1")["loss_scaling"]["skipped_steps"] == []
 
 
 def test_report_has_required_keys(runs):

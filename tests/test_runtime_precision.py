@@ -152,10 +152,59 @@ def test_stop_and_resume_continues_exactly(tmp_path, kw):
     assert rep["steps"][0]["loss"] == pytest.approx(straight[2], rel=1e-7)
 
 
-def test_master_weights_with_fp16_is_refused_with_the_fix():
-    with pytest.raises(NotImplementedError, match="use dtype bf16"):
-        train.autocast_dtype(tiny_plan(precision="master-weights").model_copy(
-            update={"training": tiny_plan().training.model_copy(update={"dtype": "fp16", "precision": "master-weights"})}), "cpu")
+@pytest.mark.parametrize("precision", ["master-weights", "master-weights-half-grads"])
+def test_fp16_master_weights_train_with_a_loss_scale_and_track_fp32(precision):
+    """fp16 parameters (fp32 masters) under the dynamic loss scale (parallel_layers.loss_scale): the run follows the
+    fp32 run at the 16-bit tolerances and keeps torch's starting scale (nothing overflows in 3 steps)."""
+    plan = tiny_plan(TINY_GPT, precision=precision, dtype="fp16", clip_grad=1.0)
+    rep = train.run(plan, train.RunOptions(steps=3, device="cpu"))
+    assert rep["loss_scaling"] == {"first": 65536.0, "last": 65536.0, "skipped_steps": []}
+    assert all(p.dtype == torch.float16 for m in one_step(plan).stage_modules for p in m.parameters())
+    assert_tracks([s["loss"] for s in rep["steps"]], losses(tiny_plan(TINY_GPT, clip_grad=1.0)))
+    assert "fp16 parameters with fp32 masters" in rep["notes"][0] and "dynamic loss scaling" in rep["notes"][0]
+
+
+def test_the_loss_scale_is_exact_where_nothing_overflows():
+    """amp computes in fp32 on the CPU, so an fp16 amp run differs from the bf16 one by the scale alone: a power of
+    two, multiplied into the loss and out of the gradients, changes no bit (a scale not divided out would move every
+    update's size under clipping, and the losses with it)."""
+    bf16 = [s["loss"] for s in train.run(tiny_plan(precision="amp", clip_grad=1.0),
+                                         train.RunOptions(steps=3, device="cpu"))["steps"]]
+    for start in (2.0 ** 16, 2.0 ** 40):
+        rep = train.run(tiny_plan(precision="amp", dtype="fp16", clip_grad=1.0),
+                        train.RunOptions(steps=3, device="cpu", initial_loss_scale=start))
+        assert [s["loss"] for s in rep["steps"]] == bf16 and rep["loss_scaling"]["skipped_steps"] == []
+
+
+def test_an_overflowed_step_changes_nothing_but_the_scale(tmp_path):
+    """A step whose gradients hold an inf is skipped: the parameters and AdamW's states after it are those before it
+    (the checkpoints after steps 1 and 2 hold the same tensors), the scale is halved, and the step's time is left out of
+    the medians; a resume takes the halved scale from the checkpoint."""
+    from torch.distributed.checkpoint import FileSystemReader, load
+    from parallel_layers import checkpoint as ckpt
+    plan = tiny_plan(precision="master-weights", dtype="fp16", clip_grad=1.0)
+    ck = str(tmp_path / "ck")
+    rep = train.run(plan, train.RunOptions(steps=3, device="cpu", checkpoint_dir=ck, checkpoint_every=1,
+                                           debug_overflow_step=2, warmup_steps=0))
+    assert [s["skipped"] for s in rep["steps"]] == [False, True, False]
+    assert rep["steps"][1]["grad_norm"] is None and rep["loss_scaling"]["last"] == 32768.0
+    assert rep["median"]["step_time_s"] == pytest.approx((rep["steps"][0]["step_time_s"] + rep["steps"][2]["step_time_s"]) / 2)
+    assert any("skipped for inf/nan fp16 gradients" in n for n in rep["notes"])
+
+    def saved(step):
+        meta = FileSystemReader(ckpt.step_path(ck, step)).read_metadata().state_dict_metadata
+        sd = {k: torch.empty(m.size, dtype=m.properties.dtype) if hasattr(m, "size") else None
+              for k, m in meta.items() if hasattr(m, "size")}
+        load(sd, checkpoint_id=ckpt.step_path(ck, step))
+        return sd
+    one, two, three = saved(1), saved(2), saved(3)
+    weights = [k for k in one if k.startswith(("model.", "optim."))]
+    assert weights and all(torch.equal(one[k], two[k]) for k in weights)
+    assert not all(torch.equal(two[k], three[k]) for k in weights)
+    assert (float(one["meta.loss_scale"]), float(two["meta.loss_scale"])) == (65536.0, 32768.0)
+    resumed = train.run(plan, train.RunOptions(steps=3, device="cpu", checkpoint_dir=ck, resume=True, resume_step=2))
+    assert resumed["loss_scaling"]["first"] == 32768.0
+    assert resumed["steps"][0]["loss"] == rep["steps"][2]["loss"]
 
 
 @pytest.mark.parametrize("first,then", [(3, 0), (0, 3), (3, 1)], ids=["fsdp2-to-zero0", "zero0-to-fsdp2", "fsdp2-to-zero1"])

@@ -735,3 +735,34 @@ def test_fused_cross_entropy_takes_strided_logits_and_needs_no_pivot_column():
     t = torch.tensor([5, 7, 9])
     got = layers.fused_vocab_parallel_cross_entropy(x.unsqueeze(0), t.unsqueeze(0), None)
     assert float(got) == pytest.approx(float(F.cross_entropy(x, t)), rel=1e-6)
+
+
+def test_loss_scaler_follows_torch_gradscalers_rule(group_of_one):
+    """parallel_layers.loss_scale: halve on an overflow (and restart the count), double after growth_interval good
+    steps in a row; the check unscales in place and finds an inf or NaN in any dtype; a bad setting is refused."""
+    from parallel_layers.loss_scale import DynamicLossScaler
+    s = DynamicLossScaler(init_scale=8.0, growth_interval=3)
+    for found, want in [(False, 8), (False, 8), (True, 4), (False, 4), (False, 4), (False, 8), (False, 8)]:
+        s.update(found)
+        assert s.scale == want
+    assert s.skipped == 1 and s.state() == {"scale": 8.0, "good_steps": 1}
+    t = DynamicLossScaler()
+    t.load(s.state())
+    assert (t.scale, t.good_steps) == (8.0, 1)
+    g32, g16 = torch.full((3,), 8.0), torch.full((2,), 8.0, dtype=torch.float16)
+    assert s.unscale_([g32, g16], torch.device("cpu")) is False
+    assert g32.tolist() == [1.0] * 3 and g16.tolist() == [1.0] * 2
+    for bad in (float("inf"), float("nan")):
+        assert s.unscale_([torch.ones(2), torch.tensor([1.0, bad], dtype=torch.float16)], torch.device("cpu")) is True
+    with pytest.raises(ValueError, match="growth_interval"):
+        DynamicLossScaler(growth_interval=0)
+
+
+def test_train_cli_takes_an_initial_loss_scale():
+    from parallel_layers import train
+    a = train.parse_args(["--plan", "p.json", "--initial-loss-scale", "4294967296"])
+    assert train.options_from_args(a).initial_loss_scale == 2.0 ** 32
+    assert train.options_from_args(train.parse_args(["--plan", "p.json"])).initial_loss_scale is None
+    for bad in ("0", "-1", "inf", "nan"):
+        with pytest.raises(SystemExit):
+            train.parse_args(["--plan", "p.json", "--initial-loss-scale", bad])

@@ -1075,18 +1075,27 @@ def test_a_zbv_plan_whose_rank_0_holds_only_the_embedding_and_head_evaluates():
     assert again.prediction.step_time_s == pytest.approx(plan.prediction.step_time_s)
 
 
-def test_an_fp16_plan_for_parplans_runtime_says_launch_refuses_it():
-    """parplan's runtime scales no loss, so launch refuses 16-bit fp16 training; recommend and evaluate had written
-    such a plan with fits true and no word (the default precision, master-weights, keeps fp16 weights)."""
+def test_an_fp16_plan_counts_the_loss_scales_unscale_pass():
+    """fp16 scales the loss (parplan's runtime, parallel_layers.loss_scale; Megatron-LM; torch's GradScaler): the
+    step's optimizer phase counts one read and one write of every gradient a rank holds after the reduction
+    (cost_models.compute.loss_scale_time: the fp32 main grads under master-weights, the ZeRO shard where the
+    reduction shards them); bf16 scales nothing.  recommend had warned that launch refuses such a plan, which it
+    no longer does."""
+    from cost_models.compute import loss_scale_time
+    from cost_models.hardware import constants_from_profile
+    from hardware_profiles import load_profile
     from planner.core import evaluate_plan
     spec = load_preset("tiny-llama-test")
-    plan = recommend(spec, 2, seq_len=128, global_batch_size=8, dtype="fp16")
-    said = [w for w in plan.prediction.warnings if w.startswith("fp16:")]
-    assert len(said) == 1 and "--dtype bf16" in said[0]
-    assert [w for w in evaluate_plan(plan).prediction.warnings if w.startswith("fp16:")] == said
-    for quiet in (recommend(spec, 2, seq_len=128, global_batch_size=8),
-                  recommend(spec, 2, seq_len=128, global_batch_size=8, dtype="fp16", framework="megatron")):
-        assert not any(w.startswith("fp16:") for w in quiet.prediction.warnings)
+    hw = constants_from_profile(load_profile("h100-sxm-80gb"))
+    params = spec.num_params
+    for zero, held in ((0, params), (2, params / 2)):
+        fp16 = recommend(spec, 2, seq_len=128, global_batch_size=8, dtype="fp16",
+                         pins=Pins(tp=1, pp=1, dp=2, zero=zero, offload="none"))
+        assert not any("loss scaling" in w for w in fp16.prediction.warnings)
+        bf16 = evaluate_plan(fp16.model_copy(update={"training": fp16.training.model_copy(update={"dtype": "bf16"})}))
+        extra = fp16.prediction.time_breakdown.optimizer_s - bf16.prediction.time_breakdown.optimizer_s
+        assert extra == pytest.approx(float(loss_scale_time(held, "master-weights", hw)), rel=1e-9)
+        assert extra == pytest.approx(held * 4 * 2 / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction), rel=1e-9)
 
 
 def test_min_gpus_tries_every_count_in_a_node_and_every_whole_node():

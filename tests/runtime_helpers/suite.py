@@ -115,6 +115,13 @@ PARALLEL_CASES = {
         TINY_GPT, dict(schedule="zbv", vpp=2, zero_stage=2, sp=True, precision="master-weights"),
         {"wgrad_fusion": "reference", "grad_bucket_bytes": 4096, "overlap_grad_reduce": False,
          "overlap_param_gather": False}),
+    # fp16 (parallel_layers.loss_scale): amp (fp32 math on the CPU, so the power-of-two scale is exact and the losses
+    # are the fp32 tolerances' own) with ZeRO-2 and SP, whose last rank's gradients read inf at step 2: every rank
+    # must skip that step (the one-rank reference skips it too), or the ranks' models part; and fp16 parameters with
+    # fp32 masters, ZeRO-1, against the one-rank fp16 run at the 16-bit tolerances
+    "amp-fp16-zero2-sp-overflow": (TINY_LLAMA, dict(zero_stage=2, sp=True, precision="amp", dtype="fp16"),
+                                   {"debug_overflow_step": 2}),
+    "gpt-tied-master-weights-fp16-zero1": (TINY_GPT, dict(zero_stage=1, precision="master-weights", dtype="fp16"), {}),
 }
 AFTER_BACKWARD = "-after-backward"
 # the cp2-tp2-dp2 run's step-2 checkpoint resumed with another cp (and dp, ZeRO stage) for step 3
@@ -134,8 +141,12 @@ REFERENCE_CASES = {
     "llama-sgd-2x": (TINY_LLAMA, {"optimizer": "sgd", "debug_grad_scale": 2.0}),
     "gpt-master-weights": (TINY_GPT, {}),
     "gpt-master-weights-half-grads": (TINY_GPT, {}),
+    "llama-amp-fp16": (TINY_LLAMA, {"debug_overflow_step": 2}),
+    "gpt-master-weights-fp16": (TINY_GPT, {}),
 }
-REFERENCE_PRECISION = {"gpt-master-weights": "master-weights", "gpt-master-weights-half-grads": "master-weights-half-grads"}
+REFERENCE_PRECISION = {"gpt-master-weights": "master-weights", "gpt-master-weights-half-grads": "master-weights-half-grads",
+                       "llama-amp-fp16": "amp", "gpt-master-weights-fp16": "master-weights"}
+REFERENCE_DTYPE = {"llama-amp-fp16": "fp16", "gpt-master-weights-fp16": "fp16"}
 SGD_LR = 0.5
 # Global gradient-norm clipping on every AdamW job: the tiny models' one-rank norms run 0.5-1.6 over the
 # first steps, so 1.0 clips some steps and not others (a wrong distributed norm then changes the losses,
@@ -159,7 +170,8 @@ def _job(tmp: Path, name: str, plan, opts: dict, steps=STEPS) -> dict:
 
 
 def reference_jobs(tmp: Path) -> list[dict]:
-    return [_job(tmp, f"ref-{n}", tiny_plan(m, lr=_lr(o), clip_grad=_clip(o), precision=REFERENCE_PRECISION.get(n, "fp32")), o)
+    return [_job(tmp, f"ref-{n}", tiny_plan(m, lr=_lr(o), clip_grad=_clip(o), precision=REFERENCE_PRECISION.get(n, "fp32"),
+                                           dtype=REFERENCE_DTYPE.get(n, "bf16")), o)
             for n, (m, o) in REFERENCE_CASES.items()]
 
 

@@ -66,6 +66,10 @@ def grid() -> list[tuple[str, list[str]]]:
     accum8 = llama13[:-4] + ["--mbs", "1", "--global-batch-size", "8", "--recompute", "none"]
     out.append(("llama-1.3b-mbs1-accum8", accum8))
     out.append(("llama-1.3b-mbs1-accum8-unfused", accum8 + ["--no-grad-accumulation-fusion"]))
+    # fp16 with the runtime's dynamic loss scale (parallel_layers.loss_scale, 2026-12-03, checked on CPU only): fp16
+    # weights with fp32 masters, the fused weight-gradient GEMM on fp16 operands, the check-and-unscale pass counted
+    # (cost_models.compute.loss_scale_time); the report says which steps, if any, overflowed
+    out.append(("llama-1.3b-mbs4-none-fp16", llama13 + ["--recompute", "none", "--dtype", "fp16"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",

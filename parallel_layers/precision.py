@@ -150,13 +150,14 @@ def _wgrad_accumulate_reference(p, dy: torch.Tensor, x: torch.Tensor) -> None:
         p.main_grad.add_(prod)
 
 
-def _cuda_kernel_works(device: torch.device) -> bool:
-    """Whether this torch and GPU run ``_wgrad_accumulate_cuda`` right: twice over a small bf16 product,
-    compared with the fp32 reference (an older torch raises on out_dtype; any failure means no fusion)."""
+def _cuda_kernel_works(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> bool:
+    """Whether this torch and GPU run ``_wgrad_accumulate_cuda`` right on operands of the parameters' dtype: twice
+    over a small product, compared with the fp32 reference (an older torch raises on out_dtype, and fp16 operands
+    are probed apart from bf16 ones; any failure means no fusion)."""
     try:
         g = torch.Generator(device=device).manual_seed(0)
-        dy = torch.randn(64, 48, device=device, generator=g).to(torch.bfloat16)
-        x = torch.randn(64, 32, device=device, generator=g).to(torch.bfloat16)
+        dy = torch.randn(64, 48, device=device, generator=g).to(dtype)
+        x = torch.randn(64, 32, device=device, generator=g).to(dtype)
 
         class _P:
             main_grad = None
@@ -173,15 +174,15 @@ def _cuda_kernel_works(device: torch.device) -> bool:
 WGRAD_FUSION_MODES = ("auto", "off", "reference")
 
 
-def wgrad_fusion_kernel(device: torch.device, mode: str = "auto"):
+def wgrad_fusion_kernel(device: torch.device, mode: str = "auto", dtype: torch.dtype = torch.bfloat16):
     """The weight-gradient accumulation kernel the linears use, or None (the hook's separate upcast pass).
-    auto: the CUDA GEMM where this torch and GPU run it right, else None; reference: the upcasting
-    reference on any device (tests of the plumbing on CPU); off: None."""
+    auto: the CUDA GEMM where this torch and GPU run it right on `dtype` operands (the parameters'), else None;
+    reference: the upcasting reference on any device (tests of the plumbing on CPU); off: None."""
     if mode not in WGRAD_FUSION_MODES:
         raise ValueError(f"wgrad fusion mode {mode!r}; one of {', '.join(WGRAD_FUSION_MODES)}")
     if mode == "reference":
         return _wgrad_accumulate_reference
-    if mode == "auto" and device.type == "cuda" and _cuda_kernel_works(device):
+    if mode == "auto" and device.type == "cuda" and _cuda_kernel_works(device, dtype):
         return _wgrad_accumulate_cuda
     return None
 

@@ -206,7 +206,7 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         # the rank's shards: the report's params_per_rank had counted each rank's whole stages under ZeRO-3
         rt.local_params = sum(local_tensor(p).numel() for m in modules for _, p, _ in iter_shard_specs(m))
     elif plan.training.precision == "master-weights":
-        kernel = wgrad_fusion_kernel(device, wgrad_fusion_mode(plan, opts))
+        kernel = wgrad_fusion_kernel(device, wgrad_fusion_mode(plan, opts), param_dtype(plan))
         # fp32 gradient accumulation buffers; whether any weight's GEMM adds into them (16-bit parameters only)
         rt.extra["wgrad_fusion"] = attach_main_grads(_unique_params(modules), kernel)
     rt.optimizer = build_optimizer(rt, opts)

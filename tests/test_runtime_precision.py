@@ -312,3 +312,17 @@ def test_wgrad_fusion_is_off_where_the_runtime_cannot_fuse():
     rt = train.build_runtime(fp32, train.RunOptions(steps=1, wgrad_fusion="reference"), CPU)
     assert rt.extra["wgrad_fusion"] is False
     assert not any(hasattr(p, "fused_wgrad") for p in train._unique_params(rt.stage_modules))
+
+
+@pytest.mark.parametrize("kw", [dict(zero_stage=3, offload="optimizer"), dict(zero_stage=2, offload="optimizer"),
+                                dict(zero_stage=1, precision="master-weights-half-grads")],
+                         ids=["fsdp2-offload", "zero2-offload", "zero1-half-grads"])
+def test_an_fp16_overflow_is_skipped_wherever_the_gradients_live(kw):
+    """FSDP2's shards (on the host with offload), ZeRO-2's reduced pieces and 16-bit gradients are all checked and
+    unscaled: the skipped step and the run after it follow the ZeRO-0 run with the same overflow."""
+    opts = dict(steps=3, device="cpu", debug_overflow_step=2)
+    ref = train.run(tiny_plan(TINY_GPT, precision="master-weights", dtype="fp16", clip_grad=1.0), train.RunOptions(**opts))
+    kw = {"precision": "master-weights", **kw}
+    rep = train.run(tiny_plan(TINY_GPT, dtype="fp16", clip_grad=1.0, **kw), train.RunOptions(**opts))
+    assert rep["loss_scaling"] == ref["loss_scaling"] == {"first": 65536.0, "last": 32768.0, "skipped_steps": [2]}
+    assert_tracks([s["loss"] for s in rep["steps"]], [s["loss"] for s in ref["steps"]])

@@ -194,7 +194,9 @@ class Training(Strict):
     global_batch_size: int = Field(gt=0, le=BATCH_MAX, description="Sequences per optimizer step (= dp x micro_batch_size x num_microbatches).")
     micro_batch_size: int = Field(gt=0, description="Sequences per micro-batch per data-parallel replica.")
     num_microbatches: int = Field(gt=0, description="Micro-batches per optimizer step per replica (gradient accumulation / pipeline depth).")
-    dtype: Dtype = Field("bf16", description="Compute dtype of matrix multiplies.")
+    dtype: Dtype = Field("bf16", description="Compute dtype of matrix multiplies. fp16 (with a 16-bit recipe) scales "
+                         "the loss dynamically: parplan's runtime (parallel_layers.loss_scale), and the step counts the "
+                         "unscale pass (cost_models.compute.loss_scale_time).")
     precision: Precision = Field("amp", description="Mixed-precision recipe: amp = fp32 params/grads/Adam under autocast (16 B/param + 16-bit cast copies); master-weights = 16-bit params + fp32 grads + fp32 master + Adam (18 B/param, Megatron); master-weights-half-grads = 16-bit params and grads + fp32 master + Adam (16 B/param, the ZeRO paper / DeepSpeed fp16); fp32 = everything fp32 (16 B/param).")
     framework: Literal["parplan", "megatron", "deepspeed", "torchtitan", "fsdp"] = Field(
         "parplan", description="Framework the prediction models; it set the defaults of zero1_grad_reduce, "

@@ -289,9 +289,18 @@ def grad_clip_time(grad_params, precision: str, hw, scales: bool = True):
     holds (the fp32 main_grad under master-weights), and the scaling pass reads and writes them again
     (torch's clip_grad_norm_ and parplan's runtime multiply by the clamped coefficient every step;
     Megatron-LM only when the norm exceeds the threshold, `scales` False: its norm pass alone)."""
-    grad_bytes = PRECISION_RECIPES[precision]["grad"]
-    # in the after-backward phase beside the optimizer step: at the bandwidth fraction the profile fits for it
-    return grad_params * grad_bytes * (3 if scales else 1) / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction)
+    return _grad_passes_time(grad_params, precision, hw, 3 if scales else 1)
+
+
+def _grad_passes_time(grad_params, precision: str, hw, passes: float):
+    """Seconds of `passes` memory-bound passes (a read, or a write) over the gradients a rank holds, in their dtype;
+    in the after-backward phase beside the optimizer step: at the bandwidth fraction the profile fits for it."""
+    return grad_params * PRECISION_RECIPES[precision]["grad"] * passes / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction)
+
+
+def scales_loss(dtype: str, precision: str) -> bool:
+    """Whether training scales the loss dynamically: fp16 under a 16-bit recipe (bf16 has fp32's exponent range)."""
+    return dtype == "fp16" and precision != "fp32"
 
 
 def loss_scale_time(grad_params, precision: str, hw):
@@ -300,9 +309,8 @@ def loss_scale_time(grad_params, precision: str, hw):
     (torch's _amp_foreach_non_finite_check_and_unscale_: torch.amp.GradScaler, Megatron-LM's
     MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan over its fp32 main grads, parplan's runtime:
     parallel_layers.loss_scale).  DeepSpeed's fp16 optimizers check in a pass of their own and unscale inside the
-    clipping's multiply, about one pass more; not told apart.  bf16 and fp32 scale nothing (the caller's choice)."""
-    grad_bytes = PRECISION_RECIPES[precision]["grad"]
-    return grad_params * grad_bytes * 2 / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction)
+    clipping's multiply, about one pass more; not told apart.  Only where scales_loss (the caller's check)."""
+    return _grad_passes_time(grad_params, precision, hw, 2)
 
 
 def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True,

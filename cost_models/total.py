@@ -33,8 +33,7 @@ from . import comm, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTES_PER_LOGIT_PARPLAN_FUSED, block_time,
                       cast_time, column_input_grad_time, flow_shop_wait, gemm_time,
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, loss_scale_time,
-                      optimizer_time,
-                      plan_overlaps_param_gather, wgrad_fusion_applies)
+                      optimizer_time, plan_overlaps_param_gather, scales_loss, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
                      deepspeed_comm_casts, head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends,
                      recomputed_share, split_by_share, zero_shards)
@@ -589,7 +588,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
     if tr.clip_grad:
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)
-    if tr.dtype == "fp16" and tr.precision != "fp32":  # fp16 scales the loss: the check-and-unscale pass
+    if scales_loss(tr.dtype, tr.precision):  # fp16: the check-and-unscale pass
         opt_t = opt_t + loss_scale_time(held, tr.precision, hw)
     step = t_pipe + dp_exposed + opt_t
 

@@ -23,6 +23,8 @@ from typing import Iterable, Optional
 import torch
 import torch.distributed as dist
 
+from cost_models.compute import scales_loss
+
 INIT_SCALE = 2.0 ** 16
 GROWTH_FACTOR = 2.0
 BACKOFF_FACTOR = 0.5
@@ -30,8 +32,8 @@ GROWTH_INTERVAL = 2000
 
 
 def wants_loss_scaling(plan) -> bool:
-    """fp16 16-bit training (the amp and master-weights recipes); not fp32, and not bf16."""
-    return plan.training.dtype == "fp16" and plan.training.precision != "fp32"
+    """fp16 16-bit training (the amp and master-weights recipes); not fp32, and not bf16 (the cost model's rule)."""
+    return scales_loss(plan.training.dtype, plan.training.precision)
 
 
 class DynamicLossScaler:

@@ -349,8 +349,8 @@ def make_loss_fn(tp_group, vocab: int | None = None, fused: bool = False,
                  scaler: Optional[DynamicLossScaler] = None) -> Callable:
     """The loss: the autograd cross-entropy over fp32 logits, or (fused: a plan predicted with flash-attn's
     cross-entropy, training.fused_cross_entropy and cross_entropy_16bit_grad) the chunked one that keeps the
-    logits and their gradient in their own dtype.  scaler (fp16): the loss times its current scale S, what the
-    pipeline schedule's backward starts from (forward_backward divides the losses it reports by S)."""
+    logits and their gradient in their own dtype.  scaler (fp16): the loss times its current scale S, what every
+    backward starts from (forward_backward divides the losses it reports by S; a power of two, exactly)."""
     ce = fused_vocab_parallel_cross_entropy if fused else vocab_parallel_cross_entropy
 
     def loss_fn(logits, target):
@@ -373,19 +373,18 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
         red.begin_step()
     rt.extra.pop("forward_dispatched_at", None)
     if rt.schedule is None:
-        loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab, fused_loss(rt.plan))
-        scale = rt.extra["scaler"].scale if rt.extra.get("scaler") is not None else 1.0
+        loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab, fused_loss(rt.plan), rt.extra["scaler"])
         losses = []
         for x, y in zip(inputs.chunk(nmb), targets.chunk(nmb)):
             loss = loss_fn(rt.stage_modules[0](x), y)
             # the host has enqueued the first micro-batch's forward: what the backward waits on in a flow shop
             rt.extra.setdefault("forward_dispatched_at", time.perf_counter())
-            (loss * (scale / nmb) if scale != 1.0 else loss / nmb).backward()
+            (loss / nmb).backward()
             losses.append(loss.detach())  # no .item() here: it would stall the host every micro-batch
         if main_grads(rt):
             fold_pending_grads(_unique_params(rt.stage_modules))
         rt.extra["dispatched_at"] = time.perf_counter()  # host done enqueueing; the loss read below waits for the GPU
-        return float(torch.stack(losses).double().sum()) / nmb
+        return float(torch.stack(losses).double().sum()) / nmb / loss_scale(rt)
     losses: list = []
     args = (inputs,) if rt.holds_first else ()
     # the last stage would otherwise keep every micro-batch's output (the logits) until the next step
@@ -399,9 +398,14 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
         fold_pending_grads(_unique_params(rt.stage_modules), divide=nmb if red is None else 1.0)
     rt.extra["dispatched_at"] = time.perf_counter()
     if rt.holds_last:
-        scale = rt.extra["scaler"].scale if rt.extra.get("scaler") is not None else 1.0
-        return sum(float(l.detach()) for l in losses) / len(losses) / scale
+        return sum(float(l.detach()) for l in losses) / len(losses) / loss_scale(rt)
     return None
+
+
+def loss_scale(rt: Runtime) -> float:
+    """The scale S the step's losses were multiplied by (parallel_layers.loss_scale; 1 without fp16's scaler): what
+    the losses it reports are divided by, before the step's end updates S."""
+    return rt.extra["scaler"].scale if rt.extra["scaler"] is not None else 1.0
 
 
 @functools.lru_cache(maxsize=None)
@@ -669,7 +673,7 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         t_fb = time.perf_counter()
         with CpuMemoryTrace.phase(f"step{step}.after"):
             reduce_gradients(rt, opts)
-            scale = rt.extra["scaler"].scale if rt.extra["scaler"] is not None else None
+            scale = loss_scale(rt) if rt.extra["scaler"] is not None else None
             skipped = unscale_gradients(rt, opts, step)
             if opts.dump_grads and step == start + 1:
                 dump_gradients(rt, opts.dump_grads, indices)

@@ -160,6 +160,8 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
       GQA: none (SDPA's enable_gqa); the attention output's reshape is a view.
       the input gradient of linears sharing an input (q, k, v; gate, up): one sum per extra    3a per h
       gpt: row-parallel biases added after the reduction (3a per h, x2), bias gradients (a per output)
+      hidden dropout (parallel_layers.dropout), per h, x2: forward the mask drawn (1) and applied by
+        native_dropout_backward (a + 1 read, a written); backward the same product on the gradient  2a + 2, 2a + 1
     tests/test_eager_pointwise.py counts every pointwise op of the runtime's blocks (forward and backward,
     bf16, CPU) and checks this table against it.  For the H100 grid's 1.3B llama in bf16 it is 1.11 MB
     per token forward + backward against the torchtitan table's 1.00 (the backward 2.6x the forward)."""
@@ -206,9 +208,9 @@ def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, se
         inside_f = 2 * a * m.ffn / lay.tp + 2 * 3 * a * h
         inside_b = 3 * a * m.ffn / lay.tp + sums + bias_grads
         act_elems = 2 * a * m.ffn / lay.tp
-    drop = 2 * h if dropout else 0.0
-    fwd = tokens * (2 * (norm_f + 3 * a) * h + inside_f + drop) / hw.hbm_bytes_per_s
-    bwd = tokens * (2 * (norm_b + 3 * a) * h + inside_b + drop) / hw.hbm_bytes_per_s
+    drop_f, drop_b = (2 * (2 * a + 2) * h, 2 * (2 * a + 1) * h) if dropout else (0.0, 0.0)
+    fwd = tokens * (2 * (norm_f + 3 * a) * h + inside_f + drop_f) / hw.hbm_bytes_per_s
+    bwd = tokens * (2 * (norm_b + 3 * a) * h + inside_b + drop_b) / hw.hbm_bytes_per_s
     return fwd, bwd, tokens * act_elems / hw.hbm_bytes_per_s
 
 

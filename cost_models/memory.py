@@ -977,9 +977,9 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         (block_working; torch's own weight pass is a backward through the retained graph, which does); the input
         pass that made the last of them ran with one block fewer pending (that chunk's earlier blocks had
         queued theirs), beside that block's working memory."""
-        w, g, o, offl, g_early, cast_params, loss_kept = kind_terms
+        w, g, o, offl, g_early, cast_params, loss_kept, per_micro = kind_terms
         all_pending = queued & (np.asarray(n_pending) > 0) & (np.asarray(n_pending) >= np.asarray(n_inflight))
-        acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept
+        acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept + per_micro * n_inflight
         casts = cast_params * n_inflight + rec["cast"] * per_layer
 
         def bwd(held, work, one=one_micro, early=g_early, grads=g):
@@ -993,7 +993,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
             def at(x):
                 return np.broadcast_to(x, shape).ravel()[sel]
             n_pend_i = np.maximum(at(n_pending) - 1.0 / np.maximum(at(blocks), 1), 0.0)
-            acts_i_sel = at(blocks) * (at(act_layer) * at(n_inflight) + at(pend_layer) * n_pend_i) + at(loss_kept)
+            acts_i_sel = (at(blocks) * (at(act_layer) * at(n_inflight) + at(pend_layer) * n_pend_i) + at(loss_kept)
+                          + at(per_micro) * at(n_inflight))
             one, early, grads, work = at(one_micro), at(g_early), at(g), at(working)
             blocks_bwd = np.array(np.broadcast_to(blocks_bwd, shape), dtype=float)
             acts_i = np.array(np.broadcast_to(acts, shape), dtype=float)
@@ -1013,14 +1014,21 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         pick_b = b["total"] > a["total"]
         return {k: np.where(pick_b, b[k], a[k]) for k in a}
 
-    def rank_total(kind, params, blocks, has_loss, head_here, root_params, bufs):
-        """root_params: the stage's parameters outside its blocks (FSDP2 keeps them gathered through the step)."""
+    # the embedding's dropout (Megatron applies the hidden dropout to the embedding's output; parallel_layers.model)
+    # keeps a 1-byte mask of h per token (/tp with SP) for each micro-batch in flight on the first rank, at the rank's
+    # in-flight count (its first virtual stage holds at least as many under interleaving: a lower bound there)
+    embed_mask = (lay.mbs * m.seq_len / lay.cp * m.hidden / np.where(lay.sp > 0, tp, 1)) if tr.dropout else 0.0
+
+    def rank_total(kind, params, blocks, has_loss, head_here, root_params, bufs, per_micro=0.0):
+        """root_params: the stage's parameters outside its blocks (FSDP2 keeps them gathered through the step);
+        per_micro: bytes held per micro-batch in flight outside the blocks and the loss (the embedding's dropout
+        mask)."""
         w, g, o, offl = states(params)
         w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
         g_early = states(per_layer + head_here)[1]
         cast_params = blocks * per_layer * cast_per_param
         loss_kept = np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0)
-        terms = (w, g, o, offl, g_early, cast_params, loss_kept)
+        terms = (w, g, o, offl, g_early, cast_params, loss_kept, per_micro)
         alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held) for n, pend, held in counts[kind]]
         # after the backward: the activations are gone; the reduction at the step's boundary (DeepSpeed's flat
         # copies and buckets: deepspeed_grad_buckets), then the optimizer step's gradient copies
@@ -1046,7 +1054,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         return reduce(worse, alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),
-                       p_first - first_blocks * per_layer, first_bufs)
+                       p_first - first_blocks * per_layer, first_bufs, embed_mask)
     mid = rank_total("mid", p_mid, mid_blocks, False, 0.0, 0.0, mid_bufs)
     last = rank_total("last", p_last, last_blocks, ~zbv, np.where(zbv, 0.0, head), np.where(zbv, 0.0, head), last_bufs)
     # choose the worst stage per candidate

@@ -3,7 +3,9 @@
 
 llama: RMSNorm, rotary positions, GQA (query and kv heads both split over TP), SwiGLU, no
 biases, tied or untied head.  gpt: LayerNorm, GeLU, learned positions, biases, tied or untied head.
-Attention is ``F.scaled_dot_product_attention(is_causal=True)``; no dropout anywhere.  With
+Attention is ``F.scaled_dot_product_attention(is_causal=True)``.  Dropout (a plan's training.dropout, Megatron's
+GPT sites and 0.1 rates: parallel_layers.dropout) on the embedding's output, the attention probabilities and each
+residual branch's output, its masks keyed by where they fall so a recompute or another layout draws the same.  With
 context parallelism (cp > 1, ``parallel_layers.context_parallel``) each rank holds two chunks
 of the sequence, rotary and learned positions use the tokens' global positions, K/V are
 all-gathered over cp and attention uses a boolean causal mask from global positions.
@@ -49,6 +51,7 @@ from parallel_layers.layers import (
     padded_size,
 )
 from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_kv, local_positions
+from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, hidden_dropout
 from parallel_layers.mappings import _size
 
 # torchtitan's op-level selective activation checkpointing (selective_ac_option = "op";
@@ -199,13 +202,22 @@ def rotary(x: torch.Tensor, positions: Optional[torch.Tensor] = None, key=None, 
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def _core_attention_rope(q, k, v, theta: float = ROPE_THETA):
+def _core_attention_rope(q, k, v, theta: float = ROPE_THETA, dropout_p: float = 0.0):
     return F.scaled_dot_product_attention(rotary(q, theta=theta), rotary(k, theta=theta), v, is_causal=True,
-                                          enable_gqa=True)
+                                          enable_gqa=True, dropout_p=dropout_p)
 
 
-def _core_attention(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+def _core_attention(q, k, v, dropout_p: float = 0.0):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, dropout_p=dropout_p)
+
+
+@torch.compiler.disable
+def _dropout_attention(core, state: DropoutState, key: torch.Tensor, layer: int, *tensors):
+    """core(*tensors, dropout_p=p) with the device's generator seeded for this (micro-batch, layer, rank): a
+    checkpointed call re-run in the backward draws the same mask.  Outside torch.compile's graphs (the generator's
+    seeding is host work)."""
+    with attention_rng(state, key, layer, tensors[0].device):
+        return core(*tensors, dropout_p=state.p_attention)
 
 
 class _SwiGLU(torch.autograd.Function):
@@ -238,6 +250,7 @@ class Attention(nn.Module):
         h, d, gpt = cfg.hidden, cfg.head_dim, cfg.arch == "gpt"
         tp = _size(tp_group)
         self.tp_group, self.sp, self.selective = tp_group, sp, recompute == "selective"
+        self.layer_id, self.dropout = i, None  # dropout: the stage's DropoutState (set by StageModule.set_dropout)
         self.cp_group, self.cp = cp_group, _size(cp_group)
         self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
@@ -249,7 +262,7 @@ class Attention(nn.Module):
         self.wo = RowParallelLinear(cfg.heads * d, h, tp_group, name=f"{n}.wo", bias=gpt,
                                     sequence_parallel=sp, std=INIT_STD / math.sqrt(2 * cfg.layers))
 
-    def forward(self, x):
+    def forward(self, x, key: Optional[torch.Tensor] = None):
         q, k, v = column_parallel_linears(x, [self.wq, self.wk, self.wv], self.tp_group,
                                           sequence_parallel=self.sp)  # (b, s, width/tp), full sequence
         b, s, _ = q.shape
@@ -258,9 +271,11 @@ class Attention(nn.Module):
         k = k.view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
         if self.cp > 1:
-            o = self._context_parallel(q, k, v)
+            o = self._context_parallel(q, k, v, key)
             return self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim))
         core = functools.partial(_core_attention_rope, theta=self.rope_theta) if self.rope else _core_attention
+        if attention_dropout_p(self.dropout, key) > 0:
+            core = functools.partial(_dropout_attention, core, self.dropout, key, self.layer_id)
         if self.selective:
             o = checkpoint(core, q, k, v, use_reentrant=False)  # (b, nh/tp, s, d)
         else:
@@ -268,7 +283,7 @@ class Attention(nn.Module):
         o = o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)
         return self.wo(o)  # (b, s, h) or (b, s/tp, h) with SP
 
-    def _context_parallel(self, q, k, v):
+    def _context_parallel(self, q, k, v, key=None):
         """s local tokens (two chunks of the sequence); rotary at global positions before the
         K/V all-gather.  Selective recompute checkpoints the gather with the attention: the rank's own
         K/V are saved, not the gathered whole sequence (cp x as large) nor each chunk's output, and
@@ -278,13 +293,16 @@ class Attention(nn.Module):
             key = ("cp", self.cp_rank, self.cp)
             q, k = rotary(q, pos, key, self.rope_theta), rotary(k, pos, key, self.rope_theta)
         starts = chunk_starts(q.shape[2], self.cp_rank, self.cp)
+        attend = self._gathered_attention
+        if attention_dropout_p(self.dropout, key) > 0:
+            attend = functools.partial(_dropout_attention, attend, self.dropout, key, self.layer_id)
         if self.selective:
-            return checkpoint(self._gathered_attention, q, k, v, pos, starts, use_reentrant=False)
-        return self._gathered_attention(q, k, v, pos, starts)
+            return checkpoint(attend, q, k, v, pos, starts, use_reentrant=False)
+        return attend(q, k, v, pos, starts)
 
-    def _gathered_attention(self, q, k, v, pos, starts):
+    def _gathered_attention(self, q, k, v, pos, starts, dropout_p: float = 0.0):
         k, v = gather_kv(k, v, self.cp_group)  # (b, nkv/tp, S, d) each
-        return cp_attention(q, k, v, pos, starts)
+        return cp_attention(q, k, v, pos, starts, dropout_p)
 
 
 class MLP(nn.Module):
@@ -329,14 +347,17 @@ class Block(nn.Module):
         # then keeps nearly nothing (a CPU trace: 72 KB where the policy keeps 417 KB, full recompute 5 KB)
         self.op_sac = recompute == "selective-op"
 
-    def forward(self, x):
+    def forward(self, x, key: Optional[torch.Tensor] = None):
+        """key: the micro-batch's dropout key (parallel_layers.dropout), an argument so a checkpointed block's
+        recompute draws the same masks."""
         if self.op_sac:
-            return checkpoint(self._forward, x, use_reentrant=False, context_fn=op_sac_context)
-        return self._forward(x)
+            return checkpoint(self._forward, x, key, use_reentrant=False, context_fn=op_sac_context)
+        return self._forward(x, key)
 
-    def _forward(self, x):
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+    def _forward(self, x, key=None):
+        drop = self.attn.dropout
+        x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, self.layer_id, "attention")
+        return x + hidden_dropout(self.mlp(self.norm2(x)), drop, key, self.layer_id, "mlp")
 
 
 class PositionEmbedding(_ShardedModule):
@@ -385,6 +406,7 @@ class StageModule(nn.Module):
         # called with each part (embedding, block, head) before the forward uses its parameters: ZeRO-1/2's
         # gather of the stepped parameters still in flight from the last step (ShardedAdamW.wait_for)
         self.param_wait: Optional[Callable[[nn.Module], None]] = None
+        self.dropout: Optional[DropoutState] = None  # set_dropout
         if last:
             self.final_norm = Norm(cfg, tp_group, name="final_norm", sequence_parallel=sp)
             name = "embedding" if cfg.tied_embeddings else "head"
@@ -398,6 +420,12 @@ class StageModule(nn.Module):
                     # with the embedding's (Megatron's embedding group)
                     self.separate_tied_head = True
 
+    def set_dropout(self, state: Optional[DropoutState]) -> None:
+        """Dropout as the plan trains (parallel_layers.dropout); None: none."""
+        self.dropout = state
+        for block in self.blocks:
+            block.attn.dropout = state
+
     def forward(self, x):
         if self.autocast_dtype is not None:
             with torch.autocast(self.device_type, dtype=self.autocast_dtype):
@@ -406,16 +434,19 @@ class StageModule(nn.Module):
 
     def _forward(self, x):
         wait = self.param_wait or (lambda module: None)
+        # the micro-batch's dropout key, read once here and passed on as an argument (a recompute gets it again)
+        key = self.dropout.current if self.dropout is not None else None
         if self.first:
             wait(self.embed)
             x = self.embed(x)  # (b, s[/tp], h)
             if self.positions is not None:
                 wait(self.positions)
                 x = self.positions(x)
+            x = hidden_dropout(x, self.dropout, key, -1, "embedding")
         for i, block in enumerate(self.blocks):
             wait(block)
             # (op-level selective checkpointing is inside Block.forward)
-            x = checkpoint(block, x, use_reentrant=False) if i < self.recomputed_blocks else block(x)
+            x = checkpoint(block, x, key, use_reentrant=False) if i < self.recomputed_blocks else block(x, key)
         if self.last:
             wait(self.final_norm)
             wait(self.head)

@@ -64,11 +64,12 @@ def weight_pass_builder(plan, stage_module):
 
 
 def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, device, loss_fn,
-                   scale_grads: bool = True):
+                   scale_grads: bool = True, before_forward=None):
     """PipelineStage per local module and the schedule named in plan.parallel.schedule.
     Gradients are divided by the micro-batch count (scale_grads), so with a per-micro-batch
     mean loss the result is the mean over the replica's batch (scale_grads=False: the caller
-    divides, as for fp32 main_grad buffers the schedule does not see)."""
+    divides, as for fp32 main_grad buffers the schedule does not see).  before_forward(micro_batch): called
+    before each micro-batch's forward on every local stage (the dropout key, parallel_layers.dropout)."""
     par = plan.parallel
     n_stages = par.pp * par.vpp
     stages = [just_in_time_receives(PipelineStage(m, sid, n_stages, device, group=pp_group,
@@ -76,11 +77,24 @@ def build_schedule(plan, stage_modules: list, stage_ids: list[int], pp_group, de
               for m, sid in zip(stage_modules, stage_ids)]
     if par.schedule in LOOPED_RUNTIME:
         stages = [release_output_sends(st) for st in stages]
+    if before_forward is not None:
+        stages = [announce_forward(st, before_forward) for st in stages]
     cls = SCHEDULES[par.schedule]
     nmb = plan.training.num_microbatches
     if par.schedule in SINGLE_STAGE:
         return cls(stages[0], n_microbatches=nmb, loss_fn=loss_fn, scale_grads=scale_grads)
     return cls(stages, n_microbatches=nmb, loss_fn=loss_fn, scale_grads=scale_grads)
+
+
+def announce_forward(stage, before_forward):
+    """The stage with before_forward(micro-batch index) called before each forward it runs."""
+    forward_one_chunk = stage.forward_one_chunk
+
+    def announced(fwd_chunk_id, *a, **k):
+        before_forward(fwd_chunk_id)
+        return forward_one_chunk(fwd_chunk_id, *a, **k)
+    stage.forward_one_chunk = announced
+    return stage
 
 
 class _RecvMeta(NamedTuple):

@@ -55,6 +55,7 @@ from parallel_layers.context_parallel import shard_sequence
 from parallel_layers.cpu_matmul import fp32_matmuls
 from parallel_layers.data import TokenSource, replica_sample_indices
 from parallel_layers.host_memory import CpuMemoryTrace, trace_if
+from parallel_layers.dropout import MEGATRON_DROPOUT, DropoutState
 from parallel_layers.telemetry import FIELDS as TELEMETRY_FIELDS, GpuTelemetry, per_step
 from parallel_layers.data_parallel import (
     GradReduction,
@@ -125,6 +126,13 @@ class RunOptions:
     # fp16 plans: the dynamic loss scale's starting value (parallel_layers.loss_scale; None: torch's GradScaler's 2**16)
     initial_loss_scale: Optional[float] = None
     debug_overflow_step: Optional[int] = None  # test hook: the last rank's gradients read inf at this step
+    # plans with training.dropout: the rates of the hidden (embedding, residual branches) and attention dropout
+    # (parallel_layers.dropout; Megatron-LM's --hidden-dropout and --attention-dropout, 0.1 each by default)
+    hidden_dropout: float = MEGATRON_DROPOUT
+    attention_dropout: float = MEGATRON_DROPOUT
+    # test hook: the hidden-dropout masks' blocks of tokens (parallel_layers.dropout.token_blocks), fixed so that runs
+    # splitting the sequence differently (SP, cp) draw the same masks
+    dropout_block_tokens: Optional[int] = None
 
 
 @dataclass
@@ -214,6 +222,9 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         for m in modules:
             m.param_wait = rt.optimizer.wait_for
     rt.extra["grad_reduction"] = build_grad_reduction(rt, opts)
+    rt.extra["dropout"] = drop = dropout_state(plan, coords, opts)
+    for m in modules:
+        m.set_dropout(drop)
     # fp16: the loss is multiplied by the scaler's S before every backward (the schedule's loss function reads it)
     rt.extra["scaler"] = (DynamicLossScaler(opts.initial_loss_scale or INIT_SCALE) if wants_loss_scaling(plan)
                           else None)
@@ -223,8 +234,20 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         rt.schedule = build_schedule(plan, modules, stage_ids, coords.pp_group, device,
                                      make_loss_fn(coords.tp_group, plan.model.vocab, fused_loss(plan),
                                                   rt.extra["scaler"]),
-                                     scale_grads=not main_grads(rt) and rt.extra["grad_reduction"] is None)
+                                     scale_grads=not main_grads(rt) and rt.extra["grad_reduction"] is None,
+                                     before_forward=None if drop is None else drop.begin)
     return rt
+
+
+def dropout_state(plan, coords: RankCoords, opts: RunOptions) -> Optional[DropoutState]:
+    """The rank's dropout (parallel_layers.dropout) where the plan trains with it: opts.hidden_dropout on the
+    hidden states and opts.attention_dropout on the attention probabilities, keyed by the run's seed."""
+    if not plan.training.dropout or (opts.hidden_dropout <= 0 and opts.attention_dropout <= 0):
+        return None
+    return DropoutState(p_hidden=opts.hidden_dropout, p_attention=opts.attention_dropout, seed=plan.training.seed,
+                        tp_rank=coords.tp_rank, cp_rank=coords.cp_rank, sp=plan.parallel.sp and plan.parallel.tp > 1,
+                        seq_len=plan.training.seq_len, cp=plan.parallel.cp, tp=plan.parallel.tp,
+                        block_tokens=opts.dropout_block_tokens)
 
 
 def grad_overlap(plan, opts: RunOptions) -> bool:
@@ -375,7 +398,10 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     if rt.schedule is None:
         loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab, fused_loss(rt.plan), rt.extra["scaler"])
         losses = []
-        for x, y in zip(inputs.chunk(nmb), targets.chunk(nmb)):
+        drop = rt.extra.get("dropout")
+        for mb, (x, y) in enumerate(zip(inputs.chunk(nmb), targets.chunk(nmb))):
+            if drop is not None:
+                drop.begin(mb)
             loss = loss_fn(rt.stage_modules[0](x), y)
             # the host has enqueued the first micro-batch's forward: what the backward waits on in a flow shop
             rt.extra.setdefault("forward_dispatched_at", time.perf_counter())
@@ -666,6 +692,8 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
             rt.optimizer.zero_grad(set_to_none=True)
             clear_grads(_unique_params(rt.stage_modules))
             inputs, targets = data.batch(step, indices)
+            if rt.extra["dropout"] is not None:
+                rt.extra["dropout"].begin_step(step, indices, tr.micro_batch_size)
             if par.cp > 1:  # this cp rank's two chunks of every sequence
                 inputs = shard_sequence(inputs, rt.coords.cp_rank, par.cp)
                 targets = shard_sequence(targets, rt.coords.cp_rank, par.cp)
@@ -770,6 +798,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
     traced = [m["allocated_without_collective_buffers"] for m in memories
               if m.get("allocated_without_collective_buffers") is not None]
     cpu_memory = None
+    dropout = ({"hidden": opts.hidden_dropout, "attention": opts.attention_dropout} if plan.training.dropout
+               else None)
     if traced and len(traced) == len(memories):
         # The CPU allocator's peak is comparable with the plan's memory model where the CPU runs the GPU's
         # storage dtypes (fp32, or bf16 parameters with fp32 masters); collective staging buffers are
@@ -777,8 +807,11 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         # amp autocasts only on a GPU (autocast_dtype): on the CPU its activations are fp32, not the plan's 16-bit
         # ones, so its peak is reported without a prediction to compare
         amp = plan.training.precision == "amp"
+        # the attention's dropout runs torch's SDPA math path on the CPU (no fused kernel takes a dropout there),
+        # which keeps score-sized tensors a fused kernel on the GPU does not
+        math_attention = dropout is not None and dropout["attention"] > 0 and plan.training.flash_attention
         mem = plan.prediction.memory_bytes_per_gpu if plan.prediction else None
-        predicted = mem.total if mem is not None and not amp else None
+        predicted = mem.total if mem is not None and not amp and not math_attention else None
         # optimizer offload: on the CPU the "host" is the device, so the offloaded states sit in the same allocator
         # (the GPU's total leaves them out, and the comparison had read 7 % low where it read +10 % without offload)
         offloaded = (mem.offloaded or 0.0) if mem is not None and plan.parallel.offload != "none" else 0.0
@@ -787,6 +820,9 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
                       "predicted": predicted, "error": _rel_error(predicted, max(traced))}
         if amp:
             cpu_memory["note"] = "amp runs in fp32 on the CPU (no autocast): not comparable with its 16-bit prediction"
+        elif math_attention:
+            cpu_memory["note"] = ("attention dropout runs scaled_dot_product_attention's math path on the CPU (score-"
+                                  "sized tensors): not comparable with the fused-attention prediction")
         elif offloaded:
             cpu_memory["note"] = (f"optimizer offload: predicted is the GPU's total plus the {offloaded / 2**20:.1f} MiB "
                                   "offloaded, which a CPU run holds in the same memory")
@@ -821,6 +857,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "resumed_from": resumed_from,
         "warmup_steps": warmup,
         "loss_scaling": loss_scaling,
+        "dropout": dropout,
         "steps": steps,
         "median": {"step_time_s": med("step_time_s"), "tokens_per_s": at_median_step("tokens_per_s"),
                    "mfu": at_median_step("mfu"),
@@ -893,7 +930,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="fp16 plans: the dynamic loss scale's start (default 65536, torch's GradScaler's; Megatron-LM "
                          "starts at 4294967296)")
     ap.add_argument("--debug-overflow-step", type=int, help=argparse.SUPPRESS)
+    for what in ("hidden", "attention"):
+        ap.add_argument(f"--{what}-dropout", type=float, default=MEGATRON_DROPOUT,
+                        help=f"plans with training.dropout: the {what} dropout rate (default {MEGATRON_DROPOUT}, "
+                             "Megatron-LM's)")
     a = ap.parse_args(argv)
+    for what in ("hidden", "attention"):
+        p = getattr(a, f"{what}_dropout")
+        if not 0.0 <= p < 1.0:
+            ap.error(f"--{what}-dropout must be in [0, 1), got {p}")
     if a.initial_loss_scale is not None and not (a.initial_loss_scale > 0 and math.isfinite(a.initial_loss_scale)):
         ap.error(f"--initial-loss-scale must be a positive number, got {a.initial_loss_scale}")
     return a
@@ -908,7 +953,8 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
                       memory_snapshot=a.memory_snapshot, wgrad_fusion=a.wgrad_fusion,
                       overlap_grad_reduce=a.overlap_grad_reduce == "on",
                       overlap_param_gather=a.overlap_param_gather == "on",
-                      initial_loss_scale=a.initial_loss_scale, debug_overflow_step=a.debug_overflow_step)
+                      initial_loss_scale=a.initial_loss_scale, debug_overflow_step=a.debug_overflow_step,
+                      hidden_dropout=a.hidden_dropout, attention_dropout=a.attention_dropout)
 
 
 def write_report(report: dict, path: str) -> None:

@@ -661,9 +661,6 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
         missing.append((f"FSDP2 optimizer offload with {' and '.join(extra)} on cuda (their gradient sums would "
                         "all-reduce host tensors over NCCL)", "drop offload, use ZeRO 1 or 2 with offload, or "
                         "launch without " + " and ".join(extra)))
-    if getattr(t, "dropout", False):
-        missing.append(("dropout", "set training.dropout to false (the runtime's blocks have no dropout; "
-                                   "the prediction would count masks the run does not have)"))
     if m.has_learned_positions and m.max_seq_len is not None and m.max_seq_len < t.seq_len:
         missing.append((f"seq_len {t.seq_len} beyond the model's {m.max_seq_len} learned positions",
                         f"use a seq_len of at most {m.max_seq_len}, or a model with max_seq_len >= {t.seq_len}"))
@@ -707,6 +704,11 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
                             "over in place); the runtime runs the autograd cross-entropy over fp32 logits here (12 B a "
                             "logit at its backward), or with cross_entropy_16bit_grad flash-attn's (its logits' dtype); "
                             "`parplan evaluate` the plan with one of those to compare")
+        if t.dropout and t.fused_elementwise:
+            warnings.append("dropout: the runtime draws each hidden-dropout mask and applies it in passes of its own "
+                            "(outside torch.compile's graphs); the prediction counts Megatron's fused bias-dropout-add "
+                            "(the 1-byte masks' traffic only); `parplan evaluate` the plan with fused_elementwise off "
+                            "to compare")
         if not t.flash_attention:
             warnings.append("the prediction counts unfused attention (score-sized tensors, their memory and passes); "
                             "the runtime runs torch's fused scaled_dot_product_attention; `parplan evaluate` the "

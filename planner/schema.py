@@ -204,7 +204,7 @@ class Training(Strict):
         "behaves inside a pipeline (parplan = its own runtime, what `parplan launch` runs; fsdp = PyTorch FSDP over "
         "an eager model with Megatron-style tensor parallelism and no pipeline, context or sequence parallelism, "
         "as metaseq and llm-foundry run it).")
-    dropout: bool = Field(False, description="Hidden and attention dropout as in published GPT runs (Megatron default 0.1); adds masks and memory-bound passes. parplan's runtime has no dropout.")
+    dropout: bool = Field(False, description="Hidden and attention dropout as in published GPT runs (Megatron default 0.1); adds masks and memory-bound passes. parplan's runtime applies it at Megatron's sites and rates (0.1 each; python -m parallel_layers.train --hidden-dropout/--attention-dropout).")
     flash_attention: bool = Field(True, description="Fused attention kernel (no s^2 score tensors stored).")
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction (ZeRO 0-2) overlapped with the backward pass (parplan's runtime since 2026-11-24, under the zero-bubble schedules with a pipeline since 2026-11-25: not where torch's own weight pass runs, FSDP2).")
     overlap_param_gather: Optional[bool] = Field(

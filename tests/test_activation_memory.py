@@ -9,6 +9,7 @@ import torch
 
 from cost_models.layout import Layout, ModelDims
 from cost_models.memory import activation_bytes_per_layer
+from parallel_layers.dropout import DropoutState
 from parallel_layers.model import ModelConfig, StageModule, init_parameters
 from planner.schema import ModelSpec
 
@@ -27,8 +28,15 @@ def _stage(arch: str, recompute: str, s: int, layers: int) -> StageModule:
     return stage
 
 
-def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int) -> int:
+def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False) -> int:
+    """dropout: the hidden dropout (parallel_layers.dropout; the attention's runs torch's math path on the CPU, not
+    the fused kernel the model counts)."""
     d, stage = SHAPES[arch], _stage(arch, recompute, s, layers)
+    if dropout:
+        state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s)
+        state.begin_step(1, list(range(b)), b)
+        state.begin(0)
+        stage.set_dropout(state)
     params = {p.data_ptr() for p in stage.parameters()}
     seen = {}
 
@@ -43,13 +51,13 @@ def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int) -> int:
     return sum(seen.values())
 
 
-def predicted_bytes(arch: str, recompute: str, b: int, s: int, layers: int) -> float:
+def predicted_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False) -> float:
     d = SHAPES[arch]
     spec = ModelSpec(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                      ffn_hidden=d["ffn"], vocab=100)
     lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0,
                  recompute=("none", "selective", "full").index(recompute), sp=0, schedule=1, offload=0)
-    return layers * float(activation_bytes_per_layer(ModelDims.from_spec(spec, s), lay, 4, True))
+    return layers * float(activation_bytes_per_layer(ModelDims.from_spec(spec, s), lay, 4, True, dropout))
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt"])
@@ -61,6 +69,19 @@ def test_activation_model_matches_the_runtime(arch, recompute):
     # within 0.6 % today (llama none -0.54 %, the others 0.0-0.2 %); at this shape one missing
     # kv-width tensor would be about 3 %, so the bar is 1 %
     assert predicted == pytest.approx(measured, rel=0.01), (measured, predicted)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt"])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, recompute):
+    """Each block's two residual-branch dropouts keep a boolean mask of h per token (Korthikanti 2022's 2sbh of
+    the 34sbh), to the byte; full recompute draws them again in the backward and keeps none but the micro-batch's
+    key (an int64 tensor of seed, step and the b sample indices, one storage for every checkpoint)."""
+    b, s, layers = 2, 64, 3
+    added = saved_bytes(arch, recompute, b, s, layers, dropout=True) - saved_bytes(arch, recompute, b, s, layers)
+    key = 8 * (2 + b) if recompute == "full" else 0
+    assert added - key == predicted_bytes(arch, recompute, b, s, layers, True) - predicted_bytes(arch, recompute, b, s, layers)
+    assert added - key == (0 if recompute == "full" else layers * 2 * b * s * SHAPES[arch]["hidden"])
 
 
 def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, compiled: bool = False) -> int:

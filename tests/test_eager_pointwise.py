@@ -11,6 +11,7 @@ from torch.utils._pytree import tree_flatten
 
 from cost_models.compute import layer_elementwise_time
 from cost_models.layout import REC_NONE, Layout, ModelDims
+from parallel_layers.dropout import DropoutState
 
 NOT_POINTWISE = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.t.default",
                  "aten._unsafe_view.default"}
@@ -58,6 +59,16 @@ def test_parplan_eager_table_counts_the_runtimes_ops(arch, ffn):
     assert (fwd + bwd) / counted.total == pytest.approx(1.0, abs=0.05)
     if arch == "llama":  # RMSNorm's and SwiGLU's backward, op by op, move more than twice their forward
         assert bwd / fwd > 2.5
+    # the hidden dropout (parallel_layers.dropout; the attention's runs inside the attention kernel): the bytes it
+    # adds, to the byte
+    state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s)
+    state.begin_step(1, list(range(b)), b)
+    state.begin(0)
+    blk.attn.dropout = state
+    with _Bytes() as dropped:
+        blk(x, state.current).backward(dy)
+    fwd_d, bwd_d, _ = layer_elementwise_time(m, lay, OneBytePerSecond, 2, True, False, "parplan")
+    assert dropped.total - counted.total == (fwd_d + bwd_d) - (fwd + bwd) == b * s * 2 * h * (4 * 2 + 3)
 
 
 @pytest.mark.parametrize("kv_heads", [8, 4])

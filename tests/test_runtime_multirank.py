@@ -1,4 +1,4 @@
-"""Layout equivalence on gloo: 8-rank TP2 x PP2 x DP2 runs (every schedule, ZeRO-1/2, FSDP2,
+"""Layout equivalence on gloo: 8-rank TP2 x PP2 x DP2 runs (every schedule, ZeRO-1/2, FSDP2, dropout,
 sequence parallel, recompute, tied gpt, stop-and-resume, ZeRO-1 + optimizer offload, a
 master-weights (bf16) layout, fp16 with the dynamic loss scale and an overflow on one rank) and context-parallel layouts (cp2 x tp2 x dp2, cp2 x pp2 x tp2
 with SP, cp4 x dp2 with FSDP2, a resume from cp2 into cp4) against one-rank runs of the same
@@ -72,6 +72,9 @@ def reference_for(case: str) -> str:
         assert suite.REFERENCE_DTYPE.get(name[4:]) == "fp16", name
     if _precision(case) != "fp32":
         assert suite.REFERENCE_PRECISION.get(name[4:]) == _precision(case), name
+    if suite.PARALLEL_CASES[case][1].get("dropout"):
+        name = f"ref-{model['arch']}-dropout" + ("-hidden" if opts.get("attention_dropout") == 0.0 else "")
+        assert name[4:] in suite.REFERENCE_DROPOUT and suite.REFERENCE_CASES[name[4:]][1] == opts, name
     return name + ("-sgd" if opts.get("optimizer") == "sgd" else "")
 
 
@@ -220,6 +223,19 @@ def test_an_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(runs):
         assert [s["skipped"] for s in rep["steps"]] == [False, True, False]
     assert report(runs, "1f1b")["loss_scaling"] is None  # bf16 and fp32 scale nothing
     assert report(runs, "gpt-tied-master-weights-fp16-zero1")["loss_scaling"]["skipped_steps"] == []
+
+
+def test_the_dropout_cases_drop(runs):
+    """The dropout references are not their plain twins (a dropout silently off would match those and its own
+    layouts alike), and each case's report gives the rates it ran."""
+    for name, plain in (("ref-gpt-dropout-hidden", "ref-gpt"), ("ref-llama-dropout", "ref-llama")):
+        assert max(abs(a - b) / abs(b) for a, b in zip(losses(runs, name), losses(runs, plain))) > 10 * LOSS_RTOL, name
+    cases = [c for c, (_, p, _) in suite.PARALLEL_CASES.items() if p.get("dropout")]
+    assert len(cases) >= 4
+    for case in cases:
+        opts = suite.PARALLEL_CASES[case][2]
+        assert report(runs, case)["dropout"] == {"hidden": 0.1, "attention": opts.get("attention_dropout", 0.1)}, case
+    assert report(runs, "1f1b")["dropout"] is None
 
 
 def test_report_has_required_keys(runs):

@@ -81,9 +81,9 @@ def _split_backward(m, queued: bool, runs: list):
     dy = torch.randn(2, 32, 64, generator=gen)
     forward = M.Block._forward
 
-    def counted(block, h):
+    def counted(block, h, key=None):
         runs.append(block.layer_id)
-        return forward(block, h)
+        return forward(block, h, key)
     M.Block._forward = counted
     try:
         store = L.WeightGradStore()

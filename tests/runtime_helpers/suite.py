@@ -14,6 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS = 3
 LAYOUT = dict(tp=2, pp=2, dp=2)
 
+# the dropout cases' options where only the hidden dropout is compared (parallel_layers.dropout): blocks of 8 tokens,
+# which divide every split of the suite's 32-token sequences
+DROPOUT_HIDDEN_ONLY = {"attention_dropout": 0.0, "dropout_block_tokens": 8}
 # name -> (model, parallel overrides, options); all 8-rank, tp2 x pp2 x dp2 unless overridden
 PARALLEL_CASES = {
     "1f1b": (TINY_LLAMA, dict(schedule="1f1b"), {}),
@@ -122,6 +125,20 @@ PARALLEL_CASES = {
     "amp-fp16-zero2-sp-overflow": (TINY_LLAMA, dict(zero_stage=2, sp=True, precision="amp", dtype="fp16"),
                                    {"debug_overflow_step": 2}),
     "gpt-tied-master-weights-fp16-zero1": (TINY_GPT, dict(zero_stage=1, precision="master-weights", dtype="fp16"), {}),
+    # dropout (parallel_layers.dropout): masks keyed by sample, layer, site and position, so every layout draws the
+    # one-rank run's.  The hidden dropout alone where the attention's masks are each tp and cp rank's own: replicated
+    # over tp (op-level selective recompute re-draws them inside the checkpoint); then split over cp and SP, whose
+    # ranks draw their own tokens' masks, in blocks of 8 tokens as the reference does, under full recompute
+    "gpt-tied-dropout-hidden-selective-op": (TINY_GPT, dict(recompute="selective-op", dropout=True),
+                                             DROPOUT_HIDDEN_ONLY),
+    "gpt-tied-dropout-hidden-cp2-pp2-tp2-sp-full": (TINY_GPT, dict(tp=2, pp=2, dp=1, cp=2, sp=True, recompute="full",
+                                                                   schedule="1f1b", dropout=True), DROPOUT_HIDDEN_ONLY),
+    # and with the attention's dropout too at tp 1: interleaved chunks under selective recompute (the attention core
+    # re-run in the backward), ZB-V's weight pass under full recompute
+    "llama-dropout-pp2-dp4-interleaved-selective": (TINY_LLAMA, dict(tp=1, pp=2, dp=4, schedule="interleaved-1f1b", vpp=2,
+                                                                      recompute="selective", dropout=True), {}),
+    "llama-dropout-pp2-dp4-zbv-full": (TINY_LLAMA, dict(tp=1, pp=2, dp=4, schedule="zbv", vpp=2, recompute="full",
+                                                        dropout=True), {}),
 }
 AFTER_BACKWARD = "-after-backward"
 # the cp2-tp2-dp2 run's step-2 checkpoint resumed with another cp (and dp, ZeRO stage) for step 3
@@ -143,10 +160,13 @@ REFERENCE_CASES = {
     "gpt-master-weights-half-grads": (TINY_GPT, {}),
     "llama-amp-fp16": (TINY_LLAMA, {"debug_overflow_step": 2}),
     "gpt-master-weights-fp16": (TINY_GPT, {}),
+    "gpt-dropout-hidden": (TINY_GPT, DROPOUT_HIDDEN_ONLY),
+    "llama-dropout": (TINY_LLAMA, {}),
 }
 REFERENCE_PRECISION = {"gpt-master-weights": "master-weights", "gpt-master-weights-half-grads": "master-weights-half-grads",
                        "llama-amp-fp16": "amp", "gpt-master-weights-fp16": "master-weights"}
 REFERENCE_DTYPE = {"llama-amp-fp16": "fp16", "gpt-master-weights-fp16": "fp16"}
+REFERENCE_DROPOUT = {"gpt-dropout-hidden", "llama-dropout"}
 SGD_LR = 0.5
 # Global gradient-norm clipping on every AdamW job: the tiny models' one-rank norms run 0.5-1.6 over the
 # first steps, so 1.0 clips some steps and not others (a wrong distributed norm then changes the losses,
@@ -171,7 +191,7 @@ def _job(tmp: Path, name: str, plan, opts: dict, steps=STEPS) -> dict:
 
 def reference_jobs(tmp: Path) -> list[dict]:
     return [_job(tmp, f"ref-{n}", tiny_plan(m, lr=_lr(o), clip_grad=_clip(o), precision=REFERENCE_PRECISION.get(n, "fp32"),
-                                           dtype=REFERENCE_DTYPE.get(n, "bf16")), o)
+                                           dtype=REFERENCE_DTYPE.get(n, "bf16"), dropout=n in REFERENCE_DROPOUT), o)
             for n, (m, o) in REFERENCE_CASES.items()]
 
 

@@ -1,0 +1,127 @@
+"""The runtime's dropout (parallel_layers.dropout) on one rank: the masked product and what it saves, the keyed
+masks' rate and keys, the blocks of positions each rank draws, and whole runs: a recompute draws the masks its
+forward drew (every recompute mode gives the same losses to the bit), the micro-batch size does not change them,
+each of the two dropouts is really applied, and a compiled block compiles once however the keys change.  The
+layouts (tp, pp, dp, cp, SP, the schedules) against one-rank runs are in the 8-rank suite
+(tests/runtime_helpers/suite.py, the dropout cases)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from parallel_layers import train
+from parallel_layers.context_parallel import local_positions
+from parallel_layers.dropout import _Dropout, keyed_mask, token_blocks, token_runs
+from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
+
+
+@pytest.fixture(scope="module", autouse=True)
+def group_of_one(tmp_path_factory):
+    created = not dist.is_initialized()
+    if created:
+        store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    if created:
+        dist.destroy_process_group()
+
+
+def test_the_masked_product_scales_the_kept_and_saves_only_the_mask():
+    p = 0.5  # a scale of 2: the product is exact in bf16 whichever way it is rounded
+    x = torch.randn(3, 16, 8, dtype=torch.bfloat16, requires_grad=True)
+    mask = keyed_mask(x.shape, p, "cpu", [[(0, 16, 7)], [(0, 16, 8)], [(0, 8, 9), (8, 8, 10)]])
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = _Dropout.apply(x, mask, 1 / (1 - p))
+    assert len(saved) == 1 and saved[0].dtype == torch.bool and saved[0].shape == x.shape  # 1 byte an element
+    assert torch.equal(y, torch.where(mask, x / (1 - p), 0).to(torch.bfloat16))
+    g = torch.randn_like(x)
+    y.backward(g)
+    assert torch.equal(x.grad, torch.where(mask, g / (1 - p), 0).to(torch.bfloat16))
+
+
+def test_keyed_masks_keep_one_minus_p_and_follow_their_keys():
+    shape = (2, 512, 1024)
+    a = keyed_mask(shape, 0.1, "cpu", [[(0, 512, 1)], [(0, 512, 2)]])
+    assert a.float().mean().item() == pytest.approx(0.9, abs=0.002)  # 1M draws: 3 standard deviations are 0.0009
+    assert torch.equal(a, keyed_mask(shape, 0.1, "cpu", [[(0, 512, 1)], [(0, 512, 2)]]))
+    assert not torch.equal(a[0], a[1])
+    # a sample's mask is its key's, wherever it sits in the micro-batch
+    assert torch.equal(keyed_mask((1, 512, 1024), 0.1, "cpu", [[(0, 512, 2)]])[0], a[1])
+
+
+@pytest.mark.parametrize("cp", [1, 2, 4])
+@pytest.mark.parametrize("sp_tp", [1, 2, 4])
+def test_each_rank_draws_the_blocks_of_the_positions_it_holds(cp, sp_tp):
+    """The runs of positions against context_parallel.local_positions then SP's shard of them; over the ranks every
+    position once."""
+    seq = 64
+    seen = []
+    for cp_rank in range(cp):
+        held = local_positions(seq // cp, cp_rank, cp).tolist()
+        n = len(held) // sp_tp
+        for tp_rank in range(sp_tp):
+            mine = held[tp_rank * n:(tp_rank + 1) * n]
+            for size in (None, 4):
+                blocks = token_blocks(seq, cp, cp_rank, sp_tp, tp_rank, size)
+                assert [start + i for _, start, length in blocks for i in range(length)] == mine
+                assert [off for off, _, _ in blocks] == list(range(0, n, blocks[0][2]))
+            assert len(token_runs(seq, cp, cp_rank, sp_tp, tp_rank)) <= 2
+            seen += mine
+    assert sorted(seen) == list(range(seq))
+
+
+def test_blocks_that_do_not_divide_a_ranks_runs_are_refused():
+    with pytest.raises(ValueError, match="do not divide"):
+        token_blocks(32, 2, 0, 1, 0, 3)
+
+
+def run(plan, steps=2, **opts):
+    rep = train.run(plan, train.RunOptions(steps=steps, device="cpu", **opts))
+    return rep, [s["loss"] for s in rep["steps"]]
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT], ids=["llama", "gpt"])
+def test_every_recompute_mode_draws_the_forwards_masks(model):
+    """Full, selective (the attention core and its dropout re-run) and op-level selective recompute re-run the
+    dropouts in the backward; the keys are the checkpointed functions' arguments, so the losses and gradient norms
+    are those of no recompute, to the bit."""
+    base, ref = run(tiny_plan(model, dropout=True))
+    assert base["dropout"] == {"hidden": 0.1, "attention": 0.1}
+    for recompute in ("selective", "full", "selective-op"):
+        rep, got = run(tiny_plan(model, dropout=True, recompute=recompute))
+        assert got == ref, recompute
+    _, plain = run(tiny_plan(model))
+    assert all(abs(a - b) > 1e-4 for a, b in zip(ref, plain)), (ref, plain)
+
+
+def test_both_dropouts_are_applied():
+    _, both = run(tiny_plan(dropout=True))
+    _, hidden = run(tiny_plan(dropout=True), attention_dropout=0.0)
+    _, attention = run(tiny_plan(dropout=True), hidden_dropout=0.0)
+    _, neither = run(tiny_plan(dropout=True), hidden_dropout=0.0, attention_dropout=0.0)
+    _, plain = run(tiny_plan())
+    assert neither == plain  # rates of 0 draw nothing
+    for a, b in ((both, hidden), (both, attention), (hidden, plain), (attention, plain)):
+        assert abs(a[0] - b[0]) > 1e-5, (a, b)
+
+
+def test_the_hidden_masks_do_not_depend_on_the_micro_batch_size():
+    """Keyed by sample, not by micro-batch (the attention's are keyed by the micro-batch's samples together)."""
+    _, one = run(tiny_plan(dropout=True), attention_dropout=0.0)
+    _, four = run(tiny_plan(dropout=True, micro_batch_size=4), attention_dropout=0.0)
+    assert four == pytest.approx(one, rel=1e-6)
+
+
+def test_a_compiled_block_compiles_once_and_matches_eager():
+    """The key is a tensor, so torch.compile does not specialise a block on each step's ints; the dropouts run
+    outside its graphs (graph breaks)."""
+    from torch._dynamo.utils import counters
+    plan = tiny_plan(dropout=True)
+    _, eager = run(plan, steps=3)
+    run(plan, steps=1, compile=True)
+    graphs = counters["stats"]["unique_graphs"]
+    _, compiled = run(plan, steps=3, compile=True)
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert compiled == pytest.approx(eager, rel=1e-5)

@@ -70,6 +70,12 @@ def grid() -> list[tuple[str, list[str]]]:
     # weights with fp32 masters, the fused weight-gradient GEMM on fp16 operands, the check-and-unscale pass counted
     # (cost_models.compute.loss_scale_time); the report says which steps, if any, overflowed
     out.append(("llama-1.3b-mbs4-none-fp16", llama13 + ["--recompute", "none", "--dtype", "fp16"]))
+    # dropout (parallel_layers.dropout, 2026-12-03, checked on CPU only): the gpt above with Megatron's 0.1 on the
+    # embedding, the attention probabilities (inside the flash kernel) and both residual branches, 1-byte masks kept;
+    # compiled, with the dropouts outside the graphs (launch says the prediction counts Megatron's fused
+    # bias-dropout-add)
+    gpt13 = next(a for n, a in out if n == "gpt-1.3b-mbs4-none")
+    out.append(("gpt-1.3b-mbs4-none-dropout", gpt13 + ["--dropout"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",

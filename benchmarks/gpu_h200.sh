@@ -64,9 +64,9 @@ echo "grid: ${left} s left"
 # 0.5B micro-batch-4 full-recompute run was near it on the H100s), then full recompute at micro-batch 1 (the
 # probe read 6.06 ms a block where 2026-11-28's launches dispatched 9.2), then the two entries 2026-11-28's call
 # had no time for, then the rest (accum8: eight micro-batches, whose flow-shop wait the model counts once a step);
-# the fp16 run (dynamic loss scale, first on a GPU) right after its bf16 twin
+# the fp16 run (dynamic loss scale, first on a GPU) right after its bf16 twin, the dropout run after its twin
 timeout "$left" python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h200-calibrated.toml" --only \
-  llama-1.3b-mbs4-none llama-1.3b-mbs4-none-fp16 gpt-1.3b-mbs4-none llama-0.5b-mbs4-full llama-1.3b-mbs1-full llama-1.3b-mbs4-selective \
+  llama-1.3b-mbs4-none llama-1.3b-mbs4-none-fp16 gpt-1.3b-mbs4-none gpt-1.3b-mbs4-none-dropout llama-0.5b-mbs4-full llama-1.3b-mbs1-full llama-1.3b-mbs4-selective \
   llama-3b-mbs4-none llama-3b-mbs1-none llama-1.3b-mbs1-accum8 llama-0.5b-mbs1-none llama-3b-mbs4-full \
   2>&1 | cut -c1-250
 pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R, sustained_drift.py $R)"

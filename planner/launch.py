@@ -986,6 +986,16 @@ def grad_norm_line(report: dict) -> str | None:
             f"step{'s' if len(norms) > 1 else ''} clipped")
 
 
+def dropout_line(report: dict) -> str | None:
+    """The dropout the run applied (parallel_layers.dropout); nothing for a run without (null, or absent before
+    2026-12-03)."""
+    d = report.get("dropout")
+    if not isinstance(d, dict):
+        return None
+    return (f"dropout {d.get('hidden', 0):g} on the embedding and residual branches, {d.get('attention', 0):g} on the "
+            "attention probabilities")
+
+
 def loss_scale_line(report: dict) -> str | None:
     """fp16's dynamic loss scale (parallel_layers.loss_scale): where it started and ended, and the steps skipped."""
     ls = report.get("loss_scaling")
@@ -1084,7 +1094,7 @@ def print_summary(report: dict, report_path: str) -> None:
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for line in (phases_line(report), telemetry_line(report), grad_norm_line(report), loss_scale_line(report),
-                 cpu_memory_line(report), rank_kind_line(report)):
+                 dropout_line(report), cpu_memory_line(report), rank_kind_line(report)):
         if line:
             console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)

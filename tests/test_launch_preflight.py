@@ -547,6 +547,13 @@ def test_the_report_says_the_fp16_loss_scale_and_skipped_steps():
     assert loss_scale_line({"loss_scaling": None}) is None and loss_scale_line({}) is None
 
 
+def test_the_report_says_the_dropout_it_applied():
+    from planner.launch import dropout_line
+    assert dropout_line({"dropout": {"hidden": 0.1, "attention": 0.0}}) == (
+        "dropout 0.1 on the embedding and residual branches, 0 on the attention probabilities")
+    assert dropout_line({"dropout": None}) is None and dropout_line({}) is None
+
+
 def test_a_gpt_plan_past_its_learned_positions_fails_before_any_rank():
     """A GPT model's learned position table caps the sequence: every rank would crash on the add.  A plan file cannot
     say it since the schema refuses it (every command's reading); a Plan edited in code still meets this check."""

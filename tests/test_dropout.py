@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from parallel_layers import train
 from parallel_layers.context_parallel import local_positions
@@ -16,15 +15,7 @@ from parallel_layers.dropout import _Dropout, keyed_mask, token_blocks, token_ru
 from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
 
 
-@pytest.fixture(scope="module", autouse=True)
-def group_of_one(tmp_path_factory):
-    created = not dist.is_initialized()
-    if created:
-        store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    if created:
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("group_of_one")  # tests/conftest.py
 
 
 def test_the_masked_product_scales_the_kept_and_saves_only_the_mask():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from parallel_layers import precision as precision_module
 from parallel_layers import train
@@ -31,15 +30,7 @@ def assert_tracks(got: list[float], ref: list[float]) -> None:
     assert [g - got[0] for g in got[1:]] == pytest.approx([r - ref[0] for r in ref[1:]], rel=BF16_CHANGE_RTOL)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def group_of_one(tmp_path_factory):
-    created = not dist.is_initialized()
-    if created:
-        store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    if created:
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("group_of_one")  # tests/conftest.py
 
 
 def losses(plan, steps=3, **opts) -> list[float]:

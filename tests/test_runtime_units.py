@@ -23,17 +23,6 @@ from parallel_layers.pipeline import virtual_stage_layers
 from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
 
 
-@pytest.fixture(scope="module")
-def group_of_one(tmp_path_factory):
-    created = not dist.is_initialized()
-    if created:
-        store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield dist.group.WORLD
-    if created:
-        dist.destroy_process_group()
-
-
 PAIRS = [M._CopyToTP, M._ReduceFromTP, M._ScatterToTP, M._GatherFromTP, M._ScatterToSP, M._GatherFromSP,
          M._ReduceScatterToSP]
 

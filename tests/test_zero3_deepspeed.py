@@ -6,7 +6,7 @@ import pytest
 
 from cost_models import comm, zero3
 from cost_models.hardware import constants_from_profile
-from cost_models.layout import REC_FULL, REC_NONE, Layout, ModelDims, TrainingConsts
+from cost_models.layout import REC_FULL, Layout, ModelDims, TrainingConsts
 from cost_models.memory import layer_params_per_gpu, memory_breakdown
 from cost_models.total import evaluate
 from hardware_profiles import load_profile

@@ -22,6 +22,7 @@ from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_S
                      deepspeed_comm_casts, distinct_rows)
 from . import zero3
 from .params import layer_other_params
+from .compute import grad_reduce_overlaps
 
 
 def layer_params_per_gpu(m: ModelDims, tp):
@@ -925,8 +926,6 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         blocks_gathered = np.where(zero3.one_weight_ahead(m, tp), zero3.gathered_bytes(m, lay, tr.precision),
                                    blocks_gathered)
     gathered = np.where(zero >= 3, blocks_gathered, 0.0)
-    # the flat bucket copies hold a rank's gradients, so never more than them (a small model's are under 2 x 25 MiB)
-    grad_bytes = np.maximum(np.maximum(p_first, p_mid), p_last) * rec["grad"]
     # torch DDP's buckets as a whole second copy of the rank's gradients (TrainingConsts.ddp_bucket_copy), allocated
     # when DDP wraps the model and held through every moment: counted with the persistent buffers below
     ddp_copy = ddp_bucket_copy(lay, tr)
@@ -935,12 +934,17 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # gradient's rows in place to their owner (data_parallel.ShardedAdamW.reduce_start)
     ds = deepspeed_grad_buckets(lay, tr)
     ds_zero_optimizer = deepspeed_zero_optimizer_steps(lay, tr)
-    flat = np.where(zero == 2, 0.0, grad_bytes) if tr.flat_grad_buckets else 0.0
+    # parplan's flat bucket copies (flat_bucket_bytes), per rank kind below from the rank's own gradients: ZeRO-0
+    # reduces over dp x cp, ZeRO-1 over dp (ZeRO-2 in place, FSDP2 its own shards)
+    flat_on = ((np.where(zero == 0, np.asarray(lay.dp) * np.asarray(lay.cp), np.asarray(lay.dp)) > 1) & (zero < 2)
+               & tr.flat_grad_buckets)
+    zb_pipe = ((lay.schedule == SCH_INTERLEAVED_ZB) | (lay.schedule == SCH_ZBV)) & (np.asarray(pp) > 1)
+    flat_overlap = grad_reduce_overlaps(tr.overlap_grad_reduce, zb_pipe & ~queued_weight_pass(lay, tr))
     # ZeRO-2/3's reduce copies of a bucket, no larger than the rank's gradients fill one
     bucket_fill = np.minimum(1.0, np.maximum(np.maximum(p_first, p_mid), p_last)
                              / max(tr.ds_reduce_bucket_elements, 1.0))
-    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
-                           flat) + ds["backward"] + ds["reduce"] * bucket_fill
+    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full) + \
+        ds["backward"] + ds["reduce"] * bucket_fill
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     # DeepSpeed's pipeline engine runs the ZeRO optimizer's backward (which makes ZeRO-1's reduce bucket) on its last
@@ -977,14 +981,15 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         (block_working; torch's own weight pass is a backward through the retained graph, which does); the input
         pass that made the last of them ran with one block fewer pending (that chunk's earlier blocks had
         queued theirs), beside that block's working memory."""
-        w, g, o, offl, g_early, cast_params, loss_kept, per_micro = kind_terms
+        w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets = kind_terms
+        working_k = working + buckets
         all_pending = queued & (np.asarray(n_pending) > 0) & (np.asarray(n_pending) >= np.asarray(n_inflight))
         acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept + per_micro * n_inflight
         casts = cast_params * n_inflight + rec["cast"] * per_layer
 
         def bwd(held, work, one=one_micro, early=g_early, grads=g):
             return np.where(one, np.maximum(held + np.minimum(early, grads), grads), held + grads) + work
-        blocks_bwd, acts_i = bwd(acts, working), acts
+        blocks_bwd, acts_i = bwd(acts, working_k), acts
         # the all-pending moment, on the candidates it concerns only (a few % of a search; the same numbers as
         # computing it everywhere and selecting, at a fraction of the time)
         shape = np.broadcast(blocks_bwd, acts, all_pending).shape
@@ -995,7 +1000,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
             n_pend_i = np.maximum(at(n_pending) - 1.0 / np.maximum(at(blocks), 1), 0.0)
             acts_i_sel = (at(blocks) * (at(act_layer) * at(n_inflight) + at(pend_layer) * n_pend_i) + at(loss_kept)
                           + at(per_micro) * at(n_inflight))
-            one, early, grads, work = at(one_micro), at(g_early), at(g), at(working)
+            one, early, grads, work = at(one_micro), at(g_early), at(g), at(working_k)
             blocks_bwd = np.array(np.broadcast_to(blocks_bwd, shape), dtype=float)
             acts_i = np.array(np.broadcast_to(acts, shape), dtype=float)
             blocks_bwd.ravel()[sel] = np.maximum(bwd(acts_i_sel, work, one, early, grads),
@@ -1006,7 +1011,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs
         # the named terms are each term's largest size (the total is the worse moment, not their sum)
         return dict(weights=w, grads=g, optimizer=o, activations=acts + np.where(has_loss, loss_peak, 0.0),
-                    other=working + casts + bufs, total=total, offloaded=offl, moment=MOMENT_BACKWARD)
+                    other=working_k + casts + bufs, total=total, offloaded=offl, moment=MOMENT_BACKWARD)
 
     head_first = single | zbv
 
@@ -1028,7 +1033,9 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         g_early = states(per_layer + head_here)[1]
         cast_params = blocks * per_layer * cast_per_param
         loss_kept = np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0)
-        terms = (w, g, o, offl, g_early, cast_params, loss_kept, per_micro)
+        buckets_bwd, buckets_after = flat_bucket_bytes(params * rec["grad"], flat_overlap)
+        buckets_bwd, buckets_after = (np.where(flat_on, b, 0.0) for b in (buckets_bwd, buckets_after))
+        terms = (w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets_bwd)
         alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held) for n, pend, held in counts[kind]]
         # after the backward: the activations are gone; the reduction at the step's boundary (DeepSpeed's flat
         # copies and buckets: deepspeed_grad_buckets), then the optimizer step's gradient copies
@@ -1040,7 +1047,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # a pipeline that is the one its boundary's reduce_gradients(pipeline_parallel=True) made (self.ipg_buffer =
         # [buf_0]: the list is replaced, so the bucket a last stage's backward had made goes), the size of `held`
         # there (one bucket: the pipeline engine turns overlap_comm off), on every stage
-        boundary = np.minimum(params * rec["grad"], ds["flat_cap"]) + ds["boundary"]
+        boundary = np.minimum(params * rec["grad"], ds["flat_cap"]) + ds["boundary"] + buckets_after
         zero1_moved = ds_zero_optimizer & (zero == 1)
         g_step = np.where(zero1_moved, g / zero_shards(lay, tr), g)
         at_step = step_grad_copy_bytes(m, params, lay, tr) + np.where((zero >= 3) | zero1_moved, ds["held"], 0.0)
@@ -1094,7 +1101,7 @@ def p2p_receive_buffers(m: ModelDims, lay, act_bytes: int, m_micro, per_microbat
     return first, 2 * v * each, last
 
 
-def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full, grad_bytes=np.inf):
+def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full):
     """Working memory besides saved activations and model states:
       - the block being back-propagated: its backward's temporaries (backward_temporaries_per_layer:
         with flash attention about one block's activations -- a llama block peaks in the SwiGLU
@@ -1112,18 +1119,31 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
       - FSDP2: the reduce-scatter input of the block just back-propagated (one block's gradients
         in the reduce dtype) and the compute-dtype gradients the block being back-propagated is
         making (the CPU measurement found both live beside the next block's gather);
-      - data-parallel gradient buckets: 2 x 25 MiB (PyTorch DDP bucket_cap_mb default 25, which DDP reads as
-        MiB: int(bucket_cap_mb * 1024 * 1024); parplan's
-        runtime packs gradients under 25 MiB into one flat bucket of less than 2 x 25 MiB and reduces
-        larger ones in place, parallel_layers.data_parallel.all_reduce_bucketed; FSDP2 has none), and never more
-        than the gradients they pack (grad_bytes: the largest rank's; a 3.4 MB model's had been charged 52 MB; 0 where
-        torch DDP's buckets are a whole copy of the gradients, or DeepSpeed runs: ddp_bucket_copy,
-        deepspeed_grad_buckets; 0 under Megatron, whose buckets are views of its grad buffer:
-        TrainingConsts.flat_grad_buckets; 0 at parplan's ZeRO-2, which reduces each gradient's rows in place);
-      - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth."""
+      - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth.
+    parplan's flat gradient buckets are counted per rank kind (flat_bucket_bytes); torch DDP's whole copy and
+    DeepSpeed's buckets elsewhere (ddp_bucket_copy, deepspeed_grad_buckets); Megatron's buckets are views of its
+    grad buffer (TrainingConsts.flat_grad_buckets)."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
-    buckets = np.where((lay.dp > 1) & ~fsdp2, np.minimum(2 * 25 * 2 ** 20, grad_bytes), 0.0)  # data_parallel.BUCKET_BYTES
-    return rebuilt_bytes(work_layer, act_layer) + temp_layer + gathered + rs_input + buckets
+    return rebuilt_bytes(work_layer, act_layer) + temp_layer + gathered + rs_input
+
+
+FLAT_BUCKET_BYTES = 25 * 2 ** 20  # parallel_layers.data_parallel.BUCKET_BYTES (PyTorch DDP's bucket_cap_mb 25, as MiB)
+
+
+def flat_bucket_bytes(grads, overlap):
+    """(during the backward, after it) bytes of parplan's flat bucket copies on a rank holding `grads` bytes of
+    gradients (parallel_layers.data_parallel: gradients packed in order into buckets of at most 25 MiB, each
+    copied flat when its reduction starts, at most two in flight; a gradient of 25 MiB or more is reduced in place,
+    which the model does not tell apart: an upper bound).  During the backward (overlap: GradReduction starts a
+    bucket once its gradients are final) only whole buckets start, B x floor(G / B), at most two; the last,
+    partial one starts after the rank's last backward has freed its activations (a CPU allocator trace of a
+    20M-parameter ZB-V plan: the rank holding 24.5 MiB of gradients made its one bucket in its last weight pass, the
+    rank holding 56.5 MiB had two 24 MiB copies live there).  After the backward, the buckets still to reduce,
+    at most two: min(2 B, G).  Without the overlap every bucket is after the backward."""
+    b = FLAT_BUCKET_BYTES
+    grads = np.asarray(grads, dtype=float)
+    during = np.where(overlap, np.minimum(2 * b, b * np.floor(grads / b)), 0.0)
+    return during, np.minimum(2 * b, grads)
 
 
 def _replace(lay, **kw):

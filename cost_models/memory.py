@@ -982,9 +982,11 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         pass that made the last of them ran with one block fewer pending (that chunk's earlier blocks had
         queued theirs), beside that block's working memory."""
         w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets = kind_terms
-        working_k = working + buckets
         all_pending = queued & (np.asarray(n_pending) > 0) & (np.asarray(n_pending) >= np.asarray(n_inflight))
         acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept + per_micro * n_inflight
+        # the flat buckets of the rank's last backward (flat_bucket_bytes): beside its last micro-batch's activations
+        # only, so they add where they outgrow the rest of what is held in flight
+        working_k = working + np.maximum(buckets - np.maximum(acts - blocks * act_layer, 0.0), 0.0)
         casts = cast_params * n_inflight + rec["cast"] * per_layer
 
         def bwd(held, work, one=one_micro, early=g_early, grads=g):
@@ -1033,7 +1035,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         g_early = states(per_layer + head_here)[1]
         cast_params = blocks * per_layer * cast_per_param
         loss_kept = np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0)
-        buckets_bwd, buckets_after = flat_bucket_bytes(params * rec["grad"], flat_overlap)
+        buckets_bwd, buckets_after = flat_bucket_bytes(params * rec["grad"], flat_overlap, blocks, act_layer,
+                                                       per_layer * rec["grad"], head_here * rec["grad"])
         buckets_bwd, buckets_after = (np.where(flat_on, b, 0.0) for b in (buckets_bwd, buckets_after))
         terms = (w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets_bwd)
         alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held) for n, pend, held in counts[kind]]
@@ -1130,20 +1133,32 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
 FLAT_BUCKET_BYTES = 25 * 2 ** 20  # parallel_layers.data_parallel.BUCKET_BYTES (PyTorch DDP's bucket_cap_mb 25, as MiB)
 
 
-def flat_bucket_bytes(grads, overlap):
+def flat_bucket_bytes(grads, overlap, blocks=0.0, block_act=0.0, block_grads=1.0, first_grads=0.0):
     """(during the backward, after it) bytes of parplan's flat bucket copies on a rank holding `grads` bytes of
-    gradients (parallel_layers.data_parallel: gradients packed in order into buckets of at most 25 MiB, each
+    gradients (parallel_layers.data_parallel: gradients packed in order into buckets of at most 25 MiB, B, each
     copied flat when its reduction starts, at most two in flight; a gradient of 25 MiB or more is reduced in place,
-    which the model does not tell apart: an upper bound).  During the backward (overlap: GradReduction starts a
-    bucket once its gradients are final) only whole buckets start, B x floor(G / B), at most two; the last,
-    partial one starts after the rank's last backward has freed its activations (a CPU allocator trace of a
-    20M-parameter ZB-V plan: the rank holding 24.5 MiB of gradients made its one bucket in its last weight pass, the
-    rank holding 56.5 MiB had two 24 MiB copies live there).  After the backward, the buckets still to reduce,
-    at most two: min(2 B, G).  Without the overlap every bucket is after the backward."""
+    which the model does not tell apart: an upper bound).
+
+    During the backward (overlap: GradReduction starts a bucket once its gradients are final), which happens only
+    in the rank's last backward, of its last micro-batch: its `blocks` blocks are back-propagated in reverse, each
+    freeing its activations (`block_act`, one micro-batch's) and making its gradients final (`block_grads`) after
+    `first_grads` made first (the head's, on the rank holding it); bucket k (k = 1, 2) starts after j_k blocks,
+    j_k = ceil((k B - first_grads) / block_grads), if the rank's gradients fill it.  Returned: how much more than that
+    micro-batch's whole activations the moment holds, max(0, k B - j_k block_act) (the caller compares it with the
+    activations of the micro-batches in flight, which the last backward no longer holds).  The last, partial bucket
+    starts after the backward, when the activations are gone (a CPU allocator trace of a 20M-parameter ZB-V plan: the
+    rank holding 24.5 MiB of gradients made its one bucket in its last weight pass).  After the backward, the
+    buckets still to reduce, at most two: min(2 B, G).  Without the overlap every bucket is after the backward."""
     b = FLAT_BUCKET_BYTES
     grads = np.asarray(grads, dtype=float)
-    during = np.where(overlap, np.minimum(2 * b, b * np.floor(grads / b)), 0.0)
-    return during, np.minimum(2 * b, grads)
+    per_block = np.maximum(np.asarray(block_grads, dtype=float), 1.0)
+    during = np.zeros(np.broadcast(grads, per_block, np.asarray(blocks), np.asarray(block_act),
+                                   np.asarray(first_grads)).shape)
+    for k in (1, 2):
+        j = np.ceil(np.maximum(k * b - np.asarray(first_grads, dtype=float), 0.0) / per_block)
+        fits = (grads >= k * b) & (j <= np.asarray(blocks))
+        during = np.maximum(during, np.where(fits, k * b - j * np.asarray(block_act, dtype=float), 0.0))
+    return np.where(overlap, during, 0.0), np.minimum(2 * b, grads)
 
 
 def _replace(lay, **kw):

@@ -105,11 +105,12 @@ def test_the_hidden_masks_do_not_depend_on_the_micro_batch_size():
     assert four == pytest.approx(one, rel=1e-6)
 
 
-def test_a_compiled_block_compiles_once_and_matches_eager():
+@pytest.mark.parametrize("recompute", ["none", "selective"])
+def test_a_compiled_block_compiles_once_and_matches_eager(recompute):
     """The key is a tensor, so torch.compile does not specialise a block on each step's ints; the dropouts run
-    outside its graphs (graph breaks)."""
+    outside its graphs (graph breaks), the attention's inside selective recompute's checkpoint too."""
     from torch._dynamo.utils import counters
-    plan = tiny_plan(dropout=True)
+    plan = tiny_plan(dropout=True, recompute=recompute)
     _, eager = run(plan, steps=3)
     run(plan, steps=1, compile=True)
     graphs = counters["stats"]["unique_graphs"]

@@ -30,6 +30,7 @@ import contextlib
 import functools
 import hashlib
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -407,6 +408,9 @@ class StageModule(nn.Module):
         # gather of the stepped parameters still in flight from the last step (ShardedAdamW.wait_for)
         self.param_wait: Optional[Callable[[nn.Module], None]] = None
         self.dropout: Optional[DropoutState] = None  # set_dropout
+        # free the logits' storage once the loss's backward has made their gradient (free_after_grad): set by the
+        # runtime where nothing reads the logits after the loss (not under a pipeline schedule that merges outputs)
+        self.free_logits_after_grad = False
         if last:
             self.final_norm = Norm(cfg, tp_group, name="final_norm", sequence_parallel=sp)
             name = "embedding" if cfg.tied_embeddings else "head"
@@ -451,7 +455,27 @@ class StageModule(nn.Module):
             wait(self.final_norm)
             wait(self.head)
             x = self.head(self.final_norm(x))  # (b, s, V/tp)
+            if self.free_logits_after_grad and x.requires_grad:
+                free_after_grad(x)
         return x
+
+
+def free_after_grad(t: torch.Tensor) -> None:
+    """Release t's storage once autograd has made t's gradient: the logits, whose only reader after the loss's forward
+    is the loss's backward (the fused cross-entropy saves them for it; the head's backward reads its input and
+    weight).  torch.distributed.pipelining keeps the last stage's output in its forward cache, and its schedules in
+    a local, until the stage's backward of that micro-batch ends: T x V/tp values through the blocks' backward, which
+    the memory model does not count (a CPU allocator trace of a 1F1B last rank held the 8 MiB of a 512 x 8192 bf16
+    micro-batch's logits at its peak).  Megatron-LM frees its pipeline outputs the same way (deallocate_output_tensor).
+    The hook holds t weakly."""
+    ref = weakref.ref(t)
+
+    def hook(grad):
+        out = ref()
+        if out is not None:
+            out.untyped_storage().resize_(0)
+        return grad
+    t.register_hook(hook)
 
 
 def iter_shard_specs(root: nn.Module):

@@ -236,6 +236,10 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
                                                   rt.extra["scaler"]),
                                      scale_grads=not main_grads(rt) and rt.extra["grad_reduction"] is None,
                                      before_forward=None if drop is None else drop.begin)
+    # the logits' storage freed when their gradient is made (model.free_after_grad), unless the schedule merges the
+    # micro-batches' outputs after the step (torch < 2.8 has no return_outputs=False)
+    for m in modules:
+        m.free_logits_after_grad = rt.schedule is None or _takes_return_outputs(type(rt.schedule))
     return rt
 
 

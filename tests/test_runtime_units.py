@@ -755,3 +755,24 @@ def test_train_cli_takes_an_initial_loss_scale():
     for bad in ("0", "-1", "inf", "nan"):
         with pytest.raises(SystemExit):
             train.parse_args(["--plan", "p.json", "--initial-loss-scale", bad])
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["autograd-loss", "fused-loss"])
+def test_the_logits_are_freed_once_their_gradient_is_made_and_nothing_changes(fused):
+    """model.free_after_grad: the last stage's logits lose their storage when the loss's backward has made their
+    gradient (a pipeline schedule's references would otherwise keep them through the blocks' backward); the fused
+    loss, which saves them for its backward, has read them by then.  The gradients are those of a run that keeps
+    them."""
+    from parallel_layers.layers import fused_vocab_parallel_cross_entropy
+    ce = fused_vocab_parallel_cross_entropy if fused else vocab_parallel_cross_entropy
+    ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+    grads, storages = [], []
+    for free in (False, True):
+        m = _stage(TINY_LLAMA, "none")
+        m.free_logits_after_grad = free
+        logits = m(ids[:, :-1])
+        ce(logits, ids[:, 1:], None, None).backward()
+        storages.append(logits.untyped_storage().nbytes())
+        grads.append([p.grad.clone() for p in m.parameters()])
+    assert storages[0] == 2 * 32 * 256 * 4 and storages[1] == 0
+    assert all(torch.equal(a, b) for a, b in zip(*grads))

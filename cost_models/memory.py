@@ -553,11 +553,21 @@ def weight_pass_queued(tr, zero):
     return (np.asarray(zero) < 3) & bool(tr.zb_weight_grad_store)
 
 
+def zero_bubble_pipe(lay):
+    """A zero-bubble schedule over a pipeline (pp > 1): its weight passes run apart from the input-gradient passes."""
+    return ((lay.schedule == SCH_INTERLEAVED_ZB) | (lay.schedule == SCH_ZBV)) & (np.asarray(lay.pp) > 1)
+
+
 def queued_weight_pass(lay, tr):
     """Where a zero-bubble schedule's weight passes run from queued closures (queued_w_bytes_per_layer): over a
     pipeline, where weight_pass_queued (the runtime's rule for one plan: compute.queued_weight_pass_plan)."""
-    zb = ((lay.schedule == SCH_INTERLEAVED_ZB) | (lay.schedule == SCH_ZBV)) & (np.asarray(lay.pp) > 1)
-    return zb & weight_pass_queued(tr, lay.zero)
+    return zero_bubble_pipe(lay) & weight_pass_queued(tr, lay.zero)
+
+
+def torch_weight_pass(lay, tr):
+    """Where torch's own weight pass runs (a zero-bubble pipeline's passes not queued: compute.torch_weight_pass_plan),
+    which runs no hook: no fused gradient accumulation, no gradient reduction started during it."""
+    return zero_bubble_pipe(lay) & ~queued_weight_pass(lay, tr)
 
 
 def fsdp2_flags(lay, tr):
@@ -938,8 +948,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # reduces over dp x cp, ZeRO-1 over dp (ZeRO-2 in place, FSDP2 its own shards)
     flat_on = ((np.where(zero == 0, np.asarray(lay.dp) * np.asarray(lay.cp), np.asarray(lay.dp)) > 1) & (zero < 2)
                & tr.flat_grad_buckets)
-    zb_pipe = ((lay.schedule == SCH_INTERLEAVED_ZB) | (lay.schedule == SCH_ZBV)) & (np.asarray(pp) > 1)
-    flat_overlap = grad_reduce_overlaps(tr.overlap_grad_reduce, zb_pipe & ~queued_weight_pass(lay, tr))
+    flat_overlap = grad_reduce_overlaps(tr.overlap_grad_reduce, torch_weight_pass(lay, tr))
     # ZeRO-2/3's reduce copies of a bucket, no larger than the rank's gradients fill one
     bucket_fill = np.minimum(1.0, np.maximum(np.maximum(p_first, p_mid), p_last)
                              / max(tr.ds_reduce_bucket_elements, 1.0))

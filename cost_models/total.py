@@ -39,7 +39,7 @@ from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_S
                      recomputed_share, split_by_share, zero_shards)
 from .memory import (BLOCK_SHAPE_FIELDS, ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
                      embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu,
-                     memory_breakdown, per_block_shape, queued_weight_pass)
+                     memory_breakdown, per_block_shape, torch_weight_pass, zero_bubble_pipe)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
 
@@ -417,9 +417,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     rs_t, rs_moved = comm.reduce_scatter(grad_bytes, shards, sh_bw, sh_lat)
     ag_t, ag_moved = comm.all_gather(w_bytes, shards, sh_bw, sh_lat)
     zero = lay.zero
-    zb_pipe = np.isin(lay.schedule, [SCH_INTERLEAVED_ZB, SCH_ZBV]) & (np.asarray(pp) > 1)
+    zb_pipe = zero_bubble_pipe(lay)
     # torch's own zero-bubble weight pass runs no hook (FSDP2, torchtitan); parplan's queued one does
-    torch_wpass = zb_pipe & ~queued_weight_pass(lay, tr)
+    torch_wpass = torch_weight_pass(lay, tr)
     # the reduction starts as each bucket's gradients become final and hides behind the rest of the rank's last
     # backward; under a zero-bubble pipeline the linears' gradients become final in the last weight passes,
     # so the window is the weight passes of the rank's last micro-batch (the input-gradient passes and other

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 
-def _seed(*parts) -> int:
+def stable_seed(*parts) -> int:
+    """A 63-bit seed for a tuple of parts, the same in every process (not Python's salted hash)."""
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "little") & ((1 << 63) - 1)
 
 
@@ -33,9 +34,9 @@ class TokenSource:
         """seq_len + 1 token ids (input and shifted target) of one sample."""
         n = self.seq_len + 1
         if self.tokens is None:
-            g = torch.Generator().manual_seed(_seed("data", self.seed, step, index))
+            g = torch.Generator().manual_seed(stable_seed("data", self.seed, step, index))
             return torch.randint(0, self.vocab, (n,), generator=g)
-        start = _seed("offset", self.seed, step, index) % (len(self.tokens) - n)
+        start = stable_seed("offset", self.seed, step, index) % (len(self.tokens) - n)
         window = np.asarray(self.tokens[start:start + n]).astype(np.int64)
         if window.max() >= self.vocab:
             raise ValueError(f"token id {int(window.max())} in the data file >= vocab ({self.vocab}); wrong --data dtype or vocab?")

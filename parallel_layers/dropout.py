@@ -23,7 +23,6 @@ the call and restored after, so each tensor-parallel rank's heads get their own 
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,15 +31,11 @@ from typing import Optional
 import torch
 
 from parallel_layers.context_parallel import chunk_ids
+from parallel_layers.data import stable_seed
 
 # Megatron-LM's defaults for --hidden-dropout and --attention-dropout (megatron/training/arguments.py), the
 # published GPT runs' setting that a plan's training.dropout stands for
 MEGATRON_DROPOUT = 0.1
-
-
-def key_seed(*parts) -> int:
-    """A stable 63-bit seed for a tuple of parts (as the data's and the parameters' seeds are made)."""
-    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "little") & ((1 << 63) - 1)
 
 
 @dataclass
@@ -162,7 +157,7 @@ def _hidden_dropout(x, state, key, layer, site):
     seed, step, *indices = key.tolist()
     if sum(length for _, _, length in state.blocks) != x.shape[1]:
         raise ValueError(f"hidden dropout over {x.shape[1]} tokens where the rank holds {state.blocks}")
-    keys = [[(off, length, key_seed("dropout", seed, step, i, layer, site, start)) for off, start, length in state.blocks]
+    keys = [[(off, length, stable_seed("dropout", seed, step, i, layer, site, start)) for off, start, length in state.blocks]
             for i in indices]
     mask = keyed_mask(x.shape, state.p_hidden, x.device, keys)
     return _Dropout.apply(x, mask, 1.0 / (1.0 - state.p_hidden))
@@ -173,16 +168,13 @@ def attention_dropout_p(state: Optional[DropoutState], key: Optional[torch.Tenso
 
 
 @contextmanager
-def attention_rng(state: Optional[DropoutState], key: Optional[torch.Tensor], layer: int, device: torch.device):
+def attention_rng(state: DropoutState, key: torch.Tensor, layer: int, device: torch.device):
     """The default generator of `device` seeded for one attention call's dropout (its state restored after)."""
-    if state is None or key is None or state.p_attention <= 0.0:
-        yield
-        return
     seed, step, *indices = key.tolist()
     g = (torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
          if device.type == "cuda" else torch.default_generator)
     saved = g.get_state()
-    g.manual_seed(key_seed("attention-dropout", seed, step, tuple(indices), layer, state.tp_rank, state.cp_rank))
+    g.manual_seed(stable_seed("attention-dropout", seed, step, tuple(indices), layer, state.tp_rank, state.cp_rank))
     try:
         yield
     finally:

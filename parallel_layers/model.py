@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import math
 import weakref
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from parallel_layers.layers import (
     padded_size,
 )
 from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_kv, local_positions
+from parallel_layers.data import stable_seed
 from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, hidden_dropout
 from parallel_layers.mappings import _size
 
@@ -493,7 +493,7 @@ def iter_shard_specs(root: nn.Module):
 
 def seed_for(seed: int, name: str) -> int:
     """A stable 63-bit seed for (seed, logical name), independent of Python's hash salt."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
+    return stable_seed(seed, name)
 
 
 def full_logical_init(spec: ShardSpec, seed: int) -> torch.Tensor:

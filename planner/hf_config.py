@@ -21,8 +21,9 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             sequence length, an over-estimate of those layers' attention beyond it (said in
                             the spec's source).
   gemma3_text, gemma3    -> as gemma2 (q/k norms not counted either), five of every six layers within a
-                            512-1024-token window; a multimodal gemma3 config's text_config is read and
-                            its vision tower left out.
+                            512-1024-token window.
+Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, and any other whose text_config names one
+of the types above) are read through their text_config; the vision tower is left out (said in the source).
   gemma                  -> arch llama: GeGLU has the same three ffn x h matrices as SwiGLU; head_dim
                             from the config (256), tied embeddings by default.
   gpt2                   -> arch gpt (LayerNorm, GeLU, learned positions n_positions, biases, tied).
@@ -85,6 +86,34 @@ _CLASS_DEFAULTS = {
 _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "internlm2": False,
                  "granite": False, "olmo2": False, "gemma": True, "gemma2": True, "gemma3_text": True,
                  "gpt2": True, "gpt_neox": False}
+
+
+# Multimodal configs read through their language model's text_config (the vision tower and projector left out):
+# model_type -> (the text_config's model_type where it names none, the text_config where the file has none), as the
+# wrapper's transformers config class sets them (configuration_<type>.py).  Any other config whose text_config
+# names a supported model_type is read the same way.
+_WRAPPERS = {
+    "gemma3": ("gemma3_text", {}),
+    "llava": ("llama", {}),
+    "llava_next": ("llama", {}),
+    "internvl": ("qwen2", {}),
+    "mistral3": ("mistral", {"hidden_size": 5120, "intermediate_size": 32768, "num_hidden_layers": 40,
+                             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                             "vocab_size": 131072, "max_position_embeddings": 131072, "rope_theta": 1e9,
+                             "sliding_window": None}),
+}
+# A text_config inside a multimodal config lists only what differs from its class's defaults (LLaVA-1.5's names
+# no hidden size), so there every shape key the class defaults is filled in (LlamaConfig, MistralConfig,
+# Qwen2Config __init__); a stand-alone config of these types must name its shape (a truncated file is refused,
+# not planned as the class's default model).
+_TEXT_CLASS_DEFAULTS = {
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 2048},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072},
+    "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 32768},
+}
 
 
 def read_hf_config(path_or_dict) -> tuple[dict, str]:
@@ -150,24 +179,33 @@ def _get(cfg: dict, keys: tuple[str, ...], field: str, where: str, required: boo
     return None
 
 
-def _prepared(path_or_dict) -> tuple[dict, str, str, bool]:
-    """(config with its class's defaults, where it came from, model_type, whether a vision tower was dropped)."""
+def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
+    """(config with its class's defaults, where it came from, model_type, the multimodal model_type whose text_config
+    it is, whose vision tower was dropped, else None)."""
     cfg, where = read_hf_config(path_or_dict)
     moe = _moe_field(cfg)
     if moe:
         raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model; parplan plans dense models only "
                          "(no expert parallelism in its search or cost model), so it has no plan for this config")
     model_type = cfg.get("model_type")
-    vision_dropped = model_type == "gemma3"
-    if vision_dropped:  # multimodal Gemma 3: the language model's shape is its text_config (Gemma3Config: the
-        # Gemma3TextConfig defaults where it has none)
+    wrapper = model_type if model_type in _WRAPPERS or (
+        model_type not in SUPPORTED and isinstance(cfg.get("text_config"), dict)
+        and cfg["text_config"].get("model_type") in SUPPORTED) else None
+    if wrapper:  # a multimodal config: the language model's shape is its text_config, with the defaults its config
+        # class gives it (a text_config lists what differs from them; none at all: the wrapper's own default model)
         text = cfg.get("text_config")
         if text is not None and not isinstance(text, dict):
             raise ValueError(f"{where}: text_config must be a JSON object (the language model's config), got "
                              f"{json_type_name(text)}")
-        text = text or {}
-        cfg = {"model_type": "gemma3_text", **{k: v for k, v in cfg.items() if k != "model_type"}, **text}
-        model_type = "gemma3_text"
+        default_type, default_text = _WRAPPERS.get(wrapper, (None, {}))
+        text = default_text if text is None else text
+        model_type = text.get("model_type", default_type)
+        if model_type not in SUPPORTED:
+            raise ValueError(f"{where}: the language model of this {wrapper} config (its text_config) has model_type "
+                             f"{model_type!r}, which is not supported (supported: {', '.join(SUPPORTED)}); give the "
+                             f"shape instead: {_shape_flags({**cfg, **text})}")
+        cfg = {**_TEXT_CLASS_DEFAULTS.get(model_type, {}), **{k: v for k, v in cfg.items() if k != "model_type"},
+               **text, "model_type": model_type}
     if model_type is None and isinstance(cfg.get("parallel"), dict) and isinstance(cfg.get("model"), dict):
         raise ValueError(f"{where} is a parplan plan, not a Hugging Face config (what --model-config reads): "
                          f"re-predict it with `parplan evaluate {where}`")
@@ -178,10 +216,15 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, bool]:
         if near:  # transformers matches model_type exactly too ("LLAMA" is no llama to AutoConfig)
             raise ValueError(f"{where}: model_type {model_type!r} is not supported; did you mean {near[0]!r}? "
                              "correct it in the config")
+        text = cfg.get("text_config")
+        if isinstance(text, dict) and text.get("model_type"):  # a multimodal config of a language model not read
+            raise ValueError(f"{where}: model_type {model_type!r} is not supported, nor its language model's (its "
+                             f"text_config's) {text['model_type']!r} (supported: {', '.join(SUPPORTED)}); give the "
+                             f"shape instead: {_shape_flags({**cfg, **text})}")
         raise ValueError(f"{where}: model_type {model_type!r} is not supported (supported: {', '.join(SUPPORTED)}); "
                          f"give the shape instead: {_shape_flags(cfg)}")
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # keys the file has win, explicit nulls included
-    return cfg, where, model_type, vision_dropped
+    return cfg, where, model_type, wrapper
 
 
 def _moe_field(cfg: dict, prefix: str = "", depth: int = 0):
@@ -251,7 +294,7 @@ def hf_config_context(path_or_dict) -> int | None:
 
 def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     """ModelSpec (with num_params) from a config.json path, a model directory, or a loaded dict."""
-    cfg, where, model_type, vision_dropped = _prepared(path_or_dict)
+    cfg, where, model_type, wrapper = _prepared(path_or_dict)
 
     names = _FIELDS["llama" if model_type in LLAMA_LIKE else model_type]
     used = {"head_dim": "head_dim", "tied_embeddings": "tie_word_embeddings"}  # parplan's field -> the config's key
@@ -319,8 +362,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         # headless untied Qwen3's parameters)
         notes.append(f"architectures {', '.join(classes)}: no language-model head in the checkpoint; planned with "
                      "one (parplan trains next-token prediction: a vocab head and its loss)")
-    if vision_dropped:
-        notes.append("the vision tower is not counted")
+    if wrapper:
+        notes.append(f"the language model of a {wrapper} config (its text_config): the vision tower is not counted")
     if arch == "llama" and model_type != "qwen2" and any(cfg.get(k) for k in ("attention_bias", "mlp_bias", "bias")):
         which = " and ".join(k for k in ("attention_bias", "mlp_bias", "bias") if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"

@@ -422,3 +422,41 @@ def test_a_window_no_sequence_reaches_is_full_attention():
             "intermediate_size": 512, "vocab_size": 1000}
     assert model_from_hf_config({**base, "sliding_window": 1e30}).sliding_window is None
     assert model_from_hf_config({**base, "sliding_window": 4096}).sliding_window == 4096
+
+
+def test_multimodal_configs_read_through_their_text_config():
+    """A vision-language config is planned as its language model (its text_config), the vision tower left out (said).
+    The text_config lists only what differs from its class's defaults, as transformers fills them in: LLaVA-1.5-7B's
+    names no hidden size (LlamaConfig's 4096 x 32 layers, ffn 11008) and its language model is Llama-2-7B with a
+    vocabulary of 32,064 (6,738,415,616 + 2 x 64 x 4096 parameters); a mistral3 config without one is Mistral Small
+    3.1's 24B language model (23,572,403,200, Mistral3Config's default text_config)."""
+    llava = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"], "vocab_size": 32064,
+             "text_config": {"model_type": "llama", "max_position_embeddings": 4096, "vocab_size": 32064},
+             "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024, "num_hidden_layers": 24}}
+    spec = model_from_hf_config(llava)
+    assert (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.ffn_hidden, spec.vocab) == \
+        (32, 4096, 32, 32, 11008, 32064)
+    assert spec.num_params == 6_738_415_616 + 2 * 64 * 4096
+    assert "llava config (its text_config): the vision tower is not counted" in spec.source
+    small = model_from_hf_config({"model_type": "mistral3", "vision_config": {"hidden_size": 1024}})
+    assert small.num_params == 23_572_403_200 and small.sliding_window is None  # Mistral3Config: sliding_window None
+    text = {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768, "num_hidden_layers": 40,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072,
+            "sliding_window": None}
+    assert model_from_hf_config({"model_type": "mistral3", "text_config": text}).num_params == \
+        model_from_hf_config(text).num_params == 23_572_403_200
+    # a stand-alone config still names its shape (a truncated file is refused, not planned as the class's default)
+    with pytest.raises(ValueError, match="hidden_size"):
+        model_from_hf_config({"model_type": "llama", "num_hidden_layers": 32})
+    # any other wrapper whose text_config names a supported type is read the same way
+    other = model_from_hf_config({"model_type": "idefics3", "text_config": {**text, "model_type": "llama"}})
+    assert other.num_params == 23_572_403_200 and "idefics3 config" in other.source
+    # a language model parplan does not read: named, with the shape flags from the text_config's keys
+    with pytest.raises(ValueError, match=r"its text_config's\) 'qwen2_5_vl_text'.*--hidden 3584"):
+        model_from_hf_config({"model_type": "qwen2_5_vl", "text_config": {"model_type": "qwen2_5_vl_text",
+                                                                          "hidden_size": 3584}})
+    with pytest.raises(ValueError, match="mistral3 config \\(its text_config\\) has model_type 'pixtral'"):
+        model_from_hf_config({"model_type": "mistral3", "text_config": {"model_type": "pixtral"}})
+    # a mixture-of-experts language model inside a wrapper is still refused as one
+    with pytest.raises(ValueError, match="text_config.num_local_experts = 8: a mixture-of-experts"):
+        model_from_hf_config({"model_type": "llava", "text_config": {"model_type": "mixtral", "num_local_experts": 8}})

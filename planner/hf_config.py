@@ -22,8 +22,8 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             the spec's source).
   gemma3_text, gemma3    -> as gemma2 (q/k norms not counted either), five of every six layers within a
                             512-1024-token window.
-Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, and any other whose text_config names one
-of the types above) are read through their text_config; the vision tower is left out (said in the source).
+Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
+text_config names one of the types above) are read through their text_config; the vision tower is left out (said in the source).
   gemma                  -> arch llama: GeGLU has the same three ffn x h matrices as SwiGLU; head_dim
                             from the config (256), tied embeddings by default.
   gpt2                   -> arch gpt (LayerNorm, GeLU, learned positions n_positions, biases, tied).
@@ -97,11 +97,16 @@ _WRAPPERS = {
     "llava": ("llama", {}),
     "llava_next": ("llama", {}),
     "internvl": ("qwen2", {}),
+    "qwen2_vl": ("qwen2", {}),  # Qwen2-VL / Qwen2.5-VL: the language model's keys at the top level (older files),
+    "qwen2_5_vl": ("qwen2", {}),  # or a text_config of type qwen2(_5)_vl_text (newer), Qwen2's blocks either way
     "mistral3": ("mistral", {"hidden_size": 5120, "intermediate_size": 32768, "num_hidden_layers": 40,
                              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                              "vocab_size": 131072, "max_position_embeddings": 131072, "rope_theta": 1e9,
                              "sliding_window": None}),
 }
+# A wrapper's language-model types that are a supported family's blocks under another name (their rotary
+# variant, M-RoPE, costs the same)
+_TEXT_ALIASES = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2"}
 # A text_config inside a multimodal config lists only what differs from its class's defaults (LLaVA-1.5's names
 # no hidden size), so there every shape key the class defaults is filled in (LlamaConfig, MistralConfig,
 # Qwen2Config __init__); a stand-alone config of these types must name its shape (a truncated file is refused,
@@ -200,6 +205,7 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
         default_type, default_text = _WRAPPERS.get(wrapper, (None, {}))
         text = default_text if text is None else text
         model_type = text.get("model_type", default_type)
+        model_type = _TEXT_ALIASES.get(model_type, model_type) if isinstance(model_type, str) else model_type
         if model_type not in SUPPORTED:
             raise ValueError(f"{where}: the language model of this {wrapper} config (its text_config) has model_type "
                              f"{model_type!r}, which is not supported (supported: {', '.join(SUPPORTED)}); give the "

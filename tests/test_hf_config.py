@@ -451,10 +451,20 @@ def test_multimodal_configs_read_through_their_text_config():
     # any other wrapper whose text_config names a supported type is read the same way
     other = model_from_hf_config({"model_type": "idefics3", "text_config": {**text, "model_type": "llama"}})
     assert other.num_params == 23_572_403_200 and "idefics3 config" in other.source
+    # Qwen2.5-VL-7B: Qwen2's blocks (Qwen2.5-7B's 7,615,616,512 parameters with their q/k/v biases), the language
+    # model's keys at the top level (the released file) or in a text_config of type qwen2_5_vl_text (newer saves)
+    qwen = {"hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28, "num_hidden_layers": 28,
+            "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+    top = model_from_hf_config({"model_type": "qwen2_5_vl", **qwen, "vision_config": {"depth": 32}})
+    assert top.num_params + 28 * (3584 + 2 * 512) == 7_615_616_512
+    assert "q/k/v biases not counted" in top.source and "mrope" in top.source
+    nested = model_from_hf_config({"model_type": "qwen2_5_vl", "text_config": {**qwen, "model_type": "qwen2_5_vl_text"}})
+    assert nested.num_params == top.num_params
     # a language model parplan does not read: named, with the shape flags from the text_config's keys
-    with pytest.raises(ValueError, match=r"its text_config's\) 'qwen2_5_vl_text'.*--hidden 3584"):
-        model_from_hf_config({"model_type": "qwen2_5_vl", "text_config": {"model_type": "qwen2_5_vl_text",
-                                                                          "hidden_size": 3584}})
+    with pytest.raises(ValueError, match=r"its text_config's\) 'qwen3_vl_moe_text'.*--hidden 2048"):
+        model_from_hf_config({"model_type": "qwen3_vl_moe", "text_config": {"model_type": "qwen3_vl_moe_text",
+                                                                            "hidden_size": 2048}})
     with pytest.raises(ValueError, match="mistral3 config \\(its text_config\\) has model_type 'pixtral'"):
         model_from_hf_config({"model_type": "mistral3", "text_config": {"model_type": "pixtral"}})
     # a mixture-of-experts language model inside a wrapper is still refused as one

@@ -226,6 +226,27 @@ def _qwen_family(m) -> Optional[str]:
     return None
 
 
+_FAMILY_EXTRAS = {"Qwen2": "q/k/v biases", "Qwen3": "per-head q/k RMSNorms",
+                  "Gemma": "tanh-GeLU gate (GeGLU), (1 + weight) RMSNorms, embedding scaled by sqrt(hidden) and, "
+                           "Gemma 2/3, post-norms"}
+
+
+def _model_family(m) -> Optional[str]:
+    """_qwen_family, or Gemma (by the config's or preset's name or source), else None."""
+    if _qwen_family(m):
+        return _qwen_family(m)
+    return "Gemma" if "gemma" in f"{m.name or ''} {m.source or ''}".lower() else None
+
+
+def _family_note(m, exported: str, instead: str) -> list[str]:
+    """What a Qwen or Gemma checkpoint has beyond the llama blocks the plan counts and `exported` builds."""
+    family = _model_family(m)
+    if not family:
+        return []
+    return [f"{family}: the plan counts llama blocks and {exported} has no {_FAMILY_EXTRAS[family]}; so it trains a "
+            f"llama-style model of the plan's shape, not that checkpoint's architecture ({instead})."]
+
+
 def _megatron(plan: Plan) -> tuple[str, list[str]]:
     m, t, p = plan.model, plan.training, plan.parallel
     notes: list[str] = []
@@ -564,6 +585,8 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
     m, t, p = plan.model, plan.training, plan.parallel
     new = release == "0.2"
     notes: list[str] = _full_attention_note(plan, "torchtitan's llama3") + _whole_blocks_note(plan, "torchtitan")
+    notes += _family_note(m, "torchtitan's llama3 model", "torchtitan's own model for the family, where the release "
+                          "has one, trains it: a few parameters more than predicted")
 
     # [model]
     if m.arch != "llama":
@@ -995,6 +1018,8 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     notes: list[str] = _full_attention_note(plan, "the exported MPT", "MPT's attn_config.sliding_window_size would "
                                             "train one window in every layer, which --framework fsdp does not count")
     notes += _whole_blocks_note(plan, "llm-foundry")
+    notes += _family_note(m, "the exported MPT", "llm-foundry's hf_causal_lm with the checkpoint's name trains the "
+                          "checkpoint's own: a few parameters more than predicted")
     llama = m.arch == "llama"
     expansion = m.ffn_hidden / m.hidden
     ffn: dict[str, Any] = {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}} if llama else {}

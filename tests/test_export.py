@@ -716,6 +716,22 @@ def test_megatron_names_what_a_qwen_checkpoint_adds_to_llama_blocks():
         assert (len(said) == 1 and flag in said[0]) if flag else not said, (name, said)
 
 
+def test_foundry_and_torchtitan_name_what_a_qwen_or_gemma_checkpoint_adds():
+    """The MPT and torchtitan's llama3 model train llama-style blocks of the plan's shape: a Qwen or Gemma plan's export
+    says what the checkpoint has beyond them (Qwen2's q/k/v biases, Qwen3's q/k norms, Gemma's GeGLU and norms)."""
+    from planner.hf_config import model_from_hf_config
+    from planner.models import load_preset
+    from pathlib import Path
+    gemma = model_from_hf_config(Path(__file__).resolve().parent / "data" / "hf_configs" / "gemma-2b.json")
+    for model, extra in ((load_preset("qwen2.5-7b"), "q/k/v biases"), (load_preset("qwen3-8b"), "q/k RMSNorms"),
+                         (gemma, "tanh-GeLU gate"), (load_preset("llama3-8b"), None)):
+        plan = llama_plan(pp=1, vpp=1, schedule="1f1b")
+        plan = plan.model_copy(update={"model": model})
+        for to in ("llm-foundry", "torchtitan"):
+            said = [n for n in export_notes(plan, to) if "not that checkpoint's architecture" in n]
+            assert (len(said) == 1 and extra in said[0]) if extra else not said, (model.name, to, said)
+
+
 def test_yaml_scalars_read_back_as_written():
     """The llm-foundry writer's scalars as a YAML 1.1 loader reads them: floats keep their digits and a dot, strings
     that would read as another type (a number, a bool, '-', '.5', '{x}') are quoted."""

@@ -80,6 +80,7 @@ _GPU_PROFILES = [
     ("h100", "h100-sxm-80gb"),
     ("a100-sxm4-40gb", "a100-sxm-40gb"),
     ("a100", "a100-sxm-80gb"),
+    ("gb200", "gb200-nvl72"),  # before b200, which its name contains
     ("b200", "b200"),
     ("mi300x", "mi300x"),
 ]

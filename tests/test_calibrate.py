@@ -698,3 +698,17 @@ def test_an_unwritable_out_is_refused_before_measuring(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     rc, _, err = _run(["calibrate", "--device", "cpu", "--quick", "--out", str(tmp_path / "afile" / "x.toml")], capsys)
     assert rc == 2 and "is a file, not a folder" in err and "GEMM" not in err, err
+
+
+@pytest.mark.parametrize("device, base", [
+    ("NVIDIA GB200", "gb200-nvl72"),  # its name contains b200's: matched first
+    ("NVIDIA B200", "b200"),
+    ("NVIDIA H200", "h200-sxm-141gb"),
+    ("NVIDIA H100 80GB HBM3", "h100-sxm-80gb"),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+    ("AMD Instinct MI300X", "mi300x"),
+])
+def test_the_base_profile_follows_the_gpu_name(device, base):
+    from planner.calibrate import base_for_device
+    assert base_for_device(device) == (base, True)
+    assert base_for_device("NVIDIA L40S") == ("h100-sxm-80gb", False)

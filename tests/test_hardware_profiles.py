@@ -17,7 +17,7 @@ from hardware_profiles import PROFILE_DIR, list_profiles, load_profile
 from planner.schema import HardwareProfile
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPECTED = {"a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "mi300x"}
+EXPECTED = {"a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200-nvl72", "mi300x"}
 
 
 def _build_module():
@@ -63,7 +63,10 @@ def test_profile_physically_consistent(name):
         assert all(0 < y <= 1 for y in ys)
         assert ys == sorted(ys), "efficiency must not fall as the problem grows"
     assert 0 < p.memory_reserve_gbytes < 0.1 * p.hbm_gbytes
-    assert p.nvlink.gbytes_per_s > p.inter_node.gbytes_per_s > p.host_link_gbytes_per_s / 2
+    assert p.nvlink.gbytes_per_s > p.inter_node.gbytes_per_s
+    if "C2C" not in p.description:  # a PCIe host link is slower than the NIC; Grace's NVLink-C2C is not
+        assert p.inter_node.gbytes_per_s > p.host_link_gbytes_per_s / 2
+    assert p.nvlink.gbytes_per_s > p.host_link_gbytes_per_s
     assert p.nvlink.latency_s < p.inter_node.latency_s
 
 
@@ -443,3 +446,18 @@ def test_a_field_written_below_a_table_header_is_told_to_move_up(tmp_path):
     msg = str(e.value)
     assert "memory_reserve_gbytes is read as a key of the [host_block_s] table" in msg and "\n" not in msg, msg
     assert msg.endswith("move memory_reserve_gbytes above the [host_block_s] header"), msg
+
+
+def test_gb200_nvl72_keeps_tensor_parallelism_past_eight_gpus_on_nvlink():
+    """GB200 NVL72's node is its 72-GPU NVLink domain: tp 16 stays on NVLink there, where the same GPUs in nodes of
+    8 send every TP collective over one 400 Gb/s NIC a GPU (the one difference: --gpus-per-node)."""
+    from planner.core import Pins, recommend
+    from planner.schema import ModelSpec
+    spec = ModelSpec(name="t", arch="llama", layers=32, hidden=8192, heads=64, kv_heads=16, ffn_hidden=28672,
+                     vocab=128256)
+    rack = recommend(spec, 16, hardware="gb200-nvl72", pins=Pins(tp=16, pp=1, mbs=1, sp=True), suggest=False)
+    nodes = recommend(spec, 16, hardware="gb200-nvl72", gpus_per_node=8, pins=Pins(tp=16, pp=1, mbs=1, sp=True),
+                      suggest=False)
+    assert rack.hardware.gpus_per_node == 72 and nodes.hardware.gpus_per_node == 8
+    assert rack.prediction.comm_bytes_per_step.tp == nodes.prediction.comm_bytes_per_step.tp  # the same collectives
+    assert nodes.prediction.step_time_s > 3 * rack.prediction.step_time_s

@@ -223,7 +223,8 @@ LONG_STEP_TOKENS = 16 * 2 ** 20
 _MODEL_OPTIONS = [
     ("params", Optional[str], None, ("--params",), "Parameter count (70e9, 70B): derive a standard llama-style shape."),
     ("model", Optional[str], None, ("--model", "-m"), "Preset name (parplan models list)."),
-    ("model_config", Optional[str], None, ("--model-config",), "Hugging Face config.json."),
+    ("model_config", Optional[str], None, ("--model-config",),
+     "Hugging Face config.json, a model's folder, or its hub name (owner/model) in the local Hugging Face cache."),
     ("arch", Optional[str], None, ("--arch",), "llama or gpt (explicit shape or --params)."),
     ("layers", Optional[int], None, ("--layers",), "Transformer blocks (explicit shape)."),
     ("hidden", Optional[int], None, ("--hidden",), "Hidden size (explicit shape)."),

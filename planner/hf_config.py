@@ -40,6 +40,8 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
+import re
 from pathlib import Path
 
 from planner.limits import SHAPE_MAX
@@ -132,6 +134,9 @@ def read_hf_config(path_or_dict) -> tuple[dict, str]:
         raise ValueError("--model-config reads a config.json file or a model's folder, not stdin (-); save the config "
                          "to a file and give its path")
     path = Path(path_or_dict)
+    repo_id = None
+    if not path.exists() and HUB_ID.fullmatch(str(path_or_dict)):  # a model's hub name: its config in the local cache
+        repo_id, path = str(path_or_dict), cached_hub_config(str(path_or_dict))
     if path.is_dir():
         path = path / "config.json"
     from .limits import is_device
@@ -156,7 +161,43 @@ def read_hf_config(path_or_dict) -> tuple[dict, str]:
                          "read") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"Hugging Face config {path}: expected a JSON object")
+    if repo_id:  # named as transformers names a model loaded by its hub name
+        cfg = {"_name_or_path": repo_id, **cfg}
     return cfg, str(path)
+
+
+# a hub name, owner/model, as the Hugging Face hub spells them (no path of more parts, no file suffix of .json)
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9_-](?<!\.json)")
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache huggingface_hub writes: $HF_HUB_CACHE, else $HF_HOME/hub, else
+    ~/.cache/huggingface/hub (its constants.py; $HUGGINGFACE_HUB_CACHE is the older name of the first)."""
+    env = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if env:
+        return Path(env).expanduser()
+    home = os.environ.get("HF_HOME")
+    return (Path(home).expanduser() if home else Path.home() / ".cache" / "huggingface") / "hub"
+
+
+def cached_hub_config(repo_id: str) -> Path:
+    """config.json of a model in the local hub cache (models--owner--name/snapshots/<revision>/config.json): the
+    revision refs/main names, else the newest snapshot holding one; a ValueError with the fix where none is there."""
+    repo = hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    ref = repo / "refs" / "main"
+    try:
+        main = snapshots / ref.read_text().strip() / "config.json" if ref.is_file() else None
+        if main is not None and main.is_file():
+            return main
+        found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
+    except OSError as e:
+        raise ValueError(f"Hugging Face config {repo_id}: cannot read the hub cache at {repo}: {e.strerror or e}") \
+            from None
+    if found:
+        return found[-1]
+    raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
+                     f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 
 
 def _positive_int(cfg: dict, key: str, where: str, zero_is_none: bool = False):

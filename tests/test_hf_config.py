@@ -470,3 +470,36 @@ def test_multimodal_configs_read_through_their_text_config():
     # a mixture-of-experts language model inside a wrapper is still refused as one
     with pytest.raises(ValueError, match="text_config.num_local_experts = 8: a mixture-of-experts"):
         model_from_hf_config({"model_type": "llava", "text_config": {"model_type": "mixtral", "num_local_experts": 8}})
+
+
+def test_a_hub_name_reads_the_config_from_the_local_hub_cache(tmp_path, monkeypatch):
+    """--model-config meta-llama/Llama-3.1-8B: where no such file is, the model's config.json in the Hugging Face
+    cache (models--owner--name/snapshots/<refs/main>/config.json, else the newest snapshot), named by the hub name;
+    not there: one line with the fix. A local folder of that name wins, as it does for transformers."""
+    import os
+    import time
+    cfg = json.loads((DATA / "Meta-Llama-3-8B.json").read_text())
+    cfg.pop("_name_or_path", None)
+    repo = tmp_path / "hub" / "models--meta-llama--Llama-3.1-8B"
+    for rev, layers in (("old", 16), ("abc123", 32), ("older", 8)):
+        (repo / "snapshots" / rev).mkdir(parents=True)
+        (repo / "snapshots" / rev / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": layers}))
+        os.utime(repo / "snapshots" / rev / "config.json", (time.time() + layers, time.time() + layers))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    spec = model_from_hf_config("meta-llama/Llama-3.1-8B")
+    assert spec.layers == 32 and spec.name == "meta-llama/Llama-3.1-8B"  # refs/main's revision
+    (repo / "refs" / "main").unlink()
+    assert model_from_hf_config("meta-llama/Llama-3.1-8B").layers == 32  # the newest snapshot (mtime)
+    with pytest.raises(ValueError, match=r"Qwen/Qwen3-8B is neither a file nor in the Hugging Face cache .*"
+                                         r"huggingface-cli download Qwen/Qwen3-8B config.json"):
+        model_from_hf_config("Qwen/Qwen3-8B")
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # $HF_HOME/hub
+    assert model_from_hf_config("meta-llama/Llama-3.1-8B").layers == 32
+    local = tmp_path / "meta-llama" / "Llama-3.1-8B"
+    local.mkdir(parents=True)
+    (local / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 4}))
+    assert model_from_hf_config("meta-llama/Llama-3.1-8B").layers == 4

@@ -1011,7 +1011,7 @@ def schema(as_json: bool = typer.Option(False, "--json", help="Accepted for symm
 def models_list(as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON on stdout.")):
     """List model presets."""
     from .core import with_param_count
-    from .models import list_presets, load_preset
+    from .models import list_presets, load_preset, preset_aliases
     rows = []
     for name in list_presets():
         spec = with_param_count(load_preset(name), 4096)
@@ -1021,8 +1021,11 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print the pr
         return
     from rich import box
     from rich.table import Table
+    aliases = ", ".join(f"{a} = {p}" for a, p in preset_aliases().items())
     t = Table(title="model presets", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-              collapse_padding=True)  # fits 80 columns uncut
+              collapse_padding=True,  # fits 80 columns uncut
+              caption=f"also: {aliases}; and a Hugging Face name of one (meta-llama/Llama-3.1-8B-Instruct)",
+              caption_justify="left")
     for c in ("name", "arch", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab"):
         # the name is what --model takes: never cut (two presets had read "llama3.2…" at 80 columns)
         t.add_column(c, justify="left" if c in ("name", "arch") else "right", no_wrap=True,

@@ -19,7 +19,7 @@ from planner.schema import ModelSpec, error_message
 
 MODELS_TOML = Path(__file__).resolve().parent / "data" / "models.toml"
 # Keys of a preset table that document it but are not ModelSpec fields.
-_PRESET_META = ("published_params",)
+_PRESET_META = ("published_params", "aliases")
 
 
 @lru_cache(maxsize=1)
@@ -59,7 +59,7 @@ def preset_published_params(name: str) -> int | None:
 def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
     """The preset's ModelSpec; unknown names raise ValueError listing the presets and the closest match."""
     presets = _data()["presets"]
-    key = name.strip().lower()
+    key = preset_key(name, presets)
     if key not in presets:
         # names it begins (gpt3 -> gpt3-175b) first, then the three closest spellings (llama3-7b -> llama3-70b,
         # llama3-8b, llama2-7b): one guess had offered llama3-70b alone for llama3-7b
@@ -69,9 +69,10 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
         hint = f" Did you mean {' or '.join(close) if len(close) < 3 else ', '.join(close[:2]) + ' or ' + close[2]}?" \
             if close else ""
         if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not name.endswith(".json") and not os.path.exists(name):
-            # a Hub id (meta-llama/Meta-Llama-3-8B): --model-config reads a file on disk, not the Hub
-            hint += (" A Hugging Face model's config.json is read by --model-config from disk: download "
-                     f"{name}'s config.json, then `parplan recommend --model-config config.json --gpus 8`.")
+            # a Hub id (meta-llama/Meta-Llama-3-8B): --model-config reads its config.json from the local cache
+            hint += (f" A Hugging Face model's config is read by --model-config: `parplan recommend --model-config "
+                     f"{name} --gpus 8` takes it from the local Hugging Face cache once it is there "
+                     f"(`huggingface-cli download {name} config.json`).")
         elif name.endswith(".json") or "/" in name or "\\" in name:  # a config file: --model-config reads those
             hint += " A Hugging Face config file is read by --model-config (e.g. `parplan recommend --model-config " \
                     f"{name} --gpus 8`)."
@@ -79,6 +80,29 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
         raise ValueError(f"unknown model preset {shown!r}.{hint} Available: {', '.join(presets)}")
     fields = {k: v for k, v in presets[key].items() if k not in _PRESET_META}
     return _spec(seq_len, name=key, **fields)
+
+
+def preset_aliases() -> dict[str, str]:
+    """Alias -> preset name (models.toml's `aliases`)."""
+    return {a: p for p, fields in _data()["presets"].items() for a in fields.get("aliases", ())}
+
+
+def preset_key(name: str, presets: dict | None = None) -> str:
+    """The preset a name means: its own (any case), an alias (llama3.1-70b), or the same written as a Hugging Face
+    model is (Llama-3.1-70B, meta-llama/Llama-3.1-70B-Instruct, Llama-2-7b-chat-hf: a chat or instruct model has its
+    base's shape); the name lowered where none matches."""
+    presets = presets if presets is not None else _data()["presets"]
+    key = name.strip().lower()
+    bare = key.rsplit("/", 1)[-1] if key.count("/") == 1 else key  # owner/model: the model
+    for suffix in ("-hf", "-instruct", "-chat", "-base"):  # Llama-2-7b-chat-hf, Llama-3.1-8B-Instruct: the same shape
+        bare = bare[:-len(suffix)] if bare.endswith(suffix) else bare
+    aliases = {a: p for p, fields in presets.items() for a in fields.get("aliases", ())}
+    for k in (key, bare, re.sub(r"^([a-z]+)-(?=\d)", r"\1", bare)):  # llama-3.1-70b -> llama3.1-70b
+        if k in presets:
+            return k
+        if k in aliases:
+            return aliases[k]
+    return key
 
 
 def swiglu_ffn(hidden: int, multiple_of: int = 256) -> int:

@@ -74,16 +74,31 @@ def test_unknown_preset_lists_names_and_suggests():
     assert "Did you mean" not in str(e.value)
 
 
-def test_a_hub_id_is_told_to_download_its_config():
-    """meta-llama/Meta-Llama-3-8B is no file: the hint had been `--model-config meta-llama/Meta-Llama-3-8B`, which
-    then said the file does not exist."""
+def test_a_hub_id_is_told_where_its_config_is_read():
+    """meta-llama/Meta-Llama-3-8B is no preset: --model-config reads a hub name's config.json from the local Hugging
+    Face cache (hf_config.cached_hub_config), so the hint names that command and how to fill the cache (it had said
+    to download the file and pass its path, before --model-config read the cache)."""
     with pytest.raises(ValueError) as e:
         load_preset("meta-llama/Meta-Llama-3-8B")
     msg = str(e.value)
-    assert "download meta-llama/Meta-Llama-3-8B's config.json, then `parplan recommend --model-config config.json" in msg
-    assert "--model-config meta-llama" not in msg
+    assert "`parplan recommend --model-config meta-llama/Meta-Llama-3-8B --gpus 8` takes it from the local Hugging " \
+           "Face cache" in msg and "huggingface-cli download meta-llama/Meta-Llama-3-8B config.json" in msg
     with pytest.raises(ValueError, match="--model-config cfg/config.json --gpus 8"):  # a path keeps its own hint
         load_preset("cfg/config.json")
+
+
+def test_a_preset_is_found_by_its_aliases_and_hub_names():
+    """Llama 3.1's shapes are the llama3-* presets (llama3.1-70b, and Llama 3.3 70B's config is 3.1's); a model's hub
+    name, any case, with its owner, an -hf suffix or an instruct / chat / base variant (the same shape), finds it.
+    A name that only resembles one is still refused (Mistral-7B-v0.3 has another vocabulary than mistral-7b's)."""
+    for name, preset in (("llama3.1-70b", "llama3-70b"), ("llama3.3-70b", "llama3-70b"), ("llama3.1-8b", "llama3-8b"),
+                         ("Llama-3.1-405B", "llama3-405b"), ("meta-llama/Llama-3.1-8B-Instruct", "llama3-8b"),
+                         ("meta-llama/Llama-2-7b-chat-hf", "llama2-7b"), ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"),
+                         ("Qwen/Qwen3-8B-Base", "qwen3-8b"), ("mistral-7b", "mistral-7b"), ("GPT2-Medium", "gpt2-medium")):
+        assert load_preset(name).name == preset, name
+    for name in ("mistralai/Mistral-7B-v0.3", "meta-llama/Llama-3.1-8B/extra", "llama3.1-7b"):
+        with pytest.raises(ValueError, match="unknown model preset"):
+            load_preset(name)
 
 
 def test_preset_lookup_is_case_insensitive():

@@ -225,7 +225,8 @@ def main(argv=None) -> int:
 
 def write_summary(cases) -> Path:
     """planner/data/accuracy.json, the line `parplan recommend` prints under a plan (planner/accuracy.py):
-    published runs per framework, and the single-H100 launch grid re-predicted by benchmarks/gpu_accuracy.py."""
+    published runs per framework, and the single-GPU launch grids (H100, H200) re-predicted by
+    benchmarks/gpu_accuracy.py."""
     import json
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
@@ -233,9 +234,11 @@ def write_summary(cases) -> Path:
     finally:
         sys.path.pop(0)
     datas, source = gpu_accuracy.build_all()
+    h200, h200_source = gpu_accuracy.build_h200()
     out = {"generated": _dt.date.today().isoformat(),
            "published": framework_summary(cases, digits=4),
-           "h100_launches": gpu_accuracy.summary(datas, source)}
+           "h100_launches": gpu_accuracy.summary(datas, source),
+           "h200_launches": gpu_accuracy.summary(h200, h200_source)}
     ACCURACY_JSON.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return ACCURACY_JSON
 

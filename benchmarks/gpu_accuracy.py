@@ -48,6 +48,7 @@ GRIDS = ("grid", "grid-refit", "grid-phases", "grid-phases-2")
 NEW_RUNS = ("grid-phases", "grid-phases-2")  # measured after every fit used here
 FIRST = Path(__file__).resolve().parent / "results" / "2026-11-22-h100"
 LATER = (Path(__file__).resolve().parent / "results" / "2026-11-23-h100",)  # sessions with a grids.json
+H200 = (Path(__file__).resolve().parent / "results" / "2026-11-28-h200",)  # the H200 sessions (grids.json)
 STEP_BAR, MEM_BAR = 0.15, 0.10  # issue 3/4: step time within 15 %, peak memory within 10 %
 
 
@@ -316,10 +317,19 @@ def summary(datas: list[dict], source: str) -> dict:
 
 
 def build_all() -> tuple[list[dict], str]:
-    """Every committed session's runs, and the source line accuracy.json names them by."""
+    """Every committed H100 session's runs, and the source line accuracy.json names them by."""
     datas = [build(FIRST)[1]] + [build_session(root)[1] for root in LATER]
+    return datas, _source((FIRST, *LATER))
+
+
+def build_h200() -> tuple[list[dict], str]:
+    """The committed H200 sessions' runs, and their source line."""
+    return [build_session(root)[1] for root in H200], _source(H200)
+
+
+def _source(roots) -> str:
     rel_root = Path(__file__).resolve().parents[1]
-    return datas, ", ".join(p.relative_to(rel_root).as_posix() for p in (FIRST, *LATER))
+    return ", ".join(p.relative_to(rel_root).as_posix() for p in roots)
 
 
 def spread(rs: list[dict]) -> list[str]:

@@ -2,9 +2,9 @@
 
 `planner/data/accuracy.json` is written by `python benchmarks/accuracy_report.py`: every published run of
 `parplan validate`, grouped by the framework its prediction modelled (the median and largest |error|
-of each group; sets marked plausibility-only are counted apart), and the single-H100 `parplan launch`
-grids (benchmarks/results/2026-11-22-h100 and 2026-11-23-h100: step time with the datasheet profile and
-with each session's calibrated profile, peak memory against the allocator's).  tests/test_validate.py and tests/test_gpu_results.py recompute
+of each group; sets marked plausibility-only are counted apart), and the single-GPU `parplan launch`
+grids (H100: benchmarks/results/2026-11-22-h100 and 2026-11-23-h100; H200: 2026-11-28-h200; step time with
+the datasheet profile and with each session's calibrated profile, peak memory against the allocator's).  tests/test_validate.py and tests/test_gpu_results.py recompute
 both and fail when the file no longer matches the cost model.  Nothing here imports torch.
 """
 from __future__ import annotations
@@ -28,7 +28,25 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
-def entries(framework: str) -> list[dict]:
+# the launch grids accuracy.json keeps, by GPU: (its key, the GPU's name in words, what a profile name holds)
+LAUNCHES = (("h100_launches", "H100", "h100"), ("h200_launches", "H200", "h200"))
+
+
+def launches_for(hardware: str | None) -> tuple[dict | None, str, bool]:
+    """(the launch grid's numbers, its GPU in words, whether they were measured on the plan's GPU): the grid of the
+    plan's GPU kind where one was measured (by the profile's name: h100-sxm-80gb, h200-..., a calibrated copy), else
+    the H100's, said to be another GPU's."""
+    data = load()
+    name = (hardware or "").lower()
+    for key, gpu, part in LAUNCHES:
+        if part in name and data.get(key):
+            return data[key], gpu, True
+    from hardware_profiles import looks_like_path
+    # a profile file of the user's names no GPU kind we can tell: the H100's numbers, without a claim about its GPU
+    return data.get("h100_launches"), "H100", hardware is None or looks_like_path(hardware)
+
+
+def entries(framework: str, hardware: str | None = None) -> list[dict]:
     """The same numbers as line(), for a plan's JSON (Prediction.accuracy)."""
     data = load()
     out = []
@@ -39,28 +57,31 @@ def entries(framework: str) -> list[dict]:
     elif pub and pub.get("plausibility_runs"):
         out.append({"basis": "published runs, plausibility checks only (parplan validate)",
                     "runs": pub["plausibility_runs"], "median_abs_error": pub["plausibility_median_abs_error"]})
-    h100 = data.get("h100_launches")
-    if framework == "parplan" and h100:
-        out.append({"basis": f"step time of single-H100 launches, datasheet profile ({h100['source']})",
-                    "runs": h100["runs"], "median_abs_error": h100["step_median_abs_error"]["datasheet"]})
-        out.append({"basis": f"peak memory of single-H100 launches against the allocator's ({h100['source']})",
-                    "runs": h100["runs"], "median_abs_error": h100["memory_vs_allocated_median_abs_error"]})
+    grid, gpu, same = launches_for(hardware)
+    if framework == "parplan" and grid:
+        other = "" if same else f"; no launches measured on {hardware}"
+        out.append({"basis": f"step time of single-{gpu} launches, datasheet profile ({grid['source']}{other})",
+                    "runs": grid["runs"], "median_abs_error": grid["step_median_abs_error"]["datasheet"]})
+        out.append({"basis": f"peak memory of single-{gpu} launches against the allocator's ({grid['source']}{other})",
+                    "runs": grid["runs"], "median_abs_error": grid["memory_vs_allocated_median_abs_error"]})
     return out
 
 
-def line(framework: str) -> str | None:
-    """One line for a plan's summary: how close this framework's predictions came to measured runs."""
+def line(framework: str, hardware: str | None = None) -> str | None:
+    """One line for a plan's summary: how close this framework's predictions came to measured runs (the launches
+    on the plan's GPU kind where there are some; else the H100's, saying so)."""
     data = load()
     pub = data.get("published", {}).get(framework)
     out = []
     if pub and pub.get("runs"):
         out.append(f"{pub['runs']} published runs, |error| median {_pct(pub['median_abs_error'])}, "
                    f"max {_pct(pub['max_abs_error'])} (parplan validate)")
-    h100 = data.get("h100_launches")
-    if framework == "parplan" and h100:
-        step = h100["step_median_abs_error"]
-        out.append(f"{h100['runs']} H100 launches, step |error| median {_pct(step['datasheet'])} "
-                   f"(calibrated profile {_pct(step['calibrated'])}), memory {_pct(h100['memory_vs_allocated_median_abs_error'])}")
+    grid, gpu, same = launches_for(hardware)
+    if framework == "parplan" and grid:
+        step = grid["step_median_abs_error"]
+        out.append(("" if same else f"none launched on {hardware}; ") +
+                   f"{grid['runs']} {gpu} launches, step |error| median {_pct(step['datasheet'])} "
+                   f"(calibrated profile {_pct(step['calibrated'])}), memory {_pct(grid['memory_vs_allocated_median_abs_error'])}")
     if not out and pub and pub.get("plausibility_runs"):
         out.append(f"plausibility checks only: {pub['plausibility_runs']} published runs, |error| median "
                    f"{_pct(pub['plausibility_median_abs_error'])} (parplan validate)")

@@ -420,16 +420,16 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
                    stage_layers=stage_layers(spec.layers, stages))
     hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
     if prediction is not None:
-        prediction = _with_accuracy(prediction, training)
+        prediction = _with_accuracy(prediction, training, hw_ref.name)
     return Plan.model_construct(model=spec, hardware=hw, training=tr, parallel=par, prediction=prediction,
                                 search=None, alternatives=[], suggestions=[], schema_version=1)
 
 
-def _with_accuracy(prediction: Prediction, training: Training) -> Prediction:
-    """A plan's prediction as it is shown: with the framework's accuracy lines."""
+def _with_accuracy(prediction: Prediction, training: Training, hardware: str | None = None) -> Prediction:
+    """A plan's prediction as it is shown: with the framework's accuracy lines (the launches on its GPU kind)."""
     from .accuracy import entries
     from .schema import Accuracy
-    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(training.framework)]})
+    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(training.framework, hardware)]})
 
 
 def defaulted_fields(training: dict, framework: str) -> dict:
@@ -1145,7 +1145,7 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     r = int(infeasibility(m, tr, hw, arr, met)[0])
     reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size, tr)
     pred = _with_accuracy(prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus),
-                          plan.training)
+                          plan.training, plan.hardware.name)
     if p.stage_layers is not None and list(p.stage_layers) != stage_layers(spec.layers, p.pp * p.vpp):
         pred.warnings.append("stage_layers differ from the default split; memory and time assume the default split")
     return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],

@@ -590,6 +590,29 @@ def test_committed_h200_accuracy_regenerates(h200):
     assert _page_body(RESULTS_H200 / "accuracy.md") == "\n".join(h200[0]) + "\n"
 
 
+def test_shipped_h200_accuracy_summary_matches_the_cost_model(h200):
+    """planner/data/accuracy.json's H200 line (under every parplan plan on an H200) is the H200 grid re-predicted
+    today: rerun `python benchmarks/accuracy_report.py` after changing the cost model."""
+    from planner.accuracy import PATH
+    shipped = json.loads(PATH.read_text(encoding="utf-8"))["h200_launches"]
+    assert shipped == _gpu_accuracy().summary([h200[1]], shipped["source"])
+    assert shipped["source"] == RESULTS_H200.relative_to(ROOT).as_posix() and shipped["runs"] == 8
+
+
+def test_a_plan_says_how_accurate_on_its_own_gpu_kind():
+    """The accuracy line under a parplan plan cites the launches measured on its GPU kind (H100, H200, a calibrated
+    copy named after one), and on any other shipped profile says none were launched there before citing the
+    H100's; a profile file of the user's own (no kind to tell) gets the H100's numbers without that claim."""
+    from planner.accuracy import entries, line
+    assert "8 H200 launches" in line("parplan", "h200-sxm-141gb")
+    assert "61 H100 launches" in line("parplan", "benchmarks/results/2026-11-22-h100/h100-calibrated.toml")
+    assert line("parplan", "a100-sxm-80gb").startswith("how accurate: none launched on a100-sxm-80gb; 61 H100")
+    assert line("parplan", "my-node.toml") == line("parplan", "h100-sxm-80gb") == line("parplan")
+    assert all("single-H200" in e["basis"] and e["runs"] == 8 for e in entries("parplan", "h200-sxm-141gb"))
+    assert all("no launches measured on gb200-nvl72" in e["basis"] for e in entries("parplan", "gb200-nvl72"))
+    assert "launches" not in line("megatron", "h200-sxm-141gb")  # other frameworks: published runs only
+
+
 def test_h200_memory_within_5_percent_of_allocated_and_10_of_reserved(h200):
     stats = h200[1]["stats"]["datasheet"]
     assert len(stats["mem"]) == 8

@@ -28,6 +28,16 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
+GPU_KINDS = ("gb200", "b200", "h200", "h100", "a100", "mi300x")  # gb200 before b200, which its name holds
+
+
+def gpu_kind(hardware: str | None) -> str | None:
+    """The GPU kind a profile's name or path names (a100 for a100-sxm-40gb, h100 for a calibrated h100 copy), else
+    None (a user's own file named otherwise)."""
+    name = Path(str(hardware or "")).name.lower()
+    return next((k for k in GPU_KINDS if k in name), None)
+
+
 # the launch grids accuracy.json keeps, by GPU: (its key, the GPU's name in words, what a profile name holds)
 LAUNCHES = (("h100_launches", "H100", "h100"), ("h200_launches", "H200", "h200"))
 
@@ -37,9 +47,9 @@ def launches_for(hardware: str | None) -> tuple[dict | None, str, bool]:
     plan's GPU kind where one was measured (by the profile's name: h100-sxm-80gb, h200-..., a calibrated copy), else
     the H100's, said to be another GPU's."""
     data = load()
-    name = (hardware or "").lower()
+    kind = gpu_kind(hardware)
     for key, gpu, part in LAUNCHES:
-        if part in name and data.get(key):
+        if part == kind and data.get(key):
             return data[key], gpu, True
     from hardware_profiles import looks_like_path
     # a profile file of the user's names no GPU kind we can tell: the H100's numbers, without a claim about its GPU
@@ -54,6 +64,11 @@ def entries(framework: str, hardware: str | None = None) -> list[dict]:
     if pub and pub.get("runs"):
         out.append({"basis": "published runs (parplan validate)", "runs": pub["runs"],
                     "median_abs_error": pub["median_abs_error"], "max_abs_error": pub["max_abs_error"]})
+        kind = gpu_kind(hardware)
+        on = pub.get("by_gpu", {}).get(kind) if kind else None
+        if on:
+            out.append({"basis": f"published runs on {kind.upper()} (parplan validate)", "runs": on["runs"],
+                        "median_abs_error": on["median_abs_error"], "max_abs_error": on["max_abs_error"]})
     elif pub and pub.get("plausibility_runs"):
         out.append({"basis": "published runs, plausibility checks only (parplan validate)",
                     "runs": pub["plausibility_runs"], "median_abs_error": pub["plausibility_median_abs_error"]})
@@ -74,8 +89,19 @@ def line(framework: str, hardware: str | None = None) -> str | None:
     pub = data.get("published", {}).get(framework)
     out = []
     if pub and pub.get("runs"):
-        out.append(f"{pub['runs']} published runs, |error| median {_pct(pub['median_abs_error'])}, "
-                   f"max {_pct(pub['max_abs_error'])} (parplan validate)")
+        kind = gpu_kind(hardware)
+        by_gpu = pub.get("by_gpu", {})
+        on = by_gpu.get(kind) if kind else None
+        kinds = f" on {', '.join(k.upper() for k in by_gpu)}" if by_gpu else ""
+        every = (f"{pub['runs']} published runs{kinds}, |error| median {_pct(pub['median_abs_error'])}, "
+                 f"max {_pct(pub['max_abs_error'])}")
+        if on and on["runs"] < pub["runs"]:  # the plan's GPU kind first, then all (the sets span GPU kinds)
+            out.append(f"{on['runs']} published runs on {kind.upper()}, |error| median {_pct(on['median_abs_error'])}, "
+                       f"max {_pct(on['max_abs_error'])} (all {pub['runs']}{kinds}: median "
+                       f"{_pct(pub['median_abs_error'])}, max {_pct(pub['max_abs_error'])}; parplan validate)")
+        else:  # all on the plan's kind, or none on it (said), or a profile of no kind we can tell
+            none = f"none published on {kind.upper()}; " if kind and by_gpu and not on else ""
+            out.append(f"{none}{every} (parplan validate)")
     grid, gpu, same = launches_for(hardware)
     if framework == "parplan" and grid:
         step = grid["step_median_abs_error"]

@@ -796,12 +796,18 @@ def framework_summary(cases: list[Case], digits: int | None = None) -> dict:
     accuracy.json keeps 4), else as computed, like summarize's."""
     def r(x: float) -> float:
         return x if digits is None else round(x, digits)
+    from .accuracy import gpu_kind
     groups: dict[str, dict[str, list[float]]] = {}
+    by_gpu: dict[str, dict[str, list[float]]] = {}
     for c in cases:
         if c.predicted is None or c.plan is None:
             continue
         kind = "plausibility" if c.set_name in PLAUSIBILITY_ONLY else "held"
-        groups.setdefault(c.plan.training.framework, {"held": [], "plausibility": []})[kind].append(abs(c.error))
+        fw = c.plan.training.framework
+        groups.setdefault(fw, {"held": [], "plausibility": []})[kind].append(abs(c.error))
+        gpu = gpu_kind(c.plan.hardware.name)
+        if kind == "held" and gpu:
+            by_gpu.setdefault(fw, {}).setdefault(gpu, []).append(abs(c.error))
     out = {}
     for fw, g in sorted(groups.items()):
         held, plaus = np.array(g["held"]), np.array(g["plausibility"])
@@ -809,8 +815,12 @@ def framework_summary(cases: list[Case], digits: int | None = None) -> dict:
                    "median_abs_error": r(float(np.median(held))) if len(held) else None,
                    "max_abs_error": r(float(held.max())) if len(held) else None,
                    "plausibility_runs": len(plaus),
-                   "plausibility_median_abs_error": r(float(np.median(plaus))) if len(plaus) else None}
+                   "plausibility_median_abs_error": r(float(np.median(plaus))) if len(plaus) else None,
+                   "by_gpu": {gpu: {"runs": len(e), "median_abs_error": r(float(np.median(e))),
+                                    "max_abs_error": r(float(max(e)))}
+                              for gpu, e in sorted(by_gpu.get(fw, {}).items())}}
     return out
+
 
 
 def spearman(a, b) -> float:

@@ -259,10 +259,27 @@ def test_plan_json_carries_its_accuracy():
     spec = load_preset("tiny-llama-test")
     shipped = json.loads((Path(__file__).resolve().parents[1] / "planner" / "data" / "accuracy.json").read_text())
     meg = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, framework="megatron")
-    (acc,) = meg.prediction.accuracy
+    acc, on_h100 = meg.prediction.accuracy  # every published run of the framework, then those on the plan's GPU kind
     assert acc.runs == shipped["published"]["megatron"]["runs"] and "published" in acc.basis
+    assert on_h100.runs == shipped["published"]["megatron"]["by_gpu"]["h100"]["runs"] and "on H100" in on_h100.basis
     own = evaluate_plan(recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False))
     assert [a.runs for a in own.prediction.accuracy] == [shipped["h100_launches"]["runs"]] * 2
+
+
+def test_the_accuracy_line_names_the_published_runs_on_the_plans_gpu_kind():
+    """Published sets span GPU kinds (Megatron's: SC21 on A100, Megatron-Core and NeMo on H100): a plan's line leads
+    with the runs on its own kind, and says where none was published on it (DeepSpeed's sets are all A100)."""
+    from planner.accuracy import line
+    shipped = json.loads((Path(__file__).resolve().parents[1] / "planner" / "data" / "accuracy.json").read_text())
+    by_gpu = shipped["published"]["megatron"]["by_gpu"]
+    assert set(by_gpu) == {"a100", "h100"} and sum(g["runs"] for g in by_gpu.values()) == 114
+    h100 = line("megatron", "h100-sxm-80gb")
+    assert h100.startswith(f"how accurate: {by_gpu['h100']['runs']} published runs on H100, |error| median ")
+    assert "(all 114 on A100, H100: median" in h100
+    assert line("deepspeed", "h100-sxm-80gb").startswith("how accurate: none published on H100; 12 published runs on A100")
+    assert line("deepspeed", "a100-sxm-40gb").startswith("how accurate: 12 published runs on A100, |error| median")
+    assert line("megatron", "b200").startswith("how accurate: none published on B200; 114 published runs on A100, H100")
+    assert line("megatron", "my-node.toml").startswith("how accurate: 114 published runs on A100, H100")
 
 
 def test_recommend_says_how_accurate(capsys):

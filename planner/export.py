@@ -233,9 +233,7 @@ _FAMILY_EXTRAS = {"Qwen2": "q/k/v biases", "Qwen3": "per-head q/k RMSNorms",
 
 def _model_family(m) -> Optional[str]:
     """_qwen_family, or Gemma (by the config's or preset's name or source), else None."""
-    if _qwen_family(m):
-        return _qwen_family(m)
-    return "Gemma" if "gemma" in f"{m.name or ''} {m.source or ''}".lower() else None
+    return _qwen_family(m) or ("Gemma" if "gemma" in f"{m.name or ''} {m.source or ''}".lower() else None)
 
 
 def _family_note(m, exported: str, instead: str) -> list[str]:

@@ -22,8 +22,6 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             the spec's source).
   gemma3_text, gemma3    -> as gemma2 (q/k norms not counted either), five of every six layers within a
                             512-1024-token window.
-Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
-text_config names one of the types above) are read through their text_config; the vision tower is left out (said in the source).
   gemma                  -> arch llama: GeGLU has the same three ffn x h matrices as SwiGLU; head_dim
                             from the config (256), tied embeddings by default.
   gpt2                   -> arch gpt (LayerNorm, GeLU, learned positions n_positions, biases, tied).
@@ -34,6 +32,9 @@ text_config names one of the types above) are read through their text_config; th
                             rotary_pct share).  Not carried: parallel attention + MLP (same matmuls,
                             same FLOPs).
 Mixture-of-experts configs are rejected (the planner models dense layers only).
+Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
+text_config names one of the types above) are read through their text_config, filled with its config class's
+defaults; the vision tower is left out (said in the source).
 """
 from __future__ import annotations
 

@@ -117,13 +117,19 @@ def find_upward(name: str, folder: str | Path) -> Path | None:
 
 def canonical_name(name_or_path):
     """A shipped profile's name as list_profiles() spells it where the given one differs only in case ("H100-SXM-80GB",
-    as model presets are matched); anything else as given."""
+    as model presets are matched) or is the GPU's name alone and one profile has it ("h100", "GB200"; "a100" names
+    two); anything else as given."""
     if looks_like_path(name_or_path):
         return name_or_path
     names = list_profiles()
     if name_or_path in names:
         return name_or_path
-    return {n.lower(): n for n in names}.get(str(name_or_path).lower(), name_or_path)
+    key = str(name_or_path).strip().lower()
+    exact = {n.lower(): n for n in names}.get(key)
+    if exact:
+        return exact
+    kind = [n for n in names if n.lower().startswith(key + "-")] if key else []
+    return kind[0] if len(kind) == 1 else name_or_path
 
 
 def profile_file(name_or_path: str | Path) -> Path:
@@ -152,7 +158,7 @@ def load_profile(name_or_path: str | Path):
             close = [] if not key else (  # every name starts with "": no guess for an empty one
                 [p for p in list_profiles() if p.startswith(key)]
                 or difflib.get_close_matches(key, list_profiles(), n=1, cutoff=0.5))
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""  # a100: both of its profiles
             try:  # a file or folder of that name here: read as a profile name, as a bare word is
                 here = Path(name_or_path)
                 here = None if not key else "folder" if here.is_dir() else "file" if here.exists() else None

@@ -461,3 +461,15 @@ def test_gb200_nvl72_keeps_tensor_parallelism_past_eight_gpus_on_nvlink():
     assert rack.hardware.gpus_per_node == 72 and nodes.hardware.gpus_per_node == 8
     assert rack.prediction.comm_bytes_per_step.tp == nodes.prediction.comm_bytes_per_step.tp  # the same collectives
     assert nodes.prediction.step_time_s > 3 * rack.prediction.step_time_s
+
+
+def test_a_gpu_name_alone_finds_its_one_profile():
+    """--hardware h100 / H200 / gb200: the shipped profile of that GPU where there is one (the plan records its full
+    name); a100 names two, and the error offers both."""
+    from hardware_profiles import canonical_name
+    assert [canonical_name(n) for n in ("h100", "H200", "gb200", "b200", "MI300X")] == \
+        ["h100-sxm-80gb", "h200-sxm-141gb", "gb200-nvl72", "b200", "mi300x"]
+    assert canonical_name("a100") == "a100" and canonical_name("h1") == "h1" and canonical_name("x.toml") == "x.toml"
+    assert load_profile("h100").name == "h100-sxm-80gb"
+    with pytest.raises(ValueError, match=r"unknown hardware profile 'a100' \(did you mean a100-sxm-40gb or a100-sxm-80gb\?\)"):
+        load_profile("a100")

@@ -575,3 +575,23 @@ def test_a_16bit_loss_gradient_without_the_fused_loss_gets_a_note(capsys):
     out, err = capsys.readouterr()
     json.loads(out)
     assert "note: --cross-entropy-16bit-grad is a mode of the fused cross-entropy" in err
+
+
+def test_a_hub_name_not_in_the_cache_is_one_line_with_the_fix(tmp_path, monkeypatch, capsys):
+    """--model-config owner/model with no such file and nothing cached: exit 2, one line naming the cache and the
+    download command, stdout empty in --json mode; cached, it plans (hf_config.cached_hub_config)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    rc = main(["recommend", "--model-config", "Qwen/Qwen3-8B", "--gpus", "8", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "nor in the Hugging Face cache" in err and "huggingface-cli download Qwen/Qwen3-8B config.json" in err
+    snap = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "num_hidden_layers": 36, "vocab_size": 151936, "head_dim": 128,
+        "tie_word_embeddings": False}))
+    assert main(["recommend", "--model-config", "Qwen/Qwen3-8B", "--gpus", "8", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["model"]["name"] == "Qwen/Qwen3-8B" and plan["model"]["layers"] == 36

@@ -56,6 +56,12 @@ def launches_for(hardware: str | None) -> tuple[dict | None, str, bool]:
     return data.get("h100_launches"), "H100", hardware is None or looks_like_path(hardware)
 
 
+def published_on(pub: dict, hardware: str | None) -> tuple[str | None, dict | None]:
+    """(the plan's GPU kind, a framework's published-run summary on that kind, None where there is none)."""
+    kind = gpu_kind(hardware)
+    return kind, (pub.get("by_gpu", {}).get(kind) if kind else None)
+
+
 def entries(framework: str, hardware: str | None = None) -> list[dict]:
     """The same numbers as line(), for a plan's JSON (Prediction.accuracy)."""
     data = load()
@@ -64,8 +70,7 @@ def entries(framework: str, hardware: str | None = None) -> list[dict]:
     if pub and pub.get("runs"):
         out.append({"basis": "published runs (parplan validate)", "runs": pub["runs"],
                     "median_abs_error": pub["median_abs_error"], "max_abs_error": pub["max_abs_error"]})
-        kind = gpu_kind(hardware)
-        on = pub.get("by_gpu", {}).get(kind) if kind else None
+        kind, on = published_on(pub, hardware)
         if on:
             out.append({"basis": f"published runs on {kind.upper()} (parplan validate)", "runs": on["runs"],
                         "median_abs_error": on["median_abs_error"], "max_abs_error": on["max_abs_error"]})
@@ -89,9 +94,8 @@ def line(framework: str, hardware: str | None = None) -> str | None:
     pub = data.get("published", {}).get(framework)
     out = []
     if pub and pub.get("runs"):
-        kind = gpu_kind(hardware)
+        kind, on = published_on(pub, hardware)
         by_gpu = pub.get("by_gpu", {})
-        on = by_gpu.get(kind) if kind else None
         kinds = f" on {', '.join(k.upper() for k in by_gpu)}" if by_gpu else ""
         every = (f"{pub['runs']} published runs{kinds}, |error| median {_pct(pub['median_abs_error'])}, "
                  f"max {_pct(pub['max_abs_error'])}")

@@ -82,9 +82,10 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
     return _spec(seq_len, name=key, **fields)
 
 
-def preset_aliases() -> dict[str, str]:
+def preset_aliases(presets: dict | None = None) -> dict[str, str]:
     """Alias -> preset name (models.toml's `aliases`)."""
-    return {a: p for p, fields in _data()["presets"].items() for a in fields.get("aliases", ())}
+    presets = presets if presets is not None else _data()["presets"]
+    return {a: p for p, fields in presets.items() for a in fields.get("aliases", ())}
 
 
 def preset_key(name: str, presets: dict | None = None) -> str:
@@ -96,7 +97,7 @@ def preset_key(name: str, presets: dict | None = None) -> str:
     bare = key.rsplit("/", 1)[-1] if key.count("/") == 1 else key  # owner/model: the model
     for suffix in ("-hf", "-instruct", "-chat", "-base"):  # Llama-2-7b-chat-hf, Llama-3.1-8B-Instruct: the same shape
         bare = bare[:-len(suffix)] if bare.endswith(suffix) else bare
-    aliases = {a: p for p, fields in presets.items() for a in fields.get("aliases", ())}
+    aliases = preset_aliases(presets)
     for k in (key, bare, re.sub(r"^([a-z]+)-(?=\d)", r"\1", bare)):  # llama-3.1-70b -> llama3.1-70b
         if k in presets:
             return k

@@ -822,7 +822,6 @@ def framework_summary(cases: list[Case], digits: int | None = None) -> dict:
     return out
 
 
-
 def spearman(a, b) -> float:
     """Spearman rank correlation with average ranks for ties (no scipy needed)."""
     def ranks(x):

@@ -1027,8 +1027,15 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     head_first = single | zbv
 
     def worse(a, b):
+        """The moment with the larger total, per candidate, and its named terms.  A term both moments hold as the
+        same array (the model states) is kept, and where one moment is the larger on every candidate its terms are
+        taken whole: the same numbers as selecting term by term, at a fraction of a large search's time."""
         pick_b = b["total"] > a["total"]
-        return {k: np.where(pick_b, b[k], a[k]) for k in a}
+        if not np.any(pick_b):
+            return a
+        if np.all(pick_b) and np.shape(b["total"]) == np.shape(pick_b):
+            return b
+        return {k: a[k] if a[k] is b[k] else np.where(pick_b, b[k], a[k]) for k in a}
 
     # the embedding's dropout (Megatron applies the hidden dropout to the embedding's output; parallel_layers.model)
     # keeps a 1-byte mask of h per token (/tp with SP) for each micro-batch in flight on the first rank, at the rank's

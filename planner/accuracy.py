@@ -31,11 +31,35 @@ def _pct(x: float) -> str:
 GPU_KINDS = ("gb200", "b200", "h200", "h100", "a100", "mi300x")  # gb200 before b200, which its name holds
 
 
+def _kind_in(text: str) -> str | None:
+    text = text.lower()
+    return next((k for k in GPU_KINDS if k in text), None)
+
+
 def gpu_kind(hardware: str | None) -> str | None:
-    """The GPU kind a profile's name or path names (a100 for a100-sxm-40gb, h100 for a calibrated h100 copy), else
-    None (a user's own file named otherwise)."""
-    name = Path(str(hardware or "")).name.lower()
-    return next((k for k in GPU_KINDS if k in name), None)
+    """The GPU kind a profile's name or path names (a100 for a100-sxm-40gb, h100 for a calibrated h100 copy); for a
+    profile file named otherwise (`parplan calibrate --out my-node.toml`), the kind its own name or description
+    names (the device calibrate measured on); else None."""
+    kind = _kind_in(Path(str(hardware or "")).name)
+    if kind is None and hardware:
+        from hardware_profiles import looks_like_path
+        if looks_like_path(hardware):
+            kind = _profile_file_kind(str(hardware))
+    return kind
+
+
+@lru_cache(maxsize=16)
+def _profile_file_kind(path: str) -> str | None:
+    """The GPU kind a profile file's `name`, else its description, names (a calibrated profile's description ends
+    "calibrated on <the device>", read first); None where the file cannot be read (a plan from another machine)."""
+    from hardware_profiles import load_profile
+    try:
+        prof = load_profile(path)
+    except Exception:  # noqa: BLE001 -- unreadable or invalid: no kind to tell, as for a file named otherwise
+        return None
+    described = prof.description or ""
+    measured_on = described.rpartition("calibrated on ")[2] if "calibrated on " in described else ""
+    return _kind_in(prof.name) or _kind_in(measured_on) or _kind_in(described)
 
 
 # the launch grids accuracy.json keeps, by GPU: (its key, the GPU's name in words, what a profile name holds)
@@ -44,7 +68,7 @@ LAUNCHES = (("h100_launches", "H100", "h100"), ("h200_launches", "H200", "h200")
 
 def launches_for(hardware: str | None) -> tuple[dict | None, str, bool]:
     """(the launch grid's numbers, its GPU in words, whether they were measured on the plan's GPU): the grid of the
-    plan's GPU kind where one was measured (by the profile's name: h100-sxm-80gb, h200-..., a calibrated copy), else
+    plan's GPU kind where one was measured (gpu_kind: h100-sxm-80gb, h200-..., a calibrated profile's file), else
     the H100's, said to be another GPU's."""
     data = load()
     kind = gpu_kind(hardware)

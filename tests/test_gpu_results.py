@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -611,6 +612,30 @@ def test_a_plan_says_how_accurate_on_its_own_gpu_kind():
     assert all("single-H200" in e["basis"] and e["runs"] == 8 for e in entries("parplan", "h200-sxm-141gb"))
     assert all("no launches measured on gb200-nvl72" in e["basis"] for e in entries("parplan", "gb200-nvl72"))
     assert "launches" not in line("megatron", "h200-sxm-141gb")  # other frameworks: published runs only
+
+
+def test_a_profile_file_named_otherwise_is_read_for_its_gpu_kind(tmp_path):
+    """`parplan calibrate --out my-node.toml` names the file as the user likes: its accuracy line reads the GPU kind
+    from the profile's own name, else from its description's "calibrated on <device>"; a file that names no GPU
+    anywhere (or cannot be read) keeps the H100's numbers without a claim about its GPU."""
+    from planner.accuracy import line
+    h200 = ROOT / "benchmarks" / "results" / "2026-11-28-h200" / "h200-calibrated.toml"
+    h100 = ROOT / "benchmarks" / "results" / "2026-11-22-h100" / "h100-calibrated.toml"
+    named_b, named_a = tmp_path / "node-b.toml", tmp_path / "my-node.toml"
+    named_b.write_text(h200.read_text(encoding="utf-8"), encoding="utf-8")
+    named_a.write_text(h100.read_text(encoding="utf-8"), encoding="utf-8")
+    assert line("parplan", str(named_b)) == line("parplan", "h200-sxm-141gb")
+    assert line("parplan", str(named_a)) == line("parplan", "h100-sxm-80gb")
+    assert line("megatron", str(named_a)) == line("megatron", "h100-sxm-80gb")
+    text = h200.read_text(encoding="utf-8").replace('name = "h200-sxm-141gb-calibrated"', 'name = "node7"', 1)
+    described = tmp_path / "node7.toml"
+    described.write_text(text, encoding="utf-8")
+    assert 'name = "node7"' in text and "calibrated on NVIDIA H200" in text
+    assert line("parplan", str(described)) == line("parplan", "h200-sxm-141gb")
+    bare = tmp_path / "node8.toml"
+    bare.write_text(re.sub(r'(?m)^description = ".*"$', 'description = "the rack by the door"', text), encoding="utf-8")
+    assert "H200" not in bare.read_text(encoding="utf-8").split("sources")[0]
+    assert line("parplan", str(bare)) == line("parplan") == line("parplan", str(tmp_path / "missing.toml"))
 
 
 def test_h200_memory_within_5_percent_of_allocated_and_10_of_reserved(h200):

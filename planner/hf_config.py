@@ -31,6 +31,20 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             runtime rotates q and k, over the whole head rather than NeoX's
                             rotary_pct share).  Not carried: parallel attention + MLP (same matmuls,
                             same FLOPs).
+  ministral, smollm3, exaone4, hunyuan_v1_dense, seed_oss, olmo, olmo3, glm4, cohere, cohere2, stablelm
+                         -> arch llama, with what their blocks hold beyond it said in the spec's source and left
+                            out of the count (q/k norms, post-norms, q/k/v biases, LayerNorm biases) or counted
+                            where they have less (OLMo's non-parametric norms, Command R's one norm a layer);
+                            SmolLM3's NoPE layers rotate like the rest (same cost).  OLMo 3, Command R7B (cohere2)
+                            and EXAONE 4 window three of every four layers (layer_types, or the class's pattern:
+                            EXAONE's "LLLG" string read as such).
+  starcoder2, gpt_bigcode, nemotron, phi, gptj, falcon, mpt, bloom, opt
+                         -> arch gpt (LayerNorm, a two-matrix MLP, biases): StarCoder2 (rotary, GQA, every layer
+                            within its window) and GPT-BigCode (learned table, multi-query) exactly; Nemotron's
+                            squared-ReLU MLP, Falcon's, MPT's and GPT-J's linears without biases, Phi's, GPT-J's and
+                            Falcon-7B's one norm a layer, BLOOM's and MPT's ALiBi (costed as rotary positions, no
+                            table either way), OPT's two offset position rows: each said in the source, the count
+                            off by exactly that (tests/test_hf_config.py holds each against transformers' build).
 Mixture-of-experts configs are rejected (the planner models dense layers only).
 Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
@@ -50,8 +64,13 @@ from planner.models import with_param_count
 from planner.schema import ModelSpec, error_message, json_type_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
-              "gemma3_text")
-GPT_LIKE = ("gpt2", "gpt_neox")
+              "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
+              "cohere", "cohere2", "stablelm")
+GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
+# gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
+LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
+# gpt-arch families whose positions are rotary (the runtime's rope) or ALiBi (no table: costed as rotary, said)
+ALIBI = ("bloom", "mpt")
 SUPPORTED = LLAMA_LIKE + GPT_LIKE
 # keys whose positive value makes a config mixture-of-experts (Mixtral's num_local_experts, Qwen-MoE's num_experts,
 # DeepSeek's n_routed_experts, DBRX's ffn_config.moe_num_experts, the experts a token is routed to), wherever the
@@ -68,7 +87,20 @@ _FIELDS = {
              "ffn_hidden": ("n_inner",), "vocab": ("vocab_size",)},
     "gpt_neox": {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "heads": ("num_attention_heads",),
                  "kv_heads": (), "ffn_hidden": ("intermediate_size",), "vocab": ("vocab_size",)},
+    # Falcon's older files name n_layer / n_head / n_head_kv (FalconConfig took both); its kv heads: _kv_heads
+    "falcon": {"layers": ("num_hidden_layers", "n_layer"), "hidden": ("hidden_size", "n_embed"),
+               "heads": ("num_attention_heads", "n_head"), "kv_heads": (), "ffn_hidden": ("ffn_hidden_size",),
+               "vocab": ("vocab_size",)},
+    "mpt": {"layers": ("n_layers",), "hidden": ("d_model",), "heads": ("n_heads",), "kv_heads": (), "ffn_hidden": (),
+            "vocab": ("vocab_size",)},
+    "bloom": {"layers": ("n_layer", "num_hidden_layers"), "hidden": ("hidden_size", "n_embed"),
+              "heads": ("n_head", "num_attention_heads"), "kv_heads": (), "ffn_hidden": (), "vocab": ("vocab_size",)},
+    "opt": {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "heads": ("num_attention_heads",),
+            "kv_heads": (), "ffn_hidden": ("ffn_dim",), "vocab": ("vocab_size",)},
 }
+_FIELDS["gpt_bigcode"] = _FIELDS["gptj"] = _FIELDS["gpt2"]  # GPTBigCodeConfig / GPTJConfig: GPT-2's names
+for _t in ("starcoder2", "nemotron", "phi"):  # llama's names, GPT-style blocks
+    _FIELDS[_t] = _FIELDS["llama"]
 # What a family's transformers config class fills in for a key the file leaves out (configuration_<type>.py,
 # __init__ defaults): official configs omit some (a multimodal Gemma 3's text_config lists only what differs
 # from Gemma3TextConfig), and Qwen3's and Gemma's head_dim is not hidden / heads.  Llama, Phi-3, Granite and
@@ -84,11 +116,17 @@ _CLASS_DEFAULTS = {
                     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "max_position_embeddings": 131072, "sliding_window": 4096},
     "gpt2": {"n_positions": 1024},
+    "gpt_bigcode": {"n_positions": 1024},
+    "gptj": {"n_positions": 2048},
+    "opt": {"max_position_embeddings": 2048},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
 _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "internlm2": False,
                  "granite": False, "olmo2": False, "gemma": True, "gemma2": True, "gemma3_text": True,
-                 "gpt2": True, "gpt_neox": False}
+                 "gpt2": True, "gpt_neox": False, "ministral": False, "smollm3": True, "olmo": False, "olmo3": False,
+                 "exaone4": False, "hunyuan_v1_dense": False, "seed_oss": False, "glm4": False, "cohere": True,
+                 "cohere2": True, "stablelm": False, "gpt_bigcode": True, "gptj": False, "starcoder2": True,
+                 "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -331,7 +369,37 @@ def _shape_flags(cfg: dict) -> str:
 
 def _context(cfg: dict, where: str):
     return (_positive_int(cfg, "max_position_embeddings", where, zero_is_none=True)
-            or _positive_int(cfg, "n_positions", where, zero_is_none=True))
+            or _positive_int(cfg, "n_positions", where, zero_is_none=True)
+            or (_positive_int(cfg, "max_seq_len", where, zero_is_none=True) if cfg.get("model_type") == "mpt" else None))
+
+
+def _falcon_kv(cfg: dict, heads, used: dict):
+    """FalconConfig: the new decoder architecture (40B, 180B) or multi_query false has num_kv_heads (older files:
+    n_head_kv; default: the heads) key/value heads, else one (Falcon-7B's multi-query attention)."""
+    if cfg.get("new_decoder_architecture") or cfg.get("multi_query", True) is False:
+        for k in ("num_kv_heads", "n_head_kv"):
+            if cfg.get(k) is not None:
+                used["kv_heads"] = k
+                return cfg[k]
+        return heads
+    return 1
+
+
+def _mpt_kv(cfg: dict, heads, used: dict):
+    """MPT's attn_config: multi-query attention one key/value head, llm-foundry's grouped-query its kv_n_heads."""
+    attn = cfg.get("attn_config") if isinstance(cfg.get("attn_config"), dict) else {}
+    kind = str(attn.get("attn_type") or "multihead_attention")
+    if kind.startswith("multiquery"):
+        return 1
+    if kind.startswith("grouped_query") and attn.get("kv_n_heads") is not None:
+        used["kv_heads"] = "attn_config.kv_n_heads"
+        return attn["kv_n_heads"]
+    return heads
+
+
+# families whose key/value heads no single key gives: (config, heads, used) -> kv heads
+_KV_HEADS = {"falcon": _falcon_kv, "mpt": _mpt_kv,
+             "gpt_bigcode": lambda cfg, heads, used: 1 if cfg.get("multi_query", True) else heads}
 
 
 def hf_config_context(path_or_dict) -> int | None:
@@ -340,25 +408,51 @@ def hf_config_context(path_or_dict) -> int | None:
     return _context(cfg, where)
 
 
+def _biasless(cfg: dict, model_type: str) -> str | None:
+    """The key that says a gpt-arch family's linears have no biases (parplan's gpt blocks count them), else None."""
+    if model_type == "nemotron" and not cfg.get("attention_bias") and not cfg.get("mlp_bias"):
+        return "attention_bias and mlp_bias false"
+    if model_type == "starcoder2" and cfg.get("use_bias") is False:
+        return "use_bias false"
+    if model_type == "falcon" and not cfg.get("bias"):
+        return "bias false"
+    if model_type == "mpt" and cfg.get("no_bias", True):
+        return "no_bias true"
+    if model_type == "opt" and cfg.get("enable_bias") is False:
+        return "enable_bias false"
+    return None
+
+
 def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     """ModelSpec (with num_params) from a config.json path, a model directory, or a loaded dict."""
     cfg, where, model_type, wrapper = _prepared(path_or_dict)
 
     names = _FIELDS["llama" if model_type in LLAMA_LIKE else model_type]
     used = {"head_dim": "head_dim", "tied_embeddings": "tie_word_embeddings"}  # parplan's field -> the config's key
-    if model_type == "gpt2":
-        used["max_seq_len"] = "n_positions"
+    table = LEARNED_POSITIONS.get(model_type)
+    if table:
+        used["max_seq_len"] = table
     layers = _get(cfg, names["layers"], "layers", where, used=used)
     hidden = _get(cfg, names["hidden"], "hidden", where, used=used)
     heads = _get(cfg, names["heads"], "heads", where, used=used)
     vocab = _get(cfg, names["vocab"], "vocab", where, used=used)
     kv_heads = _get(cfg, names["kv_heads"], "kv_heads", where, required=False, used=used) if names["kv_heads"] else None
+    if model_type in _KV_HEADS:
+        kv_heads = _KV_HEADS[model_type](cfg, heads, used)
     if kv_heads is None:
         kv_heads = heads  # multi-head attention when the config has no GQA field
-    if model_type == "gpt2":
+    if model_type in ("gpt2", "gpt_bigcode", "gptj", "falcon"):
         ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, required=False, used=used)
         if ffn is None:  # GPT2Config: n_inner None -> 4*n_embd (an n_inner of 0 is a zero-wide MLP there: refused below)
-            ffn = 4 * hidden
+            ffn = 4 * hidden if isinstance(hidden, int) else hidden
+    elif model_type == "bloom":  # BloomMLP: 4 x hidden, no key
+        ffn = 4 * hidden if isinstance(hidden, int) else hidden
+    elif model_type == "mpt":  # MptMLP: expansion_ratio x d_model
+        ratio = cfg.get("expansion_ratio", 4)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not isinstance(hidden, int):
+            raise ValueError(f"{where}: expansion_ratio must be a number (the MLP is expansion_ratio x d_model), got "
+                             f"{ratio!r}; correct it in the config")
+        ffn, used["ffn_hidden"] = int(ratio * hidden), "expansion_ratio"
     else:
         ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, used=used)
     tied = cfg.get("tie_word_embeddings")
@@ -371,13 +465,16 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         head_dim = None  # the default; keep the spec minimal
 
     arch = "llama" if model_type in LLAMA_LIKE else "gpt"
-    max_seq_len = cfg.get("n_positions") if model_type == "gpt2" else None  # only gpt2 has a learned table
+    max_seq_len = cfg.get(table) if table else None  # gpt2's, StarCoder's and OPT's learned tables
     # RoPE base (the model, not its cost): the config's, else transformers' default for the type (10000;
     # Gemma3TextConfig: 1000000 for its global layers)
     rope_theta = None
-    if arch == "llama" or model_type == "gpt_neox":
+    alibi = model_type in ALIBI or (model_type == "falcon" and cfg.get("alibi") is True)
+    if arch == "llama" or (model_type not in LEARNED_POSITIONS and not alibi):
         rope_theta = cfg.get("rotary_emb_base" if model_type == "gpt_neox" else "rope_theta")  # GPTNeoXConfig's name
         params = cfg.get("rope_parameters")  # the newer layout: {"rope_type": ..., "rope_theta": ...}
+        if isinstance(params, dict) and isinstance(params.get("full_attention"), dict):
+            params = params["full_attention"]  # per layer type (OLMo 3): the full-attention layers' base
         if rope_theta is None and isinstance(params, dict) and isinstance(params.get("rope_theta"), (int, float)):
             rope_theta = params["rope_theta"]
         if rope_theta is None and model_type == "gemma3_text":
@@ -400,6 +497,27 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; post-norms and q/k norms not counted",
         "gpt_neox": "gpt blocks with rotary positions (over the whole head, not rotary_pct of it); parallel "
                     "attention + MLP run one after the other",
+        "olmo": "its non-parametric LayerNorms counted as RMSNorm weights (2 h a layer + h)",
+        "olmo3": "q/k norms not counted",
+        "exaone4": "q/k norms not counted",
+        "glm4": "post-attention and post-MLP norms not counted (2 h a layer); fused gate_up counted as separate "
+                "matrices",
+        "cohere": "one LayerNorm a layer (attention and MLP in parallel) counted as two norms (+h a layer)",
+        "cohere2": "one LayerNorm a layer (attention and MLP in parallel) counted as two norms (+h a layer)",
+        "stablelm": "LayerNorm biases not counted (2 h a layer + h)",
+        "nemotron": "gpt blocks with rotary positions; its squared-ReLU MLP as gpt's two matrices; LayerNorm1p "
+                    "as LayerNorm",
+        "phi": "gpt blocks with rotary positions; one LayerNorm a layer (attention and MLP in parallel) counted as "
+               "two (+2 h a layer); the output layer's bias not counted (vocab)",
+        "gptj": "gpt blocks with rotary positions; one LayerNorm a layer (attention and MLP in parallel) counted as "
+                "two (+2 h a layer); q/k/v and output projections without biases counted with them; the output "
+                "layer's bias not counted (vocab)",
+        "starcoder2": "gpt blocks with rotary positions",
+        "gpt_bigcode": "gpt blocks (multi-query attention where multi_query is set)",
+        "bloom": "gpt blocks; ALiBi costed as rotary positions (no table either way); the embedding's LayerNorm "
+                 "not counted (2 h)",
+        "mpt": "gpt blocks; ALiBi costed as rotary positions (no table either way)",
+        "opt": "gpt blocks (ReLU MLP as GeLU's); the position table's 2 offset rows not counted",
     }.get(model_type)
     notes = [base_note] if base_note else []
     classes = cfg.get("architectures")
@@ -412,8 +530,35 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                      "one (parplan trains next-token prediction: a vocab head and its loss)")
     if wrapper:
         notes.append(f"the language model of a {wrapper} config (its text_config): the vision tower is not counted")
-    if arch == "llama" and model_type != "qwen2" and any(cfg.get(k) for k in ("attention_bias", "mlp_bias", "bias")):
-        which = " and ".join(k for k in ("attention_bias", "mlp_bias", "bias") if cfg.get(k))
+    no_bias = _biasless(cfg, model_type)
+    if no_bias:  # parplan's gpt blocks hold biases on every linear and both LayerNorms
+        notes.append(f"{no_bias}: the checkpoint has no linear biases, gpt blocks count them (about 4 h + ffn a layer)")
+    if model_type == "falcon":
+        if cfg.get("alibi") is True:
+            notes.append("ALiBi costed as rotary positions (no table either way)")
+        one_norm = cfg.get("parallel_attn", True) and (not cfg.get("new_decoder_architecture")
+                                                       or cfg.get("num_ln_in_parallel_attn") == 1)
+        if one_norm:
+            notes.append("one LayerNorm a layer (attention and MLP in parallel) counted as two (+2 h a layer)")
+    if model_type == "mpt":
+        notes.append("its LayerNorms without biases counted with them (2 h a layer + h)")
+    if model_type == "opt" and cfg.get("do_layer_norm_before") is False:
+        notes.append("do_layer_norm_before false: LayerNorms after each sublayer and no final one (counted, 2 h)")
+    if model_type == "opt" and cfg.get("word_embed_proj_dim") not in (None, hidden):
+        notes.append(f"word_embed_proj_dim {cfg['word_embed_proj_dim']}: the embedding's projections in and out "
+                     "not counted (the embedding counted at the hidden width)")
+    if model_type == "smollm3" and isinstance(cfg.get("no_rope_layers"), list):
+        nope = sum(1 for x in cfg["no_rope_layers"] if x == 0)
+        if nope:
+            notes.append(f"{nope} layers without rotary positions (NoPE); parplan's runtime rotates every layer "
+                         "(the cost is the same)")
+    if model_type in ("cohere", "hunyuan_v1_dense") and (cfg.get("use_qk_norm") or cfg.get("qk_layernorm")):
+        notes.append("q/k norms not counted")
+    if model_type in ("stablelm", "phi") and cfg.get("qk_layernorm"):
+        notes.append("q/k LayerNorms not counted")
+    bias_keys = ("attention_bias", "mlp_bias", "bias", "use_qkv_bias")
+    if arch == "llama" and model_type != "qwen2" and any(cfg.get(k) for k in bias_keys):
+        which = " and ".join(k for k in bias_keys if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes.append(bias_note)
     if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
@@ -430,7 +575,12 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                     "would keep s x s scores per head (plan with --no-flash-attention for that)")
         notes.append(cap_note)
     partial = cfg.get("partial_rotary_factor")
-    if arch == "llama" and isinstance(partial, (int, float)) and 0 < partial < 1:
+    if partial is None and isinstance(cfg.get("rope_parameters"), dict):
+        partial = cfg["rope_parameters"].get("partial_rotary_factor")
+    if model_type == "gptj" and isinstance(cfg.get("rotary_dim"), int) and heads and isinstance(hidden, int):
+        partial = cfg["rotary_dim"] / (head_dim or hidden // heads)
+    if (arch == "llama" or model_type in ("gptj", "phi", "nemotron")) and isinstance(partial, (int, float)) \
+            and 0 < partial < 1:
         part_note = f"partial_rotary_factor {partial:g}: parplan's runtime rotates the whole head (the cost is the same)"
         notes.append(part_note)
     scaling = cfg.get("rope_scaling")
@@ -445,17 +595,22 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     # MistralConfig's default window is 4096 where the file has no key (an explicit null: none); Phi-3 builds its
     # attention on Mistral's (transformers' modular_phi3.py), every layer within its window
     window = None
-    if model_type in ("mistral", "phi3", "gemma2", "gemma3_text"):
+    if model_type in ("mistral", "phi3", "gemma2", "gemma3_text", "starcoder2", "ministral", "olmo3", "cohere2",
+                      "exaone4"):
         window = _positive_int(cfg, "sliding_window", where, zero_is_none=True) if "sliding_window" in cfg \
             else 4096 if model_type == "mistral" else None
     # the window as ModelSpec carries it: every full_every-th layer (from 1) attends in full, the others within the
     # window (Megatron-LM's --window-attn-skip-freq); None with a window: every layer within it
     full_every, irregular, local = None, False, ""
     kinds = cfg.get("layer_types")
+    pattern = cfg.get("sliding_window_pattern")
+    if not (isinstance(kinds, list) and kinds) and isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"} \
+            and isinstance(layers, int) and layers <= SHAPE_MAX:  # EXAONE 4's "LLLG": local, local, local, global
+        kinds = ["sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention" for i in range(layers)]
     if not window or window >= SHAPE_MAX:  # none, or one no sequence the planner takes reaches (1e30 had been carried
         window = None  # into the plan as a 31-digit integer): full attention either way
-    elif model_type in ("mistral", "phi3"):  # Mistral 7B v0.1, Phi-3 4k: every layer within the window
-        local = "all layers"
+    elif model_type in ("mistral", "phi3", "starcoder2") or (model_type == "ministral" and not kinds):
+        local = "all layers"  # Mistral 7B v0.1, Phi-3 4k, StarCoder2: every layer within the window
     elif isinstance(kinds, list) and kinds:
         local = f"{sum(k == 'sliding_attention' for k in kinds)} of {len(kinds)} layers"
         full_at = [i + 1 for i, k in enumerate(kinds) if k != "sliding_attention"]
@@ -465,7 +620,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     elif model_type == "gemma2":  # even layers (from 0) local, odd global
         local, full_every = "half the layers", 2
     else:
-        pattern = _positive_int(cfg, "sliding_window_pattern", where) or 6
+        # Gemma 3's default 6; OLMo 3's, Command R7B's (cohere2) and EXAONE 4's classes: every 4th layer in full
+        pattern = _positive_int(cfg, "sliding_window_pattern", where) or (4 if model_type in ("olmo3", "cohere2",
+                                                                                                "exaone4") else 6)
         local, full_every = f"{pattern - 1} of every {pattern} layers", pattern
     if window and seq_len and seq_len > window:
         if irregular:
@@ -477,7 +634,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         notes.append(window_note)
     if irregular:
         window, full_every = None, None
-    if context and seq_len and seq_len > context and model_type != "gpt2":  # gpt2's table caps it (the CLI)
+    if context and seq_len and seq_len > context and not table:  # a learned table caps it (the CLI)
         beyond = f"seq_len {seq_len} beyond the checkpoint's context {context} (a context extension)"
         notes.append(beyond)
     source = f"Hugging Face config {where} (model_type {model_type}" + (f", context {context}" if context else "") + \
@@ -489,7 +646,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         spec = ModelSpec(name=name, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                          ffn_hidden=ffn, vocab=vocab, head_dim=head_dim, tied_embeddings=bool(tied),
                          max_seq_len=max_seq_len, rope_theta=rope_theta, source=source,
-                         learned_positions=False if model_type == "gpt_neox" else None,
+                         learned_positions=None if arch == "llama" or table else False,
                          sliding_window=window, full_attention_every=full_every)
     except ValidationError as e:
         err = e.errors()[0]

@@ -179,19 +179,21 @@ def test_mixtral_file_rejected():
 
 def test_an_unsupported_family_gets_the_explicit_shape_flags_its_keys_fill():
     """The error named the supported types and no way on: it gives the explicit-shape flags from the config's own keys
-    (Falcon-7B's multi-query attention: one key/value head, whatever num_kv_heads says)."""
+    (a multi-query config of Falcon's keys one key/value head, whatever num_kv_heads says; Falcon and OPT themselves
+    are read since 2026-12-04)."""
     falcon = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
               "num_kv_heads": 71, "multi_query": True, "new_decoder_architecture": False, "vocab_size": 65024}
+    assert model_from_hf_config(falcon).kv_heads == 1
     with pytest.raises(ValueError) as e:
-        model_from_hf_config(falcon)
+        model_from_hf_config({**falcon, "model_type": "falcon_mamba"})
     msg = str(e.value)
-    assert "model_type 'falcon' is not supported" in msg and "\n" not in msg
+    assert "model_type 'falcon_mamba' is not supported" in msg and "\n" not in msg
     assert "give the shape instead: --arch gpt --layers 32 --hidden 4544 --heads 71 --kv-heads 1 --vocab 65024 (" in msg
-    opt = {"model_type": "opt", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-           "ffn_dim": 3072, "vocab_size": 50272, "activation_function": "relu", "tie_word_embeddings": True}
-    with pytest.raises(ValueError, match="--arch gpt --layers 12 --hidden 768 --heads 12 --ffn-hidden 3072 --vocab "
-                                         "50272 --tied-embeddings"):
-        model_from_hf_config(opt)
+    codegen = {"model_type": "codegen", "n_embd": 4096, "n_layer": 33, "n_head": 16, "n_inner": 16384,
+               "vocab_size": 51200, "activation_function": "gelu_new", "tie_word_embeddings": False}
+    with pytest.raises(ValueError, match="--arch gpt --layers 33 --hidden 4096 --heads 16 --ffn-hidden 16384 --vocab "
+                                         "51200 --untied-embeddings"):
+        model_from_hf_config(codegen)
     with pytest.raises(ValueError, match="--arch llama --layers <N> --hidden 64 --heads <N> --vocab <N>"):
         model_from_hf_config({"model_type": "newthing", "hidden_size": 64, "hidden_act": "silu"})
 
@@ -503,3 +505,111 @@ def test_a_hub_name_reads_the_config_from_the_local_hub_cache(tmp_path, monkeypa
     local.mkdir(parents=True)
     (local / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 4}))
     assert model_from_hf_config("meta-llama/Llama-3.1-8B").layers == 4
+
+
+# More families, counted against what transformers builds: transformers 5.25.0, AutoConfig.for_model(**config) then
+# AutoModelForCausalLM.from_config on the meta device, the sum of numel over model.parameters() (tied weights once;
+# 2026-12-04).  The configs are the config classes' defaults, themselves published shapes (StarCoder2-3B, Nemotron-4
+# 15B with 8 kv heads, SmolLM3-3B, phi-1.5, Command R, StableLM-3B-4E1T, Falcon-7B, MPT-1B, OPT-125m, GPT-J-6B,
+# GLM-4-9B, ...; only the keys that set the shape kept), and five more: Falcon-40B, MPT-7B (6,649,286,656, its model
+# card's count), OPT-350m, GPT-BigCode with multi-head attention (GPT-2's 124,439,808) and BLOOM-176B
+# (176,247,271,424, as published).  Where parplan's llama or gpt blocks hold other norms or biases than the checkpoint,
+# the difference is exactly what the spec's source says is not counted (or counted where the checkpoint has none).
+TRANSFORMERS_BUILT = [
+    ({'vocab_size': 49152, 'hidden_size': 3072, 'intermediate_size': 12288, 'num_hidden_layers': 30, 'num_attention_heads': 24, 'num_key_value_heads': 2, 'max_position_embeddings': 4096, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'use_bias': True, 'tie_word_embeddings': True, 'model_type': 'starcoder2'},
+     3_030_371_328, 0, 'exact'),
+    ({'vocab_size': 50257, 'n_positions': 1024, 'n_embd': 768, 'n_layer': 12, 'n_head': 12, 'multi_query': True, 'tie_word_embeddings': True, 'model_type': 'gpt_bigcode'},
+     111_446_784, 0, 'exact'),
+    ({'vocab_size': 256000, 'hidden_size': 6144, 'intermediate_size': 24576, 'num_hidden_layers': 32, 'num_attention_heads': 48, 'head_dim': 128, 'num_key_value_heads': 8, 'max_position_embeddings': 4096, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'partial_rotary_factor': 0.5, 'rope_type': 'default'}, 'attention_bias': False, 'mlp_bias': False, 'model_type': 'nemotron'},
+     15_628_775_424, 32 * ((48 + 2 * 8) * 128 + 6144 + 24576 + 6144), 'no linear biases'),
+    ({'vocab_size': 128256, 'hidden_size': 2048, 'intermediate_size': 11008, 'num_hidden_layers': 36, 'num_attention_heads': 16, 'num_key_value_heads': 4, 'max_position_embeddings': 32768, 'rope_parameters': {'rope_theta': 2000000.0, 'rope_type': 'default'}, 'no_rope_layers': [1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0], 'attention_bias': False, 'mlp_bias': False, 'tie_word_embeddings': True, 'model_type': 'smollm3'},
+     3_075_098_624, 0, 'NoPE'),
+    ({'vocab_size': 50304, 'hidden_size': 4096, 'intermediate_size': 11008, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'sliding_attention': {'rope_type': 'default', 'rope_theta': 500000.0}, 'full_attention': {'rope_type': 'default', 'rope_theta': 500000.0}}, 'attention_bias': False, 'sliding_window': 4096, 'model_type': 'olmo3'},
+     6_888_624_128, -32 * (32 * 128 + 32 * 128), 'q/k norms not counted'),
+    ({'vocab_size': 51200, 'hidden_size': 2048, 'intermediate_size': 8192, 'num_hidden_layers': 24, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'partial_rotary_factor': 0.5, 'rope_type': 'default'}, 'model_type': 'phi'},
+     1_418_270_720, 24 * 2 * 2048 - 51200, 'one LayerNorm a layer'),
+    ({'vocab_size': 256000, 'hidden_size': 8192, 'intermediate_size': 22528, 'num_hidden_layers': 40, 'num_attention_heads': 64, 'num_key_value_heads': 64, 'max_position_embeddings': 8192, 'tie_word_embeddings': True, 'rope_parameters': {'rope_theta': 500000.0, 'rope_type': 'default'}, 'attention_bias': False, 'model_type': 'cohere'},
+     34_980_831_232, 40 * 8192, 'one LayerNorm a layer'),
+    ({'vocab_size': 256000, 'hidden_size': 8192, 'intermediate_size': 22528, 'num_hidden_layers': 40, 'num_attention_heads': 64, 'num_key_value_heads': 64, 'max_position_embeddings': 8192, 'tie_word_embeddings': True, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'attention_bias': False, 'sliding_window': 4096, 'head_dim': 128, 'model_type': 'cohere2'},
+     34_980_831_232, 40 * 8192, 'one LayerNorm a layer'),
+    ({'vocab_size': 50304, 'intermediate_size': 6912, 'hidden_size': 2560, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 4096, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'partial_rotary_factor': 0.25, 'rope_type': 'default'}, 'use_qkv_bias': False, 'model_type': 'stablelm'},
+     2_795_443_200, -(32 * 2 * 2560 + 2560), 'LayerNorm biases not counted'),
+    ({'vocab_size': 65024, 'hidden_size': 4544, 'num_hidden_layers': 32, 'num_attention_heads': 71, 'num_kv_heads': 71, 'alibi': False, 'new_decoder_architecture': False, 'multi_query': True, 'parallel_attn': True, 'bias': False, 'max_position_embeddings': 2048, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'ffn_hidden_size': 18176, 'tie_word_embeddings': True, 'model_type': 'falcon'},
+     6_921_720_704, 32 * ((71 + 2) * 64 + 4544 + 18176 + 4544) + 32 * 2 * 4544, 'no linear biases'),
+    ({'d_model': 2048, 'n_heads': 16, 'n_layers': 24, 'expansion_ratio': 4, 'max_seq_len': 2048, 'vocab_size': 50368, 'attn_config': {'attn_type': 'multihead_attention', 'alibi': True}, 'no_bias': True, 'tie_word_embeddings': True, 'model_type': 'mpt'},
+     1_311_213_568, 24 * (3 * 2048 + 2048 + 8192 + 2048 + 2 * 2048) + 2048, 'no linear biases'),
+    ({'vocab_size': 250880, 'hidden_size': 64, 'n_layer': 2, 'n_head': 8, 'tie_word_embeddings': True, 'model_type': 'bloom'},
+     16_156_544, -2 * 64, "embedding's LayerNorm not counted"),
+    ({'vocab_size': 50272, 'hidden_size': 768, 'num_hidden_layers': 12, 'ffn_dim': 3072, 'max_position_embeddings': 2048, 'word_embed_proj_dim': 768, 'num_attention_heads': 12, 'enable_bias': True, 'tie_word_embeddings': True, 'model_type': 'opt'},
+     125_239_296, -2 * 768, '2 offset rows not counted'),
+    ({'vocab_size': 50400, 'n_positions': 2048, 'n_embd': 4096, 'n_layer': 28, 'n_head': 16, 'rotary_dim': 64, 'tie_word_embeddings': False, 'model_type': 'gptj'},
+     6_050_882_784, 28 * (3 * 4096 + 4096 + 2 * 4096) - 50400, 'without biases counted'),
+    ({'vocab_size': 151552, 'hidden_size': 4096, 'intermediate_size': 13696, 'num_hidden_layers': 40, 'num_attention_heads': 32, 'num_key_value_heads': 2, 'head_dim': 128, 'max_position_embeddings': 131072, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'partial_rotary_factor': 0.5, 'rope_type': 'default'}, 'attention_bias': True, 'model_type': 'glm4'},
+     9_400_279_040, -40 * (2 * 4096 + (32 + 2 * 2) * 128), 'post-MLP norms not counted'),
+    ({'vocab_size': 102400, 'hidden_size': 4096, 'intermediate_size': 16384, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'sliding_window': 4096, 'sliding_window_pattern': 4, 'model_type': 'exaone4'},
+     9_429_069_824, -32 * 2 * 128, 'q/k norms not counted'),
+    ({'vocab_size': 155136, 'hidden_size': 4096, 'intermediate_size': 27648, 'num_hidden_layers': 64, 'num_attention_heads': 80, 'num_key_value_heads': 8, 'max_position_embeddings': 524288, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'attention_bias': True, 'attention_out_bias': False, 'mlp_bias': False, 'head_dim': 128, 'model_type': 'seed_oss'},
+     28_921_040_896, -64 * (80 + 2 * 8) * 128, 'attention_bias not counted'),
+    ({'vocab_size': 50304, 'hidden_size': 4096, 'intermediate_size': 11008, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'attention_bias': False, 'model_type': 'olmo'},
+     6_888_095_744, 32 * 2 * 4096 + 4096, 'non-parametric LayerNorms'),
+    ({'model_type': 'falcon', 'vocab_size': 65024, 'hidden_size': 8192, 'num_hidden_layers': 60, 'num_attention_heads': 128, 'num_kv_heads': 8, 'new_decoder_architecture': True, 'parallel_attn': True, 'bias': False, 'alibi': False, 'tie_word_embeddings': True},
+     41_303_293_952, 60 * ((128 + 2 * 8) * 64 + 8192 + 32768 + 8192), 'no linear biases'),
+    ({'model_type': 'mpt', 'd_model': 4096, 'n_heads': 32, 'n_layers': 32, 'expansion_ratio': 4, 'max_seq_len': 2048, 'vocab_size': 50432, 'no_bias': True, 'attn_config': {'alibi': True}},
+     6_649_286_656, 32 * (3 * 4096 + 4096 + 16384 + 4096 + 2 * 4096) + 4096, 'ALiBi costed as rotary'),
+    ({'model_type': 'opt', 'vocab_size': 50272, 'hidden_size': 1024, 'num_hidden_layers': 24, 'ffn_dim': 4096, 'max_position_embeddings': 2048, 'word_embed_proj_dim': 512, 'num_attention_heads': 16, 'do_layer_norm_before': False, 'tie_word_embeddings': True},
+     331_196_416, (1024 - 512) * 50272 - 2 * 512 * 1024 - 2 * 1024 + 2 * 1024, 'projections in and out not counted'),
+    ({'model_type': 'gpt_bigcode', 'vocab_size': 50257, 'n_positions': 1024, 'n_embd': 768, 'n_layer': 12, 'n_head': 12, 'multi_query': False},
+     124_439_808, 0, 'exact'),
+    ({'model_type': 'bloom', 'vocab_size': 250880, 'hidden_size': 14336, 'n_layer': 70, 'n_head': 112},
+     176_247_271_424, -2 * 14336, 'ALiBi costed as rotary'),
+]
+
+
+@pytest.mark.parametrize("cfg,built,parplan_more,said", TRANSFORMERS_BUILT,
+                         ids=[f"{c['model_type']}-{n}" for c, n, _, _ in TRANSFORMERS_BUILT])
+def test_more_families_count_what_transformers_builds_but_what_they_say(cfg, built, parplan_more, said):
+    spec = model_from_hf_config(cfg)
+    assert spec.num_params - built == parplan_more
+    assert said in spec.source or said == "exact"
+    gpt = cfg["model_type"] in ("starcoder2", "gpt_bigcode", "nemotron", "phi", "falcon", "mpt", "bloom", "opt", "gptj")
+    assert spec.arch == ("gpt" if gpt else "llama")
+
+
+def test_more_families_positions_and_attention():
+    """A learned table where the family has one (GPT-BigCode, OPT: the plan's sequence capped at it), rotary
+    positions elsewhere (ALiBi costed as rotary, said); Falcon's and GPT-BigCode's multi-query attention one kv head,
+    Falcon-40B's num_kv_heads; windows as layer_types or the class's pattern give them."""
+    by_type = {c["model_type"] + ("-" + str(n) if c["model_type"] in ("falcon", "mpt", "opt", "gpt_bigcode", "bloom")
+                                  else ""): model_from_hf_config(c) for c, n, _, _ in TRANSFORMERS_BUILT}
+    assert by_type["gpt_bigcode-111446784"].has_learned_positions
+    assert by_type["gpt_bigcode-111446784"].max_seq_len == 1024 and by_type["gpt_bigcode-111446784"].kv_heads == 1
+    assert by_type["gpt_bigcode-124439808"].kv_heads == 12
+    assert by_type["opt-125239296"].max_seq_len == 2048 and by_type["opt-125239296"].has_learned_positions
+    for key in ("starcoder2", "nemotron", "phi", "gptj", "falcon-6921720704", "mpt-6649286656", "bloom-176247271424"):
+        assert not by_type[key].has_learned_positions, key
+    assert "ALiBi" in by_type["mpt-6649286656"].source and "ALiBi" in by_type["bloom-176247271424"].source
+    assert by_type["falcon-6921720704"].kv_heads == 1 and by_type["falcon-41303293952"].kv_heads == 8
+    assert (by_type["nemotron"].kv_heads, by_type["starcoder2"].kv_heads) == (8, 2)
+    assert by_type["olmo3"].rope_theta == 500000.0  # rope_parameters per layer type: the full-attention layers'
+    for key in ("olmo3", "cohere2", "exaone4"):  # every 4th layer in full (their classes' pattern), the rest windowed
+        assert (by_type[key].sliding_window, by_type[key].full_attention_every) == (4096, 4), key
+    exaone = {c["model_type"]: c for c, _, _, _ in TRANSFORMERS_BUILT}["exaone4"]
+    lettered = model_from_hf_config({**exaone, "sliding_window_pattern": "LLLG"})  # EXAONE 4.0's released files
+    assert (lettered.sliding_window, lettered.full_attention_every) == (4096, 4)
+    starcoder = {c["model_type"]: c for c, _, _, _ in TRANSFORMERS_BUILT}["starcoder2"]
+    windowed = model_from_hf_config({**starcoder, "sliding_window": 4096}, seq_len=16384)
+    assert (windowed.sliding_window, windowed.full_attention_every) == (4096, None)  # every layer, as Mistral 7B
+    assert "all layers attend within a 4096-token window" in windowed.source
+
+
+def test_more_families_plan_and_launch_shapes():
+    """A new family's spec is a plan: recommend takes it and its blocks are the runtime's (gpt with GQA and rotary
+    positions for StarCoder2)."""
+    from planner.core import recommend
+    from parallel_layers.model import ModelConfig
+    starcoder = {c["model_type"]: c for c, _, _, _ in TRANSFORMERS_BUILT}["starcoder2"]
+    spec = model_from_hf_config(starcoder)
+    plan = recommend(spec, 8, suggest=False)
+    assert plan.prediction is not None and plan.model.kv_heads == 2
+    cfg = ModelConfig.from_plan(plan)
+    assert cfg.arch == "gpt" and cfg.rope and cfg.kv_heads == 2

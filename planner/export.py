@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from typing import Any, Optional
 
@@ -234,6 +235,33 @@ _FAMILY_EXTRAS = {"Qwen2": "q/k/v biases", "Qwen3": "per-head q/k RMSNorms",
 def _model_family(m) -> Optional[str]:
     """_qwen_family, or Gemma (by the config's or preset's name or source), else None."""
     return _qwen_family(m) or ("Gemma" if "gemma" in f"{m.name or ''} {m.source or ''}".lower() else None)
+
+
+# what a Hugging Face config's source says its checkpoint's blocks hold otherwise than the plan's (hf_config's notes)
+_BLOCK_DIFFERENCE = ("not counted", "counted as", "counted with", "count them", "costed as", "as gpt's", "as LayerNorm",
+                     "counted, 2 h", "NoPE")
+
+
+def checkpoint_differences(m) -> tuple[str | None, list[str]]:
+    """(the config's model_type, what its checkpoint's blocks hold otherwise than the plan's llama or gpt blocks, as
+    the model's source says: norms, biases, ALiBi, ...) for a model read from a Hugging Face config, else (None, [])."""
+    source = m.source or ""
+    found = re.match(r"Hugging Face config .* \(model_type ([\w.-]+)[,;)](.*)\)$", source)
+    if not found:
+        return None, []
+    parts = [s.strip() for s in found.group(2).split(";")]
+    return found.group(1), [s for s in parts if any(k in s for k in _BLOCK_DIFFERENCE)]
+
+
+def _checkpoint_note(m) -> list[str]:
+    """For a model read from a Hugging Face config of a family not noted by name (_family_note, Megatron's Qwen note):
+    what its checkpoint's blocks hold otherwise than the plan's, which every export builds."""
+    model_type, differences = checkpoint_differences(m)
+    if not differences or _model_family(m):
+        return []
+    return [f"{model_type}: the plan counts {m.arch} blocks and the export builds those; the checkpoint's own differ "
+            f"({'; '.join(differences)}), so it trains a model of the plan's shape, not that checkpoint's "
+            "architecture."]
 
 
 def _family_note(m, exported: str, instead: str) -> list[str]:
@@ -445,7 +473,10 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                          "plan does not use; not exported.")
 
     # what a Megatron plan set against Megatron-LM's own behaviour where Megatron-LM has no flag for it
-    notes += _unflagged_megatron(plan)
+    notes += _unflagged_megatron(plan) + _checkpoint_note(m)
+    if any("no linear biases" in d for d in checkpoint_differences(m)[1]):
+        notes.append("--disable-bias-linear trains the checkpoint's bias-free linears (fewer parameters than "
+                     "predicted: the plan's gpt blocks count biases); the export keeps Megatron-LM's default, as planned.")
     family = _qwen_family(m)
     if family:  # llama blocks in the plan; the checkpoint's extras are Megatron flags the plan does not count
         notes.append(f"{family}: the plan counts llama blocks; Megatron-LM trains the real model with "
@@ -583,7 +614,7 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
     m, t, p = plan.model, plan.training, plan.parallel
     new = release == "0.2"
     notes: list[str] = _full_attention_note(plan, "torchtitan's llama3") + _whole_blocks_note(plan, "torchtitan")
-    notes += _family_note(m, "torchtitan's llama3 model", "torchtitan's own model for the family, where the release "
+    notes += _checkpoint_note(m) + _family_note(m, "torchtitan's llama3 model", "torchtitan's own model for the family, where the release "
                           "has one, trains it: a few parameters more than predicted")
 
     # [model]
@@ -1016,7 +1047,7 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     notes: list[str] = _full_attention_note(plan, "the exported MPT", "MPT's attn_config.sliding_window_size would "
                                             "train one window in every layer, which --framework fsdp does not count")
     notes += _whole_blocks_note(plan, "llm-foundry")
-    notes += _family_note(m, "the exported MPT", "llm-foundry's hf_causal_lm with the checkpoint's name trains the "
+    notes += _checkpoint_note(m) + _family_note(m, "the exported MPT", "llm-foundry's hf_causal_lm with the checkpoint's name trains the "
                           "checkpoint's own: a few parameters more than predicted")
     llama = m.arch == "llama"
     expansion = m.ffn_hidden / m.hidden

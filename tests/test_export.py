@@ -732,6 +732,43 @@ def test_foundry_and_torchtitan_name_what_a_qwen_or_gemma_checkpoint_adds():
             assert (len(said) == 1 and extra in said[0]) if extra else not said, (model.name, to, said)
 
 
+def test_exports_say_what_another_familys_checkpoint_holds_otherwise():
+    """A model read from a Hugging Face config of a family the exports do not name (Falcon, StarCoder2 with its biases
+    off, Command R, OLMo 3, ...) is built as the plan's llama or gpt blocks: the Megatron, torchtitan and llm-foundry
+    exports say what the checkpoint's own blocks hold otherwise, from the model's source; not where the blocks are
+    the checkpoint's (a llama config, StarCoder2 with biases) nor for the families named already (Qwen, Gemma)."""
+    from pathlib import Path
+    from planner.export import checkpoint_differences
+    from planner.hf_config import model_from_hf_config
+    data = Path(__file__).resolve().parent / "data" / "hf_configs"
+    falcon = model_from_hf_config({"model_type": "falcon", "vocab_size": 65024, "hidden_size": 8192,
+                                   "num_hidden_layers": 60, "num_attention_heads": 128, "num_kv_heads": 8,
+                                   "new_decoder_architecture": True, "bias": False})
+    starcoder = {"model_type": "starcoder2", "vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288,
+                 "num_hidden_layers": 30, "num_attention_heads": 24, "num_key_value_heads": 2}
+    olmo3 = model_from_hf_config({"model_type": "olmo3", "vocab_size": 100278, "hidden_size": 4096,
+                                  "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32})
+    assert checkpoint_differences(falcon) == ("falcon", ["bias false: the checkpoint has no linear biases, gpt blocks "
+                                                         "count them (about 4 h + ffn a layer)"])
+    assert checkpoint_differences(olmo3) == ("olmo3", ["q/k norms not counted"])
+    assert checkpoint_differences(model_from_hf_config(starcoder)) == ("starcoder2", [])
+    cases = ((falcon, "falcon: the plan counts gpt blocks", "no linear biases"),
+             (olmo3, "olmo3: the plan counts llama blocks", "q/k norms not counted"),
+             (model_from_hf_config({**starcoder, "use_bias": False}), "starcoder2: the plan counts gpt", "use_bias false"),
+             (model_from_hf_config(starcoder), None, None),
+             (model_from_hf_config(data / "Meta-Llama-3-8B.json"), None, None),
+             (model_from_hf_config(data / "gemma-2b.json"), None, None), (model_from_hf_config(data / "Qwen2.5-7B.json"),
+                                                                          None, None))
+    for model, lead, difference in cases:
+        plan = llama_plan(pp=1, vpp=1, schedule="1f1b").model_copy(update={"model": model})
+        for to in ("megatron", "torchtitan", "llm-foundry"):
+            said = [n for n in export_notes(plan, to) if "the checkpoint's own differ" in n]
+            assert (len(said) == 1 and said[0].startswith(lead) and difference in said[0]) if lead else not said, \
+                (model.name, to, said)
+        hint = [n for n in export_notes(plan, "megatron") if n.startswith("--disable-bias-linear")]
+        assert len(hint) == (1 if difference in ("no linear biases", "use_bias false") else 0), (model.name, hint)
+
+
 def test_yaml_scalars_read_back_as_written():
     """The llm-foundry writer's scalars as a YAML 1.1 loader reads them: floats keep their digits and a dot, strings
     that would read as another type (a number, a bool, '-', '.5', '{x}') are quoted."""

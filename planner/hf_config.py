@@ -465,7 +465,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         head_dim = None  # the default; keep the spec minimal
 
     arch = "llama" if model_type in LLAMA_LIKE else "gpt"
-    max_seq_len = cfg.get(table) if table else None  # gpt2's, StarCoder's and OPT's learned tables
+    max_seq_len = cfg.get(table) if table else None  # GPT-2's, GPT-BigCode's (StarCoder 1) and OPT's learned tables
     # RoPE base (the model, not its cost): the config's, else transformers' default for the type (10000;
     # Gemma3TextConfig: 1000000 for its global layers)
     rope_theta = None

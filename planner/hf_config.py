@@ -273,6 +273,9 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
         raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model; parplan plans dense models only "
                          "(no expert parallelism in its search or cost model), so it has no plan for this config")
     model_type = cfg.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):  # a list or object would fail the lookups below
+        raise ValueError(f"{where}: model_type must be a string naming the family (one of {', '.join(SUPPORTED)}), got "
+                         f"{json_type_name(model_type)}; correct it in the config")
     wrapper = model_type if model_type in _WRAPPERS or (
         model_type not in SUPPORTED and isinstance(cfg.get("text_config"), dict)
         and cfg["text_config"].get("model_type") in SUPPORTED) else None
@@ -461,7 +464,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     elif not isinstance(tied, bool):  # "false" would read as tied
         raise ValueError(f"{where}: tie_word_embeddings must be true or false, got {tied!r}")
     head_dim = cfg.get("head_dim")
-    if head_dim is not None and heads and head_dim * heads == hidden:
+    if isinstance(head_dim, int) and isinstance(heads, int) and heads and head_dim * heads == hidden:
         head_dim = None  # the default; keep the spec minimal
 
     arch = "llama" if model_type in LLAMA_LIKE else "gpt"
@@ -577,8 +580,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     partial = cfg.get("partial_rotary_factor")
     if partial is None and isinstance(cfg.get("rope_parameters"), dict):
         partial = cfg["rope_parameters"].get("partial_rotary_factor")
-    if model_type == "gptj" and isinstance(cfg.get("rotary_dim"), int) and heads and isinstance(hidden, int):
-        partial = cfg["rotary_dim"] / (head_dim or hidden // heads)
+    width = head_dim or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else 0)
+    if model_type == "gptj" and isinstance(cfg.get("rotary_dim"), int) and isinstance(width, int) and width > 0:
+        partial = cfg["rotary_dim"] / width  # GPT-J rotates rotary_dim channels of each head
     if (arch == "llama" or model_type in ("gptj", "phi", "nemotron")) and isinstance(partial, (int, float)) \
             and 0 < partial < 1:
         part_note = f"partial_rotary_factor {partial:g}: parplan's runtime rotates the whole head (the cost is the same)"

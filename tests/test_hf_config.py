@@ -613,3 +613,20 @@ def test_more_families_plan_and_launch_shapes():
     assert plan.prediction is not None and plan.model.kv_heads == 2
     cfg = ModelConfig.from_plan(plan)
     assert cfg.arch == "gpt" and cfg.rope and cfg.kv_heads == 2
+
+
+def test_fuzz_findings_are_one_line_errors():
+    """A fuzz of 2,400 mutated configs (2026-12-04) found three inputs that raised inside the reader instead of naming
+    the key: a model_type that is a list or object, a head_dim of the wrong type beside a fractional head count, and
+    GPT-J's rotary_dim over a head width of zero (more heads than hidden)."""
+    base = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 100}
+    for bad in ([], {}, 3):
+        with pytest.raises(ValueError, match="model_type must be a string naming the family"):
+            model_from_hf_config({**base, "model_type": bad})
+    with pytest.raises(ValueError, match="heads"):
+        model_from_hf_config({**base, "head_dim": {}, "num_attention_heads": 3.5})
+    gptj = {"model_type": "gptj", "n_embd": 4, "n_layer": 2, "n_head": 8, "rotary_dim": 64, "vocab_size": 100}
+    with pytest.raises(ValueError) as e:
+        model_from_hf_config(gptj)
+    assert "\n" not in str(e.value)

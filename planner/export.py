@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shlex
 from typing import Any, Optional
 
@@ -50,6 +49,7 @@ from cost_models.compute import plan_overlaps_param_gather
 from cost_models.layout import ModelDims
 from cost_models.memory import deepspeed_bf16_optimizer_steps
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
+from planner.hf_config import checkpoint_differences
 from planner.core import FORMAT_FRAMEWORK, WINDOW_FRAMEWORKS, deepspeed_bf16_optimizer
 from planner.schema import Plan
 from planner.toml_text import toml_value
@@ -237,26 +237,10 @@ def _model_family(m) -> Optional[str]:
     return _qwen_family(m) or ("Gemma" if "gemma" in f"{m.name or ''} {m.source or ''}".lower() else None)
 
 
-# what a Hugging Face config's source says its checkpoint's blocks hold otherwise than the plan's (hf_config's notes)
-_BLOCK_DIFFERENCE = ("not counted", "counted as", "counted with", "count them", "costed as", "as gpt's", "as LayerNorm",
-                     "counted, 2 h", "NoPE")
-
-
-def checkpoint_differences(m) -> tuple[str | None, list[str]]:
-    """(the config's model_type, what its checkpoint's blocks hold otherwise than the plan's llama or gpt blocks, as
-    the model's source says: norms, biases, ALiBi, ...) for a model read from a Hugging Face config, else (None, [])."""
-    source = m.source or ""
-    found = re.match(r"Hugging Face config .* \(model_type ([\w.-]+)[,;)](.*)\)$", source)
-    if not found:
-        return None, []
-    parts = [s.strip() for s in found.group(2).split(";")]
-    return found.group(1), [s for s in parts if any(k in s for k in _BLOCK_DIFFERENCE)]
-
-
 def _checkpoint_note(m) -> list[str]:
     """For a model read from a Hugging Face config of a family not noted by name (_family_note, Megatron's Qwen note):
     what its checkpoint's blocks hold otherwise than the plan's, which every export builds."""
-    model_type, differences = checkpoint_differences(m)
+    model_type, differences = checkpoint_differences(m.source)
     if not differences or _model_family(m):
         return []
     return [f"{model_type}: the plan counts {m.arch} blocks and the export builds those; the checkpoint's own differ "
@@ -474,7 +458,7 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
 
     # what a Megatron plan set against Megatron-LM's own behaviour where Megatron-LM has no flag for it
     notes += _unflagged_megatron(plan) + _checkpoint_note(m)
-    if any("no linear biases" in d for d in checkpoint_differences(m)[1]):
+    if any("no linear biases" in d for d in checkpoint_differences(m.source)[1]):
         notes.append("--disable-bias-linear trains the checkpoint's bias-free linears (fewer parameters than "
                      "predicted: the plan's gpt blocks count biases); the export keeps Megatron-LM's default, as planned.")
     family = _qwen_family(m)
@@ -614,8 +598,9 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
     m, t, p = plan.model, plan.training, plan.parallel
     new = release == "0.2"
     notes: list[str] = _full_attention_note(plan, "torchtitan's llama3") + _whole_blocks_note(plan, "torchtitan")
-    notes += _checkpoint_note(m) + _family_note(m, "torchtitan's llama3 model", "torchtitan's own model for the family, where the release "
-                          "has one, trains it: a few parameters more than predicted")
+    notes += _checkpoint_note(m) + _family_note(m, "torchtitan's llama3 model", "torchtitan's own model for the "
+                                                "family, where the release has one, trains it: a few parameters more "
+                                                "than predicted")
 
     # [model]
     if m.arch != "llama":
@@ -1047,8 +1032,9 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     notes: list[str] = _full_attention_note(plan, "the exported MPT", "MPT's attn_config.sliding_window_size would "
                                             "train one window in every layer, which --framework fsdp does not count")
     notes += _whole_blocks_note(plan, "llm-foundry")
-    notes += _checkpoint_note(m) + _family_note(m, "the exported MPT", "llm-foundry's hf_causal_lm with the checkpoint's name trains the "
-                          "checkpoint's own: a few parameters more than predicted")
+    notes += _checkpoint_note(m) + _family_note(m, "the exported MPT", "llm-foundry's hf_causal_lm with the "
+                                                "checkpoint's name trains the checkpoint's own: a few parameters more "
+                                                "than predicted")
     llama = m.arch == "llama"
     expansion = m.ffn_hidden / m.hidden
     ffn: dict[str, Any] = {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}} if llama else {}

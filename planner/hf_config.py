@@ -426,6 +426,22 @@ def _biasless(cfg: dict, model_type: str) -> str | None:
     return None
 
 
+# Every note model_from_hf_config writes about what a checkpoint's blocks hold otherwise than parplan's llama or gpt
+# blocks holds one of these phrases; checkpoint_differences reads them back out of a plan's model source (planner.export)
+BLOCK_DIFFERENCE = ("not counted", "counted as", "counted with", "count them", "costed as", "as gpt's", "as LayerNorm",
+                    "counted, 2 h", "NoPE")
+
+
+def checkpoint_differences(source: str | None) -> tuple[str | None, list[str]]:
+    """(the config's model_type, the notes on what its checkpoint's blocks hold otherwise than the plan's: norms,
+    biases, ALiBi, ...) from the source model_from_hf_config wrote, else (None, []) for a model not read from one."""
+    found = re.match(r"Hugging Face config .* \(model_type ([\w.-]+)[,;)](.*)\)$", source or "")
+    if not found:
+        return None, []
+    parts = [s.strip() for s in found.group(2).split(";")]
+    return found.group(1), [s for s in parts if any(k in s for k in BLOCK_DIFFERENCE)]
+
+
 def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     """ModelSpec (with num_params) from a config.json path, a model directory, or a loaded dict."""
     cfg, where, model_type, wrapper = _prepared(path_or_dict)
@@ -580,9 +596,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     partial = cfg.get("partial_rotary_factor")
     if partial is None and isinstance(cfg.get("rope_parameters"), dict):
         partial = cfg["rope_parameters"].get("partial_rotary_factor")
-    width = head_dim or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else 0)
-    if model_type == "gptj" and isinstance(cfg.get("rotary_dim"), int) and isinstance(width, int) and width > 0:
-        partial = cfg["rotary_dim"] / width  # GPT-J rotates rotary_dim channels of each head
+    if model_type == "gptj" and isinstance(cfg.get("rotary_dim"), int) and isinstance(hidden, int) \
+            and isinstance(heads, int) and 0 < heads <= hidden:  # GPT-J rotates rotary_dim channels of each head
+        partial = cfg["rotary_dim"] / (hidden // heads)
     if (arch == "llama" or model_type in ("gptj", "phi", "nemotron")) and isinstance(partial, (int, float)) \
             and 0 < partial < 1:
         part_note = f"partial_rotary_factor {partial:g}: parplan's runtime rotates the whole head (the cost is the same)"

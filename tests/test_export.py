@@ -738,7 +738,7 @@ def test_exports_say_what_another_familys_checkpoint_holds_otherwise():
     exports say what the checkpoint's own blocks hold otherwise, from the model's source; not where the blocks are
     the checkpoint's (a llama config, StarCoder2 with biases) nor for the families named already (Qwen, Gemma)."""
     from pathlib import Path
-    from planner.export import checkpoint_differences
+    from planner.hf_config import checkpoint_differences
     from planner.hf_config import model_from_hf_config
     data = Path(__file__).resolve().parent / "data" / "hf_configs"
     falcon = model_from_hf_config({"model_type": "falcon", "vocab_size": 65024, "hidden_size": 8192,
@@ -748,10 +748,10 @@ def test_exports_say_what_another_familys_checkpoint_holds_otherwise():
                  "num_hidden_layers": 30, "num_attention_heads": 24, "num_key_value_heads": 2}
     olmo3 = model_from_hf_config({"model_type": "olmo3", "vocab_size": 100278, "hidden_size": 4096,
                                   "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32})
-    assert checkpoint_differences(falcon) == ("falcon", ["bias false: the checkpoint has no linear biases, gpt blocks "
+    assert checkpoint_differences(falcon.source) == ("falcon", ["bias false: the checkpoint has no linear biases, gpt blocks "
                                                          "count them (about 4 h + ffn a layer)"])
-    assert checkpoint_differences(olmo3) == ("olmo3", ["q/k norms not counted"])
-    assert checkpoint_differences(model_from_hf_config(starcoder)) == ("starcoder2", [])
+    assert checkpoint_differences(olmo3.source) == ("olmo3", ["q/k norms not counted"])
+    assert checkpoint_differences(model_from_hf_config(starcoder).source) == ("starcoder2", [])
     cases = ((falcon, "falcon: the plan counts gpt blocks", "no linear biases"),
              (olmo3, "olmo3: the plan counts llama blocks", "q/k norms not counted"),
              (model_from_hf_config({**starcoder, "use_bias": False}), "starcoder2: the plan counts gpt", "use_bias false"),

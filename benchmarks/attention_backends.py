@@ -1,10 +1,14 @@
 """Which attention kernel does the H100/H200 profile's attention curve stand for, and how far apart are they?
 
 The profiles' attention_efficiency_curve is `parplan calibrate`'s measurement of torch's scaled_dot_product_attention,
-causal, forward + backward (planner.calibrate.measure_attention): on an H100 torch picks its FlashAttention-2 kernel.
+causal, forward + backward (planner.calibrate.measure_attention), with the kernel torch picks by itself.
 NVIDIA's NeMo / Megatron-Core runs (the held-out nemo_h100_bf16 and nemo_launcher_gpt3 sets, all under-predicted)
-run Transformer Engine's cuDNN fused attention instead, and the FlashAttention-3 paper's H100 figures put cuDNN's
-forward well above FlashAttention-2's (README, How accurate; the closing notes' lead).  torch ships both kernels
+run Transformer Engine's cuDNN fused attention, and the FlashAttention-3 paper's H100 figures put cuDNN's
+forward well above FlashAttention-2's: was the curve the slower kernel's?  Measured 2026-12-04 on an H200 (torch
+2.11, results/2026-12-04-h200/attention_backends.md): no.  The call's own calibrate read 344 / 437 / 514 / 541
+TFLOP/s at 1K / 2K / 4K / 16K tokens, the CUDNN_ATTENTION column's 324 / 437 / 507 / 540 (FLASH_ATTENTION's
+187 / 238 / 275 / 318): torch 2.11 picks cuDNN's kernel there, and the 2026-11-22 H100 calibrate's 529 at 8K
+(torch 2.11 too) reads the same.  torch ships both kernels
 behind the same call (torch.nn.attention.SDPBackend.FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION), so one
 device call can measure them side by side at the calibrate's own shapes and FLOP convention:
 

@@ -3,7 +3,7 @@
 `planner/data/accuracy.json` is written by `python benchmarks/accuracy_report.py`: every published run of
 `parplan validate`, grouped by the framework its prediction modelled (the median and largest |error|
 of each group; sets marked plausibility-only are counted apart), and the single-GPU `parplan launch`
-grids (H100: benchmarks/results/2026-11-22-h100 and 2026-11-23-h100; H200: 2026-11-28-h200; step time with
+grids (H100: benchmarks/results/2026-11-22-h100 and 2026-11-23-h100; H200: 2026-11-28-h200 and 2026-12-04-h200; step time with
 the datasheet profile and with each session's calibrated profile, peak memory against the allocator's).  tests/test_validate.py and tests/test_gpu_results.py recompute
 both and fail when the file no longer matches the cost model.  Nothing here imports torch.
 """

@@ -258,8 +258,9 @@ class Training(Strict):
         "all-gather latency is exposed: Dubey et al. 2024 sec. 3.3.2).")
     attention_kernel: Literal["profile", "triton-2022"] = Field(
         "profile", description="The fused attention kernel's speed: profile = the hardware profile's measured "
-        "attention curve (torch's scaled_dot_product_attention flash kernel on that GPU: parplan's runtime, "
-        "torchtitan); triton-2022 = the Triton FlashAttention of 2022 (flash_attn_triton on triton 2.0.0.dev20221202, "
+        "attention curve (the kernel torch's scaled_dot_product_attention picks on that GPU, as parplan's runtime "
+        "and torchtitan run it: cuDNN's fused attention on the H200 and H100 with torch 2.11, "
+        "benchmarks/results/2026-12-04-h200/attention_backends.md); triton-2022 = the Triton FlashAttention of 2022 (flash_attn_triton on triton 2.0.0.dev20221202, "
         "llm-foundry's attn_impl triton), which FlashAttention-2 outruns 1.3-1.5x forward and 2x backward (Dao 2023, "
         "sec. 4.1, A100), capped at FlashAttention-2's published best on the GPU (flash_attention_2_tflops: 335 "
         "TFLOP/s on H100, which a kernel without Hopper instructions does not pass).")

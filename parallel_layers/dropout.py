@@ -144,8 +144,19 @@ def keyed_mask(shape, p: float, device, keys) -> torch.Tensor:
     return mask
 
 
-def hidden_dropout(x: torch.Tensor, state: Optional[DropoutState], key: Optional[torch.Tensor], layer: int, site: str):
-    """Dropout of a hidden state x (b, s_local, h) at (layer, site) of the micro-batch `key`; x itself without one."""
+def dropout_layer_key(layer: int) -> torch.Tensor:
+    """A block's layer number as the dropout functions take it inside a compiled block: a CPU int64 tensor, not an
+    int.  torch.compile guards an int attribute of a module on its value, so the code it resumes after each dropout's
+    graph break (the dropouts run outside its graphs) compiled once per layer, and past torch._dynamo's
+    recompile_limit (8) the later layers ran that code uncompiled: on 2026-12-04's H200, a 24-layer gpt with dropout
+    dispatched 38.7 ms a step more than without (benchmarks/results/2026-12-04-h200).  A tensor is guarded on its
+    dtype and shape alone; the functions below read its value on the host (a CPU tensor: no device sync)."""
+    return torch.tensor(layer, dtype=torch.int64)
+
+
+def hidden_dropout(x: torch.Tensor, state: Optional[DropoutState], key: Optional[torch.Tensor], layer, site: str):
+    """Dropout of a hidden state x (b, s_local, h) at (layer, site) of the micro-batch `key`; x itself without one.
+    layer: an int, or dropout_layer_key's tensor."""
     if state is None or key is None or state.p_hidden <= 0.0:
         return x
     return _hidden_dropout(x, state, key, layer, site)
@@ -155,6 +166,7 @@ def hidden_dropout(x: torch.Tensor, state: Optional[DropoutState], key: Optional
 def _hidden_dropout(x, state, key, layer, site):
     """Left out of torch.compile's graphs (a graph break): the generator's seeding is host work."""
     seed, step, *indices = key.tolist()
+    layer = int(layer)
     if sum(length for _, _, length in state.blocks) != x.shape[1]:
         raise ValueError(f"hidden dropout over {x.shape[1]} tokens where the rank holds {state.blocks}")
     keys = [[(off, length, stable_seed("dropout", seed, step, i, layer, site, start)) for off, start, length in state.blocks]
@@ -169,8 +181,10 @@ def attention_dropout_p(state: Optional[DropoutState], key: Optional[torch.Tenso
 
 @contextmanager
 def attention_rng(state: DropoutState, key: torch.Tensor, layer: int, device: torch.device):
-    """The default generator of `device` seeded for one attention call's dropout (its state restored after)."""
+    """The default generator of `device` seeded for one attention call's dropout (its state restored after).
+    layer: an int, or dropout_layer_key's tensor."""
     seed, step, *indices = key.tolist()
+    layer = int(layer)
     g = (torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
          if device.type == "cuda" else torch.default_generator)
     saved = g.get_state()

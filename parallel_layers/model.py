@@ -52,7 +52,7 @@ from parallel_layers.layers import (
 )
 from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_kv, local_positions
 from parallel_layers.data import stable_seed
-from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, hidden_dropout
+from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, dropout_layer_key, hidden_dropout
 from parallel_layers.mappings import _size
 
 # torchtitan's op-level selective activation checkpointing (selective_ac_option = "op";
@@ -252,6 +252,7 @@ class Attention(nn.Module):
         tp = _size(tp_group)
         self.tp_group, self.sp, self.selective = tp_group, sp, recompute == "selective"
         self.layer_id, self.dropout = i, None  # dropout: the stage's DropoutState (set by StageModule.set_dropout)
+        self.dropout_layer = dropout_layer_key(i)
         self.cp_group, self.cp = cp_group, _size(cp_group)
         self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
@@ -276,7 +277,7 @@ class Attention(nn.Module):
             return self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim))
         core = functools.partial(_core_attention_rope, theta=self.rope_theta) if self.rope else _core_attention
         if attention_dropout_p(self.dropout, key) > 0:
-            core = functools.partial(_dropout_attention, core, self.dropout, key, self.layer_id)
+            core = functools.partial(_dropout_attention, core, self.dropout, key, self.dropout_layer)
         if self.selective:
             o = checkpoint(core, q, k, v, use_reentrant=False)  # (b, nh/tp, s, d)
         else:
@@ -290,13 +291,13 @@ class Attention(nn.Module):
         K/V are saved, not the gathered whole sequence (cp x as large) nor each chunk's output, and
         the backward gathers again (as full and op-level selective recompute do)."""
         pos = local_positions(q.shape[2], self.cp_rank, self.cp, q.device)
-        if self.rope:
-            key = ("cp", self.cp_rank, self.cp)
-            q, k = rotary(q, pos, key, self.rope_theta), rotary(k, pos, key, self.rope_theta)
+        if self.rope:  # (the rotary tables' cache key: `key` stays the micro-batch's dropout key)
+            rope_key = ("cp", self.cp_rank, self.cp)
+            q, k = rotary(q, pos, rope_key, self.rope_theta), rotary(k, pos, rope_key, self.rope_theta)
         starts = chunk_starts(q.shape[2], self.cp_rank, self.cp)
         attend = self._gathered_attention
         if attention_dropout_p(self.dropout, key) > 0:
-            attend = functools.partial(_dropout_attention, attend, self.dropout, key, self.layer_id)
+            attend = functools.partial(_dropout_attention, attend, self.dropout, key, self.dropout_layer)
         if self.selective:
             return checkpoint(attend, q, k, v, pos, starts, use_reentrant=False)
         return attend(q, k, v, pos, starts)
@@ -338,6 +339,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
         super().__init__()
         self.layer_id = i
+        self.dropout_layer = dropout_layer_key(i)
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
         self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group)
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
@@ -357,8 +359,8 @@ class Block(nn.Module):
 
     def _forward(self, x, key=None):
         drop = self.attn.dropout
-        x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, self.layer_id, "attention")
-        return x + hidden_dropout(self.mlp(self.norm2(x)), drop, key, self.layer_id, "mlp")
+        x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, self.dropout_layer, "attention")
+        return x + hidden_dropout(self.mlp(self.norm2(x)), drop, key, self.dropout_layer, "mlp")
 
 
 class PositionEmbedding(_ShardedModule):

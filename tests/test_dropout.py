@@ -117,3 +117,36 @@ def test_a_compiled_block_compiles_once_and_matches_eager(recompute):
     _, compiled = run(plan, steps=3, compile=True)
     assert counters["stats"]["unique_graphs"] == graphs
     assert compiled == pytest.approx(eager, rel=1e-5)
+
+
+def test_compiled_blocks_share_their_graphs_across_layers():
+    """The dropouts take the layer number as a tensor (dropout_layer_key): torch.compile guarded an int on its value,
+    so the code after each dropout's graph break compiled once per layer, and past its recompile limit (8) the later
+    layers ran it uncompiled (a 24-layer gpt with dropout on the H200, 2026-12-04).  Twelve layers compile no graph
+    that two did not."""
+    from torch._dynamo.utils import counters
+    run(tiny_plan(dict(TINY_GPT, layers=2), dropout=True), steps=1, compile=True)
+    graphs = counters["stats"]["unique_graphs"]
+    _, losses = run(tiny_plan(dict(TINY_GPT, layers=12), dropout=True), steps=2, compile=True)
+    assert counters["stats"]["unique_graphs"] == graphs
+    _, eager = run(tiny_plan(dict(TINY_GPT, layers=12), dropout=True), steps=2)
+    assert losses == pytest.approx(eager, rel=1e-5)
+
+
+@pytest.mark.multirank
+def test_a_rotary_model_drops_attention_under_context_parallelism(tmp_path):
+    """Llama at cp 2 with both dropouts (its attention's masks each cp rank's own): the rotary tables' cache key under
+    context parallelism once took the dropout key's name, so the attention dropout was handed a tuple and the run
+    stopped.  Two gloo ranks, selective recompute (the attention and its dropout re-run in the backward)."""
+    import json
+
+    from tests.runtime_helpers import suite
+    jobs = [suite._job(tmp_path, name, tiny_plan(TINY_LLAMA, tp=1, pp=1, dp=1, cp=2, recompute="selective",
+                                                 dropout=drop), {}, steps=2)
+            for name, drop in (("dropout", True), ("plain", False))]
+    r = suite.run_jobs(jobs, 2, tmp_path, "cp-dropout", timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    losses = {name: [s["loss"] for s in json.loads((tmp_path / name / "report.json").read_text())["steps"]]
+              for name in ("dropout", "plain")}
+    assert json.loads((tmp_path / "dropout" / "report.json").read_text())["dropout"] == {"hidden": 0.1, "attention": 0.1}
+    assert all(abs(a - b) > 1e-5 for a, b in zip(losses["dropout"], losses["plain"])), losses

@@ -177,6 +177,11 @@ def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
     assert re.search(r"calibrate --base h200-sxm-141gb --sustained \d+", h200)
     assert h200.index("long_run ") < h200.index("gpu_grid.py --out \"$R/grid\"")
     assert "long_run " in (ROOT / "benchmarks" / "gpu_next.sh").read_text()
+    for script in ("gpu_h200.sh", "gpu_next.sh"):  # every grid entry the calls name exists (an unknown one stops the grid)
+        text = (ROOT / "benchmarks" / script).read_text()
+        listed = [w for block in re.findall(r"gpu_grid\.py --out \"\$R/grid\".*?--only \\\n(.*?)2>&1", text, re.S)
+                  for w in block.replace("\\", " ").split()]
+        assert len(listed) >= 8 and all(n in names for n in listed), (script, [n for n in listed if n not in names])
 
 
 def test_readme_quotes_the_sustained_gap_as_generated():

@@ -10,9 +10,8 @@
 # 2. `parplan calibrate --sustained 60` from the shipped H200 profile (timed: the issue's bar is under 5 minutes;
 #    --sustained runs the best GEMM back to back for a minute and writes what it sustains as the profile's
 #    sustained_matmul_fraction, instead of keeping the value fitted to Megatron's multi-GPU table);
-# 2b. one long launch (llama-3b-mbs4-none, 200 steps, about a minute) with nvidia-smi sampling clocks, power and
-#    temperature (gpu_call_start.sh long_run): does a run slow as the GPU settles (benchmarks/sustained_drift.py)?
-# 2c. torch's SDPA kernels side by side, flash, cuDNN and efficient (benchmarks/attention_backends.py, seconds);
+# 2b. the calibrate's host probe at the grid's 1.3B width as well as its own (benchmarks/host_probe_width.py; the
+#    2026-12-04 call ran a 200-step long run and the SDPA kernels here instead, both answered since);
 # 3. grid entries (benchmarks/gpu_grid.py) predicted with step 2's profile, in the order of the open questions
 #    of 2026-11-28's H200 session (README, How accurate), until the call's time is spent;
 # 4. grids.json, so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every report
@@ -45,16 +44,14 @@ json.dump({"about": f"One device call of benchmarks/gpu_h200.sh on {gpu} ({torch
           open(sys.argv[1] + "/grids.json", "w"), indent=1)
 EOF
 
+# the probe at the launches' width (benchmarks/host_probe_width.py): 2026-11-28's and 2026-12-04's calibrates read
+# full recompute 1.2-1.5x under the launches on their machines, no recompute within about 10 %: is it the probe's
+# 256-wide block?  (The 200-step long run and the SDPA kernels, which the 2026-12-04 call ran here, are answered:
+# results/2026-12-04-h200, README; gpu_next.sh still runs the long run on an H100.)
 t0=$SECONDS
-long_run "$R/h200-calibrated.toml" 200 200
-echo "long run took $(( SECONDS - t0 )) s"
-
-# the SDPA kernels side by side (flash, cuDNN, efficient) at calibrate's shapes: is the profile's FlashAttention-2
-# curve what NeMo's cuDNN attention runs at? (benchmarks/attention_backends.py; the held-out NeMo sets' lead)
-t0=$SECONDS
-timeout 120 python3 benchmarks/attention_backends.py --out "$R/attention_backends.md" --json "$R/attention_backends.json" \
-  2>&1 | tail -12
-echo "attention backends took $(( SECONDS - t0 )) s"; pack
+timeout 240 python3 benchmarks/host_probe_width.py --device cuda --out "$R/host_probe_width.md" \
+  --json "$R/host_probe_width.json" 2>&1 | tail -12
+echo "probe width took $(( SECONDS - t0 )) s"; pack
 
 left=$(( LIMIT - SECONDS ))
 echo "grid: ${left} s left"
@@ -69,4 +66,4 @@ timeout "$left" python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h2
   gpt-1.3b-mbs4-none-dropout llama-1.3b-mbs1-accum8 llama-3b-mbs1-none llama-1.3b-mbs1-none llama-1.3b-mbs1-full \
   gpt-1.3b-mbs4-none llama-0.5b-mbs1-none llama-0.5b-mbs4-full llama-1.3b-mbs4-selective llama-3b-mbs4-full \
   2>&1 | cut -c1-250
-pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R, sustained_drift.py $R)"
+pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R)"

@@ -712,15 +712,21 @@ HOST_REPEATS = 3  # pairs of runs per mode: the median of their estimates, and t
 HOST_NOISY = 0.25  # a mode whose repeats spread more than this (max - min over median) gets a note
 
 
-def _host_probe_plan(blocks: int, recompute: str, device_type: str):
-    """A llama so small (hidden 256, 128 tokens, one sample) that every kernel is launch-bound."""
+# the probe's block: a llama so small (hidden 256, 128 tokens, one sample) that every kernel is launch-bound
+PROBE_SHAPE = {"hidden": 256, "heads": 4, "kv_heads": 2, "ffn_hidden": 512, "seq_len": 128}
+
+
+def _host_probe_plan(blocks: int, recompute: str, device_type: str, shape: dict | None = None):
+    """The probe's plan: `blocks` llama blocks of PROBE_SHAPE, or of `shape` where given (any of its keys;
+    benchmarks/host_probe_width.py runs the probe at a launch's own width)."""
     from .core import recommend
     from .schema import ModelSpec
     from .search import Pins
 
-    spec = ModelSpec(arch="llama", layers=blocks, hidden=256, heads=4, kv_heads=2, ffn_hidden=512, vocab=1024,
-                     name=f"host-probe-{blocks}")
-    return recommend(spec, gpus=1, seq_len=128, global_batch_size=1,
+    s = {**PROBE_SHAPE, **(shape or {})}
+    spec = ModelSpec(arch="llama", layers=blocks, hidden=s["hidden"], heads=s["heads"], kv_heads=s["kv_heads"],
+                     ffn_hidden=s["ffn_hidden"], vocab=1024, name=f"host-probe-{blocks}")
+    return recommend(spec, gpus=1, seq_len=s["seq_len"], global_batch_size=1,
                      precision="master-weights" if device_type == "cuda" else "fp32",
                      pins=Pins(tp=1, pp=1, dp=1, cp=1, mbs=1, zero=0, recompute=recompute, offload="none"),
                      suggest=False)
@@ -745,7 +751,7 @@ def host_block_estimate(pairs: list[dict]) -> tuple[float, float | None, float |
 
 def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HOST_MODES,
                        shares: dict | None = None, repeats: int = HOST_REPEATS,
-                       spread: dict | None = None) -> dict[str, float]:
+                       spread: dict | None = None, shape: dict | None = None) -> dict[str, float]:
     """Host seconds to dispatch one block's forward + backward in parplan's own runtime, per recompute
     mode: the runtime (torchrun, --compile on cuda, as `parplan launch` runs it) trains the tiny probe
     with 2 and with 10 blocks, `repeats` times in turn; each pair gives (median step time difference) / 8, and
@@ -754,7 +760,8 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
     process (`parallel_layers.probe`): one start-up and one compile per mode instead of one per run.  `shares`,
     if given, gets each mode's forward share of that dispatch (the profile's host_forward_share): the difference
     of the runs' forward dispatch (`host_forward_s`) over the difference of their whole dispatch, where both are
-    in the reports and the share lies in (0, 1).  `spread`, if given, gets each mode's spread over its pairs."""
+    in the reports and the share lies in (0, 1).  `spread`, if given, gets each mode's spread over its pairs.
+    `shape`: the probe's block other than PROBE_SHAPE (_host_probe_plan)."""
     import subprocess
 
     from .launch import job_env
@@ -771,7 +778,7 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
             argv.append("--compile")
         for mode, rep, blocks, report in runs:
             plan_path = Path(tmp) / f"plan-{mode}-{rep}-{blocks}.json"
-            plan_path.write_text(_host_probe_plan(blocks, mode, device_type).model_dump_json())
+            plan_path.write_text(_host_probe_plan(blocks, mode, device_type, shape).model_dump_json())
             argv += ["--plan", str(plan_path), "--report", str(report)]
         log = Path(tmp) / "probe.log"
         with open(log, "w") as f:

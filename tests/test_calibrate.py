@@ -712,3 +712,19 @@ def test_the_base_profile_follows_the_gpu_name(device, base):
     from planner.calibrate import base_for_device
     assert base_for_device(device) == (base, True)
     assert base_for_device("NVIDIA L40S") == ("h100-sxm-80gb", False)
+
+
+def test_the_probe_width_script_measures_both_shapes():
+    """benchmarks/host_probe_width.py (a device call's question: does the probe's block width set its reading of
+    full recompute?) on the CPU runtime at tiny shapes: both shapes, both modes, a reading each, and the ratio line."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "host_probe_width", Path(__file__).resolve().parents[1] / "benchmarks" / "host_probe_width.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.measure("cpu", mod.CPU_SHAPES, steps=2, repeats=1)
+    assert [(r["shape"], r["recompute"]) for r in rows] == [(s, m) for s in mod.CPU_SHAPES for m in mod.MODES]
+    assert all(r["host_block_s"] > 0 for r in rows)
+    text = mod.render(rows, "cpu", 1)
+    assert "median of 1 pairs" in text and "Wide over narrow: none " in text and text.count("| probe |") == 2
+    assert mod.SHAPES["probe"] == mod.PROBE_SHAPE and mod.SHAPES["llama-1.3b"]["hidden"] == 2048

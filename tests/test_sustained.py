@@ -166,7 +166,8 @@ def test_committed_gemm_shape_gap_regenerates(tmp_path, monkeypatch):
 
 def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
     """The device scripts' long run names a grid entry that exists (a typo would spend the call's minute on an
-    argparse error), and the H200 call measures the sustained fraction."""
+    argparse error), the H200 call measures the sustained fraction and probes the host at the launches' width, and
+    every grid entry either call names exists."""
     import re
     grid = _script("gpu_grid")
     names = dict(grid.grid())
@@ -175,7 +176,8 @@ def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
     assert only in names
     h200 = (ROOT / "benchmarks" / "gpu_h200.sh").read_text()
     assert re.search(r"calibrate --base h200-sxm-141gb --sustained \d+", h200)
-    assert h200.index("long_run ") < h200.index("gpu_grid.py --out \"$R/grid\"")
+    # the H200 call's long run answered its question on 2026-12-04 (no slowdown over 58 s); the H100 call keeps it
+    assert "long_run " not in h200 and h200.index("host_probe_width.py") < h200.index("gpu_grid.py --out \"$R/grid\"")
     assert "long_run " in (ROOT / "benchmarks" / "gpu_next.sh").read_text()
     for script in ("gpu_h200.sh", "gpu_next.sh"):  # every grid entry the calls name exists (an unknown one stops the grid)
         text = (ROOT / "benchmarks" / script).read_text()
@@ -232,9 +234,10 @@ def test_drift_skips_a_short_long_run_and_refuses_an_empty_folder(tmp_path, caps
         assert not (tmp_path / "page.md").exists()
 
 
-def test_attention_backends_probe_runs_and_the_h200_call_runs_it(tmp_path):
-    """benchmarks/attention_backends.py (the device calls' side-by-side of torch's SDPA kernels) at its CPU shapes:
-    the math kernel, one row a length, the calibrate's FLOP count; gpu_h200.sh runs it on the GPU."""
+def test_attention_backends_probe_runs_and_its_result_is_committed(tmp_path):
+    """benchmarks/attention_backends.py (the side-by-side of torch's SDPA kernels) at its CPU shapes: the math kernel,
+    one row a length, the calibrate's FLOP count; its H200 run (2026-12-04's gpu_h200.sh) is committed, and the
+    calibrate of the same call reads the cuDNN column (README, How accurate)."""
     probe = _script("attention_backends")
     out = tmp_path / "a.md"
     assert probe.main(["--device", "cpu", "--quick", "--out", str(out), "--json", str(tmp_path / "a.json")]) == 0
@@ -243,4 +246,11 @@ def test_attention_backends_probe_runs_and_the_h200_call_runs_it(tmp_path):
     assert [ln.split("|")[1].strip() for ln in rows] == ["128", "256", "512"] and "| MATH |" in text
     data = json.loads((tmp_path / "a.json").read_text())
     assert all(r["tflops_causal"] > 0 for r in data["rows"]["MATH"])
-    assert "benchmarks/attention_backends.py --out" in (ROOT / "benchmarks" / "gpu_h200.sh").read_text()
+    gpu = json.loads((ROOT / "benchmarks" / "results" / "2026-12-04-h200" / "attention_backends.json").read_text())
+    cudnn = {r["seq"]: r["tflops_causal"] for r in gpu["rows"]["CUDNN_ATTENTION"]}
+    flash = {r["seq"]: r["tflops_causal"] for r in gpu["rows"]["FLASH_ATTENTION"]}
+    assert all(1.6 < cudnn[s] / flash[s] < 1.9 for s in cudnn)
+    prof = hardware_profiles.tomllib.loads((ROOT / "benchmarks" / "results" / "2026-12-04-h200" / "h200-calibrated.toml").read_text())
+    for seq, frac in prof["attention_efficiency_curve"]:
+        if int(seq) in cudnn:
+            assert abs(frac * prof["peak_dense_tflops"]["bf16"] / cudnn[int(seq)] - 1) < 0.07, seq

@@ -624,9 +624,23 @@ def log(msg: str) -> None:
         print(f"{LOG_PREFIX} {msg}", flush=True)
 
 
+def recompile_limit_hits() -> int:
+    """How many times torch.compile has hit its recompile limit in this process (torch._dynamo's counters, which name
+    it in their `unimplemented` reasons): past it, a code object's calls run uncompiled from then on, a step time the
+    plan's prediction does not assume (2026-12-04's H200 dropout run, before the dropouts took their layer as a
+    tensor).  0 where torch keeps no such counter."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover - every torch this runs on has it
+        return 0
+    return sum(n for reason, n in counters.get("unimplemented", {}).items()
+               if "recompile limit" in reason.lower() or "recompile_limit" in reason.lower())
+
+
 def run(plan, opts: RunOptions) -> Optional[dict]:
     """Train opts.steps steps (counting those done before a resume); the report on rank 0."""
     device = torch.device("cuda", torch.cuda.current_device()) if opts.device == "cuda" else torch.device("cpu")
+    limit_hits = recompile_limit_hits()  # run_plans runs several plans in one process: this run's own, below
     if device.type == "cuda" and opts.memory_snapshot:  # from the start: weights and states are in the trace too
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")  # "all" slows every alloc
     # cpu: the CPU allocator's running total through the profiler, from before the model exists
@@ -657,7 +671,8 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
                         grad_buckets=None if red is None else red.last_step,
                         resumed_from=rt.extra.get("resumed_from"),
                         param_overlap=(rt.optimizer.overlap_gather if isinstance(rt.optimizer, ShardedAdamW)
-                                       and plan.parallel.dp > 1 else None))
+                                       and plan.parallel.dp > 1 else None),
+                        recompile_limit=recompile_limit_hits() - limit_hits)
 
 
 def _build_and_train(plan, opts: RunOptions, device: torch.device):
@@ -766,7 +781,8 @@ def settle_parameters(rt: Runtime) -> None:
 def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
                  comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None,
                  grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None,
-                 grad_buckets: Optional[dict] = None, resumed_from: Optional[dict] = None) -> dict:
+                 grad_buckets: Optional[dict] = None, resumed_from: Optional[dict] = None,
+                 recompile_limit: int = 0) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
     comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
     wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad).
@@ -849,6 +865,10 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
     if wgrad_fusion is not None and wgrad_fusion != plan_fuses_wgrad(plan.training, plan.parallel):
         notes.append(f"the runtime {'did' if wgrad_fusion else 'did not'} fuse the gradient accumulation into the "
                      f"weight-gradient GEMMs; the prediction assumed it {'did not' if wgrad_fusion else 'did'}")
+    if recompile_limit:
+        notes.append(f"torch.compile hit its recompile limit {recompile_limit} time(s) on rank 0: those code objects "
+                     "ran uncompiled from then on, so the step time is slower than the prediction assumes (run with "
+                     "TORCH_LOGS=recompiles to see what changed between calls)")
     return {
         "plan": json.loads(plan.model_dump_json()),
         "device": device.type if device.type != "cuda" else torch.cuda.get_device_name(device),

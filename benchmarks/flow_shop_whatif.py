@@ -34,14 +34,19 @@ SESSIONS = {  # session: [(grid folder, calibrated profile it is predicted with)
 SHARES = {"none": 0.55, "selective": 0.55, "full": 0.35}
 
 
+def session_launches(session: str, grids=None):
+    """(session, report path, calibrated profile) of a session's launches; grids None: its grids.json names them."""
+    root = RESULTS / session
+    if grids is None:
+        grids = [(g, spec["calibrated"]) for g, spec in json.loads((root / "grids.json").read_text())["grids"].items()]
+    for grid, cal in grids:
+        for rep in sorted((root / grid).glob("*/report.json")):
+            yield session, rep, root / cal
+
+
 def launches():
     for session, grids in SESSIONS.items():
-        root = RESULTS / session
-        if grids is None:
-            grids = [(g, spec["calibrated"]) for g, spec in json.loads((root / "grids.json").read_text())["grids"].items()]
-        for grid, cal in grids:
-            for rep in sorted((root / grid).glob("*/report.json")):
-                yield session, rep, root / cal
+        yield from session_launches(session, grids)
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from flow_shop_whatif import RESULTS, launches as flow_shop_launches  # noqa: E402
+from flow_shop_whatif import launches as flow_shop_launches, session_launches  # noqa: E402
 from gpu_accuracy import measured, prediction, write_or_print  # noqa: E402
 
 SCAN = np.round(np.arange(0.78, 1.0001, 0.01), 2)
@@ -42,10 +42,7 @@ def committed_launches():
     """(session, report path, calibrated profile) of every committed launch: flow_shop_whatif's, then LATER's."""
     yield from flow_shop_launches()
     for session in LATER:
-        root = RESULTS / session
-        for grid, spec in json.loads((root / "grids.json").read_text())["grids"].items():
-            for rep in sorted((root / grid).glob("*/report.json")):
-                yield session, rep, root / spec["calibrated"]
+        yield from session_launches(session)
 
 
 def launches(tmp: Path) -> list[dict]:

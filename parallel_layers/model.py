@@ -251,8 +251,8 @@ class Attention(nn.Module):
         h, d, gpt = cfg.hidden, cfg.head_dim, cfg.arch == "gpt"
         tp = _size(tp_group)
         self.tp_group, self.sp, self.selective = tp_group, sp, recompute == "selective"
-        self.layer_id, self.dropout = i, None  # dropout: the stage's DropoutState (set by StageModule.set_dropout)
-        self.dropout_layer = dropout_layer_key(i)
+        # dropout: the stage's DropoutState (set by StageModule.set_dropout); the layer as the dropouts take it
+        self.dropout, self.dropout_layer = None, dropout_layer_key(i)
         self.cp_group, self.cp = cp_group, _size(cp_group)
         self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
@@ -339,7 +339,6 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
         super().__init__()
         self.layer_id = i
-        self.dropout_layer = dropout_layer_key(i)
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
         self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group)
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
@@ -358,9 +357,9 @@ class Block(nn.Module):
         return self._forward(x, key)
 
     def _forward(self, x, key=None):
-        drop = self.attn.dropout
-        x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, self.dropout_layer, "attention")
-        return x + hidden_dropout(self.mlp(self.norm2(x)), drop, key, self.dropout_layer, "mlp")
+        drop, layer = self.attn.dropout, self.attn.dropout_layer
+        x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, layer, "attention")
+        return x + hidden_dropout(self.mlp(self.norm2(x)), drop, key, layer, "mlp")
 
 
 class PositionEmbedding(_ShardedModule):

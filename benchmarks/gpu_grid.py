@@ -72,7 +72,8 @@ def grid() -> list[tuple[str, list[str]]]:
     out.append(("llama-1.3b-mbs4-none-fp16", llama13 + ["--recompute", "none", "--dtype", "fp16"]))
     # dropout (parallel_layers.dropout, 2026-12-03, checked on CPU only): the gpt above with Megatron's 0.1 on the
     # embedding, the attention probabilities (inside the flash kernel) and both residual branches, 1-byte masks kept;
-    # compiled, with the dropouts outside the graphs (launch says the prediction counts Megatron's fused
+    # compiled: since 2026-12-04 (after that day's H200 run of this entry) the hidden masks are hashed inside the
+    # blocks' graphs, the attention's dropout stays outside them (launch says the prediction counts Megatron's fused
     # bias-dropout-add)
     gpt13 = next(a for n, a in out if n == "gpt-1.3b-mbs4-none")
     out.append(("gpt-1.3b-mbs4-none-dropout", gpt13 + ["--dropout"]))

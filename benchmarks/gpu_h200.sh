@@ -58,7 +58,8 @@ echo "grid: ${left} s left"
 # `timeout 0` would mean no limit at all: with under a minute left there is no grid entry to finish anyway
 [ "$left" -ge 60 ] || { pack; echo "no time left for the grid"; exit 0; }
 # the dropout run first (2026-12-04 ran it 24 % slower than its twin, torch.compile past its recompile limit; the
-# runtime fixed since on CPU: the same entry again says what the fix gives on a GPU), then the entries no H200 call
+# runtime fixed since on CPU, and its hidden masks hashed inside the compiled blocks: the same entry again says what
+# the two give on a GPU), then the entries no H200 call
 # has reached (eight micro-batches; the 3B at micro-batch 1), then launch-bound runs of both recompute modes on this
 # call's host (the calibrate probe read full recompute 1.2-1.5x under the launches, no recompute within ~10 %),
 # then the rest

@@ -17,16 +17,28 @@ runs of consecutive positions a rank holds (its context-parallel chunks, its seq
 cut at the largest size that divides them all, so a rank makes one or two draws a sample and site; a run with
 other splits cuts other blocks and draws other masks, unless ``block_tokens`` fixes the size for both (the
 layout tests set it).
+
+Compiled runs.  A run that compiles its blocks (``--compile``, launch's default on a GPU; ``masks="hash"``) takes each
+hidden-dropout mask instead from a counter-based hash of (run seed, step, global sample index, layer, site, global
+position, channel), computed inside the block's graph (hash_keep_mask): no graph break, no host seeding, one fused
+kernel with the residual add, as Megatron's fused bias-dropout-add runs (the embedding's, outside the blocks,
+through a compiled function of its own).  These masks differ from the keyed generator's but are a function of the
+same coordinates, to the element: the same under any tensor, sequence, context or pipeline split, micro-batch size
+or recompute, with no blocks of tokens to agree on; an eager run with ``masks="hash"`` draws the same bits (the
+tests compare compiled and eager runs with it).
+
 The attention dropout runs inside torch's scaled_dot_product_attention, which draws from the device's default
 generator: it is re-seeded from (run seed, step, the micro-batch's sample indices, layer, tp rank, cp rank) for
 the call and restored after, so each tensor-parallel rank's heads get their own masks and a recompute the same.
+That seeding is host work outside torch.compile's graphs: in a compiled block the attention's dropout is still a
+graph break (the hidden ones no longer are).
 """
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -57,23 +69,62 @@ class DropoutState:
     cp: int = 1
     tp: int = 1
     block_tokens: Optional[int] = None  # the blocks' size (None: the largest that divides the rank's runs)
-    current: Optional[torch.Tensor] = None
+    current: Optional["DropoutKey"] = None
     step: int = 0
     replica_indices: list = field(default_factory=list)
     micro_batch_size: int = 1
+    # the hidden masks: "keyed" (the generator: a graph break each in a compiled block) or "hash" (hash_keep_mask);
+    # fused: hash masks outside a compiled graph (the embedding's) run through a compiled function of their own
+    masks: str = "keyed"
+    fused: bool = False
+    device: str = "cpu"  # where the runtime's tensors live: the hash's per-micro-batch rows are put there
+    hidden: int = 0  # the model's width: the hash's channel keys are made once for it (0: made at each use)
 
     def begin_step(self, step: int, replica_indices: list, micro_batch_size: int) -> None:
         self.step, self.replica_indices, self.micro_batch_size = step, list(replica_indices), micro_batch_size
 
     def begin(self, micro_batch: int) -> None:
         b = self.micro_batch_size
-        self.current = torch.tensor([self.seed, self.step, *self.replica_indices[micro_batch * b:(micro_batch + 1) * b]],
-                                    dtype=torch.int64)
+        samples = self.replica_indices[micro_batch * b:(micro_batch + 1) * b]
+        host = torch.tensor([self.seed, self.step, *samples], dtype=torch.int64)
+        # each sample's 32-bit prefix of the hash, made on the host and copied without a stream sync (non_blocking:
+        # a pageable source is staged at once, and nothing here writes the host tensor again)
+        rows = torch.tensor([sample_prefix(self.seed, self.step, i) for i in samples], dtype=torch.int64)
+        self.current = DropoutKey(host, rows.to(self.device, non_blocking=True))
 
     def __post_init__(self):
+        if self.masks not in ("hash", "keyed"):
+            raise ValueError(f"dropout masks must be hash or keyed, got {self.masks!r}")
         sp_tp = self.tp if self.sp else 1
         self.blocks = token_blocks(self.seq_len, self.cp, self.cp_rank, sp_tp, self.tp_rank if sp_tp > 1 else 0,
                                    self.block_tokens) if self.seq_len else []
+        # the global position of each token the rank holds (the hash's), on the run's device
+        runs = token_runs(self.seq_len, self.cp, self.cp_rank, sp_tp, self.tp_rank if sp_tp > 1 else 0) \
+            if self.seq_len else []
+        self.positions = torch.tensor([start + i for _, start, length in runs for i in range(length)],
+                                      dtype=torch.int64, device=self.device)
+        self.channels = self._channel_keys(self.hidden) if self.hidden else None
+
+    def _channel_keys(self, hidden: int) -> torch.Tensor:
+        return mix32(torch.arange(hidden, dtype=torch.int64, device=self.device) ^ _CHANNEL_SALT)
+
+    def channel_keys(self, hidden: int) -> torch.Tensor:
+        """(hidden,) mixed channel numbers on the run's device: the ones made for the model's width, a tensor the
+        compiled graphs read (their kernels then do not mix the channel per element), or made here for another."""
+        if self.channels is not None and self.channels.shape[0] == hidden:
+            return self.channels
+        return self._channel_keys(hidden)
+
+
+class DropoutKey(NamedTuple):
+    """A micro-batch's dropout key, handed to its blocks as an argument (a recompute gets it again): ``host``, (seed,
+    step, global sample indices) as a CPU int64 tensor, seeds the keyed generators on the host; ``rows``, each
+    sample's 32-bit hash prefix (sample_prefix) on the run's device, is what hash_keep_mask reads inside a graph.
+    Tensors, not ints: torch.compile takes a tensor as an input, where it would specialise a compiled block on every
+    step's ints and compile it again."""
+
+    host: torch.Tensor
+    rows: torch.Tensor
 
 
 def token_runs(seq_len: int, cp: int, cp_rank: int, sp_tp: int, tp_rank: int) -> list[tuple[int, int, int]]:
@@ -144,6 +195,60 @@ def keyed_mask(shape, p: float, device, keys) -> torch.Tensor:
     return mask
 
 
+_M32 = 0xFFFFFFFF
+_CHANNEL_SALT = 0x2545F491  # any odd constant: channel 0 does not hash as a zero
+_SITES = {"embedding": 1, "attention": 2, "mlp": 3}
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (Wellons' lowbias32: xorshift-multiply rounds, full avalanche) of the low 32 bits of an
+    int64 tensor, in int64 lanes masked to 32 bits after each product: every step is defined integer arithmetic
+    on any device and in any compiled kernel (a product of a 32-bit value and a 32-bit constant fits in the 64 bits'
+    low half exactly), so eager and compiled code give the same bits."""
+    x = x & _M32
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _M32
+    return x ^ (x >> 16)
+
+
+def _mix_int(v: int) -> int:
+    """mix32 of a Python int (the host's share of the hash)."""
+    v &= _M32
+    v ^= v >> 16
+    v = (v * 0x7FEB352D) & _M32
+    v ^= v >> 15
+    v = (v * 0x846CA68B) & _M32
+    return v ^ (v >> 16)
+
+
+def sample_prefix(seed: int, step: int, sample: int) -> int:
+    """The hash's 32-bit prefix for one sample of one step: the run seed, the step and the global sample index, each
+    folded whole (64 bits) into the chain."""
+    h = 0
+    for v in (seed, step, sample):
+        h = _mix_int(h ^ _mix_int(v & _M32) ^ _mix_int((v >> 32) + 0x9E3779B9))
+    return h
+
+
+def hash_keep_mask(shape, p: float, rows: torch.Tensor, layer, site: str, positions: torch.Tensor,
+                   channels: torch.Tensor) -> torch.Tensor:
+    """A boolean keep-mask of shape (b, s, h) with P(keep) = 1 - p (to 2^-32): element (j, t, c) keeps when
+    mix32(mix32(rows[j] ^ mix32(layer, site) ^ positions[t]) ^ channels[c]) >= p * 2^32.  rows: the micro-batch's
+    sample prefixes (DropoutKey.rows); layer: an int or a 0-d int64 tensor on the rows' device; positions: the global
+    position of each of the s tokens; channels: DropoutState.channel_keys.  Pointwise integer work that torch.compile
+    fuses into the kernel that applies the mask; eager, a few (b, s, h) int64 temporaries."""
+    b, s, h = shape
+    if rows.shape[0] != b or positions.shape[0] != s or channels.shape[0] != h:
+        raise ValueError(f"hash mask of {tuple(shape)} from {rows.shape[0]} rows, {positions.shape[0]} positions "
+                         f"and {channels.shape[0]} channels")
+    where = mix32(torch.as_tensor(layer, dtype=torch.int64, device=rows.device) * 4 + _SITES[site])  # 0-d
+    token = mix32((rows ^ where)[:, None] ^ positions[None, :])  # (b, s)
+    v = mix32(token[:, :, None] ^ channels)  # (b, s, h)
+    return v >= int(round(p * 2 ** 32))
+
+
 def dropout_layer_key(layer: int) -> torch.Tensor:
     """A block's layer number as the dropout functions take it inside a compiled block: a CPU int64 tensor, not an
     int.  torch.compile guards an int attribute of a module on its value, so the code it resumes after each dropout's
@@ -160,12 +265,31 @@ def _layer_number(layer) -> int:
     return layer.tolist() if isinstance(layer, torch.Tensor) else int(layer)
 
 
-def hidden_dropout(x: torch.Tensor, state: Optional[DropoutState], key: Optional[torch.Tensor], layer, site: str):
+def hidden_dropout(x: torch.Tensor, state: Optional[DropoutState], key: Optional[DropoutKey], layer, site: str,
+                   layer_rows: Optional[torch.Tensor] = None):
     """Dropout of a hidden state x (b, s_local, h) at (layer, site) of the micro-batch `key`; x itself without one.
-    layer: an int, or dropout_layer_key's tensor."""
+    layer: an int, or dropout_layer_key's tensor; layer_rows: the same on the run's device (the hash's, where given).
+    Masks "hash": hash_keep_mask (in the graph of a compiled block; through _fused_hash_dropout outside one where the
+    state is fused); "keyed": the keyed generator, outside any graph."""
     if state is None or key is None or state.p_hidden <= 0.0:
         return x
-    return _hidden_dropout(x, state, key, layer, site)
+    if state.masks == "keyed":
+        return _hidden_dropout(x, state, key.host, layer, site)
+    if state.positions.shape[0] != x.shape[1]:
+        raise ValueError(f"hidden dropout over {x.shape[1]} tokens where the rank holds {state.positions.shape[0]}")
+    layer = torch.as_tensor(layer, dtype=torch.int64, device=key.rows.device) if layer_rows is None else layer_rows
+    fn = _fused_hash_dropout if state.fused and not torch.compiler.is_compiling() else _hash_dropout
+    return fn(x, state.p_hidden, key.rows, layer, site, state.positions, state.channel_keys(x.shape[2]))
+
+
+def _hash_dropout(x, p: float, rows, layer, site: str, positions, channels):
+    mask = hash_keep_mask(x.shape, p, rows, layer, site, positions, channels)
+    return _Dropout.apply(x, mask, 1.0 / (1.0 - p))
+
+
+# the hash dropout compiled on its own (one fused kernel, no (b, s, h) int64 temporaries): the embedding's, which runs
+# outside the compiled blocks
+_fused_hash_dropout = torch.compile(_hash_dropout)
 
 
 @torch.compiler.disable
@@ -181,15 +305,15 @@ def _hidden_dropout(x, state, key, layer, site):
     return _Dropout.apply(x, mask, 1.0 / (1.0 - state.p_hidden))
 
 
-def attention_dropout_p(state: Optional[DropoutState], key: Optional[torch.Tensor]) -> float:
+def attention_dropout_p(state: Optional[DropoutState], key: Optional[DropoutKey]) -> float:
     return 0.0 if state is None or key is None else state.p_attention
 
 
 @contextmanager
-def attention_rng(state: DropoutState, key: torch.Tensor, layer: int, device: torch.device):
+def attention_rng(state: DropoutState, key: DropoutKey, layer: int, device: torch.device):
     """The default generator of `device` seeded for one attention call's dropout (its state restored after).
     layer: an int, or dropout_layer_key's tensor."""
-    seed, step, *indices = key.tolist()
+    seed, step, *indices = key.host.tolist()
     layer = _layer_number(layer)
     g = (torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
          if device.type == "cuda" else torch.default_generator)

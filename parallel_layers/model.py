@@ -251,8 +251,9 @@ class Attention(nn.Module):
         h, d, gpt = cfg.hidden, cfg.head_dim, cfg.arch == "gpt"
         tp = _size(tp_group)
         self.tp_group, self.sp, self.selective = tp_group, sp, recompute == "selective"
-        # dropout: the stage's DropoutState (set by StageModule.set_dropout); the layer as the dropouts take it
-        self.dropout, self.dropout_layer = None, dropout_layer_key(i)
+        # dropout: the stage's DropoutState (set by StageModule.set_dropout); the layer as the dropouts take it, and
+        # the same on the run's device for the hidden masks' hash (set_dropout puts it there)
+        self.dropout, self.dropout_layer, self.dropout_layer_rows = None, dropout_layer_key(i), None
         self.cp_group, self.cp = cp_group, _size(cp_group)
         self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
@@ -357,9 +358,9 @@ class Block(nn.Module):
         return self._forward(x, key)
 
     def _forward(self, x, key=None):
-        drop, layer = self.attn.dropout, self.attn.dropout_layer
-        x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, layer, "attention")
-        return x + hidden_dropout(self.mlp(self.norm2(x)), drop, key, layer, "mlp")
+        drop, layer, rows = self.attn.dropout, self.attn.dropout_layer, self.attn.dropout_layer_rows
+        x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, layer, "attention", rows)
+        return x + hidden_dropout(self.mlp(self.norm2(x)), drop, key, layer, "mlp", rows)
 
 
 class PositionEmbedding(_ShardedModule):
@@ -430,6 +431,7 @@ class StageModule(nn.Module):
         self.dropout = state
         for block in self.blocks:
             block.attn.dropout = state
+            block.attn.dropout_layer_rows = None if state is None else torch.as_tensor(block.attn.dropout_layer).to(state.device)
 
     def forward(self, x):
         if self.autocast_dtype is not None:

@@ -133,6 +133,9 @@ class RunOptions:
     # test hook: the hidden-dropout masks' blocks of tokens (parallel_layers.dropout.token_blocks), fixed so that runs
     # splitting the sequence differently (SP, cp) draw the same masks
     dropout_block_tokens: Optional[int] = None
+    # the hidden-dropout masks (parallel_layers.dropout.DropoutState.masks): "auto" hashes them in a run that compiles
+    # its blocks (inside their graphs: no graph break) and draws them from the keyed generator in one that does not
+    dropout_masks: str = "auto"
 
 
 @dataclass
@@ -222,7 +225,7 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         for m in modules:
             m.param_wait = rt.optimizer.wait_for
     rt.extra["grad_reduction"] = build_grad_reduction(rt, opts)
-    rt.extra["dropout"] = drop = dropout_state(plan, coords, opts)
+    rt.extra["dropout"] = drop = dropout_state(plan, coords, opts, device)
     for m in modules:
         m.set_dropout(drop)
     # fp16: the loss is multiplied by the scaler's S before every backward (the schedule's loss function reads it)
@@ -243,15 +246,19 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     return rt
 
 
-def dropout_state(plan, coords: RankCoords, opts: RunOptions) -> Optional[DropoutState]:
+def dropout_state(plan, coords: RankCoords, opts: RunOptions, device=None) -> Optional[DropoutState]:
     """The rank's dropout (parallel_layers.dropout) where the plan trains with it: opts.hidden_dropout on the
-    hidden states and opts.attention_dropout on the attention probabilities, keyed by the run's seed."""
+    hidden states and opts.attention_dropout on the attention probabilities, keyed by the run's seed; the hidden
+    masks opts.dropout_masks' ("auto": hashed in a run that compiles its blocks, keyed draws in one that does not)."""
     if not plan.training.dropout or (opts.hidden_dropout <= 0 and opts.attention_dropout <= 0):
         return None
+    masks = opts.dropout_masks if opts.dropout_masks != "auto" else "hash" if opts.compile else "keyed"
     return DropoutState(p_hidden=opts.hidden_dropout, p_attention=opts.attention_dropout, seed=plan.training.seed,
                         tp_rank=coords.tp_rank, cp_rank=coords.cp_rank, sp=plan.parallel.sp and plan.parallel.tp > 1,
                         seq_len=plan.training.seq_len, cp=plan.parallel.cp, tp=plan.parallel.tp,
-                        block_tokens=opts.dropout_block_tokens)
+                        block_tokens=opts.dropout_block_tokens,
+                        masks=masks, fused=opts.compile,
+                        device=str(device or opts.device), hidden=plan.model.hidden)
 
 
 def grad_overlap(plan, opts: RunOptions) -> bool:
@@ -958,6 +965,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.add_argument(f"--{what}-dropout", type=float, default=MEGATRON_DROPOUT,
                         help=f"plans with training.dropout: the {what} dropout rate (default {MEGATRON_DROPOUT}, "
                              "Megatron-LM's)")
+    ap.add_argument("--dropout-masks", choices=["auto", "hash", "keyed"], default="auto",
+                    help="plans with training.dropout: the hidden masks hashed where --compile compiles the blocks "
+                         "and keyed draws where not (auto), or one of the two (parallel_layers.dropout)")
     a = ap.parse_args(argv)
     for what in ("hidden", "attention"):
         p = getattr(a, f"{what}_dropout")
@@ -978,7 +988,8 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
                       overlap_grad_reduce=a.overlap_grad_reduce == "on",
                       overlap_param_gather=a.overlap_param_gather == "on",
                       initial_loss_scale=a.initial_loss_scale, debug_overflow_step=a.debug_overflow_step,
-                      hidden_dropout=a.hidden_dropout, attention_dropout=a.attention_dropout)
+                      hidden_dropout=a.hidden_dropout, attention_dropout=a.attention_dropout,
+                      dropout_masks=a.dropout_masks)
 
 
 def write_report(report: dict, path: str) -> None:

@@ -705,10 +705,11 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
                             "logit at its backward), or with cross_entropy_16bit_grad flash-attn's (its logits' dtype); "
                             "`parplan evaluate` the plan with one of those to compare")
         if t.dropout and t.fused_elementwise:
-            warnings.append("dropout: the runtime draws each hidden-dropout mask and applies it in passes of its own "
-                            "(outside torch.compile's graphs); the prediction counts Megatron's fused bias-dropout-add "
-                            "(the 1-byte masks' traffic only); `parplan evaluate` the plan with fused_elementwise off "
-                            "to compare")
+            warnings.append("dropout: the runtime seeds the attention's dropout outside torch.compile's graphs (a "
+                            "graph break a block) and hashes the hidden masks inside the compiled blocks (integer work "
+                            "a fused kernel of Megatron's does not do; uncompiled, on the CPU, it draws them in passes "
+                            "of their own); the prediction counts Megatron's fused bias-dropout-add (the 1-byte masks' "
+                            "traffic only); `parplan evaluate` the plan with fused_elementwise off to compare")
         if not t.flash_attention:
             warnings.append("the prediction counts unfused attention (score-sized tensors, their memory and passes); "
                             "the runtime runs torch's fused scaled_dot_product_attention; `parplan evaluate` the "

@@ -75,22 +75,29 @@ def test_activation_model_matches_the_runtime(arch, recompute):
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, recompute):
     """Each block's two residual-branch dropouts keep a boolean mask of h per token (Korthikanti 2022's 2sbh of
-    the 34sbh), to the byte; full recompute draws them again in the backward and keeps none but the micro-batch's
-    key (an int64 tensor of seed, step and the b sample indices, one storage for every checkpoint)."""
+    the 34sbh), to the byte; full recompute draws them again in the backward and keeps none (the micro-batch's key,
+    a pair of int64 tensors of 2 + b and b elements, one pair for every checkpoint, is held as an argument of the
+    checkpointed blocks, inside a tuple, which torch's checkpoint keeps by reference, out of the hooks' sight)."""
     b, s, layers = 2, 64, 3
     added = saved_bytes(arch, recompute, b, s, layers, dropout=True) - saved_bytes(arch, recompute, b, s, layers)
-    key = 8 * (2 + b) if recompute == "full" else 0
-    assert added - key == predicted_bytes(arch, recompute, b, s, layers, True) - predicted_bytes(arch, recompute, b, s, layers)
-    assert added - key == (0 if recompute == "full" else layers * 2 * b * s * SHAPES[arch]["hidden"])
+    assert added == predicted_bytes(arch, recompute, b, s, layers, True) - predicted_bytes(arch, recompute, b, s, layers)
+    assert added == (0 if recompute == "full" else layers * 2 * b * s * SHAPES[arch]["hidden"])
 
 
-def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, compiled: bool = False) -> int:
+def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, compiled: bool = False,
+                       dropout: bool = False) -> int:
     """Bytes live after a stage's forward beyond its input and output, from the CPU allocator's trace
     (torch.profiler profile_memory): what the stage keeps for its backward however it keeps it (op-level
-    selective checkpointing caches its saved outputs itself, out of saved_tensors_hooks' sight)."""
+    selective checkpointing caches its saved outputs itself, out of saved_tensors_hooks' sight).  dropout: the
+    hidden dropout with the hash masks a compiling run takes."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
     d, stage = SHAPES[arch], _stage(arch, recompute, s, layers)
+    if dropout:
+        state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s, hidden=d["hidden"], masks="hash")
+        state.begin_step(1, list(range(b)), b)
+        state.begin(0)
+        stage.set_dropout(state)
     if compiled:
         for blk in stage.blocks:
             blk.compile()  # as parplan launch does on cuda
@@ -143,6 +150,18 @@ def test_op_level_selective_recompute_survives_torch_compile():
     compiled = traced_saved_bytes("llama", "selective-op", b, s, layers, compiled=True)
     down_output = b * s * SHAPES["llama"]["hidden"] * 4
     assert compiled == pytest.approx(eager - down_output, rel=0.05), (eager, compiled)
+
+
+def test_compiled_blocks_keep_the_hash_dropouts_two_one_byte_masks():
+    """A compiling run's hidden dropout (hash masks, computed inside the compiled blocks' graphs): the partitioner
+    keeps each dropout's boolean mask, h bytes a token, as the model counts (Megatron's fused bias-dropout-add), and
+    recomputes nothing of it in the backward; the same bytes as eager blocks keep."""
+    b, s, layers = 2, 64, 2
+    plain = traced_saved_bytes("llama", "none", b, s, layers, compiled=True)
+    drop = traced_saved_bytes("llama", "none", b, s, layers, compiled=True, dropout=True)
+    masks = layers * 2 * b * s * SHAPES["llama"]["hidden"]
+    assert drop - plain == masks == predicted_bytes("llama", "none", b, s, layers, True) - predicted_bytes(
+        "llama", "none", b, s, layers), (plain, drop)
 
 
 @pytest.mark.parametrize("kv_heads", [8, 2], ids=["mha", "gqa"])

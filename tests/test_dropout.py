@@ -1,5 +1,7 @@
 """The runtime's dropout (parallel_layers.dropout) on one rank: the masked product and what it saves, the keyed
-masks' rate and keys, the blocks of positions each rank draws, and whole runs: a recompute draws the masks its
+masks' rate and keys, the blocks of positions each rank draws, the compiled runs' hash masks (rate, independence,
+the same bits for every split of the sequence and micro-batch, compiled without a graph break and saving only the
+mask), and whole runs: a recompute draws the masks its
 forward drew (every recompute mode gives the same losses to the bit), the micro-batch size does not change them,
 each of the two dropouts is really applied, and a compiled block compiles once however the keys change.  The
 layouts (tp, pp, dp, cp, SP, the schedules) against one-rank runs are in the 8-rank suite
@@ -11,7 +13,8 @@ import torch
 
 from parallel_layers import train
 from parallel_layers.context_parallel import local_positions
-from parallel_layers.dropout import _Dropout, keyed_mask, token_blocks, token_runs
+from parallel_layers.dropout import (DropoutState, _Dropout, hash_keep_mask, hidden_dropout, keyed_mask,
+                                     sample_prefix, token_blocks, token_runs)
 from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
 
 
@@ -68,6 +71,79 @@ def test_blocks_that_do_not_divide_a_ranks_runs_are_refused():
         token_blocks(32, 2, 0, 1, 0, 3)
 
 
+def _rows(seed, step, samples):
+    return torch.tensor([sample_prefix(seed, step, i) for i in samples])
+
+
+def test_hash_masks_keep_one_minus_p_independently_of_their_neighbours():
+    """1M elements keep 0.9 of them; neighbouring channels, positions and samples, and other layers, sites, steps and
+    seeds, are kept independently (both kept: 0.81)."""
+    b, s, h = 2, 512, 1024
+    st = DropoutState(p_hidden=0.1, p_attention=0.0, seed=3, seq_len=s, hidden=h)
+    mask = lambda rows, layer=5, site="mlp": hash_keep_mask((b, s, h), 0.1, rows, layer, site, st.positions, st.channels)
+    a = mask(_rows(3, 7, [10, 11]))
+    assert a.float().mean().item() == pytest.approx(0.9, abs=0.002)  # 3 standard deviations: 0.0009
+    both = lambda x, y: (x & y).float().mean().item()
+    for x, y in ((a[..., 1:], a[..., :-1]), (a[:, 1:], a[:, :-1]), (a[0], a[1]),
+                 (a, mask(_rows(3, 7, [10, 11]), layer=6)), (a, mask(_rows(3, 7, [10, 11]), site="attention")),
+                 (a, mask(_rows(3, 8, [10, 11]))), (a, mask(_rows(4, 7, [10, 11]))),
+                 (a[1], mask(_rows(3, 7, [10, 11 + 2 ** 32]))[1])):  # a sample index past 32 bits is folded whole
+        assert both(x, y) == pytest.approx(0.81, abs=0.003), (x.shape, y.shape)
+    assert torch.equal(a, mask(_rows(3, 7, [10, 11])))
+    assert torch.equal(a[1], mask(_rows(3, 7, [12, 11]))[1])  # a sample's mask, wherever it sits in the micro-batch
+
+
+@pytest.mark.parametrize("cp", [1, 2, 4])
+@pytest.mark.parametrize("sp_tp", [1, 2, 4])
+def test_hash_masks_are_the_one_rank_masks_at_the_positions_a_rank_holds(cp, sp_tp):
+    """No blocks of tokens to agree on: a cp and SP rank's mask is the one-rank run's at its own positions, for any
+    split, and a micro-batch's sample is that sample's mask alone."""
+    seq, h, samples = 64, 16, [4, 9]
+    one = DropoutState(p_hidden=0.1, p_attention=0.0, seed=1, seq_len=seq, hidden=h)
+    whole = hash_keep_mask((2, seq, h), 0.1, _rows(1, 2, samples), 3, "attention", one.positions, one.channels)
+    for cp_rank in range(cp):
+        for tp_rank in range(sp_tp):
+            st = DropoutState(p_hidden=0.1, p_attention=0.0, seed=1, seq_len=seq, cp=cp, cp_rank=cp_rank,
+                              sp=sp_tp > 1, tp=sp_tp, tp_rank=tp_rank, hidden=h)
+            held = st.positions
+            assert len(held) == seq // cp // sp_tp
+            for j, sample in enumerate(samples):
+                mine = hash_keep_mask((1, len(held), h), 0.1, _rows(1, 2, [sample]), 3, "attention", held, st.channels)
+                assert torch.equal(mine[0], whole[j, held])
+
+
+def test_hash_dropout_compiles_without_a_graph_break_and_saves_only_the_mask():
+    """In a compiled function the hash and the masked product are one graph (no break: the keyed generator's is
+    host work, outside the graph) whose only saved tensor is the 1-byte mask, what Megatron's fused bias-dropout-add
+    keeps and the memory model counts; the same bits as eager."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    b, s, h = 2, 32, 64
+    st = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s, hidden=h, masks="hash")
+    st.begin_step(1, [0, 1], 2)
+    st.begin(0)
+    x = torch.randn(b, s, h, requires_grad=True)
+    layer = torch.tensor(3)
+    f = lambda x: hidden_dropout(x, st, st.current, 3, "mlp", layer) * 2
+    eager = f(x)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(f)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = compiled(x)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert [(t.dtype, tuple(t.shape)) for t in saved] == [(torch.bool, (b, s, h))]
+    assert torch.equal(y, eager)
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.where(eager != 0, 2 / 0.9, 0.0).to(x.grad.dtype))
+    st.masks = "keyed"
+    torch._dynamo.reset()
+    counters.clear()
+    torch.compile(f)(x)
+    assert counters["graph_break"]  # the keyed draws break the graph
+
+
 def run(plan, steps=2, **opts):
     rep = train.run(plan, train.RunOptions(steps=steps, device="cpu", **opts))
     return rep, [s["loss"] for s in rep["steps"]]
@@ -107,11 +183,12 @@ def test_the_hidden_masks_do_not_depend_on_the_micro_batch_size():
 
 @pytest.mark.parametrize("recompute", ["none", "selective"])
 def test_a_compiled_block_compiles_once_and_matches_eager(recompute):
-    """The key is a tensor, so torch.compile does not specialise a block on each step's ints; the dropouts run
-    outside its graphs (graph breaks), the attention's inside selective recompute's checkpoint too."""
+    """The key is a tensor, so torch.compile does not specialise a block on each step's ints; the hidden masks are
+    hashed inside its graphs (the same bits as eager blocks hashing them), the attention's dropout runs outside them
+    (a graph break), inside selective recompute's checkpoint too."""
     from torch._dynamo.utils import counters
     plan = tiny_plan(dropout=True, recompute=recompute)
-    _, eager = run(plan, steps=3)
+    _, eager = run(plan, steps=3, dropout_masks="hash")
     run(plan, steps=1, compile=True)
     graphs = counters["stats"]["unique_graphs"]
     _, compiled = run(plan, steps=3, compile=True)
@@ -129,7 +206,7 @@ def test_compiled_blocks_share_their_graphs_across_layers():
     graphs = counters["stats"]["unique_graphs"]
     _, losses = run(tiny_plan(dict(TINY_GPT, layers=12), dropout=True), steps=2, compile=True)
     assert counters["stats"]["unique_graphs"] == graphs
-    _, eager = run(tiny_plan(dict(TINY_GPT, layers=12), dropout=True), steps=2)
+    _, eager = run(tiny_plan(dict(TINY_GPT, layers=12), dropout=True), steps=2, dropout_masks="hash")
     assert losses == pytest.approx(eager, rel=1e-5)
 
 
@@ -170,3 +247,23 @@ def test_a_run_past_the_recompile_limit_says_so(monkeypatch):
         assert not any("recompile limit" in n for n in rep["notes"]), rep["notes"]
     torch._dynamo.reset()
     assert torch._dynamo.config.recompile_limit > 2  # readable again, and back to torch's own
+
+
+def test_the_dropout_host_script_measures_each_case():
+    """benchmarks/dropout_host.py (the hash masks' host cost against the keyed draws, compiled blocks as the calibrate
+    probe runs them) on the CPU at a few steps: a reading for every case, the extra over no dropout, the summary."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "dropout_host", Path(__file__).resolve().parents[1] / "benchmarks" / "dropout_host.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cases = mod.CASES[:3]  # none, the hidden dropout keyed and hashed (the committed run has both dropouts too)
+    rows = mod.measure("cpu", steps=3, repeats=1, modes=("none",), cases=cases)
+    assert [r["case"] for r in rows] == ["no dropout", "hidden, keyed", "hidden, hash"]
+    assert all(r["block_s"] > 0 for r in rows) and rows[0]["extra_s"] == 0
+    text = mod.render(rows, "cpu", 1, "today")
+    assert text.count("| none |") == 3 and "Hash against keyed, the extra a block (none): hidden " in text
+    committed = (Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-12-04-cpu-dropout-hash" /
+                 "dropout_host.md").read_text()
+    assert committed.count("| none |") == committed.count("| full |") == len(mod.CASES)

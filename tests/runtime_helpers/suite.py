@@ -17,6 +17,7 @@ LAYOUT = dict(tp=2, pp=2, dp=2)
 # the dropout cases' options where only the hidden dropout is compared (parallel_layers.dropout): blocks of 8 tokens,
 # which divide every split of the suite's 32-token sequences
 DROPOUT_HIDDEN_ONLY = {"attention_dropout": 0.0, "dropout_block_tokens": 8}
+DROPOUT_HASH = {"attention_dropout": 0.0, "dropout_masks": "hash"}  # the hidden dropout's hash masks, alone
 # name -> (model, parallel overrides, options); all 8-rank, tp2 x pp2 x dp2 unless overridden
 PARALLEL_CASES = {
     "1f1b": (TINY_LLAMA, dict(schedule="1f1b"), {}),
@@ -133,6 +134,10 @@ PARALLEL_CASES = {
                                              DROPOUT_HIDDEN_ONLY),
     "gpt-tied-dropout-hidden-cp2-pp2-tp2-sp-full": (TINY_GPT, dict(tp=2, pp=2, dp=1, cp=2, sp=True, recompute="full",
                                                                    schedule="1f1b", dropout=True), DROPOUT_HIDDEN_ONLY),
+    # the hash masks a compiling run takes (eager here: the same bits), with no blocks of tokens set: every split of
+    # the sequence hashes the one-rank run's masks at its own positions
+    "gpt-tied-dropout-hash-cp2-pp2-tp2-sp-full": (TINY_GPT, dict(tp=2, pp=2, dp=1, cp=2, sp=True, recompute="full",
+                                                                 schedule="1f1b", dropout=True), DROPOUT_HASH),
     # and with the attention's dropout too at tp 1: interleaved chunks under selective recompute (the attention core
     # re-run in the backward), ZB-V's weight pass under full recompute
     "llama-dropout-pp2-dp4-interleaved-selective": (TINY_LLAMA, dict(tp=1, pp=2, dp=4, schedule="interleaved-1f1b", vpp=2,
@@ -162,11 +167,12 @@ REFERENCE_CASES = {
     "gpt-master-weights-fp16": (TINY_GPT, {}),
     "gpt-dropout-hidden": (TINY_GPT, DROPOUT_HIDDEN_ONLY),
     "llama-dropout": (TINY_LLAMA, {}),
+    "gpt-dropout-hidden-hash": (TINY_GPT, DROPOUT_HASH),
 }
 REFERENCE_PRECISION = {"gpt-master-weights": "master-weights", "gpt-master-weights-half-grads": "master-weights-half-grads",
                        "llama-amp-fp16": "amp", "gpt-master-weights-fp16": "master-weights"}
 REFERENCE_DTYPE = {"llama-amp-fp16": "fp16", "gpt-master-weights-fp16": "fp16"}
-REFERENCE_DROPOUT = {"gpt-dropout-hidden", "llama-dropout"}
+REFERENCE_DROPOUT = {"gpt-dropout-hidden", "llama-dropout", "gpt-dropout-hidden-hash"}
 SGD_LR = 0.5
 # Global gradient-norm clipping on every AdamW job: the tiny models' one-rank norms run 0.5-1.6 over the
 # first steps, so 1.0 clips some steps and not others (a wrong distributed norm then changes the losses,

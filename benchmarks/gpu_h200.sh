@@ -10,8 +10,9 @@
 # 2. `parplan calibrate --sustained 60` from the shipped H200 profile (timed: the issue's bar is under 5 minutes;
 #    --sustained runs the best GEMM back to back for a minute and writes what it sustains as the profile's
 #    sustained_matmul_fraction, instead of keeping the value fitted to Megatron's multi-GPU table);
-# 2b. the calibrate's host probe at the grid's 1.3B width as well as its own (benchmarks/host_probe_width.py; the
-#    2026-12-04 call ran a 200-step long run and the SDPA kernels here instead, both answered since);
+# 2b. the calibrate's host probe at the grid's 1.3B width as well as its own, and at the launches' block count
+#    (benchmarks/host_probe_width.py; the 2026-12-04 call ran a 200-step long run and the SDPA kernels here
+#    instead, both answered since);
 # 3. grid entries (benchmarks/gpu_grid.py) predicted with step 2's profile, in the order of the open questions
 #    of 2026-11-28's H200 session (README, How accurate), until the call's time is spent;
 # 4. grids.json, so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every report
@@ -46,7 +47,8 @@ EOF
 
 # the probe at the launches' width (benchmarks/host_probe_width.py): 2026-11-28's and 2026-12-04's calibrates read
 # full recompute 1.2-1.5x under the launches on their machines, no recompute within about 10 %: is it the probe's
-# 256-wide block?  (The 200-step long run and the SDPA kernels, which the 2026-12-04 call ran here, are answered:
+# 256-wide block, or its 10 blocks where the launches have 24 (the last row)?  Rows are written as they finish.
+# (The 200-step long run and the SDPA kernels, which the 2026-12-04 call ran here, are answered:
 # results/2026-12-04-h200, README; gpu_next.sh still runs the long run on an H100.)
 t0=$SECONDS
 timeout 240 python3 benchmarks/host_probe_width.py --device cuda --out "$R/host_probe_width.md" \

@@ -732,14 +732,16 @@ def _host_probe_plan(blocks: int, recompute: str, device_type: str, shape: dict 
                      suggest=False)
 
 
-def host_block_estimate(pairs: list[dict]) -> tuple[float, float | None, float | None]:
+def host_block_estimate(pairs: list[dict],
+                        blocks: tuple[int, int] = HOST_BLOCKS) -> tuple[float, float | None, float | None]:
     """(host seconds per block, forward share, spread) of one recompute mode from its repeated pairs of runs.
     Each pair holds the median step time of the HOST_BLOCKS runs (`t`) and, where the reports carry them, the
     median forward dispatch (`f`) and whole dispatch (`d`).  A pair's estimate is the step-time difference over
     the block difference; the result is the median over pairs, so one pair disturbed by the host (another
     process, a clock change) does not set it.  The share is the median of the pairs' (f difference / d
-    difference) that lie in (0, 1); the spread is (max - min) / median of the estimates (None for one pair)."""
-    per_block = HOST_BLOCKS[1] - HOST_BLOCKS[0]
+    difference) that lie in (0, 1); the spread is (max - min) / median of the estimates (None for one pair).
+    blocks: the pair's block counts (HOST_BLOCKS unless a caller probes others)."""
+    per_block = blocks[1] - blocks[0]
     ests = [max(0.0, (p["t"][1] - p["t"][0]) / per_block) for p in pairs]
     shares = [(p["f"][1] - p["f"][0]) / (p["d"][1] - p["d"][0]) for p in pairs
               if p.get("f") and p.get("d") and p["d"][1] > p["d"][0]]
@@ -751,7 +753,8 @@ def host_block_estimate(pairs: list[dict]) -> tuple[float, float | None, float |
 
 def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HOST_MODES,
                        shares: dict | None = None, repeats: int = HOST_REPEATS,
-                       spread: dict | None = None, shape: dict | None = None) -> dict[str, float]:
+                       spread: dict | None = None, shape: dict | None = None,
+                       blocks: tuple[int, int] = HOST_BLOCKS) -> dict[str, float]:
     """Host seconds to dispatch one block's forward + backward in parplan's own runtime, per recompute
     mode: the runtime (torchrun, --compile on cuda, as `parplan launch` runs it) trains the tiny probe
     with 2 and with 10 blocks, `repeats` times in turn; each pair gives (median step time difference) / 8, and
@@ -761,7 +764,8 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
     if given, gets each mode's forward share of that dispatch (the profile's host_forward_share): the difference
     of the runs' forward dispatch (`host_forward_s`) over the difference of their whole dispatch, where both are
     in the reports and the share lies in (0, 1).  `spread`, if given, gets each mode's spread over its pairs.
-    `shape`: the probe's block other than PROBE_SHAPE (_host_probe_plan)."""
+    `shape`: the probe's block other than PROBE_SHAPE (_host_probe_plan); `blocks`: other block counts than
+    HOST_BLOCKS (benchmarks/host_probe_width.py asks whether a block costs the same at a launch's 24)."""
     import subprocess
 
     from .launch import job_env
@@ -770,15 +774,15 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="parplan-host-") as tmp:
-        runs = [(mode, rep, blocks, Path(tmp) / f"report-{mode}-{rep}-{blocks}.json")
-                for mode in modes for rep in range(repeats) for blocks in HOST_BLOCKS]
+        runs = [(mode, rep, n, Path(tmp) / f"report-{mode}-{rep}-{n}.json")
+                for mode in modes for rep in range(repeats) for n in blocks]
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                 "-m", "parallel_layers.probe", "--steps", str(steps), "--device", device_type]
         if device_type == "cuda":
             argv.append("--compile")
-        for mode, rep, blocks, report in runs:
-            plan_path = Path(tmp) / f"plan-{mode}-{rep}-{blocks}.json"
-            plan_path.write_text(_host_probe_plan(blocks, mode, device_type, shape).model_dump_json())
+        for mode, rep, n, report in runs:
+            plan_path = Path(tmp) / f"plan-{mode}-{rep}-{n}.json"
+            plan_path.write_text(_host_probe_plan(n, mode, device_type, shape).model_dump_json())
             argv += ["--plan", str(plan_path), "--report", str(report)]
         log = Path(tmp) / "probe.log"
         with open(log, "w") as f:
@@ -793,7 +797,7 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
                 if not running:
                     break
                 time.sleep(0.2)
-        missing = [f"{mode}, {blocks} blocks" for mode, _, blocks, r in runs if not r.exists()]
+        missing = [f"{mode}, {n} blocks" for mode, _, n, r in runs if not r.exists()]
         if job.returncode != 0 or missing:
             tail = log.read_text(errors="replace").strip().splitlines()[-3:]
             raise CalibrationError(f"host-dispatch probe ({missing[0] if missing else 'exit ' + str(job.returncode)}) "
@@ -802,17 +806,17 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
             pairs = []
             for rep in range(repeats):
                 pair: dict = {"t": [], "f": [], "d": []}
-                for blocks in HOST_BLOCKS:
+                for n in blocks:
                     # the report's medians over its timed steps (None where a step lacks the phase)
-                    med = json.loads((Path(tmp) / f"report-{mode}-{rep}-{blocks}.json").read_text())["median"]
+                    med = json.loads((Path(tmp) / f"report-{mode}-{rep}-{n}.json").read_text())["median"]
                     pair["t"].append(med["step_time_s"])
                     if med["host_forward_s"] is not None and med["host_dispatch_s"] is not None:
                         pair["f"].append(med["host_forward_s"])
                         pair["d"].append(med["host_dispatch_s"])
-                if len(pair["f"]) != len(HOST_BLOCKS):
+                if len(pair["f"]) != len(blocks):
                     pair["f"] = pair["d"] = None
                 pairs.append(pair)
-            out[mode], share, sp = host_block_estimate(pairs)
+            out[mode], share, sp = host_block_estimate(pairs, blocks)
             if shares is not None and share is not None:
                 shares[mode] = share
             if spread is not None and sp is not None:

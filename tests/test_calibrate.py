@@ -722,9 +722,13 @@ def test_the_probe_width_script_measures_both_shapes():
         "host_probe_width", Path(__file__).resolve().parents[1] / "benchmarks" / "host_probe_width.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rows = mod.measure("cpu", mod.CPU_SHAPES, steps=2, repeats=1)
-    assert [(r["shape"], r["recompute"]) for r in rows] == [(s, m) for s in mod.CPU_SHAPES for m in mod.MODES]
+    seen = []
+    rows = mod.measure("cpu", mod.CPU_SHAPES, steps=4, repeats=1, on_row=lambda rows: seen.append(len(rows)))
+    assert [(r["shape"], r["blocks"], r["recompute"]) for r in rows] == (
+        [(s, [2, 10], m) for s in mod.CPU_SHAPES for m in mod.MODES] + [("wider", [10, 24], m) for m in mod.MODES])
+    assert seen == [2, 4, 6]  # each probe's rows handed on as it finishes
     assert all(r["host_block_s"] > 0 for r in rows)
     text = mod.render(rows, "cpu", 1)
     assert "median of 1 pairs" in text and "Wide over narrow: none " in text and text.count("| probe |") == 2
+    assert "10 to 24 blocks over 2 to 10 (wider): none " in text and text.count("| 10 to 24 |") == 2
     assert mod.SHAPES["probe"] == mod.PROBE_SHAPE and mod.SHAPES["llama-1.3b"]["hidden"] == 2048

@@ -14,10 +14,11 @@ a block about 1.2 ms without recompute and 1.8 with, against 5-11 ms of dispatch
 If the wide probe reads full recompute near the launches' 10.8-11.9 ms, the width is what the probe misses (and
 calibrate should probe at the plan's width, or at several); if it reads what the narrow one does, the cause is
 elsewhere (the process, the allocator, or the number of blocks).  The last row asks the number of blocks: the wide
-block again from 10 to 24 blocks (the launches' count) instead of 2 to 10.  On this repository's 2-core CPU,
-compiled tiny blocks cost the same a block from 2 to 10 and from 10 to 24 in both modes (2026-12-04: full 1.14 and
-1.13 ms, none 0.44 and 0.43; eager full recompute rose 4-8 % a block past 10), so a GPU host that differs there is
-the finding.  Each row is written as it is measured: a call stopped at its limit keeps the rows it finished.  `--device cpu` runs tiny shapes to check the script
+block again from 10 to 24 blocks (the launches' count) instead of 2 to 10.  On the development machine's 2-core
+CPU (2026-12-04; the probe's plans at hidden 32 and 16 tokens, 30 steps, two pairs) compiled blocks cost the same
+a block from 2 to 10 and from 10 to 24 (full recompute 1.14-1.16 and 1.11-1.15 ms, none 0.44-0.45 and 0.43), while
+eager full recompute cost 4 % more a block from 10 to 24 and 7-17 % more from 24 to 48: a GPU host whose compiled
+full recompute rises past 10 blocks is the finding.  Each row is written as it is measured: a call stopped at its limit keeps the rows it finished.  `--device cpu` runs tiny shapes to check the script
 (tests/test_calibrate.py); its numbers are the CPU runtime's, no GPU host's.
 """
 from __future__ import annotations

@@ -200,27 +200,16 @@ _CHANNEL_SALT = 0x2545F491  # any odd constant: channel 0 does not hash as a zer
 _SITES = {"embedding": 1, "attention": 2, "mlp": 3}
 
 
-def mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (Wellons' lowbias32: xorshift-multiply rounds, full avalanche) of the low 32 bits of an
-    int64 tensor, in int64 lanes masked to 32 bits after each product: every step is defined integer arithmetic
-    on any device and in any compiled kernel (a product of a 32-bit value and a 32-bit constant fits in the 64 bits'
-    low half exactly), so eager and compiled code give the same bits."""
+def mix32(x):
+    """A 32-bit integer hash of the low 32 bits of an int64 tensor or a Python int (the host's share, sample_prefix):
+    two xorshift-multiply rounds by 0x45d9f3b and a final xorshift (Thomas Mueller's integer hash, full avalanche),
+    in int64 lanes masked to 32 bits after each product.  The constant is under 2^27, so a product stays under 2^59:
+    no step overflows int64 on any device or in any compiled kernel, and eager, compiled and host code give the same
+    bits."""
     x = x & _M32
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _M32
-    x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & _M32
+    x = ((x ^ (x >> 16)) * 0x45D9F3B) & _M32
+    x = ((x ^ (x >> 16)) * 0x45D9F3B) & _M32
     return x ^ (x >> 16)
-
-
-def _mix_int(v: int) -> int:
-    """mix32 of a Python int (the host's share of the hash)."""
-    v &= _M32
-    v ^= v >> 16
-    v = (v * 0x7FEB352D) & _M32
-    v ^= v >> 15
-    v = (v * 0x846CA68B) & _M32
-    return v ^ (v >> 16)
 
 
 def sample_prefix(seed: int, step: int, sample: int) -> int:
@@ -228,14 +217,14 @@ def sample_prefix(seed: int, step: int, sample: int) -> int:
     folded whole (64 bits) into the chain."""
     h = 0
     for v in (seed, step, sample):
-        h = _mix_int(h ^ _mix_int(v & _M32) ^ _mix_int((v >> 32) + 0x9E3779B9))
+        h = mix32(h ^ mix32(v & _M32) ^ mix32((v >> 32) + 0x9E3779B9))
     return h
 
 
 def hash_keep_mask(shape, p: float, rows: torch.Tensor, layer, site: str, positions: torch.Tensor,
                    channels: torch.Tensor) -> torch.Tensor:
     """A boolean keep-mask of shape (b, s, h) with P(keep) = 1 - p (to 2^-32): element (j, t, c) keeps when
-    mix32(mix32(rows[j] ^ mix32(layer, site) ^ positions[t]) ^ channels[c]) >= p * 2^32.  rows: the micro-batch's
+    mix32(mix32(rows[j] ^ mix32(4 layer + site) ^ positions[t]) ^ channels[c]) >= p * 2^32.  rows: the micro-batch's
     sample prefixes (DropoutKey.rows); layer: an int or a 0-d int64 tensor on the rows' device; positions: the global
     position of each of the s tokens; channels: DropoutState.channel_keys.  Pointwise integer work that torch.compile
     fuses into the kernel that applies the mask; eager, a few (b, s, h) int64 temporaries."""
@@ -277,9 +266,9 @@ def hidden_dropout(x: torch.Tensor, state: Optional[DropoutState], key: Optional
         return _hidden_dropout(x, state, key.host, layer, site)
     if state.positions.shape[0] != x.shape[1]:
         raise ValueError(f"hidden dropout over {x.shape[1]} tokens where the rank holds {state.positions.shape[0]}")
-    layer = torch.as_tensor(layer, dtype=torch.int64, device=key.rows.device) if layer_rows is None else layer_rows
     fn = _fused_hash_dropout if state.fused and not torch.compiler.is_compiling() else _hash_dropout
-    return fn(x, state.p_hidden, key.rows, layer, site, state.positions, state.channel_keys(x.shape[2]))
+    return fn(x, state.p_hidden, key.rows, layer if layer_rows is None else layer_rows, site, state.positions,
+              state.channel_keys(x.shape[2]))
 
 
 def _hash_dropout(x, p: float, rows, layer, site: str, positions, channels):

@@ -234,8 +234,8 @@ def test_the_dropout_cases_drop(runs):
                    for x, y in zip(report(runs, a)["steps"], report(runs, b)["steps"]))
     for name, plain in (("ref-gpt-dropout-hidden", "ref-gpt"), ("ref-llama-dropout", "ref-llama")):
         assert rel(name, plain) > 10 * LOSS_RTOL, name
-    # the hash masks move the tiny gpt's losses less (4.2e-4 at most over the three steps, the keyed 3.6e-3: chance,
-    # at one rate), its gradient norms by 1.7 % at the first step; and they are not the keyed draws
+    # the hash masks move the tiny gpt's losses less (6.3e-4 at most over the three steps, the keyed 3.6e-3: chance,
+    # at one rate), its gradient norms by up to 2.2 %; and they are not the keyed draws (gradient norms 5.5 % apart)
     assert rel("ref-gpt-dropout-hidden-hash", "ref-gpt", "grad_norm") > 100 * LOSS_RTOL
     assert rel("ref-gpt-dropout-hidden-hash", "ref-gpt-dropout-hidden", "grad_norm") > 100 * LOSS_RTOL
     assert rel("ref-gpt-dropout-hidden-hash", "ref-gpt") > 3 * LOSS_RTOL

@@ -253,6 +253,7 @@ def test_the_dropout_host_script_measures_each_case():
     """benchmarks/dropout_host.py (the hash masks' host cost against the keyed draws, compiled blocks as the calibrate
     probe runs them) on the CPU at a few steps: a reading for every case, the extra over no dropout, the summary."""
     import importlib.util
+    import math
     from pathlib import Path
     spec = importlib.util.spec_from_file_location(
         "dropout_host", Path(__file__).resolve().parents[1] / "benchmarks" / "dropout_host.py")
@@ -261,7 +262,8 @@ def test_the_dropout_host_script_measures_each_case():
     cases = mod.CASES[:3]  # none, the hidden dropout keyed and hashed (the committed run has both dropouts too)
     rows = mod.measure("cpu", steps=3, repeats=1, modes=("none",), cases=cases)
     assert [r["case"] for r in rows] == ["no dropout", "hidden, keyed", "hidden, hash"]
-    assert all(r["block_s"] > 0 for r in rows) and rows[0]["extra_s"] == 0
+    # readings, not bars: three steps on a busy CI machine can read a difference of runs below zero
+    assert all(math.isfinite(r["block_s"]) and r["extra_s"] == r["block_s"] - rows[0]["block_s"] for r in rows)
     text = mod.render(rows, "cpu", 1, "today")
     assert text.count("| none |") == 3 and "Hash against keyed, the extra a block (none): hidden " in text
     committed = (Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-12-04-cpu-dropout-hash" /

@@ -181,11 +181,12 @@ def test_the_hidden_masks_do_not_depend_on_the_micro_batch_size():
     assert four == pytest.approx(one, rel=1e-6)
 
 
-@pytest.mark.parametrize("recompute", ["none", "selective"])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_a_compiled_block_compiles_once_and_matches_eager(recompute):
     """The key is a tensor, so torch.compile does not specialise a block on each step's ints; the hidden masks are
     hashed inside its graphs (the same bits as eager blocks hashing them), the attention's dropout runs outside them
-    (a graph break), inside selective recompute's checkpoint too."""
+    (a graph break), inside selective recompute's checkpoint too; full recompute re-runs the compiled block with the
+    same key, so its hashed masks are the forward's."""
     from torch._dynamo.utils import counters
     plan = tiny_plan(dropout=True, recompute=recompute)
     _, eager = run(plan, steps=3, dropout_masks="hash")
@@ -194,6 +195,14 @@ def test_a_compiled_block_compiles_once_and_matches_eager(recompute):
     _, compiled = run(plan, steps=3, compile=True)
     assert counters["stats"]["unique_graphs"] == graphs
     assert compiled == pytest.approx(eager, rel=1e-5)
+
+
+def test_compiled_recompute_hashes_the_forwards_masks():
+    """Compiled blocks with the hidden dropout's hash masks (the attention's off): full recompute re-runs them in the
+    backward with the same key, so the losses are no recompute's."""
+    none, full = (run(tiny_plan(dropout=True, recompute=rec), steps=3, compile=True, attention_dropout=0.0)[1]
+                  for rec in ("none", "full"))
+    assert full == pytest.approx(none, rel=1e-6)
 
 
 def test_compiled_blocks_share_their_graphs_across_layers():

@@ -103,17 +103,15 @@ class DropoutState:
             if self.seq_len else []
         self.positions = torch.tensor([start + i for _, start, length in runs for i in range(length)],
                                       dtype=torch.int64, device=self.device)
-        self.channels = self._channel_keys(self.hidden) if self.hidden else None
-
-    def _channel_keys(self, hidden: int) -> torch.Tensor:
-        return mix32(torch.arange(hidden, dtype=torch.int64, device=self.device) ^ _CHANNEL_SALT)
+        self.channels = None
+        self.channels = self.channel_keys(self.hidden) if self.hidden else None
 
     def channel_keys(self, hidden: int) -> torch.Tensor:
-        """(hidden,) mixed channel numbers on the run's device: the ones made for the model's width, a tensor the
-        compiled graphs read (their kernels then do not mix the channel per element), or made here for another."""
+        """(hidden,) mixed channel numbers on the run's device: the ones made once for the model's width, a tensor
+        the compiled graphs read (their kernels then do not mix the channel per element), or made here for another."""
         if self.channels is not None and self.channels.shape[0] == hidden:
             return self.channels
-        return self._channel_keys(hidden)
+        return mix32(torch.arange(hidden, dtype=torch.int64, device=self.device) ^ _CHANNEL_SALT)
 
 
 class DropoutKey(NamedTuple):

@@ -27,6 +27,20 @@ def gemm_time(flops, hw):
     return flops / (hw.peak_flops * hw.matmul_efficiency(flops))
 
 
+def linear_gemm_time(flops, hw):
+    """A GEMM of the blocks' linear layers (qkv, projection, MLP: layer_gemms), forward, input- or weight-gradient.
+    Under an FP8 plan (Training.fp8: Transformer Engine's hybrid format, torchao's float8) all three run on the FP8
+    tensor cores at the profile's fp8 peak (hw.linear_peak_flops; attention, embedding and output layer stay in the
+    16-bit dtype), at the efficiency the profile's 16-bit curve gives a GEMM of the same ideal duration, FLOPs x
+    (16-bit peak / fp8 peak) -- a GEMM's fixed costs (launch, prologue, the last wave) are a time, so an FP8 GEMM of
+    given FLOPs reaches the fraction of peak a 16-bit one of half the FLOPs does -- times the profile's measured
+    ratio of the best FP8 GEMM's fraction of peak to the best 16-bit one's (fp8_matmul_scale: H100 0.883, from the
+    maximum achievable matmul FLOPS table).  The curve's shape under FP8 is that assumption; `parplan calibrate`
+    measures no FP8 GEMM yet.  Not FP8: gemm_time exactly."""
+    ratio = hw.peak_flops / hw.linear_peak_flops
+    return flops / (hw.linear_peak_flops * hw.linear_efficiency_scale * hw.matmul_efficiency(flops * ratio))
+
+
 def layer_gemms(m: ModelDims, tokens, tp):
     """FLOPs of the forward GEMMs of one block on one TP rank: [(name, flops)]."""
     h, qw, kvw, f = m.hidden, m.q_width, m.kv_width, m.ffn
@@ -46,7 +60,7 @@ def layer_matmul_time(m: ModelDims, lay, hw):
     tokens = lay.mbs * m.seq_len / lay.cp
     fwd = 0.0
     for _, flops in layer_gemms(m, tokens, lay.tp):
-        fwd = fwd + gemm_time(flops, hw)
+        fwd = fwd + linear_gemm_time(flops, hw)
     return fwd, 2 * fwd
 
 
@@ -57,7 +71,7 @@ def op_sac_recompute_gemm_time(m: ModelDims, lay, hw):
     tokens = lay.mbs * m.seq_len / lay.cp
     out = 0.0
     for params in op_sac_recomputed_matmuls(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn):
-        out = out + gemm_time(2 * tokens * params / lay.tp, hw)
+        out = out + linear_gemm_time(2 * tokens * params / lay.tp, hw)
     return out
 
 
@@ -69,7 +83,7 @@ def column_input_grad_time(m: ModelDims, lay, hw):
     out = 0.0
     for name, flops in layer_gemms(m, tokens, lay.tp):
         if name in ("qkv", "gate", "up", "fc1"):
-            out = out + gemm_time(flops, hw)
+            out = out + linear_gemm_time(flops, hw)
     return out
 
 
@@ -315,13 +329,61 @@ def loss_scale_time(grad_params, precision: str, hw):
     return _grad_passes_time(grad_params, precision, hw, 2)
 
 
+def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
+    """(forward, backward) seconds of the quantization passes of one block's FP8 linears for one micro-batch
+    (memory-bound: bytes / HBM bandwidth; per-tensor scaling).  Each cast reads the 16-bit tensor and writes it in
+    FP8 twice, row-wise for one GEMM and transposed for the other (Hopper's FP8 GEMM takes only the TN layout):
+    act_bytes + 2 bytes an element.
+      te (Transformer Engine under Megatron-LM, delayed scaling: the scale is known before the tensor, so the
+        amax comes out of the same pass): forward, the attention output before its projection (the norms and
+        the MLP's activation write their outputs in FP8 themselves, LayerNormLinear / LayerNormMLP);
+        backward, every linear's output gradient (qkv, projection, the MLP's first layer(s), its second).
+        The weights' FP8 copies are made once a step (--fp8-param-gather: the optimizer's all-gather hands out
+        FP8 weights; their transposes on the first micro-batch), not counted.
+      torchao (torchao's float8 under torchtitan, dynamic tensor-wise scaling: an amax pass first, another read)
+        forward, every linear's input, once per linear (torchtitan's llama multiplies the attention norm's output
+        by wq, wk and wv, the MLP norm's by w1 and w3, each casting it), and every weight once a micro-batch
+        (each micro-batch's forward casts its linears' weights); backward, the saved 16-bit inputs again (torchao's
+        autograd function saves the input in 16 bits, torchao/float8/float8_linear.py's save_for_backward) and
+        every linear's output gradient twice (row-wise for the input gradient, column-wise for the weight's).
+        2 act_bytes + 1 an element: the amax read, the cast's read and its FP8 write.
+    Not FP8 (fp8 ""): 0.  The amax reductions (kilobytes) are not counted."""
+    if not fp8:
+        return 0.0, 0.0
+    tokens = lay.mbs * m.seq_len / lay.cp
+    tp = lay.tp
+    h, qw, kvw, f = m.hidden, m.q_width, m.kv_width, m.ffn
+    mlp_in = 2 * f if m.arch == "llama" else f
+    # the linears' output gradients, per token on one TP rank: a row-parallel output is the whole sequence's h
+    grads_out = (qw + 2 * kvw + mlp_in) / tp + 2 * h
+    if fp8 == "te":
+        per = act_bytes + 2
+        fwd = tokens * qw / tp * per
+        bwd = tokens * grads_out * per
+    else:
+        per = 2 * act_bytes + 1
+        n_attn_in = 3 if m.arch == "llama" else 1  # wq, wk, wv (torchtitan's llama); one fused qkv (gpt)
+        n_mlp_in = 2 if m.arch == "llama" else 1   # w1 and w3
+        inputs = ((n_attn_in + n_mlp_in) * h + (qw + f) / tp)
+        weights = sum(flops / (2 * tokens) for _, flops in layer_gemms(m, tokens, tp))
+        fwd = tokens * inputs * per + weights * per
+        # the backward re-casts the saved 16-bit inputs (for the weight gradient) and casts each output gradient
+        # twice (as is for the input gradient, transposed for the weight gradient)
+        bwd = tokens * (inputs + 2 * grads_out) * per
+    return fwd / hw.hbm_bytes_per_s, bwd / hw.hbm_bytes_per_s
+
+
 def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True,
-               eager_runtime: str = "torchtitan", attention_kernel: str = "profile"):
+               eager_runtime: str = "torchtitan", attention_kernel: str = "profile", fp8: str = ""):
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the
-    parts the communication model needs to know about (GEMM time it can overlap with)."""
+    parts the communication model needs to know about (GEMM time it can overlap with).  fp8: the FP8 linears'
+    scheme (TrainingConsts.fp8): their GEMMs at the fp8 peak (linear_gemm_time), their casts (fp8_cast_time)
+    with the block's memory-bound work."""
     mm_f, mm_b = layer_matmul_time(m, lay, hw)
     at_f, at_b = attention_core_time(m, lay, hw, flash, dropout, attention_kernel, act_bytes)
     el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout, fused, eager_runtime)
+    q_f, q_b = fp8_cast_time(m, lay, hw, fp8, act_bytes)
+    el_f, el_b = el_f + q_f, el_b + q_b
     fwd = mm_f + at_f + el_f
     full = lay.recompute == REC_FULL
     selective = lay.recompute == REC_SELECTIVE

@@ -49,6 +49,9 @@ class HardwareConstants:
     optimizer_bw_fraction: float = 1.0  # profile.optimizer_bandwidth_fraction
     optimizer_host_per_tensor_s: float = 0.0  # profile.optimizer_host_per_tensor_s
     fa2_peak_flops: float = 0.0  # profile.flash_attention_2_tflops in FLOP/s (0 = not published)
+    # an FP8 plan (Training.fp8): the blocks' linear layers multiply at the profile's fp8 peak (compute.linear_gemm_time)
+    fp8_peak_flops: float = 0.0  # 0: the plan is not FP8
+    fp8_matmul_scale: float = 1.0  # profile.fp8_matmul_scale: an FP8 GEMM's efficiency over a 16-bit one's
     sustained_measured: bool = False  # `calibrate --from-run` or `--sustained` set it (profile.measured names it)
     test_only: bool = False  # a CPU self-calibration (`calibrate --device cpu`, or --host-only on a CPU): tool tests only
 
@@ -61,6 +64,16 @@ class HardwareConstants:
     @property
     def usable_bytes(self) -> float:
         return self.hbm_bytes - self.reserve_bytes
+
+    @property
+    def linear_peak_flops(self) -> float:
+        """Peak FLOP/s of the blocks' linear layers' GEMMs: the fp8 peak under an FP8 plan, else the dtype's."""
+        return self.fp8_peak_flops or self.peak_flops
+
+    @property
+    def linear_efficiency_scale(self) -> float:
+        """What multiplies the matmul curve's efficiency for the linear layers' GEMMs (1.0 unless the plan is FP8)."""
+        return self.fp8_matmul_scale if self.fp8_peak_flops else 1.0
 
     def matmul_efficiency(self, flops):
         """Fraction of peak a GEMM of `flops` FLOPs reaches (profile curve, log-interpolated, clamped)."""
@@ -80,9 +93,14 @@ def _by_recompute(per_mode: dict) -> np.ndarray:
 
 def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | None = None,
                            inter_node_gbytes_per_s: float | None = None,
-                           aggregate_nics: bool | None = None) -> HardwareConstants:
-    """Convert a HardwareProfile (planner.schema) to SI units for one dtype, applying CLI overrides."""
+                           aggregate_nics: bool | None = None, fp8: bool = False) -> HardwareConstants:
+    """Convert a HardwareProfile (planner.schema) to SI units for one dtype, applying CLI overrides.  fp8: the plan
+    runs its linear layers' GEMMs in FP8 (Training.fp8), at the profile's fp8 peak."""
     peaks = profile.peak_dense_tflops
+    if fp8 and "fp8" not in peaks:
+        raise ValueError(f"hardware profile {profile.name} has no fp8 peak (it lists {sorted(peaks)}): FP8 tensor cores "
+                         "came with Hopper (H100, H200) and Blackwell (B200, GB200) and MI300X; plan without --fp8, or "
+                         "add fp8 to the profile's peak_dense_tflops")
     if dtype not in peaks:
         # what selects each peak (planner.core.compute_dtype: fp32 is the fp32 recipe's); tf32 and others no flag does
         flags = {"bf16": "--dtype bf16", "fp16": "--dtype fp16", "fp32": "--precision fp32"}
@@ -120,4 +138,6 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         optimizer_bw_fraction=profile.optimizer_bandwidth_fraction,
         optimizer_host_per_tensor_s=profile.optimizer_host_per_tensor_s,
         fa2_peak_flops=(profile.flash_attention_2_tflops or 0.0) * 1e12,
+        fp8_peak_flops=peaks["fp8"] * 1e12 if fp8 else 0.0,
+        fp8_matmul_scale=profile.fp8_matmul_scale,
     )

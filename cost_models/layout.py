@@ -230,6 +230,9 @@ class TrainingConsts:
     # output gradients and not its graph; torch's own weight pass (torchtitan) keeps the graph and re-runs a
     # checkpointed block once per parameter group, which no plan is offered (full or op-level selective recompute)
     zb_weight_grad_store: bool = False
+    # FP8 linear layers (Training.fp8), as the framework runs them: "te" (Transformer Engine under Megatron-LM),
+    # "torchao" (torchao's float8 under torchtitan), "" (16-bit GEMMs).  compute.fp8_cast_time, memory's saved bytes
+    fp8: str = ""
 
     @property
     def eager_saves_more(self) -> bool:

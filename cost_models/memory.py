@@ -54,7 +54,7 @@ def head_params_per_gpu(m: ModelDims, tp, pp):
 
 def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
                                sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
-                               eager: bool = False):
+                               eager: bool = False, fp8: str = ""):
     """Bytes saved for backward by one block for one micro-batch on one GPU.
 
     Tokens per GPU T = mbs * seq / cp.  Per token, in elements (x act_bytes):
@@ -108,6 +108,12 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     # rstd (8 B: torch's native_layer_norm, apex's FusedLayerNorm mean/invvar, Transformer Engine's mu/rsigma)
     norm_stats = 16 if m.arch == "gpt" else 8
     elems = (outside + inside) * act_bytes + norm_stats / seq_split
+    if fp8 == "te":
+        # Transformer Engine's FP8 linears save their input for the weight gradient in FP8 (1 byte): the two norm
+        # outputs (LayerNormLinear, LayerNormMLP) and the MLP's second layer's input; the attention's output, which
+        # the fused attention keeps in 16 bits for its own backward, gains the projection's FP8 copy
+        norm_out = 2 * m.hidden / np.where(sp_saves_gathered, 1, seq_split)
+        elems = elems - (act_bytes - 1) * (norm_out + m.ffn / tp) + m.q_width / tp
     if dropout:
         elems = elems + 2 * m.hidden / seq_split  # two 1-byte hidden-dropout masks
     if flash:
@@ -140,11 +146,11 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
 
 def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
                                    sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
-                                   eager: bool = False):
+                                   eager: bool = False, fp8: str = ""):
     """One block's activations without recompute (a block being recomputed or back-propagated)."""
     none = _replace(lay, recompute=np.zeros_like(np.asarray(lay.recompute)) + REC_NONE)
     return activation_bytes_per_layer(m, none, act_bytes, flash, dropout, sp_saves_gathered, cp_saves_gathered_kv,
-                                      eager)
+                                      eager, fp8)
 
 
 def rebuilt_bytes(work_layer, act_layer):
@@ -157,7 +163,7 @@ def rebuilt_bytes(work_layer, act_layer):
 
 def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
                                    sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
-                                   eager: bool = False):
+                                   eager: bool = False, fp8: str = ""):
     """Peak bytes a block's backward allocates beyond its saved activations and output gradient (one
     micro-batch), the weights' gradients aside.
 
@@ -181,7 +187,7 @@ def backward_temporaries_per_layer(m: ModelDims, lay, act_bytes: int, flash: boo
     without full recompute).  llama's MLP is the SwiGLU (gate and up freed by the product's backward)."""
     if flash:
         return activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, sp_saves_gathered,
-                                              cp_saves_gathered_kv, eager)
+                                              cp_saves_gathered_kv, eager, fp8)
     T = lay.mbs * m.seq_len / lay.cp
     tp = lay.tp
     a = act_bytes
@@ -516,7 +522,7 @@ def rank_inflight(lay, m_micro, layers: int | None = None, output_sends_released
 
 def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
                               sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
-                              eager: bool = False):
+                              eager: bool = False, fp8: str = ""):
     """Bytes one block holds for one micro-batch while its weight-gradient pass is pending (zero-bubble
     schedules), beyond its saved activations: the gradient of every linear layer's output (dW = dY^T X),
     q, k, v (TP-split), the attention and MLP output projections (h: with SP too, since the row-parallel
@@ -527,7 +533,7 @@ def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dr
     T = lay.mbs * m.seq_len / lay.cp
     mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
     grads = T * ((m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden) * act_bytes
-    saves = (sp_saves_gathered, cp_saves_gathered_kv, eager)
+    saves = (sp_saves_gathered, cp_saves_gathered_kv, eager, fp8)
     recomputed = rebuilt_bytes(activation_bytes_working_layer(m, lay, act_bytes, flash, dropout, *saves),
                                activation_bytes_per_layer(m, lay, act_bytes, flash, dropout, *saves))
     return grads + recomputed
@@ -896,7 +902,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         return model_states(params, lay, tr, coefficients)
 
     counts = rank_inflight_by_key(lay, m_micro, m.layers, tr.p2p_output_sends_released)
-    saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more)
+    saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more, tr.fp8)
 
     def block_terms(sub):
         args = (m, sub, act_b, tr.flash_attention, tr.dropout, *saves)

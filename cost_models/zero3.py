@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import comm
-from .compute import attention_core_time, gemm_time, layer_elementwise_time, layer_gemms
+from .compute import attention_core_time, fp8_cast_time, layer_elementwise_time, layer_gemms, linear_gemm_time
 from .layout import PRECISION_RECIPES, REC_FULL, ModelDims, deepspeed_comm_casts, zero_shards
 
 PREFETCH_BUCKET_ELEMENTS = 5e7  # DeepSpeed stage3_prefetch_bucket_size default
@@ -99,11 +99,13 @@ def block_comm(m: ModelDims, lay, hw, tr, bw, lat):
     tokens = lay.mbs * m.seq_len / lay.cp
     dp = zero_shards(lay, tr)
     names_flops = layer_gemms(m, tokens, lay.tp)
-    gemm = [gemm_time(f, hw) for _, f in names_flops]
+    gemm = [linear_gemm_time(f, hw) for _, f in names_flops]
     total_gemm = sum(gemm)
     at_f, at_b = attention_core_time(m, lay, hw, tr.flash_attention, tr.dropout, tr.attention_kernel, tr.act_bytes)
     el_f, el_b, _ = layer_elementwise_time(m, lay, hw, tr.act_bytes, tr.dropout, tr.fused_elementwise,
                                            tr.eager_runtime)
+    q_f, q_b = fp8_cast_time(m, lay, hw, tr.fp8, tr.act_bytes)
+    el_f, el_b = el_f + q_f, el_b + q_b
     names = [n for n, _ in names_flops]
     fwd = [g + el_f * g / total_gemm + (at_f if n == "qkv" else 0.0) for n, g in zip(names, gemm)]
     bwd = [2 * g + el_b * g / total_gemm + (at_b if n == "proj" else 0.0) for n, g in zip(names, gemm)]

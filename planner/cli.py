@@ -266,6 +266,7 @@ _MODEL_OPTIONS = [
     ("overlap_grad_reduce", Optional[bool], None, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), "Data-parallel gradient reduction (ZeRO 0-2) overlapped with the backward (parplan's runtime: bucket by bucket during the last backward, under the zero-bubble schedules during the last weight passes, except where torch's own weight pass runs (FSDP2); off: after the backward). Default: the framework's (on)."),
     ("overlap_param_gather", Optional[bool], None, ("--overlap-param-gather/--no-overlap-param-gather",), "ZeRO-1/2's gather of the stepped parameters overlapped with the next forward (Megatron's --overlap-param-gather; parplan's runtime: each part waits for its parameters before it runs; off: after the step). Default: as --overlap-grad-reduce."),
     ("overlap_tp_comm", bool, False, ("--overlap-tp-comm/--no-overlap-tp-comm",), "Tensor-parallel collectives overlapped with the matmuls (Megatron's --tp-comm-overlap)."),
+    ("fp8", Optional[bool], None, ("--fp8/--no-fp8",), "FP8 linear layers (qkv, projection, MLP: E4M3 forward, E5M2 gradients, per-tensor scales): their GEMMs at the profile's fp8 peak plus the quantization passes; attention, norms, embedding and output layer stay 16-bit. Under --framework megatron (Transformer Engine, delayed scaling, FP8 weights) or torchtitan (torchao's float8); parplan's runtime has none, so plan for one of them and export. Default: off."),
     ("dropout", bool, False, ("--dropout/--no-dropout",), "Model hidden/attention dropout (Megatron GPT default, 0.1 each); parplan launch runs it."),
     ("framework", str, "parplan", ("--framework",), "Framework the prediction models: parplan (its own runtime, what `parplan launch` runs), megatron, deepspeed, torchtitan (tensor parallelism always with --sp), or fsdp (PyTorch FSDP or DDP over an eager model with tensor parallelism but no pipeline, context or sequence parallelism: metaseq, llm-foundry). Sets the defaults of the options below that say 'Default: the framework's', and limits the schedules, recompute, ZeRO stages and parallel dimensions searched."),
     ("zero1_grad_reduce", Optional[str], None, ("--zero1-grad-reduce",), "ZeRO-1 gradient reduction: all-reduce (parplan's runtime, DeepSpeed BF16 optimizer) or reduce-scatter (Megatron distributed optimizer, DeepSpeed ZeRO). Default: the framework's."),
@@ -1062,13 +1063,16 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
                       "1 = not calibrated to training runs, so likely optimistic; inter-node GB/s is per GPU ('pooled': a "
                       "group's ranks on a node share their NICs, inter_node.aggregate_nics)", caption_justify="left")
     names = hardware_profiles.list_profiles()
-    for c in ("name", "bf16 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "NVLink GB/s", "inter-node GB/s", "sustained"):
+    for c in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "NVLink GB/s", "inter-node GB/s",
+              "sustained"):
         t.add_column(c, justify="left" if c == "name" else "right", no_wrap=c == "name",  # what --hardware takes; the
                      # numbers fold within their cell (at 80 columns every header and value does not fit one line)
                      min_width=max(map(len, names)) if c == "name" and names else None)
     for name in names:
         p = hardware_profiles.load_profile(name)
-        t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{p.hbm_gbytes:g} GB", f"{p.hbm_gbytes_per_s:g}",
+        fp8 = p.peak_dense_tflops.get("fp8")
+        t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{fp8:g}" if fp8 else "-", f"{p.hbm_gbytes:g} GB",
+                  f"{p.hbm_gbytes_per_s:g}",
                   str(p.gpus_per_node), f"{p.nvlink.gbytes_per_s:g}",
                   f"{p.inter_node.gbytes_per_s:g}" + (" pooled" if p.inter_node.aggregate_nics else ""),
                   f"{p.sustained_matmul_fraction:g}")

@@ -23,8 +23,8 @@ from cost_models.memory import PEAK_MOMENTS, weight_pass_queued
 from cost_models.total import evaluate
 
 from . import DEFAULT_GLOBAL_BATCH, DEFAULT_SEQ_LEN
-from .schema import (Amdahl, CommBytes, HardwareProfile, HardwareRef, MemoryBreakdown, ModelSpec, Parallel, Plan,
-                     Prediction, SearchInfo, TimeBreakdown, Training)
+from .schema import (FP8_FRAMEWORKS, Amdahl, CommBytes, HardwareProfile, HardwareRef, MemoryBreakdown, ModelSpec,
+                     Parallel, Plan, Prediction, SearchInfo, TimeBreakdown, Training, fp8_problem)
 from .models import with_param_count
 from .search import REASONS, ZB_FULL_RECOMPUTE, ZERO_BUBBLE, Pins, fsdp2_offload_blockers, run_search
 
@@ -106,7 +106,7 @@ DEFAULT_PRECISION = "master-weights"  # recommend's recipe (Megatron's 18 B/para
 
 # Training fields that describe the framework rather than the job: recommend() takes them as keywords,
 # the CLI has one option each, and `validate` sets them per published set.
-STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "dropout", "zero1_grad_reduce",
+STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "dropout", "fp8", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
                "cross_entropy_16bit_grad", "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm",
                "attention_kernel")
@@ -276,13 +276,14 @@ def training_consts(tr: Training) -> TrainingConsts:
                           eager_runtime="parplan" if tr.framework == "parplan" else "torchtitan",
                           cp_overlap_local_chunk_only=tr.framework == "torchtitan",
                           zero_over_cp=tr.framework != "parplan", ce_eager_chunks=tr.framework == "parplan",
-                          zb_weight_grad_store=tr.framework == "parplan")
+                          zb_weight_grad_store=tr.framework == "parplan",
+                          fp8=FP8_FRAMEWORKS.get(tr.framework, "") if tr.fp8 else "")
 
 
-def hardware_constants(profile, hw_ref: HardwareRef, dtype: str):
+def hardware_constants(profile, hw_ref: HardwareRef, dtype: str, fp8: bool = False):
     try:
         return constants_from_profile(profile, dtype, hw_ref.gpus_per_node, hw_ref.inter_node_gbytes_per_s,
-                                      hw_ref.aggregate_nics)
+                                      hw_ref.aggregate_nics, fp8)
     except ValueError as e:
         raise PlannerError(str(e)) from None
 
@@ -480,7 +481,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     limit = model.max_seq_len if model.has_learned_positions else None
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, limit) if limit else DEFAULT_SEQ_LEN
-    problem = job_problem(model, seq_len, dtype, precision)
+    problem = job_problem(model, seq_len, dtype, precision) or fp8_problem(bool(stack.get("fp8")), framework, precision)
     if problem:  # what every plan reader refuses (schema.Plan), said before the search
         raise PlannerError(problem)
     if problem := gpu_count_problem(gpus):
@@ -598,7 +599,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
                         clip_grad=clip_grad, **stack)
-    hw = hardware_constants(profile, hw_ref, compute_dtype(dtype, precision))
+    hw = hardware_constants(profile, hw_ref, compute_dtype(dtype, precision), training.fp8)
     _check_attention_kernel(profile, training)
     m = model_dims(spec, seq_len, framework)
     tr = training_consts(training)
@@ -1131,7 +1132,8 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     hundreds of candidate profiles, which need no file each)."""
     check_plan_structure(plan.model, plan)
     profile = plan_hardware(plan) if profile is None else profile
-    hw = hardware_constants(profile, plan.hardware, compute_dtype(plan.training.dtype, plan.training.precision))
+    hw = hardware_constants(profile, plan.hardware, compute_dtype(plan.training.dtype, plan.training.precision),
+                            plan.training.fp8)
     _check_attention_kernel(profile, plan.training)
     spec = with_param_count(plan.model, plan.training.seq_len)
     m = model_dims(spec, plan.training.seq_len, plan.training.framework)

@@ -112,6 +112,9 @@ def framework_differences(plan: Plan, to: str) -> list[str]:
     a, b = training_consts(tr), training_consts(target)
     out += [f"{'no ' if not getattr(b, k) else ''}{name}" for k, name in _BEHAVIOURS.items()
             if getattr(a, k) != getattr(b, k)]
+    if a.fp8 != b.fp8:  # whose FP8 linears the model times and counts (TrainingConsts.fp8)
+        out.append({"te": "FP8 linears as Transformer Engine runs them", "torchao": "FP8 linears as torchao's float8",
+                    "": "no FP8 linears (none in that framework's model)"}[b.fp8])
     if not flags["fused_elementwise"] and a.eager_runtime != b.eager_runtime:  # which eager op table counts
         out.append(f"{b.eager_runtime}'s eager pointwise ops")
     return out
@@ -442,6 +445,19 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         if t.precision == "amp":
             notes.append(f"precision amp: Megatron-LM's --{t.dtype} keeps 16-bit parameters with fp32 main "
                          "weights (the master-weights recipe), so per-parameter memory differs from the prediction.")
+        if t.fp8:
+            # NeMo's H100 FP8 recipe (bf16_with_fp8_mixed: nemo/collections/llm/recipes/precision/mixed_precision.py),
+            # what the cost model's "te" scheme follows: Transformer Engine's delayed scaling in the hybrid format
+            # (E4M3 forward, E5M2 gradients), 1024 steps of amax history reduced by max (Megatron-LM's own defaults
+            # are 1 and most_recent), FP8 weights gathered in FP8
+            flag("--fp8-format", "hybrid")
+            flag("--fp8-recipe", "delayed")
+            flag("--fp8-amax-history-len", 1024)
+            flag("--fp8-amax-compute-algo", "max")
+            flag("--fp8-param-gather")
+            notes.append("fp8: Transformer Engine's FP8 linears (--transformer-impl transformer_engine, Megatron-LM's "
+                         "default); the prediction counts the stepped parameters' all-gather at 16 bits, which "
+                         "--fp8-param-gather halves for the blocks' linears.")
     sixteen_bit = not (t.precision == "fp32" or t.dtype == "fp32")
     if t.flash_attention and not sixteen_bit:
         # Transformer Engine's flash and fused kernels take 16-bit q/k/v only: with Megatron's flash backend an
@@ -625,6 +641,16 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
                      "plan's unless the model code is changed.")
     if t.dropout:
         notes.append("dropout: torchtitan's llama3 has no dropout; the plan's is not exported.")
+    float8: list[tuple[str, Any]] = []
+    if t.fp8:
+        # torchao's float8 linears (tensor-wise dynamic scaling, the cost model's "torchao" scheme), the output
+        # layer left in 16 bits as torchtitan's llama3 configs filter it
+        float8 = [("enable_fsdp_float8_all_gather", False), ("precompute_float8_dynamic_scale_for_fsdp", False),
+                  ("filter_fqns", ["output"])]
+        notes.append("fp8: [model] converters = [\"float8\"] (torchao's float8 linears, tensor-wise scales; newer "
+                     "torchtitan's Python configs default to row-wise, which the prediction does not model). "
+                     "enable_fsdp_float8_all_gather stays false, as the prediction counts FSDP's gathers at 16 bits; "
+                     "turning it on (with precompute_float8_dynamic_scale_for_fsdp) halves the linears' gathers.")
     if m.arch == "llama" and m.tied_embeddings:
         notes.append("tied_embeddings: torchtitan's llama3 has its own output layer, one vocab x hidden matrix "
                      "(embedding-sized) more than the plan counts in parameters, gradients and optimizer states.")
@@ -756,7 +782,7 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
 
     sections: list[tuple[str, list[tuple[str, Any]]]] = [
         ("job", [("description", f"parplan plan: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}")]),
-        ("model", [("name", "llama3"), ("flavor", flavor)]),
+        ("model", [("name", "llama3"), ("flavor", flavor)] + ([("converters", ["float8"])] if t.fp8 else [])),
         ("optimizer", [("name", "AdamW"), ("lr", float(t.lr))]),
         # the constant learning rate parplan's runtime trains with: torchtitan's default is a 200-step warm-up, then a
         # linear decay to 0 over the steps (LRScheduler; decay_ratio 0 leaves no decay steps)
@@ -777,6 +803,8 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
         ("activation_checkpoint", [("mode", "selective" if p.recompute == "selective-op" else p.recompute)] +
          ([("selective_ac_option", "op")] if p.recompute in ("selective", "selective-op") else [])),
     ]
+    if float8:
+        sections.append(("float8", float8))
     if new:
         sections += [("compile", [("enable", bool(t.fused_elementwise))]), ("debug", [("seed", t.seed)])]
 
@@ -823,6 +851,10 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
     t, p = plan.training, plan.parallel
     notes: list[str] = (_full_attention_note(plan, "Megatron-DeepSpeed's GPT model")
                         + _whole_blocks_note(plan, "this DeepSpeed export"))
+    if t.fp8:
+        notes.append("fp8: not written; DeepSpeed's configuration has no FP8 switch (FP8 comes from Transformer "
+                     "Engine modules in the model's own code), so this run multiplies in 16 bits, slower than the "
+                     "plan's FP8 prediction.")
     cfg: dict[str, Any] = {
         "train_batch_size": t.global_batch_size,
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
@@ -1032,6 +1064,10 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
     notes: list[str] = _full_attention_note(plan, "the exported MPT", "MPT's attn_config.sliding_window_size would "
                                             "train one window in every layer, which --framework fsdp does not count")
     notes += _whole_blocks_note(plan, "llm-foundry")
+    if plan.training.fp8:
+        notes.append("fp8: written as amp_bf16; Composer's precision amp_fp8 runs Transformer Engine's linears, "
+                     "which the exported MPT does not build by default, and which the prediction did not model for "
+                     "llm-foundry: this run multiplies in 16 bits, slower than the plan's FP8 prediction.")
     notes += _checkpoint_note(m) + _family_note(m, "the exported MPT", "llm-foundry's hf_causal_lm with the "
                                                 "checkpoint's name trains the checkpoint's own: a few parameters more "
                                                 "than predicted")

@@ -1160,6 +1160,11 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     if device not in ("auto", "cuda", "cpu"):
         _err(f"error: --device must be auto, cuda or cpu, got {device!r}")
         return EXIT_INVALID
+    if plan.training.fp8:
+        _err(f"error: the plan's linears are FP8 (training.fp8, as {plan.training.framework} runs them), and parplan's "
+             f"runtime has no FP8 GEMMs -- fix: run it where it was planned for (parplan export <plan> --to "
+             f"{plan.training.framework}), or re-plan without --fp8 to launch it here")
+        return EXIT_INVALID
     if importlib.util.find_spec("torch") is None:
         _err("error: torch is not importable -- fix: pip install torch (launch runs parallel_layers on torch.distributed)")
         return EXIT_INVALID

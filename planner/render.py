@@ -247,6 +247,8 @@ def summary_lines(plan: Plan) -> list[str]:
         f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}, vocab {m.vocab}" + _window_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + _speedup_text(plan),
+        *(["linears in FP8 (training.fp8; MFU and HFU against the 16-bit peak, as for a 16-bit plan)"]
+          if plan.training.fp8 else []),
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
         f"{len(plan.parallel.stage_layers or [])} stage{'s' * (len(plan.parallel.stage_layers or []) != 1)})",
         f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else

@@ -256,6 +256,15 @@ class Training(Strict):
         "asynchronously behind the rank's own chunk). Off = one all-gather of K and V before "
         "the attention, on the critical path (parplan's runtime; Llama 3's all-gather CP, whose paper says the "
         "all-gather latency is exposed: Dubey et al. 2024 sec. 3.3.2).")
+    fp8: bool = Field(
+        False, description="The blocks' linear layers (qkv, attention projection, MLP) multiply in FP8 with per-tensor "
+        "scaling, E4M3 forward and E5M2 gradients: Transformer Engine's hybrid format with delayed scaling and FP8 "
+        "weights under framework megatron (--fp8-format hybrid --fp8-param-gather, NeMo's H100 recipe), torchao's "
+        "float8 (tensor-wise, dynamic) under torchtitan. Attention, norms, embedding, output layer and the optimizer "
+        "stay as dtype and precision say. Time: those GEMMs at the profile's fp8 peak (cost_models.compute."
+        "linear_gemm_time) plus their quantization passes (fp8_cast_time); memory: the inputs the linears save in "
+        "FP8 (cost_models.memory.activation_bytes_per_layer). parplan's runtime has no FP8 GEMMs: such a plan is "
+        "exported, not launched.")
     attention_kernel: Literal["profile", "triton-2022"] = Field(
         "profile", description="The fused attention kernel's speed: profile = the hardware profile's measured "
         "attention curve (the kernel torch's scaled_dot_product_attention picks on that GPU, as parplan's runtime "
@@ -436,7 +445,8 @@ class Plan(Strict):
             raise ValueError(f"tp({p.tp}) must divide heads({m.heads}) and kv_heads({m.kv_heads})")
         if p.stage_layers is not None and sum(p.stage_layers) != m.layers:
             raise ValueError(f"stage_layers sum to {sum(p.stage_layers)}, the model has {m.layers} layers")
-        problem = job_problem(m, t.seq_len, t.dtype, t.precision, "the model")
+        problem = job_problem(m, t.seq_len, t.dtype, t.precision, "the model") or fp8_problem(t.fp8, t.framework,
+                                                                                               t.precision)
         if problem:
             raise ValueError(problem)
         return self
@@ -454,6 +464,24 @@ def job_problem(model: ModelSpec, seq_len: int, dtype: str, precision: str, who:
         return (f"seq_len({seq_len}) is beyond {who or model.name or 'the model'}'s {model.max_seq_len} learned "
                 f"positions (max_seq_len); use seq_len {model.max_seq_len} or less, or a model.max_seq_len that "
                 "extends the table")
+    return None
+
+
+# frameworks whose FP8 linears the cost model knows (TrainingConsts.fp8): Transformer Engine's, torchao's
+FP8_FRAMEWORKS = {"megatron": "te", "torchtitan": "torchao"}
+
+
+def fp8_problem(fp8: bool, framework: str, precision: str) -> str | None:
+    """Why an FP8 plan cannot be made, in one line with the fix, or None."""
+    if not fp8:
+        return None
+    if framework not in FP8_FRAMEWORKS:
+        why = ("parplan's runtime has no FP8 GEMMs" if framework == "parplan"
+               else f"the {framework} framework's FP8 is not modelled")
+        return (f"fp8 under framework {framework}: {why}; plan it for the framework that runs it (--framework megatron: "
+                "Transformer Engine, or torchtitan: torchao's float8) and export it, or drop --fp8")
+    if precision == "fp32":
+        return "fp8 with precision fp32: FP8 linears belong to a 16-bit recipe; use precision master-weights, or drop --fp8"
     return None
 
 
@@ -605,6 +633,11 @@ class HardwareProfile(Strict):
         "sec. 4.1: 335 on H100 without Hopper's TMA and wgmma instructions; on A100 204.6, from its 73 % forward and 63 % "
         "backward bests): the ceiling of an attention "
         "kernel of that generation, used by training.attention_kernel triton-2022; absent = not published.")
+    fp8_matmul_scale: float = Field(
+        1.0, gt=0, le=2, description="An FP8 (E4M3) GEMM's best fraction of the fp8 peak over a 16-bit GEMM's best "
+        "fraction of its peak on this GPU, measured (stas00/ml-engineering's maximum achievable matmul FLOPS table: "
+        "H100 SXM 70.9 % against 80.3 %): multiplies the matmul curve's efficiency for the FP8 linears of a "
+        "training.fp8 plan (cost_models.compute.linear_gemm_time); 1.0 = not measured.")
     sustained_matmul_fraction: float = Field(
         1.0, gt=0, le=1, description="Fraction of the isolated-kernel matmul/attention throughput (the curves) sustained over a long "
         "multi-GPU training run (clocks under the power cap, launch gaps). The one parameter a profile may fit to published "

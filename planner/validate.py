@@ -47,6 +47,7 @@ class Query:
     inter_node_gbytes_per_s: float | None = None
     gpus_per_node: int | None = None
     dropout: bool = False
+    fp8: bool = False  # FP8 linears (Training.fp8): only the NeMo FP8 set
     zero1_grad_reduce: str = "reduce-scatter"  # Megatron's distributed optimizer unless a set says otherwise
     zero2_grad_reduce: str = "per-step"  # only the Llama 3 set uses ZeRO-2 (FSDP), and says otherwise
     grad_accumulation_fusion: bool = True  # Megatron-LM's default unless a set says otherwise
@@ -441,7 +442,8 @@ def torchtitan_2024_h100(d: dict) -> Iterable[Query]:
     FSDP2 (ZeRO 3), micro-batch 2, torchtitan's op-level selective checkpointing (selective-op), no SP,
     no offload, fused SDPA attention, fp32 reduce (master-weights), framework torchtitan; the "FSDP" rows
     run eager (fused_elementwise off: torchtitan's training.compile default), the "+ torch.compile" rows
-    fused.  The Float8 rows are not modelled (no fp8 tensor-core term).  Two metrics per row: tokens/s per
+    fused; the "+ Float8" rows with torchao's float8 linears (fp8: tensor-wise dynamic scales, the output layer
+    in 16 bits, FSDP's gathers at 16 bits, as the table does not say otherwise).  Two metrics per row: tokens/s per
     GPU, and memory against the logged peak reserved GiB (the model predicts allocated bytes, the same with
     and without compile)."""
     prof = str(reference_dir() / "profiles" / "h100-hbm2e-96gb-500w.toml")
@@ -459,7 +461,7 @@ def torchtitan_2024_h100(d: dict) -> Iterable[Query]:
                         published=published, dtype="bf16", precision="master-weights", flash_attention=True,
                         overlap_grad_reduce=True, grad_accumulation_fusion=False, p2p_scatter_gather=False,
                         fused_cross_entropy=False, fused_elementwise="compile" in r["techniques"],
-                        framework="torchtitan", pin_variants=[pins])
+                        fp8="Float8" in r["techniques"], framework="torchtitan", pin_variants=[pins])
 
 
 def mpt_llm_foundry_h100(d: dict) -> Iterable[Query]:
@@ -564,6 +566,16 @@ def nemo_h100_bf16(d: dict) -> Iterable[Query]:
                     pin_variants=[pins])
 
 
+def nemo_h100_fp8(d: dict) -> Iterable[Query]:
+    """The FP8 twins of nemo_h100_bf16's 24.09 rows (the same READMEs, the same layouts): every pin and stack setting
+    as there, with the linears in FP8 as Transformer Engine runs them under Megatron (Training.fp8: delayed scaling,
+    hybrid format, FP8 weights).  Held out; checks the FP8 terms (fp8 peak, fp8_matmul_scale, the casts and the
+    FP8-saved inputs), none fitted to it."""
+    for q in nemo_h100_bf16(d):
+        q.fp8 = True
+        yield q
+
+
 _NEMO_LAUNCHER_175B_LAYOUTS = ((4, 8), (8, 8), (8, 16))  # (tp, pp) searched where the 23.x table does not say
 
 
@@ -634,6 +646,7 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "mpt_llm_foundry_h100": mpt_llm_foundry_h100,
     "mpt_llm_foundry_a100": mpt_llm_foundry_a100,
     "nemo_h100_bf16": nemo_h100_bf16,
+    "nemo_h100_fp8": nemo_h100_fp8,
     "nemo_launcher_gpt3": nemo_launcher_gpt3,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).

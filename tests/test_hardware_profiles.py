@@ -54,8 +54,13 @@ def test_profile_validates_and_is_documented(name):
 def test_profile_physically_consistent(name):
     p = load_profile(name)
     pk = p.peak_dense_tflops
-    assert set(pk) == {"bf16", "fp16", "tf32", "fp32"}
+    assert set(pk) - {"fp8"} == {"bf16", "fp16", "tf32", "fp32"}
     assert pk["bf16"] == pk["fp16"] > pk["tf32"] > pk["fp32"] > 0
+    # FP8 tensor cores: Hopper, Blackwell and MI300X at twice the 16-bit rate; the A100 has none
+    assert ("fp8" in pk) == (not name.startswith("a100"))
+    if "fp8" in pk:
+        assert pk["fp8"] == pytest.approx(2 * pk["bf16"], rel=1e-3)
+        assert 0.85 < p.fp8_matmul_scale <= 1.0
     for curve in (p.matmul_efficiency_curve, p.attention_efficiency_curve):
         xs = [x for x, _ in curve]
         ys = [y for _, y in curve]

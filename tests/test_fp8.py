@@ -1,0 +1,168 @@
+"""FP8 linears (Training.fp8): the GEMM rate, the casts, the saved bytes, who may plan them, and the held-out NeMo
+FP8 set (the BF16 twins' layouts, published beside them)."""
+from __future__ import annotations
+
+import json
+import statistics
+
+import numpy as np
+import pytest
+
+import hardware_profiles
+from cost_models.compute import fp8_cast_time, gemm_time, layer_matmul_time, linear_gemm_time
+from cost_models.hardware import constants_from_profile
+from cost_models.layout import ModelDims
+from cost_models.memory import activation_bytes_per_layer
+from planner import validate as V
+from planner.core import PlannerError, recommend
+from planner.models import load_preset
+from planner.search import Pins
+from tests.test_cost_model import _lay
+
+
+def _hw(name="h100-sxm-80gb", fp8=False):
+    return constants_from_profile(hardware_profiles.load_profile(name), "bf16", fp8=fp8)
+
+
+def test_not_fp8_is_the_16bit_gemm_exactly():
+    hw = _hw()
+    flops = np.logspace(6, 14, 33)
+    assert np.array_equal(linear_gemm_time(flops, hw), gemm_time(flops, hw))
+
+
+def test_fp8_gemm_rate():
+    """An FP8 GEMM: the fp8 peak, the 16-bit curve read at the same ideal duration, times fp8_matmul_scale."""
+    bf, f8 = _hw(), _hw(fp8=True)
+    prof = hardware_profiles.load_profile("h100-sxm-80gb")
+    assert f8.linear_peak_flops == prof.peak_dense_tflops["fp8"] * 1e12 and f8.peak_flops == bf.peak_flops
+    for flops in (1e9, 1e11, 1e13):
+        want = flops / (f8.linear_peak_flops * prof.fp8_matmul_scale
+                        * bf.matmul_efficiency(flops * bf.peak_flops / f8.linear_peak_flops))
+        assert float(linear_gemm_time(flops, f8)) == pytest.approx(want, rel=1e-12)
+    # a large GEMM (the curve's flat top): 2 x 0.883 faster, the MAMF table's ratio
+    big = 1e14
+    assert float(gemm_time(big, bf) / linear_gemm_time(big, f8)) == pytest.approx(2 * 0.883, rel=2e-3)
+    # attention and the head stay 16-bit: only the block's linears move
+    m = ModelDims.from_spec(load_preset("llama3-8b"), 8192)
+    lay = _lay(gpus=1, dp=1, mbs=1)
+    f_bf, _ = layer_matmul_time(m, lay, bf)
+    f_8, _ = layer_matmul_time(m, lay, f8)
+    assert 1.6 < float(f_bf / f_8) < 1.8
+
+
+def test_no_fp8_peak_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="no fp8 peak.*plan without --fp8"):
+        _hw("a100-sxm-80gb", fp8=True)
+    with pytest.raises(PlannerError, match="no fp8 peak"):
+        recommend("llama3-8b", 8, hardware="a100-sxm-80gb", framework="megatron", fp8=True)
+
+
+@pytest.mark.parametrize("framework", ["parplan", "deepspeed", "fsdp"])
+def test_fp8_only_where_the_framework_runs_it(framework):
+    with pytest.raises(PlannerError, match=f"fp8 under framework {framework}:.*--framework megatron"):
+        recommend("llama3-8b", 8, framework=framework, fp8=True)
+
+
+def test_fp8_plan_file_rules():
+    plan = recommend("llama3-8b", 8, framework="megatron", fp8=True)
+    assert plan.training.fp8
+    data = json.loads(plan.model_dump_json())
+    data["training"]["framework"] = "parplan"
+    with pytest.raises(ValueError, match="parplan's runtime has no FP8 GEMMs"):
+        type(plan).model_validate(data)
+    data["training"].update(framework="megatron", precision="fp32")
+    with pytest.raises(ValueError, match="fp8 with precision fp32"):
+        type(plan).model_validate(data)
+
+
+@pytest.mark.parametrize("sp", [0, 1])
+def test_te_saves_the_linears_inputs_in_fp8(sp):
+    """Transformer Engine: the two norm outputs and the MLP's second input saved in FP8 (1 byte, not 2); the
+    attention output gains the projection's FP8 copy beside the attention's own 16-bit one."""
+    m = ModelDims.from_spec(load_preset("llama3-70b"), 4096)
+    lay = _lay(gpus=4, tp=4, dp=1, sp=sp, mbs=2)
+    base = activation_bytes_per_layer(m, lay, 2, True)
+    te = activation_bytes_per_layer(m, lay, 2, True, fp8="te")
+    tokens = 2 * 4096
+    split = 4 if sp else 1
+    assert float(te - base) == pytest.approx(tokens * (-(2 * m.hidden / split + m.ffn / 4) + m.q_width / 4))
+    # full recompute keeps the block input only, 16-bit either way; torchao saves its inputs in 16 bits
+    full = _lay(gpus=4, tp=4, dp=1, sp=sp, mbs=2, recompute=2)
+    assert activation_bytes_per_layer(m, full, 2, True, fp8="te") == activation_bytes_per_layer(m, full, 2, True)
+    assert activation_bytes_per_layer(m, lay, 2, True, fp8="torchao") == base
+
+
+def test_cast_passes():
+    hw = _hw(fp8=True)
+    m = ModelDims.from_spec(load_preset("llama3-8b"), 8192)
+    lay = _lay(gpus=1, dp=1, mbs=1)
+    assert fp8_cast_time(m, lay, hw, "") == (0.0, 0.0)
+    te_f, te_b = fp8_cast_time(m, lay, hw, "te")
+    # forward: the attention output's cast, read 2 bytes, written twice in FP8
+    assert float(te_f) == pytest.approx(8192 * m.q_width * 4 / hw.hbm_bytes_per_s)
+    # backward: every linear's output gradient (qkv, projection, gate and up, down)
+    grads = m.q_width + 2 * m.kv_width + 2 * m.ffn + 2 * m.hidden
+    assert float(te_b) == pytest.approx(8192 * grads * 4 / hw.hbm_bytes_per_s)
+    ao_f, ao_b = fp8_cast_time(m, lay, hw, "torchao")
+    assert ao_f > te_f and ao_b > te_b  # amax passes, per-linear input casts, weights each micro-batch
+
+
+def test_fp8_plan_is_faster_and_says_so():
+    pins = Pins(tp=2, pp=2, dp=2, cp=1, mbs=1, vpp=1, zero=1, recompute="selective", sp=True, schedule="1f1b",
+                offload="none")
+    kw = dict(framework="megatron", pins=pins, global_batch_size=64, seq_len=4096)
+    bf = recommend("llama3-8b", 8, **kw)
+    f8 = recommend("llama3-8b", 8, fp8=True, **kw)
+    assert 1.2 < bf.prediction.step_time_s / f8.prediction.step_time_s < 1.8
+    assert f8.prediction.mfu > bf.prediction.mfu  # the 16-bit peak divides both
+    from planner.render import summary_lines
+    assert any("linears in FP8" in line for line in summary_lines(f8))
+    assert not any("FP8" in line for line in summary_lines(bf))
+
+
+def _cases(name):
+    data = json.loads((V.reference_dir() / f"{name}.json").read_text())
+    return {c.label: c for c in V.validate_set(name, data)}
+
+
+def test_nemo_fp8_set_held_out_bars():
+    """The held-out FP8 set: median |error| within 12 % (the issue's bar for held-out sets), and the predicted
+    BF16 -> FP8 speedup within 10 % of the published one on every row (the twins share every other setting, so
+    the ratio isolates the FP8 terms)."""
+    fp8, bf16 = _cases("nemo_h100_fp8"), _cases("nemo_h100_bf16")
+    assert len(fp8) == 17 and all(c.predicted for c in fp8.values())
+    errs = [abs(c.error) for c in fp8.values()]
+    assert statistics.median(errs) <= 0.12
+    for label, c in fp8.items():
+        twin = bf16[label]
+        predicted, published = c.predicted / twin.predicted, c.published / twin.published
+        assert abs(predicted / published - 1) < 0.10, label
+    assert "nemo_h100_fp8" not in V.FITTED_ON
+
+
+def test_fp8_export_and_launch(tmp_path):
+    from planner.export import export_plan, export_notes
+    from planner import launch as L
+    plan = recommend("llama3-8b", 8, framework="megatron", fp8=True)
+    text = export_plan(plan, "megatron")
+    for flag in ("--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
+                 "--fp8-amax-compute-algo max", "--fp8-param-gather"):
+        assert flag in text
+    assert "--fp8" not in export_plan(recommend("llama3-8b", 8, framework="megatron"), "megatron")
+    assert any(n.startswith("fp8: not written") for n in export_notes(plan, "deepspeed"))
+    titan = recommend("llama3-8b", 8, framework="torchtitan", fp8=True)
+    toml = export_plan(titan, "torchtitan")
+    assert 'converters = ["float8"]' in toml and "[float8]" in toml and 'filter_fqns = ["output"]' in toml
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    assert L.launch(str(path), dry_run=True, device="cpu") == L.EXIT_INVALID
+
+
+def test_fp8_saved_inputs_reach_the_plan():
+    """TE's FP8-saved inputs shrink a no-recompute llama plan's activations (the block term reaches the plan)."""
+    pins = Pins(tp=8, pp=1, dp=1, cp=1, mbs=1, vpp=1, zero=1, recompute="none", sp=True, schedule="1f1b",
+                offload="none")
+    kw = dict(framework="megatron", pins=pins, global_batch_size=8, seq_len=8192)
+    f8 = recommend("llama3-8b", 8, fp8=True, **kw)
+    bf = recommend("llama3-8b", 8, **kw)
+    assert f8.prediction.memory_bytes_per_gpu.activations < bf.prediction.memory_bytes_per_gpu.activations

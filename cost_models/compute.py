@@ -34,7 +34,7 @@ def linear_gemm_time(flops, hw):
     16-bit dtype), at the efficiency the profile's 16-bit curve gives a GEMM of the same ideal duration, FLOPs x
     (16-bit peak / fp8 peak) -- a GEMM's fixed costs (launch, prologue, the last wave) are a time, so an FP8 GEMM of
     given FLOPs reaches the fraction of peak a 16-bit one of half the FLOPs does -- times the profile's measured
-    ratio of the best FP8 GEMM's fraction of peak to the best 16-bit one's (fp8_matmul_scale: H100 0.883, from the
+    ratio of the best FP8 GEMM's fraction of peak to the best 16-bit one's (fp8_matmul_scale: H100 0.882, from the
     maximum achievable matmul FLOPS table).  The curve's shape under FP8 is that assumption; `parplan calibrate`
     measures no FP8 GEMM yet.  Not FP8: gemm_time exactly."""
     ratio = hw.peak_flops / hw.linear_peak_flops

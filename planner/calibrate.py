@@ -392,6 +392,41 @@ def measure_gemms(torch, device, timer, shapes, dtype_name, advance) -> list[dic
     return out
 
 
+def measure_fp8_gemms(torch, device, timer, shapes, advance) -> list[dict]:
+    """The rows of measure_gemms in FP8: torch._scaled_mm of E4M3 operands with per-tensor fp32 scales into bf16,
+    the second operand column-major (cuBLASLt's FP8 GEMM takes only that layout on Hopper): the GEMM an FP8 linear
+    runs (Transformer Engine and torchao call the same cuBLASLt kernels).  k and n must be multiples of 16."""
+    f8 = torch.float8_e4m3fn
+    one = torch.ones((), device=device, dtype=torch.float32)
+    out = []
+    gen = torch.Generator(device=device).manual_seed(0)
+    for r in shapes:
+        x = torch.randn(r["m"], r["k"], device=device, generator=gen).to(f8)
+        w = torch.randn(r["n"], r["k"], device=device, generator=gen).to(f8).t()
+        s = timer(lambda: torch._scaled_mm(x, w, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+        out.append({**r, "dtype": "fp8", "s": s, "tflops": 2.0 * r["m"] * r["k"] * r["n"] / s / 1e12})
+        del x, w
+        advance()
+    return out
+
+
+def fp8_matmul_scale(gemm: list[dict], fp8_rows: list[dict], peaks: dict) -> float:
+    """The profile's fp8_matmul_scale from measurements: the best FP8 GEMM's fraction of the fp8 peak over the best
+    bf16 GEMM's fraction of the bf16 peak (the maximum achievable matmul FLOPS convention, each the best shape's),
+    kept within the schema's (0, 2]."""
+    best16 = max(r["tflops"] for r in gemm if r["dtype"] == "bf16") / peaks["bf16"]
+    best8 = max(r["tflops"] for r in fp8_rows) / peaks["fp8"]
+    return float(f"{min(best8 / best16, 2.0):.4g}")
+
+
+def fp8_measurable(torch, device, base_profile) -> bool:
+    """Whether calibrate measures FP8 GEMMs: a GPU with FP8 tensor cores (compute capability 8.9 and up: Ada,
+    Hopper, Blackwell) and a base profile with an fp8 peak to measure against."""
+    return (device.type == "cuda" and "fp8" in base_profile.peak_dense_tflops
+            and "bf16" in base_profile.peak_dense_tflops
+            and tuple(torch.cuda.get_device_capability(device)) >= (8, 9))
+
+
 def _gpu_telemetry(torch, device):
     """A function that returns (SM clock MHz, power W, temperature C) of `device` from nvidia-smi
     (parallel_layers.telemetry.query_once), or None when nvidia-smi is not there or does not list the device."""
@@ -907,8 +942,10 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     else:
         timer = _Timer(torch, dev, warmup=1, reps=3, sample_s=2e-3 if quick else 1e-2)
     host_runs = len(HOST_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu else 0
-    total = len(gemm_rows) * len(gemm_dtypes) + len(attn_cases) + 1 + (1 if on_gpu else 0) + (1 if world >= 2 else 0) \
-        + host_runs + (1 if sustained_s else 0)
+    fp8_on = fp8_measurable(torch, dev, base_profile) and "bf16" in gemm_dtypes
+    total = len(gemm_rows) * (len(gemm_dtypes) + fp8_on) + len(attn_cases) + 1 + (1 if on_gpu else 0) \
+        + (1 if world >= 2 else 0) + host_runs + (1 if sustained_s else 0)
+    fp8_rows: list[dict] = []
 
     gemm: list[dict] = []
     attn: list[dict] = []
@@ -925,6 +962,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         for dt in gemm_dtypes:
             prog.update(task, description=f"GEMM {dt} ({len(gemm_rows)} shapes)")
             gemm += measure_gemms(torch, dev, timer, gemm_rows, dt, adv)
+        if fp8_on:
+            prog.update(task, description=f"GEMM fp8 ({len(gemm_rows)} shapes, torch._scaled_mm)")
+            fp8_rows = measure_fp8_gemms(torch, dev, timer, gemm_rows, adv)
         prog.update(task, description=f"attention {attn_dtype}")
         attn = measure_attention(torch, dev, timer, attn_cases, attn_dtype, adv)
         prog.update(task, description="device copy")
@@ -987,6 +1027,12 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         measured_fields += ["hbm_gbytes_per_s", "hbm_efficiency"]
         notes.append("cpu: host link not measured (no device); base value kept")
         notes.append("cpu: host dispatch per block not measured (a GPU measurement; measure_host_block('cpu') exists for tests)")
+    if fp8_rows:
+        data["fp8_matmul_scale"] = fp8_matmul_scale(gemm, fp8_rows, peaks)
+        measured_fields.append("fp8_matmul_scale")
+    elif "fp8" in base_profile.peak_dense_tflops:
+        notes.append(f"fp8_matmul_scale kept from {base_profile.name} ({base_profile.fp8_matmul_scale:g}): FP8 GEMMs "
+                     "are measured on GPUs with FP8 tensor cores (compute capability 8.9 and up)")
     net_note = None
     if coll:
         net_note = apply_collectives(data, coll, base_profile, world, measured_fields)
@@ -1029,6 +1075,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     src = (f"[calibrate] {cmd} ({_today()}, {device_name}): {len(gemm)} GEMMs "
            f"({', '.join(f'{dt} best {v:.1f} TFLOP/s' for dt, v in best.items())}) binned into {len(data['matmul_efficiency_curve'])} "
            f"points; attention {attn_dtype} seq {', '.join(str(c['seq']) for c in attn_cases)}; device copy {copy_gbps:.1f} GB/s")
+    if fp8_rows:
+        src += (f"; {len(fp8_rows)} FP8 GEMMs (torch._scaled_mm, e4m3, per-tensor scales) best "
+                f"{max(r['tflops'] for r in fp8_rows):.1f} TFLOP/s: fp8_matmul_scale {data['fp8_matmul_scale']:g}")
     if on_gpu:
         src += f"; pinned H2D {h2d:.1f} / D2H {d2h:.1f} GB/s"
         src += ("; host dispatch per block fwd+bwd (runtime, compiled, probe of hidden 256 x 128 tokens, "
@@ -1042,13 +1091,15 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     if sustained:
         src += f"; {sustained_note(sustained)}"
     kept = [x for x in data.get("sources") or []
-            if not (sustained and x.startswith("[fitted] sustained_matmul_fraction"))]  # measured now, not the fit
+            if not (sustained and x.startswith("[fitted] sustained_matmul_fraction"))  # measured now, not the fit
+            and not (fp8_rows and x.startswith("[fp8-eff]"))]  # the same for the FP8 GEMMs' ratio
     data["sources"] = kept + [src] + [f"[calibrate] {n}" for n in notes]
 
     from .schema import HardwareProfile
     profile = HardwareProfile(**data)
     write_profile(profile, path)
-    summary = {"device": device_name, "elapsed_s": elapsed, "gemm": gemm, "attention": attn, "copy_gbytes_per_s": copy_gbps,
+    summary = {"device": device_name, "elapsed_s": elapsed, "gemm": gemm, "fp8_gemm": fp8_rows, "attention": attn,
+               "copy_gbytes_per_s": copy_gbps,
                "h2d_gbytes_per_s": h2d, "d2h_gbytes_per_s": d2h, "collectives": coll, "host_block_s": host_block,
                "sustained": sustained, "notes": notes}
     _print_device_summary(console, base_profile, profile, summary)

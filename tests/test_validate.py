@@ -165,8 +165,8 @@ def test_torchtitan_throughput_lies_between_its_two_peak_bounds(cases):
     """torchtitan's 500 W H100s have a peak "between SXM and NVL": the set's profile takes the SXM peak
     (an upper bound on tokens/s), the -nvl-peak profile the other end.  Every published tokens/s row is
     below its SXM prediction; the 16-bit ones within 6 % of their NVL one (+1.4 / +3.3 / -2.1 / -1.8 % on
-    2026-12-04), the Float8 ones (predicted since 2026-12-04) between the two (NVL -3.2 and -9.7 %, SXM +8.6 and
-    +0.3 %)."""
+    2026-12-04), the Float8 ones (predicted since 2026-12-04) between the two (NVL -3.2 and -9.7 %, SXM +8.5 and
+    +0.2 %)."""
     nvl = reference_dir() / "profiles" / "h100-hbm2e-96gb-500w-nvl-peak.toml"
     with open(reference_dir() / "torchtitan_2024_h100.json", encoding="utf-8") as f:
         low = {c.label: c for c in validate_set("torchtitan_2024_h100", json.load(f), str(nvl))

@@ -9,7 +9,9 @@
 # 1. the host: nvidia-smi, lscpu; stops at once (exit 3) on any other GPU kind;
 # 2. `parplan calibrate --sustained 60` from the shipped H200 profile (timed: the issue's bar is under 5 minutes;
 #    --sustained runs the best GEMM back to back for a minute and writes what it sustains as the profile's
-#    sustained_matmul_fraction, instead of keeping the value fitted to Megatron's multi-GPU table);
+#    sustained_matmul_fraction, instead of keeping the value fitted to Megatron's multi-GPU table; since
+#    2026-12-04 it also times its GEMM rows in FP8, torch._scaled_mm, and writes fp8_matmul_scale, the H200's own
+#    FP8-over-BF16 GEMM ratio against the shipped 0.914 from the MAMF table);
 # 2b. the calibrate's host probe at the grid's 1.3B width as well as its own, and at the launches' block count
 #    (benchmarks/host_probe_width.py; the 2026-12-04 call ran a 200-step long run and the SDPA kernels here
 #    instead, both answered since);

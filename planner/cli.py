@@ -370,6 +370,10 @@ def _prepare(opts, gpus: int | None = None):
                                            get_args(Training.model_fields[name].annotation)))
     from .core import FRAMEWORK_DEFAULTS
     o.framework = _check_choice("framework", o.framework, tuple(FRAMEWORK_DEFAULTS))
+    if o.fp8 and o.framework == "torchtitan" and not o.fused_elementwise:
+        _err("note: torchao's float8 casts are timed as torch.compile fuses them (an amax read, then one cast pass); "
+             "eager, they take several passes more, and torchtitan runs Float8 compiled: add --fused-elementwise "
+             "(training.compile) to predict that")
     n_tokens = parse_count(o.tokens, "--tokens") if o.tokens is not None else None
     if n_tokens is not None and n_tokens > 1e18:
         raise UserError(f"--tokens {o.tokens} is beyond what the planner models (max 1e18)")

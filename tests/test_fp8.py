@@ -193,3 +193,14 @@ def test_calibrate_measures_fp8_gemms_where_it_can():
     assert C.fp8_matmul_scale(bf, f8, {"bf16": 989.0, "fp8": 1979.0}) == pytest.approx(0.882, abs=5e-4)
     base = hardware_profiles.load_profile("h100-sxm-80gb")
     assert not C.fp8_measurable(torch, torch.device("cpu"), base)
+
+
+def test_eager_torchao_fp8_plan_gets_a_note(capsys):
+    from planner.cli import main
+    args = ["recommend", "--model", "tiny-llama-test", "--gpus", "2", "--framework", "torchtitan", "--fp8", "--json"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["training"]["fp8"] is True
+    assert err.count("torchao's float8 casts are timed as torch.compile fuses them") == 1
+    assert main(args + ["--fused-elementwise"]) == 0
+    assert "torchao" not in capsys.readouterr().err

@@ -255,7 +255,7 @@ COMPARE_ROWS = (
     ("num_microbatches", lambda p: p.training.num_microbatches),
     ("zero_stage", lambda p: p.parallel.zero_stage), ("recompute", lambda p: recompute_label(p.parallel)),
     ("sp", lambda p: p.parallel.sp), ("schedule", lambda p: p.parallel.schedule),
-    ("offload", lambda p: p.parallel.offload),
+    ("offload", lambda p: p.parallel.offload), ("fp8", lambda p: p.training.fp8),
     ("memory_total_bytes", lambda p: p.prediction.memory_bytes_per_gpu.total),
     ("memory_activations_bytes", lambda p: p.prediction.memory_bytes_per_gpu.activations),
     ("memory_optimizer_bytes", lambda p: p.prediction.memory_bytes_per_gpu.optimizer),

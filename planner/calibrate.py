@@ -964,7 +964,11 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
             gemm += measure_gemms(torch, dev, timer, gemm_rows, dt, adv)
         if fp8_on:
             prog.update(task, description=f"GEMM fp8 ({len(gemm_rows)} shapes, torch._scaled_mm)")
-            fp8_rows = measure_fp8_gemms(torch, dev, timer, gemm_rows, adv)
+            try:
+                fp8_rows = measure_fp8_gemms(torch, dev, timer, gemm_rows, adv)
+            except (RuntimeError, TypeError) as e:  # a torch or cuBLASLt without this FP8 GEMM: the rest still counts
+                fp8_rows = []
+                notes.append(f"FP8 GEMMs not measured ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
         prog.update(task, description=f"attention {attn_dtype}")
         attn = measure_attention(torch, dev, timer, attn_cases, attn_dtype, adv)
         prog.update(task, description="device copy")
@@ -1031,8 +1035,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         data["fp8_matmul_scale"] = fp8_matmul_scale(gemm, fp8_rows, peaks)
         measured_fields.append("fp8_matmul_scale")
     elif "fp8" in base_profile.peak_dense_tflops:
-        notes.append(f"fp8_matmul_scale kept from {base_profile.name} ({base_profile.fp8_matmul_scale:g}): FP8 GEMMs "
-                     "are measured on GPUs with FP8 tensor cores (compute capability 8.9 and up)")
+        notes.append(f"fp8_matmul_scale kept from {base_profile.name} ({base_profile.fp8_matmul_scale:g})" +
+                     ("" if fp8_on else ": FP8 GEMMs are measured on GPUs with FP8 tensor cores (compute capability "
+                                        "8.9 and up)"))
     net_note = None
     if coll:
         net_note = apply_collectives(data, coll, base_profile, world, measured_fields)

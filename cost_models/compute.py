@@ -35,8 +35,8 @@ def linear_gemm_time(flops, hw):
     (16-bit peak / fp8 peak) -- a GEMM's fixed costs (launch, prologue, the last wave) are a time, so an FP8 GEMM of
     given FLOPs reaches the fraction of peak a 16-bit one of half the FLOPs does -- times the profile's measured
     ratio of the best FP8 GEMM's fraction of peak to the best 16-bit one's (fp8_matmul_scale: H100 0.882, from the
-    maximum achievable matmul FLOPS table).  The curve's shape under FP8 is that assumption; `parplan calibrate`
-    measures no FP8 GEMM yet.  Not FP8: gemm_time exactly."""
+    maximum achievable matmul FLOPS table; `parplan calibrate` measures the machine's own on a GPU with FP8 tensor
+    cores).  The curve's shape under FP8 is that assumption.  Not FP8: gemm_time exactly."""
     ratio = hw.peak_flops / hw.linear_peak_flops
     return flops / (hw.linear_peak_flops * hw.linear_efficiency_scale * hw.matmul_efficiency(flops * ratio))
 
@@ -331,11 +331,11 @@ def loss_scale_time(grad_params, precision: str, hw):
 
 def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
     """(forward, backward) seconds of the quantization passes of one block's FP8 linears for one micro-batch
-    (memory-bound: bytes / HBM bandwidth; per-tensor scaling).  Each cast reads the 16-bit tensor and writes it in
-    FP8 twice, row-wise for one GEMM and transposed for the other (Hopper's FP8 GEMM takes only the TN layout):
-    act_bytes + 2 bytes an element.
+    (memory-bound: bytes / HBM bandwidth; per-tensor scaling).
       te (Transformer Engine under Megatron-LM, delayed scaling: the scale is known before the tensor, so the
-        amax comes out of the same pass): forward, the attention output before its projection (the norms and
+        amax comes out of the same pass; each cast reads the 16-bit tensor and writes it in FP8 twice, row-wise for
+        one GEMM and transposed for the other, as Hopper's FP8 GEMM takes only the TN layout: act_bytes + 2 bytes
+        an element): forward, the attention output before its projection (the norms and
         the MLP's activation write their outputs in FP8 themselves, LayerNormLinear / LayerNormMLP);
         backward, every linear's output gradient (qkv, projection, the MLP's first layer(s), its second).
         The weights' FP8 copies are made once a step (--fp8-param-gather: the optimizer's all-gather hands out

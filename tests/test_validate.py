@@ -277,14 +277,14 @@ def test_the_accuracy_line_names_the_published_runs_on_the_plans_gpu_kind():
     from planner.accuracy import line
     shipped = json.loads((Path(__file__).resolve().parents[1] / "planner" / "data" / "accuracy.json").read_text())
     by_gpu = shipped["published"]["megatron"]["by_gpu"]
-    assert set(by_gpu) == {"a100", "h100"} and sum(g["runs"] for g in by_gpu.values()) == 141
+    assert set(by_gpu) == {"a100", "h100"} and sum(g["runs"] for g in by_gpu.values()) == 153
     h100 = line("megatron", "h100-sxm-80gb")
     assert h100.startswith(f"how accurate: {by_gpu['h100']['runs']} published runs on H100, |error| median ")
-    assert "(all 141 on A100, H100: median" in h100
+    assert "(all 153 on A100, H100: median" in h100
     assert line("deepspeed", "h100-sxm-80gb").startswith("how accurate: none published on H100; 12 published runs on A100")
     assert line("deepspeed", "a100-sxm-40gb").startswith("how accurate: 12 published runs on A100, |error| median")
-    assert line("megatron", "b200").startswith("how accurate: none published on B200; 141 published runs on A100, H100")
-    assert line("megatron", "my-node.toml").startswith("how accurate: 141 published runs on A100, H100")
+    assert line("megatron", "b200").startswith("how accurate: none published on B200; 153 published runs on A100, H100")
+    assert line("megatron", "my-node.toml").startswith("how accurate: 153 published runs on A100, H100")
 
 
 def test_recommend_says_how_accurate(capsys):

@@ -12,6 +12,7 @@
 #    sustained_matmul_fraction, instead of keeping the value fitted to Megatron's multi-GPU table; since
 #    2026-12-04 it also times its GEMM rows in FP8, torch._scaled_mm, and writes fp8_matmul_scale, the H200's own
 #    FP8-over-BF16 GEMM ratio against the shipped 0.914 from the MAMF table);
+# 2a. FP8 GEMMs shape by shape against the cost model's FP8 rule (benchmarks/fp8_gemm_shapes.py);
 # 2b. the calibrate's host probe at the grid's 1.3B width as well as its own, and at the launches' block count
 #    (benchmarks/host_probe_width.py; the 2026-12-04 call ran a 200-step long run and the SDPA kernels here
 #    instead, both answered since);
@@ -46,6 +47,13 @@ json.dump({"about": f"One device call of benchmarks/gpu_h200.sh on {gpu} ({torch
            "grids": {"grid": {"calibrated": "h200-calibrated.toml", "same_machine": True}}},
           open(sys.argv[1] + "/grids.json", "w"), indent=1)
 EOF
+
+# FP8 GEMMs shape by shape against the cost model's rule (the 16-bit curve at the same ideal duration, times the
+# measured fp8_matmul_scale; benchmarks/fp8_gemm_shapes.py): no FP8 GEMM has run on a GPU here before
+t0=$SECONDS
+timeout 90 python3 benchmarks/fp8_gemm_shapes.py --device cuda --base h200-sxm-141gb --out "$R/fp8_gemm_shapes.md" \
+  --json "$R/fp8_gemm_shapes.json" 2>&1 | sed -n 1,8p | cut -c1-220
+echo "fp8 shapes took $(( SECONDS - t0 )) s"; pack
 
 # the probe at the launches' width (benchmarks/host_probe_width.py): 2026-11-28's and 2026-12-04's calibrates read
 # full recompute 1.2-1.5x under the launches on their machines, no recompute within about 10 %: is it the probe's

@@ -204,3 +204,42 @@ def test_eager_torchao_fp8_plan_gets_a_note(capsys):
     assert err.count("torchao's float8 casts are timed as torch.compile fuses them") == 1
     assert main(args + ["--fused-elementwise"]) == 0
     assert "torchao" not in capsys.readouterr().err
+
+
+def _bench(name):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_fp8_gemm_shapes_checks_the_models_rule(tmp_path, monkeypatch):
+    """benchmarks/fp8_gemm_shapes.py (the next GPU call's FP8 check): GEMMs that follow the cost model's rule read
+    about zero error under it and not under the same-FLOPs reading; its command runs end to end (a tiny shape on
+    the CPU, whose FP8 kernel is a slow reference: the numbers mean nothing there)."""
+    torch = pytest.importorskip("torch")
+    bench = _bench("fp8_gemm_shapes")
+    peaks = {"bf16": 1000.0, "fp8": 2000.0}
+
+    def eff(flops):  # rises to 0.8 at 1e11 FLOP, flat above
+        return float(np.interp(np.log10(flops), [8, 11, 14], [0.2, 0.8, 0.8]))
+    shapes = [(m, k, n) for m in (256, 1024, 4096, 16384) for k in (512, 4096) for n in (512, 8192)]
+    bf16, fp8 = [], []
+    for m, k, n in shapes:
+        flops = 2.0 * m * k * n
+        bf16.append({"m": m, "k": k, "n": n, "dtype": "bf16", "tflops": peaks["bf16"] * eff(flops)})
+        s = flops / (peaks["fp8"] * 1e12 * 0.9 * eff(flops / 2))
+        fp8.append({"m": m, "k": k, "n": n, "dtype": "fp8", "s": s, "tflops": flops / s / 1e12})
+    rated = bench.rule_times(bf16, fp8, peaks)
+    summ = bench.summary(rated)
+    assert summ["same_time"]["median_abs_error"] < 0.03  # (the smallest rows fall below the curve's first point)
+    assert summ["same_flops"]["median_abs_error"] > summ["same_time"]["median_abs_error"] + 0.03
+    monkeypatch.setattr(bench.C, "gemm_shapes", lambda on_gpu, quick: [{"m": 16, "k": 32, "n": 16}] * 2)
+    out = tmp_path / "fp8.json"
+    assert bench.main(["--device", "cpu", "--json", str(out), "--out", str(tmp_path / "fp8.md")]) == 0
+    got = json.loads(out.read_text())
+    assert got["summary"]["rows"] == 2 and len(got["bf16"]) == len(got["fp8"]) == 2
+    assert "same ideal duration" in (tmp_path / "fp8.md").read_text()

@@ -107,6 +107,9 @@ def _run(rank, stage, ckpt):
         # what gloo is handed (ZeRO-2's dist.reduce): a staging copy, never a gradient's own storage, whose last
         # reference gloo's worker thread could then drop where the CPU memory trace does not see the free
         grad_storages = {p.grad.untyped_storage().data_ptr() for p in params}
+        # held here until the check: ZeRO-2 drops a gradient it does not own as it goes, and a later staging copy
+        # allocated at the freed address would read as gloo holding that gradient (seen once, in a loaded CI run)
+        keep = [p.grad for p in params]
         handed = []
         real_reduce = dist.reduce
         dist.reduce = lambda t, *a, **k: handed.append(t.untyped_storage().data_ptr()) or real_reduce(t, *a, **k)
@@ -115,6 +118,7 @@ def _run(rank, stage, ckpt):
         finally:
             dist.reduce = real_reduce
         gloo_held_grads = len(grad_storages & set(handed))
+        del keep
         opt.step()
         opt.zero_grad()
         ref_opt.step()

@@ -567,10 +567,10 @@ def nemo_h100_bf16(d: dict) -> Iterable[Query]:
 
 
 def nemo_h100_fp8(d: dict) -> Iterable[Query]:
-    """The FP8 twins of nemo_h100_bf16's 24.09 rows and of nemo_launcher_gpt3's DGX Cloud GPT-3 175B rows (the same
-    READMEs, the same layouts): every pin and stack setting as there, with the linears in FP8 as Transformer Engine runs them under Megatron (Training.fp8: delayed scaling,
-    hybrid format, FP8 weights).  Held out; checks the FP8 terms (fp8 peak, fp8_matmul_scale, the casts and the
-    FP8-saved inputs), none fitted to it."""
+    """The FP8 twins of nemo_h100_bf16's 24.09 and 24.12 rows and of nemo_launcher_gpt3's DGX Cloud GPT-3 175B rows
+    (the same READMEs, the same layouts): every pin and stack setting as there, with the linears in FP8 as
+    Transformer Engine runs them under Megatron (Training.fp8: delayed scaling, hybrid format, FP8 weights).  Held
+    out; checks the FP8 terms (fp8 peak, fp8_matmul_scale, the casts and the FP8-saved inputs), none fitted to it."""
     for q in nemo_h100_bf16(d):
         q.fp8 = True
         yield q

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     timer = C._Timer(torch, dev, warmup=3, reps=10, sample_s=2e-3) if on_gpu else \
         C._Timer(torch, dev, warmup=1, reps=3, sample_s=2e-3)
     bf16 = C.measure_gemms(torch, dev, timer, rows, "bf16", lambda: None)
-    fp8 = C.measure_fp8_gemms(torch, dev, timer, rows, lambda: None)
+    fp8 = C.measure_gemms(torch, dev, timer, rows, "fp8", lambda: None)
     if on_gpu:
         base = a.base or C.base_for_device(name)[0]
         peaks = dict(C._load_base(base).peak_dense_tflops)

@@ -378,33 +378,27 @@ def gemm_shapes(on_gpu: bool, quick: bool) -> list[dict]:
 
 
 def measure_gemms(torch, device, timer, shapes, dtype_name, advance) -> list[dict]:
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    """Each (m, k, n) row's GEMM timed in `dtype_name`.  fp8: torch._scaled_mm of E4M3 operands with per-tensor fp32
+    scales into bf16, the second operand column-major (cuBLASLt's FP8 GEMM takes only that layout on Hopper): the
+    GEMM an FP8 linear runs (Transformer Engine and torchao call the same cuBLASLt kernels); k and n must be
+    multiples of 16."""
     out = []
     gen = torch.Generator(device=device).manual_seed(0)
-    for r in shapes:
-        x = torch.randn(r["m"], r["k"], device=device, dtype=dtype, generator=gen)
-        w = torch.randn(r["k"], r["n"], device=device, dtype=dtype, generator=gen)
-        c = torch.empty(r["m"], r["n"], device=device, dtype=dtype)
-        s = timer(lambda: torch.mm(x, w, out=c))
-        out.append({**r, "dtype": dtype_name, "s": s, "tflops": 2.0 * r["m"] * r["k"] * r["n"] / s / 1e12})
-        del x, w, c
-        advance()
-    return out
-
-
-def measure_fp8_gemms(torch, device, timer, shapes, advance) -> list[dict]:
-    """The rows of measure_gemms in FP8: torch._scaled_mm of E4M3 operands with per-tensor fp32 scales into bf16,
-    the second operand column-major (cuBLASLt's FP8 GEMM takes only that layout on Hopper): the GEMM an FP8 linear
-    runs (Transformer Engine and torchao call the same cuBLASLt kernels).  k and n must be multiples of 16."""
-    f8 = torch.float8_e4m3fn
     one = torch.ones((), device=device, dtype=torch.float32)
-    out = []
-    gen = torch.Generator(device=device).manual_seed(0)
     for r in shapes:
-        x = torch.randn(r["m"], r["k"], device=device, generator=gen).to(f8)
-        w = torch.randn(r["n"], r["k"], device=device, generator=gen).to(f8).t()
-        s = timer(lambda: torch._scaled_mm(x, w, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
-        out.append({**r, "dtype": "fp8", "s": s, "tflops": 2.0 * r["m"] * r["k"] * r["n"] / s / 1e12})
+        if dtype_name == "fp8":
+            f8 = torch.float8_e4m3fn
+            x = torch.randn(r["m"], r["k"], device=device, generator=gen).to(f8)
+            w = torch.randn(r["n"], r["k"], device=device, generator=gen).to(f8).t()
+            s = timer(lambda: torch._scaled_mm(x, w, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+        else:
+            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+            x = torch.randn(r["m"], r["k"], device=device, dtype=dtype, generator=gen)
+            w = torch.randn(r["k"], r["n"], device=device, dtype=dtype, generator=gen)
+            c = torch.empty(r["m"], r["n"], device=device, dtype=dtype)
+            s = timer(lambda: torch.mm(x, w, out=c))
+            del c
+        out.append({**r, "dtype": dtype_name, "s": s, "tflops": 2.0 * r["m"] * r["k"] * r["n"] / s / 1e12})
         del x, w
         advance()
     return out
@@ -942,7 +936,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     else:
         timer = _Timer(torch, dev, warmup=1, reps=3, sample_s=2e-3 if quick else 1e-2)
     host_runs = len(HOST_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu else 0
-    fp8_on = fp8_measurable(torch, dev, base_profile) and "bf16" in gemm_dtypes
+    fp8_on = fp8_measurable(torch, dev, base_profile)  # (gemm_dtypes then hold bf16: the base lists its peak)
     total = len(gemm_rows) * (len(gemm_dtypes) + fp8_on) + len(attn_cases) + 1 + (1 if on_gpu else 0) \
         + (1 if world >= 2 else 0) + host_runs + (1 if sustained_s else 0)
     fp8_rows: list[dict] = []
@@ -965,9 +959,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         if fp8_on:
             prog.update(task, description=f"GEMM fp8 ({len(gemm_rows)} shapes, torch._scaled_mm)")
             try:
-                fp8_rows = measure_fp8_gemms(torch, dev, timer, gemm_rows, adv)
+                fp8_rows = measure_gemms(torch, dev, timer, gemm_rows, "fp8", adv)
             except (RuntimeError, TypeError) as e:  # a torch or cuBLASLt without this FP8 GEMM: the rest still counts
-                fp8_rows = []
                 notes.append(f"FP8 GEMMs not measured ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
         prog.update(task, description=f"attention {attn_dtype}")
         attn = measure_attention(torch, dev, timer, attn_cases, attn_dtype, adv)

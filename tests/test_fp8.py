@@ -183,7 +183,7 @@ def test_calibrate_measures_fp8_gemms_where_it_can():
         out = fn()
         calls.append((tuple(out.shape), out.dtype))
         return 1e-3
-    got = C.measure_fp8_gemms(torch, torch.device("cpu"), timer, rows, lambda: None)
+    got = C.measure_gemms(torch, torch.device("cpu"), timer, rows, "fp8", lambda: None)
     assert calls == [((32, 48), torch.bfloat16), ((16, 16), torch.bfloat16)]
     assert [r["dtype"] for r in got] == ["fp8", "fp8"]
     assert got[0]["tflops"] == pytest.approx(2 * 32 * 64 * 48 / 1e-3 / 1e12)
@@ -220,7 +220,7 @@ def test_fp8_gemm_shapes_checks_the_models_rule(tmp_path, monkeypatch):
     """benchmarks/fp8_gemm_shapes.py (the next GPU call's FP8 check): GEMMs that follow the cost model's rule read
     about zero error under it and not under the same-FLOPs reading; its command runs end to end (a tiny shape on
     the CPU, whose FP8 kernel is a slow reference: the numbers mean nothing there)."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     bench = _bench("fp8_gemm_shapes")
     peaks = {"bf16": 1000.0, "fp8": 2000.0}
 

@@ -347,6 +347,11 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
         autograd function saves the input in 16 bits, torchao/float8/float8_linear.py's save_for_backward) and
         every linear's output gradient twice (row-wise for the input gradient, column-wise for the weight's).
         2 act_bytes + 1 an element: the amax read, the cast's read and its FP8 write.
+      parplan (parplan's runtime, parallel_layers.fp8: torchao's tensor-wise recipe, each cast one amax pass and one
+        fused cast pass, 2 act_bytes + 1 an element): forward, each linear input once (q/k/v and the MLP's first
+        layers share theirs) and every weight; backward, the saved inputs and the weights again, every output
+        gradient once, and FP8 transposes (1 byte read and written an element) of the inputs and the output
+        gradients for the weight gradient and of the weights for the input gradient.
     Not FP8 (fp8 ""): 0.  The amax reductions (kilobytes) are not counted."""
     if not fp8:
         return 0.0, 0.0
@@ -360,6 +365,12 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
         per = act_bytes + 2
         fwd = tokens * qw / tp * per
         bwd = tokens * grads_out * per
+    elif fp8 == "parplan":
+        per = 2 * act_bytes + 1
+        inputs = 2 * h + (qw + f) / tp
+        weights = sum(flops / (2 * tokens) for _, flops in layer_gemms(m, tokens, tp))
+        fwd = tokens * inputs * per + weights * per
+        bwd = tokens * (inputs + grads_out) * (per + 2) + weights * (per + 2)
     else:
         per = 2 * act_bytes + 1
         n_attn_in = 3 if m.arch == "llama" else 1  # wq, wk, wv (torchtitan's llama); one fused qkv (gpt)

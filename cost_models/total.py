@@ -573,6 +573,13 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, zero >= 3, torch_wpass)
     opt_t = opt_t + grad_accumulation_time(np.where(fused, emb_params, stage_params), m_micro, tr.precision, hw,
                                            fsdp2=fsdp2, pp=pp, shards=shards)
+    # parplan's FP8 weight gradients under that fusion: the FP8 GEMM writes an fp32 dW (torch._scaled_mm does not
+    # accumulate), which is main_grad on the first micro-batch and added into it on each later one (read 4 + 4, write
+    # 4 B a parameter; parallel_layers.layers._param_grads), for the heaviest stage's blocks
+    if tr.fp8 == "parplan":
+        blocks_max = np.maximum(np.maximum(blocks_first, blocks_mid), blocks_last)
+        opt_t = opt_t + np.where(fused, blocks_max * per_layer * 12 * np.maximum(m_micro - 1, 0)
+                                 / hw.hbm_bytes_per_s, 0.0)
     # torch DDP without gradient_as_bucket_view (TrainingConsts.ddp_bucket_copy) copies each gradient into its bucket
     # as autograd makes it and back into the gradient after the all-reduce (the Reducer's mark_variable_ready_dense and
     # its finalize): a read and a write of the gradients each way, on the compute stream, at each all-reduce

@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from parallel_layers import fp8 as fp8_gemms
 from parallel_layers.precision import run_weight_pass_hooks
 from parallel_layers.mappings import (
     SEQ_DIM,
@@ -92,8 +93,10 @@ def _will_run(ctx, n: int):
     return need_x, need_w, need_b
 
 
-def _input_grad(grads, weights):
-    """sum_i dY_i W_i: the input gradient of linears that read one input."""
+def _input_grad(grads, weights, fp8=False):
+    """sum_i dY_i W_i: the input gradient of linears that read one input (FP8 GEMMs: parallel_layers.fp8)."""
+    if fp8:
+        return fp8_gemms.input_grad(grads, weights)
     gx = None
     for g, w in zip(grads, weights):
         part = g.matmul(w)
@@ -133,6 +136,18 @@ class WeightGradStore:
         return weight_pass
 
 
+def use_fp8_linears(modules) -> int:
+    """Run these modules' column- and row-parallel linears' GEMMs in FP8 (a plan's training.fp8; the blocks',
+    not the output layer's: parallel_layers.fp8); returns how many linears."""
+    n = 0
+    for mod in modules:
+        for sub in mod.modules():
+            if isinstance(sub, (ColumnParallelLinear, RowParallelLinear)):
+                sub.fp8 = True
+                n += 1
+    return n
+
+
 def defer_weight_grads(modules, store: WeightGradStore) -> int:
     """Queue the weight gradients of these modules' column- and row-parallel linears in `store` instead of
     making them in the backward; returns how many weights."""
@@ -150,7 +165,7 @@ def _store_of(params, need_w) -> Optional[WeightGradStore]:
     return getattr(params[0], "deferred_wgrad", None) if params and any(need_w) else None
 
 
-def _queue_weight_grads(store: WeightGradStore, params, grads, x, need_w, need_b, sp_group=None):
+def _queue_weight_grads(store: WeightGradStore, params, grads, x, need_w, need_b, sp_group=None, fp8=False):
     """A linears Function's backward with its weights' gradients queued in `store`: the biases' gradients now, the
     weights' as a closure for the weight pass, which adds them as autograd would and then runs the weights'
     weight-pass hooks (precision.register_weight_pass_hook), as autograd runs its post-accumulate-grad hooks: the
@@ -162,7 +177,7 @@ def _queue_weight_grads(store: WeightGradStore, params, grads, x, need_w, need_b
 
     def weight_pass():
         full = x if sp_group is None else _gather(x, SEQ_DIM, sp_group)
-        gws, _ = _param_grads(grads, full, need_w, [], params)
+        gws, _ = _param_grads(grads, full, need_w, [], params, fp8)
         for p, gw, need in zip(params, gws, need_w):
             if gw is not None:
                 p.grad = gw if p.grad is None else p.grad.add_(gw)
@@ -173,15 +188,23 @@ def _queue_weight_grads(store: WeightGradStore, params, grads, x, need_w, need_b
     return [None] * len(need_w), gbs
 
 
-def _param_grads(grads, x, need_w, need_b, params):
+def _param_grads(grads, x, need_w, need_b, params, fp8=False):
     """dW_i = dY_i^T x (over all leading dims) and db_i = sum dY_i, for the ones this pass needs.  A weight
     with a ``fused_wgrad`` kernel (precision.attach_main_grads) gets its dW added into its fp32 main_grad by
-    that GEMM and returns no gradient to autograd."""
+    that GEMM and returns no gradient to autograd; under FP8 (parallel_layers.fp8) the GEMM writes fp32 there
+    and the sum adds it in."""
     flat = x.flatten(0, -2)
     lead = tuple(range(grads[0].dim() - 1))
     gws = []
     for g, need, p in zip(grads, need_w, params):
         kernel = getattr(p, "fused_wgrad", None)
+        if need and fp8:
+            gw = fp8_gemms.weight_grad(g, flat, torch.float32 if kernel is not None else g.dtype)
+            if kernel is not None:
+                p.main_grad = gw if p.main_grad is None else p.main_grad.add_(gw)
+                gw = None
+            gws.append(gw)
+            continue
         if need and kernel is not None:
             kernel(p, g.flatten(0, -2), flat)
             need = False
@@ -189,9 +212,13 @@ def _param_grads(grads, x, need_w, need_b, params):
     return gws, [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)]
 
 
-def _save(ctx, x, weights, group, biases, params) -> None:
+def _save(ctx, x, weights, group, biases, params, fp8) -> None:
     ctx.save_for_backward(x, *weights)
-    ctx.group, ctx.has_bias, ctx.params = group, [b is not None for b in biases], params
+    ctx.group, ctx.has_bias, ctx.params, ctx.fp8 = group, [b is not None for b in biases], params, fp8
+
+
+def _linears(x, weights, biases, fp8):
+    return fp8_gemms.forward(x, weights, biases) if fp8 else [F.linear(x, w, b) for w, b in zip(weights, biases)]
 
 
 def _saved(ctx):
@@ -216,26 +243,26 @@ class _TPLinears(torch.autograd.Function):
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
-    def forward(ctx, x, group, params, *weights_biases):
+    def forward(ctx, x, group, fp8, params, *weights_biases):
         n = len(params)
         weights, biases = weights_biases[:n], weights_biases[n:]
         x = _autocast_input(x)
         # under autocast, keep the 16-bit casts of the weights for the backward, as F.linear's own
         # backward does (the memory model's per-micro-batch casts of the amp recipe)
         weights = [_autocast_input(w) for w in weights]
-        _save(ctx, x, weights, group, biases, params)
-        return tuple(F.linear(x, w, b) for w, b in zip(weights, biases))
+        _save(ctx, x, weights, group, biases, params, fp8)
+        return tuple(_linears(x, weights, biases, fp8))
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, *grads):
         x, weights, need_x, need_w, need_b = _saved(ctx)
         # in place, beside the weight-gradient matmuls
-        finish = _all_reduce_start(_input_grad(grads, weights), ctx.group, owned=True) if need_x else None
+        finish = _all_reduce_start(_input_grad(grads, weights, ctx.fp8), ctx.group, owned=True) if need_x else None
         store = _store_of(ctx.params, need_w)
-        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b) if store is not None
-                    else _param_grads(grads, x, need_w, need_b, ctx.params))
-        return (finish() if finish is not None else None, None, None, *gws, *gbs)
+        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b, fp8=ctx.fp8) if store is not None
+                    else _param_grads(grads, x, need_w, need_b, ctx.params, ctx.fp8))
+        return (finish() if finish is not None else None, None, None, None, *gws, *gbs)
 
 
 class _SPGatherLinears(torch.autograd.Function):
@@ -248,13 +275,13 @@ class _SPGatherLinears(torch.autograd.Function):
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
-    def forward(ctx, x, group, params, *weights_biases):
+    def forward(ctx, x, group, fp8, params, *weights_biases):
         n = len(params)
         weights, biases = weights_biases[:n], weights_biases[n:]
         x = _autocast_input(x)  # at 1/tp the size
         full = _gather(x, SEQ_DIM, group)
-        _save(ctx, x, weights, group, biases, params)
-        return tuple(F.linear(full, w, b) for w, b in zip(weights, biases))
+        _save(ctx, x, weights, group, biases, params, fp8)
+        return tuple(_linears(full, weights, biases, fp8))
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cuda")
@@ -262,12 +289,12 @@ class _SPGatherLinears(torch.autograd.Function):
         x, weights, need_x, need_w, need_b = _saved(ctx)
         store = _store_of(ctx.params, need_w)  # queued: the weight pass gathers x again for itself
         gather = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) and store is None else None  # beside the input-gradient matmuls
-        gx = _input_grad(grads, weights) if need_x else None
+        gx = _input_grad(grads, weights, ctx.fp8) if need_x else None
         full = gather() if gather is not None else x  # it completes before the next collective is issued
         reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group, owned=True) if need_x else None  # beside the weight gradients
-        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b, sp_group=ctx.group)
-                    if store is not None else _param_grads(grads, full, need_w, need_b, ctx.params))
-        return (reduce() if reduce is not None else None, None, None, *gws, *gbs)
+        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b, sp_group=ctx.group, fp8=ctx.fp8)
+                    if store is not None else _param_grads(grads, full, need_w, need_b, ctx.params, ctx.fp8))
+        return (reduce() if reduce is not None else None, None, None, None, *gws, *gbs)
 
 
 def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool):
@@ -276,10 +303,11 @@ def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool):
     before the weight gradients (_TPLinears).  On a TP group of one, F.linear, unless a weight's gradient
     is accumulated by a fused GEMM (``fused_wgrad``): then _TPLinears, whose all-reduce is the identity."""
     weights = [m.weight for m in linears]
-    if _size(tp_group) == 1 and not _fused(weights):  # (SP on a group of one is the identity too)
+    fp8 = any(m.fp8 for m in linears)
+    if _size(tp_group) == 1 and not _fused(weights) and not fp8:  # (SP on a group of one is the identity too)
         return [F.linear(x, m.weight, m.bias) for m in linears]
     fn = _SPGatherLinears if sequence_parallel and _size(tp_group) > 1 else _TPLinears
-    return _apply_linears(fn, x, tp_group, weights, [m.bias for m in linears])
+    return _apply_linears(fn, x, tp_group, weights, [m.bias for m in linears], fp8)
 
 
 def _fused(weights) -> bool:
@@ -289,11 +317,11 @@ def _fused(weights) -> bool:
                for w in weights)
 
 
-def _apply(fn, x, group, weights, biases):
+def _apply(fn, x, group, weights, biases, fp8=False):
     # views: non-leaf edges the Functions' backward can ask the engine about; the parameters themselves
     # (a tuple, which autograd passes through) for their main_grad
     tensors = [t if t is None else t.view_as(t) for t in [x, *weights, *biases]]
-    return list(fn.apply(tensors[0], group, tuple(weights), *tensors[1:]))
+    return list(fn.apply(tensors[0], group, fp8, tuple(weights), *tensors[1:]))
 
 
 # The fused weight-gradient accumulation outside torch.compile: inside a compiled block (parplan launch's default
@@ -303,15 +331,18 @@ def _apply(fn, x, group, weights, biases):
 _apply_eager = torch.compiler.disable(_apply)
 
 
-def _apply_linears(fn, x, group, weights, biases):
-    return (_apply_eager if _fused(weights) else _apply)(fn, x, group, weights, biases)
+def _apply_linears(fn, x, group, weights, biases, fp8=False):
+    # FP8 linears run eagerly too: their casts are compiled on their own (parallel_layers.fp8.cast)
+    return (_apply_eager if _fused(weights) or fp8 else _apply)(fn, x, group, weights, biases, fp8)
 
 
 class ColumnParallelLinear(_ShardedModule):
     """Y = X A + b with A split by columns (output features) over TP.
 
     Input is replicated (or, with SP, sequence-sharded and all-gathered here); output is
-    split over the last dim.  weight: (out/tp, in)."""
+    split over the last dim.  weight: (out/tp, in).  fp8: its GEMMs in FP8 (use_fp8_linears)."""
+
+    fp8 = False
 
     def __init__(self, in_features, out_features, tp_group, *, name, bias=False,
                  sequence_parallel=False, std=0.02, pad_out=False):
@@ -331,7 +362,10 @@ class RowParallelLinear(_ShardedModule):
     """Y = X A + b with A split by rows (input features) over TP.
 
     Input is split over the last dim; output is all-reduced (or, with SP, reduce-scattered
-    over the sequence).  weight: (out, in/tp); bias replicated, added after the reduction."""
+    over the sequence).  weight: (out, in/tp); bias replicated, added after the reduction.  fp8: its GEMMs in
+    FP8 (use_fp8_linears)."""
+
+    fp8 = False
 
     def __init__(self, in_features, out_features, tp_group, *, name, bias=False,
                  sequence_parallel=False, std=0.02):
@@ -346,8 +380,8 @@ class RowParallelLinear(_ShardedModule):
     def forward(self, x):
         # partial sums, (b, s, out); through _TPLinears on a group of one (no collective) where the weight
         # gradient is accumulated by a fused GEMM
-        y = _apply_linears(_TPLinears, x, None, [self.weight], [None])[0] if _fused([self.weight]) \
-            else F.linear(x, self.weight)
+        y = _apply_linears(_TPLinears, x, None, [self.weight], [None], self.fp8)[0] \
+            if _fused([self.weight]) or self.fp8 else F.linear(x, self.weight)
         if self.sequence_parallel:
             y = reduce_scatter_to_sequence_parallel_region(y, self.tp_group)  # (b, s/tp, out)
         else:

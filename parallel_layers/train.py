@@ -68,7 +68,7 @@ from parallel_layers.data_parallel import (
     sync_sequence_parallel_grads,
     sync_tied_embedding_grads,
 )
-from parallel_layers.layers import fused_vocab_parallel_cross_entropy, vocab_parallel_cross_entropy
+from parallel_layers.layers import fused_vocab_parallel_cross_entropy, use_fp8_linears, vocab_parallel_cross_entropy
 from parallel_layers.loss_scale import INIT_SCALE, DynamicLossScaler, wants_loss_scaling
 from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
@@ -185,6 +185,8 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
                         sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type,
                         cp_group=coords.cp_group, recompute_layers=par.recompute_layers)
         init_parameters(m, plan.training.seed)
+        if plan.training.fp8:  # the blocks' linears (not the output layer's): parallel_layers.fp8
+            use_fp8_linears(m.blocks)
         # master-weights: 16-bit parameters (rounded from the fp32 init, as Megatron's master
         # copies are made from the 16-bit model); FSDP2 keeps fp32 shards and casts instead
         m = m.to(device, dtype=param_dtype(plan) if par.zero_stage != 3 else torch.float32)

@@ -76,6 +76,7 @@ class MachineInfo:
     gpu_name: Optional[str] = None
     cpu_cores: Optional[int] = None  # cores this process may run on
     host_available_bytes: Optional[int] = None  # host memory available (MemAvailable) on this node
+    capability: Optional[tuple] = None  # the first GPU's CUDA compute capability (major, minor)
 
 
 def host_memory_available() -> Optional[int]:
@@ -125,7 +126,8 @@ def probe_machine() -> MachineInfo:
         free = min(torch.cuda.mem_get_info(i)[0] for i in range(gpus))
     return MachineInfo(torch_version=torch.__version__, gpus=gpus, free_memory_bytes=free,
                        gpu_name=torch.cuda.get_device_name(0) if gpus else None, cpu_cores=cpu_cores(),
-                       host_available_bytes=host_memory_available())
+                       host_available_bytes=host_memory_available(),
+                       capability=tuple(torch.cuda.get_device_capability(0)) if gpus else None)
 
 
 def resolve_device(device: str, machine: MachineInfo, plan=None) -> tuple[str, Check]:
@@ -607,6 +609,38 @@ def _torch_older_than(version: Optional[str], major_minor: tuple[int, int]) -> b
     """Whether a torch version string ("2.7.1+cu126") is older than (major, minor); False when unreadable."""
     m = re.match(r"(\d+)\.(\d+)", version or "")
     return bool(m) and (int(m.group(1)), int(m.group(2))) < major_minor
+
+
+def fp8_gemm_dims(plan) -> dict[str, int]:
+    """The sizes an FP8 plan's GEMMs take on one tensor-parallel rank (parallel_layers.fp8.gemm_dims_problem)."""
+    m, p, t = plan.model, plan.parallel, plan.training
+    head_dim = m.head_dim or m.hidden // m.heads
+    return {"hidden": m.hidden, "q width / tp": m.heads * head_dim // p.tp,
+            "kv width / tp": m.kv_heads * head_dim // p.tp, "ffn_hidden / tp": m.ffn_hidden // p.tp,
+            "tokens per micro-batch": t.micro_batch_size * t.seq_len // max(p.cp, 1)}
+
+
+def check_fp8(plan, device: str, machine: MachineInfo) -> Check:
+    """An FP8 plan (training.fp8): GPUs with FP8 tensor cores (compute capability 8.9 and up), sizes cuBLASLt's FP8
+    GEMM takes, and the prediction's scheme (parplan's runtime runs torchao's tensor-wise recipe: a plan made for
+    another framework is predicted with that framework's casts and memory)."""
+    from parallel_layers.fp8 import gemm_dims_problem
+    t = plan.training
+    if device == "cuda" and machine.capability is not None and tuple(machine.capability) < (8, 9):
+        cap = ".".join(map(str, machine.capability))
+        return Check("fp8", False, f"the plan's linears are FP8 and {machine.gpu_name} (compute capability {cap}) has no "
+                     "FP8 tensor cores", "launch it on an Ada, Hopper or Blackwell GPU (8.9 and up), or re-plan "
+                     "without --fp8")
+    problem = gemm_dims_problem(fp8_gemm_dims(plan)) if device == "cuda" else None
+    if problem:
+        what, fix = problem.split("; ", 1)
+        return Check("fp8", False, what, fix)
+    said = ("linears in FP8 (torch._scaled_mm, tensor-wise scales" +
+            (": a slow reference kernel on cpu)" if device == "cpu" else ")"))
+    if t.framework != "parplan":
+        return Check("fp8", True, f"warning: {said}; the prediction counts {t.framework}'s FP8 casts and memory, not "
+                     "the runtime's; re-plan with --framework parplan to compare like with like")
+    return Check("fp8", True, said)
 
 
 def check_runtime_support(plan, device: str, torch_version: Optional[str] = None) -> Check:
@@ -1160,11 +1194,6 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     if device not in ("auto", "cuda", "cpu"):
         _err(f"error: --device must be auto, cuda or cpu, got {device!r}")
         return EXIT_INVALID
-    if plan.training.fp8:
-        _err(f"error: the plan's linears are FP8 (training.fp8, as {plan.training.framework} runs them), and parplan's "
-             f"runtime has no FP8 GEMMs -- fix: run it where it was planned for (parplan export <plan> --to "
-             f"{plan.training.framework}), or re-plan without --fp8 to launch it here")
-        return EXIT_INVALID
     if importlib.util.find_spec("torch") is None:
         _err("error: torch is not importable -- fix: pip install torch (launch runs parallel_layers on torch.distributed)")
         return EXIT_INVALID
@@ -1181,6 +1210,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     checks += [c for c in (rules, world_check, support, check_split(plan)) if c] + [
                check_rendezvous(nnodes, node_rank, rdzv_endpoint),
                check_hardware(plan, device, machine), check_memory(plan, device, machine, nproc)]
+    if plan.training.fp8:
+        checks.append(check_fp8(plan, device, machine))
     if device == "cpu" and world_check.ok:
         checks.append(check_cpu_time(plan, steps, nproc, machine))
     if data and not Path(data).is_file():

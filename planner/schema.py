@@ -468,7 +468,7 @@ def job_problem(model: ModelSpec, seq_len: int, dtype: str, precision: str, who:
 
 
 # frameworks whose FP8 linears the cost model knows (TrainingConsts.fp8): Transformer Engine's, torchao's
-FP8_FRAMEWORKS = {"megatron": "te", "torchtitan": "torchao"}
+FP8_FRAMEWORKS = {"megatron": "te", "torchtitan": "torchao", "parplan": "parplan"}
 
 
 def fp8_problem(fp8: bool, framework: str, precision: str) -> str | None:
@@ -476,10 +476,9 @@ def fp8_problem(fp8: bool, framework: str, precision: str) -> str | None:
     if not fp8:
         return None
     if framework not in FP8_FRAMEWORKS:
-        why = ("parplan's runtime has no FP8 GEMMs" if framework == "parplan"
-               else f"the {framework} framework's FP8 is not modelled")
-        return (f"fp8 under framework {framework}: {why}; plan it for the framework that runs it (--framework megatron: "
-                "Transformer Engine, or torchtitan: torchao's float8) and export it, or drop --fp8")
+        return (f"fp8 under framework {framework}: the {framework} framework's FP8 is not modelled; plan it for one "
+                "that runs FP8 linears (--framework parplan: parplan launch runs them, megatron: Transformer Engine, or "
+                "torchtitan: torchao's float8) and export it, or drop --fp8")
     if precision == "fp32":
         return "fp8 with precision fp32: FP8 linears belong to a 16-bit recipe; use precision master-weights, or drop --fp8"
     return None

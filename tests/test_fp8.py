@@ -57,9 +57,9 @@ def test_no_fp8_peak_is_refused_with_the_fix():
         recommend("llama3-8b", 8, hardware="a100-sxm-80gb", framework="megatron", fp8=True)
 
 
-@pytest.mark.parametrize("framework", ["parplan", "deepspeed", "fsdp"])
+@pytest.mark.parametrize("framework", ["deepspeed", "fsdp"])
 def test_fp8_only_where_the_framework_runs_it(framework):
-    with pytest.raises(PlannerError, match=f"fp8 under framework {framework}:.*--framework megatron"):
+    with pytest.raises(PlannerError, match=f"fp8 under framework {framework}:.*--framework parplan.*megatron"):
         recommend("llama3-8b", 8, framework=framework, fp8=True)
 
 
@@ -67,8 +67,8 @@ def test_fp8_plan_file_rules():
     plan = recommend("llama3-8b", 8, framework="megatron", fp8=True)
     assert plan.training.fp8
     data = json.loads(plan.model_dump_json())
-    data["training"]["framework"] = "parplan"
-    with pytest.raises(ValueError, match="parplan's runtime has no FP8 GEMMs"):
+    data["training"]["framework"] = "deepspeed"
+    with pytest.raises(ValueError, match="the deepspeed framework's FP8 is not modelled"):
         type(plan).model_validate(data)
     data["training"].update(framework="megatron", precision="fp32")
     with pytest.raises(ValueError, match="fp8 with precision fp32"):
@@ -157,7 +157,9 @@ def test_fp8_export_and_launch(tmp_path):
     assert 'converters = ["float8"]' in toml and "[float8]" in toml and 'filter_fqns = ["output"]' in toml
     path = tmp_path / "plan.json"
     path.write_text(plan.model_dump_json())
-    assert L.launch(str(path), dry_run=True, device="cpu") == L.EXIT_INVALID
+    # parplan's runtime runs FP8 linears (tests/test_fp8_runtime.py): a megatron FP8 plan launches, with a warning
+    # that its prediction counts Transformer Engine's casts and memory
+    assert L.launch(str(path), dry_run=True, device="cpu") == 0
 
 
 def test_fp8_saved_inputs_reach_the_plan():

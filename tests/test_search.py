@@ -302,7 +302,7 @@ def test_recommend_takes_every_stack_flag_and_rejects_others():
     assert set(STACK_FLAGS) <= set(Training.model_fields)
     spec = load_preset("tiny-llama-test")
     flags = dict(flash_attention=False, overlap_grad_reduce=False, overlap_param_gather=True, overlap_tp_comm=True,
-                 dropout=True, fp8=False,  # parplan's runtime has no FP8 (tests/test_fp8.py)
+                 dropout=True, fp8=True,
                  zero1_grad_reduce="reduce-scatter", zero2_grad_reduce="per-micro-batch", grad_accumulation_fusion=True,
                  p2p_scatter_gather=True, fused_cross_entropy=True, fused_elementwise=False, overlap_cp_comm=True,
                  async_tp_grad_comm=True, attention_kernel="triton-2022", cross_entropy_16bit_grad=True)

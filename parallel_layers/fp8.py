@@ -1,0 +1,104 @@
+"""FP8 linear layers: the GEMMs of the blocks' column- and row-parallel linears in FP8 (a plan's training.fp8).
+
+The recipe is torchao's float8 "tensorwise" one (dynamic per-tensor scaling, as torchtitan's
+``converters = ["float8"]`` runs it): each GEMM operand is cast just before the GEMM with a scale made from
+its own absolute maximum, E4M3 for inputs and weights, E5M2 for output gradients (the "hybrid" format);
+the layer saves its 16-bit input and weight for the backward and casts them again there (torchao's
+Float8Linear saves the high-precision tensors, not the FP8 ones, so activation memory is a 16-bit plan's).
+The GEMMs are ``torch._scaled_mm``: cuBLASLt's FP8 GEMM on GPUs with FP8 tensor cores (compute capability
+8.9 and up), a slow reference kernel on CPU.  On Hopper that GEMM takes its second operand column-major and
+its first row-major, with the inner and output dimensions multiples of 16 (``gemm_dims_problem``); the casts
+write each operand in the layout its GEMM reads (the weight transposed for the input gradient, the output
+gradient transposed and the input column-major for the weight gradient).
+
+Per linear and micro-batch, what ``cost_models.compute.fp8_cast_time`` counts for framework parplan: forward,
+an amax and a cast of the input (once for linears that share it: q/k/v, gate/up) and of each weight;
+backward, the saved input and each weight again, and each output gradient once (its transposed copy for the
+weight gradient is an FP8 transpose).  The attention, the norms, the embedding and the output layer stay in
+16 bits.  The amax reductions are not all-reduced over tensor-parallel ranks: each rank scales its own shard.
+"""
+from __future__ import annotations
+
+import torch
+
+E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
+
+
+def _cast_eager(t: torch.Tensor, dtype: torch.dtype):
+    """(t in FP8 at scale s, 1/s): s = the format's largest value over t's absolute maximum (fp32)."""
+    fmax = torch.finfo(dtype).max
+    amax = t.detach().abs().amax().float()
+    scale = fmax / torch.clamp(amax, min=1e-12)
+    t8 = (t.detach().float() * scale).clamp_(-fmax, fmax).to(dtype)
+    return t8, scale.reciprocal()
+
+
+_cast_compiled = None
+
+
+def cast(t: torch.Tensor, dtype: torch.dtype):
+    """_cast_eager, fused by torch.compile on a GPU (one amax pass and one cast pass, as the cost model counts;
+    eager it is four elementwise passes more); eager where the compiler is unavailable or fails."""
+    global _cast_compiled
+    if t.device.type == "cuda" and _cast_compiled is not False:
+        try:
+            if _cast_compiled is None:
+                _cast_compiled = torch.compile(_cast_eager, dynamic=True)
+            return _cast_compiled(t, dtype)
+        except Exception:  # noqa: BLE001 -- any compiler failure: the eager passes, the same numbers
+            _cast_compiled = False
+    return _cast_eager(t, dtype)
+
+
+def _col_major(t8: torch.Tensor) -> torch.Tensor:
+    """The same matrix laid out column-major (an FP8 transpose copy: 1 byte read and written an element)."""
+    return t8.t().contiguous().t()
+
+
+def _mm(a8, sa, b8, sb, out_dtype):
+    return torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+
+
+def forward(x: torch.Tensor, weights, biases):
+    """Outputs x W_i^T + b_i of linears that read the same input x (..., in): x cast once, each weight once."""
+    flat = x.reshape(-1, x.shape[-1])
+    x8, sx = cast(flat, E4M3)
+    outs = []
+    for w, b in zip(weights, biases):
+        w8, sw = cast(w, E4M3)  # (out, in) row-major: its transpose is the column-major (in, out) operand
+        y = _mm(x8, sx, w8.t(), sw, x.dtype)
+        if b is not None:
+            y = y + b
+        outs.append(y.reshape(*x.shape[:-1], w.shape[0]))
+    return outs
+
+
+def input_grad(grads, weights):
+    """sum_i dY_i W_i (the input gradient of linears that read one input), each dY_i in E5M2 and W_i in E4M3."""
+    gx = None
+    for g, w in zip(grads, weights):
+        flat = g.reshape(-1, g.shape[-1])
+        g8, sg = cast(flat, E5M2)
+        w8, sw = cast(w, E4M3)
+        part = _mm(g8, sg, _col_major(w8), sw, g.dtype).reshape(*g.shape[:-1], w.shape[1])
+        gx = part if gx is None else gx + part
+    return gx
+
+
+def weight_grad(g: torch.Tensor, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """dW = dY^T X over all leading dimensions: dY (tokens, out) in E5M2, X (tokens, in) in E4M3 (out, in)."""
+    g8, sg = cast(g.reshape(-1, g.shape[-1]), E5M2)
+    x8, sx = cast(x.reshape(-1, x.shape[-1]), E4M3)
+    return _mm(g8.t().contiguous(), sg, _col_major(x8), sx, out_dtype)
+
+
+def gemm_dims_problem(dims: dict[str, int]) -> str | None:
+    """Why cuBLASLt's FP8 GEMM cannot take these linears (named sizes: each linear's input and output features on
+    one tensor-parallel rank, the tokens of a micro-batch), in one line, or None: every one must be a multiple
+    of 16 (the inner dimension of each of the three GEMMs, and the output's)."""
+    bad = [f"{name} {n}" for name, n in dims.items() if n % 16]
+    if not bad:
+        return None
+    return ("FP8 GEMMs need every linear's sizes and a micro-batch's tokens in multiples of 16 (torch._scaled_mm on "
+            f"the GPU), and this plan has {', '.join(bad)}; change the shape or tp, or re-plan without --fp8")

@@ -1,0 +1,248 @@
+"""parplan's runtime FP8 linears (parallel_layers.fp8; a plan's training.fp8 under --framework parplan): the GEMMs
+are FP8 (quantization error of E4M3/E5M2 size, not bf16's), every one obeys cuBLASLt's operand rules on Hopper
+(checked here on the CPU kernel, which is lenient), the output layer stays 16-bit, the zero-bubble queue and the
+fused main_grad accumulation make the same gradients, a tp 2 x SP pair of ranks matches one rank, a one-rank run
+learns, and launch's checks and the cost model's cast term say what the runtime does."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import parallel_layers.fp8 as F8
+import parallel_layers.layers as L
+from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
+from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan, write_plan
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _rel(a, b) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def test_fp8_gemms_carry_fp8_rounding_error():
+    """Each of the three GEMMs against fp32: within E4M3/E5M2's error (a few %), and well above bf16's (0.3 %
+    at most here): a path that silently multiplied in 16 bits fails the lower bound."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(64, 48, generator=g), torch.randn(32, 48, generator=g)
+    dy = torch.randn(64, 32, generator=g)
+    (y,) = F8.forward(x, [w], [None])
+    checks = [(y, x @ w.t()), (F8.input_grad([dy], [w]), dy @ w), (F8.weight_grad(dy, x, torch.float32), dy.t() @ x)]
+    for got, want in checks:
+        assert 0.01 < _rel(got, want) < 0.1
+    bf = (x.bfloat16() @ w.bfloat16().t()).float()
+    assert _rel(bf, x @ w.t()) < 0.004
+
+
+def _cuda_rules_mm(calls):
+    real = torch._scaled_mm
+
+    def checked(a, b, *, scale_a, scale_b, out_dtype=None, **kw):
+        assert a.dim() == b.dim() == 2
+        assert a.stride(1) == 1, "first operand row-major"
+        assert b.stride(0) == 1, "second operand column-major"
+        assert a.shape[1] % 16 == 0 and b.shape[1] % 16 == 0, (a.shape, b.shape)
+        assert a.dtype in (F8.E4M3, F8.E5M2) and b.dtype == F8.E4M3, (a.dtype, b.dtype)  # no E5M2 x E5M2
+        assert scale_a.dtype == scale_b.dtype == torch.float32 and scale_a.numel() == scale_b.numel() == 1
+        calls.append((tuple(a.shape), tuple(b.shape), a.dtype))
+        return real(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, **kw)
+    return checked
+
+
+def _stage(model, fp8: bool, seed=3) -> StageModule:
+    plan = tiny_plan(model)
+    m = StageModule(ModelConfig.from_plan(plan), list(range(plan.model.layers)), first=True, last=True, tp_group=None)
+    init_parameters(m, seed)
+    if fp8:
+        assert L.use_fp8_linears(m.blocks) == sum(
+            isinstance(s, (L.ColumnParallelLinear, L.RowParallelLinear)) for b in m.blocks for s in b.modules())
+    return m
+
+
+def _ids(seed=0):
+    return torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT], ids=["llama", "gpt"])
+def test_every_block_gemm_is_fp8_and_takes_hoppers_layouts(model, monkeypatch):
+    """Forward, input gradient and weight gradient of every block linear go through torch._scaled_mm with the
+    operands Hopper's FP8 GEMM takes; the output layer (and the embedding) does not."""
+    calls = []
+    monkeypatch.setattr(torch, "_scaled_mm", _cuda_rules_mm(calls))
+    m = _stage(model, fp8=True)
+    ids = _ids()
+    L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
+    linears = sum(isinstance(s, (L.ColumnParallelLinear, L.RowParallelLinear)) for b in m.blocks for s in b.modules())
+    assert len(calls) == 3 * linears  # forward, input gradient, weight gradient of each
+    assert sum(dt == F8.E5M2 for *_, dt in calls) == 2 * linears  # the output gradient in both backward GEMMs
+    assert not getattr(m.head, "fp8", False)
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT], ids=["llama", "gpt"])
+def test_fp8_gradients_follow_the_16bit_ones(model):
+    """Same weights, same batch: the loss within 1 % and every parameter's gradient within FP8's error of the
+    full-precision run's, none of the blocks' weights' identical (they went through FP8 GEMMs)."""
+    runs = []
+    for fp8 in (False, True):
+        m = _stage(model, fp8)
+        ids = _ids()
+        loss = L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None)
+        loss.backward()
+        runs.append((loss.item(), {n: p.grad.clone() for n, p, _ in iter_shard_specs(m)}))
+    (l0, g0), (l1, g1) = runs
+    assert l1 == pytest.approx(l0, rel=0.01)
+    scale = max(float(g.norm()) for g in g0.values())
+    for n, g in g0.items():
+        if g.norm() < 1e-4 * scale:  # gpt's key bias: softmax does not see it, its gradient is rounding noise
+            assert g1[n].norm() < 1e-3 * scale, n
+            continue
+        cos = F.cosine_similarity(g1[n].flatten(), g.flatten(), dim=0)
+        assert cos > 0.98, (n, float(cos))
+    moved = [n for n in g0 if n.startswith("blocks.") and n.endswith("weight") and g0[n].dim() == 2]
+    assert moved and all(not torch.equal(g0[n], g1[n]) for n in moved)
+
+
+def test_fp8_weight_grads_queued_for_the_zero_bubble_pass_are_the_same():
+    grads = []
+    for queued in (False, True):
+        m = _stage(TINY_LLAMA, fp8=True)
+        store = L.WeightGradStore()
+        if queued:
+            L.defer_weight_grads(list(m.blocks), store)
+        ids = _ids()
+        L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
+        store.take()()
+        grads.append({n: p.grad.clone() for n, p, _ in iter_shard_specs(m)})
+    for n, g in grads[0].items():
+        torch.testing.assert_close(grads[1][n], g, rtol=1e-6, atol=0)
+
+
+def test_fp8_weight_grads_accumulate_into_main_grad_with_the_fused_kernel():
+    """master-weights with the fused accumulation (the reference kernel on CPU): the FP8 GEMM's fp32 dW is main_grad
+    after one micro-batch and adds into it on the next; the linears' weights get no 16-bit p.grad."""
+    from parallel_layers.precision import attach_main_grads, wgrad_fusion_kernel
+    mains = []
+    for fused in (False, True):
+        m = _stage(TINY_LLAMA, fp8=True).to(torch.bfloat16)
+        params = [p for _, p, _ in iter_shard_specs(m)]
+        attach_main_grads(params, wgrad_fusion_kernel(torch.device("cpu"), "reference") if fused else None)
+        for seed in (0, 1):
+            ids = _ids(seed)
+            L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
+        w = m.blocks[0].attn.wq.weight
+        assert w.grad is None and w.main_grad.dtype == torch.float32
+        mains.append({n: p.main_grad.clone() for n, p, _ in iter_shard_specs(m)})
+    for n, g in mains[0].items():
+        # unfused: each micro-batch's dW rounded to bf16 before the fp32 sum; fused: summed in fp32
+        assert _rel(mains[1][n], g) < 0.01, n
+
+
+def _tp_worker(rank, port, fp8, out):
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    plan = tiny_plan(TINY_LLAMA, tp=2, sp=True)
+    m = StageModule(ModelConfig.from_plan(plan), list(range(4)), first=True, last=True, tp_group=dist.group.WORLD,
+                    sp=True)
+    init_parameters(m, 3)
+    if fp8:
+        L.use_fp8_linears(m.blocks)
+    ids = _ids()
+    loss = L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], dist.group.WORLD)
+    loss.backward()
+    res = {"loss": loss.item(), "wq": m.blocks[0].attn.wq.weight.grad.tolist(),
+           "down": m.blocks[1].mlp.down.weight.grad.tolist()}
+    Path(f"{out}.{rank}").write_text(json.dumps(res))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.multirank
+def test_tp2_sequence_parallel_fp8_matches_one_rank(tmp_path):
+    """tp 2 with SP (the gathered input cast once per rank, each rank scaling its own weight shard): its loss and
+    weight-gradient shards are as close to the full-precision one-rank run's as one rank's FP8 run is (both
+    carry FP8's error, scaled differently), and the loss within 0.5 % of it."""
+    from tests.runtime_helpers.two_ranks import run_two
+    ranks = run_two(_tp_worker, tmp_path / "tp", True)
+    ref = {}
+    for fp8 in (False, True):
+        one = _stage(TINY_LLAMA, fp8=fp8)
+        ids = _ids()
+        loss = L.vocab_parallel_cross_entropy(one(ids[:, :-1]), ids[:, 1:], None)
+        loss.backward()
+        ref[fp8] = (loss.item(), one.blocks[0].attn.wq.weight.grad, one.blocks[1].mlp.down.weight.grad)
+    (l32, wq32, down32), (l8, wq8, down8) = ref[False], ref[True]
+    assert ranks[0]["loss"] == ranks[1]["loss"] == pytest.approx(l8, rel=0.005)
+    assert ranks[0]["loss"] == pytest.approx(l32, rel=0.01)
+    for name, exact, one8, dim in (("wq", wq32, wq8, 0), ("down", down32, down8, 1)):
+        one_err = _rel(one8, exact)
+        for r in (0, 1):
+            err = _rel(torch.tensor(ranks[r][name]), exact.chunk(2, dim)[r])
+            assert 0.005 < err < max(2 * one_err, 0.03), (name, r, err, one_err)
+
+
+def test_one_rank_fp8_training_learns(tmp_path):
+    """parallel_layers.train with an FP8 plan (the plan's training.fp8 reaches the blocks): counting tokens are
+    learnt, the loss falling as a 16-bit run's does."""
+    tok = tmp_path / "tok.bin"
+    (np.arange(100_000) % 256).astype(np.uint16).tofile(tok)
+    plan = tiny_plan(precision="amp")
+    plan.training.fp8 = True
+    path = write_plan(type(plan).model_validate(json.loads(plan.model_dump_json())), tmp_path / "plan.json")
+    rep = tmp_path / "report.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-m", "parallel_layers.train", "--plan", path, "--steps", "6", "--data", str(tok),
+                    "--report", str(rep)], cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    losses = [s["loss"] for s in json.loads(rep.read_text())["steps"]]
+    assert losses[0] == pytest.approx(np.log(256), abs=0.1)
+    assert min(losses[1:]) < losses[0] - 0.3, losses
+
+
+def test_launch_checks_an_fp8_plan():
+    from planner import launch as Lc
+    plan = tiny_plan(precision="master-weights")
+    plan.training.fp8 = True
+    cpu = Lc.MachineInfo(torch_version="x", gpus=0, free_memory_bytes=None)
+    assert Lc.check_fp8(plan, "cpu", cpu).ok and "slow reference" in Lc.check_fp8(plan, "cpu", cpu).detail
+    a100 = Lc.MachineInfo(torch_version="x", gpus=1, free_memory_bytes=1, gpu_name="A100", capability=(8, 0))
+    c = Lc.check_fp8(plan, "cuda", a100)
+    assert not c.ok and "no FP8 tensor cores" in c.detail and "8.9" in c.fix
+    h100 = Lc.MachineInfo(torch_version="x", gpus=1, free_memory_bytes=1, gpu_name="H100", capability=(9, 0))
+    assert Lc.check_fp8(plan, "cuda", h100).ok
+    odd = tiny_plan(dict(TINY_LLAMA, ffn_hidden=120), precision="master-weights", tp=2)
+    odd.training.fp8 = True
+    c = Lc.check_fp8(odd, "cuda", h100)
+    assert not c.ok and "ffn_hidden / tp 60" in c.detail and "re-plan without --fp8" in c.fix
+    assert Lc.check_fp8(odd, "cpu", cpu).ok  # the CPU kernel takes any size
+    titan = tiny_plan(precision="master-weights")
+    titan.training.framework, titan.training.fp8 = "torchtitan", True
+    assert Lc.check_fp8(titan, "cuda", h100).detail.startswith("warning:")
+
+
+def test_the_cost_model_counts_the_runtimes_casts():
+    """fp8_cast_time's parplan scheme, by hand for a llama block: forward, two shared inputs (h each) and the two
+    row-parallel ones, and the weights, each (2 act + 1) bytes; backward, those again plus FP8 transposes (2 bytes)
+    and the output gradients."""
+    from cost_models.compute import fp8_cast_time
+    from cost_models.layout import ModelDims
+    from planner.models import load_preset
+    from tests.test_cost_model import _lay
+    m = ModelDims.from_spec(load_preset("llama3-8b"), 4096)
+    lay = _lay(gpus=2, tp=2, dp=1, sp=1, mbs=1)
+    hw = type("HW", (), {"hbm_bytes_per_s": 1.0})()
+    f, b = fp8_cast_time(m, lay, hw, "parplan", 2)
+    T, h, tp = 4096, m.hidden, 2
+    inputs = 2 * h + (m.q_width + m.ffn) / tp
+    weights = (h * (m.q_width + 2 * m.kv_width) + m.q_width * h + 3 * h * m.ffn) / tp
+    grads = (m.q_width + 2 * m.kv_width + 2 * m.ffn) / tp + 2 * h
+    assert f == pytest.approx(5 * (T * inputs + weights))
+    assert b == pytest.approx(7 * (T * (inputs + grads) + weights))

@@ -77,6 +77,11 @@ def grid() -> list[tuple[str, list[str]]]:
     # bias-dropout-add)
     gpt13 = next(a for n, a in out if n == "gpt-1.3b-mbs4-none")
     out.append(("gpt-1.3b-mbs4-none-dropout", gpt13 + ["--dropout"]))
+    # FP8 linears (parallel_layers.fp8, the twenty-first session, checked on CPU only): the two GPU-bound llama runs
+    # above with the blocks' GEMMs in FP8 (torch._scaled_mm, tensor-wise scales), their casts compiled
+    llama3b = next(a for n, a in out if n == "llama-3b-mbs4-none")
+    out.append(("llama-3b-mbs4-none-fp8", llama3b + ["--fp8"]))
+    out.append(("llama-1.3b-mbs4-none-fp8", next(a for n, a in out if n == "llama-1.3b-mbs4-none") + ["--fp8"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",

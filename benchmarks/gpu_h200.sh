@@ -69,14 +69,16 @@ left=$(( LIMIT - SECONDS ))
 echo "grid: ${left} s left"
 # `timeout 0` would mean no limit at all: with under a minute left there is no grid entry to finish anyway
 [ "$left" -ge 60 ] || { pack; echo "no time left for the grid"; exit 0; }
-# the dropout run first (2026-12-04 ran it 24 % slower than its twin, torch.compile past its recompile limit; the
+# the FP8 runs first (parplan's FP8 linears, written in the twenty-first session and never run on a GPU: does the
+# runtime's FP8 path run, and how close is the prediction; their 16-bit twin llama-3b-mbs4-none ran 2026-12-04),
+# then the dropout run (2026-12-04 ran it 24 % slower than its twin, torch.compile past its recompile limit; the
 # runtime fixed since on CPU, and its hidden masks hashed inside the compiled blocks: the same entry again says what
 # the two give on a GPU), then the entries no H200 call
 # has reached (eight micro-batches; the 3B at micro-batch 1), then launch-bound runs of both recompute modes on this
 # call's host (the calibrate probe read full recompute 1.2-1.5x under the launches, no recompute within ~10 %),
 # then the rest
 timeout "$left" python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h200-calibrated.toml" --only \
-  gpt-1.3b-mbs4-none-dropout llama-1.3b-mbs1-accum8 llama-3b-mbs1-none llama-1.3b-mbs1-none llama-1.3b-mbs1-full \
+  llama-3b-mbs4-none-fp8 llama-1.3b-mbs4-none-fp8 gpt-1.3b-mbs4-none-dropout llama-1.3b-mbs1-accum8 llama-3b-mbs1-none llama-1.3b-mbs1-none llama-1.3b-mbs1-full \
   gpt-1.3b-mbs4-none llama-0.5b-mbs1-none llama-0.5b-mbs4-full llama-1.3b-mbs4-selective llama-3b-mbs4-full \
   2>&1 | cut -c1-250
 pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R)"

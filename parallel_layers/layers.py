@@ -303,7 +303,7 @@ def column_parallel_linears(x, linears, tp_group, *, sequence_parallel: bool):
     before the weight gradients (_TPLinears).  On a TP group of one, F.linear, unless a weight's gradient
     is accumulated by a fused GEMM (``fused_wgrad``): then _TPLinears, whose all-reduce is the identity."""
     weights = [m.weight for m in linears]
-    fp8 = any(m.fp8 for m in linears)
+    fp8 = any(getattr(m, "fp8", False) for m in linears)
     if _size(tp_group) == 1 and not _fused(weights) and not fp8:  # (SP on a group of one is the identity too)
         return [F.linear(x, m.weight, m.bias) for m in linears]
     fn = _SPGatherLinears if sequence_parallel and _size(tp_group) > 1 else _TPLinears

@@ -57,9 +57,10 @@ def _cuda_rules_mm(calls):
     return checked
 
 
-def _stage(model, fp8: bool, seed=3) -> StageModule:
+def _stage(model, fp8: bool, seed=3, recompute="none") -> StageModule:
     plan = tiny_plan(model)
-    m = StageModule(ModelConfig.from_plan(plan), list(range(plan.model.layers)), first=True, last=True, tp_group=None)
+    m = StageModule(ModelConfig.from_plan(plan), list(range(plan.model.layers)), first=True, last=True, tp_group=None,
+                    recompute=recompute)
     init_parameters(m, seed)
     if fp8:
         assert L.use_fp8_linears(m.blocks) == sum(
@@ -71,17 +72,19 @@ def _ids(seed=0):
     return torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT], ids=["llama", "gpt"])
-def test_every_block_gemm_is_fp8_and_takes_hoppers_layouts(model, monkeypatch):
+@pytest.mark.parametrize("model,recompute", [(TINY_LLAMA, "none"), (TINY_GPT, "none"), (TINY_LLAMA, "full")],
+                         ids=["llama", "gpt", "llama-full-recompute"])
+def test_every_block_gemm_is_fp8_and_takes_hoppers_layouts(model, recompute, monkeypatch):
     """Forward, input gradient and weight gradient of every block linear go through torch._scaled_mm with the
-    operands Hopper's FP8 GEMM takes; the output layer (and the embedding) does not."""
+    operands Hopper's FP8 GEMM takes (full recomputation runs each forward GEMM once more); the output layer (and
+    the embedding) does not."""
     calls = []
     monkeypatch.setattr(torch, "_scaled_mm", _cuda_rules_mm(calls))
-    m = _stage(model, fp8=True)
+    m = _stage(model, fp8=True, recompute=recompute)
     ids = _ids()
     L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
     linears = sum(isinstance(s, (L.ColumnParallelLinear, L.RowParallelLinear)) for b in m.blocks for s in b.modules())
-    assert len(calls) == 3 * linears  # forward, input gradient, weight gradient of each
+    assert len(calls) == (4 if recompute == "full" else 3) * linears  # forward (again), input and weight gradients
     assert sum(dt == F8.E5M2 for *_, dt in calls) == 2 * linears  # the output gradient in both backward GEMMs
     assert not getattr(m.head, "fp8", False)
 

@@ -260,11 +260,11 @@ class Training(Strict):
         False, description="The blocks' linear layers (qkv, attention projection, MLP) multiply in FP8 with per-tensor "
         "scaling, E4M3 forward and E5M2 gradients: Transformer Engine's hybrid format with delayed scaling and FP8 "
         "weights under framework megatron (--fp8-format hybrid --fp8-param-gather, NeMo's H100 recipe), torchao's "
-        "float8 (tensor-wise, dynamic) under torchtitan. Attention, norms, embedding, output layer and the optimizer "
+        "float8 (tensor-wise, dynamic) under torchtitan, and the same torchao recipe under parplan (parallel_layers.fp8: "
+        "parplan launch runs it, torch._scaled_mm). Attention, norms, embedding, output layer and the optimizer "
         "stay as dtype and precision say. Time: those GEMMs at the profile's fp8 peak (cost_models.compute."
         "linear_gemm_time) plus their quantization passes (fp8_cast_time); memory: the inputs the linears save in "
-        "FP8 (cost_models.memory.activation_bytes_per_layer). parplan's runtime has no FP8 GEMMs: such a plan is "
-        "exported, not launched.")
+        "FP8 (cost_models.memory.activation_bytes_per_layer; Transformer Engine only).")
     attention_kernel: Literal["profile", "triton-2022"] = Field(
         "profile", description="The fused attention kernel's speed: profile = the hardware profile's measured "
         "attention curve (the kernel torch's scaled_dot_product_attention picks on that GPU, as parplan's runtime "

@@ -258,15 +258,50 @@ def cpu_matmul_rate(n: int = 512, repeats: int = 8) -> float:
     return 2 * n ** 3 / best
 
 
+def cpu_fp8_matmul_rate(n: int = 128, repeats: int = 3) -> float:
+    """FLOP/s of one thread of this CPU on torch._scaled_mm of E4M3 n x n operands (an FP8 plan's linears on a cpu
+    launch: torch's reference kernel, about 0.1 GFLOP/s on this repository's machines), best of `repeats`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a = torch.randn(n, n).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n).to(torch.float8_e4m3fn).t()
+        one = torch.ones(())
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * n ** 3 / best
+
+
+def fp8_linear_share(plan) -> float:
+    """The share of a step's model FLOPs in the blocks' FP8 linears (qkv, projection, MLP), 0 for a 16-bit plan."""
+    if not plan.training.fp8:
+        return 0.0
+    from cost_models.layout import ModelDims
+    from cost_models.params import spec_model_flops_per_token
+
+    m = ModelDims.from_spec(plan.model, plan.training.seq_len)
+    per_layer = (m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
+                 + (3 if m.arch == "llama" else 2) * m.hidden * m.ffn)
+    return min(1.0, 6 * per_layer * m.layers / spec_model_flops_per_token(plan.model, plan.training.seq_len))
+
+
 CPU_RUN_WARN_S = 600  # a launch past ten minutes on a CPU is rarely the quick check it was meant to be
 
 
-def check_cpu_time(plan, steps: int, nproc: int, machine: MachineInfo, rate: Optional[float] = None) -> Check:
+def check_cpu_time(plan, steps: int, nproc: int, machine: MachineInfo, rate: Optional[float] = None,
+                   fp8_rate: Optional[float] = None) -> Check:
     """How long a cpu launch will take, at least: the step's matmul FLOPs (the model's FLOPs per token x the
     prediction's HFU/MFU for recomputation, x the step's tokens; on several nodes, this node's ranks' share) over
-    this CPU's one-thread matmul rate, measured here, times the cores the ranks share.  A lower bound: the rest of a
-    step (attention's softmax, elementwise work, gloo's collectives) comes on top.  A warning, never a failure, past
-    CPU_RUN_WARN_S."""
+    this CPU's one-thread matmul rate, measured here, times the cores the ranks share; an FP8 plan's linears at the
+    rate of torch's FP8 reference kernel, measured too.  A lower bound: the rest of a step (attention's softmax,
+    elementwise work, gloo's collectives) comes on top.  A warning, never a failure, past CPU_RUN_WARN_S."""
     from cost_models.params import spec_model_flops_per_token
 
     tr = plan.training
@@ -278,10 +313,15 @@ def check_cpu_time(plan, steps: int, nproc: int, machine: MachineInfo, rate: Opt
     flops = per_token * tr.seq_len * tr.global_batch_size * nproc / max(plan.parallel.world_size, 1)
     rate = cpu_matmul_rate() if rate is None else rate
     cores = max(1, min(nproc, machine.cpu_cores or 1))
-    step_s = flops / (rate * cores)
+    share = fp8_linear_share(plan)
+    if share:
+        fp8_rate = cpu_fp8_matmul_rate() if fp8_rate is None else fp8_rate
+    step_s = flops * ((1 - share) / rate + (share / fp8_rate if share else 0.0)) / cores
     total_s = step_s * steps
+    fp8 = (f", the {share:.0%} in FP8 GEMMs at {fp8_rate / 1e9:.2g} GFLOP/s, torch's reference kernel" if share
+           else "")
     detail = (f"at least {_duration(step_s)} a step here ({flops:.3g} FLOP a step on this node at "
-              f"{rate / 1e9:.1f} GFLOP/s a core measured, {cores} core(s)), {_duration(total_s)} for {steps} steps")
+              f"{rate / 1e9:.1f} GFLOP/s a core measured{fp8}, {cores} core(s)), {_duration(total_s)} for {steps} steps")
     if total_s > CPU_RUN_WARN_S:
         return Check("cpu time", True, f"warning: {detail}; for a quick check on a CPU plan a smaller step "
                      f"(`parplan recommend ... --seq-len 256 --global-batch-size {2 * plan.parallel.dp}`) or run "

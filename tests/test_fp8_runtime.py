@@ -249,3 +249,24 @@ def test_the_cost_model_counts_the_runtimes_casts():
     grads = (m.q_width + 2 * m.kv_width + 2 * m.ffn) / tp + 2 * h
     assert f == pytest.approx(5 * (T * inputs + weights))
     assert b == pytest.approx(7 * (T * (inputs + grads) + weights))
+
+
+def test_cpu_time_check_counts_the_fp8_reference_kernel():
+    """A cpu launch of an FP8 plan: the blocks' linears at torch's FP8 reference kernel's rate (about 0.1 GFLOP/s
+    here, 1,000 times slower than fp32 matmul), the rest at the matmul rate."""
+    from planner import launch as Lc
+    from planner.core import evaluate_plan
+    plan = evaluate_plan(tiny_plan(precision="master-weights"))
+    machine = Lc.MachineInfo(torch_version="x", gpus=0, free_memory_bytes=None, cpu_cores=1)
+    base = Lc.check_cpu_time(plan, 10, 1, machine, rate=1e11)
+    assert Lc.fp8_linear_share(plan) == 0.0
+    plan.training.fp8 = True
+    share = Lc.fp8_linear_share(plan)
+    assert 0.3 < share < 0.9  # the tiny llama: the output layer and attention are the rest
+    slow = Lc.check_cpu_time(plan, 10, 1, machine, rate=1e11, fp8_rate=1e8)
+    assert "in FP8 GEMMs at 0.1 GFLOP/s" in slow.detail
+
+    def seconds(c):
+        return float(c.detail.split("at least ")[1].split(" s a step")[0])
+    assert seconds(slow) == pytest.approx(seconds(base) * ((1 - share) + share * 1e3), rel=0.01)
+    assert 1e-3 < Lc.cpu_fp8_matmul_rate(n=32, repeats=1) / 1e9 < 1e3  # measured, finite

@@ -893,9 +893,11 @@ def sweep(
         _write_json(rows)
     else:
         console = _out()
-        console.print(sweep_table(rows, f"sweep: {_plain(spec.name or spec.arch)} on {_plain(opts.hardware)}"))
+        fp8 = ", linears in FP8" if opts.fp8 else ""  # (MFU stays against the 16-bit peak, as recommend says)
+        console.print(sweep_table(rows, f"sweep: {_plain(spec.name or spec.arch)} on {_plain(opts.hardware)}{fp8}"))
+        mfu = "MFU (against the 16-bit peak; the linears run in FP8)" if opts.fp8 else "MFU"
         for line in (bar_lines(rows, "tokens_per_s", "tokens/s", lambda v: f"{v:,.0f}") + [""]
-                     + bar_lines(rows, "mfu", "MFU", lambda v: f"{v * 100:.1f}%")):
+                     + bar_lines(rows, "mfu", mfu, lambda v: f"{v * 100:.1f}%")):
             console.print(line, highlight=False, markup=False)
     if not any(r["fits"] for r in rows):
         # an unpinned search already tries optimizer offload; only a pinned --offload none leaves it untried

@@ -218,6 +218,9 @@ def test_sweep_json_and_chart(capsys):
     assert rows[-1]["tokens_per_s"] > rows[0]["tokens_per_s"]
     rc, out, err = _run(base, capsys)
     assert rc == 0 and err == "" and "tokens/s" in out and "MFU" in out and "#" in out
+    assert "FP8" not in out
+    rc, out, err = _run(base + ["--fp8"], capsys)  # says so, and against which peak its MFU is
+    assert rc == 0 and "linears in FP8" in out and "MFU (against the 16-bit peak; the linears run in FP8)" in out
 
 
 def test_sweep_nothing_fits_exit_3(capsys):

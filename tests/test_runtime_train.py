@@ -13,7 +13,7 @@ import torch
 
 from parallel_layers import train
 from planner.schema import Prediction
-from tests.runtime_helpers.plans import tiny_plan, write_plan
+from tests.runtime_helpers.plans import counting_token_losses, tiny_plan, write_plan
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,14 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_one_rank_training_on_a_token_file_learns(tmp_path):
     """A file of counting tokens (next = current + 1 mod V) is learnable; synthetic uniform
     tokens are not, so a falling loss shows the file is what is read."""
-    tok = tmp_path / "tok.bin"
-    (np.arange(100_000) % 256).astype(np.uint16).tofile(tok)
-    plan = write_plan(tiny_plan(), tmp_path / "plan.json")
-    rep = tmp_path / "report.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    subprocess.run([sys.executable, "-m", "parallel_layers.train", "--plan", plan, "--steps", "6", "--data", str(tok),
-                    "--report", str(rep)], cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
-    losses = [s["loss"] for s in json.loads(rep.read_text())["steps"]]
+    losses = counting_token_losses(tiny_plan(), tmp_path, timeout=120)
     assert losses[0] == pytest.approx(np.log(256), abs=0.1)
     assert min(losses[1:]) < losses[0] - 0.3, losses
 

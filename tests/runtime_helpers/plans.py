@@ -29,3 +29,26 @@ def write_plan(plan: Plan, path) -> str:
     with open(path, "w") as f:
         f.write(plan.model_dump_json(indent=1))
     return str(path)
+
+
+def counting_token_losses(plan: Plan, tmp_path, steps: int = 6, timeout: float = 300) -> list[float]:
+    """The step losses of `python -m parallel_layers.train` on one rank over a file of counting tokens (next =
+    current + 1 mod 256): learnable, where synthetic uniform tokens are not, so a falling loss shows the model
+    trains on what the file holds."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    repo = Path(__file__).resolve().parents[2]
+    tok = tmp_path / "tok.bin"
+    (np.arange(100_000) % 256).astype(np.uint16).tofile(tok)
+    path = write_plan(plan, tmp_path / "plan.json")
+    rep = tmp_path / "report.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+    subprocess.run([sys.executable, "-m", "parallel_layers.train", "--plan", path, "--steps", str(steps), "--data",
+                    str(tok), "--report", str(rep)], cwd=repo, env=env, check=True, capture_output=True, timeout=timeout)
+    return [s["loss"] for s in json.loads(rep.read_text())["steps"]]

@@ -344,8 +344,9 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
         forward, every linear's input, once per linear (torchtitan's llama multiplies the attention norm's output
         by wq, wk and wv, the MLP norm's by w1 and w3, each casting it), and every weight once a micro-batch
         (each micro-batch's forward casts its linears' weights); backward, the saved 16-bit inputs again (torchao's
-        autograd function saves the input in 16 bits, torchao/float8/float8_linear.py's save_for_backward) and
-        every linear's output gradient twice (row-wise for the input gradient, column-wise for the weight's).
+        autograd function saves the input in 16 bits, torchao/float8/float8_linear.py's save_for_backward), every
+        weight again (for the input gradient) and every linear's output gradient twice (row-wise for the input
+        gradient, column-wise for the weight's).
         2 act_bytes + 1 an element: the amax read, the cast's read and its FP8 write.
       parplan (parplan's runtime, parallel_layers.fp8: torchao's tensor-wise recipe, each cast one amax pass and one
         fused cast pass, 2 act_bytes + 1 an element): forward, each linear input once (q/k/v and the MLP's first
@@ -378,9 +379,11 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
         inputs = ((n_attn_in + n_mlp_in) * h + (qw + f) / tp)
         weights = sum(flops / (2 * tokens) for _, flops in layer_gemms(m, tokens, tp))
         fwd = tokens * inputs * per + weights * per
-        # the backward re-casts the saved 16-bit inputs (for the weight gradient) and casts each output gradient
-        # twice (as is for the input gradient, transposed for the weight gradient)
-        bwd = tokens * (inputs + 2 * grads_out) * per
+        # the backward re-casts the saved 16-bit inputs (for the weight gradient) and the weights (for the input
+        # gradient: torchao's matmul_with_hp_or_float8_args casts weight_hp_t again unless FSDP's float8 all-gather
+        # already made it FP8, which the prediction leaves off) and casts each output gradient twice (as is for the
+        # input gradient, transposed for the weight gradient)
+        bwd = tokens * (inputs + 2 * grads_out) * per + weights * per
     return fwd / hw.hbm_bytes_per_s, bwd / hw.hbm_bytes_per_s
 
 

@@ -86,7 +86,10 @@ def published_on(pub: dict, hardware: str | None) -> tuple[str | None, dict | No
     return kind, (pub.get("by_gpu", {}).get(kind) if kind else None)
 
 
-def entries(framework: str, hardware: str | None = None) -> list[dict]:
+FP8_LAUNCHES = "all 16-bit: parplan's FP8 linears have not run on a GPU yet"
+
+
+def entries(framework: str, hardware: str | None = None, fp8: bool = False) -> list[dict]:
     """The same numbers as line(), for a plan's JSON (Prediction.accuracy)."""
     data = load()
     out = []
@@ -103,7 +106,7 @@ def entries(framework: str, hardware: str | None = None) -> list[dict]:
                     "runs": pub["plausibility_runs"], "median_abs_error": pub["plausibility_median_abs_error"]})
     grid, gpu, same = launches_for(hardware)
     if framework == "parplan" and grid:
-        other = "" if same else f"; no launches measured on {hardware}"
+        other = ("" if same else f"; no launches measured on {hardware}") + (f"; {FP8_LAUNCHES}" if fp8 else "")
         out.append({"basis": f"step time of single-{gpu} launches, datasheet profile ({grid['source']}{other})",
                     "runs": grid["runs"], "median_abs_error": grid["step_median_abs_error"]["datasheet"]})
         out.append({"basis": f"peak memory of single-{gpu} launches against the allocator's ({grid['source']}{other})",
@@ -111,9 +114,9 @@ def entries(framework: str, hardware: str | None = None) -> list[dict]:
     return out
 
 
-def line(framework: str, hardware: str | None = None) -> str | None:
+def line(framework: str, hardware: str | None = None, fp8: bool = False) -> str | None:
     """One line for a plan's summary: how close this framework's predictions came to measured runs (the launches
-    on the plan's GPU kind where there are some; else the H100's, saying so)."""
+    on the plan's GPU kind where there are some; else the H100's, saying so; an FP8 plan's, that they are 16-bit)."""
     data = load()
     pub = data.get("published", {}).get(framework)
     out = []
@@ -135,7 +138,8 @@ def line(framework: str, hardware: str | None = None) -> str | None:
         step = grid["step_median_abs_error"]
         out.append(("" if same else f"none launched on {hardware}; ") +
                    f"{grid['runs']} {gpu} launches, step |error| median {_pct(step['datasheet'])} "
-                   f"(calibrated profile {_pct(step['calibrated'])}), memory {_pct(grid['memory_vs_allocated_median_abs_error'])}")
+                   f"(calibrated profile {_pct(step['calibrated'])}), memory {_pct(grid['memory_vs_allocated_median_abs_error'])}"
+                   + (f" ({FP8_LAUNCHES})" if fp8 else ""))
     if not out and pub and pub.get("plausibility_runs"):
         out.append(f"plausibility checks only: {pub['plausibility_runs']} published runs, |error| median "
                    f"{_pct(pub['plausibility_median_abs_error'])} (parplan validate)")

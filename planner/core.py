@@ -430,7 +430,8 @@ def _with_accuracy(prediction: Prediction, training: Training, hardware: str | N
     """A plan's prediction as it is shown: with the framework's accuracy lines (the launches on its GPU kind)."""
     from .accuracy import entries
     from .schema import Accuracy
-    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(training.framework, hardware)]})
+    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(training.framework, hardware,
+                                                                                   training.fp8)]})
 
 
 def defaulted_fields(training: dict, framework: str) -> dict:

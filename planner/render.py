@@ -255,7 +255,7 @@ def summary_lines(plan: Plan) -> list[str]:
                              "".join(f" (`parplan export --to {' | '.join(fs)}`)" for fs in
                                      [[f for f, w in FORMAT_FRAMEWORK.items() if w == fw]] if fs)),
     ]
-    how = accuracy_line(fw, plan.hardware.name)
+    how = accuracy_line(fw, plan.hardware.name, plan.training.fp8)
     if how:
         lines.append(how)
     if pr.days_to_train is not None:

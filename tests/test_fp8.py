@@ -105,6 +105,13 @@ def test_cast_passes():
     assert float(te_b) == pytest.approx(8192 * grads * 4 / hw.hbm_bytes_per_s)
     ao_f, ao_b = fp8_cast_time(m, lay, hw, "torchao")
     assert ao_f > te_f and ao_b > te_b  # amax passes, per-linear input casts, weights each micro-batch
+    # by hand (5 bytes an element: amax read, cast read, FP8 write): inputs of wq, wk, wv, w1, w3 (h each), wo and w2;
+    # every weight forward and again backward (matmul_with_hp_or_float8_args re-casts weight_hp_t), the inputs
+    # again and each output gradient twice backward
+    inputs = 5 * m.hidden + m.q_width + m.ffn
+    weights = m.hidden * (2 * m.q_width + 2 * m.kv_width) + 3 * m.hidden * m.ffn
+    assert float(ao_f) == pytest.approx(5 * (8192 * inputs + weights) / hw.hbm_bytes_per_s)
+    assert float(ao_b) == pytest.approx(5 * (8192 * (inputs + 2 * grads) + weights) / hw.hbm_bytes_per_s)
 
 
 def test_fp8_plan_is_faster_and_says_so():

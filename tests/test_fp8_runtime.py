@@ -276,3 +276,10 @@ def test_the_compiled_cast_is_the_eager_cast():
             assert float(a8.float().abs().max()) == torch.finfo(fmt).max  # the amax lands on the format's top
     t8, s = F8.cast(torch.ones(16, 16), F8.E4M3)
     assert F8._cast_compiled is None and float(s) == pytest.approx(1 / 448)
+
+
+def test_an_fp8_plans_accuracy_line_says_its_launches_were_16bit():
+    from planner.accuracy import FP8_LAUNCHES, entries, line
+    assert FP8_LAUNCHES in line("parplan", "h100-sxm-80gb", fp8=True)
+    assert FP8_LAUNCHES not in line("parplan", "h100-sxm-80gb")
+    assert all(FP8_LAUNCHES in e["basis"] for e in entries("parplan", "h100-sxm-80gb", fp8=True))

@@ -420,8 +420,11 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     # the attention core with its recompute (full and selective re-run it; op-level selective keeps a flash
     # kernel's output and re-runs unfused attention)
     attn_all = at_f + at_b + np.where(full | selective, at_f, np.where(op, 0.0 if flash else at_f, 0.0))
+    # the FP8 linears' quantization passes with their recompute (full and op-level selective re-run the forward's
+    # casts: op_re holds el_f, which holds q_f); zeros without FP8
+    fp8_all = q_f + q_b + np.where(full | op, q_f, 0.0)
     return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale, "wgrad": mm_f * scale, "gpu": gpu, "host": host,
-            "gpu_fwd": fwd, "host_fwd": host * hw.host_fwd_share[rec],
+            "gpu_fwd": fwd, "host_fwd": host * hw.host_fwd_share[rec], "fp8_cast_all": fp8_all,
             "gemm": mm_f + mm_b + np.where(full, mm_f, np.where(op, op_gemm, 0.0)), "attention": at_f + at_b,
             "attention_all": attn_all}
 

@@ -148,7 +148,7 @@ def step_floor(m: ModelDims, tr, hw, lay):
 
 # evaluate's outputs that are sums over a rank's blocks (and micro-batches) or follow them linearly: under partial
 # recompute, a mix of the no-recompute and full-recompute layouts' (partial_recompute)
-BLOCK_LINEAR_KEYS = ("step_time_s", "compute_s", "attention_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
+BLOCK_LINEAR_KEYS = ("step_time_s", "compute_s", "attention_s", "fp8_cast_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
                      "bubble_s", "optimizer_s", "block_gpu_s", "block_host_s", "comm_tp_bytes", "comm_pp_bytes",
                      "comm_dp_bytes", "comm_cp_bytes")
 
@@ -639,6 +639,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
         "bubble_fraction": bubble_s / step,
         "compute_s": t_compute,
         "attention_s": m_micro * blocks_crit * bt["attention_all"],
+        "fp8_cast_s": m_micro * blocks_crit * bt["fp8_cast_all"],
         "tp_comm_s": m_micro * (blocks_first * tp_block_exposed + np.where(head_first, head_comm_t, 0.0)),
         "cp_comm_s": m_micro * blocks_first * cp_block_exposed,
         "pp_comm_s": m_micro * p2p_mb,

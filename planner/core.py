@@ -338,7 +338,8 @@ def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: f
             offloaded=g("mem_offloaded"), by_stage=_by_stage(g), peak_moment=PEAK_MOMENTS[int(g("mem_moment"))]),
         time_breakdown=TimeBreakdown(compute_s=g("compute_s"), tp_comm_s=g("tp_comm_s"), pp_comm_s=g("pp_comm_s"),
                                      dp_comm_s=g("dp_comm_s"), cp_comm_s=g("cp_comm_s"), bubble_s=g("bubble_s"),
-                                     optimizer_s=g("optimizer_s"), attention_s=g("attention_s")),
+                                     optimizer_s=g("optimizer_s"), attention_s=g("attention_s"),
+                                     fp8_cast_s=g("fp8_cast_s") or None),  # 0 without FP8
         step_time_s=step, tokens_per_s=g("tokens_per_s"), model_tflops_per_gpu=g("model_tflops_per_gpu"),
         hardware_tflops_per_gpu=g("hardware_tflops_per_gpu"), mfu=g("mfu"), hfu=g("hfu"),
         bubble_fraction=g("bubble_fraction"),

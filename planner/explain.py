@@ -146,6 +146,8 @@ def time_breakdown(plan: Plan) -> dict:
             "attention_s": attention, "attention_kernel": plan.training.attention_kernel,
             "attention_fraction_of_compute": (attention / parts["compute"]) if attention is not None and parts["compute"]
             else None,
+            # of compute: an FP8 plan's quantization passes (None for a 16-bit plan, and in older plans)
+            "fp8_cast_s": tb.fp8_cast_s if tb is not None else None,
             "dominant": dominant, "dominant_fraction": (parts[dominant] / step) if step else None,
             "largest_overhead": top_overhead,
             "largest_overhead_fraction": (overhead[top_overhead] / step) if step else None}

@@ -353,6 +353,9 @@ def explain_renderables(data: dict) -> list:
                    f"{tim['attention_fraction_of_compute'] * 100:.1f}% of compute"
                    if tim["attention_fraction_of_compute"] is not None else ""]
             u.add_row(*(att + ([""] if run else [])))
+        if k == "compute" and tim.get("fp8_cast_s") is not None and v:
+            u.add_row(*(["  of which FP8 casts", _fmt_s(tim["fp8_cast_s"]), f"{tim['fp8_cast_s'] / v * 100:.1f}% of compute"]
+                        + ([""] if run else [])))
     # what the per-stage parts leave of the step (explain.step_remainder), so that the rows add up to it
     step = tim["step_time_s"]
     label = remainder_label(rest, lay, data.get("precision")) if any(tim["parts_s"].values()) else "not broken down"

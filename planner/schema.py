@@ -371,6 +371,10 @@ class TimeBreakdown(Strict):
         None, description="Of compute_s: the attention core (the fused kernel, or unfused attention's batched matmuls "
         "and softmax) forward, backward and recomputed, on the critical stage (training.attention_kernel times it). "
         "Absent in plans written before it was reported.")
+    fp8_cast_s: Optional[float] = Field(
+        None, description="Of compute_s, an FP8 plan's (training.fp8): the linears' quantization passes (amax and cast "
+        "of inputs, weights and output gradients, cost_models.compute.fp8_cast_time) forward, backward and "
+        "recomputed, on the critical stage. None for a 16-bit plan.")
     optimizer_s: float = Field(description="Optimizer step (memory-bound, or host for offload) plus the memory-bound gradient upcast/accumulation passes unless grad_accumulation_fusion, and with training.clip_grad the gradient-norm read and scaling pass.")
 
 

@@ -283,3 +283,32 @@ def test_an_fp8_plans_accuracy_line_says_its_launches_were_16bit():
     assert FP8_LAUNCHES in line("parplan", "h100-sxm-80gb", fp8=True)
     assert FP8_LAUNCHES not in line("parplan", "h100-sxm-80gb")
     assert all(FP8_LAUNCHES in e["basis"] for e in entries("parplan", "h100-sxm-80gb", fp8=True))
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_explain_shows_the_fp8_casts_of_compute(recompute, capsys, tmp_path):
+    """The time breakdown's FP8 casts (TimeBreakdown.fp8_cast_s): every micro-batch's blocks' quantization passes,
+    forward, backward and, under full recompute, the forward's again; shown under compute by `explain`; None for a
+    16-bit plan."""
+    from cost_models.compute import fp8_cast_time
+    from cost_models.layout import ModelDims
+    from planner.cli import main
+    from planner.core import recommend
+    from planner.models import load_preset
+    from planner.search import Pins
+    from tests.test_cost_model import _lay
+    from tests.test_fp8 import _hw
+    pins = Pins(tp=1, pp=1, dp=8, cp=1, mbs=1, vpp=1, zero=1, recompute=recompute, offload="none")
+    kw = dict(pins=pins, global_batch_size=16, seq_len=4096, suggest=False)
+    f8 = recommend("llama3-8b", 8, fp8=True, **kw)
+    assert recommend("llama3-8b", 8, **kw).prediction.time_breakdown.fp8_cast_s is None
+    m = ModelDims.from_spec(load_preset("llama3-8b"), 4096)
+    q_f, q_b = fp8_cast_time(m, _lay(mbs=1), _hw(fp8=True), "parplan", 2)
+    want = 2 * 32 * (q_f + q_b + (q_f if recompute == "full" else 0.0))  # 2 micro-batches of 32 blocks
+    got = f8.prediction.time_breakdown.fp8_cast_s
+    assert got == pytest.approx(float(want), rel=1e-9)
+    assert 0 < got < f8.prediction.time_breakdown.compute_s
+    path = tmp_path / "plan.json"
+    path.write_text(f8.model_dump_json())
+    assert main(["explain", str(path)]) == 0
+    assert "of which FP8 casts" in capsys.readouterr().out

@@ -11,7 +11,8 @@
 #    --sustained runs the best GEMM back to back for a minute and writes what it sustains as the profile's
 #    sustained_matmul_fraction, instead of keeping the value fitted to Megatron's multi-GPU table; since
 #    2026-12-04 it also times its GEMM rows in FP8, torch._scaled_mm, and writes fp8_matmul_scale, the H200's own
-#    FP8-over-BF16 GEMM ratio against the shipped 0.914 from the MAMF table);
+#    FP8-over-BF16 GEMM ratio against the shipped 0.914 from the MAMF table; since the twenty-first session also
+#    the host-dispatch probe with FP8 linears, host_block_fp8_s, 12 short runs more);
 # 2a. FP8 GEMMs shape by shape against the cost model's FP8 rule (benchmarks/fp8_gemm_shapes.py);
 # 2b. the calibrate's host probe at the grid's 1.3B width as well as its own, and at the launches' block count
 #    (benchmarks/host_probe_width.py; the 2026-12-04 call ran a 200-step long run and the SDPA kernels here

@@ -415,6 +415,8 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     # asynchronous, so the two overlap; small blocks are launch-bound).  No measurement: 0.
     rec = np.asarray(lay.recompute, dtype=int)
     host = hw.host_block_s[rec]
+    if fp8 == "parplan":  # parplan's FP8 linears dispatch their casts and GEMMs outside the compiled graphs
+        host = np.where(hw.host_block_fp8_s[rec] > 0, hw.host_block_fp8_s[rec], host)
     total = np.maximum(gpu, host)
     scale = total / gpu
     # the attention core with its recompute (full and selective re-run it; op-level selective keeps a flash

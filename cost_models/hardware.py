@@ -45,6 +45,8 @@ class HardwareConstants:
     host_memory_bytes_per_s_per_node: float
     host_block_s: np.ndarray  # host dispatch seconds per block fwd+bwd, indexed by recompute code (0 = not measured)
     host_fwd_share: np.ndarray = field(default_factory=lambda: np.zeros(4))  # host_block_s's forward share (0 = not measured)
+    # host_block_s of a block with FP8 linears (parplan's runtime), by recompute code (0 = not measured: host_block_s)
+    host_block_fp8_s: np.ndarray = field(default_factory=lambda: np.zeros(4))
     overlap_slowdown: float = 0.0  # profile.overlap_compute_slowdown
     optimizer_bw_fraction: float = 1.0  # profile.optimizer_bandwidth_fraction
     optimizer_host_per_tensor_s: float = 0.0  # profile.optimizer_host_per_tensor_s
@@ -134,6 +136,7 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         host_memory_bytes_per_s_per_node=profile.host_memory_gbytes_per_s_per_node * GB,
         host_block_s=_by_recompute(profile.host_block_s),
         host_fwd_share=_by_recompute(profile.host_forward_share),
+        host_block_fp8_s=_by_recompute(profile.host_block_fp8_s),
         overlap_slowdown=profile.overlap_compute_slowdown,
         optimizer_bw_fraction=profile.optimizer_bandwidth_fraction,
         optimizer_host_per_tensor_s=profile.optimizer_host_per_tensor_s,

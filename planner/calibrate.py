@@ -737,6 +737,7 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
 
 HOST_BLOCKS = (2, 10)  # block counts of the two host-dispatch runs; their difference isolates one block
 HOST_MODES = ("none", "selective", "full", "selective-op")
+HOST_FP8_MODES = ("none", "full")  # the probe again with FP8 linears (host_block_fp8_s), where FP8 is measured
 HOST_REPEATS = 3  # pairs of runs per mode: the median of their estimates, and their spread, which says how steady the host was
 HOST_NOISY = 0.25  # a mode whose repeats spread more than this (max - min over median) gets a note
 
@@ -745,9 +746,10 @@ HOST_NOISY = 0.25  # a mode whose repeats spread more than this (max - min over 
 PROBE_SHAPE = {"hidden": 256, "heads": 4, "kv_heads": 2, "ffn_hidden": 512, "seq_len": 128}
 
 
-def _host_probe_plan(blocks: int, recompute: str, device_type: str, shape: dict | None = None):
+def _host_probe_plan(blocks: int, recompute: str, device_type: str, shape: dict | None = None, fp8: bool = False):
     """The probe's plan: `blocks` llama blocks of PROBE_SHAPE, or of `shape` where given (any of its keys;
-    benchmarks/host_probe_width.py runs the probe at a launch's own width)."""
+    benchmarks/host_probe_width.py runs the probe at a launch's own width); fp8: its linears in FP8 (every size a
+    multiple of 16, as the FP8 GEMM needs; amp on CPU, whose runs compute in fp32)."""
     from .core import recommend
     from .schema import ModelSpec
     from .search import Pins
@@ -755,8 +757,8 @@ def _host_probe_plan(blocks: int, recompute: str, device_type: str, shape: dict 
     s = {**PROBE_SHAPE, **(shape or {})}
     spec = ModelSpec(arch="llama", layers=blocks, hidden=s["hidden"], heads=s["heads"], kv_heads=s["kv_heads"],
                      ffn_hidden=s["ffn_hidden"], vocab=1024, name=f"host-probe-{blocks}")
-    return recommend(spec, gpus=1, seq_len=s["seq_len"], global_batch_size=1,
-                     precision="master-weights" if device_type == "cuda" else "fp32",
+    return recommend(spec, gpus=1, seq_len=s["seq_len"], global_batch_size=1, fp8=fp8,
+                     precision="master-weights" if device_type == "cuda" else ("amp" if fp8 else "fp32"),
                      pins=Pins(tp=1, pp=1, dp=1, cp=1, mbs=1, zero=0, recompute=recompute, offload="none"),
                      suggest=False)
 
@@ -783,7 +785,7 @@ def host_block_estimate(pairs: list[dict],
 def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HOST_MODES,
                        shares: dict | None = None, repeats: int = HOST_REPEATS,
                        spread: dict | None = None, shape: dict | None = None,
-                       blocks: tuple[int, int] = HOST_BLOCKS) -> dict[str, float]:
+                       blocks: tuple[int, int] = HOST_BLOCKS, fp8: bool = False) -> dict[str, float]:
     """Host seconds to dispatch one block's forward + backward in parplan's own runtime, per recompute
     mode: the runtime (torchrun, --compile on cuda, as `parplan launch` runs it) trains the tiny probe
     with 2 and with 10 blocks, `repeats` times in turn; each pair gives (median step time difference) / 8, and
@@ -794,7 +796,8 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
     of the runs' forward dispatch (`host_forward_s`) over the difference of their whole dispatch, where both are
     in the reports and the share lies in (0, 1).  `spread`, if given, gets each mode's spread over its pairs.
     `shape`: the probe's block other than PROBE_SHAPE (_host_probe_plan); `blocks`: other block counts than
-    HOST_BLOCKS (benchmarks/host_probe_width.py asks whether a block costs the same at a launch's 24)."""
+    HOST_BLOCKS (benchmarks/host_probe_width.py asks whether a block costs the same at a launch's 24); fp8: the
+    probe's linears in FP8 (host_block_fp8_s)."""
     import subprocess
 
     from .launch import job_env
@@ -811,7 +814,7 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
             argv.append("--compile")
         for mode, rep, n, report in runs:
             plan_path = Path(tmp) / f"plan-{mode}-{rep}-{n}.json"
-            plan_path.write_text(_host_probe_plan(n, mode, device_type, shape).model_dump_json())
+            plan_path.write_text(_host_probe_plan(n, mode, device_type, shape, fp8).model_dump_json())
             argv += ["--plan", str(plan_path), "--report", str(report)]
         log = Path(tmp) / "probe.log"
         with open(log, "w") as f:
@@ -851,6 +854,25 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
             if spread is not None and sp is not None:
                 spread[mode] = sp
     return out
+
+
+def measure_fp8_host_block(device_type: str, advance=None, steps: int = 12) -> tuple[dict[str, float], str | None]:
+    """(host_block_fp8_s, note): the probe again with its linears in FP8 (HOST_FP8_MODES); a probe that fails (a
+    torch whose FP8 GEMM does not run here) leaves it unmeasured, with a note, instead of failing the calibration."""
+    try:
+        return measure_host_block(device_type, steps=steps, advance=advance, modes=HOST_FP8_MODES, fp8=True), None
+    except CalibrationError as e:
+        return {}, f"host dispatch with FP8 linears not measured ({str(e)[:200]})"
+
+
+def _fp8_host_field(old: dict | None, measured: dict) -> tuple[dict, str | None]:
+    """A profile's host_block_fp8_s after its host was measured again: what was measured now, else nothing (another
+    host's FP8 dispatch does not carry, as host_block_s does not), with a note when a value was dropped."""
+    if measured:
+        return {k: float(f"{v:.4g}") for k, v in measured.items()}, None
+    if old:
+        return {}, "host_block_fp8_s dropped: the base's was measured on another host, and FP8 was not measured here"
+    return {}, None
 
 
 def noisy_host_note(spread: dict) -> str | None:
@@ -935,10 +957,11 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         timer = _Timer(torch, dev, warmup=3, reps=10 if not quick else 5, sample_s=2e-3)
     else:
         timer = _Timer(torch, dev, warmup=1, reps=3, sample_s=2e-3 if quick else 1e-2)
-    host_runs = len(HOST_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu else 0
     fp8_on = fp8_measurable(torch, dev, base_profile)  # (gemm_dtypes then hold bf16: the base lists its peak)
+    host_runs = len(HOST_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu else 0
+    fp8_host_runs = len(HOST_FP8_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu and fp8_on else 0
     total = len(gemm_rows) * (len(gemm_dtypes) + fp8_on) + len(attn_cases) + 1 + (1 if on_gpu else 0) \
-        + (1 if world >= 2 else 0) + host_runs + (1 if sustained_s else 0)
+        + (1 if world >= 2 else 0) + host_runs + fp8_host_runs + (1 if sustained_s else 0)
     fp8_rows: list[dict] = []
 
     gemm: list[dict] = []
@@ -946,6 +969,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     coll: list[dict] = []
     copy_gbps = h2d = d2h = None
     host_block: dict[str, float] = {}
+    host_block_fp8: dict[str, float] = {}
     host_share: dict[str, float] = {}
     host_spread: dict[str, float] = {}
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
@@ -980,6 +1004,10 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
             torch.cuda.empty_cache()
             host_block = measure_host_block("cuda", advance=adv, shares=host_share, spread=host_spread)
             notes += [n for n in (noisy_host_note(host_spread),) if n]
+            if fp8_host_runs:
+                prog.update(task, description=f"host dispatch per block, FP8 linears ({fp8_host_runs} short runs)")
+                host_block_fp8, note = measure_fp8_host_block("cuda", adv)
+                notes += [note] if note else []
         sustained = None
         if sustained_s:
             best_row = max((r for r in gemm if r["dtype"] == gemm_dtypes[0]), key=lambda r: r["tflops"])
@@ -1014,6 +1042,10 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host_block, host_share)
         if host_share:
             measured_fields.append("host_forward_share")
+        data["host_block_fp8_s"], fp8_note = _fp8_host_field(data.get("host_block_fp8_s"), host_block_fp8)
+        notes += [fp8_note] if fp8_note else []
+        if host_block_fp8:
+            measured_fields.append("host_block_fp8_s")
         # what the CUDA allocator can use (cudaDeviceProp.totalGlobalMem): below nvidia-smi's memory.total, which
         # counts memory the driver keeps (an H100 80GB: about 79.1 GiB against 81,559 MiB)
         data["hbm_gbytes"] = round(device_capacity_bytes() / 1e9, 2)
@@ -1083,7 +1115,10 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                 ", ".join(f"{k} {v * 1e3:.2f} ms" + (f" (spread {host_spread[k]:.0%})" if k in host_spread else "")
                           for k, v in host_block.items()) +
                 ("; the forward's share of it " + ", ".join(f"{k} {v:.2f}" for k, v in host_share.items())
-                 if host_share else ""))
+                 if host_share else "") +
+                ("; with FP8 linears (host_block_fp8_s) " + ", ".join(f"{k} {v * 1e3:.2f} ms"
+                                                                      for k, v in host_block_fp8.items())
+                 if host_block_fp8 else ""))
     if net_note:
         src += f"; {net_note}"
     if sustained:
@@ -1099,6 +1134,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     summary = {"device": device_name, "elapsed_s": elapsed, "gemm": gemm, "fp8_gemm": fp8_rows, "attention": attn,
                "copy_gbytes_per_s": copy_gbps,
                "h2d_gbytes_per_s": h2d, "d2h_gbytes_per_s": d2h, "collectives": coll, "host_block_s": host_block,
+               "host_block_fp8_s": host_block_fp8,
                "sustained": sustained, "notes": notes}
     _print_device_summary(console, base_profile, profile, summary)
     if not on_gpu:
@@ -1129,7 +1165,8 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     path = check_out_path(out, host_name, base_file(base), "-remeasured", console)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    n = len(modes) * len(HOST_BLOCKS) * HOST_REPEATS
+    fp8_on = fp8_measurable(torch, dev, base_profile)
+    n = (len(modes) + (len(HOST_FP8_MODES) if fp8_on else 0)) * len(HOST_BLOCKS) * HOST_REPEATS
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         task = prog.add_task(f"host dispatch per block (parplan's runtime, {n} short runs)", total=n)
@@ -1137,20 +1174,25 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
         spread: dict[str, float] = {}
         host = measure_host_block(dev.type, steps=steps, advance=lambda: prog.advance(task), modes=modes, shares=shares,
                                   spread=spread)
+        host_fp8, fp8_note = (measure_fp8_host_block(dev.type, lambda: prog.advance(task), steps) if fp8_on
+                              else ({}, None))
     noisy = noisy_host_note(spread)
     elapsed = time.perf_counter() - t_start
     data = base_profile.model_dump(mode="json")
     data["name"] = host_name  # not the base's: this file is not the shipped (or refit) profile
     data["host_block_s"] = {**(data.get("host_block_s") or {}), **{k: float(f"{v:.4g}") for k, v in host.items()}}
     data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host, shares)
+    data["host_block_fp8_s"], dropped = _fp8_host_field(data.get("host_block_fp8_s"), host_fp8)
+    fp8_what = ("; with FP8 linears: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host_fp8.items())
+                if host_fp8 else "")
     where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: {TEST_ONLY_MARK})"
     what = ", ".join(f"{k} {v * 1e3:.2f} ms" + (f" (forward share {shares[k]:.2f})" if k in shares else "")
                      + (f" (spread {spread[k]:.0%})" if k in spread else "") for k, v in host.items())
     data["sources"] = list(data.get("sources") or []) + [
         f"[calibrate --host-only] {TOOL} --host-only --device {dev.type} --base {base_profile.name} ({_today()}, {where}): "
         f"host dispatch per block fwd+bwd (runtime{', compiled' if on_gpu else ''}, probe of hidden 256 x 128 tokens, "
-        f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks, median of {HOST_REPEATS} pairs): {what}; every other field "
-        f"from {base_profile.name}"] + ([f"[calibrate --host-only] {noisy}"] if noisy else [])
+        f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks, median of {HOST_REPEATS} pairs): {what}{fp8_what}; every other "
+        f"field from {base_profile.name}"] + [f"[calibrate --host-only] {n}" for n in (noisy, fp8_note, dropped) if n]
     data["measured"] = ((data.get("measured") or "").rstrip("; ") + "; " if data.get("measured") else "") + \
         f"{_today()}: host_block_s re-measured on {where} ({elapsed:.0f} s)"
     from .schema import HardwareProfile

@@ -570,8 +570,8 @@ class HardwareProfile(Strict):
 
     model_config = ConfigDict(allow_inf_nan=False)  # inf/nan would reach the JSON output as Infinity/NaN
 
-    @field_validator("peak_dense_tflops", "host_block_s", "host_forward_share", "matmul_efficiency_curve", "attention_efficiency_curve",
-                     mode="before")
+    @field_validator("peak_dense_tflops", "host_block_s", "host_block_fp8_s", "host_forward_share",
+                     "matmul_efficiency_curve", "attention_efficiency_curve", mode="before")
     @classmethod
     def _no_booleans_inside(cls, v):
         return _bool_in(v)
@@ -605,7 +605,7 @@ class HardwareProfile(Strict):
     def _curve_valid(cls, v, info):
         return _check_curve(v, info.field_name)
 
-    @field_validator("host_block_s")
+    @field_validator("host_block_s", "host_block_fp8_s")
     @classmethod
     def _host_seconds_not_negative(cls, v):
         for mode, s in v.items():
@@ -650,6 +650,11 @@ class HardwareProfile(Strict):
         "runtime, by recompute mode (selective-op, if absent, takes full's); a block takes max(GPU time, host time), so small blocks are launch-bound. Measured by "
         "`parplan calibrate` on the machine (it depends on the CPU, torch and the runtime, not the GPU); empty = not measured, "
         "no host bound.")
+    host_block_fp8_s: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
+        default_factory=dict, description="host_block_s for a block whose linears run in FP8 (a training.fp8 plan under "
+        "framework parplan: parallel_layers.fp8's casts and GEMMs dispatch more kernels, outside the compiled block "
+        "graphs), by recompute mode (selective-op, if absent, takes full's). Measured by `parplan calibrate` on GPUs with "
+        "FP8 tensor cores (none and full); empty = not measured: such a plan takes host_block_s.")
     host_forward_share: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
         default_factory=dict, description="The forward's share of host_block_s, by recompute mode (selective-op, if absent, "
         "takes full's): the GPU cannot run a micro-batch's backward before the host has dispatched its forward, so a "

@@ -312,3 +312,66 @@ def test_explain_shows_the_fp8_casts_of_compute(recompute, capsys, tmp_path):
     path.write_text(f8.model_dump_json())
     assert main(["explain", str(path)]) == 0
     assert "of which FP8 casts" in capsys.readouterr().out
+
+
+def test_the_host_probe_has_an_fp8_mode():
+    """calibrate's host-dispatch probe with FP8 linears: the same tiny llama, its sizes what the FP8 GEMM takes."""
+    from parallel_layers.fp8 import gemm_dims_problem
+    from planner import calibrate as cal
+    from planner.launch import fp8_gemm_dims
+    for device, precision in (("cuda", "master-weights"), ("cpu", "amp")):
+        plan = cal._host_probe_plan(2, "full", device, fp8=True)
+        assert plan.training.fp8 and plan.training.framework == "parplan" and plan.training.precision == precision
+        assert gemm_dims_problem(fp8_gemm_dims(plan)) is None
+    assert not cal._host_probe_plan(2, "none", "cuda").training.fp8
+
+
+def _host_only(cal, base, tmp_path, name):
+    import io
+    from rich.console import Console
+    return cal.calibrate_host(out=str(tmp_path / name), base=base, device="cpu", console=Console(file=io.StringIO()))
+
+
+def test_calibrate_writes_the_fp8_host_dispatch_and_drops_another_hosts(tmp_path, monkeypatch):
+    """Where FP8 is measurable, --host-only probes FP8 blocks too (host_block_fp8_s, none and full); a base's value
+    from another host is dropped, with a note, where it is not measured again; a failing FP8 probe is a note."""
+    import planner.calibrate as cal
+    calls = []
+
+    def fake(device_type, steps=12, advance=None, modes=cal.HOST_MODES, fp8=False, **kw):
+        calls.append((tuple(modes), fp8))
+        return {m: (3e-3 if fp8 else 1e-3) for m in modes}
+    monkeypatch.setattr(cal, "measure_host_block", fake)
+    monkeypatch.setattr(cal, "fp8_measurable", lambda *a: True)
+    path, prof, _ = _host_only(cal, "h100-sxm-80gb", tmp_path, "a.toml")
+    assert (cal.HOST_FP8_MODES, True) in calls and prof.host_block_fp8_s == {"none": 3e-3, "full": 3e-3}
+    assert any("with FP8 linears: none 3.00 ms, full 3.00 ms" in s for s in prof.sources)
+    monkeypatch.setattr(cal, "fp8_measurable", lambda *a: False)
+    _, again, _ = _host_only(cal, str(path), tmp_path, "b.toml")
+    assert again.host_block_fp8_s == {} and any("host_block_fp8_s dropped" in s for s in again.sources)
+
+    def failing(device_type, steps=12, advance=None, modes=cal.HOST_MODES, fp8=False, **kw):
+        if fp8:
+            raise cal.CalibrationError("host-dispatch probe (none, 2 blocks) failed: no FP8 GEMM")
+        return {m: 1e-3 for m in modes}
+    monkeypatch.setattr(cal, "measure_host_block", failing)
+    monkeypatch.setattr(cal, "fp8_measurable", lambda *a: True)
+    _, failed, _ = _host_only(cal, "h100-sxm-80gb", tmp_path, "c.toml")
+    assert failed.host_block_fp8_s == {} and any("FP8 linears not measured" in s for s in failed.sources)
+
+
+def test_only_parplans_fp8_blocks_take_the_fp8_host_dispatch():
+    from cost_models.compute import block_time
+    from cost_models.hardware import constants_from_profile
+    from cost_models.layout import ModelDims
+    from planner.models import load_preset
+    from tests.test_cost_model import _lay
+    import hardware_profiles
+    prof = hardware_profiles.load_profile("h100-sxm-80gb").model_copy(
+        update={"host_block_s": {"none": 1.0, "full": 2.0}, "host_block_fp8_s": {"none": 3.0}})
+    hw = constants_from_profile(prof, "bf16", fp8=True)
+    m = ModelDims.from_spec(load_preset("tiny-llama-test"), 128)
+    host = {fp8: float(block_time(m, _lay(mbs=1), hw, 2, True, fp8=fp8)["host"]) for fp8 in ("", "torchao", "te", "parplan")}
+    assert host == {"": 1.0, "torchao": 1.0, "te": 1.0, "parplan": 3.0}
+    full = _lay(mbs=1, recompute=2)  # full recompute: not measured with FP8 here, so host_block_s's
+    assert float(block_time(m, full, hw, 2, True, fp8="parplan")["host"]) == 2.0

@@ -69,7 +69,7 @@ def forward(x: torch.Tensor, weights, biases):
         w8, sw = cast(w, E4M3)  # (out, in) row-major: its transpose is the column-major (in, out) operand
         y = _mm(x8, sx, w8.t(), sw, x.dtype)
         if b is not None:
-            y = y + b
+            y = y + b.to(y.dtype)  # (autocast's rule for F.linear's bias: an fp32 bias under amp stays out of y)
         outs.append(y.reshape(*x.shape[:-1], w.shape[0]))
     return outs
 

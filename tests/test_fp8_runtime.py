@@ -393,3 +393,11 @@ def test_a_pipelined_zero_bubble_fp8_launch_trains_as_its_16bit_twin(tmp_path):
         assert rep["plan"]["training"]["fp8"] is fp8
         losses[fp8] = [s["loss"] for s in rep["steps"]]
     assert losses[True] == pytest.approx(losses[False], rel=2e-3) and losses[True] != losses[False]
+
+
+def test_the_fp8_output_keeps_the_inputs_dtype_with_an_fp32_bias():
+    """Under amp a bias stays fp32 while the input is 16-bit (autocast casts it inside F.linear): the FP8 path adds it
+    in the output's dtype, as F.linear's output would be."""
+    x = torch.randn(32, 16).bfloat16()
+    (y,) = F8.forward(x, [torch.randn(16, 16)], [torch.randn(16)])
+    assert y.dtype == torch.bfloat16

@@ -1192,7 +1192,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
         f"[calibrate --host-only] {TOOL} --host-only --device {dev.type} --base {base_profile.name} ({_today()}, {where}): "
         f"host dispatch per block fwd+bwd (runtime{', compiled' if on_gpu else ''}, probe of hidden 256 x 128 tokens, "
         f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks, median of {HOST_REPEATS} pairs): {what}{fp8_what}; every other "
-        f"field from {base_profile.name}"] + [f"[calibrate --host-only] {n}" for n in (noisy, fp8_note, dropped) if n]
+        f"field from {base_profile.name}"] + [f"[calibrate --host-only] {x}" for x in (noisy, fp8_note, dropped) if x]
     data["measured"] = ((data.get("measured") or "").rstrip("; ") + "; " if data.get("measured") else "") + \
         f"{_today()}: host_block_s re-measured on {where} ({elapsed:.0f} s)"
     from .schema import HardwareProfile

@@ -238,41 +238,27 @@ def gpu_family(text: Optional[str]) -> Optional[str]:
     return m.group(1).upper() if m else None
 
 
-def cpu_matmul_rate(n: int = 512, repeats: int = 8) -> float:
+def cpu_matmul_rate(n: int = 512, repeats: int = 8, fp8: bool = False) -> float:
     """FLOP/s of one thread of this CPU on an fp32 n x n x n matmul (the best of `repeats` after one warm-up), as a
-    rank of a cpu launch runs them (OMP_NUM_THREADS=1, fp32 math).  About 0.1 s."""
+    rank of a cpu launch runs them (OMP_NUM_THREADS=1, fp32 math).  About 0.1 s.  fp8: torch._scaled_mm of E4M3
+    operands instead (an FP8 plan's linears on a cpu launch: torch's reference kernel, about 0.1 GFLOP/s on this
+    repository's machines; call it with a small n)."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         a, b = torch.randn(n, n), torch.randn(n, n)
-        torch.mm(a, b)
+        if fp8:
+            a, b, one = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t(), torch.ones(())
+            mm = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32)  # noqa: E731
+        else:
+            mm = lambda: torch.mm(a, b)  # noqa: E731
+        mm()
         best = float("inf")
         for _ in range(repeats):
             t0 = time.perf_counter()
-            torch.mm(a, b)
-            best = min(best, time.perf_counter() - t0)
-    finally:
-        torch.set_num_threads(threads)
-    return 2 * n ** 3 / best
-
-
-def cpu_fp8_matmul_rate(n: int = 128, repeats: int = 3) -> float:
-    """FLOP/s of one thread of this CPU on torch._scaled_mm of E4M3 n x n operands (an FP8 plan's linears on a cpu
-    launch: torch's reference kernel, about 0.1 GFLOP/s on this repository's machines), best of `repeats`."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        a = torch.randn(n, n).to(torch.float8_e4m3fn)
-        b = torch.randn(n, n).to(torch.float8_e4m3fn).t()
-        one = torch.ones(())
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32)
+            mm()
             best = min(best, time.perf_counter() - t0)
     finally:
         torch.set_num_threads(threads)
@@ -315,7 +301,7 @@ def check_cpu_time(plan, steps: int, nproc: int, machine: MachineInfo, rate: Opt
     cores = max(1, min(nproc, machine.cpu_cores or 1))
     share = fp8_linear_share(plan)
     if share:
-        fp8_rate = cpu_fp8_matmul_rate() if fp8_rate is None else fp8_rate
+        fp8_rate = cpu_matmul_rate(128, 2, fp8=True) if fp8_rate is None else fp8_rate
     step_s = flops * ((1 - share) / rate + (share / fp8_rate if share else 0.0)) / cores
     total_s = step_s * steps
     fp8 = (f", the {share:.0%} in FP8 GEMMs at {fp8_rate / 1e9:.2g} GFLOP/s, torch's reference kernel" if share

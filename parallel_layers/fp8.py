@@ -19,6 +19,8 @@ weight gradient is an FP8 transpose).  The attention, the norms, the embedding a
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 E4M3 = torch.float8_e4m3fn
@@ -34,21 +36,34 @@ def _cast_eager(t: torch.Tensor, dtype: torch.dtype):
     return t8, scale.reciprocal()
 
 
-_cast_compiled = None
+_cast_compiled = None  # torch.compile(_cast_eager) once made; False once it failed
 
 
 def cast(t: torch.Tensor, dtype: torch.dtype):
     """_cast_eager, fused by torch.compile on a GPU (one amax pass and one cast pass, as the cost model counts;
     eager it is four elementwise passes more); eager where the compiler is unavailable or fails."""
-    global _cast_compiled
-    if t.device.type == "cuda" and _cast_compiled is not False:
-        try:
-            if _cast_compiled is None:
-                _cast_compiled = torch.compile(_cast_eager, dynamic=True)
-            return _cast_compiled(t, dtype)
-        except Exception:  # noqa: BLE001 -- any compiler failure: the eager passes, the same numbers
-            _cast_compiled = False
+    if t.device.type == "cuda":
+        out = _compiled_cast(t, dtype)
+        if out is not None:
+            return out
     return _cast_eager(t, dtype)
+
+
+def _compiled_cast(t: torch.Tensor, dtype: torch.dtype):
+    """The compiled cast, or None once torch.compile has failed on it (said once, as a warning in the rank's log)."""
+    global _cast_compiled
+    if _cast_compiled is False:
+        return None
+    try:
+        if _cast_compiled is None:
+            _cast_compiled = torch.compile(_cast_eager, dynamic=True)
+        return _cast_compiled(t, dtype)
+    except Exception as e:  # noqa: BLE001 -- any compiler failure: the eager passes, the same numbers
+        _cast_compiled = False
+        warnings.warn(f"parplan FP8: torch.compile of the casts failed ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:160] if str(e) else ''}); casting eagerly, four elementwise passes "
+                      "a cast more than the prediction counts", RuntimeWarning, stacklevel=2)
+        return None
 
 
 def _col_major(t8: torch.Tensor) -> torch.Tensor:

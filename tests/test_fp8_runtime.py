@@ -401,3 +401,14 @@ def test_the_fp8_output_keeps_the_inputs_dtype_with_an_fp32_bias():
     x = torch.randn(32, 16).bfloat16()
     (y,) = F8.forward(x, [torch.randn(16, 16)], [torch.randn(16)])
     assert y.dtype == torch.bfloat16
+
+
+def test_a_failed_cast_compile_says_so_once_and_casts_eagerly(monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("no compiler here")
+    monkeypatch.setattr(F8, "_cast_compiled", None)
+    monkeypatch.setattr(torch, "compile", broken)
+    t = torch.randn(16, 16)
+    with pytest.warns(RuntimeWarning, match="casting eagerly"):
+        assert F8._compiled_cast(t, F8.E4M3) is None
+    assert F8._cast_compiled is False and F8._compiled_cast(t, F8.E4M3) is None  # not tried again

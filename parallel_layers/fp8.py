@@ -20,6 +20,7 @@ weight gradient is an FP8 transpose).  The attention, the norms, the embedding a
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import torch
 
@@ -89,23 +90,33 @@ def forward(x: torch.Tensor, weights, biases):
     return outs
 
 
-def input_grad(grads, weights):
+class GradFP8(NamedTuple):
+    """An output gradient cast once for both backward GEMMs: (tokens, out) in E5M2, its 1/scale, and the 16-bit
+    gradient's dtype and leading shape (what the input gradient is made in)."""
+    data: torch.Tensor
+    scale_inv: torch.Tensor
+    dtype: torch.dtype
+    lead: tuple
+
+
+def cast_grads(grads) -> list[GradFP8]:
+    return [GradFP8(*cast(g.reshape(-1, g.shape[-1]), E5M2), g.dtype, tuple(g.shape[:-1])) for g in grads]
+
+
+def input_grad(grads: list[GradFP8], weights):
     """sum_i dY_i W_i (the input gradient of linears that read one input), each dY_i in E5M2 and W_i in E4M3."""
     gx = None
     for g, w in zip(grads, weights):
-        flat = g.reshape(-1, g.shape[-1])
-        g8, sg = cast(flat, E5M2)
         w8, sw = cast(w, E4M3)
-        part = _mm(g8, sg, _col_major(w8), sw, g.dtype).reshape(*g.shape[:-1], w.shape[1])
+        part = _mm(g.data, g.scale_inv, _col_major(w8), sw, g.dtype).reshape(*g.lead, w.shape[1])
         gx = part if gx is None else gx + part
     return gx
 
 
-def weight_grad(g: torch.Tensor, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+def weight_grad(g: GradFP8, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     """dW = dY^T X over all leading dimensions: dY (tokens, out) in E5M2, X (tokens, in) in E4M3 (out, in)."""
-    g8, sg = cast(g.reshape(-1, g.shape[-1]), E5M2)
     x8, sx = cast(x.reshape(-1, x.shape[-1]), E4M3)
-    return _mm(g8.t().contiguous(), sg, _col_major(x8), sx, out_dtype)
+    return _mm(g.data.t().contiguous(), g.scale_inv, _col_major(x8), sx, out_dtype)
 
 
 def gemm_dims_problem(dims: dict[str, int]) -> str | None:

@@ -93,10 +93,11 @@ def _will_run(ctx, n: int):
     return need_x, need_w, need_b
 
 
-def _input_grad(grads, weights, fp8=False):
-    """sum_i dY_i W_i: the input gradient of linears that read one input (FP8 GEMMs: parallel_layers.fp8)."""
-    if fp8:
-        return fp8_gemms.input_grad(grads, weights)
+def _input_grad(grads, weights, q=None):
+    """sum_i dY_i W_i: the input gradient of linears that read one input (q: the gradients cast to FP8 for FP8
+    GEMMs, parallel_layers.fp8)."""
+    if q is not None:
+        return fp8_gemms.input_grad(q, weights)
     gx = None
     for g, w in zip(grads, weights):
         part = g.matmul(w)
@@ -165,56 +166,65 @@ def _store_of(params, need_w) -> Optional[WeightGradStore]:
     return getattr(params[0], "deferred_wgrad", None) if params and any(need_w) else None
 
 
-def _queue_weight_grads(store: WeightGradStore, params, grads, x, need_w, need_b, sp_group=None, fp8=False):
+def _queue_weight_grads(store: WeightGradStore, params, grads, x, need_w, need_b, sp_group=None, q=None):
     """A linears Function's backward with its weights' gradients queued in `store`: the biases' gradients now, the
     weights' as a closure for the weight pass, which adds them as autograd would and then runs the weights'
     weight-pass hooks (precision.register_weight_pass_hook), as autograd runs its post-accumulate-grad hooks: the
     master-weights hook folding p.grad into the fp32 main_grad, then the data-parallel reduction's count.
-    sp_group: x is the saved sequence shard, gathered again in the weight pass."""
+    sp_group: x is the saved sequence shard, gathered again in the weight pass.  q: the output gradients cast to
+    FP8 (parallel_layers.fp8), which the weight pass then holds instead of the 16-bit ones."""
     # the saved input unpacks as a graph tensor: its grad_fn chain would keep the stage's input (and the graph's
     # nodes) alive until the weight pass
     x = x.detach()
+    _, gbs = _param_grads(grads, x, [False] * len(need_w), need_b, params)
+    if q is not None:
+        grads = None  # the weight pass reads the FP8 copies only
 
     def weight_pass():
         full = x if sp_group is None else _gather(x, SEQ_DIM, sp_group)
-        gws, _ = _param_grads(grads, full, need_w, [], params, fp8)
+        gws, _ = _param_grads(grads, full, need_w, [], params, q)
         for p, gw, need in zip(params, gws, need_w):
             if gw is not None:
                 p.grad = gw if p.grad is None else p.grad.add_(gw)
             if need:  # made here, or added into main_grad by the fused GEMM
                 run_weight_pass_hooks(p)
     store.defer(weight_pass)
-    _, gbs = _param_grads(grads, x, [False] * len(need_w), need_b, params)
     return [None] * len(need_w), gbs
 
 
-def _param_grads(grads, x, need_w, need_b, params, fp8=False):
+def _param_grads(grads, x, need_w, need_b, params, q=None):
     """dW_i = dY_i^T x (over all leading dims) and db_i = sum dY_i, for the ones this pass needs.  A weight
     with a ``fused_wgrad`` kernel (precision.attach_main_grads) gets its dW added into its fp32 main_grad by
-    that GEMM and returns no gradient to autograd; under FP8 (parallel_layers.fp8) the GEMM writes fp32 there
-    and the sum adds it in."""
+    that GEMM and returns no gradient to autograd; under FP8 (q: the output gradients cast once,
+    parallel_layers.fp8; grads may then be None where no bias needs them) the GEMM writes fp32 there and the sum
+    adds it in."""
     flat = x.flatten(0, -2)
-    lead = tuple(range(grads[0].dim() - 1))
     gws = []
-    for g, need, p in zip(grads, need_w, params):
+    for i, (need, p) in enumerate(zip(need_w, params)):
         kernel = getattr(p, "fused_wgrad", None)
-        if need and fp8:
-            gw = fp8_gemms.weight_grad(g, flat, torch.float32 if kernel is not None else g.dtype)
+        if need and q is not None:
+            gw = fp8_gemms.weight_grad(q[i], flat, torch.float32 if kernel is not None else q[i].dtype)
             if kernel is not None:
                 p.main_grad = gw if p.main_grad is None else p.main_grad.add_(gw)
                 gw = None
             gws.append(gw)
             continue
         if need and kernel is not None:
-            kernel(p, g.flatten(0, -2), flat)
+            kernel(p, grads[i].flatten(0, -2), flat)
             need = False
-        gws.append(g.flatten(0, -2).t().matmul(flat) if need else None)
-    return gws, [g.sum(dim=lead) if need else None for g, need in zip(grads, need_b)]
+        gws.append(grads[i].flatten(0, -2).t().matmul(flat) if need else None)
+    return gws, [g.sum(dim=tuple(range(g.dim() - 1))) if need else None for g, need in zip(grads or [], need_b)]
 
 
 def _save(ctx, x, weights, group, biases, params, fp8) -> None:
     ctx.save_for_backward(x, *weights)
     ctx.group, ctx.has_bias, ctx.params, ctx.fp8 = group, [b is not None for b in biases], params, fp8
+
+
+def _grads_fp8(ctx, grads, need_x, need_w):
+    """An FP8 Function's output gradients cast to E5M2 once, for both its input- and weight-gradient GEMMs; None
+    for a 16-bit one, or where the pass makes neither."""
+    return fp8_gemms.cast_grads(grads) if ctx.fp8 and (need_x or any(need_w)) else None
 
 
 def _linears(x, weights, biases, fp8):
@@ -257,11 +267,12 @@ class _TPLinears(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, *grads):
         x, weights, need_x, need_w, need_b = _saved(ctx)
+        q = _grads_fp8(ctx, grads, need_x, need_w)
         # in place, beside the weight-gradient matmuls
-        finish = _all_reduce_start(_input_grad(grads, weights, ctx.fp8), ctx.group, owned=True) if need_x else None
+        finish = _all_reduce_start(_input_grad(grads, weights, q), ctx.group, owned=True) if need_x else None
         store = _store_of(ctx.params, need_w)
-        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b, fp8=ctx.fp8) if store is not None
-                    else _param_grads(grads, x, need_w, need_b, ctx.params, ctx.fp8))
+        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b, q=q) if store is not None
+                    else _param_grads(grads, x, need_w, need_b, ctx.params, q))
         return (finish() if finish is not None else None, None, None, None, *gws, *gbs)
 
 
@@ -287,13 +298,14 @@ class _SPGatherLinears(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, *grads):
         x, weights, need_x, need_w, need_b = _saved(ctx)
+        q = _grads_fp8(ctx, grads, need_x, need_w)
         store = _store_of(ctx.params, need_w)  # queued: the weight pass gathers x again for itself
         gather = _gather_start(x, SEQ_DIM, ctx.group) if any(need_w) and store is None else None  # beside the input-gradient matmuls
-        gx = _input_grad(grads, weights, ctx.fp8) if need_x else None
+        gx = _input_grad(grads, weights, q) if need_x else None
         full = gather() if gather is not None else x  # it completes before the next collective is issued
         reduce = _reduce_scatter_start(gx, SEQ_DIM, ctx.group, owned=True) if need_x else None  # beside the weight gradients
-        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b, sp_group=ctx.group, fp8=ctx.fp8)
-                    if store is not None else _param_grads(grads, full, need_w, need_b, ctx.params, ctx.fp8))
+        gws, gbs = (_queue_weight_grads(store, ctx.params, grads, x, need_w, need_b, sp_group=ctx.group, q=q)
+                    if store is not None else _param_grads(grads, full, need_w, need_b, ctx.params, q))
         return (reduce() if reduce is not None else None, None, None, None, *gws, *gbs)
 
 

@@ -32,7 +32,8 @@ def test_fp8_gemms_carry_fp8_rounding_error():
     x, w = torch.randn(64, 48, generator=g), torch.randn(32, 48, generator=g)
     dy = torch.randn(64, 32, generator=g)
     (y,) = F8.forward(x, [w], [None])
-    checks = [(y, x @ w.t()), (F8.input_grad([dy], [w]), dy @ w), (F8.weight_grad(dy, x, torch.float32), dy.t() @ x)]
+    q = F8.cast_grads([dy])  # cast once, for both backward GEMMs
+    checks = [(y, x @ w.t()), (F8.input_grad(q, [w]), dy @ w), (F8.weight_grad(q[0], x, torch.float32), dy.t() @ x)]
     for got, want in checks:
         assert 0.01 < _rel(got, want) < 0.1
     bf = (x.bfloat16() @ w.bfloat16().t()).float()
@@ -412,3 +413,25 @@ def test_a_failed_cast_compile_says_so_once_and_casts_eagerly(monkeypatch):
     with pytest.warns(RuntimeWarning, match="casting eagerly"):
         assert F8._compiled_cast(t, F8.E4M3) is None
     assert F8._cast_compiled is False and F8._compiled_cast(t, F8.E4M3) is None  # not tried again
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["backward", "zero-bubble-queue"])
+def test_each_output_gradient_is_cast_once(queued, monkeypatch):
+    """The backward casts a linear's output gradient to E5M2 once for its two GEMMs (as fp8_cast_time's parplan
+    scheme counts), also where the weight gradient waits in the zero-bubble queue (which then holds the FP8 copy)."""
+    casts = []
+    real = F8.cast
+
+    def counting(t, dtype):
+        casts.append(dtype)
+        return real(t, dtype)
+    monkeypatch.setattr(F8, "cast", counting)
+    m = _stage(TINY_LLAMA, fp8=True)
+    store = L.WeightGradStore()
+    if queued:
+        L.defer_weight_grads(list(m.blocks), store)
+    ids = _ids()
+    L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
+    store.take()()
+    linears = sum(isinstance(s, (L.ColumnParallelLinear, L.RowParallelLinear)) for b in m.blocks for s in b.modules())
+    assert casts.count(F8.E5M2) == linears

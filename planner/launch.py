@@ -269,13 +269,13 @@ def fp8_linear_share(plan) -> float:
     """The share of a step's model FLOPs in the blocks' FP8 linears (qkv, projection, MLP), 0 for a 16-bit plan."""
     if not plan.training.fp8:
         return 0.0
+    from cost_models.compute import layer_gemms
     from cost_models.layout import ModelDims
     from cost_models.params import spec_model_flops_per_token
 
     m = ModelDims.from_spec(plan.model, plan.training.seq_len)
-    per_layer = (m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
-                 + (3 if m.arch == "llama" else 2) * m.hidden * m.ffn)
-    return min(1.0, 6 * per_layer * m.layers / spec_model_flops_per_token(plan.model, plan.training.seq_len))
+    per_token = 3 * sum(flops for _, flops in layer_gemms(m, 1, 1)) * m.layers  # forward + the two backward GEMMs
+    return min(1.0, per_token / spec_model_flops_per_token(plan.model, plan.training.seq_len))
 
 
 CPU_RUN_WARN_S = 600  # a launch past ten minutes on a CPU is rarely the quick check it was meant to be

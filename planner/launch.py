@@ -639,11 +639,11 @@ def _torch_older_than(version: Optional[str], major_minor: tuple[int, int]) -> b
 
 def fp8_gemm_dims(plan) -> dict[str, int]:
     """The sizes an FP8 plan's GEMMs take on one tensor-parallel rank (parallel_layers.fp8.gemm_dims_problem)."""
-    m, p, t = plan.model, plan.parallel, plan.training
-    head_dim = m.head_dim or m.hidden // m.heads
-    return {"hidden": m.hidden, "q width / tp": m.heads * head_dim // p.tp,
-            "kv width / tp": m.kv_heads * head_dim // p.tp, "ffn_hidden / tp": m.ffn_hidden // p.tp,
-            "tokens per micro-batch": t.micro_batch_size * t.seq_len // max(p.cp, 1)}
+    from cost_models.layout import ModelDims
+    p, t = plan.parallel, plan.training
+    m = ModelDims.from_spec(plan.model, t.seq_len)
+    return {"hidden": m.hidden, "q width / tp": m.q_width // p.tp, "kv width / tp": m.kv_width // p.tp,
+            "ffn_hidden / tp": m.ffn // p.tp, "tokens per micro-batch": t.micro_batch_size * t.seq_len // max(p.cp, 1)}
 
 
 def check_fp8(plan, device: str, machine: MachineInfo) -> Check:

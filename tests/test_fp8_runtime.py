@@ -111,16 +111,23 @@ def test_fp8_gradients_follow_the_16bit_ones(model):
     assert moved and all(not torch.equal(g0[n], g1[n]) for n in moved)
 
 
+def _fp8_backward(queued: bool) -> StageModule:
+    """The tiny llama with FP8 linears after one micro-batch's backward, its weight gradients made in it or queued
+    for the zero-bubble weight pass and made there."""
+    m = _stage(TINY_LLAMA, fp8=True)
+    store = L.WeightGradStore()
+    if queued:
+        L.defer_weight_grads(list(m.blocks), store)
+    ids = _ids()
+    L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
+    store.take()()
+    return m
+
+
 def test_fp8_weight_grads_queued_for_the_zero_bubble_pass_are_the_same():
     grads = []
     for queued in (False, True):
-        m = _stage(TINY_LLAMA, fp8=True)
-        store = L.WeightGradStore()
-        if queued:
-            L.defer_weight_grads(list(m.blocks), store)
-        ids = _ids()
-        L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
-        store.take()()
+        m = _fp8_backward(queued)
         grads.append({n: p.grad.clone() for n, p, _ in iter_shard_specs(m)})
     for n, g in grads[0].items():
         torch.testing.assert_close(grads[1][n], g, rtol=1e-6, atol=0)
@@ -426,12 +433,6 @@ def test_each_output_gradient_is_cast_once(queued, monkeypatch):
         casts.append(dtype)
         return real(t, dtype)
     monkeypatch.setattr(F8, "cast", counting)
-    m = _stage(TINY_LLAMA, fp8=True)
-    store = L.WeightGradStore()
-    if queued:
-        L.defer_weight_grads(list(m.blocks), store)
-    ids = _ids()
-    L.vocab_parallel_cross_entropy(m(ids[:, :-1]), ids[:, 1:], None).backward()
-    store.take()()
+    m = _fp8_backward(queued)
     linears = sum(isinstance(s, (L.ColumnParallelLinear, L.RowParallelLinear)) for b in m.blocks for s in b.modules())
     assert casts.count(F8.E5M2) == linears

@@ -539,18 +539,19 @@ def pending_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dr
     return grads + recomputed
 
 
-def queued_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int):
+def queued_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, fp8: str = ""):
     """Bytes one block holds for one micro-batch while its weight-gradient pass is pending, where that pass runs
     from queued closures (TrainingConsts.zb_weight_grad_store; the input-gradient pass freed the block's graph):
     each linear's input X and output gradients dY (dW = dY^T X).  Inputs: the attention's and the MLP's norm
     outputs (h, or h/tp under SP, whose gather the weight pass repeats), the attention's output (q width / tp)
-    and the MLP's activation (ffn / tp); the gradients as pending_w_bytes_per_layer's."""
+    and the MLP's activation (ffn / tp); the gradients as pending_w_bytes_per_layer's, held as their E5M2 copies
+    (1 byte) under parplan's FP8 linears (fp8 "parplan": parallel_layers.fp8.cast_grads)."""
     T = lay.mbs * m.seq_len / lay.cp
     mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
     norm_out = np.where(lay.sp > 0, m.hidden / lay.tp, m.hidden)
     inputs = 2 * norm_out + (m.q_width + m.ffn) / lay.tp
     grads = (m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden
-    return T * (inputs + grads) * act_bytes
+    return T * (inputs * act_bytes + grads * (1 if fp8 == "parplan" else act_bytes))
 
 
 def weight_pass_queued(tr, zero):
@@ -909,7 +910,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         return (pending_w_bytes_per_layer(*args), activation_bytes_per_layer(*args),
                 activation_bytes_working_layer(*args), backward_temporaries_per_layer(*args),
                 *logits_bytes(m, sub, act_b, tr.fused_cross_entropy, tr.cross_entropy_16bit_grad),
-                queued_w_bytes_per_layer(m, sub, act_b))
+                queued_w_bytes_per_layer(m, sub, act_b, tr.fp8))
 
     pend_layer, act_layer, work_layer, temp_layer, loss_peak, loss_saved, queued_layer = per_block_shape(lay, block_terms)
     # a pending block counts as held (its saved activations) plus pend_layer; where the weight pass is queued

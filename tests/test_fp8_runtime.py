@@ -436,3 +436,17 @@ def test_each_output_gradient_is_cast_once(queued, monkeypatch):
     m = _fp8_backward(queued)
     linears = sum(isinstance(s, (L.ColumnParallelLinear, L.RowParallelLinear)) for b in m.blocks for s in b.modules())
     assert casts.count(F8.E5M2) == linears
+
+
+def test_the_queue_holds_fp8_output_gradients_in_the_memory_model():
+    """The zero-bubble queue's held bytes a block: the linears' 16-bit inputs and, under parplan's FP8 linears, their
+    output gradients' 1-byte copies (the runtime's cast_grads), half what a 16-bit plan holds for them."""
+    from cost_models.layout import ModelDims
+    from cost_models.memory import queued_w_bytes_per_layer
+    from planner.models import load_preset
+    from tests.test_cost_model import _lay
+    m = ModelDims.from_spec(load_preset("llama3-8b"), 4096)
+    lay = _lay(gpus=2, tp=2, dp=1, mbs=1)
+    grads = 4096 * ((m.q_width + 2 * m.kv_width + 2 * m.ffn) / 2 + 2 * m.hidden)
+    assert queued_w_bytes_per_layer(m, lay, 2) - queued_w_bytes_per_layer(m, lay, 2, "parplan") == grads
+    assert queued_w_bytes_per_layer(m, lay, 2, "torchao") == queued_w_bytes_per_layer(m, lay, 2)

@@ -375,7 +375,7 @@ def test_host_only_remeasures_the_dispatch_and_keeps_everything_else(tmp_path):
     base = hardware_profiles.load_profile("h100-sxm-80gb")
     path, prof, host = calibrate_host(out=str(tmp_path / "h.toml"), base="h100-sxm-80gb", device="cpu",
                                       console=Console(file=io.StringIO()), steps=3, modes=("none",))
-    assert set(host) == {"none"} and host["none"] > 0
+    assert set(host) == {"none"} and host["none"] >= 0  # a timing difference on a shared CPU: its sign is noise
     assert prof.host_block_s["none"] == pytest.approx(host["none"], rel=1e-3)
     assert prof.host_block_s["full"] == base.host_block_s["full"]  # modes not measured are kept
     same = {k for k in type(base).model_fields
@@ -727,7 +727,9 @@ def test_the_probe_width_script_measures_both_shapes():
     assert [(r["shape"], r["blocks"], r["recompute"]) for r in rows] == (
         [(s, [2, 10], m) for s in mod.CPU_SHAPES for m in mod.MODES] + [("wider", [10, 24], m) for m in mod.MODES])
     assert seen == [2, 4, 6]  # each probe's rows handed on as it finishes
-    assert all(r["host_block_s"] > 0 for r in rows)
+    # a reading each, never negative (host_block_estimate clamps at 0); not "> 0": at 1 pair of 4 steps on a loaded
+    # 2-core CI machine the 10-block run once timed below the 2-block one (CI, 2026-12-05), which is noise, not a bug
+    assert all(isinstance(r["host_block_s"], float) and r["host_block_s"] >= 0 for r in rows)
     text = mod.render(rows, "cpu", 1)
     assert "median of 1 pairs" in text and "Wide over narrow: none " in text and text.count("| probe |") == 2
     assert "10 to 24 blocks over 2 to 10 (wider): none " in text and text.count("| 10 to 24 |") == 2

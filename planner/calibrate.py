@@ -738,6 +738,28 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
 HOST_BLOCKS = (2, 10)  # block counts of the two host-dispatch runs; their difference isolates one block
 HOST_MODES = ("none", "selective", "full", "selective-op")
 HOST_FP8_MODES = ("none", "full")  # the probe again with FP8 linears (host_block_fp8_s), where FP8 is measured
+class PhaseClock:
+    """Seconds per calibrate phase (the bar is the whole command under 5 minutes; a GPU with FP8 tensor cores adds
+    FP8 GEMM rows and an FP8 host probe, so the profile and the summary say where the time went): each call
+    charges the time since the previous one (or since `t0`) to `name`."""
+
+    def __init__(self, t0: float):
+        self.last = t0
+        self.phases: dict[str, float] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self.last
+        self.last = now
+
+    @staticmethod
+    def render(phases: dict[str, float]) -> str:
+        return ", ".join(f"{k} {v:.0f} s" if v >= 1 else f"{k} {v:.1f} s" for k, v in phases.items())
+
+    def text(self) -> str:
+        return self.render(self.phases)
+
+
 HOST_REPEATS = 3  # pairs of runs per mode: the median of their estimates, and their spread, which says how steady the host was
 HOST_NOISY = 0.25  # a mode whose repeats spread more than this (max - min over median) gets a note
 
@@ -972,6 +994,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     host_block_fp8: dict[str, float] = {}
     host_share: dict[str, float] = {}
     host_spread: dict[str, float] = {}
+    lap = PhaseClock(t_start)
+    lap("start-up")
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                   console=console, transient=False) as prog:
@@ -980,34 +1004,42 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         for dt in gemm_dtypes:
             prog.update(task, description=f"GEMM {dt} ({len(gemm_rows)} shapes)")
             gemm += measure_gemms(torch, dev, timer, gemm_rows, dt, adv)
+            lap(f"GEMM {dt}")
         if fp8_on:
             prog.update(task, description=f"GEMM fp8 ({len(gemm_rows)} shapes, torch._scaled_mm)")
             try:
                 fp8_rows = measure_gemms(torch, dev, timer, gemm_rows, "fp8", adv)
             except (RuntimeError, TypeError) as e:  # a torch or cuBLASLt without this FP8 GEMM: the rest still counts
                 notes.append(f"FP8 GEMMs not measured ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+            lap("GEMM fp8")
         prog.update(task, description=f"attention {attn_dtype}")
         attn = measure_attention(torch, dev, timer, attn_cases, attn_dtype, adv)
+        lap("attention")
         prog.update(task, description="device copy")
         copy_gbps = measure_copy(torch, dev, timer, (1 << 30) if on_gpu else (64 << 20))
         adv()
+        lap("device copy")
         if on_gpu:
             prog.update(task, description="host link")
             h2d, d2h = measure_host_link(torch, dev, timer, 256 << 20)
             adv()
+            lap("host link")
             if world >= 2:
                 prog.update(task, description=f"collectives on {world} GPUs")
                 torch.cuda.empty_cache()
                 coll = measure_collectives(world, quick)
                 adv()
+                lap("collectives")
             prog.update(task, description=f"host dispatch per block (parplan's runtime, {host_runs} short runs)")
             torch.cuda.empty_cache()
             host_block = measure_host_block("cuda", advance=adv, shares=host_share, spread=host_spread)
             notes += [n for n in (noisy_host_note(host_spread),) if n]
+            lap("host dispatch")
             if fp8_host_runs:
                 prog.update(task, description=f"host dispatch per block, FP8 linears ({fp8_host_runs} short runs)")
                 host_block_fp8, note = measure_fp8_host_block("cuda", adv)
                 notes += [note] if note else []
+                lap("host dispatch fp8")
         sustained = None
         if sustained_s:
             best_row = max((r for r in gemm if r["dtype"] == gemm_dtypes[0]), key=lambda r: r["tflops"])
@@ -1015,6 +1047,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
             sustained = measure_sustained(torch, dev, best_row, gemm_dtypes[0], sustained_s)
             sustained["fraction"] = float(f"{sustained['fraction']:.4g}")  # as the profile stores it, and the note says
             adv()
+            lap("sustained GEMM")
         prog.update(task, description="done")
 
     data = base_profile.model_dump(mode="json")
@@ -1089,14 +1122,14 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         (f" --sustained {sustained_s:g}" if sustained_s else "")
     if on_gpu:
         data["measured"] = (f"{_today()}: {device_name} ({world} visible), torch {torch.__version__}, {cmd}: "
-                            f"{', '.join(measured_fields)} ({method}; {elapsed:.0f} s)")
+                            f"{', '.join(measured_fields)} ({method}; {elapsed:.0f} s: {lap.text()})")
     else:
         data["measured"] = (f"{_today()}: CPU SELF-CALIBRATION {TEST_ONLY_MARK} ({device_name}, "
                             f"{torch.get_num_threads()} threads), torch {torch.__version__}, {cmd} (the CPU asked for "
                             f"by name): peak = best fp32 "
                             f"GEMM measured ({peaks['fp32'] * 1e3:.1f} GFLOP/s) for every dtype, hbm = device copy "
                             f"bandwidth; not a GPU measurement, and not a {base_profile.name}: do not plan real runs "
-                            f"with it ({method}; {elapsed:.0f} s)")
+                            f"with it ({method}; {elapsed:.0f} s: {lap.text()})")
     data["name"] = _calibrated_name(base_profile.name)
     data["description"] = (f"{base_profile.description} -- calibrated on {device_name}".strip(" -") if on_gpu else
                            f"CPU SELF-CALIBRATION FOR TESTING ONLY on {device_name} (fields it does not measure kept "
@@ -1131,7 +1164,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     from .schema import HardwareProfile
     profile = HardwareProfile(**data)
     write_profile(profile, path)
-    summary = {"device": device_name, "elapsed_s": elapsed, "gemm": gemm, "fp8_gemm": fp8_rows, "attention": attn,
+    summary = {"device": device_name, "elapsed_s": elapsed, "phases_s": dict(lap.phases), "gemm": gemm, "fp8_gemm": fp8_rows, "attention": attn,
                "copy_gbytes_per_s": copy_gbps,
                "h2d_gbytes_per_s": h2d, "d2h_gbytes_per_s": d2h, "collectives": coll, "host_block_s": host_block,
                "host_block_fp8_s": host_block_fp8,
@@ -1254,7 +1287,9 @@ def _print_device_summary(console, base, prof, s) -> None:
         console.print(f"note: {n}", markup=False, highlight=False)
     if s.get("sustained"):
         console.print(sustained_note(s["sustained"]), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"calibration took {s['elapsed_s']:.1f} s", markup=False, highlight=False)
+    console.print(f"calibration took {s['elapsed_s']:.1f} s" +
+                  (f" ({PhaseClock.render(s['phases_s'])})" if s.get("phases_s") else ""),
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 # ----------------------------------------------------------------------------------------------

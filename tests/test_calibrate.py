@@ -90,6 +90,37 @@ def test_cpu_self_calibration_warns_on_stderr_and_in_the_file(cpu_run):
     assert prof.description.startswith("CPU SELF-CALIBRATION FOR TESTING ONLY")
 
 
+def test_calibrate_says_where_its_time_went(cpu_run):
+    """The bar is the whole command under 5 minutes: the profile's `measured` line and the closing line on stderr
+    give each phase's seconds (the CPU's phases here; a GPU adds host link, collectives, host dispatch, FP8), and
+    the phases add up to the whole."""
+    import re
+    path, err = cpu_run
+    measured = hardware_profiles.load_profile(path).measured
+    m = re.search(r"; (\d+) s: (start-up [^)]*)\)", measured)
+    assert m, measured
+    phases = dict((k, float(v)) for k, v in re.findall(r"([a-zA-Z0-9 -]+?) ([\d.]+) s(?:, |$)", m.group(2)))
+    assert list(phases) == ["start-up", "GEMM fp32", "attention", "device copy"], m.group(2)
+    total = int(m.group(1))
+    assert abs(sum(phases.values()) - total) <= 0.5 * len(phases) + 0.5, (phases, total)
+    line = next(x for x in err.splitlines() if x.startswith("calibration took"))
+    assert "(start-up " in line and "GEMM fp32 " in line and "device copy " in line, line
+
+
+def test_phase_clock_charges_each_phase_its_own_time(monkeypatch):
+    from planner import calibrate as cal
+    now = iter([10.0, 13.5, 13.6, 20.0])
+    monkeypatch.setattr(cal.time, "perf_counter", lambda: next(now))
+    lap = cal.PhaseClock(9.0)
+    lap("start-up")
+    lap("GEMM bf16")
+    lap("start-up")  # a name again adds to it
+    lap("attention")
+    assert lap.phases == pytest.approx({"start-up": 1.1, "GEMM bf16": 3.5, "attention": 6.4})
+    assert lap.text() == "start-up 1 s, GEMM bf16 4 s, attention 6 s"
+    assert cal.PhaseClock.render({"copy": 0.25}) == "copy 0.2 s"
+
+
 @pytest.mark.parametrize("argv", [["calibrate"], ["calibrate", "--quick"], ["calibrate", "--host-only"]])
 def test_auto_without_a_gpu_refuses_instead_of_calibrating_the_cpu(argv, tmp_path, capsys, monkeypatch):
     """`parplan calibrate` on a machine with no GPU once self-calibrated the CPU for 100 s and wrote an

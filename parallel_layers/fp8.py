@@ -38,6 +38,7 @@ def _cast_eager(t: torch.Tensor, dtype: torch.dtype):
 
 
 _cast_compiled = None  # torch.compile(_cast_eager) once made; False once it failed
+_cast_failure: str | None = None  # why it failed (the run report says so: the prediction counts compiled casts)
 
 
 def cast(t: torch.Tensor, dtype: torch.dtype):
@@ -52,7 +53,7 @@ def cast(t: torch.Tensor, dtype: torch.dtype):
 
 def _compiled_cast(t: torch.Tensor, dtype: torch.dtype):
     """The compiled cast, or None once torch.compile has failed on it (said once, as a warning in the rank's log)."""
-    global _cast_compiled
+    global _cast_compiled, _cast_failure
     if _cast_compiled is False:
         return None
     try:
@@ -61,10 +62,15 @@ def _compiled_cast(t: torch.Tensor, dtype: torch.dtype):
         return _cast_compiled(t, dtype)
     except Exception as e:  # noqa: BLE001 -- any compiler failure: the eager passes, the same numbers
         _cast_compiled = False
-        warnings.warn(f"parplan FP8: torch.compile of the casts failed ({type(e).__name__}: "
-                      f"{str(e).splitlines()[0][:160] if str(e) else ''}); casting eagerly, four elementwise passes "
-                      "a cast more than the prediction counts", RuntimeWarning, stacklevel=2)
+        _cast_failure = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}".rstrip(": ")
+        warnings.warn(f"parplan FP8: torch.compile of the casts failed ({_cast_failure}); casting eagerly, four "
+                      "elementwise passes a cast more than the prediction counts", RuntimeWarning, stacklevel=2)
         return None
+
+
+def cast_failure() -> str | None:
+    """Why this process's casts fell back to eager on a GPU (None: compiled, or never tried)."""
+    return _cast_failure
 
 
 def _col_major(t8: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,7 @@ from cost_models.compute import (plan_fuses_wgrad, plan_overlaps_grad_reduce, pl
                                   torch_weight_pass_plan)
 from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
+from parallel_layers import fp8
 from parallel_layers.clip import clip_grad_norm
 from parallel_layers.context_parallel import shard_sequence
 from parallel_layers.cpu_matmul import fp32_matmuls
@@ -681,7 +682,8 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
                         resumed_from=rt.extra.get("resumed_from"),
                         param_overlap=(rt.optimizer.overlap_gather if isinstance(rt.optimizer, ShardedAdamW)
                                        and plan.parallel.dp > 1 else None),
-                        recompile_limit=recompile_limit_hits() - limit_hits)
+                        recompile_limit=recompile_limit_hits() - limit_hits,
+                        fp8_cast_failure=fp8.cast_failure() if plan.training.fp8 else None)
 
 
 def _build_and_train(plan, opts: RunOptions, device: torch.device):
@@ -791,14 +793,15 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
                  comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None,
                  grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None,
                  grad_buckets: Optional[dict] = None, resumed_from: Optional[dict] = None,
-                 recompile_limit: int = 0) -> dict:
+                 recompile_limit: int = 0, fp8_cast_failure: Optional[str] = None) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
     comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
     wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad).
     grad_overlap: whether the data-parallel reduction started during the backward (None: FSDP2, or no dp group).
     param_overlap: whether ZeRO-1/2's parameter gather ran beside the next forward (None: no ZeRO-1/2 over dp > 1).
     grad_buckets: rank 0's reduction in the last step, {"buckets", "started_in_backward"} (None where grad_overlap is).
-    resumed_from: {"checkpoint": its folder, "step": the step it was saved after} of a resumed run, else None."""
+    resumed_from: {"checkpoint": its folder, "step": the step it was saved after} of a resumed run, else None.
+    fp8_cast_failure: why rank 0's FP8 casts fell back to eager on the GPU (fp8.cast_failure()), else None."""
     if comparable is None:
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
@@ -874,6 +877,13 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
     if wgrad_fusion is not None and wgrad_fusion != plan_fuses_wgrad(plan.training, plan.parallel):
         notes.append(f"the runtime {'did' if wgrad_fusion else 'did not'} fuse the gradient accumulation into the "
                      f"weight-gradient GEMMs; the prediction assumed it {'did not' if wgrad_fusion else 'did'}")
+    fp8_casts = None
+    if plan.training.fp8:
+        fp8_casts = ("eager (cpu)" if device.type != "cuda" else
+                     f"eager (torch.compile failed: {fp8_cast_failure})" if fp8_cast_failure else "compiled")
+        if fp8_cast_failure and device.type == "cuda":
+            notes.append(f"the FP8 casts ran eagerly on rank 0, torch.compile having failed on them ({fp8_cast_failure}):"
+                         " four elementwise passes a cast more than the prediction's one amax and one cast pass")
     if recompile_limit:
         notes.append(f"torch.compile hit its recompile limit {recompile_limit} time(s) on rank 0: those code objects "
                      "ran uncompiled from then on, so the step time is slower than the prediction assumes (run with "
@@ -891,6 +901,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "warmup_steps": warmup,
         "loss_scaling": loss_scaling,
         "dropout": dropout,
+        "fp8_casts": fp8_casts,
         "steps": steps,
         "median": {"step_time_s": med("step_time_s"), "tokens_per_s": at_median_step("tokens_per_s"),
                    "mfu": at_median_step("mfu"),

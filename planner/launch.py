@@ -1057,6 +1057,16 @@ def dropout_line(report: dict) -> str | None:
             "attention probabilities")
 
 
+def fp8_line(report: dict) -> str | None:
+    """How an FP8 plan's linears ran (parallel_layers.fp8): the blocks' GEMMs in FP8 and how the casts were made
+    (the prediction counts compiled casts); nothing for a 16-bit run (null, or absent before 2026-12-05)."""
+    casts = report.get("fp8_casts")
+    if not casts:
+        return None
+    return (f"FP8 linears (the blocks' GEMMs: E4M3 inputs and weights, E5M2 output gradients, per-tensor scales), "
+            f"casts {casts}")
+
+
 def loss_scale_line(report: dict) -> str | None:
     """fp16's dynamic loss scale (parallel_layers.loss_scale): where it started and ended, and the steps skipped."""
     ls = report.get("loss_scaling")
@@ -1155,7 +1165,7 @@ def print_summary(report: dict, report_path: str) -> None:
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for line in (phases_line(report), telemetry_line(report), grad_norm_line(report), loss_scale_line(report),
-                 dropout_line(report), cpu_memory_line(report), rank_kind_line(report)):
+                 dropout_line(report), fp8_line(report), cpu_memory_line(report), rank_kind_line(report)):
         if line:
             console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)

@@ -415,11 +415,37 @@ def test_a_failed_cast_compile_says_so_once_and_casts_eagerly(monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("no compiler here")
     monkeypatch.setattr(F8, "_cast_compiled", None)
+    monkeypatch.setattr(F8, "_cast_failure", None)
     monkeypatch.setattr(torch, "compile", broken)
     t = torch.randn(16, 16)
+    assert F8.cast_failure() is None
     with pytest.warns(RuntimeWarning, match="casting eagerly"):
         assert F8._compiled_cast(t, F8.E4M3) is None
     assert F8._cast_compiled is False and F8._compiled_cast(t, F8.E4M3) is None  # not tried again
+    assert F8.cast_failure() == "RuntimeError: no compiler here"  # what the run report carries
+
+
+def test_the_run_report_says_how_the_fp8_casts_ran(monkeypatch):
+    """The report's fp8_casts (null for a 16-bit plan), and on a GPU whose compile failed a note in the report,
+    which `parplan launch` prints, not only a warning in the rank's log."""
+    from parallel_layers import train
+    steps = [{"step": 1, "loss": 1.0, "step_time_s": 1.0, "tokens_per_s": 1.0, "mfu": None}]
+    mem = [{"allocated": None, "reserved": None}]
+    plan = tiny_plan(precision="amp")
+    report = lambda p, dev, why=None: train.build_report(  # noqa: E731
+        p, train.RunOptions(steps=1), torch.device(dev), steps, mem, [1], comparable=False, fp8_cast_failure=why)
+    assert report(plan, "cpu")["fp8_casts"] is None
+    plan.training.fp8 = True
+    assert report(plan, "cpu")["fp8_casts"] == "eager (cpu)"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H200")
+    ok = report(plan, "cuda")
+    assert ok["fp8_casts"] == "compiled" and not any("FP8" in n for n in ok["notes"])
+    bad = report(plan, "cuda", "RuntimeError: no compiler here")
+    assert bad["fp8_casts"] == "eager (torch.compile failed: RuntimeError: no compiler here)"
+    assert any(n.startswith("the FP8 casts ran eagerly on rank 0") and "no compiler here" in n for n in bad["notes"])
+    from planner.launch import fp8_line
+    assert fp8_line(ok).endswith("casts compiled") and fp8_line(report(plan, "cpu")).endswith("casts eager (cpu)")
+    assert fp8_line({"fp8_casts": None}) is None and fp8_line({}) is None
 
 
 @pytest.mark.parametrize("queued", [False, True], ids=["backward", "zero-bubble-queue"])

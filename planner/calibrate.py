@@ -738,28 +738,6 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
 HOST_BLOCKS = (2, 10)  # block counts of the two host-dispatch runs; their difference isolates one block
 HOST_MODES = ("none", "selective", "full", "selective-op")
 HOST_FP8_MODES = ("none", "full")  # the probe again with FP8 linears (host_block_fp8_s), where FP8 is measured
-class PhaseClock:
-    """Seconds per calibrate phase (the bar is the whole command under 5 minutes; a GPU with FP8 tensor cores adds
-    FP8 GEMM rows and an FP8 host probe, so the profile and the summary say where the time went): each call
-    charges the time since the previous one (or since `t0`) to `name`."""
-
-    def __init__(self, t0: float):
-        self.last = t0
-        self.phases: dict[str, float] = {}
-
-    def __call__(self, name: str) -> None:
-        now = time.perf_counter()
-        self.phases[name] = self.phases.get(name, 0.0) + now - self.last
-        self.last = now
-
-    @staticmethod
-    def render(phases: dict[str, float]) -> str:
-        return ", ".join(f"{k} {v:.0f} s" if v >= 1 else f"{k} {v:.1f} s" for k, v in phases.items())
-
-    def text(self) -> str:
-        return self.render(self.phases)
-
-
 HOST_REPEATS = 3  # pairs of runs per mode: the median of their estimates, and their spread, which says how steady the host was
 HOST_NOISY = 0.25  # a mode whose repeats spread more than this (max - min over median) gets a note
 
@@ -939,6 +917,28 @@ def _open_device(device: str):
     dev = _pick_device(torch, device)
     on_gpu = dev.type == "cuda"
     return torch, dev, on_gpu, torch.cuda.get_device_name(dev) if on_gpu else _cpu_name()
+
+
+class PhaseClock:
+    """Seconds per calibrate phase (the bar is the whole command under 5 minutes; a GPU with FP8 tensor cores adds
+    FP8 GEMM rows and an FP8 host probe, so the profile and the summary say where the time went): each call
+    charges the time since the previous one (or since `t0`) to `name`."""
+
+    def __init__(self, t0: float):
+        self.last = t0
+        self.phases: dict[str, float] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self.last
+        self.last = now
+
+    @staticmethod
+    def render(phases: dict[str, float]) -> str:
+        return ", ".join(f"{k} {v:.0f} s" if v >= 1 else f"{k} {v:.1f} s" for k, v in phases.items())
+
+    def text(self) -> str:
+        return self.render(self.phases)
 
 
 def calibrate_device(out: str | None = None, base: str | None = None, device: str = "auto",
@@ -1164,8 +1164,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     from .schema import HardwareProfile
     profile = HardwareProfile(**data)
     write_profile(profile, path)
-    summary = {"device": device_name, "elapsed_s": elapsed, "phases_s": dict(lap.phases), "gemm": gemm, "fp8_gemm": fp8_rows, "attention": attn,
-               "copy_gbytes_per_s": copy_gbps,
+    summary = {"device": device_name, "elapsed_s": elapsed, "phases_s": dict(lap.phases), "gemm": gemm,
+               "fp8_gemm": fp8_rows, "attention": attn, "copy_gbytes_per_s": copy_gbps,
                "h2d_gbytes_per_s": h2d, "d2h_gbytes_per_s": d2h, "collectives": coll, "host_block_s": host_block,
                "host_block_fp8_s": host_block_fp8,
                "sustained": sustained, "notes": notes}

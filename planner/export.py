@@ -525,7 +525,11 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
               f"tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} sp={p.sp} zero={p.zero_stage} "
               f"recompute={p.recompute}{f' ({p.recompute_layers} blocks/stage)' if p.recompute_layers else ''} "
               f"schedule={p.schedule} offload={p.offload}",
-              "Flags follow NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac2)."]
+              "Flags follow NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac2).",
+              # docs/megatron-lm-to-megatron-bridge.md in NVIDIA-NeMo/Megatron-Bridge (read 2026-12-05)
+              "Megatron-Bridge (NeMo's Megatron successor): its scripts/translate_mlm_to_bridge.py --args '<these flags>' "
+              "turns them into Hydra overrides for scripts/training/run_recipe.py (configuration only; it lists the "
+              "flags it does not map)."]
     lines = _comment_lines(header)
     lines += [f"# note: {n}" for n in notes]
     if (p.tp > 1 or p.cp > 1) and not fsdp:

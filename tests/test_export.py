@@ -79,6 +79,9 @@ def test_megatron_llama():
     text = export_plan(plan, "megatron")
     body = [ln for ln in text.splitlines() if ln.startswith("    --")]
     assert all(ln.endswith(" \\") for ln in body[:-1]) and not body[-1].endswith("\\")
+    # the header names Megatron-Bridge's own translator of these flags (a comment, before the command)
+    head = text.split("torchrun", 1)[0]
+    assert "# Megatron-Bridge (NeMo's Megatron successor): its scripts/translate_mlm_to_bridge.py" in head
     a = megatron_args(text)
     assert a["--tensor-model-parallel-size"] == "4"
     assert a["--pipeline-model-parallel-size"] == "2"

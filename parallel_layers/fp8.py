@@ -119,10 +119,17 @@ def input_grad(grads: list[GradFP8], weights):
     return gx
 
 
-def weight_grad(g: GradFP8, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """dW = dY^T X over all leading dimensions: dY (tokens, out) in E5M2, X (tokens, in) in E4M3 (out, in)."""
+def wgrad_input(x: torch.Tensor):
+    """X (tokens, in) for the weight gradients: in E4M3, column-major, and its 1/scale; made once for every linear
+    that reads X (q/k/v, the MLP's first layers), as the forward casts it once and the cost model counts it."""
     x8, sx = cast(x.reshape(-1, x.shape[-1]), E4M3)
-    return _mm(g.data.t().contiguous(), g.scale_inv, _col_major(x8), sx, out_dtype)
+    return _col_major(x8), sx
+
+
+def weight_grad(g: GradFP8, xq, out_dtype: torch.dtype) -> torch.Tensor:
+    """dW = dY^T X over all leading dimensions (out, in): dY (tokens, out) in E5M2, X as wgrad_input made it."""
+    x8_col, sx = xq
+    return _mm(g.data.t().contiguous(), g.scale_inv, x8_col, sx, out_dtype)
 
 
 def gemm_dims_problem(dims: dict[str, int]) -> str | None:

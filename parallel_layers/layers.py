@@ -199,11 +199,12 @@ def _param_grads(grads, x, need_w, need_b, params, q=None):
     parallel_layers.fp8; grads may then be None where no bias needs them) the GEMM writes fp32 there and the sum
     adds it in."""
     flat = x.flatten(0, -2)
+    xq = fp8_gemms.wgrad_input(flat) if q is not None and any(need_w) else None  # once for the linears sharing x
     gws = []
     for i, (need, p) in enumerate(zip(need_w, params)):
         kernel = getattr(p, "fused_wgrad", None)
         if need and q is not None:
-            gw = fp8_gemms.weight_grad(q[i], flat, torch.float32 if kernel is not None else q[i].dtype)
+            gw = fp8_gemms.weight_grad(q[i], xq, torch.float32 if kernel is not None else q[i].dtype)
             if kernel is not None:
                 p.main_grad = gw if p.main_grad is None else p.main_grad.add_(gw)
                 gw = None

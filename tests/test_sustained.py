@@ -176,13 +176,20 @@ def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
     assert only in names
     h200 = (ROOT / "benchmarks" / "gpu_h200.sh").read_text()
     assert re.search(r"calibrate --base h200-sxm-141gb --sustained \d+", h200)
-    # the H200 call's long run answered its question on 2026-12-04 (no slowdown over 58 s); the H100 call keeps it
-    assert "long_run " not in h200 and h200.index("host_probe_width.py") < h200.index("gpu_grid.py --out \"$R/grid\"")
+    # the H200 call's long run answered its question on 2026-12-04 (no slowdown over 58 s); the H100 call keeps it.
+    # The H200 call runs its grid through grid(): the FP8 entries before the host-probe study, the rest after it
+    assert "long_run " not in h200
+    calls = [(m.start(), m.group(1).replace("\\", " ").split())
+             for m in re.finditer(r'^grid "\$\(cap \d+(?: \d+)?\)" ((?:.|\\\n)*?)$(?<!\\)', h200, re.M)]
+    assert [c[1][:2] for c in calls][0] == ["llama-3b-mbs4-none-fp8", "llama-1.3b-mbs4-none-fp8"]
+    assert calls[0][0] < h200.index("python3 benchmarks/host_probe_width.py") < calls[1][0]
     assert "long_run " in (ROOT / "benchmarks" / "gpu_next.sh").read_text()
-    for script in ("gpu_h200.sh", "gpu_next.sh"):  # every grid entry the calls name exists (an unknown one stops the grid)
-        text = (ROOT / "benchmarks" / script).read_text()
-        listed = [w for block in re.findall(r"gpu_grid\.py --out \"\$R/grid\".*?--only \\\n(.*?)2>&1", text, re.S)
-                  for w in block.replace("\\", " ").split()]
+    h100 = (ROOT / "benchmarks" / "gpu_next.sh").read_text()
+    for script, listed in (("gpu_h200.sh", [n for _, c in calls for n in c]),
+                           ("gpu_next.sh", [w for block in re.findall(
+                               r"gpu_grid\.py --out \"\$R/grid\".*?--only \\\n(.*?)2>&1", h100, re.S)
+                               for w in block.replace("\\", " ").split()])):
+        # every grid entry the calls name exists (an unknown one stops the grid)
         assert len(listed) >= 8 and all(n in names for n in listed), (script, [n for n in listed if n not in names])
 
 
@@ -255,3 +262,98 @@ def test_attention_backends_probe_runs_and_its_result_is_committed(tmp_path):
     for seq, frac in prof["attention_efficiency_curve"]:
         if int(seq) in cudnn:
             assert abs(frac * prof["peak_dense_tflops"]["bf16"] / cudnn[int(seq)] - 1) < 0.07, seq
+
+
+_STUB_PY = r'''#!/bin/bash
+# python3 as benchmarks/gpu_h200.sh calls it, faked: each call is logged; the studies and grid entries write their outputs
+echo "python3 $*" >> "$CALLS"
+case "$1 $2" in
+  "-m pip") exit 0 ;;
+  "-c "*) echo "torch 2.11.0 cuda 13.0"; exit 0 ;;
+  "- "*) exec "$REAL_PY" "$@" ;;
+  "-m planner.cli") while [ $# -gt 0 ]; do [ "$1" = --out ] && echo "name = 'x'" > "$2"; shift; done; exit 0 ;;
+esac
+case "$1" in
+  benchmarks/gpu_grid.py)
+    out=; names=; on=
+    shift
+    while [ $# -gt 0 ]; do
+      case "$1" in --out) out=$2; shift ;; --hardware) shift ;; --only) on=1 ;; *) [ -n "$on" ] && names="$names $1" ;; esac
+      shift
+    done
+    for n in $names; do
+      mkdir -p "$out/$n"
+      if [ "$n" = "$FAIL" ]; then echo "launch failed" > "$out/$n/launch.log"; else echo '{}' > "$out/$n/report.json"; fi
+    done ;;
+  benchmarks/host_probe_width.py|benchmarks/fp8_gemm_shapes.py)
+    while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done ;;
+esac
+exit 0
+'''
+
+
+def _run_h200_call(tmp_path, results, limit=560, fail=""):
+    """benchmarks/gpu_h200.sh on this machine with nvidia-smi, python3 and timeout faked (an H200 named, every step
+    instant): the calls it made, in order (the timeouts given, then the command), and its stdout."""
+    import os
+    import shutil
+    import subprocess
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    (bin_ / "python3").write_text(_STUB_PY)
+    (bin_ / "nvidia-smi").write_text('#!/bin/bash\necho "GPU 0: NVIDIA H200 (UUID: GPU-0)"\n')
+    (bin_ / "timeout").write_text('#!/bin/bash\necho "timeout $1" >> "$CALLS"\nshift\nexec "$@"\n')
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    calls.write_text("")
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "CALLS": str(calls), "REAL_PY": sys.executable,
+           "LIMIT": str(limit), "FAIL": fail, "OUT": str(tmp_path / "out")}
+    (tmp_path / "out").mkdir(exist_ok=True)
+    assert shutil.which("bash")
+    run = subprocess.run(["bash", "benchmarks/gpu_h200.sh", str(results)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return [line for line in calls.read_text().splitlines() if not line.startswith("python3 -m pip")], run.stdout
+
+
+def test_the_h200_call_runs_fp8_first_within_its_budget_and_resumes(tmp_path):
+    """gpu_h200.sh's order and budget, with its commands faked: calibrate, the two FP8 grid entries, the host-probe
+    study, the FP8 GEMM study, then the other grid entries, each under a timeout capped by what is left of LIMIT; run
+    again on the same folder it redoes nothing, and after a partial call it runs only what is missing (not an entry
+    that failed)."""
+    import re
+    results = tmp_path / "R"
+    calls, out = _run_h200_call(tmp_path, results)
+    steps = [c for c in calls if c.startswith("python3 ") and not c.startswith(("python3 -c", "python3 - "))]
+    assert [s.split()[1] if "planner.cli" not in s else "calibrate" for s in steps] == [
+        "calibrate", "benchmarks/gpu_grid.py", "benchmarks/host_probe_width.py", "benchmarks/fp8_gemm_shapes.py",
+        "benchmarks/gpu_grid.py"]
+    assert steps[1].endswith("--only llama-3b-mbs4-none-fp8 llama-1.3b-mbs4-none-fp8")
+    timeouts = [int(c.split()[1]) for c in calls if c.startswith("timeout ")]
+    # capped: calibrate 300, FP8 grid 180, probe 240, shapes 90, the rest what is left of 560 (less 10 s); the fakes
+    # are instant, but the script's clock (bash's SECONDS, whole seconds) may tick on a loaded machine
+    assert timeouts[:4] == [300, 180, 240, 90] and 520 <= timeouts[4] <= 550
+    assert json.loads((results / "grids.json").read_text())["grids"]["grid"]["calibrated"] == "h200-calibrated.toml"
+    assert len(list((results / "grid").glob("*/report.json"))) == 12
+    # again: everything is there, nothing runs
+    calls, out = _run_h200_call(tmp_path, results)
+    assert not [c for c in calls if c.startswith("timeout ")], calls
+    assert "is there already" in out and "every entry named has run" in out and "probe width: done already" in out
+    # a partial call: one FP8 entry and two later ones missing, one of them failed before
+    import shutil
+    for n in ("llama-1.3b-mbs4-none-fp8", "llama-0.5b-mbs1-none", "llama-3b-mbs4-full"):
+        shutil.rmtree(results / "grid" / n)
+    (results / "grid" / "llama-3b-mbs4-full").mkdir()
+    (results / "grid" / "llama-3b-mbs4-full" / "launch.log").write_text("launch exit 1")
+    calls, out = _run_h200_call(tmp_path, results, limit=200)
+    grids = [c for c in calls if "gpu_grid.py" in c]
+    assert [g.split("--only ")[1].split() for g in grids] == [["llama-1.3b-mbs4-none-fp8"], ["llama-0.5b-mbs1-none"]]
+    # a call short of time: the FP8 entries get its first minutes, later steps are said not started
+    shutil.rmtree(results)
+    calls, out = _run_h200_call(tmp_path, results, limit=150)
+    first = [int(c.split()[1]) for c in calls if c.startswith("timeout ")][:3]
+    assert all(110 <= t <= 130 for t in first) and first == sorted(first, reverse=True), first
+    calls, out = _run_h200_call(tmp_path, tmp_path / "R2", limit=70)
+    assert re.search(r"grid: [2-5]\d s left, not started: llama-3b-mbs4-none-fp8 llama-1.3b-mbs4-none-fp8", out), out
+    assert re.search(r"probe width: [2-5]\d s left, not started", out), out

@@ -9,7 +9,8 @@
 # 2. `parplan calibrate --host-only` on the 2026-11-22 refit profile, timed as its own command;
 # 3. the GQA block's saved bytes and backward peak on CUDA (none / selective / full, with the trace);
 # 4. gradient-accumulation fusion: eight micro-batches with and without it (the report's wgrad_fusion says
-#    whether the CUDA GEMM ran), then the four launch-bound grid entries with step 2's profile, on the same
+#    whether the CUDA GEMM ran), then one FP8 entry (parplan's FP8 linears, never run on a GPU; predicted with the
+#    shipped fp8_matmul_scale, as --host-only measures no GEMM), then the four launch-bound grid entries with step 2's profile, on the same
 #    machine, then two near the host bound (the flow-shop wait, predicted from step 2's measured forward share of
 #    the dispatch since 2026-11-28), then one entry with and without gradient clipping (its passes in the
 #    after-backward phase).
@@ -57,7 +58,7 @@ t0=$SECONDS
 long_run "$R/h100-host.toml" 200 200  # a minute of one GPU-bound run with clocks sampled (sustained_drift.py)
 echo "long run took $(( SECONDS - t0 )) s"
 timeout $(( 570 - SECONDS )) python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h100-host.toml" --only \
-  llama-1.3b-mbs1-accum8 llama-1.3b-mbs1-accum8-unfused \
+  llama-1.3b-mbs1-accum8 llama-1.3b-mbs1-accum8-unfused llama-1.3b-mbs4-none-fp8 \
   llama-1.3b-mbs1-none llama-0.5b-mbs1-none llama-1.3b-mbs1-full llama-0.5b-mbs1-full \
   llama-0.5b-mbs4-full llama-3b-mbs1-none llama-1.3b-mbs4-none llama-1.3b-mbs4-none-noclip 2>&1 | cut -c1-250
 pack; echo "all done at ${SECONDS} s"

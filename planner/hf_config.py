@@ -60,7 +60,7 @@ import re
 from pathlib import Path
 
 from planner.limits import SHAPE_MAX
-from planner.models import with_param_count
+from planner.models import mixture_of_experts_name, with_param_count
 from planner.schema import ModelSpec, error_message, json_type_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
@@ -235,6 +235,9 @@ def cached_hub_config(repo_id: str) -> Path:
             from None
     if found:
         return found[-1]
+    if mixture_of_experts_name(repo_id):  # no use fetching a config whose plan would be refused
+        raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans dense "
+                         "models only (no expert parallelism in its search or cost model), so it has no plan for it")
     raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
                      f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 

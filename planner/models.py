@@ -56,6 +56,20 @@ def preset_published_params(name: str) -> int | None:
     return _data()["presets"][name].get("published_params")
 
 
+# Names of mixture-of-experts families as their makers write them (Mixtral 8x7B, DeepSeek-V2/V3/R1, Qwen's MoE and
+# "-A3B" models, gpt-oss, Llama 4 Scout/Maverick, DBRX, OLMoE, Grok-1, Arctic, Jamba, Phi-3.5-MoE, Granite MoE, Kimi
+# K2, GLM-4.5, MiniMax): such a name is no typo of a dense preset, so the error says why nothing of it plans (a
+# distilled DeepSeek-R1, a dense llama or qwen, is not one)
+_MOE_NAME = re.compile(r"mixtral|deepseek[-_]?(v2|v3|r1|moe)|qwen[\d.]*[-_]?moe|-a\d+(\.\d+)?[bm](\b|[-_])|gpt[-_]?oss|"
+                       r"llama[-_]?4|\bscout\b|\bmaverick\b|dbrx|olmoe|grok|arctic|jamba|phi[-_]?3\.5[-_]?moe|"
+                       r"granite.*moe|kimi[-_]?k2|glm[-_]?4\.5|minimax|(^|[-_/])moe([-_/]|$)|\d+x\d+b", re.I)
+
+
+def mixture_of_experts_name(name: str) -> bool:
+    """Whether a model name is one of a mixture-of-experts family's (_MOE_NAME), which parplan does not plan."""
+    return bool(_MOE_NAME.search(name)) and "distill" not in name.lower()
+
+
 def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
     """The preset's ModelSpec; unknown names raise ValueError listing the presets and the closest match."""
     presets = _data()["presets"]
@@ -77,6 +91,10 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
             hint += " A Hugging Face config file is read by --model-config (e.g. `parplan recommend --model-config " \
                     f"{name} --gpus 8`)."
         shown = name if len(name) <= 60 else name[:60] + "..."
+        if mixture_of_experts_name(name):
+            raise ValueError(f"{shown!r} is a mixture-of-experts model: parplan plans dense models only (no expert "
+                             "parallelism in its search or cost model), so neither a preset nor its Hugging Face "
+                             f"config can be planned. Dense presets: {', '.join(presets)}")
         raise ValueError(f"unknown model preset {shown!r}.{hint} Available: {', '.join(presets)}")
     fields = {k: v for k, v in presets[key].items() if k not in _PRESET_META}
     return _spec(seq_len, name=key, **fields)

@@ -498,6 +498,10 @@ def test_a_hub_name_reads_the_config_from_the_local_hub_cache(tmp_path, monkeypa
     with pytest.raises(ValueError, match=r"Qwen/Qwen3-8B is neither a file nor in the Hugging Face cache .*"
                                          r"huggingface-cli download Qwen/Qwen3-8B config.json"):
         model_from_hf_config("Qwen/Qwen3-8B")
+    # a mixture-of-experts model missing from the cache: told it has no plan, not to fetch a config it would refuse
+    with pytest.raises(ValueError, match=r"^Hugging Face config Qwen/Qwen3-30B-A3B: a mixture-of-experts model by its "
+                                         r"name; parplan plans dense models only"):
+        model_from_hf_config("Qwen/Qwen3-30B-A3B")
     monkeypatch.delenv("HF_HUB_CACHE")
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # $HF_HOME/hub
     assert model_from_hf_config("meta-llama/Llama-3.1-8B").layers == 32

@@ -74,6 +74,29 @@ def test_unknown_preset_lists_names_and_suggests():
     assert "Did you mean" not in str(e.value)
 
 
+def test_a_mixture_of_experts_name_is_told_why_it_has_no_plan():
+    """An MoE model's name (a preset name or a Hub id) is no typo of a dense preset: the error says parplan plans
+    dense models only, where it had offered mistral-7b for Mixtral and --model-config for a config it would refuse."""
+    from planner.models import mixture_of_experts_name
+    moe = ["mixtral-8x7b", "mistralai/Mixtral-8x22B-Instruct-v0.1", "deepseek-v3", "deepseek-ai/DeepSeek-R1",
+           "DeepSeek-V2-Lite", "Qwen/Qwen3-30B-A3B", "Qwen3-235B-A22B-Instruct-2507", "Qwen1.5-MoE-A2.7B",
+           "Qwen2-57B-A14B", "openai/gpt-oss-120b", "meta-llama/Llama-4-Scout-17B-16E", "llama4-maverick",
+           "databricks/dbrx-base", "allenai/OLMoE-1B-7B-0924", "xai-org/grok-1", "Snowflake/snowflake-arctic-base",
+           "ai21labs/Jamba-v0.1", "microsoft/Phi-3.5-MoE-instruct", "ibm-granite/granite-3.0-3b-a800m-base",
+           "moonshotai/Kimi-K2-Instruct", "zai-org/GLM-4.5", "MiniMaxAI/MiniMax-M1-80k", "tencent/Hunyuan-A13B-Instruct"]
+    dense = ["llama3-70b", "meta-llama/Llama-3.1-8B", "deepseek-ai/DeepSeek-R1-Distill-Llama-70B",
+             "deepseek-ai/deepseek-llm-67b-base", "Qwen/Qwen3-8B", "qwen2.5-72b", "mistral-7b", "gpt3-175b",
+             "THUDM/glm-4-9b", "google/gemma-2-9b", "microsoft/Phi-3-mini-4k-instruct", "tiiuae/falcon-40b",
+             "allenai/OLMo-2-1124-13B", "llama3-7b", "ibm-granite/granite-3.1-8b-base", "mosaicml/mpt-30b", "LLM360/K2",
+             "nvidia/Nemotron-4-340B-Base", "Qwen/Qwen2.5-VL-7B-Instruct", "mt-nlg-530b"]
+    assert [n for n in moe if not mixture_of_experts_name(n)] == [] and [n for n in dense if mixture_of_experts_name(n)] == []
+    with pytest.raises(ValueError) as e:
+        load_preset("mistralai/Mixtral-8x7B-v0.1")
+    msg = str(e.value)
+    assert msg.startswith("'mistralai/Mixtral-8x7B-v0.1' is a mixture-of-experts model: parplan plans dense models only")
+    assert "Did you mean" not in msg and "--model-config" not in msg and "llama3-70b" in msg
+
+
 def test_a_hub_id_is_told_where_its_config_is_read():
     """meta-llama/Meta-Llama-3-8B is no preset: --model-config reads a hub name's config.json from the local Hugging
     Face cache (hf_config.cached_hub_config), so the hint names that command and how to fill the cache (it had said

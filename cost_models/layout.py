@@ -233,6 +233,10 @@ class TrainingConsts:
     # FP8 linear layers (Training.fp8), as the framework runs them: "te" (Transformer Engine under Megatron-LM),
     # "torchao" (torchao's float8 under torchtitan), "" (16-bit GEMMs).  compute.fp8_cast_time, memory's saved bytes
     fp8: str = ""
+    # hybrid sharding (HSDP) under ZeRO-3: the framework can shard the states over a group of the data-parallel ranks
+    # and replicate that group (Layout.dp_replicate): torch FSDP2 over a 2D (replicate, shard) mesh (torchtitan's
+    # data_parallel_replicate_degree, parplan's runtime), FSDP1's HYBRID_SHARD
+    hsdp: bool = False
 
     @property
     def eager_saves_more(self) -> bool:
@@ -265,10 +269,15 @@ class Layout:
     # under full recompute, how many blocks of each virtual stage are recomputed, from its first (Megatron-LM's
     # --recompute-method block --recompute-num-layers N; recomputed_share); 0: every block
     recompute_layers: Any = 0
+    # ZeRO-3's hybrid sharding (HSDP): the data-parallel ranks form dp_replicate groups of dp / dp_replicate
+    # consecutive ranks; each group shards the states (zero_shards) and the groups hold the same shards, whose
+    # gradients they all-reduce after each reduce-scatter (TrainingConsts.hsdp).  1: one group, full sharding
+    dp_replicate: Any = 1
 
     def __post_init__(self):
-        if np.ndim(self.recompute_layers) == 0 and np.ndim(self.tp) > 0:  # arrays of candidates: one each
-            self.recompute_layers = np.full(np.shape(self.tp), int(self.recompute_layers))
+        for k in ("recompute_layers", "dp_replicate"):
+            if np.ndim(getattr(self, k)) == 0 and np.ndim(self.tp) > 0:  # arrays of candidates: one each
+                setattr(self, k, np.full(np.shape(self.tp), int(getattr(self, k))))
 
     def __len__(self) -> int:
         return int(np.size(self.tp))
@@ -474,5 +483,7 @@ def deepspeed_comm_casts(tr) -> bool:
 
 def zero_shards(lay, tr):
     """Ranks that ZeRO shards states over and its reduce-scatters and all-gathers span: dp x cp, or dp
-    where the cp replicas are averaged apart (TrainingConsts.zero_over_cp)."""
-    return np.asarray(lay.dp) * np.where(tr.zero_over_cp, np.asarray(lay.cp), 1)
+    where the cp replicas are averaged apart (TrainingConsts.zero_over_cp); under hybrid sharding (ZeRO-3 with
+    dp_replicate > 1, whose plans have cp 1) one of the dp_replicate groups, dp / dp_replicate."""
+    return (np.asarray(lay.dp) * np.where(tr.zero_over_cp, np.asarray(lay.cp), 1)
+            // np.maximum(np.asarray(getattr(lay, "dp_replicate", 1)), 1))

@@ -408,8 +408,19 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     shards = zero_shards(lay, tr)
     # ranks of a dp (dp x cp) group on one node, for the NICs its rings use across nodes
     dp_local, dpcp_local = comm.data_parallel_ranks_per_node(hw, tp, cp, pp, dp)
-    sh_bw, sh_lat = comm.tier_params(hw, np.where(tr.zero_over_cp, dpcp_in, dp_in), shards,
-                                     np.where(tr.zero_over_cp, dpcp_local, dp_local))
+    # hybrid sharding (ZeRO-3 with dp_replicate > 1, cp 1): the states are sharded over groups of `shards`
+    # consecutive dp ranks (a node's, where they fit in one) and each reduce-scatter is followed by an all-reduce of
+    # the 1/shards gradient over the dp_replicate ranks holding the same shard (torch FSDP2's HSDP, FSDP1's
+    # HYBRID_SHARD: the replicate dimension's all-reduce after the shard dimension's reduce-scatter)
+    rep = np.asarray(lay.dp_replicate)
+    hybrid = rep > 1
+    sh_stride = tp * cp * pp
+    sh_bw, sh_lat = comm.tier_params(
+        hw, np.where(hybrid, comm.group_inside_node(hw, sh_stride, shards, lay.gpus),
+                     np.where(tr.zero_over_cp, dpcp_in, dp_in)), shards,
+        np.where(hybrid, comm.ranks_per_node(hw, sh_stride, shards), np.where(tr.zero_over_cp, dpcp_local, dp_local)))
+    rep_bw, rep_lat = comm.tier_params(hw, comm.group_inside_node(hw, sh_stride * shards, rep, lay.gpus), rep,
+                                       comm.ranks_per_node(hw, sh_stride * shards, rep))
     dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local)
     grad_bytes = stage_params * rec["grad"]
     w_bytes = stage_params * rec["weight"]
@@ -502,7 +513,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     grad_down = np.where(host_z3, stage_params / shards * rec["grad"] / hw.host_link_bytes_per_s, 0.0)
     z3_ag_t = blk_gathers * (blk_ag_t + blk_up) + np.where(root_params > 0, root_ag_t + root_up, 0.0)
     z3_ag_moved = blk_gathers * blk_ag_moved + root_ag_moved
-    z3_mb_t = z3_ag_t + rs_t + grad_down + 2 * acc_copy
+    # HSDP: the replicas' all-reduce of each reduce-scatter's shard, with it (zero for one replica group)
+    rep_ar_t, rep_ar_moved = comm.all_reduce(grad_bytes / shards, rep, rep_bw, rep_lat)
+    z3_mb_t = z3_ag_t + rs_t + rep_ar_t + grad_down + 2 * acc_copy
     # inside a pipeline FSDP2 keeps the weights gathered from a stage's first forward to its last backward
     # (reshard_after_forward off: torchtitan's default whenever pp > 1, and parplan's runtime's; the pipeline
     # schedule turns reshard_after_backward off but for the last backward): the step gathers and reduce-scatters
@@ -531,7 +544,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
         ds_moved = m_micro * (blocks_first * blk_moved + (2 + z3_regather) * rest_ag_moved + rest_rs_moved)
     dp_exposed = np.where(zero == 0, exposed_ar, np.where(zero >= 3, z3_exposed, exposed_rs_ag))
     dp_moved = np.where(zero == 0, n_ar * ar_moved,
-                        np.where(zero >= 3, np.where(ds, ds_moved, z3_n * (z3_ag_moved + rs_moved)),
+                        np.where(zero >= 3, np.where(ds, ds_moved, z3_n * (z3_ag_moved + rs_moved + rep_ar_moved)),
                                  n_red * red_moved + ag_moved))
     # sharding over dp only (parplan's runtime), after the dp reduction the cp replicas average what each rank
     # holds with an all-reduce over cp, on the critical path: ZeRO-1 the full gradients, ZeRO-2 (which drops

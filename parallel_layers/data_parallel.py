@@ -515,23 +515,25 @@ def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, 
         fully_shard(m, mesh=dp_mesh, **kw)
 
 
-def fsdp_grad_correction(dp_mesh, device) -> float:
+def fsdp_grad_correction(dp_mesh, device, shard_mesh=None) -> float:
     """The factor by which FSDP2's reduced gradients exceed the dp average on this backend
     (1.0 when correct; dp when it sums, as gloo did in pytorch/pytorch#162338).  Measured with a
-    probe: rank r's gradient is r+1 everywhere, so the average is (n+1)/2."""
+    probe: rank r's gradient is r+1 everywhere, so the average is (n+1)/2.  shard_mesh: the mesh FSDP2 shards over
+    where it is not dp_mesh (hybrid sharding's 2D mesh: a sum on either of its dims gives that dim's size)."""
     from torch.distributed.fsdp import fully_shard
 
     n = dp_mesh.size()
     if n == 1:
         return 1.0
     probe = nn.Linear(1, 2 * n, bias=False, device=device)  # weight (2n, 1): two rows per rank
-    fully_shard(probe, mesh=dp_mesh)
+    fully_shard(probe, mesh=shard_mesh if shard_mesh is not None else dp_mesh)
     r = dp_mesh.get_local_rank()
     x = torch.full((1, 1), float(r + 1), device=device)
     probe(x).sum().backward()
     observed = local_tensor(probe.weight.grad).flatten()[0].item()
     factor = observed / ((n + 1) / 2)
-    for candidate in (1.0, float(n)):
+    dims = [] if shard_mesh is None or shard_mesh.ndim < 2 else [float(shard_mesh.size(i)) for i in range(shard_mesh.ndim)]
+    for candidate in (1.0, float(n), *dims):
         if abs(factor - candidate) < 1e-4 * candidate:
             return candidate
     raise RuntimeError(f"FSDP2 gradient reduction gave {observed}, expected the mean {(n + 1) / 2} or the sum")

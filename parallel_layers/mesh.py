@@ -1,6 +1,7 @@
 """The device mesh and the one dataclass that is the truth about a rank's place in it.
 
-Mesh dims are ("dp", "pp", "tp") -- plus "cp" between pp and tp when cp > 1 -- with TP
+Mesh dims are ("dp", "pp", "tp") -- plus "cp" between pp and tp when cp > 1; under ZeRO-3's hybrid sharding
+("dp_replicate", "dp_shard", "pp", "tp"), the first two flattened into "dp" -- with TP
 innermost so a TP group is made of consecutive ranks and stays inside a node, and a CP group
 next (ranks tp apart).  Context-parallel ranks hold replicated parameters, so gradients are
 averaged over dp x cp: ``dp_cp_group`` is the flattened ("dp", "cp") group (the dp group when
@@ -20,11 +21,12 @@ class ParallelDims:
     pp: int
     cp: int
     tp: int
+    dp_replicate: int = 1  # ZeRO-3's hybrid sharding: dp as (dp_replicate, dp / dp_replicate), the shard dim inner
 
     @classmethod
     def from_plan(cls, plan) -> "ParallelDims":
         p = plan.parallel
-        return cls(dp=p.dp, pp=p.pp, cp=p.cp, tp=p.tp)
+        return cls(dp=p.dp, pp=p.pp, cp=p.cp, tp=p.tp, dp_replicate=p.dp_replicate)
 
     @property
     def world_size(self) -> int:
@@ -39,6 +41,11 @@ class ParallelDims:
 def build_mesh(dims: ParallelDims, device_type: str) -> DeviceMesh:
     """init_device_mesh over (dp, pp, [cp,] tp), TP innermost."""
     dims.check(dist.get_world_size())
+    if dims.dp_replicate > 1:  # hybrid sharding (no cp): FSDP2's 2D mesh, its dims flattened back into "dp"
+        mesh = init_device_mesh(device_type, (dims.dp_replicate, dims.dp // dims.dp_replicate, dims.pp, dims.tp),
+                                mesh_dim_names=("dp_replicate", "dp_shard", "pp", "tp"))
+        mesh["dp_replicate", "dp_shard"]._flatten("dp")
+        return mesh
     if dims.cp > 1:
         shape, names = (dims.dp, dims.pp, dims.cp, dims.tp), ("dp", "pp", "cp", "tp")
     else:
@@ -70,6 +77,14 @@ class RankCoords:
                    cp_rank=mesh["cp"].get_local_rank() if cp else 0,
                    cp_group=mesh["cp"].get_group() if cp else None,
                    dp_cp_group=mesh["dp", "cp"]._flatten("dp_cp").get_group() if cp else dp_group)
+
+
+def fsdp_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The mesh FSDP2 shards over: dp, or under hybrid sharding the 2D (dp_replicate, dp_shard) mesh, over which
+    fully_shard shards on the inner dim and replicates on the outer (HSDP: reduce-scatter, then all-reduce)."""
+    if "dp_replicate" in (mesh.mesh_dim_names or ()):
+        return mesh["dp_replicate", "dp_shard"]
+    return mesh["dp"]
 
 
 def embedding_group(mesh: DeviceMesh):

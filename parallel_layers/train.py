@@ -71,7 +71,7 @@ from parallel_layers.data_parallel import (
 )
 from parallel_layers.layers import fused_vocab_parallel_cross_entropy, use_fp8_linears, vocab_parallel_cross_entropy
 from parallel_layers.loss_scale import INIT_SCALE, DynamicLossScaler, wants_loss_scaling
-from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group
+from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group, fsdp_mesh
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
 from parallel_layers.pipeline import build_schedule, virtual_stage_layers
 from parallel_layers.precision import (
@@ -210,11 +210,11 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     rt.extra["embedding_group"] = (embedding_group(mesh) if cfg.tied_embeddings and par.pp > 1
                                    and par.schedule != "zbv" else None)
     if par.zero_stage == 3:
-        rt.fsdp_correction = fsdp_grad_correction(mesh["dp"], device)
+        rt.fsdp_correction = fsdp_grad_correction(mesh["dp"], device, fsdp_mesh(mesh))
         # torch 2.13: with per-block FSDP units the zero-bubble schedules (split dI/dW backward)
         # lose some blocks' gradients (caught by the layout-equivalence test); there each
         # stage is one FSDP unit.
-        apply_fsdp(modules, mesh["dp"], per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1,
+        apply_fsdp(modules, fsdp_mesh(mesh), per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1,
                    mp_policy=fsdp_mixed_precision(plan), offload_policy=_fsdp_offload(plan, device),
                    reshard_after_forward=par.pp == 1)
         # the rank's shards: the report's params_per_rank had counted each rank's whole stages under ZeRO-3
@@ -520,7 +520,7 @@ def clip_gradients(rt: Runtime) -> Optional[torch.Tensor]:
     par = rt.plan.parallel
     return clip_grad_norm(rt.stage_modules, max_norm, tp=par.tp, dp=par.dp, cp=par.cp, pp=par.pp,
                           zero_stage=par.zero_stage, tied=rt.cfg.tied_embeddings, device=rt.device,
-                          pieces=_held_pieces(rt))
+                          pieces=_held_pieces(rt), dp_replicate=par.dp_replicate)
 
 
 def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> None:

@@ -170,6 +170,12 @@ PARTIAL_RECOMPUTE_SCHEDULES = "partial recompute is predicted for gpipe, 1f1b an
 # (DDP) or FULL_SHARD; FSDP's SHARD_GRAD_OP is not modelled.
 FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtitan": (0, 3), "megatron": None,
                                                        "deepspeed": None, "fsdp": (0, 3)}
+# Frameworks with ZeRO-3's hybrid sharding (Parallel.dp_replicate; TrainingConsts.hsdp): parplan's runtime and
+# torchtitan, FSDP2 over a (replicate, shard) mesh (torchtitan's data_parallel_replicate_degree x
+# data_parallel_shard_degree; parallel_layers.mesh.fsdp_mesh), and FSDP1's HYBRID_SHARD (llm-foundry's
+# sharding_strategy).  DeepSpeed's MiCS and Megatron's partial distributed optimizer are others' versions of it,
+# not modelled
+HSDP_FRAMEWORKS = ("parplan", "torchtitan", "fsdp")
 # What an unpinned search offers where a pin may still ask for more: Megatron-LM's distributed optimizer is ZeRO-1
 # (gradients reduce-scattered into a full-size buffer), so its ZeRO-2 plan is the ZeRO-1 plan twice over, unless a
 # caller pins a per-micro-batch ZeRO-2 (validate's Llama 3 rows, whose stack is Meta's own)
@@ -277,7 +283,8 @@ def training_consts(tr: Training) -> TrainingConsts:
                           cp_overlap_local_chunk_only=tr.framework == "torchtitan",
                           zero_over_cp=tr.framework != "parplan", ce_eager_chunks=tr.framework == "parplan",
                           zb_weight_grad_store=tr.framework == "parplan",
-                          fp8=FP8_FRAMEWORKS.get(tr.framework, "") if tr.fp8 else "")
+                          fp8=FP8_FRAMEWORKS.get(tr.framework, "") if tr.fp8 else "",
+                          hsdp=tr.framework in HSDP_FRAMEWORKS)
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str, fp8: bool = False):
@@ -292,7 +299,7 @@ def layout_from_parallel(p: Parallel, micro_batch_size: int, gpus: int) -> Layou
     return Layout(gpus=gpus, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, vpp=p.vpp, mbs=micro_batch_size,
                   zero=p.zero_stage, recompute=RECOMPUTE.index(p.recompute), sp=int(p.sp),
                   schedule=SCHEDULES.index(p.schedule), offload=OFFLOADS.index(p.offload),
-                  recompute_layers=p.recompute_layers or 0)
+                  recompute_layers=p.recompute_layers or 0, dp_replicate=p.dp_replicate)
 
 
 def _f(x) -> float:
@@ -419,7 +426,7 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
                    sp=bool(lay_row["sp"]), zero_stage=lay_row["zero"], recompute=RECOMPUTE[lay_row["recompute"]],
                    schedule=SCHEDULES[lay_row["schedule"]], offload=OFFLOADS[lay_row["offload"]],
                    recompute_layers=lay_row.get("recompute_layers") or None,
-                   stage_layers=stage_layers(spec.layers, stages))
+                   dp_replicate=int(lay_row.get("dp_replicate") or 1), stage_layers=stage_layers(spec.layers, stages))
     hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
     if prediction is not None:
         prediction = _with_accuracy(prediction, training, hw_ref.name)
@@ -531,6 +538,18 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     pins = _framework_choices(pins, "zero", FRAMEWORK_ZEROS[framework],
                               f"is not a {framework} data-parallel mode (DDP replicates, FSDP shards everything)",
                               "another --framework")
+    if (pins.dp_replicate or 1) > 1:
+        if framework not in HSDP_FRAMEWORKS:
+            raise PlannerError(f"--dp-replicate {pins.dp_replicate}: hybrid sharding is planned for "
+                               f"{', '.join(HSDP_FRAMEWORKS[:-1])} and {HSDP_FRAMEWORKS[-1]} (FSDP over a replicate x "
+                               f"shard mesh), not {framework}; use one of those, or drop --dp-replicate")
+        if pins.zero not in (None, 3):
+            raise PlannerError(f"--dp-replicate {pins.dp_replicate} is ZeRO-3's hybrid sharding, and --zero is "
+                               f"{pins.zero}", "pin --zero 3, or drop --dp-replicate")
+        if (pins.cp or 1) > 1:
+            raise PlannerError(f"--dp-replicate {pins.dp_replicate} (hybrid sharding) is planned without context "
+                               f"parallelism, and --cp is {pins.cp}", "drop --cp or --dp-replicate")
+        pins = replace(pins, zero=3, cp=1)  # what hybrid sharding is
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
         pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
@@ -750,6 +769,12 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: boo
              f"has {spec.layers}; every block is --recompute full)")
     if pins.sp and pins.tp == 1:
         raise PlannerError("--sp needs --tp > 1 (sequence parallelism splits activations over the TP group)")
+    if (pins.dp_replicate or 1) > 1:
+        r = pins.dp_replicate
+        need(up_to or gpus % r == 0, f"--dp-replicate {r} does not divide --gpus {gpus}", f"pick a divisor of {gpus}")
+        need(pins.dp is None or (pins.dp % r == 0 and pins.dp > r),
+             f"--dp-replicate {r} must split --dp {pins.dp} into replica groups of two or more ranks",
+             "pin a --dp that is a multiple of it, at least twice it")
 
 
 # The layout rules a framework adds to the search (Pins fields set by recommend), as a user reads them, with the fix

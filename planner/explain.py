@@ -41,7 +41,8 @@ def dp_host_copies(plan: Plan) -> bool:
     return p.zero_stage >= 3 and t.framework in TORCH_FSDP
 
 
-LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "recompute_layers", "schedule", "offload")
+LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "recompute_layers", "schedule", "offload",
+                 "dp_replicate")
 
 # The memory parts are each part's own largest size over the step; the total is the worse of two moments
 # (cost_models/memory.py stage_total: the loss's backward, or a block's backward), at which not every
@@ -252,7 +253,8 @@ def pick_runner_up(plan: Plan, ranked: list[Plan]) -> Plan | None:
 
 COMPARE_ROWS = (
     ("gpus", lambda p: p.hardware.gpus), ("tp", lambda p: p.parallel.tp), ("pp", lambda p: p.parallel.pp),
-    ("dp", lambda p: p.parallel.dp), ("cp", lambda p: p.parallel.cp), ("vpp", lambda p: p.parallel.vpp),
+    ("dp", lambda p: p.parallel.dp), ("dp_replicate", lambda p: p.parallel.dp_replicate), ("cp", lambda p: p.parallel.cp),
+    ("vpp", lambda p: p.parallel.vpp),
     ("micro_batch_size", lambda p: p.training.micro_batch_size),
     ("num_microbatches", lambda p: p.training.num_microbatches),
     ("zero_stage", lambda p: p.parallel.zero_stage), ("recompute", lambda p: recompute_label(p.parallel)),

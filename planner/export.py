@@ -408,6 +408,8 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                      "the fsdp_dtensor checkpoint format and CUDA_DEVICE_MAX_CONNECTIONS not set to 1"
                      + ("; check that your Megatron-LM version supports it together with pipeline parallelism."
                         if p.pp > 1 else "."))
+        if p.dp_replicate > 1:
+            notes.append(_hybrid_not_written(p, "Megatron-FSDP"))
     if not t.grad_accumulation_fusion and not fsdp:  # Megatron-FSDP's required flag is written above
         flag("--no-gradient-accumulation-fusion")
     if t.overlap_grad_reduce and p.dp > 1:
@@ -692,7 +694,9 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
         # gathered from a stage's first forward to its last backward ("to avoid per-microbatch all-gathers"), which
         # is what the prediction counts (gathered weights in full, one gather and one reduce-scatter a step) and
         # what parplan's runtime runs (apply_fsdp); "always" would gather again for every micro-batch's backward
-        replicate, shard, reshard = 1, p.dp, "default"
+        # hybrid sharding: torchtitan's 2D (replicate, shard) mesh, FSDP2's HSDP (ParallelDims: dp_replicate x
+        # dp_shard = dp), the shard dimension inside each replica
+        replicate, shard, reshard = p.dp_replicate, p.dp // p.dp_replicate, "default"
     else:
         replicate, shard, reshard = 1, p.dp, "never"
         if p.dp > 1:
@@ -851,10 +855,19 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
 # --------------------------------------------------------------------------------------------
 # DeepSpeed
 
+def _hybrid_not_written(p, target: str) -> str:
+    """The note of an export that writes a hybrid-sharded plan (dp_replicate > 1) as full sharding."""
+    return (f"dp_replicate {p.dp_replicate} (hybrid sharding: {p.dp_replicate} replicas of {p.dp // p.dp_replicate} "
+            f"ranks that shard): not written; {target} shards over all dp {p.dp} ranks here, with less memory and more "
+            "cross-node traffic than the prediction (torchtitan and llm-foundry exports write it).")
+
+
 def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
     t, p = plan.training, plan.parallel
     notes: list[str] = (_full_attention_note(plan, "Megatron-DeepSpeed's GPT model")
                         + _whole_blocks_note(plan, "this DeepSpeed export"))
+    if p.dp_replicate > 1:
+        notes.append(_hybrid_not_written(p, "DeepSpeed's ZeRO-3"))
     if t.fp8:
         notes.append("fp8: not written; DeepSpeed's configuration has no FP8 switch (FP8 comes from Transformer "
                      "Engine modules in the model's own code), so this run multiplies in 16 bits, slower than the "
@@ -1122,6 +1135,9 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
                             "activation_checkpointing": p.recompute != "none",
                             "activation_checkpointing_reentrant": False, "activation_cpu_offload": False,
                             "limit_all_gathers": True}
+    if p.dp_replicate > 1:  # Composer's FSDPConfig: HYBRID_SHARD over a (replicate, shard) mesh of these degrees
+        fsdp.update(sharding_strategy="HYBRID_SHARD", data_parallel_shard_degree=p.dp // p.dp_replicate,
+                    data_parallel_replicate_degree=p.dp_replicate)
     # ZeRO 0 without recompute: no fsdp_config, so Composer wraps the model in DDP, as the plan predicts (a NO_SHARD
     # fsdp_config runs FSDP); with recompute FSDP's NO_SHARD, whose fsdp_config is where Composer checkpoints
     ddp = p.zero_stage == 0 and p.recompute == "none"

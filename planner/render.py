@@ -25,6 +25,8 @@ def _fmt_s(x: float) -> str:
 
 def layout_label(p) -> str:
     bits = [f"tp{p.tp}", f"pp{p.pp}", f"dp{p.dp}"]
+    if getattr(p, "dp_replicate", 1) > 1:  # hybrid sharding: replica groups x ranks that shard (HSDP)
+        bits[-1] += f"={p.dp_replicate}x{p.dp // p.dp_replicate}"
     if p.cp > 1:
         bits.append(f"cp{p.cp}")
     return " ".join(bits)
@@ -315,7 +317,9 @@ def explain_renderables(data: dict) -> list:
     from rich.table import Table
     from .explain import remainder_label, step_remainder
     lay = data["layout"]
-    head = (f"{data['model']} on {data['gpus']} x {data['hardware']}: tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} "
+    hybrid = lay.get("dp_replicate") or 1
+    hsdp = "" if hybrid == 1 else f"={hybrid}x{lay['dp'] // hybrid} (hybrid sharding)"
+    head = (f"{data['model']} on {data['gpus']} x {data['hardware']}: tp{lay['tp']} pp{lay['pp']} dp{lay['dp']}{hsdp} "
             f"cp{lay['cp']} vpp{lay['vpp']} mbs{lay['micro_batch_size']} zero{lay['zero_stage']} "
             f"{lay['recompute']}{'' if not lay.get('recompute_layers') else ' ' + str(lay['recompute_layers']) + ' blocks/stage'} "
             f"{lay['schedule']} offload {lay['offload']}")

@@ -304,6 +304,11 @@ class Parallel(Strict):
         "None: every block.")
     schedule: Schedule = Field("1f1b", description="Pipeline schedule.")
     offload: Offload = Field("none", description="optimizer: Adam states and fp32 master on host memory, step on the CPU.")
+    dp_replicate: int = Field(
+        1, gt=0, description="ZeRO-3's hybrid sharding (HSDP): the dp ranks form this many groups of dp / dp_replicate "
+        "consecutive ranks, each sharding the parameters, gradients and optimizer states, the groups replicas of each "
+        "other that all-reduce their gradient shards (torch FSDP2's 2D mesh: torchtitan's data_parallel_replicate_"
+        "degree; FSDP1's HYBRID_SHARD).  1: the states sharded over all dp ranks.")
     stage_layers: Optional[list[int]] = Field(None, description="Transformer blocks held by each pipeline stage (pp*vpp entries, in virtual-stage order); first/last are lighter to carry the embedding and the head.")
 
     @property
@@ -325,6 +330,16 @@ class Parallel(Strict):
             raise ValueError(f"schedule zbv uses exactly two chunks per rank (vpp=2), got vpp={self.vpp}")
         if self.sp and self.tp == 1:
             raise ValueError("sp (sequence parallel) needs tp > 1")
+        if self.dp_replicate > 1:
+            if self.zero_stage != 3:
+                raise ValueError(f"dp_replicate {self.dp_replicate} is ZeRO-3's hybrid sharding: it needs zero_stage 3, "
+                                 f"got {self.zero_stage}")
+            if self.dp % self.dp_replicate or self.dp == self.dp_replicate:
+                raise ValueError(f"dp_replicate {self.dp_replicate} must divide dp {self.dp} into groups of two or more "
+                                 "ranks")
+            if self.cp > 1:
+                raise ValueError(f"dp_replicate {self.dp_replicate} (hybrid sharding) is planned without context "
+                                 f"parallelism, got cp {self.cp}")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError(f"recompute_layers needs recompute full (the blocks it recomputes whole), got recompute "
                              f"{self.recompute}")

@@ -75,6 +75,9 @@ class Pins:
     # embeddings' gradient sums would all-reduce them over NCCL, so ZeRO 3 + offload only without those
     # (planner.launch.check_runtime_support refuses them)
     fsdp_offload_alone: bool = False
+    # ZeRO-3's hybrid sharding (Layout.dp_replicate): None searches full sharding and, where the framework has it
+    # (TrainingConsts.hsdp), states sharded within a node and replicated across nodes; a number pins it (1: none)
+    dp_replicate: int | None = None
 
 
 def fsdp2_offload_blockers(sp: bool, tp: int, cp: int, tied: bool, pp: int, as_flags: bool = False) -> list[str]:
@@ -394,6 +397,32 @@ def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Layout,
     return replace(lay, recompute_layers=np.where(full & below, pins.recompute_layers, 0)), dropped
 
 
+def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins) -> tuple[Layout, int]:
+    """(candidates, how many more or fewer there are) with ZeRO-3's hybrid sharding (HSDP, Layout.dp_replicate): where the
+    framework has it (TrainingConsts.hsdp) every ZeRO-3 candidate without context parallelism whose data-parallel
+    ranks span more than a node gets a twin that shards its states over the dp ranks of one node (dp / (gpus_per_node
+    / (tp x pp)) replica groups; torchtitan's and FSDP's usual hybrid layout, whose gathers and reduce-scatters stay
+    on the node's fabric and whose replicas all-reduce a 1/shard gradient across nodes).  A pinned dp_replicate r > 1
+    keeps only the ZeRO-3 candidates without cp whose dp it divides, each with that r (the others are not layouts of
+    the kind asked for: not counted as candidates); a pinned 1 adds none."""
+    r_pin = pins.dp_replicate
+    if r_pin == 1 or (r_pin is None and not tr.hsdp) or len(lay) == 0:
+        return lay, 0
+    dp, zero, cp = np.asarray(lay.dp), np.asarray(lay.zero), np.asarray(lay.cp)
+    able = (zero >= 3) & (cp == 1)
+    if r_pin is not None:
+        keep = able & (dp % r_pin == 0) & (dp > r_pin - 1)
+        return replace(lay.take(np.flatnonzero(keep)), dp_replicate=r_pin), -int(np.count_nonzero(~keep))
+    per_node = np.asarray(lay.tp) * np.asarray(lay.pp)
+    shard = np.where(hw.gpus_per_node % per_node == 0, hw.gpus_per_node // np.maximum(per_node, 1), 0)
+    twin = able & (shard > 1) & (dp > shard) & (dp % np.maximum(shard, 1) == 0)
+    if not np.any(twin):
+        return lay, 0
+    idx = np.flatnonzero(twin)
+    hybrid = replace(lay.take(idx), dp_replicate=dp[idx] // shard[idx])
+    return Layout.concat([lay, hybrid]), len(idx)
+
+
 MEMORY_RANKS = ("first_total", "mid_total", "last_total")
 
 
@@ -521,7 +550,8 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
     for g in gpu_counts:
         lay, n, failed = screened_layouts(m, tr, g, pins)  # only what passes needs the cost model
         lay, dropped = pin_recompute_layers(m, lay, pins)
-        candidates += n
+        lay, more = hybrid_shard_candidates(tr, hw, lay, pins)
+        candidates += n + more
         skipped.append(failed)
         skipped.append(np.full(dropped, REASONS.index("schedule")))
         # what cannot fit on its weights, gradients and optimizer states alone is out of memory whatever

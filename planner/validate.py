@@ -15,7 +15,7 @@ import json
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -677,6 +677,9 @@ def run_query(q: Query, hardware_override: str | None = None):
     from .core import NothingFits, PlannerError, recommend
     best = None
     for pins in q.pin_variants:
+        # the published runs state their data parallelism, and none of them shards within a node only (hybrid
+        # sharding, which recommend searches for torchtitan and fsdp): full sharding, unless a query pins otherwise
+        pins = replace(pins, dp_replicate=pins.dp_replicate or 1)
         try:
             plan = recommend(q.spec, q.gpus, pins=pins, **_recommend_kwargs(q, hardware_override))
         except (NothingFits, PlannerError):

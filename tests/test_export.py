@@ -822,7 +822,8 @@ def test_llm_foundry_yaml_carries_the_fsdp_plan():
     from planner.core import recommend
     from planner.models import load_preset
     plan = recommend(load_preset("llama3-8b"), 16, framework="fsdp", precision="master-weights",
-                     pins=__import__("planner.search", fromlist=["Pins"]).Pins(tp=1, zero=3, recompute="full"))
+                     pins=__import__("planner.search", fromlist=["Pins"]).Pins(tp=1, zero=3, recompute="full",
+                                                                                dp_replicate=1))
     cfg = _yaml(export_plan(plan, "llm-foundry"))
     m, f = cfg["model"], cfg["fsdp_config"]
     assert m["name"] == "mpt_causal_lm" and (m["d_model"], m["n_heads"], m["n_layers"]) == (4096, 32, 32)

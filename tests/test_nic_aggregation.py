@@ -145,7 +145,7 @@ def test_profile_field_reaches_the_planner(tmp_path):
     """`[inter_node] aggregate_nics = true` in a profile file is read and used by recommend."""
     path = tmp_path / "h100-pooled.json"
     path.write_text(_pooled(load_profile("h100-sxm-80gb")).model_dump_json())
-    pins = Pins(tp=1, pp=1, zero=3, mbs=2, recompute="none")
+    pins = Pins(tp=1, pp=1, zero=3, mbs=2, recompute="none", dp_replicate=1)  # FSDP's traffic across the nodes
     kw = dict(seq_len=2048, global_batch_size=128, top_k=1, suggest=False)
     fast = recommend("llama3-8b", 64, hardware=str(path), pins=pins, **kw)
     slow = recommend("llama3-8b", 64, pins=pins, **kw)
@@ -171,7 +171,7 @@ def test_pool_nics_flag_is_recorded_and_followed_by_evaluate(tmp_path, capsys):
     """`--pool-nics` overrides the profile, lands in the plan's hardware, and a plan file evaluated again keeps it."""
     from planner.cli import main
     argv = ["recommend", "--model", "llama3-8b", "--gpus", "64", "--seq-len", "2048", "--tp", "1", "--pp", "1",
-            "--zero", "3", "--recompute", "none", "--mbs", "2", "--json"]
+            "--zero", "3", "--dp-replicate", "1", "--recompute", "none", "--mbs", "2", "--json"]
     assert main(argv) == 0
     one = json.loads(capsys.readouterr().out)
     assert main(argv + ["--pool-nics"]) == 0

@@ -160,6 +160,19 @@ def test_zero3_ranks_report_their_shards(runs):
     assert dp > 1 and sum(shards["params_per_rank"]) * dp == sum(whole["params_per_rank"])
 
 
+def test_hybrid_sharding_holds_a_shard_per_replica(runs):
+    """FSDP2 over (2 replicas, 2 shards): the ranks of each replica group hold one copy of the tp-split model
+    between them, so all the ranks hold it twice (full sharding over the 4 dp ranks holds it once)."""
+    dumps = load_dumps(runs / "hsdp-2x2-tp2" / "grads")
+    plan = Plan.model_validate(report(runs, "hsdp-2x2-tp2")["plan"])
+    assert (plan.parallel.dp, plan.parallel.dp_replicate, plan.parallel.tp) == (4, 2, 2)
+    total = param_counts(plan.model, plan.training.seq_len)["total"]
+    replicated = sum(g["grad"].numel() for g in
+                     {n: g for d in dumps for n, g in d["grads"].items() if g["tp_dim"] is None}.values())
+    one_copy = total + (plan.parallel.tp - 1) * replicated
+    assert sum(report(runs, "hsdp-2x2-tp2")["params_per_rank"]) == 2 * one_copy
+
+
 @pytest.mark.parametrize("case", ["1f1b", "zbv", "gpt-tied", "llama-tied-1f1b-sp"])
 def test_each_rank_holds_its_share_of_parameters(runs, case):
     dumps = load_dumps(runs / case / "grads")

@@ -979,7 +979,7 @@ def test_parplans_zero12_split_the_optimizer_states_evenly():
     holds 1/32 of the 12 B/param of fp32 master and Adam states, 1.51 GB (3.15 GB when whole tensors were
     handed out).  ZeRO-3 (FSDP2) shards every tensor."""
     spec = load_preset("llama3-8b")
-    pins = dict(tp=2, pp=1, dp=32, cp=1, mbs=1, sp=True, recompute="none", offload="none")
+    pins = dict(tp=2, pp=1, dp=32, cp=1, mbs=1, sp=True, recompute="none", offload="none", dp_replicate=1)
 
     def opt(framework, zero):
         return recommend(spec, 64, global_batch_size=128, framework=framework,

@@ -1,0 +1,115 @@
+"""ZeRO-3's hybrid sharding (HSDP, Parallel.dp_replicate): the states sharded over a group of the data-parallel
+ranks that the other groups replicate, the replicas all-reducing each reduce-scatter's shard."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from cost_models.layout import Layout, zero_shards
+from planner.core import PlannerError, evaluate_plan, recommend
+from planner.schema import Parallel
+from planner.search import Pins
+
+LLAMA8 = dict(model="llama3-8b", gpus=64, framework="torchtitan", suggest=False)
+FIXED = dict(tp=1, pp=1, mbs=4, recompute="selective-op")  # the search's best llama3-8b layout on 64 H100s
+
+
+def _plan(r: int):
+    return recommend(pins=Pins(**FIXED, dp_replicate=r), **LLAMA8)
+
+
+def test_zero_shards_is_one_replica_group():
+    lay = Layout(gpus=64, tp=1, pp=1, dp=np.array([64, 64, 32]), cp=1, vpp=1, mbs=1, zero=3, recompute=0, sp=0,
+                 schedule=0, offload=0, dp_replicate=np.array([1, 8, 4]))
+    tr = type("T", (), {"zero_over_cp": True})()
+    assert zero_shards(lay, tr).tolist() == [64, 8, 8]
+
+
+def test_hybrid_sharding_holds_a_shard_of_one_group_and_all_reduces_it_across_the_replicas():
+    """Memory: the gradient and optimizer shards of 8 x 8 are 8x those of full sharding over 64 (sharded over 8
+    ranks, not 64).  Traffic, by hand: every collective of full sharding runs within a replica group of 8, each moving
+    (8 - 1) / 8 of its bytes where it had moved (64 - 1) / 64, and each micro-batch's reduce-scatter is followed by a
+    ring all-reduce of the fp32 gradient shard (params x 4 B / 8) over the 8 replicas: 2 (8 - 1) / 8 of it."""
+    full, hybrid = _plan(1), _plan(8)
+    assert (full.parallel.dp_replicate, hybrid.parallel.dp_replicate) == (1, 8)
+    mf, mh = full.prediction.memory_bytes_per_gpu, hybrid.prediction.memory_bytes_per_gpu
+    assert mh.grads == pytest.approx(8 * mf.grads) and mh.optimizer == pytest.approx(8 * mf.optimizer)
+    micro = hybrid.training.num_microbatches
+    assert micro == 4
+    shard_ar = micro * 2 * 7 / 8 * hybrid.model.num_params * 4 / 8
+    cf, ch = full.prediction.comm_bytes_per_step, hybrid.prediction.comm_bytes_per_step
+    assert ch.dp == pytest.approx(cf.dp * (7 / 8) / (63 / 64) + shard_ar, rel=1e-9)
+    # the shard group's collectives stay on the node's NVLink: less exposed data-parallel time, the same compute
+    assert hybrid.prediction.step_time_s < full.prediction.step_time_s
+    assert evaluate_plan(hybrid).prediction.step_time_s == pytest.approx(hybrid.prediction.step_time_s)
+
+
+def test_the_search_offers_one_node_of_shards_where_the_framework_has_it():
+    best = recommend(**LLAMA8)
+    assert best.parallel.dp_replicate > 1 and best.parallel.zero_stage == 3
+    per_node = best.parallel.tp * best.parallel.pp
+    assert best.parallel.dp // best.parallel.dp_replicate * per_node == 8  # a node's ranks shard
+    flat = recommend(pins=Pins(dp_replicate=1), **LLAMA8)
+    assert flat.parallel.dp_replicate == 1 and best.prediction.step_time_s < flat.prediction.step_time_s
+    assert recommend(**{**LLAMA8, "framework": "fsdp"}).parallel.dp_replicate > 1
+    # parplan's runtime: its ZeRO-2 plan is faster here; among its ZeRO-3 plans the hybrid one is
+    assert recommend(**{**LLAMA8, "framework": "parplan"}, pins=Pins(zero=3)).parallel.dp_replicate > 1
+    for fw in ("megatron", "deepspeed"):  # neither's version (partial distributed optimizer, MiCS) is modelled
+        plan = recommend(**{**LLAMA8, "framework": fw})
+        assert {a.parallel.dp_replicate for a in [plan] + plan.alternatives} == {1}, fw
+    # one node or less: nothing to replicate across
+    assert recommend(**{**LLAMA8, "gpus": 8}).parallel.dp_replicate == 1
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(framework="megatron"), "hybrid sharding is planned for parplan, torchtitan and fsdp"),
+    (dict(zero=0), "is ZeRO-3's hybrid sharding, and --zero is 0"),
+    (dict(cp=2), "planned without context parallelism"),
+    (dict(dp=8), "must split --dp 8 into replica groups of two or more ranks"),
+    (dict(dp_replicate=3), "--dp-replicate 3 does not divide --gpus 64"),
+])
+def test_pins_a_hybrid_plan_cannot_meet_are_refused(kw, msg):
+    pins = {"dp_replicate": 8, **{k: v for k, v in kw.items() if k != "framework"}}
+    with pytest.raises(PlannerError, match=msg):
+        recommend(pins=Pins(**pins), **{**LLAMA8, **{k: v for k, v in kw.items() if k == "framework"}})
+
+
+def test_a_plan_file_states_hybrid_sharding_only_where_it_is_one():
+    ok = Parallel(dp=16, zero_stage=3, dp_replicate=2)
+    assert ok.dp_replicate == 2
+    for bad, msg in ((dict(dp=16, zero_stage=1, dp_replicate=2), "needs zero_stage 3"),
+                     (dict(dp=16, zero_stage=3, dp_replicate=3), "must divide dp 16"),
+                     (dict(dp=4, zero_stage=3, dp_replicate=4), "groups of two or more"),
+                     (dict(dp=16, cp=2, zero_stage=3, dp_replicate=2), "without context parallelism")):
+        with pytest.raises(ValidationError, match=msg):
+            Parallel(**bad)
+
+
+def test_exports_launch_and_tables_say_it(tmp_path):
+    from planner.export import export_notes, export_plan
+    from planner.launch import check_runtime_support
+    from planner.render import layout_label
+    plan = _plan(8)
+    assert layout_label(plan.parallel) == "tp1 pp1 dp64=8x8"
+    text = export_plan(plan, "torchtitan")
+    assert "data_parallel_replicate_degree = 8" in text and "data_parallel_shard_degree = 8" in text
+    text = export_plan(plan, "llm-foundry")
+    assert ("sharding_strategy: HYBRID_SHARD" in text and "data_parallel_shard_degree: 8" in text
+            and "data_parallel_replicate_degree: 8" in text)
+    for target in ("megatron", "deepspeed"):
+        notes = export_notes(plan, target)
+        assert any(n.startswith("dp_replicate 8 (hybrid sharding") and "not written" in n for n in notes), target
+    assert check_runtime_support(plan, "cpu").ok  # parplan's runtime runs it (FSDP2 over a 2D mesh)
+    # the CLI: pinned, shown in the table's layout and explain's title
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    out = subprocess.run([sys.executable, "-m", "planner.cli", "explain", str(path)], capture_output=True, text=True,
+                         env={"COLUMNS": "160", "PATH": ""}, check=True).stdout
+    assert "tp1 pp1 dp64=8x8 (hybrid sharding)" in out
+    cli = subprocess.run([sys.executable, "-m", "planner.cli", "recommend", "--model", "llama3-8b", "--gpus", "64",
+                          "--framework", "torchtitan", "--dp-replicate", "8", "--json"], capture_output=True, text=True,
+                         check=True)
+    assert json.loads(cli.stdout)["parallel"]["dp_replicate"] == 8

@@ -76,7 +76,8 @@ def test_fsdp2_inside_a_pipeline_gathers_each_unit_once_per_step(pipeline_gather
     ranks = [{k: v for k, v in counts.items() if "copy_out" not in k} for counts in pipeline_gathers[schedule]]
     assert ranks == [expected] * 4
     plan = recommend(load_preset("llama3-8b"), 16, framework="parplan", seq_len=4096, global_batch_size=64,
-                     pins=Pins(tp=1, pp=2, dp=8, mbs=1, zero=3, recompute="none", offload="none", schedule="1f1b"))
+                     pins=Pins(tp=1, pp=2, dp=8, mbs=1, zero=3, recompute="none", offload="none", schedule="1f1b",
+                               dp_replicate=1))
     c = param_counts(load_preset("llama3-8b"))
     # one gather (bf16) and one reduce-scatter (fp32) of the fullest stage's parameters a step, over a ring of 8
     stage = 16 * c["per_layer"] + max(c["embedding"], c["head"] + c["final_norm"])

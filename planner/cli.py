@@ -257,7 +257,7 @@ _MODEL_OPTIONS = [
     ("mbs", Optional[int], None, ("--mbs",), "Micro-batch size (micro_batch_size)."),
     ("vpp", Optional[int], None, ("--vpp",), "Model chunks per pipeline rank."),
     ("zero", Optional[int], None, ("--zero",), "ZeRO stage 0-3 (zero_stage)."),
-    ("dp_replicate", Optional[int], None, ("--dp-replicate",), "ZeRO-3's hybrid sharding (HSDP): the dp ranks as this many replicas of a group that shards the states (torchtitan's data_parallel_replicate_degree; 1: full sharding). Default: torchtitan and fsdp search full sharding and one node's shards; others shard fully."),
+    ("dp_replicate", Optional[int], None, ("--dp-replicate",), "ZeRO-3's hybrid sharding (HSDP): the dp ranks as this many replicas of a group that shards the states (torchtitan's data_parallel_replicate_degree; 1: full sharding). Default: parplan, torchtitan and fsdp search full sharding and one node's shards; megatron and deepspeed shard fully."),
     ("recompute", Optional[str], None, ("--recompute",), "none, selective, full or selective-op (torchtitan's op-level SAC)."),
     ("recompute_layers", Optional[int], None, ("--recompute-layers",), "Full recompute of the first N blocks of each (virtual) stage only, the others keeping their activations (Megatron-LM's --recompute-method block --recompute-num-layers N); megatron and parplan, which otherwise search the fewest that fit."),
     ("sp", Optional[bool], None, ("--sp/--no-sp",), "Sequence parallelism."),

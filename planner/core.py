@@ -1108,6 +1108,9 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
             raise StructureError(f"stage_layers {list(p.stage_layers)} leave pipeline rank(s) {empty} without a block, "
                                  "embedding or head")
     fw = t.framework
+    if p.dp_replicate > 1 and fw not in HSDP_FRAMEWORKS:
+        raise StructureError(f"dp_replicate {p.dp_replicate} (hybrid sharding) is not one {fw} runs (planned for "
+                             f"{', '.join(HSDP_FRAMEWORKS)})", "set dp_replicate 1, or change training.framework")
     for axis, value, offered in (("schedule", p.schedule if p.pp > 1 else None, FRAMEWORK_SCHEDULES.get(fw)),
                                  ("recompute", p.recompute, FRAMEWORK_RECOMPUTES.get(fw)),
                                  ("zero_stage", p.zero_stage, FRAMEWORK_ZEROS.get(fw))):

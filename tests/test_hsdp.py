@@ -113,3 +113,12 @@ def test_exports_launch_and_tables_say_it(tmp_path):
                           "--framework", "torchtitan", "--dp-replicate", "8", "--json"], capture_output=True, text=True,
                          check=True)
     assert json.loads(cli.stdout)["parallel"]["dp_replicate"] == 8
+
+
+def test_a_hand_edited_plan_of_a_framework_without_it_is_refused(tmp_path):
+    plan = recommend(**{**LLAMA8, "framework": "megatron"}, pins=Pins(zero=3, tp=1, pp=1, dp_replicate=1))
+    edited = plan.model_copy(update={"parallel": plan.parallel.model_copy(update={"dp_replicate": 8})})
+    path = tmp_path / "plan.json"
+    path.write_text(edited.model_dump_json())
+    run = subprocess.run([sys.executable, "-m", "planner.cli", "evaluate", str(path)], capture_output=True, text=True)
+    assert run.returncode == 2 and "dp_replicate 8 (hybrid sharding) is not one megatron runs" in run.stderr

@@ -237,6 +237,9 @@ class TrainingConsts:
     # and replicate that group (Layout.dp_replicate): torch FSDP2 over a 2D (replicate, shard) mesh (torchtitan's
     # data_parallel_replicate_degree, parplan's runtime), FSDP1's HYBRID_SHARD
     hsdp: bool = False
+    # FSDP2's hybrid sharding keeps each unit's all-reduce input (its reduce-dtype gradient shard) from its reduction
+    # to the end of the backward (FSDPParamGroup._all_reduce_state, torch PR #140044): memory's hsdp_held
+    hsdp_holds_reduce_input: bool = False
 
     @property
     def eager_saves_more(self) -> bool:

@@ -935,6 +935,11 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # except under full recompute (the forward pass saves nothing but the block input).
     cast_per_param = rec["cast"] * np.where((lay.recompute == REC_FULL) | (lay.recompute == REC_SELECTIVE_OP), 0.0, 1.0)
 
+    # FSDP2's hybrid sharding with more than one micro-batch a step (outside a pipeline, where it reduces every
+    # micro-batch): a block's reduce-dtype gradient shard held from its reduction to the backward's end
+    # (TrainingConsts.hsdp_holds_reduce_input; as the accumulated gradient is, where one micro-batch makes it)
+    hsdp_held = np.where(fsdp2 & ~z3_full & (np.asarray(getattr(lay, "dp_replicate", 1)) > 1) & (m_micro > 1)
+                         & tr.hsdp_holds_reduce_input, per_layer * rec["grad"] / zero_shards(lay, tr), 0.0)
     # ZeRO-3's gathered compute-dtype weights: two blocks (current + prefetch), or DeepSpeed's two weights
     # and one weight's gradient (one-weight-ahead prefetch, zero3.gathered_bytes); FSDP2 inside a
     # pipeline keeps the gathered weights (counted as weights), so only the block being gathered
@@ -1003,6 +1008,10 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # the flat buckets of the rank's last backward (flat_bucket_bytes): beside its last micro-batch's activations
         # only, so they add where they outgrow the rest of what is held in flight
         working_k = working + np.maximum(buckets - np.maximum(acts - blocks * act_layer, 0.0), 0.0)
+        # FSDP2's hybrid sharding over several micro-batches: each block the last backward has reduced keeps its
+        # all-reduce input, a reduce-dtype gradient shard apart from the accumulated one, to the backward's end,
+        # while that block's activations are freed; the sweep's worst moment is its start or its last block
+        working_k = working_k + np.maximum(blocks - 1, 0) * np.maximum(hsdp_held - act_layer, 0.0)
         casts = cast_params * n_inflight + rec["cast"] * per_layer
 
         def bwd(held, work, one=one_micro, early=g_early, grads=g):

@@ -284,7 +284,8 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero_over_cp=tr.framework != "parplan", ce_eager_chunks=tr.framework == "parplan",
                           zb_weight_grad_store=tr.framework == "parplan",
                           fp8=FP8_FRAMEWORKS.get(tr.framework, "") if tr.fp8 else "",
-                          hsdp=tr.framework in HSDP_FRAMEWORKS)
+                          hsdp=tr.framework in HSDP_FRAMEWORKS,
+                          hsdp_holds_reduce_input=tr.framework in TORCH_PIPELINING)  # FSDP2 (fsdp: FSDP1)
 
 
 def hardware_constants(profile, hw_ref: HardwareRef, dtype: str, fp8: bool = False):

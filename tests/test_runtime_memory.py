@@ -47,6 +47,10 @@ LAYOUTS = {
     "zero2-pp2": (4, dict(tp=1, pp=2, dp=2, zero_stage=2)),
     "zero2-pp1": (4, dict(tp=1, pp=1, dp=4, zero_stage=2)),
     "fsdp2-pp1": (4, dict(tp=1, pp=1, dp=4, zero_stage=3)),
+    # hybrid sharding: FSDP2 over (2 replicas, 2 shards), each rank holding half the model states (fsdp2-pp1: a
+    # quarter), and each reduced block's all-reduce input to the backward's end (memory's hsdp_held): one run
+    # (2026-12-05, benchmarks/results/2026-12-05-cpu-memory-hsdp) -8.2 % without that term, +2.6 % with it
+    "hsdp-pp1": (4, dict(tp=1, pp=1, dp=4, zero_stage=3, dp_replicate=2)),
     # four blocks per stage: FSDP2 inside torch.distributed.pipelining keeps gathered weights
     "fsdp2-pp2": (8, dict(tp=1, pp=2, dp=2, zero_stage=3)),
     # 16-bit gradients: the optimizer step makes fp32 copies of its share's gradients, all before it steps
@@ -121,7 +125,8 @@ SCHEDULES = {
 }
 BAR = 0.10  # the memory bar for GPU runs
 # cases added after benchmarks/results/2026-11-25-cpu-memory-fp32 was run (test_fp32_recipe_memory_against_the_committed_cpu_run)
-ADDED_AFTER_THE_FP32_RUN = {"1f1b-full-1-of-2", "zero0-half-grads", "fsdp2-pp1-half-grads", "zero1-zbv-small-grads"}
+ADDED_AFTER_THE_FP32_RUN = {"1f1b-full-1-of-2", "zero0-half-grads", "fsdp2-pp1-half-grads", "zero1-zbv-small-grads",
+                           "hsdp-pp1"}
 # Each pipeline rank kind the model names (first, the fullest middle, last) against that rank's own peak.
 # The largest rank is held to BAR above; the others to RANK_BAR (measured -6.7 .. +6.3 %, the worst on
 # rank 0 of tp 2 x pp 2 ZB-V with SP, -9.1 % in an earlier set of runs; benchmarks/results/2026-11-23-cpu-memory).  This comparison found,

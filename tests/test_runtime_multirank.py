@@ -173,6 +173,14 @@ def test_hybrid_sharding_holds_a_shard_per_replica(runs):
     assert sum(report(runs, "hsdp-2x2-tp2")["params_per_rank"]) == 2 * one_copy
 
 
+def test_a_hybrid_sharded_checkpoint_resumes_fully_sharded(runs):
+    """The hybrid-sharded run's step-2 checkpoint (FSDP2 DTensors over (2 replicas, 2 shards)) resumes on 4 ranks
+    sharded over dp 2, and step 3 matches the uninterrupted hybrid run."""
+    rep = report(runs, "hsdp-reshard")
+    assert [s["step"] for s in rep["steps"]] == [3] and rep["resumed_from"]["step"] == 2
+    assert rep["steps"][0]["loss"] == pytest.approx(losses(runs, suite.HSDP_FROM)[2], rel=LOSS_RTOL)
+
+
 @pytest.mark.parametrize("case", ["1f1b", "zbv", "gpt-tied", "llama-tied-1f1b-sp"])
 def test_each_rank_holds_its_share_of_parameters(runs, case):
     dumps = load_dumps(runs / case / "grads")

@@ -154,6 +154,9 @@ CP_RESUME_LAYOUT = dict(tp=2, pp=1, dp=1, cp=4, zero_stage=2)
 SPLIT_FROM = "zero1-dp8-split"
 SPLIT_RESUME = dict(tp=1, pp=1, dp=8, zero_stage=2)  # the same rows split, loaded into ZeRO-2
 SPLIT_RESHARD = dict(tp=1, pp=1, dp=4, zero_stage=2)  # other cuts (a norm split), 4 ranks
+# the hybrid-sharded run's step-2 checkpoint resumed on 4 ranks with full sharding over dp 2
+HSDP_FROM = "hsdp-2x2-tp2"
+HSDP_RESHARD = dict(tp=2, pp=1, dp=2, zero_stage=3)
 # one-rank references (dp folded into gradient accumulation): name -> (model, options)
 REFERENCE_CASES = {
     "llama": (TINY_LLAMA, {}),
@@ -219,6 +222,8 @@ def parallel_jobs(tmp: Path) -> list[dict]:
     ck = str(tmp / "split" / "ckpt")
     next(j for j in jobs if j["report"] == str(tmp / SPLIT_FROM / "report.json"))["opts"].update(
         checkpoint_dir=ck, checkpoint_every=2)
+    next(j for j in jobs if j["report"] == str(tmp / HSDP_FROM / "report.json"))["opts"].update(
+        checkpoint_dir=str(tmp / "hsdp" / "ckpt"), checkpoint_every=2)
     jobs.append(_job(tmp, "split-resume", tiny_plan(TINY_LLAMA, **SPLIT_RESUME, clip_grad=CLIP_GRAD),
                      {"checkpoint_dir": ck, "resume": True, "resume_step": 2}, steps=STEPS))
     return jobs
@@ -233,7 +238,9 @@ def reshard_jobs(tmp: Path) -> list[dict]:
             for name, par in (("reshard-dp1-zero0", dict(tp=2, pp=2, dp=1)),
                               ("reshard-pp1-fsdp2", dict(tp=2, pp=1, dp=2, zero_stage=3)))] + [
         _job(tmp, "split-reshard", tiny_plan(TINY_LLAMA, **SPLIT_RESHARD, clip_grad=CLIP_GRAD),
-             {"checkpoint_dir": str(tmp / "split" / "ckpt"), "resume": True, "resume_step": 2}, steps=STEPS)]
+             {"checkpoint_dir": str(tmp / "split" / "ckpt"), "resume": True, "resume_step": 2}, steps=STEPS),
+        _job(tmp, "hsdp-reshard", tiny_plan(TINY_LLAMA, **HSDP_RESHARD, clip_grad=CLIP_GRAD),
+             {"checkpoint_dir": str(tmp / "hsdp" / "ckpt"), "resume": True, "resume_step": 2}, steps=STEPS)]
 
 
 def run_jobs(jobs: list[dict], nproc: int, tmp: Path, name: str, timeout=600) -> subprocess.CompletedProcess:

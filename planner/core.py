@@ -776,6 +776,9 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: boo
         need(pins.dp is None or (pins.dp % r == 0 and pins.dp > r),
              f"--dp-replicate {r} must split --dp {pins.dp} into replica groups of two or more ranks",
              "pin a --dp that is a multiple of it, at least twice it")
+        most = gpus // ((pins.tp or 1) * (pins.pp or 1) * (pins.cp or 1))
+        need(most >= 2 * r, f"--dp-replicate {r} needs dp {2 * r} or more (replica groups of two or more ranks), and "
+             f"these pins leave at most dp {most}", "lower --dp-replicate or a pinned degree, or use more GPUs")
 
 
 # The layout rules a framework adds to the search (Pins fields set by recommend), as a user reads them, with the fix

@@ -411,7 +411,7 @@ def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins) -> 
     dp, zero, cp = np.asarray(lay.dp), np.asarray(lay.zero), np.asarray(lay.cp)
     able = (zero >= 3) & (cp == 1)
     if r_pin is not None:
-        keep = able & (dp % r_pin == 0) & (dp > r_pin - 1)
+        keep = able & (dp % r_pin == 0) & (dp > r_pin)  # groups of two or more ranks that shard
         return replace(lay.take(np.flatnonzero(keep)), dp_replicate=r_pin), -int(np.count_nonzero(~keep))
     per_node = np.asarray(lay.tp) * np.asarray(lay.pp)
     shard = np.where(hw.gpus_per_node % per_node == 0, hw.gpus_per_node // np.maximum(per_node, 1), 0)

@@ -678,7 +678,7 @@ def run_query(q: Query, hardware_override: str | None = None):
     best = None
     for pins in q.pin_variants:
         # the published runs state their data parallelism, and none of them shards within a node only (hybrid
-        # sharding, which recommend searches for torchtitan and fsdp): full sharding, unless a query pins otherwise
+        # sharding, which recommend searches for parplan, torchtitan and fsdp): full sharding unless a query pins it
         pins = replace(pins, dp_replicate=pins.dp_replicate or 1)
         try:
             plan = recommend(q.spec, q.gpus, pins=pins, **_recommend_kwargs(q, hardware_override))

@@ -77,6 +77,15 @@ def test_pins_a_hybrid_plan_cannot_meet_are_refused(kw, msg):
         recommend(pins=Pins(**pins), **{**LLAMA8, **{k: v for k, v in kw.items() if k == "framework"}})
 
 
+def test_a_pinned_replica_count_never_makes_a_shard_group_of_one():
+    """--dp-replicate 8 --tp 8 on 64 GPUs leaves dp 8: replicas of one rank each are no hybrid sharding, so no such
+    candidate is made (one had reached the plan's validation as an internal error); dp 8 is the only dp there."""
+    with pytest.raises(PlannerError, match="--dp-replicate 8 needs dp 16 or more .* these pins leave at most dp 8"):
+        recommend(pins=Pins(dp_replicate=8, tp=8), **LLAMA8)
+    plan = recommend(pins=Pins(dp_replicate=4, tp=2), **LLAMA8)
+    assert (plan.parallel.dp, plan.parallel.dp_replicate) == (32, 4)
+
+
 def test_a_plan_file_states_hybrid_sharding_only_where_it_is_one():
     ok = Parallel(dp=16, zero_stage=3, dp_replicate=2)
     assert ok.dp_replicate == 2

@@ -489,4 +489,4 @@ def zero_shards(lay, tr):
     where the cp replicas are averaged apart (TrainingConsts.zero_over_cp); under hybrid sharding (ZeRO-3 with
     dp_replicate > 1, whose plans have cp 1) one of the dp_replicate groups, dp / dp_replicate."""
     return (np.asarray(lay.dp) * np.where(tr.zero_over_cp, np.asarray(lay.cp), 1)
-            // np.maximum(np.asarray(getattr(lay, "dp_replicate", 1)), 1))
+            // np.asarray(lay.dp_replicate))

@@ -938,7 +938,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # FSDP2's hybrid sharding with more than one micro-batch a step (outside a pipeline, where it reduces every
     # micro-batch): a block's reduce-dtype gradient shard held from its reduction to the backward's end
     # (TrainingConsts.hsdp_holds_reduce_input; as the accumulated gradient is, where one micro-batch makes it)
-    hsdp_held = np.where(fsdp2 & ~z3_full & (np.asarray(getattr(lay, "dp_replicate", 1)) > 1) & (m_micro > 1)
+    hsdp_held = np.where(fsdp2 & ~z3_full & (np.asarray(lay.dp_replicate) > 1) & (m_micro > 1)
                          & tr.hsdp_holds_reduce_input, per_layer * rec["grad"] / zero_shards(lay, tr), 0.0)
     # ZeRO-3's gathered compute-dtype weights: two blocks (current + prefetch), or DeepSpeed's two weights
     # and one weight's gradient (one-weight-ahead prefetch, zero3.gathered_bytes); FSDP2 inside a

@@ -25,7 +25,7 @@ def _fmt_s(x: float) -> str:
 
 def layout_label(p) -> str:
     bits = [f"tp{p.tp}", f"pp{p.pp}", f"dp{p.dp}"]
-    if getattr(p, "dp_replicate", 1) > 1:  # hybrid sharding: replica groups x ranks that shard (HSDP)
+    if p.dp_replicate > 1:  # hybrid sharding: replica groups x ranks that shard (HSDP)
         bits[-1] += f"={p.dp_replicate}x{p.dp // p.dp_replicate}"
     if p.cp > 1:
         bits.append(f"cp{p.cp}")

@@ -145,7 +145,8 @@ def _layout(c) -> str:
         return ""
     p, t = c.plan.parallel, c.plan.training
     sp = " sp" if p.sp else ""
-    return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} v{p.vpp} mbs{t.micro_batch_size} z{p.zero_stage} "
+    ep = f" ep{p.ep}" if p.ep > 1 else ""  # a mixture of experts' expert parallelism
+    return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp}{ep} v{p.vpp} mbs{t.micro_batch_size} z{p.zero_stage} "
             f"{p.recompute}{sp} {p.schedule}")
 
 

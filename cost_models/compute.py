@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, ModelDims
+from . import moe
 from .params import op_sac_recomputed_matmuls
 
 
@@ -55,12 +56,21 @@ def layer_gemms(m: ModelDims, tokens, tp):
     return gemms + [("fc2", 2 * tokens * f * h / tp)]
 
 
+MLP_GEMMS = ("gate", "up", "fc1", "fc2")
+
+
 def layer_matmul_time(m: ModelDims, lay, hw):
-    """(forward, backward) GEMM seconds of one block for one micro-batch."""
+    """(forward, backward) GEMM seconds of one block for one micro-batch.  A mixture of experts' MLP GEMMs are the
+    rank's E / ep experts' (moe.local_experts), each at the efficiency of its own share of the FLOPs (routing
+    balanced: moe's docstring)."""
     tokens = lay.mbs * m.seq_len / lay.cp
     fwd = 0.0
-    for _, flops in layer_gemms(m, tokens, lay.tp):
-        fwd = fwd + linear_gemm_time(flops, hw)
+    n = moe.local_experts(m, lay)
+    for name, flops in layer_gemms(m, tokens, lay.tp):
+        if m.moe and name in MLP_GEMMS:
+            fwd = fwd + n * linear_gemm_time(flops / n, hw)
+        else:
+            fwd = fwd + linear_gemm_time(flops, hw)
     return fwd, 2 * fwd
 
 
@@ -81,8 +91,10 @@ def column_input_grad_time(m: ModelDims, lay, hw):
     all-gather of their input runs beside them."""
     tokens = lay.mbs * m.seq_len / lay.cp
     out = 0.0
+    # a mixture of experts' MLP is not tensor-parallel (expert tensor parallelism 1): its qkv alone
+    column = ("qkv",) if m.moe else ("qkv", "gate", "up", "fc1")
     for name, flops in layer_gemms(m, tokens, lay.tp):
-        if name in ("qkv", "gate", "up", "fc1"):
+        if name in column:
             out = out + linear_gemm_time(flops, hw)
     return out
 
@@ -397,7 +409,8 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     at_f, at_b = attention_core_time(m, lay, hw, flash, dropout, attention_kernel, act_bytes)
     el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout, fused, eager_runtime)
     q_f, q_b = fp8_cast_time(m, lay, hw, fp8, act_bytes)
-    el_f, el_b = el_f + q_f, el_b + q_b
+    moe_f, moe_b = moe.elementwise_time(m, lay, hw, act_bytes)
+    el_f, el_b = el_f + q_f + moe_f, el_b + q_b + moe_b
     fwd = mm_f + at_f + el_f
     full = lay.recompute == REC_FULL
     selective = lay.recompute == REC_SELECTIVE

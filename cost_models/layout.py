@@ -49,6 +49,16 @@ class ModelDims:
     # attend to at most `window` keys; 0 = full causal attention everywhere (also where the window is not applied)
     window: int = 0
     windowed_layers: int = 0
+    # a mixture of experts (ModelSpec.experts): `experts` routed SwiGLU experts of `expert_ffn` a block, `top_k` of them
+    # a token; then `ffn` is the width a token runs, top_k x expert_ffn (its FLOPs and saved activations are a dense
+    # MLP's of that width), and the parameters are experts x expert_ffn wide (moe_* below).  0: a dense MLP
+    experts: int = 0
+    top_k: int = 0
+    expert_ffn: int = 0
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
 
     @property
     def q_width(self) -> int:
@@ -76,11 +86,13 @@ class ModelDims:
 
     @classmethod
     def from_spec(cls, spec, seq_len: int) -> "ModelDims":
+        k = spec.experts_per_token or 0
         return cls(arch=spec.arch, layers=spec.layers, hidden=spec.hidden, heads=spec.heads,
                    kv_heads=spec.kv_heads, head_dim=spec.head_dim or spec.hidden // spec.heads,
-                   ffn=spec.ffn_hidden, vocab=spec.vocab, tied=spec.tied_embeddings, seq_len=seq_len,
+                   ffn=spec.ffn_hidden * (k or 1), vocab=spec.vocab, tied=spec.tied_embeddings, seq_len=seq_len,
                    positions=(spec.max_seq_len or seq_len) if spec.has_learned_positions else 0,
-                   window=spec.sliding_window or 0, windowed_layers=spec.windowed_layers)
+                   window=spec.sliding_window or 0, windowed_layers=spec.windowed_layers,
+                   experts=spec.experts or 0, top_k=k, expert_ffn=spec.ffn_hidden if k else 0)
 
 
 @dataclass(frozen=True)
@@ -276,9 +288,12 @@ class Layout:
     # consecutive ranks; each group shards the states (zero_shards) and the groups hold the same shards, whose
     # gradients they all-reduce after each reduce-scatter (TrainingConsts.hsdp).  1: one group, full sharding
     dp_replicate: Any = 1
+    # expert parallelism (a mixture of experts'): each MoE layer's experts over ep of the stage's tp x cp x dp ranks
+    # (Megatron-Core's expert-model-parallel group, expert tensor parallelism 1); 1 for a dense model
+    ep: Any = 1
 
     def __post_init__(self):
-        for k in ("recompute_layers", "dp_replicate"):
+        for k in ("recompute_layers", "dp_replicate", "ep"):
             if np.ndim(getattr(self, k)) == 0 and np.ndim(self.tp) > 0:  # arrays of candidates: one each
                 setattr(self, k, np.full(np.shape(self.tp), int(getattr(self, k))))
 

@@ -20,14 +20,18 @@ from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_S
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches, rank_block_counts,
                      recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards,
                      deepspeed_comm_casts, distinct_rows)
-from . import zero3
+from . import moe, zero3
 from .params import layer_other_params
 from .compute import grad_reduce_overlaps
 
 
-def layer_params_per_gpu(m: ModelDims, tp):
+def layer_params_per_gpu(m: ModelDims, tp, ep=1):
     """Parameters of one block held by one TP rank: matrices and TP-split biases divided by tp,
-    norm weights (and the row-parallel output biases) replicated."""
+    norm weights (and the row-parallel output biases) replicated.  A mixture of experts' block: the attention
+    as a dense one's, the router replicated, and the rank's E / ep experts whole (moe.expert_params_per_gpu)."""
+    if m.moe:
+        attn = m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
+        return attn / tp + 2 * m.hidden + moe.router_params_per_layer(m) + moe.expert_params_per_gpu(m, ep)
     matmul = (m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
               + (3 if m.arch == "llama" else 2) * m.hidden * m.ffn)
     if m.arch == "llama":
@@ -141,6 +145,9 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         attn = 2 * (m.q_width - m.kv_width) * act_bytes / tp
         elems = elems + norms + silu + np.where(lay.recompute == REC_SELECTIVE, 0.0, attn)
     per_token = np.where(lay.recompute == REC_FULL, full, np.where(lay.recompute == REC_SELECTIVE_OP, op, elems))
+    if m.moe:  # the MoE layer's own saved tensors, on the rank's routed tokens (moe.saved_bytes_per_token)
+        per_token = per_token + np.where(lay.recompute == REC_FULL, 0.0, moe.routed_tokens(m, lay) / T
+                                         * moe.saved_bytes_per_token(m, act_bytes))
     return T * per_token
 
 
@@ -593,12 +600,30 @@ def rank_params(m: ModelDims, lay):
     whose V puts both ends on rank 0), the heaviest middle rank, and the last rank (the head)."""
     pp = np.asarray(lay.pp)
     first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, lay.vpp, lay.schedule)
-    per_layer = layer_params_per_gpu(m, lay.tp)
+    per_layer = layer_params_per_gpu(m, lay.tp, lay.ep)
     head = head_params_per_gpu(m, lay.tp, pp)
     head_first = head_on_first_rank(lay)
     p_first = first_blocks * per_layer + embedding_params_per_gpu(m, lay.tp) + np.where(head_first, head, 0.0)
     p_last = last_blocks * per_layer + np.where(head_first & (pp > 1), 0.0, head)
     return p_first, mid_blocks * per_layer, p_last
+
+
+def rank_expert_params(m: ModelDims, lay):
+    """Of rank_params, the experts' (a mixture of experts'; zeros for a dense model): first, middle and last rank."""
+    if not m.moe:
+        return 0.0, 0.0, 0.0
+    per_layer = moe.expert_params_per_gpu(m, lay.ep)
+    return tuple(b * per_layer for b in rank_block_counts(m.layers, np.asarray(lay.pp), lay.vpp, lay.schedule))
+
+
+def expert_state_params(params, experts, lay, tr):
+    """The parameter count whose optimizer states (model_state_coefficients' optimizer and offloaded bytes) a rank
+    holds, where `experts` of its `params` are a mixture of experts' expert weights: ZeRO shards the dense states over
+    zero_shards ranks and the experts' over their own data-parallel group (moe.expert_data_parallel: Megatron's
+    distributed optimizer over the expert-data-parallel group), so an expert weight weighs zero_shards / that as
+    much."""
+    scale = np.where(np.asarray(lay.zero) >= 1, zero_shards(lay, tr) / moe.expert_data_parallel(lay), 1.0)
+    return params + experts * (scale - 1.0)
 
 
 def model_state_coefficients(lay, tr):
@@ -795,12 +820,12 @@ def states_floor(m: ModelDims, lay, tr):
     pp = np.asarray(lay.pp)
     cw, cg, co, _ = model_state_coefficients(lay, tr)
 
-    def held(params):
-        return params * (cw + cg + co)
+    def held(params, experts):
+        return params * (cw + cg) + (expert_state_params(params, experts, lay, tr) if m.moe else params) * co
 
-    p_first, p_mid, p_last = rank_params(m, lay)
-    return np.maximum(held(p_first), np.maximum(np.where(pp > 2, held(p_mid), 0.0),
-                                                np.where(pp > 1, held(p_last), 0.0)))
+    (p_first, p_mid, p_last), (e_first, e_mid, e_last) = rank_params(m, lay), rank_expert_params(m, lay)
+    return np.maximum(held(p_first, e_first), np.maximum(np.where(pp > 2, held(p_mid, e_mid), 0.0),
+                                                         np.where(pp > 1, held(p_last, e_last), 0.0)))
 
 
 def rank_inflight_by_key(lay, m_micro, layers: int | None = None, output_sends_released: bool = False) -> dict:
@@ -818,7 +843,7 @@ def rank_inflight_by_key(lay, m_micro, layers: int | None = None, output_sends_r
             for kind, moments in counts.items()}
 
 
-BLOCK_SHAPE_FIELDS = ("tp", "cp", "mbs", "sp", "recompute")
+BLOCK_SHAPE_FIELDS = ("tp", "cp", "mbs", "sp", "recompute", "ep")
 
 
 def per_block_shape(lay, fn, fields=BLOCK_SHAPE_FIELDS):
@@ -889,18 +914,24 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     tp, pp, v = lay.tp, lay.pp, lay.vpp
     # blocks per pipeline *rank* (its v virtual stages; uneven splits allowed)
     first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, v, lay.schedule)
-    per_layer = layer_params_per_gpu(m, tp)
+    per_layer = layer_params_per_gpu(m, tp, lay.ep)
     head = head_params_per_gpu(m, tp, pp)
     single = np.asarray(pp) == 1
     p_first, p_mid, p_last = rank_params(m, lay)
+    e_first, e_mid, e_last = rank_expert_params(m, lay)
 
     zero = lay.zero
     fsdp2, z3_full = fsdp2_flags(lay, tr)
 
     coefficients = model_state_coefficients(lay, tr)
 
-    def states(params):
-        return model_states(params, lay, tr, coefficients)
+    def states(params, experts=0.0):
+        """(weights, gradients, optimizer, offloaded) of `params`, `experts` of them a mixture of experts' expert
+        weights (their optimizer states sharded over their own group: expert_state_params)."""
+        w, g, o, offl = model_states(params, lay, tr, coefficients)
+        if m.moe:
+            _, _, o, offl = model_states(expert_state_params(params, experts, lay, tr), lay, tr, coefficients)
+        return w, g, o, offl
 
     counts = rank_inflight_by_key(lay, m_micro, m.layers, tr.p2p_output_sends_released)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more, tr.fp8)
@@ -1058,11 +1089,11 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # in-flight count (its first virtual stage holds at least as many under interleaving: a lower bound there)
     embed_mask = (lay.mbs * m.seq_len / lay.cp * m.hidden / np.where(lay.sp > 0, tp, 1)) if tr.dropout else 0.0
 
-    def rank_total(kind, params, blocks, has_loss, head_here, root_params, bufs, per_micro=0.0):
+    def rank_total(kind, params, blocks, has_loss, head_here, root_params, bufs, per_micro=0.0, experts=0.0):
         """root_params: the stage's parameters outside its blocks (FSDP2 keeps them gathered through the step);
         per_micro: bytes held per micro-batch in flight outside the blocks and the loss (the embedding's dropout
-        mask)."""
-        w, g, o, offl = states(params)
+        mask); experts: of params, a mixture of experts' expert weights."""
+        w, g, o, offl = states(params, experts)
         w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
         g_early = states(per_layer + head_here)[1]
         cast_params = blocks * per_layer * cast_per_param
@@ -1096,9 +1127,10 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         return reduce(worse, alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),
-                       p_first - first_blocks * per_layer, first_bufs, embed_mask)
-    mid = rank_total("mid", p_mid, mid_blocks, False, 0.0, 0.0, mid_bufs)
-    last = rank_total("last", p_last, last_blocks, ~zbv, np.where(zbv, 0.0, head), np.where(zbv, 0.0, head), last_bufs)
+                       p_first - first_blocks * per_layer, first_bufs, embed_mask, e_first)
+    mid = rank_total("mid", p_mid, mid_blocks, False, 0.0, 0.0, mid_bufs, experts=e_mid)
+    last = rank_total("last", p_last, last_blocks, ~zbv, np.where(zbv, 0.0, head), np.where(zbv, 0.0, head), last_bufs,
+                      experts=e_last)
     # choose the worst stage per candidate
     out = {k: first[k] for k in first}
     out["worst_stage"] = np.zeros_like(p_np)  # 0 first, 1 middle, 2 last

@@ -50,6 +50,15 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     arch, L, h, a, kv, d, f, V, tied = spec_dims(spec)
     per_layer_matmul = layer_matmul_params(arch, h, a, kv, d, f)
     per_layer_other = layer_other_params(arch, h, a, kv, d, f)
+    # a mixture of experts (ModelSpec.experts): E experts of f each and the router (h x E, counted with the norms);
+    # a token's matmuls (what its FLOPs count) are the attention's and k experts'
+    E, k = spec.experts or 0, spec.experts_per_token or 0
+    active_matmul = per_layer_matmul
+    if E:
+        attn = attention_matmul_params(arch, h, a, kv, d)
+        per_layer_matmul = attn + E * mlp_matmul_params(arch, h, f)
+        active_matmul = attn + k * mlp_matmul_params(arch, h, f)
+        per_layer_other = per_layer_other + h * E
     embedding = V * h
     positions = 0
     if spec.has_learned_positions:
@@ -57,6 +66,8 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     final_norm = h if arch == "llama" else 2 * h
     head = 0 if tied else V * h
     total = L * (per_layer_matmul + per_layer_other) + embedding + positions + final_norm + head
+    # a token's parameters: the model less the experts it is not sent to (the total for a dense model)
+    active = total - L * (per_layer_matmul - active_matmul)
     return {
         "per_layer_matmul": per_layer_matmul,
         "per_layer_other": per_layer_other,
@@ -65,9 +76,10 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
         "positions": positions,
         "final_norm": final_norm,
         "head": head,
-        # Output projection FLOPs are paid whether or not the matrix is tied.
-        "matmul": L * per_layer_matmul + V * h,
+        # Output projection FLOPs are paid whether or not the matrix is tied.  A mixture of experts: a token's
+        "matmul": L * active_matmul + V * h,
         "total": total,
+        "active": active,
     }
 
 

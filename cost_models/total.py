@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from . import comm, zero3
+from . import comm, moe, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTES_PER_LOGIT_PARPLAN_FUSED, block_time,
                       cast_time, column_input_grad_time, flow_shop_wait, gemm_time,
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, loss_scale_time,
@@ -139,7 +139,8 @@ def step_floor(m: ModelDims, tr, hw, lay):
         bt = block_time(m, sub, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
                         tr.eager_runtime, tr.attention_kernel, tr.fp8)
         bc = block_comm(m, tr, hw, sub, bt)
-        return bt["total"] + bc.tp_exposed + bc.cp_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]
+        return (bt["total"] + bc.tp_exposed + bc.cp_exposed + bc.ep_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"],
+                bt["wgrad"])
     # a block's time and collectives read its shape and whether the job fits a node (comm.group_inside_node)
     block, f, b, w = per_block_shape(lay, block_parts, BLOCK_SHAPE_FIELDS + ("gpus",))
     bf = bubble_factor(lay, m_micro, (f, b, w))
@@ -148,9 +149,10 @@ def step_floor(m: ModelDims, tr, hw, lay):
 
 # evaluate's outputs that are sums over a rank's blocks (and micro-batches) or follow them linearly: under partial
 # recompute, a mix of the no-recompute and full-recompute layouts' (partial_recompute)
-BLOCK_LINEAR_KEYS = ("step_time_s", "compute_s", "attention_s", "fp8_cast_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
+BLOCK_LINEAR_KEYS = ("step_time_s", "compute_s", "attention_s", "fp8_cast_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
+                     "pp_comm_s", "dp_comm_s",
                      "bubble_s", "optimizer_s", "block_gpu_s", "block_host_s", "comm_tp_bytes", "comm_pp_bytes",
-                     "comm_dp_bytes", "comm_cp_bytes")
+                     "comm_dp_bytes", "comm_cp_bytes", "comm_ep_bytes")
 
 
 def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
@@ -223,7 +225,10 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     tp_bw, tp_lat = comm.tier_params(hw, tp_in, tp, comm.ranks_per_node(hw, 1, tp))
     msg = tokens_mb * m.hidden * act_b
     t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
-    n_coll = 4 + 2 * full + op
+    # a mixture of experts' MLP is outside the tensor-parallel region (expert tensor parallelism 1: the MoE layer takes
+    # the rank's sequence shard): the attention's collectives only, half a dense block's
+    halves = 1 if m.moe else 2
+    n_coll = halves * (2 + full) + op
     tp_block = n_coll * t_ar
     tp_block_exposed = np.where(tr.overlap_tp_comm, hw.exposed(tp_block, bt["gemm"]), tp_block)
     # SP that keeps only the shard of the column-parallel inputs (Megatron, parplan's runtime)
@@ -235,14 +240,14 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     regather = sp_on & ~np.asarray(tr.sp_saves_gathered_input)
     t_ag, moved_ag = comm.all_gather(msg, tp, tp_bw, tp_lat)
     tp_block_exposed = tp_block_exposed + np.where(
-        regather, hw.exposed(2 * t_ag, column_input_grad_time(m, lay, hw)), 0.0)
+        regather, hw.exposed(halves * t_ag, column_input_grad_time(m, lay, hw)), 0.0)
     # Megatron-LM starts the input-gradient collective of the column-parallel layers (qkv, fc1 / gate+up)
     # asynchronously and computes their weight gradients meanwhile (LinearWithGradAccumulationAndAsync-
     # Communication.backward): two of the backward's collectives a block, an all-reduce each, or with SP
     # a reduce-scatter each (the all-gathers backward of SP's reduce-scatters stay on the critical path),
     # hide behind weight-gradient GEMMs of those layers' size (the same FLOPs as their input gradients)
     async_dgrad = np.asarray(tr.async_tp_grad_comm) & ~np.asarray(tr.overlap_tp_comm) & (np.asarray(tp) > 1)
-    dgrad_coll = 2 * np.where(sp_on, t_ag, t_ar)
+    dgrad_coll = halves * np.where(sp_on, t_ag, t_ar)
     tp_block_exposed = tp_block_exposed - np.where(
         async_dgrad, dgrad_coll - hw.exposed(dgrad_coll, column_input_grad_time(m, lay, hw)), 0.0)
 
@@ -271,10 +276,20 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     cp_window = bt["attention"] / np.where(tr.cp_overlap_local_chunk_only, cp, 1)
     cp_block_exposed = np.where(tr.overlap_cp_comm, hw.exposed(cp_block, cp_window), cp_block)
 
+    # ---- expert parallel (a mixture of experts'): the MoE layer's token all-to-alls over the ep group, on the
+    # critical path (cost_models/moe.py)
+    if m.moe:
+        t_a2a, moved_a2a = moe.all_to_all(m, lay, hw, act_b)
+        n_a2a = moe.all_to_alls_per_block(lay)
+        ep_block_exposed, ep_moved = n_a2a * t_a2a, n_a2a * moved_a2a
+    else:
+        ep_block_exposed = ep_moved = 0.0
+
     return SimpleNamespace(tp_bw=tp_bw, tp_lat=tp_lat, t_ar=t_ar, moved_ar=moved_ar, n_coll=n_coll, sp_on=sp_on,
                            regather=regather, t_ag=t_ag, moved_ag=moved_ag, async_dgrad=async_dgrad, cp_in=cp_in,
                            cp_local=cp_local, moved_cp=moved_cp, n_cp=n_cp, tp_exposed=tp_block_exposed,
-                           cp_exposed=cp_block_exposed)
+                           cp_exposed=cp_block_exposed, ep_exposed=ep_block_exposed, ep_moved=ep_moved,
+                           halves=halves)
 
 
 def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
@@ -298,12 +313,12 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     tp_bw, tp_lat, t_ar, moved_ar, t_ag, moved_ag = bc.tp_bw, bc.tp_lat, bc.t_ar, bc.moved_ar, bc.t_ag, bc.moved_ag
     sp_on, regather, async_dgrad, n_coll = bc.sp_on, bc.regather, bc.async_dgrad, bc.n_coll
     cp_in, cp_local, moved_cp, n_cp = bc.cp_in, bc.cp_local, bc.moved_cp, bc.n_cp
-    tp_block_exposed, cp_block_exposed = bc.tp_exposed, bc.cp_exposed
-    block = bt["total"] + tp_block_exposed + cp_block_exposed
+    tp_block_exposed, cp_block_exposed, ep_block_exposed = bc.tp_exposed, bc.cp_exposed, bc.ep_exposed
+    block = bt["total"] + tp_block_exposed + cp_block_exposed + ep_block_exposed
 
     # ---- pipeline stages: first (embedding), middle, last (head)
     blocks_first, blocks_mid, blocks_last = rank_block_counts(m.layers, pp, v, lay.schedule)
-    per_layer = layer_params_per_gpu(m, tp)
+    per_layer = layer_params_per_gpu(m, tp, lay.ep)
     emb_params = embedding_params_per_gpu(m, tp)
     head_params = head_params_per_gpu(m, tp, pp)
     # embedding: the vocab-parallel lookup ends with an all-reduce of T x h, or with SP a reduce-scatter
@@ -422,11 +437,23 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     rep_bw, rep_lat = comm.tier_params(hw, comm.group_inside_node(hw, sh_stride * shards, rep, lay.gpus), rep,
                                        comm.ranks_per_node(hw, sh_stride * shards, rep))
     dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local)
-    grad_bytes = stage_params * rec["grad"]
-    w_bytes = stage_params * rec["weight"]
+    # a mixture of experts: the heaviest stage's expert weights are reduced (and, ZeRO-1, sharded and gathered) over
+    # their own data-parallel group (moe.expert_data_parallel), the rest as a dense model's
+    stage_exp = (np.maximum(np.maximum(blocks_first, blocks_mid), np.where(single, 0.0, blocks_last))
+                 * moe.expert_params_per_gpu(m, lay.ep)) if m.moe else 0.0
+    grad_bytes = (stage_params - stage_exp) * rec["grad"]
+    w_bytes = (stage_params - stage_exp) * rec["weight"]
     ar_t, ar_moved = comm.all_reduce(grad_bytes, dpcp, dpcp_bw, dpcp_lat)  # ZeRO-0: over dp x cp everywhere
     rs_t, rs_moved = comm.reduce_scatter(grad_bytes, shards, sh_bw, sh_lat)
     ag_t, ag_moved = comm.all_gather(w_bytes, shards, sh_bw, sh_lat)
+    if m.moe:
+        e_bw, e_lat, edp = moe.expert_grad_group(m, lay, hw)
+        e_ar = comm.all_reduce(stage_exp * rec["grad"], edp, e_bw, e_lat)
+        e_rs = comm.reduce_scatter(stage_exp * rec["grad"], edp, e_bw, e_lat)
+        e_ag = comm.all_gather(stage_exp * rec["weight"], edp, e_bw, e_lat)
+        ar_t, ar_moved = ar_t + e_ar[0], ar_moved + e_ar[1]
+        rs_t, rs_moved = rs_t + e_rs[0], rs_moved + e_rs[1]
+        ag_t, ag_moved = ag_t + e_ag[0], ag_moved + e_ag[1]
     zero = lay.zero
     zb_pipe = zero_bubble_pipe(lay)
     # torch's own zero-bubble weight pass runs no hook (FSDP2, torchtitan); parplan's queued one does
@@ -570,6 +597,8 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # ---- optimizer
     shard = np.where(zero >= 1, shards, 1)
     opt_params = stage_params / shard
+    if m.moe:  # the experts' states sharded over their own group (memory.expert_state_params)
+        opt_params = (stage_params - stage_exp) / shard + stage_exp / np.where(zero >= 1, edp, 1)
     off = lay.offload > 0
     gpus_node = np.minimum(lay.gpus, hw.gpus_per_node)
     fsdp2 = (zero >= 3) & np.asarray(tr.zero3_fsdp2)
@@ -606,6 +635,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
                              opt_params * ds_passes / (hw.hbm_bytes_per_s * hw.optimizer_bw_fraction), 0.0)
     # the gradients the rank holds after the reduction: every ZeRO stage but all-reduce ZeRO-1 shards them
     held = stage_params / np.where((zero >= 1) & ~z1_ar, shards, 1)
+    if m.moe:
+        held = (stage_params - stage_exp) / np.where((zero >= 1) & ~z1_ar, shards, 1) + \
+            stage_exp / np.where((zero >= 1) & ~z1_ar, edp, 1)
     if tr.clip_grad:
         opt_t = opt_t + grad_clip_time(held, tr.precision, hw, tr.clip_scales_always)
     if scales_loss(tr.dtype, tr.precision):  # fp16: the check-and-unscale pass
@@ -636,8 +668,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     speedup, alpha = amdahl(np.asarray(lay.gpus, dtype=float), t_compute, step)
 
     # ---- bytes per GPU per step
-    tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, 2 * moved_ag, 0.0)) + emb_comm * moved_ar
-                          + np.where(head_first, head_comm_moved, 0.0))
+    tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, bc.halves * moved_ag, 0.0))
+                          + emb_comm * moved_ar + np.where(head_first, head_comm_moved, 0.0))
+    ep_bytes = m_micro * blocks_first * bc.ep_moved
     pp_bytes = np.where(single, 0.0, m_micro * 2 * v * p2p_bytes)
     cp_bytes = m_micro * blocks_first * n_cp * moved_cp
 
@@ -655,6 +688,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
         "fp8_cast_s": m_micro * blocks_crit * bt["fp8_cast_all"],
         "tp_comm_s": m_micro * (blocks_first * tp_block_exposed + np.where(head_first, head_comm_t, 0.0)),
         "cp_comm_s": m_micro * blocks_first * cp_block_exposed,
+        "ep_comm_s": m_micro * blocks_first * ep_block_exposed + 0.0 * step,
         "pp_comm_s": m_micro * p2p_mb,
         "dp_comm_s": dp_exposed,
         "bubble_s": bubble_s,
@@ -665,6 +699,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
         "comm_pp_bytes": pp_bytes,
         "comm_dp_bytes": dp_moved,
         "comm_cp_bytes": cp_bytes,
+        "comm_ep_bytes": ep_bytes + 0.0 * step,
         "parallel_fraction": alpha,
         "speedup": speedup,
         "model_flops_per_token": mf_tok + 0.0 * step,

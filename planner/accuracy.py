@@ -1,7 +1,8 @@
 """How accurate the prediction printed beside a plan is, from measurements shipped with the package.
 
 `planner/data/accuracy.json` is written by `python benchmarks/accuracy_report.py`: every published run of
-`parplan validate`, grouped by the framework its prediction modelled (the median and largest |error|
+`parplan validate`, grouped by the framework its prediction modelled (a mixture of experts' apart: group()) (the
+median and largest |error|
 of each group; sets marked plausibility-only are counted apart), and the single-GPU `parplan launch`
 grids (H100: benchmarks/results/2026-11-22-h100 and 2026-11-23-h100; H200: 2026-11-28-h200 and 2026-12-04-h200; step time with
 the datasheet profile and with each session's calibrated profile, peak memory against the allocator's).  tests/test_validate.py and tests/test_gpu_results.py recompute
@@ -87,6 +88,12 @@ def published_on(pub: dict, hardware: str | None) -> tuple[str | None, dict | No
 
 
 FP8_LAUNCHES = "all 16-bit: parplan's FP8 linears have not run on a GPU yet"
+
+
+def group(framework: str, moe: bool = False) -> str:
+    """The key a plan's accuracy is kept under: its framework, and for a mixture of experts the framework's MoE runs
+    apart ("megatron-moe": the MoE layer's own terms, checked on MoE runs only; a dense plan's line is not theirs)."""
+    return f"{framework}-moe" if moe else framework
 
 
 def entries(framework: str, hardware: str | None = None, fp8: bool = False) -> list[dict]:

@@ -258,6 +258,7 @@ _MODEL_OPTIONS = [
     ("vpp", Optional[int], None, ("--vpp",), "Model chunks per pipeline rank."),
     ("zero", Optional[int], None, ("--zero",), "ZeRO stage 0-3 (zero_stage)."),
     ("dp_replicate", Optional[int], None, ("--dp-replicate",), "ZeRO-3's hybrid sharding (HSDP): the dp ranks as this many replicas of a group that shards the states (torchtitan's data_parallel_replicate_degree; 1: full sharding). Default: parplan, torchtitan and fsdp search full sharding and one node's shards; megatron and deepspeed shard fully."),
+    ("ep", Optional[int], None, ("--ep",), "Expert parallelism of a mixture of experts (Megatron-LM's --expert-model-parallel-size, expert tensor parallelism 1: its ranks taken from tp x cp x dp). Default: every ep that divides the experts and those ranks."),
     ("recompute", Optional[str], None, ("--recompute",), "none, selective, full or selective-op (torchtitan's op-level SAC)."),
     ("recompute_layers", Optional[int], None, ("--recompute-layers",), "Full recompute of the first N blocks of each (virtual) stage only, the others keeping their activations (Megatron-LM's --recompute-method block --recompute-num-layers N); megatron and parplan, which otherwise search the fewest that fit."),
     ("sp", Optional[bool], None, ("--sp/--no-sp",), "Sequence parallelism."),
@@ -342,7 +343,8 @@ def _prepare(opts, gpus: int | None = None):
         raise UserError(f"--inter-node-bandwidth is in GB/s per GPU (1 GbE is 0.125); {o.inter_node_bandwidth:g} is "
                         "below what the planner models (min 0.001)")
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "sliding_window",
-                 "full_attention_every", "tp", "pp", "dp", "cp", "mbs", "vpp", "recompute_layers", "dp_replicate"):
+                 "full_attention_every", "tp", "pp", "dp", "cp", "mbs", "vpp", "recompute_layers", "dp_replicate",
+                 "ep"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=SHAPE_MAX)
     spec, why, o.seq_len = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads,
                                           o.kv_heads, o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings,
@@ -384,7 +386,7 @@ def _prepare(opts, gpus: int | None = None):
         _err(f"note: {why}")
     pins = Pins(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, mbs=o.mbs, vpp=o.vpp, zero=o.zero, recompute=o.recompute,
                 recompute_layers=o.recompute_layers, sp=o.sp, schedule=o.schedule, offload=o.offload,
-                dp_replicate=o.dp_replicate)
+                dp_replicate=o.dp_replicate, ep=o.ep)
     from .core import STACK_FLAGS
     kwargs = dict(hardware=o.hardware, seq_len=o.seq_len, global_batch_size=o.global_batch_size, dtype=o.dtype,
                   clip_grad=o.clip_grad or None,
@@ -680,6 +682,9 @@ def export(
     from .export import FORMATS, export_notes, export_plan, framework_note
     to = _check_choice("to", to, FORMATS)
     plan = read_plan(plan_file)
+    if plan.model.is_moe and to != "megatron":  # each other format writes a dense model of the plan's blocks
+        raise UserError(f"{plan.model.name or 'the model'} is a mixture of experts, planned and exported for "
+                        "Megatron-LM only; use --to megatron")
     fits = _fits_as_given(plan)
     sys.stdout.write(export_plan(plan, to).rstrip("\n") + "\n")
     if fits is False:

@@ -176,6 +176,45 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 # sharding_strategy).  DeepSpeed's MiCS and Megatron's partial distributed optimizer are others' versions of it,
 # not modelled
 HSDP_FRAMEWORKS = ("parplan", "torchtitan", "fsdp")
+# Frameworks a mixture of experts (ModelSpec.experts) is planned for: Megatron-Core's MoE layer with the all-to-all
+# dispatcher and expert tensor parallelism 1 (cost_models/moe.py).  parplan's runtime, torchtitan's, DeepSpeed's and
+# FSDP's MoE are not modelled.
+MOE_FRAMEWORKS = ("megatron",)
+
+
+def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | None, fp8: bool, tp: int | None,
+                sp: bool | None, plan: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where a layout cannot be a planned mixture-of-experts one, or an expert parallelism is asked of a
+    dense model; named as recommend's flags or (plan) as the plan's fields.  None where it can."""
+    name = spec.name or "the model"
+    flag = (lambda f, p: p) if plan else (lambda f, p: f)
+    if not spec.is_moe:
+        if (ep or 1) > 1:
+            return (f"{flag('--ep', 'ep')} {ep} is expert parallelism, and {name} is dense (no experts)",
+                    f"drop {flag('--ep', 'ep (set it 1)')}")
+        return None
+    where = "training.framework" if plan else "--framework"
+    if framework not in MOE_FRAMEWORKS:
+        return (f"{name} is a mixture of experts ({spec.experts} experts, top {spec.experts_per_token}), planned for "
+                f"{' and '.join(MOE_FRAMEWORKS)} only (Megatron-Core's MoE layer), not {framework}",
+                f"set {where} megatron")
+    if ep is not None and ep > 1 and spec.experts % ep:
+        return (f"{flag('--ep', 'ep')} {ep} does not divide {name}'s {spec.experts} experts",
+                f"pick a divisor of {spec.experts}")
+    if zero is not None and zero >= 2:
+        return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts is not modelled (Megatron's "
+                "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group)",
+                f"use {flag('--zero', 'zero_stage')} 0 or 1")
+    if fp8:
+        return ("FP8 with a mixture of experts is not modelled yet (the experts' grouped FP8 GEMMs and casts)",
+                "drop --fp8" if not plan else "set training.fp8 false")
+    if (tp or 1) > 1 and sp is False:
+        return (f"{flag('--no-sp', 'sp false')} with tp {tp}: Megatron-LM runs a mixture of experts with tensor "
+                "parallelism only beside sequence parallelism (the MoE layer takes each rank's sequence shard)",
+                f"{flag('drop --no-sp', 'set sp true')}, or use tp 1")
+    return None
+
+
 # What an unpinned search offers where a pin may still ask for more: Megatron-LM's distributed optimizer is ZeRO-1
 # (gradients reduce-scattered into a full-size buffer), so its ZeRO-2 plan is the ZeRO-1 plan twice over, unless a
 # caller pins a per-micro-batch ZeRO-2 (validate's Llama 3 rows, whose stack is Meta's own)
@@ -300,7 +339,7 @@ def layout_from_parallel(p: Parallel, micro_batch_size: int, gpus: int) -> Layou
     return Layout(gpus=gpus, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, vpp=p.vpp, mbs=micro_batch_size,
                   zero=p.zero_stage, recompute=RECOMPUTE.index(p.recompute), sp=int(p.sp),
                   schedule=SCHEDULES.index(p.schedule), offload=OFFLOADS.index(p.offload),
-                  recompute_layers=p.recompute_layers or 0, dp_replicate=p.dp_replicate)
+                  recompute_layers=p.recompute_layers or 0, dp_replicate=p.dp_replicate, ep=p.ep)
 
 
 def _f(x) -> float:
@@ -345,14 +384,15 @@ def prediction_from_metrics(met: dict, i: int, hw, reason: str | None, tokens: f
             activations=g("mem_activations"), other=g("mem_other"), total=g("mem_total"),
             offloaded=g("mem_offloaded"), by_stage=_by_stage(g), peak_moment=PEAK_MOMENTS[int(g("mem_moment"))]),
         time_breakdown=TimeBreakdown(compute_s=g("compute_s"), tp_comm_s=g("tp_comm_s"), pp_comm_s=g("pp_comm_s"),
-                                     dp_comm_s=g("dp_comm_s"), cp_comm_s=g("cp_comm_s"), bubble_s=g("bubble_s"),
+                                     dp_comm_s=g("dp_comm_s"), cp_comm_s=g("cp_comm_s"), ep_comm_s=g("ep_comm_s"),
+                                     bubble_s=g("bubble_s"),
                                      optimizer_s=g("optimizer_s"), attention_s=g("attention_s"),
                                      fp8_cast_s=g("fp8_cast_s") or None),  # 0 without FP8
         step_time_s=step, tokens_per_s=g("tokens_per_s"), model_tflops_per_gpu=g("model_tflops_per_gpu"),
         hardware_tflops_per_gpu=g("hardware_tflops_per_gpu"), mfu=g("mfu"), hfu=g("hfu"),
         bubble_fraction=g("bubble_fraction"),
         comm_bytes_per_step=CommBytes(tp=g("comm_tp_bytes"), pp=g("comm_pp_bytes"), dp=g("comm_dp_bytes"),
-                                      cp=g("comm_cp_bytes")),
+                                      cp=g("comm_cp_bytes"), ep=g("comm_ep_bytes")),
         amdahl=Amdahl(parallel_fraction=g("parallel_fraction"), speedup=g("speedup")),
         fits=reason is None, reason=reason, usable_memory_bytes=hw.usable_bytes,
         days_to_train=days, gpu_hours_to_train=gpu_hours, warnings=warnings)
@@ -427,20 +467,23 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
                    sp=bool(lay_row["sp"]), zero_stage=lay_row["zero"], recompute=RECOMPUTE[lay_row["recompute"]],
                    schedule=SCHEDULES[lay_row["schedule"]], offload=OFFLOADS[lay_row["offload"]],
                    recompute_layers=lay_row.get("recompute_layers") or None,
-                   dp_replicate=int(lay_row.get("dp_replicate") or 1), stage_layers=stage_layers(spec.layers, stages))
+                   dp_replicate=int(lay_row.get("dp_replicate") or 1), ep=int(lay_row.get("ep") or 1),
+                   stage_layers=stage_layers(spec.layers, stages))
     hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
     if prediction is not None:
-        prediction = _with_accuracy(prediction, training, hw_ref.name)
+        prediction = _with_accuracy(prediction, training, hw_ref.name, spec.is_moe)
     return Plan.model_construct(model=spec, hardware=hw, training=tr, parallel=par, prediction=prediction,
                                 search=None, alternatives=[], suggestions=[], schema_version=1)
 
 
-def _with_accuracy(prediction: Prediction, training: Training, hardware: str | None = None) -> Prediction:
-    """A plan's prediction as it is shown: with the framework's accuracy lines (the launches on its GPU kind)."""
-    from .accuracy import entries
+def _with_accuracy(prediction: Prediction, training: Training, hardware: str | None = None,
+                   moe: bool = False) -> Prediction:
+    """A plan's prediction as it is shown: with the framework's accuracy lines (the launches on its GPU kind; a
+    mixture of experts', the framework's MoE runs: accuracy.group)."""
+    from .accuracy import entries, group
     from .schema import Accuracy
-    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(training.framework, hardware,
-                                                                                   training.fp8)]})
+    return prediction.model_copy(update={"accuracy": [Accuracy(**e) for e in entries(group(training.framework, moe),
+                                                                                   hardware, training.fp8)]})
 
 
 def defaulted_fields(training: dict, framework: str) -> dict:
@@ -551,8 +594,13 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError(f"--dp-replicate {pins.dp_replicate} (hybrid sharding) is planned without context "
                                f"parallelism, and --cp is {pins.cp}", "drop --cp or --dp-replicate")
         pins = replace(pins, zero=3, cp=1)  # what hybrid sharding is
+    problem = moe_problem(spec, framework, pins.ep, pins.zero, bool(stack.get("fp8")), pins.tp, pins.sp)
+    if problem:
+        raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
         pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
+    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1
+        pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= 1))
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
         if pins.zero == 0 and (pins.dp or 1) > 1 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):
             raise PlannerError("torchtitan runs DDP (--zero 0 over dp > 1) only without tp, pp or cp (\"DDP has not "
@@ -770,6 +818,16 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: boo
              f"has {spec.layers}; every block is --recompute full)")
     if pins.sp and pins.tp == 1:
         raise PlannerError("--sp needs --tp > 1 (sequence parallelism splits activations over the TP group)")
+    if (pins.ep or 1) > 1:  # the expert-parallel ranks are taken from each stage's tp x cp x dp
+        e = pins.ep
+        need(up_to or gpus % e == 0, f"--ep {e} does not divide --gpus {gpus}", f"pick a divisor of {gpus}")
+        if pins.pp is not None and not up_to and gpus % pins.pp == 0:
+            need((gpus // pins.pp) % e == 0, f"--ep {e} does not divide the {gpus // pins.pp} GPUs of a pipeline stage "
+                 f"(--gpus {gpus} / --pp {pins.pp}), the ranks it is taken from", "pick a divisor of that, or a smaller --pp")
+        stage = [getattr(pins, a) for a in ("tp", "cp", "dp")]
+        if all(x is not None for x in stage) and (stage[0] * stage[1] * stage[2]) % e:
+            need(False, f"--ep {e} does not divide --tp x --cp x --dp = {stage[0] * stage[1] * stage[2]}, the ranks "
+                 "it is taken from", "pick a divisor of that")
     if (pins.dp_replicate or 1) > 1:
         r = pins.dp_replicate
         need(up_to or gpus % r == 0, f"--dp-replicate {r} does not divide --gpus {gpus}", f"pick a divisor of {gpus}")
@@ -1112,6 +1170,9 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
             raise StructureError(f"stage_layers {list(p.stage_layers)} leave pipeline rank(s) {empty} without a block, "
                                  "embedding or head")
     fw = t.framework
+    problem = moe_problem(spec, fw, p.ep, p.zero_stage, bool(t.fp8), p.tp, p.sp, plan=True)
+    if problem:
+        raise StructureError(*problem)
     if p.dp_replicate > 1 and fw not in HSDP_FRAMEWORKS:
         raise StructureError(f"dp_replicate {p.dp_replicate} (hybrid sharding) is not one {fw} runs (planned for "
                              f"{', '.join(HSDP_FRAMEWORKS)})", "set dp_replicate 1, or change training.framework")
@@ -1181,7 +1242,7 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     r = int(infeasibility(m, tr, hw, arr, met)[0])
     reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size, tr)
     pred = _with_accuracy(prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus),
-                          plan.training, plan.hardware.name)
+                          plan.training, plan.hardware.name, spec.is_moe)
     if p.stage_layers is not None and list(p.stage_layers) != stage_layers(spec.layers, p.pp * p.vpp):
         pred.warnings.append("stage_layers differ from the default split; memory and time assume the default split")
     return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],

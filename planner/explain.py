@@ -7,10 +7,11 @@ from .schema import Plan
 
 MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "other")
 TIME_PARTS = (("compute", "compute_s"), ("tp_comm", "tp_comm_s"), ("pp_comm", "pp_comm_s"),
-              ("dp_comm", "dp_comm_s"), ("cp_comm", "cp_comm_s"), ("bubble", "bubble_s"),
+              ("dp_comm", "dp_comm_s"), ("cp_comm", "cp_comm_s"), ("ep_comm", "ep_comm_s"), ("bubble", "bubble_s"),
               ("optimizer", "optimizer_s"))
 TIME_LABELS = {"compute": "compute", "tp_comm": "exposed TP communication", "pp_comm": "exposed PP send/recv",
                "dp_comm": "exposed DP communication", "cp_comm": "exposed CP communication",
+               "ep_comm": "expert-parallel all-to-all",
                "bubble": "pipeline bubble", "optimizer": "optimizer step + gradient passes"}
 
 
@@ -42,7 +43,7 @@ def dp_host_copies(plan: Plan) -> bool:
 
 
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero_stage", "recompute", "recompute_layers", "schedule", "offload",
-                 "dp_replicate")
+                 "dp_replicate", "ep")
 
 # The memory parts are each part's own largest size over the step; the total is the worse of two moments
 # (cost_models/memory.py stage_total: the loss's backward, or a block's backward), at which not every
@@ -254,6 +255,7 @@ def pick_runner_up(plan: Plan, ranked: list[Plan]) -> Plan | None:
 COMPARE_ROWS = (
     ("gpus", lambda p: p.hardware.gpus), ("tp", lambda p: p.parallel.tp), ("pp", lambda p: p.parallel.pp),
     ("dp", lambda p: p.parallel.dp), ("dp_replicate", lambda p: p.parallel.dp_replicate), ("cp", lambda p: p.parallel.cp),
+    ("ep", lambda p: p.parallel.ep),
     ("vpp", lambda p: p.parallel.vpp),
     ("micro_batch_size", lambda p: p.training.micro_batch_size),
     ("num_microbatches", lambda p: p.training.num_microbatches),

@@ -78,6 +78,10 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
                 "deepspeed": _deepspeed, "llm-foundry": _llm_foundry}
     if key not in builders:
         raise ValueError(f"unknown export format {to!r}; choose one of: {', '.join(FORMATS)}")
+    if plan.model.is_moe and key != "megatron":
+        # the experts would be dropped silently: each builder writes a dense model of the plan's blocks
+        raise ValueError(f"{plan.model.name or 'the model'} is a mixture of experts, planned and exported for Megatron-LM "
+                         f"only (cost_models/moe.py); use --to megatron")
     return builders[key](plan)
 
 
@@ -288,6 +292,14 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                          "a window under all_gather only with their fused attention backend, or ask for a2a).")
     if p.sp:
         flag("--sequence-parallel")
+    if m.is_moe:
+        # Megatron-Core's MoE layer as cost_models/moe.py predicts it: expert parallelism over ep ranks with expert
+        # tensor parallelism 1 (Megatron's default is the tp, which the prediction is not), the all-to-all dispatcher
+        # (its default is allgather) and the grouped GEMM (off by default)
+        flag("--expert-model-parallel-size", p.ep)
+        flag("--expert-tensor-parallel-size", 1)
+        flag("--moe-token-dispatcher-type", "alltoall")
+        flag("--moe-grouped-gemm")
     if p.pp > 1:
         counts = plan_stage_layers(plan)
         uniform = len(set(counts)) == 1
@@ -325,6 +337,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     flag("--num-layers", m.layers)
     flag("--hidden-size", m.hidden)
     flag("--ffn-hidden-size", m.ffn_hidden)
+    if m.is_moe:  # every layer MoE (Megatron's --moe-layer-freq default, 1), no shared expert
+        flag("--num-experts", m.experts)
+        flag("--moe-ffn-hidden-size", m.ffn_hidden)
+        flag("--moe-router-topk", m.experts_per_token)
+        flag("--moe-router-load-balancing-type", "aux_loss")
+        flag("--moe-aux-loss-coeff", 0.01)
     flag("--num-attention-heads", m.heads)
     if m.kv_heads < m.heads:
         flag("--group-query-attention")

@@ -45,7 +45,9 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             Falcon-7B's one norm a layer, BLOOM's and MPT's ALiBi (costed as rotary positions, no
                             table either way), OPT's two offset position rows: each said in the source, the count
                             off by exactly that (tests/test_hf_config.py holds each against transformers' build).
-Mixture-of-experts configs are rejected (the planner models dense layers only).
+  mixtral, qwen3_moe      -> arch llama with experts (ModelSpec.experts, experts_per_token): every layer's MLP is
+                            its experts (Qwen3-MoE configs with dense layers between are refused).
+Other mixture-of-experts configs are rejected (shared experts, DeepSeek's latent attention, dense layers between).
 Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
 defaults; the vision tower is left out (said in the source).
@@ -65,7 +67,7 @@ from planner.schema import ModelSpec, error_message, json_type_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
               "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
-              "cohere", "cohere2", "stablelm")
+              "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe")
 GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
 # gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
 LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
@@ -76,6 +78,11 @@ SUPPORTED = LLAMA_LIKE + GPT_LIKE
 # DeepSeek's n_routed_experts, DBRX's ffn_config.moe_num_experts, the experts a token is routed to), wherever the
 # config nests them (a multimodal config's text_config, DBRX's ffn_config)
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
+# the mixtures of experts read (ModelSpec.experts; planned under --framework megatron): model_type -> (the experts'
+# key, the expert width's key); the top-k is num_experts_per_tok in both.  Mixtral: every layer MoE, intermediate_size
+# is one expert's; Qwen3-MoE: moe_intermediate_size is one expert's (intermediate_size the dense layers', which
+# decoder_sparse_step / mlp_only_layers would make: refused, as ModelSpec has every layer MoE)
+MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe": ("num_experts", "moe_intermediate_size")}
 # a LM head: what the architectures field's class names end with for a model trained on next-token prediction
 LM_HEAD_CLASSES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
@@ -126,7 +133,8 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "gpt2": True, "gpt_neox": False, "ministral": False, "smollm3": True, "olmo": False, "olmo3": False,
                  "exaone4": False, "hunyuan_v1_dense": False, "seed_oss": False, "glm4": False, "cohere": True,
                  "cohere2": True, "stablelm": False, "gpt_bigcode": True, "gptj": False, "starcoder2": True,
-                 "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True}
+                 "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True,
+                 "mixtral": False, "qwen3_moe": False}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -235,9 +243,11 @@ def cached_hub_config(repo_id: str) -> Path:
             from None
     if found:
         return found[-1]
-    if mixture_of_experts_name(repo_id):  # no use fetching a config whose plan would be refused
-        raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans dense "
-                         "models only (no expert parallelism in its search or cost model), so it has no plan for it")
+    if mixture_of_experts_name(repo_id) and not re.search(r"mixtral|qwen3[-_.\w]*-a\d+b", repo_id, re.I):
+        # no use fetching a config whose plan would be refused (Mixtral and Qwen3-MoE are read: MOE_TYPES)
+        raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans "
+                         "Mixtral's and Qwen3-MoE's configs (model_type mixtral, qwen3_moe) and dense models, so it has "
+                         "no plan for it")
     raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
                      f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 
@@ -272,9 +282,11 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
     it is, whose vision tower was dropped, else None)."""
     cfg, where = read_hf_config(path_or_dict)
     moe = _moe_field(cfg)
-    if moe:
-        raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model; parplan plans dense models only "
-                         "(no expert parallelism in its search or cost model), so it has no plan for this config")
+    if moe and cfg.get("model_type") not in MOE_TYPES:
+        raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model of a family parplan does not read "
+                         f"(its mixtures of experts: model_type {' and '.join(MOE_TYPES)}; no shared experts, "
+                         "multi-head latent attention or dense layers between MoE ones), so it has no plan for this "
+                         "config")
     model_type = cfg.get("model_type")
     if model_type is not None and not isinstance(model_type, str):  # a list or object would fail the lookups below
         raise ValueError(f"{where}: model_type must be a string naming the family (one of {', '.join(SUPPORTED)}), got "
@@ -305,10 +317,12 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
         raise ValueError(f"{where}: missing required field model_type (one of {', '.join(SUPPORTED)})")
     if model_type not in SUPPORTED:
         near = difflib.get_close_matches(str(model_type).lower().replace("-", "_"), SUPPORTED, n=1, cutoff=0.8)
-        if near:  # transformers matches model_type exactly too ("LLAMA" is no llama to AutoConfig)
+        text = cfg.get("text_config")
+        if near and not (isinstance(text, dict) and text.get("model_type")):
+            # transformers matches model_type exactly too ("LLAMA" is no llama to AutoConfig); a multimodal config
+            # naming its language model (qwen3_vl_moe's qwen3_vl_moe_text) is no typo of qwen3_moe: said below
             raise ValueError(f"{where}: model_type {model_type!r} is not supported; did you mean {near[0]!r}? "
                              "correct it in the config")
-        text = cfg.get("text_config")
         if isinstance(text, dict) and text.get("model_type"):  # a multimodal config of a language model not read
             raise ValueError(f"{where}: model_type {model_type!r} is not supported, nor its language model's (its "
                              f"text_config's) {text['model_type']!r} (supported: {', '.join(SUPPORTED)}); give the "
@@ -475,8 +489,23 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
             raise ValueError(f"{where}: expansion_ratio must be a number (the MLP is expansion_ratio x d_model), got "
                              f"{ratio!r}; correct it in the config")
         ffn, used["ffn_hidden"] = int(ratio * hidden), "expansion_ratio"
+    elif model_type in MOE_TYPES:
+        experts_key, width_key = MOE_TYPES[model_type]
+        ffn = _get(cfg, (width_key,), "ffn_hidden", where, used=used)
     else:
         ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, used=used)
+    experts = top_k = None
+    if model_type in MOE_TYPES:
+        experts = _positive_int(cfg, MOE_TYPES[model_type][0], where)
+        top_k = _positive_int(cfg, "num_experts_per_tok", where)
+        if experts is None or top_k is None:
+            missing = MOE_TYPES[model_type][0] if experts is None else "num_experts_per_tok"
+            raise ValueError(f"{where}: missing required field {missing} (a mixture of experts' experts and top-k)")
+        used.update(experts=MOE_TYPES[model_type][0], experts_per_token="num_experts_per_tok")
+        step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers") or []
+        if step not in (None, 1) or dense:
+            raise ValueError(f"{where}: decoder_sparse_step {step!r}, mlp_only_layers {dense!r}: dense layers between "
+                             "the MoE ones, which parplan does not plan (every layer MoE)")
     tied = cfg.get("tie_word_embeddings")
     if tied is None:
         tied = _TIED_DEFAULT[model_type]
@@ -511,6 +540,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     base_note = {
         "qwen2": "q/k/v biases not counted",
         "qwen3": "per-head q/k norms not counted",
+        "qwen3_moe": "per-head q/k norms not counted",
         "olmo2": "q/k norms not counted",
         "phi3": "fused qkv and gate_up counted as separate matrices",
         "internlm2": "fused wqkv counted as separate matrices",
@@ -670,7 +700,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          ffn_hidden=ffn, vocab=vocab, head_dim=head_dim, tied_embeddings=bool(tied),
                          max_seq_len=max_seq_len, rope_theta=rope_theta, source=source,
                          learned_positions=None if arch == "llama" or table else False,
-                         sliding_window=window, full_attention_every=full_every)
+                         sliding_window=window, full_attention_every=full_every, experts=experts,
+                         experts_per_token=top_k)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

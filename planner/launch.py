@@ -675,6 +675,9 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
     p, t = plan.parallel, plan.training
     missing = []
     m = plan.model
+    if m.is_moe:  # planned for Megatron-LM only (cost_models/moe.py): parallel_layers has no experts
+        missing.append((f"a mixture of experts ({m.experts} experts, top {m.experts_per_token}): parplan's runtime "
+                        "trains dense models", "run it under Megatron-LM: `parplan export PLAN --to megatron`"))
     # the runtime shards these evenly over the tensor-parallel group (parallel_layers.layers: a dimension
     # that does not divide raises on every rank); the vocabulary it pads to a multiple of tp, as Megatron does
     fixes = {"ffn_hidden": "use a ffn_hidden divisible by {tp} (e.g. {up}), or another tp",

@@ -92,9 +92,11 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
                     f"{name} --gpus 8`)."
         shown = name if len(name) <= 60 else name[:60] + "..."
         if mixture_of_experts_name(name):
-            raise ValueError(f"{shown!r} is a mixture-of-experts model: parplan plans dense models only (no expert "
-                             "parallelism in its search or cost model), so neither a preset nor its Hugging Face "
-                             f"config can be planned. Dense presets: {', '.join(presets)}")
+            moe = [p for p, f in presets.items() if f.get("experts")]
+            raise ValueError(f"{shown!r} is a mixture-of-experts model parplan has no preset for (its mixture-of-"
+                             f"experts presets: {', '.join(moe)}; Mixtral's and Qwen3-MoE's Hugging Face configs are "
+                             "read by --model-config, other families' are not: shared experts, latent attention and "
+                             "dense layers between MoE ones are not planned)")
         raise ValueError(f"unknown model preset {shown!r}.{hint} Available: {', '.join(presets)}")
     fields = {k: v for k, v in presets[key].items() if k not in _PRESET_META}
     return _spec(seq_len, name=key, **fields)

@@ -1,6 +1,7 @@
 """Human output: rich tables on stderr-or-terminal.  JSON never goes through rich."""
 from __future__ import annotations
 
+from .accuracy import group as accuracy_group
 from .accuracy import line as accuracy_line
 from .core import FORMAT_FRAMEWORK
 from .explain import after_backward_moment, recompute_label
@@ -29,6 +30,8 @@ def layout_label(p) -> str:
         bits[-1] += f"={p.dp_replicate}x{p.dp // p.dp_replicate}"
     if p.cp > 1:
         bits.append(f"cp{p.cp}")
+    if p.ep > 1:  # a mixture of experts' expert parallelism (its ranks taken from tp x cp x dp)
+        bits.append(f"ep{p.ep}")
     return " ".join(bits)
 
 
@@ -139,9 +142,10 @@ def time_rows(plan: Plan) -> list[tuple[str, float]]:
     tb = pr.time_breakdown
     labels = {"compute": "compute", "tp_comm": "TP comm (exposed)", "pp_comm": "PP send/recv",
               "dp_comm": "DP comm" + (" + host copies" if dp_host_copies(plan) else "") + " (exposed)",
-              "cp_comm": "CP comm (exposed)", "bubble": "pipeline bubble",
+              "cp_comm": "CP comm (exposed)", "ep_comm": "EP all-to-all", "bubble": "pipeline bubble",
               "optimizer": "optimizer + grad passes"}
-    parts = {k: (getattr(tb, attr) if tb is not None else 0.0) for k, attr in TIME_PARTS}
+    parts = {k: (getattr(tb, attr) if tb is not None else 0.0) for k, attr in TIME_PARTS
+             if k != "ep_comm" or plan.model.is_moe}  # a dense model has no expert-parallel row
     rest = step_remainder(parts, pr.step_time_s)
     label = remainder_label(rest, layout_dict(plan), plan.training.precision) if tb is not None else "not broken down"
     return [(labels[k], v) for k, v in parts.items()] + [(label, rest), ("step", pr.step_time_s)]
@@ -240,13 +244,23 @@ def _network_line(plan: Plan) -> str | None:
             "bandwidth across nodes near all the node's NICs together), --pool-nics predicts that")
 
 
+def _experts_text(m) -> str:
+    """A mixture of experts' experts, top-k and parameters a token runs (the MFU's count), for the model line."""
+    if not m.is_moe:
+        return ""
+    from cost_models.params import param_counts
+    active = param_counts(m)["active"]
+    return f" an expert x {m.experts} experts, top {m.experts_per_token} ({active / 1e9:.2f} B active)"
+
+
 def summary_lines(plan: Plan) -> list[str]:
     pr = plan.prediction
     m = plan.model
     fw = plan.training.framework
     lines = [
         f"model {m.name or m.arch}: {m.num_params / 1e9:.2f} B params, {m.layers} layers, hidden {m.hidden}, "
-        f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}, vocab {m.vocab}" + _window_text(plan),
+        f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}" + _experts_text(m) + f", vocab {m.vocab}"
+        + _window_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + _speedup_text(plan),
         *(["linears in FP8 (training.fp8; MFU and HFU against the 16-bit peak, as for a 16-bit plan)"]
@@ -257,7 +271,7 @@ def summary_lines(plan: Plan) -> list[str]:
                              "".join(f" (`parplan export --to {' | '.join(fs)}`)" for fs in
                                      [[f for f, w in FORMAT_FRAMEWORK.items() if w == fw]] if fs)),
     ]
-    how = accuracy_line(fw, plan.hardware.name, plan.training.fp8)
+    how = accuracy_line(accuracy_group(fw, plan.model.is_moe), plan.hardware.name, plan.training.fp8)
     if how:
         lines.append(how)
     if pr.days_to_train is not None:
@@ -319,8 +333,9 @@ def explain_renderables(data: dict) -> list:
     lay = data["layout"]
     hybrid = lay.get("dp_replicate") or 1
     hsdp = "" if hybrid == 1 else f"={hybrid}x{lay['dp'] // hybrid} (hybrid sharding)"
+    ep = "" if (lay.get("ep") or 1) == 1 else f" ep{lay['ep']}"
     head = (f"{data['model']} on {data['gpus']} x {data['hardware']}: tp{lay['tp']} pp{lay['pp']} dp{lay['dp']}{hsdp} "
-            f"cp{lay['cp']} vpp{lay['vpp']} mbs{lay['micro_batch_size']} zero{lay['zero_stage']} "
+            f"cp{lay['cp']}{ep} vpp{lay['vpp']} mbs{lay['micro_batch_size']} zero{lay['zero_stage']} "
             f"{lay['recompute']}{'' if not lay.get('recompute_layers') else ' ' + str(lay['recompute_layers']) + ' blocks/stage'} "
             f"{lay['schedule']} offload {lay['offload']}")
     mem, tim, run = data["memory"], data["time"], data["runner_up"]

@@ -124,6 +124,14 @@ class ModelSpec(Strict):
         None, gt=0, description="With sliding_window: every k-th layer (numbered from 1) attends to the whole prefix and "
         "the others within the window (Megatron-LM's --window-attn-skip-freq; Gemma 2: 2, Gemma 3: its "
         "sliding_window_pattern, 6).  None = every layer within the window (Mistral 7B v0.1, Phi-3).")
+    experts: Optional[int] = Field(
+        None, gt=1, le=SHAPE_MAX, description="Mixture of experts: routed experts in every block's MLP (Mixtral 8, "
+        "Qwen3-30B-A3B 128), each a SwiGLU MLP of ffn_hidden, a token going to experts_per_token of them by a linear "
+        "router (Megatron-Core's MoE layer: --num-experts).  None = a dense MLP.  Every block is an MoE block; no "
+        "shared experts.")
+    experts_per_token: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="With experts: the router's top-k, the experts each token is sent to "
+        "(Mixtral 2, Qwen3 MoE 8; Megatron-Core's --moe-router-topk).")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 
@@ -141,10 +149,19 @@ class ModelSpec(Strict):
             raise ValueError(f"rotary positions rotate pairs of a head's channels, so head_dim must be even (it is "
                              f"{self.head_size}" + (f" = hidden {self.hidden} / heads {self.heads}" if self.head_dim is None
                                                     else "") + "); change hidden, heads or head_dim")
+        if (self.experts is None) != (self.experts_per_token is None):
+            raise ValueError("experts and experts_per_token come together (a mixture of experts needs both; a dense "
+                             "model neither)")
+        if self.experts is not None:
+            if self.experts_per_token > self.experts:
+                raise ValueError(f"experts_per_token ({self.experts_per_token}) is more than experts ({self.experts})")
+            if self.arch != "llama":
+                raise ValueError("experts: mixture-of-experts blocks are planned with llama-arch blocks (SwiGLU experts, "
+                                 "as Mixtral's and Qwen3's); use arch llama")
         # the blocks' matrices and the embedding (norms and biases aside): the bound the flags hold a count to
         h = self.hidden
         attn = h * (self.head_dim or h // self.heads) * (2 * self.heads + 2 * self.kv_heads)
-        weights = self.layers * (attn + 3 * h * self.ffn_hidden) + self.vocab * h
+        weights = self.layers * (attn + 3 * h * self.ffn_hidden * (self.experts or 1)) + self.vocab * h
         if weights > PARAMS_MAX:
             raise ValueError(f"{big_number(weights)} parameters is beyond what the planner models (max {PARAMS_MAX:g})")
         return self
@@ -161,6 +178,12 @@ class ModelSpec(Strict):
     def window_binds(self, seq_len: int) -> bool:
         """Whether some layers' window is shorter than the sequence (otherwise it changes nothing)."""
         return bool(self.windowed_layers) and self.sliding_window < seq_len
+
+    @property
+    def is_moe(self) -> bool:
+        """A mixture of experts (experts set): its MLP is experts x ffn_hidden wide, a token runs
+        experts_per_token x ffn_hidden of it."""
+        return self.experts is not None
 
     @property
     def head_size(self) -> int:
@@ -309,6 +332,12 @@ class Parallel(Strict):
         "consecutive ranks, each sharding the parameters, gradients and optimizer states, the groups replicas of each "
         "other that all-reduce their gradient shards (torch FSDP2's 2D mesh: torchtitan's data_parallel_replicate_"
         "degree; FSDP1's HYBRID_SHARD).  1: the states sharded over all dp ranks.")
+    ep: int = Field(
+        1, gt=0, description="Expert parallelism (a mixture-of-experts model's): each MoE layer's experts split over ep "
+        "ranks, which exchange tokens by all-to-all (Megatron-Core's --expert-model-parallel-size, with "
+        "--expert-tensor-parallel-size 1: the ep ranks are taken from the stage's tp x cp x dp ranks, and the "
+        "experts' states are data-parallel over the tp x cp x dp / ep ranks that hold the same experts).  1: every "
+        "rank holds every expert.")
     stage_layers: Optional[list[int]] = Field(None, description="Transformer blocks held by each pipeline stage (pp*vpp entries, in virtual-stage order); first/last are lighter to carry the embedding and the head.")
 
     @property
@@ -340,6 +369,9 @@ class Parallel(Strict):
             if self.cp > 1:
                 raise ValueError(f"dp_replicate {self.dp_replicate} (hybrid sharding) is planned without context "
                                  f"parallelism, got cp {self.cp}")
+        if self.ep > 1 and (self.tp * self.cp * self.dp) % self.ep:
+            raise ValueError(f"ep {self.ep} must divide tp x cp x dp = {self.tp * self.cp * self.dp} (the expert-parallel "
+                             "ranks are taken from them)")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError(f"recompute_layers needs recompute full (the blocks it recomputes whole), got recompute "
                              f"{self.recompute}")
@@ -373,6 +405,7 @@ class CommBytes(Strict):
     pp: float = 0.0
     dp: float = 0.0
     cp: float = 0.0
+    ep: float = 0.0
 
 
 class TimeBreakdown(Strict):
@@ -381,6 +414,8 @@ class TimeBreakdown(Strict):
     pp_comm_s: float = Field(description="Exposed pipeline point-to-point time.")
     dp_comm_s: float = Field(description="Exposed data-parallel gradient/parameter communication.")
     cp_comm_s: float = Field(description="Exposed context-parallel K/V exchange.")
+    ep_comm_s: float = Field(0.0, description="Exposed expert-parallel token all-to-all (a mixture of experts': dispatch "
+                             "and combine, forward and backward).")
     bubble_s: float = Field(description="Pipeline fill/drain idle time.")
     attention_s: Optional[float] = Field(
         None, description="Of compute_s: the attention core (the fused kernel, or unfused attention's batched matmuls "

@@ -78,6 +78,8 @@ class Pins:
     # ZeRO-3's hybrid sharding (Layout.dp_replicate): None searches full sharding and, where the framework has it
     # (TrainingConsts.hsdp), states sharded within a node and replicated across nodes; a number pins it (1: none)
     dp_replicate: int | None = None
+    # expert parallelism (a mixture of experts'): None searches every ep that divides the experts and tp x cp x dp
+    ep: int | None = None
 
 
 def fsdp2_offload_blockers(sp: bool, tp: int, cp: int, tied: bool, pp: int, as_flags: bool = False) -> list[str]:
@@ -115,7 +117,7 @@ def structural_space(m: ModelDims, gpus: int, gbs: int, pins: Pins):
     but unusable (batch, layers, schedule) are kept so they can be counted by reason."""
     divs = divisors(gpus)
     tps = [t for t in _choices(pins.tp, divs)
-           if m.heads % t == 0 and m.kv_heads % t == 0 and m.ffn % t == 0 and gpus % t == 0]
+           if m.heads % t == 0 and m.kv_heads % t == 0 and (m.moe or m.ffn % t == 0) and gpus % t == 0]
     pps = [p for p in _choices(pins.pp, divs) if p <= m.layers and gpus % p == 0]
     cps = [c for c in _choices(pins.cp, [d for d in divs if d <= MAX_CP]) if gpus % c == 0]
     out = []
@@ -423,6 +425,26 @@ def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins) -> 
     return Layout.concat([lay, hybrid]), len(idx)
 
 
+def expert_parallel_candidates(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Layout, int]:
+    """(candidates, how many more or fewer there are) of a mixture of experts: each candidate once per expert-parallel
+    size ep that divides the experts and its tp x cp x dp ranks (the ranks the ep group is taken from: cost_models/
+    moe.py), or with a pinned ep only those it divides (the others are not layouts of the kind asked for: not
+    counted).  Its MoE layer takes the sequence shard, so tp > 1 comes with sequence parallelism (Megatron-LM's rule
+    for MoE): candidates without it are not MoE layouts either.  A dense model: unchanged (ep 1)."""
+    if not m.moe or len(lay) == 0:
+        return lay, 0
+    ranks = np.asarray(lay.tp) * np.asarray(lay.cp) * np.asarray(lay.dp)
+    able = ~((np.asarray(lay.tp) > 1) & (np.asarray(lay.sp) == 0))
+    eps = [pins.ep] if pins.ep is not None else [e for e in divisors(m.experts)]
+    parts = []
+    for e in eps:
+        keep = able & (ranks % e == 0)
+        if np.any(keep):
+            parts.append(replace(lay.take(np.flatnonzero(keep)), ep=e))
+    out = Layout.concat(parts) if parts else lay.take(np.array([], dtype=int))
+    return out, len(out) - len(lay)
+
+
 MEMORY_RANKS = ("first_total", "mid_total", "last_total")
 
 
@@ -551,7 +573,8 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         lay, n, failed = screened_layouts(m, tr, g, pins)  # only what passes needs the cost model
         lay, dropped = pin_recompute_layers(m, lay, pins)
         lay, more = hybrid_shard_candidates(tr, hw, lay, pins)
-        candidates += n + more
+        lay, ep_more = expert_parallel_candidates(m, lay, pins)
+        candidates += n + more + ep_more
         skipped.append(failed)
         skipped.append(np.full(dropped, REASONS.index("schedule")))
         # what cannot fit on its weights, gradients and optimizer states alone is out of memory whatever

@@ -638,6 +638,36 @@ def nemo_launcher_gpt3(d: dict) -> Iterable[Query]:
                     async_tp_grad_comm=True, dropout=True, gpus_per_node=c["gpus_per_node"], pin_variants=variants)
 
 
+def megatron_moe_h100(d: dict) -> Iterable[Query]:
+    """Mixtures of experts under Megatron-Core on H100 in BF16 (cost_models/moe.py): the Megatron-MoE-ModelZoo's
+    Qwen3-235B-A22B rows on 256 GPUs whose experts stay inside a node (ep 8), and Megatron-LM's Mixtral 8x7B headline
+    of MCore v0.8 with its mapping table's layout (plausibility: the row's label says so).  Every printed setting is
+    pinned: tp, pp, virtual stages (interleaved 1F1B), ep, micro-batch 1, the distributed optimizer (ZeRO 1), sequence
+    parallelism with tp > 1, no recompute (the ModelZoo's 'norm, act' recompute of the norms and the MoE activation is
+    not a parplan mode), no offload.  Stack: overlapped gradient reduce-scatter and parameter gather, Megatron-Core's
+    asynchronous input-gradient collective, no TP-comm overlap, no dropout.  Metric: the Qwen3 rows' printed step
+    time as tokens/s per GPU; the Mixtral headline's TFLOP/s per GPU (parplan's model FLOPs are Megatron-Core's MoE
+    count of 2024)."""
+    c = d["common"]
+    for r, metric in [(r, "tokens_per_s_per_gpu") for r in d["rows"]] + \
+            [(r, "model_tflops_per_gpu") for r in d["plausibility_rows"]]:
+        vp = r.get("vp") or 1
+        dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
+        pins = Pins(tp=r["tp"], pp=r["pp"], cp=r["cp"], dp=dp, mbs=r["micro_batch_size"], vpp=vp, zero=1,
+                    recompute="none", sp=r["tp"] > 1, schedule="interleaved-1f1b" if vp > 1 else "1f1b",
+                    offload="none", ep=r["ep"])
+        spec = ModelSpec(name=r["model"], arch="llama", tied_embeddings=False, rope_theta=1e6,
+                         **c["shapes"][r["model"]])
+        published = (r["global_batch_size"] * r["seq_len"] / r["step_time_s"] / r["gpus"]
+                     if metric == "tokens_per_s_per_gpu" else r["model_tflops_per_gpu"])
+        label = r["label"] + (" (plausibility)" if metric == "model_tflops_per_gpu" else "")
+        yield Query(label=label, spec=spec, gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=r["seq_len"],
+                    global_batch_size=r["global_batch_size"], metric=metric, published=published, dtype="bf16",
+                    precision="master-weights", overlap_grad_reduce=True, overlap_param_gather=True,
+                    overlap_tp_comm=False, async_tp_grad_comm=True, dropout=False, gpus_per_node=8,
+                    pin_variants=[pins])
+
+
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "megatron_sc21_table1": megatron_sc21_table1,
     "megatron_h100_2024": megatron_h100_2024,
@@ -654,6 +684,7 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "nemo_h100_bf16": nemo_h100_bf16,
     "nemo_h100_fp8": nemo_h100_fp8,
     "nemo_launcher_gpt3": nemo_launcher_gpt3,
+    "megatron_moe_h100": megatron_moe_h100,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
 FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction",
@@ -818,14 +849,15 @@ def framework_summary(cases: list[Case], digits: int | None = None) -> dict:
     accuracy.json keeps 4), else as computed, like summarize's."""
     def r(x: float) -> float:
         return x if digits is None else round(x, digits)
-    from .accuracy import gpu_kind
+    from .accuracy import gpu_kind, group
     groups: dict[str, dict[str, list[float]]] = {}
     by_gpu: dict[str, dict[str, list[float]]] = {}
     for c in cases:
         if c.predicted is None or c.plan is None:
             continue
-        kind = "plausibility" if c.set_name in PLAUSIBILITY_ONLY else "held"
-        fw = c.plan.training.framework
+        # a set marked plausibility-only, or a row its adapter labels so (megatron_moe_h100's Mixtral headline)
+        kind = "plausibility" if c.set_name in PLAUSIBILITY_ONLY or c.label.endswith("(plausibility)") else "held"
+        fw = group(c.plan.training.framework, c.plan.model.is_moe)
         groups.setdefault(fw, {"held": [], "plausibility": []})[kind].append(abs(c.error))
         gpu = gpu_kind(c.plan.hardware.name)
         if kind == "held" and gpu:

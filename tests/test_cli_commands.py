@@ -136,7 +136,7 @@ def test_explain_json_and_text(plan_file, capsys):
     assert d["fits"] is True
     assert set(d["memory"]["parts_bytes"]) == {"weights", "grads", "optimizer", "activations", "other"}
     assert d["memory"]["usable_bytes"] > d["memory"]["total_bytes"]
-    assert set(d["time"]["parts_s"]) == {"compute", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "bubble", "optimizer"}
+    assert set(d["time"]["parts_s"]) == {"compute", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "ep_comm", "bubble", "optimizer"}
     assert d["time"]["dominant"] in d["time"]["parts_s"]
     # the parts and what they leave out (the table's "other" row) make the step
     assert sum(d["time"]["parts_s"].values()) + d["time"]["remainder_s"] == pytest.approx(d["time"]["step_time_s"],

@@ -155,8 +155,8 @@ def test_missing_kv_heads_means_multi_head():
                                    "num_experts_per_tok"])
 def test_moe_rejected(field):
     cfg = _cfg("Meta-Llama-3-8B") | {field: 8}
-    with pytest.raises(ValueError, match=f"config dict: {field} = 8: a mixture-of-experts model; parplan plans dense "
-                                         "models only"):
+    with pytest.raises(ValueError, match=f"config dict: {field} = 8: a mixture-of-experts model of a family parplan "
+                                         "does not read"):
         model_from_hf_config(cfg)
     assert model_from_hf_config(_cfg("Meta-Llama-3-8B") | {field: 0}).layers == 32  # a dense config's 0 experts
 
@@ -172,9 +172,26 @@ def test_moe_fields_nested_in_a_text_or_ffn_config_are_found():
     assert model_from_hf_config({**gemma, "text_config": {}, "vision_config": {"num_experts": 4}}).layers == 26
 
 
-def test_mixtral_file_rejected():
-    with pytest.raises(ValueError, match=r"num_local_experts = 8: a mixture-of-experts model"):
-        model_from_hf_config(DATA / "Mixtral-8x7B-v0.1.json")
+def test_mixtral_and_qwen3_moe_configs_are_read_as_mixtures_of_experts():
+    """Mixtral's config (intermediate_size is one expert's) and Qwen3-MoE's (moe_intermediate_size) give the model
+    cards' counts: 46.7B total and 12.9B a token; 30.5B and 3.3B.  Qwen3-MoE with dense layers between is refused."""
+    from cost_models.params import param_counts
+    spec = model_from_hf_config(DATA / "Mixtral-8x7B-v0.1.json")
+    assert (spec.experts, spec.experts_per_token, spec.ffn_hidden, spec.arch) == (8, 2, 14336, "llama")
+    counts = param_counts(spec)
+    assert round(counts["total"] / 1e9, 1) == 46.7 and round(counts["active"] / 1e9, 1) == 12.9
+    qwen = {"model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 32,
+            "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+            "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936, "tie_word_embeddings": False,
+            "decoder_sparse_step": 1, "mlp_only_layers": []}
+    spec = model_from_hf_config(qwen)
+    assert (spec.experts, spec.experts_per_token, spec.ffn_hidden) == (128, 8, 768)
+    counts = param_counts(spec)
+    assert round(counts["total"] / 1e9, 1) == 30.5 and round(counts["active"] / 1e9, 1) == 3.4  # 3.3B with q/k norms
+    with pytest.raises(ValueError, match=r"mlp_only_layers \[0\]: dense layers between the MoE ones"):
+        model_from_hf_config(qwen | {"mlp_only_layers": [0]})
+    with pytest.raises(ValueError, match="missing required field num_experts_per_tok"):
+        model_from_hf_config({k: v for k, v in qwen.items() if k != "num_experts_per_tok"})
 
 
 def test_an_unsupported_family_gets_the_explicit_shape_flags_its_keys_fill():
@@ -499,8 +516,11 @@ def test_a_hub_name_reads_the_config_from_the_local_hub_cache(tmp_path, monkeypa
                                          r"huggingface-cli download Qwen/Qwen3-8B config.json"):
         model_from_hf_config("Qwen/Qwen3-8B")
     # a mixture-of-experts model missing from the cache: told it has no plan, not to fetch a config it would refuse
-    with pytest.raises(ValueError, match=r"^Hugging Face config Qwen/Qwen3-30B-A3B: a mixture-of-experts model by its "
-                                         r"name; parplan plans dense models only"):
+    with pytest.raises(ValueError, match=r"^Hugging Face config deepseek-ai/DeepSeek-V3: a mixture-of-experts model by "
+                                         r"its name; parplan plans Mixtral's and Qwen3-MoE's"):
+        model_from_hf_config("deepseek-ai/DeepSeek-V3")
+    # a mixture of experts it reads is told where to fetch its config
+    with pytest.raises(ValueError, match=r"Qwen/Qwen3-30B-A3B is neither a file nor in the Hugging Face cache"):
         model_from_hf_config("Qwen/Qwen3-30B-A3B")
     monkeypatch.delenv("HF_HUB_CACHE")
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # $HF_HOME/hub

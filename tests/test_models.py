@@ -91,10 +91,16 @@ def test_a_mixture_of_experts_name_is_told_why_it_has_no_plan():
              "nvidia/Nemotron-4-340B-Base", "Qwen/Qwen2.5-VL-7B-Instruct", "mt-nlg-530b"]
     assert [n for n in moe if not mixture_of_experts_name(n)] == [] and [n for n in dense if mixture_of_experts_name(n)] == []
     with pytest.raises(ValueError) as e:
-        load_preset("mistralai/Mixtral-8x7B-v0.1")
+        load_preset("deepseek-ai/DeepSeek-V3")
     msg = str(e.value)
-    assert msg.startswith("'mistralai/Mixtral-8x7B-v0.1' is a mixture-of-experts model: parplan plans dense models only")
-    assert "Did you mean" not in msg and "--model-config" not in msg and "llama3-70b" in msg
+    # told which mixtures of experts it plans (since the twenty-fourth session: Mixtral and Qwen3-MoE), not a dense
+    # preset's name or a config download it would refuse
+    assert msg.startswith("'deepseek-ai/DeepSeek-V3' is a mixture-of-experts model parplan has no preset for")
+    assert "Did you mean" not in msg and "huggingface-cli" not in msg and "llama3-70b" not in msg
+    assert "mixtral-8x7b" in msg and "qwen3-235b-a22b" in msg
+    # ...and the ones it plans load, by their Hugging Face names too
+    assert load_preset("mistralai/Mixtral-8x7B-v0.1").experts == 8
+    assert load_preset("Qwen/Qwen3-30B-A3B").experts_per_token == 8
 
 
 def test_a_hub_id_is_told_where_its_config_is_read():

@@ -66,7 +66,7 @@ def _time_cells(plan) -> tuple[list[str], str]:
     return [v for _, v in cells[:-1]], cells[-1][1]
 
 
-_PARTS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "cp_comm_s", "bubble_s", "optimizer_s")
+_PARTS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "cp_comm_s", "ep_comm_s", "bubble_s", "optimizer_s")
 
 
 @pytest.mark.parametrize("kind", ["pipeline", "pp1", "amp"])
@@ -132,8 +132,9 @@ def test_explain_time_rows_sum_to_the_step(plans, kind):
     for part, value in data["time"]["parts_s"].items():
         assert value == pytest.approx(getattr(tb, f"{part}_s"), rel=1e-9, abs=1e-12), part
     assert abs(data["time"]["remainder_s"]) <= 0.05 * plan.prediction.step_time_s
-    # the JSON explanation is unchanged: the seven named parts, no remainder key
-    assert set(data["time"]["parts_s"]) == {"compute", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "bubble",
+    # the JSON explanation: the eight named parts (expert parallelism's all-to-all since the twenty-fourth session,
+    # 0 for a dense model), no remainder key
+    assert set(data["time"]["parts_s"]) == {"compute", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "ep_comm", "bubble",
                                             "optimizer"}
 
 

@@ -1,0 +1,127 @@
+"""Mixture-of-experts terms: Megatron-Core's MoE layer as a mixture-of-experts plan runs it.
+
+The layer (megatron/core/transformer/moe/: TopKRouter, MoEAlltoAllTokenDispatcher, GroupedMLP / TEGroupedMLP):
+a linear router (h x E, replicated) scores each token's E experts and keeps the top k; the tokens are permuted by
+expert, sent to the ranks holding their experts by an all-to-all over the expert-parallel group (dispatch), run
+through the rank's E / ep experts as a grouped GEMM, sent back by a second all-to-all (combine) and summed with
+their router probabilities (unpermute).  The backward runs the two all-to-alls again in reverse.
+
+Parallel folding with expert tensor parallelism 1 (--expert-tensor-parallel-size 1, the setting NVIDIA's MoE
+recipes use): the attention keeps the plan's tp (with sequence parallelism, which Megatron-LM requires beside tp
+for MoE), and the MoE layer sees each rank's sequence shard: the ep ranks of a group are taken from the stage's
+tp x cp x dp ranks, and the ranks holding the same experts, tp x cp x dp / ep of them, are the experts' data-
+parallel group, over which their gradients are reduced and (distributed optimizer) their optimizer states sharded.
+A rank's MoE layer handles T / tp tokens (T = mbs x seq / cp), k copies of each.
+
+Assumed, not measured here: routing balanced over the experts (dropless, every expert k T / E tokens; a real run's
+imbalance makes its slowest rank slower), the all-to-alls on the critical path (Megatron overlaps them only under
+its later --overlap-moe-expert-parallel-comm, not modelled), and each expert's GEMM at the efficiency the profile's
+curve gives a GEMM of that expert's FLOPs (a grouped GEMM runs the E / ep experts' tiles in one launch, so this
+is the pessimistic end for small experts).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import comm
+
+# SwiGLU experts: gate, up and down matrices of h x expert_ffn each (Mixtral, Qwen3 MoE)
+EXPERT_MATRICES = 3
+
+
+def expert_params_per_layer(m) -> float:
+    """Weights of one block's routed experts (all of them)."""
+    return m.experts * EXPERT_MATRICES * m.hidden * m.expert_ffn if m.moe else 0.0
+
+
+def router_params_per_layer(m) -> float:
+    """The router's h x E weight (Megatron's TopKRouter: replicated over tp, reduced with the dense parameters)."""
+    return m.hidden * m.experts if m.moe else 0.0
+
+
+def expert_params_per_gpu(m, ep):
+    """One block's expert weights on one rank: its E / ep experts, whole (expert tensor parallelism 1)."""
+    return expert_params_per_layer(m) / np.asarray(ep)
+
+
+def expert_data_parallel(lay):
+    """Ranks holding the same experts: the stage's tp x cp x dp ranks over ep."""
+    return np.asarray(lay.tp) * np.asarray(lay.cp) * np.asarray(lay.dp) // np.asarray(lay.ep)
+
+
+def routed_tokens(m, lay):
+    """Tokens entering a rank's MoE layer a micro-batch: its sequence shard (T / tp under sequence parallelism)."""
+    T = lay.mbs * m.seq_len / lay.cp
+    return T / np.where(np.asarray(lay.sp) > 0, lay.tp, 1)
+
+
+def local_experts(m, lay):
+    """Experts a rank runs, each a GEMM of the grouped GEMM."""
+    return m.experts / np.asarray(lay.ep) if m.moe else 1.0
+
+
+def saved_bytes_per_token(m, act_bytes: int) -> float:
+    """Saved for the backward per routed token beyond what a dense MLP of width k x expert_ffn saves (that part is
+    memory.activation_bytes_per_layer's MLP term at ModelDims.ffn): the permuted, dispatched tokens the experts' first
+    GEMM saves for its weight gradient (k h), the probabilities the experts' weighted SwiGLU saves (k fp32: Megatron-
+    Core's TEGroupedMLP applies them in its activation, weighted_bias_swiglu_impl, so the unpermute is a plain sum that
+    saves nothing), and the router's fp32 scores (E, saved by its softmax / top-k) and the load-balancing loss's (E)."""
+    if not m.moe:
+        return 0.0
+    k = m.top_k
+    return k * m.hidden * act_bytes + 4 * k + 2 * 4 * m.experts
+
+
+def elementwise_time(m, lay, hw, act_bytes: int):
+    """(forward, backward) seconds of the MoE layer's memory-bound passes a block and micro-batch: the permutation by
+    expert (read T h, write k T h) and the unpermute's sum (read k T h, write T h), each again in the backward, and the router's small GEMM (2 T h E FLOPs forward, twice that backward) with its fp32 softmax / top-k
+    passes over T x E scores (read and write, about twice in the backward)."""
+    if not m.moe:
+        return 0.0, 0.0
+    t = routed_tokens(m, lay)
+    k, h, E = m.top_k, m.hidden, m.experts
+    perm = t * 2 * (1 + k) * h * act_bytes / hw.hbm_bytes_per_s
+    router_gemm = 2 * t * h * E / (hw.peak_flops * hw.matmul_efficiency(2 * t * h * E))
+    scores = t * E * 4 * 2 / hw.hbm_bytes_per_s
+    return perm + router_gemm + scores, perm + 2 * router_gemm + 2 * scores
+
+
+def all_to_all(m, lay, hw, act_bytes: int):
+    """(seconds, bytes sent per rank) of one token all-to-all over the expert-parallel group: each rank sends the
+    (ep - 1) / ep of its k T / tp routed tokens bound for other ranks.  Megatron-Core's expert rank order
+    (tp-ep-dp-pp with expert tensor parallelism 1: the pipeline outermost) makes an ep group ep consecutive ranks.
+    NCCL runs an all-to-all as every pair's send and receive at once, so a rank's traffic to ranks off its node goes
+    through its own NIC and the rest over the node's fabric, concurrently: the longer of the two, and one latency.
+    (The dispatcher's all-gather of per-expert token counts and its all-to-all of the probabilities, k fp32 a token,
+    are left out: latency and 4 / (h x 2) of this traffic.)"""
+    ep = np.asarray(lay.ep)
+    nbytes = routed_tokens(m, lay) * m.top_k * m.hidden * act_bytes
+    inside = comm.group_inside_node(hw, 1, ep, lay.gpus)
+    local = np.where(inside, ep, comm.ranks_per_node(hw, 1, ep))  # the group's ranks on a rank's node
+    intra, _ = comm.tier_params(hw, True, ep)
+    inter, _ = comm.tier_params(hw, False, ep)
+    off_node = nbytes * (ep - local) / np.maximum(ep, 1)
+    on_node = nbytes * (local - 1) / np.maximum(ep, 1)
+    lat = np.where(inside, hw.nvlink.latency_s, hw.inter_node.latency_s)
+    t = np.where(ep > 1, np.maximum(off_node / inter, on_node / intra) + lat, 0.0)
+    return t, np.where(ep > 1, off_node + on_node, 0.0)
+
+
+def all_to_alls_per_block(lay):
+    """Token all-to-alls of one MoE block a micro-batch: dispatch and combine forward, their two gradients backward,
+    and the forward's two again where the block is recomputed whole (Megatron's selective recompute re-runs the core
+    attention only)."""
+    from .layout import REC_FULL
+    return 4 + 2 * (np.asarray(lay.recompute) == REC_FULL)
+
+
+def expert_grad_group(m, lay, hw):
+    """(bandwidth, latency, ranks) of the experts' data-parallel group (expert_data_parallel): ranks ep apart within
+    the stage's tp x cp x dp consecutive ranks (Megatron-Core's expert order tp-ep-dp-pp): inside a node where those
+    are."""
+    edp = expert_data_parallel(lay)
+    stage = np.asarray(lay.tp) * np.asarray(lay.cp) * np.asarray(lay.dp)
+    inside = comm.group_inside_node(hw, 1, stage, lay.gpus) | (edp <= 1)
+    local = comm.ranks_per_node(hw, lay.ep, edp)
+    bw, lat = comm.tier_params(hw, inside, edp, local)
+    return bw, lat, edp

@@ -131,10 +131,11 @@ def line(framework: str, hardware: str | None = None, fp8: bool = False) -> str 
         kind, on = published_on(pub, hardware)
         by_gpu = pub.get("by_gpu", {})
         kinds = f" on {', '.join(k.upper() for k in by_gpu)}" if by_gpu else ""
-        every = (f"{pub['runs']} published runs{kinds}, |error| median {_pct(pub['median_abs_error'])}, "
+        runs = "published mixture-of-experts runs" if framework.endswith("-moe") else "published runs"
+        every = (f"{pub['runs']} {runs}{kinds}, |error| median {_pct(pub['median_abs_error'])}, "
                  f"max {_pct(pub['max_abs_error'])}")
         if on and on["runs"] < pub["runs"]:  # the plan's GPU kind first, then all (the sets span GPU kinds)
-            out.append(f"{on['runs']} published runs on {kind.upper()}, |error| median {_pct(on['median_abs_error'])}, "
+            out.append(f"{on['runs']} {runs} on {kind.upper()}, |error| median {_pct(on['median_abs_error'])}, "
                        f"max {_pct(on['max_abs_error'])} (all {pub['runs']}{kinds}: median "
                        f"{_pct(pub['median_abs_error'])}, max {_pct(pub['max_abs_error'])}; parplan validate)")
         else:  # all on the plan's kind, or none on it (said), or a profile of no kind we can tell

@@ -20,6 +20,8 @@ CASES = [
     ("recommend --model llama3-70b --gpus 64 --json", 1.0),
     ("recommend --model llama3-405b --gpus 1024 --seq-len 131072 --json", 1.0),
     ("recommend --model gpt3-175b --gpus 4096 --json", 2.0),  # the largest candidate set a CLI audit timed
+    # a mixture of experts (since 2026-12-05): every expert parallelism that divides the experts and the ranks
+    ("recommend --model qwen3-235b-a22b --gpus 1024 --framework megatron --json", 1.0),
 ]
 
 

@@ -74,8 +74,9 @@ def saved_bytes_per_token(m, act_bytes: int) -> float:
 
 def elementwise_time(m, lay, hw, act_bytes: int):
     """(forward, backward) seconds of the MoE layer's memory-bound passes a block and micro-batch: the permutation by
-    expert (read T h, write k T h) and the unpermute's sum (read k T h, write T h), each again in the backward, and the router's small GEMM (2 T h E FLOPs forward, twice that backward) with its fp32 softmax / top-k
-    passes over T x E scores (read and write, about twice in the backward)."""
+    expert (read T h, write k T h) and the unpermute's sum (read k T h, write T h), each again in the backward, and
+    the router's small GEMM (2 T h E FLOPs forward, twice that backward) with its fp32 softmax / top-k passes over
+    T x E scores (read and write, about twice in the backward)."""
     if not m.moe:
         return 0.0, 0.0
     t = routed_tokens(m, lay)

@@ -439,8 +439,11 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local)
     # a mixture of experts: the heaviest stage's expert weights are reduced (and, ZeRO-1, sharded and gathered) over
     # their own data-parallel group (moe.expert_data_parallel), the rest as a dense model's
-    stage_exp = (np.maximum(np.maximum(blocks_first, blocks_mid), np.where(single, 0.0, blocks_last))
-                 * moe.expert_params_per_gpu(m, lay.ep)) if m.moe else 0.0
+    # of the heaviest stage, the one stage_params is (as stage_root picks it)
+    e_layer = moe.expert_params_per_gpu(m, lay.ep) if m.moe else 0.0
+    stage_exp = np.where(first_params >= np.maximum(mid_params, last_params), blocks_first * e_layer,
+                         np.where(mid_params >= last_params, blocks_mid * e_layer,
+                                  np.where(single, 0.0, blocks_last * e_layer))) if m.moe else 0.0
     grad_bytes = (stage_params - stage_exp) * rec["grad"]
     w_bytes = (stage_params - stage_exp) * rec["weight"]
     ar_t, ar_moved = comm.all_reduce(grad_bytes, dpcp, dpcp_bw, dpcp_lat)  # ZeRO-0: over dp x cp everywhere

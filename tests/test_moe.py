@@ -184,3 +184,61 @@ def test_training_consts_are_untouched_by_a_mixture_of_experts():
     them elsewhere against the committed accuracy page)."""
     plan = _plan()
     assert training_consts(plan.training) == training_consts(plan.training.model_copy())
+
+
+def _moe_search_setup(name="qwen3-30b-a3b", gpus=32, seq=4096, gbs=256):
+    """A mixture of experts' whole candidate space as the search builds it (expert_parallel_candidates included)
+    under Megatron's stack."""
+    import hardware_profiles
+    from cost_models.hardware import constants_from_profile
+    from planner.search import build_layouts, structural_infeasibility
+    spec = load_preset(name)
+    m = ModelDims.from_spec(spec, seq)
+    plan = recommend(spec, gpus, framework="megatron", global_batch_size=gbs, seq_len=seq, top_k=1, suggest=False)
+    tr = training_consts(plan.training)
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    pins = Pins(zeros=(0, 1))
+    lay = build_layouts(m, gpus, gbs, pins, tr.zero_over_cp)
+    lay = lay.take(np.nonzero(structural_infeasibility(m, tr, lay) < 0)[0])
+    lay, _ = expert_parallel_candidates(m, lay, pins)
+    return m, tr, hw, lay, pins
+
+
+def test_the_search_floors_hold_for_a_mixture_of_experts_and_change_no_answer():
+    """The memory floor (states_floor, now with the experts' states over their own group) and the step-time floor
+    (with the all-to-alls) lie under every MoE candidate's total and step, and pruning by them gives the same plans
+    as timing every candidate."""
+    import planner.search as search
+    from cost_models.memory import states_floor
+    from cost_models.total import evaluate, step_floor
+    m, tr, hw, lay, pins = _moe_search_setup()
+    assert len(set(np.asarray(lay.ep).tolist())) >= 4
+    with np.errstate(divide="ignore", invalid="ignore"):
+        met = evaluate(m, tr, hw, lay)
+        floor = np.broadcast_to(step_floor(m, tr, hw, lay), (len(lay),))
+    assert np.all(states_floor(m, lay, tr) <= met["mem_total"] * (1 + 1e-12))
+    step = np.broadcast_to(met["step_time_s"], (len(lay),))
+    assert np.all(floor <= step * (1 + 1e-12))
+    runs = []
+    for first in (64, 10**9):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(search, "FLOOR_FIRST", first)
+            res = search.run_search(m, tr, hw, [32], pins, top_k=5, objective="throughput")
+        runs.append([res.layout.row(j) for j in range(len(res.layout))])
+    assert runs[0] == runs[1] and all(r["ep"] >= 1 for r in runs[0])
+
+
+def test_array_and_scalar_evaluations_agree_for_a_mixture_of_experts():
+    """The search evaluates candidates as arrays; one candidate's scalar evaluation gives the same numbers (the
+    MoE terms' broadcasting and branches)."""
+    from cost_models.total import evaluate
+    m, tr, hw, lay, _ = _moe_search_setup(gpus=16)
+    rng = np.random.default_rng(1)
+    idx = rng.choice(len(lay), size=40, replace=False)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        arr = evaluate(m, tr, hw, lay.take(idx))
+        for j, i in enumerate(idx):
+            one = evaluate(m, tr, hw, Layout(**lay.row(int(i))))
+            for k in ("step_time_s", "mem_total", "ep_comm_s", "comm_ep_bytes", "dp_comm_s", "mem_optimizer"):
+                a, b = float(np.broadcast_to(arr[k], (len(idx),))[j]), float(np.asarray(one[k]).reshape(-1)[0])
+                assert a == pytest.approx(b, rel=1e-12, abs=1e-12) or (np.isnan(a) and np.isnan(b)), (k, lay.row(int(i)))

@@ -87,22 +87,45 @@ def elementwise_time(m, lay, hw, act_bytes: int):
     return perm + router_gemm + scores, perm + 2 * router_gemm + 2 * scores
 
 
-def all_to_all(m, lay, hw, act_bytes: int):
+def remote_nodes_per_token(m, ep, local):
+    """Expected nodes other than its own that hold at least one of a token's k experts, the ep group spanning
+    ep / local nodes of E local / ep experts each, the k experts uniform without replacement (balanced routing):
+    (nodes - 1) x (1 - C(E - E_node, k) / C(E, k))."""
+    nodes = np.asarray(ep) / np.asarray(local)
+    e_node = m.experts * np.asarray(local) / np.asarray(ep)
+    k = m.top_k
+    # C(E - e, k) / C(E, k) = prod_{i<k} (E - e - i) / (E - i)
+    none = np.ones(np.shape(e_node))
+    for i in range(k):
+        none = none * np.maximum(m.experts - e_node - i, 0) / (m.experts - i)
+    return (nodes - 1) * (1 - none)
+
+
+def all_to_all(m, lay, hw, act_bytes: int, dispatcher: str = "alltoall"):
     """(seconds, bytes sent per rank) of one token all-to-all over the expert-parallel group: each rank sends the
     (ep - 1) / ep of its k T / tp routed tokens bound for other ranks.  Megatron-Core's expert rank order
     (tp-ep-dp-pp with expert tensor parallelism 1: the pipeline outermost) makes an ep group ep consecutive ranks.
     NCCL runs an all-to-all as every pair's send and receive at once, so a rank's traffic to ranks off its node goes
     through its own NIC and the rest over the node's fabric, concurrently: the longer of the two, and one latency.
     (The dispatcher's all-gather of per-expert token counts and its all-to-all of the probabilities, k fp32 a token,
-    are left out: latency and 4 / (h x 2) of this traffic.)"""
+    are left out: latency and 4 / (h x 2) of this traffic.)
+    dispatcher "deepep" (DeepEP's internode kernels under Megatron's flex dispatcher): a token goes over the network
+    once to each remote node holding one of its experts (to the rank of its own local index there, which forwards it
+    over NVLink), and its combine comes back the same way, reduced on that node: the off-node bytes are the rank's
+    tokens x h x the expected remote nodes a token needs (remote_nodes_per_token), not x its off-node expert copies;
+    every copy still crosses NVLink once.  The same inside a node."""
     ep = np.asarray(lay.ep)
-    nbytes = routed_tokens(m, lay) * m.top_k * m.hidden * act_bytes
+    tokens_h = routed_tokens(m, lay) * m.hidden * act_bytes
+    nbytes = tokens_h * m.top_k
     inside = comm.group_inside_node(hw, 1, ep, lay.gpus)
     local = np.where(inside, ep, comm.ranks_per_node(hw, 1, ep))  # the group's ranks on a rank's node
     intra, _ = comm.tier_params(hw, True, ep)
     inter, _ = comm.tier_params(hw, False, ep)
     off_node = nbytes * (ep - local) / np.maximum(ep, 1)
     on_node = nbytes * (local - 1) / np.maximum(ep, 1)
+    if dispatcher == "deepep":
+        off_node = np.where(inside, 0.0, tokens_h * remote_nodes_per_token(m, ep, local))
+        on_node = nbytes * (ep - 1) / np.maximum(ep, 1)
     lat = np.where(inside, hw.nvlink.latency_s, hw.inter_node.latency_s)
     t = np.where(ep > 1, np.maximum(off_node / inter, on_node / intra) + lat, 0.0)
     return t, np.where(ep > 1, off_node + on_node, 0.0)

@@ -279,7 +279,7 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     # ---- expert parallel (a mixture of experts'): the MoE layer's token all-to-alls over the ep group, on the
     # critical path (cost_models/moe.py)
     if m.moe:
-        t_a2a, moved_a2a = moe.all_to_all(m, lay, hw, act_b)
+        t_a2a, moved_a2a = moe.all_to_all(m, lay, hw, act_b, tr.moe_dispatcher)
         n_a2a = moe.all_to_alls_per_block(lay)
         ep_block_exposed, ep_moved = n_a2a * t_a2a, n_a2a * moved_a2a
     else:

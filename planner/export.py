@@ -298,7 +298,14 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         # (its default is allgather) and the grouped GEMM (off by default)
         flag("--expert-model-parallel-size", p.ep)
         flag("--expert-tensor-parallel-size", 1)
-        flag("--moe-token-dispatcher-type", "alltoall")
+        if t.moe_dispatcher == "deepep":  # DeepEP through the flex dispatcher (older releases: --moe-enable-deepep)
+            flag("--moe-token-dispatcher-type", "flex")
+            flag("--moe-flex-dispatcher-backend", "deepep")
+            notes.append("moe_dispatcher deepep: --moe-token-dispatcher-type flex with --moe-flex-dispatcher-backend "
+                         "deepep (Megatron-LM releases before that flag spell it --moe-enable-deepep); DeepEP must be "
+                         "installed.")
+        else:
+            flag("--moe-token-dispatcher-type", "alltoall")
         flag("--moe-grouped-gemm")
     if p.pp > 1:
         counts = plan_stage_layers(plan)

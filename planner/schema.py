@@ -288,6 +288,12 @@ class Training(Strict):
         "stay as dtype and precision say. Time: those GEMMs at the profile's fp8 peak (cost_models.compute."
         "linear_gemm_time) plus their quantization passes (fp8_cast_time); memory: the inputs the linears save in "
         "FP8 (cost_models.memory.activation_bytes_per_layer; Transformer Engine only).")
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="How a mixture of experts' tokens reach their experts (cost_models/moe.py): alltoall = "
+        "NCCL's all-to-all (Megatron-LM's --moe-token-dispatcher-type alltoall), a token sent once per expert of "
+        "another rank; deepep = DeepEP's dispatch and combine (--moe-token-dispatcher-type flex "
+        "--moe-flex-dispatcher-backend deepep), a token crossing the network once per remote node holding one of its "
+        "experts and forwarded over NVLink there.  Inside a node the two are timed alike.  A dense model: no effect.")
     attention_kernel: Literal["profile", "triton-2022"] = Field(
         "profile", description="The fused attention kernel's speed: profile = the hardware profile's measured "
         "attention curve (the kernel torch's scaled_dot_product_attention picks on that GPU, as parplan's runtime "

@@ -63,6 +63,7 @@ class Query:
     # the profile's measured attention curve (the kernels every stack here ran are FlashAttention-2 or newer),
     # except llm-foundry's 2023 MPT runs: the Triton FlashAttention of 2022
     attention_kernel: str = "profile"
+    moe_dispatcher: str = "alltoall"  # a mixture of experts' dispatcher (megatron_moe_h100 says per row)
     # the stack flags above are all explicit; the framework still decides what is not a flag: ZeRO-3's
     # memory (FSDP2 vs DeepSpeed stage 3) and torch.distributed.pipelining's per-micro-batch buffers
     framework: str = "megatron"
@@ -640,7 +641,8 @@ def nemo_launcher_gpt3(d: dict) -> Iterable[Query]:
 
 def megatron_moe_h100(d: dict) -> Iterable[Query]:
     """Mixtures of experts under Megatron-Core on H100 in BF16 (cost_models/moe.py): the Megatron-MoE-ModelZoo's
-    Qwen3-235B-A22B rows on 256 GPUs whose experts stay inside a node (ep 8), and Megatron-LM's Mixtral 8x7B headline
+    Qwen3-235B-A22B rows on 256 GPUs (ep 8 inside a node, NCCL's all-to-all or DeepEP; ep 32 across nodes through
+    DeepEP: each row's dispatcher, training.moe_dispatcher), and Megatron-LM's Mixtral 8x7B headline
     of MCore v0.8 with its mapping table's layout (plausibility: the row's label says so).  Every printed setting is
     pinned: tp, pp, virtual stages (interleaved 1F1B), ep, micro-batch 1, the distributed optimizer (ZeRO 1), sequence
     parallelism with tp > 1, no recompute (the ModelZoo's 'norm, act' recompute of the norms and the MoE activation is
@@ -665,7 +667,7 @@ def megatron_moe_h100(d: dict) -> Iterable[Query]:
                     global_batch_size=r["global_batch_size"], metric=metric, published=published, dtype="bf16",
                     precision="master-weights", overlap_grad_reduce=True, overlap_param_gather=True,
                     overlap_tp_comm=False, async_tp_grad_comm=True, dropout=False, gpus_per_node=8,
-                    pin_variants=[pins])
+                    moe_dispatcher=r.get("moe_dispatcher", "alltoall"), pin_variants=[pins])
 
 
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {

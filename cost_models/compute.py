@@ -68,7 +68,11 @@ def layer_matmul_time(m: ModelDims, lay, hw):
     n = moe.local_experts(m, lay)
     for name, flops in layer_gemms(m, tokens, lay.tp):
         if m.moe and name in MLP_GEMMS:
-            fwd = fwd + n * linear_gemm_time(flops / n, hw)
+            # the routed experts' share of the MLP's FLOPs (a shared expert's is its own tensor-parallel GEMM)
+            routed = flops * m.routed_ffn / m.ffn
+            fwd = fwd + n * linear_gemm_time(routed / n, hw)
+            if m.shared_ffn:
+                fwd = fwd + linear_gemm_time(flops - routed, hw)
         else:
             fwd = fwd + linear_gemm_time(flops, hw)
     return fwd, 2 * fwd
@@ -91,11 +95,13 @@ def column_input_grad_time(m: ModelDims, lay, hw):
     all-gather of their input runs beside them."""
     tokens = lay.mbs * m.seq_len / lay.cp
     out = 0.0
-    # a mixture of experts' MLP is not tensor-parallel (expert tensor parallelism 1): its qkv alone
-    column = ("qkv",) if m.moe else ("qkv", "gate", "up", "fc1")
+    # a mixture of experts' routed MLP is not tensor-parallel (expert tensor parallelism 1): its qkv, and a shared
+    # expert's gate and up
     for name, flops in layer_gemms(m, tokens, lay.tp):
-        if name in column:
+        if name == "qkv" or (name in ("gate", "up", "fc1") and not m.moe):
             out = out + linear_gemm_time(flops, hw)
+        elif name in ("gate", "up") and m.shared_ffn:
+            out = out + linear_gemm_time(flops * m.shared_ffn / m.ffn, hw)
     return out
 
 

@@ -55,10 +55,18 @@ class ModelDims:
     experts: int = 0
     top_k: int = 0
     expert_ffn: int = 0
+    # the shared expert's width (ModelSpec.shared_expert_ffn): a dense, tensor-parallel SwiGLU every token runs, part
+    # of `ffn` (top_k x expert_ffn + shared_ffn); 0: none
+    shared_ffn: int = 0
 
     @property
     def moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def routed_ffn(self) -> int:
+        """Of ffn, the width of a token's routed experts (top_k x expert_ffn)."""
+        return self.top_k * self.expert_ffn
 
     @property
     def q_width(self) -> int:
@@ -87,12 +95,13 @@ class ModelDims:
     @classmethod
     def from_spec(cls, spec, seq_len: int) -> "ModelDims":
         k = spec.experts_per_token or 0
+        shared = spec.shared_expert_ffn or 0
         return cls(arch=spec.arch, layers=spec.layers, hidden=spec.hidden, heads=spec.heads,
                    kv_heads=spec.kv_heads, head_dim=spec.head_dim or spec.hidden // spec.heads,
-                   ffn=spec.ffn_hidden * (k or 1), vocab=spec.vocab, tied=spec.tied_embeddings, seq_len=seq_len,
+                   ffn=spec.ffn_hidden * (k or 1) + shared, vocab=spec.vocab, tied=spec.tied_embeddings, seq_len=seq_len,
                    positions=(spec.max_seq_len or seq_len) if spec.has_learned_positions else 0,
                    window=spec.sliding_window or 0, windowed_layers=spec.windowed_layers,
-                   experts=spec.experts or 0, top_k=k, expert_ffn=spec.ffn_hidden if k else 0)
+                   experts=spec.experts or 0, top_k=k, expert_ffn=spec.ffn_hidden if k else 0, shared_ffn=shared)
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,10 @@ def layer_params_per_gpu(m: ModelDims, tp, ep=1):
     """Parameters of one block held by one TP rank: matrices and TP-split biases divided by tp,
     norm weights (and the row-parallel output biases) replicated.  A mixture of experts' block: the attention
     as a dense one's, the router replicated, and the rank's E / ep experts whole (moe.expert_params_per_gpu)."""
-    if m.moe:
+    if m.moe:  # (a shared expert is tensor-parallel, as a dense MLP)
         attn = m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
-        return attn / tp + 2 * m.hidden + moe.router_params_per_layer(m) + moe.expert_params_per_gpu(m, ep)
+        shared = moe.EXPERT_MATRICES * m.hidden * m.shared_ffn
+        return (attn + shared) / tp + 2 * m.hidden + moe.router_params_per_layer(m) + moe.expert_params_per_gpu(m, ep)
     matmul = (m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
               + (3 if m.arch == "llama" else 2) * m.hidden * m.ffn)
     if m.arch == "llama":

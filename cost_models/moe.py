@@ -11,7 +11,10 @@ recipes use): the attention keeps the plan's tp (with sequence parallelism, whic
 for MoE), and the MoE layer sees each rank's sequence shard: the ep ranks of a group are taken from the stage's
 tp x cp x dp ranks, and the ranks holding the same experts, tp x cp x dp / ep of them, are the experts' data-
 parallel group, over which their gradients are reduced and (distributed optimizer) their optimizer states sharded.
-A rank's MoE layer handles T / tp tokens (T = mbs x seq / cp), k copies of each.
+A rank's MoE layer handles T / tp tokens (T = mbs x seq / cp), k copies of each.  A shared expert (Qwen2-MoE,
+Llama 4) is a dense SwiGLU every token runs, tensor-parallel over the attention's tp on the gathered sequence as a
+dense MLP is (its collectives, parameters / tp, one GEMM of its own: ModelDims.shared_ffn); its overlap with the
+dispatch (--moe-shared-expert-overlap) is not modelled.
 
 Assumed, not measured here: routing balanced over the experts (dropless, every expert k T / E tokens; a real run's
 imbalance makes its slowest rank slower), the all-to-alls on the critical path (Megatron overlaps them only under

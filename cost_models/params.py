@@ -56,8 +56,9 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     active_matmul = per_layer_matmul
     if E:
         attn = attention_matmul_params(arch, h, a, kv, d)
-        per_layer_matmul = attn + E * mlp_matmul_params(arch, h, f)
-        active_matmul = attn + k * mlp_matmul_params(arch, h, f)
+        shared = mlp_matmul_params(arch, h, spec.shared_expert_ffn) if spec.shared_expert_ffn else 0
+        per_layer_matmul = attn + E * mlp_matmul_params(arch, h, f) + shared
+        active_matmul = attn + k * mlp_matmul_params(arch, h, f) + shared
         per_layer_other = per_layer_other + h * E
     embedding = V * h
     positions = 0

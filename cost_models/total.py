@@ -225,9 +225,10 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     tp_bw, tp_lat = comm.tier_params(hw, tp_in, tp, comm.ranks_per_node(hw, 1, tp))
     msg = tokens_mb * m.hidden * act_b
     t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
-    # a mixture of experts' MLP is outside the tensor-parallel region (expert tensor parallelism 1: the MoE layer takes
-    # the rank's sequence shard): the attention's collectives only, half a dense block's
-    halves = 1 if m.moe else 2
+    # a mixture of experts' routed MLP is outside the tensor-parallel region (expert tensor parallelism 1: the MoE layer
+    # takes the rank's sequence shard): the attention's collectives only, half a dense block's, unless a shared expert
+    # (tensor-parallel as a dense MLP, on the gathered sequence) brings the MLP's back
+    halves = 1 if m.moe and not m.shared_ffn else 2
     n_coll = halves * (2 + full) + op
     tp_block = n_coll * t_ar
     tp_block_exposed = np.where(tr.overlap_tp_comm, hw.exposed(tp_block, bt["gemm"]), tp_block)

@@ -344,10 +344,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     flag("--num-layers", m.layers)
     flag("--hidden-size", m.hidden)
     flag("--ffn-hidden-size", m.ffn_hidden)
-    if m.is_moe:  # every layer MoE (Megatron's --moe-layer-freq default, 1), no shared expert
+    if m.is_moe:  # every layer MoE (Megatron's --moe-layer-freq default, 1)
         flag("--num-experts", m.experts)
         flag("--moe-ffn-hidden-size", m.ffn_hidden)
         flag("--moe-router-topk", m.experts_per_token)
+        if m.shared_expert_ffn:
+            flag("--moe-shared-expert-intermediate-size", m.shared_expert_ffn)
         flag("--moe-router-load-balancing-type", "aux_loss")
         flag("--moe-aux-loss-coeff", 0.01)
     flag("--num-attention-heads", m.heads)

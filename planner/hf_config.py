@@ -45,8 +45,10 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             Falcon-7B's one norm a layer, BLOOM's and MPT's ALiBi (costed as rotary positions, no
                             table either way), OPT's two offset position rows: each said in the source, the count
                             off by exactly that (tests/test_hf_config.py holds each against transformers' build).
-  mixtral, qwen3_moe      -> arch llama with experts (ModelSpec.experts, experts_per_token): every layer's MLP is
-                            its experts (Qwen3-MoE configs with dense layers between are refused).
+  mixtral, qwen3_moe, qwen2_moe
+                         -> arch llama with experts (ModelSpec.experts, experts_per_token; Qwen2-MoE's shared expert:
+                            shared_expert_ffn): every layer's MLP is its experts (Qwen-MoE configs with dense layers
+                            between are refused).
 Other mixture-of-experts configs are rejected (shared experts, DeepSeek's latent attention, dense layers between).
 Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
@@ -67,7 +69,7 @@ from planner.schema import ModelSpec, error_message, json_type_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
               "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
-              "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe")
+              "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe")
 GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
 # gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
 LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
@@ -82,7 +84,10 @@ MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_e
 # key, the expert width's key); the top-k is num_experts_per_tok in both.  Mixtral: every layer MoE, intermediate_size
 # is one expert's; Qwen3-MoE: moe_intermediate_size is one expert's (intermediate_size the dense layers', which
 # decoder_sparse_step / mlp_only_layers would make: refused, as ModelSpec has every layer MoE)
-MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe": ("num_experts", "moe_intermediate_size")}
+MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe": ("num_experts", "moe_intermediate_size"),
+             "qwen2_moe": ("num_experts", "moe_intermediate_size")}
+# the shared expert's width where the family has one (Qwen2-MoE / Qwen1.5-MoE: ModelSpec.shared_expert_ffn)
+MOE_SHARED = {"qwen2_moe": "shared_expert_intermediate_size"}
 # a LM head: what the architectures field's class names end with for a model trained on next-token prediction
 LM_HEAD_CLASSES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
@@ -134,7 +139,7 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "exaone4": False, "hunyuan_v1_dense": False, "seed_oss": False, "glm4": False, "cohere": True,
                  "cohere2": True, "stablelm": False, "gpt_bigcode": True, "gptj": False, "starcoder2": True,
                  "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True,
-                 "mixtral": False, "qwen3_moe": False}
+                 "mixtral": False, "qwen3_moe": False, "qwen2_moe": False}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -243,11 +248,11 @@ def cached_hub_config(repo_id: str) -> Path:
             from None
     if found:
         return found[-1]
-    if mixture_of_experts_name(repo_id) and not re.search(r"mixtral|qwen3[-_.\w]*-a\d+b", repo_id, re.I):
+    if mixture_of_experts_name(repo_id) and not re.search(r"mixtral|qwen[23][-_.\w]*-a\d+b|qwen1\.5-moe", repo_id, re.I):
         # no use fetching a config whose plan would be refused (Mixtral and Qwen3-MoE are read: MOE_TYPES)
         raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans "
-                         "Mixtral's and Qwen3-MoE's configs (model_type mixtral, qwen3_moe) and dense models, so it has "
-                         "no plan for it")
+                         "Mixtral's and Qwen2/3-MoE's configs (model_type mixtral, qwen2_moe, qwen3_moe) and dense models, "
+                         "so it has no plan for it")
     raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
                      f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 
@@ -284,8 +289,8 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
     moe = _moe_field(cfg)
     if moe and cfg.get("model_type") not in MOE_TYPES:
         raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model of a family parplan does not read "
-                         f"(its mixtures of experts: model_type {' and '.join(MOE_TYPES)}; no shared experts, "
-                         "multi-head latent attention or dense layers between MoE ones), so it has no plan for this "
+                         f"(its mixtures of experts: model_type {', '.join(MOE_TYPES)}; no latent attention or dense "
+                         "layers between MoE ones), so it has no plan for this "
                          "config")
     model_type = cfg.get("model_type")
     if model_type is not None and not isinstance(model_type, str):  # a list or object would fail the lookups below
@@ -494,7 +499,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         ffn = _get(cfg, (width_key,), "ffn_hidden", where, used=used)
     else:
         ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, used=used)
-    experts = top_k = None
+    experts = top_k = shared = None
     if model_type in MOE_TYPES:
         experts = _positive_int(cfg, MOE_TYPES[model_type][0], where)
         top_k = _positive_int(cfg, "num_experts_per_tok", where)
@@ -502,6 +507,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
             missing = MOE_TYPES[model_type][0] if experts is None else "num_experts_per_tok"
             raise ValueError(f"{where}: missing required field {missing} (a mixture of experts' experts and top-k)")
         used.update(experts=MOE_TYPES[model_type][0], experts_per_token="num_experts_per_tok")
+        if model_type in MOE_SHARED:
+            shared = _positive_int(cfg, MOE_SHARED[model_type], where, zero_is_none=True)
+            used["shared_expert_ffn"] = MOE_SHARED[model_type]
         step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers") or []
         if step not in (None, 1) or dense:
             raise ValueError(f"{where}: decoder_sparse_step {step!r}, mlp_only_layers {dense!r}: dense layers between "
@@ -541,6 +549,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "qwen2": "q/k/v biases not counted",
         "qwen3": "per-head q/k norms not counted",
         "qwen3_moe": "per-head q/k norms not counted",
+        "qwen2_moe": "q/k/v biases and the shared expert's sigmoid gate not counted",
         "olmo2": "q/k norms not counted",
         "phi3": "fused qkv and gate_up counted as separate matrices",
         "internlm2": "fused wqkv counted as separate matrices",
@@ -701,7 +710,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          max_seq_len=max_seq_len, rope_theta=rope_theta, source=source,
                          learned_positions=None if arch == "llama" or table else False,
                          sliding_window=window, full_attention_every=full_every, experts=experts,
-                         experts_per_token=top_k)
+                         experts_per_token=top_k, shared_expert_ffn=shared)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

@@ -246,11 +246,11 @@ def _network_line(plan: Plan) -> str | None:
 
 def _experts_text(m) -> str:
     """A mixture of experts' experts, top-k and parameters a token runs (the MFU's count), for the model line."""
-    if not m.is_moe:
-        return ""
     from cost_models.params import param_counts
     active = param_counts(m)["active"]
-    return f" an expert x {m.experts} experts, top {m.experts_per_token} ({active / 1e9:.2f} B active)"
+    shared = f", a shared expert of ffn {m.shared_expert_ffn}" if m.shared_expert_ffn else ""
+    return (f"{m.experts} experts of ffn {m.ffn_hidden}, top {m.experts_per_token}{shared} "
+            f"({active / 1e9:.2f} B active)")
 
 
 def summary_lines(plan: Plan) -> list[str]:
@@ -259,7 +259,8 @@ def summary_lines(plan: Plan) -> list[str]:
     fw = plan.training.framework
     lines = [
         f"model {m.name or m.arch}: {m.num_params / 1e9:.2f} B params, {m.layers} layers, hidden {m.hidden}, "
-        f"heads {m.heads}/{m.kv_heads} kv, ffn {m.ffn_hidden}" + _experts_text(m) + f", vocab {m.vocab}"
+        f"heads {m.heads}/{m.kv_heads} kv, " + (_experts_text(m) if m.is_moe else f"ffn {m.ffn_hidden}")
+        + f", vocab {m.vocab}"
         + _window_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + _speedup_text(plan),

@@ -132,6 +132,11 @@ class ModelSpec(Strict):
     experts_per_token: Optional[int] = Field(
         None, gt=0, le=SHAPE_MAX, description="With experts: the router's top-k, the experts each token is sent to "
         "(Mixtral 2, Qwen3 MoE 8; Megatron-Core's --moe-router-topk).")
+    shared_expert_ffn: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="With experts: the width of the shared expert(s), a SwiGLU MLP every token "
+        "runs beside its routed experts, tensor-parallel as a dense MLP (Megatron-Core's --moe-shared-expert-"
+        "intermediate-size: all shared experts' widths together; Qwen2-MoE's shared_expert_intermediate_size, Llama 4's "
+        "shared expert).  None = no shared expert.")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 
@@ -152,6 +157,8 @@ class ModelSpec(Strict):
         if (self.experts is None) != (self.experts_per_token is None):
             raise ValueError("experts and experts_per_token come together (a mixture of experts needs both; a dense "
                              "model neither)")
+        if self.shared_expert_ffn is not None and self.experts is None:
+            raise ValueError("shared_expert_ffn is a mixture of experts' shared expert: it needs experts")
         if self.experts is not None:
             if self.experts_per_token > self.experts:
                 raise ValueError(f"experts_per_token ({self.experts_per_token}) is more than experts ({self.experts})")
@@ -161,7 +168,8 @@ class ModelSpec(Strict):
         # the blocks' matrices and the embedding (norms and biases aside): the bound the flags hold a count to
         h = self.hidden
         attn = h * (self.head_dim or h // self.heads) * (2 * self.heads + 2 * self.kv_heads)
-        weights = self.layers * (attn + 3 * h * self.ffn_hidden * (self.experts or 1)) + self.vocab * h
+        weights = self.layers * (attn + 3 * h * (self.ffn_hidden * (self.experts or 1) + (self.shared_expert_ffn or 0))) \
+            + self.vocab * h
         if weights > PARAMS_MAX:
             raise ValueError(f"{big_number(weights)} parameters is beyond what the planner models (max {PARAMS_MAX:g})")
         return self

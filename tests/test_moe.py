@@ -18,7 +18,9 @@ from planner.search import Pins, expert_parallel_candidates
 
 
 @pytest.mark.parametrize("name,total,active", [("mixtral-8x7b", 46.7, 12.9), ("mixtral-8x22b", 140.6, 39.2),
-                                               ("qwen3-30b-a3b", 30.5, 3.4), ("qwen3-235b-a22b", 235.1, 22.2)])
+                                               ("qwen3-30b-a3b", 30.5, 3.4), ("qwen3-235b-a22b", 235.1, 22.2),
+                                               ("qwen1.5-moe-a2.7b", 14.3, 2.7), ("qwen2-57b-a14b", 57.4, 14.2),
+                                               ("llama4-scout", 107.8, 17.2)])  # Scout's card: 109B with vision
 def test_presets_count_the_model_cards_parameters(name, total, active):
     """Total and per-token counts as the model cards give them (Qwen3's 3.3B and 22B count its q/k norms, which
     parplan leaves out, and round down)."""
@@ -282,3 +284,38 @@ def test_array_and_scalar_evaluations_agree_for_a_mixture_of_experts():
             for k in ("step_time_s", "mem_total", "ep_comm_s", "comm_ep_bytes", "dp_comm_s", "mem_optimizer"):
                 a, b = float(np.broadcast_to(arr[k], (len(idx),))[j]), float(np.asarray(one[k]).reshape(-1)[0])
                 assert a == pytest.approx(b, rel=1e-12, abs=1e-12) or (np.isnan(a) and np.isnan(b)), (k, lay.row(int(i)))
+
+
+def test_a_shared_expert_is_tensor_parallel_as_a_dense_mlp():
+    """Qwen2-57B-A14B's shared expert (ffn 20480) is split by tp like a dense MLP and brings the MLP's TP collectives
+    back: its blocks' TP bytes are a dense model's of the same attention (the MLP's width moves no TP byte), and a
+    rank holds the shared expert / tp beside its whole routed experts."""
+    spec = load_preset("qwen2-57b-a14b")
+    pins = Pins(tp=2, pp=2, dp=16, cp=1, mbs=1, zero=1, recompute="full", sp=True, schedule="1f1b", offload="none")
+    kw = dict(framework="megatron", global_batch_size=256, seq_len=4096, top_k=1, suggest=False)
+    moe_plan = recommend(spec, 64, pins=Pins(**{**pins.__dict__, "ep": 8}), **kw)
+    dense = spec.model_copy(update={"experts": None, "experts_per_token": None, "shared_expert_ffn": None,
+                                    "num_params": None})
+    dense_plan = recommend(dense, 64, pins=pins, **kw)
+    assert moe_plan.prediction.comm_bytes_per_step.tp == pytest.approx(dense_plan.prediction.comm_bytes_per_step.tp,
+                                                                        rel=1e-12)
+    h, f, fs = 3584, 2560, 20480
+    attn = h * (h + 2 * 512) + h * h
+    per_block = (attn + 3 * h * fs) / 2 + 2 * h + h * 64 + 8 * 3 * h * f  # 64 experts over ep 8: 8 whole
+    # the worst rank is the last: 14 of the 28 blocks, the head split by tp and the final norm
+    last_rank = 14 * per_block + 151936 * h / 2 + h
+    assert moe_plan.prediction.memory_bytes_per_gpu.weights == pytest.approx(2 * last_rank, rel=1e-9)
+    flags = __import__("planner.export", fromlist=["export_plan"]).export_plan(moe_plan, "megatron")
+    assert "--moe-shared-expert-intermediate-size 20480" in flags
+
+
+def test_qwen2_moe_configs_read_their_shared_expert():
+    from planner.hf_config import model_from_hf_config
+    cfg = {"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+           "num_key_value_heads": 16, "intermediate_size": 5632, "moe_intermediate_size": 1408, "num_experts": 60,
+           "num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632, "vocab_size": 151936,
+           "tie_word_embeddings": False, "decoder_sparse_step": 1, "mlp_only_layers": []}
+    spec = model_from_hf_config(cfg)
+    assert (spec.experts, spec.experts_per_token, spec.ffn_hidden, spec.shared_expert_ffn) == (60, 4, 1408, 5632)
+    assert param_counts(spec)["total"] == load_preset("qwen1.5-moe-a2.7b").num_params
+    assert "shared expert's sigmoid gate not counted" in spec.source

@@ -383,6 +383,16 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
     if fp8 == "te":
         per = act_bytes + 2
         fwd = tokens * qw / tp * per
+        if m.moe:
+            # a mixture of experts' MLP has no LayerNormMLP to write its input in FP8: the grouped GEMMs cast the
+            # dispatched tokens (k h a routed token) and the activation's output (k expert_ffn), a shared expert its
+            # gathered input (h) and its activation's output (shared_ffn / tp); the output gradients are the routed
+            # second layer's k h a routed token (not the whole sequence's h) and a shared expert's h
+            routed = moe.routed_tokens(m, lay) / tokens  # the rank's share of the micro-batch's tokens
+            fwd = fwd + tokens * (routed * m.top_k * (h + m.expert_ffn)
+                                  + (h + m.shared_ffn / tp if m.shared_ffn else 0.0)) * per
+            grads_out = ((qw + 2 * kvw + mlp_in) / tp + h + routed * m.top_k * h
+                         + (h if m.shared_ffn else 0.0))
         bwd = tokens * grads_out * per
     elif fp8 == "parplan":
         per = 2 * act_bytes + 1

@@ -116,8 +116,9 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     if fp8 == "te":
         # Transformer Engine's FP8 linears save their input for the weight gradient in FP8 (1 byte): the two norm
         # outputs (LayerNormLinear, LayerNormMLP) and the MLP's second layer's input; the attention's output, which
-        # the fused attention keeps in 16 bits for its own backward, gains the projection's FP8 copy
-        norm_out = 2 * m.hidden / np.where(sp_saves_gathered, 1, seq_split)
+        # the fused attention keeps in 16 bits for its own backward, gains the projection's FP8 copy.  A mixture of
+        # experts' MLP norm feeds the 16-bit router (its dispatched tokens are saved in FP8: moe.saved_bytes_per_token)
+        norm_out = (1 if m.moe else 2) * m.hidden / np.where(sp_saves_gathered, 1, seq_split)
         elems = elems - (act_bytes - 1) * (norm_out + m.ffn / tp) + m.q_width / tp
     if dropout:
         elems = elems + 2 * m.hidden / seq_split  # two 1-byte hidden-dropout masks
@@ -148,7 +149,7 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     per_token = np.where(lay.recompute == REC_FULL, full, np.where(lay.recompute == REC_SELECTIVE_OP, op, elems))
     if m.moe:  # the MoE layer's own saved tensors, on the rank's routed tokens (moe.saved_bytes_per_token)
         per_token = per_token + np.where(lay.recompute == REC_FULL, 0.0, moe.routed_tokens(m, lay) / T
-                                         * moe.saved_bytes_per_token(m, act_bytes))
+                                         * moe.saved_bytes_per_token(m, act_bytes, fp8 == "te"))
     return T * per_token
 
 

@@ -63,16 +63,17 @@ def local_experts(m, lay):
     return m.experts / np.asarray(lay.ep) if m.moe else 1.0
 
 
-def saved_bytes_per_token(m, act_bytes: int) -> float:
+def saved_bytes_per_token(m, act_bytes: int, fp8: bool = False) -> float:
     """Saved for the backward per routed token beyond what a dense MLP of width k x expert_ffn saves (that part is
     memory.activation_bytes_per_layer's MLP term at ModelDims.ffn): the permuted, dispatched tokens the experts' first
     GEMM saves for its weight gradient (k h), the probabilities the experts' weighted SwiGLU saves (k fp32: Megatron-
     Core's TEGroupedMLP applies them in its activation, weighted_bias_swiglu_impl, so the unpermute is a plain sum that
-    saves nothing), and the router's fp32 scores (E, saved by its softmax / top-k) and the load-balancing loss's (E)."""
+    saves nothing), and the router's fp32 scores (E, saved by its softmax / top-k) and the load-balancing loss's (E).
+    fp8 (Transformer Engine's FP8 grouped GEMMs): the dispatched tokens are saved as the first GEMM's FP8 copy."""
     if not m.moe:
         return 0.0
     k = m.top_k
-    return k * m.hidden * act_bytes + 4 * k + 2 * 4 * m.experts
+    return k * m.hidden * (1 if fp8 else act_bytes) + 4 * k + 2 * 4 * m.experts
 
 
 def elementwise_time(m, lay, hw, act_bytes: int):

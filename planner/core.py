@@ -182,8 +182,8 @@ HSDP_FRAMEWORKS = ("parplan", "torchtitan", "fsdp")
 MOE_FRAMEWORKS = ("megatron",)
 
 
-def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | None, fp8: bool, tp: int | None,
-                sp: bool | None, plan: bool = False, dispatcher: str = "alltoall") -> tuple[str, str] | None:
+def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | None, tp: int | None, sp: bool | None,
+                plan: bool = False, dispatcher: str = "alltoall") -> tuple[str, str] | None:
     """(problem, fix) where a layout cannot be a planned mixture-of-experts one, or an expert parallelism is asked of a
     dense model; named as recommend's flags or (plan) as the plan's fields.  None where it can."""
     name = spec.name or "the model"
@@ -209,9 +209,6 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
         return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts is not modelled (Megatron's "
                 "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group)",
                 f"use {flag('--zero', 'zero_stage')} 0 or 1")
-    if fp8:
-        return ("FP8 with a mixture of experts is not modelled yet (the experts' grouped FP8 GEMMs and casts)",
-                "drop --fp8" if not plan else "set training.fp8 false")
     if (tp or 1) > 1 and sp is False:
         return (f"{flag('--no-sp', 'sp false')} with tp {tp}: Megatron-LM runs a mixture of experts with tensor "
                 "parallelism only beside sequence parallelism (the MoE layer takes each rank's sequence shard)",
@@ -599,7 +596,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError(f"--dp-replicate {pins.dp_replicate} (hybrid sharding) is planned without context "
                                f"parallelism, and --cp is {pins.cp}", "drop --cp or --dp-replicate")
         pins = replace(pins, zero=3, cp=1)  # what hybrid sharding is
-    problem = moe_problem(spec, framework, pins.ep, pins.zero, bool(stack.get("fp8")), pins.tp, pins.sp,
+    problem = moe_problem(spec, framework, pins.ep, pins.zero, pins.tp, pins.sp,
                           dispatcher=stack.get("moe_dispatcher") or "alltoall")
     if problem:
         raise PlannerError(*problem)
@@ -1176,7 +1173,7 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
             raise StructureError(f"stage_layers {list(p.stage_layers)} leave pipeline rank(s) {empty} without a block, "
                                  "embedding or head")
     fw = t.framework
-    problem = moe_problem(spec, fw, p.ep, p.zero_stage, bool(t.fp8), p.tp, p.sp, plan=True,
+    problem = moe_problem(spec, fw, p.ep, p.zero_stage, p.tp, p.sp, plan=True,
                           dispatcher=t.moe_dispatcher)
     if problem:
         raise StructureError(*problem)

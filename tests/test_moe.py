@@ -120,7 +120,6 @@ def test_recommend_plans_a_mixture_of_experts_and_round_trips():
 @pytest.mark.parametrize("kwargs,pins,match", [
     (dict(framework="parplan"), {}, "planned for megatron only"),
     (dict(framework="megatron"), dict(zero=3), "zero 3 with a mixture of experts is not modelled"),
-    (dict(framework="megatron", fp8=True), {}, "FP8 with a mixture of experts"),
     (dict(framework="megatron"), dict(tp=2, sp=False), "only beside sequence parallelism"),
     (dict(framework="megatron"), dict(ep=3), "--ep 3 does not divide mixtral-8x7b's 8 experts"),
     (dict(framework="megatron"), dict(ep=8, pp=2), "--ep 8 does not divide the 4 GPUs of a pipeline stage"),
@@ -319,3 +318,25 @@ def test_qwen2_moe_configs_read_their_shared_expert():
     assert (spec.experts, spec.experts_per_token, spec.ffn_hidden, spec.shared_expert_ffn) == (60, 4, 1408, 5632)
     assert param_counts(spec)["total"] == load_preset("qwen1.5-moe-a2.7b").num_params
     assert "shared expert's sigmoid gate not counted" in spec.source
+
+
+def test_fp8_casts_of_a_mixture_of_experts_block():
+    """Transformer Engine's FP8 under Megatron, Mixtral 8x7B at tp 2 (SP), micro-batch 1, 4096 tokens: forward, the
+    attention output (q width / tp a token) and, with no LayerNormMLP to cast them, the grouped GEMMs' inputs: the
+    dispatched tokens (k h) and the activation's output (k ffn) on the rank's 2048 routed tokens; backward, the output
+    gradients of qkv, the projection (h), the experts' first layers (2 k ffn) and second (k h) -- each cast reading 2
+    bytes and writing 2 FP8 copies."""
+    import hardware_profiles
+    from cost_models.compute import fp8_cast_time
+    from cost_models.hardware import constants_from_profile
+    m = ModelDims.from_spec(load_preset("mixtral-8x7b"), 4096)
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16", fp8=True)
+    lay = Layout(gpus=64, tp=2, pp=1, dp=32, cp=1, vpp=1, mbs=1, zero=1, recompute=0, sp=1, schedule=1, offload=0,
+                 ep=8)
+    fwd, bwd = fp8_cast_time(m, lay, hw, "te", 2)
+    h, f, k, T, per = 4096, 14336, 2, 4096, 4
+    assert fwd == pytest.approx((T * h / 2 + T / 2 * k * (h + f)) * per / hw.hbm_bytes_per_s, rel=1e-12)
+    grads = T * ((h + 2 * 1024) / 2 + h) + T / 2 * (2 * k * f + k * h)
+    assert bwd == pytest.approx(grads * per / hw.hbm_bytes_per_s, rel=1e-12)
+    plan = recommend("mixtral-8x7b", 64, framework="megatron", fp8=True, top_k=1, suggest=False)
+    assert plan.training.fp8 and plan.prediction.time_breakdown.fp8_cast_s > 0

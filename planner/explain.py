@@ -72,7 +72,7 @@ def step_remainder(parts_s: dict, step_s: float) -> float:
 
 
 def remainder_label(remainder_s: float, layout: dict, precision: str | None = None) -> str:
-    """What step_remainder holds, for a table row.  layout: layout_dict's keys tp, pp, cp.  precision None:
+    """What step_remainder holds, for a table row.  layout: layout_dict's keys tp, pp, cp, ep.  precision None:
     not known (the casts are named as amp's, the only recipe that has them)."""
     if remainder_s < 0:
         # the compute or TP/CP rows count a stage (rank 0, or the one with the most compute) for more
@@ -83,7 +83,7 @@ def remainder_label(remainder_s: float, layout: dict, precision: str | None = No
         bits.append("casts (if amp)")
     elif precision == "amp":
         bits.append("amp weight casts")
-    comm = "/".join(k.upper() for k in ("tp", "cp") if int(layout.get(k, 1)) > 1)
+    comm = "/".join(k.upper() for k in ("tp", "cp", "ep") if int(layout.get(k, 1) or 1) > 1)
     if int(layout.get("pp", 1)) > 1 and comm:
         # tp_comm_s counts rank 0's blocks (and the head where rank 0 holds it, as under ZB-V's V): the slowest
         # stage's other blocks' and, where the last rank holds it, the head's collectives are here

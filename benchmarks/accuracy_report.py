@@ -146,8 +146,9 @@ def _layout(c) -> str:
     p, t = c.plan.parallel, c.plan.training
     sp = " sp" if p.sp else ""
     ep = f" ep{p.ep}" if p.ep > 1 else ""  # a mixture of experts' expert parallelism
+    moe_rec = f"+moe-{t.moe_recompute}" if t.moe_recompute != "none" else ""  # and its recompute modules
     return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp}{ep} v{p.vpp} mbs{t.micro_batch_size} z{p.zero_stage} "
-            f"{p.recompute}{sp} {p.schedule}")
+            f"{p.recompute}{moe_rec}{sp} {p.schedule}")
 
 
 def _fmt(v) -> str:

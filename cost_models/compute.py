@@ -416,7 +416,8 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
 
 
 def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True,
-               eager_runtime: str = "torchtitan", attention_kernel: str = "profile", fp8: str = ""):
+               eager_runtime: str = "torchtitan", attention_kernel: str = "profile", fp8: str = "",
+               moe_recompute: str = "none"):
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the
     parts the communication model needs to know about (GEMM time it can overlap with).  fp8: the FP8 linears'
     scheme (TrainingConsts.fp8): their GEMMs at the fp8 peak (linear_gemm_time), their casts (fp8_cast_time)
@@ -437,6 +438,8 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     op_gemm = op_sac_recompute_gemm_time(m, lay, hw)
     op_re = op_gemm + el_f + (0.0 if flash else at_f)
     recompute = np.where(full, fwd, np.where(selective, at_f + act_f, np.where(op, op_re, 0.0)))
+    # a mixture of experts' recompute modules (moe.recompute_time), where the block is not recomputed whole
+    recompute = recompute + np.where(full, 0.0, moe.recompute_time(m, lay, hw, act_bytes, moe_recompute))
     bwd = mm_b + at_b + el_b + recompute
     gpu = fwd + bwd
     # The host must dispatch the block's kernels too: a block takes the longer of its GPU time

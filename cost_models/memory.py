@@ -946,6 +946,11 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
                 queued_w_bytes_per_layer(m, sub, act_b, tr.fp8))
 
     pend_layer, act_layer, work_layer, temp_layer, loss_peak, loss_saved, queued_layer = per_block_shape(lay, block_terms)
+    if m.moe and tr.moe_recompute != "none":
+        # a mixture of experts' recompute modules drop their outputs from what a block saves (not where the block is
+        # recomputed whole); the block being back-propagated rebuilds them (rebuilt_bytes, from work_layer)
+        act_layer = act_layer - np.where(lay.recompute == REC_FULL, 0.0,
+                                         moe.recomputed_bytes(m, lay, act_b, tr.moe_recompute, tr.fp8))
     # a pending block counts as held (its saved activations) plus pend_layer; where the weight pass is queued
     # closures the input-gradient pass freed the saved activations and the closures hold the rest
     queued = queued_weight_pass(lay, tr)

@@ -153,3 +153,35 @@ def expert_grad_group(m, lay, hw):
     local = comm.ranks_per_node(hw, lay.ep, edp)
     bw, lat = comm.tier_params(hw, inside, edp, local)
     return bw, lat, edp
+
+
+# Megatron-Core's MoE recompute modules (--recompute-granularity selective --recompute-modules ...; Training.
+# moe_recompute): "act" = moe_act (the experts' activation is recomputed in the backward: its output, the second
+# GEMM's input, is not saved), "norm-act" = layernorm and moe_act (the pre-MLP norm, not fused with a linear in an
+# MoE block, recomputed too: its output, the router's input, is not saved)
+MOE_RECOMPUTE = ("none", "act", "norm-act")
+
+
+def recomputed_bytes(m, lay, act_bytes: int, mode: str, fp8: str = ""):
+    """Bytes a block no longer saves a micro-batch under the MoE recompute modules (mode): the activation's output,
+    k x expert_ffn a routed token (its FP8 copy under Transformer Engine's FP8), and with the norm its output, h a
+    token of the rank's sequence shard."""
+    if not m.moe or mode == "none":
+        return 0.0
+    t = routed_tokens(m, lay)
+    out = t * m.top_k * m.expert_ffn * (1 if fp8 == "te" else act_bytes)
+    if mode == "norm-act":
+        out = out + t * m.hidden * act_bytes
+    return out
+
+
+def recompute_time(m, lay, hw, act_bytes: int, mode: str):
+    """Seconds a block's backward spends re-running those modules a micro-batch (memory-bound): the SwiGLU's forward
+    (read the k x 2 expert_ffn first-GEMM output, write k x expert_ffn) and the RMSNorm's (read and write h)."""
+    if not m.moe or mode == "none":
+        return 0.0
+    t = routed_tokens(m, lay)
+    out = t * 3 * m.top_k * m.expert_ffn * act_bytes
+    if mode == "norm-act":
+        out = out + t * 2 * m.hidden * act_bytes
+    return out / hw.hbm_bytes_per_s

@@ -137,7 +137,7 @@ def step_floor(m: ModelDims, tr, hw, lay):
 
     def block_parts(sub):
         bt = block_time(m, sub, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
-                        tr.eager_runtime, tr.attention_kernel, tr.fp8)
+                        tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute)
         bc = block_comm(m, tr, hw, sub, bt)
         return (bt["total"] + bc.tp_exposed + bc.cp_exposed + bc.ep_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"],
                 bt["wgrad"])
@@ -308,7 +308,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
 
     # ---- compute per block / micro-batch
     bt = block_time(m, lay, hw, act_b, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
-                    tr.attention_kernel, tr.fp8)
+                    tr.attention_kernel, tr.fp8, tr.moe_recompute)
 
     bc = block_comm(m, tr, hw, lay, bt)
     tp_bw, tp_lat, t_ar, moved_ar, t_ag, moved_ag = bc.tp_bw, bc.tp_lat, bc.t_ar, bc.moved_ar, bc.t_ag, bc.moved_ag

@@ -279,6 +279,7 @@ _MODEL_OPTIONS = [
     ("async_tp_grad_comm", Optional[bool], None, ("--async-tp-grad-comm/--no-async-tp-grad-comm",), "Model Megatron's asynchronous input-gradient all-reduce (reduce-scatter with SP) of the column-parallel layers, beside their weight-gradient GEMM; off: the backward waits for it (Megatron-DeepSpeed, torchtitan). Default: the framework's (on for parplan and megatron)."),
     ("fused_elementwise", Optional[bool], None, ("--fused-elementwise/--no-fused-elementwise",), "Model the blocks' pointwise work (norms, rotary, SwiGLU) as fused kernels (Megatron, torch.compile; parplan launch on cuda); off: eager PyTorch ops (torchtitan without training.compile). Default: the framework's."),
     ("moe_dispatcher", Optional[str], None, ("--moe-dispatcher",), "A mixture of experts' token dispatcher: alltoall (NCCL's all-to-all, Megatron-LM's --moe-token-dispatcher-type alltoall) or deepep (DeepEP through Megatron's flex dispatcher: a token crosses the network once per remote node holding one of its experts). Default: alltoall."),
+    ("moe_recompute", Optional[str], None, ("--moe-recompute",), "A mixture of experts' recompute modules beside --recompute: none, act (Megatron-LM's --recompute-modules moe_act) or norm-act (layernorm moe_act). Default: none."),
     ("attention_kernel", Optional[str], None, ("--attention-kernel",), "Fused attention kernel the prediction times: profile (the hardware profile's measured curve: torch's flash SDPA, what parplan launch and torchtitan run) or triton-2022 (the Triton FlashAttention of 2022, llm-foundry's attn_impl triton: FlashAttention-2's published speed on the GPU, 1.4x slower forward and 2x backward). Default: profile."),
     ("cross_entropy_16bit_grad", Optional[bool], None, ("--cross-entropy-16bit-grad/--no-cross-entropy-16bit-grad",), "With --fused-cross-entropy: the loss writes the logits' gradient in 16 bits and keeps only the 16-bit logits (flash-attn's cross-entropy, llm-foundry's default), 4 B per logit at its backward instead of Megatron's 6 (parplan's runtime runs it too). Default: the framework's (on for parplan)."),
     ("fused_cross_entropy", Optional[bool], None, ("--fused-cross-entropy/--no-fused-cross-entropy",), "Model Megatron's in-place vocab-parallel cross-entropy (16-bit logits + 4 B per logit); off: an autograd cross-entropy over fp32 logits, 12 B per logit at its backward (torchtitan). Default: the framework's (on for parplan, megatron and deepspeed)."),
@@ -368,7 +369,7 @@ def _prepare(opts, gpus: int | None = None):
     if o.zero is not None and o.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {o.zero}")
     from .schema import Training
-    for name in ("zero1_grad_reduce", "zero2_grad_reduce", "attention_kernel", "moe_dispatcher"):
+    for name in ("zero1_grad_reduce", "zero2_grad_reduce", "attention_kernel", "moe_dispatcher", "moe_recompute"):
         if getattr(o, name) is not None:
             setattr(o, name, _check_choice(name.replace("_", "-"), getattr(o, name),
                                            get_args(Training.model_fields[name].annotation)))

@@ -109,7 +109,7 @@ DEFAULT_PRECISION = "master-weights"  # recommend's recipe (Megatron's 18 B/para
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "dropout", "fp8", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
                "cross_entropy_16bit_grad", "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm",
-               "attention_kernel", "moe_dispatcher")
+               "attention_kernel", "moe_dispatcher", "moe_recompute")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
@@ -183,7 +183,7 @@ MOE_FRAMEWORKS = ("megatron",)
 
 
 def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | None, tp: int | None, sp: bool | None,
-                plan: bool = False, dispatcher: str = "alltoall") -> tuple[str, str] | None:
+                plan: bool = False, dispatcher: str = "alltoall", recompute: str = "none") -> tuple[str, str] | None:
     """(problem, fix) where a layout cannot be a planned mixture-of-experts one, or an expert parallelism is asked of a
     dense model; named as recommend's flags or (plan) as the plan's fields.  None where it can."""
     name = spec.name or "the model"
@@ -192,6 +192,10 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
         if (ep or 1) > 1:
             return (f"{flag('--ep', 'ep')} {ep} is expert parallelism, and {name} is dense (no experts)",
                     f"drop {flag('--ep', 'ep (set it 1)')}")
+        if recompute != "none":
+            return (f"{flag('--moe-recompute', 'training.moe_recompute')} {recompute} recomputes a mixture of experts' "
+                    f"modules, and {name} is dense (no experts)",
+                    f"drop {flag('--moe-recompute', 'it (set it none)')}")
         if dispatcher != "alltoall":
             return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher} is a mixture of experts' "
                     f"token dispatcher, and {name} is dense (no experts)",
@@ -324,7 +328,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zero_over_cp=tr.framework != "parplan", ce_eager_chunks=tr.framework == "parplan",
                           zb_weight_grad_store=tr.framework == "parplan",
                           fp8=FP8_FRAMEWORKS.get(tr.framework, "") if tr.fp8 else "",
-                          moe_dispatcher=tr.moe_dispatcher,
+                          moe_dispatcher=tr.moe_dispatcher, moe_recompute=tr.moe_recompute,
                           hsdp=tr.framework in HSDP_FRAMEWORKS,
                           hsdp_holds_reduce_input=tr.framework in TORCH_PIPELINING)  # FSDP2 (fsdp: FSDP1)
 
@@ -597,7 +601,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                                f"parallelism, and --cp is {pins.cp}", "drop --cp or --dp-replicate")
         pins = replace(pins, zero=3, cp=1)  # what hybrid sharding is
     problem = moe_problem(spec, framework, pins.ep, pins.zero, pins.tp, pins.sp,
-                          dispatcher=stack.get("moe_dispatcher") or "alltoall")
+                          dispatcher=stack.get("moe_dispatcher") or "alltoall",
+                          recompute=stack.get("moe_recompute") or "none")
     if problem:
         raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
@@ -1174,7 +1179,7 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
                                  "embedding or head")
     fw = t.framework
     problem = moe_problem(spec, fw, p.ep, p.zero_stage, p.tp, p.sp, plan=True,
-                          dispatcher=t.moe_dispatcher)
+                          dispatcher=t.moe_dispatcher, recompute=t.moe_recompute)
     if problem:
         raise StructureError(*problem)
     if p.dp_replicate > 1 and fw not in HSDP_FRAMEWORKS:

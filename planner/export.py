@@ -392,7 +392,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         notes.append(f"vocab {m.vocab} padded to {padded} (a multiple of tp={p.tp}) as Megatron-LM requires.")
 
     # --- memory savers
-    if p.recompute == "selective":
+    moe_modules = {"act": ["moe_act"], "norm-act": ["layernorm", "moe_act"]}.get(t.moe_recompute, []) \
+        if m.is_moe and p.recompute in ("none", "selective") else []
+    if moe_modules:  # a mixture of experts' recompute modules, beside core attention where selective asks for it
+        flag("--recompute-granularity", "selective")
+        flag("--recompute-modules", (["core_attn"] if p.recompute == "selective" else []) + moe_modules)
+    elif p.recompute == "selective":
         flag("--recompute-granularity", "selective")
         notes.append("recompute selective: Megatron-LM's default selective recompute covers core attention "
                      "(--recompute-modules core_attn); it has no switch for the MLP activation alone, so that "
@@ -568,7 +573,9 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                  '--master-port "${MASTER_PORT:-6000}" pretrain_gpt.py \\')
     rendered = []
     for name, value in args:
-        rendered.append(f"    {name}" if value is None else f"    {name} {shlex.quote(str(value))}")
+        # a list value is one argument each (argparse's nargs: --recompute-modules layernorm moe_act)
+        values = value if isinstance(value, list) else [] if value is None else [value]
+        rendered.append(" ".join([f"    {name}"] + [shlex.quote(str(v)) for v in values]))
     lines += [r + " \\" for r in rendered[:-1]] + rendered[-1:]
     return "\n".join(lines) + "\n", notes
 

@@ -302,6 +302,12 @@ class Training(Strict):
         "another rank; deepep = DeepEP's dispatch and combine (--moe-token-dispatcher-type flex "
         "--moe-flex-dispatcher-backend deepep), a token crossing the network once per remote node holding one of its "
         "experts and forwarded over NVLink there.  Inside a node the two are timed alike.  A dense model: no effect.")
+    moe_recompute: Literal["none", "act", "norm-act"] = Field(
+        "none", description="A mixture of experts' recompute modules beside the plan's recompute (Megatron-LM's "
+        "--recompute-granularity selective --recompute-modules: act = moe_act, the experts' activation recomputed in "
+        "the backward, its output not saved; norm-act = layernorm and moe_act, the pre-MLP norm's output not saved "
+        "either): less activation memory for a memory-bound pass in the backward (cost_models/moe.py).  No effect "
+        "where the blocks are recomputed whole.  A dense model: none.")
     attention_kernel: Literal["profile", "triton-2022"] = Field(
         "profile", description="The fused attention kernel's speed: profile = the hardware profile's measured "
         "attention curve (the kernel torch's scaled_dot_product_attention picks on that GPU, as parplan's runtime "

@@ -64,6 +64,7 @@ class Query:
     # except llm-foundry's 2023 MPT runs: the Triton FlashAttention of 2022
     attention_kernel: str = "profile"
     moe_dispatcher: str = "alltoall"  # a mixture of experts' dispatcher (megatron_moe_h100 says per row)
+    moe_recompute: str = "none"  # and its recompute modules
     # the stack flags above are all explicit; the framework still decides what is not a flag: ZeRO-3's
     # memory (FSDP2 vs DeepSpeed stage 3) and torch.distributed.pipelining's per-micro-batch buffers
     framework: str = "megatron"
@@ -645,8 +646,8 @@ def megatron_moe_h100(d: dict) -> Iterable[Query]:
     DeepEP: each row's dispatcher, training.moe_dispatcher), and Megatron-LM's Mixtral 8x7B headline
     of MCore v0.8 with its mapping table's layout (plausibility: the row's label says so).  Every printed setting is
     pinned: tp, pp, virtual stages (interleaved 1F1B), ep, micro-batch 1, the distributed optimizer (ZeRO 1), sequence
-    parallelism with tp > 1, no recompute (the ModelZoo's 'norm, act' recompute of the norms and the MoE activation is
-    not a parplan mode), no offload.  Stack: overlapped gradient reduce-scatter and parameter gather, Megatron-Core's
+    parallelism with tp > 1, no block recompute but the ModelZoo's 'norm, act' modules (Megatron's --recompute-modules
+    layernorm moe_act: training.moe_recompute norm-act) where a row prints them, no offload.  Stack: overlapped gradient reduce-scatter and parameter gather, Megatron-Core's
     asynchronous input-gradient collective, no TP-comm overlap, no dropout.  Metric: the Qwen3 rows' printed step
     time as tokens/s per GPU; the Mixtral headline's TFLOP/s per GPU (parplan's model FLOPs are Megatron-Core's MoE
     count of 2024)."""
@@ -667,7 +668,8 @@ def megatron_moe_h100(d: dict) -> Iterable[Query]:
                     global_batch_size=r["global_batch_size"], metric=metric, published=published, dtype="bf16",
                     precision="master-weights", overlap_grad_reduce=True, overlap_param_gather=True,
                     overlap_tp_comm=False, async_tp_grad_comm=True, dropout=False, gpus_per_node=8,
-                    moe_dispatcher=r.get("moe_dispatcher", "alltoall"), pin_variants=[pins])
+                    moe_dispatcher=r.get("moe_dispatcher", "alltoall"), moe_recompute=r.get("moe_recompute", "none"),
+                    pin_variants=[pins])
 
 
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {

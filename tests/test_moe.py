@@ -340,3 +340,29 @@ def test_fp8_casts_of_a_mixture_of_experts_block():
     assert bwd == pytest.approx(grads * per / hw.hbm_bytes_per_s, rel=1e-12)
     plan = recommend("mixtral-8x7b", 64, framework="megatron", fp8=True, top_k=1, suggest=False)
     assert plan.training.fp8 and plan.prediction.time_breakdown.fp8_cast_s > 0
+
+
+def test_moe_recompute_modules_trade_saved_outputs_for_a_pass():
+    """Megatron's --recompute-modules layernorm moe_act on Mixtral 8x7B (tp 2 SP, micro-batch 1, 4096 tokens, one
+    stage of 32 blocks, 8 micro-batches under 1F1B without a pipeline: one in flight): a block stops saving the
+    activation's output (k x ffn a routed token) and the pre-MLP norm's (h a token of the rank's shard), 2048 tokens
+    a rank, and its backward re-runs the SwiGLU (read 2 k ffn, write k ffn) and the norm (read and write h)."""
+    base, kw = _plan(), {}
+    rec = recommend("mixtral-8x7b", 64, framework="megatron", global_batch_size=256, seq_len=4096, top_k=1,
+                    suggest=False, moe_recompute="norm-act",
+                    pins=Pins(tp=2, pp=1, dp=32, cp=1, mbs=1, zero=1, recompute="none", sp=True, schedule="1f1b",
+                              offload="none", ep=8))
+    t, h, f, k = 2048, 4096, 14336, 2
+    dropped = 32 * t * (k * f + h) * 2
+    a0, a1 = (p.prediction.memory_bytes_per_gpu.activations for p in (base, rec))
+    assert a0 - a1 == pytest.approx(dropped, rel=1e-9)
+    import hardware_profiles
+    from cost_models.hardware import constants_from_profile
+    hbm = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16").hbm_bytes_per_s
+    extra = 8 * 32 * t * (3 * k * f + 2 * h) * 2 / hbm
+    assert rec.prediction.time_breakdown.compute_s - base.prediction.time_breakdown.compute_s == pytest.approx(
+        extra, rel=1e-9)
+    path_flags = __import__("planner.export", fromlist=["export_plan"]).export_plan(rec, "megatron")
+    assert "--recompute-granularity selective" in path_flags and "--recompute-modules layernorm moe_act" in path_flags
+    with pytest.raises(PlannerError, match="--moe-recompute act recomputes a mixture of experts' modules"):
+        recommend("llama3-8b", 8, moe_recompute="act", suggest=False)

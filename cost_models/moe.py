@@ -3,8 +3,9 @@
 The layer (megatron/core/transformer/moe/: TopKRouter, MoEAlltoAllTokenDispatcher, GroupedMLP / TEGroupedMLP):
 a linear router (h x E, replicated) scores each token's E experts and keeps the top k; the tokens are permuted by
 expert, sent to the ranks holding their experts by an all-to-all over the expert-parallel group (dispatch), run
-through the rank's E / ep experts as a grouped GEMM, sent back by a second all-to-all (combine) and summed with
-their router probabilities (unpermute).  The backward runs the two all-to-alls again in reverse.
+through the rank's E / ep experts as a grouped GEMM (the router's probabilities applied in the experts' weighted
+SwiGLU), sent back by a second all-to-all (combine) and summed (unpermute).  The backward runs the two all-to-alls
+again in reverse.
 
 Parallel folding with expert tensor parallelism 1 (--expert-tensor-parallel-size 1, the setting NVIDIA's MoE
 recipes use): the attention keeps the plan's tp (with sequence parallelism, which Megatron-LM requires beside tp

@@ -49,7 +49,7 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                          -> arch llama with experts (ModelSpec.experts, experts_per_token; Qwen2-MoE's shared expert:
                             shared_expert_ffn): every layer's MLP is its experts (Qwen-MoE configs with dense layers
                             between are refused).
-Other mixture-of-experts configs are rejected (shared experts, DeepSeek's latent attention, dense layers between).
+Other mixture-of-experts configs are rejected (DeepSeek's latent attention, gpt-oss, dense layers between).
 Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
 defaults; the vision tower is left out (said in the source).
@@ -249,7 +249,7 @@ def cached_hub_config(repo_id: str) -> Path:
     if found:
         return found[-1]
     if mixture_of_experts_name(repo_id) and not re.search(r"mixtral|qwen[23][-_.\w]*-a\d+b|qwen1\.5-moe", repo_id, re.I):
-        # no use fetching a config whose plan would be refused (Mixtral and Qwen3-MoE are read: MOE_TYPES)
+        # no use fetching a config whose plan would be refused (Mixtral's and Qwen2/3-MoE's are read: MOE_TYPES)
         raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans "
                          "Mixtral's and Qwen2/3-MoE's configs (model_type mixtral, qwen2_moe, qwen3_moe) and dense models, "
                          "so it has no plan for it")
@@ -290,8 +290,7 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
     if moe and cfg.get("model_type") not in MOE_TYPES:
         raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model of a family parplan does not read "
                          f"(its mixtures of experts: model_type {', '.join(MOE_TYPES)}; no latent attention or dense "
-                         "layers between MoE ones), so it has no plan for this "
-                         "config")
+                         "layers between MoE ones), so it has no plan for this config")
     model_type = cfg.get("model_type")
     if model_type is not None and not isinstance(model_type, str):  # a list or object would fail the lookups below
         raise ValueError(f"{where}: model_type must be a string naming the family (one of {', '.join(SUPPORTED)}), got "
@@ -494,9 +493,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
             raise ValueError(f"{where}: expansion_ratio must be a number (the MLP is expansion_ratio x d_model), got "
                              f"{ratio!r}; correct it in the config")
         ffn, used["ffn_hidden"] = int(ratio * hidden), "expansion_ratio"
-    elif model_type in MOE_TYPES:
-        experts_key, width_key = MOE_TYPES[model_type]
-        ffn = _get(cfg, (width_key,), "ffn_hidden", where, used=used)
+    elif model_type in MOE_TYPES:  # one expert's width
+        ffn = _get(cfg, (MOE_TYPES[model_type][1],), "ffn_hidden", where, used=used)
     else:
         ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, used=used)
     experts = top_k = shared = None

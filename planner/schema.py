@@ -127,8 +127,8 @@ class ModelSpec(Strict):
     experts: Optional[int] = Field(
         None, gt=1, le=SHAPE_MAX, description="Mixture of experts: routed experts in every block's MLP (Mixtral 8, "
         "Qwen3-30B-A3B 128), each a SwiGLU MLP of ffn_hidden, a token going to experts_per_token of them by a linear "
-        "router (Megatron-Core's MoE layer: --num-experts).  None = a dense MLP.  Every block is an MoE block; no "
-        "shared experts.")
+        "router (Megatron-Core's MoE layer: --num-experts).  None = a dense MLP.  Every block is an MoE block (a shared "
+        "expert beside the routed ones: shared_expert_ffn).")
     experts_per_token: Optional[int] = Field(
         None, gt=0, le=SHAPE_MAX, description="With experts: the router's top-k, the experts each token is sent to "
         "(Mixtral 2, Qwen3 MoE 8; Megatron-Core's --moe-router-topk).")

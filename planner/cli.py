@@ -992,7 +992,8 @@ def validate(
             lay = ""
             if c.plan is not None:
                 p = c.plan.parallel
-                lay = f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} v{p.vpp} mbs{c.plan.training.micro_batch_size} {p.recompute}"
+                ep = f" ep{p.ep}" if p.ep > 1 else ""  # a mixture of experts' expert parallelism
+                lay = f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp}{ep} v{p.vpp} mbs{c.plan.training.micro_batch_size} {p.recompute}"
             t.add_row(c.label, c.metric, f"{c.published:.4g}", "-" if c.predicted is None else f"{c.predicted:.4g}",
                       "-" if c.error is None else f"{c.error:+.1%}", lay or c.note)
         console.print(t)

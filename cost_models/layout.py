@@ -212,7 +212,7 @@ class TrainingConsts:
     attention_kernel: str = "profile"  # Training.attention_kernel: profile (measured curve) or triton-2022
     # a mixture of experts' token dispatcher (Training.moe_dispatcher): NCCL's all-to-all or DeepEP's (moe.all_to_all)
     moe_dispatcher: str = "alltoall"
-    # a mixture of experts' recompute modules (Training.moe_recompute; moe.MOE_RECOMPUTE): none, act, norm-act
+    # a mixture of experts' recompute modules (Training.moe_recompute; moe.recomputed_bytes): none, act, norm-act
     moe_recompute: str = "none"
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit
     cross_entropy_16bit_grad: bool = False  # with fused: the gradient in the logits' dtype (flash-attn), 2 x 16-bit

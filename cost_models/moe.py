@@ -156,11 +156,10 @@ def expert_grad_group(m, lay, hw):
     return bw, lat, edp
 
 
-# Megatron-Core's MoE recompute modules (--recompute-granularity selective --recompute-modules ...; Training.
-# moe_recompute): "act" = moe_act (the experts' activation is recomputed in the backward: its output, the second
-# GEMM's input, is not saved), "norm-act" = layernorm and moe_act (the pre-MLP norm, not fused with a linear in an
-# MoE block, recomputed too: its output, the router's input, is not saved)
-MOE_RECOMPUTE = ("none", "act", "norm-act")
+# Megatron-Core's MoE recompute modules (--recompute-granularity selective --recompute-modules ...; the modes are
+# Training.moe_recompute's): "act" = moe_act (the experts' activation is recomputed in the backward: its output, the
+# second GEMM's input, is not saved), "norm-act" = layernorm and moe_act (the pre-MLP norm, not fused with a linear in
+# an MoE block, recomputed too: its output, the router's input, is not saved)
 
 
 def recomputed_bytes(m, lay, act_bytes: int, mode: str, fp8: str = ""):

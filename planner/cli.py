@@ -681,12 +681,12 @@ def export(
     to: str = typer.Option(..., "--to", help="megatron, torchtitan (keys of commit 000204a4, torchtitan 0.1), torchtitan-0.2 (its 0.2 TOML releases), deepspeed or llm-foundry (Composer + FSDP: what --framework fsdp predicts)."),
 ):
     """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config, llm-foundry YAML)."""
-    from .export import FORMATS, export_notes, export_plan, framework_note
+    from .export import FORMATS, export_notes, export_plan, export_problem, framework_note
     to = _check_choice("to", to, FORMATS)
     plan = read_plan(plan_file)
-    if plan.model.is_moe and to != "megatron":  # each other format writes a dense model of the plan's blocks
-        raise UserError(f"{plan.model.name or 'the model'} is a mixture of experts, planned and exported for "
-                        "Megatron-LM only; use --to megatron")
+    problem = export_problem(plan, to)
+    if problem:
+        raise UserError(problem)
     fits = _fits_as_given(plan)
     sys.stdout.write(export_plan(plan, to).rstrip("\n") + "\n")
     if fits is False:

@@ -56,7 +56,7 @@ from planner.toml_text import toml_value
 
 FORMATS: tuple[str, ...] = tuple(FORMAT_FRAMEWORK)
 
-__all__ = ["FORMATS", "export_plan", "export_notes", "framework_note"]
+__all__ = ["FORMATS", "export_plan", "export_notes", "export_problem", "framework_note"]
 
 
 def export_plan(plan: Plan, to: str) -> str:
@@ -78,11 +78,19 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
                 "deepspeed": _deepspeed, "llm-foundry": _llm_foundry}
     if key not in builders:
         raise ValueError(f"unknown export format {to!r}; choose one of: {', '.join(FORMATS)}")
-    if plan.model.is_moe and key != "megatron":
-        # the experts would be dropped silently: each builder writes a dense model of the plan's blocks
-        raise ValueError(f"{plan.model.name or 'the model'} is a mixture of experts, planned and exported for Megatron-LM "
-                         f"only (cost_models/moe.py); use --to megatron")
+    problem = export_problem(plan, key)
+    if problem:
+        raise ValueError(problem)
     return builders[key](plan)
+
+
+def export_problem(plan: Plan, to: str) -> str | None:
+    """Why the plan cannot be exported to `to` (one line with the fix), or None: a mixture of experts goes to
+    Megatron-LM only, as every other builder would write a dense model of the plan's blocks, the experts dropped."""
+    if plan.model.is_moe and to != "megatron":
+        return (f"{plan.model.name or 'the model'} is a mixture of experts, planned and exported for Megatron-LM only "
+                "(cost_models/moe.py); use --to megatron")
+    return None
 
 
 # How the cost model's framework-decided behaviours (TrainingConsts fields no flag sets) read to a user

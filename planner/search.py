@@ -435,7 +435,7 @@ def expert_parallel_candidates(m: ModelDims, lay: Layout, pins: Pins) -> tuple[L
         return lay, 0
     ranks = np.asarray(lay.tp) * np.asarray(lay.cp) * np.asarray(lay.dp)
     able = ~((np.asarray(lay.tp) > 1) & (np.asarray(lay.sp) == 0))
-    eps = [pins.ep] if pins.ep is not None else [e for e in divisors(m.experts)]
+    eps = [pins.ep] if pins.ep is not None else divisors(m.experts)
     parts = []
     for e in eps:
         keep = able & (ranks % e == 0)

@@ -10,7 +10,8 @@ the world adds them.  Copies of a gradient:
     rank; ZeRO-2 on its owner only (a parameter split over dp ranks: each owner its rows, passed in as
     ``pieces``); FSDP2 a disjoint shard on each, or under hybrid sharding on each of dp_replicate replicas;
   - context parallel: the cp ranks hold averaged replicas;
-  - pipeline: a tied embedding's gradient is summed into both its copies (first and last stage).
+  - pipeline: a tied embedding's gradient is summed into both its copies (first and last stage);
+  - experts (parallel_layers.moe): an expert's reduced gradient is on each of the tp x cp x dp / ep ranks holding it.
 Every local gradient is then multiplied by min(1, max_norm / (norm + 1e-6)) on the device, with no
 host synchronisation, as torch's clip_grad_norm_ does.
 """
@@ -26,8 +27,11 @@ from parallel_layers.precision import grad_of
 EPS = 1e-6
 
 
-def copies(spec, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int, tied: bool, dp_replicate: int = 1) -> int:
+def copies(spec, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int, tied: bool, dp_replicate: int = 1,
+           ep: int = 1) -> int:
     """Ranks in the world holding the same gradient as this one (see the module docstring)."""
+    if spec.ep_dim is not None:  # a mixture of experts' weights: the expert-data-parallel group (ZeRO-0)
+        return tp * cp * dp // ep
     n = cp * (dp if zero_stage in (0, 1) else dp_replicate if zero_stage >= 3 else 1)
     if spec.tp_dim is None:
         n *= tp
@@ -37,7 +41,7 @@ def copies(spec, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int, tied: b
 
 
 def local_gradients(stage_modules, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int, tied: bool, pieces=(),
-                    dp_replicate: int = 1):
+                    dp_replicate: int = 1, ep: int = 1):
     """(local gradient tensor, copies in the world) for every gradient this rank holds; pieces: (gradient rows,
     their parameter) held apart from the parameter (ZeRO-2's split parameters, data_parallel.ShardedAdamW)."""
     seen, spec_of = set(), {}
@@ -49,21 +53,21 @@ def local_gradients(stage_modules, *, tp: int, dp: int, cp: int, pp: int, zero_s
                 continue
             seen.add(id(p))
             yield local_tensor(g), copies(spec, tp=tp, dp=dp, cp=cp, pp=pp, zero_stage=zero_stage, tied=tied,
-                                          dp_replicate=dp_replicate)
+                                          dp_replicate=dp_replicate, ep=ep)
     for g, p in pieces:
         yield g, copies(spec_of[id(p)], tp=tp, dp=dp, cp=cp, pp=pp, zero_stage=zero_stage, tied=tied,
                         dp_replicate=dp_replicate)
 
 
 def clip_grad_norm(stage_modules, max_norm: float, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int,
-                   tied: bool, device: torch.device, pieces=(), dp_replicate: int = 1) -> torch.Tensor:
+                   tied: bool, device: torch.device, pieces=(), dp_replicate: int = 1, ep: int = 1) -> torch.Tensor:
     """Scale this rank's gradients so the whole model's gradient has 2-norm at most max_norm; returns
     the norm before clipping (a 0-d fp32 tensor on `device`, identical on every rank)."""
     # one foreach norm and one foreach multiply per (device, dtype, copies): FSDP2's offloaded shards live
     # on the host, and torch's clip_grad_norm_ groups by device and dtype alike
     groups: dict = {}
     for g, n in local_gradients(stage_modules, tp=tp, dp=dp, cp=cp, pp=pp, zero_stage=zero_stage, tied=tied,
-                                pieces=pieces, dp_replicate=dp_replicate):
+                                pieces=pieces, dp_replicate=dp_replicate, ep=ep):
         groups.setdefault((g.device, g.dtype, n), []).append(g)
     sq = torch.zeros((), dtype=torch.float32, device=device)
     for (_, _, n), gs in groups.items():

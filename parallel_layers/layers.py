@@ -46,6 +46,9 @@ class ShardSpec:
     # (the vocabulary, as Megatron pads it): the logical tensor is the unpadded one (init, checkpoints'
     # logical names and one-rank equality), the last TP rank holds the padding.
     pad_tp_dim: bool = False
+    # A mixture of experts' expert weights (parallel_layers.moe): the dimension split over the expert-parallel group
+    # (each rank its E / ep experts whole), None elsewhere
+    ep_dim: Optional[int] = None
 
 
 def padded_size(size: int, tp: int) -> int:
@@ -73,6 +76,8 @@ class _ShardedModule(nn.Module):
             if shape[spec.tp_dim] % self.tp_size:
                 raise ValueError(f"{spec.logical_name}: dim {spec.tp_dim} ({shape[spec.tp_dim]}) not divisible by tp={self.tp_size}")
             shape[spec.tp_dim] //= self.tp_size
+        if spec.ep_dim is not None:
+            shape[spec.ep_dim] //= getattr(self, "ep_size", 1)
         setattr(self, attr, nn.Parameter(torch.empty(shape)))
         self.param_specs[attr] = spec
 

@@ -100,3 +100,27 @@ def embedding_group(mesh: DeviceMesh):
         if me in ends:
             mine = group
     return mine
+
+
+def expert_groups(mesh: DeviceMesh, ep: int) -> tuple:
+    """A mixture of experts' (expert-parallel group, expert-data-parallel group) of this rank (None for a group of
+    one): each pipeline stage's tp x cp x dp ranks, in (dp, cp, tp) order with tp innermost, cut into groups of ep
+    consecutive ranks holding the E experts between them (Megatron-Core's parallel folding, expert tensor parallelism
+    1: an ep within a node where tp x cp x ep fits it), and the tp x cp x dp / ep ranks holding the same experts, ep
+    apart, whose expert gradients are summed.  Every rank creates every group in one order (dist.new_group is
+    collective)."""
+    names = list(mesh.mesh_dim_names)
+    stages = mesh.mesh.movedim(names.index("pp"), 0)
+    me, mine = dist.get_rank(), {"ep": None, "edp": None}
+    for row in stages.reshape(stages.shape[0], -1).tolist():
+        if len(row) % ep:
+            raise ValueError(f"ep={ep} does not divide a stage's {len(row)} tp x cp x dp ranks")
+        for kind, groups in (("ep", [row[i:i + ep] for i in range(0, len(row), ep)]),
+                             ("edp", [row[j::ep] for j in range(ep)])):
+            for members in groups:
+                if len(members) == 1:
+                    continue
+                group = dist.new_group(members)
+                if me in members:
+                    mine[kind] = group
+    return mine["ep"], mine["edp"]

@@ -54,6 +54,7 @@ from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_
 from parallel_layers.data import stable_seed
 from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, dropout_layer_key, hidden_dropout
 from parallel_layers.mappings import _size
+from parallel_layers.moe import MoEMLP, MoEState
 
 # torchtitan's op-level selective activation checkpointing (selective_ac_option = "op";
 # pytorch/torchtitan torchtitan/models/llama3/parallelize.py at 9dec370, the commit of its published
@@ -104,6 +105,11 @@ class ModelConfig:
     max_seq_len: int
     rope_theta: float = ROPE_THETA
     rope: Optional[bool] = None  # rotary positions: llama's, and a gpt-arch model's without a learned table
+    # a mixture of experts (parallel_layers.moe): every block's MLP routed to experts_per_token of experts SwiGLU
+    # MLPs of ffn_hidden, plus a tensor-parallel shared expert of shared_ffn where set
+    experts: Optional[int] = None
+    experts_per_token: Optional[int] = None
+    shared_ffn: Optional[int] = None
 
     def __post_init__(self):
         if self.rope is None:  # the arch's default (a frozen dataclass: set once here)
@@ -116,7 +122,8 @@ class ModelConfig:
                    ffn_hidden=m.ffn_hidden, vocab=m.vocab, head_dim=m.head_dim or m.hidden // m.heads,
                    tied_embeddings=m.tied_embeddings,
                    max_seq_len=m.max_seq_len or plan.training.seq_len, rope_theta=m.rope_base,
-                   rope=not m.has_learned_positions)
+                   rope=not m.has_learned_positions, experts=m.experts, experts_per_token=m.experts_per_token,
+                   shared_ffn=m.shared_expert_ffn)
 
 
 class Norm(_ShardedModule):
@@ -309,11 +316,12 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, *, ffn: Optional[int] = None,
+                 name: str = "mlp"):
         super().__init__()
-        h, f, gpt = cfg.hidden, cfg.ffn_hidden, cfg.arch == "gpt"
+        h, f, gpt = cfg.hidden, ffn or cfg.ffn_hidden, cfg.arch == "gpt"
         self.tp_group, self.sp, self.selective, self.gpt = tp_group, sp, recompute == "selective", gpt
-        n = f"layers.{i}.mlp"
+        n = f"layers.{i}.{name}"
         out_std = INIT_STD / math.sqrt(2 * cfg.layers)
         if gpt:
             self.fc1 = ColumnParallelLinear(h, f, tp_group, name=f"{n}.fc1", bias=True)
@@ -337,13 +345,19 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None, ep_group=None,
+                 moe_state: Optional[MoEState] = None):
         super().__init__()
         self.layer_id = i
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
         self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group)
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
-        self.mlp = MLP(cfg, i, tp_group, sp, recompute)
+        self.mlp = (MoEMLP(cfg, i, tp_group, sp, ep_group, cp_group=cp_group, state=moe_state,
+                           selective=recompute == "selective")
+                    if cfg.experts else MLP(cfg, i, tp_group, sp, recompute))
+        # a mixture of experts' shared expert: a dense tensor-parallel SwiGLU beside the routed ones
+        self.shared_mlp = (MLP(cfg, i, tp_group, sp, recompute, ffn=cfg.shared_ffn, name="shared_mlp")
+                           if cfg.experts and cfg.shared_ffn else None)
         # op-level selective checkpointing lives inside the block's forward, so a compiled block
         # (Module.compile) compiles the checkpoint with its policy, as torchtitan wraps before it
         # compiles; checkpointed outside, a compiled block is one opaque function to the policy, which
@@ -360,7 +374,9 @@ class Block(nn.Module):
     def _forward(self, x, key=None):
         drop, layer, rows = self.attn.dropout, self.attn.dropout_layer, self.attn.dropout_layer_rows
         x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, layer, "attention", rows)
-        return x + hidden_dropout(self.mlp(self.norm2(x)), drop, key, layer, "mlp", rows)
+        h = self.norm2(x)
+        y = self.mlp(h) if self.shared_mlp is None else self.mlp(h) + self.shared_mlp(h)
+        return x + hidden_dropout(y, drop, key, layer, "mlp", rows)
 
 
 class PositionEmbedding(_ShardedModule):
@@ -392,7 +408,8 @@ class StageModule(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer_ids: list[int], *, first: bool, last: bool, tp_group,
                  sp: bool = False, recompute: str = "none", autocast_dtype: Optional[torch.dtype] = None,
-                 device_type: str = "cpu", cp_group=None, recompute_layers: Optional[int] = None):
+                 device_type: str = "cpu", cp_group=None, recompute_layers: Optional[int] = None, ep_group=None,
+                 moe_state: Optional[MoEState] = None):
         super().__init__()
         self.cfg, self.first, self.last = cfg, first, last
         # full recompute checkpoints every block, or with recompute_layers the stage's first that many (Megatron-LM's
@@ -404,7 +421,8 @@ class StageModule(nn.Module):
         if first:
             self.embed = VocabParallelEmbedding(cfg.vocab, cfg.hidden, tp_group, name="embedding", sequence_parallel=sp)
             self.positions = PositionEmbedding(cfg, tp_group, sp, cp_group) if not cfg.rope else None
-        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group) for i in layer_ids])
+        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group, ep_group, moe_state)
+                                     for i in layer_ids])
         self.separate_tied_head = False
         # called with each part (embedding, block, head) before the forward uses its parameters: ZeRO-1/2's
         # gather of the stepped parameters still in flight from the last step (ShardedAdamW.wait_for)
@@ -529,4 +547,6 @@ def init_parameters(root: nn.Module, seed: int) -> None:
             full = full_logical_init(spec, seed)
             if spec.tp_dim is not None and mod.tp_size > 1:
                 full = pad_tp_dim(full, spec, mod.tp_size).chunk(mod.tp_size, dim=spec.tp_dim)[mod.tp_rank]
+            if spec.ep_dim is not None and mod.ep_size > 1:  # a mixture of experts' weights: the rank's experts
+                full = full.chunk(mod.ep_size, dim=spec.ep_dim)[mod.ep_rank]
             p.copy_(full.to(p.device, p.dtype))

@@ -63,6 +63,7 @@ from parallel_layers.data_parallel import (
     ShardedAdamW,
     all_reduce_bucketed,
     bucket_all_reduce_start,
+    make_buckets,
     apply_fsdp,
     fsdp_grad_correction,
     local_tensor,
@@ -71,8 +72,9 @@ from parallel_layers.data_parallel import (
 )
 from parallel_layers.layers import fused_vocab_parallel_cross_entropy, use_fp8_linears, vocab_parallel_cross_entropy
 from parallel_layers.loss_scale import INIT_SCALE, DynamicLossScaler, wants_loss_scaling
-from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group, fsdp_mesh
+from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group, expert_groups, fsdp_mesh
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
+from parallel_layers.moe import AUX_LOSS_COEFF as MOE_AUX_LOSS_COEFF, MoEState
 from parallel_layers.pipeline import build_schedule, virtual_stage_layers
 from parallel_layers.precision import (
     WGRAD_FUSION_MODES,
@@ -137,6 +139,9 @@ class RunOptions:
     # the hidden-dropout masks (parallel_layers.dropout.DropoutState.masks): "auto" hashes them in a run that compiles
     # its blocks (inside their graphs: no graph break) and draws them from the keyed generator in one that does not
     dropout_masks: str = "auto"
+    # a mixture of experts' auxiliary load-balancing loss coefficient (parallel_layers.moe; Megatron-LM's
+    # --moe-aux-loss-coeff, the 0.01 `parplan export --to megatron` writes); 0: none
+    moe_aux_loss_coeff: float = MOE_AUX_LOSS_COEFF
 
 
 @dataclass
@@ -180,18 +185,24 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         vstages = [sum(vstages, [])]
         n_stages = 1
     ac = autocast_dtype(plan, device.type)
+    ep_group = edp_group = moe_state = None
+    if cfg.experts:  # a mixture of experts (parallel_layers.moe): its expert-parallel and expert-data-parallel groups
+        moe_runtime_problem(plan, opts)
+        ep_group, edp_group = expert_groups(mesh, par.ep)
+        moe_state = MoEState(aux_loss_coeff=opts.moe_aux_loss_coeff)
     modules = []
     for sid in stage_ids:
         m = StageModule(cfg, vstages[sid], first=sid == 0, last=sid == n_stages - 1, tp_group=coords.tp_group,
                         sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type,
-                        cp_group=coords.cp_group, recompute_layers=par.recompute_layers)
+                        cp_group=coords.cp_group, recompute_layers=par.recompute_layers, ep_group=ep_group,
+                        moe_state=moe_state)
         init_parameters(m, plan.training.seed)
         if plan.training.fp8:  # the blocks' linears (not the output layer's): parallel_layers.fp8
             use_fp8_linears(m.blocks)
         # master-weights: 16-bit parameters (rounded from the fp32 init, as Megatron's master
         # copies are made from the 16-bit model); FSDP2 keeps fp32 shards and casts instead
         m = m.to(device, dtype=param_dtype(plan) if par.zero_stage != 3 else torch.float32)
-        if opts.compile:
+        if opts.compile and not cfg.experts:  # an MoE block's token counts are data-dependent shapes: eager
             # per-block compile, before FSDP wrapping (torchtitan's order): blocks share code, so
             # one compilation serves them all; parameters stay the module's own
             for block in m.blocks:
@@ -202,6 +213,9 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
                  optimizer=None, holds_first=0 in stage_ids, holds_last=(n_stages - 1) in stage_ids,
                  local_params=local_params)
     rt.extra["mesh"] = mesh
+    if cfg.experts:
+        rt.extra.update(ep_group=ep_group, edp_group=edp_group, moe_state=moe_state,
+                        expert_params=[p for m in modules for _, p, spec in iter_shard_specs(m) if spec.ep_dim is not None])
     # the step's own bookkeeping (its time, the loss) over a communicator of its own: on the world group it would
     # queue behind ZeRO-1/2's parameter gathers, which go on into the next step (a dp group of every rank is the
     # world group itself), and the host would wait for them between steps
@@ -308,7 +322,8 @@ def build_grad_reduction(rt: Runtime, opts: RunOptions) -> Optional[GradReductio
     if n == 1:
         return None
     late = late_params(rt)
-    params = [p for p in _unique_params(rt.stage_modules) if id(p) not in late]
+    experts = {id(p) for p in rt.extra.get("expert_params", ())}  # reduced over their own group (reduce_gradients)
+    params = [p for p in _unique_params(rt.stage_modules) if id(p) not in late and id(p) not in experts]
     divide = n * (rt.plan.training.num_microbatches if par.pp > 1 else 1)
     return GradReduction(params, start, divide, group, overlap=grad_overlap(rt.plan, opts), bucket_bytes=opts.grad_bucket_bytes,
                          late=[p for p in _unique_params(rt.stage_modules) if id(p) in late])
@@ -409,6 +424,10 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     if red is not None:
         red.begin_step()
     rt.extra.pop("forward_dispatched_at", None)
+    state = rt.extra.get("moe_state")
+    if state is not None:  # the auxiliary loss's gradient starts where the loss's does: x S, / micro-batches without a
+        # pipeline (its losses are divided before their backward), x cp (the cp replicas' gradients are averaged)
+        state.grad_scale = rt.plan.parallel.cp * loss_scale(rt) / (1 if rt.schedule is not None else nmb)
     if rt.schedule is None:
         loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab, fused_loss(rt.plan), rt.extra["scaler"])
         losses = []
@@ -462,6 +481,8 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
     red = rt.extra.get("grad_reduction")
     if red is not None:
         red.finish()
+    if rt.extra.get("expert_params"):
+        reduce_expert_gradients(rt)
     if rt.cfg.tied_embeddings and par.pp > 1:
         sync_tied_embedding_grads(rt.stage_modules, rt.extra["embedding_group"])
     if par.sp:
@@ -483,6 +504,34 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
     if opts.debug_grad_scale != 1.0:
         for g in _held_grads(rt):
             local_tensor(g).mul_(opts.debug_grad_scale)
+
+
+def reduce_expert_gradients(rt: Runtime) -> None:
+    """A mixture of experts' expert weights (parallel_layers.moe): each rank's gradient holds the contributions of
+    the tokens its expert-parallel group sent it, so the ranks holding the same experts (the expert-data-parallel
+    group, tp x cp x dp / ep of them) sum theirs, then divide as the dense gradients are divided: by the dp x cp
+    replicas, and by the micro-batches where the dense reduction divides by them (a pipeline with dp x cp > 1)."""
+    par, nmb = rt.plan.parallel, rt.plan.training.num_microbatches
+    grads = [grad_of(p) for p in rt.extra["expert_params"] if grad_of(p) is not None]
+    divide = par.dp * par.cp * (nmb if par.pp > 1 and rt.extra.get("grad_reduction") is not None else 1)
+    group = rt.extra["edp_group"]
+    if group is None:
+        for g in grads:
+            g.div_(divide)
+        return
+    for idx in make_buckets(grads):
+        bucket_all_reduce_start([grads[i] for i in idx], group, divide)()
+
+
+def moe_runtime_problem(plan, opts: RunOptions) -> None:
+    """What the runtime does not run for a mixture of experts (yet), raised before any group is made (parplan launch
+    checks the same first: planner.launch.check_runtime_support)."""
+    from planner.core import parplan_moe_problem
+    p, t = plan.parallel, plan.training
+    problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True,
+                                  checkpoints=bool(opts.checkpoint_dir))
+    if problem:
+        raise ValueError(f"{problem[0]}: {problem[1]}")
 
 
 def unscale_gradients(rt: Runtime, opts: RunOptions, step: int) -> bool:
@@ -520,7 +569,7 @@ def clip_gradients(rt: Runtime) -> Optional[torch.Tensor]:
     par = rt.plan.parallel
     return clip_grad_norm(rt.stage_modules, max_norm, tp=par.tp, dp=par.dp, cp=par.cp, pp=par.pp,
                           zero_stage=par.zero_stage, tied=rt.cfg.tied_embeddings, device=rt.device,
-                          pieces=_held_pieces(rt), dp_replicate=par.dp_replicate)
+                          pieces=_held_pieces(rt), dp_replicate=par.dp_replicate, ep=par.ep)
 
 
 def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> None:
@@ -543,6 +592,8 @@ def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> No
                 grads[spec.logical_name] = {"grad": g.detach().float().cpu().clone(), "tp_dim": spec.tp_dim,
                                             "tp_rank": mod.tp_rank, "tp_size": mod.tp_size,
                                             "full_shape": tuple(spec.full_shape)}
+                if spec.ep_dim is not None:  # a mixture of experts' weights: the rank's experts
+                    grads[spec.logical_name].update(ep_dim=spec.ep_dim, ep_rank=mod.ep_rank, ep_size=mod.ep_size)
     c = rt.coords
     torch.save({"rank": dist.get_rank(), "dp_rank": c.dp_rank, "pp_rank": c.pp_rank, "tp_rank": c.tp_rank,
                 "cp_rank": c.cp_rank,
@@ -981,6 +1032,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--dropout-masks", choices=["auto", "hash", "keyed"], default="auto",
                     help="plans with training.dropout: the hidden masks hashed where --compile compiles the blocks "
                          "and keyed draws where not (auto), or one of the two (parallel_layers.dropout)")
+    ap.add_argument("--moe-aux-loss-coeff", type=float, default=MOE_AUX_LOSS_COEFF,
+                    help="a mixture of experts: the auxiliary load-balancing loss's coefficient (default "
+                         f"{MOE_AUX_LOSS_COEFF}, as `parplan export --to megatron` writes; 0 for none)")
     a = ap.parse_args(argv)
     for what in ("hidden", "attention"):
         p = getattr(a, f"{what}_dropout")
@@ -1002,7 +1056,7 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
                       overlap_param_gather=a.overlap_param_gather == "on",
                       initial_loss_scale=a.initial_loss_scale, debug_overflow_step=a.debug_overflow_step,
                       hidden_dropout=a.hidden_dropout, attention_dropout=a.attention_dropout,
-                      dropout_masks=a.dropout_masks)
+                      dropout_masks=a.dropout_masks, moe_aux_loss_coeff=a.moe_aux_loss_coeff)
 
 
 def write_report(report: dict, path: str) -> None:

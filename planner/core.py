@@ -177,13 +177,46 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 # not modelled
 HSDP_FRAMEWORKS = ("parplan", "torchtitan", "fsdp")
 # Frameworks a mixture of experts (ModelSpec.experts) is planned for: Megatron-Core's MoE layer with the all-to-all
-# dispatcher and expert tensor parallelism 1 (cost_models/moe.py).  parplan's runtime, torchtitan's, DeepSpeed's and
-# FSDP's MoE are not modelled.
-MOE_FRAMEWORKS = ("megatron",)
+# dispatcher and expert tensor parallelism 1 (cost_models/moe.py), and parplan's runtime, whose MoE layer
+# (parallel_layers.moe) is built the same way (parplan_moe_problem: what it does not run yet).  torchtitan's,
+# DeepSpeed's and FSDP's MoE are not modelled.
+MOE_FRAMEWORKS = ("megatron", "parplan")
+
+
+def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
+                        plan: bool = False, checkpoints: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where parplan's runtime does not train a mixture of experts so (parallel_layers.moe: experts
+    under ZeRO-0, torch.distributed's all-to-all, 16-bit or fp32 linears, no op-level selective recompute, no
+    checkpoints yet); None where it does.  Checked where parplan plans one (moe_problem), where launch runs one
+    (launch.check_runtime_support) and in the runtime itself (train.moe_runtime_problem)."""
+    flag = (lambda f, p: p) if plan else (lambda f, p: f)
+    other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
+    if zero:
+        return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts: parplan's runtime trains experts "
+                "under ZeRO-0 only (each expert's gradient summed over the ranks holding it)",
+                f"use {flag('--zero', 'zero_stage')} 0, {other}")
+    if dispatcher != "alltoall":
+        return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher}: parplan's runtime dispatches "
+                "tokens with torch.distributed's all-to-all", f"use alltoall, {other}")
+    if moe_recompute != "none":
+        return (f"{flag('--moe-recompute', 'training.moe_recompute')} {moe_recompute} is Megatron-LM's "
+                "--recompute-modules; parplan's runtime recomputes whole blocks or the attention core",
+                f"use none (or --recompute full), {other}")
+    if fp8:
+        return ("fp8 with a mixture of experts: parplan's runtime runs its experts' GEMMs in 16 bits",
+                f"drop fp8, {other}")
+    if recompute == "selective-op":
+        return ("recompute selective-op with a mixture of experts: torchtitan's op-level policy is not run over "
+                "parplan's expert dispatch", "use recompute selective, full or none")
+    if checkpoints:
+        return ("checkpoints of a mixture of experts: parplan's runtime does not write its expert-parallel weights "
+                "yet", "run without --checkpoint-dir / --resume")
+    return None
 
 
 def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | None, tp: int | None, sp: bool | None,
-                plan: bool = False, dispatcher: str = "alltoall", recompute: str = "none") -> tuple[str, str] | None:
+                plan: bool = False, dispatcher: str = "alltoall", recompute: str = "none", fp8: bool = False,
+                recompute_mode: str | None = None) -> tuple[str, str] | None:
     """(problem, fix) where a layout cannot be a planned mixture-of-experts one, or an expert parallelism is asked of a
     dense model; named as recommend's flags or (plan) as the plan's fields.  None where it can."""
     name = spec.name or "the model"
@@ -204,8 +237,8 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
     where = "training.framework" if plan else "--framework"
     if framework not in MOE_FRAMEWORKS:
         return (f"{name} is a mixture of experts ({spec.experts} experts, top {spec.experts_per_token}), planned for "
-                f"{' and '.join(MOE_FRAMEWORKS)} only (Megatron-Core's MoE layer), not {framework}",
-                f"set {where} megatron")
+                f"{' and '.join(MOE_FRAMEWORKS)} only (Megatron-Core's MoE layer, and parplan's runtime's built as it "
+                f"is), not {framework}", f"set {where} megatron or parplan")
     if ep is not None and ep > 1 and spec.experts % ep:
         return (f"{flag('--ep', 'ep')} {ep} does not divide {name}'s {spec.experts} experts",
                 f"pick a divisor of {spec.experts}")
@@ -213,6 +246,10 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
         return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts is not modelled (Megatron's "
                 "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group)",
                 f"use {flag('--zero', 'zero_stage')} 0 or 1")
+    if framework == "parplan":
+        problem = parplan_moe_problem(zero, dispatcher, recompute, fp8, recompute_mode, plan)
+        if problem:
+            return problem
     if (tp or 1) > 1 and sp is False:
         return (f"{flag('--no-sp', 'sp false')} with tp {tp}: Megatron-LM runs a mixture of experts with tensor "
                 "parallelism only beside sequence parallelism (the MoE layer takes each rank's sequence shard)",
@@ -602,13 +639,17 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         pins = replace(pins, zero=3, cp=1)  # what hybrid sharding is
     problem = moe_problem(spec, framework, pins.ep, pins.zero, pins.tp, pins.sp,
                           dispatcher=stack.get("moe_dispatcher") or "alltoall",
-                          recompute=stack.get("moe_recompute") or "none")
+                          recompute=stack.get("moe_recompute") or "none", fp8=bool(stack.get("fp8")),
+                          recompute_mode=pins.recompute)
     if problem:
         raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
         pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
-    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1
-        pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= 1))
+    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 (parplan's runtime: 0)
+        top = 0 if framework == "parplan" else 1
+        pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= top))
+    if spec.is_moe and framework == "parplan" and pins.recompute is None:  # parplan_moe_problem: no selective-op
+        pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "selective-op"))
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
         if pins.zero == 0 and (pins.dp or 1) > 1 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):
             raise PlannerError("torchtitan runs DDP (--zero 0 over dp > 1) only without tp, pp or cp (\"DDP has not "
@@ -1179,7 +1220,7 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
                                  "embedding or head")
     fw = t.framework
     problem = moe_problem(spec, fw, p.ep, p.zero_stage, p.tp, p.sp, plan=True,
-                          dispatcher=t.moe_dispatcher, recompute=t.moe_recompute)
+                          dispatcher=t.moe_dispatcher, recompute=t.moe_recompute, fp8=t.fp8, recompute_mode=p.recompute)
     if problem:
         raise StructureError(*problem)
     if p.dp_replicate > 1 and fw not in HSDP_FRAMEWORKS:

@@ -675,9 +675,11 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
     p, t = plan.parallel, plan.training
     missing = []
     m = plan.model
-    if m.is_moe:  # planned for Megatron-LM only (cost_models/moe.py): parallel_layers has no experts
-        missing.append((f"a mixture of experts ({m.experts} experts, top {m.experts_per_token}): parplan's runtime "
-                        "trains dense models", "run it under Megatron-LM: `parplan export PLAN --to megatron`"))
+    if m.is_moe:  # parallel_layers.moe: what the runtime's MoE layer does not run yet
+        from .core import parplan_moe_problem
+        problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True)
+        if problem:
+            missing.append(problem)
     # the runtime shards these evenly over the tensor-parallel group (parallel_layers.layers: a dimension
     # that does not divide raises on every rank); the vocabulary it pads to a multiple of tp, as Megatron does
     fixes = {"ffn_hidden": "use a ffn_hidden divisible by {tp} (e.g. {up}), or another tp",

@@ -190,8 +190,11 @@ CASES = [
     (["sweep", "--model", "tiny-llama-test", "--gpus-list", "0", "--json"], 2, ["--gpus-list"]),
     (["recommend", "--model-config", "{missing.json}", "--json"], 2, ["missing.json"]),
     (["recommend", "--model-config", "{malformed.json}", "--json"], 2, ["json"]),
-    # a mixture of experts (Mixtral's config) is planned under --framework megatron only
-    (["recommend", "--model-config", "{moe.json}", "--json"], 2, ["mixture of experts", "--framework megatron"]),
+    # a mixture of experts (Mixtral's config) is planned under --framework megatron and parplan only; parplan's runtime
+    # trains experts under ZeRO-0 only
+    (["recommend", "--model-config", "{moe.json}", "--framework", "torchtitan", "--json"], 2,
+     ["mixture of experts", "--framework megatron or parplan"]),
+    (["recommend", "--model-config", "{moe.json}", "--zero", "1", "--json"], 2, ["ZeRO-0 only", "--framework megatron"]),
     (["recommend", "--model-config", "{moe.json}", "--model", "llama3-8b", "--json"], 2, ["only one"]),
     (["launch", "--dry-run", "{good.json}", "--steps", "0"], 2, ["--steps"]),
     (["launch", "--dry-run", "{good.json}", "--device", "tpu"], 2, ["--device"]),

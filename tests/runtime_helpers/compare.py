@@ -18,18 +18,23 @@ def assemble(dumps: list[dict], dp_rank: int | None = 0) -> dict[str, torch.Tens
     along their split dim; TP-replicated gradients must agree across TP ranks."""
     shards: dict[str, dict[int, dict]] = {}
     for d in dumps:
-        if dp_rank is not None and d["dp_rank"] != dp_rank:
-            continue
         for name, g in d["grads"].items():
-            prev = shards.setdefault(name, {}).get(g["tp_rank"])
+            expert = g.get("ep_dim") is not None  # a mixture of experts' weights: the ep rank's experts, from any
+            if not expert and dp_rank is not None and d["dp_rank"] != dp_rank:  # replica (ep spans dp)
+                continue
+            key = g["ep_rank"] if expert else g["tp_rank"]
+            prev = shards.setdefault(name, {}).get(key)
             if prev is not None:
                 torch.testing.assert_close(prev["grad"], g["grad"], rtol=1e-6, atol=1e-9,
                                            msg=lambda m: f"{name}: copies of the same shard disagree: {m}")
-            shards[name][g["tp_rank"]] = g
+            shards[name][key] = g
     full = {}
     for name, by_rank in shards.items():
         first = next(iter(by_rank.values()))
-        if first["tp_dim"] is None or first["tp_size"] == 1:
+        if first.get("ep_dim") is not None:
+            assert sorted(by_rank) == list(range(first["ep_size"])), f"{name}: missing expert shards {sorted(by_rank)}"
+            full[name] = torch.cat([by_rank[r]["grad"] for r in range(first["ep_size"])], dim=first["ep_dim"])
+        elif first["tp_dim"] is None or first["tp_size"] == 1:
             for g in by_rank.values():
                 torch.testing.assert_close(g["grad"], first["grad"], rtol=1e-5, atol=1e-9,
                                            msg=lambda m: f"{name}: TP-replicated gradient differs across TP ranks: {m}")

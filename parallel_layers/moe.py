@@ -1,0 +1,202 @@
+"""A mixture of experts' MLP with expert parallelism (Megatron-Core's MoE layer, as cost_models/moe.py plans it).
+
+Each token's MLP input goes through a linear router (replicated, E logits), its top-k experts are chosen on the
+logits and weighted by a softmax over those k (Mixtral's and Qwen3-MoE's normalised top-k; Megatron-Core's default
+``--moe-router-pre-softmax`` off).  The expert-parallel group (``ep`` ranks of a stage's tp x cp x dp ranks,
+consecutive with tp innermost: Megatron's parallel folding with expert tensor parallelism 1) holds the E experts,
+E / ep whole SwiGLU MLPs a rank.  A rank permutes its own tokens by expert (under sequence parallelism its sequence
+shard: the MoE layer takes no tensor-parallel collective), sends each expert's tokens and their k probabilities to
+the rank holding it (``all_to_all_single``: the dispatch), runs its experts one GEMM each (each expert's tokens
+contiguous), applies the probabilities inside the SwiGLU (Megatron-Core's weighted SwiGLU, so no expert output is
+kept for the probabilities' gradient), sends the results back (the combine) and sums each token's k of them.
+
+Saved for the backward, a token (cost_models.moe.saved_bytes_per_token): its k dispatched copies (k x h, the
+experts' GEMM input), the experts' gate and up outputs (2 k x ffn) and the weighted activation (k x ffn, the down
+GEMM's input), the k probabilities (fp32), the router's E softmax scores (fp32, the auxiliary loss's) and the
+permutation's indices.  Expert weights' gradients are summed over the ranks holding the same experts (the expert
+data-parallel group, tp x cp x dp / ep ranks) and divided as the dense ones are (train.reduce_expert_gradients).
+
+The auxiliary load-balancing loss (Switch Transformer's, Megatron-Core's ``--moe-router-load-balancing-type aux_loss``
+with ``--moe-aux-loss-coeff``): coeff x E / (k T^2) x sum_e P_e N_e over the micro-batch's T tokens, P_e the
+router's summed softmax score of expert e and N_e the tokens sent to it, counted over the whole sequence (the counts
+summed over tp and cp, as Megatron-Core sums them over its tp x cp group).  It is not added to the reported loss:
+its gradient enters the router's backward directly (Megatron-Core's MoEAuxLossAutoScaler), at the scale the
+language-model loss's backward starts from (``MoEState.grad_scale``)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from parallel_layers.layers import ShardSpec, _ShardedModule
+from parallel_layers.mappings import _size
+
+INIT_STD = 0.02
+# the auxiliary loss's default coefficient: the one `parplan export --to megatron` writes (--moe-aux-loss-coeff 0.01,
+# Megatron-LM's Mixtral example's)
+AUX_LOSS_COEFF = 0.01
+
+
+@dataclass
+class MoEState:
+    """What every MoE layer of a rank shares: the auxiliary loss's coefficient, the scale its gradient enters the
+    backward at (set by the runtime before each step: 1 / micro-batches where the loss is divided before its
+    backward, times the fp16 loss scale, times cp, whose replicas' gradients are averaged where the loss's partial
+    sums must add), and each layer's last tokens-per-expert counts (for the report)."""
+    aux_loss_coeff: float = 0.0
+    grad_scale: float = 1.0
+
+
+class _AllToAll(torch.autograd.Function):
+    """Rows of x sent to the group's ranks in in_splits order, out_splits rows received; the backward sends the
+    gradients back the same way."""
+
+    @staticmethod
+    def forward(ctx, x, group, out_splits, in_splits):
+        ctx.group, ctx.out_splits, ctx.in_splits = group, out_splits, in_splits
+        return _all_to_all(x, group, out_splits, in_splits)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_to_all(grad, ctx.group, ctx.in_splits, ctx.out_splits), None, None, None
+
+
+def _all_to_all(x, group, out_splits, in_splits):
+    out = x.new_empty((sum(out_splits),) + tuple(x.shape[1:]))
+    dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
+    return out
+
+
+class _WeightedSwiGLU(torch.autograd.Function):
+    """silu(gate) * up * p, p a (rows,) fp32 probability: saves gate, up and p (not the product)."""
+
+    @staticmethod
+    def forward(ctx, gate, up, p):
+        ctx.save_for_backward(gate, up, p)
+        return F.silu(gate) * up * p.unsqueeze(-1).to(gate.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up, p = ctx.saved_tensors
+        g, u, d = gate.float(), up.float(), grad.float()
+        s = torch.sigmoid(g)
+        silu = g * s
+        pw = p.unsqueeze(-1)
+        d_up = d * silu * pw
+        d_gate = d * u * pw * s * (1 + g * (1 - s))
+        d_p = (d * silu * u).sum(-1)
+        return d_gate.to(gate.dtype), d_up.to(up.dtype), d_p.to(p.dtype)
+
+
+class _AuxLossScaler(torch.autograd.Function):
+    """Identity on x; its backward also starts aux's backward with `scale` (Megatron-Core's MoEAuxLossAutoScaler)."""
+
+    @staticmethod
+    def forward(ctx, x, aux, state):
+        ctx.state = state
+        ctx.save_for_backward(aux)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (aux,) = ctx.saved_tensors
+        return grad, torch.full_like(aux, ctx.state.grad_scale), None
+
+
+def _sum_over(t: torch.Tensor, *groups) -> torch.Tensor:
+    for g in groups:
+        if _size(g) > 1:
+            dist.all_reduce(t, group=g)
+    return t
+
+
+class MoEMLP(_ShardedModule):
+    """The MoE block's MLP (see the module docstring): router (E, h) replicated over tp (a sequence shard's partial
+    gradient under SP, summed over tp as a norm's), experts gate / up (E, f, h) and down (E, h, f) split over the
+    expert-parallel group by their first dimension, E / ep a rank."""
+
+    def __init__(self, cfg, i: int, tp_group, sp: bool, ep_group, *, cp_group=None, state: Optional[MoEState] = None,
+                 selective: bool = False):
+        super().__init__(tp_group)
+        h, f, E, k = cfg.hidden, cfg.ffn_hidden, cfg.experts, cfg.experts_per_token
+        self.ep_group, self.ep_size = ep_group, _size(ep_group)
+        self.ep_rank = 0 if self.ep_size == 1 else dist.get_rank(ep_group)
+        if E % self.ep_size:
+            raise ValueError(f"{E} experts do not split over ep={self.ep_size}")
+        if self.tp_size > 1 and not sp:
+            raise ValueError("a mixture of experts under tensor parallelism needs sequence parallelism (each rank "
+                             "routes its sequence shard)")
+        self.experts, self.top_k, self.local = E, k, E // self.ep_size
+        self.cp_group, self.state = cp_group, state or MoEState()
+        # selective recompute: the weighted SwiGLU re-run in the backward, as the dense MLP's activation (model.MLP)
+        self.selective = selective
+        n = f"layers.{i}.mlp"
+        partial = sp and self.tp_size > 1
+        self._new_param("router", ShardSpec(f"{n}.router.weight", (E, h), None, "normal", sp_partial_grad=partial))
+        out_std = INIT_STD / math.sqrt(2 * cfg.layers)
+        for name, shape, std in (("gate", (E, f, h), INIT_STD), ("up", (E, f, h), INIT_STD),
+                                 ("down", (E, h, f), out_std)):
+            self._new_param(name, ShardSpec(f"{n}.experts.{name}", shape, None, "normal", std=std, ep_dim=0))
+        self.last_tokens_per_expert: Optional[torch.Tensor] = None
+
+    def forward(self, x):  # (b, s_local, h) -> (b, s_local, h)
+        shape = x.shape
+        tokens = x.reshape(-1, shape[-1])
+        logits = F.linear(tokens, self.router).float()  # (T, E)
+        idx = torch.topk(logits.detach(), self.top_k, dim=-1).indices  # (T, k)
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)  # the token copies, expert by expert
+        counts = torch.bincount(flat, minlength=self.experts)
+        if self.training and self.state.aux_loss_coeff > 0 and torch.is_grad_enabled():
+            logits = _AuxLossScaler.apply(logits, self._aux_loss(logits, counts), self.state)
+        probs = torch.softmax(logits.gather(-1, idx), dim=-1)  # (T, k): the chosen experts' weights
+        source = order // self.top_k
+        dispatched = tokens[source]  # (T k, h)
+        weights = probs.reshape(-1)[order]
+        y = self._experts_of_group(dispatched, weights, counts)
+        out = torch.zeros_like(tokens, dtype=y.dtype).index_add(0, source, y)
+        return out.reshape(shape).to(x.dtype)
+
+    def _aux_loss(self, logits, counts):
+        scores = torch.softmax(logits, dim=-1)  # (T, E) fp32, over every expert
+        global_counts = _sum_over(counts.detach().clone(), self.tp_group, self.cp_group).to(scores.dtype)
+        total = scores.shape[0] * self.tp_size * _size(self.cp_group)
+        self.last_tokens_per_expert = global_counts
+        coeff = self.state.aux_loss_coeff * self.experts / (self.top_k * total * total)
+        return (scores.sum(0) * global_counts).sum() * coeff
+
+    def _experts_of_group(self, dispatched, weights, counts):
+        """The dispatch over the expert-parallel group, the rank's experts, the combine: rows in and out in the
+        rank's expert order."""
+        if self.ep_size == 1:
+            return self._run_experts(dispatched, weights, counts.tolist())
+        E_l = self.local
+        send = counts.view(self.ep_size, E_l)
+        recv = _all_to_all(send.contiguous(), self.ep_group, [1] * self.ep_size, [1] * self.ep_size)  # [src, e]
+        in_splits, out_splits = send.sum(1).tolist(), recv.sum(1).tolist()
+        got = _AllToAll.apply(dispatched, self.ep_group, out_splits, in_splits)  # [src][e] rows
+        got_w = _AllToAll.apply(weights, self.ep_group, out_splits, in_splits)
+        # rows grouped by source then expert -> by expert then source
+        block = torch.repeat_interleave(torch.arange(self.ep_size * E_l, device=recv.device), recv.reshape(-1))
+        regroup = torch.argsort((block % E_l) * self.ep_size + block // E_l, stable=True)
+        y = self._run_experts(got[regroup], got_w[regroup], recv.sum(0).tolist())
+        y = y[torch.argsort(regroup)]  # back to [src][e]
+        return _AllToAll.apply(y, self.ep_group, in_splits, out_splits)
+
+    def _run_experts(self, x, w, counts: list[int]):
+        outs = []
+        for e, (xs, ws) in enumerate(zip(x.split(counts), w.split(counts))):
+            gate, up = F.linear(xs, self.gate[e]), F.linear(xs, self.up[e])
+            act = (checkpoint(_WeightedSwiGLU.apply, gate, up, ws, use_reentrant=False) if self.selective
+                   else _WeightedSwiGLU.apply(gate, up, ws))
+            outs.append(F.linear(act, self.down[e]))
+        return torch.cat(outs)
+
+
+def is_expert_spec(spec: ShardSpec) -> bool:
+    return spec.ep_dim is not None

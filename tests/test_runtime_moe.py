@@ -1,0 +1,120 @@
+"""A mixture of experts in parplan's runtime (parallel_layers.moe), on gloo: expert-parallel layouts against one-rank
+runs of the same plan (dp folded into gradient accumulation), as test_runtime_multirank does for dense models.
+
+ep splits the experts over a stage's tp x cp x dp ranks (tp innermost), so each case sends tokens to experts on other
+ranks: a dispatch or combine that lost, duplicated or misplaced a token, a probability applied to the wrong copy, an
+expert gradient summed over the wrong ranks or divided wrongly, or an auxiliary loss counted over one rank's
+sequence shard only would change the losses or the gradients.  All 8-rank jobs share one torchrun invocation, the
+one-rank references another."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.runtime_helpers import suite
+from tests.runtime_helpers.compare import assemble, load_dumps, max_relative_error
+from tests.runtime_helpers.plans import TINY_LLAMA, tiny_plan
+
+pytestmark = pytest.mark.multirank
+
+TINY_MOE = {**TINY_LLAMA, "experts": 4, "experts_per_token": 2, "ffn_hidden": 64}
+TINY_MOE_SHARED = {**TINY_MOE, "shared_expert_ffn": 96}
+LOSS_RTOL = 1e-4
+GRAD_RTOL = 1e-5
+NO_AUX = {"moe_aux_loss_coeff": 0.0}
+# one-rank references: name -> (model, options)
+REFERENCES = {"moe": (TINY_MOE, {}), "moe-shared": (TINY_MOE_SHARED, {}), "moe-no-aux": (TINY_MOE, NO_AUX)}
+# name -> (reference, parallel layout); 8 ranks each
+CASES = {
+    # ep over tp and dp: each tp rank routes its own sequence shard (SP) to experts two dp replicas hold
+    "tp2-dp4-sp-ep4": ("moe", dict(tp=2, pp=1, dp=4, sp=True, ep=4)),
+    # ep 2 inside the tp group only: the experts' gradients summed over the tp x dp / ep = 4 ranks holding them
+    "tp2-dp4-sp-ep2": ("moe", dict(tp=2, pp=1, dp=4, sp=True, ep=2)),
+    # a pipeline, whose stages' ranks dispatch among themselves, under 1F1B and under full recompute (the
+    # all-to-alls run again inside the checkpoint, in the backward)
+    "pp2-tp2-dp2-sp-ep4-1f1b": ("moe", dict(tp=2, pp=2, dp=2, sp=True, ep=4, schedule="1f1b")),
+    "pp2-dp4-ep2-interleaved-full": ("moe", dict(tp=1, pp=2, dp=4, ep=2, schedule="interleaved-1f1b", vpp=2,
+                                                 recompute="full")),
+    # the split input / weight backward of ZB-V, the activation checkpointed by selective recompute
+    "pp2-dp4-ep4-zbv-selective": ("moe", dict(tp=1, pp=2, dp=4, ep=4, schedule="zbv", vpp=2,
+                                              recompute="selective")),
+    # context parallelism: the auxiliary loss's token counts summed over tp and cp, its gradient x cp
+    "cp2-tp2-dp2-sp-ep4": ("moe", dict(tp=2, pp=1, dp=2, cp=2, sp=True, ep=4)),
+    # a shared expert (tensor-parallel, beside the routed ones) in a pipeline
+    "shared-pp2-tp2-dp2-sp-ep2": ("moe-shared", dict(tp=2, pp=2, dp=2, sp=True, ep=2, schedule="1f1b")),
+    # no auxiliary loss, data parallelism alone: ep 4 over 8 dp ranks, two copies of each expert
+    "dp8-ep4-no-aux": ("moe-no-aux", dict(tp=1, pp=1, dp=8, ep=4)),
+}
+
+
+def _opts(reference: str) -> dict:
+    return REFERENCES[reference][1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("moe")
+    ref = [suite._job(tmp, f"ref-{n}", tiny_plan(m, clip_grad=suite.CLIP_GRAD), o) for n, (m, o) in REFERENCES.items()]
+    par = [suite._job(tmp, n, tiny_plan(REFERENCES[r][0], clip_grad=suite.CLIP_GRAD, **layout), _opts(r))
+           for n, (r, layout) in CASES.items()]
+    for name, jobs, nproc in (("ref", ref, 1), ("par", par, 8)):
+        r = suite.run_jobs(jobs, nproc, tmp, name)
+        assert r.returncode == 0, f"{name} torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    return tmp
+
+
+def _report(tmp, name) -> dict:
+    return json.loads((tmp / name / "report.json").read_text())
+
+
+def _losses(tmp, name) -> list[float]:
+    return [s["loss"] for s in _report(tmp, name)["steps"]]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_losses_match_one_rank(runs, case):
+    ref = _losses(runs, f"ref-{CASES[case][0]}")
+    got = _losses(runs, case)
+    assert got == pytest.approx(ref, rel=LOSS_RTOL), (case, got, ref)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gradients_match_one_rank(runs, case):
+    """Step 1's reduced gradients, the experts' assembled from the ranks holding them (every copy equal)."""
+    ref = assemble(load_dumps(runs / f"ref-{CASES[case][0]}" / "grads"))
+    got = assemble(load_dumps(runs / case / "grads"))
+    err, name = max_relative_error(got, ref)
+    assert err <= GRAD_RTOL, f"{case}: {name} off by {err:.2e}"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_rank_holds_its_experts(runs, case):
+    """E / ep experts a rank (their gradients' first dimension), each expert on tp x cp x dp / ep ranks."""
+    layout = CASES[case][1]
+    experts, ep = REFERENCES[CASES[case][0]][0]["experts"], layout["ep"]
+    held: dict[tuple, int] = {}
+    for d in load_dumps(runs / case / "grads"):
+        for name, g in d["grads"].items():
+            if ".experts." in name:
+                assert g["ep_size"] == ep and g["grad"].shape[0] == experts // ep, (name, g["grad"].shape)
+                held[(name, g["ep_rank"])] = held.get((name, g["ep_rank"]), 0) + 1
+    copies = layout.get("tp", 1) * layout.get("cp", 1) * layout["dp"] // ep
+    assert held and set(held.values()) == {copies}, held
+
+
+def test_the_auxiliary_loss_moves_the_routers_not_the_experts(runs):
+    """At step 1 the auxiliary loss is not in the reported loss and adds to the routers' gradients (and, through each
+    router's input, to everything before it), not to the last block's experts, the final norm or the head, whose
+    gradients come from the language-model loss alone."""
+    with_aux = assemble(load_dumps(runs / "ref-moe" / "grads"))
+    without = assemble(load_dumps(runs / "ref-moe-no-aux" / "grads"))
+    assert _losses(runs, "ref-moe")[0] == _losses(runs, "ref-moe-no-aux")[0]
+    routers = [n for n in with_aux if n.endswith("router.weight")]
+    last = f"layers.{TINY_MOE['layers'] - 1}.mlp.experts."
+    unmoved = [n for n in with_aux if n.startswith((last, "final_norm", "head"))]
+    assert len(routers) == TINY_MOE["layers"] and len(unmoved) == 3 + 2
+    for name in routers:
+        assert (with_aux[name] - without[name]).abs().max() > 1e-3 * with_aux[name].abs().max(), name
+    for name in unmoved:
+        assert (with_aux[name] - without[name]).abs().max() == 0, name

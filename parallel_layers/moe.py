@@ -50,6 +50,11 @@ class MoEState:
     sums must add), and each layer's last tokens-per-expert counts (for the report)."""
     aux_loss_coeff: float = 0.0
     grad_scale: float = 1.0
+    # benchmarks: token copy j of a rank's token t goes to expert (t k + j) mod E, every expert the same share (the
+    # balanced routing the cost model assumes; Megatron-LM's --moe-router-force-load-balancing, for its performance
+    # runs, draws random logits instead: balanced on average).  The router still runs and is trained through the
+    # chosen logits.
+    balanced: bool = False
 
 
 class _AllToAll(torch.autograd.Function):
@@ -81,16 +86,15 @@ class _WeightedSwiGLU(torch.autograd.Function):
         return F.silu(gate) * up * p.unsqueeze(-1).to(gate.dtype)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad):  # in the inputs' dtype, as model._SwiGLU's (the probabilities' sums in fp32)
         gate, up, p = ctx.saved_tensors
-        g, u, d = gate.float(), up.float(), grad.float()
-        s = torch.sigmoid(g)
-        silu = g * s
-        pw = p.unsqueeze(-1)
-        d_up = d * silu * pw
-        d_gate = d * u * pw * s * (1 + g * (1 - s))
-        d_p = (d * silu * u).sum(-1)
-        return d_gate.to(gate.dtype), d_up.to(up.dtype), d_p.to(p.dtype)
+        pw = p.unsqueeze(-1).to(gate.dtype)
+        sig = torch.sigmoid(gate)
+        silu = gate * sig
+        d_p = (grad * silu * up).sum(-1, dtype=torch.float32)
+        d_up = grad * silu * pw
+        d_gate = grad * up * pw * sig * (1 + gate * (1 - sig))
+        return d_gate, d_up, d_p.to(p.dtype)
 
 
 class _AuxLossScaler(torch.autograd.Function):
@@ -148,7 +152,11 @@ class MoEMLP(_ShardedModule):
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])
         logits = F.linear(tokens, self.router).float()  # (T, E)
-        idx = torch.topk(logits.detach(), self.top_k, dim=-1).indices  # (T, k)
+        if self.state.balanced:
+            n = tokens.shape[0] * self.top_k
+            idx = (torch.arange(n, device=logits.device) % self.experts).view(-1, self.top_k)
+        else:
+            idx = torch.topk(logits.detach(), self.top_k, dim=-1).indices  # (T, k)
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)  # the token copies, expert by expert
         counts = torch.bincount(flat, minlength=self.experts)
@@ -159,7 +167,10 @@ class MoEMLP(_ShardedModule):
         dispatched = tokens[source]  # (T k, h)
         weights = probs.reshape(-1)[order]
         y = self._experts_of_group(dispatched, weights, counts)
-        out = torch.zeros_like(tokens, dtype=y.dtype).index_add(0, source, y)
+        # each token's k results summed, gathered back into token order (index_add would save y for its backward)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=order.device)
+        out = y[inverse].view(-1, self.top_k, y.shape[-1]).sum(1)
         return out.reshape(shape).to(x.dtype)
 
     def _aux_loss(self, logits, counts):

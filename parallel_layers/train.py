@@ -142,6 +142,8 @@ class RunOptions:
     # a mixture of experts' auxiliary load-balancing loss coefficient (parallel_layers.moe; Megatron-LM's
     # --moe-aux-loss-coeff, the 0.01 `parplan export --to megatron` writes); 0: none
     moe_aux_loss_coeff: float = MOE_AUX_LOSS_COEFF
+    # benchmarks: every expert the same share of the tokens (parallel_layers.moe.MoEState.balanced), as predicted
+    moe_balanced_routing: bool = False
 
 
 @dataclass
@@ -189,7 +191,7 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
     if cfg.experts:  # a mixture of experts (parallel_layers.moe): its expert-parallel and expert-data-parallel groups
         moe_runtime_problem(plan, opts)
         ep_group, edp_group = expert_groups(mesh, par.ep)
-        moe_state = MoEState(aux_loss_coeff=opts.moe_aux_loss_coeff)
+        moe_state = MoEState(aux_loss_coeff=opts.moe_aux_loss_coeff, balanced=opts.moe_balanced_routing)
     modules = []
     for sid in stage_ids:
         m = StageModule(cfg, vstages[sid], first=sid == 0, last=sid == n_stages - 1, tp_group=coords.tp_group,
@@ -1035,6 +1037,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--moe-aux-loss-coeff", type=float, default=MOE_AUX_LOSS_COEFF,
                     help="a mixture of experts: the auxiliary load-balancing loss's coefficient (default "
                          f"{MOE_AUX_LOSS_COEFF}, as `parplan export --to megatron` writes; 0 for none)")
+    ap.add_argument("--moe-balanced-routing", action="store_true",
+                    help="a mixture of experts: route every expert the same share of each rank's tokens (the balance "
+                         "the prediction assumes; for measuring, as Megatron-LM's --moe-router-force-load-balancing)")
     a = ap.parse_args(argv)
     for what in ("hidden", "attention"):
         p = getattr(a, f"{what}_dropout")
@@ -1056,7 +1061,8 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
                       overlap_param_gather=a.overlap_param_gather == "on",
                       initial_loss_scale=a.initial_loss_scale, debug_overflow_step=a.debug_overflow_step,
                       hidden_dropout=a.hidden_dropout, attention_dropout=a.attention_dropout,
-                      dropout_masks=a.dropout_masks, moe_aux_loss_coeff=a.moe_aux_loss_coeff)
+                      dropout_masks=a.dropout_masks, moe_aux_loss_coeff=a.moe_aux_loss_coeff,
+                      moe_balanced_routing=a.moe_balanced_routing)
 
 
 def write_report(report: dict, path: str) -> None:

@@ -118,3 +118,30 @@ def test_the_auxiliary_loss_moves_the_routers_not_the_experts(runs):
         assert (with_aux[name] - without[name]).abs().max() > 1e-3 * with_aux[name].abs().max(), name
     for name in unmoved:
         assert (with_aux[name] - without[name]).abs().max() == 0, name
+
+
+# benchmarks/moe_memory.py's plans (4 ranks, balanced routing) whose peak the memory model is held to here: expert
+# parallelism over dp, over tp with SP, and inside a pipeline (2026-12-05's run of all nine: |error| median 1.4 %,
+# max 3.5 %, benchmarks/results/2026-12-05-cpu-memory-moe; before the combine stopped saving the experts' outputs
+# and the weighted SwiGLU's backward stopped upcasting, -17.1 % at dp4-ep4)
+MEMORY_CASES = ("dp4-ep4", "tp2-sp-dp2-ep4", "pp2-dp2-ep2-1f1b")
+MEMORY_BAR = 0.10  # the issue's memory bar for GPU runs, as test_runtime_memory's
+
+
+@pytest.fixture(scope="module")
+def memory_runs(tmp_path_factory):
+    from benchmarks import moe_memory
+    tmp = tmp_path_factory.mktemp("moe-memory")
+    jobs = [j for j in moe_memory.jobs(tmp) if j["report"].split("/")[-2] in MEMORY_CASES]
+    assert len(jobs) == len(MEMORY_CASES)
+    r = suite.run_jobs(jobs, 4, tmp, "memory", timeout=900)
+    assert r.returncode == 0, f"torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    return tmp
+
+
+@pytest.mark.parametrize("name", MEMORY_CASES)
+def test_memory_model_matches_the_cpu_allocator_peak(memory_runs, name):
+    rep = _report(memory_runs, name)
+    cm = rep["cpu_memory"]
+    assert cm["predicted"] == rep["prediction"]["memory_bytes_per_gpu"]["total"]
+    assert abs(cm["error"]) <= MEMORY_BAR, (name, cm)

@@ -1,0 +1,99 @@
+"""A mixture of experts on parplan's runtime: the memory model against the CPU allocator's peak (4 gloo ranks), per
+layout, with the routing balanced as the model assumes (``--moe-balanced-routing``: every expert the same share of a
+rank's tokens).
+
+    OMP_NUM_THREADS=1 python benchmarks/moe_memory.py --out benchmarks/results/DATE-cpu-memory-moe
+
+One 4-rank torchrun of every plan with ``--memory-snapshot`` (parallel_layers/host_memory.py), as
+benchmarks/cpu_memory.py runs the dense layouts: the narrow model of tests/test_runtime_memory.py's SCHEDULES with
+4 SwiGLU experts of its ffn, top 2 (activations dominate), and its wide model likewise (model states dominate: the
+experts' split over ep).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from planner.core import evaluate_plan  # noqa: E402
+from tests.runtime_helpers import suite  # noqa: E402
+from tests.runtime_helpers.plans import tiny_plan, write_plan  # noqa: E402
+from tests.test_runtime_memory import NARROW, WIDE  # noqa: E402
+
+MOE = {"experts": 4, "experts_per_token": 2}
+# name -> (model, training, parallel); 4 ranks each, master-weights
+NARROW_TRAINING = dict(seq_len=512, micro_batch_size=2, global_batch_size=16)
+WIDE_TRAINING = dict(seq_len=32, micro_batch_size=1, global_batch_size=8)
+CASES = {
+    "pp4-1f1b": ("narrow", dict(tp=1, pp=4, dp=1, schedule="1f1b")),
+    "pp4-1f1b-selective": ("narrow", dict(tp=1, pp=4, dp=1, schedule="1f1b", recompute="selective")),
+    "pp4-1f1b-full": ("narrow", dict(tp=1, pp=4, dp=1, schedule="1f1b", recompute="full")),
+    "pp2-dp2-ep2-1f1b": ("narrow", dict(tp=1, pp=2, dp=2, ep=2, schedule="1f1b")),
+    "pp2-dp2-ep2-zbv": ("narrow", dict(tp=1, pp=2, dp=2, ep=2, schedule="zbv", vpp=2)),
+    "dp4-ep4": ("narrow", dict(tp=1, pp=1, dp=4, ep=4)),
+    "tp2-sp-dp2-ep4": ("narrow", dict(tp=2, pp=1, dp=2, ep=4, sp=True)),
+    "wide-dp4-ep4": ("wide", dict(tp=1, pp=1, dp=4, ep=4)),
+    "wide-pp2-dp2-ep2": ("wide", dict(tp=1, pp=2, dp=2, ep=2)),
+}
+MIB = 2**20
+
+
+def jobs(tmp: Path, steps: int = 2) -> list[dict]:
+    out = []
+    for name, (kind, par) in CASES.items():
+        model = {**(NARROW if kind == "narrow" else WIDE), **MOE}
+        training = dict(NARROW_TRAINING if kind == "narrow" else WIDE_TRAINING)
+        if par.get("pp", 1) == 1:  # as test_runtime_memory's dp layouts: two micro-batches a replica
+            training["global_batch_size"] = 2 * training["micro_batch_size"] * par["dp"]
+        plan = evaluate_plan(tiny_plan(model, precision="master-weights", **training, **par))
+        d = tmp / name
+        d.mkdir(parents=True, exist_ok=True)
+        out.append({"plan": write_plan(plan, d / "plan.json"), "report": str(d / "report.json"),
+                    "opts": {"steps": steps, "device": "cpu", "memory_snapshot": str(d / "trace"),
+                             "moe_balanced_routing": True}})
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="parplan-moe-memory-"))
+    r = suite.run_jobs(jobs(tmp), 4, tmp, "memory", timeout=1500)
+    if r.returncode != 0:
+        print(r.stdout[-2000:], r.stderr[-4000:], file=sys.stderr)
+        return 1
+    lines = [f"# A mixture of experts on parplan's runtime, 4 gloo ranks ({datetime.date.today()}, {platform.machine()}, "
+             f"Python {platform.python_version()})", "",
+             "`OMP_NUM_THREADS=1 python benchmarks/moe_memory.py --out <this folder>`: one run of each plan "
+             "(master-weights, balanced routing), the CPU allocator's peak without gloo's staging buffers (the "
+             "largest rank's), against `evaluate`'s total.  Narrow: llama, 8 layers, hidden 256, 4 experts of ffn "
+             "704, top 2, seq 512, micro-batch 2.  Wide: 4 layers, hidden 1024, 4 experts of ffn 2816, top 2, seq 32.",
+             "", "| plan | predicted MiB | measured MiB | error | step losses |", "|---|---|---|---|---|"]
+    errors = {}
+    for name in CASES:
+        rep = json.loads((tmp / name / "report.json").read_text())
+        cm = rep["cpu_memory"]
+        errors[name] = cm["error"]
+        losses = ", ".join(f"{s['loss']:.6f}" for s in rep["steps"])
+        lines.append(f"| {name} | {cm['predicted'] / MIB:.1f} | {cm['without_collective_buffers_max'] / MIB:.1f} | "
+                     f"{cm['error']:+.1%} | {losses} |")
+    lines += ["", f"|error| median {sorted(abs(e) for e in errors.values())[len(errors) // 2]:.1%}, "
+              f"max {max(abs(e) for e in errors.values()):.1%} over {len(errors)} plans."]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    (out / "errors.json").write_text(json.dumps(errors, indent=1) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

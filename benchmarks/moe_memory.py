@@ -41,6 +41,8 @@ CASES = {
     "tp2-sp-dp2-ep4": ("narrow", dict(tp=2, pp=1, dp=2, ep=4, sp=True)),
     "wide-dp4-ep4": ("wide", dict(tp=1, pp=1, dp=4, ep=4)),
     "wide-pp2-dp2-ep2": ("wide", dict(tp=1, pp=2, dp=2, ep=2)),
+    # ZeRO-1: the experts' states split over their expert-data-parallel group (2 ranks), the rest over dp (4)
+    "wide-dp4-ep2-zero1": ("wide", dict(tp=1, pp=1, dp=4, ep=2, zero_stage=1)),
 }
 MIB = 2**20
 

@@ -392,6 +392,12 @@ def build_optimizer(rt: Runtime, opts: RunOptions):
     make = (functools.partial(MasterAdamW, offload=offload, keep_master=master, **kwargs)
             if (offload or master) and plan.parallel.zero_stage != 3 else None)
     if plan.parallel.zero_stage in (1, 2):
+        experts = rt.extra.get("expert_params")
+        if experts:  # a mixture of experts' weights: their states split over their own group (expert_optimizer)
+            ids = {id(p) for p in experts}
+            params = [p for p in params if id(p) not in ids]
+            rt.extra["expert_optimizer"] = ShardedAdamW(experts, rt.extra["edp_group"], plan.parallel.zero_stage,
+                                                        make_optim=make, **kwargs)
         return ShardedAdamW(params, rt.coords.dp_group, plan.parallel.zero_stage, make_optim=make,
                             overlap_gather=opts.overlap_param_gather and plan.parallel.dp > 1, **kwargs)
     if make is not None:
@@ -493,8 +499,11 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
     if par.zero_stage in (0, 1, 2):
         if red is not None:
             red.reduce_now(red.late)
-        if par.zero_stage in (1, 2):  # ZeRO-1/2 shard over dp: the cp replicas are averaged apart
-            all_reduce_bucketed(_held_grads(rt), rt.coords.cp_group, average=True)
+        if par.zero_stage in (1, 2):  # ZeRO-1/2 shard over dp: the cp replicas are averaged apart (not an expert's
+            # gradient, reduced over its cp ranks too and so the same on them: reduce_expert_gradients)
+            experts = {id(p) for p in rt.extra.get("expert_params", ())}
+            all_reduce_bucketed([g for p, g in _held_param_grads(rt) if id(p) not in experts], rt.coords.cp_group,
+                                average=True)
     else:
         if rt.fsdp_correction != 1.0:
             for p in params:
@@ -553,8 +562,13 @@ def unscale_gradients(rt: Runtime, opts: RunOptions, step: int) -> bool:
 def _held_grads(rt: Runtime) -> list:
     """Every gradient this rank holds after the reduction: its parameters' (main_grad under master-weights, an FSDP2
     shard's local tensor) and ZeRO-2's reduced rows of split parameters."""
+    return [g for _, g in _held_param_grads(rt)]
+
+
+def _held_param_grads(rt: Runtime) -> list:
+    """(parameter, gradient) for _held_grads."""
     params = _unique_params(rt.stage_modules)
-    return [grad_of(p) for p in params if grad_of(p) is not None] + [g for g, _ in _held_pieces(rt)]
+    return [(p, grad_of(p)) for p in params if grad_of(p) is not None] + [(p, g) for g, p in _held_pieces(rt)]
 
 
 def _held_pieces(rt: Runtime) -> list:
@@ -773,6 +787,8 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
             t0 = time.perf_counter()
         with CpuMemoryTrace.phase(f"step{step}.fwd_bwd"):
             rt.optimizer.zero_grad(set_to_none=True)
+            if "expert_optimizer" in rt.extra:
+                rt.extra["expert_optimizer"].zero_grad(set_to_none=True)
             clear_grads(_unique_params(rt.stage_modules))
             inputs, targets = data.batch(step, indices)
             if rt.extra["dropout"] is not None:
@@ -792,6 +808,8 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
             if not skipped:  # an overflowed fp16 step changes nothing but the scale (every rank skips it)
                 grad_norm = clip_gradients(rt)
                 rt.optimizer.step()
+                if "expert_optimizer" in rt.extra:  # (its broadcast of the stepped experts is waited for here)
+                    rt.extra["expert_optimizer"].step()
         _sync_compute(device)
         t_end = time.perf_counter()
         dt = torch.tensor([t_end - t0], dtype=torch.float64, device=device)

@@ -186,15 +186,15 @@ MOE_FRAMEWORKS = ("megatron", "parplan")
 def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
                         plan: bool = False, checkpoints: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where parplan's runtime does not train a mixture of experts so (parallel_layers.moe: experts
-    under ZeRO-0, torch.distributed's all-to-all, 16-bit or fp32 linears, no op-level selective recompute, no
+    under ZeRO-0 or 1, torch.distributed's all-to-all, 16-bit or fp32 linears, no op-level selective recompute, no
     checkpoints yet); None where it does.  Checked where parplan plans one (moe_problem), where launch runs one
     (launch.check_runtime_support) and in the runtime itself (train.moe_runtime_problem)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
-    if zero:
+    if zero is not None and zero >= 2:
         return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts: parplan's runtime trains experts "
-                "under ZeRO-0 only (each expert's gradient summed over the ranks holding it)",
-                f"use {flag('--zero', 'zero_stage')} 0, {other}")
+                "under ZeRO-0 or ZeRO-1 (each expert's states split over the ranks holding it)",
+                f"use {flag('--zero', 'zero_stage')} 0 or 1, {other}")
     if dispatcher != "alltoall":
         return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher}: parplan's runtime dispatches "
                 "tokens with torch.distributed's all-to-all", f"use alltoall, {other}")
@@ -645,9 +645,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
         pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
-    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 (parplan's runtime: 0)
-        top = 0 if framework == "parplan" else 1
-        pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= top))
+    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1
+        pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= 1))
     if spec.is_moe and framework == "parplan" and pins.recompute is None:  # parplan_moe_problem: no selective-op
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "selective-op"))
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"

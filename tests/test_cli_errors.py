@@ -191,10 +191,11 @@ CASES = [
     (["recommend", "--model-config", "{missing.json}", "--json"], 2, ["missing.json"]),
     (["recommend", "--model-config", "{malformed.json}", "--json"], 2, ["json"]),
     # a mixture of experts (Mixtral's config) is planned under --framework megatron and parplan only; parplan's runtime
-    # trains experts under ZeRO-0 only
+    # dispatches with torch's all-to-all
     (["recommend", "--model-config", "{moe.json}", "--framework", "torchtitan", "--json"], 2,
      ["mixture of experts", "--framework megatron or parplan"]),
-    (["recommend", "--model-config", "{moe.json}", "--zero", "1", "--json"], 2, ["ZeRO-0 only", "--framework megatron"]),
+    (["recommend", "--model-config", "{moe.json}", "--moe-dispatcher", "deepep", "--json"], 2,
+     ["torch.distributed's all-to-all", "--framework megatron"]),
     (["recommend", "--model-config", "{moe.json}", "--model", "llama3-8b", "--json"], 2, ["only one"]),
     (["launch", "--dry-run", "{good.json}", "--steps", "0"], 2, ["--steps"]),
     (["launch", "--dry-run", "{good.json}", "--device", "tpu"], 2, ["--device"]),

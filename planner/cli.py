@@ -639,6 +639,10 @@ def launch(
                                                   "pytorch.org/memory_viz or benchmarks/memory_peak.py; on cpu, "
                                                   "trace the CPU allocator (profiler) for its peak and what was live "
                                                   "then, per rank as JSON, compared with the plan's memory model."),
+    moe_balanced_routing: bool = typer.Option(False, "--moe-balanced-routing", help="A mixture of experts: send every "
+                                              "expert the same share of each rank's tokens (the balance the "
+                                              "prediction assumes), for measuring; Megatron-LM's "
+                                              "--moe-router-force-load-balancing does it with random logits."),
 ):
     """Run a plan as a real torchrun job and report measured against predicted."""
     device = _check_choice("device", device, ("auto", "cuda", "cpu"))
@@ -669,7 +673,8 @@ def launch(
         code = do_launch(plan_file, steps=steps, device=device, dry_run=dry_run, report=report, nnodes=nnodes,
                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
                      checkpoint_every=checkpoint_every, resume=resume, data=data, compile=compile_blocks,
-                     memory_snapshot=memory_snapshot, data_dtype=data_dtype, resume_step=resume_step)
+                     memory_snapshot=memory_snapshot, data_dtype=data_dtype, resume_step=resume_step,
+                     moe_balanced_routing=moe_balanced_routing)
     except PlannerError as e:
         raise UserError(str(e)) from None
     raise typer.Exit(int(code or 0))

@@ -823,7 +823,8 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
                   data: Optional[str] = None,
                   compile_blocks: bool = False, memory_snapshot: Optional[str] = None,
                   data_dtype: Optional[str] = None, wgrad_fusion: Optional[str] = None,
-                  overlap_grad_reduce: Optional[str] = None, overlap_param_gather: Optional[str] = None) -> list[str]:
+                  overlap_grad_reduce: Optional[str] = None, overlap_param_gather: Optional[str] = None,
+                  moe_balanced_routing: bool = False) -> list[str]:
     """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
     `parallel_layers.train`.  wgrad_fusion, overlap_grad_reduce, overlap_param_gather: the runtime's
     --wgrad-fusion, --overlap-grad-reduce and --overlap-param-gather (launch passes "off" for a plan predicted
@@ -855,6 +856,8 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
         argv += ["--overlap-grad-reduce", overlap_grad_reduce]
     if overlap_param_gather:
         argv += ["--overlap-param-gather", overlap_param_gather]
+    if moe_balanced_routing:
+        argv += ["--moe-balanced-routing"]
     return argv
 
 
@@ -1221,7 +1224,8 @@ def is_launch_report(path: Path) -> bool:
 def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: bool = False, report: str | None = None,
            nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
            checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None,
-           memory_snapshot: str | None = None, data_dtype: str | None = None, resume_step: int | None = None) -> int:
+           memory_snapshot: str | None = None, data_dtype: str | None = None, resume_step: int | None = None,
+           moe_balanced_routing: bool = False) -> int:
     """Check the plan against this machine and run it with torchrun; returns the exit code.
     compile: torch.compile each block (None = on for cuda when the plan models fused pointwise work,
     training.fused_elementwise, as it does by default; off for cpu)."""
@@ -1266,6 +1270,12 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     checks += [c for c in (check_folder("--checkpoint-dir", checkpoint_dir) if checkpoint_dir else None,
                            check_folder("--memory-snapshot", memory_snapshot) if memory_snapshot else None) if c]
     resume = resume or resume_step is not None
+    if plan.model.is_moe and (checkpoint_dir or resume):  # parallel_layers.moe: no expert-parallel checkpoints yet
+        from .core import parplan_moe_problem
+        checks.append(Check("checkpoint", False, *parplan_moe_problem(0, "alltoall", "none", False, None, checkpoints=True)))
+    if moe_balanced_routing and not plan.model.is_moe:
+        checks.append(Check("moe", False, "--moe-balanced-routing routes a mixture of experts' tokens, and the plan's "
+                            "model is dense", "drop --moe-balanced-routing"))
     have = saved_steps(checkpoint_dir) if checkpoint_dir else []  # read once: the checks below all ask it
     if resume and not checkpoint_dir:
         checks.append(Check("checkpoint", False, "--resume without --checkpoint-dir has nothing to resume from",
@@ -1341,7 +1351,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                          memory_snapshot=memory_snapshot, data_dtype=data_dtype,
                          wgrad_fusion=None if plan.training.grad_accumulation_fusion else "off",
                          overlap_grad_reduce=None if plan.training.overlap_grad_reduce else "off",
-                         overlap_param_gather=None if plan_overlaps_param_gather(plan.training) else "off")
+                         overlap_param_gather=None if plan_overlaps_param_gather(plan.training) else "off",
+                         moe_balanced_routing=moe_balanced_routing)
     failed = [c for c in checks if not c.ok]
     if dry_run:
         for c in checks:

@@ -152,3 +152,29 @@ def test_memory_model_matches_the_cpu_allocator_peak(memory_runs, name):
     cm = rep["cpu_memory"]
     assert cm["predicted"] == rep["prediction"]["memory_bytes_per_gpu"]["total"]
     assert abs(cm["error"]) <= MEMORY_BAR, (name, cm)
+
+
+def test_recommend_piped_into_launch_trains_a_mixture_of_experts(tmp_path):
+    """The product's path: `parplan recommend --json | parplan launch -` on a Mixtral-style config, 4 CPU ranks with
+    expert parallelism, every step reported."""
+    import os
+    import subprocess
+    import sys
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 64,
+                               "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
+                               "vocab_size": 256, "num_local_experts": 4, "num_experts_per_tok": 2,
+                               "max_position_embeddings": 256, "tie_word_embeddings": False}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(suite.REPO)}
+    rec = subprocess.run([sys.executable, "-m", "planner.cli", "recommend", "--model-config", str(cfg), "--gpus", "4",
+                          "--seq-len", "64", "--global-batch-size", "8", "--ep", "2", "--json"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert rec.returncode == 0, rec.stderr
+    assert json.loads(rec.stdout)["parallel"]["ep"] == 2
+    report = tmp_path / "report.json"
+    run = subprocess.run([sys.executable, "-m", "planner.cli", "launch", "-", "--device", "cpu", "--steps", "3",
+                          "--report", str(report), "--moe-balanced-routing"], input=rec.stdout, capture_output=True,
+                         text=True, env=env, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    steps = json.loads(report.read_text())["steps"]
+    assert [s["step"] for s in steps] == [1, 2, 3] and all(s["loss"] > 0 for s in steps)

@@ -82,6 +82,14 @@ def grid() -> list[tuple[str, list[str]]]:
     llama3b = next(a for n, a in out if n == "llama-3b-mbs4-none")
     out.append(("llama-3b-mbs4-none-fp8", llama3b + ["--fp8"]))
     out.append(("llama-1.3b-mbs4-none-fp8", next(a for n, a in out if n == "llama-1.3b-mbs4-none") + ["--fp8"]))
+    # a mixture of experts on parplan's runtime (parallel_layers.moe, the twenty-fifth session, checked on CPU only):
+    # one GPU, so ep 1 and no all-to-all; the block eager (not compiled), each expert's GEMMs on its share of the
+    # tokens (balanced routing, --moe-balanced-routing, as predicted): 16 experts of ffn 1408, top 2 (Qwen1.5-MoE's
+    # expert shape at hidden 2048), and 8 of ffn 2816
+    moe = ["--layers", "16", "--hidden", "2048", "--heads", "16", "--kv-heads", "8", "--vocab", "32000",
+           "--seq-len", "2048", "--mbs", "2", "--global-batch-size", "2", "--recompute", "none"]
+    out.append(("moe-2.5b-e16-mbs2", moe + ["--ffn-hidden", "1408", "--experts", "16", "--experts-per-token", "2"]))
+    out.append(("moe-2.4b-e8-mbs2", moe + ["--ffn-hidden", "2816", "--experts", "8", "--experts-per-token", "2"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",
@@ -100,6 +108,8 @@ def run_entry(name: str, args: list[str], out: Path, steps: int, hardware: str |
               "--report", str(d / "report.json")]
     if snapshot:
         launch += ["--memory-snapshot", str(d / "snapshot")]
+    if "--experts" in args:  # every expert its share of the tokens, as the prediction assumes
+        launch += ["--moe-balanced-routing"]
     (d / "command.txt").write_text(shlex.join(rec) + " | " + shlex.join(launch) + "\n")
     t0 = time.time()
     plan = subprocess.run(rec, capture_output=True, text=True)

@@ -85,6 +85,9 @@ grid() {
 # 3. parplan's FP8 linears (written in the twenty-first session, never run on a GPU): does the runtime's FP8 path
 # run, and how close is the prediction (their 16-bit twin llama-3b-mbs4-none ran 2026-12-04)
 grid "$(cap 180 20)" llama-3b-mbs4-none-fp8 llama-1.3b-mbs4-none-fp8
+# ...and parplan's mixture of experts (the twenty-fifth session, checked on CPU only): does it run on a GPU, and how far
+# is its eager block with one GEMM per expert from the prediction
+grid "$(cap 150 20)" moe-2.5b-e16-mbs2 moe-2.4b-e8-mbs2
 
 # 4. the probe at the launches' width (benchmarks/host_probe_width.py): 2026-11-28's and 2026-12-04's calibrates read
 # full recompute 1.2-1.5x under the launches on their machines, no recompute within about 10 %: is it the probe's

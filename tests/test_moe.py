@@ -13,7 +13,7 @@ from cost_models.layout import Layout, ModelDims
 from cost_models.params import param_counts
 from planner.core import PlannerError, evaluate_plan, recommend, training_consts
 from planner.models import load_preset
-from planner.schema import Plan
+from planner.schema import ModelSpec, Plan
 from planner.search import Pins, expert_parallel_candidates
 
 
@@ -381,3 +381,22 @@ def test_launch_refuses_what_the_runtime_does_not_run_of_an_moe_plan(tmp_path):
     (tmp_path / "dense.json").write_text(dense.model_dump_json())
     out = _cli("launch", str(tmp_path / "dense.json"), "--dry-run", "--device", "cpu", "--moe-balanced-routing")
     assert "--moe-balanced-routing routes a mixture of experts' tokens, and the plan's model is dense" in out.stderr
+
+
+def test_an_explicit_shape_can_be_a_mixture_of_experts():
+    """--experts / --experts-per-token / --shared-expert-ffn beside --layers/--hidden/--heads; alone, or with one
+    without the other, one line."""
+    out = _cli("recommend", "--layers", "16", "--hidden", "2048", "--heads", "16", "--kv-heads", "8", "--ffn-hidden",
+               "1408", "--experts", "16", "--experts-per-token", "2", "--shared-expert-ffn", "2816", "--gpus", "8",
+               "--json")
+    assert out.returncode == 0, out.stderr
+    m = json.loads(out.stdout)["model"]
+    assert (m["experts"], m["experts_per_token"], m["shared_expert_ffn"]) == (16, 2, 2816)
+    c = param_counts(ModelSpec(**{k: m[k] for k in ("arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+                                                    "vocab", "experts", "experts_per_token", "shared_expert_ffn")}))
+    assert m["num_params"] == c["total"] and c["active"] < c["total"]
+    for args, match in ((["--experts", "16"], "experts and experts_per_token come together"),
+                        (["--model", "llama3-8b", "--experts", "4"], "only applies to an explicit shape")):
+        bad = _cli("recommend", *([] if "--model" in args else ["--layers", "4", "--hidden", "256", "--heads", "4"]),
+                   *args, "--gpus", "1")
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and match in bad.stderr, bad.stderr

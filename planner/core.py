@@ -596,6 +596,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if framework not in FRAMEWORK_DEFAULTS:
         raise PlannerError(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORK_DEFAULTS)}")
     stack = {**FRAMEWORK_DEFAULTS[framework], **{k: v for k, v in stack.items() if v is not None}}
+    if spec.is_moe and framework == "parplan":  # the runtime runs MoE blocks eager (parallel_layers.moe: their token
+        stack.setdefault("fused_elementwise", False)  # counts are data-dependent shapes), so launch compiles none
     if framework in FRAMEWORK_LACKS:
         lacks = FRAMEWORK_LACKS[framework]
         # pipeline pins (--vpp, a schedule other than plain 1F1B) name the pipeline the framework lacks

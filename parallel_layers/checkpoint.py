@@ -5,7 +5,8 @@ of plain tensors as replicas, which is right for the dp copies and wrong for TP 
 parameters and their AdamW states are DTensors over dp, and layer keys use the global layer
 index, so a checkpoint resumes with another dp, pp or ZeRO stage (tested: dp 2 -> 1, and
 pp 2 -> 1 with ZeRO-1 -> FSDP2); another tp is not supported (TP shards are separate keys; `parplan
-launch` refuses it before any rank starts, checkpoint_steps.saved_tp).  Data needs no state: batches are a function of (seed, step, index).
+launch` refuses it before any rank starts, checkpoint_steps.saved_tp), nor, for a mixture of experts, another ep
+(an ep rank's experts are keys ``@ep{rank}of{ep}`` of their own: checkpoint_steps.saved_ep).  Data needs no state: batches are a function of (seed, step, index).
 
 Master-weights recipes (ZeRO 0-2) also save each fp32 master as ``{key}/master``; such a
 checkpoint resumes only into a master-weights run and vice versa (FSDP2's fp32 shards are the
@@ -21,9 +22,11 @@ from .checkpoint_steps import saved, step_path
 
 
 
-def _key(mod_tp_size: int, mod_tp_rank: int, spec) -> str:
-    if spec.tp_dim is not None and mod_tp_size > 1:
-        return f"{spec.logical_name}@tp{mod_tp_rank}of{mod_tp_size}"
+def _key(mod, spec) -> str:
+    if spec.tp_dim is not None and mod.tp_size > 1:
+        return f"{spec.logical_name}@tp{mod.tp_rank}of{mod.tp_size}"
+    if spec.ep_dim is not None and mod.ep_size > 1:  # a mixture of experts' weights: the ep rank's experts
+        return f"{spec.logical_name}@ep{mod.ep_rank}of{mod.ep_size}"
     return spec.logical_name
 
 
@@ -35,7 +38,7 @@ def _keyed(stage_modules) -> tuple[dict[str, torch.nn.Parameter], list[tuple[str
     for m in stage_modules:
         for mod in m.modules():
             for attr, spec in getattr(mod, "param_specs", {}).items():
-                k, p = _key(mod.tp_size, mod.tp_rank, spec), getattr(mod, attr)
+                k, p = _key(mod, spec), getattr(mod, attr)
                 if k not in out:
                     out[k] = p
                 elif out[k] is not p and all(c is not p for _, c in copies):
@@ -171,10 +174,20 @@ def logical_vocab(stage_modules) -> int | None:
     return None
 
 
+def _optimizers(optim) -> list:
+    """optim, or a list of them: a mixture of experts under ZeRO-1/2 steps its experts with an optimizer of their own
+    (split over the expert-data-parallel group), the first the rest's."""
+    return list(optim) if isinstance(optim, (list, tuple)) else [optim]
+
+
 def save(directory: str, step: int, stage_modules, optim, scaler=None) -> str:
-    """scaler: an fp16 run's loss scaler (parallel_layers.loss_scale), whose scale and count of good steps are kept."""
+    """scaler: an fp16 run's loss scaler (parallel_layers.loss_scale), whose scale and count of good steps are kept.
+    optim: an optimizer or a list of them (_optimizers), each over its own parameters."""
     path = step_path(directory, step)
-    sd = state_dict(stage_modules, optim, step)
+    first, *others = _optimizers(optim)
+    sd = state_dict(stage_modules, first, step)
+    for other in others:
+        sd["optim"].update(state_dict(stage_modules, other, step)["optim"])
     if scaler is not None:
         sd["meta"].update(_scaler_tensors(scaler.state()))
     dcp.save(sd, checkpoint_id=path)
@@ -246,7 +259,10 @@ def load(path: str, stage_modules, optim, scaler=None) -> int:
     """Load in place; returns the step the checkpoint was written after.  scaler: an fp16 run's loss scaler, which
     takes the checkpoint's scale where it has one (a bf16 or fp32 run's has none: the scaler keeps its start)."""
     rows = []
-    sd = state_dict(stage_modules, optim, 0, create_optim_state=True, after_load=rows)
+    first, *others = _optimizers(optim)
+    sd = state_dict(stage_modules, first, 0, create_optim_state=True, after_load=rows)
+    for other in others:
+        sd["optim"].update(state_dict(stage_modules, other, 0, create_optim_state=True, after_load=rows)["optim"])
     saved = _saved_keys(path)
     after = _cross_master_recipes(sd, saved)
     want = logical_vocab(stage_modules) if "meta.vocab" in saved else None  # none recorded before 2026-12-02
@@ -273,8 +289,9 @@ def load(path: str, stage_modules, optim, scaler=None) -> int:
             target.copy_(source if a is None or source.dim() == 0 else source[a:b])
     if scaled:
         scaler.load({"scale": float(sd["meta"]["loss_scale"]), "good_steps": int(sd["meta"]["loss_scale_good_steps"])})
-    _restore_copies(stage_modules, optim)
-    _, master = _unwrap(optim)
-    if master is not None:
-        master.sync_from_params()  # a host mirror of fp32 parameters follows the loaded values
+    _restore_copies(stage_modules, first)  # (a tied embedding's copies: never an expert)
+    for each in (first, *others):
+        _, master = _unwrap(each)
+        if master is not None:
+            master.sync_from_params()  # a host mirror of fp32 parameters follows the loaded values
     return int(sd["meta"]["step"].item())

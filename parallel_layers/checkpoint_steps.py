@@ -29,10 +29,20 @@ def saved_tp(path: str) -> int | None:
     """The tensor-parallel size a checkpoint was saved with, from its key names and without torch: a TP shard's key
     ends in "@tp{rank}of{tp}" (parallel_layers.checkpoint._key), and DCP's .metadata pickle holds the keys as
     plain strings.  1 when no key is a TP shard; None when the file cannot be read."""
+    return _saved_split(path, rb"@tp\d+of(\d+)")
+
+
+def saved_ep(path: str) -> int | None:
+    """The expert-parallel size a mixture of experts' checkpoint was saved with (keys "@ep{rank}of{ep}"), as saved_tp:
+    1 when none is an ep rank's experts (a dense model, or ep 1); None when the file cannot be read."""
+    return _saved_split(path, rb"@ep\d+of(\d+)")
+
+
+def _saved_split(path: str, pattern: bytes) -> int | None:
     try:
         with open(os.path.join(path, ".metadata"), "rb") as f:
             data = f.read()
     except OSError:
         return None
-    sizes = {int(t) for t in re.findall(rb"@tp\d+of(\d+)", data)}
+    sizes = {int(t) for t in re.findall(pattern, data)}
     return max(sizes) if sizes else 1

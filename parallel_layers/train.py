@@ -517,6 +517,11 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
             local_tensor(g).mul_(opts.debug_grad_scale)
 
 
+def optimizers(rt: Runtime) -> list:
+    """The run's optimizers: rt.optimizer, and a mixture of experts' own under ZeRO-1 (build_optimizer)."""
+    return [rt.optimizer] + ([rt.extra["expert_optimizer"]] if "expert_optimizer" in rt.extra else [])
+
+
 def reduce_expert_gradients(rt: Runtime) -> None:
     """A mixture of experts' expert weights (parallel_layers.moe): each rank's gradient holds the contributions of
     the tokens its expert-parallel group sent it, so the ranks holding the same experts (the expert-data-parallel
@@ -539,8 +544,7 @@ def moe_runtime_problem(plan, opts: RunOptions) -> None:
     checks the same first: planner.launch.check_runtime_support)."""
     from planner.core import parplan_moe_problem
     p, t = plan.parallel, plan.training
-    problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True,
-                                  checkpoints=bool(opts.checkpoint_dir))
+    problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True)
     if problem:
         raise ValueError(f"{problem[0]}: {problem[1]}")
 
@@ -766,7 +770,7 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         if path is None:
             log(f"no checkpoint under {opts.checkpoint_dir}; starting from step 0")
         else:
-            start = ckpt.load(path, rt.stage_modules, rt.optimizer, rt.extra["scaler"])
+            start = ckpt.load(path, rt.stage_modules, optimizers(rt), rt.extra["scaler"])
             rt.extra["resumed_from"] = {"checkpoint": path, "step": start}
             log(f"resumed from {path} (after step {start})")
     flops_per_token = model_flops_per_token(plan)
@@ -830,7 +834,7 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         # every checkpoint_every steps, and after the last step (Megatron's --save and torchtitan do the same)
         if opts.checkpoint_dir and ((opts.checkpoint_every and step % opts.checkpoint_every == 0) or step == opts.steps):
             settle_parameters(rt)
-            path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, rt.optimizer, rt.extra["scaler"])
+            path = ckpt.save(opts.checkpoint_dir, step, rt.stage_modules, optimizers(rt), rt.extra["scaler"])
             log(f"checkpoint {path}")
             t_end = None  # the save is no step's time
         # one clock from step to step: what runs between two steps (this bookkeeping, the gathers' tail) counts in

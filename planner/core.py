@@ -184,10 +184,10 @@ MOE_FRAMEWORKS = ("megatron", "parplan")
 
 
 def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
-                        plan: bool = False, checkpoints: bool = False) -> tuple[str, str] | None:
+                        plan: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where parplan's runtime does not train a mixture of experts so (parallel_layers.moe: experts
-    under ZeRO-0 or 1, torch.distributed's all-to-all, 16-bit or fp32 linears, no op-level selective recompute, no
-    checkpoints yet); None where it does.  Checked where parplan plans one (moe_problem), where launch runs one
+    under ZeRO-0 or 1, torch.distributed's all-to-all, 16-bit or fp32 linears, no op-level selective recompute);
+    None where it does.  Checked where parplan plans one (moe_problem), where launch runs one
     (launch.check_runtime_support) and in the runtime itself (train.moe_runtime_problem)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
@@ -208,9 +208,6 @@ def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, f
     if recompute == "selective-op":
         return ("recompute selective-op with a mixture of experts: torchtitan's op-level policy is not run over "
                 "parplan's expert dispatch", "use recompute selective, full or none")
-    if checkpoints:
-        return ("checkpoints of a mixture of experts: parplan's runtime does not write its expert-parallel weights "
-                "yet", "run without --checkpoint-dir / --resume")
     return None
 
 

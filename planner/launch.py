@@ -36,7 +36,7 @@ from typing import Optional
 from cost_models.compute import plan_fuses_wgrad, plan_overlaps_param_gather
 from cost_models.layout import stage_layers
 from cost_models.memory import runs_in_rounds
-from parallel_layers.checkpoint_steps import saved_steps, saved_tp, step_path
+from parallel_layers.checkpoint_steps import saved_ep, saved_steps, saved_tp, step_path
 from planner.core import WINDOW_FRAMEWORKS
 from planner.limits import can_make_folder_in, is_device
 
@@ -449,6 +449,11 @@ def _model_mismatch(md: Optional[dict], plan) -> Optional[str]:
     want = plan_parameter_shapes(plan)
     have: dict[str, tuple[int, ...]] = {}
     for key, size in md.items():
+        name, _, experts = key.partition("@ep")  # a mixture of experts' weights: an ep rank's E / ep experts
+        m = re.fullmatch(r"\d+of(\d+)", experts)
+        if m and name in want:
+            size = (size[0] * int(m.group(1)), *size[1:])
+            key = name
         name, _, shard = key.partition("@tp")
         if "/" in name:  # not a parameter (optimizer states live under "optim.")
             continue
@@ -498,6 +503,13 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp
                      f"tp={tp}: its tensor-parallel shards do not load into another tp",
                      f"resume with a tp={was} plan (dp, pp, cp and the ZeRO stage may differ), or start afresh "
                      "without --resume")
+    ep = plan.parallel.ep if plan is not None and plan.model.is_moe else None
+    was = saved_ep(step_path(checkpoint_dir, start)) if ep is not None else None
+    if was is not None and was != ep:  # a mixture of experts: an ep rank's experts are keys of their own
+        return Check("checkpoint", False, f"the checkpoint of step {start} was saved with ep={was} and the plan has "
+                     f"ep={ep}: an expert-parallel rank's experts do not load into another ep",
+                     f"resume with an ep={was} plan (tp as saved; dp, pp, cp and the ZeRO stage may differ), or start "
+                     "afresh without --resume")
     if plan is not None:
         fix = "resume with a plan of the model it was saved with (any layout), or start afresh without --resume"
         model, md = plan.model, _checkpoint_shapes(step_path(checkpoint_dir, start))  # read once for both checks
@@ -1270,9 +1282,6 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     checks += [c for c in (check_folder("--checkpoint-dir", checkpoint_dir) if checkpoint_dir else None,
                            check_folder("--memory-snapshot", memory_snapshot) if memory_snapshot else None) if c]
     resume = resume or resume_step is not None
-    if plan.model.is_moe and (checkpoint_dir or resume):  # parallel_layers.moe: no expert-parallel checkpoints yet
-        from .core import parplan_moe_problem
-        checks.append(Check("checkpoint", False, *parplan_moe_problem(0, "alltoall", "none", False, None, checkpoints=True)))
     if moe_balanced_routing and not plan.model.is_moe:
         checks.append(Check("moe", False, "--moe-balanced-routing routes a mixture of experts' tokens, and the plan's "
                             "model is dense", "drop --moe-balanced-routing"))

@@ -368,15 +368,8 @@ def test_moe_recompute_modules_trade_saved_outputs_for_a_pass():
         recommend("llama3-8b", 8, moe_recompute="act", suggest=False)
 
 
-def test_launch_refuses_what_the_runtime_does_not_run_of_an_moe_plan(tmp_path):
-    """A checkpoint of a mixture of experts (not written yet) and balanced routing asked of a dense plan: one line
-    each in the dry run's checks."""
-    moe = _plan()
-    moe = moe.model_copy(update={"training": moe.training.model_copy(update={"framework": "parplan"})})
-    (tmp_path / "moe.json").write_text(moe.model_dump_json())
-    out = _cli("launch", str(tmp_path / "moe.json"), "--dry-run", "--device", "cpu", "--checkpoint-dir",
-               str(tmp_path / "ck"))
-    assert "checkpoint: checkpoints of a mixture of experts" in out.stderr
+def test_launch_refuses_balanced_routing_of_a_dense_plan(tmp_path):
+    """--moe-balanced-routing asked of a dense plan: one line in the dry run's checks."""
     dense = recommend("llama3-8b", 8, top_k=1, suggest=False)
     (tmp_path / "dense.json").write_text(dense.model_dump_json())
     out = _cli("launch", str(tmp_path / "dense.json"), "--dry-run", "--device", "cpu", "--moe-balanced-routing")

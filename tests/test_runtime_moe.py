@@ -55,6 +55,12 @@ CASES = {
 }
 
 
+# checkpoints: the ZeRO-1 case's checkpoint after step 2 (its ep rank's experts under keys of their own, both
+# optimizers' states) resumed in the same layout, and in another with the same tp and ep (pp 2, dp 2, ZeRO-0)
+CKPT_FROM = "zero1-tp2-dp4-sp-ep4"
+CKPT_RESHARD = dict(tp=2, pp=2, dp=2, sp=True, ep=4, schedule="1f1b")
+
+
 def _opts(reference: str) -> dict:
     return REFERENCES[reference][1]
 
@@ -65,6 +71,13 @@ def runs(tmp_path_factory):
     ref = [suite._job(tmp, f"ref-{n}", tiny_plan(m, clip_grad=suite.CLIP_GRAD), o) for n, (m, o) in REFERENCES.items()]
     par = [suite._job(tmp, n, tiny_plan(REFERENCES[r][0], clip_grad=suite.CLIP_GRAD, **layout), _opts(r))
            for n, (r, layout) in CASES.items()]
+    ck = str(tmp / "ckpt")
+    next(j for j in par if j["report"] == str(tmp / CKPT_FROM / "report.json"))["opts"].update(
+        checkpoint_dir=ck, checkpoint_every=2)
+    same = tiny_plan(TINY_MOE, clip_grad=suite.CLIP_GRAD, **CASES[CKPT_FROM][1])
+    par.append(suite._job(tmp, "ckpt-resume", same, {"checkpoint_dir": ck, "resume": True, "resume_step": 2}))
+    other = tiny_plan(TINY_MOE, clip_grad=suite.CLIP_GRAD, **CKPT_RESHARD)
+    par.append(suite._job(tmp, "ckpt-reshard", other, {"checkpoint_dir": ck, "resume": True, "resume_step": 2}))
     for name, jobs, nproc in (("ref", ref, 1), ("par", par, 8)):
         r = suite.run_jobs(jobs, nproc, tmp, name)
         assert r.returncode == 0, f"{name} torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
@@ -178,3 +191,34 @@ def test_recommend_piped_into_launch_trains_a_mixture_of_experts(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     steps = json.loads(report.read_text())["steps"]
     assert [s["step"] for s in steps] == [1, 2, 3] and all(s["loss"] > 0 for s in steps)
+
+
+def test_a_checkpoint_resumes_the_loss_curve_in_its_layout_and_another(runs):
+    """Step 3 after resuming from the step-2 checkpoint (experts under @ep keys, the experts' own ZeRO-1 optimizer
+    saved beside the rest's) continues the uninterrupted run: exactly in the same layout, within the layouts'
+    tolerance with pp 2 x dp 2 under ZeRO-0 (the same tp and ep)."""
+    from parallel_layers.checkpoint_steps import saved_ep, saved_tp
+    straight = _losses(runs, CKPT_FROM)
+    same, other = _report(runs, "ckpt-resume"), _report(runs, "ckpt-reshard")
+    assert [s["step"] for s in same["steps"]] == [3] == [s["step"] for s in other["steps"]]
+    assert same["steps"][0]["loss"] == pytest.approx(straight[2], rel=1e-7)
+    assert other["steps"][0]["loss"] == pytest.approx(straight[2], rel=LOSS_RTOL)
+    path = str(runs / "ckpt" / "step_00000002")
+    assert (saved_tp(path), saved_ep(path)) == (2, 4)
+
+
+def test_launch_checks_a_resume_against_the_saved_ep(runs):
+    """parplan launch's resume check reads the ep a checkpoint was saved with from its keys and refuses another (an ep
+    rank's experts are keys of their own), as it refuses another tp; the saved layout's ep passes, and so does the
+    model, expert weights assembled over ep."""
+    from planner.launch import check_resume, checkpoint_model_mismatch
+    ck = str(runs / "ckpt")
+    for ep, ok in ((4, True), (2, False)):
+        plan = tiny_plan(TINY_MOE, clip_grad=suite.CLIP_GRAD, **{**CASES[CKPT_FROM][1], "ep": ep})
+        check = check_resume(ck, 2, 3, plan.parallel.tp, plan)
+        assert check.ok == ok, check.line()
+        if not ok:
+            assert "saved with ep=4 and the plan has ep=2" in check.detail
+    assert checkpoint_model_mismatch(ck + "/step_00000002", tiny_plan(TINY_MOE, **CASES[CKPT_FROM][1])) is None
+    assert "experts" in (checkpoint_model_mismatch(ck + "/step_00000002",
+                                                   tiny_plan({**TINY_MOE, "experts": 8}, **CASES[CKPT_FROM][1])) or "")

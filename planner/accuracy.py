@@ -88,6 +88,9 @@ def published_on(pub: dict, hardware: str | None) -> tuple[str | None, dict | No
 
 
 FP8_LAUNCHES = "all 16-bit: parplan's FP8 linears have not run on a GPU yet"
+# a mixture of experts planned for parplan's runtime (group "parplan-moe"): what is known of it
+PARPLAN_MOE = ("no GPU run of parplan's mixture of experts yet (its memory model against the CPU allocator: "
+               "benchmarks/results/2026-12-05-cpu-memory-moe)")
 
 
 def group(framework: str, moe: bool = False) -> str:
@@ -150,6 +153,8 @@ def line(framework: str, hardware: str | None = None, fp8: bool = False) -> str 
                    f"{grid['runs']} {gpu} launches, step |error| median {_pct(step['datasheet'])} "
                    f"(calibrated profile {_pct(step['calibrated'])}), memory {_pct(grid['memory_vs_allocated_median_abs_error'])}"
                    + (f" ({FP8_LAUNCHES})" if fp8 else ""))
+    if framework == "parplan-moe":
+        out.append(PARPLAN_MOE)
     if not out and pub and pub.get("plausibility_runs"):
         out.append(f"plausibility checks only: {pub['plausibility_runs']} published runs, |error| median "
                    f"{_pct(pub['plausibility_median_abs_error'])} (parplan validate)")

@@ -393,3 +393,12 @@ def test_an_explicit_shape_can_be_a_mixture_of_experts():
         bad = _cli("recommend", *([] if "--model" in args else ["--layers", "4", "--hidden", "256", "--heads", "4"]),
                    *args, "--gpus", "1")
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and match in bad.stderr, bad.stderr
+
+
+def test_a_parplan_moe_plan_is_told_no_gpu_run_checked_it():
+    """The accuracy line of a mixture of experts planned for parplan's runtime says nothing measured its step on a GPU
+    (the dense launches' numbers are not its own), a Megatron one its published MoE runs."""
+    from planner.accuracy import group, line
+    assert "no GPU run of parplan's mixture of experts yet" in line(group("parplan", True), "h100-sxm-80gb")
+    assert "launches" not in line(group("parplan", True), "h100-sxm-80gb")
+    assert "published mixture-of-experts runs" in line(group("megatron", True), "h100-sxm-80gb")

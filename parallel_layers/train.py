@@ -63,7 +63,6 @@ from parallel_layers.data_parallel import (
     ShardedAdamW,
     all_reduce_bucketed,
     bucket_all_reduce_start,
-    make_buckets,
     apply_fsdp,
     fsdp_grad_correction,
     local_tensor,
@@ -244,6 +243,7 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         for m in modules:
             m.param_wait = rt.optimizer.wait_for
     rt.extra["grad_reduction"] = build_grad_reduction(rt, opts)
+    rt.extra["expert_grad_reduction"] = build_expert_grad_reduction(rt, opts)
     rt.extra["dropout"] = drop = dropout_state(plan, coords, opts, device)
     for m in modules:
         m.set_dropout(drop)
@@ -329,6 +329,28 @@ def build_grad_reduction(rt: Runtime, opts: RunOptions) -> Optional[GradReductio
     divide = n * (rt.plan.training.num_microbatches if par.pp > 1 else 1)
     return GradReduction(params, start, divide, group, overlap=grad_overlap(rt.plan, opts), bucket_bytes=opts.grad_bucket_bytes,
                          late=[p for p in _unique_params(rt.stage_modules) if id(p) in late])
+
+
+def expert_divide(rt: Runtime) -> float:
+    """What a mixture of experts' summed expert gradients are divided by: the dp x cp replicas, and the micro-batches
+    where the dense reduction divides by them (a pipeline with dp x cp > 1; without one the schedule or the loss did)."""
+    par, nmb = rt.plan.parallel, rt.plan.training.num_microbatches
+    return par.dp * par.cp * (nmb if par.pp > 1 and rt.extra.get("grad_reduction") is not None else 1)
+
+
+def build_expert_grad_reduction(rt: Runtime, opts: RunOptions) -> Optional[GradReduction]:
+    """A mixture of experts' expert gradients summed over their expert-data-parallel group (tp x cp x dp / ep ranks
+    holding the same experts; ZeRO-1 splits their states over it too), bucketed and started during the backward as the
+    dense reduction's (data_parallel.GradReduction), where that one runs: with dp x cp = 1 the pipeline schedule scales
+    the gradients after the backward, so the experts' reduction waits for it.  None without experts or where no other
+    rank holds this rank's experts (reduce_expert_gradients then only divides)."""
+    experts, group = rt.extra.get("expert_params"), rt.extra.get("edp_group")
+    if not experts or group is None:
+        return None
+    dense = rt.extra.get("grad_reduction")
+    return GradReduction(experts, functools.partial(_dp_bucket_start, group), expert_divide(rt), group,
+                         overlap=grad_overlap(rt.plan, opts) and dense is not None and dense.overlap,
+                         bucket_bytes=opts.grad_bucket_bytes)
 
 
 def _dp_bucket_start(group, params, divide):
@@ -432,6 +454,9 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     if red is not None:
         red.begin_step()
     rt.extra.pop("forward_dispatched_at", None)
+    ered = rt.extra.get("expert_grad_reduction")
+    if ered is not None:
+        ered.begin_step()
     state = rt.extra.get("moe_state")
     if state is not None:  # the auxiliary loss's gradient starts where the loss's does: x S, / micro-batches without a
         # pipeline (its losses are divided before their backward), x cp (the cp replicas' gradients are averaged)
@@ -525,18 +550,17 @@ def optimizers(rt: Runtime) -> list:
 def reduce_expert_gradients(rt: Runtime) -> None:
     """A mixture of experts' expert weights (parallel_layers.moe): each rank's gradient holds the contributions of
     the tokens its expert-parallel group sent it, so the ranks holding the same experts (the expert-data-parallel
-    group, tp x cp x dp / ep of them) sum theirs, then divide as the dense gradients are divided: by the dp x cp
-    replicas, and by the micro-batches where the dense reduction divides by them (a pipeline with dp x cp > 1)."""
-    par, nmb = rt.plan.parallel, rt.plan.training.num_microbatches
-    grads = [grad_of(p) for p in rt.extra["expert_params"] if grad_of(p) is not None]
-    divide = par.dp * par.cp * (nmb if par.pp > 1 and rt.extra.get("grad_reduction") is not None else 1)
-    group = rt.extra["edp_group"]
-    if group is None:
-        for g in grads:
-            g.div_(divide)
+    group, tp x cp x dp / ep of them) sum theirs (build_expert_grad_reduction, started during the backward where the
+    dense reduction is), then divide as the dense gradients are divided (expert_divide)."""
+    ered = rt.extra.get("expert_grad_reduction")
+    if ered is not None:
+        ered.finish()
         return
-    for idx in make_buckets(grads):
-        bucket_all_reduce_start([grads[i] for i in idx], group, divide)()
+    divide = expert_divide(rt)  # no other rank holds these experts: the division alone
+    if divide != 1:
+        for p in rt.extra["expert_params"]:
+            if grad_of(p) is not None:
+                grad_of(p).div_(divide)
 
 
 def moe_runtime_problem(plan, opts: RunOptions) -> None:
@@ -750,6 +774,8 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     return build_report(plan, opts, device, steps, memories, params_per_rank,
                         wgrad_fusion=rt.extra.get("wgrad_fusion"), grad_overlap=None if red is None else red.overlap,
                         grad_buckets=None if red is None else red.last_step,
+                        expert_grad_buckets=(None if rt.extra.get("expert_grad_reduction") is None
+                                             else rt.extra["expert_grad_reduction"].last_step),
                         resumed_from=rt.extra.get("resumed_from"),
                         param_overlap=(rt.optimizer.overlap_gather if isinstance(rt.optimizer, ShardedAdamW)
                                        and plan.parallel.dp > 1 else None),
@@ -868,6 +894,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
                  comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None,
                  grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None,
                  grad_buckets: Optional[dict] = None, resumed_from: Optional[dict] = None,
+                 expert_grad_buckets: Optional[dict] = None,
                  recompile_limit: int = 0, fp8_cast_failure: Optional[str] = None) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
     comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
@@ -970,6 +997,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "overlap_grad_reduce": grad_overlap,
         "overlap_param_gather": param_overlap,
         "grad_reduce_buckets": grad_buckets,
+        # a mixture of experts: rank 0's expert-gradient reduction over its expert-data-parallel group, as above
+        "expert_grad_reduce_buckets": expert_grad_buckets,
         "torch_version": torch.__version__,
         "world_size": len(memories),
         "resumed_from": resumed_from,

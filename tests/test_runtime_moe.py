@@ -50,6 +50,9 @@ CASES = {
     "zero1-cp2-tp2-dp2-sp-ep2": ("moe", dict(tp=2, pp=1, dp=2, cp=2, sp=True, ep=2, zero_stage=1)),
     "zero1-offload-pp2-dp4-ep2": ("moe", dict(tp=1, pp=2, dp=4, ep=2, zero_stage=1, offload="optimizer",
                                               schedule="1f1b")),
+    # the experts' reduction after the backward instead of during it (as the dense one: --overlap-grad-reduce off),
+    # 4 KiB buckets so that they start at different points of the backward: the same buckets, the same values
+    "tp2-dp4-sp-ep2-small-buckets": ("moe", dict(tp=2, pp=1, dp=4, sp=True, ep=2)),
     # no auxiliary loss, data parallelism alone: ep 4 over 8 dp ranks, two copies of each expert
     "dp8-ep4-no-aux": ("moe-no-aux", dict(tp=1, pp=1, dp=8, ep=4)),
 }
@@ -61,16 +64,25 @@ CKPT_FROM = "zero1-tp2-dp4-sp-ep4"
 CKPT_RESHARD = dict(tp=2, pp=2, dp=2, sp=True, ep=4, schedule="1f1b")
 
 
-def _opts(reference: str) -> dict:
-    return REFERENCES[reference][1]
+# cases run with options of their own beside their reference's
+CASE_OPTS = {"tp2-dp4-sp-ep2-small-buckets": {"grad_bucket_bytes": 4096}}
+AFTER_BACKWARD = "tp2-dp4-sp-ep2-small-buckets"
+
+
+def _opts(reference: str, case: str | None = None) -> dict:
+    return {**REFERENCES[reference][1], **CASE_OPTS.get(case, {})}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("moe")
     ref = [suite._job(tmp, f"ref-{n}", tiny_plan(m, clip_grad=suite.CLIP_GRAD), o) for n, (m, o) in REFERENCES.items()]
-    par = [suite._job(tmp, n, tiny_plan(REFERENCES[r][0], clip_grad=suite.CLIP_GRAD, **layout), _opts(r))
+    par = [suite._job(tmp, n, tiny_plan(REFERENCES[r][0], clip_grad=suite.CLIP_GRAD, **layout), _opts(r, n))
            for n, (r, layout) in CASES.items()]
+    r, layout = CASES[AFTER_BACKWARD]
+    par.append(suite._job(tmp, AFTER_BACKWARD + "-after-backward", tiny_plan(REFERENCES[r][0], clip_grad=suite.CLIP_GRAD,
+                                                                             **layout),
+                          {**_opts(r, AFTER_BACKWARD), "overlap_grad_reduce": False}))
     ck = str(tmp / "ckpt")
     next(j for j in par if j["report"] == str(tmp / CKPT_FROM / "report.json"))["opts"].update(
         checkpoint_dir=ck, checkpoint_every=2)
@@ -222,3 +234,16 @@ def test_launch_checks_a_resume_against_the_saved_ep(runs):
     assert checkpoint_model_mismatch(ck + "/step_00000002", tiny_plan(TINY_MOE, **CASES[CKPT_FROM][1])) is None
     assert "experts" in (checkpoint_model_mismatch(ck + "/step_00000002",
                                                    tiny_plan({**TINY_MOE, "experts": 8}, **CASES[CKPT_FROM][1])) or "")
+
+
+def test_reducing_the_experts_during_the_backward_changes_no_value(runs):
+    """The experts' gradients reduced over their group during the backward (bucket by bucket as they become final,
+    beside the dense reduction) and after it: the same buckets, so the same values to the bit; and the report says
+    the experts' buckets did start during the backward."""
+    during, after = AFTER_BACKWARD, AFTER_BACKWARD + "-after-backward"
+    assert _losses(runs, during) == _losses(runs, after)
+    a, b = assemble(load_dumps(runs / during / "grads")), assemble(load_dumps(runs / after / "grads"))
+    assert all(bool((a[n] == b[n]).all()) for n in a)
+    started = _report(runs, during)["expert_grad_reduce_buckets"]
+    assert started["buckets"] > 1 and 0 < started["started_in_backward"], started
+    assert _report(runs, after)["expert_grad_reduce_buckets"]["started_in_backward"] == 0

@@ -25,7 +25,7 @@ language-model loss's backward starts from (``MoEState.grad_scale``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -55,6 +55,20 @@ class MoEState:
     # runs, draws random logits instead: balanced on average).  The router still runs and is trained through the
     # chosen logits.
     balanced: bool = False
+    # the step's tokens per expert of each layer on this rank (its own tokens, every micro-batch; a recompute counts
+    # them again, which leaves the shares as they were): load_imbalance reads them, begin_step clears them
+    counts: dict = field(default_factory=dict)
+
+    def begin_step(self) -> None:
+        self.counts.clear()
+
+    def load_imbalance(self) -> Optional[float]:
+        """The median over layers of the busiest expert's tokens over the mean expert's (1.0: every expert its share,
+        as the cost model assumes) in this rank's step so far; None before any MoE forward."""
+        if not self.counts:
+            return None
+        ratios = sorted(float(c.max() / c.float().mean()) for c in self.counts.values() if c.sum() > 0)
+        return ratios[len(ratios) // 2] if ratios else None
 
 
 class _AllToAll(torch.autograd.Function):
@@ -135,7 +149,7 @@ class MoEMLP(_ShardedModule):
         if self.tp_size > 1 and not sp:
             raise ValueError("a mixture of experts under tensor parallelism needs sequence parallelism (each rank "
                              "routes its sequence shard)")
-        self.experts, self.top_k, self.local = E, k, E // self.ep_size
+        self.experts, self.top_k, self.local, self.layer = E, k, E // self.ep_size, i
         self.cp_group, self.state = cp_group, state or MoEState()
         # selective recompute: the weighted SwiGLU re-run in the backward, as the dense MLP's activation (model.MLP)
         self.selective = selective
@@ -160,6 +174,8 @@ class MoEMLP(_ShardedModule):
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)  # the token copies, expert by expert
         counts = torch.bincount(flat, minlength=self.experts)
+        seen = self.state.counts.get(self.layer)
+        self.state.counts[self.layer] = counts.detach() if seen is None else seen + counts.detach()
         if self.training and self.state.aux_loss_coeff > 0 and torch.is_grad_enabled():
             logits = _AuxLossScaler.apply(logits, self._aux_loss(logits, counts), self.state)
         probs = torch.softmax(logits.gather(-1, idx), dim=-1)  # (T, k): the chosen experts' weights

@@ -458,6 +458,8 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     if ered is not None:
         ered.begin_step()
     state = rt.extra.get("moe_state")
+    if state is not None:
+        state.begin_step()
     if state is not None:  # the auxiliary loss's gradient starts where the loss's does: x S, / micro-batches without a
         # pipeline (its losses are divided before their backward), x cp (the cp replicas' gradients are averaged)
         state.grad_scale = rt.plan.parallel.cp * loss_scale(rt) / (1 if rt.schedule is not None else nmb)
@@ -850,8 +852,10 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         tps = tokens_per_step / step_time
         mfu = flops_per_token * tps / (world * peak * 1e12) if peak else None
         norm = None if grad_norm is None else float(grad_norm)
+        load = rt.extra["moe_state"].load_imbalance() if rt.extra.get("moe_state") is not None else None
         steps.append({"step": step, "loss": loss, "step_time_s": step_time, "tokens_per_s": tps, "mfu": mfu,
                       "grad_norm": norm, **step_phases(rt, t0, t_fb, t_end),
+                      **({} if load is None else {"expert_load_imbalance": load}),
                       **({} if scale is None else {"loss_scale": scale, "skipped": skipped})})
         spans.append((t0, t_end))
         log(f"step {step}/{opts.steps} loss={loss:.6f} step_time_s={step_time:.4f} tokens_per_s={tps:.1f} "

@@ -1067,6 +1067,20 @@ def grad_norm_line(report: dict) -> str | None:
             f"step{'s' if len(norms) > 1 else ''} clipped")
 
 
+def expert_load_line(report: dict) -> str | None:
+    """A mixture of experts: how unevenly rank 0's router spread its tokens (parallel_layers.moe.MoEState.
+    load_imbalance), first and last step, against the balance the prediction assumes; nothing for a dense run."""
+    steps = [s for s in report.get("steps") or [] if s.get("expert_load_imbalance") is not None]
+    if not steps:
+        return None
+    first, last = steps[0], steps[-1]
+    at = f"{first['expert_load_imbalance']:.2f}x its share of rank 0's tokens at step {first['step']}" + (
+        f", {last['expert_load_imbalance']:.2f}x at step {last['step']}" if len(steps) > 1 else "")
+    note = ("" if max(s["expert_load_imbalance"] for s in steps) <= 1.0 + 1e-9 else
+            "; the prediction assumes every expert its share (1.00x): --moe-balanced-routing measures that")
+    return f"experts: a layer's busiest expert got {at} (median over layers){note}"
+
+
 def dropout_line(report: dict) -> str | None:
     """The dropout the run applied (parallel_layers.dropout); nothing for a run without (null, or absent before
     2026-12-03)."""
@@ -1185,7 +1199,8 @@ def print_summary(report: dict, report_path: str) -> None:
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for line in (phases_line(report), telemetry_line(report), grad_norm_line(report), loss_scale_line(report),
-                 dropout_line(report), fp8_line(report), cpu_memory_line(report), rank_kind_line(report)):
+                 dropout_line(report), fp8_line(report), expert_load_line(report), cpu_memory_line(report),
+                 rank_kind_line(report)):
         if line:
             console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)

@@ -203,6 +203,17 @@ def test_recommend_piped_into_launch_trains_a_mixture_of_experts(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     steps = json.loads(report.read_text())["steps"]
     assert [s["step"] for s in steps] == [1, 2, 3] and all(s["loss"] > 0 for s in steps)
+    # balanced routing: every expert of every layer got its share of rank 0's tokens, and the summary says so
+    assert all(s["expert_load_imbalance"] == 1.0 for s in steps)
+    assert "experts: a layer's busiest expert got 1.00x its share" in run.stderr + run.stdout
+
+
+def test_the_report_gives_the_routers_imbalance(runs):
+    """Without balanced routing the tiny model's routers send some experts more than their share: the report's
+    expert_load_imbalance (the median over rank 0's layers of the busiest expert's tokens over the mean) says how much,
+    every step."""
+    steps = _report(runs, "tp2-dp4-sp-ep4")["steps"]
+    assert all(s["expert_load_imbalance"] > 1.0 for s in steps), steps
 
 
 def test_a_checkpoint_resumes_the_loss_curve_in_its_layout_and_another(runs):

@@ -25,7 +25,7 @@ from .checkpoint_steps import saved, step_path
 def _key(mod, spec) -> str:
     if spec.tp_dim is not None and mod.tp_size > 1:
         return f"{spec.logical_name}@tp{mod.tp_rank}of{mod.tp_size}"
-    if spec.ep_dim is not None and mod.ep_size > 1:  # a mixture of experts' weights: the ep rank's experts
+    if getattr(spec, "ep_dim", None) is not None and getattr(mod, "ep_size", 1) > 1:  # an ep rank's experts
         return f"{spec.logical_name}@ep{mod.ep_rank}of{mod.ep_size}"
     return spec.logical_name
 

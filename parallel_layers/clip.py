@@ -30,7 +30,7 @@ EPS = 1e-6
 def copies(spec, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int, tied: bool, dp_replicate: int = 1,
            ep: int = 1) -> int:
     """Ranks in the world holding the same gradient as this one (see the module docstring)."""
-    if spec.ep_dim is not None:  # a mixture of experts' weights: the expert-data-parallel group (ZeRO-0)
+    if getattr(spec, "ep_dim", None) is not None:  # a mixture of experts' weights: the expert-data-parallel group
         return tp * cp * dp // ep
     n = cp * (dp if zero_stage in (0, 1) else dp_replicate if zero_stage >= 3 else 1)
     if spec.tp_dim is None:

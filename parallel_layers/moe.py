@@ -47,7 +47,8 @@ class MoEState:
     """What every MoE layer of a rank shares: the auxiliary loss's coefficient, the scale its gradient enters the
     backward at (set by the runtime before each step: 1 / micro-batches where the loss is divided before its
     backward, times the fp16 loss scale, times cp, whose replicas' gradients are averaged where the loss's partial
-    sums must add), and each layer's last tokens-per-expert counts (for the report)."""
+    sums must add), whether routing is forced balanced, and the step's tokens per expert of each layer (for the
+    report)."""
     aux_loss_coeff: float = 0.0
     grad_scale: float = 1.0
     # benchmarks: token copy j of a rank's token t goes to expert (t k + j) mod E, every expert the same share (the
@@ -160,7 +161,6 @@ class MoEMLP(_ShardedModule):
         for name, shape, std in (("gate", (E, f, h), INIT_STD), ("up", (E, f, h), INIT_STD),
                                  ("down", (E, h, f), out_std)):
             self._new_param(name, ShardSpec(f"{n}.experts.{name}", shape, None, "normal", std=std, ep_dim=0))
-        self.last_tokens_per_expert: Optional[torch.Tensor] = None
 
     def forward(self, x):  # (b, s_local, h) -> (b, s_local, h)
         shape = x.shape
@@ -193,7 +193,6 @@ class MoEMLP(_ShardedModule):
         scores = torch.softmax(logits, dim=-1)  # (T, E) fp32, over every expert
         global_counts = _sum_over(counts.detach().clone(), self.tp_group, self.cp_group).to(scores.dtype)
         total = scores.shape[0] * self.tp_size * _size(self.cp_group)
-        self.last_tokens_per_expert = global_counts
         coeff = self.state.aux_loss_coeff * self.experts / (self.top_k * total * total)
         return (scores.sum(0) * global_counts).sum() * coeff
 
@@ -224,6 +223,3 @@ class MoEMLP(_ShardedModule):
             outs.append(F.linear(act, self.down[e]))
         return torch.cat(outs)
 
-
-def is_expert_spec(spec: ShardSpec) -> bool:
-    return spec.ep_dim is not None

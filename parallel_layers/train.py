@@ -458,10 +458,10 @@ def forward_backward(rt: Runtime, inputs: torch.Tensor, targets: torch.Tensor) -
     if ered is not None:
         ered.begin_step()
     state = rt.extra.get("moe_state")
-    if state is not None:
+    if state is not None:  # the step's expert counts afresh; the auxiliary loss's gradient starts where the loss's
+        # does: x S, / micro-batches without a pipeline (its losses are divided before their backward), x cp (the cp
+        # replicas' gradients are averaged)
         state.begin_step()
-    if state is not None:  # the auxiliary loss's gradient starts where the loss's does: x S, / micro-batches without a
-        # pipeline (its losses are divided before their backward), x cp (the cp replicas' gradients are averaged)
         state.grad_scale = rt.plan.parallel.cp * loss_scale(rt) / (1 if rt.schedule is not None else nmb)
     if rt.schedule is None:
         loss_fn = make_loss_fn(rt.coords.tp_group, rt.plan.model.vocab, fused_loss(rt.plan), rt.extra["scaler"])
@@ -1100,6 +1100,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p = getattr(a, f"{what}_dropout")
         if not 0.0 <= p < 1.0:
             ap.error(f"--{what}-dropout must be in [0, 1), got {p}")
+    if not (a.moe_aux_loss_coeff >= 0 and math.isfinite(a.moe_aux_loss_coeff)):
+        ap.error(f"--moe-aux-loss-coeff must be 0 or more, got {a.moe_aux_loss_coeff}")
     if a.initial_loss_scale is not None and not (a.initial_loss_scale > 0 and math.isfinite(a.initial_loss_scale)):
         ap.error(f"--initial-loss-scale must be a positive number, got {a.initial_loss_scale}")
     return a

@@ -2,7 +2,7 @@
 layout, with the routing balanced as the model assumes (``--moe-balanced-routing``: every expert the same share of a
 rank's tokens).
 
-    OMP_NUM_THREADS=1 python benchmarks/moe_memory.py --out benchmarks/results/DATE-cpu-memory-moe
+    OMP_NUM_THREADS=1 python benchmarks/moe_memory.py --out benchmarks/results/DATE-cpu-memory-moe [--precision fp32]
 
 One 4-rank torchrun of every plan with ``--memory-snapshot`` (parallel_layers/host_memory.py), as
 benchmarks/cpu_memory.py runs the dense layouts: the narrow model of tests/test_runtime_memory.py's SCHEDULES with
@@ -47,14 +47,14 @@ CASES = {
 MIB = 2**20
 
 
-def jobs(tmp: Path, steps: int = 2) -> list[dict]:
+def jobs(tmp: Path, steps: int = 2, precision: str = "master-weights") -> list[dict]:
     out = []
     for name, (kind, par) in CASES.items():
         model = {**(NARROW if kind == "narrow" else WIDE), **MOE}
         training = dict(NARROW_TRAINING if kind == "narrow" else WIDE_TRAINING)
         if par.get("pp", 1) == 1:  # as test_runtime_memory's dp layouts: two micro-batches a replica
             training["global_batch_size"] = 2 * training["micro_batch_size"] * par["dp"]
-        plan = evaluate_plan(tiny_plan(model, precision="master-weights", **training, **par))
+        plan = evaluate_plan(tiny_plan(model, precision=precision, **training, **par))
         d = tmp / name
         d.mkdir(parents=True, exist_ok=True)
         out.append({"plan": write_plan(plan, d / "plan.json"), "report": str(d / "report.json"),
@@ -66,18 +66,21 @@ def jobs(tmp: Path, steps: int = 2) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--precision", choices=["master-weights", "fp32"], default="master-weights",
+                    help="every plan's recipe (the CPU runs both in the GPU's storage dtypes)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="parplan-moe-memory-"))
-    r = suite.run_jobs(jobs(tmp), 4, tmp, "memory", timeout=1500)
+    r = suite.run_jobs(jobs(tmp, precision=a.precision), 4, tmp, "memory", timeout=1500)
     if r.returncode != 0:
         print(r.stdout[-2000:], r.stderr[-4000:], file=sys.stderr)
         return 1
     lines = [f"# A mixture of experts on parplan's runtime, 4 gloo ranks ({datetime.date.today()}, {platform.machine()}, "
              f"Python {platform.python_version()})", "",
-             "`OMP_NUM_THREADS=1 python benchmarks/moe_memory.py --out <this folder>`: one run of each plan "
-             "(master-weights, balanced routing), the CPU allocator's peak without gloo's staging buffers (the "
+             f"`OMP_NUM_THREADS=1 python benchmarks/moe_memory.py --out <this folder> --precision {a.precision}`: "
+             "one run of each plan "
+             f"({a.precision}, balanced routing), the CPU allocator's peak without gloo's staging buffers (the "
              "largest rank's), against `evaluate`'s total.  Narrow: llama, 8 layers, hidden 256, 4 experts of ffn "
              "704, top 2, seq 512, micro-batch 2.  Wide: 4 layers, hidden 1024, 4 experts of ffn 2816, top 2, seq 32.",
              "", "| plan | predicted MiB | measured MiB | error | step losses |", "|---|---|---|---|---|"]

@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from parallel_layers.layers import ShardSpec, _ShardedModule
+from parallel_layers.layers import ShardSpec, _autocast_input, _ShardedModule
 from parallel_layers.mappings import _size
 
 INIT_STD = 0.02
@@ -101,15 +101,57 @@ class _WeightedSwiGLU(torch.autograd.Function):
         return F.silu(gate) * up * p.unsqueeze(-1).to(gate.dtype)
 
     @staticmethod
-    def backward(ctx, grad):  # in the inputs' dtype, as model._SwiGLU's (the probabilities' sums in fp32)
+    def backward(ctx, grad):
+        """In the inputs' dtype, as model._SwiGLU's (the probabilities' gradient too), in place where it can: at most
+        three tensors of the rows' width live beside the inputs and grad (sig, silu and one product), as the unweighted
+        SwiGLU's backward holds."""
         gate, up, p = ctx.saved_tensors
         pw = p.unsqueeze(-1).to(gate.dtype)
         sig = torch.sigmoid(gate)
         silu = gate * sig
-        d_p = (grad * silu * up).sum(-1, dtype=torch.float32)
-        d_up = grad * silu * pw
-        d_gate = grad * up * pw * sig * (1 + gate * (1 - sig))
+        d_p = (grad * up).mul_(silu).sum(-1)  # (an fp32 sum would first copy the product to fp32)
+        d_up = (grad * silu).mul_(pw)
+        del silu
+        d_gate = torch.sub(1, sig).mul_(gate).add_(1).mul_(sig)  # silu'(gate) = sig (1 + gate (1 - sig))
+        del sig
+        d_gate.mul_(grad).mul_(up).mul_(pw)
         return d_gate, d_up, d_p.to(p.dtype)
+
+
+class _GroupedLinear(torch.autograd.Function):
+    """Each local expert's rows times its weight: x (N, in) in expert order split by counts, weight (E_l, out, in)
+    -> (N, out), one GEMM an expert (a grouped GEMM's work).  The backward writes every expert's dW into one
+    (E_l, out, in) gradient, as a grouped GEMM does: F.linear on weight[e] expert by expert made each expert's
+    gradient a zero-filled tensor of the whole stack (select's backward), one more of it at a time (the fp32 recipe's
+    wide plans read -8.3 % against the allocator with it, 2026-12-05).  Under autocast the weight's 16-bit cast is kept
+    for the backward, as F.linear's own backward (and layers._TPLinears) keeps it."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, x, weight, counts):
+        x, w = _autocast_input(x), _autocast_input(weight)
+        ctx.save_for_backward(x, w)
+        ctx.counts = counts
+        out = x.new_empty((x.shape[0], w.shape[1]))
+        for e, (rows, o) in enumerate(zip(x.split(counts), out.split(counts))):
+            torch.mm(rows, w[e].t(), out=o)  # into place: no per-expert pieces to concatenate
+        return out
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        grads, rows = grad.split(ctx.counts), x.split(ctx.counts)
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = grad.new_empty(x.shape)
+            for e, (g, d) in enumerate(zip(grads, dx.split(ctx.counts))):
+                torch.mm(g, w[e], out=d)
+        if ctx.needs_input_grad[1]:
+            dw = torch.empty_like(w)
+            for e, (g, r) in enumerate(zip(grads, rows)):
+                torch.mm(g.t(), r, out=dw[e])  # an expert with no rows: zeros
+        return dx, dw, None
 
 
 class _AuxLossScaler(torch.autograd.Function):
@@ -215,11 +257,10 @@ class MoEMLP(_ShardedModule):
         return _AllToAll.apply(y, self.ep_group, in_splits, out_splits)
 
     def _run_experts(self, x, w, counts: list[int]):
-        outs = []
-        for e, (xs, ws) in enumerate(zip(x.split(counts), w.split(counts))):
-            gate, up = F.linear(xs, self.gate[e]), F.linear(xs, self.up[e])
-            act = (checkpoint(_WeightedSwiGLU.apply, gate, up, ws, use_reentrant=False) if self.selective
-                   else _WeightedSwiGLU.apply(gate, up, ws))
-            outs.append(F.linear(act, self.down[e]))
-        return torch.cat(outs)
+        """The rank's experts on their rows (x in expert order, counts rows each), each row's probability w applied
+        inside the SwiGLU."""
+        gate, up = _GroupedLinear.apply(x, self.gate, counts), _GroupedLinear.apply(x, self.up, counts)
+        act = (checkpoint(_WeightedSwiGLU.apply, gate, up, w, use_reentrant=False) if self.selective
+               else _WeightedSwiGLU.apply(gate, up, w))
+        return _GroupedLinear.apply(act, self.down, counts)
 

@@ -90,18 +90,10 @@ def runs(tmp_path_factory):
     par.append(suite._job(tmp, "ckpt-resume", same, {"checkpoint_dir": ck, "resume": True, "resume_step": 2}))
     other = tiny_plan(TINY_MOE, clip_grad=suite.CLIP_GRAD, **CKPT_RESHARD)
     par.append(suite._job(tmp, "ckpt-reshard", other, {"checkpoint_dir": ck, "resume": True, "resume_step": 2}))
-    for name, jobs, nproc in (("ref", ref, 1), ("par", par, 8)):
-        r = suite.run_jobs(jobs, nproc, tmp, name)
-        assert r.returncode == 0, f"{name} torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
-    return tmp
+    return suite.run_phases(tmp, (("ref", ref, 1), ("par", par, 8)))
 
 
-def _report(tmp, name) -> dict:
-    return json.loads((tmp / name / "report.json").read_text())
-
-
-def _losses(tmp, name) -> list[float]:
-    return [s["loss"] for s in _report(tmp, name)["steps"]]
+_report, _losses = suite.report, suite.losses
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -6,8 +6,6 @@ plan, where dp becomes gradient accumulation.  All 8-rank jobs share one torchru
 and all one-rank references another (process start-up dominates)."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from cost_models.params import param_counts
@@ -42,19 +40,11 @@ def _precision(case: str) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("layouts")
-    for name, jobs, nproc in (("ref", suite.reference_jobs(tmp), 1), ("par", suite.parallel_jobs(tmp), 8),
-                              ("reshard", suite.reshard_jobs(tmp), 4)):
-        r = suite.run_jobs(jobs, nproc, tmp, name)
-        assert r.returncode == 0, f"{name} torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
-    return tmp
+    return suite.run_phases(tmp, (("ref", suite.reference_jobs(tmp), 1), ("par", suite.parallel_jobs(tmp), 8),
+                                  ("reshard", suite.reshard_jobs(tmp), 4)))
 
 
-def report(tmp, name) -> dict:
-    return json.loads((tmp / name / "report.json").read_text())
-
-
-def losses(tmp, name) -> list[float]:
-    return [s["loss"] for s in report(tmp, name)["steps"]]
+report, losses = suite.report, suite.losses
 
 
 def reference_for(case: str) -> str:

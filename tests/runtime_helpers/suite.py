@@ -245,6 +245,23 @@ def reshard_jobs(tmp: Path) -> list[dict]:
              {"checkpoint_dir": str(tmp / "hsdp" / "ckpt"), "resume": True, "resume_step": 2}, steps=STEPS)]
 
 
+def run_phases(tmp: Path, phases) -> Path:
+    """run_jobs for each (name, jobs, nproc) in order, failing with the torchrun's output tail if one fails; tmp."""
+    for name, jobs, nproc in phases:
+        r = run_jobs(jobs, nproc, tmp, name)
+        assert r.returncode == 0, f"{name} torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    return tmp
+
+
+def report(tmp: Path, name: str) -> dict:
+    """A job's report.json (written under tmp/name by _job)."""
+    return json.loads((tmp / name / "report.json").read_text())
+
+
+def losses(tmp: Path, name: str) -> list[float]:
+    return [s["loss"] for s in report(tmp, name)["steps"]]
+
+
 def run_jobs(jobs: list[dict], nproc: int, tmp: Path, name: str, timeout=600) -> subprocess.CompletedProcess:
     path = tmp / f"{name}.jobs.json"
     path.write_text(json.dumps(jobs))

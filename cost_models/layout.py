@@ -58,10 +58,37 @@ class ModelDims:
     # the shared expert's width (ModelSpec.shared_expert_ffn): a dense, tensor-parallel SwiGLU every token runs, part
     # of `ffn` (top_k x expert_ffn + shared_ffn); 0: none
     shared_ffn: int = 0
+    # dense blocks between the MoE ones (ModelSpec.first_dense_layers, moe_layer_step, dense_ffn_hidden): the leading
+    # `first_dense` blocks and, past them, all but every `moe_step`-th run a dense SwiGLU of `dense_ffn`; each field
+    # above describes an MoE block, and dense_dims() a dense one.  0 / 1: every block is an MoE block
+    first_dense: int = 0
+    moe_step: int = 1
+    dense_ffn: int = 0
 
     @property
     def moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def mixed(self) -> bool:
+        """A mixture of experts with dense blocks between its MoE ones (dense_dims)."""
+        return self.moe and (self.first_dense > 0 or self.moe_step > 1)
+
+    def is_moe_block(self, i: int) -> bool:
+        """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
+        return self.moe and i >= self.first_dense and (i + 1) % self.moe_step == 0
+
+    @property
+    def moe_blocks(self) -> int:
+        """MoE blocks of the model (ModelSpec.moe_block_count; every block of a model without dense ones between)."""
+        if not self.mixed:
+            return self.layers if self.moe else 0
+        return self.layers // self.moe_step - min(self.first_dense, self.layers) // self.moe_step
+
+    def dense_dims(self) -> "ModelDims":
+        """A dense block of a mixed model, as a model of such blocks: its attention, a dense SwiGLU of dense_ffn."""
+        return replace(self, experts=0, top_k=0, expert_ffn=0, shared_ffn=0, ffn=self.dense_ffn, first_dense=0,
+                       moe_step=1, dense_ffn=0)
 
     @property
     def routed_ffn(self) -> int:
@@ -101,7 +128,9 @@ class ModelDims:
                    ffn=spec.ffn_hidden * (k or 1) + shared, vocab=spec.vocab, tied=spec.tied_embeddings, seq_len=seq_len,
                    positions=(spec.max_seq_len or seq_len) if spec.has_learned_positions else 0,
                    window=spec.sliding_window or 0, windowed_layers=spec.windowed_layers,
-                   experts=spec.experts or 0, top_k=k, expert_ffn=spec.ffn_hidden if k else 0, shared_ffn=shared)
+                   experts=spec.experts or 0, top_k=k, expert_ffn=spec.ffn_hidden if k else 0, shared_ffn=shared,
+                   first_dense=spec.first_dense_layers or 0, moe_step=spec.moe_layer_step or 1,
+                   dense_ffn=spec.dense_ffn_hidden or 0)
 
 
 @dataclass(frozen=True)
@@ -496,6 +525,44 @@ def rank_block_counts(layers: int, pp, vpp, schedule=None):
     last = np.where(pp == 1, first, last)
     mid = np.where(pp > 2, mid, first)
     return first, mid, last
+
+
+def rank_dense_blocks(m: ModelDims, pp, vpp, schedule=None):
+    """Vectorised, beside rank_block_counts: how many of the blocks of rank 0, of the middle rank priced, and of rank
+    pp-1 are dense (ModelDims.mixed: dense blocks between the MoE ones; zeros otherwise).  A rank's blocks are those of
+    its virtual stages (stage_layers' sizes, stages_of_rank's placement), so leading dense blocks land in rank 0's
+    first virtual stage.  The middle rank priced: of the middle ranks holding rank_block_counts' middle count, the one
+    with the fewest dense blocks (the most experts: an MoE block holds more and, with its all-to-alls, takes longer);
+    with pp <= 2, rank 0's, as rank_block_counts has it."""
+    if not m.mixed:
+        return 0, 0, 0
+    pp, vpp = np.asarray(pp), np.asarray(vpp)
+    zbv = np.zeros(np.shape(pp), bool) if schedule is None else np.asarray(schedule) == SCH_ZBV
+    shape = np.broadcast_shapes(np.shape(pp), np.shape(vpp), np.shape(zbv))
+    cols = [np.broadcast_to(x, shape).ravel() for x in (pp, vpp, zbv)]
+    if not cols[0].size:
+        return tuple(np.zeros(shape) for _ in range(3))
+    first, where = distinct_rows(*cols)
+    dense = np.cumsum([0] + [not m.is_moe_block(i) for i in range(m.layers)])
+    table = np.zeros((len(first), 3))
+    for j, row in enumerate(first):
+        p, v, z = int(cols[0][row]), int(cols[1][row]), bool(cols[2][row]) and int(cols[0][row]) > 1
+        sizes = stage_layers(m.layers, p * (2 if z else v))
+        starts = np.cumsum([0] + sizes)
+
+        def held(r):
+            stages = stages_of_rank(r, p, 2 if z else v, "zbv" if z else "1f1b")
+            return (sum(sizes[s] for s in stages), sum(dense[starts[s + 1]] - dense[starts[s]] for s in stages))
+        d_first = held(0)[1]
+        d_last = held(p - 1)[1]
+        middle = [held(r) for r in range(1, p - 1)]
+        if middle:
+            most = max(b for b, _ in middle)
+            d_mid = min(d for b, d in middle if b == most)
+        else:
+            d_mid = d_first
+        table[j] = d_first, d_mid, d_last
+    return tuple(table[where, k].reshape(shape) for k in range(3))
 
 
 def head_on_first_rank(lay):

@@ -19,7 +19,7 @@ import numpy as np
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches, rank_block_counts,
                      recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards,
-                     deepspeed_comm_casts, distinct_rows)
+                     deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
 from .params import layer_other_params
 from .compute import grad_reduce_overlaps
@@ -601,13 +601,24 @@ def rank_params(m: ModelDims, lay):
     """Parameters per GPU on pipeline rank 0 (embedding; the head too without a pipeline or under ZB-V,
     whose V puts both ends on rank 0), the heaviest middle rank, and the last rank (the head)."""
     pp = np.asarray(lay.pp)
-    first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, lay.vpp, lay.schedule)
-    per_layer = layer_params_per_gpu(m, lay.tp, lay.ep)
+    b_first, b_mid, b_last = rank_block_params(m, lay)
     head = head_params_per_gpu(m, lay.tp, pp)
     head_first = head_on_first_rank(lay)
-    p_first = first_blocks * per_layer + embedding_params_per_gpu(m, lay.tp) + np.where(head_first, head, 0.0)
-    p_last = last_blocks * per_layer + np.where(head_first & (pp > 1), 0.0, head)
-    return p_first, mid_blocks * per_layer, p_last
+    p_first = b_first + embedding_params_per_gpu(m, lay.tp) + np.where(head_first, head, 0.0)
+    p_last = b_last + np.where(head_first & (pp > 1), 0.0, head)
+    return p_first, b_mid, p_last
+
+
+def rank_block_params(m: ModelDims, lay):
+    """Of rank_params, the blocks' (first, middle and last rank): each block's layer_params_per_gpu, a mixture of
+    experts' dense blocks (ModelDims.mixed; rank_dense_blocks) at their own."""
+    counts = rank_block_counts(m.layers, np.asarray(lay.pp), lay.vpp, lay.schedule)
+    per_layer = layer_params_per_gpu(m, lay.tp, lay.ep)
+    if not m.mixed:
+        return tuple(b * per_layer for b in counts)
+    dense = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)
+    per_dense = layer_params_per_gpu(m.dense_dims(), lay.tp)
+    return tuple((b - d) * per_layer + d * per_dense for b, d in zip(counts, dense))
 
 
 def rank_expert_params(m: ModelDims, lay):
@@ -615,7 +626,9 @@ def rank_expert_params(m: ModelDims, lay):
     if not m.moe:
         return 0.0, 0.0, 0.0
     per_layer = moe.expert_params_per_gpu(m, lay.ep)
-    return tuple(b * per_layer for b in rank_block_counts(m.layers, np.asarray(lay.pp), lay.vpp, lay.schedule))
+    dense = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)
+    return tuple((b - d) * per_layer
+                 for b, d in zip(rank_block_counts(m.layers, np.asarray(lay.pp), lay.vpp, lay.schedule), dense))
 
 
 def expert_state_params(params, experts, lay, tr):
@@ -935,7 +948,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
             _, _, o, offl = model_states(expert_state_params(params, experts, lay, tr), lay, tr, coefficients)
         return w, g, o, offl
 
-    counts = rank_inflight_by_key(lay, m_micro, m.layers, tr.p2p_output_sends_released)
+    inflight = rank_inflight_by_key(lay, m_micro, m.layers, tr.p2p_output_sends_released)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more, tr.fp8)
 
     def block_terms(sub):
@@ -955,6 +968,29 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # closures the input-gradient pass freed the saved activations and the closures hold the rest
     queued = queued_weight_pass(lay, tr)
     pend_layer = np.where(queued, queued_layer - act_layer, pend_layer)
+    # a mixture of experts with dense blocks between its MoE ones (ModelDims.mixed): the terms above are an MoE
+    # block's; a rank's saved activations and parameters sum each kind's over its blocks of that kind (kind_mean: the
+    # rank's mean block, x its blocks below), and the block being back-propagated is the larger of the two kinds
+    counts = (first_blocks, mid_blocks, last_blocks)
+    per_dense = 0.0
+    if m.mixed:
+        md = m.dense_dims()
+        dense = rank_dense_blocks(m, pp, v, lay.schedule)
+        per_dense = layer_params_per_gpu(md, tp)
+
+        def dense_terms(sub):
+            args = (md, sub, act_b, tr.flash_attention, tr.dropout, *saves)
+            return (pending_w_bytes_per_layer(*args), activation_bytes_per_layer(*args),
+                    activation_bytes_working_layer(*args), backward_temporaries_per_layer(*args),
+                    queued_w_bytes_per_layer(md, sub, act_b, tr.fp8))
+        pend_d, act_d, work_d, temp_d, queued_d = per_block_shape(lay, dense_terms)
+        pend_d = np.where(queued, queued_d - act_d, pend_d)
+
+    def kind_mean(k, x, x_dense):
+        """Rank kind k's (0 first, 1 middle, 2 last) mean block of a per-block term."""
+        if not m.mixed:
+            return x
+        return ((counts[k] - dense[k]) * x + dense[k] * x_dense) / np.maximum(counts[k], 1)
     # The stage with the loss runs each micro-batch's backward right after its forward (1F1B and its
     # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.
     logits_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
@@ -1005,6 +1041,10 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full) + \
         ds["backward"] + ds["reduce"] * bucket_fill
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
+    if m.mixed:  # the larger kind's (MoE and dense blocks are no ZeRO-3's: no gathered weights)
+        working = np.maximum(working, _other_bytes(lay, per_dense, work_d, act_d, temp_d, gathered, rec, fsdp2, z3_full)
+                             + ds["backward"] + ds["reduce"] * bucket_fill)
+        block_working = np.maximum(block_working, rebuilt_bytes(work_d, act_d) + temp_d)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     # DeepSpeed's pipeline engine runs the ZeRO optimizer's backward (which makes ZeRO-1's reduce bucket) on its last
     # stage only; the others call torch.autograd.backward themselves (PipelineEngine._exec_backward_pass)
@@ -1029,7 +1069,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # or all gradients once the activations are gone.
     one_micro = np.asarray(m_micro) == 1
 
-    def stage_total(kind_terms, blocks, n_inflight, has_loss, bufs, n_pending=0.0, n_held=0.0):
+    def stage_total(kind_terms, blocks, n_inflight, has_loss, bufs, n_pending=0.0, n_held=0.0, act_layer=act_layer,
+                    pend_layer=pend_layer):
         """The larger of two moments: the loss's backward (all saved activations, the loss's peak, and
         the gradients of earlier micro-batches; no block is being back-propagated yet) and the blocks'
         backward (saved activations, gradients, one block's working memory).  kind_terms: the rank
@@ -1039,7 +1080,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         running: under queued weight passes a weight pass runs, whose closures add no block's working memory
         (block_working; torch's own weight pass is a backward through the retained graph, which does); the input
         pass that made the last of them ran with one block fewer pending (that chunk's earlier blocks had
-        queued theirs), beside that block's working memory."""
+        queued theirs), beside that block's working memory.  act_layer, pend_layer: the rank kind's mean block's
+        (kind_mean)."""
         w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets = kind_terms
         all_pending = queued & (np.asarray(n_pending) > 0) & (np.asarray(n_pending) >= np.asarray(n_inflight))
         acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept + per_micro * n_inflight
@@ -1050,7 +1092,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # all-reduce input, a reduce-dtype gradient shard apart from the accumulated one, to the backward's end,
         # while that block's activations are freed; the sweep's worst moment is its start or its last block
         working_k = working_k + np.maximum(blocks - 1, 0) * np.maximum(hsdp_held - act_layer, 0.0)
-        casts = cast_params * n_inflight + rec["cast"] * per_layer
+        casts = cast_params * n_inflight + rec["cast"] * np.maximum(per_layer, per_dense)
 
         def bwd(held, work, one=one_micro, early=g_early, grads=g):
             return np.where(one, np.maximum(held + np.minimum(early, grads), grads), held + grads) + work
@@ -1102,14 +1144,19 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         mask); experts: of params, a mixture of experts' expert weights."""
         w, g, o, offl = states(params, experts)
         w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
-        g_early = states(per_layer + head_here)[1]
-        cast_params = blocks * per_layer * cast_per_param
+        k = ("first", "mid", "last").index(kind)
+        act_k, pend_k, per_layer_k = (kind_mean(k, x, x_d) for x, x_d in ((act_layer, act_d), (pend_layer, pend_d),
+                                                                          (per_layer, per_dense))) \
+            if m.mixed else (act_layer, pend_layer, per_layer)
+        g_early = states(np.maximum(per_layer, per_dense) + head_here)[1]
+        cast_params = blocks * per_layer_k * cast_per_param
         loss_kept = np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0)
-        buckets_bwd, buckets_after = flat_bucket_bytes(params * rec["grad"], flat_overlap, blocks, act_layer,
-                                                       per_layer * rec["grad"], head_here * rec["grad"])
+        buckets_bwd, buckets_after = flat_bucket_bytes(params * rec["grad"], flat_overlap, blocks, act_k,
+                                                       per_layer_k * rec["grad"], head_here * rec["grad"])
         buckets_bwd, buckets_after = (np.where(flat_on, b, 0.0) for b in (buckets_bwd, buckets_after))
         terms = (w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets_bwd)
-        alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held) for n, pend, held in counts[kind]]
+        alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held, act_k, pend_k)
+                for n, pend, held in inflight[kind]]
         # after the backward: the activations are gone; the reduction at the step's boundary (DeepSpeed's flat
         # copies and buckets: deepspeed_grad_buckets), then the optimizer step's gradient copies
         # (step_grad_copy_bytes) beside ZeRO-3's bucket, each beside the model states.  DeepSpeed's ZeRO-1 reduces
@@ -1134,7 +1181,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         return reduce(worse, alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),
-                       p_first - first_blocks * per_layer, first_bufs, embed_mask, e_first)
+                       p_first - rank_block_params(m, lay)[0], first_bufs, embed_mask, e_first)
     mid = rank_total("mid", p_mid, mid_blocks, False, 0.0, 0.0, mid_bufs, experts=e_mid)
     last = rank_total("last", p_last, last_blocks, ~zbv, np.where(zbv, 0.0, head), np.where(zbv, 0.0, head), last_bufs,
                       experts=e_last)

@@ -60,15 +60,22 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
         per_layer_matmul = attn + E * mlp_matmul_params(arch, h, f) + shared
         active_matmul = attn + k * mlp_matmul_params(arch, h, f) + shared
         per_layer_other = per_layer_other + h * E
+    # dense blocks between the MoE ones (ModelSpec.first_dense_layers / moe_layer_step): a dense SwiGLU of
+    # dense_ffn_hidden in place of the experts and the router; `per_layer*` stay an MoE block's
+    moe_blocks = spec.moe_block_count if E else L
+    dense_blocks = L - moe_blocks
+    dense_matmul = layer_matmul_params(arch, h, a, kv, d, spec.dense_ffn_hidden) if dense_blocks else 0
+    dense_other = layer_other_params(arch, h, a, kv, d, spec.dense_ffn_hidden) if dense_blocks else 0
     embedding = V * h
     positions = 0
     if spec.has_learned_positions:
         positions = (spec.max_seq_len or seq_len or 0) * h
     final_norm = h if arch == "llama" else 2 * h
     head = 0 if tied else V * h
-    total = L * (per_layer_matmul + per_layer_other) + embedding + positions + final_norm + head
+    total = (moe_blocks * (per_layer_matmul + per_layer_other) + dense_blocks * (dense_matmul + dense_other)
+             + embedding + positions + final_norm + head)
     # a token's parameters: the model less the experts it is not sent to (the total for a dense model)
-    active = total - L * (per_layer_matmul - active_matmul)
+    active = total - moe_blocks * (per_layer_matmul - active_matmul)
     return {
         "per_layer_matmul": per_layer_matmul,
         "per_layer_other": per_layer_other,
@@ -78,7 +85,7 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
         "final_norm": final_norm,
         "head": head,
         # Output projection FLOPs are paid whether or not the matrix is tied.  A mixture of experts: a token's
-        "matmul": L * active_matmul + V * h,
+        "matmul": moe_blocks * active_matmul + dense_blocks * dense_matmul + V * h,
         "total": total,
         "active": active,
     }

@@ -35,7 +35,7 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, loss_scale_time,
                       optimizer_time, plan_overlaps_param_gather, scales_loss, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
-                     deepspeed_comm_casts, head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends,
+                     deepspeed_comm_casts, rank_dense_blocks, head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends,
                      recomputed_share, split_by_share, zero_shards)
 from .memory import (BLOCK_SHAPE_FIELDS, ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
                      embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu,
@@ -143,8 +143,21 @@ def step_floor(m: ModelDims, tr, hw, lay):
                 bt["wgrad"])
     # a block's time and collectives read its shape and whether the job fits a node (comm.group_inside_node)
     block, f, b, w = per_block_shape(lay, block_parts, BLOCK_SHAPE_FIELDS + ("gpus",))
+    n_first = rank_block_counts(m.layers, lay.pp, lay.vpp, lay.schedule)[0]
+    if m.mixed:  # rank 0's dense blocks at their own terms (mixed_blocks)
+        md = m.dense_dims()
+
+        def dense_parts(sub):
+            bt = block_time(md, sub, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
+                            tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute)
+            bc = block_comm(md, tr, hw, sub, bt)
+            return bt["total"] + bc.tp_exposed + bc.cp_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]
+        d = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)[0]
+        parts = per_block_shape(lay, dense_parts, BLOCK_SHAPE_FIELDS + ("gpus",))
+        block, f, b, w = (((n_first - d) * x + d * y) / np.maximum(n_first, 1)
+                          for x, y in zip((block, f, b, w), parts))
     bf = bubble_factor(lay, m_micro, (f, b, w))
-    return (m_micro + bf) * rank_block_counts(m.layers, lay.pp, lay.vpp, lay.schedule)[0] * block
+    return (m_micro + bf) * n_first * block
 
 
 # evaluate's outputs that are sums over a rank's blocks (and micro-batches) or follow them linearly: under partial
@@ -293,6 +306,44 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
                            halves=halves)
 
 
+def _per_block_terms(m: ModelDims, lay, bt: dict, bc, per_layer) -> dict:
+    """One block's terms a rank sums over its blocks (mixed_blocks): block_time's, its parameters, its time with
+    the collectives on the critical path, its expert weights, and its tensor- and expert-parallel traffic."""
+    out = dict(bt)
+    out.update(params=per_layer, block=bt["total"] + bc.tp_exposed + bc.cp_exposed + bc.ep_exposed,
+               experts=moe.expert_params_per_gpu(m, lay.ep) if m.moe else 0.0,
+               tp_moved=bc.n_coll * bc.moved_ar + np.where(bc.regather, bc.halves * bc.moved_ag, 0.0),
+               tp_exposed=bc.tp_exposed, ep_exposed=bc.ep_exposed, ep_moved=bc.ep_moved)
+    return out
+
+
+def mixed_blocks(m: ModelDims, tr, hw, lay, bt: dict, bc, per_layer) -> SimpleNamespace:
+    """A rank's sums over its blocks of a per-block term (_per_block_terms' keys): on_first / on_mid / on_last(key)
+    for rank 0, the middle rank priced and rank pp-1 (rank_block_counts), and mean_first(key), rank 0's mean block.
+    Every block alike: its count x the term.  A mixture of experts with dense blocks between its MoE ones
+    (ModelDims.mixed): its MoE blocks' (bt, bc: the model's own) plus its dense blocks' (ModelDims.dense_dims: the
+    attention and a dense SwiGLU of dense_ffn, no router, experts or all-to-alls), each rank's count of each kind
+    from rank_dense_blocks.  Where a term is a sequence's and not a sum (the zero-bubble split of a block's work, the
+    host / GPU flow shop of a one-stage plan), rank 0's mean block stands for its blocks."""
+    counts = rank_block_counts(m.layers, lay.pp, lay.vpp, lay.schedule)
+    terms = _per_block_terms(m, lay, bt, bc, per_layer)
+    if not m.mixed:
+        def on(kind):
+            return lambda key: counts[kind] * terms[key]
+        return SimpleNamespace(on_first=on(0), on_mid=on(1), on_last=on(2), mean_first=lambda key: terms[key])
+    md = m.dense_dims()
+    bt_d = block_time(md, lay, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
+                      tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute)
+    dense_terms = _per_block_terms(md, lay, bt_d, block_comm(md, tr, hw, lay, bt_d), layer_params_per_gpu(md, lay.tp))
+    dense = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)
+
+    def on(kind):
+        return lambda key: (counts[kind] - dense[kind]) * terms[key] + dense[kind] * dense_terms[key]
+    first = on(0)
+    return SimpleNamespace(on_first=first, on_mid=on(1), on_last=on(2),
+                           mean_first=lambda key: first(key) / np.maximum(counts[0], 1))
+
+
 def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     """evaluate where every block of a rank recomputes alike."""
     rec = PRECISION_RECIPES[tr.precision]
@@ -320,6 +371,10 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # ---- pipeline stages: first (embedding), middle, last (head)
     blocks_first, blocks_mid, blocks_last = rank_block_counts(m.layers, pp, v, lay.schedule)
     per_layer = layer_params_per_gpu(m, tp, lay.ep)
+    # a mixture of experts with dense blocks between its MoE ones (ModelDims.mixed): a rank's sums over its blocks
+    # take each kind's own per-block terms (mixed_blocks); the terms above are an MoE block's
+    mb = mixed_blocks(m, tr, hw, lay, bt, bc, per_layer)
+    on_first, on_mid, on_last = mb.on_first, mb.on_mid, mb.on_last
     emb_params = embedding_params_per_gpu(m, tp)
     head_params = head_params_per_gpu(m, tp, pp)
     # embedding: the vocab-parallel lookup ends with an all-reduce of T x h, or with SP a reduce-scatter
@@ -354,12 +409,12 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # V x h / tp weight, tied or not (the embedding's lookup reads the fp32 table)
     casts = 1 + (full | op)
     head_cast = m.vocab * m.hidden / tp
-    cast_first = cast_time(casts * blocks_first * per_layer + np.where(head_first, head_cast, 0.0), tr.precision, hw)
-    cast_mid = cast_time(casts * blocks_mid * per_layer, tr.precision, hw)
-    cast_last = cast_time(casts * blocks_last * per_layer + np.where(head_first, 0.0, head_cast), tr.precision, hw)
-    t_first = blocks_first * block + emb_time + cast_first + np.where(head_first, head_t, 0.0)
-    t_mid = np.where(np.asarray(pp) > 2, blocks_mid * block + cast_mid, 0.0)
-    t_last = np.where(single, 0.0, blocks_last * block + cast_last + np.where(head_first, 0.0, head_t))
+    cast_first = cast_time(casts * on_first("params") + np.where(head_first, head_cast, 0.0), tr.precision, hw)
+    cast_mid = cast_time(casts * on_mid("params"), tr.precision, hw)
+    cast_last = cast_time(casts * on_last("params") + np.where(head_first, 0.0, head_cast), tr.precision, hw)
+    t_first = on_first("block") + emb_time + cast_first + np.where(head_first, head_t, 0.0)
+    t_mid = np.where(np.asarray(pp) > 2, on_mid("block") + cast_mid, 0.0)
+    t_last = np.where(single, 0.0, on_last("block") + cast_last + np.where(head_first, 0.0, head_t))
     # pipeline point-to-point: per chunk, send activations forward and gradients backward
     pp_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
     pp_bw, pp_lat = comm.tier_params(hw, pp_in, 2)  # point to point
@@ -379,17 +434,21 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     n_gather = 3 if tr.p2p_blocking_transfers else 2
     p2p_mb = np.where(single, 0.0, v * (n_p2p * comm.p2p(p2p_bytes, pp_bw, pp_lat) + n_gather * gather_t))
     t_stage = np.maximum(np.maximum(t_first, t_mid), t_last) + p2p_mb
-    c_first = blocks_first * bt["total"] + np.where(head_first, head_compute, 0.0)
-    c_mid = blocks_mid * bt["total"]
+    c_first = on_first("total") + np.where(head_first, head_compute, 0.0)
+    c_mid = on_mid("total")
     compute_stage = np.maximum(np.maximum(c_first, c_mid),
-                               np.where(single, 0.0, blocks_last * bt["total"] + np.where(head_first, 0.0, head_compute)))
-    # the blocks of the stage that sets compute_stage, for the attention's share of it
-    blocks_crit = np.where(compute_stage == c_first, blocks_first, np.where(compute_stage == c_mid, blocks_mid, blocks_last))
+                               np.where(single, 0.0, on_last("total") + np.where(head_first, 0.0, head_compute)))
+
+    def on_crit(key):
+        """A per-block term summed over the blocks of the stage that sets compute_stage (the attention's share)."""
+        return np.where(compute_stage == c_first, on_first(key), np.where(compute_stage == c_mid, on_mid(key),
+                                                                            on_last(key)))
 
     # the zero-bubble schedules' idle time depends on how a block's work splits into forward (f), input
     # gradient (b: the backward less the weight-gradient GEMMs, with the attention's backward and any
     # recompute) and weight gradient (w: those GEMMs, as many FLOPs as the forward's)
-    bf = bubble_factor(lay, m_micro, (bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]))
+    bf = bubble_factor(lay, m_micro, (mb.mean_first("fwd"), mb.mean_first("bwd") - mb.mean_first("wgrad"),
+                                      mb.mean_first("wgrad")))
     t_pipe = (m_micro + bf) * t_stage
     bubble_s = bf * t_stage
     # The host dispatches and the GPU runs the same kernels in the same order: a two-machine flow shop, whose
@@ -399,15 +458,16 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # terms can lead: a host-bound forward before a GPU-bound backward delays the first backward (the GPU waits
     # for the host once), and a GPU-bound last backward runs after the host is done.  One-stage plans only (a
     # pipeline schedule's order is another job sequence); a profile without host_forward_share leaves it out.
-    wait = flow_shop_wait(m_micro, blocks_first, bt["host_fwd"], bt["gpu_fwd"], bt["host"] - bt["host_fwd"],
-                          bt["gpu"] - bt["gpu_fwd"])
+    wait = flow_shop_wait(m_micro, blocks_first, mb.mean_first("host_fwd"), mb.mean_first("gpu_fwd"),
+                          mb.mean_first("host") - mb.mean_first("host_fwd"),
+                          mb.mean_first("gpu") - mb.mean_first("gpu_fwd"))
     dispatch_wait = np.where(single & (bt["host_fwd"] > 0), wait, 0.0)
     t_pipe = t_pipe + dispatch_wait
 
     # ---- data parallel (per step), on the heaviest stage's parameters
-    first_params = blocks_first * per_layer + emb_params + np.where(head_first, head_params, 0.0)
-    mid_params = blocks_mid * per_layer
-    last_params = np.where(single, 0.0, blocks_last * per_layer + np.where(head_first, 0.0, head_params))
+    first_params = on_first("params") + emb_params + np.where(head_first, head_params, 0.0)
+    mid_params = on_mid("params")
+    last_params = np.where(single, 0.0, on_last("params") + np.where(head_first, 0.0, head_params))
     stage_params = np.maximum(np.maximum(first_params, mid_params), last_params)
     # the heaviest stage's parameters outside its blocks (embedding and a head on rank 0, the head on the last
     # rank, none in the middle): FSDP2's root, DeepSpeed's trailing weights
@@ -441,10 +501,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # a mixture of experts: the heaviest stage's expert weights are reduced (and, ZeRO-1, sharded and gathered) over
     # their own data-parallel group (moe.expert_data_parallel), the rest as a dense model's
     # of the heaviest stage, the one stage_params is (as stage_root picks it)
-    e_layer = moe.expert_params_per_gpu(m, lay.ep) if m.moe else 0.0
-    stage_exp = np.where(first_params >= np.maximum(mid_params, last_params), blocks_first * e_layer,
-                         np.where(mid_params >= last_params, blocks_mid * e_layer,
-                                  np.where(single, 0.0, blocks_last * e_layer))) if m.moe else 0.0
+    stage_exp = np.where(first_params >= np.maximum(mid_params, last_params), on_first("experts"),
+                         np.where(mid_params >= last_params, on_mid("experts"),
+                                  np.where(single, 0.0, on_last("experts")))) if m.moe else 0.0
     grad_bytes = (stage_params - stage_exp) * rec["grad"]
     w_bytes = (stage_params - stage_exp) * rec["weight"]
     ar_t, ar_moved = comm.all_reduce(grad_bytes, dpcp, dpcp_bw, dpcp_lat)  # ZeRO-0: over dp x cp everywhere
@@ -466,8 +525,8 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # backward; under a zero-bubble pipeline the linears' gradients become final in the last weight passes,
     # so the window is the weight passes of the rank's last micro-batch (the input-gradient passes and other
     # micro-batches' work between its chunks' last weight passes are not counted: a lower bound)
-    bwd_window = blocks_first * np.where(zb_pipe, bt["wgrad"], bt["bwd"])
-    fwd_window = blocks_first * bt["fwd"]
+    bwd_window = np.where(zb_pipe, on_first("wgrad"), on_first("bwd"))
+    fwd_window = on_first("fwd")
     ov = grad_reduce_overlaps(tr.overlap_grad_reduce, torch_wpass)
     ov_gather = plan_overlaps_param_gather(tr)
     # torchtitan calls no no_sync, so under DDP every micro-batch's backward all-reduces (the accumulated gradients;
@@ -653,13 +712,15 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
         mem = memory_breakdown(m, lay, tr, m_micro)
 
     # ---- FLOPs, MFU, HFU (Narayanan 2021 eq. 3 for the recompute term)
-    layer_mm = layer_matmul_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)
+    # (a mixed model's dense blocks at their own MLP width: ModelDims.dense_dims)
+    kinds = ((m.moe_blocks, m), (m.layers - m.moe_blocks, m.dense_dims())) if m.mixed else ((m.layers, m),)
+    layers_mm = sum(n * layer_matmul_params(k.arch, k.hidden, k.heads, k.kv_heads, k.head_dim, k.ffn) for n, k in kinds)
     # a sliding window shortens the attended span (ModelDims.attention_span; the full sequence without one)
     span = m.attention_span()
-    mf_tok = model_flops_per_token(m.layers * layer_mm + m.vocab * m.hidden, m.layers, m.q_width, span)
-    op_params = sum(op_sac_recomputed_matmuls(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn))
-    hf_extra = recompute_flops_per_token(lay.recompute, m.layers * layer_mm, m.layers, m.q_width, span,
-                                         m.layers * op_params, tr.flash_attention)
+    mf_tok = model_flops_per_token(layers_mm + m.vocab * m.hidden, m.layers, m.q_width, span)
+    op_params = sum(n * sum(op_sac_recomputed_matmuls(k.arch, k.hidden, k.q_width, k.kv_width, k.ffn)) for n, k in kinds)
+    hf_extra = recompute_flops_per_token(lay.recompute, layers_mm, m.layers, m.q_width, span, op_params,
+                                         tr.flash_attention)
     tokens_step = tr.global_batch_size * m.seq_len
     tokens_per_s = tokens_step / step
     model_tflops = tokens_per_s * mf_tok / lay.gpus / 1e12
@@ -672,9 +733,8 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     speedup, alpha = amdahl(np.asarray(lay.gpus, dtype=float), t_compute, step)
 
     # ---- bytes per GPU per step
-    tp_bytes = m_micro * (blocks_first * (n_coll * moved_ar + np.where(regather, bc.halves * moved_ag, 0.0))
-                          + emb_comm * moved_ar + np.where(head_first, head_comm_moved, 0.0))
-    ep_bytes = m_micro * blocks_first * bc.ep_moved
+    tp_bytes = m_micro * (on_first("tp_moved") + emb_comm * moved_ar + np.where(head_first, head_comm_moved, 0.0))
+    ep_bytes = m_micro * on_first("ep_moved")
     pp_bytes = np.where(single, 0.0, m_micro * 2 * v * p2p_bytes)
     cp_bytes = m_micro * blocks_first * n_cp * moved_cp
 
@@ -688,11 +748,11 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
         "hfu": hfu,
         "bubble_fraction": bubble_s / step,
         "compute_s": t_compute,
-        "attention_s": m_micro * blocks_crit * bt["attention_all"],
-        "fp8_cast_s": m_micro * blocks_crit * bt["fp8_cast_all"],
-        "tp_comm_s": m_micro * (blocks_first * tp_block_exposed + np.where(head_first, head_comm_t, 0.0)),
+        "attention_s": m_micro * on_crit("attention_all"),
+        "fp8_cast_s": m_micro * on_crit("fp8_cast_all"),
+        "tp_comm_s": m_micro * (on_first("tp_exposed") + np.where(head_first, head_comm_t, 0.0)),
         "cp_comm_s": m_micro * blocks_first * cp_block_exposed,
-        "ep_comm_s": m_micro * blocks_first * ep_block_exposed + 0.0 * step,
+        "ep_comm_s": m_micro * on_first("ep_exposed") + 0.0 * step,
         "pp_comm_s": m_micro * p2p_mb,
         "dp_comm_s": dp_exposed,
         "bubble_s": bubble_s,

@@ -112,7 +112,8 @@ def _positive(name: str, v, allow_none=True, upper=None):
 
 def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
                    seq_len, head_dim=None, tied_embeddings=None, sliding_window=None, full_attention_every=None,
-                   default_seq: bool = False, experts=None, experts_per_token=None, shared_expert_ffn=None):
+                   default_seq: bool = False, experts=None, experts_per_token=None, shared_expert_ffn=None,
+                   first_dense_layers=None, moe_layer_step=None, dense_ffn=None):
     """(spec, what its mapping approximates or None, seq_len).  default_seq: seq_len is the default, which a
     config's shorter context replaces."""
     given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None
@@ -123,7 +124,9 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
                                  ("--tied-embeddings/--untied-embeddings", tied_embeddings),
                                  ("--sliding-window", sliding_window), ("--full-attention-every", full_attention_every),
                                  ("--experts", experts), ("--experts-per-token", experts_per_token),
-                                 ("--shared-expert-ffn", shared_expert_ffn))
+                                 ("--shared-expert-ffn", shared_expert_ffn),
+                                 ("--first-dense-layers", first_dense_layers), ("--moe-layer-step", moe_layer_step),
+                                 ("--dense-ffn", dense_ffn))
                   if v is not None]
     if shape_only and layers is None and hidden is None and heads is None:
         raise UserError(f"{' and '.join(shape_only)} only appl{'y' if len(shape_only) > 1 else 'ies'} to an explicit shape (--layers/--hidden/--heads); "
@@ -180,7 +183,9 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
         spec = model_from_flags(arch or "llama", layers, hidden, heads, kv_heads, ffn_hidden, vocab, head_dim=head_dim,
                                 tied_embeddings=tied_embeddings, sliding_window=sliding_window,
                                 full_attention_every=full_attention_every, experts=experts,
-                                experts_per_token=experts_per_token, shared_expert_ffn=shared_expert_ffn)
+                                experts_per_token=experts_per_token, shared_expert_ffn=shared_expert_ffn,
+                                first_dense_layers=first_dense_layers, moe_layer_step=moe_layer_step,
+                                dense_ffn_hidden=dense_ffn)
         if full_attention_every is not None and full_attention_every > layers:
             _err(f"note: --full-attention-every {full_attention_every} is past the model's {layers} layers, so no layer "
                  "attends in full: every one attends within --sliding-window")
@@ -242,6 +247,9 @@ _MODEL_OPTIONS = [
     ("experts", Optional[int], None, ("--experts",), "A mixture of experts (explicit shape): every block's MLP is this many SwiGLU experts of --ffn-hidden (with --experts-per-token)."),
     ("experts_per_token", Optional[int], None, ("--experts-per-token",), "With --experts: the router's top-k."),
     ("shared_expert_ffn", Optional[int], None, ("--shared-expert-ffn",), "With --experts: a shared expert's width, a dense MLP every token runs (default: none)."),
+    ("first_dense_layers", Optional[int], None, ("--first-dense-layers",), "With --experts: this many leading blocks have a dense MLP of --dense-ffn (DeepSeek-V3, GLM-4.5: 3; default: none)."),
+    ("moe_layer_step", Optional[int], None, ("--moe-layer-step",), "With --experts: every k-th block is an MoE block, the others dense (Llama 4 Maverick: 2; default: 1, every block)."),
+    ("dense_ffn", Optional[int], None, ("--dense-ffn",), "With --first-dense-layers or --moe-layer-step: the dense blocks' MLP width."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
@@ -351,14 +359,17 @@ def _prepare(opts, gpus: int | None = None):
         raise UserError(f"--inter-node-bandwidth is in GB/s per GPU (1 GbE is 0.125); {o.inter_node_bandwidth:g} is "
                         "below what the planner models (min 0.001)")
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "sliding_window",
-                 "full_attention_every", "experts", "experts_per_token", "shared_expert_ffn", "tp", "pp", "dp", "cp", "mbs", "vpp", "recompute_layers", "dp_replicate",
+                 "full_attention_every", "experts", "experts_per_token", "shared_expert_ffn", "first_dense_layers",
+                 "moe_layer_step", "dense_ffn", "tp", "pp", "dp", "cp", "mbs", "vpp", "recompute_layers", "dp_replicate",
                  "ep"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=SHAPE_MAX)
     spec, why, o.seq_len = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads,
                                           o.kv_heads, o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings,
                                           o.sliding_window, o.full_attention_every, default_seq=not explicit_seq,
                                           experts=o.experts, experts_per_token=o.experts_per_token,
-                                          shared_expert_ffn=o.shared_expert_ffn)
+                                          shared_expert_ffn=o.shared_expert_ffn,
+                                          first_dense_layers=o.first_dense_layers, moe_layer_step=o.moe_layer_step,
+                                          dense_ffn=o.dense_ffn)
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

@@ -197,6 +197,21 @@ _MEGATRON_SCHEDULE_NOTES = {
 }
 
 
+def megatron_moe_layer_freq(m) -> str:
+    """Megatron-LM's --moe-layer-freq as a pattern (1 an MoE layer, 0 dense; its Python-list-expression form) of a
+    mixture of experts with dense blocks between (ModelSpec.is_moe_block): "([0]*3+[1]*58)" for DeepSeek-V3's three
+    leading dense blocks, "([0]*1+[1]*1)*24"-style repeats for an interleaved one, else the whole list."""
+    flags = [int(m.is_moe_block(i)) for i in range(m.layers)]
+    k = m.first_dense_layers or 0
+    step = m.moe_layer_step or 1
+    if step == 1:
+        return f"([0]*{k}+[1]*{m.layers - k})"
+    tail = m.layers - k
+    if tail % step == 0 and flags[k:] == ([0] * (step - 1) + [1]) * (tail // step):
+        return (f"[0]*{k}+" if k else "") + f"([0]*{step - 1}+[1])*{tail // step}"
+    return "[" + ",".join(map(str, flags)) + "]"
+
+
 def _megatron_layout(counts: list[int]) -> str:
     stages = []
     last = len(counts) - 1
@@ -351,10 +366,14 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     # --- model shape
     flag("--num-layers", m.layers)
     flag("--hidden-size", m.hidden)
-    flag("--ffn-hidden-size", m.ffn_hidden)
-    if m.is_moe:  # every layer MoE (Megatron's --moe-layer-freq default, 1)
+    # a mixture of experts' dense blocks (ModelSpec.first_dense_layers / moe_layer_step) take --ffn-hidden-size, the
+    # experts --moe-ffn-hidden-size; without dense blocks every layer is MoE (Megatron's --moe-layer-freq default, 1)
+    flag("--ffn-hidden-size", m.dense_ffn_hidden or m.ffn_hidden)
+    if m.is_moe:
         flag("--num-experts", m.experts)
         flag("--moe-ffn-hidden-size", m.ffn_hidden)
+        if m.moe_block_count < m.layers:
+            flag("--moe-layer-freq", megatron_moe_layer_freq(m))
         flag("--moe-router-topk", m.experts_per_token)
         if m.shared_expert_ffn:
             flag("--moe-shared-expert-intermediate-size", m.shared_expert_ffn)

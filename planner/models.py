@@ -137,10 +137,13 @@ def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: 
                      tied_embeddings: bool | None = None, max_seq_len: int | None = None,
                      seq_len: int | None = None, name: str | None = None, sliding_window: int | None = None,
                      full_attention_every: int | None = None, experts: int | None = None,
-                     experts_per_token: int | None = None, shared_expert_ffn: int | None = None) -> ModelSpec:
+                     experts_per_token: int | None = None, shared_expert_ffn: int | None = None,
+                     first_dense_layers: int | None = None, moe_layer_step: int | None = None,
+                     dense_ffn_hidden: int | None = None) -> ModelSpec:
     """An explicit shape. Defaults: kv_heads = heads; ffn_hidden = SwiGLU 8/3 h (llama) or 4 h (gpt);
     tied embeddings for gpt (GPT-2/3 style), untied for llama; vocab None -> 32000 (Llama 2 tokenizer).  experts /
-    experts_per_token / shared_expert_ffn: a mixture of experts (ModelSpec's, which says what they must be)."""
+    experts_per_token / shared_expert_ffn / first_dense_layers / moe_layer_step / dense_ffn_hidden: a mixture of experts
+    (ModelSpec's, which says what they must be)."""
     if vocab is None:
         vocab = 32000
     if arch not in ("llama", "gpt"):
@@ -158,10 +161,17 @@ def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: 
     if experts:
         desc += f", {experts} experts top {experts_per_token}" + (f", shared ffn {shared_expert_ffn}"
                                                                    if shared_expert_ffn else "")
+        if first_dense_layers:
+            desc += f", the first {first_dense_layers} blocks dense"
+        if moe_layer_step:
+            desc += f", every {moe_layer_step} blocks one MoE"
+        if dense_ffn_hidden:
+            desc += f" (dense ffn {dense_ffn_hidden})"
     return _spec(seq_len, name=name, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                  ffn_hidden=ffn_hidden, vocab=vocab, head_dim=head_dim, tied_embeddings=tied_embeddings,
                  max_seq_len=max_seq_len, sliding_window=sliding_window, full_attention_every=full_attention_every,
                  experts=experts, experts_per_token=experts_per_token, shared_expert_ffn=shared_expert_ffn,
+                 first_dense_layers=first_dense_layers, moe_layer_step=moe_layer_step, dense_ffn_hidden=dense_ffn_hidden,
                  source=f"explicit flags ({desc})")
 
 

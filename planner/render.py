@@ -249,7 +249,12 @@ def _experts_text(m) -> str:
     from cost_models.params import param_counts
     active = param_counts(m)["active"]
     shared = f", a shared expert of ffn {m.shared_expert_ffn}" if m.shared_expert_ffn else ""
-    return (f"{m.experts} experts of ffn {m.ffn_hidden}, top {m.experts_per_token}{shared} "
+    dense = m.layers - m.moe_block_count
+    between = ""
+    if dense:
+        where = f"the first {m.first_dense_layers}" if not (m.moe_layer_step or 1) > 1 else f"{dense}"
+        between = f"; {where} of the {m.layers} blocks dense, ffn {m.dense_ffn_hidden}"
+    return (f"{m.experts} experts of ffn {m.ffn_hidden}, top {m.experts_per_token}{shared}{between} "
             f"({active / 1e9:.2f} B active)")
 
 

@@ -137,6 +137,18 @@ class ModelSpec(Strict):
         "runs beside its routed experts, tensor-parallel as a dense MLP (Megatron-Core's --moe-shared-expert-"
         "intermediate-size: all shared experts' widths together; Qwen2-MoE's shared_expert_intermediate_size, Llama 4's "
         "shared expert).  None = no shared expert.")
+    first_dense_layers: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="With experts: how many leading blocks have a dense SwiGLU MLP of "
+        "dense_ffn_hidden in place of the experts (DeepSeek-V3 and GLM-4.5: 3, GLM-4.5-Air: 1; Hugging Face's "
+        "first_k_dense_replace, Megatron-Core's --moe-layer-freq pattern [0]*k+[1]*(layers-k)).  None = none.")
+    moe_layer_step: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="With experts: every step-th block (numbered from 1) past the leading "
+        "dense ones is an MoE block, the others dense (Llama 4 Maverick: 2, Hugging Face's interleave_moe_layer_step; "
+        "Qwen-MoE's decoder_sparse_step).  None = 1, every block past them.")
+    dense_ffn_hidden: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="With first_dense_layers or moe_layer_step: the inner width of the dense "
+        "blocks' SwiGLU MLP (Hugging Face's intermediate_size beside moe_intermediate_size; Megatron-Core's "
+        "--ffn-hidden-size beside --moe-ffn-hidden-size).")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 
@@ -165,11 +177,26 @@ class ModelSpec(Strict):
             if self.arch != "llama":
                 raise ValueError("experts: mixture-of-experts blocks are planned with llama-arch blocks (SwiGLU experts, "
                                  "as Mixtral's and Qwen3's); use arch llama")
+        mixed = self.first_dense_layers is not None or (self.moe_layer_step or 1) > 1
+        if (self.first_dense_layers is not None or self.moe_layer_step is not None) and self.experts is None:
+            raise ValueError("first_dense_layers and moe_layer_step place a mixture of experts' dense blocks: they need "
+                             "experts")
+        if mixed and self.dense_ffn_hidden is None:
+            raise ValueError("dense blocks between the MoE ones (first_dense_layers, moe_layer_step) need their MLP's "
+                             "width: give dense_ffn_hidden")
+        if self.dense_ffn_hidden is not None and not mixed:
+            raise ValueError("dense_ffn_hidden is the width of the dense blocks first_dense_layers or moe_layer_step "
+                             "place; give one of them, or leave dense_ffn_hidden out")
+        if self.experts is not None and self.moe_block_count == 0:
+            raise ValueError(f"first_dense_layers {self.first_dense_layers} and moe_layer_step {self.moe_layer_step} "
+                             f"leave none of the {self.layers} blocks an MoE block; give fewer dense layers, or drop "
+                             "experts for a dense model")
         # the blocks' matrices and the embedding (norms and biases aside): the bound the flags hold a count to
         h = self.hidden
         attn = h * (self.head_dim or h // self.heads) * (2 * self.heads + 2 * self.kv_heads)
-        weights = self.layers * (attn + 3 * h * (self.ffn_hidden * (self.experts or 1) + (self.shared_expert_ffn or 0))) \
-            + self.vocab * h
+        moe = self.moe_block_count if self.experts is not None else self.layers
+        weights = moe * 3 * h * (self.ffn_hidden * (self.experts or 1) + (self.shared_expert_ffn or 0)) \
+            + (self.layers - moe) * 3 * h * (self.dense_ffn_hidden or 0) + self.layers * attn + self.vocab * h
         if weights > PARAMS_MAX:
             raise ValueError(f"{big_number(weights)} parameters is beyond what the planner models (max {PARAMS_MAX:g})")
         return self
@@ -192,6 +219,22 @@ class ModelSpec(Strict):
         """A mixture of experts (experts set): its MLP is experts x ffn_hidden wide, a token runs
         experts_per_token x ffn_hidden of it."""
         return self.experts is not None
+
+    def is_moe_block(self, i: int) -> bool:
+        """Whether block i (from 0) is an MoE block: past the first_dense_layers, every moe_layer_step-th (Hugging
+        Face's Qwen2-MoE / Llama 4 rule, (i + 1) % step == 0).  Every block of a dense model is dense."""
+        if self.experts is None or i < (self.first_dense_layers or 0):
+            return False
+        return (i + 1) % (self.moe_layer_step or 1) == 0
+
+    @property
+    def moe_block_count(self) -> int:
+        """MoE blocks (is_moe_block); all of them where no dense blocks are placed between, none for a dense model."""
+        if self.experts is None:
+            return 0
+        # the multiples of the step among blocks first_dense_layers + 1 .. layers, numbered from 1
+        step, k = self.moe_layer_step or 1, min(self.first_dense_layers or 0, self.layers)
+        return self.layers // step - k // step
 
     @property
     def head_size(self) -> int:

@@ -110,6 +110,14 @@ class ModelConfig:
     experts: Optional[int] = None
     experts_per_token: Optional[int] = None
     shared_ffn: Optional[int] = None
+    # dense blocks between the MoE ones (ModelSpec.first_dense_layers, moe_layer_step): a dense MLP of dense_ffn
+    first_dense_layers: Optional[int] = None
+    moe_layer_step: Optional[int] = None
+    dense_ffn: Optional[int] = None
+
+    def is_moe_block(self, i: int) -> bool:
+        """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
+        return bool(self.experts) and i >= (self.first_dense_layers or 0) and (i + 1) % (self.moe_layer_step or 1) == 0
 
     def __post_init__(self):
         if self.rope is None:  # the arch's default (a frozen dataclass: set once here)
@@ -123,7 +131,8 @@ class ModelConfig:
                    tied_embeddings=m.tied_embeddings,
                    max_seq_len=m.max_seq_len or plan.training.seq_len, rope_theta=m.rope_base,
                    rope=not m.has_learned_positions, experts=m.experts, experts_per_token=m.experts_per_token,
-                   shared_ffn=m.shared_expert_ffn)
+                   shared_ffn=m.shared_expert_ffn, first_dense_layers=m.first_dense_layers,
+                   moe_layer_step=m.moe_layer_step, dense_ffn=m.dense_ffn_hidden)
 
 
 class Norm(_ShardedModule):
@@ -352,12 +361,14 @@ class Block(nn.Module):
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
         self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group)
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
+        # a mixture of experts' MoE block, or its dense blocks between (ModelConfig.is_moe_block): a dense MLP of dense_ffn
+        moe_block = cfg.is_moe_block(i)
         self.mlp = (MoEMLP(cfg, i, tp_group, sp, ep_group, cp_group=cp_group, state=moe_state,
                            selective=recompute == "selective")
-                    if cfg.experts else MLP(cfg, i, tp_group, sp, recompute))
+                    if moe_block else MLP(cfg, i, tp_group, sp, recompute, ffn=cfg.dense_ffn if cfg.experts else None))
         # a mixture of experts' shared expert: a dense tensor-parallel SwiGLU beside the routed ones
         self.shared_mlp = (MLP(cfg, i, tp_group, sp, recompute, ffn=cfg.shared_ffn, name="shared_mlp")
-                           if cfg.experts and cfg.shared_ffn else None)
+                           if moe_block and cfg.shared_ffn else None)
         # op-level selective checkpointing lives inside the block's forward, so a compiled block
         # (Module.compile) compiles the checkpoint with its policy, as torchtitan wraps before it
         # compiles; checkpointed outside, a compiled block is one opaque function to the policy, which

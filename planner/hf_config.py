@@ -45,11 +45,14 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             Falcon-7B's one norm a layer, BLOOM's and MPT's ALiBi (costed as rotary positions, no
                             table either way), OPT's two offset position rows: each said in the source, the count
                             off by exactly that (tests/test_hf_config.py holds each against transformers' build).
-  mixtral, qwen3_moe, qwen2_moe
-                         -> arch llama with experts (ModelSpec.experts, experts_per_token; Qwen2-MoE's shared expert:
-                            shared_expert_ffn): every layer's MLP is its experts (Qwen-MoE configs with dense layers
-                            between are refused).
-Other mixture-of-experts configs are rejected (DeepSeek's latent attention, gpt-oss, dense layers between).
+  mixtral, qwen3_moe, qwen2_moe, glm4_moe
+                         -> arch llama with experts (ModelSpec.experts, experts_per_token; Qwen2-MoE's shared expert
+                            and GLM-4.5's n_shared_experts x moe_intermediate_size: shared_expert_ffn).  Dense blocks
+                            between the MoE ones (ModelSpec.first_dense_layers, moe_layer_step, dense_ffn_hidden of
+                            intermediate_size): GLM-4.5's first_k_dense_replace, Qwen-MoE's decoder_sparse_step and a
+                            leading run of mlp_only_layers (other mlp_only_layers are refused).  GLM-4.5's q/k/v
+                            biases and multi-token-prediction layer are not counted (a note says so).
+Other mixture-of-experts configs are rejected (DeepSeek's latent attention, gpt-oss).
 Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
 defaults; the vision tower is left out (said in the source).
@@ -69,7 +72,7 @@ from planner.schema import ModelSpec, error_message, json_type_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
               "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
-              "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe")
+              "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe", "glm4_moe")
 GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
 # gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
 LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
@@ -85,7 +88,7 @@ MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_e
 # is one expert's; Qwen3-MoE: moe_intermediate_size is one expert's (intermediate_size the dense layers', which
 # decoder_sparse_step / mlp_only_layers would make: refused, as ModelSpec has every layer MoE)
 MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe": ("num_experts", "moe_intermediate_size"),
-             "qwen2_moe": ("num_experts", "moe_intermediate_size")}
+             "qwen2_moe": ("num_experts", "moe_intermediate_size"), "glm4_moe": ("n_routed_experts", "moe_intermediate_size")}
 # the shared expert's width where the family has one (Qwen2-MoE / Qwen1.5-MoE: ModelSpec.shared_expert_ffn)
 MOE_SHARED = {"qwen2_moe": "shared_expert_intermediate_size"}
 # a LM head: what the architectures field's class names end with for a model trained on next-token prediction
@@ -139,7 +142,7 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "exaone4": False, "hunyuan_v1_dense": False, "seed_oss": False, "glm4": False, "cohere": True,
                  "cohere2": True, "stablelm": False, "gpt_bigcode": True, "gptj": False, "starcoder2": True,
                  "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True,
-                 "mixtral": False, "qwen3_moe": False, "qwen2_moe": False}
+                 "mixtral": False, "qwen3_moe": False, "qwen2_moe": False, "glm4_moe": False}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -432,6 +435,33 @@ def hf_config_context(path_or_dict) -> int | None:
     return _context(cfg, where)
 
 
+def _dense_between(cfg: dict, model_type: str, where: str, layers) -> tuple[int | None, int | None]:
+    """(first_dense_layers, moe_layer_step) of a mixture of experts' dense blocks between its MoE ones, None each where
+    there are none: GLM-4.5's first_k_dense_replace (Glm4MoeDecoderLayer: layer i MoE where i >= it); Qwen-MoE's
+    decoder_sparse_step (layer i MoE where (i + 1) % step == 0) and mlp_only_layers (dense whatever the step), read
+    where they are a leading run 0 .. k-1 (a list ModelSpec cannot say is refused)."""
+    if model_type == "glm4_moe":
+        k = cfg.get("first_k_dense_replace", 1)  # Glm4MoeConfig's default
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ValueError(f"{where}: first_k_dense_replace must be a whole number of layers, got {k!r}; correct it "
+                             "in the config")
+        return (k or None), None
+    if model_type not in ("qwen2_moe", "qwen3_moe"):
+        return None, None
+    step = cfg.get("decoder_sparse_step", 1)
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 1):
+        raise ValueError(f"{where}: decoder_sparse_step must be a positive integer, got {step!r}; correct it in the config")
+    dense = cfg.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+        raise ValueError(f"{where}: mlp_only_layers must be a list of layer numbers, got {dense!r}; correct it in the "
+                         "config")
+    lead = sorted(set(dense))
+    if lead != list(range(len(lead))):
+        raise ValueError(f"{where}: mlp_only_layers {dense!r}: dense layers other than a leading run (0, 1, ...), which "
+                         "parplan does not plan (first_dense_layers and moe_layer_step place them)")
+    return (len(lead) or None), (step if step and step > 1 else None)
+
+
 def _biasless(cfg: dict, model_type: str) -> str | None:
     """The key that says a gpt-arch family's linears have no biases (parplan's gpt blocks count them), else None."""
     if model_type == "nemotron" and not cfg.get("attention_bias") and not cfg.get("mlp_bias"):
@@ -497,7 +527,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         ffn = _get(cfg, (MOE_TYPES[model_type][1],), "ffn_hidden", where, used=used)
     else:
         ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, used=used)
-    experts = top_k = shared = None
+    experts = top_k = shared = first_dense = moe_step = dense_ffn = None
     if model_type in MOE_TYPES:
         experts = _positive_int(cfg, MOE_TYPES[model_type][0], where)
         top_k = _positive_int(cfg, "num_experts_per_tok", where)
@@ -508,10 +538,16 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         if model_type in MOE_SHARED:
             shared = _positive_int(cfg, MOE_SHARED[model_type], where, zero_is_none=True)
             used["shared_expert_ffn"] = MOE_SHARED[model_type]
-        step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers") or []
-        if step not in (None, 1) or dense:
-            raise ValueError(f"{where}: decoder_sparse_step {step!r}, mlp_only_layers {dense!r}: dense layers between "
-                             "the MoE ones, which parplan does not plan (every layer MoE)")
+        elif model_type == "glm4_moe":  # n_shared_experts experts of moe_intermediate_size (Glm4MoeMoE's shared_experts)
+            n_shared = _positive_int({"n_shared_experts": 1, **cfg}, "n_shared_experts", where,  # Glm4MoeConfig's 1
+                                     zero_is_none=True)
+            shared = n_shared * ffn if n_shared else None
+            used["shared_expert_ffn"] = "n_shared_experts"
+        first_dense, moe_step = _dense_between(cfg, model_type, where, layers)
+        if first_dense or moe_step:  # the dense blocks' MLP: intermediate_size (Qwen-MoE's, GLM-4.5's)
+            dense_ffn = _get(cfg, ("intermediate_size",), "dense_ffn_hidden", where, used=used)
+            used.update(first_dense_layers="first_k_dense_replace" if model_type == "glm4_moe" else "mlp_only_layers",
+                        moe_layer_step="decoder_sparse_step")
     tied = cfg.get("tie_word_embeddings")
     if tied is None:
         tied = _TIED_DEFAULT[model_type]
@@ -548,6 +584,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "qwen3": "per-head q/k norms not counted",
         "qwen3_moe": "per-head q/k norms not counted",
         "qwen2_moe": "q/k/v biases and the shared expert's sigmoid gate not counted",
+        "glm4_moe": "q/k norms and the multi-token-prediction layers (num_nextn_predict_layers) not counted; "
+                    "routed by sigmoid scores with a bias, costed as softmax top-k",
         "olmo2": "q/k norms not counted",
         "phi3": "fused qkv and gate_up counted as separate matrices",
         "internlm2": "fused wqkv counted as separate matrices",
@@ -708,7 +746,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          max_seq_len=max_seq_len, rope_theta=rope_theta, source=source,
                          learned_positions=None if arch == "llama" or table else False,
                          sliding_window=window, full_attention_every=full_every, experts=experts,
-                         experts_per_token=top_k, shared_expert_ffn=shared)
+                         experts_per_token=top_k, shared_expert_ffn=shared, first_dense_layers=first_dense,
+                         moe_layer_step=moe_step, dense_ffn_hidden=dense_ffn)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

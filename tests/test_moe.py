@@ -245,14 +245,15 @@ def _moe_search_setup(name="qwen3-30b-a3b", gpus=32, seq=4096, gbs=256):
     return m, tr, hw, lay, pins
 
 
-def test_the_search_floors_hold_for_a_mixture_of_experts_and_change_no_answer():
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "glm-4.5-air"])  # GLM-4.5-Air: a dense block before its MoE ones
+def test_the_search_floors_hold_for_a_mixture_of_experts_and_change_no_answer(name):
     """The memory floor (states_floor, now with the experts' states over their own group) and the step-time floor
     (with the all-to-alls) lie under every MoE candidate's total and step, and pruning by them gives the same plans
     as timing every candidate."""
     import planner.search as search
     from cost_models.memory import states_floor
     from cost_models.total import evaluate, step_floor
-    m, tr, hw, lay, pins = _moe_search_setup()
+    m, tr, hw, lay, pins = _moe_search_setup(name)
     assert len(set(np.asarray(lay.ep).tolist())) >= 4
     with np.errstate(divide="ignore", invalid="ignore"):
         met = evaluate(m, tr, hw, lay)
@@ -269,11 +270,12 @@ def test_the_search_floors_hold_for_a_mixture_of_experts_and_change_no_answer():
     assert runs[0] == runs[1] and all(r["ep"] >= 1 for r in runs[0])
 
 
-def test_array_and_scalar_evaluations_agree_for_a_mixture_of_experts():
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "glm-4.5-air"])
+def test_array_and_scalar_evaluations_agree_for_a_mixture_of_experts(name):
     """The search evaluates candidates as arrays; one candidate's scalar evaluation gives the same numbers (the
-    MoE terms' broadcasting and branches)."""
+    MoE terms' broadcasting and branches, a mixed model's per-rank dense counts)."""
     from cost_models.total import evaluate
-    m, tr, hw, lay, _ = _moe_search_setup(gpus=16)
+    m, tr, hw, lay, _ = _moe_search_setup(name, gpus=16)
     rng = np.random.default_rng(1)
     idx = rng.choice(len(lay), size=40, replace=False)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -20,11 +20,15 @@ pytestmark = pytest.mark.multirank
 
 TINY_MOE = {**TINY_LLAMA, "experts": 4, "experts_per_token": 2, "ffn_hidden": 64}
 TINY_MOE_SHARED = {**TINY_MOE, "shared_expert_ffn": 96}
+# dense blocks between the MoE ones: block 0 dense (first_dense_layers), then every second block MoE (1 and 3), the
+# dense ones a SwiGLU of their own width
+TINY_MOE_MIXED = {**TINY_MOE_SHARED, "first_dense_layers": 1, "moe_layer_step": 2, "dense_ffn_hidden": 160}
 LOSS_RTOL = 1e-4
 GRAD_RTOL = 1e-5
 NO_AUX = {"moe_aux_loss_coeff": 0.0}
 # one-rank references: name -> (model, options)
-REFERENCES = {"moe": (TINY_MOE, {}), "moe-shared": (TINY_MOE_SHARED, {}), "moe-no-aux": (TINY_MOE, NO_AUX)}
+REFERENCES = {"moe": (TINY_MOE, {}), "moe-shared": (TINY_MOE_SHARED, {}), "moe-no-aux": (TINY_MOE, NO_AUX),
+              "moe-mixed": (TINY_MOE_MIXED, {})}
 # name -> (reference, parallel layout); 8 ranks each
 CASES = {
     # ep over tp and dp: each tp rank routes its own sequence shard (SP) to experts two dp replicas hold
@@ -55,6 +59,12 @@ CASES = {
     "tp2-dp4-sp-ep2-small-buckets": ("moe", dict(tp=2, pp=1, dp=4, sp=True, ep=2)),
     # no auxiliary loss, data parallelism alone: ep 4 over 8 dp ranks, two copies of each expert
     "dp8-ep4-no-aux": ("moe-no-aux", dict(tp=1, pp=1, dp=8, ep=4)),
+    # dense blocks between the MoE ones: each stage a dense and an MoE block under 1F1B; and interleaved, where pipeline
+    # rank 0's two virtual stages (blocks 0 and 2) are both dense, so its ranks hold no experts (no expert reduction, no
+    # experts' ZeRO-1 optimizer) while rank 1's hold all of them
+    "mixed-pp2-tp2-dp2-sp-ep4-1f1b": ("moe-mixed", dict(tp=2, pp=2, dp=2, sp=True, ep=4, schedule="1f1b")),
+    "mixed-zero1-pp2-dp4-ep4-interleaved": ("moe-mixed", dict(tp=1, pp=2, dp=4, ep=4, schedule="interleaved-1f1b",
+                                                              vpp=2, zero_stage=1)),
 }
 
 
@@ -125,6 +135,23 @@ def test_each_rank_holds_its_experts(runs, case):
                 held[(name, g["ep_rank"])] = held.get((name, g["ep_rank"]), 0) + 1
     copies = layout.get("tp", 1) * layout.get("cp", 1) * layout["dp"] // ep
     assert held and set(held.values()) == {copies}, held
+
+
+def test_dense_blocks_between_hold_their_own_mlp(runs):
+    """The mixed model's one-rank run holds the parameters the planner counts (its dense blocks' MLPs of
+    dense_ffn_hidden, no router or experts there), fewer than with every block MoE; in the interleaved case the ranks of
+    pipeline rank 0 (blocks 0 and 2, both dense) hold no experts, and the others E / ep of each of blocks 1 and 3."""
+    from cost_models.params import param_counts
+    from planner.schema import ModelSpec
+    counted = param_counts(ModelSpec(**TINY_MOE_MIXED))["total"]
+    assert _report(runs, "ref-moe-mixed")["params_per_rank"] == [counted]
+    assert counted < param_counts(ModelSpec(**TINY_MOE_SHARED))["total"]
+    by_stage: dict[int, set] = {}
+    for d in load_dumps(runs / "mixed-zero1-pp2-dp4-ep4-interleaved" / "grads"):
+        layers = {int(n.split(".")[1]) for n in d["grads"] if ".experts." in n}
+        by_stage.setdefault(min(int(n.split(".")[1]) for n in d["grads"] if n.startswith("layers.")) % 2, set()).update(
+            layers)
+    assert by_stage == {0: set(), 1: {1, 3}}, by_stage
 
 
 def test_the_auxiliary_loss_moves_the_routers_not_the_experts(runs):

@@ -28,6 +28,10 @@ from tests.runtime_helpers.plans import tiny_plan, write_plan  # noqa: E402
 from tests.test_runtime_memory import NARROW, WIDE  # noqa: E402
 
 MOE = {"experts": 4, "experts_per_token": 2}
+# dense blocks between the MoE ones (ModelSpec.first_dense_layers / moe_layer_step), a dense MLP twice the expert's width
+MIXED = {"narrow-mixed": {"first_dense_layers": 2, "dense_ffn_hidden": 2 * NARROW["ffn_hidden"]},
+         "wide-mixed": {"first_dense_layers": 1, "dense_ffn_hidden": 2 * WIDE["ffn_hidden"]},
+         "wide-step2": {"moe_layer_step": 2, "dense_ffn_hidden": 2 * WIDE["ffn_hidden"]}}
 # name -> (model, training, parallel); 4 ranks each, master-weights
 NARROW_TRAINING = dict(seq_len=512, micro_batch_size=2, global_batch_size=16)
 WIDE_TRAINING = dict(seq_len=32, micro_batch_size=1, global_batch_size=8)
@@ -43,15 +47,24 @@ CASES = {
     "wide-pp2-dp2-ep2": ("wide", dict(tp=1, pp=2, dp=2, ep=2)),
     # ZeRO-1: the experts' states split over their expert-data-parallel group (2 ranks), the rest over dp (4)
     "wide-dp4-ep2-zero1": ("wide", dict(tp=1, pp=1, dp=4, ep=2, zero_stage=1)),
+    # dense blocks between (MIXED): the narrow model's first two blocks dense (pipeline rank 0 holds them beside two MoE
+    # blocks), the wide model's first, and the wide model's every other block
+    "mixed-pp2-dp2-ep2-1f1b": ("narrow-mixed", dict(tp=1, pp=2, dp=2, ep=2, schedule="1f1b")),
+    "mixed-dp4-ep4": ("narrow-mixed", dict(tp=1, pp=1, dp=4, ep=4)),
+    "wide-mixed-pp2-dp2-ep2": ("wide-mixed", dict(tp=1, pp=2, dp=2, ep=2)),
+    "wide-mixed-step2-dp4-ep2-zero1": ("wide-step2", dict(tp=1, pp=1, dp=4, ep=2, zero_stage=1)),
 }
 MIB = 2**20
 
 
-def jobs(tmp: Path, steps: int = 2, precision: str = "master-weights") -> list[dict]:
+def jobs(tmp: Path, steps: int = 2, precision: str = "master-weights", only: str = "") -> list[dict]:
     out = []
     for name, (kind, par) in CASES.items():
-        model = {**(NARROW if kind == "narrow" else WIDE), **MOE}
-        training = dict(NARROW_TRAINING if kind == "narrow" else WIDE_TRAINING)
+        if only not in name:
+            continue
+        narrow = kind.startswith("narrow")
+        model = {**(NARROW if narrow else WIDE), **MOE, **MIXED.get(kind, {})}
+        training = dict(NARROW_TRAINING if narrow else WIDE_TRAINING)
         if par.get("pp", 1) == 1:  # as test_runtime_memory's dp layouts: two micro-batches a replica
             training["global_batch_size"] = 2 * training["micro_batch_size"] * par["dp"]
         plan = evaluate_plan(tiny_plan(model, precision=precision, **training, **par))
@@ -68,24 +81,29 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--precision", choices=["master-weights", "fp32"], default="master-weights",
                     help="every plan's recipe (the CPU runs both in the GPU's storage dtypes)")
+    ap.add_argument("--only", default="", help="the plans whose name contains this (default: all)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="parplan-moe-memory-"))
-    r = suite.run_jobs(jobs(tmp, precision=a.precision), 4, tmp, "memory", timeout=1500)
+    todo = jobs(tmp, precision=a.precision, only=a.only)
+    r = suite.run_jobs(todo, 4, tmp, "memory", timeout=1500)
     if r.returncode != 0:
         print(r.stdout[-2000:], r.stderr[-4000:], file=sys.stderr)
         return 1
     lines = [f"# A mixture of experts on parplan's runtime, 4 gloo ranks ({datetime.date.today()}, {platform.machine()}, "
              f"Python {platform.python_version()})", "",
-             f"`OMP_NUM_THREADS=1 python benchmarks/moe_memory.py --out <this folder> --precision {a.precision}`: "
+             f"`OMP_NUM_THREADS=1 python benchmarks/moe_memory.py --out <this folder> --precision {a.precision}"
+             + (f" --only {a.only}" if a.only else "") + "`: "
              "one run of each plan "
              f"({a.precision}, balanced routing), the CPU allocator's peak without gloo's staging buffers (the "
              "largest rank's), against `evaluate`'s total.  Narrow: llama, 8 layers, hidden 256, 4 experts of ffn "
-             "704, top 2, seq 512, micro-batch 2.  Wide: 4 layers, hidden 1024, 4 experts of ffn 2816, top 2, seq 32.",
+             "704, top 2, seq 512, micro-batch 2.  Wide: 4 layers, hidden 1024, 4 experts of ffn 2816, top 2, seq 32.  "
+             "Mixed: the first blocks (narrow 2, wide 1), or every other block (step2), a dense SwiGLU twice the "
+             "expert's width.",
              "", "| plan | predicted MiB | measured MiB | error | step losses |", "|---|---|---|---|---|"]
     errors = {}
-    for name in CASES:
+    for name in (n for n in CASES if a.only in n):
         rep = json.loads((tmp / name / "report.json").read_text())
         cm = rep["cpu_memory"]
         errors[name] = cm["error"]

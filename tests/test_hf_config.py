@@ -188,8 +188,11 @@ def test_mixtral_and_qwen3_moe_configs_are_read_as_mixtures_of_experts():
     assert (spec.experts, spec.experts_per_token, spec.ffn_hidden) == (128, 8, 768)
     counts = param_counts(spec)
     assert round(counts["total"] / 1e9, 1) == 30.5 and round(counts["active"] / 1e9, 1) == 3.4  # 3.3B with q/k norms
-    with pytest.raises(ValueError, match=r"mlp_only_layers \[0\]: dense layers between the MoE ones"):
-        model_from_hf_config(qwen | {"mlp_only_layers": [0]})
+    # a leading run of dense layers is read (ModelSpec.first_dense_layers, of intermediate_size), any other refused
+    lead = model_from_hf_config(qwen | {"mlp_only_layers": [0]})
+    assert (lead.first_dense_layers, lead.dense_ffn_hidden) == (1, 6144)
+    with pytest.raises(ValueError, match=r"mlp_only_layers \[3\]: dense layers other than a leading run"):
+        model_from_hf_config(qwen | {"mlp_only_layers": [3]})
     with pytest.raises(ValueError, match="missing required field num_experts_per_tok"):
         model_from_hf_config({k: v for k, v in qwen.items() if k != "num_experts_per_tok"})
 

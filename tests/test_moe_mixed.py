@@ -43,6 +43,19 @@ def test_which_blocks_are_moe():
         assert spec.moe_block_count == sum(rule) == m.moe_blocks
 
 
+@pytest.mark.parametrize("name,total,active,ends", [("glm-4.5", 352.8, 32, False), ("glm-4.5-air", 106.9, 12, False),
+                                                    ("llama4-maverick", 400.7, 17, True)])
+def test_presets_count_their_dense_blocks(name, total, active, ends):
+    """The dense blocks at their own width: the cards' active counts, GLM's (32B, 12B) a token's parameters less the
+    embedding and head, Llama 4's (17B, as Scout's) with them; the totals are parplan's (GLM-4.5's card, 355B, counts a
+    multi-token-prediction layer, one more MoE block; Maverick's 400B its vision encoder; the Air's 106B is rounded)."""
+    spec = load_preset(name)
+    c = param_counts(spec)
+    assert round(c["total"] / 1e9, 1) == total and c["total"] == spec.num_params
+    assert round((c["active"] - (0 if ends else c["embedding"] + c["head"])) / 1e9) == active
+    assert spec.moe_block_count < spec.layers
+
+
 def test_a_model_must_keep_an_moe_block_and_name_the_dense_width():
     for extra, match in (({"first_dense_layers": 46, "dense_ffn_hidden": 64}, "leave none of the 46 blocks"),
                          ({"first_dense_layers": 2, "dense_ffn_hidden": None}, "give dense_ffn_hidden"),

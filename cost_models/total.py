@@ -363,10 +363,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
 
     bc = block_comm(m, tr, hw, lay, bt)
     tp_bw, tp_lat, t_ar, moved_ar, t_ag, moved_ag = bc.tp_bw, bc.tp_lat, bc.t_ar, bc.moved_ar, bc.t_ag, bc.moved_ag
-    sp_on, regather, async_dgrad, n_coll = bc.sp_on, bc.regather, bc.async_dgrad, bc.n_coll
+    sp_on, regather, async_dgrad = bc.sp_on, bc.regather, bc.async_dgrad
     cp_in, cp_local, moved_cp, n_cp = bc.cp_in, bc.cp_local, bc.moved_cp, bc.n_cp
-    tp_block_exposed, cp_block_exposed, ep_block_exposed = bc.tp_exposed, bc.cp_exposed, bc.ep_exposed
-    block = bt["total"] + tp_block_exposed + cp_block_exposed + ep_block_exposed
+    cp_block_exposed = bc.cp_exposed  # the same in a dense and an MoE block (the attention's)
 
     # ---- pipeline stages: first (embedding), middle, last (head)
     blocks_first, blocks_mid, blocks_last = rank_block_counts(m.layers, pp, v, lay.schedule)

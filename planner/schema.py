@@ -128,7 +128,7 @@ class ModelSpec(Strict):
         None, gt=1, le=SHAPE_MAX, description="Mixture of experts: routed experts in every block's MLP (Mixtral 8, "
         "Qwen3-30B-A3B 128), each a SwiGLU MLP of ffn_hidden, a token going to experts_per_token of them by a linear "
         "router (Megatron-Core's MoE layer: --num-experts).  None = a dense MLP.  Every block is an MoE block (a shared "
-        "expert beside the routed ones: shared_expert_ffn).")
+        "expert beside the routed ones: shared_expert_ffn) but those first_dense_layers and moe_layer_step make dense.")
     experts_per_token: Optional[int] = Field(
         None, gt=0, le=SHAPE_MAX, description="With experts: the router's top-k, the experts each token is sent to "
         "(Mixtral 2, Qwen3 MoE 8; Megatron-Core's --moe-router-topk).")

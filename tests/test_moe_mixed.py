@@ -20,7 +20,6 @@ from planner.export import megatron_moe_layer_freq
 from planner.hf_config import model_from_hf_config as spec_from_hf_config
 from planner.models import load_preset
 from planner.schema import ModelSpec
-from planner.search import Pins
 
 GLM_AIR = dict(arch="llama", layers=46, hidden=4096, heads=96, kv_heads=8, head_dim=128, ffn_hidden=1408, vocab=151552,
                experts=128, experts_per_token=8, shared_expert_ffn=1408, first_dense_layers=1, dense_ffn_hidden=10944)

@@ -258,6 +258,22 @@ def _experts_text(m) -> str:
             f"({active / 1e9:.2f} B active)")
 
 
+def _dense_stages_text(plan: Plan) -> str:
+    """Where a mixture of experts' dense blocks between the MoE ones sit: each virtual stage's count, those holding any
+    (ModelSpec.is_moe_block over the stages' blocks in order); nothing for a model without them."""
+    m = plan.model
+    if not m.is_moe or m.moe_block_count == m.layers or not plan.parallel.stage_layers:
+        return ""
+    held, start = [], 0
+    for stage, n in enumerate(plan.parallel.stage_layers):
+        dense = sum(not m.is_moe_block(i) for i in range(start, start + n))
+        start += n
+        if dense:
+            held.append(f"{dense} in stage {stage}" if len(plan.parallel.stage_layers) > 1 else str(dense))
+    return f"; dense blocks {', '.join(held)}" if len(held) <= 4 else \
+        f"; dense blocks in {len(held)} of the {len(plan.parallel.stage_layers)} stages"
+
+
 def summary_lines(plan: Plan) -> list[str]:
     pr = plan.prediction
     m = plan.model
@@ -272,7 +288,8 @@ def summary_lines(plan: Plan) -> list[str]:
         *(["linears in FP8 (training.fp8; MFU and HFU against the 16-bit peak, as for a 16-bit plan)"]
           if plan.training.fp8 else []),
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
-        f"{len(plan.parallel.stage_layers or [])} stage{'s' * (len(plan.parallel.stage_layers or []) != 1)})",
+        f"{len(plan.parallel.stage_layers or [])} stage{'s' * (len(plan.parallel.stage_layers or []) != 1)})"
+        + _dense_stages_text(plan),
         f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else
                              "".join(f" (`parplan export --to {' | '.join(fs)}`)" for fs in
                                      [[f for f, w in FORMAT_FRAMEWORK.items() if w == fw]] if fs)),

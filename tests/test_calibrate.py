@@ -762,6 +762,13 @@ def test_the_probe_width_script_measures_both_shapes():
     # 2-core CI machine the 10-block run once timed below the 2-block one (CI, 2026-12-05), which is noise, not a bug
     assert all(isinstance(r["host_block_s"], float) and r["host_block_s"] >= 0 for r in rows)
     text = mod.render(rows, "cpu", 1)
-    assert "median of 1 pairs" in text and "Wide over narrow: none " in text and text.count("| probe |") == 2
-    assert "10 to 24 blocks over 2 to 10 (wider): none " in text and text.count("| 10 to 24 |") == 2
+    assert "median of 1 pairs" in text and text.count("| probe |") == 2 and text.count("| 10 to 24 |") == 2
+    # a ratio line wherever the readings it divides are all above zero (a clamped 0 there has no ratio: CI,
+    # 2026-12-05, read the wider 10-to-24 full-recompute run at 0.00 ms)
+    at = {(r["shape"], tuple(r["blocks"]), r["recompute"]): r["host_block_s"] for r in rows}
+    narrow, wide = mod.CPU_SHAPES
+    ratios = all(at[(s, (2, 10), m)] > 0 for s in mod.CPU_SHAPES for m in mod.MODES)
+    assert ("Wide over narrow: none " in text) == ratios
+    longer = all(at[("wider", (10, 24), m)] > 0 and at[(wide, (2, 10), m)] > 0 for m in mod.MODES)
+    assert ("10 to 24 blocks over 2 to 10 (wider): none " in text) == longer
     assert mod.SHAPES["probe"] == mod.PROBE_SHAPE and mod.SHAPES["llama-1.3b"]["hidden"] == 2048

@@ -19,6 +19,7 @@ from planner.core import recommend, training_consts
 from planner.export import megatron_moe_layer_freq
 from planner.hf_config import model_from_hf_config as spec_from_hf_config
 from planner.models import load_preset
+from planner.search import Pins
 from planner.schema import ModelSpec
 
 GLM_AIR = dict(arch="llama", layers=46, hidden=4096, heads=96, kv_heads=8, head_dim=128, ffn_hidden=1408, vocab=151552,
@@ -199,3 +200,13 @@ def test_explicit_flags_plan_a_mixed_model_and_refuse_half_of_one():
     bad = subprocess.run(base + ["--experts", "8", "--experts-per-token", "2", "--first-dense-layers", "2"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "dense_ffn_hidden" in bad.stderr
+
+
+def test_the_summary_says_where_the_dense_blocks_sit():
+    from planner.render import summary_lines
+    plan = recommend("glm-4.5", 64, framework="megatron", global_batch_size=256, seq_len=4096,
+                     pins=Pins(pp=4, vpp=1, tp=2, ep=8), top_k=1, suggest=False)
+    line = next(s for s in summary_lines(plan) if s.startswith("stage_layers"))
+    assert line.endswith("; dense blocks 3 in stage 0"), line
+    model = next(s for s in summary_lines(plan) if s.startswith("model "))
+    assert "the first 3 of the 92 blocks dense, ffn 12288" in model

@@ -45,15 +45,17 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             Falcon-7B's one norm a layer, BLOOM's and MPT's ALiBi (costed as rotary positions, no
                             table either way), OPT's two offset position rows: each said in the source, the count
                             off by exactly that (tests/test_hf_config.py holds each against transformers' build).
-  mixtral, qwen3_moe, qwen2_moe, glm4_moe
-                         -> arch llama with experts (ModelSpec.experts, experts_per_token; Qwen2-MoE's shared expert
-                            and GLM-4.5's n_shared_experts x moe_intermediate_size: shared_expert_ffn).  Dense blocks
-                            between the MoE ones (ModelSpec.first_dense_layers, moe_layer_step, dense_ffn_hidden of
-                            intermediate_size): GLM-4.5's first_k_dense_replace, Qwen-MoE's decoder_sparse_step and a
-                            leading run of mlp_only_layers (other mlp_only_layers are refused).  GLM-4.5's q/k/v
-                            biases and multi-token-prediction layer are not counted (a note says so).
+  mixtral, qwen3_moe, qwen2_moe, glm4_moe, llama4_text (llama4's text_config)
+                         -> arch llama with experts (ModelSpec.experts, experts_per_token; Qwen2-MoE's shared expert,
+                            GLM-4.5's n_shared_experts x moe_intermediate_size and Llama 4's one of intermediate_size:
+                            shared_expert_ffn).  Dense blocks between the MoE ones (ModelSpec.first_dense_layers,
+                            moe_layer_step, dense_ffn_hidden of intermediate_size, Llama 4's intermediate_size_mlp):
+                            GLM-4.5's first_k_dense_replace, Qwen-MoE's decoder_sparse_step and a leading run of
+                            mlp_only_layers, Llama 4's interleave_moe_layer_step (other placements are refused).
+                            GLM-4.5's q/k/v biases and multi-token-prediction layer, Llama 4's chunked attention
+                            (counted as full) are said in a note.
 Other mixture-of-experts configs are rejected (DeepSeek's latent attention, gpt-oss).
-Multimodal configs (gemma3, mistral3, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
+Multimodal configs (gemma3, mistral3, llama4, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
 defaults; the vision tower is left out (said in the source).
 """
@@ -72,7 +74,7 @@ from planner.schema import ModelSpec, error_message, json_type_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
               "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
-              "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe", "glm4_moe")
+              "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe", "glm4_moe", "llama4_text")
 GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
 # gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
 LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
@@ -88,7 +90,8 @@ MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_e
 # is one expert's; Qwen3-MoE: moe_intermediate_size is one expert's (intermediate_size the dense layers', which
 # decoder_sparse_step / mlp_only_layers would make: refused, as ModelSpec has every layer MoE)
 MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe": ("num_experts", "moe_intermediate_size"),
-             "qwen2_moe": ("num_experts", "moe_intermediate_size"), "glm4_moe": ("n_routed_experts", "moe_intermediate_size")}
+             "qwen2_moe": ("num_experts", "moe_intermediate_size"), "glm4_moe": ("n_routed_experts", "moe_intermediate_size"),
+             "llama4_text": ("num_local_experts", "intermediate_size")}
 # the shared expert's width where the family has one (Qwen2-MoE / Qwen1.5-MoE: ModelSpec.shared_expert_ffn)
 MOE_SHARED = {"qwen2_moe": "shared_expert_intermediate_size"}
 # a LM head: what the architectures field's class names end with for a model trained on next-token prediction
@@ -142,7 +145,7 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "exaone4": False, "hunyuan_v1_dense": False, "seed_oss": False, "glm4": False, "cohere": True,
                  "cohere2": True, "stablelm": False, "gpt_bigcode": True, "gptj": False, "starcoder2": True,
                  "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True,
-                 "mixtral": False, "qwen3_moe": False, "qwen2_moe": False, "glm4_moe": False}
+                 "mixtral": False, "qwen3_moe": False, "qwen2_moe": False, "glm4_moe": False, "llama4_text": False}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -156,6 +159,7 @@ _WRAPPERS = {
     "internvl": ("qwen2", {}),
     "qwen2_vl": ("qwen2", {}),  # Qwen2-VL / Qwen2.5-VL: the language model's keys at the top level (older files),
     "qwen2_5_vl": ("qwen2", {}),  # or a text_config of type qwen2(_5)_vl_text (newer), Qwen2's blocks either way
+    "llama4": ("llama4_text", {}),  # Llama 4 Scout / Maverick: Llama4TextConfig's defaults (_TEXT_CLASS_DEFAULTS)
     "mistral3": ("mistral", {"hidden_size": 5120, "intermediate_size": 32768, "num_hidden_layers": 40,
                              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                              "vocab_size": 131072, "max_position_embeddings": 131072, "rope_theta": 1e9,
@@ -175,6 +179,11 @@ _TEXT_CLASS_DEFAULTS = {
                 "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072},
     "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
               "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 32768},
+    # Llama4TextConfig (Scout's shape: 16 experts, every block MoE)
+    "llama4_text": {"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+                    "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+                    "max_position_embeddings": 131072, "num_local_experts": 16, "num_experts_per_tok": 1,
+                    "interleave_moe_layer_step": 1, "rope_theta": 500000.0, "attention_chunk_size": 8192},
 }
 
 
@@ -251,11 +260,12 @@ def cached_hub_config(repo_id: str) -> Path:
             from None
     if found:
         return found[-1]
-    if mixture_of_experts_name(repo_id) and not re.search(r"mixtral|qwen[23][-_.\w]*-a\d+b|qwen1\.5-moe", repo_id, re.I):
-        # no use fetching a config whose plan would be refused (Mixtral's and Qwen2/3-MoE's are read: MOE_TYPES)
+    if mixture_of_experts_name(repo_id) and not re.search(r"mixtral|qwen[23][-_.\w]*-a\d+b|qwen1\.5-moe|glm-4\.5|llama-4",
+                                                          repo_id, re.I):
+        # no use fetching a config whose plan would be refused (the families MOE_TYPES reads are fetched)
         raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans "
-                         "Mixtral's and Qwen2/3-MoE's configs (model_type mixtral, qwen2_moe, qwen3_moe) and dense models, "
-                         "so it has no plan for it")
+                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's and Llama 4's configs (model_type mixtral, qwen2_moe, "
+                         "qwen3_moe, glm4_moe, llama4) and dense models, so it has no plan for it")
     raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
                      f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 
@@ -290,10 +300,15 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
     it is, whose vision tower was dropped, else None)."""
     cfg, where = read_hf_config(path_or_dict)
     moe = _moe_field(cfg)
-    if moe and cfg.get("model_type") not in MOE_TYPES:
+    # Llama 4's wrapper holds a mixture of experts parplan reads (its text_config, llama4_text); any other wrapper's
+    # mixture of experts is refused as one
+    text = cfg.get("text_config")
+    llama4 = cfg.get("model_type") == "llama4" and (not isinstance(text, dict) or text.get("model_type") in (None,
+                                                                                                         "llama4_text"))
+    if moe and cfg.get("model_type") not in MOE_TYPES and not llama4:
         raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model of a family parplan does not read "
-                         f"(its mixtures of experts: model_type {', '.join(MOE_TYPES)}; no latent attention or dense "
-                         "layers between MoE ones), so it has no plan for this config")
+                         f"(its mixtures of experts: model_type {', '.join(MOE_TYPES)}; no latent attention), so it has "
+                         "no plan for this config")
     model_type = cfg.get("model_type")
     if model_type is not None and not isinstance(model_type, str):  # a list or object would fail the lookups below
         raise ValueError(f"{where}: model_type must be a string naming the family (one of {', '.join(SUPPORTED)}), got "
@@ -446,6 +461,18 @@ def _dense_between(cfg: dict, model_type: str, where: str, layers) -> tuple[int 
             raise ValueError(f"{where}: first_k_dense_replace must be a whole number of layers, got {k!r}; correct it "
                              "in the config")
         return (k or None), None
+    if model_type == "llama4_text":
+        # Llama4TextConfig: moe_layers as given, else every interleave_moe_layer_step-th layer (from 1)
+        step = cfg.get("interleave_moe_layer_step", 1)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise ValueError(f"{where}: interleave_moe_layer_step must be a positive integer, got {step!r}; correct it "
+                             "in the config")
+        listed = cfg.get("moe_layers")
+        if listed is not None and isinstance(layers, int) and layers <= SHAPE_MAX:
+            if sorted(set(listed) if isinstance(listed, list) else [-1]) != list(range(step - 1, layers, step)):
+                raise ValueError(f"{where}: moe_layers {listed!r}: MoE layers other than every "
+                                 f"interleave_moe_layer_step-th ({step}), which parplan does not plan")
+        return None, (step if step > 1 else None)
     if model_type not in ("qwen2_moe", "qwen3_moe"):
         return None, None
     step = cfg.get("decoder_sparse_step", 1)
@@ -538,14 +565,18 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         if model_type in MOE_SHARED:
             shared = _positive_int(cfg, MOE_SHARED[model_type], where, zero_is_none=True)
             used["shared_expert_ffn"] = MOE_SHARED[model_type]
+        elif model_type == "llama4_text":  # Llama4TextMoe: one shared expert of the experts' width, always
+            shared = ffn
+            used["shared_expert_ffn"] = "intermediate_size"
         elif model_type == "glm4_moe":  # n_shared_experts experts of moe_intermediate_size (Glm4MoeMoE's shared_experts)
             n_shared = _positive_int({"n_shared_experts": 1, **cfg}, "n_shared_experts", where,  # Glm4MoeConfig's 1
                                      zero_is_none=True)
             shared = n_shared * ffn if n_shared else None
             used["shared_expert_ffn"] = "n_shared_experts"
         first_dense, moe_step = _dense_between(cfg, model_type, where, layers)
-        if first_dense or moe_step:  # the dense blocks' MLP: intermediate_size (Qwen-MoE's, GLM-4.5's)
-            dense_ffn = _get(cfg, ("intermediate_size",), "dense_ffn_hidden", where, used=used)
+        if first_dense or moe_step:  # the dense blocks' MLP: intermediate_size (Qwen-MoE's, GLM-4.5's), Llama 4's _mlp
+            dense_key = "intermediate_size_mlp" if model_type == "llama4_text" else "intermediate_size"
+            dense_ffn = _get(cfg, (dense_key,), "dense_ffn_hidden", where, used=used)
             used.update(first_dense_layers="first_k_dense_replace" if model_type == "glm4_moe" else "mlp_only_layers",
                         moe_layer_step="decoder_sparse_step")
     tied = cfg.get("tie_word_embeddings")
@@ -584,6 +615,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "qwen3": "per-head q/k norms not counted",
         "qwen3_moe": "per-head q/k norms not counted",
         "qwen2_moe": "q/k/v biases and the shared expert's sigmoid gate not counted",
+        "llama4_text": "chunked attention (attention_chunk_size) counted as full attention (the same up to the "
+                       "chunk), its NoPE layers as rotary ones; q/k norms not counted",
         "glm4_moe": "q/k norms and the multi-token-prediction layers (num_nextn_predict_layers) not counted; "
                     "routed by sigmoid scores with a bias, costed as softmax top-k",
         "olmo2": "q/k norms not counted",

@@ -94,9 +94,9 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
         if mixture_of_experts_name(name):
             moe = [p for p, f in presets.items() if f.get("experts")]
             raise ValueError(f"{shown!r} is a mixture-of-experts model parplan has no preset for (its mixture-of-"
-                             f"experts presets: {', '.join(moe)}; Mixtral's and Qwen2/3-MoE's Hugging Face configs "
-                             "are read by --model-config, other families' are not: latent attention and dense layers "
-                             "between MoE ones are not planned)")
+                             f"experts presets: {', '.join(moe)}; Mixtral's, Qwen2/3-MoE's, GLM-4.5's and Llama 4's "
+                             "Hugging Face configs are read by --model-config, other families' are not: latent "
+                             "attention is not planned)")
         raise ValueError(f"unknown model preset {shown!r}.{hint} Available: {', '.join(presets)}")
     fields = {k: v for k, v in presets[key].items() if k not in _PRESET_META}
     return _spec(seq_len, name=key, **fields)

@@ -174,7 +174,8 @@ def test_moe_fields_nested_in_a_text_or_ffn_config_are_found():
 
 def test_mixtral_and_qwen3_moe_configs_are_read_as_mixtures_of_experts():
     """Mixtral's config (intermediate_size is one expert's) and Qwen3-MoE's (moe_intermediate_size) give the model
-    cards' counts: 46.7B total and 12.9B a token; 30.5B and 3.3B.  Qwen3-MoE with dense layers between is refused."""
+    cards' counts: 46.7B total and 12.9B a token; 30.5B and 3.3B.  Qwen3-MoE with a leading run of dense layers is
+    read, any other refused."""
     from cost_models.params import param_counts
     spec = model_from_hf_config(DATA / "Mixtral-8x7B-v0.1.json")
     assert (spec.experts, spec.experts_per_token, spec.ffn_hidden, spec.arch) == (8, 2, 14336, "llama")
@@ -520,7 +521,7 @@ def test_a_hub_name_reads_the_config_from_the_local_hub_cache(tmp_path, monkeypa
         model_from_hf_config("Qwen/Qwen3-8B")
     # a mixture-of-experts model missing from the cache: told it has no plan, not to fetch a config it would refuse
     with pytest.raises(ValueError, match=r"^Hugging Face config deepseek-ai/DeepSeek-V3: a mixture-of-experts model by "
-                                         r"its name; parplan plans Mixtral's and Qwen2/3-MoE's"):
+                                         r"its name; parplan plans Mixtral's, Qwen2/3-MoE's, GLM-4.5's and Llama 4's"):
         model_from_hf_config("deepseek-ai/DeepSeek-V3")
     # a mixture of experts it reads is told where to fetch its config
     with pytest.raises(ValueError, match=r"Qwen/Qwen3-30B-A3B is neither a file nor in the Hugging Face cache"):

@@ -210,3 +210,24 @@ def test_the_summary_says_where_the_dense_blocks_sit():
     assert line.endswith("; dense blocks 3 in stage 0"), line
     model = next(s for s in summary_lines(plan) if s.startswith("model "))
     assert "the first 3 of the 92 blocks dense, ffn 12288" in model
+
+
+def test_llama4_configs_read_their_interleaved_dense_blocks():
+    """A Llama 4 config (its text_config, Llama4TextConfig's defaults filling what it leaves out): Maverick's
+    interleave_moe_layer_step 2 with intermediate_size_mlp as the dense width reads as the preset, the default text
+    config as Scout's (every block MoE); moe_layers other than the step's are refused in one line."""
+    mav = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+           "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408},
+           "text_config": {"model_type": "llama4_text", "interleave_moe_layer_step": 2, "num_local_experts": 128,
+                           "intermediate_size": 8192, "intermediate_size_mlp": 16384, "vocab_size": 202048}}
+    spec, preset = spec_from_hf_config(mav), load_preset("llama4-maverick")
+    for field in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "experts", "experts_per_token",
+                  "shared_expert_ffn", "first_dense_layers", "moe_layer_step", "dense_ffn_hidden", "vocab", "num_params"):
+        assert getattr(spec, field) == getattr(preset, field), field
+    assert "chunked attention" in spec.source
+    scout = spec_from_hf_config({"model_type": "llama4", "text_config": {"model_type": "llama4_text"}})
+    assert scout.num_params == load_preset("llama4-scout").num_params and scout.moe_block_count == 48
+    assert spec_from_hf_config({**mav, "text_config": {**mav["text_config"],
+                                                       "moe_layers": list(range(1, 48, 2))}}).moe_layer_step == 2
+    with pytest.raises(ValueError, match=r"moe_layers \[0, 1\]: MoE layers other than every"):
+        spec_from_hf_config({**mav, "text_config": {**mav["text_config"], "moe_layers": [0, 1]}})

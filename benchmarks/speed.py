@@ -22,6 +22,8 @@ CASES = [
     ("recommend --model gpt3-175b --gpus 4096 --json", 2.0),  # the largest candidate set a CLI audit timed
     # a mixture of experts (since 2026-12-05): every expert parallelism that divides the experts and the ranks
     ("recommend --model qwen3-235b-a22b --gpus 1024 --framework megatron --json", 1.0),
+    # dense blocks between the MoE ones (since 2026-12-05): each rank's blocks priced by kind
+    ("recommend --model glm-4.5 --gpus 1024 --framework megatron --json", 1.0),
 ]
 
 

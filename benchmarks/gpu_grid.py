@@ -90,6 +90,10 @@ def grid() -> list[tuple[str, list[str]]]:
            "--seq-len", "2048", "--mbs", "2", "--global-batch-size", "2", "--recompute", "none"]
     out.append(("moe-2.5b-e16-mbs2", moe + ["--ffn-hidden", "1408", "--experts", "16", "--experts-per-token", "2"]))
     out.append(("moe-2.4b-e8-mbs2", moe + ["--ffn-hidden", "2816", "--experts", "8", "--experts-per-token", "2"]))
+    # dense blocks between the MoE ones (the twenty-sixth session, CPU only): the 16-expert model with its first two
+    # blocks a dense SwiGLU of 5632 (GLM-4.5's and DeepSeek-V3's placement)
+    out.append(("moe-mixed-2.4b-e16-mbs2", moe + ["--ffn-hidden", "1408", "--experts", "16", "--experts-per-token", "2",
+                                                  "--first-dense-layers", "2", "--dense-ffn", "5632"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",

@@ -121,7 +121,7 @@ def test_one_stage_sums_each_blocks_own_terms():
     moe = replace(mixed, first_dense=0, dense_ffn=0)
     dense = replace(mixed.dense_dims(), layers=8)
     got, a, b = (_evaluate(x, tp=2, sp=1, dp=4, ep=8, gpus=8) for x in (mixed, moe, dense))
-    for key in ("mem_weights", "compute_s", "comm_tp_bytes", "comm_ep_bytes", "ep_comm_s", "tp_comm_s"):
+    for key in ("mem_weights", "mem_activations", "compute_s", "comm_tp_bytes", "comm_ep_bytes", "ep_comm_s", "tp_comm_s"):
         want = a[key] + 3 / 8 * (b[key] - a[key])
         assert float(got[key]) == pytest.approx(float(want), rel=1e-9), key
     assert float(got["comm_ep_bytes"]) == pytest.approx(5 / 8 * float(a["comm_ep_bytes"]), rel=1e-12)

@@ -5,8 +5,11 @@ of plain tensors as replicas, which is right for the dp copies and wrong for TP 
 parameters and their AdamW states are DTensors over dp, and layer keys use the global layer
 index, so a checkpoint resumes with another dp, pp or ZeRO stage (tested: dp 2 -> 1, and
 pp 2 -> 1 with ZeRO-1 -> FSDP2); another tp is not supported (TP shards are separate keys; `parplan
-launch` refuses it before any rank starts, checkpoint_steps.saved_tp), nor, for a mixture of experts, another ep
-(an ep rank's experts are keys ``@ep{rank}of{ep}`` of their own: checkpoint_steps.saved_ep).  Data needs no state: batches are a function of (seed, step, index).
+launch` refuses it before any rank starts, checkpoint_steps.saved_tp).  A mixture of experts' expert weights, and
+their optimizer states, are saved one key per expert, ``{name}@expert{global index}`` (_per_expert), so a checkpoint
+resumes with another ep too; checkpoints written before that keyed an ep rank's experts ``@ep{rank}of{ep}`` and
+load only with the ep they were saved with (checkpoint_steps.saved_ep).  Data needs no state: batches are a function
+of (seed, step, index).
 
 Master-weights recipes (ZeRO 0-2) also save each fp32 master as ``{key}/master``; such a
 checkpoint resumes only into a master-weights run and vice versa (FSDP2's fp32 shards are the
@@ -14,6 +17,8 @@ master and need no extra key; between FSDP2 and ZeRO 0-2 each side's fp32 values
 other's masters).  Optimizer offload changes nothing in the keys.
 """
 from __future__ import annotations
+
+import re
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -25,9 +30,43 @@ from .checkpoint_steps import saved, step_path
 def _key(mod, spec) -> str:
     if spec.tp_dim is not None and mod.tp_size > 1:
         return f"{spec.logical_name}@tp{mod.tp_rank}of{mod.tp_size}"
-    if getattr(spec, "ep_dim", None) is not None and getattr(mod, "ep_size", 1) > 1:  # an ep rank's experts
-        return f"{spec.logical_name}@ep{mod.ep_rank}of{mod.ep_size}"
+    if getattr(spec, "ep_dim", None) is not None:  # an ep rank's experts (_per_expert splits them), ep 1 too
+        return f"{spec.logical_name}@ep{getattr(mod, 'ep_rank', 0)}of{getattr(mod, 'ep_size', 1)}"
     return spec.logical_name
+
+
+_EP_KEY = re.compile(r"(?P<name>.+)@ep(?P<rank>\d+)of(?P<ep>\d+)(?P<rest>/.*)?")
+
+
+def _per_expert(sd: dict, loading: bool, legacy_ep: bool = False) -> None:
+    """sd's "model" and "optim" entries of an ep rank's experts (``{name}@ep{rank}of{ep}``, the rank's E / ep experts
+    stacked on the first dimension, experts rank x E / ep onwards) as one entry per expert, ``{name}@expert{g}``: views
+    when loading (DCP writes into them in place), host copies when saving (a view would be saved with its whole
+    stack).  A scalar state (AdamW's step) is the same for each of the rank's experts.  legacy_ep: the checkpoint keys
+    experts by ep rank (before per-expert keys), kept as they are."""
+    if legacy_ep:  # ep 1 had no suffix then
+        for section in ("model", "optim"):
+            sd[section] = {re.sub(r"@ep0of1(?=/|$)", "", k): v for k, v in sd[section].items()}
+        return
+    stacked = {}  # "{name}@ep{rank}of{ep}" -> experts the rank holds
+    for key, value in sd["model"].items():
+        if _EP_KEY.fullmatch(key):
+            stacked[key] = value.shape[0]
+    for section in ("model", "optim"):
+        out = {}
+        for key, value in sd[section].items():
+            m = _EP_KEY.fullmatch(key)
+            base = m and f"{m['name']}@ep{m['rank']}of{m['ep']}"
+            if not m or base not in stacked:
+                out[key] = value
+                continue
+            n, rest = stacked[base], m["rest"] or ""
+            for j in range(n):
+                piece = value if value.dim() == 0 else value[j]
+                if not loading and value.dim():
+                    piece = piece.detach().to("cpu", copy=True)
+                out[f"{m['name']}@expert{int(m['rank']) * n + j}{rest}"] = piece
+        sd[section] = out
 
 
 def _keyed(stage_modules) -> tuple[dict[str, torch.nn.Parameter], list[tuple[str, torch.nn.Parameter]]]:
@@ -75,7 +114,8 @@ def _unwrap(optim):
     return optim, master
 
 
-def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False, after_load: list | None = None) -> dict:
+def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False, after_load: list | None = None,
+               legacy_ep: bool = False) -> dict:
     """optim: a torch optimizer or a ShardedAdamW / MasterAdamW.  A MasterAdamW's states are
     keyed by the parameter its fp32 copy belongs to; its fp32 master (master-weights recipes,
     not a mere host mirror of an fp32 parameter) is saved as ``{key}/master``.
@@ -86,7 +126,8 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
     host tensor and appends (source, target, first row, end row) to after_load for ``load`` to copy each
     rank's rows, so a rank holding a piece keeps whole host copies of its split states until the load
     returns (6.3 GB for llama3-8b's embedding with fp32 masters at tp 1).  A tied head's copy on the rank that holds both
-    ends is saved once, under the embedding's key, and loads from it."""
+    ends is saved once, under the embedding's key, and loads from it.  A mixture of experts' expert weights and states:
+    one key per expert (_per_expert; legacy_ep: a checkpoint keyed by ep rank, loaded as it is)."""
     params, copies = _keyed(stage_modules)
     sd = {"model": dict(params), "optim": {}, "meta": {"step": torch.tensor(step)}}
     vocab = logical_vocab(stage_modules)
@@ -131,6 +172,7 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
     if not loading and rows_of:
         mine = {id(p): named for p, a, _, named in held if a is not None}
         _gather_split_states(optim, mine, key_of, copy_key, sd["optim"])
+    _per_expert(sd, loading, legacy_ep)
     return sd
 
 
@@ -260,10 +302,13 @@ def load(path: str, stage_modules, optim, scaler=None) -> int:
     takes the checkpoint's scale where it has one (a bf16 or fp32 run's has none: the scaler keeps its start)."""
     rows = []
     first, *others = _optimizers(optim)
-    sd = state_dict(stage_modules, first, 0, create_optim_state=True, after_load=rows)
-    for other in others:
-        sd["optim"].update(state_dict(stage_modules, other, 0, create_optim_state=True, after_load=rows)["optim"])
     saved = _saved_keys(path)
+    # experts keyed by ep rank, or under their plain names at ep 1 (written before per-expert keys)
+    legacy = not any("@expert" in k for k in saved)
+    sd = state_dict(stage_modules, first, 0, create_optim_state=True, after_load=rows, legacy_ep=legacy)
+    for other in others:
+        sd["optim"].update(state_dict(stage_modules, other, 0, create_optim_state=True, after_load=rows,
+                                      legacy_ep=legacy)["optim"])
     after = _cross_master_recipes(sd, saved)
     want = logical_vocab(stage_modules) if "meta.vocab" in saved else None  # none recorded before 2026-12-02
     if want is None:

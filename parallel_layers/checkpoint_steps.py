@@ -33,8 +33,16 @@ def saved_tp(path: str) -> int | None:
 
 
 def saved_ep(path: str) -> int | None:
-    """The expert-parallel size a mixture of experts' checkpoint was saved with (keys "@ep{rank}of{ep}"), as saved_tp:
-    1 when none is an ep rank's experts (a dense model, or ep 1); None when the file cannot be read."""
+    """The expert-parallel size a mixture of experts' checkpoint binds a resume to: None where any ep loads it (its
+    experts keyed one by one, "@expert{g}", parallel_layers.checkpoint._per_expert; or the file cannot be read);
+    else, written before per-expert keys, the ep its keys name ("@ep{rank}of{ep}"), 1 where none does (a dense model,
+    or ep 1)."""
+    try:
+        with open(os.path.join(path, ".metadata"), "rb") as f:
+            if re.search(rb"@expert\d+", f.read()):
+                return None
+    except OSError:
+        return None
     return _saved_split(path, rb"@ep\d+of(\d+)")
 
 

@@ -448,7 +448,13 @@ def _model_mismatch(md: Optional[dict], plan) -> Optional[str]:
         return None
     want = plan_parameter_shapes(plan)
     have: dict[str, tuple[int, ...]] = {}
+    per_expert: dict[str, set] = {}  # a mixture of experts' weights keyed one per expert ("@expert{g}"): stacked back
     for key, size in md.items():
+        name, _, g = key.partition("@expert")
+        if g.isdigit() and name in want:
+            per_expert.setdefault(name, set()).add(int(g))
+            have[name] = (len(per_expert[name]), *size)
+            continue
         name, _, experts = key.partition("@ep")  # a mixture of experts' weights: an ep rank's E / ep experts
         m = re.fullmatch(r"\d+of(\d+)", experts)
         if m and name in want:
@@ -505,7 +511,7 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp
                      "without --resume")
     ep = plan.parallel.ep if plan is not None and plan.model.is_moe else None
     was = saved_ep(step_path(checkpoint_dir, start)) if ep is not None else None
-    if was is not None and was != ep:  # a mixture of experts: an ep rank's experts are keys of their own
+    if was is not None and was != ep:  # a mixture of experts' checkpoint keyed by ep rank (before per-expert keys)
         return Check("checkpoint", False, f"the checkpoint of step {start} was saved with ep={was} and the plan has "
                      f"ep={ep}: an expert-parallel rank's experts do not load into another ep",
                      f"resume with an ep={was} plan (tp as saved; dp, pp, cp and the ZeRO stage may differ), or start "

@@ -776,3 +776,45 @@ def test_the_logits_are_freed_once_their_gradient_is_made_and_nothing_changes(fu
         grads.append([p.grad.clone() for p in m.parameters()])
     assert storages[0] == 2 * 32 * 256 * 4 and storages[1] == 0
     assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_expert_checkpoints_key_each_expert_and_read_the_older_keys(tmp_path, monkeypatch):
+    """A mixture of experts' expert weights and AdamW states are saved one key per expert ("@expert{g}", so any ep
+    loads them: launch no longer binds the resume to the saved ep), and load back exactly; a checkpoint written with
+    the older keys (an ep rank's stack, at ep 1 the plain name) still loads."""
+    from parallel_layers import checkpoint
+    from parallel_layers.checkpoint_steps import saved_ep
+    plan = tiny_plan({**TINY_LLAMA, "experts": 4, "experts_per_token": 2, "ffn_hidden": 64})
+    cfg = ModelConfig.from_plan(plan)
+    m = StageModule(cfg, [0, 1], first=True, last=True, tp_group=None)
+    init_parameters(m, 0)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    for p in m.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    keys = checkpoint.state_dict([m], opt, 1)
+    experts = [k for k in keys["model"] if "@expert" in k]
+    assert len(experts) == 2 * 3 * 4 and not any("@ep" in k for k in keys["model"])  # 2 blocks x gate/up/down x 4
+    assert sum(k.endswith("/exp_avg") and "@expert" in k for k in keys["optim"]) == 2 * 3 * 4
+    saved = {k: v.detach().clone() for k, v in m.named_parameters()}
+    moments = {k: opt.state[p]["exp_avg"].clone() for k, p in m.named_parameters()}
+    original = checkpoint._per_expert
+
+    def perturb():
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(1.0)
+                opt.state[p]["exp_avg"].zero_()
+
+    for legacy in (False, True):
+        d = tmp_path / ("legacy" if legacy else "per-expert")
+        if legacy:  # the keys before per-expert ones
+            monkeypatch.setattr(checkpoint, "_per_expert", lambda sd, loading, legacy_ep=False: original(sd, loading, True))
+        path = checkpoint.save(str(d), 1, [m], opt)
+        monkeypatch.setattr(checkpoint, "_per_expert", original)
+        assert saved_ep(path) == (1 if legacy else None)
+        perturb()
+        assert checkpoint.load(path, [m], opt) == 1
+        for k, p in m.named_parameters():
+            assert torch.equal(p, saved[k]), (legacy, k)
+            assert torch.equal(opt.state[p]["exp_avg"], moments[k]), (legacy, k)

@@ -295,6 +295,8 @@ def summary_lines(plan: Plan) -> list[str]:
                                      [[f for f, w in FORMAT_FRAMEWORK.items() if w == fw]] if fs)),
     ]
     how = accuracy_line(accuracy_group(fw, plan.model.is_moe), plan.hardware.name, plan.training.fp8)
+    if how and plan.model.is_moe and plan.model.moe_block_count < plan.model.layers and "published" in how:
+        how += " (none of them a model with dense blocks between its MoE ones)"
     if how:
         lines.append(how)
     if pr.days_to_train is not None:

@@ -210,6 +210,8 @@ def test_the_summary_says_where_the_dense_blocks_sit():
     assert line.endswith("; dense blocks 3 in stage 0"), line
     model = next(s for s in summary_lines(plan) if s.startswith("model "))
     assert "the first 3 of the 92 blocks dense, ffn 12288" in model
+    how = next(s for s in summary_lines(plan) if s.startswith("how accurate"))
+    assert how.endswith("(none of them a model with dense blocks between its MoE ones)"), how
 
 
 def test_llama4_configs_read_their_interleaved_dense_blocks():

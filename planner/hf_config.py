@@ -45,12 +45,12 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             Falcon-7B's one norm a layer, BLOOM's and MPT's ALiBi (costed as rotary positions, no
                             table either way), OPT's two offset position rows: each said in the source, the count
                             off by exactly that (tests/test_hf_config.py holds each against transformers' build).
-  mixtral, qwen3_moe, qwen2_moe, glm4_moe, llama4_text (llama4's text_config)
+  mixtral, qwen3_moe, qwen2_moe, glm4_moe, dots1, llama4_text (llama4's text_config)
                          -> arch llama with experts (ModelSpec.experts, experts_per_token; Qwen2-MoE's shared expert,
-                            GLM-4.5's n_shared_experts x moe_intermediate_size and Llama 4's one of intermediate_size:
+                            GLM-4.5's and dots.llm1's n_shared_experts x moe_intermediate_size and Llama 4's one of intermediate_size:
                             shared_expert_ffn).  Dense blocks between the MoE ones (ModelSpec.first_dense_layers,
                             moe_layer_step, dense_ffn_hidden of intermediate_size, Llama 4's intermediate_size_mlp):
-                            GLM-4.5's first_k_dense_replace, Qwen-MoE's decoder_sparse_step and a leading run of
+                            GLM-4.5's and dots.llm1's first_k_dense_replace, Qwen-MoE's decoder_sparse_step and a leading run of
                             mlp_only_layers, Llama 4's interleave_moe_layer_step (other placements are refused).
                             GLM-4.5's q/k/v biases and multi-token-prediction layer, Llama 4's chunked attention
                             (counted as full) are said in a note.
@@ -74,7 +74,8 @@ from planner.schema import ModelSpec, error_message, json_type_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
               "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
-              "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe", "glm4_moe", "llama4_text")
+              "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe", "glm4_moe", "llama4_text",
+              "dots1")
 GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
 # gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
 LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
@@ -91,7 +92,12 @@ MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_e
 # decoder_sparse_step / mlp_only_layers would make: refused, as ModelSpec has every layer MoE)
 MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe": ("num_experts", "moe_intermediate_size"),
              "qwen2_moe": ("num_experts", "moe_intermediate_size"), "glm4_moe": ("n_routed_experts", "moe_intermediate_size"),
-             "llama4_text": ("num_local_experts", "intermediate_size")}
+             "llama4_text": ("num_local_experts", "intermediate_size"), "dots1": ("n_routed_experts", "moe_intermediate_size")}
+# DeepSeek-style MoE configs without latent attention (GLM-4.5's glm4_moe, dots.llm1's dots1): n_shared_experts shared
+# experts of moe_intermediate_size, the first first_k_dense_replace layers dense of intermediate_size; what each
+# family's config class defaults them to where a file leaves them out (Glm4MoeConfig: 1 and 1; Dots1Config: none, 0)
+DEEPSEEK_STYLE = {"glm4_moe": {"n_shared_experts": 1, "first_k_dense_replace": 1},
+                  "dots1": {"n_shared_experts": 0, "first_k_dense_replace": 0}}
 # the shared expert's width where the family has one (Qwen2-MoE / Qwen1.5-MoE: ModelSpec.shared_expert_ffn)
 MOE_SHARED = {"qwen2_moe": "shared_expert_intermediate_size"}
 # a LM head: what the architectures field's class names end with for a model trained on next-token prediction
@@ -145,7 +151,8 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "exaone4": False, "hunyuan_v1_dense": False, "seed_oss": False, "glm4": False, "cohere": True,
                  "cohere2": True, "stablelm": False, "gpt_bigcode": True, "gptj": False, "starcoder2": True,
                  "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True,
-                 "mixtral": False, "qwen3_moe": False, "qwen2_moe": False, "glm4_moe": False, "llama4_text": False}
+                 "mixtral": False, "qwen3_moe": False, "qwen2_moe": False, "glm4_moe": False, "llama4_text": False,
+                 "dots1": False}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -455,8 +462,8 @@ def _dense_between(cfg: dict, model_type: str, where: str, layers) -> tuple[int 
     there are none: GLM-4.5's first_k_dense_replace (Glm4MoeDecoderLayer: layer i MoE where i >= it); Qwen-MoE's
     decoder_sparse_step (layer i MoE where (i + 1) % step == 0) and mlp_only_layers (dense whatever the step), read
     where they are a leading run 0 .. k-1 (a list ModelSpec cannot say is refused)."""
-    if model_type == "glm4_moe":
-        k = cfg.get("first_k_dense_replace", 1)  # Glm4MoeConfig's default
+    if model_type in DEEPSEEK_STYLE:
+        k = cfg.get("first_k_dense_replace", DEEPSEEK_STYLE[model_type]["first_k_dense_replace"])
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
             raise ValueError(f"{where}: first_k_dense_replace must be a whole number of layers, got {k!r}; correct it "
                              "in the config")
@@ -568,8 +575,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         elif model_type == "llama4_text":  # Llama4TextMoe: one shared expert of the experts' width, always
             shared = ffn
             used["shared_expert_ffn"] = "intermediate_size"
-        elif model_type == "glm4_moe":  # n_shared_experts experts of moe_intermediate_size (Glm4MoeMoE's shared_experts)
-            n_shared = _positive_int({"n_shared_experts": 1, **cfg}, "n_shared_experts", where,  # Glm4MoeConfig's 1
+        elif model_type in DEEPSEEK_STYLE:  # n_shared_experts experts of moe_intermediate_size (their shared_experts)
+            n_shared = _positive_int({**DEEPSEEK_STYLE[model_type], **cfg}, "n_shared_experts", where,
                                      zero_is_none=True)
             shared = n_shared * ffn if n_shared else None
             used["shared_expert_ffn"] = "n_shared_experts"
@@ -577,7 +584,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         if first_dense or moe_step:  # the dense blocks' MLP: intermediate_size (Qwen-MoE's, GLM-4.5's), Llama 4's _mlp
             dense_key = "intermediate_size_mlp" if model_type == "llama4_text" else "intermediate_size"
             dense_ffn = _get(cfg, (dense_key,), "dense_ffn_hidden", where, used=used)
-            used.update(first_dense_layers="first_k_dense_replace" if model_type == "glm4_moe" else "mlp_only_layers",
+            used.update(first_dense_layers="first_k_dense_replace" if model_type in DEEPSEEK_STYLE else "mlp_only_layers",
                         moe_layer_step="decoder_sparse_step")
     tied = cfg.get("tie_word_embeddings")
     if tied is None:
@@ -617,6 +624,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "qwen2_moe": "q/k/v biases and the shared expert's sigmoid gate not counted",
         "llama4_text": "chunked attention (attention_chunk_size) counted as full attention (the same up to the "
                        "chunk), its NoPE layers as rotary ones; q/k norms not counted",
+        "dots1": "q/k norms not counted; routed by sigmoid scores with a bias, costed as softmax top-k",
         "glm4_moe": "q/k norms and the multi-token-prediction layers (num_nextn_predict_layers) not counted; "
                     "routed by sigmoid scores with a bias, costed as softmax top-k",
         "olmo2": "q/k norms not counted",

@@ -233,3 +233,19 @@ def test_llama4_configs_read_their_interleaved_dense_blocks():
                                                        "moe_layers": list(range(1, 48, 2))}}).moe_layer_step == 2
     with pytest.raises(ValueError, match=r"moe_layers \[0, 1\]: MoE layers other than every"):
         spec_from_hf_config({**mav, "text_config": {**mav["text_config"], "moe_layers": [0, 1]}})
+
+
+def test_dots1_configs_read_as_deepseek_style_without_latent_attention():
+    """dots.llm1's config (dots1: DeepSeek-V3's MoE layout with multi-head attention): one leading dense block of
+    intermediate_size, two shared experts of moe_intermediate_size, top 6 of 128; the card's 142B total and 14B
+    active, counted here as 142.8B and 14.0B."""
+    cfg = {"model_type": "dots1", "hidden_size": 4096, "num_hidden_layers": 62, "intermediate_size": 10944,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 152064, "first_k_dense_replace": 1,
+           "moe_intermediate_size": 1408, "n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6,
+           "max_position_embeddings": 32768, "tie_word_embeddings": False}
+    spec = spec_from_hf_config(cfg)
+    assert (spec.first_dense_layers, spec.shared_expert_ffn, spec.dense_ffn_hidden) == (1, 2816, 10944)
+    c = param_counts(spec)
+    assert round(c["total"] / 1e9, 1) == 142.8 and round(c["active"] / 1e9) == 14
+    bare = spec_from_hf_config({k: v for k, v in cfg.items() if k not in ("first_k_dense_replace", "n_shared_experts")})
+    assert bare.first_dense_layers is None and bare.shared_expert_ffn is None  # Dots1Config's defaults: none of either

@@ -203,17 +203,25 @@ def test_memory_model_matches_the_cpu_allocator_peak(memory_runs, name):
     assert abs(cm["error"]) <= MEMORY_BAR, (name, cm)
 
 
-def test_recommend_piped_into_launch_trains_a_mixture_of_experts(tmp_path):
-    """The product's path: `parplan recommend --json | parplan launch -` on a Mixtral-style config, 4 CPU ranks with
-    expert parallelism, every step reported."""
+MIXTRAL_STYLE = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 64, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 256, "num_local_experts": 4,
+                 "num_experts_per_tok": 2, "max_position_embeddings": 256, "tie_word_embeddings": False}
+# GLM-4.5's layout: a leading dense block of intermediate_size, a shared expert of moe_intermediate_size
+GLM_STYLE = {"model_type": "glm4_moe", "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 4,
+             "vocab_size": 256, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+             "first_k_dense_replace": 1, "max_position_embeddings": 256, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("config", [MIXTRAL_STYLE, GLM_STYLE], ids=["mixtral", "glm4_moe"])
+def test_recommend_piped_into_launch_trains_a_mixture_of_experts(tmp_path, config):
+    """The product's path: `parplan recommend --json | parplan launch -` on a Mixtral-style config and on a GLM-4.5-style
+    one (a dense block before the MoE ones), 4 CPU ranks with expert parallelism, every step reported."""
     import os
     import subprocess
     import sys
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 64,
-                               "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
-                               "vocab_size": 256, "num_local_experts": 4, "num_experts_per_tok": 2,
-                               "max_position_embeddings": 256, "tie_word_embeddings": False}))
+    cfg.write_text(json.dumps(config))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(suite.REPO)}
     rec = subprocess.run([sys.executable, "-m", "planner.cli", "recommend", "--model-config", str(cfg), "--gpus", "4",
                           "--seq-len", "64", "--global-batch-size", "8", "--ep", "2", "--json"],

@@ -35,8 +35,8 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, loss_scale_time,
                       optimizer_time, plan_overlaps_param_gather, scales_loss, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
-                     deepspeed_comm_casts, rank_dense_blocks, head_on_first_rank, num_microbatches, rank_block_counts, recompute_ends,
-                     recomputed_share, split_by_share, zero_shards)
+                     deepspeed_comm_casts, head_on_first_rank, num_microbatches, rank_block_counts, rank_dense_blocks,
+                     recompute_ends, recomputed_share, split_by_share, zero_shards)
 from .memory import (BLOCK_SHAPE_FIELDS, ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
                      embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu,
                      memory_breakdown, per_block_shape, torch_weight_pass, zero_bubble_pipe)

@@ -47,11 +47,12 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             off by exactly that (tests/test_hf_config.py holds each against transformers' build).
   mixtral, qwen3_moe, qwen2_moe, glm4_moe, dots1, llama4_text (llama4's text_config)
                          -> arch llama with experts (ModelSpec.experts, experts_per_token; Qwen2-MoE's shared expert,
-                            GLM-4.5's and dots.llm1's n_shared_experts x moe_intermediate_size and Llama 4's one of intermediate_size:
-                            shared_expert_ffn).  Dense blocks between the MoE ones (ModelSpec.first_dense_layers,
-                            moe_layer_step, dense_ffn_hidden of intermediate_size, Llama 4's intermediate_size_mlp):
-                            GLM-4.5's and dots.llm1's first_k_dense_replace, Qwen-MoE's decoder_sparse_step and a leading run of
-                            mlp_only_layers, Llama 4's interleave_moe_layer_step (other placements are refused).
+                            GLM-4.5's and dots.llm1's n_shared_experts x moe_intermediate_size and Llama 4's one of
+                            intermediate_size: shared_expert_ffn).  Dense blocks between the MoE ones
+                            (ModelSpec.first_dense_layers, moe_layer_step, dense_ffn_hidden of intermediate_size, Llama
+                            4's intermediate_size_mlp): GLM-4.5's and dots.llm1's first_k_dense_replace, Qwen-MoE's
+                            decoder_sparse_step and a leading run of mlp_only_layers, Llama 4's
+                            interleave_moe_layer_step (other placements are refused).
                             GLM-4.5's q/k/v biases and multi-token-prediction layer, Llama 4's chunked attention
                             (counted as full) are said in a note.
 Other mixture-of-experts configs are rejected (DeepSeek's latent attention, gpt-oss).
@@ -91,8 +92,10 @@ MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_e
 # is one expert's; Qwen3-MoE: moe_intermediate_size is one expert's (intermediate_size the dense layers', which
 # decoder_sparse_step / mlp_only_layers would make: refused, as ModelSpec has every layer MoE)
 MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe": ("num_experts", "moe_intermediate_size"),
-             "qwen2_moe": ("num_experts", "moe_intermediate_size"), "glm4_moe": ("n_routed_experts", "moe_intermediate_size"),
-             "llama4_text": ("num_local_experts", "intermediate_size"), "dots1": ("n_routed_experts", "moe_intermediate_size")}
+             "qwen2_moe": ("num_experts", "moe_intermediate_size"),
+             "glm4_moe": ("n_routed_experts", "moe_intermediate_size"),
+             "llama4_text": ("num_local_experts", "intermediate_size"),
+             "dots1": ("n_routed_experts", "moe_intermediate_size")}
 # DeepSeek-style MoE configs without latent attention (GLM-4.5's glm4_moe, dots.llm1's dots1): n_shared_experts shared
 # experts of moe_intermediate_size, the first first_k_dense_replace layers dense of intermediate_size; what each
 # family's config class defaults them to where a file leaves them out (Glm4MoeConfig: 1 and 1; Dots1Config: none, 0)

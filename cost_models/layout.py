@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .params import is_moe_block, moe_block_count
+
 RECOMPUTE = ("none", "selective", "full", "selective-op")
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")
 OFFLOADS = ("none", "optimizer")
@@ -76,14 +78,14 @@ class ModelDims:
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
-        return self.moe and i >= self.first_dense and (i + 1) % self.moe_step == 0
+        return self.moe and is_moe_block(i, self.first_dense, self.moe_step)
 
     @property
     def moe_blocks(self) -> int:
         """MoE blocks of the model (ModelSpec.moe_block_count; every block of a model without dense ones between)."""
         if not self.mixed:
             return self.layers if self.moe else 0
-        return self.layers // self.moe_step - min(self.first_dense, self.layers) // self.moe_step
+        return moe_block_count(self.layers, self.first_dense, self.moe_step)
 
     def dense_dims(self) -> "ModelDims":
         """A dense block of a mixed model, as a model of such blocks: its attention, a dense SwiGLU of dense_ffn."""

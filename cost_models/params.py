@@ -11,6 +11,19 @@ All functions take plain ints or numpy arrays (elementwise).
 from __future__ import annotations
 
 
+def is_moe_block(i: int, first_dense: int, step: int) -> bool:
+    """Whether block i (from 0) of a mixture of experts is an MoE block: past its first `first_dense` blocks (DeepSeek's
+    and GLM-4.5's first_k_dense_replace), every step-th, numbered from 1 (Hugging Face's Qwen2-MoE and Llama 4 rule,
+    (i + 1) % step == 0).  The others are dense (ModelSpec.first_dense_layers, moe_layer_step)."""
+    return i >= first_dense and (i + 1) % step == 0
+
+
+def moe_block_count(layers: int, first_dense: int, step: int) -> int:
+    """is_moe_block's count over `layers` blocks, in closed form: the multiples of step among first_dense + 1 ..
+    layers."""
+    return layers // step - min(first_dense, layers) // step
+
+
 def attention_matmul_params(arch, hidden, heads, kv_heads, head_dim):
     """q, k, v and output projection weights of one block (no biases)."""
     q = hidden * heads * head_dim

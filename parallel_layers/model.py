@@ -41,6 +41,7 @@ from collections import defaultdict
 
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from cost_models.params import is_moe_block
 from parallel_layers.layers import (
     ColumnParallelLinear,
     column_parallel_linears,
@@ -117,7 +118,7 @@ class ModelConfig:
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
-        return bool(self.experts) and i >= (self.first_dense_layers or 0) and (i + 1) % (self.moe_layer_step or 1) == 0
+        return bool(self.experts) and is_moe_block(i, self.first_dense_layers or 0, self.moe_layer_step or 1)
 
     def __post_init__(self):
         if self.rope is None:  # the arch's default (a frozen dataclass: set once here)

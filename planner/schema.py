@@ -14,6 +14,8 @@ from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cost_models.params import is_moe_block, moe_block_count
+
 from .limits import BATCH_MAX, BOUNDS, GPUS_MAX, PARAMS_MAX, SHAPE_MAX, big_number
 
 SCHEMA_VERSION = 1
@@ -223,18 +225,14 @@ class ModelSpec(Strict):
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block: past the first_dense_layers, every moe_layer_step-th (Hugging
         Face's Qwen2-MoE / Llama 4 rule, (i + 1) % step == 0).  Every block of a dense model is dense."""
-        if self.experts is None or i < (self.first_dense_layers or 0):
-            return False
-        return (i + 1) % (self.moe_layer_step or 1) == 0
+        return self.experts is not None and is_moe_block(i, self.first_dense_layers or 0, self.moe_layer_step or 1)
 
     @property
     def moe_block_count(self) -> int:
         """MoE blocks (is_moe_block); all of them where no dense blocks are placed between, none for a dense model."""
         if self.experts is None:
             return 0
-        # the multiples of the step among blocks first_dense_layers + 1 .. layers, numbered from 1
-        step, k = self.moe_layer_step or 1, min(self.first_dense_layers or 0, self.layers)
-        return self.layers // step - k // step
+        return moe_block_count(self.layers, self.first_dense_layers or 0, self.moe_layer_step or 1)
 
     @property
     def head_size(self) -> int:

@@ -37,6 +37,15 @@ FITTED_PARAMETERS = [
 
 # Things a reader of the numbers should know (structural limits, not tuned away).
 NOTES = [
+    "megatron_deepseek_h100 (added 2026-12-05, held out): DeepSeek-V3 on 512 and 1,024 H100 in BF16 from NVIDIA's "
+    "DGX Cloud benchmarking release 25.05.04 (NeMo 25.04.01 on Megatron-Core), the first published runs of a model "
+    "with multi-head latent attention and of one with dense blocks between its MoE ones parplan predicts. Both are "
+    "over-predicted. What the model leaves out all slows the run: the multi-token-prediction layer the published "
+    "FLOP count includes (260.0 GFLOP a token against 249.8 without it, +4.1 %, all of it on the last pipeline "
+    "stage), the rotary and concatenation passes of the up projections' recompute, and settings inferred rather "
+    "than printed (the all-to-all dispatcher; the pipeline split, which the search picks). Before the launch's "
+    "--recompute-modules mla_up_proj was modelled (training.mla_recompute), the 512-GPU layout did not fit "
+    "(86.1 GB predicted against 83.0 usable) and the 1,024-GPU row read +22.6 %.",
     "llama3_405b_table4: 126 layers over pp 16 x vpp virtual stages are split unevenly (first and last "
     "virtual stages lighter, as Meta describes). MFU is compared in Chowdhery et al.'s convention (no causal "
     "discount), which the paper cites; the causally discounted value is in the row note (8K rows 0.382 and "
@@ -147,6 +156,7 @@ def _layout(c) -> str:
     sp = " sp" if p.sp else ""
     ep = f" ep{p.ep}" if p.ep > 1 else ""  # a mixture of experts' expert parallelism
     moe_rec = f"+moe-{t.moe_recompute}" if t.moe_recompute != "none" else ""  # and its recompute modules
+    moe_rec += "+mla-up" if t.mla_recompute else ""  # multi-head latent attention's up projections recomputed
     return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp}{ep} v{p.vpp} mbs{t.micro_batch_size} z{p.zero_stage} "
             f"{p.recompute}{moe_rec}{sp} {p.schedule}")
 

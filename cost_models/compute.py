@@ -21,7 +21,7 @@ import numpy as np
 
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, ModelDims
 from . import moe
-from .params import op_sac_recomputed_matmuls
+from .params import mla_projections, op_sac_recomputed_matmuls
 
 
 def gemm_time(flops, hw):
@@ -42,13 +42,20 @@ def linear_gemm_time(flops, hw):
     return flops / (hw.linear_peak_flops * hw.linear_efficiency_scale * hw.matmul_efficiency(flops * ratio))
 
 
-def layer_gemms(m: ModelDims, tokens, tp):
-    """FLOPs of the forward GEMMs of one block on one TP rank: [(name, flops)]."""
+def layer_gemms(m: ModelDims, tokens, tp, seq_split=1):
+    """FLOPs of the forward GEMMs of one block on one TP rank: [(name, flops)].  Multi-head latent attention: its
+    projections (params.mla_projections), the up and output ones split by heads, the two down projections whole on
+    every rank (Megatron-Core's MLASelfAttention runs them duplicated), on the rank's sequence shard under sequence
+    parallelism (seq_split = tp: the latents are gathered after them) and on the whole sequence without it."""
     h, qw, kvw, f = m.hidden, m.q_width, m.kv_width, m.ffn
-    gemms = [
-        ("qkv", 2 * tokens * h * (qw + 2 * kvw) / tp),
-        ("proj", 2 * tokens * qw * h / tp),
-    ]
+    if m.kv_lora:
+        gemms = [(name, 2 * tokens * i * o / (seq_split if replicated else tp))
+                 for name, i, o, replicated in mla_projections(h, m.heads, m.head_dim, m.mla)]
+    else:
+        gemms = [
+            ("qkv", 2 * tokens * h * (qw + 2 * kvw) / tp),
+            ("proj", 2 * tokens * qw * h / tp),
+        ]
     if m.arch == "llama":  # the runtime's SwiGLU: separate gate and up column-parallel matmuls
         gemms += [("gate", 2 * tokens * h * f / tp), ("up", 2 * tokens * h * f / tp)]
     else:
@@ -57,6 +64,14 @@ def layer_gemms(m: ModelDims, tokens, tp):
 
 
 MLP_GEMMS = ("gate", "up", "fc1", "fc2")
+# the GEMMs whose input is the attention's normed input or a latent of it (column-parallel, or MLA's down projections):
+# the last of them in a block's list feeds the attention core
+ATTN_IN_GEMMS = ("qkv", "q_down", "q_up", "q", "kv_down", "kv_up")
+
+
+def sp_split(lay):
+    """How many ways a block's tokens outside the tensor-parallel region are split: tp with sequence parallelism."""
+    return np.where(np.asarray(lay.sp) > 0, lay.tp, 1)
 
 
 def layer_matmul_time(m: ModelDims, lay, hw):
@@ -66,7 +81,7 @@ def layer_matmul_time(m: ModelDims, lay, hw):
     tokens = lay.mbs * m.seq_len / lay.cp
     fwd = 0.0
     n = moe.local_experts(m, lay)
-    for name, flops in layer_gemms(m, tokens, lay.tp):
+    for name, flops in layer_gemms(m, tokens, lay.tp, sp_split(lay)):
         if m.moe and name in MLP_GEMMS:
             # the routed experts' share of the MLP's FLOPs (a shared expert's is its own tensor-parallel GEMM)
             routed = flops * m.routed_ffn / m.ffn
@@ -97,12 +112,25 @@ def column_input_grad_time(m: ModelDims, lay, hw):
     out = 0.0
     # a mixture of experts' routed MLP is not tensor-parallel (expert tensor parallelism 1): its qkv, and a shared
     # expert's gate and up
-    for name, flops in layer_gemms(m, tokens, lay.tp):
-        if name == "qkv" or (name in ("gate", "up", "fc1") and not m.moe):
+    for name, flops in layer_gemms(m, tokens, lay.tp, sp_split(lay)):
+        if name in ATTN_IN_GEMMS or (name in ("gate", "up", "fc1") and not m.moe):
             out = out + linear_gemm_time(flops, hw)
         elif name in ("gate", "up") and m.shared_ffn:
             out = out + linear_gemm_time(flops * m.shared_ffn / m.ffn, hw)
     return out
+
+
+# Multi-head latent attention's up projections, as Megatron-LM's --recompute-modules mla_up_proj recomputes them
+# (TrainingConsts.mla_recompute): the GEMMs from the latents to the heads' queries, keys and values
+MLA_UP_GEMMS = ("q_up", "q", "kv_up")
+
+
+def mla_up_recompute_time(m: ModelDims, lay, hw):
+    """Seconds a block's backward spends re-running multi-head latent attention's up projections (MLA_UP_GEMMS)
+    for one micro-batch, whose outputs (the attention core's q, k and v) the forward did not keep
+    (memory.mla_up_saved_bytes); their rotary and concatenations are left out (a few % of the GEMMs' time)."""
+    tokens = lay.mbs * m.seq_len / lay.cp
+    return sum(linear_gemm_time(flops, hw) for name, flops in layer_gemms(m, tokens, lay.tp) if name in MLA_UP_GEMMS)
 
 
 # The Triton FlashAttention of 2022 against FlashAttention-2 (Dao 2023, "FlashAttention-2", sec. 4.1, A100
@@ -131,7 +159,9 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
     per_gpu = lay.tp * lay.cp
     if flash:
         # a sliding window: the kernel skips the tiles outside the band (ModelDims.causal_pairs_fraction)
-        fwd_flops = 0.5 * 4 * b * s * s * m.q_width / per_gpu * m.causal_pairs_fraction()
+        # (multi-head latent attention: QK^T at head_dim, the values' product at v_dim, ModelDims.attn_width; at the
+        # efficiency the profile measured, with 128-wide heads: not measured at MLA's 192 / 128)
+        fwd_flops = 0.5 * 4 * b * s * s * m.attn_width / per_gpu * m.causal_pairs_fraction()
         eff = hw.attention_efficiency(s)
         slow_f = slow_b = 1.0
         if kernel == "triton-2022":
@@ -139,7 +169,7 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
             slow_f, slow_b = TRITON_2022_FWD_SLOWDOWN, TRITON_2022_BWD_SLOWDOWN
         fwd = fwd_flops / (hw.peak_flops * eff)
         return slow_f * fwd, slow_b * 2.5 * fwd
-    bmm = 2 * b * s * s * m.q_width / per_gpu
+    bmm = 2 * b * s * s * m.attn_width / per_gpu
     scores = b * m.heads * s * s / per_gpu
     gemm = 2 * gemm_time(bmm, hw)
     softmax_fwd = scores * 2 * act_bytes / hw.hbm_bytes_per_s
@@ -214,6 +244,11 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
         attn = ((16 + 2 * a) * (m.q_width + m.kv_width) if llama else 0.0) + gqa
         act_elems = (5 if llama else 2) * a * m.ffn / lay.tp
         inside = attn / lay.tp + act_elems
+    if m.kv_lora:
+        # multi-head latent attention's two latent RMSNorms, on the whole sequence on every rank (sequence
+        # parallelism gathers the latents before them): read and write, or the eager norm's passes.  Its rotary
+        # and the concatenations of the rotary and no-rope parts are taken as the q / k passes above
+        outside = outside + (4 * a if fused else norm) * m.mla.latent_norms()
     fwd = tokens * (outside + inside + (2 * m.hidden / seq_split if dropout else 0.0)) / hw.hbm_bytes_per_s
     activation_fwd = tokens * act_elems / hw.hbm_bytes_per_s
     return fwd, 2 * fwd, activation_fwd
@@ -380,9 +415,11 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
     mlp_in = 2 * f if m.arch == "llama" else f
     # the linears' output gradients, per token on one TP rank: a row-parallel output is the whole sequence's h
     grads_out = (qw + 2 * kvw + mlp_in) / tp + 2 * h
+    # (multi-head latent attention: the output projection's input is o_width; its up projections' outputs are taken
+    # as the q / k / v widths, its latents' few thousand elements a token left out)
     if fp8 == "te":
         per = act_bytes + 2
-        fwd = tokens * qw / tp * per
+        fwd = tokens * m.o_width / tp * per
         if m.moe:
             # a mixture of experts' MLP has no LayerNormMLP to write its input in FP8: the grouped GEMMs cast the
             # dispatched tokens (k h a routed token) and the activation's output (k expert_ffn), a shared expert its
@@ -396,7 +433,7 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
         bwd = tokens * grads_out * per
     elif fp8 == "parplan":
         per = 2 * act_bytes + 1
-        inputs = 2 * h + (qw + f) / tp
+        inputs = 2 * h + (m.o_width + f) / tp
         weights = sum(flops / (2 * tokens) for _, flops in layer_gemms(m, tokens, tp))
         fwd = tokens * inputs * per + weights * per
         bwd = tokens * (inputs + grads_out) * (per + 2) + weights * (per + 2)
@@ -404,7 +441,7 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
         per = 2 * act_bytes + 1
         n_attn_in = 3 if m.arch == "llama" else 1  # wq, wk, wv (torchtitan's llama); one fused qkv (gpt)
         n_mlp_in = 2 if m.arch == "llama" else 1   # w1 and w3
-        inputs = ((n_attn_in + n_mlp_in) * h + (qw + f) / tp)
+        inputs = ((n_attn_in + n_mlp_in) * h + (m.o_width + f) / tp)
         weights = sum(flops / (2 * tokens) for _, flops in layer_gemms(m, tokens, tp))
         fwd = tokens * inputs * per + weights * per
         # the backward re-casts the saved 16-bit inputs (for the weight gradient) and the weights (for the input
@@ -417,7 +454,7 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
 
 def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True,
                eager_runtime: str = "torchtitan", attention_kernel: str = "profile", fp8: str = "",
-               moe_recompute: str = "none"):
+               moe_recompute: str = "none", mla_recompute: bool = False):
     """Seconds of one block for one micro-batch, forward + backward (+ recompute), and the
     parts the communication model needs to know about (GEMM time it can overlap with).  fp8: the FP8 linears'
     scheme (TrainingConsts.fp8): their GEMMs at the fp8 peak (linear_gemm_time), their casts (fp8_cast_time)
@@ -440,6 +477,8 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     recompute = np.where(full, fwd, np.where(selective, at_f + act_f, np.where(op, op_re, 0.0)))
     # a mixture of experts' recompute modules (moe.recompute_time), where the block is not recomputed whole
     recompute = recompute + np.where(full, 0.0, moe.recompute_time(m, lay, hw, act_bytes, moe_recompute))
+    if mla_recompute and m.kv_lora:  # multi-head latent attention's up projections (mla_up_recompute_time)
+        recompute = recompute + np.where(full, 0.0, mla_up_recompute_time(m, lay, hw))
     bwd = mm_b + at_b + el_b + recompute
     gpu = fwd + bwd
     # The host must dispatch the block's kernels too: a block takes the longer of its GPU time

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .params import is_moe_block, moe_block_count
+from .params import Mla, is_moe_block, moe_block_count
 
 RECOMPUTE = ("none", "selective", "full", "selective-op")
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")
@@ -66,6 +66,12 @@ class ModelDims:
     first_dense: int = 0
     moe_step: int = 1
     dense_ffn: int = 0
+    # multi-head latent attention (ModelSpec.kv_lora_rank; params.Mla): the latents' widths, the rotary part of
+    # head_dim (a query/key head's whole width) and a value head's width.  kv_lora 0: ordinary attention
+    q_lora: int = 0
+    kv_lora: int = 0
+    rope: int = 0
+    v_dim: int = 0
 
     @property
     def moe(self) -> bool:
@@ -102,8 +108,32 @@ class ModelDims:
         return self.heads * self.head_dim
 
     @property
+    def mla(self) -> Optional[Mla]:
+        """Multi-head latent attention's widths, or None for ordinary attention."""
+        if not self.kv_lora:
+            return None
+        return Mla(q_lora=self.q_lora, kv_lora=self.kv_lora, rope=self.rope, v_dim=self.v_dim)
+
+    @property
     def kv_width(self) -> int:
+        """A token's key (or value) width on the attention core's input.  Multi-head latent attention's keys are
+        heads x head_dim and its values heads x v_dim: the mean of the two, so that 2 kv_width is both (what the
+        saved activations, context parallelism's exchange and the elementwise passes count)."""
+        if self.kv_lora:
+            return self.heads * (self.head_dim + self.v_dim) // 2
         return self.kv_heads * self.head_dim
+
+    @property
+    def o_width(self) -> int:
+        """The attention core's output a token, the output projection's input: q_width, or heads x v_dim with
+        multi-head latent attention."""
+        return self.heads * self.v_dim if self.kv_lora else self.q_width
+
+    @property
+    def attn_width(self) -> int:
+        """The width the attention core's FLOPs scale with (ModelSpec.attention_width): q_width, or the mean of the
+        query/key and value widths with multi-head latent attention (QK^T at one, the values' product at the other)."""
+        return (self.q_width + self.o_width) // 2
 
     def attention_span(self) -> float:
         """Keys per query, averaged over the layers, in the MFU convention (no causal discount: a full layer counts
@@ -132,7 +162,8 @@ class ModelDims:
                    window=spec.sliding_window or 0, windowed_layers=spec.windowed_layers,
                    experts=spec.experts or 0, top_k=k, expert_ffn=spec.ffn_hidden if k else 0, shared_ffn=shared,
                    first_dense=spec.first_dense_layers or 0, moe_step=spec.moe_layer_step or 1,
-                   dense_ffn=spec.dense_ffn_hidden or 0)
+                   dense_ffn=spec.dense_ffn_hidden or 0, q_lora=spec.q_lora_rank or 0, kv_lora=spec.kv_lora_rank or 0,
+                   rope=spec.qk_rope_head_dim or 0, v_dim=spec.v_head_dim or 0)
 
 
 @dataclass(frozen=True)
@@ -245,6 +276,9 @@ class TrainingConsts:
     moe_dispatcher: str = "alltoall"
     # a mixture of experts' recompute modules (Training.moe_recompute; moe.recomputed_bytes): none, act, norm-act
     moe_recompute: str = "none"
+    # multi-head latent attention's up projections recomputed in the backward (Training.mla_recompute: Megatron-LM's
+    # --recompute-modules mla_up_proj; compute.mla_up_recompute_time, memory.mla_up_saved_bytes)
+    mla_recompute: bool = False
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit
     cross_entropy_16bit_grad: bool = False  # with fused: the gradient in the logits' dtype (flash-attn), 2 x 16-bit
     # a block's pointwise work (norms, rotary, activation) runs as fused kernels (Megatron/apex, torch.compile:

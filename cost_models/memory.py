@@ -21,22 +21,33 @@ from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_S
                      recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
-from .params import layer_other_params
+from .params import layer_other_params, mla_projections
 from .compute import grad_reduce_overlaps
+
+
+def attention_params_split(m: ModelDims):
+    """(tensor-parallel, whole on every rank) parameters of one block's attention: the q / k / v and output
+    projections split; multi-head latent attention's down projections and its latents' RMSNorm weights whole on
+    every rank (params.mla_projections)."""
+    if not m.kv_lora:
+        return m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden, 0
+    proj = mla_projections(m.hidden, m.heads, m.head_dim, m.mla)
+    return (sum(i * o for _, i, o, whole in proj if not whole),
+            sum(i * o for _, i, o, whole in proj if whole) + m.mla.latent_norms())
 
 
 def layer_params_per_gpu(m: ModelDims, tp, ep=1):
     """Parameters of one block held by one TP rank: matrices and TP-split biases divided by tp,
     norm weights (and the row-parallel output biases) replicated.  A mixture of experts' block: the attention
     as a dense one's, the router replicated, and the rank's E / ep experts whole (moe.expert_params_per_gpu)."""
+    attn, attn_whole = attention_params_split(m)
     if m.moe:  # (a shared expert is tensor-parallel, as a dense MLP)
-        attn = m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
         shared = moe.EXPERT_MATRICES * m.hidden * m.shared_ffn
-        return (attn + shared) / tp + 2 * m.hidden + moe.router_params_per_layer(m) + moe.expert_params_per_gpu(m, ep)
-    matmul = (m.hidden * (m.q_width + 2 * m.kv_width) + m.q_width * m.hidden
-              + (3 if m.arch == "llama" else 2) * m.hidden * m.ffn)
+        return ((attn + shared) / tp + attn_whole + 2 * m.hidden + moe.router_params_per_layer(m)
+                + moe.expert_params_per_gpu(m, ep))
+    matmul = attn + (3 if m.arch == "llama" else 2) * m.hidden * m.ffn
     if m.arch == "llama":
-        return matmul / tp + 2 * m.hidden
+        return matmul / tp + attn_whole + 2 * m.hidden
     split_bias = m.q_width + 2 * m.kv_width + m.ffn
     replicated = layer_other_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn) - split_bias
     return (matmul + split_bias) / tp + replicated
@@ -107,19 +118,26 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     mlp = 3 * m.ffn if m.arch == "llama" else 2 * m.ffn
     cp_saved = cp_saves_gathered_kv & (lay.cp > 1) & (lay.recompute != REC_SELECTIVE)
     cp_kv = np.where(cp_saved, lay.cp, 1)
-    cp_out = np.where(cp_saved, m.q_width, 0)
-    inside = (2 * m.q_width + cp_out + 2 * m.kv_width * cp_kv + mlp) / tp
+    cp_out = np.where(cp_saved, m.o_width, 0)
+    inside = (m.q_width + m.o_width + cp_out + 2 * m.kv_width * cp_kv + mlp) / tp
     # + the two norms' fp32 statistics, per token they see: RMSNorm saves its rstd (4 B), LayerNorm its mean and
     # rstd (8 B: torch's native_layer_norm, apex's FusedLayerNorm mean/invvar, Transformer Engine's mu/rsigma)
     norm_stats = 16 if m.arch == "gpt" else 8
     elems = (outside + inside) * act_bytes + norm_stats / seq_split
+    if m.kv_lora:
+        # multi-head latent attention (Megatron-Core's MLASelfAttention): each latent's RMSNorm saves its input and
+        # the up projection its output, on the whole sequence and whole on every tensor-parallel rank (sequence
+        # parallelism gathers the latents, not h), with its fp32 statistics; the down projections' input is the
+        # attention norm's output, counted above.  q, k (heads x head_dim) and v (heads x v_dim) are the core's
+        # inputs above (2 kv_width is k and v: ModelDims.kv_width)
+        elems = elems + 2 * m.mla.latent_norms() * act_bytes + 4 * (2 if m.q_lora else 1)
     if fp8 == "te":
         # Transformer Engine's FP8 linears save their input for the weight gradient in FP8 (1 byte): the two norm
         # outputs (LayerNormLinear, LayerNormMLP) and the MLP's second layer's input; the attention's output, which
         # the fused attention keeps in 16 bits for its own backward, gains the projection's FP8 copy.  A mixture of
         # experts' MLP norm feeds the 16-bit router (its dispatched tokens are saved in FP8: moe.saved_bytes_per_token)
         norm_out = (1 if m.moe else 2) * m.hidden / np.where(sp_saves_gathered, 1, seq_split)
-        elems = elems - (act_bytes - 1) * (norm_out + m.ffn / tp) + m.q_width / tp
+        elems = elems - (act_bytes - 1) * (norm_out + m.ffn / tp) + m.o_width / tp
     if dropout:
         elems = elems + 2 * m.hidden / seq_split  # two 1-byte hidden-dropout masks
     if flash:
@@ -130,7 +148,7 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         elems = elems + np.where(lay.recompute == REC_SELECTIVE, 0.0, scores)
     full = m.hidden / np.where(lay.sp > 0, tp, 1) * act_bytes
     op_mm = (m.q_width + m.kv_width + m.ffn) / tp + m.hidden if m.arch == "llama" else m.hidden
-    op_attn = (m.q_width / tp * act_bytes + 4 * m.heads / tp) if flash else 0.0
+    op_attn = (m.o_width / tp * act_bytes + 4 * m.heads / tp) if flash else 0.0
     op = full + op_mm * act_bytes + op_attn
     if eager and m.arch == "llama":
         # torchtitan's llama in eager PyTorch (fused_elementwise off, any framework but parplan's runtime,
@@ -151,6 +169,16 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         per_token = per_token + np.where(lay.recompute == REC_FULL, 0.0, moe.routed_tokens(m, lay) / T
                                          * moe.saved_bytes_per_token(m, act_bytes, fp8 == "te"))
     return T * per_token
+
+
+def mla_up_saved_bytes(m: ModelDims, lay, act_bytes: int):
+    """Bytes a block no longer saves a micro-batch where multi-head latent attention's up projections are recomputed
+    (Megatron-LM's --recompute-modules mla_up_proj: their outputs, the attention core's q, k and v, are discarded
+    after the core's forward and rebuilt before its backward from the saved latents): q_width + 2 kv_width a token
+    over tp (activation_bytes_per_layer's q, k, v).  0 for other attention."""
+    if not m.kv_lora:
+        return 0.0
+    return lay.mbs * m.seq_len / lay.cp * (m.q_width + 2 * m.kv_width) / lay.tp * act_bytes
 
 
 def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
@@ -558,7 +586,7 @@ def queued_w_bytes_per_layer(m: ModelDims, lay, act_bytes: int, fp8: str = ""):
     T = lay.mbs * m.seq_len / lay.cp
     mlp_in = 2 * m.ffn if m.arch == "llama" else m.ffn
     norm_out = np.where(lay.sp > 0, m.hidden / lay.tp, m.hidden)
-    inputs = 2 * norm_out + (m.q_width + m.ffn) / lay.tp
+    inputs = 2 * norm_out + (m.o_width + m.ffn) / lay.tp
     grads = (m.q_width + 2 * m.kv_width + mlp_in) / lay.tp + 2 * m.hidden
     return T * (inputs * act_bytes + grads * (1 if fp8 == "parplan" else act_bytes))
 
@@ -964,6 +992,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # recomputed whole); the block being back-propagated rebuilds them (rebuilt_bytes, from work_layer)
         act_layer = act_layer - np.where(lay.recompute == REC_FULL, 0.0,
                                          moe.recomputed_bytes(m, lay, act_b, tr.moe_recompute, tr.fp8))
+    mla_drop = np.where(lay.recompute == REC_FULL, 0.0, mla_up_saved_bytes(m, lay, act_b)) if tr.mla_recompute else 0.0
+    act_layer = act_layer - mla_drop
     # a pending block counts as held (its saved activations) plus pend_layer; where the weight pass is queued
     # closures the input-gradient pass freed the saved activations and the closures hold the rest
     queued = queued_weight_pass(lay, tr)
@@ -984,6 +1014,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
                     activation_bytes_working_layer(*args), backward_temporaries_per_layer(*args),
                     queued_w_bytes_per_layer(md, sub, act_b, tr.fp8))
         pend_d, act_d, work_d, temp_d, queued_d = per_block_shape(lay, dense_terms)
+        act_d = act_d - mla_drop  # (a dense block's attention is an MoE block's)
         pend_d = np.where(queued, queued_d - act_d, pend_d)
 
     def kind_mean(k, x, x_dense):

@@ -10,6 +10,8 @@ All functions take plain ints or numpy arrays (elementwise).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 
 def is_moe_block(i: int, first_dense: int, step: int) -> bool:
     """Whether block i (from 0) of a mixture of experts is an MoE block: past its first `first_dense` blocks (DeepSeek's
@@ -24,8 +26,45 @@ def moe_block_count(layers: int, first_dense: int, step: int) -> int:
     return layers // step - min(first_dense, layers) // step
 
 
-def attention_matmul_params(arch, hidden, heads, kv_heads, head_dim):
-    """q, k, v and output projection weights of one block (no biases)."""
+class Mla(NamedTuple):
+    """Multi-head latent attention's widths (DeepSeek-V2, 2024, sec. 2.1.2; ModelSpec.kv_lora_rank): the query
+    latent (0: a full query projection, DeepSeek-V2-Lite), the key/value latent, the rotary part of a query/key head
+    (head_dim is the whole: no-rope + rope) and a value head.  A block's attention weights, as Megatron-Core's
+    MLASelfAttention holds them:
+      q down   h x q_lora         (with q_lora; then its RMSNorm, q_lora weights)
+      q up     q_lora x heads * head_dim       (without q_lora: q, h x heads * head_dim)
+      kv down  h x (kv_lora + rope)            (the rope part is the one key part every head shares)
+      kv up    kv_lora x heads * (head_dim - rope + v_dim)   (after the latent's RMSNorm, kv_lora weights)
+      out      heads * v_dim x h"""
+    q_lora: int
+    kv_lora: int
+    rope: int
+    v_dim: int
+
+    def down_width(self) -> int:
+        """The down projections' output width a token: what sequence parallelism gathers in place of h."""
+        return self.q_lora + self.kv_lora + self.rope
+
+    def latent_norms(self) -> int:
+        """The latents' RMSNorm weights."""
+        return self.q_lora + self.kv_lora
+
+
+def mla_projections(hidden, heads, head_dim, mla: Mla):
+    """[(name, in, out, replicated)] of one block's MLA projections (Mla's table): replicated = the down projections,
+    which Megatron-Core runs duplicated on every tensor-parallel rank (its up and output projections split by heads)."""
+    q = ([("q_down", hidden, mla.q_lora, True), ("q_up", mla.q_lora, heads * head_dim, False)] if mla.q_lora
+         else [("q", hidden, heads * head_dim, False)])
+    return q + [("kv_down", hidden, mla.kv_lora + mla.rope, True),
+                ("kv_up", mla.kv_lora, heads * (head_dim - mla.rope + mla.v_dim), False),
+                ("proj", heads * mla.v_dim, hidden, False)]
+
+
+def attention_matmul_params(arch, hidden, heads, kv_heads, head_dim, mla: Mla | None = None):
+    """q, k, v and output projection weights of one block (no biases); multi-head latent attention's projections
+    (mla_projections) where mla is given."""
+    if mla is not None:
+        return sum(i * o for _, i, o, _ in mla_projections(hidden, heads, head_dim, mla))
     q = hidden * heads * head_dim
     kv = 2 * hidden * kv_heads * head_dim
     out = heads * head_dim * hidden
@@ -38,14 +77,15 @@ def mlp_matmul_params(arch, hidden, ffn_hidden):
     return n_mats * hidden * ffn_hidden
 
 
-def layer_matmul_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden):
-    return attention_matmul_params(arch, hidden, heads, kv_heads, head_dim) + mlp_matmul_params(arch, hidden, ffn_hidden)
+def layer_matmul_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden, mla: Mla | None = None):
+    return attention_matmul_params(arch, hidden, heads, kv_heads, head_dim, mla) + mlp_matmul_params(arch, hidden,
+                                                                                                    ffn_hidden)
 
 
-def layer_other_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden):
-    """Norm weights and biases of one block."""
+def layer_other_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden, mla: Mla | None = None):
+    """Norm weights and biases of one block (multi-head latent attention: its latents' two RMSNorms too)."""
     if arch == "llama":
-        return 2 * hidden  # two RMSNorm weight vectors
+        return 2 * hidden + (mla.latent_norms() if mla is not None else 0)  # two RMSNorm weight vectors
     # gpt: qkv bias + out bias + fc1 bias + fc2 bias + 2 LayerNorms (weight+bias)
     return (heads + 2 * kv_heads) * head_dim + hidden + ffn_hidden + hidden + 4 * hidden
 
@@ -61,14 +101,15 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     max_seq_len (or seq_len) rows, as in Narayanan eq. 2 (none where the gpt-arch model has rotary
     positions: learned_positions false)."""
     arch, L, h, a, kv, d, f, V, tied = spec_dims(spec)
-    per_layer_matmul = layer_matmul_params(arch, h, a, kv, d, f)
-    per_layer_other = layer_other_params(arch, h, a, kv, d, f)
+    mla = spec.mla
+    per_layer_matmul = layer_matmul_params(arch, h, a, kv, d, f, mla)
+    per_layer_other = layer_other_params(arch, h, a, kv, d, f, mla)
     # a mixture of experts (ModelSpec.experts): E experts of f each and the router (h x E, counted with the norms);
     # a token's matmuls (what its FLOPs count) are the attention's and k experts'
     E, k = spec.experts or 0, spec.experts_per_token or 0
     active_matmul = per_layer_matmul
     if E:
-        attn = attention_matmul_params(arch, h, a, kv, d)
+        attn = attention_matmul_params(arch, h, a, kv, d, mla)
         shared = mlp_matmul_params(arch, h, spec.shared_expert_ffn) if spec.shared_expert_ffn else 0
         per_layer_matmul = attn + E * mlp_matmul_params(arch, h, f) + shared
         active_matmul = attn + k * mlp_matmul_params(arch, h, f) + shared
@@ -77,8 +118,8 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     # dense_ffn_hidden in place of the experts and the router; `per_layer*` stay an MoE block's
     moe_blocks = spec.moe_block_count if E else L
     dense_blocks = L - moe_blocks
-    dense_matmul = layer_matmul_params(arch, h, a, kv, d, spec.dense_ffn_hidden) if dense_blocks else 0
-    dense_other = layer_other_params(arch, h, a, kv, d, spec.dense_ffn_hidden) if dense_blocks else 0
+    dense_matmul = layer_matmul_params(arch, h, a, kv, d, spec.dense_ffn_hidden, mla) if dense_blocks else 0
+    dense_other = layer_other_params(arch, h, a, kv, d, spec.dense_ffn_hidden, mla) if dense_blocks else 0
     embedding = V * h
     positions = 0
     if spec.has_learned_positions:
@@ -114,7 +155,9 @@ def model_flops_per_token(matmul_params, layers, hidden_attn, seq_len):
     """Model FLOPs per token, no recompute (PaLM App. B; Korthikanti 2022 eq. 7 generalised):
     6 x matmul parameters (fwd 2 + bwd 4; output projection included, input embedding lookup
     excluded) + 12 x layers x (heads*head_dim) x seq_len for attention scores and values
-    (fwd 2*2*s*h per token per layer, bwd twice that; no causal discount)."""
+    (fwd 2*2*s*h per token per layer, bwd twice that; no causal discount).  hidden_attn: heads*head_dim, or with
+    multi-head latent attention heads x the mean of the query/key and value head widths (ModelSpec.attention_width:
+    QK^T runs at one, the values' product at the other; Megatron-LM's num_floating_point_operations counts them so)."""
     return 6 * matmul_params + 12 * layers * hidden_attn * seq_len
 
 
@@ -122,7 +165,7 @@ def spec_model_flops_per_token(spec, seq_len: int) -> float:
     """model_flops_per_token of a ModelSpec at seq_len: what MFU counts (the runtime's reports, a cpu launch's
     time bound)."""
     return float(model_flops_per_token(param_counts(spec, seq_len)["matmul"], spec.layers,
-                                       spec.heads * spec.head_size, seq_len))
+                                       spec.attention_width, seq_len))
 
 
 def op_sac_recomputed_matmuls(arch: str, hidden: int, q_width: int, kv_width: int, ffn: int) -> list[int]:

@@ -137,7 +137,7 @@ def step_floor(m: ModelDims, tr, hw, lay):
 
     def block_parts(sub):
         bt = block_time(m, sub, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
-                        tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute)
+                        tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
         bc = block_comm(m, tr, hw, sub, bt)
         return (bt["total"] + bc.tp_exposed + bc.cp_exposed + bc.ep_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"],
                 bt["wgrad"])
@@ -149,7 +149,7 @@ def step_floor(m: ModelDims, tr, hw, lay):
 
         def dense_parts(sub):
             bt = block_time(md, sub, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
-                            tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute)
+                            tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
             bc = block_comm(md, tr, hw, sub, bt)
             return bt["total"] + bc.tp_exposed + bc.cp_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]
         d = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)[0]
@@ -244,17 +244,33 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     halves = 1 if m.moe and not m.shared_ffn else 2
     n_coll = halves * (2 + full) + op
     tp_block = n_coll * t_ar
+    tp_moved = n_coll * moved_ar
+    sp_on = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1)
+    if m.kv_lora:
+        # multi-head latent attention: the collective before the attention's column-parallel layers moves the
+        # latents a token (Mla.down_width: the down projections run duplicated before it), not h -- forward an
+        # identity (sequence parallelism: the latents' all-gather), backward the latents' gradient all-reduce (or
+        # reduce-scatter); the output projection's stays h.  Each forward (and a full recompute's) and backward
+        # moves one of each with sequence parallelism, and the forward the h one, the backward the latent one
+        # without it
+        t_lat, moved_lat = comm.all_reduce(tokens_mb * m.mla.down_width() * act_b, tp, tp_bw, tp_lat)
+        attn_t = np.where(sp_on, (2 + full) * (t_ar + t_lat) / 2, (1 + full) * t_ar + t_lat)
+        attn_moved = np.where(sp_on, (2 + full) * (moved_ar + moved_lat) / 2, (1 + full) * moved_ar + moved_lat)
+        tp_block = tp_block - (2 + full) * t_ar + attn_t
+        tp_moved = tp_moved - (2 + full) * moved_ar + attn_moved
     tp_block_exposed = np.where(tr.overlap_tp_comm, hw.exposed(tp_block, bt["gemm"]), tp_block)
     # SP that keeps only the shard of the column-parallel inputs (Megatron, parplan's runtime)
     # all-gathers each again in the backward, twice a block, started before the input-gradient GEMMs
     # of the layers it feeds and overlapped with them (Megatron-LM's
     # LinearWithGradAccumulationAndAsyncCommunication; parplan's _SPGatherLinears, which under the
     # zero-bubble schedules gathers in the weight-gradient pass: the same two gathers, counted alike)
-    sp_on = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1)
     regather = sp_on & ~np.asarray(tr.sp_saves_gathered_input)
     t_ag, moved_ag = comm.all_gather(msg, tp, tp_bw, tp_lat)
+    # (multi-head latent attention's gathered latents are saved by their RMSNorms: its attention gathers nothing again)
+    regathers = halves - (1 if m.kv_lora else 0)
     tp_block_exposed = tp_block_exposed + np.where(
-        regather, hw.exposed(halves * t_ag, column_input_grad_time(m, lay, hw)), 0.0)
+        regather, hw.exposed(regathers * t_ag, column_input_grad_time(m, lay, hw)), 0.0)
+    tp_moved = tp_moved + np.where(regather, regathers * moved_ag, 0.0)
     # Megatron-LM starts the input-gradient collective of the column-parallel layers (qkv, fc1 / gate+up)
     # asynchronously and computes their weight gradients meanwhile (LinearWithGradAccumulationAndAsync-
     # Communication.backward): two of the backward's collectives a block, an all-reduce each, or with SP
@@ -303,7 +319,7 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
                            regather=regather, t_ag=t_ag, moved_ag=moved_ag, async_dgrad=async_dgrad, cp_in=cp_in,
                            cp_local=cp_local, moved_cp=moved_cp, n_cp=n_cp, tp_exposed=tp_block_exposed,
                            cp_exposed=cp_block_exposed, ep_exposed=ep_block_exposed, ep_moved=ep_moved,
-                           halves=halves)
+                           halves=halves, tp_moved=tp_moved)
 
 
 def _per_block_terms(m: ModelDims, lay, bt: dict, bc, per_layer) -> dict:
@@ -312,7 +328,7 @@ def _per_block_terms(m: ModelDims, lay, bt: dict, bc, per_layer) -> dict:
     out = dict(bt)
     out.update(params=per_layer, block=bt["total"] + bc.tp_exposed + bc.cp_exposed + bc.ep_exposed,
                experts=moe.expert_params_per_gpu(m, lay.ep) if m.moe else 0.0,
-               tp_moved=bc.n_coll * bc.moved_ar + np.where(bc.regather, bc.halves * bc.moved_ag, 0.0),
+               tp_moved=bc.tp_moved,
                tp_exposed=bc.tp_exposed, ep_exposed=bc.ep_exposed, ep_moved=bc.ep_moved)
     return out
 
@@ -333,7 +349,7 @@ def mixed_blocks(m: ModelDims, tr, hw, lay, bt: dict, bc, per_layer) -> SimpleNa
         return SimpleNamespace(on_first=on(0), on_mid=on(1), on_last=on(2), mean_first=lambda key: terms[key])
     md = m.dense_dims()
     bt_d = block_time(md, lay, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
-                      tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute)
+                      tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
     dense_terms = _per_block_terms(md, lay, bt_d, block_comm(md, tr, hw, lay, bt_d), layer_params_per_gpu(md, lay.tp))
     dense = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)
 
@@ -359,7 +375,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
 
     # ---- compute per block / micro-batch
     bt = block_time(m, lay, hw, act_b, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
-                    tr.attention_kernel, tr.fp8, tr.moe_recompute)
+                    tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
 
     bc = block_comm(m, tr, hw, lay, bt)
     tp_bw, tp_lat, t_ar, moved_ar, t_ag, moved_ag = bc.tp_bw, bc.tp_lat, bc.t_ar, bc.moved_ar, bc.t_ag, bc.moved_ag
@@ -713,12 +729,13 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # ---- FLOPs, MFU, HFU (Narayanan 2021 eq. 3 for the recompute term)
     # (a mixed model's dense blocks at their own MLP width: ModelDims.dense_dims)
     kinds = ((m.moe_blocks, m), (m.layers - m.moe_blocks, m.dense_dims())) if m.mixed else ((m.layers, m),)
-    layers_mm = sum(n * layer_matmul_params(k.arch, k.hidden, k.heads, k.kv_heads, k.head_dim, k.ffn) for n, k in kinds)
+    layers_mm = sum(n * layer_matmul_params(k.arch, k.hidden, k.heads, k.kv_heads, k.head_dim, k.ffn, k.mla)
+                    for n, k in kinds)
     # a sliding window shortens the attended span (ModelDims.attention_span; the full sequence without one)
     span = m.attention_span()
-    mf_tok = model_flops_per_token(layers_mm + m.vocab * m.hidden, m.layers, m.q_width, span)
+    mf_tok = model_flops_per_token(layers_mm + m.vocab * m.hidden, m.layers, m.attn_width, span)
     op_params = sum(n * sum(op_sac_recomputed_matmuls(k.arch, k.hidden, k.q_width, k.kv_width, k.ffn)) for n, k in kinds)
-    hf_extra = recompute_flops_per_token(lay.recompute, layers_mm, m.layers, m.q_width, span, op_params,
+    hf_extra = recompute_flops_per_token(lay.recompute, layers_mm, m.layers, m.attn_width, span, op_params,
                                          tr.flash_attention)
     tokens_step = tr.global_batch_size * m.seq_len
     tokens_per_s = tokens_step / step

@@ -113,7 +113,8 @@ def _positive(name: str, v, allow_none=True, upper=None):
 def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
                    seq_len, head_dim=None, tied_embeddings=None, sliding_window=None, full_attention_every=None,
                    default_seq: bool = False, experts=None, experts_per_token=None, shared_expert_ffn=None,
-                   first_dense_layers=None, moe_layer_step=None, dense_ffn=None):
+                   first_dense_layers=None, moe_layer_step=None, dense_ffn=None, kv_lora_rank=None, q_lora_rank=None,
+                   qk_rope_dim=None, v_head_dim=None):
     """(spec, what its mapping approximates or None, seq_len).  default_seq: seq_len is the default, which a
     config's shorter context replaces."""
     given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None
@@ -126,7 +127,9 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
                                  ("--experts", experts), ("--experts-per-token", experts_per_token),
                                  ("--shared-expert-ffn", shared_expert_ffn),
                                  ("--first-dense-layers", first_dense_layers), ("--moe-layer-step", moe_layer_step),
-                                 ("--dense-ffn", dense_ffn))
+                                 ("--dense-ffn", dense_ffn), ("--kv-lora-rank", kv_lora_rank),
+                                 ("--q-lora-rank", q_lora_rank), ("--qk-rope-dim", qk_rope_dim),
+                                 ("--v-head-dim", v_head_dim))
                   if v is not None]
     if shape_only and layers is None and hidden is None and heads is None:
         raise UserError(f"{' and '.join(shape_only)} only appl{'y' if len(shape_only) > 1 else 'ies'} to an explicit shape (--layers/--hidden/--heads); "
@@ -185,7 +188,8 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
                                 full_attention_every=full_attention_every, experts=experts,
                                 experts_per_token=experts_per_token, shared_expert_ffn=shared_expert_ffn,
                                 first_dense_layers=first_dense_layers, moe_layer_step=moe_layer_step,
-                                dense_ffn_hidden=dense_ffn)
+                                dense_ffn_hidden=dense_ffn, kv_lora_rank=kv_lora_rank, q_lora_rank=q_lora_rank,
+                                qk_rope_head_dim=qk_rope_dim, v_head_dim=v_head_dim)
         if full_attention_every is not None and full_attention_every > layers:
             _err(f"note: --full-attention-every {full_attention_every} is past the model's {layers} layers, so no layer "
                  "attends in full: every one attends within --sliding-window")
@@ -250,6 +254,15 @@ _MODEL_OPTIONS = [
     ("first_dense_layers", Optional[int], None, ("--first-dense-layers",), "With --experts: this many leading blocks have a dense MLP of --dense-ffn (DeepSeek-V3, GLM-4.5: 3; default: none)."),
     ("moe_layer_step", Optional[int], None, ("--moe-layer-step",), "With --experts: every k-th block is an MoE block, the others dense (Llama 4 Maverick: 2; default: 1, every block)."),
     ("dense_ffn", Optional[int], None, ("--dense-ffn",), "With --first-dense-layers or --moe-layer-step: the dense blocks' MLP width."),
+    ("kv_lora_rank", Optional[int], None, ("--kv-lora-rank",), "Multi-head latent attention (explicit shape; "
+     "DeepSeek-V2/V3, Kimi K2: 512): the compressed key/value latent's width, with --head-dim a query/key head's whole "
+     "width (DeepSeek-V3: 192), --qk-rope-dim and --v-head-dim; planned under --framework megatron."),
+    ("q_lora_rank", Optional[int], None, ("--q-lora-rank",), "With --kv-lora-rank: the compressed query latent's "
+     "width (DeepSeek-V3: 1536; default: none, a full query projection as DeepSeek-V2-Lite's)."),
+    ("qk_rope_dim", Optional[int], None, ("--qk-rope-dim",), "With --kv-lora-rank: the rotary part of --head-dim "
+     "(DeepSeek-V3: 64; Megatron-LM's --qk-pos-emb-head-dim)."),
+    ("v_head_dim", Optional[int], None, ("--v-head-dim",), "With --kv-lora-rank: a value head's width "
+     "(DeepSeek-V3: 128)."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
@@ -294,6 +307,7 @@ _MODEL_OPTIONS = [
     ("fused_elementwise", Optional[bool], None, ("--fused-elementwise/--no-fused-elementwise",), "Model the blocks' pointwise work (norms, rotary, SwiGLU) as fused kernels (Megatron, torch.compile; parplan launch on cuda); off: eager PyTorch ops (torchtitan without training.compile). Default: the framework's."),
     ("moe_dispatcher", Optional[str], None, ("--moe-dispatcher",), "A mixture of experts' token dispatcher: alltoall (NCCL's all-to-all, Megatron-LM's --moe-token-dispatcher-type alltoall) or deepep (DeepEP through Megatron's flex dispatcher: a token crosses the network once per remote node holding one of its experts). Default: alltoall."),
     ("moe_recompute", Optional[str], None, ("--moe-recompute",), "A mixture of experts' recompute modules beside --recompute: none, act (Megatron-LM's --recompute-modules moe_act) or norm-act (layernorm moe_act). Default: none."),
+    ("mla_recompute", Optional[bool], None, ("--mla-recompute/--no-mla-recompute",), "Multi-head latent attention's up projections recomputed in the backward (Megatron-LM's --recompute-modules mla_up_proj, DeepSeek-V3's recipes): its q, k and v not kept. Default: off."),
     ("attention_kernel", Optional[str], None, ("--attention-kernel",), "Fused attention kernel the prediction times: profile (the hardware profile's measured curve: torch's flash SDPA, what parplan launch and torchtitan run) or triton-2022 (the Triton FlashAttention of 2022, llm-foundry's attn_impl triton: FlashAttention-2's published speed on the GPU, 1.4x slower forward and 2x backward). Default: profile."),
     ("cross_entropy_16bit_grad", Optional[bool], None, ("--cross-entropy-16bit-grad/--no-cross-entropy-16bit-grad",), "With --fused-cross-entropy: the loss writes the logits' gradient in 16 bits and keeps only the 16-bit logits (flash-attn's cross-entropy, llm-foundry's default), 4 B per logit at its backward instead of Megatron's 6 (parplan's runtime runs it too). Default: the framework's (on for parplan)."),
     ("fused_cross_entropy", Optional[bool], None, ("--fused-cross-entropy/--no-fused-cross-entropy",), "Model Megatron's in-place vocab-parallel cross-entropy (16-bit logits + 4 B per logit); off: an autograd cross-entropy over fp32 logits, 12 B per logit at its backward (torchtitan). Default: the framework's (on for parplan, megatron and deepspeed)."),
@@ -360,8 +374,8 @@ def _prepare(opts, gpus: int | None = None):
                         "below what the planner models (min 0.001)")
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "sliding_window",
                  "full_attention_every", "experts", "experts_per_token", "shared_expert_ffn", "first_dense_layers",
-                 "moe_layer_step", "dense_ffn", "tp", "pp", "dp", "cp", "mbs", "vpp", "recompute_layers", "dp_replicate",
-                 "ep"):
+                 "moe_layer_step", "dense_ffn", "kv_lora_rank", "q_lora_rank", "qk_rope_dim", "v_head_dim", "tp", "pp",
+                 "dp", "cp", "mbs", "vpp", "recompute_layers", "dp_replicate", "ep"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=SHAPE_MAX)
     spec, why, o.seq_len = _resolve_model(o.model, o.model_config, o.params, o.arch, o.layers, o.hidden, o.heads,
                                           o.kv_heads, o.ffn_hidden, o.vocab, o.seq_len, o.head_dim, o.tied_embeddings,
@@ -369,7 +383,9 @@ def _prepare(opts, gpus: int | None = None):
                                           experts=o.experts, experts_per_token=o.experts_per_token,
                                           shared_expert_ffn=o.shared_expert_ffn,
                                           first_dense_layers=o.first_dense_layers, moe_layer_step=o.moe_layer_step,
-                                          dense_ffn=o.dense_ffn)
+                                          dense_ffn=o.dense_ffn, kv_lora_rank=o.kv_lora_rank,
+                                          q_lora_rank=o.q_lora_rank, qk_rope_dim=o.qk_rope_dim,
+                                          v_head_dim=o.v_head_dim)
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

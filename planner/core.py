@@ -109,7 +109,7 @@ DEFAULT_PRECISION = "master-weights"  # recommend's recipe (Megatron's 18 B/para
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "dropout", "fp8", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
                "cross_entropy_16bit_grad", "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm",
-               "attention_kernel", "moe_dispatcher", "moe_recompute")
+               "attention_kernel", "moe_dispatcher", "moe_recompute", "mla_recompute")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
@@ -254,6 +254,32 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
     return None
 
 
+# Frameworks multi-head latent attention (ModelSpec.kv_lora_rank) is planned for: Megatron-Core's MLASelfAttention
+# (--multi-latent-attention), whose down projections run duplicated over the tensor-parallel ranks and whose
+# latents sequence parallelism gathers (cost_models.compute.layer_gemms, total.block_comm).  parplan's runtime does
+# not build it; torchtitan's DeepSeek-V3 and DeepSpeed's are not modelled.
+MLA_FRAMEWORKS = ("megatron",)
+
+
+def mla_problem(spec: ModelSpec, framework: str, plan: bool = False,
+                mla_recompute: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where multi-head latent attention is asked of a framework it is not planned for; None where
+    the model has none or the framework runs it."""
+    if spec.kv_lora_rank is None and mla_recompute:
+        where = "training.mla_recompute" if plan else "--mla-recompute"
+        return (f"{where} recomputes multi-head latent attention's up projections, and {spec.name or 'the model'} has "
+                "none (no kv_lora_rank)", f"drop {where}")
+    if spec.kv_lora_rank is None or framework in MLA_FRAMEWORKS:
+        return None
+    where = "training.framework" if plan else "--framework"
+    fix = f"set {where} megatron (then `parplan export --to megatron` writes its arguments)"
+    if framework == "parplan":
+        return (f"{spec.name or 'the model'} has multi-head latent attention (kv_lora_rank {spec.kv_lora_rank}), which "
+                "parplan's runtime does not build yet; it is planned for Megatron-LM", fix)
+    return (f"{spec.name or 'the model'} has multi-head latent attention (kv_lora_rank {spec.kv_lora_rank}), planned "
+            f"for {' and '.join(MLA_FRAMEWORKS)} only (Megatron-Core's MLASelfAttention), not {framework}", fix)
+
+
 # What an unpinned search offers where a pin may still ask for more: Megatron-LM's distributed optimizer is ZeRO-1
 # (gradients reduce-scattered into a full-size buffer), so its ZeRO-2 plan is the ZeRO-1 plan twice over, unless a
 # caller pins a per-micro-batch ZeRO-2 (validate's Llama 3 rows, whose stack is Meta's own)
@@ -363,7 +389,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zb_weight_grad_store=tr.framework == "parplan",
                           fp8=FP8_FRAMEWORKS.get(tr.framework, "") if tr.fp8 else "",
                           moe_dispatcher=tr.moe_dispatcher, moe_recompute=tr.moe_recompute,
-                          hsdp=tr.framework in HSDP_FRAMEWORKS,
+                          mla_recompute=tr.mla_recompute, hsdp=tr.framework in HSDP_FRAMEWORKS,
                           hsdp_holds_reduce_input=tr.framework in TORCH_PIPELINING)  # FSDP2 (fsdp: FSDP1)
 
 
@@ -639,7 +665,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     problem = moe_problem(spec, framework, pins.ep, pins.zero, pins.tp, pins.sp,
                           dispatcher=stack.get("moe_dispatcher") or "alltoall",
                           recompute=stack.get("moe_recompute") or "none", fp8=bool(stack.get("fp8")),
-                          recompute_mode=pins.recompute)
+                          recompute_mode=pins.recompute) \
+        or mla_problem(spec, framework, mla_recompute=bool(stack.get("mla_recompute")))
     if problem:
         raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
@@ -1218,7 +1245,8 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
                                  "embedding or head")
     fw = t.framework
     problem = moe_problem(spec, fw, p.ep, p.zero_stage, p.tp, p.sp, plan=True,
-                          dispatcher=t.moe_dispatcher, recompute=t.moe_recompute, fp8=t.fp8, recompute_mode=p.recompute)
+                          dispatcher=t.moe_dispatcher, recompute=t.moe_recompute, fp8=t.fp8, recompute_mode=p.recompute) \
+        or mla_problem(spec, fw, plan=True, mla_recompute=t.mla_recompute)
     if problem:
         raise StructureError(*problem)
     if p.dp_replicate > 1 and fw not in HSDP_FRAMEWORKS:

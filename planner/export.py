@@ -13,7 +13,9 @@ the index gives commit hashes, not dates):
   ``000c4ac24f61159c138b0975def722c65245983c`` (a 2025 tree after Megatron-Core v0.14: it already
   has ``--dist-ckpt-save-pre-mcore-014``, ``--attention-backend``, ``--use-megatron-fsdp``,
   ``--pipeline-model-parallel-layout``, ``--decoder-first/last-pipeline-num-layers``,
-  ``--num-virtual-stages-per-pipeline-rank``, ``--optimizer-cpu-offload``).  The layout grammar
+  ``--num-virtual-stages-per-pipeline-rank``, ``--optimizer-cpu-offload``; multi-head latent attention's
+  ``--multi-latent-attention`` and ``_add_mla_args``: ``--q-lora-rank``, ``--kv-lora-rank``, ``--qk-head-dim`` (the
+  no-rope part), ``--qk-pos-emb-head-dim``, ``--v-head-dim``).  The layout grammar
   (``E``/``t``/``L``, ``|`` between stages, ``x*n`` repetition, flat list in virtual-stage order
   ``vpp_rank * pp + pp_rank``) is from ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
   at commit ``00caa53af30912914981c86f39db123961678bbd``.
@@ -85,8 +87,13 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
 
 
 def export_problem(plan: Plan, to: str) -> str | None:
-    """Why the plan cannot be exported to `to` (one line with the fix), or None: a mixture of experts goes to
-    Megatron-LM only, as every other builder would write a dense model of the plan's blocks, the experts dropped."""
+    """Why the plan cannot be exported to `to` (one line with the fix), or None: a mixture of experts and multi-head
+    latent attention go to Megatron-LM only, as every other builder would write a model of the plan's blocks with the
+    experts dropped or ordinary attention in place of the latent one."""
+    if plan.model.kv_lora_rank is not None and to != "megatron":
+        return (f"{plan.model.name or 'the model'} has multi-head latent attention (kv_lora_rank "
+                f"{plan.model.kv_lora_rank}), planned and exported for Megatron-LM only (--multi-latent-attention); "
+                "use --to megatron")
     if plan.model.is_moe and to != "megatron":
         return (f"{plan.model.name or 'the model'} is a mixture of experts, planned and exported for Megatron-LM only "
                 "(cost_models/moe.py); use --to megatron")
@@ -380,11 +387,29 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         flag("--moe-router-load-balancing-type", "aux_loss")
         flag("--moe-aux-loss-coeff", 0.01)
     flag("--num-attention-heads", m.heads)
-    if m.kv_heads < m.heads:
-        flag("--group-query-attention")
-        flag("--num-query-groups", m.kv_heads)
-    if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
-        flag("--kv-channels", m.head_dim)
+    if m.kv_lora_rank is not None:
+        # multi-head latent attention (Megatron-Core's MLASelfAttention; arguments.py's _add_mla_args): every width
+        # written, as its defaults are DeepSeek-V2's (kv 32, 128 + 64, v 128).  --qk-head-dim is the no-rope part of a
+        # query/key head (q_head_dim = qk_head_dim + qk_pos_emb_head_dim); no --q-lora-rank is a full query projection
+        # (DeepSeek-V2-Lite); --qk-layernorm builds the latents' RMSNorms (fused into the up projections), which the
+        # plan counts.  No grouped-query flags: every head has its keys and values.  Its rotary positions: MLA's yarn
+        # at --rotary-scaling-factor 1 (the default), the plain rotation.
+        flag("--multi-latent-attention")
+        if m.q_lora_rank:
+            flag("--q-lora-rank", m.q_lora_rank)
+        flag("--kv-lora-rank", m.kv_lora_rank)
+        flag("--qk-head-dim", m.head_dim - m.qk_rope_head_dim)
+        flag("--qk-pos-emb-head-dim", m.qk_rope_head_dim)
+        flag("--v-head-dim", m.v_head_dim)
+        flag("--qk-layernorm")
+        if m.hidden % m.heads:  # validate_args divides hidden by the heads for a --kv-channels not given, which MLA's
+            flag("--kv-channels", m.v_head_dim)  # projections do not read (their widths are the flags above)
+    else:
+        if m.kv_heads < m.heads:
+            flag("--group-query-attention")
+            flag("--num-query-groups", m.kv_heads)
+        if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
+            flag("--kv-channels", m.head_dim)
     if m.arch == "llama":
         flag("--max-position-embeddings", t.seq_len)
         flag("--position-embedding-type", "rope")
@@ -421,7 +446,12 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     # --- memory savers
     moe_modules = {"act": ["moe_act"], "norm-act": ["layernorm", "moe_act"]}.get(t.moe_recompute, []) \
         if m.is_moe and p.recompute in ("none", "selective") else []
-    if moe_modules:  # a mixture of experts' recompute modules, beside core attention where selective asks for it
+    # multi-head latent attention's up projections (Training.mla_recompute; TransformerConfig.recompute_modules
+    # "mla_up_proj"), which whole-block recompute covers already
+    if t.mla_recompute and m.kv_lora_rank is not None and p.recompute in ("none", "selective"):
+        moe_modules = ["mla_up_proj"] + moe_modules
+    if moe_modules:  # a mixture of experts' (and latent attention's) recompute modules, beside core attention where
+        # selective asks for it
         flag("--recompute-granularity", "selective")
         flag("--recompute-modules", (["core_attn"] if p.recompute == "selective" else []) + moe_modules)
     elif p.recompute == "selective":
@@ -525,7 +555,15 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         # fp32 run finds no attention kernel at its first forward
         notes.append("flash_attention with fp32: flash attention needs 16-bit inputs; exported with "
                      "--attention-backend unfused (attention time and memory above the prediction).")
-    flag("--attention-backend", "flash" if t.flash_attention and sixteen_bit else "unfused")
+    # multi-head latent attention's query/key heads are wider than its value heads (DeepSeek-V3: 192 against 128),
+    # which Transformer Engine's FlashAttention 2 refuses (FlashAttention 3 only): the flash backend, which leaves TE
+    # no other kernel, would find none; cuDNN's fused attention runs them
+    backend = "fused" if m.kv_lora_rank is not None and m.head_dim != m.v_head_dim else "flash"
+    flag("--attention-backend", backend if t.flash_attention and sixteen_bit else "unfused")
+    if backend == "fused" and t.flash_attention and sixteen_bit:
+        notes.append(f"multi-head latent attention (query/key heads of {m.head_dim}, value heads of {m.v_head_dim}): "
+                     "--attention-backend fused (cuDNN), as Transformer Engine's FlashAttention 2 does not run unequal "
+                     "head widths; with FlashAttention 3 installed (Hopper), --attention-backend flash runs them too.")
     if t.overlap_tp_comm:
         if p.sp:
             flag("--tp-comm-overlap")

@@ -55,7 +55,19 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             interleave_moe_layer_step (other placements are refused).
                             GLM-4.5's q/k/v biases and multi-token-prediction layer, Llama 4's chunked attention
                             (counted as full) are said in a note.
-Other mixture-of-experts configs are rejected (DeepSeek's latent attention, gpt-oss).
+  deepseek_v2, deepseek_v3, kimi_k2
+                         -> as glm4_moe (DeepSeek-style experts: n_routed_experts of moe_intermediate_size,
+                            n_shared_experts of the same width, the first first_k_dense_replace blocks dense of
+                            intermediate_size; a moe_layer_freq other than 1 is refused) with multi-head latent
+                            attention (ModelSpec.kv_lora_rank, q_lora_rank (null: a full query projection,
+                            DeepSeek-V2-Lite), qk_rope_head_dim, v_head_dim; head_dim = qk_nope_head_dim +
+                            qk_rope_head_dim, not the config's head_dim, which transformers sets to the rotary part).
+                            Kimi K2's kimi_k2 is DeepSeek-V3's architecture (DeepseekV3ForCausalLM).  Said in notes,
+                            not counted or costed as such: the multi-token-prediction module (num_nextn_predict_layers;
+                            DeepSeek-V3's 14B), sigmoid routing with its correction bias (noaux_tc,
+                            e_score_correction_bias) and group-limited routing (n_group, topk_group), costed as a
+                            softmax top-k router.
+Other mixture-of-experts configs are rejected (gpt-oss, DBRX, ...).
 Multimodal configs (gemma3, mistral3, llama4, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
 defaults; the vision tower is left out (said in the source).
@@ -76,7 +88,7 @@ from planner.schema import ModelSpec, error_message, json_type_name
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
               "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
               "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe", "glm4_moe", "llama4_text",
-              "dots1")
+              "dots1", "deepseek_v2", "deepseek_v3", "kimi_k2")
 GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
 # gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
 LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
@@ -95,12 +107,22 @@ MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe":
              "qwen2_moe": ("num_experts", "moe_intermediate_size"),
              "glm4_moe": ("n_routed_experts", "moe_intermediate_size"),
              "llama4_text": ("num_local_experts", "intermediate_size"),
-             "dots1": ("n_routed_experts", "moe_intermediate_size")}
-# DeepSeek-style MoE configs without latent attention (GLM-4.5's glm4_moe, dots.llm1's dots1): n_shared_experts shared
-# experts of moe_intermediate_size, the first first_k_dense_replace layers dense of intermediate_size; what each
-# family's config class defaults them to where a file leaves them out (Glm4MoeConfig: 1 and 1; Dots1Config: none, 0)
+             "dots1": ("n_routed_experts", "moe_intermediate_size"),
+             "deepseek_v2": ("n_routed_experts", "moe_intermediate_size"),
+             "deepseek_v3": ("n_routed_experts", "moe_intermediate_size"),
+             "kimi_k2": ("n_routed_experts", "moe_intermediate_size")}
+# DeepSeek-style MoE configs (GLM-4.5's glm4_moe, dots.llm1's dots1 with multi-head attention; DeepSeek-V2's, V3's and
+# Kimi K2's with latent attention, MLA_TYPES): n_shared_experts shared experts of moe_intermediate_size, the first
+# first_k_dense_replace layers dense of intermediate_size; what each family's config class defaults them to where a
+# file leaves them out (Glm4MoeConfig: 1 and 1; Dots1Config: none, 0; DeepseekV2Config: 2, 0; DeepseekV3Config: 1, 3,
+# also Kimi K2's, whose config.json maps to DeepSeek-V3's configuration_deepseek.py)
 DEEPSEEK_STYLE = {"glm4_moe": {"n_shared_experts": 1, "first_k_dense_replace": 1},
-                  "dots1": {"n_shared_experts": 0, "first_k_dense_replace": 0}}
+                  "dots1": {"n_shared_experts": 0, "first_k_dense_replace": 0},
+                  "deepseek_v2": {"n_shared_experts": 2, "first_k_dense_replace": 0},
+                  "deepseek_v3": {"n_shared_experts": 1, "first_k_dense_replace": 3},
+                  "kimi_k2": {"n_shared_experts": 1, "first_k_dense_replace": 3}}
+# Families with multi-head latent attention (ModelSpec.kv_lora_rank): DeepSeek-V2 and V3, Kimi K2 (DeepSeek-V3's blocks)
+MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 # the shared expert's width where the family has one (Qwen2-MoE / Qwen1.5-MoE: ModelSpec.shared_expert_ffn)
 MOE_SHARED = {"qwen2_moe": "shared_expert_intermediate_size"}
 # a LM head: what the architectures field's class names end with for a model trained on next-token prediction
@@ -146,6 +168,14 @@ _CLASS_DEFAULTS = {
     "gpt_bigcode": {"n_positions": 1024},
     "gptj": {"n_positions": 2048},
     "opt": {"max_position_embeddings": 2048},
+    # DeepseekV2Config's and DeepseekV3Config's latent attention (Kimi K2: DeepSeek-V3's class); q_lora_rank null in a
+    # file (DeepSeek-V2-Lite) stays null, a full query projection
+    "deepseek_v2": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128},
+    "deepseek_v3": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "n_group": 8, "topk_group": 4},
+    "kimi_k2": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                "v_head_dim": 128, "n_group": 8, "topk_group": 4},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
 _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "internlm2": False,
@@ -155,7 +185,7 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "cohere2": True, "stablelm": False, "gpt_bigcode": True, "gptj": False, "starcoder2": True,
                  "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True,
                  "mixtral": False, "qwen3_moe": False, "qwen2_moe": False, "glm4_moe": False, "llama4_text": False,
-                 "dots1": False}
+                 "dots1": False, "deepseek_v2": False, "deepseek_v3": False, "kimi_k2": False}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -254,6 +284,12 @@ def hub_cache_dir() -> Path:
     return (Path(home).expanduser() if home else Path.home() / ".cache" / "huggingface") / "hub"
 
 
+# the names of the mixture-of-experts families MOE_TYPES reads (a hub name's config is worth fetching): DeepSeek-V2,
+# V2-Lite, V2.5, V3, V3.1 and R1 (not V3.2: its sparse attention, model_type deepseek_v32), Kimi K2
+READ_MOE_NAME = re.compile(r"mixtral|qwen[23][-_.\w]*-a\d+b|qwen1\.5-moe|glm-4\.5|llama-4|"
+                           r"deepseek[-_]?(v2|v3(?!\.2)|r1)|kimi[-_]?k2(?!\.)", re.I)
+
+
 def cached_hub_config(repo_id: str) -> Path:
     """config.json of a model in the local hub cache (models--owner--name/snapshots/<revision>/config.json): the
     revision refs/main names, else the newest snapshot holding one; a ValueError with the fix where none is there."""
@@ -270,12 +306,12 @@ def cached_hub_config(repo_id: str) -> Path:
             from None
     if found:
         return found[-1]
-    if mixture_of_experts_name(repo_id) and not re.search(r"mixtral|qwen[23][-_.\w]*-a\d+b|qwen1\.5-moe|glm-4\.5|llama-4",
-                                                          repo_id, re.I):
+    if mixture_of_experts_name(repo_id) and not READ_MOE_NAME.search(repo_id):
         # no use fetching a config whose plan would be refused (the families MOE_TYPES reads are fetched)
         raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans "
-                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's and Llama 4's configs (model_type mixtral, qwen2_moe, "
-                         "qwen3_moe, glm4_moe, llama4) and dense models, so it has no plan for it")
+                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's, Llama 4's, DeepSeek-V2/V3's and Kimi K2's configs "
+                         "(model_type mixtral, qwen2_moe, qwen3_moe, glm4_moe, llama4, deepseek_v2, deepseek_v3, "
+                         "kimi_k2) and dense models, so it has no plan for it")
     raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
                      f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 
@@ -317,8 +353,8 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
                                                                                                          "llama4_text"))
     if moe and cfg.get("model_type") not in MOE_TYPES and not llama4:
         raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model of a family parplan does not read "
-                         f"(its mixtures of experts: model_type {', '.join(MOE_TYPES)}; no latent attention), so it has "
-                         "no plan for this config")
+                         f"(its mixtures of experts: model_type {', '.join(MOE_TYPES)}), so it has no plan for this "
+                         "config")
     model_type = cfg.get("model_type")
     if model_type is not None and not isinstance(model_type, str):  # a list or object would fail the lookups below
         raise ValueError(f"{where}: model_type must be a string naming the family (one of {', '.join(SUPPORTED)}), got "
@@ -465,6 +501,12 @@ def _dense_between(cfg: dict, model_type: str, where: str, layers) -> tuple[int 
     there are none: GLM-4.5's first_k_dense_replace (Glm4MoeDecoderLayer: layer i MoE where i >= it); Qwen-MoE's
     decoder_sparse_step (layer i MoE where (i + 1) % step == 0) and mlp_only_layers (dense whatever the step), read
     where they are a leading run 0 .. k-1 (a list ModelSpec cannot say is refused)."""
+    if model_type in MLA_TYPES and cfg.get("moe_layer_freq") not in (None, 1):
+        # DeepSeek's own modelling code: layer i MoE where i >= first_k_dense_replace and i % moe_layer_freq == 0;
+        # transformers' ignores the key (every layer past the dense ones MoE): no placement both would build
+        raise ValueError(f"{where}: moe_layer_freq {cfg['moe_layer_freq']!r}: MoE layers other than every one past "
+                         "first_k_dense_replace, which parplan does not plan (the released DeepSeek and Kimi configs "
+                         "have 1)")
     if model_type in DEEPSEEK_STYLE:
         k = cfg.get("first_k_dense_replace", DEEPSEEK_STYLE[model_type]["first_k_dense_replace"])
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
@@ -497,6 +539,43 @@ def _dense_between(cfg: dict, model_type: str, where: str, layers) -> tuple[int 
         raise ValueError(f"{where}: mlp_only_layers {dense!r}: dense layers other than a leading run (0, 1, ...), which "
                          "parplan does not plan (first_dense_layers and moe_layer_step place them)")
     return (len(lead) or None), (step if step and step > 1 else None)
+
+
+def _latent_attention(cfg: dict, where: str, used: dict) -> dict:
+    """ModelSpec's multi-head latent attention fields of a DeepSeek-V2/V3 or Kimi K2 config (MLA_TYPES): kv_lora_rank,
+    q_lora_rank (null: a full query projection, DeepSeek-V2-Lite), qk_rope_head_dim, v_head_dim and head_dim, a
+    query/key head's whole width qk_nope_head_dim + qk_rope_head_dim (a head_dim key, which transformers' DeepSeek
+    configs set to the rotary part, is not read)."""
+    widths = {}
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        widths[key] = _positive_int(cfg, key, where)
+        if widths[key] is None:
+            raise ValueError(f"{where}: missing required field {key} (a width of its multi-head latent attention)")
+    used.update(kv_lora_rank="kv_lora_rank", q_lora_rank="q_lora_rank", qk_rope_head_dim="qk_rope_head_dim",
+                v_head_dim="v_head_dim", head_dim="qk_nope_head_dim + qk_rope_head_dim")
+    return {"kv_lora_rank": widths["kv_lora_rank"], "q_lora_rank": _positive_int(cfg, "q_lora_rank", where),
+            "qk_rope_head_dim": widths["qk_rope_head_dim"], "v_head_dim": widths["v_head_dim"],
+            "head_dim": widths["qk_nope_head_dim"] + widths["qk_rope_head_dim"]}
+
+
+def _deepseek_notes(cfg: dict, model_type: str) -> list[str]:
+    """What a DeepSeek-V2/V3 or Kimi K2 checkpoint holds or runs beyond the blocks planned: its multi-token-prediction
+    module, its router's sigmoid scores with their correction bias (transformers' DeepSeek-V3 router always;
+    DeepSeek-V2's where scoring_func says so) and its group-limited top-k (DeepSeek-V3's n_group / topk_group;
+    DeepSeek-V2's under topk_method group_limited_greedy)."""
+    notes = []
+    mtp = cfg.get("num_nextn_predict_layers")
+    if isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > 0:
+        notes.append(f"the multi-token-prediction module (num_nextn_predict_layers {mtp}: a block, its projection and "
+                     "norms each, DeepSeek-V3's 14B) not counted")
+    if model_type != "deepseek_v2" or cfg.get("scoring_func") == "sigmoid" or cfg.get("topk_method") == "noaux_tc":
+        notes.append("routed by sigmoid scores with a correction bias (e_score_correction_bias, not counted), "
+                     "costed as softmax top-k")
+    groups, chosen = cfg.get("n_group"), cfg.get("topk_group")
+    if isinstance(groups, int) and isinstance(chosen, int) and 0 < chosen < groups \
+            and (model_type != "deepseek_v2" or cfg.get("topk_method") == "group_limited_greedy"):
+        notes.append(f"group-limited routing (top {chosen} of n_group {groups} groups) costed as a plain top-k router")
+    return notes
 
 
 def _biasless(cfg: dict, model_type: str) -> str | None:
@@ -597,6 +676,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     head_dim = cfg.get("head_dim")
     if isinstance(head_dim, int) and isinstance(heads, int) and heads and head_dim * heads == hidden:
         head_dim = None  # the default; keep the spec minimal
+    mla = _latent_attention(cfg, where, used) if model_type in MLA_TYPES else {}
+    if mla:  # a query/key head's whole width, whatever hidden / heads is
+        head_dim = mla.pop("head_dim")
 
     arch = "llama" if model_type in LLAMA_LIKE else "gpt"
     max_seq_len = cfg.get(table) if table else None  # GPT-2's, GPT-BigCode's (StarCoder 1) and OPT's learned tables
@@ -669,6 +751,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         # headless untied Qwen3's parameters)
         notes.append(f"architectures {', '.join(classes)}: no language-model head in the checkpoint; planned with "
                      "one (parplan trains next-token prediction: a vocab head and its loss)")
+    if model_type in MLA_TYPES:
+        notes += _deepseek_notes(cfg, model_type)
     if wrapper:
         notes.append(f"the language model of a {wrapper} config (its text_config): the vision tower is not counted")
     no_bias = _biasless(cfg, model_type)
@@ -791,7 +875,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          learned_positions=None if arch == "llama" or table else False,
                          sliding_window=window, full_attention_every=full_every, experts=experts,
                          experts_per_token=top_k, shared_expert_ffn=shared, first_dense_layers=first_dense,
-                         moe_layer_step=moe_step, dense_ffn_hidden=dense_ffn)
+                         moe_layer_step=moe_step, dense_ffn_hidden=dense_ffn, **mla)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

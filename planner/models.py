@@ -58,15 +58,17 @@ def preset_published_params(name: str) -> int | None:
 
 # Names of mixture-of-experts families as their makers write them (Mixtral 8x7B, DeepSeek-V2/V3/R1, Qwen's MoE and
 # "-A3B" models, gpt-oss, Llama 4 Scout/Maverick, DBRX, OLMoE, Grok-1, Arctic, Jamba, Phi-3.5-MoE, Granite MoE, Kimi
-# K2, GLM-4.5, MiniMax): such a name is no typo of a dense preset, so the error says why nothing of it plans (a
-# distilled DeepSeek-R1, a dense llama or qwen, is not one)
+# K2, GLM-4.5, MiniMax): such a name is no typo of a dense preset, so where no preset has it (the deepseek-v3, kimi-k2,
+# ... presets and their aliases are looked up first) the error says which mixtures of experts plan (a distilled
+# DeepSeek-R1, a dense llama or qwen, is not one)
 _MOE_NAME = re.compile(r"mixtral|deepseek[-_]?(v2|v3|r1|moe)|qwen[\d.]*[-_]?moe|-a\d+(\.\d+)?[bm](\b|[-_])|gpt[-_]?oss|"
                        r"llama[-_]?4|\bscout\b|\bmaverick\b|dbrx|olmoe|grok|arctic|jamba|phi[-_]?3\.5[-_]?moe|"
                        r"granite.*moe|kimi[-_]?k2|glm[-_]?4\.5|minimax|(^|[-_/])moe([-_/]|$)|\d+x\d+b", re.I)
 
 
 def mixture_of_experts_name(name: str) -> bool:
-    """Whether a model name is one of a mixture-of-experts family's (_MOE_NAME), which parplan does not plan."""
+    """Whether a model name is one of a mixture-of-experts family's (_MOE_NAME), which parplan plans only from a preset
+    or from the Hugging Face configs planner.hf_config reads (MOE_TYPES)."""
     return bool(_MOE_NAME.search(name)) and "distill" not in name.lower()
 
 
@@ -94,9 +96,9 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
         if mixture_of_experts_name(name):
             moe = [p for p, f in presets.items() if f.get("experts")]
             raise ValueError(f"{shown!r} is a mixture-of-experts model parplan has no preset for (its mixture-of-"
-                             f"experts presets: {', '.join(moe)}; Mixtral's, Qwen2/3-MoE's, GLM-4.5's and Llama 4's "
-                             "Hugging Face configs are read by --model-config, other families' are not: latent "
-                             "attention is not planned)")
+                             f"experts presets: {', '.join(moe)}; Mixtral's, Qwen2/3-MoE's, GLM-4.5's, dots.llm1's, "
+                             "Llama 4's, DeepSeek-V2/V3's and Kimi K2's Hugging Face configs are read by "
+                             "--model-config, other families' (gpt-oss, DBRX, ...) are not)")
         raise ValueError(f"unknown model preset {shown!r}.{hint} Available: {', '.join(presets)}")
     fields = {k: v for k, v in presets[key].items() if k not in _PRESET_META}
     return _spec(seq_len, name=key, **fields)
@@ -139,11 +141,14 @@ def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: 
                      full_attention_every: int | None = None, experts: int | None = None,
                      experts_per_token: int | None = None, shared_expert_ffn: int | None = None,
                      first_dense_layers: int | None = None, moe_layer_step: int | None = None,
-                     dense_ffn_hidden: int | None = None) -> ModelSpec:
+                     dense_ffn_hidden: int | None = None, kv_lora_rank: int | None = None,
+                     q_lora_rank: int | None = None, qk_rope_head_dim: int | None = None,
+                     v_head_dim: int | None = None) -> ModelSpec:
     """An explicit shape. Defaults: kv_heads = heads; ffn_hidden = SwiGLU 8/3 h (llama) or 4 h (gpt);
     tied embeddings for gpt (GPT-2/3 style), untied for llama; vocab None -> 32000 (Llama 2 tokenizer).  experts /
     experts_per_token / shared_expert_ffn / first_dense_layers / moe_layer_step / dense_ffn_hidden: a mixture of experts
-    (ModelSpec's, which says what they must be)."""
+    (ModelSpec's, which says what they must be).  kv_lora_rank / q_lora_rank / qk_rope_head_dim / v_head_dim:
+    multi-head latent attention (ModelSpec's: head_dim is then a query/key head's whole width, kv_heads its heads)."""
     if vocab is None:
         vocab = 32000
     if arch not in ("llama", "gpt"):
@@ -155,6 +160,9 @@ def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: 
     if tied_embeddings is None:
         tied_embeddings = arch == "gpt"
     desc = f"{arch}: {layers} layers, hidden {hidden}, {heads} heads ({kv_heads} kv), ffn {ffn_hidden}, vocab {vocab}"
+    if kv_lora_rank is not None:  # the heads' widths and the latents (the schema says what a half-given shape lacks)
+        desc += (f", latent attention (kv_lora {kv_lora_rank}, q_lora {q_lora_rank or 'none'}, head_dim {head_dim}, "
+                 f"rope {qk_rope_head_dim}, v {v_head_dim})")
     if sliding_window:
         desc += f", sliding window {sliding_window}" + (f" (full every {full_attention_every})"
                                                          if full_attention_every else "")
@@ -172,7 +180,8 @@ def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: 
                  max_seq_len=max_seq_len, sliding_window=sliding_window, full_attention_every=full_attention_every,
                  experts=experts, experts_per_token=experts_per_token, shared_expert_ffn=shared_expert_ffn,
                  first_dense_layers=first_dense_layers, moe_layer_step=moe_layer_step, dense_ffn_hidden=dense_ffn_hidden,
-                 source=f"explicit flags ({desc})")
+                 kv_lora_rank=kv_lora_rank, q_lora_rank=q_lora_rank, qk_rope_head_dim=qk_rope_head_dim,
+                 v_head_dim=v_head_dim, source=f"explicit flags ({desc})")
 
 
 def _interp_loglog(x: float, xs: list[float], ys: list[float]) -> float:

@@ -258,6 +258,26 @@ def _experts_text(m) -> str:
             f"({active / 1e9:.2f} B active)")
 
 
+def _heads_text(m) -> str:
+    """The attention's heads for the model line: query / key-value heads, or multi-head latent attention's latents."""
+    if m.kv_lora_rank is None:
+        return f"heads {m.heads}/{m.kv_heads} kv, "
+    q = f", q latent {m.q_lora_rank}" if m.q_lora_rank else ""
+    return f"heads {m.heads} of {m.head_dim} (v {m.v_head_dim}), latent attention: kv latent {m.kv_lora_rank}{q}, "
+
+
+def _latent_runs_text(group: str) -> str:
+    """Of the published runs in a mixture of experts' accuracy line, those like a model with dense blocks between
+    its MoE ones or with latent attention: DeepSeek-V3's (validate's latent_attention entry), or none."""
+    from .accuracy import _pct, load
+    lat = load().get("published", {}).get(group, {}).get("latent_attention")
+    if not lat:
+        return " (none of them a model with dense blocks between its MoE ones or latent attention)"
+    return (f" ({lat['runs']} of them DeepSeek-V3's, with latent attention and dense blocks between its MoE ones: "
+            f"|error| median {_pct(lat['median_abs_error'])}, max {_pct(lat['max_abs_error'])}; its multi-token "
+            "prediction not modelled)")
+
+
 def _dense_stages_text(plan: Plan) -> str:
     """Where a mixture of experts' dense blocks between the MoE ones sit: each virtual stage's count, those holding any
     (ModelSpec.is_moe_block over the stages' blocks in order); nothing for a model without them."""
@@ -280,7 +300,7 @@ def summary_lines(plan: Plan) -> list[str]:
     fw = plan.training.framework
     lines = [
         f"model {m.name or m.arch}: {m.num_params / 1e9:.2f} B params, {m.layers} layers, hidden {m.hidden}, "
-        f"heads {m.heads}/{m.kv_heads} kv, " + (_experts_text(m) if m.is_moe else f"ffn {m.ffn_hidden}")
+        + _heads_text(m) + (_experts_text(m) if m.is_moe else f"ffn {m.ffn_hidden}")
         + f", vocab {m.vocab}"
         + _window_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
@@ -295,8 +315,9 @@ def summary_lines(plan: Plan) -> list[str]:
                                      [[f for f, w in FORMAT_FRAMEWORK.items() if w == fw]] if fs)),
     ]
     how = accuracy_line(accuracy_group(fw, plan.model.is_moe), plan.hardware.name, plan.training.fp8)
-    if how and plan.model.is_moe and plan.model.moe_block_count < plan.model.layers and "published" in how:
-        how += " (none of them a model with dense blocks between its MoE ones)"
+    if how and plan.model.is_moe and "published" in how and (plan.model.moe_block_count < plan.model.layers
+                                                             or plan.model.kv_lora_rank is not None):
+        how += _latent_runs_text(accuracy_group(fw, plan.model.is_moe))
     if how:
         lines.append(how)
     if pr.days_to_train is not None:

@@ -14,7 +14,7 @@ from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cost_models.params import is_moe_block, moe_block_count
+from cost_models.params import Mla, attention_matmul_params, is_moe_block, moe_block_count
 
 from .limits import BATCH_MAX, BOUNDS, GPUS_MAX, PARAMS_MAX, SHAPE_MAX, big_number
 
@@ -151,6 +151,21 @@ class ModelSpec(Strict):
         None, gt=0, le=SHAPE_MAX, description="With first_dense_layers or moe_layer_step: the inner width of the dense "
         "blocks' SwiGLU MLP (Hugging Face's intermediate_size beside moe_intermediate_size; Megatron-Core's "
         "--ffn-hidden-size beside --moe-ffn-hidden-size).")
+    kv_lora_rank: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="Multi-head latent attention (MLA; DeepSeek-V2/V3, Kimi K2): the width of "
+        "the compressed key/value latent, hidden -> kv_lora_rank + qk_rope_head_dim by a down projection, then up to "
+        "every head's keys (no-rope part) and values (DeepSeek-V3: 512; Megatron-Core's --kv-lora-rank).  With it "
+        "head_dim is a query/key head's whole width (no-rope + rope parts: DeepSeek-V3 128 + 64 = 192), kv_heads "
+        "equals heads and v_head_dim is a value head's.  None = ordinary (grouped-query) attention.")
+    q_lora_rank: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="With kv_lora_rank: the compressed query latent's width (DeepSeek-V3: "
+        "1536; --q-lora-rank).  None = a full hidden -> heads x head_dim query projection (DeepSeek-V2-Lite).")
+    qk_rope_head_dim: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="With kv_lora_rank: the rotary part of a query/key head (DeepSeek-V3: "
+        "64; --qk-pos-emb-head-dim), one key part shared by the heads, taken straight from the down projection.")
+    v_head_dim: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="With kv_lora_rank: a value head's width (DeepSeek-V3: 128; "
+        "--v-head-dim); the output projection is heads x v_head_dim -> hidden.")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 
@@ -193,9 +208,29 @@ class ModelSpec(Strict):
             raise ValueError(f"first_dense_layers {self.first_dense_layers} and moe_layer_step {self.moe_layer_step} "
                              f"leave none of the {self.layers} blocks an MoE block; give fewer dense layers, or drop "
                              "experts for a dense model")
+        mla = (self.q_lora_rank, self.qk_rope_head_dim, self.v_head_dim)
+        if self.kv_lora_rank is None and any(x is not None for x in mla):
+            raise ValueError("q_lora_rank, qk_rope_head_dim and v_head_dim shape multi-head latent attention: they need "
+                             "kv_lora_rank (or leave them out for ordinary attention)")
+        if self.kv_lora_rank is not None:
+            if self.arch != "llama":
+                raise ValueError("kv_lora_rank: multi-head latent attention is planned in llama-arch blocks (RMSNorm, "
+                                 "rotary positions, no biases, as DeepSeek's); use arch llama")
+            if self.qk_rope_head_dim is None or self.v_head_dim is None or self.head_dim is None:
+                raise ValueError("multi-head latent attention (kv_lora_rank) needs head_dim (a query/key head's whole "
+                                 "width), qk_rope_head_dim (its rotary part) and v_head_dim (DeepSeek-V3: 192, 64, 128)")
+            if self.kv_heads != self.heads:
+                raise ValueError(f"multi-head latent attention gives every head its own keys and values: kv_heads "
+                                 f"({self.kv_heads}) must equal heads ({self.heads})")
+            if self.qk_rope_head_dim >= self.head_dim or self.qk_rope_head_dim % 2:
+                raise ValueError(f"qk_rope_head_dim ({self.qk_rope_head_dim}) is the rotary part of head_dim "
+                                 f"({self.head_dim}): it must be even and smaller than head_dim")
+            if self.sliding_window is not None:
+                raise ValueError("sliding_window with multi-head latent attention is not planned (no such model); "
+                                 "leave one of them out")
         # the blocks' matrices and the embedding (norms and biases aside): the bound the flags hold a count to
         h = self.hidden
-        attn = h * (self.head_dim or h // self.heads) * (2 * self.heads + 2 * self.kv_heads)
+        attn = attention_matmul_params(self.arch, h, self.heads, self.kv_heads, self.head_size, self.mla)
         moe = self.moe_block_count if self.experts is not None else self.layers
         weights = moe * 3 * h * (self.ffn_hidden * (self.experts or 1) + (self.shared_expert_ffn or 0)) \
             + (self.layers - moe) * 3 * h * (self.dense_ffn_hidden or 0) + self.layers * attn + self.vocab * h
@@ -233,6 +268,23 @@ class ModelSpec(Strict):
         if self.experts is None:
             return 0
         return moe_block_count(self.layers, self.first_dense_layers or 0, self.moe_layer_step or 1)
+
+    @property
+    def mla(self):
+        """Multi-head latent attention's widths (params.Mla), or None for ordinary attention."""
+        if self.kv_lora_rank is None:
+            return None
+        return Mla(q_lora=self.q_lora_rank or 0, kv_lora=self.kv_lora_rank, rope=self.qk_rope_head_dim,
+                   v_dim=self.v_head_dim)
+
+    @property
+    def attention_width(self) -> int:
+        """The width the attention core's FLOPs scale with, heads x head_dim (QK^T and the values' product each
+        2 s x that a token): with multi-head latent attention QK^T runs at head_dim and the values' at v_head_dim,
+        so their mean."""
+        if self.kv_lora_rank is None:
+            return self.heads * self.head_size
+        return self.heads * (self.head_size + self.v_head_dim) // 2
 
     @property
     def head_size(self) -> int:
@@ -349,6 +401,11 @@ class Training(Strict):
         "the backward, its output not saved; norm-act = layernorm and moe_act, the pre-MLP norm's output not saved "
         "either): less activation memory for a memory-bound pass in the backward (cost_models/moe.py).  No effect "
         "where the blocks are recomputed whole.  A dense model: none.")
+    mla_recompute: bool = Field(
+        False, description="Multi-head latent attention's up projections recomputed in the backward (Megatron-LM's "
+        "--recompute-granularity selective --recompute-modules mla_up_proj, DeepSeek-V3's recipes): the attention "
+        "core's q, k and v are not kept, the two up projections' GEMMs run again (cost_models.compute."
+        "mla_up_recompute_time).  No effect where the blocks are recomputed whole; needs a model with kv_lora_rank.")
     attention_kernel: Literal["profile", "triton-2022"] = Field(
         "profile", description="The fused attention kernel's speed: profile = the hardware profile's measured "
         "attention curve (the kernel torch's scaled_dot_product_attention picks on that GPU, as parplan's runtime "

@@ -65,6 +65,7 @@ class Query:
     attention_kernel: str = "profile"
     moe_dispatcher: str = "alltoall"  # a mixture of experts' dispatcher (megatron_moe_h100 says per row)
     moe_recompute: str = "none"  # and its recompute modules
+    mla_recompute: bool = False  # multi-head latent attention's up projections recomputed (mla_up_proj)
     # the stack flags above are all explicit; the framework still decides what is not a flag: ZeRO-3's
     # memory (FSDP2 vs DeepSpeed stage 3) and torch.distributed.pipelining's per-micro-batch buffers
     framework: str = "megatron"
@@ -161,7 +162,7 @@ def megatron_h100_2024(d: dict) -> Iterable[Query]:
 # block matmul params + 4 L h s per token, which makes SC21 eq. 3 exactly; selective: 4 L h s).
 
 def _attn_width(spec: ModelSpec) -> int:
-    return spec.heads * spec.head_size
+    return spec.attention_width
 
 
 def _model_flops_per_token(plan) -> float:
@@ -672,6 +673,38 @@ def megatron_moe_h100(d: dict) -> Iterable[Query]:
                     pin_variants=[pins])
 
 
+def megatron_deepseek_h100(d: dict) -> Iterable[Query]:
+    """DeepSeek-V3 (multi-head latent attention, 3 dense blocks before 58 MoE ones, 256 experts top 8 and a shared
+    one) on 512 and 1,024 H100 in BF16 under Megatron-Core, NVIDIA's DGX Cloud benchmarking release 25.05.04 (NeMo
+    25.04.01): every printed setting pinned (tp 2, pp 8 or 16, ep 64, micro-batch 1, no virtual stages), the
+    distributed optimizer (ZeRO 1), sequence parallelism, the launch's --recompute-modules mla_up_proj
+    (training.mla_recompute), the all-to-all dispatcher (inferred: the token-drop callback asserts it; its capacity
+    factor 1.0 with padding runs every expert at its balanced share, what parplan predicts).  Stack as megatron_moe_h100's
+    (overlapped gradient reduce-scatter and parameter gather, asynchronous input-gradient collective, no TP-comm
+    overlap).  Not modelled: the multi-token-prediction layer its FLOP count shows (about 4 % of the model FLOPs).
+    Metric: tokens/s per GPU from the printed step time."""
+    s = d["common"]["shape"]
+    shape = dict(arch="llama", layers=s["layers"], hidden=s["hidden"], heads=s["heads"], kv_heads=s["heads"],
+                 head_dim=s["qk_nope_head_dim"] + s["qk_rope_head_dim"], ffn_hidden=s["moe_ffn_hidden"],
+                 vocab=s["vocab"], experts=s["experts"], experts_per_token=s["experts_per_token"],
+                 shared_expert_ffn=s["shared_experts"] * s["shared_ffn_hidden"], first_dense_layers=s["first_k_dense"],
+                 dense_ffn_hidden=s["dense_ffn_hidden"], kv_lora_rank=s["kv_lora_rank"], q_lora_rank=s["q_lora_rank"],
+                 qk_rope_head_dim=s["qk_rope_head_dim"], v_head_dim=s["v_head_dim"])
+    for r in d["rows"]:
+        vp = r.get("vp") or 1
+        dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
+        pins = Pins(tp=r["tp"], pp=r["pp"], cp=r["cp"], dp=dp, mbs=r["micro_batch_size"], vpp=vp, zero=1,
+                    recompute="none", sp=r["tp"] > 1, schedule="interleaved-1f1b" if vp > 1 else "1f1b",
+                    offload="none", ep=r["ep"])
+        spec = ModelSpec(name=r["model"], tied_embeddings=False, **shape)
+        published = r["global_batch_size"] * r["seq_len"] / r["step_time_s"] / r["gpus"]
+        yield Query(label=r["label"], spec=spec, gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=r["seq_len"],
+                    global_batch_size=r["global_batch_size"], metric="tokens_per_s_per_gpu", published=published,
+                    dtype="bf16", precision="master-weights", overlap_grad_reduce=True, overlap_param_gather=True,
+                    overlap_tp_comm=False, async_tp_grad_comm=True, dropout=False, gpus_per_node=8,
+                    moe_dispatcher=r["moe_dispatcher"], mla_recompute=r["mla_recompute"], pin_variants=[pins])
+
+
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "megatron_sc21_table1": megatron_sc21_table1,
     "megatron_h100_2024": megatron_h100_2024,
@@ -689,6 +722,7 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "nemo_h100_fp8": nemo_h100_fp8,
     "nemo_launcher_gpt3": nemo_launcher_gpt3,
     "megatron_moe_h100": megatron_moe_h100,
+    "megatron_deepseek_h100": megatron_deepseek_h100,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
 FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction",
@@ -862,7 +896,9 @@ def framework_summary(cases: list[Case], digits: int | None = None) -> dict:
         # a set marked plausibility-only, or a row its adapter labels so (megatron_moe_h100's Mixtral headline)
         kind = "plausibility" if c.set_name in PLAUSIBILITY_ONLY or c.label.endswith("(plausibility)") else "held"
         fw = group(c.plan.training.framework, c.plan.model.is_moe)
-        groups.setdefault(fw, {"held": [], "plausibility": []})[kind].append(abs(c.error))
+        groups.setdefault(fw, {"held": [], "plausibility": [], "latent": []})[kind].append(abs(c.error))
+        if kind == "held" and c.plan.model.kv_lora_rank is not None:  # multi-head latent attention's (DeepSeek-V3's)
+            groups[fw]["latent"].append(abs(c.error))
         gpu = gpu_kind(c.plan.hardware.name)
         if kind == "held" and gpu:
             by_gpu.setdefault(fw, {}).setdefault(gpu, []).append(abs(c.error))
@@ -877,6 +913,10 @@ def framework_summary(cases: list[Case], digits: int | None = None) -> dict:
                    "by_gpu": {gpu: {"runs": len(e), "median_abs_error": r(float(np.median(e))),
                                     "max_abs_error": r(float(max(e)))}
                               for gpu, e in sorted(by_gpu.get(fw, {}).items())}}
+        if g["latent"]:  # of the held runs, those of a model with multi-head latent attention
+            out[fw]["latent_attention"] = {"runs": len(g["latent"]),
+                                           "median_abs_error": r(float(np.median(g["latent"]))),
+                                           "max_abs_error": r(float(max(g["latent"])))}
     return out
 
 

@@ -307,7 +307,8 @@ def test_recommend_takes_every_stack_flag_and_rejects_others():
                  zero1_grad_reduce="reduce-scatter", zero2_grad_reduce="per-micro-batch", grad_accumulation_fusion=True,
                  p2p_scatter_gather=True, fused_cross_entropy=True, fused_elementwise=False, overlap_cp_comm=True,
                  async_tp_grad_comm=True, attention_kernel="triton-2022", cross_entropy_16bit_grad=True,
-                 moe_dispatcher="alltoall", moe_recompute="none")  # a dense model refuses others (tests/test_moe.py)
+                 moe_dispatcher="alltoall", moe_recompute="none",
+                 mla_recompute=False)  # a dense model refuses others (tests/test_moe.py, test_mla.py)
     assert set(flags) == set(STACK_FLAGS)
     plan = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, clip_grad=0.5, **flags)
     assert stack_flags(plan.training) == {"framework": "parplan", "clip_grad": 0.5, **flags}

@@ -1,0 +1,233 @@
+"""Multi-head latent attention (MLA; DeepSeek-V2/V3, Kimi K2) in the cost model: its parameters, GEMMs, attention
+core, saved activations and tensor-parallel collectives (ModelSpec.kv_lora_rank; cost_models.params.Mla)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cost_models import comm
+from cost_models.compute import layer_gemms
+from cost_models.layout import Layout, ModelDims
+from cost_models.memory import activation_bytes_per_layer, layer_params_per_gpu
+from cost_models.params import param_counts
+from planner.core import PlannerError, recommend, training_consts
+from planner.schema import ModelSpec
+
+# DeepSeek-V3's shape (its config.json): 61 blocks, the first 3 dense
+DSV3 = dict(name="dsv3-shape", arch="llama", layers=61, hidden=7168, heads=128, kv_heads=128, head_dim=192,
+            ffn_hidden=2048, vocab=129280, experts=256, experts_per_token=8, shared_expert_ffn=2048,
+            first_dense_layers=3, dense_ffn_hidden=18432, kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
+            v_head_dim=128)
+# DeepSeek-V2-Lite's: no query latent
+DSV2_LITE = dict(name="dsv2-lite-shape", arch="llama", layers=27, hidden=2048, heads=16, kv_heads=16, head_dim=192,
+                 ffn_hidden=1408, vocab=102400, experts=64, experts_per_token=6, shared_expert_ffn=2816,
+                 first_dense_layers=1, dense_ffn_hidden=10944, kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128)
+# a small dense model with MLA, for hand counts
+SMALL = dict(name="small-mla", arch="llama", layers=4, hidden=512, heads=8, kv_heads=8, head_dim=48, ffn_hidden=1024,
+             vocab=1000, kv_lora_rank=64, q_lora_rank=96, qk_rope_head_dim=16, v_head_dim=32)
+
+
+def _lay(tp=1, sp=0, recompute=0, mbs=1, cp=1, ep=1):
+    return Layout(gpus=tp * cp, tp=tp, pp=1, dp=1, cp=cp, vpp=1, mbs=mbs, sp=sp, zero=0, recompute=recompute, schedule=1,
+                  offload=0, ep=ep)
+
+
+def test_deepseek_shapes_count_their_published_totals():
+    """DeepSeek-V3: 671B total, 37B activated a token (its card; the multi-token-prediction module's 14B apart);
+    DeepSeek-V2-Lite: 15.7B and 2.4B (its card).  The activated counts match without the input embedding (a lookup,
+    no matmul: 0.93B and 0.21B)."""
+    v3 = param_counts(ModelSpec(**DSV3))
+    assert abs(v3["total"] / 671e9 - 1) < 0.002 and abs((v3["active"] - v3["embedding"]) / 37e9 - 1) < 0.02
+    lite = param_counts(ModelSpec(**DSV2_LITE))
+    assert abs(lite["total"] / 15.7e9 - 1) < 0.01 and abs((lite["active"] - lite["embedding"]) / 2.4e9 - 1) < 0.03
+
+
+def test_attention_weights_are_the_five_projections_and_the_down_ones_are_whole_on_every_rank():
+    spec = ModelSpec(**SMALL)
+    h, n, d, r, v, ql, kvl = 512, 8, 48, 16, 32, 96, 64
+    by_hand = h * ql + ql * n * d + h * (kvl + r) + kvl * n * (d - r + v) + n * v * h
+    mlp = 3 * h * 1024
+    assert param_counts(spec)["per_layer_matmul"] == by_hand + mlp
+    assert param_counts(spec)["per_layer_other"] == 2 * h + ql + kvl  # the latents' RMSNorms
+    m = ModelDims.from_spec(spec, 128)
+    whole = h * ql + h * (kvl + r) + ql + kvl
+    for tp in (1, 2, 4, 8):
+        assert layer_params_per_gpu(m, tp) == pytest.approx((by_hand + mlp - h * ql - h * (kvl + r)) / tp + whole
+                                                            + 2 * h)
+    # without a query latent the query is one split projection, h x heads * head_dim
+    no_q = replace(m, q_lora=0)
+    assert layer_params_per_gpu(no_q, 2) == pytest.approx(
+        (h * n * d + kvl * n * (d - r + v) + n * v * h + mlp) / 2 + h * (kvl + r) + kvl + 2 * h)
+
+
+def test_the_down_projections_run_on_the_sequence_shard_with_sp_and_whole_without():
+    m = ModelDims.from_spec(ModelSpec(**SMALL), 128)
+    T, tp = 1000.0, 4
+    no_sp = dict(layer_gemms(m, T, tp))
+    sp = dict(layer_gemms(m, T, tp, seq_split=tp))
+    assert no_sp["q_down"] == 2 * T * 512 * 96 and sp["q_down"] == no_sp["q_down"] / tp
+    assert no_sp["kv_down"] == 2 * T * 512 * 80 and sp["kv_down"] == no_sp["kv_down"] / tp
+    for name in ("q_up", "kv_up", "proj", "gate", "up", "fc2"):
+        assert sp[name] == no_sp[name]
+    assert no_sp["proj"] == 2 * T * 8 * 32 * 512 / tp  # heads x v_dim in
+    # one token's GEMMs at tp 1 are its matmul parameters
+    assert sum(f for _, f in layer_gemms(m, 1.0, 1)) / 2 == param_counts(ModelSpec(**SMALL))["per_layer_matmul"]
+
+
+def test_saved_activations_add_the_latents_whole_and_count_values_at_their_width():
+    """No recompute, flash: per token 4 h (norm inputs and outputs) + q and k (heads x head_dim) + v and the output
+    (heads x v_dim) + the SwiGLU's 3 ffn, all / tp, + both latents twice (norm input, up projection input) whole on
+    every rank, + fp32 statistics: the two norms' and the latents' 4 B each, the log-sum-exp 4 B a head."""
+    m = ModelDims.from_spec(ModelSpec(**SMALL), 128)
+    a = 2
+    for tp in (1, 2, 4):
+        lay = _lay(tp=tp)
+        got = activation_bytes_per_layer(m, lay, a, flash=True) / 128
+        want = (4 * 512 + (8 * 48 * 2 + 8 * 32 * 2 + 3 * 1024) / tp + 2 * (96 + 64)) * a + 8 + 8 + 4 * 8 / tp
+        assert got == pytest.approx(want)
+
+
+def test_tensor_parallel_collectives_move_the_latents_before_the_attention():
+    """Without SP a dense MLA block's collectives are the MLP's two all-reduces of h, the attention output's of h and
+    the latents' gradient all-reduce (q_lora + kv_lora + rope a token) in place of the attention input's h; with SP
+    an all-gather and a reduce-scatter of each, the same bytes."""
+    from cost_models.total import block_comm, block_time
+    import hardware_profiles
+    from cost_models.hardware import constants_from_profile
+    spec = ModelSpec(**SMALL)
+    m = ModelDims.from_spec(spec, 256)
+    plan = recommend(spec, 8, framework="megatron", global_batch_size=16, seq_len=256, top_k=1, suggest=False)
+    tr = training_consts(plan.training)
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    for sp in (0, 1):
+        lay = _lay(tp=2, sp=sp, mbs=2)
+        bt = block_time(m, lay, hw, tr.act_bytes, True)
+        bc = block_comm(m, replace(tr, sp_saves_gathered_input=False), hw, lay, bt)
+        bw, lat = bc.tp_bw, bc.tp_lat
+        tokens = 2 * 256
+        _, moved_h = comm.all_reduce(tokens * 512 * tr.act_bytes, 2, bw, lat)
+        _, moved_l = comm.all_reduce(tokens * (96 + 64 + 16) * tr.act_bytes, 2, bw, lat)
+        _, moved_ag = comm.all_gather(tokens * 512 * tr.act_bytes, 2, bw, lat)
+        # SP: the MLP's input gathered again in the backward; the attention keeps its gathered latents
+        want = 3 * moved_h + moved_l + (moved_ag if sp else 0.0)
+        assert float(bc.tp_moved) == pytest.approx(want)
+
+
+def test_model_flops_count_mla_projections_and_both_head_widths():
+    """MFU's model FLOPs a token: 6 x a token's matmul parameters (the output layer's too) + 6 L s heads x
+    (head_dim + v_dim): QK^T at 192, the values' product at 128 (Megatron-LM's num_floating_point_operations for
+    MLA, without its causal halving, as parplan counts every model)."""
+    spec = ModelSpec(**DSV2_LITE)
+    s = 4096
+    plan = recommend(spec, 16, framework="megatron", global_batch_size=64, seq_len=s, top_k=1, suggest=False)
+    pr = plan.prediction
+    flops_tok = pr.model_tflops_per_gpu * 1e12 * 16 / pr.tokens_per_s
+    pc = param_counts(spec)
+    want = 6 * pc["matmul"] + 6 * 27 * s * 16 * (192 + 128)
+    assert flops_tok == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("framework", ["parplan", "torchtitan", "deepspeed", "fsdp"])
+def test_mla_is_planned_for_megatron_only_and_says_so_in_one_line(framework):
+    with pytest.raises(PlannerError) as e:
+        recommend(ModelSpec(**SMALL), 8, framework=framework, global_batch_size=16, seq_len=256, top_k=1)
+    assert "multi-head latent attention" in str(e.value) and "megatron" in str(e.value)
+
+
+def test_half_an_mla_shape_is_refused():
+    for drop in ("qk_rope_head_dim", "v_head_dim", "head_dim"):
+        with pytest.raises(ValueError, match="multi-head latent attention"):
+            ModelSpec(**{k: v for k, v in SMALL.items() if k != drop})
+    with pytest.raises(ValueError, match="kv_lora_rank"):
+        ModelSpec(**{k: v for k, v in SMALL.items() if k != "kv_lora_rank"})
+    with pytest.raises(ValueError, match="kv_heads"):
+        ModelSpec(**{**SMALL, "kv_heads": 4})
+    with pytest.raises(ValueError, match="rotary part"):
+        ModelSpec(**{**SMALL, "qk_rope_head_dim": 48})
+
+
+def test_the_search_floors_hold_for_mla_and_array_and_scalar_evaluations_agree():
+    """The memory and step floors lie under every candidate of DeepSeek-V2-Lite's space (its down projections whole
+    on every tensor-parallel rank), pruning by them changes no answer, and one candidate's scalar evaluation gives
+    the search's numbers."""
+    import hardware_profiles
+    import planner.search as search
+    from cost_models.hardware import constants_from_profile
+    from cost_models.memory import states_floor
+    from cost_models.total import evaluate, step_floor
+    from planner.search import Pins, build_layouts, expert_parallel_candidates, structural_infeasibility
+    spec = ModelSpec(**DSV2_LITE)
+    gpus, seq, gbs = 32, 4096, 256
+    m = ModelDims.from_spec(spec, seq)
+    plan = recommend(spec, gpus, framework="megatron", global_batch_size=gbs, seq_len=seq, top_k=1, suggest=False)
+    tr = training_consts(plan.training)
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    pins = Pins(zeros=(0, 1))
+    lay = build_layouts(m, gpus, gbs, pins, tr.zero_over_cp)
+    lay = lay.take(np.nonzero(structural_infeasibility(m, tr, lay) < 0)[0])
+    lay, _ = expert_parallel_candidates(m, lay, pins)
+    assert len(set(np.asarray(lay.tp).tolist())) >= 3
+    with np.errstate(divide="ignore", invalid="ignore"):
+        met = evaluate(m, tr, hw, lay)
+        floor = np.broadcast_to(step_floor(m, tr, hw, lay), (len(lay),))
+    assert np.all(states_floor(m, lay, tr) <= met["mem_total"] * (1 + 1e-12))
+    assert np.all(floor <= np.broadcast_to(met["step_time_s"], (len(lay),)) * (1 + 1e-12))
+    runs = []
+    for first in (64, 10**9):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(search, "FLOOR_FIRST", first)
+            res = search.run_search(m, tr, hw, [gpus], pins, top_k=5, objective="throughput")
+        runs.append([res.layout.row(j) for j in range(len(res.layout))])
+    assert runs[0] == runs[1]
+    rng = np.random.default_rng(3)
+    for j in rng.choice(len(lay), size=12, replace=False):
+        one = lay.take(np.array([j]))
+        scalar = Layout(**{k: np.asarray(v)[0].item() for k, v in vars(one).items()})
+        with np.errstate(divide="ignore", invalid="ignore"):
+            got = evaluate(m, tr, hw, scalar)
+        for key in ("step_time_s", "mem_total"):
+            assert float(np.asarray(got[key])) == pytest.approx(float(np.asarray(met[key])[j]), rel=1e-9)
+
+
+def test_recomputing_the_up_projections_frees_q_k_v_for_their_gemms():
+    """training.mla_recompute (Megatron-LM's --recompute-modules mla_up_proj): each block saves (q_width + 2 kv_width)
+    / tp fewer elements a token and its backward re-runs the two up projections' GEMMs; a model without latent
+    attention is refused in one line."""
+    from cost_models.compute import block_time, layer_gemms, linear_gemm_time
+    import hardware_profiles
+    from cost_models.hardware import constants_from_profile
+    from cost_models.memory import mla_up_saved_bytes
+    m = ModelDims.from_spec(ModelSpec(**SMALL), 256)
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(tp=2, sp=1, mbs=2)
+    assert mla_up_saved_bytes(m, lay, 2) == 2 * 256 * (8 * 48 + 8 * (48 + 32)) / 2 * 2
+    plain, again = (block_time(m, lay, hw, 2, True, mla_recompute=r) for r in (False, True))
+    up = dict(layer_gemms(m, 2 * 256, 2))
+    extra = linear_gemm_time(up["q_up"], hw) + linear_gemm_time(up["kv_up"], hw)
+    assert float(again["gpu"] - plain["gpu"]) == pytest.approx(extra) and extra > 0
+    from planner.search import Pins
+    pins = Pins(tp=2, pp=2, dp=4, mbs=1, recompute="none", ep=8)
+    a, b = (recommend(ModelSpec(**DSV2_LITE), 16, framework="megatron", global_batch_size=64, seq_len=4096, top_k=1,
+                      suggest=False, pins=pins, mla_recompute=r) for r in (False, True))
+    assert b.prediction.memory_bytes_per_gpu.total < a.prediction.memory_bytes_per_gpu.total
+    assert b.prediction.step_time_s > a.prediction.step_time_s
+    with pytest.raises(PlannerError, match="latent attention"):
+        recommend("llama3-8b", 8, framework="megatron", top_k=1, mla_recompute=True)
+
+
+def test_published_deepseek_v3_runs_are_held_out():
+    """megatron_deepseek_h100: DeepSeek-V3 on 512 and 1,024 H100 (NVIDIA's DGX Cloud benchmarking, BF16), nothing
+    fitted: both over-predicted (+15.5 % and +21.2 % when this was written; the multi-token-prediction layer, about
+    4 % of the FLOPs, is not modelled), and without the launch's mla_up_proj recompute the 512-GPU layout does not
+    fit."""
+    import json
+    from planner.validate import reference_dir, run_query, validate_set, megatron_deepseek_h100
+    data = json.loads((reference_dir() / "megatron_deepseek_h100.json").read_text())
+    cases = validate_set("megatron_deepseek_h100", data)
+    assert len(cases) == 2 and all(c.predicted is not None for c in cases)
+    assert all(0.0 < c.error < 0.25 for c in cases), [c.error for c in cases]
+    assert all(c.plan.training.mla_recompute and c.plan.parallel.ep == 64 for c in cases)
+    q = next(iter(megatron_deepseek_h100(data)))
+    assert q.gpus == 512 and run_query(replace(q, mla_recompute=False)) is None

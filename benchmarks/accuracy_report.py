@@ -39,13 +39,13 @@ FITTED_PARAMETERS = [
 NOTES = [
     "megatron_deepseek_h100 (added 2026-12-05, held out): DeepSeek-V3 on 512 and 1,024 H100 in BF16 from NVIDIA's "
     "DGX Cloud benchmarking release 25.05.04 (NeMo 25.04.01 on Megatron-Core), the first published runs of a model "
-    "with multi-head latent attention and of one with dense blocks between its MoE ones parplan predicts. Both are "
-    "over-predicted. What the model leaves out all slows the run: the multi-token-prediction layer the published "
-    "FLOP count includes (260.0 GFLOP a token against 249.8 without it, +4.1 %, all of it on the last pipeline "
-    "stage), the rotary and concatenation passes of the up projections' recompute, and settings inferred rather "
-    "than printed (the all-to-all dispatcher; the pipeline split, which the search picks). Before the launch's "
-    "--recompute-modules mla_up_proj was modelled (training.mla_recompute), the 512-GPU layout did not fit "
-    "(86.1 GB predicted against 83.0 usable) and the 1,024-GPU row read +22.6 %.",
+    "with multi-head latent attention and of one with dense blocks between its MoE ones parplan predicts. Their FLOP "
+    "count (260.0 GFLOP a token against 249.8 without) shows one multi-token-prediction layer, planned on the last "
+    "pipeline stage (model.mtp_layers 1); the launch's split puts one block fewer there (7 / 8 x 6 / 6 and "
+    "3 / 4 x 14 / 2), the planner's even split does not, which slows its last stage. Before multi-token prediction "
+    "was modelled the rows read +15.5 % and +21.2 %; before the launch's --recompute-modules mla_up_proj was "
+    "(training.mla_recompute), the 512-GPU layout did not fit (86.1 GB predicted against 83.0 usable). The "
+    "dispatcher (all-to-all) is inferred, not printed.",
     "llama3_405b_table4: 126 layers over pp 16 x vpp virtual stages are split unevenly (first and last "
     "virtual stages lighter, as Meta describes). MFU is compared in Chowdhery et al.'s convention (no causal "
     "discount), which the paper cites; the causally discounted value is in the row note (8K rows 0.382 and "

@@ -31,7 +31,14 @@ MOE = {"experts": 4, "experts_per_token": 2}
 # dense blocks between the MoE ones (ModelSpec.first_dense_layers / moe_layer_step), a dense MLP twice the expert's width
 MIXED = {"narrow-mixed": {"first_dense_layers": 2, "dense_ffn_hidden": 2 * NARROW["ffn_hidden"]},
          "wide-mixed": {"first_dense_layers": 1, "dense_ffn_hidden": 2 * WIDE["ffn_hidden"]},
-         "wide-step2": {"moe_layer_step": 2, "dense_ffn_hidden": 2 * WIDE["ffn_hidden"]}}
+         "wide-step2": {"moe_layer_step": 2, "dense_ffn_hidden": 2 * WIDE["ffn_hidden"]},
+         # multi-head latent attention (parallel_layers.model.MLAttention) before the experts, DeepSeek-V3's layout in
+         # small: heads of 96 (64 no-rope + 32 rotary), values of 64, latents of 192 (query) and 128 (key/value), the
+         # first block dense; and DeepSeek-V2-Lite's full query projection
+         "narrow-mla": {"head_dim": 96, "qk_rope_head_dim": 32, "v_head_dim": 64, "kv_lora_rank": 128,
+                        "q_lora_rank": 192, "first_dense_layers": 1, "dense_ffn_hidden": 2 * NARROW["ffn_hidden"]},
+         "narrow-mla-no-q-lora": {"head_dim": 96, "qk_rope_head_dim": 32, "v_head_dim": 64, "kv_lora_rank": 128,
+                                  "first_dense_layers": 1, "dense_ffn_hidden": 2 * NARROW["ffn_hidden"]}}
 # name -> (model, training, parallel); 4 ranks each, master-weights
 NARROW_TRAINING = dict(seq_len=512, micro_batch_size=2, global_batch_size=16)
 WIDE_TRAINING = dict(seq_len=32, micro_batch_size=1, global_batch_size=8)
@@ -53,6 +60,12 @@ CASES = {
     "mixed-dp4-ep4": ("narrow-mixed", dict(tp=1, pp=1, dp=4, ep=4)),
     "wide-mixed-pp2-dp2-ep2": ("wide-mixed", dict(tp=1, pp=2, dp=2, ep=2)),
     "wide-mixed-step2-dp4-ep2-zero1": ("wide-step2", dict(tp=1, pp=1, dp=4, ep=2, zero_stage=1)),
+    # multi-head latent attention (MIXED's narrow-mla*): the latents on every rank whole (dp), gathered over tp by SP,
+    # and in a pipeline with the attention core checkpointed
+    "mla-dp4-ep4": ("narrow-mla", dict(tp=1, pp=1, dp=4, ep=4)),
+    "mla-tp2-sp-dp2-ep4": ("narrow-mla", dict(tp=2, pp=1, dp=2, ep=4, sp=True)),
+    "mla-no-q-lora-pp2-dp2-ep2-1f1b-selective": ("narrow-mla-no-q-lora", dict(tp=1, pp=2, dp=2, ep=2, schedule="1f1b",
+                                                                              recompute="selective")),
 }
 MIB = 2**20
 

@@ -159,9 +159,10 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
     per_gpu = lay.tp * lay.cp
     if flash:
         # a sliding window: the kernel skips the tiles outside the band (ModelDims.causal_pairs_fraction)
-        # (multi-head latent attention: QK^T at head_dim, the values' product at v_dim, ModelDims.attn_width; at the
-        # efficiency the profile measured, with 128-wide heads: not measured at MLA's 192 / 128)
-        fwd_flops = 0.5 * 4 * b * s * s * m.attn_width / per_gpu * m.causal_pairs_fraction()
+        # (multi-head latent attention: QK^T at head_dim, the values' product at v_dim, or at head_dim where parplan's
+        # runtime pads them: ModelDims.core_width; at the efficiency the profile measured, with 128-wide heads: not
+        # measured at MLA's 192 / 128)
+        fwd_flops = 0.5 * 4 * b * s * s * m.core_width / per_gpu * m.causal_pairs_fraction()
         eff = hw.attention_efficiency(s)
         slow_f = slow_b = 1.0
         if kernel == "triton-2022":
@@ -169,7 +170,7 @@ def attention_core_time(m: ModelDims, lay, hw, flash: bool, dropout: bool = Fals
             slow_f, slow_b = TRITON_2022_FWD_SLOWDOWN, TRITON_2022_BWD_SLOWDOWN
         fwd = fwd_flops / (hw.peak_flops * eff)
         return slow_f * fwd, slow_b * 2.5 * fwd
-    bmm = 2 * b * s * s * m.attn_width / per_gpu
+    bmm = 2 * b * s * s * m.core_width / per_gpu
     scores = b * m.heads * s * s / per_gpu
     gemm = 2 * gemm_time(bmm, hw)
     softmax_fwd = scores * 2 * act_bytes / hw.hbm_bytes_per_s

@@ -72,6 +72,13 @@ class ModelDims:
     kv_lora: int = 0
     rope: int = 0
     v_dim: int = 0
+    # multi-head latent attention as parplan's runtime runs it (planner.core.model_dims: framework parplan;
+    # parallel_layers.model.MLAttention): the values zero-padded to head_dim for the fused kernel (its QK^T and values'
+    # product both at head_dim: core_width) and its own saved tensors (memory.activation_bytes_per_layer)
+    v_padded: bool = False
+    # multi-token prediction (ModelSpec.mtp_layers): extra depths on the rank holding the head, each one more block
+    # (an MoE block in a mixture of experts), a 2h -> h projection and the head again (model_rank_block_counts)
+    mtp: int = 0
 
     @property
     def moe(self) -> bool:
@@ -130,6 +137,12 @@ class ModelDims:
         return self.heads * self.v_dim if self.kv_lora else self.q_width
 
     @property
+    def core_width(self) -> int:
+        """The width the attention kernel's FLOPs scale with: attn_width, or q_width where the values are padded to
+        head_dim (v_padded)."""
+        return self.q_width if self.v_padded else self.attn_width
+
+    @property
     def attn_width(self) -> int:
         """The width the attention core's FLOPs scale with (ModelSpec.attention_width): q_width, or the mean of the
         query/key and value widths with multi-head latent attention (QK^T at one, the values' product at the other)."""
@@ -163,7 +176,7 @@ class ModelDims:
                    experts=spec.experts or 0, top_k=k, expert_ffn=spec.ffn_hidden if k else 0, shared_ffn=shared,
                    first_dense=spec.first_dense_layers or 0, moe_step=spec.moe_layer_step or 1,
                    dense_ffn=spec.dense_ffn_hidden or 0, q_lora=spec.q_lora_rank or 0, kv_lora=spec.kv_lora_rank or 0,
-                   rope=spec.qk_rope_head_dim or 0, v_dim=spec.v_head_dim or 0)
+                   rope=spec.qk_rope_head_dim or 0, v_dim=spec.v_head_dim or 0, mtp=spec.mtp_layers or 0)
 
 
 @dataclass(frozen=True)
@@ -512,6 +525,21 @@ def virtual_stage_blocks(layers: int, pp, vpp, stage):
     left = rem - R
     extra = ((stage >= 1) & (stage <= R)) | ((stage == 0) & (left >= 1)) | ((stage == S - 1) & (S > 1) & (left >= 2))
     return np.where(S == 1, layers, base + extra)
+
+
+def model_rank_block_counts(m: ModelDims, pp, vpp, schedule=None):
+    """rank_block_counts of m's blocks, with multi-token prediction's blocks (ModelDims.mtp) on the rank holding the
+    head: the last, rank 0 without a pipeline or under ZB-V (head_on_first_rank), and the middle rank where it is the
+    only or the last one (pp 1 or 2).  They count as the model's last block kind (an MoE block in a mixture of
+    experts: rank_dense_blocks counts none of them)."""
+    first, mid, last = rank_block_counts(m.layers, pp, vpp, schedule)
+    if not m.mtp:
+        return first, mid, last
+    p = np.asarray(pp)
+    zbv = (np.asarray(schedule) == SCH_ZBV) & (p > 1) if schedule is not None else np.zeros(np.shape(p), bool)
+    head_first = (p == 1) | zbv
+    return (first + np.where(head_first, m.mtp, 0), mid + np.where((p == 1) | ((p == 2) & ~zbv), m.mtp, 0),
+            last + np.where(head_first & (p > 1), 0, m.mtp))
 
 
 def rank_block_counts(layers: int, pp, vpp, schedule=None):

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
-                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches, rank_block_counts,
-                     recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards,
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches,
+                     model_rank_block_counts, recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
 from .params import layer_other_params, mla_projections
@@ -65,7 +65,19 @@ def head_params_per_gpu(m: ModelDims, tp, pp):
     head = m.vocab * m.hidden / tp
     if m.tied:
         head = np.where(np.asarray(pp) > 1, head, 0.0)
-    return norm + head
+    return norm + head + mtp_head_params_per_gpu(m, tp, pp)
+
+
+def mtp_head_params_per_gpu(m: ModelDims, tp, pp):
+    """Multi-token prediction's parameters beside its blocks (ModelDims.mtp; Megatron-Core's MultiTokenPredictionLayer),
+    on the rank holding the head: per depth the projection of [block output; next token's embedding], 2h x h split
+    over tp, and three RMSNorms (the two inputs' and the depth's final one); with a pipeline the input embedding's
+    copy, V x h / tp (Megatron builds the embedding on the MTP stage and sums its gradients with the first stage's,
+    as a tied head's; a tied model's copy is the head's, counted above)."""
+    if not m.mtp:
+        return 0.0
+    copy = 0.0 if m.tied else np.where(np.asarray(pp) > 1, m.vocab * m.hidden / tp, 0.0)
+    return m.mtp * (2 * m.hidden * m.hidden / tp + 3 * m.hidden) + copy
 
 
 def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
@@ -124,13 +136,25 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     # rstd (8 B: torch's native_layer_norm, apex's FusedLayerNorm mean/invvar, Transformer Engine's mu/rsigma)
     norm_stats = 16 if m.arch == "gpt" else 8
     elems = (outside + inside) * act_bytes + norm_stats / seq_split
-    if m.kv_lora:
+    if m.kv_lora and not m.v_padded:
         # multi-head latent attention (Megatron-Core's MLASelfAttention): each latent's RMSNorm saves its input and
         # the up projection its output, on the whole sequence and whole on every tensor-parallel rank (sequence
         # parallelism gathers the latents, not h), with its fp32 statistics; the down projections' input is the
         # attention norm's output, counted above.  q, k (heads x head_dim) and v (heads x v_dim) are the core's
         # inputs above (2 kv_width is k and v: ModelDims.kv_width)
         elems = elems + 2 * m.mla.latent_norms() * act_bytes + 4 * (2 if m.q_lora else 1)
+    elif m.kv_lora:
+        # parplan's runtime (parallel_layers.model.MLAttention, ModelDims.v_padded): the down projections' outputs on
+        # the rank's own tokens (their norms' inputs: q_lora, and kv_lora + rope whose slice the norm keeps) with the
+        # norms' fp32 statistics, and the normed latents gathered once, whole (q_lora + kv_lora + rope, the up
+        # projections' input); the core saves q, k and v padded to head_dim and its padded output, the output
+        # projection its v_dim input: heads x (2 head_dim - v_dim) / tp more than counted above.  Under selective
+        # recompute the checkpoint keeps the up projections' outputs and the output projection's input instead:
+        # heads x rope / tp fewer, and no log-sum-exp
+        down = m.mla.down_width()
+        elems = elems + (down / seq_split + down) * act_bytes + 4 * (2 if m.q_lora else 1) / seq_split
+        elems = elems + np.where(lay.recompute == REC_SELECTIVE, -(m.heads * m.rope / tp * act_bytes + 4 * m.heads / tp),
+                                 m.heads * (2 * m.head_dim - m.v_dim) / tp * act_bytes)
     if fp8 == "te":
         # Transformer Engine's FP8 linears save their input for the weight gradient in FP8 (1 byte): the two norm
         # outputs (LayerNormLinear, LayerNormMLP) and the MLP's second layer's input; the attention's output, which
@@ -640,7 +664,7 @@ def rank_params(m: ModelDims, lay):
 def rank_block_params(m: ModelDims, lay):
     """Of rank_params, the blocks' (first, middle and last rank): each block's layer_params_per_gpu, a mixture of
     experts' dense blocks (ModelDims.mixed; rank_dense_blocks) at their own."""
-    counts = rank_block_counts(m.layers, np.asarray(lay.pp), lay.vpp, lay.schedule)
+    counts = model_rank_block_counts(m, np.asarray(lay.pp), lay.vpp, lay.schedule)
     per_layer = layer_params_per_gpu(m, lay.tp, lay.ep)
     if not m.mixed:
         return tuple(b * per_layer for b in counts)
@@ -656,7 +680,7 @@ def rank_expert_params(m: ModelDims, lay):
     per_layer = moe.expert_params_per_gpu(m, lay.ep)
     dense = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)
     return tuple((b - d) * per_layer
-                 for b, d in zip(rank_block_counts(m.layers, np.asarray(lay.pp), lay.vpp, lay.schedule), dense))
+                 for b, d in zip(model_rank_block_counts(m, np.asarray(lay.pp), lay.vpp, lay.schedule), dense))
 
 
 def expert_state_params(params, experts, lay, tr):
@@ -956,7 +980,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     act_b = tr.act_bytes
     tp, pp, v = lay.tp, lay.pp, lay.vpp
     # blocks per pipeline *rank* (its v virtual stages; uneven splits allowed)
-    first_blocks, mid_blocks, last_blocks = rank_block_counts(m.layers, pp, v, lay.schedule)
+    first_blocks, mid_blocks, last_blocks = model_rank_block_counts(m, pp, v, lay.schedule)
     per_layer = layer_params_per_gpu(m, tp, lay.ep)
     head = head_params_per_gpu(m, tp, pp)
     single = np.asarray(pp) == 1
@@ -987,6 +1011,10 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
                 queued_w_bytes_per_layer(m, sub, act_b, tr.fp8))
 
     pend_layer, act_layer, work_layer, temp_layer, loss_peak, loss_saved, queued_layer = per_block_shape(lay, block_terms)
+    if m.mtp:
+        # multi-token prediction's losses: each depth's logits are made in the forward after the main head's, and each
+        # loss keeps what it saves until its backward, which runs while the others' are still held
+        loss_peak, loss_saved = loss_peak + m.mtp * loss_saved, loss_saved * (1 + m.mtp)
     if m.moe and tr.moe_recompute != "none":
         # a mixture of experts' recompute modules drop their outputs from what a block saves (not where the block is
         # recomputed whole); the block being back-propagated rebuilds them (rebuilt_bytes, from work_layer)

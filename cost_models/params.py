@@ -130,6 +130,10 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
              + embedding + positions + final_norm + head)
     # a token's parameters: the model less the experts it is not sent to (the total for a dense model)
     active = total - moe_blocks * (per_layer_matmul - active_matmul)
+    # multi-token prediction's module (ModelSpec.mtp_layers), apart from the total as DeepSeek-V3's 671B counts it:
+    # per depth one block (an MoE block in a mixture of experts, as DeepSeek-V3's), the 2h x h projection and three
+    # RMSNorms (it shares the embedding and the output layer)
+    mtp = (spec.mtp_layers or 0) * (per_layer_matmul + per_layer_other + 2 * h * h + 3 * h)
     return {
         "per_layer_matmul": per_layer_matmul,
         "per_layer_other": per_layer_other,
@@ -142,6 +146,7 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
         "matmul": moe_blocks * active_matmul + dense_blocks * dense_matmul + V * h,
         "total": total,
         "active": active,
+        "mtp": mtp,
     }
 
 

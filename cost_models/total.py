@@ -32,11 +32,12 @@ import numpy as np
 from . import comm, moe, zero3
 from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTES_PER_LOGIT_PARPLAN_FUSED, block_time,
                       cast_time, column_input_grad_time, flow_shop_wait, gemm_time,
-                      grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, loss_scale_time,
-                      optimizer_time, plan_overlaps_param_gather, scales_loss, wgrad_fusion_applies)
-from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims,
-                     deepspeed_comm_casts, head_on_first_rank, num_microbatches, rank_block_counts, rank_dense_blocks,
-                     recompute_ends, recomputed_share, split_by_share, zero_shards)
+                      grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, linear_gemm_time,
+                      loss_scale_time, optimizer_time, plan_overlaps_param_gather, scales_loss, wgrad_fusion_applies)
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB,
+                     SCH_ZBV, ModelDims, deepspeed_comm_casts, head_on_first_rank, num_microbatches,
+                     model_rank_block_counts, rank_dense_blocks, recompute_ends, recomputed_share, split_by_share,
+                     zero_shards)
 from .memory import (BLOCK_SHAPE_FIELDS, ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
                      embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu,
                      memory_breakdown, per_block_shape, torch_weight_pass, zero_bubble_pipe)
@@ -143,7 +144,7 @@ def step_floor(m: ModelDims, tr, hw, lay):
                 bt["wgrad"])
     # a block's time and collectives read its shape and whether the job fits a node (comm.group_inside_node)
     block, f, b, w = per_block_shape(lay, block_parts, BLOCK_SHAPE_FIELDS + ("gpus",))
-    n_first = rank_block_counts(m.layers, lay.pp, lay.vpp, lay.schedule)[0]
+    n_first = model_rank_block_counts(m, lay.pp, lay.vpp, lay.schedule)[0]
     if m.mixed:  # rank 0's dense blocks at their own terms (mixed_blocks)
         md = m.dense_dims()
 
@@ -341,7 +342,7 @@ def mixed_blocks(m: ModelDims, tr, hw, lay, bt: dict, bc, per_layer) -> SimpleNa
     attention and a dense SwiGLU of dense_ffn, no router, experts or all-to-alls), each rank's count of each kind
     from rank_dense_blocks.  Where a term is a sequence's and not a sum (the zero-bubble split of a block's work, the
     host / GPU flow shop of a one-stage plan), rank 0's mean block stands for its blocks."""
-    counts = rank_block_counts(m.layers, lay.pp, lay.vpp, lay.schedule)
+    counts = model_rank_block_counts(m, lay.pp, lay.vpp, lay.schedule)
     terms = _per_block_terms(m, lay, bt, bc, per_layer)
     if not m.mixed:
         def on(kind):
@@ -384,7 +385,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     cp_block_exposed = bc.cp_exposed  # the same in a dense and an MoE block (the attention's)
 
     # ---- pipeline stages: first (embedding), middle, last (head)
-    blocks_first, blocks_mid, blocks_last = rank_block_counts(m.layers, pp, v, lay.schedule)
+    blocks_first, blocks_mid, blocks_last = model_rank_block_counts(m, pp, v, lay.schedule)
     per_layer = layer_params_per_gpu(m, tp, lay.ep)
     # a mixture of experts with dense blocks between its MoE ones (ModelDims.mixed): a rank's sums over its blocks
     # take each kind's own per-block terms (mixed_blocks); the terms above are an MoE block's
@@ -415,6 +416,14 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
                    + np.where(sp_on, (1 + regather) * t_ag, 0.0) + 3 * t_ce)
     head_comm_moved = np.where(sp_on, (2 + regather) * moved_ag, moved_ar) + 3 * moved_ce
     head_compute = h_f + h_b
+    if m.mtp:
+        # multi-token prediction (ModelDims.mtp; its blocks are on the head's rank: model_rank_block_counts): per depth
+        # the next token's embedding (its lookup and collective), the 2h -> h projection's three GEMMs and the head
+        # with its loss and collectives again
+        proj = 3 * linear_gemm_time(2 * tokens_mb * 2 * m.hidden * m.hidden / tp, hw)
+        head_compute = head_compute * (1 + m.mtp) + m.mtp * proj
+        head_comm_t = head_comm_t * (1 + m.mtp) + m.mtp * emb_time
+        head_comm_moved = head_comm_moved * (1 + m.mtp) + m.mtp * emb_comm * moved_ar
     head_t = head_compute + head_comm_t
     single = np.asarray(pp) == 1
     # the head runs on the last pipeline rank, or on rank 0 (memory.rank_params places its parameters the same way)
@@ -663,7 +672,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # sum their gradients after the backward (Megatron's embedding group, parplan's runtime's
     # mesh.embedding_group: an all-reduce over the two ranks, V x h / tp gradients), on the critical
     # path before the optimizer step.  Under ZB-V rank 0 holds both: a local sum.
-    if m.tied:
+    if m.tied or m.mtp:  # (multi-token prediction's embedding copy on the last stage too: mtp_head_params_per_gpu)
         # the first and last stage of one pipeline replica share a node where the replica does
         first_last_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
         tie_bw, tie_lat = comm.tier_params(hw, first_last_in, 2)
@@ -729,13 +738,18 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # ---- FLOPs, MFU, HFU (Narayanan 2021 eq. 3 for the recompute term)
     # (a mixed model's dense blocks at their own MLP width: ModelDims.dense_dims)
     kinds = ((m.moe_blocks, m), (m.layers - m.moe_blocks, m.dense_dims())) if m.mixed else ((m.layers, m),)
+    # multi-token prediction's depths: one more block of the model's last kind each (model_rank_block_counts), the
+    # 2h -> h projection and the head again (Megatron-LM's and NeMo's FLOP counts for DeepSeek-V3 count them so)
+    if m.mtp:
+        kinds = ((kinds[0][0] + m.mtp, kinds[0][1]),) + kinds[1:]
     layers_mm = sum(n * layer_matmul_params(k.arch, k.hidden, k.heads, k.kv_heads, k.head_dim, k.ffn, k.mla)
                     for n, k in kinds)
     # a sliding window shortens the attended span (ModelDims.attention_span; the full sequence without one)
     span = m.attention_span()
-    mf_tok = model_flops_per_token(layers_mm + m.vocab * m.hidden, m.layers, m.attn_width, span)
+    mtp_mm = m.mtp * (2 * m.hidden * m.hidden + m.vocab * m.hidden)
+    mf_tok = model_flops_per_token(layers_mm + m.vocab * m.hidden + mtp_mm, m.layers + m.mtp, m.attn_width, span)
     op_params = sum(n * sum(op_sac_recomputed_matmuls(k.arch, k.hidden, k.q_width, k.kv_width, k.ffn)) for n, k in kinds)
-    hf_extra = recompute_flops_per_token(lay.recompute, layers_mm, m.layers, m.attn_width, span, op_params,
+    hf_extra = recompute_flops_per_token(lay.recompute, layers_mm, m.layers + m.mtp, m.attn_width, span, op_params,
                                          tr.flash_attention)
     tokens_step = tr.global_batch_size * m.seq_len
     tokens_per_s = tokens_step / step

@@ -2,7 +2,8 @@
 ``model`` dict with Megatron-style tensor parallelism.
 
 llama: RMSNorm, rotary positions, GQA (query and kv heads both split over TP), SwiGLU, no
-biases, tied or untied head.  gpt: LayerNorm, GeLU, learned positions, biases, tied or untied head.
+biases, tied or untied head.  gpt: LayerNorm, GeLU, learned positions, biases, tied or untied head.  A llama
+model with kv_lora_rank (DeepSeek-V2/V3, Kimi K2) runs multi-head latent attention instead (MLAttention).
 Attention is ``F.scaled_dot_product_attention(is_causal=True)``.  Dropout (a plan's training.dropout, Megatron's
 GPT sites and 0.1 rates: parallel_layers.dropout) on the embedding's output, the attention probabilities and each
 residual branch's output, its masks keyed by where they fall so a recompute or another layout draws the same.  With
@@ -49,12 +50,13 @@ from parallel_layers.layers import (
     ShardSpec,
     VocabParallelEmbedding,
     _ShardedModule,
+    _autocast_input,
     padded_size,
 )
 from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_kv, local_positions
 from parallel_layers.data import stable_seed
 from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, dropout_layer_key, hidden_dropout
-from parallel_layers.mappings import _size
+from parallel_layers.mappings import _size, copy_to_tp_region, gather_from_sequence_parallel_region
 from parallel_layers.moe import MoEMLP, MoEState
 
 # torchtitan's op-level selective activation checkpointing (selective_ac_option = "op";
@@ -115,6 +117,13 @@ class ModelConfig:
     first_dense_layers: Optional[int] = None
     moe_layer_step: Optional[int] = None
     dense_ffn: Optional[int] = None
+    # multi-head latent attention (MLAttention; ModelSpec.kv_lora_rank): the key/value latent's width, the query
+    # latent's (None: a full query projection), the rotary part of head_dim (a query/key head's whole width) and a
+    # value head's width
+    kv_lora_rank: Optional[int] = None
+    q_lora_rank: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
@@ -133,20 +142,23 @@ class ModelConfig:
                    max_seq_len=m.max_seq_len or plan.training.seq_len, rope_theta=m.rope_base,
                    rope=not m.has_learned_positions, experts=m.experts, experts_per_token=m.experts_per_token,
                    shared_ffn=m.shared_expert_ffn, first_dense_layers=m.first_dense_layers,
-                   moe_layer_step=m.moe_layer_step, dense_ffn=m.dense_ffn_hidden)
+                   moe_layer_step=m.moe_layer_step, dense_ffn=m.dense_ffn_hidden, kv_lora_rank=m.kv_lora_rank,
+                   q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim)
 
 
 class Norm(_ShardedModule):
-    """RMSNorm (llama) or LayerNorm with bias (gpt); replicated over TP."""
+    """RMSNorm (llama) or LayerNorm with bias (gpt); replicated over TP.  width: what it normalises (default the
+    hidden size; multi-head latent attention's latents their own)."""
 
-    def __init__(self, cfg: ModelConfig, tp_group, *, name, sequence_parallel):
+    def __init__(self, cfg: ModelConfig, tp_group, *, name, sequence_parallel, width: Optional[int] = None):
         super().__init__(tp_group)
         self.rms = cfg.arch == "llama"
         partial = sequence_parallel and self.tp_size > 1
-        self._new_param("weight", ShardSpec(f"{name}.weight", (cfg.hidden,), None, "ones", sp_partial_grad=partial))
+        w = width or cfg.hidden
+        self._new_param("weight", ShardSpec(f"{name}.weight", (w,), None, "ones", sp_partial_grad=partial))
         self.bias = None
         if not self.rms:
-            self._new_param("bias", ShardSpec(f"{name}.bias", (cfg.hidden,), None, "zeros", sp_partial_grad=partial))
+            self._new_param("bias", ShardSpec(f"{name}.bias", (w,), None, "zeros", sp_partial_grad=partial))
 
     def forward(self, x):
         if self.rms:
@@ -325,6 +337,107 @@ class Attention(nn.Module):
         return cp_attention(q, k, v, pos, starts, dropout_p)
 
 
+def _mla_core(q, kv, k_pe, *, heads: int, nope: int, rope: int, v_dim: int, theta: float = ROPE_THETA,
+              dropout_p: float = 0.0):
+    """Multi-head latent attention's core from the up projections' outputs: q (b, s, heads * (nope + rope)), kv
+    (b, s, heads * (nope + v_dim)), each head's key no-rope part and value, and k_pe (b, s, rope), the rotary key
+    part every head shares.  q = cat(q_nope, rope(q_pe)), k = cat(k_nope, rope(k_pe)) and v go to SDPA, scaled by
+    1 / sqrt(nope + rope) (DeepSeek's softmax_scale without its yarn mscale).  Where the value head is narrower than
+    the query/key head (DeepSeek-V3: 128 and 192) v is zero-padded to the query's width, so the fused kernels that
+    take one head width (torch's flash kernels, the CPU's) run it, and the padding's output columns are dropped:
+    SDPA with two widths falls back to its math path, which keeps the s x s probabilities.  -> (b, s, heads * v_dim)."""
+    b, s, _ = q.shape
+    d = nope + rope
+    q = q.view(b, s, heads, d).transpose(1, 2)
+    k_nope, v = kv.view(b, s, heads, nope + v_dim).transpose(1, 2).split([nope, v_dim], dim=-1)
+    q = torch.cat([q[..., :nope], rotary(q[..., nope:], theta=theta)], dim=-1)
+    k_pe = rotary(k_pe.unsqueeze(1), theta=theta)  # (b, 1, s, rope)
+    k = torch.cat([k_nope, k_pe.expand(b, heads, s, rope)], dim=-1)
+    width = max(d, v_dim)
+    if d < width:
+        q, k = F.pad(q, (0, width - d)), F.pad(k, (0, width - d))
+    if v_dim < width:
+        v = F.pad(v, (0, width - v_dim))
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, scale=d ** -0.5)
+    return o[..., :v_dim].transpose(1, 2).reshape(b, s, heads * v_dim)
+
+
+class MLAttention(_ShardedModule):
+    """Multi-head latent attention (DeepSeek-V2, 2024, sec. 2.1; Megatron-Core's MLASelfAttention, as the cost model
+    plans it: cost_models.params.mla_projections).  Per block:
+
+      down   h -> q_lora (wq_down) and h -> kv_lora + rope (wkv_down), replicated over tp and run on the rank's own
+             tokens (its sequence shard under SP), then the latents' RMSNorms (q_norm, kv_norm; the rope part is the
+             one key part every head shares, not normed).  Per-token work, so on the shard as on the whole sequence;
+             under SP the replicated weights' gradients are partial sums over the shard (sp_partial_grad: summed
+             over tp as a norm's)
+      the TP region entered once, on the latents (q_lora + kv_lora + rope a token): all-gathered along the
+             sequence under SP (reduce-scattered backward), else the identity (all-reduced backward)
+      up     q_lora -> heads * head_dim (wq_up) and kv_lora -> heads * (head_dim - rope + v_dim) (wkv_up: each head's
+             key no-rope part and value), column parallel: the rank's heads / tp heads, local matmuls.  Without
+             q_lora, wq reads h (column parallel, with its own SP gather of the block input)
+      core   _mla_core: rotary on the rope parts, SDPA, causal
+      out    heads * v_dim -> h (wo, row parallel)
+
+    Selective recompute checkpoints the core (its inputs are the up projections' outputs), as Attention checkpoints
+    rotary + SDPA.  Not run: context parallelism (refused here and by planner.core.parplan_mla_problem)."""
+
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
+        super().__init__(tp_group)
+        if _size(cp_group) > 1:
+            raise ValueError("multi-head latent attention with context parallelism (cp > 1) is not run by parplan's "
+                             "runtime: use cp 1")
+        h, heads, d = cfg.hidden, cfg.heads, cfg.head_dim
+        self.q_lora, self.kv_lora = cfg.q_lora_rank or 0, cfg.kv_lora_rank
+        self.rope, self.v_dim = cfg.qk_rope_head_dim, cfg.v_head_dim
+        self.nope = d - self.rope
+        if heads % self.tp_size:
+            raise ValueError(f"{heads} heads do not split over tp={self.tp_size}")
+        self.local_heads = heads // self.tp_size
+        self.sp, self.selective, self.rope_theta = sp and self.tp_size > 1, recompute == "selective", cfg.rope_theta
+        # dropout: as Attention's (set by StageModule.set_dropout)
+        self.dropout, self.dropout_layer, self.dropout_layer_rows = None, dropout_layer_key(i), None
+        n = f"layers.{i}.attn"
+        partial = self.sp
+        if self.q_lora:
+            self._new_param("wq_down", ShardSpec(f"{n}.wq_down.weight", (self.q_lora, h), None, "normal",
+                                                 sp_partial_grad=partial))
+            self.q_norm = Norm(cfg, tp_group, name=f"{n}.q_norm", sequence_parallel=sp, width=self.q_lora)
+            self._new_param("wq_up", ShardSpec(f"{n}.wq_up.weight", (heads * d, self.q_lora), 0, "normal"))
+        else:
+            self.wq = ColumnParallelLinear(h, heads * d, tp_group, name=f"{n}.wq", sequence_parallel=sp)
+        self._new_param("wkv_down", ShardSpec(f"{n}.wkv_down.weight", (self.kv_lora + self.rope, h), None, "normal",
+                                              sp_partial_grad=partial))
+        self.kv_norm = Norm(cfg, tp_group, name=f"{n}.kv_norm", sequence_parallel=sp, width=self.kv_lora)
+        self._new_param("wkv_up", ShardSpec(f"{n}.wkv_up.weight", (heads * (self.nope + self.v_dim), self.kv_lora), 0,
+                                            "normal"))
+        self.wo = RowParallelLinear(heads * self.v_dim, h, tp_group, name=f"{n}.wo", sequence_parallel=sp,
+                                    std=INIT_STD / math.sqrt(2 * cfg.layers))
+
+    def forward(self, x, key: Optional[torch.Tensor] = None):  # (b, s[/tp], h) -> (b, s[/tp], h)
+        x = _autocast_input(x)  # once for the two down projections (and wq), as column_parallel_linears casts it
+        kv = F.linear(x, self.wkv_down)  # (b, s_local, kv_lora + rope)
+        latents = [self.kv_norm(kv[..., :self.kv_lora]), kv[..., self.kv_lora:]]
+        if self.q_lora:
+            latents.insert(0, self.q_norm(F.linear(x, self.wq_down)))
+        lat = torch.cat(latents, dim=-1)
+        lat = (gather_from_sequence_parallel_region(lat, self.tp_group) if self.sp
+               else copy_to_tp_region(lat, self.tp_group))  # (b, s, [q_lora +] kv_lora + rope)
+        if self.q_lora:
+            q_lat, kv_lat, k_pe = lat.split([self.q_lora, self.kv_lora, self.rope], dim=-1)
+            q = F.linear(q_lat, self.wq_up)
+        else:
+            kv_lat, k_pe = lat.split([self.kv_lora, self.rope], dim=-1)
+            q = self.wq(x)
+        kv = F.linear(kv_lat, self.wkv_up)  # (b, s, heads/tp * (nope + v_dim))
+        core = functools.partial(_mla_core, heads=self.local_heads, nope=self.nope, rope=self.rope, v_dim=self.v_dim,
+                                 theta=self.rope_theta)
+        if attention_dropout_p(self.dropout, key) > 0:
+            core = functools.partial(_dropout_attention, core, self.dropout, key, self.dropout_layer)
+        o = checkpoint(core, q, kv, k_pe, use_reentrant=False) if self.selective else core(q, kv, k_pe)
+        return self.wo(o)
+
+
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, *, ffn: Optional[int] = None,
                  name: str = "mlp"):
@@ -360,7 +473,8 @@ class Block(nn.Module):
         super().__init__()
         self.layer_id = i
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
-        self.attn = Attention(cfg, i, tp_group, sp, recompute, cp_group)
+        self.attn = (MLAttention(cfg, i, tp_group, sp, recompute, cp_group) if cfg.kv_lora_rank
+                     else Attention(cfg, i, tp_group, sp, recompute, cp_group))
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
         # a mixture of experts' MoE block, or its dense blocks between (ModelConfig.is_moe_block): a dense MLP of dense_ffn
         moe_block = cfg.is_moe_block(i)

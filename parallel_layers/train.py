@@ -186,6 +186,8 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         vstages = [sum(vstages, [])]
         n_stages = 1
     ac = autocast_dtype(plan, device.type)
+    if cfg.kv_lora_rank:  # multi-head latent attention (parallel_layers.model.MLAttention)
+        mla_runtime_problem(plan)
     ep_group = edp_group = moe_state = None
     if cfg.experts:  # a mixture of experts (parallel_layers.moe): its expert-parallel and expert-data-parallel groups
         moe_runtime_problem(plan, opts)
@@ -571,6 +573,15 @@ def moe_runtime_problem(plan, opts: RunOptions) -> None:
     from planner.core import parplan_moe_problem
     p, t = plan.parallel, plan.training
     problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True)
+    if problem:
+        raise ValueError(f"{problem[0]}: {problem[1]}")
+
+
+def mla_runtime_problem(plan) -> None:
+    """What the runtime does not run for multi-head latent attention, raised before any group is made (parplan launch
+    checks the same first: planner.launch.check_runtime_support)."""
+    from planner.core import parplan_mla_problem
+    problem = parplan_mla_problem(plan.parallel.cp, plan.training.fp8, plan.training.mla_recompute, plan=True)
     if problem:
         raise ValueError(f"{problem[0]}: {problem[1]}")
 

@@ -261,6 +261,9 @@ _MODEL_OPTIONS = [
      "width (DeepSeek-V3: 1536; default: none, a full query projection as DeepSeek-V2-Lite's)."),
     ("qk_rope_dim", Optional[int], None, ("--qk-rope-dim",), "With --kv-lora-rank: the rotary part of --head-dim "
      "(DeepSeek-V3: 64; Megatron-LM's --qk-pos-emb-head-dim)."),
+    ("mtp_layers", Optional[int], None, ("--mtp-layers",), "Multi-token prediction depths on the last pipeline "
+     "stage (DeepSeek-V3's MTP module: 1; Megatron-LM's --mtp-num-layers), each one more block, a 2h -> h projection "
+     "and the output layer again; planned under --framework megatron.  Also with a preset or a config."),
     ("v_head_dim", Optional[int], None, ("--v-head-dim",), "With --kv-lora-rank: a value head's width "
      "(DeepSeek-V3: 128)."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
@@ -386,6 +389,9 @@ def _prepare(opts, gpus: int | None = None):
                                           dense_ffn=o.dense_ffn, kv_lora_rank=o.kv_lora_rank,
                                           q_lora_rank=o.q_lora_rank, qk_rope_dim=o.qk_rope_dim,
                                           v_head_dim=o.v_head_dim)
+    _positive("mtp-layers", o.mtp_layers, upper=16)
+    if o.mtp_layers:  # multi-token prediction beside any model (a preset's, a config's or the flags')
+        spec = spec.model_copy(update={"mtp_layers": o.mtp_layers})
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

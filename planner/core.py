@@ -256,28 +256,69 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
 
 # Frameworks multi-head latent attention (ModelSpec.kv_lora_rank) is planned for: Megatron-Core's MLASelfAttention
 # (--multi-latent-attention), whose down projections run duplicated over the tensor-parallel ranks and whose
-# latents sequence parallelism gathers (cost_models.compute.layer_gemms, total.block_comm).  parplan's runtime does
-# not build it; torchtitan's DeepSeek-V3 and DeepSpeed's are not modelled.
-MLA_FRAMEWORKS = ("megatron",)
+# latents sequence parallelism gathers (cost_models.compute.layer_gemms, total.block_comm), and parplan's runtime
+# (parallel_layers.model.MLAttention: the same projections, the latents gathered once; parplan_mla_problem says what
+# it does not run); torchtitan's DeepSeek-V3 and DeepSpeed's are not modelled.
+MLA_FRAMEWORKS = ("megatron", "parplan")
 
 
-def mla_problem(spec: ModelSpec, framework: str, plan: bool = False,
-                mla_recompute: bool = False) -> tuple[str, str] | None:
-    """(problem, fix) where multi-head latent attention is asked of a framework it is not planned for; None where
-    the model has none or the framework runs it."""
+def parplan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute: bool = False,
+                        plan: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where parplan's runtime does not train multi-head latent attention so (parallel_layers.model.
+    MLAttention: no context parallelism, 16-bit or fp32 linears, no recompute of the up projections alone); None where
+    it does.  Checked where parplan plans one (mla_problem), where launch runs one (launch.check_runtime_support) and
+    in the runtime itself (train.mla_runtime_problem)."""
+    flag = (lambda f, p: p) if plan else (lambda f, p: f)
+    other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
+    if (cp or 1) > 1:
+        return (f"{flag('--cp', 'cp')} {cp} with multi-head latent attention: parplan's runtime runs it without "
+                "context parallelism", f"use {flag('--cp', 'cp')} 1, {other}")
+    if fp8:
+        return ("fp8 with multi-head latent attention: parplan's runtime runs its projections in 16 bits",
+                f"drop fp8, {other}")
+    if mla_recompute:
+        return (f"{flag('--mla-recompute', 'training.mla_recompute')} recomputes multi-head latent attention's up "
+                "projections alone (Megatron-LM's --recompute-modules mla_up_proj); parplan's runtime recomputes whole "
+                "blocks or the attention core",
+                f"drop it (or use --recompute selective or full), {other}")
+    return None
+
+
+def mla_problem(spec: ModelSpec, framework: str, plan: bool = False, mla_recompute: bool = False,
+                cp: int | None = None, fp8: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where multi-head latent attention is asked of a framework it is not planned for, or of parplan's
+    runtime in a way it does not run (parplan_mla_problem: pass the plan's or the pins' cp and fp8); None where the
+    model has none or the framework runs it."""
     if spec.kv_lora_rank is None and mla_recompute:
         where = "training.mla_recompute" if plan else "--mla-recompute"
         return (f"{where} recomputes multi-head latent attention's up projections, and {spec.name or 'the model'} has "
                 "none (no kv_lora_rank)", f"drop {where}")
-    if spec.kv_lora_rank is None or framework in MLA_FRAMEWORKS:
+    if spec.kv_lora_rank is None:
+        return None
+    if framework == "parplan":
+        return parplan_mla_problem(cp, fp8, mla_recompute, plan)
+    if framework in MLA_FRAMEWORKS:
         return None
     where = "training.framework" if plan else "--framework"
-    fix = f"set {where} megatron (then `parplan export --to megatron` writes its arguments)"
-    if framework == "parplan":
-        return (f"{spec.name or 'the model'} has multi-head latent attention (kv_lora_rank {spec.kv_lora_rank}), which "
-                "parplan's runtime does not build yet; it is planned for Megatron-LM", fix)
+    fix = f"set {where} megatron (then `parplan export --to megatron` writes its arguments) or parplan"
     return (f"{spec.name or 'the model'} has multi-head latent attention (kv_lora_rank {spec.kv_lora_rank}), planned "
-            f"for {' and '.join(MLA_FRAMEWORKS)} only (Megatron-Core's MLASelfAttention), not {framework}", fix)
+            f"for {' and '.join(MLA_FRAMEWORKS)} only (Megatron-Core's MLASelfAttention, parplan's runtime), not "
+            f"{framework}", fix)
+
+
+# Frameworks multi-token prediction (ModelSpec.mtp_layers) is planned for: Megatron-Core's MultiTokenPredictionBlock
+# (--mtp-num-layers) on the last pipeline stage (cost_models.layout.model_rank_block_counts)
+MTP_FRAMEWORKS = ("megatron",)
+
+
+def mtp_problem(spec: ModelSpec, framework: str, plan: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where multi-token prediction is asked of a framework it is not planned for; None otherwise."""
+    if not spec.mtp_layers or framework in MTP_FRAMEWORKS:
+        return None
+    where = "training.framework" if plan else "--framework"
+    return (f"multi-token prediction ({'model.mtp_layers' if plan else '--mtp-layers'} {spec.mtp_layers}) is planned "
+            f"for {' and '.join(MTP_FRAMEWORKS)} only (Megatron-Core's --mtp-num-layers), not {framework}",
+            f"set {where} megatron, or drop {'model.mtp_layers' if plan else '--mtp-layers'}")
 
 
 # What an unpinned search offers where a pin may still ask for more: Megatron-LM's distributed optimizer is ZeRO-1
@@ -349,6 +390,8 @@ WINDOW_FRAMEWORKS = ("megatron",)
 def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
     """The model as the framework trains it: its sliding window only where the framework applies one."""
     m = ModelDims.from_spec(spec, seq_len)
+    if framework == "parplan" and m.kv_lora:  # its MLAttention pads the values to head_dim (ModelDims.v_padded)
+        m = replace(m, v_padded=True)
     return m if framework in WINDOW_FRAMEWORKS else replace(m, window=0, windowed_layers=0)
 
 
@@ -666,13 +709,17 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                           dispatcher=stack.get("moe_dispatcher") or "alltoall",
                           recompute=stack.get("moe_recompute") or "none", fp8=bool(stack.get("fp8")),
                           recompute_mode=pins.recompute) \
-        or mla_problem(spec, framework, mla_recompute=bool(stack.get("mla_recompute")))
+        or mla_problem(spec, framework, mla_recompute=bool(stack.get("mla_recompute")), cp=pins.cp,
+                       fp8=bool(stack.get("fp8"))) \
+        or mtp_problem(spec, framework)
     if problem:
         raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
         pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
     if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1
         pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= 1))
+    if spec.kv_lora_rank is not None and framework == "parplan" and pins.cp is None:  # parplan_mla_problem: no cp
+        pins = replace(pins, cp=1)
     if spec.is_moe and framework == "parplan" and pins.recompute is None:  # parplan_moe_problem: no selective-op
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "selective-op"))
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
@@ -1246,7 +1293,8 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     fw = t.framework
     problem = moe_problem(spec, fw, p.ep, p.zero_stage, p.tp, p.sp, plan=True,
                           dispatcher=t.moe_dispatcher, recompute=t.moe_recompute, fp8=t.fp8, recompute_mode=p.recompute) \
-        or mla_problem(spec, fw, plan=True, mla_recompute=t.mla_recompute)
+        or mla_problem(spec, fw, plan=True, mla_recompute=t.mla_recompute, cp=p.cp, fp8=t.fp8) \
+        or mtp_problem(spec, fw, plan=True)
     if problem:
         raise StructureError(*problem)
     if p.dp_replicate > 1 and fw not in HSDP_FRAMEWORKS:

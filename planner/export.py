@@ -386,6 +386,8 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
             flag("--moe-shared-expert-intermediate-size", m.shared_expert_ffn)
         flag("--moe-router-load-balancing-type", "aux_loss")
         flag("--moe-aux-loss-coeff", 0.01)
+    if m.mtp_layers:  # multi-token prediction (Megatron-Core's MultiTokenPredictionBlock on the last stage; its loss
+        flag("--mtp-num-layers", m.mtp_layers)  # scaled by --mtp-loss-scaling-factor, 0.1 by default)
     flag("--num-attention-heads", m.heads)
     if m.kv_lora_rank is not None:
         # multi-head latent attention (Megatron-Core's MLASelfAttention; arguments.py's _add_mla_args): every width

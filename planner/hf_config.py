@@ -567,7 +567,8 @@ def _deepseek_notes(cfg: dict, model_type: str) -> list[str]:
     mtp = cfg.get("num_nextn_predict_layers")
     if isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > 0:
         notes.append(f"the multi-token-prediction module (num_nextn_predict_layers {mtp}: a block, its projection and "
-                     "norms each, DeepSeek-V3's 14B) not counted")
+                     f"norms each, DeepSeek-V3's 14B) not counted nor planned unless asked: --mtp-layers {mtp} "
+                     "(--framework megatron)")
     if model_type != "deepseek_v2" or cfg.get("scoring_func") == "sigmoid" or cfg.get("topk_method") == "noaux_tc":
         notes.append("routed by sigmoid scores with a correction bias (e_score_correction_bias, not counted), "
                      "costed as softmax top-k")

@@ -698,6 +698,11 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
         problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True)
         if problem:
             missing.append(problem)
+    if m.kv_lora_rank is not None:  # parallel_layers.model.MLAttention: what the runtime's MLA does not run yet
+        from .core import parplan_mla_problem
+        problem = parplan_mla_problem(p.cp, t.fp8, t.mla_recompute, plan=True)
+        if problem:
+            missing.append(problem)
     # the runtime shards these evenly over the tensor-parallel group (parallel_layers.layers: a dimension
     # that does not divide raises on every rank); the vocabulary it pads to a multiple of tp, as Megatron does
     fixes = {"ffn_hidden": "use a ffn_hidden divisible by {tp} (e.g. {up}), or another tp",

@@ -273,9 +273,8 @@ def _latent_runs_text(group: str) -> str:
     lat = load().get("published", {}).get(group, {}).get("latent_attention")
     if not lat:
         return " (none of them a model with dense blocks between its MoE ones or latent attention)"
-    return (f" ({lat['runs']} of them DeepSeek-V3's, with latent attention and dense blocks between its MoE ones: "
-            f"|error| median {_pct(lat['median_abs_error'])}, max {_pct(lat['max_abs_error'])}; its multi-token "
-            "prediction not modelled)")
+    return (f" ({lat['runs']} of them DeepSeek-V3's, with latent attention, dense blocks between its MoE ones and "
+            f"multi-token prediction: |error| median {_pct(lat['median_abs_error'])}, max {_pct(lat['max_abs_error'])})")
 
 
 def _dense_stages_text(plan: Plan) -> str:
@@ -295,6 +294,7 @@ def _dense_stages_text(plan: Plan) -> str:
 
 
 def summary_lines(plan: Plan) -> list[str]:
+    from cost_models.params import param_counts
     pr = plan.prediction
     m = plan.model
     fw = plan.training.framework
@@ -302,6 +302,8 @@ def summary_lines(plan: Plan) -> list[str]:
         f"model {m.name or m.arch}: {m.num_params / 1e9:.2f} B params, {m.layers} layers, hidden {m.hidden}, "
         + _heads_text(m) + (_experts_text(m) if m.is_moe else f"ffn {m.ffn_hidden}")
         + f", vocab {m.vocab}"
+        + (f"; multi-token prediction {m.mtp_layers} deep ({param_counts(m)['mtp'] / 1e9:.2f} B more, on the "
+           f"last stage)" if m.mtp_layers else "")
         + _window_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + _speedup_text(plan),

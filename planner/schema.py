@@ -166,6 +166,12 @@ class ModelSpec(Strict):
     v_head_dim: Optional[int] = Field(
         None, gt=0, le=SHAPE_MAX, description="With kv_lora_rank: a value head's width (DeepSeek-V3: 128; "
         "--v-head-dim); the output projection is heads x v_head_dim -> hidden.")
+    mtp_layers: Optional[int] = Field(
+        None, gt=0, le=16, description="Multi-token prediction (DeepSeek-V3's MTP module, Megatron-LM's "
+        "--mtp-num-layers): this many extra depths on the last pipeline stage, each a projection of [the block "
+        "output; the next token's embedding] (2 hidden -> hidden), one more transformer block (an MoE block in a "
+        "mixture of experts) and the shared output layer with its own loss.  Not counted in num_params (DeepSeek-V3's "
+        "671B leaves out its 14B MTP module).  None = none (Hugging Face's num_nextn_predict_layers is read as a note).")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 

@@ -681,8 +681,9 @@ def megatron_deepseek_h100(d: dict) -> Iterable[Query]:
     (training.mla_recompute), the all-to-all dispatcher (inferred: the token-drop callback asserts it; its capacity
     factor 1.0 with padding runs every expert at its balanced share, what parplan predicts).  Stack as megatron_moe_h100's
     (overlapped gradient reduce-scatter and parameter gather, asynchronous input-gradient collective, no TP-comm
-    overlap).  Not modelled: the multi-token-prediction layer its FLOP count shows (about 4 % of the model FLOPs).
-    Metric: tokens/s per GPU from the printed step time."""
+    overlap), and the multi-token-prediction layer its FLOP count shows (mtp_num_layers 1: model.mtp_layers), on the
+    last pipeline stage as Megatron places it.  The pipeline split is the planner's own (the launch's is lighter on
+    the last stage: 7 / 8 x 6 / 6 and 3 / 4 x 14 / 2 blocks).  Metric: tokens/s per GPU from the printed step time."""
     s = d["common"]["shape"]
     shape = dict(arch="llama", layers=s["layers"], hidden=s["hidden"], heads=s["heads"], kv_heads=s["heads"],
                  head_dim=s["qk_nope_head_dim"] + s["qk_rope_head_dim"], ffn_hidden=s["moe_ffn_hidden"],
@@ -691,6 +692,7 @@ def megatron_deepseek_h100(d: dict) -> Iterable[Query]:
                  dense_ffn_hidden=s["dense_ffn_hidden"], kv_lora_rank=s["kv_lora_rank"], q_lora_rank=s["q_lora_rank"],
                  qk_rope_head_dim=s["qk_rope_head_dim"], v_head_dim=s["v_head_dim"])
     for r in d["rows"]:
+        shape["mtp_layers"] = r.get("mtp_num_layers") or None
         vp = r.get("vp") or 1
         dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
         pins = Pins(tp=r["tp"], pp=r["pp"], cp=r["cp"], dp=dp, mbs=r["micro_batch_size"], vpp=vp, zero=1,

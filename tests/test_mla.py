@@ -129,11 +129,37 @@ def test_model_flops_count_mla_projections_and_both_head_widths():
     assert flops_tok == pytest.approx(want, rel=1e-9)
 
 
-@pytest.mark.parametrize("framework", ["parplan", "torchtitan", "deepspeed", "fsdp"])
-def test_mla_is_planned_for_megatron_only_and_says_so_in_one_line(framework):
+@pytest.mark.parametrize("framework", ["torchtitan", "deepspeed", "fsdp"])
+def test_mla_is_planned_for_megatron_and_parplan_only_and_says_so_in_one_line(framework):
     with pytest.raises(PlannerError) as e:
         recommend(ModelSpec(**SMALL), 8, framework=framework, global_batch_size=16, seq_len=256, top_k=1)
     assert "multi-head latent attention" in str(e.value) and "megatron" in str(e.value)
+
+
+def test_parplan_plans_mla_without_context_parallelism_or_fp8_and_with_its_padded_values():
+    """parplan's runtime (parallel_layers.model.MLAttention): an unpinned search keeps cp 1, a pinned cp or fp8 is
+    refused in one line; its kernel runs the values' product at head_dim (the values padded) and saves q, k, v and the
+    output at head_dim, the output projection's input at v_dim, the latents before their norms on the rank's tokens
+    and after them gathered whole."""
+    from planner.core import model_dims
+    from planner.search import Pins
+    spec = ModelSpec(**SMALL)
+    plan = recommend(spec, 8, framework="parplan", global_batch_size=16, seq_len=1024, top_k=1, suggest=False)
+    assert plan.parallel.cp == 1
+    for kw in (dict(pins=Pins(cp=2)), dict(fp8=True), dict(mla_recompute=True)):
+        with pytest.raises(PlannerError, match="latent attention"):
+            recommend(spec, 8, framework="parplan", global_batch_size=16, seq_len=1024, top_k=1, **kw)
+    m, mp = model_dims(spec, 1024, "megatron"), model_dims(spec, 1024, "parplan")
+    assert (m.core_width, mp.core_width) == (8 * (48 + 32) // 2, 8 * 48) and m.attn_width == mp.attn_width
+    a = 2
+    for tp, sp in ((1, 0), (2, 1)):
+        lay = _lay(tp=tp, sp=sp)
+        split = tp if sp else 1
+        mega = activation_bytes_per_layer(m, lay, a, flash=True) / 1024
+        ours = activation_bytes_per_layer(mp, lay, a, flash=True) / 1024
+        down = 96 + 64 + 16
+        want = ((down / split + down) - 2 * (96 + 64)) * a + 8 / split - 8 + 8 * (2 * 48 - 32) / tp * a
+        assert ours - mega == pytest.approx(want)
 
 
 def test_half_an_mla_shape_is_refused():
@@ -219,15 +245,15 @@ def test_recomputing_the_up_projections_frees_q_k_v_for_their_gemms():
 
 def test_published_deepseek_v3_runs_are_held_out():
     """megatron_deepseek_h100: DeepSeek-V3 on 512 and 1,024 H100 (NVIDIA's DGX Cloud benchmarking, BF16), nothing
-    fitted: both over-predicted (+15.5 % and +21.2 % when this was written; the multi-token-prediction layer, about
-    4 % of the FLOPs, is not modelled), and without the launch's mla_up_proj recompute the 512-GPU layout does not
-    fit."""
+    fitted: -1.1 % and -8.8 % when this was written (+15.5 % and +21.2 % before its multi-token-prediction layer was
+    planned), and without the launch's mla_up_proj recompute the 512-GPU layout does not fit."""
     import json
     from planner.validate import reference_dir, run_query, validate_set, megatron_deepseek_h100
     data = json.loads((reference_dir() / "megatron_deepseek_h100.json").read_text())
     cases = validate_set("megatron_deepseek_h100", data)
     assert len(cases) == 2 and all(c.predicted is not None for c in cases)
-    assert all(0.0 < c.error < 0.25 for c in cases), [c.error for c in cases]
-    assert all(c.plan.training.mla_recompute and c.plan.parallel.ep == 64 for c in cases)
+    assert all(abs(c.error) < 0.12 for c in cases), [c.error for c in cases]
+    assert all(c.plan.training.mla_recompute and c.plan.parallel.ep == 64 and c.plan.model.mtp_layers == 1
+               for c in cases)
     q = next(iter(megatron_deepseek_h100(data)))
     assert q.gpus == 512 and run_query(replace(q, mla_recompute=False)) is None

@@ -212,9 +212,9 @@ def test_the_summary_says_where_the_dense_blocks_sit():
     assert "the first 3 of the 92 blocks dense, ffn 12288" in model
     how = next(s for s in summary_lines(plan) if s.startswith("how accurate"))
     # the published MoE runs of a model with dense blocks between: DeepSeek-V3's (planner/data/accuracy.json)
-    assert __import__("re").search(r"\(2 of them DeepSeek-V3's, with latent attention and dense blocks between its "
-                                   r"MoE ones: \|error\| median \d+\.\d %, max \d+\.\d %; its multi-token prediction "
-                                   r"not modelled\)$", how), how
+    assert __import__("re").search(r"\(2 of them DeepSeek-V3's, with latent attention, dense blocks between its MoE "
+                                   r"ones and multi-token prediction: \|error\| median \d+\.\d %, max \d+\.\d %\)$",
+                                   how), how
 
 
 def test_llama4_configs_read_their_interleaved_dense_blocks():

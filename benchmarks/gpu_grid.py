@@ -94,6 +94,17 @@ def grid() -> list[tuple[str, list[str]]]:
     # blocks a dense SwiGLU of 5632 (GLM-4.5's and DeepSeek-V3's placement)
     out.append(("moe-mixed-2.4b-e16-mbs2", moe + ["--ffn-hidden", "1408", "--experts", "16", "--experts-per-token", "2",
                                                   "--first-dense-layers", "2", "--dense-ffn", "5632"]))
+    # multi-head latent attention on parplan's runtime (parallel_layers.model.MLAttention, the twenty-seventh session,
+    # CPU only): DeepSeek-V2-Lite's attention widths (kv latent 512, head_dim 128 + 64, values 128, padded to 192 for
+    # the fused kernel) on the dense 1.3B-class llama's blocks, and the mixed MoE model above with them
+    out.append(("mla-1.3b-mbs4", ["--layers", "24", "--hidden", "2048", "--heads", "16", "--kv-heads", "16",
+                                  "--head-dim", "192", "--kv-lora-rank", "512", "--q-lora-rank", "768",
+                                  "--qk-rope-dim", "64", "--v-head-dim", "128", "--ffn-hidden", "5632", "--vocab", "32000",
+                                  "--seq-len", "2048", "--mbs", "4", "--global-batch-size", "4", "--recompute", "none"]))
+    out.append(("mla-moe-mixed-2.4b-e16-mbs2", [a for a in moe if a not in ("--kv-heads", "8")]
+                + ["--kv-heads", "16", "--head-dim", "192", "--kv-lora-rank", "512", "--qk-rope-dim", "64",
+                   "--v-head-dim", "128", "--ffn-hidden", "1408", "--experts", "16", "--experts-per-token", "2",
+                   "--first-dense-layers", "2", "--dense-ffn", "5632"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",

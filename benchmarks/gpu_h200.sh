@@ -112,13 +112,14 @@ elif [ "$t" -ge 30 ]; then
 else echo "fp8 shapes: ${t} s left, not started"; fi
 
 # 6. parplan's mixture of experts (the twenty-fifth session, checked on CPU only: does it run on a GPU, and how far is
-# its eager block with one GEMM per expert from the prediction), then the dropout run (2026-12-04 ran it 24 % slower than its twin, torch.compile past its recompile limit; the
+# its eager block with one GEMM per expert from the prediction), then its multi-head latent attention (the
+# twenty-seventh session, CPU only: compiled, the values padded to head_dim for the fused kernel), then the dropout run (2026-12-04 ran it 24 % slower than its twin, torch.compile past its recompile limit; the
 # runtime fixed since on CPU, and its hidden masks hashed inside the compiled blocks: the same entry again says what
 # the two give on a GPU), then the entries no H200 call has reached (eight micro-batches; the 3B at micro-batch 1),
 # then launch-bound runs of both recompute modes on this call's host (the calibrate probe read full recompute
 # 1.2-1.5x under the launches, no recompute within ~10 %), then the rest
 echo "grid: $(( LIMIT - SECONDS )) s left"
-grid "$(cap 600 10)" moe-2.5b-e16-mbs2 moe-2.4b-e8-mbs2 moe-mixed-2.4b-e16-mbs2 gpt-1.3b-mbs4-none-dropout llama-1.3b-mbs1-accum8 llama-3b-mbs1-none llama-1.3b-mbs1-none \
+grid "$(cap 600 10)" moe-2.5b-e16-mbs2 moe-2.4b-e8-mbs2 moe-mixed-2.4b-e16-mbs2 mla-1.3b-mbs4 mla-moe-mixed-2.4b-e16-mbs2 gpt-1.3b-mbs4-none-dropout llama-1.3b-mbs1-accum8 llama-3b-mbs1-none llama-1.3b-mbs1-none \
   llama-1.3b-mbs1-full gpt-1.3b-mbs4-none llama-0.5b-mbs1-none llama-0.5b-mbs4-full llama-1.3b-mbs4-selective \
   llama-3b-mbs4-full
 pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R)"

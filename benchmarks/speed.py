@@ -24,6 +24,8 @@ CASES = [
     ("recommend --model qwen3-235b-a22b --gpus 1024 --framework megatron --json", 1.0),
     # dense blocks between the MoE ones (since 2026-12-05): each rank's blocks priced by kind
     ("recommend --model glm-4.5 --gpus 1024 --framework megatron --json", 1.0),
+    # multi-head latent attention and multi-token prediction (since 2026-12-05): DeepSeek-V3 as it was pretrained
+    ("recommend --model deepseek-v3 --gpus 1024 --framework megatron --mtp-layers 1 --json", 1.0),
 ]
 
 

@@ -229,11 +229,14 @@ def test_deepep_sends_a_token_once_per_remote_node():
 
 def _moe_search_setup(name="qwen3-30b-a3b", gpus=32, seq=4096, gbs=256):
     """A mixture of experts' whole candidate space as the search builds it (expert_parallel_candidates included)
-    under Megatron's stack."""
+    under Megatron's stack.  name: a preset, "+mtp1" after it for one multi-token-prediction depth."""
     import hardware_profiles
     from cost_models.hardware import constants_from_profile
     from planner.search import build_layouts, structural_infeasibility
-    spec = load_preset(name)
+    preset, _, mtp = name.partition("+mtp")
+    spec = load_preset(preset)
+    if mtp:
+        spec = spec.model_copy(update={"mtp_layers": int(mtp)})
     m = ModelDims.from_spec(spec, seq)
     plan = recommend(spec, gpus, framework="megatron", global_batch_size=gbs, seq_len=seq, top_k=1, suggest=False)
     tr = training_consts(plan.training)
@@ -245,7 +248,12 @@ def _moe_search_setup(name="qwen3-30b-a3b", gpus=32, seq=4096, gbs=256):
     return m, tr, hw, lay, pins
 
 
-@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "glm-4.5-air"])  # GLM-4.5-Air: a dense block before its MoE ones
+# GLM-4.5-Air: a dense block before its MoE ones; DeepSeek-V2-Lite: latent attention (its down projections whole on
+# every tensor-parallel rank), and with one multi-token-prediction depth on the head's rank
+MOE_SEARCH_MODELS = ["qwen3-30b-a3b", "glm-4.5-air", "deepseek-v2-lite", "deepseek-v2-lite+mtp1"]
+
+
+@pytest.mark.parametrize("name", MOE_SEARCH_MODELS)
 def test_the_search_floors_hold_for_a_mixture_of_experts_and_change_no_answer(name):
     """The memory floor (states_floor, now with the experts' states over their own group) and the step-time floor
     (with the all-to-alls) lie under every MoE candidate's total and step, and pruning by them gives the same plans
@@ -270,7 +278,7 @@ def test_the_search_floors_hold_for_a_mixture_of_experts_and_change_no_answer(na
     assert runs[0] == runs[1] and all(r["ep"] >= 1 for r in runs[0])
 
 
-@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "glm-4.5-air"])
+@pytest.mark.parametrize("name", MOE_SEARCH_MODELS)
 def test_array_and_scalar_evaluations_agree_for_a_mixture_of_experts(name):
     """The search evaluates candidates as arrays; one candidate's scalar evaluation gives the same numbers (the
     MoE terms' broadcasting and branches, a mixed model's per-rank dense counts)."""

@@ -6,7 +6,6 @@ import subprocess
 import sys
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from cost_models.layout import SCH_1F1B, SCH_ZBV, Layout, ModelDims, model_rank_block_counts, rank_block_counts
@@ -88,36 +87,3 @@ def test_mtp_is_planned_for_megatron_and_exported_there():
                           "--mtp-layers", "1"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--framework megatron" in bad.stderr
 
-
-def test_the_search_floors_hold_with_mtp():
-    """The memory and step floors stay under every candidate's with the MTP blocks on the head's rank, and pruning
-    by them changes no answer."""
-    import hardware_profiles
-    import planner.search as search
-    from cost_models.hardware import constants_from_profile
-    from cost_models.memory import states_floor
-    from cost_models.total import evaluate, step_floor
-    from planner.core import training_consts
-    from planner.search import build_layouts, expert_parallel_candidates, structural_infeasibility
-    spec = load_preset("deepseek-v2-lite").model_copy(update={"mtp_layers": 1})
-    gpus, seq, gbs = 32, 4096, 256
-    m = ModelDims.from_spec(spec, seq)
-    plan = recommend(spec, gpus, framework="megatron", global_batch_size=gbs, seq_len=seq, top_k=1, suggest=False)
-    tr = training_consts(plan.training)
-    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
-    pins = Pins(zeros=(0, 1))
-    lay = build_layouts(m, gpus, gbs, pins, tr.zero_over_cp)
-    lay = lay.take(np.nonzero(structural_infeasibility(m, tr, lay) < 0)[0])
-    lay, _ = expert_parallel_candidates(m, lay, pins)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        met = evaluate(m, tr, hw, lay)
-        floor = np.broadcast_to(step_floor(m, tr, hw, lay), (len(lay),))
-    assert np.all(states_floor(m, lay, tr) <= met["mem_total"] * (1 + 1e-12))
-    assert np.all(floor <= np.broadcast_to(met["step_time_s"], (len(lay),)) * (1 + 1e-12))
-    runs = []
-    for first in (64, 10**9):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(search, "FLOOR_FIRST", first)
-            res = search.run_search(m, tr, hw, [gpus], pins, top_k=5, objective="throughput")
-        runs.append([res.layout.row(j) for j in range(len(res.layout))])
-    assert runs[0] == runs[1]

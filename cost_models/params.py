@@ -45,6 +45,12 @@ class Mla(NamedTuple):
         """The down projections' output width a token: what sequence parallelism gathers in place of h."""
         return self.q_lora + self.kv_lora + self.rope
 
+    def tp_input_width(self, hidden: int) -> int:
+        """What a token brings into the tensor-parallel region before the attention: the latents (down_width), and
+        without a query latent the block input too, which the column-parallel query projection reads (sequence
+        parallelism gathers both; without it the backward all-reduces both input gradients)."""
+        return self.down_width() + (0 if self.q_lora else hidden)
+
     def latent_norms(self) -> int:
         """The latents' RMSNorm weights."""
         return self.q_lora + self.kv_lora

@@ -249,12 +249,13 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     sp_on = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1)
     if m.kv_lora:
         # multi-head latent attention: the collective before the attention's column-parallel layers moves the
-        # latents a token (Mla.down_width: the down projections run duplicated before it), not h -- forward an
+        # latents a token (Mla.tp_input_width: the down projections run duplicated before it; without a query latent
+        # h too, the query projection's input), not h alone -- forward an
         # identity (sequence parallelism: the latents' all-gather), backward the latents' gradient all-reduce (or
         # reduce-scatter); the output projection's stays h.  Each forward (and a full recompute's) and backward
         # moves one of each with sequence parallelism, and the forward the h one, the backward the latent one
         # without it
-        t_lat, moved_lat = comm.all_reduce(tokens_mb * m.mla.down_width() * act_b, tp, tp_bw, tp_lat)
+        t_lat, moved_lat = comm.all_reduce(tokens_mb * m.mla.tp_input_width(m.hidden) * act_b, tp, tp_bw, tp_lat)
         attn_t = np.where(sp_on, (2 + full) * (t_ar + t_lat) / 2, (1 + full) * t_ar + t_lat)
         attn_moved = np.where(sp_on, (2 + full) * (moved_ar + moved_lat) / 2, (1 + full) * moved_ar + moved_lat)
         tp_block = tp_block - (2 + full) * t_ar + attn_t
@@ -267,8 +268,9 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     # zero-bubble schedules gathers in the weight-gradient pass: the same two gathers, counted alike)
     regather = sp_on & ~np.asarray(tr.sp_saves_gathered_input)
     t_ag, moved_ag = comm.all_gather(msg, tp, tp_bw, tp_lat)
-    # (multi-head latent attention's gathered latents are saved by their RMSNorms: its attention gathers nothing again)
-    regathers = halves - (1 if m.kv_lora else 0)
+    # (multi-head latent attention's gathered latents are saved by their RMSNorms: its attention gathers nothing again,
+    # but for a query projection without a latent, which reads the block input as a column-parallel layer does)
+    regathers = halves - (1 if m.kv_lora and m.q_lora else 0)
     tp_block_exposed = tp_block_exposed + np.where(
         regather, hw.exposed(regathers * t_ag, column_input_grad_time(m, lay, hw)), 0.0)
     tp_moved = tp_moved + np.where(regather, regathers * moved_ag, 0.0)

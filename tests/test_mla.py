@@ -112,6 +112,12 @@ def test_tensor_parallel_collectives_move_the_latents_before_the_attention():
         # SP: the MLP's input gathered again in the backward; the attention keeps its gathered latents
         want = 3 * moved_h + moved_l + (moved_ag if sp else 0.0)
         assert float(bc.tp_moved) == pytest.approx(want)
+        # without a query latent the query projection reads h: its input comes into the region beside the latents
+        # (and under SP is gathered again in the backward, as a column-parallel layer's)
+        no_q = replace(m, q_lora=0)
+        bc = block_comm(no_q, replace(tr, sp_saves_gathered_input=False), hw, lay, block_time(no_q, lay, hw, 2, True))
+        _, moved_lh = comm.all_reduce(tokens * (64 + 16 + 512) * tr.act_bytes, 2, bw, lat)
+        assert float(bc.tp_moved) == pytest.approx(3 * moved_h + moved_lh + (2 * moved_ag if sp else 0.0))
 
 
 def test_model_flops_count_mla_projections_and_both_head_widths():

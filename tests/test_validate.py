@@ -153,7 +153,7 @@ def test_reference_sets_ship_with_the_package():
 
 
 @pytest.mark.parametrize("name", ["korthikanti2022_selective_recompute", "megatron_sc21_table2_zero3",
-                                  "bloom_176b", "llama3_405b_table4"])
+                                  "bloom_176b", "llama3_405b_table4", "megatron_deepseek_h100"])
 def test_other_published_sets_meet_the_12_percent_median_bar(summary, name):
     """Issue 4's bar for the other published sets, on those that meet it today (MT-NLG does not, and OPT and
     GPT-NeoX are plausibility checks: README, "How accurate"); a regression on any of these fails here."""
@@ -311,6 +311,7 @@ README_ROWS = {  # the README's "How accurate" table: the start of a row's first
     "NVIDIA DGX Cloud NeMo benchmarks in FP8": "nemo_h100_fp8",  # before its BF16 set's prefix, which it starts with
     "NVIDIA DGX Cloud NeMo": "nemo_h100_bf16",
     "NeMo Megatron Launcher GPT-3": "nemo_launcher_gpt3",
+    "DeepSeek-V3 under Megatron-Core": "megatron_deepseek_h100",
 }
 
 

@@ -41,9 +41,10 @@ NOTES = [
     "DGX Cloud benchmarking release 25.05.04 (NeMo 25.04.01 on Megatron-Core), the first published runs of a model "
     "with multi-head latent attention and of one with dense blocks between its MoE ones parplan predicts. Their FLOP "
     "count (260.0 GFLOP a token against 249.8 without) shows one multi-token-prediction layer, planned on the last "
-    "pipeline stage (model.mtp_layers 1); the launch's split puts one block fewer there (7 / 8 x 6 / 6 and "
-    "3 / 4 x 14 / 2), the planner's even split does not, which slows its last stage. Before multi-token prediction "
-    "was modelled the rows read +15.5 % and +21.2 %; before the launch's --recompute-modules mla_up_proj was "
+    "pipeline stage (model.mtp_layers 1) as a block of its split, which gives the launches' own splits (7 / 8 x 6 / 6 "
+    "and 3 / 4 x 14 / 2). Both rows over-predicted. Before multi-token prediction was modelled they read +15.5 % and "
+    "+21.2 %; with it and an even split (the last stage a block heavier than the launches'), -1.1 % and -8.8 %; "
+    "before the launch's --recompute-modules mla_up_proj was "
     "(training.mla_recompute), the 512-GPU layout did not fit (86.1 GB predicted against 83.0 usable). The "
     "dispatcher (all-to-all) is inferred, not printed.",
     "llama3_405b_table4: 126 layers over pp 16 x vpp virtual stages are split unevenly (first and last "

@@ -527,19 +527,38 @@ def virtual_stage_blocks(layers: int, pp, vpp, stage):
     return np.where(S == 1, layers, base + extra)
 
 
+def model_stage_layers(layers: int, mtp: int, stages: int) -> list[int]:
+    """The model's blocks per (virtual) pipeline stage, with multi-token prediction's depths (ModelSpec.mtp_layers)
+    split as blocks of the last stage, which holds them (Megatron-Core's pipeline layout puts them there: DeepSeek-V3's
+    "Et|(tt|)*30mL"; its 61 blocks and one MTP depth over 8 stages are DeepSeek's recipes' 7 / 8 x 6 / 6): stage_layers
+    of layers + mtp, the last stage's count less mtp.  Where the last stage would hold fewer than mtp, the MTP depths
+    go beside its share of the blocks (stage_layers of the blocks alone)."""
+    if not mtp:
+        return stage_layers(layers, stages)
+    if (layers + mtp) // stages < mtp:
+        return stage_layers(layers, stages)
+    sizes = stage_layers(layers + mtp, stages)
+    sizes[-1] -= mtp
+    return sizes
+
+
 def model_rank_block_counts(m: ModelDims, pp, vpp, schedule=None):
-    """rank_block_counts of m's blocks, with multi-token prediction's blocks (ModelDims.mtp) on the rank holding the
-    head: the last, rank 0 without a pipeline or under ZB-V (head_on_first_rank), and the middle rank where it is the
-    only or the last one (pp 1 or 2).  They count as the model's last block kind (an MoE block in a mixture of
-    experts: rank_dense_blocks counts none of them)."""
-    first, mid, last = rank_block_counts(m.layers, pp, vpp, schedule)
+    """rank_block_counts of m's blocks and its multi-token-prediction depths (ModelDims.mtp), each priced as a block
+    of the stage holding the head (model_stage_layers: the last virtual stage; rank pp-1's, rank 0's under ZB-V, the
+    only rank's without a pipeline).  They count as MoE blocks in a mixture of experts (rank_dense_blocks counts none
+    of them).  Where the last virtual stage's share is under mtp, the depths go beside the blocks' own split."""
     if not m.mtp:
-        return first, mid, last
+        return rank_block_counts(m.layers, pp, vpp, schedule)
     p = np.asarray(pp)
     zbv = (np.asarray(schedule) == SCH_ZBV) & (p > 1) if schedule is not None else np.zeros(np.shape(p), bool)
+    stages = p * np.where(zbv, 2, np.asarray(vpp))
+    split = (m.layers + m.mtp) // stages >= m.mtp  # the last virtual stage holds at least base blocks
+    together = rank_block_counts(m.layers + m.mtp, pp, vpp, schedule)
+    apart = rank_block_counts(m.layers, pp, vpp, schedule)
     head_first = (p == 1) | zbv
-    return (first + np.where(head_first, m.mtp, 0), mid + np.where((p == 1) | ((p == 2) & ~zbv), m.mtp, 0),
-            last + np.where(head_first & (p > 1), 0, m.mtp))
+    apart = (apart[0] + np.where(head_first, m.mtp, 0), apart[1] + np.where(p == 1, m.mtp, 0),
+             apart[2] + np.where(head_first & (p > 1), 0, m.mtp))
+    return tuple(np.where(split, t, a) for t, a in zip(together, apart))
 
 
 def rank_block_counts(layers: int, pp, vpp, schedule=None):
@@ -611,7 +630,7 @@ def rank_dense_blocks(m: ModelDims, pp, vpp, schedule=None):
     table = np.zeros((len(first), 3))
     for j, row in enumerate(first):
         p, v, z = int(cols[0][row]), int(cols[1][row]), bool(cols[2][row]) and int(cols[0][row]) > 1
-        sizes = stage_layers(m.layers, p * (2 if z else v))
+        sizes = model_stage_layers(m.layers, m.mtp, p * (2 if z else v))
         starts = np.cumsum([0] + sizes)
 
         def held(r):

@@ -1000,7 +1000,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
             _, _, o, offl = model_states(expert_state_params(params, experts, lay, tr), lay, tr, coefficients)
         return w, g, o, offl
 
-    inflight = rank_inflight_by_key(lay, m_micro, m.layers, tr.p2p_output_sends_released)
+    # (multi-token prediction's depths are blocks of the last virtual stage: layout.model_rank_block_counts)
+    inflight = rank_inflight_by_key(lay, m_micro, m.layers + m.mtp, tr.p2p_output_sends_released)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more, tr.fp8)
 
     def block_terms(sub):

@@ -18,7 +18,7 @@ from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import (OFFLOADS, PRECISION_RECIPES, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
-                                stage_layers, stages_of_rank)
+                                model_stage_layers, stages_of_rank)
 from cost_models.memory import PEAK_MOMENTS, weight_pass_queued
 from cost_models.total import evaluate
 
@@ -577,7 +577,7 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
                    schedule=SCHEDULES[lay_row["schedule"]], offload=OFFLOADS[lay_row["offload"]],
                    recompute_layers=lay_row.get("recompute_layers") or None,
                    dp_replicate=int(lay_row.get("dp_replicate") or 1), ep=int(lay_row.get("ep") or 1),
-                   stage_layers=stage_layers(spec.layers, stages))
+                   stage_layers=model_stage_layers(spec.layers, spec.mtp_layers or 0, stages))
     hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
     if prediction is not None:
         prediction = _with_accuracy(prediction, training, hw_ref.name, spec.is_moe)
@@ -1310,7 +1310,7 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
         if fw not in PARTIAL_RECOMPUTE_FRAMEWORKS:
             raise StructureError(f"recompute_layers {p.recompute_layers}: {fw} recomputes every block of a stage or "
                                  "none", "drop recompute_layers, or set training.framework megatron or parplan")
-        largest = max(p.stage_layers or stage_layers(spec.layers, p.pp * p.vpp))
+        largest = max(p.stage_layers or model_stage_layers(spec.layers, spec.mtp_layers or 0, p.pp * p.vpp))
         if p.recompute_layers >= largest:
             raise StructureError(f"recompute_layers {p.recompute_layers} recomputes every block of each stage (at most "
                                  f"{largest})", "drop it for recompute full, or give fewer")
@@ -1367,7 +1367,8 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size, tr)
     pred = _with_accuracy(prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus),
                           plan.training, plan.hardware.name, spec.is_moe)
-    if p.stage_layers is not None and list(p.stage_layers) != stage_layers(spec.layers, p.pp * p.vpp):
+    if p.stage_layers is not None and list(p.stage_layers) != model_stage_layers(spec.layers, spec.mtp_layers or 0,
+                                                                                      p.pp * p.vpp):
         pred.warnings.append("stage_layers differ from the default split; memory and time assume the default split")
     return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],
                                    "suggestions": []})

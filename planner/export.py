@@ -158,11 +158,11 @@ def framework_note(plan: Plan, to: str) -> Optional[str]:
 def plan_stage_layers(plan: Plan) -> list[int]:
     """Transformer blocks per virtual stage, in virtual-stage order (pp*vpp entries): the plan's, or the split
     the cost model predicted (cost_models.layout.stage_layers)."""
-    from cost_models.layout import stage_layers
+    from cost_models.layout import model_stage_layers
     p, m = plan.parallel, plan.model
     if p.stage_layers is not None:
         return list(p.stage_layers)
-    return stage_layers(m.layers, p.pp * p.vpp)
+    return model_stage_layers(m.layers, m.mtp_layers or 0, p.pp * p.vpp)
 
 
 # megatron/core/datasets/gpt_dataset.py MockGPTLowLevelDataset: arange(length - 1) + 1 for lengths below
@@ -219,12 +219,14 @@ def megatron_moe_layer_freq(m) -> str:
     return "[" + ",".join(map(str, flags)) + "]"
 
 
-def _megatron_layout(counts: list[int]) -> str:
+def _megatron_layout(counts: list[int], mtp: int = 0) -> str:
+    """Megatron-LM's --pipeline-model-parallel-layout: E the embedding, t a block, m a multi-token-prediction depth
+    (on the last stage, before the loss), L the loss."""
     stages = []
     last = len(counts) - 1
     for i, n in enumerate(counts):
         body = "t" if n == 1 else (f"t*{n}" if n > 1 else "")
-        stages.append(("E" if i == 0 else "") + body + ("L" if i == last else ""))
+        stages.append(("E" if i == 0 else "") + body + ("m" * mtp + "L" if i == last else ""))
     return "|".join(stages)
 
 
@@ -354,7 +356,7 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
             flag("--decoder-first-pipeline-num-layers", counts[0])
             flag("--decoder-last-pipeline-num-layers", counts[-1])
         elif not uniform:
-            flag("--pipeline-model-parallel-layout", _megatron_layout(counts))
+            flag("--pipeline-model-parallel-layout", _megatron_layout(counts, m.mtp_layers or 0))
         if p.schedule in _MEGATRON_SCHEDULE_NOTES:
             notes.append(_MEGATRON_SCHEDULE_NOTES[p.schedule])
         if p.vpp > 1 and t.num_microbatches % p.pp:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from cost_models.compute import plan_fuses_wgrad, plan_overlaps_param_gather
-from cost_models.layout import stage_layers
+from cost_models.layout import model_stage_layers
 from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_ep, saved_steps, saved_tp, step_path
 from planner.core import WINDOW_FRAMEWORKS
@@ -591,7 +591,7 @@ def check_split(plan) -> Check | None:
     p = plan.parallel
     if p.stage_layers is None:
         return None
-    default = stage_layers(plan.model.layers, p.pp * p.vpp)
+    default = model_stage_layers(plan.model.layers, plan.model.mtp_layers or 0, p.pp * p.vpp)
     if list(p.stage_layers) == default:
         return None
     from .render import compact_counts

@@ -22,17 +22,34 @@ def _lay(pp, vpp=1, schedule=SCH_1F1B, tp=1, gpus=None):
 
 
 @pytest.mark.parametrize("pp,vpp,schedule", [(1, 1, SCH_1F1B), (2, 1, SCH_1F1B), (4, 1, SCH_1F1B), (4, 2, 2),
-                                             (4, 2, SCH_ZBV), (2, 2, SCH_ZBV)])
-def test_the_mtp_blocks_sit_on_the_rank_holding_the_head(pp, vpp, schedule):
-    m = ModelDims.from_spec(load_preset("deepseek-v2-lite"), 4096)
-    base = rank_block_counts(m.layers, pp, vpp, schedule)
-    got = model_rank_block_counts(replace(m, mtp=2), pp, vpp, schedule)
-    head_first = pp == 1 or schedule == SCH_ZBV
-    want_first = base[0] + (2 if head_first else 0)
-    want_last = base[2] + (2 if pp == 1 or not head_first else 0)
-    assert (int(got[0]), int(got[2])) == (want_first, want_last)
-    assert int(got[1]) == base[1] + (2 if pp == 1 or (pp == 2 and schedule != SCH_ZBV) else 0)
-    assert model_rank_block_counts(m, pp, vpp, schedule) == base  # no MTP: the model's own counts
+                                             (4, 2, SCH_ZBV), (2, 2, SCH_ZBV), (8, 4, 2)])
+def test_the_mtp_depths_are_blocks_of_the_last_stage(pp, vpp, schedule):
+    """Each rank holds its virtual stages' blocks (model_stage_layers: the split of layers + mtp, the last stage's
+    count less mtp) and the rank with the last stage the MTP depths too: rank pp-1, rank 0 under ZB-V or without a
+    pipeline; rank_dense_blocks' split is the same."""
+    from cost_models.layout import model_stage_layers, stages_of_rank
+    m = replace(ModelDims.from_spec(load_preset("deepseek-v2-lite"), 4096), mtp=2)
+    z = schedule == SCH_ZBV and pp > 1
+    v = 2 if z else vpp
+    sizes = model_stage_layers(m.layers, m.mtp, pp * v)
+    assert sum(sizes) == m.layers
+    held = [sum(sizes[s] for s in stages_of_rank(r, pp, v, "zbv" if z else "1f1b"))
+            + (m.mtp if pp * v - 1 in stages_of_rank(r, pp, v, "zbv" if z else "1f1b") else 0) for r in range(pp)]
+    first, mid, last = (int(x) for x in model_rank_block_counts(m, pp, vpp, schedule))
+    assert (first, last) == (held[0], held[-1])
+    assert mid == (max(held[1:-1]) if pp > 2 else held[0])  # (rank_block_counts' middle is rank 0's below pp 3)
+    assert model_rank_block_counts(replace(m, mtp=0), pp, vpp, schedule) == rank_block_counts(m.layers, pp, vpp,
+                                                                                              schedule)
+
+
+def test_deepseek_v3s_split_is_its_recipes():
+    """DeepSeek-V3's 61 blocks and one MTP depth: 7 / 8 x 6 / 6 over 8 stages, 3 / 4 x 14 / 2 over 16 (the DGX Cloud
+    launches' --decoder-first/last-pipeline-num-layers); a last stage too small for the depths keeps the plain split."""
+    from cost_models.layout import model_stage_layers, stage_layers
+    assert model_stage_layers(61, 1, 8) == [7] + [8] * 6 + [6]
+    assert model_stage_layers(61, 1, 16) == [3] + [4] * 14 + [2]
+    assert model_stage_layers(61, 0, 16) == stage_layers(61, 16)
+    assert model_stage_layers(5, 2, 4) == stage_layers(5, 4)
 
 
 def test_the_head_rank_holds_the_mtp_block_projection_and_an_embedding_copy():

@@ -551,6 +551,12 @@ def model_rank_block_counts(m: ModelDims, pp, vpp, schedule=None):
         return rank_block_counts(m.layers, pp, vpp, schedule)
     p = np.asarray(pp)
     zbv = (np.asarray(schedule) == SCH_ZBV) & (p > 1) if schedule is not None else np.zeros(np.shape(p), bool)
+    v = np.asarray(vpp)
+    if p.ndim == 1 and p.shape == v.shape == zbv.shape and p.size >= 4096:
+        # a search's candidates share a few dozen (pp, vpp, zbv): count once per triple, then scatter
+        first, where = distinct_rows(p, v, zbv)
+        return tuple(np.asarray(x)[where] for x in model_rank_block_counts(m, p[first], v[first],
+                                                                            np.where(zbv[first], SCH_ZBV, -1)))
     stages = p * np.where(zbv, 2, np.asarray(vpp))
     split = (m.layers + m.mtp) // stages >= m.mtp  # the last virtual stage holds at least base blocks
     together = rank_block_counts(m.layers + m.mtp, pp, vpp, schedule)

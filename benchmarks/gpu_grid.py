@@ -99,8 +99,9 @@ def grid() -> list[tuple[str, list[str]]]:
     # the fused kernel) on the dense 1.3B-class llama's blocks, and the mixed MoE model above with them
     out.append(("mla-1.3b-mbs4", ["--layers", "24", "--hidden", "2048", "--heads", "16", "--kv-heads", "16",
                                   "--head-dim", "192", "--kv-lora-rank", "512", "--q-lora-rank", "768",
-                                  "--qk-rope-dim", "64", "--v-head-dim", "128", "--ffn-hidden", "5632", "--vocab", "32000",
-                                  "--seq-len", "2048", "--mbs", "4", "--global-batch-size", "4", "--recompute", "none"]))
+                                  "--qk-rope-dim", "64", "--v-head-dim", "128", "--ffn-hidden", "5632",
+                                  "--vocab", "32000", "--seq-len", "2048", "--mbs", "4", "--global-batch-size", "4",
+                                  "--recompute", "none"]))
     out.append(("mla-moe-mixed-2.4b-e16-mbs2", [a for a in moe if a not in ("--kv-heads", "8")]
                 + ["--kv-heads", "16", "--head-dim", "192", "--kv-lora-rank", "512", "--qk-rope-dim", "64",
                    "--v-head-dim", "128", "--ffn-hidden", "1408", "--experts", "16", "--experts-per-token", "2",

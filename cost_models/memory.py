@@ -18,7 +18,8 @@ import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches,
-                     model_rank_block_counts, recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks, zero_shards,
+                     model_rank_block_counts, recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks,
+                     zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
 from .params import layer_other_params, mla_projections
@@ -153,7 +154,8 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         # heads x rope / tp fewer, and no log-sum-exp
         down = m.mla.down_width()
         elems = elems + (down / seq_split + down) * act_bytes + 4 * (2 if m.q_lora else 1) / seq_split
-        elems = elems + np.where(lay.recompute == REC_SELECTIVE, -(m.heads * m.rope / tp * act_bytes + 4 * m.heads / tp),
+        selective_save = -(m.heads * m.rope / tp * act_bytes + 4 * m.heads / tp)
+        elems = elems + np.where(lay.recompute == REC_SELECTIVE, selective_save,
                                  m.heads * (2 * m.head_dim - m.v_dim) / tp * act_bytes)
     if fp8 == "te":
         # Transformer Engine's FP8 linears save their input for the weight gradient in FP8 (1 byte): the two norm

@@ -34,8 +34,8 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       cast_time, column_input_grad_time, flow_shop_wait, gemm_time,
                       grad_accumulation_time, grad_clip_time, grad_reduce_overlaps, head_time, linear_gemm_time,
                       loss_scale_time, optimizer_time, plan_overlaps_param_gather, scales_loss, wgrad_fusion_applies)
-from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B, SCH_INTERLEAVED_ZB,
-                     SCH_ZBV, ModelDims, deepspeed_comm_casts, head_on_first_rank, num_microbatches,
+from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B,
+                     SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, deepspeed_comm_casts, head_on_first_rank, num_microbatches,
                      model_rank_block_counts, rank_dense_blocks, recompute_ends, recomputed_share, split_by_share,
                      zero_shards)
 from .memory import (BLOCK_SHAPE_FIELDS, ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
@@ -250,11 +250,10 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     if m.kv_lora:
         # multi-head latent attention: the collective before the attention's column-parallel layers moves the
         # latents a token (Mla.tp_input_width: the down projections run duplicated before it; without a query latent
-        # h too, the query projection's input), not h alone -- forward an
-        # identity (sequence parallelism: the latents' all-gather), backward the latents' gradient all-reduce (or
-        # reduce-scatter); the output projection's stays h.  Each forward (and a full recompute's) and backward
-        # moves one of each with sequence parallelism, and the forward the h one, the backward the latent one
-        # without it
+        # h too, the query projection's input), not h alone -- forward an identity (sequence parallelism: the
+        # latents' all-gather), backward the latents' gradient all-reduce (or reduce-scatter); the output
+        # projection's stays h.  With sequence parallelism each forward (and a full recompute's) and the backward
+        # move one of each; without it the forward the h one, the backward the latents' one
         t_lat, moved_lat = comm.all_reduce(tokens_mb * m.mla.tp_input_width(m.hidden) * act_b, tp, tp_bw, tp_lat)
         attn_t = np.where(sp_on, (2 + full) * (t_ar + t_lat) / 2, (1 + full) * t_ar + t_lat)
         attn_moved = np.where(sp_on, (2 + full) * (moved_ar + moved_lat) / 2, (1 + full) * moved_ar + moved_lat)
@@ -740,8 +739,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # ---- FLOPs, MFU, HFU (Narayanan 2021 eq. 3 for the recompute term)
     # (a mixed model's dense blocks at their own MLP width: ModelDims.dense_dims)
     kinds = ((m.moe_blocks, m), (m.layers - m.moe_blocks, m.dense_dims())) if m.mixed else ((m.layers, m),)
-    # multi-token prediction's depths: one more block of the model's last kind each (model_rank_block_counts), the
-    # 2h -> h projection and the head again (Megatron-LM's and NeMo's FLOP counts for DeepSeek-V3 count them so)
+    # multi-token prediction's depths: one more block each, an MoE block in a mixture of experts (kinds[0];
+    # model_rank_block_counts), the 2h -> h projection and the head again (Megatron-LM's and NeMo's FLOP counts for
+    # DeepSeek-V3 count them so)
     if m.mtp:
         kinds = ((kinds[0][0] + m.mtp, kinds[0][1]),) + kinds[1:]
     layers_mm = sum(n * layer_matmul_params(k.arch, k.hidden, k.heads, k.kv_heads, k.head_dim, k.ffn, k.mla)

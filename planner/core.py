@@ -1292,7 +1292,8 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
                                  "embedding or head")
     fw = t.framework
     problem = moe_problem(spec, fw, p.ep, p.zero_stage, p.tp, p.sp, plan=True,
-                          dispatcher=t.moe_dispatcher, recompute=t.moe_recompute, fp8=t.fp8, recompute_mode=p.recompute) \
+                          dispatcher=t.moe_dispatcher, recompute=t.moe_recompute, fp8=t.fp8,
+                          recompute_mode=p.recompute) \
         or mla_problem(spec, fw, plan=True, mla_recompute=t.mla_recompute, cp=p.cp, fp8=t.fp8) \
         or mtp_problem(spec, fw, plan=True)
     if problem:

@@ -274,7 +274,8 @@ def _latent_runs_text(group: str) -> str:
     if not lat:
         return " (none of them a model with dense blocks between its MoE ones or latent attention)"
     return (f" ({lat['runs']} of them DeepSeek-V3's, with latent attention, dense blocks between its MoE ones and "
-            f"multi-token prediction: |error| median {_pct(lat['median_abs_error'])}, max {_pct(lat['max_abs_error'])})")
+            f"multi-token prediction: |error| median {_pct(lat['median_abs_error'])}, "
+            f"max {_pct(lat['max_abs_error'])})")
 
 
 def _dense_stages_text(plan: Plan) -> str:

@@ -152,8 +152,8 @@ class ModelSpec(Strict):
         "blocks' SwiGLU MLP (Hugging Face's intermediate_size beside moe_intermediate_size; Megatron-Core's "
         "--ffn-hidden-size beside --moe-ffn-hidden-size).")
     kv_lora_rank: Optional[int] = Field(
-        None, gt=0, le=SHAPE_MAX, description="Multi-head latent attention (MLA; DeepSeek-V2/V3, Kimi K2): the width of "
-        "the compressed key/value latent, hidden -> kv_lora_rank + qk_rope_head_dim by a down projection, then up to "
+        None, gt=0, le=SHAPE_MAX, description="Multi-head latent attention (MLA; DeepSeek-V2/V3, Kimi K2): the width "
+        "of the compressed key/value latent, hidden -> kv_lora_rank + qk_rope_head_dim by a down projection, then up to "
         "every head's keys (no-rope part) and values (DeepSeek-V3: 512; Megatron-Core's --kv-lora-rank).  With it "
         "head_dim is a query/key head's whole width (no-rope + rope parts: DeepSeek-V3 128 + 64 = 192), kv_heads "
         "equals heads and v_head_dim is a value head's.  None = ordinary (grouped-query) attention.")
@@ -171,7 +171,8 @@ class ModelSpec(Strict):
         "--mtp-num-layers): this many extra depths on the last pipeline stage, each a projection of [the block "
         "output; the next token's embedding] (2 hidden -> hidden), one more transformer block (an MoE block in a "
         "mixture of experts) and the shared output layer with its own loss.  Not counted in num_params (DeepSeek-V3's "
-        "671B leaves out its 14B MTP module).  None = none (Hugging Face's num_nextn_predict_layers is read as a note).")
+        "671B leaves out its 14B MTP module).  None = none (Hugging Face's num_nextn_predict_layers is read as a "
+        "note).")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 

@@ -679,11 +679,11 @@ def megatron_deepseek_h100(d: dict) -> Iterable[Query]:
     25.04.01): every printed setting pinned (tp 2, pp 8 or 16, ep 64, micro-batch 1, no virtual stages), the
     distributed optimizer (ZeRO 1), sequence parallelism, the launch's --recompute-modules mla_up_proj
     (training.mla_recompute), the all-to-all dispatcher (inferred: the token-drop callback asserts it; its capacity
-    factor 1.0 with padding runs every expert at its balanced share, what parplan predicts).  Stack as megatron_moe_h100's
-    (overlapped gradient reduce-scatter and parameter gather, asynchronous input-gradient collective, no TP-comm
-    overlap), and the multi-token-prediction layer its FLOP count shows (mtp_num_layers 1: model.mtp_layers), on the
-    last pipeline stage as Megatron places it, a block of the split (layout.model_stage_layers: the launches' own
-    7 / 8 x 6 / 6 and 3 / 4 x 14 / 2 blocks).  Metric: tokens/s per GPU from the printed step time."""
+    factor 1.0 with padding runs every expert at its balanced share, what parplan predicts).  Stack as
+    megatron_moe_h100's (overlapped gradient reduce-scatter and parameter gather, asynchronous input-gradient
+    collective, no TP-comm overlap), and the multi-token-prediction layer its FLOP count shows (mtp_num_layers 1:
+    model.mtp_layers), on the last pipeline stage as Megatron places it, a block of the split
+    (layout.model_stage_layers: the launches' own 7 / 8 x 6 / 6 and 3 / 4 x 14 / 2 blocks).  Metric: tokens/s per GPU from the printed step time."""
     s = d["common"]["shape"]
     shape = dict(arch="llama", layers=s["layers"], hidden=s["hidden"], heads=s["heads"], kv_heads=s["heads"],
                  head_dim=s["qk_nope_head_dim"] + s["qk_rope_head_dim"], ffn_hidden=s["moe_ffn_hidden"],

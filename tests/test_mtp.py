@@ -93,7 +93,8 @@ def test_mtp_is_planned_for_megatron_and_exported_there():
         with pytest.raises(PlannerError, match="multi-token prediction"):
             recommend(dense, 16, framework=framework, top_k=1)
     assert recommend(dense, 16, framework="megatron", top_k=1, suggest=False).model.mtp_layers == 1
-    out = subprocess.run([sys.executable, "-m", "planner.cli", "recommend", "--model", "deepseek-v2-lite", "--gpus", "16",
+    out = subprocess.run([sys.executable, "-m", "planner.cli", "recommend", "--model", "deepseek-v2-lite",
+                          "--gpus", "16",
                           "--framework", "megatron", "--mtp-layers", "1", "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert '"mtp_layers": 1' in out.stdout

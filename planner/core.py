@@ -1181,6 +1181,17 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
         out.append(f"--global-batch-size {b} fits on {gpus} GPUs ({_fitting_layout(rec, pins)}; "
                    f"{training.global_batch_size} does not split over dp {rec.parallel.dp})")
         break
+    # multi-head latent attention's up projections recomputed (Megatron's mla_up_proj: DeepSeek-V3's recipes), every
+    # pin kept: q, k and v no longer saved
+    if (spec.kv_lora_rank is not None and training.framework == "megatron" and not training.mla_recompute
+            and not hopeless):
+        try:
+            rec = recommend(spec, gpus, global_batch_size=training.global_batch_size, pins=pins,
+                            **{**common, "mla_recompute": True})
+            out.append(f"--mla-recompute (Megatron's --recompute-modules mla_up_proj) fits on {gpus} GPUs "
+                       f"({_fitting_layout(rec, pins)})")
+        except (NothingFits, PlannerError):
+            pass
     free = Pins(mbs=pins.mbs, recompute=pins.recompute, zero=pins.zero, sp=pins.sp, offload=pins.offload,
                 schedule=pins.schedule)
     degrees = [k for k in ("tp", "pp", "dp", "cp", "vpp") if getattr(pins, k) is not None]

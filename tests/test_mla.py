@@ -239,3 +239,25 @@ def test_deepseek_v3s_published_flops_are_parplans_with_causal_attention_halved(
         causal = ours - 0.5 * 12 * (m.layers + m.mtp) * row["seq_len"] * m.attn_width
         published = row["model_tflops_per_gpu_as_printed"] * 1e12 / row["tokens_per_s_per_gpu"]
         assert causal == pytest.approx(published, rel=1e-3), (causal, published)
+
+
+def test_nothing_fits_suggests_the_up_projections_recompute_first():
+    """DeepSeek-V3 on 512 H100 with the DGX Cloud launch's layout, its optimizer on the GPU and without mla_up_proj:
+    nothing fits (86.1 GB the least when this was written), and the first suggestion, every pin kept, is
+    --mla-recompute, which fits (71.3 GB); a model without latent attention is never told to."""
+    import subprocess
+    import sys
+    layout = ["--framework", "megatron", "--tp", "2", "--pp", "8", "--ep", "64", "--vpp", "1", "--mbs", "1", "--dp",
+              "32", "--zero", "1", "--recompute", "none", "--sp", "--offload", "none", "--global-batch-size", "4096",
+              "--seq-len", "4096"]
+    out = subprocess.run([sys.executable, "-m", "planner.cli", "recommend", "--model", "deepseek-v3", "--gpus", "512",
+                          "--mtp-layers", "1", *layout], capture_output=True, text=True)
+    assert out.returncode == 3, out.stderr  # nothing fits
+    error = out.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: nothing fits") and "; --mla-recompute (Megatron's --recompute-modules mla_up_proj) " \
+        "fits on 512 GPUs (tp 2, pp 8, dp 32, cp 1," in error, error
+    from planner.core import NothingFits
+    from planner.search import Pins
+    with pytest.raises(NothingFits) as e:
+        recommend("llama3-70b", 8, framework="megatron", pins=Pins(tp=1, pp=1, offload="none"), top_k=1)
+    assert "--mla-recompute" not in str(e.value) and "--offload optimizer fits" in str(e.value)

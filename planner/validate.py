@@ -655,22 +655,31 @@ def megatron_moe_h100(d: dict) -> Iterable[Query]:
     c = d["common"]
     for r, metric in [(r, "tokens_per_s_per_gpu") for r in d["rows"]] + \
             [(r, "model_tflops_per_gpu") for r in d["plausibility_rows"]]:
-        vp = r.get("vp") or 1
-        dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
-        pins = Pins(tp=r["tp"], pp=r["pp"], cp=r["cp"], dp=dp, mbs=r["micro_batch_size"], vpp=vp, zero=1,
-                    recompute="none", sp=r["tp"] > 1, schedule="interleaved-1f1b" if vp > 1 else "1f1b",
-                    offload="none", ep=r["ep"])
         spec = ModelSpec(name=r["model"], arch="llama", tied_embeddings=False, rope_theta=1e6,
                          **c["shapes"][r["model"]])
-        published = (r["global_batch_size"] * r["seq_len"] / r["step_time_s"] / r["gpus"]
-                     if metric == "tokens_per_s_per_gpu" else r["model_tflops_per_gpu"])
-        label = r["label"] + (" (plausibility)" if metric == "model_tflops_per_gpu" else "")
-        yield Query(label=label, spec=spec, gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=r["seq_len"],
-                    global_batch_size=r["global_batch_size"], metric=metric, published=published, dtype="bf16",
-                    precision="master-weights", overlap_grad_reduce=True, overlap_param_gather=True,
-                    overlap_tp_comm=False, async_tp_grad_comm=True, dropout=False, gpus_per_node=8,
-                    moe_dispatcher=r.get("moe_dispatcher", "alltoall"), moe_recompute=r.get("moe_recompute", "none"),
-                    pin_variants=[pins])
+        yield _megatron_moe_query(r, spec, metric, moe_recompute=r.get("moe_recompute", "none"))
+
+
+def _megatron_moe_query(r: dict, spec: ModelSpec, metric: str = "tokens_per_s_per_gpu", **stack) -> Query:
+    """A published Megatron-Core MoE row on H100 in BF16 as a query: every printed setting pinned (tp, pp, cp,
+    virtual stages under interleaved 1F1B, ep, the micro-batch, the distributed optimizer as ZeRO 1, sequence
+    parallelism with tp > 1, no block recompute or offload), Megatron-Core's stack (overlapped gradient reduce-scatter
+    and parameter gather, the asynchronous input-gradient collective, no TP-comm overlap, no dropout), the row's
+    dispatcher; `stack`: the row's recompute modules.  The metric: tokens/s per GPU from the printed step time, or
+    (model_tflops_per_gpu) the printed TFLOP/s per GPU, a plausibility row."""
+    vp = r.get("vp") or 1
+    dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
+    pins = Pins(tp=r["tp"], pp=r["pp"], cp=r["cp"], dp=dp, mbs=r["micro_batch_size"], vpp=vp, zero=1,
+                recompute="none", sp=r["tp"] > 1, schedule="interleaved-1f1b" if vp > 1 else "1f1b",
+                offload="none", ep=r["ep"])
+    published = (r["global_batch_size"] * r["seq_len"] / r["step_time_s"] / r["gpus"]
+                 if metric == "tokens_per_s_per_gpu" else r["model_tflops_per_gpu"])
+    label = r["label"] + (" (plausibility)" if metric == "model_tflops_per_gpu" else "")
+    return Query(label=label, spec=spec, gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=r["seq_len"],
+                 global_batch_size=r["global_batch_size"], metric=metric, published=published, dtype="bf16",
+                 precision="master-weights", overlap_grad_reduce=True, overlap_param_gather=True,
+                 overlap_tp_comm=False, async_tp_grad_comm=True, dropout=False, gpus_per_node=8,
+                 moe_dispatcher=r.get("moe_dispatcher", "alltoall"), pin_variants=[pins], **stack)
 
 
 def megatron_deepseek_h100(d: dict) -> Iterable[Query]:
@@ -692,19 +701,8 @@ def megatron_deepseek_h100(d: dict) -> Iterable[Query]:
                  dense_ffn_hidden=s["dense_ffn_hidden"], kv_lora_rank=s["kv_lora_rank"], q_lora_rank=s["q_lora_rank"],
                  qk_rope_head_dim=s["qk_rope_head_dim"], v_head_dim=s["v_head_dim"])
     for r in d["rows"]:
-        shape["mtp_layers"] = r.get("mtp_num_layers") or None
-        vp = r.get("vp") or 1
-        dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
-        pins = Pins(tp=r["tp"], pp=r["pp"], cp=r["cp"], dp=dp, mbs=r["micro_batch_size"], vpp=vp, zero=1,
-                    recompute="none", sp=r["tp"] > 1, schedule="interleaved-1f1b" if vp > 1 else "1f1b",
-                    offload="none", ep=r["ep"])
-        spec = ModelSpec(name=r["model"], tied_embeddings=False, **shape)
-        published = r["global_batch_size"] * r["seq_len"] / r["step_time_s"] / r["gpus"]
-        yield Query(label=r["label"], spec=spec, gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=r["seq_len"],
-                    global_batch_size=r["global_batch_size"], metric="tokens_per_s_per_gpu", published=published,
-                    dtype="bf16", precision="master-weights", overlap_grad_reduce=True, overlap_param_gather=True,
-                    overlap_tp_comm=False, async_tp_grad_comm=True, dropout=False, gpus_per_node=8,
-                    moe_dispatcher=r["moe_dispatcher"], mla_recompute=r["mla_recompute"], pin_variants=[pins])
+        spec = ModelSpec(name=r["model"], tied_embeddings=False, mtp_layers=r.get("mtp_num_layers") or None, **shape)
+        yield _megatron_moe_query(r, spec, mla_recompute=r["mla_recompute"])
 
 
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {

@@ -464,10 +464,19 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     compute_stage = np.maximum(np.maximum(c_first, c_mid),
                                np.where(single, 0.0, on_last("total") + np.where(head_first, 0.0, head_compute)))
 
+    # the stage that sets compute_stage ("the critical stage"): the time breakdown's per-stage rows (compute, the
+    # attention's share, the blocks' TP / CP / EP collectives and their bytes) are its, so that a mixture of experts
+    # whose rank 0 holds dense blocks only shows the all-to-alls of the MoE stage that sets the step (rank 0's had
+    # read 0 for DeepSeek-V3 at pp 32); explain.step_remainder holds what the slowest stage spends beyond them
+    crit_first = compute_stage == c_first
+    crit_mid = ~crit_first & (compute_stage == c_mid)
+
     def on_crit(key):
-        """A per-block term summed over the blocks of the stage that sets compute_stage (the attention's share)."""
-        return np.where(compute_stage == c_first, on_first(key), np.where(compute_stage == c_mid, on_mid(key),
-                                                                            on_last(key)))
+        """A per-block term summed over the blocks of the critical stage."""
+        return np.where(crit_first, on_first(key), np.where(crit_mid, on_mid(key), on_last(key)))
+    blocks_crit = np.where(crit_first, blocks_first, np.where(crit_mid, blocks_mid, blocks_last))
+    # whether the critical stage holds the head (rank 0 where head_first, else the last rank)
+    head_crit = np.where(crit_first, head_first, ~crit_mid & ~head_first & ~single)
 
     # the zero-bubble schedules' idle time depends on how a block's work splits into forward (f), input
     # gradient (b: the backward less the weight-gradient GEMMs, with the attention's backward and any
@@ -765,10 +774,12 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     speedup, alpha = amdahl(np.asarray(lay.gpus, dtype=float), t_compute, step)
 
     # ---- bytes per GPU per step
-    tp_bytes = m_micro * (on_first("tp_moved") + emb_comm * moved_ar + np.where(head_first, head_comm_moved, 0.0))
-    ep_bytes = m_micro * on_first("ep_moved")
+    # (the critical stage's: on_crit; the embedding's collective on rank 0)
+    tp_bytes = m_micro * (on_crit("tp_moved") + np.where(crit_first, emb_comm * moved_ar, 0.0)
+                          + np.where(head_crit, head_comm_moved, 0.0))
+    ep_bytes = m_micro * on_crit("ep_moved")
     pp_bytes = np.where(single, 0.0, m_micro * 2 * v * p2p_bytes)
-    cp_bytes = m_micro * blocks_first * n_cp * moved_cp
+    cp_bytes = m_micro * blocks_crit * n_cp * moved_cp
 
     return {
         "num_microbatches": m_micro,
@@ -782,9 +793,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
         "compute_s": t_compute,
         "attention_s": m_micro * on_crit("attention_all"),
         "fp8_cast_s": m_micro * on_crit("fp8_cast_all"),
-        "tp_comm_s": m_micro * (on_first("tp_exposed") + np.where(head_first, head_comm_t, 0.0)),
-        "cp_comm_s": m_micro * blocks_first * cp_block_exposed,
-        "ep_comm_s": m_micro * on_first("ep_exposed") + 0.0 * step,
+        "tp_comm_s": m_micro * (on_crit("tp_exposed") + np.where(head_crit, head_comm_t, 0.0)),
+        "cp_comm_s": m_micro * blocks_crit * cp_block_exposed,
+        "ep_comm_s": m_micro * on_crit("ep_exposed") + 0.0 * step,
         "pp_comm_s": m_micro * p2p_mb,
         "dp_comm_s": dp_exposed,
         "bubble_s": bubble_s,

@@ -62,10 +62,12 @@ def not_live_rows(apart_bytes: float) -> list[tuple[str, float]]:
 def step_remainder(parts_s: dict, step_s: float) -> float:
     """Step time not in the named parts (seconds; ~0 rounding noise is 0).
 
-    The parts are per-stage terms (cost_models/total.py evaluate): compute on the stage with the most
-    compute, TP/CP communication on pipeline rank 0's blocks, while the step runs m micro-batches of the
-    slowest stage, whose time also holds the embedding lookup (+ its TP collective), amp's weight casts,
-    that stage's own blocks' TP/CP communication and, on the last stage, the head's TP collectives.
+    The parts are per-stage terms (cost_models/total.py evaluate): compute and the blocks' TP/CP/EP
+    communication (with the head's where it holds it) of the critical stage, the one with the most compute,
+    while the step runs m micro-batches of the slowest stage, whose time also holds the embedding lookup
+    (+ its TP collective), amp's weight casts and, where the slowest stage is another than the critical one,
+    what it spends beyond it (its blocks' collectives, the head's).  Not negative since the rows are one
+    stage's (before 2026-12-05 the collectives were rank 0's and could exceed it: "less: ...").
     step = parts + remainder, to within 1e-9 of the step (smaller is rounding, read as 0)."""
     r = step_s - sum(parts_s.values())
     return 0.0 if abs(r) <= 1e-9 * max(abs(step_s), 1.0) else r
@@ -74,9 +76,11 @@ def step_remainder(parts_s: dict, step_s: float) -> float:
 def remainder_label(remainder_s: float, layout: dict, precision: str | None = None) -> str:
     """What step_remainder holds, for a table row.  layout: layout_dict's keys tp, pp, cp, ep.  precision None:
     not known (the casts are named as amp's, the only recipe that has them)."""
+    if remainder_s == 0:  # the slowest stage is the critical one and holds no embedding or casts
+        return "other: none"
     if remainder_s < 0:
-        # the compute or TP/CP rows count a stage (rank 0, or the one with the most compute) for more
-        # than the slowest stage spends on it
+        # (plans written before 2026-12-05, whose collectives rows were rank 0's and could count more than the
+        # slowest stage spends on them)
         return "less: rows above count other stages' work"
     bits = ["embedding"]
     if precision is None:
@@ -85,10 +89,9 @@ def remainder_label(remainder_s: float, layout: dict, precision: str | None = No
         bits.append("amp weight casts")
     comm = "/".join(k.upper() for k in ("tp", "cp", "ep") if int(layout.get(k, 1) or 1) > 1)
     if int(layout.get("pp", 1)) > 1 and comm:
-        # tp_comm_s counts rank 0's blocks (and the head where rank 0 holds it, as under ZB-V's V): the slowest
-        # stage's other blocks' and, where the last rank holds it, the head's collectives are here
-        head = " and head" if int(layout.get("tp", 1)) > 1 and layout.get("schedule") != "zbv" else ""
-        bits.append(f"{comm} comm of the slowest stage's extra blocks{head}")
+        # the rows are the critical stage's (the most compute): a slower stage's collectives beyond them are here
+        head = " and head" if int(layout.get("tp", 1)) > 1 else ""
+        bits.append(f"a slower stage's extra {comm} comm{head}")
     return "other: " + ", ".join(bits)
 
 
@@ -140,8 +143,8 @@ def time_breakdown(plan: Plan) -> dict:
     top_overhead = max(overhead, key=overhead.get)
     attention = tb.attention_s if tb is not None else None
     return {"parts_s": parts, "step_time_s": step,
-            # what the parts leave out (the embedding and its collective, amp's casts, the slowest stage's own
-            # extra blocks' communication: step_remainder), so that parts + remainder = step
+            # what the parts leave out (the embedding and its collective, amp's casts, what a slower stage than
+            # the critical one spends beyond it: step_remainder), so that parts + remainder = step
             "remainder_s": step_remainder(parts, step),
             "fractions": {k: (v / step if step else None) for k, v in parts.items()},
             # of compute: the attention core, timed as training.attention_kernel says (None in older plans)

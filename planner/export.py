@@ -221,7 +221,10 @@ def megatron_moe_layer_freq(m) -> str:
 
 def _megatron_layout(counts: list[int], mtp: int = 0) -> str:
     """Megatron-LM's --pipeline-model-parallel-layout: E the embedding, t a block, m a multi-token-prediction depth
-    (on the last stage, before the loss), L the loss."""
+    (on the last stage, before the loss), L the loss; stages split by '|' in virtual-stage order (every rank's first
+    virtual stage, then every rank's second, ...), a stage's symbols repeated with '*' (Megatron-LM's
+    docs/api-guide/pipeline_parallel_layout.md: DeepSeek-V3 at pp 16 vpp 2, "Et*3|(tt|)*29,m|L"; its argument's help
+    text names E, L, t and m the same way)."""
     stages = []
     last = len(counts) - 1
     for i, n in enumerate(counts):

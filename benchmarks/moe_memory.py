@@ -39,7 +39,7 @@ MIXED = {"narrow-mixed": {"first_dense_layers": 2, "dense_ffn_hidden": 2 * NARRO
                         "q_lora_rank": 192, "first_dense_layers": 1, "dense_ffn_hidden": 2 * NARROW["ffn_hidden"]},
          "narrow-mla-no-q-lora": {"head_dim": 96, "qk_rope_head_dim": 32, "v_head_dim": 64, "kv_lora_rank": 128,
                                   "first_dense_layers": 1, "dense_ffn_hidden": 2 * NARROW["ffn_hidden"]}}
-# name -> (model, training, parallel); 4 ranks each, master-weights
+# name -> (model, parallel[, Training fields]); 4 ranks each, master-weights
 NARROW_TRAINING = dict(seq_len=512, micro_batch_size=2, global_batch_size=16)
 WIDE_TRAINING = dict(seq_len=32, micro_batch_size=1, global_batch_size=8)
 CASES = {
@@ -66,13 +66,20 @@ CASES = {
     "mla-tp2-sp-dp2-ep4": ("narrow-mla", dict(tp=2, pp=1, dp=2, ep=4, sp=True)),
     "mla-no-q-lora-pp2-dp2-ep2-1f1b-selective": ("narrow-mla-no-q-lora", dict(tp=1, pp=2, dp=2, ep=2, schedule="1f1b",
                                                                               recompute="selective")),
+    # and its up projections recomputed (training.mla_recompute: MLAttention rebuilds the kernel's q, k, v from the
+    # latents, or under selective runs the up projections inside the core's checkpoint): the same layouts
+    "mla-recompute-dp4-ep4": ("narrow-mla", dict(tp=1, pp=1, dp=4, ep=4), {"mla_recompute": True}),
+    "mla-recompute-tp2-sp-dp2-ep4": ("narrow-mla", dict(tp=2, pp=1, dp=2, ep=4, sp=True), {"mla_recompute": True}),
+    "mla-recompute-no-q-lora-pp2-dp2-ep2-1f1b-selective": ("narrow-mla-no-q-lora",
+                                                           dict(tp=1, pp=2, dp=2, ep=2, schedule="1f1b",
+                                                                recompute="selective"), {"mla_recompute": True}),
 }
 MIB = 2**20
 
 
 def jobs(tmp: Path, steps: int = 2, precision: str = "master-weights", only: str = "") -> list[dict]:
     out = []
-    for name, (kind, par) in CASES.items():
+    for name, (kind, par, *extra) in CASES.items():
         if only not in name:
             continue
         narrow = kind.startswith("narrow")
@@ -80,7 +87,10 @@ def jobs(tmp: Path, steps: int = 2, precision: str = "master-weights", only: str
         training = dict(NARROW_TRAINING if narrow else WIDE_TRAINING)
         if par.get("pp", 1) == 1:  # as test_runtime_memory's dp layouts: two micro-batches a replica
             training["global_batch_size"] = 2 * training["micro_batch_size"] * par["dp"]
-        plan = evaluate_plan(tiny_plan(model, precision=precision, **training, **par))
+        plan = tiny_plan(model, precision=precision, **training, **par)
+        if extra:
+            plan = plan.model_copy(update={"training": plan.training.model_copy(update=extra[0])})
+        plan = evaluate_plan(plan)
         d = tmp / name
         d.mkdir(parents=True, exist_ok=True)
         out.append({"plan": write_plan(plan, d / "plan.json"), "report": str(d / "report.json"),

@@ -128,9 +128,13 @@ MLA_UP_GEMMS = ("q_up", "q", "kv_up")
 def mla_up_recompute_time(m: ModelDims, lay, hw):
     """Seconds a block's backward spends re-running multi-head latent attention's up projections (MLA_UP_GEMMS)
     for one micro-batch, whose outputs (the attention core's q, k and v) the forward did not keep
-    (memory.mla_up_saved_bytes); their rotary and concatenations are left out (a few % of the GEMMs' time)."""
+    (memory.mla_up_saved_bytes); their rotary and concatenations are left out (a few % of the GEMMs' time).
+    parplan's runtime (ModelDims.v_padded: parallel_layers.model.MLAttention) rebuilds from the latents only: without
+    a query latent it keeps the full query projection's output (memory.parplan_mla_up_saved_bytes), so "q" is not
+    re-run."""
     tokens = lay.mbs * m.seq_len / lay.cp
-    return sum(linear_gemm_time(flops, hw) for name, flops in layer_gemms(m, tokens, lay.tp) if name in MLA_UP_GEMMS)
+    names = tuple(n for n in MLA_UP_GEMMS if n != "q") if m.v_padded else MLA_UP_GEMMS
+    return sum(linear_gemm_time(flops, hw) for name, flops in layer_gemms(m, tokens, lay.tp) if name in names)
 
 
 # The Triton FlashAttention of 2022 against FlashAttention-2 (Dao 2023, "FlashAttention-2", sec. 4.1, A100
@@ -479,7 +483,9 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     # a mixture of experts' recompute modules (moe.recompute_time), where the block is not recomputed whole
     recompute = recompute + np.where(full, 0.0, moe.recompute_time(m, lay, hw, act_bytes, moe_recompute))
     if mla_recompute and m.kv_lora:  # multi-head latent attention's up projections (mla_up_recompute_time)
-        recompute = recompute + np.where(full, 0.0, mla_up_recompute_time(m, lay, hw))
+        # (parplan's runtime leaves them to op-level selective's policy there: MLAttention.up_recompute)
+        moot = full | op if m.v_padded else full
+        recompute = recompute + np.where(moot, 0.0, mla_up_recompute_time(m, lay, hw))
     bwd = mm_b + at_b + el_b + recompute
     gpu = fwd + bwd
     # The host must dispatch the block's kernels too: a block takes the longer of its GPU time

@@ -207,6 +207,40 @@ def mla_up_saved_bytes(m: ModelDims, lay, act_bytes: int):
     return lay.mbs * m.seq_len / lay.cp * (m.q_width + 2 * m.kv_width) / lay.tp * act_bytes
 
 
+def parplan_mla_up_saved_bytes(m: ModelDims, lay, act_bytes: int):
+    """mla_up_saved_bytes as parplan's runtime frees them (ModelDims.v_padded; parallel_layers.model.MLAttention with
+    mla_recompute), which differ from Megatron's because it saves other tensors (activation_bytes_per_layer's
+    parplan branch): what a block stops holding a micro-batch, a token over tp, is
+      no recompute: the attention kernel's q, k and v, each padded to head_dim (3 heads x head_dim), rebuilt from the
+          latents for its backward; without a query latent q is the block input's projection, not rebuilt: kept (2)
+      selective: the core's checkpoint takes the latents in place of the up projections' outputs q (heads x
+          head_dim; without a query latent still its input) and kv (heads x (head_dim - rope + v_dim))
+      full (recompute_layers' other blocks count as none) and op-level selective: nothing (the runtime leaves the
+          blocks it checkpoints whole, and the op policy's, alone).
+    Measured on 4 gloo ranks: benchmarks/results/2026-12-05-cpu-memory-mla-recompute.  0 for other attention."""
+    if not m.kv_lora:
+        return 0.0
+    width = max(m.head_dim, m.v_dim)  # the kernel's one head width (the padded values)
+    q = m.heads * width if m.q_lora else 0
+    none = q + 2 * m.heads * width
+    selective = (m.q_width if m.q_lora else 0) + m.heads * (m.head_dim - m.rope + m.v_dim)
+    per_token = np.where(lay.recompute == REC_NONE, none, np.where(lay.recompute == REC_SELECTIVE, selective, 0.0))
+    return lay.mbs * m.seq_len / lay.cp * per_token / lay.tp * act_bytes
+
+
+def parplan_mla_rebuilt_after_mlp(m: ModelDims, lay, act_bytes: int, drop):
+    """Of what parplan's runtime rebuilds for a block's attention kernel (drop: parplan_mla_up_saved_bytes), the part
+    that does not raise the block's backward peak: the unpack hook (or the selective checkpoint) rebuilds q, k and v
+    when the kernel's backward starts, after the block's MLP backward has freed the MLP's saved tensors (3 ffn a token
+    over tp: gate, up and their product), so they add to the block's working memory only where they outgrow those.
+    Not under a zero-bubble pipeline, whose weight passes keep the MLP's inputs (queued closures, or torch's retained
+    graph) past the attention's backward: there they count whole.  The CPU allocator traces of
+    benchmarks/results/2026-12-05-cpu-memory-mla-recompute peak in the MLP's backward of the block being
+    back-propagated, with no rebuilt q, k or v live."""
+    mlp_saved = lay.mbs * m.seq_len / lay.cp * 3 * m.ffn / lay.tp * act_bytes
+    return np.where(zero_bubble_pipe(lay), 0.0, np.minimum(drop, mlp_saved))
+
+
 def activation_bytes_working_layer(m: ModelDims, lay, act_bytes: int, flash: bool, dropout: bool = False,
                                    sp_saves_gathered: bool = False, cp_saves_gathered_kv: bool = False,
                                    eager: bool = False, fp8: str = ""):
@@ -1023,8 +1057,14 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # recomputed whole); the block being back-propagated rebuilds them (rebuilt_bytes, from work_layer)
         act_layer = act_layer - np.where(lay.recompute == REC_FULL, 0.0,
                                          moe.recomputed_bytes(m, lay, act_b, tr.moe_recompute, tr.fp8))
-    mla_drop = np.where(lay.recompute == REC_FULL, 0.0, mla_up_saved_bytes(m, lay, act_b)) if tr.mla_recompute else 0.0
+    # multi-head latent attention's up projections recomputed: Megatron's q, k and v, or what parplan's runtime frees
+    mla_drop = 0.0
+    if tr.mla_recompute:
+        mla_drop = (parplan_mla_up_saved_bytes(m, lay, act_b) if m.v_padded
+                    else np.where(lay.recompute == REC_FULL, 0.0, mla_up_saved_bytes(m, lay, act_b)))
     act_layer = act_layer - mla_drop
+    if tr.mla_recompute and m.v_padded:  # (the rebuilt work_layer - act_layer counts the rebuilt q, k, v again)
+        work_layer = work_layer - parplan_mla_rebuilt_after_mlp(m, lay, act_b, mla_drop)
     # a pending block counts as held (its saved activations) plus pend_layer; where the weight pass is queued
     # closures the input-gradient pass freed the saved activations and the closures hold the rest
     queued = queued_weight_pass(lay, tr)
@@ -1046,6 +1086,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
                     queued_w_bytes_per_layer(md, sub, act_b, tr.fp8))
         pend_d, act_d, work_d, temp_d, queued_d = per_block_shape(lay, dense_terms)
         act_d = act_d - mla_drop  # (a dense block's attention is an MoE block's)
+        if tr.mla_recompute and m.v_padded:
+            work_d = work_d - parplan_mla_rebuilt_after_mlp(md, lay, act_b, mla_drop)
         pend_d = np.where(queued, queued_d - act_d, pend_d)
 
     def kind_mean(k, x, x_dense):

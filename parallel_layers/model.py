@@ -337,6 +337,39 @@ class Attention(nn.Module):
         return cp_attention(q, k, v, pos, starts, dropout_p)
 
 
+def _mla_q(q, *, heads: int, nope: int, rope: int, width: int, theta: float = ROPE_THETA):
+    """A query as SDPA takes it (b, heads, s, width) from the query projection's output q (b, s, heads * (nope +
+    rope)): cat(q_nope, rope(q_pe)), zero-padded to width."""
+    b, s, _ = q.shape
+    d = nope + rope
+    q = q.view(b, s, heads, d).transpose(1, 2)
+    q = torch.cat([q[..., :nope], rotary(q[..., nope:], theta=theta)], dim=-1)
+    return F.pad(q, (0, width - d)) if d < width else q
+
+
+def _mla_kv(kv, k_pe, *, heads: int, nope: int, rope: int, v_dim: int, width: int, theta: float = ROPE_THETA):
+    """Keys and values as SDPA takes them (b, heads, s, width) from kv (b, s, heads * (nope + v_dim)), each head's key
+    no-rope part and value, and k_pe (b, s, rope), the rotary key part every head shares: k = cat(k_nope, rope(k_pe)),
+    v, each zero-padded to width."""
+    b, s, _ = kv.shape
+    k_nope, v = kv.view(b, s, heads, nope + v_dim).transpose(1, 2).split([nope, v_dim], dim=-1)
+    k_pe = rotary(k_pe.unsqueeze(1), theta=theta)  # (b, 1, s, rope)
+    k = torch.cat([k_nope, k_pe.expand(b, heads, s, rope)], dim=-1)
+    if nope + rope < width:
+        k = F.pad(k, (0, width - nope - rope))
+    if v_dim < width:
+        v = F.pad(v, (0, width - v_dim))
+    return k, v
+
+
+def _mla_attend(q, k, v, *, d: int, v_dim: int, dropout_p: float = 0.0):
+    """SDPA over _mla_q's and _mla_kv's padded heads, causal, scaled by 1 / sqrt(d) (d = nope + rope), the padding's
+    output columns dropped: (b, heads, s, width) x 3 -> (b, s, heads * v_dim)."""
+    b, heads, s, _ = q.shape
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, scale=d ** -0.5)
+    return o[..., :v_dim].transpose(1, 2).reshape(b, s, heads * v_dim)
+
+
 def _mla_core(q, kv, k_pe, *, heads: int, nope: int, rope: int, v_dim: int, theta: float = ROPE_THETA,
               dropout_p: float = 0.0):
     """Multi-head latent attention's core from the up projections' outputs: q (b, s, heads * (nope + rope)), kv
@@ -346,20 +379,70 @@ def _mla_core(q, kv, k_pe, *, heads: int, nope: int, rope: int, v_dim: int, thet
     the query/key head (DeepSeek-V3: 128 and 192) v is zero-padded to the query's width, so the fused kernels that
     take one head width (torch's flash kernels, the CPU's) run it, and the padding's output columns are dropped:
     SDPA with two widths falls back to its math path, which keeps the s x s probabilities.  -> (b, s, heads * v_dim)."""
-    b, s, _ = q.shape
     d = nope + rope
-    q = q.view(b, s, heads, d).transpose(1, 2)
-    k_nope, v = kv.view(b, s, heads, nope + v_dim).transpose(1, 2).split([nope, v_dim], dim=-1)
-    q = torch.cat([q[..., :nope], rotary(q[..., nope:], theta=theta)], dim=-1)
-    k_pe = rotary(k_pe.unsqueeze(1), theta=theta)  # (b, 1, s, rope)
-    k = torch.cat([k_nope, k_pe.expand(b, heads, s, rope)], dim=-1)
     width = max(d, v_dim)
-    if d < width:
-        q, k = F.pad(q, (0, width - d)), F.pad(k, (0, width - d))
-    if v_dim < width:
-        v = F.pad(v, (0, width - v_dim))
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, scale=d ** -0.5)
-    return o[..., :v_dim].transpose(1, 2).reshape(b, s, heads * v_dim)
+    k, v = _mla_kv(kv, k_pe, heads=heads, nope=nope, rope=rope, v_dim=v_dim, width=width, theta=theta)
+    q = _mla_q(q, heads=heads, nope=nope, rope=rope, width=width, theta=theta)
+    return _mla_attend(q, k, v, d=d, v_dim=v_dim, dropout_p=dropout_p)
+
+
+class _Rebuilt:
+    """What _UpProjRecompute's pack hook saves in place of one of the tensors it rebuilds: its handle and index."""
+    __slots__ = ("handle", "index")
+
+    def __init__(self, handle: "_UpProjRecompute", index: int):
+        self.handle, self.index = handle, index
+
+
+class _UpProjRecompute:
+    """Multi-head latent attention's up projections recomputed for the backward (training.mla_recompute, Megatron-LM's
+    --recompute-modules mla_up_proj; the same effect as its CheckpointWithoutOutput, by other means): a
+    ``torch.autograd.graph.saved_tensors_hooks`` pair around the attention kernel whose pack hook saves, in place of
+    the tensors ``rebuild`` makes from the latents (the kernel's padded q, k, v after rotary, which it would otherwise
+    keep to its backward), a small _Rebuilt handle, and whose unpack hook, when the kernel's backward asks for them,
+    runs ``rebuild`` again under no_grad (and the forward's autocast state) from the kept latents and the current
+    weights, once for all of them: they live only through that backward.  Every other tensor the kernel saves (its
+    output and log-sum-exp) is saved as it is.  The tensors are recognised by identity (weak references, so the
+    handle keeps none of them): a kernel that saved a copy of one (a cast, a padded head) would keep it, which
+    tests/test_runtime_mla.py's byte count would catch.  Unpacked twice (a backward through a retained graph) it
+    rebuilds again."""
+
+    def __init__(self, targets, rebuild: Callable[[], tuple], device_type: str):
+        self.targets = [weakref.ref(t) for t in targets]
+        self.rebuild, self.device_type = rebuild, device_type
+        self.autocast = (torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type))
+        self.cache: Optional[tuple] = None
+        self.packed: set[int] = set()  # the targets the kernel saved (all of them, with the fused kernels)
+        self.pending: set[int] = set()  # of those, the ones the backward has not yet asked for since the last rebuild
+
+    def pack(self, t):
+        for i, ref in enumerate(self.targets):
+            if ref() is t:
+                self.packed.add(i)
+                return _Rebuilt(self, i)
+        return t
+
+    @staticmethod
+    def unpack(saved):
+        if not isinstance(saved, _Rebuilt):
+            return saved
+        self = saved.handle
+        if self.cache is None or saved.index not in self.pending:
+            enabled, dtype = self.autocast
+            with torch.no_grad(), torch.autocast(self.device_type, dtype=dtype, enabled=enabled):
+                self.cache = tuple(self.rebuild())
+            self.pending = set(self.packed)
+        out = self.cache[saved.index]
+        self.pending.discard(saved.index)
+        if not self.pending:  # each rebuilt tensor handed to the kernel's backward: hold them no longer
+            self.cache = None
+        return out
+
+    @contextlib.contextmanager
+    def hooks(self):
+        with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
+            yield
+        self.targets = []  # the kernel has saved what it saves: no later tensor is one of them
 
 
 class MLAttention(_ShardedModule):
@@ -380,9 +463,22 @@ class MLAttention(_ShardedModule):
       out    heads * v_dim -> h (wo, row parallel)
 
     Selective recompute checkpoints the core (its inputs are the up projections' outputs), as Attention checkpoints
-    rotary + SDPA.  Not run: context parallelism (refused here and by planner.core.parplan_mla_problem)."""
+    rotary + SDPA.  mla_recompute (training.mla_recompute, Megatron-LM's --recompute-modules mla_up_proj): the tensors
+    the core would keep that the up projections make from the latents are not held from the forward to the backward
+    but rebuilt from the kept latents and weights when the backward needs them (cost_models.memory.
+    parplan_mla_up_saved_bytes counts what that frees, compute.mla_up_recompute_time the GEMMs run again):
+      no recompute (and the blocks full recompute leaves whole: recompute_layers): the attention kernel's padded q,
+          k and v (_UpProjRecompute, around SDPA alone: its output and log-sum-exp are kept, the kernel is not
+          re-run); without a query latent the query is the block input's projection, not the latents', and is kept
+      selective: the checkpoint takes the latents in place of the up projections' outputs, so the up projections
+          run again inside it (q and kv are not its inputs to hold); without a query latent q is still one
+      full (a block checkpointed whole) and selective-op (the op policy saves what it saves): nothing more to drop;
+          mla_recompute does nothing there (StageModule turns it off on the blocks it checkpoints).
+    Under torch.compile (opts.compile) the hooks run outside the compiled graph (torch.compiler.disable).  Not run:
+    context parallelism (refused here and by planner.core.parplan_mla_problem)."""
 
-    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None):
+    def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None,
+                 mla_recompute: bool = False):
         super().__init__(tp_group)
         if _size(cp_group) > 1:
             raise ValueError("multi-head latent attention with context parallelism (cp > 1) is not run by parplan's "
@@ -395,6 +491,8 @@ class MLAttention(_ShardedModule):
             raise ValueError(f"{heads} heads do not split over tp={self.tp_size}")
         self.local_heads = heads // self.tp_size
         self.sp, self.selective, self.rope_theta = sp and self.tp_size > 1, recompute == "selective", cfg.rope_theta
+        # the up projections recomputed (see above; StageModule sets it False where it checkpoints the whole block)
+        self.up_recompute = mla_recompute and recompute != "selective-op"
         # dropout: as Attention's (set by StageModule.set_dropout)
         self.dropout, self.dropout_layer, self.dropout_layer_rows = None, dropout_layer_key(i), None
         n = f"layers.{i}.attn"
@@ -425,17 +523,64 @@ class MLAttention(_ShardedModule):
                else copy_to_tp_region(lat, self.tp_group))  # (b, s, [q_lora +] kv_lora + rope)
         if self.q_lora:
             q_lat, kv_lat, k_pe = lat.split([self.q_lora, self.kv_lora, self.rope], dim=-1)
-            q = F.linear(q_lat, self.wq_up)
         else:
             kv_lat, k_pe = lat.split([self.kv_lora, self.rope], dim=-1)
-            q = self.wq(x)
-        kv = F.linear(kv_lat, self.wkv_up)  # (b, s, heads/tp * (nope + v_dim))
+            q_lat = self.wq(x)  # not a latent: the full query projection's output, which the up projections pass on
+        if self.selective:
+            if self.up_recompute:  # the latents into the checkpoint, the up projections run again inside it
+                o = checkpoint(self._up_core, q_lat, kv_lat, k_pe, key, use_reentrant=False)
+            else:
+                o = checkpoint(self._core, *self._up(q_lat, kv_lat), k_pe, key, use_reentrant=False)
+        elif self.up_recompute:
+            o = self._attend_rebuilding_up(q_lat, kv_lat, k_pe, key)
+        else:
+            o = self._core(*self._up(q_lat, kv_lat), k_pe, key)
+        return self.wo(o)
+
+    def _up(self, q_lat, kv_lat):
+        """The up projections: q (b, s, heads/tp * head_dim) from the query latent (without one, q_lat is already
+        the query projection's output) and kv (b, s, heads/tp * (head_dim - rope + v_dim)) from the key/value one."""
+        return (F.linear(q_lat, self.wq_up) if self.q_lora else q_lat), F.linear(kv_lat, self.wkv_up)
+
+    def _core(self, q, kv, k_pe, key=None):
         core = functools.partial(_mla_core, heads=self.local_heads, nope=self.nope, rope=self.rope, v_dim=self.v_dim,
                                  theta=self.rope_theta)
         if attention_dropout_p(self.dropout, key) > 0:
             core = functools.partial(_dropout_attention, core, self.dropout, key, self.dropout_layer)
-        o = checkpoint(core, q, kv, k_pe, use_reentrant=False) if self.selective else core(q, kv, k_pe)
-        return self.wo(o)
+        return core(q, kv, k_pe)
+
+    def _up_core(self, q_lat, kv_lat, k_pe, key=None):
+        return self._core(*self._up(q_lat, kv_lat), k_pe, key)
+
+    @torch.compiler.disable
+    def _attend_rebuilding_up(self, q_lat, kv_lat, k_pe, key=None):
+        """The up projections and the core, the attention kernel's q, k and v rebuilt for its backward from the
+        latents (_UpProjRecompute) rather than kept: without a query latent only k and v (q is the block input's
+        projection, q_lat here, which rebuilding would have to keep)."""
+        d = self.nope + self.rope
+        dims = dict(heads=self.local_heads, nope=self.nope, rope=self.rope, width=max(d, self.v_dim),
+                    theta=self.rope_theta)
+        kv_dims = dict(dims, v_dim=self.v_dim)
+
+        def kv_part(kv_lat=kv_lat, k_pe=k_pe):
+            return _mla_kv(F.linear(kv_lat, self.wkv_up), k_pe, **kv_dims)
+
+        if self.q_lora:
+            def q_part(q_lat=q_lat):
+                return _mla_q(F.linear(q_lat, self.wq_up), **dims)
+
+            def rebuild():  # the same ops on the same latents and weights (the current ones: FSDP2's gathered)
+                return (q_part(), *kv_part())
+            q = q_part()
+        else:
+            rebuild, q = kv_part, _mla_q(q_lat, **dims)
+        k, v = kv_part()
+        handle = _UpProjRecompute((q, k, v) if self.q_lora else (k, v), rebuild, k.device.type)
+        attend = functools.partial(_mla_attend, d=d, v_dim=self.v_dim)
+        if attention_dropout_p(self.dropout, key) > 0:
+            attend = functools.partial(_dropout_attention, attend, self.dropout, key, self.dropout_layer)
+        with handle.hooks():
+            return attend(q, k, v)
 
 
 class MLP(nn.Module):
@@ -469,11 +614,11 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None, ep_group=None,
-                 moe_state: Optional[MoEState] = None):
+                 moe_state: Optional[MoEState] = None, mla_recompute: bool = False):
         super().__init__()
         self.layer_id = i
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
-        self.attn = (MLAttention(cfg, i, tp_group, sp, recompute, cp_group) if cfg.kv_lora_rank
+        self.attn = (MLAttention(cfg, i, tp_group, sp, recompute, cp_group, mla_recompute) if cfg.kv_lora_rank
                      else Attention(cfg, i, tp_group, sp, recompute, cp_group))
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
         # a mixture of experts' MoE block, or its dense blocks between (ModelConfig.is_moe_block): a dense MLP of dense_ffn
@@ -535,7 +680,7 @@ class StageModule(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_ids: list[int], *, first: bool, last: bool, tp_group,
                  sp: bool = False, recompute: str = "none", autocast_dtype: Optional[torch.dtype] = None,
                  device_type: str = "cpu", cp_group=None, recompute_layers: Optional[int] = None, ep_group=None,
-                 moe_state: Optional[MoEState] = None):
+                 moe_state: Optional[MoEState] = None, mla_recompute: bool = False):
         super().__init__()
         self.cfg, self.first, self.last = cfg, first, last
         # full recompute checkpoints every block, or with recompute_layers the stage's first that many (Megatron-LM's
@@ -547,8 +692,11 @@ class StageModule(nn.Module):
         if first:
             self.embed = VocabParallelEmbedding(cfg.vocab, cfg.hidden, tp_group, name="embedding", sequence_parallel=sp)
             self.positions = PositionEmbedding(cfg, tp_group, sp, cp_group) if not cfg.rope else None
-        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group, ep_group, moe_state)
-                                     for i in layer_ids])
+        self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group, ep_group, moe_state,
+                                           mla_recompute) for i in layer_ids])
+        for block in self.blocks[:self.recomputed_blocks]:  # checkpointed whole: MLA's up projections with the rest
+            if isinstance(block.attn, MLAttention):
+                block.attn.up_recompute = False
         self.separate_tied_head = False
         # called with each part (embedding, block, head) before the forward uses its parameters: ZeRO-1/2's
         # gather of the stepped parameters still in flight from the last step (ShardedAdamW.wait_for)

@@ -265,9 +265,12 @@ MLA_FRAMEWORKS = ("megatron", "parplan")
 def parplan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute: bool = False,
                         plan: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where parplan's runtime does not train multi-head latent attention so (parallel_layers.model.
-    MLAttention: no context parallelism, 16-bit or fp32 linears, no recompute of the up projections alone); None where
-    it does.  Checked where parplan plans one (mla_problem), where launch runs one (launch.check_runtime_support) and
-    in the runtime itself (train.mla_runtime_problem)."""
+    MLAttention: no context parallelism, 16-bit or fp32 linears); None where it does.  mla_recompute (Megatron-LM's
+    --recompute-modules mla_up_proj) it runs: the attention kernel's q, k and v rebuilt from the latents for its
+    backward, or under selective recompute the up projections inside the core's checkpoint (cost_models.memory.
+    parplan_mla_up_saved_bytes); the argument stays so callers keep one signature.  Checked where parplan plans one
+    (mla_problem), where launch runs one (launch.check_runtime_support) and in the runtime itself
+    (train.mla_runtime_problem)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
     if (cp or 1) > 1:
@@ -276,11 +279,6 @@ def parplan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute:
     if fp8:
         return ("fp8 with multi-head latent attention: parplan's runtime runs its projections in 16 bits",
                 f"drop fp8, {other}")
-    if mla_recompute:
-        return (f"{flag('--mla-recompute', 'training.mla_recompute')} recomputes multi-head latent attention's up "
-                "projections alone (Megatron-LM's --recompute-modules mla_up_proj); parplan's runtime recomputes whole "
-                "blocks or the attention core",
-                f"drop it (or use --recompute selective or full), {other}")
     return None
 
 
@@ -1181,9 +1179,9 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
         out.append(f"--global-batch-size {b} fits on {gpus} GPUs ({_fitting_layout(rec, pins)}; "
                    f"{training.global_batch_size} does not split over dp {rec.parallel.dp})")
         break
-    # multi-head latent attention's up projections recomputed (Megatron's mla_up_proj: DeepSeek-V3's recipes), every
-    # pin kept: q, k and v no longer saved
-    if (spec.kv_lora_rank is not None and training.framework == "megatron" and not training.mla_recompute
+    # multi-head latent attention's up projections recomputed (Megatron's mla_up_proj: DeepSeek-V3's recipes; parplan's
+    # runtime runs it too), every pin kept: q, k and v no longer saved
+    if (spec.kv_lora_rank is not None and training.framework in MLA_FRAMEWORKS and not training.mla_recompute
             and not hopeless):
         try:
             rec = recommend(spec, gpus, global_batch_size=training.global_batch_size, pins=pins,

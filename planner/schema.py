@@ -412,7 +412,9 @@ class Training(Strict):
         False, description="Multi-head latent attention's up projections recomputed in the backward (Megatron-LM's "
         "--recompute-granularity selective --recompute-modules mla_up_proj, DeepSeek-V3's recipes): the attention "
         "core's q, k and v are not kept, the two up projections' GEMMs run again (cost_models.compute."
-        "mla_up_recompute_time).  No effect where the blocks are recomputed whole; needs a model with kv_lora_rank.")
+        "mla_up_recompute_time; parplan's runtime rebuilds the attention kernel's q, k and v from the kept latents, "
+        "parallel_layers.model.MLAttention).  No effect where the blocks are recomputed whole, nor under parplan's "
+        "selective-op (its op policy saves what it saves); needs a model with kv_lora_rank.")
     attention_kernel: Literal["profile", "triton-2022"] = Field(
         "profile", description="The fused attention kernel's speed: profile = the hardware profile's measured "
         "attention curve (the kernel torch's scaled_dot_product_attention picks on that GPU, as parplan's runtime "

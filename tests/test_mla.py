@@ -143,7 +143,8 @@ def test_mla_is_planned_for_megatron_and_parplan_only_and_says_so_in_one_line(fr
 
 def test_parplan_plans_mla_without_context_parallelism_or_fp8_and_with_its_padded_values():
     """parplan's runtime (parallel_layers.model.MLAttention): an unpinned search keeps cp 1, a pinned cp or fp8 is
-    refused in one line; its kernel runs the values' product at head_dim (the values padded) and saves q, k, v and the
+    refused in one line (mla_recompute it runs: test_parplan_plans_the_up_projections_recompute_as_its_runtime_frees
+    them); its kernel runs the values' product at head_dim (the values padded) and saves q, k, v and the
     output at head_dim, the output projection's input at v_dim, the latents before their norms on the rank's tokens
     and after them gathered whole."""
     from planner.core import model_dims
@@ -151,7 +152,7 @@ def test_parplan_plans_mla_without_context_parallelism_or_fp8_and_with_its_padde
     spec = ModelSpec(**SMALL)
     plan = recommend(spec, 8, framework="parplan", global_batch_size=16, seq_len=1024, top_k=1, suggest=False)
     assert plan.parallel.cp == 1
-    for kw in (dict(pins=Pins(cp=2)), dict(fp8=True), dict(mla_recompute=True)):
+    for kw in (dict(pins=Pins(cp=2)), dict(fp8=True)):
         with pytest.raises(PlannerError, match="latent attention"):
             recommend(spec, 8, framework="parplan", global_batch_size=16, seq_len=1024, top_k=1, **kw)
     m, mp = model_dims(spec, 1024, "megatron"), model_dims(spec, 1024, "parplan")
@@ -203,6 +204,45 @@ def test_recomputing_the_up_projections_frees_q_k_v_for_their_gemms():
     assert b.prediction.step_time_s > a.prediction.step_time_s
     with pytest.raises(PlannerError, match="latent attention"):
         recommend("llama3-8b", 8, framework="megatron", top_k=1, mla_recompute=True)
+
+
+def test_parplan_plans_the_up_projections_recompute_as_its_runtime_frees_them():
+    """Framework parplan with mla_recompute (parallel_layers.model.MLAttention, measured: tests/test_runtime_mla.py,
+    benchmarks/results/2026-12-05-cpu-memory-mla-recompute): a plan's saved activations drop by what the runtime
+    stops holding, a block's memory.parplan_mla_up_saved_bytes, not Megatron's q_width + 2 kv_width: the kernel's q,
+    k and v padded to head_dim (3 heads x head_dim a token over tp; without a query latent q is kept: 2), under
+    selective the checkpoint's q and kv, nothing under full; its backward re-runs the GEMMs from the latents only."""
+    from cost_models.compute import block_time, layer_gemms, linear_gemm_time
+    from cost_models.hardware import constants_from_profile
+    from cost_models.layout import REC_FULL, REC_NONE, REC_SELECTIVE
+    from cost_models.memory import mla_up_saved_bytes, parplan_mla_up_saved_bytes
+    from planner.core import model_dims
+    from planner.search import Pins
+    import hardware_profiles
+    spec = ModelSpec(**SMALL)
+    mp, seq, a = model_dims(spec, 1024, "parplan"), 1024, 2
+    noq = model_dims(ModelSpec(**{**SMALL, "q_lora_rank": None}), seq, "parplan")
+    per_token = {REC_NONE: 3 * 8 * 48, REC_SELECTIVE: 8 * (48 + 32 + 32), REC_FULL: 0}
+    for code, width in per_token.items():
+        assert parplan_mla_up_saved_bytes(mp, _lay(tp=2, sp=1, recompute=code), a) == seq * width / 2 * a
+    assert parplan_mla_up_saved_bytes(noq, _lay(tp=2, sp=1), a) == seq * 2 * 8 * 48 / 2 * a
+    assert parplan_mla_up_saved_bytes(noq, _lay(tp=2, sp=1, recompute=REC_SELECTIVE), a) == seq * 8 * (32 + 32) / 2 * a
+    assert per_token[REC_NONE] != 8 * 48 + 8 * (48 + 32)  # Megatron's (mla_up_saved_bytes): v is not padded there
+    assert mla_up_saved_bytes(mp, _lay(tp=2, sp=1), a) == seq * (8 * 48 + 8 * (48 + 32)) / 2 * a
+    for recompute, code in (("none", REC_NONE), ("selective", REC_SELECTIVE), ("full", REC_FULL)):
+        pins = Pins(tp=2, pp=1, dp=4, mbs=1, sp=True, zero=0, recompute=recompute)
+        plain, again = (recommend(spec, 8, framework="parplan", global_batch_size=16, seq_len=seq, top_k=1,
+                                  suggest=False, pins=pins, mla_recompute=r).prediction for r in (False, True))
+        drop = plain.memory_bytes_per_gpu.activations - again.memory_bytes_per_gpu.activations
+        assert drop == pytest.approx(spec.layers * float(parplan_mla_up_saved_bytes(mp, _lay(tp=2, sp=1,
+                                                                                              recompute=code), a)))
+        assert again.step_time_s >= plain.step_time_s  # (a block this small is host-bound: the same)
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    lay = _lay(tp=2, sp=1)
+    for m, names in ((mp, ("q_up", "kv_up")), (noq, ("kv_up",))):  # not the full query projection ("q"): kept
+        plain, again = (block_time(m, lay, hw, 2, True, mla_recompute=r) for r in (False, True))
+        up = dict(layer_gemms(m, seq, 2))
+        assert float(again["gpu"] - plain["gpu"]) == pytest.approx(sum(linear_gemm_time(up[n], hw) for n in names))
 
 
 def test_published_deepseek_v3_runs_are_held_out():

@@ -32,6 +32,10 @@ TINY_MLA_MOE = {**TINY_MLA, "experts": 4, "experts_per_token": 2, "ffn_hidden": 
 LOSS_RTOL = 1e-4
 GRAD_RTOL = 1e-5
 REFERENCES = {"mla": TINY_MLA, "mla-no-q-lora": TINY_MLA_NO_Q_LORA, "mla-moe": TINY_MLA_MOE}
+# the cases below trained with these Training fields (their one-rank references without): the up projections
+# recomputed (training.mla_recompute; MLAttention's _UpProjRecompute, or inside the selective checkpoint)
+CASE_TRAINING = {"tp2-pp2-dp2-sp-1f1b-full1-mla-recompute": {"mla_recompute": True},
+                 "no-q-lora-pp2-dp4-zbv-selective-mla-recompute": {"mla_recompute": True}}
 # name -> (reference, parallel layout); 8 ranks each
 CASES = {
     # the latents replicated over tp (identity forward, all-reduce backward), then gathered along the sequence (SP)
@@ -53,19 +57,31 @@ CASES = {
     "moe-tp2-dp4-sp-ep4": ("mla-moe", dict(tp=2, pp=1, dp=4, sp=True, ep=4)),
     "moe-tp2-pp2-dp2-sp-ep2-1f1b-selective": ("mla-moe", dict(tp=2, pp=2, dp=2, sp=True, ep=2, schedule="1f1b",
                                                              recompute="selective")),
+    # the up projections recomputed (CASE_TRAINING): each stage's first block checkpointed whole (where it does
+    # nothing), its second rebuilding the kernel's q, k, v from the SP-gathered latents; and under selective inside
+    # the core's checkpoint, beside the full query projection, under ZB-V's split backward
+    "tp2-pp2-dp2-sp-1f1b-full1-mla-recompute": ("mla", dict(tp=2, pp=2, dp=2, sp=True, schedule="1f1b",
+                                                            recompute="full", recompute_layers=1)),
+    "no-q-lora-pp2-dp4-zbv-selective-mla-recompute": ("mla-no-q-lora", dict(tp=1, pp=2, dp=4, schedule="zbv", vpp=2,
+                                                                            recompute="selective")),
 }
 # the tp2-dp4-sp run's step-2 checkpoint (the replicated down projections and norms one key each, the split up and
-# output projections one key per tp rank) resumed in its own layout and in another of the same tp: pp 2 x dp 2 under
-# ZeRO-1 without SP (another tp is not one parplan's runtime resumes into, MLA or not: launch.check_resume)
+# output projections as pieces of the logical tensors) resumed in its own layout and in another of the same tp: pp 2 x
+# dp 2 under ZeRO-1 without SP (another tp: tests/test_runtime_multirank.py's tp-resume-mla-moe-tp4, tp 2 -> 4)
 CKPT_FROM = "tp2-dp4-sp"
 CKPT_RESHARD = dict(tp=2, pp=2, dp=2, schedule="1f1b", zero_stage=1)
+
+
+def _with_training(plan, training=None):
+    return plan.model_copy(update={"training": plan.training.model_copy(update=training)}) if training else plan
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mla")
     ref = [suite._job(tmp, f"ref-{n}", tiny_plan(m, clip_grad=suite.CLIP_GRAD), {}) for n, m in REFERENCES.items()]
-    par = [suite._job(tmp, n, tiny_plan(REFERENCES[r], clip_grad=suite.CLIP_GRAD, **layout), {})
+    par = [suite._job(tmp, n, _with_training(tiny_plan(REFERENCES[r], clip_grad=suite.CLIP_GRAD, **layout),
+                                             CASE_TRAINING.get(n)), {})
            for n, (r, layout) in CASES.items()]
     ck = str(tmp / "ckpt")
     next(j for j in par if j["report"] == str(tmp / CKPT_FROM / "report.json"))["opts"].update(
@@ -138,23 +154,76 @@ def test_a_checkpoint_resumes_the_loss_curve_in_its_layout_and_another(runs):
 
 
 def test_what_the_runtime_does_not_run_is_refused_in_one_line():
-    """Context parallelism, fp8 and Megatron's up-projection recompute with MLA: refused by launch's runtime check
-    (and planner.core.mla_problem for framework parplan), naming the fix."""
+    """Context parallelism and fp8 with MLA: refused by launch's runtime check (and planner.core.mla_problem for
+    framework parplan), naming the fix; Megatron's up-projection recompute (mla_recompute) it runs."""
     from planner.core import mla_problem
     from planner.launch import check_runtime_support
     from planner.schema import ModelSpec
     spec = ModelSpec(**TINY_MLA)
     assert mla_problem(spec, "parplan", plan=True) is None
     for layout, training, word in ((dict(tp=1, pp=1, dp=2, cp=2), {}, "cp 2"), (dict(tp=1, pp=1, dp=2), {"fp8": True},
-                                                                                 "fp8"),
-                                   (dict(tp=1, pp=1, dp=2), {"mla_recompute": True}, "mla_recompute")):
-        plan = tiny_plan(TINY_MLA, **layout)
-        plan = plan.model_copy(update={"training": plan.training.model_copy(update=training)})
+                                                                                 "fp8")):
+        plan = _with_training(tiny_plan(TINY_MLA, **layout), training)
         check = check_runtime_support(plan, "cpu")
         assert not check.ok and word in check.line() and "multi-head latent attention" in check.line(), check.line()
         problem = mla_problem(spec, "parplan", plan=True, mla_recompute=plan.training.mla_recompute,
                               cp=plan.parallel.cp, fp8=plan.training.fp8)
         assert problem is not None and word in problem[0]
+    plan = _with_training(tiny_plan(TINY_MLA, tp=1, pp=1, dp=2), {"mla_recompute": True})
+    assert check_runtime_support(plan, "cpu").ok
+    assert mla_problem(spec, "parplan", plan=True, mla_recompute=True) is None
+
+
+def _held_after_forward(attn, x):
+    """The bytes the CPU allocator holds after attn's forward beyond its output (what autograd keeps for the
+    backward: the module's rotary tables are made by a first forward, outside the count), the output, and the
+    gradients of its parameters and x after a backward."""
+    from torch.profiler import ProfilerActivity, profile
+    attn(x)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = attn(x)
+    held = sum(e.cpu_memory_usage for e in prof.events() if e.cpu_parent is None) - out.numel() * out.element_size()
+    out.square().sum().backward()
+    return held, out.detach(), [p.grad for p in attn.parameters()] + [x.grad]
+
+
+@pytest.mark.parametrize("model", ["mla", "mla-no-q-lora"])
+@pytest.mark.parametrize("recompute", ["none", "selective"])
+def test_the_up_projections_recompute_frees_what_the_cost_model_counts(model, recompute):
+    """mla_recompute in one MLAttention (no process group): the allocator holds, after the forward, exactly
+    cost_models.memory.parplan_mla_up_saved_bytes less (the kernel's padded q, k and v, or under selective the
+    checkpoint's q and kv; without a query latent q is kept), the output and every gradient are the same to the bit,
+    and the blocks full recompute checkpoints whole (and op-level selective's) leave it off."""
+    import torch
+
+    from cost_models.layout import REC_NONE, REC_SELECTIVE, Layout
+    from cost_models.memory import parplan_mla_up_saved_bytes
+    from parallel_layers.model import MLAttention, ModelConfig, StageModule
+    from planner.core import model_dims
+    plan = tiny_plan(REFERENCES[model])
+    cfg = ModelConfig.from_plan(plan)
+    b, s = 2, plan.training.seq_len
+    runs = {}
+    for mla_recompute in (False, True):
+        torch.manual_seed(0)
+        attn = MLAttention(cfg, 0, None, False, recompute, mla_recompute=mla_recompute)
+        with torch.no_grad():
+            for p in attn.parameters():
+                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if p.dim() == 1 else 0.0))  # the norms' weights near 1
+        x = torch.randn(b, s, cfg.hidden, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        runs[mla_recompute] = _held_after_forward(attn, x)
+    lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=REC_SELECTIVE if recompute ==
+                 "selective" else REC_NONE, sp=0, schedule=1, offload=0)
+    want = parplan_mla_up_saved_bytes(model_dims(plan.model, s, "parplan"), lay, 4)
+    assert want > 0 and runs[False][0] - runs[True][0] == want, (runs[False][0], runs[True][0], want)
+    assert torch.equal(runs[False][1], runs[True][1])
+    assert all(torch.equal(g, h) for g, h in zip(runs[False][2], runs[True][2]))
+    stage = StageModule(cfg, [0, 1], first=False, last=False, tp_group=None, recompute="full", recompute_layers=1,
+                        mla_recompute=True)
+    assert [blk.attn.up_recompute for blk in stage.blocks] == [False, True]
+    stage = StageModule(cfg, [0, 1], first=False, last=False, tp_group=None, recompute="selective-op",
+                        mla_recompute=True)
+    assert not any(blk.attn.up_recompute for blk in stage.blocks)
 
 
 # DeepSeek-V3's layout in small: a query latent, a leading dense block, a shared expert; and DeepSeek-V2-Lite's, a

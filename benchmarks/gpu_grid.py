@@ -102,6 +102,9 @@ def grid() -> list[tuple[str, list[str]]]:
                                   "--qk-rope-dim", "64", "--v-head-dim", "128", "--ffn-hidden", "5632",
                                   "--vocab", "32000", "--seq-len", "2048", "--mbs", "4", "--global-batch-size", "4",
                                   "--recompute", "none"]))
+    # its up projections rebuilt for the attention kernel's backward (training.mla_recompute, Megatron's mla_up_proj;
+    # the twenty-eighth session, CPU only): the memory it frees and the GEMMs it runs again, on a GPU's fused kernel
+    out.append(("mla-1.3b-mbs4-uprecompute", out[-1][1] + ["--mla-recompute"]))
     out.append(("mla-moe-mixed-2.4b-e16-mbs2", [a for a in moe if a not in ("--kv-heads", "8")]
                 + ["--kv-heads", "16", "--head-dim", "192", "--kv-lora-rank", "512", "--qk-rope-dim", "64",
                    "--v-head-dim", "128", "--ffn-hidden", "1408", "--experts", "16", "--experts-per-token", "2",

@@ -119,7 +119,7 @@ else echo "fp8 shapes: ${t} s left, not started"; fi
 # then launch-bound runs of both recompute modes on this call's host (the calibrate probe read full recompute
 # 1.2-1.5x under the launches, no recompute within ~10 %), then the rest
 echo "grid: $(( LIMIT - SECONDS )) s left"
-grid "$(cap 600 10)" moe-2.5b-e16-mbs2 moe-2.4b-e8-mbs2 moe-mixed-2.4b-e16-mbs2 mla-1.3b-mbs4 mla-moe-mixed-2.4b-e16-mbs2 gpt-1.3b-mbs4-none-dropout llama-1.3b-mbs1-accum8 llama-3b-mbs1-none llama-1.3b-mbs1-none \
+grid "$(cap 600 10)" moe-2.5b-e16-mbs2 moe-2.4b-e8-mbs2 moe-mixed-2.4b-e16-mbs2 mla-1.3b-mbs4 mla-1.3b-mbs4-uprecompute mla-moe-mixed-2.4b-e16-mbs2 gpt-1.3b-mbs4-none-dropout llama-1.3b-mbs1-accum8 llama-3b-mbs1-none llama-1.3b-mbs1-none \
   llama-1.3b-mbs1-full gpt-1.3b-mbs4-none llama-0.5b-mbs1-none llama-0.5b-mbs4-full llama-1.3b-mbs4-selective \
   llama-3b-mbs4-full
 pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R)"

@@ -335,8 +335,8 @@ def test_the_h200_call_runs_fp8_first_within_its_budget_and_resumes(tmp_path):
     # are instant, but the script's clock (bash's SECONDS, whole seconds) may tick on a loaded machine
     assert timeouts[:4] == [300, 180, 240, 90] and 520 <= timeouts[4] <= 550
     assert json.loads((results / "grids.json").read_text())["grids"]["grid"]["calibrated"] == "h200-calibrated.toml"
-    # 2 FP8 + 15 (the three MoE entries first, then the two MLA ones)
-    assert len(list((results / "grid").glob("*/report.json"))) == 17
+    # 2 FP8 + 16 (the three MoE entries first, then the three MLA ones)
+    assert len(list((results / "grid").glob("*/report.json"))) == 18
     # again: everything is there, nothing runs
     calls, out = _run_h200_call(tmp_path, results)
     assert not [c for c in calls if c.startswith("timeout ")], calls

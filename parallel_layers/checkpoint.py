@@ -1,15 +1,21 @@
 """Sharded checkpoints with torch.distributed.checkpoint (DCP).
 
-Keys are logical parameter names; a TP shard adds ``@tp{rank}of{tp}`` (DCP treats equal keys
-of plain tensors as replicas, which is right for the dp copies and wrong for TP shards).  FSDP2
-parameters and their AdamW states are DTensors over dp, and layer keys use the global layer
-index, so a checkpoint resumes with another dp, pp or ZeRO stage (tested: dp 2 -> 1, and
-pp 2 -> 1 with ZeRO-1 -> FSDP2); another tp is not supported (TP shards are separate keys; `parplan
-launch` refuses it before any rank starts, checkpoint_steps.saved_tp).  A mixture of experts' expert weights, and
-their optimizer states, are saved one key per expert, ``{name}@expert{global index}`` (_per_expert), so a checkpoint
-resumes with another ep too; checkpoints written before that keyed an ep rank's experts ``@ep{rank}of{ep}`` and
-load only with the ep they were saved with (checkpoint_steps.saved_ep).  Data needs no state: batches are a function
-of (seed, step, index).
+Keys are logical parameter names, and every tensor is saved in the logical (tp 1) layout: a TP shard is
+saved as its rows (or columns) of the logical tensor, at their offsets in it (_LogicalPiece, _as_logical), the
+vocabulary's padding left out, so DCP reshards it by offsets as it reshards FSDP2's DTensors over dp.  A
+checkpoint therefore resumes with another tp, dp, pp, cp or ZeRO stage, layer keys using the global layer index
+(tested: dp 2 -> 1, pp 2 -> 1 with ZeRO-1 -> FSDP2, cp 2 -> 4, tp 2 -> 1 and 2 -> 4, from and into FSDP2, with a
+padded vocabulary, a mixture of experts and latent attention).  Every TP-split parameter of parplan's runtime is
+its rank's contiguous slice of the logical tensor along ShardSpec.tp_dim (model.init_parameters draws it so: the
+separate q/k/v, gate/up projections, heads or ffn rows; a latent attention's up projections by whole heads), so
+the offset along that dimension is tp rank x the rank's share.  Checkpoints written before this keyed a TP
+shard ``{name}@tp{rank}of{tp}`` and load only with the tp they were saved with (legacy_tp;
+checkpoint_steps.saved_tp, which `parplan launch` checks before any rank starts).
+
+A mixture of experts' expert weights, and their optimizer states, are saved one key per expert,
+``{name}@expert{global index}`` (_per_expert), so a checkpoint resumes with another ep too; checkpoints written
+before that keyed an ep rank's experts ``@ep{rank}of{ep}`` and load only with the ep they were saved with
+(checkpoint_steps.saved_ep).  Data needs no state: batches are a function of (seed, step, index).
 
 Master-weights recipes (ZeRO 0-2) also save each fp32 master as ``{key}/master``; such a
 checkpoint resumes only into a master-weights run and vice versa (FSDP2's fp32 shards are the
@@ -27,12 +33,111 @@ from .checkpoint_steps import saved, step_path
 
 
 
-def _key(mod, spec) -> str:
-    if spec.tp_dim is not None and mod.tp_size > 1:
+def _key(mod, spec, legacy_tp: bool = False) -> str:
+    """The parameter's DCP key: its logical name (a TP shard saved at its offsets in the logical tensor,
+    _as_logical), an ep rank's experts suffixed for _per_expert to split; legacy_tp: a TP shard keyed by its tp
+    rank, as checkpoints written before tp-independent keys have it."""
+    if legacy_tp and _tp_split(mod, spec):
         return f"{spec.logical_name}@tp{mod.tp_rank}of{mod.tp_size}"
     if getattr(spec, "ep_dim", None) is not None:  # an ep rank's experts (_per_expert splits them), ep 1 too
         return f"{spec.logical_name}@ep{getattr(mod, 'ep_rank', 0)}of{getattr(mod, 'ep_size', 1)}"
     return spec.logical_name
+
+
+def _tp_split(mod, spec) -> bool:
+    return spec.tp_dim is not None and mod.tp_size > 1
+
+
+_TP_KEY = re.compile(r"@tp(\d+)of(\d+)")
+
+
+def legacy_tp(saved_keys) -> int | None:
+    """The tp a checkpoint's keys bind it to: the one its TP shards' ``@tp{rank}of{tp}`` keys name (written before
+    tp-independent keys), or None where there are none (any tp loads it)."""
+    sizes = {int(m.group(2)) for k in saved_keys for m in [_TP_KEY.search(k)] if m}
+    return max(sizes) if sizes else None
+
+
+class _LogicalPiece(torch.Tensor):
+    """A rank's piece of a TP-split tensor as DCP sees it: a tensor of the logical (tp 1) shape of which this rank
+    holds `local` at `offsets`, through DCP's _Checkpointable hooks (torch/distributed/_checkpointable.py: the
+    ones DTensor implements).  Saving writes `local` as that chunk of the logical tensor; loading reads into
+    `local` in place whatever the saved chunks hold of it, whichever tp (and dp sharding) wrote them.  An empty
+    piece (all padding) writes and reads nothing.  No tensor operation runs on it."""
+
+    @staticmethod
+    def __new__(cls, local: torch.Tensor, shape, offsets):
+        t = torch.Tensor._make_wrapper_subclass(cls, torch.Size(shape), dtype=local.dtype, device=local.device)
+        t.local, t.offsets = local, torch.Size(offsets)
+        return t
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise RuntimeError(f"{func} on a checkpoint's logical piece: only DCP reads and writes it")
+
+    def __repr__(self):
+        return (f"_LogicalPiece(shape={tuple(self.shape)}, offsets={tuple(self.offsets)}, "
+                f"local={tuple(self.local.shape)})")
+
+    def _chunks(self):
+        from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+        return [ChunkStorageMetadata(offsets=self.offsets, sizes=self.local.shape)] if self.local.numel() else []
+
+    def __create_write_items__(self, fqn: str, obj) -> list:
+        from torch.distributed.checkpoint.metadata import MetadataIndex, TensorProperties
+        from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
+        properties = TensorProperties.create_from_tensor(self.local)
+        return [WriteItem(index=MetadataIndex(fqn, c.offsets), type=WriteItemType.SHARD,
+                          tensor_data=TensorWriteData(chunk=c, properties=properties, size=self.shape))
+                for c in self._chunks()]
+
+    def __create_chunk_list__(self) -> list:
+        return self._chunks()
+
+    def __get_tensor_shard__(self, index) -> torch.Tensor:
+        return self.local
+
+
+def _logical_piece(t: torch.Tensor, spec, tp_rank: int, tp_size: int) -> _LogicalPiece:
+    """t (a TP rank's parameter or optimizer state: a plain tensor, or FSDP2's DTensor over dp of it) as its piece of
+    the logical tensor.  The rank holds the slice tp_rank x share onwards along spec.tp_dim (model.init_parameters),
+    share the padded size / tp; the padding past the logical size (the vocabulary's, on the last ranks) is left out."""
+    from parallel_layers.layers import padded_size
+    d, full = spec.tp_dim, spec.full_shape
+    share = t.shape[d]
+    if tuple(t.shape) != tuple(share if i == d else n for i, n in enumerate(full)) or \
+            share * tp_size != (padded_size(full[d], tp_size) if spec.pad_tp_dim else full[d]):
+        raise ValueError(f"{spec.logical_name}: a tp={tp_size} shard of shape {tuple(t.shape)} is not a slice of the "
+                         f"logical {tuple(full)} along dim {d}")
+    if hasattr(t, "__create_chunk_list__"):  # FSDP2's DTensor over dp: its rank's chunk of the TP shard
+        offsets = list(t.__create_chunk_list__()[0].offsets)
+        local = t.to_local()
+    else:
+        offsets, local = [0] * t.dim(), t
+    offsets[d] += tp_rank * share
+    keep = max(0, min(local.shape[d], full[d] - offsets[d]))
+    return _LogicalPiece(local.narrow(d, 0, keep), full, offsets)
+
+
+def _tp_layouts(stage_modules) -> dict[str, tuple]:
+    """{key: (spec, tp rank, tp size)} of the TP-split parameters (tp > 1) under their tp-independent keys."""
+    return {_key(mod, spec): (spec, mod.tp_rank, mod.tp_size)
+            for m in stage_modules for mod in m.modules()
+            for spec in getattr(mod, "param_specs", {}).values() if _tp_split(mod, spec)}
+
+
+def _as_logical(sd: dict, stage_modules) -> None:
+    """sd's TP-split parameters and their optimizer states ("{key}/{state}": AdamW's moments, an fp32 master, a
+    whole split state's host copy) as _LogicalPiece, in place; a scalar state (AdamW's step) stays a replicated
+    tensor.  Last before DCP: the rest of the code reads and copies the plain tensors."""
+    layouts = _tp_layouts(stage_modules)
+    for section in ("model", "optim"):
+        for key, value in sd[section].items():
+            layout = layouts.get(key.split("/", 1)[0])
+            if layout is not None and isinstance(value, torch.Tensor) and value.dim():
+                sd[section][key] = _logical_piece(value, *layout)
 
 
 _EP_KEY = re.compile(r"(?P<name>.+)@ep(?P<rank>\d+)of(?P<ep>\d+)(?P<rest>/.*)?")
@@ -69,15 +174,16 @@ def _per_expert(sd: dict, loading: bool, legacy_ep: bool = False) -> None:
         sd[section] = out
 
 
-def _keyed(stage_modules) -> tuple[dict[str, torch.nn.Parameter], list[tuple[str, torch.nn.Parameter]]]:
+def _keyed(stage_modules, legacy_tp: bool = False) -> tuple[dict[str, torch.nn.Parameter],
+                                                             list[tuple[str, torch.nn.Parameter]]]:
     """({key: parameter}, [(key, copy)]): the first parameter of each key, and the other parameters that carry
     the same key -- a tied head's copy of the embedding on the rank that holds both ends (ZB-V's rank 0),
-    which is saved once and restored from the same values."""
+    which is saved once and restored from the same values.  legacy_tp: TP shards keyed by tp rank (_key)."""
     out, copies = {}, []
     for m in stage_modules:
         for mod in m.modules():
             for attr, spec in getattr(mod, "param_specs", {}).items():
-                k, p = _key(mod, spec), getattr(mod, attr)
+                k, p = _key(mod, spec, legacy_tp), getattr(mod, attr)
                 if k not in out:
                     out[k] = p
                 elif out[k] is not p and all(c is not p for _, c in copies):
@@ -115,7 +221,7 @@ def _unwrap(optim):
 
 
 def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False, after_load: list | None = None,
-               legacy_ep: bool = False) -> dict:
+               legacy_ep: bool = False, legacy_tp: bool = False) -> dict:
     """optim: a torch optimizer or a ShardedAdamW / MasterAdamW.  A MasterAdamW's states are
     keyed by the parameter its fp32 copy belongs to; its fp32 master (master-weights recipes,
     not a mere host mirror of an fp32 parameter) is saved as ``{key}/master``.
@@ -127,8 +233,10 @@ def state_dict(stage_modules, optim, step: int, create_optim_state: bool = False
     rank's rows, so a rank holding a piece keeps whole host copies of its split states until the load
     returns (6.3 GB for llama3-8b's embedding with fp32 masters at tp 1).  A tied head's copy on the rank that holds both
     ends is saved once, under the embedding's key, and loads from it.  A mixture of experts' expert weights and states:
-    one key per expert (_per_expert; legacy_ep: a checkpoint keyed by ep rank, loaded as it is)."""
-    params, copies = _keyed(stage_modules)
+    one key per expert (_per_expert; legacy_ep: a checkpoint keyed by ep rank, loaded as it is).  The tensors are
+    the rank's own, TP shards among them (save and load place those in the logical tensor: _as_logical); legacy_tp:
+    a checkpoint whose TP shards are keyed by tp rank, loaded as it is."""
+    params, copies = _keyed(stage_modules, legacy_tp)
     sd = {"model": dict(params), "optim": {}, "meta": {"step": torch.tensor(step)}}
     vocab = logical_vocab(stage_modules)
     if vocab is not None:  # the vocabulary before padding to a multiple of tp, which the shapes cannot tell apart
@@ -232,6 +340,7 @@ def save(directory: str, step: int, stage_modules, optim, scaler=None) -> str:
         sd["optim"].update(state_dict(stage_modules, other, step)["optim"])
     if scaler is not None:
         sd["meta"].update(_scaler_tensors(scaler.state()))
+    _as_logical(sd, stage_modules)
     dcp.save(sd, checkpoint_id=path)
     return path
 
@@ -305,11 +414,20 @@ def load(path: str, stage_modules, optim, scaler=None) -> int:
     saved = _saved_keys(path)
     # experts keyed by ep rank, or under their plain names at ep 1 (written before per-expert keys)
     legacy = not any("@expert" in k for k in saved)
-    sd = state_dict(stage_modules, first, 0, create_optim_state=True, after_load=rows, legacy_ep=legacy)
+    # TP shards keyed by tp rank (written before tp-independent keys): only that tp has those keys
+    old_tp = legacy_tp(saved)
+    tp = max((getattr(mod, "tp_size", 1) for m in stage_modules for mod in m.modules()), default=1)
+    if old_tp is not None and old_tp != tp:
+        raise RuntimeError(f"checkpoint {path} keys its tensor-parallel shards by tp rank (written before "
+                           f"tp-independent keys) for tp={old_tp}, and this run has tp={tp}: resume it with "
+                           f"tp={old_tp}")
+    kw = dict(create_optim_state=True, after_load=rows, legacy_ep=legacy, legacy_tp=old_tp is not None)
+    sd = state_dict(stage_modules, first, 0, **kw)
     for other in others:
-        sd["optim"].update(state_dict(stage_modules, other, 0, create_optim_state=True, after_load=rows,
-                                      legacy_ep=legacy)["optim"])
+        sd["optim"].update(state_dict(stage_modules, other, 0, **kw)["optim"])
     after = _cross_master_recipes(sd, saved)
+    if old_tp is None:
+        _as_logical(sd, stage_modules)
     want = logical_vocab(stage_modules) if "meta.vocab" in saved else None  # none recorded before 2026-12-02
     if want is None:
         sd["meta"].pop("vocab", None)

@@ -26,10 +26,12 @@ def saved_steps(directory: str) -> list[int]:
 
 
 def saved_tp(path: str) -> int | None:
-    """The tensor-parallel size a checkpoint was saved with, from its key names and without torch: a TP shard's key
-    ends in "@tp{rank}of{tp}" (parallel_layers.checkpoint._key), and DCP's .metadata pickle holds the keys as
-    plain strings.  1 when no key is a TP shard; None when the file cannot be read."""
-    return _saved_split(path, rb"@tp\d+of(\d+)")
+    """The tensor-parallel size a checkpoint binds a resume to, from its key names and without torch: None where any
+    tp loads it (its TP shards saved as pieces of the logical tensor under their logical names,
+    parallel_layers.checkpoint._as_logical; a tp-1 checkpoint, whose tensors are the logical ones; or the file cannot
+    be read); else, written before tp-independent keys, the tp its TP shards' keys name ("@tp{rank}of{tp}"), DCP's
+    .metadata pickle holding the keys as plain strings."""
+    return _saved_split(path, rb"@tp\d+of(\d+)", none_found=None)
 
 
 def saved_ep(path: str) -> int | None:
@@ -46,11 +48,11 @@ def saved_ep(path: str) -> int | None:
     return _saved_split(path, rb"@ep\d+of(\d+)")
 
 
-def _saved_split(path: str, pattern: bytes) -> int | None:
+def _saved_split(path: str, pattern: bytes, none_found: int | None = 1) -> int | None:
     try:
         with open(os.path.join(path, ".metadata"), "rb") as f:
             data = f.read()
     except OSError:
         return None
     sizes = {int(t) for t in re.findall(pattern, data)}
-    return max(sizes) if sizes else 1
+    return max(sizes) if sizes else none_found

@@ -490,9 +490,10 @@ def _model_mismatch(md: Optional[dict], plan) -> Optional[str]:
 
 def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp: Optional[int] = None,
                  plan=None) -> Check:
-    """The step to resume from exists and leaves steps to run, and (with the plan's tp) was saved with that tp: a
-    checkpoint resumes with another dp, pp, cp or ZeRO stage, not another tp (its TP shards are keys of their own,
-    parallel_layers.checkpoint), which had failed on every rank with a missing key."""
+    """The step to resume from exists and leaves steps to run, and (with the plan) holds the plan's model.  A
+    checkpoint resumes with another tp, dp, pp, cp or ZeRO stage (its TP shards saved as pieces of the logical
+    tensors, parallel_layers.checkpoint); one written before that, its TP shards keyed by tp rank, only with the tp
+    it was saved with (checkpoint_steps.saved_tp), which had failed on every rank with a missing key."""
     have = saved_steps(checkpoint_dir)
     if resume_step is not None and resume_step not in have:
         return Check("checkpoint", False, f"no complete checkpoint of step {resume_step} under {checkpoint_dir}",
@@ -504,9 +505,10 @@ def check_resume(checkpoint_dir: str, resume_step: Optional[int], steps: int, tp
         return Check("checkpoint", False, f"the checkpoint is after step {start} and --steps is {steps}: nothing to run",
                      f"pass --steps greater than {start} (the step count to reach, not the steps to add)")
     was = saved_tp(step_path(checkpoint_dir, start)) if tp is not None else None
-    if was is not None and was != tp:
+    if was is not None and was != tp:  # its TP shards keyed by tp rank (written before tp-independent keys)
         return Check("checkpoint", False, f"the checkpoint of step {start} was saved with tp={was} and the plan has "
-                     f"tp={tp}: its tensor-parallel shards do not load into another tp",
+                     f"tp={tp}: its tensor-parallel shards are keyed by tp rank (written before tp-independent keys) "
+                     "and do not load into another tp",
                      f"resume with a tp={was} plan (dp, pp, cp and the ZeRO stage may differ), or start afresh "
                      "without --resume")
     ep = plan.parallel.ep if plan is not None and plan.model.is_moe else None

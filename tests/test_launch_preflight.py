@@ -675,12 +675,17 @@ def test_resume_is_checked_against_the_saved_steps(tmp_path):
     c = L.check_resume(str(ck), None, 4)
     assert not c.ok and "greater than 4" in c.fix
     assert L.check_resume(str(ck), 2, 4).ok
-    # another tp cannot resume it (its TP shards are keys of their own): read from the keys, without torch
+    # a checkpoint written before tp-independent keys (its TP shards keyed by tp rank) resumes with its own tp only:
+    # read from the keys, without torch
     (ck / "step_00000004" / ".metadata").write_bytes(b"\x80\x04...model.blocks.0.attn.wq.weight@tp1of2...")
     c = L.check_resume(str(ck), None, 10, tp=1)
-    assert not c.ok and "saved with tp=2" in c.detail and "tp=2 plan" in c.fix
+    assert not c.ok and "saved with tp=2" in c.detail and "keyed by tp rank" in c.detail and "tp=2 plan" in c.fix
+    assert not L.check_resume(str(ck), None, 10, tp=4).ok
     assert L.check_resume(str(ck), None, 10, tp=2).ok
-    assert L.check_resume(str(ck), 2, 10, tp=1).ok  # step 2's keys have no TP shard: tp 1
+    # one of logical keys (a TP shard saved at its offsets in the logical tensor, as a tp-1 checkpoint's): any tp
+    (ck / "step_00000004" / ".metadata").write_bytes(b"\x80\x04...model.blocks.0.attn.wq.weight...")
+    assert all(L.check_resume(str(ck), None, 10, tp=tp).ok for tp in (1, 2, 4))
+    assert L.check_resume(str(ck), 2, 10, tp=4).ok  # step 2's keys have no TP shard
     argv = L.torchrun_argv("p.json", nproc=1, steps=4, device="cpu", report="r.json", checkpoint_dir=str(ck),
                            resume_step=2)
     assert argv[-3:] == ["--resume", "--resume-step", "2"]

@@ -70,10 +70,12 @@ CASES = {
 
 # checkpoints: the ZeRO-1 case's checkpoint after step 2 (its experts one key each, both optimizers' states) resumed in
 # the same layout, and in others of the same tp and another ep: pp 2 x dp 2 with ep 2 under ZeRO-0, and ep 1 under
-# ZeRO-1 (the experts' states split over 8 ranks where they were over 2)
+# ZeRO-1 (the experts' states split over 8 ranks where they were over 2); and its checkpoint after step 1 (TP shards
+# as pieces of the logical tensors) at tp 1, pp 2 x dp 4 with ep 2, for steps 2 and 3 (step 3 reads the AdamW states)
 CKPT_FROM = "zero1-tp2-dp4-sp-ep4"
 CKPT_RESHARD = dict(tp=2, pp=2, dp=2, sp=True, ep=2, schedule="1f1b")
 CKPT_RESHARD_EP1 = dict(tp=2, pp=1, dp=4, sp=True, ep=1, zero_stage=1)
+CKPT_RESHARD_TP1 = dict(tp=1, pp=2, dp=4, ep=2, schedule="1f1b")
 
 
 # cases run with options of their own beside their reference's
@@ -97,12 +99,13 @@ def runs(tmp_path_factory):
                           {**_opts(r, AFTER_BACKWARD), "overlap_grad_reduce": False}))
     ck = str(tmp / "ckpt")
     next(j for j in par if j["report"] == str(tmp / CKPT_FROM / "report.json"))["opts"].update(
-        checkpoint_dir=ck, checkpoint_every=2)
+        checkpoint_dir=ck, checkpoint_every=1)
     same = tiny_plan(TINY_MOE, clip_grad=suite.CLIP_GRAD, **CASES[CKPT_FROM][1])
     par.append(suite._job(tmp, "ckpt-resume", same, {"checkpoint_dir": ck, "resume": True, "resume_step": 2}))
-    for name, layout in (("ckpt-reshard", CKPT_RESHARD), ("ckpt-reshard-ep1", CKPT_RESHARD_EP1)):
+    for name, layout, step in (("ckpt-reshard", CKPT_RESHARD, 2), ("ckpt-reshard-ep1", CKPT_RESHARD_EP1, 2),
+                               ("ckpt-reshard-tp1", CKPT_RESHARD_TP1, 1)):
         other = tiny_plan(TINY_MOE, clip_grad=suite.CLIP_GRAD, **layout)
-        par.append(suite._job(tmp, name, other, {"checkpoint_dir": ck, "resume": True, "resume_step": 2}))
+        par.append(suite._job(tmp, name, other, {"checkpoint_dir": ck, "resume": True, "resume_step": step}))
     return suite.run_phases(tmp, (("ref", ref, 1), ("par", par, 8)))
 
 
@@ -248,10 +251,11 @@ def test_the_report_gives_the_routers_imbalance(runs):
     assert all(s["expert_load_imbalance"] > 1.0 for s in steps), steps
 
 
-def test_a_checkpoint_resumes_the_loss_curve_in_its_layout_and_another_ep(runs):
+def test_a_checkpoint_resumes_the_loss_curve_in_its_layout_and_another_ep_or_tp(runs):
     """Step 3 after resuming from the step-2 checkpoint (experts one key each, the experts' own ZeRO-1 optimizer
     saved beside the rest's) continues the uninterrupted run: exactly in the same layout, within the layouts'
-    tolerance with ep 2 (pp 2 x dp 2, ZeRO-0) and with ep 1 (ZeRO-1, the experts' states over 8 ranks)."""
+    tolerance with ep 2 (pp 2 x dp 2, ZeRO-0) and with ep 1 (ZeRO-1, the experts' states over 8 ranks); and steps 2
+    and 3 after resuming from the step-1 one at tp 1 (ep 2, pp 2 x dp 4)."""
     from parallel_layers.checkpoint_steps import saved_ep, saved_tp
     straight = _losses(runs, CKPT_FROM)
     same = _report(runs, "ckpt-resume")
@@ -260,17 +264,21 @@ def test_a_checkpoint_resumes_the_loss_curve_in_its_layout_and_another_ep(runs):
     assert same["steps"][0]["loss"] == pytest.approx(straight[2], rel=1e-7)
     for o in others:
         assert o["steps"][0]["loss"] == pytest.approx(straight[2], rel=LOSS_RTOL)
+    tp1 = _report(runs, "ckpt-reshard-tp1")
+    assert tp1["plan"]["parallel"]["tp"] == 1 and [s["step"] for s in tp1["steps"]] == [2, 3]
+    assert [s["loss"] for s in tp1["steps"]] == pytest.approx(straight[1:], rel=LOSS_RTOL)
     path = str(runs / "ckpt" / "step_00000002")
-    assert (saved_tp(path), saved_ep(path)) == (2, None)  # experts one key each: any ep loads them
+    assert (saved_tp(path), saved_ep(path)) == (None, None)  # experts one key each, TP shards logical: any ep or tp
 
 
-def test_launch_checks_a_resume_against_the_saved_model_not_its_ep(runs):
-    """parplan launch's resume check passes another ep (the experts are keys of their own, one each) as it refuses
-    another tp, and its model check stacks the experts back: the plan's model passes, one of 8 experts is named."""
+def test_launch_checks_a_resume_against_the_saved_model_not_its_ep_or_tp(runs):
+    """parplan launch's resume check passes another ep (the experts are keys of their own, one each) and another tp
+    (TP shards saved as pieces of the logical tensors), and its model check stacks the experts back: the plan's model
+    passes, one of 8 experts is named."""
     from planner.launch import check_resume, checkpoint_model_mismatch
     ck = str(runs / "ckpt")
-    for ep in (4, 2, 1):
-        plan = tiny_plan(TINY_MOE, clip_grad=suite.CLIP_GRAD, **{**CASES[CKPT_FROM][1], "ep": ep})
+    for layout in [{**CASES[CKPT_FROM][1], "ep": ep} for ep in (4, 2, 1)] + [CKPT_RESHARD_TP1]:
+        plan = tiny_plan(TINY_MOE, clip_grad=suite.CLIP_GRAD, **layout)
         check = check_resume(ck, 2, 3, plan.parallel.tp, plan)
         assert check.ok, check.line()
     assert checkpoint_model_mismatch(ck + "/step_00000002", tiny_plan(TINY_MOE, **CASES[CKPT_FROM][1])) is None

@@ -159,6 +159,37 @@ SPLIT_RESHARD = dict(tp=1, pp=1, dp=4, zero_stage=2)  # other cuts (a norm split
 # the hybrid-sharded run's step-2 checkpoint resumed on 4 ranks with full sharding over dp 2
 HSDP_FROM = "hsdp-2x2-tp2"
 HSDP_RESHARD = dict(tp=2, pp=1, dp=2, zero_stage=3)
+# checkpoints resumed with another tp (parallel_layers.checkpoint saves a TP shard as its piece of the logical tensor):
+# each source run saves after every step, and its step-1 checkpoint resumes on 4 ranks for steps 2 and 3, so that
+# step 3's loss reads the AdamW states loaded as well as the parameters.  name -> (source run, layout)
+TP_RESUME = {
+    # GQA llama (q and kv heads split over tp 2) from ZeRO-0 into FSDP2's shards at tp 1, in a pipeline
+    "tp-resume-gqa-tp1-fsdp2": ("cp2-tp2-dp2", dict(tp=1, pp=2, dp=2, zero_stage=3)),
+    # from hybrid-sharded FSDP2's DTensors at tp 2 into ZeRO-1's split states at tp 1
+    "tp-resume-hsdp-tp1-zero1": ("hsdp-2x2-tp2", dict(tp=1, pp=1, dp=4, zero_stage=1)),
+    # a vocabulary tp does not divide (257: 258 padded rows at tp 2, 260 at tp 4), tied, its last stage's copy of the
+    # embedding in the checkpoint as well, into tp 4 with SP
+    "tp-resume-odd-vocab-tp4-sp": ("gpt-tied-odd-vocab", dict(tp=4, pp=1, dp=1, sp=True)),
+    # bf16 parameters with ZeRO-2's fp32 masters ("{key}/master") at tp 2, into FSDP2's fp32 shards at tp 4
+    "tp-resume-master-weights-tp4-fsdp2": ("gpt-tied-master-weights-zero2-sp",
+                                           dict(tp=4, pp=1, dp=1, sp=True, zero_stage=3, precision="master-weights")),
+    # latent attention (up projections split by heads, each head's key part and value) and a mixture of experts with
+    # a tensor-parallel shared expert, tp 2 -> 4 and ep 4 -> 2
+    "tp-resume-mla-moe-tp4": ("mla-moe-tp2-dp4-sp-ep4", dict(tp=4, pp=1, dp=1, sp=True, ep=2)),
+}
+# DeepSeek-V3's layout in small, as tests/test_runtime_mla.py's TINY_MLA_MOE: latent attention, a leading dense block,
+# then MoE blocks with a shared expert; the source of TP_RESUME's last case (no one-rank reference here)
+TINY_MLA_MOE = {**TINY_LLAMA, "kv_heads": 4, "head_dim": 24, "kv_lora_rank": 32, "q_lora_rank": 48,
+                "qk_rope_head_dim": 8, "v_head_dim": 16, "experts": 4, "experts_per_token": 2, "ffn_hidden": 64,
+                "shared_expert_ffn": 64, "first_dense_layers": 1, "dense_ffn_hidden": 128}
+TP_RESUME_SOURCES = {"mla-moe-tp2-dp4-sp-ep4": (TINY_MLA_MOE, dict(tp=2, pp=1, dp=4, sp=True, ep=4), {})}
+
+
+def tp_resume_source(name: str) -> tuple:
+    """(model, layout, options) of a TP_RESUME source run."""
+    return TP_RESUME_SOURCES.get(name) or PARALLEL_CASES[name]
+
+
 # one-rank references (dp folded into gradient accumulation): name -> (model, options)
 REFERENCE_CASES = {
     "llama": (TINY_LLAMA, {}),
@@ -228,12 +259,24 @@ def parallel_jobs(tmp: Path) -> list[dict]:
         checkpoint_dir=str(tmp / "hsdp" / "ckpt"), checkpoint_every=2)
     jobs.append(_job(tmp, "split-resume", tiny_plan(TINY_LLAMA, **SPLIT_RESUME, clip_grad=CLIP_GRAD),
                      {"checkpoint_dir": ck, "resume": True, "resume_step": 2}, steps=STEPS))
+    for name, (m, p, o) in TP_RESUME_SOURCES.items():
+        jobs.append(_job(tmp, name, tiny_plan(m, lr=_lr(o), clip_grad=_clip(o), **{**LAYOUT, **p}), o))
+    for source in {s for s, _ in TP_RESUME.values()}:  # every step saved (the cp and hsdp ones resume from step 2 too)
+        job = next(j for j in jobs if j["report"] == str(tmp / source / "report.json"))
+        job["opts"].update(checkpoint_dir=job["opts"].get("checkpoint_dir") or str(tmp / source / "ckpt"),
+                           checkpoint_every=1)
     return jobs
+
+
+def tp_resume_dir(tmp: Path, source: str) -> Path:
+    """Where a TP_RESUME source run saves (parallel_jobs)."""
+    return tmp / {CP_RESUME_FROM: "cp-resume", HSDP_FROM: "hsdp"}.get(source, source) / "ckpt"
 
 
 def reshard_jobs(tmp: Path) -> list[dict]:
     """4-rank resumes of the 8-rank ZeRO-1 checkpoint (step 2) in other layouts with the same tp:
-    fewer dp ranks (dp folded into micro-batches), and pp 2 -> 1 with FSDP2."""
+    fewer dp ranks (dp folded into micro-batches), and pp 2 -> 1 with FSDP2; then of the split, hybrid-sharded and
+    TP_RESUME runs' checkpoints (the last with another tp)."""
     ck = str(tmp / "resume" / "ckpt")
     return [_job(tmp, name, tiny_plan(TINY_LLAMA, **par, clip_grad=CLIP_GRAD), {"checkpoint_dir": ck, "resume": True,
                                                                           "resume_step": 2}, steps=STEPS)
@@ -242,7 +285,17 @@ def reshard_jobs(tmp: Path) -> list[dict]:
         _job(tmp, "split-reshard", tiny_plan(TINY_LLAMA, **SPLIT_RESHARD, clip_grad=CLIP_GRAD),
              {"checkpoint_dir": str(tmp / "split" / "ckpt"), "resume": True, "resume_step": 2}, steps=STEPS),
         _job(tmp, "hsdp-reshard", tiny_plan(TINY_LLAMA, **HSDP_RESHARD, clip_grad=CLIP_GRAD),
-             {"checkpoint_dir": str(tmp / "hsdp" / "ckpt"), "resume": True, "resume_step": 2}, steps=STEPS)]
+             {"checkpoint_dir": str(tmp / "hsdp" / "ckpt"), "resume": True, "resume_step": 2}, steps=STEPS)] + [
+        _tp_resume_job(tmp, name) for name in TP_RESUME]
+
+
+def _tp_resume_job(tmp: Path, name: str) -> dict:
+    """A TP_RESUME case: its source's model and options in another layout, from the source's step-1 checkpoint."""
+    source, layout = TP_RESUME[name]
+    model, _, opts = tp_resume_source(source)
+    return _job(tmp, name, tiny_plan(model, lr=_lr(opts), clip_grad=_clip(opts), **layout),
+                {**opts, "checkpoint_dir": str(tp_resume_dir(tmp, source)), "resume": True, "resume_step": 1},
+                steps=STEPS)
 
 
 def run_phases(tmp: Path, phases) -> Path:

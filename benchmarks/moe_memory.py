@@ -38,7 +38,9 @@ MIXED = {"narrow-mixed": {"first_dense_layers": 2, "dense_ffn_hidden": 2 * NARRO
          "narrow-mla": {"head_dim": 96, "qk_rope_head_dim": 32, "v_head_dim": 64, "kv_lora_rank": 128,
                         "q_lora_rank": 192, "first_dense_layers": 1, "dense_ffn_hidden": 2 * NARROW["ffn_hidden"]},
          "narrow-mla-no-q-lora": {"head_dim": 96, "qk_rope_head_dim": 32, "v_head_dim": 64, "kv_lora_rank": 128,
-                                  "first_dense_layers": 1, "dense_ffn_hidden": 2 * NARROW["ffn_hidden"]}}
+                                  "first_dense_layers": 1, "dense_ffn_hidden": 2 * NARROW["ffn_hidden"]},
+         # a shared expert beside the routed ones (a tensor-parallel SwiGLU of the expert's width)
+         "narrow-shared": {"shared_expert_ffn": NARROW["ffn_hidden"]}}
 # name -> (model, parallel[, Training fields]); 4 ranks each, master-weights
 NARROW_TRAINING = dict(seq_len=512, micro_batch_size=2, global_batch_size=16)
 WIDE_TRAINING = dict(seq_len=32, micro_batch_size=1, global_batch_size=8)
@@ -73,6 +75,25 @@ CASES = {
     "mla-recompute-no-q-lora-pp2-dp2-ep2-1f1b-selective": ("narrow-mla-no-q-lora",
                                                            dict(tp=1, pp=2, dp=2, ep=2, schedule="1f1b",
                                                                 recompute="selective"), {"mla_recompute": True}),
+    # a mixture of experts' recompute modules (training.moe_recompute, Megatron-LM's --recompute-modules moe_act and
+    # layernorm moe_act: the experts' activation output, and the pre-MLP norm's, rebuilt for the backward by
+    # parallel_layers.model.Block), each beside the same layout without them (named alike: `--only moe-rec` runs
+    # both, and the README gives what each frees): expert parallelism over dp, over tp with SP and a shared expert
+    # (whose input the norm's output is too), and in a ZB-V pipeline under selective recompute; and every rank's experts
+    # its own (ep 1: no all-to-all, whose gloo transfers leave a few MiB of dispatched tokens live at varying moments)
+    "moe-rec-dp4": ("narrow", dict(tp=1, pp=1, dp=4)),
+    "moe-rec-act-dp4": ("narrow", dict(tp=1, pp=1, dp=4), {"moe_recompute": "act"}),
+    "moe-rec-norm-act-dp4": ("narrow", dict(tp=1, pp=1, dp=4), {"moe_recompute": "norm-act"}),
+    "moe-rec-dp4-ep4": ("narrow", dict(tp=1, pp=1, dp=4, ep=4)),
+    "moe-rec-act-dp4-ep4": ("narrow", dict(tp=1, pp=1, dp=4, ep=4), {"moe_recompute": "act"}),
+    "moe-rec-norm-act-dp4-ep4": ("narrow", dict(tp=1, pp=1, dp=4, ep=4), {"moe_recompute": "norm-act"}),
+    "moe-rec-shared-tp2-sp-dp2-ep4": ("narrow-shared", dict(tp=2, pp=1, dp=2, ep=4, sp=True)),
+    "moe-rec-norm-act-shared-tp2-sp-dp2-ep4": ("narrow-shared", dict(tp=2, pp=1, dp=2, ep=4, sp=True),
+                                               {"moe_recompute": "norm-act"}),
+    "moe-rec-pp2-dp2-ep2-zbv-selective": ("narrow", dict(tp=1, pp=2, dp=2, ep=2, schedule="zbv", vpp=2,
+                                                         recompute="selective")),
+    "moe-rec-act-pp2-dp2-ep2-zbv-selective": ("narrow", dict(tp=1, pp=2, dp=2, ep=2, schedule="zbv", vpp=2,
+                                                             recompute="selective"), {"moe_recompute": "act"}),
 }
 MIB = 2**20
 
@@ -99,6 +120,26 @@ def jobs(tmp: Path, steps: int = 2, precision: str = "master-weights", only: str
     return out
 
 
+def drops(tmp: Path, names: list[str]) -> list[str]:
+    """The README's table of what a plan's recompute modules (its Training fields) free: against the run's plan of the
+    same model and layout without them, the predicted and measured peaks' differences."""
+    rows = []
+    for name in names:
+        kind, par, *extra = CASES[name]
+        base = next((n for n in names if CASES[n][:2] == (kind, par) and len(CASES[n]) == 2), None)
+        if not extra or base is None:
+            continue
+        cm, cm0 = (json.loads((tmp / n / "report.json").read_text())["cpu_memory"] for n in (name, base))
+        pred, meas = cm0["predicted"] - cm["predicted"], (cm0["without_collective_buffers_max"]
+                                                        - cm["without_collective_buffers_max"])
+        rows.append(f"| {name} | {base} | {', '.join(f'{k} {v}' for k, v in extra[0].items())} | {pred / MIB:.2f} | "
+                    f"{meas / MIB:.2f} |")
+    if not rows:
+        return []
+    return ["", "What the recompute modules free (the same run's plan without them less the plan with them):", "",
+            "| plan | against | training | predicted drop MiB | measured drop MiB |", "|---|---|---|---|---|", *rows]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -123,7 +164,7 @@ def main() -> int:
              "largest rank's), against `evaluate`'s total.  Narrow: llama, 8 layers, hidden 256, 4 experts of ffn "
              "704, top 2, seq 512, micro-batch 2.  Wide: 4 layers, hidden 1024, 4 experts of ffn 2816, top 2, seq 32.  "
              "Mixed: the first blocks (narrow 2, wide 1), or every other block (step2), a dense SwiGLU twice the "
-             "expert's width.",
+             "expert's width.  Shared: narrow with a shared expert of the expert's width.",
              "", "| plan | predicted MiB | measured MiB | error | step losses |", "|---|---|---|---|---|"]
     errors = {}
     for name in (n for n in CASES if a.only in n):
@@ -135,6 +176,7 @@ def main() -> int:
                      f"{cm['error']:+.1%} | {losses} |")
     lines += ["", f"|error| median {sorted(abs(e) for e in errors.values())[len(errors) // 2]:.1%}, "
               f"max {max(abs(e) for e in errors.values()):.1%} over {len(errors)} plans."]
+    lines += drops(tmp, [n for n in CASES if a.only in n])
     (out / "README.md").write_text("\n".join(lines) + "\n")
     (out / "errors.json").write_text(json.dumps(errors, indent=1) + "\n")
     print("\n".join(lines))

@@ -1057,6 +1057,9 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # recomputed whole); the block being back-propagated rebuilds them (rebuilt_bytes, from work_layer)
         act_layer = act_layer - np.where(lay.recompute == REC_FULL, 0.0,
                                          moe.recomputed_bytes(m, lay, act_b, tr.moe_recompute, tr.fp8))
+        if tr.eager_runtime == "parplan":  # parplan's runtime rebuilds the norm's output after the experts' backward
+            work_layer = work_layer - np.where(lay.recompute == REC_FULL, 0.0, moe.parplan_rebuilt_after_experts(
+                m, lay, act_b, tr.moe_recompute))
     # multi-head latent attention's up projections recomputed: Megatron's q, k and v, or what parplan's runtime frees
     mla_drop = 0.0
     if tr.mla_recompute:

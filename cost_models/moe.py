@@ -159,7 +159,10 @@ def expert_grad_group(m, lay, hw):
 # Megatron-Core's MoE recompute modules (--recompute-granularity selective --recompute-modules ...; the modes are
 # Training.moe_recompute's): "act" = moe_act (the experts' activation is recomputed in the backward: its output, the
 # second GEMM's input, is not saved), "norm-act" = layernorm and moe_act (the pre-MLP norm, not fused with a linear in
-# an MoE block, recomputed too: its output, the router's input, is not saved)
+# an MoE block, recomputed too: its output, the router's input, is not saved).  parplan's runtime frees the same
+# bytes a block (parallel_layers.model.Block: the router's and the shared expert's copies of the norm's output are one
+# tensor), counted to the byte by tests/test_runtime_moe_recompute.py; it rebuilds them at other moments
+# (parplan_rebuilt_after_experts)
 
 
 def recomputed_bytes(m, lay, act_bytes: int, mode: str, fp8: str = ""):
@@ -173,6 +176,19 @@ def recomputed_bytes(m, lay, act_bytes: int, mode: str, fp8: str = ""):
     if mode == "norm-act":
         out = out + t * m.hidden * act_bytes
     return out
+
+
+def parplan_rebuilt_after_experts(m, lay, act_bytes: int, mode: str):
+    """Of recomputed_bytes, what parplan's runtime (parallel_layers.model.Block, framework parplan) rebuilds for the
+    block being back-propagated only once its experts' backward is over, so that it adds nothing to that block's
+    working memory: the norm's output under norm-act where the block has no shared expert.  The router's backward, the
+    MoE layer's last, is the first to ask for it (a shared expert, whose backward runs before the routed experts',
+    asks for it first, and it is then held through theirs).  The activation's output is rebuilt for the down GEMM's
+    backward and freed after it, as it was freed there without the recompute: the block's working memory is the same
+    (CPU allocator traces: benchmarks/results/2026-12-05-cpu-memory-moe-recompute)."""
+    if not m.moe or mode != "norm-act" or m.shared_ffn:
+        return 0.0
+    return routed_tokens(m, lay) * m.hidden * act_bytes
 
 
 def recompute_time(m, lay, hw, act_bytes: int, mode: str):

@@ -23,7 +23,8 @@ weight-gradient pass).
 Recompute (what the cost model assumes): ``selective`` checkpoints the core attention
 (rotary + SDPA) and the MLP activation (silu(gate)*up or gelu); ``selective-op`` is torchtitan's
 op-level selective checkpointing of each block (``op_sac_context``); ``full`` checkpoints each
-whole block so only the block input is saved.
+whole block so only the block input is saved.  A mixture of experts' recompute modules (training.moe_recompute):
+Block.
 """
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ from parallel_layers.data import stable_seed
 from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, dropout_layer_key, hidden_dropout
 from parallel_layers.mappings import _size, copy_to_tp_region, gather_from_sequence_parallel_region
 from parallel_layers.moe import MoEMLP, MoEState
+from parallel_layers.rebuild import RebuiltForBackward
 
 # torchtitan's op-level selective activation checkpointing (selective_ac_option = "op";
 # pytorch/torchtitan torchtitan/models/llama3/parallelize.py at 9dec370, the commit of its published
@@ -386,65 +388,6 @@ def _mla_core(q, kv, k_pe, *, heads: int, nope: int, rope: int, v_dim: int, thet
     return _mla_attend(q, k, v, d=d, v_dim=v_dim, dropout_p=dropout_p)
 
 
-class _Rebuilt:
-    """What _UpProjRecompute's pack hook saves in place of one of the tensors it rebuilds: its handle and index."""
-    __slots__ = ("handle", "index")
-
-    def __init__(self, handle: "_UpProjRecompute", index: int):
-        self.handle, self.index = handle, index
-
-
-class _UpProjRecompute:
-    """Multi-head latent attention's up projections recomputed for the backward (training.mla_recompute, Megatron-LM's
-    --recompute-modules mla_up_proj; the same effect as its CheckpointWithoutOutput, by other means): a
-    ``torch.autograd.graph.saved_tensors_hooks`` pair around the attention kernel whose pack hook saves, in place of
-    the tensors ``rebuild`` makes from the latents (the kernel's padded q, k, v after rotary, which it would otherwise
-    keep to its backward), a small _Rebuilt handle, and whose unpack hook, when the kernel's backward asks for them,
-    runs ``rebuild`` again under no_grad (and the forward's autocast state) from the kept latents and the current
-    weights, once for all of them: they live only through that backward.  Every other tensor the kernel saves (its
-    output and log-sum-exp) is saved as it is.  The tensors are recognised by identity (weak references, so the
-    handle keeps none of them): a kernel that saved a copy of one (a cast, a padded head) would keep it, which
-    tests/test_runtime_mla.py's byte count would catch.  Unpacked twice (a backward through a retained graph) it
-    rebuilds again."""
-
-    def __init__(self, targets, rebuild: Callable[[], tuple], device_type: str):
-        self.targets = [weakref.ref(t) for t in targets]
-        self.rebuild, self.device_type = rebuild, device_type
-        self.autocast = (torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type))
-        self.cache: Optional[tuple] = None
-        self.packed: set[int] = set()  # the targets the kernel saved (all of them, with the fused kernels)
-        self.pending: set[int] = set()  # of those, the ones the backward has not yet asked for since the last rebuild
-
-    def pack(self, t):
-        for i, ref in enumerate(self.targets):
-            if ref() is t:
-                self.packed.add(i)
-                return _Rebuilt(self, i)
-        return t
-
-    @staticmethod
-    def unpack(saved):
-        if not isinstance(saved, _Rebuilt):
-            return saved
-        self = saved.handle
-        if self.cache is None or saved.index not in self.pending:
-            enabled, dtype = self.autocast
-            with torch.no_grad(), torch.autocast(self.device_type, dtype=dtype, enabled=enabled):
-                self.cache = tuple(self.rebuild())
-            self.pending = set(self.packed)
-        out = self.cache[saved.index]
-        self.pending.discard(saved.index)
-        if not self.pending:  # each rebuilt tensor handed to the kernel's backward: hold them no longer
-            self.cache = None
-        return out
-
-    @contextlib.contextmanager
-    def hooks(self):
-        with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
-            yield
-        self.targets = []  # the kernel has saved what it saves: no later tensor is one of them
-
-
 class MLAttention(_ShardedModule):
     """Multi-head latent attention (DeepSeek-V2, 2024, sec. 2.1; Megatron-Core's MLASelfAttention, as the cost model
     plans it: cost_models.params.mla_projections).  Per block:
@@ -468,8 +411,9 @@ class MLAttention(_ShardedModule):
     but rebuilt from the kept latents and weights when the backward needs them (cost_models.memory.
     parplan_mla_up_saved_bytes counts what that frees, compute.mla_up_recompute_time the GEMMs run again):
       no recompute (and the blocks full recompute leaves whole: recompute_layers): the attention kernel's padded q,
-          k and v (_UpProjRecompute, around SDPA alone: its output and log-sum-exp are kept, the kernel is not
-          re-run); without a query latent the query is the block input's projection, not the latents', and is kept
+          k and v (parallel_layers.rebuild.RebuiltForBackward, around SDPA alone: its output and log-sum-exp are kept,
+          the kernel is not re-run); without a query latent the query is the block input's projection, not the
+          latents', and is kept
       selective: the checkpoint takes the latents in place of the up projections' outputs, so the up projections
           run again inside it (q and kv are not its inputs to hold); without a query latent q is still one
       full (a block checkpointed whole) and selective-op (the op policy saves what it saves): nothing more to drop;
@@ -555,8 +499,8 @@ class MLAttention(_ShardedModule):
     @torch.compiler.disable
     def _attend_rebuilding_up(self, q_lat, kv_lat, k_pe, key=None):
         """The up projections and the core, the attention kernel's q, k and v rebuilt for its backward from the
-        latents (_UpProjRecompute) rather than kept: without a query latent only k and v (q is the block input's
-        projection, q_lat here, which rebuilding would have to keep)."""
+        latents (RebuiltForBackward, around the kernel) rather than kept: without a query latent only k and v (q is the
+        block input's projection, q_lat here, which rebuilding would have to keep)."""
         d = self.nope + self.rope
         dims = dict(heads=self.local_heads, nope=self.nope, rope=self.rope, width=max(d, self.v_dim),
                     theta=self.rope_theta)
@@ -575,7 +519,7 @@ class MLAttention(_ShardedModule):
         else:
             rebuild, q = kv_part, _mla_q(q_lat, **dims)
         k, v = kv_part()
-        handle = _UpProjRecompute((q, k, v) if self.q_lora else (k, v), rebuild, k.device.type)
+        handle = RebuiltForBackward((q, k, v) if self.q_lora else (k, v), rebuild, k.device.type)
         attend = functools.partial(_mla_attend, d=d, v_dim=self.v_dim)
         if attention_dropout_p(self.dropout, key) > 0:
             attend = functools.partial(_dropout_attention, attend, self.dropout, key, self.dropout_layer)
@@ -613,8 +557,25 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    """norm1, attention, residual; norm2, MLP (an MoE block's: router and experts, and a shared expert where the model
+    has one), residual.  moe_recompute (training.moe_recompute; StageModule passes "none" to the blocks it checkpoints
+    whole, where nothing more is dropped), in an MoE block only, as Megatron-LM's --recompute-modules moe_act and
+    layernorm touch only the routed experts' activation and the MoE block's pre-MLP norm (a dense block's MLP norm is
+    fused into its first linear there, and the shared expert's activation is kept):
+      act       the routed experts' activation output, the down GEMM's input, not kept but rebuilt for its backward
+                from the kept gate, up and probabilities (MoEMLP.act_recompute)
+      norm-act  that, and norm2's output (the router's input and the shared expert's, h a token of the rank's sequence
+                shard) not kept but rebuilt from norm2's input, which the norm's own backward keeps: every op of the
+                MLP that saves it (or a view of it) saves a handle instead (parallel_layers.rebuild)
+    Both are saved_tensors_hooks pairs, not checkpoints (which would keep a checkpointed activation's output where the
+    next GEMM saves it); the values and gradients are those of the run without them, to the bit.  The memory they free
+    is cost_models.moe.recomputed_bytes.  Beside selective recompute (the attention core, and the experts' SwiGLU,
+    checkpointed) they free the same; under the zero-bubble schedules the input-gradient pass runs the experts' and
+    the router's backward whole (their weight gradients are not queued), so what they rebuild lives through that pass
+    only, and a shared expert's queued weight pass holds its input as it would without them."""
+
     def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None, ep_group=None,
-                 moe_state: Optional[MoEState] = None, mla_recompute: bool = False):
+                 moe_state: Optional[MoEState] = None, mla_recompute: bool = False, moe_recompute: str = "none"):
         super().__init__()
         self.layer_id = i
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
@@ -623,9 +584,12 @@ class Block(nn.Module):
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
         # a mixture of experts' MoE block, or its dense blocks between (ModelConfig.is_moe_block): a dense MLP of dense_ffn
         moe_block = cfg.is_moe_block(i)
+        if recompute == "selective-op":  # (refused for a mixture of experts: planner.core.parplan_moe_problem)
+            moe_recompute = "none"
         self.mlp = (MoEMLP(cfg, i, tp_group, sp, ep_group, cp_group=cp_group, state=moe_state,
-                           selective=recompute == "selective")
+                           selective=recompute == "selective", act_recompute=moe_recompute in ("act", "norm-act"))
                     if moe_block else MLP(cfg, i, tp_group, sp, recompute, ffn=cfg.dense_ffn if cfg.experts else None))
+        self.norm_recompute = moe_block and moe_recompute == "norm-act"
         # a mixture of experts' shared expert: a dense tensor-parallel SwiGLU beside the routed ones
         self.shared_mlp = (MLP(cfg, i, tp_group, sp, recompute, ffn=cfg.shared_ffn, name="shared_mlp")
                            if moe_block and cfg.shared_ffn else None)
@@ -646,8 +610,15 @@ class Block(nn.Module):
         drop, layer, rows = self.attn.dropout, self.attn.dropout_layer, self.attn.dropout_layer_rows
         x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, layer, "attention", rows)
         h = self.norm2(x)
-        y = self.mlp(h) if self.shared_mlp is None else self.mlp(h) + self.shared_mlp(h)
+        if self.norm_recompute and torch.is_grad_enabled():  # norm2's output rebuilt for the MLP's backward
+            with RebuiltForBackward([h], lambda x=x: (self.norm2(x),), h.device.type, views=True).hooks():
+                y = self._mlp(h)
+        else:
+            y = self._mlp(h)
         return x + hidden_dropout(y, drop, key, layer, "mlp", rows)
+
+    def _mlp(self, h):
+        return self.mlp(h) if self.shared_mlp is None else self.mlp(h) + self.shared_mlp(h)
 
 
 class PositionEmbedding(_ShardedModule):
@@ -680,7 +651,7 @@ class StageModule(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_ids: list[int], *, first: bool, last: bool, tp_group,
                  sp: bool = False, recompute: str = "none", autocast_dtype: Optional[torch.dtype] = None,
                  device_type: str = "cpu", cp_group=None, recompute_layers: Optional[int] = None, ep_group=None,
-                 moe_state: Optional[MoEState] = None, mla_recompute: bool = False):
+                 moe_state: Optional[MoEState] = None, mla_recompute: bool = False, moe_recompute: str = "none"):
         super().__init__()
         self.cfg, self.first, self.last = cfg, first, last
         # full recompute checkpoints every block, or with recompute_layers the stage's first that many (Megatron-LM's
@@ -692,8 +663,10 @@ class StageModule(nn.Module):
         if first:
             self.embed = VocabParallelEmbedding(cfg.vocab, cfg.hidden, tp_group, name="embedding", sequence_parallel=sp)
             self.positions = PositionEmbedding(cfg, tp_group, sp, cp_group) if not cfg.rope else None
+        # a mixture of experts' recompute modules (Block) on the blocks not checkpointed whole
         self.blocks = nn.ModuleList([Block(cfg, i, tp_group, sp, recompute, cp_group, ep_group, moe_state,
-                                           mla_recompute) for i in layer_ids])
+                                           mla_recompute, moe_recompute if n >= self.recomputed_blocks else "none")
+                                     for n, i in enumerate(layer_ids)])
         for block in self.blocks[:self.recomputed_blocks]:  # checkpointed whole: MLA's up projections with the rest
             if isinstance(block.attn, MLAttention):
                 block.attn.up_recompute = False

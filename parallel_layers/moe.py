@@ -13,8 +13,11 @@ kept for the probabilities' gradient), sends the results back (the combine) and 
 Saved for the backward, a token (cost_models.moe.saved_bytes_per_token): its k dispatched copies (k x h, the
 experts' GEMM input), the experts' gate and up outputs (2 k x ffn) and the weighted activation (k x ffn, the down
 GEMM's input), the k probabilities (fp32), the router's E softmax scores (fp32, the auxiliary loss's) and the
-permutation's indices.  Expert weights' gradients are summed over the ranks holding the same experts (the expert
-data-parallel group, tp x cp x dp / ep ranks) and divided as the dense ones are (train.reduce_expert_gradients).
+permutation's indices; with training.moe_recompute act or norm-act (Megatron-LM's --recompute-modules moe_act) not
+the weighted activation, which the backward rebuilds from gate, up and the probabilities (MoEMLP.act_recompute;
+model.Block rebuilds the norm's output too under norm-act).  Expert weights' gradients are summed over the ranks
+holding the same experts (the expert data-parallel group, tp x cp x dp / ep ranks) and divided as the dense ones are
+(train.reduce_expert_gradients).
 
 The auxiliary load-balancing loss (Switch Transformer's, Megatron-Core's ``--moe-router-load-balancing-type aux_loss``
 with ``--moe-aux-loss-coeff``): coeff x E / (k T^2) x sum_e P_e N_e over the micro-batch's T tokens, P_e the
@@ -35,6 +38,7 @@ from torch.utils.checkpoint import checkpoint
 
 from parallel_layers.layers import ShardSpec, _autocast_input, _ShardedModule
 from parallel_layers.mappings import _size
+from parallel_layers.rebuild import RebuiltForBackward
 
 INIT_STD = 0.02
 # the auxiliary loss's default coefficient: the one `parplan export --to megatron` writes (--moe-aux-loss-coeff 0.01,
@@ -92,13 +96,19 @@ def _all_to_all(x, group, out_splits, in_splits):
     return out
 
 
+def _weighted_swiglu(gate, up, p):
+    """silu(gate) * up * p, p a (rows,) fp32 probability (the forward of _WeightedSwiGLU, and its rebuild where the
+    experts' activation is recomputed: the same ops, the same values)."""
+    return F.silu(gate) * up * p.unsqueeze(-1).to(gate.dtype)
+
+
 class _WeightedSwiGLU(torch.autograd.Function):
     """silu(gate) * up * p, p a (rows,) fp32 probability: saves gate, up and p (not the product)."""
 
     @staticmethod
     def forward(ctx, gate, up, p):
         ctx.save_for_backward(gate, up, p)
-        return F.silu(gate) * up * p.unsqueeze(-1).to(gate.dtype)
+        return _weighted_swiglu(gate, up, p)
 
     @staticmethod
     def backward(ctx, grad):
@@ -182,7 +192,7 @@ class MoEMLP(_ShardedModule):
     expert-parallel group by their first dimension, E / ep a rank."""
 
     def __init__(self, cfg, i: int, tp_group, sp: bool, ep_group, *, cp_group=None, state: Optional[MoEState] = None,
-                 selective: bool = False):
+                 selective: bool = False, act_recompute: bool = False):
         super().__init__(tp_group)
         h, f, E, k = cfg.hidden, cfg.ffn_hidden, cfg.experts, cfg.experts_per_token
         self.ep_group, self.ep_size = ep_group, _size(ep_group)
@@ -196,6 +206,10 @@ class MoEMLP(_ShardedModule):
         self.cp_group, self.state = cp_group, state or MoEState()
         # selective recompute: the weighted SwiGLU re-run in the backward, as the dense MLP's activation (model.MLP)
         self.selective = selective
+        # training.moe_recompute act / norm-act (Megatron-LM's --recompute-modules moe_act): the activation's output,
+        # the down GEMM's saved input, rebuilt for its backward from the kept gate, up and probabilities (_run_experts;
+        # model.Block sets it, never on the blocks model.StageModule checkpoints whole)
+        self.act_recompute = act_recompute
         n = f"layers.{i}.mlp"
         partial = sp and self.tp_size > 1
         self._new_param("router", ShardSpec(f"{n}.router.weight", (E, h), None, "normal", sp_partial_grad=partial))
@@ -258,9 +272,14 @@ class MoEMLP(_ShardedModule):
 
     def _run_experts(self, x, w, counts: list[int]):
         """The rank's experts on their rows (x in expert order, counts rows each), each row's probability w applied
-        inside the SwiGLU."""
+        inside the SwiGLU.  With act_recompute the down GEMM does not keep its input, the activation's output (k x ffn
+        a routed token), to its backward: RebuiltForBackward saves a handle in its place and the backward rebuilds it
+        from gate, up and w, which the activation's own backward keeps anyway (cost_models.moe.recomputed_bytes)."""
         gate, up = _GroupedLinear.apply(x, self.gate, counts), _GroupedLinear.apply(x, self.up, counts)
         act = (checkpoint(_WeightedSwiGLU.apply, gate, up, w, use_reentrant=False) if self.selective
                else _WeightedSwiGLU.apply(gate, up, w))
-        return _GroupedLinear.apply(act, self.down, counts)
+        if not (self.act_recompute and torch.is_grad_enabled()):
+            return _GroupedLinear.apply(act, self.down, counts)
+        with RebuiltForBackward([act], lambda: (_weighted_swiglu(gate, up, w),), act.device.type).hooks():
+            return _GroupedLinear.apply(act, self.down, counts)
 

@@ -198,7 +198,8 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         m = StageModule(cfg, vstages[sid], first=sid == 0, last=sid == n_stages - 1, tp_group=coords.tp_group,
                         sp=par.sp, recompute=par.recompute, autocast_dtype=ac, device_type=device.type,
                         cp_group=coords.cp_group, recompute_layers=par.recompute_layers, ep_group=ep_group,
-                        moe_state=moe_state, mla_recompute=bool(cfg.kv_lora_rank and plan.training.mla_recompute))
+                        moe_state=moe_state, mla_recompute=bool(cfg.kv_lora_rank and plan.training.mla_recompute),
+                        moe_recompute=plan.training.moe_recompute if cfg.experts else "none")
         init_parameters(m, plan.training.seed)
         if plan.training.fp8:  # the blocks' linears (not the output layer's): parallel_layers.fp8
             use_fp8_linears(m.blocks)

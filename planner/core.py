@@ -187,8 +187,11 @@ def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, f
                         plan: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where parplan's runtime does not train a mixture of experts so (parallel_layers.moe: experts
     under ZeRO-0 or 1, torch.distributed's all-to-all, 16-bit or fp32 linears, no op-level selective recompute);
-    None where it does.  Checked where parplan plans one (moe_problem), where launch runs one
-    (launch.check_runtime_support) and in the runtime itself (train.moe_runtime_problem)."""
+    None where it does.  Megatron-LM's MoE recompute modules (moe_recompute act and norm-act: moe_act, layernorm) it
+    runs: the experts' activation output and the pre-MLP norm's output rebuilt for the backward
+    (parallel_layers.model.Block); the argument stays so callers keep one signature.  Checked where parplan plans one
+    (moe_problem), where launch runs one (launch.check_runtime_support) and in the runtime itself
+    (train.moe_runtime_problem)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
     if zero is not None and zero >= 2:
@@ -198,10 +201,6 @@ def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, f
     if dispatcher != "alltoall":
         return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher}: parplan's runtime dispatches "
                 "tokens with torch.distributed's all-to-all", f"use alltoall, {other}")
-    if moe_recompute != "none":
-        return (f"{flag('--moe-recompute', 'training.moe_recompute')} {moe_recompute} is Megatron-LM's "
-                "--recompute-modules; parplan's runtime recomputes whole blocks or the attention core",
-                f"use none (or --recompute full), {other}")
     if fp8:
         return ("fp8 with a mixture of experts: parplan's runtime runs its experts' GEMMs in 16 bits",
                 f"drop fp8, {other}")

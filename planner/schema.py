@@ -407,7 +407,10 @@ class Training(Strict):
         "--recompute-granularity selective --recompute-modules: act = moe_act, the experts' activation recomputed in "
         "the backward, its output not saved; norm-act = layernorm and moe_act, the pre-MLP norm's output not saved "
         "either): less activation memory for a memory-bound pass in the backward (cost_models/moe.py).  No effect "
-        "where the blocks are recomputed whole.  A dense model: none.")
+        "where the blocks are recomputed whole.  parplan's runtime runs both in its MoE blocks (parallel_layers.model."
+        "Block: the routed experts' activation output, and the pre-MLP norm's output the router and the shared expert "
+        "read, rebuilt for the backward from what the block keeps anyway; the shared expert's activation and the dense "
+        "blocks between are left as they are, as Megatron-LM leaves them).  A dense model: none.")
     mla_recompute: bool = Field(
         False, description="Multi-head latent attention's up projections recomputed in the backward (Megatron-LM's "
         "--recompute-granularity selective --recompute-modules mla_up_proj, DeepSeek-V3's recipes): the attention "

@@ -119,10 +119,10 @@ def test_recommend_plans_a_mixture_of_experts_and_round_trips():
 
 @pytest.mark.parametrize("kwargs,pins,match", [
     (dict(framework="torchtitan"), {}, "planned for megatron and parplan only"),
-    # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1, torch's all-to-all, no Megatron recompute modules
+    # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1, torch's all-to-all (Megatron's MoE recompute
+    # modules it runs: tests/test_moe_recompute_model.py)
     (dict(framework="parplan"), dict(zero=2), "zero 2 with a mixture of experts is not modelled"),
     (dict(framework="parplan", moe_dispatcher="deepep"), {}, "dispatches tokens with torch.distributed's all-to-all"),
-    (dict(framework="parplan", moe_recompute="act"), {}, "recomputes whole blocks or the attention core"),
     (dict(framework="parplan", fp8=True), {}, "runs its experts' GEMMs in 16 bits"),
     (dict(framework="parplan"), dict(recompute="selective-op"), "op-level policy is not run over"),
     (dict(framework="megatron"), dict(zero=3), "zero 3 with a mixture of experts is not modelled"),

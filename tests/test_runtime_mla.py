@@ -33,7 +33,7 @@ LOSS_RTOL = 1e-4
 GRAD_RTOL = 1e-5
 REFERENCES = {"mla": TINY_MLA, "mla-no-q-lora": TINY_MLA_NO_Q_LORA, "mla-moe": TINY_MLA_MOE}
 # the cases below trained with these Training fields (their one-rank references without): the up projections
-# recomputed (training.mla_recompute; MLAttention's _UpProjRecompute, or inside the selective checkpoint)
+# recomputed (training.mla_recompute; parallel_layers.rebuild.RebuiltForBackward, or inside the selective checkpoint)
 CASE_TRAINING = {"tp2-pp2-dp2-sp-1f1b-full1-mla-recompute": {"mla_recompute": True},
                  "no-q-lora-pp2-dp4-zbv-selective-mla-recompute": {"mla_recompute": True}}
 # name -> (reference, parallel layout); 8 ranks each

@@ -94,6 +94,11 @@ CASES = {
                                                          recompute="selective")),
     "moe-rec-act-pp2-dp2-ep2-zbv-selective": ("narrow", dict(tp=1, pp=2, dp=2, ep=2, schedule="zbv", vpp=2,
                                                              recompute="selective"), {"moe_recompute": "act"}),
+    # ZeRO-2 (parplan's runtime since 2026-12-05): the experts' gradients reduced to their owner in their
+    # expert-data-parallel group (2 ranks) and their states split over it, the rest's over dp (4); the wide model's
+    # states dominate, and the narrow one with tp 2 and SP
+    "zero2-wide-dp4-ep2": ("wide", dict(tp=1, pp=1, dp=4, ep=2, zero_stage=2)),
+    "zero2-tp2-sp-dp2-ep2": ("narrow", dict(tp=2, pp=1, dp=2, ep=2, sp=True, zero_stage=2)),
 }
 MIB = 2**20
 

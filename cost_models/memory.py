@@ -729,6 +729,25 @@ def expert_state_params(params, experts, lay, tr):
     return params + experts * (scale - 1.0)
 
 
+def grads_sharded(lay, tr):
+    """Where a rank's gradients are held sharded over the ZeRO group (model_state_coefficients): ZeRO-3 outside
+    FSDP2's gathered pipeline copies, and ZeRO-2 reducing them as they are produced (zero2_each_microbatch).  ZeRO-2
+    reduced once a step (parplan's runtime) holds them all through the backward, and drops the others' after."""
+    _, z3_full = fsdp2_flags(lay, tr)
+    zero = np.asarray(lay.zero)
+    return ((zero >= 3) & ~z3_full) | ((zero == 2) & np.asarray(tr.zero2_each_microbatch))
+
+
+def expert_grad_params(params, experts, lay, tr):
+    """The parameter count whose gradients (model_state_coefficients' gradient bytes) a rank holds, where `experts`
+    of its `params` are a mixture of experts' expert weights: where the gradients are sharded (grads_sharded: ZeRO-2
+    per micro-batch; ZeRO-3 is not planned with experts) the dense ones over zero_shards ranks and the experts' over
+    their own data-parallel group (moe.expert_data_parallel: parplan's runtime reduces each to its owner there), so
+    an expert weight weighs zero_shards / that as much; elsewhere every gradient is whole."""
+    scale = np.where(grads_sharded(lay, tr), zero_shards(lay, tr) / moe.expert_data_parallel(lay), 1.0)
+    return params + experts * (scale - 1.0)
+
+
 def model_state_coefficients(lay, tr):
     """Bytes per parameter of each candidate, as (weights, gradients, optimizer states, offloaded): model
     states are linear in the parameter count, so a rank's are its parameters times these."""
@@ -744,7 +763,7 @@ def model_state_coefficients(lay, tr):
     gathered = np.where(z3_full, rec["weight"], 0.0)
     # ZeRO-2 keeps gradients sharded only when it reduce-scatters them as they are produced;
     # reduced once per step, every rank holds them all through the backward.
-    sharded_g = ((zero >= 3) & ~z3_full) | ((zero == 2) & tr.zero2_each_microbatch)
+    sharded_g = grads_sharded(lay, tr)
     # FSDP2 casts each reduce-scatter's output to the sharded parameter's dtype (foreach_reduce:
     # _to_dtype_if_needed(reduce_output, orig_dtype)), so under a master recipe its gradient shards are fp32
     # whatever the reduce dtype (16-bit for master-weights-half-grads)
@@ -924,7 +943,10 @@ def states_floor(m: ModelDims, lay, tr):
     cw, cg, co, _ = model_state_coefficients(lay, tr)
 
     def held(params, experts):
-        return params * (cw + cg) + (expert_state_params(params, experts, lay, tr) if m.moe else params) * co
+        if not m.moe:
+            return params * (cw + cg + co)
+        return (params * cw + expert_grad_params(params, experts, lay, tr) * cg
+                + expert_state_params(params, experts, lay, tr) * co)
 
     (p_first, p_mid, p_last), (e_first, e_mid, e_last) = rank_params(m, lay), rank_expert_params(m, lay)
     return np.maximum(held(p_first, e_first), np.maximum(np.where(pp > 2, held(p_mid, e_mid), 0.0),
@@ -1030,10 +1052,12 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
 
     def states(params, experts=0.0):
         """(weights, gradients, optimizer, offloaded) of `params`, `experts` of them a mixture of experts' expert
-        weights (their optimizer states sharded over their own group: expert_state_params)."""
+        weights (their optimizer states sharded over their own group: expert_state_params; their gradients too where
+        the gradients are sharded: expert_grad_params)."""
         w, g, o, offl = model_states(params, lay, tr, coefficients)
         if m.moe:
             _, _, o, offl = model_states(expert_state_params(params, experts, lay, tr), lay, tr, coefficients)
+            g = model_states(expert_grad_params(params, experts, lay, tr), lay, tr, coefficients)[1]
         return w, g, o, offl
 
     # (multi-token prediction's depths are blocks of the last virtual stage: layout.model_rank_block_counts)

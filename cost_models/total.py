@@ -532,7 +532,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     rep_bw, rep_lat = comm.tier_params(hw, comm.group_inside_node(hw, sh_stride * shards, rep, lay.gpus), rep,
                                        comm.ranks_per_node(hw, sh_stride * shards, rep))
     dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local)
-    # a mixture of experts: the heaviest stage's expert weights are reduced (and, ZeRO-1, sharded and gathered) over
+    # a mixture of experts: the heaviest stage's expert weights are reduced (and, ZeRO-1/2, sharded and gathered) over
     # their own data-parallel group (moe.expert_data_parallel), the rest as a dense model's
     # of the heaviest stage, the one stage_params is (as stage_root picks it)
     stage_exp = np.where(first_params >= np.maximum(mid_params, last_params), on_first("experts"),
@@ -575,6 +575,8 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # after the cp replicas were averaged apart (cp_apart below; parplan's runtime)
     z1_ar = (zero == 1) & tr.zero1_all_reduce
     z1_ar_t, z1_ar_moved = comm.all_reduce(grad_bytes, shards, sh_bw, sh_lat)
+    if m.moe:  # and the experts' all-reduce over their own group (parplan's runtime: train.build_expert_grad_reduction)
+        z1_ar_t, z1_ar_moved = z1_ar_t + e_ar[0], z1_ar_moved + e_ar[1]
     red_t = np.where(z1_ar, z1_ar_t, rs_t)
     # DeepSpeed's ZeRO-2 casts each full bucket to the communication dtype where that is not the model's (the export's
     # fp32 beside fp32 gradient shards: average_tensor's allreduce_bucket, tensor.to(communication_data_type)) on the

@@ -7,7 +7,9 @@
    its 1/dp of the parameters (``partition_rows``: a tensor is cut by rows where a rank's share
    ends) and steps only those, then broadcasts them (ZeRO-1).
 2: as 1, but each gradient (or row slice) is only *reduced* to its owner, so non-owners drop it
-   after the reduction (ZeRO-2; during the backward full gradients still exist).
+   after the reduction (ZeRO-2; during the backward full gradients still exist).  A mixture of experts'
+   expert weights have a ShardedAdamW of their own over their expert-data-parallel group (parallel_layers.train
+   build_optimizer), which reduces them so (to their owner in that group) under ZeRO-2.
 For 0-2 ``GradReduction`` starts these reductions during the last backward of the step, bucket by
 bucket as the gradients become final (PyTorch DDP's bucketed all-reduce, Megatron-LM's
 --overlap-grad-reduce), or runs them all after it.  ZeRO-1/2 then average the cp replicas apart.
@@ -289,16 +291,22 @@ class ShardedAdamW:
         clipping counts them: the parameter itself no longer has a gradient here)."""
         return [(self._piece_grads[id(pc.leaf)], pc.param) for pc in self.local if id(pc.leaf) in self._piece_grads]
 
-    def full_reduced_grads(self) -> dict[int, torch.Tensor]:
+    def full_reduced_grads(self, whole: bool = False) -> dict[int, torch.Tensor]:
         """ZeRO-2, for tests: every split parameter's whole reduced gradient, assembled over the dp group
-        (a collective: every dp rank calls it; each owner contributes its rows)."""
+        (a collective: every dp rank calls it; each owner contributes its rows); whole: every parameter's, the ones
+        a rank owns whole too (a mixture of experts' expert weights, dumped on every rank holding them)."""
         out = {}
         for p in self.params:
-            if not self.is_split(p):
+            if not self.is_split(p) and not whole:
                 continue
             full = torch.zeros_like(p, dtype=torch.float32 if hasattr(p, "main_grad") else p.dtype)
             for pc in self.local:
-                if pc.param is p and id(pc.leaf) in self._piece_grads:
+                if pc.param is not p:
+                    continue
+                if pc.leaf is p:
+                    if grad_of(p) is not None:
+                        full.copy_(grad_of(p))
+                elif id(pc.leaf) in self._piece_grads:
                     full[pc.start:pc.end] = self._piece_grads[id(pc.leaf)]
             if _group_size(self.dp_group) > 1:
                 dist.all_reduce(full, group=self.dp_group)

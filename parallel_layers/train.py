@@ -343,15 +343,20 @@ def expert_divide(rt: Runtime) -> float:
 
 def build_expert_grad_reduction(rt: Runtime, opts: RunOptions) -> Optional[GradReduction]:
     """A mixture of experts' expert gradients summed over their expert-data-parallel group (tp x cp x dp / ep ranks
-    holding the same experts; ZeRO-1 splits their states over it too), bucketed and started during the backward as the
+    holding the same experts; ZeRO-1/2 split their states over it too), bucketed and started during the backward as the
     dense reduction's (data_parallel.GradReduction), where that one runs: with dp x cp = 1 the pipeline schedule scales
-    the gradients after the backward, so the experts' reduction waits for it.  None without experts or where no other
-    rank holds this rank's experts (reduce_expert_gradients then only divides)."""
+    the gradients after the backward, so the experts' reduction waits for it.  ZeRO-0/1 all-reduce them; ZeRO-2
+    reduces each piece to its owner in the group (the experts' ShardedAdamW.reduce_start), the others dropping it, as
+    the dense ZeRO-2 does over dp.  None without experts or where no other rank holds this rank's experts
+    (reduce_expert_gradients then only divides)."""
     experts, group = rt.extra.get("expert_params"), rt.extra.get("edp_group")
     if not experts or group is None:
         return None
     dense = rt.extra.get("grad_reduction")
-    return GradReduction(experts, functools.partial(_dp_bucket_start, group), expert_divide(rt), group,
+    eopt = rt.extra.get("expert_optimizer")
+    start = (eopt.reduce_start if isinstance(eopt, ShardedAdamW) and eopt.stage == 2
+             else functools.partial(_dp_bucket_start, group))
+    return GradReduction(experts, start, expert_divide(rt), group,
                          overlap=grad_overlap(rt.plan, opts) and dense is not None and dense.overlap,
                          bucket_bytes=opts.grad_bucket_bytes)
 
@@ -548,7 +553,7 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
 
 
 def optimizers(rt: Runtime) -> list:
-    """The run's optimizers: rt.optimizer, and a mixture of experts' own under ZeRO-1 (build_optimizer)."""
+    """The run's optimizers: rt.optimizer, and a mixture of experts' own under ZeRO-1/2 (build_optimizer)."""
     return [rt.optimizer] + ([rt.extra["expert_optimizer"]] if "expert_optimizer" in rt.extra else [])
 
 
@@ -614,8 +619,9 @@ def _held_param_grads(rt: Runtime) -> list:
 
 
 def _held_pieces(rt: Runtime) -> list:
-    """ZeRO-2's reduced rows of split parameters this rank owns, with their parameters (ShardedAdamW)."""
-    return rt.optimizer.held_piece_grads() if isinstance(rt.optimizer, ShardedAdamW) else []
+    """ZeRO-2's reduced rows of split parameters this rank owns, with their parameters (ShardedAdamW; a mixture of
+    experts' expert weights split over their expert-data-parallel group by their own optimizer too)."""
+    return [pc for opt in optimizers(rt) if isinstance(opt, ShardedAdamW) for pc in opt.held_piece_grads()]
 
 
 def clip_gradients(rt: Runtime) -> Optional[torch.Tensor]:
@@ -635,8 +641,17 @@ def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> No
     so a test can reassemble full tensors and compare layouts."""
     os.makedirs(directory, exist_ok=True)
     grads = {}
-    # ZeRO-2's split parameters: their reduced rows assembled over dp (each owner holds its rows)
+    # ZeRO-2's split parameters: their reduced rows assembled over dp (each owner holds its rows); a mixture of experts'
+    # expert weights every one assembled over their expert-data-parallel group (whole), so each rank dumps its experts
+    # as under ZeRO-0/1.  held_expert_grad_elements: what this rank itself holds of them after the reduction
     split = rt.optimizer.full_reduced_grads() if isinstance(rt.optimizer, ShardedAdamW) and rt.optimizer.stage == 2 else {}
+    experts = rt.extra.get("expert_params", [])
+    expert_ids = {id(p) for p in experts}
+    held_expert = (sum(grad_of(p).numel() for p in experts if grad_of(p) is not None)
+                   + sum(g.numel() for g, p in _held_pieces(rt) if id(p) in expert_ids))
+    eopt = rt.extra.get("expert_optimizer")
+    if isinstance(eopt, ShardedAdamW) and eopt.stage == 2:
+        split.update(eopt.full_reduced_grads(whole=True))
     for m in rt.stage_modules:
         for mod in m.modules():
             for attr, spec in getattr(mod, "param_specs", {}).items():
@@ -657,6 +672,7 @@ def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> No
                 "cp_rank": c.cp_rank,
                 "stage_ids": rt.stage_ids, "local_params": rt.local_params, "sample_indices": sample_indices,
                 "zero_split_params": len(rt.optimizer.split) if isinstance(rt.optimizer, ShardedAdamW) else 0,
+                "held_expert_grad_elements": held_expert,
                 "grads": grads}, os.path.join(directory, f"rank{dist.get_rank()}.pt"))
 
 

@@ -186,7 +186,7 @@ MOE_FRAMEWORKS = ("megatron", "parplan")
 def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
                         plan: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where parplan's runtime does not train a mixture of experts so (parallel_layers.moe: experts
-    under ZeRO-0 or 1, torch.distributed's all-to-all, 16-bit or fp32 linears, no op-level selective recompute);
+    under ZeRO-0, 1 or 2, torch.distributed's all-to-all, 16-bit or fp32 linears, no op-level selective recompute);
     None where it does.  Megatron-LM's MoE recompute modules (moe_recompute act and norm-act: moe_act, layernorm) it
     runs: the experts' activation output and the pre-MLP norm's output rebuilt for the backward
     (parallel_layers.model.Block); the argument stays so callers keep one signature.  Checked where parplan plans one
@@ -194,10 +194,10 @@ def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, f
     (train.moe_runtime_problem)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
-    if zero is not None and zero >= 2:
+    if zero is not None and zero >= 3:
         return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts: parplan's runtime trains experts "
-                "under ZeRO-0 or ZeRO-1 (each expert's states split over the ranks holding it)",
-                f"use {flag('--zero', 'zero_stage')} 0 or 1, {other}")
+                "under ZeRO-0, ZeRO-1 or ZeRO-2 (each expert's states, and under ZeRO-2 its reduced gradient, split "
+                "over the ranks holding it)", f"use {flag('--zero', 'zero_stage')} 0, 1 or 2, {other}")
     if dispatcher != "alltoall":
         return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher}: parplan's runtime dispatches "
                 "tokens with torch.distributed's all-to-all", f"use alltoall, {other}")
@@ -238,10 +238,16 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
     if ep is not None and ep > 1 and spec.experts % ep:
         return (f"{flag('--ep', 'ep')} {ep} does not divide {name}'s {spec.experts} experts",
                 f"pick a divisor of {spec.experts}")
-    if zero is not None and zero >= 2:
+    if zero is not None and zero >= 3:
         return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts is not modelled (Megatron's "
+                "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group; "
+                "parplan's runtime, ZeRO-2, their reduced gradients too)",
+                f"use {flag('--zero', 'zero_stage')} 0 or 1" + (" or 2" if framework == "parplan" else ""))
+    if zero == 2 and framework != "parplan":
+        return (f"{flag('--zero', 'zero_stage')} 2 with a mixture of experts: Megatron-LM has no ZeRO-2 (its "
                 "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group)",
-                f"use {flag('--zero', 'zero_stage')} 0 or 1")
+                f"use {flag('--zero', 'zero_stage')} 0 or 1, or set {where} parplan (whose runtime reduces each "
+                "expert's gradient to its owner under ZeRO-2)")
     if framework == "parplan":
         problem = parplan_moe_problem(zero, dispatcher, recompute, fp8, recompute_mode, plan)
         if problem:
@@ -713,8 +719,9 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
         pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
-    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1
-        pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= 1))
+    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 (parplan's runtime: 0 to 2)
+        top = 2 if framework == "parplan" else 1
+        pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= top))
     if spec.kv_lora_rank is not None and framework == "parplan" and pins.cp is None:  # parplan_mla_problem: no cp
         pins = replace(pins, cp=1)
     if spec.is_moe and framework == "parplan" and pins.recompute is None:  # parplan_moe_problem: no selective-op

@@ -53,6 +53,57 @@ def test_states_shard_the_experts_over_their_own_group():
     assert mem.optimizer == pytest.approx(12 * dense / 32 + 12 * experts / 8, rel=1e-9)
 
 
+@pytest.mark.parametrize("reduce", ["per-step", "per-micro-batch"])
+def test_parplan_zero2_shards_the_experts_gradients_over_their_own_group(reduce):
+    """ZeRO-2 with experts, planned for parplan's runtime (which reduces each expert's gradient to its owner among the
+    ranks holding that expert): the layout of test_states_shard_the_experts_over_their_own_group at ZeRO-2.  Reduced
+    as produced (per-micro-batch) a rank holds the dense gradients over dp = 32 and the experts' over the 64 / 8 = 8
+    ranks holding the same expert; reduced once a step (the runtime's default) every gradient whole through the
+    backward, as dense ZeRO-2 is predicted.  The optimizer states as ZeRO-1's either way; the time's reduction
+    reduce-scatters both parts (the same bytes over the same groups as Megatron's ZeRO-1 reduce-scatter)."""
+    h, kv, f, L, V = 4096, 1024, 14336, 32, 32000
+    dense = L * ((h * (h + 2 * kv) + h * h) / 2 + 2 * h + h * 8) + 2 * V * h / 2 + h
+    experts = L * 3 * h * f
+    base = dict(tp=2, pp=1, dp=32, cp=1, mbs=1, zero=2, recompute="none", sp=True, schedule="1f1b", offload="none",
+                ep=8)
+    plan = recommend("mixtral-8x7b", 64, framework="parplan", global_batch_size=256, seq_len=4096, pins=Pins(**base),
+                     top_k=1, suggest=False, zero2_grad_reduce=reduce)
+    assert plan.parallel.zero_stage == 2 and plan.training.zero2_grad_reduce == reduce
+    mem = plan.prediction.memory_bytes_per_gpu
+    want = 4 * dense / 32 + 4 * experts / 8 if reduce == "per-micro-batch" else 4 * (dense + experts)
+    assert mem.grads == pytest.approx(want, rel=1e-9)
+    assert mem.weights == pytest.approx(2 * (dense + experts), rel=1e-9)
+    assert mem.optimizer == pytest.approx(12 * dense / 32 + 12 * experts / 8, rel=1e-9)
+    again = evaluate_plan(Plan.model_validate(json.loads(plan.model_dump_json())))
+    assert again.prediction.memory_bytes_per_gpu.grads == pytest.approx(want, rel=1e-12)
+    if reduce == "per-micro-batch":  # (a reduce-scatter after each micro-batch's backward: not the bytes below)
+        return
+    # the reduction's bytes, once a step: ZeRO-2 reduce-scatters both parts (dense over dp 32, experts over their 8)
+    # and gathers both, parplan's ZeRO-1 all-reduces them (twice a reduce-scatter's bytes, the experts' too) and
+    # gathers the same
+    zero1 = recommend("mixtral-8x7b", 64, framework="parplan", global_batch_size=256, seq_len=4096,
+                      pins=Pins(**{**base, "zero": 1}), top_k=1, suggest=False, zero2_grad_reduce=reduce)
+    rs = 4 * dense * 31 / 32 + 4 * experts * 7 / 8
+    assert zero1.prediction.comm_bytes_per_step.dp - plan.prediction.comm_bytes_per_step.dp == pytest.approx(rs, rel=1e-9)
+
+
+def test_the_search_offers_zero2_with_experts_for_parplan_only(monkeypatch):
+    """An unpinned search of a mixture of experts: ZeRO-2 among parplan's candidates (and among those it plans), never
+    Megatron-LM's (no ZeRO-2); ZeRO-3 for neither."""
+    from planner import core
+    seen, real, fw = {}, core.run_search, None
+
+    def spy(m, tr, hw, gpu_counts, pins, top_k, objective):
+        res = real(m, tr, hw, gpu_counts, pins, top_k, objective)
+        seen[fw] = (pins.zeros, {int(z) for z in np.asarray(res.layout.zero)})
+        return res
+    monkeypatch.setattr(core, "run_search", spy)
+    for fw in ("parplan", "megatron"):
+        recommend("mixtral-8x7b", 64, framework=fw, global_batch_size=256, seq_len=4096, top_k=200, suggest=False)
+    assert set(seen["parplan"][0]) == {0, 1, 2} and 2 in seen["parplan"][1], seen
+    assert set(seen["megatron"][0]) == {0, 1} and seen["megatron"][1] <= {0, 1}, seen
+
+
 def test_the_all_to_all_traffic_is_the_routed_tokens():
     """Each rank's sequence shard (4096 / tp 2 tokens a micro-batch), k = 2 copies of each, 2 bytes x h, (ep - 1) /
     ep of it leaving the rank, four all-to-alls a block (dispatch and combine, forward and backward), 32 blocks, 8
@@ -119,9 +170,10 @@ def test_recommend_plans_a_mixture_of_experts_and_round_trips():
 
 @pytest.mark.parametrize("kwargs,pins,match", [
     (dict(framework="torchtitan"), {}, "planned for megatron and parplan only"),
-    # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1, torch's all-to-all (Megatron's MoE recompute
-    # modules it runs: tests/test_moe_recompute_model.py)
-    (dict(framework="parplan"), dict(zero=2), "zero 2 with a mixture of experts is not modelled"),
+    # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1/2, torch's all-to-all (Megatron's MoE recompute
+    # modules it runs: tests/test_moe_recompute_model.py); Megatron-LM has no ZeRO-2, and ZeRO-3 is no one's
+    (dict(framework="parplan"), dict(zero=3), "zero 3 with a mixture of experts is not modelled"),
+    (dict(framework="megatron"), dict(zero=2), "zero 2 with a mixture of experts: Megatron-LM has no ZeRO-2"),
     (dict(framework="parplan", moe_dispatcher="deepep"), {}, "dispatches tokens with torch.distributed's all-to-all"),
     (dict(framework="parplan", fp8=True), {}, "runs its experts' GEMMs in 16 bits"),
     (dict(framework="parplan"), dict(recompute="selective-op"), "op-level policy is not run over"),
@@ -227,9 +279,10 @@ def test_deepep_sends_a_token_once_per_remote_node():
         recommend("llama3-8b", 8, moe_dispatcher="deepep", suggest=False)
 
 
-def _moe_search_setup(name="qwen3-30b-a3b", gpus=32, seq=4096, gbs=256):
+def _moe_search_setup(name="qwen3-30b-a3b", gpus=32, seq=4096, gbs=256, framework="megatron", zeros=(0, 1), **stack):
     """A mixture of experts' whole candidate space as the search builds it (expert_parallel_candidates included)
-    under Megatron's stack.  name: a preset, "+mtp1" after it for one multi-token-prediction depth."""
+    under Megatron's stack (or framework's, with stack's flags).  name: a preset, "+mtp1" after it for one
+    multi-token-prediction depth."""
     import hardware_profiles
     from cost_models.hardware import constants_from_profile
     from planner.search import build_layouts, structural_infeasibility
@@ -238,10 +291,11 @@ def _moe_search_setup(name="qwen3-30b-a3b", gpus=32, seq=4096, gbs=256):
     if mtp:
         spec = spec.model_copy(update={"mtp_layers": int(mtp)})
     m = ModelDims.from_spec(spec, seq)
-    plan = recommend(spec, gpus, framework="megatron", global_batch_size=gbs, seq_len=seq, top_k=1, suggest=False)
+    plan = recommend(spec, gpus, framework=framework, global_batch_size=gbs, seq_len=seq, top_k=1, suggest=False,
+                     **stack)
     tr = training_consts(plan.training)
     hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
-    pins = Pins(zeros=(0, 1))
+    pins = Pins(zeros=zeros)
     lay = build_layouts(m, gpus, gbs, pins, tr.zero_over_cp)
     lay = lay.take(np.nonzero(structural_infeasibility(m, tr, lay) < 0)[0])
     lay, _ = expert_parallel_candidates(m, lay, pins)
@@ -276,6 +330,19 @@ def test_the_search_floors_hold_for_a_mixture_of_experts_and_change_no_answer(na
             res = search.run_search(m, tr, hw, [32], pins, top_k=5, objective="throughput")
         runs.append([res.layout.row(j) for j in range(len(res.layout))])
     assert runs[0] == runs[1] and all(r["ep"] >= 1 for r in runs[0])
+
+
+@pytest.mark.parametrize("reduce", ["per-step", "per-micro-batch"])
+def test_the_memory_floor_holds_for_parplans_zero2_experts(reduce):
+    """states_floor, with the experts' gradients over their own group where ZeRO-2 shards them (per micro-batch),
+    lies under every ZeRO-2 candidate's total under parplan's stack."""
+    from cost_models.memory import states_floor
+    from cost_models.total import evaluate
+    m, tr, hw, lay, _ = _moe_search_setup("qwen3-30b-a3b", framework="parplan", zeros=(2,), zero2_grad_reduce=reduce)
+    assert set(np.asarray(lay.zero).tolist()) == {2} and len(set(np.asarray(lay.ep).tolist())) >= 4
+    with np.errstate(divide="ignore", invalid="ignore"):
+        met = evaluate(m, tr, hw, lay)
+    assert np.all(states_floor(m, lay, tr) <= met["mem_total"] * (1 + 1e-12))
 
 
 @pytest.mark.parametrize("name", MOE_SEARCH_MODELS)

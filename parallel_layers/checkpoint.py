@@ -9,8 +9,8 @@ padded vocabulary, a mixture of experts and latent attention).  Every TP-split p
 its rank's contiguous slice of the logical tensor along ShardSpec.tp_dim (model.init_parameters draws it so: the
 separate q/k/v, gate/up projections, heads or ffn rows; a latent attention's up projections by whole heads), so
 the offset along that dimension is tp rank x the rank's share.  Checkpoints written before this keyed a TP
-shard ``{name}@tp{rank}of{tp}`` and load only with the tp they were saved with (legacy_tp;
-checkpoint_steps.saved_tp, which `parplan launch` checks before any rank starts).
+shard ``{name}@tp{rank}of{tp}`` and load only with the tp they were saved with (checkpoint_steps.saved_tp, which
+`parplan launch` checks before any rank starts, and load too).
 
 A mixture of experts' expert weights, and their optimizer states, are saved one key per expert,
 ``{name}@expert{global index}`` (_per_expert), so a checkpoint resumes with another ep too; checkpoints written
@@ -29,7 +29,7 @@ import re
 import torch
 import torch.distributed.checkpoint as dcp
 
-from .checkpoint_steps import saved, step_path
+from .checkpoint_steps import saved, saved_tp, step_path
 
 
 
@@ -46,16 +46,6 @@ def _key(mod, spec, legacy_tp: bool = False) -> str:
 
 def _tp_split(mod, spec) -> bool:
     return spec.tp_dim is not None and mod.tp_size > 1
-
-
-_TP_KEY = re.compile(r"@tp(\d+)of(\d+)")
-
-
-def legacy_tp(saved_keys) -> int | None:
-    """The tp a checkpoint's keys bind it to: the one its TP shards' ``@tp{rank}of{tp}`` keys name (written before
-    tp-independent keys), or None where there are none (any tp loads it)."""
-    sizes = {int(m.group(2)) for k in saved_keys for m in [_TP_KEY.search(k)] if m}
-    return max(sizes) if sizes else None
 
 
 class _LogicalPiece(torch.Tensor):
@@ -415,7 +405,7 @@ def load(path: str, stage_modules, optim, scaler=None) -> int:
     # experts keyed by ep rank, or under their plain names at ep 1 (written before per-expert keys)
     legacy = not any("@expert" in k for k in saved)
     # TP shards keyed by tp rank (written before tp-independent keys): only that tp has those keys
-    old_tp = legacy_tp(saved)
+    old_tp = saved_tp(path)
     tp = max((getattr(mod, "tp_size", 1) for m in stage_modules for mod in m.modules()), default=1)
     if old_tp is not None and old_tp != tp:
         raise RuntimeError(f"checkpoint {path} keys its tensor-parallel shards by tp rank (written before "

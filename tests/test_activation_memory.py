@@ -12,6 +12,7 @@ from cost_models.memory import activation_bytes_per_layer
 from parallel_layers.dropout import DropoutState
 from parallel_layers.model import ModelConfig, StageModule, init_parameters
 from planner.schema import ModelSpec
+from tests.runtime_helpers.held import traced_cpu_memory
 
 SHAPES = {"llama": dict(hidden=128, heads=4, kv_heads=2, ffn=352), "gpt": dict(hidden=128, heads=4, kv_heads=4, ffn=512)}
 
@@ -90,8 +91,6 @@ def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, c
     (torch.profiler profile_memory): what the stage keeps for its backward however it keeps it (op-level
     selective checkpointing caches its saved outputs itself, out of saved_tensors_hooks' sight).  dropout: the
     hidden dropout with the hash masks a compiling run takes."""
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
     d, stage = SHAPES[arch], _stage(arch, recompute, s, layers)
     if dropout:
         state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s, hidden=d["hidden"], masks="hash")
@@ -103,21 +102,9 @@ def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, c
             blk.compile()  # as parplan launch does on cuda
     x = torch.randn(b, s, d["hidden"], requires_grad=True)
     stage(x)  # once untraced: rotary tables and other per-shape caches (and the compile)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with traced_cpu_memory() as held:
         y = stage(x)
-    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children)
-        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
-            events.append((node.start_time_ns, node.extra_fields.alloc_size, node.extra_fields.ptr))
-    live = {}
-    for _, size, ptr in sorted(events):
-        if size > 0:
-            live[ptr] = size
-        else:
-            live.pop(ptr, None)
-    return sum(live.values()) - y.untyped_storage().nbytes()
+    return held() - y.untyped_storage().nbytes()
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt"])

@@ -178,11 +178,11 @@ def _held_after_forward(attn, x):
     """The bytes the CPU allocator holds after attn's forward beyond its output (what autograd keeps for the
     backward: the module's rotary tables are made by a first forward, outside the count), the output, and the
     gradients of its parameters and x after a backward."""
-    from torch.profiler import ProfilerActivity, profile
+    from tests.runtime_helpers.held import traced_cpu_memory
     attn(x)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with traced_cpu_memory() as traced:
         out = attn(x)
-    held = sum(e.cpu_memory_usage for e in prof.events() if e.cpu_parent is None) - out.numel() * out.element_size()
+    held = traced() - out.numel() * out.element_size()
     out.square().sum().backward()
     return held, out.detach(), [p.grad for p in attn.parameters()] + [x.grad]
 

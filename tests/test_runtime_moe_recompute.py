@@ -29,16 +29,16 @@ def _held_after_forward(block, x, autocast):
     import gc
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from tests.runtime_helpers.held import traced_cpu_memory
 
     def forward():
         with torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
             return block(x)
     forward()  # the rotary tables' cache, outside the count
     gc.collect()  # (no earlier run's garbage freed inside the count)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with traced_cpu_memory() as traced:
         out = forward()
-    held = sum(e.cpu_memory_usage for e in prof.events() if e.cpu_parent is None) - out.numel() * out.element_size()
+    held = traced() - out.numel() * out.element_size()
     out.float().square().sum().backward()
     return held, out.detach(), [p.grad for p in block.parameters()] + [x.grad]
 

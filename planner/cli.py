@@ -1085,8 +1085,8 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print the pr
     from rich import box
     from rich.table import Table
     aliases = ", ".join(f"{a} = {p}" for a, p in preset_aliases().items())
-    t = Table(title="model presets", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-              collapse_padding=True,  # fits 80 columns uncut
+    t = Table(title="model presets", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+              collapse_padding=True,  # fits 80 columns uncut (no edge: ernie-4.5-300b-a47b's 19-character name)
               caption=f"also: {aliases}; and a Hugging Face name of one (meta-llama/Llama-3.1-8B-Instruct)",
               caption_justify="left")
     for c in ("name", "arch", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab"):

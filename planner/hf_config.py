@@ -67,6 +67,20 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             DeepSeek-V3's 14B), sigmoid routing with its correction bias (noaux_tc,
                             e_score_correction_bias) and group-limited routing (n_group, topk_group), costed as a
                             softmax top-k router.
+  ernie4_5               -> arch llama (ERNIE-4.5-0.3B): Ernie4_5Config's head_dim 128 whatever hidden / heads (0.3B: 16
+                            heads of 128 over hidden 1024), tied embeddings by default; its interleaved rotary halves
+                            cost the same.
+  ernie4_5_moe           -> arch llama with experts (ERNIE-4.5-21B-A3B, -300B-A47B): moe_num_experts of
+                            moe_intermediate_size, top moe_k, one shared expert of moe_num_shared_experts x
+                            moe_intermediate_size (Ernie4_5_MoeSparseMoeBlock's shared_experts); block i MoE where
+                            moe_layer_start_index <= i <= moe_layer_end_index and (i + 1) % moe_layer_interval == 0
+                            (Ernie4_5_MoeDecoderLayer), the others dense of intermediate_size: first_dense_layers the
+                            start index, moe_layer_step the interval (an end index short of the last block, trailing
+                            dense blocks, is refused).  Routed by softmax top-k, the k chosen on the scores plus a
+                            correction bias (moe_statics.e_score_correction_bias, not counted): costed as softmax
+                            top-k; its multi-token-prediction layers (num_nextn_predict_layers) are said in a note.
+                            Its vision-language models (ERNIE-4.5-VL: text and vision experts of different widths)
+                            are refused.
 Other mixture-of-experts configs are rejected (gpt-oss, DBRX, ...).
 Multimodal configs (gemma3, mistral3, llama4, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
@@ -88,7 +102,7 @@ from planner.schema import ModelSpec, error_message, json_type_name
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
               "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
               "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe", "glm4_moe", "llama4_text",
-              "dots1", "deepseek_v2", "deepseek_v3", "kimi_k2")
+              "dots1", "deepseek_v2", "deepseek_v3", "kimi_k2", "ernie4_5", "ernie4_5_moe")
 GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
 # gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
 LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
@@ -110,7 +124,17 @@ MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe":
              "dots1": ("n_routed_experts", "moe_intermediate_size"),
              "deepseek_v2": ("n_routed_experts", "moe_intermediate_size"),
              "deepseek_v3": ("n_routed_experts", "moe_intermediate_size"),
-             "kimi_k2": ("n_routed_experts", "moe_intermediate_size")}
+             "kimi_k2": ("n_routed_experts", "moe_intermediate_size"),
+             "ernie4_5_moe": ("moe_num_experts", "moe_intermediate_size")}
+# the top-k's key where it is not num_experts_per_tok (Ernie4_5_MoeConfig: moe_k, num_experts_per_tok its alias)
+MOE_TOP_K = {"ernie4_5_moe": "moe_k"}
+# A family's config keys transformers' config class reads under another name (its attribute_map: Ernie4_5_MoeConfig's
+# num_experts and num_experts_per_tok set moe_num_experts and moe_k): model_type -> {alias: the key}
+_KEY_ALIASES = {"ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"}}
+# ERNIE 4.5's vision-language models (ERNIE-4.5-VL-28B-A3B, -424B-A47B: model_type ernie4_5_moe_vl in Baidu's files,
+# ernie4_5_vl_moe in transformers'): text and vision experts of different widths in one block (a heterogeneous mixture
+# of experts), which ModelSpec cannot say
+ERNIE_VL = re.compile(r"ernie[-_]?4[._]?5.*vl", re.I)
 # DeepSeek-style MoE configs (GLM-4.5's glm4_moe, dots.llm1's dots1 with multi-head attention; DeepSeek-V2's, V3's and
 # Kimi K2's with latent attention, MLA_TYPES): n_shared_experts shared experts of moe_intermediate_size, the first
 # first_k_dense_replace layers dense of intermediate_size; what each family's config class defaults them to where a
@@ -176,6 +200,15 @@ _CLASS_DEFAULTS = {
                     "v_head_dim": 128, "n_group": 8, "topk_group": 4},
     "kimi_k2": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
                 "v_head_dim": 128, "n_group": 8, "topk_group": 4},
+    # Ernie4_5Config (ERNIE-4.5-0.3B's shape: head_dim 128 over hidden 1024 / 16 heads) and Ernie4_5_MoeConfig
+    # (ERNIE-4.5-21B-A3B's: 64 experts of 1536, top 6, 2 shared, block 0 dense; moe_layer_end_index -1: the last
+    # block); both default_theta 500000
+    "ernie4_5": {"num_key_value_heads": 2, "vocab_size": 103424, "head_dim": 128, "max_position_embeddings": 131072,
+                 "rope_theta": 500000.0},
+    "ernie4_5_moe": {"num_key_value_heads": 4, "vocab_size": 103424, "max_position_embeddings": 131072,
+                     "rope_theta": 500000.0, "moe_num_experts": 64, "moe_k": 6, "moe_intermediate_size": 1536,
+                     "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
+                     "moe_layer_interval": 1},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
 _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "internlm2": False,
@@ -185,7 +218,8 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "cohere2": True, "stablelm": False, "gpt_bigcode": True, "gptj": False, "starcoder2": True,
                  "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True,
                  "mixtral": False, "qwen3_moe": False, "qwen2_moe": False, "glm4_moe": False, "llama4_text": False,
-                 "dots1": False, "deepseek_v2": False, "deepseek_v3": False, "kimi_k2": False}
+                 "dots1": False, "deepseek_v2": False, "deepseek_v3": False, "kimi_k2": False, "ernie4_5": True,
+                 "ernie4_5_moe": True}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -287,7 +321,7 @@ def hub_cache_dir() -> Path:
 # the names of the mixture-of-experts families MOE_TYPES reads (a hub name's config is worth fetching): DeepSeek-V2,
 # V2-Lite, V2.5, V3, V3.1 and R1 (not V3.2: its sparse attention, model_type deepseek_v32), Kimi K2
 READ_MOE_NAME = re.compile(r"mixtral|qwen[23][-_.\w]*-a\d+b|qwen1\.5-moe|glm-4\.5|llama-4|"
-                           r"deepseek[-_]?(v2|v3(?!\.2)|r1)|kimi[-_]?k2(?!\.)", re.I)
+                           r"deepseek[-_]?(v2|v3(?!\.2)|r1)|kimi[-_]?k2(?!\.)|ernie-4\.5-\d+b-a\d+b", re.I)
 
 
 def cached_hub_config(repo_id: str) -> Path:
@@ -309,9 +343,9 @@ def cached_hub_config(repo_id: str) -> Path:
     if mixture_of_experts_name(repo_id) and not READ_MOE_NAME.search(repo_id):
         # no use fetching a config whose plan would be refused (the families MOE_TYPES reads are fetched)
         raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans "
-                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's, Llama 4's, DeepSeek-V2/V3's and Kimi K2's configs "
-                         "(model_type mixtral, qwen2_moe, qwen3_moe, glm4_moe, llama4, deepseek_v2, deepseek_v3, "
-                         "kimi_k2) and dense models, so it has no plan for it")
+                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's, Llama 4's, DeepSeek-V2/V3's, Kimi K2's and ERNIE 4.5's "
+                         "configs (model_type mixtral, qwen2_moe, qwen3_moe, glm4_moe, llama4, deepseek_v2, "
+                         "deepseek_v3, kimi_k2, ernie4_5_moe) and dense models, so it has no plan for it")
     raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
                      f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 
@@ -345,6 +379,13 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
     """(config with its class's defaults, where it came from, model_type, the multimodal model_type whose text_config
     it is, whose vision tower was dropped, else None)."""
     cfg, where = read_hf_config(path_or_dict)
+    inner = cfg.get("text_config")
+    for kind in (cfg.get("model_type"), inner.get("model_type") if isinstance(inner, dict) else None):
+        if isinstance(kind, str) and ERNIE_VL.search(kind):  # before its moe_num_experts (a list there) is looked at
+            raise ValueError(f"{where}: model_type {kind!r} is ERNIE 4.5's vision-language model, whose blocks hold text "
+                             "and vision experts of different widths (a heterogeneous mixture of experts), which "
+                             "parplan does not plan; its text models (ernie4_5_moe, ERNIE-4.5-21B-A3B and "
+                             "-300B-A47B) are read")
     moe = _moe_field(cfg)
     # Llama 4's wrapper holds a mixture of experts parplan reads (its text_config, llama4_text); any other wrapper's
     # mixture of experts is refused as one
@@ -397,6 +438,9 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
                              f"shape instead: {_shape_flags({**cfg, **text})}")
         raise ValueError(f"{where}: model_type {model_type!r} is not supported (supported: {', '.join(SUPPORTED)}); "
                          f"give the shape instead: {_shape_flags(cfg)}")
+    for alias, key in _KEY_ALIASES.get(model_type, {}).items():  # the class's attribute_map: the alias sets the key
+        if cfg.get(alias) is not None and key not in cfg:
+            cfg = {**cfg, key: cfg[alias]}
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # keys the file has win, explicit nulls included
     return cfg, where, model_type, wrapper
 
@@ -525,6 +569,8 @@ def _dense_between(cfg: dict, model_type: str, where: str, layers) -> tuple[int 
                 raise ValueError(f"{where}: moe_layers {listed!r}: MoE layers other than every "
                                  f"interleave_moe_layer_step-th ({step}), which parplan does not plan")
         return None, (step if step > 1 else None)
+    if model_type == "ernie4_5_moe":
+        return _ernie_moe_blocks(cfg, where, layers)
     if model_type not in ("qwen2_moe", "qwen3_moe"):
         return None, None
     step = cfg.get("decoder_sparse_step", 1)
@@ -539,6 +585,53 @@ def _dense_between(cfg: dict, model_type: str, where: str, layers) -> tuple[int 
         raise ValueError(f"{where}: mlp_only_layers {dense!r}: dense layers other than a leading run (0, 1, ...), which "
                          "parplan does not plan (first_dense_layers and moe_layer_step place them)")
     return (len(lead) or None), (step if step and step > 1 else None)
+
+
+def _ernie_moe_blocks(cfg: dict, where: str, layers) -> tuple[int | None, int | None]:
+    """(first_dense_layers, moe_layer_step) of an ERNIE 4.5 MoE config: Ernie4_5_MoeDecoderLayer makes block i MoE where
+    (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <= moe_layer_end_index (-1: the last block,
+    Ernie4_5_MoeConfig; null read the same), which is ModelSpec's rule with first_dense_layers the start index and
+    moe_layer_step the interval wherever no MoE block would fall past the end index; an end index that leaves dense
+    blocks after the MoE ones, or no MoE block at all, is refused in one line."""
+    def whole(key, least):
+        v = cfg.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise ValueError(f"{where}: {key} must be a whole number{' of 1 or more' if least else ''}, got {v!r}; "
+                             "correct it in the config")
+        return v
+    start, step = whole("moe_layer_start_index", 0), whole("moe_layer_interval", 1)
+    end = cfg.get("moe_layer_end_index")
+    end = -1 if end is None else end
+    if isinstance(end, bool) or not isinstance(end, int) or end < -1:
+        raise ValueError(f"{where}: moe_layer_end_index must be a layer number or -1 (the last layer), got {end!r}; "
+                         "correct it in the config")
+    if isinstance(layers, int) and not isinstance(layers, bool) and 0 < layers <= SHAPE_MAX:
+        last = layers - 1 if end == -1 else end
+        moe = [i for i in range(start, min(last, layers - 1) + 1) if (i + 1) % step == 0]
+        if not moe:
+            raise ValueError(f"{where}: moe_layer_start_index {start}, moe_layer_end_index {end} and moe_layer_interval "
+                             f"{step} leave none of the {layers} layers MoE: a dense model; give it as model_type "
+                             "ernie4_5 (or the shape flags)")
+        beyond = [i for i in range(last + 1, layers) if (i + 1) % step == 0]
+        if beyond:
+            which = f"layer {beyond[0]}" if beyond[0] == layers - 1 else f"layers {beyond[0]}..{layers - 1}"
+            raise ValueError(f"{where}: moe_layer_end_index {end}: {which} dense after the MoE ones, which parplan does "
+                             f"not plan (only dense layers before and between MoE ones); set it to -1 to plan layers "
+                             f"through {layers - 1} as MoE (more experts than the checkpoint)")
+    return (start or None), (step if step > 1 else None)
+
+
+def _ernie_notes(cfg: dict) -> list[str]:
+    """What an ERNIE 4.5 MoE checkpoint holds or runs beyond the blocks planned: its router's correction bias (the top-k
+    chosen on softmax scores plus moe_statics.e_score_correction_bias, the weights the softmax scores' own) and its
+    multi-token-prediction layers (num_nextn_predict_layers; transformers drops their mtp weights on load)."""
+    notes = ["routed by softmax top-k with a correction bias on the choice (e_score_correction_bias, not counted), "
+             "costed as softmax top-k"]
+    mtp = cfg.get("num_nextn_predict_layers")
+    if isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > 0:
+        notes.append(f"the multi-token-prediction layers (num_nextn_predict_layers {mtp}) not counted nor planned "
+                     f"unless asked: --mtp-layers {mtp} (--framework megatron)")
+    return notes
 
 
 def _latent_attention(cfg: dict, where: str, used: dict) -> dict:
@@ -646,12 +739,13 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         ffn = _get(cfg, names["ffn_hidden"], "ffn_hidden", where, used=used)
     experts = top_k = shared = first_dense = moe_step = dense_ffn = None
     if model_type in MOE_TYPES:
+        top_key = MOE_TOP_K.get(model_type, "num_experts_per_tok")
         experts = _positive_int(cfg, MOE_TYPES[model_type][0], where)
-        top_k = _positive_int(cfg, "num_experts_per_tok", where)
+        top_k = _positive_int(cfg, top_key, where)
         if experts is None or top_k is None:
-            missing = MOE_TYPES[model_type][0] if experts is None else "num_experts_per_tok"
+            missing = MOE_TYPES[model_type][0] if experts is None else top_key
             raise ValueError(f"{where}: missing required field {missing} (a mixture of experts' experts and top-k)")
-        used.update(experts=MOE_TYPES[model_type][0], experts_per_token="num_experts_per_tok")
+        used.update(experts=MOE_TYPES[model_type][0], experts_per_token=top_key)
         if model_type in MOE_SHARED:
             shared = _positive_int(cfg, MOE_SHARED[model_type], where, zero_is_none=True)
             used["shared_expert_ffn"] = MOE_SHARED[model_type]
@@ -663,12 +757,18 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                                      zero_is_none=True)
             shared = n_shared * ffn if n_shared else None
             used["shared_expert_ffn"] = "n_shared_experts"
+        elif model_type == "ernie4_5_moe":  # one MLP of moe_num_shared_experts x moe_intermediate_size (shared_experts)
+            n_shared = _positive_int(cfg, "moe_num_shared_experts", where, zero_is_none=True)
+            shared = n_shared * ffn if n_shared and isinstance(ffn, int) else None
+            used["shared_expert_ffn"] = "moe_num_shared_experts"
         first_dense, moe_step = _dense_between(cfg, model_type, where, layers)
         if first_dense or moe_step:  # the dense blocks' MLP: intermediate_size (Qwen-MoE's, GLM-4.5's), Llama 4's _mlp
             dense_key = "intermediate_size_mlp" if model_type == "llama4_text" else "intermediate_size"
             dense_ffn = _get(cfg, (dense_key,), "dense_ffn_hidden", where, used=used)
             used.update(first_dense_layers="first_k_dense_replace" if model_type in DEEPSEEK_STYLE else "mlp_only_layers",
                         moe_layer_step="decoder_sparse_step")
+            if model_type == "ernie4_5_moe":
+                used.update(first_dense_layers="moe_layer_start_index", moe_layer_step="moe_layer_interval")
     tied = cfg.get("tie_word_embeddings")
     if tied is None:
         tied = _TIED_DEFAULT[model_type]
@@ -754,6 +854,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                      "one (parplan trains next-token prediction: a vocab head and its loss)")
     if model_type in MLA_TYPES:
         notes += _deepseek_notes(cfg, model_type)
+    if model_type == "ernie4_5_moe":
+        notes += _ernie_notes(cfg)
     if wrapper:
         notes.append(f"the language model of a {wrapper} config (its text_config): the vision tower is not counted")
     no_bias = _biasless(cfg, model_type)
@@ -782,7 +884,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         notes.append("q/k norms not counted")
     if model_type in ("stablelm", "phi") and cfg.get("qk_layernorm"):
         notes.append("q/k LayerNorms not counted")
-    bias_keys = ("attention_bias", "mlp_bias", "bias", "use_qkv_bias")
+    bias_keys = ("attention_bias", "mlp_bias", "bias", "use_qkv_bias", "use_bias")  # use_bias: ERNIE 4.5's
     if arch == "llama" and model_type != "qwen2" and any(cfg.get(k) for k in bias_keys):
         which = " and ".join(k for k in bias_keys if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"

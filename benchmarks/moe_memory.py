@@ -99,6 +99,14 @@ CASES = {
     # states dominate, and the narrow one with tp 2 and SP
     "zero2-wide-dp4-ep2": ("wide", dict(tp=1, pp=1, dp=4, ep=2, zero_stage=2)),
     "zero2-tp2-sp-dp2-ep2": ("narrow", dict(tp=2, pp=1, dp=2, ep=2, sp=True, zero_stage=2)),
+    # ZeRO-3 (parplan's runtime since 2026-12-05, torchtitan's FSDP2 layout): the dense weights, gradients and states
+    # sharded over dp (4), each MoE layer's experts an FSDP2 unit of their own over their expert-data-parallel group
+    # (2 ranks at ep 2, none at ep 4), gathered for their forward and backward; the wide model's states dominate, the
+    # narrow one with tp 2 and SP, and the wide one inside a pipeline (FSDP2 keeps the gathered weights through the step)
+    "zero3-wide-dp4-ep2": ("wide", dict(tp=1, pp=1, dp=4, ep=2, zero_stage=3)),
+    "zero3-wide-dp4-ep4": ("wide", dict(tp=1, pp=1, dp=4, ep=4, zero_stage=3)),
+    "zero3-tp2-sp-dp2-ep2": ("narrow", dict(tp=2, pp=1, dp=2, ep=2, sp=True, zero_stage=3)),
+    "zero3-wide-pp2-dp2-ep2": ("wide", dict(tp=1, pp=2, dp=2, ep=2, zero_stage=3)),
 }
 MIB = 2**20
 

@@ -729,6 +729,26 @@ def expert_state_params(params, experts, lay, tr):
     return params + experts * (scale - 1.0)
 
 
+def expert_weight_params(params, experts, lay, tr):
+    """The parameter count whose stored (sharded) weights a rank holds, where `experts` of its `params` are a mixture
+    of experts' expert weights: ZeRO-3 shards the dense weights over zero_shards ranks and, as parplan's runtime does
+    (FSDP2, torchtitan's layout: each MoE layer's experts a unit of their own over torchtitan's edp_mesh,
+    parallel_layers.data_parallel.shard_experts), the experts' over their own data-parallel group
+    (moe.expert_data_parallel), so an expert weight weighs zero_shards / that as much; below ZeRO-3 every weight is
+    whole.  (FSDP2's gathered copies inside a pipeline are whole either way: expert_states_weights.)"""
+    scale = np.where(np.asarray(lay.zero) >= 3, zero_shards(lay, tr) / moe.expert_data_parallel(lay), 1.0)
+    return params + experts * (scale - 1.0)
+
+
+def expert_states_weights(params, experts, lay, tr, cw):
+    """The weight bytes of `params` (`experts` of them expert weights) at weight coefficient cw
+    (model_state_coefficients): the stored part by expert_weight_params, FSDP2's gathered copies inside a pipeline
+    (fsdp2_flags' z3_full) of every parameter whole."""
+    _, z3_full = fsdp2_flags(lay, tr)
+    gathered = np.where(z3_full, PRECISION_RECIPES[tr.precision]["weight"], 0.0)
+    return params * gathered + expert_weight_params(params, experts, lay, tr) * (cw - gathered)
+
+
 def grads_sharded(lay, tr):
     """Where a rank's gradients are held sharded over the ZeRO group (model_state_coefficients): ZeRO-3 outside
     FSDP2's gathered pipeline copies, and ZeRO-2 reducing them as they are produced (zero2_each_microbatch).  ZeRO-2
@@ -741,9 +761,10 @@ def grads_sharded(lay, tr):
 def expert_grad_params(params, experts, lay, tr):
     """The parameter count whose gradients (model_state_coefficients' gradient bytes) a rank holds, where `experts`
     of its `params` are a mixture of experts' expert weights: where the gradients are sharded (grads_sharded: ZeRO-2
-    per micro-batch; ZeRO-3 is not planned with experts) the dense ones over zero_shards ranks and the experts' over
-    their own data-parallel group (moe.expert_data_parallel: parplan's runtime reduces each to its owner there), so
-    an expert weight weighs zero_shards / that as much; elsewhere every gradient is whole."""
+    per micro-batch, ZeRO-3) the dense ones over zero_shards ranks and the experts' over their own data-parallel group
+    (moe.expert_data_parallel: parplan's runtime reduces each to its owner there under ZeRO-2, and FSDP2
+    reduce-scatters them over it under ZeRO-3), so an expert weight weighs zero_shards / that as much; elsewhere every
+    gradient is whole."""
     scale = np.where(grads_sharded(lay, tr), zero_shards(lay, tr) / moe.expert_data_parallel(lay), 1.0)
     return params + experts * (scale - 1.0)
 
@@ -945,7 +966,7 @@ def states_floor(m: ModelDims, lay, tr):
     def held(params, experts):
         if not m.moe:
             return params * (cw + cg + co)
-        return (params * cw + expert_grad_params(params, experts, lay, tr) * cg
+        return (expert_states_weights(params, experts, lay, tr, cw) + expert_grad_params(params, experts, lay, tr) * cg
                 + expert_state_params(params, experts, lay, tr) * co)
 
     (p_first, p_mid, p_last), (e_first, e_mid, e_last) = rank_params(m, lay), rank_expert_params(m, lay)
@@ -1053,11 +1074,12 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     def states(params, experts=0.0):
         """(weights, gradients, optimizer, offloaded) of `params`, `experts` of them a mixture of experts' expert
         weights (their optimizer states sharded over their own group: expert_state_params; their gradients too where
-        the gradients are sharded: expert_grad_params)."""
+        the gradients are sharded: expert_grad_params; and under ZeRO-3 their weights: expert_weight_params)."""
         w, g, o, offl = model_states(params, lay, tr, coefficients)
         if m.moe:
             _, _, o, offl = model_states(expert_state_params(params, experts, lay, tr), lay, tr, coefficients)
             g = model_states(expert_grad_params(params, experts, lay, tr), lay, tr, coefficients)[1]
+            w = expert_states_weights(params, experts, lay, tr, coefficients[0])
         return w, g, o, offl
 
     # (multi-token prediction's depths are blocks of the last virtual stage: layout.model_rank_block_counts)
@@ -1153,6 +1175,27 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         blocks_gathered = np.where(zero3.one_weight_ahead(m, tp), zero3.gathered_bytes(m, lay, tr.precision),
                                    blocks_gathered)
     gathered = np.where(zero >= 3, blocks_gathered, 0.0)
+    # a mixture of experts under FSDP2 outside a pipeline (parplan's runtime: each MoE layer's experts a unit of their
+    # own over their expert-data-parallel group, data_parallel.shard_experts, torchtitan's layout) gathers and reduces
+    # a block's dense weights and its experts apart, so its worst moment is the experts' post-backward reduction: the
+    # block's dense weights and the block below's (prefetched when the experts' backward began, FSDP2's backward
+    # order) gathered, the experts' reduce-scatter input (reduce dtype) and output (its 1 / edp), and their unsharded
+    # compute-dtype gradients, alive through the copy into the input (a group of one copies the input divided instead:
+    # the same bytes in the reduce dtype); the block's own dense reduction comes later, beside less (CPU allocator,
+    # benchmarks/results/2026-12-05-cpu-memory-moe-zero3)
+    fsdp2_units = None
+    if m.moe:
+        e_layer = moe.expert_params_per_gpu(m, lay.ep)
+        d_layer = per_layer - e_layer
+        edp = moe.expert_data_parallel(lay)
+        experts_reduce = e_layer * (rec["grad"] * (1 + 1 / edp) + np.where(edp > 1, rec["weight"], rec["grad"]))
+        # (the moment before it, the experts' backward: their gathered weights beside the gradients they make; and the
+        # block's dense reduction: its reduce-scatter input beside its compute-dtype gradients)
+        experts_backward = 2 * e_layer * rec["weight"]
+        dense_reduce = d_layer * (rec["grad"] + rec["weight"])
+        fsdp2_units = np.where(fsdp2 & ~z3_full & (zero >= 3),
+                               2 * d_layer * rec["weight"]
+                               + np.maximum(np.maximum(experts_reduce, experts_backward), dense_reduce), np.nan)
     # torch DDP's buckets as a whole second copy of the rank's gradients (TrainingConsts.ddp_bucket_copy), allocated
     # when DDP wraps the model and held through every moment: counted with the persistent buffers below
     ddp_copy = ddp_bucket_copy(lay, tr)
@@ -1169,11 +1212,14 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # ZeRO-2/3's reduce copies of a bucket, no larger than the rank's gradients fill one
     bucket_fill = np.minimum(1.0, np.maximum(np.maximum(p_first, p_mid), p_last)
                              / max(tr.ds_reduce_bucket_elements, 1.0))
-    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full) + \
+    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
+                           fsdp2_units) + \
         ds["backward"] + ds["reduce"] * bucket_fill
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
-    if m.mixed:  # the larger kind's (MoE and dense blocks are no ZeRO-3's: no gathered weights)
-        working = np.maximum(working, _other_bytes(lay, per_dense, work_d, act_d, temp_d, gathered, rec, fsdp2, z3_full)
+    if m.mixed:  # the larger kind's (a dense block's ZeRO-3 gathers its own weights: parplan's runtime's FSDP2 units)
+        gathered_d = np.where(zero >= 3, np.where(z3_full, 1, 2) * per_dense * rec["weight"], 0.0)
+        working = np.maximum(working, _other_bytes(lay, per_dense, work_d, act_d, temp_d, gathered_d, rec, fsdp2,
+                                                   z3_full)
                              + ds["backward"] + ds["reduce"] * bucket_fill)
         block_working = np.maximum(block_working, rebuilt_bytes(work_d, act_d) + temp_d)
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
@@ -1353,7 +1399,7 @@ def p2p_receive_buffers(m: ModelDims, lay, act_bytes: int, m_micro, per_microbat
     return first, 2 * v * each, last
 
 
-def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full):
+def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full, fsdp2_units=None):
     """Working memory besides saved activations and model states:
       - the block being back-propagated: its backward's temporaries (backward_temporaries_per_layer:
         with flash attention about one block's activations -- a llama block peaks in the SwiGLU
@@ -1371,12 +1417,17 @@ def _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, re
       - FSDP2: the reduce-scatter input of the block just back-propagated (one block's gradients
         in the reduce dtype) and the compute-dtype gradients the block being back-propagated is
         making (the CPU measurement found both live beside the next block's gather);
-      - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth.
+      - optimizer-step temporaries: none for fused/foreach AdamW beyond one block's worth;
+      - fsdp2_units (a mixture of experts under FSDP2, where not NaN): in place of the two terms above, a block's
+        dense weights and its experts gathered and reduced as units apart (memory_breakdown).
     parplan's flat gradient buckets are counted per rank kind (flat_bucket_bytes); torch DDP's whole copy and
     DeepSpeed's buckets elsewhere (ddp_bucket_copy, deepspeed_grad_buckets); Megatron's buckets are views of its
     grad buffer (TrainingConsts.flat_grad_buckets)."""
     rs_input = np.where(fsdp2 & ~z3_full, per_layer * (rec["grad"] + rec["weight"]), 0.0)
-    return rebuilt_bytes(work_layer, act_layer) + temp_layer + gathered + rs_input
+    units = gathered + rs_input
+    if fsdp2_units is not None:
+        units = np.where(np.isnan(fsdp2_units), units, fsdp2_units)
+    return rebuilt_bytes(work_layer, act_layer) + temp_layer + units
 
 
 FLAT_BUCKET_BYTES = 25 * 2 ** 20  # parallel_layers.data_parallel.BUCKET_BYTES (PyTorch DDP's bucket_cap_mb 25, as MiB)

@@ -622,7 +622,16 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     fsdp2 = np.asarray(tr.zero3_fsdp2)
     root_params = np.where(fsdp2, stage_root, 0.0)
     root_ag_t, root_ag_moved = comm.all_gather(root_params * rec["weight"], shards, sh_bw, sh_lat)
-    blk_ag_t, blk_ag_moved = comm.all_gather((stage_params - root_params) * rec["weight"], shards, sh_bw, sh_lat)
+    # a mixture of experts: the blocks' dense weights gathered over the shard group, their experts over their own
+    # data-parallel group (e_ag, moe.expert_grad_group: its size and tier), as parplan's runtime shards them (each MoE
+    # layer's experts an FSDP2 unit over torchtitan's edp_mesh: parallel_layers.data_parallel.shard_experts); the
+    # reduce-scatter rs_t already splits so
+    blk_ag_t, blk_ag_moved = comm.all_gather((stage_params - root_params - stage_exp) * rec["weight"], shards, sh_bw,
+                                             sh_lat)
+    blk_shard = (stage_params - root_params - stage_exp) / shards  # the rank's shard of the blocks' weights
+    if m.moe:
+        blk_ag_t, blk_ag_moved = blk_ag_t + e_ag[0], blk_ag_moved + e_ag[1]
+        blk_shard = blk_shard + stage_exp / edp
     # without a root (not FSDP2, or a middle stage) the blocks' gather is the stage's, and no root gather is timed.
     # Inside a pipeline FSDP2 gathers a block once a step (below: z3_n), not for its forward and again its backward
     blk_gathers = np.where(fsdp2 & (np.asarray(pp) > 1), 1, 2 + z3_regather)
@@ -634,9 +643,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # optimizer then steps the host shards in place (optimizer_time: no copy a step)
     host_z3 = fsdp2_offload(lay, tr)
     up_bytes = rec["master"] if rec["master"] else rec["weight"]
-    blk_up = np.where(host_z3, (stage_params - root_params) / shards * up_bytes / hw.host_link_bytes_per_s, 0.0)
+    blk_up = np.where(host_z3, blk_shard * up_bytes / hw.host_link_bytes_per_s, 0.0)
     root_up = np.where(host_z3, root_params / shards * up_bytes / hw.host_link_bytes_per_s, 0.0)
-    grad_down = np.where(host_z3, stage_params / shards * rec["grad"] / hw.host_link_bytes_per_s, 0.0)
+    grad_down = np.where(host_z3, (blk_shard + root_params / shards) * rec["grad"] / hw.host_link_bytes_per_s, 0.0)
     z3_ag_t = blk_gathers * (blk_ag_t + blk_up) + np.where(root_params > 0, root_ag_t + root_up, 0.0)
     z3_ag_moved = blk_gathers * blk_ag_moved + root_ag_moved
     # HSDP: the replicas' all-reduce of each reduce-scatter's shard, with it (zero for one replica group)

@@ -15,7 +15,10 @@ shard ``{name}@tp{rank}of{tp}`` and load only with the tp they were saved with (
 A mixture of experts' expert weights, and their optimizer states, are saved one key per expert,
 ``{name}@expert{global index}`` (_per_expert), so a checkpoint resumes with another ep too; checkpoints written
 before that keyed an ep rank's experts ``@ep{rank}of{ep}`` and load only with the ep they were saved with
-(checkpoint_steps.saved_ep).  Data needs no state: batches are a function of (seed, step, index).
+(checkpoint_steps.saved_ep).  Under ZeRO-3 an ep rank's experts are FSDP2 DTensors over their expert-data-parallel
+group, sharded on dim 1 (data_parallel.shard_experts), so each expert's view is a DTensor of that group's chunks and
+DCP reshards it as any other (tested: ZeRO-3 at ep 2 -> ep 4, tests/test_runtime_moe_zero3.py).  Data needs no state:
+batches are a function of (seed, step, index).
 
 Master-weights recipes (ZeRO 0-2) also save each fp32 master as ``{key}/master``; such a
 checkpoint resumes only into a master-weights run and vice versa (FSDP2's fp32 shards are the

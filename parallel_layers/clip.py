@@ -12,7 +12,8 @@ the world adds them.  Copies of a gradient:
   - context parallel: the cp ranks hold averaged replicas;
   - pipeline: a tied embedding's gradient is summed into both its copies (first and last stage);
   - experts (parallel_layers.moe): an expert's reduced gradient is on each of the tp x cp x dp / ep ranks holding it
-    under ZeRO-0/1; under ZeRO-2 on its owner among them only (a split one's rows each on theirs, as ``pieces``).
+    under ZeRO-0/1; under ZeRO-2 on its owner among them only (a split one's rows each on theirs, as ``pieces``);
+    under ZeRO-3 a disjoint FSDP2 shard on each of them.
 Every local gradient is then multiplied by min(1, max_norm / (norm + 1e-6)) on the device, with no
 host synchronisation, as torch's clip_grad_norm_ does.
 """
@@ -32,7 +33,8 @@ def copies(spec, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int, tied: b
            ep: int = 1) -> int:
     """Ranks in the world holding the same gradient as this one (see the module docstring)."""
     if getattr(spec, "ep_dim", None) is not None:  # a mixture of experts' weights: the expert-data-parallel group,
-        return 1 if zero_stage == 2 else tp * cp * dp // ep  # whose ZeRO-2 keeps them on their owner alone
+        return 1 if zero_stage >= 2 else tp * cp * dp // ep  # whose ZeRO-2 keeps them on their owner alone, ZeRO-3
+        # (FSDP2) a disjoint shard on each
     n = cp * (dp if zero_stage in (0, 1) else dp_replicate if zero_stage >= 3 else 1)
     if spec.tp_dim is None:
         n *= tp

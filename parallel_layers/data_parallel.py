@@ -15,7 +15,9 @@ bucket as the gradients become final (PyTorch DDP's bucketed all-reduce, Megatro
 --overlap-grad-reduce), or runs them all after it.  ZeRO-1/2 then average the cp replicas apart.
 3: FSDP2 ``fully_shard(mesh=mesh["dp"])`` per block and per stage.  On gloo FSDP2 has summed
    instead of averaged (pytorch/pytorch#162338): ``fsdp_grad_correction`` measures what this
-   torch does with a probe and the trainer divides by the measured factor.
+   torch does with a probe and the trainer divides by the measured factor.  A mixture of experts' expert weights
+   are a unit of their own per MoE layer over their expert-data-parallel mesh (``shard_experts``: torchtitan's
+   layout), reduce-scattered there as sums and divided by the trainer.
 
 Before any of that: tied embedding/head copies on different pipeline ranks get their
 gradients summed over the pp group, and parameters replicated over TP but fed a sequence
@@ -499,14 +501,17 @@ class GradReduction:
 
 
 def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, mp_policy=None,
-               offload_policy=None, reshard_after_forward: bool = True) -> None:
+               offload_policy=None, reshard_after_forward: bool = True, expert_mesh=None) -> None:
     """FSDP2 over the dp mesh: each block is its own unit (per_block), the stage (embedding, head)
     the root.  mp_policy: a ``MixedPrecisionPolicy`` (the master-weights recipes) or None.
     reshard_after_forward False (inside a pipeline): a unit gathered by its first forward stays gathered to the
     step's last backward, as torchtitan's default does whenever pp > 1 ("to avoid per-microbatch all-gathers");
     torch.distributed.pipelining already keeps it gathered after every backward but the last
     (set_reshard_after_backward), and a forward that resharded would make each micro-batch's backward gather
-    again."""
+    again.  expert_mesh (a mixture of experts): each MoE block's experts (moe.GroupedExperts) a unit of their own
+    over their expert-data-parallel mesh (mesh.expert_data_parallel_mesh), inside the block's, as torchtitan's
+    apply_fsdp shards ``transformer_block.moe.experts`` over its edp_mesh (torchtitan/models/llama4/infra/
+    parallelize.py); see shard_experts."""
     from torch.distributed.fsdp import fully_shard
 
     # left to FSDP2 otherwise: its default reshards every unit but the root, which stays gathered from the forward
@@ -517,10 +522,40 @@ def apply_fsdp(stage_modules: list[nn.Module], dp_mesh, per_block: bool = True, 
     if offload_policy is not None:
         kw["offload_policy"] = offload_policy
     for m in stage_modules:
+        if expert_mesh is not None:
+            for block in m.blocks:
+                if hasattr(block.mlp, "grouped"):
+                    shard_experts(block.mlp.grouped, expert_mesh, **kw)
         if per_block:
             for block in m.blocks:
                 fully_shard(block, mesh=dp_mesh, **kw)
         fully_shard(m, mesh=dp_mesh, **kw)
+
+
+def shard_experts(experts: nn.Module, expert_mesh, mp_policy=None, **kw) -> None:
+    """One MoE layer's experts (E / ep of them on this rank) as an FSDP2 unit over their expert-data-parallel mesh,
+    torchtitan's layout: sharded on dim 1 (ffn rows of gate / up, hidden rows of down), as torchtitan does where
+    efsdp x ep exceeds the experts (its ``_experts_shard_placement_fn``), here always where the mesh divides that dim
+    (so an expert is sliced, never split between ranks, and a checkpoint keys each whole; FSDP2's Shard(1) needs the
+    even split) and on dim 0 elsewhere.  The reduce-scatter sums (set_force_sum_reduction_for_comms: no average,
+    which gloo got wrong, pytorch/pytorch#162338; divide factor 1) and train.reduce_expert_gradients divides the
+    summed shards as every expert gradient is divided (train.expert_divide: the dp x cp replicas), where torchtitan
+    sets the same factor on the unit (set_gradient_divide_factor, "consistent with data").  The block's unit casts
+    the tokens already, so the experts' unit casts no inputs (the routing probabilities stay fp32)."""
+    from dataclasses import replace as _replace
+
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard
+
+    n = expert_mesh.size()
+
+    def placement(p):
+        return Shard(1) if p.dim() > 1 and p.shape[1] % n == 0 else Shard(0)
+    if mp_policy is not None:
+        kw["mp_policy"] = _replace(mp_policy, cast_forward_inputs=False)
+    fully_shard(experts, mesh=expert_mesh, shard_placement_fn=placement, **kw)
+    experts.set_force_sum_reduction_for_comms(True)
+    experts.set_gradient_divide_factor(1.0)
 
 
 def fsdp_grad_correction(dp_mesh, device, shard_mesh=None) -> float:

@@ -124,3 +124,18 @@ def expert_groups(mesh: DeviceMesh, ep: int) -> tuple:
                 if me in members:
                     mine[kind] = group
     return mine["ep"], mine["edp"]
+
+
+def expert_data_parallel_mesh(mesh: DeviceMesh, ep: int) -> DeviceMesh:
+    """ZeRO-3 with a mixture of experts: the 1-D mesh of this rank's expert-data-parallel group (expert_groups' edp
+    members, a mesh of one where no other rank holds its experts), which FSDP2 shards the experts over: torchtitan's
+    ``edp_mesh`` ("efsdp", torchtitan/models/llama4/infra/parallelize.py apply_fsdp).  A (pp, edp, ep) DeviceMesh over
+    the same ranks, built collectively (every rank, one order)."""
+    names = list(mesh.mesh_dim_names)
+    stages = mesh.mesh.movedim(names.index("pp"), 0)
+    rows = stages.reshape(stages.shape[0], -1)
+    if rows.shape[1] % ep:
+        raise ValueError(f"ep={ep} does not divide a stage's {rows.shape[1]} tp x cp x dp ranks")
+    # rows[s][i * ep + j]: column j of (edp, ep) is row[j::ep], the ranks holding expert-parallel rank j's experts
+    layout = rows.reshape(rows.shape[0], -1, ep)
+    return DeviceMesh(mesh.device_type, layout, mesh_dim_names=("pp", "edp", "ep"))["edp"]

@@ -189,12 +189,12 @@ def _sum_over(t: torch.Tensor, *groups) -> torch.Tensor:
 class MoEMLP(_ShardedModule):
     """The MoE block's MLP (see the module docstring): router (E, h) replicated over tp (a sequence shard's partial
     gradient under SP, summed over tp as a norm's), experts gate / up (E, f, h) and down (E, h, f) split over the
-    expert-parallel group by their first dimension, E / ep a rank."""
+    expert-parallel group by their first dimension, E / ep a rank (held by a GroupedExperts module of their own)."""
 
     def __init__(self, cfg, i: int, tp_group, sp: bool, ep_group, *, cp_group=None, state: Optional[MoEState] = None,
                  selective: bool = False, act_recompute: bool = False):
         super().__init__(tp_group)
-        h, f, E, k = cfg.hidden, cfg.ffn_hidden, cfg.experts, cfg.experts_per_token
+        h, E, k = cfg.hidden, cfg.experts, cfg.experts_per_token
         self.ep_group, self.ep_size = ep_group, _size(ep_group)
         self.ep_rank = 0 if self.ep_size == 1 else dist.get_rank(ep_group)
         if E % self.ep_size:
@@ -213,10 +213,14 @@ class MoEMLP(_ShardedModule):
         n = f"layers.{i}.mlp"
         partial = sp and self.tp_size > 1
         self._new_param("router", ShardSpec(f"{n}.router.weight", (E, h), None, "normal", sp_partial_grad=partial))
-        out_std = INIT_STD / math.sqrt(2 * cfg.layers)
-        for name, shape, std in (("gate", (E, f, h), INIT_STD), ("up", (E, f, h), INIT_STD),
-                                 ("down", (E, h, f), out_std)):
-            self._new_param(name, ShardSpec(f"{n}.experts.{name}", shape, None, "normal", std=std, ep_dim=0))
+        # the rank's experts, a module of their own: under ZeRO-3 FSDP2 shards them over their expert-data-parallel
+        # group apart from the block's other weights (data_parallel.apply_fsdp, torchtitan's MoE layout)
+        self.grouped = GroupedExperts(cfg, n, tp_group, self.ep_size, self.ep_rank)
+
+    # the experts' weights, (E / ep, f, h) and (E / ep, h, f): the GroupedExperts module's
+    gate = property(lambda self: self.grouped.gate)
+    up = property(lambda self: self.grouped.up)
+    down = property(lambda self: self.grouped.down)
 
     def forward(self, x):  # (b, s_local, h) -> (b, s_local, h)
         shape = x.shape
@@ -271,15 +275,35 @@ class MoEMLP(_ShardedModule):
         return _AllToAll.apply(y, self.ep_group, in_splits, out_splits)
 
     def _run_experts(self, x, w, counts: list[int]):
+        """The rank's experts on their rows (GroupedExperts.forward: called through the module, so FSDP2 gathers
+        their weights first where it shards them)."""
+        return self.grouped(x, w, counts, selective=self.selective, act_recompute=self.act_recompute)
+
+
+class GroupedExperts(_ShardedModule):
+    """A rank's E / ep experts: gate / up (E / ep, f, h) and down (E / ep, h, f), each expert a whole SwiGLU MLP
+    (ShardSpec.ep_dim 0: the logical (E, ...) tensors split over the expert-parallel group by their first dimension).
+    A module of their own so that ZeRO-3 can shard them over the ranks holding the same experts (torchtitan's
+    ``fully_shard(transformer_block.moe.experts, mesh=edp_mesh)``), not over dp with the block's other weights."""
+
+    def __init__(self, cfg, n: str, tp_group, ep_size: int, ep_rank: int):
+        super().__init__(tp_group)
+        h, f, E = cfg.hidden, cfg.ffn_hidden, cfg.experts
+        self.ep_size, self.ep_rank = ep_size, ep_rank
+        out_std = INIT_STD / math.sqrt(2 * cfg.layers)
+        for name, shape, std in (("gate", (E, f, h), INIT_STD), ("up", (E, f, h), INIT_STD),
+                                 ("down", (E, h, f), out_std)):
+            self._new_param(name, ShardSpec(f"{n}.experts.{name}", shape, None, "normal", std=std, ep_dim=0))
+
+    def forward(self, x, w, counts: list[int], selective: bool = False, act_recompute: bool = False):
         """The rank's experts on their rows (x in expert order, counts rows each), each row's probability w applied
         inside the SwiGLU.  With act_recompute the down GEMM does not keep its input, the activation's output (k x ffn
         a routed token), to its backward: RebuiltForBackward saves a handle in its place and the backward rebuilds it
         from gate, up and w, which the activation's own backward keeps anyway (cost_models.moe.recomputed_bytes)."""
         gate, up = _GroupedLinear.apply(x, self.gate, counts), _GroupedLinear.apply(x, self.up, counts)
-        act = (checkpoint(_WeightedSwiGLU.apply, gate, up, w, use_reentrant=False) if self.selective
+        act = (checkpoint(_WeightedSwiGLU.apply, gate, up, w, use_reentrant=False) if selective
                else _WeightedSwiGLU.apply(gate, up, w))
-        if not (self.act_recompute and torch.is_grad_enabled()):
+        if not (act_recompute and torch.is_grad_enabled()):
             return _GroupedLinear.apply(act, self.down, counts)
         with RebuiltForBackward([act], lambda: (_weighted_swiglu(gate, up, w),), act.device.type).hooks():
             return _GroupedLinear.apply(act, self.down, counts)
-

@@ -71,7 +71,8 @@ from parallel_layers.data_parallel import (
 )
 from parallel_layers.layers import fused_vocab_parallel_cross_entropy, use_fp8_linears, vocab_parallel_cross_entropy
 from parallel_layers.loss_scale import INIT_SCALE, DynamicLossScaler, wants_loss_scaling
-from parallel_layers.mesh import ParallelDims, RankCoords, build_mesh, embedding_group, expert_groups, fsdp_mesh
+from parallel_layers.mesh import (ParallelDims, RankCoords, build_mesh, embedding_group, expert_data_parallel_mesh,
+                                  expert_groups, fsdp_mesh)
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
 from parallel_layers.moe import AUX_LOSS_COEFF as MOE_AUX_LOSS_COEFF, MoEState
 from parallel_layers.pipeline import build_schedule, virtual_stage_layers
@@ -229,14 +230,20 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
                                    and par.schedule != "zbv" else None)
     if par.zero_stage == 3:
         rt.fsdp_correction = fsdp_grad_correction(mesh["dp"], device, fsdp_mesh(mesh))
+        # a mixture of experts: the experts sharded over their expert-data-parallel group, torchtitan's layout
+        # (data_parallel.shard_experts)
+        emesh = expert_data_parallel_mesh(mesh, par.ep) if cfg.experts else None
         # torch 2.13: with per-block FSDP units the zero-bubble schedules (split dI/dW backward)
         # lose some blocks' gradients (caught by the layout-equivalence test); there each
         # stage is one FSDP unit.
         apply_fsdp(modules, fsdp_mesh(mesh), per_block=par.schedule not in ZERO_BUBBLE or par.pp == 1,
                    mp_policy=fsdp_mixed_precision(plan), offload_policy=_fsdp_offload(plan, device),
-                   reshard_after_forward=par.pp == 1)
+                   reshard_after_forward=par.pp == 1, expert_mesh=emesh)
         # the rank's shards: the report's params_per_rank had counted each rank's whole stages under ZeRO-3
         rt.local_params = sum(local_tensor(p).numel() for m in modules for _, p, _ in iter_shard_specs(m))
+        if cfg.experts:  # fully_shard replaced the parameters with sharded ones
+            rt.extra["expert_params"] = [p for m in modules for _, p, spec in iter_shard_specs(m)
+                                         if spec.ep_dim is not None]
     elif plan.training.precision == "master-weights":
         kernel = wgrad_fusion_kernel(device, wgrad_fusion_mode(plan, opts), param_dtype(plan))
         # fp32 gradient accumulation buffers; whether any weight's GEMM adds into them (16-bit parameters only)
@@ -350,7 +357,7 @@ def build_expert_grad_reduction(rt: Runtime, opts: RunOptions) -> Optional[GradR
     the dense ZeRO-2 does over dp.  None without experts or where no other rank holds this rank's experts
     (reduce_expert_gradients then only divides)."""
     experts, group = rt.extra.get("expert_params"), rt.extra.get("edp_group")
-    if not experts or group is None:
+    if not experts or group is None or rt.plan.parallel.zero_stage == 3:  # (ZeRO-3: FSDP2 reduce-scatters them)
         return None
     dense = rt.extra.get("grad_reduction")
     eopt = rt.extra.get("expert_optimizer")
@@ -540,6 +547,10 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
             all_reduce_bucketed([g for p, g in _held_param_grads(rt) if id(p) not in experts], rt.coords.cp_group,
                                 average=True)
     else:
+        # (a mixture of experts' expert weights: summed by their own unit over their group, cp ranks included, and
+        # divided by reduce_expert_gradients above)
+        experts = {id(p) for p in rt.extra.get("expert_params", ())}
+        params = [p for p in params if id(p) not in experts]
         if rt.fsdp_correction != 1.0:
             for p in params:
                 if p.grad is not None:
@@ -566,11 +577,12 @@ def reduce_expert_gradients(rt: Runtime) -> None:
     if ered is not None:
         ered.finish()
         return
-    divide = expert_divide(rt)  # no other rank holds these experts: the division alone
+    # no other rank holds these experts, or (ZeRO-3) FSDP2 summed their shards over the group: the division alone
+    divide = expert_divide(rt)
     if divide != 1:
         for p in rt.extra["expert_params"]:
             if grad_of(p) is not None:
-                grad_of(p).div_(divide)
+                local_tensor(grad_of(p)).div_(divide)
 
 
 def moe_runtime_problem(plan, opts: RunOptions) -> None:
@@ -578,7 +590,8 @@ def moe_runtime_problem(plan, opts: RunOptions) -> None:
     checks the same first: planner.launch.check_runtime_support)."""
     from planner.core import parplan_moe_problem
     p, t = plan.parallel, plan.training
-    problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True)
+    problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True,
+                                  dp_replicate=p.dp_replicate)
     if problem:
         raise ValueError(f"{problem[0]}: {problem[1]}")
 
@@ -647,7 +660,7 @@ def dump_gradients(rt: Runtime, directory: str, sample_indices: list[int]) -> No
     split = rt.optimizer.full_reduced_grads() if isinstance(rt.optimizer, ShardedAdamW) and rt.optimizer.stage == 2 else {}
     experts = rt.extra.get("expert_params", [])
     expert_ids = {id(p) for p in experts}
-    held_expert = (sum(grad_of(p).numel() for p in experts if grad_of(p) is not None)
+    held_expert = (sum(local_tensor(grad_of(p)).numel() for p in experts if grad_of(p) is not None)
                    + sum(g.numel() for g, p in _held_pieces(rt) if id(p) in expert_ids))
     eopt = rt.extra.get("expert_optimizer")
     if isinstance(eopt, ShardedAdamW) and eopt.stage == 2:

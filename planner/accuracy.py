@@ -91,7 +91,8 @@ FP8_LAUNCHES = "all 16-bit: parplan's FP8 linears have not run on a GPU yet"
 # a mixture of experts planned for parplan's runtime (group "parplan-moe"): what is known of it
 PARPLAN_MOE = ("no GPU run of parplan's mixture of experts yet (its memory model against the CPU allocator: "
                "benchmarks/results/2026-12-05-cpu-memory-moe, -moe-mixed with dense blocks between, -mla with latent "
-               "attention, -mla-recompute and -moe-recompute with the recompute modules, -moe-zero2 under ZeRO-2)")
+               "attention, -mla-recompute and -moe-recompute with the recompute modules, -moe-zero2 under ZeRO-2, "
+               "-moe-zero3 under ZeRO-3)")
 
 
 def group(framework: str, moe: bool = False) -> str:

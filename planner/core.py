@@ -184,20 +184,22 @@ MOE_FRAMEWORKS = ("megatron", "parplan")
 
 
 def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
-                        plan: bool = False) -> tuple[str, str] | None:
+                        plan: bool = False, dp_replicate: int | None = None) -> tuple[str, str] | None:
     """(problem, fix) where parplan's runtime does not train a mixture of experts so (parallel_layers.moe: experts
-    under ZeRO-0, 1 or 2, torch.distributed's all-to-all, 16-bit or fp32 linears, no op-level selective recompute);
-    None where it does.  Megatron-LM's MoE recompute modules (moe_recompute act and norm-act: moe_act, layernorm) it
-    runs: the experts' activation output and the pre-MLP norm's output rebuilt for the backward
-    (parallel_layers.model.Block); the argument stays so callers keep one signature.  Checked where parplan plans one
+    under ZeRO-0, 1, 2 or 3 -- ZeRO-3 the FSDP2 layout torchtitan uses, the experts sharded over their own
+    expert-data-parallel group, not under hybrid sharding (dp_replicate) --, torch.distributed's all-to-all, 16-bit or
+    fp32 linears, no op-level selective recompute); None where it does.  Megatron-LM's MoE recompute modules
+    (moe_recompute act and norm-act: moe_act, layernorm) it runs: the experts' activation output and the pre-MLP
+    norm's output rebuilt for the backward (parallel_layers.model.Block); that argument and `zero` (every stage runs)
+    stay so callers keep one signature.  Checked where parplan plans one
     (moe_problem), where launch runs one (launch.check_runtime_support) and in the runtime itself
     (train.moe_runtime_problem)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
-    if zero is not None and zero >= 3:
-        return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts: parplan's runtime trains experts "
-                "under ZeRO-0, ZeRO-1 or ZeRO-2 (each expert's states, and under ZeRO-2 its reduced gradient, split "
-                "over the ranks holding it)", f"use {flag('--zero', 'zero_stage')} 0, 1 or 2, {other}")
+    if (dp_replicate or 1) > 1:
+        return (f"{flag('--dp-replicate', 'dp_replicate')} {dp_replicate} with a mixture of experts: parplan's runtime "
+                "shards experts under ZeRO-3 over their expert-data-parallel group, not under hybrid sharding",
+                f"use {flag('--dp-replicate', 'dp_replicate')} 1 (full sharding), {other}")
     if dispatcher != "alltoall":
         return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher}: parplan's runtime dispatches "
                 "tokens with torch.distributed's all-to-all", f"use alltoall, {other}")
@@ -212,7 +214,7 @@ def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, f
 
 def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | None, tp: int | None, sp: bool | None,
                 plan: bool = False, dispatcher: str = "alltoall", recompute: str = "none", fp8: bool = False,
-                recompute_mode: str | None = None) -> tuple[str, str] | None:
+                recompute_mode: str | None = None, dp_replicate: int | None = None) -> tuple[str, str] | None:
     """(problem, fix) where a layout cannot be a planned mixture-of-experts one, or an expert parallelism is asked of a
     dense model; named as recommend's flags or (plan) as the plan's fields.  None where it can."""
     name = spec.name or "the model"
@@ -238,18 +240,18 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
     if ep is not None and ep > 1 and spec.experts % ep:
         return (f"{flag('--ep', 'ep')} {ep} does not divide {name}'s {spec.experts} experts",
                 f"pick a divisor of {spec.experts}")
-    if zero is not None and zero >= 3:
-        return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts is not modelled (Megatron's "
-                "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group; "
-                "parplan's runtime, ZeRO-2, their reduced gradients too)",
-                f"use {flag('--zero', 'zero_stage')} 0 or 1" + (" or 2" if framework == "parplan" else ""))
+    if zero is not None and zero >= 3 and framework != "parplan":
+        return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts is not modelled for Megatron-LM (its "
+                "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group)",
+                f"use {flag('--zero', 'zero_stage')} 0 or 1, or set {where} parplan (whose runtime runs ZeRO-3 with "
+                "experts: FSDP2 shards them over their own data-parallel group, torchtitan's layout)")
     if zero == 2 and framework != "parplan":
         return (f"{flag('--zero', 'zero_stage')} 2 with a mixture of experts: Megatron-LM has no ZeRO-2 (its "
                 "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group)",
                 f"use {flag('--zero', 'zero_stage')} 0 or 1, or set {where} parplan (whose runtime reduces each "
                 "expert's gradient to its owner under ZeRO-2)")
     if framework == "parplan":
-        problem = parplan_moe_problem(zero, dispatcher, recompute, fp8, recompute_mode, plan)
+        problem = parplan_moe_problem(zero, dispatcher, recompute, fp8, recompute_mode, plan, dp_replicate)
         if problem:
             return problem
     if (tp or 1) > 1 and sp is False:
@@ -711,7 +713,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     problem = moe_problem(spec, framework, pins.ep, pins.zero, pins.tp, pins.sp,
                           dispatcher=stack.get("moe_dispatcher") or "alltoall",
                           recompute=stack.get("moe_recompute") or "none", fp8=bool(stack.get("fp8")),
-                          recompute_mode=pins.recompute) \
+                          recompute_mode=pins.recompute, dp_replicate=pins.dp_replicate) \
         or mla_problem(spec, framework, mla_recompute=bool(stack.get("mla_recompute")), cp=pins.cp,
                        fp8=bool(stack.get("fp8"))) \
         or mtp_problem(spec, framework)
@@ -719,9 +721,11 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
         pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
-    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 (parplan's runtime: 0 to 2)
-        top = 2 if framework == "parplan" else 1
+    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 (parplan's runtime: 0 to 3)
+        top = 3 if framework == "parplan" else 1
         pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= top))
+    if spec.is_moe and framework == "parplan" and pins.dp_replicate is None:  # parplan_moe_problem: no hybrid
+        pins = replace(pins, dp_replicate=1)
     if spec.kv_lora_rank is not None and framework == "parplan" and pins.cp is None:  # parplan_mla_problem: no cp
         pins = replace(pins, cp=1)
     if spec.is_moe and framework == "parplan" and pins.recompute is None:  # parplan_moe_problem: no selective-op
@@ -1308,7 +1312,7 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     fw = t.framework
     problem = moe_problem(spec, fw, p.ep, p.zero_stage, p.tp, p.sp, plan=True,
                           dispatcher=t.moe_dispatcher, recompute=t.moe_recompute, fp8=t.fp8,
-                          recompute_mode=p.recompute) \
+                          recompute_mode=p.recompute, dp_replicate=p.dp_replicate) \
         or mla_problem(spec, fw, plan=True, mla_recompute=t.mla_recompute, cp=p.cp, fp8=t.fp8) \
         or mtp_problem(spec, fw, plan=True)
     if problem:

@@ -697,7 +697,8 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
     m = plan.model
     if m.is_moe:  # parallel_layers.moe: what the runtime's MoE layer does not run yet
         from .core import parplan_moe_problem
-        problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True)
+        problem = parplan_moe_problem(p.zero_stage, t.moe_dispatcher, t.moe_recompute, t.fp8, p.recompute, plan=True,
+                                      dp_replicate=p.dp_replicate)
         if problem:
             missing.append(problem)
     if m.kv_lora_rank is not None:  # parallel_layers.model.MLAttention: what the runtime's MLA does not run yet

@@ -87,9 +87,52 @@ def test_parplan_zero2_shards_the_experts_gradients_over_their_own_group(reduce)
     assert zero1.prediction.comm_bytes_per_step.dp - plan.prediction.comm_bytes_per_step.dp == pytest.approx(rs, rel=1e-9)
 
 
-def test_the_search_offers_zero2_with_experts_for_parplan_only(monkeypatch):
-    """An unpinned search of a mixture of experts: ZeRO-2 among parplan's candidates (and among those it plans), never
-    Megatron-LM's (no ZeRO-2); ZeRO-3 for neither."""
+@pytest.mark.parametrize("pp", [1, 2])
+def test_parplan_zero3_shards_the_experts_over_their_own_group(pp):
+    """ZeRO-3 with experts, planned for parplan's runtime (FSDP2, torchtitan's layout: the dense weights sharded over
+    dp, each MoE layer's experts over their expert-data-parallel group, parallel_layers.data_parallel.shard_experts):
+    tp 2 x dp 32 x ep 8 on 64 GPUs, fp32 weights (amp), 1024 tokens a sequence (pp 2: master-weights, dp 16, ep 4).  Weights, gradients and optimizer states are the dense ones
+    over dp = 32 and the experts' over the 64 / 8 = 8 ranks holding them; inside a pipeline (pp 2, FSDP2 keeps the
+    gathered weights through the step) every weight whole besides.  Its dp bytes a step (pp 1): each micro-batch
+    gathers the blocks' weights twice (forward, backward: dense over 32, experts over 8), the root (embedding, head,
+    final norm) once, and reduce-scatters every gradient (dense over 32, experts over 8)."""
+    h, kv, f, L, V = 4096, 1024, 14336, 32, 32000
+    # the peak's rank (pp 2: the first, 1F1B's two micro-batches in flight there: its 16 blocks and the embedding;
+    # E / ep = 2 experts a block)
+    dense = L / pp * ((h * (h + 2 * kv) + h * h) / 2 + 2 * h + h * 8) + (V * h + h if pp == 1 else V * h / 2)
+    experts = L / pp * 3 * h * f * pp
+    base = dict(tp=2, pp=pp, dp=32 // pp, cp=1, mbs=1, zero=3, recompute="none", sp=True, schedule="1f1b",
+                offload="none", ep=8 // pp)
+    plan = recommend("mixtral-8x7b", 64, framework="parplan", global_batch_size=256, seq_len=1024, pins=Pins(**base),
+                     top_k=1, suggest=False, precision="amp" if pp == 1 else "master-weights")
+    assert plan.parallel.zero_stage == 3
+    dp, edp = 32 // pp, 64 // pp // (8 // pp)
+    mem = plan.prediction.memory_bytes_per_gpu
+    # gathered besides: inside a pipeline every weight, outside it the root (embedding and head / tp 2, final norm),
+    # which FSDP2 keeps gathered through the step
+    root = V * h + h
+    if pp > 1:  # (master-weights: FSDP2's fp32 shard is the master, counted with the optimizer states)
+        assert mem.weights == pytest.approx(2 * (dense + experts), rel=1e-9)
+        assert mem.optimizer == pytest.approx(12 * dense / dp + 12 * experts / edp, rel=1e-9)
+    else:
+        assert mem.weights == pytest.approx(4 * root + 4 * dense / dp + 4 * experts / edp, rel=1e-9)
+        assert mem.optimizer == pytest.approx(8 * dense / dp + 8 * experts / edp, rel=1e-9)
+    if pp == 1:
+        assert mem.grads == pytest.approx(4 * dense / dp + 4 * experts / edp, rel=1e-9)
+    again = evaluate_plan(Plan.model_validate(json.loads(plan.model_dump_json())))
+    assert again.prediction.memory_bytes_per_gpu.total == pytest.approx(mem.total, rel=1e-12)
+    if pp > 1:
+        return
+    blocks = dense - root
+    nmb = 256 // 32
+    want = nmb * (2 * (4 * blocks * 31 / 32 + 4 * experts * 7 / 8) + 4 * root * 31 / 32
+                  + 4 * dense * 31 / 32 + 4 * experts * 7 / 8)
+    assert plan.prediction.comm_bytes_per_step.dp == pytest.approx(want, rel=1e-9)
+
+
+def test_the_search_offers_zero2_and_zero3_with_experts_for_parplan_only(monkeypatch):
+    """An unpinned search of a mixture of experts: ZeRO-2 and ZeRO-3 among parplan's candidates (and among those it
+    plans), never Megatron-LM's (no ZeRO-2, no ZeRO-3 with experts)."""
     from planner import core
     seen, real, fw = {}, core.run_search, None
 
@@ -100,7 +143,7 @@ def test_the_search_offers_zero2_with_experts_for_parplan_only(monkeypatch):
     monkeypatch.setattr(core, "run_search", spy)
     for fw in ("parplan", "megatron"):
         recommend("mixtral-8x7b", 64, framework=fw, global_batch_size=256, seq_len=4096, top_k=200, suggest=False)
-    assert set(seen["parplan"][0]) == {0, 1, 2} and 2 in seen["parplan"][1], seen
+    assert set(seen["parplan"][0]) == {0, 1, 2, 3} and {2, 3} <= seen["parplan"][1], seen
     assert set(seen["megatron"][0]) == {0, 1} and seen["megatron"][1] <= {0, 1}, seen
 
 
@@ -170,9 +213,10 @@ def test_recommend_plans_a_mixture_of_experts_and_round_trips():
 
 @pytest.mark.parametrize("kwargs,pins,match", [
     (dict(framework="torchtitan"), {}, "planned for megatron and parplan only"),
-    # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1/2, torch's all-to-all (Megatron's MoE recompute
-    # modules it runs: tests/test_moe_recompute_model.py); Megatron-LM has no ZeRO-2, and ZeRO-3 is no one's
-    (dict(framework="parplan"), dict(zero=3), "zero 3 with a mixture of experts is not modelled"),
+    # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1/2/3 (ZeRO-3 fully sharded, not hybrid), torch's
+    # all-to-all (Megatron's MoE recompute modules it runs: tests/test_moe_recompute_model.py); Megatron-LM has no
+    # ZeRO-2 and no ZeRO-3 with experts
+    (dict(framework="parplan"), dict(dp_replicate=2), "dp-replicate 2 with a mixture of experts: parplan's runtime"),
     (dict(framework="megatron"), dict(zero=2), "zero 2 with a mixture of experts: Megatron-LM has no ZeRO-2"),
     (dict(framework="parplan", moe_dispatcher="deepep"), {}, "dispatches tokens with torch.distributed's all-to-all"),
     (dict(framework="parplan", fp8=True), {}, "runs its experts' GEMMs in 16 bits"),
@@ -332,14 +376,15 @@ def test_the_search_floors_hold_for_a_mixture_of_experts_and_change_no_answer(na
     assert runs[0] == runs[1] and all(r["ep"] >= 1 for r in runs[0])
 
 
-@pytest.mark.parametrize("reduce", ["per-step", "per-micro-batch"])
-def test_the_memory_floor_holds_for_parplans_zero2_experts(reduce):
-    """states_floor, with the experts' gradients over their own group where ZeRO-2 shards them (per micro-batch),
-    lies under every ZeRO-2 candidate's total under parplan's stack."""
+@pytest.mark.parametrize("reduce,zero", [("per-step", 2), ("per-micro-batch", 2), ("per-step", 3)])
+def test_the_memory_floor_holds_for_parplans_zero2_experts(reduce, zero):
+    """states_floor, with the experts' gradients over their own group where ZeRO-2 shards them (per micro-batch), and
+    under ZeRO-3 their weights too, lies under every ZeRO-2 (ZeRO-3) candidate's total under parplan's stack."""
     from cost_models.memory import states_floor
     from cost_models.total import evaluate
-    m, tr, hw, lay, _ = _moe_search_setup("qwen3-30b-a3b", framework="parplan", zeros=(2,), zero2_grad_reduce=reduce)
-    assert set(np.asarray(lay.zero).tolist()) == {2} and len(set(np.asarray(lay.ep).tolist())) >= 4
+    m, tr, hw, lay, _ = _moe_search_setup("qwen3-30b-a3b", framework="parplan", zeros=(zero,),
+                                          zero2_grad_reduce=reduce)
+    assert set(np.asarray(lay.zero).tolist()) == {zero} and len(set(np.asarray(lay.ep).tolist())) >= 4
     with np.errstate(divide="ignore", invalid="ignore"):
         met = evaluate(m, tr, hw, lay)
     assert np.all(states_floor(m, lay, tr) <= met["mem_total"] * (1 + 1e-12))

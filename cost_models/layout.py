@@ -7,6 +7,7 @@ arrays of the same length (a search); the arithmetic is the same for both.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, Optional
 
 import numpy as np
@@ -466,10 +467,11 @@ def _dense_codes(c: np.ndarray) -> tuple[np.ndarray, int]:
     if hi - lo >= DENSE_RANGE:
         values, codes = np.unique(c, return_inverse=True)
         return codes.reshape(-1), len(values)
+    at = c - lo if lo else c  # (each value's place in the table, made once)
     present = np.zeros(hi - lo + 1, dtype=bool)
-    present[c - lo] = True
+    present[at] = True
     rank = np.cumsum(present) - 1
-    return rank[c - lo], int(rank[-1]) + 1
+    return rank[at], int(rank[-1]) + 1
 
 
 def distinct_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
@@ -479,10 +481,10 @@ def distinct_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
     for it, without np.unique's sort of every row (a search's few hundred thousand candidates share a few hundred
     rows of the fields a term reads; the per-column tables take a fifth of the sort's time)."""
     n = len(cols[0])
-    code, span = np.zeros(n, dtype=np.int64), 1
+    code, span = None, 1
     for c in cols:
-        ranks, k = _dense_codes(np.asarray(c).astype(np.int64))
-        code, span = code * k + ranks, span * k
+        ranks, k = _dense_codes(np.asarray(c).astype(np.int64, copy=False))  # (no copy of an int64 column)
+        code, span = ranks if code is None else code * k + ranks, span * k
         if span >= DENSE_RANGE:
             code, span = _dense_codes(code)
     where, k = _dense_codes(code)
@@ -632,26 +634,33 @@ def rank_dense_blocks(m: ModelDims, pp, vpp, schedule=None):
     if not cols[0].size:
         return tuple(np.zeros(shape) for _ in range(3))
     first, where = distinct_rows(*cols)
-    dense = np.cumsum([0] + [not m.is_moe_block(i) for i in range(m.layers)])
     table = np.zeros((len(first), 3))
     for j, row in enumerate(first):
-        p, v, z = int(cols[0][row]), int(cols[1][row]), bool(cols[2][row]) and int(cols[0][row]) > 1
-        sizes = model_stage_layers(m.layers, m.mtp, p * (2 if z else v))
-        starts = np.cumsum([0] + sizes)
-
-        def held(r):
-            stages = stages_of_rank(r, p, 2 if z else v, "zbv" if z else "1f1b")
-            return (sum(sizes[s] for s in stages), sum(dense[starts[s + 1]] - dense[starts[s]] for s in stages))
-        d_first = held(0)[1]
-        d_last = held(p - 1)[1]
-        middle = [held(r) for r in range(1, p - 1)]
-        if middle:
-            most = max(b for b, _ in middle)
-            d_mid = min(d for b, d in middle if b == most)
-        else:
-            d_mid = d_first
-        table[j] = d_first, d_mid, d_last
+        p, v = int(cols[0][row]), int(cols[1][row])
+        table[j] = _rank_dense_row(m, p, v, bool(cols[2][row]) and p > 1)
     return tuple(table[where, k].reshape(shape) for k in range(3))
+
+
+@lru_cache(maxsize=4096)
+def _rank_dense_row(m: ModelDims, p: int, v: int, z: bool) -> tuple:
+    """rank_dense_blocks of one (pp, vpp, ZB-V) of m: (rank 0's, the middle rank's, rank pp-1's dense blocks), kept
+    between calls (a search asks for the same few dozen rows in every memory term, each a walk over the ranks)."""
+    dense = np.cumsum([0] + [not m.is_moe_block(i) for i in range(m.layers)])
+    sizes = model_stage_layers(m.layers, m.mtp, p * (2 if z else v))
+    starts = np.cumsum([0] + sizes)
+
+    def held(r):
+        stages = stages_of_rank(r, p, 2 if z else v, "zbv" if z else "1f1b")
+        return (sum(sizes[s] for s in stages), sum(dense[starts[s + 1]] - dense[starts[s]] for s in stages))
+    d_first = held(0)[1]
+    d_last = held(p - 1)[1]
+    middle = [held(r) for r in range(1, p - 1)]
+    if middle:
+        most = max(b for b, _ in middle)
+        d_mid = min(d for b, d in middle if b == most)
+    else:
+        d_mid = d_first
+    return d_first, d_mid, d_last
 
 
 def head_on_first_rank(lay):

@@ -685,11 +685,26 @@ def fsdp2_offload(lay, tr):
     return np.asarray(fsdp2_flags(lay, tr)[0]) & (np.asarray(lay.offload) > 0)  # arrays: callers negate it
 
 
-def rank_params(m: ModelDims, lay):
+def rank_blocks(m: ModelDims, lay):
+    """(model_rank_block_counts, rank_dense_blocks) of the layout's first, middle and last rank: what rank_params,
+    rank_block_params and rank_expert_params read, computed once where a caller needs several of them (over a
+    search's candidates, both once per distinct (pp, vpp, schedule), the only fields either reads, then scattered)."""
+    pp, vpp, sch = np.asarray(lay.pp), np.asarray(lay.vpp), np.asarray(lay.schedule)
+    if pp.ndim == 1 and pp.shape == vpp.shape == sch.shape and pp.size >= 4096:
+        first, where = distinct_rows(pp, vpp, sch)
+        counts, dense = rank_blocks(m, SimpleNamespace(pp=pp[first], vpp=vpp[first], schedule=sch[first]))
+        return (tuple(np.asarray(x)[where] for x in counts),
+                tuple(np.asarray(x)[where] for x in dense) if m.mixed else dense)
+    return (model_rank_block_counts(m, pp, lay.vpp, lay.schedule),
+            rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule))
+
+
+def rank_params(m: ModelDims, lay, blocks=None, block_params=None):
     """Parameters per GPU on pipeline rank 0 (embedding; the head too without a pipeline or under ZB-V,
-    whose V puts both ends on rank 0), the heaviest middle rank, and the last rank (the head)."""
+    whose V puts both ends on rank 0), the heaviest middle rank, and the last rank (the head).  blocks:
+    rank_blocks, block_params: rank_block_params, where the caller has them."""
     pp = np.asarray(lay.pp)
-    b_first, b_mid, b_last = rank_block_params(m, lay)
+    b_first, b_mid, b_last = rank_block_params(m, lay, blocks) if block_params is None else block_params
     head = head_params_per_gpu(m, lay.tp, pp)
     head_first = head_on_first_rank(lay)
     p_first = b_first + embedding_params_per_gpu(m, lay.tp) + np.where(head_first, head, 0.0)
@@ -697,85 +712,101 @@ def rank_params(m: ModelDims, lay):
     return p_first, b_mid, p_last
 
 
-def rank_block_params(m: ModelDims, lay):
+def rank_block_params(m: ModelDims, lay, blocks=None):
     """Of rank_params, the blocks' (first, middle and last rank): each block's layer_params_per_gpu, a mixture of
-    experts' dense blocks (ModelDims.mixed; rank_dense_blocks) at their own."""
-    counts = model_rank_block_counts(m, np.asarray(lay.pp), lay.vpp, lay.schedule)
+    experts' dense blocks (ModelDims.mixed; rank_dense_blocks) at their own.  blocks: rank_blocks, where the caller
+    has them."""
+    counts = model_rank_block_counts(m, np.asarray(lay.pp), lay.vpp, lay.schedule) if blocks is None else blocks[0]
     per_layer = layer_params_per_gpu(m, lay.tp, lay.ep)
     if not m.mixed:
         return tuple(b * per_layer for b in counts)
-    dense = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)
+    dense = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule) if blocks is None else blocks[1]
     per_dense = layer_params_per_gpu(m.dense_dims(), lay.tp)
     return tuple((b - d) * per_layer + d * per_dense for b, d in zip(counts, dense))
 
 
-def rank_expert_params(m: ModelDims, lay):
-    """Of rank_params, the experts' (a mixture of experts'; zeros for a dense model): first, middle and last rank."""
+def rank_expert_params(m: ModelDims, lay, blocks=None):
+    """Of rank_params, the experts' (a mixture of experts'; zeros for a dense model): first, middle and last rank.
+    blocks: rank_blocks, where the caller has them."""
     if not m.moe:
         return 0.0, 0.0, 0.0
     per_layer = moe.expert_params_per_gpu(m, lay.ep)
-    dense = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)
-    return tuple((b - d) * per_layer
-                 for b, d in zip(model_rank_block_counts(m, np.asarray(lay.pp), lay.vpp, lay.schedule), dense))
+    counts, dense = rank_blocks(m, lay) if blocks is None else blocks
+    return tuple((b - d) * per_layer for b, d in zip(counts, dense))
 
 
-def expert_state_params(params, experts, lay, tr):
+def expert_scales(lay, tr, shards=None, flags=None) -> tuple:
+    """What expert_state_params, expert_weight_params and expert_grad_params read of the layout, each one's scale of
+    an expert weight less one, and expert_states_weights' coefficient of the gathered copies: computed once where a
+    rank's several parameter counts are priced alike (states_floor, memory_breakdown).  shards: zero_shards, flags:
+    fsdp2_flags, where the caller has them."""
+    shards = zero_shards(lay, tr) if shards is None else shards
+    _, z3_full = fsdp2_flags(lay, tr) if flags is None else flags
+    ratio = shards / moe.expert_data_parallel(lay)
+    zero = np.asarray(lay.zero)
+    return (np.where(zero >= 1, ratio, 1.0) - 1.0, np.where(zero >= 3, ratio, 1.0) - 1.0,
+            np.where(grads_sharded(lay, tr, z3_full), ratio, 1.0) - 1.0,
+            np.where(z3_full, PRECISION_RECIPES[tr.precision]["weight"], 0.0))
+
+
+def expert_state_params(params, experts, lay, tr, scales=None):
     """The parameter count whose optimizer states (model_state_coefficients' optimizer and offloaded bytes) a rank
     holds, where `experts` of its `params` are a mixture of experts' expert weights: ZeRO shards the dense states over
     zero_shards ranks and the experts' over their own data-parallel group (moe.expert_data_parallel: Megatron's
     distributed optimizer over the expert-data-parallel group), so an expert weight weighs zero_shards / that as
-    much."""
-    scale = np.where(np.asarray(lay.zero) >= 1, zero_shards(lay, tr) / moe.expert_data_parallel(lay), 1.0)
-    return params + experts * (scale - 1.0)
+    much.  scales: expert_scales, where the caller has them."""
+    return params + experts * (expert_scales(lay, tr) if scales is None else scales)[0]
 
 
-def expert_weight_params(params, experts, lay, tr):
+def expert_weight_params(params, experts, lay, tr, scales=None):
     """The parameter count whose stored (sharded) weights a rank holds, where `experts` of its `params` are a mixture
     of experts' expert weights: ZeRO-3 shards the dense weights over zero_shards ranks and, as parplan's runtime does
     (FSDP2, torchtitan's layout: each MoE layer's experts a unit of their own over torchtitan's edp_mesh,
     parallel_layers.data_parallel.shard_experts), the experts' over their own data-parallel group
     (moe.expert_data_parallel), so an expert weight weighs zero_shards / that as much; below ZeRO-3 every weight is
-    whole.  (FSDP2's gathered copies inside a pipeline are whole either way: expert_states_weights.)"""
-    scale = np.where(np.asarray(lay.zero) >= 3, zero_shards(lay, tr) / moe.expert_data_parallel(lay), 1.0)
-    return params + experts * (scale - 1.0)
+    whole.  (FSDP2's gathered copies inside a pipeline are whole either way: expert_states_weights.)  scales:
+    expert_scales, where the caller has them."""
+    return params + experts * (expert_scales(lay, tr) if scales is None else scales)[1]
 
 
-def expert_states_weights(params, experts, lay, tr, cw):
+def expert_states_weights(params, experts, lay, tr, cw, scales=None):
     """The weight bytes of `params` (`experts` of them expert weights) at weight coefficient cw
     (model_state_coefficients): the stored part by expert_weight_params, FSDP2's gathered copies inside a pipeline
-    (fsdp2_flags' z3_full) of every parameter whole."""
-    _, z3_full = fsdp2_flags(lay, tr)
-    gathered = np.where(z3_full, PRECISION_RECIPES[tr.precision]["weight"], 0.0)
-    return params * gathered + expert_weight_params(params, experts, lay, tr) * (cw - gathered)
+    (fsdp2_flags' z3_full) of every parameter whole.  scales: expert_scales, where the caller has them."""
+    scales = expert_scales(lay, tr) if scales is None else scales
+    gathered = scales[3]
+    return params * gathered + expert_weight_params(params, experts, lay, tr, scales) * (cw - gathered)
 
 
-def grads_sharded(lay, tr):
+def grads_sharded(lay, tr, z3_full=None):
     """Where a rank's gradients are held sharded over the ZeRO group (model_state_coefficients): ZeRO-3 outside
     FSDP2's gathered pipeline copies, and ZeRO-2 reducing them as they are produced (zero2_each_microbatch).  ZeRO-2
-    reduced once a step (parplan's runtime) holds them all through the backward, and drops the others' after."""
-    _, z3_full = fsdp2_flags(lay, tr)
+    reduced once a step (parplan's runtime) holds them all through the backward, and drops the others' after.
+    z3_full: fsdp2_flags' second, where the caller has it."""
+    if z3_full is None:
+        _, z3_full = fsdp2_flags(lay, tr)
     zero = np.asarray(lay.zero)
     return ((zero >= 3) & ~z3_full) | ((zero == 2) & np.asarray(tr.zero2_each_microbatch))
 
 
-def expert_grad_params(params, experts, lay, tr):
+def expert_grad_params(params, experts, lay, tr, scales=None):
     """The parameter count whose gradients (model_state_coefficients' gradient bytes) a rank holds, where `experts`
     of its `params` are a mixture of experts' expert weights: where the gradients are sharded (grads_sharded: ZeRO-2
     per micro-batch, ZeRO-3) the dense ones over zero_shards ranks and the experts' over their own data-parallel group
     (moe.expert_data_parallel: parplan's runtime reduces each to its owner there under ZeRO-2, and FSDP2
     reduce-scatters them over it under ZeRO-3), so an expert weight weighs zero_shards / that as much; elsewhere every
-    gradient is whole."""
-    scale = np.where(grads_sharded(lay, tr), zero_shards(lay, tr) / moe.expert_data_parallel(lay), 1.0)
-    return params + experts * (scale - 1.0)
+    gradient is whole.  scales: expert_scales, where the caller has them."""
+    return params + experts * (expert_scales(lay, tr) if scales is None else scales)[2]
 
 
-def model_state_coefficients(lay, tr):
+def model_state_coefficients(lay, tr, shards=None, flags=None):
     """Bytes per parameter of each candidate, as (weights, gradients, optimizer states, offloaded): model
-    states are linear in the parameter count, so a rank's are its parameters times these."""
+    states are linear in the parameter count, so a rank's are its parameters times these.  shards: zero_shards,
+    flags: fsdp2_flags, where the caller has them."""
     rec = PRECISION_RECIPES[tr.precision]
-    zero, dp = lay.zero, zero_shards(lay, tr)
+    zero, dp = lay.zero, zero_shards(lay, tr) if shards is None else shards
     off = lay.offload > 0
-    fsdp2, z3_full = fsdp2_flags(lay, tr)
+    fsdp2, z3_full = fsdp2_flags(lay, tr) if flags is None else flags
     # FSDP2 with a master recipe: the fp32 shard is the master (counted with the optimizer states)
     fsdp2_shard = 0.0 if rec["master"] else rec["weight"]
     # persistent weight storage: full, sharded (ZeRO-3), or for FSDP2 with a master recipe none
@@ -784,15 +815,16 @@ def model_state_coefficients(lay, tr):
     gathered = np.where(z3_full, rec["weight"], 0.0)
     # ZeRO-2 keeps gradients sharded only when it reduce-scatters them as they are produced;
     # reduced once per step, every rank holds them all through the backward.
-    sharded_g = grads_sharded(lay, tr)
+    sharded_g = grads_sharded(lay, tr, z3_full)
     # FSDP2 casts each reduce-scatter's output to the sharded parameter's dtype (foreach_reduce:
     # _to_dtype_if_needed(reduce_output, orig_dtype)), so under a master recipe its gradient shards are fp32
     # whatever the reduce dtype (16-bit for master-weights-half-grads)
     g = np.where(fsdp2 & ~z3_full, 4.0 if rec["master"] else rec["grad"], rec["grad"]) / np.where(sharded_g, dp, 1)
-    opt_total = (rec["master"] + rec["adam"]) / np.where(zero >= 1, dp, 1)
+    opt_shards = np.where(zero >= 1, dp, 1)  # the ranks the optimizer's share is of
+    opt_total = (rec["master"] + rec["adam"]) / opt_shards
     # FSDP2's CPUOffloadPolicy keeps the sharded parameters and gradients on the host as well
-    # (the unsharded gradients a pipeline accumulates stay on the device until the reduce)
-    host = fsdp2_offload(lay, tr)
+    # (the unsharded gradients a pipeline accumulates stay on the device until the reduce; fsdp2_offload)
+    host = np.asarray(fsdp2) & (np.asarray(lay.offload) > 0)
     host_g = host & ~z3_full
     w = gathered + np.where(host, 0.0, stored)
     o = np.where(off, 0.0, opt_total)
@@ -804,7 +836,7 @@ def model_state_coefficients(lay, tr):
     # an optimizer stepping on the host needs the fp32 values it steps there: with a master recipe that is the
     # master (in opt_total); with fp32 weights (amp, fp32) a host mirror of the rank's share (parplan's MasterAdamW,
     # as DeepSpeed's CPU Adam keeps its fp32 partition) -- not under FSDP2, whose offloaded shards are the values
-    mirror = np.where(off & ~fsdp2 & (rec["master"] == 0), 4.0 / np.where(zero >= 1, dp, 1), 0.0)
+    mirror = np.where(off & ~fsdp2 & (rec["master"] == 0), 4.0 / opt_shards, 0.0)
     # DeepSpeed's offload also holds the partition's fp32 gradient on the host (the fp32 partition's .grad, which
     # the boundary's copy fills: stage_1_and_2.py, stage3.py), its host accumulation buffer of the parameters'
     # dtype (ZeRO-1/2's accumulated_grads_in_cpu once gradient_accumulation_steps > 1, ZeRO-3's
@@ -814,12 +846,12 @@ def model_state_coefficients(lay, tr):
     ds = off & np.asarray(tr.offload_grads_via_host)
     accumulates = num_microbatches(tr, lay) > 1
     ds_host = 4.0 + np.where((zero >= 3) | accumulates, rec["weight"], 0.0) + np.where(zero < 3, rec["weight"], 0.0)
-    ds_grads = np.where(ds, ds_host / np.where(zero >= 1, dp, 1), 0.0)
+    ds_grads = np.where(ds, ds_host / opt_shards, 0.0)
     # every other optimizer stepping on the host takes the rank's gradients there as fp32 tensors of its share, all
     # of them before it steps: parplan's MasterAdamW (grad.to("cpu", float32) per tensor, then one fused step),
     # Megatron's HybridDeviceOptimizer (a pinned fp32 buffer per offloaded parameter, cpu_copy_map_grad, kept);
     # FSDP2's host gradient shards are counted above, DeepSpeed's fp32 partition gradient in ds_grads
-    host_grads = np.where(off & ~fsdp2 & ~ds, 4.0 / np.where(zero >= 1, dp, 1), 0.0)
+    host_grads = np.where(off & ~fsdp2 & ~ds, 4.0 / opt_shards, 0.0)
     offloaded = (np.where(off, opt_total, 0.0) + mirror + np.where(host, stored, 0.0)
                  + np.where(host_g, g, 0.0) + ds_grads + host_grads)
     return w, np.where(host_g, 0.0, g), o, offloaded
@@ -961,15 +993,20 @@ def states_floor(m: ModelDims, lay, tr):
     and both of its moments hold at least g (the blocks' backward holds the gradients, all of them
     by the end of a one-micro-batch backward)."""
     pp = np.asarray(lay.pp)
-    cw, cg, co, _ = model_state_coefficients(lay, tr)
+    shards, flags = zero_shards(lay, tr), fsdp2_flags(lay, tr)
+    cw, cg, co, _ = model_state_coefficients(lay, tr, shards, flags)
+    scales = expert_scales(lay, tr, shards, flags) if m.moe else None
+    each = cw + cg + co
 
     def held(params, experts):
         if not m.moe:
-            return params * (cw + cg + co)
-        return (expert_states_weights(params, experts, lay, tr, cw) + expert_grad_params(params, experts, lay, tr) * cg
-                + expert_state_params(params, experts, lay, tr) * co)
+            return params * each
+        return (expert_states_weights(params, experts, lay, tr, cw, scales)
+                + expert_grad_params(params, experts, lay, tr, scales) * cg
+                + expert_state_params(params, experts, lay, tr, scales) * co)
 
-    (p_first, p_mid, p_last), (e_first, e_mid, e_last) = rank_params(m, lay), rank_expert_params(m, lay)
+    blocks = rank_blocks(m, lay)
+    (p_first, p_mid, p_last), (e_first, e_mid, e_last) = rank_params(m, lay, blocks), rank_expert_params(m, lay, blocks)
     return np.maximum(held(p_first, e_first), np.maximum(np.where(pp > 2, held(p_mid, e_mid), 0.0),
                                                          np.where(pp > 1, held(p_last, e_last), 0.0)))
 
@@ -992,17 +1029,26 @@ def rank_inflight_by_key(lay, m_micro, layers: int | None = None, output_sends_r
 BLOCK_SHAPE_FIELDS = ("tp", "cp", "mbs", "sp", "recompute", "ep")
 
 
-def per_block_shape(lay, fn, fields=BLOCK_SHAPE_FIELDS):
+def block_shape_rows(lay, fields=BLOCK_SHAPE_FIELDS):
+    """distinct_rows over the layout's `fields` (per_block_shape's), or () where per_block_shape computes on every
+    row (one plan, a few thousand candidates, a field not of integers): for callers with several such terms."""
+    cols = [np.asarray(getattr(lay, f)) for f in fields]
+    shape = np.broadcast(*cols).shape
+    if len(shape) != 1 or shape[0] < 4096 or any(c.dtype.kind not in "iub" for c in cols):
+        return ()
+    return distinct_rows(*(np.broadcast_to(c, shape) for c in cols))
+
+
+def per_block_shape(lay, fn, fields=BLOCK_SHAPE_FIELDS, rows=None):
     """fn(layout) -> tuple of arrays, for terms that read only a block's shape (BLOCK_SHAPE_FIELDS: what one
     block of one micro-batch holds on one GPU; `fields` where the terms read more, as a block's time reads whether
     the job fits a node), computed once per distinct shape and scattered back: a search's hundreds of thousands of
     candidates share a few hundred shapes.  The same numbers as fn(lay), to the bit (elementwise arithmetic on the
-    same values; tests/test_search.py)."""
-    cols = [np.asarray(getattr(lay, f)) for f in fields]
-    shape = np.broadcast(*cols).shape
-    if len(shape) != 1 or shape[0] < 4096 or any(c.dtype.kind not in "iub" for c in cols):
+    same values; tests/test_search.py).  rows: block_shape_rows(lay, fields), where the caller has it."""
+    rows = block_shape_rows(lay, fields) if rows is None else rows
+    if not rows:
         return fn(lay)
-    first, where = distinct_rows(*(np.broadcast_to(c, shape) for c in cols))
+    first, where = rows
     out = fn(lay.take(first))
     return tuple(np.broadcast_to(np.asarray(x), first.shape)[where] for x in out)
 
@@ -1057,30 +1103,40 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     """memory_breakdown where every block of a rank recomputes alike."""
     rec = PRECISION_RECIPES[tr.precision]
     act_b = tr.act_bytes
-    tp, pp, v = lay.tp, lay.pp, lay.vpp
-    # blocks per pipeline *rank* (its v virtual stages; uneven splits allowed)
-    first_blocks, mid_blocks, last_blocks = model_rank_block_counts(m, pp, v, lay.schedule)
+    tp, pp = lay.tp, lay.pp
+    # blocks per pipeline *rank* (its v virtual stages; uneven splits allowed), and of them the dense ones
+    blocks = rank_blocks(m, lay)
+    first_blocks, mid_blocks, last_blocks = blocks[0]
     per_layer = layer_params_per_gpu(m, tp, lay.ep)
     head = head_params_per_gpu(m, tp, pp)
     single = np.asarray(pp) == 1
-    p_first, p_mid, p_last = rank_params(m, lay)
-    e_first, e_mid, e_last = rank_expert_params(m, lay)
+    block_params = rank_block_params(m, lay, blocks)
+    p_first, p_mid, p_last = rank_params(m, lay, blocks, block_params)
+    e_first, e_mid, e_last = rank_expert_params(m, lay, blocks)
 
     zero = lay.zero
-    fsdp2, z3_full = fsdp2_flags(lay, tr)
+    fsdp2, z3_full = flags = fsdp2_flags(lay, tr)
+    shards = zero_shards(lay, tr)
 
-    coefficients = model_state_coefficients(lay, tr)
+    coefficients = model_state_coefficients(lay, tr, shards, flags)
+    scales = expert_scales(lay, tr, shards, flags) if m.moe else None
 
     def states(params, experts=0.0):
         """(weights, gradients, optimizer, offloaded) of `params`, `experts` of them a mixture of experts' expert
         weights (their optimizer states sharded over their own group: expert_state_params; their gradients too where
         the gradients are sharded: expert_grad_params; and under ZeRO-3 their weights: expert_weight_params)."""
-        w, g, o, offl = model_states(params, lay, tr, coefficients)
-        if m.moe:
-            _, _, o, offl = model_states(expert_state_params(params, experts, lay, tr), lay, tr, coefficients)
-            g = model_states(expert_grad_params(params, experts, lay, tr), lay, tr, coefficients)[1]
-            w = expert_states_weights(params, experts, lay, tr, coefficients[0])
-        return w, g, o, offl
+        if not m.moe:
+            return model_states(params, lay, tr, coefficients)
+        optimizer = expert_state_params(params, experts, lay, tr, scales)
+        return (expert_states_weights(params, experts, lay, tr, coefficients[0], scales),
+                expert_grad_params(params, experts, lay, tr, scales) * coefficients[1],
+                optimizer * coefficients[2], optimizer * coefficients[3])
+
+    def grads_of(params):
+        """states(params)'s gradients alone."""
+        if not m.moe:
+            return params * coefficients[1]
+        return expert_grad_params(params, 0.0, lay, tr, scales) * coefficients[1]
 
     # (multi-token prediction's depths are blocks of the last virtual stage: layout.model_rank_block_counts)
     inflight = rank_inflight_by_key(lay, m_micro, m.layers + m.mtp, tr.p2p_output_sends_released)
@@ -1093,7 +1149,9 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
                 *logits_bytes(m, sub, act_b, tr.fused_cross_entropy, tr.cross_entropy_16bit_grad),
                 queued_w_bytes_per_layer(m, sub, act_b, tr.fp8))
 
-    pend_layer, act_layer, work_layer, temp_layer, loss_peak, loss_saved, queued_layer = per_block_shape(lay, block_terms)
+    shape_rows = block_shape_rows(lay)
+    pend_layer, act_layer, work_layer, temp_layer, loss_peak, loss_saved, queued_layer = per_block_shape(
+        lay, block_terms, rows=shape_rows)
     if m.mtp:
         # multi-token prediction's losses: each depth's logits are made in the forward after the main head's, and each
         # loss keeps what it saves until its backward, which runs while the others' are still held
@@ -1125,7 +1183,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     per_dense = 0.0
     if m.mixed:
         md = m.dense_dims()
-        dense = rank_dense_blocks(m, pp, v, lay.schedule)
+        dense = blocks[1]
         per_dense = layer_params_per_gpu(md, tp)
 
         def dense_terms(sub):
@@ -1133,17 +1191,21 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
             return (pending_w_bytes_per_layer(*args), activation_bytes_per_layer(*args),
                     activation_bytes_working_layer(*args), backward_temporaries_per_layer(*args),
                     queued_w_bytes_per_layer(md, sub, act_b, tr.fp8))
-        pend_d, act_d, work_d, temp_d, queued_d = per_block_shape(lay, dense_terms)
+        pend_d, act_d, work_d, temp_d, queued_d = per_block_shape(lay, dense_terms, rows=shape_rows)
         act_d = act_d - mla_drop  # (a dense block's attention is an MoE block's)
         if tr.mla_recompute and m.v_padded:
             work_d = work_d - parplan_mla_rebuilt_after_mlp(md, lay, act_b, mla_drop)
         pend_d = np.where(queued, queued_d - act_d, pend_d)
 
+    # (each kind's MoE blocks and its blocks at least one, which kind_mean reads for every term)
+    kind_moe = tuple(c - d for c, d in zip(counts, dense)) if m.mixed else None
+    kind_blocks = tuple(np.maximum(c, 1) for c in counts) if m.mixed else None
+
     def kind_mean(k, x, x_dense):
         """Rank kind k's (0 first, 1 middle, 2 last) mean block of a per-block term."""
         if not m.mixed:
             return x
-        return ((counts[k] - dense[k]) * x + dense[k] * x_dense) / np.maximum(counts[k], 1)
+        return (kind_moe[k] * x + dense[k] * x_dense) / kind_blocks[k]
     # The stage with the loss runs each micro-batch's backward right after its forward (1F1B and its
     # variants); GPipe holds all m; the loss's saved logits are live for those micro-batches.
     logits_inflight = np.where(lay.schedule == SCH_GPIPE, m_micro, 1)
@@ -1166,7 +1228,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # micro-batch): a block's reduce-dtype gradient shard held from its reduction to the backward's end
     # (TrainingConsts.hsdp_holds_reduce_input; as the accumulated gradient is, where one micro-batch makes it)
     hsdp_held = np.where(fsdp2 & ~z3_full & (np.asarray(lay.dp_replicate) > 1) & (m_micro > 1)
-                         & tr.hsdp_holds_reduce_input, per_layer * rec["grad"] / zero_shards(lay, tr), 0.0)
+                         & tr.hsdp_holds_reduce_input, per_layer * rec["grad"] / shards, 0.0)
     # ZeRO-3's gathered compute-dtype weights: two blocks (current + prefetch), or DeepSpeed's two weights
     # and one weight's gradient (one-weight-ahead prefetch, zero3.gathered_bytes); FSDP2 inside a
     # pipeline keeps the gathered weights (counted as weights), so only the block being gathered
@@ -1245,6 +1307,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # plus the first gradients made (the head's, where this stage holds it, and one block's),
     # or all gradients once the activations are gone.
     one_micro = np.asarray(m_micro) == 1
+    cast_block = rec["cast"] * np.maximum(per_layer, per_dense)  # the block being cast (stage_total's casts)
 
     def stage_total(kind_terms, blocks, n_inflight, has_loss, bufs, n_pending=0.0, n_held=0.0, act_layer=act_layer,
                     pend_layer=pend_layer):
@@ -1259,21 +1322,23 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         pass that made the last of them ran with one block fewer pending (that chunk's earlier blocks had
         queued theirs), beside that block's working memory.  act_layer, pend_layer: the rank kind's mean block's
         (kind_mean)."""
-        w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets = kind_terms
+        (w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets, blocks_act, hsdp_k, first_grads, loss_g,
+         w_o, loss_shown) = kind_terms
         all_pending = queued & (np.asarray(n_pending) > 0) & (np.asarray(n_pending) >= np.asarray(n_inflight))
         acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept + per_micro * n_inflight
         # the flat buckets of the rank's last backward (flat_bucket_bytes): beside its last micro-batch's activations
         # only, so they add where they outgrow the rest of what is held in flight
-        working_k = working + np.maximum(buckets - np.maximum(acts - blocks * act_layer, 0.0), 0.0)
+        working_k = working + np.maximum(buckets - np.maximum(acts - blocks_act, 0.0), 0.0)
         # FSDP2's hybrid sharding over several micro-batches: each block the last backward has reduced keeps its
         # all-reduce input, a reduce-dtype gradient shard apart from the accumulated one, to the backward's end,
-        # while that block's activations are freed; the sweep's worst moment is its start or its last block
-        working_k = working_k + np.maximum(blocks - 1, 0) * np.maximum(hsdp_held - act_layer, 0.0)
-        casts = cast_params * n_inflight + rec["cast"] * np.maximum(per_layer, per_dense)
+        # while that block's activations are freed; the sweep's worst moment is its start or its last block (hsdp_k)
+        working_k = working_k + hsdp_k
+        casts = cast_params * n_inflight + cast_block
 
-        def bwd(held, work, one=one_micro, early=g_early, grads=g):
-            return np.where(one, np.maximum(held + np.minimum(early, grads), grads), held + grads) + work
-        blocks_bwd, acts_i = bwd(acts, working_k), acts
+        def bwd(held, work, one=one_micro, early=g_early, grads=g, first=None):
+            first = np.minimum(early, grads) if first is None else first
+            return np.where(one, np.maximum(held + first, grads), held + grads) + work
+        blocks_bwd, acts_i = bwd(acts, working_k, first=first_grads), acts
         # the all-pending moment, on the candidates it concerns only (a few % of a search; the same numbers as
         # computing it everywhere and selecting, at a fraction of the time)
         shape = np.broadcast(blocks_bwd, acts, all_pending).shape
@@ -1290,11 +1355,11 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
             blocks_bwd.ravel()[sel] = np.maximum(bwd(acts_i_sel, work, one, early, grads),
                                                  bwd(at(acts), work - at(block_working), one, early, grads))
             acts_i.ravel()[sel] = acts_i_sel
-        loss_bwd = np.where(has_loss, acts_i + loss_peak + np.where(one_micro, 0.0, g), 0.0)
+        loss_bwd = np.where(has_loss, acts_i + loss_peak + loss_g, 0.0)
         bufs = bufs + n_held * sent + n_pending * pend_recv
-        total = w + o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs
+        total = w_o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs
         # the named terms are each term's largest size (the total is the worse moment, not their sum)
-        return dict(weights=w, grads=g, optimizer=o, activations=acts + np.where(has_loss, loss_peak, 0.0),
+        return dict(weights=w, grads=g, optimizer=o, activations=acts + loss_shown,
                     other=working_k + casts + bufs, total=total, offloaded=offl, moment=MOMENT_BACKWARD)
 
     head_first = single | zbv
@@ -1315,23 +1380,37 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # in-flight count (its first virtual stage holds at least as many under interleaving: a lower bound there)
     embed_mask = (lay.mbs * m.seq_len / lay.cp * m.hidden / np.where(lay.sp > 0, tp, 1)) if tr.dropout else 0.0
 
+    # (what rank_total reads alike on every rank kind: where FSDP2 keeps a stage's root parameters gathered, the
+    # loss's saved logits and deferred head gradient where a rank has the loss, DeepSpeed's ZeRO-1 gradients moved
+    # into its buckets at the boundary and the bucket beside the optimizer step)
+    roots_gathered = fsdp2 & ~z3_full
+    loss_held = loss_saved * (logits_inflight - 1) + head_pending
+    zero1_moved = ds_zero_optimizer & (zero == 1)
+    step_bucket = np.where((zero >= 3) | zero1_moved, ds["held"], 0.0)
+
     def rank_total(kind, params, blocks, has_loss, head_here, root_params, bufs, per_micro=0.0, experts=0.0):
         """root_params: the stage's parameters outside its blocks (FSDP2 keeps them gathered through the step);
         per_micro: bytes held per micro-batch in flight outside the blocks and the loss (the embedding's dropout
         mask); experts: of params, a mixture of experts' expert weights."""
         w, g, o, offl = states(params, experts)
-        w = w + np.where(fsdp2 & ~z3_full, root_params * rec["weight"], 0.0)
+        w = w + np.where(roots_gathered, root_params * rec["weight"], 0.0)
         k = ("first", "mid", "last").index(kind)
         act_k, pend_k, per_layer_k = (kind_mean(k, x, x_d) for x, x_d in ((act_layer, act_d), (pend_layer, pend_d),
                                                                           (per_layer, per_dense))) \
             if m.mixed else (act_layer, pend_layer, per_layer)
-        g_early = states(np.maximum(per_layer, per_dense) + head_here)[1]
+        g_early = grads_of(np.maximum(per_layer, per_dense) + head_here)
         cast_params = blocks * per_layer_k * cast_per_param
-        loss_kept = np.where(has_loss, loss_saved * (logits_inflight - 1) + head_pending, 0.0)
-        buckets_bwd, buckets_after = flat_bucket_bytes(params * rec["grad"], flat_overlap, blocks, act_k,
+        loss_kept = np.where(has_loss, loss_held, 0.0)
+        param_grads = params * rec["grad"]
+        buckets_bwd, buckets_after = flat_bucket_bytes(param_grads, flat_overlap, blocks, act_k,
                                                        per_layer_k * rec["grad"], head_here * rec["grad"])
         buckets_bwd, buckets_after = (np.where(flat_on, b, 0.0) for b in (buckets_bwd, buckets_after))
-        terms = (w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets_bwd)
+        # (what stage_total reads that no moment changes: the rank's blocks' saved activations of one micro-batch,
+        # hybrid sharding's held all-reduce inputs, the first gradients a one-micro-batch backward makes, the loss's
+        # backward's gradients, the weights and optimizer states together, the loss's peak where the rank has it)
+        terms = (w, g, o, offl, g_early, cast_params, loss_kept, per_micro, buckets_bwd, blocks * act_k,
+                 np.maximum(blocks - 1, 0) * np.maximum(hsdp_held - act_k, 0.0), np.minimum(g_early, g),
+                 np.where(one_micro, 0.0, g), w + o, np.where(has_loss, loss_peak, 0.0))
         alts = [stage_total(terms, blocks, n, has_loss, bufs, pend, held, act_k, pend_k)
                 for n, pend, held in inflight[kind]]
         # after the backward: the activations are gone; the reduction at the step's boundary (DeepSpeed's flat
@@ -1344,10 +1423,9 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # a pipeline that is the one its boundary's reduce_gradients(pipeline_parallel=True) made (self.ipg_buffer =
         # [buf_0]: the list is replaced, so the bucket a last stage's backward had made goes), the size of `held`
         # there (one bucket: the pipeline engine turns overlap_comm off), on every stage
-        boundary = np.minimum(params * rec["grad"], ds["flat_cap"]) + ds["boundary"] + buckets_after
-        zero1_moved = ds_zero_optimizer & (zero == 1)
-        g_step = np.where(zero1_moved, g / zero_shards(lay, tr), g)
-        at_step = step_grad_copy_bytes(m, params, lay, tr) + np.where((zero >= 3) | zero1_moved, ds["held"], 0.0)
+        boundary = np.minimum(param_grads, ds["flat_cap"]) + ds["boundary"] + buckets_after
+        g_step = np.where(zero1_moved, g / shards, g)
+        at_step = step_grad_copy_bytes(m, params, lay, tr) + step_bucket
         if np.any(at_step) or np.any(boundary):
             step_leads = g_step + at_step > g + boundary
             other = np.where(step_leads, at_step, boundary)
@@ -1358,7 +1436,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         return reduce(worse, alts)
 
     first = rank_total("first", p_first, first_blocks, head_first, np.where(head_first, head, 0.0),
-                       p_first - rank_block_params(m, lay)[0], first_bufs, embed_mask, e_first)
+                       p_first - block_params[0], first_bufs, embed_mask, e_first)
     mid = rank_total("mid", p_mid, mid_blocks, False, 0.0, 0.0, mid_bufs, experts=e_mid)
     last = rank_total("last", p_last, last_blocks, ~zbv, np.where(zbv, 0.0, head), np.where(zbv, 0.0, head), last_bufs,
                       experts=e_last)

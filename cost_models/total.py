@@ -36,11 +36,11 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       loss_scale_time, optimizer_time, plan_overlaps_param_gather, scales_loss, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, deepspeed_comm_casts, head_on_first_rank, num_microbatches,
-                     model_rank_block_counts, rank_dense_blocks, recompute_ends, recomputed_share, split_by_share,
-                     zero_shards)
-from .memory import (BLOCK_SHAPE_FIELDS, ddp_bucket_copy, deepspeed_fp32_partition, deepspeed_zero_optimizer_steps,
-                     embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu, layer_params_per_gpu,
-                     memory_breakdown, per_block_shape, torch_weight_pass, zero_bubble_pipe)
+                     recompute_ends, recomputed_share, split_by_share, zero_shards)
+from .memory import (BLOCK_SHAPE_FIELDS, block_shape_rows, ddp_bucket_copy, deepspeed_fp32_partition,
+                     deepspeed_zero_optimizer_steps, embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu,
+                     layer_params_per_gpu, memory_breakdown, per_block_shape, rank_blocks, torch_weight_pass,
+                     zero_bubble_pipe)
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
 
@@ -143,8 +143,9 @@ def step_floor(m: ModelDims, tr, hw, lay):
         return (bt["total"] + bc.tp_exposed + bc.cp_exposed + bc.ep_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"],
                 bt["wgrad"])
     # a block's time and collectives read its shape and whether the job fits a node (comm.group_inside_node)
-    block, f, b, w = per_block_shape(lay, block_parts, BLOCK_SHAPE_FIELDS + ("gpus",))
-    n_first = model_rank_block_counts(m, lay.pp, lay.vpp, lay.schedule)[0]
+    rows = block_shape_rows(lay, BLOCK_SHAPE_FIELDS + ("gpus",))
+    block, f, b, w = per_block_shape(lay, block_parts, BLOCK_SHAPE_FIELDS + ("gpus",), rows)
+    (n_first, _, _), (d, _, _) = rank_blocks(m, lay)
     if m.mixed:  # rank 0's dense blocks at their own terms (mixed_blocks)
         md = m.dense_dims()
 
@@ -153,8 +154,7 @@ def step_floor(m: ModelDims, tr, hw, lay):
                             tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
             bc = block_comm(md, tr, hw, sub, bt)
             return bt["total"] + bc.tp_exposed + bc.cp_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]
-        d = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)[0]
-        parts = per_block_shape(lay, dense_parts, BLOCK_SHAPE_FIELDS + ("gpus",))
+        parts = per_block_shape(lay, dense_parts, BLOCK_SHAPE_FIELDS + ("gpus",), rows)
         block, f, b, w = (((n_first - d) * x + d * y) / np.maximum(n_first, 1)
                           for x, y in zip((block, f, b, w), parts))
     bf = bubble_factor(lay, m_micro, (f, b, w))
@@ -186,9 +186,10 @@ def partial_recompute(m: ModelDims, tr, hw, lay, share, mem: dict | None = None)
     FLOPs follow the same mix (Narayanan 2021 eq. 3's recompute term over f of the blocks).  Memory:
     memory.partial_recompute_memory."""
     none, whole = recompute_ends(lay)
-    kept, full = _evaluate_whole_blocks(m, tr, hw, none), _evaluate_whole_blocks(m, tr, hw, whole)
     if mem is None:
         mem = memory_breakdown(m, lay, tr, num_microbatches(tr, lay))
+    # (the ends' own memory is not asked for: each end's mem_* terms are the mix's, which replace them below)
+    kept, full = _evaluate_whole_blocks(m, tr, hw, none, mem), _evaluate_whole_blocks(m, tr, hw, whole, mem)
     out = dict(full)
     for k in BLOCK_LINEAR_KEYS:
         out[k] = (1 - share) * kept[k] + share * full[k]
@@ -335,15 +336,16 @@ def _per_block_terms(m: ModelDims, lay, bt: dict, bc, per_layer) -> dict:
     return out
 
 
-def mixed_blocks(m: ModelDims, tr, hw, lay, bt: dict, bc, per_layer) -> SimpleNamespace:
+def mixed_blocks(m: ModelDims, tr, hw, lay, bt: dict, bc, per_layer, blocks=None) -> SimpleNamespace:
     """A rank's sums over its blocks of a per-block term (_per_block_terms' keys): on_first / on_mid / on_last(key)
     for rank 0, the middle rank priced and rank pp-1 (rank_block_counts), and mean_first(key), rank 0's mean block.
     Every block alike: its count x the term.  A mixture of experts with dense blocks between its MoE ones
     (ModelDims.mixed): its MoE blocks' (bt, bc: the model's own) plus its dense blocks' (ModelDims.dense_dims: the
     attention and a dense SwiGLU of dense_ffn, no router, experts or all-to-alls), each rank's count of each kind
     from rank_dense_blocks.  Where a term is a sequence's and not a sum (the zero-bubble split of a block's work, the
-    host / GPU flow shop of a one-stage plan), rank 0's mean block stands for its blocks."""
-    counts = model_rank_block_counts(m, lay.pp, lay.vpp, lay.schedule)
+    host / GPU flow shop of a one-stage plan), rank 0's mean block stands for its blocks.  blocks: memory.rank_blocks,
+    where the caller has them."""
+    counts, dense = rank_blocks(m, lay) if blocks is None else blocks
     terms = _per_block_terms(m, lay, bt, bc, per_layer)
     if not m.mixed:
         def on(kind):
@@ -353,7 +355,6 @@ def mixed_blocks(m: ModelDims, tr, hw, lay, bt: dict, bc, per_layer) -> SimpleNa
     bt_d = block_time(md, lay, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
                       tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
     dense_terms = _per_block_terms(md, lay, bt_d, block_comm(md, tr, hw, lay, bt_d), layer_params_per_gpu(md, lay.tp))
-    dense = rank_dense_blocks(m, lay.pp, lay.vpp, lay.schedule)
 
     def on(kind):
         return lambda key: (counts[kind] - dense[kind]) * terms[key] + dense[kind] * dense_terms[key]
@@ -386,11 +387,12 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     cp_block_exposed = bc.cp_exposed  # the same in a dense and an MoE block (the attention's)
 
     # ---- pipeline stages: first (embedding), middle, last (head)
-    blocks_first, blocks_mid, blocks_last = model_rank_block_counts(m, pp, v, lay.schedule)
+    blocks = rank_blocks(m, lay)
+    blocks_first, blocks_mid, blocks_last = blocks[0]
     per_layer = layer_params_per_gpu(m, tp, lay.ep)
     # a mixture of experts with dense blocks between its MoE ones (ModelDims.mixed): a rank's sums over its blocks
     # take each kind's own per-block terms (mixed_blocks); the terms above are an MoE block's
-    mb = mixed_blocks(m, tr, hw, lay, bt, bc, per_layer)
+    mb = mixed_blocks(m, tr, hw, lay, bt, bc, per_layer, blocks)
     on_first, on_mid, on_last = mb.on_first, mb.on_mid, mb.on_last
     emb_params = embedding_params_per_gpu(m, tp)
     head_params = head_params_per_gpu(m, tp, pp)

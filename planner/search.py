@@ -436,12 +436,14 @@ def expert_parallel_candidates(m: ModelDims, lay: Layout, pins: Pins) -> tuple[L
     ranks = np.asarray(lay.tp) * np.asarray(lay.cp) * np.asarray(lay.dp)
     able = ~((np.asarray(lay.tp) > 1) & (np.asarray(lay.sp) == 0))
     eps = [pins.ep] if pins.ep is not None else divisors(m.experts)
-    parts = []
+    # the candidates of each ep in turn, taken from `lay` at once (the same rows as taking each ep's and joining them)
+    rows, ep = [], []
     for e in eps:
-        keep = able & (ranks % e == 0)
-        if np.any(keep):
-            parts.append(replace(lay.take(np.flatnonzero(keep)), ep=e))
-    out = Layout.concat(parts) if parts else lay.take(np.array([], dtype=int))
+        keep = np.flatnonzero(able & (ranks % e == 0))
+        if len(keep):
+            rows.append(keep)
+            ep.append(np.full(len(keep), int(e)))
+    out = replace(lay.take(np.concatenate(rows)), ep=np.concatenate(ep)) if rows else lay.take(np.array([], dtype=int))
     return out, len(out) - len(lay)
 
 
@@ -511,7 +513,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
                objective: str) -> SearchResult:
     t0 = time.perf_counter()
     layouts, metric_list = [], []
-    candidates, skipped, floored = 0, [np.array([], dtype=int)], []
+    candidates, skipped, floored = 0, [np.array([], dtype=int)], []  # floored: (layout, the rows set aside)
     misses = []  # per evaluated batch, its smallest-footprint candidate that did not fit: (footprint, layout)
     unranked = 0  # candidates that fit but were not timed: their step-time floor is past every contender
     timed_steps = []  # step times of every timed candidate so far (throughput: the contender bound)
@@ -581,17 +583,17 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         # the rest: set aside unevaluated, and evaluated only if nothing fits (for the closest miss)
         over = states_floor(m, lay, tr) > hw.usable_bytes
         if np.any(over):
-            floored.append(lay.take(np.nonzero(over)[0]))
+            floored.append((lay, np.nonzero(over)[0]))  # (taken only if they are evaluated)
             lay = lay.take(np.nonzero(~over)[0])
         if len(lay) == 0:
             continue
         if cost(lay) and objective == "min-gpus":
             break  # counts ascend: the first that fits is the fewest; larger ones cannot rank higher
     if floored and not layouts:
-        for lay in floored:
-            cost(lay)
+        for lay, rows in floored:
+            cost(lay.take(rows))
         floored = []
-    every = np.concatenate(skipped + [np.full(sum(len(f) for f in floored), REASONS.index("memory"))])
+    every = np.concatenate(skipped + [np.full(sum(len(rows) for _, rows in floored), REASONS.index("memory"))])
     by_reason = {r: int(np.sum(every == i)) for i, r in enumerate(REASONS) if np.any(every == i)}
     if not layouts:
         best_infeasible = None

@@ -1444,6 +1444,29 @@ def test_distinct_rows_is_np_uniques_answer_without_its_sort(wide):
     assert first.tolist() == [0] and where.tolist() == [0]
 
 
+@pytest.mark.parametrize("preset,mtp", [("deepseek-v3", 1), ("glm-4.5", 0), ("qwen3-235b-a22b", 0)])
+def test_rank_blocks_is_the_counts_each_term_made_alone(preset, mtp):
+    """memory.rank_blocks (one dedupe over a search's (pp, vpp, schedule) for the block counts and the dense blocks,
+    whose per-row walk layout.rank_dense_blocks keeps between calls): the same arrays, to the value and dtype, as
+    model_rank_block_counts and rank_dense_blocks each over every candidate, and again when asked twice."""
+    from types import SimpleNamespace
+    from cost_models.layout import SCHEDULES, model_rank_block_counts, rank_dense_blocks
+    from cost_models.memory import rank_blocks
+    m = replace(ModelDims.from_spec(load_preset(preset), 4096), mtp=mtp)
+    rng = np.random.default_rng(3)
+    n = 6000
+    pp = rng.choice([1, 2, 4, 8, 16], n)
+    vpp = rng.choice([1, 2, 3, 4], n)
+    sch = rng.integers(0, len(SCHEDULES), n)
+    lay = SimpleNamespace(pp=pp, vpp=vpp, schedule=sch)
+    want = (model_rank_block_counts(m, pp, vpp, sch), rank_dense_blocks(m, pp, vpp, sch))
+    for _ in range(2):
+        got = rank_blocks(m, lay)
+        for a, b in zip(got[0] + got[1], want[0] + want[1]):
+            a, b = np.asarray(a), np.asarray(b)
+            assert a.dtype == b.dtype and np.array_equal(np.broadcast_to(a, b.shape), b)
+
+
 def test_the_python_recommend_refuses_what_every_plan_reader_refuses():
     """recommend() had returned plans every command then refused (gpt2 at 4096 tokens past its 1,024 learned
     positions; dtype fp32 under a 16-bit recipe) and ran a whole search before refusing an unknown objective: a

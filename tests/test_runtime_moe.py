@@ -14,11 +14,10 @@ import pytest
 
 from tests.runtime_helpers import suite
 from tests.runtime_helpers.compare import assemble, load_dumps, max_relative_error
-from tests.runtime_helpers.plans import TINY_LLAMA, tiny_plan
+from tests.runtime_helpers.plans import TINY_MOE, tiny_plan
 
 pytestmark = pytest.mark.multirank
 
-TINY_MOE = {**TINY_LLAMA, "experts": 4, "experts_per_token": 2, "ffn_hidden": 64}
 TINY_MOE_SHARED = {**TINY_MOE, "shared_expert_ffn": 96}
 # dense blocks between the MoE ones: block 0 dense (first_dense_layers), then every second block MoE (1 and 3), the
 # dense ones a SwiGLU of their own width

@@ -13,9 +13,8 @@ import pytest
 
 from tests.runtime_helpers import suite
 from tests.runtime_helpers.compare import assemble, load_dumps, max_relative_error
-from tests.runtime_helpers.plans import TINY_LLAMA, tiny_plan
+from tests.runtime_helpers.plans import TINY_MOE, tiny_plan
 
-TINY_MOE = {**TINY_LLAMA, "experts": 4, "experts_per_token": 2, "ffn_hidden": 64}
 TINY_MOE_SHARED = {**TINY_MOE, "shared_expert_ffn": 96}
 # a dense block before the MoE ones, then every second block MoE (1 and 3), with a shared expert
 TINY_MOE_MIXED = {**TINY_MOE_SHARED, "first_dense_layers": 1, "moe_layer_step": 2, "dense_ffn_hidden": 160}

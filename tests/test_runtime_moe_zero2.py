@@ -13,11 +13,10 @@ import pytest
 
 from tests.runtime_helpers import suite
 from tests.runtime_helpers.compare import assemble, load_dumps, max_relative_error
-from tests.runtime_helpers.plans import TINY_LLAMA, tiny_plan
+from tests.runtime_helpers.plans import TINY_MOE, tiny_plan
 
 pytestmark = pytest.mark.multirank
 
-TINY_MOE = {**TINY_LLAMA, "experts": 4, "experts_per_token": 2, "ffn_hidden": 64}
 LOSS_RTOL = 1e-4
 GRAD_RTOL = 1e-5
 # name -> parallel layout; 4 ranks each, ZeRO-2

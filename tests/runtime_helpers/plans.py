@@ -4,6 +4,8 @@ from __future__ import annotations
 from planner.schema import HardwareRef, ModelSpec, Parallel, Plan, Training
 
 TINY_LLAMA = dict(arch="llama", layers=4, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256)
+# a mixture of experts on TINY_LLAMA: 4 experts of ffn 64, top 2 (the runtime MoE tests')
+TINY_MOE = {**TINY_LLAMA, "experts": 4, "experts_per_token": 2, "ffn_hidden": 64}
 TINY_GPT = dict(arch="gpt", layers=4, hidden=64, heads=4, kv_heads=4, ffn_hidden=256, vocab=256, tied_embeddings=True)
 
 

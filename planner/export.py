@@ -506,6 +506,11 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
                         if p.pp > 1 else "."))
         if p.dp_replicate > 1:
             notes.append(_hybrid_not_written(p, "Megatron-FSDP"))
+        if m.is_moe:  # planned for parplan's runtime only (core.moe_problem refuses it for Megatron-LM)
+            notes.append("zero_stage 3 with a mixture of experts: planned for parplan's runtime (torchtitan's FSDP2 "
+                         "layout: each expert sharded over the ranks holding it), not for Megatron-LM, whose "
+                         "Megatron-FSDP sharding of expert weights parplan has not modelled; `parplan recommend "
+                         "--framework megatron` plans ZeRO-0 or 1 (the distributed optimizer) for it.")
     if not t.grad_accumulation_fusion and not fsdp:  # Megatron-FSDP's required flag is written above
         flag("--no-gradient-accumulation-fusion")
     if t.overlap_grad_reduce and p.dp > 1:

@@ -942,3 +942,19 @@ def test_llm_foundry_runs_what_the_plan_predicts_without_flash_attn_or_fsdp_wher
     assert cfg["fsdp_config"]["sharding_strategy"] == "NO_SHARD" and cfg["fsdp_config"]["activation_checkpointing"]
     assert cfg["model"]["loss_fn"] == "fused_crossentropy"
     assert any(n.startswith("zero_stage 0 with recompute: FSDP's NO_SHARD") for n in export_notes(plan, "llm-foundry"))
+
+
+def test_megatron_export_of_a_zero3_mixture_of_experts_says_it_was_planned_for_parplan():
+    """A parplan plan of a mixture of experts under ZeRO-3 (its runtime's FSDP2 layout) exports to Megatron-FSDP with
+    a note that Megatron's sharding of expert weights is not what was planned; a ZeRO-3 dense plan carries no such
+    note."""
+    from planner.core import recommend
+    from planner.models import load_preset
+    from planner.search import Pins
+    moe = recommend(load_preset("mixtral-8x7b"), 64, pins=Pins(zero=3), top_k=1)
+    notes = export_notes(moe, "megatron")
+    assert moe.parallel.zero_stage == 3 and moe.parallel.ep > 1
+    assert any(n.startswith("zero_stage 3 with a mixture of experts") for n in notes)
+    dense = recommend(load_preset("llama3-8b"), 16, pins=Pins(zero=3), top_k=1)
+    assert dense.parallel.zero_stage == 3
+    assert not any("mixture of experts" in n for n in export_notes(dense, "megatron"))

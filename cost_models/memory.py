@@ -680,9 +680,11 @@ def fsdp2_flags(lay, tr):
     return fsdp2, fsdp2 & (np.asarray(lay.pp) > 1)
 
 
-def fsdp2_offload(lay, tr):
-    """FSDP2 ZeRO-3 under optimizer offload: CPUOffloadPolicy, its parameter and gradient shards on the host."""
-    return np.asarray(fsdp2_flags(lay, tr)[0]) & (np.asarray(lay.offload) > 0)  # arrays: callers negate it
+def fsdp2_offload(lay, tr, flags=None):
+    """FSDP2 ZeRO-3 under optimizer offload: CPUOffloadPolicy, its parameter and gradient shards on the host.
+    flags: fsdp2_flags, where the caller has them."""
+    fsdp2 = (fsdp2_flags(lay, tr) if flags is None else flags)[0]
+    return np.asarray(fsdp2) & (np.asarray(lay.offload) > 0)  # arrays: callers negate it
 
 
 def rank_blocks(m: ModelDims, lay):
@@ -824,7 +826,7 @@ def model_state_coefficients(lay, tr, shards=None, flags=None):
     opt_total = (rec["master"] + rec["adam"]) / opt_shards
     # FSDP2's CPUOffloadPolicy keeps the sharded parameters and gradients on the host as well
     # (the unsharded gradients a pipeline accumulates stay on the device until the reduce; fsdp2_offload)
-    host = np.asarray(fsdp2) & (np.asarray(lay.offload) > 0)
+    host = fsdp2_offload(lay, tr, (fsdp2, z3_full))
     host_g = host & ~z3_full
     w = gathered + np.where(host, 0.0, stored)
     o = np.where(off, 0.0, opt_total)

@@ -44,6 +44,7 @@ import torch
 
 from parallel_layers.context_parallel import chunk_ids
 from parallel_layers.data import stable_seed
+from parallel_layers.outside_graphs import before_compiling, outside_graphs
 
 # Megatron-LM's defaults for --hidden-dropout and --attention-dropout (megatron/training/arguments.py), the
 # published GPT runs' setting that a plan's training.dropout stands for
@@ -275,11 +276,20 @@ def _hash_dropout(x, p: float, rows, layer, site: str, positions, channels):
 
 
 # the hash dropout compiled on its own (one fused kernel, no (b, s, h) int64 temporaries): the embedding's, which runs
-# outside the compiled blocks
-_fused_hash_dropout = torch.compile(_hash_dropout)
+# outside the compiled blocks; compiled at its first call, not at import (torch._inductor's import: parallel_layers.
+# outside_graphs), and called only where nothing is being compiled
+_fused_hash = None
 
 
-@torch.compiler.disable
+def _fused_hash_dropout(*args):
+    global _fused_hash
+    if _fused_hash is None:
+        before_compiling()
+        _fused_hash = torch.compile(_hash_dropout)
+    return _fused_hash(*args)
+
+
+@outside_graphs
 def _hidden_dropout(x, state, key, layer, site):
     """Left out of torch.compile's graphs (a graph break): the generator's seeding is host work."""
     seed, step, *indices = key.tolist()

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from parallel_layers import fp8 as fp8_gemms
 from parallel_layers.precision import run_weight_pass_hooks
+from parallel_layers.outside_graphs import outside_graphs
 from parallel_layers.mappings import (
     SEQ_DIM,
     _all_reduce_start,
@@ -345,8 +346,11 @@ def _apply(fn, x, group, weights, biases, fp8=False):
 # The fused weight-gradient accumulation outside torch.compile: inside a compiled block (parplan launch's default
 # on CUDA) those linears run eagerly, so their backward runs the GEMM that adds into main_grad as the probe tested
 # it (precision.wgrad_fusion_kernel).  A llama block then compiles into 5 graphs (15 graph breaks) instead of 1;
-# the pointwise work between the linears stays compiled.
-_apply_eager = torch.compiler.disable(_apply)
+# the pointwise work between the linears stays compiled.  (outside_graphs: torch.compiler.disable once anything is
+# compiled, parallel_layers.outside_graphs)
+@outside_graphs
+def _apply_eager(fn, x, group, weights, biases, fp8=False):
+    return _apply(fn, x, group, weights, biases, fp8)
 
 
 def _apply_linears(fn, x, group, weights, biases, fp8=False):

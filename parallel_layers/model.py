@@ -57,6 +57,7 @@ from parallel_layers.layers import (
 from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_kv, local_positions
 from parallel_layers.data import stable_seed
 from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, dropout_layer_key, hidden_dropout
+from parallel_layers.outside_graphs import outside_graphs
 from parallel_layers.mappings import _size, copy_to_tp_region, gather_from_sequence_parallel_region
 from parallel_layers.moe import MoEMLP, MoEState
 from parallel_layers.rebuild import RebuiltForBackward
@@ -243,7 +244,7 @@ def _core_attention(q, k, v, dropout_p: float = 0.0):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, dropout_p=dropout_p)
 
 
-@torch.compiler.disable
+@outside_graphs
 def _dropout_attention(core, state: DropoutState, key: torch.Tensor, layer: int, *tensors):
     """core(*tensors, dropout_p=p) with the device's generator seeded for this (micro-batch, layer, rank): a
     checkpointed call re-run in the backward draws the same mask.  Outside torch.compile's graphs (the generator's
@@ -496,7 +497,7 @@ class MLAttention(_ShardedModule):
     def _up_core(self, q_lat, kv_lat, k_pe, key=None):
         return self._core(*self._up(q_lat, kv_lat), k_pe, key)
 
-    @torch.compiler.disable
+    @outside_graphs
     def _attend_rebuilding_up(self, q_lat, kv_lat, k_pe, key=None):
         """The up projections and the core, the attention kernel's q, k and v rebuilt for its backward from the
         latents (RebuiltForBackward, around the kernel) rather than kept: without a query latent only k and v (q is the

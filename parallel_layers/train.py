@@ -74,6 +74,7 @@ from parallel_layers.loss_scale import INIT_SCALE, DynamicLossScaler, wants_loss
 from parallel_layers.mesh import (ParallelDims, RankCoords, build_mesh, embedding_group, expert_data_parallel_mesh,
                                   expert_groups, fsdp_mesh)
 from parallel_layers.model import ModelConfig, StageModule, init_parameters, iter_shard_specs
+from parallel_layers.outside_graphs import compile_module
 from parallel_layers.moe import AUX_LOSS_COEFF as MOE_AUX_LOSS_COEFF, MoEState
 from parallel_layers.pipeline import build_schedule, virtual_stage_layers
 from parallel_layers.precision import (
@@ -211,7 +212,7 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
             # per-block compile, before FSDP wrapping (torchtitan's order): blocks share code, so
             # one compilation serves them all; parameters stay the module's own
             for block in m.blocks:
-                block.compile()
+                compile_module(block)
         modules.append(m)
     local_params = sum(p.numel() for m in modules for _, p, _ in iter_shard_specs(m))
     rt = Runtime(plan=plan, cfg=cfg, coords=coords, device=device, stage_ids=stage_ids, stage_modules=modules,

@@ -11,6 +11,7 @@ from cost_models.layout import Layout, ModelDims
 from cost_models.memory import activation_bytes_per_layer
 from parallel_layers.dropout import DropoutState
 from parallel_layers.model import ModelConfig, StageModule, init_parameters
+from parallel_layers.outside_graphs import compile_module
 from planner.schema import ModelSpec
 from tests.runtime_helpers.held import traced_cpu_memory
 
@@ -99,7 +100,7 @@ def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, c
         stage.set_dropout(state)
     if compiled:
         for blk in stage.blocks:
-            blk.compile()  # as parplan launch does on cuda
+            compile_module(blk)  # as parplan launch does on cuda
     x = torch.randn(b, s, d["hidden"], requires_grad=True)
     stage(x)  # once untraced: rotary tables and other per-shape caches (and the compile)
     with traced_cpu_memory() as held:

@@ -13,6 +13,7 @@ import torch
 
 from parallel_layers import train
 from parallel_layers.context_parallel import local_positions
+from parallel_layers.outside_graphs import before_compiling
 from parallel_layers.dropout import (DropoutState, _Dropout, hash_keep_mask, hidden_dropout, keyed_mask,
                                      sample_prefix, token_blocks, token_runs)
 from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
@@ -128,6 +129,7 @@ def test_hash_dropout_compiles_without_a_graph_break_and_saves_only_the_mask():
     eager = f(x)
     torch._dynamo.reset()
     counters.clear()
+    before_compiling()  # as the runtime's compile_module does
     compiled = torch.compile(f)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):

@@ -41,7 +41,6 @@ def _dcp():
     return dcp
 
 
-
 def _key(mod, spec, legacy_tp: bool = False) -> str:
     """The parameter's DCP key: its logical name (a TP shard saved at its offsets in the logical tensor,
     _as_logical), an ep rank's experts suffixed for _per_expert to split; legacy_tp: a TP shard keyed by its tp

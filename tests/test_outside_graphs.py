@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-
+import types
 
 from parallel_layers import dropout, layers, model
 from parallel_layers.outside_graphs import _MARKED, before_compiling, outside_graphs
@@ -25,8 +25,10 @@ def test_importing_the_runtime_compiles_nothing_and_loads_no_checkpoint_code():
     """A run without torch.compile or checkpoints no longer pays for their imports (torch._inductor's compiler and
     torch.distributed.checkpoint: 1.3 s of every rank's start on this 2-core machine, 2026-12-06), and the marked
     functions are still the plain ones there."""
-    names = "layers._apply_eager, dropout._hidden_dropout, model._dropout_attention, model.MLAttention._attend_rebuilding_up"
-    code = ("import sys, torch\nfrom parallel_layers import train, dropout, layers, model\n"
+    where = lambda o: o.__name__ if isinstance(o, types.ModuleType) else f"{o.__module__}.{o.__qualname__}"
+    names = ", ".join(f"{where(owner)}.{name}" for owner, name in RUNTIME)
+    code = ("import sys, torch\nimport parallel_layers.train, parallel_layers.dropout, parallel_layers.layers, "
+            "parallel_layers.model\n"
             "print([m for m in ('torch._inductor.compile_fx', 'torch.distributed.checkpoint') if m in sys.modules])\n"
             f"print([hasattr(f, '__wrapped__') for f in ({names},)])\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout

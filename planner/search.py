@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts, distinct_rows,
-                                largest_virtual_stage)
+                                in_chunks, largest_virtual_stage)
 from cost_models.memory import runs_in_rounds, states_floor, weight_pass_queued
 from cost_models.total import evaluate, memory, step_floor
 
@@ -535,7 +535,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         Partial-recompute candidates join after the memory half (partial_recompute_candidates)."""
         nonlocal unranked, candidates
         with np.errstate(divide="ignore", invalid="ignore"):
-            mem = memory(m, tr, lay)
+            mem = in_chunks(lay, lambda sub: memory(m, tr, sub))
             part = partial_recompute_candidates(m, tr, hw, lay, mem, pins)
             if part is not None:
                 part_mem = memory(m, tr, part)
@@ -547,7 +547,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
                                    reason=np.full(len(lay), -1))
             fits = np.nonzero(reason < 0)[0]
             if len(fits) > FLOOR_FIRST and objective == "throughput":
-                floor = np.asarray(step_floor(m, tr, hw, lay.take(fits)))
+                floor = np.asarray(in_chunks(lay.take(fits), lambda sub: step_floor(m, tr, hw, sub)))
                 floor = np.broadcast_to(floor, fits.shape)
                 first = np.zeros(len(fits), dtype=bool)
                 first[np.argpartition(floor, FLOOR_FIRST - 1)[:FLOOR_FIRST]] = True
@@ -581,7 +581,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         skipped.append(np.full(dropped, REASONS.index("schedule")))
         # what cannot fit on its weights, gradients and optimizer states alone is out of memory whatever
         # the rest: set aside unevaluated, and evaluated only if nothing fits (for the closest miss)
-        over = states_floor(m, lay, tr) > hw.usable_bytes
+        over = in_chunks(lay, lambda sub: states_floor(m, sub, tr)) > hw.usable_bytes
         if np.any(over):
             floored.append((lay, np.nonzero(over)[0]))  # (taken only if they are evaluated)
             lay = lay.take(np.nonzero(~over)[0])

@@ -1422,6 +1422,59 @@ def test_partial_recompute_pins_and_suggestions():
     assert "without --recompute-layers 5 it fits on 16 GPUs with --recompute-layers 30" in said, said
 
 
+def _plan_without_seconds(plan) -> dict:
+    out = plan.model_dump(mode="json")
+    out["search"].pop("seconds")
+    return out
+
+
+SLICE_CASES = [  # (preset, gpus, framework): dense; a mixture of experts with a dense block; Megatron's partial
+    ("llama3-70b", 64, "parplan"),  # recompute candidates (priced after the memory half); nothing fits (the closest
+    ("glm-4.5-air", 64, "parplan"),  # miss comes from the floored candidates)
+    ("llama3-70b", 64, "megatron"),
+    ("llama3-405b", 8, "parplan"),
+]
+
+
+@pytest.mark.parametrize("case", SLICE_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in SLICE_CASES])
+def test_pricing_the_candidates_in_slices_changes_no_bit(case, monkeypatch):
+    """The search prices its candidates in slices (layout.in_chunks: the memory floor, the memory model, the
+    step-time floor): slices of 997 candidates give the same plans, every number to the bit, the same counts and
+    the same closest miss as one slice of all of them."""
+    import cost_models.layout as layout
+    name, gpus, framework = case
+    dumps, sliced = [], []
+    for rows in (1 << 40, 997):
+        monkeypatch.setattr(layout, "CHUNK_ROWS", rows)
+        calls = []
+        real = layout.in_chunks
+
+        def counted(lay, fn, rows=None):
+            calls.append(len(lay))
+            return real(lay, fn, rows)
+        monkeypatch.setattr("planner.search.in_chunks", counted)
+        try:
+            plan = recommend(name, gpus, framework=framework, top_k=5, suggest=False)
+        except NothingFits as e:
+            plan = e.plan
+        dumps.append(_plan_without_seconds(plan))
+        sliced.append(max(calls) > rows)
+    assert sliced == [False, True], "the second run should price in several slices"
+    assert dumps[0] == dumps[1]
+
+
+def test_in_chunks_joins_arrays_dicts_and_scalars_in_order():
+    from cost_models.layout import in_chunks
+    _, _, _, _, lay = _setup()
+    n = len(lay)
+    assert n > 3000
+    whole = np.asarray(lay.tp) * 10 + np.asarray(lay.pp)
+    assert np.array_equal(in_chunks(lay, lambda sub: np.asarray(sub.tp) * 10 + np.asarray(sub.pp), rows=1000), whole)
+    got = in_chunks(lay, lambda sub: {"a": np.asarray(sub.dp), "b": 2.5}, rows=1000)
+    assert np.array_equal(got["a"], np.asarray(lay.dp)) and np.array_equal(got["b"], np.full(n, 2.5))
+    assert np.shares_memory(lay.rows(5, 9).tp, lay.tp) and lay.rows(5, 9).row(0) == lay.row(5)
+
+
 @pytest.mark.parametrize("wide", [False, True])
 def test_distinct_rows_is_np_uniques_answer_without_its_sort(wide):
     """distinct_rows (the per-shape and per-pipeline-shape dedupe of memory, rank counts and in-flight counts): the

@@ -417,14 +417,15 @@ class Layout:
 CHUNK_ROWS = 1 << 16
 
 
-def in_chunks(lay: Layout, fn, rows: int | None = None):
+def in_chunks(lay, fn, rows: int | None = None):
     """fn(layout) -> an array or a dict of arrays, one value per candidate (or a scalar for all), computed on
     slices of at most `rows` candidates (CHUNK_ROWS) and joined in order: fn(lay)'s values where fn is elementwise
-    over the candidates, with the intermediate arrays of one slice at a time."""
+    over the candidates, with the intermediate arrays of one slice at a time.  lay: a Layout, or anything with a
+    length and rows(start, stop) -> Layout (candidates built a slice at a time: planner.search.Expanded)."""
     rows = CHUNK_ROWS if rows is None else rows
     n = len(lay)
-    if np.ndim(lay.tp) == 0 or n <= rows:
-        return fn(lay)
+    if n <= rows:
+        return fn(lay if isinstance(lay, Layout) else lay.rows(0, n))
     starts = range(0, n, rows)
     parts = [(min(rows, n - a), fn(lay.rows(a, a + rows))) for a in starts]
 

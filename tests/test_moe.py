@@ -197,6 +197,28 @@ def test_the_search_offers_every_expert_parallelism_that_divides():
     assert expert_parallel_candidates(dense, lay, Pins())[0] is lay
 
 
+def test_the_expert_parallel_candidates_built_a_slice_at_a_time_are_the_built_ones():
+    """The search prices the memory floor of a mixture of experts' candidates slice by slice before building them
+    (search.Expanded): any slice, any subset and in_chunks over them give what the built candidates give."""
+    from cost_models.layout import in_chunks
+    from cost_models.memory import states_floor
+    from planner.search import expert_parallel_rows
+    m, tr, _, lay, pins = _moe_search_setup("qwen3-30b-a3b")
+    base = lay.take(np.flatnonzero(np.asarray(lay.ep) == 1))  # (the setup's candidates before their ep copies)
+    lazy, more = expert_parallel_rows(m, base, pins)
+    built, more_built = expert_parallel_candidates(m, base, pins)
+    assert more == more_built and len(lazy) == len(built) > 3 * len(base)
+    pick = np.random.default_rng(0).choice(len(built), size=500, replace=False)
+    for got, want in ((lazy.rows(100, 700), built.rows(100, 700)), (lazy.take(pick), built.take(pick))):
+        assert got.__dict__.keys() == want.__dict__.keys()
+        for k in want.__dict__:
+            assert np.array_equal(np.broadcast_to(getattr(got, k), (len(want),)), getattr(want, k)), k
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert np.array_equal(in_chunks(lazy, lambda sub: states_floor(m, sub, tr), rows=997), states_floor(m, built, tr))
+    keep = np.arange(len(built)) % 3 == 0
+    assert lazy.kept(keep).row(5) == built.row(15)
+
+
 def test_recommend_plans_a_mixture_of_experts_and_round_trips():
     plan = recommend("mixtral-8x7b", 64, framework="megatron", top_k=3, suggest=False)
     assert plan.parallel.ep > 1 and plan.prediction.fits

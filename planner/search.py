@@ -538,10 +538,12 @@ def partial_recompute_candidates(m: ModelDims, tr: TrainingConsts, hw, lay: Layo
 
 def _row_keys(lay: Layout, exclude=()) -> np.ndarray:
     """One int64 per candidate that equals another's where all fields but `exclude` do: the fields in mixed radix
-    (each column less its minimum, over its range), or the rank of the row among the distinct ones where that
-    would overflow."""
-    cols = [np.asarray(getattr(lay, k)).astype(np.int64) for k in lay.__dict__ if k not in exclude]
-    cols = [np.broadcast_to(c, (len(lay),)) - c.min(initial=0) for c in cols]
+    (each column less its minimum where that is below 0, over its range), or the rank of the row among the distinct
+    ones where that would overflow."""
+    cols = [np.broadcast_to(np.asarray(getattr(lay, k)).astype(np.int64, copy=False), (len(lay),))
+            for k in lay.__dict__ if k not in exclude]
+    lows = [int(c.min(initial=0)) for c in cols]
+    cols = [c - low if low else c for c, low in zip(cols, lows)]  # (no pass where the minimum is 0 already)
     spans = [int(c.max(initial=0)) + 1 for c in cols]
     if np.prod([float(x) for x in spans]) < 2.0 ** 62:
         key = np.zeros(len(lay), dtype=np.int64)

@@ -5,7 +5,7 @@ own over their expert-data-parallel group, the tp x cp x dp / ep ranks holding t
 ``fully_shard(transformer_block.moe.experts, mesh=edp_mesh)``, torchtitan/models/llama4/infra/parallelize.py).
 
 One torchrun for the one-rank reference, one of 8 ranks for the layouts (ep 2, tp 2 with SP, a pipeline of 2 with ep 4,
-and ep 4 resumed; the 4-rank layouts are benchmarks/moe_memory.py's zero3 plans): every step's loss, step 1's gradient
+cp 2, the optimizer offloaded, and ep 4 resumed; the 4-rank layouts are benchmarks/moe_memory.py's zero3 plans): every step's loss, step 1's gradient
 norm (clip.copies: an expert's shard counted once) and step 1's reduced gradients (each gathered whole for the dump)
 match the reference, each rank holds 1 / (its expert-data-parallel group) of its experts' gradient elements, and a
 checkpoint saved at step 2 under ZeRO-3 with experts resumes in another ep to the uninterrupted run's step-3 loss."""
@@ -30,6 +30,12 @@ CASES = {
     # a pipeline of 2 (FSDP2 + 1F1B, the dense ZeRO-3's) with tp 2 and SP, ep 4 over a stage's 4 ranks: no other rank
     # holds a rank's experts (a unit over a group of one)
     "zero3-tp2-pp2-dp2-sp-ep4": dict(tp=2, pp=2, dp=2, sp=True, ep=4, zero_stage=3, schedule="1f1b"),
+    # context parallelism: the experts' group takes the cp ranks too (tp x cp x dp / ep = 4), the dense weights are
+    # sharded over dp x cp (FSDP2 over the dp x cp mesh, as the dense ZeRO-3 under cp does)
+    "zero3-cp2-dp4-ep2": dict(tp=1, pp=1, dp=4, cp=2, ep=2, zero_stage=3),
+    # the optimizer offloaded to the host (FSDP2's CPUOffloadPolicy): the experts' shards, parameters and gradients,
+    # on the host as the dense ones are
+    "zero3-offload-dp8-ep4": dict(tp=1, pp=1, dp=8, ep=4, zero_stage=3, offload="optimizer"),
 }
 RESUME_FROM = "zero3-dp8-ep2"
 # resumed at step 2 in another ep: one expert a rank, sharded over its 2 holders
@@ -54,7 +60,8 @@ def runs(tmp_path_factory):
 @pytest.mark.parametrize("case", list(CASES))
 def test_losses_norms_and_gradients_match_the_one_rank_run(runs, case):
     ref, got = suite.report(runs, "ref"), suite.report(runs, case)
-    assert got["plan"]["parallel"]["zero_stage"] == 3
+    ran = got["plan"]["parallel"]
+    assert all(ran[k] == v for k, v in CASES[case].items()), (case, ran)  # (ZeRO-3, and the cp or offload asked)
     assert suite.losses(runs, case) == pytest.approx(suite.losses(runs, "ref"), rel=LOSS_RTOL)
     assert got["steps"][0]["grad_norm"] == pytest.approx(ref["steps"][0]["grad_norm"], rel=LOSS_RTOL)
     err, name = max_relative_error(assemble(load_dumps(runs / case / "grads")),
@@ -67,7 +74,7 @@ def test_each_rank_holds_its_share_of_the_experts(runs, case):
     """What each rank holds of its experts' reduced gradients is 1 / (tp x dp / ep) of them (the dump gathers them
     whole): sharding them over dp, or not at all, fails."""
     layout = CASES[case]
-    edp = layout["tp"] * layout["dp"] // layout["ep"]
+    edp = layout["tp"] * layout.get("cp", 1) * layout["dp"] // layout["ep"]
     dumps = load_dumps(runs / case / "grads")
     for d in dumps:
         whole = sum(g["grad"].numel() for n, g in d["grads"].items() if ".experts." in n)

@@ -440,7 +440,7 @@ class Expanded:
         return len(self.base) if self.idx is None else len(self.idx)
 
     def take(self, sel) -> Layout:
-        """The candidates `sel` (indices) of these, built."""
+        """The candidates `sel` (indices, or a slice: rows) of these, built."""
         if self.idx is None:
             return self.base.take(sel)
         sub = self.base.take(self.idx[sel])

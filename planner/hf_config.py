@@ -81,7 +81,13 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             top-k; its multi-token-prediction layers (num_nextn_predict_layers) are said in a note.
                             Its vision-language models (ERNIE-4.5-VL: text and vision experts of different widths)
                             are refused.
-Other mixture-of-experts configs are rejected (gpt-oss, DBRX, ...).
+  gpt_oss                -> arch llama with experts (gpt-oss-20b, -120b): num_local_experts of intermediate_size, top
+                            num_experts_per_tok, every block MoE, head_dim 64 (64 heads over hidden 2880); layer_types'
+                            alternation (GptOssConfig's default: blocks 0, 2, ... within sliding_window) as
+                            full_attention_every 2.  Not counted: the attention sinks (a logit a head) and the q/k/v/o,
+                            router and experts' biases (0.03 % of the 120b); its clamped SwiGLU costed as SwiGLU, its
+                            softmax over the top-k logits as softmax top-k, its MXFP4 checkpoint as 16-bit weights.
+Other mixture-of-experts configs are rejected (DBRX, ...).
 Multimodal configs (gemma3, mistral3, llama4, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
 defaults; the vision tower is left out (said in the source).
@@ -102,7 +108,7 @@ from planner.schema import ModelSpec, error_message, json_type_name
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
               "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
               "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe", "glm4_moe", "llama4_text",
-              "dots1", "deepseek_v2", "deepseek_v3", "kimi_k2", "ernie4_5", "ernie4_5_moe")
+              "dots1", "deepseek_v2", "deepseek_v3", "kimi_k2", "ernie4_5", "ernie4_5_moe", "gpt_oss")
 GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
 # gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
 LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
@@ -125,7 +131,8 @@ MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe":
              "deepseek_v2": ("n_routed_experts", "moe_intermediate_size"),
              "deepseek_v3": ("n_routed_experts", "moe_intermediate_size"),
              "kimi_k2": ("n_routed_experts", "moe_intermediate_size"),
-             "ernie4_5_moe": ("moe_num_experts", "moe_intermediate_size")}
+             "ernie4_5_moe": ("moe_num_experts", "moe_intermediate_size"),
+             "gpt_oss": ("num_local_experts", "intermediate_size")}
 # the top-k's key where it is not num_experts_per_tok (Ernie4_5_MoeConfig: moe_k, num_experts_per_tok its alias)
 MOE_TOP_K = {"ernie4_5_moe": "moe_k"}
 # A family's config keys transformers' config class reads under another name (its attribute_map: Ernie4_5_MoeConfig's
@@ -219,7 +226,7 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True,
                  "mixtral": False, "qwen3_moe": False, "qwen2_moe": False, "glm4_moe": False, "llama4_text": False,
                  "dots1": False, "deepseek_v2": False, "deepseek_v3": False, "kimi_k2": False, "ernie4_5": True,
-                 "ernie4_5_moe": True}
+                 "ernie4_5_moe": True, "gpt_oss": False}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -321,7 +328,7 @@ def hub_cache_dir() -> Path:
 # the names of the mixture-of-experts families MOE_TYPES reads (a hub name's config is worth fetching): DeepSeek-V2,
 # V2-Lite, V2.5, V3, V3.1 and R1 (not V3.2: its sparse attention, model_type deepseek_v32), Kimi K2
 READ_MOE_NAME = re.compile(r"mixtral|qwen[23][-_.\w]*-a\d+b|qwen1\.5-moe|glm-4\.5|llama-4|"
-                           r"deepseek[-_]?(v2|v3(?!\.2)|r1)|kimi[-_]?k2(?!\.)|ernie-4\.5-\d+b-a\d+b", re.I)
+                           r"deepseek[-_]?(v2|v3(?!\.2)|r1)|kimi[-_]?k2(?!\.)|ernie-4\.5-\d+b-a\d+b|gpt[-_]?oss", re.I)
 
 
 def cached_hub_config(repo_id: str) -> Path:
@@ -343,9 +350,9 @@ def cached_hub_config(repo_id: str) -> Path:
     if mixture_of_experts_name(repo_id) and not READ_MOE_NAME.search(repo_id):
         # no use fetching a config whose plan would be refused (the families MOE_TYPES reads are fetched)
         raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans "
-                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's, Llama 4's, DeepSeek-V2/V3's, Kimi K2's and ERNIE 4.5's "
-                         "configs (model_type mixtral, qwen2_moe, qwen3_moe, glm4_moe, llama4, deepseek_v2, "
-                         "deepseek_v3, kimi_k2, ernie4_5_moe) and dense models, so it has no plan for it")
+                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's, Llama 4's, DeepSeek-V2/V3's, Kimi K2's, ERNIE 4.5's and "
+                         "gpt-oss's configs (model_type mixtral, qwen2_moe, qwen3_moe, glm4_moe, llama4, deepseek_v2, "
+                         "deepseek_v3, kimi_k2, ernie4_5_moe, gpt_oss) and dense models, so it has no plan for it")
     raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
                      f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 
@@ -842,6 +849,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                  "not counted (2 h)",
         "mpt": "gpt blocks; ALiBi costed as rotary positions (no table either way)",
         "opt": "gpt blocks (ReLU MLP as GeLU's); the position table's 2 offset rows not counted",
+        "gpt_oss": "attention sinks (a learned logit a head) and the q/k/v/o, router and experts' biases not counted "
+                   "(2 ffn + h a layer and expert for the experts': 0.03 % of gpt-oss-120b); its clamped SwiGLU "
+                   "(swiglu_limit) costed as SwiGLU; routed by a softmax over the top-k logits, costed as softmax top-k",
     }.get(model_type)
     notes = [base_note] if base_note else []
     classes = cfg.get("architectures")
@@ -885,10 +895,15 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     if model_type in ("stablelm", "phi") and cfg.get("qk_layernorm"):
         notes.append("q/k LayerNorms not counted")
     bias_keys = ("attention_bias", "mlp_bias", "bias", "use_qkv_bias", "use_bias")  # use_bias: ERNIE 4.5's
-    if arch == "llama" and model_type != "qwen2" and any(cfg.get(k) for k in bias_keys):
+    if arch == "llama" and model_type not in ("qwen2", "gpt_oss") and any(cfg.get(k) for k in bias_keys):
         which = " and ".join(k for k in bias_keys if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes.append(bias_note)
+    quant = cfg.get("quantization_config")
+    if model_type == "gpt_oss" and isinstance(quant, dict) and quant.get("quant_method"):
+        # the released gpt-oss checkpoints hold the experts' weights in MXFP4; training runs them in 16 bits
+        notes.append(f"quantization_config ({quant['quant_method']}): the checkpoint's quantized weights planned as "
+                     "16-bit training weights")
     if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
         # Qwen's layers from max_window_layers on attend within sliding_window (Qwen2Config / Qwen3Config defaults:
         # 28 and 4096): not a pattern ModelSpec can say
@@ -925,7 +940,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     # attention on Mistral's (transformers' modular_phi3.py), every layer within its window
     window = None
     if model_type in ("mistral", "phi3", "gemma2", "gemma3_text", "starcoder2", "ministral", "olmo3", "cohere2",
-                      "exaone4"):
+                      "exaone4", "gpt_oss"):
         window = _positive_int(cfg, "sliding_window", where, zero_is_none=True) if "sliding_window" in cfg \
             else 4096 if model_type == "mistral" else None
     # the window as ModelSpec carries it: every full_every-th layer (from 1) attends in full, the others within the
@@ -936,6 +951,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     if not (isinstance(kinds, list) and kinds) and isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"} \
             and isinstance(layers, int) and layers <= SHAPE_MAX:  # EXAONE 4's "LLLG": local, local, local, global
         kinds = ["sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention" for i in range(layers)]
+    if not (isinstance(kinds, list) and kinds) and model_type == "gpt_oss" and isinstance(layers, int) \
+            and layers <= SHAPE_MAX:  # GptOssConfig's default layer_types: blocks 0, 2, 4, ... within the window
+        kinds = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
     if not window or window >= SHAPE_MAX:  # none, or one no sequence the planner takes reaches (1e30 had been carried
         window = None  # into the plan as a 31-digit integer): full attention either way
     elif model_type in ("mistral", "phi3", "starcoder2") or (model_type == "ministral" and not kinds):

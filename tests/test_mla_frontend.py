@@ -166,14 +166,15 @@ def test_a_config_parplan_cannot_plan_is_refused_in_one_line(edit, match):
 
 
 def test_hub_names_of_configs_read_are_fetched_and_others_refused(tmp_path, monkeypatch):
-    """A DeepSeek-V3 or Kimi K2 hub name missing from the cache is told how to fetch its config (read now); gpt-oss's
-    and DeepSeek-V3.2's (sparse attention, model_type deepseek_v32) are told there is no plan for them."""
+    """A DeepSeek-V3, Kimi K2 or gpt-oss hub name missing from the cache is told how to fetch its config (read now);
+    DBRX's and DeepSeek-V3.2's (sparse attention, model_type deepseek_v32) are told there is no plan for them."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    for name in ("deepseek-ai/DeepSeek-V3-0324", "moonshotai/Kimi-K2-Base", "deepseek-ai/DeepSeek-V2-Lite"):
+    for name in ("deepseek-ai/DeepSeek-V3-0324", "moonshotai/Kimi-K2-Base", "deepseek-ai/DeepSeek-V2-Lite",
+                 "openai/gpt-oss-20b"):
         with pytest.raises(ValueError, match="is neither a file nor in the Hugging Face cache"):
             model_from_hf_config(name)
-    for name in ("openai/gpt-oss-120b", "deepseek-ai/DeepSeek-V3.2-Exp"):
+    for name in ("databricks/dbrx-instruct", "deepseek-ai/DeepSeek-V3.2-Exp"):
         with pytest.raises(ValueError, match="a mixture-of-experts model by its name; parplan plans .*DeepSeek-V2/"):
             model_from_hf_config(name)
 

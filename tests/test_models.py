@@ -91,16 +91,17 @@ def test_a_mixture_of_experts_name_is_told_why_it_has_no_plan():
              "nvidia/Nemotron-4-340B-Base", "Qwen/Qwen2.5-VL-7B-Instruct", "mt-nlg-530b"]
     assert [n for n in moe if not mixture_of_experts_name(n)] == [] and [n for n in dense if mixture_of_experts_name(n)] == []
     with pytest.raises(ValueError) as e:
-        load_preset("openai/gpt-oss-120b")  # (DeepSeek-V3's name is its preset since latent attention is planned)
+        load_preset("databricks/dbrx-base")  # (DeepSeek-V3's and gpt-oss's names are presets since they are planned)
     msg = str(e.value)
     # told which mixtures of experts it plans (since the twenty-fourth session: Mixtral and Qwen3-MoE), not a dense
     # preset's name or a config download it would refuse
-    assert msg.startswith("'openai/gpt-oss-120b' is a mixture-of-experts model parplan has no preset for")
+    assert msg.startswith("'databricks/dbrx-base' is a mixture-of-experts model parplan has no preset for")
     assert "Did you mean" not in msg and "huggingface-cli" not in msg and "llama3-70b" not in msg
     assert "mixtral-8x7b" in msg and "qwen3-235b-a22b" in msg
     # ...and the ones it plans load, by their Hugging Face names too
     assert load_preset("mistralai/Mixtral-8x7B-v0.1").experts == 8
     assert load_preset("Qwen/Qwen3-30B-A3B").experts_per_token == 8
+    assert load_preset("openai/gpt-oss-120b").experts == 128
 
 
 def test_a_hub_id_is_told_where_its_config_is_read():

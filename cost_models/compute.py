@@ -521,16 +521,17 @@ def flow_shop_wait(m, blocks, h_f, g_f, h_b, g_b):
     return np.maximum(flow, 0.0)
 
 
-def wgrad_fusion_applies(fused, precision: str, zero3, torch_weight_pass):
-    """Where gradient-accumulation fusion (the weight-gradient GEMM adding into the fp32 main_grad) runs:
-    the master-weights recipe (the fp32 main_grad; modelled for no other recipe), outside ZeRO-3 (FSDP2 reduces
-    the 16-bit gradients autograd makes; Megatron-FSDP runs without the fusion) and outside torch's own
+def wgrad_fusion_applies(fused, precision: str, zero3, torch_weight_pass, half_grads: bool = False):
+    """Where gradient-accumulation fusion (the weight-gradient GEMM adding into the main_grad) runs:
+    the master-weights recipe (the fp32 main_grad), and master-weights-half-grads where the framework fuses into a
+    16-bit main_grad too (`half_grads`: Megatron-LM, TrainingConsts.wgrad_fusion_16bit_grads), outside ZeRO-3 (FSDP2
+    reduces the 16-bit gradients autograd makes; Megatron-FSDP runs without the fusion) and outside torch's own
     zero-bubble weight pass (`torch_weight_pass`:
     it assigns the dW autograd returns to p.grad; parplan's queued weight pass runs the fused GEMM in its closures).
-    parplan's runtime applies the same rule (parallel_layers.train.wgrad_fusion_mode)."""
+    parplan's runtime applies the same rule (parallel_layers.train.wgrad_fusion_mode; half_grads False)."""
     rec = PRECISION_RECIPES[precision]
-    return (np.asarray(fused) & bool(rec["master"] and rec["grad"] == 4) & ~np.asarray(zero3)
-            & ~np.asarray(torch_weight_pass))
+    main_grad = bool(rec["master"] and (rec["grad"] == 4 or half_grads))
+    return np.asarray(fused) & main_grad & ~np.asarray(zero3) & ~np.asarray(torch_weight_pass)
 
 
 def zero_bubble_pipeline(parallel) -> bool:

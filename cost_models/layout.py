@@ -279,6 +279,11 @@ class TrainingConsts:
     # them again instead
     cp_saves_gathered_kv: bool = False
     grad_accumulation_fusion: bool = False
+    # that fusion also into a 16-bit main_grad (master-weights-half-grads): Megatron-LM's linears add the weight
+    # gradient into main_grad in its own dtype (fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp16 beside _fp32,
+    # megatron/core/tensor_parallel/layers.py; the grad buffer is 16-bit under --grad-reduce-in-bf16, Megatron-Bridge's
+    # grad_reduce_in_fp32 False); parplan's runtime fuses into an fp32 main_grad only (precision.wgrad_fusion_kernel)
+    wgrad_fusion_16bit_grads: bool = False
     p2p_scatter_gather: bool = False
     # DeepSpeed's pipeline engine (TrainSchedule; deepspeed/runtime/pipe/engine.py) runs each send and
     # receive as its own blocking p2p.send / p2p.recv, two before every forward or backward step, so a

@@ -722,7 +722,8 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # first stage (counted on the heaviest; the norms' 2h per layer are left out).  No ZeRO-3 fuses: FSDP2 reduces
     # autograd's gradients, and Megatron-FSDP runs with --no-gradient-accumulation-fusion (its guide's required
     # configuration, which `parplan export --to megatron` writes)
-    fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, zero >= 3, torch_wpass)
+    fused = wgrad_fusion_applies(tr.grad_accumulation_fusion, tr.precision, zero >= 3, torch_wpass,
+                                 tr.wgrad_fusion_16bit_grads)
     opt_t = opt_t + grad_accumulation_time(np.where(fused, emb_params, stage_params), m_micro, tr.precision, hw,
                                            fsdp2=fsdp2, pp=pp, shards=shards)
     # parplan's FP8 weight gradients under that fusion: the FP8 GEMM writes an fp32 dW (torch._scaled_mm does not

@@ -426,6 +426,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           sp_saves_gathered_input=tr.framework == "torchtitan",
                           cp_saves_gathered_kv=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
+                          wgrad_fusion_16bit_grads=tr.framework == "megatron",
                           p2p_scatter_gather=tr.p2p_scatter_gather, fused_cross_entropy=tr.fused_cross_entropy,
                           cross_entropy_16bit_grad=tr.cross_entropy_16bit_grad,
                           fused_elementwise=tr.fused_elementwise, overlap_cp_comm=tr.overlap_cp_comm,

@@ -352,9 +352,11 @@ class Training(Strict):
         "no_sync), or after every micro-batch's backward as they are produced, so gradients stay sharded (DeepSpeed "
         "stage 2, FSDP without no_sync) at m times the reduce-scatter traffic.")
     grad_accumulation_fusion: bool = Field(
-        False, description="Weight-gradient GEMMs accumulate straight into the fp32 gradient buffer (Megatron-LM's "
+        False, description="Weight-gradient GEMMs accumulate straight into the gradient buffer (Megatron-LM's "
         "gradient_accumulation_fusion, on by default there; parplan's runtime on CUDA with torch >= 2.8, its default "
-        "since 2026-11-24). Applies to the master-weights recipe only, outside FSDP2 (and torch's own zero-bubble weight "
+        "since 2026-11-24). Applies to the master-weights recipe (an fp32 buffer), and under Megatron-LM to "
+        "master-weights-half-grads too (its 16-bit main_grad: wgrad_gemm_accum_fp16; counted since 2026-12-06), "
+        "outside FSDP2 (and torch's own zero-bubble weight "
         "pass, which parplan's runtime replaces below ZeRO-3 since 2026-11-25). "
         "Off = a separate memory-bound pass per micro-batch upcasts or adds each gradient into the buffer, as "
         "DeepSpeed and FSDP do. Absent (plans written before 2026-11-24) = off.")

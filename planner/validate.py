@@ -660,24 +660,30 @@ def megatron_moe_h100(d: dict) -> Iterable[Query]:
         yield _megatron_moe_query(r, spec, metric, moe_recompute=r.get("moe_recompute", "none"))
 
 
-def _megatron_moe_query(r: dict, spec: ModelSpec, metric: str = "tokens_per_s_per_gpu", **stack) -> Query:
+def _megatron_moe_query(r: dict, spec: ModelSpec, metric: str = "tokens_per_s_per_gpu",
+                        precision: str = "master-weights", **stack) -> Query:
     """A published Megatron-Core MoE row on H100 in BF16 as a query: every printed setting pinned (tp, pp, cp,
     virtual stages under interleaved 1F1B, ep, the micro-batch, the distributed optimizer as ZeRO 1, sequence
     parallelism with tp > 1, no block recompute or offload), Megatron-Core's stack (overlapped gradient reduce-scatter
     and parameter gather, the asynchronous input-gradient collective, no TP-comm overlap, no dropout), the row's
-    dispatcher; `stack`: the row's recompute modules.  The metric: tokens/s per GPU from the printed step time, or
-    (model_tflops_per_gpu) the printed TFLOP/s per GPU, a plausibility row."""
+    dispatcher; `stack`: the row's recompute modules; precision: its gradients' (master-weights: reduced in fp32).
+    The metric: tokens/s per GPU, printed or from the printed step time, or (model_tflops_per_gpu) the printed
+    TFLOP/s per GPU, a plausibility row."""
     vp = r.get("vp") or 1
     dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
     pins = Pins(tp=r["tp"], pp=r["pp"], cp=r["cp"], dp=dp, mbs=r["micro_batch_size"], vpp=vp, zero=1,
                 recompute="none", sp=r["tp"] > 1, schedule="interleaved-1f1b" if vp > 1 else "1f1b",
                 offload="none", ep=r["ep"])
-    published = (r["global_batch_size"] * r["seq_len"] / r["step_time_s"] / r["gpus"]
-                 if metric == "tokens_per_s_per_gpu" else r["model_tflops_per_gpu"])
+    if metric != "tokens_per_s_per_gpu":
+        published = r["model_tflops_per_gpu"]
+    elif "tokens_per_s_per_gpu" in r:
+        published = r["tokens_per_s_per_gpu"]
+    else:
+        published = r["global_batch_size"] * r["seq_len"] / r["step_time_s"] / r["gpus"]
     label = r["label"] + (" (plausibility)" if metric == "model_tflops_per_gpu" else "")
     return Query(label=label, spec=spec, gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=r["seq_len"],
                  global_batch_size=r["global_batch_size"], metric=metric, published=published, dtype="bf16",
-                 precision="master-weights", overlap_grad_reduce=True, overlap_param_gather=True,
+                 precision=precision, overlap_grad_reduce=True, overlap_param_gather=True,
                  overlap_tp_comm=False, async_tp_grad_comm=True, dropout=False, gpus_per_node=8,
                  moe_dispatcher=r.get("moe_dispatcher", "alltoall"), pin_variants=[pins], **stack)
 
@@ -705,6 +711,20 @@ def megatron_deepseek_h100(d: dict) -> Iterable[Query]:
         yield _megatron_moe_query(r, spec, mla_recompute=r["mla_recompute"])
 
 
+def megatron_gpt_oss_h100(d: dict) -> Iterable[Query]:
+    """gpt-oss-120b on 64 H100 in BF16 under Megatron-Core, Megatron-Bridge's performance summary (releases 26.02 to
+    26.04.01, one layout): every printed setting pinned (tp 1, pp 4, ep 8, micro-batch 1, no virtual stages), the
+    distributed optimizer (ZeRO 1), the perf recipe's recompute modules layernorm and moe_act (training.moe_recompute
+    norm-act), NCCL's all-to-all dispatcher, gradients reduced in bf16 (grad_reduce_in_fp32 False: precision
+    master-weights-half-grads); the rest of the stack as megatron_moe_h100's.  The model: parplan's gpt-oss-120b
+    preset, whose windowed half of the blocks Megatron-LM trains within the window.  Metric: the printed tokens/s per
+    GPU."""
+    from .models import load_preset
+    for r in d["rows"]:
+        yield _megatron_moe_query(r, load_preset(r["model"]), moe_recompute="norm-act",
+                                  precision="master-weights-half-grads")
+
+
 ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "megatron_sc21_table1": megatron_sc21_table1,
     "megatron_h100_2024": megatron_h100_2024,
@@ -723,6 +743,7 @@ ADAPTERS: dict[str, Callable[[dict], Iterable[Query]]] = {
     "nemo_launcher_gpt3": nemo_launcher_gpt3,
     "megatron_moe_h100": megatron_moe_h100,
     "megatron_deepseek_h100": megatron_deepseek_h100,
+    "megatron_gpt_oss_h100": megatron_gpt_oss_h100,
 }
 # Sets whose profile parameter was fitted to them (at most one parameter per profile).
 FITTED_ON = {"megatron_h100_2024": "h100-sxm-80gb sustained_matmul_fraction",

@@ -905,6 +905,24 @@ def test_megatron_fsdp_is_predicted_without_the_fusion_its_export_turns_off():
         assert ("--no-gradient-accumulation-fusion" in export_plan(plan, "megatron")) == (zero == 3)
 
 
+def test_megatron_fuses_into_a_16bit_main_grad_and_parplans_runtime_does_not():
+    """Megatron-LM's gradient-accumulation fusion adds the weight gradient into main_grad in its own dtype
+    (wgrad_gemm_accum_fp16 beside _fp32): with gradients reduced in bf16 (master-weights-half-grads, exported as
+    --grad-reduce-in-bf16) a Megatron plan makes no per-micro-batch accumulation pass, so turning the fusion off
+    slows it; parplan's runtime fuses into an fp32 main_grad only, so its half-grads plan is the same either way."""
+    from planner.core import evaluate_plan
+    for framework, fused_differs in (("megatron", True), ("parplan", False)):
+        plan = _with(_with(llama_plan(zero_stage=1, pp=2, vpp=1, schedule="1f1b"), "training", framework=framework,
+                           grad_accumulation_fusion=True, precision="master-weights-half-grads"),
+                     "parallel", recompute="none")
+        off = _with(plan, "training", grad_accumulation_fusion=False)
+        a, b = evaluate_plan(plan).prediction, evaluate_plan(off).prediction
+        assert (a.time_breakdown.optimizer_s < b.time_breakdown.optimizer_s) == fused_differs, framework
+        assert (a.step_time_s < b.step_time_s) == fused_differs, framework
+    assert "--grad-reduce-in-bf16" in export_plan(plan.model_copy(update={"training": plan.training.model_copy(
+        update={"framework": "megatron"})}), "megatron")
+
+
 def test_partial_recompute_exports_as_megatrons_block_method_and_is_noted_elsewhere():
     """recompute_layers N (full recompute of the first N blocks of each stage) is Megatron-LM's --recompute-method
     block --recompute-num-layers N; the frameworks that recompute every block or none export every block and say

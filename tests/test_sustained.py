@@ -161,7 +161,7 @@ def test_committed_gemm_shape_gap_regenerates(tmp_path, monkeypatch):
     assert text == (ROOT / "benchmarks" / "results" / "gemm_shape_gap.md").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "scales the GEMM time by 0.981\n(0.964–1.006) on the Megatron-Core rows" in readme
-    assert "r is 0.981 (median; 0.964 … 1.006) on the Megatron-Core rows" in text and "gap +0.100, 8% closed" in text
+    assert "r is 0.981 (median; 0.964 … 1.006) on the Megatron-Core rows" in text and "gap +0.096, 8% closed" in text
 
 
 def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():

@@ -312,6 +312,7 @@ README_ROWS = {  # the README's "How accurate" table: the start of a row's first
     "NVIDIA DGX Cloud NeMo": "nemo_h100_bf16",
     "NeMo Megatron Launcher GPT-3": "nemo_launcher_gpt3",
     "DeepSeek-V3 under Megatron-Core": "megatron_deepseek_h100",
+    "gpt-oss-120b under Megatron-Core": "megatron_gpt_oss_h100",
 }
 
 

@@ -271,12 +271,29 @@ def _qwen_family(m) -> Optional[str]:
 
 _FAMILY_EXTRAS = {"Qwen2": "q/k/v biases", "Qwen3": "per-head q/k RMSNorms",
                   "Gemma": "tanh-GeLU gate (GeGLU), (1 + weight) RMSNorms, embedding scaled by sqrt(hidden) and, "
-                           "Gemma 2/3, post-norms"}
+                           "Gemma 2/3, post-norms",
+                  "gpt-oss": "attention sinks, q/k/v/o, router and expert biases, clamped SwiGLU or banded windows"}
 
 
 def _model_family(m) -> Optional[str]:
-    """_qwen_family, or Gemma (by the config's or preset's name or source), else None."""
-    return _qwen_family(m) or ("Gemma" if "gemma" in f"{m.name or ''} {m.source or ''}".lower() else None)
+    """_qwen_family, or Gemma or gpt-oss (by the config's or preset's name or source), else None."""
+    text = f"{m.name or ''} {m.source or ''}".lower()
+    if "gpt-oss" in text or "gpt_oss" in text:
+        return "gpt-oss"
+    return _qwen_family(m) or ("Gemma" if "gemma" in text else None)
+
+
+# gpt-oss's blocks beyond the llama ones the plan counts, as Megatron-LM trains them (arguments.py: --softmax-type
+# learnable, the attention sinks; --quick-geglu with --glu-linear-offset 1.0 and --activation-func-clamp-value 7.0,
+# its clamped SwiGLU, (up + 1) x gate x sigmoid(1.702 gate); add_bias_linear, Megatron's default, with the q/k/v
+# biases it implies and the router's bias; NVIDIA's own examples/post_training/modelopt/conf/openai/gpt-oss-120b.sh)
+GPT_OSS_MEGATRON = ("gpt-oss: the plan counts llama blocks (SwiGLU, no biases, ordinary softmax attention); "
+                    "Megatron-LM trains the real model with --softmax-type learnable (its attention sinks), "
+                    "--quick-geglu --glu-linear-offset 1.0 --activation-func-clamp-value 7.0 in place of --swiglu "
+                    "(its clamped SwiGLU) and its biases (leave out --disable-bias-linear, with --no-bias-dropout-fusion "
+                    "for the experts' grouped GEMM), which the export leaves out: add them for that model (the sinks "
+                    "and biases are 0.03 % more parameters than predicted; Megatron-LM's pretrain_gpt.py has no flag "
+                    "for its YaRN rope scaling, which costs the same as RoPE).")
 
 
 def _checkpoint_note(m) -> list[str]:
@@ -588,6 +605,8 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if any("no linear biases" in d for d in checkpoint_differences(m.source)[1]):
         notes.append("--disable-bias-linear trains the checkpoint's bias-free linears (fewer parameters than "
                      "predicted: the plan's gpt blocks count biases); the export keeps Megatron-LM's default, as planned.")
+    if _model_family(m) == "gpt-oss":
+        notes.append(GPT_OSS_MEGATRON)
     family = _qwen_family(m)
     if family:  # llama blocks in the plan; the checkpoint's extras are Megatron flags the plan does not count
         notes.append(f"{family}: the plan counts llama blocks; Megatron-LM trains the real model with "

@@ -87,6 +87,12 @@ def test_a_hub_name_and_the_windows_under_megatron(capsys, tmp_path):
     assert main(["export", str(path), "--to", "megatron"]) == 0
     script = capsys.readouterr().out
     assert "--window-size 127,0" in script and "--window-attn-skip-freq 2" in script and "--num-experts 128" in script
+    # the flags of the real model, which the plan does not count, said in a note (not written as flags)
+    note = next(line for line in script.splitlines() if line.startswith("# note: gpt-oss"))
+    for flag in ("--softmax-type learnable", "--quick-geglu", "--glu-linear-offset 1.0",
+                 "--activation-func-clamp-value 7.0", "--disable-bias-linear"):
+        assert flag in note, flag
+    assert "--softmax-type" not in script.replace(note, "")
 
 
 def test_the_published_megatron_bridge_runs_are_predicted_within_ten_percent():

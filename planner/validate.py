@@ -676,10 +676,10 @@ def _megatron_moe_query(r: dict, spec: ModelSpec, metric: str = "tokens_per_s_pe
                 offload="none", ep=r["ep"])
     if metric != "tokens_per_s_per_gpu":
         published = r["model_tflops_per_gpu"]
-    elif "tokens_per_s_per_gpu" in r:
-        published = r["tokens_per_s_per_gpu"]
-    else:
+    elif "step_time_s" in r:
         published = r["global_batch_size"] * r["seq_len"] / r["step_time_s"] / r["gpus"]
+    else:  # only the rate printed (Megatron-Bridge's performance summary)
+        published = r["tokens_per_s_per_gpu"]
     label = r["label"] + (" (plausibility)" if metric == "model_tflops_per_gpu" else "")
     return Query(label=label, spec=spec, gpus=r["gpus"], hardware="h100-sxm-80gb", seq_len=r["seq_len"],
                  global_batch_size=r["global_batch_size"], metric=metric, published=published, dtype="bf16",
@@ -696,7 +696,8 @@ def megatron_deepseek_h100(d: dict) -> Iterable[Query]:
     (training.mla_recompute), the all-to-all dispatcher (inferred: the token-drop callback asserts it; its capacity
     factor 1.0 with padding runs every expert at its balanced share, what parplan predicts).  Stack as
     megatron_moe_h100's (overlapped gradient reduce-scatter and parameter gather, asynchronous input-gradient
-    collective, no TP-comm overlap), and the multi-token-prediction layer its FLOP count shows (mtp_num_layers 1:
+    collective, no TP-comm overlap), gradients reduced in bf16 as the launches set (grad_reduce_in_fp32 false:
+    master-weights-half-grads), and the multi-token-prediction layer its FLOP count shows (mtp_num_layers 1:
     model.mtp_layers), on the last pipeline stage as Megatron places it, a block of the split
     (layout.model_stage_layers: the launches' own 7 / 8 x 6 / 6 and 3 / 4 x 14 / 2 blocks).  Metric: tokens/s per GPU from the printed step time."""
     s = d["common"]["shape"]
@@ -708,7 +709,10 @@ def megatron_deepseek_h100(d: dict) -> Iterable[Query]:
                  qk_rope_head_dim=s["qk_rope_head_dim"], v_head_dim=s["v_head_dim"])
     for r in d["rows"]:
         spec = ModelSpec(name=r["model"], tied_embeddings=False, mtp_layers=r.get("mtp_num_layers") or None, **shape)
-        yield _megatron_moe_query(r, spec, mla_recompute=r["mla_recompute"])
+        # the launches reduce gradients in bf16 (grad_reduce_in_fp32 false; until 2026-12-06 planned in fp32, when the
+        # model still charged 16-bit gradients an accumulation pass Megatron-LM's fusion does not make)
+        precision = "master-weights" if r.get("grad_reduce_in_fp32", True) else "master-weights-half-grads"
+        yield _megatron_moe_query(r, spec, precision=precision, mla_recompute=r["mla_recompute"])
 
 
 def megatron_gpt_oss_h100(d: dict) -> Iterable[Query]:

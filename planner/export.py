@@ -276,11 +276,12 @@ _FAMILY_EXTRAS = {"Qwen2": "q/k/v biases", "Qwen3": "per-head q/k RMSNorms",
 
 
 def _model_family(m) -> Optional[str]:
-    """_qwen_family, or Gemma or gpt-oss (by the config's or preset's name or source), else None."""
-    text = f"{m.name or ''} {m.source or ''}".lower()
-    if "gpt-oss" in text or "gpt_oss" in text:
+    """gpt-oss (a config of model_type gpt_oss, or its presets), else _qwen_family, or Gemma (by the config's or
+    preset's name or source), else None."""
+    model_type, _ = checkpoint_differences(m.source)
+    if model_type == "gpt_oss" or (model_type is None and (m.name or "").lower().startswith("gpt-oss")):
         return "gpt-oss"
-    return _qwen_family(m) or ("Gemma" if "gemma" in text else None)
+    return _qwen_family(m) or ("Gemma" if "gemma" in f"{m.name or ''} {m.source or ''}".lower() else None)
 
 
 # gpt-oss's blocks beyond the llama ones the plan counts, as Megatron-LM trains them (arguments.py: --softmax-type

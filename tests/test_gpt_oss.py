@@ -115,3 +115,15 @@ def test_the_published_megatron_bridge_runs_are_predicted_within_ten_percent():
     q = next(iter(ADAPTERS["megatron_gpt_oss_h100"](data)))
     full = dataclasses.replace(q, spec=q.spec.model_copy(update={"sliding_window": None, "full_attention_every": None}))
     assert run_query(full).prediction.step_time_s > 1.02 * cases[0].plan.prediction.step_time_s
+
+
+def test_the_export_note_is_gpt_oss_own():
+    """The Megatron note with gpt-oss's own flags goes with a gpt_oss config or a gpt-oss preset, not with another
+    model whose name merely mentions it (a dense llama fine-tune's config)."""
+    from planner.export import export_notes
+    from planner.core import recommend
+    kw = dict(framework="megatron", top_k=1, suggest=False)
+    for spec, says in ((load_preset("gpt-oss-20b"), True), (model_from_hf_config(OSS_20B), True),
+                       (load_preset("llama3-8b").model_copy(update={"name": "someone/gpt-oss-distill-llama-8b"}), False)):
+        notes = " ".join(export_notes(recommend(spec, 8, **kw), "megatron"))
+        assert ("--softmax-type learnable" in notes) == says, spec.name

@@ -124,11 +124,12 @@ def memory(m: ModelDims, tr, lay) -> dict:
 
 def step_floor(m: ModelDims, tr, hw, lay):
     """A lower bound of `evaluate`'s step time, at a fraction of its work: the pipeline's (m + bubble) stage
-    times, with the first rank's stage counted as its blocks' alone (their compute and the tensor- and
-    context-parallel collectives on their critical path, block_comm).  evaluate's step is t_pipe plus the exposed
-    data-parallel time and the optimizer's (both >= 0), t_pipe = (m + bubble) x t_stage, and t_stage >= t_first >=
-    blocks_first x block (the terms left out are times, none negative).  The search times only candidates whose
-    floor could still rank (search.run_search)."""
+    times, with a rank's stage counted as its blocks' alone (their compute and the tensor- and context-parallel
+    collectives on their critical path, block_comm), of the rank whose blocks take longest among the three evaluate
+    prices (first, middle, last).  evaluate's step is t_pipe plus the exposed data-parallel time and the optimizer's
+    (both >= 0), t_pipe = (m + bubble) x t_stage, t_stage = max(t_first, t_mid, t_last) + p2p, and each t >= its
+    rank's blocks x block (the terms left out are times, none negative).  The search prices and times only
+    candidates whose floor could still rank (search.run_search)."""
     lay = _unpipelined_as_1f1b(lay)
     # partial recompute's blocks cost at least those of no recompute (partial_recompute's mix)
     part = recomputed_share(m.layers, lay) < 1
@@ -145,8 +146,12 @@ def step_floor(m: ModelDims, tr, hw, lay):
     # a block's time and collectives read its shape and whether the job fits a node (comm.group_inside_node)
     rows = block_shape_rows(lay, BLOCK_SHAPE_FIELDS + ("gpus",))
     block, f, b, w = per_block_shape(lay, block_parts, BLOCK_SHAPE_FIELDS + ("gpus",), rows)
-    (n_first, _, _), (d, _, _) = rank_blocks(m, lay)
-    if m.mixed:  # rank 0's dense blocks at their own terms (mixed_blocks)
+    counts, dense = rank_blocks(m, lay)
+    n_first, d = counts[0], dense[0]
+    # each priced rank's blocks (evaluate's t_first, t_mid where pp > 2, t_last where pp > 1: t_stage is their largest)
+    pp = np.asarray(lay.pp)
+    on = (1, pp > 2, pp > 1)
+    if m.mixed:  # each rank's dense blocks at their own terms (mixed_blocks)
         md = m.dense_dims()
 
         def dense_parts(sub):
@@ -155,10 +160,13 @@ def step_floor(m: ModelDims, tr, hw, lay):
             bc = block_comm(md, tr, hw, sub, bt)
             return bt["total"] + bc.tp_exposed + bc.cp_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]
         parts = per_block_shape(lay, dense_parts, BLOCK_SHAPE_FIELDS + ("gpus",), rows)
-        block, f, b, w = (((n_first - d) * x + d * y) / np.maximum(n_first, 1)
-                          for x, y in zip((block, f, b, w), parts))
+        stage = np.maximum.reduce([np.where(o, (n - dn) * block + dn * parts[0], 0.0)
+                                   for o, n, dn in zip(on, counts, dense)])
+        f, b, w = (((n_first - d) * x + d * y) / np.maximum(n_first, 1) for x, y in zip((f, b, w), parts[1:]))
+    else:
+        stage = np.maximum.reduce([np.where(o, n, 0) for o, n in zip(on, counts)]) * block
     bf = bubble_factor(lay, m_micro, (f, b, w))
-    return (m_micro + bf) * n_first * block
+    return (m_micro + bf) * stage
 
 
 # evaluate's outputs that are sums over a rank's blocks (and micro-batches) or follow them linearly: under partial

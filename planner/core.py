@@ -809,7 +809,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if objective == "min-gpus":
         res = _partly_used_last_node(res, m, tr, hw, pins, top_k, hw.gpus_per_node)
     info = SearchInfo(candidates=res.candidates, feasible=res.feasible, seconds=round(res.seconds, 4),
-                      infeasible_by_reason=res.infeasible_by_reason, objective=objective)
+                      infeasible_by_reason=res.infeasible_by_reason, unpriced=res.unpriced, objective=objective)
     if res.candidates == 0:
         raise PlannerError(_framework_rule_message(m, tr, gpus, pins, framework)
                            or _no_candidates_message(spec, gpus, pins))
@@ -840,7 +840,7 @@ def _partly_used_last_node(res, m, tr, hw, pins, top_k, per_node: int):
     reasons = {k: res.infeasible_by_reason.get(k, 0) + more.infeasible_by_reason.get(k, 0)
                for k in {**res.infeasible_by_reason, **more.infeasible_by_reason}}
     both = dict(candidates=res.candidates + more.candidates, seconds=res.seconds + more.seconds,
-                infeasible_by_reason=reasons)
+                infeasible_by_reason=reasons, unpriced=res.unpriced + more.unpriced)
     return replace(more, feasible=more.feasible + res.feasible, **both) if more.feasible else replace(res, **both)
 
 

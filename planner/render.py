@@ -332,7 +332,8 @@ def summary_lines(plan: Plan) -> list[str]:
     if plan.search:
         s = plan.search
         reasons = ", ".join(f"{k} {v}" for k, v in s.infeasible_by_reason.items()) or "none"
-        lines.append(f"searched {s.candidates:,} candidates in {s.seconds:.3f} s: {s.feasible:,} feasible; "
+        unpriced = f", {s.unpriced:,} past the best on their step-time floor (not priced)" if s.unpriced else ""
+        lines.append(f"searched {s.candidates:,} candidates in {s.seconds:.3f} s: {s.feasible:,} feasible{unpriced}; "
                      f"infeasible by reason: {reasons}")
     for w in pr.warnings:
         lines.append(f"warning: {w}")

@@ -602,6 +602,9 @@ class SearchInfo(Strict):
     feasible: int
     seconds: float
     infeasible_by_reason: dict[str, int] = Field(default_factory=dict)
+    unpriced: int = Field(0, description="Candidates a throughput search neither priced nor timed: their step-time "
+                          "floor, a lower bound of their step, is past every contender's step, so none could rank "
+                          "whether it fits or not (counted neither feasible nor infeasible).")
     objective: Objective = "throughput"
 
 

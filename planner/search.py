@@ -100,6 +100,7 @@ class SearchResult:
     seconds: float
     infeasible_by_reason: dict = field(default_factory=dict)
     best_infeasible: tuple | None = None  # (layout, metrics) of the lowest-memory candidate when none fits
+    unpriced: int = 0  # candidates whose step-time floor is past every contender's step: memory and time not modelled
 
 
 def divisors(n: int) -> list[int]:
@@ -560,60 +561,151 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
     candidates, skipped, floored = 0, [np.array([], dtype=int)], []  # floored: (layout, the rows set aside)
     misses = []  # per evaluated batch, its smallest-footprint candidate that did not fit: (footprint, layout)
     unranked = 0  # candidates that fit but were not timed: their step-time floor is past every contender
+    unpriced = 0  # candidates neither priced nor timed: the same, whether they fit or not (by_floor)
     timed_steps = []  # step times of every timed candidate so far (throughput: the contender bound)
 
-    def time_fitting(lay, fits, mem):
-        """Time lay's candidates `fits` (ascending indices: the search's candidate order, which breaks exact ties)."""
-        sub = lay.take(fits)
-        met = evaluate(m, tr, hw, sub, mem={k: np.asarray(v)[fits] if np.ndim(v) else v for k, v in mem.items()})
-        met = {k: np.broadcast_to(v, (len(fits),)) for k, v in met.items()}
+    def time_rows(sub, mem):
+        """Time the candidates `sub` (in the search's candidate order, which breaks exact ties) with their memory."""
+        met = evaluate(m, tr, hw, sub, mem=mem)
+        met = {k: np.broadcast_to(v, (len(sub),)) for k, v in met.items()}
         timed_steps.append(met["step_time_s"])
         return met
 
-    def cost(lay):
-        """Memory for every candidate first; the time model only for those that fit (the memory half is
-        about half of `evaluate`, and about a third of the candidates that reach it do not fit).  For throughput,
-        the candidates with the lowest step-time floor (total.step_floor) are timed first, and the rest only where
-        their floor is within the step time that bounds every contender: a candidate past it cannot be among
-        contenders(), so the plans are the same as timing all (tests/test_search.py), about a third of the time.
-        Partial-recompute candidates join after the memory half (partial_recompute_candidates)."""
-        nonlocal unranked, candidates
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mem = in_chunks(lay, lambda sub: memory(m, tr, sub))
-            part = partial_recompute_candidates(m, tr, hw, lay, mem, pins)
-            if part is not None:
-                part_mem = memory(m, tr, part)
-                lay = Layout.concat([lay, part])
-                mem = {k: np.concatenate([np.broadcast_to(v, (len(lay) - len(part),)), np.broadcast_to(part_mem[k], (len(part),))])
-                       for k, v in mem.items()}
-                candidates += len(part)
-            reason = infeasibility(m, tr, hw, lay, {"mem_total": mem["total"], "mem_offloaded": mem["offloaded"]},
-                                   reason=np.full(len(lay), -1))
-            fits = np.nonzero(reason < 0)[0]
-            if len(fits) > FLOOR_FIRST and objective == "throughput":
-                floor = np.asarray(in_chunks(lay.take(fits), lambda sub: step_floor(m, tr, hw, sub)))
-                floor = np.broadcast_to(floor, fits.shape)
-                first = np.zeros(len(fits), dtype=bool)
-                first[np.argpartition(floor, FLOOR_FIRST - 1)[:FLOOR_FIRST]] = True
-                met = time_fitting(lay, fits[first], mem)
-                within = ~first & (floor <= contender_bound(np.concatenate(timed_steps), top_k))
-                unranked += int(np.count_nonzero(~first & ~within))
-                if np.any(within):
-                    # both parts back into candidate order (it breaks exact ties in sort_key)
-                    met_within = time_fitting(lay, fits[within], mem)
-                    order = np.argsort(np.concatenate([np.flatnonzero(first), np.flatnonzero(within)]))
-                    met = {k: np.concatenate([v, met_within[k]])[order] for k, v in met.items()}
-                layouts.append(lay.take(fits[first | within]))
-                metric_list.append(met)
-            elif len(fits):
-                layouts.append(lay.take(fits))
-                metric_list.append(time_fitting(lay, fits, mem))
-        out = np.nonzero(reason >= 0)[0]
+    def priced(lay):
+        """(memory, reasons) of candidates `lay`: the memory half of `evaluate` on every one, then the checks that
+        read it (-1 where it fits)."""
+        mem = in_chunks(lay, lambda sub: memory(m, tr, sub))
+        mem = {k: np.broadcast_to(v, (len(lay),)) for k, v in mem.items()}
+        return mem, infeasibility(m, tr, hw, lay, {"mem_total": mem["total"], "mem_offloaded": mem["offloaded"]},
+                                  reason=np.full(len(lay), -1))
+
+    def record(lay, mem, reason, timed, met, rows=None):
+        """Record priced candidates, lay's (or its `rows`, ascending, where given: mem and reason are theirs): those
+        that do not fit by reason, the closest miss, and the candidates `timed` (rows of lay, ascending) with their
+        metrics for the ranking; whether any fits."""
+        out = np.flatnonzero(reason >= 0)
         skipped.append(reason[out])
         if len(out):
-            i = out[np.argmin(np.asarray(mem["total"])[out])]
-            misses.append((float(np.asarray(mem["total"])[i]), lay.take(np.array([i]))))
-        return len(fits) > 0
+            i = out[np.argmin(mem["total"][out])]
+            misses.append((float(mem["total"][i]), lay.take(np.array([i if rows is None else rows[i]]))))
+        if len(timed):
+            layouts.append(lay.take(timed))
+            metric_list.append(met)
+        return bool(np.any(reason < 0))
+
+    def cost(lay):
+        """Memory for every candidate first, the time model only for those that fit (the memory half is about half
+        of `evaluate`, and about a third of the candidates that reach it do not fit).  Partial-recompute
+        candidates join after the memory half (partial_recompute_candidates).  A throughput search: by_floor."""
+        nonlocal candidates
+        if objective == "throughput":
+            return by_floor(lay)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mem, reason = priced(lay)
+            part = partial_recompute_candidates(m, tr, hw, lay, mem, pins)
+            if part is not None:
+                part_mem, part_reason = priced(part)
+                lay = Layout.concat([lay, part])
+                mem = {k: np.concatenate([v, part_mem[k]]) for k, v in mem.items()}
+                reason = np.concatenate([reason, part_reason])
+                candidates += len(part)
+            fits = np.flatnonzero(reason < 0)
+            met = time_rows(lay.take(fits), {k: v[fits] for k, v in mem.items()}) if len(fits) else None
+            return record(lay, mem, reason, fits, met)
+
+    def by_floor(lay):
+        """A throughput search prices (memory, then fit) and times candidates in the order of their step-time floor
+        (total.step_floor, under every step time evaluate gives): first the FLOOR_FIRST lowest (and as many more as
+        it takes for top_k of them to fit), whose step times bound every contender's (contender_bound: over more
+        candidates the fastest and the top_k-th fastest can only be faster); then every other candidate whose floor
+        is within that bound.  A candidate whose floor is past it can be no contender whether it fits or not: it is
+        neither priced nor timed (`unpriced`: its memory not known, it is counted neither feasible nor infeasible).
+        A partial-recompute candidate's floor is its no-recompute twin's (step_floor), so one can rank only where
+        that twin's floor is within the bound: the full-recompute twins of those that do not fit are priced too,
+        whatever their own floor, so that every partial candidate that could rank is made.  The plans, their
+        order and metrics are those of pricing and timing everything (tests/test_search.py)."""
+        nonlocal candidates, unranked, unpriced
+        n = len(lay)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            floor = np.broadcast_to(np.asarray(in_chunks(lay, lambda sub: step_floor(m, tr, hw, sub)), dtype=float),
+                                    (n,))
+        order = np.argsort(floor, kind="stable")  # (a NaN floor sorts last: it bounds nothing, so it is priced and timed)
+        rows, mems, reasons, timed, mets = [], [], [], [], []  # per priced batch
+
+        def price(idx, time_fits):
+            """Price the candidates idx (ascending); time those that fit where time_fits (a mask over idx) says."""
+            if not len(idx):
+                return
+            sub = lay.take(idx)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                mem, reason = priced(sub)
+                t = np.flatnonzero((reason < 0) & time_fits)
+                met = time_rows(sub.take(t), {k: v[t] for k, v in mem.items()}) if len(t) else None
+            rows.append(idx)
+            mems.append(mem)
+            reasons.append(reason)
+            timed.append(idx[t])
+            mets.append(met)
+
+        start, size, bound = 0, FLOOR_FIRST, np.inf
+        while start < n and not np.isfinite(bound):  # the first batch, and more until top_k fit
+            batch = np.sort(order[start:start + size])
+            start, size = start + size, 2 * size
+            price(batch, np.ones(len(batch), dtype=bool))
+            bound = contender_bound(np.concatenate([np.empty(0)] + timed_steps), top_k)
+        while start < n and not floor[order[start]] > bound:  # the rest within the bound, which each slice narrows
+            batch = order[start:start + 4 * FLOOR_FIRST]
+            batch = np.sort(batch[~(floor[batch] > bound)])
+            start += 4 * FLOOR_FIRST
+            price(batch, np.ones(len(batch), dtype=bool))
+            bound = contender_bound(np.concatenate(timed_steps), top_k)
+        nan = order[start:]
+        price(np.sort(nan[np.isnan(floor[nan])]), np.ones(np.count_nonzero(np.isnan(floor[nan])), dtype=bool))
+        done = np.zeros(n, dtype=bool)
+        for idx in rows:
+            done[idx] = True
+        part = None
+        if pins.partial_recompute and not np.all(done):
+            # the full-recompute twins, not priced yet, of priced no-recompute candidates that do not fit
+            idx, mem = np.concatenate(rows), {k: np.concatenate([mm[k] for mm in mems]) for k in mems[0]}
+            rec = np.broadcast_to(np.asarray(lay.recompute), (n,))
+            key = _row_keys(lay, exclude=("recompute", "recompute_layers"))
+            over = idx[(rec[idx] == RECOMPUTE.index("none")) & (mem["total"] > hw.usable_bytes)]
+            twins = np.flatnonzero(~done & (rec == RECOMPUTE.index("full")) & np.isin(key, key[over]))
+            price(twins, np.zeros(len(twins), dtype=bool))  # (their floors are past the bound: ranked by no one)
+            done[twins] = True
+        if pins.partial_recompute:
+            idx = np.concatenate(rows)
+            o = np.argsort(idx, kind="stable")
+            idx = idx[o]
+            mem = {k: np.concatenate([mm[k] for mm in mems])[o] for k in mems[0]}
+            part = partial_recompute_candidates(m, tr, hw, lay.take(idx), mem, pins)
+        unpriced += int(n - np.count_nonzero(done))
+        # the priced candidates in candidate order, then the partial ones (as pricing everything would list them)
+        idx = np.concatenate(rows)
+        o = np.argsort(idx, kind="stable")
+        idx = idx[o]
+        mem = {k: np.concatenate([mm[k] for mm in mems])[o] for k in mems[0]}
+        reason = np.concatenate(reasons)[o]
+        t_all = np.concatenate(timed)
+        t_order = np.argsort(t_all, kind="stable")
+        met = None
+        if len(t_all):
+            mets_ = [mt for mt in mets if mt is not None]
+            met = {k: np.concatenate([mt[k] for mt in mets_])[t_order] for k in mets_[0]}
+        unranked += int(np.count_nonzero(reason < 0)) - len(t_all)
+        fits = record(lay, mem, reason, t_all[t_order], met, rows=idx)
+        if part is not None:
+            candidates += len(part)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                part_mem, part_reason = priced(part)
+                part_floor = np.broadcast_to(np.asarray(step_floor(m, tr, hw, part), dtype=float), (len(part),))
+                bound = contender_bound(np.concatenate([np.empty(0)] + timed_steps), top_k)
+                t = np.flatnonzero((part_reason < 0) & ~(part_floor > bound))
+                part_met = time_rows(part.take(t), {k: v[t] for k, v in part_mem.items()}) if len(t) else None
+            unranked += int(np.count_nonzero(part_reason < 0)) - len(t)
+            fits = record(part, part_mem, part_reason, t, part_met) or fits
+        return fits
 
     for g in gpu_counts:
         lay, n, failed = screened_layouts(m, tr, g, pins)  # only what passes needs the cost model
@@ -648,7 +740,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
                 best_infeasible = (near, evaluate(m, tr, hw, near))
         return SearchResult(layout=None, metrics={}, candidates=candidates, feasible=0,
                             seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason,
-                            best_infeasible=best_infeasible)
+                            best_infeasible=best_infeasible, unpriced=unpriced)
     # (a batch may have been timed in two parts: every list below is in the order of `layouts`)
     lay = Layout.concat(layouts)
     met = {k: np.concatenate([np.broadcast_to(mm[k], (len(l_),)) for mm, l_ in zip(metric_list, layouts)])
@@ -659,4 +751,4 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
     top = lay.take(order)
     top_met = {k: v[order] for k, v in met.items()}
     return SearchResult(layout=top, metrics=top_met, candidates=candidates, feasible=len(lay) + unranked,
-                        seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason)
+                        seconds=time.perf_counter() - t0, infeasible_by_reason=by_reason, unpriced=unpriced)

@@ -61,8 +61,12 @@ def test_search_counts_candidates_and_reasons():
     s = plan.search
     assert s.candidates > 10_000
     assert 0 < s.feasible < s.candidates
-    assert s.feasible + sum(s.infeasible_by_reason.values()) == s.candidates
+    # unpriced: past every contender on their step-time floor (search.run_search's by_floor)
+    assert s.unpriced > 0 and s.feasible + s.unpriced + sum(s.infeasible_by_reason.values()) == s.candidates
     assert "memory" in s.infeasible_by_reason
+    for objective in ("memory", "min-gpus"):  # searches that price every candidate
+        s = recommend(load_preset("llama3-70b"), 64, objective=objective).search
+        assert s.unpriced == 0 and s.feasible + sum(s.infeasible_by_reason.values()) == s.candidates
 
 
 @pytest.mark.parametrize("objective", ["throughput", "memory", "min-gpus"])
@@ -341,8 +345,11 @@ def test_structural_prefilter_changes_nothing_but_the_work():
     """run_search evaluates only candidates passing the checks that need no cost model; evaluating
     every candidate and applying all checks gives the same reason counts and the same best plan."""
     from planner.search import infeasibility, run_search, sort_key
+    import planner.search as search
     spec, m, tr, hw, lay = _setup()
-    res = run_search(m, tr, hw, [int(lay.gpus[0])], Pins(), top_k=1, objective="throughput")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search, "FLOOR_FIRST", 10**9)  # every candidate priced (none left out on its step-time floor)
+        res = run_search(m, tr, hw, [int(lay.gpus[0])], Pins(), top_k=1, objective="throughput")
     with np.errstate(divide="ignore", invalid="ignore"):
         met = evaluate(m, tr, hw, lay)
     reason = infeasibility(m, tr, hw, lay, met)
@@ -414,7 +421,10 @@ def test_memory_floor_is_under_every_total_and_changes_no_answer(case):
     floor = states_floor(m, lay, tr)
     assert np.all(floor <= met["mem_total"] * (1 + 1e-12)), "floor above a total"
     assert np.any(floor > hw.usable_bytes), "the case should exercise the floor"
-    res = run_search(m, tr, hw, [gpus], Pins(), top_k=3, objective="throughput")
+    import planner.search as search
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search, "FLOOR_FIRST", 10**9)  # every candidate priced (none left out on its step-time floor)
+        res = run_search(m, tr, hw, [gpus], Pins(), top_k=3, objective="throughput")
     _, m, tr0, hw, every = _setup(name, gpus, seq, gbs)
     reason = structural_infeasibility(m, tr, every)
     ok = np.nonzero(reason < 0)[0]
@@ -1005,10 +1015,11 @@ FLOOR_TIME_CASES = [  # (preset, gpus, seq, gbs, TrainingConsts overrides): pipe
 def test_step_floor_is_under_every_step_and_the_timed_subset_changes_no_answer(case):
     """A throughput search times first the candidates with the lowest step-time floor (total.step_floor), then
     only those whose floor is within the step time that bounds every contender.  The floor must lie under
-    evaluate's step for every candidate, and the search must give the same plans, in the same order, and the same
-    feasible count as timing everything (FLOOR_FIRST past the candidate count), for any top_k and over two GPU
-    counts, while timing fewer candidates; also with only 64 timed first, where the bound is looser and a wrong
-    bound would drop contenders the default's 4,096 happen to hold."""
+    evaluate's step for every candidate, and the search must give the same plans, in the same order, with the same
+    metrics, as pricing and timing everything (FLOOR_FIRST past the candidate count), for any top_k and over two GPU
+    counts, while pricing and timing fewer candidates (those past the bound are counted unpriced); also with only 64
+    priced first, where the bound is looser and a wrong bound would drop contenders the default's 4,096 happen to
+    hold."""
     import planner.search as search
     from cost_models.total import step_floor
     name, gpus, seq, gbs, over = case
@@ -1036,32 +1047,48 @@ def test_step_floor_is_under_every_step_and_the_timed_subset_changes_no_answer(c
     assert search.contender_bound([1.0, np.nan, 2.0, 3.0], 2) == 2.0  # a NaN step would otherwise bound at NaN
     assert search.contender_bound([1.0, 2.0], 5) == np.inf
 
-    timed = []
-    real = search.evaluate
+    timed, priced = [], []
+    real_evaluate, real_memory = search.evaluate, search.memory
 
     def counting(*a, **k):
         timed.append(len(a[3]))
-        return real(*a, **k)
+        return real_evaluate(*a, **k)
 
+    def pricing(m_, tr_, sub):
+        priced.append(len(sub))
+        return real_memory(m_, tr_, sub)
+
+    # with partial recompute (parplan's and Megatron's default: pins.partial_recompute), whose candidates are made
+    # from pairs of priced ones; they rank among the top 40 of three of these cases
+    pins = Pins(partial_recompute=True)
+    partial_ranked = False
     for top_k in (1, 5, 40):
         runs = {}
         for first in (64, search.FLOOR_FIRST, 10**9):
             timed.clear()
+            priced.clear()
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(search, "FLOOR_FIRST", first)
                 mp.setattr(search, "evaluate", counting)
-                res = search.run_search(m, tr, hw, [gpus // 2, gpus], Pins(), top_k=top_k, objective="throughput")
-            runs[first] = (res, sum(timed))
-        every, n_every = runs.pop(10**9)
-        for first, (pruned, n_pruned) in runs.items():
+                mp.setattr(search, "memory", pricing)
+                res = search.run_search(m, tr, hw, [gpus // 2, gpus], pins, top_k=top_k, objective="throughput")
+            runs[first] = (res, sum(timed), sum(priced))
+        every, n_every, p_every = runs.pop(10**9)  # every candidate priced, every one that fits timed
+        assert every.unpriced == 0
+        partial_ranked |= bool(np.any(np.asarray(every.layout.recompute_layers) > 0))
+        for first, (pruned, n_pruned, p_pruned) in runs.items():
             assert [pruned.layout.row(j) for j in range(len(pruned.layout))] == \
                    [every.layout.row(j) for j in range(len(every.layout))], (first, top_k)
             for k, v in every.metrics.items():
                 assert np.array_equal(pruned.metrics[k], v, equal_nan=True), (first, top_k, k)
-            assert (pruned.feasible, pruned.candidates, pruned.infeasible_by_reason) == \
-                   (every.feasible, every.candidates, every.infeasible_by_reason)
+            # what was not priced is counted as such, and only what pricing everything also counts: fewer partial
+            # candidates (made only from priced pairs), fewer known to fit or not
+            assert pruned.feasible + pruned.unpriced + sum(pruned.infeasible_by_reason.values()) == pruned.candidates
+            assert pruned.candidates <= every.candidates and pruned.feasible <= every.feasible
+            assert all(v <= every.infeasible_by_reason[k] for k, v in pruned.infeasible_by_reason.items())
             if every.feasible > 2 * first:  # both the shipped first batch and a smaller one prune
-                assert n_pruned < n_every
+                assert n_pruned < n_every and p_pruned < p_every and pruned.unpriced > 0
+    assert partial_ranked or name == "gpt3-175b"
 
 
 def test_a_zbv_plan_whose_rank_0_holds_only_the_embedding_and_head_evaluates():

@@ -326,6 +326,9 @@ NEAR_TIE = 0.05
 # Candidates timed first in a throughput search, those with the lowest step-time floor: enough that the top_k
 # fastest and the near-ties are usually among them, so the bound they give leaves out most of the rest
 FLOOR_FIRST = 4096
+# ...and then the others within their bound, in slices of this many in the order of their floor, each slice's step
+# times narrowing the bound for the next (by_floor in run_search)
+PRICE_SLICE = 16384
 
 
 def complexity(lay: Layout, zero3_counts: bool = True):
@@ -654,9 +657,9 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
             price(batch, np.ones(len(batch), dtype=bool))
             bound = contender_bound(np.concatenate([np.empty(0)] + timed_steps), top_k)
         while start < n and not floor[order[start]] > bound:  # the rest within the bound, which each slice narrows
-            batch = order[start:start + 4 * FLOOR_FIRST]
+            batch = order[start:start + PRICE_SLICE]
             batch = np.sort(batch[~(floor[batch] > bound)])
-            start += 4 * FLOOR_FIRST
+            start += PRICE_SLICE
             price(batch, np.ones(len(batch), dtype=bool))
             bound = contender_bound(np.concatenate(timed_steps), top_k)
         nan = order[start:]

@@ -1064,11 +1064,14 @@ def test_step_floor_is_under_every_step_and_the_timed_subset_changes_no_answer(c
     partial_ranked = False
     for top_k in (1, 5, 40):
         runs = {}
-        for first in (64, search.FLOOR_FIRST, 10**9):
+        # (-64, at top_k 5: 64 first and the rest in slices of 512, each narrowing the bound for the next)
+        for first in (64, -64, search.FLOOR_FIRST, 10**9) if top_k == 5 else (64, search.FLOOR_FIRST, 10**9):
             timed.clear()
             priced.clear()
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(search, "FLOOR_FIRST", first)
+                mp.setattr(search, "FLOOR_FIRST", abs(first))
+                if first < 0:
+                    mp.setattr(search, "PRICE_SLICE", 512)
                 mp.setattr(search, "evaluate", counting)
                 mp.setattr(search, "memory", pricing)
                 res = search.run_search(m, tr, hw, [gpus // 2, gpus], pins, top_k=top_k, objective="throughput")
@@ -1086,7 +1089,7 @@ def test_step_floor_is_under_every_step_and_the_timed_subset_changes_no_answer(c
             assert pruned.feasible + pruned.unpriced + sum(pruned.infeasible_by_reason.values()) == pruned.candidates
             assert pruned.candidates <= every.candidates and pruned.feasible <= every.feasible
             assert all(v <= every.infeasible_by_reason[k] for k, v in pruned.infeasible_by_reason.items())
-            if every.feasible > 2 * first:  # both the shipped first batch and a smaller one prune
+            if every.feasible > 2 * abs(first):  # both the shipped first batch and a smaller one prune
                 assert n_pruned < n_every and p_pruned < p_every and pruned.unpriced > 0
     assert partial_ranked or name == "gpt3-175b"
 

@@ -2,9 +2,10 @@
 
 One declarative space: structural axes (tp, pp, cp, micro-batch, schedule x vpp) enumerated as
 a few thousand tuples, crossed with the policy axes (ZeRO stage, recompute, sequence
-parallelism, offload) as numpy arrays; every candidate is then evaluated in a single call of
-``cost_models.total.evaluate`` over arrays.  Infeasible candidates are counted by reason and the
-top-k are kept in a fixed order (objective, then a deterministic tie-break).
+parallelism, offload) as numpy arrays; the candidates are then evaluated over arrays
+(``cost_models.total.memory``, then ``evaluate`` on those that fit), a throughput search only those whose
+step-time floor could still rank (run_search: the rest are counted unpriced).  Infeasible candidates are
+counted by reason and the top-k are kept in a fixed order (objective, then a deterministic tie-break).
 """
 from __future__ import annotations
 

@@ -636,14 +636,14 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
         order = np.argsort(floor, kind="stable")  # (a NaN floor sorts last: it bounds nothing, so it is priced and timed)
         rows, mems, reasons, timed, mets = [], [], [], [], []  # per priced batch
 
-        def price(idx, time_fits):
-            """Price the candidates idx (ascending); time those that fit where time_fits (a mask over idx) says."""
+        def price(idx, time_fits=True):
+            """Price the candidates idx (ascending), and time those that fit unless time_fits is False."""
             if not len(idx):
                 return
             sub = lay.take(idx)
             with np.errstate(divide="ignore", invalid="ignore"):
                 mem, reason = priced(sub)
-                t = np.flatnonzero((reason < 0) & time_fits)
+                t = np.flatnonzero(reason < 0) if time_fits else np.array([], dtype=np.int64)
                 met = time_rows(sub.take(t), {k: v[t] for k, v in mem.items()}) if len(t) else None
             rows.append(idx)
             mems.append(mem)
@@ -653,52 +653,43 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
 
         start, size, bound = 0, FLOOR_FIRST, np.inf
         while start < n and not np.isfinite(bound):  # the first batch, and more until top_k fit
-            batch = np.sort(order[start:start + size])
+            price(np.sort(order[start:start + size]))
             start, size = start + size, 2 * size
-            price(batch, np.ones(len(batch), dtype=bool))
             bound = contender_bound(np.concatenate([np.empty(0)] + timed_steps), top_k)
         while start < n and not floor[order[start]] > bound:  # the rest within the bound, which each slice narrows
             batch = order[start:start + PRICE_SLICE]
-            batch = np.sort(batch[~(floor[batch] > bound)])
+            price(np.sort(batch[~(floor[batch] > bound)]))
             start += PRICE_SLICE
-            price(batch, np.ones(len(batch), dtype=bool))
             bound = contender_bound(np.concatenate(timed_steps), top_k)
-        nan = order[start:]
-        price(np.sort(nan[np.isnan(floor[nan])]), np.ones(np.count_nonzero(np.isnan(floor[nan])), dtype=bool))
+        left = order[start:]
+        price(np.sort(left[np.isnan(floor[left])]))
         done = np.zeros(n, dtype=bool)
         for idx in rows:
             done[idx] = True
-        part = None
         if pins.partial_recompute and not np.all(done):
             # the full-recompute twins, not priced yet, of priced no-recompute candidates that do not fit
-            idx, mem = np.concatenate(rows), {k: np.concatenate([mm[k] for mm in mems]) for k in mems[0]}
             rec = np.broadcast_to(np.asarray(lay.recompute), (n,))
+            over = np.concatenate([idx[(rec[idx] == RECOMPUTE.index("none")) & (mm["total"] > hw.usable_bytes)]
+                                   for idx, mm in zip(rows, mems)])
             key = _row_keys(lay, exclude=("recompute", "recompute_layers"))
-            over = idx[(rec[idx] == RECOMPUTE.index("none")) & (mem["total"] > hw.usable_bytes)]
             twins = np.flatnonzero(~done & (rec == RECOMPUTE.index("full")) & np.isin(key, key[over]))
-            price(twins, np.zeros(len(twins), dtype=bool))  # (their floors are past the bound: ranked by no one)
+            price(twins, time_fits=False)  # (their floors are past the bound: ranked by no one)
             done[twins] = True
-        if pins.partial_recompute:
-            idx = np.concatenate(rows)
-            o = np.argsort(idx, kind="stable")
-            idx = idx[o]
-            mem = {k: np.concatenate([mm[k] for mm in mems])[o] for k in mems[0]}
-            part = partial_recompute_candidates(m, tr, hw, lay.take(idx), mem, pins)
         unpriced += int(n - np.count_nonzero(done))
         # the priced candidates in candidate order, then the partial ones (as pricing everything would list them)
-        idx = np.concatenate(rows)
-        o = np.argsort(idx, kind="stable")
-        idx = idx[o]
+        o = np.argsort(np.concatenate(rows), kind="stable")
+        idx = np.concatenate(rows)[o]
         mem = {k: np.concatenate([mm[k] for mm in mems])[o] for k in mems[0]}
         reason = np.concatenate(reasons)[o]
         t_all = np.concatenate(timed)
         t_order = np.argsort(t_all, kind="stable")
         met = None
         if len(t_all):
-            mets_ = [mt for mt in mets if mt is not None]
-            met = {k: np.concatenate([mt[k] for mt in mets_])[t_order] for k in mets_[0]}
+            got = [mt for mt in mets if mt is not None]
+            met = {k: np.concatenate([mt[k] for mt in got])[t_order] for k in got[0]}
         unranked += int(np.count_nonzero(reason < 0)) - len(t_all)
         fits = record(lay, mem, reason, t_all[t_order], met, rows=idx)
+        part = partial_recompute_candidates(m, tr, hw, lay.take(idx), mem, pins) if pins.partial_recompute else None
         if part is not None:
             candidates += len(part)
             with np.errstate(divide="ignore", invalid="ignore"):

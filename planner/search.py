@@ -677,8 +677,9 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
             done[twins] = True
         unpriced += int(n - np.count_nonzero(done))
         # the priced candidates in candidate order, then the partial ones (as pricing everything would list them)
-        o = np.argsort(np.concatenate(rows), kind="stable")
-        idx = np.concatenate(rows)[o]
+        idx = np.concatenate(rows)
+        o = np.argsort(idx, kind="stable")
+        idx = idx[o]
         mem = {k: np.concatenate([mm[k] for mm in mems])[o] for k in mems[0]}
         reason = np.concatenate(reasons)[o]
         t_all = np.concatenate(timed)

@@ -168,8 +168,9 @@ def load_profile(name_or_path: str | Path):
                 hint += (f" ({name_or_path} here is a {here}: a profile file is named .toml or .json, or given with "
                          f"a folder, ./{name_or_path})")
             shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:60] + "..."
-            raise ValueError(f"unknown hardware profile {shown!r}{hint}; available: {', '.join(list_profiles())} "
-                             "(or give a path to a .toml/.json file)")
+            raise ValueError(f"unknown hardware profile {shown!r}{hint}; available: {', '.join(list_profiles())}; "
+                             "or give a .toml/.json file: for another GPU, `parplan hardware show h100-sxm-80gb > "
+                             "my-gpu.json`, edited to its datasheet, or `parplan calibrate --out my-gpu.toml` on it")
     raw = _read_bytes(path)
     key = (path.suffix, raw)
     if key not in _LOADED:

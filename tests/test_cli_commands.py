@@ -487,6 +487,25 @@ def test_hardware_and_models_take_json(capsys):
         assert rc == 0 and json.loads(out)["name"]
 
 
+def test_an_unknown_gpu_is_told_how_to_make_its_profile_and_that_recipe_works(capsys, tmp_path):
+    """An unshipped GPU (--hardware l40s): the error says how to write a profile for it, and that recipe works: a
+    shipped profile's `hardware show` JSON, edited, is a profile --hardware reads (the plan records the file)."""
+    base = ["recommend", "--model", "llama3-8b", "--gpus", "8", "--json"]
+    rc, out, err = _run(base + ["--hardware", "l40s"], capsys)
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert "unknown hardware profile 'l40s'" in err and "parplan hardware show h100-sxm-80gb > my-gpu.json" in err
+    rc, out, _ = _run(["hardware", "show", "h100-sxm-80gb"], capsys)
+    prof = json.loads(out)
+    prof.update(name="my-gpu", hbm_gbytes=48.0)  # an edit: a smaller card
+    (tmp_path / "my-gpu.json").write_text(json.dumps(prof))
+    rc, out, _ = _run(base + ["--hardware", str(tmp_path / "my-gpu.json")], capsys)
+    plan = json.loads(out)
+    usable = plan["prediction"]["usable_memory_bytes"]
+    assert rc == 0 and plan["hardware"]["name"] == str(tmp_path / "my-gpu.json") and usable == pytest.approx((48.0 - prof["memory_reserve_gbytes"]) * 1e9)
+    rc, out, _ = _run(base + ["--hardware", "h100-sxm-80gb"], capsys)
+    assert json.loads(out)["prediction"]["usable_memory_bytes"] > usable
+
+
 def test_stack_flag_help_names_each_frameworks_default():
     """Where a flag's help says "Default: the framework's (on for ...)", those are the frameworks whose prediction
     turns it on (planner.core.FRAMEWORK_DEFAULTS over Training's own defaults): the help had said "off, as

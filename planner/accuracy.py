@@ -29,7 +29,8 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
-GPU_KINDS = ("gb200", "b200", "h200", "h100", "a100", "mi300x")  # gb200 before b200, which its name holds
+# gb300 before b300 and gb200 before b200: the rack's name holds its GPU's
+GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100", "a100", "mi355x", "mi325x", "mi300x")
 
 
 def _kind_in(text: str) -> str | None:

@@ -80,8 +80,12 @@ _GPU_PROFILES = [
     ("h100", "h100-sxm-80gb"),
     ("a100-sxm4-40gb", "a100-sxm-40gb"),
     ("a100", "a100-sxm-80gb"),
+    ("gb300", "gb300-nvl72"),  # before b300, which its name contains ("NVIDIA GB300")
+    ("b300", "b300"),  # "NVIDIA B300 SXM6 AC"
     ("gb200", "gb200-nvl72"),  # before b200, which its name contains
     ("b200", "b200"),
+    ("mi355x", "mi355x"),
+    ("mi325x", "mi325x"),
     ("mi300x", "mi300x"),
 ]
 DEFAULT_BASE = "h100-sxm-80gb"

@@ -229,7 +229,7 @@ def check_memory(plan, device: str, machine: MachineInfo, nproc: int = 1) -> Che
 
 
 # GPU families as both torch.cuda.get_device_name and the profiles spell them
-GPU_FAMILY = re.compile(r"(?i)(?<![a-z0-9])(GB200|B200|B100|H200|H100|H800|H20|A100|A800|A10G|L40S|L40|L4|V100|"
+GPU_FAMILY = re.compile(r"(?i)(?<![a-z0-9])(GB300|B300|GB200|B200|B100|H200|H100|H800|H20|A100|A800|A10G|L40S|L40|L4|V100|"
                         r"MI355X|MI325X|MI300X|MI250X|MI250)(?![a-z0-9])")
 
 

@@ -732,11 +732,15 @@ def test_an_unwritable_out_is_refused_before_measuring(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("device, base", [
+    ("NVIDIA GB300", "gb300-nvl72"),  # its name contains b300's: matched first
+    ("NVIDIA B300 SXM6 AC", "b300"),
     ("NVIDIA GB200", "gb200-nvl72"),  # its name contains b200's: matched first
     ("NVIDIA B200", "b200"),
     ("NVIDIA H200", "h200-sxm-141gb"),
     ("NVIDIA H100 80GB HBM3", "h100-sxm-80gb"),
     ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+    ("AMD Instinct MI355X", "mi355x"),
+    ("AMD Instinct MI325X", "mi325x"),
     ("AMD Instinct MI300X", "mi300x"),
 ])
 def test_the_base_profile_follows_the_gpu_name(device, base):

@@ -729,9 +729,9 @@ def launch(
 @app.command()
 def export(
     plan_file: str = typer.Argument(..., metavar="PLAN_FILE", help="Plan JSON file, or - for stdin."),
-    to: str = typer.Option(..., "--to", help="megatron, torchtitan (keys of commit 000204a4, torchtitan 0.1), torchtitan-0.2 (its 0.2 TOML releases), deepspeed or llm-foundry (Composer + FSDP: what --framework fsdp predicts)."),
+    to: str = typer.Option(..., "--to", help="megatron, megatron-bridge (Megatron-Bridge KEY=VALUE overrides for scripts/training/run_recipe.py over a model recipe), torchtitan (keys of commit 000204a4, torchtitan 0.1), torchtitan-0.2 (its 0.2 TOML releases), deepspeed or llm-foundry (Composer + FSDP: what --framework fsdp predicts)."),
 ):
-    """Hand the plan to another framework (Megatron-LM args, torchtitan TOML, DeepSpeed ds_config, llm-foundry YAML)."""
+    """Hand the plan to another framework (Megatron-LM args, Megatron-Bridge overrides, torchtitan TOML, DeepSpeed ds_config, llm-foundry YAML)."""
     from .export import FORMATS, export_notes, export_plan, export_problem, framework_note
     to = _check_choice("to", to, FORMATS)
     plan = read_plan(plan_file)

@@ -149,8 +149,8 @@ FRAMEWORK_SCHEDULES: dict[str, tuple[str, ...] | None] = {
     "parplan": None, "torchtitan": None, "megatron": ("1f1b", "interleaved-1f1b"), "deepspeed": ("1f1b",),
     "fsdp": ("1f1b",)}
 # The framework each `parplan export --to` format's runs are predicted with (`recommend --framework`)
-FORMAT_FRAMEWORK: dict[str, str] = {"megatron": "megatron", "torchtitan": "torchtitan", "torchtitan-0.2": "torchtitan",
-                                    "deepspeed": "deepspeed", "llm-foundry": "fsdp"}
+FORMAT_FRAMEWORK: dict[str, str] = {"megatron": "megatron", "megatron-bridge": "megatron", "torchtitan": "torchtitan",
+                                    "torchtitan-0.2": "torchtitan", "deepspeed": "deepspeed", "llm-foundry": "fsdp"}
 # Parallel dimensions a framework does not have (Pins.lacks): they stay 1 (sp: off)
 FRAMEWORK_LACKS: dict[str, tuple[str, ...]] = {"fsdp": ("pp", "cp", "sp")}
 # Recompute modes each framework runs: selective-op is torchtitan's op-level selective activation

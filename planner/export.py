@@ -1,8 +1,8 @@
-"""Export a Plan as a launch configuration for Megatron-LM, torchtitan or DeepSpeed.
+"""Export a Plan as a launch configuration for Megatron-LM, Megatron-Bridge, torchtitan or DeepSpeed.
 
 ``export_plan(plan, to)`` returns text in the target tool's own names; ``export_notes(plan, to)``
 lists what could not be expressed exactly (the same notes appear as ``# note:`` lines in the
-Megatron and torchtitan outputs; JSON has no comments, so for DeepSpeed the caller should print
+Megatron, Megatron-Bridge and torchtitan outputs; JSON has no comments, so for DeepSpeed the caller should print
 them to stderr).  Nothing the plan asks for is dropped silently: either it maps onto a flag/key or
 it produces a note.
 
@@ -19,6 +19,11 @@ the index gives commit hashes, not dates):
   (``E``/``t``/``L``, ``|`` between stages, ``x*n`` repetition, flat list in virtual-stage order
   ``vpp_rank * pp + pp_rank``) is from ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
   at commit ``00caa53af30912914981c86f39db123961678bbd``.
+* Megatron-Bridge -- ``NVIDIA-NeMo/Megatron-Bridge``: the Megatron-LM flags above mapped onto its ConfigContainer's
+  fields as KEY=VALUE overrides for ``scripts/training/run_recipe.py`` (commit ``10feab50``), field names from
+  ``src/megatron/bridge/training/config.py`` (commit ``4feb11f8``), ``models/gpt_provider.py`` (``0254ddd4``),
+  ``training/mixed_precision.py`` (``05097809``) and the other files listed at ``_BRIDGE_KEYS``, with the recipes'
+  names from their families' ``__init__.py``; checked against the sources, not run.
 * torchtitan -- ``pytorch/torchtitan``, ``torchtitan/config/job_config.py`` at commit
   ``000204a4a8bf3d0f31adc44fc29855fbb6ea13d8`` (the TOML ``JobConfig`` with ``[training]
   local_batch_size/global_batch_size/seq_len/steps/mixed_precision_param``, ``[parallelism]
@@ -43,8 +48,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
@@ -52,18 +58,21 @@ from cost_models.layout import ModelDims
 from cost_models.memory import deepspeed_bf16_optimizer_steps
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.hf_config import checkpoint_differences
-from planner.core import FORMAT_FRAMEWORK, WINDOW_FRAMEWORKS, deepspeed_bf16_optimizer
+from planner.core import FORMAT_FRAMEWORK as _CORE_FORMAT_FRAMEWORK, WINDOW_FRAMEWORKS, deepspeed_bf16_optimizer
 from planner.schema import Plan
 from planner.toml_text import toml_value
 
+# every export target and the framework whose prediction it runs (Megatron-Bridge runs Megatron-Core, so a plan made
+# with --framework megatron is its own)
+FORMAT_FRAMEWORK: dict[str, str] = dict(_CORE_FORMAT_FRAMEWORK)
 FORMATS: tuple[str, ...] = tuple(FORMAT_FRAMEWORK)
 
 __all__ = ["FORMATS", "export_plan", "export_notes", "export_problem", "framework_note"]
 
 
 def export_plan(plan: Plan, to: str) -> str:
-    """The plan as a Megatron-LM argument list, a torchtitan TOML file, a DeepSpeed ds_config JSON or an llm-foundry
-    training YAML."""
+    """The plan as a Megatron-LM argument list, Megatron-Bridge KEY=VALUE overrides, a torchtitan TOML file, a
+    DeepSpeed ds_config JSON or an llm-foundry training YAML."""
     text, _ = _build(plan, to)
     return text
 
@@ -76,8 +85,9 @@ def export_notes(plan: Plan, to: str) -> list[str]:
 
 def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
     key = (to or "").strip().lower()
-    builders = {"megatron": _megatron, "torchtitan": _torchtitan, "torchtitan-0.2": lambda plan: _torchtitan(plan, "0.2"),
-                "deepspeed": _deepspeed, "llm-foundry": _llm_foundry}
+    builders = {"megatron": _megatron, "megatron-bridge": _megatron_bridge, "torchtitan": _torchtitan,
+                "torchtitan-0.2": lambda plan: _torchtitan(plan, "0.2"), "deepspeed": _deepspeed,
+                "llm-foundry": _llm_foundry}
     if key not in builders:
         raise ValueError(f"unknown export format {to!r}; choose one of: {', '.join(FORMATS)}")
     problem = export_problem(plan, key)
@@ -88,15 +98,17 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
 
 def export_problem(plan: Plan, to: str) -> str | None:
     """Why the plan cannot be exported to `to` (one line with the fix), or None: a mixture of experts and multi-head
-    latent attention go to Megatron-LM only, as every other builder would write a model of the plan's blocks with the
-    experts dropped or ordinary attention in place of the latent one."""
-    if plan.model.kv_lora_rank is not None and to != "megatron":
+    latent attention go to Megatron-LM (and Megatron-Bridge, which runs the same Megatron-Core) only, as every other
+    builder would write a model of the plan's blocks with the experts dropped or ordinary attention in place of the
+    latent one."""
+    megatron_core = ("megatron", "megatron-bridge")
+    if plan.model.kv_lora_rank is not None and to not in megatron_core:
         return (f"{plan.model.name or 'the model'} has multi-head latent attention (kv_lora_rank "
                 f"{plan.model.kv_lora_rank}), planned and exported for Megatron-LM only (--multi-latent-attention); "
-                "use --to megatron")
-    if plan.model.is_moe and to != "megatron":
+                "use --to megatron (or megatron-bridge)")
+    if plan.model.is_moe and to not in megatron_core:
         return (f"{plan.model.name or 'the model'} is a mixture of experts, planned and exported for Megatron-LM only "
-                "(cost_models/moe.py); use --to megatron")
+                "(cost_models/moe.py); use --to megatron (or megatron-bridge)")
     return None
 
 
@@ -317,7 +329,28 @@ def _family_note(m, exported: str, instead: str) -> list[str]:
             f"llama-style model of the plan's shape, not that checkpoint's architecture ({instead})."]
 
 
-def _megatron(plan: Plan) -> tuple[str, list[str]]:
+_MEGATRON_MOCK_NOTE = ("--mock-data and the NullTokenizer make a smoke test; replace them with --data-path, "
+                       "--tokenizer-type and --tokenizer-model for real data.")
+
+
+def _megatron_family_notes(m) -> list[str]:
+    """What a gpt-oss or Qwen checkpoint holds beyond the llama blocks the plan counts, as Megatron-LM flags the
+    export leaves out (Megatron-Bridge's recipe of that family builds them: `_megatron_bridge` replaces these)."""
+    notes = []
+    if _model_family(m) == "gpt-oss":
+        notes.append(GPT_OSS_MEGATRON)
+    family = _qwen_family(m)
+    if family:  # llama blocks in the plan; the checkpoint's extras are Megatron flags the plan does not count
+        notes.append(f"{family}: the plan counts llama blocks; Megatron-LM trains the real model with "
+                     + ("--add-qkv-bias (its q/k/v biases)" if family == "Qwen2" else "--qk-layernorm (its per-head q/k "
+                        "RMSNorms)") + " and --norm-epsilon 1e-6 (Qwen's RMSNorm; Megatron-LM's default is 1e-5), "
+                     "which the export leaves out: add them for that model (a few parameters more than predicted).")
+    return notes
+
+
+def _megatron_args(plan: Plan) -> tuple[list[tuple[str, Any]], list[str]]:
+    """Megatron-LM's pretrain_gpt.py arguments for the plan, in order (name, value: None for a switch, a list for
+    nargs), and the notes on what they approximate; `_megatron` renders them, `_megatron_bridge` maps them."""
     m, t, p = plan.model, plan.training, plan.parallel
     notes: list[str] = []
     args: list[tuple[str, Any]] = []
@@ -606,14 +639,7 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     if any("no linear biases" in d for d in checkpoint_differences(m.source)[1]):
         notes.append("--disable-bias-linear trains the checkpoint's bias-free linears (fewer parameters than "
                      "predicted: the plan's gpt blocks count biases); the export keeps Megatron-LM's default, as planned.")
-    if _model_family(m) == "gpt-oss":
-        notes.append(GPT_OSS_MEGATRON)
-    family = _qwen_family(m)
-    if family:  # llama blocks in the plan; the checkpoint's extras are Megatron flags the plan does not count
-        notes.append(f"{family}: the plan counts llama blocks; Megatron-LM trains the real model with "
-                     + ("--add-qkv-bias (its q/k/v biases)" if family == "Qwen2" else "--qk-layernorm (its per-head q/k "
-                        "RMSNorms)") + " and --norm-epsilon 1e-6 (Qwen's RMSNorm; Megatron-LM's default is 1e-5), "
-                     "which the export leaves out: add them for that model (a few parameters more than predicted).")
+    notes += _megatron_family_notes(m)
 
     # --- run
     if not t.dropout:  # Megatron-LM's defaults are 0.1 each; the plan was predicted without dropout
@@ -640,14 +666,19 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
     # the NullTokenizer adds an end-of-document id after --vocab-size ids (its vocab_size is that + 1, its eod
     # that number), which the mock data appends to every sample: V - 1 keeps it inside the V-row embedding
     flag("--vocab-size", m.vocab - 1)
-    notes.append("--mock-data and the NullTokenizer make a smoke test; replace them with --data-path, "
-                 "--tokenizer-type and --tokenizer-model for real data.")
+    notes.append(_MEGATRON_MOCK_NOTE)
     if m.vocab < MOCK_DATA_MAX_TOKEN + 1:
         notes.append(f"vocab {m.vocab}: Megatron-LM's mock samples count token ids 1, 2, ... up to "
                      f"{MOCK_DATA_MAX_TOKEN} whatever the vocabulary (MockGPTLowLevelDataset, max_sequence_length "
                      "4096, in the versions that keep no vocab_size), past this embedding: use --data-path here.")
 
-    # --- render
+    return args, notes
+
+
+def _megatron(plan: Plan) -> tuple[str, list[str]]:
+    m, p = plan.model, plan.parallel
+    args, notes = _megatron_args(plan)
+    fsdp = p.zero_stage == 3
     nnodes, nproc = _nodes(plan)
     if nproc != min(plan.hardware.gpus, plan.hardware.gpus_per_node):  # nodes not filled
         notes.append(f"{plan.hardware.gpus} GPUs do not fill {plan.hardware.gpus_per_node}-GPU nodes: launched as "
@@ -674,6 +705,394 @@ def _megatron(plan: Plan) -> tuple[str, list[str]]:
         values = value if isinstance(value, list) else [] if value is None else [value]
         rendered.append(" ".join([f"    {name}"] + [shlex.quote(str(v)) for v in values]))
     lines += [r + " \\" for r in rendered[:-1]] + rendered[-1:]
+    return "\n".join(lines) + "\n", notes
+
+
+# --------------------------------------------------------------------------------------------
+# Megatron-Bridge
+#
+# Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge, the successor of NeMo 2's LLM training) runs Megatron-Core from a
+# ConfigContainer that a model recipe function builds and Hydra-style KEY=VALUE arguments override
+# (scripts/training/run_recipe.py, commit 10feab50: `torchrun --nproc_per_node=8 run_recipe.py --recipe
+# llama32_1b_pretrain_config train.train_iters=5000 optimizer.lr=0.0003`).  training/utils/omegaconf_utils.py (commit
+# 158aa4e2) turns the container into an OmegaConf dict in struct mode, callables (activation_func, init methods) left
+# out, so a key must be a field the recipe's container has and the block's form stays the recipe's.  Where the keys
+# below were read:
+#   training/config.py (commit 4feb11f8): ConfigContainer's train (TrainingConfig: micro_batch_size, global_batch_size,
+#     train_iters, exclusive with train_samples), scheduler (SchedulerConfig: lr_decay_style, lr_warmup_iters,
+#     start/end_weight_decay), rng.seed, checkpoint.ckpt_format, dataset (GPTDatasetConfig: Megatron-Core's
+#     sequence_length, which validate() asserts equal to model.seq_length; random_seed; blend), ddp and optimizer
+#     (Megatron-Core's DistributedDataParallelConfig and OptimizerConfig, use_distributed_optimizer synced between
+#     them), mixed_precision (a recipe's name), comm_overlap, tokenizer;
+#   training/mixed_precision.py (commit 05097809): bf16_mixed, fp16_mixed and bf16_/fp16_with_fp8_delayed_scaling_mixed
+#     (fp8 hybrid, recipe delayed, amax history 1024, algo max, fp8_param_gather), copied onto model, optimizer and
+#     ddp at setup, grad_reduce_in_fp32 (true for bf16, false for fp16) included;
+#   training/comm_overlap.py (commit 0685ff5d): a CommOverlapConfig's setup sets model.tp_comm_overlap and, with the
+#     distributed optimizer and dp > 1, ddp.overlap_grad_reduce / overlap_param_gather from its own fields;
+#   models/gpt_provider.py (commit 0254ddd4): GPTModelProvider's seq_length (its position table too), vocab_size with
+#     should_pad_vocab, make_vocab_size_divisible_by, share_embeddings_and_output_weights, rotary_base;
+#     models/transformer_config.py (commit 48fe5c6c): an attention_backend name turned into AttnBackend by
+#     TransformerConfig.finalize, not by MLATransformerConfig's;
+#   Megatron-Core's ModelParallelConfig (NVIDIA/Megatron-LM megatron/core/model_parallel_config.py, commit 0486ed92)
+#     and TransformerConfig / MLATransformerConfig (megatron/core/transformer/transformer_config.py, a 2025 copy in
+#     the code index, with AttnBackend and cp_comm_type) fields (parallel sizes,
+#     sequence_parallel, tp_comm_overlap, recompute_*, moe_*, cp_comm_type, window_size, window_attn_skip_freq,
+#     pipeline_model_parallel_layout, num_layers_in_first/last_pipeline_stage, mtp_num_layers, q_lora_rank,
+#     kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim); training/flex_dispatcher_backend.py (commit
+#     183c5c02): model.moe_token_dispatcher_type and moe_flex_dispatcher_backend;
+#   recipes/common.py (commit 0eca073e): _pretrain_common's defaults that the absent-flag values below reset
+#     (distributed optimizer and grad/param overlap on, lr warmup 500 iterations, weight decay 0.033 in the scheduler,
+#     mock data as dataset.blend null, comm_overlap null, tokenizer.use_tokenizer_vocab_size true);
+#     recipes/utils/optimizer_utils.py (commit 355cef45): OptimizerConfig's lr, weight_decay, adam_beta1/2, clip_grad,
+#     and the scheduler's start/end_weight_decay (0.033) beside them;
+#   the recipes' names: their families' __init__.py (_BRIDGE_RECIPES).
+# Bridge's own scripts/translate_mlm_to_bridge.py (commit fcb73acf) maps most of these flags onto the same fields.
+
+_SAME = object()  # a key's value: the flag's own (True for a switch)
+_KEEP = object()  # a flag the plan leaves out: the recipe's value stays
+
+
+class _Key(NamedTuple):
+    """A ConfigContainer field a Megatron-LM flag sets.  `value`: the flag's own (_SAME), a constant, or
+    f(flag value, plan, args) -> value, or an _Unmapped where none fits.  `absent`: the field's value where the plan's
+    arguments leave the flag out (Megatron-LM's default, where the recipes set another), a constant or f(plan, args),
+    _KEEP for the recipe's; written only with `absent_with` among the arguments, where given."""
+    path: str
+    value: Any = _SAME
+    absent: Any = _KEEP
+    absent_with: Optional[str] = None
+
+
+class _Unmapped(str):
+    """Why a flag's value has no key (what a _Key's value function returns in that case)."""
+
+
+# the FP8 flags _megatron_args writes, as Bridge's bf16_/fp16_with_fp8_delayed_scaling_mixed set them (None: a switch)
+_BRIDGE_FP8 = {"--fp8-format": "hybrid", "--fp8-recipe": "delayed", "--fp8-amax-history-len": 1024,
+               "--fp8-amax-compute-algo": "max", "--fp8-param-gather": None}
+
+
+def _bridge_precision(_value, plan: Plan, args: dict) -> str:
+    """The mixed-precision recipe of the 16-bit flag (with the FP8 one where every FP8 flag is its setting)."""
+    base = "bf16" if "--bf16" in args else "fp16"
+    fp8 = all(k in args and args[k] == v for k, v in _BRIDGE_FP8.items())
+    return f"{base}_with_fp8_delayed_scaling_mixed" if fp8 else f"{base}_mixed"
+
+
+def _bridge_fp8(value, plan: Plan, args: dict) -> Any:
+    if all(k in args and args[k] == v for k, v in _BRIDGE_FP8.items()) and ("--bf16" in args or "--fp16" in args):
+        return _bridge_precision(value, plan, args)
+    return _Unmapped("no mixed-precision recipe of Megatron-Bridge holds these FP8 settings")
+
+
+def _bridge_attention_backend(value, plan: Plan, args: dict) -> Any:
+    if plan.model.kv_lora_rank is not None:
+        return _Unmapped("the recipe's: MLATransformerConfig.finalize does not turn a backend's name into "
+                         "AttnBackend, models/transformer_config.py at commit 48fe5c6c")
+    return value
+
+
+def _k(path: str, value: Any = _SAME, absent: Any = _KEEP, absent_with: Optional[str] = None) -> tuple[_Key]:
+    return (_Key(path, value, absent, absent_with),)
+
+
+# Every flag `_megatron_args` writes, and the fields it sets (the table the README's export section describes)
+_BRIDGE_KEYS: dict[str, tuple[_Key, ...]] = {
+    # parallel layout (Megatron-Core's ModelParallelConfig / TransformerConfig)
+    "--tensor-model-parallel-size": _k("model.tensor_model_parallel_size"),
+    "--pipeline-model-parallel-size": _k("model.pipeline_model_parallel_size"),
+    "--context-parallel-size": _k("model.context_parallel_size"),
+    "--cp-comm-type": _k("model.cp_comm_type", absent=None),  # Megatron-Core's None: its p2p ring
+    "--sequence-parallel": _k("model.sequence_parallel", True, absent=False),
+    "--expert-model-parallel-size": _k("model.expert_model_parallel_size"),
+    "--expert-tensor-parallel-size": _k("model.expert_tensor_parallel_size"),
+    "--moe-token-dispatcher-type": _k("model.moe_token_dispatcher_type"),
+    "--moe-flex-dispatcher-backend": _k("model.moe_flex_dispatcher_backend"),
+    "--moe-grouped-gemm": _k("model.moe_grouped_gemm", True),
+    # the model chunks per pipeline rank (Megatron-LM's flag counts the blocks of one)
+    "--num-layers-per-virtual-pipeline-stage": _k("model.virtual_pipeline_model_parallel_size",
+                                                  lambda n, plan, args: plan.parallel.vpp, absent=None),
+    "--decoder-first-pipeline-num-layers": _k("model.num_layers_in_first_pipeline_stage", absent=None),
+    "--decoder-last-pipeline-num-layers": _k("model.num_layers_in_last_pipeline_stage", absent=None),
+    "--pipeline-model-parallel-layout": (
+        _Key("model.pipeline_model_parallel_layout", absent=None),
+        _Key("model.virtual_pipeline_model_parallel_size",
+             lambda layout, plan, args: plan.parallel.vpp if plan.parallel.vpp > 1 else None)),
+    # batch
+    "--micro-batch-size": _k("train.micro_batch_size"),
+    "--global-batch-size": _k("train.global_batch_size"),
+    "--seq-length": (_Key("model.seq_length"), _Key("dataset.sequence_length")),
+    # model shape: plain values of the recipe's model provider
+    "--num-layers": _k("model.num_layers"),
+    "--hidden-size": _k("model.hidden_size"),
+    "--ffn-hidden-size": _k("model.ffn_hidden_size"),
+    "--num-experts": _k("model.num_moe_experts"),
+    "--moe-ffn-hidden-size": _k("model.moe_ffn_hidden_size"),
+    "--moe-layer-freq": _k("model.moe_layer_freq",  # Megatron-LM's flag is a Python expression: the list it means
+                           lambda _, plan, args: [int(plan.model.is_moe_block(i)) for i in range(plan.model.layers)],
+                           absent=1, absent_with="--num-experts"),
+    "--moe-router-topk": _k("model.moe_router_topk"),
+    "--moe-shared-expert-intermediate-size": _k("model.moe_shared_expert_intermediate_size", absent=None,
+                                                absent_with="--num-experts"),
+    "--moe-router-load-balancing-type": _k("model.moe_router_load_balancing_type"),
+    "--moe-aux-loss-coeff": _k("model.moe_aux_loss_coeff"),
+    "--mtp-num-layers": _k("model.mtp_num_layers", absent=None, absent_with="--num-experts"),
+    "--num-attention-heads": _k("model.num_attention_heads"),
+    "--q-lora-rank": _k("model.q_lora_rank", absent=None, absent_with="--multi-latent-attention"),  # None: full query
+    "--kv-lora-rank": _k("model.kv_lora_rank"),
+    "--qk-head-dim": _k("model.qk_head_dim"),
+    "--qk-pos-emb-head-dim": _k("model.qk_pos_emb_head_dim"),
+    "--v-head-dim": _k("model.v_head_dim"),
+    "--num-query-groups": _k("model.num_query_groups", absent=None),  # None: one group a head
+    "--kv-channels": _k("model.kv_channels",  # Megatron-LM's default: hidden / heads
+                        absent=lambda plan, args: _KEEP if plan.model.kv_lora_rank is not None
+                        else plan.model.hidden // plan.model.heads),
+    "--rotary-base": _k("model.rotary_base"),
+    "--untie-embeddings-and-output-weights": _k("model.share_embeddings_and_output_weights", False, absent=True),
+    "--window-size": _k("model.window_size", lambda v, plan, args: [int(x) for x in v.split(",")]),
+    "--window-attn-skip-freq": _k("model.window_attn_skip_freq"),
+    # the plan's padded vocabulary as the model's, padded no further
+    "--padded-vocab-size": (_Key("model.vocab_size"), _Key("model.should_pad_vocab", False)),
+    "--make-vocab-size-divisible-by": _k("model.make_vocab_size_divisible_by"),
+    # memory savers
+    "--recompute-granularity": _k("model.recompute_granularity", absent=None),
+    "--recompute-modules": _k("model.recompute_modules", absent=None),  # None: Megatron-Core's core_attn
+    "--recompute-method": _k("model.recompute_method", absent=None),
+    "--recompute-num-layers": _k("model.recompute_num_layers", absent=None),
+    "--use-distributed-optimizer": (_Key("ddp.use_distributed_optimizer", True, absent=False),
+                                    _Key("optimizer.use_distributed_optimizer", True, absent=False)),
+    "--use-megatron-fsdp": _k("ddp.use_megatron_fsdp", True, absent=False),
+    "--data-parallel-sharding-strategy": _k("ddp.data_parallel_sharding_strategy"),
+    "--ckpt-format": _k("checkpoint.ckpt_format"),
+    "--no-gradient-accumulation-fusion": _k("model.gradient_accumulation_fusion", False),
+    "--overlap-grad-reduce": _k("ddp.overlap_grad_reduce", True, absent=False),
+    "--overlap-param-gather": _k("ddp.overlap_param_gather", True, absent=False),
+    "--optimizer-cpu-offload": _k("optimizer.optimizer_cpu_offload", True),
+    "--use-precision-aware-optimizer": _k("optimizer.use_precision_aware_optimizer", True),
+    "--optimizer-offload-fraction": _k("optimizer.optimizer_offload_fraction"),
+    # precision and kernels: the 16-bit flag and the FP8 ones are one mixed-precision recipe
+    "--bf16": _k("mixed_precision", _bridge_precision,
+                 absent=lambda plan, args: _KEEP if "--fp16" in args else None),  # neither: fp32, none
+    "--fp16": _k("mixed_precision", _bridge_precision),
+    **{flag: _k("mixed_precision", _bridge_fp8) for flag in _BRIDGE_FP8},
+    "--attention-backend": _k("model.attention_backend", _bridge_attention_backend),
+    "--tp-comm-overlap": _k("model.tp_comm_overlap", True, absent=False),
+    # run
+    "--hidden-dropout": _k("model.hidden_dropout", absent=0.1),  # Megatron-LM's default, with dropout planned
+    "--attention-dropout": _k("model.attention_dropout", absent=0.1),
+    "--lr": _k("optimizer.lr"),
+    # Megatron-LM's constant rate has no warmup (--lr-warmup-iters 0); the recipes warm up
+    "--lr-decay-style": (_Key("scheduler.lr_decay_style"), _Key("scheduler.lr_warmup_iters", 0)),
+    "--adam-beta1": _k("optimizer.adam_beta1"),
+    "--adam-beta2": _k("optimizer.adam_beta2"),
+    # Megatron-LM's --weight-decay is its start and end weight decay too; the recipes' scheduler holds its own
+    "--weight-decay": (_Key("optimizer.weight_decay"), _Key("scheduler.start_weight_decay"),
+                       _Key("scheduler.end_weight_decay")),
+    "--clip-grad": _k("optimizer.clip_grad"),
+    "--seed": (_Key("rng.seed"), _Key("dataset.random_seed")),  # Megatron-LM seeds its datasets with --seed
+    # the same whole steps as iterations: the recipes set train_iters, which train_samples may not join
+    "--train-samples": _k("train.train_iters", lambda n, plan, args: n // plan.training.global_batch_size),
+    "--train-iters": _k("train.train_iters"),
+    "--mock-data": _k("dataset.blend", None),  # no blend: the pretrain recipes' mock data
+    "--tokenizer-type": _k("tokenizer.tokenizer_type"),
+    "--vocab-size": _k("tokenizer.vocab_size"),
+}
+
+# Flags with no key, and why: the block's form is the recipe's model provider's (its activation_func a callable the
+# overrides cannot carry), and two settings Bridge takes from elsewhere
+_BRIDGE_UNMAPPED: dict[str, str] = {
+    "--swiglu": "the recipe's activation_func, a callable, and gated_linear_unit",
+    "--normalization": "the recipe's",
+    "--position-embedding-type": "the recipe's",
+    "--disable-bias-linear": "the recipe's add_bias_linear",
+    "--group-query-attention": "implied by model.num_query_groups",
+    "--max-position-embeddings": "model.seq_length sizes the position table, in GPTModelProvider.provide",
+    "--multi-latent-attention": "the recipe's model provider, an MLA one in the DeepSeek and Kimi recipes",
+    "--qk-layernorm": "the recipe's",
+    "--accumulate-allreduce-grads-in-fp32": "the mixed-precision recipe's grad_reduce_in_fp32 (fp16_mixed: false) "
+                                            "replaces ddp.grad_reduce_in_fp32 at setup",
+    "--grad-reduce-in-bf16": "the mixed-precision recipe's grad_reduce_in_fp32 (bf16_mixed: true) replaces "
+                             "ddp.grad_reduce_in_fp32 at setup",
+}
+
+# the ConfigContainer's sections in the order the file lists them
+_BRIDGE_SECTIONS = ("model", "train", "dataset", "optimizer", "scheduler", "ddp", "mixed_precision", "rng",
+                    "tokenizer", "checkpoint")
+_BRIDGE_KEY_ORDER = {key.path: i for i, key in enumerate(k for keys in _BRIDGE_KEYS.values() for k in keys)}
+
+# parplan's presets with a Megatron-Bridge recipe of their own: (recipe function, what it builds).  Names from the
+# families' __init__.py in src/megatron/bridge/recipes: llama (commit 1b5eb804), qwen (3d76f6f4), deepseek (5f315187),
+# kimi (1af029b0), gpt_oss (40791148), glm (371ef5cd), gpt (3b44b5ca)
+_BRIDGE_RECIPES: dict[str, tuple[str, str]] = {
+    "llama2-7b": ("llama2_7b_pretrain_config", "Llama 2 7B"),
+    "llama3-8b": ("llama3_8b_pretrain_config", "Llama 3 8B; llama31_8b_pretrain_config for Llama 3.1"),
+    "llama3-70b": ("llama3_70b_pretrain_config", "Llama 3 70B; llama31_70b_pretrain_config for Llama 3.1"),
+    "llama3-405b": ("llama31_405b_pretrain_config", "Llama 3.1 405B"),
+    "llama3.2-1b": ("llama32_1b_pretrain_config", "Llama 3.2 1B"),
+    "llama3.2-3b": ("llama32_3b_pretrain_config", "Llama 3.2 3B"),
+    "qwen2.5-7b": ("qwen25_7b_pretrain_config", "Qwen2.5 7B"),
+    "qwen2.5-72b": ("qwen25_72b_pretrain_config", "Qwen2.5 72B"),
+    "qwen3-8b": ("qwen3_8b_pretrain_config", "Qwen3 8B"),
+    "qwen3-14b": ("qwen3_14b_pretrain_config", "Qwen3 14B"),
+    "qwen3-32b": ("qwen3_32b_pretrain_config", "Qwen3 32B"),
+    "qwen3-30b-a3b": ("qwen3_30b_a3b_pretrain_config", "Qwen3-30B-A3B"),
+    "qwen3-235b-a22b": ("qwen3_235b_a22b_pretrain_config", "Qwen3-235B-A22B"),
+    "deepseek-v2": ("deepseek_v2_pretrain_config", "DeepSeek-V2"),
+    "deepseek-v2-lite": ("deepseek_v2_lite_pretrain_config", "DeepSeek-V2-Lite"),
+    "deepseek-v3": ("deepseek_v3_pretrain_config", "DeepSeek-V3"),
+    "kimi-k2": ("kimi_k2_pretrain_config", "Kimi K2"),
+    "gpt-oss-20b": ("gpt_oss_20b_pretrain_config", "gpt-oss-20b"),
+    "gpt-oss-120b": ("gpt_oss_120b_pretrain_config", "gpt-oss-120b"),
+    "glm-4.5": ("glm45_355b_pretrain_config", "GLM-4.5"),
+    "glm-4.5-air": ("glm45_air_106b_pretrain_config", "GLM-4.5-Air"),
+    "gpt3-175b": ("gpt3_175b_pretrain_config", "GPT-3 175B"),
+}
+
+
+def bridge_recipe(m) -> tuple[str, str, bool]:
+    """The Megatron-Bridge recipe to start from: (function, what it builds, whether it is this model's own) -- the
+    preset's, else one of the closest family (latent attention, gpt-oss, Qwen, a mixture of experts, gpt or llama
+    blocks)."""
+    if (m.name or "") in _BRIDGE_RECIPES:
+        return (*_BRIDGE_RECIPES[m.name], True)
+    family = _model_family(m)
+    if m.kv_lora_rank is not None:
+        name = "deepseek-v3"
+    elif family == "gpt-oss":
+        name = "gpt-oss-20b"
+    elif family == "Qwen3" or m.is_moe:
+        name = "qwen3-30b-a3b" if m.is_moe else "qwen3-8b"
+    elif family == "Qwen2":
+        name = "qwen2.5-7b"
+    elif m.arch == "gpt":
+        return "vanilla_gpt_pretrain_config", "GPT blocks", False
+    else:
+        name = "llama3-8b"
+    return (*_BRIDGE_RECIPES[name], False)
+
+
+def _hydra_value(v: Any) -> str:
+    """A value as Hydra's override grammar reads it: true/false, null, numbers, [lists], names bare, any other
+    string in double quotes."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+    s = str(v)
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", s) and s.lower() not in ("true", "false", "null", "nan", "inf"):
+        return s
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def bridge_overrides(plan: Plan, args: list[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ConfigContainer fields Megatron-LM's arguments `args` set (path -> value, in the file's order), and the
+    flags with none (flag -> why).  A flag not in _BRIDGE_KEYS nor _BRIDGE_UNMAPPED is reported, never dropped."""
+    given = dict(args)
+    keys: dict[str, Any] = {}
+    unmapped: dict[str, str] = {}
+
+    def put(path: str, value: Any) -> None:
+        if path in keys and keys[path] != value:
+            raise AssertionError(f"Megatron-Bridge key {path} set twice: {keys[path]!r} and {value!r}")
+        keys[path] = value
+
+    for flag, value in args:
+        if flag in _BRIDGE_UNMAPPED or flag not in _BRIDGE_KEYS:
+            unmapped[flag] = _BRIDGE_UNMAPPED.get(flag, "no Megatron-Bridge key in parplan's table")
+            continue
+        values = []
+        for key in _BRIDGE_KEYS[flag]:
+            v = (True if value is None else value) if key.value is _SAME \
+                else key.value(value, plan, given) if callable(key.value) else key.value
+            values.append(v)
+        why = next((v for v in values if isinstance(v, _Unmapped)), None)
+        if why is not None:
+            unmapped[flag] = str(why)
+            continue
+        for key, v in zip(_BRIDGE_KEYS[flag], values):
+            put(key.path, v)
+    for flag, flag_keys in _BRIDGE_KEYS.items():  # Megatron-LM's defaults where the recipes set another
+        if flag in given:
+            continue
+        for key in flag_keys:
+            if key.absent is _KEEP or key.path in keys or (key.absent_with and key.absent_with not in given):
+                continue
+            v = key.absent(plan, given) if callable(key.absent) else key.absent
+            if v is not _KEEP:
+                keys[key.path] = v
+    order = sorted(keys, key=lambda path: (_BRIDGE_SECTIONS.index(path.split(".")[0]), _BRIDGE_KEY_ORDER[path]))
+    return {path: keys[path] for path in order}, unmapped
+
+
+_BRIDGE_MOCK_NOTE = ("dataset.blend=null and the NullTokenizer are mock data, a smoke test: for real data set "
+                     "dataset.blend (or run_recipe.py's --dataset) and tokenizer.tokenizer_type / tokenizer_model.")
+
+
+def _megatron_bridge(plan: Plan) -> tuple[str, list[str]]:
+    m, p = plan.model, plan.parallel
+    args, megatron_notes = _megatron_args(plan)
+    keys, unmapped = bridge_overrides(plan, args)
+    recipe, what, own = bridge_recipe(m)
+    family = _model_family(m)
+    # Megatron-LM's notes hold for the same settings; the family's extras and mock data read otherwise here
+    replaced = set(_megatron_family_notes(m)) if family in ("gpt-oss", "Qwen2", "Qwen3") else set()
+    notes = ["notes naming Megatron-LM flags speak of the keys those flags map to (`parplan export --to megatron` "
+             "writes the flags)."]
+    notes += [_BRIDGE_MOCK_NOTE if n == _MEGATRON_MOCK_NOTE else n for n in megatron_notes if n not in replaced]
+    if replaced:
+        notes.append(f"{family}: the plan counts llama blocks; {recipe}'s model provider builds the real model "
+                     f"({_FAMILY_EXTRAS[family]}), which these keys leave to it (parameters the plan does not count).")
+    if not own:
+        notes.append(f"{m.name or m.arch}: no Megatron-Bridge recipe of this model; {recipe} ({what}) is of the "
+                     "closest family: check that its model provider's block form (activation, norms, positions, "
+                     "biases) is the plan's, as the keys set only the shape.")
+    if unmapped:
+        notes.append("not mapped (set by hand or taken from the recipe): "
+                     + "; ".join(f"{flag} ({why})" for flag, why in unmapped.items()) + ".")
+    if "mixed_precision" in keys and keys["mixed_precision"] is None:
+        notes.append("precision fp32: mixed_precision=null leaves the model provider's own bf16 / params_dtype as the "
+                     "recipe builds them; check that they are fp32.")
+    on = {k: _hydra_value(keys.get(f"{s}.{k}", False)) for s, k in (("model", "tp_comm_overlap"),
+                                                                      ("ddp", "overlap_grad_reduce"),
+                                                                      ("ddp", "overlap_param_gather"))}
+    notes.append("where the recipe builds a comm_overlap section (a CommOverlapConfig; recipes/common.py's "
+                 "_pretrain_common leaves it null), its setup sets model.tp_comm_overlap and, with the distributed "
+                 "optimizer and dp > 1, ddp.overlap_grad_reduce / overlap_param_gather from its own fields "
+                 "(training/comm_overlap.py): add " + " ".join(f"comm_overlap.{k}={v}" for k, v in on.items())
+                 + " there (Hydra refuses them where the section is null).")
+    notes.append("model.vocab_size is the plan's padded vocabulary (model.should_pad_vocab=false); a recipe whose "
+                 "tokenizer.use_tokenizer_vocab_size is true (_pretrain_common's, recipes/common.py commit 0eca073e) "
+                 "takes the tokenizer's size instead: add tokenizer.use_tokenizer_vocab_size=false where your "
+                 "Megatron-Bridge has that field.")
+    nnodes, nproc = _nodes(plan)
+    if nproc != min(plan.hardware.gpus, plan.hardware.gpus_per_node):  # nodes not filled
+        notes.append(f"{plan.hardware.gpus} GPUs do not fill {plan.hardware.gpus_per_node}-GPU nodes: launched as "
+                     f"{nnodes} nodes x {nproc} (torchrun starts the same number of ranks on every node).")
+    env = "CUDA_DEVICE_MAX_CONNECTIONS=1 " if (p.tp > 1 or p.cp > 1) and p.zero_stage != 3 else ""
+    header = [f"parplan export --to megatron-bridge: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}",
+              f"tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} sp={p.sp} zero={p.zero_stage} "
+              f"recompute={p.recompute}{f' ({p.recompute_layers} blocks/stage)' if p.recompute_layers else ''} "
+              f"schedule={p.schedule} offload={p.offload}",
+              "Megatron-Bridge ConfigContainer overrides, one KEY=VALUE a line in Hydra's syntax (shell-quoted where "
+              "needed): the Megatron-LM flags of `parplan export --to megatron` on the fields of "
+              "NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/config.py (commit 4feb11f8), "
+              "models/gpt_provider.py (commit 0254ddd4) and Megatron-Core's TransformerConfig; checked against the "
+              "sources, not run.",
+              f"Recipe: {recipe} ({what}){'' if own else ', the closest family'}. It builds the model provider (the "
+              "block's form: activation, norms, positions, biases; the recipes read build it from the model's Hugging "
+              "Face config) and every field these keys leave alone.",
+              "Run from a Megatron-Bridge checkout, this file saved as bridge-overrides.txt "
+              "(scripts/training/run_recipe.py, commit 10feab50, reads trailing KEY=VALUE overrides):",
+              f"  grep -v '^#' bridge-overrides.txt | {env}xargs torchrun --nnodes {nnodes} --nproc-per-node {nproc} "
+              '--node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
+              f'--master-port "${{MASTER_PORT:-6000}}" scripts/training/run_recipe.py --recipe {recipe}']
+    lines = _comment_lines(header)
+    lines += [f"# note: {n}" for n in notes]
+    lines += [shlex.quote(f"{path}={_hydra_value(v)}") for path, v in keys.items()]
     return "\n".join(lines) + "\n", notes
 
 

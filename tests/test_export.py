@@ -5,6 +5,7 @@ import copy
 import json
 import math
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -67,7 +68,7 @@ def megatron_args(text: str) -> dict[str, object]:
 
 
 def test_formats_and_unknown():
-    assert FORMATS == ("megatron", "torchtitan", "torchtitan-0.2", "deepspeed", "llm-foundry")
+    assert FORMATS == ("megatron", "megatron-bridge", "torchtitan", "torchtitan-0.2", "deepspeed", "llm-foundry")
     with pytest.raises(ValueError) as e:
         export_plan(llama_plan(), "nemo")
     for name in FORMATS:
@@ -976,3 +977,274 @@ def test_megatron_export_of_a_zero3_mixture_of_experts_says_it_was_planned_for_p
     dense = recommend(load_preset("llama3-8b"), 16, pins=Pins(zero=3), top_k=1)
     assert dense.parallel.zero_stage == 3
     assert not any("mixture of experts" in n for n in export_notes(dense, "megatron"))
+
+
+# --- Megatron-Bridge: the Megatron-LM flags as ConfigContainer overrides
+
+BRIDGE_SECTIONS = ("model", "train", "dataset", "optimizer", "scheduler", "ddp", "mixed_precision", "rng", "tokenizer",
+                   "checkpoint")
+
+
+def _hydra(raw: str) -> object:
+    """A value as the Bridge export writes it for Hydra's grammar: true/false, null, ints, floats, [lists] of those,
+    "quoted" or bare strings (none of its lists nest or hold strings with commas)."""
+    if raw in ("true", "false"):
+        return raw == "true"
+    if raw == "null":
+        return None
+    if raw.startswith("[") and raw.endswith("]"):
+        return [_hydra(x) for x in raw[1:-1].split(",")] if raw != "[]" else []
+    if raw.startswith('"') and raw.endswith('"'):
+        return raw[1:-1]
+    if re.fullmatch(r"-?\d+", raw):
+        return int(raw)
+    try:
+        return float(raw)
+    except ValueError:
+        return raw
+
+
+def bridge_overrides_of(text: str) -> dict[str, object]:
+    """The KEY=VALUE lines of a Megatron-Bridge export: each one shell word (what xargs hands run_recipe.py), its key
+    a dotted ConfigContainer path of a known section, written once."""
+    out: dict[str, object] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        words = shlex.split(line)
+        assert len(words) == 1, line
+        key, raw = words[0].split("=", 1)
+        assert re.fullmatch(r"[a-z_]+(\.[a-z0-9_]+)*", key) and key.split(".")[0] in BRIDGE_SECTIONS, key
+        assert key not in out, f"duplicate {key}"
+        out[key] = _hydra(raw)
+    return out
+
+
+def moe_plan(dispatcher: str = "alltoall") -> Plan:
+    from planner.models import load_preset
+    return Plan(model=load_preset("qwen3-30b-a3b"),
+                hardware=HardwareRef(name="h100-sxm-80gb", gpus=32, gpus_per_node=8),
+                training=Training(seq_len=4096, global_batch_size=256, micro_batch_size=1, num_microbatches=16,
+                                  dtype="bf16", precision="master-weights", framework="megatron", tokens=1e9,
+                                  moe_dispatcher=dispatcher, clip_grad=1.0),
+                parallel=Parallel(tp=2, pp=1, dp=16, ep=8, sp=True, zero_stage=1, recompute="selective"))
+
+
+def test_megatron_bridge_dense_plan_sets_the_layout_batch_and_policies():
+    """tp/pp/vpp/cp/sp, the batch, recompute, the distributed optimizer and bf16 as ConfigContainer keys, the recipe
+    named in the header and in the run line, and the notes as `# note:` lines (as the Megatron-LM export's)."""
+    plan = llama_plan()  # tp 4, pp 2, vpp 2, dp 2, sp, ZeRO-1, selective recompute, bf16 master weights
+    text = export_plan(plan, "megatron-bridge")
+    o = bridge_overrides_of(text)
+    assert (o["model.tensor_model_parallel_size"], o["model.pipeline_model_parallel_size"],
+            o["model.context_parallel_size"]) == (4, 2, 1)
+    assert o["model.virtual_pipeline_model_parallel_size"] == 2  # model chunks per rank: 32 / (2 * 8)
+    assert o["model.sequence_parallel"] is True
+    assert (o["train.micro_batch_size"], o["train.global_batch_size"]) == (1, 64)
+    assert o["model.seq_length"] == o["dataset.sequence_length"] == 4096  # ConfigContainer.validate asserts them equal
+    assert o["model.recompute_granularity"] == "selective" and o["model.recompute_method"] is None
+    assert o["model.recompute_num_layers"] is None and o["model.recompute_modules"] is None  # core_attn, the default
+    assert o["ddp.use_distributed_optimizer"] is True and o["optimizer.use_distributed_optimizer"] is True
+    assert o["mixed_precision"] == "bf16_mixed"
+    assert (o["model.num_layers"], o["model.hidden_size"], o["model.num_attention_heads"],
+            o["model.num_query_groups"], o["model.ffn_hidden_size"]) == (32, 4096, 32, 8, 14336)
+    assert o["train.train_iters"] == -(-10**9 // (64 * 4096))  # --train-samples' whole steps
+    assert (o["optimizer.lr"], o["optimizer.clip_grad"], o["rng.seed"]) == (plan.training.lr, 1.0, plan.training.seed)
+    assert o["scheduler.lr_decay_style"] == "constant" and o["scheduler.lr_warmup_iters"] == 0
+    assert o["optimizer.weight_decay"] == o["scheduler.start_weight_decay"] == o["scheduler.end_weight_decay"] == 0.1
+    assert o["model.vocab_size"] == 128256 and o["model.should_pad_vocab"] is False
+    # sorted by section, in the ConfigContainer's order
+    sections = [k.split(".")[0] for k in o]
+    assert sections == sorted(sections, key=BRIDGE_SECTIONS.index)
+    head = text.split("\nmodel.", 1)[0]
+    assert "Recipe: llama3_8b_pretrain_config" in head and "checked against the sources, not run" in head
+    assert ("xargs torchrun --nnodes 2 --nproc-per-node 8 " in head
+            and "scripts/training/run_recipe.py --recipe llama3_8b_pretrain_config" in head)
+    notes = export_notes(plan, "megatron-bridge")
+    assert notes and all(f"# note: {n}" in head for n in notes)
+    assert not any("--data-path" in n for n in notes)  # Megatron-LM's mock-data advice, given in Bridge's keys here
+
+    # what the plan leaves off goes as Megatron-LM's default, not the recipe's (which turn these on)
+    off = bridge_overrides_of(export_plan(llama_plan(tp=2, pp=1, vpp=1, dp=8, sp=False, zero_stage=0,
+                                                     recompute="none", schedule="1f1b"), "megatron-bridge"))
+    assert off["model.sequence_parallel"] is False and off["model.virtual_pipeline_model_parallel_size"] is None
+    assert off["ddp.use_distributed_optimizer"] is False and off["optimizer.use_distributed_optimizer"] is False
+    assert off["model.recompute_granularity"] is None and off["model.pipeline_model_parallel_layout"] is None
+    full = bridge_overrides_of(export_plan(llama_plan(recompute="full", recompute_layers=3), "megatron-bridge"))
+    assert (full["model.recompute_granularity"], full["model.recompute_method"],
+            full["model.recompute_num_layers"]) == ("full", "block", 3)
+    cp = bridge_overrides_of(export_plan(llama_plan(cp=2, tp=2, pp=1, vpp=1, dp=2, schedule="1f1b"), "megatron-bridge"))
+    assert cp["model.context_parallel_size"] == 2 and cp["model.cp_comm_type"] == "all_gather"
+    uneven = bridge_overrides_of(export_plan(llama_plan(stage_layers=[7, 9, 9, 7]), "megatron-bridge"))
+    assert uneven["model.pipeline_model_parallel_layout"] == "Et*7|t*9|t*9|t*7L"
+    assert uneven["model.virtual_pipeline_model_parallel_size"] == 2
+    fp16 = bridge_overrides_of(export_plan(gpt_plan(), "megatron-bridge"))
+    assert fp16["mixed_precision"] == "fp16_mixed" and fp16["ddp.use_megatron_fsdp"] is True
+    assert fp16["checkpoint.ckpt_format"] == "fsdp_dtensor" and fp16["model.share_embeddings_and_output_weights"]
+
+
+def test_megatron_bridge_moe_plan_sets_expert_parallelism_and_the_dispatcher():
+    plan = moe_plan()
+    text = export_plan(plan, "megatron-bridge")  # export_problem lets a mixture of experts through to Bridge
+    o = bridge_overrides_of(text)
+    assert o["model.expert_model_parallel_size"] == 8 and o["model.expert_tensor_parallel_size"] == 1
+    assert o["model.moe_token_dispatcher_type"] == "alltoall" and o["model.moe_grouped_gemm"] is True
+    assert (o["model.num_moe_experts"], o["model.moe_router_topk"], o["model.moe_ffn_hidden_size"]) == (128, 8, 768)
+    assert o["model.moe_layer_freq"] == 1  # every block an MoE one (the flag left out)
+    assert o["model.moe_shared_expert_intermediate_size"] is None and o["model.mtp_num_layers"] is None
+    assert "--recipe qwen3_30b_a3b_pretrain_config" in text
+    notes = export_notes(plan, "megatron-bridge")
+    # the recipe builds Qwen3's q/k norms: no Megatron-LM flags to add by hand here
+    assert any(n.startswith("Qwen3:") and "qwen3_30b_a3b_pretrain_config" in n for n in notes)
+    assert not any("--qk-layernorm (its per-head" in n for n in notes)
+    act = bridge_overrides_of(export_plan(_with(plan, "training", moe_recompute="act"), "megatron-bridge"))
+    assert act["model.recompute_granularity"] == "selective"
+    assert act["model.recompute_modules"] == ["core_attn", "moe_act"]
+    deepep = bridge_overrides_of(export_plan(moe_plan("deepep"), "megatron-bridge"))
+    assert deepep["model.moe_token_dispatcher_type"] == "flex"
+    assert deepep["model.moe_flex_dispatcher_backend"] == "deepep"
+    with pytest.raises(ValueError, match="use --to megatron"):
+        export_plan(plan, "torchtitan")
+
+
+def _bridge_plans() -> dict[str, Plan]:
+    """Plans whose Megatron-LM arguments cover every flag `_megatron_args` writes for dense, MoE and MLA models."""
+    from planner.models import load_preset
+    from tests.test_mla_frontend import mla_plan
+    fp8 = _with(llama_plan(), "training", fp8=True)
+    offload = llama_plan(zero_stage=0, offload="optimizer")
+    dsv3 = mla_plan("deepseek-v3")
+    return {
+        "dense": llama_plan(), "gpt zero3 offload": gpt_plan(), "fp8": fp8, "offload": offload,
+        "fp32": _with(llama_plan(), "training", precision="fp32", dtype="fp32"),
+        "fp16 master": _with(llama_plan(), "training", dtype="fp16"),
+        "half grads": _with(llama_plan(), "training", precision="master-weights-half-grads"),
+        "tp overlap, dropout": _with(llama_plan(), "training", overlap_tp_comm=True, dropout=True),
+        "cp": llama_plan(cp=2, tp=2, pp=1, vpp=1, dp=2, schedule="1f1b"),
+        "layout": llama_plan(stage_layers=[7, 9, 9, 7]),
+        "ends": llama_plan(tp=4, pp=4, vpp=1, dp=1, schedule="1f1b", stage_layers=[7, 9, 9, 7]),
+        "moe": moe_plan(), "moe deepep": moe_plan("deepep"),
+        "moe act": _with(moe_plan(), "training", moe_recompute="act"),
+        "deepseek-v3 mtp": dsv3.model_copy(update={"model": dsv3.model.model_copy(update={"mtp_layers": 1})}),
+        "deepseek-v2-lite": mla_plan("deepseek-v2-lite", pp=3),
+        "gpt-oss window": llama_plan().model_copy(update={"model": load_preset("gpt-oss-20b")}),
+    }
+
+
+def test_every_megatron_flag_is_mapped_or_named_as_unmapped():
+    """Each flag of the Megatron-LM export has an entry in the Bridge table (keys, or a reason it has none): a flag
+    added to `_megatron_args` without one fails here.  In the output, each is either written as its keys or named in
+    the "not mapped" note, never dropped."""
+    from planner.export import _BRIDGE_KEYS, _BRIDGE_UNMAPPED, _megatron_args
+    seen: set[str] = set()
+    for name, plan in _bridge_plans().items():
+        args, _ = _megatron_args(plan)
+        text = export_plan(plan, "megatron-bridge")
+        o = bridge_overrides_of(text)
+        unmapped = [n for n in export_notes(plan, "megatron-bridge") if n.startswith("not mapped")]
+        for flag, _value in args:
+            seen.add(flag)
+            assert flag in _BRIDGE_KEYS or flag in _BRIDGE_UNMAPPED, f"{flag} ({name}): add it to _BRIDGE_KEYS"
+            written = flag in _BRIDGE_KEYS and all(k.path in o for k in _BRIDGE_KEYS[flag])
+            named = bool(unmapped) and f"{flag} (" in unmapped[0]
+            assert written != named, (name, flag, written, named)
+    # these plans reach every entry of the table (a stale entry would be an untested one)
+    assert seen >= set(_BRIDGE_KEYS) | set(_BRIDGE_UNMAPPED), sorted((set(_BRIDGE_KEYS) | set(_BRIDGE_UNMAPPED)) - seen)
+    for keys in _BRIDGE_KEYS.values():
+        assert all(k.path.split(".")[0] in BRIDGE_SECTIONS for k in keys)
+
+
+def test_megatron_bridge_maps_precision_fp8_and_latent_attention_as_verified():
+    """FP8 as Bridge's bf16_with_fp8_delayed_scaling_mixed (hybrid, delayed, amax history 1024 by max, FP8 weight
+    gathers: the Megatron-LM export's flags); fp32 as no mixed-precision recipe; latent attention's widths, no query
+    compression as a null q_lora_rank, and its attention backend left to the recipe."""
+    plans = _bridge_plans()
+    assert bridge_overrides_of(export_plan(plans["fp8"], "megatron-bridge"))["mixed_precision"] == \
+        "bf16_with_fp8_delayed_scaling_mixed"
+    assert bridge_overrides_of(export_plan(plans["fp32"], "megatron-bridge"))["mixed_precision"] is None
+    lite = plans["deepseek-v2-lite"]
+    o = bridge_overrides_of(export_plan(lite, "megatron-bridge"))
+    assert o["model.q_lora_rank"] is None and o["model.kv_lora_rank"] == lite.model.kv_lora_rank
+    assert o["model.qk_head_dim"] + o["model.qk_pos_emb_head_dim"] == lite.model.head_dim
+    assert "model.attention_backend" not in o
+    assert o["model.moe_layer_freq"] == [int(lite.model.is_moe_block(i)) for i in range(lite.model.layers)]
+    assert "--recipe deepseek_v2_lite_pretrain_config" in export_plan(lite, "megatron-bridge")
+    v3 = bridge_overrides_of(export_plan(plans["deepseek-v3 mtp"], "megatron-bridge"))
+    assert v3["model.mtp_num_layers"] == 1 and v3["model.q_lora_rank"] == 1536
+    win = bridge_overrides_of(export_plan(plans["gpt-oss window"], "megatron-bridge"))
+    assert win["model.window_size"] == [127, 0] and win["model.window_attn_skip_freq"] == 2
+    tp = bridge_overrides_of(export_plan(plans["tp overlap, dropout"], "megatron-bridge"))
+    assert tp["model.tp_comm_overlap"] is True and tp["model.hidden_dropout"] == tp["model.attention_dropout"] == 0.1
+
+
+def test_megatron_bridge_recipe_is_the_presets_or_the_closest_familys():
+    from planner.export import bridge_recipe
+    from planner.models import load_preset
+    assert bridge_recipe(load_preset("llama3.1-70b"))[:1] == ("llama3_70b_pretrain_config",)
+    assert bridge_recipe(load_preset("llama3-405b"))[0] == "llama31_405b_pretrain_config"
+    assert bridge_recipe(load_preset("gpt-oss-120b"))[0] == "gpt_oss_120b_pretrain_config"
+    assert bridge_recipe(load_preset("deepseek-r1"))[0] == "deepseek_v3_pretrain_config"
+    recipe, _, own = bridge_recipe(load_preset("mistral-7b"))
+    assert (recipe, own) == ("llama3_8b_pretrain_config", False)
+    assert bridge_recipe(gpt_plan().model)[0] == "vanilla_gpt_pretrain_config"
+    plan = llama_plan().model_copy(update={"model": load_preset("mistral-7b")})
+    assert any("no Megatron-Bridge recipe of this model" in n for n in export_notes(plan, "megatron-bridge"))
+
+
+def test_megatron_bridge_values_are_hydras_and_shell_quoted():
+    from planner.export import _hydra_value
+    assert [_hydra_value(v) for v in (True, False, None, 4, 3e-4, 1e-05, [1, 0], "all_gather", "Et*3|t*4L", "true")] \
+        == ["true", "false", "null", "4", "0.0003", "1e-05", "[1,0]", "all_gather", '"Et*3|t*4L"', '"true"']
+    text = export_plan(llama_plan(tp=4, pp=4, vpp=2, dp=1, stage_layers=[3, 4, 5, 4, 4, 4, 4, 4]), "megatron-bridge")
+    line = next(ln for ln in text.splitlines() if "pipeline_model_parallel_layout" in ln)
+    assert line == """'model.pipeline_model_parallel_layout="Et*3|t*4|t*5|t*4|t*4|t*4|t*4|t*4L"'"""
+    assert bridge_overrides_of(text)["model.recompute_granularity"] == "selective"
+
+
+def test_megatron_export_is_its_argument_list_rendered():
+    """`_megatron_args` is what `--to megatron` writes, word for word (the Bridge export maps the same list)."""
+    from planner.export import _megatron_args
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash not available")
+    for plan in _bridge_plans().values():
+        text = export_plan(plan, "megatron")
+        out = subprocess.run([bash, "-c", 'torchrun() { printf "%s\\0" "$@"; }\n' + text], check=True,
+                             capture_output=True, text=True).stdout
+        argv = out.split("\0")[:-1]
+        args, notes = _megatron_args(plan)
+        words = [w for flag, value in args
+                 for w in [flag, *map(str, value if isinstance(value, list) else [] if value is None else [value])]]
+        assert argv[argv.index("pretrain_gpt.py") + 1:] == words
+        assert set(notes) <= set(export_notes(plan, "megatron"))
+
+
+def test_megatron_bridge_framework_note_follows_megatron():
+    from planner.export import framework_note
+    plan = llama_plan()
+    assert "--framework megatron" in framework_note(plan, "megatron-bridge")
+    plan.training.framework = "megatron"
+    assert framework_note(plan, "megatron-bridge") is None
+
+
+def test_cli_exports_megatron_bridge_and_lists_the_targets(tmp_path):
+    import contextlib
+    import io
+    from planner.cli import main
+
+    def run(argv):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(argv)
+        return rc, out.getvalue(), err.getvalue()
+
+    plan = llama_plan()
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    rc, out, err = run(["export", str(path), "--to", "megatron-bridge"])
+    assert rc == 0, err
+    assert out == export_plan(plan, "megatron-bridge")
+    assert bridge_overrides_of(out)["model.tensor_model_parallel_size"] == 4
+    assert "note: not mapped" in err  # the notes on stderr too, as for every target
+    rc, out, err = run(["export", str(path), "--to", "megatron-bridgee"])
+    assert rc == 2 and out == "" and all(name in err for name in FORMATS) and "megatron-bridge" in err

@@ -89,6 +89,7 @@ _GPU_PROFILES = [
     ("mi300x", "mi300x"),
 ]
 DEFAULT_BASE = "h100-sxm-80gb"
+PORT_TRIES = 3  # starts of the collective benchmark's ranks, each on a fresh port, where the port was taken meanwhile
 
 
 class CalibrationError(ValueError):
@@ -703,12 +704,20 @@ def measure_collectives(world: int, quick: bool, device_type: str = "cuda", size
 
     if sizes is None:
         sizes = [8 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20] + ([] if quick else [1 << 30])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "collectives.json")
-        mp.spawn(_collective_worker, args=(world, port, sizes, path, device_type), nprocs=world, join=True)
+        for attempt in range(PORT_TRIES):
+            # a port free when chosen may be taken before rank 0's store binds it (the ranks import torch first;
+            # another job's connections pick ephemeral ports all the while): only that start is tried again
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            try:
+                mp.spawn(_collective_worker, args=(world, port, sizes, path, device_type), nprocs=world, join=True)
+                break
+            except mp.ProcessRaisedException as e:
+                if attempt == PORT_TRIES - 1 or "EADDRINUSE" not in str(e):
+                    raise
         return json.loads(Path(path).read_text())
 
 

@@ -431,6 +431,32 @@ def test_host_only_refuses_from_run(tmp_path, capsys):
     assert rc != 0 and "--host-only" in err and len(err.strip().splitlines()) == 1
 
 
+def test_the_collective_benchmark_starts_again_on_a_fresh_port_only_when_its_port_was_taken(monkeypatch):
+    """A port free when measure_collectives chose it was once taken before rank 0's store bound it (CI, 2026-12-06:
+    EADDRINUSE while the other test worker's gloo ranks ran): that start, and only that, is tried again."""
+    import torch.multiprocessing as mp
+
+    from planner import calibrate
+    ports, errors = [], ["EADDRINUSE", None]
+
+    def spawn(fn, args, nprocs, join):
+        ports.append(args[1])
+        err = errors.pop(0)
+        if err:
+            raise mp.ProcessRaisedException(f"DistNetworkError: ... code: -98, name: {err}, ...", 0, 1)
+        Path(args[3]).write_text('[{"op": "overlap"}]')
+
+    monkeypatch.setattr(mp, "spawn", spawn)
+    assert calibrate.measure_collectives(2, quick=True, device_type="cpu", sizes=[8]) == [{"op": "overlap"}]
+    assert len(ports) == 2
+    errors[:] = ["ECONNREFUSED"]  # any other failure is the benchmark's own: raised at once
+    with pytest.raises(mp.ProcessRaisedException, match="ECONNREFUSED"):
+        calibrate.measure_collectives(2, quick=True, device_type="cpu", sizes=[8])
+    errors[:] = ["EADDRINUSE"] * calibrate.PORT_TRIES
+    with pytest.raises(mp.ProcessRaisedException, match="EADDRINUSE"):
+        calibrate.measure_collectives(2, quick=True, device_type="cpu", sizes=[8])
+
+
 def test_collective_benchmark_runs_end_to_end_on_gloo_ranks():
     """The >= 2-GPU collective sweep (`measure_collectives`: spawned ranks, every op at every size, the
     overlap probe, rank 0's file) on two gloo CPU ranks, then into a profile.  Until this ran on CPU the

@@ -26,7 +26,8 @@ def summary(cases):
 
 
 def test_every_reference_set_has_an_adapter():
-    files = {p.stem for p in reference_dir().glob("*.json")} - {"h100_gemm"}  # a GEMM table, not a training run
+    # a GEMM table, not a training run; GB200's three rows, one layout with two settings unpinned (README), no set
+    files = {p.stem for p in reference_dir().glob("*.json")} - {"h100_gemm", "dgxc_gb200_bf16_405b"}
     assert files <= set(ADAPTERS), f"reference sets without an adapter: {sorted(files - set(ADAPTERS))}"
     assert set(available_sets()) == files
 

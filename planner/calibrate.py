@@ -89,7 +89,7 @@ _GPU_PROFILES = [
     ("mi300x", "mi300x"),
 ]
 DEFAULT_BASE = "h100-sxm-80gb"
-PORT_TRIES = 3  # starts of the collective benchmark's ranks, each on a fresh port, where the port was taken meanwhile
+PORT_TRIES = 3  # starts of spawned ranks, each on a fresh port, where the port was taken meanwhile (spawn_on_a_free_port)
 
 
 class CalibrationError(ValueError):
@@ -695,29 +695,41 @@ def overlap_slowdown(torch, dist, device, n: int = 2048, gemms: int = 8, comm_by
             "slowdown": max(0.0, med / alone - 1.0)}
 
 
+def free_port() -> int:
+    """A port the OS hands out as free now (released again: rank 0's TCPStore binds it)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_on_a_free_port(worker, args_for_port, nprocs: int, start_method: str = "spawn") -> None:
+    """torch's start_processes(worker, args=args_for_port(port), nprocs) on a free port.  The port is free when it is
+    chosen, not when rank 0 binds it seconds later (the ranks import torch first): another job's connections pick
+    ephemeral ports all the while, and one that takes this one makes rank 0's TCPStore fail with EADDRINUSE (CI,
+    2026-12-06, the other test worker's gloo ranks).  Such a start, and only such a start, is tried again on a fresh
+    port, up to PORT_TRIES starts."""
+    import torch.multiprocessing as mp
+
+    for attempt in range(PORT_TRIES):
+        try:
+            mp.start_processes(worker, args=args_for_port(free_port()), nprocs=nprocs, join=True,
+                               start_method=start_method)
+            return
+        except mp.ProcessRaisedException as e:
+            if attempt == PORT_TRIES - 1 or "EADDRINUSE" not in str(e):
+                raise
+
+
 def measure_collectives(world: int, quick: bool, device_type: str = "cuda", sizes: list[int] | None = None) -> list[dict]:
     """Bus bandwidth of all-reduce, all-gather, reduce-scatter and paired send/recv by message size on
     `world` local ranks (one per GPU), and the overlap probe; rank 0's list of rows."""
-    import socket
-
-    import torch.multiprocessing as mp
-
     if sizes is None:
         sizes = [8 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20] + ([] if quick else [1 << 30])
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "collectives.json")
-        for attempt in range(PORT_TRIES):
-            # a port free when chosen may be taken before rank 0's store binds it (the ranks import torch first;
-            # another job's connections pick ephemeral ports all the while): only that start is tried again
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            try:
-                mp.spawn(_collective_worker, args=(world, port, sizes, path, device_type), nprocs=world, join=True)
-                break
-            except mp.ProcessRaisedException as e:
-                if attempt == PORT_TRIES - 1 or "EADDRINUSE" not in str(e):
-                    raise
+        spawn_on_a_free_port(_collective_worker, lambda port: (world, port, sizes, path, device_type), world)
         return json.loads(Path(path).read_text())
 
 

@@ -439,14 +439,14 @@ def test_the_collective_benchmark_starts_again_on_a_fresh_port_only_when_its_por
     from planner import calibrate
     ports, errors = [], ["EADDRINUSE", None]
 
-    def spawn(fn, args, nprocs, join):
+    def spawn(fn, args, nprocs, join, start_method):
         ports.append(args[1])
         err = errors.pop(0)
         if err:
             raise mp.ProcessRaisedException(f"DistNetworkError: ... code: -98, name: {err}, ...", 0, 1)
         Path(args[3]).write_text('[{"op": "overlap"}]')
 
-    monkeypatch.setattr(mp, "spawn", spawn)
+    monkeypatch.setattr(mp, "start_processes", spawn)
     assert calibrate.measure_collectives(2, quick=True, device_type="cpu", sizes=[8]) == [{"op": "overlap"}]
     assert len(ports) == 2
     errors[:] = ["ECONNREFUSED"]  # any other failure is the benchmark's own: raised at once

@@ -43,15 +43,20 @@ def gpt_plan() -> Plan:
     )
 
 
-def megatron_args(text: str) -> dict[str, object]:
-    """Run the snippet under bash with a stub torchrun and parse pretrain_gpt.py's argv into a dict."""
+def megatron_argv(text: str) -> list[str]:
+    """Run the snippet under bash with a stub torchrun: pretrain_gpt.py's argv, in order."""
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("bash not available")
     stub = 'torchrun() { printf "%s\\0" "$@"; }\n'
     out = subprocess.run([bash, "-c", stub + text], check=True, capture_output=True, text=True).stdout
     argv = out.split("\0")[:-1]
-    argv = argv[argv.index("pretrain_gpt.py") + 1:]
+    return argv[argv.index("pretrain_gpt.py") + 1:]
+
+
+def megatron_args(text: str) -> dict[str, object]:
+    """megatron_argv parsed into a dict."""
+    argv = megatron_argv(text)
     args: dict[str, object] = {}
     i = 0
     while i < len(argv):
@@ -1204,18 +1209,12 @@ def test_megatron_bridge_values_are_hydras_and_shell_quoted():
 def test_megatron_export_is_its_argument_list_rendered():
     """`_megatron_args` is what `--to megatron` writes, word for word (the Bridge export maps the same list)."""
     from planner.export import _megatron_args
-    bash = shutil.which("bash")
-    if bash is None:
-        pytest.skip("bash not available")
     for plan in _bridge_plans().values():
-        text = export_plan(plan, "megatron")
-        out = subprocess.run([bash, "-c", 'torchrun() { printf "%s\\0" "$@"; }\n' + text], check=True,
-                             capture_output=True, text=True).stdout
-        argv = out.split("\0")[:-1]
+        argv = megatron_argv(export_plan(plan, "megatron"))
         args, notes = _megatron_args(plan)
         words = [w for flag, value in args
                  for w in [flag, *map(str, value if isinstance(value, list) else [] if value is None else [value])]]
-        assert argv[argv.index("pretrain_gpt.py") + 1:] == words
+        assert argv == words
         assert set(notes) <= set(export_notes(plan, "megatron"))
 
 

@@ -12,7 +12,7 @@ pack() { tar czf "${OUT:-/tmp}/results.tgz" --exclude='*.pickle' "$R" 2>/dev/nul
 nvidia-smi -L > "$R/host/gpu.txt" 2>&1
 if ! grep -q "$KIND" "$R/host/gpu.txt"; then
   echo "this call is prepared for an $KIND and this GPU is: $(head -1 "$R/host/gpu.txt")"
-  echo "on an H100: bash benchmarks/gpu_next.sh; on an H200: bash benchmarks/gpu_h200.sh; elsewhere:"
+  echo "on an H100: bash benchmarks/gpu_h100.sh (or gpu_next.sh); on an H200: bash benchmarks/gpu_h200.sh; elsewhere:"
   echo "python3 -m planner.cli calibrate --out $R/calibrated.toml, then"
   echo "python3 benchmarks/gpu_grid.py --out $R/grid --hardware $R/calibrated.toml"
   pack; exit 3

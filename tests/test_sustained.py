@@ -292,16 +292,16 @@ exit 0
 '''
 
 
-def _run_h200_call(tmp_path, results, limit=560, fail=""):
-    """benchmarks/gpu_h200.sh on this machine with nvidia-smi, python3 and timeout faked (an H200 named, every step
-    instant): the calls it made, in order (the timeouts given, then the command), and its stdout."""
+def _run_h200_call(tmp_path, results, limit=560, fail="", script="gpu_h200.sh", gpu="H200", rc=0):
+    """benchmarks/gpu_h200.sh (or SCRIPT) on this machine with nvidia-smi, python3 and timeout faked (an H200, or GPU,
+    named, every step instant): the calls it made, in order (the timeouts given, then the command), and its stdout."""
     import os
     import shutil
     import subprocess
     bin_ = tmp_path / "bin"
     bin_.mkdir(exist_ok=True)
     (bin_ / "python3").write_text(_STUB_PY)
-    (bin_ / "nvidia-smi").write_text('#!/bin/bash\necho "GPU 0: NVIDIA H200 (UUID: GPU-0)"\n')
+    (bin_ / "nvidia-smi").write_text(f'#!/bin/bash\necho "GPU 0: NVIDIA {gpu} (UUID: GPU-0)"\n')
     (bin_ / "timeout").write_text('#!/bin/bash\necho "timeout $1" >> "$CALLS"\nshift\nexec "$@"\n')
     for f in bin_.iterdir():
         f.chmod(0o755)
@@ -311,9 +311,9 @@ def _run_h200_call(tmp_path, results, limit=560, fail=""):
            "LIMIT": str(limit), "FAIL": fail, "OUT": str(tmp_path / "out")}
     (tmp_path / "out").mkdir(exist_ok=True)
     assert shutil.which("bash")
-    run = subprocess.run(["bash", "benchmarks/gpu_h200.sh", str(results)], cwd=ROOT, env=env, capture_output=True,
+    run = subprocess.run(["bash", f"benchmarks/{script}", str(results)], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.returncode == rc, run.stdout + run.stderr
     return [line for line in calls.read_text().splitlines() if not line.startswith("python3 -m pip")], run.stdout
 
 
@@ -358,3 +358,23 @@ def test_the_h200_call_runs_fp8_first_within_its_budget_and_resumes(tmp_path):
     calls, out = _run_h200_call(tmp_path, tmp_path / "R2", limit=70)
     assert re.search(r"grid: [2-5]\d s left, not started: llama-3b-mbs4-none-fp8 llama-1.3b-mbs4-none-fp8", out), out
     assert re.search(r"probe width: [2-5]\d s left, not started", out), out
+
+
+def test_the_h100_call_calibrates_then_runs_the_grid_in_its_order_within_its_budget(tmp_path):
+    """gpu_h100.sh (the 2026-12-06 call), its commands faked: calibrate from the H100 profile with --sustained 30, then
+    one grid call in the order its header gives (the FP8 entry and its 16-bit twin first, then the launch-bound 1.3B in
+    both recompute modes), then the FP8 GEMM study; each capped by LIMIT; it stops at once on an H200."""
+    results = tmp_path / "R"
+    calls, out = _run_h200_call(tmp_path, results, limit=570, script="gpu_h100.sh", gpu="H100 80GB HBM3")
+    steps = [c for c in calls if c.startswith("python3 ") and not c.startswith(("python3 -c", "python3 - "))]
+    assert "--base h100-sxm-80gb --sustained 30" in steps[0]
+    assert [s.split()[1] for s in steps[1:]] == ["benchmarks/gpu_grid.py", "benchmarks/fp8_gemm_shapes.py",
+                                                 "benchmarks/host_probe_width.py"]
+    assert steps[1].split("--only ")[1].split()[:4] == ["llama-3b-mbs4-none-fp8", "llama-3b-mbs4-none",
+                                                        "llama-1.3b-mbs1-full", "llama-1.3b-mbs1-none"]
+    timeouts = [int(c.split()[1]) for c in calls if c.startswith("timeout ")]
+    assert timeouts[0] == 300 and 480 <= timeouts[1] <= 500 and timeouts[2] == 60, timeouts
+    assert json.loads((results / "grids.json").read_text())["datasheet"] == "h100-sxm-80gb"
+    assert len(list((results / "grid").glob("*/report.json"))) == 14
+    calls, out = _run_h200_call(tmp_path, tmp_path / "R2", script="gpu_h100.sh", gpu="H200", rc=3)
+    assert "prepared for an H100" in out and not [c for c in calls if c.startswith("timeout ")]

@@ -1,5 +1,6 @@
-"""Why parplan's FP8 linears ran 4.4-6.7x slower than predicted on the H100 (2026-12-06): each FP8 operation of one
-block, alone, at the grid's 3B launch shapes, GPU time and host time.
+"""Why parplan's FP8 linears ran 4.6-5.4x slower than predicted on an H100: each FP8 operation alone, GPU and host time.
+
+At the grid's 3B launch shapes.
 
 On 2026-12-06 (`benchmarks/results/2026-12-06-h100`) llama-3b-mbs4-none-fp8 stepped in 1,332 ms against 303 ms for its
 16-bit twin (predicted 289 ms), at 263 W against 683 W, the GPU still 0.32 s behind the host when the host had

@@ -47,7 +47,8 @@ from planner.schema import Plan  # noqa: E402
 GRIDS = ("grid", "grid-refit", "grid-phases", "grid-phases-2")
 NEW_RUNS = ("grid-phases", "grid-phases-2")  # measured after every fit used here
 FIRST = Path(__file__).resolve().parent / "results" / "2026-11-22-h100"
-LATER = (Path(__file__).resolve().parent / "results" / "2026-11-23-h100",)  # sessions with a grids.json
+LATER = tuple(Path(__file__).resolve().parent / "results" / d  # sessions with a grids.json
+              for d in ("2026-11-23-h100", "2026-12-06-h100"))
 H200 = tuple(Path(__file__).resolve().parent / "results" / d  # the H200 sessions (grids.json)
              for d in ("2026-11-28-h200", "2026-12-04-h200"))
 STEP_BAR, MEM_BAR = 0.15, 0.10  # issue 3/4: step time within 15 %, peak memory within 10 %

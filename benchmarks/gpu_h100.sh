@@ -7,20 +7,21 @@
 #
 #     bash benchmarks/gpu_h100.sh benchmarks/results/YYYY-MM-DD-h100
 #
-# gpu_h200.sh's steps with an H100's profile and another order, since no H100 call has measured what a GEMM
-# sustains (the H100 grids of 2026-11-22/23 ran GPU-bound entries 14-19 % faster than the shipped 0.83 predicts;
-# 2026-12-04's H200 calibrate measured 0.845 there and still the runs read as 1.0 would):
+# gpu_h200.sh's steps with an H100's profile and another order.  Its first call (2026-12-06, at fcb1528:
+# benchmarks/results/2026-12-06-h100/calls.md) ran the calibrate, then the FP8 entries and their 16-bit twin, the
+# launch-bound 1.3B in both recompute modes, the first MoE, the 1.3B GPU-bound, the 1.3B FP8 and the MLA entries:
+# the FP8 linears stepped 4.6-5.4x their predicted step and the MoE 1.58x.  The next call, as written now:
 # 1. the host: nvidia-smi, lscpu; stops at once (exit 3) on any other GPU kind;
-# 2. `parplan calibrate --sustained 30` from the shipped H100 profile (timed; the H200's clock settled within its
-#    first second under a 60 s run, so 30 s is kept for the grid), its FP8 GEMM rows and FP8 host probe included;
-# 3. the grid, with step 2's profile, in this order: parplan's FP8 linears (never run on a GPU) and their 16-bit twin;
-#    the launch-bound 1.3B at micro-batch 1 in both recompute modes (full recompute read 1.2-1.5x under the probe
-#    on both H200 hosts, within 10 % on the H100s' own); the first mixture of experts on a GPU; the 1.3B GPU-bound;
-#    then the rest, until the call's time is spent;
-# 4. the host probe at the launches' width (benchmarks/host_probe_width.py) and FP8 GEMM shapes with what is left;
-# 5. grids.json (written after step 2), so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every
+# 2. `parplan calibrate --sustained 30` from the shipped H100 profile (133 s on 2026-12-06; its sustained fraction
+#    0.891 there), its FP8 GEMM rows and FP8 host probe included;
+# 3. each FP8 operation alone at the 3B launch's shapes (benchmarks/fp8_ops.py: which of them is slow; at most 120 s);
+# 4. the host probe at the launches' width (benchmarks/host_probe_width.py: 2026-12-06's launch-bound 1.3B runs
+#    dispatched 1.19x the probe's per block, none and full alike; at most 150 s, rows kept as they finish);
+# 5. the grid, with step 2's profile: the second MoE (8 experts: the dispatch per expert, with 2026-12-06's 16), the
+#    16-expert one again on this host, the dropout entry no H100 call has reached, the launch-bound 0.5B in both
+#    recompute modes, then the rest until the call's time is spent;
+# 6. grids.json (written after step 2), so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every
 #    report under the datasheet H100 profile, this calibrate, and this calibrate refit over the call's other reports.
-# Resumable as gpu_h200.sh is (LIMIT=seconds, the same folder).
 set -u
 R=${1:?give the results folder, e.g. benchmarks/results/2026-12-06-h100}
 LIMIT=${LIMIT:-570}  # seconds this script may take in all (the device tool stops a command at 600)
@@ -75,27 +76,29 @@ grid() {
   pack
 }
 
-# 3. the grid in the order of the open questions (see the header)
-echo "grid: $(( LIMIT - SECONDS )) s left"
-grid "$(cap 600 70)" llama-3b-mbs4-none-fp8 llama-3b-mbs4-none llama-1.3b-mbs1-full llama-1.3b-mbs1-none \
-  moe-2.5b-e16-mbs2 llama-1.3b-mbs4-none llama-1.3b-mbs4-none-fp8 mla-1.3b-mbs4 gpt-1.3b-mbs4-none-dropout \
-  llama-0.5b-mbs4-full llama-0.5b-mbs1-full llama-0.5b-mbs1-none llama-1.3b-mbs4-full llama-3b-mbs4-full
-
-# 4. with the last 70 s: FP8 GEMMs shape by shape (benchmarks/fp8_gemm_shapes.py), then the probe's width
-t=$(cap 60 5)
-if [ -f "$R/fp8_gemm_shapes.json" ]; then echo "fp8 shapes: done already"
+# 3. the FP8 operations one by one (benchmarks/fp8_ops.py)
+t=$(cap 120 20)
+if [ -f "$R/fp8_ops.json" ]; then echo "fp8 ops: done already"
 elif [ "$t" -ge 30 ]; then
   t0=$SECONDS
-  timeout "$t" python3 benchmarks/fp8_gemm_shapes.py --device cuda --base h100-sxm-80gb --out "$R/fp8_gemm_shapes.md" \
-    --json "$R/fp8_gemm_shapes.json" 2>&1 | sed -n 1,8p | cut -c1-220
-  echo "fp8 shapes took $(( SECONDS - t0 )) s"; pack
-else echo "fp8 shapes: ${t} s left, not started"; fi
-t=$(cap 240 5)
+  timeout "$t" python3 benchmarks/fp8_ops.py --device cuda --out "$R/fp8_ops.md" --json "$R/fp8_ops.json" 2>&1 \
+    | tail -45 | cut -c1-200
+  echo "fp8 ops took $(( SECONDS - t0 )) s"; pack
+else echo "fp8 ops: ${t} s left, not started"; fi
+
+# 4. the probe at the launches' width
+t=$(cap 150 20)
 if [ -f "$R/host_probe_width.json" ]; then echo "probe width: done already"
-elif [ "$t" -ge 30 ]; then
+elif [ "$t" -ge 60 ]; then
   t0=$SECONDS
   timeout "$t" python3 benchmarks/host_probe_width.py --device cuda --out "$R/host_probe_width.md" \
     --json "$R/host_probe_width.json" 2>&1 | tail -12
   echo "probe width took $(( SECONDS - t0 )) s"; pack
 else echo "probe width: ${t} s left, not started"; fi
+
+# 5. the grid
+echo "grid: $(( LIMIT - SECONDS )) s left"
+grid "$(cap 600 10)" moe-2.4b-e8-mbs2 moe-2.5b-e16-mbs2 gpt-1.3b-mbs4-none-dropout llama-0.5b-mbs1-none \
+  llama-0.5b-mbs1-full llama-1.3b-mbs1-none llama-1.3b-mbs1-full llama-3b-mbs4-none mla-1.3b-mbs4-uprecompute \
+  moe-mixed-2.4b-e16-mbs2 llama-0.5b-mbs4-full llama-1.3b-mbs4-full llama-3b-mbs4-full
 pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R)"

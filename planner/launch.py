@@ -686,7 +686,19 @@ def check_fp8(plan, device: str, machine: MachineInfo) -> Check:
     if t.framework != "parplan":
         return Check("fp8", True, f"warning: {said}; the prediction counts {t.framework}'s FP8 casts and memory, not "
                      "the runtime's; re-plan with --framework parplan to compare like with like")
+    if device == "cuda":
+        from planner.accuracy import FP8_MEASURED
+        return Check("fp8", True, f"warning: {said}; {FP8_MEASURED}: expect this run far slower than its prediction")
     return Check("fp8", True, said)
+
+
+def check_moe_on_gpu(plan, device: str) -> Optional[Check]:
+    """A warning for a mixture of experts planned for parplan's runtime on CUDA: what its one GPU run measured (its
+    eager blocks' dispatch, which the prediction does not count); None otherwise."""
+    if not (plan.model.is_moe and device == "cuda" and plan.training.framework == "parplan"):
+        return None
+    from planner.accuracy import MOE_MEASURED
+    return Check("moe", True, f"warning: {MOE_MEASURED}: expect this run slower than its prediction")
 
 
 def check_runtime_support(plan, device: str, torch_version: Optional[str] = None) -> Check:
@@ -1298,6 +1310,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                check_hardware(plan, device, machine), check_memory(plan, device, machine, nproc)]
     if plan.training.fp8:
         checks.append(check_fp8(plan, device, machine))
+    moe_gpu = check_moe_on_gpu(plan, device)
+    if moe_gpu:
+        checks.append(moe_gpu)
     if device == "cpu" and world_check.ok:
         checks.append(check_cpu_time(plan, steps, nproc, machine))
     if data and not Path(data).is_file():

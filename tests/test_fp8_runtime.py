@@ -218,7 +218,8 @@ def test_launch_checks_an_fp8_plan():
     c = Lc.check_fp8(plan, "cuda", a100)
     assert not c.ok and "no FP8 tensor cores" in c.detail and "8.9" in c.fix
     h100 = Lc.MachineInfo(torch_version="x", gpus=1, free_memory_bytes=1, gpu_name="H100", capability=(9, 0))
-    assert Lc.check_fp8(plan, "cuda", h100).ok
+    c = Lc.check_fp8(plan, "cuda", h100)  # runs, with what its GPU runs measured (2026-12-06)
+    assert c.ok and c.detail.startswith("warning:") and "4.6-5.4x slower than predicted" in c.detail
     odd = tiny_plan(dict(TINY_LLAMA, ffn_hidden=120), precision="master-weights", tp=2)
     odd.training.fp8 = True
     c = Lc.check_fp8(odd, "cuda", h100)
@@ -286,8 +287,15 @@ def test_the_compiled_cast_is_the_eager_cast():
     assert F8._cast_compiled is None and float(s) == pytest.approx(1 / 448)
 
 
-def test_an_fp8_plans_accuracy_line_says_its_launches_were_16bit():
+def test_an_fp8_plans_accuracy_line_says_what_its_gpu_runs_measured():
+    """The FP8 runs of 2026-12-06 (benchmarks/results/2026-12-06-h100) stepped 4.6-5.4x slower than predicted: a plan
+    with FP8 linears on parplan's runtime says so under its accuracy line, a 16-bit plan does not."""
+    import json
     from planner.accuracy import FP8_LAUNCHES, entries, line
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-12-06-h100" / "grid"
+    slow = [json.loads((root / n / "report.json").read_text()) for n in ("llama-1.3b-mbs4-none-fp8", "llama-3b-mbs4-none-fp8")]
+    ratios = sorted(r["median"]["step_time_s"] / r["prediction"]["step_time_s"] for r in slow)
+    assert f"{ratios[0]:.1f}-{ratios[1]:.1f}x slower" in FP8_LAUNCHES
     assert FP8_LAUNCHES in line("parplan", "h100-sxm-80gb", fp8=True)
     assert FP8_LAUNCHES not in line("parplan", "h100-sxm-80gb")
     assert all(FP8_LAUNCHES in e["basis"] for e in entries("parplan", "h100-sxm-80gb", fp8=True))
@@ -480,3 +488,18 @@ def test_the_queue_holds_fp8_output_gradients_in_the_memory_model():
     grads = 4096 * ((m.q_width + 2 * m.kv_width + 2 * m.ffn) / 2 + 2 * m.hidden)
     assert queued_w_bytes_per_layer(m, lay, 2) - queued_w_bytes_per_layer(m, lay, 2, "parplan") == grads
     assert queued_w_bytes_per_layer(m, lay, 2, "torchao") == queued_w_bytes_per_layer(m, lay, 2)
+
+
+def test_the_fp8_operations_benchmark_runs_each_operation(tmp_path):
+    """benchmarks/fp8_ops.py (for the next GPU call: why the FP8 runs of 2026-12-06 were slow) at its CPU shapes: a
+    row for every operation, in order, timed, each cast's row with its operand's read rate."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fp8_ops", Path(__file__).resolve().parents[1] / "benchmarks" / "fp8_ops.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    seen = []
+    rows = mod.measure("cpu", mod.CPU_SHAPES, repeats=1, warmup=1, on_row=lambda r: seen.append(len(r)))
+    assert seen == list(range(1, len(rows) + 1)) and len(rows) == 4 * 3 + 9 + 5 * 4
+    assert all(r["gpu_ms"] > 0 and r["host_ms"] > 0 for r in rows)
+    assert all("read_gbytes_per_s" in r for r in rows if r["op"].startswith(("amax", "cast")))
+    assert "| cast parplan (fp8.cast): x (tokens, hidden) |" in mod.markdown(rows, "cpu", mod.CPU_SHAPES)

@@ -544,10 +544,29 @@ def test_an_explicit_shape_can_be_a_mixture_of_experts():
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and match in bad.stderr, bad.stderr
 
 
-def test_a_parplan_moe_plan_is_told_no_gpu_run_checked_it():
-    """The accuracy line of a mixture of experts planned for parplan's runtime says nothing measured its step on a GPU
-    (the dense launches' numbers are not its own), a Megatron one its published MoE runs."""
-    from planner.accuracy import group, line
-    assert "no GPU run of parplan's mixture of experts yet" in line(group("parplan", True), "h100-sxm-80gb")
+def test_a_parplan_moe_plan_is_told_what_its_one_gpu_run_measured():
+    """The accuracy line of a mixture of experts planned for parplan's runtime gives its one GPU run (2026-12-06), not
+    the dense launches' numbers, which are not its own; a Megatron one its published MoE runs."""
+    from planner.accuracy import MOE_MEASURED, group, line
+    assert f"one GPU run: {MOE_MEASURED}" in line(group("parplan", True), "h100-sxm-80gb")
     assert "launches" not in line(group("parplan", True), "h100-sxm-80gb")
     assert "published mixture-of-experts runs" in line(group("megatron", True), "h100-sxm-80gb")
+
+
+def test_launch_warns_a_mixture_of_experts_on_a_gpu_with_what_its_gpu_run_measured():
+    """parplan's MoE stepped 1.58x its prediction on its one GPU run (benchmarks/results/2026-12-06-h100: eager
+    blocks, their dispatch uncounted): launch says so for an MoE plan of parplan's runtime on CUDA, not on CPU, not
+    for a dense plan, not for a plan of another framework (whose prediction is its kernels')."""
+    import json
+    from pathlib import Path
+    from planner.launch import check_moe_on_gpu
+    from tests.runtime_helpers.plans import TINY_MOE, tiny_plan
+    rep = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-12-06-h100" / "grid"
+                      / "moe-2.5b-e16-mbs2" / "report.json").read_text())
+    slower = rep["median"]["step_time_s"] / rep["prediction"]["step_time_s"] - 1
+    moe = tiny_plan(TINY_MOE)
+    c = check_moe_on_gpu(moe, "cuda")
+    assert c.ok and c.detail.startswith("warning:") and f"stepped {1 + slower:.2f}x its prediction" in c.detail
+    assert check_moe_on_gpu(moe, "cpu") is None and check_moe_on_gpu(tiny_plan(), "cuda") is None
+    moe.training.framework = "megatron"
+    assert check_moe_on_gpu(moe, "cuda") is None

@@ -47,6 +47,10 @@ class HardwareConstants:
     host_fwd_share: np.ndarray = field(default_factory=lambda: np.zeros(4))  # host_block_s's forward share (0 = not measured)
     # host_block_s of a block with FP8 linears (parplan's runtime), by recompute code (0 = not measured: host_block_s)
     host_block_fp8_s: np.ndarray = field(default_factory=lambda: np.zeros(4))
+    # a mixture of experts' eager block in parplan's runtime: dispatch = host_moe_block_s + local experts x
+    # host_moe_expert_s, by recompute code (0 = not measured: host_block_s)
+    host_moe_block_s: np.ndarray = field(default_factory=lambda: np.zeros(4))
+    host_moe_expert_s: np.ndarray = field(default_factory=lambda: np.zeros(4))
     overlap_slowdown: float = 0.0  # profile.overlap_compute_slowdown
     optimizer_bw_fraction: float = 1.0  # profile.optimizer_bandwidth_fraction
     optimizer_host_per_tensor_s: float = 0.0  # profile.optimizer_host_per_tensor_s
@@ -86,11 +90,14 @@ class HardwareConstants:
         return self.sustained * np.interp(np.asarray(seq_len, dtype=float), self.attn_seq, self.attn_eff)
 
 
-def _by_recompute(per_mode: dict) -> np.ndarray:
+def _by_recompute(per_mode: dict, selective_from: str | None = None) -> np.ndarray:
     """A profile's per-recompute-mode host field as an array indexed by recompute code (0 = not measured);
-    selective-op re-dispatches nearly every op of the block, as full does: full's value unless measured."""
-    return np.array([per_mode.get(k, 0.0) for k in ("none", "selective", "full")]
-                    + [per_mode.get("selective-op", per_mode.get("full", 0.0))])
+    selective-op re-dispatches nearly every op of the block, as full does: full's value unless measured.
+    selective_from: the mode whose value selective takes unless measured (the MoE probe measures none and full
+    only; selective recompute re-dispatches the attention core alone)."""
+    sel = per_mode.get("selective", per_mode.get(selective_from, 0.0) if selective_from else 0.0)
+    return np.array([per_mode.get("none", 0.0), sel, per_mode.get("full", 0.0),
+                     per_mode.get("selective-op", per_mode.get("full", 0.0))])
 
 
 def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | None = None,
@@ -137,6 +144,8 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         host_block_s=_by_recompute(profile.host_block_s),
         host_fwd_share=_by_recompute(profile.host_forward_share),
         host_block_fp8_s=_by_recompute(profile.host_block_fp8_s),
+        host_moe_block_s=_by_recompute(profile.host_moe_block_s, selective_from="none"),
+        host_moe_expert_s=_by_recompute(profile.host_moe_expert_s, selective_from="none"),
         overlap_slowdown=profile.overlap_compute_slowdown,
         optimizer_bw_fraction=profile.optimizer_bandwidth_fraction,
         optimizer_host_per_tensor_s=profile.optimizer_host_per_tensor_s,

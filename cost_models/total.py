@@ -44,6 +44,12 @@ from .memory import (BLOCK_SHAPE_FIELDS, block_shape_rows, ddp_bucket_copy, deep
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
 
+
+def runs_eager_moe(m, tr) -> bool:
+    """Whether parplan's runtime runs this model's blocks uncompiled as a mixture of experts (its dense blocks too):
+    block_time's eager_moe, the profile's host_moe_block_s / host_moe_expert_s."""
+    return bool(m.moe) and tr.eager_runtime == "parplan"
+
 def param_tensors_per_rank(m: ModelDims, pp, blocks_first, blocks_mid, blocks_last, head_first=None):
     """Parameter tensors on the rank holding the most, as parplan's runtime builds them: per llama
     block wq, wk, wv, wo, gate, up, down and two RMSNorm weights (9); per GPT block the same four
@@ -139,7 +145,8 @@ def step_floor(m: ModelDims, tr, hw, lay):
 
     def block_parts(sub):
         bt = block_time(m, sub, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
-                        tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
+                        tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute,
+                        eager_moe=runs_eager_moe(m, tr))
         bc = block_comm(m, tr, hw, sub, bt)
         return (bt["total"] + bc.tp_exposed + bc.cp_exposed + bc.ep_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"],
                 bt["wgrad"])
@@ -156,7 +163,8 @@ def step_floor(m: ModelDims, tr, hw, lay):
 
         def dense_parts(sub):
             bt = block_time(md, sub, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
-                            tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
+                            tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute,
+                            eager_moe=runs_eager_moe(m, tr))
             bc = block_comm(md, tr, hw, sub, bt)
             return bt["total"] + bc.tp_exposed + bc.cp_exposed, bt["fwd"], bt["bwd"] - bt["wgrad"], bt["wgrad"]
         parts = per_block_shape(lay, dense_parts, BLOCK_SHAPE_FIELDS + ("gpus",), rows)
@@ -361,7 +369,8 @@ def mixed_blocks(m: ModelDims, tr, hw, lay, bt: dict, bc, per_layer, blocks=None
         return SimpleNamespace(on_first=on(0), on_mid=on(1), on_last=on(2), mean_first=lambda key: terms[key])
     md = m.dense_dims()
     bt_d = block_time(md, lay, hw, tr.act_bytes, tr.flash_attention, tr.dropout, tr.fused_elementwise,
-                      tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
+                      tr.eager_runtime, tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute,
+                      eager_moe=runs_eager_moe(m, tr))
     dense_terms = _per_block_terms(md, lay, bt_d, block_comm(md, tr, hw, lay, bt_d), layer_params_per_gpu(md, lay.tp))
 
     def on(kind):
@@ -386,7 +395,8 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
 
     # ---- compute per block / micro-batch
     bt = block_time(m, lay, hw, act_b, tr.flash_attention, tr.dropout, tr.fused_elementwise, tr.eager_runtime,
-                    tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute)
+                    tr.attention_kernel, tr.fp8, tr.moe_recompute, tr.mla_recompute,
+                    eager_moe=runs_eager_moe(m, tr))
 
     bc = block_comm(m, tr, hw, lay, bt)
     tp_bw, tp_lat, t_ar, moved_ar, t_ag, moved_ag = bc.tp_bw, bc.tp_lat, bc.t_ar, bc.moved_ar, bc.t_ag, bc.moved_ag

@@ -18,11 +18,14 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
+    ap.add_argument("--moe-balanced-routing", action="store_true",
+                    help="a mixture of experts' tokens spread evenly over its experts (the calibrate's MoE probe)")
     a = ap.parse_args(argv)
     if len(a.plan) != len(a.report):
         ap.error("give one --report per --plan")
     # no nvidia-smi sampler beside these runs: they measure the host's own dispatch time
-    opts = RunOptions(steps=a.steps, device=a.device, compile=a.compile, telemetry=False)
+    opts = RunOptions(steps=a.steps, device=a.device, compile=a.compile, telemetry=False,
+                      moe_balanced_routing=a.moe_balanced_routing)
     run_plans(a.device, [(plan, opts, report) for plan, report in zip(a.plan, a.report)])
     return 0
 

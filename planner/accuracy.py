@@ -97,7 +97,7 @@ FP8_LAUNCHES = FP8_MEASURED
 # parplan's mixture of experts on a GPU, measured (launch warns an MoE plan on CUDA with it)
 MOE_MEASURED = ("parplan's mixture of experts stepped 1.58x its prediction on its only GPU run (an H100, 2026-12-06, "
                 "benchmarks/results/2026-12-06-h100): its blocks run eagerly and dispatched 7.3 ms each against the "
-                "compiled dense block's 2.7 the model counts")
+                "compiled dense block's 2.7 the model counted (a profile calibrated since counts the eager block's own)")
 PARPLAN_MOE = (f"one GPU run: {MOE_MEASURED}; its memory model against the CPU allocator: "
                "benchmarks/results/2026-12-05-cpu-memory-moe, -moe-mixed with dense blocks between, -mla with latent "
                "attention, -mla-recompute and -moe-recompute with the recompute modules, -moe-zero2 under ZeRO-2, "

@@ -769,6 +769,11 @@ HOST_NOISY = 0.25  # a mode whose repeats spread more than this (max - min over 
 
 # the probe's block: a llama so small (hidden 256, 128 tokens, one sample) that every kernel is launch-bound
 PROBE_SHAPE = {"hidden": 256, "heads": 4, "kv_heads": 2, "ffn_hidden": 512, "seq_len": 128}
+# the probe as a mixture of experts (parplan's runtime runs such a model's blocks eagerly): the same attention, experts
+# of ffn 256, top 2, at two expert counts; the line through the two is host_moe_block_s + experts x host_moe_expert_s
+MOE_PROBE_EXPERTS = (4, 16)
+MOE_PROBE_SHAPE = {"ffn_hidden": 256, "experts_per_token": 2}
+HOST_MOE_MODES = ("none", "full")
 
 
 def _host_probe_plan(blocks: int, recompute: str, device_type: str, shape: dict | None = None, fp8: bool = False):
@@ -780,8 +785,9 @@ def _host_probe_plan(blocks: int, recompute: str, device_type: str, shape: dict 
     from .search import Pins
 
     s = {**PROBE_SHAPE, **(shape or {})}
+    moe = {k: s[k] for k in ("experts", "experts_per_token") if s.get("experts")}  # MOE_PROBE_SHAPE's
     spec = ModelSpec(arch="llama", layers=blocks, hidden=s["hidden"], heads=s["heads"], kv_heads=s["kv_heads"],
-                     ffn_hidden=s["ffn_hidden"], vocab=1024, name=f"host-probe-{blocks}")
+                     ffn_hidden=s["ffn_hidden"], vocab=1024, name=f"host-probe-{blocks}", **moe)
     return recommend(spec, gpus=1, seq_len=s["seq_len"], global_batch_size=1, fp8=fp8,
                      precision="master-weights" if device_type == "cuda" else ("amp" if fp8 else "fp32"),
                      pins=Pins(tp=1, pp=1, dp=1, cp=1, mbs=1, zero=0, recompute=recompute, offload="none"),
@@ -836,7 +842,9 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                 "-m", "parallel_layers.probe", "--steps", str(steps), "--device", device_type]
         if device_type == "cuda":
-            argv.append("--compile")
+            argv.append("--compile")  # (a mixture of experts' blocks run eagerly all the same, as launch runs them)
+        if (shape or {}).get("experts"):
+            argv.append("--moe-balanced-routing")  # every expert its share of the tokens, as the cost model counts
         for mode, rep, n, report in runs:
             plan_path = Path(tmp) / f"plan-{mode}-{rep}-{n}.json"
             plan_path.write_text(_host_probe_plan(n, mode, device_type, shape, fp8).model_dump_json())
@@ -881,6 +889,35 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
     return out
 
 
+def moe_host_line(at: dict[int, dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """(host_moe_block_s, host_moe_expert_s) from the MoE probe's dispatch per block at two expert counts (at:
+    experts -> mode -> seconds): the line through the two points, slope and intercept clamped at zero (a host
+    whose larger probe read faster, by noise, gets no slope and the two points' mean)."""
+    lo, hi = sorted(at)
+    block: dict[str, float] = {}
+    expert: dict[str, float] = {}
+    for mode in at[lo]:
+        slope = max(0.0, (at[hi][mode] - at[lo][mode]) / (hi - lo))
+        base = (at[lo][mode] + at[hi][mode]) / 2 if slope == 0 else at[lo][mode] - lo * slope
+        block[mode], expert[mode] = max(base, 0.0), slope
+    return block, expert
+
+
+def measure_moe_host_block(device_type: str, advance=None, steps: int = 12,
+                           repeats: int = HOST_REPEATS) -> tuple[dict[str, float], dict[str, float], str | None]:
+    """(host_moe_block_s, host_moe_expert_s, note): the probe as a mixture of experts (MOE_PROBE_SHAPE) at each of
+    MOE_PROBE_EXPERTS, its dispatch per block as measure_host_block measures it (HOST_MOE_MODES); a probe that fails
+    leaves both unmeasured, with a note, instead of failing the calibration."""
+    try:
+        at = {e: measure_host_block(device_type, steps=steps, advance=advance, modes=HOST_MOE_MODES, repeats=repeats,
+                                    shape={**MOE_PROBE_SHAPE, "experts": e})
+              for e in MOE_PROBE_EXPERTS}
+    except CalibrationError as e:
+        return {}, {}, f"host dispatch of a mixture of experts' block not measured ({str(e)[:200]})"
+    block, expert = moe_host_line(at)
+    return block, expert, None
+
+
 def measure_fp8_host_block(device_type: str, advance=None, steps: int = 12) -> tuple[dict[str, float], str | None]:
     """(host_block_fp8_s, note): the probe again with its linears in FP8 (HOST_FP8_MODES); a probe that fails (a
     torch whose FP8 GEMM does not run here) leaves it unmeasured, with a note, instead of failing the calibration."""
@@ -893,11 +930,37 @@ def measure_fp8_host_block(device_type: str, advance=None, steps: int = 12) -> t
 def _fp8_host_field(old: dict | None, measured: dict) -> tuple[dict, str | None]:
     """A profile's host_block_fp8_s after its host was measured again: what was measured now, else nothing (another
     host's FP8 dispatch does not carry, as host_block_s does not), with a note when a value was dropped."""
+    return _host_field("host_block_fp8_s", "FP8", old, measured)
+
+
+def _host_field(name: str, what: str, old: dict | None, measured: dict) -> tuple[dict, str | None]:
+    """_fp8_host_field's rule for any host field measured by a probe of its own (name; what that probe runs)."""
     if measured:
         return {k: float(f"{v:.4g}") for k, v in measured.items()}, None
     if old:
-        return {}, "host_block_fp8_s dropped: the base's was measured on another host, and FP8 was not measured here"
+        return {}, f"{name} dropped: the base's was measured on another host, and {what} was not measured here"
     return {}, None
+
+
+def apply_moe_host(data: dict, block: dict, expert: dict, measured_fields: list | None = None) -> list[str]:
+    """Write the MoE probe's line (measure_moe_host_block) into the profile dict: host_moe_block_s and
+    host_moe_expert_s, or, unmeasured, the base's dropped (another host's); returns the notes."""
+    notes = []
+    for name, got in (("host_moe_block_s", block), ("host_moe_expert_s", expert)):
+        data[name], note = _host_field(name, "a mixture of experts' block", data.get(name), got)
+        notes += [note] if note else []
+        if got and measured_fields is not None:
+            measured_fields.append(name)
+    return notes
+
+
+def moe_host_text(block: dict, expert: dict) -> str:
+    """The sources' words for the MoE probe's line."""
+    if not block:
+        return ""
+    return ("; a mixture of experts' block, eager (the probe with " + " and ".join(map(str, MOE_PROBE_EXPERTS)) +
+            f" experts of ffn {MOE_PROBE_SHAPE['ffn_hidden']}, top {MOE_PROBE_SHAPE['experts_per_token']}, balanced "
+            "routing): " + ", ".join(f"{k} {block[k] * 1e3:.2f} ms + {expert[k] * 1e3:.3f} ms an expert" for k in block))
 
 
 def noisy_host_note(spread: dict) -> str | None:
@@ -1007,8 +1070,9 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     fp8_on = fp8_measurable(torch, dev, base_profile)  # (gemm_dtypes then hold bf16: the base lists its peak)
     host_runs = len(HOST_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu else 0
     fp8_host_runs = len(HOST_FP8_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu and fp8_on else 0
+    moe_host_runs = len(MOE_PROBE_EXPERTS) * len(HOST_MOE_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu else 0
     total = len(gemm_rows) * (len(gemm_dtypes) + fp8_on) + len(attn_cases) + 1 + (1 if on_gpu else 0) \
-        + (1 if world >= 2 else 0) + host_runs + fp8_host_runs + (1 if sustained_s else 0)
+        + (1 if world >= 2 else 0) + host_runs + fp8_host_runs + moe_host_runs + (1 if sustained_s else 0)
     fp8_rows: list[dict] = []
 
     gemm: list[dict] = []
@@ -1017,6 +1081,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     copy_gbps = h2d = d2h = None
     host_block: dict[str, float] = {}
     host_block_fp8: dict[str, float] = {}
+    moe_block: dict[str, float] = {}
+    moe_expert: dict[str, float] = {}
     host_share: dict[str, float] = {}
     host_spread: dict[str, float] = {}
     lap = PhaseClock(t_start)
@@ -1065,6 +1131,10 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                 host_block_fp8, note = measure_fp8_host_block("cuda", adv)
                 notes += [note] if note else []
                 lap("host dispatch fp8")
+            prog.update(task, description=f"host dispatch per block, a mixture of experts ({moe_host_runs} short runs)")
+            moe_block, moe_expert, note = measure_moe_host_block("cuda", adv)
+            notes += [note] if note else []
+            lap("host dispatch moe")
         sustained = None
         if sustained_s:
             best_row = max((r for r in gemm if r["dtype"] == gemm_dtypes[0]), key=lambda r: r["tflops"])
@@ -1104,6 +1174,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         notes += [fp8_note] if fp8_note else []
         if host_block_fp8:
             measured_fields.append("host_block_fp8_s")
+        notes += apply_moe_host(data, moe_block, moe_expert, measured_fields)
         # what the CUDA allocator can use (cudaDeviceProp.totalGlobalMem): below nvidia-smi's memory.total, which
         # counts memory the driver keeps (an H100 80GB: about 79.1 GiB against 81,559 MiB)
         data["hbm_gbytes"] = round(device_capacity_bytes() / 1e9, 2)
@@ -1176,7 +1247,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                  if host_share else "") +
                 ("; with FP8 linears (host_block_fp8_s) " + ", ".join(f"{k} {v * 1e3:.2f} ms"
                                                                       for k, v in host_block_fp8.items())
-                 if host_block_fp8 else ""))
+                 if host_block_fp8 else "") + moe_host_text(moe_block, moe_expert))
     if net_note:
         src += f"; {net_note}"
     if sustained:
@@ -1201,7 +1272,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
 
 
 def calibrate_host(out: str | None = None, base: str | None = None, device: str = "auto", console=None,
-                   steps: int = 12, modes=HOST_MODES):
+                   steps: int = 12, modes=HOST_MODES, moe: bool = True):
     """Measure only this machine's host dispatch per block (measure_host_block: HOST_REPEATS pairs of short runs
     per mode; one pair per mode took 36-46 s on the H100 hosts of 2026-11-23, most of it start-up and compiles,
     which the repeats share) into a copy of `base`, everything else kept.  A launch-bound
@@ -1224,7 +1295,8 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     fp8_on = fp8_measurable(torch, dev, base_profile)
-    n = (len(modes) + (len(HOST_FP8_MODES) if fp8_on else 0)) * len(HOST_BLOCKS) * HOST_REPEATS
+    n = (len(modes) + (len(HOST_FP8_MODES) if fp8_on else 0)
+         + (len(MOE_PROBE_EXPERTS) * len(HOST_MOE_MODES) if moe else 0)) * len(HOST_BLOCKS) * HOST_REPEATS
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         task = prog.add_task(f"host dispatch per block (parplan's runtime, {n} short runs)", total=n)
@@ -1234,6 +1306,8 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
                                   spread=spread)
         host_fp8, fp8_note = (measure_fp8_host_block(dev.type, lambda: prog.advance(task), steps) if fp8_on
                               else ({}, None))
+        moe_block, moe_expert, moe_note = (measure_moe_host_block(dev.type, lambda: prog.advance(task), steps) if moe
+                                           else ({}, {}, None))
     noisy = noisy_host_note(spread)
     elapsed = time.perf_counter() - t_start
     data = base_profile.model_dump(mode="json")
@@ -1241,6 +1315,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     data["host_block_s"] = {**(data.get("host_block_s") or {}), **{k: float(f"{v:.4g}") for k, v in host.items()}}
     data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host, shares)
     data["host_block_fp8_s"], dropped = _fp8_host_field(data.get("host_block_fp8_s"), host_fp8)
+    moe_notes = apply_moe_host(data, moe_block, moe_expert)
     fp8_what = ("; with FP8 linears: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host_fp8.items())
                 if host_fp8 else "")
     where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: {TEST_ONLY_MARK})"
@@ -1249,8 +1324,9 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     data["sources"] = list(data.get("sources") or []) + [
         f"[calibrate --host-only] {TOOL} --host-only --device {dev.type} --base {base_profile.name} ({_today()}, {where}): "
         f"host dispatch per block fwd+bwd (runtime{', compiled' if on_gpu else ''}, probe of hidden 256 x 128 tokens, "
-        f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks, median of {HOST_REPEATS} pairs): {what}{fp8_what}; every other "
-        f"field from {base_profile.name}"] + [f"[calibrate --host-only] {x}" for x in (noisy, fp8_note, dropped) if x]
+        f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks, median of {HOST_REPEATS} pairs): {what}{fp8_what}"
+        f"{moe_host_text(moe_block, moe_expert)}; every other field from {base_profile.name}"] + [
+        f"[calibrate --host-only] {x}" for x in (noisy, fp8_note, dropped, moe_note, *moe_notes) if x]
     data["measured"] = ((data.get("measured") or "").rstrip("; ") + "; " if data.get("measured") else "") + \
         f"{_today()}: host_block_s re-measured on {where} ({elapsed:.0f} s)"
     from .schema import HardwareProfile

@@ -405,7 +405,7 @@ def test_host_only_remeasures_the_dispatch_and_keeps_everything_else(tmp_path):
     import io
     base = hardware_profiles.load_profile("h100-sxm-80gb")
     path, prof, host = calibrate_host(out=str(tmp_path / "h.toml"), base="h100-sxm-80gb", device="cpu",
-                                      console=Console(file=io.StringIO()), steps=3, modes=("none",))
+                                      console=Console(file=io.StringIO()), steps=3, modes=("none",), moe=False)
     assert set(host) == {"none"} and host["none"] >= 0  # a timing difference on a shared CPU: its sign is noise
     assert prof.host_block_s["none"] == pytest.approx(host["none"], rel=1e-3)
     assert prof.host_block_s["full"] == base.host_block_s["full"]  # modes not measured are kept
@@ -802,3 +802,61 @@ def test_the_probe_width_script_measures_both_shapes():
     longer = all(at[("wider", (10, 24), m)] > 0 and at[(wide, (2, 10), m)] > 0 for m in mod.MODES)
     assert ("10 to 24 blocks over 2 to 10 (wider): none " in text) == longer
     assert mod.SHAPES["probe"] == mod.PROBE_SHAPE and mod.SHAPES["llama-1.3b"]["hidden"] == 2048
+
+
+
+def test_the_moe_probes_line_is_through_its_two_expert_counts():
+    """host_moe_block_s and host_moe_expert_s from the MoE probe's two readings: the line through them; a slope that
+    noise made negative is none (the mean of the two), and an intercept below zero is zero."""
+    from planner.calibrate import moe_host_line
+    block, expert = moe_host_line({4: {"none": 5e-3, "full": 8e-3}, 16: {"none": 11e-3, "full": 20e-3}})
+    assert expert == pytest.approx({"none": 0.5e-3, "full": 1e-3}) and block == pytest.approx({"none": 3e-3, "full": 4e-3})
+    block, expert = moe_host_line({4: {"none": 5e-3}, 16: {"none": 4e-3}})
+    assert expert == {"none": 0.0} and block == pytest.approx({"none": 4.5e-3})
+    block, expert = moe_host_line({4: {"none": 1e-3}, 16: {"none": 13e-3}})
+    assert block == {"none": 0.0} and expert == pytest.approx({"none": 1e-3})
+
+
+def test_host_only_measures_the_moe_probe_and_writes_its_line(tmp_path, monkeypatch):
+    """--host-only runs the MoE probe (MOE_PROBE_SHAPE at each of MOE_PROBE_EXPERTS, balanced routing) beside the dense
+    one and writes host_moe_block_s / host_moe_expert_s, named in the sources; a probe that fails leaves them out with
+    a note, and a base's values from another host are dropped, as host_block_fp8_s's are."""
+    import io
+
+    from rich.console import Console
+
+    import planner.calibrate as cal
+    seen = []
+
+    def fake(device_type, steps=12, advance=None, modes=cal.HOST_MODES, shape=None, **kw):
+        seen.append((tuple(modes), dict(shape or {})))
+        e = (shape or {}).get("experts")
+        return {m: (2e-3 if e is None else 4e-3 + e * 0.25e-3) * (2 if m == "full" else 1) for m in modes}
+    monkeypatch.setattr(cal, "measure_host_block", fake)
+    path, prof, _ = cal.calibrate_host(out=str(tmp_path / "h.toml"), base="h100-sxm-80gb", device="cpu",
+                                       console=Console(file=io.StringIO()), modes=("none",))
+    assert [s for s in seen if s[1]] == [(cal.HOST_MOE_MODES, {**cal.MOE_PROBE_SHAPE, "experts": e})
+                                         for e in cal.MOE_PROBE_EXPERTS]
+    assert prof.host_moe_block_s == pytest.approx({"none": 4e-3, "full": 8e-3})
+    assert prof.host_moe_expert_s == pytest.approx({"none": 0.25e-3, "full": 0.5e-3})
+    assert any("a mixture of experts' block, eager" in x and "4.00 ms + 0.250 ms an expert" in x for x in prof.sources)
+
+    def failing(device_type, steps=12, advance=None, modes=cal.HOST_MODES, shape=None, **kw):
+        if shape and shape.get("experts"):
+            raise cal.CalibrationError("probe failed")
+        return {m: 2e-3 for m in modes}
+    monkeypatch.setattr(cal, "measure_host_block", failing)
+    _, again, _ = cal.calibrate_host(out=str(tmp_path / "h2.toml"), base=str(path), device="cpu",
+                                     console=Console(file=io.StringIO()), modes=("none",))
+    assert again.host_moe_block_s == {} and again.host_moe_expert_s == {}
+    assert any("mixture of experts' block not measured" in x for x in again.sources)
+    assert any("host_moe_block_s dropped" in x for x in again.sources)
+
+
+def test_the_moe_probe_runs_parplans_eager_moe_on_cpu():
+    """measure_moe_host_block on this CPU (one pair of tiny runs a mode and expert count): a reading for none and full,
+    never negative (its values are the CPU runtime's, not a GPU host's)."""
+    from planner.calibrate import measure_moe_host_block
+    block, expert, note = measure_moe_host_block("cpu", steps=3, repeats=1)
+    assert note is None and set(block) == set(expert) == {"none", "full"}
+    assert all(v >= 0 for v in (*block.values(), *expert.values()))

@@ -553,7 +553,7 @@ def test_a_parplan_moe_plan_is_told_what_its_one_gpu_run_measured():
     assert "published mixture-of-experts runs" in line(group("megatron", True), "h100-sxm-80gb")
 
 
-def test_launch_warns_a_mixture_of_experts_on_a_gpu_with_what_its_gpu_run_measured():
+def test_launch_warns_a_mixture_of_experts_on_a_gpu_with_what_its_gpu_run_measured(tmp_path):
     """parplan's MoE stepped 1.58x its prediction on its one GPU run (benchmarks/results/2026-12-06-h100: eager
     blocks, their dispatch uncounted): launch says so for an MoE plan of parplan's runtime on CUDA, not on CPU, not
     for a dense plan, not for a plan of another framework (whose prediction is its kernels')."""
@@ -570,3 +570,63 @@ def test_launch_warns_a_mixture_of_experts_on_a_gpu_with_what_its_gpu_run_measur
     assert check_moe_on_gpu(moe, "cpu") is None and check_moe_on_gpu(tiny_plan(), "cuda") is None
     moe.training.framework = "megatron"
     assert check_moe_on_gpu(moe, "cuda") is None
+    # a profile that holds the eager MoE block's dispatch (calibrate since 2026-12-06) predicts it: no warning
+    import hardware_profiles
+    from planner.calibrate import write_profile
+    prof = hardware_profiles.load_profile("h100-sxm-80gb").model_copy(
+        update={"host_moe_block_s": {"none": 4e-3}, "host_moe_expert_s": {"none": 2e-4}})
+    moe.training.framework = "parplan"
+    moe.hardware.name = str(write_profile(prof, tmp_path / "p.toml"))
+    assert check_moe_on_gpu(moe, "cuda") is None
+
+
+def test_only_parplans_moe_blocks_take_the_eager_moe_dispatch():
+    """parplan's runtime runs a mixture of experts' blocks eagerly: where the profile measured it, such a block's
+    host dispatch is host_moe_block_s + local experts x host_moe_expert_s (selective as none, a dense block of such a
+    model as one expert); other frameworks' blocks, and any block under a profile without it, keep host_block_s."""
+    import hardware_profiles
+    from cost_models.compute import block_time
+    from cost_models.hardware import constants_from_profile
+    from cost_models.layout import ModelDims
+    from planner.models import load_preset
+    from tests.test_cost_model import _lay
+    base = hardware_profiles.load_profile("h100-sxm-80gb").model_copy(update={"host_block_s": {"none": 1.0, "full": 2.0}})
+    prof = base.model_copy(update={"host_moe_block_s": {"none": 3.0, "full": 5.0},
+                                   "host_moe_expert_s": {"none": 0.5, "full": 1.0}})
+    hw, hw0 = constants_from_profile(prof, "bf16"), constants_from_profile(base, "bf16")
+    m = ModelDims.from_spec(load_preset("glm-4.5-air"), 4096)
+    assert m.moe and m.mixed and m.experts == 128
+    lay = _lay(gpus=8, dp=8, ep=8)  # 16 local experts
+
+    def host(dims, hw_, eager, **kw):
+        return float(block_time(dims, _lay(gpus=8, dp=8, ep=8, **kw), hw_, 2, True, eager_moe=eager)["host"])
+    assert host(m, hw, False) == 1.0 and host(m, hw0, True) == 1.0
+    assert host(m, hw, True) == 3.0 + 16 * 0.5
+    assert host(m, hw, True, recompute=2) == 5.0 + 16 * 1.0 and host(m, hw, True, recompute=1) == 3.0 + 16 * 0.5
+    assert host(m.dense_dims(), hw, True) == 3.0 + 0.5 and host(m.dense_dims(), hw, False) == 1.0
+    assert lay.ep == 8
+
+
+def test_a_parplan_moe_plan_is_predicted_with_the_eager_dispatch_and_a_megatron_one_is_not(tmp_path):
+    """End to end on the committed H100 MoE run's plan (benchmarks/results/2026-12-06-h100, 16 experts on one GPU):
+    with the eager MoE dispatch in its profile the prediction's launch-bound warning gives host_moe_block_s + 16 x
+    host_moe_expert_s a block; the same plan under Megatron-LM is not priced so (its blocks are Megatron's)."""
+    import json
+    from pathlib import Path
+
+    import hardware_profiles
+    from planner.calibrate import write_profile
+    from planner.core import evaluate_plan
+    from planner.schema import Plan
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-12-06-h100"
+    plan = Plan(**json.loads((root / "grid" / "moe-2.5b-e16-mbs2" / "report.json").read_text())["plan"])
+    prof = hardware_profiles.load_profile(str(root / "h100-calibrated.toml")).model_copy(
+        update={"host_moe_block_s": {"none": 4.0e-3}, "host_moe_expert_s": {"none": 0.25e-3}})
+    path = write_profile(prof, tmp_path / "moe-host.toml")
+
+    def warnings(p):
+        p = p.model_copy(update={"hardware": p.hardware.model_copy(update={"name": str(path)})})
+        return " ".join(evaluate_plan(p).prediction.warnings)
+    assert "needs 8.00 ms to dispatch a block" in warnings(plan)
+    meg = plan.model_copy(update={"training": plan.training.model_copy(update={"framework": "megatron"})})
+    assert "needs 8.00 ms" not in warnings(meg)

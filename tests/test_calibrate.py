@@ -860,3 +860,22 @@ def test_the_moe_probe_runs_parplans_eager_moe_on_cpu():
     block, expert, note = measure_moe_host_block("cpu", steps=3, repeats=1)
     assert note is None and set(block) == set(expert) == {"none", "full"}
     assert all(v >= 0 for v in (*block.values(), *expert.values()))
+
+
+
+def test_the_committed_moe_host_line_is_as_the_readme_states():
+    """benchmarks/results/2026-12-06-cpu-moe-host: the MoE probe at 2-32 experts on this CPU, scored (score()) against
+    the calibrate's line through 4 and 16: the committed page and the README's median and max are the readings'."""
+    import importlib.util
+    import statistics
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("moe_host_line", root / "benchmarks" / "moe_host_line.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = root / "benchmarks" / "results" / "2026-12-06-cpu-moe-host"
+    at = {int(k): v for k, v in json.loads((res / "moe_host_line.json").read_text()).items()}
+    rows = mod.score(at)
+    assert (res / "moe_host_line.md").read_text().split("\n", 2)[2] == mod.markdown(rows, "cpu", 12, 3).split("\n", 2)[2]
+    held = [abs(r["error"]) for r in rows if not r["fitted"]]
+    readme = " ".join((root / "README.md").read_text().split())
+    assert len(held) == 6 and f"median {statistics.median(held):.1%}, max {max(held):.1%}".replace("%", " %") in readme

@@ -23,79 +23,18 @@
 #    recompute modes, then the rest until the call's time is spent;
 # 6. grids.json (written after step 2), so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every
 #    report under the datasheet H100 profile, this calibrate, and this calibrate refit over the call's other reports.
-set -u
-R=${1:?give the results folder, e.g. benchmarks/results/2026-12-06-h100}
-LIMIT=${LIMIT:-570}  # seconds this script may take in all (the device tool stops a command at 600)
-KIND=H100
-. benchmarks/gpu_call_start.sh
-nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm --format=csv > "$R/host/nvidia-smi.csv" 2>&1
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda); \
-print('total_memory', torch.cuda.get_device_properties(0).total_memory)" > "$R/host/torch.txt" 2>&1
-cat "$R/host/gpu.txt" "$R/host/nvidia-smi.csv" "$R/host/torch.txt"; pack
-
-# cap SECONDS [RESERVE]: SECONDS, or what is left of LIMIT less RESERVE where that is less
-cap() { local l=$(( LIMIT - SECONDS - ${2:-0} )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
-# missing NAME...: the grid entries among NAME... not yet run under $R/grid: no report.json, and no launch.log or
-# recommend.json either (an entry that failed is not run again; one stopped at the call's limit left neither)
-missing() {
-  for n in "$@"; do
-    [ -f "$R/grid/$n/report.json" ] || [ -f "$R/grid/$n/launch.log" ] || [ -f "$R/grid/$n/recommend.json" ] || printf '%s ' "$n"
-  done
-}
-
-if [ -f "$R/h100-calibrated.toml" ]; then
-  echo "calibrate: $R/h100-calibrated.toml is there already (a resumed call), kept"
-else
-  t0=$SECONDS
-  COLUMNS=160 timeout "$(cap 300 20)" python3 -m planner.cli calibrate --base h100-sxm-80gb --sustained 30 \
-    --out "$R/h100-calibrated.toml" > "$R/calibrate.log" 2>&1
-  echo "calibrate rc=$? took $(( SECONDS - t0 )) s" | tee -a "$R/calibrate.log"; tail -12 "$R/calibrate.log" | cut -c1-200; pack
-fi
-[ -f "$R/h100-calibrated.toml" ] || { echo "no calibrated profile; skipping the grid"; exit 0; }
-
-python3 - "$R" <<'EOF'
-import json, sys
-torch_line = open(sys.argv[1] + "/host/torch.txt").readline().strip()
-gpu = open(sys.argv[1] + "/host/gpu.txt").readline().strip()
-json.dump({"about": f"benchmarks/gpu_h100.sh on {gpu} ({torch_line}): the calibrate and every run of "
-                    "grid/ on the same machine, the runs predicted at launch with h100-calibrated.toml.",
-           "gpu": "H100", "datasheet": "h100-sxm-80gb",
-           "grids": {"grid": {"calibrated": "h100-calibrated.toml", "same_machine": True}}},
-          open(sys.argv[1] + "/grids.json", "w"), indent=1)
-EOF
-
-# grid GRID_TIMEOUT NAME...: the named entries not yet run, in that order, into $R/grid with step 2's profile
-grid() {
-  local t=$1; shift
-  local todo; todo=$(missing "$@")
-  [ -n "$todo" ] || { echo "grid: every entry named has run"; return; }
-  # `timeout 0` would mean no limit at all: with under a minute there is no grid entry to finish anyway
-  [ "$t" -ge 60 ] || { echo "grid: ${t} s left, not started: $todo"; return; }
-  # shellcheck disable=SC2086
-  timeout "$t" python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h100-calibrated.toml" --only $todo \
-    2>&1 | cut -c1-250
-  pack
-}
+# the GPU, the profile calibrate starts from and the one it writes, its other arguments, the call's seconds (LIMIT=
+# to change them: the device tool stops a command at 600), then the shared steps (the host's lines, cap/missing/grid,
+# calibrate and grids.json)
+KIND=H100 BASE=h100-sxm-80gb CAL=h100-calibrated.toml CALIBRATE_ARGS="--sustained 30" LIMIT=${LIMIT:-570}
+. benchmarks/gpu_calibrated_call.sh  # (its results folder: the first argument, e.g. benchmarks/results/2026-12-06-h100)
 
 # 3. the FP8 operations one by one (benchmarks/fp8_ops.py)
-t=$(cap 120 20)
-if [ -f "$R/fp8_ops.json" ]; then echo "fp8 ops: done already"
-elif [ "$t" -ge 30 ]; then
-  t0=$SECONDS
-  timeout "$t" python3 benchmarks/fp8_ops.py --device cuda --out "$R/fp8_ops.md" --json "$R/fp8_ops.json" 2>&1 \
-    | tail -45 | cut -c1-200
-  echo "fp8 ops took $(( SECONDS - t0 )) s"; pack
-else echo "fp8 ops: ${t} s left, not started"; fi
+study "fp8 ops" fp8_ops.json 120 20 30 python3 benchmarks/fp8_ops.py --device cuda --out "$R/fp8_ops.md" --json "$R/fp8_ops.json"
 
 # 4. the probe at the launches' width
-t=$(cap 150 20)
-if [ -f "$R/host_probe_width.json" ]; then echo "probe width: done already"
-elif [ "$t" -ge 60 ]; then
-  t0=$SECONDS
-  timeout "$t" python3 benchmarks/host_probe_width.py --device cuda --out "$R/host_probe_width.md" \
-    --json "$R/host_probe_width.json" 2>&1 | tail -12
-  echo "probe width took $(( SECONDS - t0 )) s"; pack
-else echo "probe width: ${t} s left, not started"; fi
+study "probe width" host_probe_width.json 150 20 60 python3 benchmarks/host_probe_width.py --device cuda --out "$R/host_probe_width.md" \
+  --json "$R/host_probe_width.json"
 
 # 5. the grid
 echo "grid: $(( LIMIT - SECONDS )) s left"

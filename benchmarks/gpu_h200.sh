@@ -28,59 +28,11 @@
 # Resumable: a step whose output is already under the results folder is skipped (the calibrated profile, the two
 # studies' JSON, each grid entry's report.json), so after unpacking a call's results.tgz into the checkout the same
 # command with LIMIT set to what the session has left (LIMIT=200 ...) continues on the machine still held.
-set -u
-R=${1:?give the results folder, e.g. benchmarks/results/2026-12-01-h200}
-LIMIT=${LIMIT:-560}  # seconds this script may take in all (the device tool stops a command at 600)
-KIND=H200
-. benchmarks/gpu_call_start.sh
-nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm --format=csv > "$R/host/nvidia-smi.csv" 2>&1
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda); \
-print('total_memory', torch.cuda.get_device_properties(0).total_memory)" > "$R/host/torch.txt" 2>&1
-cat "$R/host/gpu.txt" "$R/host/nvidia-smi.csv" "$R/host/torch.txt"; pack
-
-# cap SECONDS [RESERVE]: SECONDS, or what is left of LIMIT less RESERVE where that is less
-cap() { local l=$(( LIMIT - SECONDS - ${2:-0} )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
-# missing NAME...: the grid entries among NAME... not yet run under $R/grid: no report.json, and no launch.log or
-# recommend.json either (an entry that failed is not run again; one stopped at the call's limit left neither)
-missing() {
-  for n in "$@"; do
-    [ -f "$R/grid/$n/report.json" ] || [ -f "$R/grid/$n/launch.log" ] || [ -f "$R/grid/$n/recommend.json" ] || printf '%s ' "$n"
-  done
-}
-
-if [ -f "$R/h200-calibrated.toml" ]; then
-  echo "calibrate: $R/h200-calibrated.toml is there already (a resumed call), kept"
-else
-  t0=$SECONDS
-  COLUMNS=160 timeout "$(cap 300 20)" python3 -m planner.cli calibrate --base h200-sxm-141gb --sustained 60 \
-    --out "$R/h200-calibrated.toml" > "$R/calibrate.log" 2>&1
-  echo "calibrate rc=$? took $(( SECONDS - t0 )) s" | tee -a "$R/calibrate.log"; tail -12 "$R/calibrate.log" | cut -c1-200; pack
-fi
-[ -f "$R/h200-calibrated.toml" ] || { echo "no calibrated profile; skipping the grid"; exit 0; }
-
-python3 - "$R" <<'EOF'
-import json, sys
-torch_line = open(sys.argv[1] + "/host/torch.txt").readline().strip()
-gpu = open(sys.argv[1] + "/host/gpu.txt").readline().strip()
-json.dump({"about": f"benchmarks/gpu_h200.sh on {gpu} ({torch_line}): the calibrate and every run of "
-                    "grid/ on the same machine, the runs predicted at launch with h200-calibrated.toml.",
-           "gpu": "H200", "datasheet": "h200-sxm-141gb",
-           "grids": {"grid": {"calibrated": "h200-calibrated.toml", "same_machine": True}}},
-          open(sys.argv[1] + "/grids.json", "w"), indent=1)
-EOF
-
-# grid GRID_TIMEOUT NAME...: the named entries not yet run, in that order, into $R/grid with step 2's profile
-grid() {
-  local t=$1; shift
-  local todo; todo=$(missing "$@")
-  [ -n "$todo" ] || { echo "grid: every entry named has run"; return; }
-  # `timeout 0` would mean no limit at all: with under a minute there is no grid entry to finish anyway
-  [ "$t" -ge 60 ] || { echo "grid: ${t} s left, not started: $todo"; return; }
-  # shellcheck disable=SC2086
-  timeout "$t" python3 benchmarks/gpu_grid.py --out "$R/grid" --hardware "$R/h200-calibrated.toml" --only $todo \
-    2>&1 | cut -c1-250
-  pack
-}
+# the GPU, the profile calibrate starts from and the one it writes, its other arguments, the call's seconds (LIMIT=
+# to change them: the device tool stops a command at 600), then the shared steps (the host's lines, cap/missing/grid,
+# calibrate and grids.json)
+KIND=H200 BASE=h200-sxm-141gb CAL=h200-calibrated.toml CALIBRATE_ARGS="--sustained 60" LIMIT=${LIMIT:-560}
+. benchmarks/gpu_calibrated_call.sh  # (its results folder: the first argument, e.g. benchmarks/results/2026-12-01-h200)
 
 # 3. parplan's FP8 linears (written in the twenty-first session, never run on a GPU): does the runtime's FP8 path
 # run, and how close is the prediction (their 16-bit twin llama-3b-mbs4-none ran 2026-12-04)
@@ -91,25 +43,13 @@ grid "$(cap 180 20)" llama-3b-mbs4-none-fp8 llama-1.3b-mbs4-none-fp8
 # 256-wide block, or its 10 blocks where the launches have 24 (the last row)?  Rows are written as they finish.
 # (The 200-step long run and the SDPA kernels, which the 2026-12-04 call ran here, are answered:
 # results/2026-12-04-h200, README; gpu_next.sh still runs the long run on an H100.)
-t=$(cap 240 20)
-if [ -f "$R/host_probe_width.json" ]; then echo "probe width: done already"
-elif [ "$t" -ge 60 ]; then
-  t0=$SECONDS
-  timeout "$t" python3 benchmarks/host_probe_width.py --device cuda --out "$R/host_probe_width.md" \
-    --json "$R/host_probe_width.json" 2>&1 | tail -12
-  echo "probe width took $(( SECONDS - t0 )) s"; pack
-else echo "probe width: ${t} s left, not started"; fi
+study "probe width" host_probe_width.json 240 20 60 python3 benchmarks/host_probe_width.py --device cuda --out "$R/host_probe_width.md" \
+  --json "$R/host_probe_width.json"
 
 # 5. FP8 GEMMs shape by shape against the cost model's rule (the 16-bit curve at the same ideal duration, times the
 # measured fp8_matmul_scale; benchmarks/fp8_gemm_shapes.py): no FP8 GEMM has run on a GPU here before
-t=$(cap 90 20)
-if [ -f "$R/fp8_gemm_shapes.json" ]; then echo "fp8 shapes: done already"
-elif [ "$t" -ge 30 ]; then
-  t0=$SECONDS
-  timeout "$t" python3 benchmarks/fp8_gemm_shapes.py --device cuda --base h200-sxm-141gb --out "$R/fp8_gemm_shapes.md" \
-    --json "$R/fp8_gemm_shapes.json" 2>&1 | sed -n 1,8p | cut -c1-220
-  echo "fp8 shapes took $(( SECONDS - t0 )) s"; pack
-else echo "fp8 shapes: ${t} s left, not started"; fi
+study "fp8 shapes" fp8_gemm_shapes.json 90 20 30 python3 benchmarks/fp8_gemm_shapes.py --device cuda --base h200-sxm-141gb \
+  --out "$R/fp8_gemm_shapes.md" --json "$R/fp8_gemm_shapes.json"
 
 # 6. parplan's mixture of experts (the twenty-fifth session, checked on CPU only: does it run on a GPU, and how far is
 # its eager block with one GEMM per expert from the prediction), then its multi-head latent attention (the

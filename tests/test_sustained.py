@@ -175,7 +175,8 @@ def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
     only = re.search(r"long_run\(\) \{.*?--only (\S+)", start, re.S).group(1)
     assert only in names
     h200 = (ROOT / "benchmarks" / "gpu_h200.sh").read_text()
-    assert re.search(r"calibrate --base h200-sxm-141gb --sustained \d+", h200)
+    assert re.search(r'BASE=h200-sxm-141gb .*CALIBRATE_ARGS="--sustained \d+"', h200)
+    assert "calibrate --base \"$BASE\" $CALIBRATE_ARGS" in (ROOT / "benchmarks" / "gpu_calibrated_call.sh").read_text()
     # the H200 call's long run answered its question on 2026-12-04 (no slowdown over 58 s); the H100 call keeps it.
     # The H200 call runs its grid through grid(): the FP8 entries before the host-probe study, the rest after it
     assert "long_run " not in h200
@@ -185,7 +186,10 @@ def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
     assert calls[0][0] < h200.index("python3 benchmarks/host_probe_width.py") < calls[1][0]
     assert "long_run " in (ROOT / "benchmarks" / "gpu_next.sh").read_text()
     h100 = (ROOT / "benchmarks" / "gpu_next.sh").read_text()
-    for script, listed in (("gpu_h200.sh", [n for _, c in calls for n in c]),
+    one_call = (ROOT / "benchmarks" / "gpu_h100.sh").read_text()
+    h100_grid = [w for m in re.finditer(r'^grid "\$\(cap \d+(?: \d+)?\)" ((?:.|\\\n)*?)$(?<!\\)', one_call, re.M)
+                 for w in m.group(1).replace("\\", " ").split()]
+    for script, listed in (("gpu_h200.sh", [n for _, c in calls for n in c]), ("gpu_h100.sh", h100_grid),
                            ("gpu_next.sh", [w for block in re.findall(
                                r"gpu_grid\.py --out \"\$R/grid\".*?--only \\\n(.*?)2>&1", h100, re.S)
                                for w in block.replace("\\", " ").split()])):

@@ -44,11 +44,11 @@ from .memory import (BLOCK_SHAPE_FIELDS, block_shape_rows, ddp_bucket_copy, deep
 from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
 
 
-
 def runs_eager_moe(m, tr) -> bool:
     """Whether parplan's runtime runs this model's blocks uncompiled as a mixture of experts (its dense blocks too):
     block_time's eager_moe, the profile's host_moe_block_s / host_moe_expert_s."""
     return bool(m.moe) and tr.eager_runtime == "parplan"
+
 
 def param_tensors_per_rank(m: ModelDims, pp, blocks_first, blocks_mid, blocks_last, head_first=None):
     """Parameter tensors on the rank holding the most, as parplan's runtime builds them: per llama

@@ -90,14 +90,14 @@ def published_on(pub: dict, hardware: str | None) -> tuple[str | None, dict | No
 
 # parplan's FP8 linears on a GPU, measured (launch warns an FP8 plan on CUDA with it): a runtime defect, not the model's
 FP8_MEASURED = ("parplan's FP8 linears stepped 4.6-5.4x slower than predicted on their only GPU runs (two on an H100, "
-                "2026-12-06, benchmarks/results/2026-12-06-h100; the FP8 GEMMs alone ran as predicted, the casts are "
-                "under study)")
-FP8_LAUNCHES = FP8_MEASURED
-# a mixture of experts planned for parplan's runtime (group "parplan-moe"): what is known of it
-# parplan's mixture of experts on a GPU, measured (launch warns an MoE plan on CUDA with it)
+                "2026-12-06, benchmarks/results/2026-12-06-h100; its FP8 GEMMs alone median 3.9 % from the model, the casts "
+                "are under study)")
+# parplan's mixture of experts on a GPU, measured (launch warns an MoE plan on CUDA with it, under a profile without
+# the eager MoE block's dispatch)
 MOE_MEASURED = ("parplan's mixture of experts stepped 1.58x its prediction on its only GPU run (an H100, 2026-12-06, "
                 "benchmarks/results/2026-12-06-h100): its blocks run eagerly and dispatched 7.3 ms each against the "
                 "compiled dense block's 2.7 the model counted (a profile calibrated since counts the eager block's own)")
+# a mixture of experts planned for parplan's runtime (group "parplan-moe"): what is known of it
 PARPLAN_MOE = (f"one GPU run: {MOE_MEASURED}; its memory model against the CPU allocator: "
                "benchmarks/results/2026-12-05-cpu-memory-moe, -moe-mixed with dense blocks between, -mla with latent "
                "attention, -mla-recompute and -moe-recompute with the recompute modules, -moe-zero2 under ZeRO-2, "
@@ -127,7 +127,7 @@ def entries(framework: str, hardware: str | None = None, fp8: bool = False) -> l
                     "runs": pub["plausibility_runs"], "median_abs_error": pub["plausibility_median_abs_error"]})
     grid, gpu, same = launches_for(hardware)
     if framework == "parplan" and grid:
-        other = ("" if same else f"; no launches measured on {hardware}") + (f"; {FP8_LAUNCHES}" if fp8 else "")
+        other = ("" if same else f"; no launches measured on {hardware}") + (f"; {FP8_MEASURED}" if fp8 else "")
         out.append({"basis": f"step time of single-{gpu} launches, datasheet profile ({grid['source']}{other})",
                     "runs": grid["runs"], "median_abs_error": grid["step_median_abs_error"]["datasheet"]})
         out.append({"basis": f"peak memory of single-{gpu} launches against the allocator's ({grid['source']}{other})",
@@ -163,7 +163,7 @@ def line(framework: str, hardware: str | None = None, fp8: bool = False) -> str 
         out.append(("" if same else f"none launched on {hardware}; ") +
                    f"{grid['runs']} {gpu} launches, step |error| median {_pct(step['datasheet'])} "
                    f"(calibrated profile {_pct(step['calibrated'])}), memory {_pct(grid['memory_vs_allocated_median_abs_error'])}"
-                   + (f" ({FP8_LAUNCHES})" if fp8 else ""))
+                   + (f" ({FP8_MEASURED})" if fp8 else ""))
     if framework == "parplan-moe":
         out.append(PARPLAN_MOE)
     if not out and pub and pub.get("plausibility_runs"):

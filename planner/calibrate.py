@@ -927,14 +927,10 @@ def measure_fp8_host_block(device_type: str, advance=None, steps: int = 12) -> t
         return {}, f"host dispatch with FP8 linears not measured ({str(e)[:200]})"
 
 
-def _fp8_host_field(old: dict | None, measured: dict) -> tuple[dict, str | None]:
-    """A profile's host_block_fp8_s after its host was measured again: what was measured now, else nothing (another
-    host's FP8 dispatch does not carry, as host_block_s does not), with a note when a value was dropped."""
-    return _host_field("host_block_fp8_s", "FP8", old, measured)
-
-
 def _host_field(name: str, what: str, old: dict | None, measured: dict) -> tuple[dict, str | None]:
-    """_fp8_host_field's rule for any host field measured by a probe of its own (name; what that probe runs)."""
+    """A profile's host field measured by a probe of its own (host_block_fp8_s, the MoE probe's two; what: what that
+    probe runs), after the host was measured again: what was measured now, else nothing (another host's dispatch
+    does not carry, as host_block_s does not), with a note when a value was dropped."""
     if measured:
         return {k: float(f"{v:.4g}") for k, v in measured.items()}, None
     if old:
@@ -1170,7 +1166,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host_block, host_share)
         if host_share:
             measured_fields.append("host_forward_share")
-        data["host_block_fp8_s"], fp8_note = _fp8_host_field(data.get("host_block_fp8_s"), host_block_fp8)
+        data["host_block_fp8_s"], fp8_note = _host_field("host_block_fp8_s", "FP8", data.get("host_block_fp8_s"), host_block_fp8)
         notes += [fp8_note] if fp8_note else []
         if host_block_fp8:
             measured_fields.append("host_block_fp8_s")
@@ -1314,7 +1310,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     data["name"] = host_name  # not the base's: this file is not the shipped (or refit) profile
     data["host_block_s"] = {**(data.get("host_block_s") or {}), **{k: float(f"{v:.4g}") for k, v in host.items()}}
     data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host, shares)
-    data["host_block_fp8_s"], dropped = _fp8_host_field(data.get("host_block_fp8_s"), host_fp8)
+    data["host_block_fp8_s"], dropped = _host_field("host_block_fp8_s", "FP8", data.get("host_block_fp8_s"), host_fp8)
     moe_notes = apply_moe_host(data, moe_block, moe_expert)
     fp8_what = ("; with FP8 linears: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host_fp8.items())
                 if host_fp8 else "")

@@ -14,7 +14,8 @@
 # 1. the host: nvidia-smi, lscpu; stops at once (exit 3) on any other GPU kind;
 # 2. `parplan calibrate --sustained 30` from the shipped H100 profile (133 s on 2026-12-06; its sustained fraction
 #    0.891 there), its FP8 GEMM rows and FP8 host probe included, and since that session the probe as a mixture of
-#    experts (host_moe_block_s / host_moe_expert_s, 24 short eager runs more), which the MoE entries below check;
+#    experts and uncompiled (host_moe_block_s / host_moe_expert_s, host_block_eager_s: 36 short runs more), which
+#    the MoE entries below check;
 # 3. each FP8 operation alone at the 3B launch's shapes (benchmarks/fp8_ops.py: which of them is slow; at most 120 s);
 # 4. the host probe at the launches' width (benchmarks/host_probe_width.py: 2026-12-06's launch-bound 1.3B runs
 #    dispatched 1.19x the probe's per block, none and full alike; at most 150 s, rows kept as they finish);

@@ -28,13 +28,21 @@ from planner.calibrate import (HOST_MOE_MODES, HOST_REPEATS, MOE_PROBE_EXPERTS, 
                                measure_host_block, moe_host_line)
 
 
+# a dense block of the MoE probe's width: its MLP the FLOPs of a token's experts (top k x their ffn), no router; the cost
+# model takes such a block of an MoE model (eager in parplan's runtime, as the MoE blocks) as one expert of the line
+DENSE = 0
+
+
 def measure(device: str, experts: list[int], steps: int, repeats: int, modes=HOST_MOE_MODES, on_row=None) -> dict:
-    """{experts: {mode: host seconds a block}} at each count, the calibrate's probe (measure_host_block)."""
+    """{experts: {mode: host seconds a block}} at each count, the calibrate's probe (measure_host_block); experts
+    DENSE (0): the dense block the cost model reads off the line at one expert.  (On a GPU the dense probe compiles,
+    as a dense model's blocks do; in an MoE model they run eagerly: compare on CPU, where nothing compiles.)"""
     at: dict = {}
     for e in experts:
         t0 = time.perf_counter()
-        at[e] = measure_host_block(device, steps=steps, modes=modes, repeats=repeats,
-                                   shape={**MOE_PROBE_SHAPE, "experts": e})
+        shape = ({"ffn_hidden": MOE_PROBE_SHAPE["ffn_hidden"] * MOE_PROBE_SHAPE["experts_per_token"]} if e == DENSE
+                 else {**MOE_PROBE_SHAPE, "experts": e})
+        at[e] = measure_host_block(device, steps=steps, modes=modes, repeats=repeats, shape=shape)
         if on_row:
             on_row(at, e, time.perf_counter() - t0)
     return at
@@ -46,7 +54,7 @@ def score(at: dict) -> list[dict]:
     rows = []
     for e in sorted(at):
         for mode, got in at[e].items():
-            line = block[mode] + e * expert[mode]
+            line = block[mode] + max(e, 1) * expert[mode]  # a dense block: one expert
             rows.append({"experts": e, "mode": mode, "measured_s": got, "line_s": line,
                          "error": line / got - 1 if got > 0 else None, "fitted": e in MOE_PROBE_EXPERTS})
     return rows
@@ -63,18 +71,24 @@ def markdown(rows: list[dict], device: str, steps: int, repeats: int) -> str:
            "| experts | recompute | measured ms a block | line ms | error | |", "|---:|---|---:|---:|---:|---|"]
     for r in rows:
         err = "" if r["error"] is None else f"{r['error']:+.1%}"
-        out.append(f"| {r['experts']} | {r['mode']} | {r['measured_s'] * 1e3:.3f} | {r['line_s'] * 1e3:.3f} | {err} | "
+        out.append(f"| {r['experts'] or 'dense (the line at 1)'} | {r['mode']} | {r['measured_s'] * 1e3:.3f} | {r['line_s'] * 1e3:.3f} | {err} | "
                    f"{'fits the line' if r['fitted'] else 'held out'} |")
-    held = [abs(r["error"]) for r in rows if not r["fitted"] and r["error"] is not None]
+    held = [abs(r["error"]) for r in rows if not r["fitted"] and r["error"] is not None and r["experts"]]
     if held:
         out += ["", f"Held out: {len(held)} readings, median |error| {statistics.median(held):.1%}, max {max(held):.1%}."]
+    dense = [f"{r['mode']} {r['error']:+.1%}" for r in rows if r["experts"] == DENSE and r["error"] is not None]
+    if dense:
+        out += ["", f"The dense block of the probe's width (ffn {MOE_PROBE_SHAPE['ffn_hidden'] * MOE_PROBE_SHAPE['experts_per_token']}, "
+                "no router) against the line at one expert, as the cost model takes a dense block of an MoE model: "
+                + ", ".join(dense) + "."]
     return "\n".join(out) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--experts", type=int, nargs="+", default=[2, 4, 8, 16, 32])
+    ap.add_argument("--experts", type=int, nargs="+", default=[2, 4, 8, 16, 32],
+                    help="expert counts to probe (0: the dense block of the same width)")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=HOST_REPEATS)
     ap.add_argument("--out", type=Path)
@@ -83,7 +97,7 @@ def main(argv=None) -> int:
     experts = sorted(set(a.experts) | set(MOE_PROBE_EXPERTS))
 
     def row(at, e, took):
-        print(f"{e} experts: " + ", ".join(f"{m} {v * 1e3:.3f} ms" for m, v in at[e].items()) + f" ({took:.0f} s)",
+        print(f"{e or 'dense'} experts: " + ", ".join(f"{m} {v * 1e3:.3f} ms" for m, v in at[e].items()) + f" ({took:.0f} s)",
               flush=True)
         if a.json:
             a.json.write_text(json.dumps({str(k): v for k, v in at.items()}, indent=1))

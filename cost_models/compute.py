@@ -465,8 +465,9 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     scheme (TrainingConsts.fp8): their GEMMs at the fp8 peak (linear_gemm_time), their casts (fp8_cast_time)
     with the block's memory-bound work.  eager_moe: a block of a mixture of experts in parplan's runtime, which
     runs that model's blocks uncompiled (parallel_layers.train): its host dispatch is the profile's eager MoE
-    block (host_moe_block_s + local experts x host_moe_expert_s; a dense block of such a model as one expert)
-    where measured."""
+    block (host_moe_block_s + local experts x host_moe_expert_s) where measured, and a dense block of such a model,
+    or any block parplan's runtime runs uncompiled (fused False: launch compiles nothing), the eager dense block's
+    (host_block_eager_s)."""
     mm_f, mm_b = layer_matmul_time(m, lay, hw)
     at_f, at_b = attention_core_time(m, lay, hw, flash, dropout, attention_kernel, act_bytes)
     el_f, el_b, act_f = layer_elementwise_time(m, lay, hw, act_bytes, dropout, fused, eager_runtime)
@@ -498,9 +499,11 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     host = hw.host_block_s[rec]
     if fp8 == "parplan":  # parplan's FP8 linears dispatch their casts and GEMMs outside the compiled graphs
         host = np.where(hw.host_block_fp8_s[rec] > 0, hw.host_block_fp8_s[rec], host)
-    if eager_moe:  # (moe.local_experts is 1 for a dense block)
+    if eager_moe and m.moe:
         eager = hw.host_moe_block_s[rec] + moe.local_experts(m, lay) * hw.host_moe_expert_s[rec]
         host = np.where(hw.host_moe_block_s[rec] > 0, eager, host)
+    elif eager_moe or (not fused and eager_runtime == "parplan" and fp8 != "parplan"):  # a dense block, uncompiled
+        host = np.where(hw.host_block_eager_s[rec] > 0, hw.host_block_eager_s[rec], host)
     total = np.maximum(gpu, host)
     scale = total / gpu
     # the attention core with its recompute (full and selective re-run it; op-level selective keeps a flash

@@ -50,6 +50,9 @@ class HardwareConstants:
     # a mixture of experts' eager block in parplan's runtime: dispatch = host_moe_block_s + local experts x
     # host_moe_expert_s, by recompute code (0 = not measured: host_block_s)
     host_moe_block_s: np.ndarray = field(default_factory=lambda: np.zeros(4))
+    # a dense block parplan's runtime runs uncompiled (an MoE model's dense blocks, fused_elementwise off), by
+    # recompute code (0 = not measured: host_block_s)
+    host_block_eager_s: np.ndarray = field(default_factory=lambda: np.zeros(4))
     host_moe_expert_s: np.ndarray = field(default_factory=lambda: np.zeros(4))
     overlap_slowdown: float = 0.0  # profile.overlap_compute_slowdown
     optimizer_bw_fraction: float = 1.0  # profile.optimizer_bandwidth_fraction
@@ -145,6 +148,7 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         host_fwd_share=_by_recompute(profile.host_forward_share),
         host_block_fp8_s=_by_recompute(profile.host_block_fp8_s),
         host_moe_block_s=_by_recompute(profile.host_moe_block_s, selective_from="none"),
+        host_block_eager_s=_by_recompute(profile.host_block_eager_s, selective_from="none"),
         host_moe_expert_s=_by_recompute(profile.host_moe_expert_s, selective_from="none"),
         overlap_slowdown=profile.overlap_compute_slowdown,
         optimizer_bw_fraction=profile.optimizer_bandwidth_fraction,

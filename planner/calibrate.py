@@ -816,7 +816,8 @@ def host_block_estimate(pairs: list[dict],
 def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HOST_MODES,
                        shares: dict | None = None, repeats: int = HOST_REPEATS,
                        spread: dict | None = None, shape: dict | None = None,
-                       blocks: tuple[int, int] = HOST_BLOCKS, fp8: bool = False) -> dict[str, float]:
+                       blocks: tuple[int, int] = HOST_BLOCKS, fp8: bool = False,
+                       compiled: bool | None = None) -> dict[str, float]:
     """Host seconds to dispatch one block's forward + backward in parplan's own runtime, per recompute
     mode: the runtime (torchrun, --compile on cuda, as `parplan launch` runs it) trains the tiny probe
     with 2 and with 10 blocks, `repeats` times in turn; each pair gives (median step time difference) / 8, and
@@ -828,7 +829,8 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
     in the reports and the share lies in (0, 1).  `spread`, if given, gets each mode's spread over its pairs.
     `shape`: the probe's block other than PROBE_SHAPE (_host_probe_plan); `blocks`: other block counts than
     HOST_BLOCKS (benchmarks/host_probe_width.py asks whether a block costs the same at a launch's 24); fp8: the
-    probe's linears in FP8 (host_block_fp8_s)."""
+    probe's linears in FP8 (host_block_fp8_s); compiled: False runs the blocks uncompiled on a GPU too
+    (host_block_eager_s; None: compiled on cuda, as launch runs a dense model)."""
     import subprocess
 
     from .launch import job_env
@@ -841,7 +843,7 @@ def measure_host_block(device_type: str, steps: int = 12, advance=None, modes=HO
                 for mode in modes for rep in range(repeats) for n in blocks]
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                 "-m", "parallel_layers.probe", "--steps", str(steps), "--device", device_type]
-        if device_type == "cuda":
+        if device_type == "cuda" if compiled is None else compiled:
             argv.append("--compile")  # (a mixture of experts' blocks run eagerly all the same, as launch runs them)
         if (shape or {}).get("experts"):
             argv.append("--moe-balanced-routing")  # every expert its share of the tokens, as the cost model counts
@@ -918,6 +920,17 @@ def measure_moe_host_block(device_type: str, advance=None, steps: int = 12,
     return block, expert, None
 
 
+def measure_eager_host_block(device_type: str, advance=None, steps: int = 12) -> tuple[dict[str, float], str | None]:
+    """(host_block_eager_s, note): the dense probe with its blocks uncompiled (HOST_MOE_MODES), as parplan's runtime
+    runs a mixture of experts' dense blocks and a plan without fused elementwise work; a probe that fails leaves it
+    unmeasured, with a note."""
+    try:
+        return measure_host_block(device_type, steps=steps, advance=advance, modes=HOST_MOE_MODES,
+                                  compiled=False), None
+    except CalibrationError as e:
+        return {}, f"host dispatch of an uncompiled block not measured ({str(e)[:200]})"
+
+
 def measure_fp8_host_block(device_type: str, advance=None, steps: int = 12) -> tuple[dict[str, float], str | None]:
     """(host_block_fp8_s, note): the probe again with its linears in FP8 (HOST_FP8_MODES); a probe that fails (a
     torch whose FP8 GEMM does not run here) leaves it unmeasured, with a note, instead of failing the calibration."""
@@ -938,11 +951,12 @@ def _host_field(name: str, what: str, old: dict | None, measured: dict) -> tuple
     return {}, None
 
 
-def apply_moe_host(data: dict, block: dict, expert: dict, measured_fields: list | None = None) -> list[str]:
-    """Write the MoE probe's line (measure_moe_host_block) into the profile dict: host_moe_block_s and
-    host_moe_expert_s, or, unmeasured, the base's dropped (another host's); returns the notes."""
+def apply_moe_host(data: dict, block: dict, expert: dict, eager: dict, measured_fields: list | None = None) -> list[str]:
+    """Write the MoE probe's line (measure_moe_host_block) and the uncompiled dense probe (measure_eager_host_block)
+    into the profile dict: host_moe_block_s, host_moe_expert_s and host_block_eager_s, or, unmeasured, the base's
+    dropped (another host's); returns the notes."""
     notes = []
-    for name, got in (("host_moe_block_s", block), ("host_moe_expert_s", expert)):
+    for name, got in (("host_moe_block_s", block), ("host_moe_expert_s", expert), ("host_block_eager_s", eager)):
         data[name], note = _host_field(name, "a mixture of experts' block", data.get(name), got)
         notes += [note] if note else []
         if got and measured_fields is not None:
@@ -950,13 +964,16 @@ def apply_moe_host(data: dict, block: dict, expert: dict, measured_fields: list 
     return notes
 
 
-def moe_host_text(block: dict, expert: dict) -> str:
-    """The sources' words for the MoE probe's line."""
-    if not block:
-        return ""
-    return ("; a mixture of experts' block, eager (the probe with " + " and ".join(map(str, MOE_PROBE_EXPERTS)) +
-            f" experts of ffn {MOE_PROBE_SHAPE['ffn_hidden']}, top {MOE_PROBE_SHAPE['experts_per_token']}, balanced "
-            "routing): " + ", ".join(f"{k} {block[k] * 1e3:.2f} ms + {expert[k] * 1e3:.3f} ms an expert" for k in block))
+def moe_host_text(block: dict, expert: dict, eager: dict) -> str:
+    """The sources' words for the uncompiled probes: the dense block's and the MoE probe's line."""
+    out = ("; uncompiled (host_block_eager_s) " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in eager.items())
+           if eager else "")
+    if block:
+        out += ("; a mixture of experts' block, eager (the probe with " + " and ".join(map(str, MOE_PROBE_EXPERTS)) +
+                f" experts of ffn {MOE_PROBE_SHAPE['ffn_hidden']}, top {MOE_PROBE_SHAPE['experts_per_token']}, "
+                "balanced routing): " +
+                ", ".join(f"{k} {block[k] * 1e3:.2f} ms + {expert[k] * 1e3:.3f} ms an expert" for k in block))
+    return out
 
 
 def noisy_host_note(spread: dict) -> str | None:
@@ -1066,7 +1083,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     fp8_on = fp8_measurable(torch, dev, base_profile)  # (gemm_dtypes then hold bf16: the base lists its peak)
     host_runs = len(HOST_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu else 0
     fp8_host_runs = len(HOST_FP8_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu and fp8_on else 0
-    moe_host_runs = len(MOE_PROBE_EXPERTS) * len(HOST_MOE_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu else 0
+    moe_host_runs = ((len(MOE_PROBE_EXPERTS) + 1) * len(HOST_MOE_MODES) * len(HOST_BLOCKS) * HOST_REPEATS
+                     if on_gpu else 0)  # the MoE probe's two expert counts and the uncompiled dense probe
     total = len(gemm_rows) * (len(gemm_dtypes) + fp8_on) + len(attn_cases) + 1 + (1 if on_gpu else 0) \
         + (1 if world >= 2 else 0) + host_runs + fp8_host_runs + moe_host_runs + (1 if sustained_s else 0)
     fp8_rows: list[dict] = []
@@ -1079,6 +1097,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     host_block_fp8: dict[str, float] = {}
     moe_block: dict[str, float] = {}
     moe_expert: dict[str, float] = {}
+    eager_block: dict[str, float] = {}
     host_share: dict[str, float] = {}
     host_spread: dict[str, float] = {}
     lap = PhaseClock(t_start)
@@ -1127,10 +1146,12 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                 host_block_fp8, note = measure_fp8_host_block("cuda", adv)
                 notes += [note] if note else []
                 lap("host dispatch fp8")
-            prog.update(task, description=f"host dispatch per block, a mixture of experts ({moe_host_runs} short runs)")
-            moe_block, moe_expert, note = measure_moe_host_block("cuda", adv)
-            notes += [note] if note else []
-            lap("host dispatch moe")
+            prog.update(task, description=f"host dispatch per block, uncompiled and a mixture of experts "
+                                          f"({moe_host_runs} short runs)")
+            eager_block, note = measure_eager_host_block("cuda", adv)
+            moe_block, moe_expert, note2 = measure_moe_host_block("cuda", adv)
+            notes += [n for n in (note, note2) if n]
+            lap("host dispatch eager and moe")
         sustained = None
         if sustained_s:
             best_row = max((r for r in gemm if r["dtype"] == gemm_dtypes[0]), key=lambda r: r["tflops"])
@@ -1170,7 +1191,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         notes += [fp8_note] if fp8_note else []
         if host_block_fp8:
             measured_fields.append("host_block_fp8_s")
-        notes += apply_moe_host(data, moe_block, moe_expert, measured_fields)
+        notes += apply_moe_host(data, moe_block, moe_expert, eager_block, measured_fields)
         # what the CUDA allocator can use (cudaDeviceProp.totalGlobalMem): below nvidia-smi's memory.total, which
         # counts memory the driver keeps (an H100 80GB: about 79.1 GiB against 81,559 MiB)
         data["hbm_gbytes"] = round(device_capacity_bytes() / 1e9, 2)
@@ -1243,7 +1264,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                  if host_share else "") +
                 ("; with FP8 linears (host_block_fp8_s) " + ", ".join(f"{k} {v * 1e3:.2f} ms"
                                                                       for k, v in host_block_fp8.items())
-                 if host_block_fp8 else "") + moe_host_text(moe_block, moe_expert))
+                 if host_block_fp8 else "") + moe_host_text(moe_block, moe_expert, eager_block))
     if net_note:
         src += f"; {net_note}"
     if sustained:
@@ -1292,7 +1313,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     fp8_on = fp8_measurable(torch, dev, base_profile)
     n = (len(modes) + (len(HOST_FP8_MODES) if fp8_on else 0)
-         + (len(MOE_PROBE_EXPERTS) * len(HOST_MOE_MODES) if moe else 0)) * len(HOST_BLOCKS) * HOST_REPEATS
+         + ((len(MOE_PROBE_EXPERTS) + 1) * len(HOST_MOE_MODES) if moe else 0)) * len(HOST_BLOCKS) * HOST_REPEATS
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         task = prog.add_task(f"host dispatch per block (parplan's runtime, {n} short runs)", total=n)
@@ -1302,6 +1323,8 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
                                   spread=spread)
         host_fp8, fp8_note = (measure_fp8_host_block(dev.type, lambda: prog.advance(task), steps) if fp8_on
                               else ({}, None))
+        eager_block, eager_note = (measure_eager_host_block(dev.type, lambda: prog.advance(task), steps) if moe
+                                   else ({}, None))
         moe_block, moe_expert, moe_note = (measure_moe_host_block(dev.type, lambda: prog.advance(task), steps) if moe
                                            else ({}, {}, None))
     noisy = noisy_host_note(spread)
@@ -1311,7 +1334,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     data["host_block_s"] = {**(data.get("host_block_s") or {}), **{k: float(f"{v:.4g}") for k, v in host.items()}}
     data["host_forward_share"] = _remeasured_shares(data.get("host_forward_share"), host, shares)
     data["host_block_fp8_s"], dropped = _host_field("host_block_fp8_s", "FP8", data.get("host_block_fp8_s"), host_fp8)
-    moe_notes = apply_moe_host(data, moe_block, moe_expert)
+    moe_notes = apply_moe_host(data, moe_block, moe_expert, eager_block)
     fp8_what = ("; with FP8 linears: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host_fp8.items())
                 if host_fp8 else "")
     where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: {TEST_ONLY_MARK})"
@@ -1321,8 +1344,8 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
         f"[calibrate --host-only] {TOOL} --host-only --device {dev.type} --base {base_profile.name} ({_today()}, {where}): "
         f"host dispatch per block fwd+bwd (runtime{', compiled' if on_gpu else ''}, probe of hidden 256 x 128 tokens, "
         f"{HOST_BLOCKS[1]} minus {HOST_BLOCKS[0]} blocks, median of {HOST_REPEATS} pairs): {what}{fp8_what}"
-        f"{moe_host_text(moe_block, moe_expert)}; every other field from {base_profile.name}"] + [
-        f"[calibrate --host-only] {x}" for x in (noisy, fp8_note, dropped, moe_note, *moe_notes) if x]
+        f"{moe_host_text(moe_block, moe_expert, eager_block)}; every other field from {base_profile.name}"] + [
+        f"[calibrate --host-only] {x}" for x in (noisy, fp8_note, dropped, eager_note, moe_note, *moe_notes) if x]
     data["measured"] = ((data.get("measured") or "").rstrip("; ") + "; " if data.get("measured") else "") + \
         f"{_today()}: host_block_s re-measured on {where} ({elapsed:.0f} s)"
     from .schema import HardwareProfile

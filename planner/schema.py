@@ -755,8 +755,8 @@ class HardwareProfile(Strict):
 
     model_config = ConfigDict(allow_inf_nan=False)  # inf/nan would reach the JSON output as Infinity/NaN
 
-    @field_validator("peak_dense_tflops", "host_block_s", "host_block_fp8_s", "host_moe_block_s", "host_moe_expert_s",
-                     "host_forward_share",
+    @field_validator("peak_dense_tflops", "host_block_s", "host_block_fp8_s", "host_block_eager_s", "host_moe_block_s",
+                     "host_moe_expert_s", "host_forward_share",
                      "matmul_efficiency_curve", "attention_efficiency_curve", mode="before")
     @classmethod
     def _no_booleans_inside(cls, v):
@@ -791,7 +791,7 @@ class HardwareProfile(Strict):
     def _curve_valid(cls, v, info):
         return _check_curve(v, info.field_name)
 
-    @field_validator("host_block_s", "host_block_fp8_s", "host_moe_block_s", "host_moe_expert_s")
+    @field_validator("host_block_s", "host_block_fp8_s", "host_block_eager_s", "host_moe_block_s", "host_moe_expert_s")
     @classmethod
     def _host_seconds_not_negative(cls, v):
         for mode, s in v.items():
@@ -841,11 +841,17 @@ class HardwareProfile(Strict):
         "framework parplan: parallel_layers.fp8's casts and GEMMs dispatch more kernels, outside the compiled block "
         "graphs), by recompute mode (selective-op, if absent, takes full's). Measured by `parplan calibrate` on GPUs with "
         "FP8 tensor cores (none and full); empty = not measured: such a plan takes host_block_s.")
+    host_block_eager_s: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
+        default_factory=dict, description="host_block_s for a dense block that parplan's runtime runs uncompiled: the "
+        "dense blocks of a mixture of experts (whose model runs eagerly) and every block of a plan with "
+        "fused_elementwise false (launch compiles nothing then).  By recompute mode (selective, if absent, takes "
+        "none's; selective-op full's).  Measured by `parplan calibrate` (the probe with compilation off, none and "
+        "full); empty = not measured: such blocks take host_block_s.")
     host_moe_block_s: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
         default_factory=dict, description="Host seconds to dispatch one block of a mixture of experts in parplan's runtime "
         "(which runs such a model's blocks eagerly: their token counts are data-dependent), forward + backward, less "
         "its experts' part (host_moe_expert_s a local expert): a block's dispatch is host_moe_block_s + local experts x "
-        "host_moe_expert_s, a dense block of such a model's taken as one expert.  By recompute mode (selective, if "
+        "host_moe_expert_s (a dense block of such a model takes host_block_eager_s).  By recompute mode (selective, if "
         "absent, takes none's; selective-op full's).  Measured by `parplan calibrate` on a GPU (the probe as a "
         "mixture of experts of 4 and of 16 experts, top 2, balanced routing: the line through the two); empty = not "
         "measured: such a plan's blocks take host_block_s (the compiled dense block's).")

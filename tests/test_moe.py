@@ -582,8 +582,9 @@ def test_launch_warns_a_mixture_of_experts_on_a_gpu_with_what_its_gpu_run_measur
 
 def test_only_parplans_moe_blocks_take_the_eager_moe_dispatch():
     """parplan's runtime runs a mixture of experts' blocks eagerly: where the profile measured it, such a block's
-    host dispatch is host_moe_block_s + local experts x host_moe_expert_s (selective as none, a dense block of such a
-    model as one expert); other frameworks' blocks, and any block under a profile without it, keep host_block_s."""
+    host dispatch is host_moe_block_s + local experts x host_moe_expert_s (selective as none), and a dense block of such
+    a model, or any block parplan runs uncompiled (fused elementwise off), host_block_eager_s; other frameworks'
+    blocks, and any block under a profile without these, keep host_block_s."""
     import hardware_profiles
     from cost_models.compute import block_time
     from cost_models.hardware import constants_from_profile
@@ -592,18 +593,24 @@ def test_only_parplans_moe_blocks_take_the_eager_moe_dispatch():
     from tests.test_cost_model import _lay
     base = hardware_profiles.load_profile("h100-sxm-80gb").model_copy(update={"host_block_s": {"none": 1.0, "full": 2.0}})
     prof = base.model_copy(update={"host_moe_block_s": {"none": 3.0, "full": 5.0},
-                                   "host_moe_expert_s": {"none": 0.5, "full": 1.0}})
+                                   "host_moe_expert_s": {"none": 0.5, "full": 1.0}, "host_block_eager_s": {"none": 1.5}})
     hw, hw0 = constants_from_profile(prof, "bf16"), constants_from_profile(base, "bf16")
     m = ModelDims.from_spec(load_preset("glm-4.5-air"), 4096)
     assert m.moe and m.mixed and m.experts == 128
     lay = _lay(gpus=8, dp=8, ep=8)  # 16 local experts
 
-    def host(dims, hw_, eager, **kw):
-        return float(block_time(dims, _lay(gpus=8, dp=8, ep=8, **kw), hw_, 2, True, eager_moe=eager)["host"])
+    def host(dims, hw_, eager, fused=True, runtime="parplan", **kw):
+        return float(block_time(dims, _lay(gpus=8, dp=8, ep=8, **kw), hw_, 2, True, fused=fused, eager_runtime=runtime,
+                                eager_moe=eager)["host"])
     assert host(m, hw, False) == 1.0 and host(m, hw0, True) == 1.0
     assert host(m, hw, True) == 3.0 + 16 * 0.5
     assert host(m, hw, True, recompute=2) == 5.0 + 16 * 1.0 and host(m, hw, True, recompute=1) == 3.0 + 16 * 0.5
-    assert host(m.dense_dims(), hw, True) == 3.0 + 0.5 and host(m.dense_dims(), hw, False) == 1.0
+    assert host(m.dense_dims(), hw, True) == 1.5 and host(m.dense_dims(), hw, False) == 1.0
+    assert host(m.dense_dims(), hw0, True) == 1.0  # no eager reading: the compiled block's
+    # a dense plan parplan launches uncompiled (fused elementwise off) takes the eager reading too; torchtitan's not
+    assert host(m.dense_dims(), hw, False, fused=False) == 1.5
+    assert host(m.dense_dims(), hw, False, fused=False, runtime="torchtitan") == 1.0
+    assert host(m.dense_dims(), hw, False, fused=False, recompute=2) == 2.0  # full not measured: host_block_s's
     assert lay.ep == 8
 
 

@@ -750,6 +750,10 @@ class NetworkTier(Strict):
         "(benchmarks/nic_aggregation.py scores both).  Not for the nvlink tier.")
 
 
+# a host field by recompute mode (host_block_s and its kin): seconds, or the forward's share
+ByRecompute = dict[Literal["none", "selective", "full", "selective-op"], float]
+
+
 class HardwareProfile(Strict):
     """One GPU system. Units are in field names; the cost model converts them once (HardwareConstants)."""
 
@@ -831,23 +835,23 @@ class HardwareProfile(Strict):
         1.0, gt=0, le=1, description="Fraction of the isolated-kernel matmul/attention throughput (the curves) sustained over a long "
         "multi-GPU training run (clocks under the power cap, launch gaps). The one parameter a profile may fit to published "
         "training runs; 1.0 = not fitted.")
-    host_block_s: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
+    host_block_s: ByRecompute = Field(
         default_factory=dict, description="Host (CPU) seconds to dispatch one transformer block's forward + backward of parplan's "
         "runtime, by recompute mode (selective-op, if absent, takes full's); a block takes max(GPU time, host time), so small blocks are launch-bound. Measured by "
         "`parplan calibrate` on the machine (it depends on the CPU, torch and the runtime, not the GPU); empty = not measured, "
         "no host bound.")
-    host_block_fp8_s: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
+    host_block_fp8_s: ByRecompute = Field(
         default_factory=dict, description="host_block_s for a block whose linears run in FP8 (a training.fp8 plan under "
         "framework parplan: parallel_layers.fp8's casts and GEMMs dispatch more kernels, outside the compiled block "
         "graphs), by recompute mode (selective-op, if absent, takes full's). Measured by `parplan calibrate` on GPUs with "
         "FP8 tensor cores (none and full); empty = not measured: such a plan takes host_block_s.")
-    host_block_eager_s: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
+    host_block_eager_s: ByRecompute = Field(
         default_factory=dict, description="host_block_s for a dense block that parplan's runtime runs uncompiled: the "
         "dense blocks of a mixture of experts (whose model runs eagerly) and every block of a plan with "
         "fused_elementwise false (launch compiles nothing then).  By recompute mode (selective, if absent, takes "
         "none's; selective-op full's).  Measured by `parplan calibrate` (the probe with compilation off, none and "
         "full); empty = not measured: such blocks take host_block_s.")
-    host_moe_block_s: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
+    host_moe_block_s: ByRecompute = Field(
         default_factory=dict, description="Host seconds to dispatch one block of a mixture of experts in parplan's runtime "
         "(which runs such a model's blocks eagerly: their token counts are data-dependent), forward + backward, less "
         "its experts' part (host_moe_expert_s a local expert): a block's dispatch is host_moe_block_s + local experts x "
@@ -855,10 +859,10 @@ class HardwareProfile(Strict):
         "absent, takes none's; selective-op full's).  Measured by `parplan calibrate` on a GPU (the probe as a "
         "mixture of experts of 4 and of 16 experts, top 2, balanced routing: the line through the two); empty = not "
         "measured: such a plan's blocks take host_block_s (the compiled dense block's).")
-    host_moe_expert_s: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
+    host_moe_expert_s: ByRecompute = Field(
         default_factory=dict, description="Host seconds a local expert adds to an MoE block's dispatch in parplan's "
         "runtime (its GEMMs and their gathers, forward + backward): host_moe_block_s's slope; measured with it.")
-    host_forward_share: dict[Literal["none", "selective", "full", "selective-op"], float] = Field(
+    host_forward_share: ByRecompute = Field(
         default_factory=dict, description="The forward's share of host_block_s, by recompute mode (selective-op, if absent, "
         "takes full's): the GPU cannot run a micro-batch's backward before the host has dispatched its forward, so a "
         "step whose forward is launch-bound and backward GPU-bound takes longer than max(GPU, host) (a two-stage flow "

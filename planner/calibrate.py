@@ -1378,6 +1378,11 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
+def _ms(per_mode: dict, modes=HOST_MOE_MODES, digits: int = 2) -> str:
+    """A host field's readings in ms, mode after mode ("-" where none)."""
+    return " / ".join(f"{per_mode[k] * 1e3:.{digits}f}" for k in modes if k in per_mode) or "-"
+
+
 def _print_device_summary(console, base, prof, s) -> None:
     from rich.table import Table
 
@@ -1392,9 +1397,10 @@ def _print_device_summary(console, base, prof, s) -> None:
         ("hbm GB/s x efficiency", f"{base.hbm_gbytes_per_s:g} x {base.hbm_efficiency:.3f}",
          f"{prof.hbm_gbytes_per_s:g} x {prof.hbm_efficiency:.3f}"),
         ("host link GB/s", f"{base.host_link_gbytes_per_s:g}", f"{prof.host_link_gbytes_per_s:g}"),
-        ("host ms per block (none/sel/full/op)",
-         " / ".join(f"{base.host_block_s[k] * 1e3:.2f}" for k in HOST_MODES if k in base.host_block_s) or "-",
-         " / ".join(f"{prof.host_block_s[k] * 1e3:.2f}" for k in HOST_MODES if k in prof.host_block_s) or "-"),
+        ("host ms per block (none/sel/full/op)", _ms(base.host_block_s, HOST_MODES), _ms(prof.host_block_s, HOST_MODES)),
+        ("uncompiled (none/full)", _ms(base.host_block_eager_s), _ms(prof.host_block_eager_s)),
+        ("MoE block + an expert (none/full)", _ms(base.host_moe_block_s) + " + " + _ms(base.host_moe_expert_s, digits=3),
+         _ms(prof.host_moe_block_s) + " + " + _ms(prof.host_moe_expert_s, digits=3)),
         ("nvlink efficiency / latency", f"{base.nvlink.efficiency:g} / {base.nvlink.latency_s:.2g} s",
          f"{prof.nvlink.efficiency:g} / {prof.nvlink.latency_s:.2g} s"),
         ("sustained matmul fraction", f"{base.sustained_matmul_fraction:g}", f"{prof.sustained_matmul_fraction:g}"

@@ -887,3 +887,10 @@ def test_the_committed_moe_host_line_is_as_the_readme_states():
     dense = {r["mode"]: r["error"] for r in rows if r["experts"] == mod.DENSE}
     assert (f"over-reads the dense block of the probe's width by {dense['none']:.0%} (none) and {dense['full']:.0%} "
             "(full)").replace("%", " %") in readme
+
+
+def test_the_summary_table_names_the_uncompiled_and_moe_readings(cpu_run):
+    """calibrate's table shows the base's and the new profile's host readings, the uncompiled block's and the MoE
+    line's among them ("-" where a profile has none: a CPU calibrate measures no host dispatch)."""
+    err = " ".join(cpu_run[1].split())
+    assert "uncompiled (none/full)" in err and "MoE block + an expert (none/full)" in err and "- + -" in err

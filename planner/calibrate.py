@@ -1389,6 +1389,20 @@ def _print_device_summary(console, base, prof, s) -> None:
     t = Table(title=f"calibrated {prof.name} on {s['device']}", title_justify="left")
     for c in ("field", base.name, "calibrated"):
         t.add_column(c, justify="left" if c == "field" else "right")
+    for r in summary_rows(base, prof, s):
+        t.add_row(*r)
+    console.print(t)
+    for n in s["notes"]:
+        console.print(f"note: {n}", markup=False, highlight=False)
+    if s.get("sustained"):
+        console.print(sustained_note(s["sustained"]), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"calibration took {s['elapsed_s']:.1f} s" +
+                  (f" ({PhaseClock.render(s['phases_s'])})" if s.get("phases_s") else ""),
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+def summary_rows(base, prof, s) -> list[tuple[str, str, str]]:
+    """calibrate's table: (field, the base profile's value, the calibrated one's) a row."""
     fmt_curve = lambda c: " ".join(f"{x:.3g}:{y:.2f}" for x, y in c)  # noqa: E731
     rows = [
         ("peak bf16 TFLOP/s", f"{base.peak_dense_tflops.get('bf16', 0):g}", f"{prof.peak_dense_tflops.get('bf16', 0):.4g}"),
@@ -1406,16 +1420,7 @@ def _print_device_summary(console, base, prof, s) -> None:
         ("sustained matmul fraction", f"{base.sustained_matmul_fraction:g}", f"{prof.sustained_matmul_fraction:g}"
          + (" (measured)" if s.get("sustained") else " (kept)")),
     ]
-    for r in rows:
-        t.add_row(*r)
-    console.print(t)
-    for n in s["notes"]:
-        console.print(f"note: {n}", markup=False, highlight=False)
-    if s.get("sustained"):
-        console.print(sustained_note(s["sustained"]), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"calibration took {s['elapsed_s']:.1f} s" +
-                  (f" ({PhaseClock.render(s['phases_s'])})" if s.get("phases_s") else ""),
-                  markup=False, highlight=False, soft_wrap=True)
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------

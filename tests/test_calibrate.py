@@ -889,8 +889,14 @@ def test_the_committed_moe_host_line_is_as_the_readme_states():
             "(full)").replace("%", " %") in readme
 
 
-def test_the_summary_table_names_the_uncompiled_and_moe_readings(cpu_run):
+def test_the_summary_table_names_the_uncompiled_and_moe_readings():
     """calibrate's table shows the base's and the new profile's host readings, the uncompiled block's and the MoE
-    line's among them ("-" where a profile has none: a CPU calibrate measures no host dispatch)."""
-    err = " ".join(cpu_run[1].split())
-    assert "uncompiled (none/full)" in err and "MoE block + an expert (none/full)" in err and "- + -" in err
+    line's among them, in ms ("-" where a profile has none)."""
+    from planner.calibrate import summary_rows
+    base = hardware_profiles.load_profile("h100-sxm-80gb")
+    prof = base.model_copy(update={"host_block_eager_s": {"none": 3e-3, "full": 6e-3},
+                                   "host_moe_block_s": {"none": 4e-3, "full": 8e-3},
+                                   "host_moe_expert_s": {"none": 2.5e-4, "full": 5e-4}})
+    rows = {r[0]: r[1:] for r in summary_rows(base, prof, {})}
+    assert rows["uncompiled (none/full)"] == ("-", "3.00 / 6.00")
+    assert rows["MoE block + an expert (none/full)"] == ("- + -", "4.00 / 8.00 + 0.250 / 0.500")

@@ -35,14 +35,15 @@ DENSE = 0
 
 def measure(device: str, experts: list[int], steps: int, repeats: int, modes=HOST_MOE_MODES, on_row=None) -> dict:
     """{experts: {mode: host seconds a block}} at each count, the calibrate's probe (measure_host_block); experts
-    DENSE (0): the dense block the cost model reads off the line at one expert.  (On a GPU the dense probe compiles,
-    as a dense model's blocks do; in an MoE model they run eagerly: compare on CPU, where nothing compiles.)"""
+    DENSE (0): the dense block of the same width, uncompiled as an MoE model's dense blocks run (the calibrate's
+    host_block_eager_s), against the line at one expert."""
     at: dict = {}
     for e in experts:
         t0 = time.perf_counter()
         shape = ({"ffn_hidden": MOE_PROBE_SHAPE["ffn_hidden"] * MOE_PROBE_SHAPE["experts_per_token"]} if e == DENSE
                  else {**MOE_PROBE_SHAPE, "experts": e})
-        at[e] = measure_host_block(device, steps=steps, modes=modes, repeats=repeats, shape=shape)
+        at[e] = measure_host_block(device, steps=steps, modes=modes, repeats=repeats, shape=shape,
+                                   compiled=False if e == DENSE else None)
         if on_row:
             on_row(at, e, time.perf_counter() - t0)
     return at

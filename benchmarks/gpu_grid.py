@@ -117,7 +117,7 @@ def grid() -> list[tuple[str, list[str]]]:
 
 
 def run_entry(name: str, args: list[str], out: Path, steps: int, hardware: str | None = None,
-              snapshot: bool = False) -> dict:
+              snapshot: bool = False, profile: bool = False) -> dict:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     rec = [sys.executable, "-m", "planner.cli", "recommend", *args, "--gpus", "1", "--zero", "0", "--json"]
@@ -127,6 +127,8 @@ def run_entry(name: str, args: list[str], out: Path, steps: int, hardware: str |
               "--report", str(d / "report.json")]
     if snapshot:
         launch += ["--memory-snapshot", str(d / "snapshot")]
+    if profile:  # one step more, under torch.profiler: <run>/profile/rank0.ops.md says which kernels took the step
+        launch += ["--profile", str(d / "profile")]
     if "--experts" in args:  # every expert its share of the tokens, as the prediction assumes
         launch += ["--moe-balanced-routing"]
     (d / "command.txt").write_text(shlex.join(rec) + " | " + shlex.join(launch) + "\n")
@@ -191,6 +193,8 @@ def main() -> None:
     ap.add_argument("--hardware", help="hardware profile name or TOML path for the predictions (default: recommend's)")
     ap.add_argument("--memory-snapshot", action="store_true",
                     help="record each run's allocator history (<run>/snapshot/; slows the run: memory diagnosis only)")
+    ap.add_argument("--profile", action="store_true",
+                    help="each run profiles one step after its measured ones (<run>/profile/: launch --profile)")
     ap.add_argument("--summarize", action="store_true",
                     help="run nothing: rebuild summary.md from the reports already under --out")
     a = ap.parse_args()
@@ -209,7 +213,7 @@ def main() -> None:
                 rows.append(summarize(name, json.loads(rep.read_text()), float("nan")))
             continue
         try:
-            r = run_entry(name, args, out, a.steps, a.hardware, a.memory_snapshot)
+            r = run_entry(name, args, out, a.steps, a.hardware, a.memory_snapshot, a.profile)
         except Exception as e:  # one broken run must not lose the rest of the grid
             r = {"name": name, "error": f"{type(e).__name__}: {e}"}
         rows.append(r)

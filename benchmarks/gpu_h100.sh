@@ -16,7 +16,10 @@
 #    0.891 there), its FP8 GEMM rows and FP8 host probe included, and since that session the probe as a mixture of
 #    experts and uncompiled (host_moe_block_s / host_moe_expert_s, host_block_eager_s: 36 short runs more), which
 #    the MoE entries below check;
-# 3. each FP8 operation alone at the 3B launch's shapes (benchmarks/fp8_ops.py: which of them is slow; at most 120 s);
+# 3. the 1.3B FP8 entry and its 16-bit twin, 6 steps each and one more under torch.profiler (`launch --profile`, new
+#    in the thirty-sixth session: <run>/profile/rank0.ops.md, the kernels and host operators the FP8 step spent its
+#    time on; into profiled/, apart from the grid; at most 150 s);
+# 3b. each FP8 operation alone at the 3B launch's shapes (benchmarks/fp8_ops.py: which of them is slow; at most 120 s);
 # 4. the host probe at the launches' width (benchmarks/host_probe_width.py: 2026-12-06's launch-bound 1.3B runs
 #    dispatched 1.19x the probe's per block, none and full alike; at most 150 s, rows kept as they finish);
 # 5. the grid, with step 2's profile: the second MoE (8 experts: the dispatch per expert, with 2026-12-06's 16), the
@@ -30,7 +33,18 @@
 KIND=H100 BASE=h100-sxm-80gb CAL=h100-calibrated.toml CALIBRATE_ARGS="--sustained 30" LIMIT=${LIMIT:-570}
 . benchmarks/gpu_calibrated_call.sh  # (its results folder: the first argument, e.g. benchmarks/results/2026-12-06-h100)
 
-# 3. the FP8 operations one by one (benchmarks/fp8_ops.py)
+# 3. one FP8 step and one 16-bit step under the profiler
+t=$(cap 150 20)
+if [ -f "$R/profiled/llama-1.3b-mbs4-none-fp8/report.json" ]; then echo "profiled: done already"
+elif [ "$t" -ge 60 ]; then
+  t0=$SECONDS
+  timeout "$t" python3 benchmarks/gpu_grid.py --out "$R/profiled" --hardware "$R/$CAL" --steps 6 --profile \
+    --only llama-1.3b-mbs4-none-fp8 llama-1.3b-mbs4-none 2>&1 | cut -c1-250
+  for f in "$R"/profiled/*/profile/rank0.ops.md; do [ -f "$f" ] && head -5 "$f" | cut -c1-250; done
+  echo "profiled took $(( SECONDS - t0 )) s"; pack
+else echo "profiled: ${t} s left, not started"; fi
+
+# 3b. the FP8 operations one by one (benchmarks/fp8_ops.py)
 study "fp8 ops" fp8_ops.json 120 20 30 python3 benchmarks/fp8_ops.py --device cuda --out "$R/fp8_ops.md" --json "$R/fp8_ops.json"
 
 # 4. the probe at the launches' width

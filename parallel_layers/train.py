@@ -51,6 +51,7 @@ from cost_models.compute import (plan_fuses_wgrad, plan_overlaps_grad_reduce, pl
 from cost_models.layout import stages_of_rank
 from parallel_layers import checkpoint as ckpt
 from parallel_layers import fp8
+from parallel_layers import step_profile
 from parallel_layers.clip import clip_grad_norm
 from parallel_layers.context_parallel import shard_sequence
 from parallel_layers.cpu_matmul import fp32_matmuls
@@ -145,6 +146,9 @@ class RunOptions:
     moe_aux_loss_coeff: float = MOE_AUX_LOSS_COEFF
     # benchmarks: every expert the same share of the tokens (parallel_layers.moe.MoEState.balanced), as predicted
     moe_balanced_routing: bool = False
+    # directory: one step more than `steps` under torch.profiler, each rank's operator tables and trace written there
+    # (parallel_layers.step_profile); that step is in no reported step time
+    profile: Optional[str] = None
 
 
 @dataclass
@@ -824,7 +828,8 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
                         param_overlap=(rt.optimizer.overlap_gather if isinstance(rt.optimizer, ShardedAdamW)
                                        and plan.parallel.dp > 1 else None),
                         recompile_limit=recompile_limit_hits() - limit_hits,
-                        fp8_cast_failure=fp8.cast_failure() if plan.training.fp8 else None)
+                        fp8_cast_failure=fp8.cast_failure() if plan.training.fp8 else None,
+                        profile=rt.extra.get("profile"))
 
 
 def _build_and_train(plan, opts: RunOptions, device: torch.device):
@@ -855,10 +860,12 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
     spans = []
     tel = _start_telemetry(opts, device)
     t0 = None
-    for step in range(start + 1, opts.steps + 1):
-        if t0 is None:
+    for step in range(start + 1, opts.steps + 1 + bool(opts.profile)):
+        profiling = step > opts.steps  # --profile: the step after the measured ones, on a clock of its own
+        if t0 is None or profiling:
             _sync(device)
             t0 = time.perf_counter()
+        prof = step_profile.start(device.type) if profiling else None
         with CpuMemoryTrace.phase(f"step{step}.fwd_bwd"):
             rt.optimizer.zero_grad(set_to_none=True)
             if "expert_optimizer" in rt.extra:
@@ -886,6 +893,11 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
                     rt.extra["expert_optimizer"].step()
         _sync_compute(device)
         t_end = time.perf_counter()
+        if profiling:
+            rt.extra["profile"] = step_profile.finish(prof, opts.profile, dist.get_rank(), step, t_end - t0, device.type)
+            log(f"profiled step {step} on rank {dist.get_rank()}: {(t_end - t0) * 1e3:.1f} ms; tables and trace in "
+                f"{opts.profile} (rank{dist.get_rank()}.ops.md, .ops.json, .trace.json.gz)")
+            break
         dt = torch.tensor([t_end - t0], dtype=torch.float64, device=device)
         # the step ends when the slowest rank ends
         dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=rt.extra["stats_group"])
@@ -941,7 +953,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
                  grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None,
                  grad_buckets: Optional[dict] = None, resumed_from: Optional[dict] = None,
                  expert_grad_buckets: Optional[dict] = None,
-                 recompile_limit: int = 0, fp8_cast_failure: Optional[str] = None) -> dict:
+                 recompile_limit: int = 0, fp8_cast_failure: Optional[str] = None,
+                 profile: Optional[dict] = None) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
     comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
     wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad).
@@ -949,7 +962,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
     param_overlap: whether ZeRO-1/2's parameter gather ran beside the next forward (None: no ZeRO-1/2 over dp > 1).
     grad_buckets: rank 0's reduction in the last step, {"buckets", "started_in_backward"} (None where grad_overlap is).
     resumed_from: {"checkpoint": its folder, "step": the step it was saved after} of a resumed run, else None.
-    fp8_cast_failure: why rank 0's FP8 casts fell back to eager on the GPU (fp8.cast_failure()), else None."""
+    fp8_cast_failure: why rank 0's FP8 casts fell back to eager on the GPU (fp8.cast_failure()), else None.
+    profile: rank 0's profiled step (opts.profile: parallel_layers.step_profile.finish's summary), else None."""
     if comparable is None:
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
@@ -1052,6 +1066,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         "loss_scaling": loss_scaling,
         "dropout": dropout,
         "fp8_casts": fp8_casts,
+        "profile": profile,  # rank 0's --profile step (parallel_layers.step_profile.summary, with its files)
         "steps": steps,
         "median": {"step_time_s": med("step_time_s"), "tokens_per_s": at_median_step("tokens_per_s"),
                    "mfu": at_median_step("mfu"),
@@ -1120,6 +1135,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--overlap-param-gather", choices=["on", "off"], default="on",
                     help="ZeRO-1/2: broadcast the stepped parameters during the next forward (on), or after the step")
     ap.add_argument("--memory-snapshot", help="directory: record the CUDA allocator's history and dump it per rank")
+    ap.add_argument("--profile", help="directory: run one step more than --steps under torch.profiler and write each "
+                                      "rank's operator tables and trace there (not on cpu with --memory-snapshot, "
+                                      "which traces the allocator with the profiler)")
     ap.add_argument("--initial-loss-scale", type=float,
                     help="fp16 plans: the dynamic loss scale's start (default 65536, torch's GradScaler's; Megatron-LM "
                          "starts at 4294967296)")
@@ -1144,6 +1162,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             ap.error(f"--{what}-dropout must be in [0, 1), got {p}")
     if not (a.moe_aux_loss_coeff >= 0 and math.isfinite(a.moe_aux_loss_coeff)):
         ap.error(f"--moe-aux-loss-coeff must be 0 or more, got {a.moe_aux_loss_coeff}")
+    if a.profile and a.memory_snapshot and a.device == "cpu":
+        ap.error("--profile and --memory-snapshot on cpu both need torch.profiler: run them separately")
     if a.initial_loss_scale is not None and not (a.initial_loss_scale > 0 and math.isfinite(a.initial_loss_scale)):
         ap.error(f"--initial-loss-scale must be a positive number, got {a.initial_loss_scale}")
     return a
@@ -1161,7 +1181,7 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
                       initial_loss_scale=a.initial_loss_scale, debug_overflow_step=a.debug_overflow_step,
                       hidden_dropout=a.hidden_dropout, attention_dropout=a.attention_dropout,
                       dropout_masks=a.dropout_masks, moe_aux_loss_coeff=a.moe_aux_loss_coeff,
-                      moe_balanced_routing=a.moe_balanced_routing)
+                      moe_balanced_routing=a.moe_balanced_routing, profile=a.profile)
 
 
 def write_report(report: dict, path: str) -> None:

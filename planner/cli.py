@@ -685,6 +685,10 @@ def launch(
                                                   "pytorch.org/memory_viz or benchmarks/memory_peak.py; on cpu, "
                                                   "trace the CPU allocator (profiler) for its peak and what was live "
                                                   "then, per rank as JSON, compared with the plan's memory model."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Directory: after the measured steps, run one "
+                                          "more under torch.profiler and write each rank's top operators and "
+                                          "kernels (rankN.ops.md, .ops.json) and timeline (rankN.trace.json.gz) "
+                                          "there: whether the GPU or the host held the step up, and on what."),
     moe_balanced_routing: bool = typer.Option(False, "--moe-balanced-routing", help="A mixture of experts: send every "
                                               "expert the same share of each rank's tokens (the balance the "
                                               "prediction assumes), for measuring; Megatron-LM's "
@@ -703,7 +707,8 @@ def launch(
     _positive("resume-step", resume_step, upper=10_000_000)
     for flag, value, unset in (("--report", report, "runs/<time>/report.json"), ("--data", data, "synthetic tokens"),
                                ("--checkpoint-dir", checkpoint_dir, "no checkpoints"),
-                               ("--memory-snapshot", memory_snapshot, "no snapshot")):
+                               ("--memory-snapshot", memory_snapshot, "no snapshot"),
+                               ("--profile", profile, "no profiled step")):
         if value is not None and not value.strip():  # `--data "$DATA"` with DATA unset: not the same as no --data
             raise UserError(f"{flag} is empty: give a path, or leave {flag} out ({unset})")
     if plan_file != "-":
@@ -720,7 +725,7 @@ def launch(
                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
                      checkpoint_every=checkpoint_every, resume=resume, data=data, compile=compile_blocks,
                      memory_snapshot=memory_snapshot, data_dtype=data_dtype, resume_step=resume_step,
-                     moe_balanced_routing=moe_balanced_routing)
+                     moe_balanced_routing=moe_balanced_routing, profile=profile)
     except PlannerError as e:
         raise UserError(str(e)) from None
     raise typer.Exit(int(code or 0))

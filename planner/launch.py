@@ -870,7 +870,7 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
                   compile_blocks: bool = False, memory_snapshot: Optional[str] = None,
                   data_dtype: Optional[str] = None, wgrad_fusion: Optional[str] = None,
                   overlap_grad_reduce: Optional[str] = None, overlap_param_gather: Optional[str] = None,
-                  moe_balanced_routing: bool = False) -> list[str]:
+                  moe_balanced_routing: bool = False, profile: Optional[str] = None) -> list[str]:
     """The job as an argv list: torchrun (as `python -m torch.distributed.run`) running
     `parallel_layers.train`.  wgrad_fusion, overlap_grad_reduce, overlap_param_gather: the runtime's
     --wgrad-fusion, --overlap-grad-reduce and --overlap-param-gather (launch passes "off" for a plan predicted
@@ -904,6 +904,8 @@ def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report
         argv += ["--overlap-param-gather", overlap_param_gather]
     if moe_balanced_routing:
         argv += ["--moe-balanced-routing"]
+    if profile:
+        argv += ["--profile", str(profile)]
     return argv
 
 
@@ -1147,6 +1149,24 @@ def loss_scale_line(report: dict) -> str | None:
     return f"fp16 loss scale {ls['first']:g} at the first step, {ls['last']:g} at the last; {what}"
 
 
+def profile_line(report: dict) -> str | None:
+    """The profiled step's line (--profile; rank 0's, parallel_layers.step_profile): its time, how much of it the GPU
+    was busy and on which kernel most, and where the tables are; None without one."""
+    p = report.get("profile")
+    if not p:
+        return None
+    s = f"profiled step {p['step']} (rank 0, not in the medians): {p['wall_s'] * 1e3:.1f} ms"
+    if p.get("device_busy_s") is not None:
+        s += f", GPU busy {p['device_busy_s'] * 1e3:.1f} ms ({p['device_busy_fraction']:.0%})"
+        top = p.get("top_device_op")
+        if top:
+            name = top["name"] if len(top["name"]) <= 60 else top["name"][:57] + "..."
+            s += f", most in {name} ({top['self_device_s'] * 1e3:.1f} ms, {top['calls']} calls)"
+    else:
+        s += f", host operators {p['host_self_s'] * 1e3:.1f} ms"
+    return s + f"; tables and trace: {os.path.dirname(p['files'][0])}"
+
+
 def cpu_memory_line(report: dict) -> str | None:
     """The CPU allocator's traced peak (``--memory-snapshot`` on cpu) against the plan's memory model."""
     cm = report.get("cpu_memory")
@@ -1234,7 +1254,7 @@ def print_summary(report: dict, report_path: str) -> None:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for line in (phases_line(report), telemetry_line(report), grad_norm_line(report), loss_scale_line(report),
                  dropout_line(report), fp8_line(report), expert_load_line(report), cpu_memory_line(report),
-                 rank_kind_line(report)):
+                 rank_kind_line(report), profile_line(report)):
         if line:
             console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)
@@ -1286,7 +1306,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
            nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
            checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None,
            memory_snapshot: str | None = None, data_dtype: str | None = None, resume_step: int | None = None,
-           moe_balanced_routing: bool = False) -> int:
+           moe_balanced_routing: bool = False, profile: str | None = None) -> int:
     """Check the plan against this machine and run it with torchrun; returns the exit code.
     compile: torch.compile each block (None = on for cuda when the plan models fused pointwise work,
     training.fused_elementwise, as it does by default; off for cpu)."""
@@ -1332,7 +1352,11 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                             "pass --data FILE, or drop --data-dtype"))
 
     checks += [c for c in (check_folder("--checkpoint-dir", checkpoint_dir) if checkpoint_dir else None,
-                           check_folder("--memory-snapshot", memory_snapshot) if memory_snapshot else None) if c]
+                           check_folder("--memory-snapshot", memory_snapshot) if memory_snapshot else None,
+                           check_folder("--profile", profile) if profile else None) if c]
+    if profile and memory_snapshot and device == "cpu":
+        checks.append(Check("profile", False, "--profile and --memory-snapshot on cpu both run torch.profiler (the "
+                            "CPU allocator's trace is the profiler's)", "launch them as two runs"))
     resume = resume or resume_step is not None
     if moe_balanced_routing and not plan.model.is_moe:
         checks.append(Check("moe", False, "--moe-balanced-routing routes a mixture of experts' tokens, and the plan's "
@@ -1413,7 +1437,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                          wgrad_fusion=None if plan.training.grad_accumulation_fusion else "off",
                          overlap_grad_reduce=None if plan.training.overlap_grad_reduce else "off",
                          overlap_param_gather=None if plan_overlaps_param_gather(plan.training) else "off",
-                         moe_balanced_routing=moe_balanced_routing)
+                         moe_balanced_routing=moe_balanced_routing, profile=profile)
     failed = [c for c in checks if not c.ok]
     if dry_run:
         for c in checks:

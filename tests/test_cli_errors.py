@@ -284,6 +284,7 @@ CASES = [
     (["launch", "{good.json}", "--dry-run", "--device", "cpu", "--checkpoint-dir", ""], 2, ["--checkpoint-dir is empty"]),
     (["launch", "{good.json}", "--dry-run", "--device", "cpu", "--memory-snapshot", ""], 2,
      ["--memory-snapshot is empty"]),
+    (["launch", "{good.json}", "--dry-run", "--device", "cpu", "--profile", ""], 2, ["--profile is empty"]),
     (["validate", "--reference-dir", "", "--json"], 2, ["--reference-dir is empty"]),
     (["calibrate", "--from-run", "{good.json}"], 2, ["is a plan, not a launch report", "report.json"]),
     (["calibrate", "--from-run", "{dir}"], 2, ["is a folder", "report.json"]),

@@ -570,6 +570,10 @@ def test_grid_leaves_plan_json_to_launch(tmp_path, monkeypatch):
     monkeypatch.setattr(grid, "summarize", lambda name, rep, wall: {"name": name})
     assert grid.run_entry("llama-0.5b-mbs1-none", ["--model", "x"], tmp_path, 5) == {"name": "llama-0.5b-mbs1-none"}
     assert seen == [False]
+    launches = []
+    monkeypatch.setattr(grid.subprocess, "run", lambda argv, **kw: launches.append(argv) or fake_run(argv, **kw))
+    grid.run_entry("llama-0.5b-mbs1-none", ["--model", "x"], tmp_path, 5, profile=True)
+    assert launches[-1][-2:] == ["--profile", str(tmp_path / "llama-0.5b-mbs1-none" / "profile")]
     monkeypatch.setattr(grid.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 2, "out", "bad"))
     out = grid.run_entry("llama-1.3b-mbs1-none", [], tmp_path, 5)
     assert out["error"].startswith("recommend exit 2")

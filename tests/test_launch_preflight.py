@@ -126,6 +126,25 @@ def test_memory_snapshot_reaches_the_runtime_on_cuda_and_on_cpu(plan8, capsys, m
     assert "--memory-snapshot snap" in out
 
 
+def test_profile_reaches_the_runtime_and_its_line_reads_the_report(plan8, capsys):
+    argv = L.torchrun_argv("p.json", nproc=1, steps=2, device="cuda", report="r.json", profile="prof")
+    assert argv[-2:] == ["--profile", "prof"]
+    assert L.launch(plan8, dry_run=True, device="cpu", profile="prof") == 0
+    assert "--profile prof" in capsys.readouterr().out
+    # on cpu the allocator's trace is the profiler's too: one of the two per run
+    assert L.launch(plan8, dry_run=True, device="cpu", profile="prof", memory_snapshot="snap") == 0  # shows every check
+    assert "[FAIL] profile: --profile and --memory-snapshot on cpu" in capsys.readouterr().err
+    assert L.profile_line({"profile": None}) is None
+    files = ["runs/x/profile/rank0.ops.md", "runs/x/profile/rank0.ops.json", "runs/x/profile/rank0.trace.json.gz"]
+    gpu = {"step": 13, "wall_s": 1.03, "device_busy_s": 0.97, "device_busy_fraction": 0.97 / 1.03, "host_self_s": 0.8,
+           "top_device_op": {"name": "triton_red_fused_abs_amax_0", "calls": 264, "self_device_s": 0.61}, "files": files}
+    line = L.profile_line({"profile": gpu})
+    assert line.startswith("profiled step 13 (rank 0, not in the medians): 1030.0 ms, GPU busy 970.0 ms (94%)")
+    assert "most in triton_red_fused_abs_amax_0 (610.0 ms, 264 calls)" in line and line.endswith("runs/x/profile")
+    cpu = {**gpu, "device_busy_s": None, "device_busy_fraction": None, "top_device_op": None}
+    assert "host operators 800.0 ms" in L.profile_line({"profile": cpu})
+
+
 def test_cpu_memory_line_compares_the_traced_peak_with_the_model():
     assert L.cpu_memory_line({"cpu_memory": None}) is None
     # a CPU run without the trace says how to take it (its summary row reads "-")
@@ -761,11 +780,11 @@ def test_a_plan_edited_after_its_prediction_is_re_predicted():
 
 
 def test_output_folders_that_are_files_fail_before_the_run(plan8, tmp_path, capsys):
-    """--checkpoint-dir and --memory-snapshot are folders the job writes after training: a file there (or
+    """--checkpoint-dir, --memory-snapshot and --profile are folders the job writes after training: a file there (or
     on the way) used to fail the run at its end, with no report."""
     f = tmp_path / "f"
     f.write_text("x")
-    for opt in ("checkpoint_dir", "memory_snapshot"):
+    for opt in ("checkpoint_dir", "memory_snapshot", "profile"):
         for path in (f, f / "sub"):
             assert L.launch(plan8, device="cpu", report=str(tmp_path / "r" / "r.json"), **{opt: str(path)}) == 2
             err = capsys.readouterr().err
@@ -779,7 +798,7 @@ def test_output_folders_that_cannot_be_written_fail_before_the_run(plan8, tmp_pa
     trained every step and then failed at its first save ("CheckpointException ranks:dict_keys([0])")."""
     if not Path("/proc").is_dir() or L.can_make_folder_in("/proc"):
         pytest.skip("needs a /proc no folder can be made in")
-    for opt in ("checkpoint_dir", "memory_snapshot"):
+    for opt in ("checkpoint_dir", "memory_snapshot", "profile"):
         assert L.launch(plan8, device="cpu", report=str(tmp_path / "r" / "r.json"), **{opt: "/proc/parplan-x"}) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "cannot write in /proc" in err and "a folder you can write" in err, err

@@ -7,6 +7,9 @@ runs.  All 8-rank jobs share one torchrun invocation and all one-rank references
 dominates)."""
 from __future__ import annotations
 
+import gzip
+import json
+
 import pytest
 
 from cost_models.params import param_counts
@@ -274,6 +277,26 @@ def test_report_has_required_keys(runs):
     # pipeline schedule interleaves forwards and backwards, so no forward dispatch time
     assert all(0 < s["host_dispatch_s"] <= s["step_time_s"] and s["fwd_bwd_s"] is None and s["host_forward_s"] is None
                for s in r["steps"])
+
+
+def test_the_profiled_step_is_one_more_and_every_rank_writes_its_tables(runs):
+    """--profile: the step after the measured ones runs under torch.profiler on every rank (tp 2 x pp 2 x dp 2), is in
+    no reported step, and each rank's tables name the operators its stage ran, its collectives included."""
+    r = report(runs, suite.PROFILED)
+    assert [s["step"] for s in r["steps"]] == list(range(1, suite.STEPS + 1))
+    p = r["profile"]
+    assert p["step"] == suite.STEPS + 1 and p["wall_s"] > 0 and p["device_busy_s"] is None  # cpu: no device
+    folder = runs / suite.PROFILED / "profile"
+    assert sorted(x.name for x in folder.iterdir()) == sorted(f"rank{k}.{ext}" for k in range(8)
+                                                              for ext in ("ops.json", "ops.md", "trace.json.gz"))
+    for k in range(8):
+        ops = json.loads((folder / f"rank{k}.ops.json").read_text())
+        names = {o["name"] for o in ops["ops"]}
+        assert ops["step"] == suite.STEPS + 1 and "aten::mm" in names, k
+        assert any(n.startswith("c10d::") for n in names), k  # TP's all-reduces, the pipeline's sends, dp's reduction
+        assert ops["host_self_s"] > 0 and ops["wall_s"] > 0, k
+    with gzip.open(folder / "rank0.trace.json.gz") as f:
+        assert json.load(f)["traceEvents"]
 
 
 @pytest.mark.parametrize("case", ["split-resume", "split-reshard"])

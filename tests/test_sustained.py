@@ -368,21 +368,27 @@ def test_the_h200_call_runs_fp8_first_within_its_budget_and_resumes(tmp_path):
 
 def test_the_h100_call_calibrates_then_studies_fp8_and_the_probe_then_runs_the_grid(tmp_path):
     """gpu_h100.sh (the next H100 call), its commands faked: calibrate from the H100 profile with --sustained 30, the
-    FP8 operations study, the probe-width study, then one grid call, the second MoE entry first; each capped by
-    LIMIT; it stops at once on an H200."""
+    1.3B FP8 entry and its 16-bit twin with a profiled step each (into profiled/), the FP8 operations study, the
+    probe-width study, then one grid call, the second MoE entry first; each capped by LIMIT; it stops at once on an
+    H200."""
     results = tmp_path / "R"
     calls, out = _run_h200_call(tmp_path, results, limit=570, script="gpu_h100.sh", gpu="H100 80GB HBM3")
     steps = [c for c in calls if c.startswith("python3 ") and not c.startswith(("python3 -c", "python3 - "))]
     assert "--base h100-sxm-80gb --sustained 30" in steps[0]
-    assert [s.split()[1] for s in steps[1:]] == ["benchmarks/fp8_ops.py", "benchmarks/host_probe_width.py",
-                                                 "benchmarks/gpu_grid.py"]
-    assert steps[3].split("--only ")[1].split()[:3] == ["moe-2.4b-e8-mbs2", "moe-2.5b-e16-mbs2",
+    assert [s.split()[1] for s in steps[1:]] == ["benchmarks/gpu_grid.py", "benchmarks/fp8_ops.py",
+                                                 "benchmarks/host_probe_width.py", "benchmarks/gpu_grid.py"]
+    assert f"--out {results}/profiled " in steps[1] and " --profile " in steps[1]
+    assert steps[1].split("--only ")[1].split() == ["llama-1.3b-mbs4-none-fp8", "llama-1.3b-mbs4-none"]
+    assert steps[4].split("--only ")[1].split()[:3] == ["moe-2.4b-e8-mbs2", "moe-2.5b-e16-mbs2",
                                                         "gpt-1.3b-mbs4-none-dropout"]
+    assert "--profile" not in steps[4]
     timeouts = [int(c.split()[1]) for c in calls if c.startswith("timeout ")]
-    assert timeouts[:3] == [300, 120, 150] and 530 <= timeouts[3] <= 560, timeouts
+    assert timeouts[:4] == [300, 150, 120, 150] and 530 <= timeouts[4] <= 560, timeouts
     assert json.loads((results / "grids.json").read_text())["datasheet"] == "h100-sxm-80gb"
     assert len(list((results / "grid").glob("*/report.json"))) == 13
+    assert len(list((results / "profiled").glob("*/report.json"))) == 2
     calls, out = _run_h200_call(tmp_path, results, script="gpu_h100.sh", gpu="H100 80GB HBM3")
     assert not [c for c in calls if c.startswith("timeout ")] and "fp8 ops: done already" in out
+    assert "profiled: done already" in out
     calls, out = _run_h200_call(tmp_path, tmp_path / "R2", script="gpu_h100.sh", gpu="H200", rc=3)
     assert "prepared for an H100" in out and not [c for c in calls if c.startswith("timeout ")]

@@ -12,6 +12,7 @@ from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan, write_p
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 3
+PROFILED = "1f1b"  # the parallel case run with --profile (its step STEPS + 1 profiled on every rank)
 LAYOUT = dict(tp=2, pp=2, dp=2)
 
 # the dropout cases' options where only the hidden dropout is compared (parallel_layers.dropout): blocks of 8 tokens,
@@ -259,6 +260,9 @@ def parallel_jobs(tmp: Path) -> list[dict]:
         checkpoint_dir=str(tmp / "hsdp" / "ckpt"), checkpoint_every=2)
     jobs.append(_job(tmp, "split-resume", tiny_plan(TINY_LLAMA, **SPLIT_RESUME, clip_grad=CLIP_GRAD),
                      {"checkpoint_dir": ck, "resume": True, "resume_step": 2}, steps=STEPS))
+    # one step more under torch.profiler (--profile), after the three the 1f1b case compares
+    next(j for j in jobs if j["report"] == str(tmp / PROFILED / "report.json"))["opts"]["profile"] = \
+        str(tmp / PROFILED / "profile")
     for name, (m, p, o) in TP_RESUME_SOURCES.items():
         jobs.append(_job(tmp, name, tiny_plan(m, lr=_lr(o), clip_grad=_clip(o), **{**LAYOUT, **p}), o))
     for source in {s for s, _ in TP_RESUME.values()}:  # every step saved (the cp and hsdp ones resume from step 2 too)

@@ -1,0 +1,55 @@
+"""parallel_layers.step_profile (launch --profile): one span under torch.profiler, its tables and trace."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import torch
+
+from parallel_layers import step_profile, train
+
+
+def test_a_profiled_span_writes_its_operators_and_trace(tmp_path):
+    a = torch.randn(64, 64)
+    prof = step_profile.start("cpu")
+    for _ in range(5):
+        a = torch.tanh(a @ a)
+    s = step_profile.finish(prof, str(tmp_path / "prof"), 3, 7, 0.25, "cpu")
+    assert s["step"] == 7 and s["wall_s"] == 0.25 and s["device_busy_s"] is None and s["top_device_op"] is None
+    assert s["files"] == [str(tmp_path / "prof" / f"rank3.{e}") for e in ("ops.md", "ops.json", "trace.json.gz")]
+    ops = json.loads((tmp_path / "prof" / "rank3.ops.json").read_text())
+    by_name = {o["name"]: o for o in ops["ops"]}
+    assert by_name["aten::mm"]["calls"] == 5 and by_name["aten::tanh"]["calls"] == 5
+    assert by_name["aten::mm"]["self_host_us"] > 0 and by_name["aten::mm"]["self_device_us"] == 0
+    assert ops["host_self_s"] == pytest.approx(sum(o["self_host_us"] for o in ops["ops"]) / 1e6)
+    md = (tmp_path / "prof" / "rank3.ops.md").read_text()
+    assert "Rank 3, step 7" in md and "| aten::mm | 5 |" in md and "self device time" not in md  # cpu: one table
+    with gzip.open(tmp_path / "prof" / "rank3.trace.json.gz") as f:
+        assert any(e.get("name") == "aten::mm" for e in json.load(f)["traceEvents"])
+
+
+def _row(name, dev_us, host_us, calls=1):
+    return {"name": name, "calls": calls, "self_device_us": dev_us, "device_us": dev_us, "self_host_us": host_us,
+            "host_us": host_us}
+
+
+@pytest.mark.parametrize("busy_ms,says", [(900.0, "the GPU's work holds the step up"),
+                                          (300.0, "the GPU waits for the host")])
+def test_the_device_summary_says_which_side_held_the_step(busy_ms, says):
+    rows = [_row("triton_red_fused_amax_0", busy_ms * 1e3 * 2 / 3, 50.0, calls=100),
+            _row("sm90_xmma_gemm", busy_ms * 1e3 / 3, 20.0), _row("aten::mm", 0.0, 900.0)]
+    s = step_profile.summary(rows, 1.0, 4, "cuda")
+    assert s["device_busy_s"] == pytest.approx(busy_ms / 1e3) and s["device_busy_fraction"] == pytest.approx(busy_ms / 1e3)
+    assert s["top_device_op"] == {"name": "triton_red_fused_amax_0", "calls": 100,
+                                  "self_device_s": pytest.approx(busy_ms / 1e3 * 2 / 3)}
+    md = step_profile.markdown(rows, s, 0)
+    assert says in md and "## Top 25 by self device time" in md
+    device_table = md.split("## Top 25 by self device time")[1].split("## Top 25 by self host time")[0]
+    assert "aten::mm" not in device_table  # no device time: not in the device table
+
+
+def test_the_runtime_refuses_profile_with_the_cpu_allocator_trace():
+    with pytest.raises(SystemExit):
+        train.parse_args(["--plan", "p.json", "--device", "cpu", "--profile", "a", "--memory-snapshot", "b"])
+    assert train.parse_args(["--plan", "p.json", "--device", "cpu", "--profile", "a"]).profile == "a"

@@ -3,11 +3,13 @@
 The step is one more than the run's measured steps (``--steps N`` measures N and profiles step N+1), so the
 profiler's own cost is in no reported step time.  Each rank writes, under DIR:
 
-- ``rank{r}.ops.json``: every operator and kernel of the step (torch.profiler's ``key_averages``): calls, self and
-  total host (CPU) time, self and total device time, in microseconds, ordered by self device time then self host time;
-  with the step's wall time and the sums of self device time (the GPU's busy time: kernels, copies, memsets, which
-  ``self`` counts once each) and of self host time;
-- ``rank{r}.ops.md``: the same as two tables for people, the top operators by device time and by host time;
+- ``rank{r}.ops.json``: every operator and kernel of the step (torch.profiler's ``key_averages``): its kind (a kernel
+  on the device, a host operator, or a record_function range), calls, self and total host (CPU) time, self and total
+  device time, in microseconds, ordered by self device time then self host time; with the step's wall time, the
+  kernels' summed time (the GPU's busy time: kernels, copies, memsets; a host operator's self device time is its
+  kernels' again, so it is left out, as torch's own table does) and the host operators' summed self time;
+- ``rank{r}.ops.md``: the same as two tables for people, the top kernels by device time and the top host operators
+  by self time;
 - ``rank{r}.trace.json.gz``: the step's timeline (Chrome trace format: ui.perfetto.dev or chrome://tracing).
 
 What it answers is whether a step was held up by the GPU's work (device busy close to the wall time: then the top
@@ -38,10 +40,18 @@ def _us(evt, name: str) -> float:
     return float(getattr(evt, name, 0.0) or 0.0)
 
 
+def _kind(e) -> str:
+    """"kernel" for what ran on the device (kernels, copies, memsets), "range" for a record_function range's device
+    span, "op" for a host operator (whose self device time is its kernels' again: torch's table sums kernels only)."""
+    if getattr(e, "is_user_annotation", False):
+        return "range"
+    return "op" if str(getattr(e, "device_type", "CPU")).endswith("CPU") else "kernel"
+
+
 def op_rows(prof: profile) -> list[dict]:
-    """Each operator or kernel of the profiled span: its name, calls, and host and device times (microseconds),
-    by self device time, then self host time, largest first."""
-    rows = [{"name": e.key, "calls": int(e.count),
+    """Each operator or kernel of the profiled span: its kind (_kind), name, calls, and host and device times
+    (microseconds), by self device time, then self host time, largest first."""
+    rows = [{"kind": _kind(e), "name": e.key, "calls": int(e.count),
              "self_device_us": _us(e, "self_device_time_total"), "device_us": _us(e, "device_time_total"),
              "self_host_us": _us(e, "self_cpu_time_total"), "host_us": _us(e, "cpu_time_total")}
             for e in prof.key_averages()]
@@ -49,19 +59,21 @@ def op_rows(prof: profile) -> list[dict]:
 
 
 def summary(rows: list[dict], wall_s: float, step: int, device_type: str) -> dict:
-    """The step's wall time against the device's busy time (the sum of self device time) and the host operators'."""
-    busy = sum(r["self_device_us"] for r in rows) / 1e6 if device_type == "cuda" else None
-    top = next((r for r in rows if r["self_device_us"] > 0), None) if device_type == "cuda" else None
+    """The step's wall time against the device's busy time (the sum of the kernels' self time) and the host
+    operators' self time."""
+    kernels = [r for r in rows if r["kind"] == "kernel"]
+    busy = sum(r["self_device_us"] for r in kernels) / 1e6 if device_type == "cuda" else None
+    top = next((r for r in kernels if r["self_device_us"] > 0), None) if device_type == "cuda" else None
     return {"step": step, "wall_s": wall_s, "device_busy_s": busy,
             "device_busy_fraction": None if busy is None or wall_s <= 0 else busy / wall_s,
-            "host_self_s": sum(r["self_host_us"] for r in rows) / 1e6,
+            "host_self_s": sum(r["self_host_us"] for r in rows if r["kind"] != "kernel") / 1e6,
             "top_device_op": None if top is None else {"name": top["name"], "calls": top["calls"],
                                                        "self_device_s": top["self_device_us"] / 1e6}}
 
 
 def _table(rows: list[dict], key: str) -> list[str]:
     out = ["| operator / kernel | calls | self device ms | self host ms | total host ms |", "|---|---:|---:|---:|---:|"]
-    for r in sorted(rows, key=lambda r: -r[key])[:TOP]:
+    for r in sorted(rows, key=lambda r: -r[key])[:TOP]:  # (ties: op_rows's order)
         if r[key] <= 0:
             break
         name = r["name"].replace("|", "\\|")
@@ -83,8 +95,10 @@ def markdown(rows: list[dict], s: dict, rank: int) -> str:
                         "the GPU waits for the host much of the step; the host table below says on what."))
     lines.append(f"Host operators' self time {s['host_self_s'] * 1e3:.1f} ms.")
     if s["device_busy_s"] is not None:
-        lines += ["", f"## Top {TOP} by self device time", ""] + _table(rows, "self_device_us")
-    lines += ["", f"## Top {TOP} by self host time", ""] + _table(rows, "self_host_us")
+        lines += ["", f"## Top {TOP} kernels by device time", ""] + _table([r for r in rows if r["kind"] == "kernel"],
+                                                                          "self_device_us")
+    lines += ["", f"## Top {TOP} host operators by self time", ""] + _table([r for r in rows if r["kind"] != "kernel"],
+                                                                           "self_host_us")
     return "\n".join(lines) + "\n"
 
 

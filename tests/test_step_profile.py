@@ -24,13 +24,14 @@ def test_a_profiled_span_writes_its_operators_and_trace(tmp_path):
     assert by_name["aten::mm"]["self_host_us"] > 0 and by_name["aten::mm"]["self_device_us"] == 0
     assert ops["host_self_s"] == pytest.approx(sum(o["self_host_us"] for o in ops["ops"]) / 1e6)
     md = (tmp_path / "prof" / "rank3.ops.md").read_text()
-    assert "Rank 3, step 7" in md and "| aten::mm | 5 |" in md and "self device time" not in md  # cpu: one table
+    assert "Rank 3, step 7" in md and "| aten::mm | 5 |" in md and "kernels by device time" not in md  # cpu: one table
+    assert {o["kind"] for o in ops["ops"]} <= {"op", "range"}
     with gzip.open(tmp_path / "prof" / "rank3.trace.json.gz") as f:
         assert any(e.get("name") == "aten::mm" for e in json.load(f)["traceEvents"])
 
 
-def _row(name, dev_us, host_us, calls=1):
-    return {"name": name, "calls": calls, "self_device_us": dev_us, "device_us": dev_us, "self_host_us": host_us,
+def _row(name, dev_us, host_us, calls=1, kind="kernel"):
+    return {"kind": kind, "name": name, "calls": calls, "self_device_us": dev_us, "device_us": dev_us, "self_host_us": host_us,
             "host_us": host_us}
 
 
@@ -38,15 +39,18 @@ def _row(name, dev_us, host_us, calls=1):
                                           (300.0, "the GPU waits for the host")])
 def test_the_device_summary_says_which_side_held_the_step(busy_ms, says):
     rows = [_row("triton_red_fused_amax_0", busy_ms * 1e3 * 2 / 3, 50.0, calls=100),
-            _row("sm90_xmma_gemm", busy_ms * 1e3 / 3, 20.0), _row("aten::mm", 0.0, 900.0)]
+            _row("sm90_xmma_gemm", busy_ms * 1e3 / 3, 0.0),
+            # a host operator's self device time is its kernels' again: in neither the sum nor the kernel table
+            _row("aten::mm", busy_ms * 1e3 / 3, 900.0, kind="op")]
     s = step_profile.summary(rows, 1.0, 4, "cuda")
     assert s["device_busy_s"] == pytest.approx(busy_ms / 1e3) and s["device_busy_fraction"] == pytest.approx(busy_ms / 1e3)
     assert s["top_device_op"] == {"name": "triton_red_fused_amax_0", "calls": 100,
                                   "self_device_s": pytest.approx(busy_ms / 1e3 * 2 / 3)}
     md = step_profile.markdown(rows, s, 0)
-    assert says in md and "## Top 25 by self device time" in md
-    device_table = md.split("## Top 25 by self device time")[1].split("## Top 25 by self host time")[0]
-    assert "aten::mm" not in device_table  # no device time: not in the device table
+    assert says in md and "## Top 25 kernels by device time" in md
+    device_table, host_table = md.split("## Top 25 kernels by device time")[1].split("## Top 25 host operators")
+    assert "aten::mm" not in device_table and "| aten::mm | 1 |" in host_table and "sm90" not in host_table
+    assert s["host_self_s"] == pytest.approx(900e-6)
 
 
 def test_the_runtime_refuses_profile_with_the_cpu_allocator_trace():

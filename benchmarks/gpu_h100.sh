@@ -20,6 +20,9 @@
 #    in the thirty-sixth session: <run>/profile/rank0.ops.md, the kernels and host operators the FP8 step spent its
 #    time on; into profiled/, apart from the grid; at most 150 s);
 # 3b. each FP8 operation alone at the 3B launch's shapes (benchmarks/fp8_ops.py: which of them is slow; at most 120 s);
+# 3c. the 1.3B FP8 entry again under two other cast modes (PARPLAN_FP8_CAST, parallel_layers.fp8.cast_mode: the
+#    cast compiled with static shapes; the amax by ATen and only the scaling and cast compiled), 6 steps each, into
+#    fp8cast-static/ and fp8cast-hybrid/: whether the cast is what made the FP8 steps slow (at most 150 s for both);
 # 4. the host probe at the launches' width (benchmarks/host_probe_width.py: 2026-12-06's launch-bound 1.3B runs
 #    dispatched 1.19x the probe's per block, none and full alike; at most 150 s, rows kept as they finish);
 # 5. the grid, with step 2's profile: the second MoE (8 experts: the dispatch per expert, with 2026-12-06's 16), the
@@ -46,6 +49,16 @@ else echo "profiled: ${t} s left, not started"; fi
 
 # 3b. the FP8 operations one by one (benchmarks/fp8_ops.py)
 study "fp8 ops" fp8_ops.json 120 20 30 python3 benchmarks/fp8_ops.py --device cuda --out "$R/fp8_ops.md" --json "$R/fp8_ops.json"
+
+# 3c. the FP8 entry under the other cast modes
+for mode in static hybrid; do
+  t=$(cap 75 20)
+  if [ -f "$R/fp8cast-$mode/llama-1.3b-mbs4-none-fp8/report.json" ]; then echo "fp8 cast $mode: done already"
+  elif [ "$t" -ge 45 ]; then
+    PARPLAN_FP8_CAST=$mode timeout "$t" python3 benchmarks/gpu_grid.py --out "$R/fp8cast-$mode" --hardware "$R/$CAL" \
+      --steps 6 --only llama-1.3b-mbs4-none-fp8 2>&1 | cut -c1-250; pack
+  else echo "fp8 cast $mode: ${t} s left, not started"; fi
+done
 
 # 4. the probe at the launches' width
 study "probe width" host_probe_width.json 150 20 60 python3 benchmarks/host_probe_width.py --device cuda --out "$R/host_probe_width.md" \

@@ -19,6 +19,7 @@ weight gradient is an FP8 transpose).  The attention, the norms, the embedding a
 """
 from __future__ import annotations
 
+import os
 import warnings
 from typing import NamedTuple
 
@@ -37,13 +38,44 @@ def _cast_eager(t: torch.Tensor, dtype: torch.dtype):
     return t8, scale.reciprocal()
 
 
-_cast_compiled = None  # torch.compile(_cast_eager) once made; False once it failed
+def _scale_cast(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    fmax = torch.finfo(dtype).max
+    return (t.detach().float() * scale).clamp_(-fmax, fmax).to(dtype)
+
+
+def _cast_hybrid(t: torch.Tensor, dtype: torch.dtype, pointwise):
+    """_cast_eager with the amax by ATen's own reduction and the scaling and cast one compiled pointwise pass."""
+    amax = torch.linalg.vector_norm(t.detach(), float("inf")).float()
+    scale = torch.finfo(dtype).max / torch.clamp(amax, min=1e-12)
+    return pointwise(t, scale, dtype), scale.reciprocal()
+
+
+# How a GPU run makes its casts (the environment's PARPLAN_FP8_CAST, read once a process; every rank of a torchrun
+# job inherits it): "dynamic" (the default) one torch.compile'd _cast_eager with dynamic shapes for every operand;
+# "static" the same with a graph per shape (the recompile limit raised to hold a model's dozen or so shapes);
+# "hybrid" the amax by ATen's reduction, the scaling and cast compiled (dynamic); "eager" no compiler.  The GPU runs
+# of 2026-12-06 stepped 4.6-5.4x their prediction with "dynamic"; the others are there to tell on the next GPU which
+# part of the cast is slow (benchmarks/gpu_h100.sh runs the 1.3B FP8 entry under each), not yet measured.
+CAST_MODES = ("dynamic", "static", "hybrid", "eager")
+CAST_ENV = "PARPLAN_FP8_CAST"
+STATIC_RECOMPILE_LIMIT = 64  # "static": graphs a process may make of the cast (torch's default limit is 8)
+
+
+def cast_mode() -> str:
+    mode = os.environ.get(CAST_ENV, "dynamic").strip().lower() or "dynamic"
+    if mode not in CAST_MODES:
+        raise ValueError(f"{CAST_ENV}={mode!r}: expected one of {', '.join(CAST_MODES)}")
+    return mode
+
+
+_cast_compiled = None  # the compiled cast of cast_mode() once made; False once it failed
 _cast_failure: str | None = None  # why it failed (the run report says so: the prediction counts compiled casts)
 
 
 def cast(t: torch.Tensor, dtype: torch.dtype):
     """_cast_eager, fused by torch.compile on a GPU (one amax pass and one cast pass, as the cost model counts;
-    eager it is four elementwise passes more); eager where the compiler is unavailable or fails."""
+    eager it is four elementwise passes more); eager where the compiler is unavailable or fails, or where
+    PARPLAN_FP8_CAST says so (cast_mode)."""
     if t.device.type == "cuda":
         out = _compiled_cast(t, dtype)
         if out is not None:
@@ -51,14 +83,34 @@ def cast(t: torch.Tensor, dtype: torch.dtype):
     return _cast_eager(t, dtype)
 
 
+def _make_compiled(mode: str):
+    """The cast function of a compiling mode (cast_mode), or None for "eager"."""
+    if mode == "eager":
+        return None
+    if mode == "hybrid":
+        pointwise = torch.compile(_scale_cast, dynamic=True)
+        return lambda t, dtype: _cast_hybrid(t, dtype, pointwise)
+    if mode == "static":
+        cfg = torch._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit"):  # (the older torch's name)
+            if hasattr(cfg, name):
+                setattr(cfg, name, max(getattr(cfg, name), STATIC_RECOMPILE_LIMIT))
+                break
+    return torch.compile(_cast_eager, dynamic=mode == "dynamic")
+
+
 def _compiled_cast(t: torch.Tensor, dtype: torch.dtype):
-    """The compiled cast, or None once torch.compile has failed on it (said once, as a warning in the rank's log)."""
+    """The compiled cast, or None once torch.compile has failed on it (said once, as a warning in the rank's log) or
+    where cast_mode() is "eager"."""
     global _cast_compiled, _cast_failure
     if _cast_compiled is False:
         return None
     try:
         if _cast_compiled is None:
-            _cast_compiled = torch.compile(_cast_eager, dynamic=True)
+            _cast_compiled = _make_compiled(cast_mode())
+            if _cast_compiled is None:
+                _cast_compiled = False
+                return None
         return _cast_compiled(t, dtype)
     except Exception as e:  # noqa: BLE001 -- any compiler failure: the eager passes, the same numbers
         _cast_compiled = False

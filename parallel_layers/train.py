@@ -208,6 +208,7 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
                         moe_recompute=plan.training.moe_recompute if cfg.experts else "none")
         init_parameters(m, plan.training.seed)
         if plan.training.fp8:  # the blocks' linears (not the output layer's): parallel_layers.fp8
+            fp8.cast_mode()  # a misspelt PARPLAN_FP8_CAST: one error before anything runs
             use_fp8_linears(m.blocks)
         # master-weights: 16-bit parameters (rounded from the fp32 init, as Megatron's master
         # copies are made from the 16-bit model); FSDP2 keeps fp32 shards and casts instead
@@ -948,6 +949,11 @@ def settle_parameters(rt: Runtime) -> None:
         rt.optimizer.wait_gathers()
 
 
+# the report's fp8_casts on a GPU, by parallel_layers.fp8.cast_mode() other than the default ("compiled")
+FP8_CAST_WORDS = {"static": "compiled with static shapes", "hybrid": "amax by ATen, scaling and cast compiled",
+                  "eager": "eager"}
+
+
 def build_report(plan, opts: RunOptions, device, steps, memories, params_per_rank,
                  comparable: Optional[bool] = None, wgrad_fusion: Optional[bool] = None,
                  grad_overlap: Optional[bool] = None, param_overlap: Optional[bool] = None,
@@ -1041,8 +1047,10 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
                      f"weight-gradient GEMMs; the prediction assumed it {'did not' if wgrad_fusion else 'did'}")
     fp8_casts = None
     if plan.training.fp8:
+        mode = fp8.cast_mode()
         fp8_casts = ("eager (cpu)" if device.type != "cuda" else
-                     f"eager (torch.compile failed: {fp8_cast_failure})" if fp8_cast_failure else "compiled")
+                     f"eager (torch.compile failed: {fp8_cast_failure})" if fp8_cast_failure else
+                     "compiled" if mode == "dynamic" else f"{FP8_CAST_WORDS[mode]} ({fp8.CAST_ENV}={mode})")
         if fp8_cast_failure and device.type == "cuda":
             notes.append(f"the FP8 casts ran eagerly on rank 0, torch.compile having failed on them ({fp8_cast_failure}):"
                          " four elementwise passes a cast more than the prediction's one amax and one cast pass")

@@ -433,6 +433,47 @@ def test_a_failed_cast_compile_says_so_once_and_casts_eagerly(monkeypatch):
     assert F8.cast_failure() == "RuntimeError: no compiler here"  # what the run report carries
 
 
+@pytest.mark.parametrize("mode", ["dynamic", "static", "hybrid"])
+def test_each_compiled_cast_mode_makes_the_eager_casts_bytes(mode, monkeypatch):
+    """PARPLAN_FP8_CAST's compiling modes (fp8.cast_mode: the next GPU call runs the 1.3B FP8 entry under each, to
+    tell which part of the cast is slow there) make the eager cast's FP8 values and scale, here compiled for the
+    CPU; a second shape and the other format go through the same compiled function."""
+    monkeypatch.setenv(F8.CAST_ENV, mode)
+    cfg = torch._dynamo.config
+    name = next(n for n in ("recompile_limit", "cache_size_limit") if hasattr(cfg, n))
+    before = getattr(cfg, name)
+    with cfg.patch({name: before}):  # "static" raises torch's limit (a graph per shape): for this test alone
+        fn = F8._make_compiled(F8.cast_mode())
+        assert (getattr(cfg, name) >= F8.STATIC_RECOMPILE_LIMIT) == (mode == "static" or before >= F8.STATIC_RECOMPILE_LIMIT)
+        _check_cast(fn)
+    assert getattr(cfg, name) == before
+
+
+def _check_cast(fn):
+    g = torch.Generator().manual_seed(0)
+    for shape, dtype in (((48, 32), F8.E4M3), ((64, 96), F8.E5M2), ((48, 32), F8.E5M2)):
+        t = (torch.randn(*shape, generator=g) * 3).bfloat16()
+        t8, inv = fn(t, dtype)
+        e8, einv = F8._cast_eager(t, dtype)
+        assert t8.dtype == dtype and inv.dtype == torch.float32
+        torch.testing.assert_close(inv, einv, rtol=1e-6, atol=0)
+        torch.testing.assert_close(t8.float(), e8.float(), rtol=0.07, atol=0)  # at most one FP8 step apart
+        assert (t8.float() == e8.float()).float().mean() > 0.99
+
+
+def test_the_cast_mode_is_read_from_the_environment(monkeypatch):
+    monkeypatch.delenv(F8.CAST_ENV, raising=False)
+    assert F8.cast_mode() == "dynamic"
+    monkeypatch.setenv(F8.CAST_ENV, " Eager ")
+    assert F8.cast_mode() == "eager" and F8._make_compiled("eager") is None
+    monkeypatch.setattr(F8, "_cast_compiled", None)
+    monkeypatch.setattr(F8, "_cast_failure", None)
+    assert F8._compiled_cast(torch.randn(4, 4), F8.E4M3) is None and F8.cast_failure() is None  # chosen, not failed
+    monkeypatch.setenv(F8.CAST_ENV, "fast")
+    with pytest.raises(ValueError, match="PARPLAN_FP8_CAST='fast': expected one of dynamic, static, hybrid, eager"):
+        F8.cast_mode()
+
+
 def test_the_run_report_says_how_the_fp8_casts_ran(monkeypatch):
     """The report's fp8_casts (null for a 16-bit plan), and on a GPU whose compile failed a note in the report,
     which `parplan launch` prints, not only a warning in the rank's log."""
@@ -454,6 +495,8 @@ def test_the_run_report_says_how_the_fp8_casts_ran(monkeypatch):
     from planner.launch import fp8_line
     assert fp8_line(ok).endswith("casts compiled") and fp8_line(report(plan, "cpu")).endswith("casts eager (cpu)")
     assert fp8_line({"fp8_casts": None}) is None and fp8_line({}) is None
+    monkeypatch.setenv(F8.CAST_ENV, "static")
+    assert report(plan, "cuda")["fp8_casts"] == "compiled with static shapes (PARPLAN_FP8_CAST=static)"
 
 
 @pytest.mark.parametrize("queued", [False, True], ids=["backward", "zero-bubble-queue"])

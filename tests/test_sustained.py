@@ -376,14 +376,17 @@ def test_the_h100_call_calibrates_then_studies_fp8_and_the_probe_then_runs_the_g
     steps = [c for c in calls if c.startswith("python3 ") and not c.startswith(("python3 -c", "python3 - "))]
     assert "--base h100-sxm-80gb --sustained 30" in steps[0]
     assert [s.split()[1] for s in steps[1:]] == ["benchmarks/gpu_grid.py", "benchmarks/fp8_ops.py",
+                                                 "benchmarks/gpu_grid.py", "benchmarks/gpu_grid.py",
                                                  "benchmarks/host_probe_width.py", "benchmarks/gpu_grid.py"]
     assert f"--out {results}/profiled " in steps[1] and " --profile " in steps[1]
     assert steps[1].split("--only ")[1].split() == ["llama-1.3b-mbs4-none-fp8", "llama-1.3b-mbs4-none"]
-    assert steps[4].split("--only ")[1].split()[:3] == ["moe-2.4b-e8-mbs2", "moe-2.5b-e16-mbs2",
+    for step, mode in zip(steps[3:5], ("static", "hybrid")):  # (the stub logs no environment: the folders tell)
+        assert f"--out {results}/fp8cast-{mode} " in step and step.endswith("--only llama-1.3b-mbs4-none-fp8")
+    assert steps[6].split("--only ")[1].split()[:3] == ["moe-2.4b-e8-mbs2", "moe-2.5b-e16-mbs2",
                                                         "gpt-1.3b-mbs4-none-dropout"]
-    assert "--profile" not in steps[4]
+    assert "--profile" not in steps[6]
     timeouts = [int(c.split()[1]) for c in calls if c.startswith("timeout ")]
-    assert timeouts[:4] == [300, 150, 120, 150] and 530 <= timeouts[4] <= 560, timeouts
+    assert timeouts[:6] == [300, 150, 120, 75, 75, 150] and 530 <= timeouts[6] <= 560, timeouts
     assert json.loads((results / "grids.json").read_text())["datasheet"] == "h100-sxm-80gb"
     assert len(list((results / "grid").glob("*/report.json"))) == 13
     assert len(list((results / "profiled").glob("*/report.json"))) == 2

@@ -18,7 +18,8 @@
 #    the MoE entries below check;
 # 3. the 1.3B FP8 entry and its 16-bit twin, 6 steps each and one more under torch.profiler (`launch --profile`, new
 #    in the thirty-sixth session: <run>/profile/rank0.ops.md, the kernels and host operators the FP8 step spent its
-#    time on; into profiled/, apart from the grid; at most 150 s);
+#    time on; into profiled/, apart from the grid, and benchmarks/profile_diff.py's table of the two, printed;
+#    at most 150 s);
 # 3b. each FP8 operation alone at the 3B launch's shapes (benchmarks/fp8_ops.py: which of them is slow; at most 120 s);
 # 3c. the 1.3B FP8 entry again under two other cast modes (PARPLAN_FP8_CAST, parallel_layers.fp8.cast_mode: the
 #    cast compiled with static shapes; the amax by ATen and only the scaling and cast compiled), 6 steps each, into
@@ -44,6 +45,9 @@ elif [ "$t" -ge 60 ]; then
   timeout "$t" python3 benchmarks/gpu_grid.py --out "$R/profiled" --hardware "$R/$CAL" --steps 6 --profile \
     --only llama-1.3b-mbs4-none-fp8 llama-1.3b-mbs4-none 2>&1 | cut -c1-250
   for f in "$R"/profiled/*/profile/rank0.ops.md; do [ -f "$f" ] && head -5 "$f" | cut -c1-250; done
+  a="$R/profiled/llama-1.3b-mbs4-none/profile/rank0.ops.json" b="$R/profiled/llama-1.3b-mbs4-none-fp8/profile/rank0.ops.json"
+  [ -f "$a" ] && [ -f "$b" ] && python3 benchmarks/profile_diff.py "$a" "$b" --top 15 --out "$R/profiled/fp8_vs_16bit.md" \
+    | head -45 | cut -c1-200
   echo "profiled took $(( SECONDS - t0 )) s"; pack
 else echo "profiled: ${t} s left, not started"; fi
 

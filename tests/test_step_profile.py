@@ -57,3 +57,42 @@ def test_the_runtime_refuses_profile_with_the_cpu_allocator_trace():
     with pytest.raises(SystemExit):
         train.parse_args(["--plan", "p.json", "--device", "cpu", "--profile", "a", "--memory-snapshot", "b"])
     assert train.parse_args(["--plan", "p.json", "--device", "cpu", "--profile", "a"]).profile == "a"
+
+
+def _profile_diff():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_diff.py"
+    spec = importlib.util.spec_from_file_location("profile_diff", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_profile_diff_puts_the_largest_differences_first(tmp_path, capsys):
+    """benchmarks/profile_diff.py on two ops.json files: the steps' totals, then kernels and host operators by the
+    size of B - A, a kernel only one step ran included; a file that is no profile is one error line."""
+    diff = _profile_diff()
+    twin = {"step": 13, "wall_s": 0.152, "device_busy_s": 0.140, "host_self_s": 0.080,
+            "ops": [_row("sm90_gemm_bf16", 100e3, 0.0, calls=168), _row("triton_poi_fused_add", 20e3, 0.0, calls=96),
+                    _row("aten::mm", 100e3, 5e3, calls=168, kind="op")]}
+    fp8 = {"step": 7, "wall_s": 1.020, "device_busy_s": 0.990, "host_self_s": 0.700,
+           "ops": [_row("sm90_gemm_fp8", 60e3, 0.0, calls=168), _row("triton_red_fused_amax", 850e3, 0.0, calls=700),
+                   _row("triton_poi_fused_add", 21e3, 0.0, calls=96),
+                   _row("aten::_scaled_mm", 60e3, 30e3, calls=168, kind="op")]}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(twin))
+    b.write_text(json.dumps(fp8))
+    assert diff.main([str(a), str(b), "--top", "3", "--out", str(tmp_path / "d.md")]) == 0
+    out = capsys.readouterr().out
+    assert out == (tmp_path / "d.md").read_text()
+    assert "| step wall ms | 152.0 | 1020.0 | +868.0 |" in out and "| GPU busy ms (kernels) | 140.0 | 990.0 | +850.0 |" in out
+    kernels = out.split("## Kernels")[1].split("## Host")[0]
+    rows = [ln.split("|")[1].strip() for ln in kernels.splitlines() if ln.startswith("| ") and "name" not in ln]
+    assert rows == ["triton_red_fused_amax", "sm90_gemm_bf16", "sm90_gemm_fp8"]  # the top 3 by |B - A|
+    assert "| triton_red_fused_amax | 0 | 0.000 | 700 | 850.000 | +850.000 |" in kernels
+    host = out.split("## Host operators")[1]
+    assert "| aten::_scaled_mm | 0 | 0.000 | 168 | 30.000 | +30.000 |" in host and "sm90" not in host
+    a.write_text("{}")
+    with pytest.raises(SystemExit, match="is not a profiled step's ops.json"):
+        diff.main([str(a), str(b)])

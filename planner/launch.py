@@ -1149,11 +1149,19 @@ def loss_scale_line(report: dict) -> str | None:
     return f"fp16 loss scale {ls['first']:g} at the first step, {ls['last']:g} at the last; {what}"
 
 
+PROFILE_HINT_ERROR = 0.15  # a step time error past issue 4's bar: launch's summary points at --profile
+
+
 def profile_line(report: dict) -> str | None:
     """The profiled step's line (--profile; rank 0's, parallel_layers.step_profile): its time, how much of it the GPU
-    was busy and on which kernel most, and where the tables are; None without one."""
+    was busy and on which kernel most, and where the tables are; without one, where the step missed its prediction
+    by more than PROFILE_HINT_ERROR, a pointer to --profile; else None."""
     p = report.get("profile")
     if not p:
+        err = (report.get("error") or {}).get("step_time_s")
+        if err is not None and abs(err) > PROFILE_HINT_ERROR:  # (null where the run is not comparable: cpu)
+            return (f"the predicted step is {abs(err):.0%} {'under' if err < 0 else 'over'} the measured one: `parplan "
+                    "launch --profile DIR` profiles a step more and lists the kernels and host operators it took")
         return None
     s = f"profiled step {p['step']} (rank 0, not in the medians): {p['wall_s'] * 1e3:.1f} ms"
     if p.get("device_busy_s") is not None:

@@ -135,6 +135,11 @@ def test_profile_reaches_the_runtime_and_its_line_reads_the_report(plan8, capsys
     assert L.launch(plan8, dry_run=True, device="cpu", profile="prof", memory_snapshot="snap") == 0  # shows every check
     assert "[FAIL] profile: --profile and --memory-snapshot on cpu" in capsys.readouterr().err
     assert L.profile_line({"profile": None}) is None
+    assert L.profile_line({"profile": None, "error": {"step_time_s": -0.10}}) is None
+    assert L.profile_line({"profile": None, "error": {"step_time_s": None}}) is None  # cpu: not comparable
+    hint = L.profile_line({"error": {"step_time_s": -0.816}})
+    assert hint.startswith("the predicted step is 82% under the measured one: `parplan launch --profile DIR`"), hint
+    assert "19% over the measured" in L.profile_line({"error": {"step_time_s": 0.19}})
     files = ["runs/x/profile/rank0.ops.md", "runs/x/profile/rank0.ops.json", "runs/x/profile/rank0.trace.json.gz"]
     gpu = {"step": 13, "wall_s": 1.03, "device_busy_s": 0.97, "device_busy_fraction": 0.97 / 1.03, "host_self_s": 0.8,
            "top_device_op": {"name": "triton_red_fused_abs_amax_0", "calls": 264, "self_device_s": 0.61}, "files": files}

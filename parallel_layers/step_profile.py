@@ -28,12 +28,20 @@ from torch.profiler import ProfilerActivity, profile
 TOP = 25  # rows in each table of ops.md
 
 
-def start(device_type: str) -> profile:
-    """A running profiler of this process's host operators, and of the GPU's kernels on cuda."""
+def start(device_type: str):
+    """A running profiler of this process's host operators, and of the GPU's kernels on cuda; or the reason it would
+    not start, as a string (the run goes on: its measured steps are done, and the report says why no profile)."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
-    prof = profile(activities=activities, record_shapes=False, with_stack=False)
-    prof.__enter__()
+    try:
+        prof = profile(activities=activities, record_shapes=False, with_stack=False)
+        prof.__enter__()
+    except Exception as e:  # noqa: BLE001 -- a profiler that cannot start (no CUPTI, another profiler running)
+        return _why(e)
     return prof
+
+
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}".rstrip(": ")
 
 
 def _us(evt, name: str) -> float:
@@ -102,8 +110,18 @@ def markdown(rows: list[dict], s: dict, rank: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def finish(prof: profile, out_dir: str, rank: int, step: int, wall_s: float, device_type: str) -> dict:
-    """Stop the profiler and write this rank's three files; the step's summary, with the files' paths."""
+def finish(prof, out_dir: str, rank: int, step: int, wall_s: float, device_type: str) -> dict:
+    """Stop the profiler and write this rank's three files; the step's summary, with the files' paths; or, where the
+    profiler did not start (start's reason) or its tables could not be made or written, {"step", "wall_s", "error"}."""
+    if isinstance(prof, str):
+        return {"step": step, "wall_s": wall_s, "error": f"the profiler did not start: {prof}"}
+    try:
+        return _write(prof, out_dir, rank, step, wall_s, device_type)
+    except Exception as e:  # noqa: BLE001 -- the measured steps are done: the report says why there is no profile
+        return {"step": step, "wall_s": wall_s, "error": f"profiling failed: {_why(e)}"}
+
+
+def _write(prof: profile, out_dir: str, rank: int, step: int, wall_s: float, device_type: str) -> dict:
     prof.__exit__(None, None, None)
     os.makedirs(out_dir, exist_ok=True)
     rows = op_rows(prof)

@@ -895,9 +895,11 @@ def _build_and_train(plan, opts: RunOptions, device: torch.device):
         _sync_compute(device)
         t_end = time.perf_counter()
         if profiling:
-            rt.extra["profile"] = step_profile.finish(prof, opts.profile, dist.get_rank(), step, t_end - t0, device.type)
-            log(f"profiled step {step} on rank {dist.get_rank()}: {(t_end - t0) * 1e3:.1f} ms; tables and trace in "
-                f"{opts.profile} (rank{dist.get_rank()}.ops.md, .ops.json, .trace.json.gz)")
+            rt.extra["profile"] = p = step_profile.finish(prof, opts.profile, dist.get_rank(), step, t_end - t0,
+                                                          device.type)
+            log(f"profiled step {step} on rank {dist.get_rank()}: {(t_end - t0) * 1e3:.1f} ms; " +
+                (p["error"] if "error" in p else f"tables and trace in {opts.profile} (rank{dist.get_rank()}.ops.md, "
+                 ".ops.json, .trace.json.gz)"))
             break
         dt = torch.tensor([t_end - t0], dtype=torch.float64, device=device)
         # the step ends when the slowest rank ends

@@ -1164,6 +1164,8 @@ def profile_line(report: dict) -> str | None:
                     "launch --profile DIR` profiles a step more and lists the kernels and host operators it took")
         return None
     s = f"profiled step {p['step']} (rank 0, not in the medians): {p['wall_s'] * 1e3:.1f} ms"
+    if p.get("error"):
+        return s + f"; no tables: {p['error']}"
     if p.get("device_busy_s") is not None:
         s += f", GPU busy {p['device_busy_s'] * 1e3:.1f} ms ({p['device_busy_fraction']:.0%})"
         top = p.get("top_device_op")

@@ -96,3 +96,25 @@ def test_profile_diff_puts_the_largest_differences_first(tmp_path, capsys):
     a.write_text("{}")
     with pytest.raises(SystemExit, match="is not a profiled step's ops.json"):
         diff.main([str(a), str(b)])
+
+
+def test_a_profiler_that_fails_leaves_the_run_and_says_why(tmp_path, monkeypatch):
+    """A profiler that cannot start (no CUPTI on a GPU host, another profiler running) or whose tables fail: the
+    measured steps are done, so the run goes on and the report's profile says why there are no tables."""
+    from planner.launch import profile_line
+
+    def broken(**kw):
+        raise RuntimeError("CUPTI could not be loaded\nmore")
+    monkeypatch.setattr(step_profile, "profile", broken)
+    why = step_profile.start("cuda")
+    assert why == "RuntimeError: CUPTI could not be loaded"
+    p = step_profile.finish(why, str(tmp_path / "p"), 0, 5, 0.5, "cuda")
+    assert p == {"step": 5, "wall_s": 0.5, "error": "the profiler did not start: RuntimeError: CUPTI could not be loaded"}
+    assert not (tmp_path / "p").exists()
+    assert profile_line({"profile": p}) == ("profiled step 5 (rank 0, not in the medians): 500.0 ms; no tables: the "
+                                            "profiler did not start: RuntimeError: CUPTI could not be loaded")
+    monkeypatch.undo()
+    prof = step_profile.start("cpu")
+    monkeypatch.setattr(step_profile, "op_rows", lambda prof: 1 / 0)
+    assert step_profile.finish(prof, str(tmp_path / "q"), 0, 6, 0.25, "cpu")["error"] == \
+        "profiling failed: ZeroDivisionError: division by zero"

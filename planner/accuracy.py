@@ -30,7 +30,7 @@ def _pct(x: float) -> str:
 
 
 # gb300 before b300 and gb200 before b200: the rack's name holds its GPU's
-GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100", "a100", "mi355x", "mi325x", "mi300x")
+GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100", "a100", "mi355x", "mi325x", "mi300x", "l40s")
 
 
 def _kind_in(text: str) -> str | None:

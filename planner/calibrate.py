@@ -87,6 +87,7 @@ _GPU_PROFILES = [
     ("mi355x", "mi355x"),
     ("mi325x", "mi325x"),
     ("mi300x", "mi300x"),
+    ("l40s", "l40s"),  # "NVIDIA L40S"
 ]
 DEFAULT_BASE = "h100-sxm-80gb"
 PORT_TRIES = 3  # starts of spawned ranks, each on a fresh port, where the port was taken meanwhile (spawn_on_a_free_port)

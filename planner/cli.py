@@ -1132,10 +1132,11 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
     t = Table(title="hardware profiles", title_justify="left",
               caption="sustained: the share of the isolated-kernel matmul curve a long training run keeps, fitted on "
                       "a published table (A100: SC21 Table 1; H100, and H200 reusing it: Megatron-Core 2024); "
-                      "1 = not calibrated to training runs, so likely optimistic; inter-node GB/s is per GPU ('pooled': a "
+                      "1 = not calibrated to training runs, so likely optimistic; in-node GB/s is the node's fabric (NVLink, xGMI, "
+                      "or PCIe where a GPU has neither) per direction; inter-node GB/s is per GPU ('pooled': a "
                       "group's ranks on a node share their NICs, inter_node.aggregate_nics)", caption_justify="left")
     names = hardware_profiles.list_profiles()
-    for c in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "NVLink GB/s", "inter-node GB/s",
+    for c in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "in-node GB/s", "inter-node GB/s",
               "sustained"):
         t.add_column(c, justify="left" if c == "name" else "right", no_wrap=c == "name",  # what --hardware takes; the
                      # numbers fold within their cell (at 80 columns every header and value does not fit one line)

@@ -768,11 +768,12 @@ def test_an_unwritable_out_is_refused_before_measuring(tmp_path, capsys):
     ("AMD Instinct MI355X", "mi355x"),
     ("AMD Instinct MI325X", "mi325x"),
     ("AMD Instinct MI300X", "mi300x"),
+    ("NVIDIA L40S", "l40s"),
 ])
 def test_the_base_profile_follows_the_gpu_name(device, base):
     from planner.calibrate import base_for_device
     assert base_for_device(device) == (base, True)
-    assert base_for_device("NVIDIA L40S") == ("h100-sxm-80gb", False)
+    assert base_for_device("NVIDIA RTX 6000 Ada Generation") == ("h100-sxm-80gb", False)  # no profile: the default
 
 
 def test_the_probe_width_script_measures_both_shapes():

@@ -488,12 +488,12 @@ def test_hardware_and_models_take_json(capsys):
 
 
 def test_an_unknown_gpu_is_told_how_to_make_its_profile_and_that_recipe_works(capsys, tmp_path):
-    """An unshipped GPU (--hardware l40s): the error says how to write a profile for it, and that recipe works: a
+    """An unshipped GPU (--hardware rtx-6000-ada): the error says how to write a profile for it, and that recipe works: a
     shipped profile's `hardware show` JSON, edited, is a profile --hardware reads (the plan records the file)."""
     base = ["recommend", "--model", "llama3-8b", "--gpus", "8", "--json"]
-    rc, out, err = _run(base + ["--hardware", "l40s"], capsys)
+    rc, out, err = _run(base + ["--hardware", "rtx-6000-ada"], capsys)
     assert rc == 2 and out == "" and err.count("\n") == 1
-    assert "unknown hardware profile 'l40s'" in err and "parplan hardware show h100-sxm-80gb > my-gpu.json" in err
+    assert "unknown hardware profile 'rtx-6000-ada'" in err and "parplan hardware show h100-sxm-80gb > my-gpu.json" in err
     rc, out, _ = _run(["hardware", "show", "h100-sxm-80gb"], capsys)
     prof = json.loads(out)
     prof.update(name="my-gpu", hbm_gbytes=48.0)  # an edit: a smaller card

@@ -18,7 +18,7 @@ from planner.schema import HardwareProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {"a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200-nvl72", "b300", "gb300-nvl72",
-            "mi300x", "mi325x", "mi355x"}
+            "mi300x", "mi325x", "mi355x", "l40s"}
 
 
 def _build_module():
@@ -60,10 +60,11 @@ def test_profile_physically_consistent(name):
     # TF32: every GPU's but CDNA 4's, whose matrix cores have none (AMD's MI355X tables give no TF32 rate)
     assert set(pk) - {"fp8"} == {"bf16", "fp16", "fp32"} | ({"tf32"} if name != "mi355x" else set())
     assert pk["bf16"] == pk["fp16"] > pk.get("tf32", pk["fp32"] + 1) > pk["fp32"] > 0
-    # FP8 tensor cores: Hopper, Blackwell and MI300X at twice the 16-bit rate; the A100 has none
+    # FP8 tensor cores: Ada, Hopper, Blackwell and MI300X at twice the 16-bit rate; the A100 has none (the L40S's
+    # datasheet prints 733 against 362.05: its sparse BF16 figure, 1.2 % over twice the dense one, kept as printed)
     assert ("fp8" in pk) == (not name.startswith("a100"))
     if "fp8" in pk:
-        assert pk["fp8"] == pytest.approx(2 * pk["bf16"], rel=1e-3)
+        assert pk["fp8"] == pytest.approx(2 * pk["bf16"], rel=1e-3 if name != "l40s" else 0.013)
         assert 0.85 < p.fp8_matmul_scale <= 1.0
     for curve in (p.matmul_efficiency_curve, p.attention_efficiency_curve):
         xs = [x for x, _ in curve]
@@ -73,8 +74,12 @@ def test_profile_physically_consistent(name):
         assert ys == sorted(ys), "efficiency must not fall as the problem grows"
     assert 0 < p.memory_reserve_gbytes < 0.1 * p.hbm_gbytes
     assert p.nvlink.gbytes_per_s > p.inter_node.gbytes_per_s
-    if "C2C" not in p.description:  # a PCIe host link is slower than the NIC; Grace's NVLink-C2C is not
+    # a PCIe host link is slower than the NIC; Grace's NVLink-C2C is not, and a PCIe server's GPUs share fewer NICs
+    # than they are (the L40S node: 400 Gb/s for 8, pooled)
+    if "C2C" not in p.description and "no NVLink" not in p.description:
         assert p.inter_node.gbytes_per_s > p.host_link_gbytes_per_s / 2
+    else:
+        assert p.inter_node.gbytes_per_s * p.gpus_per_node > p.host_link_gbytes_per_s / 2
     assert p.nvlink.gbytes_per_s > p.host_link_gbytes_per_s
     assert p.nvlink.latency_s < p.inter_node.latency_s
 
@@ -476,8 +481,8 @@ def test_a_gpu_name_alone_finds_its_one_profile():
     """--hardware h100 / H200 / gb200: the shipped profile of that GPU where there is one (the plan records its full
     name); a100 names two, and the error offers both."""
     from hardware_profiles import canonical_name
-    assert [canonical_name(n) for n in ("h100", "H200", "gb200", "b200", "GB300", "b300", "MI300X", "mi355x")] == \
-        ["h100-sxm-80gb", "h200-sxm-141gb", "gb200-nvl72", "b200", "gb300-nvl72", "b300", "mi300x", "mi355x"]
+    assert [canonical_name(n) for n in ("h100", "H200", "gb200", "b200", "GB300", "b300", "MI300X", "mi355x", "L40S")] == \
+        ["h100-sxm-80gb", "h200-sxm-141gb", "gb200-nvl72", "b200", "gb300-nvl72", "b300", "mi300x", "mi355x", "l40s"]
     assert canonical_name("a100") == "a100" and canonical_name("h1") == "h1" and canonical_name("x.toml") == "x.toml"
     assert load_profile("h100").name == "h100-sxm-80gb"
     with pytest.raises(ValueError, match=r"unknown hardware profile 'a100' \(did you mean a100-sxm-40gb or a100-sxm-80gb\?\)"):

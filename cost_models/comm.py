@@ -37,17 +37,28 @@ def tier_params(hw, inside_node, size=None, local=1):
     bandwidth, or where the profile's inter-node tier aggregates NICs, `local` NICs' for a group with that many ranks
     on each node (ranks_per_node), no faster than the node's fabric and never slower than one NIC.  On a full mesh
     (xGMI: hw.nvlink.mesh_links) a group of k ranks drives k - 1 of the links and a point-to-point transfer
-    (size 2) one; a switch gives every group the full bandwidth."""
+    (size 2) one; a switch gives every group the full bandwidth; a node with a rate by group size
+    (hw.nvlink.size_scale: a PCIe tree) gives each group its size's."""
     intra = hw.nvlink.bytes_per_s
     links = hw.nvlink.mesh_links
     if links and size is not None:
         intra = intra * np.clip(np.asarray(size) - 1, 1, links) / links
+    if hw.nvlink.size_scale and size is not None:  # the node's rate by group size (a PCIe tree: the L40S profile)
+        intra = intra * size_scale(hw.nvlink.size_scale, size)
     inter = hw.inter_node.bytes_per_s
     if hw.inter_node.aggregate_nics:  # never below one NIC (a point-to-point pair on a mesh drives one xGMI link)
         inter = np.maximum(inter, np.minimum(intra, np.asarray(local) * inter))
     bw = np.where(inside_node, intra, inter)
     lat = np.where(inside_node, hw.nvlink.latency_s, hw.inter_node.latency_s)
     return bw, lat
+
+
+def size_scale(table, size):
+    """A tier's bandwidth scale for groups of `size` ranks (Tier.size_scale: sizes and scales, increasing): the entry
+    of the largest listed size at or below each, the first entry below the first size."""
+    sizes, scales = table
+    i = np.searchsorted(np.asarray(sizes), np.asarray(size), side="right") - 1
+    return np.asarray(scales)[np.clip(i, 0, len(sizes) - 1)]
 
 
 def group_inside_node(hw, stride, size, gpus=None):

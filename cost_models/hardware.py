@@ -19,6 +19,9 @@ class Tier:
     latency_s: float
     mesh_links: int = 0  # a full mesh of this many links (xGMI); 0 = a switch
     aggregate_nics: bool = False  # inter-node: a group's ranks on a node pool their NICs (NetworkTier.aggregate_nics)
+    # in-node: bytes_per_s's scale by group size (NetworkTier.efficiency_by_group_size over its efficiency), as
+    # (sizes, scales) increasing; () = one rate for every group
+    size_scale: tuple = ()
 
 
 # what `parplan calibrate` writes into a CPU self-calibration's `measured` (both modes): a profile for tool tests
@@ -103,6 +106,14 @@ def _by_recompute(per_mode: dict, selective_from: str | None = None) -> np.ndarr
                      per_mode.get("selective-op", per_mode.get("full", 0.0))])
 
 
+def _size_scale(tier) -> tuple:
+    """(group sizes, scales of the tier's bytes_per_s) from NetworkTier.efficiency_by_group_size; () without it."""
+    table = tier.efficiency_by_group_size
+    if not table:
+        return ()
+    return (tuple(int(k) for k, _ in table), tuple(e / tier.efficiency for _, e in table))
+
+
 def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | None = None,
                            inter_node_gbytes_per_s: float | None = None,
                            aggregate_nics: bool | None = None, fp8: bool = False) -> HardwareConstants:
@@ -139,7 +150,7 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         reserve_bytes=profile.memory_reserve_gbytes * GB,
         gpus_per_node=gpus_per_node or profile.gpus_per_node,
         nvlink=Tier(profile.nvlink.gbytes_per_s * GB * profile.nvlink.efficiency, profile.nvlink.latency_s,
-                    profile.nvlink.mesh_links or 0),
+                    profile.nvlink.mesh_links or 0, size_scale=_size_scale(profile.nvlink)),
         inter_node=Tier(inter_bw, inter.latency_s, aggregate_nics=bool(inter.aggregate_nics if aggregate_nics is None else aggregate_nics)),
         host_memory_bytes_per_node=profile.host_memory_gbytes_per_node * GB,
         host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,

@@ -747,6 +747,8 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
     nv = dict(data["nvlink"])
     nv["efficiency"] = _clamp_eff(big["busbw_gbytes_per_s"] / base_profile.nvlink.gbytes_per_s)
     nv["latency_s"] = float(f"{small['s'] / (2 * (world - 1)):.3g}")
+    # the base's rates by group size are another machine's: this one measured its whole node's group only
+    by_size = nv.pop("efficiency_by_group_size", None)
     data["nvlink"] = nv
     measured_fields += ["nvlink.efficiency", "nvlink.latency_s"]
     note = (f"{world} GPUs: all-reduce busbw {big['busbw_gbytes_per_s']:.0f} GB/s at {big['bytes'] / 2**20:.0f} MiB "
@@ -754,6 +756,9 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
             f"{small['s'] * 1e6:.1f} us over {2 * (world - 1)} ring steps; " + ", ".join(
                 f"{op} {max((r for r in coll if r['op'] == op), key=lambda r: r['bytes'])['busbw_gbytes_per_s']:.0f}"
                 for op in ("all_gather", "reduce_scatter", "send_recv")) + " GB/s")
+    if by_size:
+        note += (f"; the base's nvlink.efficiency_by_group_size dropped (a group of {world} measured here: every group "
+                 "takes that rate)")
     if ov:
         note += (f"; GEMM train {ov[0]['gemm_alone_s'] * 1e3:.1f} ms alone, {ov[0]['gemm_beside_s'] * 1e3:.1f} ms beside "
                  f"{ov[0]['all_reduces_in_flight']} all-reduces: overlap_compute_slowdown "

@@ -748,6 +748,32 @@ class NetworkTier(Strict):
         "a node moves at k x gbytes_per_s, up to the node's fabric.  False or unset = one NIC's bandwidth per rank, which "
         "fits the published Megatron (Selene, EOS) and DeepSpeed runs the profiles are fitted and checked on better "
         "(benchmarks/nic_aggregation.py scores both).  Not for the nvlink tier.")
+    efficiency_by_group_size: Optional[list[tuple[int, float]]] = Field(
+        None, description="nvlink tier only: the achievable fraction of gbytes_per_s by the size of a group inside "
+        "the node, as [[k, efficiency], ...] with k >= 2 increasing: a group of n ranks takes the entry of the largest "
+        "k at or below n (the first entry below it), a point-to-point transfer k = 2's.  For a node whose fabric "
+        "does not give every group one rate: a PCIe tree, where 2-4 GPUs under one switch run faster than 8 across "
+        "the host (the L40S profile).  None = `efficiency` for every group.")
+
+    @field_validator("efficiency_by_group_size", mode="before")
+    @classmethod
+    def _group_points_numbers(cls, v):
+        return _bool_in(v)
+
+    @field_validator("efficiency_by_group_size")
+    @classmethod
+    def _group_sizes(cls, v):
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("is empty; give [[group size, efficiency], ...] or leave it out")
+        sizes = [k for k, _ in v]
+        if sizes[0] < 2 or sizes != sorted(set(sizes)):
+            raise ValueError(f"group sizes {sizes}: each at least 2, increasing, none twice")
+        bad = [e for _, e in v if not 0 < e <= 1]
+        if bad:
+            raise ValueError(f"efficiency {bad[0]:g} is not in (0, 1]: a fraction of gbytes_per_s")
+        return v
 
 
 # a host field by recompute mode (host_block_s and its kin): seconds, or the forward's share
@@ -772,6 +798,17 @@ class HardwareProfile(Strict):
         if v.aggregate_nics is not None:
             raise ValueError("aggregate_nics is set under [nvlink]; it belongs under [inter_node] (whether a "
                              "collective across nodes pools the NICs of its ranks on a node)")
+        if v.efficiency_by_group_size is not None and v.mesh_links is not None:
+            raise ValueError("efficiency_by_group_size and mesh_links are both set under [nvlink]: a mesh's rate by "
+                             "group size is its links'; give one of the two")
+        return v
+
+    @field_validator("inter_node")
+    @classmethod
+    def _inter_node_by_size(cls, v):
+        if v.efficiency_by_group_size is not None:
+            raise ValueError("efficiency_by_group_size is set under [inter_node]; it belongs under [nvlink] (the rate "
+                             "of a group inside a node by its size)")
         return v
 
     @field_validator("peak_dense_tflops")

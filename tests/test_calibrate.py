@@ -368,6 +368,13 @@ def test_collective_results_fill_the_profile():
     without = base.model_dump(mode="json")
     apply_collectives(without, coll[:-1], base, 8, [])
     assert without["overlap_compute_slowdown"] == base.overlap_compute_slowdown  # kept from the base
+    # a base with rates by group size (the L40S's PCIe tree): another machine's, so this calibrate's one group's rate
+    # stands for every group, and the note says so
+    l40s = hardware_profiles.load_profile("l40s")
+    data = l40s.model_dump(mode="json")
+    note = apply_collectives(data, coll[:-1], l40s, 4, [])
+    assert HardwareProfile(**data).nvlink.efficiency_by_group_size is None
+    assert "efficiency_by_group_size dropped (a group of 4 measured here" in note
 
 
 def test_from_run_fits_host_dispatch_on_launch_bound_reports_only(plan, tmp_path, capsys):

@@ -2,6 +2,7 @@
 were built from, and the loader's errors are one readable line."""
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import re
@@ -10,6 +11,7 @@ import sys
 from hardware_profiles import tomllib  # tomli on Python 3.10
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import hardware_profiles
@@ -521,3 +523,32 @@ def test_gb200_against_dgxc_405b_rows_as_the_readme_states():
     assert errors("master-weights", True) == [("no fit", -3.6), -2.8, -1.9]
     assert errors("master-weights", False)[1:] == [1.3, 2.1]
     assert errors("master-weights-half-grads", False) == [-4.2, -4.2, -3.7]
+
+
+def test_a_pcie_node_times_each_group_at_its_sizes_measured_rate():
+    """nvlink.efficiency_by_group_size (the L40S profile: a PCIe tree, no NVLink): a group inside the node takes the
+    entry of the largest listed size at or below its own, a pipeline send the 2-GPU one; a node without the table
+    gives every group one rate; the table belongs under [nvlink], with sizes >= 2 increasing, and not beside a mesh."""
+    from cost_models import comm
+    from cost_models.hardware import constants_from_profile
+    hw = constants_from_profile(load_profile("l40s"))
+    bw, _ = comm.tier_params(hw, True, np.array([2, 3, 4, 6, 8, 16]))
+    assert bw / 1e9 == pytest.approx([32 * 0.671, 32 * 0.671, 32 * 0.679, 32 * 0.679, 32 * 0.451, 32 * 0.451])
+    assert comm.tier_params(hw, True, 2)[0] / 1e9 == pytest.approx(21.472)  # measured 21.48 (the table's rounding)
+    assert comm.tier_params(hw, True)[0] / 1e9 == pytest.approx(32 * 0.451)  # no size: the tier's own efficiency
+    # across two nodes the pooled NICs run a group at its node's in-node rate (measured: 14.64 GB/s for 8 + 8)
+    assert comm.tier_params(hw, False, 16, 8)[0] / 1e9 == pytest.approx(32 * 0.451)
+    h100 = constants_from_profile(load_profile("h100-sxm-80gb"))
+    assert h100.nvlink.size_scale == ()
+    assert len(set(np.atleast_1d(comm.tier_params(h100, True, np.array([2, 4, 8]))[0]))) == 1
+    data = tomllib.loads((PROFILE_DIR / "l40s.toml").read_text())
+    for where, table, says in (("nvlink", [[1, 0.5]], "each at least 2"), ("nvlink", [[4, 0.5], [2, 0.6]], "increasing"),
+                               ("nvlink", [[2, 1.2]], "not in (0, 1]"), ("inter_node", [[2, 0.5]], "belongs under [nvlink]")):
+        bad = copy.deepcopy(data)
+        bad[where]["efficiency_by_group_size"] = table
+        with pytest.raises(ValueError, match=re.escape(says)):
+            HardwareProfile(**bad)
+    bad = copy.deepcopy(data)
+    bad["nvlink"]["mesh_links"] = 7
+    with pytest.raises(ValueError, match="efficiency_by_group_size and mesh_links"):
+        HardwareProfile(**bad)

@@ -72,6 +72,13 @@ def clip_grad_norm(stage_modules, max_norm: float, *, tp: int, dp: int, cp: int,
     for g, n in local_gradients(stage_modules, tp=tp, dp=dp, cp=cp, pp=pp, zero_stage=zero_stage, tied=tied,
                                 pieces=pieces, dp_replicate=dp_replicate, ep=ep):
         groups.setdefault((g.device, g.dtype, n), []).append(g)
+    return scale_to_norm(groups, max_norm, device)
+
+
+def scale_to_norm(groups: dict, max_norm: float, device: torch.device) -> torch.Tensor:
+    """clip_grad_norm's passes over gradients grouped by (device, dtype, copies in the world): the norm (all-reduced
+    over the world where there is one), then every gradient multiplied by the clamped coefficient; the norm.  Also
+    what `parplan calibrate`'s optimizer probe times (planner.calibrate.measure_optimizer)."""
     sq = torch.zeros((), dtype=torch.float32, device=device)
     for (_, _, n), gs in groups.items():
         sq += torch.stack(torch._foreach_norm(gs, 2, dtype=torch.float32)).pow(2).sum().to(device) / n

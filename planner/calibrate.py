@@ -539,6 +539,72 @@ def measure_copy(torch, device, timer, nbytes: int) -> float:
     return 2 * n * 4 / s / GB
 
 
+# The optimizer probe (measure_optimizer): parplan's runtime's after-backward step on one GPU under the
+# master-weights recipe (parallel_layers.clip.scale_to_norm, then MasterAdamW's fused AdamW over fp32 masters and
+# the copy back into the 16-bit parameters), timed on two sets of parameters: a few large tensors (the step's memory
+# passes, which set optimizer_bandwidth_fraction) and many small ones (its cost per tensor, optimizer_host_per_tensor_s)
+OPTIMIZER_PROBE = {"cuda": ((8, 1 << 25), (1024, 1024)), "cpu": ((4, 1 << 19), (256, 256))}  # (tensors, each's size)
+
+
+def measure_optimizer(torch, device, timer) -> list[dict]:
+    """{"tensors", "params", "s"} per OPTIMIZER_PROBE set: seconds of one clipped master-weights AdamW step."""
+    from parallel_layers.clip import scale_to_norm
+    from parallel_layers.precision import MasterAdamW
+    from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
+
+    rows = []
+    for count, size in OPTIMIZER_PROBE[device.type]:
+        params = [torch.nn.Parameter(torch.randn(size, device=device).to(torch.bfloat16)) for _ in range(count)]
+        for p in params:
+            p.main_grad = torch.randn(size, device=device) * 1e-3
+        opt = MasterAdamW(params, offload=False, keep_master=True, lr=1e-4, betas=ADAMW_BETAS,
+                          weight_decay=ADAMW_WEIGHT_DECAY, fused=True)
+        groups = {(device, torch.float32, 1): [p.main_grad for p in params]}
+
+        def step():
+            scale_to_norm(groups, 1.0, device)
+            opt.step()
+        rows.append({"tensors": count, "params": count * size, "s": timer(step)})
+        del opt, groups, params
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def solve_optimizer(rows: list[tuple[float, int, float]]) -> tuple[float, float]:
+    """(optimizer_bandwidth_fraction f, optimizer_host_per_tensor_s h) from (passes' seconds at f = 1, tensors, seconds
+    measured) rows, the cost model's form passes / f + tensors x h: least squares for (1/f, h) with 1/f >= 1 and
+    h >= 0 (h negative: 0, and 1/f the median ratio)."""
+    import numpy as np
+    a = np.array([[p, n] for p, n, _ in rows], dtype=float)
+    y = np.array([t for *_, t in rows])
+    (inv_f, h), *_ = np.linalg.lstsq(a, y, rcond=None)
+    if h < 0 or inv_f < 1:
+        h = 0.0 if h < 0 else h
+        inv_f = max(1.0, statistics.median((t - n * h) / p for p, n, t in rows))
+    return 1.0 / inv_f, float(h)
+
+
+def optimizer_fit(rows: list[dict], profile_data: dict) -> tuple[float, float]:
+    """solve_optimizer over the probe's rows, their passes priced by the cost model (optimizer_time of the
+    master-weights recipe and grad_clip_time, at f = 1) under the profile being written (its hbm_efficiency just
+    measured)."""
+    from cost_models.compute import grad_clip_time, optimizer_time
+    from cost_models.hardware import constants_from_profile
+    from planner.schema import HardwareProfile
+    hw = constants_from_profile(HardwareProfile(**{**profile_data, "optimizer_bandwidth_fraction": 1.0,
+                                                   "optimizer_host_per_tensor_s": 0.0}))
+    priced = [(float(optimizer_time(r["params"], 0, "master-weights", hw, 1)
+                     + grad_clip_time(r["params"], "master-weights", hw)), r["tensors"], r["s"]) for r in rows]
+    return solve_optimizer(priced)
+
+
+def optimizer_note(rows: list[dict], f: float, h: float) -> str:
+    return ("optimizer step (clip + master-weights fused AdamW + copy to 16 bits): " + ", ".join(
+        f"{r['tensors']} tensors of {r['params'] // r['tensors']:,} {r['s'] * 1e3:.2f} ms" for r in rows)
+        + f": optimizer_bandwidth_fraction {f:.3g}, optimizer_host_per_tensor_s {h:.3g}")
+
+
 def measure_host_link(torch, device, timer, nbytes: int) -> tuple[float, float]:
     """(host->device, device->host) GB/s of pinned-memory copies."""
     n = nbytes // 4
@@ -1091,7 +1157,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     fp8_host_runs = len(HOST_FP8_MODES) * len(HOST_BLOCKS) * HOST_REPEATS if on_gpu and fp8_on else 0
     moe_host_runs = ((len(MOE_PROBE_EXPERTS) + 1) * len(HOST_MOE_MODES) * len(HOST_BLOCKS) * HOST_REPEATS
                      if on_gpu else 0)  # the MoE probe's two expert counts and the uncompiled dense probe
-    total = len(gemm_rows) * (len(gemm_dtypes) + fp8_on) + len(attn_cases) + 1 + (1 if on_gpu else 0) \
+    total = len(gemm_rows) * (len(gemm_dtypes) + fp8_on) + len(attn_cases) + 2 + (1 if on_gpu else 0) \
         + (1 if world >= 2 else 0) + host_runs + fp8_host_runs + moe_host_runs + (1 if sustained_s else 0)
     fp8_rows: list[dict] = []
 
@@ -1131,6 +1197,10 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         copy_gbps = measure_copy(torch, dev, timer, (1 << 30) if on_gpu else (64 << 20))
         adv()
         lap("device copy")
+        prog.update(task, description="optimizer step (clip + master-weights AdamW)")
+        opt_rows = measure_optimizer(torch, dev, timer)
+        adv()
+        lap("optimizer step")
         if on_gpu:
             prog.update(task, description="host link")
             h2d, d2h = measure_host_link(torch, dev, timer, 256 << 20)
@@ -1208,6 +1278,11 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         measured_fields += ["hbm_gbytes_per_s", "hbm_efficiency"]
         notes.append("cpu: host link not measured (no device); base value kept")
         notes.append("cpu: host dispatch per block not measured (a GPU measurement; measure_host_block('cpu') exists for tests)")
+    f_opt, h_opt = optimizer_fit(opt_rows, data)  # (after hbm_efficiency: the passes are priced at the measured rate)
+    data["optimizer_bandwidth_fraction"] = float(f"{f_opt:.4g}")
+    data["optimizer_host_per_tensor_s"] = float(f"{h_opt:.4g}")
+    measured_fields += ["optimizer_bandwidth_fraction", "optimizer_host_per_tensor_s"]
+    notes.append(optimizer_note(opt_rows, f_opt, h_opt))
     if fp8_rows:
         data["fp8_matmul_scale"] = fp8_matmul_scale(gemm, fp8_rows, peaks)
         measured_fields.append("fp8_matmul_scale")
@@ -1423,6 +1498,9 @@ def summary_rows(base, prof, s) -> list[tuple[str, str, str]]:
          _ms(prof.host_moe_block_s) + " + " + _ms(prof.host_moe_expert_s, digits=3)),
         ("nvlink efficiency / latency", f"{base.nvlink.efficiency:g} / {base.nvlink.latency_s:.2g} s",
          f"{prof.nvlink.efficiency:g} / {prof.nvlink.latency_s:.2g} s"),
+        ("optimizer bandwidth fraction / us a tensor",
+         f"{base.optimizer_bandwidth_fraction:g} / {base.optimizer_host_per_tensor_s * 1e6:.3g}",
+         f"{prof.optimizer_bandwidth_fraction:g} / {prof.optimizer_host_per_tensor_s * 1e6:.3g}"),
         ("sustained matmul fraction", f"{base.sustained_matmul_fraction:g}", f"{prof.sustained_matmul_fraction:g}"
          + (" (measured)" if s.get("sustained") else " (kept)")),
     ]
@@ -1711,14 +1789,7 @@ def fit_optimizer(runs: list[dict], profile, predict) -> tuple[float, float, int
         rows.append((passes, round(tensors), r["after_s"]))
     if len(rows) < 2:
         return None
-    import numpy as np
-    a = np.array([[p, n] for p, n, _ in rows], dtype=float)
-    y = np.array([t for *_, t in rows])
-    (inv_f, h), *_ = np.linalg.lstsq(a, y, rcond=None)
-    if h < 0 or inv_f < 1:
-        h = 0.0 if h < 0 else h
-        inv_f = max(1.0, statistics.median((t - n * h) / p for p, n, t in rows))
-    return 1.0 / inv_f, float(h), len(rows)
+    return (*solve_optimizer(rows), len(rows))
 
 
 def host_unmeasured_warning(runs: list[dict], base_profile, base: str, fits: list[float]) -> str | None:

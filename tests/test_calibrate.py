@@ -100,7 +100,7 @@ def test_calibrate_says_where_its_time_went(cpu_run):
     m = re.search(r"; (\d+) s: (start-up [^)]*)\)", measured)
     assert m, measured
     phases = dict((k, float(v)) for k, v in re.findall(r"([a-zA-Z0-9 -]+?) ([\d.]+) s(?:, |$)", m.group(2)))
-    assert list(phases) == ["start-up", "GEMM fp32", "attention", "device copy"], m.group(2)
+    assert list(phases) == ["start-up", "GEMM fp32", "attention", "device copy", "optimizer step"], m.group(2)
     total = int(m.group(1))
     assert abs(sum(phases.values()) - total) <= 0.5 * len(phases) + 0.5, (phases, total)
     line = next(x for x in err.splitlines() if x.startswith("calibration took"))
@@ -908,3 +908,23 @@ def test_the_summary_table_names_the_uncompiled_and_moe_readings():
     rows = {r[0]: r[1:] for r in summary_rows(base, prof, {})}
     assert rows["uncompiled (none/full)"] == ("-", "3.00 / 6.00")
     assert rows["MoE block + an expert (none/full)"] == ("- + -", "4.00 / 8.00 + 0.250 / 0.500")
+
+
+def test_the_optimizer_probe_fits_the_cost_models_form():
+    """calibrate's optimizer probe (measure_optimizer: parplan's clip and master-weights AdamW step on a few large
+    and many small tensors) gives optimizer_bandwidth_fraction and optimizer_host_per_tensor_s in the form the cost
+    model prices the step (passes / f + tensors x h), solved as calibrate --from-run solves the launches' after-phase:
+    a synthetic machine's f and h come back; the clamps hold; the CPU probe's two rows fit a fraction in (0, 1]."""
+    import torch
+
+    from planner.calibrate import _Timer, measure_optimizer, optimizer_fit, solve_optimizer
+    f, h = solve_optimizer([(p, n, p / 0.8 + n * 20e-6) for p, n in ((0.004, 8), (1e-5, 1024), (0.02, 200))])
+    assert f == pytest.approx(0.8) and h == pytest.approx(20e-6)
+    assert solve_optimizer([(0.004, 8, 0.003), (1e-5, 1024, 0.001)])[0] == 1.0  # faster than the passes: f <= 1
+    f, h = solve_optimizer([(0.004, 8, 0.005), (0.008, 8, 0.0098)])  # (the tensors' share unresolvable: h >= 0)
+    assert h >= 0 and 0 < f <= 1
+    dev = torch.device("cpu")
+    rows = measure_optimizer(torch, dev, _Timer(torch, dev, warmup=1, reps=2, sample_s=1e-3))
+    assert [(r["tensors"], r["params"]) for r in rows] == [(4, 4 << 19), (256, 256 << 8)] and all(r["s"] > 0 for r in rows)
+    f, h = optimizer_fit(rows, hardware_profiles.load_profile("h100-sxm-80gb").model_dump(mode="json"))
+    assert 0 < f <= 1 and h >= 0

@@ -1,7 +1,7 @@
 # Sourced by the calibrate-then-grid device scripts (gpu_h100.sh, gpu_h200.sh), whose first argument is the results
 # folder (R), after they set LIMIT (the call's seconds), KIND (the GPU, as nvidia-smi names it), BASE (the shipped profile calibrate starts
 # from), CAL (the calibrated profile's file name under $R) and CALIBRATE_ARGS (calibrate's other arguments):
-# gpu_call_start.sh, the host's nvidia-smi and torch lines, `cap`, `missing` and `grid`, then calibrate from BASE
+# gpu_call_start.sh, the host's nvidia-smi and torch lines, `cap`, `missing`, `grid`, `study` and `fp8_diagnosis`, then calibrate from BASE
 # into $R/$CAL (skipped when it is there: a resumed call; the call ends if none is written) and grids.json naming it.
 set -u
 R=${1:?give the results folder, e.g. benchmarks/results/YYYY-MM-DD-h100}
@@ -41,6 +41,37 @@ study() {
     timeout "$t" "$@" 2>&1 | tail -20 | cut -c1-220
     echo "$label took $(( SECONDS - t0 )) s"; pack
   else echo "$label: ${t} s left, not started"; fi
+}
+
+# fp8_diagnosis: why parplan's FP8 linears ran 4.6-5.4x their prediction on 2026-12-06's H100 (the thirty-sixth
+# session's steps, shared by gpu_h100.sh and gpu_h200.sh): the 1.3B FP8 entry and its 16-bit twin, 6 steps each and
+# one more under torch.profiler (`launch --profile`) into profiled/, with profile_diff.py's table of the two printed
+# (at most 150 s); each FP8 operation alone (fp8_ops.py, at most 120 s); the FP8 entry again under the cast modes
+# static and hybrid (PARPLAN_FP8_CAST) into fp8cast-MODE/ (at most 75 s each)
+fp8_diagnosis() {
+  local t t0 a b mode
+  t=$(cap 150 20)
+  if [ -f "$R/profiled/llama-1.3b-mbs4-none-fp8/report.json" ]; then echo "profiled: done already"
+  elif [ "$t" -ge 60 ]; then
+    t0=$SECONDS
+    timeout "$t" python3 benchmarks/gpu_grid.py --out "$R/profiled" --hardware "$R/$CAL" --steps 6 --profile \
+      --only llama-1.3b-mbs4-none-fp8 llama-1.3b-mbs4-none 2>&1 | cut -c1-250
+    for f in "$R"/profiled/*/profile/rank0.ops.md; do [ -f "$f" ] && head -5 "$f" | cut -c1-250; done
+    a="$R/profiled/llama-1.3b-mbs4-none/profile/rank0.ops.json" b="$R/profiled/llama-1.3b-mbs4-none-fp8/profile/rank0.ops.json"
+    [ -f "$a" ] && [ -f "$b" ] && python3 benchmarks/profile_diff.py "$a" "$b" --top 15 --out "$R/profiled/fp8_vs_16bit.md" \
+      | head -45 | cut -c1-200
+    echo "profiled took $(( SECONDS - t0 )) s"; pack
+  else echo "profiled: ${t} s left, not started"; fi
+  study "fp8 ops" fp8_ops.json 120 20 30 python3 benchmarks/fp8_ops.py --device cuda --out "$R/fp8_ops.md" \
+    --json "$R/fp8_ops.json"
+  for mode in static hybrid; do
+    t=$(cap 75 20)
+    if [ -f "$R/fp8cast-$mode/llama-1.3b-mbs4-none-fp8/report.json" ]; then echo "fp8 cast $mode: done already"
+    elif [ "$t" -ge 45 ]; then
+      PARPLAN_FP8_CAST=$mode timeout "$t" python3 benchmarks/gpu_grid.py --out "$R/fp8cast-$mode" --hardware "$R/$CAL" \
+        --steps 6 --only llama-1.3b-mbs4-none-fp8 2>&1 | cut -c1-250; pack
+    else echo "fp8 cast $mode: ${t} s left, not started"; fi
+  done
 }
 
 if [ -f "$R/$CAL" ]; then

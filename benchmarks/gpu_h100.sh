@@ -37,32 +37,8 @@
 KIND=H100 BASE=h100-sxm-80gb CAL=h100-calibrated.toml CALIBRATE_ARGS="--sustained 30" LIMIT=${LIMIT:-570}
 . benchmarks/gpu_calibrated_call.sh  # (its results folder: the first argument, e.g. benchmarks/results/2026-12-06-h100)
 
-# 3. one FP8 step and one 16-bit step under the profiler
-t=$(cap 150 20)
-if [ -f "$R/profiled/llama-1.3b-mbs4-none-fp8/report.json" ]; then echo "profiled: done already"
-elif [ "$t" -ge 60 ]; then
-  t0=$SECONDS
-  timeout "$t" python3 benchmarks/gpu_grid.py --out "$R/profiled" --hardware "$R/$CAL" --steps 6 --profile \
-    --only llama-1.3b-mbs4-none-fp8 llama-1.3b-mbs4-none 2>&1 | cut -c1-250
-  for f in "$R"/profiled/*/profile/rank0.ops.md; do [ -f "$f" ] && head -5 "$f" | cut -c1-250; done
-  a="$R/profiled/llama-1.3b-mbs4-none/profile/rank0.ops.json" b="$R/profiled/llama-1.3b-mbs4-none-fp8/profile/rank0.ops.json"
-  [ -f "$a" ] && [ -f "$b" ] && python3 benchmarks/profile_diff.py "$a" "$b" --top 15 --out "$R/profiled/fp8_vs_16bit.md" \
-    | head -45 | cut -c1-200
-  echo "profiled took $(( SECONDS - t0 )) s"; pack
-else echo "profiled: ${t} s left, not started"; fi
-
-# 3b. the FP8 operations one by one (benchmarks/fp8_ops.py)
-study "fp8 ops" fp8_ops.json 120 20 30 python3 benchmarks/fp8_ops.py --device cuda --out "$R/fp8_ops.md" --json "$R/fp8_ops.json"
-
-# 3c. the FP8 entry under the other cast modes
-for mode in static hybrid; do
-  t=$(cap 75 20)
-  if [ -f "$R/fp8cast-$mode/llama-1.3b-mbs4-none-fp8/report.json" ]; then echo "fp8 cast $mode: done already"
-  elif [ "$t" -ge 45 ]; then
-    PARPLAN_FP8_CAST=$mode timeout "$t" python3 benchmarks/gpu_grid.py --out "$R/fp8cast-$mode" --hardware "$R/$CAL" \
-      --steps 6 --only llama-1.3b-mbs4-none-fp8 2>&1 | cut -c1-250; pack
-  else echo "fp8 cast $mode: ${t} s left, not started"; fi
-done
+# 3. the FP8 diagnosis (gpu_calibrated_call.sh's fp8_diagnosis: the profiled pair, the op study, the cast modes)
+fp8_diagnosis
 
 # 4. the probe at the launches' width
 study "probe width" host_probe_width.json 150 20 60 python3 benchmarks/host_probe_width.py --device cuda --out "$R/host_probe_width.md" \

@@ -14,8 +14,9 @@
 #    FP8-over-BF16 GEMM ratio against the shipped 0.914 from the MAMF table; since the twenty-first session also
 #    the host-dispatch probe with FP8 linears, host_block_fp8_s, 12 short runs more; its last line gives each
 #    phase's seconds);
-# 3. the two FP8 grid entries (benchmarks/gpu_grid.py, predicted with step 2's profile): parplan's FP8 linears have
-#    never run on a GPU, so they come before any diagnostic (at most 180 s);
+# 3. the FP8 diagnosis (gpu_calibrated_call.sh's fp8_diagnosis, since the thirty-sixth session: parplan's FP8 linears
+#    ran 4.6-5.4x their prediction on 2026-12-06's H100): the 1.3B FP8 entry and its 16-bit twin with a profiled step
+#    each, each FP8 operation alone, the FP8 entry under two other cast modes (at most 150 + 120 + 2 x 75 s);
 # 4. the calibrate's host probe at the grid's 1.3B width as well as its own, and at the launches' block count
 #    (benchmarks/host_probe_width.py: why the probe under-reads full recompute; at most 240 s, rows kept as they
 #    finish);
@@ -34,9 +35,8 @@
 KIND=H200 BASE=h200-sxm-141gb CAL=h200-calibrated.toml CALIBRATE_ARGS="--sustained 60" LIMIT=${LIMIT:-560}
 . benchmarks/gpu_calibrated_call.sh  # (its results folder: the first argument, e.g. benchmarks/results/2026-12-01-h200)
 
-# 3. parplan's FP8 linears (written in the twenty-first session, never run on a GPU): does the runtime's FP8 path
-# run, and how close is the prediction (their 16-bit twin llama-3b-mbs4-none ran 2026-12-04)
-grid "$(cap 180 20)" llama-3b-mbs4-none-fp8 llama-1.3b-mbs4-none-fp8
+# 3. why parplan's FP8 linears are slow on a GPU (2026-12-06's H100: 4.6-5.4x their prediction)
+fp8_diagnosis
 
 # 4. the probe at the launches' width (benchmarks/host_probe_width.py): 2026-11-28's and 2026-12-04's calibrates read
 # full recompute 1.2-1.5x under the launches on their machines, no recompute within about 10 %: is it the probe's
@@ -57,9 +57,10 @@ study "fp8 shapes" fp8_gemm_shapes.json 90 20 30 python3 benchmarks/fp8_gemm_sha
 # runtime fixed since on CPU, and its hidden masks hashed inside the compiled blocks: the same entry again says what
 # the two give on a GPU), then the entries no H200 call has reached (eight micro-batches; the 3B at micro-batch 1),
 # then launch-bound runs of both recompute modes on this call's host (the calibrate probe read full recompute
-# 1.2-1.5x under the launches, no recompute within ~10 %), then the rest
+# 1.2-1.5x under the launches, no recompute within ~10 %), then the rest, the 3B FP8 entry last (2026-12-06's H100 ran
+# it 4.4x its twin: the diagnosis above first)
 echo "grid: $(( LIMIT - SECONDS )) s left"
 grid "$(cap 600 10)" moe-2.5b-e16-mbs2 moe-2.4b-e8-mbs2 moe-mixed-2.4b-e16-mbs2 mla-1.3b-mbs4 mla-1.3b-mbs4-uprecompute mla-moe-mixed-2.4b-e16-mbs2 gpt-1.3b-mbs4-none-dropout llama-1.3b-mbs1-accum8 llama-3b-mbs1-none llama-1.3b-mbs1-none \
   llama-1.3b-mbs1-full gpt-1.3b-mbs4-none llama-0.5b-mbs1-none llama-0.5b-mbs4-full llama-1.3b-mbs4-selective \
-  llama-3b-mbs4-full
+  llama-3b-mbs4-full llama-3b-mbs4-none-fp8
 pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R)"

@@ -178,12 +178,13 @@ def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
     assert re.search(r'BASE=h200-sxm-141gb .*CALIBRATE_ARGS="--sustained \d+"', h200)
     assert "calibrate --base \"$BASE\" $CALIBRATE_ARGS" in (ROOT / "benchmarks" / "gpu_calibrated_call.sh").read_text()
     # the H200 call's long run answered its question on 2026-12-04 (no slowdown over 58 s); the H100 call keeps it.
-    # The H200 call runs its grid through grid(): the FP8 entries before the host-probe study, the rest after it
+    # The H200 call runs the FP8 diagnosis (fp8_diagnosis, shared with the H100 call) before the host-probe study, and
+    # its grid through grid() after it, the 3B FP8 entry last
     assert "long_run " not in h200
     calls = [(m.start(), m.group(1).replace("\\", " ").split())
              for m in re.finditer(r'^grid "\$\(cap \d+(?: \d+)?\)" ((?:.|\\\n)*?)$(?<!\\)', h200, re.M)]
-    assert [c[1][:2] for c in calls][0] == ["llama-3b-mbs4-none-fp8", "llama-1.3b-mbs4-none-fp8"]
-    assert calls[0][0] < h200.index("python3 benchmarks/host_probe_width.py") < calls[1][0]
+    assert h200.index("\nfp8_diagnosis\n") < h200.index("python3 benchmarks/host_probe_width.py") < calls[0][0]
+    assert calls[-1][1][-1] == "llama-3b-mbs4-none-fp8"
     assert "long_run " in (ROOT / "benchmarks" / "gpu_next.sh").read_text()
     h100 = (ROOT / "benchmarks" / "gpu_next.sh").read_text()
     one_call = (ROOT / "benchmarks" / "gpu_h100.sh").read_text()
@@ -324,45 +325,51 @@ def _run_h200_call(tmp_path, results, limit=560, fail="", script="gpu_h200.sh", 
 
 
 def test_the_h200_call_runs_fp8_first_within_its_budget_and_resumes(tmp_path):
-    """gpu_h200.sh's order and budget, with its commands faked: calibrate, the two FP8 grid entries, the host-probe
-    study, the FP8 GEMM study, then the other grid entries, each under a timeout capped by what is left of LIMIT; run
-    again on the same folder it redoes nothing, and after a partial call it runs only what is missing (not an entry
-    that failed)."""
+    """gpu_h200.sh's order and budget, with its commands faked: calibrate, the FP8 diagnosis (fp8_diagnosis: the
+    profiled 1.3B FP8 entry and its twin, the FP8 op study, the FP8 entry under two cast modes), the host-probe study,
+    the FP8 GEMM study, then the grid, each under a timeout capped by what is left of LIMIT; run again on the same
+    folder it redoes nothing, and after a partial call it runs only what is missing (not an entry that failed)."""
     import re
     results = tmp_path / "R"
     calls, out = _run_h200_call(tmp_path, results)
     steps = [c for c in calls if c.startswith("python3 ") and not c.startswith(("python3 -c", "python3 - "))]
     assert [s.split()[1] if "planner.cli" not in s else "calibrate" for s in steps] == [
-        "calibrate", "benchmarks/gpu_grid.py", "benchmarks/host_probe_width.py", "benchmarks/fp8_gemm_shapes.py",
-        "benchmarks/gpu_grid.py"]
-    assert steps[1].endswith("--only llama-3b-mbs4-none-fp8 llama-1.3b-mbs4-none-fp8")
+        "calibrate", "benchmarks/gpu_grid.py", "benchmarks/fp8_ops.py", "benchmarks/gpu_grid.py", "benchmarks/gpu_grid.py",
+        "benchmarks/host_probe_width.py", "benchmarks/fp8_gemm_shapes.py", "benchmarks/gpu_grid.py"]
+    assert " --profile " in steps[1] and steps[1].endswith("--only llama-1.3b-mbs4-none-fp8 llama-1.3b-mbs4-none")
+    assert [f"--out {results}/fp8cast-{m} " in st for st, m in zip(steps[3:5], ("static", "hybrid"))] == [True, True]
     timeouts = [int(c.split()[1]) for c in calls if c.startswith("timeout ")]
-    # capped: calibrate 300, FP8 grid 180, probe 240, shapes 90, the rest what is left of 560 (less 10 s); the fakes
-    # are instant, but the script's clock (bash's SECONDS, whole seconds) may tick on a loaded machine
-    assert timeouts[:4] == [300, 180, 240, 90] and 520 <= timeouts[4] <= 550
+    # capped: calibrate 300, the profiled pair 150, the op study 120, each cast mode 75, probe 240, shapes 90, the rest
+    # what is left of 560 (less 10 s); the fakes are instant, but the script's clock (bash's SECONDS, whole seconds)
+    # may tick on a loaded machine
+    assert timeouts[:7] == [300, 150, 120, 75, 75, 240, 90] and 520 <= timeouts[7] <= 550, timeouts
     assert json.loads((results / "grids.json").read_text())["grids"]["grid"]["calibrated"] == "h200-calibrated.toml"
-    # 2 FP8 + 16 (the three MoE entries first, then the three MLA ones)
-    assert len(list((results / "grid").glob("*/report.json"))) == 18
+    # 16 (the three MoE entries first, then the three MLA ones) + the 3B FP8 entry last
+    assert len(list((results / "grid").glob("*/report.json"))) == 17
+    assert steps[-1].endswith(" llama-3b-mbs4-full llama-3b-mbs4-none-fp8")
     # again: everything is there, nothing runs
     calls, out = _run_h200_call(tmp_path, results)
     assert not [c for c in calls if c.startswith("timeout ")], calls
     assert "is there already" in out and "every entry named has run" in out and "probe width: done already" in out
-    # a partial call: one FP8 entry and two later ones missing, one of them failed before
+    assert "profiled: done already" in out and "fp8 cast hybrid: done already" in out
+    # a partial call: the profiled FP8 entry and two grid entries missing, one of them failed before
     import shutil
-    for n in ("llama-1.3b-mbs4-none-fp8", "llama-0.5b-mbs1-none", "llama-3b-mbs4-full"):
+    shutil.rmtree(results / "profiled" / "llama-1.3b-mbs4-none-fp8")
+    for n in ("llama-0.5b-mbs1-none", "llama-3b-mbs4-full"):
         shutil.rmtree(results / "grid" / n)
     (results / "grid" / "llama-3b-mbs4-full").mkdir()
     (results / "grid" / "llama-3b-mbs4-full" / "launch.log").write_text("launch exit 1")
     calls, out = _run_h200_call(tmp_path, results, limit=200)
     grids = [c for c in calls if "gpu_grid.py" in c]
-    assert [g.split("--only ")[1].split() for g in grids] == [["llama-1.3b-mbs4-none-fp8"], ["llama-0.5b-mbs1-none"]]
-    # a call short of time: the FP8 entries get its first minutes, later steps are said not started
+    assert [g.split("--only ")[1].split() for g in grids] == [["llama-1.3b-mbs4-none-fp8", "llama-1.3b-mbs4-none"],
+                                                              ["llama-0.5b-mbs1-none"]]
+    # a call short of time: the FP8 diagnosis gets its first minutes, later steps are said not started
     shutil.rmtree(results)
     calls, out = _run_h200_call(tmp_path, results, limit=150)
     first = [int(c.split()[1]) for c in calls if c.startswith("timeout ")][:3]
     assert all(110 <= t <= 130 for t in first) and first == sorted(first, reverse=True), first
     calls, out = _run_h200_call(tmp_path, tmp_path / "R2", limit=70)
-    assert re.search(r"grid: [2-5]\d s left, not started: llama-3b-mbs4-none-fp8 llama-1.3b-mbs4-none-fp8", out), out
+    assert re.search(r"profiled: [2-5]\d s left, not started", out), out
     assert re.search(r"probe width: [2-5]\d s left, not started", out), out
 
 

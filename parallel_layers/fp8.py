@@ -31,11 +31,12 @@ E5M2 = torch.float8_e5m2
 
 def _cast_eager(t: torch.Tensor, dtype: torch.dtype):
     """(t in FP8 at scale s, 1/s): s = the format's largest value over t's absolute maximum (fp32)."""
-    fmax = torch.finfo(dtype).max
-    amax = t.detach().abs().amax().float()
-    scale = fmax / torch.clamp(amax, min=1e-12)
-    t8 = (t.detach().float() * scale).clamp_(-fmax, fmax).to(dtype)
-    return t8, scale.reciprocal()
+    scale = _scale_of(t.detach().abs().amax().float(), dtype)
+    return _scale_cast(t, scale, dtype), scale.reciprocal()
+
+
+def _scale_of(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.finfo(dtype).max / torch.clamp(amax, min=1e-12)
 
 
 def _scale_cast(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -45,8 +46,7 @@ def _scale_cast(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> tor
 
 def _cast_hybrid(t: torch.Tensor, dtype: torch.dtype, pointwise):
     """_cast_eager with the amax by ATen's own reduction and the scaling and cast one compiled pointwise pass."""
-    amax = torch.linalg.vector_norm(t.detach(), float("inf")).float()
-    scale = torch.finfo(dtype).max / torch.clamp(amax, min=1e-12)
+    scale = _scale_of(torch.linalg.vector_norm(t.detach(), float("inf")).float(), dtype)
     return pointwise(t, scale, dtype), scale.reciprocal()
 
 

@@ -11,7 +11,9 @@ same two numbers applied to MT-NLG (held out).  BLOOM's training script sets CUD
 will hang"), which makes the host wait for every kernel, so a block's host dispatch adds to its GPU time
 instead of hiding behind it: a cost per block that does not grow with the micro-batch.  Last, MT-NLG's
 published steps split into a cost per pipeline slot and one per iteration (its three rows differ only
-in dp, at one global batch).  Nothing here changes a prediction.
+in dp, at one global batch), first from the published iteration times alone for each micro-batch that
+divides the batch (validate.pipeline_slot_fits: how the set's micro-batch, unpublished, is identified),
+then at the identified one against the model's slot.  Nothing here changes a prediction.
 
     python benchmarks/deepspeed_gap.py
 """
@@ -63,16 +65,21 @@ def main() -> None:
         print(f"  {r['label']:16s} short {r['short_per_slot_s'] * 1e3:5.1f} ms a slot, BLOOM's fit gives "
               f"{(x * r['blocks'] + k * r['slot_s']) * 1e3:5.1f} ms: error {100 * err0:+.1f} % -> {100 * err1:+.1f} %")
     print(f"  median |error| with BLOOM's fit: {100 * float(np.median(errs)):.1f} %")
-    # MT-NLG's three rows differ only in dp (8, 10, 12) at one global batch: the published step as
-    # a x (m + p - 1) slots + C separates a cost per pipeline slot from one per iteration
+    # MT-NLG's three rows differ only in dp (8, 10, 12) at one global batch: the published iteration times as
+    # a x (m + p - 1) slots + C separate a cost per pipeline slot from one per iteration, for each micro-batch
+    data = json.loads((V.reference_dir() / "mt_nlg_530b.json").read_text(encoding="utf-8"))
+    print("MT-NLG published iteration times as slots x a + C (least squares), by micro-batch:")
+    for b, (a_s, c_s) in V.pipeline_slot_fits(data).items():
+        ms = [r["global_batch_size"] // (r["dp"] * b) for r in data["rows"]]
+        print(f"  micro-batch {b:2d}: m {'/'.join(map(str, ms)):11s} a {a_s * 1e3:6.0f} ms a slot, C {c_s:+6.1f} s "
+              "an iteration" + ("  <- the set's" if all(r["micro_batch_size"] == b for r in data["rows"]) else ""))
     mt = list(rows("mt_nlg_530b"))
     a = np.array([[r["slots"], 1.0] for r in mt])
     (per_slot, fixed), *_ = np.linalg.lstsq(a, np.array([r["published_s"] for r in mt]), rcond=None)
-    print(f"MT-NLG published steps as slots x {per_slot * 1e3:.0f} ms + {fixed:.1f} s an iteration "
+    print(f"MT-NLG at the set's micro-batch: published steps as slots x {per_slot * 1e3:.0f} ms + {fixed:.1f} s "
           f"(model: {1e3 * float(np.mean([r['slot_s'] for r in mt])):.0f} ms a slot, "
           f"{float(np.mean([r['step_fixed_s'] for r in mt])):.2f} s of data-parallel communication and "
           "optimizer/gradient passes)")
-
 
 if __name__ == "__main__":
     main()

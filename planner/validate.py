@@ -413,11 +413,34 @@ def gpt_neox_20b(d: dict) -> Iterable[Query]:
                     framework="deepspeed")
 
 
+def pipeline_slot_fits(d: dict) -> dict[int, tuple[float, float]]:
+    """The micro-batch of a set whose rows differ only in dp at one global batch under a 1F1B pipeline
+    (MT-NLG's three): for each micro-batch b dividing every row's per-replica batch, the least-squares line
+    t = a (m + pp - 1) + c through the published iteration times, m = global batch / (dp b) micro-batches and
+    m + pp - 1 the schedule's slots (Narayanan 2021: the bubble is pp - 1 of them).  a is a slot's time and
+    c the time outside the pipeline (gradient reduction, optimizer step): {b: (a, c)}.  Nothing of the
+    cost model enters: the published times alone."""
+    c, rows = d["common"], d["rows"]
+    per_replica = [r["global_batch_size"] // r["dp"] for r in rows]
+    fits = {}
+    for b in range(1, min(per_replica) + 1):
+        if any(n % b for n in per_replica):
+            continue
+        x = np.array([n // b + c["pp"] - 1 for n in per_replica], dtype=float)
+        t = np.array([r["iteration_time_s"] for r in rows], dtype=float)
+        (a, c0), *_ = np.linalg.lstsq(np.stack([x, np.ones_like(x)], axis=1), t, rcond=None)
+        fits[b] = (float(a), float(c0))
+    return fits
+
+
 def mt_nlg_530b(d: dict) -> Iterable[Query]:
     """MT-NLG 530B (Smith et al. 2022 Sec. 2.4) on Selene, batch 1920 at 280/350/420 DGX A100 nodes.
     Pinned: tp 8 x pp 35 (dp = gpus / 280), non-interleaved DeepSpeed pipeline (1F1B, vpp 1), no SP,
-    no offload, unfused attention, tied embeddings.  Not published, so searched: micro-batch, recompute
-    (none or full; DeepSpeed 2021 had no selective) and ZeRO 0 or 1.  As for BLOOM (same stack): the
+    no offload, unfused attention, tied embeddings, and the micro-batch the file gives: not published, it is
+    identified from the published iteration times (`pipeline_slot_fits`: at 2 they are slots x a with
+    nothing left outside the pipeline; at 1 they would need 6.7 s an iteration no mechanism explains, at 4
+    or more a negative time; the file's note).  Not published, so searched: recompute (none or full;
+    DeepSpeed 2021 had no selective) and ZeRO 0 or 1.  As for BLOOM (same stack): the
     pipeline engine reduces gradients after the last micro-batch (no overlap), ZeRO-1 all-reduces the
     gradients, gradient accumulation is a separate pass, and each pipeline send and receive is its own
     blocking transfer of 1/tp of the tensor (partitioned buffers; framework deepspeed).  Network: DGX A100, one 200 Gb/s HDR HCA
@@ -428,7 +451,7 @@ def mt_nlg_530b(d: dict) -> Iterable[Query]:
                      kv_heads=c["heads"], ffn_hidden=4 * c["hidden"], vocab=c["vocab"], tied_embeddings=c["tied_embeddings"])
     for r in d["rows"]:
         variants = [Pins(tp=c["tp"], pp=c["pp"], dp=r["dp"], cp=1, vpp=1, schedule="1f1b", zero=z, recompute=rc,
-                         sp=False, offload="none") for z in (0, 1) for rc in ("none", "full")]
+                         sp=False, offload="none", mbs=r.get("micro_batch_size")) for z in (0, 1) for rc in ("none", "full")]
         yield Query(label=f"{r['gpus']}gpu gbs{r['global_batch_size']}", spec=spec, gpus=r["gpus"],
                     hardware="a100-sxm-80gb", seq_len=c["seq_len"], global_batch_size=r["global_batch_size"],
                     metric="sc21_eq3_tflops", published=r["tflops_per_gpu"], dtype="fp16", flash_attention=False,

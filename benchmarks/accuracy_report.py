@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from planner.validate import (ADAPTERS, FITTED_ON, PLAUSIBILITY_ONLY, framework_summary, summarize,  # noqa: E402
+from planner.validate import (ADAPTERS, framework_summary, summarize,  # noqa: E402
                               validate_all)
 
 OUT = ROOT / "benchmarks" / "results" / "accuracy.md"

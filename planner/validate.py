@@ -422,12 +422,12 @@ def pipeline_slot_fits(d: dict) -> dict[int, tuple[float, float]]:
     cost model enters: the published times alone."""
     c, rows = d["common"], d["rows"]
     per_replica = [r["global_batch_size"] // r["dp"] for r in rows]
+    t = np.array([r["iteration_time_s"] for r in rows], dtype=float)
     fits = {}
     for b in range(1, min(per_replica) + 1):
         if any(n % b for n in per_replica):
             continue
         x = np.array([n // b + c["pp"] - 1 for n in per_replica], dtype=float)
-        t = np.array([r["iteration_time_s"] for r in rows], dtype=float)
         (a, c0), *_ = np.linalg.lstsq(np.stack([x, np.ones_like(x)], axis=1), t, rcond=None)
         fits[b] = (float(a), float(c0))
     return fits
@@ -438,7 +438,7 @@ def mt_nlg_530b(d: dict) -> Iterable[Query]:
     Pinned: tp 8 x pp 35 (dp = gpus / 280), non-interleaved DeepSpeed pipeline (1F1B, vpp 1), no SP,
     no offload, unfused attention, tied embeddings, and the micro-batch the file gives: not published, it is
     identified from the published iteration times (`pipeline_slot_fits`: at 2 they are slots x a with
-    nothing left outside the pipeline; at 1 they would need 6.7 s an iteration no mechanism explains, at 4
+    nothing left outside the pipeline; at 1 they would need 6.0 s an iteration no mechanism explains, at 4
     or more a negative time; the file's note).  Not published, so searched: recompute (none or full;
     DeepSpeed 2021 had no selective) and ZeRO 0 or 1.  As for BLOOM (same stack): the
     pipeline engine reduces gradients after the last micro-batch (no overlap), ZeRO-1 all-reduces the

@@ -31,8 +31,8 @@ the index gives commit hashes, not dates):
   enable_async_tensor_parallel, pipeline_parallel_{degree,split_points,schedule,microbatch_size},
   context_parallel_degree`` and ``[activation_checkpoint] mode/selective_ac_option``), the section
   layout of ``torchtitan/models/llama3/train_configs/llama3_70b.toml`` (commit ``038d5fd1``) and the
-  flavor table in ``torchtitan/models/llama3/__init__.py`` (commit ``00f555e1``).  Newer torchtitan
-  main describes runs with Python ``Trainer.Config`` functions (``torchtitan/config/README.md``,
+  flavor table in ``torchtitan/models/llama3/__init__.py`` (commit ``00f555e1``).  torchtitan 0.3.0 (its release
+  notes: "typed Python configuration") and main describe runs with Python ``Trainer.Config`` functions (``torchtitan/config/README.md``,
   commit ``1b4a5caf``), renames the micro-batch knob to ``num_pp_microbatches``
   (``torchtitan/config/parallelism.py``, commit ``15e24313``) and counts the batch in tokens
   (``num_tokens_per_microbatch_per_dp_rank``, ``num_tokens_per_train_step``, ``max_context_length``:
@@ -1376,10 +1376,10 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
     header = [f"parplan export --to torchtitan: {m.name or m.arch}, {plan.hardware.gpus} GPUs "
               f"({plan.hardware.name}); launch with NGPU={nproc} CONFIG_FILE=<this file> ./run_train.sh"
               + (" on each node" if nnodes > 1 else ""),
-              ("Keys of torchtitan's 0.2 TOML releases (0.2.2's ConfigManager read them, 2026-12-03). Newer torchtitan"
-               if new else "Keys follow pytorch/torchtitan torchtitan/config/job_config.py (commit 000204a4). Newer "
-               "torchtitan"),
-              "main configures runs in Python (Trainer.Config) and counts the batch in tokens (torchtitan/config/",
+              ("Keys of torchtitan's 0.2 TOML releases (0.2.2's ConfigManager read them, 2026-12-03). torchtitan 0.3"
+               if new else "Keys follow pytorch/torchtitan torchtitan/config/job_config.py (commit 000204a4). torchtitan "
+               "0.3"),
+              "and main read no TOML: they configure runs in Python (Trainer.Config); main counts the batch in tokens (torchtitan/config/",
               f"training.py, commit f204eb63): training.num_tokens_per_microbatch_per_dp_rank = {t.micro_batch_size * t.seq_len}"
               f" (micro-batch {t.micro_batch_size} x seq_len {t.seq_len}),",
               f"num_tokens_per_train_step = {t.global_batch_size * t.seq_len}, max_context_length = {t.seq_len}"

@@ -80,6 +80,10 @@ class ModelDims:
     # multi-token prediction (ModelSpec.mtp_layers): extra depths on the rank holding the head, each one more block
     # (an MoE block in a mixture of experts), a 2h -> h projection and the head again (model_rank_block_counts)
     mtp: int = 0
+    # a plan's own pipeline split (Parallel.stage_layers: the blocks of each virtual stage, in virtual-stage order,
+    # multi-token prediction's depths not among them): every per-rank count reads it (model_split_sizes); () = the
+    # default split (model_stage_layers), which the search plans.  planner.core.evaluate_plan sets it for one plan
+    split: tuple = ()
 
     @property
     def moe(self) -> bool:
@@ -446,16 +450,21 @@ def largest_virtual_stage(layers: int, lay):
     return -(-layers // (np.asarray(lay.pp) * np.asarray(lay.vpp)))
 
 
-def recomputed_share(layers: int, lay):
+def recomputed_share(layers, lay):
     """Share of a pipeline rank's blocks that full recompute re-runs: 1, or under recompute_layers N (Megatron-LM's
     block method: the first N blocks of every virtual stage recomputed, the others keeping their activations)
     N over the largest virtual stage's blocks, at most 1.  With stages of one size that is every rank's share; where
     the split is uneven, the largest stages' (the critical ones in time), and a smaller stage, which recomputes a
     larger share of its blocks, is charged more memory than it holds (an upper bound) and up to one block's recompute
-    less time.  1 wherever recompute is not full."""
+    less time.  1 wherever recompute is not full.  layers: the model's block count, or its ModelDims (whose own split,
+    where it has one, gives the largest stage)."""
     n = np.asarray(lay.recompute_layers, dtype=float)
+    if isinstance(layers, ModelDims):
+        largest = max(layers.split) if layers.split else largest_virtual_stage(layers.layers, lay)
+    else:
+        largest = largest_virtual_stage(layers, lay)
     return np.where((np.asarray(lay.recompute) == REC_FULL) & (n > 0),
-                    np.minimum(n / largest_virtual_stage(layers, lay), 1.0), 1.0)
+                    np.minimum(n / np.maximum(largest, 1), 1.0), 1.0)
 
 
 def num_microbatches(tr, lay):
@@ -554,9 +563,14 @@ def stages_of_rank(pp_rank: int, pp: int, vpp: int, schedule: str) -> list[int]:
     return [pp_rank + k * pp for k in range(vpp)]
 
 
-def virtual_stage_blocks(layers: int, pp, vpp, stage):
+def virtual_stage_blocks(layers, pp, vpp, stage):
     """Vectorised stage_layers(layers, pp*vpp)[stage]: base blocks, one more for middle stages
-    1..R (R = remainder, at most S - 2), then for stage 0, then for stage S - 1."""
+    1..R (R = remainder, at most S - 2), then for stage 0, then for stage S - 1.  layers: a block count, or a
+    plan's own split (every virtual stage's blocks, a tuple: model_split_sizes), read as it is; a stage past the
+    last reads the last's (callers mask those)."""
+    if isinstance(layers, tuple):
+        sizes = np.asarray(layers)
+        return sizes[np.clip(np.asarray(stage), 0, len(sizes) - 1)]
     S = np.asarray(pp) * np.asarray(vpp)
     stage = np.asarray(stage)
     base, rem = layers // S, layers % S
@@ -581,11 +595,58 @@ def model_stage_layers(layers: int, mtp: int, stages: int) -> list[int]:
     return sizes
 
 
+def head_lightened_split(layers: int, mtp: int, stages: int, lighter: int) -> list[int] | None:
+    """The blocks per virtual stage with the last stage (the head's: output layer and loss, and multi-token
+    prediction's depths) `lighter` blocks short of the default split's share: the default split of layers + mtp +
+    lighter blocks, the last stage's count less mtp + lighter (Megatron-LM's --account-for-loss-in-pipeline-split
+    is lighter 1: the loss counted as a layer).  lighter 0 is model_stage_layers; None where the last stage would
+    hold fewer than none."""
+    if stages < 2:
+        return None
+    sizes = stage_layers(layers + mtp + lighter, stages)
+    sizes[-1] -= mtp + lighter
+    return sizes if sizes[-1] >= 0 else None
+
+
+def model_split_sizes(m: ModelDims):
+    """m's own split (ModelDims.split) with multi-token prediction's depths counted as blocks of the last virtual
+    stage (model_stage_layers' placement), for the per-stage counts that take a tuple (virtual_stage_blocks,
+    memory.rank_inflight); where m has no split of its own, its block count with the depths (layers + mtp, whose
+    default split those counts compute)."""
+    if not m.split:
+        return m.layers + m.mtp
+    sizes = list(m.split)
+    sizes[-1] += m.mtp
+    return tuple(sizes)
+
+
+def split_rank_counts(sizes: tuple, pp, vpp, schedule=None):
+    """rank_block_counts of an explicit split (a plan's stage_layers with multi-token prediction's depths:
+    model_split_sizes): the blocks of rank 0, of the heaviest middle rank (rank 0's with pp <= 2) and of rank pp-1,
+    each rank holding the virtual stages stages_of_rank gives it (the loop, or ZB-V's V).  One plan's layout: each
+    row's pp x vpp must be the split's length."""
+    shape = np.broadcast_shapes(np.shape(pp), np.shape(vpp), np.shape(schedule) if schedule is not None else ())
+    pp_b, vpp_b = np.broadcast_to(pp, shape), np.broadcast_to(vpp, shape)
+    sch_b = np.broadcast_to(-1 if schedule is None else schedule, shape)
+    out = np.zeros((3,) + shape, dtype=np.int64)
+    for idx in np.ndindex(*shape):
+        p, v = int(pp_b[idx]), int(vpp_b[idx])
+        zbv = int(sch_b[idx]) == SCH_ZBV and p > 1
+        if len(sizes) != p * v:
+            raise ValueError(f"a split of {len(sizes)} stages for pp {p} x vpp {v}")
+        held = [sum(sizes[s] for s in stages_of_rank(r, p, v, "zbv" if zbv else "1f1b")) for r in range(p)]
+        out[(slice(None),) + idx] = (held[0], max(held[1:-1]) if p > 2 else held[0], held[-1])
+    return tuple(out)
+
+
 def model_rank_block_counts(m: ModelDims, pp, vpp, schedule=None):
     """rank_block_counts of m's blocks and its multi-token-prediction depths (ModelDims.mtp), each priced as a block
     of the stage holding the head (model_stage_layers: the last virtual stage; rank pp-1's, rank 0's under ZB-V, the
     only rank's without a pipeline).  They count as MoE blocks in a mixture of experts (rank_dense_blocks counts none
-    of them).  Where the last virtual stage's share is under mtp, the depths go beside the blocks' own split."""
+    of them).  Where the last virtual stage's share is under mtp, the depths go beside the blocks' own split.  A plan's
+    own split (ModelDims.split): split_rank_counts of it."""
+    if m.split:
+        return split_rank_counts(model_split_sizes(m), pp, vpp, schedule)
     if not m.mtp:
         return rank_block_counts(m.layers, pp, vpp, schedule)
     p = np.asarray(pp)
@@ -683,7 +744,7 @@ def _rank_dense_row(m: ModelDims, p: int, v: int, z: bool) -> tuple:
     """rank_dense_blocks of one (pp, vpp, ZB-V) of m: (rank 0's, the middle rank's, rank pp-1's dense blocks), kept
     between calls (a search asks for the same few dozen rows in every memory term, each a walk over the ranks)."""
     dense = np.cumsum([0] + [not m.is_moe_block(i) for i in range(m.layers)])
-    sizes = model_stage_layers(m.layers, m.mtp, p * (2 if z else v))
+    sizes = list(m.split) if m.split else model_stage_layers(m.layers, m.mtp, p * (2 if z else v))
     starts = np.cumsum([0] + sizes)
 
     def held(r):

@@ -18,7 +18,7 @@ import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches,
-                     model_rank_block_counts, recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks,
+                     model_rank_block_counts, model_split_sizes, recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks,
                      zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
@@ -517,7 +517,10 @@ def rank_inflight(lay, m_micro, layers: int | None = None, output_sends_released
     # uneven virtual stages (layers not a multiple of p v): the peak, simulated in closed form
     # (interleaved_block_peak), depends on (p, v, m) alone, so it is computed once per distinct triple
     uneven = np.broadcast_to(sch == SCH_INTERLEAVED, shape) & (layers is not None)
-    uneven = uneven & ((layers or 0) % np.maximum(pb * vb, 1) != 0)
+    if isinstance(layers, tuple):  # a plan's own split (layout.model_split_sizes)
+        uneven = uneven & (len(set(layers)) > 1)
+    else:
+        uneven = uneven & ((layers or 0) % np.maximum(pb * vb, 1) != 0)
     if uneven.any():
         keys, where = np.unique(np.stack([pb[uneven], vb[uneven], mb[uneven]]).astype(int), axis=1,
                                 return_inverse=True)
@@ -1067,7 +1070,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
     micro-batches in flight), second stage (largest middle stage, one fewer in flight), last
     stage (head and logits, one micro-batch in flight for 1F1B).  Returns a dict of arrays.
     Candidates that recompute some blocks of each virtual stage (Layout.recompute_layers): partial_recompute_memory."""
-    share = recomputed_share(m.layers, lay)
+    share = recomputed_share(m, lay)
     if not np.any(share < 1):
         return _whole_blocks_memory(m, lay, tr, m_micro)
     m_arr = np.broadcast_to(np.asarray(m_micro, dtype=float), np.shape(share))
@@ -1141,7 +1144,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         return expert_grad_params(params, 0.0, lay, tr, scales) * coefficients[1]
 
     # (multi-token prediction's depths are blocks of the last virtual stage: layout.model_rank_block_counts)
-    inflight = rank_inflight_by_key(lay, m_micro, m.layers + m.mtp, tr.p2p_output_sends_released)
+    inflight = rank_inflight_by_key(lay, m_micro, model_split_sizes(m), tr.p2p_output_sends_released)
     saves = (tr.sp_saves_gathered_input, tr.cp_saves_gathered_kv, tr.eager_saves_more, tr.fp8)
 
     def block_terms(sub):

@@ -138,7 +138,7 @@ def step_floor(m: ModelDims, tr, hw, lay):
     candidates whose floor could still rank (search.run_search)."""
     lay = _unpipelined_as_1f1b(lay)
     # partial recompute's blocks cost at least those of no recompute (partial_recompute's mix)
-    part = recomputed_share(m.layers, lay) < 1
+    part = recomputed_share(m, lay) < 1
     if np.any(part):
         lay = replace(lay, recompute=np.where(part, REC_NONE, np.asarray(lay.recompute)))
     m_micro = num_microbatches(tr, lay)
@@ -188,7 +188,7 @@ BLOCK_LINEAR_KEYS = ("step_time_s", "compute_s", "attention_s", "fp8_cast_s", "t
 def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     """Every prediction for the layout(s); `mem`: `memory(m, tr, lay)` when the caller has it already."""
     lay = _unpipelined_as_1f1b(lay)
-    share = recomputed_share(m.layers, lay)
+    share = recomputed_share(m, lay)
     return split_by_share(share, lay, mem, lambda sub, sm: _evaluate_whole_blocks(m, tr, hw, sub, sm),
                           lambda sub, f, sm: partial_recompute(m, tr, hw, sub, f, sm))
 

@@ -299,6 +299,10 @@ _MODEL_OPTIONS = [
     ("sp", Optional[bool], None, ("--sp/--no-sp",), "Sequence parallelism."),
     ("schedule", Optional[str], None, ("--schedule",), "gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv."),
     ("offload", Optional[str], None, ("--offload",), "none or optimizer."),
+    ("split", str, "balanced", ("--split",), "Pipeline split: balanced (each top plan with a pipeline also tries the "
+     "head's stage lighter by 1-8 blocks, the output layer and loss counted as blocks, as Megatron-LM's "
+     "--account-for-loss-in-pipeline-split; taken where it predicts 0.5 % or more faster; parplan, megatron and "
+     "torchtitan, which train any split) or default (the remainder of layers / stages to the middle stages)."),
     ("flash_attention", bool, True, ("--flash-attention/--no-flash-attention",), "Fused attention (no score-sized tensors), as flash-attn / SDPA."),
     ("overlap_grad_reduce", Optional[bool], None, ("--overlap-grad-reduce/--no-overlap-grad-reduce",), "Data-parallel gradient reduction (ZeRO 0-2) overlapped with the backward (parplan's runtime: bucket by bucket during the last backward, under the zero-bubble schedules during the last weight passes, except where torch's own weight pass runs (FSDP2); off: after the backward). Default: the framework's (on)."),
     ("overlap_param_gather", Optional[bool], None, ("--overlap-param-gather/--no-overlap-param-gather",), "ZeRO-1/2's gather of the stepped parameters overlapped with the next forward (Megatron's --overlap-param-gather; parplan's runtime: each part waits for its parameters before it runs; off: after the step). Default: as --overlap-grad-reduce."),
@@ -362,7 +366,8 @@ def _prepare(opts, gpus: int | None = None):
              "(amp, master-weights, master-weights-half-grads), so it changes nothing here")
     for name, choices in (("recompute", ("none", "selective", "full", "selective-op")),
                           ("schedule", ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zbv")),
-                          ("offload", ("none", "optimizer")), ("arch", ("llama", "gpt"))):
+                          ("offload", ("none", "optimizer")), ("arch", ("llama", "gpt")),
+                          ("split", ("balanced", "default"))):
         if getattr(o, name) is not None:
             setattr(o, name, _check_choice(name, getattr(o, name), choices))
     if gpus is not None:
@@ -440,6 +445,7 @@ def _prepare(opts, gpus: int | None = None):
                   clip_grad=o.clip_grad or None,
                   precision=o.precision, gpus_per_node=o.gpus_per_node,
                   inter_node_gbytes_per_s=o.inter_node_bandwidth, aggregate_nics=o.pool_nics, tokens=n_tokens, pins=pins, framework=o.framework,
+                  balance_head=o.split == "balanced",
                   **{k: getattr(o, k) for k in STACK_FLAGS if getattr(o, k) is not None})
     return spec, kwargs
 
@@ -802,7 +808,7 @@ def _runner_up(source, plan):
                             global_batch_size=tr.global_batch_size, dtype=tr.dtype, precision=tr.precision,
                             gpus_per_node=hw.gpus_per_node, inter_node_gbytes_per_s=hw.inter_node_gbytes_per_s,
                             aggregate_nics=hw.aggregate_nics,
-                            **stack_flags(tr), top_k=3, suggest=False)
+                            **stack_flags(tr), top_k=3, suggest=False, balance_head=True)
     except (NothingFits, PlannerError):
         return None
     return pick_runner_up(plan, [best] + list(best.alternatives))

@@ -18,7 +18,7 @@ from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
 from cost_models.hardware import constants_from_profile
 from cost_models.layout import (OFFLOADS, PRECISION_RECIPES, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts,
-                                model_stage_layers, stages_of_rank)
+                                head_lightened_split, model_stage_layers, stages_of_rank)
 from cost_models.memory import PEAK_MOMENTS, weight_pass_queued
 from cost_models.total import evaluate
 
@@ -583,7 +583,8 @@ def build_plan(spec, hw_ref, training: Training, lay_row: dict, prediction: Pred
                    schedule=SCHEDULES[lay_row["schedule"]], offload=OFFLOADS[lay_row["offload"]],
                    recompute_layers=lay_row.get("recompute_layers") or None,
                    dp_replicate=int(lay_row.get("dp_replicate") or 1), ep=int(lay_row.get("ep") or 1),
-                   stage_layers=model_stage_layers(spec.layers, spec.mtp_layers or 0, stages))
+                   stage_layers=lay_row.get("stage_layers") or model_stage_layers(spec.layers, spec.mtp_layers or 0,
+                                                                                   stages))
     hw = hw_ref.model_copy(update={"gpus": lay_row["gpus"]})
     if prediction is not None:
         prediction = _with_accuracy(prediction, training, hw_ref.name, spec.is_moe)
@@ -625,12 +626,14 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               aggregate_nics: bool | None = None, tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, suggest: bool = True, framework: str = "parplan",
-              clip_grad: float | None = DEFAULT_CLIP_GRAD, **stack) -> Plan:
+              clip_grad: float | None = DEFAULT_CLIP_GRAD, balance_head: bool = False, **stack) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
     `model` is a ModelSpec or a preset name ("llama3-70b").  `stack`: any of STACK_FLAGS, the
     Training fields that describe how the training framework behaves; those not given (or None)
     take the framework's defaults (FRAMEWORK_DEFAULTS), then Training's (parplan's runtime).
     `seq_len` None: 4096, or a learned position table's length where shorter (the CLI's default).
+    `balance_head`: the top plans with a pipeline try a lighter head stage (lighten_head_stage; the CLI's default,
+    not the published runs' validation, which plans the default split those runs used)
     Raises NothingFits (carrying a Plan with fits=false and suggestions) when no layout fits, PlannerError for input
     that no layout could take (the CLI's exit 2)."""
     if isinstance(model, str):
@@ -815,15 +818,81 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                            or _no_candidates_message(spec, gpus, pins))
     if res.feasible == 0:
         return _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, suggest, tokens)
+    splits = [None] * len(res.layout)
+    if balance_head and framework in HEAD_SPLIT_FRAMEWORKS and objective != "memory":
+        res, splits = lighten_head_stage(res, m, tr, hw, objective, zero3_counts=not pins.fsdp_native,
+                                         empty_stages=framework != "torchtitan")
     plans = []
     for i in range(len(res.layout)):
         row = res.layout.row(i)
         pred = prediction_from_metrics(res.metrics, i, hw, None, tokens, row["gpus"])
-        plans.append(build_plan(spec, hw_ref, training, row, pred))
+        plans.append(build_plan(spec, hw_ref, training, {**row, "stage_layers": splits[i]}, pred))
     best = plans[0]
     best.search = info
     best.alternatives = plans[1:]
     return best
+
+
+# frameworks that train a split other than the default one as given: parplan's runtime (Parallel.stage_layers),
+# Megatron-LM (--decoder-first/last-pipeline-num-layers, --pipeline-model-parallel-layout) and torchtitan (its split
+# points); DeepSpeed's PipelineModule partitions by its own rule (partition_method), and fsdp has no pipeline
+HEAD_SPLIT_FRAMEWORKS = ("parplan", "megatron", "torchtitan")
+# the most blocks lighten_head_stage moves off the head's stage (a 128K-vocabulary output layer and its loss cost
+# about two of llama3-8b's blocks, four of a 1B's)
+HEAD_SPLIT_MAX = 8
+# a lighter head stage is taken where it predicts at least this much less step time (below it the default split,
+# which every framework writes without a flag, stays)
+HEAD_SPLIT_GAIN = 0.005
+
+
+def lighten_head_stage(res, m: ModelDims, tr, hw, objective: str, zero3_counts: bool = True,
+                       empty_stages: bool = True) -> tuple:
+    """The search prices the default split (model_stage_layers: the remainder to the middle stages); the stage holding
+    the head (output layer, loss) then runs its blocks and the head.  For each of the search's top plans with a
+    pipeline, the splits that count the head as 1 .. HEAD_SPLIT_MAX more blocks of its stage (head_lightened_split)
+    are evaluated (ModelDims.split; one evaluation per split for every top plan of the same pp x vpp), each plan
+    taking the fastest that fits where it gains HEAD_SPLIT_GAIN; then the plans are ranked again.  empty_stages
+    False: no split with a stage of no block (torchtitan's split points cannot express one).  Returns (res with
+    those rows' metrics and the new order, each row's split or None)."""
+    from .search import SearchResult, infeasibility, sort_key
+    n = len(res.layout)
+    met = {k: np.array(np.broadcast_to(v, (n,)), copy=True) for k, v in res.metrics.items()}
+    splits: list = [None] * n
+    pp, vpp = np.asarray(res.layout.pp), np.asarray(res.layout.vpp)
+    for stages in sorted({int(p * v) for p, v in zip(pp, vpp) if p > 1}):
+        rows = np.flatnonzero((pp > 1) & (pp * vpp == stages))
+        sub = res.layout.take(rows)
+        best = met["step_time_s"][rows].copy()
+        last, previous = None, best.copy()
+        for lighter in range(1, HEAD_SPLIT_MAX + 1):
+            sizes = head_lightened_split(m.layers, m.mtp, stages, lighter)
+            if sizes is None or (not empty_stages and min(sizes) == 0):
+                break
+            if sizes == last:
+                continue
+            last = sizes
+            own = replace(m, split=tuple(sizes))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                got = evaluate(own, tr, hw, sub)
+            got = {k: np.broadcast_to(v, (len(rows),)) for k, v in got.items()}
+            step = got["step_time_s"]
+            take = (infeasibility(own, tr, hw, sub, got) < 0) & (step < best * (1 - HEAD_SPLIT_GAIN))
+            for j in np.flatnonzero(take):
+                i = rows[j]
+                best[j] = step[j]
+                splits[i] = sizes
+                for k in met:
+                    if k in got:
+                        met[k][i] = got[k][j]
+            if not np.any(step < previous):  # no plan gained on the split before: the head is light enough
+                break
+            previous = step
+    if not any(splits):
+        return res, splits
+    order = sort_key(objective, res.layout, met, zero3_counts)
+    res = SearchResult(**{**res.__dict__, "layout": res.layout.take(order),
+                          "metrics": {k: v[order] for k, v in met.items()}})
+    return res, [splits[i] for i in order]
 
 
 def _partly_used_last_node(res, m, tr, hw, pins, top_k, per_node: int):
@@ -1366,10 +1435,10 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
                              "set them to 1 (sp false), or change the plan's training.framework")
 
 
-def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
-    """Re-predict a given (possibly hand-edited) plan; never searches.  profile: a validated
-    HardwareProfile to predict with instead of the one plan.hardware.name names (calibrate's fits try
-    hundreds of candidate profiles, which need no file each)."""
+def plan_inputs(plan: Plan, profile: HardwareProfile | None = None) -> tuple:
+    """(spec, m, tr, hw, arr): what evaluate_plan hands the cost model for one plan -- its model (with its parameter
+    count), ModelDims (with the plan's own split where it is not the default one), TrainingConsts, hardware
+    constants and a one-row Layout."""
     check_plan_structure(plan.model, plan)
     profile = plan_hardware(plan) if profile is None else profile
     hw = hardware_constants(profile, plan.hardware, compute_dtype(plan.training.dtype, plan.training.precision),
@@ -1379,8 +1448,21 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     m = model_dims(spec, plan.training.seq_len, plan.training.framework)
     tr = training_consts(plan.training)
     p = plan.parallel
+    if p.stage_layers is not None and list(p.stage_layers) != model_stage_layers(spec.layers, spec.mtp_layers or 0,
+                                                                                      p.pp * p.vpp):
+        # the plan's own split, which the runtime trains and the exports write: every per-rank count reads it
+        m = replace(m, split=tuple(int(n) for n in p.stage_layers))
     lay = layout_from_parallel(p, plan.training.micro_batch_size, plan.hardware.gpus)
     arr = Layout(**{k: np.array([v]) for k, v in lay.__dict__.items()})
+    return spec, m, tr, hw, arr
+
+
+def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
+    """Re-predict a given (possibly hand-edited) plan; never searches.  profile: a validated
+    HardwareProfile to predict with instead of the one plan.hardware.name names (calibrate's fits try
+    hundreds of candidate profiles, which need no file each).  The plan's own stage_layers is what it predicts
+    (ModelDims.split)."""
+    spec, m, tr, hw, arr = plan_inputs(plan, profile)
     with np.errstate(divide="ignore", invalid="ignore"):
         met = evaluate(m, tr, hw, arr)
     from .search import infeasibility
@@ -1388,8 +1470,5 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size, tr)
     pred = _with_accuracy(prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus),
                           plan.training, plan.hardware.name, spec.is_moe)
-    if p.stage_layers is not None and list(p.stage_layers) != model_stage_layers(spec.layers, spec.mtp_layers or 0,
-                                                                                      p.pp * p.vpp):
-        pred.warnings.append("stage_layers differ from the default split; memory and time assume the default split")
     return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],
                                    "suggestions": []})

@@ -588,8 +588,8 @@ MACHINE_REASONS = ("memory", "host-memory")
 
 
 def check_split(plan) -> Check | None:
-    """A warning where the plan's stage_layers, which the runtime trains (parallel_layers.pipeline), is not the default
-    split, which every prediction, the memory check's included, assumes (planner.core.evaluate_plan says the same)."""
+    """A line where the plan's stage_layers, which the runtime trains (parallel_layers.pipeline), is not the default
+    split: the prediction (planner.core.evaluate_plan, the memory check's included) is the plan's own split's."""
     p = plan.parallel
     if p.stage_layers is None:
         return None
@@ -597,9 +597,8 @@ def check_split(plan) -> Check | None:
     if list(p.stage_layers) == default:
         return None
     from .render import compact_counts
-    return Check("split", True, f"warning: stage_layers {compact_counts(p.stage_layers)} is not the default split "
-                 f"{compact_counts(default)}: the run trains the plan's split, and the prediction (memory, step time, "
-                 "the memory check) is the default split's")
+    return Check("split", True, f"stage_layers {compact_counts(p.stage_layers)} (the default split is "
+                 f"{compact_counts(default)}): the run trains it, and the prediction, memory check included, is its own")
 
 
 def check_rules(plan) -> Check | None:

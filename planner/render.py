@@ -278,6 +278,19 @@ def _latent_runs_text(group: str) -> str:
             f"max {_pct(lat['max_abs_error'])})")
 
 
+def _split_text(plan) -> str:
+    """Where the plan's split is not the default one (the search's balanced split, a lighter head stage: core.
+    lighten_head_stage; or a hand-edited one): the default split beside it."""
+    from cost_models.layout import model_stage_layers
+    p, m = plan.parallel, plan.model
+    if not p.stage_layers:
+        return ""
+    default = model_stage_layers(m.layers, m.mtp_layers or 0, p.pp * p.vpp)
+    if list(p.stage_layers) == default:
+        return ""
+    return f"; the default split is {compact_counts(default)}"
+
+
 def _dense_stages_text(plan: Plan) -> str:
     """Where a mixture of experts' dense blocks between the MoE ones sit: each virtual stage's count, those holding any
     (ModelSpec.is_moe_block over the stages' blocks in order); nothing for a model without them."""
@@ -312,7 +325,7 @@ def summary_lines(plan: Plan) -> list[str]:
           if plan.training.fp8 else []),
         f"stage_layers {compact_counts(plan.parallel.stage_layers)} (blocks per virtual stage; "
         f"{len(plan.parallel.stage_layers or [])} stage{'s' * (len(plan.parallel.stage_layers or []) != 1)})"
-        + _dense_stages_text(plan),
+        + _split_text(plan) + _dense_stages_text(plan),
         f"framework {fw}" + (" (what `parplan launch` runs)" if fw == "parplan" else
                              "".join(f" (`parplan export --to {' | '.join(fs)}`)" for fs in
                                      [[f for f, w in FORMAT_FRAMEWORK.items() if w == fw]] if fs)),

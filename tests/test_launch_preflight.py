@@ -1000,16 +1000,23 @@ def test_torchruns_log_folder_is_launchs_own_and_goes_with_the_job(plan8, tmp_pa
     assert f"--log-dir {seen['dir']}" in capsys.readouterr().err  # the command it says it runs is the one it runs
 
 
-def test_a_hand_edited_split_is_said_to_run_unpredicted(tmp_path, capsys):
-    """The runtime trains the plan's stage_layers, every prediction the default split: a hand-edited [77, 1, 1, 1]
-    of llama3-70b had passed the dry run with the default split's memory (a helper's audit)."""
+def test_a_hand_edited_split_is_said_and_predicted_as_its_own(tmp_path, capsys):
+    """The runtime trains the plan's stage_layers, and since the thirty-eighth session the prediction is that split's
+    too: a hand-edited [5, 1, 1, 1] is said as such, and rank 0's predicted memory holds five blocks, not two (a
+    helper's audit had found [77, 1, 1, 1] of llama3-70b passing the dry run with the default split's memory)."""
+    from planner.core import evaluate_plan
     plan = tiny_plan({**TINY_LLAMA, "layers": 8}, pp=4, dp=1, global_batch_size=8)
     assert L.check_split(plan) is None
+    even = evaluate_plan(plan).prediction.memory_bytes_per_gpu.by_stage
     plan.parallel.stage_layers = [5, 1, 1, 1]
     c = L.check_split(plan)
-    assert c.ok and c.line().startswith("[warn] split: stage_layers [5, 1 x3] is not the default split [2 x4]")
+    assert c.ok and c.line().startswith("[ok  ] split: stage_layers [5, 1 x3] (the default split is [2 x4])")
+    own = evaluate_plan(plan).prediction
+    assert own.memory_bytes_per_gpu.by_stage["first"] > even["first"]
+    assert own.memory_bytes_per_gpu.by_stage["last"] < even["last"]
+    assert not any("split" in w for w in own.warnings)
     assert L.launch(write_plan(plan, tmp_path / "p.json"), dry_run=True, device="cpu") == 0
-    assert "[warn] split: stage_layers [5, 1 x3]" in capsys.readouterr().err
+    assert "[ok  ] split: stage_layers [5, 1 x3]" in capsys.readouterr().err
 
 
 def test_what_the_dry_run_could_not_check_or_the_plan_says_does_not_fit_is_not_ok():

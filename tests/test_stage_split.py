@@ -1,0 +1,162 @@
+"""A plan's own pipeline split (Parallel.stage_layers, ModelDims.split): the cost model's per-rank counts read it,
+and written out as the default split it predicts exactly what the default split's closed forms do."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cost_models.layout import (SCH_INTERLEAVED, SCH_1F1B, SCH_ZBV, model_rank_block_counts, rank_dense_blocks,
+                                model_stage_layers, rank_block_counts, split_rank_counts, stage_layers)
+from cost_models.total import evaluate
+from planner.core import evaluate_plan, plan_inputs, recommend
+from planner.search import Pins
+
+
+def test_the_split_counts_of_the_default_split_are_its_closed_forms():
+    """split_rank_counts walks the ranks' virtual stages; rank_block_counts counts them in closed form: on the
+    default split they agree for every layer count, pp, vpp and ZB-V up to 39 layers and pp 8."""
+    for layers in range(1, 40):
+        for p in range(1, 9):
+            for v in (1, 2, 3, 4):
+                for zbv in (False, True):
+                    if (zbv and (v != 2 or p == 1)) or p * v > layers + 2:
+                        continue
+                    sch = np.array([SCH_ZBV if zbv else (SCH_INTERLEAVED if v > 1 else SCH_1F1B)])
+                    closed = rank_block_counts(layers, np.array([p]), np.array([v]), sch)
+                    walked = split_rank_counts(tuple(stage_layers(layers, p * v)), np.array([p]), np.array([v]), sch)
+                    assert [int(x[0]) for x in walked] == [int(x[0]) for x in closed], (layers, p, v, zbv)
+
+
+def test_a_split_of_the_wrong_length_is_refused():
+    with pytest.raises(ValueError):
+        split_rank_counts((4, 4, 4), np.array([2]), np.array([1]))
+
+
+def _dims(plan):
+    spec, m, tr, hw, arr = plan_inputs(plan)
+    assert not m.split  # the search's plans carry the default split
+    return m, tr, hw, arr
+
+
+CASES = [
+    # (model, gpus, pins, framework): the default split's paths each case takes
+    ("llama3-8b", 8, Pins(pp=4, tp=2), "parplan"),  # 1F1B, even
+    ("llama3-405b", 1024, Pins(pp=16, vpp=3, tp=8), "megatron"),  # interleaved, uneven (126 layers: 2, 3 x 30, 2 x 17)
+    ("qwen2.5-7b", 8, Pins(pp=4, schedule="zbv", tp=2), "parplan"),  # ZB-V's V (28 layers: 6, 7, 7, 8 a rank)
+    ("llama3-70b", 64, Pins(pp=4, tp=4, recompute="full", recompute_layers=3), "megatron"),  # partial recompute
+    ("llama3-405b", 1024, Pins(pp=16, vpp=1, tp=8, recompute="full", recompute_layers=4), "megatron"),  # 7, 8 x 14, 7
+    ("deepseek-v3", 1024, Pins(pp=8, tp=2), "megatron"),  # MLA, leading dense blocks, interleaved (vpp 7)
+    ("deepseek-v3", 1024, Pins(pp=16, vpp=1, tp=2), "megatron"),  # the same under 1F1B: 3 dense blocks on rank 0
+]
+
+
+@pytest.mark.parametrize("model,gpus,pins,framework", CASES, ids=[f"{c[0]}-pp{c[2].pp}" for c in CASES])
+def test_the_default_split_written_out_predicts_what_the_default_split_does(model, gpus, pins, framework):
+    """Every metric of evaluate is the same whether the model carries the default split as its own (the per-rank
+    walks: split_rank_counts, the dense blocks' row, virtual_stage_blocks of a tuple, the largest stage of the
+    split) or none (the closed forms the search uses)."""
+    plan = recommend(model, gpus, pins=pins, framework=framework, top_k=1)
+    m, tr, hw, arr = _dims(plan)
+    p = plan.parallel
+    own = replace(m, split=tuple(model_stage_layers(m.layers, m.mtp, p.pp * p.vpp)))
+    a, b = evaluate(m, tr, hw, arr), evaluate(own, tr, hw, arr)
+    assert set(a) == set(b)
+    for key in a:
+        assert np.allclose(np.asarray(a[key], dtype=float), np.asarray(b[key], dtype=float), equal_nan=True), key
+    counts = model_rank_block_counts(own, arr.pp, arr.vpp, arr.schedule)
+    assert [int(x[0]) for x in counts] == [int(x[0]) for x in model_rank_block_counts(m, arr.pp, arr.vpp, arr.schedule)]
+
+
+def test_a_lighter_head_stage_is_predicted_faster_and_heavier_where_the_blocks_went():
+    """llama3-8b on pp 4: the last stage's output layer (128,256 x 4,096) and loss cost about two blocks' work, so
+    moving two blocks off it (8, 9, 9, 6) shortens the slowest stage, and the middle ranks, holding nine blocks,
+    predict more memory while the last predicts less (before the thirty-eighth session every split read as 8 x 4)."""
+    plan = recommend("llama3-8b", 8, pins=Pins(pp=4, tp=2), top_k=1)
+    base = evaluate_plan(plan).prediction
+    plan.parallel.stage_layers = [8, 9, 9, 6]
+    own = evaluate_plan(plan).prediction
+    assert own.step_time_s < 0.95 * base.step_time_s
+    assert own.memory_bytes_per_gpu.by_stage["middle"] > base.memory_bytes_per_gpu.by_stage["middle"]
+    assert own.memory_bytes_per_gpu.by_stage["last"] < base.memory_bytes_per_gpu.by_stage["last"]
+    assert own.memory_bytes_per_gpu.by_stage["first"] == base.memory_bytes_per_gpu.by_stage["first"]
+    plan.parallel.stage_layers = [14, 6, 6, 6]  # the blocks piled on rank 0 instead: slower than the default
+    assert evaluate_plan(plan).prediction.step_time_s > base.step_time_s
+
+
+def test_a_split_places_the_leading_dense_blocks_where_its_stages_put_them():
+    """DeepSeek-V3's three leading dense blocks under a split of 1, 5, 4 x 13, 3 on pp 16: rank 0 holds one block
+    (dense), rank 1 five (two dense), the last three (none); the middle rank priced is the fullest, rank 1."""
+    plan = recommend("deepseek-v3", 1024, pins=Pins(pp=16, vpp=1, tp=2), framework="megatron", top_k=1)
+    m, tr, hw, arr = _dims(plan)
+    own = replace(m, split=(1, 5) + (4,) * 13 + (3,))
+    assert [int(x[0]) for x in model_rank_block_counts(own, arr.pp, arr.vpp, arr.schedule)] == [1, 5, 3]
+    assert [int(np.ravel(x)[0]) for x in rank_dense_blocks(own, arr.pp, arr.vpp, arr.schedule)] == [1, 2, 0]
+    assert [int(np.ravel(x)[0]) for x in rank_dense_blocks(m, arr.pp, arr.vpp, arr.schedule)] == [3, 0, 0]
+
+
+def _default_split_step(plan):
+    """The plan's step time at the default split (evaluate_plan of it with stage_layers reset)."""
+    q = plan.model_copy(deep=True)
+    q.parallel.stage_layers = model_stage_layers(plan.model.layers, plan.model.mtp_layers or 0,
+                                                 plan.parallel.pp * plan.parallel.vpp)
+    return evaluate_plan(q).prediction.step_time_s
+
+
+def test_the_search_lightens_the_head_stage_where_it_gains_and_the_plan_predicts_the_same_again():
+    """llama3-8b on 8 GPUs at pp 4 (the CLI's --split balanced): every top plan takes the split that counts its
+    head as blocks of the last stage where that is HEAD_SPLIT_GAIN faster and fits, and evaluate_plan of the plan it
+    writes predicts what the search said (the split travels in stage_layers).  The library's default (validate's
+    published runs, which used the default split) keeps the default split."""
+    from planner.core import HEAD_SPLIT_GAIN
+    plan = recommend("llama3-8b", 8, pins=Pins(pp=4), top_k=5, balance_head=True)
+    default = model_stage_layers(32, 0, 4)
+    for p in [plan] + plan.alternatives:
+        assert sum(p.parallel.stage_layers) == 32 and p.parallel.stage_layers != default
+        assert p.parallel.stage_layers[-1] < 8 and p.prediction.fits
+        again = evaluate_plan(p).prediction
+        assert again.step_time_s == pytest.approx(p.prediction.step_time_s, rel=1e-9)
+        assert again.memory_bytes_per_gpu.total == pytest.approx(p.prediction.memory_bytes_per_gpu.total, rel=1e-9)
+        assert p.prediction.step_time_s < _default_split_step(p) * (1 - HEAD_SPLIT_GAIN)
+    steps = [p.prediction.step_time_s for p in [plan] + plan.alternatives]
+    assert steps == sorted(steps)  # ranked again on the new times
+    plain = recommend("llama3-8b", 8, pins=Pins(pp=4), top_k=5)
+    assert all(p.parallel.stage_layers == default for p in [plain] + plain.alternatives)
+    assert plan.prediction.step_time_s < plain.prediction.step_time_s
+
+
+def test_no_lighter_head_without_a_pipeline_or_a_framework_that_trains_one():
+    """Plans without a pipeline keep their one stage; DeepSpeed's PipelineModule partitions by its own rule, so its
+    plans keep the default split even when asked."""
+    flat = recommend("llama3-8b", 8, pins=Pins(pp=1), top_k=3, balance_head=True)
+    assert all(p.parallel.stage_layers == [32] for p in [flat] + flat.alternatives)
+    ds = recommend("llama3-8b", 8, pins=Pins(pp=4, zero=1), framework="deepspeed", top_k=3, balance_head=True)
+    assert all(p.parallel.stage_layers == model_stage_layers(32, 0, 4) for p in [ds] + ds.alternatives)
+
+
+def test_a_lighter_head_stage_exports_as_the_frameworks_own_split_flags():
+    """Megatron-LM takes the balanced split as --decoder-first/last-pipeline-num-layers (equal middle stages);
+    torchtitan as its split points."""
+    from planner.export import export_plan
+    meg = recommend("llama3-8b", 8, pins=Pins(pp=4, tp=2), framework="megatron", top_k=1, balance_head=True)
+    first, *middle, last = meg.parallel.stage_layers
+    assert last < first and len(set(middle)) == 1
+    text = export_plan(meg, "megatron")
+    assert f"--decoder-first-pipeline-num-layers {first}" in text and f"--decoder-last-pipeline-num-layers {last}" in text
+    tt = recommend("llama3-8b", 16, pins=Pins(pp=4, tp=2), framework="torchtitan", top_k=1, balance_head=True)
+    counts = tt.parallel.stage_layers
+    assert counts[-1] < counts[0]
+    cuts = [f"layers.{sum(counts[:i + 1])}" for i in range(3)]
+    assert all(c in export_plan(tt, "torchtitan") for c in cuts)
+
+
+def test_a_head_stage_may_be_left_without_blocks_but_not_under_torchtitan():
+    """Llama 3.2 1B's 128K-vocabulary head costs about four of its blocks: on pp 4 the search empties the last stage
+    of blocks (parplan's runtime and Megatron-LM's pipeline layout train a stage holding the head alone); torchtitan's
+    split points cannot express an empty stage, so its plans keep a block there."""
+    plan = recommend("llama3.2-1b", 8, pins=Pins(pp=4, vpp=1), top_k=1, balance_head=True)
+    assert plan.parallel.stage_layers[-1] == 0 and plan.prediction.step_time_s < 0.8 * _default_split_step(plan)
+    tt = recommend("llama3.2-1b", 16, pins=Pins(pp=4, vpp=1), framework="torchtitan", top_k=3, balance_head=True)
+    assert all(min(p.parallel.stage_layers) >= 1 for p in [tt] + tt.alternatives)
+    assert any(p.parallel.stage_layers != model_stage_layers(16, 0, 4) for p in [tt] + tt.alternatives)

@@ -435,14 +435,19 @@ def middle_rank(pp, schedule):
 
 
 @lru_cache(maxsize=256)
-def zbv_order_moments(p: int, m: int, r: int) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+def zbv_order_moments(p: int, m: int, r: int, sizes: tuple | None = None
+                      ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """ZB-V's two peak moments on rank r of p with m micro-batches, walked along torch's own order
     (ScheduleZBVZeroBubble._calculate_single_rank_operations, torch 2.5-2.13, rewritten here without
     torch): it builds the order for max(2p - 1, m) micro-batches and drops the actions of those past m,
     so with fewer than 2p - 1 micro-batches the closed forms of rank_inflight (which hold from 2p - 1 on)
     count too many.  Returns (chunks held, chunks pending their weight pass, sends held to the step's
     end) at the moment with the most chunks held, then at the moment with the most pending, chunks in
-    stage units (/ 2), as rank_inflight's moments."""
+    stage units (/ 2), as rank_inflight's moments.  sizes: a plan's own split (every virtual stage's blocks,
+    layout.model_split_sizes), whose two chunks on rank r may differ: each chunk's micro-batches then weigh its
+    blocks over the rank's mean chunk (its blocks / 2), so the units stay the rank's blocks x micro-batch and the
+    moments are those with the most blocks held and pending (a CPU allocator trace of 1, 1, 1, 2, 1, 1, 1, 0 on
+    pp 4: rank 0 holds seven micro-batches of its one-block chunk and one of its empty one, not four of each)."""
     n_micro, st0, st1, last = max(2 * p - 1, m), r, 2 * p - 1 - r, 2 * p - 1
     ops: list[tuple[str, int, int]] = []  # (F | I | W, stage, micro-batch)
     f0 = f1 = b0 = b1 = 0
@@ -465,14 +470,17 @@ def zbv_order_moments(p: int, m: int, r: int) -> tuple[tuple[float, float, float
         ops += [("I", st0, b0), ("W", st0, w0)]; b0 += 1; w0 += 1
     ops += [("W", st1, k) for k in range(w1, b1)] + [("W", st0, k) for k in range(w0, b0)]
     rank_of = lambda st: st if st < p else last - st  # noqa: E731  (the V: rank r holds r and 2p-1-r)
+    weight = {st0: 1.0, st1: 1.0}
+    if sizes is not None and sizes[st0] + sizes[st1] > 0:
+        weight = {st: 2 * sizes[st] / (sizes[st0] + sizes[st1]) for st in (st0, st1)}
     act = pend = held = 0
     most_act = most_pend = (0, 0, 0)
     for kind, st, mb in ops:
         if mb >= m:
             continue
-        act += kind == "F"
-        pend += (kind == "I") - (kind == "W")
-        act -= kind == "W"
+        act += weight[st] * (kind == "F")
+        pend += weight[st] * ((kind == "I") - (kind == "W"))
+        act -= weight[st] * (kind == "W")
         if kind == "I":
             held += (st != 0 and rank_of(st - 1) != r) + (st != last and rank_of(st + 1) != r)
         now = (act, pend, held)
@@ -600,14 +608,16 @@ def rank_inflight(lay, m_micro, layers: int | None = None, output_sends_released
     last_zbv = (pick(m, 1, i_last, izb_act, (2 * p - 1) / 2), pick(0, 0, 0, izb_pend(p - 1), (2 * p - 1) / 2),
                 np.where(sch == SCH_ZBV, held(p - 1, zbv_late=True), held_last))
     out = {"first": [first, first], "mid": [mid, mid_zbv], "last": [last, last_zbv]}
-    # ZB-V with fewer than 2p - 1 micro-batches: torch's order, walked (zbv_order_moments)
-    short = np.broadcast_to((sch == SCH_ZBV) & (m < 2 * p - 1) & (p > 1), shape)
+    # ZB-V with fewer than 2p - 1 micro-batches, or under a plan's own split (whose two chunks on a rank may differ):
+    # torch's order, walked (zbv_order_moments)
+    short = np.broadcast_to((sch == SCH_ZBV) & ((m < 2 * p - 1) | isinstance(layers, tuple)) & (p > 1), shape)
+    sizes = layers if isinstance(layers, tuple) else None
     if short.any():
         pairs, which = np.unique(np.stack([pb[short], mb[short]]).astype(int), axis=1, return_inverse=True)
         which = which.reshape(-1)
         for kind, rank in (("first", lambda q: 0), ("mid", lambda q: max(q - 2, 1)), ("last", lambda q: q - 1)):
             # per distinct (p, m): [moment][count], then scattered onto the short candidates
-            table = np.array([zbv_order_moments(int(q), int(n), rank(int(q))) for q, n in pairs.T])
+            table = np.array([zbv_order_moments(int(q), int(n), rank(int(q)), sizes) for q, n in pairs.T])
             moments = []
             for k, mom in enumerate(out[kind]):
                 fields = []
@@ -1279,16 +1289,17 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     # ZeRO-2/3's reduce copies of a bucket, no larger than the rank's gradients fill one
     bucket_fill = np.minimum(1.0, np.maximum(np.maximum(p_first, p_mid), p_last)
                              / max(tr.ds_reduce_bucket_elements, 1.0))
-    working = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
-                           fsdp2_units) + \
-        ds["backward"] + ds["reduce"] * bucket_fill
+    # what a block adds to the working memory (the block being back-propagated, its gathered weights, its reduction);
+    # a rank of a plan's own split that holds no block has none of it (stage_total)
+    of_a_block = _other_bytes(lay, per_layer, work_layer, act_layer, temp_layer, gathered, rec, fsdp2, z3_full,
+                              fsdp2_units)
     block_working = rebuilt_bytes(work_layer, act_layer) + temp_layer  # the block being back-propagated (in working)
     if m.mixed:  # the larger kind's (a dense block's ZeRO-3 gathers its own weights: parplan's runtime's FSDP2 units)
         gathered_d = np.where(zero >= 3, np.where(z3_full, 1, 2) * per_dense * rec["weight"], 0.0)
-        working = np.maximum(working, _other_bytes(lay, per_dense, work_d, act_d, temp_d, gathered_d, rec, fsdp2,
-                                                   z3_full)
-                             + ds["backward"] + ds["reduce"] * bucket_fill)
+        of_a_block = np.maximum(of_a_block, _other_bytes(lay, per_dense, work_d, act_d, temp_d, gathered_d, rec, fsdp2,
+                                                         z3_full))
         block_working = np.maximum(block_working, rebuilt_bytes(work_d, act_d) + temp_d)
+    working = of_a_block + ds["backward"] + ds["reduce"] * bucket_fill
     first_bufs, mid_bufs, last_bufs = p2p_receive_buffers(m, lay, act_b, m_micro, tr.p2p_buffers_per_microbatch)
     # DeepSpeed's pipeline engine runs the ZeRO optimizer's backward (which makes ZeRO-1's reduce bucket) on its last
     # stage only; the others call torch.autograd.backward themselves (PipelineEngine._exec_backward_pass)
@@ -1333,7 +1344,8 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         acts = blocks * (act_layer * n_inflight + pend_layer * n_pending) + loss_kept + per_micro * n_inflight
         # the flat buckets of the rank's last backward (flat_bucket_bytes): beside its last micro-batch's activations
         # only, so they add where they outgrow the rest of what is held in flight
-        working_k = working + np.maximum(buckets - np.maximum(acts - blocks_act, 0.0), 0.0)
+        working_k = (working - np.where(np.asarray(blocks) > 0, 0.0, of_a_block)
+                     + np.maximum(buckets - np.maximum(acts - blocks_act, 0.0), 0.0))
         # FSDP2's hybrid sharding over several micro-batches: each block the last backward has reduced keeps its
         # all-reduce input, a reduce-dtype gradient shard apart from the accumulated one, to the backward's end,
         # while that block's activations are freed; the sweep's worst moment is its start or its last block (hsdp_k)

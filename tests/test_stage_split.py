@@ -44,7 +44,7 @@ CASES = [
     # (model, gpus, pins, framework): the default split's paths each case takes
     ("llama3-8b", 8, Pins(pp=4, tp=2), "parplan"),  # 1F1B, even
     ("llama3-405b", 1024, Pins(pp=16, vpp=3, tp=8), "megatron"),  # interleaved, uneven (126 layers: 2, 3 x 30, 2 x 17)
-    ("qwen2.5-7b", 8, Pins(pp=4, schedule="zbv", tp=2), "parplan"),  # ZB-V's V (28 layers: 6, 7, 7, 8 a rank)
+    ("llama3-8b", 8, Pins(pp=4, schedule="zbv", tp=2), "parplan"),  # ZB-V's V (even chunks: the walk's weights 1)
     ("llama3-70b", 64, Pins(pp=4, tp=4, recompute="full", recompute_layers=3), "megatron"),  # partial recompute
     ("llama3-405b", 1024, Pins(pp=16, vpp=1, tp=8, recompute="full", recompute_layers=4), "megatron"),  # 7, 8 x 14, 7
     ("deepseek-v3", 1024, Pins(pp=8, tp=2), "megatron"),  # MLA, leading dense blocks, interleaved (vpp 7)
@@ -160,3 +160,18 @@ def test_a_head_stage_may_be_left_without_blocks_but_not_under_torchtitan():
     tt = recommend("llama3.2-1b", 16, pins=Pins(pp=4, vpp=1), framework="torchtitan", top_k=3, balance_head=True)
     assert all(min(p.parallel.stage_layers) >= 1 for p in [tt] + tt.alternatives)
     assert any(p.parallel.stage_layers != model_stage_layers(16, 0, 4) for p in [tt] + tt.alternatives)
+
+
+def test_the_cli_balances_by_default_and_takes_split_default(capsys):
+    """`recommend` plans the balanced split unless told --split default; a bad value is a one-line error."""
+    import json
+
+    from planner.cli import main
+    args = ["recommend", "--model", "llama3-8b", "--gpus", "16", "--pp", "4", "--json", "--top", "1"]
+    assert main(args) == 0
+    balanced = json.loads(capsys.readouterr().out)["parallel"]["stage_layers"]
+    assert main(args + ["--split", "default"]) == 0
+    assert json.loads(capsys.readouterr().out)["parallel"]["stage_layers"] == [8, 8, 8, 8] != balanced
+    assert main(args + ["--split", "even"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "split" in err and "balanced" in err and "Traceback" not in err

@@ -205,7 +205,24 @@ def peak_moment_words(moment: str | None) -> str:
     return "" if short is None else f" at the {short} (after the backward: no activations are live)"
 
 
-def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
+def split_against_default(plan: Plan) -> dict | None:
+    """Where the plan's stage_layers is not the default split (recommend's balanced split, or a hand-edited one): both
+    splits and the step the default one would take (evaluate_plan of the plan with it), or None."""
+    from cost_models.layout import model_stage_layers
+    from .core import PlannerError, evaluate_plan
+    p, m = plan.parallel, plan.model
+    default = model_stage_layers(m.layers, m.mtp_layers or 0, p.pp * p.vpp)
+    if not p.stage_layers or list(p.stage_layers) == default:
+        return None
+    other = plan.model_copy(update={"parallel": p.model_copy(update={"stage_layers": default})})
+    try:
+        step = evaluate_plan(other).prediction.step_time_s
+    except PlannerError:
+        step = None
+    return {"stage_layers": list(p.stage_layers), "default": default, "default_step_time_s": step}
+
+
+def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None, split: dict | None = None) -> list[str]:
     gb = 1e9
     lines = []
     if mem["usable_bytes"]:
@@ -218,6 +235,13 @@ def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None) -> list[str]:
                      f"({tim['largest_overhead_fraction']:.1%})")
     if not plan.prediction.fits:
         lines.append(f"does not fit: {plan.prediction.reason}")
+    if split is not None:
+        from .render import compact_counts
+        other = split["default_step_time_s"]
+        lines.append(f"split: stage_layers {compact_counts(split['stage_layers'])}, not the default "
+                     f"{compact_counts(split['default'])}"
+                     + (f", which would take {other:.3g} s a step ({other / tim['step_time_s'] - 1:+.1%})"
+                        if other and tim["step_time_s"] else ""))
     if runner is None:
         lines.append("runner-up: none (no other layout fits these GPUs)")
         return lines
@@ -237,13 +261,14 @@ def explain(plan: Plan, runner_up: Plan | None) -> dict:
     mem = memory_breakdown(plan)
     tim = time_breakdown(plan)
     runner = compare_plans(plan, runner_up) if runner_up is not None and runner_up.prediction is not None else None
+    split = split_against_default(plan)
     return {"layout": layout_dict(plan), "model": plan.model.name or plan.model.arch,
             "gpus": plan.hardware.gpus, "hardware": plan.hardware.name, "precision": plan.training.precision,
             "fits": plan.prediction.fits,
             "reason": plan.prediction.reason, "memory": mem, "time": tim,
             "tokens_per_s": plan.prediction.tokens_per_s, "mfu": plan.prediction.mfu,
             "warnings": list(plan.prediction.warnings),  # what `evaluate` prints beside the same plan
-            "runner_up": runner, "summary": summary(plan, mem, tim, runner)}
+            "runner_up": runner, "split": split, "summary": summary(plan, mem, tim, runner, split)}
 
 
 def pick_runner_up(plan: Plan, ranked: list[Plan]) -> Plan | None:

@@ -175,3 +175,25 @@ def test_the_cli_balances_by_default_and_takes_split_default(capsys):
     assert main(args + ["--split", "even"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "split" in err and "balanced" in err and "Traceback" not in err
+
+
+def test_explain_says_what_the_default_split_would_take(tmp_path, capsys):
+    """`explain` of a plan with its own split names the default one and the step it would take (evaluate_plan of
+    the plan with it); a plan on the default split has no such line."""
+    import json
+
+    from planner.cli import main
+    plan = recommend("llama3-8b", 16, pins=Pins(pp=4), top_k=1, balance_head=True)
+    path = tmp_path / "p.json"
+    path.write_text(plan.model_dump_json())
+    assert main(["explain", str(path), "--json"]) == 0
+    split = json.loads(capsys.readouterr().out)["split"]
+    assert split["stage_layers"] == plan.parallel.stage_layers and split["default"] == [8, 8, 8, 8]
+    assert split["default_step_time_s"] == pytest.approx(_default_split_step(plan))
+    assert split["default_step_time_s"] > plan.prediction.step_time_s
+    assert main(["explain", str(path)]) == 0
+    assert "split: stage_layers" in capsys.readouterr().out
+    even = recommend("llama3-8b", 16, pins=Pins(pp=4), top_k=1)
+    path.write_text(even.model_dump_json())
+    assert main(["explain", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["split"] is None

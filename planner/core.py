@@ -808,9 +808,12 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     tr = training_consts(training)
     _check_pins(spec, gpus, pins, seq_len, up_to=objective == "min-gpus")
     gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node, pinned_product(pins))
-    res = run_search(m, tr, hw, gpu_counts, pins, top_k, objective)
+    balancing = balance_head and framework in HEAD_SPLIT_FRAMEWORKS and objective != "memory"
+    # balancing re-ranks a pool of HEAD_SPLIT_POOL plans whatever --top asks for, so the best plan does not depend on it
+    pool = max(top_k, HEAD_SPLIT_POOL) if balancing else top_k
+    res = run_search(m, tr, hw, gpu_counts, pins, pool, objective)
     if objective == "min-gpus":
-        res = _partly_used_last_node(res, m, tr, hw, pins, top_k, hw.gpus_per_node)
+        res = _partly_used_last_node(res, m, tr, hw, pins, pool, hw.gpus_per_node)
     info = SearchInfo(candidates=res.candidates, feasible=res.feasible, seconds=round(res.seconds, 4),
                       infeasible_by_reason=res.infeasible_by_reason, unpriced=res.unpriced, objective=objective)
     if res.candidates == 0:
@@ -819,9 +822,9 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if res.feasible == 0:
         return _nothing_fits(spec, hw_ref, training, hw, res, info, m, tr, pins, gpus, suggest, tokens)
     splits = [None] * len(res.layout)
-    if balance_head and framework in HEAD_SPLIT_FRAMEWORKS and objective != "memory":
+    if balancing:
         res, splits = lighten_head_stage(res, m, tr, hw, objective, zero3_counts=not pins.fsdp_native,
-                                         empty_stages=framework != "torchtitan")
+                                         empty_stages=framework != "torchtitan", top_k=top_k)
     plans = []
     for i in range(len(res.layout)):
         row = res.layout.row(i)
@@ -840,20 +843,23 @@ HEAD_SPLIT_FRAMEWORKS = ("parplan", "megatron", "torchtitan")
 # the most blocks lighten_head_stage moves off the head's stage (a 128K-vocabulary output layer and its loss cost
 # about two of llama3-8b's blocks, four of a 1B's)
 HEAD_SPLIT_MAX = 8
+# the search's plans a balanced split is tried on (the top ones, at least --top of them), then ranked again
+HEAD_SPLIT_POOL = 20
 # a lighter head stage is taken where it predicts at least this much less step time (below it the default split,
 # which every framework writes without a flag, stays)
 HEAD_SPLIT_GAIN = 0.005
 
 
 def lighten_head_stage(res, m: ModelDims, tr, hw, objective: str, zero3_counts: bool = True,
-                       empty_stages: bool = True) -> tuple:
+                       empty_stages: bool = True, top_k: int | None = None) -> tuple:
     """The search prices the default split (model_stage_layers: the remainder to the middle stages); the stage holding
     the head (output layer, loss) then runs its blocks and the head.  For each of the search's top plans with a
     pipeline, the splits that count the head as 1 .. HEAD_SPLIT_MAX more blocks of its stage (head_lightened_split)
     are evaluated (ModelDims.split; one evaluation per split for every top plan of the same pp x vpp), each plan
     taking the fastest that fits where it gains HEAD_SPLIT_GAIN; then the plans are ranked again.  empty_stages
     False: no split with a stage of no block (torchtitan's split points cannot express one).  Returns (res with
-    those rows' metrics and the new order, each row's split or None)."""
+    those rows' metrics and the new order, its first top_k rows (all by default), and each kept row's split or
+    None)."""
     from .search import SearchResult, infeasibility, sort_key
     n = len(res.layout)
     met = {k: np.array(np.broadcast_to(v, (n,)), copy=True) for k, v in res.metrics.items()}
@@ -887,9 +893,8 @@ def lighten_head_stage(res, m: ModelDims, tr, hw, objective: str, zero3_counts: 
             if not np.any(step < previous):  # no plan gained on the split before: the head is light enough
                 break
             previous = step
-    if not any(splits):
-        return res, splits
-    order = sort_key(objective, res.layout, met, zero3_counts)
+    order = sort_key(objective, res.layout, met, zero3_counts) if any(splits) else np.arange(n)
+    order = order[:top_k]
     res = SearchResult(**{**res.__dict__, "layout": res.layout.take(order),
                           "metrics": {k: v[order] for k, v in met.items()}})
     return res, [splits[i] for i in order]

@@ -197,3 +197,14 @@ def test_explain_says_what_the_default_split_would_take(tmp_path, capsys):
     path.write_text(even.model_dump_json())
     assert main(["explain", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["split"] is None
+
+
+def test_the_balanced_best_plan_does_not_depend_on_how_many_are_shown():
+    """Balancing re-ranks a pool of HEAD_SPLIT_POOL plans whatever --top asks for: llama3-8b on 64 GPUs under
+    torchtitan leads with pp 2 at a balanced split (pp 1 led on the default split), at --top 1 as at --top 20."""
+    plans = {k: recommend("llama3-8b", 64, framework="torchtitan", top_k=k, balance_head=True) for k in (1, 5, 20)}
+    assert len(plans[1].alternatives) == 0 and len(plans[5].alternatives) == 4
+    lead = [(p.parallel, p.training.micro_batch_size) for p in plans.values()]
+    assert lead[0] == lead[1] == lead[2]
+    assert plans[1].parallel.pp == 2 and plans[1].parallel.stage_layers != [16, 16]
+    assert recommend("llama3-8b", 64, framework="torchtitan", top_k=1).parallel.pp == 1

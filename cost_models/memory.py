@@ -18,8 +18,8 @@ import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches,
-                     model_rank_block_counts, model_split_sizes, recompute_ends, recomputed_share, split_by_share, virtual_stage_blocks,
-                     zero_shards,
+                     model_rank_block_counts, model_split_sizes, recompute_ends, recomputed_share, split_by_share,
+                     virtual_stage_blocks, zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
 from .params import layer_other_params, mla_projections

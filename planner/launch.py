@@ -598,7 +598,8 @@ def check_split(plan) -> Check | None:
         return None
     from .render import compact_counts
     return Check("split", True, f"stage_layers {compact_counts(p.stage_layers)} (the default split is "
-                 f"{compact_counts(default)}): the run trains it, and the prediction, memory check included, is its own")
+                 f"{compact_counts(default)}): the run trains it, and the prediction, memory check included, is "
+                 "its own")
 
 
 def check_rules(plan) -> Check | None:

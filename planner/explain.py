@@ -280,11 +280,18 @@ def pick_runner_up(plan: Plan, ranked: list[Plan]) -> Plan | None:
     return None
 
 
+def _split_label(plan: Plan) -> str:
+    """The plan's blocks per virtual stage, compact ("8, 9 x2, 6"), for compare's row."""
+    from .render import compact_counts
+    return compact_counts(plan.parallel.stage_layers) if plan.parallel.stage_layers else "-"
+
+
 COMPARE_ROWS = (
     ("gpus", lambda p: p.hardware.gpus), ("tp", lambda p: p.parallel.tp), ("pp", lambda p: p.parallel.pp),
     ("dp", lambda p: p.parallel.dp), ("dp_replicate", lambda p: p.parallel.dp_replicate), ("cp", lambda p: p.parallel.cp),
     ("ep", lambda p: p.parallel.ep),
     ("vpp", lambda p: p.parallel.vpp),
+    ("stage_layers", lambda p: _split_label(p)),
     ("micro_batch_size", lambda p: p.training.micro_batch_size),
     ("num_microbatches", lambda p: p.training.num_microbatches),
     ("zero_stage", lambda p: p.parallel.zero_stage), ("recompute", lambda p: recompute_label(p.parallel)),

@@ -208,3 +208,19 @@ def test_the_balanced_best_plan_does_not_depend_on_how_many_are_shown():
     assert lead[0] == lead[1] == lead[2]
     assert plans[1].parallel.pp == 2 and plans[1].parallel.stage_layers != [16, 16]
     assert recommend("llama3-8b", 64, framework="torchtitan", top_k=1).parallel.pp == 1
+
+
+def test_compare_shows_the_two_splits(tmp_path, capsys):
+    """`compare` of a plan on the default split and the same layout balanced names both splits in a row."""
+    import json
+
+    from planner.cli import main
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(recommend("llama3-8b", 16, pins=Pins(pp=4), top_k=1).model_dump_json())
+    balanced = recommend("llama3-8b", 16, pins=Pins(pp=4), top_k=1, balance_head=True)
+    b.write_text(balanced.model_dump_json())
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    split = next(r for r in rows if r["name"] == "stage_layers")
+    assert split["a"] == "[8 x4]" and split["b"] != split["a"] and split["relative"] is None

@@ -5,7 +5,7 @@ against its own rank.
     OMP_NUM_THREADS=1 python benchmarks/split_memory.py --out benchmarks/results/DATE-cpu-memory-split
 
 One 4-rank gloo torchrun of each plan with ``--memory-snapshot`` (tests/test_runtime_memory.py's schedules model:
-llama, 8 layers, hidden 256, ffn 704, vocab 512, seq 512, micro-batch 2, 8 micro-batches, pp 4, master-weights).
+llama, 8 layers (10 where it says so), hidden 256, ffn 704, vocab 512, seq 512, micro-batch 2, 8 micro-batches, pp 4, master-weights).
 """
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ CASES = {
     "1f1b-full-split": dict(schedule="1f1b", recompute="full", stage_layers=[2, 3, 3, 0]),
     "1f1b-selective-split": dict(schedule="1f1b", recompute="selective", stage_layers=[2, 3, 3, 0]),
     "1f1b-full-1-split": dict(schedule="1f1b", recompute="full", recompute_layers=1, stage_layers=[2, 3, 3, 0]),
+    # ZB-V's default split of 10 blocks (1, 2, 2, 1, 1, 1, 1, 1): unequal chunks on ranks 1 and 2 without a split of
+    # the plan's own
+    "zbv-default-10-layers": dict(schedule="zbv", vpp=2, layers=10),
 }
 MIB = 2**20
 
@@ -74,8 +77,8 @@ def main() -> int:
              f"{platform.machine()}, torch {torch.__version__}, 4 gloo ranks, one run)", "",
              f"`OMP_NUM_THREADS=1 python benchmarks/split_memory.py --out {a.out}`: the largest rank's peak without "
              "gloo's staging buffers against `evaluate`'s total, and each pipeline rank kind (rank 0, the fullest "
-             "middle rank, the last) against its own rank.  llama, 8 layers, hidden 256, ffn 704, vocab 512, seq "
-             "512, micro-batch 2, 8 micro-batches, pp 4, master-weights.", "",
+             "middle rank, the last) against its own rank.  llama, 8 layers (10 where it says so), hidden 256, ffn "
+             "704, vocab 512, seq 512, micro-batch 2, 8 micro-batches, pp 4, master-weights.", "",
              "| plan | stage_layers | predicted MiB | measured MiB | largest | first | middle | last |",
              "|---|---|---|---|---|---|---|---|", *rows, ""]
     (out / "README.md").write_text("\n".join(lines))

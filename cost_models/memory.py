@@ -19,7 +19,7 @@ import numpy as np
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches,
                      model_rank_block_counts, model_split_sizes, recompute_ends, recomputed_share, split_by_share,
-                     virtual_stage_blocks, zero_shards,
+                     stage_layers, virtual_stage_blocks, zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
 from .params import layer_other_params, mla_projections
@@ -491,6 +491,45 @@ def zbv_order_moments(p: int, m: int, r: int, sizes: tuple | None = None
     return (a1 / 2, w1_ / 2, float(h1)), (a2 / 2, w2 / 2, float(h2))
 
 
+def zbv_chunk_sizes(layers, p: int) -> tuple | None:
+    """The blocks of ZB-V's 2p virtual stages (a plan's own split, a tuple, or the default split of a block count:
+    layout.stage_layers) where some rank's two chunks (r and 2p - 1 - r) differ, else None (the closed forms of
+    rank_inflight hold)."""
+    if layers is None:
+        return None
+    sizes = tuple(layers) if isinstance(layers, tuple) else tuple(stage_layers(int(layers), 2 * p))
+    return sizes if any(sizes[r] != sizes[2 * p - 1 - r] for r in range(p)) else None
+
+
+def zbv_counts(p: int, m: int, kind: str, sizes: tuple | None) -> np.ndarray:
+    """zbv_order_moments of a rank kind ("first": rank 0, "last": rank p - 1, "mid": rank max(p - 2, 1), or with
+    unequal chunks (sizes) the largest of ranks 1 .. p - 2, count by count), as a (moment, count) array.  From
+    2p + 1 micro-batches on the walk's held and pending chunks stay those of 2p + 1 and the sends held grow by the
+    same number each micro-batch, so m's are those of 2p + 1 and 2p + 2, extended (the walk itself agrees on every
+    m up to 10p + 6, p 3-8, for the default and hand-made splits tried): a search's many m cost two walks."""
+    if kind != "mid":
+        ranks = [0 if kind == "first" else p - 1]
+    else:
+        ranks = list(range(1, p - 1)) if sizes is not None and p > 2 else [max(p - 2, 1)]
+    counts = []
+    for r in ranks:
+        if m <= 2 * p:
+            counts.append(np.array(zbv_order_moments(p, m, r, sizes)))
+            continue
+        a = np.array(zbv_order_moments(p, 2 * p + 1, r, sizes))
+        b = np.array(zbv_order_moments(p, 2 * p + 2, r, sizes))
+        a[:, 2] += (b[:, 2] - a[:, 2]) * (m - 2 * p - 1)
+        counts.append(a)
+    return np.max(counts, axis=0)
+
+
+def _scatter(x, shape, where, values) -> np.ndarray:
+    """x broadcast to shape, as floats, with `values` at the rows `where` marks."""
+    x = np.array(np.broadcast_to(x, shape), dtype=float)
+    x[where] = values
+    return x
+
+
 def rank_inflight(lay, m_micro, layers: int | None = None, output_sends_released: bool = False) -> dict:
     """Per pipeline rank kind ("first", "mid" = the fullest middle rank, "last"), the peak moments as
     (micro-batches whose saved activations are held, micro-batches whose weight-gradient pass is
@@ -608,25 +647,26 @@ def rank_inflight(lay, m_micro, layers: int | None = None, output_sends_released
     last_zbv = (pick(m, 1, i_last, izb_act, (2 * p - 1) / 2), pick(0, 0, 0, izb_pend(p - 1), (2 * p - 1) / 2),
                 np.where(sch == SCH_ZBV, held(p - 1, zbv_late=True), held_last))
     out = {"first": [first, first], "mid": [mid, mid_zbv], "last": [last, last_zbv]}
-    # ZB-V with fewer than 2p - 1 micro-batches, or under a plan's own split (whose two chunks on a rank may differ):
-    # torch's order, walked (zbv_order_moments)
-    short = np.broadcast_to((sch == SCH_ZBV) & ((m < 2 * p - 1) | isinstance(layers, tuple)) & (p > 1), shape)
-    sizes = layers if isinstance(layers, tuple) else None
-    if short.any():
-        pairs, which = np.unique(np.stack([pb[short], mb[short]]).astype(int), axis=1, return_inverse=True)
-        which = which.reshape(-1)
-        for kind, rank in (("first", lambda q: 0), ("mid", lambda q: max(q - 2, 1)), ("last", lambda q: q - 1)):
-            # per distinct (p, m): [moment][count], then scattered onto the short candidates
-            table = np.array([zbv_order_moments(int(q), int(n), rank(int(q)), sizes) for q, n in pairs.T])
-            moments = []
-            for k, mom in enumerate(out[kind]):
-                fields = []
-                for j, x in enumerate(mom):
-                    x = np.array(np.broadcast_to(x, shape), dtype=float)
-                    x[short] = table[which, k, j]
-                    fields.append(x)
-                moments.append(tuple(fields))
-            out[kind] = moments
+    # ZB-V where the closed forms above do not hold: torch's order, walked (zbv_order_moments), with fewer than 2p - 1
+    # micro-batches, and where a rank's two chunks differ in blocks (the default split of a block count not a multiple
+    # of 2p, or a plan's own split: zbv_chunk_sizes), whose micro-batches the walk weighs by their blocks (zbv_counts).
+    # With unequal chunks the middle kind takes, count by count, the largest of the middle ranks' (the rank with the
+    # most blocks in its first chunk holds the most at ZB-V's warm-up: a CPU allocator trace of 10 blocks on pp 4,
+    # chunks 2 + 1 on ranks 1 and 2, read rank 1 at 182.6 MiB and rank 2 at 175.4, where the closed form's rank 2
+    # gave 155.3 for both)
+    zbv_rows = np.broadcast_to((sch == SCH_ZBV) & (p > 1), shape)
+    if zbv_rows.any():
+        chunks = {q: zbv_chunk_sizes(layers, q) for q in np.unique(pb[zbv_rows]).astype(int)}
+        uneven_p = np.isin(pb, [q for q, c in chunks.items() if c is not None])
+        walk = zbv_rows & ((mb < 2 * pb - 1) | uneven_p)
+        if walk.any():
+            pairs, which = np.unique(np.stack([pb[walk], mb[walk]]).astype(int), axis=1, return_inverse=True)
+            which = which.reshape(-1)
+            for kind in ("first", "mid", "last"):
+                # per distinct (p, m): [moment][count], scattered onto the walked rows
+                table = np.array([zbv_counts(int(q), int(n), kind, chunks[int(q)]) for q, n in pairs.T])
+                out[kind] = [tuple(_scatter(x, shape, walk, table[which, k, j]) for j, x in enumerate(mom))
+                             for k, mom in enumerate(out[kind])]
     return out
 
 

@@ -44,7 +44,8 @@ CASES = [
     # (model, gpus, pins, framework): the default split's paths each case takes
     ("llama3-8b", 8, Pins(pp=4, tp=2), "parplan"),  # 1F1B, even
     ("llama3-405b", 1024, Pins(pp=16, vpp=3, tp=8), "megatron"),  # interleaved, uneven (126 layers: 2, 3 x 30, 2 x 17)
-    ("llama3-8b", 8, Pins(pp=4, schedule="zbv", tp=2), "parplan"),  # ZB-V's V (even chunks: the walk's weights 1)
+    ("llama3-8b", 8, Pins(pp=4, schedule="zbv", tp=2), "parplan"),  # ZB-V's V (even chunks: the closed forms)
+    ("qwen2.5-7b", 8, Pins(pp=4, schedule="zbv", tp=2), "parplan"),  # ZB-V, chunks 3 + 3, 4 + 3, 4 + 3, 4 + 4: walked
     ("llama3-70b", 64, Pins(pp=4, tp=4, recompute="full", recompute_layers=3), "megatron"),  # partial recompute
     ("llama3-405b", 1024, Pins(pp=16, vpp=1, tp=8, recompute="full", recompute_layers=4), "megatron"),  # 7, 8 x 14, 7
     ("deepseek-v3", 1024, Pins(pp=8, tp=2), "megatron"),  # MLA, leading dense blocks, interleaved (vpp 7)
@@ -143,7 +144,8 @@ def test_a_lighter_head_stage_exports_as_the_frameworks_own_split_flags():
     first, *middle, last = meg.parallel.stage_layers
     assert last < first and len(set(middle)) == 1
     text = export_plan(meg, "megatron")
-    assert f"--decoder-first-pipeline-num-layers {first}" in text and f"--decoder-last-pipeline-num-layers {last}" in text
+    assert f"--decoder-first-pipeline-num-layers {first}" in text
+    assert f"--decoder-last-pipeline-num-layers {last}" in text
     tt = recommend("llama3-8b", 16, pins=Pins(pp=4, tp=2), framework="torchtitan", top_k=1, balance_head=True)
     counts = tt.parallel.stage_layers
     assert counts[-1] < counts[0]

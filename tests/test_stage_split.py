@@ -226,3 +226,20 @@ def test_compare_shows_the_two_splits(tmp_path, capsys):
     rows = rows["rows"] if isinstance(rows, dict) else rows
     split = next(r for r in rows if r["name"] == "stage_layers")
     assert split["a"] == "[8 x4]" and split["b"] != split["a"] and split["relative"] is None
+
+
+def test_zbv_counts_extend_two_short_walks_as_the_full_walk_counts():
+    """From 2p + 1 micro-batches on, ZB-V's held and pending chunks stay and its held sends grow by the same number a
+    micro-batch: zbv_counts' two short walks, extended, are the full walk of torch's order (the largest middle rank's
+    with unequal chunks), on default and hand-made splits."""
+    from cost_models.memory import zbv_chunk_sizes, zbv_counts, zbv_order_moments
+    cases = [(4, (1, 1, 1, 2, 1, 1, 1, 0)), (4, tuple(stage_layers(10, 8))), (4, tuple(stage_layers(28, 8))),
+             (3, tuple(stage_layers(7, 6))), (6, tuple(stage_layers(29, 12))), (4, None)]
+    for p, sizes in cases:
+        for m in range(1, 6 * p):
+            for kind, ranks in (("first", [0]), ("last", [p - 1]),
+                                ("mid", list(range(1, p - 1)) if sizes is not None else [max(p - 2, 1)])):
+                full = np.max([np.array(zbv_order_moments(p, m, r, sizes)) for r in ranks], axis=0)
+                assert np.allclose(zbv_counts(p, m, kind, sizes), full), (p, sizes, m, kind)
+    assert zbv_chunk_sizes(32, 4) is None and zbv_chunk_sizes(None, 4) is None  # 4 blocks a chunk: the closed forms
+    assert zbv_chunk_sizes(10, 4) == (1, 2, 2, 1, 1, 1, 1, 1)

@@ -1440,6 +1440,19 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
                              "set them to 1 (sp false), or change the plan's training.framework")
 
 
+def default_stage_layers(plan: Plan) -> list[int]:
+    """The default split of the plan's model over its pp x vpp virtual stages (model_stage_layers)."""
+    p, m = plan.parallel, plan.model
+    return model_stage_layers(m.layers, m.mtp_layers or 0, p.pp * p.vpp)
+
+
+def own_stage_layers(plan: Plan) -> list[int] | None:
+    """The plan's stage_layers where it is not the default split (recommend's balanced split: lighten_head_stage, or a
+    hand-edited one), else None."""
+    own = plan.parallel.stage_layers
+    return None if own is None or list(own) == default_stage_layers(plan) else [int(n) for n in own]
+
+
 def plan_inputs(plan: Plan, profile: HardwareProfile | None = None) -> tuple:
     """(spec, m, tr, hw, arr): what evaluate_plan hands the cost model for one plan -- its model (with its parameter
     count), ModelDims (with the plan's own split where it is not the default one), TrainingConsts, hardware
@@ -1452,12 +1465,11 @@ def plan_inputs(plan: Plan, profile: HardwareProfile | None = None) -> tuple:
     spec = with_param_count(plan.model, plan.training.seq_len)
     m = model_dims(spec, plan.training.seq_len, plan.training.framework)
     tr = training_consts(plan.training)
-    p = plan.parallel
-    if p.stage_layers is not None and list(p.stage_layers) != model_stage_layers(spec.layers, spec.mtp_layers or 0,
-                                                                                      p.pp * p.vpp):
+    own = own_stage_layers(plan)
+    if own is not None:
         # the plan's own split, which the runtime trains and the exports write: every per-rank count reads it
-        m = replace(m, split=tuple(int(n) for n in p.stage_layers))
-    lay = layout_from_parallel(p, plan.training.micro_batch_size, plan.hardware.gpus)
+        m = replace(m, split=tuple(own))
+    lay = layout_from_parallel(plan.parallel, plan.training.micro_batch_size, plan.hardware.gpus)
     arr = Layout(**{k: np.array([v]) for k, v in lay.__dict__.items()})
     return spec, m, tr, hw, arr
 

@@ -208,18 +208,17 @@ def peak_moment_words(moment: str | None) -> str:
 def split_against_default(plan: Plan) -> dict | None:
     """Where the plan's stage_layers is not the default split (recommend's balanced split, or a hand-edited one): both
     splits and the step the default one would take (evaluate_plan of the plan with it), or None."""
-    from cost_models.layout import model_stage_layers
-    from .core import PlannerError, evaluate_plan
-    p, m = plan.parallel, plan.model
-    default = model_stage_layers(m.layers, m.mtp_layers or 0, p.pp * p.vpp)
-    if not p.stage_layers or list(p.stage_layers) == default:
+    from .core import PlannerError, default_stage_layers, evaluate_plan, own_stage_layers
+    own = own_stage_layers(plan)
+    if own is None:
         return None
-    other = plan.model_copy(update={"parallel": p.model_copy(update={"stage_layers": default})})
+    default = default_stage_layers(plan)
+    other = plan.model_copy(update={"parallel": plan.parallel.model_copy(update={"stage_layers": default})})
     try:
         step = evaluate_plan(other).prediction.step_time_s
     except PlannerError:
         step = None
-    return {"stage_layers": list(p.stage_layers), "default": default, "default_step_time_s": step}
+    return {"stage_layers": own, "default": default, "default_step_time_s": step}
 
 
 def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None, split: dict | None = None) -> list[str]:

@@ -58,7 +58,8 @@ from cost_models.layout import ModelDims
 from cost_models.memory import deepspeed_bf16_optimizer_steps
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.hf_config import checkpoint_differences
-from planner.core import FORMAT_FRAMEWORK as _CORE_FORMAT_FRAMEWORK, WINDOW_FRAMEWORKS, deepspeed_bf16_optimizer
+from planner.core import (FORMAT_FRAMEWORK as _CORE_FORMAT_FRAMEWORK, WINDOW_FRAMEWORKS, default_stage_layers,
+                          deepspeed_bf16_optimizer)
 from planner.schema import Plan
 from planner.toml_text import toml_value
 
@@ -170,11 +171,8 @@ def framework_note(plan: Plan, to: str) -> Optional[str]:
 def plan_stage_layers(plan: Plan) -> list[int]:
     """Transformer blocks per virtual stage, in virtual-stage order (pp*vpp entries): the plan's, or the split
     the cost model predicted (cost_models.layout.stage_layers)."""
-    from cost_models.layout import model_stage_layers
-    p, m = plan.parallel, plan.model
-    if p.stage_layers is not None:
-        return list(p.stage_layers)
-    return model_stage_layers(m.layers, m.mtp_layers or 0, p.pp * p.vpp)
+    own = plan.parallel.stage_layers
+    return list(own) if own is not None else default_stage_layers(plan)
 
 
 # megatron/core/datasets/gpt_dataset.py MockGPTLowLevelDataset: arange(length - 1) + 1 for lengths below

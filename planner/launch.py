@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Optional
 
 from cost_models.compute import plan_fuses_wgrad, plan_overlaps_param_gather
-from cost_models.layout import model_stage_layers
 from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_ep, saved_steps, saved_tp, step_path
-from planner.core import WINDOW_FRAMEWORKS
+from planner.core import WINDOW_FRAMEWORKS, default_stage_layers, own_stage_layers
 from planner.limits import can_make_folder_in, is_device
 
 EXIT_OK = 0
@@ -590,16 +589,13 @@ MACHINE_REASONS = ("memory", "host-memory")
 def check_split(plan) -> Check | None:
     """A line where the plan's stage_layers, which the runtime trains (parallel_layers.pipeline), is not the default
     split: the prediction (planner.core.evaluate_plan, the memory check's included) is the plan's own split's."""
-    p = plan.parallel
-    if p.stage_layers is None:
-        return None
-    default = model_stage_layers(plan.model.layers, plan.model.mtp_layers or 0, p.pp * p.vpp)
-    if list(p.stage_layers) == default:
+    own = own_stage_layers(plan)
+    if own is None:
         return None
     from .render import compact_counts
-    return Check("split", True, f"stage_layers {compact_counts(p.stage_layers)} (the default split is "
-                 f"{compact_counts(default)}): the run trains it, and the prediction, memory check included, is "
-                 "its own")
+    return Check("split", True, f"stage_layers {compact_counts(own)} (the default split is "
+                 f"{compact_counts(default_stage_layers(plan))}): the run trains it, and the prediction, memory check "
+                 "included, is its own")
 
 
 def check_rules(plan) -> Check | None:

@@ -281,14 +281,10 @@ def _latent_runs_text(group: str) -> str:
 def _split_text(plan) -> str:
     """Where the plan's split is not the default one (the search's balanced split, a lighter head stage: core.
     lighten_head_stage; or a hand-edited one): the default split beside it."""
-    from cost_models.layout import model_stage_layers
-    p, m = plan.parallel, plan.model
-    if not p.stage_layers:
+    from .core import default_stage_layers, own_stage_layers
+    if own_stage_layers(plan) is None:
         return ""
-    default = model_stage_layers(m.layers, m.mtp_layers or 0, p.pp * p.vpp)
-    if list(p.stage_layers) == default:
-        return ""
-    return f"; the default split is {compact_counts(default)}"
+    return f"; the default split is {compact_counts(default_stage_layers(plan))}"
 
 
 def _dense_stages_text(plan: Plan) -> str:

@@ -303,6 +303,13 @@ class TrainingConsts:
     # --recompute-modules mla_up_proj; compute.mla_up_recompute_time, memory.mla_up_saved_bytes)
     mla_recompute: bool = False
     fused_cross_entropy: bool = False  # loss softmax in place (Megatron): 16-bit logits + 4 B/logit, else 12 B/logit
+    # torch.distributed.pipelining's last stage keeps its output, the 16-bit logits, from the forward to that
+    # micro-batch's backward (its forward cache, then a local of the stage's backward_one_chunk) where the loss does
+    # not save them itself: "to-grad" where the runtime lets their storage go once their gradient is made (parplan's
+    # runtime: model.free_after_grad, past the loss's peak), "to-stage-end" where they stay through the stage's
+    # blocks' backward too (torchtitan); "" where no such cache holds them (Megatron and DeepSpeed free the stage
+    # output; no pipeline) (memory.cached_logits_bytes)
+    pipeline_keeps_logits: str = ""
     cross_entropy_16bit_grad: bool = False  # with fused: the gradient in the logits' dtype (flash-attn), 2 x 16-bit
     # a block's pointwise work (norms, rotary, activation) runs as fused kernels (Megatron/apex, torch.compile:
     # parplan launch compiles its blocks on cuda) or as eager PyTorch ops (compute.layer_elementwise_time)

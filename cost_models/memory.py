@@ -348,6 +348,19 @@ def logits_bytes(m: ModelDims, lay, act_bytes: int, fused: bool = True, grad_16b
     return peak, logits * 4 + T * norm
 
 
+def cached_logits_bytes(m: ModelDims, lay, act_bytes: int, tr) -> np.ndarray:
+    """The 16-bit logits of one micro-batch that torch.distributed.pipelining's last stage keeps as its output
+    (TrainingConsts.pipeline_keeps_logits) beside what logits_bytes counts: where the stage runs under a schedule
+    (pp > 1) and the loss does not save those logits itself (all but the fused cross-entropy with a 16-bit gradient,
+    which saves the same tensor).  A CPU allocator trace of parplan's runtime (a head stage without blocks, 1F1B,
+    benchmarks/results/2026-12-06-cpu-memory-split) held them at the loss's peak beside the fp32 log-softmax, its
+    gradient and the gradient it makes: 1 MiB of the 1.6 MiB its last rank read under the prediction."""
+    if not tr.pipeline_keeps_logits or (tr.fused_cross_entropy and tr.cross_entropy_16bit_grad):
+        return np.zeros(np.shape(lay.pp))
+    T = lay.mbs * m.seq_len / lay.cp
+    return np.where(np.asarray(lay.pp) > 1, T * m.vocab / lay.tp * act_bytes, 0.0)
+
+
 def in_flight_microbatches(lay, m_micro):
     """Micro-batches whose activations the first pipeline rank holds at its peak, in units of
     (full stage = layers/pp blocks) x micro-batch.
@@ -1211,6 +1224,11 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
         # multi-token prediction's losses: each depth's logits are made in the forward after the main head's, and each
         # loss keeps what it saves until its backward, which runs while the others' are still held
         loss_peak, loss_saved = loss_peak + m.mtp * loss_saved, loss_saved * (1 + m.mtp)
+    # the logits a pipeline schedule keeps as the last stage's output: at the loss's peak and beside each saved loss
+    # (GPipe's), and under torchtitan through the stage's blocks' backward too (logits_to_stage_end, stage_total)
+    cached_logits = cached_logits_bytes(m, lay, act_b, tr)
+    loss_peak, loss_saved = loss_peak + cached_logits, loss_saved + cached_logits
+    logits_to_stage_end = cached_logits if tr.pipeline_keeps_logits == "to-stage-end" else 0.0
     if m.moe and tr.moe_recompute != "none":
         # a mixture of experts' recompute modules drop their outputs from what a block saves (not where the block is
         # recomputed whole); the block being back-propagated rebuilds them (rebuilt_bytes, from work_layer)
@@ -1412,6 +1430,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
             blocks_bwd.ravel()[sel] = np.maximum(bwd(acts_i_sel, work, one, early, grads),
                                                  bwd(at(acts), work - at(block_working), one, early, grads))
             acts_i.ravel()[sel] = acts_i_sel
+        blocks_bwd = blocks_bwd + np.where(has_loss, logits_to_stage_end, 0.0)
         loss_bwd = np.where(has_loss, acts_i + loss_peak + loss_g, 0.0)
         bufs = bufs + n_held * sent + n_pending * pend_recv
         total = w_o + np.maximum(blocks_bwd, loss_bwd) + casts + bufs

@@ -71,3 +71,56 @@ def test_explain_says_the_peak_is_the_optimizer_step():
     assert back.peak_moment == "backward" and back.activations > 0
     assert "after the backward" not in next(s for s in explain(plans["none"], None)["summary"]
                                             if s.startswith("memory:"))
+
+
+def _last_rank(framework: str, pp: int, fused: bool, keeps: str | None = None, vocab_rows=None):
+    """The last pipeline rank's total of llama3-8b's candidates at pp (16 GPUs, micro-batch 1, no recompute) under a
+    framework's defaults, the loss fused (16-bit gradient) or not, its TrainingConsts.pipeline_keeps_logits replaced
+    where `keeps` is given."""
+    m = ModelDims.from_spec(load_preset("llama3-8b", 2048), 2048)
+    tr = training_consts(Training(global_batch_size=64, seq_len=2048, micro_batch_size=1, num_microbatches=1,
+                                  framework=framework, **{**FRAMEWORK_DEFAULTS[framework],
+                                                          "fused_cross_entropy": fused,
+                                                          "cross_entropy_16bit_grad": fused}))
+    if keeps is not None:
+        tr = replace(tr, pipeline_keeps_logits=keeps)
+    lay = build_layouts(m, 16, 64, Pins(pp=pp, tp=1, cp=1, mbs=1, recompute="none", zero=1, schedule="1f1b" if pp > 1 else None))
+    mem = memory_breakdown(m, lay, tr, 64 // (lay.dp * lay.mbs))
+    return np.asarray(mem["last_total"] if pp > 1 else mem["total"], dtype=float), m
+
+
+@pytest.mark.parametrize("framework", ["parplan", "torchtitan"])
+def test_a_pipeline_keeps_the_last_stage_s_logits_beside_an_unfused_loss(framework):
+    """torch.distributed.pipelining keeps the last stage's output, the 16-bit logits, from the forward to that
+    micro-batch's backward (memory.cached_logits_bytes): one micro-batch's T x V x 2 bytes more on the last rank where
+    the loss does not save them itself, at the loss's peak (parplan's runtime frees them once their gradient is made)
+    and under torchtitan through the stage's blocks too; nothing without a pipeline, nothing with the fused loss,
+    nothing under Megatron (its stage output is the loss)."""
+    with_cache, m = _last_rank(framework, 4, fused=False)
+    without, _ = _last_rank(framework, 4, fused=False, keeps="")
+    logits = 2048 * m.vocab * 2
+    np.testing.assert_allclose(with_cache - without, logits)
+    for pp, fused in ((1, False), (4, True)):
+        a, _ = _last_rank(framework, pp, fused)
+        b, _ = _last_rank(framework, pp, fused, keeps="")
+        np.testing.assert_array_equal(a, b)
+    mega, _ = _last_rank("megatron", 4, fused=False)
+    mega_without, _ = _last_rank("megatron", 4, fused=False, keeps="")
+    np.testing.assert_array_equal(mega, mega_without)
+
+
+def test_torchtitan_keeps_the_logits_through_the_last_stage_s_blocks():
+    """Where the last rank peaks in its blocks' backward rather than at the loss, torchtitan's last rank still holds
+    the logits (the stage output is a local of the stage's backward_one_chunk) and parplan's does not (freed at the
+    loss's end): compare the blocks' moment alone by giving both a loss without logits to speak of."""
+    m = ModelDims.from_spec(load_preset("llama3-8b", 2048), 2048)
+    m = replace(m, vocab=64)
+    out = {}
+    for keeps in ("to-grad", "to-stage-end", ""):
+        tr = training_consts(Training(global_batch_size=64, seq_len=2048, micro_batch_size=1, num_microbatches=1,
+                                      framework="torchtitan", **FRAMEWORK_DEFAULTS["torchtitan"]))
+        tr = replace(tr, pipeline_keeps_logits=keeps)
+        lay = build_layouts(m, 16, 64, Pins(pp=4, tp=1, cp=1, mbs=1, recompute="none", zero=1, schedule="1f1b"))
+        out[keeps] = np.asarray(memory_breakdown(m, lay, tr, 64 // (lay.dp * lay.mbs))["last_total"], dtype=float)
+    np.testing.assert_array_equal(out["to-grad"], out[""])  # a tiny loss: the blocks' moment leads, no logits there
+    np.testing.assert_allclose(out["to-stage-end"] - out[""], 2048 * 64 * 2)

@@ -38,6 +38,11 @@ CASES = {
     # ZB-V's default split of 10 blocks (1, 2, 2, 1, 1, 1, 1, 1): unequal chunks on ranks 1 and 2 without a split of
     # the plan's own
     "zbv-default-10-layers": dict(schedule="zbv", vpp=2, layers=10),
+    # interleaved zero-bubble (torch's ScheduleInterleavedZeroBubble) with uneven chunks, counted in stage units (the
+    # rank's mean chunk), unlike ZB-V's walk: a plan's own split and the default split of 10 blocks
+    "interleaved-zb-split": dict(schedule="interleaved-zb", vpp=2, stage_layers=[2, 1, 1, 1, 1, 1, 1, 0]),
+    "interleaved-zb-head-light": dict(schedule="interleaved-zb", vpp=2, stage_layers=[1, 1, 1, 1, 1, 2, 1, 0]),
+    "interleaved-zb-default-10-layers": dict(schedule="interleaved-zb", vpp=2, layers=10),
 }
 MIB = 2**20
 

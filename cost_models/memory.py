@@ -536,6 +536,111 @@ def zbv_counts(p: int, m: int, kind: str, sizes: tuple | None) -> np.ndarray:
     return np.max(counts, axis=0)
 
 
+def izb_order_moments(p: int, v: int, m: int, r: int, sizes: tuple | None = None,
+                      output_sends_released: bool = False) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """Interleaved zero-bubble's two peak moments on rank r of p (v chunks a rank, m micro-batches), walked along
+    torch's own order (ScheduleInterleavedZeroBubble._calculate_single_rank_operations with _get_1f1b_rank_ops, torch
+    2.5-2.13, rewritten here without torch and as arrays; the bubbles torch adds move no action of a rank): g = m //
+    max(1, m // p) micro-batches a round, W = min((v-1) g + p-1-r, m v) warm-up forwards, then per step a forward,
+    an input-gradient pass and, from the (r+1)-th step on, the weight pass of the step r before, then the cool-down's
+    input passes with their weight passes, then the r weight passes left; forward j runs chunk (j // g) % v, the
+    input pass of step j chunk v-1 - ((j - W) // g) % v.  Returns (held, pending, sends held) at the moment with the
+    most held, then at the moment with the most pending, in stage units (chunk-micro-batches / v), as rank_inflight's
+    moments.  sizes: every virtual stage's blocks (a plan's own split or the default split of a block count), whose
+    chunks on rank r may differ: each chunk's micro-batches then weigh its blocks over the rank's mean chunk, so the
+    units stay the rank's blocks x micro-batch (as zbv_order_moments).  With equal chunks the walk gives the closed
+    forms of rank_inflight (tests/test_stage_split.py).  izb_ranks_moments walks several ranks at once."""
+    out = izb_ranks_moments(p, v, m, (r,), sizes, output_sends_released)[0]
+    return tuple(map(float, out[0])), tuple(map(float, out[1]))
+
+
+@lru_cache(maxsize=1024)
+def izb_ranks_moments(p: int, v: int, m: int, ranks: tuple, sizes: tuple | None = None,
+                      output_sends_released: bool = False) -> np.ndarray:
+    """izb_order_moments of each of `ranks`, as a (rank, moment, count) array: every rank's actions laid out as a row
+    (padded with actions that change nothing), summed along it, and each row's two moments picked together."""
+    r = np.asarray(ranks).reshape(-1, 1)
+    g = m // max(1, m // p)
+    warm = np.minimum((v - 1) * g + p - 1 - r, m * v)
+    ops = np.arange(m * v + int(warm.max())).reshape(1, -1)  # every rank's steps, past its own end padded
+    live = ops < m * v + warm
+    # per step: [forward, input pass, weight pass of step - r], each where it runs
+    kind = np.broadcast_to(np.arange(3), ops.shape + (3,))
+    back = v - 1 - ((ops - warm) // g) % v
+    chunk = np.stack([np.broadcast_to((ops // g) % v, back.shape), back, v - 1 - ((ops - r - warm) // g) % v], axis=-1)
+    runs = np.stack([np.broadcast_to(ops < m * v, back.shape), (ops >= warm) & live, (ops - warm >= r) & live],
+                    axis=-1)
+    n_rows = len(ranks)
+    kind, chunk, runs = (x.reshape(n_rows, -1) for x in (np.broadcast_to(kind, chunk.shape), chunk, runs))
+    # the r weight passes left at the end (steps warm + m v - r .. warm + m v - 1), after every row's steps
+    rmax = int(r.max())
+    k_tail = np.arange(rmax).reshape(1, -1)
+    tail_runs = k_tail < r
+    tail_chunk = v - 1 - ((m * v - r + k_tail) // g) % v
+    kind = np.concatenate([kind, np.full((n_rows, rmax), 2)], axis=1)
+    chunk = np.concatenate([chunk, np.broadcast_to(tail_chunk, (n_rows, rmax))], axis=1)
+    runs = np.concatenate([runs, np.broadcast_to(tail_runs, (n_rows, rmax))], axis=1)
+    weight = np.ones((n_rows, v))
+    if sizes is not None:
+        own = np.array([[sizes[k * p + q] for k in range(v)] for q in ranks], dtype=float)
+        total = own.sum(axis=1, keepdims=True)
+        weight = np.where(total > 0, own * v / np.maximum(total, 1e-300), 1.0)
+    w = np.take_along_axis(weight, chunk, axis=1) * runs
+    stage = chunk * p + r
+    act = np.cumsum(np.where(kind == 0, w, 0.0) - np.where(kind == 2, w, 0.0), axis=1)
+    pend = np.cumsum(np.where(kind == 1, w, 0.0) - np.where(kind == 2, w, 0.0), axis=1)
+    # an input pass sends its input gradient (not virtual stage 0's) and lets go of nothing; the stage output's send
+    # (not the last virtual stage's) is held to the step's end unless the runtime releases it at this backward
+    sent = (stage != 0).astype(float) + (0.0 if output_sends_released else (stage != p * v - 1))
+    held = np.cumsum(np.where((kind == 1) & runs, sent, 0.0), axis=1)
+    a_r, p_r = np.round(act, 9), np.round(pend, 9)
+
+    def moment(first, second):
+        # the most `first`, then the most `second`, then the most sends (the latest such moment), per row
+        top = first == first.max(axis=1, keepdims=True)
+        s2 = np.where(top, second, -np.inf)
+        top &= s2 == s2.max(axis=1, keepdims=True)
+        i = np.where(top, held, -np.inf).argmax(axis=1)[:, None]
+        return np.concatenate([np.take_along_axis(x, i, axis=1) for x in (act / v, pend / v, held)], axis=1)
+    return np.stack([moment(a_r, p_r), moment(p_r, a_r)], axis=1)
+
+
+def izb_chunk_sizes(layers, p: int, v: int) -> tuple | None:
+    """The blocks of interleaved zero-bubble's p v virtual stages (a plan's own split, a tuple, or the default split of
+    a block count) where some rank's chunks (r, r + p, ...) differ, else None (the closed forms of rank_inflight
+    hold)."""
+    if layers is None or v < 2:
+        return None
+    sizes = tuple(layers) if isinstance(layers, tuple) else tuple(stage_layers(int(layers), p * v))
+    if len(sizes) != p * v:
+        return None
+    return sizes if any(len({sizes[k * p + r] for k in range(v)}) > 1 for r in range(p)) else None
+
+
+def izb_counts(p: int, v: int, m: int, kind: str, sizes: tuple | None, output_sends_released: bool = False
+               ) -> np.ndarray:
+    """izb_order_moments of a rank kind ("first": rank 0, "last": rank p - 1, "mid": rank max(p - 2, 1), or with
+    unequal chunks the largest of ranks 1 .. p - 2, count by count), as a (moment, count) array."""
+    if kind != "mid":
+        ranks = (0 if kind == "first" else p - 1,)
+    else:
+        ranks = tuple(range(1, p - 1)) if sizes is not None and p > 2 else (max(p - 2, 1),)
+    if m % p or m < (IZB_WALKED_ROUNDS + 2) * p:
+        return izb_ranks_moments(p, v, m, ranks, sizes, output_sends_released).max(axis=0)
+    # m a multiple of p: a round more (p micro-batches) adds one period of v p steps to the steady state, which moves
+    # every later moment by a period and adds its sends, so the held and pending chunks stay those of IZB_WALKED_ROUNDS
+    # rounds and the sends held grow by the same number each round: two walks, extended (tests/test_stage_split.py)
+    a, b = (izb_ranks_moments(p, v, k * p, ranks, sizes, output_sends_released)
+            for k in (IZB_WALKED_ROUNDS, IZB_WALKED_ROUNDS + 1))
+    a = np.array(a)
+    a[..., 2] += (b[..., 2] - a[..., 2]) * (m // p - IZB_WALKED_ROUNDS)
+    return a.max(axis=0)
+
+
+# izb_counts walks IZB_WALKED_ROUNDS and one more rounds of p micro-batches and extends them to any multiple of p past
+IZB_WALKED_ROUNDS = 3
+
+
 def _scatter(x, shape, where, values) -> np.ndarray:
     """x broadcast to shape, as floats, with `values` at the rows `where` marks."""
     x = np.array(np.broadcast_to(x, shape), dtype=float)
@@ -680,6 +785,27 @@ def rank_inflight(lay, m_micro, layers: int | None = None, output_sends_released
                 table = np.array([zbv_counts(int(q), int(n), kind, chunks[int(q)]) for q, n in pairs.T])
                 out[kind] = [tuple(_scatter(x, shape, walk, table[which, k, j]) for j, x in enumerate(mom))
                              for k, mom in enumerate(out[kind])]
+    # interleaved zero-bubble where a rank's chunks differ in blocks (the default split of a block count not a multiple
+    # of p v, or a plan's own split): torch's order walked, each chunk's micro-batches weighed by its blocks (a CPU
+    # allocator trace of 10 blocks on pp 4 x vpp 2 read the largest rank -15.4 % while its chunks counted alike)
+    izb_rows = np.broadcast_to((sch == SCH_INTERLEAVED_ZB) & (p > 1) & (v > 1), shape)
+    if izb_rows.any():
+        keys_pv = {(int(q), int(k)) for q, k in zip(pb[izb_rows], vb[izb_rows])}
+        chunks = {key: izb_chunk_sizes(layers, *key) for key in keys_pv}
+        # (the rows torch runs: m >= p and a multiple of its rounds; the others, refused by the search's schedule rule,
+        # keep the closed forms)
+        runs = (mb >= pb) & (np.mod(mb, np.maximum(1, mb // np.maximum(pb, 1))) == 0)
+        walk = izb_rows & runs & np.array([chunks.get((int(q), int(k))) is not None
+                                           for q, k in zip(pb.ravel(), vb.ravel())]).reshape(shape)
+        if walk.any():
+            triples, which = np.unique(np.stack([pb[walk], vb[walk], mb[walk]]).astype(int), axis=1,
+                                       return_inverse=True)
+            which = which.reshape(-1)
+            for kind in ("first", "mid", "last"):
+                table = np.array([izb_counts(int(q), int(k), int(n), kind, chunks[(int(q), int(k))],
+                                             output_sends_released) for q, k, n in triples.T])
+                out[kind] = [tuple(_scatter(x, shape, walk, table[which, kk, j]) for j, x in enumerate(mom))
+                             for kk, mom in enumerate(out[kind])]
     return out
 
 

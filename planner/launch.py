@@ -1193,8 +1193,10 @@ def cpu_memory_line(report: dict) -> str | None:
 
 def rank_kind_memory(report: dict) -> dict[str, dict] | None:
     """Each pipeline rank kind the prediction names (``memory_bytes_per_gpu.by_stage``: first, the fullest
-    middle, last) against the peak of the pipeline rank the model means: 0, 1 (pp - 2 under the zero-bubble
-    schedules), pp - 1; the largest of that pipeline rank's data/tensor/context-parallel peers.  The peak is
+    middle, last) against the peak of the pipeline rank the model means: 0, the fullest of the middle ranks as
+    measured (1, or pp - 2 under the zero-bubble schedules, with the default split; another where a plan's own split
+    or an uneven default one fills another more), pp - 1; the largest of that pipeline rank's
+    data/tensor/context-parallel peers.  The peak is
     the CPU allocator's traced one without gloo's buffers where every rank was traced, else torch's reserved
     peak (what the summary's peak memory compares).  None without a pipeline or a comparable prediction."""
     by_stage = ((report.get("prediction") or {}).get("memory_bytes_per_gpu") or {}).get("by_stage")
@@ -1215,6 +1217,9 @@ def rank_kind_memory(report: dict) -> dict[str, dict] | None:
         if m.get(key) is not None:
             r = int(rank) // inner % pp
             measured[r] = max(measured.get(r, 0.0), m[key])
+    middle = [r for r in range(1, pp - 1) if measured.get(r)]
+    if middle:  # the fullest middle rank measured (a plan's own split may fill another than the model's usual one)
+        which["middle"] = max(middle, key=lambda r: (measured[r], r == which["middle"]))
     out = {}
     for kind, predicted in by_stage.items():
         got = measured.get(which[kind])

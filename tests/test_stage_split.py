@@ -281,3 +281,21 @@ def test_interleaved_zero_bubble_weighs_uneven_chunks_by_their_blocks():
     assert izb_chunk_sizes(8, 4, 2) is None and izb_chunk_sizes(10, 4, 2) is not None
     assert izb_chunk_sizes((2, 1, 1, 1, 1, 1, 1, 0), 4, 2) is not None
     assert rank_inflight(lay, 8, 8) == rank_inflight(lay, 8, (1,) * 8)  # equal chunks: the closed forms
+
+
+def test_izb_counts_extend_two_walks_as_the_full_walk_counts():
+    """From 5 rounds of p micro-batches on, izb_counts extends the walks of 3 and 4 rounds (held and pending chunks
+    alike, the sends held growing by a round's): the full walk of torch's order agrees on every multiple of p up to
+    9 rounds, p 2-6, v 2-3, default and hand-made uneven splits, each rank kind."""
+    from cost_models.memory import izb_counts, izb_ranks_moments
+    for p in range(2, 7):
+        for v in (2, 3):
+            splits = [tuple(stage_layers(n, p * v)) for n in (p * v + 1, 2 * p * v - 1)]
+            splits.append(tuple((3 * s) % 4 for s in range(p * v)))
+            for sizes in splits:
+                for rounds in (5, 6, 9):
+                    m = rounds * p
+                    for kind, ranks in (("first", (0,)), ("last", (p - 1,)),
+                                        ("mid", tuple(range(1, p - 1)) if p > 2 else (1,))):
+                        full = izb_ranks_moments(p, v, m, ranks, sizes).max(axis=0)
+                        assert np.allclose(izb_counts(p, v, m, kind, sizes), full), (p, v, sizes, m, kind)

@@ -795,8 +795,11 @@ def rank_inflight(lay, m_micro, layers: int | None = None, output_sends_released
         # (the rows torch runs: m >= p and a multiple of its rounds; the others, refused by the search's schedule rule,
         # keep the closed forms)
         runs = (mb >= pb) & (np.mod(mb, np.maximum(1, mb // np.maximum(pb, 1))) == 0)
-        walk = izb_rows & runs & np.array([chunks.get((int(q), int(k))) is not None
-                                           for q, k in zip(pb.ravel(), vb.ravel())]).reshape(shape)
+        uneven_pv = np.zeros(shape, dtype=bool)
+        for (q, k), c in chunks.items():
+            if c is not None:
+                uneven_pv |= (pb == q) & (vb == k)
+        walk = izb_rows & runs & uneven_pv
         if walk.any():
             triples, which = np.unique(np.stack([pb[walk], vb[walk], mb[walk]]).astype(int), axis=1,
                                        return_inverse=True)

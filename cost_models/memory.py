@@ -554,7 +554,7 @@ def izb_order_moments(p: int, v: int, m: int, r: int, sizes: tuple | None = None
     return tuple(map(float, out[0])), tuple(map(float, out[1]))
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=256)
 def izb_ranks_moments(p: int, v: int, m: int, ranks: tuple, sizes: tuple | None = None,
                       output_sends_released: bool = False) -> np.ndarray:
     """izb_order_moments of each of `ranks`, as a (rank, moment, count) array: every rank's actions laid out as a row
@@ -621,23 +621,30 @@ def izb_counts(p: int, v: int, m: int, kind: str, sizes: tuple | None, output_se
                ) -> np.ndarray:
     """izb_order_moments of a rank kind ("first": rank 0, "last": rank p - 1, "mid": rank max(p - 2, 1), or with
     unequal chunks the largest of ranks 1 .. p - 2, count by count), as a (moment, count) array."""
+    table = izb_rank_table(p, v, m, sizes, output_sends_released)
     if kind != "mid":
-        ranks = (0 if kind == "first" else p - 1,)
-    else:
-        ranks = tuple(range(1, p - 1)) if sizes is not None and p > 2 else (max(p - 2, 1),)
+        return table[0 if kind == "first" else p - 1]
+    return table[1:p - 1].max(axis=0) if sizes is not None and p > 2 else table[max(p - 2, 1)]
+
+
+@lru_cache(maxsize=512)
+def izb_rank_table(p: int, v: int, m: int, sizes: tuple | None, output_sends_released: bool = False) -> np.ndarray:
+    """izb_order_moments of every rank 0 .. p - 1, as a (rank, moment, count) array, walked at once.  Where m is a
+    multiple of p from IZB_WALKED_ROUNDS + 2 rounds on, a round more (p micro-batches) adds one period of v p steps to
+    the steady state, which moves every later moment by a period and adds its sends, so the held and pending chunks
+    stay those of IZB_WALKED_ROUNDS rounds and the sends held grow by the same number each round: two walks,
+    extended (tests/test_stage_split.py)."""
+    ranks = tuple(range(p))
     if m % p or m < (IZB_WALKED_ROUNDS + 2) * p:
-        return izb_ranks_moments(p, v, m, ranks, sizes, output_sends_released).max(axis=0)
-    # m a multiple of p: a round more (p micro-batches) adds one period of v p steps to the steady state, which moves
-    # every later moment by a period and adds its sends, so the held and pending chunks stay those of IZB_WALKED_ROUNDS
-    # rounds and the sends held grow by the same number each round: two walks, extended (tests/test_stage_split.py)
+        return izb_ranks_moments(p, v, m, ranks, sizes, output_sends_released)
     a, b = (izb_ranks_moments(p, v, k * p, ranks, sizes, output_sends_released)
             for k in (IZB_WALKED_ROUNDS, IZB_WALKED_ROUNDS + 1))
     a = np.array(a)
     a[..., 2] += (b[..., 2] - a[..., 2]) * (m // p - IZB_WALKED_ROUNDS)
-    return a.max(axis=0)
+    return a
 
 
-# izb_counts walks IZB_WALKED_ROUNDS and one more rounds of p micro-batches and extends them to any multiple of p past
+# izb_rank_table walks IZB_WALKED_ROUNDS and one more rounds of p micro-batches and extends them to any multiple of p
 IZB_WALKED_ROUNDS = 3
 
 

@@ -461,9 +461,9 @@ def recomputed_share(layers, lay):
     """Share of a pipeline rank's blocks that full recompute re-runs: 1, or under recompute_layers N (Megatron-LM's
     block method: the first N blocks of every virtual stage recomputed, the others keeping their activations)
     N over the largest virtual stage's blocks, at most 1.  With stages of one size that is every rank's share; where
-    the split is uneven, the largest stages' (the critical ones in time), and a smaller stage, which recomputes a
-    larger share of its blocks, is charged more memory than it holds (an upper bound) and up to one block's recompute
-    less time.  1 wherever recompute is not full.  layers: the model's block count, or its ModelDims (whose own split,
+    the split is uneven, the largest stages' (the critical ones in time: a smaller stage, which recomputes a larger
+    share of its blocks, is charged up to one block's recompute less time; its memory reads its own share,
+    rank_recomputed_shares).  1 wherever recompute is not full.  layers: the model's block count, or its ModelDims (whose own split,
     where it has one, gives the largest stage)."""
     n = np.asarray(lay.recompute_layers, dtype=float)
     if isinstance(layers, ModelDims):
@@ -472,6 +472,52 @@ def recomputed_share(layers, lay):
         largest = largest_virtual_stage(layers, lay)
     return np.where((np.asarray(lay.recompute) == REC_FULL) & (n > 0),
                     np.minimum(n / np.maximum(largest, 1), 1.0), 1.0)
+
+
+def rank_recomputed_shares(m: ModelDims, lay) -> tuple:
+    """(rank 0's, the middle rank's, rank pp-1's) share of its own blocks that full recompute re-runs under
+    recompute_layers N: the sum over the rank's virtual stages of min(N, the stage's blocks), over the rank's blocks
+    (the runtime's and Megatron-LM's block method; stages as model_rank_block_counts splits them, stages_of_rank places
+    them).  recomputed_share is the largest stage's, every rank's where the stages are of one size; a rank of smaller
+    stages recomputes a larger share of its blocks (llama3-405b's 126 blocks on pp 16 at N 4: the middle ranks' 8
+    blocks 1/2, rank 0's and rank 15's 7 blocks 4/7).  The middle rank: of those holding model_rank_block_counts'
+    middle count, the one recomputing the fewest (rank 0's with pp <= 2).  1 wherever recompute is not full or N is
+    0, and on a rank without blocks."""
+    n = np.asarray(lay.recompute_layers)
+    full = (np.asarray(lay.recompute) == REC_FULL) & (n > 0)
+    pp, vpp = np.asarray(lay.pp), np.asarray(lay.vpp)
+    zbv = (np.asarray(lay.schedule) == SCH_ZBV) & (pp > 1)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (n, full, pp, vpp, zbv)))
+    out = np.ones((3,) + shape)
+    sel = np.flatnonzero(np.broadcast_to(full, shape))
+    if not sel.size:
+        return tuple(out)
+    cols = [np.broadcast_to(x, shape).ravel()[sel].astype(np.int64) for x in (pp, vpp, zbv, n)]
+    first, where = distinct_rows(*cols)
+    table = np.array([_rank_recompute_row(m, *(int(c[row]) for c in cols)) for row in first])
+    flat = out.reshape(3, -1)
+    flat[:, sel] = table[where].T
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _rank_recompute_row(m: ModelDims, p: int, v: int, z: int, n: int) -> tuple:
+    """rank_recomputed_shares of one (pp, vpp, ZB-V, N) of m."""
+    stages = p * (2 if z else v)
+    sizes = list(model_split_sizes(m)) if m.split else model_stage_layers(m.layers, m.mtp, stages)
+
+    def held(r):
+        chunks = [sizes[s] for s in stages_of_rank(r, p, 2 if z else v, "zbv" if z else "1f1b")]
+        blocks = sum(chunks)
+        return blocks, (sum(min(n, c) for c in chunks) / blocks if blocks else 1.0)
+    f_first, f_last = held(0)[1], held(p - 1)[1]
+    middle = [held(r) for r in range(1, p - 1)]
+    if middle:
+        most = max(b for b, _ in middle)
+        f_mid = min(f for b, f in middle if b == most)
+    else:
+        f_mid = f_first
+    return f_first, f_mid, f_last
 
 
 def num_microbatches(tr, lay):

@@ -18,8 +18,8 @@ import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches,
-                     model_rank_block_counts, model_split_sizes, recompute_ends, recomputed_share, split_by_share,
-                     stage_layers, virtual_stage_blocks, zero_shards,
+                     model_rank_block_counts, model_split_sizes, rank_recomputed_shares, recompute_ends, recomputed_share,
+                     split_by_share, stage_layers, virtual_stage_blocks, zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
 from .params import layer_other_params, mla_projections
@@ -1274,12 +1274,13 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return _whole_blocks_memory(m, lay, tr, m_micro)
     m_arr = np.broadcast_to(np.asarray(m_micro, dtype=float), np.shape(share))
     return split_by_share(share, lay, {"m": m_arr}, lambda sub, sm: _whole_blocks_memory(m, sub, tr, sm["m"]),
-                          lambda sub, f, sm: partial_recompute_memory(m, sub, tr, sm["m"], f))
+                          lambda sub, f, sm: partial_recompute_memory(m, sub, tr, sm["m"]))
 
 
-def partial_recompute_memory(m: ModelDims, lay, tr, m_micro, share):
+def partial_recompute_memory(m: ModelDims, lay, tr, m_micro):
     """Memory where full recompute re-runs a share f of each rank's blocks, the first of each virtual stage, and the
-    others keep their activations.  A rank's saved activations (and amp's saved weight casts) are f x the recomputed
+    others keep their activations (each rank kind its own f where the stages differ in size: rank_recomputed_shares;
+    a rank of smaller stages recomputes a larger share of its blocks).  A rank's saved activations (and amp's saved weight casts) are f x the recomputed
     blocks' + (1 - f) x the others': linear in f.  The block being back-propagated adds what no recompute's does: a
     recomputed block runs its backward after the same micro-batch's kept blocks of its stage (they come after it
     in the forward), whose freed activations outweigh what it rebuilds (rebuilt_bytes: less than one block's), so
@@ -1292,15 +1293,25 @@ def partial_recompute_memory(m: ModelDims, lay, tr, m_micro, share):
     none, whole = recompute_ends(lay)
     full, kept = _whole_blocks_memory(m, whole, tr, m_micro), _whole_blocks_memory(m, none, tr, m_micro)
     out = dict(full)
-    for k in ("activations", "other", "first_total", "mid_total", "last_total"):
-        out[k] = (1 - share) * kept[k] + share * full[k]
+    shares = rank_recomputed_shares(m, lay)
+    shape = np.broadcast_shapes(np.shape(out["total"]), *(np.shape(f) for f in shares))
+    shares = [np.broadcast_to(f, shape) for f in shares]
+    for k, f in zip(RANK_TOTALS, shares):
+        out[k] = (1 - f) * kept[k] + f * full[k]
     # an after-the-backward peak holds no activations, so it is the same at both ends; where the ends peak at
     # different moments the chord mixes a backward's activations in
     out["moment"] = np.where(kept["moment"] == full["moment"], full["moment"], MOMENT_BACKWARD)
-    ranks = np.stack([np.broadcast_to(out[k], np.shape(out["total"])) for k in ("first_total", "mid_total", "last_total")])
+    ranks = np.stack([np.broadcast_to(out[k], shape) for k in RANK_TOTALS])
     out["worst_stage"] = np.argmax(np.where(np.isnan(ranks), -np.inf, ranks), axis=0)
     out["total"] = np.nanmax(ranks, axis=0)
+    # the named parts on the chord of the worst rank's share (each end's parts are its own worst rank's)
+    f = np.choose(out["worst_stage"], shares)
+    for k in ("activations", "other"):
+        out[k] = (1 - f) * kept[k] + f * full[k]
     return out
+
+
+RANK_TOTALS = ("first_total", "mid_total", "last_total")
 
 
 def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):

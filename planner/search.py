@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts, distinct_rows,
-                                in_chunks, largest_virtual_stage)
+                                in_chunks, largest_virtual_stage, rank_recomputed_shares)
 from cost_models.memory import runs_in_rounds, states_floor, weight_pass_queued
 from cost_models.total import evaluate, memory, step_floor
 
@@ -503,8 +503,9 @@ def partial_recompute_candidates(m: ModelDims, tr: TrainingConsts, hw, lay: Layo
     candidate that fits whose no-recompute twin (the same layout, recompute none: among `lay`, whose memory `mem`
     is) does not, the one recomputing the fewest blocks of each virtual stage that fits, where that is fewer than
     every block.  memory.partial_recompute_memory is, rank by rank, the chord in the share f of blocks recomputed
-    between the twin's and full recompute's, so the least f under the usable memory is read off those two.  Not
-    under the zero-bubble schedules, whose bubble is not linear in the blocks' mix.  None where there are none."""
+    between the twin's and full recompute's, so each rank's least f under the usable memory is read off those two,
+    and the least N that gives every rank its f (layout.rank_recomputed_shares: a rank of smaller stages recomputes
+    a larger share of its blocks at the same N).  Not under the zero-bubble schedules, whose bubble is not linear in the blocks' mix.  None where there are none."""
     if not pins.partial_recompute or len(lay) == 0:
         return None
     rec = np.asarray(lay.recompute)
@@ -531,12 +532,24 @@ def partial_recompute_candidates(m: ModelDims, tr: TrainingConsts, hw, lay: Layo
         return None
     sub = lay.take(idx)
     chunk = largest_virtual_stage(m.layers, sub)
-    need = np.zeros(len(idx))
+    needs = []  # each rank kind's least share recomputed
     with np.errstate(divide="ignore", invalid="ignore"):
         for k in MEMORY_RANKS:
             k0, k1 = np.asarray(mem[k])[twin], np.asarray(mem[k])[idx]
-            need = np.maximum(need, np.nan_to_num(np.where(k0 > usable, (k0 - usable) / (k0 - k1), 0.0)))
-    n = np.maximum(np.ceil(need * chunk - 1e-9), 1)
+            needs.append(np.nan_to_num(np.where(k0 > usable, (k0 - usable) / (k0 - k1), 0.0)))
+    # every rank at the largest stage's share N / chunk; a rank of smaller stages recomputes a larger share of its
+    # blocks (rank_recomputed_shares), so where the stages differ a smaller N may already do: tried from 1 up
+    n = np.maximum(np.ceil(np.max(needs, axis=0) * chunk - 1e-9), 1)
+    one = np.ones(len(idx), dtype=np.int64)
+    uneven = np.flatnonzero(np.any([np.abs(f - 1.0 / chunk) > 1e-12
+                                    for f in rank_recomputed_shares(m, replace(sub, recompute_layers=one))], axis=0))
+    for less in range(1, int(n[uneven].max(initial=1))):
+        rows = uneven[n[uneven] > less]
+        if not len(rows):
+            break
+        at = rank_recomputed_shares(m, replace(sub.take(rows), recompute_layers=np.full(len(rows), less)))
+        fits = np.all([f >= need[rows] - 1e-9 for f, need in zip(at, needs)], axis=0)
+        n[rows[fits]] = less
     ok = np.flatnonzero(n < chunk)
     return replace(sub.take(ok), recompute_layers=n[ok].astype(np.int64)) if len(ok) else None
 

@@ -111,6 +111,10 @@ SCHEDULES = {
     # walked with each chunk weighed by its blocks (memory.izb_order_moments; the largest rank read -17.3 %, the last
     # -32.6 %, while the chunks counted alike)
     "izb-split": dict(schedule="interleaved-zb", vpp=2, stage_layers=[2, 1, 1, 1, 1, 1, 1, 0]),
+    # the first block of each stage recomputed over stages of 2, 3, 3 and 0 blocks: rank 0 recomputes half of its
+    # blocks, the middle ranks a third (layout.rank_recomputed_shares; rank 0 read +14.6 % at micro-batch 2, +10.1 %
+    # at the test's 1, while every rank was charged the largest stage's third; +2.5 / +1.6 % since)
+    "1f1b-full-1-split": dict(schedule="1f1b", recompute="full", recompute_layers=1, stage_layers=[2, 3, 3, 0]),
     # ...and under whole-block recompute (the weight passes run from queued closures, layers.WeightGradStore: a
     # pending block keeps its linears' inputs and output gradients, not its graph; cost_models.memory.
     # queued_w_bytes_per_layer)
@@ -144,7 +148,7 @@ BAR = 0.10  # the issue's memory bar for GPU runs
 # cases added after benchmarks/results/2026-11-25-cpu-memory-fp32 was run (test_fp32_recipe_memory_against_the_committed_cpu_run)
 ADDED_AFTER_THE_FP32_RUN = {"1f1b-full-1-of-2", "zero0-half-grads", "fsdp2-pp1-half-grads", "zero1-zbv-small-grads",
                            "hsdp-pp1", "1f1b-split", "zbv-split", "zbv-uneven", "1f1b-head-only",
-                           "izb-split"}
+                           "izb-split", "1f1b-full-1-split"}
 # Each pipeline rank kind the model names (first, the fullest middle, last) against that rank's own peak.
 # The largest rank is held to BAR above; the others to RANK_BAR (measured -6.7 .. +6.3 %, the worst on
 # rank 0 of tp 2 x pp 2 ZB-V with SP, -9.1 % in an earlier set of runs; benchmarks/results/2026-11-23-cpu-memory).  This comparison found,
@@ -220,7 +224,7 @@ def test_memory_model_matches_the_cpu_allocator_peak(runs, name):
     plan = json.loads((runs / name / "plan.json").read_text())
     errors = rank_kind_errors(plan, rep)
     assert (len(errors) >= 2) == (plan["parallel"]["pp"] > 1)
-    bar = BAR if name == "interleaved-uneven" else RANK_BAR
+    bar = BAR if name in ("interleaved-uneven", "1f1b-full-1-split") else RANK_BAR
     assert all(abs(e) <= bar for e in errors.values()), (name, errors)
 
 

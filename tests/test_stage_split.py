@@ -7,8 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from cost_models.layout import (SCH_INTERLEAVED, SCH_1F1B, SCH_ZBV, model_rank_block_counts, rank_dense_blocks,
-                                model_stage_layers, rank_block_counts, split_rank_counts, stage_layers)
+from cost_models.layout import (SCH_INTERLEAVED, SCH_1F1B, SCH_ZBV, model_rank_block_counts, num_microbatches,
+                                rank_dense_blocks, model_stage_layers, rank_block_counts, rank_recomputed_shares,
+                                recompute_ends, recomputed_share, split_rank_counts, stage_layers)
+from cost_models.memory import memory_breakdown
 from cost_models.total import evaluate
 from planner.core import evaluate_plan, plan_inputs, recommend
 from planner.search import Pins
@@ -68,6 +70,50 @@ def test_the_default_split_written_out_predicts_what_the_default_split_does(mode
         assert np.allclose(np.asarray(a[key], dtype=float), np.asarray(b[key], dtype=float), equal_nan=True), key
     counts = model_rank_block_counts(own, arr.pp, arr.vpp, arr.schedule)
     assert [int(x[0]) for x in counts] == [int(x[0]) for x in model_rank_block_counts(m, arr.pp, arr.vpp, arr.schedule)]
+
+
+def test_partial_recompute_charges_each_rank_its_own_share():
+    """Under recompute_layers N each rank recomputes min(N, a stage's blocks) of each of its stages: llama3-405b's
+    126 blocks on pp 16 at N 4 give rank 0 and rank 15 (7 blocks) 4/7, the middle ranks (8) 4/8, which the search's
+    uniform share (the largest stage's) is.  Each rank kind's memory is the chord between no recompute and full
+    recompute at its own share; the smaller ranks read less than at the uniform share, the middle rank the same."""
+    plan = recommend("llama3-405b", 1024, pins=Pins(pp=16, vpp=1, tp=8, recompute="full", recompute_layers=4),
+                     framework="megatron", top_k=1)
+    m, tr, hw, arr = _dims(plan)
+    shares = [float(f[0]) for f in rank_recomputed_shares(m, arr)]
+    assert shares == pytest.approx([4 / 7, 4 / 8, 4 / 7])
+    assert float(recomputed_share(m, arr)[0]) == pytest.approx(4 / 8)
+    mem = memory_breakdown(m, arr, tr, num_microbatches(tr, arr))
+    none, full = (memory_breakdown(m, lay, tr, num_microbatches(tr, arr)) for lay in recompute_ends(arr))
+    for key, f in zip(("first_total", "mid_total", "last_total"), shares):
+        assert float(mem[key][0]) == pytest.approx((1 - f) * float(none[key][0]) + f * float(full[key][0]))
+        uniform = 0.5 * float(none[key][0]) + 0.5 * float(full[key][0])
+        assert float(mem[key][0]) <= uniform * (1 + 1e-12)
+    assert float(mem["first_total"][0]) < 0.97 * (0.5 * float(none["first_total"][0]) + 0.5 * float(full["first_total"][0]))
+    # a plan's own split: [2, 3, 3, 0] at N 1 -> rank 0 1/2, the middle rank (3 blocks) 1/3, the blockless rank 1
+    own = replace(m, layers=8, split=(2, 3, 3, 0))
+    lay = replace(arr, pp=np.array([4]), recompute_layers=np.array([1]))
+    assert [float(f[0]) for f in rank_recomputed_shares(own, lay)] == pytest.approx([1 / 2, 1 / 3, 1.0])
+
+
+def test_the_search_recomputes_the_fewest_blocks_each_rank_needs():
+    """A 30-block llama on pp 4 splits 7, 8, 8, 7, and rank 0 (7 blocks, 4 micro-batches in flight) holds the peak: at
+    the same N it recomputes a larger share of its blocks than the middle ranks, so the search's N is the least that
+    fits every rank at its own share (5 at micro-batch 8 and ZeRO-1 while every rank was charged the largest
+    stage's share; 4 since, 2.4 % faster), and one fewer would not fit."""
+    from planner.models import load_preset
+    spec = load_preset("llama3-8b").model_copy(update={"layers": 30, "name": "llama-30-layers"})
+    plan = recommend(spec, 4, pins=Pins(pp=4, tp=1, vpp=1), framework="megatron", top_k=30, global_batch_size=64)
+    partial = [p for p in [plan, *plan.alternatives] if p.parallel.recompute_layers]
+    assert any(p.parallel.recompute_layers == 4 and p.training.micro_batch_size == 8 and p.parallel.zero_stage == 1
+               for p in partial)
+    for p in partial:
+        usable = p.prediction.usable_memory_bytes
+        assert p.prediction.memory_bytes_per_gpu.total <= usable
+        if p.parallel.recompute_layers > 1:
+            fewer = p.model_copy(update={"parallel": p.parallel.model_copy(
+                update={"recompute_layers": p.parallel.recompute_layers - 1})})
+            assert evaluate_plan(fewer).prediction.memory_bytes_per_gpu.total > usable, p.parallel
 
 
 def test_a_lighter_head_stage_is_predicted_faster_and_heavier_where_the_blocks_went():

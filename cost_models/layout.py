@@ -483,26 +483,42 @@ def rank_recomputed_shares(m: ModelDims, lay) -> tuple:
     blocks 1/2, rank 0's and rank 15's 7 blocks 4/7).  The middle rank: of those holding model_rank_block_counts'
     middle count, the one recomputing the fewest (rank 0's with pp <= 2).  1 wherever recompute is not full or N is
     0, and on a rank without blocks."""
+    return tuple(_recompute_table(m, lay)[:3])
+
+
+def critical_recomputed_share(m: ModelDims, lay):
+    """The share of its blocks that full recompute re-runs on the rank whose blocks take longest, under
+    recompute_layers N: of the ranks holding the most blocks, the one recomputing the most (rank_recomputed_shares'
+    sum).  Without interleaving that rank holds a largest stage, and the share is recomputed_share's N / c; under
+    interleaving with stages of different sizes a rank of the most blocks may hold small stages, each recomputed
+    whole (GLM-4.5's 92 blocks on pp 16 x vpp 5, most stages of 1 block, at N 1: ranks of 6 blocks recompute 5, not
+    the 3 of N / c).  What partial recompute's time mixes (total.partial_recompute); 1 where rank_recomputed_shares
+    are."""
+    return _recompute_table(m, lay)[3]
+
+
+def _recompute_table(m: ModelDims, lay) -> np.ndarray:
+    """rank_recomputed_shares' three and critical_recomputed_share, as a (4, ...) array over the candidates."""
     n = np.asarray(lay.recompute_layers)
     full = (np.asarray(lay.recompute) == REC_FULL) & (n > 0)
     pp, vpp = np.asarray(lay.pp), np.asarray(lay.vpp)
     zbv = (np.asarray(lay.schedule) == SCH_ZBV) & (pp > 1)
     shape = np.broadcast_shapes(*(np.shape(x) for x in (n, full, pp, vpp, zbv)))
-    out = np.ones((3,) + shape)
+    out = np.ones((4,) + shape)
     sel = np.flatnonzero(np.broadcast_to(full, shape))
     if not sel.size:
-        return tuple(out)
+        return out
     cols = [np.broadcast_to(x, shape).ravel()[sel].astype(np.int64) for x in (pp, vpp, zbv, n)]
     first, where = distinct_rows(*cols)
     table = np.array([_rank_recompute_row(m, *(int(c[row]) for c in cols)) for row in first])
-    flat = out.reshape(3, -1)
+    flat = out.reshape(4, -1)
     flat[:, sel] = table[where].T
-    return tuple(out)
+    return out
 
 
 @lru_cache(maxsize=4096)
 def _rank_recompute_row(m: ModelDims, p: int, v: int, z: int, n: int) -> tuple:
-    """rank_recomputed_shares of one (pp, vpp, ZB-V, N) of m."""
+    """_recompute_table's four of one (pp, vpp, ZB-V, N) of m."""
     stages = p * (2 if z else v)
     sizes = list(model_split_sizes(m)) if m.split else model_stage_layers(m.layers, m.mtp, stages)
 
@@ -510,14 +526,21 @@ def _rank_recompute_row(m: ModelDims, p: int, v: int, z: int, n: int) -> tuple:
         chunks = [sizes[s] for s in stages_of_rank(r, p, 2 if z else v, "zbv" if z else "1f1b")]
         blocks = sum(chunks)
         return blocks, (sum(min(n, c) for c in chunks) / blocks if blocks else 1.0)
-    f_first, f_last = held(0)[1], held(p - 1)[1]
+    critical = max(held(r) for r in range(p))  # the most blocks, then the most recomputed
+    return (*_rank_kinds(held, p), critical[1])
+
+
+def _rank_kinds(held, p: int) -> tuple:
+    """(rank 0's, the middle rank's, rank p-1's) value of held(rank) -> (blocks, value): the middle rank, of those
+    holding the most blocks, the one of the least value (rank 0's with p <= 2)."""
     middle = [held(r) for r in range(1, p - 1)]
+    first = held(0)[1]
     if middle:
         most = max(b for b, _ in middle)
-        f_mid = min(f for b, f in middle if b == most)
+        mid = min(x for b, x in middle if b == most)
     else:
-        f_mid = f_first
-    return f_first, f_mid, f_last
+        mid = first
+    return first, mid, held(p - 1)[1]
 
 
 def num_microbatches(tr, lay):
@@ -803,15 +826,7 @@ def _rank_dense_row(m: ModelDims, p: int, v: int, z: bool) -> tuple:
     def held(r):
         stages = stages_of_rank(r, p, 2 if z else v, "zbv" if z else "1f1b")
         return (sum(sizes[s] for s in stages), sum(dense[starts[s + 1]] - dense[starts[s]] for s in stages))
-    d_first = held(0)[1]
-    d_last = held(p - 1)[1]
-    middle = [held(r) for r in range(1, p - 1)]
-    if middle:
-        most = max(b for b, _ in middle)
-        d_mid = min(d for b, d in middle if b == most)
-    else:
-        d_mid = d_first
-    return d_first, d_mid, d_last
+    return _rank_kinds(held, p)
 
 
 def head_on_first_rank(lay):

@@ -7,9 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from cost_models.layout import (SCH_INTERLEAVED, SCH_1F1B, SCH_ZBV, model_rank_block_counts, num_microbatches,
-                                rank_dense_blocks, model_stage_layers, rank_block_counts, rank_recomputed_shares,
-                                recompute_ends, recomputed_share, split_rank_counts, stage_layers)
+from cost_models.layout import (SCH_INTERLEAVED, SCH_1F1B, SCH_ZBV, critical_recomputed_share, model_rank_block_counts,
+                                model_stage_layers, num_microbatches, rank_block_counts, rank_dense_blocks,
+                                rank_recomputed_shares, recompute_ends, recomputed_share, split_rank_counts,
+                                stage_layers)
 from cost_models.memory import memory_breakdown
 from cost_models.total import evaluate
 from planner.core import evaluate_plan, plan_inputs, recommend
@@ -94,6 +95,26 @@ def test_partial_recompute_charges_each_rank_its_own_share():
     own = replace(m, layers=8, split=(2, 3, 3, 0))
     lay = replace(arr, pp=np.array([4]), recompute_layers=np.array([1]))
     assert [float(f[0]) for f in rank_recomputed_shares(own, lay)] == pytest.approx([1 / 2, 1 / 3, 1.0])
+
+
+def test_partial_recompute_times_the_rank_of_the_most_blocks_at_its_own_share():
+    """Interleaved stages of 1, 2, 2, 1, 1, 1, 1, 0 blocks on pp 4 x vpp 2 at N 1: ranks 1 and 2 hold the most blocks
+    (2 + 1) and recompute 2 of them, not the largest stage's half; the step's block-linear terms are the mix of no
+    recompute and full recompute at 2/3 (3 blocks' forward, backward and 2 recomputes), each rank's memory at its own
+    share (rank 0: 1 + 1 blocks, both recomputed)."""
+    plan = recommend("llama3-8b", 8, pins=Pins(pp=4, vpp=2, schedule="interleaved-1f1b", tp=2), framework="megatron",
+                     top_k=1)
+    m, tr, hw, arr = _dims(plan)
+    own = replace(m, layers=8, split=(1, 2, 2, 1, 1, 1, 1, 0))
+    lay = replace(arr, recompute=np.array([2]), recompute_layers=np.array([1]))
+    assert float(recomputed_share(own, lay)[0]) == pytest.approx(1 / 2)
+    assert float(critical_recomputed_share(own, lay)[0]) == pytest.approx(2 / 3)
+    assert [float(f[0]) for f in rank_recomputed_shares(own, lay)] == pytest.approx([1.0, 2 / 3, 1.0])
+    got = evaluate(own, tr, hw, lay)
+    none, full = (evaluate(own, tr, hw, end) for end in recompute_ends(lay))
+    for key in ("compute_s", "step_time_s", "bubble_s"):
+        assert float(got[key][0]) == pytest.approx(float(none[key][0]) / 3 + 2 * float(full[key][0]) / 3), key
+    assert float(got["step_time_s"][0]) > float(none["step_time_s"][0]) / 2 + float(full["step_time_s"][0]) / 2
 
 
 def test_the_search_recomputes_the_fewest_blocks_each_rank_needs():

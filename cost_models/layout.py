@@ -463,8 +463,8 @@ def recomputed_share(layers, lay):
     N over the largest virtual stage's blocks, at most 1.  With stages of one size that is every rank's share; where
     the split is uneven, the largest stages' (the critical ones in time: a smaller stage, which recomputes a larger
     share of its blocks, is charged up to one block's recompute less time; its memory reads its own share,
-    rank_recomputed_shares).  1 wherever recompute is not full.  layers: the model's block count, or its ModelDims (whose own split,
-    where it has one, gives the largest stage)."""
+    rank_recomputed_shares).  1 wherever recompute is not full.  layers: the model's block count, or its ModelDims
+    (whose own split, where it has one, gives the largest stage)."""
     n = np.asarray(lay.recompute_layers, dtype=float)
     if isinstance(layers, ModelDims):
         largest = max(layers.split) if layers.split else largest_virtual_stage(layers.layers, lay)

@@ -18,8 +18,8 @@ import numpy as np
 
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_GPIPE, SCH_INTERLEAVED,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, head_on_first_rank, num_microbatches,
-                     model_rank_block_counts, model_split_sizes, rank_recomputed_shares, recompute_ends, recomputed_share,
-                     split_by_share, stage_layers, virtual_stage_blocks, zero_shards,
+                     model_rank_block_counts, model_split_sizes, rank_recomputed_shares, recompute_ends,
+                     recomputed_share, split_by_share, stage_layers, virtual_stage_blocks, zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
 from .params import layer_other_params, mla_projections
@@ -1257,6 +1257,9 @@ def per_block_shape(lay, fn, fields=BLOCK_SHAPE_FIELDS, rows=None):
     return tuple(np.broadcast_to(np.asarray(x), first.shape)[where] for x in out)
 
 
+# memory_breakdown's totals of each pipeline rank kind (rank 0, the priced middle rank, rank pp-1)
+RANK_TOTALS = ("first_total", "mid_total", "last_total")
+
 # The moment of a rank's peak (memory_breakdown's "moment"; MemoryBreakdown.peak_moment names them): the blocks' or
 # the loss's backward, with the saved activations; after the backward, at the reduction at the step's boundary
 # (DeepSpeed's flat copies and buckets) or at the optimizer step (its fp32 copies of 16-bit gradients), with none
@@ -1280,8 +1283,8 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
 def partial_recompute_memory(m: ModelDims, lay, tr, m_micro):
     """Memory where full recompute re-runs a share f of each rank's blocks, the first of each virtual stage, and the
     others keep their activations (each rank kind its own f where the stages differ in size: rank_recomputed_shares;
-    a rank of smaller stages recomputes a larger share of its blocks).  A rank's saved activations (and amp's saved weight casts) are f x the recomputed
-    blocks' + (1 - f) x the others': linear in f.  The block being back-propagated adds what no recompute's does: a
+    a rank of smaller stages recomputes a larger share of its blocks).  A rank's saved activations (and amp's saved
+    weight casts) are f x the recomputed blocks' + (1 - f) x the others': linear in f.  The block being back-propagated adds what no recompute's does: a
     recomputed block runs its backward after the same micro-batch's kept blocks of its stage (they come after it
     in the forward), whose freed activations outweigh what it rebuilds (rebuilt_bytes: less than one block's), so
     its moment is no higher.  So each rank's peak is the larger of a few lines in f, convex, and the chord from no
@@ -1309,9 +1312,6 @@ def partial_recompute_memory(m: ModelDims, lay, tr, m_micro):
     for k in ("activations", "other"):
         out[k] = (1 - f) * kept[k] + f * full[k]
     return out
-
-
-RANK_TOTALS = ("first_total", "mid_total", "last_total")
 
 
 def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):

@@ -17,7 +17,7 @@ import numpy as np
 
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts, distinct_rows,
                                 in_chunks, largest_virtual_stage, rank_recomputed_shares)
-from cost_models.memory import runs_in_rounds, states_floor, weight_pass_queued
+from cost_models.memory import RANK_TOTALS, runs_in_rounds, states_floor, weight_pass_queued
 from cost_models.total import evaluate, memory, step_floor
 
 # The searched ranges: design limits, not physics (a pin goes past any of them).  Micro-batches in powers of
@@ -494,9 +494,6 @@ def expert_parallel_candidates(m: ModelDims, lay: Layout, pins: Pins) -> tuple[L
     return out.kept(np.ones(len(out), dtype=bool)), more
 
 
-MEMORY_RANKS = ("first_total", "mid_total", "last_total")
-
-
 def partial_recompute_candidates(m: ModelDims, tr: TrainingConsts, hw, lay: Layout, mem: dict,
                                  pins: Pins) -> Layout | None:
     """Where the framework recomputes some blocks of a stage (pins.partial_recompute): beside each full-recompute
@@ -505,7 +502,8 @@ def partial_recompute_candidates(m: ModelDims, tr: TrainingConsts, hw, lay: Layo
     every block.  memory.partial_recompute_memory is, rank by rank, the chord in the share f of blocks recomputed
     between the twin's and full recompute's, so each rank's least f under the usable memory is read off those two,
     and the least N that gives every rank its f (layout.rank_recomputed_shares: a rank of smaller stages recomputes
-    a larger share of its blocks at the same N).  Not under the zero-bubble schedules, whose bubble is not linear in the blocks' mix.  None where there are none."""
+    a larger share of its blocks at the same N).  Not under the zero-bubble schedules, whose bubble is not linear in
+    the blocks' mix.  None where there are none."""
     if not pins.partial_recompute or len(lay) == 0:
         return None
     rec = np.asarray(lay.recompute)
@@ -534,7 +532,7 @@ def partial_recompute_candidates(m: ModelDims, tr: TrainingConsts, hw, lay: Layo
     chunk = largest_virtual_stage(m.layers, sub)
     needs = []  # each rank kind's least share recomputed
     with np.errstate(divide="ignore", invalid="ignore"):
-        for k in MEMORY_RANKS:
+        for k in RANK_TOTALS:
             k0, k1 = np.asarray(mem[k])[twin], np.asarray(mem[k])[idx]
             needs.append(np.nan_to_num(np.where(k0 > usable, (k0 - usable) / (k0 - k1), 0.0)))
     # every rank at the largest stage's share N / chunk; a rank of smaller stages recomputes a larger share of its

@@ -554,20 +554,21 @@ def recompute_ends(lay) -> tuple:
 
 
 def split_by_share(share, lay, mem, whole, partial) -> dict:
-    """whole(layout, mem) for candidates whose blocks all recompute alike, partial(layout, share, mem) for those that
-    recompute a share of them (recomputed_share < 1; the partial models cost two evaluations each and see only
-    such candidates), scattered back into candidate order."""
+    """whole(layout, mem) for candidates whose blocks all recompute alike, partial(layout, mem) for those that
+    recompute a share of them (recomputed_share < 1; the partial models cost two evaluations each, see only such
+    candidates and read each rank's own share: rank_recomputed_shares, critical_recomputed_share), scattered back
+    into candidate order."""
     part = np.asarray(share) < 1
     if not np.any(part):
         return whole(lay, mem)
     if part.ndim == 0 or np.all(part):
-        return partial(lay, share, mem)
+        return partial(lay, mem)
     n = len(part)
     idx = (np.flatnonzero(~part), np.flatnonzero(part))
 
     def rows(d, i):
         return None if d is None else {k: np.broadcast_to(v, (n,))[i] if np.ndim(v) else v for k, v in d.items()}
-    a, b = whole(lay.take(idx[0]), rows(mem, idx[0])), partial(lay.take(idx[1]), share[idx[1]], rows(mem, idx[1]))
+    a, b = whole(lay.take(idx[0]), rows(mem, idx[0])), partial(lay.take(idx[1]), rows(mem, idx[1]))
     out = {}
     for k in a:
         va, vb = np.broadcast_to(a[k], (len(idx[0]),)), np.broadcast_to(b[k], (len(idx[1]),))

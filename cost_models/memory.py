@@ -1277,7 +1277,7 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
         return _whole_blocks_memory(m, lay, tr, m_micro)
     m_arr = np.broadcast_to(np.asarray(m_micro, dtype=float), np.shape(share))
     return split_by_share(share, lay, {"m": m_arr}, lambda sub, sm: _whole_blocks_memory(m, sub, tr, sm["m"]),
-                          lambda sub, f, sm: partial_recompute_memory(m, sub, tr, sm["m"]))
+                          lambda sub, sm: partial_recompute_memory(m, sub, tr, sm["m"]))
 
 
 def partial_recompute_memory(m: ModelDims, lay, tr, m_micro):

@@ -191,7 +191,7 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
     lay = _unpipelined_as_1f1b(lay)
     share = recomputed_share(m, lay)
     return split_by_share(share, lay, mem, lambda sub, sm: _evaluate_whole_blocks(m, tr, hw, sub, sm),
-                          lambda sub, f, sm: partial_recompute(m, tr, hw, sub, sm))
+                          lambda sub, sm: partial_recompute(m, tr, hw, sub, sm))
 
 
 def partial_recompute(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:

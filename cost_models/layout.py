@@ -497,28 +497,39 @@ def critical_recomputed_share(m: ModelDims, lay):
     return _recompute_table(m, lay)[3]
 
 
+def model_recomputed_share(m: ModelDims, lay):
+    """The share of the model's blocks that full recompute re-runs under recompute_layers N, over every stage: the
+    sum over the stages of min(N, the stage's blocks), over all blocks.  What the job's hardware FLOPs mix
+    (total.partial_recompute: HFU is a job-wide average); above critical_recomputed_share where smaller stages
+    recompute a larger share of theirs (llama3-405b's 126 blocks on pp 16 at N 4: 64 / 126, where a middle rank's
+    is 4 / 8), below it where interleaving puts small stages on the rank of the most blocks.  1 where
+    rank_recomputed_shares are."""
+    return _recompute_table(m, lay)[4]
+
+
 def _recompute_table(m: ModelDims, lay) -> np.ndarray:
-    """rank_recomputed_shares' three and critical_recomputed_share, as a (4, ...) array over the candidates."""
+    """rank_recomputed_shares' three, critical_recomputed_share and model_recomputed_share, as a (5, ...) array over
+    the candidates."""
     n = np.asarray(lay.recompute_layers)
     full = (np.asarray(lay.recompute) == REC_FULL) & (n > 0)
     pp, vpp = np.asarray(lay.pp), np.asarray(lay.vpp)
     zbv = (np.asarray(lay.schedule) == SCH_ZBV) & (pp > 1)
     shape = np.broadcast_shapes(*(np.shape(x) for x in (n, full, pp, vpp, zbv)))
-    out = np.ones((4,) + shape)
+    out = np.ones((5,) + shape)
     sel = np.flatnonzero(np.broadcast_to(full, shape))
     if not sel.size:
         return out
     cols = [np.broadcast_to(x, shape).ravel()[sel].astype(np.int64) for x in (pp, vpp, zbv, n)]
     first, where = distinct_rows(*cols)
     table = np.array([_rank_recompute_row(m, *(int(c[row]) for c in cols)) for row in first])
-    flat = out.reshape(4, -1)
+    flat = out.reshape(5, -1)
     flat[:, sel] = table[where].T
     return out
 
 
 @lru_cache(maxsize=4096)
 def _rank_recompute_row(m: ModelDims, p: int, v: int, z: int, n: int) -> tuple:
-    """_recompute_table's four of one (pp, vpp, ZB-V, N) of m."""
+    """_recompute_table's five of one (pp, vpp, ZB-V, N) of m."""
     stages = p * (2 if z else v)
     sizes = list(model_split_sizes(m)) if m.split else model_stage_layers(m.layers, m.mtp, stages)
 
@@ -527,7 +538,8 @@ def _rank_recompute_row(m: ModelDims, p: int, v: int, z: int, n: int) -> tuple:
         blocks = sum(chunks)
         return blocks, (sum(min(n, c) for c in chunks) / blocks if blocks else 1.0)
     critical = max(held(r) for r in range(p))  # the most blocks, then the most recomputed
-    return (*_rank_kinds(held, p), critical[1])
+    whole = sum(min(n, c) for c in sizes) / max(sum(sizes), 1)
+    return (*_rank_kinds(held, p), critical[1], whole)
 
 
 def _rank_kinds(held, p: int) -> tuple:

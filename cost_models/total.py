@@ -36,8 +36,8 @@ from .compute import (CE_BYTES_PER_LOGIT, CE_BYTES_PER_LOGIT_FLASH_ATTN, CE_BYTE
                       loss_scale_time, optimizer_time, plan_overlaps_param_gather, scales_loss, wgrad_fusion_applies)
 from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_SELECTIVE_OP, SCH_1F1B,
                      SCH_INTERLEAVED_ZB, SCH_ZBV, ModelDims, deepspeed_comm_casts, head_on_first_rank, num_microbatches,
-                     recompute_ends, recomputed_share, critical_recomputed_share, split_by_share,
-                     zero_shards)
+                     recompute_ends, recomputed_share, critical_recomputed_share, model_recomputed_share,
+                     split_by_share, zero_shards)
 from .memory import (BLOCK_SHAPE_FIELDS, block_shape_rows, ddp_bucket_copy, deepspeed_fp32_partition,
                      deepspeed_zero_optimizer_steps, embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu,
                      layer_params_per_gpu, memory_breakdown, per_block_shape, rank_blocks, torch_weight_pass,
@@ -200,9 +200,9 @@ def partial_recompute(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dic
     per-block TP and CP exposure, the stage time and with it the 1F1B bubble -- are f x full recompute's + (1 - f) x
     no recompute's, exactly.  The data-parallel and ZeRO-3 exposures hide behind windows that are such sums, and
     exposure is convex in its window, so mixing them linearly over-states them where the overlap changes regime.
-    FLOPs follow the same mix (Narayanan 2021 eq. 3's recompute term over f of the blocks; the hardware FLOPs at the
-    critical rank's f, an upper bound where other ranks recompute less).  f is the share of the rank whose blocks
-    take longest (layout.critical_recomputed_share: N over the largest stage's blocks unless interleaving gives
+    FLOPs follow the same mix (Narayanan 2021 eq. 3's recompute term over f of the blocks; the hardware FLOPs, a
+    job-wide average, at the share of all the model's blocks recomputed, layout.model_recomputed_share).  f is the
+    share of the rank whose blocks take longest (layout.critical_recomputed_share: N over the largest stage's blocks unless interleaving gives
     that rank stages of different sizes).  Memory: memory.partial_recompute_memory, each rank at its own share."""
     share = critical_recomputed_share(m, lay)
     none, whole = recompute_ends(lay)
@@ -220,7 +220,8 @@ def partial_recompute(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dic
     step = out["step_time_s"]
     out["tokens_per_s"] = tr.global_batch_size * m.seq_len / step
     out["model_tflops_per_gpu"] = out["tokens_per_s"] * full["model_flops_per_token"] / n / 1e12
-    hf = (1 - share) * hw_flops_per_token(kept) + share * hw_flops_per_token(full)
+    every = model_recomputed_share(m, lay)
+    hf = (1 - every) * hw_flops_per_token(kept) + every * hw_flops_per_token(full)
     out["hardware_tflops_per_gpu"] = out["tokens_per_s"] * hf / n / 1e12
     out["mfu"] = out["model_tflops_per_gpu"] * 1e12 / hw.peak_flops
     out["hfu"] = out["hardware_tflops_per_gpu"] * 1e12 / hw.peak_flops

@@ -533,13 +533,14 @@ def _rank_recompute_row(m: ModelDims, p: int, v: int, z: int, n: int) -> tuple:
     stages = p * (2 if z else v)
     sizes = list(model_split_sizes(m)) if m.split else model_stage_layers(m.layers, m.mtp, stages)
 
-    def held(r):
-        chunks = [sizes[s] for s in stages_of_rank(r, p, 2 if z else v, "zbv" if z else "1f1b")]
+    def share(chunks):  # of these stages' blocks, the ones recomputed (the first min(N, its blocks) of each)
         blocks = sum(chunks)
         return blocks, (sum(min(n, c) for c in chunks) / blocks if blocks else 1.0)
+
+    def held(r):
+        return share([sizes[s] for s in stages_of_rank(r, p, 2 if z else v, "zbv" if z else "1f1b")])
     critical = max(held(r) for r in range(p))  # the most blocks, then the most recomputed
-    whole = sum(min(n, c) for c in sizes) / max(sum(sizes), 1)
-    return (*_rank_kinds(held, p), critical[1], whole)
+    return (*_rank_kinds(held, p), critical[1], share(sizes)[1])
 
 
 def _rank_kinds(held, p: int) -> tuple:

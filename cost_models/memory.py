@@ -536,8 +536,8 @@ def zbv_counts(p: int, m: int, kind: str, sizes: tuple | None) -> np.ndarray:
     return np.max(counts, axis=0)
 
 
-def izb_order_moments(p: int, v: int, m: int, r: int, sizes: tuple | None = None,
-                      output_sends_released: bool = False) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+def izb_order_moments(p: int, v: int, m: int, r: int, sizes: tuple | None = None, output_sends_released: bool = False
+                      ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """Interleaved zero-bubble's two peak moments on rank r of p (v chunks a rank, m micro-batches), walked along
     torch's own order (ScheduleInterleavedZeroBubble._calculate_single_rank_operations with _get_1f1b_rank_ops, torch
     2.5-2.13, rewritten here without torch and as arrays; the bubbles torch adds move no action of a rank): g = m //
@@ -1282,16 +1282,16 @@ def memory_breakdown(m: ModelDims, lay, tr, m_micro):
 
 def partial_recompute_memory(m: ModelDims, lay, tr, m_micro):
     """Memory where full recompute re-runs a share f of each rank's blocks, the first of each virtual stage, and the
-    others keep their activations (each rank kind its own f where the stages differ in size: rank_recomputed_shares;
-    a rank of smaller stages recomputes a larger share of its blocks).  A rank's saved activations (and amp's saved
-    weight casts) are f x the recomputed blocks' + (1 - f) x the others': linear in f.  The block being back-propagated adds what no recompute's does: a
-    recomputed block runs its backward after the same micro-batch's kept blocks of its stage (they come after it
-    in the forward), whose freed activations outweigh what it rebuilds (rebuilt_bytes: less than one block's), so
-    its moment is no higher.  So each rank's peak is the larger of a few lines in f, convex, and the chord from no
-    recompute (f = 0) to full (f = 1) is exact where one moment leads throughout and an upper bound where the lead
-    changes or where the full end's rebuilt block is mixed in (at most f x one block's).  The parts (activations,
-    working memory) are mixed on the same chords; the weights, gradients and optimizer states do not change.  The
-    CPU allocator trace of 1F1B over four ranks with one of each stage's two blocks recomputed
+    others keep their activations (each rank kind its own f where the stages differ in size: rank_recomputed_shares; a
+    rank of smaller stages recomputes a larger share of its blocks).  A rank's saved activations (and amp's saved weight
+    casts) are f x the recomputed blocks' + (1 - f) x the others': linear in f.  The block being back-propagated adds
+    what no recompute's does: a recomputed block runs its backward after the same micro-batch's kept blocks of its stage
+    (they come after it in the forward), whose freed activations outweigh what it rebuilds (rebuilt_bytes: less than one
+    block's), so its moment is no higher.  So each rank's peak is the larger of a few lines in f, convex, and the chord
+    from no recompute (f = 0) to full (f = 1) is exact where one moment leads throughout and an upper bound where the
+    lead changes or where the full end's rebuilt block is mixed in (at most f x one block's).  The parts (activations,
+    working memory) are mixed on the same chords; the weights, gradients and optimizer states do not change.  The CPU
+    allocator trace of 1F1B over four ranks with one of each stage's two blocks recomputed
     (tests/test_runtime_memory.py) reads within the bars the other plans keep."""
     none, whole = recompute_ends(lay)
     full, kept = _whole_blocks_memory(m, whole, tr, m_micro), _whole_blocks_memory(m, none, tr, m_micro)

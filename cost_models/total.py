@@ -195,15 +195,15 @@ def evaluate(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
 
 
 def partial_recompute(m: ModelDims, tr, hw, lay, mem: dict | None = None) -> dict:
-    """evaluate where full recompute re-runs a share f of each rank's blocks (Layout.recompute_layers): a block's
-    times, collectives and bytes are its own, recomputed or not, so a rank's sums over its blocks -- compute, the
-    per-block TP and CP exposure, the stage time and with it the 1F1B bubble -- are f x full recompute's + (1 - f) x
-    no recompute's, exactly.  The data-parallel and ZeRO-3 exposures hide behind windows that are such sums, and
-    exposure is convex in its window, so mixing them linearly over-states them where the overlap changes regime.
-    FLOPs follow the same mix (Narayanan 2021 eq. 3's recompute term over f of the blocks; the hardware FLOPs, a
-    job-wide average, at the share of all the model's blocks recomputed, layout.model_recomputed_share).  f is the
-    share of the rank whose blocks take longest (layout.critical_recomputed_share: N over the largest stage's blocks unless interleaving gives
-    that rank stages of different sizes).  Memory: memory.partial_recompute_memory, each rank at its own share."""
+    """evaluate where full recompute re-runs a share f of each rank's blocks (Layout.recompute_layers): a block's times,
+    collectives and bytes are its own, recomputed or not, so a rank's sums over its blocks -- compute, the per-block TP
+    and CP exposure, the stage time and with it the 1F1B bubble -- are f x full recompute's + (1 - f) x no recompute's,
+    exactly.  The data-parallel and ZeRO-3 exposures hide behind windows that are such sums, and exposure is convex in
+    its window, so mixing them linearly over-states them where the overlap changes regime.  FLOPs follow the same mix
+    (Narayanan 2021 eq. 3's recompute term over f of the blocks; the hardware FLOPs, a job-wide average, at the share of
+    all the model's blocks recomputed, layout.model_recomputed_share).  f is the share of the rank whose blocks take
+    longest (layout.critical_recomputed_share: N over the largest stage's blocks unless interleaving gives that rank
+    stages of different sizes).  Memory: memory.partial_recompute_memory, each rank at its own share."""
     share = critical_recomputed_share(m, lay)
     none, whole = recompute_ends(lay)
     if mem is None:

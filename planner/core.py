@@ -421,7 +421,8 @@ def training_consts(tr: Training) -> TrainingConsts:
                           p2p_buffers_per_microbatch=tr.framework == "torchtitan",  # parplan: just_in_time_receives
                           p2p_sends_held_to_step_end=tr.framework in TORCH_PIPELINING,
                           p2p_output_sends_released=tr.framework == "parplan",
-                          pipeline_keeps_logits={"parplan": "to-grad", "torchtitan": "to-stage-end"}.get(tr.framework, ""),
+                          pipeline_keeps_logits={"parplan": "to-grad",
+                                                 "torchtitan": "to-stage-end"}.get(tr.framework, ""),
                           torch_1f1b_needs_m_ge_p=tr.framework in TORCH_PIPELINING,
                           interleaved_torch_rounds=tr.framework in TORCH_PIPELINING,
                           sp_saves_gathered_input=tr.framework == "torchtitan",

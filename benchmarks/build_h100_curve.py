@@ -61,6 +61,9 @@ TARGETS = {
     "gb300-nvl72": (2450.0, 0.786, "no GB300 row in the MAMF table; B300 SXM's 78.6% (the same Blackwell Ultra GPU)"),
     "l40s": (362.05, 0.743, "no L40S row in the MAMF table; a community run's best square BF16 GEMM, 269.15/362.05 "
                             "= 74.3% (not a shape search)"),
+    "h100-pcie-80gb": (756.0, 0.661, "no H100 PCIe row in the MAMF table; the best square BF16 GEMM of two community "
+                                     "runs of one harness, H100 PCIe 495.93 and H800 PCIe (the same GPU) 503.83: "
+                                     "499.88/756 = 66.1% (that harness read an H100 SXM at 80.6%, MAMF 80.3%)"),
     "mi300x": (1307.4, 0.514, "MAMF MI300X 668.4/1300 = 51.4% (ROCm 6.3, TunableOp on)"),
     "mi325x": (1307.4, 0.604, "MAMF MI325X 784.9/1300 = 60.4% (ROCm 6.2.4, TunableOp on, 1000 W)"),
     "mi355x": (2516.6, 0.622, "MAMF MI355X 1565.0 TFLOP/s = 62.2% of 2516.6 (the table's 68.0% divides by 2300)"),

@@ -117,8 +117,9 @@ def find_upward(name: str, folder: str | Path) -> Path | None:
 
 def canonical_name(name_or_path):
     """A shipped profile's name as list_profiles() spells it where the given one differs only in case ("H100-SXM-80GB",
-    as model presets are matched) or is the GPU's name alone and one profile has it ("h100", "GB200"; "a100" names
-    two); anything else as given."""
+    as model presets are matched) or is the GPU's name alone and one profile has it, or one SXM profile among its
+    others ("GB200"; "h100": h100-sxm-80gb, not h100-pcie-80gb; "a100" names two SXM parts); anything else as
+    given."""
     if looks_like_path(name_or_path):
         return name_or_path
     names = list_profiles()
@@ -129,7 +130,8 @@ def canonical_name(name_or_path):
     if exact:
         return exact
     kind = [n for n in names if n.lower().startswith(key + "-")] if key else []
-    return kind[0] if len(kind) == 1 else name_or_path
+    sxm = [n for n in kind if "-sxm-" in n.lower()]
+    return kind[0] if len(kind) == 1 else sxm[0] if len(sxm) == 1 else name_or_path
 
 
 def profile_file(name_or_path: str | Path) -> Path:

@@ -29,12 +29,14 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
-# gb300 before b300 and gb200 before b200: the rack's name holds its GPU's
-GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100", "a100", "mi355x", "mi325x", "mi300x", "l40s")
+# gb300 before b300 and gb200 before b200: the rack's name holds its GPU's; h100-pcie before h100 (no run of the PCIe
+# card is measured or published here: the SXM part's are not its)
+GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100-pcie", "h100", "a100", "mi355x", "mi325x", "mi300x",
+             "l40s")
 
 
 def _kind_in(text: str) -> str | None:
-    text = text.lower()
+    text = text.lower().replace(" ", "-")  # a device's name as calibrate records it: "NVIDIA H100 PCIe"
     return next((k for k in GPU_KINDS if k in text), None)
 
 
@@ -78,8 +80,9 @@ def launches_for(hardware: str | None) -> tuple[dict | None, str, bool]:
         if part == kind and data.get(key):
             return data[key], gpu, True
     from hardware_profiles import looks_like_path
-    # a profile file of the user's names no GPU kind we can tell: the H100's numbers, without a claim about its GPU
-    return data.get("h100_launches"), "H100", hardware is None or looks_like_path(hardware)
+    # a profile file of the user's that names no GPU kind we can tell: the H100's numbers, without a claim about its
+    # GPU; one that names a kind without launches (an A100's, an H100 PCIe's) is told none ran on it
+    return data.get("h100_launches"), "H100", hardware is None or (looks_like_path(hardware) and kind is None)
 
 
 def published_on(pub: dict, hardware: str | None) -> tuple[str | None, dict | None]:

@@ -77,6 +77,7 @@ GB = 1e9
 # GPU name fragment (lower case) -> shipped profile; first match wins.
 _GPU_PROFILES = [
     ("h200", "h200-sxm-141gb"),
+    ("h100 pcie", "h100-pcie-80gb"),  # "NVIDIA H100 PCIe", before the SXM part's "NVIDIA H100 80GB HBM3"
     ("h100", "h100-sxm-80gb"),
     ("a100-sxm4-40gb", "a100-sxm-40gb"),
     ("a100", "a100-sxm-80gb"),
@@ -1637,9 +1638,9 @@ def check_devices(runs: list[dict], base_profile, console=None) -> None:
     (launch.gpu_family): a refit of one GPU's profile from another GPU's step times is neither.  Where either is
     not (a device such as "NVIDIA GeForce RTX 4090" or "cuda", or a base whose name and description name no GPU),
     nothing can be compared: a note on `console` says so, once per device, and the refit goes on."""
-    from .launch import gpu_family
+    from .launch import gpu_family, profile_family
 
-    want = gpu_family(base_profile.name) or gpu_family(base_profile.description)
+    want = profile_family(base_profile)
     unmatched: dict[str, list[str]] = {}
     for r in runs:
         have = gpu_family(r["device"])

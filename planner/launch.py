@@ -227,14 +227,25 @@ def check_memory(plan, device: str, machine: MachineInfo, nproc: int = 1) -> Che
     return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU <= {free / 1e9:.2f} GB free")
 
 
-# GPU families as both torch.cuda.get_device_name and the profiles spell them
-GPU_FAMILY = re.compile(r"(?i)(?<![a-z0-9])(GB300|B300|GB200|B200|B100|H200|H100|H800|H20|A100|A800|A10G|L40S|L40|L4|V100|"
-                        r"MI355X|MI325X|MI300X|MI250X|MI250)(?![a-z0-9])")
+# GPU families as both torch.cuda.get_device_name and the profiles spell them; the H100's PCIe card ("NVIDIA H100
+# PCIe", h100-pcie-80gb) apart from its SXM part ("NVIDIA H100 80GB HBM3", h100-sxm-80gb): another peak, another node.
+# (The H100 NVL, which has no profile of its own to re-plan with, stays an H100.)
+GPU_FAMILY = re.compile(r"(?i)(?<![a-z0-9])(GB300|B300|GB200|B200|B100|H200|H100[ -]PCIE|H100|H800|H20|A100|A800|A10G|"
+                        r"L40S|L40|L4|V100|MI355X|MI325X|MI300X|MI250X|MI250)(?![a-z0-9])")
 
 
 def gpu_family(text: Optional[str]) -> Optional[str]:
     m = GPU_FAMILY.search(text or "")
-    return m.group(1).upper() if m else None
+    return m.group(1).upper().replace("-", " ") if m else None
+
+
+def profile_family(prof) -> Optional[str]:
+    """The GPU family a hardware profile describes: the device it was calibrated on where its description says so
+    (`parplan calibrate` ends it "calibrated on <device>": an H100 PCIe calibrated from the SXM part's profile keeps
+    that name), else the one its name, else its description, names."""
+    described = prof.description or ""
+    measured_on = described.rpartition("calibrated on ")[2] if "calibrated on " in described else ""
+    return gpu_family(measured_on) or gpu_family(prof.name) or gpu_family(described)
 
 
 def cpu_matmul_rate(n: int = 512, repeats: int = 8, fp8: bool = False) -> float:
@@ -336,7 +347,7 @@ def check_hardware(plan, device: str, machine: MachineInfo) -> Check:
     except PlannerError as e:
         return Check("hardware", True, f"warning: profile {name} does not load here ({e}), so the report's MFU will "
                      "be null; re-plan with --hardware NAME|PATH of a profile on this machine")
-    want = gpu_family(prof.name) or gpu_family(prof.description)
+    want = profile_family(prof)
     have = gpu_family(machine.gpu_name)
     if want and have and want != have:
         return Check("hardware", True, f"warning: the plan was predicted for {prof.name} ({want}) and this node has "

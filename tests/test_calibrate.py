@@ -561,6 +561,7 @@ def test_from_run_reports_hardware_nowhere_says_pass_base(plan, tmp_path, capsys
     ("mi300x", "NVIDIA H100 80GB HBM3", ["MI300X", "H100", "--base h100-sxm-80gb"]),
     ("a100-sxm-80gb", "NVIDIA H100 80GB HBM3", ["A100", "H100"]),
     (None, "AMD Instinct MI300X", ["MI300X", "H100", "--base mi300x"]),  # the plan's h100-sxm-80gb, MI300X runs
+    (None, "NVIDIA H100 PCIe", ["(H100 PCIE)", "describes H100 GPUs", "--base h100-pcie-80gb"]),  # not the SXM part
 ])
 def test_from_run_refuses_reports_from_another_gpu_than_the_base(base, device, want, plan, tmp_path, capsys):
     r = _report(plan, tmp_path / "report.json", device=device)
@@ -771,6 +772,7 @@ def test_an_unwritable_out_is_refused_before_measuring(tmp_path, capsys):
     ("NVIDIA B200", "b200"),
     ("NVIDIA H200", "h200-sxm-141gb"),
     ("NVIDIA H100 80GB HBM3", "h100-sxm-80gb"),
+    ("NVIDIA H100 PCIe", "h100-pcie-80gb"),  # not the SXM part's NVSwitch node and 989.4 TFLOP/s
     ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
     ("AMD Instinct MI355X", "mi355x"),
     ("AMD Instinct MI325X", "mi325x"),

@@ -645,6 +645,9 @@ def test_a_profile_file_named_otherwise_is_read_for_its_gpu_kind(tmp_path):
     described.write_text(text, encoding="utf-8")
     assert 'name = "node7"' in text and "calibrated on NVIDIA H200" in text
     assert line("parplan", str(described)) == line("parplan", "h200-sxm-141gb")
+    pcie = tmp_path / "node9.toml"  # calibrated on an H100 PCIe (the device's name as calibrate records it)
+    pcie.write_text(text.replace("calibrated on NVIDIA H200", "calibrated on NVIDIA H100 PCIe"), encoding="utf-8")
+    assert f"none launched on {pcie}; 69 H100 launches" in line("parplan", str(pcie))
     bare = tmp_path / "node8.toml"
     bare.write_text(re.sub(r'(?m)^description = ".*"$', 'description = "the rack by the door"', text), encoding="utf-8")
     assert "H200" not in bare.read_text(encoding="utf-8").split("sources")[0]

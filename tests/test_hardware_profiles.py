@@ -20,7 +20,7 @@ from planner.schema import HardwareProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {"a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200-nvl72", "b300", "gb300-nvl72",
-            "mi300x", "mi325x", "mi355x", "l40s"}
+            "mi300x", "mi325x", "mi355x", "l40s", "h100-pcie-80gb"}
 
 
 def _build_module():
@@ -77,8 +77,8 @@ def test_profile_physically_consistent(name):
     assert 0 < p.memory_reserve_gbytes < 0.1 * p.hbm_gbytes
     assert p.nvlink.gbytes_per_s > p.inter_node.gbytes_per_s
     # a PCIe host link is slower than the NIC; Grace's NVLink-C2C is not, and a PCIe server's GPUs share fewer NICs
-    # than they are (the L40S node: 400 Gb/s for 8, pooled)
-    if "C2C" not in p.description and "no NVLink" not in p.description:
+    # than they are (the L40S and H100 PCIe nodes: 400 Gb/s for 8, pooled)
+    if "C2C" not in p.description and not p.inter_node.aggregate_nics:
         assert p.inter_node.gbytes_per_s > p.host_link_gbytes_per_s / 2
     else:
         assert p.inter_node.gbytes_per_s * p.gpus_per_node > p.host_link_gbytes_per_s / 2
@@ -481,12 +481,13 @@ def test_gb200_nvl72_keeps_tensor_parallelism_past_eight_gpus_on_nvlink():
 
 def test_a_gpu_name_alone_finds_its_one_profile():
     """--hardware h100 / H200 / gb200: the shipped profile of that GPU where there is one (the plan records its full
-    name); a100 names two, and the error offers both."""
+    name), or its one SXM part (h100: not h100-pcie-80gb); a100 names two SXM parts, and the error offers both."""
     from hardware_profiles import canonical_name
     assert [canonical_name(n) for n in ("h100", "H200", "gb200", "b200", "GB300", "b300", "MI300X", "mi355x", "L40S")] == \
         ["h100-sxm-80gb", "h200-sxm-141gb", "gb200-nvl72", "b200", "gb300-nvl72", "b300", "mi300x", "mi355x", "l40s"]
     assert canonical_name("a100") == "a100" and canonical_name("h1") == "h1" and canonical_name("x.toml") == "x.toml"
     assert load_profile("h100").name == "h100-sxm-80gb"
+    assert canonical_name("H100-PCIE-80GB") == "h100-pcie-80gb" and canonical_name("h100-pcie") == "h100-pcie-80gb"
     with pytest.raises(ValueError, match=r"unknown hardware profile 'a100' \(did you mean a100-sxm-40gb or a100-sxm-80gb\?\)"):
         load_profile("a100")
 
@@ -552,3 +553,23 @@ def test_a_pcie_node_times_each_group_at_its_sizes_measured_rate():
     bad["nvlink"]["mesh_links"] = 7
     with pytest.raises(ValueError, match="efficiency_by_group_size and mesh_links"):
         HardwareProfile(**bad)
+
+
+def test_the_h100_pcie_node_runs_a_bridged_pair_at_its_bridge_and_wider_groups_over_pcie():
+    """h100-pcie-80gb: tp 2 on an NVLink-bridged pair at the pair's measured all-reduce bus bandwidth (116 GB/s,
+    NVIDIA/nccl#1161), 4 and 8 GPUs at the PCIe Gen5 rate (40 GB/s), a pipeline send at the pair's; its GEMMs at the
+    PCIe card's own peak and ceiling (66.1 % of 756 TFLOP/s), and no run of the SXM part counts as its accuracy."""
+    from cost_models import comm
+    from cost_models.hardware import constants_from_profile
+    from planner import accuracy
+    hw = constants_from_profile(load_profile("h100-pcie-80gb"))
+    bw, _ = comm.tier_params(hw, True, np.array([2, 4, 8]))
+    assert bw / 1e9 == pytest.approx([300 * 0.387, 300 * 0.133, 300 * 0.133])
+    assert comm.tier_params(hw, True, 2)[0] / 1e9 == pytest.approx(116.1)
+    sxm = constants_from_profile(load_profile("h100-sxm-80gb"))
+    assert hw.peak_flops == pytest.approx(756e12) and sxm.peak_flops == pytest.approx(989.4e12)
+    ceiling = max(e for _, e in load_profile("h100-pcie-80gb").matmul_efficiency_curve)
+    assert ceiling == pytest.approx(0.661 / 0.803 * max(e for _, e in load_profile("h100-sxm-80gb").matmul_efficiency_curve),
+                                    abs=1e-4)
+    assert accuracy.gpu_kind("h100-pcie-80gb") == "h100-pcie" and accuracy.gpu_kind("h100-sxm-80gb") == "h100"
+    assert "none launched on h100-pcie-80gb" in accuracy.line("parplan", "h100-pcie-80gb")

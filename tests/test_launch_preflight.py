@@ -754,6 +754,22 @@ def test_the_plans_gpu_is_checked_against_this_one(tmp_path):
     plan.hardware.name = "h100-sxm-80gb"
     c = L.check_hardware(plan, "cuda", h100)
     assert c.ok and "warning" not in c.detail and "(H100)" in c.detail
+    # the H100's PCIe card is not its SXM part (another peak, no NVSwitch): either way round, a warning
+    pcie = L.MachineInfo(torch_version="x", gpus=2, free_memory_bytes=80e9, gpu_name="NVIDIA H100 PCIe")
+    c = L.check_hardware(plan, "cuda", pcie)
+    assert "warning" in c.detail and "(H100)" in c.detail and "H100 PCIE profile" in c.detail
+    plan.hardware.name = "h100-pcie-80gb"
+    assert "warning" not in L.check_hardware(plan, "cuda", pcie).detail
+    assert "warning" in L.check_hardware(plan, "cuda", h100).detail
+    # a profile calibrated on a PCIe card from the SXM part's (calibrate's base before h100-pcie-80gb shipped) is the
+    # card's: its description's "calibrated on" names it
+    from hardware_profiles import load_profile
+    data = load_profile("h100-sxm-80gb").model_dump(mode="json")
+    data.update(name="h100-sxm-80gb-calibrated", description=data["description"] + " -- calibrated on NVIDIA H100 PCIe")
+    (tmp_path / "node.json").write_text(json.dumps(data))
+    plan.hardware.name = str(tmp_path / "node.json")
+    assert "warning" not in L.check_hardware(plan, "cuda", pcie).detail
+    assert "warning" in L.check_hardware(plan, "cuda", h100).detail
     plan.hardware.name = str(tmp_path / "gone.toml")
     c = L.check_hardware(plan, "cuda", h100)
     assert c.ok and "does not load" in c.detail and "MFU will be null" in c.detail

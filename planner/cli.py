@@ -1139,8 +1139,10 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
               caption="sustained: the share of the isolated-kernel matmul curve a long training run keeps, fitted on "
                       "a published table (A100: SC21 Table 1; H100, and H200 reusing it: Megatron-Core 2024); "
                       "1 = not calibrated to training runs, so likely optimistic; in-node GB/s is the node's fabric (NVLink, xGMI, "
-                      "or PCIe where a GPU has neither) per direction; inter-node GB/s is per GPU ('pooled': a "
-                      "group's ranks on a node share their NICs, inter_node.aggregate_nics)", caption_justify="left")
+                      "or PCIe where a GPU has neither) per direction ('by size': a group reaches a share of it that "
+                      "its size sets, nvlink.efficiency_by_group_size, as a PCIe tree or pairs of bridged cards do); "
+                      "inter-node GB/s is per GPU ('pooled': a group's ranks on a node share their NICs, "
+                      "inter_node.aggregate_nics)", caption_justify="left")
     names = hardware_profiles.list_profiles()
     for c in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM", "HBM GB/s", "GPUs/node", "in-node GB/s", "inter-node GB/s",
               "sustained"):
@@ -1152,7 +1154,8 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
         fp8 = p.peak_dense_tflops.get("fp8")
         t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{fp8:g}" if fp8 else "-", f"{p.hbm_gbytes:g} GB",
                   f"{p.hbm_gbytes_per_s:g}",
-                  str(p.gpus_per_node), f"{p.nvlink.gbytes_per_s:g}",
+                  str(p.gpus_per_node),
+                  f"{p.nvlink.gbytes_per_s:g}" + (" by size" if p.nvlink.efficiency_by_group_size else ""),
                   f"{p.inter_node.gbytes_per_s:g}" + (" pooled" if p.inter_node.aggregate_nics else ""),
                   f"{p.sustained_matmul_fraction:g}")
     _out().print(t)

@@ -573,3 +573,22 @@ def test_the_h100_pcie_node_runs_a_bridged_pair_at_its_bridge_and_wider_groups_o
                                     abs=1e-4)
     assert accuracy.gpu_kind("h100-pcie-80gb") == "h100-pcie" and accuracy.gpu_kind("h100-sxm-80gb") == "h100"
     assert "none launched on h100-pcie-80gb" in accuracy.line("parplan", "h100-pcie-80gb")
+
+
+def test_what_the_h100_pcie_bridges_are_worth_as_the_readme_states(tmp_path):
+    """The README's H100 PCIe figures, recomputed: llama3-70b on 16 at `recommend`'s tp 2 pp 8 steps 356.5 s with the
+    bridges and 398.1 s with every group at PCIe's rate; at tp 2 pp 4 cp 2 its pipeline sends and cp collectives
+    (priced at the bridge's rate) take 7.9 s of 342.2."""
+    from planner.core import Pins, recommend
+    from planner.models import load_preset
+    data = tomllib.loads((PROFILE_DIR / "h100-pcie-80gb.toml").read_text())
+    data["nvlink"]["efficiency_by_group_size"][0][1] = data["nvlink"]["efficiency"]
+    (tmp_path / "nobridge.json").write_text(json.dumps({**data, "name": "h100-pcie-nobridge"}))
+    spec = load_preset("llama3-70b")
+    pins = Pins(tp=2, pp=8, dp=1, cp=1)
+    plan = lambda hw, pins: recommend(spec, 16, hardware=hw, pins=pins, suggest=False, balance_head=True)  # noqa: E731
+    steps = [round(plan(hw, pins).prediction.step_time_s, 1) for hw in ("h100-pcie-80gb", str(tmp_path / "nobridge.json"))]
+    assert steps == [356.5, 398.1]
+    p = plan("h100-pcie-80gb", Pins(tp=2, pp=4, cp=2)).prediction
+    assert round(p.step_time_s, 1) == 342.2
+    assert round(p.time_breakdown.pp_comm_s + p.time_breakdown.cp_comm_s, 1) == 7.9

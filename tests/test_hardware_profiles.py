@@ -587,7 +587,8 @@ def test_what_the_h100_pcie_bridges_are_worth_as_the_readme_states(tmp_path):
     spec = load_preset("llama3-70b")
     pins = Pins(tp=2, pp=8, dp=1, cp=1)
     plan = lambda hw, pins: recommend(spec, 16, hardware=hw, pins=pins, suggest=False, balance_head=True)  # noqa: E731
-    steps = [round(plan(hw, pins).prediction.step_time_s, 1) for hw in ("h100-pcie-80gb", str(tmp_path / "nobridge.json"))]
+    steps = [round(plan(hw, pins).prediction.step_time_s, 1)
+             for hw in ("h100-pcie-80gb", str(tmp_path / "nobridge.json"))]
     assert steps == [356.5, 398.1]
     p = plan("h100-pcie-80gb", Pins(tp=2, pp=4, cp=2)).prediction
     assert round(p.step_time_s, 1) == 342.2

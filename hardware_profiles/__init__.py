@@ -8,6 +8,7 @@ Only the standard library and pydantic are imported here, so `parplan` starts fa
 from __future__ import annotations
 
 import json
+import re
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
@@ -118,20 +119,29 @@ def find_upward(name: str, folder: str | Path) -> Path | None:
 def canonical_name(name_or_path):
     """A shipped profile's name as list_profiles() spells it where the given one differs only in case ("H100-SXM-80GB",
     as model presets are matched) or is the GPU's name alone and one profile has it, or one SXM profile among its
-    others ("GB200"; "h100": h100-sxm-80gb, not h100-pcie-80gb; "a100" names two SXM parts); anything else as
-    given."""
+    others ("GB200"; "h100": h100-sxm-80gb, not h100-pcie-80gb; "a100" names two SXM parts), also written with
+    spaces or underscores and the maker's name before it, as nvidia-smi prints a GPU ("NVIDIA H100 PCIe",
+    "h100_pcie": h100-pcie-80gb); anything else as given."""
     if looks_like_path(name_or_path):
         return name_or_path
     names = list_profiles()
     if name_or_path in names:
         return name_or_path
     key = str(name_or_path).strip().lower()
-    exact = {n.lower(): n for n in names}.get(key)
-    if exact:
-        return exact
-    kind = [n for n in names if n.lower().startswith(key + "-")] if key else []
-    sxm = [n for n in kind if "-sxm-" in n.lower()]
-    return kind[0] if len(kind) == 1 else sxm[0] if len(sxm) == 1 else name_or_path
+    for k in dict.fromkeys((key, _spelled(key))):
+        exact = {n.lower(): n for n in names}.get(k)
+        if exact:
+            return exact
+        kind = [n for n in names if n.lower().startswith(k + "-")] if k else []
+        sxm = [n for n in kind if "-sxm-" in n.lower()]
+        if len(kind) == 1 or len(sxm) == 1:
+            return kind[0] if len(kind) == 1 else sxm[0]
+    return name_or_path
+
+
+def _spelled(key: str) -> str:
+    """A lower-case GPU name as the profiles spell one: hyphens for spaces and underscores, no maker's name first."""
+    return re.sub(r"^(nvidia|amd-instinct|amd)-", "", re.sub(r"[\s_]+", "-", key))
 
 
 def profile_file(name_or_path: str | Path) -> Path:
@@ -156,9 +166,10 @@ def load_profile(name_or_path: str | Path):
     if not looks_like_path(name_or_path):
         if name_or_path not in list_profiles():  # a shipped name; no file-system lookup of an arbitrary string
             import difflib
-            key = str(name_or_path).strip().lower()
+            key = _spelled(str(name_or_path).strip().lower())
             close = [] if not key else (  # every name starts with "": no guess for an empty one
                 [p for p in list_profiles() if p.startswith(key)]
+                or [p for p in list_profiles() if p.split("-")[0] == key.split("-")[0]]  # the GPU's other parts
                 or difflib.get_close_matches(key, list_profiles(), n=1, cutoff=0.5))
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""  # a100: both of its profiles
             try:  # a file or folder of that name here: read as a profile name, as a bare word is

@@ -488,6 +488,12 @@ def test_a_gpu_name_alone_finds_its_one_profile():
     assert canonical_name("a100") == "a100" and canonical_name("h1") == "h1" and canonical_name("x.toml") == "x.toml"
     assert load_profile("h100").name == "h100-sxm-80gb"
     assert canonical_name("H100-PCIE-80GB") == "h100-pcie-80gb" and canonical_name("h100-pcie") == "h100-pcie-80gb"
+    # as nvidia-smi prints a GPU, or with underscores
+    assert [canonical_name(n) for n in ("NVIDIA H100 PCIe", "h100_pcie", "H100 SXM", "AMD Instinct MI300X", "NVIDIA L40S")] \
+        == ["h100-pcie-80gb", "h100-pcie-80gb", "h100-sxm-80gb", "mi300x", "l40s"]
+    # a part with no profile is offered the GPU's others (it was offered gb300-nvl72 for "h100 nvl")
+    with pytest.raises(ValueError, match=r"'NVIDIA H100 NVL' \(did you mean h100-pcie-80gb or h100-sxm-80gb\?\)"):
+        load_profile("NVIDIA H100 NVL")
     with pytest.raises(ValueError, match=r"unknown hardware profile 'a100' \(did you mean a100-sxm-40gb or a100-sxm-80gb\?\)"):
         load_profile("a100")
 

@@ -32,25 +32,34 @@ from __future__ import annotations
 import numpy as np
 
 
-def tier_params(hw, inside_node, size=None, local=1):
+def tier_params(hw, inside_node, size=None, local=1, pair=False):
     """(bandwidth, latency) of a group of `size` ranks: its node's fabric inside a node; across nodes one NIC's
     bandwidth, or where the profile's inter-node tier aggregates NICs, `local` NICs' for a group with that many ranks
     on each node (ranks_per_node), no faster than the node's fabric and never slower than one NIC.  On a full mesh
     (xGMI: hw.nvlink.mesh_links) a group of k ranks drives k - 1 of the links and a point-to-point transfer
     (size 2) one; a switch gives every group the full bandwidth; a node with a rate by group size
-    (hw.nvlink.size_scale: a PCIe tree) gives each group its size's."""
+    (hw.nvlink.size_scale: a PCIe tree) gives each group its size's; a node whose GPUs are bridged in pairs
+    (hw.nvlink.pair_bytes_per_s) gives a group that is one pair (`pair`: one_pair) the bridge's."""
     intra = hw.nvlink.bytes_per_s
     links = hw.nvlink.mesh_links
     if links and size is not None:
         intra = intra * np.clip(np.asarray(size) - 1, 1, links) / links
     if hw.nvlink.size_scale and size is not None:  # the node's rate by group size (a PCIe tree: the L40S profile)
         intra = intra * size_scale(hw.nvlink.size_scale, size)
+    if hw.nvlink.pair_bytes_per_s:  # NVLink bridges between pairs (the H100 PCIe profile)
+        intra = np.where(pair, hw.nvlink.pair_bytes_per_s, intra)
     inter = hw.inter_node.bytes_per_s
     if hw.inter_node.aggregate_nics:  # never below one NIC (a point-to-point pair on a mesh drives one xGMI link)
         inter = np.maximum(inter, np.minimum(intra, np.asarray(local) * inter))
     bw = np.where(inside_node, intra, inter)
     lat = np.where(inside_node, hw.nvlink.latency_s, hw.inter_node.latency_s)
     return bw, lat
+
+
+def one_pair(stride, size):
+    """True where a group of `size` ranks `stride` apart is one pair of consecutive ranks (2i, 2i + 1: a bridged
+    pair, tier_params' pair): two ranks, nothing between them."""
+    return (np.asarray(size) == 2) & (np.asarray(stride) == 1)
 
 
 def size_scale(table, size):

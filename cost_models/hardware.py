@@ -22,6 +22,9 @@ class Tier:
     # in-node: bytes_per_s's scale by group size (NetworkTier.efficiency_by_group_size over its efficiency), as
     # (sizes, scales) increasing; () = one rate for every group
     size_scale: tuple = ()
+    # in-node: a bridged pair's achievable bandwidth (NetworkTier.bridge_gbytes_per_s x bridge_efficiency): a group of
+    # exactly two consecutive ranks runs at it (comm.tier_params' pair); 0 = no bridges
+    pair_bytes_per_s: float = 0.0
 
 
 # what `parplan calibrate` writes into a CPU self-calibration's `measured` (both modes): a profile for tool tests
@@ -150,7 +153,9 @@ def constants_from_profile(profile, dtype: str = "bf16", gpus_per_node: int | No
         reserve_bytes=profile.memory_reserve_gbytes * GB,
         gpus_per_node=gpus_per_node or profile.gpus_per_node,
         nvlink=Tier(profile.nvlink.gbytes_per_s * GB * profile.nvlink.efficiency, profile.nvlink.latency_s,
-                    profile.nvlink.mesh_links or 0, size_scale=_size_scale(profile.nvlink)),
+                    profile.nvlink.mesh_links or 0, size_scale=_size_scale(profile.nvlink),
+                    pair_bytes_per_s=(profile.nvlink.bridge_gbytes_per_s or 0.0) * GB
+                    * (profile.nvlink.bridge_efficiency or 0.0)),
         inter_node=Tier(inter_bw, inter.latency_s, aggregate_nics=bool(inter.aggregate_nics if aggregate_nics is None else aggregate_nics)),
         host_memory_bytes_per_node=profile.host_memory_gbytes_per_node * GB,
         host_link_bytes_per_s=profile.host_link_gbytes_per_s * GB,

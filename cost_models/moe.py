@@ -124,7 +124,7 @@ def all_to_all(m, lay, hw, act_bytes: int, dispatcher: str = "alltoall"):
     nbytes = tokens_h * m.top_k
     inside = comm.group_inside_node(hw, 1, ep, lay.gpus)
     local = np.where(inside, ep, comm.ranks_per_node(hw, 1, ep))  # the group's ranks on a rank's node
-    intra, _ = comm.tier_params(hw, True, ep)
+    intra, _ = comm.tier_params(hw, True, ep, pair=comm.one_pair(1, ep))
     inter, _ = comm.tier_params(hw, False, ep)
     off_node = nbytes * (ep - local) / np.maximum(ep, 1)
     on_node = nbytes * (local - 1) / np.maximum(ep, 1)
@@ -152,7 +152,7 @@ def expert_grad_group(m, lay, hw):
     stage = np.asarray(lay.tp) * np.asarray(lay.cp) * np.asarray(lay.dp)
     inside = comm.group_inside_node(hw, 1, stage, lay.gpus) | (edp <= 1)
     local = comm.ranks_per_node(hw, lay.ep, edp)
-    bw, lat = comm.tier_params(hw, inside, edp, local)
+    bw, lat = comm.tier_params(hw, inside, edp, local, comm.one_pair(lay.ep, edp))
     return bw, lat, edp
 
 

@@ -258,7 +258,7 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     # the forward is recomputed; with SP each becomes all-gather + reduce-scatter of the same
     # total volume (Korthikanti 2022 sec. 4.2.2).
     tp_in = comm.group_inside_node(hw, 1, tp, lay.gpus)
-    tp_bw, tp_lat = comm.tier_params(hw, tp_in, tp, comm.ranks_per_node(hw, 1, tp))
+    tp_bw, tp_lat = comm.tier_params(hw, tp_in, tp, comm.ranks_per_node(hw, 1, tp), comm.one_pair(1, tp))
     msg = tokens_mb * m.hidden * act_b
     t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
     # a mixture of experts' routed MLP is outside the tensor-parallel region (expert tensor parallelism 1: the MoE layer
@@ -321,7 +321,7 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     # a collective's ranks on a node may pool their NICs (comm.tier_params); Megatron's ring attention passes K/V
     # point to point, each rank over its own NIC (torch's all-gather rotater and the all-gather CP are collectives)
     ring_p2p = np.asarray(tr.overlap_cp_comm) & ~np.asarray(tr.cp_overlap_local_chunk_only)
-    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, np.where(ring_p2p, 1, cp_local))
+    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, np.where(ring_p2p, 1, cp_local), comm.one_pair(tp, cp))
     kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
     cp_saved = np.asarray(tr.cp_saves_gathered_kv)
@@ -467,7 +467,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     t_last = np.where(single, 0.0, on_last("block") + cast_last + np.where(head_first, 0.0, head_t))
     # pipeline point-to-point: per chunk, send activations forward and gradients backward
     pp_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
-    pp_bw, pp_lat = comm.tier_params(hw, pp_in, 2)  # point to point
+    pp_bw, pp_lat = comm.tier_params(hw, pp_in, 2, pair=comm.one_pair(tp * cp, pp))  # point to point
     # Megatron's scatter/gather (Narayanan 2021 sec. 4.1), and DeepSpeed's partitioned pipeline buffers
     # (PartitionedTensor, deepspeed/runtime/pipe/engine.py): without SP each TP rank sends its 1/tp slice
     # and the receiving stage all-gathers the slices over the (NVLink) TP group; with SP the stage
@@ -550,13 +550,19 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     rep = np.asarray(lay.dp_replicate)
     hybrid = rep > 1
     sh_stride = tp * cp * pp
+    # one bridged pair (comm.one_pair): dp's ranks are tp x cp x pp apart; dp x cp is cp's group where dp is 1, dp's
+    # where cp is 1
+    dp_pair = comm.one_pair(tp * cp * pp, dp)
+    dpcp_pair = np.where(np.asarray(dp) == 1, comm.one_pair(tp, cp), (np.asarray(cp) == 1) & dp_pair)
     sh_bw, sh_lat = comm.tier_params(
         hw, np.where(hybrid, comm.group_inside_node(hw, sh_stride, shards, lay.gpus),
                      np.where(tr.zero_over_cp, dpcp_in, dp_in)), shards,
-        np.where(hybrid, comm.ranks_per_node(hw, sh_stride, shards), np.where(tr.zero_over_cp, dpcp_local, dp_local)))
+        np.where(hybrid, comm.ranks_per_node(hw, sh_stride, shards), np.where(tr.zero_over_cp, dpcp_local, dp_local)),
+        np.where(hybrid, comm.one_pair(sh_stride, shards), np.where(tr.zero_over_cp, dpcp_pair, dp_pair)))
     rep_bw, rep_lat = comm.tier_params(hw, comm.group_inside_node(hw, sh_stride * shards, rep, lay.gpus), rep,
-                                       comm.ranks_per_node(hw, sh_stride * shards, rep))
-    dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local)
+                                       comm.ranks_per_node(hw, sh_stride * shards, rep),
+                                       comm.one_pair(sh_stride * shards, rep))
+    dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local, dpcp_pair)
     # a mixture of experts: the heaviest stage's expert weights are reduced (and, ZeRO-1/2, sharded and gathered) over
     # their own data-parallel group (moe.expert_data_parallel), the rest as a dense model's
     # of the heaviest stage, the one stage_params is (as stage_root picks it)
@@ -709,7 +715,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # sharding over dp only (parplan's runtime), after the dp reduction the cp replicas average what each rank
     # holds with an all-reduce over cp, on the critical path: ZeRO-1 the full gradients, ZeRO-2 (which drops
     # the others' pieces) and FSDP2 their 1/dp
-    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, cp_local)
+    cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, cp_local, comm.one_pair(tp, cp))
     cp_avg_t, cp_avg_moved = comm.all_reduce(grad_bytes / np.where(zero >= 2, dp, 1), cp, cp_bw, cp_lat)
     cp_apart = (zero >= 1) & ~np.asarray(tr.zero_over_cp)
     dp_exposed = dp_exposed + np.where(cp_apart, cp_avg_t, 0.0)
@@ -721,7 +727,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     if m.tied or m.mtp:  # (multi-token prediction's embedding copy on the last stage too: mtp_head_params_per_gpu)
         # the first and last stage of one pipeline replica share a node where the replica does
         first_last_in = comm.group_inside_node(hw, tp * cp, pp, lay.gpus)
-        tie_bw, tie_lat = comm.tier_params(hw, first_last_in, 2)
+        tie_bw, tie_lat = comm.tier_params(hw, first_last_in, 2, pair=comm.one_pair(tp * cp, pp))
         tie_t, tie_moved = comm.all_reduce(m.vocab * m.hidden / tp * rec["grad"], 2, tie_bw, tie_lat)
         tie_on = ~single & ~head_first
         dp_exposed = dp_exposed + np.where(tie_on, tie_t, 0.0)

@@ -812,20 +812,27 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
     big = max(ar, key=lambda r: r["bytes"])
     small = min(ar, key=lambda r: r["bytes"])
     nv = dict(data["nvlink"])
-    nv["efficiency"] = _clamp_eff(big["busbw_gbytes_per_s"] / base_profile.nvlink.gbytes_per_s)
+    # two GPUs of a node bridged in pairs (the base's nvlink.bridge_gbytes_per_s) are one pair: what they measured is
+    # the pair's rate (the bridge's, or PCIe's where these two are not bridged), not the rest of the node's
+    pair = world == 2 and bool(nv.get("bridge_gbytes_per_s"))
+    link = nv["bridge_gbytes_per_s"] if pair else base_profile.nvlink.gbytes_per_s
+    nv["bridge_efficiency" if pair else "efficiency"] = _clamp_eff(big["busbw_gbytes_per_s"] / link)
     nv["latency_s"] = float(f"{small['s'] / (2 * (world - 1)):.3g}")
     # the base's rates by group size are another machine's: this one measured its whole node's group only
     by_size = nv.pop("efficiency_by_group_size", None)
     data["nvlink"] = nv
-    measured_fields += ["nvlink.efficiency", "nvlink.latency_s"]
+    measured_fields += ["nvlink.bridge_efficiency" if pair else "nvlink.efficiency", "nvlink.latency_s"]
     note = (f"{world} GPUs: all-reduce busbw {big['busbw_gbytes_per_s']:.0f} GB/s at {big['bytes'] / 2**20:.0f} MiB "
-            f"/ link {base_profile.nvlink.gbytes_per_s:g} GB/s; {small['bytes'] / 1024:.0f} KiB all-reduce "
+            f"/ {'bridge' if pair else 'link'} {link:g} GB/s; {small['bytes'] / 1024:.0f} KiB all-reduce "
             f"{small['s'] * 1e6:.1f} us over {2 * (world - 1)} ring steps; " + ", ".join(
                 f"{op} {max((r for r in coll if r['op'] == op), key=lambda r: r['bytes'])['busbw_gbytes_per_s']:.0f}"
                 for op in ("all_gather", "reduce_scatter", "send_recv")) + " GB/s")
     if by_size:
         note += (f"; the base's nvlink.efficiency_by_group_size dropped (a group of {world} measured here: every group "
                  "takes that rate)")
+    if nv.get("bridge_gbytes_per_s"):
+        note += ("; one bridged pair measured: the rest of the node's groups keep the base's nvlink.efficiency" if pair
+                 else "; the base's bridged pairs (nvlink.bridge_efficiency) kept: a pair was not measured alone")
     if ov:
         note += (f"; GEMM train {ov[0]['gemm_alone_s'] * 1e3:.1f} ms alone, {ov[0]['gemm_beside_s'] * 1e3:.1f} ms beside "
                  f"{ov[0]['all_reduces_in_flight']} all-reduces: overlap_compute_slowdown "

@@ -1140,7 +1140,8 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
                       "a published table (A100: SC21 Table 1; H100, and H200 reusing it: Megatron-Core 2024); "
                       "1 = not calibrated to training runs, so likely optimistic; in-node GB/s is the node's fabric (NVLink, xGMI, "
                       "or PCIe where a GPU has neither) per direction ('by size': a group reaches a share of it that "
-                      "its size sets, nvlink.efficiency_by_group_size, as a PCIe tree or pairs of bridged cards do); "
+                      "its size sets, nvlink.efficiency_by_group_size, as a PCIe tree does; 'pairs': NVLink bridges "
+                      "join pairs of cards at that rate, nvlink.bridge_gbytes_per_s); "
                       "inter-node GB/s is per GPU ('pooled': a group's ranks on a node share their NICs, "
                       "inter_node.aggregate_nics)", caption_justify="left")
     names = hardware_profiles.list_profiles()
@@ -1155,7 +1156,8 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
         t.add_row(name, f"{p.peak_dense_tflops.get('bf16', 0):g}", f"{fp8:g}" if fp8 else "-", f"{p.hbm_gbytes:g} GB",
                   f"{p.hbm_gbytes_per_s:g}",
                   str(p.gpus_per_node),
-                  f"{p.nvlink.gbytes_per_s:g}" + (" by size" if p.nvlink.efficiency_by_group_size else ""),
+                  f"{p.nvlink.gbytes_per_s:g}" + (" by size" if p.nvlink.efficiency_by_group_size else "")
+                  + (f", pairs {p.nvlink.bridge_gbytes_per_s:g}" if p.nvlink.bridge_gbytes_per_s else ""),
                   f"{p.inter_node.gbytes_per_s:g}" + (" pooled" if p.inter_node.aggregate_nics else ""),
                   f"{p.sustained_matmul_fraction:g}")
     _out().print(t)

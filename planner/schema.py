@@ -754,6 +754,15 @@ class NetworkTier(Strict):
         "k at or below n (the first entry below it), a point-to-point transfer k = 2's.  For a node whose fabric "
         "does not give every group one rate: a PCIe tree, where 2-4 GPUs under one switch run faster than 8 across "
         "the host (the L40S profile).  None = `efficiency` for every group.")
+    bridge_gbytes_per_s: Optional[float] = Field(
+        None, gt=0, description="nvlink tier only: NVLink bridges join the node's GPUs in pairs (ranks 2i and 2i + 1) "
+        "over a fabric without NVLink between the pairs (PCIe: the H100 PCIe profile), each bridge this many GB/s a "
+        "direction: a group of exactly two consecutive ranks (tp 2; cp 2 or dp 2 where nothing lies inside them; pp "
+        "2's sends where tp x cp is 1) runs at bridge_efficiency of it, every other group and pipeline send at the "
+        "tier's own rate.  None = no bridges.")
+    bridge_efficiency: Optional[float] = Field(
+        None, gt=0, le=1, description="nvlink tier only, with bridge_gbytes_per_s: the achievable fraction of a "
+        "bridge's bandwidth (a bridged pair's all-reduce bus bandwidth over it).")
 
     @field_validator("efficiency_by_group_size", mode="before")
     @classmethod
@@ -801,6 +810,9 @@ class HardwareProfile(Strict):
         if v.efficiency_by_group_size is not None and v.mesh_links is not None:
             raise ValueError("efficiency_by_group_size and mesh_links are both set under [nvlink]: a mesh's rate by "
                              "group size is its links'; give one of the two")
+        if (v.bridge_gbytes_per_s is None) != (v.bridge_efficiency is None):
+            raise ValueError("bridge_gbytes_per_s and bridge_efficiency go together under [nvlink] (a bridge's "
+                             "bandwidth and the fraction of it a bridged pair reaches); give both or neither")
         return v
 
     @field_validator("inter_node")
@@ -809,6 +821,9 @@ class HardwareProfile(Strict):
         if v.efficiency_by_group_size is not None:
             raise ValueError("efficiency_by_group_size is set under [inter_node]; it belongs under [nvlink] (the rate "
                              "of a group inside a node by its size)")
+        if v.bridge_gbytes_per_s is not None or v.bridge_efficiency is not None:
+            raise ValueError("bridge_gbytes_per_s is set under [inter_node]; it belongs under [nvlink] (NVLink bridges "
+                             "between pairs of a node's GPUs)")
         return v
 
     @field_validator("peak_dense_tflops")

@@ -375,6 +375,15 @@ def test_collective_results_fill_the_profile():
     note = apply_collectives(data, coll[:-1], l40s, 4, [])
     assert HardwareProfile(**data).nvlink.efficiency_by_group_size is None
     assert "efficiency_by_group_size dropped (a group of 4 measured here" in note
+    # a base bridged in pairs (the H100 PCIe's): two GPUs measure their pair (300 GB/s busbw: the whole bridge), the
+    # PCIe rate of the rest kept; eight measure the node's PCIe rate (300 / 64 clamps to 1), the bridges kept
+    pcie = hardware_profiles.load_profile("h100-pcie-80gb")
+    for world, field, value, kept, said in ((2, "bridge_efficiency", 1.0, ("efficiency", 0.625), "one bridged pair"),
+                                            (8, "efficiency", 1.0, ("bridge_efficiency", 0.387), "pairs (nvlink.")):
+        data, fields = pcie.model_dump(mode="json"), []
+        note = apply_collectives(data, coll[:-1], pcie, world, fields)
+        nv = HardwareProfile(**data).nvlink.model_dump()
+        assert nv[field] == value and nv[kept[0]] == kept[1] and f"nvlink.{field}" in fields and said in note
 
 
 def test_from_run_fits_host_dispatch_on_launch_bound_reports_only(plan, tmp_path, capsys):

@@ -744,11 +744,11 @@ def test_preset_and_profile_names_are_never_cut(capsys, monkeypatch):
     assert rc == 0 and "…" not in out and all(n in out for n in list_presets())
     rc, out, _ = _run(["hardware", "list"], capsys)
     assert rc == 0 and all(n in out for n in hardware_profiles.list_profiles())
-    # the in-node rate of a node whose groups reach it by size (a PCIe tree, bridged pairs) says so
+    # the in-node rate of a node whose groups reach it by size (a PCIe tree) says so, and a node's bridged pairs
     monkeypatch.setenv("COLUMNS", "200")  # a row a line
     rc, out, _ = _run(["hardware", "list"], capsys)
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│") and len(line.split()) > 2}
-    assert "by" in rows["l40s"] and "by" in rows["h100-pcie-80gb"] and "by" not in rows["h100-sxm-80gb"]
+    assert "by size" in rows["l40s"] and "pairs 300" in rows["h100-pcie-80gb"] and "by" not in rows["h100-sxm-80gb"]
 
 
 def test_files_that_are_not_plans_say_what_they_are(plan_text, tmp_path, capsys):

@@ -561,17 +561,32 @@ def test_a_pcie_node_times_each_group_at_its_sizes_measured_rate():
         HardwareProfile(**bad)
 
 
-def test_the_h100_pcie_node_runs_a_bridged_pair_at_its_bridge_and_wider_groups_over_pcie():
-    """h100-pcie-80gb: tp 2 on an NVLink-bridged pair at the pair's measured all-reduce bus bandwidth (116 GB/s,
-    NVIDIA/nccl#1161), 4 and 8 GPUs at the PCIe Gen5 rate (40 GB/s), a pipeline send at the pair's; its GEMMs at the
-    PCIe card's own peak and ceiling (66.1 % of 756 TFLOP/s), and no run of the SXM part counts as its accuracy."""
+def test_the_h100_pcie_node_runs_a_bridged_pair_at_its_bridge_and_other_groups_over_pcie():
+    """h100-pcie-80gb: a group of two consecutive ranks (one NVLink-bridged pair) at the pair's measured all-reduce
+    bus bandwidth (116 GB/s, NVIDIA/nccl#1161), any other group, two ranks apart included, at the PCIe Gen5 rate
+    (40 GB/s); its GEMMs at the PCIe card's own peak and ceiling (66.1 % of 756 TFLOP/s), and no run of the SXM part
+    counts as its accuracy."""
     from cost_models import comm
     from cost_models.hardware import constants_from_profile
     from planner import accuracy
     hw = constants_from_profile(load_profile("h100-pcie-80gb"))
-    bw, _ = comm.tier_params(hw, True, np.array([2, 4, 8]))
-    assert bw / 1e9 == pytest.approx([300 * 0.387, 300 * 0.133, 300 * 0.133])
-    assert comm.tier_params(hw, True, 2)[0] / 1e9 == pytest.approx(116.1)
+    stride, size = np.array([1, 2, 1, 1, 4]), np.array([2, 2, 4, 8, 2])
+    bw, _ = comm.tier_params(hw, True, size, pair=comm.one_pair(stride, size))
+    assert bw / 1e9 == pytest.approx([300 * 0.387, 64 * 0.625, 40, 40, 40])
+    assert comm.tier_params(hw, True, 2)[0] / 1e9 == pytest.approx(40)  # a pair not said to be one: PCIe's
+    assert comm.tier_params(hw, False, 2, pair=True)[0] / 1e9 == pytest.approx(6.25 * 0.88)  # across nodes: a NIC
+    for l40s_or_sxm in ("l40s", "h100-sxm-80gb"):  # no bridges: a pair is a group of two as before
+        other = constants_from_profile(load_profile(l40s_or_sxm))
+        assert comm.tier_params(other, True, 2, pair=True)[0] == comm.tier_params(other, True, 2)[0]
+    data = tomllib.loads((PROFILE_DIR / "h100-pcie-80gb.toml").read_text())
+    for where, fields, says in (("nvlink", {"bridge_efficiency": None}, "go together"),
+                                ("inter_node", {"bridge_gbytes_per_s": 300.0, "bridge_efficiency": 0.4},
+                                 "belongs under [nvlink]")):
+        bad = copy.deepcopy(data)
+        bad[where].update(fields)
+        bad[where] = {k: v for k, v in bad[where].items() if v is not None}
+        with pytest.raises(ValueError, match=re.escape(says)):
+            HardwareProfile(**bad)
     sxm = constants_from_profile(load_profile("h100-sxm-80gb"))
     assert hw.peak_flops == pytest.approx(756e12) and sxm.peak_flops == pytest.approx(989.4e12)
     ceiling = max(e for _, e in load_profile("h100-pcie-80gb").matmul_efficiency_curve)
@@ -583,19 +598,18 @@ def test_the_h100_pcie_node_runs_a_bridged_pair_at_its_bridge_and_wider_groups_o
 
 def test_what_the_h100_pcie_bridges_are_worth_as_the_readme_states(tmp_path):
     """The README's H100 PCIe figures, recomputed: llama3-70b on 16 at `recommend`'s tp 2 pp 8 steps 356.5 s with the
-    bridges and 398.1 s with every group at PCIe's rate; at tp 2 pp 4 cp 2 its pipeline sends and cp collectives
-    (priced at the bridge's rate) take 7.9 s of 342.2."""
+    bridges and 397.9 s without them (every group at PCIe's rate); at tp 2 pp 4 cp 2 the cp pairs sit on different
+    bridges (two ranks tp apart): 4.6 s of cp collectives at PCIe's rate in a 345.7 s step."""
     from planner.core import Pins, recommend
     from planner.models import load_preset
     data = tomllib.loads((PROFILE_DIR / "h100-pcie-80gb.toml").read_text())
-    data["nvlink"]["efficiency_by_group_size"][0][1] = data["nvlink"]["efficiency"]
+    del data["nvlink"]["bridge_gbytes_per_s"], data["nvlink"]["bridge_efficiency"]
     (tmp_path / "nobridge.json").write_text(json.dumps({**data, "name": "h100-pcie-nobridge"}))
     spec = load_preset("llama3-70b")
     pins = Pins(tp=2, pp=8, dp=1, cp=1)
     plan = lambda hw, pins: recommend(spec, 16, hardware=hw, pins=pins, suggest=False, balance_head=True)  # noqa: E731
     steps = [round(plan(hw, pins).prediction.step_time_s, 1)
              for hw in ("h100-pcie-80gb", str(tmp_path / "nobridge.json"))]
-    assert steps == [356.5, 398.1]
+    assert steps == [356.5, 397.9]
     p = plan("h100-pcie-80gb", Pins(tp=2, pp=4, cp=2)).prediction
-    assert round(p.step_time_s, 1) == 342.2
-    assert round(p.time_breakdown.pp_comm_s + p.time_breakdown.cp_comm_s, 1) == 7.9
+    assert round(p.step_time_s, 1) == 345.7 and round(p.time_breakdown.cp_comm_s, 1) == 4.6

@@ -139,6 +139,13 @@ def canonical_name(name_or_path):
     return name_or_path
 
 
+def calibrated_on(profile) -> str:
+    """The device a profile was measured on where `parplan calibrate` wrote it ("... -- calibrated on NVIDIA H100
+    PCIe" ends its description; the last one, for a profile calibrated from a calibrated base), else ""."""
+    described = profile.description or ""
+    return described.rpartition("calibrated on ")[2] if "calibrated on " in described else ""
+
+
 def _spelled(key: str) -> str:
     """A lower-case GPU name as the profiles spell one: hyphens for spaces and underscores, no maker's name first."""
     return re.sub(r"^(nvidia|amd-instinct|amd)-", "", re.sub(r"[\s_]+", "-", key))

@@ -54,16 +54,15 @@ def gpu_kind(hardware: str | None) -> str | None:
 
 @lru_cache(maxsize=16)
 def _profile_file_kind(path: str) -> str | None:
-    """The GPU kind a profile file's `name`, else its description, names (a calibrated profile's description ends
-    "calibrated on <the device>", read first); None where the file cannot be read (a plan from another machine)."""
-    from hardware_profiles import load_profile
+    """The GPU kind of the device a profile file was calibrated on (hardware_profiles.calibrated_on: an H100 PCIe
+    calibrated from the SXM part's profile keeps that profile's name), else the one its `name`, else its description,
+    names; None where the file cannot be read (a plan from another machine)."""
+    from hardware_profiles import calibrated_on, load_profile
     try:
         prof = load_profile(path)
     except Exception:  # noqa: BLE001 -- unreadable or invalid: no kind to tell, as for a file named otherwise
         return None
-    described = prof.description or ""
-    measured_on = described.rpartition("calibrated on ")[2] if "calibrated on " in described else ""
-    return _kind_in(prof.name) or _kind_in(measured_on) or _kind_in(described)
+    return _kind_in(calibrated_on(prof)) or _kind_in(prof.name) or _kind_in(prof.description or "")
 
 
 # the launch grids accuracy.json keeps, by GPU: (its key, the GPU's name in words, what a profile name holds)

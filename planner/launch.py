@@ -241,11 +241,10 @@ def gpu_family(text: Optional[str]) -> Optional[str]:
 
 def profile_family(prof) -> Optional[str]:
     """The GPU family a hardware profile describes: the device it was calibrated on where its description says so
-    (`parplan calibrate` ends it "calibrated on <device>": an H100 PCIe calibrated from the SXM part's profile keeps
-    that name), else the one its name, else its description, names."""
-    described = prof.description or ""
-    measured_on = described.rpartition("calibrated on ")[2] if "calibrated on " in described else ""
-    return gpu_family(measured_on) or gpu_family(prof.name) or gpu_family(described)
+    (hardware_profiles.calibrated_on: an H100 PCIe calibrated from the SXM part's profile keeps that profile's name),
+    else the one its name, else its description, names."""
+    from hardware_profiles import calibrated_on
+    return gpu_family(calibrated_on(prof)) or gpu_family(prof.name) or gpu_family(prof.description)
 
 
 def cpu_matmul_rate(n: int = 512, repeats: int = 8, fp8: bool = False) -> float:

@@ -648,6 +648,10 @@ def test_a_profile_file_named_otherwise_is_read_for_its_gpu_kind(tmp_path):
     pcie = tmp_path / "node9.toml"  # calibrated on an H100 PCIe (the device's name as calibrate records it)
     pcie.write_text(text.replace("calibrated on NVIDIA H200", "calibrated on NVIDIA H100 PCIe"), encoding="utf-8")
     assert f"none launched on {pcie}; 69 H100 launches" in line("parplan", str(pcie))
+    named = tmp_path / "named.toml"  # the SXM base's name kept, calibrated on a PCIe card: the card's kind
+    named.write_text(h100.read_text(encoding="utf-8").replace("calibrated on NVIDIA H100 80GB HBM3",
+                                                              "calibrated on NVIDIA H100 PCIe"), encoding="utf-8")
+    assert 'name = "h100' in named.read_text(encoding="utf-8") and "none launched on" in line("parplan", str(named))
     bare = tmp_path / "node8.toml"
     bare.write_text(re.sub(r'(?m)^description = ".*"$', 'description = "the rack by the door"', text), encoding="utf-8")
     assert "H200" not in bare.read_text(encoding="utf-8").split("sources")[0]

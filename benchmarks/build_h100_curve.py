@@ -61,6 +61,7 @@ TARGETS = {
     "gb300-nvl72": (2450.0, 0.786, "no GB300 row in the MAMF table; B300 SXM's 78.6% (the same Blackwell Ultra GPU)"),
     "l40s": (362.05, 0.743, "no L40S row in the MAMF table; a community run's best square BF16 GEMM, 269.15/362.05 "
                             "= 74.3% (not a shape search)"),
+    "a100-pcie-80gb": (312.0, 0.811, "MAMF A100 PCIe 252.9/312 = 81.1% (the row does not say 40 or 80 GB)"),
     "h100-pcie-80gb": (756.0, 0.661, "no H100 PCIe row in the MAMF table; the best square BF16 GEMM of two community "
                                      "runs of one harness, H100 PCIe 495.93 and H800 PCIe (the same GPU) 503.83: "
                                      "499.88/756 = 66.1% (that harness read an H100 SXM at 80.6%, MAMF 80.3%)"),

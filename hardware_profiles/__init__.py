@@ -121,7 +121,7 @@ def canonical_name(name_or_path):
     as model presets are matched) or is the GPU's name alone and one profile has it, or one SXM profile among its
     others ("GB200"; "h100": h100-sxm-80gb, not h100-pcie-80gb; "a100" names two SXM parts), also written with
     spaces or underscores and the maker's name before it, as nvidia-smi prints a GPU ("NVIDIA H100 PCIe",
-    "h100_pcie": h100-pcie-80gb); anything else as given."""
+    "h100_pcie": h100-pcie-80gb; "NVIDIA A100 80GB PCIe": a100-pcie-80gb); anything else as given."""
     if looks_like_path(name_or_path):
         return name_or_path
     names = list_profiles()
@@ -147,8 +147,9 @@ def calibrated_on(profile) -> str:
 
 
 def _spelled(key: str) -> str:
-    """A lower-case GPU name as the profiles spell one: hyphens for spaces and underscores, no maker's name first."""
-    return re.sub(r"^(nvidia|amd-instinct|amd)-", "", re.sub(r"[\s_]+", "-", key))
+    """A lower-case GPU name as the profiles spell one: hyphens for spaces and underscores, no maker's name first, no
+    memory size before the form factor ("NVIDIA A100 80GB PCIe": a100-pcie)."""
+    return re.sub(r"-\d+gb(?=-)", "", re.sub(r"^(nvidia|amd-instinct|amd)-", "", re.sub(r"[\s_]+", "-", key)))
 
 
 def profile_file(name_or_path: str | Path) -> Path:

@@ -11,6 +11,7 @@ both and fail when the file no longer matches the cost model.  Nothing here impo
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -29,14 +30,15 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
-# gb300 before b300 and gb200 before b200: the rack's name holds its GPU's; h100-pcie before h100 (no run of the PCIe
-# card is measured or published here: the SXM part's are not its)
-GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100-pcie", "h100", "a100", "mi355x", "mi325x", "mi300x",
-             "l40s")
+# gb300 before b300 and gb200 before b200: the rack's name holds its GPU's; the PCIe cards before their SXM parts (no
+# run of a PCIe card is measured or published here: the SXM parts' are not theirs)
+GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100-pcie", "h100", "a100-pcie", "a100", "mi355x", "mi325x",
+             "mi300x", "l40s")
 
 
 def _kind_in(text: str) -> str | None:
-    text = text.lower().replace(" ", "-")  # a device's name as calibrate records it: "NVIDIA H100 PCIe"
+    # a device's name as calibrate records it ("NVIDIA H100 PCIe", "NVIDIA A100 80GB PCIe"), its size left out
+    text = re.sub(r"-\d+gb(?=-)", "", text.lower().replace(" ", "-"))
     return next((k for k in GPU_KINDS if k in text), None)
 
 

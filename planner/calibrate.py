@@ -79,6 +79,8 @@ _GPU_PROFILES = [
     ("h200", "h200-sxm-141gb"),
     ("h100 pcie", "h100-pcie-80gb"),  # "NVIDIA H100 PCIe", before the SXM part's "NVIDIA H100 80GB HBM3"
     ("h100", "h100-sxm-80gb"),
+    ("a100 80gb pcie", "a100-pcie-80gb"),  # "NVIDIA A100 80GB PCIe"
+    ("a100-pcie", "a100-pcie-80gb"),  # "NVIDIA A100-PCIE-40GB": the PCIe node, its 40 GB measured (hbm_gbytes)
     ("a100-sxm4-40gb", "a100-sxm-40gb"),
     ("a100", "a100-sxm-80gb"),
     ("gb300", "gb300-nvl72"),  # before b300, which its name contains ("NVIDIA GB300")

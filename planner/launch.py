@@ -227,16 +227,18 @@ def check_memory(plan, device: str, machine: MachineInfo, nproc: int = 1) -> Che
     return Check("memory", True, f"predicted {need / 1e9:.2f} GB per GPU <= {free / 1e9:.2f} GB free")
 
 
-# GPU families as both torch.cuda.get_device_name and the profiles spell them; the H100's PCIe card ("NVIDIA H100
-# PCIe", h100-pcie-80gb) apart from its SXM part ("NVIDIA H100 80GB HBM3", h100-sxm-80gb): another peak, another node.
-# (The H100 NVL, which has no profile of its own to re-plan with, stays an H100.)
-GPU_FAMILY = re.compile(r"(?i)(?<![a-z0-9])(GB300|B300|GB200|B200|B100|H200|H100[ -]PCIE|H100|H800|H20|A100|A800|A10G|"
-                        r"L40S|L40|L4|V100|MI355X|MI325X|MI300X|MI250X|MI250)(?![a-z0-9])")
+# GPU families as both torch.cuda.get_device_name and the profiles spell them; the H100's and A100's PCIe cards
+# ("NVIDIA H100 PCIe", h100-pcie-80gb; "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB", a100-pcie-80gb) apart from
+# their SXM parts: another node (and the H100's another peak).  (The H100 NVL, which has no profile of its own to
+# re-plan with, stays an H100.)
+GPU_FAMILY = re.compile(r"(?i)(?<![a-z0-9])(GB300|B300|GB200|B200|B100|H200|H100[ -]PCIE|H100|H800|H20|"
+                        r"A100(?:[ -]80GB)?[ -]PCIE|A100|A800|A10G|L40S|L40|L4|V100|MI355X|MI325X|MI300X|MI250X|MI250)"
+                        r"(?![a-z0-9])")
 
 
 def gpu_family(text: Optional[str]) -> Optional[str]:
     m = GPU_FAMILY.search(text or "")
-    return m.group(1).upper().replace("-", " ") if m else None
+    return m.group(1).upper().replace("-", " ").replace(" 80GB", "") if m else None
 
 
 def profile_family(prof) -> Optional[str]:

@@ -783,6 +783,8 @@ def test_an_unwritable_out_is_refused_before_measuring(tmp_path, capsys):
     ("NVIDIA H100 80GB HBM3", "h100-sxm-80gb"),
     ("NVIDIA H100 PCIe", "h100-pcie-80gb"),  # not the SXM part's NVSwitch node and 989.4 TFLOP/s
     ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),  # not the SXM part's NVSwitch node
+    ("NVIDIA A100-PCIE-40GB", "a100-pcie-80gb"),  # the PCIe node; calibrate measures its 40 GB
     ("AMD Instinct MI355X", "mi355x"),
     ("AMD Instinct MI325X", "mi325x"),
     ("AMD Instinct MI300X", "mi300x"),

@@ -232,7 +232,8 @@ CASES = [
     # found by a CLI audit (2026-11-24): each was an internal error, a silent wrong answer or an unclear line
     (R + ["--tokens", "1e30"], 2, ["--tokens", "max 1e18"]),
     # (a GPU's name alone is its profile where only one has it, since 2026-12-04: h100 reads h100-sxm-80gb; a100 names two)
-    (R + ["--hardware", "a100"], 2, ["unknown hardware profile", "did you mean a100-sxm-40gb or a100-sxm-80gb"]),
+    (R + ["--hardware", "a100"], 2, ["unknown hardware profile",
+                                     "did you mean a100-pcie-80gb or a100-sxm-40gb or a100-sxm-80gb"]),
     (R + ["--vocab", "1000"], 2, ["--vocab", "explicit shape"]),
     (R + ["--kv-heads", "32"], 2, ["--kv-heads", "explicit shape"]),
     (R + ["--arch", "gpt"], 2, ["--arch", "explicit shape"]),

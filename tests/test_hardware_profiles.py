@@ -20,7 +20,7 @@ from planner.schema import HardwareProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {"a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200-nvl72", "b300", "gb300-nvl72",
-            "mi300x", "mi325x", "mi355x", "l40s", "h100-pcie-80gb"}
+            "mi300x", "mi325x", "mi355x", "l40s", "h100-pcie-80gb", "a100-pcie-80gb"}
 
 
 def _build_module():
@@ -77,8 +77,11 @@ def test_profile_physically_consistent(name):
     assert 0 < p.memory_reserve_gbytes < 0.1 * p.hbm_gbytes
     assert p.nvlink.gbytes_per_s > p.inter_node.gbytes_per_s
     # a PCIe host link is slower than the NIC; Grace's NVLink-C2C is not, and a PCIe server's GPUs share fewer NICs
-    # than they are (the L40S and H100 PCIe nodes: 400 Gb/s for 8, pooled)
-    if "C2C" not in p.description and not p.inter_node.aggregate_nics:
+    # than they are (the L40S and H100 PCIe nodes: 400 Gb/s for 8, pooled); a node on Ethernet without RDMA (Azure's
+    # NC A100 v4: 80 Gb/s for 4 GPUs) is a machine for one node's jobs, its network below its host links
+    if "Ethernet" in p.description:
+        assert p.inter_node.aggregate_nics and p.inter_node.gbytes_per_s * p.gpus_per_node < p.host_link_gbytes_per_s
+    elif "C2C" not in p.description and not p.inter_node.aggregate_nics:
         assert p.inter_node.gbytes_per_s > p.host_link_gbytes_per_s / 2
     else:
         assert p.inter_node.gbytes_per_s * p.gpus_per_node > p.host_link_gbytes_per_s / 2
@@ -481,7 +484,7 @@ def test_gb200_nvl72_keeps_tensor_parallelism_past_eight_gpus_on_nvlink():
 
 def test_a_gpu_name_alone_finds_its_one_profile():
     """--hardware h100 / H200 / gb200: the shipped profile of that GPU where there is one (the plan records its full
-    name), or its one SXM part (h100: not h100-pcie-80gb); a100 names two SXM parts, and the error offers both."""
+    name), or its one SXM part (h100: not h100-pcie-80gb); a100 names two SXM parts, and the error offers its three."""
     from hardware_profiles import canonical_name
     assert [canonical_name(n) for n in ("h100", "H200", "gb200", "b200", "GB300", "b300", "MI300X", "mi355x", "L40S")] == \
         ["h100-sxm-80gb", "h200-sxm-141gb", "gb200-nvl72", "b200", "gb300-nvl72", "b300", "mi300x", "mi355x", "l40s"]
@@ -489,12 +492,14 @@ def test_a_gpu_name_alone_finds_its_one_profile():
     assert load_profile("h100").name == "h100-sxm-80gb"
     assert canonical_name("H100-PCIE-80GB") == "h100-pcie-80gb" and canonical_name("h100-pcie") == "h100-pcie-80gb"
     # as nvidia-smi prints a GPU, or with underscores
-    assert [canonical_name(n) for n in ("NVIDIA H100 PCIe", "h100_pcie", "H100 SXM", "AMD Instinct MI300X", "NVIDIA L40S")] \
-        == ["h100-pcie-80gb", "h100-pcie-80gb", "h100-sxm-80gb", "mi300x", "l40s"]
+    assert [canonical_name(n) for n in ("NVIDIA H100 PCIe", "h100_pcie", "H100 SXM", "AMD Instinct MI300X", "NVIDIA L40S",
+                                        "NVIDIA A100 80GB PCIe")] \
+        == ["h100-pcie-80gb", "h100-pcie-80gb", "h100-sxm-80gb", "mi300x", "l40s", "a100-pcie-80gb"]
     # a part with no profile is offered the GPU's others (it was offered gb300-nvl72 for "h100 nvl")
     with pytest.raises(ValueError, match=r"'NVIDIA H100 NVL' \(did you mean h100-pcie-80gb or h100-sxm-80gb\?\)"):
         load_profile("NVIDIA H100 NVL")
-    with pytest.raises(ValueError, match=r"unknown hardware profile 'a100' \(did you mean a100-sxm-40gb or a100-sxm-80gb\?\)"):
+    with pytest.raises(ValueError, match=r"unknown hardware profile 'a100' \(did you mean a100-pcie-80gb or a100-sxm-40gb or "
+                                         r"a100-sxm-80gb\?\)"):
         load_profile("a100")
 
 
@@ -594,6 +599,30 @@ def test_the_h100_pcie_node_runs_a_bridged_pair_at_its_bridge_and_other_groups_o
                                     abs=1e-4)
     assert accuracy.gpu_kind("h100-pcie-80gb") == "h100-pcie" and accuracy.gpu_kind("h100-sxm-80gb") == "h100"
     assert "none launched on h100-pcie-80gb" in accuracy.line("parplan", "h100-pcie-80gb")
+
+
+def test_the_a100_pcie_node_is_azures_four_cards_in_two_bridged_pairs():
+    """a100-pcie-80gb: four cards a node (Azure NC96ads A100 v4), tp 2 on one bridge at a bridged pair's measured
+    208 GB/s (nccl-tests#178), tp 4 and a pair two ranks apart over PCIe Gen4 at the node's measured 25.9 GB/s, no
+    FP8, the A100 SXM part's peak at the maximum achievable matmul FLOPS table's A100 PCIe ceiling (81.1 %), 80 Gb/s a
+    node across nodes; the PCIe card's own GPU family and accuracy kind."""
+    from cost_models import comm
+    from cost_models.hardware import constants_from_profile
+    from planner import accuracy
+    from planner.launch import gpu_family
+    prof = load_profile("a100-pcie-80gb")
+    hw = constants_from_profile(prof)
+    stride, size = np.array([1, 1, 2]), np.array([2, 4, 2])
+    bw, _ = comm.tier_params(hw, True, size, pair=comm.one_pair(stride, size))
+    assert bw / 1e9 == pytest.approx([300 * 0.693, 32 * 0.81, 32 * 0.81])
+    assert comm.tier_params(hw, False, 8, 4)[0] / 1e9 == pytest.approx(4 * 2.5 * 0.88)  # the node's 80 Gb/s, pooled
+    assert hw.gpus_per_node == 4 and "fp8" not in prof.peak_dense_tflops and hw.peak_flops == pytest.approx(312e12)
+    sxm_ceiling = max(e for _, e in load_profile("h100-sxm-80gb").matmul_efficiency_curve)
+    assert max(e for _, e in prof.matmul_efficiency_curve) == pytest.approx(0.811 / 0.803 * sxm_ceiling, abs=1e-4)
+    assert [gpu_family(n) for n in ("NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB", "a100-pcie-80gb",
+                                    "NVIDIA A100-SXM4-80GB")] == ["A100 PCIE", "A100 PCIE", "A100 PCIE", "A100"]
+    assert accuracy.gpu_kind("a100-pcie-80gb") == "a100-pcie" and accuracy.gpu_kind("a100-sxm-80gb") == "a100"
+    assert "none launched on a100-pcie-80gb" in accuracy.line("parplan", "a100-pcie-80gb")
 
 
 def test_what_the_h100_pcie_bridges_are_worth_as_the_readme_states(tmp_path):

@@ -128,7 +128,7 @@ def canonical_name(name_or_path):
     if name_or_path in names:
         return name_or_path
     key = str(name_or_path).strip().lower()
-    for k in dict.fromkeys((key, _spelled(key))):
+    for k in dict.fromkeys((key, spelled_gpu_name(key))):
         exact = {n.lower(): n for n in names}.get(k)
         if exact:
             return exact
@@ -146,10 +146,12 @@ def calibrated_on(profile) -> str:
     return described.rpartition("calibrated on ")[2] if "calibrated on " in described else ""
 
 
-def _spelled(key: str) -> str:
-    """A lower-case GPU name as the profiles spell one: hyphens for spaces and underscores, no maker's name first, no
-    memory size before the form factor ("NVIDIA A100 80GB PCIe": a100-pcie)."""
-    return re.sub(r"-\d+gb(?=-)", "", re.sub(r"^(nvidia|amd-instinct|amd)-", "", re.sub(r"[\s_]+", "-", key)))
+def spelled_gpu_name(name: str) -> str:
+    """A GPU's name (a device's as nvidia-smi and torch print it, or a profile's) as the profiles spell one: lower case,
+    hyphens for spaces and underscores, no maker's name first, no memory size before the form factor ("NVIDIA A100
+    80GB PCIe": a100-pcie; "NVIDIA H100 PCIe": h100-pcie)."""
+    key = re.sub(r"[\s_]+", "-", name.strip().lower())
+    return re.sub(r"-\d+gb(?=-)", "", re.sub(r"^(nvidia|amd-instinct|amd)-", "", key))
 
 
 def profile_file(name_or_path: str | Path) -> Path:
@@ -174,7 +176,7 @@ def load_profile(name_or_path: str | Path):
     if not looks_like_path(name_or_path):
         if name_or_path not in list_profiles():  # a shipped name; no file-system lookup of an arbitrary string
             import difflib
-            key = _spelled(str(name_or_path).strip().lower())
+            key = spelled_gpu_name(str(name_or_path))
             close = [] if not key else (  # every name starts with "": no guess for an empty one
                 [p for p in list_profiles() if p.startswith(key)]
                 or [p for p in list_profiles() if p.split("-")[0] == key.split("-")[0]]  # the GPU's other parts

@@ -11,7 +11,6 @@ both and fail when the file no longer matches the cost model.  Nothing here impo
 from __future__ import annotations
 
 import json
-import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,8 +36,9 @@ GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100-pcie", "h100", "a10
 
 
 def _kind_in(text: str) -> str | None:
-    # a device's name as calibrate records it ("NVIDIA H100 PCIe", "NVIDIA A100 80GB PCIe"), its size left out
-    text = re.sub(r"-\d+gb(?=-)", "", text.lower().replace(" ", "-"))
+    # a device's name as calibrate records it ("NVIDIA H100 PCIe", "NVIDIA A100 80GB PCIe") spelled as a profile's
+    from hardware_profiles import spelled_gpu_name
+    text = spelled_gpu_name(text)
     return next((k for k in GPU_KINDS if k in text), None)
 
 

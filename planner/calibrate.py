@@ -74,13 +74,14 @@ N_BINS = 10
 TOOL = "parplan calibrate"
 GB = 1e9
 
-# GPU name fragment (lower case) -> shipped profile; first match wins.
+# GPU name fragment (of the device's name as hardware_profiles.spelled_gpu_name spells it) -> shipped profile; first
+# match wins.
 _GPU_PROFILES = [
     ("h200", "h200-sxm-141gb"),
-    ("h100 pcie", "h100-pcie-80gb"),  # "NVIDIA H100 PCIe", before the SXM part's "NVIDIA H100 80GB HBM3"
+    ("h100-pcie", "h100-pcie-80gb"),  # "NVIDIA H100 PCIe", before the SXM part's "NVIDIA H100 80GB HBM3"
     ("h100", "h100-sxm-80gb"),
-    ("a100 80gb pcie", "a100-pcie-80gb"),  # "NVIDIA A100 80GB PCIe"
-    ("a100-pcie", "a100-pcie-80gb"),  # "NVIDIA A100-PCIE-40GB": the PCIe node, its 40 GB measured (hbm_gbytes)
+    # "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB" (the PCIe node; the 40 GB card's memory is measured)
+    ("a100-pcie", "a100-pcie-80gb"),
     ("a100-sxm4-40gb", "a100-sxm-40gb"),
     ("a100", "a100-sxm-80gb"),
     ("gb300", "gb300-nvl72"),  # before b300, which its name contains ("NVIDIA GB300")
@@ -272,7 +273,8 @@ def _load_base(name: str, what: str = "--base", fix: str = ""):
 
 def base_for_device(device_name: str) -> tuple[str, bool]:
     """(profile name, matched) for a GPU name such as 'NVIDIA H100 80GB HBM3'."""
-    low = device_name.lower()
+    from hardware_profiles import spelled_gpu_name
+    low = spelled_gpu_name(device_name)
     for frag, name in _GPU_PROFILES:
         if frag in low:
             return name, True

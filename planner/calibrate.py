@@ -805,9 +805,12 @@ def measure_collectives(world: int, quick: bool, device_type: str = "cuda", size
         return json.loads(Path(path).read_text())
 
 
-def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, measured_fields: list[str]) -> str:
+def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, measured_fields: list[str],
+                      topo=None, env: dict | None = None) -> str:
     """Write what the collective benchmark measured into the profile dict `data` (nvlink efficiency and
-    latency, overlap_compute_slowdown when the overlap probe ran); returns the sources note."""
+    latency, overlap_compute_slowdown when the overlap probe ran); returns the sources note.  topo: this node's
+    `nvidia-smi topo -m` (planner.topology), which tells a base bridged in pairs whether the GPUs measured are: two
+    not NVLinked measured the node's PCIe rate, and a node without any NVLink drops the base's bridges."""
     ov = [r for r in coll if r["op"] == "overlap"]
     if ov:
         data["overlap_compute_slowdown"] = float(f"{min(1.0, ov[0]['slowdown']):.3g}")
@@ -817,8 +820,20 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
     small = min(ar, key=lambda r: r["bytes"])
     nv = dict(data["nvlink"])
     # two GPUs of a node bridged in pairs (the base's nvlink.bridge_gbytes_per_s) are one pair: what they measured is
-    # the pair's rate (the bridge's, or PCIe's where these two are not bridged), not the rest of the node's
-    pair = world == 2 and bool(nv.get("bridge_gbytes_per_s"))
+    # the pair's rate (the bridge's), not the rest of the node's, unless nvidia-smi shows these two not NVLinked
+    bridge_note = ""
+    if nv.get("bridge_gbytes_per_s") and topo is not None:
+        from . import topology
+        devices = (topology.visible_gpus(topo, env)[0] or [])[:world]
+        if not any(topo.nvlinked(a, b) for a, b in topo.links):
+            nv.pop("bridge_gbytes_per_s")
+            nv.pop("bridge_efficiency", None)
+            bridge_note = ("; nvidia-smi topo -m shows no NVLink between this node's GPUs: the base's bridged pairs "
+                           "dropped (every group at the PCIe rate)")
+        elif world == 2 and len(devices) == 2 and not topo.nvlinked(*devices):
+            bridge_note = (f"; GPU{devices[0]}-GPU{devices[1]} are not NVLinked ({topo.link(*devices)}, nvidia-smi "
+                           "topo -m): their rate is the node's PCIe rate, and the base's bridged pairs are kept")
+    pair = world == 2 and bool(nv.get("bridge_gbytes_per_s")) and not bridge_note
     link = nv["bridge_gbytes_per_s"] if pair else base_profile.nvlink.gbytes_per_s
     nv["bridge_efficiency" if pair else "efficiency"] = _clamp_eff(big["busbw_gbytes_per_s"] / link)
     nv["latency_s"] = float(f"{small['s'] / (2 * (world - 1)):.3g}")
@@ -834,7 +849,8 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
     if by_size:
         note += (f"; the base's nvlink.efficiency_by_group_size dropped (a group of {world} measured here: every group "
                  "takes that rate)")
-    if nv.get("bridge_gbytes_per_s"):
+    note += bridge_note
+    if nv.get("bridge_gbytes_per_s") and not bridge_note:
         note += ("; one bridged pair measured: the rest of the node's groups keep the base's nvlink.efficiency" if pair
                  else "; the base's bridged pairs (nvlink.bridge_efficiency) kept: a pair was not measured alone")
     if ov:
@@ -1304,7 +1320,13 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                                         "8.9 and up)"))
     net_note = None
     if coll:
-        net_note = apply_collectives(data, coll, base_profile, world, measured_fields)
+        topo = None
+        if base_profile.nvlink.bridge_gbytes_per_s:  # which of this node's GPUs the bridges join
+            from .topology import read_topology
+            topo, why = read_topology()
+            if topo is None:
+                notes.append(f"the base's bridged pairs taken as this node's: {why}")
+        net_note = apply_collectives(data, coll, base_profile, world, measured_fields, topo)
     else:
         why = "one GPU" if on_gpu else "cpu"
         notes.append(f"{why}: network not measured; nvlink, inter_node and overlap_compute_slowdown kept from "

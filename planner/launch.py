@@ -5,7 +5,8 @@ Pre-flight checks (each failure one stderr line with the fix): torch importable,
 prediction made again from its layout (an edited plan is compared with its own), the device
 (auto = cuda when a GPU is visible), world size (tp*pp*dp*cp) against GPUs here x nnodes,
 what parallel_layers runs, the multi-node rendezvous, the plan's hardware profile against this
-GPU (a warning), the predicted memory per GPU against free device memory (on cpu: the ranks'
+GPU (a warning), the NVLink-bridged GPUs a plan prices pairs of ranks on against `nvidia-smi topo -m` (a
+warning, planner.topology), the predicted memory per GPU against free device memory (on cpu: the ranks'
 state against the host's available memory), a --data token file, --resume against the
 checkpoints saved, and the folders the run writes into.
 
@@ -717,6 +718,60 @@ def check_moe_on_gpu(plan, device: str) -> Optional[Check]:
                  "`parplan calibrate` on this machine counts it)")
 
 
+def step_without_bridges(plan) -> Optional[float]:
+    """The plan's step re-predicted with its profile's NVLink bridges taken out (every in-node group over the node's
+    PCIe rate), where its profile bridges pairs of cards and the plan prices a pair of ranks at the bridge's rate
+    (comm.one_pair): a step that differs; None otherwise, or where it cannot be predicted here."""
+    from .core import PlannerError, evaluate_plan, plan_hardware
+    try:
+        prof = plan_hardware(plan)
+        if not prof.nvlink.bridge_gbytes_per_s or plan.prediction is None:
+            return None
+        bare = prof.model_copy(update={"nvlink": prof.nvlink.model_copy(
+            update={"bridge_gbytes_per_s": None, "bridge_efficiency": None})})
+        step = evaluate_plan(plan, bare).prediction.step_time_s
+    except PlannerError:
+        return None
+    return step if step and abs(step - plan.prediction.step_time_s) > 1e-9 * step else None
+
+
+def check_bridges(plan, device: str, nproc: int, topo_reader=None, env: Optional[dict] = None) -> Optional[Check]:
+    """Where the plan prices pairs of ranks (2i, 2i + 1) at its profile's NVLink bridges (step_without_bridges): are
+    this node's GPUs of those ranks the NVLinked ones, by `nvidia-smi topo -m` (planner.topology)?  A warning with
+    the step predicted without the bridges where a pair is not, and a device order that makes every pair a bridged
+    one where the node has one; None where the plan does not rely on bridges.  topo_reader: () -> (Topology, why)."""
+    if device != "cuda" or nproc < 2:
+        return None
+    bare = step_without_bridges(plan)
+    if bare is None:
+        return None
+    from . import topology
+    step = plan.prediction.step_time_s
+    relies = (f"the plan prices each pair of ranks (2i, 2i + 1) at {plan.hardware.name}'s NVLink bridges "
+              f"({step:.4g} s a step; {bare:.4g} s over PCIe alone)")
+    topo, why = (topo_reader or topology.read_topology)()
+    if topo is None:
+        return Check("bridges", True, f"{relies}; which GPUs are bridged is unchecked here: {why}", settled=False)
+    devices, why = topology.visible_gpus(topo, env)
+    if devices is None or len(devices) < nproc:
+        return Check("bridges", True, f"{relies}; which GPUs are bridged is unchecked here: "
+                     f"{why or f'{len(devices or [])} GPUs visible for {nproc} ranks'}", settled=False)
+    visible, devices = devices, devices[:nproc]
+    missing = topology.unbridged_pairs(topo, devices)
+    if not missing:
+        return Check("bridges", True, "ranks (2i, 2i + 1) on NVLinked GPUs " + ", ".join(
+            f"{a}-{b} ({topo.link(a, b)})" for a, b in zip(devices[::2], devices[1::2])) + ", as the plan prices them")
+    said = ", ".join(f"GPU{a}-GPU{b} ({topo.link(a, b)})" for a, b in missing)
+    # the visible GPUs first (CUDA_VISIBLE_DEVICES may keep others for other jobs), else any of the node's
+    order = topology.bridged_order(topo, visible, nproc) or topology.bridged_order(topo, list(topo.gpus), nproc)
+    fix = (f"run with CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={','.join(map(str, order))} (every pair of "
+           "ranks on a bridged pair)" if order else
+           f"re-plan with a copy of {plan.hardware.name}'s profile without nvlink.bridge_gbytes_per_s and "
+           "bridge_efficiency (--hardware PATH): this node's GPUs have no such pairs")
+    return Check("bridges", True, f"warning: {relies}, and nvidia-smi topo -m shows {said} not NVLinked: expect a step "
+                 f"nearer {bare:.4g} s; fix: {fix}")
+
+
 def check_runtime_support(plan, device: str, torch_version: Optional[str] = None) -> Check:
     """What parallel_layers does not run (yet), caught before any rank starts."""
     from .core import TORCH_PIPELINING
@@ -1361,9 +1416,8 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
                check_hardware(plan, device, machine), check_memory(plan, device, machine, nproc)]
     if plan.training.fp8:
         checks.append(check_fp8(plan, device, machine))
-    moe_gpu = check_moe_on_gpu(plan, device)
-    if moe_gpu:
-        checks.append(moe_gpu)
+    checks += [c for c in (check_moe_on_gpu(plan, device), check_bridges(plan, device, nproc) if world_check.ok
+                           else None) if c]
     if device == "cpu" and world_check.ok:
         checks.append(check_cpu_time(plan, steps, nproc, machine))
     if data and not Path(data).is_file():

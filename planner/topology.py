@@ -1,0 +1,138 @@
+"""Which of this node's GPUs NVLink joins, read from `nvidia-smi topo -m` (no torch).
+
+A profile whose node bridges its PCIe cards in pairs (`nvlink.bridge_gbytes_per_s`: h100-pcie-80gb, a100-pcie-80gb)
+prices a group of exactly two consecutive ranks at the bridge's rate (cost_models.comm.one_pair): local ranks 2i and
+2i + 1, which parplan's runtime puts on CUDA devices 2i and 2i + 1 (`torch.cuda.set_device(LOCAL_RANK)`).  Whether
+those two cards are the bridged ones is the machine's: bridges are fitted by hand, and CUDA_VISIBLE_DEVICES reorders
+the devices.  `launch` reads the matrix before a run of such a plan and warns where a pair the plan relies on is not
+NVLinked (with a device order that makes every pair a bridged one, where the node has one); `calibrate` on two GPUs
+of a bridged base writes what it measured as the bridge's rate only where those two are NVLinked.
+
+The matrix's rows are nvidia-smi's GPU indices, which are PCI bus order; CUDA's default device order is fastest first,
+the same for a node of one GPU model, and CUDA_DEVICE_ORDER=PCI_BUS_ID makes it so for any (the fix launch prints
+sets it).  A CUDA_VISIBLE_DEVICES of UUIDs or MIG instances is not mapped: the check says it cannot tell.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Optional
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # nvidia-smi underlines the header on a terminal
+_GPU = re.compile(r"GPU(\d+)$")
+_NVLINK = re.compile(r"NV\d+$")  # "NV#: a bonded set of # NVLinks" (the matrix's legend)
+TOPO_TIMEOUT_S = 15
+
+
+@dataclass(frozen=True)
+class Topology:
+    gpus: tuple[int, ...]  # nvidia-smi's GPU indices, in the matrix's order
+    links: dict[tuple[int, int], str]  # (i, j), i < j: the matrix's cell (NV12, PHB, SYS, ...)
+
+    def nvlinked(self, a: int, b: int) -> bool:
+        return bool(_NVLINK.match(self.links.get((min(a, b), max(a, b)), "")))
+
+    def link(self, a: int, b: int) -> str:
+        return self.links.get((min(a, b), max(a, b)), "?")
+
+
+def parse_topo(text: str) -> Optional[Topology]:
+    """The GPU-to-GPU cells of `nvidia-smi topo -m`'s matrix; None where the text has no GPU matrix.  The first line
+    whose first column is GPU<n> is the header (its leading GPU<n> columns are the matrix's); each later GPU<n> line
+    is a row, its cells in the header's order (" X " on the diagonal); NIC columns and the affinity columns after
+    them are not read."""
+    cols: Optional[list[int]] = None
+    links: dict[tuple[int, int], str] = {}
+    rows: list[int] = []
+    for raw in text.splitlines():
+        cells = _ANSI.sub("", raw).split()
+        if not cells or not _GPU.match(cells[0]):
+            continue
+        if cols is None:
+            cols = []
+            for c in cells:
+                m = _GPU.match(c)
+                if not m:
+                    break
+                cols.append(int(m.group(1)))
+            continue
+        row = int(_GPU.match(cells[0]).group(1))
+        if row not in cols or len(cells) < len(cols) + 1:
+            continue
+        rows.append(row)
+        for col, cell in zip(cols, cells[1:1 + len(cols)]):
+            if col != row:
+                links.setdefault((min(row, col), max(row, col)), cell)
+    if not cols or not rows:
+        return None
+    return Topology(tuple(cols), links)
+
+
+def read_topology(timeout: float = TOPO_TIMEOUT_S) -> tuple[Optional[Topology], str]:
+    """(`nvidia-smi topo -m`'s matrix, why not where None)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None, "nvidia-smi is not on PATH"
+    try:
+        out = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"nvidia-smi topo -m failed ({type(e).__name__}: {e})"
+    topo = parse_topo(out.stdout)
+    if topo is None:
+        said = (out.stderr or out.stdout).strip().splitlines()
+        return None, "nvidia-smi topo -m printed no GPU matrix" + (f" ({said[0][:120]})" if said else "")
+    return topo, ""
+
+
+def visible_gpus(topo: Topology, env: Optional[dict] = None) -> tuple[Optional[list[int]], str]:
+    """The nvidia-smi indices of CUDA devices 0, 1, ... here (CUDA_VISIBLE_DEVICES's order; every GPU in the matrix
+    where it is unset), or (None, why) where its entries are not indices."""
+    env = os.environ if env is None else env
+    spec = env.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return list(topo.gpus), ""
+    out = []
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            continue
+        if not entry.isdigit():
+            return None, f"CUDA_VISIBLE_DEVICES={spec} names devices other than by index"
+        if int(entry) not in topo.gpus:  # CUDA stops at the first invalid entry
+            break
+        out.append(int(entry))
+    return out, ""
+
+
+def unbridged_pairs(topo: Topology, devices: list[int]) -> list[tuple[int, int]]:
+    """The pairs (devices[2i], devices[2i + 1]) that NVLink does not join: the GPUs of local ranks 2i and 2i + 1."""
+    return [(devices[i], devices[i + 1]) for i in range(0, len(devices) - 1, 2)
+            if not topo.nvlinked(devices[i], devices[i + 1])]
+
+
+def bridged_order(topo: Topology, gpus: list[int], n: int) -> Optional[list[int]]:
+    """`n` of `gpus` in an order whose consecutive pairs (0, 1), (2, 3), ... are all NVLinked, the first such in
+    the GPUs' own order (a pairing search: a node has at most a few dozen GPUs); None where none is."""
+    need = n // 2
+
+    def pick(free: list[int], pairs: list[tuple[int, int]]) -> Optional[list[tuple[int, int]]]:
+        if len(pairs) == need:
+            return pairs
+        for i, a in enumerate(free):
+            if len(free) - i < 2 * (need - len(pairs)):
+                return None
+            for b in free[i + 1:]:
+                if topo.nvlinked(a, b):
+                    found = pick([g for g in free[i + 1:] if g != b], pairs + [(a, b)])
+                    if found:
+                        return found
+            # `a` unpaired: the pairs still needed come from the GPUs after it
+        return None
+
+    pairs = pick(list(gpus), [])
+    if pairs is None:
+        return None
+    order = [g for p in pairs for g in p]
+    return order + [g for g in gpus if g not in order][:n - len(order)]

@@ -1,0 +1,121 @@
+"""Which GPUs NVLink joins (`nvidia-smi topo -m`, planner.topology), and what launch and calibrate make of it on a
+node whose cards are bridged in pairs (the H100 PCIe's and A100 PCIe's profiles)."""
+import pytest
+
+import hardware_profiles
+from planner import launch, topology
+from planner.core import recommend
+from planner.schema import HardwareProfile
+from planner.search import Pins
+
+# an 8-card PCIe server as nvidia-smi prints it on a terminal (the header underlined), its bridges fitted across
+# the first four cards' slots (0-2, 1-3) and along the last four's (4-5, 6-7), two NIC columns
+ROWS = [["X", "PHB", "NV12", "SYS", "SYS", "SYS", "SYS", "SYS"],
+        ["PHB", "X", "SYS", "NV12", "SYS", "SYS", "SYS", "SYS"],
+        ["NV12", "SYS", "X", "PHB", "SYS", "SYS", "SYS", "SYS"],
+        ["SYS", "NV12", "PHB", "X", "SYS", "SYS", "SYS", "SYS"],
+        ["SYS", "SYS", "SYS", "SYS", "X", "NV12", "PHB", "PHB"],
+        ["SYS", "SYS", "SYS", "SYS", "NV12", "X", "PHB", "PHB"],
+        ["SYS", "SYS", "SYS", "SYS", "PHB", "PHB", "X", "NV12"],
+        ["SYS", "SYS", "SYS", "SYS", "PHB", "PHB", "NV12", "X"]]
+CROSSED = ("\t\x1b[4mGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\t"
+           "GPU NUMA ID\x1b[0m\n" + "".join(
+               f"GPU{i}\t" + "\t".join(f" {c} " if c == "X" else c for c in row)
+               + f"\tPIX\tSYS\t{'0-47' if i < 4 else '48-95'}\t{i // 4}\t\tN/A\n" for i, row in enumerate(ROWS))
+           + "NIC0\tPIX\tPIX\tPIX\tPIX\tSYS\tSYS\tSYS\tSYS\t X \tSYS\n\nLegend:\n\n  X    = Self\n"
+           "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+           "  NV#  = Connection traversing a bonded set of # NVLinks\n")
+NO_NVLINK = CROSSED.replace("NV12", "PIX")
+
+
+def test_the_matrix_is_read_as_nvidia_smi_prints_it():
+    topo = topology.parse_topo(CROSSED)
+    assert topo.gpus == tuple(range(8))
+    assert {k for k, v in topo.links.items() if v.startswith("NV")} == {(0, 2), (1, 3), (4, 5), (6, 7)}
+    assert topo.link(1, 0) == "PHB" and topo.link(7, 0) == "SYS" and topo.nvlinked(2, 0) and not topo.nvlinked(0, 1)
+    # one GPU (its affinity columns right after the diagonal), and text without a matrix
+    one = topology.parse_topo("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-63\t0\n")
+    assert one.gpus == (0,) and one.links == {}
+    for text in ("", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"):
+        assert topology.parse_topo(text) is None
+
+
+def test_devices_follow_cuda_visible_devices():
+    topo = topology.parse_topo(CROSSED)
+    assert topology.visible_gpus(topo, {}) == (list(range(8)), "")
+    assert topology.visible_gpus(topo, {"CUDA_VISIBLE_DEVICES": "3, 1,9,0"}) == ([3, 1], "")  # CUDA stops at 9
+    devices, why = topology.visible_gpus(topo, {"CUDA_VISIBLE_DEVICES": "GPU-8f6c"})
+    assert devices is None and "other than by index" in why
+    assert topology.unbridged_pairs(topo, list(range(8))) == [(0, 1), (2, 3)]
+    assert topology.unbridged_pairs(topo, [0, 2, 1, 3, 4, 5, 6, 7, 3]) == []  # a ninth rank has no pair
+
+
+def test_an_order_of_bridged_pairs_is_found_where_one_exists():
+    topo = topology.parse_topo(CROSSED)
+    assert topology.bridged_order(topo, list(range(8)), 8) == [0, 2, 1, 3, 4, 5, 6, 7]
+    assert topology.bridged_order(topo, list(range(8)), 4) == [0, 2, 1, 3]
+    assert topology.bridged_order(topo, [0, 1, 4, 5], 3) == [4, 5, 0]  # the odd rank takes a GPU left over
+    assert topology.bridged_order(topo, [0, 1, 2, 5], 4) is None  # 0-2 pairs, 1 and 5 do not
+    assert topology.bridged_order(topology.parse_topo(NO_NVLINK), list(range(8)), 2) is None
+
+
+@pytest.fixture(scope="module")
+def tp2_plan():
+    """llama3-8b on 8 H100 PCIe at tp 2: its tensor-parallel pairs priced at the bridges."""
+    return recommend("llama3-8b", gpus=8, hardware="h100-pcie-80gb", suggest=False,
+                     pins=Pins(tp=2, pp=1, cp=1, mbs=1, zero=1, recompute="none", offload="none"))
+
+
+def test_launch_warns_where_a_pair_of_ranks_is_not_bridged(tp2_plan):
+    bare = launch.step_without_bridges(tp2_plan)
+    step = tp2_plan.prediction.step_time_s
+    assert bare > step * 1.01  # the tensor-parallel collectives at 40 GB/s rather than the bridge's 116
+    topo = topology.parse_topo(CROSSED)
+    warn = launch.check_bridges(tp2_plan, "cuda", 8, lambda: (topo, ""), {})
+    assert warn.ok and warn.line().startswith("[warn] bridges:")
+    assert "GPU0-GPU1 (PHB), GPU2-GPU3 (PHB) not NVLinked" in warn.detail and f"{bare:.4g} s" in warn.detail
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,2,1,3,4,5,6,7" in warn.detail
+    ok = launch.check_bridges(tp2_plan, "cuda", 8, lambda: (topo, ""), {"CUDA_VISIBLE_DEVICES": "0,2,1,3,4,5,6,7"})
+    assert ok.line().startswith("[ok  ] bridges:") and "0-2 (NV12), 1-3 (NV12)" in ok.detail
+    # a node without bridges: nothing to reorder, the profile is the wrong one
+    none = launch.check_bridges(tp2_plan, "cuda", 8, lambda: (topology.parse_topo(NO_NVLINK), ""), {})
+    assert "without nvlink.bridge_gbytes_per_s" in none.detail and "CUDA_VISIBLE_DEVICES=" not in none.detail
+    # unchecked, said so, where nvidia-smi cannot tell
+    unsure = launch.check_bridges(tp2_plan, "cuda", 8, lambda: (None, "nvidia-smi is not on PATH"), {})
+    assert unsure.line().startswith("[--  ] bridges:") and "nvidia-smi is not on PATH" in unsure.detail
+    assert launch.check_bridges(tp2_plan, "cpu", 8, lambda: (topo, ""), {}) is None
+
+
+def test_no_bridge_check_where_the_plan_prices_no_pair(tp2_plan):
+    dp8 = recommend("llama3-8b", gpus=8, hardware="h100-pcie-80gb", suggest=False,
+                    pins=Pins(tp=1, pp=1, cp=1, mbs=1, zero=2, recompute="none", offload="none"))
+    assert launch.step_without_bridges(dp8) is None  # eight data-parallel ranks: one PCIe group
+    assert launch.check_bridges(dp8, "cuda", 8, lambda: pytest.fail("read the topology"), {}) is None
+    sxm = recommend("llama3-8b", gpus=8, hardware="h100-sxm-80gb", suggest=False, pins=Pins(tp=2, pp=1, cp=1))
+    assert launch.step_without_bridges(sxm) is None  # an NVSwitch node: no bridges in the profile
+
+
+def _coll(busbw):
+    return [{"op": op, "bytes": b, "s": b / 1e11, "busbw_gbytes_per_s": busbw if b > 1e6 else 1.0}
+            for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv") for b in (8 << 10, 256 << 20)]
+
+
+def test_calibrate_reads_the_bridges_it_measured():
+    from planner.calibrate import apply_collectives
+    pcie = hardware_profiles.load_profile("h100-pcie-80gb")
+    crossed = topology.parse_topo(CROSSED)
+    # two bridged GPUs measure the bridge; two that are not measure PCIe (40 GB/s: 0.625 of 64), the bridges kept
+    for env, field, value, kept in (({"CUDA_VISIBLE_DEVICES": "0,2"}, "bridge_efficiency", 0.4, ("efficiency", 0.625)),
+                                    ({}, "efficiency", 0.625, ("bridge_efficiency", 0.387))):
+        data, fields = pcie.model_dump(mode="json"), []
+        busbw = 120.0 if field == "bridge_efficiency" else 40.0
+        note = apply_collectives(data, _coll(busbw), pcie, 2, fields, crossed, env)
+        nv = HardwareProfile(**data).nvlink.model_dump()
+        assert nv[field] == pytest.approx(value) and nv[kept[0]] == kept[1] and f"nvlink.{field}" in fields
+        assert ("not NVLinked (PHB" in note) == (field == "efficiency")
+    # a node with no NVLink at all: the base's bridges are not this node's
+    data = pcie.model_dump(mode="json")
+    note = apply_collectives(data, _coll(40.0), pcie, 8, [], topology.parse_topo(NO_NVLINK), {})
+    prof = HardwareProfile(**data)
+    assert prof.nvlink.bridge_gbytes_per_s is None and prof.nvlink.efficiency == pytest.approx(0.625)
+    assert "bridged pairs dropped" in note

@@ -805,6 +805,29 @@ def measure_collectives(world: int, quick: bool, device_type: str = "cuda", size
         return json.loads(Path(path).read_text())
 
 
+def apply_nics(data: dict, base_profile, ports, measured_fields: list[str]) -> str:
+    """This node's NICs (planner.topology.node_network: the active RDMA ports, else the Ethernet interfaces that are
+    up) against the base's inter-node rate a GPU: where their line rate over the profile's gpus_per_node is below it
+    (launch's NIC_SHORTFALL), it is this node's inter_node.gbytes_per_s (efficiency and latency kept: the base's
+    measurements of its network); at or above it (storage NICs count too) the base's is kept.  Returns the note."""
+    from . import topology
+    from .launch import NIC_SHORTFALL
+    base = base_profile.inter_node.gbytes_per_s
+    if not ports:
+        return f"inter_node kept from {base_profile.name}: no active RDMA port or Ethernet speed under /sys/class"
+    node_gbits = sum(p.gbits for p in ports)
+    here = node_gbits / 8 / data["gpus_per_node"]
+    said = (f"this node's NICs: {topology.describe_ports(ports)} active, {node_gbits:g} Gb/s, {here:.3g} GB/s a GPU "
+            f"over {data['gpus_per_node']}")
+    if here >= NIC_SHORTFALL * base:
+        return f"{said}: {base_profile.name}'s {base:g} GB/s a GPU across nodes kept"
+    data["inter_node"] = {**data["inter_node"], "gbytes_per_s": float(f"{here:.4g}")}
+    measured_fields.append("inter_node.gbytes_per_s")
+    return (f"{said}, below {base_profile.name}'s {base:g}: inter_node.gbytes_per_s {here:.4g} (line rate; its "
+            "efficiency and latency kept from the base" + (", measured over InfiniBand: NCCL's TCP sockets run slower"
+                                                           if ports[0].kind == "TCP" else "") + ")")
+
+
 def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, measured_fields: list[str],
                       topo=None, env: dict | None = None) -> str:
     """Write what the collective benchmark measured into the profile dict `data` (nvlink efficiency and
@@ -1329,17 +1352,21 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         net_note = apply_collectives(data, coll, base_profile, world, measured_fields, topo)
     else:
         why = "one GPU" if on_gpu else "cpu"
-        notes.append(f"{why}: network not measured; nvlink, inter_node and overlap_compute_slowdown kept from "
-                     f"{base_profile.name}")
+        notes.append(f"{why}: network not measured; nvlink, " + ("" if on_gpu else "inter_node ") +
+                     f"and overlap_compute_slowdown kept from {base_profile.name}")
+    if on_gpu:
+        from .topology import node_network
+        notes.append(apply_nics(data, base_profile, node_network(), measured_fields))
     if sustained:
         data["sustained_matmul_fraction"] = sustained["fraction"]
         measured_fields.append("sustained_matmul_fraction")
-        notes.append("inter_node, " + ("" if on_gpu else "hbm_gbytes, ") + "memory_reserve_gbytes and host memory kept "
-                     f"from {base_profile.name} (inter-node needs several nodes); sustained_matmul_fraction "
-                     f"{base_profile.sustained_matmul_fraction:g} -> {data['sustained_matmul_fraction']:g}, measured "
+        notes.append(("inter_node's efficiency and latency, " if on_gpu else "inter_node, hbm_gbytes, ") +
+                     f"memory_reserve_gbytes and host memory kept from {base_profile.name} (inter-node needs several "
+                     f"nodes); sustained_matmul_fraction {base_profile.sustained_matmul_fraction:g} -> {data['sustained_matmul_fraction']:g}, measured "
                      "(--sustained)")
     else:
-        notes.append("inter_node, " + ("" if on_gpu else "hbm_gbytes, ") + "memory_reserve_gbytes, "
+        notes.append(("inter_node's efficiency and latency, " if on_gpu else "inter_node, hbm_gbytes, ") +
+                     "memory_reserve_gbytes, "
                      f"sustained_matmul_fraction and host memory kept from {base_profile.name} (inter-node needs several "
                      "nodes; sustained fraction: `parplan calibrate --sustained SECONDS`, or --from-run)")
 

@@ -6,7 +6,8 @@ prediction made again from its layout (an edited plan is compared with its own),
 (auto = cuda when a GPU is visible), world size (tp*pp*dp*cp) against GPUs here x nnodes,
 what parallel_layers runs, the multi-node rendezvous, the plan's hardware profile against this
 GPU (a warning), the NVLink-bridged GPUs a plan prices pairs of ranks on against `nvidia-smi topo -m` (a
-warning, planner.topology), the predicted memory per GPU against free device memory (on cpu: the ranks'
+warning, planner.topology), a job across nodes' inter-node rate a GPU against this node's NICs (a warning), the
+predicted memory per GPU against free device memory (on cpu: the ranks'
 state against the host's available memory), a --data token file, --resume against the
 checkpoints saved, and the folders the run writes into.
 
@@ -772,6 +773,49 @@ def check_bridges(plan, device: str, nproc: int, topo_reader=None, env: Optional
                  f"nearer {bare:.4g} s; fix: {fix}")
 
 
+NIC_SHORTFALL = 0.9  # a node's NICs below this share of the plan's inter-node rate a GPU are warned of
+
+
+def check_network(plan, device: str, nnodes: int, nproc: int, sys_root: str = "/sys") -> Optional[Check]:
+    """A job across nodes: this node's NICs (planner.topology.node_network: the active RDMA ports, else the Ethernet
+    interfaces NCCL's sockets would use) against the inter-node rate a GPU its plan was predicted at (the profile's, or
+    --inter-node-bandwidth).  Fewer than the plan assumes: a warning with the step re-predicted at this node's line
+    rate a rank and the flag that plans for it.  More (storage NICs count too) or none readable: a line.  None for
+    one node."""
+    if device != "cuda" or nnodes < 2:
+        return None
+    from . import topology
+    from .core import PlannerError, evaluate_plan, plan_hardware
+    try:
+        prof = plan_hardware(plan)
+    except PlannerError:
+        return None
+    rate = plan.hardware.inter_node_gbytes_per_s or prof.inter_node.gbytes_per_s
+    ports = topology.node_network(sys_root)
+    if not ports:
+        return Check("network", True, f"the plan's {rate:g} GB/s a GPU across nodes is unchecked here: no active RDMA "
+                     "port or Ethernet speed under /sys/class", settled=False)
+    node_gbits = sum(p.gbits for p in ports)
+    here = node_gbits / 8 / nproc
+    said = (f"{topology.describe_ports(ports)} active on this node, {node_gbits:g} Gb/s: {here:.3g} GB/s a GPU for "
+            f"{nproc} ranks")
+    if here >= NIC_SHORTFALL * rate:
+        return Check("network", True, f"{said}, the plan {rate:g}")
+    step = plan.prediction.step_time_s if plan.prediction else None
+    try:
+        slower = evaluate_plan(plan.model_copy(update={"hardware": plan.hardware.model_copy(
+            update={"inter_node_gbytes_per_s": here})}), prof).prediction.step_time_s
+    except PlannerError:
+        slower = None
+    sockets = ports[0].kind == "TCP"
+    expect = (f": expect a step nearer {slower:.4g} s than {step:.4g} s" if step and slower and slower > step * 1.001
+              else "")
+    return Check("network", True, f"warning: {said}, where the plan was predicted at {rate:g} GB/s a GPU across "
+                 f"nodes{expect}" + ("; no RDMA device (/sys/class/infiniband), so NCCL runs over TCP sockets unless a "
+                                     "network plugin carries it, slower than this line rate" if sockets else "")
+                 + f"; fix: re-plan with --inter-node-bandwidth {here:.3g}")
+
+
 def check_runtime_support(plan, device: str, torch_version: Optional[str] = None) -> Check:
     """What parallel_layers does not run (yet), caught before any rank starts."""
     from .core import TORCH_PIPELINING
@@ -1417,7 +1461,7 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
     if plan.training.fp8:
         checks.append(check_fp8(plan, device, machine))
     checks += [c for c in (check_moe_on_gpu(plan, device), check_bridges(plan, device, nproc) if world_check.ok
-                           else None) if c]
+                           else None, check_network(plan, device, nnodes, nproc) if world_check.ok else None) if c]
     if device == "cpu" and world_check.ok:
         checks.append(check_cpu_time(plan, steps, nproc, machine))
     if data and not Path(data).is_file():

@@ -136,3 +136,80 @@ def bridged_order(topo: Topology, gpus: list[int], n: int) -> Optional[list[int]
         return None
     order = [g for p in pairs for g in p]
     return order + [g for g in gpus if g not in order][:n - len(order)]
+
+
+# --- the node's network: what NCCL can run across nodes on (sysfs, Linux) ---
+
+_RATE = re.compile(r"([\d.]+)\s*Gb/sec")
+
+
+@dataclass(frozen=True)
+class NetPort:
+    name: str  # "mlx5_0/1" (an RDMA device's port) or "eth0"
+    gbits: float  # line rate, Gb/s a direction
+    kind: str  # "InfiniBand" or "Ethernet" (RoCE) for an RDMA port, "TCP" for an Ethernet interface
+
+
+def _read(path) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def rdma_ports(root: str = "/sys/class/infiniband") -> list[NetPort]:
+    """Active ports of the node's RDMA devices (InfiniBand, RoCE, and any other verbs device: what NCCL's IB
+    transport runs on), each at the rate its `rate` file says ("400 Gb/sec (4X NDR)")."""
+    out = []
+    try:
+        devices = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for dev in devices:
+        ports_dir = os.path.join(root, dev, "ports")
+        try:
+            ports = sorted(os.listdir(ports_dir), key=lambda p: (len(p), p))
+        except OSError:
+            continue
+        for port in ports:
+            here = os.path.join(ports_dir, port)
+            m = _RATE.search(_read(os.path.join(here, "rate")))
+            if "ACTIVE" not in _read(os.path.join(here, "state")) or not m:
+                continue
+            out.append(NetPort(f"{dev}/{port}", float(m.group(1)), _read(os.path.join(here, "link_layer"))
+                               or "InfiniBand"))
+    return out
+
+
+def ethernet_ports(root: str = "/sys/class/net") -> list[NetPort]:
+    """The node's physical network interfaces that are up (a `device` link: not lo, bridges or veths), at their
+    `speed` (Mb/s; unknown speeds left out): what NCCL's sockets run on without RDMA."""
+    out = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        here = os.path.join(root, name)
+        if not os.path.exists(os.path.join(here, "device")) or _read(os.path.join(here, "operstate")) != "up":
+            continue
+        speed = _read(os.path.join(here, "speed"))
+        if speed.lstrip("-").isdigit() and int(speed) > 0:
+            out.append(NetPort(name, int(speed) / 1000, "TCP"))
+    return out
+
+
+def node_network(sys_root: str = "/sys") -> list[NetPort]:
+    """The ports NCCL would run across nodes on: the active RDMA ports, else the Ethernet interfaces that are up
+    (sockets); [] where sysfs tells neither."""
+    return (rdma_ports(os.path.join(sys_root, "class", "infiniband"))
+            or ethernet_ports(os.path.join(sys_root, "class", "net")))
+
+
+def describe_ports(ports: list[NetPort]) -> str:
+    """'8 x 400 Gb/s InfiniBand' (ports grouped by rate and kind, largest group first)."""
+    groups: dict[tuple[float, str], int] = {}
+    for p in ports:
+        groups[(p.gbits, p.kind)] = groups.get((p.gbits, p.kind), 0) + 1
+    return " + ".join(f"{n} x {g:g} Gb/s {k}" for (g, k), n in sorted(groups.items(), key=lambda x: (-x[1], -x[0][0])))

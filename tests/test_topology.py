@@ -119,3 +119,95 @@ def test_calibrate_reads_the_bridges_it_measured():
     prof = HardwareProfile(**data)
     assert prof.nvlink.bridge_gbytes_per_s is None and prof.nvlink.efficiency == pytest.approx(0.625)
     assert "bridged pairs dropped" in note
+
+
+def _sysfs(root, ib=(), eth=()):
+    """A fake /sys: RDMA ports (device, port, rate text, state, link layer) and network interfaces (name, operstate,
+    speed, physical)."""
+    for dev, port, rate, state, layer in ib:
+        here = root / "class" / "infiniband" / dev / "ports" / str(port)
+        here.mkdir(parents=True)
+        for name, text in (("rate", rate), ("state", state), ("link_layer", layer)):
+            (here / name).write_text(text + "\n")
+    for name, oper, speed, physical in eth:
+        here = root / "class" / "net" / name
+        here.mkdir(parents=True)
+        (here / "operstate").write_text(oper + "\n")
+        (here / "speed").write_text(f"{speed}\n")
+        if physical:
+            (here / "device").mkdir()
+    return str(root)
+
+
+def test_the_node_network_is_read_from_sysfs(tmp_path):
+    ndr = [(f"mlx5_{i}", 1, "400 Gb/sec (4X NDR)", "4: ACTIVE", "InfiniBand") for i in range(8)]
+    root = _sysfs(tmp_path / "a", ib=ndr + [("mlx5_8", 1, "400 Gb/sec (4X NDR)", "1: DOWN", "InfiniBand"),
+                                            ("mlx5_9", 1, "100 Gb/sec (4X EDR)", "4: ACTIVE", "Ethernet")],
+                  eth=[("eth0", "up", 100000, True)])
+    ports = topology.node_network(root)
+    assert len(ports) == 9 and sum(p.gbits for p in ports) == 3300  # the DOWN port left out, Ethernet not read
+    assert topology.describe_ports(ports) == "8 x 400 Gb/s InfiniBand + 1 x 100 Gb/s Ethernet"
+    # no RDMA device: the physical interfaces that are up, at a known speed
+    root = _sysfs(tmp_path / "b", eth=[("eth0", "up", 100000, True), ("eth1", "up", -1, True), ("lo", "unknown", 0,
+                                       False), ("docker0", "up", 10000, False), ("eth2", "down", 25000, True)])
+    assert topology.node_network(root) == [topology.NetPort("eth0", 100.0, "TCP")]
+    assert topology.node_network(str(tmp_path / "none")) == []
+
+
+@pytest.fixture(scope="module")
+def two_node_plan():
+    """llama3-70b on 16 H100 SXM: its data-parallel traffic crosses the two nodes at 50 GB/s a GPU (400 Gb/s)."""
+    return recommend("llama3-70b", gpus=16, hardware="h100-sxm-80gb", suggest=False)
+
+
+def test_launch_warns_where_the_nodes_nics_are_slower_than_the_plan(tmp_path, two_node_plan):
+    plan, step = two_node_plan, two_node_plan.prediction.step_time_s
+    full = _sysfs(tmp_path / "full", ib=[(f"mlx5_{i}", 1, "400 Gb/sec (4X NDR)", "4: ACTIVE", "InfiniBand")
+                                         for i in range(8)])
+    ok = launch.check_network(plan, "cuda", 2, 8, full)
+    assert ok.line() == ("[ok  ] network: 8 x 400 Gb/s InfiniBand active on this node, 3200 Gb/s: 50 GB/s a GPU for 8 "
+                         "ranks, the plan 50")
+    half = _sysfs(tmp_path / "half", ib=[(f"mlx5_{i}", 1, "200 Gb/sec (4X HDR)", "4: ACTIVE", "InfiniBand")
+                                         for i in range(4)])
+    warn = launch.check_network(plan, "cuda", 2, 8, half)
+    assert warn.line().startswith("[warn] network: 4 x 200 Gb/s InfiniBand active on this node, 800 Gb/s: 12.5 GB/s a "
+                                  "GPU for 8 ranks, where the plan was predicted at 50 GB/s a GPU across nodes")
+    assert warn.detail.endswith("fix: re-plan with --inter-node-bandwidth 12.5") and "TCP" not in warn.detail
+    slower = float(warn.detail.split("nearer ")[1].split(" s")[0])
+    assert slower > step  # its data-parallel reduction (overlapped with the backward) at a quarter of the rate
+    # the flag the fix names plans exactly that step
+    replanned = recommend("llama3-70b", gpus=16, hardware="h100-sxm-80gb", suggest=False, inter_node_gbytes_per_s=12.5,
+                          pins=Pins(tp=plan.parallel.tp, pp=plan.parallel.pp, dp=plan.parallel.dp, cp=plan.parallel.cp,
+                                    mbs=plan.training.micro_batch_size, vpp=plan.parallel.vpp,
+                                    zero=plan.parallel.zero_stage, recompute=plan.parallel.recompute,
+                                    sp=plan.parallel.sp, schedule=plan.parallel.schedule,
+                                    offload=plan.parallel.offload))
+    assert replanned.prediction.step_time_s == pytest.approx(slower, rel=1e-3)
+    tcp = launch.check_network(plan, "cuda", 2, 8, _sysfs(tmp_path / "tcp", eth=[("eth0", "up", 100000, True)]))
+    assert "no RDMA device" in tcp.detail and "--inter-node-bandwidth 1.56" in tcp.detail
+    unsure = launch.check_network(plan, "cuda", 2, 8, str(tmp_path / "nothing"))
+    assert unsure.line().startswith("[--  ] network:") and "unchecked" in unsure.detail
+    assert launch.check_network(plan, "cuda", 1, 8, half) is None  # one node: nothing crosses
+    assert launch.check_network(plan, "cpu", 2, 8, half) is None
+
+
+def test_calibrate_takes_the_nodes_nics_where_they_are_slower_than_the_base():
+    from planner.calibrate import apply_nics
+    sxm = hardware_profiles.load_profile("h100-sxm-80gb")
+    ndr = [topology.NetPort(f"mlx5_{i}/1", 400.0, "InfiniBand") for i in range(8)]
+    data, fields = sxm.model_dump(mode="json"), []
+    note = apply_nics(data, sxm, ndr + [topology.NetPort("mlx5_8/1", 200.0, "InfiniBand")], fields)
+    assert data["inter_node"] == sxm.model_dump(mode="json")["inter_node"] and not fields  # storage NICs: kept
+    assert note.startswith("this node's NICs: 8 x 400 Gb/s InfiniBand + 1 x 200 Gb/s InfiniBand active, 3400 Gb/s")
+    # four 200 Gb/s ports for eight GPUs: 12.5 GB/s a GPU, the base's efficiency and latency kept
+    data, fields = sxm.model_dump(mode="json"), []
+    note = apply_nics(data, sxm, [topology.NetPort(f"mlx5_{i}/1", 200.0, "InfiniBand") for i in range(4)], fields)
+    prof = HardwareProfile(**data)
+    assert prof.inter_node.gbytes_per_s == 12.5 and fields == ["inter_node.gbytes_per_s"]
+    assert (prof.inter_node.efficiency, prof.inter_node.latency_s) == (sxm.inter_node.efficiency,
+                                                                       sxm.inter_node.latency_s)
+    assert "below h100-sxm-80gb's 50: inter_node.gbytes_per_s 12.5" in note and "TCP" not in note
+    data = sxm.model_dump(mode="json")
+    assert "TCP sockets run slower" in apply_nics(data, sxm, [topology.NetPort("eth0", 100.0, "TCP")], [])
+    assert HardwareProfile(**data).inter_node.gbytes_per_s == 1.562
+    assert apply_nics(sxm.model_dump(mode="json"), sxm, [], []).startswith("inter_node kept from h100-sxm-80gb")

@@ -1163,6 +1163,33 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print the 
     _out().print(t)
 
 
+@hardware_app.command("detect")
+def hardware_detect(as_json: bool = typer.Option(False, "--json", help="Print what was found as JSON on stdout.")):
+    """This node's GPUs (nvidia-smi), how NVLink joins them (nvidia-smi topo -m) and its NICs (sysfs), against the
+    profile its GPU matches: what differs and the recommend flags that plan for this node.  Reads, never measures
+    (`parplan calibrate` measures); no torch."""
+    from . import topology
+    gpus, why = topology.read_smi_gpus()
+    if not gpus:
+        raise UserError(f"no NVIDIA GPU found here ({why}); run it on the GPU node, or pick a profile from `parplan "
+                        "hardware list` (AMD GPUs: --hardware mi300x, mi325x or mi355x)")
+    topo, _ = topology.read_topology()
+    found = topology.detect_node(gpus, topo, topology.node_network())
+    if as_json:
+        _write_json(found)
+        return
+    out = _out()
+    out.print(f"this node: {found['gpus']} x {found['gpu_name']} ({found['memory_mib']:,} MiB); {found['links_said']}; "
+              f"NICs: {found['nics'] or 'none read'}" + (f" ({found['inter_node_gbytes_per_gpu']:.3g} GB/s a GPU)"
+                                                        if found["nics"] else ""), markup=False, highlight=False, soft_wrap=True)
+    out.print(f"profile: {found['profile']}" + ("" if found["profile_matched"] else " (no match: the default)"),
+              markup=False, highlight=False, soft_wrap=True)
+    for note in found["notes"]:
+        out.print(f"  - {note}", markup=False, highlight=False, soft_wrap=True)
+    out.print("plan for this node: parplan recommend --model MODEL --gpus N " + " ".join(found["recommend_flags"]),
+              markup=False, highlight=False, soft_wrap=True)
+
+
 @hardware_app.command("show")
 def hardware_show(name: str, as_json: bool = typer.Option(False, "--json", help="Accepted for symmetry: the output is JSON.")):
     """Show one profile as JSON."""

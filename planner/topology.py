@@ -213,3 +213,98 @@ def describe_ports(ports: list[NetPort]) -> str:
     for p in ports:
         groups[(p.gbits, p.kind)] = groups.get((p.gbits, p.kind), 0) + 1
     return " + ".join(f"{n} x {g:g} Gb/s {k}" for (g, k), n in sorted(groups.items(), key=lambda x: (-x[1], -x[0][0])))
+
+
+# --- `parplan hardware detect`: this node against the profile its GPUs match ---
+
+SMI_QUERY = ["--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"]
+
+
+def parse_smi_gpus(text: str) -> list[tuple[int, str, int]]:
+    """(index, name, MiB) of each GPU in `nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits`."""
+    out = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit() and parts[2].isdigit():
+            out.append((int(parts[0]), parts[1], int(parts[2])))
+    return out
+
+
+def read_smi_gpus(timeout: float = TOPO_TIMEOUT_S) -> tuple[list[tuple[int, str, int]], str]:
+    """This node's GPUs by nvidia-smi, or ([], why)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return [], "nvidia-smi is not on PATH"
+    try:
+        out = subprocess.run([exe, *SMI_QUERY], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return [], f"nvidia-smi failed ({type(e).__name__}: {e})"
+    gpus = parse_smi_gpus(out.stdout)
+    if not gpus:
+        said = (out.stderr or out.stdout).strip().splitlines()
+        return [], "nvidia-smi listed no GPU" + (f" ({said[0][:120]})" if said else "")
+    return gpus, ""
+
+
+def links_said(topo: Optional[Topology], gpus: list[int]) -> tuple[str, str]:
+    """(kind, words) of how NVLink joins `gpus`: "all" (every pair: a switch or a full mesh), "pairs" (some pairs:
+    bridges), "none" (PCIe only), "unknown" (no matrix)."""
+    if topo is None:
+        return "unknown", "not read (no nvidia-smi topo -m)"
+    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    linked = [(a, b) for a, b in pairs if topo.nvlinked(a, b)]
+    if not pairs or not linked:
+        return "none", "no NVLink between them (PCIe)" if pairs else "one GPU"
+    if len(linked) == len(pairs):
+        kinds = sorted({topo.link(a, b) for a, b in linked})
+        return "all", f"NVLink between every pair ({', '.join(kinds)})"
+    return "pairs", "NVLink between " + ", ".join(f"{a}-{b} ({topo.link(a, b)})" for a, b in linked) + " only"
+
+
+def detect_node(gpus: list[tuple[int, str, int]], topo: Optional[Topology], ports: list[NetPort]) -> dict:
+    """This node (nvidia-smi's GPUs, its topology matrix, its NICs) against the shipped profile its GPU's name matches
+    (calibrate's base for it): what differs, and the `recommend` flags that plan for the node as it is."""
+    import hardware_profiles
+
+    from .calibrate import base_for_device
+    name = gpus[0][1]
+    profile_name, matched = base_for_device(name)
+    prof = hardware_profiles.load_profile(profile_name)
+    indices = [g[0] for g in gpus]
+    kind, links = links_said(topo, indices)
+    node_gbits = sum(p.gbits for p in ports)
+    per_gpu = node_gbits / 8 / len(gpus) if ports else None
+    flags, notes = [f"--hardware {profile_name}"], []
+    if not matched:
+        notes.append(f"no shipped profile for {name}: measure one with `parplan calibrate --out my-gpu.toml` "
+                     f"(its base would be {profile_name}), then --hardware my-gpu.toml")
+    if len({g[1] for g in gpus}) > 1:
+        notes.append("the GPUs differ (" + ", ".join(sorted({g[1] for g in gpus})) + "): planned as the first's")
+    if len(gpus) < prof.gpus_per_node:
+        flags.append(f"--gpus-per-node {len(gpus)}")
+        notes.append(f"{len(gpus)} GPUs here where {profile_name}'s node has {prof.gpus_per_node}")
+    nv = prof.nvlink
+    if nv.bridge_gbytes_per_s and kind == "none" and len(gpus) > 1:
+        notes.append(f"{profile_name} bridges its cards in pairs and these have no NVLink: plan with a copy of it "
+                     "without nvlink.bridge_gbytes_per_s and bridge_efficiency (--hardware PATH)")
+    elif nv.bridge_gbytes_per_s and kind == "pairs" and topo is not None:
+        order = bridged_order(topo, indices, len(indices))
+        if order is None:
+            notes.append(f"not every GPU here has a bridged partner ({links}): a pair of ranks on two of them runs at "
+                         "the PCIe rate, not the bridge's the plan prices (`parplan launch` checks the pairs a plan uses)")
+        elif order != indices[:len(order)]:
+            notes.append(f"the bridged pairs are not GPUs (0, 1), (2, 3), ...: launch with CUDA_DEVICE_ORDER=PCI_BUS_ID "
+                         f"CUDA_VISIBLE_DEVICES={','.join(map(str, order))} (`parplan launch` checks it)")
+    elif not nv.bridge_gbytes_per_s and not nv.efficiency_by_group_size and kind in ("none", "pairs") and len(gpus) > 1:
+        notes.append(f"{profile_name}'s node joins every GPU by NVLink ({nv.gbytes_per_s:g} GB/s) and this one does not "
+                     f"({links}): its in-node collectives are slower than planned; measure them with `parplan calibrate`")
+    if per_gpu is not None and per_gpu < 0.9 * prof.inter_node.gbytes_per_s:  # launch's NIC_SHORTFALL
+        flags.append(f"--inter-node-bandwidth {per_gpu:.3g}")
+        notes.append(f"this node's NICs give {per_gpu:.3g} GB/s a GPU across nodes, {profile_name} "
+                     f"{prof.inter_node.gbytes_per_s:g}" + ("; over TCP sockets (no RDMA device), slower still"
+                                                             if ports[0].kind == "TCP" else ""))
+    return {"gpus": len(gpus), "gpu_name": name, "memory_mib": gpus[0][2], "profile": profile_name,
+            "profile_matched": matched, "links": kind, "links_said": links,
+            "nics": describe_ports(ports) if ports else None, "nic_gbits": node_gbits if ports else None,
+            "inter_node_gbytes_per_gpu": None if per_gpu is None else float(f"{per_gpu:.4g}"),
+            "recommend_flags": flags, "notes": notes}

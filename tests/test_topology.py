@@ -211,3 +211,62 @@ def test_calibrate_takes_the_nodes_nics_where_they_are_slower_than_the_base():
     assert "TCP sockets run slower" in apply_nics(data, sxm, [topology.NetPort("eth0", 100.0, "TCP")], [])
     assert HardwareProfile(**data).inter_node.gbytes_per_s == 1.562
     assert apply_nics(sxm.model_dump(mode="json"), sxm, [], []).startswith("inter_node kept from h100-sxm-80gb")
+
+
+def _full_mesh(n, cell="NV18"):
+    """A node whose every GPU pair NVLink joins (an NVSwitch node, as nvidia-smi prints it)."""
+    head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\n"
+    return head + "".join(f"GPU{i}\t" + "\t".join(" X " if i == j else cell for j in range(n)) + "\t0-47\n"
+                          for i in range(n))
+
+
+def test_detect_names_the_profile_and_the_flags_for_this_node():
+    pcie = [(i, "NVIDIA H100 PCIe", 81559) for i in range(8)]
+    found = topology.detect_node(pcie, topology.parse_topo(CROSSED),
+                                 [topology.NetPort(f"mlx5_{i}/1", 200.0, "InfiniBand") for i in range(4)])
+    assert found["profile"] == "h100-pcie-80gb" and found["links"] == "pairs"
+    assert found["recommend_flags"] == ["--hardware h100-pcie-80gb"]  # 12.5 GB/s a GPU: above the profile's 6.25
+    assert any("CUDA_VISIBLE_DEVICES=0,2,1,3,4,5,6,7" in n for n in found["notes"])
+    # four SXM GPUs of an NVSwitch node: the node's size is the one flag
+    sxm = [(i, "NVIDIA H100 80GB HBM3", 81559) for i in range(4)]
+    found = topology.detect_node(sxm, topology.parse_topo(_full_mesh(4)),
+                                 [topology.NetPort(f"mlx5_{i}/1", 400.0, "InfiniBand") for i in range(4)])
+    assert found["links"] == "all" and found["links_said"] == "NVLink between every pair (NV18)"
+    assert found["recommend_flags"] == ["--hardware h100-sxm-80gb", "--gpus-per-node 4"] and len(found["notes"]) == 1
+    # eight SXM-named GPUs without NVLink and one 100 Gb/s Ethernet port: both said, the bandwidth flag given
+    found = topology.detect_node([(i, "NVIDIA H100 80GB HBM3", 81559) for i in range(8)],
+                                 topology.parse_topo(NO_NVLINK.replace("NV12", "PIX")),
+                                 [topology.NetPort("eth0", 100.0, "TCP")])
+    assert found["recommend_flags"] == ["--hardware h100-sxm-80gb", "--inter-node-bandwidth 1.56"]
+    assert any("joins every GPU by NVLink (450 GB/s) and this one does not" in n for n in found["notes"])
+    assert any("TCP sockets" in n for n in found["notes"])
+    # a GPU without a profile: the default, said so, with calibrate's recipe
+    found = topology.detect_node([(0, "NVIDIA RTX 6000 Ada Generation", 49140)], None, [])
+    assert not found["profile_matched"] and "parplan calibrate --out my-gpu.toml" in found["notes"][0]
+    assert found["links"] == "unknown" and found["inter_node_gbytes_per_gpu"] is None
+    assert topology.parse_smi_gpus("0, NVIDIA H100 PCIe, 81559\n1, NVIDIA H100 PCIe, 81559\n\n") == [
+        (0, "NVIDIA H100 PCIe", 81559), (1, "NVIDIA H100 PCIe", 81559)]
+
+
+def test_hardware_detect_command(monkeypatch, capsys):
+    import json
+
+    from planner.cli import main
+    monkeypatch.setattr(topology, "read_smi_gpus", lambda: ([(i, "NVIDIA H100 PCIe", 81559) for i in range(8)], ""))
+    monkeypatch.setattr(topology, "read_topology", lambda: (topology.parse_topo(CROSSED), ""))
+    monkeypatch.setattr(topology, "node_network", lambda: [topology.NetPort("eth0", 100.0, "TCP")])
+    assert main(["hardware", "detect", "--json"]) == 0
+    out, err = capsys.readouterr()
+    found = json.loads(out)
+    assert found["recommend_flags"] == ["--hardware h100-pcie-80gb", "--inter-node-bandwidth 1.56"] and not err
+    assert main(["hardware", "detect"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("this node: 8 x NVIDIA H100 PCIe (81,559 MiB); NVLink between 0-2 (NV12), 1-3 (NV12), "
+                          "4-5 (NV12), 6-7 (NV12) only; NICs: 1 x 100 Gb/s TCP (1.56 GB/s a GPU)")
+    assert out.rstrip().endswith("parplan recommend --model MODEL --gpus N --hardware h100-pcie-80gb "
+                                 "--inter-node-bandwidth 1.56")
+    monkeypatch.setattr(topology, "read_smi_gpus", lambda: ([], "nvidia-smi is not on PATH"))
+    assert main(["hardware", "detect"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.startswith("error: no NVIDIA GPU found here (nvidia-smi is not on PATH)") and \
+        "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -9,7 +9,12 @@ R=${1:?give the results folder, e.g. benchmarks/results/YYYY-MM-DD-h100}
 nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm --format=csv > "$R/host/nvidia-smi.csv" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda); \
 print('total_memory', torch.cuda.get_device_properties(0).total_memory)" > "$R/host/torch.txt" 2>&1
-cat "$R/host/gpu.txt" "$R/host/nvidia-smi.csv" "$R/host/torch.txt"; pack
+# the node's links as planner/topology.py reads them (since 2026-12-07: checked only on matrices and sysfs trees built
+# here until a device call runs these): the matrix, the NICs, and `parplan hardware detect` on both
+nvidia-smi topo -m > "$R/host/topo.txt" 2>&1
+grep -s . /sys/class/infiniband/*/ports/*/{rate,state,link_layer} /sys/class/net/*/{speed,operstate} > "$R/host/nics.txt"
+timeout 30 python3 -m planner.cli hardware detect --json > "$R/host/detect.json" 2>> "$R/host/nics.txt"
+cat "$R/host/gpu.txt" "$R/host/nvidia-smi.csv" "$R/host/torch.txt" "$R/host/detect.json"; pack
 
 # cap SECONDS [RESERVE]: SECONDS, or what is left of LIMIT less RESERVE where that is less
 cap() { local l=$(( LIMIT - SECONDS - ${2:-0} )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }

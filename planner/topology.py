@@ -71,20 +71,25 @@ def parse_topo(text: str) -> Optional[Topology]:
     return Topology(tuple(cols), links)
 
 
-def read_topology(timeout: float = TOPO_TIMEOUT_S) -> tuple[Optional[Topology], str]:
-    """(`nvidia-smi topo -m`'s matrix, why not where None)."""
+def _nvidia_smi(args: list[str], parse, what: str, timeout: float):
+    """(parse(nvidia-smi ARGS' output), "") or (None, why): not on PATH, failed, or `what` not in its output."""
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None, "nvidia-smi is not on PATH"
     try:
-        out = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout, check=False)
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.SubprocessError) as e:
-        return None, f"nvidia-smi topo -m failed ({type(e).__name__}: {e})"
-    topo = parse_topo(out.stdout)
-    if topo is None:
+        return None, f"nvidia-smi {args[0]} failed ({type(e).__name__}: {e})"
+    found = parse(out.stdout)
+    if not found:
         said = (out.stderr or out.stdout).strip().splitlines()
-        return None, "nvidia-smi topo -m printed no GPU matrix" + (f" ({said[0][:120]})" if said else "")
-    return topo, ""
+        return None, f"nvidia-smi printed no {what}" + (f" ({said[0][:120]})" if said else "")
+    return found, ""
+
+
+def read_topology(timeout: float = TOPO_TIMEOUT_S) -> tuple[Optional[Topology], str]:
+    """(`nvidia-smi topo -m`'s matrix, why not where None)."""
+    return _nvidia_smi(["topo", "-m"], parse_topo, "GPU matrix (topo -m)", timeout)
 
 
 def visible_gpus(topo: Topology, env: Optional[dict] = None) -> tuple[Optional[list[int]], str]:
@@ -158,21 +163,21 @@ def _read(path) -> str:
         return ""
 
 
+def _entries(folder: str) -> list[str]:
+    """The names in a sysfs folder, sorted; [] where it is missing or unreadable."""
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
 def rdma_ports(root: str = "/sys/class/infiniband") -> list[NetPort]:
     """Active ports of the node's RDMA devices (InfiniBand, RoCE, and any other verbs device: what NCCL's IB
     transport runs on), each at the rate its `rate` file says ("400 Gb/sec (4X NDR)")."""
     out = []
-    try:
-        devices = sorted(os.listdir(root))
-    except OSError:
-        return out
-    for dev in devices:
+    for dev in _entries(root):
         ports_dir = os.path.join(root, dev, "ports")
-        try:
-            ports = sorted(os.listdir(ports_dir), key=lambda p: (len(p), p))
-        except OSError:
-            continue
-        for port in ports:
+        for port in sorted(_entries(ports_dir), key=lambda p: (len(p), p)):
             here = os.path.join(ports_dir, port)
             m = _RATE.search(_read(os.path.join(here, "rate")))
             if "ACTIVE" not in _read(os.path.join(here, "state")) or not m:
@@ -186,11 +191,7 @@ def ethernet_ports(root: str = "/sys/class/net") -> list[NetPort]:
     """The node's physical network interfaces that are up (a `device` link: not lo, bridges or veths), at their
     `speed` (Mb/s; unknown speeds left out): what NCCL's sockets run on without RDMA."""
     out = []
-    try:
-        names = sorted(os.listdir(root))
-    except OSError:
-        return out
-    for name in names:
+    for name in _entries(root):
         here = os.path.join(root, name)
         if not os.path.exists(os.path.join(here, "device")) or _read(os.path.join(here, "operstate")) != "up":
             continue
@@ -232,18 +233,8 @@ def parse_smi_gpus(text: str) -> list[tuple[int, str, int]]:
 
 def read_smi_gpus(timeout: float = TOPO_TIMEOUT_S) -> tuple[list[tuple[int, str, int]], str]:
     """This node's GPUs by nvidia-smi, or ([], why)."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return [], "nvidia-smi is not on PATH"
-    try:
-        out = subprocess.run([exe, *SMI_QUERY], capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError) as e:
-        return [], f"nvidia-smi failed ({type(e).__name__}: {e})"
-    gpus = parse_smi_gpus(out.stdout)
-    if not gpus:
-        said = (out.stderr or out.stdout).strip().splitlines()
-        return [], "nvidia-smi listed no GPU" + (f" ({said[0][:120]})" if said else "")
-    return gpus, ""
+    gpus, why = _nvidia_smi(SMI_QUERY, parse_smi_gpus, "GPU", timeout)
+    return gpus or [], why
 
 
 def links_said(topo: Optional[Topology], gpus: list[int]) -> tuple[str, str]:

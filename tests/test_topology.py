@@ -270,3 +270,23 @@ def test_hardware_detect_command(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert not out and err.startswith("error: no NVIDIA GPU found here (nvidia-smi is not on PATH)") and \
         "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_nvidia_smi_is_run_and_read(tmp_path, monkeypatch):
+    """The subprocess path: a stand-in nvidia-smi on PATH prints the matrix and the GPU list; one that fails is said."""
+    (tmp_path / "topo.txt").write_text(CROSSED)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\nif [ "$1" = topo ]; then cat {tmp_path / "topo.txt"}; else\n'
+                   'printf "0, NVIDIA H100 PCIe, 81559\\n1, NVIDIA H100 PCIe, 81559\\n"; fi\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    topo, why = topology.read_topology()
+    assert why == "" and topo.nvlinked(0, 2) and not topo.nvlinked(0, 1)
+    assert topology.read_smi_gpus() == ([(0, "NVIDIA H100 PCIe", 81559), (1, "NVIDIA H100 PCIe", 81559)], "")
+    smi.write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\n"
+                   "exit 9\n")
+    assert topology.read_topology() == (None, "nvidia-smi printed no GPU matrix (topo -m) (NVIDIA-SMI has failed "
+                                              "because it couldn't communicate with the NVIDIA driver.)")
+    assert topology.read_smi_gpus()[0] == []
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert topology.read_topology() == (None, "nvidia-smi is not on PATH")

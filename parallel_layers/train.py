@@ -57,6 +57,7 @@ from parallel_layers.context_parallel import shard_sequence
 from parallel_layers.cpu_matmul import fp32_matmuls
 from parallel_layers.data import TokenSource, replica_sample_indices
 from parallel_layers.host_memory import CpuMemoryTrace, trace_if
+from parallel_layers.host_speed import dispatch_probe
 from parallel_layers.dropout import MEGATRON_DROPOUT, DropoutState
 from parallel_layers.telemetry import FIELDS as TELEMETRY_FIELDS, GpuTelemetry, per_step
 from parallel_layers.data_parallel import (
@@ -95,6 +96,7 @@ from parallel_layers.precision import (
 LOG_PREFIX = "[parplan]"
 ZERO_BUBBLE = ("interleaved-zb", "zbv")
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY  # noqa: E402  (the exports configure the same AdamW)
+from planner.topology import host_info  # noqa: E402
 
 
 @dataclass
@@ -1070,6 +1072,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         # a mixture of experts: rank 0's expert-gradient reduction over its expert-data-parallel group, as above
         "expert_grad_reduce_buckets": expert_grad_buckets,
         "torch_version": torch.__version__,
+        # rank 0's host and how fast it dispatches (a launch-bound step is its dispatch; hosts of one GPU kind differ)
+        "host": {**host_info(), **dispatch_probe(device)},
         "world_size": len(memories),
         "resumed_from": resumed_from,
         "warmup_steps": warmup,

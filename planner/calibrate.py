@@ -69,6 +69,7 @@ from pathlib import Path
 from cost_models.hardware import TEST_ONLY_MARK
 from planner.limits import can_make_folder_in
 from planner.toml_text import toml_value
+from planner.topology import cpu_name
 
 N_BINS = 10
 TOOL = "parplan calibrate"
@@ -1140,7 +1141,7 @@ def _open_device(device: str):
         raise CalibrationError(f"calibrate needs torch ({e})") from None
     dev = _pick_device(torch, device)
     on_gpu = dev.type == "cuda"
-    return torch, dev, on_gpu, torch.cuda.get_device_name(dev) if on_gpu else _cpu_name()
+    return torch, dev, on_gpu, torch.cuda.get_device_name(dev) if on_gpu else cpu_name()
 
 
 class PhaseClock:
@@ -1267,6 +1268,11 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
             torch.cuda.empty_cache()
             host_block = measure_host_block("cuda", advance=adv, shares=host_share, spread=host_spread)
             notes += [n for n in (noisy_host_note(host_spread),) if n]
+            from parallel_layers.host_speed import dispatch_probe
+            probe = dispatch_probe(dev)  # what launch reports record of their host too (a few ms)
+            notes.append(f"host dispatch probe (parallel_layers.host_speed, as launch reports record it): "
+                         f"{probe['probe_cpu_op_us']:g} us a CPU op, {probe['probe_cuda_launch_us']:g} us a kernel "
+                         f"launch on a {cpu_name()} host")
             lap("host dispatch")
             if fp8_host_runs:
                 prog.update(task, description=f"host dispatch per block, FP8 linears ({fp8_host_runs} short runs)")
@@ -1376,7 +1382,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     cmd = f"{TOOL} --device {dev.type} --base {base_profile.name}" + (" --quick" if quick else "") + \
         (f" --sustained {sustained_s:g}" if sustained_s else "")
     if on_gpu:
-        data["measured"] = (f"{_today()}: {device_name} ({world} visible), torch {torch.__version__}, {cmd}: "
+        data["measured"] = (f"{_today()}: {device_name} ({world} visible) on a {cpu_name()} host, torch "
+                            f"{torch.__version__}, {cmd}: "
                             f"{', '.join(measured_fields)} ({method}; {elapsed:.0f} s: {lap.text()})")
     else:
         data["measured"] = (f"{_today()}: CPU SELF-CALIBRATION {TEST_ONLY_MARK} ({device_name}, "
@@ -1479,7 +1486,7 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
     moe_notes = apply_moe_host(data, moe_block, moe_expert, eager_block)
     fp8_what = ("; with FP8 linears: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in host_fp8.items())
                 if host_fp8 else "")
-    where = f"{_cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: {TEST_ONLY_MARK})"
+    where = f"{cpu_name()} host of {device_name}" if on_gpu else f"{device_name} (CPU runtime: {TEST_ONLY_MARK})"
     what = ", ".join(f"{k} {v * 1e3:.2f} ms" + (f" (forward share {shares[k]:.2f})" if k in shares else "")
                      + (f" (spread {spread[k]:.0%})" if k in spread else "") for k, v in host.items())
     data["sources"] = list(data.get("sources") or []) + [
@@ -1506,18 +1513,6 @@ def calibrate_host(out: str | None = None, base: str | None = None, device: str 
         console.print(f"note: {noisy}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"host calibration took {elapsed:.1f} s", markup=False, highlight=False)
     return path, profile, host
-
-
-def _cpu_name() -> str:
-    import platform
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 def _ms(per_mode: dict, modes=HOST_MOE_MODES, digits: int = 2) -> str:

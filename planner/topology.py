@@ -143,6 +143,29 @@ def bridged_order(topo: Topology, gpus: list[int], n: int) -> Optional[list[int]
     return order + [g for g in gpus if g not in order][:n - len(order)]
 
 
+def cpu_name() -> str:
+    """The host CPU's model ("AMD EPYC 9454 48-Core Processor"), from /proc/cpuinfo where there is one."""
+    import platform
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def host_info() -> dict:
+    """What a run report records of its host, whose CPU sets a launch-bound step: the CPU's model, its logical CPUs and
+    those this process may run on."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = None
+    return {"cpu": cpu_name(), "logical_cpus": os.cpu_count(), "usable_cpus": usable}
+
+
 # --- the node's network: what NCCL can run across nodes on (sysfs, Linux) ---
 
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")

@@ -270,6 +270,7 @@ def test_report_has_required_keys(runs):
     for key in ("plan", "device", "torch_version", "warmup_steps", "steps", "peak_memory_bytes", "prediction", "error"):
         assert key in r
     assert len(r["peak_memory_bytes"]) == 8
+    assert set(r["host"]) == {"cpu", "logical_cpus", "usable_cpus", "probe_cpu_op_us"} and r["host"]["probe_cpu_op_us"] > 0
     assert set(r["error"]) == {"step_time_s", "peak_memory", "mfu"}
     assert all(set(s) == {"step", "loss", "step_time_s", "tokens_per_s", "mfu", "host_dispatch_s", "host_forward_s",
                           "fwd_bwd_s", "grad_norm", "after_s"} for s in r["steps"])

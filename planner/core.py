@@ -832,6 +832,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         row = res.layout.row(i)
         pred = prediction_from_metrics(res.metrics, i, hw, None, tokens, row["gpus"])
         plans.append(build_plan(spec, hw_ref, training, {**row, "stage_layers": splits[i]}, pred))
+    if profile.nvlink.bridge_gbytes_per_s:
+        plans = [with_bridges_said(p, profile) for p in plans]
     best = plans[0]
     best.search = info
     best.alternatives = plans[1:]
@@ -1481,6 +1483,9 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     HardwareProfile to predict with instead of the one plan.hardware.name names (calibrate's fits try
     hundreds of candidate profiles, which need no file each).  The plan's own stage_layers is what it predicts
     (ModelDims.split)."""
+    if profile is None:
+        check_plan_structure(plan.model, plan)  # a layout's error before its profile's, as plan_inputs gives them
+        profile = plan_hardware(plan)
     spec, m, tr, hw, arr = plan_inputs(plan, profile)
     with np.errstate(divide="ignore", invalid="ignore"):
         met = evaluate(m, tr, hw, arr)
@@ -1489,5 +1494,36 @@ def evaluate_plan(plan: Plan, profile: HardwareProfile | None = None) -> Plan:
     reason = None if r < 0 else _reason_text(REASONS[r], met, 0, hw, arr.row(0), tr.global_batch_size, tr)
     pred = _with_accuracy(prediction_from_metrics(met, 0, hw, reason, plan.training.tokens, plan.hardware.gpus),
                           plan.training, plan.hardware.name, spec.is_moe)
-    return plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],
-                                   "suggestions": []})
+    out = plan.model_copy(update={"model": spec, "prediction": pred, "search": None, "alternatives": [],
+                                  "suggestions": []})
+    return with_bridges_said(out, profile) if profile.nvlink.bridge_gbytes_per_s else out
+
+
+def without_bridges(profile: HardwareProfile) -> HardwareProfile:
+    """The profile with its NVLink bridges taken out: every group inside a node over its PCIe rate."""
+    return profile.model_copy(update={"nvlink": profile.nvlink.model_copy(
+        update={"bridge_gbytes_per_s": None, "bridge_efficiency": None})})
+
+
+def step_without_bridges(plan: Plan, profile: HardwareProfile) -> float | None:
+    """The plan's step re-predicted without its profile's NVLink bridges, where that differs from its own: the plan
+    prices a group of two consecutive ranks at the bridge's rate (cost_models.comm.one_pair); else None."""
+    if not profile.nvlink.bridge_gbytes_per_s or plan.prediction is None:
+        return None
+    step = evaluate_plan(plan, without_bridges(profile)).prediction.step_time_s
+    return step if step and abs(step - plan.prediction.step_time_s) > 1e-9 * step else None
+
+
+def with_bridges_said(plan: Plan, profile: HardwareProfile) -> Plan:
+    """A plan that relies on its profile's NVLink bridges (step_without_bridges) with a warning that says so: which
+    ranks must sit on bridged cards, and the step without them."""
+    bare = step_without_bridges(plan, profile)
+    if bare is None:
+        return plan
+    pred = plan.prediction
+    rate = profile.nvlink.bridge_gbytes_per_s * (profile.nvlink.bridge_efficiency or 0)
+    said = (f"NVLink bridges: the plan prices its groups of two consecutive ranks at {profile.name}'s bridged pairs "
+            f"({rate:.0f} GB/s), {bare:.4g} s a step over PCIe alone (+{(bare / pred.step_time_s - 1) * 100:.1f} %): "
+            "ranks 2i and 2i + 1 of a node must run on bridged cards (`parplan hardware detect` reads a node's "
+            "bridges; `parplan launch` checks them)")
+    return plan.model_copy(update={"prediction": pred.model_copy(update={"warnings": [*pred.warnings, said]})})

@@ -720,20 +720,12 @@ def check_moe_on_gpu(plan, device: str) -> Optional[Check]:
 
 
 def step_without_bridges(plan) -> Optional[float]:
-    """The plan's step re-predicted with its profile's NVLink bridges taken out (every in-node group over the node's
-    PCIe rate), where its profile bridges pairs of cards and the plan prices a pair of ranks at the bridge's rate
-    (comm.one_pair): a step that differs; None otherwise, or where it cannot be predicted here."""
-    from .core import PlannerError, evaluate_plan, plan_hardware
+    """core.step_without_bridges under the plan's own profile; None where it cannot be predicted here."""
+    from .core import PlannerError, plan_hardware, step_without_bridges as without
     try:
-        prof = plan_hardware(plan)
-        if not prof.nvlink.bridge_gbytes_per_s or plan.prediction is None:
-            return None
-        bare = prof.model_copy(update={"nvlink": prof.nvlink.model_copy(
-            update={"bridge_gbytes_per_s": None, "bridge_efficiency": None})})
-        step = evaluate_plan(plan, bare).prediction.step_time_s
+        return without(plan, plan_hardware(plan))
     except PlannerError:
         return None
-    return step if step and abs(step - plan.prediction.step_time_s) > 1e-9 * step else None
 
 
 def check_bridges(plan, device: str, nproc: int, topo_reader=None, env: Optional[dict] = None) -> Optional[Check]:

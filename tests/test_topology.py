@@ -70,6 +70,11 @@ def test_launch_warns_where_a_pair_of_ranks_is_not_bridged(tp2_plan):
     bare = launch.step_without_bridges(tp2_plan)
     step = tp2_plan.prediction.step_time_s
     assert bare > step * 1.01  # the tensor-parallel collectives at 40 GB/s rather than the bridge's 116
+    # the plan itself says so (recommend and evaluate), with the same step
+    said = [w for w in tp2_plan.prediction.warnings if w.startswith("NVLink bridges:")]
+    assert len(said) == 1 and f"{bare:.4g} s a step over PCIe alone" in said[0] and "(116 GB/s)" in said[0]
+    from planner.core import evaluate_plan
+    assert evaluate_plan(tp2_plan).prediction.warnings == tp2_plan.prediction.warnings
     topo = topology.parse_topo(CROSSED)
     warn = launch.check_bridges(tp2_plan, "cuda", 8, lambda: (topo, ""), {})
     assert warn.ok and warn.line().startswith("[warn] bridges:")
@@ -90,6 +95,7 @@ def test_no_bridge_check_where_the_plan_prices_no_pair(tp2_plan):
     dp8 = recommend("llama3-8b", gpus=8, hardware="h100-pcie-80gb", suggest=False,
                     pins=Pins(tp=1, pp=1, cp=1, mbs=1, zero=2, recompute="none", offload="none"))
     assert launch.step_without_bridges(dp8) is None  # eight data-parallel ranks: one PCIe group
+    assert not any(w.startswith("NVLink bridges:") for w in dp8.prediction.warnings)
     assert launch.check_bridges(dp8, "cuda", 8, lambda: pytest.fail("read the topology"), {}) is None
     sxm = recommend("llama3-8b", gpus=8, hardware="h100-sxm-80gb", suggest=False, pins=Pins(tp=2, pp=1, cp=1))
     assert launch.step_without_bridges(sxm) is None  # an NVSwitch node: no bridges in the profile

@@ -194,13 +194,40 @@ def _entries(folder: str) -> list[str]:
         return []
 
 
-def rdma_ports(root: str = "/sys/class/infiniband") -> list[NetPort]:
+def nccl_selects(spec: Optional[str]):
+    """NCCL's interface filter (NCCL_IB_HCA, NCCL_SOCKET_IFNAME) as a test of (name, port): a comma-separated list of
+    name prefixes, "=" before the list for exact names, "^" before it (and before "=") to exclude them, ":port" after
+    a device to take that port alone (NCCL's environment variables, its user guide); unset or empty: everything."""
+    if not spec or not spec.strip():
+        return lambda name, port=None: True
+    spec = spec.strip()
+    exclude = spec.startswith("^")
+    spec = spec[1:] if exclude else spec
+    exact = spec.startswith("=")
+    spec = spec[1:] if exact else spec
+    entries = [(e.partition(":")[0], e.partition(":")[2] or None) for e in (x.strip() for x in spec.split(",")) if e]
+
+    def selects(name: str, port: Optional[str] = None) -> bool:
+        hit = any((name == dev if exact else name.startswith(dev)) and (want is None or port == want)
+                  for dev, want in entries)
+        return hit != exclude
+    return selects
+
+
+def rdma_ports(root: str = "/sys/class/infiniband", env: Optional[dict] = None) -> list[NetPort]:
     """Active ports of the node's RDMA devices (InfiniBand, RoCE, and any other verbs device: what NCCL's IB
-    transport runs on), each at the rate its `rate` file says ("400 Gb/sec (4X NDR)")."""
+    transport runs on), each at the rate its `rate` file says ("400 Gb/sec (4X NDR)"); those NCCL_IB_HCA selects,
+    none where NCCL_IB_DISABLE is 1 (env: the job's environment, os.environ by default)."""
+    env = os.environ if env is None else env
     out = []
+    if env.get("NCCL_IB_DISABLE", "").strip() == "1":
+        return out
+    selects = nccl_selects(env.get("NCCL_IB_HCA"))
     for dev in _entries(root):
         ports_dir = os.path.join(root, dev, "ports")
         for port in sorted(_entries(ports_dir), key=lambda p: (len(p), p)):
+            if not selects(dev, port):
+                continue
             here = os.path.join(ports_dir, port)
             m = _RATE.search(_read(os.path.join(here, "rate")))
             if "ACTIVE" not in _read(os.path.join(here, "state")) or not m:
@@ -210,12 +237,16 @@ def rdma_ports(root: str = "/sys/class/infiniband") -> list[NetPort]:
     return out
 
 
-def ethernet_ports(root: str = "/sys/class/net") -> list[NetPort]:
+def ethernet_ports(root: str = "/sys/class/net", env: Optional[dict] = None) -> list[NetPort]:
     """The node's physical network interfaces that are up (a `device` link: not lo, bridges or veths), at their
-    `speed` (Mb/s; unknown speeds left out): what NCCL's sockets run on without RDMA."""
+    `speed` (Mb/s; unknown speeds left out), those NCCL_SOCKET_IFNAME selects: what NCCL's sockets run on without
+    RDMA."""
+    selects = nccl_selects((os.environ if env is None else env).get("NCCL_SOCKET_IFNAME"))
     out = []
     for name in _entries(root):
         here = os.path.join(root, name)
+        if not selects(name):
+            continue
         if not os.path.exists(os.path.join(here, "device")) or _read(os.path.join(here, "operstate")) != "up":
             continue
         speed = _read(os.path.join(here, "speed"))
@@ -224,11 +255,11 @@ def ethernet_ports(root: str = "/sys/class/net") -> list[NetPort]:
     return out
 
 
-def node_network(sys_root: str = "/sys") -> list[NetPort]:
-    """The ports NCCL would run across nodes on: the active RDMA ports, else the Ethernet interfaces that are up
-    (sockets); [] where sysfs tells neither."""
-    return (rdma_ports(os.path.join(sys_root, "class", "infiniband"))
-            or ethernet_ports(os.path.join(sys_root, "class", "net")))
+def node_network(sys_root: str = "/sys", env: Optional[dict] = None) -> list[NetPort]:
+    """The ports NCCL would run across nodes on: the active RDMA ports NCCL_IB_HCA selects, else the Ethernet
+    interfaces up that NCCL_SOCKET_IFNAME selects (sockets); [] where sysfs tells neither."""
+    return (rdma_ports(os.path.join(sys_root, "class", "infiniband"), env)
+            or ethernet_ports(os.path.join(sys_root, "class", "net"), env))
 
 
 def describe_ports(ports: list[NetPort]) -> str:

@@ -150,14 +150,23 @@ def test_the_node_network_is_read_from_sysfs(tmp_path):
     root = _sysfs(tmp_path / "a", ib=ndr + [("mlx5_8", 1, "400 Gb/sec (4X NDR)", "1: DOWN", "InfiniBand"),
                                             ("mlx5_9", 1, "100 Gb/sec (4X EDR)", "4: ACTIVE", "Ethernet")],
                   eth=[("eth0", "up", 100000, True)])
-    ports = topology.node_network(root)
+    ports = topology.node_network(root, {})
     assert len(ports) == 9 and sum(p.gbits for p in ports) == 3300  # the DOWN port left out, Ethernet not read
     assert topology.describe_ports(ports) == "8 x 400 Gb/s InfiniBand + 1 x 100 Gb/s Ethernet"
     # no RDMA device: the physical interfaces that are up, at a known speed
     root = _sysfs(tmp_path / "b", eth=[("eth0", "up", 100000, True), ("eth1", "up", -1, True), ("lo", "unknown", 0,
                                        False), ("docker0", "up", 10000, False), ("eth2", "down", 25000, True)])
-    assert topology.node_network(root) == [topology.NetPort("eth0", 100.0, "TCP")]
-    assert topology.node_network(str(tmp_path / "none")) == []
+    assert topology.node_network(root, {}) == [topology.NetPort("eth0", 100.0, "TCP")]
+    assert topology.node_network(str(tmp_path / "none"), {}) == []
+    # NCCL's own selection: NCCL_IB_HCA's devices and ports (a node's storage NICs left out), NCCL_IB_DISABLE, and
+    # NCCL_SOCKET_IFNAME for the sockets
+    root = str(tmp_path / "a")
+    ib = lambda spec: sorted(p.name for p in topology.node_network(root, {"NCCL_IB_HCA": spec}))  # noqa: E731
+    assert ib("=mlx5_0:1,mlx5_1") == ["mlx5_0/1", "mlx5_1/1"]
+    assert len(ib("^=mlx5_9")) == 8 and ib("^mlx5") == ["eth0"]  # nothing left over RDMA: the sockets
+    assert ib("mlx5_1") == ["mlx5_1/1"] and ib("=mlx5_0:2") == ["eth0"]
+    assert [p.name for p in topology.node_network(root, {"NCCL_IB_DISABLE": "1"})] == ["eth0"]
+    assert topology.node_network(root, {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "^=eth0"}) == []
 
 
 @pytest.fixture(scope="module")

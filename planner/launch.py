@@ -742,6 +742,12 @@ def check_bridges(plan, device: str, nproc: int, topo_reader=None, env: Optional
     step = plan.prediction.step_time_s
     relies = (f"the plan prices each pair of ranks (2i, 2i + 1) at {plan.hardware.name}'s NVLink bridges "
               f"({step:.4g} s a step; {bare:.4g} s over PCIe alone)")
+    job_env = os.environ if env is None else env
+    if job_env.get("NCCL_P2P_DISABLE", "").strip() == "1" or job_env.get("NCCL_P2P_LEVEL", "").strip() in ("LOC", "0"):
+        return Check("bridges", True, f"warning: {relies}, and this environment turns NCCL's peer-to-peer transport "
+                     f"off (NCCL_P2P_DISABLE=1 or NCCL_P2P_LEVEL=LOC), so no collective uses the bridges: expect a "
+                     f"step nearer {bare:.4g} s; fix: unset it, or re-plan with a copy of {plan.hardware.name}'s "
+                     "profile without nvlink.bridge_gbytes_per_s and bridge_efficiency (--hardware PATH)")
     topo, why = (topo_reader or topology.read_topology)()
     if topo is None:
         return Check("bridges", True, f"{relies}; which GPUs are bridged is unchecked here: {why}", settled=False)

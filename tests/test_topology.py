@@ -89,6 +89,10 @@ def test_launch_warns_where_a_pair_of_ranks_is_not_bridged(tp2_plan):
     unsure = launch.check_bridges(tp2_plan, "cuda", 8, lambda: (None, "nvidia-smi is not on PATH"), {})
     assert unsure.line().startswith("[--  ] bridges:") and "nvidia-smi is not on PATH" in unsure.detail
     assert launch.check_bridges(tp2_plan, "cpu", 8, lambda: (topo, ""), {}) is None
+    # NCCL told not to use peer-to-peer: the bridges idle whatever the cards
+    off = launch.check_bridges(tp2_plan, "cuda", 8, lambda: (topo, ""), {"NCCL_P2P_DISABLE": "1",
+                                                                         "CUDA_VISIBLE_DEVICES": "0,2,1,3,4,5,6,7"})
+    assert off.line().startswith("[warn] bridges:") and "peer-to-peer transport off" in off.detail
 
 
 def test_no_bridge_check_where_the_plan_prices_no_pair(tp2_plan):

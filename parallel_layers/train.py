@@ -822,7 +822,10 @@ def run(plan, opts: RunOptions) -> Optional[dict]:
     if dist.get_rank() != 0:
         return None
     red = rt.extra.get("grad_reduction")
-    return build_report(plan, opts, device, steps, memories, params_per_rank,
+    # rank 0's host and how fast it dispatches (a launch-bound step is its dispatch; hosts of one GPU kind differ),
+    # measured after the last step
+    host = {**host_info(), **dispatch_probe(device)}
+    return build_report(plan, opts, device, steps, memories, params_per_rank, host=host,
                         wgrad_fusion=rt.extra.get("wgrad_fusion"), grad_overlap=None if red is None else red.overlap,
                         grad_buckets=None if red is None else red.last_step,
                         expert_grad_buckets=(None if rt.extra.get("expert_grad_reduction") is None
@@ -964,7 +967,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
                  grad_buckets: Optional[dict] = None, resumed_from: Optional[dict] = None,
                  expert_grad_buckets: Optional[dict] = None,
                  recompile_limit: int = 0, fp8_cast_failure: Optional[str] = None,
-                 profile: Optional[dict] = None) -> dict:
+                 profile: Optional[dict] = None, host: Optional[dict] = None) -> dict:
     """The run report.  ``error`` compares with the plan's prediction only when the run is
     comparable (on cuda; a CPU/gloo run is no measurement of the plan's GPUs): null otherwise.
     wgrad_fusion: whether the weight gradients were accumulated by the fused GEMM (None: no main_grad).
@@ -973,7 +976,8 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
     grad_buckets: rank 0's reduction in the last step, {"buckets", "started_in_backward"} (None where grad_overlap is).
     resumed_from: {"checkpoint": its folder, "step": the step it was saved after} of a resumed run, else None.
     fp8_cast_failure: why rank 0's FP8 casts fell back to eager on the GPU (fp8.cast_failure()), else None.
-    profile: rank 0's profiled step (opts.profile: parallel_layers.step_profile.finish's summary), else None."""
+    profile: rank 0's profiled step (opts.profile: parallel_layers.step_profile.finish's summary), else None.
+    host: rank 0's host and its dispatch probes (run measures them after the last step), else None."""
     if comparable is None:
         comparable = device.type == "cuda"
     warmup = opts.warmup_steps if opts.warmup_steps is not None else min(2, len(steps) // 2)
@@ -1072,8 +1076,7 @@ def build_report(plan, opts: RunOptions, device, steps, memories, params_per_ran
         # a mixture of experts: rank 0's expert-gradient reduction over its expert-data-parallel group, as above
         "expert_grad_reduce_buckets": expert_grad_buckets,
         "torch_version": torch.__version__,
-        # rank 0's host and how fast it dispatches (a launch-bound step is its dispatch; hosts of one GPU kind differ)
-        "host": {**host_info(), **dispatch_probe(device)},
+        "host": host,
         "world_size": len(memories),
         "resumed_from": resumed_from,
         "warmup_steps": warmup,

@@ -332,7 +332,10 @@ def test_the_h200_call_runs_fp8_first_within_its_budget_and_resumes(tmp_path):
     import re
     results = tmp_path / "R"
     calls, out = _run_h200_call(tmp_path, results)
-    steps = [c for c in calls if c.startswith("python3 ") and not c.startswith(("python3 -c", "python3 - "))]
+    # (the host's `parplan hardware detect`, kept under host/, is not a step of the call's budget)
+    assert sum("planner.cli hardware detect --json" in c for c in calls) == 1
+    steps = [c for c in calls if c.startswith("python3 ") and not c.startswith(("python3 -c", "python3 - "))
+             and "hardware detect" not in c]
     assert [s.split()[1] if "planner.cli" not in s else "calibrate" for s in steps] == [
         "calibrate", "benchmarks/gpu_grid.py", "benchmarks/fp8_ops.py", "benchmarks/gpu_grid.py", "benchmarks/gpu_grid.py",
         "benchmarks/host_probe_width.py", "benchmarks/fp8_gemm_shapes.py", "benchmarks/gpu_grid.py"]
@@ -380,7 +383,10 @@ def test_the_h100_call_calibrates_then_studies_fp8_and_the_probe_then_runs_the_g
     H200."""
     results = tmp_path / "R"
     calls, out = _run_h200_call(tmp_path, results, limit=570, script="gpu_h100.sh", gpu="H100 80GB HBM3")
-    steps = [c for c in calls if c.startswith("python3 ") and not c.startswith(("python3 -c", "python3 - "))]
+    # (the host's `parplan hardware detect`, kept under host/, is not a step of the call's budget)
+    assert sum("planner.cli hardware detect --json" in c for c in calls) == 1
+    steps = [c for c in calls if c.startswith("python3 ") and not c.startswith(("python3 -c", "python3 - "))
+             and "hardware detect" not in c]
     assert "--base h100-sxm-80gb --sustained 30" in steps[0]
     assert [s.split()[1] for s in steps[1:]] == ["benchmarks/gpu_grid.py", "benchmarks/fp8_ops.py",
                                                  "benchmarks/gpu_grid.py", "benchmarks/gpu_grid.py",

@@ -1270,9 +1270,11 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
             notes += [n for n in (noisy_host_note(host_spread),) if n]
             from parallel_layers.host_speed import dispatch_probe
             probe = dispatch_probe(dev)  # what launch reports record of their host too (a few ms)
+            launch_us = probe.get("probe_cuda_launch_us")
             notes.append(f"host dispatch probe (parallel_layers.host_speed, as launch reports record it): "
-                         f"{probe['probe_cpu_op_us']:g} us a CPU op, {probe['probe_cuda_launch_us']:g} us a kernel "
-                         f"launch on a {cpu_name()} host")
+                         f"{probe['probe_cpu_op_us']:g} us a CPU op, "
+                         + (f"{launch_us:g} us a kernel launch" if launch_us is not None else "kernel launch not timed")
+                         + f" on a {cpu_name()} host")
             lap("host dispatch")
             if fp8_host_runs:
                 prog.update(task, description=f"host dispatch per block, FP8 linears ({fp8_host_runs} short runs)")
@@ -1368,8 +1370,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
         measured_fields.append("sustained_matmul_fraction")
         notes.append(("inter_node's efficiency and latency, " if on_gpu else "inter_node, hbm_gbytes, ") +
                      f"memory_reserve_gbytes and host memory kept from {base_profile.name} (inter-node needs several "
-                     f"nodes); sustained_matmul_fraction {base_profile.sustained_matmul_fraction:g} -> {data['sustained_matmul_fraction']:g}, measured "
-                     "(--sustained)")
+                     f"nodes); sustained_matmul_fraction {base_profile.sustained_matmul_fraction:g} -> "
+                     f"{data['sustained_matmul_fraction']:g}, measured (--sustained)")
     else:
         notes.append(("inter_node's efficiency and latency, " if on_gpu else "inter_node, hbm_gbytes, ") +
                      "memory_reserve_gbytes, "

@@ -829,12 +829,33 @@ def apply_nics(data: dict, base_profile, ports, measured_fields: list[str]) -> s
                                                            if ports[0].kind == "TCP" else "") + ")")
 
 
+def pair_measured(rows: list[dict], nv: dict, measured_fields: list[str]) -> float | None:
+    """A bridged pair's own all-reduce into nv["bridge_efficiency"] (its largest message's bus bandwidth over the
+    bridge's rate); that bus bandwidth, or None where the rows have no all-reduce."""
+    ar = [r for r in rows if r["op"] == "all_reduce"]
+    if not ar:
+        return None
+    busbw = max(ar, key=lambda r: r["bytes"])["busbw_gbytes_per_s"]
+    nv["bridge_efficiency"] = _clamp_eff(busbw / nv["bridge_gbytes_per_s"])
+    measured_fields.append("nvlink.bridge_efficiency")
+    return busbw
+
+
+def bridged_first_pair(topo, env: dict | None = None) -> bool:
+    """Whether CUDA devices 0 and 1 here are NVLinked (measure_collectives(2) runs on them)."""
+    from . import topology
+    devices = topology.visible_gpus(topo, env)[0] or []
+    return len(devices) >= 2 and topo.nvlinked(devices[0], devices[1])
+
+
 def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, measured_fields: list[str],
-                      topo=None, env: dict | None = None) -> str:
+                      topo=None, env: dict | None = None, pair_rows: list[dict] | None = None) -> str:
     """Write what the collective benchmark measured into the profile dict `data` (nvlink efficiency and
     latency, overlap_compute_slowdown when the overlap probe ran); returns the sources note.  topo: this node's
     `nvidia-smi topo -m` (planner.topology), which tells a base bridged in pairs whether the GPUs measured are: two
-    not NVLinked measured the node's PCIe rate, and a node without any NVLink drops the base's bridges."""
+    not NVLinked measured the node's PCIe rate, and a node without any NVLink drops the base's bridges.  pair_rows:
+    the collectives of CUDA devices 0 and 1 alone, where `coll` ran on more GPUs of a bridged node and those two are
+    NVLinked: their all-reduce sets the bridge's efficiency."""
     ov = [r for r in coll if r["op"] == "overlap"]
     if ov:
         data["overlap_compute_slowdown"] = float(f"{min(1.0, ov[0]['slowdown']):.3g}")
@@ -875,8 +896,14 @@ def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, me
                  "takes that rate)")
     note += bridge_note
     if nv.get("bridge_gbytes_per_s") and not bridge_note:
-        note += ("; one bridged pair measured: the rest of the node's groups keep the base's nvlink.efficiency" if pair
-                 else "; the base's bridged pairs (nvlink.bridge_efficiency) kept: a pair was not measured alone")
+        apart = pair_measured(pair_rows, nv, measured_fields) if pair_rows and not pair else None
+        if apart is not None:
+            note += (f"; a bridged pair apart (CUDA devices 0 and 1): all-reduce busbw {apart:.0f} GB/s / bridge "
+                     f"{nv['bridge_gbytes_per_s']:g} GB/s: nvlink.bridge_efficiency {nv['bridge_efficiency']:g}")
+        else:
+            note += ("; one bridged pair measured: the rest of the node's groups keep the base's nvlink.efficiency"
+                     if pair else "; the base's bridged pairs (nvlink.bridge_efficiency) kept: a pair was not measured "
+                     "alone")
     if ov:
         note += (f"; GEMM train {ov[0]['gemm_alone_s'] * 1e3:.1f} ms alone, {ov[0]['gemm_beside_s'] * 1e3:.1f} ms beside "
                  f"{ov[0]['all_reduces_in_flight']} all-reduces: overlap_compute_slowdown "
@@ -1216,6 +1243,8 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
     gemm: list[dict] = []
     attn: list[dict] = []
     coll: list[dict] = []
+    pair_coll: list[dict] = []  # a bridged pair's collectives, measured apart on a bridged base's node of 3+ GPUs
+    topo = None  # this node's `nvidia-smi topo -m`, read where the base bridges its cards in pairs
     copy_gbps = h2d = d2h = None
     host_block: dict[str, float] = {}
     host_block_fp8: dict[str, float] = {}
@@ -1263,6 +1292,15 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                 torch.cuda.empty_cache()
                 coll = measure_collectives(world, quick)
                 adv()
+                if base_profile.nvlink.bridge_gbytes_per_s:  # which of this node's GPUs the bridges join
+                    from .topology import read_topology
+                    topo, why = read_topology()
+                    if topo is None:
+                        notes.append(f"the base's bridged pairs taken as this node's: {why}")
+                    elif world > 2 and bridged_first_pair(topo):
+                        # the whole node's ring measured PCIe; its first two GPUs, a bridged pair, the bridge
+                        prog.update(task, description="collectives on one bridged pair")
+                        pair_coll = measure_collectives(2, quick)
                 lap("collectives")
             prog.update(task, description=f"host dispatch per block (parplan's runtime, {host_runs} short runs)")
             torch.cuda.empty_cache()
@@ -1351,13 +1389,7 @@ def calibrate_device(out: str | None = None, base: str | None = None, device: st
                                         "8.9 and up)"))
     net_note = None
     if coll:
-        topo = None
-        if base_profile.nvlink.bridge_gbytes_per_s:  # which of this node's GPUs the bridges join
-            from .topology import read_topology
-            topo, why = read_topology()
-            if topo is None:
-                notes.append(f"the base's bridged pairs taken as this node's: {why}")
-        net_note = apply_collectives(data, coll, base_profile, world, measured_fields, topo)
+        net_note = apply_collectives(data, coll, base_profile, world, measured_fields, topo, pair_rows=pair_coll)
     else:
         why = "one GPU" if on_gpu else "cpu"
         notes.append(f"{why}: network not measured; nvlink, " + ("" if on_gpu else "inter_node ") +

@@ -123,6 +123,16 @@ def test_calibrate_reads_the_bridges_it_measured():
         nv = HardwareProfile(**data).nvlink.model_dump()
         assert nv[field] == pytest.approx(value) and nv[kept[0]] == kept[1] and f"nvlink.{field}" in fields
         assert ("not NVLinked (PHB" in note) == (field == "efficiency")
+    # eight GPUs measure the node's PCIe rate, and their first two, where bridged, the bridge apart
+    from planner.calibrate import bridged_first_pair
+    assert not bridged_first_pair(crossed, {}) and bridged_first_pair(crossed, {"CUDA_VISIBLE_DEVICES": "0,2,1,3"})
+    data, fields = pcie.model_dump(mode="json"), []
+    note = apply_collectives(data, _coll(40.0), pcie, 8, fields, crossed, {"CUDA_VISIBLE_DEVICES": "0,2,1,3,4,5,6,7"},
+                             pair_rows=_coll(150.0))
+    nv = HardwareProfile(**data).nvlink
+    assert (nv.efficiency, nv.bridge_efficiency) == (0.625, 0.5) and {"nvlink.efficiency", "nvlink.bridge_efficiency"} \
+        <= set(fields)
+    assert "a bridged pair apart (CUDA devices 0 and 1): all-reduce busbw 150 GB/s / bridge 300 GB/s" in note
     # a node with no NVLink at all: the base's bridges are not this node's
     data = pcie.model_dump(mode="json")
     note = apply_collectives(data, _coll(40.0), pcie, 8, [], topology.parse_topo(NO_NVLINK), {})

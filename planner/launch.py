@@ -1242,6 +1242,18 @@ def fp8_line(report: dict) -> str | None:
             f"casts {casts}")
 
 
+def host_line(report: dict) -> str | None:
+    """Rank 0's host and its dispatch probes (parallel_layers.host_speed), which a launch-bound step follows;
+    nothing for a report without them (before 2026-12-07)."""
+    host = report.get("host")
+    if not host:
+        return None
+    cpus = host.get("usable_cpus") or host.get("logical_cpus")
+    launch = host.get("probe_cuda_launch_us")
+    return (f"host: {host.get('cpu')}" + (f", {cpus} CPUs" if cpus else "") + f"; dispatch probes {host.get('probe_cpu_op_us')} "
+            "us a CPU op" + (f", {launch} us a kernel launch" if launch is not None else ""))
+
+
 def loss_scale_line(report: dict) -> str | None:
     """fp16's dynamic loss scale (parallel_layers.loss_scale): where it started and ended, and the steps skipped."""
     ls = report.get("loss_scaling")
@@ -1374,7 +1386,7 @@ def print_summary(report: dict, report_path: str) -> None:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for line in (phases_line(report), telemetry_line(report), grad_norm_line(report), loss_scale_line(report),
                  dropout_line(report), fp8_line(report), expert_load_line(report), cpu_memory_line(report),
-                 rank_kind_line(report), profile_line(report)):
+                 rank_kind_line(report), profile_line(report), host_line(report)):
         if line:
             console.print(line, markup=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False)

@@ -319,3 +319,12 @@ def test_nvidia_smi_is_run_and_read(tmp_path, monkeypatch):
     assert topology.read_smi_gpus()[0] == []
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert topology.read_topology() == (None, "nvidia-smi is not on PATH")
+
+
+def test_launch_prints_the_runs_host():
+    assert launch.host_line({"host": {"cpu": "Intel(R) Xeon(R) Processor", "logical_cpus": 16, "usable_cpus": 12,
+                                      "probe_cpu_op_us": 2.1, "probe_cuda_launch_us": 4.3}}) == (
+        "host: Intel(R) Xeon(R) Processor, 12 CPUs; dispatch probes 2.1 us a CPU op, 4.3 us a kernel launch")
+    assert launch.host_line({"host": {"cpu": "x", "logical_cpus": 2, "usable_cpus": None, "probe_cpu_op_us": 5.0}}) \
+        == "host: x, 2 CPUs; dispatch probes 5.0 us a CPU op"
+    assert launch.host_line({}) is None and launch.host_line({"host": None}) is None

@@ -809,18 +809,16 @@ def measure_collectives(world: int, quick: bool, device_type: str = "cuda", size
 def apply_nics(data: dict, base_profile, ports, measured_fields: list[str]) -> str:
     """This node's NICs (planner.topology.node_network: the active RDMA ports, else the Ethernet interfaces that are
     up) against the base's inter-node rate a GPU: where their line rate over the profile's gpus_per_node is below it
-    (launch's NIC_SHORTFALL), it is this node's inter_node.gbytes_per_s (efficiency and latency kept: the base's
+    (topology.NIC_SHORTFALL), it is this node's inter_node.gbytes_per_s (efficiency and latency kept: the base's
     measurements of its network); at or above it (storage NICs count too) the base's is kept.  Returns the note."""
     from . import topology
-    from .launch import NIC_SHORTFALL
     base = base_profile.inter_node.gbytes_per_s
     if not ports:
         return f"inter_node kept from {base_profile.name}: no active RDMA port or Ethernet speed under /sys/class"
-    node_gbits = sum(p.gbits for p in ports)
-    here = node_gbits / 8 / data["gpus_per_node"]
+    node_gbits, here = topology.nic_rate(ports, data["gpus_per_node"])
     said = (f"this node's NICs: {topology.describe_ports(ports)} active, {node_gbits:g} Gb/s, {here:.3g} GB/s a GPU "
             f"over {data['gpus_per_node']}")
-    if here >= NIC_SHORTFALL * base:
+    if here >= topology.NIC_SHORTFALL * base:
         return f"{said}: {base_profile.name}'s {base:g} GB/s a GPU across nodes kept"
     data["inter_node"] = {**data["inter_node"], "gbytes_per_s": float(f"{here:.4g}")}
     measured_fields.append("inter_node.gbytes_per_s")
@@ -844,8 +842,8 @@ def pair_measured(rows: list[dict], nv: dict, measured_fields: list[str]) -> flo
 def bridged_first_pair(topo, env: dict | None = None) -> bool:
     """Whether CUDA devices 0 and 1 here are NVLinked (measure_collectives(2) runs on them)."""
     from . import topology
-    devices = topology.visible_gpus(topo, env)[0] or []
-    return len(devices) >= 2 and topo.nvlinked(devices[0], devices[1])
+    devices = (topology.visible_gpus(topo, env)[0] or [])[:2]
+    return len(devices) == 2 and not topology.unbridged_pairs(topo, devices)
 
 
 def apply_collectives(data: dict, coll: list[dict], base_profile, world: int, measured_fields: list[str],

@@ -97,10 +97,8 @@ def host_memory_available() -> Optional[int]:
 
 
 def cpu_cores() -> Optional[int]:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count()
+    from .topology import usable_cpus
+    return usable_cpus() or os.cpu_count()
 
 
 def _err(msg: str) -> None:
@@ -746,8 +744,7 @@ def check_bridges(plan, device: str, nproc: int, topo_reader=None, env: Optional
     if job_env.get("NCCL_P2P_DISABLE", "").strip() == "1" or job_env.get("NCCL_P2P_LEVEL", "").strip() in ("LOC", "0"):
         return Check("bridges", True, f"warning: {relies}, and this environment turns NCCL's peer-to-peer transport "
                      f"off (NCCL_P2P_DISABLE=1 or NCCL_P2P_LEVEL=LOC), so no collective uses the bridges: expect a "
-                     f"step nearer {bare:.4g} s; fix: unset it, or re-plan with a copy of {plan.hardware.name}'s "
-                     "profile without nvlink.bridge_gbytes_per_s and bridge_efficiency (--hardware PATH)")
+                     f"step nearer {bare:.4g} s; fix: unset it, or {topology.no_bridges_fix(plan.hardware.name)}")
     topo, why = (topo_reader or topology.read_topology)()
     if topo is None:
         return Check("bridges", True, f"{relies}; which GPUs are bridged is unchecked here: {why}", settled=False)
@@ -765,13 +762,9 @@ def check_bridges(plan, device: str, nproc: int, topo_reader=None, env: Optional
     order = topology.bridged_order(topo, visible, nproc) or topology.bridged_order(topo, list(topo.gpus), nproc)
     fix = (f"run with CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={','.join(map(str, order))} (every pair of "
            "ranks on a bridged pair)" if order else
-           f"re-plan with a copy of {plan.hardware.name}'s profile without nvlink.bridge_gbytes_per_s and "
-           "bridge_efficiency (--hardware PATH): this node's GPUs have no such pairs")
+           f"{topology.no_bridges_fix(plan.hardware.name)}: this node's GPUs have no such pairs")
     return Check("bridges", True, f"warning: {relies}, and nvidia-smi topo -m shows {said} not NVLinked: expect a step "
                  f"nearer {bare:.4g} s; fix: {fix}")
-
-
-NIC_SHORTFALL = 0.9  # a node's NICs below this share of the plan's inter-node rate a GPU are warned of
 
 
 def check_network(plan, device: str, nnodes: int, nproc: int, sys_root: str = "/sys") -> Optional[Check]:
@@ -793,11 +786,10 @@ def check_network(plan, device: str, nnodes: int, nproc: int, sys_root: str = "/
     if not ports:
         return Check("network", True, f"the plan's {rate:g} GB/s a GPU across nodes is unchecked here: no active RDMA "
                      "port or Ethernet speed under /sys/class", settled=False)
-    node_gbits = sum(p.gbits for p in ports)
-    here = node_gbits / 8 / nproc
+    node_gbits, here = topology.nic_rate(ports, nproc)
     said = (f"{topology.describe_ports(ports)} active on this node, {node_gbits:g} Gb/s: {here:.3g} GB/s a GPU for "
             f"{nproc} ranks")
-    if here >= NIC_SHORTFALL * rate:
+    if here >= topology.NIC_SHORTFALL * rate:
         return Check("network", True, f"{said}, the plan {rate:g}")
     step = plan.prediction.step_time_s if plan.prediction else None
     try:
@@ -809,8 +801,9 @@ def check_network(plan, device: str, nnodes: int, nproc: int, sys_root: str = "/
     expect = (f": expect a step nearer {slower:.4g} s than {step:.4g} s" if step and slower and slower > step * 1.001
               else "")
     return Check("network", True, f"warning: {said}, where the plan was predicted at {rate:g} GB/s a GPU across "
-                 f"nodes{expect}" + ("; no RDMA device (/sys/class/infiniband), so NCCL runs over TCP sockets unless a "
-                                     "network plugin carries it, slower than this line rate" if sockets else "")
+                 f"nodes{expect}" + ("; no RDMA device NCCL would use (/sys/class/infiniband, NCCL_IB_HCA, "
+                                     "NCCL_IB_DISABLE), so it runs over TCP sockets unless a network plugin carries it, "
+                                     "slower than this line rate" if sockets else "")
                  + f"; fix: re-plan with --inter-node-bandwidth {here:.3g}")
 
 

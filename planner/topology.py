@@ -156,19 +156,31 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
+def usable_cpus() -> Optional[int]:
+    """The CPUs this process may run on (its affinity), None where the platform does not say."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
 def host_info() -> dict:
     """What a run report records of its host, whose CPU sets a launch-bound step: the CPU's model, its logical CPUs and
     those this process may run on."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = None
-    return {"cpu": cpu_name(), "logical_cpus": os.cpu_count(), "usable_cpus": usable}
+    return {"cpu": cpu_name(), "logical_cpus": os.cpu_count(), "usable_cpus": usable_cpus()}
+
+
+def no_bridges_fix(profile_name: str) -> str:
+    """The fix for a node whose cards are not bridged as a bridged profile assumes."""
+    return (f"re-plan with a copy of {profile_name}'s profile without nvlink.bridge_gbytes_per_s and bridge_efficiency "
+            "(--hardware PATH)")
 
 
 # --- the node's network: what NCCL can run across nodes on (sysfs, Linux) ---
 
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")
+# a node's NICs below this share of a plan's (or a profile's) inter-node rate a GPU are said to be short of it
+NIC_SHORTFALL = 0.9
 
 
 @dataclass(frozen=True)
@@ -262,6 +274,13 @@ def node_network(sys_root: str = "/sys", env: Optional[dict] = None) -> list[Net
             or ethernet_ports(os.path.join(sys_root, "class", "net"), env))
 
 
+def nic_rate(ports: list[NetPort], gpus: int) -> tuple[float, float]:
+    """(the ports' line rate in all, Gb/s; its share a GPU of `gpus`, GB/s a direction: what a profile's
+    inter_node.gbytes_per_s means)."""
+    node_gbits = sum(p.gbits for p in ports)
+    return node_gbits, node_gbits / 8 / gpus
+
+
 def describe_ports(ports: list[NetPort]) -> str:
     """'8 x 400 Gb/s InfiniBand' (ports grouped by rate and kind, largest group first)."""
     groups: dict[tuple[float, str], int] = {}
@@ -317,8 +336,7 @@ def detect_node(gpus: list[tuple[int, str, int]], topo: Optional[Topology], port
     prof = hardware_profiles.load_profile(profile_name)
     indices = [g[0] for g in gpus]
     kind, links = links_said(topo, indices)
-    node_gbits = sum(p.gbits for p in ports)
-    per_gpu = node_gbits / 8 / len(gpus) if ports else None
+    node_gbits, per_gpu = nic_rate(ports, len(gpus)) if ports else (None, None)
     flags, notes = [f"--hardware {profile_name}"], []
     if not matched:
         notes.append(f"no shipped profile for {name}: measure one with `parplan calibrate --out my-gpu.toml` "
@@ -330,8 +348,8 @@ def detect_node(gpus: list[tuple[int, str, int]], topo: Optional[Topology], port
         notes.append(f"{len(gpus)} GPUs here where {profile_name}'s node has {prof.gpus_per_node}")
     nv = prof.nvlink
     if nv.bridge_gbytes_per_s and kind == "none" and len(gpus) > 1:
-        notes.append(f"{profile_name} bridges its cards in pairs and these have no NVLink: plan with a copy of it "
-                     "without nvlink.bridge_gbytes_per_s and bridge_efficiency (--hardware PATH)")
+        notes.append(f"{profile_name} bridges its cards in pairs and these have no NVLink: "
+                     f"{no_bridges_fix(profile_name)}")
     elif nv.bridge_gbytes_per_s and kind == "pairs" and topo is not None:
         order = bridged_order(topo, indices, len(indices))
         if order is None:
@@ -343,13 +361,13 @@ def detect_node(gpus: list[tuple[int, str, int]], topo: Optional[Topology], port
     elif not nv.bridge_gbytes_per_s and not nv.efficiency_by_group_size and kind in ("none", "pairs") and len(gpus) > 1:
         notes.append(f"{profile_name}'s node joins every GPU by NVLink ({nv.gbytes_per_s:g} GB/s) and this one does not "
                      f"({links}): its in-node collectives are slower than planned; measure them with `parplan calibrate`")
-    if per_gpu is not None and per_gpu < 0.9 * prof.inter_node.gbytes_per_s:  # launch's NIC_SHORTFALL
+    if per_gpu is not None and per_gpu < NIC_SHORTFALL * prof.inter_node.gbytes_per_s:
         flags.append(f"--inter-node-bandwidth {per_gpu:.3g}")
         notes.append(f"this node's NICs give {per_gpu:.3g} GB/s a GPU across nodes, {profile_name} "
-                     f"{prof.inter_node.gbytes_per_s:g}" + ("; over TCP sockets (no RDMA device), slower still"
+                     f"{prof.inter_node.gbytes_per_s:g}" + ("; over TCP sockets (no RDMA port NCCL would use), slower still"
                                                              if ports[0].kind == "TCP" else ""))
     return {"gpus": len(gpus), "gpu_name": name, "memory_mib": gpus[0][2], "profile": profile_name,
             "profile_matched": matched, "links": kind, "links_said": links,
-            "nics": describe_ports(ports) if ports else None, "nic_gbits": node_gbits if ports else None,
+            "nics": describe_ports(ports) if ports else None, "nic_gbits": node_gbits,
             "inter_node_gbytes_per_gpu": None if per_gpu is None else float(f"{per_gpu:.4g}"),
             "recommend_flags": flags, "notes": notes}

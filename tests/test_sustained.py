@@ -141,7 +141,7 @@ def test_drift_report_on_a_long_run(tmp_path):
 
 
 def test_committed_sustained_gap_regenerates(tmp_path, monkeypatch):
-    """The README's numbers on the sustained-fraction gap are benchmarks/sustained_gap.py's output for this checkout's
+    """docs/accuracy.md's numbers on the sustained-fraction gap are benchmarks/sustained_gap.py's output for this checkout's
     cost model and the committed launches and profiles."""
     gap = _script("sustained_gap")
     out = tmp_path / "g.md"
@@ -151,7 +151,7 @@ def test_committed_sustained_gap_regenerates(tmp_path, monkeypatch):
 
 
 def test_committed_gemm_shape_gap_regenerates(tmp_path, monkeypatch):
-    """The README's numbers on GEMM shape and the H100 fraction gap are benchmarks/gemm_shape_gap.py's output for this
+    """docs/accuracy.md's numbers on GEMM shape and the H100 fraction gap are benchmarks/gemm_shape_gap.py's output for this
     checkout's cost model and the committed GEMM measurements and reference sets."""
     gap = _script("gemm_shape_gap")
     out = tmp_path / "s.md"
@@ -159,7 +159,7 @@ def test_committed_gemm_shape_gap_regenerates(tmp_path, monkeypatch):
     gap.main()
     text = out.read_text()
     assert text == (ROOT / "benchmarks" / "results" / "gemm_shape_gap.md").read_text()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "accuracy.md").read_text()  # the README's "How accurate" in full
     assert "scales the GEMM time by 0.981\n(0.964–1.006) on the Megatron-Core rows" in readme
     assert "r is 0.981 (median; 0.964 … 1.006) on the Megatron-Core rows" in text and "gap +0.096, 8% closed" in text
 
@@ -198,14 +198,14 @@ def test_device_scripts_run_the_long_run_and_the_sustained_calibrate():
         assert len(listed) >= 8 and all(n in names for n in listed), (script, [n for n in listed if n not in names])
 
 
-def test_readme_quotes_the_sustained_gap_as_generated():
-    """The README's sentence on the committed launches carries sustained_gap.md's own summary numbers."""
+def test_the_docs_quote_the_sustained_gap_as_generated():
+    """docs/accuracy.md's sentence on the committed launches carries sustained_gap.md's own summary numbers."""
     import re
     md = (ROOT / "benchmarks" / "results" / "sustained_gap.md").read_text()
     n, own, own_max, one, within = re.search(
         r"(\d+) GPU-bound runs: median \|error\| ([\d.]+)% \(max ([\d.]+)%\) at the profiles' own fraction, ([\d.]+)% "
         r"\(max [\d.]+%\) at 1.0; within 5 % at 1.0: (\d+) of", md).groups()
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "accuracy.md").read_text().split())
     assert (f"their {n} GPU-bound runs of dense 16-bit plans (five sessions, each run predicted with its session's "
             "calibrated profile; parplan's FP8 and MoE runs of 2026-12-06 left out, their misses the runtime's) read a "
             f"median |error| of {own} % (max {own_max} %) at the profiles' own fraction (0.83; 0.845 and 0.891 as "

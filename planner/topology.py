@@ -42,8 +42,9 @@ class Topology:
 def parse_topo(text: str) -> Optional[Topology]:
     """The GPU-to-GPU cells of `nvidia-smi topo -m`'s matrix; None where the text has no GPU matrix.  The first line
     whose first column is GPU<n> is the header (its leading GPU<n> columns are the matrix's); each later GPU<n> line
-    is a row, its cells in the header's order (" X " on the diagonal); NIC columns and the affinity columns after
-    them are not read."""
+    is a row, its cells in the header's order (" X " on the diagonal: a row without it there, as where two cells
+    ran together in a copied output, is skipped, each of its pairs read from the other GPU's row); NIC columns and
+    the affinity columns after them are not read."""
     cols: Optional[list[int]] = None
     links: dict[tuple[int, int], str] = {}
     rows: list[int] = []
@@ -60,8 +61,8 @@ def parse_topo(text: str) -> Optional[Topology]:
                 cols.append(int(m.group(1)))
             continue
         row = int(_GPU.match(cells[0]).group(1))
-        if row not in cols or len(cells) < len(cols) + 1:
-            continue
+        if row not in cols or len(cells) < len(cols) + 1 or cells[1 + cols.index(row)] != "X":
+            continue  # (a row whose own cell is not its X has cells run together or missing: read from the others)
         rows.append(row)
         for col, cell in zip(cols, cells[1:1 + len(cols)]):
             if col != row:

@@ -182,6 +182,9 @@ def no_bridges_fix(profile_name: str) -> str:
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")
 # a node's NICs below this share of a plan's (or a profile's) inter-node rate a GPU are said to be short of it
 NIC_SHORTFALL = 0.9
+# nvidia-smi's memory.total against the profile's hbm_gbytes (the shipped NVIDIA profiles but GB200's hold their card's
+# own reading, so a card of the profile's kind differs by none): past this share, `hardware detect` says so
+MEMORY_MISMATCH = 0.02
 
 
 @dataclass(frozen=True)
@@ -344,9 +347,14 @@ def detect_node(gpus: list[tuple[int, str, int]], topo: Optional[Topology], port
                      f"(its base would be {profile_name}), then --hardware my-gpu.toml")
     if len({g[1] for g in gpus}) > 1:
         notes.append("the GPUs differ (" + ", ".join(sorted({g[1] for g in gpus})) + "): planned as the first's")
+    here_gb = gpus[0][2] * 2**20 / 1e9
+    if here_gb > 0 and abs(here_gb / prof.hbm_gbytes - 1) > MEMORY_MISMATCH:
+        notes.append(f"{here_gb:.1f} GB a GPU here ({gpus[0][2]:,} MiB) where {profile_name} plans {prof.hbm_gbytes:g}: "
+                     f"its plans {'may not fit' if here_gb < prof.hbm_gbytes else 'leave memory unused'} on this GPU; "
+                     "`parplan calibrate` writes this GPU's own memory into its profile")
     if len(gpus) < prof.gpus_per_node:
         flags.append(f"--gpus-per-node {len(gpus)}")
-        notes.append(f"{len(gpus)} GPUs here where {profile_name}'s node has {prof.gpus_per_node}")
+        notes.append(f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''} here where {profile_name}'s node has {prof.gpus_per_node}")
     nv = prof.nvlink
     if nv.bridge_gbytes_per_s and kind == "none" and len(gpus) > 1:
         notes.append(f"{profile_name} bridges its cards in pairs and these have no NVLink: "

@@ -273,6 +273,16 @@ def test_detect_names_the_profile_and_the_flags_for_this_node():
     found = topology.detect_node([(0, "NVIDIA RTX 6000 Ada Generation", 49140)], None, [])
     assert not found["profile_matched"] and "parplan calibrate --out my-gpu.toml" in found["notes"][0]
     assert found["links"] == "unknown" and found["inter_node_gbytes_per_gpu"] is None
+    # ... whose memory (48 GB) is not the default base's: said too
+    assert found["notes"][1].startswith("51.5 GB a GPU here (49,140 MiB) where h100-sxm-80gb plans 85.52: its plans may "
+                                        "not fit on this GPU")
+    # an H100 NVL (94 GB) reads as the H100 profile, whose 80 GB it is not; an H100 SXM's own reading is no note
+    nvl = topology.detect_node([(0, "NVIDIA H100 NVL", 95830)], None, [])
+    assert nvl["profile"] == "h100-sxm-80gb" and nvl["profile_matched"]
+    assert nvl["notes"][0] == ("100.5 GB a GPU here (95,830 MiB) where h100-sxm-80gb plans 85.52: its plans leave memory "
+                            "unused on this GPU; `parplan calibrate` writes this GPU's own memory into its profile")
+    sxm_notes = topology.detect_node([(0, "NVIDIA H100 80GB HBM3", 81559)], None, [])["notes"]
+    assert sxm_notes == ["1 GPU here where h100-sxm-80gb's node has 8"]
     assert topology.parse_smi_gpus("0, NVIDIA H100 PCIe, 81559\n1, NVIDIA H100 PCIe, 81559\n\n") == [
         (0, "NVIDIA H100 PCIe", 81559), (1, "NVIDIA H100 PCIe", 81559)]
 

@@ -65,6 +65,9 @@ TARGETS = {
     "h100-pcie-80gb": (756.0, 0.661, "no H100 PCIe row in the MAMF table; the best square BF16 GEMM of two community "
                                      "runs of one harness, H100 PCIe 495.93 and H800 PCIe (the same GPU) 503.83: "
                                      "499.88/756 = 66.1% (that harness read an H100 SXM at 80.6%, MAMF 80.3%)"),
+    # the export-market variants: their twin's silicon (only the NVLink is cut), so their twin's peak and ceiling
+    "h800-sxm-80gb": (989.4, 0.803, "the H100 SXM's own curve (the same silicon): MAMF H100 SXM 794.5/989 = 80.3%"),
+    "a800-sxm-80gb": (312.0, 0.869, "the A100 SXM's (the same silicon): MAMF A100 SXM 271.2/312 = 86.9%"),
     "mi300x": (1307.4, 0.514, "MAMF MI300X 668.4/1300 = 51.4% (ROCm 6.3, TunableOp on)"),
     "mi325x": (1307.4, 0.604, "MAMF MI325X 784.9/1300 = 60.4% (ROCm 6.2.4, TunableOp on, 1000 W)"),
     "mi355x": (2516.6, 0.622, "MAMF MI355X 1565.0 TFLOP/s = 62.2% of 2516.6 (the table's 68.0% divides by 2300)"),

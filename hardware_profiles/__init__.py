@@ -119,7 +119,8 @@ def find_upward(name: str, folder: str | Path) -> Path | None:
 def canonical_name(name_or_path):
     """A shipped profile's name as list_profiles() spells it where the given one differs only in case ("H100-SXM-80GB",
     as model presets are matched) or is the GPU's name alone and one profile has it, or one SXM profile among its
-    others ("GB200"; "h100": h100-sxm-80gb, not h100-pcie-80gb; "a100" names two SXM parts), also written with
+    others ("GB200"; "h100": h100-sxm-80gb, not h100-pcie-80gb; "h800", "a800": their SXM parts, the only ones
+    profiled; "a100" names two SXM parts), also written with
     spaces or underscores and the maker's name before it, as nvidia-smi prints a GPU ("NVIDIA H100 PCIe",
     "h100_pcie": h100-pcie-80gb; "NVIDIA A100 80GB PCIe": a100-pcie-80gb); anything else as given."""
     if looks_like_path(name_or_path):

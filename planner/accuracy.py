@@ -30,9 +30,10 @@ def _pct(x: float) -> str:
 
 
 # gb300 before b300 and gb200 before b200: the rack's name holds its GPU's; the PCIe cards before their SXM parts (no
-# run of a PCIe card is measured or published here: the SXM parts' are not theirs)
-GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100-pcie", "h100", "a100-pcie", "a100", "mi355x", "mi325x",
-             "mi300x", "l40s")
+# run of a PCIe card is measured or published here: the SXM parts' are not theirs); the export-market H800 and A800
+# their own kinds (their twins' silicon, another NVLink: the H100's and A100's runs are not theirs)
+GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100-pcie", "h100", "h800", "a100-pcie", "a100", "a800",
+             "mi355x", "mi325x", "mi300x", "l40s")
 
 
 def _kind_in(text: str) -> str | None:

@@ -76,11 +76,18 @@ TOOL = "parplan calibrate"
 GB = 1e9
 
 # GPU name fragment (of the device's name as hardware_profiles.spelled_gpu_name spells it) -> shipped profile; first
-# match wins.
-_GPU_PROFILES = [
+# match wins.  None: a part no shipped profile describes whose name holds a profiled part's ("NVIDIA H800 PCIe" holds
+# the SXM part's "h800"): unmatched, the default base, as any GPU without a profile.
+_GPU_PROFILES: list[tuple[str, str | None]] = [
     ("h200", "h200-sxm-141gb"),
     ("h100-pcie", "h100-pcie-80gb"),  # "NVIDIA H100 PCIe", before the SXM part's "NVIDIA H100 80GB HBM3"
     ("h100", "h100-sxm-80gb"),
+    # the H800's PCIe cards (NVLink bridges in pairs, no NVSwitch) are not the SXM part's node: no profile of their own
+    ("h800-pcie", None),
+    ("h800-nvl", None),
+    ("h800", "h800-sxm-80gb"),  # "NVIDIA H800", "NVIDIA H800 80GB HBM3": the SXM part
+    # "NVIDIA A800-SXM4-80GB"; the A800's PCIe cards ("NVIDIA A800 80GB PCIe") hold no "a800-sxm": unmatched
+    ("a800-sxm", "a800-sxm-80gb"),
     # "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB" (the PCIe node; the 40 GB card's memory is measured)
     ("a100-pcie", "a100-pcie-80gb"),
     ("a100-sxm4-40gb", "a100-sxm-40gb"),
@@ -278,7 +285,7 @@ def base_for_device(device_name: str) -> tuple[str, bool]:
     low = spelled_gpu_name(device_name)
     for frag, name in _GPU_PROFILES:
         if frag in low:
-            return name, True
+            return (name, True) if name else (DEFAULT_BASE, False)
     return DEFAULT_BASE, False
 
 

@@ -571,6 +571,8 @@ def test_from_run_reports_hardware_nowhere_says_pass_base(plan, tmp_path, capsys
     ("a100-sxm-80gb", "NVIDIA H100 80GB HBM3", ["A100", "H100"]),
     (None, "AMD Instinct MI300X", ["MI300X", "H100", "--base mi300x"]),  # the plan's h100-sxm-80gb, MI300X runs
     (None, "NVIDIA H100 PCIe", ["(H100 PCIE)", "describes H100 GPUs", "--base h100-pcie-80gb"]),  # not the SXM part
+    ("h800-sxm-80gb", "NVIDIA H100 80GB HBM3", ["(H100)", "describes H800 GPUs", "--base h100-sxm-80gb"]),
+    ("h800-sxm-80gb", "NVIDIA H800 PCIe", ["(H800 PCIE)", "describes H800 GPUs"]),  # no profile of its own to name
 ])
 def test_from_run_refuses_reports_from_another_gpu_than_the_base(base, device, want, plan, tmp_path, capsys):
     r = _report(plan, tmp_path / "report.json", device=device)
@@ -785,6 +787,9 @@ def test_an_unwritable_out_is_refused_before_measuring(tmp_path, capsys):
     ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
     ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),  # not the SXM part's NVSwitch node
     ("NVIDIA A100-PCIE-40GB", "a100-pcie-80gb"),  # the PCIe node; calibrate measures its 40 GB
+    ("NVIDIA H800", "h800-sxm-80gb"),  # the export-market SXM parts (their PCIe cards have no profile)
+    ("NVIDIA H800 80GB HBM3", "h800-sxm-80gb"),
+    ("NVIDIA A800-SXM4-80GB", "a800-sxm-80gb"),
     ("AMD Instinct MI355X", "mi355x"),
     ("AMD Instinct MI325X", "mi325x"),
     ("AMD Instinct MI300X", "mi300x"),

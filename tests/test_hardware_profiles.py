@@ -20,7 +20,7 @@ from planner.schema import HardwareProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {"a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200-nvl72", "b300", "gb300-nvl72",
-            "mi300x", "mi325x", "mi355x", "l40s", "h100-pcie-80gb", "a100-pcie-80gb"}
+            "mi300x", "mi325x", "mi355x", "l40s", "h100-pcie-80gb", "a100-pcie-80gb", "h800-sxm-80gb", "a800-sxm-80gb"}
 
 
 def _build_module():
@@ -62,9 +62,10 @@ def test_profile_physically_consistent(name):
     # TF32: every GPU's but CDNA 4's, whose matrix cores have none (AMD's MI355X tables give no TF32 rate)
     assert set(pk) - {"fp8"} == {"bf16", "fp16", "fp32"} | ({"tf32"} if name != "mi355x" else set())
     assert pk["bf16"] == pk["fp16"] > pk.get("tf32", pk["fp32"] + 1) > pk["fp32"] > 0
-    # FP8 tensor cores: Ada, Hopper, Blackwell and MI300X at twice the 16-bit rate; the A100 has none (the L40S's
-    # datasheet prints 733 against 362.05: its sparse BF16 figure, 1.2 % over twice the dense one, kept as printed)
-    assert ("fp8" in pk) == (not name.startswith("a100"))
+    # FP8 tensor cores: Ada, Hopper, Blackwell and MI300X at twice the 16-bit rate; the A100 (and its A800) has none
+    # (the L40S's datasheet prints 733 against 362.05: its sparse BF16 figure, 1.2 % over twice the dense one, kept as
+    # printed)
+    assert ("fp8" in pk) == (not name.startswith(("a100", "a800")))
     if "fp8" in pk:
         assert pk["fp8"] == pytest.approx(2 * pk["bf16"], rel=1e-3 if name != "l40s" else 0.013)
         assert 0.85 < p.fp8_matmul_scale <= 1.0
@@ -486,8 +487,10 @@ def test_a_gpu_name_alone_finds_its_one_profile():
     """--hardware h100 / H200 / gb200: the shipped profile of that GPU where there is one (the plan records its full
     name), or its one SXM part (h100: not h100-pcie-80gb); a100 names two SXM parts, and the error offers its three."""
     from hardware_profiles import canonical_name
-    assert [canonical_name(n) for n in ("h100", "H200", "gb200", "b200", "GB300", "b300", "MI300X", "mi355x", "L40S")] == \
-        ["h100-sxm-80gb", "h200-sxm-141gb", "gb200-nvl72", "b200", "gb300-nvl72", "b300", "mi300x", "mi355x", "l40s"]
+    assert [canonical_name(n) for n in ("h100", "H200", "gb200", "b200", "GB300", "b300", "MI300X", "mi355x", "L40S",
+                                        "h800", "A800")] == \
+        ["h100-sxm-80gb", "h200-sxm-141gb", "gb200-nvl72", "b200", "gb300-nvl72", "b300", "mi300x", "mi355x", "l40s",
+         "h800-sxm-80gb", "a800-sxm-80gb"]
     assert canonical_name("a100") == "a100" and canonical_name("h1") == "h1" and canonical_name("x.toml") == "x.toml"
     assert load_profile("h100").name == "h100-sxm-80gb"
     assert canonical_name("H100-PCIE-80GB") == "h100-pcie-80gb" and canonical_name("h100-pcie") == "h100-pcie-80gb"

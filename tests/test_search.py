@@ -681,11 +681,12 @@ def test_every_reason_a_plan_can_break_has_its_fix(tmp_path, capsys):
 
 def test_a_profile_without_a_fitted_sustained_fraction_says_so(tmp_path):
     """B200, B300, MI300X and MI355X carry isolated-kernel matmul curves only; A100 and H100 have a sustained fraction fitted
-    on a published table (README, "Fitted parameters"), so only the former warn that the time is optimistic."""
+    on a published table (README, "Fitted parameters"), and their export-market twins (A800, H800: the same silicon)
+    carry it, so only the former warn that the time is optimistic."""
     spec = load_preset("llama3-8b")
     for hw, warned in (("b200", True), ("mi300x", True), ("b300", True), ("mi355x", True), ("l40s", True),
                        ("h100-pcie-80gb", True), ("a100-pcie-80gb", True), ("h100-sxm-80gb", False),
-                       ("a100-sxm-80gb", False)):
+                       ("a100-sxm-80gb", False), ("h800-sxm-80gb", False), ("a800-sxm-80gb", False)):
         plan = recommend(spec, 8, hardware=hw, suggest=False)
         assert any(w.startswith("uncalibrated") for w in plan.prediction.warnings) is warned, hw
     # a profile whose fraction a refit (`calibrate --from-run`) or `--sustained` set, 1.0 included, is calibrated

@@ -87,7 +87,32 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             full_attention_every 2.  Not counted: the attention sinks (a logit a head) and the q/k/v/o,
                             router and experts' biases (0.03 % of the 120b); its clamped SwiGLU costed as SwiGLU, its
                             softmax over the top-k logits as softmax top-k, its MXFP4 checkpoint as 16-bit weights.
-Other mixture-of-experts configs are rejected (DBRX, ...).
+  minimax_m2             -> arch llama with experts (MiniMax-M2, M2.1, M2.5: MiniMaxM2ForCausalLM): num_local_experts
+                            of intermediate_size, top num_experts_per_tok, every block MoE, no shared expert, head_dim
+                            128 (48 heads over hidden 3072).  Not counted: its q/k RMSNorms over all heads' width
+                            ((heads + kv_heads) x head_dim a layer) and the router's correction bias; its sigmoid
+                            routing costed as softmax top-k, its partial rotary (rotary_dim 64 of 128) as the whole
+                            head, its FP8 checkpoint as 16-bit weights, its multi-token-prediction modules
+                            (num_mtp_modules) said in a note.  A layer of linear (lightning) attention in attn_type_list
+                            (MiniMax-Text-01's and M1's, model_type minimax) or a shared expert is refused.
+  olmoe                  -> arch llama with experts (OLMoE-1B-7B): num_experts of intermediate_size, top
+                            num_experts_per_tok; its q and k RMSNorms (h + kv width a layer) not counted.
+  phimoe                 -> arch llama with experts (Phi-3.5-MoE): num_local_experts of intermediate_size, top
+                            num_experts_per_tok, every layer within sliding_window as Mistral's; its LayerNorms
+                            counted as RMSNorms (their biases, 2 h a layer + h, not counted), its q/k/v/o biases
+                            (attention_bias) and output bias (lm_head_bias) not counted, its SparseMixer router costed
+                            as softmax top-k.
+  granitemoe, granitemoeshared
+                         -> arch llama with experts (Granite 3.0/3.1 MoE: 1b-a400m, 3b-a800m): num_local_experts of
+                            intermediate_size, top num_experts_per_tok, GraniteMoeShared's shared MLP of
+                            shared_intermediate_size as shared_expert_ffn; the multipliers are scalars (exact counts);
+                            the softmax over the top-k logits costed as softmax top-k.
+  hunyuan_v1_moe         -> arch llama with experts (Hunyuan-A13B): num_experts of intermediate_size, top moe_topk
+                            (one value, or a per-layer list of one value), one shared MLP of intermediate_size
+                            (HunYuanMoEV1Moe's shared_mlp); per-head q/k norms (2 x head_dim a layer) not counted.
+                            Per-layer expert widths (moe_intermediate_size) or shared-expert counts (num_shared_expert)
+                            other than that build, and cross-layer attention (use_cla), are refused.
+Other mixture-of-experts configs are rejected (DBRX, ...; those in MOE_REFUSED with the reason).
 Multimodal configs (gemma3, mistral3, llama4, llava, llava_next, internvl, qwen2_vl, qwen2_5_vl, and any other whose
 text_config names one of the types above) are read through their text_config, filled with its config class's
 defaults; the vision tower is left out (said in the source).
@@ -108,7 +133,8 @@ from planner.schema import ModelSpec, error_message, json_type_name
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
               "gemma3_text", "ministral", "smollm3", "olmo", "olmo3", "exaone4", "hunyuan_v1_dense", "seed_oss", "glm4",
               "cohere", "cohere2", "stablelm", "mixtral", "qwen3_moe", "qwen2_moe", "glm4_moe", "llama4_text",
-              "dots1", "deepseek_v2", "deepseek_v3", "kimi_k2", "ernie4_5", "ernie4_5_moe", "gpt_oss")
+              "dots1", "deepseek_v2", "deepseek_v3", "kimi_k2", "ernie4_5", "ernie4_5_moe", "gpt_oss", "minimax_m2",
+              "olmoe", "phimoe", "granitemoe", "granitemoeshared", "hunyuan_v1_moe")
 GPT_LIKE = ("gpt2", "gpt_neox", "gpt_bigcode", "gptj", "starcoder2", "nemotron", "phi", "falcon", "mpt", "bloom", "opt")
 # gpt-arch families with a learned position table (its rows: the context the checkpoint was trained to)
 LEARNED_POSITIONS = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "opt": "max_position_embeddings"}
@@ -132,12 +158,27 @@ MOE_TYPES = {"mixtral": ("num_local_experts", "intermediate_size"), "qwen3_moe":
              "deepseek_v3": ("n_routed_experts", "moe_intermediate_size"),
              "kimi_k2": ("n_routed_experts", "moe_intermediate_size"),
              "ernie4_5_moe": ("moe_num_experts", "moe_intermediate_size"),
-             "gpt_oss": ("num_local_experts", "intermediate_size")}
-# the top-k's key where it is not num_experts_per_tok (Ernie4_5_MoeConfig: moe_k, num_experts_per_tok its alias)
-MOE_TOP_K = {"ernie4_5_moe": "moe_k"}
+             "gpt_oss": ("num_local_experts", "intermediate_size"),
+             "minimax_m2": ("num_local_experts", "intermediate_size"),
+             "olmoe": ("num_experts", "intermediate_size"),
+             "phimoe": ("num_local_experts", "intermediate_size"),
+             "granitemoe": ("num_local_experts", "intermediate_size"),
+             "granitemoeshared": ("num_local_experts", "intermediate_size"),
+             "hunyuan_v1_moe": ("num_experts", "intermediate_size")}
+# the top-k's key where it is not num_experts_per_tok (Ernie4_5_MoeConfig: moe_k, num_experts_per_tok its alias;
+# HunYuanMoEV1Config: moe_topk, one value or one a layer)
+MOE_TOP_K = {"ernie4_5_moe": "moe_k", "hunyuan_v1_moe": "moe_topk"}
 # A family's config keys transformers' config class reads under another name (its attribute_map: Ernie4_5_MoeConfig's
 # num_experts and num_experts_per_tok set moe_num_experts and moe_k): model_type -> {alias: the key}
-_KEY_ALIASES = {"ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"}}
+_KEY_ALIASES = {"ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
+                "minimax_m2": {"num_experts": "num_local_experts"},
+                "hunyuan_v1_moe": {"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"}}
+# Mixture-of-experts families parplan cannot plan, and why (said in the refusal): their blocks hold what ModelSpec
+# cannot say (linear attention, state-space layers); DBRX and any other family not read are refused without one
+MOE_REFUSED = {"minimax": "MiniMax-Text-01's and MiniMax-M1's lightning (linear) attention in 7 of every 8 layers",
+               "granitemoehybrid": "Granite 4.0's Mamba-2 layers between the attention ones",
+               "jamba": "Jamba's Mamba layers between the attention ones",
+               "qwen3_next": "Qwen3-Next's Gated DeltaNet (linear attention) layers"}
 # ERNIE 4.5's vision-language models (ERNIE-4.5-VL-28B-A3B, -424B-A47B: model_type ernie4_5_moe_vl in Baidu's files,
 # ernie4_5_vl_moe in transformers'): text and vision experts of different widths in one block (a heterogeneous mixture
 # of experts), which ModelSpec cannot say
@@ -155,7 +196,7 @@ DEEPSEEK_STYLE = {"glm4_moe": {"n_shared_experts": 1, "first_k_dense_replace": 1
 # Families with multi-head latent attention (ModelSpec.kv_lora_rank): DeepSeek-V2 and V3, Kimi K2 (DeepSeek-V3's blocks)
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 # the shared expert's width where the family has one (Qwen2-MoE / Qwen1.5-MoE: ModelSpec.shared_expert_ffn)
-MOE_SHARED = {"qwen2_moe": "shared_expert_intermediate_size"}
+MOE_SHARED = {"qwen2_moe": "shared_expert_intermediate_size", "granitemoeshared": "shared_intermediate_size"}
 # a LM head: what the architectures field's class names end with for a model trained on next-token prediction
 LM_HEAD_CLASSES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
@@ -216,6 +257,19 @@ _CLASS_DEFAULTS = {
                      "rope_theta": 500000.0, "moe_num_experts": 64, "moe_k": 6, "moe_intermediate_size": 1536,
                      "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
                      "moe_layer_interval": 1},
+    # MiniMaxM2Config (MiniMax-M2's shape: 256 experts of 1536, top 8, 8 kv heads of 128; default_theta 5e6),
+    # OlmoeConfig (OLMoE's 64 experts, top 8), PhimoeConfig (Phi-3.5-MoE's: 16 experts, top 2, 8 kv heads; default_theta
+    # 1e6), GraniteMoeConfig / GraniteMoeSharedConfig (8 experts, top 2), HunYuanMoEV1Config (moe_topk 1)
+    "minimax_m2": {"num_key_value_heads": 8, "head_dim": 128, "vocab_size": 200064, "max_position_embeddings": 196608,
+                   "rope_theta": 5000000.0, "num_local_experts": 256, "num_experts_per_tok": 8},
+    "olmoe": {"vocab_size": 50304, "max_position_embeddings": 4096, "num_experts": 64, "num_experts_per_tok": 8},
+    "phimoe": {"num_key_value_heads": 8, "vocab_size": 32064, "max_position_embeddings": 131072, "rope_theta": 1e6,
+               "num_local_experts": 16, "num_experts_per_tok": 2},
+    "granitemoe": {"vocab_size": 32000, "max_position_embeddings": 2048, "num_local_experts": 8,
+                   "num_experts_per_tok": 2},
+    "granitemoeshared": {"vocab_size": 32000, "max_position_embeddings": 2048, "num_local_experts": 8,
+                         "num_experts_per_tok": 2},
+    "hunyuan_v1_moe": {"vocab_size": 290943, "max_position_embeddings": 2048, "moe_topk": 1},
 }
 # Default of tie_word_embeddings when the file leaves it out (the family's transformers config class).
 _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False, "internlm2": False,
@@ -226,7 +280,8 @@ _TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": Fals
                  "nemotron": False, "phi": False, "falcon": True, "mpt": True, "bloom": True, "opt": True,
                  "mixtral": False, "qwen3_moe": False, "qwen2_moe": False, "glm4_moe": False, "llama4_text": False,
                  "dots1": False, "deepseek_v2": False, "deepseek_v3": False, "kimi_k2": False, "ernie4_5": True,
-                 "ernie4_5_moe": True, "gpt_oss": False}
+                 "ernie4_5_moe": True, "gpt_oss": False, "minimax_m2": False, "olmoe": False, "phimoe": False,
+                 "granitemoe": False, "granitemoeshared": False, "hunyuan_v1_moe": False}
 
 
 # Multimodal configs read through their language model's text_config (the vision tower and projector left out):
@@ -326,9 +381,11 @@ def hub_cache_dir() -> Path:
 
 
 # the names of the mixture-of-experts families MOE_TYPES reads (a hub name's config is worth fetching): DeepSeek-V2,
-# V2-Lite, V2.5, V3, V3.1 and R1 (not V3.2: its sparse attention, model_type deepseek_v32), Kimi K2
+# V2-Lite, V2.5, V3, V3.1 and R1 (not V3.2: its sparse attention, model_type deepseek_v32), Kimi K2; MiniMax-M2, M2.1
+# and M2.5 (not MiniMax-M1 or Text-01: their lightning attention), OLMoE, Phi-3.5-MoE, Granite 3.x MoE, Hunyuan-A13B
 READ_MOE_NAME = re.compile(r"mixtral|qwen[23][-_.\w]*-a\d+b|qwen1\.5-moe|glm-4\.5|llama-4|"
-                           r"deepseek[-_]?(v2|v3(?!\.2)|r1)|kimi[-_]?k2(?!\.)|ernie-4\.5-\d+b-a\d+b|gpt[-_]?oss", re.I)
+                           r"deepseek[-_]?(v2|v3(?!\.2)|r1)|kimi[-_]?k2(?!\.)|ernie-4\.5-\d+b-a\d+b|gpt[-_]?oss|"
+                           r"minimax[-_]?m2|olmoe|phi-3\.5-moe|granite-3\.\d-\d+b-a\d+m|hunyuan-a13b", re.I)
 
 
 def cached_hub_config(repo_id: str) -> Path:
@@ -350,9 +407,11 @@ def cached_hub_config(repo_id: str) -> Path:
     if mixture_of_experts_name(repo_id) and not READ_MOE_NAME.search(repo_id):
         # no use fetching a config whose plan would be refused (the families MOE_TYPES reads are fetched)
         raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans "
-                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's, Llama 4's, DeepSeek-V2/V3's, Kimi K2's, ERNIE 4.5's and "
-                         "gpt-oss's configs (model_type mixtral, qwen2_moe, qwen3_moe, glm4_moe, llama4, deepseek_v2, "
-                         "deepseek_v3, kimi_k2, ernie4_5_moe, gpt_oss) and dense models, so it has no plan for it")
+                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's, Llama 4's, DeepSeek-V2/V3's, Kimi K2's, ERNIE 4.5's, "
+                         "gpt-oss's, MiniMax-M2's, OLMoE's, Phi-3.5-MoE's, Granite MoE's and Hunyuan-A13B's configs "
+                         "(model_type mixtral, qwen2_moe, qwen3_moe, glm4_moe, llama4, deepseek_v2, deepseek_v3, "
+                         "kimi_k2, ernie4_5_moe, gpt_oss, minimax_m2, olmoe, phimoe, granitemoe, granitemoeshared, "
+                         "hunyuan_v1_moe) and dense models, so it has no plan for it")
     raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
                      f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 
@@ -399,10 +458,13 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
     text = cfg.get("text_config")
     llama4 = cfg.get("model_type") == "llama4" and (not isinstance(text, dict) or text.get("model_type") in (None,
                                                                                                          "llama4_text"))
-    if moe and cfg.get("model_type") not in MOE_TYPES and not llama4:
-        raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model of a family parplan does not read "
-                         f"(its mixtures of experts: model_type {', '.join(MOE_TYPES)}), so it has no plan for this "
-                         "config")
+    kind = cfg.get("model_type")
+    # (a model_type that is no string, a list or object, is refused as such below, not looked up here)
+    if moe and (kind is None or isinstance(kind, str)) and kind not in MOE_TYPES and not llama4:
+        why = f" (model_type {kind}: {MOE_REFUSED[kind]})" if kind in MOE_REFUSED else ""
+        raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model of a family parplan does not read"
+                         f"{why} (its mixtures of experts: model_type {', '.join(MOE_TYPES)}), so it has no plan for "
+                         "this config")
     model_type = cfg.get("model_type")
     if model_type is not None and not isinstance(model_type, str):  # a list or object would fail the lookups below
         raise ValueError(f"{where}: model_type must be a string naming the family (one of {', '.join(SUPPORTED)}), got "
@@ -628,6 +690,50 @@ def _ernie_moe_blocks(cfg: dict, where: str, layers) -> tuple[int | None, int | 
     return (start or None), (step if step > 1 else None)
 
 
+def _one_per_layer(cfg: dict, key: str, where: str) -> dict:
+    """cfg with cfg[key] one value where the file gives it a layer (Hunyuan's moe_topk, [8] * 32): a list of one value
+    is that value; a list of several is refused in one line (ModelSpec has one top-k for every MoE block)."""
+    v = cfg.get(key)
+    if not isinstance(v, list):
+        return cfg
+    if not v or len({repr(x) for x in v}) > 1:
+        shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:60] + "..."
+        raise ValueError(f"{where}: {key} {shown}: a different value a layer, which parplan does not plan (one top-k "
+                         "for every MoE block); give one number")
+    return {**cfg, key: v[0]}
+
+
+def _unplanned_moe_blocks(cfg: dict, model_type: str, where: str, ffn) -> None:
+    """One-line refusals of what a MiniMax-M2 or Hunyuan MoE config can ask that ModelSpec cannot say (and transformers'
+    class would not build as the checkpoint's own code does): MiniMax's linear-attention layers (attn_type_list 0, as
+    MiniMax-Text-01 and M1 have) or a shared expert (shared_intermediate_size); Hunyuan's per-layer expert widths
+    (moe_intermediate_size) or shared-expert counts (num_shared_expert) other than HunYuanMoEV1Moe's (experts and one
+    shared MLP of intermediate_size), and its cross-layer attention (use_cla: adjacent layers share keys and
+    values)."""
+    if model_type == "minimax_m2":
+        kinds = cfg.get("attn_type_list")
+        if isinstance(kinds, list) and any(k == 0 for k in kinds):
+            raise ValueError(f"{where}: attn_type_list marks {sum(k == 0 for k in kinds)} of {len(kinds)} layers 0, "
+                             "linear (lightning) attention, which parplan does not plan (MiniMax-M2's layers are all "
+                             "1, softmax attention)")
+        extra = cfg.get("shared_intermediate_size")
+        if isinstance(extra, (int, float)) and not isinstance(extra, bool) and extra > 0:
+            raise ValueError(f"{where}: shared_intermediate_size {extra}: a shared expert, which transformers' "
+                             "MiniMaxM2 does not build and parplan does not plan for this family (MiniMax-M2's is 0)")
+    if model_type == "hunyuan_v1_moe":
+        if cfg.get("use_cla"):
+            raise ValueError(f"{where}: use_cla true: cross-layer attention (adjacent layers share their keys and "
+                             "values), which parplan does not plan (Hunyuan-A13B's is false)")
+        for key, want in (("moe_intermediate_size", ffn), ("num_shared_expert", 1)):
+            v = cfg.get(key)
+            values = v if isinstance(v, list) else [v] if v is not None else []
+            if any(x != want for x in values):
+                shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:60] + "..."
+                raise ValueError(f"{where}: {key} {shown}: other than every layer's {want} (transformers' HunYuanMoEV1 "
+                                 "builds each expert and one shared MLP of intermediate_size), which parplan does not "
+                                 "plan")
+
+
 def _ernie_notes(cfg: dict) -> list[str]:
     """What an ERNIE 4.5 MoE checkpoint holds or runs beyond the blocks planned: its router's correction bias (the top-k
     chosen on softmax scores plus moe_statics.e_score_correction_bias, the weights the softmax scores' own) and its
@@ -747,8 +853,10 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     experts = top_k = shared = first_dense = moe_step = dense_ffn = None
     if model_type in MOE_TYPES:
         top_key = MOE_TOP_K.get(model_type, "num_experts_per_tok")
+        _unplanned_moe_blocks(cfg, model_type, where, ffn)
         experts = _positive_int(cfg, MOE_TYPES[model_type][0], where)
-        top_k = _positive_int(cfg, top_key, where)
+        top_k = _positive_int(_one_per_layer(cfg, top_key, where) if model_type == "hunyuan_v1_moe" else cfg, top_key,
+                              where)
         if experts is None or top_k is None:
             missing = MOE_TYPES[model_type][0] if experts is None else top_key
             raise ValueError(f"{where}: missing required field {missing} (a mixture of experts' experts and top-k)")
@@ -756,8 +864,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         if model_type in MOE_SHARED:
             shared = _positive_int(cfg, MOE_SHARED[model_type], where, zero_is_none=True)
             used["shared_expert_ffn"] = MOE_SHARED[model_type]
-        elif model_type == "llama4_text":  # Llama4TextMoe: one shared expert of the experts' width, always
-            shared = ffn
+        elif model_type in ("llama4_text", "hunyuan_v1_moe"):  # Llama4TextMoe's shared expert of the experts' width,
+            shared = ffn  # HunYuanMoEV1Moe's shared_mlp of intermediate_size, always
             used["shared_expert_ffn"] = "intermediate_size"
         elif model_type in DEEPSEEK_STYLE:  # n_shared_experts experts of moe_intermediate_size (their shared_experts)
             n_shared = _positive_int({**DEEPSEEK_STYLE[model_type], **cfg}, "n_shared_experts", where,
@@ -852,6 +960,15 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "gpt_oss": "attention sinks (a learned logit a head) and the q/k/v/o, router and experts' biases not counted "
                    "(2 ffn + h a layer and expert for the experts': 0.03 % of gpt-oss-120b); its clamped SwiGLU "
                    "(swiglu_limit) costed as SwiGLU; routed by a softmax over the top-k logits, costed as softmax top-k",
+        "minimax_m2": "q/k norms over all heads' width ((heads + kv_heads) x head_dim a layer) not counted; routed by "
+                      "sigmoid scores with a correction bias (e_score_correction_bias, not counted), costed as softmax "
+                      "top-k",
+        "olmoe": "q/k norms (h + kv width a layer) not counted",
+        "phimoe": "LayerNorms counted as RMSNorms, their biases not counted (2 h a layer + h); its SparseMixer router "
+                  "costed as softmax top-k",
+        "granitemoe": "routed by a softmax over the top-k logits, costed as softmax top-k",
+        "granitemoeshared": "routed by a softmax over the top-k logits, costed as softmax top-k",
+        "hunyuan_v1_moe": "per-head q/k norms (2 x head_dim a layer) not counted",
     }.get(model_type)
     notes = [base_note] if base_note else []
     classes = cfg.get("architectures")
@@ -866,6 +983,15 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         notes += _deepseek_notes(cfg, model_type)
     if model_type == "ernie4_5_moe":
         notes += _ernie_notes(cfg)
+    mtp = cfg.get("num_mtp_modules")
+    if model_type == "minimax_m2" and cfg.get("use_mtp", True) and isinstance(mtp, int) and not isinstance(mtp, bool) \
+            and mtp > 0:  # MiniMax-M2's three multi-token-prediction modules (not in transformers' MiniMaxM2)
+        notes.append(f"the multi-token-prediction modules (num_mtp_modules {mtp}) not counted nor planned unless "
+                     f"asked: --mtp-layers {mtp} (--framework megatron)")
+    if model_type == "olmoe" and cfg.get("clip_qkv"):
+        notes.append(f"clip_qkv {cfg['clip_qkv']}: q, k and v clamped (pointwise; the cost is the same)")
+    if model_type == "phimoe" and cfg.get("lm_head_bias"):
+        notes.append("lm_head_bias: the output layer's bias not counted (vocab)")
     if wrapper:
         notes.append(f"the language model of a {wrapper} config (its text_config): the vision tower is not counted")
     no_bias = _biasless(cfg, model_type)
@@ -900,8 +1026,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes.append(bias_note)
     quant = cfg.get("quantization_config")
-    if model_type == "gpt_oss" and isinstance(quant, dict) and quant.get("quant_method"):
-        # the released gpt-oss checkpoints hold the experts' weights in MXFP4; training runs them in 16 bits
+    if model_type in ("gpt_oss", "minimax_m2") and isinstance(quant, dict) and quant.get("quant_method"):
+        # the released gpt-oss checkpoints hold the experts' weights in MXFP4, MiniMax-M2's its linears in FP8 blocks;
+        # training runs them in 16 bits
         notes.append(f"quantization_config ({quant['quant_method']}): the checkpoint's quantized weights planned as "
                      "16-bit training weights")
     if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
@@ -923,6 +1050,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     if model_type == "gptj" and isinstance(cfg.get("rotary_dim"), int) and isinstance(hidden, int) \
             and isinstance(heads, int) and 0 < heads <= hidden:  # GPT-J rotates rotary_dim channels of each head
         partial = cfg["rotary_dim"] / (hidden // heads)
+    if model_type == "minimax_m2" and partial is None and isinstance(cfg.get("rotary_dim"), int) \
+            and isinstance(cfg.get("head_dim"), int) and cfg["head_dim"] > 0:  # MiniMaxM2Config: rotary_dim / head_dim
+        partial = cfg["rotary_dim"] / cfg["head_dim"]
     if (arch == "llama" or model_type in ("gptj", "phi", "nemotron")) and isinstance(partial, (int, float)) \
             and 0 < partial < 1:
         part_note = f"partial_rotary_factor {partial:g}: parplan's runtime rotates the whole head (the cost is the same)"
@@ -940,7 +1070,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     # attention on Mistral's (transformers' modular_phi3.py), every layer within its window
     window = None
     if model_type in ("mistral", "phi3", "gemma2", "gemma3_text", "starcoder2", "ministral", "olmo3", "cohere2",
-                      "exaone4", "gpt_oss"):
+                      "exaone4", "gpt_oss", "phimoe"):
         window = _positive_int(cfg, "sliding_window", where, zero_is_none=True) if "sliding_window" in cfg \
             else 4096 if model_type == "mistral" else None
     # the window as ModelSpec carries it: every full_every-th layer (from 1) attends in full, the others within the
@@ -956,8 +1086,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         kinds = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
     if not window or window >= SHAPE_MAX:  # none, or one no sequence the planner takes reaches (1e30 had been carried
         window = None  # into the plan as a 31-digit integer): full attention either way
-    elif model_type in ("mistral", "phi3", "starcoder2") or (model_type == "ministral" and not kinds):
-        local = "all layers"  # Mistral 7B v0.1, Phi-3 4k, StarCoder2: every layer within the window
+    elif model_type in ("mistral", "phi3", "starcoder2", "phimoe") or (model_type == "ministral" and not kinds):
+        local = "all layers"  # Mistral 7B v0.1, Phi-3 4k, StarCoder2, Phi-3.5-MoE: every layer within the window
     elif isinstance(kinds, list) and kinds:
         local = f"{sum(k == 'sliding_attention' for k in kinds)} of {len(kinds)} layers"
         full_at = [i + 1 for i, k in enumerate(kinds) if k != "sliding_attention"]

@@ -2,7 +2,9 @@
 
 The configs under tests/data/hf_configs/ are copies of the published config.json files
 (meta-llama/Meta-Llama-3-8B, mistralai/Mistral-7B-v0.1, Qwen/Qwen2.5-7B, openai-community/gpt2,
-EleutherAI/pythia-1.4b, EleutherAI/gpt-neox-20b, google/gemma-2b, mistralai/Mixtral-8x7B-v0.1).
+EleutherAI/pythia-1.4b, EleutherAI/gpt-neox-20b, google/gemma-2b, mistralai/Mixtral-8x7B-v0.1), and the published keys
+of five mixtures of experts' (MiniMax-M2.5, OLMoE-1B-7B-0924, Phi-3.5-MoE-instruct, granite-3.1-3b-a800m-instruct,
+Hunyuan-A13B-Instruct) as tests/data/hf_configs/SOURCES.md says where each came from.
 """
 from __future__ import annotations
 
@@ -658,3 +660,130 @@ def test_fuzz_findings_are_one_line_errors():
     with pytest.raises(ValueError) as e:
         model_from_hf_config(gptj)
     assert "\n" not in str(e.value)
+
+
+# Mixtures of experts added 2026-12-06, each counted against what transformers 5.25.0 builds from the stored config (as
+# TRANSFORMERS_BUILT above: AutoConfig.for_model, AutoModelForCausalLM.from_config on the meta device, the sum of numel
+# over model.parameters()).  parplan's count is short by exactly what the spec's source says is not counted:
+# MiniMax-M2's q/k norms over all heads' width (48 + 8 heads of 128 a layer; its router's correction bias is a buffer,
+# in neither count), OLMoE's q/k norms (2048 + 16 x 128 a layer), Phi-3.5-MoE's LayerNorm biases (2 h a layer + h),
+# q/k/v/o biases and output bias, Hunyuan's per-head q/k norms (2 x 128 a layer); Granite's MoE is exact (its
+# multipliers are scalars).
+# Columns: the config file, transformers' count, parplan's count less it, a phrase of the source, then experts, top-k,
+# shared_expert_ffn, first_dense_layers.
+MOE_BUILT = [
+    ("MiniMax-M2.5", 228_689_748_992, -62 * (48 + 8) * 128, "q/k norms over all heads' width", 256, 8, None, None),
+    ("OLMoE-1B-7B-0924", 6_919_161_856, -16 * (2048 + 16 * 128), "q/k norms (h + kv width a layer) not counted", 64, 8,
+     None, None),
+    ("Phi-3.5-MoE-instruct", 41_873_153_344, -(32 * 2 * 4096 + 4096) - 32 * (4096 + 1024 + 1024 + 4096) - 32064,
+     "their biases not counted (2 h a layer + h)", 16, 2, None, None),
+    ("granite-3.1-3b-a800m-instruct", 3_298_793_472, 0, "exact", 40, 8, None, None),
+    ("Hunyuan-A13B-Instruct", 80_393_183_232, -32 * 2 * 128, "per-head q/k norms (2 x head_dim a layer) not counted",
+     64, 8, 3072, None),
+]
+
+
+@pytest.mark.parametrize("name,built,parplan_more,said,experts,top_k,shared,dense", MOE_BUILT,
+                         ids=[row[0] for row in MOE_BUILT])
+def test_moe_families_count_what_transformers_builds_but_what_they_say(name, built, parplan_more, said, experts, top_k,
+                                                                         shared, dense):
+    from cost_models.params import param_counts
+    spec = model_from_hf_config(DATA / f"{name}.json")
+    assert spec.num_params - built == parplan_more
+    assert said in spec.source or said == "exact"
+    assert (spec.arch, spec.experts, spec.experts_per_token, spec.shared_expert_ffn, spec.first_dense_layers,
+            spec.moe_layer_step) == ("llama", experts, top_k, shared, dense, None)
+    assert param_counts(spec)["total"] == spec.num_params and spec.name == name
+
+
+def test_moe_families_shapes_and_what_their_sources_say():
+    """The shapes as their configs give them (MiniMax-M2's head_dim 128 over 48 heads of hidden 3072, its rotary_dim 64
+    of 128 and three MTP modules said; Phi-3.5-MoE's window over every layer, said past it), and a token's parameters
+    as the cards count them: Phi-3.5-MoE 6.6B active, OLMoE 1.3B, Hunyuan-A13B 13B (12.75B)."""
+    from cost_models.params import param_counts
+    m2 = model_from_hf_config(DATA / "MiniMax-M2.5.json")
+    assert (m2.layers, m2.hidden, m2.heads, m2.kv_heads, m2.head_dim, m2.ffn_hidden, m2.vocab) == \
+        (62, 3072, 48, 8, 128, 1536, 200064)
+    assert m2.rope_theta == 5000000 and not m2.tied_embeddings and "context 196608" in m2.source
+    for phrase in ("costed as softmax top-k", "partial_rotary_factor 0.5", "num_mtp_modules 3) not counted",
+                   "--mtp-layers 3"):
+        assert phrase in m2.source, phrase
+    assert "quantization_config (fp8)" in model_from_hf_config(
+        {**_cfg("MiniMax-M2.5"), "quantization_config": {"quant_method": "fp8"}}).source
+    phi = model_from_hf_config(DATA / "Phi-3.5-MoE-instruct.json", seq_len=262144)
+    assert (phi.sliding_window, phi.full_attention_every) == (131072, None)
+    assert "all layers attend within a 131072-token window" in phi.source
+    assert "lm_head_bias" in phi.source and "attention_bias not counted" in phi.source
+    active = {name: param_counts(model_from_hf_config(DATA / f"{name}.json")) for name in
+              ("Phi-3.5-MoE-instruct", "OLMoE-1B-7B-0924", "Hunyuan-A13B-Instruct")}
+    assert round(active["Phi-3.5-MoE-instruct"]["active"] / 1e9, 1) == 6.6
+    assert round(active["OLMoE-1B-7B-0924"]["active"] / 1e9, 1) == 1.3
+    assert round(active["Hunyuan-A13B-Instruct"]["active"] / 1e9) == 13
+    hunyuan = model_from_hf_config(DATA / "Hunyuan-A13B-Instruct.json")
+    assert hunyuan.tied_embeddings and "rope_scaling (dynamic)" in hunyuan.source
+    clipped = model_from_hf_config({**_cfg("OLMoE-1B-7B-0924"), "clip_qkv": 8.0})
+    assert "clip_qkv 8.0: q, k and v clamped" in clipped.source
+
+
+def test_granitemoeshared_reads_its_shared_mlp():
+    """GraniteMoeShared's shared MLP (shared_intermediate_size, 0: none) is ModelSpec's shared expert.  No released
+    granitemoeshared config was found, so Granite 3.1 3B-A800M's shape with a 1024-wide shared MLP: 3,449,788,416 as
+    transformers 5.25.0 builds it, parplan's count exactly."""
+    cfg = {**_cfg("granite-3.1-3b-a800m-instruct"), "model_type": "granitemoeshared", "shared_intermediate_size": 1024}
+    spec = model_from_hf_config(cfg)
+    assert spec.shared_expert_ffn == 1024 and spec.num_params == 3_449_788_416
+    assert model_from_hf_config({**cfg, "shared_intermediate_size": 0}).num_params == 3_298_793_472
+
+
+@pytest.mark.parametrize("name", [row[0] for row in MOE_BUILT])
+def test_moe_families_are_recommended_under_megatron(name, capsys):
+    """recommend --model-config plans each under --framework megatron (a mixture of experts' framework), with expert
+    parallelism."""
+    from planner.cli import main
+    rc = main(["recommend", "--model-config", str(DATA / f"{name}.json"), "--gpus", "64", "--framework", "megatron",
+               "--seq-len", "4096", "--json", "--top", "1"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    plan = json.loads(out)
+    assert plan["model"]["experts"] == dict((r[0], r[4]) for r in MOE_BUILT)[name] and plan["parallel"]["ep"] > 1
+    assert plan["prediction"]["step_time_s"] > 0
+
+
+@pytest.mark.parametrize("edit,match", [
+    ({"model_type": "minimax_m2", "attn_type_list": [0] + [1] * 61},
+     r"attn_type_list marks 1 of 62 layers 0, linear \(lightning\) attention, which parplan does not plan"),
+    ({"model_type": "minimax_m2", "shared_intermediate_size": 1536},
+     r"shared_intermediate_size 1536: a shared expert, which transformers' MiniMaxM2 does not build"),
+    ({"model_type": "hunyuan_v1_moe", "moe_topk": [8] * 31 + [4]}, r"moe_topk \[8, 8, .*: a different value a layer"),
+    ({"model_type": "hunyuan_v1_moe", "moe_intermediate_size": [1536] * 32},
+     r"moe_intermediate_size \[1536, .*: other than every layer's 3072"),
+    ({"model_type": "hunyuan_v1_moe", "num_shared_expert": 2}, r"num_shared_expert 2: other than every layer's 1"),
+    ({"model_type": "hunyuan_v1_moe", "use_cla": True}, r"use_cla true: cross-layer attention"),
+    ({"model_type": "minimax", "num_local_experts": 32},
+     r"does not read \(model_type minimax: MiniMax-Text-01's and MiniMax-M1's lightning \(linear\) attention"),
+    ({"model_type": "granitemoehybrid", "num_local_experts": 64},
+     r"\(model_type granitemoehybrid: Granite 4.0's Mamba-2"),
+])
+def test_what_the_new_moe_families_cannot_plan_is_refused_in_one_line(edit, match):
+    """What ModelSpec cannot say is refused in one line naming the key: MiniMax's lightning-attention layers (M1's,
+    Text-01's) and a shared expert transformers' MiniMaxM2 does not build; Hunyuan's per-layer top-k, expert widths or
+    shared experts other than HunYuanMoEV1's, and its cross-layer attention; the families MOE_REFUSED names, with the
+    reason."""
+    base = _cfg("MiniMax-M2.5" if edit["model_type"] != "hunyuan_v1_moe" else "Hunyuan-A13B-Instruct")
+    with pytest.raises(ValueError, match=match) as e:
+        model_from_hf_config({**base, **edit})
+    assert "\n" not in str(e.value)
+
+
+def test_hub_names_of_the_new_moe_families_are_fetched_and_minimax_m1_refused(tmp_path, monkeypatch):
+    """A MiniMax-M2, OLMoE, Phi-3.5-MoE, Granite MoE or Hunyuan-A13B hub name missing from the cache is told how to
+    fetch its config (read now); MiniMax-M1's (lightning attention) is told there is no plan for it."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for name in ("MiniMaxAI/MiniMax-M2", "MiniMaxAI/MiniMax-M2.1", "allenai/OLMoE-1B-7B-0924",
+                 "microsoft/Phi-3.5-MoE-instruct", "ibm-granite/granite-3.1-3b-a800m-instruct",
+                 "tencent/Hunyuan-A13B-Instruct"):
+        with pytest.raises(ValueError, match="is neither a file nor in the Hugging Face cache"):
+            model_from_hf_config(name)
+    with pytest.raises(ValueError, match="a mixture-of-experts model by its name; parplan plans .*MiniMax-M2's"):
+        model_from_hf_config("MiniMaxAI/MiniMax-M1-80k")

@@ -127,7 +127,7 @@ import re
 from pathlib import Path
 
 from planner.limits import SHAPE_MAX
-from planner.models import mixture_of_experts_name, with_param_count
+from planner.models import mixture_of_experts_name, read_moe_families, with_param_count
 from planner.schema import ModelSpec, error_message, json_type_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "internlm2", "granite", "olmo2", "gemma", "gemma2",
@@ -407,11 +407,9 @@ def cached_hub_config(repo_id: str) -> Path:
     if mixture_of_experts_name(repo_id) and not READ_MOE_NAME.search(repo_id):
         # no use fetching a config whose plan would be refused (the families MOE_TYPES reads are fetched)
         raise ValueError(f"Hugging Face config {repo_id}: a mixture-of-experts model by its name; parplan plans "
-                         "Mixtral's, Qwen2/3-MoE's, GLM-4.5's, Llama 4's, DeepSeek-V2/V3's, Kimi K2's, ERNIE 4.5's, "
-                         "gpt-oss's, MiniMax-M2's, OLMoE's, Phi-3.5-MoE's, Granite MoE's and Hunyuan-A13B's configs "
-                         "(model_type mixtral, qwen2_moe, qwen3_moe, glm4_moe, llama4, deepseek_v2, deepseek_v3, "
-                         "kimi_k2, ernie4_5_moe, gpt_oss, minimax_m2, olmoe, phimoe, granitemoe, granitemoeshared, "
-                         "hunyuan_v1_moe) and dense models, so it has no plan for it")
+                         f"{read_moe_families()} configs (model_type "
+                         f"{', '.join(sorted(set(MOE_TYPES) - {'llama4_text'} | {'llama4'}))}) and dense models, so it "
+                         "has no plan for it")
     raise ValueError(f"Hugging Face config {repo_id} is neither a file nor in the Hugging Face cache ({hub_cache_dir()}); "
                      f"fetch it with `huggingface-cli download {repo_id} config.json`, or give the config.json's path")
 

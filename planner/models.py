@@ -72,6 +72,17 @@ def mixture_of_experts_name(name: str) -> bool:
     return bool(_MOE_NAME.search(name)) and "distill" not in name.lower()
 
 
+# the mixture-of-experts families planner.hf_config reads (its MOE_TYPES), as the refusals name them
+READ_MOE_FAMILIES = ("Mixtral's", "Qwen2/3-MoE's", "GLM-4.5's", "dots.llm1's", "Llama 4's", "DeepSeek-V2/V3's",
+                     "Kimi K2's", "ERNIE 4.5's", "gpt-oss's", "MiniMax-M2's", "OLMoE's", "Phi-3.5-MoE's", "Granite MoE's",
+                     "Hunyuan-A13B's")
+
+
+def read_moe_families() -> str:
+    """READ_MOE_FAMILIES in words: "Mixtral's, ... and Hunyuan-A13B's"."""
+    return ", ".join(READ_MOE_FAMILIES[:-1]) + " and " + READ_MOE_FAMILIES[-1]
+
+
 def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
     """The preset's ModelSpec; unknown names raise ValueError listing the presets and the closest match."""
     presets = _data()["presets"]
@@ -96,10 +107,8 @@ def load_preset(name: str, seq_len: int | None = None) -> ModelSpec:
         if mixture_of_experts_name(name):
             moe = [p for p, f in presets.items() if f.get("experts")]
             raise ValueError(f"{shown!r} is a mixture-of-experts model parplan has no preset for (its mixture-of-"
-                             f"experts presets: {', '.join(moe)}; Mixtral's, Qwen2/3-MoE's, GLM-4.5's, dots.llm1's, "
-                             "Llama 4's, DeepSeek-V2/V3's, Kimi K2's, ERNIE 4.5's, gpt-oss's, MiniMax-M2's, OLMoE's, "
-                             "Phi-3.5-MoE's, Granite MoE's and Hunyuan-A13B's Hugging Face configs are read by "
-                             "--model-config, other families' (DBRX, ERNIE 4.5 VL, MiniMax-M1, ...) are not)")
+                             f"experts presets: {', '.join(moe)}; {read_moe_families()} Hugging Face configs are read "
+                             "by --model-config, other families' (DBRX, ERNIE 4.5 VL, MiniMax-M1, ...) are not)")
         raise ValueError(f"unknown model preset {shown!r}.{hint} Available: {', '.join(presets)}")
     fields = {k: v for k, v in presets[key].items() if k not in _PRESET_META}
     return _spec(seq_len, name=key, **fields)

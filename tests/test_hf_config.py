@@ -523,7 +523,7 @@ def test_a_hub_name_reads_the_config_from_the_local_hub_cache(tmp_path, monkeypa
         model_from_hf_config("Qwen/Qwen3-8B")
     # a mixture-of-experts model missing from the cache: told it has no plan, not to fetch a config it would refuse
     with pytest.raises(ValueError, match=r"^Hugging Face config databricks/dbrx-base: a mixture-of-experts model by "
-                                         r"its name; parplan plans Mixtral's, Qwen2/3-MoE's, GLM-4.5's, Llama 4's"):
+                                         r"its name; parplan plans Mixtral's, Qwen2/3-MoE's, GLM-4.5's, dots.llm1's, Llama 4's"):
         model_from_hf_config("databricks/dbrx-base")
     # a mixture of experts it reads is told where to fetch its config
     with pytest.raises(ValueError, match=r"Qwen/Qwen3-30B-A3B is neither a file nor in the Hugging Face cache"):

@@ -456,14 +456,13 @@ def _prepared(path_or_dict) -> tuple[dict, str, str, str | None]:
     text = cfg.get("text_config")
     llama4 = cfg.get("model_type") == "llama4" and (not isinstance(text, dict) or text.get("model_type") in (None,
                                                                                                          "llama4_text"))
-    kind = cfg.get("model_type")
+    model_type = cfg.get("model_type")
     # (a model_type that is no string, a list or object, is refused as such below, not looked up here)
-    if moe and (kind is None or isinstance(kind, str)) and kind not in MOE_TYPES and not llama4:
-        why = f" (model_type {kind}: {MOE_REFUSED[kind]})" if kind in MOE_REFUSED else ""
+    if moe and (model_type is None or isinstance(model_type, str)) and model_type not in MOE_TYPES and not llama4:
+        why = f" (model_type {model_type}: {MOE_REFUSED[model_type]})" if model_type in MOE_REFUSED else ""
         raise ValueError(f"{where}: {moe[0]} = {moe[1]}: a mixture-of-experts model of a family parplan does not read"
                          f"{why} (its mixtures of experts: model_type {', '.join(MOE_TYPES)}), so it has no plan for "
                          "this config")
-    model_type = cfg.get("model_type")
     if model_type is not None and not isinstance(model_type, str):  # a list or object would fail the lookups below
         raise ValueError(f"{where}: model_type must be a string naming the family (one of {', '.join(SUPPORTED)}), got "
                          f"{json_type_name(model_type)}; correct it in the config")
@@ -688,6 +687,12 @@ def _ernie_moe_blocks(cfg: dict, where: str, layers) -> tuple[int | None, int | 
     return (start or None), (step if step > 1 else None)
 
 
+def _short(v, width: int = 60) -> str:
+    """repr(v), cut to `width` characters with "..." (a value quoted in a one-line refusal)."""
+    r = repr(v)
+    return r if len(r) <= width else r[:width] + "..."
+
+
 def _one_per_layer(cfg: dict, key: str, where: str) -> dict:
     """cfg with cfg[key] one value where the file gives it a layer (Hunyuan's moe_topk, [8] * 32): a list of one value
     is that value; a list of several is refused in one line (ModelSpec has one top-k for every MoE block)."""
@@ -695,8 +700,7 @@ def _one_per_layer(cfg: dict, key: str, where: str) -> dict:
     if not isinstance(v, list):
         return cfg
     if not v or len({repr(x) for x in v}) > 1:
-        shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:60] + "..."
-        raise ValueError(f"{where}: {key} {shown}: a different value a layer, which parplan does not plan (one top-k "
+        raise ValueError(f"{where}: {key} {_short(v)}: a different value a layer, which parplan does not plan (one top-k "
                          "for every MoE block); give one number")
     return {**cfg, key: v[0]}
 
@@ -726,8 +730,7 @@ def _unplanned_moe_blocks(cfg: dict, model_type: str, where: str, ffn) -> None:
             v = cfg.get(key)
             values = v if isinstance(v, list) else [v] if v is not None else []
             if any(x != want for x in values):
-                shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:60] + "..."
-                raise ValueError(f"{where}: {key} {shown}: other than every layer's {want} (transformers' HunYuanMoEV1 "
+                raise ValueError(f"{where}: {key} {_short(v)}: other than every layer's {want} (transformers' HunYuanMoEV1 "
                                  "builds each expert and one shared MLP of intermediate_size), which parplan does not "
                                  "plan")
 

@@ -93,6 +93,23 @@ def layer_matmul_time(m: ModelDims, lay, hw):
     return fwd, 2 * fwd
 
 
+def moe_mlp_matmul_time(m: ModelDims, lay, hw):
+    """Forward GEMM seconds of a mixture of experts' MLP in one block for one micro-batch: the rank's routed experts'
+    (as layer_matmul_time prices them) and a shared expert's -- Megatron-Core's `mlp` node of a layer, which its
+    combined 1F1B runs beside another micro-batch's all-to-alls (moe.overlapped_all_to_alls).  0 for a dense model."""
+    if not m.moe:
+        return 0.0
+    tokens = lay.mbs * m.seq_len / lay.cp
+    n = moe.local_experts(m, lay)
+    out = 0.0
+    for name, flops in layer_gemms(m, tokens, lay.tp, sp_split(lay)):
+        if name in MLP_GEMMS:
+            routed = flops * m.routed_ffn / m.ffn
+            out = out + n * linear_gemm_time(routed / n, hw) + (linear_gemm_time(flops - routed, hw)
+                                                                 if m.shared_ffn else 0.0)
+    return out
+
+
 def op_sac_recompute_gemm_time(m: ModelDims, lay, hw):
     """Seconds of the forward GEMMs torchtitan's op-level selective checkpointing re-runs in one
     block's backward (params.op_sac_recomputed_matmuls: llama's K projection, attention output
@@ -512,7 +529,12 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     # the FP8 linears' quantization passes with their recompute (full and op-level selective re-run the forward's
     # casts: op_re holds el_f, which holds q_f); zeros without FP8
     fp8_all = q_f + q_b + np.where(full | op, q_f, 0.0)
+    # a mixture of experts' MLP node (moe_mlp_matmul_time), forward and backward with the MoE recompute modules' pass:
+    # what Megatron's combined 1F1B runs beside the dispatches, the rest of the block beside the combines
+    mlp_f = moe_mlp_matmul_time(m, lay, hw)
+    mlp_b = 2 * mlp_f + np.where(full, 0.0, moe.recompute_time(m, lay, hw, act_bytes, moe_recompute))
     return {"total": total, "fwd": fwd * scale, "bwd": bwd * scale, "wgrad": mm_f * scale, "gpu": gpu, "host": host,
+            "moe_mlp_fwd": mlp_f * scale, "moe_mlp_bwd": mlp_b * scale,
             "gpu_fwd": fwd, "host_fwd": host * hw.host_fwd_share[rec], "fp8_cast_all": fp8_all,
             "gemm": mm_f + mm_b + np.where(full, mm_f, np.where(op, op_gemm, 0.0)), "attention": at_f + at_b,
             "attention_all": attn_all}

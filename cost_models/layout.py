@@ -299,6 +299,9 @@ class TrainingConsts:
     moe_dispatcher: str = "alltoall"
     # a mixture of experts' recompute modules (Training.moe_recompute; moe.recomputed_bytes): none, act, norm-act
     moe_recompute: str = "none"
+    # a mixture of experts' token all-to-alls hidden behind another micro-batch's compute (Training.moe_a2a_overlap:
+    # Megatron-Core's --overlap-moe-expert-parallel-comm, its combined 1F1B; moe.overlapped_all_to_alls)
+    moe_a2a_overlap: bool = False
     # multi-head latent attention's up projections recomputed in the backward (Training.mla_recompute: Megatron-LM's
     # --recompute-modules mla_up_proj; compute.mla_up_recompute_time, memory.mla_up_saved_bytes)
     mla_recompute: bool = False

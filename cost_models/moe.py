@@ -144,6 +144,43 @@ def all_to_alls_per_block(lay):
     return 4 + 2 * (np.asarray(lay.recompute) == REC_FULL)
 
 
+def unpaired_share(lay, m_micro):
+    """The share of a rank's block forwards (and as many backwards) that Megatron-Core's combined 1F1B
+    (--overlap-moe-expert-parallel-comm, megatron/core/pipeline_parallel/combined_1f1b.py) runs alone rather than
+    merged with another micro-batch's backward (forward): without a pipeline the first forward and the last
+    backward of m; under interleaved 1F1B each warm-up forward and cool-down backward, Megatron's warm-up count
+    (p - r - 1) 2 + (v - 1) p plus the one more the overlap adds, taken on rank 0, the most (p stages, v chunks a
+    rank, m micro-batches).  1 (nothing merged) for any other pipeline: the overlap needs the interleaved schedule
+    where there is a pipeline (Megatron asserts it)."""
+    from .layout import SCH_INTERLEAVED
+    p, v, m = np.asarray(lay.pp), np.asarray(lay.vpp), np.maximum(np.asarray(m_micro, dtype=float), 1)
+    warm = np.where(p > 1, (p - 1) * 2 + (v - 1) * p + 1, 1)
+    runs = (p == 1) | ((np.asarray(lay.schedule) == SCH_INTERLEAVED) & (v > 1))
+    return np.where(runs, np.minimum(1.0, warm / (m * v)), 1.0)
+
+
+def overlapped_all_to_alls(t_a2a, n_a2a, bt: dict, hw, lay, m_micro):
+    """Seconds a block's token all-to-alls add to a micro-batch's critical path under Megatron-Core's combined 1F1B
+    (Training.moe_a2a_overlap).  A merged pair runs one micro-batch's layer forward beside another's layer backward,
+    the all-to-alls on a communication stream and the rest on the compute stream, in three phases (megatron/core/
+    models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+        comm:     combine backward | forward dispatch, backward dispatch | forward combine
+        compute:  attention forward | MLP backward, MLP forward           | attention backward
+    so each of the four all-to-alls hides behind the one piece of compute beside it (hw.exposed: what sticks out, or
+    the compute's slowdown while it runs): the forward's dispatch behind the MLP's backward, the backward's behind
+    the MLP's forward, each combine behind the other pass's attention side (block_time's moe_mlp_fwd / moe_mlp_bwd:
+    the experts' GEMMs, with the MoE recompute modules' pass in the backward; the attention side is the rest of the
+    block).  The passes run alone (unpaired_share) keep theirs whole.  Megatron's --delay-wgrad-compute, which moves
+    the MLP's weight-gradient GEMMs beside the backward's dispatch, is not modelled (its backward runs whole in the
+    window above).  (DeepSeek-V3's DualPipe pairs a forward and a backward chunk the same way.)"""
+    alone = unpaired_share(lay, m_micro)
+    one = np.asarray(n_a2a) / 4 * t_a2a  # each of the four (six under full recompute, which this never runs with)
+    mlp_f, mlp_b = bt["moe_mlp_fwd"], bt["moe_mlp_bwd"]
+    paired = (hw.exposed(one, bt["fwd"] - mlp_f) + hw.exposed(one, mlp_b) + hw.exposed(one, mlp_f)
+              + hw.exposed(one, bt["bwd"] - mlp_b))
+    return alone * n_a2a * t_a2a + (1 - alone) * paired
+
+
 def expert_grad_group(m, lay, hw):
     """(bandwidth, latency, ranks) of the experts' data-parallel group (expert_data_parallel): ranks ep apart within
     the stage's tp x cp x dp consecutive ranks (Megatron-Core's expert order tp-ep-dp-pp): inside a node where those

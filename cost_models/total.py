@@ -331,11 +331,13 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     cp_block_exposed = np.where(tr.overlap_cp_comm, hw.exposed(cp_block, cp_window), cp_block)
 
     # ---- expert parallel (a mixture of experts'): the MoE layer's token all-to-alls over the ep group, on the
-    # critical path (cost_models/moe.py)
+    # critical path (cost_models/moe.py), or under Megatron-Core's combined 1F1B behind another micro-batch's compute
     if m.moe:
         t_a2a, moved_a2a = moe.all_to_all(m, lay, hw, act_b, tr.moe_dispatcher)
         n_a2a = moe.all_to_alls_per_block(lay)
         ep_block_exposed, ep_moved = n_a2a * t_a2a, n_a2a * moved_a2a
+        if tr.moe_a2a_overlap:
+            ep_block_exposed = moe.overlapped_all_to_alls(t_a2a, n_a2a, bt, hw, lay, num_microbatches(tr, lay))
     else:
         ep_block_exposed = ep_moved = 0.0
 

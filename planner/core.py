@@ -109,7 +109,7 @@ DEFAULT_PRECISION = "master-weights"  # recommend's recipe (Megatron's 18 B/para
 STACK_FLAGS = ("flash_attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "dropout", "fp8", "zero1_grad_reduce",
                "zero2_grad_reduce", "grad_accumulation_fusion", "p2p_scatter_gather", "fused_cross_entropy",
                "cross_entropy_16bit_grad", "fused_elementwise", "overlap_cp_comm", "async_tp_grad_comm",
-               "attention_kernel", "moe_dispatcher", "moe_recompute", "mla_recompute")
+               "attention_kernel", "moe_dispatcher", "moe_recompute", "mla_recompute", "moe_a2a_overlap")
 # What each framework does by default where parplan's runtime differs (Training's defaults):
 #   megatron   vocab_parallel_cross_entropy (fused: softmax in place; Megatron-DeepSpeed uses it too),
 #              --no-gradient-accumulation-fusion (fusion is on unless disabled),
@@ -258,6 +258,36 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
         return (f"{flag('--no-sp', 'sp false')} with tp {tp}: Megatron-LM runs a mixture of experts with tensor "
                 "parallelism only beside sequence parallelism (the MoE layer takes each rank's sequence shard)",
                 f"{flag('drop --no-sp', 'set sp true')}, or use tp 1")
+    return None
+
+
+def a2a_overlap_problem(spec: ModelSpec, framework: str, pp: int | None = None, vpp: int | None = None,
+                        schedule: str | None = None, recompute: str | None = None,
+                        plan: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where Training.moe_a2a_overlap (Megatron-Core's --overlap-moe-expert-parallel-comm) is asked of
+    what it does not run: a dense model, a framework other than megatron, or (where pinned or planned) a pipeline
+    without interleaving or full recompute, which Megatron asserts against (the combined 1F1B schedule runs without a
+    pipeline or under interleaved 1F1B, and recomputes no whole layer); None where it runs."""
+    flag = (lambda f, p: p) if plan else (lambda f, p: f)
+    name = flag("--moe-a2a-overlap", "training.moe_a2a_overlap")
+    if not spec.is_moe:
+        return (f"{name} overlaps a mixture of experts' all-to-alls, and {spec.name or 'the model'} is dense (no "
+                "experts)", f"drop {name}")
+    if framework != "megatron":
+        return (f"{name} is Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm), not a {framework} "
+                "schedule" + (" (parplan's runtime runs its all-to-alls on the critical path)"
+                              if framework == "parplan" else ""),
+                f"set {flag('--framework', 'training.framework')} megatron, or drop {name}")
+    if recompute == "full":
+        return (f"{name} with {flag('--recompute', 'recompute')} full: Megatron's combined 1F1B recomputes no whole "
+                "layer", f"use {flag('--recompute', 'recompute')} selective or none, or drop {name}")
+    if (pp or 1) > 1 and (schedule not in (None, "interleaved-1f1b") or vpp == 1):
+        said = [f"{flag('--schedule', 'schedule')} {schedule}" if schedule else "",
+                f"{flag('--vpp', 'vpp')} {vpp}" if vpp == 1 else ""]
+        return (f"{name} with a pipeline of {pp} stages needs interleaved 1F1B (Megatron's combined 1F1B runs "
+                f"without a pipeline or interleaved), not {' with '.join(x for x in said if x)}",
+                f"use {flag('--schedule', 'schedule')} interleaved-1f1b with {flag('--vpp', 'vpp')} 2 or more, "
+                f"or drop {name}")
     return None
 
 
@@ -440,7 +470,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           zb_weight_grad_store=tr.framework == "parplan",
                           fp8=FP8_FRAMEWORKS.get(tr.framework, "") if tr.fp8 else "",
                           moe_dispatcher=tr.moe_dispatcher, moe_recompute=tr.moe_recompute,
-                          mla_recompute=tr.mla_recompute, hsdp=tr.framework in HSDP_FRAMEWORKS,
+                          moe_a2a_overlap=tr.moe_a2a_overlap, mla_recompute=tr.mla_recompute, hsdp=tr.framework in HSDP_FRAMEWORKS,
                           hsdp_holds_reduce_input=tr.framework in TORCH_PIPELINING)  # FSDP2 (fsdp: FSDP1)
 
 
@@ -722,7 +752,10 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                           recompute_mode=pins.recompute, dp_replicate=pins.dp_replicate) \
         or mla_problem(spec, framework, mla_recompute=bool(stack.get("mla_recompute")), cp=pins.cp,
                        fp8=bool(stack.get("fp8"))) \
-        or mtp_problem(spec, framework)
+        or mtp_problem(spec, framework) \
+        or (a2a_overlap_problem(spec, framework, pins.pp, pins.vpp, pins.schedule,
+                                "full" if pins.recompute_layers else pins.recompute)
+            if stack.get("moe_a2a_overlap") else None)
     if problem:
         raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
@@ -734,6 +767,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         pins = replace(pins, dp_replicate=1)
     if spec.kv_lora_rank is not None and framework == "parplan" and pins.cp is None:  # parplan_mla_problem: no cp
         pins = replace(pins, cp=1)
+    if stack.get("moe_a2a_overlap") and pins.recompute is None:  # a2a_overlap_problem: no whole layer recomputed
+        pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "full"))
     if spec.is_moe and framework == "parplan" and pins.recompute is None:  # parplan_moe_problem: no selective-op
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "selective-op"))
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
@@ -780,7 +815,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError(f"--recompute-layers with --schedule {pins.schedule}: {PARTIAL_RECOMPUTE_SCHEDULES}; "
                                "drop one of them")
         pins = replace(pins, recomputes=("full",))  # (recompute itself stays the user's: the suggestions drop N alone)
-    elif framework in PARTIAL_RECOMPUTE_FRAMEWORKS and pins.recompute is None:
+    elif framework in PARTIAL_RECOMPUTE_FRAMEWORKS and pins.recompute is None and not stack.get("moe_a2a_overlap"):
         pins = replace(pins, partial_recompute=True)
     if framework == "parplan":  # launch's check_runtime_support: FSDP2 offload with SP/cp/tied pp on cuda
         extra = fsdp2_offload_blockers(bool(pins.sp), pins.tp or 1, pins.cp or 1, spec.tied_embeddings, pins.pp or 1,
@@ -1393,7 +1428,9 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
                           dispatcher=t.moe_dispatcher, recompute=t.moe_recompute, fp8=t.fp8,
                           recompute_mode=p.recompute, dp_replicate=p.dp_replicate) \
         or mla_problem(spec, fw, plan=True, mla_recompute=t.mla_recompute, cp=p.cp, fp8=t.fp8) \
-        or mtp_problem(spec, fw, plan=True)
+        or mtp_problem(spec, fw, plan=True) \
+        or (a2a_overlap_problem(spec, fw, p.pp, p.vpp, p.schedule, p.recompute, plan=True)
+            if t.moe_a2a_overlap else None)
     if problem:
         raise StructureError(*problem)
     if p.dp_replicate > 1 and fw not in HSDP_FRAMEWORKS:

@@ -391,6 +391,12 @@ def _megatron_args(plan: Plan) -> tuple[list[tuple[str, Any]], list[str]]:
         else:
             flag("--moe-token-dispatcher-type", "alltoall")
         flag("--moe-grouped-gemm")
+        if t.moe_a2a_overlap:  # Megatron-Core 0.14's combined 1F1B (cost_models.moe.overlapped_all_to_alls)
+            flag("--overlap-moe-expert-parallel-comm")
+            notes.append("moe_a2a_overlap: --overlap-moe-expert-parallel-comm (Megatron-Core 0.14 or later; it "
+                         "needs interleaved 1F1B where there is a pipeline and no full recompute). Its companion "
+                         "--delay-wgrad-compute is not modelled and not set: add it to hide more of the backward's "
+                         "combine.")
     if p.pp > 1:
         counts = plan_stage_layers(plan)
         uniform = len(set(counts)) == 1
@@ -807,6 +813,9 @@ _BRIDGE_KEYS: dict[str, tuple[_Key, ...]] = {
     "--moe-token-dispatcher-type": _k("model.moe_token_dispatcher_type"),
     "--moe-flex-dispatcher-backend": _k("model.moe_flex_dispatcher_backend"),
     "--moe-grouped-gemm": _k("model.moe_grouped_gemm", True),
+    # Megatron-Core's ModelParallelConfig field (megatron/core/model_parallel_config.py, 0.14 on), which the model
+    # provider inherits
+    "--overlap-moe-expert-parallel-comm": _k("model.overlap_moe_expert_parallel_comm", True),
     # the model chunks per pipeline rank (Megatron-LM's flag counts the blocks of one)
     "--num-layers-per-virtual-pipeline-stage": _k("model.virtual_pipeline_model_parallel_size",
                                                   lambda n, plan, args: plan.parallel.vpp, absent=None),

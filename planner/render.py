@@ -14,6 +14,11 @@ GB = 1e9
 STAGE_NAMES = {"first": "pipeline rank 0", "middle": "fullest middle rank", "last": "last pipeline rank"}
 
 
+
+# a plan with Megatron-Core's combined 1F1B (Training.moe_a2a_overlap): no run in the sets used it
+A2A_OVERLAP_UNCHECKED = ("the all-to-all overlap (moe_a2a_overlap) is modelled, and no published or measured run "
+                         "here used it")
+
 def _fmt_bytes(x: float) -> str:
     return f"{x / GB:.1f} GB"
 
@@ -330,6 +335,8 @@ def summary_lines(plan: Plan) -> list[str]:
     if how and plan.model.is_moe and "published" in how and (plan.model.moe_block_count < plan.model.layers
                                                              or plan.model.kv_lora_rank is not None):
         how += _latent_runs_text(accuracy_group(fw, plan.model.is_moe))
+    if how and plan.training.moe_a2a_overlap:
+        how += f"; {A2A_OVERLAP_UNCHECKED}"
     if how:
         lines.append(how)
     if pr.days_to_train is not None:

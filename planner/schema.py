@@ -413,6 +413,16 @@ class Training(Strict):
         "Block: the routed experts' activation output, and the pre-MLP norm's output the router and the shared expert "
         "read, rebuilt for the backward from what the block keeps anyway; the shared expert's activation and the dense "
         "blocks between are left as they are, as Megatron-LM leaves them).  A dense model: none.")
+    moe_a2a_overlap: bool = Field(
+        False, description="A mixture of experts' token all-to-alls hidden behind another micro-batch's compute "
+        "(Megatron-Core's --overlap-moe-expert-parallel-comm, from release 0.14: its combined 1F1B runs one "
+        "micro-batch's block forward beside another's block backward on two streams, so each pass's dispatch and "
+        "combine overlap the other's compute; cost_models.moe.overlapped_all_to_alls).  The warm-up forwards and "
+        "cool-down backwards still run alone.  Memory as without it: Megatron's one more warm-up forward is the "
+        "forward 1F1B runs before its first backward, and a merged pair frees the backward's blocks as the forward "
+        "saves its own (one block more at most, not counted).  Megatron runs it without a pipeline or under interleaved 1F1B "
+        "(vpp >= 2), not with full recompute: the search keeps to those layouts.  Framework megatron only (parplan's "
+        "runtime does not overlap its all-to-alls); a dense model: off.")
     mla_recompute: bool = Field(
         False, description="Multi-head latent attention's up projections recomputed in the backward (Megatron-LM's "
         "--recompute-granularity selective --recompute-modules mla_up_proj, DeepSeek-V3's recipes): the attention "

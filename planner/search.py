@@ -269,6 +269,9 @@ def _structure_checks(m: ModelDims, tr: TrainingConsts, lay: Layout):
     # torch's Schedule1F1B needs a micro-batch per stage (TrainingConsts.torch_1f1b_needs_m_ge_p)
     one_f1b = (lay.schedule == SCHEDULES.index("1f1b")) & (lay.pp > 1) & (mb < lay.pp)
     early = _mark(early, one_f1b & np.asarray(tr.torch_1f1b_needs_m_ge_p), "schedule")
+    # Megatron-Core's combined 1F1B (TrainingConsts.moe_a2a_overlap) runs without a pipeline or interleaved
+    overlap_off = (lay.pp > 1) & (lay.schedule != SCHEDULES.index("interleaved-1f1b"))
+    early = _mark(early, overlap_off & bool(tr.moe_a2a_overlap), "schedule")
     late = np.full(n, -1)
     late = _mark(late, (lay.vpp > 1) & (m.layers < lay.pp * lay.vpp - 2), "layers")  # empty middle stages
     late = _mark(late, (lay.cp > 1) & ((m.seq_len % (2 * lay.cp)) != 0), "seq")  # 2*cp equal chunks

@@ -66,6 +66,7 @@ class Query:
     moe_dispatcher: str = "alltoall"  # a mixture of experts' dispatcher (megatron_moe_h100 says per row)
     moe_recompute: str = "none"  # and its recompute modules
     mla_recompute: bool = False  # multi-head latent attention's up projections recomputed (mla_up_proj)
+    moe_a2a_overlap: bool = False  # Megatron-Core's combined 1F1B (megatron_moe_h100's '+1f1b overlap' row says so)
     # the stack flags above are all explicit; the framework still decides what is not a flag: ZeRO-3's
     # memory (FSDP2 vs DeepSpeed stage 3) and torch.distributed.pipelining's per-micro-batch buffers
     framework: str = "megatron"
@@ -671,7 +672,8 @@ def megatron_moe_h100(d: dict) -> Iterable[Query]:
     of MCore v0.8 with its mapping table's layout (plausibility: the row's label says so).  Every printed setting is
     pinned: tp, pp, virtual stages (interleaved 1F1B), ep, micro-batch 1, the distributed optimizer (ZeRO 1), sequence
     parallelism with tp > 1, no block recompute but the ModelZoo's 'norm, act' modules (Megatron's --recompute-modules
-    layernorm moe_act: training.moe_recompute norm-act) where a row prints them, no offload.  Stack: overlapped gradient reduce-scatter and parameter gather, Megatron-Core's
+    layernorm moe_act: training.moe_recompute norm-act) where a row prints them, Megatron-Core's combined 1F1B
+    (training.moe_a2a_overlap) where a row's note says '+1f1b overlap', no offload.  Stack: overlapped gradient reduce-scatter and parameter gather, Megatron-Core's
     asynchronous input-gradient collective, no TP-comm overlap, no dropout.  Metric: the Qwen3 rows' printed step
     time as tokens/s per GPU; the Mixtral headline's TFLOP/s per GPU (parplan's model FLOPs are Megatron-Core's MoE
     count of 2024)."""
@@ -680,7 +682,8 @@ def megatron_moe_h100(d: dict) -> Iterable[Query]:
             [(r, "model_tflops_per_gpu") for r in d["plausibility_rows"]]:
         spec = ModelSpec(name=r["model"], arch="llama", tied_embeddings=False, rope_theta=1e6,
                          **c["shapes"][r["model"]])
-        yield _megatron_moe_query(r, spec, metric, moe_recompute=r.get("moe_recompute", "none"))
+        yield _megatron_moe_query(r, spec, metric, moe_recompute=r.get("moe_recompute", "none"),
+                                  moe_a2a_overlap=r.get("moe_a2a_overlap", False))
 
 
 def _megatron_moe_query(r: dict, spec: ModelSpec, metric: str = "tokens_per_s_per_gpu",

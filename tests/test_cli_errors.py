@@ -197,6 +197,13 @@ CASES = [
     (["recommend", "--model-config", "{moe.json}", "--moe-dispatcher", "deepep", "--json"], 2,
      ["torch.distributed's all-to-all", "--framework megatron"]),
     (["recommend", "--model-config", "{moe.json}", "--model", "llama3-8b", "--json"], 2, ["only one"]),
+    # Megatron-Core's combined 1F1B: a mixture of experts' all-to-alls under megatron, on the layouts it runs
+    (["recommend", "--model-config", "{moe.json}", "--moe-a2a-overlap", "--json"], 2,
+     ["not a parplan schedule", "--framework megatron"]),
+    (["recommend", "--model", "llama3-8b", "--framework", "megatron", "--moe-a2a-overlap", "--json"], 2,
+     ["dense", "drop --moe-a2a-overlap"]),
+    (["recommend", "--model-config", "{moe.json}", "--framework", "megatron", "--moe-a2a-overlap", "--pp", "2",
+      "--schedule", "1f1b", "--json"], 2, ["interleaved 1F1B", "--vpp 2 or more"]),
     (["launch", "--dry-run", "{good.json}", "--steps", "0"], 2, ["--steps"]),
     (["launch", "--dry-run", "{good.json}", "--device", "tpu"], 2, ["--device"]),
     (["launch", "--dry-run", "{good.json}", "--node-rank", "3"], 2, ["--node-rank"]),

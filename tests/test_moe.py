@@ -301,13 +301,17 @@ def test_a_plan_edited_into_what_is_not_planned_is_refused(tmp_path):
 
 def test_published_moe_runs_are_predicted_within_ten_percent():
     """megatron_moe_h100: the ModelZoo's Qwen3-235B-A22B rows on 256 H100 (-3.7 %, -2.6 %, and -3.9 % across nodes
-    through DeepEP, when this was written) and the Mixtral 8x7B headline (+6.2 %); none of them fitted anything."""
+    through DeepEP, when this was written) and the Mixtral 8x7B headline (+6.2 %); none of them fitted anything.  The
+    ep 32 row with Megatron's all-to-all overlap (since 2026-12-07, +10.2 %) within the held-out sets' 12 %
+    (tests/test_moe_a2a_overlap.py reads it)."""
     from planner.validate import reference_dir, validate_set
     data = json.loads((reference_dir() / "megatron_moe_h100.json").read_text())
     cases = validate_set("megatron_moe_h100", data)
-    assert len(cases) == 4 and all(c.predicted is not None for c in cases)
-    assert max(abs(c.error) for c in cases) < 0.10
-    assert sorted(c.plan.parallel.ep for c in cases) == [8, 8, 8, 32]
+    assert len(cases) == 5 and all(c.predicted is not None for c in cases)
+    plain = [c for c in cases if not c.plan.training.moe_a2a_overlap]
+    assert len(plain) == 4 and max(abs(c.error) for c in plain) < 0.10
+    assert max(abs(c.error) for c in cases) < 0.12
+    assert sorted(c.plan.parallel.ep for c in plain) == [8, 8, 8, 32]
     assert {c.plan.training.moe_dispatcher for c in cases} == {"alltoall", "deepep"}
 
 

@@ -23,7 +23,10 @@ def recompute_label(p) -> str:
 
 
 def time_label(key: str, plan: Plan) -> str:
-    """TIME_LABELS[key], naming the host-link copies the DP part holds under some offloads (dp_host_copies)."""
+    """TIME_LABELS[key], naming the host-link copies the DP part holds under some offloads (dp_host_copies) and what
+    of the all-to-alls Megatron's combined 1F1B leaves (Training.moe_a2a_overlap)."""
+    if key == "ep_comm" and plan.training.moe_a2a_overlap:
+        return "exposed expert-parallel all-to-all (overlapped)"
     return TIME_LABELS[key] + (" and host-link copies" if key == "dp_comm" and dp_host_copies(plan) else "")
 
 

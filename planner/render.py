@@ -147,7 +147,9 @@ def time_rows(plan: Plan) -> list[tuple[str, float]]:
     tb = pr.time_breakdown
     labels = {"compute": "compute", "tp_comm": "TP comm (exposed)", "pp_comm": "PP send/recv",
               "dp_comm": "DP comm" + (" + host copies" if dp_host_copies(plan) else "") + " (exposed)",
-              "cp_comm": "CP comm (exposed)", "ep_comm": "EP all-to-all", "bubble": "pipeline bubble",
+              "cp_comm": "CP comm (exposed)",
+              "ep_comm": "EP all-to-all" + (" (exposed)" if plan.training.moe_a2a_overlap else ""),
+              "bubble": "pipeline bubble",
               "optimizer": "optimizer + grad passes"}
     parts = {k: (getattr(tb, attr) if tb is not None else 0.0) for k, attr in TIME_PARTS
              if k != "ep_comm" or plan.model.is_moe}  # a dense model has no expert-parallel row

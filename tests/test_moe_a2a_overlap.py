@@ -173,3 +173,14 @@ def test_deepseek_v3_on_h800_with_every_pass_paired_reads_as_docs_accuracy_says(
             "−22.5 % (23.64 s and 1,300 with DeepEP, −15.8 %)") in text
     published = bench.PUBLISHED_TOKENS_PER_S_GPU
     assert (round((1196.0 / published - 1) * 100, 1), round((1300.0 / published - 1) * 100, 1)) == (-22.5, -15.8)
+
+
+def test_the_tables_say_the_all_to_all_left_is_what_the_overlap_leaves():
+    from planner.explain import time_label
+    from planner.render import time_rows
+    on = recommend("mixtral-8x7b", 64, pins=_pins(), moe_a2a_overlap=True, **KW)
+    off = recommend("mixtral-8x7b", 64, pins=_pins(), **KW)
+    assert ("EP all-to-all (exposed)", on.prediction.time_breakdown.ep_comm_s) in time_rows(on)
+    assert ("EP all-to-all", off.prediction.time_breakdown.ep_comm_s) in time_rows(off)
+    assert time_label("ep_comm", on) == "exposed expert-parallel all-to-all (overlapped)"
+    assert time_label("ep_comm", off) == "expert-parallel all-to-all"

@@ -68,6 +68,12 @@ TARGETS = {
     # the export-market variants: their twin's silicon (only the NVLink is cut), so their twin's peak and ceiling
     "h800-sxm-80gb": (989.4, 0.803, "the H100 SXM's own curve (the same silicon): MAMF H100 SXM 794.5/989 = 80.3%"),
     "a800-sxm-80gb": (312.0, 0.869, "the A100 SXM's (the same silicon): MAMF A100 SXM 271.2/312 = 86.9%"),
+    # the H100 NVL: the H100 PCIe's ceiling, assumed (no NVL row; the one NVL GEMM found sets none)
+    "h100-nvl-94gb": (835.5, 0.661, "no H100 NVL row in the MAMF table; ASSUMPTION: the H100 PCIe's 66.1% (both "
+                                    "power-capped PCIe cards of the GH100 die)"),
+    # the H20: the H100 SXM's silicon with its tensor rate cut, so the H100's ceiling, assumed, at its own peak
+    "h20-96gb": (148.0, 0.803, "no H20 row in the MAMF table; ASSUMPTION: the H100 SXM's 80.3% (the same GH100 die)"),
+    "gh200-96gb": (989.4, 0.836, "MAMF GH200 SXM 828.6/989 = 83.6% (the table's 900W 141GB HBM3e version)"),
     "mi300x": (1307.4, 0.514, "MAMF MI300X 668.4/1300 = 51.4% (ROCm 6.3, TunableOp on)"),
     "mi325x": (1307.4, 0.604, "MAMF MI325X 784.9/1300 = 60.4% (ROCm 6.2.4, TunableOp on, 1000 W)"),
     "mi355x": (2516.6, 0.622, "MAMF MI355X 1565.0 TFLOP/s = 62.2% of 2516.6 (the table's 68.0% divides by 2300)"),

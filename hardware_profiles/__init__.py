@@ -119,17 +119,22 @@ def find_upward(name: str, folder: str | Path) -> Path | None:
 def canonical_name(name_or_path):
     """A shipped profile's name as list_profiles() spells it where the given one differs only in case ("H100-SXM-80GB",
     as model presets are matched) or is the GPU's name alone and one profile has it, or one SXM profile among its
-    others ("GB200"; "h100": h100-sxm-80gb, not h100-pcie-80gb; "h800", "a800": their SXM parts, the only ones
-    profiled; "a100" names two SXM parts), also written with
+    others ("GB200"; "h100": h100-sxm-80gb, not h100-pcie-80gb or h100-nvl-94gb; "h800", "a800": their SXM parts, the
+    only ones profiled; "h20": h20-96gb, not h200-sxm-141gb; "a100" names two SXM parts), also written with
     spaces or underscores and the maker's name before it, as nvidia-smi prints a GPU ("NVIDIA H100 PCIe",
-    "h100_pcie": h100-pcie-80gb; "NVIDIA A100 80GB PCIe": a100-pcie-80gb); anything else as given."""
+    "h100_pcie": h100-pcie-80gb; "NVIDIA A100 80GB PCIe": a100-pcie-80gb; "NVIDIA H100 NVL": h100-nvl-94gb), or with
+    its memory after a one-word name ("NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e": gh200-96gb, the one GH200
+    profile); anything else as given."""
     if looks_like_path(name_or_path):
         return name_or_path
     names = list_profiles()
     if name_or_path in names:
         return name_or_path
     key = str(name_or_path).strip().lower()
-    for k in dict.fromkeys((key, spelled_gpu_name(key))):
+    spelled = spelled_gpu_name(key)
+    # a one-word GPU name with its memory after it, as nvidia-smi prints the GH200s ("gh200-480gb", "gh200-144g-hbm3e")
+    bare = re.sub(r"^([a-z0-9]+)-\d+g(?:b)?(?:-hbm\w*)?$", r"\1", spelled)
+    for k in dict.fromkeys((key, spelled, bare)):
         exact = {n.lower(): n for n in names}.get(k)
         if exact:
             return exact

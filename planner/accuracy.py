@@ -29,11 +29,12 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
-# gb300 before b300 and gb200 before b200: the rack's name holds its GPU's; the PCIe cards before their SXM parts (no
-# run of a PCIe card is measured or published here: the SXM parts' are not theirs); the export-market H800 and A800
-# their own kinds (their twins' silicon, another NVLink: the H100's and A100's runs are not theirs)
-GPU_KINDS = ("gb300", "b300", "gb200", "b200", "h200", "h100-pcie", "h100", "h800", "a100-pcie", "a100", "a800",
-             "mi355x", "mi325x", "mi300x", "l40s")
+# gb300 before b300, gb200 before b200 and gh200 before h200: the superchip's or rack's name holds its GPU's; h200
+# before h20, whose name it holds; the PCIe cards (the H100 NVL too) before their SXM parts (no run of a PCIe card is
+# measured or published here: the SXM parts' are not theirs); the export-market H800, A800 and H20 their own kinds
+# (their twins' silicon, another NVLink or compute: the H100's and A100's runs are not theirs)
+GPU_KINDS = ("gb300", "b300", "gb200", "b200", "gh200", "h200", "h20", "h100-pcie", "h100-nvl", "h100", "h800",
+             "a100-pcie", "a100", "a800", "mi355x", "mi325x", "mi300x", "l40s")
 
 
 def _kind_in(text: str) -> str | None:

@@ -790,6 +790,10 @@ def test_an_unwritable_out_is_refused_before_measuring(tmp_path, capsys):
     ("NVIDIA H800", "h800-sxm-80gb"),  # the export-market SXM parts (their PCIe cards have no profile)
     ("NVIDIA H800 80GB HBM3", "h800-sxm-80gb"),
     ("NVIDIA A800-SXM4-80GB", "a800-sxm-80gb"),
+    ("NVIDIA H100 NVL", "h100-nvl-94gb"),  # its own bridged-pair PCIe node, no longer the SXM part's
+    ("NVIDIA H20", "h20-96gb"),  # not h200's, whose name holds its
+    ("NVIDIA GH200 480GB", "gh200-96gb"),  # not h200's, which its name holds
+    ("NVIDIA GH200 144G HBM3e", "gh200-96gb"),  # the one GH200 profile (calibrate measures its 144 GB)
     ("AMD Instinct MI355X", "mi355x"),
     ("AMD Instinct MI325X", "mi325x"),
     ("AMD Instinct MI300X", "mi300x"),

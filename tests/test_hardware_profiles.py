@@ -20,7 +20,8 @@ from planner.schema import HardwareProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {"a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200-nvl72", "b300", "gb300-nvl72",
-            "mi300x", "mi325x", "mi355x", "l40s", "h100-pcie-80gb", "a100-pcie-80gb", "h800-sxm-80gb", "a800-sxm-80gb"}
+            "mi300x", "mi325x", "mi355x", "l40s", "h100-pcie-80gb", "a100-pcie-80gb", "h800-sxm-80gb", "a800-sxm-80gb",
+            "h100-nvl-94gb", "h20-96gb", "gh200-96gb"}
 
 
 def _build_module():
@@ -62,7 +63,8 @@ def test_profile_physically_consistent(name):
     # TF32: every GPU's but CDNA 4's, whose matrix cores have none (AMD's MI355X tables give no TF32 rate)
     assert set(pk) - {"fp8"} == {"bf16", "fp16", "fp32"} | ({"tf32"} if name != "mi355x" else set())
     assert pk["bf16"] == pk["fp16"] > pk.get("tf32", pk["fp32"] + 1) > pk["fp32"] > 0
-    # FP8 tensor cores: Ada, Hopper, Blackwell and MI300X at twice the 16-bit rate; the A100 (and its A800) has none
+    # FP8 tensor cores: Ada, Hopper (the H20's cut rate too), Blackwell and MI300X at twice the 16-bit rate; the A100
+    # (and its A800) has none
     # (the L40S's datasheet prints 733 against 362.05: its sparse BF16 figure, 1.2 % over twice the dense one, kept as
     # printed)
     assert ("fp8" in pk) == (not name.startswith(("a100", "a800")))
@@ -79,14 +81,18 @@ def test_profile_physically_consistent(name):
     assert p.nvlink.gbytes_per_s > p.inter_node.gbytes_per_s
     # a PCIe host link is slower than the NIC; Grace's NVLink-C2C is not, and a PCIe server's GPUs share fewer NICs
     # than they are (the L40S and H100 PCIe nodes: 400 Gb/s for 8, pooled); a node on Ethernet without RDMA (Azure's
-    # NC A100 v4: 80 Gb/s for 4 GPUs) is a machine for one node's jobs, its network below its host links
-    if "Ethernet" in p.description:
+    # NC A100 v4: 80 Gb/s for 4 GPUs) is a machine for one node's jobs, its network below its host links; a GH200
+    # has a Grace of its own, its whole NVLink-C2C (450 GB/s a direction) faster than its NIC and its GPU links
+    superchip = name.startswith("gh200")
+    if superchip:
+        assert p.inter_node.gbytes_per_s * p.gpus_per_node < p.host_link_gbytes_per_s <= 450
+    elif "Ethernet" in p.description:
         assert p.inter_node.aggregate_nics and p.inter_node.gbytes_per_s * p.gpus_per_node < p.host_link_gbytes_per_s
     elif "C2C" not in p.description and not p.inter_node.aggregate_nics:
         assert p.inter_node.gbytes_per_s > p.host_link_gbytes_per_s / 2
     else:
         assert p.inter_node.gbytes_per_s * p.gpus_per_node > p.host_link_gbytes_per_s / 2
-    assert p.nvlink.gbytes_per_s > p.host_link_gbytes_per_s
+    assert p.nvlink.gbytes_per_s > p.host_link_gbytes_per_s or superchip
     assert p.nvlink.latency_s < p.inter_node.latency_s
 
 
@@ -488,9 +494,9 @@ def test_a_gpu_name_alone_finds_its_one_profile():
     name), or its one SXM part (h100: not h100-pcie-80gb); a100 names two SXM parts, and the error offers its three."""
     from hardware_profiles import canonical_name
     assert [canonical_name(n) for n in ("h100", "H200", "gb200", "b200", "GB300", "b300", "MI300X", "mi355x", "L40S",
-                                        "h800", "A800")] == \
+                                        "h800", "A800", "h20", "GH200")] == \
         ["h100-sxm-80gb", "h200-sxm-141gb", "gb200-nvl72", "b200", "gb300-nvl72", "b300", "mi300x", "mi355x", "l40s",
-         "h800-sxm-80gb", "a800-sxm-80gb"]
+         "h800-sxm-80gb", "a800-sxm-80gb", "h20-96gb", "gh200-96gb"]
     assert canonical_name("a100") == "a100" and canonical_name("h1") == "h1" and canonical_name("x.toml") == "x.toml"
     assert load_profile("h100").name == "h100-sxm-80gb"
     assert canonical_name("H100-PCIE-80GB") == "h100-pcie-80gb" and canonical_name("h100-pcie") == "h100-pcie-80gb"
@@ -498,9 +504,11 @@ def test_a_gpu_name_alone_finds_its_one_profile():
     assert [canonical_name(n) for n in ("NVIDIA H100 PCIe", "h100_pcie", "H100 SXM", "AMD Instinct MI300X", "NVIDIA L40S",
                                         "NVIDIA A100 80GB PCIe")] \
         == ["h100-pcie-80gb", "h100-pcie-80gb", "h100-sxm-80gb", "mi300x", "l40s", "a100-pcie-80gb"]
-    # a part with no profile is offered the GPU's others (it was offered gb300-nvl72 for "h100 nvl")
-    with pytest.raises(ValueError, match=r"'NVIDIA H100 NVL' \(did you mean h100-pcie-80gb or h100-sxm-80gb\?\)"):
-        load_profile("NVIDIA H100 NVL")
+    # a part with no profile is offered the GPU's others (it was offered gb300-nvl72 for "h100 nvl", which has
+    # h100-nvl-94gb since 2026-12-07)
+    assert canonical_name("NVIDIA H100 NVL") == "h100-nvl-94gb"
+    with pytest.raises(ValueError, match=r"'NVIDIA H200 NVL' \(did you mean h200-sxm-141gb\?\)"):
+        load_profile("NVIDIA H200 NVL")
     with pytest.raises(ValueError, match=r"unknown hardware profile 'a100' \(did you mean a100-pcie-80gb or a100-sxm-40gb or "
                                          r"a100-sxm-80gb\?\)"):
         load_profile("a100")

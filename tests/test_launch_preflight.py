@@ -775,7 +775,7 @@ def test_the_plans_gpu_is_checked_against_this_one(tmp_path):
     assert c.ok and "does not load" in c.detail and "MFU will be null" in c.detail
     assert "not used on cpu" in L.check_hardware(plan, "cpu", NO_GPU).detail
     assert [L.gpu_family(n) for n in ("NVIDIA A100-SXM4-80GB", "NVIDIA GH200 480GB", "AMD Instinct MI300X", None)] == \
-        ["A100", None, "MI300X", None]
+        ["A100", "GH200", "MI300X", None]
 
 
 def test_a_plan_edited_after_its_prediction_is_re_predicted():

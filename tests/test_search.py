@@ -311,7 +311,7 @@ def test_recommend_takes_every_stack_flag_and_rejects_others():
                  zero1_grad_reduce="reduce-scatter", zero2_grad_reduce="per-micro-batch", grad_accumulation_fusion=True,
                  p2p_scatter_gather=True, fused_cross_entropy=True, fused_elementwise=False, overlap_cp_comm=True,
                  async_tp_grad_comm=True, attention_kernel="triton-2022", cross_entropy_16bit_grad=True,
-                 moe_dispatcher="alltoall", moe_recompute="none",
+                 moe_dispatcher="alltoall", moe_recompute="none", moe_a2a_overlap=False,
                  mla_recompute=False)  # a dense model refuses others (tests/test_moe.py, test_mla.py)
     assert set(flags) == set(STACK_FLAGS)
     plan = recommend(spec, 2, seq_len=64, global_batch_size=4, suggest=False, clip_grad=0.5, **flags)
@@ -682,11 +682,13 @@ def test_every_reason_a_plan_can_break_has_its_fix(tmp_path, capsys):
 def test_a_profile_without_a_fitted_sustained_fraction_says_so(tmp_path):
     """B200, B300, MI300X and MI355X carry isolated-kernel matmul curves only; A100 and H100 have a sustained fraction fitted
     on a published table (README, "Fitted parameters"), and their export-market twins (A800, H800: the same silicon)
-    carry it, so only the former warn that the time is optimistic."""
+    and the GH200 (the H100's GPU, as the H200) carry it, so only the former warn that the time is optimistic (the H100
+    NVL and the H20, whose power or compute the H100's fraction was not fitted at, among them)."""
     spec = load_preset("llama3-8b")
     for hw, warned in (("b200", True), ("mi300x", True), ("b300", True), ("mi355x", True), ("l40s", True),
                        ("h100-pcie-80gb", True), ("a100-pcie-80gb", True), ("h100-sxm-80gb", False),
-                       ("a100-sxm-80gb", False), ("h800-sxm-80gb", False), ("a800-sxm-80gb", False)):
+                       ("a100-sxm-80gb", False), ("h800-sxm-80gb", False), ("a800-sxm-80gb", False),
+                       ("h100-nvl-94gb", True), ("h20-96gb", True), ("gh200-96gb", False)):
         plan = recommend(spec, 8, hardware=hw, suggest=False)
         assert any(w.startswith("uncalibrated") for w in plan.prediction.warnings) is warned, hw
     # a profile whose fraction a refit (`calibrate --from-run`) or `--sustained` set, 1.0 included, is calibrated

@@ -314,7 +314,8 @@ def test_the_accuracy_line_names_the_published_runs_on_the_plans_gpu_kind():
     assert line("deepspeed", "a100-sxm-40gb").startswith("how accurate: 12 published runs on A100, |error| median")
     assert line("megatron", "b200").startswith("how accurate: none published on B200; 153 published runs on A100, H100")
     for name, kind in (("gb300-nvl72", "GB300"), ("b300", "B300"), ("mi355x", "MI355X"), ("mi325x", "MI325X"),
-                       ("l40s", "L40S"), ("h800-sxm-80gb", "H800"), ("a800-sxm-80gb", "A800")):
+                       ("l40s", "L40S"), ("h800-sxm-80gb", "H800"), ("a800-sxm-80gb", "A800"),
+                       ("h100-nvl-94gb", "H100-NVL"), ("h20-96gb", "H20"), ("gh200-96gb", "GH200")):
         assert line("megatron", name).startswith(f"how accurate: none published on {kind}; 153 published runs on A100")
     assert line("megatron", "my-node.toml").startswith("how accurate: 153 published runs on A100, H100")
 

@@ -224,6 +224,76 @@ def split_against_default(plan: Plan) -> dict | None:
     return {"stage_layers": own, "default": default, "default_step_time_s": step}
 
 
+# Switches a framework offers that shorten a step without changing the layout, each as recommend's option and the
+# Training field it sets: (field, value, option, frameworks that have it, what turning it on changes beyond speed).
+# The exports write each framework's own flag for it (Megatron-LM: --overlap-grad-reduce, --overlap-param-gather,
+# --tp-comm-overlap, --moe-token-dispatcher-type flex with DeepEP, --overlap-moe-expert-parallel-comm, --fp8-format
+# hybrid; torchtitan: float8 converters, training.compile; DeepSpeed: zero_optimization.overlap_comm).
+SWITCHES = (
+    ("overlap_grad_reduce", True, "--overlap-grad-reduce", ("parplan", "megatron", "deepspeed", "torchtitan", "fsdp"),
+     None),
+    ("overlap_param_gather", True, "--overlap-param-gather", ("parplan", "megatron"), None),
+    ("overlap_tp_comm", True, "--overlap-tp-comm", ("megatron",), None),
+    ("moe_dispatcher", "deepep", "--moe-dispatcher deepep", ("megatron",), "needs DeepEP installed"),
+    ("moe_a2a_overlap", True, "--moe-a2a-overlap", ("megatron",), None),
+    # not parplan's runtime: its FP8 linears ran 4.6-5.4x their predicted time on an H100 (2026-12-06, docs/accuracy.md)
+    ("fp8", True, "--fp8", ("megatron", "torchtitan"), "FP8 linears: changes the numerics"),
+    ("fused_elementwise", True, "--fused-elementwise", ("torchtitan",), "torchtitan's torch.compile"),
+)
+
+
+def _switch_is_off(plan: Plan, field: str, value) -> bool:
+    t = plan.training
+    if field == "overlap_param_gather":  # absent: as overlap_grad_reduce
+        return not (t.overlap_param_gather if t.overlap_param_gather is not None else t.overlap_grad_reduce)
+    return getattr(t, field) != value
+
+
+def switches_left_off(plan: Plan, least: float = 0.001) -> list[dict]:
+    """The SWITCHES of the plan's framework it leaves off that would shorten its step by `least` or more (or make a
+    plan that does not fit fit), each evaluate_plan of the same plan with that one switch on, its layout unchanged;
+    a switch the plan's layout or model cannot take (the structure checks' PlannerError: the all-to-all overlap on a
+    pipeline without interleaving, DeepEP without experts) is left out.  Fastest first."""
+    from .core import PlannerError, evaluate_plan
+    base = plan.prediction
+    if base is None or not base.step_time_s:
+        return []
+    out = []
+    for field, value, option, frameworks, note in SWITCHES:
+        if plan.training.framework not in frameworks or not _switch_is_off(plan, field, value):
+            continue
+        if field in ("moe_dispatcher", "moe_a2a_overlap") and not (plan.model.is_moe and plan.parallel.ep > 1):
+            continue
+        other = plan.model_copy(update={"training": plan.training.model_copy(update={field: value})})
+        try:
+            pred = evaluate_plan(other).prediction
+        except PlannerError:
+            continue
+        rel = pred.step_time_s / base.step_time_s - 1
+        if rel > -least and not (pred.fits and not base.fits):
+            continue
+        out.append({"option": option, "field": field, "value": value, "note": note, "fits": pred.fits,
+                    "step_time_s": pred.step_time_s, "relative_step_time": rel,
+                    "delta_memory_bytes": pred.memory_bytes_per_gpu.total - base.memory_bytes_per_gpu.total})
+    return sorted(out, key=lambda d: d["relative_step_time"])
+
+
+def switches_line(switches: list[dict]) -> str | None:
+    """explain's summary line for switches_left_off, or None."""
+    if not switches:
+        return None
+    gb = 1e9
+    said = []
+    for s in switches:
+        dm = s["delta_memory_bytes"] / gb
+        mem = "" if abs(dm) < 0.05 else f", memory {dm:+.1f} GB"
+        fits = "" if s["fits"] else ", does not fit"
+        note = f" ({s['note']})" if s["note"] else ""
+        said.append(f"{s['option']}{note} {s['relative_step_time']:+.1%} step{mem}{fits}")
+    return "switches left off: " + "; ".join(said) + " (each alone, same layout; `parplan export` writes the " \
+        "framework's own flag)"
+
+
 def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None, split: dict | None = None) -> list[str]:
     gb = 1e9
     lines = []
@@ -264,13 +334,17 @@ def explain(plan: Plan, runner_up: Plan | None) -> dict:
     tim = time_breakdown(plan)
     runner = compare_plans(plan, runner_up) if runner_up is not None and runner_up.prediction is not None else None
     split = split_against_default(plan)
+    switches = switches_left_off(plan)
+    lines = summary(plan, mem, tim, runner, split)
+    said = switches_line(switches)
     return {"layout": layout_dict(plan), "model": plan.model.name or plan.model.arch,
             "gpus": plan.hardware.gpus, "hardware": plan.hardware.name, "precision": plan.training.precision,
             "fits": plan.prediction.fits,
             "reason": plan.prediction.reason, "memory": mem, "time": tim,
             "tokens_per_s": plan.prediction.tokens_per_s, "mfu": plan.prediction.mfu,
             "warnings": list(plan.prediction.warnings),  # what `evaluate` prints beside the same plan
-            "runner_up": runner, "split": split, "summary": summary(plan, mem, tim, runner, split)}
+            "runner_up": runner, "split": split, "switches_left_off": switches,
+            "summary": lines + ([said] if said else [])}
 
 
 def pick_runner_up(plan: Plan, ranked: list[Plan]) -> Plan | None:

@@ -488,6 +488,10 @@ def recommend(
         return
     _show_plans(plan, title=f"top {_count(1 + len(plan.alternatives), 'layout')} for {plan.hardware.gpus} x "
                             f"{_plain(plan.hardware.name)}")
+    from .explain import switches_left_off, switches_line
+    said = switches_line(switches_left_off(plan))  # the framework's speed switches the best plan leaves off
+    if said:
+        _out().print(said, highlight=False, markup=False)
 
 
 def _count(n: int, what: str) -> str:

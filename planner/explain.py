@@ -290,8 +290,8 @@ def switches_line(switches: list[dict]) -> str | None:
         fits = "" if s["fits"] else ", does not fit"
         note = f" ({s['note']})" if s["note"] else ""
         said.append(f"{s['option']}{note} {s['relative_step_time']:+.1%} step{mem}{fits}")
-    return "switches left off: " + "; ".join(said) + " (each alone, same layout; `parplan export` writes the " \
-        "framework's own flag)"
+    return "switches left off: " + "; ".join(said) + " (each alone, same layout: add it to recommend or set it in " \
+        "the plan's training; `parplan export` writes the framework's own flag)"
 
 
 def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None, split: dict | None = None) -> list[str]:

@@ -90,3 +90,17 @@ def test_explain_says_them_in_its_summary_and_json(tmp_path):
     r = CliRunner().invoke(app, ["explain", str(f)])
     assert "switches left off: --fp8 (FP8 linears: changes the numerics)" in " ".join(r.stdout.split())
     assert switches_line([]) is None
+
+
+def test_recommend_prints_the_best_plans_switches_under_its_tables():
+    args = ["recommend", "--model", "mixtral-8x7b", "--gpus", "64", "--framework", "megatron", "--tp", "2", "--pp",
+            "1", "--ep", "8", "--mbs", "1", "--zero", "1", "--recompute", "none", "--global-batch-size", "256",
+            "--top", "1"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    plan = _moe_plan()
+    assert switches_line(switches_left_off(plan)) in text
+    # --json holds the plan alone
+    r = CliRunner().invoke(app, args + ["--json"])
+    assert "switches left off" not in r.stdout and json.loads(r.stdout)["parallel"]["ep"] == 8

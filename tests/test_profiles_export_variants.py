@@ -137,7 +137,7 @@ def test_the_variants_are_their_own_gpu_kinds():
     line says nothing was launched or published on them (the twins' runs are not theirs)."""
     from planner import accuracy
     from planner import launch as L
-    from tests.runtime_helpers.plans import tiny_plan
+    from tests.runtime_helpers.plans import check_card_warnings
     assert [L.gpu_family(n) for n in ("NVIDIA H800", "NVIDIA H800 80GB HBM3", "h800-sxm-80gb", "NVIDIA H800 PCIe",
                                       "NVIDIA A800-SXM4-80GB", "a800-sxm-80gb", "NVIDIA A800 80GB PCIe",
                                       "NVIDIA A800-PCIE-40GB", "NVIDIA A100 80GB PCIe")] == \
@@ -147,12 +147,7 @@ def test_the_variants_are_their_own_gpu_kinds():
     assert "none launched on h800-sxm-80gb" in accuracy.line("parplan", "h800-sxm-80gb")
     assert accuracy.line("megatron", "h800-sxm-80gb").startswith("how accurate: none published on H800; ")
     assert accuracy.line("megatron", "a800-sxm-80gb").startswith("how accurate: none published on A800; ")
-    plan = tiny_plan(tp=2)
-    plan.hardware.name = "h800-sxm-80gb"
-    node = lambda gpu: L.MachineInfo(torch_version="x", gpus=2, free_memory_bytes=80e9, gpu_name=gpu)  # noqa: E731
-    assert "warning" not in L.check_hardware(plan, "cuda", node("NVIDIA H800")).detail
-    for other in ("NVIDIA H800 PCIe", "NVIDIA H100 80GB HBM3"):
-        assert "warning" in L.check_hardware(plan, "cuda", node(other)).detail, other
+    check_card_warnings("h800-sxm-80gb", "NVIDIA H800", ("NVIDIA H800 PCIe", "NVIDIA H100 80GB HBM3"))
 
 
 def test_deepseek_v3_on_h800_reads_as_docs_accuracy_says():

@@ -161,13 +161,8 @@ def test_launch_families_and_accuracy_kinds_tell_the_new_cards_apart():
         assert f"none launched on {name}" in accuracy.line("parplan", name)
         assert accuracy.line("megatron", name).startswith(f"how accurate: none published on {kind}; ")
     # a plan for one card run on another is warned of
-    from tests.runtime_helpers.plans import tiny_plan
-    plan = tiny_plan(tp=2)
-    plan.hardware.name = "h100-nvl-94gb"
-    node = lambda gpu: L.MachineInfo(torch_version="x", gpus=2, free_memory_bytes=80e9, gpu_name=gpu)  # noqa: E731
-    assert "warning" not in L.check_hardware(plan, "cuda", node("NVIDIA H100 NVL")).detail
-    for other in ("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3"):
-        assert "warning" in L.check_hardware(plan, "cuda", node(other)).detail, other
+    from tests.runtime_helpers.plans import check_card_warnings
+    check_card_warnings("h100-nvl-94gb", "NVIDIA H100 NVL", ("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3"))
 
 
 def test_hardware_detect_reads_each_node_as_its_profile():

@@ -27,6 +27,19 @@ def tiny_plan(model: dict | None = None, *, seq_len=32, global_batch_size=8, mic
     )
 
 
+def check_card_warnings(profile: str, own: str, others: tuple[str, ...]) -> None:
+    """launch's hardware check of a tp-2 plan on `profile`: no warning on a node of its own card (`own`, as
+    nvidia-smi names it), a warning on each of `others`."""
+    from planner import launch as L
+    plan = tiny_plan(tp=2)
+    plan.hardware.name = profile
+    def node(gpu):
+        return L.MachineInfo(torch_version="x", gpus=2, free_memory_bytes=80e9, gpu_name=gpu)
+    assert "warning" not in L.check_hardware(plan, "cuda", node(own)).detail
+    for other in others:
+        assert "warning" in L.check_hardware(plan, "cuda", node(other)).detail, other
+
+
 def write_plan(plan: Plan, path) -> str:
     with open(path, "w") as f:
         f.write(plan.model_dump_json(indent=1))

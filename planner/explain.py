@@ -264,6 +264,9 @@ def switches_left_off(plan: Plan, least: float = 0.001) -> list[dict]:
             continue
         if field in ("moe_dispatcher", "moe_a2a_overlap") and not (plan.model.is_moe and plan.parallel.ep > 1):
             continue
+        if field == "overlap_param_gather" and plan.training.framework == "megatron" \
+                and not plan.training.overlap_grad_reduce:
+            continue  # Megatron-LM takes --overlap-param-gather only with --overlap-grad-reduce (the export's note)
         other = plan.model_copy(update={"training": plan.training.model_copy(update={field: value})})
         try:
             pred = evaluate_plan(other).prediction

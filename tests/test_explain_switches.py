@@ -104,3 +104,14 @@ def test_recommend_prints_the_best_plans_switches_under_its_tables():
     # --json holds the plan alone
     r = CliRunner().invoke(app, args + ["--json"])
     assert "switches left off" not in r.stdout and json.loads(r.stdout)["parallel"]["ep"] == 8
+
+
+def test_megatrons_parameter_gather_overlap_is_offered_only_beside_the_gradient_overlap():
+    pins = Pins(tp=1, pp=1, dp=16, zero=1)
+    off = recommend("llama3-8b", 16, framework="megatron", global_batch_size=64, top_k=1, suggest=False, pins=pins,
+                    overlap_grad_reduce=False, overlap_param_gather=False)
+    options = [s["option"] for s in switches_left_off(off)]
+    assert "--overlap-grad-reduce" in options and "--overlap-param-gather" not in options
+    grads_on = recommend("llama3-8b", 16, framework="megatron", global_batch_size=64, top_k=1, suggest=False,
+                         pins=pins, overlap_param_gather=False)
+    assert "--overlap-param-gather" in [s["option"] for s in switches_left_off(grads_on)]

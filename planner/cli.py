@@ -488,10 +488,6 @@ def recommend(
         return
     _show_plans(plan, title=f"top {_count(1 + len(plan.alternatives), 'layout')} for {plan.hardware.gpus} x "
                             f"{_plain(plan.hardware.name)}")
-    from .explain import switches_left_off, switches_line
-    said = switches_line(switches_left_off(plan))  # the framework's speed switches the best plan leaves off
-    if said:
-        _out().print(said, highlight=False, markup=False)
 
 
 def _count(n: int, what: str) -> str:
@@ -513,6 +509,10 @@ def _show_plans(plan, title: str, which: str = "best plan") -> None:
     console.print(breakdown_table(plan, which))
     for line in summary_lines(plan):
         console.print(line, highlight=False, markup=False)
+    from .explain import switches_left_off, switches_line
+    said = switches_line(switches_left_off(plan), plan.prediction.fits)  # the framework's switches it leaves off
+    if said:
+        console.print(said, highlight=False, markup=False)
 
 
 def _check_choice(name, value, choices):

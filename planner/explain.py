@@ -281,8 +281,9 @@ def switches_left_off(plan: Plan, least: float = 0.001) -> list[dict]:
     return sorted(out, key=lambda d: d["relative_step_time"])
 
 
-def switches_line(switches: list[dict]) -> str | None:
-    """explain's summary line for switches_left_off, or None."""
+def switches_line(switches: list[dict], plan_fits: bool = True) -> str | None:
+    """explain's summary line for switches_left_off, or None; `plan_fits` False: the plan does not fit, and a switch
+    under which it would is said to."""
     if not switches:
         return None
     gb = 1e9
@@ -290,7 +291,7 @@ def switches_line(switches: list[dict]) -> str | None:
     for s in switches:
         dm = s["delta_memory_bytes"] / gb
         mem = "" if abs(dm) < 0.05 else f", memory {dm:+.1f} GB"
-        fits = "" if s["fits"] else ", does not fit"
+        fits = (", fits" if not plan_fits else "") if s["fits"] else ", does not fit"
         note = f" ({s['note']})" if s["note"] else ""
         said.append(f"{s['option']}{note} {s['relative_step_time']:+.1%} step{mem}{fits}")
     return "switches left off: " + "; ".join(said) + " (each alone, same layout: add it to recommend or set it in " \
@@ -339,7 +340,7 @@ def explain(plan: Plan, runner_up: Plan | None) -> dict:
     split = split_against_default(plan)
     switches = switches_left_off(plan)
     lines = summary(plan, mem, tim, runner, split)
-    said = switches_line(switches)
+    said = switches_line(switches, plan.prediction.fits)
     return {"layout": layout_dict(plan), "model": plan.model.name or plan.model.arch,
             "gpus": plan.hardware.gpus, "hardware": plan.hardware.name, "precision": plan.training.precision,
             "fits": plan.prediction.fits,

@@ -115,3 +115,24 @@ def test_megatrons_parameter_gather_overlap_is_offered_only_beside_the_gradient_
     grads_on = recommend("llama3-8b", 16, framework="megatron", global_batch_size=64, top_k=1, suggest=False,
                          pins=pins, overlap_param_gather=False)
     assert "--overlap-param-gather" in [s["option"] for s in switches_left_off(grads_on)]
+
+
+def test_evaluate_prints_them_too_and_a_switch_that_makes_a_plan_fit(tmp_path):
+    plan = _moe_plan()
+    f = tmp_path / "plan.json"
+    f.write_text(plan.model_dump_json())
+    r = CliRunner().invoke(app, ["evaluate", str(f)])
+    assert r.exit_code == 0, r.output
+    assert switches_line(switches_left_off(plan)) in " ".join(r.stdout.split())
+    # a plan just past its memory (llama3-8b at 4,480 tokens without recompute: 83.7 GB of 83.0) that FP8's smaller
+    # activations bring under it: offered, as fitting; evaluate prints it under the plan that does not fit
+    base = recommend("llama3-8b", 8, framework="megatron", global_batch_size=64, top_k=1, suggest=False,
+                     pins=Pins(tp=1, pp=1, dp=8, mbs=1, zero=1, recompute="none"))
+    big = evaluate_plan(base.model_copy(update={"training": base.training.model_copy(update={"seq_len": 4480})}))
+    assert not big.prediction.fits
+    got = {s["option"]: s for s in switches_left_off(big)}
+    assert got["--fp8"]["fits"] and got["--fp8"]["delta_memory_bytes"] < 0
+    f.write_text(big.model_dump_json())
+    r = CliRunner().invoke(app, ["evaluate", str(f)])
+    said = switches_line(switches_left_off(big), plan_fits=False)
+    assert r.exit_code == 3 and said in " ".join(r.stdout.split()) and "memory -" in said and ", fits" in said

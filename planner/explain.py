@@ -267,6 +267,8 @@ def switches_left_off(plan: Plan, least: float = 0.001) -> list[dict]:
         if field == "overlap_param_gather" and plan.training.framework == "megatron" \
                 and not plan.training.overlap_grad_reduce:
             continue  # Megatron-LM takes --overlap-param-gather only with --overlap-grad-reduce (the export's note)
+        if field == "overlap_tp_comm" and not plan.parallel.sp:
+            continue  # --tp-comm-overlap needs --sequence-parallel (the export leaves it out without it)
         other = plan.model_copy(update={"training": plan.training.model_copy(update={field: value})})
         try:
             pred = evaluate_plan(other).prediction

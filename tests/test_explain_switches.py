@@ -136,3 +136,11 @@ def test_evaluate_prints_them_too_and_a_switch_that_makes_a_plan_fit(tmp_path):
     r = CliRunner().invoke(app, ["evaluate", str(f)])
     said = switches_line(switches_left_off(big), plan_fits=False)
     assert r.exit_code == 3 and said in " ".join(r.stdout.split()) and "memory -" in said and ", fits" in said
+
+
+def test_megatrons_tp_overlap_is_offered_only_with_sequence_parallelism():
+    kw = dict(framework="megatron", global_batch_size=64, top_k=1, suggest=False)
+    sp = recommend("llama3-70b", 16, pins=Pins(tp=8, pp=2, dp=1, sp=True), **kw)
+    no_sp = recommend("llama3-70b", 16, pins=Pins(tp=8, pp=2, dp=1, sp=False), **kw)
+    assert "--overlap-tp-comm" in [s["option"] for s in switches_left_off(sp)]
+    assert "--overlap-tp-comm" not in [s["option"] for s in switches_left_off(no_sp)]

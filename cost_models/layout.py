@@ -360,6 +360,11 @@ class TrainingConsts:
     # and replicate that group (Layout.dp_replicate): torch FSDP2 over a 2D (replicate, shard) mesh (torchtitan's
     # data_parallel_replicate_degree, parplan's runtime), FSDP1's HYBRID_SHARD
     hsdp: bool = False
+    # ZeRO-1's version of it: Megatron-LM's distributed optimizer in dp_replicate instances
+    # (--num-distributed-optimizer-instances; megatron/core/distributed: a reduce-scatter over the instance's
+    # dp / dp_replicate ranks, then an all-reduce of the shard across the instances, the parameter all-gather inside
+    # the instance), offered where pinned
+    partial_distopt: bool = False
     # FSDP2's hybrid sharding keeps each unit's all-reduce input (its reduce-dtype gradient shard) from its reduction
     # to the end of the backward (FSDPParamGroup._all_reduce_state, torch PR #140044): memory's hsdp_held
     hsdp_holds_reduce_input: bool = False
@@ -397,7 +402,8 @@ class Layout:
     recompute_layers: Any = 0
     # ZeRO-3's hybrid sharding (HSDP): the data-parallel ranks form dp_replicate groups of dp / dp_replicate
     # consecutive ranks; each group shards the states (zero_shards) and the groups hold the same shards, whose
-    # gradients they all-reduce after each reduce-scatter (TrainingConsts.hsdp).  1: one group, full sharding
+    # gradients they all-reduce after each reduce-scatter (TrainingConsts.hsdp; under ZeRO-1, Megatron's optimizer
+    # instances: TrainingConsts.partial_distopt).  1: one group, full sharding
     dp_replicate: Any = 1
     # expert parallelism (a mixture of experts'): each MoE layer's experts over ep of the stage's tp x cp x dp ranks
     # (Megatron-Core's expert-model-parallel group, expert tensor parallelism 1); 1 for a dense model
@@ -863,6 +869,7 @@ def deepspeed_comm_casts(tr) -> bool:
 def zero_shards(lay, tr):
     """Ranks that ZeRO shards states over and its reduce-scatters and all-gathers span: dp x cp, or dp
     where the cp replicas are averaged apart (TrainingConsts.zero_over_cp); under hybrid sharding (ZeRO-3 with
-    dp_replicate > 1, whose plans have cp 1) one of the dp_replicate groups, dp / dp_replicate."""
+    dp_replicate > 1, or ZeRO-1's Megatron optimizer instances; plans with cp 1) one of the dp_replicate groups,
+    dp / dp_replicate."""
     return (np.asarray(lay.dp) * np.where(tr.zero_over_cp, np.asarray(lay.cp), 1)
             // np.asarray(lay.dp_replicate))

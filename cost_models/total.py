@@ -610,14 +610,19 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     z1_ar_t, z1_ar_moved = comm.all_reduce(grad_bytes, shards, sh_bw, sh_lat)
     if m.moe:  # and the experts' all-reduce over their own group (parplan's runtime: train.build_expert_grad_reduction)
         z1_ar_t, z1_ar_moved = z1_ar_t + e_ar[0], z1_ar_moved + e_ar[1]
-    red_t = np.where(z1_ar, z1_ar_t, rs_t)
+    # hybrid sharding: the replicas' all-reduce of each reduce-scatter's shard, with it (zero for one replica group):
+    # FSDP2's HSDP under ZeRO-3 (below), and under ZeRO-1 Megatron's distributed optimizer in dp_replicate instances
+    # (TrainingConsts.partial_distopt: the instance's reduce-scatter, then the shard's all-reduce across instances)
+    rep_ar_t, rep_ar_moved = comm.all_reduce(grad_bytes / shards, rep, rep_bw, rep_lat)
+    z1_rep = (zero == 1) & ~z1_ar & tr.partial_distopt
+    red_t = np.where(z1_ar, z1_ar_t, rs_t + np.where(z1_rep, rep_ar_t, 0.0))
     # DeepSpeed's ZeRO-2 casts each full bucket to the communication dtype where that is not the model's (the export's
     # fp32 beside fp32 gradient shards: average_tensor's allreduce_bucket, tensor.to(communication_data_type)) on the
     # reduction stream before reducing it: a read and a write of the stage's gradients through HBM each reduction
     # (the memory model holds the cast: memory.deepspeed_grad_buckets' reduce)
     ds_cast = (zero == 2) & bool(tr.ds_reduce_bucket_elements) & deepspeed_comm_casts(tr)
     red_t = red_t + np.where(ds_cast, stage_params * (rec["weight"] + rec["grad"]) / hw.hbm_bytes_per_s, 0.0)
-    red_moved = np.where(z1_ar, z1_ar_moved, rs_moved)
+    red_moved = np.where(z1_ar, z1_ar_moved, rs_moved + np.where(z1_rep, rep_ar_moved, 0.0))
     # ZeRO-2 reducing per micro-batch: a reduce-scatter after each micro-batch's backward, which runs
     # beside the following micro-batches' work (as ZeRO-3's gathers do); the last one hides behind
     # the last backward only.
@@ -681,8 +686,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     grad_down = np.where(host_z3, (blk_shard + root_params / shards) * rec["grad"] / hw.host_link_bytes_per_s, 0.0)
     z3_ag_t = blk_gathers * (blk_ag_t + blk_up) + np.where(root_params > 0, root_ag_t + root_up, 0.0)
     z3_ag_moved = blk_gathers * blk_ag_moved + root_ag_moved
-    # HSDP: the replicas' all-reduce of each reduce-scatter's shard, with it (zero for one replica group)
-    rep_ar_t, rep_ar_moved = comm.all_reduce(grad_bytes / shards, rep, rep_bw, rep_lat)
+    # HSDP: the replicas' all-reduce of each reduce-scatter's shard (rep_ar_t, above), with it
     z3_mb_t = z3_ag_t + rs_t + rep_ar_t + grad_down + 2 * acc_copy
     # inside a pipeline FSDP2 keeps the weights gathered from a stage's first forward to its last backward
     # (reshard_after_forward off: torchtitan's default whenever pp > 1, and parplan's runtime's; the pipeline

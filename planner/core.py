@@ -173,9 +173,38 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 # Frameworks with ZeRO-3's hybrid sharding (Parallel.dp_replicate; TrainingConsts.hsdp): parplan's runtime and
 # torchtitan, FSDP2 over a (replicate, shard) mesh (torchtitan's data_parallel_replicate_degree x
 # data_parallel_shard_degree; parallel_layers.mesh.fsdp_mesh), and FSDP1's HYBRID_SHARD (llm-foundry's
-# sharding_strategy).  DeepSpeed's MiCS and Megatron's partial distributed optimizer are others' versions of it,
-# not modelled
+# sharding_strategy).  Megatron-LM's version, its distributed optimizer (ZeRO-1) in instances, is planned where pinned
+# (dp_replicate_problem, TrainingConsts.partial_distopt); DeepSpeed's MiCS is not modelled
 HSDP_FRAMEWORKS = ("parplan", "torchtitan", "fsdp")
+
+
+def dp_replicate_problem(spec: ModelSpec, framework: str, r: int, zero: int | None, cp: int | None,
+                         plan: bool = False) -> tuple[str, str] | None:
+    """(message, fix) where dp_replicate r > 1 is not a layout `framework` runs, else None: ZeRO-3's hybrid sharding
+    under HSDP_FRAMEWORKS; under Megatron-LM its distributed optimizer (ZeRO-1) in r instances
+    (--num-distributed-optimizer-instances: TrainingConsts.partial_distopt), for a dense model (how the instances
+    split a mixture of experts' expert-data-parallel group is not modelled); both without context parallelism.
+    zero None: not pinned."""
+    name = "dp_replicate" if plan else "--dp-replicate"
+    if framework == "megatron":
+        if zero not in (None, 1):
+            return (f"{name} {r} under Megatron-LM is its distributed optimizer in {r} instances "
+                    f"(--num-distributed-optimizer-instances), ZeRO-1, and {'zero_stage' if plan else '--zero'} is "
+                    f"{zero}", f"use {'zero_stage' if plan else '--zero'} 1, or {name} 1")
+        if spec.is_moe:
+            return (f"{name} {r} with a mixture of experts under Megatron-LM: how its optimizer instances split the "
+                    "experts' data-parallel group is not modelled", f"use {name} 1")
+    elif framework not in HSDP_FRAMEWORKS:
+        return (f"{name} {r}: hybrid sharding is planned for {', '.join(HSDP_FRAMEWORKS)} (FSDP over a replicate x "
+                f"shard mesh) and megatron (ZeRO-1's optimizer instances), not {framework}",
+                f"use one of those, or {'set dp_replicate 1' if plan else 'drop --dp-replicate'}")
+    elif zero not in (None, 3):
+        return (f"{name} {r} is ZeRO-3's hybrid sharding, and {'zero_stage' if plan else '--zero'} is {zero}",
+                f"{'set zero_stage' if plan else 'pin --zero'} 3, or {'set dp_replicate 1' if plan else 'drop --dp-replicate'}")
+    if (cp or 1) > 1:
+        return (f"{name} {r} (hybrid sharding) is planned without context parallelism, and "
+                f"{'cp' if plan else '--cp'} is {cp}", f"{'set cp 1' if plan else 'drop --cp'} or {name}")
+    return None
 # Frameworks a mixture of experts (ModelSpec.experts) is planned for: Megatron-Core's MoE layer with the all-to-all
 # dispatcher and expert tensor parallelism 1 (cost_models/moe.py), and parplan's runtime, whose MoE layer
 # (parallel_layers.moe) is built the same way (parplan_moe_problem: what it does not run yet).  torchtitan's,
@@ -471,6 +500,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           fp8=FP8_FRAMEWORKS.get(tr.framework, "") if tr.fp8 else "",
                           moe_dispatcher=tr.moe_dispatcher, moe_recompute=tr.moe_recompute,
                           moe_a2a_overlap=tr.moe_a2a_overlap, mla_recompute=tr.mla_recompute, hsdp=tr.framework in HSDP_FRAMEWORKS,
+                          partial_distopt=tr.framework == "megatron",
                           hsdp_holds_reduce_input=tr.framework in TORCH_PIPELINING)  # FSDP2 (fsdp: FSDP1)
 
 
@@ -735,17 +765,11 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                               f"is not a {framework} data-parallel mode (DDP replicates, FSDP shards everything)",
                               "another --framework")
     if (pins.dp_replicate or 1) > 1:
-        if framework not in HSDP_FRAMEWORKS:
-            raise PlannerError(f"--dp-replicate {pins.dp_replicate}: hybrid sharding is planned for "
-                               f"{', '.join(HSDP_FRAMEWORKS[:-1])} and {HSDP_FRAMEWORKS[-1]} (FSDP over a replicate x "
-                               f"shard mesh), not {framework}; use one of those, or drop --dp-replicate")
-        if pins.zero not in (None, 3):
-            raise PlannerError(f"--dp-replicate {pins.dp_replicate} is ZeRO-3's hybrid sharding, and --zero is "
-                               f"{pins.zero}", "pin --zero 3, or drop --dp-replicate")
-        if (pins.cp or 1) > 1:
-            raise PlannerError(f"--dp-replicate {pins.dp_replicate} (hybrid sharding) is planned without context "
-                               f"parallelism, and --cp is {pins.cp}", "drop --cp or --dp-replicate")
-        pins = replace(pins, zero=3, cp=1)  # what hybrid sharding is
+        problem = dp_replicate_problem(spec, framework, pins.dp_replicate, pins.zero, pins.cp)
+        if problem:
+            raise PlannerError(*problem)
+        # what hybrid sharding is: ZeRO-3 over a replicate x shard mesh, or Megatron's ZeRO-1 optimizer instances
+        pins = replace(pins, zero=1 if framework == "megatron" else 3, cp=1)
     problem = moe_problem(spec, framework, pins.ep, pins.zero, pins.tp, pins.sp,
                           dispatcher=stack.get("moe_dispatcher") or "alltoall",
                           recompute=stack.get("moe_recompute") or "none", fp8=bool(stack.get("fp8")),
@@ -1433,9 +1457,10 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
             if t.moe_a2a_overlap else None)
     if problem:
         raise StructureError(*problem)
-    if p.dp_replicate > 1 and fw not in HSDP_FRAMEWORKS:
-        raise StructureError(f"dp_replicate {p.dp_replicate} (hybrid sharding) is not one {fw} runs (planned for "
-                             f"{', '.join(HSDP_FRAMEWORKS)})", "set dp_replicate 1, or change training.framework")
+    if p.dp_replicate > 1:
+        problem = dp_replicate_problem(spec, fw, p.dp_replicate, p.zero_stage, p.cp, plan=True)
+        if problem:
+            raise StructureError(*problem)
     for axis, value, offered in (("schedule", p.schedule if p.pp > 1 else None, FRAMEWORK_SCHEDULES.get(fw)),
                                  ("recompute", p.recompute, FRAMEWORK_RECOMPUTES.get(fw)),
                                  ("zero_stage", p.zero_stage, FRAMEWORK_ZEROS.get(fw))):

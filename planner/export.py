@@ -540,6 +540,8 @@ def _megatron_args(plan: Plan) -> tuple[list[tuple[str, Any]], list[str]]:
     fsdp = p.zero_stage == 3
     if p.zero_stage in (1, 2):
         flag("--use-distributed-optimizer")
+        if p.dp_replicate > 1:  # its optimizer in instances of dp / dp_replicate ranks (DistributedDataParallelConfig)
+            flag("--num-distributed-optimizer-instances", p.dp_replicate)
         if p.zero_stage == 2 and t.zero2_grad_reduce == "per-micro-batch":
             # a per-step ZeRO-2 (parplan's runtime) was predicted with full gradients through the backward: as run
             notes.append("zero_stage 2: Megatron-LM's distributed optimizer reduce-scatters gradients (ZeRO-2 "
@@ -868,6 +870,7 @@ _BRIDGE_KEYS: dict[str, tuple[_Key, ...]] = {
     "--recompute-num-layers": _k("model.recompute_num_layers", absent=None),
     "--use-distributed-optimizer": (_Key("ddp.use_distributed_optimizer", True, absent=False),
                                     _Key("optimizer.use_distributed_optimizer", True, absent=False)),
+    "--num-distributed-optimizer-instances": _k("ddp.num_distributed_optimizer_instances"),
     "--use-megatron-fsdp": _k("ddp.use_megatron_fsdp", True, absent=False),
     "--data-parallel-sharding-strategy": _k("ddp.data_parallel_sharding_strategy"),
     "--ckpt-format": _k("checkpoint.ckpt_format"),
@@ -1256,6 +1259,8 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
         replicate, shard, reshard = p.dp_replicate, p.dp // p.dp_replicate, "default"
     else:
         replicate, shard, reshard = 1, p.dp, "never"
+        if p.dp_replicate > 1:  # Megatron's ZeRO-1 optimizer instances
+            notes.append(_hybrid_not_written(p, "torchtitan's FSDP"))
         if p.dp > 1:
             notes.append(f"zero_stage {p.zero_stage}: torchtitan only has FSDP; exported as FSDP with "
                          "fsdp_reshard_after_forward = \"never\" (parameters stay gathered between forward and "
@@ -1416,7 +1421,10 @@ def _hybrid_not_written(p, target: str) -> str:
     """The note of an export that writes a hybrid-sharded plan (dp_replicate > 1) as full sharding."""
     return (f"dp_replicate {p.dp_replicate} (hybrid sharding: {p.dp_replicate} replicas of {p.dp // p.dp_replicate} "
             f"ranks that shard): not written; {target} shards over all dp {p.dp} ranks here, with less memory and more "
-            "cross-node traffic than the prediction (torchtitan and llm-foundry exports write it).")
+            "cross-node traffic than the prediction (" + ("the torchtitan and llm-foundry exports write it"
+                                                           if p.zero_stage == 3 else
+                                                           "the Megatron-LM exports write it: "
+                                                           "--num-distributed-optimizer-instances") + ").")
 
 
 def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
@@ -1424,7 +1432,7 @@ def _deepspeed(plan: Plan) -> tuple[str, list[str]]:
     notes: list[str] = (_full_attention_note(plan, "Megatron-DeepSpeed's GPT model")
                         + _whole_blocks_note(plan, "this DeepSpeed export"))
     if p.dp_replicate > 1:
-        notes.append(_hybrid_not_written(p, "DeepSpeed's ZeRO-3"))
+        notes.append(_hybrid_not_written(p, f"DeepSpeed's ZeRO-{p.zero_stage}"))
     if t.fp8:
         notes.append("fp8: not written; DeepSpeed's configuration has no FP8 switch (FP8 comes from Transformer "
                      "Engine modules in the model's own code), so this run multiplies in 16 bits, slower than the "
@@ -1692,7 +1700,9 @@ def _llm_foundry(plan: Plan) -> tuple[str, list[str]]:
                             "activation_checkpointing": p.recompute != "none",
                             "activation_checkpointing_reentrant": False, "activation_cpu_offload": False,
                             "limit_all_gathers": True}
-    if p.dp_replicate > 1:  # Composer's FSDPConfig: HYBRID_SHARD over a (replicate, shard) mesh of these degrees
+    if p.dp_replicate > 1 and p.zero_stage != 3:  # Megatron's ZeRO-1 optimizer instances
+        notes.append(_hybrid_not_written(p, "llm-foundry's FSDP"))
+    elif p.dp_replicate > 1:  # Composer's FSDPConfig: HYBRID_SHARD over a (replicate, shard) mesh of these degrees
         fsdp.update(sharding_strategy="HYBRID_SHARD", data_parallel_shard_degree=p.dp // p.dp_replicate,
                     data_parallel_replicate_degree=p.dp_replicate)
     # ZeRO 0 without recompute: no fsdp_config, so Composer wraps the model in DDP, as the plan predicts (a NO_SHARD

@@ -822,6 +822,11 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
                                       dp_replicate=p.dp_replicate)
         if problem:
             missing.append(problem)
+    if p.dp_replicate > 1 and p.zero_stage != 3:  # its hybrid sharding is FSDP2's (parallel_layers.mesh.fsdp_mesh)
+        missing.append((f"dp_replicate {p.dp_replicate} with zero_stage {p.zero_stage} (Megatron-LM's distributed "
+                        "optimizer in instances): the runtime shards ZeRO-1/2 over every dp rank",
+                        "set dp_replicate 1 to launch it (the states sharded over all dp ranks), or zero_stage 3 "
+                        "(FSDP2's hybrid sharding)"))
     if m.kv_lora_rank is not None:  # parallel_layers.model.MLAttention: what the runtime's MLA does not run yet
         from .core import parplan_mla_problem
         problem = parplan_mla_problem(p.cp, t.fp8, t.mla_recompute, plan=True)

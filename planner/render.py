@@ -400,7 +400,8 @@ def explain_renderables(data: dict) -> list:
     from .explain import remainder_label, step_remainder
     lay = data["layout"]
     hybrid = lay.get("dp_replicate") or 1
-    hsdp = "" if hybrid == 1 else f"={hybrid}x{lay['dp'] // hybrid} (hybrid sharding)"
+    kind = "hybrid sharding" if lay["zero_stage"] == 3 else "optimizer instances"  # Megatron's, under ZeRO-1
+    hsdp = "" if hybrid == 1 else f"={hybrid}x{lay['dp'] // hybrid} ({kind})"
     ep = "" if (lay.get("ep") or 1) == 1 else f" ep{lay['ep']}"
     head = (f"{data['model']} on {data['gpus']} x {data['hardware']}: tp{lay['tp']} pp{lay['pp']} dp{lay['dp']}{hsdp} "
             f"cp{lay['cp']}{ep} vpp{lay['vpp']} mbs{lay['micro_batch_size']} zero{lay['zero_stage']} "

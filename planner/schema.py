@@ -473,7 +473,10 @@ class Parallel(Strict):
         1, gt=0, description="ZeRO-3's hybrid sharding (HSDP): the dp ranks form this many groups of dp / dp_replicate "
         "consecutive ranks, each sharding the parameters, gradients and optimizer states, the groups replicas of each "
         "other that all-reduce their gradient shards (torch FSDP2's 2D mesh: torchtitan's data_parallel_replicate_"
-        "degree; FSDP1's HYBRID_SHARD).  1: the states sharded over all dp ranks.")
+        "degree; FSDP1's HYBRID_SHARD).  With zero_stage 1 (Megatron-LM only): its distributed optimizer in this many "
+        "instances (--num-distributed-optimizer-instances), each sharding the optimizer states over dp / dp_replicate "
+        "ranks, the gradients reduce-scattered inside an instance and all-reduced across them.  1: the states "
+        "sharded over all dp ranks.")
     ep: int = Field(
         1, gt=0, description="Expert parallelism (a mixture-of-experts model's): each MoE layer's experts split over ep "
         "ranks, which exchange tokens by all-to-all (Megatron-Core's --expert-model-parallel-size, with "
@@ -502,9 +505,9 @@ class Parallel(Strict):
         if self.sp and self.tp == 1:
             raise ValueError("sp (sequence parallel) needs tp > 1")
         if self.dp_replicate > 1:
-            if self.zero_stage != 3:
-                raise ValueError(f"dp_replicate {self.dp_replicate} is ZeRO-3's hybrid sharding: it needs zero_stage 3, "
-                                 f"got {self.zero_stage}")
+            if self.zero_stage not in (1, 3):
+                raise ValueError(f"dp_replicate {self.dp_replicate} is ZeRO-3's hybrid sharding (or, under Megatron-LM, "
+                                 f"ZeRO-1's optimizer instances): it needs zero_stage 3 or 1, got {self.zero_stage}")
             if self.dp % self.dp_replicate or self.dp == self.dp_replicate:
                 raise ValueError(f"dp_replicate {self.dp_replicate} must divide dp {self.dp} into groups of two or more "
                                  "ranks")

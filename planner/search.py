@@ -414,12 +414,13 @@ def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins) -> 
     / (tp x pp)) replica groups; torchtitan's and FSDP's usual hybrid layout, whose gathers and reduce-scatters stay
     on the node's fabric and whose replicas all-reduce a 1/shard gradient across nodes).  A pinned dp_replicate r > 1
     keeps only the ZeRO-3 candidates without cp whose dp it divides, each with that r (the others are not layouts of
-    the kind asked for: not counted as candidates); a pinned 1 adds none."""
+    the kind asked for: not counted as candidates); under Megatron-LM (TrainingConsts.partial_distopt: its distributed
+    optimizer in r instances, searched only where pinned) the ZeRO-1 ones; a pinned 1 adds none."""
     r_pin = pins.dp_replicate
     if r_pin == 1 or (r_pin is None and not tr.hsdp) or len(lay) == 0:
         return lay, 0
     dp, zero, cp = np.asarray(lay.dp), np.asarray(lay.zero), np.asarray(lay.cp)
-    able = (zero >= 3) & (cp == 1)
+    able = np.where(tr.partial_distopt, zero == 1, zero >= 3) & (cp == 1)
     if r_pin is not None:
         keep = able & (dp % r_pin == 0) & (dp > r_pin)  # groups of two or more ranks that shard
         return replace(lay.take(np.flatnonzero(keep)), dp_replicate=r_pin), -int(np.count_nonzero(~keep))

@@ -1131,6 +1131,7 @@ def _bridge_plans() -> dict[str, Plan]:
         "moe": moe_plan(), "moe deepep": moe_plan("deepep"),
         "moe act": _with(moe_plan(), "training", moe_recompute="act"),
         "moe a2a overlap": _with(moe_plan(), "training", moe_a2a_overlap=True),
+        "optimizer instances": _with(llama_plan(dp=8, dp_replicate=2), "training", framework="megatron"),
         "deepseek-v3 mtp": dsv3.model_copy(update={"model": dsv3.model.model_copy(update={"mtp_layers": 1})}),
         "deepseek-v2-lite": mla_plan("deepseek-v2-lite", pp=3),
         "gpt-oss window": llama_plan().model_copy(update={"model": load_preset("gpt-oss-20b")}),

@@ -1,0 +1,100 @@
+"""Megatron-LM's distributed optimizer in instances (--num-distributed-optimizer-instances; Parallel.dp_replicate with
+zero_stage 1 under the megatron framework, TrainingConsts.partial_distopt): the optimizer states sharded over one
+instance's dp / r ranks, the gradients reduce-scattered inside it and the shard all-reduced across the r instances,
+the parameters gathered inside it.  Planned where pinned; checked against arithmetic done here by hand."""
+from __future__ import annotations
+
+import pytest
+
+from planner.core import PlannerError, StructureError, evaluate_plan, recommend
+from planner.export import export_notes, export_plan
+from planner.launch import check_runtime_support
+from planner.schema import Parallel
+from planner.search import Pins
+
+KW = dict(framework="megatron", global_batch_size=512, top_k=1, suggest=False)
+PINS = dict(tp=1, pp=1, dp=64, mbs=1, recompute="none")
+
+
+def _pair(r=8):
+    full = recommend("llama3-8b", 64, pins=Pins(zero=1, **PINS), **KW)
+    inst = recommend("llama3-8b", 64, pins=Pins(dp_replicate=r, **PINS), **KW)
+    return full, inst
+
+
+def test_instances_shard_the_optimizer_over_one_and_all_reduce_the_shard_across_them():
+    full, inst = _pair()
+    assert (inst.parallel.zero_stage, inst.parallel.dp_replicate) == (1, 8)  # --dp-replicate under megatron: ZeRO-1
+    p = full.model.num_params
+    # Adam's two fp32 moments and the fp32 master, 12 B a parameter: over 64 ranks, then over one instance's 8
+    assert full.prediction.memory_bytes_per_gpu.optimizer == pytest.approx(12 * p / 64, rel=1e-12)
+    assert inst.prediction.memory_bytes_per_gpu.optimizer == pytest.approx(12 * p / 8, rel=1e-12)
+    # the full-size fp32 gradient buffer either way (Megatron's distributed optimizer reduce-scatters into it)
+    assert inst.prediction.memory_bytes_per_gpu.grads == full.prediction.memory_bytes_per_gpu.grads == 4 * p
+    # bytes a rank sends a step: a ring reduce-scatter of the 4-byte gradients and an all-gather of the 2-byte
+    # weights over the group, (n - 1)/n of each; the instances add an all-reduce of the 1/8 shard over 8, 2 (r - 1)/r
+    assert full.prediction.comm_bytes_per_step.dp == pytest.approx(63 / 64 * (4 + 2) * p, rel=1e-12)
+    assert inst.prediction.comm_bytes_per_step.dp == pytest.approx(7 / 8 * (4 + 2) * p + 2 * 7 / 8 * 4 * p / 8,
+                                                                   rel=1e-12)
+    # an instance is a node here: its reduce-scatter and gather on NVLink, only the shard's all-reduce on the NICs
+    assert inst.prediction.time_breakdown.dp_comm_s < full.prediction.time_breakdown.dp_comm_s
+
+
+def test_one_instance_is_the_plain_distributed_optimizer():
+    full = recommend("llama3-8b", 64, pins=Pins(zero=1, **PINS), **KW)
+    one = recommend("llama3-8b", 64, pins=Pins(zero=1, dp_replicate=1, **PINS), **KW)
+    assert one.prediction == full.prediction
+
+
+@pytest.mark.parametrize("model,pins,msg", [
+    ("llama3-8b", dict(zero=3), "is its distributed optimizer in 8 instances .* ZeRO-1, and --zero is 3"),
+    ("mixtral-8x7b", dict(ep=8), "with a mixture of experts under Megatron-LM"),
+    ("llama3-8b", dict(cp=2, dp=32), "planned without context parallelism"),
+])
+def test_what_megatron_does_not_run_or_parplan_does_not_model_is_refused(model, pins, msg):
+    with pytest.raises(PlannerError, match=msg):
+        recommend(model, 64, pins=Pins(**{**PINS, "dp_replicate": 8, **pins}), **KW)
+
+
+def test_a_plan_file_says_it_and_other_frameworks_refuse_it():
+    Parallel(dp=16, zero_stage=1, dp_replicate=2)  # a layout a plan file may state
+    _, inst = _pair()
+    under = inst.model_copy(update={"training": inst.training.model_copy(update={"framework": "parplan"})})
+    with pytest.raises(StructureError, match="ZeRO-3's hybrid sharding, and zero_stage is 1"):
+        evaluate_plan(under)
+    assert evaluate_plan(inst).prediction == inst.prediction
+
+
+def test_the_exports_write_or_name_it_and_launch_refuses_it():
+    _, inst = _pair()
+    assert "--num-distributed-optimizer-instances 8" in export_plan(inst, "megatron")
+    assert "ddp.num_distributed_optimizer_instances=8" in export_plan(inst, "megatron-bridge")
+    for target in ("torchtitan", "deepspeed", "llm-foundry"):
+        notes = [n for n in export_notes(inst, target) if n.startswith("dp_replicate 8 (hybrid sharding")]
+        assert len(notes) == 1 and "not written" in notes[0] and "--num-distributed-optimizer-instances" in notes[0], \
+            target
+    assert "HYBRID_SHARD" not in export_plan(inst, "llm-foundry")
+    check = check_runtime_support(inst, "cpu")
+    assert not check.ok and "dp_replicate 8 with zero_stage 1" in check.detail and "set dp_replicate 1" in check.fix
+
+
+def test_docs_cost_model_quotes_these_numbers():
+    from pathlib import Path
+    full, inst = _pair()
+    a, b = full.prediction, inst.prediction
+    said = (f"the optimizer states 8× ({b.memory_bytes_per_gpu.optimizer / 1e9:.1f} against "
+            f"{a.memory_bytes_per_gpu.optimizer / 1e9:.1f} GB), the bytes a rank sends "
+            f"{b.comm_bytes_per_step.dp / full.model.num_params:.3f} against "
+            f"{a.comm_bytes_per_step.dp / full.model.num_params:.2f} B a parameter, the exposed data-parallel time "
+            f"{b.time_breakdown.dp_comm_s * 1e3:.0f} against {a.time_breakdown.dp_comm_s * 1e3:.0f} ms, the step "
+            f"{b.step_time_s:.2f} against {a.step_time_s:.2f} s")
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "cost-model.md").read_text().split())
+    assert said in text
+
+
+def test_explain_names_the_instances():
+    from planner.explain import explain
+    from planner.render import explain_renderables
+    _, inst = _pair()
+    head = explain_renderables(explain(inst, None))[0]
+    assert "dp64=8x8 (optimizer instances)" in head

@@ -251,7 +251,8 @@ def _switch_is_off(plan: Plan, field: str, value) -> bool:
 
 def switches_left_off(plan: Plan, least: float = 0.001) -> list[dict]:
     """The SWITCHES of the plan's framework it leaves off that would shorten its step by `least` or more (or make a
-    plan that does not fit fit), each evaluate_plan of the same plan with that one switch on, its layout unchanged;
+    plan that does not fit fit), each evaluate_plan of the same plan with that one switch on, its layout unchanged
+    (but for Megatron-LM's optimizer instances, _switched_plans);
     a switch the plan's layout or model cannot take (the structure checks' PlannerError: the all-to-all overlap on a
     pipeline without interleaving, DeepEP without experts) is left out.  Fastest first."""
     from .core import PlannerError, evaluate_plan
@@ -259,17 +260,7 @@ def switches_left_off(plan: Plan, least: float = 0.001) -> list[dict]:
     if base is None or not base.step_time_s:
         return []
     out = []
-    for field, value, option, frameworks, note in SWITCHES:
-        if plan.training.framework not in frameworks or not _switch_is_off(plan, field, value):
-            continue
-        if field in ("moe_dispatcher", "moe_a2a_overlap") and not (plan.model.is_moe and plan.parallel.ep > 1):
-            continue
-        if field == "overlap_param_gather" and plan.training.framework == "megatron" \
-                and not plan.training.overlap_grad_reduce:
-            continue  # Megatron-LM takes --overlap-param-gather only with --overlap-grad-reduce (the export's note)
-        if field == "overlap_tp_comm" and not plan.parallel.sp:
-            continue  # --tp-comm-overlap needs --sequence-parallel (the export leaves it out without it)
-        other = plan.model_copy(update={"training": plan.training.model_copy(update={field: value})})
+    for field, value, option, note, other in _switched_plans(plan):
         try:
             pred = evaluate_plan(other).prediction
         except PlannerError:
@@ -281,6 +272,35 @@ def switches_left_off(plan: Plan, least: float = 0.001) -> list[dict]:
                     "step_time_s": pred.step_time_s, "relative_step_time": rel,
                     "delta_memory_bytes": pred.memory_bytes_per_gpu.total - base.memory_bytes_per_gpu.total})
     return sorted(out, key=lambda d: d["relative_step_time"])
+
+
+def _switched_plans(plan: Plan):
+    """(field, value, option, note, the plan with it on) for each switch switches_left_off tries: the SWITCHES of the
+    plan's framework it leaves off, and under Megatron-LM a ZeRO-1 plan's dp ranks across nodes as one instance of
+    its distributed optimizer a node (--dp-replicate: --num-distributed-optimizer-instances; a layout field, so a
+    switch only where the plan's framework has it)."""
+    for field, value, option, frameworks, note in SWITCHES:
+        if plan.training.framework not in frameworks or not _switch_is_off(plan, field, value):
+            continue
+        if field in ("moe_dispatcher", "moe_a2a_overlap") and not (plan.model.is_moe and plan.parallel.ep > 1):
+            continue
+        if field == "overlap_param_gather" and plan.training.framework == "megatron" \
+                and not plan.training.overlap_grad_reduce:
+            continue  # Megatron-LM takes --overlap-param-gather only with --overlap-grad-reduce (the export's note)
+        if field == "overlap_tp_comm" and not plan.parallel.sp:
+            continue  # --tp-comm-overlap needs --sequence-parallel (the export leaves it out without it)
+        yield field, value, option, note, plan.model_copy(
+            update={"training": plan.training.model_copy(update={field: value})})
+    p = plan.parallel
+    if plan.training.framework == "megatron" and p.zero_stage == 1 and p.dp_replicate == 1 and p.cp == 1 \
+            and not plan.model.is_moe:
+        per_node = p.tp * p.pp
+        shard = plan.hardware.gpus_per_node // per_node if plan.hardware.gpus_per_node % per_node == 0 else 0
+        if shard > 1 and p.dp > shard and p.dp % shard == 0:
+            r = p.dp // shard
+            yield "dp_replicate", r, f"--dp-replicate {r}", f"the distributed optimizer in {r} instances, a node's " \
+                f"{shard} ranks each: optimizer states {r}x", plan.model_copy(
+                    update={"parallel": p.model_copy(update={"dp_replicate": r})})
 
 
 def switches_line(switches: list[dict], plan_fits: bool = True) -> str | None:
@@ -296,8 +316,8 @@ def switches_line(switches: list[dict], plan_fits: bool = True) -> str | None:
         fits = (", fits" if not plan_fits else "") if s["fits"] else ", does not fit"
         note = f" ({s['note']})" if s["note"] else ""
         said.append(f"{s['option']}{note} {s['relative_step_time']:+.1%} step{mem}{fits}")
-    return "switches left off: " + "; ".join(said) + " (each alone, same layout: add it to recommend or set it in " \
-        "the plan's training; `parplan export` writes the framework's own flag)"
+    return "switches left off: " + "; ".join(said) + " (each alone, same layout otherwise: add it to recommend or " \
+        "set it in the plan; `parplan export` writes the framework's own flag)"
 
 
 def summary(plan: Plan, mem: dict, tim: dict, runner: dict | None, split: dict | None = None) -> list[str]:

@@ -144,3 +144,21 @@ def test_megatrons_tp_overlap_is_offered_only_with_sequence_parallelism():
     no_sp = recommend("llama3-70b", 16, pins=Pins(tp=8, pp=2, dp=1, sp=False), **kw)
     assert "--overlap-tp-comm" in [s["option"] for s in switches_left_off(sp)]
     assert "--overlap-tp-comm" not in [s["option"] for s in switches_left_off(no_sp)]
+
+
+def test_megatrons_optimizer_instances_are_offered_for_zero1_across_nodes():
+    kw = dict(framework="megatron", global_batch_size=512, top_k=1, suggest=False)
+    pins = dict(tp=1, pp=1, dp=64, mbs=1, recompute="none")
+    plan = recommend("llama3-8b", 64, pins=Pins(zero=1, **pins), **kw)
+    got = {s["option"]: s for s in switches_left_off(plan)}
+    inst = recommend("llama3-8b", 64, pins=Pins(dp_replicate=8, **pins), **kw)  # the same layout in 8 instances
+    s = got["--dp-replicate 8"]
+    assert (s["field"], s["value"]) == ("dp_replicate", 8) and "optimizer states 8x" in s["note"]
+    assert s["step_time_s"] == pytest.approx(inst.prediction.step_time_s)
+    assert s["delta_memory_bytes"] == pytest.approx(inst.prediction.memory_bytes_per_gpu.total
+                                                    - plan.prediction.memory_bytes_per_gpu.total)
+    # not inside one node, not under ZeRO-3, not with experts
+    one_node = recommend("llama3-8b", 8, pins=Pins(zero=1, tp=1, pp=1, dp=8), framework="megatron",
+                         global_batch_size=64, top_k=1, suggest=False)
+    assert not any(s["field"] == "dp_replicate" for s in switches_left_off(one_node))
+    assert not any(s["field"] == "dp_replicate" for s in switches_left_off(_moe_plan()))

@@ -205,6 +205,8 @@ def dp_replicate_problem(spec: ModelSpec, framework: str, r: int, zero: int | No
         return (f"{name} {r} (hybrid sharding) is planned without context parallelism, and "
                 f"{'cp' if plan else '--cp'} is {cp}", f"{'set cp 1' if plan else 'drop --cp'} or {name}")
     return None
+
+
 # Frameworks a mixture of experts (ModelSpec.experts) is planned for: Megatron-Core's MoE layer with the all-to-all
 # dispatcher and expert tensor parallelism 1 (cost_models/moe.py), and parplan's runtime, whose MoE layer
 # (parallel_layers.moe) is built the same way (parplan_moe_problem: what it does not run yet).  torchtitan's,

@@ -186,6 +186,7 @@ def dp_replicate_problem(spec: ModelSpec, framework: str, r: int, zero: int | No
     split a mixture of experts' expert-data-parallel group is not modelled); both without context parallelism.
     zero None: not pinned."""
     name = "dp_replicate" if plan else "--dp-replicate"
+    drop = "set dp_replicate 1" if plan else "drop --dp-replicate"
     if framework == "megatron":
         if zero not in (None, 1):
             return (f"{name} {r} under Megatron-LM is its distributed optimizer in {r} instances "
@@ -197,10 +198,10 @@ def dp_replicate_problem(spec: ModelSpec, framework: str, r: int, zero: int | No
     elif framework not in HSDP_FRAMEWORKS:
         return (f"{name} {r}: hybrid sharding is planned for {', '.join(HSDP_FRAMEWORKS)} (FSDP over a replicate x "
                 f"shard mesh) and megatron (ZeRO-1's optimizer instances), not {framework}",
-                f"use one of those, or {'set dp_replicate 1' if plan else 'drop --dp-replicate'}")
+                f"use one of those, or {drop}")
     elif zero not in (None, 3):
         return (f"{name} {r} is ZeRO-3's hybrid sharding, and {'zero_stage' if plan else '--zero'} is {zero}",
-                f"{'set zero_stage' if plan else 'pin --zero'} 3, or {'set dp_replicate 1' if plan else 'drop --dp-replicate'}")
+                f"{'set zero_stage' if plan else 'pin --zero'} 3, or {drop}")
     if (cp or 1) > 1:
         return (f"{name} {r} (hybrid sharding) is planned without context parallelism, and "
                 f"{'cp' if plan else '--cp'} is {cp}", f"{'set cp 1' if plan else 'drop --cp'} or {name}")

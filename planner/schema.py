@@ -506,8 +506,9 @@ class Parallel(Strict):
             raise ValueError("sp (sequence parallel) needs tp > 1")
         if self.dp_replicate > 1:
             if self.zero_stage not in (1, 3):
-                raise ValueError(f"dp_replicate {self.dp_replicate} is ZeRO-3's hybrid sharding (or, under Megatron-LM, "
-                                 f"ZeRO-1's optimizer instances): it needs zero_stage 3 or 1, got {self.zero_stage}")
+                raise ValueError(f"dp_replicate {self.dp_replicate} is ZeRO-3's hybrid sharding (or, under "
+                                 "Megatron-LM, ZeRO-1's optimizer instances): it needs zero_stage 3 or 1, got "
+                                 f"{self.zero_stage}")
             if self.dp % self.dp_replicate or self.dp == self.dp_replicate:
                 raise ValueError(f"dp_replicate {self.dp_replicate} must divide dp {self.dp} into groups of two or more "
                                  "ranks")

@@ -294,10 +294,10 @@ def _switched_plans(plan: Plan):
     p = plan.parallel
     if plan.training.framework == "megatron" and p.zero_stage == 1 and p.dp_replicate == 1 and p.cp == 1 \
             and not plan.model.is_moe:
-        per_node = p.tp * p.pp
-        shard = plan.hardware.gpus_per_node // per_node if plan.hardware.gpus_per_node % per_node == 0 else 0
-        if shard > 1 and p.dp > shard and p.dp % shard == 0:
-            r = p.dp // shard
+        from .search import node_replicas  # the search's hybrid twins' rule: one node's dp ranks a group
+        r = int(node_replicas(p.tp, p.pp, p.dp, plan.hardware.gpus_per_node))
+        if r:
+            shard = p.dp // r
             yield "dp_replicate", r, f"--dp-replicate {r}", f"the distributed optimizer in {r} instances, a node's " \
                 f"{shard} ranks each: optimizer states {r}x", plan.model_copy(
                     update={"parallel": p.model_copy(update={"dp_replicate": r})})

@@ -407,6 +407,16 @@ def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Layout,
     return replace(lay, recompute_layers=np.where(full & below, pins.recompute_layers, 0)), dropped
 
 
+def node_replicas(tp, pp, dp, gpus_per_node):
+    """Replica groups when each node's dp ranks shard the states (gpus_per_node / (tp x pp) of them, cp 1): dp / that,
+    or 0 where the dp ranks do not span more than a node in whole groups of two or more (elementwise)."""
+    per_node = np.asarray(tp) * np.asarray(pp)
+    shard = np.where(gpus_per_node % per_node == 0, gpus_per_node // np.maximum(per_node, 1), 0)
+    dp = np.asarray(dp)
+    whole = (shard > 1) & (dp > shard) & (dp % np.maximum(shard, 1) == 0)
+    return np.where(whole, dp // np.maximum(shard, 1), 0)
+
+
 def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins) -> tuple[Layout, int]:
     """(candidates, how many more or fewer there are) with ZeRO-3's hybrid sharding (HSDP, Layout.dp_replicate): where the
     framework has it (TrainingConsts.hsdp) every ZeRO-3 candidate without context parallelism whose data-parallel
@@ -424,13 +434,12 @@ def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins) -> 
     if r_pin is not None:
         keep = able & (dp % r_pin == 0) & (dp > r_pin)  # groups of two or more ranks that shard
         return replace(lay.take(np.flatnonzero(keep)), dp_replicate=r_pin), -int(np.count_nonzero(~keep))
-    per_node = np.asarray(lay.tp) * np.asarray(lay.pp)
-    shard = np.where(hw.gpus_per_node % per_node == 0, hw.gpus_per_node // np.maximum(per_node, 1), 0)
-    twin = able & (shard > 1) & (dp > shard) & (dp % np.maximum(shard, 1) == 0)
+    reps = node_replicas(lay.tp, lay.pp, dp, hw.gpus_per_node)
+    twin = able & (reps > 0)
     if not np.any(twin):
         return lay, 0
     idx = np.flatnonzero(twin)
-    hybrid = replace(lay.take(idx), dp_replicate=dp[idx] // shard[idx])
+    hybrid = replace(lay.take(idx), dp_replicate=reps[idx])
     return Layout.concat([lay, hybrid]), len(idx)
 
 

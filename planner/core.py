@@ -173,8 +173,8 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 # Frameworks with ZeRO-3's hybrid sharding (Parallel.dp_replicate; TrainingConsts.hsdp): parplan's runtime and
 # torchtitan, FSDP2 over a (replicate, shard) mesh (torchtitan's data_parallel_replicate_degree x
 # data_parallel_shard_degree; parallel_layers.mesh.fsdp_mesh), and FSDP1's HYBRID_SHARD (llm-foundry's
-# sharding_strategy).  Megatron-LM's version, its distributed optimizer (ZeRO-1) in instances, is planned where pinned
-# (dp_replicate_problem, TrainingConsts.partial_distopt); DeepSpeed's MiCS is not modelled
+# sharding_strategy).  Megatron-LM's version, its distributed optimizer (ZeRO-1) in instances, is planned and searched
+# for a dense model (dp_replicate_problem, TrainingConsts.partial_distopt); DeepSpeed's MiCS is not modelled
 HSDP_FRAMEWORKS = ("parplan", "torchtitan", "fsdp")
 
 

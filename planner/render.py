@@ -18,6 +18,9 @@ STAGE_NAMES = {"first": "pipeline rank 0", "middle": "fullest middle rank", "las
 # a plan with Megatron-Core's combined 1F1B (Training.moe_a2a_overlap): no run in the sets used it
 A2A_OVERLAP_UNCHECKED = ("the all-to-all overlap (moe_a2a_overlap) is modelled, and no published or measured run "
                          "here used it")
+# a Megatron-LM plan with its distributed optimizer in instances (dp_replicate under ZeRO-1): none in the sets did
+INSTANCES_UNCHECKED = ("the distributed optimizer in instances (dp_replicate) is modelled, and no published or measured "
+                       "run here used it")
 
 def _fmt_bytes(x: float) -> str:
     return f"{x / GB:.1f} GB"
@@ -339,6 +342,8 @@ def summary_lines(plan: Plan) -> list[str]:
         how += _latent_runs_text(accuracy_group(fw, plan.model.is_moe))
     if how and plan.training.moe_a2a_overlap:
         how += f"; {A2A_OVERLAP_UNCHECKED}"
+    if how and fw == "megatron" and plan.parallel.dp_replicate > 1:
+        how += f"; {INSTANCES_UNCHECKED}"
     if how:
         lines.append(how)
     if pr.days_to_train is not None:

@@ -417,7 +417,7 @@ def node_replicas(tp, pp, dp, gpus_per_node):
     return np.where(whole, dp // np.maximum(shard, 1), 0)
 
 
-def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins) -> tuple[Layout, int]:
+def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins, moe: bool = False) -> tuple[Layout, int]:
     """(candidates, how many more or fewer there are) with ZeRO-3's hybrid sharding (HSDP, Layout.dp_replicate): where the
     framework has it (TrainingConsts.hsdp) every ZeRO-3 candidate without context parallelism whose data-parallel
     ranks span more than a node gets a twin that shards its states over the dp ranks of one node (dp / (gpus_per_node
@@ -425,9 +425,12 @@ def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins) -> 
     on the node's fabric and whose replicas all-reduce a 1/shard gradient across nodes).  A pinned dp_replicate r > 1
     keeps only the ZeRO-3 candidates without cp whose dp it divides, each with that r (the others are not layouts of
     the kind asked for: not counted as candidates); under Megatron-LM (TrainingConsts.partial_distopt: its distributed
-    optimizer in r instances, searched only where pinned) the ZeRO-1 ones; a pinned 1 adds none."""
+    optimizer in r instances, --num-distributed-optimizer-instances) the ZeRO-1 ones, each ZeRO-1 candidate across
+    nodes with a twin of one instance a node, for a dense model (moe: a mixture of experts, whose instances
+    core.dp_replicate_problem refuses); a pinned 1 adds none."""
     r_pin = pins.dp_replicate
-    if r_pin == 1 or (r_pin is None and not tr.hsdp) or len(lay) == 0:
+    searched = tr.hsdp or (tr.partial_distopt and not moe)
+    if r_pin == 1 or (r_pin is None and not searched) or len(lay) == 0:
         return lay, 0
     dp, zero, cp = np.asarray(lay.dp), np.asarray(lay.zero), np.asarray(lay.cp)
     able = np.where(tr.partial_distopt, zero == 1, zero >= 3) & (cp == 1)
@@ -730,7 +733,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
     for g in gpu_counts:
         lay, n, failed = screened_layouts(m, tr, g, pins)  # only what passes needs the cost model
         lay, dropped = pin_recompute_layers(m, lay, pins)
-        lay, more = hybrid_shard_candidates(tr, hw, lay, pins)
+        lay, more = hybrid_shard_candidates(tr, hw, lay, pins, moe=bool(m.moe))
         cand, ep_more = expert_parallel_rows(m, lay, pins)
         candidates += n + more + ep_more
         skipped.append(failed)

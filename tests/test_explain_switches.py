@@ -149,7 +149,7 @@ def test_megatrons_tp_overlap_is_offered_only_with_sequence_parallelism():
 def test_megatrons_optimizer_instances_are_offered_for_zero1_across_nodes():
     kw = dict(framework="megatron", global_batch_size=512, top_k=1, suggest=False)
     pins = dict(tp=1, pp=1, dp=64, mbs=1, recompute="none")
-    plan = recommend("llama3-8b", 64, pins=Pins(zero=1, **pins), **kw)
+    plan = recommend("llama3-8b", 64, pins=Pins(zero=1, dp_replicate=1, **pins), **kw)
     got = {s["option"]: s for s in switches_left_off(plan)}
     inst = recommend("llama3-8b", 64, pins=Pins(dp_replicate=8, **pins), **kw)  # the same layout in 8 instances
     s = got["--dp-replicate 8"]

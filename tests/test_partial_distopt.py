@@ -1,7 +1,8 @@
 """Megatron-LM's distributed optimizer in instances (--num-distributed-optimizer-instances; Parallel.dp_replicate with
 zero_stage 1 under the megatron framework, TrainingConsts.partial_distopt): the optimizer states sharded over one
 instance's dp / r ranks, the gradients reduce-scattered inside it and the shard all-reduced across the r instances,
-the parameters gathered inside it.  Planned where pinned; checked against arithmetic done here by hand."""
+the parameters gathered inside it.  Checked against arithmetic done here by hand; searched (a ZeRO-1 candidate across
+nodes gets a twin with one instance a node) for a dense model, pinned otherwise."""
 from __future__ import annotations
 
 import pytest
@@ -17,7 +18,7 @@ PINS = dict(tp=1, pp=1, dp=64, mbs=1, recompute="none")
 
 
 def _pair(r=8):
-    full = recommend("llama3-8b", 64, pins=Pins(zero=1, **PINS), **KW)
+    full = recommend("llama3-8b", 64, pins=Pins(zero=1, dp_replicate=1, **PINS), **KW)
     inst = recommend("llama3-8b", 64, pins=Pins(dp_replicate=r, **PINS), **KW)
     return full, inst
 
@@ -41,9 +42,34 @@ def test_instances_shard_the_optimizer_over_one_and_all_reduce_the_shard_across_
 
 
 def test_one_instance_is_the_plain_distributed_optimizer():
-    full = recommend("llama3-8b", 64, pins=Pins(zero=1, **PINS), **KW)
-    one = recommend("llama3-8b", 64, pins=Pins(zero=1, dp_replicate=1, **PINS), **KW)
-    assert one.prediction == full.prediction
+    full, inst = _pair()
+    one = evaluate_plan(inst.model_copy(update={"parallel": inst.parallel.model_copy(update={"dp_replicate": 1})}))
+    assert one.prediction == full.prediction and one.prediction != inst.prediction
+
+
+def _searched(model, gpus, **kw):
+    """The layouts of every ranked plan of a Megatron-LM search left free to pick its instances."""
+    best = recommend(model, gpus, **{**KW, "top_k": 200, **kw})
+    return [p.parallel for p in [best] + best.alternatives]
+
+
+def test_the_search_twins_each_zero1_layout_across_nodes_with_one_instance_a_node():
+    top = _searched("llama3-8b", 64, pins=Pins(zero=1, pp=1, recompute="none"))
+    twins = {(p.tp, p.dp): p.dp_replicate for p in top if p.dp_replicate > 1}
+    # 8 GPUs a node: tp 1 shards over a node's 8 dp ranks (64 / 8 = 8 instances), tp 2 over its 4 (32 / 4 = 8)
+    assert twins.get((1, 64)) == 8 and twins.get((2, 32)) == 8, twins
+    assert any(p.dp_replicate == 1 and p.dp > 8 for p in top)  # the plain layouts stay
+    # the instances hold 8x the optimizer states and move less across nodes: at 64 GPUs they lead here
+    assert top[0].dp_replicate > 1
+
+
+@pytest.mark.parametrize("model,gpus,pins", [
+    ("llama3-8b", 8, dict(zero=1)),  # one node: no rank of another node to replicate with
+    ("mixtral-8x7b", 64, dict(zero=1, ep=8)),  # a mixture of experts: how the instances split experts unmodelled
+    ("llama3-8b", 64, dict(zero=1, dp_replicate=1)),  # pinned to one instance
+])
+def test_no_instances_where_a_node_holds_the_group_for_a_mixture_of_experts_or_pinned_out(model, gpus, pins):
+    assert all(p.dp_replicate == 1 for p in _searched(model, gpus, pins=Pins(**pins)))
 
 
 @pytest.mark.parametrize("model,pins,msg", [
@@ -98,3 +124,10 @@ def test_explain_names_the_instances():
     _, inst = _pair()
     head = explain_renderables(explain(inst, None))[0]
     assert "dp64=8x8 (optimizer instances)" in head
+
+
+def test_the_accuracy_line_says_no_run_checked_the_instances():
+    from planner.render import INSTANCES_UNCHECKED, summary_lines
+    full, inst = _pair()
+    assert any(INSTANCES_UNCHECKED in line for line in summary_lines(inst))
+    assert not any(INSTANCES_UNCHECKED in line for line in summary_lines(full))

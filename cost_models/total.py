@@ -545,25 +545,32 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     shards = zero_shards(lay, tr)
     # ranks of a dp (dp x cp) group on one node, for the NICs its rings use across nodes
     dp_local, dpcp_local = comm.data_parallel_ranks_per_node(hw, tp, cp, pp, dp)
-    # hybrid sharding (ZeRO-3 with dp_replicate > 1, cp 1): the states are sharded over groups of `shards`
-    # consecutive dp ranks (a node's, where they fit in one) and each reduce-scatter is followed by an all-reduce of
-    # the 1/shards gradient over the dp_replicate ranks holding the same shard (torch FSDP2's HSDP, FSDP1's
-    # HYBRID_SHARD: the replicate dimension's all-reduce after the shard dimension's reduce-scatter)
+    # hybrid sharding (ZeRO-3 with dp_replicate > 1; ZeRO-1's Megatron optimizer instances): the states are sharded
+    # over groups of dp / dp_replicate consecutive dp ranks (a node's, where they fit in one), with the cp ranks
+    # beside them where the framework shards over cp too (zero_shards), and each reduce-scatter is followed by an
+    # all-reduce of the 1/shards gradient over the dp_replicate ranks holding the same shard (torch FSDP2's HSDP over
+    # torchtitan's (dp_replicate, dp_shard x cp) mesh, FSDP1's HYBRID_SHARD: the replicate dimension's all-reduce
+    # after the shard dimension's reduce-scatter).  Mesh order (dp_replicate, dp_shard, pp, cp, tp): a shard group's
+    # dp ranks are tp x cp x pp apart, the replicas tp x cp x pp x dp / dp_replicate; with dp_replicate 1 the shard
+    # group is the whole dp (dp x cp) group
     rep = np.asarray(lay.dp_replicate)
-    hybrid = rep > 1
+    dps = np.asarray(dp) // np.maximum(rep, 1)  # dp ranks in a shard group
     sh_stride = tp * cp * pp
+    dps_in = comm.group_inside_node(hw, sh_stride, dps, lay.gpus)
+    dpscp_in = np.where(np.asarray(pp) == 1, comm.group_inside_node(hw, tp, cp * dps, lay.gpus), cp_in & dps_in)
+    dps_local, dpscp_local = comm.data_parallel_ranks_per_node(hw, tp, cp, pp, dps)
     # one bridged pair (comm.one_pair): dp's ranks are tp x cp x pp apart; dp x cp is cp's group where dp is 1, dp's
     # where cp is 1
-    dp_pair = comm.one_pair(tp * cp * pp, dp)
+    dp_pair = comm.one_pair(sh_stride, dp)
     dpcp_pair = np.where(np.asarray(dp) == 1, comm.one_pair(tp, cp), (np.asarray(cp) == 1) & dp_pair)
-    sh_bw, sh_lat = comm.tier_params(
-        hw, np.where(hybrid, comm.group_inside_node(hw, sh_stride, shards, lay.gpus),
-                     np.where(tr.zero_over_cp, dpcp_in, dp_in)), shards,
-        np.where(hybrid, comm.ranks_per_node(hw, sh_stride, shards), np.where(tr.zero_over_cp, dpcp_local, dp_local)),
-        np.where(hybrid, comm.one_pair(sh_stride, shards), np.where(tr.zero_over_cp, dpcp_pair, dp_pair)))
-    rep_bw, rep_lat = comm.tier_params(hw, comm.group_inside_node(hw, sh_stride * shards, rep, lay.gpus), rep,
-                                       comm.ranks_per_node(hw, sh_stride * shards, rep),
-                                       comm.one_pair(sh_stride * shards, rep))
+    dps_pair = comm.one_pair(sh_stride, dps)
+    dpscp_pair = np.where(dps == 1, comm.one_pair(tp, cp), (np.asarray(cp) == 1) & dps_pair)
+    sh_bw, sh_lat = comm.tier_params(hw, np.where(tr.zero_over_cp, dpscp_in, dps_in), shards,
+                                     np.where(tr.zero_over_cp, dpscp_local, dps_local),
+                                     np.where(tr.zero_over_cp, dpscp_pair, dps_pair))
+    rep_stride = sh_stride * dps
+    rep_bw, rep_lat = comm.tier_params(hw, comm.group_inside_node(hw, rep_stride, rep, lay.gpus), rep,
+                                       comm.ranks_per_node(hw, rep_stride, rep), comm.one_pair(rep_stride, rep))
     dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local, dpcp_pair)
     # a mixture of experts: the heaviest stage's expert weights are reduced (and, ZeRO-1/2, sharded and gathered) over
     # their own data-parallel group (moe.expert_data_parallel), the rest as a dense model's
@@ -722,7 +729,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # holds with an all-reduce over cp, on the critical path: ZeRO-1 the full gradients, ZeRO-2 (which drops
     # the others' pieces) and FSDP2 their 1/dp
     cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, cp_local, comm.one_pair(tp, cp))
-    cp_avg_t, cp_avg_moved = comm.all_reduce(grad_bytes / np.where(zero >= 2, dp, 1), cp, cp_bw, cp_lat)
+    cp_avg_t, cp_avg_moved = comm.all_reduce(grad_bytes / np.where(zero >= 2, dps, 1), cp, cp_bw, cp_lat)
     cp_apart = (zero >= 1) & ~np.asarray(tr.zero_over_cp)
     dp_exposed = dp_exposed + np.where(cp_apart, cp_avg_t, 0.0)
     dp_moved = dp_moved + np.where(cp_apart, cp_avg_moved, 0.0)

@@ -1,7 +1,7 @@
 """The device mesh and the one dataclass that is the truth about a rank's place in it.
 
 Mesh dims are ("dp", "pp", "tp") -- plus "cp" between pp and tp when cp > 1; under ZeRO-3's hybrid sharding
-("dp_replicate", "dp_shard", "pp", "tp"), the first two flattened into "dp" -- with TP
+("dp_replicate", "dp_shard", "pp", ["cp",] "tp"), the first two flattened into "dp" -- with TP
 innermost so a TP group is made of consecutive ranks and stays inside a node, and a CP group
 next (ranks tp apart).  Context-parallel ranks hold replicated parameters, so gradients are
 averaged over dp x cp: ``dp_cp_group`` is the flattened ("dp", "cp") group (the dp group when
@@ -41,9 +41,10 @@ class ParallelDims:
 def build_mesh(dims: ParallelDims, device_type: str) -> DeviceMesh:
     """init_device_mesh over (dp, pp, [cp,] tp), TP innermost."""
     dims.check(dist.get_world_size())
-    if dims.dp_replicate > 1:  # hybrid sharding (no cp): FSDP2's 2D mesh, its dims flattened back into "dp"
-        mesh = init_device_mesh(device_type, (dims.dp_replicate, dims.dp // dims.dp_replicate, dims.pp, dims.tp),
-                                mesh_dim_names=("dp_replicate", "dp_shard", "pp", "tp"))
+    if dims.dp_replicate > 1:  # hybrid sharding: FSDP2's 2D mesh, its dims flattened back into "dp"
+        cp = (dims.cp,) if dims.cp > 1 else ()
+        mesh = init_device_mesh(device_type, (dims.dp_replicate, dims.dp // dims.dp_replicate, dims.pp, *cp, dims.tp),
+                                mesh_dim_names=("dp_replicate", "dp_shard", "pp", *("cp",) * len(cp), "tp"))
         mesh["dp_replicate", "dp_shard"]._flatten("dp")
         return mesh
     if dims.cp > 1:
@@ -76,7 +77,14 @@ class RankCoords:
                    pp_group=mesh["pp"].get_group(), tp_group=mesh["tp"].get_group(),
                    cp_rank=mesh["cp"].get_local_rank() if cp else 0,
                    cp_group=mesh["cp"].get_group() if cp else None,
-                   dp_cp_group=mesh["dp", "cp"]._flatten("dp_cp").get_group() if cp else dp_group)
+                   dp_cp_group=_dp_cp(mesh).get_group() if cp else dp_group)
+
+
+def _dp_cp(mesh: DeviceMesh) -> DeviceMesh:
+    """The flattened dp x cp mesh (a cp rank's gradient-averaging group), from the root's own dims: under hybrid
+    sharding dp is itself flattened, and torch deprecates slicing a flattened dim from the root."""
+    dp = ("dp_replicate", "dp_shard") if "dp_replicate" in mesh.mesh_dim_names else ("dp",)
+    return mesh[(*dp, "cp")]._flatten("dp_cp")
 
 
 def fsdp_mesh(mesh: DeviceMesh) -> DeviceMesh:

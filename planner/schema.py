@@ -471,8 +471,9 @@ class Parallel(Strict):
     offload: Offload = Field("none", description="optimizer: Adam states and fp32 master on host memory, step on the CPU.")
     dp_replicate: int = Field(
         1, gt=0, description="ZeRO-3's hybrid sharding (HSDP): the dp ranks form this many groups of dp / dp_replicate "
-        "consecutive ranks, each sharding the parameters, gradients and optimizer states, the groups replicas of each "
-        "other that all-reduce their gradient shards (torch FSDP2's 2D mesh: torchtitan's data_parallel_replicate_"
+        "consecutive ranks, each sharding the parameters, gradients and optimizer states (with their cp ranks where "
+        "the framework shards over cp too: torchtitan's dp_shard x cp), the groups replicas of each other that "
+        "all-reduce their gradient shards (torch FSDP2's 2D mesh: torchtitan's data_parallel_replicate_"
         "degree; FSDP1's HYBRID_SHARD).  With zero_stage 1 (Megatron-LM only): its distributed optimizer in this many "
         "instances (--num-distributed-optimizer-instances), each sharding the optimizer states over dp / dp_replicate "
         "ranks, the gradients reduce-scattered inside an instance and all-reduced across them.  1: the states "
@@ -512,9 +513,6 @@ class Parallel(Strict):
             if self.dp % self.dp_replicate or self.dp == self.dp_replicate:
                 raise ValueError(f"dp_replicate {self.dp_replicate} must divide dp {self.dp} into groups of two or more "
                                  "ranks")
-            if self.cp > 1:
-                raise ValueError(f"dp_replicate {self.dp_replicate} (hybrid sharding) is planned without context "
-                                 f"parallelism, got cp {self.cp}")
         if self.ep > 1 and (self.tp * self.cp * self.dp) % self.ep:
             raise ValueError(f"ep {self.ep} must divide tp x cp x dp = {self.tp * self.cp * self.dp} (the expert-parallel "
                              "ranks are taken from them)")

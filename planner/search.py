@@ -407,10 +407,10 @@ def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Layout,
     return replace(lay, recompute_layers=np.where(full & below, pins.recompute_layers, 0)), dropped
 
 
-def node_replicas(tp, pp, dp, gpus_per_node):
-    """Replica groups when each node's dp ranks shard the states (gpus_per_node / (tp x pp) of them, cp 1): dp / that,
+def node_replicas(tp, pp, dp, gpus_per_node, cp=1):
+    """Replica groups when each node's dp ranks shard the states (gpus_per_node / (tp x cp x pp) of them): dp / that,
     or 0 where the dp ranks do not span more than a node in whole groups of two or more (elementwise)."""
-    per_node = np.asarray(tp) * np.asarray(pp)
+    per_node = np.asarray(tp) * np.asarray(pp) * np.asarray(cp)
     shard = np.where(gpus_per_node % per_node == 0, gpus_per_node // np.maximum(per_node, 1), 0)
     dp = np.asarray(dp)
     whole = (shard > 1) & (dp > shard) & (dp % np.maximum(shard, 1) == 0)
@@ -419,11 +419,12 @@ def node_replicas(tp, pp, dp, gpus_per_node):
 
 def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins, moe: bool = False) -> tuple[Layout, int]:
     """(candidates, how many more or fewer there are) with ZeRO-3's hybrid sharding (HSDP, Layout.dp_replicate): where the
-    framework has it (TrainingConsts.hsdp) every ZeRO-3 candidate without context parallelism whose data-parallel
-    ranks span more than a node gets a twin that shards its states over the dp ranks of one node (dp / (gpus_per_node
-    / (tp x pp)) replica groups; torchtitan's and FSDP's usual hybrid layout, whose gathers and reduce-scatters stay
-    on the node's fabric and whose replicas all-reduce a 1/shard gradient across nodes).  A pinned dp_replicate r > 1
-    keeps only the ZeRO-3 candidates without cp whose dp it divides, each with that r (the others are not layouts of
+    framework has it (TrainingConsts.hsdp) every ZeRO-3 candidate whose data-parallel ranks span more than a node gets
+    a twin that shards its states over the dp ranks of one node (dp / (gpus_per_node / (tp x cp x pp)) replica
+    groups, each sharding over its dp ranks, and where the framework shards over cp too (torchtitan's dp_shard x cp)
+    over their cp ranks beside them; torchtitan's and FSDP's usual hybrid layout, whose gathers and reduce-scatters
+    stay on the node's fabric and whose replicas all-reduce a 1/shard gradient across nodes).  A pinned dp_replicate
+    r > 1 keeps only the ZeRO-3 candidates whose dp it divides, each with that r (the others are not layouts of
     the kind asked for: not counted as candidates); under Megatron-LM (TrainingConsts.partial_distopt: its distributed
     optimizer in r instances, --num-distributed-optimizer-instances) the ZeRO-1 ones, each ZeRO-1 candidate across
     nodes with a twin of one instance a node, for a dense model (moe: a mixture of experts, whose instances
@@ -433,11 +434,11 @@ def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins, moe
     if r_pin == 1 or (r_pin is None and not searched) or len(lay) == 0:
         return lay, 0
     dp, zero, cp = np.asarray(lay.dp), np.asarray(lay.zero), np.asarray(lay.cp)
-    able = np.where(tr.partial_distopt, zero == 1, zero >= 3) & (cp == 1)
+    able = np.where(tr.partial_distopt, (zero == 1) & (cp == 1), zero >= 3)  # Megatron's instances: no cp modelled
     if r_pin is not None:
         keep = able & (dp % r_pin == 0) & (dp > r_pin)  # groups of two or more ranks that shard
         return replace(lay.take(np.flatnonzero(keep)), dp_replicate=r_pin), -int(np.count_nonzero(~keep))
-    reps = node_replicas(lay.tp, lay.pp, dp, hw.gpus_per_node)
+    reps = node_replicas(lay.tp, lay.pp, dp, hw.gpus_per_node, cp)
     twin = able & (reps > 0)
     if not np.any(twin):
         return lay, 0

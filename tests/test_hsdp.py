@@ -68,7 +68,7 @@ def test_the_search_offers_one_node_of_shards_where_the_framework_has_it():
 @pytest.mark.parametrize("kw,msg", [
     (dict(framework="deepspeed"), "hybrid sharding is planned for parplan, torchtitan, fsdp .* and megatron"),
     (dict(zero=0), "is ZeRO-3's hybrid sharding, and --zero is 0"),
-    (dict(cp=2), "planned without context parallelism"),
+    (dict(framework="megatron", cp=2, zero=1), "with --cp 2 under Megatron-LM: how its optimizer instances split"),
     (dict(dp=8), "must split --dp 8 into replica groups of two or more ranks"),
     (dict(dp_replicate=3), "--dp-replicate 3 does not divide --gpus 64"),
 ])
@@ -89,11 +89,10 @@ def test_a_pinned_replica_count_never_makes_a_shard_group_of_one():
 
 def test_a_plan_file_states_hybrid_sharding_only_where_it_is_one():
     ok = Parallel(dp=16, zero_stage=3, dp_replicate=2)
-    assert ok.dp_replicate == 2
+    assert ok.dp_replicate == 2 and Parallel(dp=16, cp=2, zero_stage=3, dp_replicate=2).cp == 2  # beside cp too
     for bad, msg in ((dict(dp=16, zero_stage=2, dp_replicate=2), "needs zero_stage 3 or 1"),
                      (dict(dp=16, zero_stage=3, dp_replicate=3), "must divide dp 16"),
-                     (dict(dp=4, zero_stage=3, dp_replicate=4), "groups of two or more"),
-                     (dict(dp=16, cp=2, zero_stage=3, dp_replicate=2), "without context parallelism")):
+                     (dict(dp=4, zero_stage=3, dp_replicate=4), "groups of two or more")):
         with pytest.raises(ValidationError, match=msg):
             Parallel(**bad)
 
@@ -133,3 +132,41 @@ def test_a_hand_edited_plan_of_a_framework_without_it_is_refused(tmp_path):
     run = subprocess.run([sys.executable, "-m", "planner.cli", "evaluate", str(path)], capture_output=True, text=True)
     assert run.returncode == 2 and "dp_replicate 8: hybrid sharding is planned for" in run.stderr \
         and "not deepspeed" in run.stderr
+
+
+def test_hybrid_sharding_beside_context_parallelism_shards_over_a_groups_dp_and_cp_ranks():
+    """torchtitan's HSDP with cp: FSDP2 over (dp_replicate, dp_shard x cp).  dp 32 in 8 replicas of 4, cp 2: each
+    shard group is 4 dp x 2 cp = 8 ranks, one node, against 64 under full sharding over dp x cp.  By hand as above:
+    the states' shards 8x, every collective over 8 ranks where it was over 64, and the replicas' all-reduce of the
+    fp32 gradient shard (params x 4 B / 8) over 8, each micro-batch."""
+    pins = dict(FIXED, cp=2, dp=32)
+    full, hybrid = (recommend(pins=Pins(**pins, dp_replicate=r), **LLAMA8) for r in (1, 8))
+    assert (hybrid.parallel.cp, hybrid.parallel.dp, hybrid.parallel.dp_replicate) == (2, 32, 8)
+    mf, mh = full.prediction.memory_bytes_per_gpu, hybrid.prediction.memory_bytes_per_gpu
+    assert mh.grads == pytest.approx(8 * mf.grads) and mh.optimizer == pytest.approx(8 * mf.optimizer)
+    shard_ar = hybrid.training.num_microbatches * 2 * 7 / 8 * hybrid.model.num_params * 4 / 8
+    cf, ch = full.prediction.comm_bytes_per_step, hybrid.prediction.comm_bytes_per_step
+    assert ch.dp == pytest.approx(cf.dp * (7 / 8) / (63 / 64) + shard_ar, rel=1e-9)
+    assert hybrid.prediction.time_breakdown.dp_comm_s < full.prediction.time_breakdown.dp_comm_s
+    assert evaluate_plan(hybrid).prediction == hybrid.prediction
+
+
+def test_parplans_hybrid_sharding_beside_cp_shards_over_dp_and_averages_the_cp_replicas():
+    """parplan's runtime shards over dp only and averages the cp replicas' gradient shards after (an all-reduce over
+    cp): under hybrid sharding of dp 32 in 8 replicas the shards are of 4 ranks (8x full sharding's over 32), and the
+    cp average moves the 1/4 shard where it moved the 1/32 one."""
+    kw = {**LLAMA8, "framework": "parplan"}
+    pins = dict(tp=1, pp=1, mbs=1, recompute="full", cp=2, dp=32, zero=3)
+    full, hybrid = (recommend(pins=Pins(**pins, dp_replicate=r), **kw) for r in (1, 8))
+    mf, mh = full.prediction.memory_bytes_per_gpu, hybrid.prediction.memory_bytes_per_gpu
+    assert mh.optimizer == pytest.approx(8 * mf.optimizer)
+    assert hybrid.prediction.time_breakdown.dp_comm_s < full.prediction.time_breakdown.dp_comm_s
+
+
+def test_the_search_twins_cp_layouts_across_nodes():
+    best = recommend(pins=Pins(cp=2, zero=3), **LLAMA8, top_k=200)
+    twins = {(p.parallel.tp, p.parallel.dp, p.parallel.dp_replicate) for p in [best] + best.alternatives
+             if p.parallel.dp_replicate > 1}
+    # 8 GPUs a node: tp 1 cp 2 leaves a node 4 dp ranks (dp 32 in 8 replicas), tp 2 cp 2 leaves it 2 (dp 16 in 8)
+    assert (1, 32, 8) in twins and (2, 16, 8) in twins, twins
+    assert all(p.parallel.cp == 2 for p in [best] + best.alternatives)

@@ -96,6 +96,8 @@ PARALLEL_CASES = {
     "hsdp-2x2-tp2": (TINY_LLAMA, dict(tp=2, pp=1, dp=4, zero_stage=3, dp_replicate=2), {}),
     # ...and inside a pipeline (FSDP2 keeps the stage gathered and reduces once a step), under ZB-V
     "hsdp-2x2-pp2-zbv": (TINY_LLAMA, dict(tp=1, pp=2, dp=4, zero_stage=3, dp_replicate=2, schedule="zbv", vpp=2), {}),
+    # ...and beside context parallelism (FSDP2 over each cp rank's (2 replicas, 2 shards); the cp replicas averaged)
+    "hsdp-2x2-cp2": (TINY_LLAMA, dict(tp=1, pp=1, dp=4, cp=2, zero_stage=3, dp_replicate=2), {}),
     # op-level selective checkpointing with cp: the recompute gathers K/V again; gpt's biased linears
     # are all recomputed (addmm is not on torchtitan's list)
     "gpt-tied-cp2-tp2-selective-op": (TINY_GPT, dict(tp=2, pp=1, dp=2, cp=2, recompute="selective-op"), {}),

@@ -75,7 +75,7 @@ def test_no_instances_where_a_node_holds_the_group_for_a_mixture_of_experts_or_p
 @pytest.mark.parametrize("model,pins,msg", [
     ("llama3-8b", dict(zero=3), "is its distributed optimizer in 8 instances .* ZeRO-1, and --zero is 3"),
     ("mixtral-8x7b", dict(ep=8), "with a mixture of experts under Megatron-LM"),
-    ("llama3-8b", dict(cp=2, dp=32), "planned without context parallelism"),
+    ("llama3-8b", dict(cp=2, dp=32), "with --cp 2 under Megatron-LM: how its optimizer instances split the dp x cp"),
 ])
 def test_what_megatron_does_not_run_or_parplan_does_not_model_is_refused(model, pins, msg):
     with pytest.raises(PlannerError, match=msg):

@@ -134,3 +134,17 @@ def test_interleaved_zb_below_p_micro_batches_for_a_blocks_costs(bench, p, v, m)
     order = bench.torch_order("interleaved-zb", p, v, m)
     for costs in BLOCK_COSTS:
         assert bench.model_bubble("interleaved-zb", p, v, m, costs) == pytest.approx(bench.sim_bubble(order, v, m, *costs))
+
+
+def test_dualpipev_without_an_overlap_callback_is_no_better_than_zbv():
+    """Why DualPipeV is not a schedule parplan plans (benchmarks/dualpipev_order.py, docs/cost-model.md): run as
+    torch runs it without an OVERLAP_F_B callback, its order idles as ZB-V's at f = b = w and more with the input
+    pass heavier than the weight pass, and holds one chunk-micro-batch more (2p + 1 against 2p)."""
+    spec = importlib.util.spec_from_file_location("dualpipev_t", ROOT / "benchmarks" / "dualpipev_order.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for r in mod.rows(ps=(2, 4)):
+        p = r["p"]
+        assert (r["dualpipev held"], r["zbv held"]) == (2 * p + 1, 2 * p)
+        assert r["dualpipev even"] == pytest.approx(r["zbv even"])
+        assert r["dualpipev b1.2-w0.8"] > r["zbv b1.2-w0.8"] and r["dualpipev llama-8k"] > r["zbv llama-8k"]

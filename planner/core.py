@@ -183,8 +183,8 @@ def dp_replicate_problem(spec: ModelSpec, framework: str, r: int, zero: int | No
     """(message, fix) where dp_replicate r > 1 is not a layout `framework` runs, else None: ZeRO-3's hybrid sharding
     under HSDP_FRAMEWORKS; under Megatron-LM its distributed optimizer (ZeRO-1) in r instances
     (--num-distributed-optimizer-instances: TrainingConsts.partial_distopt), for a dense model (how the instances
-    split a mixture of experts' expert-data-parallel group is not modelled) and without context parallelism (how
-    they split Megatron's dp x cp group is not modelled either).  zero None: not pinned."""
+    split a mixture of experts' expert-data-parallel group is not modelled); beside context parallelism an instance
+    is dp x cp / r ranks (Megatron-Core's intra-partial data-parallel group "with CP").  zero None: not pinned."""
     name = "dp_replicate" if plan else "--dp-replicate"
     drop = "set dp_replicate 1" if plan else "drop --dp-replicate"
     if framework == "megatron":
@@ -195,9 +195,6 @@ def dp_replicate_problem(spec: ModelSpec, framework: str, r: int, zero: int | No
         if spec.is_moe:
             return (f"{name} {r} with a mixture of experts under Megatron-LM: how its optimizer instances split the "
                     "experts' data-parallel group is not modelled", f"use {name} 1")
-        if (cp or 1) > 1:
-            return (f"{name} {r} with {'cp' if plan else '--cp'} {cp} under Megatron-LM: how its optimizer instances "
-                    "split the dp x cp group is not modelled", f"{'set cp 1' if plan else 'drop --cp'} or {drop}")
     elif framework not in HSDP_FRAMEWORKS:
         return (f"{name} {r}: hybrid sharding is planned for {', '.join(HSDP_FRAMEWORKS)} (FSDP over a replicate x "
                 f"shard mesh) and megatron (ZeRO-1's optimizer instances), not {framework}",
@@ -772,8 +769,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         if problem:
             raise PlannerError(*problem)
         # what hybrid sharding is: ZeRO-3 over a replicate x shard mesh, or Megatron's ZeRO-1 optimizer instances
-        # (Megatron's instances: no context parallelism, dp_replicate_problem)
-        pins = replace(pins, zero=1, cp=1) if framework == "megatron" else replace(pins, zero=3)
+        pins = replace(pins, zero=1 if framework == "megatron" else 3)
     problem = moe_problem(spec, framework, pins.ep, pins.zero, pins.tp, pins.sp,
                           dispatcher=stack.get("moe_dispatcher") or "alltoall",
                           recompute=stack.get("moe_recompute") or "none", fp8=bool(stack.get("fp8")),

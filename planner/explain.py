@@ -292,10 +292,10 @@ def _switched_plans(plan: Plan):
         yield field, value, option, note, plan.model_copy(
             update={"training": plan.training.model_copy(update={field: value})})
     p = plan.parallel
-    if plan.training.framework == "megatron" and p.zero_stage == 1 and p.dp_replicate == 1 and p.cp == 1 \
+    if plan.training.framework == "megatron" and p.zero_stage == 1 and p.dp_replicate == 1 \
             and not plan.model.is_moe:
         from .search import node_replicas  # the search's hybrid twins' rule: one node's dp ranks a group
-        r = int(node_replicas(p.tp, p.pp, p.dp, plan.hardware.gpus_per_node))
+        r = int(node_replicas(p.tp, p.pp, p.dp, plan.hardware.gpus_per_node, p.cp))
         if r:
             shard = p.dp // r
             yield "dp_replicate", r, f"--dp-replicate {r}", f"the distributed optimizer in {r} instances, a node's " \

@@ -434,7 +434,7 @@ def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins, moe
     if r_pin == 1 or (r_pin is None and not searched) or len(lay) == 0:
         return lay, 0
     dp, zero, cp = np.asarray(lay.dp), np.asarray(lay.zero), np.asarray(lay.cp)
-    able = np.where(tr.partial_distopt, (zero == 1) & (cp == 1), zero >= 3)  # Megatron's instances: no cp modelled
+    able = np.where(tr.partial_distopt, zero == 1, zero >= 3)
     if r_pin is not None:
         keep = able & (dp % r_pin == 0) & (dp > r_pin)  # groups of two or more ranks that shard
         return replace(lay.take(np.flatnonzero(keep)), dp_replicate=r_pin), -int(np.count_nonzero(~keep))

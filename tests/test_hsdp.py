@@ -68,7 +68,6 @@ def test_the_search_offers_one_node_of_shards_where_the_framework_has_it():
 @pytest.mark.parametrize("kw,msg", [
     (dict(framework="deepspeed"), "hybrid sharding is planned for parplan, torchtitan, fsdp .* and megatron"),
     (dict(zero=0), "is ZeRO-3's hybrid sharding, and --zero is 0"),
-    (dict(framework="megatron", cp=2, zero=1), "with --cp 2 under Megatron-LM: how its optimizer instances split"),
     (dict(dp=8), "must split --dp 8 into replica groups of two or more ranks"),
     (dict(dp_replicate=3), "--dp-replicate 3 does not divide --gpus 64"),
 ])

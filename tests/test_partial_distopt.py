@@ -75,7 +75,6 @@ def test_no_instances_where_a_node_holds_the_group_for_a_mixture_of_experts_or_p
 @pytest.mark.parametrize("model,pins,msg", [
     ("llama3-8b", dict(zero=3), "is its distributed optimizer in 8 instances .* ZeRO-1, and --zero is 3"),
     ("mixtral-8x7b", dict(ep=8), "with a mixture of experts under Megatron-LM"),
-    ("llama3-8b", dict(cp=2, dp=32), "with --cp 2 under Megatron-LM: how its optimizer instances split the dp x cp"),
 ])
 def test_what_megatron_does_not_run_or_parplan_does_not_model_is_refused(model, pins, msg):
     with pytest.raises(PlannerError, match=msg):
@@ -131,3 +130,19 @@ def test_the_accuracy_line_says_no_run_checked_the_instances():
     full, inst = _pair()
     assert any(INSTANCES_UNCHECKED in line for line in summary_lines(inst))
     assert not any(INSTANCES_UNCHECKED in line for line in summary_lines(full))
+
+
+def test_beside_cp_an_instance_is_dp_x_cp_over_r_ranks():
+    """Megatron-Core's intra-partial data-parallel group "with CP": dp 32 x cp 2 in 8 instances shards the optimizer
+    over 8 ranks (a node) where one instance shards it over all 64; the bytes by hand as above, over 64 and 8."""
+    pins = dict(PINS, dp=32, cp=2)
+    full = recommend("llama3-8b", 64, pins=Pins(zero=1, dp_replicate=1, **pins), **KW)
+    inst = recommend("llama3-8b", 64, pins=Pins(dp_replicate=8, **pins), **KW)
+    assert (inst.parallel.cp, inst.parallel.dp_replicate, inst.parallel.zero_stage) == (2, 8, 1)
+    p = full.model.num_params
+    assert full.prediction.memory_bytes_per_gpu.optimizer == pytest.approx(12 * p / 64, rel=1e-12)
+    assert inst.prediction.memory_bytes_per_gpu.optimizer == pytest.approx(12 * p / 8, rel=1e-12)
+    assert full.prediction.comm_bytes_per_step.dp == pytest.approx(63 / 64 * (4 + 2) * p, rel=1e-12)
+    assert inst.prediction.comm_bytes_per_step.dp == pytest.approx(7 / 8 * (4 + 2) * p + 2 * 7 / 8 * 4 * p / 8,
+                                                                   rel=1e-12)
+    assert inst.prediction.time_breakdown.dp_comm_s < full.prediction.time_breakdown.dp_comm_s

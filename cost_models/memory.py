@@ -946,7 +946,7 @@ def expert_scales(lay, tr, shards=None, flags=None) -> tuple:
     fsdp2_flags, where the caller has them."""
     shards = zero_shards(lay, tr) if shards is None else shards
     _, z3_full = fsdp2_flags(lay, tr) if flags is None else flags
-    ratio = shards / moe.expert_data_parallel(lay)
+    ratio = shards / moe.expert_shards(lay)
     zero = np.asarray(lay.zero)
     return (np.where(zero >= 1, ratio, 1.0) - 1.0, np.where(zero >= 3, ratio, 1.0) - 1.0,
             np.where(grads_sharded(lay, tr, z3_full), ratio, 1.0) - 1.0,

@@ -181,16 +181,33 @@ def overlapped_all_to_alls(t_a2a, n_a2a, bt: dict, hw, lay, m_micro):
     return alone * n_a2a * t_a2a + (1 - alone) * paired
 
 
+def expert_shards(lay):
+    """Ranks the experts' states are sharded (and their gradients reduce-scattered) over: the expert-data-parallel
+    group, or under Megatron-LM's distributed optimizer in dp_replicate instances (the only layout with a mixture of
+    experts and dp_replicate > 1: core.dp_replicate_problem, parplan_moe_problem) one instance's share of it,
+    Megatron-Core's intra-partial expert-data-parallel group of edp / r consecutive ranks."""
+    return expert_data_parallel(lay) // np.asarray(lay.dp_replicate)
+
+
 def expert_grad_group(m, lay, hw):
-    """(bandwidth, latency, ranks) of the experts' data-parallel group (expert_data_parallel): ranks ep apart within
-    the stage's tp x cp x dp consecutive ranks (Megatron-Core's expert order tp-ep-dp-pp): inside a node where those
-    are."""
-    edp = expert_data_parallel(lay)
-    stage = np.asarray(lay.tp) * np.asarray(lay.cp) * np.asarray(lay.dp)
-    inside = comm.group_inside_node(hw, 1, stage, lay.gpus) | (edp <= 1)
+    """(bandwidth, latency, ranks) of the experts' data-parallel group (expert_data_parallel), or under optimizer
+    instances its intra-partial group (expert_shards): ranks ep apart within the stage's tp x cp x dp consecutive ranks
+    (Megatron-Core's expert order tp-ep-dp-pp), the first edp / r of them: inside a node where those are."""
+    edp = expert_shards(lay)
+    span = np.asarray(lay.tp) * np.asarray(lay.cp) * np.asarray(lay.dp) // np.asarray(lay.dp_replicate)
+    inside = comm.group_inside_node(hw, 1, span, lay.gpus) | (edp <= 1)
     local = comm.ranks_per_node(hw, lay.ep, edp)
     bw, lat = comm.tier_params(hw, inside, edp, local, comm.one_pair(lay.ep, edp))
     return bw, lat, edp
+
+
+def expert_replica_group(lay, hw):
+    """(bandwidth, latency, ranks) of Megatron-Core's inter-partial expert-data-parallel group: the dp_replicate
+    instances' ranks holding the same expert shard, ep x edp / r apart (a group of one without instances)."""
+    r = np.asarray(lay.dp_replicate)
+    stride = np.asarray(lay.ep) * expert_shards(lay)
+    return (*comm.tier_params(hw, comm.group_inside_node(hw, stride, r, lay.gpus), r, comm.ranks_per_node(hw, stride, r),
+                              comm.one_pair(stride, r)), r)
 
 
 # Megatron-Core's MoE recompute modules (--recompute-granularity selective --recompute-modules ...; the modes are

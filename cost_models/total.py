@@ -621,6 +621,10 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # FSDP2's HSDP under ZeRO-3 (below), and under ZeRO-1 Megatron's distributed optimizer in dp_replicate instances
     # (TrainingConsts.partial_distopt: the instance's reduce-scatter, then the shard's all-reduce across instances)
     rep_ar_t, rep_ar_moved = comm.all_reduce(grad_bytes / shards, rep, rep_bw, rep_lat)
+    if m.moe:  # and the experts' shard across the instances' inter-partial expert group (zero without instances)
+        er_bw, er_lat, er_n = moe.expert_replica_group(lay, hw)
+        er_t, er_moved = comm.all_reduce(stage_exp * rec["grad"] / edp, er_n, er_bw, er_lat)
+        rep_ar_t, rep_ar_moved = rep_ar_t + er_t, rep_ar_moved + er_moved
     z1_rep = (zero == 1) & ~z1_ar & tr.partial_distopt
     red_t = np.where(z1_ar, z1_ar_t, rs_t + np.where(z1_rep, rep_ar_t, 0.0))
     # DeepSpeed's ZeRO-2 casts each full bucket to the communication dtype where that is not the model's (the export's

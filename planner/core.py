@@ -182,9 +182,10 @@ def dp_replicate_problem(spec: ModelSpec, framework: str, r: int, zero: int | No
                          plan: bool = False) -> tuple[str, str] | None:
     """(message, fix) where dp_replicate r > 1 is not a layout `framework` runs, else None: ZeRO-3's hybrid sharding
     under HSDP_FRAMEWORKS; under Megatron-LM its distributed optimizer (ZeRO-1) in r instances
-    (--num-distributed-optimizer-instances: TrainingConsts.partial_distopt), for a dense model (how the instances
-    split a mixture of experts' expert-data-parallel group is not modelled); beside context parallelism an instance
-    is dp x cp / r ranks (Megatron-Core's intra-partial data-parallel group "with CP").  zero None: not pinned."""
+    (--num-distributed-optimizer-instances: TrainingConsts.partial_distopt): beside context parallelism an instance
+    is dp x cp / r ranks (Megatron-Core's intra-partial data-parallel group "with CP"), and a mixture of experts'
+    expert-data-parallel group is split the same way (its intra-partial group of edp / r ranks; the schema asks r to
+    divide it).  zero None: not pinned."""
     name = "dp_replicate" if plan else "--dp-replicate"
     drop = "set dp_replicate 1" if plan else "drop --dp-replicate"
     if framework == "megatron":
@@ -192,9 +193,6 @@ def dp_replicate_problem(spec: ModelSpec, framework: str, r: int, zero: int | No
             return (f"{name} {r} under Megatron-LM is its distributed optimizer in {r} instances "
                     f"(--num-distributed-optimizer-instances), ZeRO-1, and {'zero_stage' if plan else '--zero'} is "
                     f"{zero}", f"use {'zero_stage' if plan else '--zero'} 1, or {name} 1")
-        if spec.is_moe:
-            return (f"{name} {r} with a mixture of experts under Megatron-LM: how its optimizer instances split the "
-                    "experts' data-parallel group is not modelled", f"use {name} 1")
     elif framework not in HSDP_FRAMEWORKS:
         return (f"{name} {r}: hybrid sharding is planned for {', '.join(HSDP_FRAMEWORKS)} (FSDP over a replicate x "
                 f"shard mesh) and megatron (ZeRO-1's optimizer instances), not {framework}",

@@ -292,11 +292,10 @@ def _switched_plans(plan: Plan):
         yield field, value, option, note, plan.model_copy(
             update={"training": plan.training.model_copy(update={field: value})})
     p = plan.parallel
-    if plan.training.framework == "megatron" and p.zero_stage == 1 and p.dp_replicate == 1 \
-            and not plan.model.is_moe:
+    if plan.training.framework == "megatron" and p.zero_stage == 1 and p.dp_replicate == 1:
         from .search import node_replicas  # the search's hybrid twins' rule: one node's dp ranks a group
         r = int(node_replicas(p.tp, p.pp, p.dp, plan.hardware.gpus_per_node, p.cp))
-        if r:
+        if r and (p.tp * p.cp * p.dp // p.ep) % r == 0:  # (the instances split the experts' data-parallel group too)
             shard = p.dp // r
             yield "dp_replicate", r, f"--dp-replicate {r}", f"the distributed optimizer in {r} instances, a node's " \
                 f"{shard} ranks each: optimizer states {r}x", plan.model_copy(

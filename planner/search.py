@@ -427,10 +427,10 @@ def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins, moe
     r > 1 keeps only the ZeRO-3 candidates whose dp it divides, each with that r (the others are not layouts of
     the kind asked for: not counted as candidates); under Megatron-LM (TrainingConsts.partial_distopt: its distributed
     optimizer in r instances, --num-distributed-optimizer-instances) the ZeRO-1 ones, each ZeRO-1 candidate across
-    nodes with a twin of one instance a node, for a dense model (moe: a mixture of experts, whose instances
-    core.dp_replicate_problem refuses); a pinned 1 adds none."""
+    nodes with a twin of one instance a node (a mixture of experts' twins keep the expert parallelisms whose expert-
+    data-parallel group r divides: expert_parallel_rows); a pinned 1 adds none.  moe: unused, kept for callers."""
     r_pin = pins.dp_replicate
-    searched = tr.hsdp or (tr.partial_distopt and not moe)
+    searched = tr.hsdp or tr.partial_distopt
     if r_pin == 1 or (r_pin is None and not searched) or len(lay) == 0:
         return lay, 0
     dp, zero, cp = np.asarray(lay.dp), np.asarray(lay.zero), np.asarray(lay.cp)
@@ -494,8 +494,12 @@ def expert_parallel_rows(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Expande
     eps = [pins.ep] if pins.ep is not None else divisors(m.experts)
     # the candidates of each ep in turn (the same rows as taking each ep's and joining them)
     rows, ep = [], []
+    # Megatron's optimizer instances (dp_replicate > 1 with a mixture of experts) split the expert-data-parallel group
+    # too: r must divide it (Megatron-Core asserts "Expert data parallel size should be divisible by partial DistOpt
+    # shard factor")
+    rep = np.asarray(lay.dp_replicate)
     for e in eps:
-        keep = np.flatnonzero(able & (ranks % e == 0))
+        keep = np.flatnonzero(able & (ranks % e == 0) & ((ranks // e) % rep == 0))
         if len(keep):
             rows.append(keep)
             ep.append(np.full(len(keep), int(e)))

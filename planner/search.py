@@ -417,7 +417,7 @@ def node_replicas(tp, pp, dp, gpus_per_node, cp=1):
     return np.where(whole, dp // np.maximum(shard, 1), 0)
 
 
-def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins, moe: bool = False) -> tuple[Layout, int]:
+def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins) -> tuple[Layout, int]:
     """(candidates, how many more or fewer there are) with ZeRO-3's hybrid sharding (HSDP, Layout.dp_replicate): where the
     framework has it (TrainingConsts.hsdp) every ZeRO-3 candidate whose data-parallel ranks span more than a node gets
     a twin that shards its states over the dp ranks of one node (dp / (gpus_per_node / (tp x cp x pp)) replica
@@ -428,7 +428,7 @@ def hybrid_shard_candidates(tr: TrainingConsts, hw, lay: Layout, pins: Pins, moe
     the kind asked for: not counted as candidates); under Megatron-LM (TrainingConsts.partial_distopt: its distributed
     optimizer in r instances, --num-distributed-optimizer-instances) the ZeRO-1 ones, each ZeRO-1 candidate across
     nodes with a twin of one instance a node (a mixture of experts' twins keep the expert parallelisms whose expert-
-    data-parallel group r divides: expert_parallel_rows); a pinned 1 adds none.  moe: unused, kept for callers."""
+    data-parallel group r divides: expert_parallel_rows); a pinned 1 adds none."""
     r_pin = pins.dp_replicate
     searched = tr.hsdp or tr.partial_distopt
     if r_pin == 1 or (r_pin is None and not searched) or len(lay) == 0:
@@ -738,7 +738,7 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
     for g in gpu_counts:
         lay, n, failed = screened_layouts(m, tr, g, pins)  # only what passes needs the cost model
         lay, dropped = pin_recompute_layers(m, lay, pins)
-        lay, more = hybrid_shard_candidates(tr, hw, lay, pins, moe=bool(m.moe))
+        lay, more = hybrid_shard_candidates(tr, hw, lay, pins)
         cand, ep_more = expert_parallel_rows(m, lay, pins)
         candidates += n + more + ep_more
         skipped.append(failed)

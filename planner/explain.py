@@ -276,9 +276,10 @@ def switches_left_off(plan: Plan, least: float = 0.001) -> list[dict]:
 
 def _switched_plans(plan: Plan):
     """(field, value, option, note, the plan with it on) for each switch switches_left_off tries: the SWITCHES of the
-    plan's framework it leaves off, and under Megatron-LM a ZeRO-1 plan's dp ranks across nodes as one instance of
-    its distributed optimizer a node (--dp-replicate: --num-distributed-optimizer-instances; a layout field, so a
-    switch only where the plan's framework has it)."""
+    plan's framework it leaves off, and a plan's dp ranks across nodes sharding over one node's (--dp-replicate, the
+    search's twins; a layout field, so a switch only where the plan's framework has it): under Megatron-LM a ZeRO-1
+    plan's distributed optimizer in one instance a node (--num-distributed-optimizer-instances), under the FSDP
+    frameworks a ZeRO-3 plan's hybrid sharding (HSDP)."""
     for field, value, option, frameworks, note in SWITCHES:
         if plan.training.framework not in frameworks or not _switch_is_off(plan, field, value):
             continue
@@ -291,15 +292,23 @@ def _switched_plans(plan: Plan):
             continue  # --tp-comm-overlap needs --sequence-parallel (the export leaves it out without it)
         yield field, value, option, note, plan.model_copy(
             update={"training": plan.training.model_copy(update={field: value})})
-    p = plan.parallel
-    if plan.training.framework == "megatron" and p.zero_stage == 1 and p.dp_replicate == 1:
-        from .search import node_replicas  # the search's hybrid twins' rule: one node's dp ranks a group
-        r = int(node_replicas(p.tp, p.pp, p.dp, plan.hardware.gpus_per_node, p.cp))
-        if r and (p.tp * p.cp * p.dp // p.ep) % r == 0:  # (the instances split the experts' data-parallel group too)
-            shard = p.dp // r
-            yield "dp_replicate", r, f"--dp-replicate {r}", f"the distributed optimizer in {r} instances, a node's " \
-                f"{shard} ranks each: optimizer states {r}x", plan.model_copy(
-                    update={"parallel": p.model_copy(update={"dp_replicate": r})})
+    p, fw = plan.parallel, plan.training.framework
+    if p.dp_replicate != 1:
+        return
+    from .core import HSDP_FRAMEWORKS
+    from .search import node_replicas  # the search's hybrid twins' rule: one node's dp ranks a group
+    r = int(node_replicas(p.tp, p.pp, p.dp, plan.hardware.gpus_per_node, p.cp))
+    switched = plan.model_copy(update={"parallel": p.model_copy(update={"dp_replicate": r})})
+    if not r:
+        return
+    if fw == "megatron" and p.zero_stage == 1 and (p.tp * p.cp * p.dp // p.ep) % r == 0:  # (the instances split the
+        # experts' data-parallel group too)
+        yield "dp_replicate", r, f"--dp-replicate {r}", f"the distributed optimizer in {r} instances, a node's " \
+            f"{p.dp // r} ranks each: optimizer states {r}x", switched
+    elif fw in HSDP_FRAMEWORKS and p.zero_stage == 3 and not plan.model.is_moe:  # (parplan_moe_problem: no HSDP)
+        cp = f" with their cp ranks" if p.cp > 1 and fw != "parplan" else ""
+        yield "dp_replicate", r, f"--dp-replicate {r}", f"hybrid sharding: a node's {p.dp // r} dp ranks{cp} shard " \
+            f"the states, {r} replicas: states {r}x", switched
 
 
 def switches_line(switches: list[dict], plan_fits: bool = True) -> str | None:

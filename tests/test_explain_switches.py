@@ -157,8 +157,25 @@ def test_megatrons_optimizer_instances_are_offered_for_zero1_across_nodes():
     assert s["step_time_s"] == pytest.approx(inst.prediction.step_time_s)
     assert s["delta_memory_bytes"] == pytest.approx(inst.prediction.memory_bytes_per_gpu.total
                                                     - plan.prediction.memory_bytes_per_gpu.total)
-    # not inside one node, not under ZeRO-3, not with experts
+    # not inside one node; with experts offered where it shortens the step (here one instance a node leaves each
+    # expert's states unsharded: 125 GB, and slower)
     one_node = recommend("llama3-8b", 8, pins=Pins(zero=1, tp=1, pp=1, dp=8), framework="megatron",
                          global_batch_size=64, top_k=1, suggest=False)
     assert not any(s["field"] == "dp_replicate" for s in switches_left_off(one_node))
     assert not any(s["field"] == "dp_replicate" for s in switches_left_off(_moe_plan()))
+
+
+def test_hybrid_sharding_is_offered_for_a_zero3_plan_across_nodes_under_the_fsdp_frameworks():
+    kw = dict(framework="torchtitan", top_k=1, suggest=False)
+    pins = dict(tp=1, pp=1, dp=64, mbs=4, recompute="selective-op", zero=3)
+    plan = recommend("llama3-8b", 64, pins=Pins(dp_replicate=1, **pins), **kw)
+    hsdp = recommend("llama3-8b", 64, pins=Pins(dp_replicate=8, **pins), **kw)
+    s = {x["option"]: x for x in switches_left_off(plan)}["--dp-replicate 8"]
+    assert "hybrid sharding: a node's 8 dp ranks shard the states, 8 replicas" in s["note"]
+    assert s["step_time_s"] == pytest.approx(hsdp.prediction.step_time_s)
+    assert s["step_time_s"] < plan.prediction.step_time_s
+    # already hybrid, or ZeRO-2 (no HSDP): nothing offered
+    assert not any(x["field"] == "dp_replicate" for x in switches_left_off(hsdp))
+    z2 = recommend("llama3-8b", 64, pins=Pins(**{**pins, "zero": 2, "mbs": 1, "recompute": "full"}),
+                   framework="parplan", top_k=1, suggest=False)
+    assert not any(x["field"] == "dp_replicate" for x in switches_left_off(z2))

@@ -107,6 +107,11 @@ CASES = {
     "zero3-wide-dp4-ep4": ("wide", dict(tp=1, pp=1, dp=4, ep=4, zero_stage=3)),
     "zero3-tp2-sp-dp2-ep2": ("narrow", dict(tp=2, pp=1, dp=2, ep=2, sp=True, zero_stage=3)),
     "zero3-wide-pp2-dp2-ep2": ("wide", dict(tp=1, pp=2, dp=2, ep=2, zero_stage=3)),
+    # hybrid sharding with experts (since 2026-12-07): dp 4 as 2 replica groups of 2, the dense states over a group's 2;
+    # the experts' over a group's share of their expert-data-parallel group (2 of 4 at ep 1; 1 of 2 at ep 2: whole on
+    # each rank, all-reduced across the groups)
+    "hsdp-wide-dp4-ep1": ("wide", dict(tp=1, pp=1, dp=4, ep=1, zero_stage=3, dp_replicate=2)),
+    "hsdp-wide-dp4-ep2": ("wide", dict(tp=1, pp=1, dp=4, ep=2, zero_stage=3, dp_replicate=2)),
 }
 MIB = 2**20
 

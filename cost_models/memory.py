@@ -1446,9 +1446,15 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
 
     # FSDP2's hybrid sharding with more than one micro-batch a step (outside a pipeline, where it reduces every
     # micro-batch): a block's reduce-dtype gradient shard held from its reduction to the backward's end
-    # (TrainingConsts.hsdp_holds_reduce_input; as the accumulated gradient is, where one micro-batch makes it)
+    # (TrainingConsts.hsdp_holds_reduce_input; as the accumulated gradient is, where one micro-batch makes it); a
+    # mixture of experts' expert weights are sharded over a replica group's share of their own group
+    # (moe.expert_shards: data_parallel.shard_experts over mesh.expert_data_parallel_mesh's 2-D mesh)
+    held_params = per_layer / shards
+    if m.moe:
+        e_held = moe.expert_params_per_gpu(m, lay.ep)
+        held_params = (per_layer - e_held) / shards + e_held / moe.expert_shards(lay)
     hsdp_held = np.where(fsdp2 & ~z3_full & (np.asarray(lay.dp_replicate) > 1) & (m_micro > 1)
-                         & tr.hsdp_holds_reduce_input, per_layer * rec["grad"] / shards, 0.0)
+                         & tr.hsdp_holds_reduce_input, held_params * rec["grad"], 0.0)
     # ZeRO-3's gathered compute-dtype weights: two blocks (current + prefetch), or DeepSpeed's two weights
     # and one weight's gradient (one-weight-ahead prefetch, zero3.gathered_bytes); FSDP2 inside a
     # pipeline keeps the gathered weights (counted as weights), so only the block being gathered
@@ -1469,7 +1475,7 @@ def _whole_blocks_memory(m: ModelDims, lay, tr, m_micro):
     if m.moe:
         e_layer = moe.expert_params_per_gpu(m, lay.ep)
         d_layer = per_layer - e_layer
-        edp = moe.expert_data_parallel(lay)
+        edp = moe.expert_shards(lay)  # (under hybrid sharding a replica group's share of the group)
         experts_reduce = e_layer * (rec["grad"] * (1 + 1 / edp) + np.where(edp > 1, rec["weight"], rec["grad"]))
         # (the moment before it, the experts' backward: their gathered weights beside the gradients they make; and the
         # block's dense reduction: its reduce-scatter input beside its compute-dtype gradients)

@@ -183,9 +183,10 @@ def overlapped_all_to_alls(t_a2a, n_a2a, bt: dict, hw, lay, m_micro):
 
 def expert_shards(lay):
     """Ranks the experts' states are sharded (and their gradients reduce-scattered) over: the expert-data-parallel
-    group, or under Megatron-LM's distributed optimizer in dp_replicate instances (the only layout with a mixture of
-    experts and dp_replicate > 1: core.dp_replicate_problem, parplan_moe_problem) one instance's share of it,
-    Megatron-Core's intra-partial expert-data-parallel group of edp / r consecutive ranks."""
+    group, or with dp_replicate r > 1 one replica group's share of it, edp / r consecutive ranks: under Megatron-LM's
+    distributed optimizer in r instances its intra-partial expert-data-parallel group, under FSDP2's hybrid sharding
+    (parplan's runtime, torchtitan's (dp_replicate, dp_shard_mod_ep) mesh) the shard dim of the experts' 2-D mesh
+    (parallel_layers.mesh.expert_data_parallel_mesh); the r groups all-reduce each shard (expert_replica_group)."""
     return expert_data_parallel(lay) // np.asarray(lay.dp_replicate)
 
 
@@ -202,8 +203,9 @@ def expert_grad_group(m, lay, hw):
 
 
 def expert_replica_group(lay, hw):
-    """(bandwidth, latency, ranks) of Megatron-Core's inter-partial expert-data-parallel group: the dp_replicate
-    instances' ranks holding the same expert shard, ep x edp / r apart (a group of one without instances)."""
+    """(bandwidth, latency, ranks) of the replicas' expert group (Megatron-Core's inter-partial expert-data-parallel
+    group; FSDP2's replicate dim of the experts' mesh): the dp_replicate groups' ranks holding the same expert shard,
+    ep x edp / r apart (a group of one with dp_replicate 1)."""
     r = np.asarray(lay.dp_replicate)
     stride = np.asarray(lay.ep) * expert_shards(lay)
     return (*comm.tier_params(hw, comm.group_inside_node(hw, stride, r, lay.gpus), r, comm.ranks_per_node(hw, stride, r),

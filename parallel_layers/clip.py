@@ -33,8 +33,8 @@ def copies(spec, *, tp: int, dp: int, cp: int, pp: int, zero_stage: int, tied: b
            ep: int = 1) -> int:
     """Ranks in the world holding the same gradient as this one (see the module docstring)."""
     if getattr(spec, "ep_dim", None) is not None:  # a mixture of experts' weights: the expert-data-parallel group,
-        return 1 if zero_stage >= 2 else tp * cp * dp // ep  # whose ZeRO-2 keeps them on their owner alone, ZeRO-3
-        # (FSDP2) a disjoint shard on each
+        return 1 if zero_stage == 2 else dp_replicate if zero_stage >= 3 else tp * cp * dp // ep  # whose ZeRO-2
+        # keeps them on their owner alone, ZeRO-3 (FSDP2) a disjoint shard on each, or on each replica group's ranks
     n = cp * (dp if zero_stage in (0, 1) else dp_replicate if zero_stage >= 3 else 1)
     if spec.tp_dim is None:
         n *= tp

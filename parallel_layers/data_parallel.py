@@ -547,7 +547,7 @@ def shard_experts(experts: nn.Module, expert_mesh, mp_policy=None, **kw) -> None
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import Shard
 
-    n = expert_mesh.size()
+    n = expert_mesh.size(expert_mesh.ndim - 1)  # the shard dim's ranks (a hybrid mesh's inner dim)
 
     def placement(p):
         return Shard(1) if p.dim() > 1 and p.shape[1] % n == 0 else Shard(0)

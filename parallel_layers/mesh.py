@@ -134,11 +134,15 @@ def expert_groups(mesh: DeviceMesh, ep: int) -> tuple:
     return mine["ep"], mine["edp"]
 
 
-def expert_data_parallel_mesh(mesh: DeviceMesh, ep: int) -> DeviceMesh:
+def expert_data_parallel_mesh(mesh: DeviceMesh, ep: int, replicate: int = 1) -> DeviceMesh:
     """ZeRO-3 with a mixture of experts: the 1-D mesh of this rank's expert-data-parallel group (expert_groups' edp
     members, a mesh of one where no other rank holds its experts), which FSDP2 shards the experts over: torchtitan's
     ``edp_mesh`` ("efsdp", torchtitan/models/llama4/infra/parallelize.py apply_fsdp).  A (pp, edp, ep) DeviceMesh over
-    the same ranks, built collectively (every rank, one order)."""
+    the same ranks, built collectively (every rank, one order).  Under hybrid sharding (replicate = dp_replicate > 1)
+    the 2-D (edp_replicate, edp_shard) mesh: the group's members in order, its first edp / replicate the ranks of dp
+    replica group 0 (the stage's ranks run (dp_replicate, dp_shard, cp, tp) outermost first), so FSDP2 shards the
+    experts over a replica group's share and all-reduces each shard across the replicas, as torchtitan's HSDP mesh
+    (dp_replicate, dp_shard_mod_ep) does."""
     names = list(mesh.mesh_dim_names)
     stages = mesh.mesh.movedim(names.index("pp"), 0)
     rows = stages.reshape(stages.shape[0], -1)
@@ -146,4 +150,11 @@ def expert_data_parallel_mesh(mesh: DeviceMesh, ep: int) -> DeviceMesh:
         raise ValueError(f"ep={ep} does not divide a stage's {rows.shape[1]} tp x cp x dp ranks")
     # rows[s][i * ep + j]: column j of (edp, ep) is row[j::ep], the ranks holding expert-parallel rank j's experts
     layout = rows.reshape(rows.shape[0], -1, ep)
+    if replicate > 1:
+        if layout.shape[1] % replicate:
+            raise ValueError(f"dp_replicate={replicate} does not divide the experts' {layout.shape[1]} data-parallel "
+                             "ranks")
+        layout = layout.reshape(layout.shape[0], replicate, -1, ep)
+        return DeviceMesh(mesh.device_type, layout, mesh_dim_names=("pp", "edp_replicate", "edp_shard", "ep"))[
+            "edp_replicate", "edp_shard"]
     return DeviceMesh(mesh.device_type, layout, mesh_dim_names=("pp", "edp", "ep"))["edp"]

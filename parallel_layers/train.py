@@ -240,7 +240,7 @@ def build_runtime(plan, opts: RunOptions, device: torch.device) -> Runtime:
         rt.fsdp_correction = fsdp_grad_correction(mesh["dp"], device, fsdp_mesh(mesh))
         # a mixture of experts: the experts sharded over their expert-data-parallel group, torchtitan's layout
         # (data_parallel.shard_experts)
-        emesh = expert_data_parallel_mesh(mesh, par.ep) if cfg.experts else None
+        emesh = expert_data_parallel_mesh(mesh, par.ep, par.dp_replicate) if cfg.experts else None
         # torch 2.13: with per-block FSDP units the zero-bubble schedules (split dI/dW backward)
         # lose some blocks' gradients (caught by the layout-equivalence test); there each
         # stage is one FSDP unit.

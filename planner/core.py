@@ -174,7 +174,7 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 # torchtitan, FSDP2 over a (replicate, shard) mesh (torchtitan's data_parallel_replicate_degree x
 # data_parallel_shard_degree; parallel_layers.mesh.fsdp_mesh), and FSDP1's HYBRID_SHARD (llm-foundry's
 # sharding_strategy).  Megatron-LM's version, its distributed optimizer (ZeRO-1) in instances, is planned and searched
-# for a dense model (dp_replicate_problem, TrainingConsts.partial_distopt); DeepSpeed's MiCS is not modelled
+# (dp_replicate_problem, TrainingConsts.partial_distopt); DeepSpeed's MiCS is not modelled
 HSDP_FRAMEWORKS = ("parplan", "torchtitan", "fsdp")
 
 
@@ -214,7 +214,8 @@ def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, f
                         plan: bool = False, dp_replicate: int | None = None) -> tuple[str, str] | None:
     """(problem, fix) where parplan's runtime does not train a mixture of experts so (parallel_layers.moe: experts
     under ZeRO-0, 1, 2 or 3 -- ZeRO-3 the FSDP2 layout torchtitan uses, the experts sharded over their own
-    expert-data-parallel group, not under hybrid sharding (dp_replicate) --, torch.distributed's all-to-all, 16-bit or
+    expert-data-parallel group, under hybrid sharding (dp_replicate) each replica group's share of it --,
+    torch.distributed's all-to-all, 16-bit or
     fp32 linears, no op-level selective recompute); None where it does.  Megatron-LM's MoE recompute modules
     (moe_recompute act and norm-act: moe_act, layernorm) it runs: the experts' activation output and the pre-MLP
     norm's output rebuilt for the backward (parallel_layers.model.Block); that argument and `zero` (every stage runs)
@@ -223,10 +224,6 @@ def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, f
     (train.moe_runtime_problem)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
-    if (dp_replicate or 1) > 1:
-        return (f"{flag('--dp-replicate', 'dp_replicate')} {dp_replicate} with a mixture of experts: parplan's runtime "
-                "shards experts under ZeRO-3 over their expert-data-parallel group, not under hybrid sharding",
-                f"use {flag('--dp-replicate', 'dp_replicate')} 1 (full sharding), {other}")
     if dispatcher != "alltoall":
         return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher}: parplan's runtime dispatches "
                 "tokens with torch.distributed's all-to-all", f"use alltoall, {other}")
@@ -785,8 +782,6 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 (parplan's runtime: 0 to 3)
         top = 3 if framework == "parplan" else 1
         pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= top))
-    if spec.is_moe and framework == "parplan" and pins.dp_replicate is None:  # parplan_moe_problem: no hybrid
-        pins = replace(pins, dp_replicate=1)
     if spec.kv_lora_rank is not None and framework == "parplan" and pins.cp is None:  # parplan_mla_problem: no cp
         pins = replace(pins, cp=1)
     if stack.get("moe_a2a_overlap") and pins.recompute is None:  # a2a_overlap_problem: no whole layer recomputed

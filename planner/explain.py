@@ -298,15 +298,14 @@ def _switched_plans(plan: Plan):
     from .core import HSDP_FRAMEWORKS
     from .search import node_replicas  # the search's hybrid twins' rule: one node's dp ranks a group
     r = int(node_replicas(p.tp, p.pp, p.dp, plan.hardware.gpus_per_node, p.cp))
-    switched = plan.model_copy(update={"parallel": p.model_copy(update={"dp_replicate": r})})
-    if not r:
+    if not r or (p.tp * p.cp * p.dp // p.ep) % r:  # (the replica groups split the experts' data-parallel group too)
         return
-    if fw == "megatron" and p.zero_stage == 1 and (p.tp * p.cp * p.dp // p.ep) % r == 0:  # (the instances split the
-        # experts' data-parallel group too)
+    switched = plan.model_copy(update={"parallel": p.model_copy(update={"dp_replicate": r})})
+    if fw == "megatron" and p.zero_stage == 1:
         yield "dp_replicate", r, f"--dp-replicate {r}", f"the distributed optimizer in {r} instances, a node's " \
             f"{p.dp // r} ranks each: optimizer states {r}x", switched
-    elif fw in HSDP_FRAMEWORKS and p.zero_stage == 3 and not plan.model.is_moe:  # (parplan_moe_problem: no HSDP)
-        cp = f" with their cp ranks" if p.cp > 1 and fw != "parplan" else ""
+    elif fw in HSDP_FRAMEWORKS and p.zero_stage == 3:
+        cp = " with their cp ranks" if p.cp > 1 and fw != "parplan" else ""
         yield "dp_replicate", r, f"--dp-replicate {r}", f"hybrid sharding: a node's {p.dp // r} dp ranks{cp} shard " \
             f"the states, {r} replicas: states {r}x", switched
 

@@ -236,10 +236,10 @@ def test_recommend_plans_a_mixture_of_experts_and_round_trips():
 
 @pytest.mark.parametrize("kwargs,pins,match", [
     (dict(framework="torchtitan"), {}, "planned for megatron and parplan only"),
-    # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1/2/3 (ZeRO-3 fully sharded, not hybrid), torch's
+    # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1/2/3 (ZeRO-3 fully or hybrid sharded), torch's
     # all-to-all (Megatron's MoE recompute modules it runs: tests/test_moe_recompute_model.py); Megatron-LM has no
     # ZeRO-2 and no ZeRO-3 with experts
-    (dict(framework="parplan"), dict(dp_replicate=2), "dp-replicate 2 with a mixture of experts: parplan's runtime"),
+    (dict(framework="parplan"), dict(dp_replicate=2, zero=1), "is ZeRO-3's hybrid sharding, and --zero is 1"),
     (dict(framework="megatron"), dict(zero=2), "zero 2 with a mixture of experts: Megatron-LM has no ZeRO-2"),
     (dict(framework="parplan", moe_dispatcher="deepep"), {}, "dispatches tokens with torch.distributed's all-to-all"),
     (dict(framework="parplan", fp8=True), {}, "runs its experts' GEMMs in 16 bits"),

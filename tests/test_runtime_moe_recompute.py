@@ -107,7 +107,7 @@ def test_which_blocks_recompute_what():
 
 def test_parplan_plans_them_and_launch_runs_them():
     """The refusal is lifted: planned for framework parplan (planner.core.parplan_moe_problem, launch's runtime
-    check); fp8 and hybrid sharding with experts still refused (ZeRO-2 and ZeRO-3 no longer:
+    check); fp8 with experts still refused (ZeRO-2, ZeRO-3 and hybrid sharding no longer:
     tests/test_runtime_moe_zero2.py, tests/test_runtime_moe_zero3.py)."""
     from planner.core import parplan_moe_problem
     from planner.launch import check_runtime_support
@@ -117,9 +117,8 @@ def test_parplan_plans_them_and_launch_runs_them():
         plan.training.moe_recompute = mode
         assert check_runtime_support(plan, "cpu").ok
     assert check_runtime_support(tiny_plan(TINY_MOE, tp=1, pp=1, dp=4, ep=2, zero_stage=3), "cpu").ok
-    assert not check_runtime_support(tiny_plan(TINY_MOE, tp=1, pp=1, dp=4, ep=2, zero_stage=3, dp_replicate=2),
-                                     "cpu").ok
-    assert parplan_moe_problem(3, "alltoall", "act", False, "none", dp_replicate=2) is not None
+    assert check_runtime_support(tiny_plan(TINY_MOE, tp=1, pp=1, dp=8, ep=2, zero_stage=3, dp_replicate=2), "cpu").ok
+    assert parplan_moe_problem(3, "alltoall", "act", False, "none", dp_replicate=2) is None
     assert parplan_moe_problem(3, "alltoall", "act", False, "none") is None
     assert parplan_moe_problem(2, "alltoall", "act", False, "none") is None
     assert parplan_moe_problem(1, "alltoall", "act", True, "none") is not None

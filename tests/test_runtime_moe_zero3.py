@@ -5,7 +5,7 @@ own over their expert-data-parallel group, the tp x cp x dp / ep ranks holding t
 ``fully_shard(transformer_block.moe.experts, mesh=edp_mesh)``, torchtitan/models/llama4/infra/parallelize.py).
 
 One torchrun for the one-rank reference, one of 8 ranks for the layouts (ep 2, tp 2 with SP, a pipeline of 2 with ep 4,
-cp 2, the optimizer offloaded, and ep 4 resumed; the 4-rank layouts are benchmarks/moe_memory.py's zero3 plans): every step's loss, step 1's gradient
+cp 2, the optimizer offloaded, hybrid sharding, and ep 4 resumed; the 4-rank layouts are benchmarks/moe_memory.py's zero3 plans): every step's loss, step 1's gradient
 norm (clip.copies: an expert's shard counted once) and step 1's reduced gradients (each gathered whole for the dump)
 match the reference, each rank holds 1 / (its expert-data-parallel group) of its experts' gradient elements, and a
 checkpoint saved at step 2 under ZeRO-3 with experts resumes in another ep to the uninterrupted run's step-3 loss."""
@@ -36,6 +36,10 @@ CASES = {
     # the optimizer offloaded to the host (FSDP2's CPUOffloadPolicy): the experts' shards, parameters and gradients,
     # on the host as the dense ones are
     "zero3-offload-dp8-ep4": dict(tp=1, pp=1, dp=8, ep=4, zero_stage=3, offload="optimizer"),
+    # hybrid sharding (torchtitan's HSDP with experts): dp 8 as 2 replica groups of 4, the dense weights over a group's
+    # 4, each expert's over a group's share of its 4 holders (2, the (edp_replicate, edp_shard) mesh), the shards
+    # all-reduced across the groups
+    "hsdp2-dp8-ep2": dict(tp=1, pp=1, dp=8, ep=2, zero_stage=3, dp_replicate=2),
 }
 RESUME_FROM = "zero3-dp8-ep2"
 # resumed at step 2 in another ep: one expert a rank, sharded over its 2 holders
@@ -74,7 +78,7 @@ def test_each_rank_holds_its_share_of_the_experts(runs, case):
     """What each rank holds of its experts' reduced gradients is 1 / (tp x dp / ep) of them (the dump gathers them
     whole): sharding them over dp, or not at all, fails."""
     layout = CASES[case]
-    edp = layout["tp"] * layout.get("cp", 1) * layout["dp"] // layout["ep"]
+    edp = layout["tp"] * layout.get("cp", 1) * layout["dp"] // layout["ep"] // layout.get("dp_replicate", 1)
     dumps = load_dumps(runs / case / "grads")
     for d in dumps:
         whole = sum(g["grad"].numel() for n, g in d["grads"].items() if ".experts." in n)

@@ -363,7 +363,7 @@ class TrainingConsts:
     # ZeRO-1's version of it: Megatron-LM's distributed optimizer in dp_replicate instances
     # (--num-distributed-optimizer-instances; megatron/core/distributed: a reduce-scatter over the instance's
     # dp / dp_replicate ranks, then an all-reduce of the shard across the instances, the parameter all-gather inside
-    # the instance); searched for a dense model (planner.search.hybrid_shard_candidates: one instance a node)
+    # the instance); searched (planner.search.hybrid_shard_candidates: one instance a node)
     partial_distopt: bool = False
     # FSDP2's hybrid sharding keeps each unit's all-reduce input (its reduce-dtype gradient shard) from its reduction
     # to the end of the backward (FSDPParamGroup._all_reduce_state, torch PR #140044): memory's hsdp_held

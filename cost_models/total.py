@@ -543,8 +543,8 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     dpcp_in = np.where(np.asarray(pp) == 1, comm.group_inside_node(hw, tp, cp * dp, lay.gpus), cp_in & dp_in)
     dpcp = np.asarray(dp) * np.asarray(cp)
     shards = zero_shards(lay, tr)
-    # ranks of a dp (dp x cp) group on one node, for the NICs its rings use across nodes
-    dp_local, dpcp_local = comm.data_parallel_ranks_per_node(hw, tp, cp, pp, dp)
+    # ranks of a dp x cp group on one node, for the NICs its rings use across nodes (a shard group's: below)
+    _, dpcp_local = comm.data_parallel_ranks_per_node(hw, tp, cp, pp, dp)
     # hybrid sharding (ZeRO-3 with dp_replicate > 1; ZeRO-1's Megatron optimizer instances): the states are sharded
     # over groups of dp / dp_replicate consecutive dp ranks (a node's, where they fit in one), with the cp ranks
     # beside them where the framework shards over cp too (zero_shards), and each reduce-scatter is followed by an
@@ -621,7 +621,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # FSDP2's HSDP under ZeRO-3 (below), and under ZeRO-1 Megatron's distributed optimizer in dp_replicate instances
     # (TrainingConsts.partial_distopt: the instance's reduce-scatter, then the shard's all-reduce across instances)
     rep_ar_t, rep_ar_moved = comm.all_reduce(grad_bytes / shards, rep, rep_bw, rep_lat)
-    if m.moe:  # and the experts' shard across the instances' inter-partial expert group (zero without instances)
+    if m.moe:  # and the experts' shard across the replica groups (moe.expert_replica_group; zero with one group)
         er_bw, er_lat, er_n = moe.expert_replica_group(lay, hw)
         er_t, er_moved = comm.all_reduce(stage_exp * rec["grad"] / edp, er_n, er_bw, er_lat)
         rep_ar_t, rep_ar_moved = rep_ar_t + er_t, rep_ar_moved + er_moved

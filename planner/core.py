@@ -218,8 +218,8 @@ def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, f
     torch.distributed's all-to-all, 16-bit or
     fp32 linears, no op-level selective recompute); None where it does.  Megatron-LM's MoE recompute modules
     (moe_recompute act and norm-act: moe_act, layernorm) it runs: the experts' activation output and the pre-MLP
-    norm's output rebuilt for the backward (parallel_layers.model.Block); that argument and `zero` (every stage runs)
-    stay so callers keep one signature.  Checked where parplan plans one
+    norm's output rebuilt for the backward (parallel_layers.model.Block); that argument, `zero` (every stage runs) and
+    `dp_replicate` (hybrid sharding runs) stay so callers keep one signature.  Checked where parplan plans one
     (moe_problem), where launch runs one (launch.check_runtime_support) and in the runtime itself
     (train.moe_runtime_problem)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)

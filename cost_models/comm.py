@@ -102,6 +102,22 @@ def data_parallel_ranks_per_node(hw, tp, cp, pp, dp):
     return dp_local, dpcp_local
 
 
+def data_parallel_tiers(hw, tp, cp, pp, dp, gpus=None):
+    """(inside a node, ranks per node, one bridged pair) of a group of `dp` data-parallel ranks, then of the same ranks
+    with their cp ranks (dp x cp), under the mesh order (dp, pp, cp, tp): the dp ranks tp x cp x pp apart; without a
+    pipeline dp x cp is one block of ranks tp apart, with one it spans the cp group and the dp group's ranks, inside a
+    node only where both are; one bridged pair (one_pair): dp x cp is cp's group where dp is 1, dp's where cp is 1.
+    A hybrid-sharded plan's shard group is such a group of dp / dp_replicate ranks."""
+    stride = np.asarray(tp) * np.asarray(cp) * np.asarray(pp)
+    dp_in = group_inside_node(hw, stride, dp, gpus)
+    dpcp_in = np.where(np.asarray(pp) == 1, group_inside_node(hw, tp, np.asarray(cp) * np.asarray(dp), gpus),
+                       group_inside_node(hw, tp, cp, gpus) & dp_in)
+    dp_local, dpcp_local = data_parallel_ranks_per_node(hw, tp, cp, pp, dp)
+    dp_pair = one_pair(stride, dp)
+    dpcp_pair = np.where(np.asarray(dp) == 1, one_pair(tp, cp), (np.asarray(cp) == 1) & dp_pair)
+    return (dp_in, dp_local, dp_pair), (dpcp_in, dpcp_local, dpcp_pair)
+
+
 def all_reduce(nbytes, n, bw, lat):
     """(seconds, bytes sent per rank) of a ring all-reduce; zero for a group of one."""
     n = np.asarray(n)

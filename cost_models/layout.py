@@ -869,7 +869,6 @@ def deepspeed_comm_casts(tr) -> bool:
 def zero_shards(lay, tr):
     """Ranks that ZeRO shards states over and its reduce-scatters and all-gathers span: dp x cp, or dp
     where the cp replicas are averaged apart (TrainingConsts.zero_over_cp); under hybrid sharding (ZeRO-3 with
-    dp_replicate > 1, or ZeRO-1's Megatron optimizer instances; plans with cp 1) one of the dp_replicate groups,
-    dp / dp_replicate."""
+    dp_replicate > 1, or ZeRO-1's Megatron optimizer instances) one of the dp_replicate groups' share of those."""
     return (np.asarray(lay.dp) * np.where(tr.zero_over_cp, np.asarray(lay.cp), 1)
             // np.asarray(lay.dp_replicate))

@@ -535,16 +535,12 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     stage_root = np.where(first_params >= np.maximum(mid_params, last_params),
                           emb_params + np.where(head_first, head_params, 0.0),
                           np.where(mid_params >= last_params, 0.0, np.where(head_first, 0.0, head_params)))
-    # context-parallel ranks are replicas too: gradients are reduced over dp x cp (TrainingConsts.zero_over_cp).
-    # Mesh order (dp, pp, cp, tp): without a pipeline dp x cp is one block of ranks tp apart; with one, the
-    # group spans the cp group and the dp group's ranks, inside a node only where both are
+    # context-parallel ranks are replicas too: gradients are reduced over dp x cp (TrainingConsts.zero_over_cp), the
+    # group's tier, NICs a node and bridged pair by comm.data_parallel_tiers
     cp_in = comm.group_inside_node(hw, tp, cp, lay.gpus)
-    dp_in = comm.group_inside_node(hw, tp * cp * pp, dp, lay.gpus)
-    dpcp_in = np.where(np.asarray(pp) == 1, comm.group_inside_node(hw, tp, cp * dp, lay.gpus), cp_in & dp_in)
+    _, (dpcp_in, dpcp_local, dpcp_pair) = comm.data_parallel_tiers(hw, tp, cp, pp, dp, lay.gpus)
     dpcp = np.asarray(dp) * np.asarray(cp)
     shards = zero_shards(lay, tr)
-    # ranks of a dp x cp group on one node, for the NICs its rings use across nodes (a shard group's: below)
-    _, dpcp_local = comm.data_parallel_ranks_per_node(hw, tp, cp, pp, dp)
     # hybrid sharding (ZeRO-3 with dp_replicate > 1; ZeRO-1's Megatron optimizer instances): the states are sharded
     # over groups of dp / dp_replicate consecutive dp ranks (a node's, where they fit in one), with the cp ranks
     # beside them where the framework shards over cp too (zero_shards), and each reduce-scatter is followed by an
@@ -555,20 +551,10 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     # group is the whole dp (dp x cp) group
     rep = np.asarray(lay.dp_replicate)
     dps = np.asarray(dp) // np.maximum(rep, 1)  # dp ranks in a shard group
-    sh_stride = tp * cp * pp
-    dps_in = comm.group_inside_node(hw, sh_stride, dps, lay.gpus)
-    dpscp_in = np.where(np.asarray(pp) == 1, comm.group_inside_node(hw, tp, cp * dps, lay.gpus), cp_in & dps_in)
-    dps_local, dpscp_local = comm.data_parallel_ranks_per_node(hw, tp, cp, pp, dps)
-    # one bridged pair (comm.one_pair): dp's ranks are tp x cp x pp apart; dp x cp is cp's group where dp is 1, dp's
-    # where cp is 1
-    dp_pair = comm.one_pair(sh_stride, dp)
-    dpcp_pair = np.where(np.asarray(dp) == 1, comm.one_pair(tp, cp), (np.asarray(cp) == 1) & dp_pair)
-    dps_pair = comm.one_pair(sh_stride, dps)
-    dpscp_pair = np.where(dps == 1, comm.one_pair(tp, cp), (np.asarray(cp) == 1) & dps_pair)
-    sh_bw, sh_lat = comm.tier_params(hw, np.where(tr.zero_over_cp, dpscp_in, dps_in), shards,
-                                     np.where(tr.zero_over_cp, dpscp_local, dps_local),
-                                     np.where(tr.zero_over_cp, dpscp_pair, dps_pair))
-    rep_stride = sh_stride * dps
+    shard_dp, shard_dpcp = comm.data_parallel_tiers(hw, tp, cp, pp, dps, lay.gpus)
+    sh_in, sh_local, sh_pair = (np.where(tr.zero_over_cp, a, b) for a, b in zip(shard_dpcp, shard_dp))
+    sh_bw, sh_lat = comm.tier_params(hw, sh_in, shards, sh_local, sh_pair)
+    rep_stride = tp * cp * pp * dps
     rep_bw, rep_lat = comm.tier_params(hw, comm.group_inside_node(hw, rep_stride, rep, lay.gpus), rep,
                                        comm.ranks_per_node(hw, rep_stride, rep), comm.one_pair(rep_stride, rep))
     dpcp_bw, dpcp_lat = comm.tier_params(hw, dpcp_in, dpcp, dpcp_local, dpcp_pair)

@@ -178,8 +178,7 @@ FRAMEWORK_ZEROS: dict[str, tuple[int, ...] | None] = {"parplan": None, "torchtit
 HSDP_FRAMEWORKS = ("parplan", "torchtitan", "fsdp")
 
 
-def dp_replicate_problem(spec: ModelSpec, framework: str, r: int, zero: int | None, cp: int | None,
-                         plan: bool = False) -> tuple[str, str] | None:
+def dp_replicate_problem(framework: str, r: int, zero: int | None, plan: bool = False) -> tuple[str, str] | None:
     """(message, fix) where dp_replicate r > 1 is not a layout `framework` runs, else None: ZeRO-3's hybrid sharding
     under HSDP_FRAMEWORKS; under Megatron-LM its distributed optimizer (ZeRO-1) in r instances
     (--num-distributed-optimizer-instances: TrainingConsts.partial_distopt): beside context parallelism an instance
@@ -760,7 +759,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                               f"is not a {framework} data-parallel mode (DDP replicates, FSDP shards everything)",
                               "another --framework")
     if (pins.dp_replicate or 1) > 1:
-        problem = dp_replicate_problem(spec, framework, pins.dp_replicate, pins.zero, pins.cp)
+        problem = dp_replicate_problem(framework, pins.dp_replicate, pins.zero)
         if problem:
             raise PlannerError(*problem)
         # what hybrid sharding is: ZeRO-3 over a replicate x shard mesh, or Megatron's ZeRO-1 optimizer instances
@@ -1451,7 +1450,7 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     if problem:
         raise StructureError(*problem)
     if p.dp_replicate > 1:
-        problem = dp_replicate_problem(spec, fw, p.dp_replicate, p.zero_stage, p.cp, plan=True)
+        problem = dp_replicate_problem(fw, p.dp_replicate, p.zero_stage, plan=True)
         if problem:
             raise StructureError(*problem)
     for axis, value, offered in (("schedule", p.schedule if p.pp > 1 else None, FRAMEWORK_SCHEDULES.get(fw)),

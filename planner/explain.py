@@ -3,7 +3,9 @@ changes.  Pure functions over Plans (no printing); the CLI renders the dict (pla
 """
 from __future__ import annotations
 
-from .schema import Plan
+from pydantic import ValidationError
+
+from .schema import Parallel, Plan
 
 MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "other")
 TIME_PARTS = (("compute", "compute_s"), ("tp_comm", "tp_comm_s"), ("pp_comm", "pp_comm_s"),
@@ -298,9 +300,12 @@ def _switched_plans(plan: Plan):
     from .core import HSDP_FRAMEWORKS
     from .search import node_replicas  # the search's hybrid twins' rule: one node's dp ranks a group
     r = int(node_replicas(p.tp, p.pp, p.dp, plan.hardware.gpus_per_node, p.cp))
-    if not r or (p.tp * p.cp * p.dp // p.ep) % r:  # (the replica groups split the experts' data-parallel group too)
+    if not r:
         return
-    switched = plan.model_copy(update={"parallel": p.model_copy(update={"dp_replicate": r})})
+    try:  # (Parallel's rules: r must also divide a mixture of experts' data-parallel group)
+        switched = plan.model_copy(update={"parallel": Parallel.model_validate({**p.model_dump(), "dp_replicate": r})})
+    except ValidationError:
+        return
     if fw == "megatron" and p.zero_stage == 1:
         yield "dp_replicate", r, f"--dp-replicate {r}", f"the distributed optimizer in {r} instances, a node's " \
             f"{p.dp // r} ranks each: optimizer states {r}x", switched

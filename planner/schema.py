@@ -518,8 +518,8 @@ class Parallel(Strict):
                              "ranks are taken from them)")
         if self.ep > 1 and self.dp_replicate > 1 and (self.tp * self.cp * self.dp // self.ep) % self.dp_replicate:
             raise ValueError(f"dp_replicate {self.dp_replicate} must divide the experts' data-parallel group, tp x cp x "
-                             f"dp / ep = {self.tp * self.cp * self.dp // self.ep} (Megatron-LM splits it into its "
-                             "optimizer instances too)")
+                             f"dp / ep = {self.tp * self.cp * self.dp // self.ep} (its replica groups, or Megatron-LM's "
+                             "optimizer instances, split that group too)")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError(f"recompute_layers needs recompute full (the blocks it recomputes whole), got recompute "
                              f"{self.recompute}")

@@ -494,9 +494,9 @@ def expert_parallel_rows(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Expande
     eps = [pins.ep] if pins.ep is not None else divisors(m.experts)
     # the candidates of each ep in turn (the same rows as taking each ep's and joining them)
     rows, ep = [], []
-    # Megatron's optimizer instances (dp_replicate > 1 with a mixture of experts) split the expert-data-parallel group
-    # too: r must divide it (Megatron-Core asserts "Expert data parallel size should be divisible by partial DistOpt
-    # shard factor")
+    # dp_replicate r > 1 (hybrid sharding, Megatron's optimizer instances) splits the expert-data-parallel group too: r
+    # must divide it (Parallel's rule; Megatron-Core asserts "Expert data parallel size should be divisible by partial
+    # DistOpt shard factor")
     rep = np.asarray(lay.dp_replicate)
     for e in eps:
         keep = np.flatnonzero(able & (ranks % e == 0) & ((ranks // e) % rep == 0))

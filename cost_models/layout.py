@@ -297,6 +297,12 @@ class TrainingConsts:
     attention_kernel: str = "profile"  # Training.attention_kernel: profile (measured curve) or triton-2022
     # a mixture of experts' token dispatcher (Training.moe_dispatcher): NCCL's all-to-all or DeepEP's (moe.all_to_all)
     moe_dispatcher: str = "alltoall"
+    # under tensor parallelism the MoE layer's input is all-gathered over the sequence and its output reduce-scattered
+    # back, as a dense MLP's (torchtitan's apply_moe_ep_tp: PrepareModuleInputOutput Shard(1) -> Replicate; the router
+    # runs on the whole sequence and ReordererSequenceParallel hands each tensor-parallel rank 1 / tp of the tokens to
+    # dispatch); Megatron-Core's and parplan's MoE layer takes the rank's sequence shard (total.block_comm).  The
+    # gathered input it saves is sp_saves_gathered_input's (memory.activation_bytes_per_layer's second norm output)
+    moe_input_gathered: bool = False
     # a mixture of experts' recompute modules (Training.moe_recompute; moe.recomputed_bytes): none, act, norm-act
     moe_recompute: str = "none"
     # a mixture of experts' token all-to-alls hidden behind another micro-batch's compute (Training.moe_a2a_overlap:

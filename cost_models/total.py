@@ -263,8 +263,9 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     t_ar, moved_ar = comm.all_reduce(msg, tp, tp_bw, tp_lat)
     # a mixture of experts' routed MLP is outside the tensor-parallel region (expert tensor parallelism 1: the MoE layer
     # takes the rank's sequence shard): the attention's collectives only, half a dense block's, unless a shared expert
-    # (tensor-parallel as a dense MLP, on the gathered sequence) brings the MLP's back
-    halves = 1 if m.moe and not m.shared_ffn else 2
+    # (tensor-parallel as a dense MLP, on the gathered sequence) or a framework that gathers the MoE layer's input as a
+    # dense MLP's (TrainingConsts.moe_input_gathered: torchtitan) brings the MLP's back
+    halves = 1 if m.moe and not m.shared_ffn and not tr.moe_input_gathered else 2
     n_coll = halves * (2 + full) + op
     tp_block = n_coll * t_ar
     tp_moved = n_coll * moved_ar

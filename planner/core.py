@@ -203,10 +203,64 @@ def dp_replicate_problem(framework: str, r: int, zero: int | None, plan: bool = 
 
 
 # Frameworks a mixture of experts (ModelSpec.experts) is planned for: Megatron-Core's MoE layer with the all-to-all
-# dispatcher and expert tensor parallelism 1 (cost_models/moe.py), and parplan's runtime, whose MoE layer
-# (parallel_layers.moe) is built the same way (parplan_moe_problem: what it does not run yet).  torchtitan's,
-# DeepSpeed's and FSDP's MoE are not modelled.
-MOE_FRAMEWORKS = ("megatron", "parplan")
+# dispatcher and expert tensor parallelism 1 (cost_models/moe.py), parplan's runtime, whose MoE layer
+# (parallel_layers.moe) is built the same way (parplan_moe_problem: what it does not run yet), and torchtitan's with
+# expert_tensor_parallel_degree 1 (titan_moe_problem: its ep takes every tp and cp rank and some of dp_shard; the
+# experts FSDP2-sharded over the rest, the layout parplan's runtime runs).  DeepSpeed's and FSDP's MoE are not
+# modelled.
+MOE_FRAMEWORKS = ("megatron", "parplan", "torchtitan")
+
+
+def titan_ep_problem(ep: int, tp: int, cp: int, dp: int, zero: int, dp_replicate: int = 1,
+                     plan: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where expert parallelism ep is not one torchtitan runs beside tp, cp and dp as parplan models it
+    (None where it is), with expert_tensor_parallel_degree 1 (the experts unsplit): torchtitan's ParallelDims (0.2.2,
+    torchtitan/distributed/parallel_dims.py) builds its experts' mesh (pp, dp_replicate, efsdp, ep, etp) with efsdp
+    = dp_shard x cp x tp / (etp x ep), so ep divides dp_shard x cp x tp (dp_shard: dp / dp_replicate under FSDP,
+    ZeRO-3); ep > 1 always FSDP-wraps the experts (parallelize_*: FSDP "if fsdp_enabled or ep_enabled"), so there is
+    no DDP (ZeRO-0) beside it; and ep 1 under tp > 1 splits each expert by tensor parallelism (apply_moe_ep_tp's
+    TensorParallel, what expert_tensor_parallel_degree = tp does), which parplan does not model.  (Mid-2025 torchtitan
+    asked ep % (cp x tp) == 0 too; 0.2.2 does not.)"""
+    flag = (lambda f, p: p) if plan else (lambda f, p: f)
+    name = flag("--ep", "ep")
+    if ep == 1 and tp > 1:
+        return (f"{name} 1 with tp {tp} under torchtitan splits each expert by tensor parallelism (apply_moe_ep_tp's "
+                "TensorParallel, expert_tensor_parallel_degree = tp), which parplan does not model",
+                f"use an {name} above 1 (its expert parallelism then takes the tensor-parallel ranks' tokens), or tp 1")
+    if ep > 1 and zero < 3:
+        return (f"{name} {ep} with {flag('--zero', 'zero_stage')} {zero} under torchtitan: its experts are FSDP-wrapped "
+                "whenever ep > 1 (no DDP beside expert parallelism)", f"use {flag('--zero', 'zero_stage')} 3, or "
+                f"{name} 1")
+    shard = dp // max(dp_replicate, 1) if zero >= 3 else 1
+    if (shard * cp * tp) % ep:
+        return (f"{name} {ep} under torchtitan does not divide dp_shard {shard} x cp {cp} x tp {tp} (ParallelDims: the "
+                "experts' mesh is (dp_replicate, efsdp, ep) over those ranks)",
+                f"use an {name} that divides {shard * cp * tp}, or a dp_shard it divides")
+    return None
+
+
+def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
+                      plan: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where torchtitan's MoE is asked of what parplan does not model for it (None where it is
+    modelled): Megatron-LM's MoE recompute modules (torchtitan has none), FP8 (torchtitan's float8 converter leaves
+    its grouped experts in 16 bits but for a prototype grouped GEMM, which the cost model's FP8 linears do not
+    describe) and op-level selective recompute (its save list over the MoE's own ops, not modelled)."""
+    flag = (lambda f, p: p) if plan else (lambda f, p: f)
+    other = "or --framework megatron or parplan"
+    if moe_recompute != "none":
+        return (f"{flag('--moe-recompute', 'training.moe_recompute')} {moe_recompute} is Megatron-LM's "
+                "--recompute-modules, which torchtitan does not have", f"drop it (none), {other}")
+    if fp8:
+        return ("fp8 with a mixture of experts under torchtitan: its float8 converter leaves the grouped experts in "
+                "16 bits (but for a prototype FP8 grouped GEMM), which parplan does not model", f"drop fp8, {other}")
+    if recompute == "selective-op":
+        return ("recompute selective-op with a mixture of experts under torchtitan: its op-level save list over the "
+                "MoE layer's ops (the grouped GEMMs, the all-to-alls) is not modelled",
+                "use recompute selective, full or none")
+    if dispatcher not in ("alltoall", "deepep"):
+        return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher} is not a torchtitan "
+                "expert_parallel_comm_backend", "use alltoall (standard) or deepep")
+    return None
 
 
 def parplan_moe_problem(zero: int | None, dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
@@ -258,23 +312,28 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
     where = "training.framework" if plan else "--framework"
     if framework not in MOE_FRAMEWORKS:
         return (f"{name} is a mixture of experts ({spec.experts} experts, top {spec.experts_per_token}), planned for "
-                f"{' and '.join(MOE_FRAMEWORKS)} only (Megatron-Core's MoE layer, and parplan's runtime's built as it "
-                f"is), not {framework}", f"set {where} megatron or parplan")
+                f"{', '.join(MOE_FRAMEWORKS)} only (Megatron-Core's MoE layer, parplan's runtime's built as it is, "
+                f"torchtitan's with expert_tensor_parallel_degree 1), not {framework}",
+                f"set {where} megatron, parplan or torchtitan")
     if ep is not None and ep > 1 and spec.experts % ep:
         return (f"{flag('--ep', 'ep')} {ep} does not divide {name}'s {spec.experts} experts",
                 f"pick a divisor of {spec.experts}")
-    if zero is not None and zero >= 3 and framework != "parplan":
+    if zero is not None and zero >= 3 and framework == "megatron":
         return (f"{flag('--zero', 'zero_stage')} {zero} with a mixture of experts is not modelled for Megatron-LM (its "
                 "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group)",
                 f"use {flag('--zero', 'zero_stage')} 0 or 1, or set {where} parplan (whose runtime runs ZeRO-3 with "
                 "experts: FSDP2 shards them over their own data-parallel group, torchtitan's layout)")
-    if zero == 2 and framework != "parplan":
+    if zero == 2 and framework == "megatron":
         return (f"{flag('--zero', 'zero_stage')} 2 with a mixture of experts: Megatron-LM has no ZeRO-2 (its "
                 "distributed optimizer, ZeRO-1, shards the experts' states over their own data-parallel group)",
                 f"use {flag('--zero', 'zero_stage')} 0 or 1, or set {where} parplan (whose runtime reduces each "
                 "expert's gradient to its owner under ZeRO-2)")
     if framework == "parplan":
         problem = parplan_moe_problem(zero, dispatcher, recompute, fp8, recompute_mode, plan, dp_replicate)
+        if problem:
+            return problem
+    if framework == "torchtitan":
+        problem = titan_moe_problem(dispatcher, recompute, fp8, recompute_mode, plan)
         if problem:
             return problem
     if (tp or 1) > 1 and sp is False:
@@ -479,6 +538,7 @@ def training_consts(tr: Training) -> TrainingConsts:
                           torch_1f1b_needs_m_ge_p=tr.framework in TORCH_PIPELINING,
                           interleaved_torch_rounds=tr.framework in TORCH_PIPELINING,
                           sp_saves_gathered_input=tr.framework == "torchtitan",
+                          moe_input_gathered=tr.framework == "torchtitan",
                           cp_saves_gathered_kv=tr.framework == "parplan",
                           grad_accumulation_fusion=tr.grad_accumulation_fusion,
                           wgrad_fusion_16bit_grads=tr.framework == "megatron",
@@ -778,14 +838,15 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         raise PlannerError(*problem)
     if pins.zero is None and framework in FRAMEWORK_SEARCHED_ZEROS:
         pins = replace(pins, zeros=FRAMEWORK_SEARCHED_ZEROS[framework])
-    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 (parplan's runtime: 0 to 3)
-        top = 3 if framework == "parplan" else 1
+    if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 under Megatron-LM (the others: their own)
+        top = 1 if framework == "megatron" else 3
         pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= top))
     if spec.kv_lora_rank is not None and framework == "parplan" and pins.cp is None:  # parplan_mla_problem: no cp
         pins = replace(pins, cp=1)
     if stack.get("moe_a2a_overlap") and pins.recompute is None:  # a2a_overlap_problem: no whole layer recomputed
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "full"))
-    if spec.is_moe and framework == "parplan" and pins.recompute is None:  # parplan_moe_problem: no selective-op
+    if spec.is_moe and framework in ("parplan", "torchtitan") and pins.recompute is None:
+        # parplan_moe_problem, titan_moe_problem: no selective-op
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "selective-op"))
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
         if pins.zero == 0 and (pins.dp or 1) > 1 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):
@@ -800,7 +861,13 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError("torchtitan always runs sequence parallelism with tensor parallelism (its TP plan "
                                "shards the norms over the sequence); drop --no-sp, or use --tp 1, or --framework "
                                "megatron or fsdp for tensor parallelism without it")
-        pins = replace(pins, fsdp_native=True, ddp_one_dim=True, sp_with_tp=True)
+        pins = replace(pins, fsdp_native=True, ddp_one_dim=True, sp_with_tp=True, titan_expert_mesh=spec.is_moe)
+        if spec.is_moe and pins.ep is not None:
+            # titan_ep_problem where the pins alone decide it (the search keeps only the layouts it allows)
+            problem = (titan_ep_problem(1, pins.tp, 1, 1, 3) if pins.ep == 1 and pins.tp is not None else None) or \
+                (titan_ep_problem(pins.ep, 1, 1, pins.ep, pins.zero) if pins.ep > 1 and pins.zero is not None else None)
+            if problem:
+                raise PlannerError(*problem)
         if precision != "fp32" and dtype != "fp32":
             # torchtitan/distributed/utils.py maybe_enable_amp: mixed precision is FSDP's policy (dp_shard or cp
             # > 1) or autocast for DDP/single-device runs; tp/pp alone train in fp32 ("Mixed precision training
@@ -1096,6 +1163,11 @@ def _check_pins(spec: ModelSpec, gpus: int, pins: Pins, seq_len: int, up_to: boo
         most = gpus // ((pins.tp or 1) * (pins.pp or 1) * (pins.cp or 1))
         need(most >= 2 * r, f"--dp-replicate {r} needs dp {2 * r} or more (replica groups of two or more ranks), and "
              f"these pins leave at most dp {most}", "lower --dp-replicate or a pinned degree, or use more GPUs")
+        group = gpus // (pins.pp or 1) // r  # a replica group's ranks of a stage (tp x cp x dp / r), at the most
+        need(up_to or (pins.ep or 1) == 1 or gpus % ((pins.pp or 1) * r) or group % pins.ep == 0,
+             f"--ep {pins.ep} does not divide the {group} ranks of a replica group of a pipeline stage (--gpus {gpus}"
+             + (f" / --pp {pins.pp}" if pins.pp else "") + f" / --dp-replicate {r}), the ranks the experts' group is "
+             "taken from under hybrid sharding", "pick a smaller --ep or --dp-replicate")
 
 
 # The layout rules a framework adds to the search (Pins fields set by recommend), as a user reads them, with the fix
@@ -1487,6 +1559,10 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
         raise StructureError(f"tp {p.tp} x pp {p.pp} without FSDP (dp = cp = 1) in {t.dtype}: torchtitan's mixed "
                              "precision is FSDP's, and tp/pp alone train in fp32", "set precision fp32, or spread the "
                              "GPUs over dp with zero_stage 3")
+    if fw == "torchtitan" and spec.is_moe:  # the search's Pins.titan_expert_mesh
+        problem = titan_ep_problem(p.ep, p.tp, p.cp, p.dp, p.zero_stage, p.dp_replicate, plan=True)
+        if problem:
+            raise StructureError(*problem)
     if fw == "torchtitan" and p.tp > 1 and not p.sp:
         raise StructureError(f"sp false with tp {p.tp}: torchtitan always runs sequence parallelism with tensor "
                              "parallelism", "set sp true, or the plan's training.framework to fsdp or megatron")

@@ -107,9 +107,14 @@ def export_problem(plan: Plan, to: str) -> str | None:
         return (f"{plan.model.name or 'the model'} has multi-head latent attention (kv_lora_rank "
                 f"{plan.model.kv_lora_rank}), planned and exported for Megatron-LM only (--multi-latent-attention); "
                 "use --to megatron (or megatron-bridge)")
-    if plan.model.is_moe and to not in megatron_core:
-        return (f"{plan.model.name or 'the model'} is a mixture of experts, planned and exported for Megatron-LM only "
-                "(cost_models/moe.py); use --to megatron (or megatron-bridge)")
+    if plan.model.is_moe and to == "torchtitan":
+        return (f"{plan.model.name or 'the model'} is a mixture of experts, and torchtitan's TOML at commit 000204a4 "
+                "(torchtitan 0.1) has no expert parallelism in its job config (its MoE models were experiments then); "
+                "use --to torchtitan-0.2 (expert_parallel_degree, its qwen3 / llama4 / gpt_oss models), or --to "
+                "megatron")
+    if plan.model.is_moe and to not in megatron_core + ("torchtitan-0.2",):
+        return (f"{plan.model.name or 'the model'} is a mixture of experts, planned and exported for Megatron-LM and "
+                "torchtitan only (cost_models/moe.py); use --to megatron (or megatron-bridge), or torchtitan-0.2")
     return None
 
 
@@ -127,6 +132,7 @@ _BEHAVIOURS = {
     "cp_saves_gathered_kv": "context parallelism saving the gathered K/V",
     "cp_overlap_local_chunk_only": "ring attention overlapping the local chunk only",
     "ce_eager_chunks": "16-bit-gradient cross-entropy in chunks of eager kernels",
+    "moe_input_gathered": "the MoE layer's input gathered over the tensor-parallel ranks",
 }
 
 
@@ -1173,6 +1179,63 @@ def _titan_ffn_args(dim: int, ffn: int) -> str:
     return f"an MLP width of {ffn} (no ffn_dim_multiplier/multiple_of pair gives it: change FeedForward)"
 
 
+# torchtitan 0.2.2's mixture-of-experts flavors (torchtitan/models/{qwen3,llama4,gpt_oss}/__init__.py), as the parplan
+# presets of the same shapes: (model name, flavor) by the preset whose shape the plan's model has
+_TITAN_MOE_FLAVORS = {"qwen3-30b-a3b": ("qwen3", "30B-A3B"), "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
+                      "llama4-scout": ("llama4", "17bx16e"), "llama4-maverick": ("llama4", "17bx128e"),
+                      "gpt-oss-20b": ("gpt_oss", "20b"), "gpt-oss-120b": ("gpt_oss", "120b")}
+# torchtitan 0.2.2's train specs without a pipelining_fn (Trainer: "Pipeline Parallel is enabled but ... does not
+# support pipelining")
+_TITAN_NO_PIPELINE = ("qwen3", "gpt_oss")
+_MOE_SHAPE = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "experts", "experts_per_token",
+              "shared_expert_ffn", "first_dense_layers", "moe_layer_step", "dense_ffn_hidden", "tied_embeddings")
+
+
+def _titan_moe_model(m) -> tuple[str, str, list[str]]:
+    """(torchtitan model name, flavor, notes) for a mixture of experts: a built-in flavor of its shape
+    (_TITAN_MOE_FLAVORS), else a flavor to register in torchtitan's qwen3 model (routed SwiGLU experts, softmax top-k
+    router, every block an MoE one), whose arguments the note gives."""
+    from planner.models import load_preset
+    shape = tuple(getattr(m, k) for k in _MOE_SHAPE)
+    for preset, (name, flavor) in _TITAN_MOE_FLAVORS.items():
+        if tuple(getattr(load_preset(preset), k) for k in _MOE_SHAPE) == shape:
+            notes = []
+            if name == "gpt_oss":
+                notes.append("gpt_oss: torchtitan's model is the real one (attention sinks, biases, clamped SwiGLU, "
+                             "banded-window layers), which the plan counts as llama blocks over full attention: 0.03 % "
+                             "more parameters than predicted, and its windowed layers attend over less")
+            elif name == "qwen3":
+                notes.append("qwen3: torchtitan's model adds per-head q/k RMSNorms, which the plan does not count "
+                             "(a few elementwise passes a block)")
+            else:
+                notes.append("llama4: torchtitan's model runs Llama 4's sigmoid top-1 router with its own "
+                             "auto-scaled expert widths (the same as the plan's here); its chunked/iRoPE attention is "
+                             "the _irope flavors, the plan's attention is full")
+            return name, flavor, notes
+    flavor = (m.name or "parplan_custom_moe").replace(" ", "_")
+    head_dim = m.head_dim or m.hidden // m.heads
+    shared = m.shared_expert_ffn or 0
+    n_shared = shared // m.ffn_hidden if shared % m.ffn_hidden == 0 else None
+    qwen3 = _qwen_family(m) == "Qwen3"  # (Qwen3's q/k norms: qk_norm; other families' attention has none)
+    notes = [f"torchtitan picks the model by name and flavor and has no built-in flavor of this shape: register "
+             f"{flavor!r} in qwen3_args (torchtitan/models/qwen3/__init__.py) as Qwen3ModelArgs(dim={m.hidden}, "
+             f"n_layers={m.layers}, n_heads={m.heads}, n_kv_heads={m.kv_heads}, head_dim={head_dim}, "
+             f"vocab_size={m.vocab}, rope_theta={m.rope_base:g}, qk_norm={qwen3}, "
+             f"enable_weight_tying={m.tied_embeddings}, moe_enabled=True, moe_inter_dim={m.ffn_hidden}, "
+             f"moe_args=MoEArgs(num_experts={m.experts}, top_k={m.experts_per_token}, "
+             f"num_shared_experts={n_shared or 0}, score_func=\"softmax\", route_norm=True, "
+             f"score_before_experts=False))" + ("; its per-head q/k RMSNorms are not in the plan's count" if qwen3
+                                                else "")]
+    if shared and n_shared is None:
+        notes.append(f"shared_expert_ffn {shared}: torchtitan's shared experts are num_shared_experts x moe_inter_dim "
+                     f"({m.ffn_hidden}) wide, and {shared} is not a multiple of it; the model differs from the plan's")
+    if m.first_dense_layers or m.moe_layer_step:
+        notes.append("dense blocks between the MoE ones (first_dense_layers / moe_layer_step): torchtitan's qwen3 makes "
+                     "every block an MoE one (its llama4 interleaves with interleave_moe_layer_step, its deepseek_v3 "
+                     "leads with n_dense_layers): the model differs from the plan's")
+    return "qwen3", flavor, notes
+
+
 def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]:
     """torchtitan's TOML: keys of commit 000204a4 (release None; torchtitan 0.1.0 reads them), or of its 0.2 releases
     (release "0.2": [compile] enable, [debug] seed and module_fqns_per_model_part, which 0.2's config manager asks for
@@ -1180,9 +1243,13 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
     m, t, p = plan.model, plan.training, plan.parallel
     new = release == "0.2"
     notes: list[str] = _full_attention_note(plan, "torchtitan's llama3") + _whole_blocks_note(plan, "torchtitan")
-    notes += _checkpoint_note(m) + _family_note(m, "torchtitan's llama3 model", "torchtitan's own model for the "
-                                                "family, where the release has one, trains it: a few parameters more "
-                                                "than predicted")
+    moe_model = _titan_moe_model(m) if m.is_moe else None
+    if moe_model:
+        notes += _checkpoint_note(m) + moe_model[2]
+    else:
+        notes += _checkpoint_note(m) + _family_note(m, "torchtitan's llama3 model", "torchtitan's own model for the "
+                                                    "family, where the release has one, trains it: a few parameters "
+                                                    "more than predicted")
 
     # [model]
     if m.arch != "llama":
@@ -1191,17 +1258,24 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
     shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.ffn_hidden, m.vocab)
     flavor = _TITAN_LLAMA3_FLAVORS.get(shape) if m.arch == "llama" and m.head_dim in (None, m.hidden // m.heads) \
         and not m.tied_embeddings else None
-    if flavor is None:
+    model_name = "llama3"
+    if moe_model:
+        model_name, flavor = moe_model[0], moe_model[1]
+        if p.pp > 1 and model_name in _TITAN_NO_PIPELINE:
+            notes.append(f"pp {p.pp}: torchtitan 0.2.2's {model_name} train spec has no pipelining_fn, and its Trainer "
+                         f"refuses pipeline parallelism for it (\"does not support pipelining\"); plan with --pp 1, "
+                         "or use a release whose model pipelines.")
+    elif flavor is None:
         flavor = (m.name or "parplan_custom").replace(" ", "_")
         notes.append(f"torchtitan picks the model shape by flavor and has no built-in llama3 flavor with this "
                      f"shape; register {flavor!r} in llama3_configs (torchtitan/models/llama3/__init__.py) with "
                      f"dim={m.hidden}, n_layers={m.layers}, n_heads={m.heads}, n_kv_heads={m.kv_heads}, "
                      f"{_titan_ffn_args(m.hidden, m.ffn_hidden)} (an MLP width of {m.ffn_hidden}), "
                      f"vocab_size={m.vocab}, rope_theta={m.rope_base:g}.")
-    elif m.rope_base != _TITAN_LLAMA3_ROPE_THETA:
+    elif m.rope_base != _TITAN_LLAMA3_ROPE_THETA and not moe_model:
         notes.append(f"rope_theta: torchtitan's {flavor} flavor uses {_TITAN_LLAMA3_ROPE_THETA:g}, the plan's model "
                      f"{m.rope_base:g}; change the flavor's rope_theta to match.")
-    if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
+    if m.head_dim is not None and m.head_dim * m.heads != m.hidden and not moe_model:
         notes.append(f"head_dim {m.head_dim}: torchtitan's llama3 derives the head size as dim / n_heads "
                      f"({m.hidden // m.heads} here) and has no head_dim setting, so its attention is smaller than the "
                      "plan's unless the model code is changed.")
@@ -1217,7 +1291,7 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
                      "torchtitan's Python configs default to row-wise, which the prediction does not model). "
                      "enable_fsdp_float8_all_gather stays false, as the prediction counts FSDP's gathers at 16 bits; "
                      "turning it on (with precompute_float8_dynamic_scale_for_fsdp) halves the linears' gathers.")
-    if m.arch == "llama" and m.tied_embeddings:
+    if m.arch == "llama" and m.tied_embeddings and not moe_model:
         notes.append("tied_embeddings: torchtitan's llama3 has its own output layer, one vocab x hidden matrix "
                      "(embedding-sized) more than the plan counts in parameters, gradients and optimizer states.")
 
@@ -1346,13 +1420,21 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
                          "rule; `--to torchtitan-0.2` writes it); this plan's stages there: "
                          f"module_fqns_per_model_part = {toml_value(parts)}")
     par.append(("context_parallel_degree", p.cp))
+    if m.is_moe:
+        # torchtitan's experts' mesh (pp, dp_replicate, efsdp, ep, etp): the experts whole (etp 1), as planned
+        # (core.titan_ep_problem); its dispatch: torch's all-to-all ("standard") or DeepEP's kernels
+        par += [("expert_parallel_degree", p.ep), ("expert_tensor_parallel_degree", 1),
+                ("expert_parallel_comm_backend", "deepep" if t.moe_dispatcher == "deepep" else "standard")]
+        if t.moe_dispatcher == "deepep" and p.ep == 1:
+            notes.append("moe_dispatcher deepep with ep 1: torchtitan's DeepEP needs expert parallelism (\"DeepEP "
+                         "requires expert parallelism (ep_degree > 1)\"); set ep > 1 or the standard backend.")
     if p.cp > 1 and not t.overlap_cp_comm:
         notes.append("overlap_cp_comm off: the prediction's context parallelism all-gathers K/V before the attention; "
                      "torchtitan's (torch's) gathers them behind the rank's own chunk, so its run may be faster.")
 
     sections: list[tuple[str, list[tuple[str, Any]]]] = [
         ("job", [("description", f"parplan plan: {m.name or m.arch} on {plan.hardware.gpus} x {plan.hardware.name}")]),
-        ("model", [("name", "llama3"), ("flavor", flavor)] + ([("converters", ["float8"])] if t.fp8 else [])),
+        ("model", [("name", model_name), ("flavor", flavor)] + ([("converters", ["float8"])] if t.fp8 else [])),
         ("optimizer", [("name", "AdamW"), ("lr", float(t.lr))]),
         # the constant learning rate parplan's runtime trains with: torchtitan's default is a 200-step warm-up, then a
         # linear decay to 0 over the steps (LRScheduler; decay_ratio 0 leaves no decay steps)
@@ -1401,7 +1483,8 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
                                    "training.seed to [debug] seed (their config manager refuses unknown keys): "
                                    "`--to torchtitan-0.2` writes them so."),
               f"shape: layers={m.layers} hidden={m.hidden} heads={m.heads} kv_heads={m.kv_heads} "
-              f"ffn_hidden={m.ffn_hidden} vocab={m.vocab}",
+              f"ffn_hidden={m.ffn_hidden} vocab={m.vocab}" + (f" experts={m.experts} top_k={m.experts_per_token} "
+                                                              f"ep={p.ep}" if m.is_moe else ""),
               f"batch: {t.global_batch_size} = dp {p.dp} x micro {t.micro_batch_size} x {t.num_microbatches} "
               f"micro-batches" + (" (pipeline micro-batches from local_batch_size / "
                                   "pipeline_parallel_microbatch_size)" if pp_on else

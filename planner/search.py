@@ -81,6 +81,9 @@ class Pins:
     dp_replicate: int | None = None
     # expert parallelism (a mixture of experts'): None searches every ep that divides the experts and tp x cp x dp
     ep: int | None = None
+    # torchtitan's experts' mesh (core.titan_ep_problem, expert_tensor_parallel_degree 1): ep divides dp_shard x cp x
+    # tp, ep > 1 only under FSDP (ZeRO-3), and tp > 1 only with ep > 1
+    titan_expert_mesh: bool = False
 
 
 def fsdp2_offload_blockers(sp: bool, tp: int, cp: int, tied: bool, pp: int, as_flags: bool = False) -> list[str]:
@@ -498,8 +501,14 @@ def expert_parallel_rows(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Expande
     # must divide it (Parallel's rule; Megatron-Core asserts "Expert data parallel size should be divisible by partial
     # DistOpt shard factor")
     rep = np.asarray(lay.dp_replicate)
+    if pins.titan_expert_mesh:  # torchtitan's experts' mesh: efsdp = dp_shard x cp x tp / ep, FSDP whenever ep > 1
+        fsdp = np.asarray(lay.zero) >= 3
+        tp_on = np.asarray(lay.tp) > 1
     for e in eps:
-        keep = np.flatnonzero(able & (ranks % e == 0) & ((ranks // e) % rep == 0))
+        ok = able & (ranks % e == 0) & ((ranks // e) % rep == 0)
+        if pins.titan_expert_mesh:
+            ok = ok & (fsdp if e > 1 else ~tp_on)
+        keep = np.flatnonzero(ok)
         if len(keep):
             rows.append(keep)
             ep.append(np.full(len(keep), int(e)))

@@ -190,10 +190,12 @@ CASES = [
     (["sweep", "--model", "tiny-llama-test", "--gpus-list", "0", "--json"], 2, ["--gpus-list"]),
     (["recommend", "--model-config", "{missing.json}", "--json"], 2, ["missing.json"]),
     (["recommend", "--model-config", "{malformed.json}", "--json"], 2, ["json"]),
-    # a mixture of experts (Mixtral's config) is planned under --framework megatron and parplan only; parplan's runtime
-    # dispatches with torch's all-to-all
-    (["recommend", "--model-config", "{moe.json}", "--framework", "torchtitan", "--json"], 2,
-     ["mixture of experts", "--framework megatron or parplan"]),
+    # a mixture of experts (Mixtral's config) is planned under --framework megatron, parplan and torchtitan only;
+    # parplan's runtime dispatches with torch's all-to-all; torchtitan's ep takes every tp rank (etp 1)
+    (["recommend", "--model-config", "{moe.json}", "--framework", "deepspeed", "--json"], 2,
+     ["mixture of experts", "--framework megatron, parplan or torchtitan"]),
+    (["recommend", "--model-config", "{moe.json}", "--framework", "torchtitan", "--tp", "2", "--ep", "1", "--json"],
+     2, ["splits each expert by tensor parallelism", "an --ep above 1"]),
     (["recommend", "--model-config", "{moe.json}", "--moe-dispatcher", "deepep", "--json"], 2,
      ["torch.distributed's all-to-all", "--framework megatron"]),
     (["recommend", "--model-config", "{moe.json}", "--model", "llama3-8b", "--json"], 2, ["only one"]),

@@ -1109,6 +1109,8 @@ def test_megatron_bridge_moe_plan_sets_expert_parallelism_and_the_dispatcher():
     assert deepep["model.moe_token_dispatcher_type"] == "flex"
     assert deepep["model.moe_flex_dispatcher_backend"] == "deepep"
     with pytest.raises(ValueError, match="use --to megatron"):
+        export_plan(plan, "deepspeed")
+    with pytest.raises(ValueError, match="use --to torchtitan-0.2"):
         export_plan(plan, "torchtitan")
 
 

@@ -235,7 +235,13 @@ def test_recommend_plans_a_mixture_of_experts_and_round_trips():
 
 
 @pytest.mark.parametrize("kwargs,pins,match", [
-    (dict(framework="torchtitan"), {}, "planned for megatron and parplan only"),
+    (dict(framework="deepspeed"), {}, "planned for megatron, parplan, torchtitan only"),
+    # torchtitan's MoE with expert_tensor_parallel_degree 1 (core.titan_moe_problem, titan_ep_problem)
+    (dict(framework="torchtitan"), dict(tp=2, ep=1), "splits each expert by tensor parallelism"),
+    (dict(framework="torchtitan"), dict(zero=0, ep=2), "FSDP-wrapped whenever ep > 1"),
+    (dict(framework="torchtitan", fp8=True), {}, "float8 converter leaves the grouped experts"),
+    (dict(framework="torchtitan", moe_recompute="act"), {}, "which torchtitan does not have"),
+    (dict(framework="torchtitan"), dict(recompute="selective-op"), "op-level save list over the MoE"),
     # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1/2/3 (ZeRO-3 fully or hybrid sharded), torch's
     # all-to-all (Megatron's MoE recompute modules it runs: tests/test_moe_recompute_model.py); Megatron-LM has no
     # ZeRO-2 and no ZeRO-3 with experts
@@ -287,7 +293,7 @@ def test_export_writes_megatrons_moe_flags_and_other_formats_refuse(tmp_path):
 
 def test_a_plan_edited_into_what_is_not_planned_is_refused(tmp_path):
     plan = json.loads(_plan().model_dump_json())
-    for edit, match in ((("training", "framework", "torchtitan"), "planned for megatron and parplan only"),
+    for edit, match in ((("training", "framework", "deepspeed"), "planned for megatron, parplan, torchtitan only"),
                         (("parallel", "zero_stage", 3), "zero_stage 3 with a mixture of experts"),
                         (("parallel", "ep", 3), "must divide|does not divide")):
         bad = json.loads(json.dumps(plan))
@@ -641,3 +647,71 @@ def test_a_parplan_moe_plan_is_predicted_with_the_eager_dispatch_and_a_megatron_
     assert "needs 8.00 ms to dispatch a block" in warnings(plan)
     meg = plan.model_copy(update={"training": plan.training.model_copy(update={"framework": "megatron"})})
     assert "needs 8.00 ms" not in warnings(meg)
+
+
+# ---- torchtitan's MoE (expert_tensor_parallel_degree 1): core.titan_ep_problem, search.Pins.titan_expert_mesh
+
+def _titan_rules_hold(p) -> bool:
+    shard = p.dp // p.dp_replicate if p.zero_stage == 3 else 1
+    return ((p.ep == 1 or p.zero_stage == 3) and (p.tp == 1 or p.ep > 1)
+            and (shard * p.cp * p.tp) % p.ep == 0)
+
+
+@pytest.mark.parametrize("model,gpus,pins", [("mixtral-8x7b", 64, {}), ("qwen3-30b-a3b", 16, dict(dp_replicate=2)),
+                                             ("mixtral-8x7b", 32, dict(tp=4, pp=1))])
+def test_torchtitan_plans_a_mixture_of_experts_within_its_expert_mesh(model, gpus, pins):
+    """torchtitan 0.2.2's ParallelDims builds the experts' mesh (pp, dp_replicate, efsdp, ep, etp) with efsdp = dp_shard
+    x cp x tp / ep: every candidate the search ranks keeps ep | dp_shard x cp x tp, ep > 1 only under FSDP, and tp > 1
+    only with ep > 1 (ep 1 would split the experts by tp: not modelled).  benchmarks/export_parse/tt_moe_check.py ran
+    nine such plans through torchtitan 0.2.2's own mesh and parallelize code (results/2026-12-07-export-parse-moe)."""
+    plan = recommend(model, gpus, framework="torchtitan", pins=Pins(**pins), top_k=40, suggest=False)
+    assert plan.prediction.fits and plan.parallel.zero_stage == 3 and plan.parallel.ep > 1
+    ranked = [plan] + list(plan.alternatives)
+    assert len(ranked) > 1 and all(_titan_rules_hold(p.parallel) for p in ranked)
+    again = evaluate_plan(Plan.model_validate(json.loads(plan.model_dump_json())))
+    assert again.prediction.step_time_s == pytest.approx(plan.prediction.step_time_s, rel=1e-12)
+
+
+def test_torchtitan_gathers_the_moe_input_over_the_tensor_parallel_ranks(monkeypatch):
+    """apply_moe_ep_tp's PrepareModuleInputOutput: the MoE layer's input all-gathered over the sequence and its output
+    reduce-scattered, as a dense MLP's (TrainingConsts.moe_input_gathered): a Mixtral block (no shared expert) under
+    tp 2 moves twice Megatron's attention-only collectives.  Without the gather the same plan's exposed TP time about
+    halves."""
+    import planner.core as core
+    plan = recommend("mixtral-8x7b", 32, framework="torchtitan", pins=Pins(tp=2, pp=1, ep=8, recompute="none",
+                                                                             mbs=1), top_k=1, suggest=False)
+    assert training_consts(plan.training).moe_input_gathered
+    gathered = plan.prediction.time_breakdown.tp_comm_s
+    real = core.training_consts
+    monkeypatch.setattr(core, "training_consts", lambda t: replace(real(t), moe_input_gathered=False))
+    sharded = evaluate_plan(plan).prediction.time_breakdown.tp_comm_s
+    # (the blocks' collectives double; what is outside the blocks, the vocabulary-parallel head's, does not)
+    assert sharded > 0 and 1.95 * sharded < gathered < 2 * sharded
+    assert not training_consts(plan.training.model_copy(update={"framework": "megatron"})).moe_input_gathered
+
+
+def test_torchtitan_exports_its_expert_parallel_keys_and_moe_flavors(tmp_path):
+    """--to torchtitan-0.2 writes [parallelism] expert_parallel_degree, expert_tensor_parallel_degree 1 and the comm
+    backend, and [model] torchtitan 0.2.2's flavor of the preset's shape (qwen3 30B-A3B) or a qwen3 flavor to register
+    (Mixtral: no q/k norms); --to torchtitan (0.1's keys, no expert parallelism) refuses in one line."""
+    import tomllib
+    from planner.export import export_notes, export_plan
+    plan = recommend("qwen3-30b-a3b", 16, framework="torchtitan", pins=Pins(pp=1), top_k=1, suggest=False)
+    cfg = tomllib.loads(export_plan(plan, "torchtitan-0.2"))
+    assert cfg["model"] == {"name": "qwen3", "flavor": "30B-A3B"}
+    par = cfg["parallelism"]
+    assert par["expert_parallel_degree"] == plan.parallel.ep > 1 and par["expert_tensor_parallel_degree"] == 1
+    assert par["expert_parallel_comm_backend"] == "standard" and par["data_parallel_shard_degree"] == plan.parallel.dp
+    piped = recommend("qwen3-30b-a3b", 16, framework="torchtitan", pins=Pins(pp=2), top_k=1, suggest=False)
+    assert any("no pipelining_fn" in n for n in export_notes(piped, "torchtitan-0.2"))
+    mixtral = recommend("mixtral-8x7b", 16, framework="torchtitan", pins=Pins(tp=2, ep=4, pp=1), top_k=1,
+                        suggest=False, moe_dispatcher="deepep")
+    text = export_plan(mixtral, "torchtitan-0.2")
+    assert tomllib.loads(text)["parallelism"]["expert_parallel_comm_backend"] == "deepep"
+    note = next(n for n in export_notes(mixtral, "torchtitan-0.2") if "register 'mixtral-8x7b'" in n)
+    assert "qk_norm=False" in note and "num_experts=8, top_k=2" in note and "moe_inter_dim=14336" in note
+    path = tmp_path / "plan.json"
+    path.write_text(mixtral.model_dump_json())
+    refused = _cli("export", str(path), "--to", "torchtitan")
+    assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1
+    assert "--to torchtitan-0.2" in refused.stderr

@@ -109,6 +109,12 @@ PARPLAN_MOE = (f"one GPU run: {MOE_MEASURED}; its memory model against the CPU a
                "attention, -mla-recompute and -moe-recompute with the recompute modules, -moe-zero2 under ZeRO-2, "
                "-moe-zero3 under ZeRO-3)")
 
+# a mixture of experts planned for torchtitan (group "torchtitan-moe"): no run to hold it to
+TORCHTITAN_MOE = ("no published or measured torchtitan run with experts found (its MoE layer's terms are Megatron-Core's "
+                  "layer's, checked on published runs: --framework megatron prints them); torchtitan 0.2.2's own mesh "
+                  "and parallelize code take the exported layout, the experts' shards as counted "
+                  "(benchmarks/results/2026-12-07-export-parse-moe)")
+
 
 def group(framework: str, moe: bool = False) -> str:
     """The key a plan's accuracy is kept under: its framework, and for a mixture of experts the framework's MoE runs
@@ -172,6 +178,8 @@ def line(framework: str, hardware: str | None = None, fp8: bool = False) -> str 
                    + (f" ({FP8_MEASURED})" if fp8 else ""))
     if framework == "parplan-moe":
         out.append(PARPLAN_MOE)
+    if framework == "torchtitan-moe":
+        out.append(TORCHTITAN_MOE)
     if not out and pub and pub.get("plausibility_runs"):
         out.append(f"plausibility checks only: {pub['plausibility_runs']} published runs, |error| median "
                    f"{_pct(pub['plausibility_median_abs_error'])} (parplan validate)")

@@ -715,3 +715,9 @@ def test_torchtitan_exports_its_expert_parallel_keys_and_moe_flavors(tmp_path):
     refused = _cli("export", str(path), "--to", "torchtitan")
     assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1
     assert "--to torchtitan-0.2" in refused.stderr
+
+
+def test_a_torchtitan_moe_plan_says_no_run_checks_it():
+    from planner.accuracy import line
+    assert "no published or measured torchtitan run with experts" in line("torchtitan-moe", "h100-sxm-80gb")
+    assert "no published or measured torchtitan" not in (line("megatron-moe", "h100-sxm-80gb") or "")

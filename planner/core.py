@@ -240,7 +240,7 @@ def titan_ep_problem(ep: int, tp: int, cp: int, dp: int, zero: int, dp_replicate
 
 
 def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
-                      plan: bool = False) -> tuple[str, str] | None:
+                      plan: bool = False, ep: int | None = None) -> tuple[str, str] | None:
     """(problem, fix) where torchtitan's MoE is asked of what parplan does not model for it (None where it is
     modelled): Megatron-LM's MoE recompute modules (torchtitan has none), FP8 (torchtitan's float8 converter leaves
     its grouped experts in 16 bits but for a prototype grouped GEMM, which the cost model's FP8 linears do not
@@ -260,6 +260,10 @@ def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute:
     if dispatcher not in ("alltoall", "deepep"):
         return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher} is not a torchtitan "
                 "expert_parallel_comm_backend", "use alltoall (standard) or deepep")
+    if dispatcher == "deepep" and ep == 1:  # parallelize_*: "DeepEP requires expert parallelism (ep_degree > 1)"
+        return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} deepep with {flag('--ep', 'ep')} 1: "
+                "torchtitan's DeepEP needs expert parallelism (\"DeepEP requires expert parallelism (ep_degree > 1)\")",
+                f"use an {flag('--ep', 'ep')} above 1, or alltoall")
     return None
 
 
@@ -333,7 +337,7 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
         if problem:
             return problem
     if framework == "torchtitan":
-        problem = titan_moe_problem(dispatcher, recompute, fp8, recompute_mode, plan)
+        problem = titan_moe_problem(dispatcher, recompute, fp8, recompute_mode, plan, ep)
         if problem:
             return problem
     if (tp or 1) > 1 and sp is False:
@@ -861,7 +865,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             raise PlannerError("torchtitan always runs sequence parallelism with tensor parallelism (its TP plan "
                                "shards the norms over the sequence); drop --no-sp, or use --tp 1, or --framework "
                                "megatron or fsdp for tensor parallelism without it")
-        pins = replace(pins, fsdp_native=True, ddp_one_dim=True, sp_with_tp=True, titan_expert_mesh=spec.is_moe)
+        pins = replace(pins, fsdp_native=True, ddp_one_dim=True, sp_with_tp=True, titan_expert_mesh=spec.is_moe,
+                       ep_above_one=spec.is_moe and stack.get("moe_dispatcher") == "deepep")
         if spec.is_moe and pins.ep is not None:
             # titan_ep_problem where the pins alone decide it (the search keeps only the layouts it allows)
             problem = (titan_ep_problem(1, pins.tp, 1, 1, 3) if pins.ep == 1 and pins.tp is not None else None) or \

@@ -230,13 +230,14 @@ def split_against_default(plan: Plan) -> dict | None:
 # Training field it sets: (field, value, option, frameworks that have it, what turning it on changes beyond speed).
 # The exports write each framework's own flag for it (Megatron-LM: --overlap-grad-reduce, --overlap-param-gather,
 # --tp-comm-overlap, --moe-token-dispatcher-type flex with DeepEP, --overlap-moe-expert-parallel-comm, --fp8-format
-# hybrid; torchtitan: float8 converters, training.compile; DeepSpeed: zero_optimization.overlap_comm).
+# hybrid; torchtitan: expert_parallel_comm_backend deepep, float8 converters, training.compile; DeepSpeed:
+# zero_optimization.overlap_comm).
 SWITCHES = (
     ("overlap_grad_reduce", True, "--overlap-grad-reduce", ("parplan", "megatron", "deepspeed", "torchtitan", "fsdp"),
      None),
     ("overlap_param_gather", True, "--overlap-param-gather", ("parplan", "megatron"), None),
     ("overlap_tp_comm", True, "--overlap-tp-comm", ("megatron",), None),
-    ("moe_dispatcher", "deepep", "--moe-dispatcher deepep", ("megatron",), "needs DeepEP installed"),
+    ("moe_dispatcher", "deepep", "--moe-dispatcher deepep", ("megatron", "torchtitan"), "needs DeepEP installed"),
     ("moe_a2a_overlap", True, "--moe-a2a-overlap", ("megatron",), None),
     # not parplan's runtime: its FP8 linears ran 4.6-5.4x their predicted time on an H100 (2026-12-06, docs/accuracy.md)
     ("fp8", True, "--fp8", ("megatron", "torchtitan"), "FP8 linears: changes the numerics"),

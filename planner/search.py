@@ -84,6 +84,8 @@ class Pins:
     # torchtitan's experts' mesh (core.titan_ep_problem, expert_tensor_parallel_degree 1): ep divides dp_shard x cp x
     # tp, ep > 1 only under FSDP (ZeRO-3), and tp > 1 only with ep > 1
     titan_expert_mesh: bool = False
+    # no ep 1 (torchtitan's DeepEP: "DeepEP requires expert parallelism (ep_degree > 1)")
+    ep_above_one: bool = False
 
 
 def fsdp2_offload_blockers(sp: bool, tp: int, cp: int, tied: bool, pp: int, as_flags: bool = False) -> list[str]:
@@ -494,7 +496,7 @@ def expert_parallel_rows(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Expande
         return Expanded(lay), 0
     ranks = np.asarray(lay.tp) * np.asarray(lay.cp) * np.asarray(lay.dp)
     able = ~((np.asarray(lay.tp) > 1) & (np.asarray(lay.sp) == 0))
-    eps = [pins.ep] if pins.ep is not None else divisors(m.experts)
+    eps = [pins.ep] if pins.ep is not None else [e for e in divisors(m.experts) if e > 1 or not pins.ep_above_one]
     # the candidates of each ep in turn (the same rows as taking each ep's and joining them)
     rows, ep = [], []
     # dp_replicate r > 1 (hybrid sharding, Megatron's optimizer instances) splits the expert-data-parallel group too: r

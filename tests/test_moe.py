@@ -242,6 +242,7 @@ def test_recommend_plans_a_mixture_of_experts_and_round_trips():
     (dict(framework="torchtitan", fp8=True), {}, "float8 converter leaves the grouped experts"),
     (dict(framework="torchtitan", moe_recompute="act"), {}, "which torchtitan does not have"),
     (dict(framework="torchtitan"), dict(recompute="selective-op"), "op-level save list over the MoE"),
+    (dict(framework="torchtitan", moe_dispatcher="deepep"), dict(ep=1), "DeepEP needs expert parallelism"),
     # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1/2/3 (ZeRO-3 fully or hybrid sharded), torch's
     # all-to-all (Megatron's MoE recompute modules it runs: tests/test_moe_recompute_model.py); Megatron-LM has no
     # ZeRO-2 and no ZeRO-3 with experts
@@ -721,3 +722,16 @@ def test_a_torchtitan_moe_plan_says_no_run_checks_it():
     from planner.accuracy import line
     assert "no published or measured torchtitan run with experts" in line("torchtitan-moe", "h100-sxm-80gb")
     assert "no published or measured torchtitan" not in (line("megatron-moe", "h100-sxm-80gb") or "")
+
+
+def test_torchtitan_deepep_plans_keep_expert_parallelism_and_explain_offers_it():
+    """torchtitan's DeepEP backend needs ep > 1 (Pins.ep_above_one): no ranked candidate without it; and explain tries
+    its DeepEP switch under torchtitan too (expert_parallel_comm_backend = "deepep"; offered where it shortens the step:
+    an all-to-all across nodes)."""
+    from planner.explain import _switched_plans
+    plan = recommend("mixtral-8x7b", 16, framework="torchtitan", moe_dispatcher="deepep", top_k=30, suggest=False)
+    assert all(p.parallel.ep > 1 for p in [plan] + list(plan.alternatives))
+    standard = recommend("mixtral-8x7b", 64, framework="torchtitan", pins=Pins(pp=1), top_k=1, suggest=False)
+    assert standard.parallel.ep > 1 and standard.training.moe_dispatcher == "alltoall"
+    tried = {option: other for _, _, option, _, other in _switched_plans(standard)}
+    assert tried["--moe-dispatcher deepep"].training.moe_dispatcher == "deepep"

@@ -46,10 +46,12 @@ def layer_gemms(m: ModelDims, tokens, tp, seq_split=1):
     """FLOPs of the forward GEMMs of one block on one TP rank: [(name, flops)].  Multi-head latent attention: its
     projections (params.mla_projections), the up and output ones split by heads, the two down projections whole on
     every rank (Megatron-Core's MLASelfAttention runs them duplicated), on the rank's sequence shard under sequence
-    parallelism (seq_split = tp: the latents are gathered after them) and on the whole sequence without it."""
+    parallelism (seq_split = tp: the latents are gathered after them) and on the whole sequence without it, or where
+    the block input is gathered before them (ModelDims.mla_input_gathered: torchtitan's deepseek_v3)."""
     h, qw, kvw, f = m.hidden, m.q_width, m.kv_width, m.ffn
     if m.kv_lora:
-        gemms = [(name, 2 * tokens * i * o / (seq_split if replicated else tp))
+        down_split = 1 if m.mla_input_gathered else seq_split
+        gemms = [(name, 2 * tokens * i * o / (down_split if replicated else tp))
                  for name, i, o, replicated in mla_projections(h, m.heads, m.head_dim, m.mla)]
     else:
         gemms = [

@@ -77,6 +77,12 @@ class ModelDims:
     # parallel_layers.model.MLAttention): the values zero-padded to head_dim for the fused kernel (its QK^T and values'
     # product both at head_dim: core_width) and its own saved tensors (memory.activation_bytes_per_layer)
     v_padded: bool = False
+    # multi-head latent attention as torchtitan's deepseek_v3 runs it (planner.core.model_dims: framework torchtitan;
+    # apply_non_moe_tp: the attention's input all-gathered over the sequence, Shard(1) -> Replicate, before wq_a /
+    # wkv_a, which run replicated, NoParallel): the down projections on the whole sequence on every tensor-parallel
+    # rank (compute.layer_gemms) and the block input's collective, h a token, in place of the latents'
+    # (total.block_comm); the latents are whole there either way (memory.activation_bytes_per_layer)
+    mla_input_gathered: bool = False
     # multi-token prediction (ModelSpec.mtp_layers): extra depths on the rank holding the head, each one more block
     # (an MoE block in a mixture of experts), a 2h -> h projection and the head again (model_rank_block_counts)
     mtp: int = 0

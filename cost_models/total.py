@@ -270,7 +270,7 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     tp_block = n_coll * t_ar
     tp_moved = n_coll * moved_ar
     sp_on = (np.asarray(lay.sp) > 0) & (np.asarray(tp) > 1)
-    if m.kv_lora:
+    if m.kv_lora and not m.mla_input_gathered:  # (torchtitan's gathers the block input, h: a dense block's)
         # multi-head latent attention: the collective before the attention's column-parallel layers moves the
         # latents a token (Mla.tp_input_width: the down projections run duplicated before it; without a query latent
         # h too, the query projection's input), not h alone -- forward an identity (sequence parallelism: the
@@ -292,7 +292,7 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     t_ag, moved_ag = comm.all_gather(msg, tp, tp_bw, tp_lat)
     # (multi-head latent attention's gathered latents are saved by their RMSNorms: its attention gathers nothing again,
     # but for a query projection without a latent, which reads the block input as a column-parallel layer does)
-    regathers = halves - (1 if m.kv_lora and m.q_lora else 0)
+    regathers = halves - (1 if m.kv_lora and m.q_lora and not m.mla_input_gathered else 0)
     tp_block_exposed = tp_block_exposed + np.where(
         regather, hw.exposed(regathers * t_ag, column_input_grad_time(m, lay, hw)), 0.0)
     tp_moved = tp_moved + np.where(regather, regathers * moved_ag, 0.0)

@@ -379,10 +379,33 @@ def a2a_overlap_problem(spec: ModelSpec, framework: str, pp: int | None = None, 
 
 # Frameworks multi-head latent attention (ModelSpec.kv_lora_rank) is planned for: Megatron-Core's MLASelfAttention
 # (--multi-latent-attention), whose down projections run duplicated over the tensor-parallel ranks and whose
-# latents sequence parallelism gathers (cost_models.compute.layer_gemms, total.block_comm), and parplan's runtime
+# latents sequence parallelism gathers (cost_models.compute.layer_gemms, total.block_comm), parplan's runtime
 # (parallel_layers.model.MLAttention: the same projections, the latents gathered once; parplan_mla_problem says what
-# it does not run); torchtitan's DeepSeek-V3 and DeepSpeed's are not modelled.
-MLA_FRAMEWORKS = ("megatron", "parplan")
+# it does not run), and torchtitan's deepseek_v3, whose TP plan gathers the block input and runs the down
+# projections on the whole sequence (ModelDims.mla_input_gathered; titan_mla_problem says what is not modelled);
+# DeepSpeed's is not modelled.
+MLA_FRAMEWORKS = ("megatron", "parplan", "torchtitan")
+
+
+def titan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute: bool = False,
+                      plan: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where torchtitan's multi-head latent attention (its deepseek_v3 model) is asked of what parplan
+    does not model or torchtitan 0.2.2 refuses: context parallelism (its deepseek_v3 flavors run FlexAttention, and
+    its CP "only supports SDPA attention"), FP8 (its float8 tensor-wise TP "is not tested for deepseekv3", and its
+    experts stay 16-bit) and Megatron-LM's mla_up_proj recompute module (torchtitan has none); None otherwise."""
+    flag = (lambda f, p: p) if plan else (lambda f, p: f)
+    other = "or --framework megatron"
+    if (cp or 1) > 1:
+        return (f"{flag('--cp', 'cp')} {cp} with multi-head latent attention under torchtitan: its deepseek_v3 flavors "
+                "run FlexAttention, and its context parallelism \"only supports SDPA attention\"",
+                f"use {flag('--cp', 'cp')} 1, {other}")
+    if fp8:
+        return ("fp8 with multi-head latent attention under torchtitan: its float8 tensor-wise TP \"is not tested for "
+                "deepseekv3\" and parplan does not model its FP8 there", f"drop fp8, {other}")
+    if mla_recompute:
+        return (f"{flag('--mla-recompute', 'training.mla_recompute')} is Megatron-LM's mla_up_proj recompute module, "
+                "which torchtitan does not have", f"drop it, {other}")
+    return None
 
 
 def parplan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute: bool = False,
@@ -418,13 +441,19 @@ def mla_problem(spec: ModelSpec, framework: str, plan: bool = False, mla_recompu
         return None
     if framework == "parplan":
         return parplan_mla_problem(cp, fp8, mla_recompute, plan)
+    if framework == "torchtitan" and not spec.is_moe:
+        where = "training.framework" if plan else "--framework"
+        return (f"{spec.name or 'the model'} has multi-head latent attention without experts: torchtitan builds it "
+                "in its deepseek_v3 mixture of experts only, planned so", f"set {where} megatron or parplan")
+    if framework == "torchtitan":
+        return titan_mla_problem(cp, fp8, mla_recompute, plan)
     if framework in MLA_FRAMEWORKS:
         return None
     where = "training.framework" if plan else "--framework"
-    fix = f"set {where} megatron (then `parplan export --to megatron` writes its arguments) or parplan"
+    fix = f"set {where} megatron (then `parplan export --to megatron` writes its arguments), parplan or torchtitan"
     return (f"{spec.name or 'the model'} has multi-head latent attention (kv_lora_rank {spec.kv_lora_rank}), planned "
-            f"for {' and '.join(MLA_FRAMEWORKS)} only (Megatron-Core's MLASelfAttention, parplan's runtime), not "
-            f"{framework}", fix)
+            f"for {', '.join(MLA_FRAMEWORKS)} only (Megatron-Core's MLASelfAttention, parplan's runtime, torchtitan's "
+            f"deepseek_v3), not {framework}", fix)
 
 
 # Frameworks multi-token prediction (ModelSpec.mtp_layers) is planned for: Megatron-Core's MultiTokenPredictionBlock
@@ -513,6 +542,8 @@ def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
     m = ModelDims.from_spec(spec, seq_len)
     if framework == "parplan" and m.kv_lora:  # its MLAttention pads the values to head_dim (ModelDims.v_padded)
         m = replace(m, v_padded=True)
+    if framework == "torchtitan" and m.kv_lora:  # its deepseek_v3 gathers the block input (ModelDims.mla_input_gathered)
+        m = replace(m, mla_input_gathered=True)
     return m if framework in WINDOW_FRAMEWORKS else replace(m, window=0, windowed_layers=0)
 
 
@@ -845,7 +876,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 under Megatron-LM (the others: their own)
         top = 1 if framework == "megatron" else 3
         pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= top))
-    if spec.kv_lora_rank is not None and framework == "parplan" and pins.cp is None:  # parplan_mla_problem: no cp
+    if spec.kv_lora_rank is not None and framework in ("parplan", "torchtitan") and pins.cp is None:
+        # parplan_mla_problem, titan_mla_problem: no cp
         pins = replace(pins, cp=1)
     if stack.get("moe_a2a_overlap") and pins.recompute is None:  # a2a_overlap_problem: no whole layer recomputed
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "full"))

@@ -103,10 +103,13 @@ def export_problem(plan: Plan, to: str) -> str | None:
     builder would write a model of the plan's blocks with the experts dropped or ordinary attention in place of the
     latent one."""
     megatron_core = ("megatron", "megatron-bridge")
-    if plan.model.kv_lora_rank is not None and to not in megatron_core:
+    if plan.model.kv_lora_rank is not None and to not in megatron_core + ("torchtitan", "torchtitan-0.2"):
         return (f"{plan.model.name or 'the model'} has multi-head latent attention (kv_lora_rank "
-                f"{plan.model.kv_lora_rank}), planned and exported for Megatron-LM only (--multi-latent-attention); "
-                "use --to megatron (or megatron-bridge)")
+                f"{plan.model.kv_lora_rank}), planned and exported for Megatron-LM (--multi-latent-attention) and "
+                "torchtitan (its deepseek_v3) only; use --to megatron (or megatron-bridge), or torchtitan-0.2")
+    if plan.model.kv_lora_rank is not None and not plan.model.is_moe and to.startswith("torchtitan"):
+        return (f"{plan.model.name or 'the model'} has multi-head latent attention without experts: torchtitan's "
+                "deepseek_v3 builds it as a mixture of experts only; use --to megatron")
     if plan.model.is_moe and to == "torchtitan":
         return (f"{plan.model.name or 'the model'} is a mixture of experts, and torchtitan's TOML at commit 000204a4 "
                 "(torchtitan 0.1) has no expert parallelism in its job config (its MoE models were experiments then); "
@@ -1183,12 +1186,21 @@ def _titan_ffn_args(dim: int, ffn: int) -> str:
 # presets of the same shapes: (model name, flavor) by the preset whose shape the plan's model has
 _TITAN_MOE_FLAVORS = {"qwen3-30b-a3b": ("qwen3", "30B-A3B"), "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
                       "llama4-scout": ("llama4", "17bx16e"), "llama4-maverick": ("llama4", "17bx128e"),
-                      "gpt-oss-20b": ("gpt_oss", "20b"), "gpt-oss-120b": ("gpt_oss", "120b")}
+                      "gpt-oss-20b": ("gpt_oss", "20b"), "gpt-oss-120b": ("gpt_oss", "120b"),
+                      "deepseek-v2-lite": ("deepseek_v3", "16B"), "deepseek-v2": ("deepseek_v3", "236B"),
+                      "deepseek-v3": ("deepseek_v3", "671B")}
 # torchtitan 0.2.2's train specs without a pipelining_fn (Trainer: "Pipeline Parallel is enabled but ... does not
 # support pipelining")
 _TITAN_NO_PIPELINE = ("qwen3", "gpt_oss")
 _MOE_SHAPE = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "experts", "experts_per_token",
-              "shared_expert_ffn", "first_dense_layers", "moe_layer_step", "dense_ffn_hidden", "tied_embeddings")
+              "shared_expert_ffn", "first_dense_layers", "moe_layer_step", "dense_ffn_hidden", "tied_embeddings",
+              "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim")
+# what torchtitan's deepseek_v3 flavors run beside the plan's blocks
+_TITAN_DEEPSEEK_NOTE = ("deepseek_v3: torchtitan's flavors run FlexAttention with a block-causal mask (attn_type "
+                        "\"flex\"), which the plan times as the profile's fused causal attention, and its router's "
+                        "node-limited groups (num_expert_groups), which the plan's balanced routing does not "
+                        "restrict; its TP plan gathers the block input before the replicated down projections, as "
+                        "planned (--framework torchtitan)")
 
 
 def _titan_moe_model(m) -> tuple[str, str, list[str]]:
@@ -1200,7 +1212,9 @@ def _titan_moe_model(m) -> tuple[str, str, list[str]]:
     for preset, (name, flavor) in _TITAN_MOE_FLAVORS.items():
         if tuple(getattr(load_preset(preset), k) for k in _MOE_SHAPE) == shape:
             notes = []
-            if name == "gpt_oss":
+            if name == "deepseek_v3":
+                notes.append(_TITAN_DEEPSEEK_NOTE)
+            elif name == "gpt_oss":
                 notes.append("gpt_oss: torchtitan's model is the real one (attention sinks, biases, clamped SwiGLU, "
                              "banded-window layers), which the plan counts as llama blocks over full attention: 0.03 % "
                              "more parameters than predicted, and its windowed layers attend over less")
@@ -1216,6 +1230,24 @@ def _titan_moe_model(m) -> tuple[str, str, list[str]]:
     head_dim = m.head_dim or m.hidden // m.heads
     shared = m.shared_expert_ffn or 0
     n_shared = shared // m.ffn_hidden if shared % m.ffn_hidden == 0 else None
+    if m.kv_lora_rank is not None:  # torchtitan's deepseek_v3 (DeepSeekV3ModelArgs): leading dense blocks only
+        rope = m.qk_rope_head_dim
+        notes = [f"torchtitan picks the model by name and flavor and has no built-in flavor of this shape: register "
+                 f"{flavor!r} in deepseekv3_args (torchtitan/models/deepseek_v3/__init__.py) as DeepSeekV3ModelArgs("
+                 f"vocab_size={m.vocab}, dim={m.hidden}, inter_dim={m.dense_ffn_hidden or m.ffn_hidden}, "
+                 f"moe_inter_dim={m.ffn_hidden}, n_layers={m.layers}, n_dense_layers={m.first_dense_layers or 0}, "
+                 f"n_heads={m.heads}, moe_args=MoEArgs(num_experts={m.experts}, num_shared_experts={n_shared or 0}, "
+                 f"top_k={m.experts_per_token}, score_func=\"softmax\", route_norm=False, score_before_experts=False), "
+                 f"q_lora_rank={m.q_lora_rank or 0}, kv_lora_rank={m.kv_lora_rank}, qk_nope_head_dim={head_dim - rope}, "
+                 f"qk_rope_head_dim={rope}, v_head_dim={m.v_head_dim})", _TITAN_DEEPSEEK_NOTE]
+        if shared and n_shared is None:
+            notes.append(f"shared_expert_ffn {shared}: torchtitan's shared experts are num_shared_experts x "
+                         f"moe_inter_dim ({m.ffn_hidden}) wide, and {shared} is not a multiple of it; the model differs "
+                         "from the plan's")
+        if m.moe_layer_step:
+            notes.append("moe_layer_step: torchtitan's deepseek_v3 has leading dense blocks only (n_dense_layers), "
+                         "not dense blocks between the MoE ones: the model differs from the plan's")
+        return "deepseek_v3", flavor, notes
     qwen3 = _qwen_family(m) == "Qwen3"  # (Qwen3's q/k norms: qk_norm; other families' attention has none)
     notes = [f"torchtitan picks the model by name and flavor and has no built-in flavor of this shape: register "
              f"{flavor!r} in qwen3_args (torchtitan/models/qwen3/__init__.py) as Qwen3ModelArgs(dim={m.hidden}, "

@@ -306,3 +306,40 @@ def test_nothing_fits_suggests_the_up_projections_recompute_first():
     with pytest.raises(NothingFits) as e:
         recommend("llama3-70b", 8, framework="megatron", pins=Pins(tp=1, pp=1, offload="none"), top_k=1)
     assert "--mla-recompute" not in str(e.value) and "--offload optimizer fits" in str(e.value)
+
+
+def test_torchtitan_plans_deepseek_as_its_deepseek_v3_runs_it():
+    """torchtitan's deepseek_v3 TP plan (apply_non_moe_tp; its placements read in benchmarks/results/
+    2026-12-07-export-parse-moe: wkv_a and wq_a Replicate over tp, wkv_b, wq_b and wq Shard(0), wo Shard(1)) gathers
+    the block input and runs the down projections on the whole sequence (ModelDims.mla_input_gathered): under tp 2 with
+    SP their FLOPs are twice Megatron-Core's (which runs them on the rank's sequence shard and gathers the latents), the
+    split projections' the same; the collective before the attention moves h a token, as a dense block's."""
+    from cost_models.compute import layer_gemms
+    from planner.core import model_dims
+    from planner.models import load_preset
+    from planner.search import Pins
+    spec = load_preset("deepseek-v2-lite")
+    mt, mm = model_dims(spec, 4096, "torchtitan"), model_dims(spec, 4096, "megatron")
+    assert mt.mla_input_gathered and not mm.mla_input_gathered
+    gt, gm = dict(layer_gemms(mt, 4096, 2, 2)), dict(layer_gemms(mm, 4096, 2, 2))
+    assert gt["kv_down"] == pytest.approx(2 * gm["kv_down"]) and gt["kv_up"] == gm["kv_up"] and gt["q"] == gm["q"]
+    plan = recommend("deepseek-v2-lite", 16, framework="torchtitan", pins=Pins(tp=2, pp=1), top_k=1, suggest=False)
+    assert plan.prediction.fits and plan.parallel.ep > 1 and plan.parallel.cp == 1
+    for kw, match in ((dict(pins=Pins(cp=2)), "only supports SDPA attention"), (dict(mla_recompute=True),
+                      "mla_up_proj recompute module"), (dict(fp8=True), "fp8")):
+        with pytest.raises(PlannerError, match=match):
+            recommend("deepseek-v2-lite", 16, framework="torchtitan", top_k=1, suggest=False, **kw)
+
+
+def test_torchtitan_exports_deepseek_flavors_and_registers_others():
+    import tomllib
+    from planner.export import export_notes, export_plan
+    from planner.search import Pins
+    plan = recommend("deepseek-v2-lite", 16, framework="torchtitan", pins=Pins(pp=1), top_k=1, suggest=False)
+    cfg = tomllib.loads(export_plan(plan, "torchtitan-0.2"))
+    assert cfg["model"] == {"name": "deepseek_v3", "flavor": "16B"}
+    assert any("FlexAttention" in n for n in export_notes(plan, "torchtitan-0.2"))
+    kimi = recommend("kimi-k2", 1024, framework="torchtitan", pins=Pins(pp=1), top_k=1, suggest=False)
+    note = next(n for n in export_notes(kimi, "torchtitan-0.2") if "register 'kimi-k2'" in n)
+    assert "DeepSeekV3ModelArgs(" in note and "num_experts=384" in note and "n_dense_layers=1" in note
+    assert "q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64" in note

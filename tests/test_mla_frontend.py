@@ -313,19 +313,33 @@ def test_megatron_export_of_a_latent_shape_whose_heads_do_not_divide_hidden():
     assert a["--kv-channels"] == "64" and a["--qk-head-dim"] == "64" and "--num-experts" not in a
 
 
-@pytest.mark.parametrize("to", ["torchtitan", "torchtitan-0.2", "deepspeed", "llm-foundry"])
+@pytest.mark.parametrize("to", ["deepspeed", "llm-foundry"])
 def test_other_exports_refuse_latent_attention_in_one_line(to, tmp_path):
     """Every other builder writes ordinary attention: an MLA plan, MoE or dense, is refused with the fix."""
     for plan in (mla_plan(), mla_plan().model_copy(update={"model": model_from_flags(
             "llama", 4, 1024, 8, head_dim=192, kv_lora_rank=256, qk_rope_head_dim=64, v_head_dim=128)})):
         with pytest.raises(ValueError, match=r"has multi-head latent attention \(kv_lora_rank \d+\), planned and "
-                                             r"exported for Megatron-LM only \(--multi-latent-attention\); use --to "
-                                             "megatron"):
+                                             r"exported for Megatron-LM \(--multi-latent-attention\) and torchtitan "
+                                             r"\(its deepseek_v3\) only; use --to megatron"):
             export_plan(plan, to)
     path = tmp_path / "plan.json"
     path.write_text(mla_plan().model_dump_json())
     rc, out, err = _run(["export", str(path), "--to", to])
     assert rc == 2 and out == "" and err.count("\n") == 1 and "multi-head latent attention" in err
+
+
+def test_torchtitan_exports_latent_attention_with_experts_only():
+    """torchtitan builds latent attention into its deepseek_v3 mixture of experts (--to torchtitan-0.2); a dense MLA
+    model and torchtitan 0.1's keys (no expert parallelism) are refused with the fix."""
+    dense = mla_plan().model_copy(update={"model": model_from_flags(
+        "llama", 4, 1024, 8, head_dim=192, kv_lora_rank=256, qk_rope_head_dim=64, v_head_dim=128)})
+    for to in ("torchtitan", "torchtitan-0.2"):
+        with pytest.raises(ValueError, match="without experts: torchtitan's deepseek_v3 builds it as a mixture of "
+                                             "experts only; use --to megatron"):
+            export_plan(dense, to)
+    with pytest.raises(ValueError, match="use --to torchtitan-0.2"):
+        export_plan(mla_plan(), "torchtitan")
+    assert 'name = "deepseek_v3"' in export_plan(mla_plan(), "torchtitan-0.2")
 
 
 def test_a_recommended_mla_plan_exports_and_round_trips(tmp_path):

@@ -19,6 +19,7 @@ from torchtitan.distributed import ParallelDims
 import torchtitan.distributed.parallel_dims as _pdm
 from torchtitan.models.moe import MoEArgs
 from torchtitan.models.qwen3 import Qwen3ModelArgs
+from torchtitan.models.deepseek_v3 import DeepSeekV3ModelArgs
 from torchtitan.protocols.train_spec import get_train_spec
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -29,12 +30,14 @@ logging.disable(logging.WARNING)
 
 
 def register_flavor(cfgs, notes):
-    """A custom flavor from the export's note: "register 'NAME' in qwen3_args (...) as Qwen3ModelArgs(...)"."""
-    n = [x for x in notes if "register '" in x and "Qwen3ModelArgs(" in x]
+    """A custom flavor from the export's note: "register 'NAME' in qwen3_args (...) as Qwen3ModelArgs(...)" (or
+    deepseekv3_args ... DeepSeekV3ModelArgs(...))."""
+    n = [x for x in notes if "register '" in x and ("Qwen3ModelArgs(" in x or "DeepSeekV3ModelArgs(" in x)]
     if not n:
         return None
     flavor = re.search(r"register '([^']+)'", n[0]).group(1)
-    expr = n[0][n[0].index("Qwen3ModelArgs("):]
+    cls = "Qwen3ModelArgs(" if "Qwen3ModelArgs(" in n[0] else "DeepSeekV3ModelArgs("
+    expr = n[0][n[0].index(cls):]
     depth, end = 0, 0
     for i, c in enumerate(expr):
         depth += c == "("
@@ -42,8 +45,8 @@ def register_flavor(cfgs, notes):
         if depth == 0 and c == ")":
             end = i + 1
             break
-    cfgs[flavor] = eval(expr[:end], {"Qwen3ModelArgs": Qwen3ModelArgs, "MoEArgs": MoEArgs, "True": True,
-                                     "False": False})
+    cfgs[flavor] = eval(expr[:end], {"Qwen3ModelArgs": Qwen3ModelArgs, "DeepSeekV3ModelArgs": DeepSeekV3ModelArgs,
+                                     "MoEArgs": MoEArgs, "True": True, "False": False})
     return flavor
 
 
@@ -121,6 +124,11 @@ def check(path):
                        f"{w1.device_mesh.mesh_dim_names} {tuple(w1.device_mesh.shape)}, {local:,} elements a rank "
                        f"(plan: experts x 3 x hidden x ffn / ep {ep} / {shards} shards = {want:,.0f}, "
                        f"{100 * (local / want - 1):+.2f} %)")
+            attn = block.attention
+            if hasattr(attn, "wkv_a"):  # latent attention: the down projection's and the up projection's placements
+                out.append("  latent attention's weights: " + ", ".join(
+                    f"{n} {tuple(getattr(attn, n).weight.placements)} over {getattr(attn, n).weight.device_mesh.mesh_dim_names}"
+                    for n in ("wkv_a", "wkv_b", "wo") + (("wq_a", "wq_b") if hasattr(attn, "wq_a") else ("wq",))))
         except BaseException as e:
             out.append(f"parallelize_fn FAIL {type(e).__name__}: {str(e)[:600]}")
     if pd.pp_enabled and spec.pipelining_fn is None:

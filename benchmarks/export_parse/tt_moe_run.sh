@@ -11,8 +11,8 @@ set -u
 W=${EXPORT_PARSE_DIR:-/tmp/parplan-export-parse-moe}; export EXPORT_PARSE_DIR=$W
 R=${1:?give the results folder}; mkdir -p "$R" "$W/plans" "$W/exports"
 P=$W/venv/bin/python
-# nine plans under --framework torchtitan: built-in flavors (qwen3, llama4, gpt_oss) and a registered one (Mixtral),
-# pipelines, hybrid sharding, ep above and below tp, DeepEP
+# thirteen plans under --framework torchtitan: built-in flavors (qwen3, llama4, gpt_oss, deepseek_v3) and registered
+# ones (Mixtral, Kimi K2), pipelines, hybrid sharding, ep above and below tp, DeepEP, latent attention
 mk() { name=$1; shift; $P -m planner.cli recommend "$@" --framework torchtitan --json > "$W/plans/$name.json" 2> "$W/plans/$name.err"; echo "$name rc=$?"; }
 mk m1_qwen3_30b_16          -m qwen3-30b-a3b --gpus 16
 mk m2_qwen3_235b_256        -m qwen3-235b-a22b --gpus 256 --pp 1
@@ -23,6 +23,11 @@ mk m6_gptoss_120b_64        -m gpt-oss-120b --gpus 64 --pp 1
 mk m7_llama4_maverick_128   -m llama4-maverick --gpus 128
 mk m8_mixtral_16_tp2_deepep -m mixtral-8x7b --gpus 16 --tp 2 --ep 4 --pp 1 --moe-dispatcher deepep
 mk m9_qwen3_30b_tp4_ep2     -m qwen3-30b-a3b --gpus 32 --tp 4 --ep 2 --pp 1 --seq-len 8192
+# multi-head latent attention: torchtitan's deepseek_v3 flavors (16B, 671B) and a registered one (Kimi K2)
+mk m10_dsv2_lite_16_tp2     -m deepseek-v2-lite --gpus 16 --pp 1 --tp 2
+mk m11_dsv3_1024            -m deepseek-v3 --gpus 1024 --pp 1
+mk m12_kimi_k2_1024         -m kimi-k2 --gpus 1024 --pp 1
+mk m13_dsv3_1024_pp         -m deepseek-v3 --gpus 1024
 for f in "$W"/plans/*.json; do n=$(basename "$f" .json)
   $P -m planner.cli export "$f" --to torchtitan-0.2 > "$W/exports/$n.torchtitan.toml" 2> "$W/exports/$n.torchtitan.err"
   echo "$n export rc=$?"

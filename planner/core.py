@@ -257,9 +257,7 @@ def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute:
         return ("recompute selective-op with a mixture of experts under torchtitan: its op-level save list over the "
                 "MoE layer's ops (the grouped GEMMs, the all-to-alls) is not modelled",
                 "use recompute selective, full or none")
-    if dispatcher not in ("alltoall", "deepep"):
-        return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} {dispatcher} is not a torchtitan "
-                "expert_parallel_comm_backend", "use alltoall (standard) or deepep")
+    # (both dispatchers are torchtitan's: expert_parallel_comm_backend "standard", torch's all-to-all, or "deepep")
     if dispatcher == "deepep" and ep == 1:  # parallelize_*: "DeepEP requires expert parallelism (ep_degree > 1)"
         return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} deepep with {flag('--ep', 'ep')} 1: "
                 "torchtitan's DeepEP needs expert parallelism (\"DeepEP requires expert parallelism (ep_degree > 1)\")",

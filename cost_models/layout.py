@@ -83,6 +83,9 @@ class ModelDims:
     # rank (compute.layer_gemms) and the block input's collective, h a token, in place of the latents'
     # (total.block_comm); the latents are whole there either way (memory.activation_bytes_per_layer)
     mla_input_gathered: bool = False
+    # a mixture of experts' layer as torchtitan's runs it (planner.core.model_dims: framework torchtitan;
+    # torchtitan/models/moe/moe.py, 0.2.2): its own saved tensors (moe.titan_saved_bytes) in place of Megatron-Core's
+    titan_moe: bool = False
     # multi-token prediction (ModelSpec.mtp_layers): extra depths on the rank holding the head, each one more block
     # (an MoE block in a mixture of experts), a 2h -> h projection and the head again (model_rank_block_counts)
     mtp: int = 0

@@ -192,8 +192,9 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         elems = elems + norms + silu + np.where(lay.recompute == REC_SELECTIVE, 0.0, attn)
     per_token = np.where(lay.recompute == REC_FULL, full, np.where(lay.recompute == REC_SELECTIVE_OP, op, elems))
     if m.moe:  # the MoE layer's own saved tensors, on the rank's routed tokens (moe.saved_bytes_per_token)
-        per_token = per_token + np.where(lay.recompute == REC_FULL, 0.0, moe.routed_tokens(m, lay) / T
-                                         * moe.saved_bytes_per_token(m, act_bytes, fp8 == "te"))
+        own = (moe.titan_saved_bytes(m, lay, act_bytes, eager) / T if m.titan_moe  # torchtitan's layer
+               else moe.routed_tokens(m, lay) / T * moe.saved_bytes_per_token(m, act_bytes, fp8 == "te"))
+        per_token = per_token + np.where(lay.recompute == REC_FULL, 0.0, own)
     return T * per_token
 
 

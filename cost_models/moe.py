@@ -77,6 +77,40 @@ def saved_bytes_per_token(m, act_bytes: int, fp8: bool = False) -> float:
     return k * m.hidden * (1 if fp8 else act_bytes) + 4 * k + 2 * 4 * m.experts
 
 
+# torchtitan pads each expert's token group to a multiple of this many rows for its grouped GEMM
+# (torchtitan/models/moe/utils.py TOKEN_GROUP_ALIGN_SIZE_M, 8 for bf16: 16-byte alignment)
+TITAN_ALIGN_ROWS = 8
+
+
+def titan_saved_bytes(m, lay, act_bytes: int, eager: bool):
+    """What torchtitan's MoE layer (torchtitan/models/moe/moe.py, 0.2.2: TokenChoiceTopKRouter, TokenReorderer,
+    GroupedExperts over torch._grouped_mm) saves for its backward per micro-batch, beyond the experts' dense-MLP-of-
+    width-k-x-expert_ffn tensors memory.activation_bytes_per_layer counts (in place of saved_bytes_per_token's
+    Megatron-Core layer).  Its router and its combine run on every token of the micro-batch, T (under tp its input is
+    gathered over the sequence: TrainingConsts.moe_input_gathered); the reorderer hands the rank t = T / tp of them
+    to dispatch (ReordererSequenceParallel), t k rows received under balanced routing:
+      - the router: its fp32 scores (E), int64 top-k indices (k), fp32 top scores (k) and route sums, a token of T;
+      - the reorderer's int64 sort and gather indices (2 k), the permutation's int32 indices over the padded rows;
+      - the dispatched tokens (k h, the first grouped GEMM's input) over rows padded by TITAN_ALIGN_ROWS per local
+        expert, and the experts' four k x expert_ffn tensors on the padded rows (w1's and w3's outputs, the silu
+        output, w2's input: its experts run eagerly even under training.compile, whose apply_compile skips them, so
+        the silu output the compiled count leaves out is added where not `eager`);
+      - the combine: torch.bmm of the top scores with the unsorted routed outputs upcast to fp32, saved, k h x 4
+        bytes a token of T (zeros for the tokens other tp ranks dispatched: the output is a partial sum), MoE.forward
+        itself uncompiled.
+    Measured against torchtitan 0.2.2's own MoE module on CPU: benchmarks/titan_moe_saved."""
+    T = lay.mbs * m.seq_len / lay.cp
+    t = routed_tokens(m, lay)
+    k, h, E, f = m.top_k, m.hidden, m.experts, m.expert_ffn
+    rows = t * k
+    pad = np.ceil((rows + local_experts(m, lay) * TITAN_ALIGN_ROWS) / TITAN_ALIGN_ROWS) * TITAN_ALIGN_ROWS - rows
+    router = T * (4 * E + 12 * k + 4)
+    indices = rows * 16 + (rows + pad) * 4
+    experts = (rows + pad) * h * act_bytes + pad * 4 * f * act_bytes + (0.0 if eager else rows * f * act_bytes)
+    combine = T * k * (4 * h + 4)
+    return router + indices + experts + combine
+
+
 def elementwise_time(m, lay, hw, act_bytes: int):
     """(forward, backward) seconds of the MoE layer's memory-bound passes a block and micro-batch: the permutation by
     expert (read T h, write k T h) and the unpermute's sum (read k T h, write T h), each again in the backward, and

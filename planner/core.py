@@ -542,6 +542,8 @@ def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
         m = replace(m, v_padded=True)
     if framework == "torchtitan" and m.kv_lora:  # its deepseek_v3 gathers the block input (ModelDims.mla_input_gathered)
         m = replace(m, mla_input_gathered=True)
+    if framework == "torchtitan" and m.moe:  # its MoE layer saves its own tensors (ModelDims.titan_moe)
+        m = replace(m, titan_moe=True)
     return m if framework in WINDOW_FRAMEWORKS else replace(m, window=0, windowed_layers=0)
 
 

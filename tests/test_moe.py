@@ -735,3 +735,29 @@ def test_torchtitan_deepep_plans_keep_expert_parallelism_and_explain_offers_it()
     assert standard.parallel.ep > 1 and standard.training.moe_dispatcher == "alltoall"
     tried = {option: other for _, _, option, _, other in _switched_plans(standard)}
     assert tried["--moe-dispatcher deepep"].training.moe_dispatcher == "deepep"
+
+
+def test_torchtitans_moe_layer_saves_what_the_model_counts():
+    """torchtitan 0.2.2's own MoE module (router, reorderer, grouped-GEMM experts, the bmm combine over an fp32 upcast)
+    measured on CPU (benchmarks/titan_moe_saved/measure.py, results/2026-12-07-titan-moe-saved: saved tensors by
+    storage, five shapes): the model (moe.titan_saved_bytes, the router's input and the experts' four k x expert_ffn
+    tensors) within 0.2 % of each, where Megatron-Core's layer, counted for torchtitan until then, read 20-47 % low."""
+    import re
+    from pathlib import Path
+    from cost_models import moe
+    from planner.core import model_dims
+    text = (Path(__file__).parent.parent / "benchmarks/results/2026-12-07-titan-moe-saved/cpu-bf16.txt").read_text()
+    rows = re.findall(r"hidden (\d+) expert_ffn (\d+) experts (\d+) top (\d+) (\w+) route_norm (\w+) b (\d+) s (\d+): "
+                      r"measured ([\d,]+) B", text)
+    assert len(rows) == 5
+    for dim, inter, e, k, _, norm, b, s, got in rows:
+        dim, inter, e, k, b, s, got = (int(x.replace(",", "")) for x in (dim, inter, e, k, b, s, got))
+        spec = ModelSpec(arch="llama", layers=1, hidden=dim, heads=4, kv_heads=4, ffn_hidden=inter, vocab=100,
+                         experts=e, experts_per_token=k)
+        m = model_dims(spec, s, "torchtitan")
+        assert m.titan_moe and not model_dims(spec, s, "megatron").titan_moe
+        lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=0, sp=0, schedule=1, offload=0)
+        T = b * s
+        want = T * dim * 2 + T * 4 * m.ffn * 2 + float(moe.titan_saved_bytes(m, lay, 2, eager=True))
+        assert want == pytest.approx(got, rel=0.002), (dim, e, k)
+        assert T * dim * 2 + T * 4 * m.ffn * 2 + T * moe.saved_bytes_per_token(m, 2) < 0.85 * got

@@ -82,6 +82,13 @@ def saved_bytes_per_token(m, act_bytes: int, fp8: bool = False) -> float:
 TITAN_ALIGN_ROWS = 8
 
 
+def titan_padded_rows(m, lay):
+    """The rows torchtitan's grouped GEMM runs a block and micro-batch: the t k dispatched, padded by
+    TITAN_ALIGN_ROWS a local expert and rounded up to it (its _permute's padded_max_len)."""
+    rows = routed_tokens(m, lay) * m.top_k
+    return np.ceil((rows + local_experts(m, lay) * TITAN_ALIGN_ROWS) / TITAN_ALIGN_ROWS) * TITAN_ALIGN_ROWS
+
+
 def titan_saved_bytes(m, lay, act_bytes: int, eager: bool):
     """What torchtitan's MoE layer (torchtitan/models/moe/moe.py, 0.2.2: TokenChoiceTopKRouter, TokenReorderer,
     GroupedExperts over torch._grouped_mm) saves for its backward per micro-batch, beyond the experts' dense-MLP-of-
@@ -103,7 +110,7 @@ def titan_saved_bytes(m, lay, act_bytes: int, eager: bool):
     t = routed_tokens(m, lay)
     k, h, E, f = m.top_k, m.hidden, m.experts, m.expert_ffn
     rows = t * k
-    pad = np.ceil((rows + local_experts(m, lay) * TITAN_ALIGN_ROWS) / TITAN_ALIGN_ROWS) * TITAN_ALIGN_ROWS - rows
+    pad = titan_padded_rows(m, lay) - rows
     router = T * (4 * E + 12 * k + 4)
     indices = rows * 16 + (rows + pad) * 4
     experts = (rows + pad) * h * act_bytes + pad * 4 * f * act_bytes + (0.0 if eager else rows * f * act_bytes)
@@ -118,12 +125,39 @@ def elementwise_time(m, lay, hw, act_bytes: int):
     T x E scores (read and write, about twice in the backward)."""
     if not m.moe:
         return 0.0, 0.0
+    if m.titan_moe:
+        return titan_elementwise_time(m, lay, hw, act_bytes)
     t = routed_tokens(m, lay)
     k, h, E = m.top_k, m.hidden, m.experts
     perm = t * 2 * (1 + k) * h * act_bytes / hw.hbm_bytes_per_s
     router_gemm = 2 * t * h * E / (hw.peak_flops * hw.matmul_efficiency(2 * t * h * E))
     scores = t * E * 4 * 2 / hw.hbm_bytes_per_s
     return perm + router_gemm + scores, perm + 2 * router_gemm + 2 * scores
+
+
+def titan_elementwise_time(m, lay, hw, act_bytes: int):
+    """(forward, backward) seconds of torchtitan's MoE layer's memory-bound passes a block and micro-batch
+    (torchtitan/models/moe/moe.py and utils.py, 0.2.2; uncompiled under training.compile too), bytes counted op by
+    op (a: act_bytes; R = t k rows dispatched, P those padded, titan_saved_bytes; T k h the combine's rows, every
+    token of the micro-batch): the router as elementwise_time's, on T; forward the token gather x[idx] (2 R h a),
+    _permute's vstack copy (2 R h a) and padded gather ((R + P) h a), _unpermute's index_put ((P + R) h a), the zeros
+    of the unsorted outputs (T k h a) and their index_put (2 R h a), the fp32 upcast (T k h (a + 4)), the bmm's read
+    of it with its output (T k h 4 + T h 4) and the cast back (T h (4 + a)); backward the same tensors' gradients:
+    the bmm's two (T k h 4 written, T k h 4 + T h 4 read, twice), the upcast's (T k h (4 + a)), the gathers' and
+    index_puts' scatters and zeros (about 9 R h a + 2 P h a + T h a), the casts' (T h (4 + a)).  A count from the op
+    sequence, not measured on a GPU."""
+    T = lay.mbs * m.seq_len / lay.cp
+    t = routed_tokens(m, lay)
+    k, h, E, a = m.top_k, m.hidden, m.experts, act_bytes
+    R = t * k
+    P = titan_padded_rows(m, lay)
+    Tk = T * k
+    fwd_bytes = h * a * (8 * R + 2 * P) + Tk * h * (2 * a + 8) + T * h * (8 + a)
+    bwd_bytes = h * a * (9 * R + 2 * P + T) + Tk * h * (12 + a) + T * h * (12 + 2 * a)
+    router_gemm = 2 * T * h * E / (hw.peak_flops * hw.matmul_efficiency(2 * T * h * E))
+    scores = T * E * 4 * 2 / hw.hbm_bytes_per_s
+    return (fwd_bytes / hw.hbm_bytes_per_s + router_gemm + scores,
+            bwd_bytes / hw.hbm_bytes_per_s + 2 * router_gemm + 2 * scores)
 
 
 def remote_nodes_per_token(m, ep, local):

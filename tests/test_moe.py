@@ -761,3 +761,24 @@ def test_torchtitans_moe_layer_saves_what_the_model_counts():
         want = T * dim * 2 + T * 4 * m.ffn * 2 + float(moe.titan_saved_bytes(m, lay, 2, eager=True))
         assert want == pytest.approx(got, rel=0.002), (dim, e, k)
         assert T * dim * 2 + T * 4 * m.ffn * 2 + T * moe.saved_bytes_per_token(m, 2) < 0.85 * got
+
+
+def test_torchtitans_moe_passes_run_on_every_token_of_the_micro_batch():
+    """moe.titan_elementwise_time: torchtitan's MoE layer's memory-bound passes (the index gathers and puts, the zeros
+    of the unsorted outputs, the combine's fp32 upcast and bmm) come to several times Megatron-Core's permutation for
+    the same routed tokens, and its combine runs over every token of the (gathered) micro-batch: under tp 2 with SP
+    the rank's passes shrink by much less than half, where Megatron's halve with its sequence shard."""
+    import hardware_profiles
+    from cost_models import moe
+    from cost_models.hardware import constants_from_profile
+    from planner.core import model_dims
+    spec = load_preset("qwen3-235b-a22b")
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    mt, mm = model_dims(spec, 4096, "torchtitan"), model_dims(spec, 4096, "megatron")
+
+    def lay(tp):
+        return Layout(gpus=8, tp=tp, pp=1, dp=8 // tp, cp=1, vpp=1, mbs=1, zero=3, recompute=0, sp=int(tp > 1),
+                      schedule=1, offload=0, ep=8)
+    t1, t2 = (moe.elementwise_time(mt, lay(tp), hw, 2)[0] for tp in (1, 2))
+    m1, m2 = (moe.elementwise_time(mm, lay(tp), hw, 2)[0] for tp in (1, 2))
+    assert t1 > 4 * m1 and m2 < 0.55 * m1 and t2 > 0.7 * t1

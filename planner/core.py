@@ -253,10 +253,12 @@ def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute:
     if fp8:
         return ("fp8 with a mixture of experts under torchtitan: its float8 converter leaves the grouped experts in "
                 "16 bits (but for a prototype FP8 grouped GEMM), which parplan does not model", f"drop fp8, {other}")
-    if recompute == "selective-op":
-        return ("recompute selective-op with a mixture of experts under torchtitan: its op-level save list over the "
-                "MoE layer's ops (the grouped GEMMs, the all-to-alls) is not modelled",
-                "use recompute selective, full or none")
+    if recompute in ("selective", "selective-op"):
+        # (selective is exported to torchtitan as its op-level policy too: export._torchtitan)
+        return (f"recompute {recompute} with a mixture of experts under torchtitan: torchtitan's selective "
+                "checkpointing is its op-level save list, which over the MoE layer (its grouped GEMMs recomputed, "
+                "the router's forced to, the all-to-alls kept by some models and not by qwen3) is not modelled",
+                "use recompute full or none")
     # (both dispatchers are torchtitan's: expert_parallel_comm_backend "standard", torch's all-to-all, or "deepep")
     if dispatcher == "deepep" and ep == 1:  # parallelize_*: "DeepEP requires expert parallelism (ep_degree > 1)"
         return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} deepep with {flag('--ep', 'ep')} 1: "
@@ -882,8 +884,9 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if stack.get("moe_a2a_overlap") and pins.recompute is None:  # a2a_overlap_problem: no whole layer recomputed
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "full"))
     if spec.is_moe and framework in ("parplan", "torchtitan") and pins.recompute is None:
-        # parplan_moe_problem, titan_moe_problem: no selective-op
-        pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "selective-op"))
+        # parplan_moe_problem: no selective-op; titan_moe_problem: neither selective mode
+        left_out = ("selective-op", "selective") if framework == "torchtitan" else ("selective-op",)
+        pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r not in left_out))
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
         if pins.zero == 0 and (pins.dp or 1) > 1 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):
             raise PlannerError("torchtitan runs DDP (--zero 0 over dp > 1) only without tp, pp or cp (\"DDP has not "

@@ -241,7 +241,8 @@ def test_recommend_plans_a_mixture_of_experts_and_round_trips():
     (dict(framework="torchtitan"), dict(zero=0, ep=2), "FSDP-wrapped whenever ep > 1"),
     (dict(framework="torchtitan", fp8=True), {}, "float8 converter leaves the grouped experts"),
     (dict(framework="torchtitan", moe_recompute="act"), {}, "which torchtitan does not have"),
-    (dict(framework="torchtitan"), dict(recompute="selective-op"), "op-level save list over the MoE"),
+    (dict(framework="torchtitan"), dict(recompute="selective-op"), "op-level save list, which over the MoE"),
+    (dict(framework="torchtitan"), dict(recompute="selective"), "op-level save list, which over the MoE"),
     (dict(framework="torchtitan", moe_dispatcher="deepep"), dict(ep=1), "DeepEP needs expert parallelism"),
     # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1/2/3 (ZeRO-3 fully or hybrid sharded), torch's
     # all-to-all (Megatron's MoE recompute modules it runs: tests/test_moe_recompute_model.py); Megatron-LM has no

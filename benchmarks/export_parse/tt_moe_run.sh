@@ -14,7 +14,7 @@ P=$W/venv/bin/python
 # thirteen plans under --framework torchtitan: built-in flavors (qwen3, llama4, gpt_oss, deepseek_v3) and registered
 # ones (Mixtral, Kimi K2), pipelines, hybrid sharding, ep above and below tp, DeepEP, latent attention
 mk() { name=$1; shift; $P -m planner.cli recommend "$@" --framework torchtitan --json > "$W/plans/$name.json" 2> "$W/plans/$name.err"; echo "$name rc=$?"; }
-mk m1_qwen3_30b_16          -m qwen3-30b-a3b --gpus 16
+mk m1_qwen3_30b_16_pp2      -m qwen3-30b-a3b --gpus 16 --pp 2
 mk m2_qwen3_235b_256        -m qwen3-235b-a22b --gpus 256 --pp 1
 mk m3_llama4_scout_64       -m llama4-scout --gpus 64
 mk m4_mixtral_64_pp1        -m mixtral-8x7b --gpus 64 --pp 1

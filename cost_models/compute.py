@@ -264,7 +264,8 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
     else:
         norm = (28 + 5 * a) if llama else 2 * a
         outside = 2 * (norm + 3 * a) * m.hidden / seq_split
-        gqa = a * 2 * (m.kv_width + m.q_width) if (llama and m.kv_heads < m.heads) else 0.0
+        # (torchtitan's MoE models, 0.2 and later only, pass SDPA enable_gqa: no repeat_kv; ModelDims.titan_moe)
+        gqa = a * 2 * (m.kv_width + m.q_width) if (llama and m.kv_heads < m.heads and not m.titan_moe) else 0.0
         attn = ((16 + 2 * a) * (m.q_width + m.kv_width) if llama else 0.0) + gqa
         act_elems = (5 if llama else 2) * a * m.ffn / lay.tp
         inside = attn / lay.tp + act_elems

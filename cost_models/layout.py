@@ -84,7 +84,10 @@ class ModelDims:
     # (total.block_comm); the latents are whole there either way (memory.activation_bytes_per_layer)
     mla_input_gathered: bool = False
     # a mixture of experts' layer as torchtitan's runs it (planner.core.model_dims: framework torchtitan;
-    # torchtitan/models/moe/moe.py, 0.2.2): its own saved tensors (moe.titan_saved_bytes) in place of Megatron-Core's
+    # torchtitan/models/moe/moe.py, 0.2.2): its own saved tensors (moe.titan_saved_bytes) and memory-bound passes
+    # (moe.titan_elementwise_time) in place of Megatron-Core's; and its models' attention, which from 0.2 (the first
+    # torchtitan with expert parallelism) passes SDPA enable_gqa where 0.1's llama repeated K and V to the query heads
+    # (the eager terms of memory.activation_bytes_per_layer and compute.layer_elementwise_time)
     titan_moe: bool = False
     # multi-token prediction (ModelSpec.mtp_layers): extra depths on the rank holding the head, each one more block
     # (an MoE block in a mixture of experts), a 2h -> h projection and the head again (model_rank_block_counts)

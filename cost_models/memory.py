@@ -188,7 +188,8 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         seq_split = np.where(lay.sp > 0, tp, 1)
         norms = 2 * 4 * m.hidden / seq_split
         silu = m.ffn / tp * act_bytes
-        attn = 2 * (m.q_width - m.kv_width) * act_bytes / tp
+        # (torchtitan's MoE models, 0.2 and later only, pass SDPA enable_gqa and repeat nothing: ModelDims.titan_moe)
+        attn = 0.0 if m.titan_moe else 2 * (m.q_width - m.kv_width) * act_bytes / tp
         elems = elems + norms + silu + np.where(lay.recompute == REC_SELECTIVE, 0.0, attn)
     per_token = np.where(lay.recompute == REC_FULL, full, np.where(lay.recompute == REC_SELECTIVE_OP, op, elems))
     if m.moe:  # the MoE layer's own saved tensors, on the rank's routed tokens (moe.saved_bytes_per_token)

@@ -81,3 +81,16 @@ for dim, inter, e, k, b, s, func, norm in ((256, 128, 8, 2, 2, 128, "softmax", T
     print(f"hidden {dim} expert_ffn {inter} experts {e} top {k} {func} route_norm {norm} b {b} s {s}: "
           f"measured {got:,} B, predicted {want:,.0f} B ({100 * (want / got - 1):+.2f} %); as Megatron-Core's layer "
           f"{before:,.0f} B ({100 * (before / got - 1):+.1f} %)")
+
+# The attention of torchtitan's MoE models (0.2.2's qwen3 here) passes SDPA enable_gqa: K and V are saved at the kv
+# heads' width, not repeated to the query heads as 0.1's llama did (ModelDims.titan_moe drops the eager repeat_kv term)
+from torchtitan.models.qwen3.model.args import Qwen3ModelArgs  # noqa: E402
+from torchtitan.models.qwen3.model.model import Attention, precompute_rope_cache  # noqa: E402
+args = Qwen3ModelArgs(dim=256, n_heads=8, n_kv_heads=2, head_dim=32, qk_norm=False, max_seq_len=128)
+attn = Attention(args).to(torch.bfloat16)
+shapes = []
+with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
+    attn(torch.randn(1, 128, 256, dtype=torch.bfloat16, requires_grad=True),
+         precompute_rope_cache(32, 128, args.rope_theta), None)
+four = [s for s in shapes if len(s) == 4 and s[-2:] == (128, 32)]
+print(f"qwen3 attention, 8 query / 2 kv heads: the (b, heads, s, head_dim) tensors saved: {four}")

@@ -1,0 +1,61 @@
+"""What torchtitan 0.2.2's op-level selective activation checkpointing keeps of its own MoE block, on CPU in bf16:
+torchtitan's qwen3 TransformerBlock (attention, RMSNorms, MoE) wrapped by its own _apply_op_sac with qwen3's save list
+(torchtitan/models/qwen3/infra/parallelize.py _op_sac_save_list) and its default forced-recompute fqns (the router
+gate), forward once, then forward again under the CPU allocator's trace (tests/runtime_helpers/held.py): the bytes
+still held at the end beyond the block's output, plus its input (the caller's), are what the block keeps for its
+backward.  One stand-in: CPU's SDPA runs aten._scaled_dot_product_flash_attention_for_cpu, which the list (CUDA's
+kernels) does not name; it is added, so the attention output and log-sum-exp are kept as a GPU's flash kernel's are.
+Run:  PYTHONPATH=$W/tt-0.2.2 $W/venv/bin/python benchmarks/titan_moe_saved/op_sac.py"""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+from tests.runtime_helpers.held import traced_cpu_memory  # noqa: E402
+import torchtitan.models.moe.utils as _moe_utils  # noqa: E402
+from torchtitan.config.job_config import ActivationCheckpoint  # noqa: E402
+from torchtitan.distributed.activation_checkpoint import _apply_op_sac  # noqa: E402
+from torchtitan.models.moe import MoEArgs  # noqa: E402
+from torchtitan.models.qwen3.infra.parallelize import _op_sac_save_list  # noqa: E402
+from torchtitan.models.qwen3.model.args import Qwen3ModelArgs  # noqa: E402
+from torchtitan.models.qwen3.model.model import TransformerBlock, precompute_rope_cache  # noqa: E402
+
+_histc = torch.histc
+torch.histc = lambda t, *a, **k: (_histc(t.float(), *a, **k).to(t.dtype) if not t.is_floating_point()
+                                  else _histc(t, *a, **k))
+_gpi = _moe_utils.generate_permute_indices
+_moe_utils.generate_permute_indices = lambda *a, **k: _gpi(*a, **{**k, "use_cpu": True})
+SAVE = set(_op_sac_save_list) | {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+
+
+def kept(args: Qwen3ModelArgs, b: int, s: int, mode: str) -> int:
+    torch.manual_seed(0)
+    block = TransformerBlock(0, args)
+    with torch.no_grad():
+        block.init_weights(torch.device("cpu"))
+    block = block.to(torch.bfloat16)
+    if mode == "op":
+        block = _apply_op_sac(block, ActivationCheckpoint(mode="selective", selective_ac_option="op"),
+                              base_fqn="layers.0", op_sac_save_list=SAVE)
+    rope = precompute_rope_cache(args.head_dim, s, args.rope_theta)
+    x = torch.randn(b, s, args.dim, dtype=torch.bfloat16, requires_grad=True)
+    block(x, rope, None)  # untraced once (per-shape caches)
+    with traced_cpu_memory() as held:
+        y = block(x, rope, None)
+    return held() - y.untyped_storage().nbytes() + x.untyped_storage().nbytes()
+
+
+if __name__ == "__main__":
+    print("torch", torch.__version__)
+    for dim, heads, kv, hd, inter, e, k, b, s in ((256, 8, 2, 32, 128, 8, 2, 2, 128),
+                                                  (512, 8, 4, 64, 256, 16, 4, 1, 256)):
+        args = Qwen3ModelArgs(dim=dim, n_layers=1, n_heads=heads, n_kv_heads=kv, head_dim=hd, hidden_dim=4 * dim,
+                              qk_norm=False, max_seq_len=s, moe_enabled=True, moe_inter_dim=inter,
+                              moe_args=MoEArgs(num_experts=e, num_shared_experts=0, top_k=k, score_func="softmax",
+                                               route_norm=True, score_before_experts=False, load_balance_coeff=None))
+        T = b * s
+        got = kept(args, b, s, "op")
+        print(f"hidden {dim} heads {heads}/{kv} head_dim {hd} expert_ffn {inter} experts {e} top {k} b {b} s {s}: "
+              f"op-level kept {got:,} B ({got / T:,.1f} a token; input h x 2 = {2 * dim}, wq {2 * heads * hd}, "
+              f"wv {2 * kv * hd}, attention out {2 * heads * hd} + lse {4 * heads})")

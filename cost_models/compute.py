@@ -21,7 +21,7 @@ import numpy as np
 
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, ModelDims
 from . import moe
-from .params import mla_projections, op_sac_recomputed_matmuls
+from .params import mla_projections, op_sac_recomputed_matmuls, titan_moe_op_sac_recomputed_matmuls
 
 
 def gemm_time(flops, hw):
@@ -118,6 +118,10 @@ def op_sac_recompute_gemm_time(m: ModelDims, lay, hw):
     projection and up projection; a gpt block's qkv, fc1 and fc2)."""
     tokens = lay.mbs * m.seq_len / lay.cp
     out = 0.0
+    if m.titan_moe:  # torchtitan's MoE block (titan_moe_op_sac_recomputed_matmuls): wk, wo and every expert's GEMMs
+        wk, wo, _ = titan_moe_op_sac_recomputed_matmuls(m.hidden, m.q_width, m.kv_width, m.ffn)
+        return (linear_gemm_time(2 * tokens * wk / lay.tp, hw) + linear_gemm_time(2 * tokens * wo / lay.tp, hw)
+                + moe_mlp_matmul_time(m, lay, hw))
     for params in op_sac_recomputed_matmuls(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn):
         out = out + linear_gemm_time(2 * tokens * params / lay.tp, hw)
     return out

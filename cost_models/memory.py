@@ -174,6 +174,8 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         elems = elems + np.where(lay.recompute == REC_SELECTIVE, 0.0, scores)
     full = m.hidden / np.where(lay.sp > 0, tp, 1) * act_bytes
     op_mm = (m.q_width + m.kv_width + m.ffn) / tp + m.hidden if m.arch == "llama" else m.hidden
+    if m.titan_moe:  # torchtitan's MoE block keeps wq's and wv's outputs only (params.titan_moe_op_sac_...)
+        op_mm = (m.q_width + m.kv_width) / tp
     op_attn = (m.o_width / tp * act_bytes + 4 * m.heads / tp) if flash else 0.0
     op = full + op_mm * act_bytes + op_attn
     if eager and m.arch == "llama":
@@ -195,7 +197,9 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     if m.moe:  # the MoE layer's own saved tensors, on the rank's routed tokens (moe.saved_bytes_per_token)
         own = (moe.titan_saved_bytes(m, lay, act_bytes, eager) / T if m.titan_moe  # torchtitan's layer
                else moe.routed_tokens(m, lay) / T * moe.saved_bytes_per_token(m, act_bytes, fp8 == "te"))
-        per_token = per_token + np.where(lay.recompute == REC_FULL, 0.0, own)
+        # (torchtitan's op-level policy keeps nothing of its MoE layer: qwen3's save list, measured)
+        unkept = (lay.recompute == REC_FULL) | ((lay.recompute == REC_SELECTIVE_OP) & m.titan_moe)
+        per_token = per_token + np.where(unkept, 0.0, own)
     return T * per_token
 
 

@@ -204,12 +204,15 @@ def all_to_all(m, lay, hw, act_bytes: int, dispatcher: str = "alltoall"):
     return t, np.where(ep > 1, off_node + on_node, 0.0)
 
 
-def all_to_alls_per_block(lay):
+def all_to_alls_per_block(lay, m=None):
     """Token all-to-alls of one MoE block a micro-batch: dispatch and combine forward, their two gradients backward,
     and the forward's two again where the block is recomputed whole (Megatron's selective recompute re-runs the core
-    attention only)."""
-    from .layout import REC_FULL
-    return 4 + 2 * (np.asarray(lay.recompute) == REC_FULL)
+    attention only), or under torchtitan's op-level policy with qwen3's save list, which does not keep them
+    (ModelDims.titan_moe: the only torchtitan MoE op-level recompute planned)."""
+    from .layout import REC_FULL, REC_SELECTIVE_OP
+    rec = np.asarray(lay.recompute)
+    again = (rec == REC_FULL) | ((rec == REC_SELECTIVE_OP) & bool(m is not None and m.titan_moe))
+    return 4 + 2 * again
 
 
 def unpaired_share(lay, m_micro):

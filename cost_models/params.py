@@ -191,6 +191,14 @@ def op_sac_recomputed_matmuls(arch: str, hidden: int, q_width: int, kv_width: in
     return [hidden * (q_width + 2 * kv_width), hidden * ffn, ffn * hidden]
 
 
+def titan_moe_op_sac_recomputed_matmuls(hidden: int, q_width: int, kv_width: int, ffn: int) -> list[int]:
+    """op_sac_recomputed_matmuls for torchtitan's MoE block without shared experts (its qwen3 model, ModelDims.
+    titan_moe): wq, wk, wv, wo are the block's only aten.mm's counted (its router gate is forced to recompute
+    uncounted), so wk and wo are re-run, and its experts' grouped GEMMs (aten._grouped_mm, not on the save list) all:
+    gate, up and down at the routed width ffn (top_k x expert_ffn) a token."""
+    return [hidden * kv_width, q_width * hidden, 3 * hidden * ffn]
+
+
 def recompute_flops_per_token(recompute, layer_matmul_params_total, layers, hidden_attn, seq_len,
                               op_recomputed_params_total=0.0, flash: bool = True):
     """Extra forward FLOPs per token paid by recomputation, elementwise over recompute codes

@@ -42,7 +42,8 @@ from .memory import (BLOCK_SHAPE_FIELDS, block_shape_rows, ddp_bucket_copy, deep
                      deepspeed_zero_optimizer_steps, embedding_params_per_gpu, fsdp2_offload, head_params_per_gpu,
                      layer_params_per_gpu, memory_breakdown, per_block_shape, rank_blocks, torch_weight_pass,
                      zero_bubble_pipe)
-from .params import layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token
+from .params import (layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token,
+                     titan_moe_op_sac_recomputed_matmuls)
 
 
 def runs_eager_moe(m, tr) -> bool:
@@ -335,7 +336,7 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     # critical path (cost_models/moe.py), or under Megatron-Core's combined 1F1B behind another micro-batch's compute
     if m.moe:
         t_a2a, moved_a2a = moe.all_to_all(m, lay, hw, act_b, tr.moe_dispatcher)
-        n_a2a = moe.all_to_alls_per_block(lay)
+        n_a2a = moe.all_to_alls_per_block(lay, m)
         ep_block_exposed, ep_moved = n_a2a * t_a2a, n_a2a * moved_a2a
         if tr.moe_a2a_overlap:
             ep_block_exposed = moe.overlapped_all_to_alls(t_a2a, n_a2a, bt, hw, lay, num_microbatches(tr, lay))
@@ -806,7 +807,9 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     span = m.attention_span()
     mtp_mm = m.mtp * (2 * m.hidden * m.hidden + m.vocab * m.hidden)
     mf_tok = model_flops_per_token(layers_mm + m.vocab * m.hidden + mtp_mm, m.layers + m.mtp, m.attn_width, span)
-    op_params = sum(n * sum(op_sac_recomputed_matmuls(k.arch, k.hidden, k.q_width, k.kv_width, k.ffn)) for n, k in kinds)
+    op_params = sum(n * sum(titan_moe_op_sac_recomputed_matmuls(k.hidden, k.q_width, k.kv_width, k.ffn) if k.titan_moe
+                            else op_sac_recomputed_matmuls(k.arch, k.hidden, k.q_width, k.kv_width, k.ffn))
+                    for n, k in kinds)
     hf_extra = recompute_flops_per_token(lay.recompute, layers_mm, m.layers + m.mtp, m.attn_width, span, op_params,
                                          tr.flash_attention)
     tokens_step = tr.global_batch_size * m.seq_len

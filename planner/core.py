@@ -239,12 +239,25 @@ def titan_ep_problem(ep: int, tp: int, cp: int, dp: int, zero: int, dp_replicate
     return None
 
 
+def titan_op_sac_modelled(spec: ModelSpec) -> bool:
+    """Whether torchtitan's op-level selective checkpointing over this mixture of experts is modelled: its qwen3
+    model's blocks (every block an MoE one, no shared expert, ordinary attention, linears without biases), whose
+    kept tensors were measured (benchmarks/titan_moe_saved/op_sac.py: the block input, wq's and wv's outputs, the
+    attention output; nothing of the MoE layer, the all-to-alls not on qwen3's list).  Not llama4's or deepseek_v3's
+    (shared experts and latent projections shift the every-second-matmul rule; their lists keep the all-to-alls) nor
+    gpt_oss's (biased linears run as addmm, which the list does not name)."""
+    from .hf_config import checkpoint_differences
+    gpt_oss = checkpoint_differences(spec.source)[0] == "gpt_oss" or (spec.name or "").lower().startswith("gpt-oss")
+    return (spec.is_moe and not spec.shared_expert_ffn and spec.kv_lora_rank is None and not spec.first_dense_layers
+            and not spec.moe_layer_step and not gpt_oss)
+
+
 def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
-                      plan: bool = False, ep: int | None = None) -> tuple[str, str] | None:
+                      plan: bool = False, ep: int | None = None, op_sac: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where torchtitan's MoE is asked of what parplan does not model for it (None where it is
     modelled): Megatron-LM's MoE recompute modules (torchtitan has none), FP8 (torchtitan's float8 converter leaves
     its grouped experts in 16 bits but for a prototype grouped GEMM, which the cost model's FP8 linears do not
-    describe) and op-level selective recompute (its save list over the MoE's own ops, not modelled)."""
+    describe) and its selective recompute, the op-level policy, where titan_op_sac_modelled is not (op_sac)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     other = "or --framework megatron or parplan"
     if moe_recompute != "none":
@@ -253,12 +266,12 @@ def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute:
     if fp8:
         return ("fp8 with a mixture of experts under torchtitan: its float8 converter leaves the grouped experts in "
                 "16 bits (but for a prototype FP8 grouped GEMM), which parplan does not model", f"drop fp8, {other}")
-    if recompute in ("selective", "selective-op"):
+    if recompute == "selective" or (recompute == "selective-op" and not op_sac):
         # (selective is exported to torchtitan as its op-level policy too: export._torchtitan)
         return (f"recompute {recompute} with a mixture of experts under torchtitan: torchtitan's selective "
-                "checkpointing is its op-level save list, which over the MoE layer (its grouped GEMMs recomputed, "
-                "the router's forced to, the all-to-alls kept by some models and not by qwen3) is not modelled",
-                "use recompute full or none")
+                "checkpointing is its op-level save list, modelled for its qwen3 model's blocks only (no shared "
+                "expert, latent attention, dense blocks between or biased linears)",
+                "use recompute full or none" + (", or selective-op" if op_sac else ""))
     # (both dispatchers are torchtitan's: expert_parallel_comm_backend "standard", torch's all-to-all, or "deepep")
     if dispatcher == "deepep" and ep == 1:  # parallelize_*: "DeepEP requires expert parallelism (ep_degree > 1)"
         return (f"{flag('--moe-dispatcher', 'training.moe_dispatcher')} deepep with {flag('--ep', 'ep')} 1: "
@@ -337,7 +350,7 @@ def moe_problem(spec: ModelSpec, framework: str, ep: int | None, zero: int | Non
         if problem:
             return problem
     if framework == "torchtitan":
-        problem = titan_moe_problem(dispatcher, recompute, fp8, recompute_mode, plan, ep)
+        problem = titan_moe_problem(dispatcher, recompute, fp8, recompute_mode, plan, ep, titan_op_sac_modelled(spec))
         if problem:
             return problem
     if (tp or 1) > 1 and sp is False:
@@ -884,8 +897,9 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if stack.get("moe_a2a_overlap") and pins.recompute is None:  # a2a_overlap_problem: no whole layer recomputed
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "full"))
     if spec.is_moe and framework in ("parplan", "torchtitan") and pins.recompute is None:
-        # parplan_moe_problem: no selective-op; titan_moe_problem: neither selective mode
-        left_out = ("selective-op", "selective") if framework == "torchtitan" else ("selective-op",)
+        # parplan_moe_problem: no selective-op; titan_moe_problem: no selective, nor selective-op but where modelled
+        left_out = (("selective",) + (() if titan_op_sac_modelled(spec) else ("selective-op",))
+                    if framework == "torchtitan" else ("selective-op",))
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r not in left_out))
     if framework == "torchtitan":  # parallelize_llama: "DDP has not supported > 1D parallelism"
         if pins.zero == 0 and (pins.dp or 1) > 1 and any((getattr(pins, a) or 1) > 1 for a in ("tp", "pp", "cp")):

@@ -1219,8 +1219,9 @@ def _titan_moe_model(m) -> tuple[str, str, list[str]]:
                              "banded-window layers), which the plan counts as llama blocks over full attention: 0.03 % "
                              "more parameters than predicted, and its windowed layers attend over less")
             elif name == "qwen3":
-                notes.append("qwen3: torchtitan's model adds per-head q/k RMSNorms, which the plan does not count "
-                             "(a few elementwise passes a block)")
+                notes.append("qwen3: torchtitan's model adds per-head q/k RMSNorms, which the plan does not count: "
+                             "their passes and what they save for the backward (at least their inputs, the q and k "
+                             "widths a token a block; more in eager torch's composite RMSNorm)")
             else:
                 notes.append("llama4: torchtitan's model runs Llama 4's sigmoid top-1 router with its own "
                              "auto-scaled expert widths (the same as the plan's here); its chunked/iRoPE attention is "

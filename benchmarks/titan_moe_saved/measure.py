@@ -12,8 +12,7 @@ Predicted, a micro-batch of T tokens: the router's input (T h, 16-bit: the norm'
 activation_bytes_per_layer's outside term), the experts' four k x expert_ffn tensors a token (its dense-MLP-of-width-k
 f term with the silu output), and moe.titan_saved_bytes.
 
-Stubs (CPU only, nothing saved changes): torch.histc on the expert indices (CPU takes floating point only) and
-torchtitan's own CPU implementation of its permutation-index kernel (Triton on CUDA).
+Stubs (CPU only, nothing saved changes): cpu_stubs.py.
 Run:  PYTHONPATH=$W/tt-0.2.2 $W/venv/bin/python benchmarks/titan_moe_saved/measure.py   (the venv of
 benchmarks/export_parse/tt_moe_run.sh)."""
 import os
@@ -22,19 +21,15 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 from cost_models import moe as moe_model  # noqa: E402
 from cost_models.layout import Layout  # noqa: E402
 from planner.core import model_dims  # noqa: E402
 from planner.schema import ModelSpec  # noqa: E402
-import torchtitan.models.moe.utils as _moe_utils  # noqa: E402
+import cpu_stubs  # noqa: E402,F401  (torchtitan's MoE on a CPU: cpu_stubs.py)
 from torchtitan.models.moe import MoEArgs  # noqa: E402
 from torchtitan.models.moe.moe import MoE  # noqa: E402
 
-_histc = torch.histc
-torch.histc = lambda t, *a, **k: (_histc(t.float(), *a, **k).to(t.dtype) if not t.is_floating_point()
-                                  else _histc(t, *a, **k))
-_gpi = _moe_utils.generate_permute_indices
-_moe_utils.generate_permute_indices = lambda *a, **k: _gpi(*a, **{**k, "use_cpu": True})
 
 
 def measured(moe_args: MoEArgs, dim: int, inter: int, b: int, s: int) -> int:

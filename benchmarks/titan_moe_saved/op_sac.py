@@ -12,8 +12,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 from tests.runtime_helpers.held import traced_cpu_memory  # noqa: E402
-import torchtitan.models.moe.utils as _moe_utils  # noqa: E402
+import cpu_stubs  # noqa: E402,F401  (torchtitan's MoE on a CPU: cpu_stubs.py)
 from torchtitan.config.job_config import ActivationCheckpoint  # noqa: E402
 from torchtitan.distributed.activation_checkpoint import _apply_op_sac  # noqa: E402
 from torchtitan.models.moe import MoEArgs  # noqa: E402
@@ -21,11 +22,6 @@ from torchtitan.models.qwen3.infra.parallelize import _op_sac_save_list  # noqa:
 from torchtitan.models.qwen3.model.args import Qwen3ModelArgs  # noqa: E402
 from torchtitan.models.qwen3.model.model import TransformerBlock, precompute_rope_cache  # noqa: E402
 
-_histc = torch.histc
-torch.histc = lambda t, *a, **k: (_histc(t.float(), *a, **k).to(t.dtype) if not t.is_floating_point()
-                                  else _histc(t, *a, **k))
-_gpi = _moe_utils.generate_permute_indices
-_moe_utils.generate_permute_indices = lambda *a, **k: _gpi(*a, **{**k, "use_cpu": True})
 SAVE = set(_op_sac_save_list) | {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
 
 

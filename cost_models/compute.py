@@ -21,7 +21,7 @@ import numpy as np
 
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, ModelDims
 from . import moe
-from .params import mla_projections, op_sac_recomputed_matmuls, titan_moe_op_sac_recomputed_matmuls
+from .params import mla_projections, op_sac_recomputed_matmuls, titan_op_sac_matmuls
 
 
 def gemm_time(flops, hw):
@@ -118,10 +118,14 @@ def op_sac_recompute_gemm_time(m: ModelDims, lay, hw):
     projection and up projection; a gpt block's qkv, fc1 and fc2)."""
     tokens = lay.mbs * m.seq_len / lay.cp
     out = 0.0
-    if m.titan_moe:  # torchtitan's MoE block (titan_moe_op_sac_recomputed_matmuls): wk, wo and every expert's GEMMs
-        wk, wo, _ = titan_moe_op_sac_recomputed_matmuls(m.hidden, m.q_width, m.kv_width, m.ffn)
-        return (linear_gemm_time(2 * tokens * wk / lay.tp, hw) + linear_gemm_time(2 * tokens * wo / lay.tp, hw)
-                + moe_mlp_matmul_time(m, lay, hw))
+    if m.titan_moe:  # torchtitan's MoE model (params.titan_op_sac_matmuls): every second mm, every expert GEMM
+        for j, (i, o, kind) in enumerate(titan_op_sac_matmuls(m)):
+            if j % 2 == 1:
+                out = out + linear_gemm_time(2 * tokens * i * o / (1 if kind == "rep" else lay.tp), hw)
+        if m.moe:  # the rank's routed experts, as layer_matmul_time prices them
+            n = moe.local_experts(m, lay)
+            out = out + 3 * n * linear_gemm_time(2 * moe.routed_tokens(m, lay) * m.hidden * m.routed_ffn / n, hw)
+        return out
     for params in op_sac_recomputed_matmuls(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn):
         out = out + linear_gemm_time(2 * tokens * params / lay.tp, hw)
     return out

@@ -22,7 +22,7 @@ from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_S
                      recomputed_share, split_by_share, stage_layers, virtual_stage_blocks, zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
-from .params import layer_other_params, mla_projections
+from .params import layer_other_params, mla_projections, titan_op_sac_kept_width
 from .compute import grad_reduce_overlaps
 
 
@@ -174,8 +174,8 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         elems = elems + np.where(lay.recompute == REC_SELECTIVE, 0.0, scores)
     full = m.hidden / np.where(lay.sp > 0, tp, 1) * act_bytes
     op_mm = (m.q_width + m.kv_width + m.ffn) / tp + m.hidden if m.arch == "llama" else m.hidden
-    if m.titan_moe:  # torchtitan's MoE block keeps wq's and wv's outputs only (params.titan_moe_op_sac_...)
-        op_mm = (m.q_width + m.kv_width) / tp
+    if m.titan_moe:  # torchtitan's MoE model: the 1st, 3rd, ... mm's outputs (params.titan_op_sac_kept_width)
+        op_mm = titan_op_sac_kept_width(m, tp)
     op_attn = (m.o_width / tp * act_bytes + 4 * m.heads / tp) if flash else 0.0
     op = full + op_mm * act_bytes + op_attn
     if eager and m.arch == "llama":
@@ -197,9 +197,12 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     if m.moe:  # the MoE layer's own saved tensors, on the rank's routed tokens (moe.saved_bytes_per_token)
         own = (moe.titan_saved_bytes(m, lay, act_bytes, eager) / T if m.titan_moe  # torchtitan's layer
                else moe.routed_tokens(m, lay) / T * moe.saved_bytes_per_token(m, act_bytes, fp8 == "te"))
-        # (torchtitan's op-level policy keeps nothing of its MoE layer: qwen3's save list, measured)
-        unkept = (lay.recompute == REC_FULL) | ((lay.recompute == REC_SELECTIVE_OP) & m.titan_moe)
-        per_token = per_token + np.where(unkept, 0.0, own)
+        # torchtitan's op-level policy keeps nothing of its MoE layer (measured) but, where its model's list names
+        # them (moe.titan_keeps_all_to_alls), the all-to-alls' outputs: the tokens received and returned
+        op_own = (np.where(np.asarray(lay.ep) > 1, 2 * moe.routed_tokens(m, lay) * m.top_k * m.hidden * act_bytes / T,
+                           0.0) if moe.titan_keeps_all_to_alls(m) else 0.0)
+        own = np.where((lay.recompute == REC_SELECTIVE_OP) & m.titan_moe, op_own, own)
+        per_token = per_token + np.where(lay.recompute == REC_FULL, 0.0, own)
     return T * per_token
 
 

@@ -208,11 +208,19 @@ def all_to_alls_per_block(lay, m=None):
     """Token all-to-alls of one MoE block a micro-batch: dispatch and combine forward, their two gradients backward,
     and the forward's two again where the block is recomputed whole (Megatron's selective recompute re-runs the core
     attention only), or under torchtitan's op-level policy with qwen3's save list, which does not keep them
-    (ModelDims.titan_moe: the only torchtitan MoE op-level recompute planned)."""
+    (ModelDims.titan_moe; titan_keeps_all_to_alls)."""
     from .layout import REC_FULL, REC_SELECTIVE_OP
     rec = np.asarray(lay.recompute)
-    again = (rec == REC_FULL) | ((rec == REC_SELECTIVE_OP) & bool(m is not None and m.titan_moe))
+    dropped = m is not None and m.titan_moe and not titan_keeps_all_to_alls(m)
+    again = (rec == REC_FULL) | ((rec == REC_SELECTIVE_OP) & dropped)
     return 4 + 2 * again
+
+
+def titan_keeps_all_to_alls(m) -> bool:
+    """Whether torchtitan's op-level save list for the model keeps the all-to-alls' outputs (_c10d_functional.
+    all_to_all_single: deepseek_v3's and llama4's lists, 0.2.2, the models the export writes for latent attention and
+    shared experts), not qwen3's (every other mixture of experts)."""
+    return bool(m.kv_lora or m.shared_ffn)
 
 
 def unpaired_share(lay, m_micro):

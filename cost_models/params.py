@@ -191,12 +191,39 @@ def op_sac_recomputed_matmuls(arch: str, hidden: int, q_width: int, kv_width: in
     return [hidden * (q_width + 2 * kv_width), hidden * ffn, ffn * hidden]
 
 
-def titan_moe_op_sac_recomputed_matmuls(hidden: int, q_width: int, kv_width: int, ffn: int) -> list[int]:
-    """op_sac_recomputed_matmuls for torchtitan's MoE block without shared experts (its qwen3 model, ModelDims.
-    titan_moe): wq, wk, wv, wo are the block's only aten.mm's counted (its router gate is forced to recompute
-    uncounted), so wk and wo are re-run, and its experts' grouped GEMMs (aten._grouped_mm, not on the save list) all:
-    gate, up and down at the routed width ffn (top_k x expert_ffn) a token."""
-    return [hidden * kv_width, q_width * hidden, 3 * hidden * ffn]
+def titan_op_sac_matmuls(m) -> list[tuple[int, int, str]]:
+    """(in, out, kind) of each aten.mm of one block of a torchtitan mixture-of-experts model, in the order its forward
+    runs them, as its op-level selective checkpointing counts them (every second one re-run: the 2nd, 4th, ...; kept:
+    the 1st, 3rd, ...): the attention's (qwen3 / llama4: wq, wk, wv, wo; deepseek_v3's latent attention: wq or wq_a
+    and wq_b, then wkv_a, wkv_b, wo), then the shared experts' (w1, w3, w2; llama4, deepseek_v3) or, in a dense block
+    of the model, its FFN's.  The router gate is forced to recompute uncounted (per_op_sac_force_recompute_mm_shapes_
+    by_fqns) and the routed experts run aten._grouped_mm, which the list does not name.  kind: "col" split by tp,
+    "rep" whole on every tp rank (the latent down projections), "row" a row-parallel output, whole before its
+    reduce-scatter.  Checked against its own policy's decisions and kept bytes: benchmarks/titan_moe_saved/op_sac.py."""
+    h = m.hidden
+    if m.kv_lora:
+        mla = m.mla
+        q = ([(h, mla.q_lora, "rep"), (mla.q_lora, m.heads * m.head_dim, "col")] if mla.q_lora
+             else [(h, m.heads * m.head_dim, "col")])
+        attn = q + [(h, mla.kv_lora + mla.rope, "rep"),
+                    (mla.kv_lora, m.heads * (m.head_dim - mla.rope + mla.v_dim), "col"), (m.o_width, h, "row")]
+    else:
+        attn = [(h, m.q_width, "col"), (h, m.kv_width, "col"), (h, m.kv_width, "col"), (m.q_width, h, "row")]
+    ffn = m.shared_ffn if m.moe else m.ffn
+    mlp = [(h, ffn, "col"), (h, ffn, "col"), (ffn, h, "row")] if ffn else []
+    return attn + mlp
+
+
+def titan_op_sac_kept_width(m, tp):
+    """Elements a token of the micro-batch the kept matmuls of titan_op_sac_matmuls leave (col / tp)."""
+    return sum(o / (tp if kind == "col" else 1) for i, (_, o, kind) in enumerate(titan_op_sac_matmuls(m)) if i % 2 == 0)
+
+
+def titan_op_sac_recomputed_params(m) -> list[int]:
+    """Weights of the matmuls titan_op_sac_matmuls re-runs (the 2nd, 4th, ...), and the routed experts' three at the
+    routed width (their grouped GEMMs all re-run) where the block has experts."""
+    rerun = [i * o for j, (i, o, _) in enumerate(titan_op_sac_matmuls(m)) if j % 2 == 1]
+    return rerun + ([3 * m.hidden * m.routed_ffn] if m.moe else [])
 
 
 def recompute_flops_per_token(recompute, layer_matmul_params_total, layers, hidden_attn, seq_len,

@@ -43,7 +43,7 @@ from .memory import (BLOCK_SHAPE_FIELDS, block_shape_rows, ddp_bucket_copy, deep
                      layer_params_per_gpu, memory_breakdown, per_block_shape, rank_blocks, torch_weight_pass,
                      zero_bubble_pipe)
 from .params import (layer_matmul_params, model_flops_per_token, op_sac_recomputed_matmuls, recompute_flops_per_token,
-                     titan_moe_op_sac_recomputed_matmuls)
+                     titan_op_sac_recomputed_params)
 
 
 def runs_eager_moe(m, tr) -> bool:
@@ -807,7 +807,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     span = m.attention_span()
     mtp_mm = m.mtp * (2 * m.hidden * m.hidden + m.vocab * m.hidden)
     mf_tok = model_flops_per_token(layers_mm + m.vocab * m.hidden + mtp_mm, m.layers + m.mtp, m.attn_width, span)
-    op_params = sum(n * sum(titan_moe_op_sac_recomputed_matmuls(k.hidden, k.q_width, k.kv_width, k.ffn) if k.titan_moe
+    op_params = sum(n * sum(titan_op_sac_recomputed_params(k) if k.titan_moe
                             else op_sac_recomputed_matmuls(k.arch, k.hidden, k.q_width, k.kv_width, k.ffn))
                     for n, k in kinds)
     hf_extra = recompute_flops_per_token(lay.recompute, layers_mm, m.layers + m.mtp, m.attn_width, span, op_params,

@@ -240,16 +240,13 @@ def titan_ep_problem(ep: int, tp: int, cp: int, dp: int, zero: int, dp_replicate
 
 
 def titan_op_sac_modelled(spec: ModelSpec) -> bool:
-    """Whether torchtitan's op-level selective checkpointing over this mixture of experts is modelled: its qwen3
-    model's blocks (every block an MoE one, no shared expert, ordinary attention, linears without biases), whose
-    kept tensors were measured (benchmarks/titan_moe_saved/op_sac.py: the block input, wq's and wv's outputs, the
-    attention output; nothing of the MoE layer, the all-to-alls not on qwen3's list).  Not llama4's or deepseek_v3's
-    (shared experts and latent projections shift the every-second-matmul rule; their lists keep the all-to-alls) nor
-    gpt_oss's (biased linears run as addmm, which the list does not name)."""
+    """Whether torchtitan's op-level selective checkpointing over this mixture of experts is modelled
+    (params.titan_op_sac_matmuls, checked against its own policy: benchmarks/titan_moe_saved/op_sac.py): its qwen3,
+    llama4 and deepseek_v3 models' blocks, not gpt_oss's (its biased linears run as aten.addmm, which the list does
+    not name, so its every-second-matmul rule runs over other ops)."""
     from .hf_config import checkpoint_differences
     gpt_oss = checkpoint_differences(spec.source)[0] == "gpt_oss" or (spec.name or "").lower().startswith("gpt-oss")
-    return (spec.is_moe and not spec.shared_expert_ffn and spec.kv_lora_rank is None and not spec.first_dense_layers
-            and not spec.moe_layer_step and not gpt_oss)
+    return spec.is_moe and not gpt_oss
 
 
 def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
@@ -269,8 +266,8 @@ def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute:
     if recompute == "selective" or (recompute == "selective-op" and not op_sac):
         # (selective is exported to torchtitan as its op-level policy too: export._torchtitan)
         return (f"recompute {recompute} with a mixture of experts under torchtitan: torchtitan's selective "
-                "checkpointing is its op-level save list, modelled for its qwen3 model's blocks only (no shared "
-                "expert, latent attention, dense blocks between or biased linears)",
+                "checkpointing is its op-level save list, modelled for its qwen3, llama4 and deepseek_v3 models' "
+                "blocks (not gpt_oss's biased linears)",
                 "use recompute full or none" + (", or selective-op" if op_sac else ""))
     # (both dispatchers are torchtitan's: expert_parallel_comm_backend "standard", torch's all-to-all, or "deepep")
     if dispatcher == "deepep" and ep == 1:  # parallelize_*: "DeepEP requires expert parallelism (ep_degree > 1)"

@@ -241,7 +241,7 @@ def test_recommend_plans_a_mixture_of_experts_and_round_trips():
     (dict(framework="torchtitan"), dict(zero=0, ep=2), "FSDP-wrapped whenever ep > 1"),
     (dict(framework="torchtitan", fp8=True), {}, "float8 converter leaves the grouped experts"),
     (dict(framework="torchtitan", moe_recompute="act"), {}, "which torchtitan does not have"),
-    (dict(framework="torchtitan"), dict(recompute="selective"), "modelled for its qwen3 model's blocks only"),
+    (dict(framework="torchtitan"), dict(recompute="selective"), "modelled for its qwen3, llama4 and deepseek_v3"),
     (dict(framework="torchtitan", moe_dispatcher="deepep"), dict(ep=1), "DeepEP needs expert parallelism"),
     # parplan's runtime (parallel_layers.moe): experts under ZeRO-0/1/2/3 (ZeRO-3 fully or hybrid sharded), torch's
     # all-to-all (Megatron's MoE recompute modules it runs: tests/test_moe_recompute_model.py); Megatron-LM has no
@@ -787,9 +787,10 @@ def test_torchtitans_moe_passes_run_on_every_token_of_the_micro_batch():
 def test_torchtitans_op_level_policy_keeps_what_it_kept_of_its_moe_block():
     """torchtitan 0.2.2's op-level selective checkpointing over its qwen3 MoE block, measured on CPU
     (benchmarks/titan_moe_saved/op_sac.py, results/2026-12-07-titan-moe-saved/op-sac-cpu-bf16.txt): the block input,
-    wq's and wv's outputs, the attention output and its log-sum-exp, nothing of the MoE layer; the model within 2 %.
-    Planned where its qwen3 model runs the block (titan_op_sac_modelled): Mixtral yes, Llama 4 (a shared expert)
-    refused in one line; the all-to-alls, not on qwen3's list, run again in the backward (moe.all_to_alls_per_block)."""
+    wq's and wv's outputs, the attention output and its log-sum-exp, nothing of the MoE layer; the model within 2 %,
+    and of its deepseek_v3 and llama4 blocks (params.titan_op_sac_matmuls: every other matmul of their own sequences,
+    shared experts included).  Refused for gpt_oss (biased linears: addmm); the all-to-alls, not on qwen3's list, run
+    again in the backward (moe.all_to_alls_per_block)."""
     import re
     from pathlib import Path
     from cost_models import moe
@@ -810,9 +811,25 @@ def test_torchtitans_op_level_policy_keeps_what_it_kept_of_its_moe_block():
         assert want == pytest.approx(got, rel=0.02), (dim, want, got)
         assert moe.all_to_alls_per_block(lay, model_dims(spec, s, "torchtitan")) == 6
         assert moe.all_to_alls_per_block(lay, model_dims(spec, s, "megatron")) == 4
+    # deepseek_v3 (latent attention, two shared experts; its attention output not kept on CPU: taken out) and llama4
+    # (a shared expert after the attention's four matmuls): the every-second-matmul rule over their own sequences
+    lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=2, zero=0, recompute=3, sp=0, schedule=1, offload=0)
+    for ql in (0, 96):
+        got = int(re.search(rf"deepseek_v3 .* q_lora {ql} .*: op-level kept ([\d,]+) B", text).group(1).replace(",", ""))
+        spec = ModelSpec(arch="llama", layers=1, hidden=256, heads=8, kv_heads=8, head_dim=48, ffn_hidden=128,
+                         vocab=100, experts=8, experts_per_token=2, shared_expert_ffn=256, kv_lora_rank=64,
+                         q_lora_rank=ql or None, qk_rope_head_dim=16, v_head_dim=32)
+        m = model_dims(spec, 128, "torchtitan")
+        want = float(activation_bytes_per_layer(m, lay, 2, True, eager=True)) - 256 * (8 * 32 * 2 + 4 * 8)
+        assert want == pytest.approx(got, rel=0.02), (ql, want, got)
+    got = int(re.search(r"llama4 .*: op-level kept ([\d,]+) B", text).group(1).replace(",", ""))
+    spec = ModelSpec(arch="llama", layers=1, hidden=256, heads=8, kv_heads=2, head_dim=32, ffn_hidden=384, vocab=100,
+                     experts=4, experts_per_token=1, shared_expert_ffn=384)
+    want = float(activation_bytes_per_layer(model_dims(spec, 128, "torchtitan"), lay, 2, True, eager=True))
+    assert want == pytest.approx(got, rel=0.02), (want, got)
     plan = recommend("mixtral-8x7b", 64, framework="torchtitan", pins=Pins(recompute="selective-op"), top_k=1,
                      suggest=False)
     assert plan.parallel.recompute == "selective-op" and plan.prediction.fits
-    with pytest.raises(PlannerError, match="modelled for its qwen3 model's blocks only"):
-        recommend("llama4-scout", 64, framework="torchtitan", pins=Pins(recompute="selective-op"), top_k=1,
+    with pytest.raises(PlannerError, match="not gpt_oss's biased linears"):
+        recommend("gpt-oss-120b", 64, framework="torchtitan", pins=Pins(recompute="selective-op"), top_k=1,
                   suggest=False)

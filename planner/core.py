@@ -211,8 +211,8 @@ def dp_replicate_problem(framework: str, r: int, zero: int | None, plan: bool = 
 MOE_FRAMEWORKS = ("megatron", "parplan", "torchtitan")
 
 
-def titan_ep_problem(ep: int, tp: int, cp: int, dp: int, zero: int, dp_replicate: int = 1,
-                     plan: bool = False) -> tuple[str, str] | None:
+def titan_ep_problem(ep: int, tp: int | None, cp: int | None, dp: int | None, zero: int | None,
+                     dp_replicate: int | None = 1, plan: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where expert parallelism ep is not one torchtitan runs beside tp, cp and dp as parplan models it
     (None where it is), with expert_tensor_parallel_degree 1 (the experts unsplit): torchtitan's ParallelDims (0.2.2,
     torchtitan/distributed/parallel_dims.py) builds its experts' mesh (pp, dp_replicate, efsdp, ep, etp) with efsdp
@@ -220,18 +220,21 @@ def titan_ep_problem(ep: int, tp: int, cp: int, dp: int, zero: int, dp_replicate
     ZeRO-3); ep > 1 always FSDP-wraps the experts (parallelize_*: FSDP "if fsdp_enabled or ep_enabled"), so there is
     no DDP (ZeRO-0) beside it; and ep 1 under tp > 1 splits each expert by tensor parallelism (apply_moe_ep_tp's
     TensorParallel, what expert_tensor_parallel_degree = tp does), which parplan does not model.  (Mid-2025 torchtitan
-    asked ep % (cp x tp) == 0 too; 0.2.2 does not.)"""
+    asked ep % (cp x tp) == 0 too; 0.2.2 does not.)  None (a degree recommend leaves to the search): each rule that
+    needs it is not checked here (the search's Pins.titan_expert_mesh keeps only the layouts the rules allow)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     name = flag("--ep", "ep")
-    if ep == 1 and tp > 1:
+    if ep == 1 and (tp or 1) > 1:
         return (f"{name} 1 with tp {tp} under torchtitan splits each expert by tensor parallelism (apply_moe_ep_tp's "
                 "TensorParallel, expert_tensor_parallel_degree = tp), which parplan does not model",
                 f"use an {name} above 1 (its expert parallelism then takes the tensor-parallel ranks' tokens), or tp 1")
-    if ep > 1 and zero < 3:
+    if ep > 1 and zero is not None and zero < 3:
         return (f"{name} {ep} with {flag('--zero', 'zero_stage')} {zero} under torchtitan: its experts are FSDP-wrapped "
                 "whenever ep > 1 (no DDP beside expert parallelism)", f"use {flag('--zero', 'zero_stage')} 3, or "
                 f"{name} 1")
-    shard = dp // max(dp_replicate, 1) if zero >= 3 else 1
+    if None in (tp, cp, dp, zero):
+        return None
+    shard = dp // max(dp_replicate or 1, 1) if zero >= 3 else 1
     if (shard * cp * tp) % ep:
         return (f"{name} {ep} under torchtitan does not divide dp_shard {shard} x cp {cp} x tp {tp} (ParallelDims: the "
                 "experts' mesh is (dp_replicate, efsdp, ep) over those ranks)",
@@ -914,9 +917,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         pins = replace(pins, fsdp_native=True, ddp_one_dim=True, sp_with_tp=True, titan_expert_mesh=spec.is_moe,
                        ep_above_one=spec.is_moe and stack.get("moe_dispatcher") == "deepep")
         if spec.is_moe and pins.ep is not None:
-            # titan_ep_problem where the pins alone decide it (the search keeps only the layouts it allows)
-            problem = (titan_ep_problem(1, pins.tp, 1, 1, 3) if pins.ep == 1 and pins.tp is not None else None) or \
-                (titan_ep_problem(pins.ep, 1, 1, pins.ep, pins.zero) if pins.ep > 1 and pins.zero is not None else None)
+            # titan_ep_problem's rules the pins alone decide (the search keeps only the layouts they allow)
+            problem = titan_ep_problem(pins.ep, pins.tp, pins.cp, pins.dp, pins.zero, pins.dp_replicate)
             if problem:
                 raise PlannerError(*problem)
         if precision != "fp32" and dtype != "fp32":

@@ -74,6 +74,9 @@ TARGETS = {
     # the H20: the H100 SXM's silicon with its tensor rate cut, so the H100's ceiling, assumed, at its own peak
     "h20-96gb": (148.0, 0.803, "no H20 row in the MAMF table; ASSUMPTION: the H100 SXM's 80.3% (the same GH100 die)"),
     "gh200-96gb": (989.4, 0.836, "MAMF GH200 SXM 828.6/989 = 83.6% (the table's 900W 141GB HBM3e version)"),
+    # the H20-3e: the H20 with the H200's memory, so the H20's (assumed) ceiling at the H20's peak
+    "h20-3e-141gb": (148.0, 0.803, "no H20 row in the MAMF table; ASSUMPTION: the H100 SXM's 80.3% (the same GH100 die)"),
+    "gh200-144gb": (989.4, 0.836, "MAMF GH200 SXM 828.6/989 = 83.6% (the table's 900W 141GB HBM3e version: this part)"),
     "mi300x": (1307.4, 0.514, "MAMF MI300X 668.4/1300 = 51.4% (ROCm 6.3, TunableOp on)"),
     "mi325x": (1307.4, 0.604, "MAMF MI325X 784.9/1300 = 60.4% (ROCm 6.2.4, TunableOp on, 1000 W)"),
     "mi355x": (2516.6, 0.622, "MAMF MI355X 1565.0 TFLOP/s = 62.2% of 2516.6 (the table's 68.0% divides by 2300)"),

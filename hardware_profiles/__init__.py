@@ -123,8 +123,11 @@ def canonical_name(name_or_path):
     only ones profiled; "h20": h20-96gb, not h200-sxm-141gb; "a100" names two SXM parts), also written with
     spaces or underscores and the maker's name before it, as nvidia-smi prints a GPU ("NVIDIA H100 PCIe",
     "h100_pcie": h100-pcie-80gb; "NVIDIA A100 80GB PCIe": a100-pcie-80gb; "NVIDIA H100 NVL": h100-nvl-94gb), or with
-    its memory after a one-word name ("NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e": gh200-96gb, the one GH200
-    profile); anything else as given."""
+    its memory after a one-word name: the GPU's one profile of that memory ("NVIDIA GH200 144G HBM3e": gh200-144gb;
+    "H20 141GB": h20-3e-141gb), else the GPU's name alone ("NVIDIA GH200 480GB", its Grace's memory: gh200-96gb).
+    A GPU's name alone where its profiles named the GPU and a memory size are several, or one among others: the
+    smallest ("h20": h20-96gb, not h20-3e-141gb, as nvidia-smi prints "NVIDIA H20" and "NVIDIA H20-3e"; "gh200":
+    gh200-96gb, the HBM3 part, as the HBM3e one's name says "144G HBM3e"); anything else as given."""
     if looks_like_path(name_or_path):
         return name_or_path
     names = list_profiles()
@@ -132,8 +135,14 @@ def canonical_name(name_or_path):
         return name_or_path
     key = str(name_or_path).strip().lower()
     spelled = spelled_gpu_name(key)
-    # a one-word GPU name with its memory after it, as nvidia-smi prints the GH200s ("gh200-480gb", "gh200-144g-hbm3e")
-    bare = re.sub(r"^([a-z0-9]+)-\d+g(?:b)?(?:-hbm\w*)?$", r"\1", spelled)
+    # a one-word GPU name with its memory after it, as nvidia-smi prints the GH200s ("gh200-480gb", "gh200-144g-hbm3e"):
+    # the profile of that memory where there is one, else the name alone
+    sized = re.fullmatch(r"([a-z0-9]+)-(\d+)g(?:b)?(?:-hbm\w*)?", spelled)
+    bare = sized.group(1) if sized else spelled
+    if sized:  # "NVIDIA H20 141GB": h20-3e-141gb, the one H20 of 141 GB
+        of_size = [n for n in names if n.lower().startswith(bare + "-") and n.lower().endswith(f"-{sized.group(2)}gb")]
+        if len(of_size) == 1:
+            return of_size[0]
     for k in dict.fromkeys((key, spelled, bare)):
         exact = {n.lower(): n for n in names}.get(k)
         if exact:
@@ -142,6 +151,9 @@ def canonical_name(name_or_path):
         sxm = [n for n in kind if "-sxm-" in n.lower()]
         if len(kind) == 1 or len(sxm) == 1:
             return kind[0] if len(kind) == 1 else sxm[0]
+        plain = [n for n in kind if re.fullmatch(re.escape(k) + r"-\d+gb", n.lower())]  # the GPU and its memory
+        if plain:
+            return min(plain, key=lambda n: int(re.findall(r"\d+", n)[-1]))
     return name_or_path
 
 

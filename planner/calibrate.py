@@ -79,13 +79,14 @@ GB = 1e9
 # match wins.  None: a part no shipped profile describes whose name holds a profiled part's ("NVIDIA H800 PCIe" holds
 # the SXM part's "h800"): unmatched, the default base, as any GPU without a profile.
 _GPU_PROFILES: list[tuple[str, str | None]] = [
-    # "NVIDIA GH200 480GB" (96 GB HBM3), "NVIDIA GH200 144G HBM3e" (its memory measured): before h200, which the
-    # superchip's name contains
+    # the GH200s before h200, which the superchip's name contains: "NVIDIA GH200 144G HBM3e" (144 GB HBM3e, its NVL2
+    # node) before the 96 GB HBM3 part's "NVIDIA GH200 480GB"
+    ("gh200-144g", "gh200-144gb"),
     ("gh200", "gh200-96gb"),
     ("h200", "h200-sxm-141gb"),
-    # the H20 ("NVIDIA H20") after h200, whose name contains its; the H20-3e (141 GB of HBM3e at 4.8 TB/s, not the
-    # 96 GB part's memory system) has no profile: unmatched
-    ("h20-3e", None),
+    # the H20 ("NVIDIA H20") after h200, whose name contains its; the H20-3e ("NVIDIA H20-3e": 141 GB of HBM3e, not
+    # the 96 GB part's memory system) before it
+    ("h20-3e", "h20-3e-141gb"),
     ("h20", "h20-96gb"),
     ("h100-pcie", "h100-pcie-80gb"),  # "NVIDIA H100 PCIe", before the SXM part's "NVIDIA H100 80GB HBM3"
     ("h100-nvl", "h100-nvl-94gb"),  # "NVIDIA H100 NVL" (bridged pairs, 94 GB), not the SXM part's NVSwitch node

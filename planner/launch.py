@@ -232,11 +232,14 @@ def check_memory(plan, device: str, machine: MachineInfo, nproc: int = 1) -> Che
 # their SXM parts: another node (and the H100's another peak); so the PCIe cards of the export-market H800 and A800
 # ("NVIDIA H800 PCIe", "NVIDIA A800 80GB PCIe") from the SXM parts h800-sxm-80gb and a800-sxm-80gb describe.  The
 # H100 NVL ("NVIDIA H100 NVL", h100-nvl-94gb: bridged pairs, 835.5 TFLOP/s) is a family of its own; the GH200
-# ("NVIDIA GH200 480GB", gh200-96gb) too (the lookbehind keeps H200 from matching inside it), and the H20 ("NVIDIA
-# H20", h20-96gb) apart from its 141 GB H20-3e, which no profile describes.
-GPU_FAMILY = re.compile(r"(?i)(?<![a-z0-9])(GB300|B300|GB200|B200|B100|GH200|H200|H100[ -]PCIE|H100[ -]NVL|H100|"
-                        r"H800[ -]PCIE|H800|H20[ -]3E|H20|A100(?:[ -]80GB)?[ -]PCIE|A100|A800(?:[ -][48]0GB)?[ -]PCIE|"
-                        r"A800|A10G|L40S|L40|L4|V100|MI355X|MI325X|MI300X|MI250X|MI250)(?![a-z0-9])")
+# ("NVIDIA GH200 480GB", gh200-96gb) too (the lookbehind keeps H200 from matching inside it), and the HBM3e parts
+# apart from their 96 GB HBM3 siblings, each another memory system and its own profile: the H20-3e ("NVIDIA H20-3e",
+# h20-3e-141gb) from the H20 ("NVIDIA H20", h20-96gb), the 144 GB GH200 ("NVIDIA GH200 144G HBM3e", gh200-144gb,
+# whose profile name's "B" after 144G the pattern reads past) from the 96 GB one.
+GPU_FAMILY = re.compile(r"(?i)(?<![a-z0-9])(GB300|B300|GB200|B200|B100|GH200[ -]144G|GH200|H200|H100[ -]PCIE|"
+                        r"H100[ -]NVL|H100|H800[ -]PCIE|H800|H20[ -]3E|H20|A100(?:[ -]80GB)?[ -]PCIE|A100|"
+                        r"A800(?:[ -][48]0GB)?[ -]PCIE|A800|A10G|L40S|L40|L4|V100|MI355X|MI325X|MI300X|MI250X|MI250)"
+                        r"(?:(?<=144G)B)?(?![a-z0-9])")
 
 
 def gpu_family(text: Optional[str]) -> Optional[str]:

@@ -793,7 +793,8 @@ def test_an_unwritable_out_is_refused_before_measuring(tmp_path, capsys):
     ("NVIDIA H100 NVL", "h100-nvl-94gb"),  # its own bridged-pair PCIe node, no longer the SXM part's
     ("NVIDIA H20", "h20-96gb"),  # not h200's, whose name holds its
     ("NVIDIA GH200 480GB", "gh200-96gb"),  # not h200's, which its name holds
-    ("NVIDIA GH200 144G HBM3e", "gh200-96gb"),  # the one GH200 profile (calibrate measures its 144 GB)
+    ("NVIDIA GH200 144G HBM3e", "gh200-144gb"),  # the HBM3e superchip's own profile, not the 96 GB part's
+    ("NVIDIA H20-3e", "h20-3e-141gb"),  # the 141 GB H20: matched before "h20", which its name holds
     ("AMD Instinct MI355X", "mi355x"),
     ("AMD Instinct MI325X", "mi325x"),
     ("AMD Instinct MI300X", "mi300x"),

@@ -21,7 +21,7 @@ from planner.schema import HardwareProfile
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {"a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200-nvl72", "b300", "gb300-nvl72",
             "mi300x", "mi325x", "mi355x", "l40s", "h100-pcie-80gb", "a100-pcie-80gb", "h800-sxm-80gb", "a800-sxm-80gb",
-            "h100-nvl-94gb", "h20-96gb", "gh200-96gb"}
+            "h100-nvl-94gb", "h20-96gb", "gh200-96gb", "h20-3e-141gb", "gh200-144gb"}
 
 
 def _build_module():

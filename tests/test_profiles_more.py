@@ -113,7 +113,8 @@ SMI = {
     "NVIDIA H100 NVL": "h100-nvl-94gb",
     "NVIDIA H20": "h20-96gb",
     "NVIDIA GH200 480GB": "gh200-96gb",
-    "NVIDIA GH200 144G HBM3e": "gh200-96gb",  # the one GH200 profile (its 144 GB: hardware detect and calibrate say so)
+    "NVIDIA GH200 144G HBM3e": "gh200-144gb",  # the HBM3e superchip's own profile since it has one
+    "NVIDIA H20-3e": "h20-3e-141gb",  # the 141 GB H20's own, not the 96 GB part's
     # the other cards keep theirs
     "NVIDIA H200": "h200-sxm-141gb",
     "NVIDIA H100 80GB HBM3": "h100-sxm-80gb",
@@ -131,20 +132,20 @@ def test_calibrate_and_hardware_detect_take_the_gpu_name_to_its_profile(device, 
 
 def test_hardware_takes_the_gpu_name_without_stealing_anothers():
     """--hardware as nvidia-smi prints the GPU, or its name alone: the new profiles for their cards, and 'h20' is
-    not h200's, 'h100' still the SXM part (not the PCIe or NVL card), 'h200' not the GH200's."""
+    not h200's (nor the H20-3e's), 'h100' still the SXM part (not the PCIe or NVL card), 'h200' not the GH200's,
+    'gh200' the 96 GB HBM3 part's (the 144 GB one names its memory)."""
     spelled = {n: canonical_name(n) for n in ("NVIDIA H100 NVL", "h100_nvl", "H100-NVL-94GB", "NVIDIA H20", "h20",
                                                "H20", "NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e", "gh200")}
     assert spelled == {"NVIDIA H100 NVL": "h100-nvl-94gb", "h100_nvl": "h100-nvl-94gb", "H100-NVL-94GB": "h100-nvl-94gb",
                        "NVIDIA H20": "h20-96gb", "h20": "h20-96gb", "H20": "h20-96gb",
-                       "NVIDIA GH200 480GB": "gh200-96gb", "NVIDIA GH200 144G HBM3e": "gh200-96gb", "gh200": "gh200-96gb"}
+                       "NVIDIA GH200 480GB": "gh200-96gb", "NVIDIA GH200 144G HBM3e": "gh200-144gb", "gh200": "gh200-96gb"}
     assert [canonical_name(n) for n in ("h100", "NVIDIA H100 PCIe", "h200", "NVIDIA H200", "gb200", "a100")] == \
         ["h100-sxm-80gb", "h100-pcie-80gb", "h200-sxm-141gb", "h200-sxm-141gb", "gb200-nvl72", "a100"]
     assert load_profile("h20").name == "h20-96gb" and load_profile("NVIDIA GH200 480GB").name == "gh200-96gb"
-    # the H20-3e (141 GB of HBM3e at 4.8 TB/s) has no profile: offered the H20's, not taken
-    from planner.calibrate import DEFAULT_BASE, base_for_device
-    assert base_for_device("NVIDIA H20-3e") == (DEFAULT_BASE, False)
-    with pytest.raises(ValueError, match=r"'NVIDIA H20-3e' \(did you mean h20-96gb\?\)"):
-        load_profile("NVIDIA H20-3e")
+    # the H20-3e (141 GB of HBM3e) has a profile of its own since 2026-12 (it was offered the H20's, not taken)
+    from planner.calibrate import base_for_device
+    assert base_for_device("NVIDIA H20-3e") == ("h20-3e-141gb", True)
+    assert load_profile("NVIDIA H20-3e").name == "h20-3e-141gb"
 
 
 def test_launch_families_and_accuracy_kinds_tell_the_new_cards_apart():
@@ -153,7 +154,7 @@ def test_launch_families_and_accuracy_kinds_tell_the_new_cards_apart():
     assert [L.gpu_family(n) for n in ("NVIDIA H100 NVL", "h100-nvl-94gb", "NVIDIA H20", "h20-96gb", "NVIDIA H20-3e",
                                       "NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e", "gh200-96gb", "NVIDIA H200",
                                       "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe")] == \
-        ["H100 NVL", "H100 NVL", "H20", "H20", "H20 3E", "GH200", "GH200", "GH200", "H200", "H100", "H100 PCIE"]
+        ["H100 NVL", "H100 NVL", "H20", "H20", "H20 3E", "GH200", "GH200 144G", "GH200", "H200", "H100", "H100 PCIE"]
     assert {n: accuracy.gpu_kind(n) for n in NEW + ("h200-sxm-141gb", "h100-sxm-80gb", "h100-pcie-80gb")} == \
         {"h100-nvl-94gb": "h100-nvl", "h20-96gb": "h20", "gh200-96gb": "gh200", "h200-sxm-141gb": "h200",
          "h100-sxm-80gb": "h100", "h100-pcie-80gb": "h100-pcie"}

@@ -276,13 +276,16 @@ def test_detect_names_the_profile_and_the_flags_for_this_node():
     # ... whose memory (48 GB) is not the default base's: said too
     assert found["notes"][1].startswith("51.5 GB a GPU here (49,140 MiB) where h100-sxm-80gb plans 85.52: its plans may "
                                         "not fit on this GPU")
-    # the 144 GB GH200 (HBM3e) reads as the one GH200 profile, whose 96 GB it is not (the H100 NVL, this example
-    # until it had a profile of its own, now reads as h100-nvl-94gb with no memory note); an H100 SXM's own reading
-    # is no note
-    big = topology.detect_node([(0, "NVIDIA GH200 144G HBM3e", 146831)], None, [])
-    assert big["profile"] == "gh200-96gb" and big["profile_matched"]
-    assert big["notes"][0] == ("154.0 GB a GPU here (146,831 MiB) where gh200-96gb plans 102.63: its plans leave memory "
-                            "unused on this GPU; `parplan calibrate` writes this GPU's own memory into its profile")
+    # a GPU with more memory than its profile plans: a GB200 (nvidia-smi 189,471 MiB; gb200-nvl72 holds NVIDIA's 186
+    # GB a GPU, not a card's reading). The H100 NVL and then the 144 GB GH200 were this example until each had a
+    # profile of its own: the GH200 144G now reads as gh200-144gb, its own memory, with no memory note; an H100 SXM's
+    # own reading is no note
+    big = topology.detect_node([(0, "NVIDIA GB200", 189471)], None, [])
+    assert big["profile"] == "gb200-nvl72" and big["profile_matched"]
+    assert big["notes"][0] == ("198.7 GB a GPU here (189,471 MiB) where gb200-nvl72 plans 186: its plans leave memory "
+                               "unused on this GPU; `parplan calibrate` writes this GPU's own memory into its profile")
+    gh = topology.detect_node([(0, "NVIDIA GH200 144G HBM3e", 146831)], None, [])
+    assert gh["profile"] == "gh200-144gb" and gh["notes"] == ["1 GPU here where gh200-144gb's node has 2"]
     nvl = topology.detect_node([(0, "NVIDIA H100 NVL", 95830)], None, [])
     assert nvl["profile"] == "h100-nvl-94gb" and nvl["notes"] == ["1 GPU here where h100-nvl-94gb's node has 8"]
     sxm_notes = topology.detect_node([(0, "NVIDIA H100 80GB HBM3", 81559)], None, [])["notes"]

@@ -234,14 +234,13 @@ def _gpus(n, name, mib=0):
     return [(i, name, mib) for i in range(n)]
 
 
-def test_detect_an_nvswitch_node_without_a_profile():
-    """sglang#31046 names its GPUs "NVIDIA H20-3e": no shipped profile, so the default base, said so; every pair
-    NVLinked (NV18), eight GPUs as the base's node: no other flag or note."""
+def test_detect_the_h20_3e_nvswitch_node():
+    """sglang#31046 names its GPUs "NVIDIA H20-3e": its own profile, h20-3e-141gb (until it had one, the default base,
+    said so); every pair NVLinked (NV18), eight GPUs as the profile's node: no other flag or note."""
     found = topology.detect_node(_gpus(8, "NVIDIA H20-3e"), read("h20_3e_8gpu_nvswitch_8nics.txt"), [])
-    assert found["profile"] == "h100-sxm-80gb" and not found["profile_matched"]
+    assert found["profile"] == "h20-3e-141gb" and found["profile_matched"]
     assert (found["links"], found["links_said"]) == ("all", "NVLink between every pair (NV18)")
-    assert found["recommend_flags"] == ["--hardware h100-sxm-80gb"]
-    assert len(found["notes"]) == 1 and found["notes"][0].startswith("no shipped profile for NVIDIA H20-3e")
+    assert found["recommend_flags"] == ["--hardware h20-3e-141gb"] and found["notes"] == []
 
 
 def test_detect_a_bridged_a100_pcie_node():

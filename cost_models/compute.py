@@ -218,6 +218,7 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
       2 norms (read h, write h)                              4h   (/tp with SP)
       2 residual adds (read 2h, write h)                     6h   (/tp with SP)
       rotary on q and k (read, write; llama)                 2(qw+kvw)/tp
+      q/k norms where the model has them (ModelDims.qk_norm) 2(qw+kvw)/tp
       SwiGLU: read gate, up, write product (llama)           3 ffn/tp
       GeLU + bias (gpt): read, write                         2 ffn/tp
       hidden dropout fused into the residual add (Megatron bias-dropout-add): the 1-byte mask of
@@ -277,6 +278,11 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
         attn = ((16 + 2 * a) * (m.q_width + m.kv_width) if llama else 0.0) + gqa
         act_elems = (5 if llama else 2) * a * m.ffn / lay.tp
         inside = attn / lay.tp + act_elems
+    if m.qk_norm:
+        # q/k norms (ModelDims.qk_norm): one more pass over q and k (read, write), eager too (torch's nn.RMSNorm
+        # runs one fused kernel on a GPU: memory.activation_bytes_per_layer); a compiler that fuses them into the
+        # rotary's kernel saves it (an upper bound there)
+        inside = inside + 2 * a * (m.q_width + m.kv_width) / lay.tp
     if m.kv_lora:
         # multi-head latent attention's two latent RMSNorms, on the whole sequence on every rank (sequence
         # parallelism gathers the latents before them): read and write, or the eager norm's passes.  Its rotary

@@ -92,6 +92,10 @@ class ModelDims:
     # multi-token prediction (ModelSpec.mtp_layers): extra depths on the rank holding the head, each one more block
     # (an MoE block in a mixture of experts), a 2h -> h projection and the head again (model_rank_block_counts)
     mtp: int = 0
+    # RMSNorms on the queries and keys before rotary (ModelSpec.qk_norm) as the framework trains them: False under
+    # parplan's runtime, whose blocks have none (planner.core.model_dims); their saved inputs and statistics
+    # (memory.activation_bytes_per_layer) and their memory-bound pass (compute.layer_elementwise_time)
+    qk_norm: bool = False
     # a plan's own pipeline split (Parallel.stage_layers: the blocks of each virtual stage, in virtual-stage order,
     # multi-token prediction's depths not among them): every per-rank count reads it (model_split_sizes); () = the
     # default split (model_stage_layers), which the search plans.  planner.core.evaluate_plan sets it for one plan
@@ -193,7 +197,8 @@ class ModelDims:
                    experts=spec.experts or 0, top_k=k, expert_ffn=spec.ffn_hidden if k else 0, shared_ffn=shared,
                    first_dense=spec.first_dense_layers or 0, moe_step=spec.moe_layer_step or 1,
                    dense_ffn=spec.dense_ffn_hidden or 0, q_lora=spec.q_lora_rank or 0, kv_lora=spec.kv_lora_rank or 0,
-                   rope=spec.qk_rope_head_dim or 0, v_dim=spec.v_head_dim or 0, mtp=spec.mtp_layers or 0)
+                   rope=spec.qk_rope_head_dim or 0, v_dim=spec.v_head_dim or 0, mtp=spec.mtp_layers or 0,
+                   qk_norm=bool(spec.qk_norm))
 
 
 @dataclass(frozen=True)

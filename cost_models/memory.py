@@ -137,6 +137,16 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     # rstd (8 B: torch's native_layer_norm, apex's FusedLayerNorm mean/invvar, Transformer Engine's mu/rsigma)
     norm_stats = 16 if m.arch == "gpt" else 8
     elems = (outside + inside) * act_bytes + norm_stats / seq_split
+    if m.qk_norm:
+        # q/k norms (ModelDims.qk_norm; Qwen3's per-head RMSNorms): each saves its input, the q or k projection's
+        # output, which nothing else keeps (the attention saves q and k after rotary, the projections their input),
+        # and its statistics (fp32 a head a token: 4 B RMSNorm, 8 B LayerNorm; a norm over the whole width keeps
+        # fewer).  Eager or compiled alike: torch's nn.RMSNorm (torchtitan's qwen3, Hugging Face's) runs
+        # aten._fused_rms_norm on a GPU, whose backward takes the input and rstd (its schema), as Transformer
+        # Engine's norm (Megatron's --qk-layernorm) does.  On a CPU rms_norm decomposes into fp32 ops that keep
+        # two fp32 copies instead (measured, tests/test_activation_memory.py, which checks the count with the
+        # fused kernel's saves)
+        elems = elems + (m.q_width + m.kv_width) / tp * act_bytes + norm_stats / 2 * (m.heads + m.kv_heads) / tp
     if m.kv_lora and not m.v_padded:
         # multi-head latent attention (Megatron-Core's MLASelfAttention): each latent's RMSNorm saves its input and
         # the up projection its output, on the whole sequence and whole on every tensor-parallel rank (sequence

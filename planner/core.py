@@ -555,6 +555,8 @@ def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
     m = ModelDims.from_spec(spec, seq_len)
     if framework == "parplan" and m.kv_lora:  # its MLAttention pads the values to head_dim (ModelDims.v_padded)
         m = replace(m, v_padded=True)
+    if framework == "parplan" and m.qk_norm:  # its llama blocks have no q/k norms (ModelDims.qk_norm)
+        m = replace(m, qk_norm=False)
     if framework == "torchtitan" and m.kv_lora:  # its deepseek_v3 gathers the block input (ModelDims.mla_input_gathered)
         m = replace(m, mla_input_gathered=True)
     if framework == "torchtitan" and m.moe:  # its MoE layer saves its own tensors (ModelDims.titan_moe)

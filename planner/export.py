@@ -348,10 +348,13 @@ def _megatron_family_notes(m) -> list[str]:
         notes.append(GPT_OSS_MEGATRON)
     family = _qwen_family(m)
     if family:  # llama blocks in the plan; the checkpoint's extras are Megatron flags the plan does not count
-        notes.append(f"{family}: the plan counts llama blocks; Megatron-LM trains the real model with "
-                     + ("--add-qkv-bias (its q/k/v biases)" if family == "Qwen2" else "--qk-layernorm (its per-head q/k "
-                        "RMSNorms)") + " and --norm-epsilon 1e-6 (Qwen's RMSNorm; Megatron-LM's default is 1e-5), "
-                     "which the export leaves out: add them for that model (a few parameters more than predicted).")
+        extra = ("--add-qkv-bias (its q/k/v biases)" if family == "Qwen2" else
+                 None if m.qk_norm else "--qk-layernorm (its per-head q/k RMSNorms)")
+        notes.append(f"{family}: the plan counts llama blocks{' with q/k norms (--qk-layernorm, written)' if m.qk_norm else ''}"
+                     f"; Megatron-LM trains the real model with {extra + ' and ' if extra else ''}--norm-epsilon 1e-6 "
+                     "(Qwen's RMSNorm; Megatron-LM's default is 1e-5), which the export leaves out: add "
+                     f"{'them' if extra else 'it'} for that model" + (" (a few parameters more than predicted)."
+                                                                      if extra else "."))
     return notes
 
 
@@ -481,6 +484,8 @@ def _megatron_args(plan: Plan) -> tuple[list[tuple[str, Any]], list[str]]:
             flag("--num-query-groups", m.kv_heads)
         if m.head_dim is not None and m.head_dim * m.heads != m.hidden:
             flag("--kv-channels", m.head_dim)
+        if m.qk_norm:  # Megatron-Core's per-head q/k norms (Transformer Engine's, of --normalization), which the plan
+            flag("--qk-layernorm")  # counts (ModelSpec.qk_norm)
     if m.arch == "llama":
         flag("--max-position-embeddings", t.seq_len)
         flag("--position-embedding-type", "rope")
@@ -1249,7 +1254,7 @@ def _titan_moe_model(m) -> tuple[str, str, list[str]]:
             notes.append("moe_layer_step: torchtitan's deepseek_v3 has leading dense blocks only (n_dense_layers), "
                          "not dense blocks between the MoE ones: the model differs from the plan's")
         return "deepseek_v3", flavor, notes
-    qwen3 = _qwen_family(m) == "Qwen3"  # (Qwen3's q/k norms: qk_norm; other families' attention has none)
+    qwen3 = bool(m.qk_norm) or _qwen_family(m) == "Qwen3"  # (ModelSpec.qk_norm: Qwen3Attention's q_norm / k_norm)
     notes = [f"torchtitan picks the model by name and flavor and has no built-in flavor of this shape: register "
              f"{flavor!r} in qwen3_args (torchtitan/models/qwen3/__init__.py) as Qwen3ModelArgs(dim={m.hidden}, "
              f"n_layers={m.layers}, n_heads={m.heads}, n_kv_heads={m.kv_heads}, head_dim={head_dim}, "
@@ -1258,7 +1263,7 @@ def _titan_moe_model(m) -> tuple[str, str, list[str]]:
              f"moe_args=MoEArgs(num_experts={m.experts}, top_k={m.experts_per_token}, "
              f"num_shared_experts={n_shared or 0}, score_func=\"softmax\", route_norm=True, "
              f"score_before_experts=False))" + ("; its per-head q/k RMSNorms are not in the plan's count" if qwen3
-                                                else "")]
+                                                and not m.qk_norm else "")]
     if shared and n_shared is None:
         notes.append(f"shared_expert_ffn {shared}: torchtitan's shared experts are num_shared_experts x moe_inter_dim "
                      f"({m.ffn_hidden}) wide, and {shared} is not a multiple of it; the model differs from the plan's")

@@ -4,8 +4,8 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
   llama, mistral, qwen2  -> arch llama (RMSNorm, RoPE, GQA, SwiGLU). Qwen2's q/k/v biases are not
                             counted (ModelSpec has no bias field): 0.002% of Qwen2.5-7B.
   qwen3                  -> arch llama with the config's head_dim (Qwen3-0.6B: 16 heads x 128 = 2048
-                            over hidden 1024); its per-head q/k RMSNorms (2 x head_dim weights a layer)
-                            are not counted.
+                            over hidden 1024); its per-head q/k RMSNorms' weights (2 x head_dim a layer)
+                            are not counted, their activations are (qk_norm, as every family's below).
   phi3                   -> arch llama: its fused qkv and gate_up projections hold the same matrices.
   internlm2              -> arch llama: its fused wqkv holds the same q, k and v matrices, with llama's key names
                             (InternLM2.5-7B: 7,737,708,544, every parameter); a `bias` true (InternLM2Config's
@@ -13,7 +13,7 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
   granite                -> arch llama: Granite's embedding, residual, attention and logit multipliers are
                             scalars (no parameters, no matmuls).
   olmo2                  -> arch llama: its two norms a layer sit after attention and MLP instead of
-                            before (same count); its q and k RMSNorms (h + kv width weights a layer) are
+                            before (same count); its q and k RMSNorms' weights (h + kv width a layer) are
                             not counted.
   gemma2                 -> as gemma, plus two norms a layer not counted (2 h weights) and attention
                             logit soft-capping (pointwise); every other layer attends within a sliding
@@ -173,6 +173,26 @@ MOE_TOP_K = {"ernie4_5_moe": "moe_k", "hunyuan_v1_moe": "moe_topk"}
 _KEY_ALIASES = {"ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
                 "minimax_m2": {"num_experts": "num_local_experts"},
                 "hunyuan_v1_moe": {"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"}}
+# Families with norms on the queries and keys before rotary (ModelSpec.qk_norm): True where every config of the family
+# has them (transformers' q_norm / k_norm built unconditionally: Qwen3 and Gemma 3 per head, OLMo 2 / 3 and OLMoE over
+# the whole q and k widths), else the config key that switches them (Llama 4's use_qk_norm defaults to true, an L2 norm
+# of its rotary layers, counted in every layer; GLM-4.5-Air sets use_qk_norm false)
+QK_NORM = {"qwen3": True, "qwen3_moe": True, "gemma3_text": True, "olmo2": True, "olmo3": True, "olmoe": True,
+           "exaone4": True, "dots1": True, "hunyuan_v1_moe": True, "minimax_m2": "use_qk_norm", "glm4_moe": "use_qk_norm",
+           "cohere": "use_qk_norm", "hunyuan_v1_dense": "use_qk_norm", "llama4_text": "use_qk_norm",
+           "stablelm": "qk_layernorm", "phi": "qk_layernorm"}
+QK_NORM_DEFAULT = {"llama4_text": True, "minimax_m2": True}  # the config classes' defaults where the key is absent
+
+
+def has_qk_norm(cfg: dict, model_type: str) -> bool:
+    """Whether a config's blocks norm their queries and keys (QK_NORM)."""
+    rule = QK_NORM.get(model_type)
+    if rule is None or rule is True:
+        return bool(rule)
+    value = cfg.get(rule, QK_NORM_DEFAULT.get(model_type, False))
+    return value is True
+
+
 # Mixture-of-experts families parplan cannot plan, and why (said in the refusal): their blocks hold what ModelSpec
 # cannot say (linear attention, state-space layers); DBRX and any other family not read are refused without one
 MOE_REFUSED = {"minimax": "MiniMax-Text-01's and MiniMax-M1's lightning (linear) attention in 7 of every 8 layers",
@@ -921,25 +941,26 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         name = Path(where).parent.name if Path(where).name == "config.json" else Path(where).stem
     base_note = {
         "qwen2": "q/k/v biases not counted",
-        "qwen3": "per-head q/k norms not counted",
-        "qwen3_moe": "per-head q/k norms not counted",
+        "qwen3": "per-head q/k norms' weights not counted",
+        "qwen3_moe": "per-head q/k norms' weights not counted",
         "qwen2_moe": "q/k/v biases and the shared expert's sigmoid gate not counted",
         "llama4_text": "chunked attention (attention_chunk_size) counted as full attention (the same up to the "
-                       "chunk), its NoPE layers as rotary ones; q/k norms not counted",
-        "dots1": "q/k norms not counted; routed by sigmoid scores with a bias, costed as softmax top-k",
-        "glm4_moe": "q/k norms and the multi-token-prediction layers (num_nextn_predict_layers) not counted; "
-                    "routed by sigmoid scores with a bias, costed as softmax top-k",
-        "olmo2": "q/k norms not counted",
+                       "chunk), its NoPE layers as rotary ones, and its q/k L2 norms (no weights) in every layer, not its rotary ones only",
+        "dots1": "q/k norms' weights not counted; routed by sigmoid scores with a bias, costed as softmax top-k",
+        "glm4_moe": "q/k norms' weights (where use_qk_norm) and the multi-token-prediction layers "
+                    "(num_nextn_predict_layers) not counted; routed by sigmoid scores with a bias, costed as softmax "
+                    "top-k",
+        "olmo2": "q/k norms' weights not counted",
         "phi3": "fused qkv and gate_up counted as separate matrices",
         "internlm2": "fused wqkv counted as separate matrices",
         "gemma": "GeGLU counted as 3 matrices like SwiGLU",
         "gemma2": "GeGLU counted as 3 matrices like SwiGLU; post-norms not counted",
-        "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; post-norms and q/k norms not counted",
+        "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; post-norms and q/k norms' weights not counted",
         "gpt_neox": "gpt blocks with rotary positions (over the whole head, not rotary_pct of it); parallel "
                     "attention + MLP run one after the other",
         "olmo": "its non-parametric LayerNorms counted as RMSNorm weights (2 h a layer + h)",
-        "olmo3": "q/k norms not counted",
-        "exaone4": "q/k norms not counted",
+        "olmo3": "q/k norms' weights not counted",
+        "exaone4": "q/k norms' weights not counted",
         "glm4": "post-attention and post-MLP norms not counted (2 h a layer); fused gate_up counted as separate "
                 "matrices",
         "cohere": "one LayerNorm a layer (attention and MLP in parallel) counted as two norms (+h a layer)",
@@ -961,15 +982,15 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "gpt_oss": "attention sinks (a learned logit a head) and the q/k/v/o, router and experts' biases not counted "
                    "(2 ffn + h a layer and expert for the experts': 0.03 % of gpt-oss-120b); its clamped SwiGLU "
                    "(swiglu_limit) costed as SwiGLU; routed by a softmax over the top-k logits, costed as softmax top-k",
-        "minimax_m2": "q/k norms over all heads' width ((heads + kv_heads) x head_dim a layer) not counted; routed by "
+        "minimax_m2": "q/k norms' weights over all heads' width ((heads + kv_heads) x head_dim a layer) not counted; routed by "
                       "sigmoid scores with a correction bias (e_score_correction_bias, not counted), costed as softmax "
                       "top-k",
-        "olmoe": "q/k norms (h + kv width a layer) not counted",
+        "olmoe": "q/k norms' weights (h + kv width a layer) not counted",
         "phimoe": "LayerNorms counted as RMSNorms, their biases not counted (2 h a layer + h); its SparseMixer router "
                   "costed as softmax top-k",
         "granitemoe": "routed by a softmax over the top-k logits, costed as softmax top-k",
         "granitemoeshared": "routed by a softmax over the top-k logits, costed as softmax top-k",
-        "hunyuan_v1_moe": "per-head q/k norms (2 x head_dim a layer) not counted",
+        "hunyuan_v1_moe": "per-head q/k norms' weights (2 x head_dim a layer) not counted",
     }.get(model_type)
     notes = [base_note] if base_note else []
     classes = cfg.get("architectures")
@@ -1018,9 +1039,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
             notes.append(f"{nope} layers without rotary positions (NoPE); parplan's runtime rotates every layer "
                          "(the cost is the same)")
     if model_type in ("cohere", "hunyuan_v1_dense") and (cfg.get("use_qk_norm") or cfg.get("qk_layernorm")):
-        notes.append("q/k norms not counted")
+        notes.append("q/k norms' weights not counted")
     if model_type in ("stablelm", "phi") and cfg.get("qk_layernorm"):
-        notes.append("q/k LayerNorms not counted")
+        notes.append("q/k LayerNorms' weights not counted")
     bias_keys = ("attention_bias", "mlp_bias", "bias", "use_qkv_bias", "use_bias")  # use_bias: ERNIE 4.5's
     if arch == "llama" and model_type not in ("qwen2", "gpt_oss") and any(cfg.get(k) for k in bias_keys):
         which = " and ".join(k for k in bias_keys if cfg.get(k))
@@ -1127,7 +1148,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          learned_positions=None if arch == "llama" or table else False,
                          sliding_window=window, full_attention_every=full_every, experts=experts,
                          experts_per_token=top_k, shared_expert_ffn=shared, first_dense_layers=first_dense,
-                         moe_layer_step=moe_step, dense_ffn_hidden=dense_ffn, **mla)
+                         moe_layer_step=moe_step, dense_ffn_hidden=dense_ffn,
+                         qk_norm=True if not mla and has_qk_norm(cfg, model_type) else None, **mla)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

@@ -173,6 +173,14 @@ class ModelSpec(Strict):
         "mixture of experts) and the shared output layer with its own loss.  Not counted in num_params (DeepSeek-V3's "
         "671B leaves out its 14B MTP module).  None = none (Hugging Face's num_nextn_predict_layers is read as a "
         "note).")
+    qk_norm: Optional[bool] = Field(
+        None, description="RMSNorms on the queries and keys between their projections and rotary (Qwen3, Qwen3-MoE, "
+        "Gemma 3, OLMo 2 / 3, OLMoE, MiniMax-M2, Hunyuan, dots.llm1: Hugging Face's q_norm / k_norm, Megatron-LM's "
+        "--qk-layernorm, torchtitan's qk_norm): each norm saves its input, the projection's output, and its fp32 "
+        "statistics for the backward, and makes one memory-bound pass more (cost_models.memory.activation_bytes_per_"
+        "layer, compute.layer_elementwise_time); counted for every framework that trains them, not for parplan's own "
+        "runtime, whose llama blocks have none.  Their weights (2 x head_dim a layer, or the q and k widths) are not "
+        "counted in num_params.  None = none.")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 
@@ -235,6 +243,9 @@ class ModelSpec(Strict):
             if self.sliding_window is not None:
                 raise ValueError("sliding_window with multi-head latent attention is not planned (no such model); "
                                  "leave one of them out")
+            if self.qk_norm:
+                raise ValueError("qk_norm with multi-head latent attention: its latents have their own RMSNorms "
+                                 "(counted with kv_lora_rank); leave qk_norm out")
         # the blocks' matrices and the embedding (norms and biases aside): the bound the flags hold a count to
         h = self.hidden
         attn = attention_matmul_params(self.arch, h, self.heads, self.kv_heads, self.head_size, self.mla)

@@ -4,6 +4,8 @@ A stage of the runtime's blocks runs forward on one process under saved_tensors_
 tensor autograd keeps (parameters excluded, each storage counted once) is summed and compared with
 cost_models.memory.activation_bytes_per_layer x blocks, for each architecture and recompute mode.
 fp32 on CPU, so act_bytes = 4 (the GPU runs keep the same tensors in 16 bit)."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -170,3 +172,36 @@ def test_eager_torchtitan_block_saves_what_the_eager_model_counts(kv_heads):
     fused = float(activation_bytes_per_layer(m, lay, 2, True))
     assert eager == pytest.approx(measured, rel=0.01), (measured, eager)
     assert measured > 1.4 * fused  # 41 % (MHA) to 56 % (GQA) more than the fused count for this shape
+
+
+@pytest.mark.parametrize("kv_heads", [8, 2], ids=["mha", "gqa"])
+def test_qk_norms_save_what_the_model_counts(kv_heads):
+    """torchtitan's qwen3 attention norms xq and xk per head before rotary (ModelSpec.qk_norm): each norm keeps the
+    projection's output, which nothing else saves, and an fp32 rstd a head a token.  The block with them against
+    the block without, as a GPU's fused norm saves (runtime_helpers.torchtitan_block.HeadNorm), equals the model's
+    difference; under full recompute the model adds nothing, and under parplan's runtime (no q/k norms) neither."""
+    from planner.core import model_dims
+    from tests.runtime_helpers.torchtitan_block import Block, precompute_freqs_cis, saved_bytes as tt_saved
+    b, s, h, heads, ffn = 2, 128, 256, 8, 704
+    fc = precompute_freqs_cis(h // heads, s)
+    measured = {}
+    for qk in (False, True):
+        torch.manual_seed(0)
+        block = Block(h, heads, kv_heads, ffn, qk_norm=qk).to(torch.bfloat16)
+        measured[qk] = tt_saved(block, torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True), fc)
+    spec = ModelSpec(arch="llama", layers=1, hidden=h, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=100,
+                     qk_norm=True)
+    m = model_dims(spec, s, "torchtitan")
+    assert m.qk_norm and not model_dims(spec, s, "parplan").qk_norm
+
+    def predicted(dims, recompute=0, eager=True):
+        lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=recompute, sp=0, schedule=1,
+                     offload=0)
+        return float(activation_bytes_per_layer(dims, lay, 2, True, eager=eager))
+
+    plain = replace(m, qk_norm=False)
+    extra = b * s * (2 * (h + kv_heads * h // heads) + 4 * (heads + kv_heads))  # bf16 inputs + fp32 rstd
+    assert measured[True] - measured[False] == extra
+    for eager in (True, False):
+        assert predicted(m, eager=eager) - predicted(plain, eager=eager) == extra
+    assert predicted(m, recompute=2) == predicted(plain, recompute=2)

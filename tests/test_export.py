@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from planner.export import FORMATS, export_notes, export_plan
+from planner.export import FORMATS, _megatron_args, export_notes, export_plan
 from planner.schema import HardwareRef, ModelSpec, Parallel, Plan, Training
 
 from hardware_profiles import tomllib  # tomli on Python 3.10
@@ -723,6 +723,13 @@ def test_megatron_names_what_a_qwen_checkpoint_adds_to_llama_blocks():
         plan = plan.model_copy(update={"model": load_preset(name)})
         said = [n for n in export_notes(plan, "megatron") if "--norm-epsilon 1e-6" in n]
         assert (len(said) == 1 and flag in said[0]) if flag else not said, (name, said)
+        # Qwen3's q/k norms are in the preset (ModelSpec.qk_norm), counted and written; without them, named in the note
+        args = dict(_megatron_args(plan)[0])
+        assert ("--qk-layernorm" in args) is (name == "qwen3-8b")
+        if name == "qwen3-8b":
+            bare = plan.model_copy(update={"model": load_preset(name).model_copy(update={"qk_norm": None})})
+            assert "--qk-layernorm" not in dict(_megatron_args(bare)[0])
+            assert any("--qk-layernorm (its per-head" in n for n in export_notes(bare, "megatron"))
 
 
 def test_foundry_and_torchtitan_name_what_a_qwen_or_gemma_checkpoint_adds():
@@ -759,10 +766,10 @@ def test_exports_say_what_another_familys_checkpoint_holds_otherwise():
                                   "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32})
     assert checkpoint_differences(falcon.source) == ("falcon", ["bias false: the checkpoint has no linear biases, gpt blocks "
                                                          "count them (about 4 h + ffn a layer)"])
-    assert checkpoint_differences(olmo3.source) == ("olmo3", ["q/k norms not counted"])
+    assert checkpoint_differences(olmo3.source) == ("olmo3", ["q/k norms' weights not counted"])
     assert checkpoint_differences(model_from_hf_config(starcoder).source) == ("starcoder2", [])
     cases = ((falcon, "falcon: the plan counts gpt blocks", "no linear biases"),
-             (olmo3, "olmo3: the plan counts llama blocks", "q/k norms not counted"),
+             (olmo3, "olmo3: the plan counts llama blocks", "q/k norms' weights not counted"),
              (model_from_hf_config({**starcoder, "use_bias": False}), "starcoder2: the plan counts gpt", "use_bias false"),
              (model_from_hf_config(starcoder), None, None),
              (model_from_hf_config(data / "Meta-Llama-3-8B.json"), None, None),

@@ -282,7 +282,7 @@ def test_qwen3_and_phi3_map_to_llama():
     assert spec.arch == "llama" and spec.head_dim == 128 and spec.tied_embeddings  # 16 x 128 = 2048 != 1024
     assert round(spec.num_params / 1e9, 1) == 0.6
     assert round((spec.num_params - 151936 * 1024) / 1e9, 2) == 0.44
-    assert "q/k norms not counted" in spec.source
+    assert "q/k norms' weights not counted" in spec.source and spec.qk_norm
     phi3 = {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_attention_heads": 32,
             "num_key_value_heads": 32, "num_hidden_layers": 32, "vocab_size": 32064}
     spec = model_from_hf_config(phi3)
@@ -333,11 +333,12 @@ def test_granite_and_olmo2_map_to_llama():
                "logits_scaling": 16.0}
     olmo2 = {"model_type": "olmo2", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
              "num_key_value_heads": 32, "num_hidden_layers": 32, "vocab_size": 100352}
-    for cfg, tied, note in ((granite, True, None), (olmo2, False, "q/k norms not counted")):
+    for cfg, tied, note in ((granite, True, None), (olmo2, False, "q/k norms' weights not counted")):
         spec = model_from_hf_config(cfg)
         assert spec.arch == "llama" and spec.tied_embeddings is tied
         assert spec.num_params == param_counts(spec)["total"] == by_hand[cfg["model_type"]]
         assert (note in spec.source) if note else "not counted" not in spec.source
+        assert spec.qk_norm is (True if note else None)  # OLMo 2's q/k norms' activations are counted
 
 
 def test_keys_a_config_leaves_out_take_the_transformers_class_defaults():
@@ -555,7 +556,7 @@ TRANSFORMERS_BUILT = [
     ({'vocab_size': 128256, 'hidden_size': 2048, 'intermediate_size': 11008, 'num_hidden_layers': 36, 'num_attention_heads': 16, 'num_key_value_heads': 4, 'max_position_embeddings': 32768, 'rope_parameters': {'rope_theta': 2000000.0, 'rope_type': 'default'}, 'no_rope_layers': [1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0], 'attention_bias': False, 'mlp_bias': False, 'tie_word_embeddings': True, 'model_type': 'smollm3'},
      3_075_098_624, 0, 'NoPE'),
     ({'vocab_size': 50304, 'hidden_size': 4096, 'intermediate_size': 11008, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'sliding_attention': {'rope_type': 'default', 'rope_theta': 500000.0}, 'full_attention': {'rope_type': 'default', 'rope_theta': 500000.0}}, 'attention_bias': False, 'sliding_window': 4096, 'model_type': 'olmo3'},
-     6_888_624_128, -32 * (32 * 128 + 32 * 128), 'q/k norms not counted'),
+     6_888_624_128, -32 * (32 * 128 + 32 * 128), "q/k norms' weights not counted"),
     ({'vocab_size': 51200, 'hidden_size': 2048, 'intermediate_size': 8192, 'num_hidden_layers': 24, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'partial_rotary_factor': 0.5, 'rope_type': 'default'}, 'model_type': 'phi'},
      1_418_270_720, 24 * 2 * 2048 - 51200, 'one LayerNorm a layer'),
     ({'vocab_size': 256000, 'hidden_size': 8192, 'intermediate_size': 22528, 'num_hidden_layers': 40, 'num_attention_heads': 64, 'num_key_value_heads': 64, 'max_position_embeddings': 8192, 'tie_word_embeddings': True, 'rope_parameters': {'rope_theta': 500000.0, 'rope_type': 'default'}, 'attention_bias': False, 'model_type': 'cohere'},
@@ -577,7 +578,7 @@ TRANSFORMERS_BUILT = [
     ({'vocab_size': 151552, 'hidden_size': 4096, 'intermediate_size': 13696, 'num_hidden_layers': 40, 'num_attention_heads': 32, 'num_key_value_heads': 2, 'head_dim': 128, 'max_position_embeddings': 131072, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'partial_rotary_factor': 0.5, 'rope_type': 'default'}, 'attention_bias': True, 'model_type': 'glm4'},
      9_400_279_040, -40 * (2 * 4096 + (32 + 2 * 2) * 128), 'post-MLP norms not counted'),
     ({'vocab_size': 102400, 'hidden_size': 4096, 'intermediate_size': 16384, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'sliding_window': 4096, 'sliding_window_pattern': 4, 'model_type': 'exaone4'},
-     9_429_069_824, -32 * 2 * 128, 'q/k norms not counted'),
+     9_429_069_824, -32 * 2 * 128, "q/k norms' weights not counted"),
     ({'vocab_size': 155136, 'hidden_size': 4096, 'intermediate_size': 27648, 'num_hidden_layers': 64, 'num_attention_heads': 80, 'num_key_value_heads': 8, 'max_position_embeddings': 524288, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'attention_bias': True, 'attention_out_bias': False, 'mlp_bias': False, 'head_dim': 128, 'model_type': 'seed_oss'},
      28_921_040_896, -64 * (80 + 2 * 8) * 128, 'attention_bias not counted'),
     ({'vocab_size': 50304, 'hidden_size': 4096, 'intermediate_size': 11008, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'attention_bias': False, 'model_type': 'olmo'},
@@ -672,13 +673,13 @@ def test_fuzz_findings_are_one_line_errors():
 # Columns: the config file, transformers' count, parplan's count less it, a phrase of the source, then experts, top-k,
 # shared_expert_ffn, first_dense_layers.
 MOE_BUILT = [
-    ("MiniMax-M2.5", 228_689_748_992, -62 * (48 + 8) * 128, "q/k norms over all heads' width", 256, 8, None, None),
-    ("OLMoE-1B-7B-0924", 6_919_161_856, -16 * (2048 + 16 * 128), "q/k norms (h + kv width a layer) not counted", 64, 8,
+    ("MiniMax-M2.5", 228_689_748_992, -62 * (48 + 8) * 128, "q/k norms' weights over all heads' width", 256, 8, None, None),
+    ("OLMoE-1B-7B-0924", 6_919_161_856, -16 * (2048 + 16 * 128), "q/k norms' weights (h + kv width a layer) not counted", 64, 8,
      None, None),
     ("Phi-3.5-MoE-instruct", 41_873_153_344, -(32 * 2 * 4096 + 4096) - 32 * (4096 + 1024 + 1024 + 4096) - 32064,
      "their biases not counted (2 h a layer + h)", 16, 2, None, None),
     ("granite-3.1-3b-a800m-instruct", 3_298_793_472, 0, "exact", 40, 8, None, None),
-    ("Hunyuan-A13B-Instruct", 80_393_183_232, -32 * 2 * 128, "per-head q/k norms (2 x head_dim a layer) not counted",
+    ("Hunyuan-A13B-Instruct", 80_393_183_232, -32 * 2 * 128, "per-head q/k norms' weights (2 x head_dim a layer) not counted",
      64, 8, 3072, None),
 ]
 
@@ -787,3 +788,31 @@ def test_hub_names_of_the_new_moe_families_are_fetched_and_minimax_m1_refused(tm
             model_from_hf_config(name)
     with pytest.raises(ValueError, match="a mixture-of-experts model by its name; parplan plans .*MiniMax-M2's"):
         model_from_hf_config("MiniMaxAI/MiniMax-M1-80k")
+
+
+def test_q_k_norms_are_read_from_the_family_or_its_switch():
+    """ModelSpec.qk_norm: set where the family always norms q and k (Qwen3, Gemma 3, OLMo 2 / 3, OLMoE, ...) or its
+    config switches them on (GLM-4.5's use_qk_norm, which GLM-4.5-Air sets false; Llama 4's, true by default;
+    StableLM's qk_layernorm); a family without them, or the switch off, leaves it None.  A model with them plans
+    more activation memory than the same shape without, under every framework but parplan's runtime."""
+    from planner.hf_config import QK_NORM, has_qk_norm
+    assert has_qk_norm({}, "qwen3") and has_qk_norm({}, "gemma3_text") and has_qk_norm({}, "olmoe")
+    assert has_qk_norm({"use_qk_norm": True}, "glm4_moe") and not has_qk_norm({"use_qk_norm": False}, "glm4_moe")
+    assert not has_qk_norm({}, "glm4_moe") and has_qk_norm({}, "llama4_text")
+    assert not has_qk_norm({"use_qk_norm": "true"}, "cohere")  # only a JSON true switches them on
+    assert has_qk_norm({"qk_layernorm": True}, "stablelm") and not has_qk_norm({}, "llama") and "llama" not in QK_NORM
+    base = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
+            "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 28, "vocab_size": 151936}
+    qwen3, llama = model_from_hf_config(base), model_from_hf_config({**base, "model_type": "llama"})
+    assert qwen3.qk_norm is True and llama.qk_norm is None and qwen3.num_params == llama.num_params
+    from cost_models.layout import Layout
+    from cost_models.memory import activation_bytes_per_layer
+    from planner.core import model_dims
+    lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=1, zero=0, recompute=0, sp=0, schedule=1, offload=0)
+
+    def act(spec, framework):
+        return float(activation_bytes_per_layer(model_dims(spec, 4096, framework), lay, 2, True))
+    # 28 layers aside: per block and token, the q (2048) and k (1024) widths in bf16 and 24 heads' fp32 rstd
+    assert act(qwen3, "torchtitan") - act(llama, "torchtitan") == 4096 * (2 * (2048 + 1024) + 4 * 24)
+    assert act(qwen3, "megatron") - act(llama, "megatron") == 4096 * (2 * (2048 + 1024) + 4 * 24)
+    assert act(qwen3, "parplan") == act(llama, "parplan")

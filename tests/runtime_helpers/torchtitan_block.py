@@ -1,7 +1,8 @@
 """torchtitan's llama TransformerBlock as of its 2024-12 versions (torchtitan/models/llama/model.py and
 norms.py at 9dec370), eager, in plain torch: the block its published FSDP runs trained without
 training.compile.  tests/test_activation_memory.py counts what it saves for its backward against
-cost_models.memory.activation_bytes_per_layer(..., eager=True)."""
+cost_models.memory.activation_bytes_per_layer(..., eager=True).  qk_norm: the per-head q/k RMSNorms of
+torchtitan's qwen3 attention (torchtitan/models/qwen3/model/model.py), as a GPU runs them."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -45,10 +46,43 @@ def repeat_kv(x, n_rep: int):
     return torch.unsqueeze(x, dim=3).expand(bs, slen, n_kv, n_rep, hd).reshape(bs, slen, n_kv * n_rep, hd)
 
 
+class _FusedRMSNorm(torch.autograd.Function):
+    """What aten._fused_rms_norm saves on a GPU, where torch's nn.RMSNorm runs it (its backward's schema takes the
+    input and rstd; on a CPU rms_norm decomposes into fp32 ops instead): the 16-bit input and an fp32 rstd a row."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, rstd, weight)
+        return (x.float() * rstd).type_as(x) * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, rstd, weight = ctx.saved_tensors
+        xhat = x.float() * rstd
+        g = grad.float() * weight.float()
+        dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        return dx.type_as(x), (grad.float() * xhat).sum(tuple(range(x.dim() - 1))).type_as(weight), None
+
+
+class HeadNorm(nn.Module):
+    """torchtitan's qwen3 q_norm / k_norm (nn.RMSNorm(head_dim)) as a GPU runs it (_FusedRMSNorm)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return _FusedRMSNorm.apply(x, self.weight, self.eps)
+
+
 class Block(nn.Module):
-    def __init__(self, h: int, heads: int, kv_heads: int, ffn: int):
+    def __init__(self, h: int, heads: int, kv_heads: int, ffn: int, qk_norm: bool = False):
         super().__init__()
         self.heads, self.kv_heads, self.hd = heads, kv_heads, h // heads
+        # torchtitan's qwen3 Attention: per-head RMSNorms on xq and xk between the projections and rotary
+        self.q_norm, self.k_norm = (HeadNorm(self.hd), HeadNorm(self.hd)) if qk_norm else (None, None)
         self.wq = nn.Linear(h, heads * self.hd, bias=False)
         self.wk = nn.Linear(h, kv_heads * self.hd, bias=False)
         self.wv = nn.Linear(h, kv_heads * self.hd, bias=False)
@@ -63,6 +97,8 @@ class Block(nn.Module):
         xq = self.wq(x).view(bs, s, -1, self.hd)
         xk = self.wk(x).view(bs, s, -1, self.hd)
         xv = self.wv(x).view(bs, s, -1, self.hd)
+        if self.q_norm is not None:
+            xq, xk = self.q_norm(xq), self.k_norm(xk)
         xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
         n_rep = self.heads // self.kv_heads
         keys, values = repeat_kv(xk, n_rep), repeat_kv(xv, n_rep)

@@ -271,6 +271,9 @@ _MODEL_OPTIONS = [
      "and the output layer again; planned under --framework megatron.  Also with a preset or a config."),
     ("v_head_dim", Optional[int], None, ("--v-head-dim",), "With --kv-lora-rank: a value head's width "
      "(DeepSeek-V3: 128)."),
+    ("qk_norm", Optional[bool], None, ("--qk-norm/--no-qk-norm",), "Norms on the queries and keys before rotary "
+     "(Qwen3, Gemma 3, OLMo 2: their presets and configs set it): their saved inputs and pass counted under every "
+     "framework but parplan's runtime, whose blocks have none.  Also with a preset or a config."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
@@ -403,6 +406,11 @@ def _prepare(opts, gpus: int | None = None):
     _positive("mtp-layers", o.mtp_layers, upper=16)
     if o.mtp_layers:  # multi-token prediction beside any model (a preset's, a config's or the flags')
         spec = spec.model_copy(update={"mtp_layers": o.mtp_layers})
+    if o.qk_norm is not None:  # q/k norms on or off beside any model (ModelSpec.qk_norm)
+        if o.qk_norm and spec.kv_lora_rank is not None:
+            raise UserError("--qk-norm with multi-head latent attention: its latents have their own RMSNorms "
+                            "(counted); drop --qk-norm")
+        spec = spec.model_copy(update={"qk_norm": True if o.qk_norm else None})
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

@@ -816,3 +816,32 @@ def test_q_k_norms_are_read_from_the_family_or_its_switch():
     assert act(qwen3, "torchtitan") - act(llama, "torchtitan") == 4096 * (2 * (2048 + 1024) + 4 * 24)
     assert act(qwen3, "megatron") - act(llama, "megatron") == 4096 * (2 * (2048 + 1024) + 4 * 24)
     assert act(qwen3, "parplan") == act(llama, "parplan")
+
+
+def test_qk_norm_flags_switch_the_norms_beside_any_model():
+    """`--qk-norm` adds q/k norms to a model without them (its plan saves more under torchtitan) and is written to the
+    plan and Megatron's export; `--no-qk-norm` takes a Qwen3 preset's away; with latent attention it is one line's
+    error."""
+    import json
+    import subprocess
+    import sys
+
+    def run(*args, stdin=None):
+        return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True, input=stdin)
+    pin = ["--gpus", "8", "--framework", "megatron", "--tp", "1", "--pp", "1", "--cp", "1", "--mbs", "1", "--zero", "3",
+           "--recompute", "none",
+           "--seq-len", "4096", "--global-batch-size", "64", "--json"]
+    acts = {}
+    for model, flag in (("llama3-8b", None), ("llama3-8b", "--qk-norm"), ("qwen3-8b", None), ("qwen3-8b", "--no-qk-norm")):
+        out = run("recommend", "--model", model, *pin, *([flag] if flag else []))
+        assert out.returncode == 0, out.stderr
+        plan = json.loads(out.stdout)
+        assert plan["model"]["qk_norm"] is ((flag == "--qk-norm") or (model == "qwen3-8b" and flag is None) or None)
+        acts[model, flag] = plan["prediction"]["memory_bytes_per_gpu"]["activations"]
+        exported = run("export", "-", "--to", "megatron", stdin=out.stdout)
+        written = any(line.strip().startswith("--qk-layernorm") for line in exported.stdout.splitlines())
+        assert exported.returncode == 0 and written is bool(plan["model"]["qk_norm"])
+    assert acts["llama3-8b", "--qk-norm"] > acts["llama3-8b", None]
+    assert acts["qwen3-8b", "--no-qk-norm"] < acts["qwen3-8b", None]
+    bad = run("recommend", "--model", "deepseek-v2-lite", "--gpus", "16", "--qk-norm")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "latent" in bad.stderr

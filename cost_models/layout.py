@@ -489,6 +489,30 @@ def largest_virtual_stage(layers: int, lay):
     return -(-layers // (np.asarray(lay.pp) * np.asarray(lay.vpp)))
 
 
+def titan_layer_sac_counts(chunk: int, vpp: int) -> list[int]:
+    """The blocks of each virtual stage torchtitan's layer-level selective checkpointing can recompute (its
+    activation_checkpoint mode "selective" with selective_ac_option a number f: every f-th transformer block a
+    process builds wrapped whole, counted from 1 by a module-level counter across the rank's model parts; torchtitan/
+    distributed/activation_checkpoint.py, _apply_layer_sac), where every virtual stage holds `chunk` blocks: N of 1 up
+    to chunk - 1 (chunk itself is full recompute).  With one stage a rank, floor(chunk / f) for some f >= 2; with
+    several (vpp > 1) the counter runs on from one chunk into the next, so only f dividing chunk recomputes the same
+    N = chunk / f in each."""
+    if chunk < 2:
+        return []
+    counts = {chunk // f for f in range(2, chunk + 1)} if vpp == 1 else {chunk // f for f in range(2, chunk + 1)
+                                                                            if chunk % f == 0}
+    return sorted(n for n in counts if 0 < n < chunk)
+
+
+def titan_layer_sac_freq(chunk: int, vpp: int, n: int) -> int | None:
+    """torchtitan's selective_ac_option (the frequency f) that recomputes n blocks of every virtual stage of `chunk`
+    blocks (titan_layer_sac_counts), or None where none does."""
+    if n not in titan_layer_sac_counts(chunk, vpp):
+        return None
+    f = chunk // n
+    return f if chunk // f == n and (vpp == 1 or chunk % f == 0) else None
+
+
 def recomputed_share(layers, lay):
     """Share of a pipeline rank's blocks that full recompute re-runs: 1, or under recompute_layers N (Megatron-LM's
     block method: the first N blocks of every virtual stage recomputed, the others keeping their activations)

@@ -161,8 +161,10 @@ FRAMEWORK_RECOMPUTES: dict[str, tuple[str, ...] | None] = {
 # Frameworks that recompute some blocks of each stage whole and keep the others' activations (Layout.recompute_layers):
 # Megatron-LM's --recompute-method block --recompute-num-layers N, and parplan's runtime (StageModule's
 # recompute_layers); an unpinned recompute also searches the fewest such blocks that fit
-# (search.partial_recompute_candidates)
-PARTIAL_RECOMPUTE_FRAMEWORKS = ("megatron", "parplan")
+# (search.partial_recompute_candidates); and torchtitan since 2026-12-07, its layer-level selective checkpointing
+# (selective_ac_option a number f: every f-th block whole), on stages of one size and the counts a frequency gives
+# (layout.titan_layer_sac_counts; search.Pins.titan_layer_sac)
+PARTIAL_RECOMPUTE_FRAMEWORKS = ("megatron", "parplan", "torchtitan")
 # ...and the schedules it is predicted under (the zero-bubble schedules' bubble is not linear in the blocks' mix)
 PARTIAL_RECOMPUTE_SCHEDULES = "partial recompute is predicted for gpipe, 1f1b and interleaved-1f1b"
 # ZeRO stages each framework runs: torchtitan replicates (DDP, data_parallel_replicate_degree) or shards
@@ -250,6 +252,23 @@ def titan_op_sac_modelled(spec: ModelSpec) -> bool:
     from .hf_config import checkpoint_differences
     gpt_oss = checkpoint_differences(spec.source)[0] == "gpt_oss" or (spec.name or "").lower().startswith("gpt-oss")
     return spec.is_moe and not gpt_oss
+
+
+def titan_layer_sac_problem(sizes, vpp: int, n: int, mtp: bool = False) -> tuple[str, str] | None:
+    """(what, fix) where torchtitan's layer-level selective checkpointing (selective_ac_option f: every f-th block
+    of a rank whole) cannot recompute n blocks of each of these virtual stages (layout.titan_layer_sac_counts), or
+    None."""
+    from cost_models.layout import titan_layer_sac_counts
+    if mtp or len(set(sizes)) > 1:
+        return (f"recompute_layers {n} under torchtitan: its layer-level checkpointing (every f-th block) recomputes "
+                "the same count in each stage only where the stages are of one size (these hold "
+                f"{', '.join(map(str, sizes))} blocks)", "drop recompute_layers, or split the blocks evenly")
+    counts = titan_layer_sac_counts(sizes[0], vpp)
+    if n not in counts:
+        return (f"recompute_layers {n} under torchtitan: its layer-level checkpointing (every f-th block) recomputes "
+                f"{', '.join(map(str, counts)) or 'no share'} of a stage of {sizes[0]} blocks"
+                + (f" at vpp {vpp}" if vpp > 1 else ""), "give one of those, or drop recompute_layers")
+    return None
 
 
 def titan_moe_problem(dispatcher: str, moe_recompute: str, fp8: bool, recompute: str | None,
@@ -724,6 +743,7 @@ REASON_FIXES = {  # what to change in a plan whose layout breaks a rule (the cod
     "layers": "fewer virtual stages (a smaller pp or vpp), so every stage holds a block",
     "seq": "make seq_len a multiple of 2 x cp (of cp x tp with sequence parallelism), or a smaller cp or tp, or sp off",
     "offload": "zero_stage 1 or more, or offload none",
+    "recompute-layers": "a count torchtitan's layer-level checkpointing gives on the plan's stages, or recompute full",
 }
 # the schedule rules _reason_text names, each with its own fix (a 1F1B plan is not told "schedule 1f1b")
 SCHEDULE_FIXES = (
@@ -945,16 +965,25 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if pins.recompute_layers is not None:
         if framework not in PARTIAL_RECOMPUTE_FRAMEWORKS:
             raise PlannerError(f"--recompute-layers: {framework} recomputes every block of a stage or none; drop "
-                               "--recompute-layers, or use --framework megatron or parplan")
+                               "--recompute-layers, or use --framework megatron, parplan or torchtitan")
         if pins.recompute not in (None, "full"):
             raise PlannerError(f"--recompute-layers {pins.recompute_layers} recomputes that many blocks of each stage "
                                f"whole, which is full recompute, not --recompute {pins.recompute}; drop one of them")
         if pins.schedule in ZERO_BUBBLE:
             raise PlannerError(f"--recompute-layers with --schedule {pins.schedule}: {PARTIAL_RECOMPUTE_SCHEDULES}; "
                                "drop one of them")
+        if framework == "torchtitan" and pins.pp is not None and (pins.vpp is not None or pins.pp == 1):
+            vpp = pins.vpp or 1  # the stages are known: name the counts torchtitan gives on them
+            problem = titan_layer_sac_problem(model_stage_layers(spec.layers, spec.mtp_layers or 0, pins.pp * vpp), vpp,
+                                              pins.recompute_layers, bool(spec.mtp_layers))
+            if problem:
+                raise PlannerError(f"--{problem[0].replace('recompute_layers', 'recompute-layers', 1)}; "
+                                   + problem[1].replace("recompute_layers", "--recompute-layers"))
         pins = replace(pins, recomputes=("full",))  # (recompute itself stays the user's: the suggestions drop N alone)
     elif framework in PARTIAL_RECOMPUTE_FRAMEWORKS and pins.recompute is None and not stack.get("moe_a2a_overlap"):
         pins = replace(pins, partial_recompute=True)
+    if framework == "torchtitan":  # its layer-level checkpointing's counts, on stages of one size
+        pins = replace(pins, titan_layer_sac=True)
     if framework == "parplan":  # launch's check_runtime_support: FSDP2 offload with SP/cp/tied pp on cuda
         extra = fsdp2_offload_blockers(bool(pins.sp), pins.tp or 1, pins.cp or 1, spec.tied_embeddings, pins.pp or 1,
                                        as_flags=True)
@@ -1281,6 +1310,9 @@ REJECTED_BECAUSE = {
     "seq": "do not split the sequence evenly (it must be a multiple of 2 x cp, and with sequence parallelism "
            "each rank's part a multiple of tp)",
     "offload": "offload the optimizer without ZeRO (it needs --zero 1 or more; torchtitan's FSDP offload --zero 3)",
+    "recompute-layers": "recompute a number of blocks a stage torchtitan's layer-level checkpointing does not give "
+                        "there (every f-th block whole: floor(blocks / f) a stage, the same in each only where the "
+                        "stages are of one size and, with vpp > 1, f divides them)",
 }
 
 
@@ -1589,11 +1621,17 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     if p.recompute_layers is not None:
         if fw not in PARTIAL_RECOMPUTE_FRAMEWORKS:
             raise StructureError(f"recompute_layers {p.recompute_layers}: {fw} recomputes every block of a stage or "
-                                 "none", "drop recompute_layers, or set training.framework megatron or parplan")
-        largest = max(p.stage_layers or model_stage_layers(spec.layers, spec.mtp_layers or 0, p.pp * p.vpp))
+                                 "none", "drop recompute_layers, or set training.framework megatron, parplan or "
+                                 "torchtitan")
+        sizes = p.stage_layers or model_stage_layers(spec.layers, spec.mtp_layers or 0, p.pp * p.vpp)
+        largest = max(sizes)
         if p.recompute_layers >= largest:
             raise StructureError(f"recompute_layers {p.recompute_layers} recomputes every block of each stage (at most "
                                  f"{largest})", "drop it for recompute full, or give fewer")
+        if fw == "torchtitan":
+            problem = titan_layer_sac_problem(sizes, p.vpp, p.recompute_layers, bool(spec.mtp_layers))
+            if problem:
+                raise StructureError(*problem)
         if p.pp > 1 and p.schedule in ZERO_BUBBLE:
             raise StructureError(f"recompute_layers with schedule {p.schedule}: {PARTIAL_RECOMPUTE_SCHEDULES}",
                                  "drop recompute_layers, or change the schedule")

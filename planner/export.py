@@ -54,7 +54,7 @@ from typing import Any, NamedTuple, Optional
 
 from cost_models import zero3
 from cost_models.compute import plan_overlaps_param_gather
-from cost_models.layout import ModelDims
+from cost_models.layout import ModelDims, model_stage_layers, titan_layer_sac_freq
 from cost_models.memory import deepspeed_bf16_optimizer_steps
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.hf_config import checkpoint_differences
@@ -1152,6 +1152,32 @@ def _full_attention_note(plan: Plan, to: str, trains: str = "Megatron-LM trains 
     return [f"sliding window {m.sliding_window}: {to} attends over the whole prefix in every layer, {counted}; {trains}"]
 
 
+def titan_layer_sac_frequency(plan: Plan) -> int | None:
+    """torchtitan's selective_ac_option for a plan's partial full recompute (Parallel.recompute_layers N a stage):
+    the frequency f whose every-f-th-block checkpointing recomputes N blocks of each of the plan's stages
+    (layout.titan_layer_sac_freq: stages of one size, no multi-token prediction), or None."""
+    p, m = plan.parallel, plan.model
+    if p.recompute != "full" or not p.recompute_layers or m.mtp_layers:
+        return None
+    sizes = p.stage_layers or model_stage_layers(m.layers, 0, p.pp * p.vpp)
+    return titan_layer_sac_freq(sizes[0], p.vpp, p.recompute_layers) if len(set(sizes)) == 1 else None
+
+
+def _titan_whole_blocks_note(plan: Plan) -> list[str]:
+    """A partial full recompute torchtitan's layer-level checkpointing cannot give (titan_layer_sac_frequency None),
+    exported as every block."""
+    p, m = plan.parallel, plan.model
+    if p.recompute != "full" or not p.recompute_layers:
+        return []
+    sizes = p.stage_layers or model_stage_layers(m.layers, 0, p.pp * p.vpp)
+    return [f"recompute full of {p.recompute_layers} blocks per stage: torchtitan's layer-level checkpointing (every "
+            "f-th block, selective_ac_option f) gives " + ("the same count in every stage only where the stages are of "
+                                                          "one size" if len(set(sizes)) > 1 or m.mtp_layers else
+                                                          f"other counts on stages of {sizes[0]} blocks")
+            + ", so it is exported as every block (more recompute, less activation memory than predicted); plan it "
+            "with --framework torchtitan for a count it gives."]
+
+
 def _whole_blocks_note(plan: Plan, to: str) -> list[str]:
     """Partial full recompute (Parallel.recompute_layers) exported to a framework that recomputes every block or none."""
     p = plan.parallel
@@ -1280,7 +1306,9 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
     where it refuses the older keys)."""
     m, t, p = plan.model, plan.training, plan.parallel
     new = release == "0.2"
-    notes: list[str] = _full_attention_note(plan, "torchtitan's llama3") + _whole_blocks_note(plan, "torchtitan")
+    sac_freq = titan_layer_sac_frequency(plan)
+    notes: list[str] = _full_attention_note(plan, "torchtitan's llama3") + (
+        [] if sac_freq else _titan_whole_blocks_note(plan))
     moe_model = _titan_moe_model(m) if m.is_moe else None
     if moe_model:
         notes += _checkpoint_note(m) + moe_model[2]
@@ -1490,7 +1518,10 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
             *([] if new else [("seed", t.seed)]),
         ]),
         ("parallelism", par),
-        ("activation_checkpoint", [("mode", "selective" if p.recompute == "selective-op" else p.recompute)] +
+        ("activation_checkpoint",
+         # partial full recompute as its layer-level selective checkpointing: every sac_freq-th block whole
+         [("mode", "selective"), ("selective_ac_option", str(sac_freq))] if sac_freq else
+         [("mode", "selective" if p.recompute == "selective-op" else p.recompute)] +
          ([("selective_ac_option", "op")] if p.recompute in ("selective", "selective-op") else [])),
     ]
     if float8:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cost_models.layout import (OFFLOADS, RECOMPUTE, SCHEDULES, Layout, ModelDims, TrainingConsts, distinct_rows,
-                                in_chunks, largest_virtual_stage, rank_recomputed_shares)
+                                in_chunks, largest_virtual_stage, rank_recomputed_shares, titan_layer_sac_counts)
 from cost_models.memory import RANK_TOTALS, runs_in_rounds, states_floor, weight_pass_queued
 from cost_models.total import evaluate, memory, step_floor
 
@@ -29,7 +29,7 @@ MAX_VPP = 8
 MAX_CP = 16
 
 # Reasons a candidate is infeasible, in the order they are checked (first one wins).
-REASONS = ("batch", "schedule", "layers", "seq", "offload", "memory", "host-memory")
+REASONS = ("batch", "schedule", "layers", "seq", "offload", "memory", "host-memory", "recompute-layers")
 
 
 @dataclass
@@ -47,6 +47,9 @@ class Pins:
     # the framework recomputes some blocks of a stage (core.PARTIAL_RECOMPUTE_FRAMEWORKS): with recompute unpinned,
     # the search adds the fewest such blocks that fit beside full recompute (partial_recompute_candidates)
     partial_recompute: bool = False
+    # ...as torchtitan's layer-level selective checkpointing (every f-th block: layout.titan_layer_sac_counts): only
+    # stages of one size, and N among the counts a frequency gives
+    titan_layer_sac: bool = False
     sp: bool | None = None
     schedule: str | None = None
     offload: str | None = None
@@ -396,11 +399,12 @@ def contender_bound(steps, top_k: int) -> float:
     return max(steps.min() * (1 + NEAR_TIE), np.partition(steps, top_k - 1)[top_k - 1])
 
 
-def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Layout, int]:
-    """(candidates, how many were dropped): a pinned recompute_layers on every full-recompute candidate (where it is
-    every block of a stage: full recompute's plan, recompute_layers 0)."""
+def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Layout, int, int]:
+    """(candidates, how many were dropped for their schedule, how many for torchtitan's counts): a pinned
+    recompute_layers on every full-recompute candidate (where it is every block of a stage: full recompute's plan,
+    recompute_layers 0)."""
     if pins.recompute_layers is None:
-        return lay, 0
+        return lay, 0, 0
     full = np.asarray(lay.recompute) == RECOMPUTE.index("full")
     # partial recompute is predicted for gpipe, 1f1b and interleaved-1f1b only: a zero-bubble candidate would be a
     # plan every other command refuses (check_plan_structure), so none is offered
@@ -409,7 +413,48 @@ def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Layout,
     lay = lay.take(np.flatnonzero(~(full & zb)))
     full = np.asarray(lay.recompute) == RECOMPUTE.index("full")
     below = pins.recompute_layers < largest_virtual_stage(m.layers, lay)
-    return replace(lay, recompute_layers=np.where(full & below, pins.recompute_layers, 0)), dropped
+    titan = 0
+    if pins.titan_layer_sac:  # torchtitan recomputes only the counts a frequency gives, on stages of one size
+        can = titan_layer_sac_rows(m, lay, np.full(len(lay), pins.recompute_layers))
+        bad = full & below & ~can
+        titan = int(np.count_nonzero(bad))
+        lay = lay.take(np.flatnonzero(~bad))
+        full, below = full[~bad], below[~bad]
+    return replace(lay, recompute_layers=np.where(full & below, pins.recompute_layers, 0)), dropped, titan
+
+
+def titan_layer_sac_rows(m: ModelDims, lay: Layout, n) -> np.ndarray:
+    """Per candidate, whether torchtitan's layer-level selective checkpointing recomputes n blocks of each virtual
+    stage: its stages all of one size (the default split of the blocks alone, no multi-token prediction, no plan's
+    own split) and n among titan_layer_sac_counts of that size."""
+    pp, vpp = np.asarray(lay.pp), np.asarray(lay.vpp)
+    stages = pp * vpp
+    even = (m.layers % stages == 0) & (not m.mtp) & (not m.split)
+    ok = np.zeros(len(lay), dtype=bool)
+    n = np.asarray(n)
+    for st, v in {(int(a), int(b)) for a, b in zip(stages[even], vpp[even])}:
+        rows = even & (stages == st) & (vpp == v)
+        ok[rows] = np.isin(n[rows], titan_layer_sac_counts(m.layers // st, v))
+    return ok
+
+
+def titan_layer_sac_round_up(m: ModelDims, lay: Layout, n) -> np.ndarray:
+    """The least count at or above n that torchtitan's layer-level selective checkpointing recomputes on each
+    candidate's stages (titan_layer_sac_rows), or the stage's size (every block: no partial plan) where none is."""
+    pp, vpp = np.asarray(lay.pp), np.asarray(lay.vpp)
+    stages = pp * vpp
+    chunk = largest_virtual_stage(m.layers, lay)
+    out = np.asarray(chunk, dtype=np.int64).copy()
+    even = (m.layers % stages == 0) & (not m.mtp) & (not m.split)
+    n = np.asarray(n)
+    for st, v in {(int(a), int(b)) for a, b in zip(stages[even], vpp[even])}:
+        counts = np.asarray(titan_layer_sac_counts(m.layers // st, v), dtype=np.int64)
+        rows = np.flatnonzero(even & (stages == st) & (vpp == v))
+        if len(counts) and len(rows):
+            at = np.searchsorted(counts, n[rows])
+            fits = at < len(counts)
+            out[rows[fits]] = counts[at[fits]]
+    return out
 
 
 def node_replicas(tp, pp, dp, gpus_per_node, cp=1):
@@ -580,6 +625,8 @@ def partial_recompute_candidates(m: ModelDims, tr: TrainingConsts, hw, lay: Layo
         at = rank_recomputed_shares(m, replace(sub.take(rows), recompute_layers=np.full(len(rows), less)))
         fits = np.all([f >= need[rows] - 1e-9 for f, need in zip(at, needs)], axis=0)
         n[rows[fits]] = less
+    if pins.titan_layer_sac:  # torchtitan: the least count a frequency gives, on stages of one size
+        n = np.where(n < chunk, titan_layer_sac_round_up(m, sub, n), chunk)
     ok = np.flatnonzero(n < chunk)
     return replace(sub.take(ok), recompute_layers=n[ok].astype(np.int64)) if len(ok) else None
 
@@ -748,12 +795,13 @@ def run_search(m: ModelDims, tr: TrainingConsts, hw, gpu_counts: list[int], pins
 
     for g in gpu_counts:
         lay, n, failed = screened_layouts(m, tr, g, pins)  # only what passes needs the cost model
-        lay, dropped = pin_recompute_layers(m, lay, pins)
+        lay, dropped, titan = pin_recompute_layers(m, lay, pins)
         lay, more = hybrid_shard_candidates(tr, hw, lay, pins)
         cand, ep_more = expert_parallel_rows(m, lay, pins)
         candidates += n + more + ep_more
         skipped.append(failed)
         skipped.append(np.full(dropped, REASONS.index("schedule")))
+        skipped.append(np.full(titan, REASONS.index("recompute-layers")))
         # what cannot fit on its weights, gradients and optimizer states alone is out of memory whatever
         # the rest: set aside unevaluated, and evaluated only if nothing fits (for the closest miss)
         over = in_chunks(cand, lambda sub: states_floor(m, sub, tr)) > hw.usable_bytes

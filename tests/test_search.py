@@ -1432,10 +1432,57 @@ def test_the_search_recomputes_the_fewest_blocks_of_each_stage_that_fit():
     assert every.prediction.step_time_s > pred.step_time_s
     for plan in [best] + best.alternatives:  # no other framework's plan carries it
         assert (plan.parallel.recompute_layers is None) or plan.parallel.recompute == "full"
-    titan = recommend(spec, 16, framework="torchtitan", pins=Pins(offload="none"))
-    assert all(q.parallel.recompute_layers is None for q in [titan] + titan.alternatives)
+    titan = recommend(spec, 16, framework="torchtitan", pins=Pins(offload="none"))  # only counts torchtitan gives
+    from planner.export import titan_layer_sac_frequency
+    assert all(titan_layer_sac_frequency(q) for q in [titan] + titan.alternatives if q.parallel.recompute_layers)
     pinned = recommend(spec, 16, framework="megatron", pins=Pins(offload="none", recompute="full"))
     assert all(q.parallel.recompute_layers is None for q in [pinned] + pinned.alternatives)
+
+
+def test_torchtitan_recomputes_the_counts_its_layer_checkpointing_gives():
+    """torchtitan's layer-level selective checkpointing (selective_ac_option f: every f-th block of a rank whole, by a
+    counter that runs on across the rank's model parts) is its partial recompute: the search offers the least count
+    it gives that fits, the export writes its f, and a count it cannot give is refused with the ones it can."""
+    from cost_models.layout import titan_layer_sac_counts, titan_layer_sac_freq
+    from planner.core import StructureError
+    from planner.export import export_plan, titan_layer_sac_frequency
+
+    def wrapped(chunks: list[int], f: int) -> list[int]:  # torchtitan's _apply_layer_sac over a rank's model parts
+        count, out = 0, []
+        for c in chunks:
+            n = 0
+            for _ in range(c):
+                count += 1
+                n += count % f == 0
+            out.append(n)
+        return out
+    for chunk in range(2, 41):
+        for vpp in (1, 2, 4):
+            for n in titan_layer_sac_counts(chunk, vpp):
+                assert wrapped([chunk] * vpp, titan_layer_sac_freq(chunk, vpp, n)) == [n] * vpp
+            others = {wrapped([chunk] * vpp, f)[0] for f in range(2, chunk + 1)
+                      if len(set(wrapped([chunk] * vpp, f))) == 1} - {0}
+            assert set(titan_layer_sac_counts(chunk, vpp)) <= others
+    assert titan_layer_sac_counts(32, 1) == [1, 2, 3, 4, 5, 6, 8, 10, 16] and titan_layer_sac_counts(8, 2) == [1, 2, 4]
+    spec = load_preset("llama3-8b")
+    best = recommend(spec, 8, framework="torchtitan", seq_len=8192)
+    p = best.parallel
+    assert p.recompute == "full" and p.recompute_layers == 3 and p.pp == 1  # floor(32 / 10)
+    hw = constants_from_profile(hardware_profiles.load_profile("h100-sxm-80gb"), "bf16")
+    assert best.prediction.memory_bytes_per_gpu.total <= hw.usable_bytes
+    fewer = evaluate_plan(best.model_copy(update={"parallel": p.model_copy(update={"recompute_layers": 2})}))
+    assert fewer.prediction.memory_bytes_per_gpu.total > hw.usable_bytes  # the count below it does not fit
+    assert titan_layer_sac_frequency(best) == 10
+    toml = export_plan(best, "torchtitan-0.2")
+    assert 'mode = "selective"\nselective_ac_option = "10"' in toml
+    with pytest.raises(PlannerError, match=r"recomputes 1, 2, 3, 4, 5, 6, 8, 10, 16 of a stage of 32 blocks"):
+        recommend(spec, 8, framework="torchtitan", seq_len=8192, pins=Pins(pp=1, recompute_layers=7))
+    seven = best.model_copy(update={"parallel": p.model_copy(update={"recompute_layers": 7})})
+    with pytest.raises(StructureError, match="recompute_layers 7 under torchtitan"):
+        evaluate_plan(seven)
+    megatron = seven.model_copy(update={"training": best.training.model_copy(update={"framework": "megatron"})})
+    toml = export_plan(megatron, "torchtitan-0.2")  # another framework's count torchtitan cannot give: every block
+    assert 'mode = "full"' in toml
 
 
 def test_partial_recompute_pins_and_suggestions():

@@ -127,7 +127,9 @@ def canonical_name(name_or_path):
     "H20 141GB": h20-3e-141gb), else the GPU's name alone ("NVIDIA GH200 480GB", its Grace's memory: gh200-96gb).
     A GPU's name alone where its profiles named the GPU and a memory size are several, or one among others: the
     smallest ("h20": h20-96gb, not h20-3e-141gb, as nvidia-smi prints "NVIDIA H20" and "NVIDIA H20-3e"; "gh200":
-    gh200-96gb, the HBM3 part, as the HBM3e one's name says "144G HBM3e"); anything else as given."""
+    gh200-96gb, the HBM3 part, as the HBM3e one's name says "144G HBM3e"); a device's whole name otherwise as
+    calibrate reads it ("NVIDIA H100 80GB HBM3": h100-sxm-80gb; "NVIDIA A100-SXM4-40GB": a100-sxm-40gb); anything else
+    as given."""
     if looks_like_path(name_or_path):
         return name_or_path
     names = list_profiles()
@@ -154,6 +156,17 @@ def canonical_name(name_or_path):
         plain = [n for n in kind if re.fullmatch(re.escape(k) + r"-\d+gb", n.lower())]  # the GPU and its memory
         if plain:
             return min(plain, key=lambda n: int(re.findall(r"\d+", n)[-1]))
+    # an SXM part's whole name as nvidia-smi prints it, its memory and kind of HBM beside the GPU's name ("NVIDIA H100
+    # 80GB HBM3", "NVIDIA A100-SXM4-40GB"): the GPU's SXM profile of that memory, else of its name alone (a name
+    # holding anything else, "NVIDIA H200 NVL", another card, is not one)
+    parts = re.sub(r"^(nvidia|amd-instinct|amd)-", "", re.sub(r"[\s_]+", "-", key)).split("-")
+    marks = [t for t in parts[1:] if re.fullmatch(r"\d+gb|hbm\w*|sxm\d*", t)]
+    if marks and len(marks) == len(parts) - 1 and re.match(r"(nvidia|amd)[\s_-]", key):
+        mem = next((t for t in marks if t.endswith("gb")), None)
+        sxm = {n.lower(): n for n in names}.get(f"{parts[0]}-sxm-{mem}") if mem else None
+        found = sxm or canonical_name(parts[0])
+        if found in names:
+            return found
     return name_or_path
 
 

@@ -683,6 +683,9 @@ def launch(
                               "reach, not the steps to add."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu (gloo)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the torchrun command and pre-flight checks; run nothing."),
+    strict: bool = typer.Option(False, "--strict", help="With --dry-run: exit as the run would have stopped, with "
+                                "the failed checks' code (2, or 3 for memory), not 0; the command is printed either "
+                                "way (for a script or CI step: `parplan launch plan.json --dry-run --strict`)."),
     report: Optional[str] = typer.Option(None, "--report", help="Run report path (default runs/<time>/report.json)."),
     nnodes: int = typer.Option(1, "--nnodes", help="Nodes the job spans (run the same command on each)."),
     node_rank: int = typer.Option(0, "--node-rank", help="This node's rank, 0 to --nnodes - 1."),
@@ -721,6 +724,9 @@ def launch(
         raise UserError(f"--node-rank must be in 0..{nnodes - 1}, got {node_rank}")
     if checkpoint_every < 0:
         raise UserError(f"--checkpoint-every must be >= 0, got {checkpoint_every}")
+    if strict and not dry_run:
+        raise UserError("--strict sets a dry run's exit code; a run stops at a failed check anyway: add --dry-run, "
+                        "or drop --strict")
     if data_dtype is not None:
         data_dtype = _check_choice("data-dtype", data_dtype, ("uint16", "uint32"))
     _positive("resume-step", resume_step, upper=10_000_000)
@@ -744,7 +750,7 @@ def launch(
                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, checkpoint_dir=checkpoint_dir,
                      checkpoint_every=checkpoint_every, resume=resume, data=data, compile=compile_blocks,
                      memory_snapshot=memory_snapshot, data_dtype=data_dtype, resume_step=resume_step,
-                     moe_balanced_routing=moe_balanced_routing, profile=profile)
+                     moe_balanced_routing=moe_balanced_routing, profile=profile, strict=strict)
     except PlannerError as e:
         raise UserError(str(e)) from None
     raise typer.Exit(int(code or 0))

@@ -1324,6 +1324,10 @@ def _batch_fix(gbs: int, seq_len: int, gpus: int, pins: Pins) -> str | None:
     for name in ("tp", "pp", "cp"):
         fixed *= getattr(pins, name) or 1
     mbs = pins.mbs or 1
+    if mbs > gbs:  # no batch near the given one splits: the micro-batch is the pin to change (a batch of mbs
+        # sequences or more on dp 1 had been offered, which then found nothing that fits)
+        return (f"--mbs {mbs} is more sequences than the whole global batch ({gbs}), of which a micro-batch is a "
+                "share of one data-parallel rank's part: give a smaller --mbs, or drop it for the search to pick one")
 
     def allowed(d):
         if gpus % d or (gpus // d) % fixed or (pins.dp is not None and d != pins.dp):
@@ -1340,8 +1344,8 @@ def _batch_fix(gbs: int, seq_len: int, gpus: int, pins: Pins) -> str | None:
         return down if down and gbs - down < up - gbs else up
 
     # the largest data-parallel size allowed (the least model parallelism) whose nearest batch is within a factor 2 of
-    # the given one, else the size whose batch is nearest: the largest alone had sent --mbs 2048 to a batch of 16384
-    # over dp 8, where dp 1 takes 2048
+    # the given one, else the size whose batch is nearest: the largest alone had sent --mbs 600 to a batch of 4800
+    # over dp 8, where dp 2 takes 1200
     ds = [d for d in range(gpus, 0, -1) if allowed(d)]
     if not ds or gbs % (ds[0] * mbs) == 0:
         return None

@@ -16,7 +16,8 @@ command line: the validated plan is written to a file in the run directory and i
 passed.  stdout stays clean during a run (dry-run prints the command there); progress, the
 summary table and errors go to stderr.  torch is imported only inside ``launch``.
 
-Exit codes: 0 ok (and every dry run that could build a command), 2 invalid plan or a failed
+Exit codes: 0 ok (and every dry run that could build a command, but with --strict one whose checks failed), 2
+invalid plan or a failed
 pre-flight check, 3 the plan does not fit in free device (or, on cpu, host) memory, 130 interrupted, else the
 job's own exit code.
 """
@@ -1442,8 +1443,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
            nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
            checkpoint_dir=None, checkpoint_every=0, resume=False, data=None, compile: bool | None = None,
            memory_snapshot: str | None = None, data_dtype: str | None = None, resume_step: int | None = None,
-           moe_balanced_routing: bool = False, profile: str | None = None) -> int:
+           moe_balanced_routing: bool = False, profile: str | None = None, strict: bool = False) -> int:
     """Check the plan against this machine and run it with torchrun; returns the exit code.
+    strict: a dry run exits with its failed checks' code, not 0 (its command printed either way).
     compile: torch.compile each block (None = on for cuda when the plan models fused pointwise work,
     training.fused_elementwise, as it does by default; off for cpu)."""
     import importlib.util
@@ -1587,7 +1589,9 @@ def launch(plan_source: str, steps: int = 20, device: str = "auto", dry_run: boo
         _err("the command reads the plan that `parplan launch` writes there: to run it, repeat the launch without "
              "--dry-run")
         sys.stdout.write(shlex.join(argv) + "\n")
-        return EXIT_OK  # a dry run shows the command and every check, failed ones included (module docstring)
+        # a dry run shows the command and every check, failed ones included (module docstring); with strict it exits
+        # as the run would have stopped, so `--dry-run --strict && ...` or a CI step sees a failed check
+        return max((c.exit_code for c in failed), default=EXIT_OK) if strict else EXIT_OK
     if failed:
         for c in failed:
             _err(f"error: {c.name}: {c.detail} -- fix: {c.fix}")

@@ -215,9 +215,10 @@ CASES = [
     # every layout rejected for the batch split: said in words, with a batch that splits over the pinned dp
     (["recommend", "--model", "tiny-llama-test", "--gpus", "8", "--tp", "1", "--pp", "1", "--cp", "1",
       "--global-batch-size", "12", "--json"], 2, ["multiple of dp x micro-batch", "use --global-batch-size 16, which splits over dp 8"]),
-    # a micro-batch no batch near the given one splits over the most data parallelism: the dp that comes near it
+    # a micro-batch larger than the whole batch: the micro-batch is what to change (a batch of 2048 over dp 1 had
+    # been offered, where nothing then fits)
     (["recommend", "--model", "llama3-8b", "--mbs", "2048", "--json"], 2,
-     ["use --global-batch-size 2048, which splits over dp 1 x micro-batch 2048"]),
+     ["--mbs 2048 is more sequences than the whole global batch (1024)", "give a smaller --mbs"]),
     (["recommend", "--model", "llama3-8b", "--mbs", "3", "--json"], 2,
      ["use --global-batch-size 1032, which splits over dp 8 x micro-batch 3"]),
     (["recommend", "--model", "llama3-8b", "--vpp", "3", "--pp", "1", "--json"], 2, ["--vpp 3 with --pp 1", "drop --vpp"]),

@@ -1100,3 +1100,18 @@ def test_a_report_that_is_a_device_is_a_failed_check(plan8, capsys):
     assert L.launch(plan8, device="cpu", report="/dev/null", dry_run=True) == 0
     err = capsys.readouterr().err
     assert "[FAIL] report: --report /dev/null is a device" in err and "1 check failed" in err, err
+
+
+def test_a_strict_dry_run_exits_with_its_failed_checks_code(plan8, capsys, tmp_path):
+    """`--dry-run` prints the command and exits 0 whatever its checks say (a preview on a login node); `--strict`
+    exits as the run would have stopped, so a script or CI step sees the failure; without --dry-run it is refused."""
+    import subprocess
+    import sys
+    assert L.launch(plan8, dry_run=True, device="cpu", nnodes=3) == 0
+    assert L.launch(plan8, dry_run=True, device="cpu", nnodes=3, strict=True) == 2
+    out, err = capsys.readouterr()
+    assert "--rdzv-endpoint '<HOST:PORT>'" in out and "checks failed" in err
+    assert L.launch(plan8, dry_run=True, device="cpu", strict=True, report=str(tmp_path / "r" / "report.json")) == 0
+    cli = subprocess.run([sys.executable, "-m", "planner.cli", "launch", str(plan8), "--device", "cpu", "--strict"],
+                         capture_output=True, text=True)
+    assert cli.returncode == 2 and cli.stderr.count("\n") == 1 and "add --dry-run" in cli.stderr

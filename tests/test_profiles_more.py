@@ -146,6 +146,11 @@ def test_hardware_takes_the_gpu_name_without_stealing_anothers():
     from planner.calibrate import base_for_device
     assert base_for_device("NVIDIA H20-3e") == ("h20-3e-141gb", True)
     assert load_profile("NVIDIA H20-3e").name == "h20-3e-141gb"
+    # the SXM parts' whole names as nvidia-smi prints them, their memory and kind of HBM in the middle (refused
+    # until 2026-12-07), as calibrate reads them; a device no profile describes stays as given (an unknown name)
+    assert [canonical_name(n) for n in ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB",
+                                        "NVIDIA H800 PCIe", "NVIDIA RTX 6000 Ada Generation")] == \
+        ["h100-sxm-80gb", "a100-sxm-40gb", "a100-sxm-80gb", "NVIDIA H800 PCIe", "NVIDIA RTX 6000 Ada Generation"]
 
 
 def test_launch_families_and_accuracy_kinds_tell_the_new_cards_apart():

@@ -426,16 +426,9 @@ def pin_recompute_layers(m: ModelDims, lay: Layout, pins: Pins) -> tuple[Layout,
 def titan_layer_sac_rows(m: ModelDims, lay: Layout, n) -> np.ndarray:
     """Per candidate, whether torchtitan's layer-level selective checkpointing recomputes n blocks of each virtual
     stage: its stages all of one size (the default split of the blocks alone, no multi-token prediction, no plan's
-    own split) and n among titan_layer_sac_counts of that size."""
-    pp, vpp = np.asarray(lay.pp), np.asarray(lay.vpp)
-    stages = pp * vpp
-    even = (m.layers % stages == 0) & (not m.mtp) & (not m.split)
-    ok = np.zeros(len(lay), dtype=bool)
+    own split) and n among titan_layer_sac_counts of that size (its own least count at or above n)."""
     n = np.asarray(n)
-    for st, v in {(int(a), int(b)) for a, b in zip(stages[even], vpp[even])}:
-        rows = even & (stages == st) & (vpp == v)
-        ok[rows] = np.isin(n[rows], titan_layer_sac_counts(m.layers // st, v))
-    return ok
+    return (n < largest_virtual_stage(m.layers, lay)) & (titan_layer_sac_round_up(m, lay, n) == n)
 
 
 def titan_layer_sac_round_up(m: ModelDims, lay: Layout, n) -> np.ndarray:

@@ -5,17 +5,17 @@ figures and says where every other one comes from, is found by the name nvidia-s
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from hardware_profiles import PROFILE_DIR, canonical_name, list_profiles, load_profile
+from hardware_profiles import canonical_name, load_profile
 from planner.core import NothingFits, recommend
 from planner.schema import ModelSpec
 from planner.search import Pins
+from tests.test_profiles_more import _tags
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 ** 2
@@ -26,18 +26,7 @@ NEW = {
 }
 
 
-def _tags(prof) -> dict:
-    return {m.group(1): s for s in prof.sources for m in [re.match(r"\[([\w-]+)\] ", s)] if m}
-
-
-@pytest.mark.parametrize("name", NEW)
-def test_each_ships_loads_and_cites(name):
-    assert name in list_profiles()
-    p = load_profile(name)
-    assert p.name == name and p.sources and p.description
-    text = (PROFILE_DIR / f"{name}.toml").read_text(encoding="utf-8")
-    assert "ASSUMPTION" in text
-    assert set(re.findall(r"#.*?\[([\w-]+)\]", text)) <= set(_tags(p))
+# (each ships, loads and cites its figures: tests/test_profiles_more.py's test_each_ships_and_loads)
 
 
 @pytest.mark.parametrize("name", NEW)

@@ -23,7 +23,7 @@ def _tags(prof) -> dict:
     return {m.group(1): s for s in prof.sources for m in [re.match(r"\[([\w-]+)\] ", s)] if m}
 
 
-@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("name", NEW + ("h20-3e-141gb", "gh200-144gb"))  # (the latter two: test_profiles_hbm3e.py)
 def test_each_ships_and_loads(name):
     assert name in list_profiles()
     p = load_profile(name)

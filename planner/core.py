@@ -1028,7 +1028,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     splits = [None] * len(res.layout)
     if balancing:
         res, splits = lighten_head_stage(res, m, tr, hw, objective, zero3_counts=not pins.fsdp_native,
-                                         empty_stages=framework != "torchtitan", top_k=top_k)
+                                         empty_stages=framework != "torchtitan", top_k=top_k,
+                                         even_partial=pins.titan_layer_sac)
     plans = []
     for i in range(len(res.layout)):
         row = res.layout.row(i)
@@ -1057,13 +1058,15 @@ HEAD_SPLIT_GAIN = 0.005
 
 
 def lighten_head_stage(res, m: ModelDims, tr, hw, objective: str, zero3_counts: bool = True,
-                       empty_stages: bool = True, top_k: int | None = None) -> tuple:
+                       empty_stages: bool = True, top_k: int | None = None, even_partial: bool = False) -> tuple:
     """The search prices the default split (model_stage_layers: the remainder to the middle stages); the stage holding
     the head (output layer, loss) then runs its blocks and the head.  For each of the search's top plans with a
     pipeline, the splits that count the head as 1 .. HEAD_SPLIT_MAX more blocks of its stage (head_lightened_split)
     are evaluated (ModelDims.split; one evaluation per split for every top plan of the same pp x vpp), each plan
     taking the fastest that fits where it gains HEAD_SPLIT_GAIN; then the plans are ranked again.  empty_stages
-    False: no split with a stage of no block (torchtitan's split points cannot express one).  Returns (res with
+    False: no split with a stage of no block (torchtitan's split points cannot express one).  even_partial: a plan
+    recomputing some blocks of each stage keeps the default split (torchtitan's layer-level checkpointing gives its
+    count only on stages of one size: search.titan_layer_sac_rows).  Returns (res with
     those rows' metrics and the new order, its first top_k rows (all by default), and each kept row's split or
     None)."""
     from .search import SearchResult, infeasibility, sort_key
@@ -1071,8 +1074,11 @@ def lighten_head_stage(res, m: ModelDims, tr, hw, objective: str, zero3_counts: 
     met = {k: np.array(np.broadcast_to(v, (n,)), copy=True) for k, v in res.metrics.items()}
     splits: list = [None] * n
     pp, vpp = np.asarray(res.layout.pp), np.asarray(res.layout.vpp)
+    movable = ~((np.asarray(res.layout.recompute_layers) > 0) & even_partial)
     for stages in sorted({int(p * v) for p, v in zip(pp, vpp) if p > 1}):
-        rows = np.flatnonzero((pp > 1) & (pp * vpp == stages))
+        rows = np.flatnonzero((pp > 1) & (pp * vpp == stages) & movable)
+        if not len(rows):
+            continue
         sub = res.layout.take(rows)
         best = met["step_time_s"][rows].copy()
         last, previous = None, best.copy()

@@ -1480,6 +1480,11 @@ def test_torchtitan_recomputes_the_counts_its_layer_checkpointing_gives():
     seven = best.model_copy(update={"parallel": p.model_copy(update={"recompute_layers": 7})})
     with pytest.raises(StructureError, match="recompute_layers 7 under torchtitan"):
         evaluate_plan(seven)
+    # a pipeline keeps the default split (the lighter head stage the search tries would make the stages' counts
+    # differ, which torchtitan's counter cannot give: benchmarks/export_parse/tt_layer_sac_check.py ran such a plan)
+    piped = recommend(spec, 8, framework="torchtitan", seq_len=8192, pins=Pins(pp=2, recompute_layers=4))
+    assert piped.parallel.recompute_layers == 4 and len(set(piped.parallel.stage_layers)) == 1
+    assert titan_layer_sac_frequency(piped) == 4 and 'selective_ac_option = "4"' in export_plan(piped, "torchtitan-0.2")
     megatron = seven.model_copy(update={"training": best.training.model_copy(update={"framework": "megatron"})})
     toml = export_plan(megatron, "torchtitan-0.2")  # another framework's count torchtitan cannot give: every block
     assert 'mode = "full"' in toml
@@ -1633,3 +1638,16 @@ def test_the_python_recommend_names_a_bad_gpu_count_or_pin(gpus, pins, said):
         recommend("llama3.2-1b", gpus, pins=Pins(**pins), framework="torchtitan")
     assert str(e.value).startswith(said) and "\n" not in str(e.value)
     assert recommend("llama3.2-1b", np.int64(8), pins=Pins(tp=np.int64(2))).parallel.tp == 2  # numpy integers are integers
+
+
+def test_torchtitans_own_apply_ac_wrapped_the_planned_counts():
+    """benchmarks/results/2026-12-07-export-parse-layer-sac: five `--framework torchtitan` partial-recompute plans
+    (the search's own 3 of 32, pinned counts on one stage a rank, under interleaving and on 70B's 20-block stages)
+    exported `--to torchtitan-0.2` and run through torchtitan 0.2.2's ConfigManager and apply_ac on each pipeline rank's
+    meta-device model parts: every part wrapped the plan's count of blocks whole."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2026-12-07-export-parse-layer-sac"
+            / "torchtitan-0.2.2-layer-sac.txt").read_text()
+    assert text.startswith("torchtitan 0.2.2 ") and text.count("\n   MATCH") == 5
+    assert "MISMATCH" not in text and "FAIL" not in text
+    assert "blocks wrapped whole [2, 2] (plan: 2 a stage of [8, 8])" in text  # interleaved: the counter runs on

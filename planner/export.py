@@ -1159,8 +1159,14 @@ def titan_layer_sac_frequency(plan: Plan) -> int | None:
     p, m = plan.parallel, plan.model
     if p.recompute != "full" or not p.recompute_layers or m.mtp_layers:
         return None
-    sizes = p.stage_layers or model_stage_layers(m.layers, 0, p.pp * p.vpp)
+    sizes = _stage_sizes(plan)
     return titan_layer_sac_freq(sizes[0], p.vpp, p.recompute_layers) if len(set(sizes)) == 1 else None
+
+
+def _stage_sizes(plan: Plan) -> list[int]:
+    """The blocks of each virtual stage: the plan's own split, else the default split of its blocks."""
+    p = plan.parallel
+    return p.stage_layers or model_stage_layers(plan.model.layers, 0, p.pp * p.vpp)
 
 
 def _titan_whole_blocks_note(plan: Plan) -> list[str]:
@@ -1169,7 +1175,7 @@ def _titan_whole_blocks_note(plan: Plan) -> list[str]:
     p, m = plan.parallel, plan.model
     if p.recompute != "full" or not p.recompute_layers:
         return []
-    sizes = p.stage_layers or model_stage_layers(m.layers, 0, p.pp * p.vpp)
+    sizes = _stage_sizes(plan)
     return [f"recompute full of {p.recompute_layers} blocks per stage: torchtitan's layer-level checkpointing (every "
             "f-th block, selective_ac_option f) gives " + ("the same count in every stage only where the stages are of "
                                                           "one size" if len(set(sizes)) > 1 or m.mtp_layers else

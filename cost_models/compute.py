@@ -219,6 +219,7 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
       2 residual adds (read 2h, write h)                     6h   (/tp with SP)
       rotary on q and k (read, write; llama)                 2(qw+kvw)/tp
       q/k norms where the model has them (ModelDims.qk_norm) 2(qw+kvw)/tp
+      2 post-norms where the model has them (ModelDims.post_norms)      4h   (/tp with SP)
       SwiGLU: read gate, up, write product (llama)           3 ffn/tp
       GeLU + bias (gpt): read, write                         2 ffn/tp
       hidden dropout fused into the residual add (Megatron bias-dropout-add): the 1-byte mask of
@@ -283,6 +284,17 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
         # runs one fused kernel on a GPU: memory.activation_bytes_per_layer); a compiler that fuses them into the
         # rotary's kernel saves it (an upper bound there)
         inside = inside + 2 * a * (m.q_width + m.kv_width) / lay.tp
+    post_bwd = 0.0  # what the backward of eager post-norms moves beyond twice their forward
+    if m.post_norms:
+        # norms on the sublayers' outputs (ModelDims.post_norms): two norms more, as the input norms run them.  Eager
+        # (torchtitan's RMSNorm), each one's backward is counted op by op (tests/test_eager_pointwise.py, bf16 CPU):
+        # grad * output and its sum for the weight, grad * weight, .float(), * rstd and * x with its row sum, the
+        # mean's and pow's gradients (4 fp32 passes), their sum and the cast back: 6a + 72 + f(2a + 8) bytes per h
+        # (f = 1 for 16-bit inputs), 96 in bf16 against the 2 x 38 the block's "twice the forward" gives
+        outside = outside + 2 * (2 * a if fused else norm) * m.hidden / seq_split
+        if not fused and llama:
+            norm_bwd = 6 * a + 72 + ((2 * a + 8) if a < 4 else 0)
+            post_bwd = tokens * 2 * (norm_bwd - 2 * norm) * m.hidden / seq_split / hw.hbm_bytes_per_s
     if m.kv_lora:
         # multi-head latent attention's two latent RMSNorms, on the whole sequence on every rank (sequence
         # parallelism gathers the latents before them): read and write, or the eager norm's passes.  Its rotary
@@ -290,7 +302,7 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
         outside = outside + (4 * a if fused else norm) * m.mla.latent_norms()
     fwd = tokens * (outside + inside + (2 * m.hidden / seq_split if dropout else 0.0)) / hw.hbm_bytes_per_s
     activation_fwd = tokens * act_elems / hw.hbm_bytes_per_s
-    return fwd, 2 * fwd, activation_fwd
+    return fwd, 2 * fwd + post_bwd, activation_fwd
 
 
 def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, seq_split):

@@ -96,6 +96,10 @@ class ModelDims:
     # parplan's runtime, whose blocks have none (planner.core.model_dims); their saved inputs and statistics
     # (memory.activation_bytes_per_layer) and their memory-bound pass (compute.layer_elementwise_time)
     qk_norm: bool = False
+    # a norm on each sublayer's output before its residual add (ModelSpec.post_norms: Gemma 2 / 3, GLM-4), as the
+    # framework trains them: False under parplan's runtime, whose blocks have none (planner.core.model_dims); their
+    # saved inputs and statistics (memory.activation_bytes_per_layer) and their pass (compute.layer_elementwise_time)
+    post_norms: bool = False
     # a plan's own pipeline split (Parallel.stage_layers: the blocks of each virtual stage, in virtual-stage order,
     # multi-token prediction's depths not among them): every per-rank count reads it (model_split_sizes); () = the
     # default split (model_stage_layers), which the search plans.  planner.core.evaluate_plan sets it for one plan
@@ -198,7 +202,7 @@ class ModelDims:
                    first_dense=spec.first_dense_layers or 0, moe_step=spec.moe_layer_step or 1,
                    dense_ffn=spec.dense_ffn_hidden or 0, q_lora=spec.q_lora_rank or 0, kv_lora=spec.kv_lora_rank or 0,
                    rope=spec.qk_rope_head_dim or 0, v_dim=spec.v_head_dim or 0, mtp=spec.mtp_layers or 0,
-                   qk_norm=bool(spec.qk_norm))
+                   qk_norm=bool(spec.qk_norm), post_norms=bool(spec.post_norms))
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,12 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         # two fp32 copies instead (measured, tests/test_activation_memory.py, which checks the count with the
         # fused kernel's saves)
         elems = elems + (m.q_width + m.kv_width) / tp * act_bytes + norm_stats / 2 * (m.heads + m.kv_heads) / tp
+    if m.post_norms:
+        # norms on the sublayers' outputs (ModelDims.post_norms; Gemma 2 / 3, GLM-4): each saves its input, the
+        # attention output projection's or the MLP's output (h a token; the rank's sequence shard with SP, where the
+        # row-parallel output is reduce-scattered before it), which nothing else keeps (the norm's output goes into
+        # the residual add, which saves nothing), and its fp32 statistics, as the input norms (norm_stats: both)
+        elems = elems + 2 * m.hidden / seq_split * act_bytes + norm_stats / seq_split
     if m.kv_lora and not m.v_padded:
         # multi-head latent attention (Megatron-Core's MLASelfAttention): each latent's RMSNorm saves its input and
         # the up projection its output, on the whole sequence and whole on every tensor-parallel rank (sequence
@@ -198,7 +204,7 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         # recompute re-runs the attention core (repeat_kv) and keeps the rest; full and op-level recompute
         # keep none of it.
         seq_split = np.where(lay.sp > 0, tp, 1)
-        norms = 2 * 4 * m.hidden / seq_split
+        norms = (4 if m.post_norms else 2) * 4 * m.hidden / seq_split  # (post-norms: two norms more)
         silu = m.ffn / tp * act_bytes
         # (torchtitan's MoE models, 0.2 and later only, pass SDPA enable_gqa and repeat nothing: ModelDims.titan_moe)
         attn = 0.0 if m.titan_moe else 2 * (m.q_width - m.kv_width) * act_bytes / tp

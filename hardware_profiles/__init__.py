@@ -196,6 +196,75 @@ def profile_file(name_or_path: str | Path) -> Path:
 _LOADED: dict = {}
 
 
+class ProfileNote(UserWarning):
+    """A value of a profile file far outside every shipped profile's (implausible_values): the CLI prints it as a
+    note on stderr; the profile is used as written."""
+
+
+# How far outside the shipped profiles' range (L40S .. GB300) a custom profile's value is called implausible: real parts
+# span about that much, and the unit slips this catches move a value 1000x (TB for GB, GFLOP/s for TFLOP/s, MB/s for
+# GB/s); a network given in Gb/s (8x) is caught by its NIC outrunning the node's own fabric instead
+IMPLAUSIBLE_FACTOR = 10
+# except the network between nodes, where 2x the fastest shipped NIC a GPU (100 GB/s, 800 Gb/s) is beyond any part: a
+# NIC's Gb/s written as GB/s reads 8x its rate
+IMPLAUSIBLE_FACTOR_BY_FIELD = {"inter_node.gbytes_per_s": 2}
+# (field, its unit as the file writes it), the peaks by dtype as "peak_dense_tflops.<dtype>"
+_CHECKED_VALUES = (("peak_dense_tflops", "TFLOP/s"), ("hbm_gbytes", "GB"), ("hbm_gbytes_per_s", "GB/s"),
+                   ("nvlink.gbytes_per_s", "GB/s per GPU per direction"),
+                   ("inter_node.gbytes_per_s", "GB/s per GPU per direction"), ("host_link_gbytes_per_s", "GB/s"),
+                   ("host_memory_gbytes_per_node", "GB"), ("host_memory_gbytes_per_s_per_node", "GB/s"))
+_SHIPPED_RANGES: dict = {}
+
+
+def _profile_values(profile) -> dict[str, float]:
+    out = {}
+    for field, _ in _CHECKED_VALUES:
+        if field == "peak_dense_tflops":
+            out.update({f"{field}.{k}": v for k, v in profile.peak_dense_tflops.items()})
+        else:
+            obj = profile
+            for part in field.split("."):
+                obj = getattr(obj, part)
+            out[field] = obj
+    return out
+
+
+def _shipped_ranges() -> dict[str, tuple]:
+    """Each checked value's (smallest, its profile, largest, its profile) over the shipped profiles (read once)."""
+    if not _SHIPPED_RANGES:
+        for name in list_profiles():
+            for key, v in _profile_values(load_profile(name)).items():
+                lo, lo_name, hi, hi_name = _SHIPPED_RANGES.get(key, (v, name, v, name))
+                _SHIPPED_RANGES[key] = (min(lo, v), name if v < lo else lo_name, max(hi, v), name if v > hi else hi_name)
+    return _SHIPPED_RANGES
+
+
+def implausible_values(profile) -> list[str]:
+    """Sentences on the values of `profile` more than IMPLAUSIBLE_FACTOR x beyond every shipped profile's (a unit
+    slip, most likely), and on a network between nodes faster a GPU than the node's own fabric (Gb/s written as
+    GB/s); [] for the shipped profiles themselves (tests/test_profiles.py)."""
+    units = dict(_CHECKED_VALUES)
+    ranges = _shipped_ranges()
+    notes = []
+    for key, v in _profile_values(profile).items():
+        if key not in ranges:  # a dtype no shipped profile lists
+            continue
+        lo, lo_name, hi, hi_name = ranges[key]
+        unit = units[key.split(".")[0] if key.startswith("peak_dense_tflops") else key]
+        over = IMPLAUSIBLE_FACTOR_BY_FIELD.get(key, IMPLAUSIBLE_FACTOR)
+        if v > over * hi:
+            notes.append(f"profile {profile.name}: {key} = {v:g} is over {over}x the largest shipped "
+                         f"profile's ({hi_name}: {hi:g}); the unit is {unit}: check it")
+        elif v < lo / IMPLAUSIBLE_FACTOR:
+            notes.append(f"profile {profile.name}: {key} = {v:g} is under 1/{IMPLAUSIBLE_FACTOR} of the smallest "
+                         f"shipped profile's ({lo_name}: {lo:g}); the unit is {unit}: check it")
+    if profile.gpus_per_node > 1 and profile.inter_node.gbytes_per_s > profile.nvlink.gbytes_per_s:
+        notes.append(f"profile {profile.name}: inter_node.gbytes_per_s = {profile.inter_node.gbytes_per_s:g} is faster "
+                     f"a GPU than the node's own fabric (nvlink.gbytes_per_s = {profile.nvlink.gbytes_per_s:g}); both "
+                     "are GB/s per GPU per direction (a 400 Gb/s NIC is 50 GB/s): check them")
+    return notes
+
+
 def load_profile(name_or_path: str | Path):
     """A shipped profile by name (see ``list_profiles()``) or a .toml/.json file by path."""
     from pydantic import ValidationError  # lazy: keep `import hardware_profiles` cheap
@@ -237,6 +306,10 @@ def load_profile(name_or_path: str | Path):
             profile = HardwareProfile(**data)
         except ValidationError as e:
             raise ValueError(_one_line(path, e, HardwareProfile)) from None
+        if looks_like_path(name_or_path):  # a file of the user's: said once a process (the shipped ones are checked)
+            import warnings
+            for note in implausible_values(profile):
+                warnings.warn(note, ProfileNote, stacklevel=2)
         if len(_LOADED) >= 16:  # a session reads a few files; drop the oldest (an edited file's old version)
             del _LOADED[next(iter(_LOADED))]
         _LOADED[key] = profile

@@ -274,6 +274,9 @@ _MODEL_OPTIONS = [
     ("qk_norm", Optional[bool], None, ("--qk-norm/--no-qk-norm",), "Norms on the queries and keys before rotary "
      "(Qwen3, Gemma 3, OLMo 2: their presets and configs set it): their saved inputs and pass counted under every "
      "framework but parplan's runtime, whose blocks have none.  Also with a preset or a config."),
+    ("post_norms", Optional[bool], None, ("--post-norms/--no-post-norms",), "A norm on each sublayer's output before "
+     "its residual add, four norms a block (Gemma 2 / 3, GLM-4: their configs set it): their saved inputs and pass "
+     "counted under every framework but parplan's runtime, whose blocks have none.  Also with a preset or a config."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
@@ -411,6 +414,8 @@ def _prepare(opts, gpus: int | None = None):
             raise UserError("--qk-norm with multi-head latent attention: its latents have their own RMSNorms "
                             "(counted); drop --qk-norm")
         spec = spec.model_copy(update={"qk_norm": True if o.qk_norm else None})
+    if o.post_norms is not None:  # post-norms on or off beside any model (ModelSpec.post_norms)
+        spec = spec.model_copy(update={"post_norms": True if o.post_norms else None})
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"
@@ -1343,12 +1348,33 @@ def _subcommand(argv: list[str]) -> str | None:
     return " ".join(path) or None
 
 
+def _profile_notes_on_stderr() -> None:
+    """A profile file's implausible values (hardware_profiles.ProfileNote) as "note: ..." lines on stderr, each time;
+    other warnings as Python shows them."""
+    import warnings
+
+    from hardware_profiles import ProfileNote
+    shown = warnings.showwarning
+    if getattr(shown, "_parplan", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ProfileNote):
+            _err(f"note: {message}")
+        else:
+            shown(message, category, filename, lineno, file, line)
+    show._parplan = True
+    warnings.showwarning = show
+    warnings.simplefilter("always", ProfileNote)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs typer without its standalone handler so every error is one stderr line.
 
     Exit codes: 0 success, 2 invalid input or usage, 3 nothing fits, 1 an internal error (one line;
     PARPLAN_DEBUG=1 shows the traceback), 130 interrupted, else the launched job's code."""
     no_args_help, usage, click_exc, click_exit, click_abort = _usage_exceptions()
+    _profile_notes_on_stderr()
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="parplan")
         code = int(rv or 0) if isinstance(rv, int) or rv is None else 0

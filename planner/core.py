@@ -576,6 +576,8 @@ def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
         m = replace(m, v_padded=True)
     if framework == "parplan" and m.qk_norm:  # its llama blocks have no q/k norms (ModelDims.qk_norm)
         m = replace(m, qk_norm=False)
+    if framework == "parplan" and m.post_norms:  # nor norms on the sublayers' outputs (ModelDims.post_norms)
+        m = replace(m, post_norms=False)
     if framework == "torchtitan" and m.kv_lora:  # its deepseek_v3 gathers the block input (ModelDims.mla_input_gathered)
         m = replace(m, mla_input_gathered=True)
     if framework == "torchtitan" and m.moe:  # its MoE layer saves its own tensors (ModelDims.titan_moe)

@@ -15,12 +15,13 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
   olmo2                  -> arch llama: its two norms a layer sit after attention and MLP instead of
                             before (same count); its q and k RMSNorms' weights (h + kv width a layer) are
                             not counted.
-  gemma2                 -> as gemma, plus two norms a layer not counted (2 h weights) and attention
+  gemma2                 -> as gemma, plus two norms a layer on the sublayers' outputs (post_norms: their
+                            activations counted, their 2 h weights not) and attention
                             logit soft-capping (pointwise); every other layer attends within a sliding
                             window (4096), which the cost model counts as full attention: exact up to that
                             sequence length, an over-estimate of those layers' attention beyond it (said in
                             the spec's source).
-  gemma3_text, gemma3    -> as gemma2 (q/k norms not counted either), five of every six layers within a
+  gemma3_text, gemma3    -> as gemma2 (q/k norms' weights not counted either), five of every six layers within a
                             512-1024-token window.
   gemma                  -> arch llama: GeGLU has the same three ffn x h matrices as SwiGLU; head_dim
                             from the config (256), tied embeddings by default.
@@ -33,7 +34,8 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             same FLOPs).
   ministral, smollm3, exaone4, hunyuan_v1_dense, seed_oss, olmo, olmo3, glm4, cohere, cohere2, stablelm
                          -> arch llama, with what their blocks hold beyond it said in the spec's source and left
-                            out of the count (q/k norms, post-norms, q/k/v biases, LayerNorm biases) or counted
+                            out of the count (q/k norms' and GLM-4's post-norms' weights, q/k/v biases, LayerNorm
+                            biases; the norms' activations are counted: qk_norm, post_norms) or counted
                             where they have less (OLMo's non-parametric norms, Command R's one norm a layer);
                             SmolLM3's NoPE layers rotate like the rest (same cost).  OLMo 3, Command R7B (cohere2)
                             and EXAONE 4 window three of every four layers (layer_types, or the class's pattern:
@@ -181,6 +183,11 @@ QK_NORM = {"qwen3": True, "qwen3_moe": True, "gemma3_text": True, "olmo2": True,
            "exaone4": True, "dots1": True, "hunyuan_v1_moe": True, "minimax_m2": "use_qk_norm", "glm4_moe": "use_qk_norm",
            "cohere": "use_qk_norm", "hunyuan_v1_dense": "use_qk_norm", "llama4_text": "use_qk_norm",
            "stablelm": "qk_layernorm", "phi": "qk_layernorm"}
+# Families with a norm on each sublayer's output before its residual add, beside the input norms (ModelSpec.post_norms):
+# Gemma 2 / 3's post_attention_layernorm and post_feedforward_layernorm, GLM-4's post_self_attn_layernorm and
+# post_mlp_layernorm (transformers builds them in every layer).  OLMo 2 / 3 and EXAONE 4 put their two norms after the
+# sublayers instead of before them: two norms, not these
+POST_NORMS = ("gemma2", "gemma3_text", "glm4")
 QK_NORM_DEFAULT = {"llama4_text": True, "minimax_m2": True}  # the config classes' defaults where the key is absent
 
 
@@ -954,14 +961,14 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "phi3": "fused qkv and gate_up counted as separate matrices",
         "internlm2": "fused wqkv counted as separate matrices",
         "gemma": "GeGLU counted as 3 matrices like SwiGLU",
-        "gemma2": "GeGLU counted as 3 matrices like SwiGLU; post-norms not counted",
-        "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; post-norms and q/k norms' weights not counted",
+        "gemma2": "GeGLU counted as 3 matrices like SwiGLU; post-norms' weights not counted",
+        "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; post-norms' and q/k norms' weights not counted",
         "gpt_neox": "gpt blocks with rotary positions (over the whole head, not rotary_pct of it); parallel "
                     "attention + MLP run one after the other",
         "olmo": "its non-parametric LayerNorms counted as RMSNorm weights (2 h a layer + h)",
         "olmo3": "q/k norms' weights not counted",
         "exaone4": "q/k norms' weights not counted",
-        "glm4": "post-attention and post-MLP norms not counted (2 h a layer); fused gate_up counted as separate "
+        "glm4": "post-attention and post-MLP norms' weights not counted (2 h a layer); fused gate_up counted as separate "
                 "matrices",
         "cohere": "one LayerNorm a layer (attention and MLP in parallel) counted as two norms (+h a layer)",
         "cohere2": "one LayerNorm a layer (attention and MLP in parallel) counted as two norms (+h a layer)",
@@ -1149,7 +1156,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          sliding_window=window, full_attention_every=full_every, experts=experts,
                          experts_per_token=top_k, shared_expert_ffn=shared, first_dense_layers=first_dense,
                          moe_layer_step=moe_step, dense_ffn_hidden=dense_ffn,
-                         qk_norm=True if not mla and has_qk_norm(cfg, model_type) else None, **mla)
+                         qk_norm=True if not mla and has_qk_norm(cfg, model_type) else None,
+                         post_norms=True if model_type in POST_NORMS else None, **mla)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

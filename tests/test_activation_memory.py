@@ -205,3 +205,42 @@ def test_qk_norms_save_what_the_model_counts(kv_heads):
     for eager in (True, False):
         assert predicted(m, eager=eager) - predicted(plain, eager=eager) == extra
     assert predicted(m, recompute=2) == predicted(plain, recompute=2)
+
+
+@pytest.mark.parametrize("norm", ["fused", "eager"])
+def test_post_norms_save_what_the_model_counts(norm):
+    """Gemma 2 / 3's and GLM-4's norms on the sublayers' outputs (ModelSpec.post_norms): each keeps its input, the
+    attention output projection's or the MLP's output, which nothing else saves, and an fp32 rstd a token; an eager
+    RMSNorm (torchtitan's, the block's own) keeps its fp32 upcast and its normalised output too, which the residual
+    add does not read back.  The block with them against the block without, fused as a GPU's nn.RMSNorm or eager,
+    equals the model's difference (eager=True for the eager norms); under full and op-level recompute the model adds
+    nothing, and under parplan's runtime (no post-norms) neither."""
+    from planner.core import model_dims
+    from tests.runtime_helpers.torchtitan_block import Block, precompute_freqs_cis, saved_bytes as tt_saved
+    b, s, h, heads, kv_heads, ffn = 2, 128, 256, 8, 2, 704
+    fc = precompute_freqs_cis(h // heads, s)
+    measured = {}
+    for post in (None, norm):
+        torch.manual_seed(0)
+        block = Block(h, heads, kv_heads, ffn, post_norms=post).to(torch.bfloat16)
+        measured[post] = tt_saved(block, torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True), fc)
+    spec = ModelSpec(arch="llama", layers=1, hidden=h, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=100,
+                     post_norms=True)
+    m = model_dims(spec, s, "megatron")
+    assert m.post_norms and not model_dims(spec, s, "parplan").post_norms
+
+    def predicted(dims, recompute=0, eager=False, sp=0, tp=1):
+        lay = Layout(gpus=tp, tp=tp, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=recompute, sp=sp, schedule=1,
+                     offload=0)
+        return float(activation_bytes_per_layer(dims, lay, 2, True, eager=eager))
+
+    plain = replace(m, post_norms=False)
+    per_norm = 2 * h + 4 if norm == "fused" else 4 * h + 4 + 2 * h  # (eager: the fp32 upcast, rstd, normalised output)
+    assert measured[norm] - measured[None] == 2 * b * s * per_norm
+    eager = norm == "eager"
+    assert predicted(m, eager=eager) - predicted(plain, eager=eager) == 2 * b * s * per_norm
+    assert predicted(m, recompute=1, eager=eager) - predicted(plain, recompute=1, eager=eager) == 2 * b * s * per_norm
+    for recompute in (2, 3):  # full, op-level selective: the norms are recomputed
+        assert predicted(m, recompute=recompute, eager=eager) == predicted(plain, recompute=recompute, eager=eager)
+    # with sequence parallelism each rank keeps its shard of the sublayers' outputs
+    assert (predicted(m, sp=1, tp=2) - predicted(plain, sp=1, tp=2)) * 2 == 2 * b * s * (2 * h + 4)

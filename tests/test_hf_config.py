@@ -576,7 +576,7 @@ TRANSFORMERS_BUILT = [
     ({'vocab_size': 50400, 'n_positions': 2048, 'n_embd': 4096, 'n_layer': 28, 'n_head': 16, 'rotary_dim': 64, 'tie_word_embeddings': False, 'model_type': 'gptj'},
      6_050_882_784, 28 * (3 * 4096 + 4096 + 2 * 4096) - 50400, 'without biases counted'),
     ({'vocab_size': 151552, 'hidden_size': 4096, 'intermediate_size': 13696, 'num_hidden_layers': 40, 'num_attention_heads': 32, 'num_key_value_heads': 2, 'head_dim': 128, 'max_position_embeddings': 131072, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'partial_rotary_factor': 0.5, 'rope_type': 'default'}, 'attention_bias': True, 'model_type': 'glm4'},
-     9_400_279_040, -40 * (2 * 4096 + (32 + 2 * 2) * 128), 'post-MLP norms not counted'),
+     9_400_279_040, -40 * (2 * 4096 + (32 + 2 * 2) * 128), "post-MLP norms' weights not counted"),
     ({'vocab_size': 102400, 'hidden_size': 4096, 'intermediate_size': 16384, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'sliding_window': 4096, 'sliding_window_pattern': 4, 'model_type': 'exaone4'},
      9_429_069_824, -32 * 2 * 128, "q/k norms' weights not counted"),
     ({'vocab_size': 155136, 'hidden_size': 4096, 'intermediate_size': 27648, 'num_hidden_layers': 64, 'num_attention_heads': 80, 'num_key_value_heads': 8, 'max_position_embeddings': 524288, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'attention_bias': True, 'attention_out_bias': False, 'mlp_bias': False, 'head_dim': 128, 'model_type': 'seed_oss'},
@@ -845,3 +845,48 @@ def test_qk_norm_flags_switch_the_norms_beside_any_model():
     assert acts["qwen3-8b", "--no-qk-norm"] < acts["qwen3-8b", None]
     bad = run("recommend", "--model", "deepseek-v2-lite", "--gpus", "16", "--qk-norm")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "latent" in bad.stderr
+
+
+def test_post_norms_are_read_from_the_family_and_switched_by_flags():
+    """ModelSpec.post_norms: Gemma 2 / 3 and GLM-4 norm each sublayer's output before its residual add (four norms a
+    block); OLMo 2, whose two norms sit after the sublayers instead, and GLM-4.5 (two norms) do not.  Their weights
+    stay out of num_params; their activations are counted under every framework but parplan's runtime.  The flags
+    switch them beside any model, the plan carries the field, and every export says its model has none."""
+    import json
+    import subprocess
+    import sys
+    from planner.hf_config import POST_NORMS
+    base = {"hidden_size": 2304, "intermediate_size": 9216, "num_attention_heads": 8, "num_key_value_heads": 4,
+            "head_dim": 256, "num_hidden_layers": 26, "vocab_size": 256000}
+    specs = {t: model_from_hf_config({**base, "model_type": t}) for t in ("gemma2", "gemma3_text", "glm4", "olmo2",
+                                                                          "gemma", "llama")}
+    assert [t for t, sp in specs.items() if sp.post_norms] == ["gemma2", "gemma3_text", "glm4"] == list(POST_NORMS)
+    assert specs["gemma2"].num_params == specs["gemma"].num_params
+    from cost_models.layout import Layout
+    from cost_models.memory import activation_bytes_per_layer
+    from planner.core import model_dims
+    lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=1, zero=0, recompute=0, sp=0, schedule=1, offload=0)
+
+    def act(spec, framework):
+        return float(activation_bytes_per_layer(model_dims(spec, 4096, framework), lay, 2, True))
+    # per block and token: the two sublayers' outputs in bf16 and two fp32 rstd
+    assert act(specs["gemma2"], "megatron") - act(specs["gemma"], "megatron") == 4096 * (2 * 2 * 2304 + 2 * 4)
+    assert act(specs["gemma2"], "parplan") == act(specs["gemma"], "parplan")
+
+    def run(*args, stdin=None):
+        return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True, input=stdin)
+    pin = ["--gpus", "8", "--framework", "megatron", "--tp", "1", "--pp", "1", "--cp", "1", "--mbs", "1", "--zero", "3",
+           "--recompute", "none", "--seq-len", "4096", "--global-batch-size", "64", "--json"]
+    plans = {}
+    for flag in (None, "--post-norms", "--no-post-norms"):
+        out = run("recommend", "--model", "llama3-8b", *pin, *([flag] if flag else []))
+        assert out.returncode == 0, out.stderr
+        plans[flag] = json.loads(out.stdout)
+        assert plans[flag]["model"]["post_norms"] is (True if flag == "--post-norms" else None)
+    mem = {f: p["prediction"]["memory_bytes_per_gpu"]["activations"] for f, p in plans.items()}
+    assert mem["--post-norms"] > mem[None] == mem["--no-post-norms"]
+    for to in ("megatron", "torchtitan"):
+        noted = run("export", "-", "--to", to, stdin=json.dumps(plans["--post-norms"]))
+        assert noted.returncode == 0 and "post_norms:" in noted.stderr, noted.stderr
+        plain = run("export", "-", "--to", to, stdin=json.dumps(plans[None]))
+        assert plain.returncode == 0 and "post_norms:" not in plain.stderr

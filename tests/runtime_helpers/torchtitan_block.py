@@ -2,7 +2,9 @@
 norms.py at 9dec370), eager, in plain torch: the block its published FSDP runs trained without
 training.compile.  tests/test_activation_memory.py counts what it saves for its backward against
 cost_models.memory.activation_bytes_per_layer(..., eager=True).  qk_norm: the per-head q/k RMSNorms of
-torchtitan's qwen3 attention (torchtitan/models/qwen3/model/model.py), as a GPU runs them."""
+torchtitan's qwen3 attention (torchtitan/models/qwen3/model/model.py), as a GPU runs them.  post_norms: a norm on
+each sublayer's output before its residual add (Gemma 2 / 3's post_attention_layernorm and post_feedforward_layernorm,
+GLM-4's), "eager" as the block's own RMSNorm, "fused" as a GPU's nn.RMSNorm runs it."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -78,8 +80,11 @@ class HeadNorm(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, h: int, heads: int, kv_heads: int, ffn: int, qk_norm: bool = False):
+    def __init__(self, h: int, heads: int, kv_heads: int, ffn: int, qk_norm: bool = False,
+                 post_norms: str | None = None):
         super().__init__()
+        norm = {None: None, "eager": RMSNorm, "fused": HeadNorm}[post_norms]
+        self.post_attention_norm, self.post_ffn_norm = (norm(h), norm(h)) if norm else (nn.Identity(), nn.Identity())
         self.heads, self.kv_heads, self.hd = heads, kv_heads, h // heads
         # torchtitan's qwen3 Attention: per-head RMSNorms on xq and xk between the projections and rotary
         self.q_norm, self.k_norm = (HeadNorm(self.hd), HeadNorm(self.hd)) if qk_norm else (None, None)
@@ -110,8 +115,8 @@ class Block(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
     def forward(self, x, freqs_cis):
-        h = x + self.attention(self.attention_norm(x), freqs_cis)
-        return h + self.feed_forward(self.ffn_norm(h))
+        h = x + self.post_attention_norm(self.attention(self.attention_norm(x), freqs_cis))
+        return h + self.post_ffn_norm(self.feed_forward(self.ffn_norm(h)))
 
 
 def saved_bytes(block: Block, x, freqs_cis) -> int:

@@ -26,6 +26,8 @@ a GPU on 64 H100s as on 8, which takes at least 90-120 GB/s of FSDP traffic a GP
 profiles are fitted and checked on are fitted better without it (DeepSpeed's 2021 ZeRO-3 rows ran at ~21 GB/s a
 GPU, as its stage-3 gather of that time did even over NVLink: deepspeedai/DeepSpeed#1174, #1188), so it is off
 by default.  Point-to-point transfers (pipeline sends, ring attention's K/V) use their own GPU's NIC either way.
+A ring with more than one rank on a node passes that node's fabric between them too, so it is no faster than the
+fabric gives such a group (a custom node with slow PCIe between its GPUs and a fast NIC each; no shipped profile).
 """
 from __future__ import annotations
 
@@ -40,6 +42,22 @@ def tier_params(hw, inside_node, size=None, local=1, pair=False):
     (size 2) one; a switch gives every group the full bandwidth; a node with a rate by group size
     (hw.nvlink.size_scale: a PCIe tree) gives each group its size's; a node whose GPUs are bridged in pairs
     (hw.nvlink.pair_bytes_per_s) gives a group that is one pair (`pair`: one_pair) the bridge's."""
+    intra = _intra(hw, size, pair)
+    inter = hw.inter_node.bytes_per_s
+    if hw.inter_node.aggregate_nics:  # never below one NIC (a point-to-point pair on a mesh drives one xGMI link)
+        inter = np.maximum(inter, np.minimum(intra, np.asarray(local) * inter))
+    # a ring across nodes with more than one rank on a node passes that node's fabric between them as well: no faster
+    # than the fabric gives a group of those ranks (no shipped profile's network outruns its node's: a custom profile
+    # with slow PCIe between its GPUs and a fast NIC each)
+    local = np.asarray(local)
+    inter = np.where(local > 1, np.minimum(inter, _intra(hw, np.maximum(local, 2), False)), inter)
+    bw = np.where(inside_node, intra, inter)
+    lat = np.where(inside_node, hw.nvlink.latency_s, hw.inter_node.latency_s)
+    return bw, lat
+
+
+def _intra(hw, size, pair):
+    """The node's fabric's bandwidth for a group of `size` ranks inside it (tier_params)."""
     intra = hw.nvlink.bytes_per_s
     links = hw.nvlink.mesh_links
     if links and size is not None:
@@ -48,12 +66,7 @@ def tier_params(hw, inside_node, size=None, local=1, pair=False):
         intra = intra * size_scale(hw.nvlink.size_scale, size)
     if hw.nvlink.pair_bytes_per_s:  # NVLink bridges between pairs (the H100 PCIe profile)
         intra = np.where(pair, hw.nvlink.pair_bytes_per_s, intra)
-    inter = hw.inter_node.bytes_per_s
-    if hw.inter_node.aggregate_nics:  # never below one NIC (a point-to-point pair on a mesh drives one xGMI link)
-        inter = np.maximum(inter, np.minimum(intra, np.asarray(local) * inter))
-    bw = np.where(inside_node, intra, inter)
-    lat = np.where(inside_node, hw.nvlink.latency_s, hw.inter_node.latency_s)
-    return bw, lat
+    return intra
 
 
 def one_pair(stride, size):

@@ -96,6 +96,25 @@ def test_one_nic_is_the_floor_on_a_mesh_node_whatever_the_option():
         assert float(comm.tier_params(hw, False, 2, 1)[0]) == pytest.approx(hw.inter_node.bytes_per_s)
 
 
+def test_a_ring_across_nodes_is_no_faster_than_the_fabric_between_its_ranks_on_a_node():
+    """A custom node whose GPUs talk over slow PCIe and each own a fast NIC: a ring with several ranks on a node passes
+    the PCIe hops too, so it runs at their rate, pooled or not; a group with one rank a node (only NIC hops) keeps the
+    NIC's; inside a node nothing changes.  (No shipped profile's network outruns its node's: their plans are
+    unchanged, `validate --json` byte-identical.)"""
+    for pooled in (False, True):
+        hw = _hw(pooled)
+        slow = replace(hw, nvlink=replace(hw.nvlink, bytes_per_s=5e9))
+        nic = slow.inter_node.bytes_per_s
+        assert nic > 5e9
+        assert float(comm.tier_params(slow, False, 64, 8)[0]) == pytest.approx(5e9)
+        assert float(comm.tier_params(slow, False, 64, 2)[0]) == pytest.approx(5e9)
+        assert float(comm.tier_params(slow, False, 8, 1)[0]) == pytest.approx(nic)
+        assert float(comm.tier_params(slow, True, 8, 8)[0]) == pytest.approx(5e9)
+        # the shipped fabric outruns the NIC: one NIC's rate (pooling off), as before
+        if not pooled:
+            assert float(comm.tier_params(hw, False, 64, 8)[0]) == pytest.approx(nic)
+
+
 def test_aggregate_nics_belongs_to_the_inter_node_tier():
     from pydantic import ValidationError
     from planner.schema import HardwareProfile

@@ -890,3 +890,29 @@ def test_post_norms_are_read_from_the_family_and_switched_by_flags():
         assert noted.returncode == 0 and "post_norms:" in noted.stderr, noted.stderr
         plain = run("export", "-", "--to", to, stdin=json.dumps(plans[None]))
         assert plain.returncode == 0 and "post_norms:" not in plain.stderr
+
+
+@pytest.mark.parametrize("preset,config,published_extra", [
+    ("gemma-2-9b", {"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_attention_heads": 16,
+                    "num_key_value_heads": 8, "head_dim": 256, "num_hidden_layers": 42, "vocab_size": 256000,
+                    "sliding_window": 4096}, 42 * 2 * 3584),
+    ("gemma-2-27b", {"model_type": "gemma2", "hidden_size": 4608, "intermediate_size": 36864, "num_attention_heads": 32,
+                     "num_key_value_heads": 16, "head_dim": 128, "num_hidden_layers": 46, "vocab_size": 256000,
+                     "sliding_window": 4096}, 46 * 2 * 4608),
+    ("gemma-3-27b", {"model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504,
+                     "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "num_hidden_layers": 62,
+                     "vocab_size": 262208, "sliding_window": 1024, "sliding_window_pattern": 6,
+                     "rope_theta": 1000000.0}, None),
+    ("glm-4-9b", TRANSFORMERS_BUILT[[c["model_type"] for c, *_ in TRANSFORMERS_BUILT].index("glm4")][0], None),
+])
+def test_gemma_and_glm4_presets_are_their_configs(preset, config, published_extra):
+    """The Gemma 2 / 3 and GLM-4 presets hold what their configs read to (shape, windows, q/k norms and post-norms,
+    the count); Gemma 2's published totals (its report's Table 2) are the count plus exactly its post-norms' weights."""
+    from planner.models import load_preset, preset_published_params
+    spec, read = load_preset(preset), model_from_hf_config(config)
+    keys = ("arch", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "tied_embeddings",
+            "sliding_window", "full_attention_every", "qk_norm", "post_norms", "num_params")
+    assert {k: getattr(spec, k) for k in keys} == {k: getattr(read, k) for k in keys}
+    assert spec.post_norms is True
+    if published_extra is not None:
+        assert preset_published_params(preset) - spec.num_params == published_extra

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -1579,11 +1580,17 @@ def _suggestions(spec, hw_ref, training, pins, gpus, hw, batch_rejected: bool = 
 
 def _check_attention_kernel(profile, training: Training) -> None:
     if training.attention_kernel == "triton-2022" and not profile.flash_attention_2_tflops:
-        from hardware_profiles import list_profiles, load_profile
-        have = ", ".join(n for n in list_profiles() if load_profile(n).flash_attention_2_tflops)
+        have = ", ".join(_profiles_with_fa2())
         raise PlannerError(f"attention kernel triton-2022 is modelled from FlashAttention-2's published speed on the GPU, "
                            f"which profile {profile.name} does not have (flash_attention_2_tflops); use --attention-kernel "
                            f"profile, or a profile that has it ({have})")
+
+
+@lru_cache(maxsize=1)
+def _profiles_with_fa2() -> tuple[str, ...]:
+    """The shipped profiles with FlashAttention-2's published speed (flash_attention_2_tflops), read once."""
+    from hardware_profiles import list_profiles, load_profile
+    return tuple(n for n in list_profiles() if load_profile(n).flash_attention_2_tflops)
 
 
 def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:

@@ -653,3 +653,21 @@ def test_what_the_h100_pcie_bridges_are_worth_as_the_readme_states(tmp_path):
     assert steps == [356.5, 397.9]
     p = plan("h100-pcie-80gb", Pins(tp=2, pp=4, cp=2)).prediction
     assert round(p.step_time_s, 1) == 345.7 and round(p.time_breakdown.cp_comm_s, 1) == 4.6
+
+
+def test_the_shipped_profiles_are_parsed_once_however_often_read(monkeypatch):
+    """Every shipped profile read again and again (as an error naming the profiles with a field reads them all, once
+    per row of `validate --hardware b200`) is parsed once a process, however many user files pass through the small
+    cache meanwhile; each read still gets its own copy."""
+    import hardware_profiles
+    parsed = []
+    real = hardware_profiles._parse
+    monkeypatch.setattr(hardware_profiles, "_parse", lambda path, raw: parsed.append(path.name) or real(path, raw))
+    monkeypatch.setattr(hardware_profiles, "_SHIPPED", {})
+    for _ in range(3):
+        for name in list_profiles():
+            load_profile(name)
+    assert sorted(parsed) == sorted(f"{n}.toml" for n in list_profiles()) and len(list_profiles()) > 16
+    a, b = load_profile("h100-sxm-80gb"), load_profile("h100-sxm-80gb")
+    a.sustained_matmul_fraction = 0.1
+    assert b.sustained_matmul_fraction != 0.1 and len(parsed) == len(list_profiles())

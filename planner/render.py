@@ -204,6 +204,20 @@ def _window_text(plan: Plan) -> str:
                                                                       "over the whole prefix)")
 
 
+def _norms_text(plan: Plan) -> str:
+    """The model line's q/k norms and post-norms (ModelSpec.qk_norm, post_norms), and whether this plan counts them:
+    not under parplan's runtime, whose blocks have neither (planner.core.model_dims)."""
+    m = plan.model
+    names = [n for n, on in (("q/k norms", m.qk_norm), ("post-norms", m.post_norms)) if on]
+    if not names:
+        return ""
+    what = " and ".join(names)
+    if plan.training.framework == "parplan":
+        return (f"; its {what} not counted: parplan's runtime builds its blocks without them (another --framework "
+                "counts them)")
+    return f"; {what} counted"
+
+
 def _speedup_text(plan: Plan) -> str:
     """The Amdahl line: none on one GPU (nothing is split, and below 1x there is offload or the optimizer, not
     communication); on more, the speedup or what outweighs the split work."""
@@ -324,7 +338,7 @@ def summary_lines(plan: Plan) -> list[str]:
         + f", vocab {m.vocab}"
         + (f"; multi-token prediction {m.mtp_layers} deep ({param_counts(m)['mtp'] / 1e9:.2f} B more, on the "
            f"last stage)" if m.mtp_layers else "")
-        + _window_text(plan),
+        + _window_text(plan) + _norms_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + _speedup_text(plan),
         *(["linears in FP8 (training.fp8; MFU and HFU against the 16-bit peak, as for a 16-bit plan)"]

@@ -916,3 +916,19 @@ def test_gemma_and_glm4_presets_are_their_configs(preset, config, published_extr
     assert spec.post_norms is True
     if published_extra is not None:
         assert preset_published_params(preset) - spec.num_params == published_extra
+
+
+def test_the_model_line_says_whether_the_extra_norms_are_counted():
+    """A plan of a model with q/k norms and post-norms says on its model line whether it counts them: not under
+    parplan's runtime (its blocks have neither), counted under another framework; a model without them says nothing."""
+    from planner.core import recommend
+    from planner.render import summary_lines
+
+    def model_line(name, framework):
+        plan = recommend(name, 16, framework=framework, global_batch_size=64, seq_len=4096, top_k=1, suggest=False)
+        return next(s for s in summary_lines(plan) if s.startswith("model "))
+    assert "; its q/k norms and post-norms not counted: parplan's runtime builds its blocks without them" in \
+        model_line("gemma-3-27b", "parplan")
+    assert model_line("gemma-3-27b", "megatron").endswith("; q/k norms and post-norms counted")
+    assert model_line("qwen3-8b", "torchtitan").endswith("; q/k norms counted")
+    assert "norms" not in model_line("llama3-8b", "megatron")

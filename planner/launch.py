@@ -969,7 +969,22 @@ def check_rendezvous(nnodes: int, node_rank: int, rdzv_endpoint: Optional[str]) 
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         return Check("rendezvous", False, f"--rdzv-endpoint {rdzv_endpoint} is not HOST:PORT",
                      "pass node 0's address and a free port, e.g. --rdzv-endpoint node0:29500")
+    problem = _unresolved(host[1:-1] if host.startswith("[") and host.endswith("]") else host, int(port))
+    if problem:  # torchrun's rendezvous would fail on it after its own timeout; said before the job starts
+        return Check("rendezvous", False, f"--rdzv-endpoint host {host} does not resolve on this machine ({problem})",
+                     "pass node 0's address as this node resolves it: an IP address, or a name in its DNS or "
+                     "/etc/hosts")
     return Check("rendezvous", True, f"c10d at {rdzv_endpoint}, node {node_rank} of {nnodes}")
+
+
+def _unresolved(host: str, port: int) -> str | None:
+    """Why `host` does not resolve here (getaddrinfo's reason), or None where it does."""
+    import socket
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:  # socket.gaierror is an OSError; an over-long label a UnicodeError
+        return str(getattr(e, "strerror", None) or e) or type(e).__name__
+    return None
 
 
 def torchrun_argv(plan_path: str, *, nproc: int, steps: int, device: str, report: str, nnodes: int = 1,

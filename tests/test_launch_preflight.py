@@ -1115,3 +1115,12 @@ def test_a_strict_dry_run_exits_with_its_failed_checks_code(plan8, capsys, tmp_p
     cli = subprocess.run([sys.executable, "-m", "planner.cli", "launch", str(plan8), "--device", "cpu", "--strict"],
                          capture_output=True, text=True)
     assert cli.returncode == 2 and cli.stderr.count("\n") == 1 and "add --dry-run" in cli.stderr
+
+
+def test_a_rendezvous_host_that_does_not_resolve_here_fails_the_check():
+    """A multi-node endpoint whose host this node cannot resolve fails before the job starts (torchrun's rendezvous
+    would wait out its timeout on it); an address, localhost and a bracketed IPv6 address pass."""
+    bad = L.check_rendezvous(2, 0, "no-such-host.invalid:29500")
+    assert not bad.ok and "does not resolve on this machine" in bad.detail and "/etc/hosts" in bad.fix
+    for good in ("127.0.0.1:29500", "localhost:29500", "[::1]:29500"):
+        assert L.check_rendezvous(2, 1, good).ok, good

@@ -327,8 +327,9 @@ def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, se
         inside_b = 3 * a * m.ffn / lay.tp + sums + bias_grads
         act_elems = 2 * a * m.ffn / lay.tp
     drop_f, drop_b = (2 * (2 * a + 2) * h, 2 * (2 * a + 1) * h) if dropout else (0.0, 0.0)
-    fwd = tokens * (2 * (norm_f + 3 * a) * h + inside_f + drop_f) / hw.hbm_bytes_per_s
-    bwd = tokens * (2 * (norm_b + 3 * a) * h + inside_b + drop_b) / hw.hbm_bytes_per_s
+    norms = 4 if m.post_norms else 2  # (post-norms: the same Norm on each sublayer's output, ModelDims.post_norms)
+    fwd = tokens * ((norms * norm_f + 2 * 3 * a) * h + inside_f + drop_f) / hw.hbm_bytes_per_s
+    bwd = tokens * ((norms * norm_b + 2 * 3 * a) * h + inside_b + drop_b) / hw.hbm_bytes_per_s
     return fwd, bwd, tokens * act_elems / hw.hbm_bytes_per_s
 
 

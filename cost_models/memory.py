@@ -42,15 +42,17 @@ def layer_params_per_gpu(m: ModelDims, tp, ep=1):
     norm weights (and the row-parallel output biases) replicated.  A mixture of experts' block: the attention
     as a dense one's, the router replicated, and the rank's E / ep experts whole (moe.expert_params_per_gpu)."""
     attn, attn_whole = attention_params_split(m)
+    norms = (4 if m.post_norms else 2) * m.hidden  # RMSNorm weights (post-norms: ModelDims.post_norms)
     if m.moe:  # (a shared expert is tensor-parallel, as a dense MLP)
         shared = moe.EXPERT_MATRICES * m.hidden * m.shared_ffn
-        return ((attn + shared) / tp + attn_whole + 2 * m.hidden + moe.router_params_per_layer(m)
+        return ((attn + shared) / tp + attn_whole + norms + moe.router_params_per_layer(m)
                 + moe.expert_params_per_gpu(m, ep))
     matmul = attn + (3 if m.arch == "llama" else 2) * m.hidden * m.ffn
     if m.arch == "llama":
-        return matmul / tp + attn_whole + 2 * m.hidden
+        return matmul / tp + attn_whole + norms
     split_bias = m.q_width + 2 * m.kv_width + m.ffn
-    replicated = layer_other_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn) - split_bias
+    replicated = layer_other_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn,
+                                    post_norms=m.post_norms) - split_bias
     return (matmul + split_bias) / tp + replicated
 
 
@@ -152,7 +154,9 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         # attention output projection's or the MLP's output (h a token; the rank's sequence shard with SP, where the
         # row-parallel output is reduce-scattered before it), which nothing else keeps (the norm's output goes into
         # the residual add, which saves nothing), and its fp32 statistics, as the input norms (norm_stats: both)
-        elems = elems + 2 * m.hidden / seq_split * act_bytes + norm_stats / seq_split
+        # (compiled blocks: the residual between them rebuilt, one h fewer: ModelDims.post_norm_residual_recomputed)
+        kept = 1 if m.post_norm_residual_recomputed else 2
+        elems = elems + kept * m.hidden / seq_split * act_bytes + norm_stats / seq_split
     if m.kv_lora and not m.v_padded:
         # multi-head latent attention (Megatron-Core's MLASelfAttention): each latent's RMSNorm saves its input and
         # the up projection its output, on the whole sequence and whole on every tensor-parallel rank (sequence

@@ -88,12 +88,14 @@ def layer_matmul_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden, mla
                                                                                                     ffn_hidden)
 
 
-def layer_other_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden, mla: Mla | None = None):
-    """Norm weights and biases of one block (multi-head latent attention: its latents' two RMSNorms too)."""
-    if arch == "llama":
-        return 2 * hidden + (mla.latent_norms() if mla is not None else 0)  # two RMSNorm weight vectors
-    # gpt: qkv bias + out bias + fc1 bias + fc2 bias + 2 LayerNorms (weight+bias)
-    return (heads + 2 * kv_heads) * head_dim + hidden + ffn_hidden + hidden + 4 * hidden
+def layer_other_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden, mla: Mla | None = None,
+                       post_norms: bool = False):
+    """Norm weights and biases of one block (multi-head latent attention: its latents' two RMSNorms too; post-norms,
+    ModelSpec.post_norms: two norms more)."""
+    if arch == "llama":  # two RMSNorm weight vectors (four with post-norms)
+        return (4 if post_norms else 2) * hidden + (mla.latent_norms() if mla is not None else 0)
+    # gpt: qkv bias + out bias + fc1 bias + fc2 bias + 2 LayerNorms (weight+bias), 4 with post-norms
+    return (heads + 2 * kv_heads) * head_dim + hidden + ffn_hidden + hidden + (8 if post_norms else 4) * hidden
 
 
 def spec_dims(spec):
@@ -109,7 +111,7 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     arch, L, h, a, kv, d, f, V, tied = spec_dims(spec)
     mla = spec.mla
     per_layer_matmul = layer_matmul_params(arch, h, a, kv, d, f, mla)
-    per_layer_other = layer_other_params(arch, h, a, kv, d, f, mla)
+    per_layer_other = layer_other_params(arch, h, a, kv, d, f, mla, bool(spec.post_norms))
     # a mixture of experts (ModelSpec.experts): E experts of f each and the router (h x E, counted with the norms);
     # a token's matmuls (what its FLOPs count) are the attention's and k experts'
     E, k = spec.experts or 0, spec.experts_per_token or 0
@@ -125,7 +127,8 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     moe_blocks = spec.moe_block_count if E else L
     dense_blocks = L - moe_blocks
     dense_matmul = layer_matmul_params(arch, h, a, kv, d, spec.dense_ffn_hidden, mla) if dense_blocks else 0
-    dense_other = layer_other_params(arch, h, a, kv, d, spec.dense_ffn_hidden, mla) if dense_blocks else 0
+    dense_other = (layer_other_params(arch, h, a, kv, d, spec.dense_ffn_hidden, mla, bool(spec.post_norms))
+                   if dense_blocks else 0)
     embedding = V * h
     positions = 0
     if spec.has_learned_positions:

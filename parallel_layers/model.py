@@ -127,6 +127,8 @@ class ModelConfig:
     q_lora_rank: Optional[int] = None
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
+    # a norm on each sublayer's output before its residual add (ModelSpec.post_norms: Gemma 2 / 3, GLM-4)
+    post_norms: bool = False
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
@@ -146,7 +148,8 @@ class ModelConfig:
                    rope=not m.has_learned_positions, experts=m.experts, experts_per_token=m.experts_per_token,
                    shared_ffn=m.shared_expert_ffn, first_dense_layers=m.first_dense_layers,
                    moe_layer_step=m.moe_layer_step, dense_ffn=m.dense_ffn_hidden, kv_lora_rank=m.kv_lora_rank,
-                   q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim)
+                   q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim,
+                   post_norms=bool(m.post_norms))
 
 
 class Norm(_ShardedModule):
@@ -559,7 +562,7 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """norm1, attention, residual; norm2, MLP (an MoE block's: router and experts, and a shared expert where the model
-    has one), residual.  moe_recompute (training.moe_recompute; StageModule passes "none" to the blocks it checkpoints
+    has one), residual; with post-norms (Gemma 2 / 3, GLM-4) a norm on each sublayer's output before its residual.  moe_recompute (training.moe_recompute; StageModule passes "none" to the blocks it checkpoints
     whole, where nothing more is dropped), in an MoE block only, as Megatron-LM's --recompute-modules moe_act and
     layernorm touch only the routed experts' activation and the MoE block's pre-MLP norm (a dense block's MLP norm is
     fused into its first linear there, and the shared expert's activation is kept):
@@ -583,6 +586,11 @@ class Block(nn.Module):
         self.attn = (MLAttention(cfg, i, tp_group, sp, recompute, cp_group, mla_recompute) if cfg.kv_lora_rank
                      else Attention(cfg, i, tp_group, sp, recompute, cp_group))
         self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
+        # post-norms (ModelConfig.post_norms): the same Norm on the attention's and the MLP's outputs, on the rank's
+        # sequence shard with SP (a row-parallel output is reduce-scattered before it), whole without
+        self.post_norm1, self.post_norm2 = ((Norm(cfg, tp_group, name=f"layers.{i}.post_norm1", sequence_parallel=sp),
+                                             Norm(cfg, tp_group, name=f"layers.{i}.post_norm2", sequence_parallel=sp))
+                                            if cfg.post_norms else (None, None))
         # a mixture of experts' MoE block, or its dense blocks between (ModelConfig.is_moe_block): a dense MLP of dense_ffn
         moe_block = cfg.is_moe_block(i)
         if recompute == "selective-op":  # (refused for a mixture of experts: planner.core.parplan_moe_problem)
@@ -609,13 +617,18 @@ class Block(nn.Module):
 
     def _forward(self, x, key=None):
         drop, layer, rows = self.attn.dropout, self.attn.dropout_layer, self.attn.dropout_layer_rows
-        x = x + hidden_dropout(self.attn(self.norm1(x), key), drop, key, layer, "attention", rows)
+        a = self.attn(self.norm1(x), key)
+        if self.post_norm1 is not None:
+            a = self.post_norm1(a)
+        x = x + hidden_dropout(a, drop, key, layer, "attention", rows)
         h = self.norm2(x)
         if self.norm_recompute and torch.is_grad_enabled():  # norm2's output rebuilt for the MLP's backward
             with RebuiltForBackward([h], lambda x=x: (self.norm2(x),), h.device.type, views=True).hooks():
                 y = self._mlp(h)
         else:
             y = self._mlp(h)
+        if self.post_norm2 is not None:
+            y = self.post_norm2(y)
         return x + hidden_dropout(y, drop, key, layer, "mlp", rows)
 
     def _mlp(self, h):

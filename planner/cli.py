@@ -275,8 +275,8 @@ _MODEL_OPTIONS = [
      "(Qwen3, Gemma 3, OLMo 2: their presets and configs set it): their saved inputs and pass counted under every "
      "framework but parplan's runtime, whose blocks have none.  Also with a preset or a config."),
     ("post_norms", Optional[bool], None, ("--post-norms/--no-post-norms",), "A norm on each sublayer's output before "
-     "its residual add, four norms a block (Gemma 2 / 3, GLM-4: their configs set it): their saved inputs and pass "
-     "counted under every framework but parplan's runtime, whose blocks have none.  Also with a preset or a config."),
+     "its residual add, four norms a block (Gemma 2 / 3, GLM-4: their presets and configs set it): their weights, saved "
+     "inputs and passes counted under every framework (parplan's runtime builds them).  Also with a preset or a config."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),

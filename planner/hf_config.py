@@ -15,8 +15,8 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
   olmo2                  -> arch llama: its two norms a layer sit after attention and MLP instead of
                             before (same count); its q and k RMSNorms' weights (h + kv width a layer) are
                             not counted.
-  gemma2                 -> as gemma, plus two norms a layer on the sublayers' outputs (post_norms: their
-                            activations counted, their 2 h weights not) and attention
+  gemma2                 -> as gemma, plus two norms a layer on the sublayers' outputs (post_norms, counted) and
+                            attention
                             logit soft-capping (pointwise); every other layer attends within a sliding
                             window (4096), which the cost model counts as full attention: exact up to that
                             sequence length, an over-estimate of those layers' attention beyond it (said in
@@ -34,8 +34,8 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             same FLOPs).
   ministral, smollm3, exaone4, hunyuan_v1_dense, seed_oss, olmo, olmo3, glm4, cohere, cohere2, stablelm
                          -> arch llama, with what their blocks hold beyond it said in the spec's source and left
-                            out of the count (q/k norms' and GLM-4's post-norms' weights, q/k/v biases, LayerNorm
-                            biases; the norms' activations are counted: qk_norm, post_norms) or counted
+                            out of the count (q/k norms' weights, q/k/v biases, LayerNorm biases; the q/k norms'
+                            activations are counted, qk_norm, and GLM-4's post-norms whole, post_norms) or counted
                             where they have less (OLMo's non-parametric norms, Command R's one norm a layer);
                             SmolLM3's NoPE layers rotate like the rest (same cost).  OLMo 3, Command R7B (cohere2)
                             and EXAONE 4 window three of every four layers (layer_types, or the class's pattern:
@@ -961,14 +961,14 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "phi3": "fused qkv and gate_up counted as separate matrices",
         "internlm2": "fused wqkv counted as separate matrices",
         "gemma": "GeGLU counted as 3 matrices like SwiGLU",
-        "gemma2": "GeGLU counted as 3 matrices like SwiGLU; post-norms' weights not counted",
-        "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; post-norms' and q/k norms' weights not counted",
+        "gemma2": "GeGLU counted as 3 matrices like SwiGLU",
+        "gemma3_text": "GeGLU counted as 3 matrices like SwiGLU; q/k norms' weights not counted",
         "gpt_neox": "gpt blocks with rotary positions (over the whole head, not rotary_pct of it); parallel "
                     "attention + MLP run one after the other",
         "olmo": "its non-parametric LayerNorms counted as RMSNorm weights (2 h a layer + h)",
         "olmo3": "q/k norms' weights not counted",
         "exaone4": "q/k norms' weights not counted",
-        "glm4": "post-attention and post-MLP norms' weights not counted (2 h a layer); fused gate_up counted as separate "
+        "glm4": "fused gate_up counted as separate "
                 "matrices",
         "cohere": "one LayerNorm a layer (attention and MLP in parallel) counted as two norms (+h a layer)",
         "cohere2": "one LayerNorm a layer (attention and MLP in parallel) counted as two norms (+h a layer)",

@@ -206,16 +206,16 @@ def _window_text(plan: Plan) -> str:
 
 def _norms_text(plan: Plan) -> str:
     """The model line's q/k norms and post-norms (ModelSpec.qk_norm, post_norms), and whether this plan counts them:
-    not under parplan's runtime, whose blocks have neither (planner.core.model_dims)."""
+    the q/k norms not under parplan's runtime, whose attention has none (planner.core.model_dims); post-norms always
+    (the runtime builds them)."""
     m = plan.model
     names = [n for n, on in (("q/k norms", m.qk_norm), ("post-norms", m.post_norms)) if on]
     if not names:
         return ""
-    what = " and ".join(names)
-    if plan.training.framework == "parplan":
-        return (f"; its {what} not counted: parplan's runtime builds its blocks without them (another --framework "
-                "counts them)")
-    return f"; {what} counted"
+    if plan.training.framework == "parplan" and m.qk_norm:
+        return ("; its q/k norms not counted: parplan's runtime builds its attention without them (another "
+                "--framework counts them)" + ("; post-norms counted" if m.post_norms else ""))
+    return f"; {' and '.join(names)} counted"
 
 
 def _speedup_text(plan: Plan) -> str:

@@ -187,8 +187,9 @@ class ModelSpec(Strict):
         "post_self_attn_layernorm and post_mlp_layernorm; 'sandwich' norms).  Each saves its input, the attention "
         "output projection's or the MLP's output, which nothing else keeps, and its fp32 statistics for the backward, "
         "and makes one memory-bound pass more (cost_models.memory.activation_bytes_per_layer, compute.layer_"
-        "elementwise_time); counted for every framework that trains them, not for parplan's own runtime, whose blocks "
-        "have two norms.  Their weights (2 x hidden a layer) are not counted in num_params.  Models with their two "
+        "elementwise_time); counted for every framework (parplan's runtime builds them too; in blocks torch.compile "
+        "compiles, the residual between them is rebuilt in the backward: one hidden a token fewer).  Their weights (2 "
+        "x hidden a layer) are counted in num_params.  Models with their two "
         "norms after the sublayers instead of before (OLMo 2) have two norms: not this.  None = none.")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")

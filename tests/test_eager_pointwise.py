@@ -97,3 +97,34 @@ def test_torchtitan_eager_table_counts_its_ops(kv_heads, post_norms):
     fwd, bwd, _ = layer_elementwise_time(m, lay, OneBytePerSecond, 2, False, False, "torchtitan")
     assert fwd / fwd_count.total == pytest.approx(1.0, abs=0.05)
     assert bwd / bwd_count.total == pytest.approx(1.0, abs=0.05), (fwd / fwd_count.total, bwd / bwd_count.total)
+
+
+@pytest.mark.parametrize("arch,ffn", [("llama", 1408), ("gpt", 2048)])
+def test_parplan_eager_table_counts_the_runtimes_post_norms(arch, ffn):
+    """parplan's runtime with post-norms (ModelConfig.post_norms) uncompiled: the two norms more move what the table
+    says two of its norms move, forward and backward, within 1 % of the counted difference."""
+    from parallel_layers.model import Block, ModelConfig, init_parameters
+    b, s, h, heads = 2, 256, 512, 8
+
+    class OneBytePerSecond:
+        hbm_bytes_per_s = 1.0
+    counted, table = {}, {}
+    for post in (False, True):
+        cfg = ModelConfig(arch=arch, layers=1, hidden=h, heads=heads, kv_heads=heads, ffn_hidden=ffn, vocab=512,
+                          head_dim=h // heads, tied_embeddings=False, max_seq_len=s, post_norms=post)
+        torch.manual_seed(0)
+        blk = Block(cfg, 0, None, False, "none")
+        init_parameters(blk, 0)
+        blk.to(torch.bfloat16)
+        x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+        blk(x)
+        with _Bytes() as c:
+            blk(x).backward(torch.randn(b, s, h, dtype=torch.bfloat16))
+        counted[post] = c.total
+        m = ModelDims(arch=arch, layers=1, hidden=h, heads=heads, kv_heads=heads, head_dim=h // heads, ffn=ffn,
+                      vocab=512, seq_len=s, tied=False, positions=0, post_norms=post)
+        lay = Layout(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=REC_NONE, sp=0, schedule=0, offload=0,
+                     gpus=1)
+        fwd, bwd, _ = layer_elementwise_time(m, lay, OneBytePerSecond, 2, False, False, "parplan")
+        table[post] = fwd + bwd
+    assert (table[True] - table[False]) / (counted[True] - counted[False]) == pytest.approx(1.0, abs=0.01)

@@ -208,6 +208,15 @@ def test_eager_torchtitan_block_saves_what_the_eager_model_counts(kv_heads):
     assert measured > 1.4 * fused  # 41 % (MHA) to 56 % (GQA) more than the fused count for this shape
 
 
+def _titan_block_saved(b, s, h, heads, kv_heads, ffn, **options) -> int:
+    """Bytes the emulated torchtitan block (runtime_helpers.torchtitan_block, bf16, seeded) saves for its backward."""
+    from tests.runtime_helpers.torchtitan_block import Block, precompute_freqs_cis, saved_bytes as tt_saved
+    torch.manual_seed(0)
+    block = Block(h, heads, kv_heads, ffn, **options).to(torch.bfloat16)
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    return tt_saved(block, x, precompute_freqs_cis(h // heads, s))
+
+
 @pytest.mark.parametrize("kv_heads", [8, 2], ids=["mha", "gqa"])
 def test_qk_norms_save_what_the_model_counts(kv_heads):
     """torchtitan's qwen3 attention norms xq and xk per head before rotary (ModelSpec.qk_norm): each norm keeps the
@@ -215,14 +224,8 @@ def test_qk_norms_save_what_the_model_counts(kv_heads):
     the block without, as a GPU's fused norm saves (runtime_helpers.torchtitan_block.HeadNorm), equals the model's
     difference; under full recompute the model adds nothing, and under parplan's runtime (no q/k norms) neither."""
     from planner.core import model_dims
-    from tests.runtime_helpers.torchtitan_block import Block, precompute_freqs_cis, saved_bytes as tt_saved
     b, s, h, heads, ffn = 2, 128, 256, 8, 704
-    fc = precompute_freqs_cis(h // heads, s)
-    measured = {}
-    for qk in (False, True):
-        torch.manual_seed(0)
-        block = Block(h, heads, kv_heads, ffn, qk_norm=qk).to(torch.bfloat16)
-        measured[qk] = tt_saved(block, torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True), fc)
+    measured = {qk: _titan_block_saved(b, s, h, heads, kv_heads, ffn, qk_norm=qk) for qk in (False, True)}
     spec = ModelSpec(arch="llama", layers=1, hidden=h, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=100,
                      qk_norm=True)
     m = model_dims(spec, s, "torchtitan")
@@ -250,14 +253,8 @@ def test_post_norms_save_what_the_model_counts(norm):
     equals the model's difference (eager=True for the eager norms); under full and op-level recompute the model adds
     nothing.  (parplan's runtime builds them too: test_post_norms_on_the_runtime_save_what_the_model_counts.)"""
     from planner.core import model_dims
-    from tests.runtime_helpers.torchtitan_block import Block, precompute_freqs_cis, saved_bytes as tt_saved
     b, s, h, heads, kv_heads, ffn = 2, 128, 256, 8, 2, 704
-    fc = precompute_freqs_cis(h // heads, s)
-    measured = {}
-    for post in (None, norm):
-        torch.manual_seed(0)
-        block = Block(h, heads, kv_heads, ffn, post_norms=post).to(torch.bfloat16)
-        measured[post] = tt_saved(block, torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True), fc)
+    measured = {post: _titan_block_saved(b, s, h, heads, kv_heads, ffn, post_norms=post) for post in (None, norm)}
     spec = ModelSpec(arch="llama", layers=1, hidden=h, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=100,
                      post_norms=True)
     m = model_dims(spec, s, "megatron")

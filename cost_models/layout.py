@@ -100,11 +100,6 @@ class ModelDims:
     # framework trains them: False under parplan's runtime, whose blocks have none (planner.core.model_dims); their
     # saved inputs and statistics (memory.activation_bytes_per_layer) and their pass (compute.layer_elementwise_time)
     post_norms: bool = False
-    # with post-norms in blocks torch.compile compiles (parplan's runtime and torchtitan with their fused_elementwise),
-    # the partitioner rebuilds the residual sum between them (x + post_norm1(attention output)) in the backward from
-    # the block input and the attention's output, which the norms keep anyway: one h a token fewer (measured on CPU,
-    # tests/test_activation_memory.py); planner.core.model_dims sets it
-    post_norm_residual_recomputed: bool = False
     # a plan's own pipeline split (Parallel.stage_layers: the blocks of each virtual stage, in virtual-stage order,
     # multi-token prediction's depths not among them): every per-rank count reads it (model_split_sizes); () = the
     # default split (model_stage_layers), which the search plans.  planner.core.evaluate_plan sets it for one plan

@@ -154,9 +154,11 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         # attention output projection's or the MLP's output (h a token; the rank's sequence shard with SP, where the
         # row-parallel output is reduce-scattered before it), which nothing else keeps (the norm's output goes into
         # the residual add, which saves nothing), and its fp32 statistics, as the input norms (norm_stats: both)
-        # (compiled blocks: the residual between them rebuilt, one h fewer: ModelDims.post_norm_residual_recomputed)
-        kept = 1 if m.post_norm_residual_recomputed else 2
-        elems = elems + kept * m.hidden / seq_split * act_bytes + norm_stats / seq_split
+        # (torch.compile over a whole block rebuilds the residual between them from the block input and the
+        # attention's output, one h fewer, measured on CPU; parplan's runtime breaks its compiled blocks' graphs at the
+        # linears wherever the gradient accumulation is fused or tp > 1, and keeps it there: both counted, an upper
+        # bound for whole-graph blocks: tests/test_activation_memory.py)
+        elems = elems + 2 * m.hidden / seq_split * act_bytes + norm_stats / seq_split
     if m.kv_lora and not m.v_padded:
         # multi-head latent attention (Megatron-Core's MLASelfAttention): each latent's RMSNorm saves its input and
         # the up projection its output, on the whole sequence and whole on every tensor-parallel rank (sequence

@@ -570,18 +570,9 @@ def compute_dtype(dtype: str, precision: str) -> str:
 WINDOW_FRAMEWORKS = ("megatron",)
 
 
-# Frameworks whose fused pointwise work is torch.compile's (Training.fused_elementwise): parplan's runtime compiles its
-# blocks (launch's --compile) and torchtitan its blocks (training.compile); Megatron-LM's, DeepSpeed's and FSDP's fused
-# kernels are their own (Transformer Engine, apex)
-COMPILING_FRAMEWORKS = ("parplan", "torchtitan")
-
-
-def model_dims(spec: ModelSpec, seq_len: int, framework: str, fused_elementwise: bool = False) -> ModelDims:
-    """The model as the framework trains it: its sliding window only where the framework applies one; with post-norms
-    in compiled blocks (fused_elementwise under COMPILING_FRAMEWORKS) the residual between them rebuilt."""
+def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
+    """The model as the framework trains it: its sliding window only where the framework applies one."""
     m = ModelDims.from_spec(spec, seq_len)
-    if m.post_norms and fused_elementwise and framework in COMPILING_FRAMEWORKS:
-        m = replace(m, post_norm_residual_recomputed=True)
     if framework == "parplan" and m.kv_lora:  # its MLAttention pads the values to head_dim (ModelDims.v_padded)
         m = replace(m, v_padded=True)
     if framework == "parplan" and m.qk_norm:  # its llama blocks have no q/k norms (ModelDims.qk_norm)
@@ -1018,7 +1009,7 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                         clip_grad=clip_grad, **stack)
     hw = hardware_constants(profile, hw_ref, compute_dtype(dtype, precision), training.fp8)
     _check_attention_kernel(profile, training)
-    m = model_dims(spec, seq_len, framework, training.fused_elementwise)
+    m = model_dims(spec, seq_len, framework)
     tr = training_consts(training)
     _check_pins(spec, gpus, pins, seq_len, up_to=objective == "min-gpus")
     gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node, pinned_product(pins))
@@ -1716,7 +1707,7 @@ def plan_inputs(plan: Plan, profile: HardwareProfile | None = None) -> tuple:
                             plan.training.fp8)
     _check_attention_kernel(profile, plan.training)
     spec = with_param_count(plan.model, plan.training.seq_len)
-    m = model_dims(spec, plan.training.seq_len, plan.training.framework, plan.training.fused_elementwise)
+    m = model_dims(spec, plan.training.seq_len, plan.training.framework)
     tr = training_consts(plan.training)
     own = own_stage_layers(plan)
     if own is not None:

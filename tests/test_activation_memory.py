@@ -57,15 +57,14 @@ def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout:
 
 
 def predicted_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
-                    post_norms: bool = False, compiled: bool = False) -> float:
-    """compiled: as parplan plans its compiled blocks (planner.core.model_dims with fused_elementwise)."""
+                    post_norms: bool = False) -> float:
     from planner.core import model_dims
     d = SHAPES[arch]
     spec = ModelSpec(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                      ffn_hidden=d["ffn"], vocab=100, post_norms=post_norms or None)
     lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0,
                  recompute=("none", "selective", "full").index(recompute), sp=0, schedule=1, offload=0)
-    return layers * float(activation_bytes_per_layer(model_dims(spec, s, "parplan", compiled), lay, 4, True, dropout))
+    return layers * float(activation_bytes_per_layer(model_dims(spec, s, "parplan"), lay, 4, True, dropout))
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt"])
@@ -84,9 +83,12 @@ def test_activation_model_matches_the_runtime(arch, recompute):
 def test_post_norms_on_the_runtime_save_what_the_model_counts(arch, recompute):
     """parplan's runtime builds post-norms (ModelConfig.post_norms: Gemma 2 / 3's, GLM-4's) and plans them: eager,
     each of the two saves its input (h a token) and its statistics (RMSNorm's rstd, LayerNorm's mean and rstd), by
-    saved_tensors_hooks exactly what the model adds; compiled (as `parplan launch` runs blocks on a GPU), torch's
-    partitioner rebuilds the residual between them from the block input and the attention's output, one h a token
-    fewer, by the allocator's trace exactly what the model adds for compiled blocks; nothing under full recompute."""
+    saved_tensors_hooks exactly what the model adds; nothing under full recompute.  Compiled as one graph (this
+    stage's blocks: tp 1, fp32, no fused gradient accumulation), torch's partitioner rebuilds the residual between the
+    two norms from the block input and the attention's output: one h a token fewer than the model counts, by the
+    allocator's trace.  The model keeps it (an upper bound there): the blocks `parplan launch` compiles on a GPU break
+    their graphs at the linears (fused gradient accumulation, tp > 1), where it cannot be rebuilt (a 2-rank CPU launch
+    at tp 2 with SP kept it)."""
     b, s, layers = 2, 64, 3
     stats = 4 if arch == "llama" else 8
     kept = {"none": 2, "selective": 2, "full": 0}[recompute]
@@ -101,12 +103,7 @@ def test_post_norms_on_the_runtime_save_what_the_model_counts(arch, recompute):
                       for post in (False, True)}
         finally:
             torch._dynamo.reset()
-        compiled = (predicted_bytes(arch, recompute, b, s, layers, post_norms=True, compiled=True)
-                    - predicted_bytes(arch, recompute, b, s, layers, compiled=True))
-        assert traced[True] - traced[False] == compiled == layers * b * s * (h * 4 + 2 * stats)
-    if recompute == "none":  # the whole, compiled: llama +0.5 % as without post-norms, gpt +2.0 % (+2.1 % without)
-        assert predicted_bytes(arch, recompute, b, s, layers, post_norms=True, compiled=True) == pytest.approx(
-            traced[True], rel=0.03)
+        assert traced[True] - traced[False] == layers * b * s * (h * 4 + 2 * stats) == model - layers * b * s * h * 4
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt"])

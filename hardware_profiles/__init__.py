@@ -221,7 +221,6 @@ _CHECKED_VALUES = (("peak_dense_tflops", "TFLOP/s"), ("hbm_gbytes", "GB"), ("hbm
                    ("nvlink.gbytes_per_s", "GB/s per GPU per direction"),
                    ("inter_node.gbytes_per_s", "GB/s per GPU per direction"), ("host_link_gbytes_per_s", "GB/s"),
                    ("host_memory_gbytes_per_node", "GB"), ("host_memory_gbytes_per_s_per_node", "GB/s"))
-_SHIPPED_RANGES: dict = {}
 
 
 def _profile_values(profile) -> dict[str, float]:
@@ -237,14 +236,15 @@ def _profile_values(profile) -> dict[str, float]:
     return out
 
 
+@lru_cache(maxsize=1)
 def _shipped_ranges() -> dict[str, tuple]:
     """Each checked value's (smallest, its profile, largest, its profile) over the shipped profiles (read once)."""
-    if not _SHIPPED_RANGES:
-        for name in list_profiles():
-            for key, v in _profile_values(load_profile(name)).items():
-                lo, lo_name, hi, hi_name = _SHIPPED_RANGES.get(key, (v, name, v, name))
-                _SHIPPED_RANGES[key] = (min(lo, v), name if v < lo else lo_name, max(hi, v), name if v > hi else hi_name)
-    return _SHIPPED_RANGES
+    ranges: dict[str, tuple] = {}
+    for name in list_profiles():
+        for key, v in _profile_values(load_profile(name)).items():
+            lo, lo_name, hi, hi_name = ranges.get(key, (v, name, v, name))
+            ranges[key] = (min(lo, v), name if v < lo else lo_name, max(hi, v), name if v > hi else hi_name)
+    return ranges
 
 
 def implausible_values(profile) -> list[str]:

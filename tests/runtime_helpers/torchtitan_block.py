@@ -67,13 +67,9 @@ class _FusedRMSNorm(torch.autograd.Function):
         return dx.type_as(x), (grad.float() * xhat).sum(tuple(range(x.dim() - 1))).type_as(weight), None
 
 
-class HeadNorm(nn.Module):
-    """torchtitan's qwen3 q_norm / k_norm (nn.RMSNorm(head_dim)) as a GPU runs it (_FusedRMSNorm)."""
-
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+class HeadNorm(RMSNorm):
+    """nn.RMSNorm as a GPU runs it (_FusedRMSNorm): torchtitan's qwen3 q_norm / k_norm (over head_dim), and the
+    post-norms' fused variant (over h)."""
 
     def forward(self, x):
         return _FusedRMSNorm.apply(x, self.weight, self.eps)

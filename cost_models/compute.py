@@ -244,6 +244,7 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
     parallel_layers/model.py, each one pass, a = act_bytes, per element; f = 1 where 16-bit inputs are
     upcast, 0 in fp32).  Its backward is counted op by op, not as twice the forward:
       _RMSNorm forward: x.float(), pow, mean, * rstd, * weight, .to               f(2a + 8) + 28   per h, x2
+        (the same per q/k element where the model has q/k norms, ModelDims.qk_norm; post-norms: x4)
                backward: x.float() * rstd, grad.float(), g * xhat, sum, g * w, dxhat * xhat,
                          mean, xhat * m, subtract, rstd *, .to                      f(3a + 12) + 76  per h, x2
         (gpt: torch's native LayerNorm, 2a forward and 3a backward)
@@ -328,8 +329,15 @@ def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, se
         act_elems = 2 * a * m.ffn / lay.tp
     drop_f, drop_b = (2 * (2 * a + 2) * h, 2 * (2 * a + 1) * h) if dropout else (0.0, 0.0)
     norms = 4 if m.post_norms else 2  # (post-norms: the same Norm on each sublayer's output, ModelDims.post_norms)
-    fwd = tokens * ((norms * norm_f + 2 * 3 * a) * h + inside_f + drop_f) / hw.hbm_bytes_per_s
-    bwd = tokens * ((norms * norm_b + 2 * 3 * a) * h + inside_b + drop_b) / hw.hbm_bytes_per_s
+    # q/k norms (ModelDims.qk_norm): the same Norm on every query and key head, the rank's heads on the whole sequence;
+    # gpt's LayerNorm writes its fp32 mean and rstd a head-row forward and reads them back (8 B over head_dim each way:
+    # 3 % of its bytes on 64-wide heads, where on a whole hidden row they are nothing)
+    qk_norms = (m.q_width + m.kv_width) / lay.tp if m.qk_norm else 0.0
+    qk_stats = 0.0 if llama else 8 / m.head_dim
+    fwd = tokens * ((norms * norm_f + 2 * 3 * a) * h + qk_norms * (norm_f + qk_stats) + inside_f + drop_f
+                    ) / hw.hbm_bytes_per_s
+    bwd = tokens * ((norms * norm_b + 2 * 3 * a) * h + qk_norms * (norm_b + qk_stats) + inside_b + drop_b
+                    ) / hw.hbm_bytes_per_s
     return fwd, bwd, tokens * act_elems / hw.hbm_bytes_per_s
 
 
@@ -504,6 +512,21 @@ def fp8_cast_time(m: ModelDims, lay, hw, fp8: str, act_bytes: int = 2):
     return fwd / hw.hbm_bytes_per_s, bwd / hw.hbm_bytes_per_s
 
 
+def qk_norm_forward_time(m: ModelDims, lay, hw, act_bytes: int, fused: bool = True,
+                         eager_runtime: str = "torchtitan"):
+    """Seconds of the q/k norms' forward (ModelDims.qk_norm) for one block and micro-batch, as
+    layer_elementwise_time counts them: one pass over q and k (read, write) fused, parplan's eager norm's passes
+    (f(2a + 8) + 28 an element llama, 2a gpt) uncompiled; 0 without them."""
+    if not m.qk_norm:
+        return 0.0
+    a = act_bytes
+    if fused or eager_runtime != "parplan":
+        per = 2 * a
+    else:  # (_parplan_eager_time's norm_f, and gpt's statistics)
+        per = ((2 * a + 8 if a < 4 else 0) + 28) if m.arch == "llama" else 2 * a + 8 / m.head_dim
+    return lay.mbs * m.seq_len / lay.cp * per * (m.q_width + m.kv_width) / lay.tp / hw.hbm_bytes_per_s
+
+
 def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool = False, fused: bool = True,
                eager_runtime: str = "torchtitan", attention_kernel: str = "profile", fp8: str = "",
                moe_recompute: str = "none", mla_recompute: bool = False, eager_moe: bool = False):
@@ -531,6 +554,9 @@ def block_time(m: ModelDims, lay, hw, act_bytes: int, flash: bool, dropout: bool
     op_gemm = op_sac_recompute_gemm_time(m, lay, hw)
     op_re = op_gemm + el_f + (0.0 if flash else at_f)
     recompute = np.where(full, fwd, np.where(selective, at_f + act_f, np.where(op, op_re, 0.0)))
+    if m.qk_norm_recomputed:  # parplan's selective checkpoint re-runs the q/k norms too (ModelDims.qk_norm_recomputed)
+        recompute = recompute + np.where(selective, qk_norm_forward_time(m, lay, hw, act_bytes, fused, eager_runtime),
+                                         0.0)
     # a mixture of experts' recompute modules (moe.recompute_time), where the block is not recomputed whole
     recompute = recompute + np.where(full, 0.0, moe.recompute_time(m, lay, hw, act_bytes, moe_recompute))
     if mla_recompute and m.kv_lora:  # multi-head latent attention's up projections (mla_up_recompute_time)

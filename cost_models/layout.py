@@ -92,12 +92,16 @@ class ModelDims:
     # multi-token prediction (ModelSpec.mtp_layers): extra depths on the rank holding the head, each one more block
     # (an MoE block in a mixture of experts), a 2h -> h projection and the head again (model_rank_block_counts)
     mtp: int = 0
-    # RMSNorms on the queries and keys before rotary (ModelSpec.qk_norm) as the framework trains them: False under
-    # parplan's runtime, whose blocks have none (planner.core.model_dims); their saved inputs and statistics
+    # RMSNorms on the queries and keys before rotary (ModelSpec.qk_norm; every framework trains them, parplan's runtime
+    # too: parallel_layers.model.Attention); their saved inputs and statistics
     # (memory.activation_bytes_per_layer) and their memory-bound pass (compute.layer_elementwise_time)
     qk_norm: bool = False
-    # a norm on each sublayer's output before its residual add (ModelSpec.post_norms: Gemma 2 / 3, GLM-4), as the
-    # framework trains them: False under parplan's runtime, whose blocks have none (planner.core.model_dims); their
+    # ...run inside selective recompute's attention checkpoint (parplan's runtime: parallel_layers.model.Attention), which
+    # then keeps the projections' outputs as it does without them and re-runs the norms in the backward; Megatron-Core
+    # runs them before its core-attention checkpoint, which keeps their outputs (planner.core.model_dims)
+    qk_norm_recomputed: bool = False
+    # a norm on each sublayer's output before its residual add (ModelSpec.post_norms: Gemma 2 / 3, GLM-4; every
+    # framework trains them, parplan's runtime too: parallel_layers.model.Block); their
     # saved inputs and statistics (memory.activation_bytes_per_layer) and their pass (compute.layer_elementwise_time)
     post_norms: bool = False
     # a plan's own pipeline split (Parallel.stage_layers: the blocks of each virtual stage, in virtual-stage order,

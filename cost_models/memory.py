@@ -147,8 +147,11 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         # aten._fused_rms_norm on a GPU, whose backward takes the input and rstd (its schema), as Transformer
         # Engine's norm (Megatron's --qk-layernorm) does.  On a CPU rms_norm decomposes into fp32 ops that keep
         # two fp32 copies instead (measured, tests/test_activation_memory.py, which checks the count with the
-        # fused kernel's saves)
-        elems = elems + (m.q_width + m.kv_width) / tp * act_bytes + norm_stats / 2 * (m.heads + m.kv_heads) / tp
+        # fused kernel's saves).  parplan's runtime runs them inside the selective checkpoint (ModelDims.
+        # qk_norm_recomputed): nothing more there (its blocks, eager and compiled, by the same test)
+        qk = (m.q_width + m.kv_width) / tp * act_bytes + norm_stats / 2 * (m.heads + m.kv_heads) / tp
+        kept = lay.recompute != REC_SELECTIVE if m.qk_norm_recomputed else True
+        elems = elems + np.where(kept, qk, 0.0)
     if m.post_norms:
         # norms on the sublayers' outputs (ModelDims.post_norms; Gemma 2 / 3, GLM-4): each saves its input, the
         # attention output projection's or the MLP's output (h a token; the rank's sequence shard with SP, where the

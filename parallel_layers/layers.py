@@ -40,8 +40,8 @@ class ShardSpec:
     tp_dim: Optional[int]  # dimension split over the TP group; None = replicated over TP
     init: str  # "normal", "zeros" or "ones"
     std: float = 0.02
-    # Replicated over TP but fed a sequence shard under SP: each TP rank holds a partial
-    # gradient that must be summed over the TP group (Megatron's sequence_parallel attribute).
+    # Replicated over TP but fed a sequence shard under SP (or, the q/k norms, the rank's own heads): each TP rank
+    # holds a partial gradient that must be summed over the TP group (Megatron's sequence_parallel attribute).
     sp_partial_grad: bool = False
     # The TP-split dimension is padded with zero rows up to a multiple of tp where tp does not divide it
     # (the vocabulary, as Megatron pads it): the logical tensor is the unpadded one (init, checkpoints'

@@ -2,7 +2,8 @@
 ``model`` dict with Megatron-style tensor parallelism.
 
 llama: RMSNorm, rotary positions, GQA (query and kv heads both split over TP), SwiGLU, no
-biases, tied or untied head.  gpt: LayerNorm, GeLU, learned positions, biases, tied or untied head.  A llama
+biases, tied or untied head; q/k norms (Qwen3's) and post-norms (Gemma 2's) where the model has them.  gpt:
+LayerNorm, GeLU, learned positions, biases, tied or untied head.  A llama
 model with kv_lora_rank (DeepSeek-V2/V3, Kimi K2) runs multi-head latent attention instead (MLAttention).
 Attention is ``F.scaled_dot_product_attention(is_causal=True)``.  Dropout (a plan's training.dropout, Megatron's
 GPT sites and 0.1 rates: parallel_layers.dropout) on the embedding's output, the attention probabilities and each
@@ -129,6 +130,9 @@ class ModelConfig:
     v_head_dim: Optional[int] = None
     # a norm on each sublayer's output before its residual add (ModelSpec.post_norms: Gemma 2 / 3, GLM-4)
     post_norms: bool = False
+    # norms on each query and key head between their projections and rotary (ModelSpec.qk_norm: Qwen3, Gemma 3,
+    # OLMo 2; Attention.q_norm / k_norm)
+    qk_norm: bool = False
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
@@ -149,17 +153,20 @@ class ModelConfig:
                    shared_ffn=m.shared_expert_ffn, first_dense_layers=m.first_dense_layers,
                    moe_layer_step=m.moe_layer_step, dense_ffn=m.dense_ffn_hidden, kv_lora_rank=m.kv_lora_rank,
                    q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim,
-                   post_norms=bool(m.post_norms))
+                   post_norms=bool(m.post_norms), qk_norm=bool(m.qk_norm))
 
 
 class Norm(_ShardedModule):
     """RMSNorm (llama) or LayerNorm with bias (gpt); replicated over TP.  width: what it normalises (default the
-    hidden size; multi-head latent attention's latents their own)."""
+    hidden size; multi-head latent attention's latents their own, a q/k norm one head).  Its gradients are partial
+    sums over TP (summed there: ShardSpec.sp_partial_grad) where each TP rank norms a part of the tensor: its sequence
+    shard under SP (sequence_parallel), or its own heads (per_head: the q/k norms, with or without SP)."""
 
-    def __init__(self, cfg: ModelConfig, tp_group, *, name, sequence_parallel, width: Optional[int] = None):
+    def __init__(self, cfg: ModelConfig, tp_group, *, name, sequence_parallel, width: Optional[int] = None,
+                 per_head: bool = False):
         super().__init__(tp_group)
         self.rms = cfg.arch == "llama"
-        partial = sequence_parallel and self.tp_size > 1
+        partial = (sequence_parallel or per_head) and self.tp_size > 1
         w = width or cfg.hidden
         self._new_param("weight", ShardSpec(f"{name}.weight", (w,), None, "ones", sp_partial_grad=partial))
         self.bias = None
@@ -299,21 +306,38 @@ class Attention(nn.Module):
         self.wv = ColumnParallelLinear(h, cfg.kv_heads * d, tp_group, name=f"{n}.wv", bias=gpt)
         self.wo = RowParallelLinear(cfg.heads * d, h, tp_group, name=f"{n}.wo", bias=gpt,
                                     sequence_parallel=sp, std=INIT_STD / math.sqrt(2 * cfg.layers))
+        # q/k norms (ModelConfig.qk_norm; Qwen3's q_norm / k_norm): one norm of head_dim shared by every query head and
+        # one by every key head, on the projections' outputs before rotary; the rank's heads only (the whole sequence,
+        # SP or not), so their replicated weights' gradients are summed over tp (Norm's per_head).  Each saves its
+        # input, the projection's output, and its fp32 statistics a head a token (cost_models.memory); under selective
+        # recompute they run inside the attention's checkpoint, which keeps what it keeps without them
+        self.q_norm, self.k_norm = ((Norm(cfg, tp_group, name=f"{n}.q_norm", sequence_parallel=sp, width=d,
+                                          per_head=True),
+                                     Norm(cfg, tp_group, name=f"{n}.k_norm", sequence_parallel=sp, width=d,
+                                          per_head=True))
+                                    if cfg.qk_norm else (None, None))
 
     def forward(self, x, key: Optional[torch.Tensor] = None):
         q, k, v = column_parallel_linears(x, [self.wq, self.wk, self.wv], self.tp_group,
                                           sequence_parallel=self.sp)  # (b, s, width/tp), full sequence
         b, s, _ = q.shape
         # local head counts: the reshape must use heads/tp and kv_heads/tp
-        q = q.view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
+        q = q.view(b, s, self.local_heads, self.head_dim)
+        k = k.view(b, s, self.local_kv_heads, self.head_dim)
         v = v.view(b, s, self.local_kv_heads, self.head_dim).transpose(1, 2)
+        # the q/k norms run inside the selective checkpoint (norms_inside), which then keeps the projections' outputs
+        # as it does without them and re-runs the norms with the attention; outside it, before it
+        norms_inside = self.q_norm is not None and self.selective
+        if not norms_inside:
+            q, k = self._normed_heads(q, k)
         if self.cp > 1:
-            o = self._context_parallel(q, k, v, key)
+            o = self._context_parallel(q, k, v, key, norms_inside)
             return self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim))
         core = functools.partial(_core_attention_rope, theta=self.rope_theta) if self.rope else _core_attention
         if attention_dropout_p(self.dropout, key) > 0:
             core = functools.partial(_dropout_attention, core, self.dropout, key, self.dropout_layer)
+        if norms_inside:
+            core = functools.partial(self._after_norms, core)
         if self.selective:
             o = checkpoint(core, q, k, v, use_reentrant=False)  # (b, nh/tp, s, d)
         else:
@@ -321,19 +345,43 @@ class Attention(nn.Module):
         o = o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)
         return self.wo(o)  # (b, s, h) or (b, s/tp, h) with SP
 
-    def _context_parallel(self, q, k, v, key=None):
+    def _normed_heads(self, q, k):
+        """q (b, s, nh/tp, d) and k (b, s, nkv/tp, d) as the attention takes them, (b, heads, s, d): normed per head
+        first where the model has q/k norms (ModelConfig.qk_norm)."""
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q.transpose(1, 2), k.transpose(1, 2)
+
+    def _after_norms(self, fn, q, k, *rest, **kw):
+        return fn(*self._normed_heads(q, k), *rest, **kw)
+
+    def _rotate(self, q, k, pos):
+        """q and k rotated at the cp rank's global positions (the rotary tables' cache key: ("cp", rank, cp); `key`
+        stays the micro-batch's dropout key); as they are without rotary positions."""
+        if not self.rope:
+            return q, k
+        rope_key = ("cp", self.cp_rank, self.cp)
+        return rotary(q, pos, rope_key, self.rope_theta), rotary(k, pos, rope_key, self.rope_theta)
+
+    def _rotated(self, fn, q, k, v, pos, starts, **kw):
+        return fn(*self._rotate(q, k, pos), v, pos, starts, **kw)
+
+    def _context_parallel(self, q, k, v, key=None, norms_inside: bool = False):
         """s local tokens (two chunks of the sequence); rotary at global positions before the
         K/V all-gather.  Selective recompute checkpoints the gather with the attention: the rank's own
         K/V are saved, not the gathered whole sequence (cp x as large) nor each chunk's output, and
-        the backward gathers again (as full and op-level selective recompute do)."""
-        pos = local_positions(q.shape[2], self.cp_rank, self.cp, q.device)
-        if self.rope:  # (the rotary tables' cache key: `key` stays the micro-batch's dropout key)
-            rope_key = ("cp", self.cp_rank, self.cp)
-            q, k = rotary(q, pos, rope_key, self.rope_theta), rotary(k, pos, rope_key, self.rope_theta)
-        starts = chunk_starts(q.shape[2], self.cp_rank, self.cp)
+        the backward gathers again (as full and op-level selective recompute do).  norms_inside: q and k still
+        (b, s, heads, d), their norms and rotary checkpointed with it (Attention.forward)."""
+        s = v.shape[2]
+        pos = local_positions(s, self.cp_rank, self.cp, v.device)
+        starts = chunk_starts(s, self.cp_rank, self.cp)
         attend = self._gathered_attention
         if attention_dropout_p(self.dropout, key) > 0:
             attend = functools.partial(_dropout_attention, attend, self.dropout, key, self.dropout_layer)
+        if norms_inside:
+            attend = functools.partial(self._after_norms, functools.partial(self._rotated, attend))
+        else:
+            q, k = self._rotate(q, k, pos)
         if self.selective:
             return checkpoint(attend, q, k, v, pos, starts, use_reentrant=False)
         return attend(q, k, v, pos, starts)

@@ -309,7 +309,7 @@ def grad_overlap(plan, opts: RunOptions) -> bool:
 def late_params(rt: Runtime) -> set:
     """ZeRO-2: id() of the parameters whose gradients other sums complete after the backward, before their dp
     reduction: the tied embedding's two copies on the pipeline's ends (summed over the embedding group) and, with
-    SP, the TP-replicated ones that saw a sequence shard (summed over TP).  ZeRO-2 keeps only a piece of a gradient
+    SP, the TP-replicated ones that saw a sequence shard (summed over TP), as the q/k norms' are with or without it.  ZeRO-2 keeps only a piece of a gradient
     after its reduction, whose rows on the two pipeline ends differ, so those sums must come first.  ZeRO-0/1
     all-reduce whole gradients, which commutes with the sums: none are late there."""
     out = set()
@@ -321,7 +321,7 @@ def late_params(rt: Runtime) -> set:
                 out.add(id(m.embed.weight))
             if getattr(m, "separate_tied_head", False):
                 out.add(id(m.head.weight))
-        if rt.plan.parallel.sp:
+        if rt.plan.parallel.sp or rt.cfg.qk_norm:
             out.update(id(p) for _, p, spec in iter_shard_specs(m) if spec.sp_partial_grad)
     return out
 
@@ -543,7 +543,7 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
         reduce_expert_gradients(rt)
     if rt.cfg.tied_embeddings and par.pp > 1:
         sync_tied_embedding_grads(rt.stage_modules, rt.extra["embedding_group"])
-    if par.sp:
+    if par.sp or rt.cfg.qk_norm:  # (the q/k norms' gradients are partial over tp with or without SP: model.Norm)
         sync_sequence_parallel_grads(rt.stage_modules, rt.coords.tp_group)
     params = _unique_params(rt.stage_modules)
     if par.zero_stage in (0, 1, 2):

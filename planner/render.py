@@ -205,17 +205,11 @@ def _window_text(plan: Plan) -> str:
 
 
 def _norms_text(plan: Plan) -> str:
-    """The model line's q/k norms and post-norms (ModelSpec.qk_norm, post_norms), and whether this plan counts them:
-    the q/k norms not under parplan's runtime, whose attention has none (planner.core.model_dims); post-norms always
-    (the runtime builds them)."""
+    """The model line's q/k norms and post-norms (ModelSpec.qk_norm, post_norms), which every framework's plan counts
+    (parplan's runtime builds both)."""
     m = plan.model
     names = [n for n, on in (("q/k norms", m.qk_norm), ("post-norms", m.post_norms)) if on]
-    if not names:
-        return ""
-    if plan.training.framework == "parplan" and m.qk_norm:
-        return ("; its q/k norms not counted: parplan's runtime builds its attention without them (another "
-                "--framework counts them)" + ("; post-norms counted" if m.post_norms else ""))
-    return f"; {' and '.join(names)} counted"
+    return f"; {' and '.join(names)} counted" if names else ""
 
 
 def _speedup_text(plan: Plan) -> str:

@@ -178,8 +178,9 @@ class ModelSpec(Strict):
         "Gemma 3, OLMo 2 / 3, OLMoE, MiniMax-M2, Hunyuan, dots.llm1: Hugging Face's q_norm / k_norm, Megatron-LM's "
         "--qk-layernorm, torchtitan's qk_norm): each norm saves its input, the projection's output, and its fp32 "
         "statistics for the backward, and makes one memory-bound pass more (cost_models.memory.activation_bytes_per_"
-        "layer, compute.layer_elementwise_time); counted for every framework that trains them, not for parplan's own "
-        "runtime, whose llama blocks have none.  Their weights (2 x head_dim a layer, or the q and k widths) are not "
+        "layer, compute.layer_elementwise_time); counted for every framework, parplan's runtime included (it builds them "
+        "per head, inside the attention's checkpoint under selective recompute, where they save nothing more).  Their "
+        "weights (2 x head_dim a layer, or the q and k widths) are not "
         "counted in num_params.  None = none.")
     post_norms: Optional[bool] = Field(
         None, description="A second norm on each sublayer's output before its residual add, beside the usual input "

@@ -20,12 +20,13 @@ from tests.runtime_helpers.held import traced_cpu_memory
 SHAPES = {"llama": dict(hidden=128, heads=4, kv_heads=2, ffn=352), "gpt": dict(hidden=128, heads=4, kv_heads=4, ffn=512)}
 
 
-def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = False) -> StageModule:
+def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = False,
+           qk_norm: bool = False) -> StageModule:
     """A middle pipeline stage (no embedding, no head) of the runtime's blocks, initialised."""
     d = SHAPES[arch]
     cfg = ModelConfig(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                       ffn_hidden=d["ffn"], vocab=100, head_dim=d["hidden"] // d["heads"], tied_embeddings=False,
-                      max_seq_len=s, post_norms=post_norms)
+                      max_seq_len=s, post_norms=post_norms, qk_norm=qk_norm)
     stage = StageModule(cfg, list(range(layers)), first=False, last=False, tp_group=None, sp=False,
                         recompute=recompute)
     init_parameters(stage, 0)
@@ -33,10 +34,10 @@ def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = Fa
 
 
 def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
-                post_norms: bool = False) -> int:
+                post_norms: bool = False, qk_norm: bool = False) -> int:
     """dropout: the hidden dropout (parallel_layers.dropout; the attention's runs torch's math path on the CPU, not
     the fused kernel the model counts)."""
-    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms)
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm)
     if dropout:
         state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s)
         state.begin_step(1, list(range(b)), b)
@@ -57,13 +58,14 @@ def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout:
 
 
 def predicted_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
-                    post_norms: bool = False) -> float:
+                    post_norms: bool = False, qk_norm: bool = False) -> float:
     from planner.core import model_dims
     d = SHAPES[arch]
     spec = ModelSpec(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
-                     ffn_hidden=d["ffn"], vocab=100, post_norms=post_norms or None)
+                     ffn_hidden=d["ffn"], vocab=100, post_norms=post_norms or None, qk_norm=qk_norm or None)
     lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0,
-                 recompute=("none", "selective", "full").index(recompute), sp=0, schedule=1, offload=0)
+                 recompute=("none", "selective", "full", "selective-op").index(recompute), sp=0, schedule=1,
+                 offload=0)
     return layers * float(activation_bytes_per_layer(model_dims(spec, s, "parplan"), lay, 4, True, dropout))
 
 
@@ -107,6 +109,39 @@ def test_post_norms_on_the_runtime_save_what_the_model_counts(arch, recompute):
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt"])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full", "selective-op"])
+def test_qk_norms_on_the_runtime_save_what_the_model_counts(arch, recompute):
+    """parplan's runtime builds q/k norms (ModelConfig.qk_norm: Qwen3's, Gemma 3's) and plans them.  Without recompute
+    each keeps its input, the q or k projection's output (which nothing else keeps: the attention saves q and k normed
+    and rotated, the projections their input), and its statistics a head a token (RMSNorm's rstd, LayerNorm's mean and
+    rstd), by saved_tensors_hooks exactly what the model adds.  Under selective recompute they run inside the
+    attention's checkpoint, which keeps the projections' outputs as it does without them: nothing more, as the model
+    says (ModelDims.qk_norm_recomputed); nothing under full recompute; under op-level selective recompute the policy
+    keeps matmul outputs only (the allocator's trace: nothing more).  Blocks compiled as one graph keep the same."""
+    b, s, layers = 2, 64, 3
+    d = SHAPES[arch]
+    per_head = 4 if arch == "llama" else 8
+    width, heads = d["hidden"] + d["kv_heads"] * d["hidden"] // d["heads"], d["heads"] + d["kv_heads"]
+    model = (predicted_bytes(arch, recompute, b, s, layers, qk_norm=True)
+             - predicted_bytes(arch, recompute, b, s, layers))
+    if recompute == "selective-op":
+        traced = {qk: traced_saved_bytes(arch, recompute, b, s, layers, qk_norm=qk) for qk in (False, True)}
+        assert traced[True] == traced[False] and model == 0
+        return
+    added = (saved_bytes(arch, recompute, b, s, layers, qk_norm=True)
+             - saved_bytes(arch, recompute, b, s, layers))
+    kept = 1 if recompute == "none" else 0
+    assert added == model == layers * b * s * kept * (width * 4 + heads * per_head)
+    if recompute != "full":
+        try:  # (its blocks' graphs dropped after: the other tests' compiled blocks stay under the recompile limit)
+            traced = {qk: traced_saved_bytes(arch, recompute, b, s, layers, compiled=True, qk_norm=qk)
+                      for qk in (False, True)}
+        finally:
+            torch._dynamo.reset()
+        assert traced[True] - traced[False] == model, (traced, model)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt"])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, recompute):
     """Each block's two residual-branch dropouts keep a boolean mask of h per token (Korthikanti 2022's 2sbh of
@@ -120,12 +155,12 @@ def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, reco
 
 
 def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, compiled: bool = False,
-                       dropout: bool = False, post_norms: bool = False) -> int:
+                       dropout: bool = False, post_norms: bool = False, qk_norm: bool = False) -> int:
     """Bytes live after a stage's forward beyond its input and output, from the CPU allocator's trace
     (torch.profiler profile_memory): what the stage keeps for its backward however it keeps it (op-level
     selective checkpointing caches its saved outputs itself, out of saved_tensors_hooks' sight).  dropout: the
     hidden dropout with the hash masks a compiling run takes."""
-    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms)
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm)
     if dropout:
         state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s, hidden=d["hidden"], masks="hash")
         state.begin_step(1, list(range(b)), b)
@@ -219,14 +254,15 @@ def test_qk_norms_save_what_the_model_counts(kv_heads):
     """torchtitan's qwen3 attention norms xq and xk per head before rotary (ModelSpec.qk_norm): each norm keeps the
     projection's output, which nothing else saves, and an fp32 rstd a head a token.  The block with them against
     the block without, as a GPU's fused norm saves (runtime_helpers.torchtitan_block.HeadNorm), equals the model's
-    difference; under full recompute the model adds nothing, and under parplan's runtime (no q/k norms) neither."""
+    difference; under full recompute the model adds nothing.  (parplan's runtime builds them too:
+    test_qk_norms_on_the_runtime_save_what_the_model_counts.)"""
     from planner.core import model_dims
     b, s, h, heads, ffn = 2, 128, 256, 8, 704
     measured = {qk: _titan_block_saved(b, s, h, heads, kv_heads, ffn, qk_norm=qk) for qk in (False, True)}
     spec = ModelSpec(arch="llama", layers=1, hidden=h, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=100,
                      qk_norm=True)
     m = model_dims(spec, s, "torchtitan")
-    assert m.qk_norm and not model_dims(spec, s, "parplan").qk_norm
+    assert m.qk_norm and model_dims(spec, s, "parplan").qk_norm  # (parplan's runtime builds them too)
 
     def predicted(dims, recompute=0, eager=True):
         lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=recompute, sp=0, schedule=1,

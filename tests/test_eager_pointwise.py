@@ -99,19 +99,22 @@ def test_torchtitan_eager_table_counts_its_ops(kv_heads, post_norms):
     assert bwd / bwd_count.total == pytest.approx(1.0, abs=0.05), (fwd / fwd_count.total, bwd / bwd_count.total)
 
 
-@pytest.mark.parametrize("arch,ffn", [("llama", 1408), ("gpt", 2048)])
-def test_parplan_eager_table_counts_the_runtimes_post_norms(arch, ffn):
-    """parplan's runtime with post-norms (ModelConfig.post_norms) uncompiled: the two norms more move what the table
-    says two of its norms move, forward and backward, within 1 % of the counted difference."""
+@pytest.mark.parametrize("arch,ffn,option", [("llama", 1408, "post_norms"), ("gpt", 2048, "post_norms"),
+                                             ("llama", 1408, "qk_norm"), ("gpt", 2048, "qk_norm")])
+def test_parplan_eager_table_counts_the_runtimes_extra_norms(arch, ffn, option):
+    """parplan's runtime with post-norms (ModelConfig.post_norms) or q/k norms (qk_norm: the same Norm on each query
+    and key head, GQA's fewer keys here) uncompiled: the norms more move what the table says they move, forward and
+    backward, within 1 % of the counted difference (1.5 % for gpt's q/k norms: below)."""
     from parallel_layers.model import Block, ModelConfig, init_parameters
     b, s, h, heads = 2, 256, 512, 8
+    kv_heads = heads // 2 if option == "qk_norm" else heads
 
     class OneBytePerSecond:
         hbm_bytes_per_s = 1.0
     counted, table = {}, {}
     for post in (False, True):
-        cfg = ModelConfig(arch=arch, layers=1, hidden=h, heads=heads, kv_heads=heads, ffn_hidden=ffn, vocab=512,
-                          head_dim=h // heads, tied_embeddings=False, max_seq_len=s, post_norms=post)
+        cfg = ModelConfig(arch=arch, layers=1, hidden=h, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=512,
+                          head_dim=h // heads, tied_embeddings=False, max_seq_len=s, **{option: post})
         torch.manual_seed(0)
         blk = Block(cfg, 0, None, False, "none")
         init_parameters(blk, 0)
@@ -121,10 +124,13 @@ def test_parplan_eager_table_counts_the_runtimes_post_norms(arch, ffn):
         with _Bytes() as c:
             blk(x).backward(torch.randn(b, s, h, dtype=torch.bfloat16))
         counted[post] = c.total
-        m = ModelDims(arch=arch, layers=1, hidden=h, heads=heads, kv_heads=heads, head_dim=h // heads, ffn=ffn,
-                      vocab=512, seq_len=s, tied=False, positions=0, post_norms=post)
+        m = ModelDims(arch=arch, layers=1, hidden=h, heads=heads, kv_heads=kv_heads, head_dim=h // heads, ffn=ffn,
+                      vocab=512, seq_len=s, tied=False, positions=0, **{option: post})
         lay = Layout(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0, recompute=REC_NONE, sp=0, schedule=0, offload=0,
                      gpus=1)
         fwd, bwd, _ = layer_elementwise_time(m, lay, OneBytePerSecond, 2, False, False, "parplan")
         table[post] = fwd + bwd
-    assert (table[True] - table[False]) / (counted[True] - counted[False]) == pytest.approx(1.0, abs=0.01)
+    # (gpt's q/k norms: the table counts LayerNorm's statistics a head-row in fp32, as a GPU keeps them, 8 B; this CPU's
+    # bf16 kernel keeps 4 B, 1.2 % of their bytes at head_dim 64)
+    bar = 0.015 if (arch, option) == ("gpt", "qk_norm") else 0.01
+    assert (table[True] - table[False]) / (counted[True] - counted[False]) == pytest.approx(1.0, abs=bar)

@@ -794,7 +794,8 @@ def test_q_k_norms_are_read_from_the_family_or_its_switch():
     """ModelSpec.qk_norm: set where the family always norms q and k (Qwen3, Gemma 3, OLMo 2 / 3, OLMoE, ...) or its
     config switches them on (GLM-4.5's use_qk_norm, which GLM-4.5-Air sets false; Llama 4's, true by default;
     StableLM's qk_layernorm); a family without them, or the switch off, leaves it None.  A model with them plans
-    more activation memory than the same shape without, under every framework but parplan's runtime."""
+    more activation memory than the same shape without, under every framework (parplan's runtime builds them too; under
+    its selective recompute they save nothing more)."""
     from planner.hf_config import QK_NORM, has_qk_norm
     assert has_qk_norm({}, "qwen3") and has_qk_norm({}, "gemma3_text") and has_qk_norm({}, "olmoe")
     assert has_qk_norm({"use_qk_norm": True}, "glm4_moe") and not has_qk_norm({"use_qk_norm": False}, "glm4_moe")
@@ -815,7 +816,9 @@ def test_q_k_norms_are_read_from_the_family_or_its_switch():
     # 28 layers aside: per block and token, the q (2048) and k (1024) widths in bf16 and 24 heads' fp32 rstd
     assert act(qwen3, "torchtitan") - act(llama, "torchtitan") == 4096 * (2 * (2048 + 1024) + 4 * 24)
     assert act(qwen3, "megatron") - act(llama, "megatron") == 4096 * (2 * (2048 + 1024) + 4 * 24)
-    assert act(qwen3, "parplan") == act(llama, "parplan")
+    assert act(qwen3, "parplan") - act(llama, "parplan") == 4096 * (2 * (2048 + 1024) + 4 * 24)
+    lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=1, zero=0, recompute=1, sp=0, schedule=1, offload=0)
+    assert act(qwen3, "parplan") == act(llama, "parplan") < act(qwen3, "megatron")
 
 
 def test_qk_norm_flags_switch_the_norms_beside_any_model():
@@ -922,18 +925,15 @@ def test_gemma_and_glm4_presets_are_their_configs(preset, config, published_extr
 
 
 def test_the_model_line_says_whether_the_extra_norms_are_counted():
-    """A plan of a model with q/k norms and post-norms says on its model line whether it counts them: the q/k norms not
-    under parplan's runtime (its attention has none), the post-norms always (it builds them), both under another
-    framework; a model without them says nothing."""
+    """A plan of a model with q/k norms and post-norms says on its model line that it counts them, under parplan's
+    runtime (which builds both) as under another framework; a model without them says nothing."""
     from planner.core import recommend
     from planner.render import summary_lines
 
     def model_line(name, framework):
         plan = recommend(name, 16, framework=framework, global_batch_size=64, seq_len=4096, top_k=1, suggest=False)
         return next(s for s in summary_lines(plan) if s.startswith("model "))
-    assert model_line("gemma-3-27b", "parplan").endswith("; its q/k norms not counted: parplan's runtime builds its "
-                                                         "attention without them (another --framework counts them); "
-                                                         "post-norms counted")
+    assert model_line("gemma-3-27b", "parplan").endswith("; q/k norms and post-norms counted")
     assert model_line("gemma-2-9b", "parplan").endswith("; post-norms counted")
     assert model_line("gemma-3-27b", "megatron").endswith("; q/k norms and post-norms counted")
     assert model_line("qwen3-8b", "torchtitan").endswith("; q/k norms counted")

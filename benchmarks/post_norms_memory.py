@@ -1,8 +1,10 @@
-"""Post-norms (ModelSpec.post_norms) on parplan's runtime: the CPU allocator's peak against the memory model, with and
-without them, on 2 and 1 gloo ranks (uncompiled, as `parplan launch --device cpu` runs; compiled CPU launches' peaks
-moved by up to 8 MiB between sittings here, so they are left out).
+"""Post-norms (ModelSpec.post_norms), or with --qk-norm q/k norms (ModelSpec.qk_norm), on parplan's runtime: the CPU
+allocator's peak against the memory model, with and without them, on 2 and 1 gloo ranks (uncompiled, as `parplan
+launch --device cpu` runs; compiled CPU launches' peaks moved by up to 8 MiB between sittings here, so they are left
+out).
 
     OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --out benchmarks/results/DATE-cpu-memory-post-norms
+    OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --qk-norm --out benchmarks/results/DATE-cpu-memory-qk-norms
 
 Each case: `parplan recommend ... --json | parplan launch - --device cpu --steps 3 --memory-snapshot DIR`; the
 table is the report's cpu_memory (the largest rank's peak without gloo's collective buffers) against its prediction."""
@@ -25,20 +27,21 @@ CASES = {  # name -> layout flags
     "tp2-sp-selective": ["--gpus", "2", "--tp", "2", "--sp", "--recompute", "selective"],
     "tp1": ["--gpus", "1", "--tp", "1"],
 }
+QK_CASES = {**CASES, "tp2": ["--gpus", "2", "--tp", "2", "--no-sp"]}  # (q/k norms: partial over tp without SP too)
 
 
-def run(name: str, layout: list[str], post: bool, work: Path) -> dict:
+def run(name: str, layout: list[str], post: bool, work: Path, option: str = "post-norms") -> dict:
     cli = [sys.executable, "-m", "planner.cli"]
-    plan = subprocess.run(cli + ["recommend", *SHAPE, *layout, "--post-norms" if post else "--no-post-norms", "--json"],
+    plan = subprocess.run(cli + ["recommend", *SHAPE, *layout, f"--{option}" if post else f"--no-{option}", "--json"],
                           capture_output=True, text=True, check=True).stdout
-    out = work / f"{name}-{'post' if post else 'plain'}"
+    out = work / f"{name}-{'with' if post else 'plain'}"
     out.mkdir(parents=True, exist_ok=True)
     report = out / "report.json"
     subprocess.run(cli + ["launch", "-", "--device", "cpu", "--steps", "3", "--memory-snapshot", str(out / "snap"),
                           "--report", str(report)], input=plan, capture_output=True, text=True, check=True)
     r = json.loads(report.read_text())
     mem = r["cpu_memory"]
-    return {"case": name, "post_norms": post, "predicted_mib": mem["predicted"] / 2**20,
+    return {"case": name, option.replace("-", "_"): post, "predicted_mib": mem["predicted"] / 2**20,
             "measured_mib": mem["without_collective_buffers_max"] / 2**20, "error": mem["error"],
             "activations_mib": r["prediction"]["memory_bytes_per_gpu"]["activations"] / 2**20,
             "losses": [round(s["loss"], 6) for s in r["steps"]]}
@@ -47,25 +50,29 @@ def run(name: str, layout: list[str], post: bool, work: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--qk-norm", action="store_true", help="q/k norms (ModelSpec.qk_norm) in place of post-norms")
     a = ap.parse_args()
+    option, cases = ("qk-norm", QK_CASES) if a.qk_norm else ("post-norms", CASES)
+    key, title = option.replace("-", "_"), "Q/k norms" if a.qk_norm else "Post-norms"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, layout in CASES.items():
+        for name, layout in cases.items():
             for post in (False, True):
-                rows.append(run(name, layout, post, Path(tmp)))
+                rows.append(run(name, layout, post, Path(tmp), option))
                 print(rows[-1], file=sys.stderr)
     (out / "memory.json").write_text(json.dumps(rows, indent=1) + "\n")
-    lines = [f"# Post-norms on parplan's runtime, the CPU allocator's peak ({date.today()}, {platform.machine()}, "
+    lines = [f"# {title} on parplan's runtime, the CPU allocator's peak ({date.today()}, {platform.machine()}, "
              f"Python {platform.python_version()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')})", "",
-             "`OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --out <this folder>`: llama, 4 layers, hidden 256, "
+             f"`OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py{' --qk-norm' if a.qk_norm else ''} --out <this "
+             "folder>`: llama, 4 layers, hidden 256, "
              "4 heads (2 kv), ffn 704, 256 tokens, micro-batch 8, master-weights; one run each, uncompiled; the "
              "largest rank's peak without gloo's staging buffers against `launch`'s prediction.", "",
-             "| case | post-norms | predicted MiB | measured MiB | error | predicted activations MiB |",
+             f"| case | {option} | predicted MiB | measured MiB | error | predicted activations MiB |",
              "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {'yes' if r['post_norms'] else 'no'} | {r['predicted_mib']:.1f} | "
+        lines.append(f"| {r['case']} | {'yes' if r[key] else 'no'} | {r['predicted_mib']:.1f} | "
                      f"{r['measured_mib']:.1f} | {r['error'] * 100:+.1f}% | {r['activations_mib']:.2f} |")
     (out / "memory.md").write_text("\n".join(lines) + "\n")
 

@@ -9,13 +9,14 @@ import pytest
 
 from tests.runtime_helpers import suite
 from tests.runtime_helpers.compare import assemble, load_dumps, max_relative_error
-from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
+from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, TINY_MOE, tiny_plan
 
 pytestmark = pytest.mark.multirank
 
 LOSS_RTOL = 1e-4
 GRAD_RTOL = 1e-5
-REFERENCES = {"llama": {**TINY_LLAMA, "qk_norm": True}, "gpt": {**TINY_GPT, "qk_norm": True}}
+REFERENCES = {"llama": {**TINY_LLAMA, "qk_norm": True}, "gpt": {**TINY_GPT, "qk_norm": True},
+              "moe": {**TINY_MOE, "qk_norm": True}}  # (Qwen3-MoE's blocks)
 # name -> (reference, parallel layout); 4 ranks each
 CASES = {
     "tp2-dp2": ("llama", dict(tp=2, pp=1, dp=2)),
@@ -25,6 +26,7 @@ CASES = {
     # (selective recompute: the norms and rotary at the global positions re-run inside the attention's checkpoint)
     "cp2-tp2-selective": ("llama", dict(tp=2, pp=1, dp=1, cp=2, recompute="selective")),
     "gpt-tp2-dp2-fsdp2": ("gpt", dict(tp=2, pp=1, dp=2, zero_stage=3)),
+    "moe-tp2-dp2-sp-ep2": ("moe", dict(tp=2, pp=1, dp=2, sp=True, ep=2)),
 }
 
 

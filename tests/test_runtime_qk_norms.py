@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.runtime_helpers import suite
-from tests.runtime_helpers.compare import assemble, load_dumps, max_relative_error
-from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, TINY_MOE, tiny_plan
+from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, TINY_MOE
 
 pytestmark = pytest.mark.multirank
 
@@ -32,29 +31,14 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("qk_norms")
-    ref = [suite._job(tmp, f"ref-{n}", tiny_plan(m, clip_grad=suite.CLIP_GRAD), {}) for n, m in REFERENCES.items()]
-    par = [suite._job(tmp, n, tiny_plan(REFERENCES[r], clip_grad=suite.CLIP_GRAD, **layout), {})
-           for n, (r, layout) in CASES.items()]
-    return suite.run_phases(tmp, (("ref", ref, 1), ("par", par, 4)))
+    return suite.run_against_one_rank(tmp_path_factory.mktemp("qk_norms"), REFERENCES, CASES)
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_losses_match_one_rank(runs, case):
-    ref = suite.losses(runs, f"ref-{CASES[case][0]}")
-    got = suite.losses(runs, case)
-    assert len(got) == suite.STEPS and got == pytest.approx(ref, rel=LOSS_RTOL), (case, got, ref)
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_gradients_match_one_rank(runs, case):
-    """Step 1's reduced gradients, the q/k norms' among them (replicated: equal on every tp rank)."""
-    ref = assemble(load_dumps(runs / f"ref-{CASES[case][0]}" / "grads"))
-    zero2 = CASES[case][1].get("zero_stage") == 2  # (each reduced gradient lives on its owner only)
-    got = assemble(load_dumps(runs / case / "grads"), None if zero2 else 0)
-    assert any(".q_norm." in n for n in ref) and any(".k_norm." in n for n in ref)
-    err, name = max_relative_error(got, ref)
-    assert err <= GRAD_RTOL, f"{case}: {name} off by {err:.2e}"
+def test_losses_and_gradients_match_one_rank(runs, case):
+    """The losses, and step 1's reduced gradients, the q/k norms' among them (replicated: equal on every tp rank)."""
+    reference, layout = CASES[case]
+    suite.check_against_one_rank(runs, case, reference, layout, (".q_norm.", ".k_norm."), LOSS_RTOL, GRAD_RTOL)
 
 
 @pytest.mark.parametrize("name", list(REFERENCES))

@@ -312,6 +312,30 @@ def run_phases(tmp: Path, phases) -> Path:
     return tmp
 
 
+def run_against_one_rank(tmp: Path, references: dict, cases: dict, nproc: int = 4) -> Path:
+    """Each reference model (name -> ModelSpec fields) on one rank as ref-NAME and each case (name -> (reference,
+    layout)) on nproc ranks, tiny plans clipped at CLIP_GRAD: the model-option suites (test_runtime_post_norms,
+    test_runtime_qk_norms); tmp."""
+    ref = [_job(tmp, f"ref-{n}", tiny_plan(m, clip_grad=CLIP_GRAD), {}) for n, m in references.items()]
+    par = [_job(tmp, n, tiny_plan(references[r], clip_grad=CLIP_GRAD, **layout), {}) for n, (r, layout) in cases.items()]
+    return run_phases(tmp, (("ref", ref, 1), ("par", par, nproc)))
+
+
+def check_against_one_rank(runs: Path, case: str, reference: str, layout: dict, names: tuple[str, ...],
+                           loss_rtol: float, grad_rtol: float) -> None:
+    """A run_against_one_rank case's losses against its reference's (loss_rtol), and its step-1 reduced gradients
+    (grad_rtol, relative to each gradient's max; ZeRO-2's from their owners), among them parameters named with each of
+    `names` (replicated ones equal on every tp rank)."""
+    from tests.runtime_helpers.compare import assemble, load_dumps, max_relative_error
+    ref, got = losses(runs, f"ref-{reference}"), losses(runs, case)
+    assert len(got) == STEPS and all(abs(g - r) <= loss_rtol * abs(r) for g, r in zip(got, ref)), (case, got, ref)
+    grads_ref = assemble(load_dumps(runs / f"ref-{reference}" / "grads"))
+    grads = assemble(load_dumps(runs / case / "grads"), None if layout.get("zero_stage") == 2 else 0)
+    assert all(any(n in g for g in grads_ref) for n in names), names
+    err, name = max_relative_error(grads, grads_ref)
+    assert err <= grad_rtol, f"{case}: {name} off by {err:.2e}"
+
+
 def report(tmp: Path, name: str) -> dict:
     """A job's report.json (written under tmp/name by _job)."""
     return json.loads((tmp / name / "report.json").read_text())

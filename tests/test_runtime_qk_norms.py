@@ -25,6 +25,8 @@ CASES = {
     # (selective recompute: the norms and rotary at the global positions re-run inside the attention's checkpoint)
     "cp2-tp2-selective": ("llama", dict(tp=2, pp=1, dp=1, cp=2, recompute="selective")),
     "gpt-tp2-dp2-fsdp2": ("gpt", dict(tp=2, pp=1, dp=2, zero_stage=3)),
+    # ZB-V: the backward split into input- and weight-gradient passes (layers.WeightGradStore)
+    "gpt-tp2-pp2-sp-zbv": ("gpt", dict(tp=2, pp=2, dp=1, sp=True, schedule="zbv", vpp=2)),
     "moe-tp2-dp2-sp-ep2": ("moe", dict(tp=2, pp=1, dp=2, sp=True, ep=2)),
 }
 

@@ -273,7 +273,7 @@ _MODEL_OPTIONS = [
      "(DeepSeek-V3: 128)."),
     ("qk_norm", Optional[bool], None, ("--qk-norm/--no-qk-norm",), "Norms on the queries and keys before rotary "
      "(Qwen3, Gemma 3, OLMo 2: their presets and configs set it): their saved inputs and pass counted under every "
-     "framework but parplan's runtime, whose blocks have none.  Also with a preset or a config."),
+     "framework (parplan's runtime builds them).  Also with a preset or a config."),
     ("post_norms", Optional[bool], None, ("--post-norms/--no-post-norms",), "A norm on each sublayer's output before "
      "its residual add, four norms a block (Gemma 2 / 3, GLM-4: their presets and configs set it): their weights, saved "
      "inputs and passes counted under every framework (parplan's runtime builds them).  Also with a preset or a config."),

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.multirank
 LOSS_RTOL = 1e-4
 GRAD_RTOL = 1e-5
 REFERENCES = {"llama": {**TINY_LLAMA, "qk_norm": True}, "gpt": {**TINY_GPT, "qk_norm": True},
-              "moe": {**TINY_MOE, "qk_norm": True}}  # (Qwen3-MoE's blocks)
+              "moe": {**TINY_MOE, "qk_norm": True},  # (Qwen3-MoE's blocks)
+              "gemma3": {**TINY_LLAMA, "qk_norm": True, "post_norms": True}}  # (Gemma 3's: both, six norms a block)
 # name -> (reference, parallel layout); 4 ranks each
 CASES = {
     "tp2-dp2": ("llama", dict(tp=2, pp=1, dp=2)),
@@ -28,6 +29,7 @@ CASES = {
     # ZB-V: the backward split into input- and weight-gradient passes (layers.WeightGradStore)
     "gpt-tp2-pp2-sp-zbv": ("gpt", dict(tp=2, pp=2, dp=1, sp=True, schedule="zbv", vpp=2)),
     "moe-tp2-dp2-sp-ep2": ("moe", dict(tp=2, pp=1, dp=2, sp=True, ep=2)),
+    "gemma3-tp2-dp2-sp": ("gemma3", dict(tp=2, pp=1, dp=2, sp=True)),
 }
 
 

@@ -306,21 +306,35 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
     return fwd, 2 * fwd + post_bwd, activation_fwd
 
 
+def _parplan_eager_norm_bytes(m: ModelDims, a: int):
+    """(forward, backward) bytes an element of one of parplan's uncompiled norms moves (layer_elementwise_time's table:
+    its _RMSNorm op by op, f = 1 where 16-bit inputs are upcast; gpt: torch's native LayerNorm)."""
+    if m.arch == "llama":
+        f = 1.0 if a < 4 else 0.0
+        return f * (2 * a + 8) + 28, f * (3 * a + 12) + 76
+    return 2 * a, 3 * a
+
+
+def _parplan_qk_norm_stats(m: ModelDims) -> float:
+    """Bytes an element of a q/k norm moves for its statistics beyond _parplan_eager_norm_bytes, each way: gpt's
+    LayerNorm writes its fp32 mean and rstd a head-row forward and reads them back (8 B over head_dim: 3 % of its bytes
+    on 64-wide heads, where on a whole hidden row they are nothing); llama's RMSNorm table counts its rstd already."""
+    return 0.0 if m.arch == "llama" else 8 / m.head_dim
+
+
 def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, seq_split):
     """layer_elementwise_time for parplan's runtime uncompiled (its docstring has the table)."""
     llama = m.arch == "llama"
-    f = 1.0 if a < 4 else 0.0
     h = m.hidden / seq_split
     # the input gradient of column-parallel linears that share an input (q, k, v; llama's gate and up) is
     # one sum per extra linear, on the whole sequence (inside the TP region)
     sums = (2 + (1 if llama else 0)) * 3 * a * m.hidden
+    norm_f, norm_b = _parplan_eager_norm_bytes(m, a)
     if llama:
-        norm_f, norm_b = f * (2 * a + 8) + 28, f * (3 * a + 12) + 76
         qk = (m.q_width + m.kv_width) / lay.tp
         inside_f, inside_b = 10 * a * qk + 5 * a * m.ffn / lay.tp, 15 * a * qk + 24 * a * m.ffn / lay.tp + sums
         act_elems = 5 * a * m.ffn / lay.tp
     else:
-        norm_f, norm_b = 2 * a, 3 * a
         # row-parallel biases are added after the reduction (2 adds); every bias gradient is a sum of its
         # layer's output gradient over the tokens
         bias_grads = a * ((m.q_width + 2 * m.kv_width + m.ffn) / lay.tp + 2 * h)
@@ -329,11 +343,9 @@ def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, se
         act_elems = 2 * a * m.ffn / lay.tp
     drop_f, drop_b = (2 * (2 * a + 2) * h, 2 * (2 * a + 1) * h) if dropout else (0.0, 0.0)
     norms = 4 if m.post_norms else 2  # (post-norms: the same Norm on each sublayer's output, ModelDims.post_norms)
-    # q/k norms (ModelDims.qk_norm): the same Norm on every query and key head, the rank's heads on the whole sequence;
-    # gpt's LayerNorm writes its fp32 mean and rstd a head-row forward and reads them back (8 B over head_dim each way:
-    # 3 % of its bytes on 64-wide heads, where on a whole hidden row they are nothing)
+    # q/k norms (ModelDims.qk_norm): the same Norm on every query and key head, the rank's heads on the whole sequence
     qk_norms = (m.q_width + m.kv_width) / lay.tp if m.qk_norm else 0.0
-    qk_stats = 0.0 if llama else 8 / m.head_dim
+    qk_stats = _parplan_qk_norm_stats(m)
     fwd = tokens * ((norms * norm_f + 2 * 3 * a) * h + qk_norms * (norm_f + qk_stats) + inside_f + drop_f
                     ) / hw.hbm_bytes_per_s
     bwd = tokens * ((norms * norm_b + 2 * 3 * a) * h + qk_norms * (norm_b + qk_stats) + inside_b + drop_b
@@ -519,11 +531,10 @@ def qk_norm_forward_time(m: ModelDims, lay, hw, act_bytes: int, fused: bool = Tr
     (f(2a + 8) + 28 an element llama, 2a gpt) uncompiled; 0 without them."""
     if not m.qk_norm:
         return 0.0
-    a = act_bytes
     if fused or eager_runtime != "parplan":
-        per = 2 * a
-    else:  # (_parplan_eager_time's norm_f, and gpt's statistics)
-        per = ((2 * a + 8 if a < 4 else 0) + 28) if m.arch == "llama" else 2 * a + 8 / m.head_dim
+        per = 2 * act_bytes
+    else:  # (as _parplan_eager_time counts their forward)
+        per = _parplan_eager_norm_bytes(m, act_bytes)[0] + _parplan_qk_norm_stats(m)
     return lay.mbs * m.seq_len / lay.cp * per * (m.q_width + m.kv_width) / lay.tp / hw.hbm_bytes_per_s
 
 

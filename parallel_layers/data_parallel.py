@@ -133,8 +133,9 @@ def all_reduce_bucketed(tensors: list[torch.Tensor], group, average: bool) -> No
         bucket_all_reduce_start([tensors[i] for i in idx], group, n if average else 1)()
 
 
-def sync_sequence_parallel_grads(stage_modules: list[nn.Module], tp_group) -> None:
-    """Sum over TP the gradients of TP-replicated parameters that saw only a sequence shard."""
+def sync_tp_partial_grads(stage_modules: list[nn.Module], tp_group) -> None:
+    """Sum over TP the gradients of TP-replicated parameters each TP rank holds a part of (ShardSpec.sp_partial_grad:
+    those that saw only a sequence shard under SP, and the q/k norms, which see the rank's own heads)."""
     grads = [local_tensor(grad_of(p)) for m in stage_modules for _, p, s in iter_shard_specs(m)
              if s.sp_partial_grad and grad_of(p) is not None]
     all_reduce_bucketed(grads, tp_group, average=False)

@@ -610,10 +610,11 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """norm1, attention, residual; norm2, MLP (an MoE block's: router and experts, and a shared expert where the model
-    has one), residual; with post-norms (Gemma 2 / 3, GLM-4) a norm on each sublayer's output before its residual.  moe_recompute (training.moe_recompute; StageModule passes "none" to the blocks it checkpoints
-    whole, where nothing more is dropped), in an MoE block only, as Megatron-LM's --recompute-modules moe_act and
-    layernorm touch only the routed experts' activation and the MoE block's pre-MLP norm (a dense block's MLP norm is
-    fused into its first linear there, and the shared expert's activation is kept):
+    has one), residual; with post-norms (Gemma 2 / 3, GLM-4) a norm on each sublayer's output before its residual.
+    moe_recompute (training.moe_recompute; StageModule passes "none" to the blocks it checkpoints whole, where nothing
+    more is dropped), in an MoE block only, as Megatron-LM's --recompute-modules moe_act and layernorm touch only the
+    routed experts' activation and the MoE block's pre-MLP norm (a dense block's MLP norm is fused into its first
+    linear there, and the shared expert's activation is kept):
       act       the routed experts' activation output, the down GEMM's input, not kept but rebuilt for its backward
                 from the kept gate, up and probabilities (MoEMLP.act_recompute)
       norm-act  that, and norm2's output (the router's input and the shared expert's, h a token of the rank's sequence

@@ -68,7 +68,7 @@ from parallel_layers.data_parallel import (
     apply_fsdp,
     fsdp_grad_correction,
     local_tensor,
-    sync_sequence_parallel_grads,
+    sync_tp_partial_grads,
     sync_tied_embedding_grads,
 )
 from parallel_layers.layers import fused_vocab_parallel_cross_entropy, use_fp8_linears, vocab_parallel_cross_entropy
@@ -308,10 +308,11 @@ def grad_overlap(plan, opts: RunOptions) -> bool:
 
 def late_params(rt: Runtime) -> set:
     """ZeRO-2: id() of the parameters whose gradients other sums complete after the backward, before their dp
-    reduction: the tied embedding's two copies on the pipeline's ends (summed over the embedding group) and, with
-    SP, the TP-replicated ones that saw a sequence shard (summed over TP), as the q/k norms' are with or without it.  ZeRO-2 keeps only a piece of a gradient
-    after its reduction, whose rows on the two pipeline ends differ, so those sums must come first.  ZeRO-0/1
-    all-reduce whole gradients, which commutes with the sums: none are late there."""
+    reduction: the tied embedding's two copies on the pipeline's ends (summed over the embedding group) and the
+    TP-replicated ones each TP rank holds a part of (ShardSpec.sp_partial_grad: SP's sequence shards, the q/k norms'
+    heads; summed over TP).  ZeRO-2 keeps only a piece of a gradient after its reduction, whose rows on the two
+    pipeline ends differ, so those sums must come first.  ZeRO-0/1 all-reduce whole gradients, which commutes with the
+    sums: none are late there."""
     out = set()
     if rt.plan.parallel.zero_stage != 2:
         return out
@@ -321,8 +322,7 @@ def late_params(rt: Runtime) -> set:
                 out.add(id(m.embed.weight))
             if getattr(m, "separate_tied_head", False):
                 out.add(id(m.head.weight))
-        if rt.plan.parallel.sp or rt.cfg.qk_norm:
-            out.update(id(p) for _, p, spec in iter_shard_specs(m) if spec.sp_partial_grad)
+        out.update(id(p) for _, p, spec in iter_shard_specs(m) if spec.sp_partial_grad)
     return out
 
 
@@ -532,8 +532,8 @@ def _takes_return_outputs(schedule_type) -> bool:
 
 def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
     """Average the step's gradients over the replicas.  ZeRO 0-2: the dp reduction of every gradient but the late
-    ones (late_params) started during the backward, or now (GradReduction.finish); the tied-embedding and SP sums;
-    the late gradients' dp reduction; then (ZeRO-1/2) the average over the cp replicas of what each rank holds.
+    ones (late_params) started during the backward, or now (GradReduction.finish); the tied-embedding and TP-partial
+    sums; the late gradients' dp reduction; then (ZeRO-1/2) the average over the cp replicas of what each rank holds.
     Sums commute with the averages, so the order changes no value.  FSDP2 reduced its shards in the backward."""
     par = rt.plan.parallel
     red = rt.extra.get("grad_reduction")
@@ -543,8 +543,8 @@ def reduce_gradients(rt: Runtime, opts: RunOptions) -> None:
         reduce_expert_gradients(rt)
     if rt.cfg.tied_embeddings and par.pp > 1:
         sync_tied_embedding_grads(rt.stage_modules, rt.extra["embedding_group"])
-    if par.sp or rt.cfg.qk_norm:  # (the q/k norms' gradients are partial over tp with or without SP: model.Norm)
-        sync_sequence_parallel_grads(rt.stage_modules, rt.coords.tp_group)
+    if par.tp > 1:
+        sync_tp_partial_grads(rt.stage_modules, rt.coords.tp_group)
     params = _unique_params(rt.stage_modules)
     if par.zero_stage in (0, 1, 2):
         if red is not None:

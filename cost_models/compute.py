@@ -318,8 +318,9 @@ def _parplan_eager_norm_bytes(m: ModelDims, a: int):
 def _parplan_qk_norm_stats(m: ModelDims) -> float:
     """Bytes an element of a q/k norm moves for its statistics beyond _parplan_eager_norm_bytes, each way: gpt's
     LayerNorm writes its fp32 mean and rstd a head-row forward and reads them back (8 B over head_dim: 3 % of its bytes
-    on 64-wide heads, where on a whole hidden row they are nothing); llama's RMSNorm table counts its rstd already."""
-    return 0.0 if m.arch == "llama" else 8 / m.head_dim
+    on 64-wide heads, where on a whole hidden row they are nothing, as on a whole q or k width: ModelDims.qk_norm_whole);
+    llama's RMSNorm table counts its rstd already."""
+    return 0.0 if m.arch == "llama" or m.qk_norm_whole else 8 / m.head_dim
 
 
 def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, seq_split):

@@ -100,6 +100,9 @@ class ModelDims:
     # then keeps the projections' outputs as it does without them and re-runs the norms in the backward; Megatron-Core
     # runs them before its core-attention checkpoint, which keeps their outputs (planner.core.model_dims)
     qk_norm_recomputed: bool = False
+    # ...each over a token's whole query / key width, one statistic a token, not each head (ModelSpec.qk_norm_whole: OLMo 2,
+    # MiniMax-M2): statistics a token (memory) and, over tensor-parallel ranks, their all-reduces (total.block_comm)
+    qk_norm_whole: bool = False
     # a norm on each sublayer's output before its residual add (ModelSpec.post_norms: Gemma 2 / 3, GLM-4; every
     # framework trains them, parplan's runtime too: parallel_layers.model.Block); their
     # saved inputs and statistics (memory.activation_bytes_per_layer) and their pass (compute.layer_elementwise_time)
@@ -206,7 +209,8 @@ class ModelDims:
                    first_dense=spec.first_dense_layers or 0, moe_step=spec.moe_layer_step or 1,
                    dense_ffn=spec.dense_ffn_hidden or 0, q_lora=spec.q_lora_rank or 0, kv_lora=spec.kv_lora_rank or 0,
                    rope=spec.qk_rope_head_dim or 0, v_dim=spec.v_head_dim or 0, mtp=spec.mtp_layers or 0,
-                   qk_norm=bool(spec.qk_norm), post_norms=bool(spec.post_norms))
+                   qk_norm=bool(spec.qk_norm), qk_norm_whole=bool(spec.qk_norm and spec.qk_norm_whole),
+                   post_norms=bool(spec.post_norms))
 
 
 @dataclass(frozen=True)

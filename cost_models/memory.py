@@ -149,7 +149,10 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         # two fp32 copies instead (measured, tests/test_activation_memory.py, which checks the count with the
         # fused kernel's saves).  parplan's runtime runs them inside the selective checkpoint (ModelDims.
         # qk_norm_recomputed): nothing more there (its blocks, eager and compiled, by the same test)
-        qk = (m.q_width + m.kv_width) / tp * act_bytes + norm_stats / 2 * (m.heads + m.kv_heads) / tp
+        # (over the whole width, ModelDims.qk_norm_whole: one set of statistics a token for each of the two norms, on
+        # every tp rank, as parplan's _WholeWidthNorms saves them)
+        stats_per_token = 2 if m.qk_norm_whole else (m.heads + m.kv_heads) / tp
+        qk = (m.q_width + m.kv_width) / tp * act_bytes + norm_stats / 2 * stats_per_token
         kept = lay.recompute != REC_SELECTIVE if m.qk_norm_recomputed else True
         elems = elems + np.where(kept, qk, 0.0)
     if m.post_norms:

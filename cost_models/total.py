@@ -306,6 +306,16 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     dgrad_coll = halves * np.where(sp_on, t_ag, t_ar)
     tp_block_exposed = tp_block_exposed - np.where(
         async_dgrad, dgrad_coll - hw.exposed(dgrad_coll, column_input_grad_time(m, lay, hw)), 0.0)
+    if m.qk_norm_whole:
+        # q/k norms over a token's whole query and key widths (ModelDims.qk_norm_whole: OLMo 2's), split over tp: their
+        # fp32 statistics a token (RMSNorm one a norm, LayerNorm two) all-reduced over tp, q's and k's in one collective
+        # (parplan's _WholeWidthNorms), forward and backward, and the forward's again where it re-runs: full recompute,
+        # op-level selective (its policy re-runs the pointwise work), selective where the norms run inside the
+        # checkpoint (qk_norm_recomputed).  Latency-bound, and on the critical path: the attention waits for it
+        t_st, moved_st = comm.all_reduce(tokens_mb * 2 * (1 if m.arch == "llama" else 2) * 4.0, tp, tp_bw, tp_lat)
+        n_st = 2 + full + op + ((lay.recompute == REC_SELECTIVE) & m.qk_norm_recomputed)
+        tp_block_exposed = tp_block_exposed + n_st * t_st
+        tp_moved = tp_moved + n_st * moved_st
 
     # ---- context parallel (Llama 3 sec. 3.3.2): all-gather of the K/V shards forward
     # ((cp-1)/cp of the full-sequence K,V bytes per rank), reduce-scatter of dK/dV backward (same

@@ -59,7 +59,7 @@ from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_
 from parallel_layers.data import stable_seed
 from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, dropout_layer_key, hidden_dropout
 from parallel_layers.outside_graphs import outside_graphs
-from parallel_layers.mappings import _size, copy_to_tp_region, gather_from_sequence_parallel_region
+from parallel_layers.mappings import _all_reduce, _size, copy_to_tp_region, gather_from_sequence_parallel_region
 from parallel_layers.moe import MoEMLP, MoEState
 from parallel_layers.rebuild import RebuiltForBackward
 
@@ -133,6 +133,9 @@ class ModelConfig:
     # norms on each query and key head between their projections and rotary (ModelSpec.qk_norm: Qwen3, Gemma 3,
     # OLMo 2; Attention.q_norm / k_norm)
     qk_norm: bool = False
+    # ...each over a token's whole query / key width instead of each head (ModelSpec.qk_norm_whole: OLMo 2 / 3, OLMoE,
+    # MiniMax-M2; WholeWidthQKNorms)
+    qk_norm_whole: bool = False
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
@@ -153,7 +156,8 @@ class ModelConfig:
                    shared_ffn=m.shared_expert_ffn, first_dense_layers=m.first_dense_layers,
                    moe_layer_step=m.moe_layer_step, dense_ffn=m.dense_ffn_hidden, kv_lora_rank=m.kv_lora_rank,
                    q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim,
-                   post_norms=bool(m.post_norms), qk_norm=bool(m.qk_norm))
+                   post_norms=bool(m.post_norms), qk_norm=bool(m.qk_norm),
+                   qk_norm_whole=bool(m.qk_norm and m.qk_norm_whole))
 
 
 class Norm(_ShardedModule):
@@ -205,6 +209,81 @@ class _RMSNorm(torch.autograd.Function):
         dxhat = g * _at_least_fp32(weight)
         dx = rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
         return dx.to(x.dtype), d_weight
+
+
+class WholeWidthNorm(_ShardedModule):
+    """A q or k norm over a token's whole query or key width (ModelConfig.qk_norm_whole: OLMo 2's q_norm of heads x
+    head_dim): RMSNorm (llama) or LayerNorm with bias (gpt), its weight split over TP as the projection's output
+    columns are (each rank its heads' slice, whose gradient is whole there: no sum over tp).  Run in pairs by
+    whole_width_norms, which all-reduces their statistics over tp."""
+
+    def __init__(self, cfg: ModelConfig, tp_group, *, name, width: int):
+        super().__init__(tp_group)
+        self.rms, self.width = cfg.arch == "llama", width
+        self._new_param("weight", ShardSpec(f"{name}.weight", (width,), 0, "ones"))
+        self.bias = None
+        if not self.rms:
+            self._new_param("bias", ShardSpec(f"{name}.bias", (width,), 0, "zeros"))
+
+
+class _WholeWidthNorms(torch.autograd.Function):
+    """The q and k norms of WholeWidthNorm over inputs whose width is split over the tensor-parallel group: the sums
+    each rank makes over its columns are all-reduced over tp, q's and k's in one collective, forward (RMSNorm the sum
+    of squares; LayerNorm the sum and the sum of squares, var = E[x^2] - E[x]^2 in fp32) and again backward (the sums
+    over the width the input gradient needs: of dxhat * xhat, and of dxhat for LayerNorm); a group of one reduces
+    nothing.  As _RMSNorm, in fp32, saving only the inputs (their dtype) and the fp32 statistics a token of each norm
+    (1/rms; LayerNorm's mean and 1/std): what cost_models.memory counts for a whole-width q/k norm."""
+
+    @staticmethod
+    def forward(ctx, q, k, wq, wk, bq, bk, group, widths, rms):
+        xs = [_at_least_fp32(q), _at_least_fp32(k)]
+        per = [(x * x).sum(-1) for x in xs] if rms else [t for x in xs for t in (x.sum(-1), (x * x).sum(-1))]
+        sums = _all_reduce(torch.stack(per, -1), group)  # (..., 2) RMSNorm, (..., 4) LayerNorm
+        outs, stats = [], []
+        for i, (x, w, b, n) in enumerate(zip(xs, (wq, wk), (bq, bk), widths)):
+            if rms:
+                mean, rstd = None, torch.rsqrt(sums[..., i:i + 1] / n + NORM_EPS)
+            else:
+                mean = sums[..., 2 * i:2 * i + 1] / n
+                rstd = torch.rsqrt((sums[..., 2 * i + 1:2 * i + 2] / n - mean * mean).clamp_min(0) + NORM_EPS)
+                stats.append(mean)
+            stats.append(rstd)
+            y = (x if mean is None else x - mean) * rstd * w
+            outs.append((y if b is None else y + b).to((q, k)[i].dtype))
+        ctx.save_for_backward(q, k, torch.cat(stats, -1), wq, wk)
+        ctx.group, ctx.widths, ctx.rms, ctx.has_bias = group, widths, rms, bq is not None
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, gq, gk):
+        q, k, stats, wq, wk = ctx.saved_tensors
+        rms, per = ctx.rms, 1 if ctx.rms else 2
+        xhats, dxhats, dws, dbs, sums = [], [], [], [], []
+        for i, (x, g, w) in enumerate(zip((q, k), (gq, gk), (wq, wk))):
+            rstd = stats[..., per * i + per - 1:per * i + per]
+            xhat = (_at_least_fp32(x) if rms else _at_least_fp32(x) - stats[..., 2 * i:2 * i + 1]) * rstd
+            g = _at_least_fp32(g)
+            dws.append((g * xhat).reshape(-1, xhat.shape[-1]).sum(0).to(w.dtype))
+            dbs.append(g.reshape(-1, g.shape[-1]).sum(0).to(w.dtype) if ctx.has_bias else None)
+            dxhat = g * _at_least_fp32(w)
+            xhats.append(xhat)
+            dxhats.append(dxhat)
+            sums += [(dxhat * xhat).sum(-1)] if rms else [dxhat.sum(-1), (dxhat * xhat).sum(-1)]
+        sums = _all_reduce(torch.stack(sums, -1), ctx.group)
+        dxs = []
+        for i, (x, xhat, dxhat, n) in enumerate(zip((q, k), xhats, dxhats, ctx.widths)):
+            rstd = stats[..., per * i + per - 1:per * i + per]
+            dot = sums[..., per * i + per - 1:per * i + per] / n
+            centred = dxhat if rms else dxhat - sums[..., 2 * i:2 * i + 1] / n
+            dxs.append((rstd * (centred - xhat * dot)).to(x.dtype))
+        return dxs[0], dxs[1], dws[0], dws[1], dbs[0], dbs[1], None, None, None
+
+
+def whole_width_norms(q, k, q_norm: WholeWidthNorm, k_norm: WholeWidthNorm, group):
+    """q (b, s, nh/tp, d) and k (b, s, nkv/tp, d) normed each over its whole width (_WholeWidthNorms), same shapes."""
+    fq, fk = _WholeWidthNorms.apply(q.flatten(-2), k.flatten(-2), q_norm.weight, k_norm.weight, q_norm.bias,
+                                    k_norm.bias, group, (q_norm.width, k_norm.width), q_norm.rms)
+    return fq.view(q.shape), fk.view(k.shape)
 
 
 _ROPE_TABLES: dict = {}
@@ -311,11 +390,18 @@ class Attention(nn.Module):
         # SP or not), so their replicated weights' gradients are summed over tp (Norm's per_head).  Each saves its
         # input, the projection's output, and its fp32 statistics a head a token (cost_models.memory); under selective
         # recompute they run inside the attention's checkpoint, which keeps what it keeps without them
-        self.q_norm, self.k_norm = ((Norm(cfg, tp_group, name=f"{n}.q_norm", sequence_parallel=sp, width=d,
-                                          per_head=True),
-                                     Norm(cfg, tp_group, name=f"{n}.k_norm", sequence_parallel=sp, width=d,
-                                          per_head=True))
-                                    if cfg.qk_norm else (None, None))
+        # Over the whole width instead (ModelConfig.qk_norm_whole: OLMo 2's), each norm's weight is split over tp as
+        # the heads are, and the two norms' statistics are all-reduced over tp together (whole_width_norms)
+        self.qk_whole = cfg.qk_norm and cfg.qk_norm_whole
+        if self.qk_whole:
+            self.q_norm = WholeWidthNorm(cfg, tp_group, name=f"{n}.q_norm", width=cfg.heads * d)
+            self.k_norm = WholeWidthNorm(cfg, tp_group, name=f"{n}.k_norm", width=cfg.kv_heads * d)
+        else:
+            self.q_norm, self.k_norm = ((Norm(cfg, tp_group, name=f"{n}.q_norm", sequence_parallel=sp, width=d,
+                                              per_head=True),
+                                         Norm(cfg, tp_group, name=f"{n}.k_norm", sequence_parallel=sp, width=d,
+                                              per_head=True))
+                                        if cfg.qk_norm else (None, None))
 
     def forward(self, x, key: Optional[torch.Tensor] = None):
         q, k, v = column_parallel_linears(x, [self.wq, self.wk, self.wv], self.tp_group,
@@ -347,8 +433,10 @@ class Attention(nn.Module):
 
     def _normed_heads(self, q, k):
         """q (b, s, nh/tp, d) and k (b, s, nkv/tp, d) as the attention takes them, (b, heads, s, d): normed per head
-        first where the model has q/k norms (ModelConfig.qk_norm)."""
-        if self.q_norm is not None:
+        first where the model has q/k norms (ModelConfig.qk_norm), or each over its whole width (qk_norm_whole)."""
+        if self.qk_whole:
+            q, k = whole_width_norms(q, k, self.q_norm, self.k_norm, self.tp_group)
+        elif self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         return q.transpose(1, 2), k.transpose(1, 2)
 

@@ -274,6 +274,10 @@ _MODEL_OPTIONS = [
     ("qk_norm", Optional[bool], None, ("--qk-norm/--no-qk-norm",), "Norms on the queries and keys before rotary "
      "(Qwen3, Gemma 3, OLMo 2: their presets and configs set it): their saved inputs and pass counted under every "
      "framework (parplan's runtime builds them).  Also with a preset or a config."),
+    ("qk_norm_whole", Optional[bool], None, ("--qk-norm-whole/--qk-norm-per-head",), "Whether the q/k norms normalise "
+     "a token's whole query and key widths at once (OLMo 2 / 3, OLMoE, MiniMax-M2: their configs set it) or each head "
+     "(Qwen3, Gemma 3): over tensor-parallel ranks the whole-width norms all-reduce their statistics, counted.  Either "
+     "turns the q/k norms on.  Also with a preset or a config."),
     ("post_norms", Optional[bool], None, ("--post-norms/--no-post-norms",), "A norm on each sublayer's output before "
      "its residual add, four norms a block (Gemma 2 / 3, GLM-4: their presets and configs set it): their weights, saved "
      "inputs and passes counted under every framework (parplan's runtime builds them).  Also with a preset or a config."),
@@ -414,6 +418,14 @@ def _prepare(opts, gpus: int | None = None):
             raise UserError("--qk-norm with multi-head latent attention: its latents have their own RMSNorms "
                             "(counted); drop --qk-norm")
         spec = spec.model_copy(update={"qk_norm": True if o.qk_norm else None})
+    if o.qk_norm_whole is not None:  # how the q/k norms normalise (ModelSpec.qk_norm_whole), which turns them on
+        if spec.kv_lora_rank is not None:
+            raise UserError(f"--qk-norm-{'whole' if o.qk_norm_whole else 'per-head'} with multi-head latent attention: "
+                            "its latents have their own RMSNorms (counted); drop it")
+        if o.qk_norm is False:
+            raise UserError(f"--qk-norm-{'whole' if o.qk_norm_whole else 'per-head'} says how the q/k norms normalise, "
+                            "and --no-qk-norm drops them; give one of the two")
+        spec = spec.model_copy(update={"qk_norm": True, "qk_norm_whole": True if o.qk_norm_whole else None})
     if o.post_norms is not None:  # post-norms on or off beside any model (ModelSpec.post_norms)
         spec = spec.model_copy(update={"post_norms": True if o.post_norms else None})
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence

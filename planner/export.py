@@ -352,12 +352,22 @@ _MEGATRON_MOCK_NOTE = ("--mock-data and the NullTokenizer make a smoke test; rep
                        "--tokenizer-type and --tokenizer-model for real data.")
 
 
+# Megatron-Core's --qk-layernorm norms each head over head_dim (its q_layernorm / k_layernorm of kv_channels); a model
+# whose q/k norms span the whole query and key widths (ModelSpec.qk_norm_whole) trains differently there
+QK_NORM_WHOLE_MEGATRON = ("the model's q/k norms normalise a token's whole query and key widths (OLMo 2's), and "
+                          "Megatron-Core's --qk-layernorm normalises each head: it trains a per-head variant (head_dim "
+                          "weights) at the same passes, without the statistics' all-reduce over tp the plan counts "
+                          "for the real one.")
+
+
 def _megatron_family_notes(m) -> list[str]:
     """What a gpt-oss or Qwen checkpoint holds beyond the llama blocks the plan counts, as Megatron-LM flags the
     export leaves out (Megatron-Bridge's recipe of that family builds them: `_megatron_bridge` replaces these)."""
     notes = []
     if _model_family(m) == "gpt-oss":
         notes.append(GPT_OSS_MEGATRON)
+    if m.qk_norm and m.qk_norm_whole:  # (ModelSpec.qk_norm_whole: OLMo 2's, MiniMax-M2's)
+        notes.append(QK_NORM_WHOLE_MEGATRON)
     family = _qwen_family(m)
     if family:  # llama blocks in the plan; the checkpoint's extras are Megatron flags the plan does not count
         extra = ("--add-qkv-bias (its q/k/v biases)" if family == "Qwen2" else
@@ -1335,6 +1345,10 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
                                                     "family, where the release has one, trains it: a few parameters "
                                                     "more than predicted")
 
+    if m.qk_norm and m.qk_norm_whole:  # (ModelSpec.qk_norm_whole)
+        notes.append("the model's q/k norms normalise a token's whole query and key widths (OLMo 2's); torchtitan's "
+                     "qwen3 normalises each head (qk_norm) and its llama3 has none: the model trained differs from "
+                     "the plan's there (the passes alike; the statistics' all-reduce over tp, counted, is not run)")
     # [model]
     if m.arch != "llama":
         notes.append("arch gpt: torchtitan has no GPT-2-style model (LayerNorm, GeLU, learned positions, "

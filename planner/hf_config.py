@@ -13,8 +13,8 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
   granite                -> arch llama: Granite's embedding, residual, attention and logit multipliers are
                             scalars (no parameters, no matmuls).
   olmo2                  -> arch llama: its two norms a layer sit after attention and MLP instead of
-                            before (same count); its q and k RMSNorms' weights (h + kv width a layer) are
-                            not counted.
+                            before (same count); its q and k RMSNorms, each over the whole q or k width
+                            (qk_norm_whole), counted but for their weights (h + kv width a layer).
   gemma2                 -> as gemma, plus two norms a layer on the sublayers' outputs (post_norms, counted) and
                             attention
                             logit soft-capping (pointwise); every other layer attends within a sliding
@@ -91,14 +91,16 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             softmax over the top-k logits as softmax top-k, its MXFP4 checkpoint as 16-bit weights.
   minimax_m2             -> arch llama with experts (MiniMax-M2, M2.1, M2.5: MiniMaxM2ForCausalLM): num_local_experts
                             of intermediate_size, top num_experts_per_tok, every block MoE, no shared expert, head_dim
-                            128 (48 heads over hidden 3072).  Not counted: its q/k RMSNorms over all heads' width
-                            ((heads + kv_heads) x head_dim a layer) and the router's correction bias; its sigmoid
+                            128 (48 heads over hidden 3072); its q/k RMSNorms over all heads' width (qk_norm_whole).
+                            Not counted: those norms' weights ((heads + kv_heads) x head_dim a layer) and the router's
+                            correction bias; its sigmoid
                             routing costed as softmax top-k, its partial rotary (rotary_dim 64 of 128) as the whole
                             head, its FP8 checkpoint as 16-bit weights, its multi-token-prediction modules
                             (num_mtp_modules) said in a note.  A layer of linear (lightning) attention in attn_type_list
                             (MiniMax-Text-01's and M1's, model_type minimax) or a shared expert is refused.
   olmoe                  -> arch llama with experts (OLMoE-1B-7B): num_experts of intermediate_size, top
-                            num_experts_per_tok; its q and k RMSNorms (h + kv width a layer) not counted.
+                            num_experts_per_tok; its q and k RMSNorms over their whole widths (qk_norm_whole),
+                            their weights (h + kv width a layer) not counted.
   phimoe                 -> arch llama with experts (Phi-3.5-MoE): num_local_experts of intermediate_size, top
                             num_experts_per_tok, every layer within sliding_window as Mistral's; its LayerNorms
                             counted as RMSNorms (their biases, 2 h a layer + h, not counted), its q/k/v/o biases
@@ -189,6 +191,9 @@ QK_NORM = {"qwen3": True, "qwen3_moe": True, "gemma3_text": True, "olmo2": True,
 # sublayers instead of before them: two norms, not these
 POST_NORMS = ("gemma2", "gemma3_text", "glm4")
 QK_NORM_DEFAULT = {"llama4_text": True, "minimax_m2": True}  # the config classes' defaults where the key is absent
+# ...of which these norm a token's whole query and key widths, not each head (ModelSpec.qk_norm_whole: transformers'
+# q_norm of num_attention_heads x head_dim and k_norm of num_key_value_heads x head_dim)
+QK_NORM_WHOLE = ("olmo2", "olmo3", "olmoe", "minimax_m2")
 
 
 def has_qk_norm(cfg: dict, model_type: str) -> bool:
@@ -1157,6 +1162,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          experts_per_token=top_k, shared_expert_ffn=shared, first_dense_layers=first_dense,
                          moe_layer_step=moe_step, dense_ffn_hidden=dense_ffn,
                          qk_norm=True if not mla and has_qk_norm(cfg, model_type) else None,
+                         qk_norm_whole=True if not mla and has_qk_norm(cfg, model_type)
+                         and model_type in QK_NORM_WHOLE else None,
                          post_norms=True if model_type in POST_NORMS else None, **mla)
     except ValidationError as e:
         err = e.errors()[0]

@@ -208,7 +208,8 @@ def _norms_text(plan: Plan) -> str:
     """The model line's q/k norms and post-norms (ModelSpec.qk_norm, post_norms), which every framework's plan counts
     (parplan's runtime builds both)."""
     m = plan.model
-    names = [n for n, on in (("q/k norms", m.qk_norm), ("post-norms", m.post_norms)) if on]
+    qk = "q/k norms over the whole width" if m.qk_norm_whole else "q/k norms"  # (ModelSpec.qk_norm_whole)
+    names = [n for n, on in ((qk, m.qk_norm), ("post-norms", m.post_norms)) if on]
     return f"; {' and '.join(names)} counted" if names else ""
 
 

@@ -182,6 +182,13 @@ class ModelSpec(Strict):
         "per head, inside the attention's checkpoint under selective recompute, where they save nothing more).  Their "
         "weights (2 x head_dim a layer, or the q and k widths) are not "
         "counted in num_params.  None = none.")
+    qk_norm_whole: Optional[bool] = Field(
+        None, description="With qk_norm: each norm normalises a token's whole query (heads x head_dim) or key width "
+        "at once, one statistic a token, with a weight of that width (OLMo 2 / 3, OLMoE, MiniMax-M2: Hugging Face's "
+        "q_norm of num_heads x head_dim), instead of each head on its own with one head_dim weight (Qwen3, Gemma 3).  "
+        "Under tensor parallelism the width is split over the ranks, so each norm's statistics are all-reduced over "
+        "them, forward and backward (counted as tensor-parallel communication; parplan's runtime does one all-reduce "
+        "for q and k together each way).  None = per head.")
     post_norms: Optional[bool] = Field(
         None, description="A second norm on each sublayer's output before its residual add, beside the usual input "
         "norms: four norms a block (Gemma 2 / 3's post_attention_layernorm and post_feedforward_layernorm, GLM-4's "
@@ -234,6 +241,9 @@ class ModelSpec(Strict):
             raise ValueError(f"first_dense_layers {self.first_dense_layers} and moe_layer_step {self.moe_layer_step} "
                              f"leave none of the {self.layers} blocks an MoE block; give fewer dense layers, or drop "
                              "experts for a dense model")
+        if self.qk_norm_whole and not self.qk_norm:
+            raise ValueError("qk_norm_whole says how the q/k norms normalise: it needs qk_norm true (or leave "
+                             "qk_norm_whole out)")
         mla = (self.q_lora_rank, self.qk_rope_head_dim, self.v_head_dim)
         if self.kv_lora_rank is None and any(x is not None for x in mla):
             raise ValueError("q_lora_rank, qk_rope_head_dim and v_head_dim shape multi-head latent attention: they need "

@@ -21,12 +21,13 @@ SHAPES = {"llama": dict(hidden=128, heads=4, kv_heads=2, ffn=352), "gpt": dict(h
 
 
 def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = False,
-           qk_norm: bool = False) -> StageModule:
-    """A middle pipeline stage (no embedding, no head) of the runtime's blocks, initialised."""
+           qk_norm: bool | str = False) -> StageModule:
+    """A middle pipeline stage (no embedding, no head) of the runtime's blocks, initialised.  qk_norm "whole": the q/k
+    norms over the whole query and key widths (ModelConfig.qk_norm_whole)."""
     d = SHAPES[arch]
     cfg = ModelConfig(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                       ffn_hidden=d["ffn"], vocab=100, head_dim=d["hidden"] // d["heads"], tied_embeddings=False,
-                      max_seq_len=s, post_norms=post_norms, qk_norm=qk_norm)
+                      max_seq_len=s, post_norms=post_norms, qk_norm=bool(qk_norm), qk_norm_whole=qk_norm == "whole")
     stage = StageModule(cfg, list(range(layers)), first=False, last=False, tp_group=None, sp=False,
                         recompute=recompute)
     init_parameters(stage, 0)
@@ -34,7 +35,7 @@ def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = Fa
 
 
 def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
-                post_norms: bool = False, qk_norm: bool = False) -> int:
+                post_norms: bool = False, qk_norm: bool | str = False) -> int:
     """dropout: the hidden dropout (parallel_layers.dropout; the attention's runs torch's math path on the CPU, not
     the fused kernel the model counts)."""
     d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm)
@@ -58,11 +59,12 @@ def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout:
 
 
 def predicted_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
-                    post_norms: bool = False, qk_norm: bool = False) -> float:
+                    post_norms: bool = False, qk_norm: bool | str = False) -> float:
     from planner.core import model_dims
     d = SHAPES[arch]
     spec = ModelSpec(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
-                     ffn_hidden=d["ffn"], vocab=100, post_norms=post_norms or None, qk_norm=qk_norm or None)
+                     ffn_hidden=d["ffn"], vocab=100, post_norms=post_norms or None, qk_norm=bool(qk_norm) or None,
+                     qk_norm_whole=qk_norm == "whole" or None)
     lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0,
                  recompute=("none", "selective", "full", "selective-op").index(recompute), sp=0, schedule=1,
                  offload=0)
@@ -118,30 +120,33 @@ def test_post_norms_on_the_runtime_save_what_the_model_counts(arch, recompute):
 
 @pytest.mark.parametrize("arch", ["llama", "gpt"])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full", "selective-op"])
-def test_qk_norms_on_the_runtime_save_what_the_model_counts(arch, recompute):
+@pytest.mark.parametrize("scope", [True, "whole"])
+def test_qk_norms_on_the_runtime_save_what_the_model_counts(arch, recompute, scope):
     """parplan's runtime builds q/k norms (ModelConfig.qk_norm: Qwen3's, Gemma 3's) and plans them.  Without recompute
     each keeps its input, the q or k projection's output (which nothing else keeps: the attention saves q and k normed
     and rotated, the projections their input), and its statistics a head a token (RMSNorm's rstd, LayerNorm's mean and
-    rstd), by saved_tensors_hooks exactly what the model adds.  Under selective recompute they run inside the
+    rstd), or a token of each norm where each spans the whole q or k width (scope "whole": ModelConfig.qk_norm_whole,
+    OLMo 2's), by saved_tensors_hooks exactly what the model adds.  Under selective recompute they run inside the
     attention's checkpoint, which keeps the projections' outputs as it does without them: nothing more, as the model
     says (ModelDims.qk_norm_recomputed); nothing under full recompute; under op-level selective recompute the policy
     keeps matmul outputs only (the allocator's trace: nothing more).  Blocks compiled as one graph keep the same."""
     b, s, layers = 2, 64, 3
     d = SHAPES[arch]
-    per_head = 4 if arch == "llama" else 8
-    width, heads = d["hidden"] + d["kv_heads"] * d["hidden"] // d["heads"], d["heads"] + d["kv_heads"]
-    model = (predicted_bytes(arch, recompute, b, s, layers, qk_norm=True)
+    per_stat = 4 if arch == "llama" else 8
+    width = d["hidden"] + d["kv_heads"] * d["hidden"] // d["heads"]
+    stats = 2 if scope == "whole" else d["heads"] + d["kv_heads"]  # statistics a token: each norm's, or each head's
+    model = (predicted_bytes(arch, recompute, b, s, layers, qk_norm=scope)
              - predicted_bytes(arch, recompute, b, s, layers))
     if recompute == "selective-op":
-        traced = {qk: traced_saved_bytes(arch, recompute, b, s, layers, qk_norm=qk) for qk in (False, True)}
-        assert traced[True] == traced[False] and model == 0
+        traced = {qk: traced_saved_bytes(arch, recompute, b, s, layers, qk_norm=qk) for qk in (False, scope)}
+        assert traced[scope] == traced[False] and model == 0
         return
-    added = (saved_bytes(arch, recompute, b, s, layers, qk_norm=True)
+    added = (saved_bytes(arch, recompute, b, s, layers, qk_norm=scope)
              - saved_bytes(arch, recompute, b, s, layers))
     kept = 1 if recompute == "none" else 0
-    assert added == model == layers * b * s * kept * (width * 4 + heads * per_head)
+    assert added == model == layers * b * s * kept * (width * 4 + stats * per_stat)
     if recompute != "full":
-        assert compiled_added_bytes(arch, recompute, b, s, layers, qk_norm=True) == model
+        assert compiled_added_bytes(arch, recompute, b, s, layers, qk_norm=scope) == model
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt"])
@@ -158,7 +163,7 @@ def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, reco
 
 
 def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, compiled: bool = False,
-                       dropout: bool = False, post_norms: bool = False, qk_norm: bool = False) -> int:
+                       dropout: bool = False, post_norms: bool = False, qk_norm: bool | str = False) -> int:
     """Bytes live after a stage's forward beyond its input and output, from the CPU allocator's trace
     (torch.profiler profile_memory): what the stage keeps for its backward however it keeps it (op-level
     selective checkpointing caches its saved outputs itself, out of saved_tensors_hooks' sight).  dropout: the

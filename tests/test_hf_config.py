@@ -938,3 +938,66 @@ def test_the_model_line_says_whether_the_extra_norms_are_counted():
     assert model_line("gemma-3-27b", "megatron").endswith("; q/k norms and post-norms counted")
     assert model_line("qwen3-8b", "torchtitan").endswith("; q/k norms counted")
     assert "norms" not in model_line("llama3-8b", "megatron")
+
+
+def test_whole_width_q_k_norms_are_read_from_the_family_and_counted():
+    """ModelSpec.qk_norm_whole: OLMo 2 / 3, OLMoE and MiniMax-M2 norm a token's whole query and key widths (transformers'
+    q_norm of heads x head_dim), Qwen3 each head.  Over tensor-parallel ranks such a norm keeps one set of statistics a
+    token (not a head's), and all-reduces them over tp once forward and once backward (parplan's _WholeWidthNorms: q's
+    and k's together), once more where the forward re-runs: full recompute, and parplan's selective recompute, whose
+    checkpoint holds the norms (Megatron's does not).  On one rank nothing is reduced."""
+    from planner.core import recommend
+    from planner.hf_config import QK_NORM, QK_NORM_WHOLE
+    from planner.search import Pins
+    assert all(QK_NORM.get(family) for family in QK_NORM_WHOLE)
+    base = {"hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,
+            "head_dim": 64, "num_hidden_layers": 8, "vocab_size": 32000}
+    olmo2, qwen3 = (model_from_hf_config({**base, "model_type": t}) for t in ("olmo2", "qwen3"))
+    assert olmo2.qk_norm and olmo2.qk_norm_whole and qwen3.qk_norm and qwen3.qk_norm_whole is None
+    per_head = olmo2.model_copy(update={"qk_norm_whole": None})
+
+    def plan(spec, tp, recompute, framework="parplan"):
+        return recommend(spec, gpus=tp, seq_len=2048, global_batch_size=8, framework=framework, suggest=False,
+                         pins=Pins(tp=tp, pp=1, dp=1, cp=1, mbs=1, zero=0, recompute=recompute, offload="none",
+                                   sp=False)).prediction
+
+    def added_tp_comm(tp, recompute, framework="parplan"):
+        return (plan(olmo2, tp, recompute, framework).time_breakdown.tp_comm_s
+                - plan(per_head, tp, recompute, framework).time_breakdown.tp_comm_s)
+    assert added_tp_comm(1, "none") == 0
+    forward_and_backward = added_tp_comm(2, "none")
+    assert forward_and_backward > 0
+    assert added_tp_comm(2, "full") == pytest.approx(1.5 * forward_and_backward)
+    assert added_tp_comm(2, "selective") == pytest.approx(1.5 * forward_and_backward)
+    assert added_tp_comm(2, "selective", "megatron") == pytest.approx(forward_and_backward)
+    # statistics a token and block: 2 fp32 (one a norm) against one a head on the rank, (16 + 8) / 2
+    saved = {s.qk_norm_whole: plan(s, 2, "none").memory_bytes_per_gpu.activations for s in (olmo2, per_head)}
+    assert saved[None] - saved[True] == 8 * 2048 * 4 * (24 / 2 - 2)
+
+
+def test_qk_norm_whole_flags_and_their_errors():
+    """`--qk-norm-whole` turns on q/k norms over the whole widths (the model line says so), `--qk-norm-per-head` per
+    head; either beside `--no-qk-norm`, or a model with latent attention, is one line's error, and the schema refuses
+    qk_norm_whole without qk_norm."""
+    import json
+    import subprocess
+    import sys
+
+    from planner.schema import ModelSpec
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True)
+    pins = ["--gpus", "8", "--tp", "2", "--pp", "1", "--mbs", "1", "--zero", "1", "--recompute", "none"]
+    whole = run("recommend", "--model", "llama3-8b", *pins, "--qk-norm-whole", "--json")
+    per_head = run("recommend", "--model", "llama3-8b", *pins, "--qk-norm-per-head", "--json")
+    assert whole.returncode == per_head.returncode == 0, whole.stderr + per_head.stderr
+    w, p = json.loads(whole.stdout)["model"], json.loads(per_head.stdout)["model"]
+    assert (w["qk_norm"], w["qk_norm_whole"], p["qk_norm"], p["qk_norm_whole"]) == (True, True, True, None)
+    table = run("recommend", "--model", "llama3-8b", *pins, "--qk-norm-whole", "--top", "1")
+    assert table.returncode == 0 and "q/k norms over the whole width counted" in table.stdout
+    for bad in (["--model", "llama3-8b", "--qk-norm-whole", "--no-qk-norm"],
+                ["--model", "deepseek-v2-lite", "--gpus", "16", "--qk-norm-whole"]):
+        out = run("recommend", *(["--gpus", "8"] if "--gpus" not in bad else []), *bad)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    with pytest.raises(ValueError, match="needs qk_norm"):
+        ModelSpec(arch="llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256, qk_norm_whole=True)

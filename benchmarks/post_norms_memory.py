@@ -1,10 +1,12 @@
-"""Post-norms (ModelSpec.post_norms), or with --qk-norm q/k norms (ModelSpec.qk_norm), on parplan's runtime: the CPU
-allocator's peak against the memory model, with and without them, on 2 and 1 gloo ranks (uncompiled, as `parplan
-launch --device cpu` runs; compiled CPU launches' peaks moved by up to 8 MiB between sittings here, so they are left
-out).
+"""Post-norms (ModelSpec.post_norms), or with --qk-norm q/k norms (ModelSpec.qk_norm; with --qk-norm-whole each over
+the whole q or k width, ModelSpec.qk_norm_whole), on parplan's runtime: the CPU allocator's peak against the memory
+model, with and without them, on 2 and 1 gloo ranks (uncompiled, as `parplan launch --device cpu` runs; compiled CPU
+launches' peaks moved by up to 8 MiB between sittings here, so they are left out).
 
     OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --out benchmarks/results/DATE-cpu-memory-post-norms
     OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --qk-norm --out benchmarks/results/DATE-cpu-memory-qk-norms
+    OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --qk-norm-whole --out \
+        benchmarks/results/DATE-cpu-memory-qk-norms-whole
 
 Each case: `parplan recommend ... --json | parplan launch - --device cpu --steps 3 --memory-snapshot DIR`; the
 table is the report's cpu_memory (the largest rank's peak without gloo's collective buffers) against its prediction."""
@@ -32,7 +34,8 @@ QK_CASES = {**CASES, "tp2": ["--gpus", "2", "--tp", "2", "--no-sp"]}  # (q/k nor
 
 def run(name: str, layout: list[str], post: bool, work: Path, option: str = "post-norms") -> dict:
     cli = [sys.executable, "-m", "planner.cli"]
-    plan = subprocess.run(cli + ["recommend", *SHAPE, *layout, f"--{option}" if post else f"--no-{option}", "--json"],
+    off = "--no-qk-norm" if option == "qk-norm-whole" else f"--no-{option}"  # (whole-width norms against none)
+    plan = subprocess.run(cli + ["recommend", *SHAPE, *layout, f"--{option}" if post else off, "--json"],
                           capture_output=True, text=True, check=True).stdout
     out = work / f"{name}-{'with' if post else 'plain'}"
     out.mkdir(parents=True, exist_ok=True)
@@ -51,9 +54,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--qk-norm", action="store_true", help="q/k norms (ModelSpec.qk_norm) in place of post-norms")
+    ap.add_argument("--qk-norm-whole", action="store_true", help="q/k norms over the whole q and k widths "
+                    "(ModelSpec.qk_norm_whole: OLMo 2's) in place of post-norms")
     a = ap.parse_args()
-    option, cases = ("qk-norm", QK_CASES) if a.qk_norm else ("post-norms", CASES)
-    key, title = option.replace("-", "_"), "Q/k norms" if a.qk_norm else "Post-norms"
+    option, cases = (("qk-norm-whole", QK_CASES) if a.qk_norm_whole else ("qk-norm", QK_CASES) if a.qk_norm
+                     else ("post-norms", CASES))
+    key = option.replace("-", "_")
+    title = {"qk-norm-whole": "Whole-width q/k norms", "qk-norm": "Q/k norms", "post-norms": "Post-norms"}[option]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -65,7 +72,8 @@ def main() -> None:
     (out / "memory.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = [f"# {title} on parplan's runtime, the CPU allocator's peak ({date.today()}, {platform.machine()}, "
              f"Python {platform.python_version()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')})", "",
-             f"`OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py{' --qk-norm' if a.qk_norm else ''} --out <this "
+             f"`OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py{'' if option == 'post-norms' else ' --' + option} "
+             "--out <this "
              "folder>`: llama, 4 layers, hidden 256, "
              "4 heads (2 kv), ffn 704, 256 tokens, micro-batch 8, master-weights; one run each, uncompiled; the "
              "largest rank's peak without gloo's staging buffers against `launch`'s prediction.", "",

@@ -136,6 +136,9 @@ class ModelConfig:
     # ...each over a token's whole query / key width instead of each head (ModelSpec.qk_norm_whole: OLMo 2 / 3, OLMoE,
     # MiniMax-M2; WholeWidthQKNorms)
     qk_norm_whole: bool = False
+    # the block's two norms on the sublayers' outputs instead of their inputs (ModelSpec.norms_after: OLMo 2 / 3,
+    # EXAONE 4; Block)
+    norms_after: bool = False
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
@@ -157,7 +160,7 @@ class ModelConfig:
                    moe_layer_step=m.moe_layer_step, dense_ffn=m.dense_ffn_hidden, kv_lora_rank=m.kv_lora_rank,
                    q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim,
                    post_norms=bool(m.post_norms), qk_norm=bool(m.qk_norm),
-                   qk_norm_whole=bool(m.qk_norm and m.qk_norm_whole))
+                   qk_norm_whole=bool(m.qk_norm and m.qk_norm_whole), norms_after=bool(m.norms_after))
 
 
 class Norm(_ShardedModule):
@@ -698,7 +701,8 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """norm1, attention, residual; norm2, MLP (an MoE block's: router and experts, and a shared expert where the model
-    has one), residual; with post-norms (Gemma 2 / 3, GLM-4) a norm on each sublayer's output before its residual.
+    has one), residual; with post-norms (Gemma 2 / 3, GLM-4) a norm on each sublayer's output before its residual, and
+    with norms_after (OLMo 2 / 3, EXAONE 4) only those: no input norms.
     moe_recompute (training.moe_recompute; StageModule passes "none" to the blocks it checkpoints whole, where nothing
     more is dropped), in an MoE block only, as Megatron-LM's --recompute-modules moe_act and layernorm touch only the
     routed experts' activation and the MoE block's pre-MLP norm (a dense block's MLP norm is fused into its first
@@ -719,15 +723,18 @@ class Block(nn.Module):
                  moe_state: Optional[MoEState] = None, mla_recompute: bool = False, moe_recompute: str = "none"):
         super().__init__()
         self.layer_id = i
-        self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp)
+        # the input norms, but where the model puts its two norms after the sublayers (ModelConfig.norms_after: OLMo 2)
+        pre = not cfg.norms_after
+        self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp) if pre else None
         self.attn = (MLAttention(cfg, i, tp_group, sp, recompute, cp_group, mla_recompute) if cfg.kv_lora_rank
                      else Attention(cfg, i, tp_group, sp, recompute, cp_group))
-        self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp)
-        # post-norms (ModelConfig.post_norms): the same Norm on the attention's and the MLP's outputs, on the rank's
-        # sequence shard with SP (a row-parallel output is reduce-scattered before it), whole without
+        self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp) if pre else None
+        # post-norms (ModelConfig.post_norms, or norms_after's two): the same Norm on the attention's and the MLP's
+        # outputs, on the rank's sequence shard with SP (a row-parallel output is reduce-scattered before it), whole
+        # without
         self.post_norm1, self.post_norm2 = ((Norm(cfg, tp_group, name=f"layers.{i}.post_norm1", sequence_parallel=sp),
                                              Norm(cfg, tp_group, name=f"layers.{i}.post_norm2", sequence_parallel=sp))
-                                            if cfg.post_norms else (None, None))
+                                            if cfg.post_norms or cfg.norms_after else (None, None))
         # a mixture of experts' MoE block, or its dense blocks between (ModelConfig.is_moe_block): a dense MLP of dense_ffn
         moe_block = cfg.is_moe_block(i)
         if recompute == "selective-op":  # (refused for a mixture of experts: planner.core.parplan_moe_problem)
@@ -754,11 +761,11 @@ class Block(nn.Module):
 
     def _forward(self, x, key=None):
         drop, layer, rows = self.attn.dropout, self.attn.dropout_layer, self.attn.dropout_layer_rows
-        a = self.attn(self.norm1(x), key)
+        a = self.attn(x if self.norm1 is None else self.norm1(x), key)
         if self.post_norm1 is not None:
             a = self.post_norm1(a)
         x = x + hidden_dropout(a, drop, key, layer, "attention", rows)
-        h = self.norm2(x)
+        h = x if self.norm2 is None else self.norm2(x)
         if self.norm_recompute and torch.is_grad_enabled():  # norm2's output rebuilt for the MLP's backward
             with RebuiltForBackward([h], lambda x=x: (self.norm2(x),), h.device.type, views=True).hooks():
                 y = self._mlp(h)

@@ -281,6 +281,9 @@ _MODEL_OPTIONS = [
     ("post_norms", Optional[bool], None, ("--post-norms/--no-post-norms",), "A norm on each sublayer's output before "
      "its residual add, four norms a block (Gemma 2 / 3, GLM-4: their presets and configs set it): their weights, saved "
      "inputs and passes counted under every framework (parplan's runtime builds them).  Also with a preset or a config."),
+    ("norms_after", Optional[bool], None, ("--norms-after/--pre-norms",), "The block's two norms on the sublayers' "
+     "outputs instead of their inputs (OLMo 2 / 3, EXAONE 4: their configs set it): the same count, and parplan's "
+     "runtime builds that order.  Also with a preset or a config."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
@@ -428,6 +431,14 @@ def _prepare(opts, gpus: int | None = None):
         spec = spec.model_copy(update={"qk_norm": True, "qk_norm_whole": True if o.qk_norm_whole else None})
     if o.post_norms is not None:  # post-norms on or off beside any model (ModelSpec.post_norms)
         spec = spec.model_copy(update={"post_norms": True if o.post_norms else None})
+    if o.norms_after is not None:  # the norms' order beside any model (ModelSpec.norms_after)
+        if o.norms_after and spec.post_norms:
+            raise UserError("--norms-after moves the two norms onto the sublayers' outputs, and the model has "
+                            "post-norms beside its input norms (four a block); add --no-post-norms, or drop --norms-after")
+        if o.norms_after and (spec.experts is not None or spec.kv_lora_rank is not None):
+            raise UserError("--norms-after with experts or multi-head latent attention is not planned (no such "
+                            "model); drop --norms-after")
+        spec = spec.model_copy(update={"norms_after": True if o.norms_after else None})
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

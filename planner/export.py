@@ -101,7 +101,12 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
 def _post_norms_note(m) -> list[str]:
     """A plan that counts post-norms (ModelSpec.post_norms), which no exported model builds: Megatron-LM's GPT layer
     spec has none and no flag adds them (NeMo's Gemma 2 spec puts one in a custom row-parallel linear), torchtitan's
-    llama3, DeepSpeed's and llm-foundry's exported models neither."""
+    llama3, DeepSpeed's and llm-foundry's exported models neither; nor the norms after the sublayers in place of the
+    input norms (ModelSpec.norms_after)."""
+    if m.norms_after:  # (ModelSpec.norms_after: OLMo 2 / 3, EXAONE 4)
+        return ["norms_after: the model's two norms sit on the sublayers' outputs (OLMo 2's order), which the exported "
+                "model builds on their inputs: the same count (and the same saved bytes in parplan's runtime), another "
+                "model's numbers."]
     if not m.post_norms:
         return []
     return ["post_norms: the plan counts a norm on each sublayer's output (Gemma 2 / 3, GLM-4), which the exported "

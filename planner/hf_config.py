@@ -13,8 +13,8 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
   granite                -> arch llama: Granite's embedding, residual, attention and logit multipliers are
                             scalars (no parameters, no matmuls).
   olmo2                  -> arch llama: its two norms a layer sit after attention and MLP instead of
-                            before (same count); its q and k RMSNorms, each over the whole q or k width
-                            (qk_norm_whole), counted but for their weights (h + kv width a layer).
+                            before (norms_after: the same count); its q and k RMSNorms, each over the whole q or k
+                            width (qk_norm_whole), counted but for their weights (h + kv width a layer).
   gemma2                 -> as gemma, plus two norms a layer on the sublayers' outputs (post_norms, counted) and
                             attention
                             logit soft-capping (pointwise); every other layer attends within a sliding
@@ -37,7 +37,9 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             out of the count (q/k norms' weights, q/k/v biases, LayerNorm biases; the q/k norms'
                             activations are counted, qk_norm, and GLM-4's post-norms whole, post_norms) or counted
                             where they have less (OLMo's non-parametric norms, Command R's one norm a layer);
-                            SmolLM3's NoPE layers rotate like the rest (same cost).  OLMo 3, Command R7B (cohere2)
+                            SmolLM3's NoPE layers rotate like the rest (same cost).  OLMo 3's and EXAONE 4's two
+                            norms sit after the sublayers (norms_after), OLMo 3's q/k norms span the whole widths
+                            (qk_norm_whole).  OLMo 3, Command R7B (cohere2)
                             and EXAONE 4 window three of every four layers (layer_types, or the class's pattern:
                             EXAONE's "LLLG" string read as such).
   starcoder2, gpt_bigcode, nemotron, phi, gptj, falcon, mpt, bloom, opt
@@ -190,6 +192,9 @@ QK_NORM = {"qwen3": True, "qwen3_moe": True, "gemma3_text": True, "olmo2": True,
 # post_mlp_layernorm (transformers builds them in every layer).  OLMo 2 / 3 and EXAONE 4 put their two norms after the
 # sublayers instead of before them: two norms, not these
 POST_NORMS = ("gemma2", "gemma3_text", "glm4")
+# ...and the families whose two norms sit on the sublayers' outputs in place of their inputs (ModelSpec.norms_after:
+# transformers' post_attention_layernorm and post_feedforward_layernorm applied to the sublayer's output, no input norm)
+NORMS_AFTER = ("olmo2", "olmo3", "exaone4")
 QK_NORM_DEFAULT = {"llama4_text": True, "minimax_m2": True}  # the config classes' defaults where the key is absent
 # ...of which these norm a token's whole query and key widths, not each head (ModelSpec.qk_norm_whole: transformers'
 # q_norm of num_attention_heads x head_dim and k_norm of num_key_value_heads x head_dim)
@@ -1164,7 +1169,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          qk_norm=True if not mla and has_qk_norm(cfg, model_type) else None,
                          qk_norm_whole=True if not mla and has_qk_norm(cfg, model_type)
                          and model_type in QK_NORM_WHOLE else None,
-                         post_norms=True if model_type in POST_NORMS else None, **mla)
+                         post_norms=True if model_type in POST_NORMS else None,
+                         norms_after=True if model_type in NORMS_AFTER else None, **mla)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

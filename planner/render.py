@@ -205,11 +205,12 @@ def _window_text(plan: Plan) -> str:
 
 
 def _norms_text(plan: Plan) -> str:
-    """The model line's q/k norms and post-norms (ModelSpec.qk_norm, post_norms), which every framework's plan counts
-    (parplan's runtime builds both)."""
+    """The model line's q/k norms, post-norms and norms after the sublayers (ModelSpec.qk_norm, post_norms,
+    norms_after), which every framework's plan counts (parplan's runtime builds all three)."""
     m = plan.model
     qk = "q/k norms over the whole width" if m.qk_norm_whole else "q/k norms"  # (ModelSpec.qk_norm_whole)
-    names = [n for n, on in ((qk, m.qk_norm), ("post-norms", m.post_norms)) if on]
+    names = [n for n, on in ((qk, m.qk_norm), ("post-norms", m.post_norms),
+                             ("norms after the sublayers", m.norms_after)) if on]  # (ModelSpec.norms_after)
     return f"; {' and '.join(names)} counted" if names else ""
 
 

@@ -198,7 +198,15 @@ class ModelSpec(Strict):
         "elementwise_time); counted for every framework (parplan's runtime builds them too; in blocks torch.compile "
         "compiles, the residual between them is rebuilt in the backward: one hidden a token fewer).  Their weights (2 "
         "x hidden a layer) are counted in num_params.  Models with their two "
-        "norms after the sublayers instead of before (OLMo 2) have two norms: not this.  None = none.")
+        "norms after the sublayers instead of before (OLMo 2) have two norms: not this (norms_after).  None = none.")
+    norms_after: Optional[bool] = Field(
+        None, description="The block's two norms on the sublayers' outputs before their residual adds instead of on "
+        "their inputs: x + norm(attention(x)), then x + norm(mlp(x)) (OLMo 2 / 3, EXAONE 4: Hugging Face's "
+        "post_attention_layernorm and post_feedforward_layernorm, no input norms).  The same count as the usual "
+        "pre-norms: each norm saves the sublayer's output where a pre-norm saves the residual, which the sublayer's "
+        "first linears save in turn in place of the norm's output; parplan's runtime builds it (the memory test reads "
+        "the same saved bytes as pre-norms).  Not with post_norms (four norms) nor, as no such model is known, with "
+        "experts or multi-head latent attention.  None = pre-norms.")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 
@@ -241,6 +249,12 @@ class ModelSpec(Strict):
             raise ValueError(f"first_dense_layers {self.first_dense_layers} and moe_layer_step {self.moe_layer_step} "
                              f"leave none of the {self.layers} blocks an MoE block; give fewer dense layers, or drop "
                              "experts for a dense model")
+        if self.norms_after and self.post_norms:
+            raise ValueError("norms_after moves the block's two norms onto the sublayers' outputs, and post_norms adds "
+                             "two there beside the input norms: give one of them")
+        if self.norms_after and (self.experts is not None or self.kv_lora_rank is not None):
+            raise ValueError("norms_after with experts or multi-head latent attention is not planned (no such model); "
+                             "leave norms_after out")
         if self.qk_norm_whole and not self.qk_norm:
             raise ValueError("qk_norm_whole says how the q/k norms normalise: it needs qk_norm true (or leave "
                              "qk_norm_whole out)")

@@ -21,13 +21,15 @@ SHAPES = {"llama": dict(hidden=128, heads=4, kv_heads=2, ffn=352), "gpt": dict(h
 
 
 def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = False,
-           qk_norm: bool | str = False) -> StageModule:
+           qk_norm: bool | str = False, norms_after: bool = False) -> StageModule:
     """A middle pipeline stage (no embedding, no head) of the runtime's blocks, initialised.  qk_norm "whole": the q/k
-    norms over the whole query and key widths (ModelConfig.qk_norm_whole)."""
+    norms over the whole query and key widths (ModelConfig.qk_norm_whole); norms_after: the two norms on the sublayers'
+    outputs (ModelConfig.norms_after)."""
     d = SHAPES[arch]
     cfg = ModelConfig(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                       ffn_hidden=d["ffn"], vocab=100, head_dim=d["hidden"] // d["heads"], tied_embeddings=False,
-                      max_seq_len=s, post_norms=post_norms, qk_norm=bool(qk_norm), qk_norm_whole=qk_norm == "whole")
+                      max_seq_len=s, post_norms=post_norms, qk_norm=bool(qk_norm), qk_norm_whole=qk_norm == "whole",
+                      norms_after=norms_after)
     stage = StageModule(cfg, list(range(layers)), first=False, last=False, tp_group=None, sp=False,
                         recompute=recompute)
     init_parameters(stage, 0)
@@ -35,10 +37,10 @@ def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = Fa
 
 
 def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
-                post_norms: bool = False, qk_norm: bool | str = False) -> int:
+                post_norms: bool = False, qk_norm: bool | str = False, norms_after: bool = False) -> int:
     """dropout: the hidden dropout (parallel_layers.dropout; the attention's runs torch's math path on the CPU, not
     the fused kernel the model counts)."""
-    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm)
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after)
     if dropout:
         state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s)
         state.begin_step(1, list(range(b)), b)
@@ -59,12 +61,12 @@ def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout:
 
 
 def predicted_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
-                    post_norms: bool = False, qk_norm: bool | str = False) -> float:
+                    post_norms: bool = False, qk_norm: bool | str = False, norms_after: bool = False) -> float:
     from planner.core import model_dims
     d = SHAPES[arch]
     spec = ModelSpec(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                      ffn_hidden=d["ffn"], vocab=100, post_norms=post_norms or None, qk_norm=bool(qk_norm) or None,
-                     qk_norm_whole=qk_norm == "whole" or None)
+                     qk_norm_whole=qk_norm == "whole" or None, norms_after=norms_after or None)
     lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0,
                  recompute=("none", "selective", "full", "selective-op").index(recompute), sp=0, schedule=1,
                  offload=0)
@@ -150,6 +152,26 @@ def test_qk_norms_on_the_runtime_save_what_the_model_counts(arch, recompute, sco
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt"])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full", "selective-op"])
+def test_norms_after_the_sublayers_save_what_pre_norms_save(arch, recompute):
+    """The two norms on the sublayers' outputs instead of their inputs (ModelConfig.norms_after: OLMo 2's order) keep
+    what the pre-norm block keeps, which the model counts alike: each norm saves the sublayer's output (and its
+    statistics) where a pre-norm saves the residual, and the sublayer's first linears save the residual where they
+    saved the pre-norm's output.  By saved_tensors_hooks, and blocks compiled as one graph by the allocator's trace;
+    op-level selective recompute's policy keeps the same by the trace too."""
+    b, s, layers = 2, 64, 3
+    assert predicted_bytes(arch, recompute, b, s, layers, norms_after=True) == predicted_bytes(arch, recompute, b, s,
+                                                                                                layers)
+    if recompute == "selective-op":
+        traced = {v: traced_saved_bytes(arch, recompute, b, s, layers, norms_after=v) for v in (False, True)}
+        assert traced[True] == traced[False]
+        return
+    assert saved_bytes(arch, recompute, b, s, layers, norms_after=True) == saved_bytes(arch, recompute, b, s, layers)
+    if recompute != "full":
+        assert compiled_added_bytes(arch, recompute, b, s, layers, norms_after=True) == 0
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt"])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, recompute):
     """Each block's two residual-branch dropouts keep a boolean mask of h per token (Korthikanti 2022's 2sbh of
@@ -163,12 +185,13 @@ def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, reco
 
 
 def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, compiled: bool = False,
-                       dropout: bool = False, post_norms: bool = False, qk_norm: bool | str = False) -> int:
+                       dropout: bool = False, post_norms: bool = False, qk_norm: bool | str = False,
+                       norms_after: bool = False) -> int:
     """Bytes live after a stage's forward beyond its input and output, from the CPU allocator's trace
     (torch.profiler profile_memory): what the stage keeps for its backward however it keeps it (op-level
     selective checkpointing caches its saved outputs itself, out of saved_tensors_hooks' sight).  dropout: the
     hidden dropout with the hash masks a compiling run takes."""
-    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm)
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after)
     if dropout:
         state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s, hidden=d["hidden"], masks="hash")
         state.begin_step(1, list(range(b)), b)

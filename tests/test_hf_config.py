@@ -954,6 +954,8 @@ def test_whole_width_q_k_norms_are_read_from_the_family_and_counted():
             "head_dim": 64, "num_hidden_layers": 8, "vocab_size": 32000}
     olmo2, qwen3 = (model_from_hf_config({**base, "model_type": t}) for t in ("olmo2", "qwen3"))
     assert olmo2.qk_norm and olmo2.qk_norm_whole and qwen3.qk_norm and qwen3.qk_norm_whole is None
+    # (OLMo 2's two norms sit on the sublayers' outputs: norms_after, the same count)
+    assert olmo2.norms_after and qwen3.norms_after is None and olmo2.num_params == qwen3.num_params
     per_head = olmo2.model_copy(update={"qk_norm_whole": None})
 
     def plan(spec, tp, recompute, framework="parplan"):
@@ -1001,3 +1003,8 @@ def test_qk_norm_whole_flags_and_their_errors():
         assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     with pytest.raises(ValueError, match="needs qk_norm"):
         ModelSpec(arch="llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256, qk_norm_whole=True)
+    shape = dict(arch="llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256, norms_after=True)
+    with pytest.raises(ValueError, match="give one of them"):
+        ModelSpec(**shape, post_norms=True)
+    with pytest.raises(ValueError, match="not planned"):
+        ModelSpec(**shape, experts=4, experts_per_token=2)

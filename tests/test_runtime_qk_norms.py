@@ -20,8 +20,9 @@ REFERENCES = {"llama": {**TINY_LLAMA, "qk_norm": True}, "gpt": {**TINY_GPT, "qk_
               "moe": {**TINY_MOE, "qk_norm": True},  # (Qwen3-MoE's blocks)
               "gemma3": {**TINY_LLAMA, "qk_norm": True, "post_norms": True},  # (Gemma 3's: both, six norms a block)
               # each norm over the whole query / key width (ModelConfig.qk_norm_whole: OLMo 2's, OLMoE's), its weight
-              # split over tp and its statistics all-reduced there
-              "olmo2": {**TINY_LLAMA, "qk_norm": True, "qk_norm_whole": True},
+              # split over tp and its statistics all-reduced there; OLMo 2's block puts its two norms on the
+              # sublayers' outputs too (norms_after)
+              "olmo2": {**TINY_LLAMA, "qk_norm": True, "qk_norm_whole": True, "norms_after": True},
               "gpt-whole": {**TINY_GPT, "qk_norm": True, "qk_norm_whole": True},
               "olmoe": {**TINY_MOE, "qk_norm": True, "qk_norm_whole": True}}
 # name -> (reference, parallel layout); 4 ranks each

@@ -818,3 +818,37 @@ def test_expert_checkpoints_key_each_expert_and_read_the_older_keys(tmp_path, mo
         for k, p in m.named_parameters():
             assert torch.equal(p, saved[k]), (legacy, k)
             assert torch.equal(opt.state[p]["exp_avg"], moments[k]), (legacy, k)
+
+
+@pytest.mark.parametrize("rms", [True, False], ids=["rmsnorm", "layernorm"])
+def test_whole_width_norms_match_torch_norms_on_one_rank(rms):
+    """_WholeWidthNorms (ModelConfig.qk_norm_whole) on a group of one: each of q and k normed over its whole last
+    dimension, as torch's rms_norm / layer_norm of that width (OLMo 2's q_norm of heads x head_dim), forward and, by
+    gradcheck in float64, backward."""
+    from parallel_layers.model import NORM_EPS, _WholeWidthNorms
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 3, n, dtype=torch.float64, generator=g, requires_grad=True) for n in (8, 4))
+    wq, wk = (torch.randn(n, dtype=torch.float64, generator=g, requires_grad=True) for n in (8, 4))
+    bq, bk = (None, None) if rms else (torch.randn(n, dtype=torch.float64, generator=g, requires_grad=True)
+                                       for n in (8, 4))
+
+    def norms(*a):
+        return _WholeWidthNorms.apply(a[0], a[1], a[2], a[3], bq if rms else a[4], bk if rms else a[5], None, (8, 4),
+                                      rms)
+    inputs = (q, k, wq, wk) + (() if rms else (bq, bk))
+    assert torch.autograd.gradcheck(norms, inputs)
+    yq, yk = norms(*inputs)
+    for y, x, w, b in ((yq, q, wq, bq), (yk, k, wk, bk)):
+        ref = F.rms_norm(x, (x.shape[-1],), w, NORM_EPS) if rms else F.layer_norm(x, (x.shape[-1],), w, b, NORM_EPS)
+        torch.testing.assert_close(y, ref)
+
+
+def test_norms_after_put_the_two_norms_on_the_sublayers_outputs():
+    """ModelConfig.norms_after (OLMo 2 / 3, EXAONE 4): no input norms, a norm on each sublayer's output before its
+    residual add: block(x) = x1 + post_norm2(mlp(x1)), x1 = x + post_norm1(attention(x))."""
+    m = _stage({**TINY_LLAMA, "norms_after": True}, "none")
+    blk = m.blocks[0]
+    assert blk.norm1 is None and blk.norm2 is None and blk.post_norm1 is not None and blk.post_norm2 is not None
+    x = torch.randn(2, 16, TINY_LLAMA["hidden"], generator=torch.Generator().manual_seed(3))
+    x1 = x + blk.post_norm1(blk.attn(x))
+    torch.testing.assert_close(blk(x), x1 + blk.post_norm2(blk.mlp(x1)))

@@ -109,6 +109,13 @@ def grid() -> list[tuple[str, list[str]]]:
                 + ["--kv-heads", "16", "--head-dim", "192", "--kv-lora-rank", "512", "--qk-rope-dim", "64",
                    "--v-head-dim", "128", "--ffn-hidden", "1408", "--experts", "16", "--experts-per-token", "2",
                    "--first-dense-layers", "2", "--dense-ffn", "5632"]))
+    # OLMo 2's block on parplan's runtime (the fifty-second session, CPU only): q/k norms over the whole q and k widths
+    # (one GPU: tp 1, so no statistics all-reduce) and the two norms on the sublayers' outputs, on the 1.3B llama's
+    # shape (MHA, as OLMo 2): the compiled blocks with the new norms, their step and memory
+    out.append(("olmo2-1.3b-mbs4", ["--layers", "24", "--hidden", "2048", "--heads", "16", "--kv-heads", "16",
+                                    "--ffn-hidden", "5632", "--vocab", "32000", "--seq-len", "2048", "--mbs", "4",
+                                    "--global-batch-size", "4", "--recompute", "none", "--qk-norm-whole",
+                                    "--norms-after"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",

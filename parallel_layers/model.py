@@ -134,7 +134,7 @@ class ModelConfig:
     # OLMo 2; Attention.q_norm / k_norm)
     qk_norm: bool = False
     # ...each over a token's whole query / key width instead of each head (ModelSpec.qk_norm_whole: OLMo 2 / 3, OLMoE,
-    # MiniMax-M2; WholeWidthQKNorms)
+    # MiniMax-M2; WholeWidthNorm, _WholeWidthNorms)
     qk_norm_whole: bool = False
     # the block's two norms on the sublayers' outputs instead of their inputs (ModelSpec.norms_after: OLMo 2 / 3,
     # EXAONE 4; Block)

@@ -1008,3 +1008,21 @@ def test_qk_norm_whole_flags_and_their_errors():
         ModelSpec(**shape, post_norms=True)
     with pytest.raises(ValueError, match="not planned"):
         ModelSpec(**shape, experts=4, experts_per_token=2)
+
+
+def test_exports_say_what_they_build_of_olmo2s_norms():
+    """An OLMo 2 plan (whole-width q/k norms, norms after the sublayers) exported: Megatron-LM writes --qk-layernorm,
+    per head, and says so; torchtitan's model has per-head norms or none, and says so; every export says its model puts
+    the two norms on the sublayers' inputs."""
+    from planner.core import recommend
+    from planner.export import export_notes, export_plan
+    from planner.search import Pins
+    olmo2 = model_from_hf_config({"model_type": "olmo2", "hidden_size": 1024, "intermediate_size": 2816,
+                                  "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 8,
+                                  "vocab_size": 32000})
+    plan = recommend(olmo2, gpus=8, seq_len=2048, global_batch_size=64, suggest=False,
+                     pins=Pins(tp=2, pp=1, cp=1, mbs=1, zero=1, recompute="none", offload="none"))
+    for to, says in (("megatron", "--qk-layernorm normalises each head"), ("torchtitan", "qwen3 normalises each head")):
+        notes = export_notes(plan, to)
+        assert any(says in n for n in notes) and any(n.startswith("norms_after:") for n in notes), (to, notes)
+    assert "--qk-layernorm" in export_plan(plan, "megatron")

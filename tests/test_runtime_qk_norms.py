@@ -45,6 +45,7 @@ CASES = {
                                                       recompute="selective")),
     "olmo2-cp2-tp2-selective": ("olmo2", dict(tp=2, pp=1, dp=1, cp=2, recompute="selective")),
     "gpt-whole-tp2-dp2-fsdp2": ("gpt-whole", dict(tp=2, pp=1, dp=2, zero_stage=3)),
+    "gpt-whole-tp2-pp2-sp-zbv": ("gpt-whole", dict(tp=2, pp=2, dp=1, sp=True, schedule="zbv", vpp=2)),
     "olmoe-tp2-dp2-sp-ep2": ("olmoe", dict(tp=2, pp=1, dp=2, sp=True, ep=2)),
 }
 

@@ -68,6 +68,11 @@ CASES = {
     "mla-tp2-sp-dp2-ep4": ("narrow-mla", dict(tp=2, pp=1, dp=2, ep=4, sp=True)),
     "mla-no-q-lora-pp2-dp2-ep2-1f1b-selective": ("narrow-mla-no-q-lora", dict(tp=1, pp=2, dp=2, ep=2, schedule="1f1b",
                                                                               recompute="selective")),
+    # ... under context parallelism (the fifty-second session): the padded keys and values gathered over cp and kept
+    # for the backward, or under selective recompute gathered again inside the core's checkpoint
+    "mla-cp2-dp2-ep2": ("narrow-mla", dict(tp=1, pp=1, dp=2, cp=2, ep=2)),
+    "mla-cp2-tp2-sp-ep2": ("narrow-mla", dict(tp=2, pp=1, dp=1, cp=2, ep=2, sp=True)),
+    "mla-cp2-dp2-ep2-selective": ("narrow-mla", dict(tp=1, pp=1, dp=2, cp=2, ep=2, recompute="selective")),
     # and its up projections recomputed (training.mla_recompute: MLAttention rebuilds the kernel's q, k, v from the
     # latents, or under selective runs the up projections inside the core's checkpoint): the same layouts
     "mla-recompute-dp4-ep4": ("narrow-mla", dict(tp=1, pp=1, dp=4, ep=4), {"mla_recompute": True}),

@@ -180,11 +180,14 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         # projection its v_dim input: heads x (2 head_dim - v_dim) / tp more than counted above.  Under selective
         # recompute the checkpoint keeps the up projections' outputs and the output projection's input instead:
         # heads x rope / tp fewer, and no log-sum-exp
+        # Under all-gather context parallelism (cp_saved) the keys and values kept are the gathered ones, the values
+        # padded: cp x heads x (head_dim - v_dim) more than 2 kv_width x cp counts, and the two chunks' outputs padded
+        # too: heads x (head_dim - v_dim) more than cp_out (MLAttention._context_parallel_core)
         down = m.mla.down_width()
         elems = elems + (down / seq_split + down) * act_bytes + 4 * (2 if m.q_lora else 1) / seq_split
         selective_save = -(m.heads * m.rope / tp * act_bytes + 4 * m.heads / tp)
-        elems = elems + np.where(lay.recompute == REC_SELECTIVE, selective_save,
-                                 m.heads * (2 * m.head_dim - m.v_dim) / tp * act_bytes)
+        padded = np.where(cp_saved, (1 + lay.cp) * (m.head_dim - m.v_dim), 2 * m.head_dim - m.v_dim)
+        elems = elems + np.where(lay.recompute == REC_SELECTIVE, selective_save, m.heads * padded / tp * act_bytes)
     if fp8 == "te":
         # Transformer Engine's FP8 linears save their input for the weight gradient in FP8 (1 byte): the two norm
         # outputs (LayerNormLinear, LayerNormMLP) and the MLP's second layer's input; the attention's output, which

@@ -334,7 +334,10 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     # point to point, each rank over its own NIC (torch's all-gather rotater and the all-gather CP are collectives)
     ring_p2p = np.asarray(tr.overlap_cp_comm) & ~np.asarray(tr.cp_overlap_local_chunk_only)
     cp_bw, cp_lat = comm.tier_params(hw, cp_in, cp, np.where(ring_p2p, 1, cp_local), comm.one_pair(tp, cp))
-    kv_full = tokens_mb * cp * 2 * m.kv_width / tp * act_b  # full-sequence K and V of the rank's heads
+    # full-sequence K and V of the rank's heads (parplan's latent attention gathers its values padded to head_dim:
+    # ModelDims.v_padded, MLAttention._context_parallel_core)
+    kv_pair = 2 * m.heads * m.head_dim if m.v_padded else 2 * m.kv_width
+    kv_full = tokens_mb * cp * kv_pair / tp * act_b
     t_cp, moved_cp = comm.all_gather(kv_full, cp, cp_bw, cp_lat)
     cp_saved = np.asarray(tr.cp_saves_gathered_kv)
     n_cp = 2 + ~cp_saved + full + (lay.recompute == REC_SELECTIVE) + (op & cp_saved)

@@ -82,17 +82,20 @@ def gather_kv(k: torch.Tensor, v: torch.Tensor, cp_group) -> tuple[torch.Tensor,
 
 
 def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_positions: torch.Tensor,
-                 chunk_starts: tuple[int, int] | None = None, dropout_p: float = 0.0) -> torch.Tensor:
+                 chunk_starts: tuple[int, int] | None = None, dropout_p: float = 0.0,
+                 scale: float | None = None) -> torch.Tensor:
     """Local queries (b, nh, s_local, d) against all keys/values (b, nkv, S, d) in global order.
 
     With chunk_starts (the global position of each of the rank's two chunks) every chunk attends only
     the keys up to its end, under a lower-right-aligned causal mask (torch's CausalBias), which the
     fused (flash / memory-efficient) kernels take; without it, one call with an explicit boolean
     mask from global positions (the reference, and what the unit tests compare against).  dropout_p: the attention
-    dropout, drawn from the device's default generator (parallel_layers.dropout.attention_rng seeds it)."""
+    dropout, drawn from the device's default generator (parallel_layers.dropout.attention_rng seeds it).  scale: the
+    scores' scale where it is not 1/sqrt(d) (multi-head latent attention's padded heads: parallel_layers.model)."""
     if chunk_starts is None:
         mask = causal_mask(q_positions, k_full.shape[2])
-        return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, enable_gqa=True, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, enable_gqa=True, dropout_p=dropout_p,
+                                              scale=scale)
     from torch.nn.attention.bias import causal_lower_right
     from torch.utils._python_dispatch import _disable_current_modes
     c = q.shape[2] // 2
@@ -105,7 +108,7 @@ def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_
         with _disable_current_modes():
             bias = causal_lower_right(c, end)
         outs.append(F.scaled_dot_product_attention(qi, k_full[:, :, :end], v_full[:, :, :end],
-                                                   attn_mask=bias, enable_gqa=True, dropout_p=dropout_p))
+                                                   attn_mask=bias, enable_gqa=True, dropout_p=dropout_p, scale=scale))
     return torch.cat(outs, dim=2)
 
 

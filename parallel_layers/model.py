@@ -482,23 +482,26 @@ class Attention(nn.Module):
         return cp_attention(q, k, v, pos, starts, dropout_p)
 
 
-def _mla_q(q, *, heads: int, nope: int, rope: int, width: int, theta: float = ROPE_THETA):
+def _mla_q(q, *, heads: int, nope: int, rope: int, width: int, theta: float = ROPE_THETA, positions=None,
+           rope_key=None):
     """A query as SDPA takes it (b, heads, s, width) from the query projection's output q (b, s, heads * (nope +
-    rope)): cat(q_nope, rope(q_pe)), zero-padded to width."""
+    rope)): cat(q_nope, rope(q_pe)), zero-padded to width.  positions / rope_key: a cp rank's global positions and
+    their rotary tables' cache key (rotary), as Attention's context parallelism passes them."""
     b, s, _ = q.shape
     d = nope + rope
     q = q.view(b, s, heads, d).transpose(1, 2)
-    q = torch.cat([q[..., :nope], rotary(q[..., nope:], theta=theta)], dim=-1)
+    q = torch.cat([q[..., :nope], rotary(q[..., nope:], positions, rope_key, theta)], dim=-1)
     return F.pad(q, (0, width - d)) if d < width else q
 
 
-def _mla_kv(kv, k_pe, *, heads: int, nope: int, rope: int, v_dim: int, width: int, theta: float = ROPE_THETA):
+def _mla_kv(kv, k_pe, *, heads: int, nope: int, rope: int, v_dim: int, width: int, theta: float = ROPE_THETA,
+            positions=None, rope_key=None):
     """Keys and values as SDPA takes them (b, heads, s, width) from kv (b, s, heads * (nope + v_dim)), each head's key
     no-rope part and value, and k_pe (b, s, rope), the rotary key part every head shares: k = cat(k_nope, rope(k_pe)),
-    v, each zero-padded to width."""
+    v, each zero-padded to width (positions / rope_key: as _mla_q's)."""
     b, s, _ = kv.shape
     k_nope, v = kv.view(b, s, heads, nope + v_dim).transpose(1, 2).split([nope, v_dim], dim=-1)
-    k_pe = rotary(k_pe.unsqueeze(1), theta=theta)  # (b, 1, s, rope)
+    k_pe = rotary(k_pe.unsqueeze(1), positions, rope_key, theta)  # (b, 1, s, rope)
     k = torch.cat([k_nope, k_pe.expand(b, heads, s, rope)], dim=-1)
     if nope + rope < width:
         k = F.pad(k, (0, width - nope - rope))
@@ -561,15 +564,23 @@ class MLAttention(_ShardedModule):
           run again inside it (q and kv are not its inputs to hold); without a query latent q is still one
       full (a block checkpointed whole) and selective-op (the op policy saves what it saves): nothing more to drop;
           mla_recompute does nothing there (StageModule turns it off on the blocks it checkpoints).
-    Under torch.compile (opts.compile) the hooks run outside the compiled graph (torch.compiler.disable).  Not run:
-    context parallelism (refused here and by planner.core.parplan_mla_problem)."""
+    Under torch.compile (opts.compile) the hooks run outside the compiled graph (torch.compiler.disable).
+    Context parallelism (cp_group of more than one rank; since the fifty-second session): each cp rank holds its two
+    chunks of the sequence (parallel_layers.context_parallel) and runs the down and up projections on them as on any
+    tokens; the core rotates the rope parts at the rank's global positions, all-gathers the padded keys and values
+    over cp (one collective, reduce-scattered backward) and attends its queries to them chunk by chunk
+    (_context_parallel_core), as Attention's all-gather context parallelism does; selective recompute checkpoints the
+    gather with the core.  Not run: mla_recompute with context parallelism (refused here and by
+    planner.core.parplan_mla_problem)."""
 
     def __init__(self, cfg: ModelConfig, i: int, tp_group, sp: bool, recompute: str, cp_group=None,
                  mla_recompute: bool = False):
         super().__init__(tp_group)
-        if _size(cp_group) > 1:
-            raise ValueError("multi-head latent attention with context parallelism (cp > 1) is not run by parplan's "
-                             "runtime: use cp 1")
+        self.cp_group, self.cp = cp_group, _size(cp_group)
+        self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
+        if self.cp > 1 and mla_recompute:
+            raise ValueError("multi-head latent attention's up-projection recompute (mla_recompute) with context "
+                             "parallelism (cp > 1) is not run by parplan's runtime: drop one of them")
         h, heads, d = cfg.hidden, cfg.heads, cfg.head_dim
         self.q_lora, self.kv_lora = cfg.q_lora_rank or 0, cfg.kv_lora_rank
         self.rope, self.v_dim = cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -630,11 +641,26 @@ class MLAttention(_ShardedModule):
         return (F.linear(q_lat, self.wq_up) if self.q_lora else q_lat), F.linear(kv_lat, self.wkv_up)
 
     def _core(self, q, kv, k_pe, key=None):
-        core = functools.partial(_mla_core, heads=self.local_heads, nope=self.nope, rope=self.rope, v_dim=self.v_dim,
-                                 theta=self.rope_theta)
+        core = (self._context_parallel_core if self.cp > 1 else
+                functools.partial(_mla_core, heads=self.local_heads, nope=self.nope, rope=self.rope, v_dim=self.v_dim,
+                                  theta=self.rope_theta))
         if attention_dropout_p(self.dropout, key) > 0:
             core = functools.partial(_dropout_attention, core, self.dropout, key, self.dropout_layer)
         return core(q, kv, k_pe)
+
+    def _context_parallel_core(self, q, kv, k_pe, dropout_p: float = 0.0):
+        """_mla_core on a cp rank's two chunks: q, k and v padded as there, the rope parts rotated at the rank's global
+        positions (their tables cached under ("cp", rank, cp), as Attention's), the keys and values all-gathered over
+        cp (gather_kv: the whole sequence in global order), each chunk's queries attending the keys up to its end
+        (cp_attention), scaled by 1 / sqrt(nope + rope).  -> (b, s, heads * v_dim)."""
+        b, s, _ = q.shape
+        d = self.nope + self.rope
+        pos = local_positions(s, self.cp_rank, self.cp, q.device)
+        dims = dict(heads=self.local_heads, nope=self.nope, rope=self.rope, width=max(d, self.v_dim),
+                    theta=self.rope_theta, positions=pos, rope_key=("cp", self.cp_rank, self.cp))
+        k, v = gather_kv(*_mla_kv(kv, k_pe, v_dim=self.v_dim, **dims), self.cp_group)
+        o = cp_attention(_mla_q(q, **dims), k, v, pos, chunk_starts(s, self.cp_rank, self.cp), dropout_p, d ** -0.5)
+        return o[..., :self.v_dim].transpose(1, 2).reshape(b, s, self.local_heads * self.v_dim)
 
     def _up_core(self, q_lat, kv_lat, k_pe, key=None):
         return self._core(*self._up(q_lat, kv_lat), k_pe, key)

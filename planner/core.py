@@ -444,17 +444,19 @@ def titan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute: b
 def parplan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute: bool = False,
                         plan: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where parplan's runtime does not train multi-head latent attention so (parallel_layers.model.
-    MLAttention: no context parallelism, 16-bit or fp32 linears); None where it does.  mla_recompute (Megatron-LM's
-    --recompute-modules mla_up_proj) it runs: the attention kernel's q, k and v rebuilt from the latents for its
-    backward, or under selective recompute the up projections inside the core's checkpoint (cost_models.memory.
-    parplan_mla_up_saved_bytes); the argument stays so callers keep one signature.  Checked where parplan plans one
+    MLAttention: 16-bit or fp32 linears; context parallelism, since the fifty-second session, but not beside
+    mla_recompute); None where it does.  mla_recompute (Megatron-LM's --recompute-modules mla_up_proj) it runs without
+    context parallelism: the attention kernel's q, k and v rebuilt from the latents for its backward, or under
+    selective recompute the up projections inside the core's checkpoint (cost_models.memory.
+    parplan_mla_up_saved_bytes).  Checked where parplan plans one
     (mla_problem), where launch runs one (launch.check_runtime_support) and in the runtime itself
     (train.mla_runtime_problem)."""
     flag = (lambda f, p: p) if plan else (lambda f, p: f)
     other = "or --framework megatron (planned, exported: `parplan export --to megatron`)"
-    if (cp or 1) > 1:
-        return (f"{flag('--cp', 'cp')} {cp} with multi-head latent attention: parplan's runtime runs it without "
-                "context parallelism", f"use {flag('--cp', 'cp')} 1, {other}")
+    if (cp or 1) > 1 and mla_recompute:
+        return (f"{flag('--cp', 'cp')} {cp} with {flag('--mla-recompute', 'training.mla_recompute')}: parplan's "
+                "runtime rebuilds multi-head latent attention's up projections without context parallelism only",
+                f"use {flag('--cp', 'cp')} 1, drop {flag('--mla-recompute', 'mla_recompute')}, {other}")
     if fp8:
         return ("fp8 with multi-head latent attention: parplan's runtime runs its projections in 16 bits",
                 f"drop fp8, {other}")
@@ -914,8 +916,9 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
     if spec.is_moe and pins.zero is None:  # moe_problem: ZeRO 0 or 1 under Megatron-LM (the others: their own)
         top = 1 if framework == "megatron" else 3
         pins = replace(pins, zeros=tuple(z for z in (pins.zeros or range(4)) if z <= top))
-    if spec.kv_lora_rank is not None and framework in ("parplan", "torchtitan") and pins.cp is None:
-        # parplan_mla_problem, titan_mla_problem: no cp
+    if spec.kv_lora_rank is not None and pins.cp is None and (
+            framework == "torchtitan" or (framework == "parplan" and stack.get("mla_recompute"))):
+        # titan_mla_problem: no cp; parplan_mla_problem: no cp beside mla_recompute
         pins = replace(pins, cp=1)
     if stack.get("moe_a2a_overlap") and pins.recompute is None:  # a2a_overlap_problem: no whole layer recomputed
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "full"))

@@ -141,20 +141,30 @@ def test_mla_is_planned_for_megatron_and_parplan_only_and_says_so_in_one_line(fr
     assert "multi-head latent attention" in str(e.value) and "megatron" in str(e.value)
 
 
-def test_parplan_plans_mla_without_context_parallelism_or_fp8_and_with_its_padded_values():
-    """parplan's runtime (parallel_layers.model.MLAttention): an unpinned search keeps cp 1, a pinned cp or fp8 is
-    refused in one line (mla_recompute it runs: test_parplan_plans_the_up_projections_recompute_as_its_runtime_frees
-    them); its kernel runs the values' product at head_dim (the values padded) and saves q, k, v and the
-    output at head_dim, the output projection's input at v_dim, the latents before their norms on the rank's tokens
-    and after them gathered whole."""
+def test_parplan_plans_mla_with_context_parallelism_not_fp8_and_with_its_padded_values():
+    """parplan's runtime (parallel_layers.model.MLAttention): a pinned cp plans (since the fifty-second session), fp8
+    and cp beside mla_recompute are refused in one line (mla_recompute it runs at cp 1:
+    test_parplan_plans_the_up_projections_recompute_as_its_runtime_frees them); its kernel runs the values' product at
+    head_dim (the values padded) and saves q, k, v and the output at head_dim, the output projection's input at v_dim,
+    the latents before their norms on the rank's tokens and after them gathered whole; under context parallelism the
+    gathered keys and values (the values padded) and each chunk's padded output."""
     from planner.core import model_dims
     from planner.search import Pins
     spec = ModelSpec(**SMALL)
-    plan = recommend(spec, 8, framework="parplan", global_batch_size=16, seq_len=1024, top_k=1, suggest=False)
-    assert plan.parallel.cp == 1
-    for kw in (dict(pins=Pins(cp=2)), dict(fp8=True)):
-        with pytest.raises(PlannerError, match="latent attention"):
+    plan = recommend(spec, 8, framework="parplan", global_batch_size=16, seq_len=1024, top_k=1, suggest=False,
+                     pins=Pins(cp=2))
+    assert plan.parallel.cp == 2 and plan.prediction.fits
+    for kw, words in ((dict(fp8=True), "latent attention"), (dict(pins=Pins(cp=2), mla_recompute=True),
+                                                              "context parallelism")):
+        with pytest.raises(PlannerError, match=words):
             recommend(spec, 8, framework="parplan", global_batch_size=16, seq_len=1024, top_k=1, **kw)
+    # cp 2 against cp 1 a token (tp 1, no recompute; the runtime's all-gather scheme keeps what it gathers): the values'
+    # padding and each chunk's output at head_dim (48, the values 32) on top of the generic count's gathered K / V and
+    # second output: (2 - 1) x 8 x (48 + 32) + 8 x 32 + 8 x ((1 + 2)(48 - 32) - (2 x 48 - 32)) elements, bf16
+    mp0 = model_dims(spec, 1024, "parplan")
+    per_token = {cp: activation_bytes_per_layer(mp0, _lay(cp=cp), 2, flash=True, cp_saves_gathered_kv=True)
+                 / (1024 / cp) for cp in (1, 2)}
+    assert per_token[2] - per_token[1] == pytest.approx(2 * (8 * 80 + 8 * 32 + 8 * (3 * 16 - 64)))
     m, mp = model_dims(spec, 1024, "megatron"), model_dims(spec, 1024, "parplan")
     assert (m.core_width, mp.core_width) == (8 * (48 + 32) // 2, 8 * 48) and m.attn_width == mp.attn_width
     a = 2

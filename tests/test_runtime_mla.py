@@ -64,6 +64,13 @@ CASES = {
                                                             recompute="full", recompute_layers=1)),
     "no-q-lora-pp2-dp4-zbv-selective-mla-recompute": ("mla-no-q-lora", dict(tp=1, pp=2, dp=4, schedule="zbv", vpp=2,
                                                                             recompute="selective")),
+    # context parallelism (the fifty-second session): each cp rank's two chunks, the rope parts rotated at their global
+    # positions, the padded keys and values gathered over cp; beside tp with SP, under selective recompute (the gather
+    # checkpointed with the core), at cp 4 without a query latent, and behind a mixture of experts
+    "cp2-tp2-dp2-sp": ("mla", dict(tp=2, pp=1, dp=2, cp=2, sp=True)),
+    "cp2-dp4-selective": ("mla", dict(tp=1, pp=1, dp=4, cp=2, recompute="selective")),
+    "no-q-lora-cp4-tp2": ("mla-no-q-lora", dict(tp=2, pp=1, dp=1, cp=4)),
+    "moe-cp2-tp2-dp2-sp-ep2": ("mla-moe", dict(tp=2, pp=1, dp=2, cp=2, sp=True, ep=2)),
 }
 # the tp2-dp4-sp run's step-2 checkpoint (the replicated down projections and norms one key each, the split up and
 # output projections as pieces of the logical tensors) resumed in its own layout and in another of the same tp: pp 2 x
@@ -154,15 +161,18 @@ def test_a_checkpoint_resumes_the_loss_curve_in_its_layout_and_another(runs):
 
 
 def test_what_the_runtime_does_not_run_is_refused_in_one_line():
-    """Context parallelism and fp8 with MLA: refused by launch's runtime check (and planner.core.mla_problem for
-    framework parplan), naming the fix; Megatron's up-projection recompute (mla_recompute) it runs."""
+    """fp8 with MLA, and context parallelism beside the up-projection recompute: refused by launch's runtime check (and
+    planner.core.mla_problem for framework parplan), naming the fix; Megatron's up-projection recompute
+    (mla_recompute) it runs, and context parallelism without it."""
     from planner.core import mla_problem
     from planner.launch import check_runtime_support
     from planner.schema import ModelSpec
     spec = ModelSpec(**TINY_MLA)
     assert mla_problem(spec, "parplan", plan=True) is None
-    for layout, training, word in ((dict(tp=1, pp=1, dp=2, cp=2), {}, "cp 2"), (dict(tp=1, pp=1, dp=2), {"fp8": True},
-                                                                                 "fp8")):
+    assert check_runtime_support(tiny_plan(TINY_MLA, tp=1, pp=1, dp=2, cp=2), "cpu").ok
+    assert mla_problem(spec, "parplan", plan=True, cp=2) is None
+    for layout, training, word in ((dict(tp=1, pp=1, dp=2, cp=2), {"mla_recompute": True}, "cp 2"),
+                                   (dict(tp=1, pp=1, dp=2), {"fp8": True}, "fp8")):
         plan = _with_training(tiny_plan(TINY_MLA, **layout), training)
         check = check_runtime_support(plan, "cpu")
         assert not check.ok and word in check.line() and "multi-head latent attention" in check.line(), check.line()

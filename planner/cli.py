@@ -431,14 +431,15 @@ def _prepare(opts, gpus: int | None = None):
         spec = spec.model_copy(update={"qk_norm": True, "qk_norm_whole": True if o.qk_norm_whole else None})
     if o.post_norms is not None:  # post-norms on or off beside any model (ModelSpec.post_norms)
         spec = spec.model_copy(update={"post_norms": True if o.post_norms else None})
-    if o.norms_after is not None:  # the norms' order beside any model (ModelSpec.norms_after)
-        if o.norms_after and spec.post_norms:
-            raise UserError("--norms-after moves the two norms onto the sublayers' outputs, and the model has "
-                            "post-norms beside its input norms (four a block); add --no-post-norms, or drop --norms-after")
-        if o.norms_after and (spec.experts is not None or spec.kv_lora_rank is not None):
-            raise UserError("--norms-after with experts or multi-head latent attention is not planned (no such "
-                            "model); drop --norms-after")
-        spec = spec.model_copy(update={"norms_after": True if o.norms_after else None})
+    if o.norms_after is not None:  # the norms' order beside any model (ModelSpec.norms_after, whose checks refuse it
+        from pydantic import ValidationError  # beside post-norms, experts or latent attention)
+
+        from .schema import validation_summary
+        try:
+            spec = type(spec)(**{**spec.model_dump(), "norms_after": True if o.norms_after else None})
+        except ValidationError as e:
+            raise UserError(f"--norms-after: {validation_summary(e)}"
+                            + (" (--no-post-norms drops post-norms)" if spec.post_norms else "")) from None
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

@@ -979,8 +979,8 @@ def test_whole_width_q_k_norms_are_read_from_the_family_and_counted():
 
 def test_qk_norm_whole_flags_and_their_errors():
     """`--qk-norm-whole` turns on q/k norms over the whole widths (the model line says so), `--qk-norm-per-head` per
-    head; either beside `--no-qk-norm`, or a model with latent attention, is one line's error, and the schema refuses
-    qk_norm_whole without qk_norm."""
+    head; either beside `--no-qk-norm`, or a model with latent attention, is one line's error, as `--norms-after` beside
+    post-norms or experts is, and the schema refuses qk_norm_whole without qk_norm."""
     import json
     import subprocess
     import sys
@@ -998,7 +998,8 @@ def test_qk_norm_whole_flags_and_their_errors():
     table = run("recommend", "--model", "llama3-8b", *pins, "--qk-norm-whole", "--top", "1")
     assert table.returncode == 0 and "q/k norms over the whole width counted" in table.stdout
     for bad in (["--model", "llama3-8b", "--qk-norm-whole", "--no-qk-norm"],
-                ["--model", "deepseek-v2-lite", "--gpus", "16", "--qk-norm-whole"]):
+                ["--model", "deepseek-v2-lite", "--gpus", "16", "--qk-norm-whole"],
+                ["--model", "gemma-2-9b", "--norms-after"], ["--model", "mixtral-8x7b", "--norms-after"]):
         out = run("recommend", *(["--gpus", "8"] if "--gpus" not in bad else []), *bad)
         assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     with pytest.raises(ValueError, match="needs qk_norm"):

@@ -179,8 +179,8 @@ class ModelSpec(Strict):
         "--qk-layernorm, torchtitan's qk_norm): each norm saves its input, the projection's output, and its fp32 "
         "statistics for the backward, and makes one memory-bound pass more (cost_models.memory.activation_bytes_per_"
         "layer, compute.layer_elementwise_time); counted for every framework, parplan's runtime included (it builds them "
-        "per head, inside the attention's checkpoint under selective recompute, where they save nothing more).  Their "
-        "weights (2 x head_dim a layer, or the q and k widths) are not "
+        "per head, or over the whole widths with qk_norm_whole, inside the attention's checkpoint under selective "
+        "recompute, where they save nothing more).  Their weights (2 x head_dim a layer, or the q and k widths) are not "
         "counted in num_params.  None = none.")
     qk_norm_whole: Optional[bool] = Field(
         None, description="With qk_norm: each norm normalises a token's whole query (heads x head_dim) or key width "

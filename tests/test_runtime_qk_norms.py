@@ -24,7 +24,9 @@ REFERENCES = {"llama": {**TINY_LLAMA, "qk_norm": True}, "gpt": {**TINY_GPT, "qk_
               # sublayers' outputs too (norms_after)
               "olmo2": {**TINY_LLAMA, "qk_norm": True, "qk_norm_whole": True, "norms_after": True},
               "gpt-whole": {**TINY_GPT, "qk_norm": True, "qk_norm_whole": True},
-              "olmoe": {**TINY_MOE, "qk_norm": True, "qk_norm_whole": True}}
+              "olmoe": {**TINY_MOE, "qk_norm": True, "qk_norm_whole": True},
+              # EXAONE 4's block: per-head q/k norms, the two norms after the sublayers
+              "exaone4": {**TINY_LLAMA, "qk_norm": True, "norms_after": True}}
 # name -> (reference, parallel layout); 4 ranks each
 CASES = {
     "tp2-dp2": ("llama", dict(tp=2, pp=1, dp=2)),
@@ -47,6 +49,7 @@ CASES = {
     "gpt-whole-tp2-dp2-fsdp2": ("gpt-whole", dict(tp=2, pp=1, dp=2, zero_stage=3)),
     "gpt-whole-tp2-pp2-sp-zbv": ("gpt-whole", dict(tp=2, pp=2, dp=1, sp=True, schedule="zbv", vpp=2)),
     "olmoe-tp2-dp2-sp-ep2": ("olmoe", dict(tp=2, pp=1, dp=2, sp=True, ep=2)),
+    "exaone4-tp2-dp2-sp": ("exaone4", dict(tp=2, pp=1, dp=2, sp=True)),
 }
 
 

@@ -126,7 +126,7 @@ def op_sac_recompute_gemm_time(m: ModelDims, lay, hw):
             n = moe.local_experts(m, lay)
             out = out + 3 * n * linear_gemm_time(2 * moe.routed_tokens(m, lay) * m.hidden * m.routed_ffn / n, hw)
         return out
-    for params in op_sac_recomputed_matmuls(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn):
+    for params in op_sac_recomputed_matmuls(m.arch, m.hidden, m.q_width, m.kv_width, m.ffn, m.qkv_bias):
         out = out + linear_gemm_time(2 * tokens * params / lay.tp, hw)
     return out
 
@@ -256,7 +256,8 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
         (gpt: GeLU 2a forward, 3a backward)
       GQA: none (SDPA's enable_gqa); the attention output's reshape is a view.
       the input gradient of linears sharing an input (q, k, v; gate, up): one sum per extra    3a per h
-      gpt: row-parallel biases added after the reduction (3a per h, x2), bias gradients (a per output)
+      gpt: row-parallel biases added after the reduction (3a per h, x2), bias gradients (a per output); llama's
+        q/k/v biases where the model has them (ModelDims.qkv_bias): their gradients, a per q, k and v output
       hidden dropout (parallel_layers.dropout), per h, x2: forward the mask drawn (1) and applied by
         native_dropout_backward (a + 1 read, a written); backward the same product on the gradient  2a + 2, 2a + 1
     tests/test_eager_pointwise.py counts every pointwise op of the runtime's blocks (forward and backward,
@@ -303,7 +304,14 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
         outside = outside + (4 * a if fused else norm) * m.mla.latent_norms()
     fwd = tokens * (outside + inside + (2 * m.hidden / seq_split if dropout else 0.0)) / hw.hbm_bytes_per_s
     activation_fwd = tokens * act_elems / hw.hbm_bytes_per_s
-    return fwd, 2 * fwd + post_bwd, activation_fwd
+    return fwd, 2 * fwd + post_bwd + qkv_bias_grad_time(m, lay, hw, a, tokens), activation_fwd
+
+
+def qkv_bias_grad_time(m: ModelDims, lay, hw, a: int, tokens):
+    """Seconds of the q/k/v biases' gradients (ModelDims.qkv_bias: Qwen2), the output gradients summed over the tokens:
+    one read of the q, k and v widths a token (a bytes an element; the forward's bias add is the GEMM's, addmm), in
+    the backward; 0 without them (gpt blocks' biases are in their own terms)."""
+    return tokens * a * (m.q_width + 2 * m.kv_width) / lay.tp / hw.hbm_bytes_per_s if m.qkv_bias else 0.0
 
 
 def _parplan_eager_norm_bytes(m: ModelDims, a: int):
@@ -350,7 +358,7 @@ def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, se
     fwd = tokens * ((norms * norm_f + 2 * 3 * a) * h + qk_norms * (norm_f + qk_stats) + inside_f + drop_f
                     ) / hw.hbm_bytes_per_s
     bwd = tokens * ((norms * norm_b + 2 * 3 * a) * h + qk_norms * (norm_b + qk_stats) + inside_b + drop_b
-                    ) / hw.hbm_bytes_per_s
+                    ) / hw.hbm_bytes_per_s + qkv_bias_grad_time(m, lay, hw, a, tokens)
     return fwd, bwd, tokens * act_elems / hw.hbm_bytes_per_s
 
 

@@ -103,6 +103,9 @@ class ModelDims:
     # ...each over a token's whole query / key width, one statistic a token, not each head (ModelSpec.qk_norm_whole: OLMo 2,
     # MiniMax-M2): statistics a token (memory) and, over tensor-parallel ranks, their all-reduces (total.block_comm)
     qk_norm_whole: bool = False
+    # q/k/v projection biases of llama-arch blocks (ModelSpec.qkv_bias: Qwen2): their parameters, split over tp with the
+    # projections (memory.layer_params_per_gpu), and their gradients' sum over the tokens (compute.layer_elementwise_time)
+    qkv_bias: bool = False
     # a norm on each sublayer's output before its residual add (ModelSpec.post_norms: Gemma 2 / 3, GLM-4; every
     # framework trains them, parplan's runtime too: parallel_layers.model.Block); their
     # saved inputs and statistics (memory.activation_bytes_per_layer) and their pass (compute.layer_elementwise_time)
@@ -210,6 +213,7 @@ class ModelDims:
                    dense_ffn=spec.dense_ffn_hidden or 0, q_lora=spec.q_lora_rank or 0, kv_lora=spec.kv_lora_rank or 0,
                    rope=spec.qk_rope_head_dim or 0, v_dim=spec.v_head_dim or 0, mtp=spec.mtp_layers or 0,
                    qk_norm=bool(spec.qk_norm), qk_norm_whole=bool(spec.qk_norm and spec.qk_norm_whole),
+                   qkv_bias=bool(spec.qkv_bias),
                    post_norms=bool(spec.post_norms))
 
 

@@ -43,6 +43,8 @@ def layer_params_per_gpu(m: ModelDims, tp, ep=1):
     as a dense one's, the router replicated, and the rank's E / ep experts whole (moe.expert_params_per_gpu)."""
     attn, attn_whole = attention_params_split(m)
     norms = (4 if m.post_norms else 2) * m.hidden  # RMSNorm weights (post-norms: ModelDims.post_norms)
+    if m.qkv_bias:  # Qwen2's q/k/v biases (ModelDims.qkv_bias), split over tp with their projections
+        attn = attn + m.q_width + 2 * m.kv_width
     if m.moe:  # (a shared expert is tensor-parallel, as a dense MLP)
         shared = moe.EXPERT_MATRICES * m.hidden * m.shared_ffn
         return ((attn + shared) / tp + attn_whole + norms + moe.router_params_per_layer(m)
@@ -205,6 +207,8 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
         elems = elems + np.where(lay.recompute == REC_SELECTIVE, 0.0, scores)
     full = m.hidden / np.where(lay.sp > 0, tp, 1) * act_bytes
     op_mm = (m.q_width + m.kv_width + m.ffn) / tp + m.hidden if m.arch == "llama" else m.hidden
+    if m.qkv_bias:  # wq, wk, wv as addmm's (params.op_sac_recomputed_matmuls): the 1st and 3rd mm's are wo and up
+        op_mm = m.ffn / tp + m.hidden
     if m.titan_moe:  # torchtitan's MoE model: the 1st, 3rd, ... mm's outputs (params.titan_op_sac_kept_width)
         op_mm = titan_op_sac_kept_width(m, tp)
     op_attn = (m.o_width / tp * act_bytes + 4 * m.heads / tp) if flash else 0.0

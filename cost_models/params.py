@@ -89,11 +89,12 @@ def layer_matmul_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden, mla
 
 
 def layer_other_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden, mla: Mla | None = None,
-                       post_norms: bool = False):
+                       post_norms: bool = False, qkv_bias: bool = False):
     """Norm weights and biases of one block (multi-head latent attention: its latents' two RMSNorms too; post-norms,
-    ModelSpec.post_norms: two norms more)."""
-    if arch == "llama":  # two RMSNorm weight vectors (four with post-norms)
-        return (4 if post_norms else 2) * hidden + (mla.latent_norms() if mla is not None else 0)
+    ModelSpec.post_norms: two norms more; qkv_bias, ModelSpec.qkv_bias: llama's q/k/v projection biases)."""
+    if arch == "llama":  # two RMSNorm weight vectors (four with post-norms), and Qwen2's q/k/v biases
+        return ((4 if post_norms else 2) * hidden + (mla.latent_norms() if mla is not None else 0)
+                + ((heads + 2 * kv_heads) * head_dim if qkv_bias else 0))
     # gpt: qkv bias + out bias + fc1 bias + fc2 bias + 2 LayerNorms (weight+bias), 4 with post-norms
     return (heads + 2 * kv_heads) * head_dim + hidden + ffn_hidden + hidden + (8 if post_norms else 4) * hidden
 
@@ -111,7 +112,7 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     arch, L, h, a, kv, d, f, V, tied = spec_dims(spec)
     mla = spec.mla
     per_layer_matmul = layer_matmul_params(arch, h, a, kv, d, f, mla)
-    per_layer_other = layer_other_params(arch, h, a, kv, d, f, mla, bool(spec.post_norms))
+    per_layer_other = layer_other_params(arch, h, a, kv, d, f, mla, bool(spec.post_norms), bool(spec.qkv_bias))
     # a mixture of experts (ModelSpec.experts): E experts of f each and the router (h x E, counted with the norms);
     # a token's matmuls (what its FLOPs count) are the attention's and k experts'
     E, k = spec.experts or 0, spec.experts_per_token or 0
@@ -127,7 +128,8 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     moe_blocks = spec.moe_block_count if E else L
     dense_blocks = L - moe_blocks
     dense_matmul = layer_matmul_params(arch, h, a, kv, d, spec.dense_ffn_hidden, mla) if dense_blocks else 0
-    dense_other = (layer_other_params(arch, h, a, kv, d, spec.dense_ffn_hidden, mla, bool(spec.post_norms))
+    dense_other = (layer_other_params(arch, h, a, kv, d, spec.dense_ffn_hidden, mla, bool(spec.post_norms),
+                                      bool(spec.qkv_bias))
                    if dense_blocks else 0)
     embedding = V * h
     positions = 0
@@ -182,13 +184,18 @@ def spec_model_flops_per_token(spec, seq_len: int) -> float:
                                        spec.attention_width, seq_len))
 
 
-def op_sac_recomputed_matmuls(arch: str, hidden: int, q_width: int, kv_width: int, ffn: int) -> list[int]:
+def op_sac_recomputed_matmuls(arch: str, hidden: int, q_width: int, kv_width: int, ffn: int,
+                              qkv_bias: bool = False) -> list[int]:
     """Parameters of each matmul of one block whose forward torchtitan's op-level selective
     checkpointing (recompute "selective-op") re-runs: every second aten.mm of the block.  A llama
     block's matmuls run wq, wk, wv, wo, gate (w1), up (w3), down (w2): wk, wo and up are recomputed.
     In a gpt block the column-parallel linears (qkv, fc1) carry their bias into aten.addmm, which the
     policy does not keep, and the row-parallel ones (wo, fc2) are mm's (bias added after the
-    reduction): wo is kept, fc2 (the second mm) and the addmm's are recomputed."""
+    reduction): wo is kept, fc2 (the second mm) and the addmm's are recomputed.  A llama block with q/k/v biases
+    (qkv_bias: Qwen2) runs wq, wk and wv as addmm's too: its mm's are wo, gate, up and down, of which gate and down
+    are recomputed with the three addmm's (wo and up kept)."""
+    if arch == "llama" and qkv_bias:
+        return [hidden * (q_width + 2 * kv_width), hidden * ffn, ffn * hidden]
     if arch == "llama":
         return [hidden * kv_width, q_width * hidden, hidden * ffn]
     return [hidden * (q_width + 2 * kv_width), hidden * ffn, ffn * hidden]

@@ -821,7 +821,7 @@ def _evaluate_whole_blocks(m: ModelDims, tr, hw, lay, mem: dict | None = None) -
     mtp_mm = m.mtp * (2 * m.hidden * m.hidden + m.vocab * m.hidden)
     mf_tok = model_flops_per_token(layers_mm + m.vocab * m.hidden + mtp_mm, m.layers + m.mtp, m.attn_width, span)
     op_params = sum(n * sum(titan_op_sac_recomputed_params(k) if k.titan_moe
-                            else op_sac_recomputed_matmuls(k.arch, k.hidden, k.q_width, k.kv_width, k.ffn))
+                            else op_sac_recomputed_matmuls(k.arch, k.hidden, k.q_width, k.kv_width, k.ffn, k.qkv_bias))
                     for n, k in kinds)
     hf_extra = recompute_flops_per_token(lay.recompute, layers_mm, m.layers + m.mtp, m.attn_width, span, op_params,
                                          tr.flash_attention)

@@ -139,6 +139,8 @@ class ModelConfig:
     # the block's two norms on the sublayers' outputs instead of their inputs (ModelSpec.norms_after: OLMo 2 / 3,
     # EXAONE 4; Block)
     norms_after: bool = False
+    # biases on a llama block's q, k and v projections (ModelSpec.qkv_bias: Qwen2; Attention's wq / wk / wv)
+    qkv_bias: bool = False
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
@@ -160,7 +162,8 @@ class ModelConfig:
                    moe_layer_step=m.moe_layer_step, dense_ffn=m.dense_ffn_hidden, kv_lora_rank=m.kv_lora_rank,
                    q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim,
                    post_norms=bool(m.post_norms), qk_norm=bool(m.qk_norm),
-                   qk_norm_whole=bool(m.qk_norm and m.qk_norm_whole), norms_after=bool(m.norms_after))
+                   qk_norm_whole=bool(m.qk_norm and m.qk_norm_whole), norms_after=bool(m.norms_after),
+                   qkv_bias=bool(m.qkv_bias))
 
 
 class Norm(_ShardedModule):
@@ -383,9 +386,10 @@ class Attention(nn.Module):
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
         self.rope, self.rope_theta = cfg.rope, cfg.rope_theta
         n = f"layers.{i}.attn"
-        self.wq = ColumnParallelLinear(h, cfg.heads * d, tp_group, name=f"{n}.wq", bias=gpt)
-        self.wk = ColumnParallelLinear(h, cfg.kv_heads * d, tp_group, name=f"{n}.wk", bias=gpt)
-        self.wv = ColumnParallelLinear(h, cfg.kv_heads * d, tp_group, name=f"{n}.wv", bias=gpt)
+        qkv_bias = gpt or cfg.qkv_bias  # (Qwen2's q/k/v biases on llama blocks: ModelConfig.qkv_bias)
+        self.wq = ColumnParallelLinear(h, cfg.heads * d, tp_group, name=f"{n}.wq", bias=qkv_bias)
+        self.wk = ColumnParallelLinear(h, cfg.kv_heads * d, tp_group, name=f"{n}.wk", bias=qkv_bias)
+        self.wv = ColumnParallelLinear(h, cfg.kv_heads * d, tp_group, name=f"{n}.wv", bias=qkv_bias)
         self.wo = RowParallelLinear(cfg.heads * d, h, tp_group, name=f"{n}.wo", bias=gpt,
                                     sequence_parallel=sp, std=INIT_STD / math.sqrt(2 * cfg.layers))
         # q/k norms (ModelConfig.qk_norm; Qwen3's q_norm / k_norm): one norm of head_dim shared by every query head and

@@ -284,6 +284,9 @@ _MODEL_OPTIONS = [
     ("norms_after", Optional[bool], None, ("--norms-after/--pre-norms",), "The block's two norms on the sublayers' "
      "outputs instead of their inputs (OLMo 2 / 3, EXAONE 4: their configs set it): the same count, and parplan's "
      "runtime builds that order.  Also with a preset or a config."),
+    ("qkv_bias", Optional[bool], None, ("--qkv-bias/--no-qkv-bias",), "Biases on the q, k and v projections of "
+     "llama-arch blocks (Qwen2 / 2.5: their presets and configs set it): counted, and built by parplan's runtime.  Also "
+     "with a preset or a config."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),
@@ -431,15 +434,18 @@ def _prepare(opts, gpus: int | None = None):
         spec = spec.model_copy(update={"qk_norm": True, "qk_norm_whole": True if o.qk_norm_whole else None})
     if o.post_norms is not None:  # post-norms on or off beside any model (ModelSpec.post_norms)
         spec = spec.model_copy(update={"post_norms": True if o.post_norms else None})
-    if o.norms_after is not None:  # the norms' order beside any model (ModelSpec.norms_after, whose checks refuse it
-        from pydantic import ValidationError  # beside post-norms, experts or latent attention)
+    for field, flag, on in (("norms_after", "--norms-after", o.norms_after), ("qkv_bias", "--qkv-bias", o.qkv_bias)):
+        if on is None:  # the norms' order, q/k/v biases beside any model (ModelSpec.norms_after, qkv_bias: their checks
+            continue  # refuse them beside post-norms, experts, gpt blocks or latent attention)
+        from pydantic import ValidationError
 
         from .schema import validation_summary
         try:
-            spec = type(spec)(**{**spec.model_dump(), "norms_after": True if o.norms_after else None})
+            spec = type(spec)(**{**spec.model_dump(), field: True if on else None})
         except ValidationError as e:
-            raise UserError(f"--norms-after: {validation_summary(e)}"
-                            + (" (--no-post-norms drops post-norms)" if spec.post_norms else "")) from None
+            raise UserError(f"{flag}: {validation_summary(e)}"
+                            + (" (--no-post-norms drops post-norms)" if spec.post_norms and field == "norms_after"
+                               else "")) from None
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

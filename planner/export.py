@@ -375,9 +375,11 @@ def _megatron_family_notes(m) -> list[str]:
         notes.append(QK_NORM_WHOLE_MEGATRON)
     family = _qwen_family(m)
     if family:  # llama blocks in the plan; the checkpoint's extras are Megatron flags the plan does not count
-        extra = ("--add-qkv-bias (its q/k/v biases)" if family == "Qwen2" else
+        extra = ((None if m.qkv_bias else "--add-qkv-bias (its q/k/v biases)") if family == "Qwen2" else
                  None if m.qk_norm else "--qk-layernorm (its per-head q/k RMSNorms)")
-        notes.append(f"{family}: the plan counts llama blocks{' with q/k norms (--qk-layernorm, written)' if m.qk_norm else ''}"
+        written = (" with q/k norms (--qk-layernorm, written)" if m.qk_norm else
+                   " with q/k/v biases (--add-qkv-bias, written)" if m.qkv_bias else "")
+        notes.append(f"{family}: the plan counts llama blocks{written}"
                      f"; Megatron-LM trains the real model with {extra + ' and ' if extra else ''}--norm-epsilon 1e-6 "
                      "(Qwen's RMSNorm; Megatron-LM's default is 1e-5), which the export leaves out: add "
                      f"{'them' if extra else 'it'} for that model" + (" (a few parameters more than predicted)."
@@ -513,6 +515,8 @@ def _megatron_args(plan: Plan) -> tuple[list[tuple[str, Any]], list[str]]:
             flag("--kv-channels", m.head_dim)
         if m.qk_norm:  # Megatron-Core's per-head q/k norms (Transformer Engine's, of --normalization), which the plan
             flag("--qk-layernorm")  # counts (ModelSpec.qk_norm)
+        if m.qkv_bias:  # Qwen2's q/k/v biases (ModelSpec.qkv_bias), which the plan counts
+            flag("--add-qkv-bias")
     if m.arch == "llama":
         flag("--max-position-embeddings", t.seq_len)
         flag("--position-embedding-type", "rope")

@@ -1,8 +1,8 @@
 """Hugging Face ``config.json`` -> ModelSpec, for the dense decoder families the runtime can build.
 
 Families and how they map (field names differ per family; `_FIELDS` lists them):
-  llama, mistral, qwen2  -> arch llama (RMSNorm, RoPE, GQA, SwiGLU). Qwen2's q/k/v biases are not
-                            counted (ModelSpec has no bias field): 0.002% of Qwen2.5-7B.
+  llama, mistral, qwen2  -> arch llama (RMSNorm, RoPE, GQA, SwiGLU). Qwen2's q/k/v biases are counted
+                            (qkv_bias, since the fifty-second session: 0.002% of Qwen2.5-7B).
   qwen3                  -> arch llama with the config's head_dim (Qwen3-0.6B: 16 heads x 128 = 2048
                             over hidden 1024); its per-head q/k RMSNorms' weights (2 x head_dim a layer)
                             are not counted, their activations are (qk_norm, as every family's below).
@@ -195,6 +195,9 @@ POST_NORMS = ("gemma2", "gemma3_text", "glm4")
 # ...and the families whose two norms sit on the sublayers' outputs in place of their inputs (ModelSpec.norms_after:
 # transformers' post_attention_layernorm and post_feedforward_layernorm applied to the sublayer's output, no input norm)
 NORMS_AFTER = ("olmo2", "olmo3", "exaone4")
+# ...and those whose llama blocks have biases on the q, k and v projections (ModelSpec.qkv_bias: transformers'
+# Qwen2Attention and Qwen2MoeAttention build them unconditionally)
+QKV_BIAS = ("qwen2", "qwen2_moe")
 QK_NORM_DEFAULT = {"llama4_text": True, "minimax_m2": True}  # the config classes' defaults where the key is absent
 # ...of which these norm a token's whole query and key widths, not each head (ModelSpec.qk_norm_whole: transformers'
 # q_norm of num_attention_heads x head_dim and k_norm of num_key_value_heads x head_dim)
@@ -957,10 +960,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     else:  # .../Llama-3-8B/config.json -> Llama-3-8B; .../gpt2.json -> gpt2
         name = Path(where).parent.name if Path(where).name == "config.json" else Path(where).stem
     base_note = {
-        "qwen2": "q/k/v biases not counted",
         "qwen3": "per-head q/k norms' weights not counted",
         "qwen3_moe": "per-head q/k norms' weights not counted",
-        "qwen2_moe": "q/k/v biases and the shared expert's sigmoid gate not counted",
+        "qwen2_moe": "the shared expert's sigmoid gate not counted",
         "llama4_text": "chunked attention (attention_chunk_size) counted as full attention (the same up to the "
                        "chunk), its NoPE layers as rotary ones, and its q/k L2 norms (no weights) in every layer, not its rotary ones only",
         "dots1": "q/k norms' weights not counted; routed by sigmoid scores with a bias, costed as softmax top-k",
@@ -1060,7 +1062,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     if model_type in ("stablelm", "phi") and cfg.get("qk_layernorm"):
         notes.append("q/k LayerNorms' weights not counted")
     bias_keys = ("attention_bias", "mlp_bias", "bias", "use_qkv_bias", "use_bias")  # use_bias: ERNIE 4.5's
-    if arch == "llama" and model_type not in ("qwen2", "gpt_oss") and any(cfg.get(k) for k in bias_keys):
+    if arch == "llama" and model_type not in ("qwen2", "qwen2_moe", "gpt_oss") and any(cfg.get(k) for k in bias_keys):
         which = " and ".join(k for k in bias_keys if cfg.get(k))
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes.append(bias_note)
@@ -1170,7 +1172,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          qk_norm_whole=True if not mla and has_qk_norm(cfg, model_type)
                          and model_type in QK_NORM_WHOLE else None,
                          post_norms=True if model_type in POST_NORMS else None,
-                         norms_after=True if model_type in NORMS_AFTER else None, **mla)
+                         norms_after=True if model_type in NORMS_AFTER else None,
+                         qkv_bias=True if model_type in QKV_BIAS else None, **mla)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

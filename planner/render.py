@@ -210,7 +210,8 @@ def _norms_text(plan: Plan) -> str:
     m = plan.model
     qk = "q/k norms over the whole width" if m.qk_norm_whole else "q/k norms"  # (ModelSpec.qk_norm_whole)
     names = [n for n, on in ((qk, m.qk_norm), ("post-norms", m.post_norms),
-                             ("norms after the sublayers", m.norms_after)) if on]  # (ModelSpec.norms_after)
+                             ("norms after the sublayers", m.norms_after),
+                             ("q/k/v biases", m.qkv_bias)) if on]  # (ModelSpec.norms_after, qkv_bias)
     return f"; {' and '.join(names)} counted" if names else ""
 
 

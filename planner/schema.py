@@ -199,6 +199,13 @@ class ModelSpec(Strict):
         "compiles, the residual between them is rebuilt in the backward: one hidden a token fewer).  Their weights (2 "
         "x hidden a layer) are counted in num_params.  Models with their two "
         "norms after the sublayers instead of before (OLMo 2) have two norms: not this (norms_after).  None = none.")
+    qkv_bias: Optional[bool] = Field(
+        None, description="Biases on the query, key and value projections of llama-arch blocks (Qwen2 / 2.5, Qwen1.5 / 2 "
+        "MoE: Hugging Face's q_proj / k_proj / v_proj bias, Megatron-LM's --add-qkv-bias): q width + 2 kv width "
+        "parameters a layer, counted in num_params and split over tp with their projections; added inside the GEMM "
+        "(addmm) and their gradients a sum over the tokens in the backward, counted there.  parplan's runtime builds "
+        "them.  gpt-arch blocks have biases on every linear already; not with multi-head latent attention.  None = "
+        "none.")
     norms_after: Optional[bool] = Field(
         None, description="The block's two norms on the sublayers' outputs before their residual adds instead of on "
         "their inputs: x + norm(attention(x)), then x + norm(mlp(x)) (OLMo 2 / 3, EXAONE 4: Hugging Face's "
@@ -249,6 +256,9 @@ class ModelSpec(Strict):
             raise ValueError(f"first_dense_layers {self.first_dense_layers} and moe_layer_step {self.moe_layer_step} "
                              f"leave none of the {self.layers} blocks an MoE block; give fewer dense layers, or drop "
                              "experts for a dense model")
+        if self.qkv_bias and (self.arch != "llama" or self.kv_lora_rank is not None):
+            raise ValueError("qkv_bias adds q/k/v biases to llama-arch blocks with ordinary attention (gpt blocks have "
+                             "every bias already; latent attention has none): leave qkv_bias out")
         if self.norms_after and self.post_norms:
             raise ValueError("norms_after moves the block's two norms onto the sublayers' outputs, and post_norms adds "
                              "two there beside the input norms: give one of them")

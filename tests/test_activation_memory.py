@@ -21,7 +21,7 @@ SHAPES = {"llama": dict(hidden=128, heads=4, kv_heads=2, ffn=352), "gpt": dict(h
 
 
 def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = False,
-           qk_norm: bool | str = False, norms_after: bool = False) -> StageModule:
+           qk_norm: bool | str = False, norms_after: bool = False, qkv_bias: bool = False) -> StageModule:
     """A middle pipeline stage (no embedding, no head) of the runtime's blocks, initialised.  qk_norm "whole": the q/k
     norms over the whole query and key widths (ModelConfig.qk_norm_whole); norms_after: the two norms on the sublayers'
     outputs (ModelConfig.norms_after)."""
@@ -29,7 +29,7 @@ def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = Fa
     cfg = ModelConfig(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                       ffn_hidden=d["ffn"], vocab=100, head_dim=d["hidden"] // d["heads"], tied_embeddings=False,
                       max_seq_len=s, post_norms=post_norms, qk_norm=bool(qk_norm), qk_norm_whole=qk_norm == "whole",
-                      norms_after=norms_after)
+                      norms_after=norms_after, qkv_bias=qkv_bias)
     stage = StageModule(cfg, list(range(layers)), first=False, last=False, tp_group=None, sp=False,
                         recompute=recompute)
     init_parameters(stage, 0)
@@ -37,10 +37,11 @@ def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = Fa
 
 
 def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
-                post_norms: bool = False, qk_norm: bool | str = False, norms_after: bool = False) -> int:
+                post_norms: bool = False, qk_norm: bool | str = False, norms_after: bool = False,
+                qkv_bias: bool = False) -> int:
     """dropout: the hidden dropout (parallel_layers.dropout; the attention's runs torch's math path on the CPU, not
     the fused kernel the model counts)."""
-    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after)
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after, qkv_bias)
     if dropout:
         state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s)
         state.begin_step(1, list(range(b)), b)
@@ -61,12 +62,14 @@ def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout:
 
 
 def predicted_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
-                    post_norms: bool = False, qk_norm: bool | str = False, norms_after: bool = False) -> float:
+                    post_norms: bool = False, qk_norm: bool | str = False, norms_after: bool = False,
+                    qkv_bias: bool = False) -> float:
     from planner.core import model_dims
     d = SHAPES[arch]
     spec = ModelSpec(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                      ffn_hidden=d["ffn"], vocab=100, post_norms=post_norms or None, qk_norm=bool(qk_norm) or None,
-                     qk_norm_whole=qk_norm == "whole" or None, norms_after=norms_after or None)
+                     qk_norm_whole=qk_norm == "whole" or None, norms_after=norms_after or None,
+                     qkv_bias=qkv_bias or None)
     lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0,
                  recompute=("none", "selective", "full", "selective-op").index(recompute), sp=0, schedule=1,
                  offload=0)
@@ -171,6 +174,27 @@ def test_norms_after_the_sublayers_save_what_pre_norms_save(arch, recompute):
         assert compiled_added_bytes(arch, recompute, b, s, layers, norms_after=True) == 0
 
 
+@pytest.mark.parametrize("recompute", ["none", "selective", "full", "selective-op"])
+def test_qkv_biases_save_nothing_more(recompute):
+    """Qwen2's q/k/v biases (ModelConfig.qkv_bias) are added inside the projections' GEMMs (addmm), which keep what a
+    plain linear keeps: the same saved bytes as the block without them, as the model counts (by saved_tensors_hooks;
+    compiled blocks by the allocator's trace).  Under op-level selective recompute the three addmm's leave torchtitan's
+    list of mm's, whose every other output the policy keeps: wo's and up's instead of wq's, wv's, gate's and down's, by
+    the allocator's trace what the model counts (params.op_sac_recomputed_matmuls)."""
+    b, s, layers = 2, 64, 3
+    model = {v: predicted_bytes("llama", recompute, b, s, layers, qkv_bias=v) for v in (False, True)}
+    if recompute == "selective-op":
+        traced = {v: traced_saved_bytes("llama", recompute, b, s, layers, qkv_bias=v) for v in (False, True)}
+        d = SHAPES["llama"]
+        fewer = layers * b * s * 4 * (d["hidden"] + d["hidden"] // d["heads"] * d["kv_heads"])  # wq's and wv's, fp32
+        assert traced[False] - traced[True] == model[False] - model[True] == fewer
+        return
+    assert model[True] == model[False]
+    assert saved_bytes("llama", recompute, b, s, layers, qkv_bias=True) == saved_bytes("llama", recompute, b, s, layers)
+    if recompute != "full":
+        assert compiled_added_bytes("llama", recompute, b, s, layers, qkv_bias=True) == 0
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt"])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, recompute):
@@ -186,12 +210,12 @@ def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, reco
 
 def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, compiled: bool = False,
                        dropout: bool = False, post_norms: bool = False, qk_norm: bool | str = False,
-                       norms_after: bool = False) -> int:
+                       norms_after: bool = False, qkv_bias: bool = False) -> int:
     """Bytes live after a stage's forward beyond its input and output, from the CPU allocator's trace
     (torch.profiler profile_memory): what the stage keeps for its backward however it keeps it (op-level
     selective checkpointing caches its saved outputs itself, out of saved_tensors_hooks' sight).  dropout: the
     hidden dropout with the hash masks a compiling run takes."""
-    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after)
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after, qkv_bias)
     if dropout:
         state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s, hidden=d["hidden"], masks="hash")
         state.begin_step(1, list(range(b)), b)

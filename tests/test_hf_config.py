@@ -44,12 +44,15 @@ def test_count_matches_published(name, published):
     assert spec.name == name and str(DATA / f"{name}.json") in spec.source
 
 
-def test_qwen2_differs_by_its_qkv_bias():
-    """Qwen2 has q/k/v biases that ModelSpec (arch llama) does not hold: we are short by exactly
-    28 x (3584 + 2 x 512) = 129,024 parameters, 0.0017%."""
+def test_qwen2_counts_its_qkv_bias():
+    """Qwen2's q/k/v biases (ModelSpec.qkv_bias, since the fifty-second session): the count is the checkpoint's to the
+    parameter, 28 x (3584 + 2 x 512) = 129,024 of them biases; without them it is short by exactly those."""
     spec = model_from_hf_config(DATA / "Qwen2.5-7B.json")
-    assert PUBLISHED["Qwen2.5-7B"] - spec.num_params == 28 * (3584 + 2 * 512)
-    assert "bias" in spec.source
+    assert spec.qkv_bias and PUBLISHED["Qwen2.5-7B"] == spec.num_params
+    plain = spec.model_copy(update={"qkv_bias": None, "num_params": None})
+    from cost_models.params import param_counts
+    assert spec.num_params - param_counts(plain)["total"] == 28 * (3584 + 2 * 512)
+    assert "bias" not in spec.source
 
 
 def test_exact_where_the_family_maps_exactly():
@@ -483,8 +486,8 @@ def test_multimodal_configs_read_through_their_text_config():
             "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False,
             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
     top = model_from_hf_config({"model_type": "qwen2_5_vl", **qwen, "vision_config": {"depth": 32}})
-    assert top.num_params + 28 * (3584 + 2 * 512) == 7_615_616_512
-    assert "q/k/v biases not counted" in top.source and "mrope" in top.source
+    assert top.num_params == 7_615_616_512 and top.qkv_bias  # (its q/k/v biases counted: ModelSpec.qkv_bias)
+    assert "q/k/v biases not counted" not in top.source and "mrope" in top.source
     nested = model_from_hf_config({"model_type": "qwen2_5_vl", "text_config": {**qwen, "model_type": "qwen2_5_vl_text"}})
     assert nested.num_params == top.num_params
     # a language model parplan does not read: named, with the shape flags from the text_config's keys

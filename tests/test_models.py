@@ -40,11 +40,11 @@ def test_every_preset_with_a_published_count_matches_it(name):
     assert spec.source, "every preset names its source"
 
 
-def test_qwen_bias_is_the_only_difference():
-    """Qwen2 q/k/v biases are not in ModelSpec: the checkpoint's 7,615,616,512 minus our count is
-    exactly 28 layers x (3584 + 512 + 512) bias entries."""
+def test_qwen_counts_its_bias():
+    """Qwen2's q/k/v biases are in the preset (ModelSpec.qkv_bias): the checkpoint's 7,615,616,512, of which 28 layers x
+    (3584 + 512 + 512) are bias entries, is the count to the parameter."""
     spec = load_preset("qwen2.5-7b")
-    assert 7_615_616_512 - spec.num_params == 28 * (3584 + 2 * 512)
+    assert spec.qkv_bias and spec.num_params == 7_615_616_512
 
 
 def test_gpt3_reproduces_narayanan_eq2():

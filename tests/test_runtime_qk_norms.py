@@ -4,7 +4,9 @@ as test_runtime_post_norms does for post-norms.  Each tensor-parallel rank norms
 sequence, SP or not, so the norms' replicated weights get partial gradients there that must be summed over tp: a sum
 missed (tp 2 without SP, the case no other norm has) or doubled would change the gradients and then the losses.
 Norms over the whole query and key width (ModelConfig.qk_norm_whole: OLMo 2's) split their weights over tp instead and
-all-reduce their statistics there, forward and backward: a rank that normed its own columns alone would change both."""
+all-reduce their statistics there, forward and backward: a rank that normed its own columns alone would change both.
+The other block options of the model families read from configs ride along: the norms after the sublayers (OLMo 2,
+EXAONE 4) and Qwen2's q/k/v biases, split over tp with their projections."""
 from __future__ import annotations
 
 import pytest
@@ -26,7 +28,9 @@ REFERENCES = {"llama": {**TINY_LLAMA, "qk_norm": True}, "gpt": {**TINY_GPT, "qk_
               "gpt-whole": {**TINY_GPT, "qk_norm": True, "qk_norm_whole": True},
               "olmoe": {**TINY_MOE, "qk_norm": True, "qk_norm_whole": True},
               # EXAONE 4's block: per-head q/k norms, the two norms after the sublayers
-              "exaone4": {**TINY_LLAMA, "qk_norm": True, "norms_after": True}}
+              "exaone4": {**TINY_LLAMA, "qk_norm": True, "norms_after": True},
+              # Qwen2's q/k/v biases (ModelConfig.qkv_bias), split over tp with their projections
+              "qwen2": {**TINY_LLAMA, "qkv_bias": True}}
 # name -> (reference, parallel layout); 4 ranks each
 CASES = {
     "tp2-dp2": ("llama", dict(tp=2, pp=1, dp=2)),
@@ -50,6 +54,8 @@ CASES = {
     "gpt-whole-tp2-pp2-sp-zbv": ("gpt-whole", dict(tp=2, pp=2, dp=1, sp=True, schedule="zbv", vpp=2)),
     "olmoe-tp2-dp2-sp-ep2": ("olmoe", dict(tp=2, pp=1, dp=2, sp=True, ep=2)),
     "exaone4-tp2-dp2-sp": ("exaone4", dict(tp=2, pp=1, dp=2, sp=True)),
+    "qwen2-tp2-dp2": ("qwen2", dict(tp=2, pp=1, dp=2)),
+    "qwen2-tp2-pp2-sp-zbv": ("qwen2", dict(tp=2, pp=2, dp=1, sp=True, schedule="zbv", vpp=2)),
 }
 
 
@@ -60,22 +66,24 @@ def runs(tmp_path_factory):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_losses_and_gradients_match_one_rank(runs, case):
-    """The losses, and step 1's reduced gradients, the q/k norms' among them (replicated: equal on every tp rank)."""
+    """The losses, and step 1's reduced gradients, the q/k norms' (or the q/k/v biases') among them."""
     reference, layout = CASES[case]
-    suite.check_against_one_rank(runs, case, reference, layout, (".q_norm.", ".k_norm."), LOSS_RTOL, GRAD_RTOL)
+    model = REFERENCES[reference]
+    names = ((".q_norm.", ".k_norm.") if model.get("qk_norm") else ()) + ((".wq.bias",) if model.get("qkv_bias") else ())
+    suite.check_against_one_rank(runs, case, reference, layout, names, LOSS_RTOL, GRAD_RTOL)
 
 
 @pytest.mark.parametrize("name", list(REFERENCES))
 def test_the_runtime_holds_the_counted_parameters_and_the_norms(runs, name):
     """The one-rank run's parameters are cost_models.params.param_counts' total plus the q/k norms' weights, which the
     count leaves out as it does for every family that has them (ModelSpec.qk_norm): two norms of head_dim a layer, or
-    of the q and k widths (qk_norm_whole) (LayerNorm: a bias each too)."""
+    of the q and k widths (qk_norm_whole) (LayerNorm: a bias each too); Qwen2's q/k/v biases are in the count."""
     from cost_models.params import param_counts
     from planner.schema import ModelSpec
     spec = ModelSpec(**REFERENCES[name])
     d = spec.hidden // spec.heads
     # per head: one head_dim weight each; whole width: the q and the k width (qk_norm_whole); LayerNorm a bias too
-    widths = (spec.heads + spec.kv_heads) * d if spec.qk_norm_whole else 2 * d
+    widths = 0 if not spec.qk_norm else (spec.heads + spec.kv_heads) * d if spec.qk_norm_whole else 2 * d
     # (gpt's learned position table: seq_len rows, tiny_plan's 32)
     assert suite.report(runs, f"ref-{name}")["params_per_rank"] == [param_counts(spec, seq_len=32)["total"]
                                                                     + spec.layers * widths

@@ -168,8 +168,9 @@ def test_recompute_gives_the_same_loss_and_gradients(model, recompute):
         torch.testing.assert_close(results[1][1][n], g, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT, {**TINY_GPT, "tied_embeddings": False}, TINY_NEOX],
-                         ids=["llama", "gpt-tied", "gpt-untied", "gpt-rotary"])
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT, {**TINY_GPT, "tied_embeddings": False}, TINY_NEOX,
+                                   {**TINY_LLAMA, "qkv_bias": True}],
+                         ids=["llama", "gpt-tied", "gpt-untied", "gpt-rotary", "llama-qkv-bias"])
 def test_parameter_count_matches_cost_model(model):
     plan = tiny_plan(model)
     m = _stage(model, "none")

@@ -195,9 +195,18 @@ POST_NORMS = ("gemma2", "gemma3_text", "glm4")
 # ...and the families whose two norms sit on the sublayers' outputs in place of their inputs (ModelSpec.norms_after:
 # transformers' post_attention_layernorm and post_feedforward_layernorm applied to the sublayer's output, no input norm)
 NORMS_AFTER = ("olmo2", "olmo3", "exaone4")
-# ...and those whose llama blocks have biases on the q, k and v projections (ModelSpec.qkv_bias: transformers'
-# Qwen2Attention and Qwen2MoeAttention build them unconditionally)
+# ...and those whose llama blocks have biases on the q, k and v projections only (ModelSpec.qkv_bias): transformers'
+# Qwen2Attention and Qwen2MoeAttention build them unconditionally; GLM-4's, GLM-4.5's and Seed-OSS's where
+# attention_bias is set (their output projection has none: Seed-OSS's attention_out_bias says so apart)
 QKV_BIAS = ("qwen2", "qwen2_moe")
+QKV_BIAS_SWITCHED = ("glm4", "glm4_moe", "seed_oss")
+
+
+def has_qkv_bias(cfg: dict, model_type: str) -> bool:
+    """Whether a config's llama blocks have biases on their q, k and v projections and on nothing else (QKV_BIAS)."""
+    if model_type in QKV_BIAS:
+        return True
+    return model_type in QKV_BIAS_SWITCHED and cfg.get("attention_bias") is True and not cfg.get("attention_out_bias")
 QK_NORM_DEFAULT = {"llama4_text": True, "minimax_m2": True}  # the config classes' defaults where the key is absent
 # ...of which these norm a token's whole query and key widths, not each head (ModelSpec.qk_norm_whole: transformers'
 # q_norm of num_attention_heads x head_dim and k_norm of num_key_value_heads x head_dim)
@@ -1062,8 +1071,10 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     if model_type in ("stablelm", "phi") and cfg.get("qk_layernorm"):
         notes.append("q/k LayerNorms' weights not counted")
     bias_keys = ("attention_bias", "mlp_bias", "bias", "use_qkv_bias", "use_bias")  # use_bias: ERNIE 4.5's
-    if arch == "llama" and model_type not in ("qwen2", "qwen2_moe", "gpt_oss") and any(cfg.get(k) for k in bias_keys):
-        which = " and ".join(k for k in bias_keys if cfg.get(k))
+    counted = ("attention_bias",) if has_qkv_bias(cfg, model_type) else ()  # (ModelSpec.qkv_bias: counted)
+    if arch == "llama" and model_type not in ("qwen2", "qwen2_moe", "gpt_oss") and any(
+            cfg.get(k) for k in bias_keys if k not in counted):
+        which = " and ".join(k for k in bias_keys if cfg.get(k) and k not in counted)
         bias_note = f"{which} not counted (llama blocks have no biases)"
         notes.append(bias_note)
     quant = cfg.get("quantization_config")
@@ -1173,7 +1184,7 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          and model_type in QK_NORM_WHOLE else None,
                          post_norms=True if model_type in POST_NORMS else None,
                          norms_after=True if model_type in NORMS_AFTER else None,
-                         qkv_bias=True if model_type in QKV_BIAS else None, **mla)
+                         qkv_bias=True if has_qkv_bias(cfg, model_type) else None, **mla)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

@@ -579,11 +579,11 @@ TRANSFORMERS_BUILT = [
     ({'vocab_size': 50400, 'n_positions': 2048, 'n_embd': 4096, 'n_layer': 28, 'n_head': 16, 'rotary_dim': 64, 'tie_word_embeddings': False, 'model_type': 'gptj'},
      6_050_882_784, 28 * (3 * 4096 + 4096 + 2 * 4096) - 50400, 'without biases counted'),
     ({'vocab_size': 151552, 'hidden_size': 4096, 'intermediate_size': 13696, 'num_hidden_layers': 40, 'num_attention_heads': 32, 'num_key_value_heads': 2, 'head_dim': 128, 'max_position_embeddings': 131072, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'partial_rotary_factor': 0.5, 'rope_type': 'default'}, 'attention_bias': True, 'model_type': 'glm4'},
-     9_400_279_040, -40 * (32 + 2 * 2) * 128, "fused gate_up counted as separate matrices"),
+     9_400_279_040, 0, "fused gate_up counted as separate matrices"),  # (its q/k/v biases counted: qkv_bias)
     ({'vocab_size': 102400, 'hidden_size': 4096, 'intermediate_size': 16384, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'sliding_window': 4096, 'sliding_window_pattern': 4, 'model_type': 'exaone4'},
      9_429_069_824, -32 * 2 * 128, "q/k norms' weights not counted"),
     ({'vocab_size': 155136, 'hidden_size': 4096, 'intermediate_size': 27648, 'num_hidden_layers': 64, 'num_attention_heads': 80, 'num_key_value_heads': 8, 'max_position_embeddings': 524288, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'attention_bias': True, 'attention_out_bias': False, 'mlp_bias': False, 'head_dim': 128, 'model_type': 'seed_oss'},
-     28_921_040_896, -64 * (80 + 2 * 8) * 128, 'attention_bias not counted'),
+     28_921_040_896, 0, 'exact'),  # (its attention_bias, q/k/v only: counted as qkv_bias)
     ({'vocab_size': 50304, 'hidden_size': 4096, 'intermediate_size': 11008, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'max_position_embeddings': 2048, 'tie_word_embeddings': False, 'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'default'}, 'attention_bias': False, 'model_type': 'olmo'},
      6_888_095_744, 32 * 2 * 4096 + 4096, 'non-parametric LayerNorms'),
     ({'model_type': 'falcon', 'vocab_size': 65024, 'hidden_size': 8192, 'num_hidden_layers': 60, 'num_attention_heads': 128, 'num_kv_heads': 8, 'new_decoder_architecture': True, 'parallel_attn': True, 'bias': False, 'alibi': False, 'tie_word_embeddings': True},
@@ -911,16 +911,16 @@ def test_post_norms_are_read_from_the_family_and_switched_by_flags():
                      "vocab_size": 262208, "sliding_window": 1024, "sliding_window_pattern": 6,
                      "rope_theta": 1000000.0}, None),
     ("glm-4-9b", TRANSFORMERS_BUILT[[c["model_type"] for c, *_ in TRANSFORMERS_BUILT].index("glm4")][0],
-     40 * (32 + 2 * 2) * 128),
+     0),  # (its q/k/v biases counted: qkv_bias)
 ])
 def test_gemma_and_glm4_presets_are_their_configs(preset, config, published_extra):
     """The Gemma 2 / 3 and GLM-4 presets hold what their configs read to (shape, windows, q/k norms and post-norms,
-    the count); Gemma 2's published totals (its report's Table 2) are the count exactly, GLM-4's (transformers' build)
-    the count and its q/k/v biases."""
+    the count); Gemma 2's published totals (its report's Table 2) are the count exactly, and GLM-4's (transformers'
+    build) too, its q/k/v biases counted (qkv_bias)."""
     from planner.models import load_preset, preset_published_params
     spec, read = load_preset(preset), model_from_hf_config(config)
     keys = ("arch", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "tied_embeddings",
-            "sliding_window", "full_attention_every", "qk_norm", "post_norms", "num_params")
+            "sliding_window", "full_attention_every", "qk_norm", "post_norms", "qkv_bias", "num_params")
     assert {k: getattr(spec, k) for k in keys} == {k: getattr(read, k) for k in keys}
     assert spec.post_norms is True
     if published_extra is not None:

@@ -264,9 +264,9 @@ class _WholeWidthNorms(torch.autograd.Function):
     def backward(ctx, gq, gk):
         q, k, stats, wq, wk = ctx.saved_tensors
         rms, per = ctx.rms, 1 if ctx.rms else 2
+        rstds = [stats[..., per * i + per - 1:per * i + per] for i in range(2)]
         xhats, dxhats, dws, dbs, sums = [], [], [], [], []
-        for i, (x, g, w) in enumerate(zip((q, k), (gq, gk), (wq, wk))):
-            rstd = stats[..., per * i + per - 1:per * i + per]
+        for i, (x, g, w, rstd) in enumerate(zip((q, k), (gq, gk), (wq, wk), rstds)):
             xhat = (_at_least_fp32(x) if rms else _at_least_fp32(x) - stats[..., 2 * i:2 * i + 1]) * rstd
             g = _at_least_fp32(g)
             dws.append((g * xhat).reshape(-1, xhat.shape[-1]).sum(0).to(w.dtype))
@@ -277,8 +277,7 @@ class _WholeWidthNorms(torch.autograd.Function):
             sums += [(dxhat * xhat).sum(-1)] if rms else [dxhat.sum(-1), (dxhat * xhat).sum(-1)]
         sums = _all_reduce(torch.stack(sums, -1), ctx.group)
         dxs = []
-        for i, (x, xhat, dxhat, n) in enumerate(zip((q, k), xhats, dxhats, ctx.widths)):
-            rstd = stats[..., per * i + per - 1:per * i + per]
+        for i, (x, xhat, dxhat, n, rstd) in enumerate(zip((q, k), xhats, dxhats, ctx.widths, rstds)):
             dot = sums[..., per * i + per - 1:per * i + per] / n
             centred = dxhat if rms else dxhat - sums[..., 2 * i:2 * i + 1] / n
             dxs.append((rstd * (centred - xhat * dot)).to(x.dtype))

@@ -209,6 +209,33 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
         raise UserError(_one_line(e)) from None
 
 
+def _with_block_options(spec, o):
+    """spec with the flags that say how its blocks are built beside any model: how the q/k norms normalise
+    (ModelSpec.qk_norm_whole, which turns them on), the norms' order (norms_after) and q/k/v biases (qkv_bias), each
+    validated by ModelSpec's own checks (latent attention, post-norms, experts, gpt blocks), one line naming the flag."""
+    updates = []
+    if o.qk_norm_whole is not None:
+        flag = f"--qk-norm-{'whole' if o.qk_norm_whole else 'per-head'}"
+        if o.qk_norm is False:
+            raise UserError(f"{flag} says how the q/k norms normalise, and --no-qk-norm drops them; give one of the two")
+        updates.append((flag, {"qk_norm": True, "qk_norm_whole": True if o.qk_norm_whole else None}))
+    for field, flag, on in (("norms_after", "--norms-after", o.norms_after), ("qkv_bias", "--qkv-bias", o.qkv_bias)):
+        if on is not None:
+            updates.append((flag, {field: True if on else None}))
+    if not updates:
+        return spec
+    from pydantic import ValidationError
+
+    from .schema import validation_summary
+    for flag, update in updates:
+        try:
+            spec = type(spec)(**{**spec.model_dump(), **update})
+        except ValidationError as e:
+            hint = " (--no-post-norms drops post-norms)" if spec.post_norms and "norms_after" in update else ""
+            raise UserError(f"{flag}: {validation_summary(e)}{hint}") from None
+    return spec
+
+
 def _one_line(e: Exception) -> str:
     from pydantic import ValidationError
 
@@ -424,28 +451,9 @@ def _prepare(opts, gpus: int | None = None):
             raise UserError("--qk-norm with multi-head latent attention: its latents have their own RMSNorms "
                             "(counted); drop --qk-norm")
         spec = spec.model_copy(update={"qk_norm": True if o.qk_norm else None})
-    if o.qk_norm_whole is not None:  # how the q/k norms normalise (ModelSpec.qk_norm_whole), which turns them on
-        if spec.kv_lora_rank is not None:
-            raise UserError(f"--qk-norm-{'whole' if o.qk_norm_whole else 'per-head'} with multi-head latent attention: "
-                            "its latents have their own RMSNorms (counted); drop it")
-        if o.qk_norm is False:
-            raise UserError(f"--qk-norm-{'whole' if o.qk_norm_whole else 'per-head'} says how the q/k norms normalise, "
-                            "and --no-qk-norm drops them; give one of the two")
-        spec = spec.model_copy(update={"qk_norm": True, "qk_norm_whole": True if o.qk_norm_whole else None})
     if o.post_norms is not None:  # post-norms on or off beside any model (ModelSpec.post_norms)
         spec = spec.model_copy(update={"post_norms": True if o.post_norms else None})
-    for field, flag, on in (("norms_after", "--norms-after", o.norms_after), ("qkv_bias", "--qkv-bias", o.qkv_bias)):
-        if on is None:  # the norms' order, q/k/v biases beside any model (ModelSpec.norms_after, qkv_bias: their checks
-            continue  # refuse them beside post-norms, experts, gpt blocks or latent attention)
-        from pydantic import ValidationError
-
-        from .schema import validation_summary
-        try:
-            spec = type(spec)(**{**spec.model_dump(), field: True if on else None})
-        except ValidationError as e:
-            raise UserError(f"{flag}: {validation_summary(e)}"
-                            + (" (--no-post-norms drops post-norms)" if spec.post_norms and field == "norms_after"
-                               else "")) from None
+    spec = _with_block_options(spec, o)
     limit = spec.max_seq_len if spec.has_learned_positions else None  # a learned position table caps the sequence
     if limit is not None and o.seq_len > limit:
         name = spec.name or "the model"

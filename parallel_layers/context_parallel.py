@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from parallel_layers.mappings import _size, gather_from_context_parallel_region
+from parallel_layers.window import window_attention
 
 
 def chunk_ids(cp_rank: int, cp: int) -> tuple[int, int]:
@@ -83,7 +84,7 @@ def gather_kv(k: torch.Tensor, v: torch.Tensor, cp_group) -> tuple[torch.Tensor,
 
 def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_positions: torch.Tensor,
                  chunk_starts: tuple[int, int] | None = None, dropout_p: float = 0.0,
-                 scale: float | None = None) -> torch.Tensor:
+                 scale: float | None = None, window: int | None = None, cp_key=None) -> torch.Tensor:
     """Local queries (b, nh, s_local, d) against all keys/values (b, nkv, S, d) in global order.
 
     With chunk_starts (the global position of each of the rank's two chunks) every chunk attends only
@@ -91,7 +92,11 @@ def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_
     fused (flash / memory-efficient) kernels take; without it, one call with an explicit boolean
     mask from global positions (the reference, and what the unit tests compare against).  dropout_p: the attention
     dropout, drawn from the device's default generator (parallel_layers.dropout.attention_rng seeds it).  scale: the
-    scores' scale where it is not 1/sqrt(d) (multi-head latent attention's padded heads: parallel_layers.model)."""
+    scores' scale where it is not 1/sqrt(d) (multi-head latent attention's padded heads: parallel_layers.model).
+    window: a sliding window shorter than the sequence (parallel_layers.window: the band from the global positions;
+    cp_key names them for its masks' caches)."""
+    if window is not None and window < k_full.shape[2]:
+        return window_attention(q, k_full, v_full, window, q_positions, cp_key, dropout_p, scale)
     if chunk_starts is None:
         mask = causal_mask(q_positions, k_full.shape[2])
         return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, enable_gqa=True, dropout_p=dropout_p,

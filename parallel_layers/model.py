@@ -62,6 +62,7 @@ from parallel_layers.outside_graphs import outside_graphs
 from parallel_layers.mappings import _all_reduce, _size, copy_to_tp_region, gather_from_sequence_parallel_region
 from parallel_layers.moe import MoEMLP, MoEState
 from parallel_layers.rebuild import RebuiltForBackward
+from parallel_layers.window import window_attention
 
 # torchtitan's op-level selective activation checkpointing (selective_ac_option = "op";
 # pytorch/torchtitan torchtitan/models/llama3/parallelize.py at 9dec370, the commit of its published
@@ -141,6 +142,17 @@ class ModelConfig:
     norms_after: bool = False
     # biases on a llama block's q, k and v projections (ModelSpec.qkv_bias: Qwen2; Attention's wq / wk / wv)
     qkv_bias: bool = False
+    # sliding-window attention (ModelSpec.sliding_window, full_attention_every; parallel_layers.window): a windowed
+    # layer's query attends the `sliding_window` keys up to itself; every full_attention_every-th layer (from 1)
+    # attends the whole prefix (None: none does)
+    sliding_window: Optional[int] = None
+    full_attention_every: Optional[int] = None
+
+    def window_of(self, i: int) -> Optional[int]:
+        """Layer i's (from 0) sliding window, None where it attends the whole prefix (ModelSpec.windowed_layers'
+        rule)."""
+        k = self.full_attention_every
+        return None if not self.sliding_window or (k and (i + 1) % k == 0) else self.sliding_window
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
@@ -163,7 +175,8 @@ class ModelConfig:
                    q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim,
                    post_norms=bool(m.post_norms), qk_norm=bool(m.qk_norm),
                    qk_norm_whole=bool(m.qk_norm and m.qk_norm_whole), norms_after=bool(m.norms_after),
-                   qkv_bias=bool(m.qkv_bias))
+                   qkv_bias=bool(m.qkv_bias), sliding_window=m.sliding_window,
+                   full_attention_every=m.full_attention_every)
 
 
 class Norm(_ShardedModule):
@@ -329,12 +342,15 @@ def rotary(x: torch.Tensor, positions: Optional[torch.Tensor] = None, key=None, 
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def _core_attention_rope(q, k, v, theta: float = ROPE_THETA, dropout_p: float = 0.0):
-    return F.scaled_dot_product_attention(rotary(q, theta=theta), rotary(k, theta=theta), v, is_causal=True,
-                                          enable_gqa=True, dropout_p=dropout_p)
+def _core_attention_rope(q, k, v, theta: float = ROPE_THETA, dropout_p: float = 0.0, window: Optional[int] = None):
+    return _core_attention(rotary(q, theta=theta), rotary(k, theta=theta), v, dropout_p=dropout_p, window=window)
 
 
-def _core_attention(q, k, v, dropout_p: float = 0.0):
+def _core_attention(q, k, v, dropout_p: float = 0.0, window: Optional[int] = None):
+    """Causal attention over the whole prefix, or within a sliding window shorter than the sequence
+    (parallel_layers.window)."""
+    if window is not None and window < k.shape[2]:
+        return window_attention(q, k, v, window, dropout_p=dropout_p)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, dropout_p=dropout_p)
 
 
@@ -384,6 +400,7 @@ class Attention(nn.Module):
         self.cp_rank = dist.get_rank(cp_group) if self.cp > 1 else 0
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
         self.rope, self.rope_theta = cfg.rope, cfg.rope_theta
+        self.window = cfg.window_of(i)  # a sliding window's keys (ModelConfig.window_of), None: the whole prefix
         n = f"layers.{i}.attn"
         qkv_bias = gpt or cfg.qkv_bias  # (Qwen2's q/k/v biases on llama blocks: ModelConfig.qkv_bias)
         self.wq = ColumnParallelLinear(h, cfg.heads * d, tp_group, name=f"{n}.wq", bias=qkv_bias)
@@ -425,7 +442,8 @@ class Attention(nn.Module):
         if self.cp > 1:
             o = self._context_parallel(q, k, v, key, norms_inside)
             return self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim))
-        core = functools.partial(_core_attention_rope, theta=self.rope_theta) if self.rope else _core_attention
+        core = (functools.partial(_core_attention_rope, theta=self.rope_theta, window=self.window) if self.rope
+                else functools.partial(_core_attention, window=self.window))
         if attention_dropout_p(self.dropout, key) > 0:
             core = functools.partial(_dropout_attention, core, self.dropout, key, self.dropout_layer)
         if norms_inside:
@@ -482,7 +500,7 @@ class Attention(nn.Module):
 
     def _gathered_attention(self, q, k, v, pos, starts, dropout_p: float = 0.0):
         k, v = gather_kv(k, v, self.cp_group)  # (b, nkv/tp, S, d) each
-        return cp_attention(q, k, v, pos, starts, dropout_p)
+        return cp_attention(q, k, v, pos, starts, dropout_p, window=self.window, cp_key=("cp", self.cp_rank, self.cp))
 
 
 def _mla_q(q, *, heads: int, nope: int, rope: int, width: int, theta: float = ROPE_THETA, positions=None,

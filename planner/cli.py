@@ -278,7 +278,7 @@ _MODEL_OPTIONS = [
     ("vocab", Optional[int], None, ("--vocab",), "Vocabulary size (explicit shape; default 32000, Llama 2's)."),
     ("head_dim", Optional[int], None, ("--head-dim",), "Per-head width (default hidden / heads; Qwen3, Gemma: 128 or 256 whatever the width)."),
     ("tied_embeddings", Optional[bool], None, ("--tied-embeddings/--untied-embeddings",), "Output layer shares the embedding (default: tied for gpt, untied for llama)."),
-    ("sliding_window", Optional[int], None, ("--sliding-window",), "Sliding-window attention over this many tokens (explicit shape; counted under --framework megatron, which trains it)."),
+    ("sliding_window", Optional[int], None, ("--sliding-window",), "Sliding-window attention over this many tokens (explicit shape; counted under --framework parplan and megatron, which train it)."),
     ("full_attention_every", Optional[int], None, ("--full-attention-every",), "With --sliding-window: every k-th layer attends in full (Gemma 2: 2, Gemma 3: 6; default: none does)."),
     ("experts", Optional[int], None, ("--experts",), "A mixture of experts (explicit shape): every block's MLP is this many SwiGLU experts of --ffn-hidden (with --experts-per-token)."),
     ("experts_per_token", Optional[int], None, ("--experts-per-token",), "With --experts: the router's top-k."),

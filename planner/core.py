@@ -567,9 +567,10 @@ def compute_dtype(dtype: str, precision: str) -> str:
 
 
 # Frameworks that train a model's sliding-window attention (ModelSpec.sliding_window): Megatron-LM's --window-size
-# and --window-attn-skip-freq, run by Transformer Engine's flash kernels, which skip the tiles outside the band.
-# parplan's runtime, torchtitan's llama and Megatron-DeepSpeed attend over the whole causal prefix.
-WINDOW_FRAMEWORKS = ("megatron",)
+# and --window-attn-skip-freq, run by Transformer Engine's flash kernels, which skip the tiles outside the band, and
+# parplan's runtime (parallel_layers.window: FlexAttention under a block mask of the band on a GPU, which skips them
+# too).  torchtitan's llama and Megatron-DeepSpeed attend over the whole causal prefix.
+WINDOW_FRAMEWORKS = ("megatron", "parplan")
 
 
 def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:

@@ -939,12 +939,15 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
             warnings.append(f"the prediction times the attention as the {t.attention_kernel} kernel; the runtime runs "
                             "torch's scaled_dot_product_attention (the profile's measured curve); `parplan evaluate` "
                             "the plan with attention_kernel profile to compare")
-        if m.window_binds(t.seq_len):
-            counted = ("the prediction counts the window (Megatron's --window-size); `parplan evaluate` the plan with "
-                       "--framework parplan to compare" if t.framework in WINDOW_FRAMEWORKS else
-                       "the prediction counts the same")
-            warnings.append(f"the runtime runs full causal attention: the model's {m.windowed_layers} sliding-window "
-                            f"layers attend over all {t.seq_len} tokens, not {m.sliding_window}; {counted}")
+        if m.window_binds(t.seq_len) and t.framework not in WINDOW_FRAMEWORKS:
+            warnings.append(f"the runtime trains the model's {m.windowed_layers} sliding-window layers within "
+                            f"{m.sliding_window} tokens, where the prediction ({t.framework}) counts full causal "
+                            "attention; `parplan evaluate` the plan with --framework parplan to compare")
+        if m.window_binds(t.seq_len) and t.dropout:
+            warnings.append("attention dropout beside a sliding window: the windowed layers run torch's "
+                            "scaled_dot_product_attention under the band as a mask (FlexAttention has no dropout), "
+                            "whose kernel computes the whole causal rectangle, where the prediction counts a kernel "
+                            "that skips the tiles outside the band")
         if t.framework == "deepspeed" and ((p.zero_stage == 3 and p.dp > 1) or p.pp > 1):
             warnings.append("the prediction models DeepSpeed's engine (blocking pipeline transfers, ZeRO-3 gathers one "
                             "weight ahead), not this runtime; re-plan with --framework parplan to compare")

@@ -1,7 +1,7 @@
 """Sliding-window attention (ModelSpec.sliding_window, full_attention_every): read from Hugging Face configs, counted
 where the framework trains the window (Megatron-LM's --window-size: its flash kernels skip the tiles outside the
-band), and as full causal attention where it does not (parplan's runtime, torchtitan, DeepSpeed), which is what
-those run."""
+band; parplan's runtime, parallel_layers.window: FlexAttention under the band's block mask on a GPU), and as full
+causal attention where it does not (torchtitan's llama, DeepSpeed), which is what those run."""
 from __future__ import annotations
 
 import json
@@ -62,19 +62,21 @@ def _pair(framework: str, seq_len: int):
     return a, b
 
 
-def test_megatron_counts_the_window_and_parplan_does_not():
-    """Under --framework megatron the 12 windowed layers of 16 attend within 1024 of 16384 tokens: the attention
-    kernel's time and the model FLOPs per token shrink by what the band leaves out; parplan's runtime attends over
-    the whole prefix, and its prediction is full attention's to the bit."""
-    a, b = _pair("megatron", 16384)
+@pytest.mark.parametrize("framework", ["megatron", "parplan"])
+def test_megatron_and_parplan_count_the_window_and_torchtitan_does_not(framework):
+    """Under --framework megatron or parplan the 12 windowed layers of 16 attend within 1024 of 16384 tokens: the
+    attention kernel's time and the model FLOPs per token shrink by what the band leaves out; torchtitan's llama
+    attends over the whole prefix, and its prediction is full attention's to the bit."""
+    a, b = _pair(framework, 16384)
     q_width, s, w = 2048, 16384, 1024
     saved = 12 * 12 * q_width * (s - w)  # 12 L_w h (s - w): the MFU convention's attention term
     assert b.prediction.model_tflops_per_gpu / b.prediction.tokens_per_s - \
         a.prediction.model_tflops_per_gpu / a.prediction.tokens_per_s == pytest.approx(saved / 8 / 1e12, rel=1e-9)
     assert a.prediction.step_time_s < 0.9 * b.prediction.step_time_s
-    a, b = _pair("parplan", 16384)
+    assert model_dims(a.model, 16384, framework).window == 1024
+    a, b = _pair("torchtitan", 16384)
     assert a.prediction == b.prediction
-    m = model_dims(a.model, 16384, "parplan")
+    m = model_dims(a.model, 16384, "torchtitan")
     assert m.window == 0 and m.causal_pairs_fraction() == 1.0
 
 
@@ -90,10 +92,16 @@ def test_exports_and_launch_say_it():
     assert any("attends over the whole prefix" in n for n in export_notes(plan, "torchtitan"))
     g3 = recommend(model_from_hf_config(GEMMA3_1B), gpus=8, seq_len=8192, framework="megatron", global_batch_size=64)
     assert "--window-attn-skip-freq 6" in export_plan(g3, "megatron")
-    check = check_runtime_support(plan, "cpu")
-    assert check.ok and "runtime runs full causal attention" in check.detail and "--framework parplan" in check.detail
-    short = plan.model_copy(update={"training": plan.training.model_copy(update={"seq_len": 4096})})
-    assert "full causal attention" not in check_runtime_support(short, "cpu").detail
+    # parplan's runtime trains the window: a Megatron plan's prediction counts it too, a torchtitan plan's does not
+    assert "sliding-window" not in check_runtime_support(plan, "cpu").detail
+    titan = recommend(load_preset("mistral-7b"), gpus=8, seq_len=16384, framework="torchtitan", global_batch_size=64)
+    check = check_runtime_support(titan, "cpu")
+    assert check.ok and "trains the model's 32 sliding-window layers within 4096" in check.detail
+    assert "--framework parplan" in check.detail
+    short = titan.model_copy(update={"training": titan.training.model_copy(update={"seq_len": 4096})})
+    assert "sliding-window" not in check_runtime_support(short, "cpu").detail
+    dropout = plan.model_copy(update={"training": plan.training.model_copy(update={"dropout": True})})
+    assert "FlexAttention has no dropout" in check_runtime_support(dropout, "cpu").detail
 
 
 @pytest.mark.parametrize("args, says", [

@@ -1,0 +1,111 @@
+"""Sliding-window attention (ModelConfig.sliding_window; Mistral 7B v0.1, Gemma 2 / 3, OLMo 3, gpt-oss's banded
+layers): a query at position p attends the keys at positions p - window + 1 .. p, itself included (Hugging Face's
+sliding_window counts the keys a query sees; Megatron-LM's --window-size is (window - 1, 0)).
+
+Two kernels, one band:
+
+- on a CUDA device, torch's FlexAttention (``torch.nn.attention.flex_attention``, compiled), with a block mask of
+  the band: its kernel skips the tiles wholly outside the band, as the flash kernels Megatron-LM runs a window with
+  do, and saves what a flash kernel saves (the output and a log-sum-exp a row); what the cost model counts
+  (cost_models.layout.ModelDims.causal_pairs_fraction) -- torchtitan runs its windowed and chunked attention so;
+- elsewhere (the CPU: FlexAttention has no backward there in torch 2.13), and beside attention dropout (FlexAttention
+  has none), torch's scaled_dot_product_attention under the band as an additive mask (0 / -inf in the queries' dtype,
+  one tensor shared by every layer and micro-batch of a shape, so the kernel's saved mask is counted once): the same
+  result; on a GPU its kernel (the memory-efficient one) computes the whole rectangle, tiles of the band or not.
+
+Under context parallelism (parallel_layers.context_parallel) the rank's queries hold global positions (two chunks of
+the sequence) and attend the gathered keys in global order; the band is built from those positions.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from parallel_layers.outside_graphs import outside_graphs
+
+_BIASES: dict = {}
+_BLOCK_MASKS: dict = {}
+_FLEX = None  # torch.compile(flex_attention), made on first use on a CUDA device
+
+
+def band(q_positions: torch.Tensor, seq: int, window: int) -> torch.Tensor:
+    """(s_q, seq) boolean, True where the query at q_positions[i] may attend key j: 0 <= q - j < window."""
+    gap = q_positions.unsqueeze(1) - torch.arange(seq, device=q_positions.device).unsqueeze(0)
+    return (gap >= 0) & (gap < window)
+
+
+def band_bias(q_positions: torch.Tensor, seq: int, window: int, dtype: torch.dtype, key=None) -> torch.Tensor:
+    """The band as SDPA's additive mask (0 inside, -inf outside) in the queries' dtype: SDPA keeps a boolean mask's
+    float copy for its backward, a new one a call, where a float mask of its dtype is kept as it is; cached by `key`
+    (a shape's, and a cp rank's) outside compiled code and inference mode, as the rotary tables are."""
+    cache = key is not None and not torch.compiler.is_compiling() and not torch.is_inference_mode_enabled()
+    if cache and key in _BIASES:
+        return _BIASES[key]
+    with torch.no_grad():
+        keep = band(q_positions, seq, window)
+        bias = torch.zeros(keep.shape, dtype=dtype, device=q_positions.device).masked_fill_(~keep, float("-inf"))
+    if cache:
+        _BIASES[key] = bias
+    return bias
+
+
+@outside_graphs
+def _block_mask(q_positions: torch.Tensor, seq: int, window: int, key):
+    """FlexAttention's block mask of the band, built once a key (eagerly: a graph break on the first call only, then
+    a dictionary hit that compiled code reads as it is)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    if key is None or key not in _BLOCK_MASKS:
+        pos = q_positions
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            gap = pos[q_idx] - kv_idx
+            return (gap >= 0) & (gap < window)
+
+        block = create_block_mask(mask_mod, None, None, q_positions.shape[0], seq, device=q_positions.device)
+        if key is None:
+            return block
+        _BLOCK_MASKS[key] = block
+    return _BLOCK_MASKS[key]
+
+
+def flex_available() -> bool:
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:  # torch < 2.5
+        return False
+    return True
+
+
+def flex_band_attention(q, k, v, window: int, q_positions: torch.Tensor, key, scale: Optional[float] = None,
+                        compiled: bool = True):
+    """FlexAttention over the band (grouped query heads as they are); compiled unless `compiled` is False (the
+    unfused reference, forward only on the CPU)."""
+    global _FLEX
+    from torch.nn.attention.flex_attention import flex_attention
+    block = _BLOCK_MASKS.get(key) if key is not None else None
+    if block is None:
+        block = _block_mask(q_positions, k.shape[2], window, key)
+    fn = flex_attention
+    if compiled:
+        if _FLEX is None:
+            _FLEX = torch.compile(flex_attention)
+        fn = _FLEX
+    return fn(q, k, v, block_mask=block, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
+                     q_positions: Optional[torch.Tensor] = None, key=None, dropout_p: float = 0.0,
+                     scale: Optional[float] = None) -> torch.Tensor:
+    """Queries (b, nh, s_q, d) against keys and values (b, nkv, S, d) within the sliding window.  q_positions: the
+    queries' global positions (default 0 .. S - 1, s_q = S); key: what names those positions for the masks' caches
+    (default the plain sequence's)."""
+    seq = k.shape[2]
+    if q_positions is None:
+        q_positions, key = torch.arange(q.shape[2], device=q.device), ("seq",)
+    key = None if key is None else (key, q.shape[2], seq, window, str(q.device))  # positions unnamed: no cache
+    if q.is_cuda and dropout_p == 0.0 and flex_available():
+        return flex_band_attention(q, k, v, window, q_positions, key, scale)
+    bias = band_bias(q_positions, seq, window, q.dtype, None if key is None else key + (q.dtype,))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True, dropout_p=dropout_p, scale=scale)

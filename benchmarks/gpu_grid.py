@@ -116,6 +116,13 @@ def grid() -> list[tuple[str, list[str]]]:
                                     "--ffn-hidden", "5632", "--vocab", "32000", "--seq-len", "2048", "--mbs", "4",
                                     "--global-batch-size", "4", "--recompute", "none", "--qk-norm-whole",
                                     "--norms-after"]))
+    # a sliding window on parplan's runtime (the fifty-third session, CPU only until a GPU runs it): FlexAttention under
+    # the band's block mask in the compiled blocks (parallel_layers.window), every other layer within 1,024 of 8,192
+    # tokens (Gemma 2's pattern), the 1.3B llama's shape: whether the kernel skips the tiles the prediction leaves out
+    out.append(("window-1.3b-8k", ["--layers", "24", "--hidden", "2048", "--heads", "16", "--kv-heads", "16",
+                                   "--ffn-hidden", "5632", "--vocab", "32000", "--seq-len", "8192", "--mbs", "1",
+                                   "--global-batch-size", "1", "--recompute", "none", "--sliding-window", "1024",
+                                   "--full-attention-every", "2"]))
     # fits one H100 only with more than selective recomputation (the planner must choose it)
     out.append(("needs-recompute", ["--layers", "32", "--hidden", "3072", "--heads", "24", "--kv-heads", "8",
                                     "--ffn-hidden", "8192", "--vocab", "32000", "--seq-len", "4096", "--mbs", "4",

@@ -27,7 +27,8 @@
 # 4. the host probe at the launches' width (benchmarks/host_probe_width.py: 2026-12-06's launch-bound 1.3B runs
 #    dispatched 1.19x the probe's per block, none and full alike; at most 150 s, rows kept as they finish);
 # 5. the grid, with step 2's profile: the second MoE (8 experts: the dispatch per expert, with 2026-12-06's 16), the
-#    16-expert one again on this host, the dropout entry no H100 call has reached, the launch-bound 0.5B in both
+#    16-expert one again on this host, the dropout entry no H100 call has reached, a sliding window (FlexAttention in
+#    the compiled blocks, new in the fifty-third session), the launch-bound 0.5B in both
 #    recompute modes, then the rest until the call's time is spent (last, OLMo 2's block: whole-width q/k norms and
 #    the norms after the sublayers, new in the fifty-second session);
 # 6. grids.json (written after step 2), so that `python3 benchmarks/gpu_accuracy.py RESULTS` (CPU) re-predicts every
@@ -47,7 +48,7 @@ study "probe width" host_probe_width.json 150 20 60 python3 benchmarks/host_prob
 
 # 5. the grid
 echo "grid: $(( LIMIT - SECONDS )) s left"
-grid "$(cap 600 10)" moe-2.4b-e8-mbs2 moe-2.5b-e16-mbs2 gpt-1.3b-mbs4-none-dropout llama-0.5b-mbs1-none \
+grid "$(cap 600 10)" moe-2.4b-e8-mbs2 moe-2.5b-e16-mbs2 gpt-1.3b-mbs4-none-dropout window-1.3b-8k llama-0.5b-mbs1-none \
   llama-0.5b-mbs1-full llama-1.3b-mbs1-none llama-1.3b-mbs1-full llama-3b-mbs4-none mla-1.3b-mbs4-uprecompute \
   moe-mixed-2.4b-e16-mbs2 llama-0.5b-mbs4-full llama-1.3b-mbs4-full llama-3b-mbs4-full olmo2-1.3b-mbs4
 pack; echo "all done at ${SECONDS} s (on CPU afterwards: gpu_grid.py --summarize, gpu_accuracy.py $R)"

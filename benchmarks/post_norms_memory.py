@@ -1,12 +1,15 @@
 """Post-norms (ModelSpec.post_norms), or with --qk-norm q/k norms (ModelSpec.qk_norm; with --qk-norm-whole each over
-the whole q or k width, ModelSpec.qk_norm_whole), on parplan's runtime: the CPU allocator's peak against the memory
-model, with and without them, on 2 and 1 gloo ranks (uncompiled, as `parplan launch --device cpu` runs; compiled CPU
+the whole q or k width, ModelSpec.qk_norm_whole), or with --sliding-window a 64-token window in every other layer
+(ModelSpec.sliding_window, full_attention_every 2: Gemma 2's pattern), on parplan's runtime: the CPU allocator's peak
+against the memory model, with and without them, on 2 and 1 gloo ranks (uncompiled, as `parplan launch --device cpu` runs; compiled CPU
 launches' peaks moved by up to 8 MiB between sittings here, so they are left out).
 
     OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --out benchmarks/results/DATE-cpu-memory-post-norms
     OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --qk-norm --out benchmarks/results/DATE-cpu-memory-qk-norms
     OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --qk-norm-whole --out \
         benchmarks/results/DATE-cpu-memory-qk-norms-whole
+    OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --sliding-window --out \
+        benchmarks/results/DATE-cpu-memory-sliding-window
 
 Each case: `parplan recommend ... --json | parplan launch - --device cpu --steps 3 --memory-snapshot DIR`; the
 table is the report's cpu_memory (the largest rank's peak without gloo's collective buffers) against its prediction."""
@@ -30,12 +33,16 @@ CASES = {  # name -> layout flags
     "tp1": ["--gpus", "1", "--tp", "1"],
 }
 QK_CASES = {**CASES, "tp2": ["--gpus", "2", "--tp", "2", "--no-sp"]}  # (q/k norms: partial over tp without SP too)
+# (sliding windows: a cp rank's band over its two chunks' global positions, and the mask SDPA saves on the CPU)
+WINDOW_CASES = {**QK_CASES, "cp2": ["--gpus", "2", "--cp", "2"]}
+WINDOW = ["--sliding-window", "64", "--full-attention-every", "2"]
 
 
 def run(name: str, layout: list[str], post: bool, work: Path, option: str = "post-norms") -> dict:
     cli = [sys.executable, "-m", "planner.cli"]
-    off = "--no-qk-norm" if option == "qk-norm-whole" else f"--no-{option}"  # (whole-width norms against none)
-    plan = subprocess.run(cli + ["recommend", *SHAPE, *layout, f"--{option}" if post else off, "--json"],
+    off = ["--no-qk-norm"] if option == "qk-norm-whole" else [] if option == "sliding-window" else [f"--no-{option}"]
+    on = WINDOW if option == "sliding-window" else [f"--{option}"]
+    plan = subprocess.run(cli + ["recommend", *SHAPE, *layout, *(on if post else off), "--json"],
                           capture_output=True, text=True, check=True).stdout
     out = work / f"{name}-{'with' if post else 'plain'}"
     out.mkdir(parents=True, exist_ok=True)
@@ -56,11 +63,14 @@ def main() -> None:
     ap.add_argument("--qk-norm", action="store_true", help="q/k norms (ModelSpec.qk_norm) in place of post-norms")
     ap.add_argument("--qk-norm-whole", action="store_true", help="q/k norms over the whole q and k widths "
                     "(ModelSpec.qk_norm_whole: OLMo 2's) in place of post-norms")
+    ap.add_argument("--sliding-window", action="store_true", help="a 64-token window in every other layer "
+                    "(ModelSpec.sliding_window) in place of post-norms")
     a = ap.parse_args()
-    option, cases = (("qk-norm-whole", QK_CASES) if a.qk_norm_whole else ("qk-norm", QK_CASES) if a.qk_norm
-                     else ("post-norms", CASES))
+    option, cases = (("sliding-window", WINDOW_CASES) if a.sliding_window else ("qk-norm-whole", QK_CASES)
+                     if a.qk_norm_whole else ("qk-norm", QK_CASES) if a.qk_norm else ("post-norms", CASES))
     key = option.replace("-", "_")
-    title = {"qk-norm-whole": "Whole-width q/k norms", "qk-norm": "Q/k norms", "post-norms": "Post-norms"}[option]
+    title = {"qk-norm-whole": "Whole-width q/k norms", "qk-norm": "Q/k norms", "post-norms": "Post-norms",
+             "sliding-window": "A sliding window (64 tokens, every other layer)"}[option]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

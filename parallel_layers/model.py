@@ -76,6 +76,8 @@ _OP_SAC_SAVE = {getattr(torch.ops.aten, name).default
                 if hasattr(torch.ops.aten, name)}
 if hasattr(torch.ops, "_c10d_functional"):
     _OP_SAC_SAVE.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+if hasattr(torch.ops.higher_order, "flex_attention"):  # a sliding window's kernel on a GPU (parallel_layers.window),
+    _OP_SAC_SAVE.add(torch.ops.higher_order.flex_attention)  # saved as torchtitan's later lists save it
 
 
 def op_sac_context():

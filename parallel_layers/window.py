@@ -80,19 +80,23 @@ def flex_available() -> bool:
 
 def flex_band_attention(q, k, v, window: int, q_positions: torch.Tensor, key, scale: Optional[float] = None,
                         compiled: bool = True):
-    """FlexAttention over the band (grouped query heads as they are); compiled unless `compiled` is False (the
-    unfused reference, forward only on the CPU)."""
-    global _FLEX
+    """FlexAttention over the band (grouped query heads as they are): inside a compiled block as that block's graph
+    takes it (torch.compile lowers it to its fused kernel), outside one through a compiled FlexAttention of its own;
+    `compiled` False: the unfused reference (forward only on the CPU)."""
     from torch.nn.attention.flex_attention import flex_attention
     block = _BLOCK_MASKS.get(key) if key is not None else None
     if block is None:
         block = _block_mask(q_positions, k.shape[2], window, key)
-    fn = flex_attention
-    if compiled:
-        if _FLEX is None:
-            _FLEX = torch.compile(flex_attention)
-        fn = _FLEX
+    fn = _compiled_flex() if compiled and not torch.compiler.is_compiling() else flex_attention
     return fn(q, k, v, block_mask=block, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def _compiled_flex():
+    global _FLEX
+    if _FLEX is None:
+        from torch.nn.attention.flex_attention import flex_attention
+        _FLEX = torch.compile(flex_attention)
+    return _FLEX
 
 
 def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,

@@ -401,7 +401,7 @@ def test_the_h100_call_calibrates_then_studies_fp8_and_the_probe_then_runs_the_g
     timeouts = [int(c.split()[1]) for c in calls if c.startswith("timeout ")]
     assert timeouts[:6] == [300, 150, 120, 75, 75, 150] and 530 <= timeouts[6] <= 560, timeouts
     assert json.loads((results / "grids.json").read_text())["datasheet"] == "h100-sxm-80gb"
-    assert len(list((results / "grid").glob("*/report.json"))) == 14
+    assert len(list((results / "grid").glob("*/report.json"))) == 15
     assert len(list((results / "profiled").glob("*/report.json"))) == 2
     calls, out = _run_h200_call(tmp_path, results, script="gpu_h100.sh", gpu="H100 80GB HBM3")
     assert not [c for c in calls if c.startswith("timeout ")] and "fp8 ops: done already" in out

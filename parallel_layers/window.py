@@ -78,6 +78,11 @@ def flex_available() -> bool:
     return True
 
 
+def use_flex(q: torch.Tensor, dropout_p: float) -> bool:
+    """FlexAttention where it trains: a CUDA device, no attention dropout, a torch that has it."""
+    return q.is_cuda and dropout_p == 0.0 and flex_available()
+
+
 def flex_band_attention(q, k, v, window: int, q_positions: torch.Tensor, key, scale: Optional[float] = None,
                         compiled: bool = True):
     """FlexAttention over the band (grouped query heads as they are): inside a compiled block as that block's graph
@@ -109,7 +114,7 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     if q_positions is None:
         q_positions, key = torch.arange(q.shape[2], device=q.device), ("seq",)
     key = None if key is None else (key, q.shape[2], seq, window, str(q.device))  # positions unnamed: no cache
-    if q.is_cuda and dropout_p == 0.0 and flex_available():
+    if use_flex(q, dropout_p):
         return flex_band_attention(q, k, v, window, q_positions, key, scale)
     bias = band_bias(q_positions, seq, window, q.dtype, None if key is None else key + (q.dtype,))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True, dropout_p=dropout_p, scale=scale)

@@ -946,8 +946,9 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
         if m.window_binds(t.seq_len) and t.dropout:
             warnings.append("attention dropout beside a sliding window: the windowed layers run torch's "
                             "scaled_dot_product_attention under the band as a mask (FlexAttention has no dropout), "
-                            "whose kernel computes every tile of the scores, where the prediction counts a kernel "
-                            "that skips the tiles outside the band")
+                            "whose kernel computes every tile of the scores and which holds one seq_len x seq_len mask "
+                            "in the compute dtype (uncounted), where the prediction counts a kernel that skips the "
+                            "tiles outside the band")
         if t.framework == "deepspeed" and ((p.zero_stage == 3 and p.dp > 1) or p.pp > 1):
             warnings.append("the prediction models DeepSpeed's engine (blocking pipeline transfers, ZeRO-3 gathers one "
                             "weight ahead), not this runtime; re-plan with --framework parplan to compare")

@@ -153,3 +153,27 @@ def test_windowed_layouts_match_one_rank(runs, case):
     reference, layout = CASES[case]
     suite.check_against_one_rank(runs, case, reference, layout, (".wq.",), 1e-4, 1e-5)
 
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_flex_attention_inside_compiled_blocks(monkeypatch):
+    """What a GPU launch runs, forward, on the CPU: blocks compiled as launch compiles them, their windowed layers
+    through FlexAttention (forced here: it trains on a CUDA device only) under the block mask built outside the graphs
+    on the first call and read from the cache after; the same logits as the eager SDPA band."""
+    from parallel_layers import window
+    from parallel_layers.outside_graphs import compile_module
+    cfg = ModelConfig.from_plan(tiny_plan({**TINY_LLAMA, "sliding_window": 8, "full_attention_every": 2}))
+    ref, flex = (StageModule(cfg, list(range(4)), first=True, last=True, tp_group=None) for _ in range(2))
+    init_parameters(ref, 0)
+    init_parameters(flex, 0)
+    for block in flex.blocks:
+        compile_module(block)
+    x = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = ref(x)
+        monkeypatch.setattr(window, "use_flex", lambda q, p: True)
+        monkeypatch.setattr(window, "_BLOCK_MASKS", {})
+        first, again = flex(x), flex(x)
+    assert list(window._BLOCK_MASKS) == [(("seq",), 32, 32, 8, "cpu")]
+    torch.testing.assert_close(first, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(again, want, atol=1e-5, rtol=1e-5)

@@ -571,6 +571,32 @@ def compute_dtype(dtype: str, precision: str) -> str:
 # parplan's runtime (parallel_layers.window: FlexAttention under a block mask of the band on a GPU, which skips them
 # too).  torchtitan's llama and Megatron-DeepSpeed attend over the whole causal prefix.
 WINDOW_FRAMEWORKS = ("megatron", "parplan")
+# torchtitan's gpt_oss model (torchtitan/models/gpt_oss: the flavors of gpt-oss-20b's and -120b's shapes, which its
+# export picks for those shapes) attends its even blocks (layer_id % 2 == 0) within the window through FlexAttention
+# under a sliding-window block mask; its llama and other MoE models over the whole prefix
+TITAN_WINDOW_PRESETS = ("gpt-oss-20b", "gpt-oss-120b")
+# the shape a torchtitan MoE flavor is matched by (planner.export._titan_moe_model)
+MOE_SHAPE = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "experts", "experts_per_token",
+             "shared_expert_ffn", "first_dense_layers", "moe_layer_step", "dense_ffn_hidden", "tied_embeddings",
+             "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim")
+
+
+@lru_cache(maxsize=None)
+def preset_moe_shape(name: str) -> tuple:
+    from .models import load_preset
+    spec = load_preset(name)
+    return tuple(getattr(spec, k) for k in MOE_SHAPE)
+
+
+def trains_window(spec: ModelSpec, framework: str) -> bool:
+    """Whether the framework trains the model's sliding window (WINDOW_FRAMEWORKS, and torchtitan for gpt-oss's shapes:
+    TITAN_WINDOW_PRESETS); elsewhere it attends over the whole prefix and is predicted so."""
+    if framework in WINDOW_FRAMEWORKS:
+        return True
+    if framework != "torchtitan" or not spec.experts or not spec.sliding_window:
+        return False
+    shape = tuple(getattr(spec, k) for k in MOE_SHAPE)
+    return any(preset_moe_shape(name) == shape for name in TITAN_WINDOW_PRESETS)
 
 
 def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
@@ -584,7 +610,7 @@ def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
         m = replace(m, mla_input_gathered=True)
     if framework == "torchtitan" and m.moe:  # its MoE layer saves its own tensors (ModelDims.titan_moe)
         m = replace(m, titan_moe=True)
-    return m if framework in WINDOW_FRAMEWORKS else replace(m, window=0, windowed_layers=0)
+    return m if trains_window(spec, framework) else replace(m, window=0, windowed_layers=0)
 
 
 def training_consts(tr: Training) -> TrainingConsts:

@@ -58,8 +58,8 @@ from cost_models.layout import ModelDims, model_stage_layers, titan_layer_sac_fr
 from cost_models.memory import deepspeed_bf16_optimizer_steps
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.hf_config import checkpoint_differences
-from planner.core import (FORMAT_FRAMEWORK as _CORE_FORMAT_FRAMEWORK, WINDOW_FRAMEWORKS, default_stage_layers,
-                          deepspeed_bf16_optimizer)
+from planner.core import (FORMAT_FRAMEWORK as _CORE_FORMAT_FRAMEWORK, MOE_SHAPE, default_stage_layers,
+                          deepspeed_bf16_optimizer, preset_moe_shape, trains_window)
 from planner.schema import Plan
 from planner.toml_text import toml_value
 
@@ -1178,7 +1178,7 @@ def _full_attention_note(plan: Plan, to: str, trains: str = "Megatron-LM trains 
     m, t = plan.model, plan.training
     if not m.window_binds(t.seq_len):
         return []
-    counted = "as the prediction counts it" if t.framework not in WINDOW_FRAMEWORKS else \
+    counted = "as the prediction counts it" if not trains_window(m, t.framework) else \
         f"which this plan's prediction (for {t.framework}) does not count"
     return [f"sliding window {m.sliding_window}: {to} attends over the whole prefix in every layer, {counted}; {trains}"]
 
@@ -1260,9 +1260,6 @@ _TITAN_MOE_FLAVORS = {"qwen3-30b-a3b": ("qwen3", "30B-A3B"), "qwen3-235b-a22b": 
 # torchtitan 0.2.2's train specs without a pipelining_fn (Trainer: "Pipeline Parallel is enabled but ... does not
 # support pipelining")
 _TITAN_NO_PIPELINE = ("qwen3", "gpt_oss")
-_MOE_SHAPE = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "experts", "experts_per_token",
-              "shared_expert_ffn", "first_dense_layers", "moe_layer_step", "dense_ffn_hidden", "tied_embeddings",
-              "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim")
 # what torchtitan's deepseek_v3 flavors run beside the plan's blocks
 _TITAN_DEEPSEEK_NOTE = ("deepseek_v3: torchtitan's flavors run FlexAttention with a block-causal mask (attn_type "
                         "\"flex\"), which the plan times as the profile's fused causal attention, and its router's "
@@ -1275,17 +1272,17 @@ def _titan_moe_model(m) -> tuple[str, str, list[str]]:
     """(torchtitan model name, flavor, notes) for a mixture of experts: a built-in flavor of its shape
     (_TITAN_MOE_FLAVORS), else a flavor to register in torchtitan's qwen3 model (routed SwiGLU experts, softmax top-k
     router, every block an MoE one), whose arguments the note gives."""
-    from planner.models import load_preset
-    shape = tuple(getattr(m, k) for k in _MOE_SHAPE)
+    shape = tuple(getattr(m, k) for k in MOE_SHAPE)
     for preset, (name, flavor) in _TITAN_MOE_FLAVORS.items():
-        if tuple(getattr(load_preset(preset), k) for k in _MOE_SHAPE) == shape:
+        if preset_moe_shape(preset) == shape:
             notes = []
             if name == "deepseek_v3":
                 notes.append(_TITAN_DEEPSEEK_NOTE)
             elif name == "gpt_oss":
                 notes.append("gpt_oss: torchtitan's model is the real one (attention sinks, biases, clamped SwiGLU, "
-                             "banded-window layers), which the plan counts as llama blocks over full attention: 0.03 % "
-                             "more parameters than predicted, and its windowed layers attend over less")
+                             "banded-window layers), which the plan counts as llama blocks with the same windows "
+                             "(--framework torchtitan: FlexAttention under its sliding-window mask in the even "
+                             "blocks): 0.03 % more parameters than predicted, the sinks' rescaling uncounted")
             elif name == "qwen3":
                 notes.append("qwen3: torchtitan's model adds per-head q/k RMSNorms, which the plan does not count: "
                              "their passes and what they save for the backward (at least their inputs, the q and k "
@@ -1344,9 +1341,10 @@ def _torchtitan(plan: Plan, release: str | None = None) -> tuple[str, list[str]]
     m, t, p = plan.model, plan.training, plan.parallel
     new = release == "0.2"
     sac_freq = titan_layer_sac_frequency(plan)
-    notes: list[str] = _full_attention_note(plan, "torchtitan's llama3") + (
-        [] if sac_freq else _titan_whole_blocks_note(plan))
     moe_model = _titan_moe_model(m) if m.is_moe else None
+    windowed = moe_model is not None and moe_model[0] == "gpt_oss"  # (its model trains the window: trains_window)
+    notes: list[str] = ([] if windowed else _full_attention_note(plan, "torchtitan's llama3")) + (
+        [] if sac_freq else _titan_whole_blocks_note(plan))
     if moe_model:
         notes += _checkpoint_note(m) + moe_model[2]
     else:

@@ -1157,8 +1157,9 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         if irregular:
             how = "counted as full attention by every framework (a pattern ModelSpec cannot say)"
         else:
-            how = (f"counted as full attention at seq_len {seq_len} under --framework torchtitan, deepspeed and fsdp, "
-                   "which attend over the whole prefix (parplan's runtime and Megatron-LM train the window)")
+            how = (f"counted as full attention at seq_len {seq_len} under --framework torchtitan (but its gpt_oss "
+                   "model), deepspeed and fsdp, which attend over the whole prefix (parplan's runtime and Megatron-LM "
+                   "train the window)")
         window_note = f"{local} attend within a {window}-token window, {how}"
         notes.append(window_note)
     if irregular:

@@ -193,14 +193,14 @@ def compact_counts(counts) -> str:
 
 def _window_text(plan: Plan) -> str:
     """The model line's sliding window, and whether this plan's framework trains it (planner.core.model_dims)."""
-    from .core import WINDOW_FRAMEWORKS
+    from .core import trains_window
     m, t = plan.model, plan.training
     if not m.windowed_layers:
         return ""
     text = f", {m.windowed_layers} of {m.layers} layers within a {m.sliding_window}-token window"
     if not m.window_binds(t.seq_len):
         return text
-    return text + (" (counted)" if t.framework in WINDOW_FRAMEWORKS else f" (counted as full: {t.framework} attends "
+    return text + (" (counted)" if trains_window(m, t.framework) else f" (counted as full: {t.framework} attends "
                                                                       "over the whole prefix)")
 
 

@@ -121,7 +121,8 @@ class ModelSpec(Strict):
         None, gt=0, description="Sliding-window attention: a windowed layer's query attends to at most this many keys, "
         "itself included (Hugging Face's sliding_window: Mistral 7B v0.1 4096, Gemma 2 4096, Gemma 3 1024).  None = "
         "every layer attends to the whole causal prefix.  Counted where the framework trains the window (Megatron-LM's "
-        "--window-size, parplan's runtime); torchtitan and DeepSpeed run full causal attention, and are predicted so.")
+        "--window-size, parplan's runtime, torchtitan's gpt_oss model); torchtitan's llama and DeepSpeed run full causal "
+        "attention, and are predicted so.")
     full_attention_every: Optional[int] = Field(
         None, gt=0, description="With sliding_window: every k-th layer (numbered from 1) attends to the whole prefix and "
         "the others within the window (Megatron-LM's --window-attn-skip-freq; Gemma 2: 2, Gemma 3: its "

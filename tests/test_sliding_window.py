@@ -138,3 +138,27 @@ def test_causal_mfu_counts_the_bands_pairs():
         peak = plan.prediction.model_tflops_per_gpu * 1e12 / plan.prediction.mfu
         expected = plan.prediction.tokens_per_s / plan.hardware.gpus * causal / peak
         assert mfu_causal(plan, None) == pytest.approx(expected, rel=1e-9)
+
+
+def test_torchtitan_trains_gpt_oss_windows_only():
+    """torchtitan's gpt_oss model (the flavor its export picks for gpt-oss-20b's and -120b's shapes) attends its even
+    blocks within the window (FlexAttention under a sliding-window mask): counted under --framework torchtitan there,
+    and nowhere else under torchtitan (a windowed MoE of another shape is exported as the qwen3 model, full attention);
+    the export says which."""
+    from planner.core import trains_window
+    oss = load_preset("gpt-oss-20b")
+    assert trains_window(oss, "torchtitan") and trains_window(oss, "parplan") and not trains_window(oss, "deepspeed")
+    other = oss.model_copy(update={"layers": oss.layers - 2, "name": "custom"})
+    assert not trains_window(other, "torchtitan") and not trains_window(load_preset("mistral-7b"), "torchtitan")
+    from planner.search import Pins
+    kw = dict(gpus=8, seq_len=8192, framework="torchtitan", global_batch_size=64, pins=Pins(pp=1))
+    a = recommend(oss, **kw)
+    b = evaluate_plan(a.model_copy(update={"model": oss.model_copy(update={"sliding_window": None,
+                                                                             "full_attention_every": None})}))
+    assert a.prediction.step_time_s < b.prediction.step_time_s
+    assert model_dims(a.model, 8192, "torchtitan").windowed_layers == 12
+    notes = export_notes(a, "torchtitan-0.2")
+    assert not any("attends over the whole prefix" in n for n in notes)
+    assert any("llama blocks with the same windows" in n for n in notes)
+    c = recommend(other, **kw)
+    assert any("attends over the whole prefix" in n for n in export_notes(c, "torchtitan-0.2"))

@@ -21,7 +21,7 @@ import numpy as np
 
 from .layout import PRECISION_RECIPES, REC_FULL, REC_SELECTIVE, REC_SELECTIVE_OP, ModelDims
 from . import moe
-from .params import mla_projections, op_sac_recomputed_matmuls, titan_op_sac_matmuls
+from .params import block_norms, mla_projections, op_sac_recomputed_matmuls, titan_op_sac_matmuls
 
 
 def gemm_time(flops, hw):
@@ -256,7 +256,10 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
         (gpt: GeLU 2a forward, 3a backward)
       GQA: none (SDPA's enable_gqa); the attention output's reshape is a view.
       the input gradient of linears sharing an input (q, k, v; gate, up): one sum per extra    3a per h
-      gpt: row-parallel biases added after the reduction (3a per h, x2), bias gradients (a per output); llama's
+      gpt: row-parallel biases added after the reduction (2a per h, x2: the bias an h-vector), bias gradients (a per
+        output); attention and MLP side by side (ModelDims.parallel_block): one norm, one input-gradient sum more (the
+        five, or four, linears on the norm's output), one residual add and the output projections' partial sums added
+        on the whole sequence, one residual-gradient sum, gpt's two output biases added and summed once; llama's
         q/k/v biases where the model has them (ModelDims.qkv_bias): their gradients, a per q, k and v output
       hidden dropout (parallel_layers.dropout), per h, x2: forward the mask drawn (1) and applied by
         native_dropout_backward (a + 1 read, a written); backward the same product on the gradient  2a + 2, 2a + 1
@@ -271,6 +274,10 @@ def layer_elementwise_time(m: ModelDims, lay, hw, act_bytes: int, dropout: bool 
         return _parplan_eager_time(m, lay, hw, a, dropout, tokens, seq_split)
     if fused:
         outside = 10 * m.hidden / seq_split * a
+        if m.parallel_block:
+            # attention and MLP side by side (ModelDims.parallel_block): one norm, one residual add, and the two output
+            # projections' partial sums added before their one reduction (read 2h, write h, on the whole sequence)
+            outside = 5 * m.hidden / seq_split * a + 3 * m.hidden * a
         inside = ((2 * (m.q_width + m.kv_width) + 3 * m.ffn) if llama else 2 * m.ffn) / lay.tp * a
         act_elems = (3 if llama else 2) * m.ffn / lay.tp * a
     else:
@@ -337,8 +344,14 @@ def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, se
     h = m.hidden / seq_split
     # the input gradient of column-parallel linears that share an input (q, k, v; llama's gate and up) is
     # one sum per extra linear, on the whole sequence (inside the TP region)
-    sums = (2 + (1 if llama else 0)) * 3 * a * m.hidden
+    # (side by side, ModelDims.parallel_block: the five, or gpt's four, input projections share one input)
+    sums = ((4 if llama else 3) if m.parallel_block else (2 + (1 if llama else 0))) * 3 * a * m.hidden
     norm_f, norm_b = _parplan_eager_norm_bytes(m, a)
+    # the residual adds, forward, and the backward's sums of the residual's gradient and the norm's: two each, or side
+    # by side one residual add beside the two output projections' partial sums added on the whole sequence before their
+    # one reduction (whose backward hands both the same gradient), and one sum
+    adds_f = (3 * a * h + 3 * a * m.hidden) if m.parallel_block else 2 * 3 * a * h
+    adds_b = 3 * a * h if m.parallel_block else 2 * 3 * a * h
     if llama:
         qk = (m.q_width + m.kv_width) / lay.tp
         inside_f, inside_b = 10 * a * qk + 5 * a * m.ffn / lay.tp, 15 * a * qk + 24 * a * m.ffn / lay.tp + sums
@@ -346,18 +359,21 @@ def _parplan_eager_time(m: ModelDims, lay, hw, a: int, dropout: bool, tokens, se
     else:
         # row-parallel biases are added after the reduction (2 adds); every bias gradient is a sum of its
         # layer's output gradient over the tokens
-        bias_grads = a * ((m.q_width + 2 * m.kv_width + m.ffn) / lay.tp + 2 * h)
-        inside_f = 2 * a * m.ffn / lay.tp + 2 * 3 * a * h
+        # (side by side: the two output biases added together after the one reduction, one add and one gradient sum;
+        # an add of a bias reads the output and writes it, 2a, the bias itself an h-vector)
+        out_biases = 1 if m.parallel_block else 2
+        bias_grads = a * ((m.q_width + 2 * m.kv_width + m.ffn) / lay.tp + out_biases * h)
+        inside_f = 2 * a * m.ffn / lay.tp + out_biases * 2 * a * h
         inside_b = 3 * a * m.ffn / lay.tp + sums + bias_grads
         act_elems = 2 * a * m.ffn / lay.tp
     drop_f, drop_b = (2 * (2 * a + 2) * h, 2 * (2 * a + 1) * h) if dropout else (0.0, 0.0)
-    norms = 4 if m.post_norms else 2  # (post-norms: the same Norm on each sublayer's output, ModelDims.post_norms)
+    norms = block_norms(m.post_norms, m.parallel_block)  # (post-norms: the same Norm on each sublayer's output)
     # q/k norms (ModelDims.qk_norm): the same Norm on every query and key head, the rank's heads on the whole sequence
     qk_norms = (m.q_width + m.kv_width) / lay.tp if m.qk_norm else 0.0
     qk_stats = _parplan_qk_norm_stats(m)
-    fwd = tokens * ((norms * norm_f + 2 * 3 * a) * h + qk_norms * (norm_f + qk_stats) + inside_f + drop_f
+    fwd = tokens * (norms * norm_f * h + adds_f + qk_norms * (norm_f + qk_stats) + inside_f + drop_f
                     ) / hw.hbm_bytes_per_s
-    bwd = tokens * ((norms * norm_b + 2 * 3 * a) * h + qk_norms * (norm_b + qk_stats) + inside_b + drop_b
+    bwd = tokens * (norms * norm_b * h + adds_b + qk_norms * (norm_b + qk_stats) + inside_b + drop_b
                     ) / hw.hbm_bytes_per_s + qkv_bias_grad_time(m, lay, hw, a, tokens)
     return fwd, bwd, tokens * act_elems / hw.hbm_bytes_per_s
 

@@ -106,6 +106,10 @@ class ModelDims:
     # q/k/v projection biases of llama-arch blocks (ModelSpec.qkv_bias: Qwen2): their parameters, split over tp with the
     # projections (memory.layer_params_per_gpu), and their gradients' sum over the tokens (compute.layer_elementwise_time)
     qkv_bias: bool = False
+    # attention and MLP side by side on one norm (ModelSpec.parallel_block: GPT-J, Command R), as the framework trains
+    # them (planner.core.model_dims: parplan's runtime only): one norm's parameters, input and output saved
+    # (memory), one norm's pass (compute), one tensor-parallel collective a direction (total.block_comm)
+    parallel_block: bool = False
     # a norm on each sublayer's output before its residual add (ModelSpec.post_norms: Gemma 2 / 3, GLM-4; every
     # framework trains them, parplan's runtime too: parallel_layers.model.Block); their
     # saved inputs and statistics (memory.activation_bytes_per_layer) and their pass (compute.layer_elementwise_time)
@@ -213,7 +217,7 @@ class ModelDims:
                    dense_ffn=spec.dense_ffn_hidden or 0, q_lora=spec.q_lora_rank or 0, kv_lora=spec.kv_lora_rank or 0,
                    rope=spec.qk_rope_head_dim or 0, v_dim=spec.v_head_dim or 0, mtp=spec.mtp_layers or 0,
                    qk_norm=bool(spec.qk_norm), qk_norm_whole=bool(spec.qk_norm and spec.qk_norm_whole),
-                   qkv_bias=bool(spec.qkv_bias),
+                   qkv_bias=bool(spec.qkv_bias), parallel_block=bool(spec.parallel_block),
                    post_norms=bool(spec.post_norms))
 
 

@@ -22,7 +22,7 @@ from .layout import (PRECISION_RECIPES, REC_FULL, REC_NONE, REC_SELECTIVE, REC_S
                      recomputed_share, split_by_share, stage_layers, virtual_stage_blocks, zero_shards,
                      deepspeed_comm_casts, distinct_rows, rank_dense_blocks)
 from . import moe, zero3
-from .params import layer_other_params, mla_projections, titan_op_sac_kept_width
+from .params import block_norms, layer_other_params, mla_projections, titan_op_sac_kept_width
 from .compute import grad_reduce_overlaps
 
 
@@ -42,7 +42,7 @@ def layer_params_per_gpu(m: ModelDims, tp, ep=1):
     norm weights (and the row-parallel output biases) replicated.  A mixture of experts' block: the attention
     as a dense one's, the router replicated, and the rank's E / ep experts whole (moe.expert_params_per_gpu)."""
     attn, attn_whole = attention_params_split(m)
-    norms = (4 if m.post_norms else 2) * m.hidden  # RMSNorm weights (post-norms: ModelDims.post_norms)
+    norms = block_norms(m.post_norms, m.parallel_block) * m.hidden  # RMSNorm weights (params.block_norms)
     if m.qkv_bias:  # Qwen2's q/k/v biases (ModelDims.qkv_bias), split over tp with their projections
         attn = attn + m.q_width + 2 * m.kv_width
     if m.moe:  # (a shared expert is tensor-parallel, as a dense MLP)
@@ -54,7 +54,7 @@ def layer_params_per_gpu(m: ModelDims, tp, ep=1):
         return matmul / tp + attn_whole + norms
     split_bias = m.q_width + 2 * m.kv_width + m.ffn
     replicated = layer_other_params(m.arch, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn,
-                                    post_norms=m.post_norms) - split_bias
+                                    post_norms=m.post_norms, parallel_block=m.parallel_block) - split_bias
     return (matmul + split_bias) / tp + replicated
 
 
@@ -131,7 +131,10 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     T = lay.mbs * m.seq_len / lay.cp
     tp = lay.tp
     seq_split = np.where(lay.sp > 0, tp, 1)
-    outside = 2 * m.hidden / seq_split + 2 * m.hidden / np.where(sp_saves_gathered, 1, seq_split)
+    # (attention and MLP side by side, ModelDims.parallel_block: one norm, its input and its output once, the output
+    # read by the five input projections together)
+    n_norms = 1 if m.parallel_block else 2
+    outside = n_norms * m.hidden / seq_split + n_norms * m.hidden / np.where(sp_saves_gathered, 1, seq_split)
     mlp = 3 * m.ffn if m.arch == "llama" else 2 * m.ffn
     cp_saved = cp_saves_gathered_kv & (lay.cp > 1) & (lay.recompute != REC_SELECTIVE)
     cp_kv = np.where(cp_saved, lay.cp, 1)
@@ -140,7 +143,7 @@ def activation_bytes_per_layer(m: ModelDims, lay, act_bytes: int, flash: bool, d
     # + the two norms' fp32 statistics, per token they see: RMSNorm saves its rstd (4 B), LayerNorm its mean and
     # rstd (8 B: torch's native_layer_norm, apex's FusedLayerNorm mean/invvar, Transformer Engine's mu/rsigma)
     norm_stats = 16 if m.arch == "gpt" else 8
-    elems = (outside + inside) * act_bytes + norm_stats / seq_split
+    elems = (outside + inside) * act_bytes + norm_stats * n_norms / 2 / seq_split
     if m.qk_norm:
         # q/k norms (ModelDims.qk_norm; Qwen3's per-head RMSNorms): each saves its input, the q or k projection's
         # output, which nothing else keeps (the attention saves q and k after rotary, the projections their input),

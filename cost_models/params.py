@@ -88,15 +88,23 @@ def layer_matmul_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden, mla
                                                                                                     ffn_hidden)
 
 
+def block_norms(post_norms: bool = False, parallel_block: bool = False) -> int:
+    """Norms of one block: two (the sublayers' input norms), four with post-norms (ModelSpec.post_norms), one where
+    attention and MLP share it (ModelSpec.parallel_block)."""
+    return 1 if parallel_block else 4 if post_norms else 2
+
+
 def layer_other_params(arch, hidden, heads, kv_heads, head_dim, ffn_hidden, mla: Mla | None = None,
-                       post_norms: bool = False, qkv_bias: bool = False):
+                       post_norms: bool = False, qkv_bias: bool = False, parallel_block: bool = False):
     """Norm weights and biases of one block (multi-head latent attention: its latents' two RMSNorms too; post-norms,
-    ModelSpec.post_norms: two norms more; qkv_bias, ModelSpec.qkv_bias: llama's q/k/v projection biases)."""
-    if arch == "llama":  # two RMSNorm weight vectors (four with post-norms), and Qwen2's q/k/v biases
-        return ((4 if post_norms else 2) * hidden + (mla.latent_norms() if mla is not None else 0)
+    ModelSpec.post_norms: two norms more; qkv_bias, ModelSpec.qkv_bias: llama's q/k/v projection biases;
+    parallel_block, ModelSpec.parallel_block: one norm)."""
+    norms = block_norms(post_norms, parallel_block)
+    if arch == "llama":  # RMSNorm weight vectors, and Qwen2's q/k/v biases
+        return (norms * hidden + (mla.latent_norms() if mla is not None else 0)
                 + ((heads + 2 * kv_heads) * head_dim if qkv_bias else 0))
-    # gpt: qkv bias + out bias + fc1 bias + fc2 bias + 2 LayerNorms (weight+bias), 4 with post-norms
-    return (heads + 2 * kv_heads) * head_dim + hidden + ffn_hidden + hidden + (8 if post_norms else 4) * hidden
+    # gpt: qkv bias + out bias + fc1 bias + fc2 bias + the LayerNorms (weight+bias)
+    return (heads + 2 * kv_heads) * head_dim + hidden + ffn_hidden + hidden + 2 * norms * hidden
 
 
 def spec_dims(spec):
@@ -112,7 +120,8 @@ def param_counts(spec, seq_len: int | None = None) -> dict:
     arch, L, h, a, kv, d, f, V, tied = spec_dims(spec)
     mla = spec.mla
     per_layer_matmul = layer_matmul_params(arch, h, a, kv, d, f, mla)
-    per_layer_other = layer_other_params(arch, h, a, kv, d, f, mla, bool(spec.post_norms), bool(spec.qkv_bias))
+    per_layer_other = layer_other_params(arch, h, a, kv, d, f, mla, bool(spec.post_norms), bool(spec.qkv_bias),
+                                         bool(spec.parallel_block))
     # a mixture of experts (ModelSpec.experts): E experts of f each and the router (h x E, counted with the norms);
     # a token's matmuls (what its FLOPs count) are the attention's and k experts'
     E, k = spec.experts or 0, spec.experts_per_token or 0

@@ -266,7 +266,10 @@ def block_comm(m: ModelDims, tr, hw, lay, bt: dict) -> SimpleNamespace:
     # takes the rank's sequence shard): the attention's collectives only, half a dense block's, unless a shared expert
     # (tensor-parallel as a dense MLP, on the gathered sequence) or a framework that gathers the MoE layer's input as a
     # dense MLP's (TrainingConsts.moe_input_gathered: torchtitan) brings the MLP's back
-    halves = 1 if m.moe and not m.shared_ffn and not tr.moe_input_gathered else 2
+    # Attention and MLP side by side (ModelDims.parallel_block: parplan's runtime) take one collective a direction too:
+    # their five input projections read one gathered input (one input-gradient reduction), their two output
+    # projections' partial sums are reduced together
+    halves = 1 if (m.moe and not m.shared_ffn and not tr.moe_input_gathered) or m.parallel_block else 2
     n_coll = halves * (2 + full) + op
     tp_block = n_coll * t_ar
     tp_moved = n_coll * moved_ar

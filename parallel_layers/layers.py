@@ -399,11 +399,15 @@ class RowParallelLinear(_ShardedModule):
             self._new_param("bias", ShardSpec(f"{name}.bias", (out_features,), None, "zeros",
                                               sp_partial_grad=sequence_parallel and self.tp_size > 1))
 
-    def forward(self, x):
+    def forward(self, x, reduce: bool = True):
+        """reduce False: the rank's partial sums, without the bias, for the caller to reduce with another layer's (a
+        parallel block's attention and MLP outputs: parallel_layers.model.Block)."""
         # partial sums, (b, s, out); through _TPLinears on a group of one (no collective) where the weight
         # gradient is accumulated by a fused GEMM
         y = _apply_linears(_TPLinears, x, None, [self.weight], [None], self.fp8)[0] \
             if _fused([self.weight]) or self.fp8 else F.linear(x, self.weight)
+        if not reduce:
+            return y
         if self.sequence_parallel:
             y = reduce_scatter_to_sequence_parallel_region(y, self.tp_group)  # (b, s/tp, out)
         else:

@@ -59,7 +59,8 @@ from parallel_layers.context_parallel import chunk_starts, cp_attention, gather_
 from parallel_layers.data import stable_seed
 from parallel_layers.dropout import DropoutState, attention_dropout_p, attention_rng, dropout_layer_key, hidden_dropout
 from parallel_layers.outside_graphs import outside_graphs
-from parallel_layers.mappings import _all_reduce, _size, copy_to_tp_region, gather_from_sequence_parallel_region
+from parallel_layers.mappings import (_all_reduce, _size, copy_to_tp_region, gather_from_sequence_parallel_region,
+                                     reduce_from_tp_region, reduce_scatter_to_sequence_parallel_region)
 from parallel_layers.moe import MoEMLP, MoEState
 from parallel_layers.rebuild import RebuiltForBackward
 from parallel_layers.window import window_attention
@@ -144,6 +145,9 @@ class ModelConfig:
     norms_after: bool = False
     # biases on a llama block's q, k and v projections (ModelSpec.qkv_bias: Qwen2; Attention's wq / wk / wv)
     qkv_bias: bool = False
+    # attention and MLP side by side on one norm, their outputs added to the residual together (ModelSpec.parallel_block:
+    # GPT-J, Command R; Block)
+    parallel_block: bool = False
     # sliding-window attention (ModelSpec.sliding_window, full_attention_every; parallel_layers.window): a windowed
     # layer's query attends the `sliding_window` keys up to itself; every full_attention_every-th layer (from 1)
     # attends the whole prefix (None: none does)
@@ -177,7 +181,7 @@ class ModelConfig:
                    q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim,
                    post_norms=bool(m.post_norms), qk_norm=bool(m.qk_norm),
                    qk_norm_whole=bool(m.qk_norm and m.qk_norm_whole), norms_after=bool(m.norms_after),
-                   qkv_bias=bool(m.qkv_bias), sliding_window=m.sliding_window,
+                   qkv_bias=bool(m.qkv_bias), parallel_block=bool(m.parallel_block), sliding_window=m.sliding_window,
                    full_attention_every=m.full_attention_every)
 
 
@@ -431,6 +435,11 @@ class Attention(nn.Module):
     def forward(self, x, key: Optional[torch.Tensor] = None):
         q, k, v = column_parallel_linears(x, [self.wq, self.wk, self.wv], self.tp_group,
                                           sequence_parallel=self.sp)  # (b, s, width/tp), full sequence
+        return self.wo(self.attend(q, k, v, key))
+
+    def attend(self, q, k, v, key: Optional[torch.Tensor] = None):
+        """The attention of the q, k and v projections' outputs (b, s, width/tp each, the whole sequence), before the
+        output projection: (b, s, heads/tp x head_dim)."""
         b, s, _ = q.shape
         # local head counts: the reshape must use heads/tp and kv_heads/tp
         q = q.view(b, s, self.local_heads, self.head_dim)
@@ -443,7 +452,7 @@ class Attention(nn.Module):
             q, k = self._normed_heads(q, k)
         if self.cp > 1:
             o = self._context_parallel(q, k, v, key, norms_inside)
-            return self.wo(o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim))
+            return o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)
         core = (functools.partial(_core_attention_rope, theta=self.rope_theta, window=self.window) if self.rope
                 else functools.partial(_core_attention, window=self.window))
         if attention_dropout_p(self.dropout, key) > 0:
@@ -454,8 +463,7 @@ class Attention(nn.Module):
             o = checkpoint(core, q, k, v, use_reentrant=False)  # (b, nh/tp, s, d)
         else:
             o = core(q, k, v)
-        o = o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)
-        return self.wo(o)  # (b, s, h) or (b, s/tp, h) with SP
+        return o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)
 
     def _normed_heads(self, q, k):
         """q (b, s, nh/tp, d) and k (b, s, nkv/tp, d) as the attention takes them, (b, heads, s, d): normed per head
@@ -740,12 +748,18 @@ class MLP(nn.Module):
             return checkpoint(F.gelu if self.gpt else _swiglu, *args, use_reentrant=False)
         return F.gelu(*args) if self.gpt else _swiglu(*args)
 
+    def inputs(self) -> list:
+        """The column-parallel linears that read the MLP's input (fc1; gate and up)."""
+        return [self.fc1] if self.gpt else [self.gate, self.up]
+
+    def output(self):
+        """The row-parallel linear that writes its output (fc2; down)."""
+        return self.fc2 if self.gpt else self.down
+
     def forward(self, x):
-        if self.gpt:
-            (y,) = column_parallel_linears(x, [self.fc1], self.tp_group, sequence_parallel=self.sp)  # (b, s, f/tp)
-            return self.fc2(self._act(y))
-        gate, up = column_parallel_linears(x, [self.gate, self.up], self.tp_group, sequence_parallel=self.sp)
-        return self.down(self._act(gate, up))
+        # (b, s, f/tp) each, the whole sequence
+        return self.output()(self._act(*column_parallel_linears(x, self.inputs(), self.tp_group,
+                                                                 sequence_parallel=self.sp)))
 
 
 class Block(nn.Module):
@@ -777,7 +791,11 @@ class Block(nn.Module):
         self.norm1 = Norm(cfg, tp_group, name=f"layers.{i}.norm1", sequence_parallel=sp) if pre else None
         self.attn = (MLAttention(cfg, i, tp_group, sp, recompute, cp_group, mla_recompute) if cfg.kv_lora_rank
                      else Attention(cfg, i, tp_group, sp, recompute, cp_group))
-        self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp) if pre else None
+        # attention and MLP side by side on norm1 (ModelConfig.parallel_block: GPT-J, Command R): no second norm
+        self.parallel = cfg.parallel_block
+        self.tp_group, self.sp = tp_group, sp
+        self.norm2 = Norm(cfg, tp_group, name=f"layers.{i}.norm2", sequence_parallel=sp) \
+            if pre and not self.parallel else None
         # post-norms (ModelConfig.post_norms, or norms_after's two): the same Norm on the attention's and the MLP's
         # outputs, on the rank's sequence shard with SP (a row-parallel output is reduce-scattered before it), whole
         # without
@@ -810,6 +828,8 @@ class Block(nn.Module):
 
     def _forward(self, x, key=None):
         drop, layer, rows = self.attn.dropout, self.attn.dropout_layer, self.attn.dropout_layer_rows
+        if self.parallel:
+            return self._parallel_forward(x, key)
         a = self.attn(x if self.norm1 is None else self.norm1(x), key)
         if self.post_norm1 is not None:
             a = self.post_norm1(a)
@@ -826,6 +846,24 @@ class Block(nn.Module):
 
     def _mlp(self, h):
         return self.mlp(h) if self.shared_mlp is None else self.mlp(h) + self.shared_mlp(h)
+
+    def _parallel_forward(self, x, key=None):
+        """x + attention(norm1(x)) + mlp(norm1(x)) (ModelConfig.parallel_block), with one tensor-parallel collective a
+        direction: the attention's q, k, v and the MLP's input projections read norm1's output together (one all-gather
+        of it under SP, one reduction of its gradient), and the two output projections' partial sums are added before
+        one reduction (an all-reduce, or under SP a reduce-scatter), their biases after it (GPT-J's, PaLM's parallel
+        layers; GPT-NeoX's gpt_j_residual reduces the outputs once too)."""
+        attn, mlp = self.attn, self.mlp
+        h = self.norm1(x)
+        q, k, v, *hidden = column_parallel_linears(h, [attn.wq, attn.wk, attn.wv, *mlp.inputs()], self.tp_group,
+                                                   sequence_parallel=self.sp)
+        out = mlp.output()
+        y = attn.wo(attn.attend(q, k, v, key), reduce=False) + out(mlp._act(*hidden), reduce=False)
+        y = (reduce_scatter_to_sequence_parallel_region(y, self.tp_group) if self.sp
+             else reduce_from_tp_region(y, self.tp_group))
+        if attn.wo.bias is not None:  # (gpt: both output projections have biases)
+            y = y + (attn.wo.bias + out.bias)
+        return x + hidden_dropout(y, attn.dropout, key, attn.dropout_layer, "mlp", attn.dropout_layer_rows)
 
 
 class PositionEmbedding(_ShardedModule):

@@ -211,7 +211,8 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
 
 def _with_block_options(spec, o):
     """spec with the flags that say how its blocks are built beside any model: how the q/k norms normalise
-    (ModelSpec.qk_norm_whole, which turns them on), the norms' order (norms_after) and q/k/v biases (qkv_bias), each
+    (ModelSpec.qk_norm_whole, which turns them on), the norms' order (norms_after), q/k/v biases (qkv_bias) and
+    attention and MLP side by side (parallel_block), each
     validated by ModelSpec's own checks (latent attention, post-norms, experts, gpt blocks), one line naming the flag."""
     updates = []
     if o.qk_norm_whole is not None:
@@ -219,7 +220,8 @@ def _with_block_options(spec, o):
         if o.qk_norm is False:
             raise UserError(f"{flag} says how the q/k norms normalise, and --no-qk-norm drops them; give one of the two")
         updates.append((flag, {"qk_norm": True, "qk_norm_whole": True if o.qk_norm_whole else None}))
-    for field, flag, on in (("norms_after", "--norms-after", o.norms_after), ("qkv_bias", "--qkv-bias", o.qkv_bias)):
+    for field, flag, on in (("norms_after", "--norms-after", o.norms_after), ("qkv_bias", "--qkv-bias", o.qkv_bias),
+                            ("parallel_block", "--parallel-block", o.parallel_block)):
         if on is not None:
             updates.append((flag, {field: True if on else None}))
     if not updates:
@@ -314,6 +316,10 @@ _MODEL_OPTIONS = [
     ("qkv_bias", Optional[bool], None, ("--qkv-bias/--no-qkv-bias",), "Biases on the q, k and v projections of "
      "llama-arch blocks (Qwen2 / 2.5: their presets and configs set it): counted, and built by parplan's runtime.  Also "
      "with a preset or a config."),
+    ("parallel_block", Optional[bool], None, ("--parallel-block/--sequential-block",), "Attention and MLP side by "
+     "side on one norm, their outputs added to the residual together (GPT-J, Falcon-7B, Phi-2, Command R: their "
+     "configs set it): one norm, one tensor-parallel collective a direction, counted under --framework parplan, whose "
+     "runtime builds it (the others build sequential blocks).  Also with a preset or a config."),
     ("hardware", str, "h100-sxm-80gb", ("--hardware",), "Profile name or path (parplan hardware list)."),
     ("gpus_per_node", Optional[int], None, ("--gpus-per-node",), "GPUs per node (NVLink domain; default: the profile's)."),
     ("inter_node_bandwidth", Optional[float], None, ("--inter-node-bandwidth",), "GB/s per GPU per direction."),

@@ -463,6 +463,21 @@ def parplan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute:
     return None
 
 
+def parplan_parallel_block_problem(recompute: str | None, dropout: bool, plan: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where parplan's runtime does not train attention and MLP side by side (ModelSpec.parallel_block;
+    parallel_layers.model.Block._parallel_forward) so: not under torchtitan's op-level selective recompute (its policy
+    is not modelled over the block's one reduction), nor with dropout (the block's one hidden mask, where the model
+    counts two); None where it does.  Checked where parplan plans one (recommend, evaluate) and where launch runs one."""
+    flag = (lambda f, p: p) if plan else (lambda f, p: f)
+    if recompute == "selective-op":
+        return (f"{flag('--recompute', 'recompute')} selective-op with parallel_block: torchtitan's op-level policy is "
+                "not modelled over parplan's parallel block", "use recompute selective, full or none")
+    if dropout:
+        return (f"{flag('--dropout', 'training.dropout')} with parallel_block: parplan's runtime does not train a "
+                "parallel block with dropout", f"drop {flag('--dropout', 'dropout')}")
+    return None
+
+
 def mla_problem(spec: ModelSpec, framework: str, plan: bool = False, mla_recompute: bool = False,
                 cp: int | None = None, fp8: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where multi-head latent attention is asked of a framework it is not planned for, or of parplan's
@@ -606,6 +621,8 @@ def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
         m = replace(m, v_padded=True)
     if framework == "parplan" and m.qk_norm:  # its selective checkpoint re-runs the q/k norms (ModelDims)
         m = replace(m, qk_norm_recomputed=True)
+    if framework != "parplan" and m.parallel_block:  # the others build sequential blocks (ModelSpec.parallel_block)
+        m = replace(m, parallel_block=False)
     if framework == "torchtitan" and m.kv_lora:  # its deepseek_v3 gathers the block input (ModelDims.mla_input_gathered)
         m = replace(m, mla_input_gathered=True)
     if framework == "torchtitan" and m.moe:  # its MoE layer saves its own tensors (ModelDims.titan_moe)
@@ -949,6 +966,12 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
         pins = replace(pins, cp=1)
     if stack.get("moe_a2a_overlap") and pins.recompute is None:  # a2a_overlap_problem: no whole layer recomputed
         pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "full"))
+    if spec.parallel_block and framework == "parplan":  # parplan_parallel_block_problem: no selective-op, no dropout
+        problem = parplan_parallel_block_problem(pins.recompute, bool(stack.get("dropout")))
+        if problem:
+            raise PlannerError(*problem)
+        if pins.recompute is None:
+            pins = replace(pins, recomputes=tuple(r for r in (pins.recomputes or RECOMPUTE) if r != "selective-op"))
     if spec.is_moe and framework in ("parplan", "torchtitan") and pins.recompute is None:
         # parplan_moe_problem: no selective-op; titan_moe_problem: no selective, nor selective-op but where modelled
         left_out = (("selective",) + (() if titan_op_sac_modelled(spec) else ("selective-op",))
@@ -1652,7 +1675,9 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
         or mla_problem(spec, fw, plan=True, mla_recompute=t.mla_recompute, cp=p.cp, fp8=t.fp8) \
         or mtp_problem(spec, fw, plan=True) \
         or (a2a_overlap_problem(spec, fw, p.pp, p.vpp, p.schedule, p.recompute, plan=True)
-            if t.moe_a2a_overlap else None)
+            if t.moe_a2a_overlap else None) \
+        or (parplan_parallel_block_problem(p.recompute, t.dropout, plan=True)
+            if spec.parallel_block and fw == "parplan" else None)
     if problem:
         raise StructureError(*problem)
     if p.dp_replicate > 1:

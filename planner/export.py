@@ -95,7 +95,20 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
     if problem:
         raise ValueError(problem)
     text, notes = builders[key](plan)
-    return text, notes + _post_norms_note(plan.model)
+    return text, notes + _post_norms_note(plan.model) + _parallel_block_note(plan)
+
+
+def _parallel_block_note(plan: Plan) -> list[str]:
+    """A model whose attention and MLP run side by side on one norm (ModelSpec.parallel_block), which no exported
+    framework builds: Megatron-LM's, torchtitan's, DeepSpeed's and llm-foundry's blocks are sequential."""
+    if not plan.model.parallel_block:
+        return []
+    counted = ("which this plan's prediction (for parplan, whose runtime builds the parallel block) does not count: "
+               "one norm, its saved input and output and one tensor-parallel collective a direction more"
+               if plan.training.framework == "parplan" else "as the prediction counts it")
+    return ["parallel_block: the model runs attention and MLP side by side on one norm (GPT-J, Command R), which the "
+            f"exported model builds one after the other on two norms, {counted}; another model's numbers "
+            "(`parplan launch` trains the parallel block)."]
 
 
 def _post_norms_note(m) -> list[str]:

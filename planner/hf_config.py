@@ -30,13 +30,14 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                             rotary positions (learned_positions false: no table, so the count
                             matches the checkpoint exactly, the sequence is not capped, and the
                             runtime rotates q and k, over the whole head rather than NeoX's
-                            rotary_pct share).  Not carried: parallel attention + MLP (same matmuls,
-                            same FLOPs).
+                            rotary_pct share).  Its parallel residual (two norms) is planned as
+                            sequential blocks (same matmuls, same FLOPs).
   ministral, smollm3, exaone4, hunyuan_v1_dense, seed_oss, olmo, olmo3, glm4, cohere, cohere2, stablelm
                          -> arch llama, with what their blocks hold beyond it said in the spec's source and left
                             out of the count (q/k norms' weights, q/k/v biases, LayerNorm biases; the q/k norms'
                             activations are counted, qk_norm, and GLM-4's post-norms whole, post_norms) or counted
-                            where they have less (OLMo's non-parametric norms, Command R's one norm a layer);
+                            where they have less (OLMo's non-parametric norms); Command R's attention and MLP side by
+                            side on one norm (parallel_block, as StableLM's with use_parallel_residual);
                             SmolLM3's NoPE layers rotate like the rest (same cost).  OLMo 3's and EXAONE 4's two
                             norms sit after the sublayers (norms_after), OLMo 3's q/k norms span the whole widths
                             (qk_norm_whole).  OLMo 3, Command R7B (cohere2)
@@ -46,7 +47,8 @@ Families and how they map (field names differ per family; `_FIELDS` lists them):
                          -> arch gpt (LayerNorm, a two-matrix MLP, biases): StarCoder2 (rotary, GQA, every layer
                             within its window) and GPT-BigCode (learned table, multi-query) exactly; Nemotron's
                             squared-ReLU MLP, Falcon's, MPT's and GPT-J's linears without biases, Phi's, GPT-J's and
-                            Falcon-7B's one norm a layer, BLOOM's and MPT's ALiBi (costed as rotary positions, no
+                            Falcon-7B's attention and MLP side by side on one norm (parallel_block, exact; Falcon-40B's
+                            two norms planned as sequential blocks), BLOOM's and MPT's ALiBi (costed as rotary positions, no
                             table either way), OPT's two offset position rows: each said in the source, the count
                             off by exactly that (tests/test_hf_config.py holds each against transformers' build).
   mixtral, qwen3_moe, qwen2_moe, glm4_moe, dots1, llama4_text (llama4's text_config)
@@ -207,6 +209,21 @@ def has_qkv_bias(cfg: dict, model_type: str) -> bool:
     if model_type in QKV_BIAS:
         return True
     return model_type in QKV_BIAS_SWITCHED and cfg.get("attention_bias") is True and not cfg.get("attention_out_bias")
+
+
+def has_parallel_block(cfg: dict, model_type: str) -> bool:
+    """Whether a config's blocks run attention and MLP side by side on one norm (ModelSpec.parallel_block): GPT-J's,
+    Phi-1 / 2's and Command R's always, Falcon's with parallel_attn and one norm (Falcon-7B; the new decoder
+    architecture's two norms, num_ln_in_parallel_attn 2, are not), StableLM's with use_parallel_residual.  GPT-NeoX's
+    parallel residual has two norms: not this (planned as sequential blocks, said)."""
+    if model_type in ("gptj", "phi", "cohere", "cohere2"):
+        return True
+    if model_type == "falcon":
+        return bool(cfg.get("parallel_attn", True)) and (not cfg.get("new_decoder_architecture")
+                                                        or cfg.get("num_ln_in_parallel_attn") == 1)
+    return model_type == "stablelm" and cfg.get("use_parallel_residual") is True
+
+
 QK_NORM_DEFAULT = {"llama4_text": True, "minimax_m2": True}  # the config classes' defaults where the key is absent
 # ...of which these norm a token's whole query and key widths, not each head (ModelSpec.qk_norm_whole: transformers'
 # q_norm of num_attention_heads x head_dim and k_norm of num_key_value_heads x head_dim)
@@ -991,16 +1008,16 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "exaone4": "q/k norms' weights not counted",
         "glm4": "fused gate_up counted as separate "
                 "matrices",
-        "cohere": "one LayerNorm a layer (attention and MLP in parallel) counted as two norms (+h a layer)",
-        "cohere2": "one LayerNorm a layer (attention and MLP in parallel) counted as two norms (+h a layer)",
-        "stablelm": "LayerNorm biases not counted (2 h a layer + h)",
+        "cohere": "attention and MLP side by side on one LayerNorm (parallel_block)",
+        "cohere2": "attention and MLP side by side on one LayerNorm (parallel_block)",
+        "stablelm": "LayerNorm biases not counted (h a norm)",
         "nemotron": "gpt blocks with rotary positions; its squared-ReLU MLP as gpt's two matrices; LayerNorm1p "
                     "as LayerNorm",
-        "phi": "gpt blocks with rotary positions; one LayerNorm a layer (attention and MLP in parallel) counted as "
-               "two (+2 h a layer); the output layer's bias not counted (vocab)",
-        "gptj": "gpt blocks with rotary positions; one LayerNorm a layer (attention and MLP in parallel) counted as "
-                "two (+2 h a layer); q/k/v and output projections without biases counted with them; the output "
-                "layer's bias not counted (vocab)",
+        "phi": "gpt blocks with rotary positions; attention and MLP side by side on one LayerNorm (parallel_block); "
+               "the output layer's bias not counted (vocab)",
+        "gptj": "gpt blocks with rotary positions; attention and MLP side by side on one LayerNorm (parallel_block); "
+                "q/k/v and output projections without biases counted with them; the output layer's bias not counted "
+                "(vocab)",
         "starcoder2": "gpt blocks with rotary positions",
         "gpt_bigcode": "gpt blocks (multi-query attention where multi_query is set)",
         "bloom": "gpt blocks; ALiBi costed as rotary positions (no table either way); the embedding's LayerNorm "
@@ -1050,10 +1067,13 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
     if model_type == "falcon":
         if cfg.get("alibi") is True:
             notes.append("ALiBi costed as rotary positions (no table either way)")
-        one_norm = cfg.get("parallel_attn", True) and (not cfg.get("new_decoder_architecture")
-                                                       or cfg.get("num_ln_in_parallel_attn") == 1)
-        if one_norm:
-            notes.append("one LayerNorm a layer (attention and MLP in parallel) counted as two (+2 h a layer)")
+        if has_parallel_block(cfg, model_type):
+            notes.append("attention and MLP side by side on one LayerNorm (parallel_block)")
+        elif cfg.get("parallel_attn", True):
+            notes.append("attention and MLP side by side on two LayerNorms (the new decoder architecture), planned as "
+                         "sequential blocks (the same count)")
+    if model_type == "stablelm" and has_parallel_block(cfg, model_type):
+        notes.append("use_parallel_residual: attention and MLP side by side on one LayerNorm (parallel_block)")
     if model_type == "mpt":
         notes.append("its LayerNorms without biases counted with them (2 h a layer + h)")
     if model_type == "opt" and cfg.get("do_layer_norm_before") is False:
@@ -1185,7 +1205,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          and model_type in QK_NORM_WHOLE else None,
                          post_norms=True if model_type in POST_NORMS else None,
                          norms_after=True if model_type in NORMS_AFTER else None,
-                         qkv_bias=True if has_qkv_bias(cfg, model_type) else None, **mla)
+                         qkv_bias=True if has_qkv_bias(cfg, model_type) else None,
+                         parallel_block=True if has_parallel_block(cfg, model_type) else None, **mla)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

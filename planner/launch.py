@@ -831,6 +831,11 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
                         "optimizer in instances): the runtime shards ZeRO-1/2 over every dp rank",
                         "set dp_replicate 1 to launch it (the states sharded over all dp ranks), or zero_stage 3 "
                         "(FSDP2's hybrid sharding)"))
+    if m.parallel_block:  # parallel_layers.model.Block._parallel_forward
+        from .core import parplan_parallel_block_problem
+        problem = parplan_parallel_block_problem(p.recompute, t.dropout, plan=True)
+        if problem:
+            missing.append(problem)
     if m.kv_lora_rank is not None:  # parallel_layers.model.MLAttention: what the runtime's MLA does not run yet
         from .core import parplan_mla_problem
         problem = parplan_mla_problem(p.cp, t.fp8, t.mla_recompute, plan=True)
@@ -939,6 +944,11 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
             warnings.append(f"the prediction times the attention as the {t.attention_kernel} kernel; the runtime runs "
                             "torch's scaled_dot_product_attention (the profile's measured curve); `parplan evaluate` "
                             "the plan with attention_kernel profile to compare")
+        if m.parallel_block and t.framework != "parplan":
+            warnings.append(f"the runtime trains the model's parallel blocks (attention and MLP side by side on one "
+                            f"norm, one tensor-parallel collective a direction), where the prediction "
+                            f"({t.framework}) counts sequential ones; `parplan evaluate` the plan with --framework "
+                            "parplan to compare")
         if m.window_binds(t.seq_len) and not trains_window(m, t.framework):
             warnings.append(f"the runtime trains the model's {m.windowed_layers} sliding-window layers within "
                             f"{m.sliding_window} tokens, where the prediction ({t.framework}) counts full causal "

@@ -212,7 +212,12 @@ def _norms_text(plan: Plan) -> str:
     names = [n for n, on in ((qk, m.qk_norm), ("post-norms", m.post_norms),
                              ("norms after the sublayers", m.norms_after),
                              ("q/k/v biases", m.qkv_bias)) if on]  # (ModelSpec.norms_after, qkv_bias)
-    return f"; {' and '.join(names)} counted" if names else ""
+    text = f"; {' and '.join(names)} counted" if names else ""
+    if m.parallel_block:  # (ModelSpec.parallel_block: counted where the framework builds it, parplan's runtime)
+        built = "counted" if plan.training.framework == "parplan" else \
+            f"counted as sequential: {plan.training.framework} builds those"
+        text += f"; attention and MLP side by side ({built})"
+    return text
 
 
 def _speedup_text(plan: Plan) -> str:

@@ -215,6 +215,16 @@ class ModelSpec(Strict):
         "first linears save in turn in place of the norm's output; parplan's runtime builds it (the memory test reads "
         "the same saved bytes as pre-norms).  Not with post_norms (four norms) nor, as no such model is known, with "
         "experts or multi-head latent attention.  None = pre-norms.")
+    parallel_block: Optional[bool] = Field(
+        None, description="Attention and MLP side by side on one norm of the block input, their outputs added to the "
+        "residual together: x + attention(norm(x)) + mlp(norm(x)) (GPT-J, Falcon-7B, Phi-1 / 2, Cohere's Command R / "
+        "R7B / A, StableLM with use_parallel_residual; PaLM's 'parallel layers').  One norm a layer (counted in "
+        "num_params), its input and output saved once; under tensor parallelism one collective a direction where "
+        "the sequential block has two (its five input projections read the one gathered input, its two output "
+        "projections' partial sums are reduced together).  Trained so by parplan's runtime, and predicted so under "
+        "--framework parplan; Megatron-LM, torchtitan and DeepSpeed build sequential blocks, which their plans "
+        "count.  GPT-NeoX's and Falcon-40B's parallel blocks have two norms: not this.  Not with post_norms, "
+        "norms_after, experts or multi-head latent attention.  None = sequential.")
     num_params: Optional[int] = Field(None, description="Total parameters (computed; filled in by the planner).")
     source: Optional[str] = Field(None, description="Where the shape came from (preset citation, config file, derived from a count).")
 
@@ -266,6 +276,10 @@ class ModelSpec(Strict):
         if self.norms_after and (self.experts is not None or self.kv_lora_rank is not None):
             raise ValueError("norms_after with experts or multi-head latent attention is not planned (no such model); "
                              "leave norms_after out")
+        if self.parallel_block and (self.post_norms or self.norms_after or self.experts is not None
+                                    or self.kv_lora_rank is not None):
+            raise ValueError("parallel_block with post_norms, norms_after, experts or multi-head latent attention is not "
+                             "planned (no such model); leave parallel_block out")
         if self.qk_norm_whole and not self.qk_norm:
             raise ValueError("qk_norm_whole says how the q/k norms normalise: it needs qk_norm true (or leave "
                              "qk_norm_whole out)")

@@ -21,7 +21,8 @@ SHAPES = {"llama": dict(hidden=128, heads=4, kv_heads=2, ffn=352), "gpt": dict(h
 
 
 def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = False,
-           qk_norm: bool | str = False, norms_after: bool = False, qkv_bias: bool = False) -> StageModule:
+           qk_norm: bool | str = False, norms_after: bool = False, qkv_bias: bool = False,
+           parallel_block: bool = False) -> StageModule:
     """A middle pipeline stage (no embedding, no head) of the runtime's blocks, initialised.  qk_norm "whole": the q/k
     norms over the whole query and key widths (ModelConfig.qk_norm_whole); norms_after: the two norms on the sublayers'
     outputs (ModelConfig.norms_after)."""
@@ -29,7 +30,7 @@ def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = Fa
     cfg = ModelConfig(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                       ffn_hidden=d["ffn"], vocab=100, head_dim=d["hidden"] // d["heads"], tied_embeddings=False,
                       max_seq_len=s, post_norms=post_norms, qk_norm=bool(qk_norm), qk_norm_whole=qk_norm == "whole",
-                      norms_after=norms_after, qkv_bias=qkv_bias)
+                      norms_after=norms_after, qkv_bias=qkv_bias, parallel_block=parallel_block)
     stage = StageModule(cfg, list(range(layers)), first=False, last=False, tp_group=None, sp=False,
                         recompute=recompute)
     init_parameters(stage, 0)
@@ -38,10 +39,11 @@ def _stage(arch: str, recompute: str, s: int, layers: int, post_norms: bool = Fa
 
 def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
                 post_norms: bool = False, qk_norm: bool | str = False, norms_after: bool = False,
-                qkv_bias: bool = False) -> int:
+                qkv_bias: bool = False, parallel_block: bool = False) -> int:
     """dropout: the hidden dropout (parallel_layers.dropout; the attention's runs torch's math path on the CPU, not
     the fused kernel the model counts)."""
-    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after, qkv_bias)
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after, qkv_bias,
+                                    parallel_block)
     if dropout:
         state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s)
         state.begin_step(1, list(range(b)), b)
@@ -63,13 +65,13 @@ def saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout:
 
 def predicted_bytes(arch: str, recompute: str, b: int, s: int, layers: int, dropout: bool = False,
                     post_norms: bool = False, qk_norm: bool | str = False, norms_after: bool = False,
-                    qkv_bias: bool = False) -> float:
+                    qkv_bias: bool = False, parallel_block: bool = False) -> float:
     from planner.core import model_dims
     d = SHAPES[arch]
     spec = ModelSpec(arch=arch, layers=layers, hidden=d["hidden"], heads=d["heads"], kv_heads=d["kv_heads"],
                      ffn_hidden=d["ffn"], vocab=100, post_norms=post_norms or None, qk_norm=bool(qk_norm) or None,
                      qk_norm_whole=qk_norm == "whole" or None, norms_after=norms_after or None,
-                     qkv_bias=qkv_bias or None)
+                     qkv_bias=qkv_bias or None, parallel_block=parallel_block or None)
     lay = Layout(gpus=1, tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=b, zero=0,
                  recompute=("none", "selective", "full", "selective-op").index(recompute), sp=0, schedule=1,
                  offload=0)
@@ -174,6 +176,25 @@ def test_norms_after_the_sublayers_save_what_pre_norms_save(arch, recompute):
         assert compiled_added_bytes(arch, recompute, b, s, layers, norms_after=True) == 0
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt"])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_a_parallel_block_saves_one_norms_input_and_output(arch, recompute):
+    """Attention and MLP side by side on one norm (ModelConfig.parallel_block: GPT-J, Command R) keep one norm's input
+    (the block input) and output (read by the five input projections together) and its statistics, where the
+    sequential block keeps two of each: 2 h a token and one norm's statistics fewer, by saved_tensors_hooks what the
+    model counts (memory.activation_bytes_per_layer); under full recompute the block input alone, as before."""
+    b, s, layers = 2, 64, 3
+    stats = 4 if arch == "llama" else 8
+    kept = 0 if recompute == "full" else 1
+    fewer = saved_bytes(arch, recompute, b, s, layers) - saved_bytes(arch, recompute, b, s, layers,
+                                                                     parallel_block=True)
+    model = predicted_bytes(arch, recompute, b, s, layers) - predicted_bytes(arch, recompute, b, s, layers,
+                                                                             parallel_block=True)
+    assert fewer == model == layers * b * s * kept * (2 * SHAPES[arch]["hidden"] * 4 + stats)
+    if recompute != "full":
+        assert compiled_added_bytes(arch, recompute, b, s, layers, parallel_block=True) == -model
+
+
 @pytest.mark.parametrize("recompute", ["none", "selective", "full", "selective-op"])
 def test_qkv_biases_save_nothing_more(recompute):
     """Qwen2's q/k/v biases (ModelConfig.qkv_bias) are added inside the projections' GEMMs (addmm), which keep what a
@@ -210,12 +231,13 @@ def test_hidden_dropout_saves_the_two_one_byte_masks_the_model_counts(arch, reco
 
 def traced_saved_bytes(arch: str, recompute: str, b: int, s: int, layers: int, compiled: bool = False,
                        dropout: bool = False, post_norms: bool = False, qk_norm: bool | str = False,
-                       norms_after: bool = False, qkv_bias: bool = False) -> int:
+                       norms_after: bool = False, qkv_bias: bool = False, parallel_block: bool = False) -> int:
     """Bytes live after a stage's forward beyond its input and output, from the CPU allocator's trace
     (torch.profiler profile_memory): what the stage keeps for its backward however it keeps it (op-level
     selective checkpointing caches its saved outputs itself, out of saved_tensors_hooks' sight).  dropout: the
     hidden dropout with the hash masks a compiling run takes."""
-    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after, qkv_bias)
+    d, stage = SHAPES[arch], _stage(arch, recompute, s, layers, post_norms, qk_norm, norms_after, qkv_bias,
+                                    parallel_block)
     if dropout:
         state = DropoutState(p_hidden=0.1, p_attention=0.0, seed=0, seq_len=s, hidden=d["hidden"], masks="hash")
         state.begin_step(1, list(range(b)), b)

@@ -100,11 +100,14 @@ def test_torchtitan_eager_table_counts_its_ops(kv_heads, post_norms):
 
 
 @pytest.mark.parametrize("arch,ffn,option", [("llama", 1408, "post_norms"), ("gpt", 2048, "post_norms"),
-                                             ("llama", 1408, "qk_norm"), ("gpt", 2048, "qk_norm")])
+                                             ("llama", 1408, "qk_norm"), ("gpt", 2048, "qk_norm"),
+                                             ("llama", 1408, "parallel_block"), ("gpt", 2048, "parallel_block")])
 def test_parplan_eager_table_counts_the_runtimes_extra_norms(arch, ffn, option):
     """parplan's runtime with post-norms (ModelConfig.post_norms) or q/k norms (qk_norm: the same Norm on each query
     and key head, GQA's fewer keys here) uncompiled: the norms more move what the table says they move, forward and
-    backward, within 1 % of the counted difference (1.5 % for gpt's q/k norms: below)."""
+    backward, within 1 % of the counted difference (1.5 % for gpt's q/k norms: below); attention and MLP side by side
+    (parallel_block) one norm fewer, one input-gradient sum more (five linears read the norm's output) and gpt's two
+    output biases added together."""
     from parallel_layers.model import Block, ModelConfig, init_parameters
     b, s, h, heads = 2, 256, 512, 8
     kv_heads = heads // 2 if option == "qk_norm" else heads

@@ -18,6 +18,7 @@ the sequence) and attend the gathered keys in global order; the band is built fr
 """
 from __future__ import annotations
 
+import importlib.util
 from typing import Optional
 
 import torch
@@ -70,17 +71,14 @@ def _block_mask(q_positions: torch.Tensor, seq: int, window: int, key):
     return _BLOCK_MASKS[key]
 
 
-def flex_available() -> bool:
-    try:
-        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
-    except ImportError:  # torch < 2.5
-        return False
-    return True
+# whether this torch has FlexAttention (2.5 and later), found without importing it (the import pulls in torch.compile's
+# machinery: parallel_layers.outside_graphs); a constant, so compiled code reads it as one
+HAS_FLEX = importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
 
 
 def use_flex(q: torch.Tensor, dropout_p: float) -> bool:
     """FlexAttention where it trains: a CUDA device, no attention dropout, a torch that has it."""
-    return q.is_cuda and dropout_p == 0.0 and flex_available()
+    return q.is_cuda and dropout_p == 0.0 and HAS_FLEX
 
 
 def flex_band_attention(q, k, v, window: int, q_positions: torch.Tensor, key, scale: Optional[float] = None,

@@ -52,6 +52,10 @@ class ModelDims:
     # attend to at most `window` keys; 0 = full causal attention everywhere (also where the window is not applied)
     window: int = 0
     windowed_layers: int = 0
+    # packed documents as the framework trains them (Training.document_length; planner.core.model_dims): each
+    # sequence holds documents of `document` tokens (the last one shorter where it does not divide), each attending
+    # only within itself; 0 = one document a sequence
+    document: int = 0
     # a mixture of experts (ModelSpec.experts): `experts` routed SwiGLU experts of `expert_ffn` a block, `top_k` of them
     # a token; then `ffn` is the width a token runs, top_k x expert_ffn (its FLOPs and saved activations are a dense
     # MLP's of that width), and the parameters are experts x expert_ffn wide (moe_* below).  0: a dense MLP
@@ -187,21 +191,39 @@ class ModelDims:
         query/key and value widths with multi-head latent attention (QK^T at one, the values' product at the other)."""
         return (self.q_width + self.o_width) // 2
 
+    def _documents(self) -> list[tuple[int, int]]:
+        """(length, count) of the documents a sequence holds (ModelDims.document): one of seq_len without documents."""
+        s, d = self.seq_len, self.document
+        if not d or d >= s:
+            return [(s, 1)]
+        return [(d, s // d)] + ([(s % d, 1)] if s % d else [])
+
+    def _layer_mean(self, full: float, windowed: float) -> float:
+        return ((self.layers - self.windowed_layers) * full + self.windowed_layers * windowed) / self.layers
+
     def attention_span(self) -> float:
         """Keys per query, averaged over the layers, in the MFU convention (no causal discount: a full layer counts
-        seq_len, a windowed one min(seq_len, window)): what 12 L h s's s becomes."""
-        w = min(self.seq_len, self.window) if self.window else self.seq_len
-        return (self.seq_len * (self.layers - self.windowed_layers) + w * self.windowed_layers) / self.layers
+        seq_len, a windowed one min(seq_len, window); within packed documents, ModelDims.document, each query its
+        document's length, or the window where shorter): what 12 L h s's s becomes."""
+        docs, s = self._documents(), self.seq_len
+        w = self.window if self.window and self.windowed_layers else s
+        return self._layer_mean(sum(n * L * L for L, n in docs) / s, sum(n * L * min(L, w) for L, n in docs) / s)
 
     def causal_pairs_fraction(self) -> float:
         """Attended (query, key) pairs, averaged over the layers, as a fraction of full causal attention's s^2 / 2
         (a flash kernel skips the tiles outside the band): a windowed layer's s w - w^2 / 2 for s > w, the same
-        continuous count that gives s^2 / 2 for the full one."""
+        continuous count that gives s^2 / 2 for the full one; within packed documents (ModelDims.document) each
+        document's own, L^2 / 2 or L w - w^2 / 2, summed."""
         s, w = self.seq_len, self.window
-        if not w or w >= s or not self.windowed_layers:
+        docs = self._documents()
+        if docs == [(s, 1)] and (not w or w >= s or not self.windowed_layers):
             return 1.0
-        windowed = (s * w - w * w / 2) / (s * s / 2)
-        return ((self.layers - self.windowed_layers) + windowed * self.windowed_layers) / self.layers
+
+        def pairs(L, w):
+            return L * w - w * w / 2 if w and w < L else L * L / 2
+        full = sum(n * pairs(L, 0) for L, n in docs) / (s * s / 2)
+        windowed = sum(n * pairs(L, w if self.windowed_layers else 0) for L, n in docs) / (s * s / 2)
+        return self._layer_mean(full, windowed)
 
     @classmethod
     def from_spec(cls, spec, seq_len: int) -> "ModelDims":

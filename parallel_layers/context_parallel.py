@@ -84,7 +84,8 @@ def gather_kv(k: torch.Tensor, v: torch.Tensor, cp_group) -> tuple[torch.Tensor,
 
 def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_positions: torch.Tensor,
                  chunk_starts: tuple[int, int] | None = None, dropout_p: float = 0.0,
-                 scale: float | None = None, window: int | None = None, cp_key=None) -> torch.Tensor:
+                 scale: float | None = None, window: int | None = None, cp_key=None,
+                 document: int | None = None) -> torch.Tensor:
     """Local queries (b, nh, s_local, d) against all keys/values (b, nkv, S, d) in global order.
 
     With chunk_starts (the global position of each of the rank's two chunks) every chunk attends only
@@ -94,9 +95,13 @@ def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_
     dropout, drawn from the device's default generator (parallel_layers.dropout.attention_rng seeds it).  scale: the
     scores' scale where it is not 1/sqrt(d) (multi-head latent attention's padded heads: parallel_layers.model).
     window: a sliding window shorter than the sequence (parallel_layers.window: the band from the global positions;
-    cp_key names them for its masks' caches)."""
-    if window is not None and window < k_full.shape[2]:
-        return window_attention(q, k_full, v_full, window, q_positions, cp_key, dropout_p, scale)
+    cp_key names them for its masks' caches; document: packed documents of that many tokens, each attending only
+    within itself, the same way)."""
+    seq = k_full.shape[2]
+    window = window if window is not None and window < seq else None
+    document = document if document is not None and document < seq else None
+    if window is not None or document is not None:
+        return window_attention(q, k_full, v_full, window, q_positions, cp_key, dropout_p, scale, document)
     if chunk_starts is None:
         mask = causal_mask(q_positions, k_full.shape[2])
         return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, enable_gqa=True, dropout_p=dropout_p,

@@ -153,6 +153,9 @@ class ModelConfig:
     # attends the whole prefix (None: none does)
     sliding_window: Optional[int] = None
     full_attention_every: Optional[int] = None
+    # packed documents of this many tokens, each attending only within itself (Training.document_length: the plan's
+    # data, not the model's; parallel_layers.window)
+    document_length: Optional[int] = None
 
     def window_of(self, i: int) -> Optional[int]:
         """Layer i's (from 0) sliding window, None where it attends the whole prefix (ModelSpec.windowed_layers'
@@ -182,7 +185,7 @@ class ModelConfig:
                    post_norms=bool(m.post_norms), qk_norm=bool(m.qk_norm),
                    qk_norm_whole=bool(m.qk_norm and m.qk_norm_whole), norms_after=bool(m.norms_after),
                    qkv_bias=bool(m.qkv_bias), parallel_block=bool(m.parallel_block), sliding_window=m.sliding_window,
-                   full_attention_every=m.full_attention_every)
+                   full_attention_every=m.full_attention_every, document_length=plan.training.document_length)
 
 
 class Norm(_ShardedModule):
@@ -348,15 +351,23 @@ def rotary(x: torch.Tensor, positions: Optional[torch.Tensor] = None, key=None, 
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def _core_attention_rope(q, k, v, theta: float = ROPE_THETA, dropout_p: float = 0.0, window: Optional[int] = None):
-    return _core_attention(rotary(q, theta=theta), rotary(k, theta=theta), v, dropout_p=dropout_p, window=window)
+def _core_attention_rope(q, k, v, theta: float = ROPE_THETA, dropout_p: float = 0.0, window: Optional[int] = None,
+                         document: Optional[int] = None):
+    return _core_attention(rotary(q, theta=theta), rotary(k, theta=theta), v, dropout_p=dropout_p, window=window,
+                           document=document)
 
 
-def _core_attention(q, k, v, dropout_p: float = 0.0, window: Optional[int] = None):
-    """Causal attention over the whole prefix, or within a sliding window shorter than the sequence
-    (parallel_layers.window)."""
-    if window is not None and window < k.shape[2]:
-        return window_attention(q, k, v, window, dropout_p=dropout_p)
+def binding(length: Optional[int], seq: int) -> Optional[int]:
+    """A window's or a document's length where it is shorter than the sequence, else None (it changes nothing)."""
+    return length if length is not None and length < seq else None
+
+
+def _core_attention(q, k, v, dropout_p: float = 0.0, window: Optional[int] = None, document: Optional[int] = None):
+    """Causal attention over the whole prefix, or within a sliding window or packed documents shorter than the
+    sequence (parallel_layers.window)."""
+    window, document = binding(window, k.shape[2]), binding(document, k.shape[2])
+    if window is not None or document is not None:
+        return window_attention(q, k, v, window, dropout_p=dropout_p, document=document)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, dropout_p=dropout_p)
 
 
@@ -407,6 +418,7 @@ class Attention(nn.Module):
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
         self.rope, self.rope_theta = cfg.rope, cfg.rope_theta
         self.window = cfg.window_of(i)  # a sliding window's keys (ModelConfig.window_of), None: the whole prefix
+        self.document = cfg.document_length  # packed documents' tokens (ModelConfig.document_length), None: one
         n = f"layers.{i}.attn"
         qkv_bias = gpt or cfg.qkv_bias  # (Qwen2's q/k/v biases on llama blocks: ModelConfig.qkv_bias)
         self.wq = ColumnParallelLinear(h, cfg.heads * d, tp_group, name=f"{n}.wq", bias=qkv_bias)
@@ -453,8 +465,9 @@ class Attention(nn.Module):
         if self.cp > 1:
             o = self._context_parallel(q, k, v, key, norms_inside)
             return o.transpose(1, 2).reshape(b, s, self.local_heads * self.head_dim)
-        core = (functools.partial(_core_attention_rope, theta=self.rope_theta, window=self.window) if self.rope
-                else functools.partial(_core_attention, window=self.window))
+        core = (functools.partial(_core_attention_rope, theta=self.rope_theta, window=self.window,
+                                  document=self.document) if self.rope
+                else functools.partial(_core_attention, window=self.window, document=self.document))
         if attention_dropout_p(self.dropout, key) > 0:
             core = functools.partial(_dropout_attention, core, self.dropout, key, self.dropout_layer)
         if norms_inside:
@@ -510,7 +523,8 @@ class Attention(nn.Module):
 
     def _gathered_attention(self, q, k, v, pos, starts, dropout_p: float = 0.0):
         k, v = gather_kv(k, v, self.cp_group)  # (b, nkv/tp, S, d) each
-        return cp_attention(q, k, v, pos, starts, dropout_p, window=self.window, cp_key=("cp", self.cp_rank, self.cp))
+        return cp_attention(q, k, v, pos, starts, dropout_p, window=self.window, cp_key=("cp", self.cp_rank, self.cp),
+                            document=self.document)
 
 
 def _mla_q(q, *, heads: int, nope: int, rope: int, width: int, theta: float = ROPE_THETA, positions=None,

@@ -13,6 +13,10 @@ Two kernels, one band:
   one tensor shared by every layer and micro-batch of a shape, so the kernel's saved mask is counted once): the same
   result; on a GPU its kernel (the memory-efficient one) computes the whole rectangle, tiles of the band or not.
 
+Packed documents (Training.document_length; ModelConfig.document_length) take the same two kernels: a query attends
+only the keys of its own document, fixed-length documents of D tokens (positions p // D alike), with or without a
+window.
+
 Under context parallelism (parallel_layers.context_parallel) the rank's queries hold global positions (two chunks of
 the sequence) and attend the gathered keys in global order; the band is built from those positions.
 """
@@ -31,13 +35,27 @@ _BLOCK_MASKS: dict = {}
 _FLEX = None  # torch.compile(flex_attention), made on first use on a CUDA device
 
 
-def band(q_positions: torch.Tensor, seq: int, window: int) -> torch.Tensor:
-    """(s_q, seq) boolean, True where the query at q_positions[i] may attend key j: 0 <= q - j < window."""
-    gap = q_positions.unsqueeze(1) - torch.arange(seq, device=q_positions.device).unsqueeze(0)
-    return (gap >= 0) & (gap < window)
+def band(q_positions: torch.Tensor, seq: int, window: Optional[int], document: Optional[int] = None) -> torch.Tensor:
+    """(s_q, seq) boolean, True where the query at q_positions[i] may attend key j: 0 <= q - j < window (no bound
+    without a window), and both in the same packed document of `document` tokens where given (Training.document_length:
+    positions 0 .. D - 1 the first, D .. 2 D - 1 the second, ...)."""
+    keys = torch.arange(seq, device=q_positions.device).unsqueeze(0)
+    return _keep(q_positions.unsqueeze(1), keys, window, document)
 
 
-def band_bias(q_positions: torch.Tensor, seq: int, window: int, dtype: torch.dtype, key=None) -> torch.Tensor:
+def _keep(q, k, window, document):
+    """The band as an expression of query and key positions (band's, and FlexAttention's mask_mod)."""
+    gap = q - k
+    keep = gap >= 0
+    if window:
+        keep = keep & (gap < window)
+    if document:
+        keep = keep & (q // document == k // document)
+    return keep
+
+
+def band_bias(q_positions: torch.Tensor, seq: int, window: Optional[int], dtype: torch.dtype, key=None,
+              document: Optional[int] = None) -> torch.Tensor:
     """The band as SDPA's additive mask (0 inside, -inf outside) in the queries' dtype: SDPA keeps a boolean mask's
     float copy for its backward, a new one a call, where a float mask of its dtype is kept as it is; cached by `key`
     (a shape's, and a cp rank's) outside compiled code and inference mode, as the rotary tables are."""
@@ -45,7 +63,7 @@ def band_bias(q_positions: torch.Tensor, seq: int, window: int, dtype: torch.dty
     if cache and key in _BIASES:
         return _BIASES[key]
     with torch.no_grad():
-        keep = band(q_positions, seq, window)
+        keep = band(q_positions, seq, window, document)
         bias = torch.zeros(keep.shape, dtype=dtype, device=q_positions.device).masked_fill_(~keep, float("-inf"))
     if cache:
         _BIASES[key] = bias
@@ -53,7 +71,7 @@ def band_bias(q_positions: torch.Tensor, seq: int, window: int, dtype: torch.dty
 
 
 @outside_graphs
-def _block_mask(q_positions: torch.Tensor, seq: int, window: int, key):
+def _block_mask(q_positions: torch.Tensor, seq: int, window: Optional[int], key, document: Optional[int] = None):
     """FlexAttention's block mask of the band, built once a key (eagerly: a graph break on the first call only, then
     a dictionary hit that compiled code reads as it is)."""
     from torch.nn.attention.flex_attention import create_block_mask
@@ -61,8 +79,7 @@ def _block_mask(q_positions: torch.Tensor, seq: int, window: int, key):
         pos = q_positions
 
         def mask_mod(b, h, q_idx, kv_idx):
-            gap = pos[q_idx] - kv_idx
-            return (gap >= 0) & (gap < window)
+            return _keep(pos[q_idx], kv_idx, window, document)
 
         block = create_block_mask(mask_mod, None, None, q_positions.shape[0], seq, device=q_positions.device)
         if key is None:
@@ -81,15 +98,15 @@ def use_flex(q: torch.Tensor, dropout_p: float) -> bool:
     return q.is_cuda and dropout_p == 0.0 and HAS_FLEX
 
 
-def flex_band_attention(q, k, v, window: int, q_positions: torch.Tensor, key, scale: Optional[float] = None,
-                        compiled: bool = True):
+def flex_band_attention(q, k, v, window: Optional[int], q_positions: torch.Tensor, key, scale: Optional[float] = None,
+                        compiled: bool = True, document: Optional[int] = None):
     """FlexAttention over the band (grouped query heads as they are): inside a compiled block as that block's graph
     takes it (torch.compile lowers it to its fused kernel), outside one through a compiled FlexAttention of its own;
     `compiled` False: the unfused reference (forward only on the CPU)."""
     from torch.nn.attention.flex_attention import flex_attention
     block = _BLOCK_MASKS.get(key) if key is not None else None
     if block is None:
-        block = _block_mask(q_positions, k.shape[2], window, key)
+        block = _block_mask(q_positions, k.shape[2], window, key, document)
     fn = _compiled_flex() if compiled and not torch.compiler.is_compiling() else flex_attention
     return fn(q, k, v, block_mask=block, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
@@ -102,17 +119,18 @@ def _compiled_flex():
     return _FLEX
 
 
-def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: Optional[int],
                      q_positions: Optional[torch.Tensor] = None, key=None, dropout_p: float = 0.0,
-                     scale: Optional[float] = None) -> torch.Tensor:
-    """Queries (b, nh, s_q, d) against keys and values (b, nkv, S, d) within the sliding window.  q_positions: the
-    queries' global positions (default 0 .. S - 1, s_q = S); key: what names those positions for the masks' caches
-    (default the plain sequence's)."""
+                     scale: Optional[float] = None, document: Optional[int] = None) -> torch.Tensor:
+    """Queries (b, nh, s_q, d) against keys and values (b, nkv, S, d) within the sliding window (None: none) and,
+    where `document` is given, within their packed document of that many tokens.  q_positions: the queries' global
+    positions (default 0 .. S - 1, s_q = S); key: what names those positions for the masks' caches (default the plain
+    sequence's)."""
     seq = k.shape[2]
     if q_positions is None:
         q_positions, key = torch.arange(q.shape[2], device=q.device), ("seq",)
-    key = None if key is None else (key, q.shape[2], seq, window, str(q.device))  # positions unnamed: no cache
+    key = None if key is None else (key, q.shape[2], seq, window, document, str(q.device))  # unnamed: no cache
     if use_flex(q, dropout_p):
-        return flex_band_attention(q, k, v, window, q_positions, key, scale)
-    bias = band_bias(q_positions, seq, window, q.dtype, None if key is None else key + (q.dtype,))
+        return flex_band_attention(q, k, v, window, q_positions, key, scale, document=document)
+    bias = band_bias(q_positions, seq, window, q.dtype, None if key is None else key + (q.dtype,), document)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True, dropout_p=dropout_p, scale=scale)

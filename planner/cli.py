@@ -328,6 +328,9 @@ _MODEL_OPTIONS = [
      "rank [default: the profile's inter_node.aggregate_nics; off in the shipped profiles]."),
     ("seq_len", Optional[int], None, ("--seq-len",), f"Tokens per sequence [default: {DEFAULT_SEQ_LEN}, or the "
      "model's learned positions or a config's context where fewer]."),
+    ("document_length", Optional[int], None, ("--document-length",), "Packed documents of this many tokens, each "
+     "attending only within itself (an intra-document causal mask): counted under --framework parplan and torchtitan, "
+     "which skip the attention across documents [default: one document a sequence]."),
     ("global_batch_size", Optional[int], None, ("--global-batch-size",), f"Sequences per optimizer step [default: {DEFAULT_GLOBAL_BATCH}]."),
     ("dtype", str, "bf16", ("--dtype",), "bf16 or fp16 (fp16 scales the loss dynamically: parplan's runtime, "
      "Megatron-LM and DeepSpeed; the step counts the unscale pass)."),
@@ -503,7 +506,7 @@ def _prepare(opts, gpus: int | None = None):
                   clip_grad=o.clip_grad or None,
                   precision=o.precision, gpus_per_node=o.gpus_per_node,
                   inter_node_gbytes_per_s=o.inter_node_bandwidth, aggregate_nics=o.pool_nics, tokens=n_tokens, pins=pins, framework=o.framework,
-                  balance_head=o.split == "balanced",
+                  balance_head=o.split == "balanced", document_length=o.document_length,
                   **{k: getattr(o, k) for k in STACK_FLAGS if getattr(o, k) is not None})
     return spec, kwargs
 

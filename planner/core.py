@@ -614,9 +614,19 @@ def trains_window(spec: ModelSpec, framework: str) -> bool:
     return any(preset_moe_shape(name) == shape for name in TITAN_WINDOW_PRESETS)
 
 
-def model_dims(spec: ModelSpec, seq_len: int, framework: str) -> ModelDims:
-    """The model as the framework trains it: its sliding window only where the framework applies one."""
+# Frameworks that skip attention across packed documents (Training.document_length): parplan's runtime (FlexAttention
+# under the documents' block mask on a GPU: parallel_layers.window) and torchtitan (FlexAttention with its
+# block_causal mask).  Megatron-LM's --reset-attention-mask builds a dense mask its fused kernels compute whole, and
+# DeepSpeed's GPT the same: full causal attention there.
+DOCUMENT_FRAMEWORKS = ("parplan", "torchtitan")
+
+
+def model_dims(spec: ModelSpec, seq_len: int, framework: str, document_length: int | None = None) -> ModelDims:
+    """The model as the framework trains it: its sliding window only where the framework applies one; packed
+    documents (Training.document_length) only where it skips the attention across them."""
     m = ModelDims.from_spec(spec, seq_len)
+    if document_length and framework in DOCUMENT_FRAMEWORKS:
+        m = replace(m, document=document_length)
     if framework == "parplan" and m.kv_lora:  # its MLAttention pads the values to head_dim (ModelDims.v_padded)
         m = replace(m, v_padded=True)
     if framework == "parplan" and m.qk_norm:  # its selective checkpoint re-runs the q/k norms (ModelDims)
@@ -861,7 +871,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
               gpus_per_node: int | None = None, inter_node_gbytes_per_s: float | None = None,
               aggregate_nics: bool | None = None, tokens: float | None = None, objective: str = "throughput", top_k: int = 5,
               pins: Pins | None = None, suggest: bool = True, framework: str = "parplan",
-              clip_grad: float | None = DEFAULT_CLIP_GRAD, balance_head: bool = False, **stack) -> Plan:
+              clip_grad: float | None = DEFAULT_CLIP_GRAD, balance_head: bool = False,
+              document_length: int | None = None, **stack) -> Plan:
     """Search the layout space and return the best Plan (alternatives attached).
     `model` is a ModelSpec or a preset name ("llama3-70b").  `stack`: any of STACK_FLAGS, the
     Training fields that describe how the training framework behaves; those not given (or None)
@@ -1059,10 +1070,10 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
             pins = replace(pins, zero0_single_shard=True)
     training = Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=1,
                         num_microbatches=1, dtype=dtype, precision=precision, tokens=tokens, framework=framework,
-                        clip_grad=clip_grad, **stack)
+                        clip_grad=clip_grad, document_length=document_length, **stack)
     hw = hardware_constants(profile, hw_ref, compute_dtype(dtype, precision), training.fp8)
     _check_attention_kernel(profile, training)
-    m = model_dims(spec, seq_len, framework)
+    m = model_dims(spec, seq_len, framework, training.document_length)
     tr = training_consts(training)
     _check_pins(spec, gpus, pins, seq_len, up_to=objective == "min-gpus")
     gpu_counts = [gpus] if objective != "min-gpus" else _gpu_counts_up_to(gpus, hw.gpus_per_node, pinned_product(pins))
@@ -1762,7 +1773,7 @@ def plan_inputs(plan: Plan, profile: HardwareProfile | None = None) -> tuple:
                             plan.training.fp8)
     _check_attention_kernel(profile, plan.training)
     spec = with_param_count(plan.model, plan.training.seq_len)
-    m = model_dims(spec, plan.training.seq_len, plan.training.framework)
+    m = model_dims(spec, plan.training.seq_len, plan.training.framework, plan.training.document_length)
     tr = training_consts(plan.training)
     own = own_stage_layers(plan)
     if own is not None:

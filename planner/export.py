@@ -58,7 +58,7 @@ from cost_models.layout import ModelDims, model_stage_layers, titan_layer_sac_fr
 from cost_models.memory import deepspeed_bf16_optimizer_steps
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.hf_config import checkpoint_differences
-from planner.core import (FORMAT_FRAMEWORK as _CORE_FORMAT_FRAMEWORK, MOE_SHAPE, default_stage_layers,
+from planner.core import (DOCUMENT_FRAMEWORKS, FORMAT_FRAMEWORK as _CORE_FORMAT_FRAMEWORK, MOE_SHAPE, default_stage_layers,
                           deepspeed_bf16_optimizer, preset_moe_shape, trains_window)
 from planner.schema import Plan
 from planner.toml_text import toml_value
@@ -95,7 +95,34 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
     if problem:
         raise ValueError(problem)
     text, notes = builders[key](plan)
-    return text, notes + _post_norms_note(plan.model) + _parallel_block_note(plan)
+    return text, notes + _post_norms_note(plan.model) + _parallel_block_note(plan) + _documents_note(plan, to)
+
+
+# what each export target does with packed documents (Training.document_length)
+_DOCUMENT_WAYS = {
+    "torchtitan": "torchtitan skips the attention across them with FlexAttention under its block_causal mask, built "
+                  "from the data's end-of-document tokens: register a flavor with use_flex_attn (attn_type \"flex\" "
+                  "in later releases) and attn_mask_type \"block_causal\"",
+    "megatron": "Megatron-LM's --reset-attention-mask (with --reset-position-ids) masks them with a dense (b, 1, s, "
+                "s) attention mask, planned as full causal attention (the mask's sparsity not timed); packed THD "
+                "sequences (Megatron-Core's packed_seq_params, cu_seqlens: Megatron-Bridge's packed datasets) skip "
+                "them, which the plan does not count under --framework megatron",
+    "deepspeed": "Megatron-DeepSpeed's --reset-attention-mask masks them with a dense attention mask, planned as full "
+                 "causal attention",
+    "llm-foundry": "llm-foundry masks them only with its sequence-id attention (attn_uses_sequence_id), computed "
+                   "whole by its kernels"}
+
+
+def _documents_note(plan: Plan, to: str) -> list[str]:
+    """Packed documents (Training.document_length): what the target does with them, against what the plan counts
+    (planner.core.DOCUMENT_FRAMEWORKS)."""
+    d, t = plan.training.document_length, plan.training
+    if not d or d >= t.seq_len:
+        return []
+    counted = ("the plan counts each document's own attention (skipped across them)" if t.framework in
+               DOCUMENT_FRAMEWORKS else "the plan counts full causal attention (the cross-document pairs computed)")
+    way = _DOCUMENT_WAYS.get(to.split("-")[0], "")
+    return [f"document_length {d}: packed documents of {d} tokens, {counted}" + (f"; {way}" if way else "") + "."]
 
 
 def _parallel_block_note(plan: Plan) -> list[str]:

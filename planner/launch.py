@@ -374,6 +374,10 @@ def check_data(path: str, plan, data_dtype: Optional[str] = None) -> Check:
     out of range or as every other token 0)."""
     import numpy as np
     vocab, seq = plan.model.vocab, plan.training.seq_len
+    if plan.training.document_length:  # (parallel_layers.window: fixed-length documents, not the file's own)
+        return Check("data", False, f"training.document_length {plan.training.document_length} with --data: the "
+                     "runtime masks fixed-length documents of synthetic tokens, not the file's own documents",
+                     "drop --data (synthetic tokens), or document_length to train the file's sequences whole")
     dtype = np.dtype(data_dtype or ("uint16" if vocab <= 2**16 else "uint32"))
     size = Path(path).stat().st_size
     other = "uint32" if dtype.name == "uint16" else "uint16"

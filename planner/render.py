@@ -204,6 +204,17 @@ def _window_text(plan: Plan) -> str:
                                                                       "over the whole prefix)")
 
 
+def _documents_text(plan: Plan) -> str:
+    """Packed documents (Training.document_length), and whether this plan's framework skips the attention across them
+    (planner.core.DOCUMENT_FRAMEWORKS)."""
+    from .core import DOCUMENT_FRAMEWORKS
+    d, t = plan.training.document_length, plan.training
+    if not d or d >= t.seq_len:
+        return ""
+    return f", packed documents of {d} tokens" + (" (counted)" if t.framework in DOCUMENT_FRAMEWORKS else
+                                                 f" (counted as full: {t.framework} computes across them)")
+
+
 def _norms_text(plan: Plan) -> str:
     """The model line's q/k norms, post-norms and norms after the sublayers (ModelSpec.qk_norm, post_norms,
     norms_after), which every framework's plan counts (parplan's runtime builds all three)."""
@@ -340,7 +351,7 @@ def summary_lines(plan: Plan) -> list[str]:
         + f", vocab {m.vocab}"
         + (f"; multi-token prediction {m.mtp_layers} deep ({param_counts(m)['mtp'] / 1e9:.2f} B more, on the "
            f"last stage)" if m.mtp_layers else "")
-        + _window_text(plan) + _norms_text(plan),
+        + _window_text(plan) + _documents_text(plan) + _norms_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + _speedup_text(plan),
         *(["linears in FP8 (training.fp8; MFU and HFU against the 16-bit peak, as for a 16-bit plan)"]

@@ -393,6 +393,15 @@ class HardwareRef(Strict):
 
 class Training(Strict):
     seq_len: int = Field(gt=0, le=SHAPE_MAX, description="Tokens per sequence.")
+    document_length: Optional[int] = Field(
+        None, gt=0, le=SHAPE_MAX, description="Packed documents: each sequence holds documents of this many tokens "
+        "(the last one shorter where it does not divide seq_len), each attending only within itself (an intra-document "
+        "causal mask: Llama 3's, torchtitan's block_causal).  Counted where the framework skips the attention across "
+        "documents (planner.core.DOCUMENT_FRAMEWORKS: parplan's runtime, FlexAttention under the documents' block mask "
+        "on a GPU; torchtitan's FlexAttention): a document of L tokens attends L^2 / 2 pairs, not its share of s^2 / 2.  "
+        "For documents of varying lengths, the length whose square is their mean square over their mean (sum L^2 / "
+        "sum L) gives the same pairs.  parplan's runtime masks fixed-length documents of synthetic tokens (not a token "
+        "file's own).  None = one document a sequence.")
     global_batch_size: int = Field(gt=0, le=BATCH_MAX, description="Sequences per optimizer step (= dp x micro_batch_size x num_microbatches).")
     micro_batch_size: int = Field(gt=0, description="Sequences per micro-batch per data-parallel replica.")
     num_microbatches: int = Field(gt=0, description="Micro-batches per optimizer step per replica (gradient accumulation / pipeline depth).")

@@ -127,11 +127,45 @@ def test_a_window_of_one_attends_each_token_to_itself(model):
     torch.testing.assert_close(long.blocks[0].attn(x), full.blocks[0].attn(x))
 
 
+@pytest.mark.parametrize("window", [None, 5])
+@pytest.mark.parametrize("cp_rank", [None, 1])
+def test_packed_documents_attend_within_themselves(window, cp_rank):
+    """Packed documents of 24 tokens in a 96-token sequence (Training.document_length; the last 24 too): a query
+    attends the keys of its own document up to itself (and within the window where there is one), values and
+    gradients against the mask written out; at a cp rank's global positions (cp 2) its rows of the one-rank result;
+    FlexAttention's block mask selects the same (unfused, forward)."""
+    q, k, v = _qkv()
+    i = torch.arange(96)
+    keep = (i[:, None] >= i[None]) & (i[:, None] // 24 == i[None] // 24)
+    if window:
+        keep = keep & (i[:, None] - i[None] < window)
+    assert torch.equal(band(i, 96, window, 24), keep)
+    full = window_attention(q, k, v, window, document=24)
+    ref = _by_hand(q, k, v, keep)
+    torch.testing.assert_close(full, ref)
+    g = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(full, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, b)
+    if cp_rank is not None:
+        pos = local_positions(48, cp_rank, 2)
+        got = cp_attention(shard_sequence(q, cp_rank, 2, dim=2), k, v, pos, (0, 0), window=window,
+                           cp_key=("cp", cp_rank, 2), document=24)
+        torch.testing.assert_close(got, shard_sequence(full, cp_rank, 2, dim=2))
+    with torch.no_grad():
+        flex = flex_band_attention(*(t.detach().float() for t in (q, k, v)), window, i, None, compiled=False,
+                                   document=24)
+    torch.testing.assert_close(flex, full.detach().float(), atol=1e-5, rtol=1e-5)
+
+
 # on 4 gloo ranks, against one-rank runs (test_runtime_qk_norms' harness); 32-token sequences
 REFERENCES = {"mistral": {**TINY_LLAMA, "sliding_window": 6},  # every layer within 6 keys (Mistral 7B v0.1's kind)
               # every other layer in full (Gemma 2's pattern), with its post-norms; gpt blocks with learned positions
               "gemma2": {**TINY_LLAMA, "sliding_window": 12, "full_attention_every": 2, "post_norms": True},
-              "gpt": {**TINY_GPT, "sliding_window": 10, "full_attention_every": 4}}
+              "gpt": {**TINY_GPT, "sliding_window": 10, "full_attention_every": 4},
+              # packed documents of 12 tokens (two whole and one of 8 a sequence: Training.document_length), and with
+              # a window inside them
+              "docs": {**TINY_LLAMA, "training": {"document_length": 12}},
+              "docs-window": {**TINY_LLAMA, "sliding_window": 5, "training": {"document_length": 12}}}
 CASES = {
     "tp2-dp2": ("mistral", dict(tp=2, pp=1, dp=2)),
     # cp 2: four chunks of 8 tokens, the window crossing their edges; selective recompute re-gathers and re-bands
@@ -139,6 +173,8 @@ CASES = {
     "gemma2-tp2-pp2-sp-1f1b": ("gemma2", dict(tp=2, pp=2, dp=1, sp=True, schedule="1f1b")),
     "gemma2-cp2-dp2-fsdp2": ("gemma2", dict(tp=1, pp=1, dp=2, cp=2, zero_stage=3)),
     "gpt-pp2-dp2-interleaved-full": ("gpt", dict(tp=1, pp=2, dp=2, vpp=2, schedule="interleaved-1f1b", recompute="full")),
+    "docs-cp2-tp2-sp": ("docs", dict(tp=2, pp=1, dp=1, cp=2, sp=True)),
+    "docs-window-tp2-pp2-selective": ("docs-window", dict(tp=2, pp=2, dp=1, schedule="1f1b", recompute="selective")),
 }
 
 
@@ -174,6 +210,6 @@ def test_flex_attention_inside_compiled_blocks(monkeypatch):
         monkeypatch.setattr(window, "use_flex", lambda q, p: True)
         monkeypatch.setattr(window, "_BLOCK_MASKS", {})
         first, again = flex(x), flex(x)
-    assert list(window._BLOCK_MASKS) == [(("seq",), 32, 32, 8, "cpu")]
+    assert list(window._BLOCK_MASKS) == [(("seq",), 32, 32, 8, None, "cpu")]
     torch.testing.assert_close(first, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(again, want, atol=1e-5, rtol=1e-5)

@@ -162,3 +162,48 @@ def test_torchtitan_trains_gpt_oss_windows_only():
     assert any("llama blocks with the same windows" in n for n in notes)
     c = recommend(other, **kw)
     assert any("attends over the whole prefix" in n for n in export_notes(c, "torchtitan-0.2"))
+
+
+def test_packed_documents_count_each_documents_pairs():
+    """Training.document_length: documents of D tokens attend within themselves: D / s of full causal attention's pairs
+    (and the MFU convention's span D), a shorter last document its own, a window inside them its band per document;
+    counted under parplan and torchtitan (which skip the pairs across documents), full under Megatron-LM."""
+    m = ModelDims(arch="llama", layers=4, hidden=64, heads=4, kv_heads=4, head_dim=16, ffn=128, vocab=100, tied=False,
+                  seq_len=4096, positions=0, document=1024)
+    assert m.causal_pairs_fraction() == pytest.approx(1024 / 4096) and m.attention_span() == 1024
+    odd = ModelDims(**{**m.__dict__, "document": 1500})  # 1500, 1500 and 1096
+    assert odd.causal_pairs_fraction() == pytest.approx((2 * 1500 ** 2 + 1096 ** 2) / 4096 ** 2)
+    both = ModelDims(**{**m.__dict__, "window": 256, "windowed_layers": 2})
+    band = 4 * (1024 * 256 - 256 ** 2 / 2) / (4096 ** 2 / 2)
+    assert both.causal_pairs_fraction() == pytest.approx((2 * 0.25 + 2 * band) / 4)
+    assert ModelDims(**{**m.__dict__, "document": 4096}).causal_pairs_fraction() == 1.0
+    spec = load_preset("llama3-8b")
+    kw = dict(gpus=8, seq_len=32768, global_batch_size=64)
+    for framework, counted in (("parplan", True), ("torchtitan", True), ("megatron", False)):
+        whole = recommend(spec, framework=framework, **kw)
+        docs = evaluate_plan(whole.model_copy(update={"training": whole.training.model_copy(
+            update={"document_length": 4096})}))
+        if counted:
+            assert docs.prediction.step_time_s < 0.9 * whole.prediction.step_time_s
+            assert model_dims(docs.model, 32768, framework, 4096).document == 4096
+        else:
+            assert docs.prediction == whole.prediction
+    r = subprocess.run([sys.executable, "-m", "planner.cli", "recommend", "--model", "llama3-8b", "--gpus", "8",
+                        "--seq-len", "32768", "--document-length", "4096", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["training"]["document_length"] == 4096, r.stderr
+    assert any("document_length 4096" in n for n in export_notes(docs, "megatron"))
+
+
+def test_launch_refuses_packed_documents_over_a_token_file(tmp_path):
+    """The runtime masks fixed-length documents of synthetic tokens: over a token file, whose documents are its own,
+    launch's data check refuses with the fix."""
+    import numpy as np
+
+    from planner.launch import check_data
+    plan = recommend(load_preset("llama3-8b"), gpus=8, seq_len=8192, document_length=2048)
+    path = tmp_path / "tok.bin"
+    (np.arange(20_000) % 1000).astype(np.uint32).tofile(path)
+    check = check_data(str(path), plan)
+    assert not check.ok and "document_length 2048 with --data" in check.detail and "drop --data" in check.fix
+    whole = plan.model_copy(update={"training": plan.training.model_copy(update={"document_length": None})})
+    assert check_data(str(path), whole).ok

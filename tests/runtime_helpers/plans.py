@@ -11,7 +11,7 @@ TINY_GPT = dict(arch="gpt", layers=4, hidden=64, heads=4, kv_heads=4, ffn_hidden
 
 def tiny_plan(model: dict | None = None, *, seq_len=32, global_batch_size=8, micro_batch_size=1, lr=1e-2,
               precision="fp32", seed=1234, clip_grad=None, fused_loss=False, dtype="bf16", dropout=False,
-              **parallel) -> Plan:
+              document_length=None, **parallel) -> Plan:
     """A plan on `tp*pp*dp` "GPUs"; num_microbatches follows from the batch sizes.  fused_loss: predicted (and
     run) with the 16-bit-gradient fused cross-entropy.  dtype fp16: with the runtime's dynamic loss scaling.
     dropout: Megatron's GPT dropout (parallel_layers.dropout)."""
@@ -22,7 +22,8 @@ def tiny_plan(model: dict | None = None, *, seq_len=32, global_batch_size=8, mic
         hardware=HardwareRef(name="h100-sxm-80gb", gpus=par.world_size, gpus_per_node=8),
         training=Training(seq_len=seq_len, global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
                           num_microbatches=nmb, precision=precision, dtype=dtype, seed=seed, lr=lr, clip_grad=clip_grad,
-                          fused_cross_entropy=fused_loss, cross_entropy_16bit_grad=fused_loss, dropout=dropout),
+                          fused_cross_entropy=fused_loss, cross_entropy_16bit_grad=fused_loss, dropout=dropout,
+                          document_length=document_length),
         parallel=par,
     )
 

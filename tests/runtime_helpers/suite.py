@@ -316,8 +316,11 @@ def run_against_one_rank(tmp: Path, references: dict, cases: dict, nproc: int = 
     """Each reference model (name -> ModelSpec fields) on one rank as ref-NAME and each case (name -> (reference,
     layout)) on nproc ranks, tiny plans clipped at CLIP_GRAD: the model-option suites (test_runtime_post_norms,
     test_runtime_qk_norms); tmp."""
-    ref = [_job(tmp, f"ref-{n}", tiny_plan(m, clip_grad=CLIP_GRAD), {}) for n, m in references.items()]
-    par = [_job(tmp, n, tiny_plan(references[r], clip_grad=CLIP_GRAD, **layout), {}) for n, (r, layout) in cases.items()]
+    def plan(model: dict, **layout):  # (a reference's "training": Training fields of its plan, as packed documents)
+        model = dict(model)
+        return tiny_plan(model, clip_grad=CLIP_GRAD, **model.pop("training", {}), **layout)
+    ref = [_job(tmp, f"ref-{n}", plan(m), {}) for n, m in references.items()]
+    par = [_job(tmp, n, plan(references[r], **layout), {}) for n, (r, layout) in cases.items()]
     return run_phases(tmp, (("ref", ref, 1), ("par", par, nproc)))
 
 

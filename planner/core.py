@@ -442,7 +442,7 @@ def titan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute: b
 
 
 def parplan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute: bool = False,
-                        plan: bool = False) -> tuple[str, str] | None:
+                        plan: bool = False, documents: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where parplan's runtime does not train multi-head latent attention so (parallel_layers.model.
     MLAttention: 16-bit or fp32 linears; context parallelism, since the fifty-second session, but not beside
     mla_recompute); None where it does.  mla_recompute (Megatron-LM's --recompute-modules mla_up_proj) it runs without
@@ -460,6 +460,9 @@ def parplan_mla_problem(cp: int | None = None, fp8: bool = False, mla_recompute:
     if fp8:
         return ("fp8 with multi-head latent attention: parplan's runtime runs its projections in 16 bits",
                 f"drop fp8, {other}")
+    if documents:  # (its MLAttention attends causally over the whole sequence: parallel_layers.window is not in it)
+        return (f"{flag('--document-length', 'training.document_length')} with multi-head latent attention: parplan's "
+                "runtime attends across packed documents there", f"drop {flag('--document-length', 'it')}, {other}")
     return None
 
 
@@ -479,7 +482,7 @@ def parplan_parallel_block_problem(recompute: str | None, dropout: bool, plan: b
 
 
 def mla_problem(spec: ModelSpec, framework: str, plan: bool = False, mla_recompute: bool = False,
-                cp: int | None = None, fp8: bool = False) -> tuple[str, str] | None:
+                cp: int | None = None, fp8: bool = False, documents: bool = False) -> tuple[str, str] | None:
     """(problem, fix) where multi-head latent attention is asked of a framework it is not planned for, or of parplan's
     runtime in a way it does not run (parplan_mla_problem: pass the plan's or the pins' cp and fp8); None where the
     model has none or the framework runs it."""
@@ -490,7 +493,7 @@ def mla_problem(spec: ModelSpec, framework: str, plan: bool = False, mla_recompu
     if spec.kv_lora_rank is None:
         return None
     if framework == "parplan":
-        return parplan_mla_problem(cp, fp8, mla_recompute, plan)
+        return parplan_mla_problem(cp, fp8, mla_recompute, plan, documents)
     if framework == "torchtitan" and not spec.is_moe:
         where = "training.framework" if plan else "--framework"
         return (f"{spec.name or 'the model'} has multi-head latent attention without experts: torchtitan builds it "
@@ -959,7 +962,8 @@ def recommend(model: ModelSpec | str, gpus: int, hardware: str = "h100-sxm-80gb"
                           recompute=stack.get("moe_recompute") or "none", fp8=bool(stack.get("fp8")),
                           recompute_mode=pins.recompute, dp_replicate=pins.dp_replicate) \
         or mla_problem(spec, framework, mla_recompute=bool(stack.get("mla_recompute")), cp=pins.cp,
-                       fp8=bool(stack.get("fp8"))) \
+                       fp8=bool(stack.get("fp8")), documents=bool(document_length and seq_len
+                                                                 and document_length < seq_len)) \
         or mtp_problem(spec, framework) \
         or (a2a_overlap_problem(spec, framework, pins.pp, pins.vpp, pins.schedule,
                                 "full" if pins.recompute_layers else pins.recompute)
@@ -1683,7 +1687,8 @@ def check_plan_structure(spec: ModelSpec, plan: Plan) -> None:
     problem = moe_problem(spec, fw, p.ep, p.zero_stage, p.tp, p.sp, plan=True,
                           dispatcher=t.moe_dispatcher, recompute=t.moe_recompute, fp8=t.fp8,
                           recompute_mode=p.recompute, dp_replicate=p.dp_replicate) \
-        or mla_problem(spec, fw, plan=True, mla_recompute=t.mla_recompute, cp=p.cp, fp8=t.fp8) \
+        or mla_problem(spec, fw, plan=True, mla_recompute=t.mla_recompute, cp=p.cp, fp8=t.fp8,
+                       documents=bool(t.document_length and t.document_length < t.seq_len)) \
         or mtp_problem(spec, fw, plan=True) \
         or (a2a_overlap_problem(spec, fw, p.pp, p.vpp, p.schedule, p.recompute, plan=True)
             if t.moe_a2a_overlap else None) \

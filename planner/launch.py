@@ -842,7 +842,8 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
             missing.append(problem)
     if m.kv_lora_rank is not None:  # parallel_layers.model.MLAttention: what the runtime's MLA does not run yet
         from .core import parplan_mla_problem
-        problem = parplan_mla_problem(p.cp, t.fp8, t.mla_recompute, plan=True)
+        problem = parplan_mla_problem(p.cp, t.fp8, t.mla_recompute, plan=True,
+                                      documents=bool(t.document_length and t.document_length < t.seq_len))
         if problem:
             missing.append(problem)
     # the runtime shards these evenly over the tensor-parallel group (parallel_layers.layers: a dimension

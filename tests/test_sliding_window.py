@@ -207,3 +207,15 @@ def test_launch_refuses_packed_documents_over_a_token_file(tmp_path):
     assert not check.ok and "document_length 2048 with --data" in check.detail and "drop --data" in check.fix
     whole = plan.model_copy(update={"training": plan.training.model_copy(update={"document_length": None})})
     assert check_data(str(path), whole).ok
+
+
+def test_latent_attention_with_packed_documents_is_refused_under_parplan():
+    """parplan's multi-head latent attention attends over the whole sequence (parallel_layers.window is not in it):
+    packed documents beside it are refused with the fix, where torchtitan (FlexAttention's block_causal) plans them."""
+    spec = load_preset("deepseek-v2-lite")
+    from planner.core import PlannerError
+    with pytest.raises(PlannerError, match="document-length with multi-head latent attention"):
+        recommend(spec, gpus=8, seq_len=8192, document_length=2048)
+    plan = recommend(spec, gpus=8, seq_len=8192, document_length=2048, framework="torchtitan")
+    assert model_dims(plan.model, 8192, "torchtitan", 2048).document == 2048
+    assert recommend(spec, gpus=8, seq_len=8192, document_length=8192).training.document_length == 8192

@@ -56,6 +56,10 @@ class ModelDims:
     # sequence holds documents of `document` tokens (the last one shorter where it does not divide), each attending
     # only within itself; 0 = one document a sequence
     document: int = 0
+    # chunked attention as the framework trains it (ModelSpec.attention_chunk: Llama 4's): `chunked_layers` of the
+    # layers attend within fixed chunks of `chunk` tokens; 0 = none (also where the chunks are not applied)
+    chunk: int = 0
+    chunked_layers: int = 0
     # a mixture of experts (ModelSpec.experts): `experts` routed SwiGLU experts of `expert_ffn` a block, `top_k` of them
     # a token; then `ffn` is the width a token runs, top_k x expert_ffn (its FLOPs and saved activations are a dense
     # MLP's of that width), and the parameters are experts x expert_ffn wide (moe_* below).  0: a dense MLP
@@ -191,39 +195,53 @@ class ModelDims:
         query/key and value widths with multi-head latent attention (QK^T at one, the values' product at the other)."""
         return (self.q_width + self.o_width) // 2
 
-    def _documents(self) -> list[tuple[int, int]]:
-        """(length, count) of the documents a sequence holds (ModelDims.document): one of seq_len without documents."""
-        s, d = self.seq_len, self.document
-        if not d or d >= s:
+    def _segments(self, chunked: bool = False) -> list[tuple[int, int]]:
+        """(length, count) of the stretches of a sequence whose tokens attend among themselves: its packed documents
+        (ModelDims.document; the last one shorter where it does not divide), cut again at the chunks' edges in a
+        chunked layer (ModelDims.chunk); the whole sequence where neither applies."""
+        s = self.seq_len
+        sizes = [d for d in (self.document, self.chunk if chunked else 0) if d and d < s]
+        if not sizes:
             return [(s, 1)]
-        return [(d, s // d)] + ([(s % d, 1)] if s % d else [])
+        if len(sizes) == 1 or max(sizes) % min(sizes) == 0:
+            d = min(sizes)
+            return [(d, s // d)] + ([(s % d, 1)] if s % d else [])
+        edges = sorted({0, s} | {e for d in sizes for e in range(d, s, d)})
+        counts: dict[int, int] = {}
+        for a, b in zip(edges, edges[1:]):
+            counts[b - a] = counts.get(b - a, 0) + 1
+        return sorted(counts.items())
 
-    def _layer_mean(self, full: float, windowed: float) -> float:
-        return ((self.layers - self.windowed_layers) * full + self.windowed_layers * windowed) / self.layers
+    def _layer_mean(self, full: float, local: float) -> float:
+        """full layers' and local (windowed or chunked) layers' values, averaged over the layers."""
+        n = self.windowed_layers or self.chunked_layers
+        return ((self.layers - n) * full + n * local) / self.layers
 
     def attention_span(self) -> float:
         """Keys per query, averaged over the layers, in the MFU convention (no causal discount: a full layer counts
-        seq_len, a windowed one min(seq_len, window); within packed documents, ModelDims.document, each query its
-        document's length, or the window where shorter): what 12 L h s's s becomes."""
-        docs, s = self._documents(), self.seq_len
+        seq_len, a windowed one min(seq_len, window); within packed documents, ModelDims.document, or chunks,
+        ModelDims.chunk, each query its stretch's length, or the window where shorter): what 12 L h s's s becomes."""
+        s = self.seq_len
         w = self.window if self.window and self.windowed_layers else s
-        return self._layer_mean(sum(n * L * L for L, n in docs) / s, sum(n * L * min(L, w) for L, n in docs) / s)
+        full = sum(n * L * L for L, n in self._segments()) / s
+        local = sum(n * L * min(L, w) for L, n in self._segments(chunked=bool(self.chunked_layers))) / s
+        return self._layer_mean(full, local)
 
     def causal_pairs_fraction(self) -> float:
         """Attended (query, key) pairs, averaged over the layers, as a fraction of full causal attention's s^2 / 2
         (a flash kernel skips the tiles outside the band): a windowed layer's s w - w^2 / 2 for s > w, the same
-        continuous count that gives s^2 / 2 for the full one; within packed documents (ModelDims.document) each
-        document's own, L^2 / 2 or L w - w^2 / 2, summed."""
-        s, w = self.seq_len, self.window
-        docs = self._documents()
-        if docs == [(s, 1)] and (not w or w >= s or not self.windowed_layers):
+        continuous count that gives s^2 / 2 for the full one; within packed documents (ModelDims.document) or chunks
+        (ModelDims.chunk) each stretch's own, L^2 / 2 or L w - w^2 / 2, summed."""
+        s, w = self.seq_len, self.window if self.windowed_layers else 0
+        chunked = bool(self.chunked_layers and self.chunk and self.chunk < s)
+        if not (self.document and self.document < s) and not chunked and (not w or w >= s):
             return 1.0
 
         def pairs(L, w):
             return L * w - w * w / 2 if w and w < L else L * L / 2
-        full = sum(n * pairs(L, 0) for L, n in docs) / (s * s / 2)
-        windowed = sum(n * pairs(L, w if self.windowed_layers else 0) for L, n in docs) / (s * s / 2)
-        return self._layer_mean(full, windowed)
+        full = sum(n * pairs(L, 0) for L, n in self._segments()) / (s * s / 2)
+        local = sum(n * pairs(L, w) for L, n in self._segments(chunked=chunked)) / (s * s / 2)
+        return self._layer_mean(full, local)
 
     @classmethod
     def from_spec(cls, spec, seq_len: int) -> "ModelDims":
@@ -234,6 +252,7 @@ class ModelDims:
                    ffn=spec.ffn_hidden * (k or 1) + shared, vocab=spec.vocab, tied=spec.tied_embeddings, seq_len=seq_len,
                    positions=(spec.max_seq_len or seq_len) if spec.has_learned_positions else 0,
                    window=spec.sliding_window or 0, windowed_layers=spec.windowed_layers,
+                   chunk=spec.attention_chunk or 0, chunked_layers=spec.chunked_layers,
                    experts=spec.experts or 0, top_k=k, expert_ffn=spec.ffn_hidden if k else 0, shared_ffn=shared,
                    first_dense=spec.first_dense_layers or 0, moe_step=spec.moe_layer_step or 1,
                    dense_ffn=spec.dense_ffn_hidden or 0, q_lora=spec.q_lora_rank or 0, kv_lora=spec.kv_lora_rank or 0,

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from parallel_layers.mappings import _size, gather_from_context_parallel_region
-from parallel_layers.window import window_attention
+from parallel_layers.window import binding, window_attention
 
 
 def chunk_ids(cp_rank: int, cp: int) -> tuple[int, int]:
@@ -99,7 +99,7 @@ def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_
     within itself, the same way)."""
     seq = k_full.shape[2]
     window = window if window is not None and window < seq else None
-    document = document if document is not None and document < seq else None
+    document = binding(document, seq)
     if window is not None or document is not None:
         return window_attention(q, k_full, v_full, window, q_positions, cp_key, dropout_p, scale, document)
     if chunk_starts is None:

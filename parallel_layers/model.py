@@ -63,7 +63,7 @@ from parallel_layers.mappings import (_all_reduce, _size, copy_to_tp_region, gat
                                      reduce_from_tp_region, reduce_scatter_to_sequence_parallel_region)
 from parallel_layers.moe import MoEMLP, MoEState
 from parallel_layers.rebuild import RebuiltForBackward
-from parallel_layers.window import window_attention
+from parallel_layers.window import binding, window_attention
 
 # torchtitan's op-level selective activation checkpointing (selective_ac_option = "op";
 # pytorch/torchtitan torchtitan/models/llama3/parallelize.py at 9dec370, the commit of its published
@@ -156,12 +156,21 @@ class ModelConfig:
     # packed documents of this many tokens, each attending only within itself (Training.document_length: the plan's
     # data, not the model's; parallel_layers.window)
     document_length: Optional[int] = None
+    # chunked attention (ModelSpec.attention_chunk: Llama 4's), in the layers window_of's rule picks
+    attention_chunk: Optional[int] = None
 
     def window_of(self, i: int) -> Optional[int]:
         """Layer i's (from 0) sliding window, None where it attends the whole prefix (ModelSpec.windowed_layers'
         rule)."""
+        return self._local(i, self.sliding_window)
+
+    def chunk_of(self, i: int) -> Optional[int]:
+        """Layer i's (from 0) attention chunk (ModelConfig.attention_chunk), None where it attends the whole prefix."""
+        return self._local(i, self.attention_chunk)
+
+    def _local(self, i: int, size: Optional[int]) -> Optional[int]:
         k = self.full_attention_every
-        return None if not self.sliding_window or (k and (i + 1) % k == 0) else self.sliding_window
+        return None if not size or (k and (i + 1) % k == 0) else size
 
     def is_moe_block(self, i: int) -> bool:
         """Whether block i (from 0) is an MoE block (ModelSpec.is_moe_block's rule)."""
@@ -185,7 +194,8 @@ class ModelConfig:
                    post_norms=bool(m.post_norms), qk_norm=bool(m.qk_norm),
                    qk_norm_whole=bool(m.qk_norm and m.qk_norm_whole), norms_after=bool(m.norms_after),
                    qkv_bias=bool(m.qkv_bias), parallel_block=bool(m.parallel_block), sliding_window=m.sliding_window,
-                   full_attention_every=m.full_attention_every, document_length=plan.training.document_length)
+                   full_attention_every=m.full_attention_every, document_length=plan.training.document_length,
+                   attention_chunk=m.attention_chunk)
 
 
 class Norm(_ShardedModule):
@@ -357,11 +367,6 @@ def _core_attention_rope(q, k, v, theta: float = ROPE_THETA, dropout_p: float = 
                            document=document)
 
 
-def binding(length: Optional[int], seq: int) -> Optional[int]:
-    """A window's or a document's length where it is shorter than the sequence, else None (it changes nothing)."""
-    return length if length is not None and length < seq else None
-
-
 def _core_attention(q, k, v, dropout_p: float = 0.0, window: Optional[int] = None, document: Optional[int] = None):
     """Causal attention over the whole prefix, or within a sliding window or packed documents shorter than the
     sequence (parallel_layers.window)."""
@@ -418,7 +423,10 @@ class Attention(nn.Module):
         self.local_heads, self.local_kv_heads, self.head_dim = cfg.heads // tp, cfg.kv_heads // tp, d
         self.rope, self.rope_theta = cfg.rope, cfg.rope_theta
         self.window = cfg.window_of(i)  # a sliding window's keys (ModelConfig.window_of), None: the whole prefix
-        self.document = cfg.document_length  # packed documents' tokens (ModelConfig.document_length), None: one
+        # the stretches it attends within: packed documents (ModelConfig.document_length) and this layer's chunks
+        # (ModelConfig.chunk_of: Llama 4's), None where there are neither
+        stretches = tuple(d for d in (cfg.document_length, cfg.chunk_of(i)) if d)
+        self.document = stretches[0] if len(stretches) == 1 else stretches or None
         n = f"layers.{i}.attn"
         qkv_bias = gpt or cfg.qkv_bias  # (Qwen2's q/k/v biases on llama blocks: ModelConfig.qkv_bias)
         self.wq = ColumnParallelLinear(h, cfg.heads * d, tp_group, name=f"{n}.wq", bias=qkv_bias)

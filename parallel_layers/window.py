@@ -13,9 +13,9 @@ Two kernels, one band:
   one tensor shared by every layer and micro-batch of a shape, so the kernel's saved mask is counted once): the same
   result; on a GPU its kernel (the memory-efficient one) computes the whole rectangle, tiles of the band or not.
 
-Packed documents (Training.document_length; ModelConfig.document_length) take the same two kernels: a query attends
-only the keys of its own document, fixed-length documents of D tokens (positions p // D alike), with or without a
-window.
+Packed documents (Training.document_length; ModelConfig.document_length) and Llama 4's chunks (ModelConfig.
+attention_chunk, in its chunked layers) take the same two kernels: a query attends only the keys of its own document
+or chunk, fixed-length stretches of D tokens (positions p // D alike), with or without a window.
 
 Under context parallelism (parallel_layers.context_parallel) the rank's queries hold global positions (two chunks of
 the sequence) and attend the gathered keys in global order; the band is built from those positions.
@@ -35,6 +35,15 @@ _BLOCK_MASKS: dict = {}
 _FLEX = None  # torch.compile(flex_attention), made on first use on a CUDA device
 
 
+def binding(length, seq: int):
+    """A window's or a document's length where it is shorter than the sequence, else None (it changes nothing); a
+    tuple of documents' and chunks' lengths, those shorter than the sequence."""
+    if isinstance(length, tuple):
+        kept = tuple(d for d in length if d < seq)
+        return kept or None
+    return length if length is not None and length < seq else None
+
+
 def band(q_positions: torch.Tensor, seq: int, window: Optional[int], document: Optional[int] = None) -> torch.Tensor:
     """(s_q, seq) boolean, True where the query at q_positions[i] may attend key j: 0 <= q - j < window (no bound
     without a window), and both in the same packed document of `document` tokens where given (Training.document_length:
@@ -44,13 +53,15 @@ def band(q_positions: torch.Tensor, seq: int, window: Optional[int], document: O
 
 
 def _keep(q, k, window, document):
-    """The band as an expression of query and key positions (band's, and FlexAttention's mask_mod)."""
+    """The band as an expression of query and key positions (band's, and FlexAttention's mask_mod).  document: a
+    stretch's length, or a tuple of them (packed documents and Llama 4's chunks: both must hold the two alike)."""
     gap = q - k
     keep = gap >= 0
     if window:
         keep = keep & (gap < window)
-    if document:
-        keep = keep & (q // document == k // document)
+    for d in (document if isinstance(document, tuple) else (document,)):
+        if d:
+            keep = keep & (q // d == k // d)
     return keep
 
 

@@ -622,6 +622,10 @@ def trains_window(spec: ModelSpec, framework: str) -> bool:
 # block_causal mask).  Megatron-LM's --reset-attention-mask builds a dense mask its fused kernels compute whole, and
 # DeepSpeed's GPT the same: full causal attention there.
 DOCUMENT_FRAMEWORKS = ("parplan", "torchtitan")
+# Frameworks that train chunked attention (ModelSpec.attention_chunk: Llama 4's): parplan's runtime (parallel_layers.
+# window's segment masks).  torchtitan's llama4 flavors without _irope (the ones its export picks) and Megatron-LM
+# attend over the whole prefix.
+CHUNK_FRAMEWORKS = ("parplan",)
 
 
 def model_dims(spec: ModelSpec, seq_len: int, framework: str, document_length: int | None = None) -> ModelDims:
@@ -636,6 +640,8 @@ def model_dims(spec: ModelSpec, seq_len: int, framework: str, document_length: i
         m = replace(m, qk_norm_recomputed=True)
     if framework != "parplan" and m.parallel_block:  # the others build sequential blocks (ModelSpec.parallel_block)
         m = replace(m, parallel_block=False)
+    if framework not in CHUNK_FRAMEWORKS and m.chunk:  # (ModelSpec.attention_chunk: full causal attention there)
+        m = replace(m, chunk=0, chunked_layers=0)
     if framework == "torchtitan" and m.kv_lora:  # its deepseek_v3 gathers the block input (ModelDims.mla_input_gathered)
         m = replace(m, mla_input_gathered=True)
     if framework == "torchtitan" and m.moe:  # its MoE layer saves its own tensors (ModelDims.titan_moe)

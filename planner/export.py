@@ -58,7 +58,7 @@ from cost_models.layout import ModelDims, model_stage_layers, titan_layer_sac_fr
 from cost_models.memory import deepspeed_bf16_optimizer_steps
 from planner import ADAMW_BETAS, ADAMW_WEIGHT_DECAY
 from planner.hf_config import checkpoint_differences
-from planner.core import (DOCUMENT_FRAMEWORKS, FORMAT_FRAMEWORK as _CORE_FORMAT_FRAMEWORK, MOE_SHAPE, default_stage_layers,
+from planner.core import (CHUNK_FRAMEWORKS, DOCUMENT_FRAMEWORKS, FORMAT_FRAMEWORK as _CORE_FORMAT_FRAMEWORK, MOE_SHAPE, default_stage_layers,
                           deepspeed_bf16_optimizer, preset_moe_shape, trains_window)
 from planner.schema import Plan
 from planner.toml_text import toml_value
@@ -95,7 +95,22 @@ def _build(plan: Plan, to: str) -> tuple[str, list[str]]:
     if problem:
         raise ValueError(problem)
     text, notes = builders[key](plan)
-    return text, notes + _post_norms_note(plan.model) + _parallel_block_note(plan) + _documents_note(plan, to)
+    return text, (notes + _post_norms_note(plan.model) + _parallel_block_note(plan) + _documents_note(plan, to)
+                  + _chunks_note(plan, to))
+
+
+def _chunks_note(plan: Plan, to: str) -> list[str]:
+    """Chunked attention (ModelSpec.attention_chunk: Llama 4's), which no exported model here builds (torchtitan's
+    llama4 has it in its _irope flavors only, not the ones its export picks)."""
+    m, t = plan.model, plan.training
+    if not m.chunk_binds(t.seq_len):
+        return []
+    counted = ("which this plan's prediction (for parplan, whose runtime trains the chunks) does not count"
+               if t.framework in CHUNK_FRAMEWORKS else "as the prediction counts it")
+    where = (" (torchtitan's llama4 _irope flavors train them: every_n_layers_nope, FlexAttention)"
+             if to.startswith("torchtitan") else "")
+    return [f"attention_chunk {m.attention_chunk}: the exported model attends over the whole prefix in its "
+            f"{m.chunked_layers} chunked layers, {counted}{where}."]
 
 
 # what each export target does with packed documents (Training.document_length)

@@ -989,8 +989,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         "qwen3": "per-head q/k norms' weights not counted",
         "qwen3_moe": "per-head q/k norms' weights not counted",
         "qwen2_moe": "the shared expert's sigmoid gate not counted",
-        "llama4_text": "chunked attention (attention_chunk_size) counted as full attention (the same up to the "
-                       "chunk), its NoPE layers as rotary ones, and its q/k L2 norms (no weights) in every layer, not its rotary ones only",
+        "llama4_text": "its NoPE layers as rotary ones (parplan's runtime rotates them: the cost is the same), and its "
+                       "q/k L2 norms (no weights) in every layer, not its rotary ones only",
         "dots1": "q/k norms' weights not counted; routed by sigmoid scores with a bias, costed as softmax top-k",
         "glm4_moe": "q/k norms' weights (where use_qk_norm) and the multi-token-prediction layers "
                     "(num_nextn_predict_layers) not counted; routed by sigmoid scores with a bias, costed as softmax "
@@ -1184,6 +1184,26 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
         notes.append(window_note)
     if irregular:
         window, full_every = None, None
+    chunk = None
+    if model_type == "llama4_text" and cfg.get("attention_chunk_size", 8192) is not None:
+        # Llama4TextConfig: attention_chunk_size (default 8192) in the rotary layers, no_rope_layers[i] 1 (default:
+        # every nope_layer_interval-th layer from 1, 4, a NoPE layer of full attention, 0)
+        chunk = _positive_int(cfg, "attention_chunk_size", where) if "attention_chunk_size" in cfg else 8192
+        rope = cfg.get("no_rope_layers")
+        if isinstance(rope, list) and rope:
+            full_at = [i + 1 for i, r in enumerate(rope) if not r]
+            full_every = full_at[0] if full_at else None
+            if full_every and any(((i + 1) % full_every == 0) != (not r) for i, r in enumerate(rope)):
+                notes.append("no_rope_layers: chunked attention in a pattern ModelSpec cannot say, counted as full "
+                             "attention")
+                chunk, full_every = None, None
+        else:
+            full_every = _positive_int(cfg, "nope_layer_interval", where) if "nope_layer_interval" in cfg else 4
+        if chunk and chunk >= SHAPE_MAX:
+            chunk, full_every = None, None
+        if chunk and seq_len and seq_len > chunk:
+            notes.append(f"its rotary layers attend within {chunk}-token chunks (attention_chunk), counted under "
+                         "--framework parplan, whose runtime trains them, and as full attention elsewhere")
     if context and seq_len and seq_len > context and not table:  # a learned table caps it (the CLI)
         beyond = f"seq_len {seq_len} beyond the checkpoint's context {context} (a context extension)"
         notes.append(beyond)
@@ -1197,7 +1217,8 @@ def model_from_hf_config(path_or_dict, seq_len: int | None = None) -> ModelSpec:
                          ffn_hidden=ffn, vocab=vocab, head_dim=head_dim, tied_embeddings=bool(tied),
                          max_seq_len=max_seq_len, rope_theta=rope_theta, source=source,
                          learned_positions=None if arch == "llama" or table else False,
-                         sliding_window=window, full_attention_every=full_every, experts=experts,
+                         sliding_window=window, full_attention_every=full_every, attention_chunk=chunk,
+                         experts=experts,
                          experts_per_token=top_k, shared_expert_ffn=shared, first_dense_layers=first_dense,
                          moe_layer_step=moe_step, dense_ffn_hidden=dense_ffn,
                          qk_norm=True if not mla and has_qk_norm(cfg, model_type) else None,

@@ -39,7 +39,7 @@ from typing import Optional
 from cost_models.compute import plan_fuses_wgrad, plan_overlaps_param_gather
 from cost_models.memory import runs_in_rounds
 from parallel_layers.checkpoint_steps import saved_ep, saved_steps, saved_tp, step_path
-from planner.core import default_stage_layers, own_stage_layers, trains_window
+from planner.core import CHUNK_FRAMEWORKS, default_stage_layers, own_stage_layers, trains_window
 from planner.limits import can_make_folder_in, is_device
 
 EXIT_OK = 0
@@ -954,6 +954,10 @@ def check_runtime_support(plan, device: str, torch_version: Optional[str] = None
                             f"norm, one tensor-parallel collective a direction), where the prediction "
                             f"({t.framework}) counts sequential ones; `parplan evaluate` the plan with --framework "
                             "parplan to compare")
+        if m.chunk_binds(t.seq_len) and t.framework not in CHUNK_FRAMEWORKS:
+            warnings.append(f"the runtime trains the model's {m.chunked_layers} chunked layers within "
+                            f"{m.attention_chunk}-token chunks, where the prediction ({t.framework}) counts full causal "
+                            "attention; `parplan evaluate` the plan with --framework parplan to compare")
         if m.window_binds(t.seq_len) and not trains_window(m, t.framework):
             warnings.append(f"the runtime trains the model's {m.windowed_layers} sliding-window layers within "
                             f"{m.sliding_window} tokens, where the prediction ({t.framework}) counts full causal "

@@ -204,6 +204,20 @@ def _window_text(plan: Plan) -> str:
                                                                       "over the whole prefix)")
 
 
+def _chunks_text(plan: Plan) -> str:
+    """The model line's chunked attention (ModelSpec.attention_chunk: Llama 4's), and whether this plan's framework
+    trains it (planner.core.CHUNK_FRAMEWORKS)."""
+    from .core import CHUNK_FRAMEWORKS
+    m, t = plan.model, plan.training
+    if not m.chunked_layers:
+        return ""
+    text = f", {m.chunked_layers} of {m.layers} layers within {m.attention_chunk}-token chunks"
+    if not m.chunk_binds(t.seq_len):
+        return text
+    return text + (" (counted)" if t.framework in CHUNK_FRAMEWORKS else f" (counted as full: {t.framework} attends "
+                                                                      "over the whole prefix)")
+
+
 def _documents_text(plan: Plan) -> str:
     """Packed documents (Training.document_length), and whether this plan's framework skips the attention across them
     (planner.core.DOCUMENT_FRAMEWORKS)."""
@@ -351,7 +365,7 @@ def summary_lines(plan: Plan) -> list[str]:
         + f", vocab {m.vocab}"
         + (f"; multi-token prediction {m.mtp_layers} deep ({param_counts(m)['mtp'] / 1e9:.2f} B more, on the "
            f"last stage)" if m.mtp_layers else "")
-        + _window_text(plan) + _documents_text(plan) + _norms_text(plan),
+        + _window_text(plan) + _chunks_text(plan) + _documents_text(plan) + _norms_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + _speedup_text(plan),
         *(["linears in FP8 (training.fp8; MFU and HFU against the 16-bit peak, as for a 16-bit plan)"]

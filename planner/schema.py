@@ -126,7 +126,15 @@ class ModelSpec(Strict):
     full_attention_every: Optional[int] = Field(
         None, gt=0, description="With sliding_window: every k-th layer (numbered from 1) attends to the whole prefix and "
         "the others within the window (Megatron-LM's --window-attn-skip-freq; Gemma 2: 2, Gemma 3: its "
-        "sliding_window_pattern, 6).  None = every layer within the window (Mistral 7B v0.1, Phi-3).")
+        "sliding_window_pattern, 6).  None = every layer within the window (Mistral 7B v0.1, Phi-3).  With "
+        "attention_chunk the same for the chunks (Llama 4: 4, its NoPE layers attending in full).")
+    attention_chunk: Optional[int] = Field(
+        None, gt=0, description="Chunked attention (Llama 4's attention_chunk_size, 8192): the layers but every "
+        "full_attention_every-th attend within fixed chunks of this many tokens, each query the keys of its own chunk "
+        "up to itself (positions p // chunk alike).  Counted where the framework trains it (parplan's runtime: "
+        "parallel_layers.window's segment masks, FlexAttention on a GPU); Megatron-LM, torchtitan's llama4 flavors "
+        "without _irope and DeepSpeed run full causal attention, and are predicted so.  Not with sliding_window.  "
+        "None = none.")
     experts: Optional[int] = Field(
         None, gt=1, le=SHAPE_MAX, description="Mixture of experts: routed experts in every block's MLP (Mixtral 8, "
         "Qwen3-30B-A3B 128), each a SwiGLU MLP of ffn_hidden, a token going to experts_per_token of them by a linear "
@@ -236,8 +244,12 @@ class ModelSpec(Strict):
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}), or give head_dim")
         if self.arch == "llama" and self.learned_positions:
             raise ValueError("learned_positions: arch llama has rotary positions; use arch gpt for a learned table")
-        if self.full_attention_every is not None and self.sliding_window is None:
-            raise ValueError("full_attention_every needs sliding_window (the window the other layers attend within)")
+        if self.full_attention_every is not None and self.sliding_window is None and self.attention_chunk is None:
+            raise ValueError("full_attention_every needs sliding_window (the window the other layers attend within) or "
+                             "attention_chunk")
+        if self.attention_chunk is not None and (self.sliding_window is not None or self.kv_lora_rank is not None):
+            raise ValueError("attention_chunk with sliding_window or multi-head latent attention is not planned (no such "
+                             "model); give one of them")
         if not self.has_learned_positions and self.head_size % 2:
             raise ValueError(f"rotary positions rotate pairs of a head's channels, so head_dim must be even (it is "
                              f"{self.head_size}" + (f" = hidden {self.hidden} / heads {self.heads}" if self.head_dim is None
@@ -320,10 +332,20 @@ class ModelSpec(Strict):
     def windowed_layers(self) -> int:
         """How many layers attend within sliding_window (Megatron-LM's rule: layer i, from 1, attends in full where
         i is a multiple of full_attention_every)."""
-        if self.sliding_window is None:
-            return 0
+        return 0 if self.sliding_window is None else self._local_layers()
+
+    @property
+    def chunked_layers(self) -> int:
+        """How many layers attend within their chunk (attention_chunk; windowed_layers' rule)."""
+        return 0 if self.attention_chunk is None else self._local_layers()
+
+    def _local_layers(self) -> int:
         k = self.full_attention_every
         return self.layers - (self.layers // k if k else 0)
+
+    def chunk_binds(self, seq_len: int) -> bool:
+        """Whether some layers' chunk is shorter than the sequence (otherwise it changes nothing)."""
+        return bool(self.chunked_layers) and self.attention_chunk < seq_len
 
     def window_binds(self, seq_len: int) -> bool:
         """Whether some layers' window is shorter than the sequence (otherwise it changes nothing)."""

@@ -227,9 +227,10 @@ def test_llama4_configs_read_their_interleaved_dense_blocks():
                            "intermediate_size": 8192, "intermediate_size_mlp": 16384, "vocab_size": 202048}}
     spec, preset = spec_from_hf_config(mav), load_preset("llama4-maverick")
     for field in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "experts", "experts_per_token",
-                  "shared_expert_ffn", "first_dense_layers", "moe_layer_step", "dense_ffn_hidden", "vocab", "num_params"):
+                  "shared_expert_ffn", "first_dense_layers", "moe_layer_step", "dense_ffn_hidden", "vocab", "num_params",
+                  "attention_chunk", "full_attention_every"):  # (its chunks: Llama4TextConfig's defaults, 8192 and 4)
         assert getattr(spec, field) == getattr(preset, field), field
-    assert "chunked attention" in spec.source
+    assert spec.attention_chunk == 8192 and spec.chunked_layers == 36
     scout = spec_from_hf_config({"model_type": "llama4", "text_config": {"model_type": "llama4_text"}})
     assert scout.num_params == load_preset("llama4-scout").num_params and scout.moe_block_count == 48
     assert spec_from_hf_config({**mav, "text_config": {**mav["text_config"],

@@ -18,7 +18,7 @@ from parallel_layers.model import ModelConfig, StageModule, init_parameters
 from parallel_layers.window import band, band_bias, flex_band_attention, window_attention
 from planner.schema import ModelSpec
 from tests.runtime_helpers import suite
-from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, tiny_plan
+from tests.runtime_helpers.plans import TINY_GPT, TINY_LLAMA, TINY_MOE, tiny_plan
 
 
 def _by_hand(q, k, v, keep):
@@ -157,6 +157,23 @@ def test_packed_documents_attend_within_themselves(window, cp_rank):
     torch.testing.assert_close(flex, full.detach().float(), atol=1e-5, rtol=1e-5)
 
 
+def test_chunks_and_documents_cut_the_sequence_together():
+    """Llama 4's chunks (ModelConfig.attention_chunk, its chunked layers: every full_attention_every-th in full) beside
+    packed documents: a query attends the keys of its own document and chunk up to itself (documents of 24 and chunks
+    of 40 in 96 tokens), by hand; the runtime's layers take the chunks by ModelSpec.chunked_layers' rule, their
+    stretches (documents, chunks) as one tuple."""
+    q, k, v = _qkv()
+    i = torch.arange(96)
+    keep = (i[:, None] >= i[None]) & (i[:, None] // 24 == i[None] // 24) & (i[:, None] // 40 == i[None] // 40)
+    assert torch.equal(band(i, 96, None, (24, 40)), keep)
+    torch.testing.assert_close(window_attention(q, k, v, None, document=(24, 40)), _by_hand(q, k, v, keep))
+    spec = ModelSpec(**{**TINY_MOE, "layers": 8, "attention_chunk": 40, "full_attention_every": 4})
+    cfg = ModelConfig.from_plan(tiny_plan(spec.model_dump(exclude_none=True), document_length=24))
+    assert sum(cfg.chunk_of(i) is not None for i in range(8)) == spec.chunked_layers == 6
+    m = StageModule(cfg, list(range(8)), first=True, last=True, tp_group=None)
+    assert [b.attn.document for b in m.blocks] == [(24, 40), (24, 40), (24, 40), 24] * 2
+
+
 # on 4 gloo ranks, against one-rank runs (test_runtime_qk_norms' harness); 32-token sequences
 REFERENCES = {"mistral": {**TINY_LLAMA, "sliding_window": 6},  # every layer within 6 keys (Mistral 7B v0.1's kind)
               # every other layer in full (Gemma 2's pattern), with its post-norms; gpt blocks with learned positions
@@ -165,7 +182,10 @@ REFERENCES = {"mistral": {**TINY_LLAMA, "sliding_window": 6},  # every layer wit
               # packed documents of 12 tokens (two whole and one of 8 a sequence: Training.document_length), and with
               # a window inside them
               "docs": {**TINY_LLAMA, "training": {"document_length": 12}},
-              "docs-window": {**TINY_LLAMA, "sliding_window": 5, "training": {"document_length": 12}}}
+              "docs-window": {**TINY_LLAMA, "sliding_window": 5, "training": {"document_length": 12}},
+              # Llama 4's chunks: every other layer within 8-token chunks, experts; and chunks beside documents
+              "llama4": {**TINY_MOE, "attention_chunk": 8, "full_attention_every": 2},
+              "chunks-docs": {**TINY_LLAMA, "attention_chunk": 10, "training": {"document_length": 12}}}
 CASES = {
     "tp2-dp2": ("mistral", dict(tp=2, pp=1, dp=2)),
     # cp 2: four chunks of 8 tokens, the window crossing their edges; selective recompute re-gathers and re-bands
@@ -175,6 +195,8 @@ CASES = {
     "gpt-pp2-dp2-interleaved-full": ("gpt", dict(tp=1, pp=2, dp=2, vpp=2, schedule="interleaved-1f1b", recompute="full")),
     "docs-cp2-tp2-sp": ("docs", dict(tp=2, pp=1, dp=1, cp=2, sp=True)),
     "docs-window-tp2-pp2-selective": ("docs-window", dict(tp=2, pp=2, dp=1, schedule="1f1b", recompute="selective")),
+    "llama4-tp2-dp2-sp-ep2": ("llama4", dict(tp=2, pp=1, dp=2, sp=True, ep=2)),
+    "chunks-docs-cp2-dp2": ("chunks-docs", dict(tp=1, pp=1, dp=2, cp=2)),
 }
 
 

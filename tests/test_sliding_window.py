@@ -219,3 +219,31 @@ def test_latent_attention_with_packed_documents_is_refused_under_parplan():
     plan = recommend(spec, gpus=8, seq_len=8192, document_length=2048, framework="torchtitan")
     assert model_dims(plan.model, 8192, "torchtitan", 2048).document == 2048
     assert recommend(spec, gpus=8, seq_len=8192, document_length=8192).training.document_length == 8192
+
+
+def test_llama4_chunks_are_counted_where_parplan_trains_them():
+    """ModelSpec.attention_chunk (Llama 4's 8192 in its rotary layers, every 4th layer in full): 36 of Scout's 48
+    layers attend within their chunk; at 32K tokens under parplan they count the chunks' pairs, under Megatron-LM and
+    torchtitan (the flavors its export picks) full attention; launch and the exports say so; a config's no_rope_layers
+    in another pattern is counted as full, said."""
+    from planner.core import CHUNK_FRAMEWORKS
+    scout = load_preset("llama4-scout")
+    assert (scout.attention_chunk, scout.full_attention_every, scout.chunked_layers) == (8192, 4, 36)
+    assert CHUNK_FRAMEWORKS == ("parplan",)
+    m = model_dims(scout, 32768, "parplan")
+    assert m.causal_pairs_fraction() == pytest.approx((12 + 36 * 8192 / 32768) / 48)
+    assert m.attention_span() == pytest.approx((12 * 32768 + 36 * 8192) / 48)
+    assert model_dims(scout, 32768, "megatron").chunk == 0 and model_dims(scout, 32768, "torchtitan").chunk == 0
+    full = scout.model_copy(update={"attention_chunk": None, "full_attention_every": None})
+    plan = recommend(scout, gpus=64, seq_len=32768)
+    assert plan.prediction.step_time_s < evaluate_plan(plan.model_copy(update={"model": full})).prediction.step_time_s
+    meg = recommend(scout, gpus=64, seq_len=32768, framework="megatron")
+    assert meg.prediction == evaluate_plan(meg.model_copy(update={"model": full})).prediction
+    assert "36 chunked layers within 8192-token chunks" in check_runtime_support(meg, "cpu").detail
+    assert any("attention_chunk 8192" in n and "does not count" in n for n in export_notes(plan, "megatron"))
+    rope = [1, 1, 0] * 16  # every 3rd layer NoPE: a pattern the default's 4 does not say, read as such
+    def llama4(**text):
+        return {"model_type": "llama4", "text_config": {"model_type": "llama4_text", **text}}
+    assert model_from_hf_config(llama4(no_rope_layers=rope)).full_attention_every == 3
+    odd = model_from_hf_config(llama4(no_rope_layers=[0] + [1] * 47), seq_len=16384)
+    assert odd.attention_chunk is None and "a pattern ModelSpec cannot say" in odd.source

@@ -192,30 +192,20 @@ def compact_counts(counts) -> str:
 
 
 def _window_text(plan: Plan) -> str:
-    """The model line's sliding window, and whether this plan's framework trains it (planner.core.model_dims)."""
-    from .core import trains_window
+    """The model line's sliding window and Llama 4's chunks (ModelSpec.attention_chunk), and whether this plan's
+    framework trains them (planner.core.model_dims)."""
+    from .core import CHUNK_FRAMEWORKS, trains_window
     m, t = plan.model, plan.training
-    if not m.windowed_layers:
-        return ""
-    text = f", {m.windowed_layers} of {m.layers} layers within a {m.sliding_window}-token window"
-    if not m.window_binds(t.seq_len):
-        return text
-    return text + (" (counted)" if trains_window(m, t.framework) else f" (counted as full: {t.framework} attends "
-                                                                      "over the whole prefix)")
-
-
-def _chunks_text(plan: Plan) -> str:
-    """The model line's chunked attention (ModelSpec.attention_chunk: Llama 4's), and whether this plan's framework
-    trains it (planner.core.CHUNK_FRAMEWORKS)."""
-    from .core import CHUNK_FRAMEWORKS
-    m, t = plan.model, plan.training
-    if not m.chunked_layers:
-        return ""
-    text = f", {m.chunked_layers} of {m.layers} layers within {m.attention_chunk}-token chunks"
-    if not m.chunk_binds(t.seq_len):
-        return text
-    return text + (" (counted)" if t.framework in CHUNK_FRAMEWORKS else f" (counted as full: {t.framework} attends "
-                                                                      "over the whole prefix)")
+    for n, what, binds, trained in (
+            (m.windowed_layers, f"a {m.sliding_window}-token window", m.window_binds, trains_window(m, t.framework)),
+            (m.chunked_layers, f"{m.attention_chunk}-token chunks", m.chunk_binds, t.framework in CHUNK_FRAMEWORKS)):
+        if n:
+            text = f", {n} of {m.layers} layers within {what}"
+            if not binds(t.seq_len):
+                return text
+            return text + (" (counted)" if trained else f" (counted as full: {t.framework} attends over the whole "
+                                                        "prefix)")
+    return ""
 
 
 def _documents_text(plan: Plan) -> str:
@@ -365,7 +355,7 @@ def summary_lines(plan: Plan) -> list[str]:
         + f", vocab {m.vocab}"
         + (f"; multi-token prediction {m.mtp_layers} deep ({param_counts(m)['mtp'] / 1e9:.2f} B more, on the "
            f"last stage)" if m.mtp_layers else "")
-        + _window_text(plan) + _chunks_text(plan) + _documents_text(plan) + _norms_text(plan),
+        + _window_text(plan) + _documents_text(plan) + _norms_text(plan),
         f"MFU {pr.mfu * 100:.1f}%  HFU {pr.hfu * 100:.1f}%  model {pr.model_tflops_per_gpu:.0f} TFLOP/s/GPU  "
         + _speedup_text(plan),
         *(["linears in FP8 (training.fp8; MFU and HFU against the 16-bit peak, as for a 16-bit plan)"]

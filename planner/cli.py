@@ -119,7 +119,7 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
                    seq_len, head_dim=None, tied_embeddings=None, sliding_window=None, full_attention_every=None,
                    default_seq: bool = False, experts=None, experts_per_token=None, shared_expert_ffn=None,
                    first_dense_layers=None, moe_layer_step=None, dense_ffn=None, kv_lora_rank=None, q_lora_rank=None,
-                   qk_rope_dim=None, v_head_dim=None):
+                   qk_rope_dim=None, v_head_dim=None, attention_chunk=None):
     """(spec, what its mapping approximates or None, seq_len).  default_seq: seq_len is the default, which a
     config's shorter context replaces."""
     given = [x is not None for x in (model, model_config, params)] + [layers is not None or hidden is not None
@@ -134,7 +134,7 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
                                  ("--first-dense-layers", first_dense_layers), ("--moe-layer-step", moe_layer_step),
                                  ("--dense-ffn", dense_ffn), ("--kv-lora-rank", kv_lora_rank),
                                  ("--q-lora-rank", q_lora_rank), ("--qk-rope-dim", qk_rope_dim),
-                                 ("--v-head-dim", v_head_dim))
+                                 ("--v-head-dim", v_head_dim), ("--attention-chunk", attention_chunk))
                   if v is not None]
     if shape_only and layers is None and hidden is None and heads is None:
         raise UserError(f"{' and '.join(shape_only)} only appl{'y' if len(shape_only) > 1 else 'ies'} to an explicit shape (--layers/--hidden/--heads); "
@@ -194,10 +194,11 @@ def _resolve_model(model, model_config, params, arch, layers, hidden, heads, kv_
                                 experts_per_token=experts_per_token, shared_expert_ffn=shared_expert_ffn,
                                 first_dense_layers=first_dense_layers, moe_layer_step=moe_layer_step,
                                 dense_ffn_hidden=dense_ffn, kv_lora_rank=kv_lora_rank, q_lora_rank=q_lora_rank,
-                                qk_rope_head_dim=qk_rope_dim, v_head_dim=v_head_dim)
+                                qk_rope_head_dim=qk_rope_dim, v_head_dim=v_head_dim, attention_chunk=attention_chunk)
         if full_attention_every is not None and full_attention_every > layers:
+            local = "--sliding-window" if sliding_window else "its --attention-chunk"
             _err(f"note: --full-attention-every {full_attention_every} is past the model's {layers} layers, so no layer "
-                 "attends in full: every one attends within --sliding-window")
+                 f"attends in full: every one attends within {local}")
         n = spec.num_params
         if n > PARAMS_MAX:  # as --params and --model-config: a shape this large is a typo, not a job that does not fit
             raise UserError(f"--layers {layers} --hidden {hidden}: {big_number(n)} parameters is beyond what the "
@@ -281,7 +282,8 @@ _MODEL_OPTIONS = [
     ("head_dim", Optional[int], None, ("--head-dim",), "Per-head width (default hidden / heads; Qwen3, Gemma: 128 or 256 whatever the width)."),
     ("tied_embeddings", Optional[bool], None, ("--tied-embeddings/--untied-embeddings",), "Output layer shares the embedding (default: tied for gpt, untied for llama)."),
     ("sliding_window", Optional[int], None, ("--sliding-window",), "Sliding-window attention over this many tokens (explicit shape; counted under --framework parplan and megatron, which train it)."),
-    ("full_attention_every", Optional[int], None, ("--full-attention-every",), "With --sliding-window: every k-th layer attends in full (Gemma 2: 2, Gemma 3: 6; default: none does)."),
+    ("full_attention_every", Optional[int], None, ("--full-attention-every",), "With --sliding-window (or --attention-chunk): every k-th layer attends in full (Gemma 2: 2, Gemma 3: 6, Llama 4: 4; default: none does)."),
+    ("attention_chunk", Optional[int], None, ("--attention-chunk",), "Chunked attention over this many tokens (explicit shape; Llama 4's 8192, its presets and configs set it): counted under --framework parplan, whose runtime trains it."),
     ("experts", Optional[int], None, ("--experts",), "A mixture of experts (explicit shape): every block's MLP is this many SwiGLU experts of --ffn-hidden (with --experts-per-token)."),
     ("experts_per_token", Optional[int], None, ("--experts-per-token",), "With --experts: the router's top-k."),
     ("shared_expert_ffn", Optional[int], None, ("--shared-expert-ffn",), "With --experts: a shared expert's width, a dense MLP every token runs (default: none)."),
@@ -439,7 +441,7 @@ def _prepare(opts, gpus: int | None = None):
         raise UserError(f"--inter-node-bandwidth is in GB/s per GPU (1 GbE is 0.125); {o.inter_node_bandwidth:g} is "
                         "below what the planner models (min 0.001)")
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim", "sliding_window",
-                 "full_attention_every", "experts", "experts_per_token", "shared_expert_ffn", "first_dense_layers",
+                 "attention_chunk", "full_attention_every", "experts", "experts_per_token", "shared_expert_ffn", "first_dense_layers",
                  "moe_layer_step", "dense_ffn", "kv_lora_rank", "q_lora_rank", "qk_rope_dim", "v_head_dim", "tp", "pp",
                  "dp", "cp", "mbs", "vpp", "recompute_layers", "dp_replicate", "ep"):
         _positive(name.replace("_", "-"), getattr(o, name), upper=SHAPE_MAX)
@@ -451,7 +453,7 @@ def _prepare(opts, gpus: int | None = None):
                                           first_dense_layers=o.first_dense_layers, moe_layer_step=o.moe_layer_step,
                                           dense_ffn=o.dense_ffn, kv_lora_rank=o.kv_lora_rank,
                                           q_lora_rank=o.q_lora_rank, qk_rope_dim=o.qk_rope_dim,
-                                          v_head_dim=o.v_head_dim)
+                                          v_head_dim=o.v_head_dim, attention_chunk=o.attention_chunk)
     _positive("mtp-layers", o.mtp_layers, upper=16)
     if o.mtp_layers:  # multi-token prediction beside any model (a preset's, a config's or the flags')
         spec = spec.model_copy(update={"mtp_layers": o.mtp_layers})

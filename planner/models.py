@@ -153,7 +153,7 @@ def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: 
                      first_dense_layers: int | None = None, moe_layer_step: int | None = None,
                      dense_ffn_hidden: int | None = None, kv_lora_rank: int | None = None,
                      q_lora_rank: int | None = None, qk_rope_head_dim: int | None = None,
-                     v_head_dim: int | None = None) -> ModelSpec:
+                     v_head_dim: int | None = None, attention_chunk: int | None = None) -> ModelSpec:
     """An explicit shape. Defaults: kv_heads = heads; ffn_hidden = SwiGLU 8/3 h (llama) or 4 h (gpt);
     tied embeddings for gpt (GPT-2/3 style), untied for llama; vocab None -> 32000 (Llama 2 tokenizer).  experts /
     experts_per_token / shared_expert_ffn / first_dense_layers / moe_layer_step / dense_ffn_hidden: a mixture of experts
@@ -176,6 +176,9 @@ def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: 
     if sliding_window:
         desc += f", sliding window {sliding_window}" + (f" (full every {full_attention_every})"
                                                          if full_attention_every else "")
+    if attention_chunk:
+        desc += f", chunked attention {attention_chunk}" + (f" (full every {full_attention_every})"
+                                                            if full_attention_every else "")
     if experts:
         desc += f", {experts} experts top {experts_per_token}" + (f", shared ffn {shared_expert_ffn}"
                                                                    if shared_expert_ffn else "")
@@ -191,7 +194,7 @@ def model_from_flags(arch: str, layers: int, hidden: int, heads: int, kv_heads: 
                  experts=experts, experts_per_token=experts_per_token, shared_expert_ffn=shared_expert_ffn,
                  first_dense_layers=first_dense_layers, moe_layer_step=moe_layer_step, dense_ffn_hidden=dense_ffn_hidden,
                  kv_lora_rank=kv_lora_rank, q_lora_rank=q_lora_rank, qk_rope_head_dim=qk_rope_head_dim,
-                 v_head_dim=v_head_dim, source=f"explicit flags ({desc})")
+                 v_head_dim=v_head_dim, attention_chunk=attention_chunk, source=f"explicit flags ({desc})")
 
 
 def _interp_loglog(x: float, xs: list[float], ys: list[float]) -> float:

@@ -247,3 +247,17 @@ def test_llama4_chunks_are_counted_where_parplan_trains_them():
     assert model_from_hf_config(llama4(no_rope_layers=rope)).full_attention_every == 3
     odd = model_from_hf_config(llama4(no_rope_layers=[0] + [1] * 47), seq_len=16384)
     assert odd.attention_chunk is None and "a pattern ModelSpec cannot say" in odd.source
+
+
+def test_cli_explicit_chunks_reach_the_plan():
+    """--attention-chunk with an explicit shape (and --full-attention-every) reaches the plan; beside a window or a
+    preset, one line."""
+    base = [sys.executable, "-m", "planner.cli", "recommend", "--gpus", "8", "--json", "--layers", "8", "--hidden",
+            "512", "--heads", "8", "--seq-len", "4096"]
+    r = subprocess.run(base + ["--attention-chunk", "1024", "--full-attention-every", "4"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    model = json.loads(r.stdout)["model"]
+    assert (model["attention_chunk"], model["full_attention_every"]) == (1024, 4)
+    r = subprocess.run(base + ["--attention-chunk", "1024", "--sliding-window", "256"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "" and "attention_chunk with sliding_window" in r.stderr

@@ -849,9 +849,9 @@ class Block(nn.Module):
         return self._forward(x, key)
 
     def _forward(self, x, key=None):
-        drop, layer, rows = self.attn.dropout, self.attn.dropout_layer, self.attn.dropout_layer_rows
         if self.parallel:
             return self._parallel_forward(x, key)
+        drop, layer, rows = self.attn.dropout, self.attn.dropout_layer, self.attn.dropout_layer_rows
         a = self.attn(x if self.norm1 is None else self.norm1(x), key)
         if self.post_norm1 is not None:
             a = self.post_norm1(a)

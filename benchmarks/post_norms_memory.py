@@ -1,6 +1,7 @@
 """Post-norms (ModelSpec.post_norms), or with --qk-norm q/k norms (ModelSpec.qk_norm; with --qk-norm-whole each over
 the whole q or k width, ModelSpec.qk_norm_whole), or with --sliding-window a 64-token window in every other layer
-(ModelSpec.sliding_window, full_attention_every 2: Gemma 2's pattern), on parplan's runtime: the CPU allocator's peak
+(ModelSpec.sliding_window, full_attention_every 2: Gemma 2's pattern), or with --parallel-block attention and MLP
+side by side on one norm (ModelSpec.parallel_block: GPT-J's, Command R's), on parplan's runtime: the CPU allocator's peak
 against the memory model, with and without them, on 2 and 1 gloo ranks (uncompiled, as `parplan launch --device cpu` runs; compiled CPU
 launches' peaks moved by up to 8 MiB between sittings here, so they are left out).
 
@@ -10,6 +11,8 @@ launches' peaks moved by up to 8 MiB between sittings here, so they are left out
         benchmarks/results/DATE-cpu-memory-qk-norms-whole
     OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --sliding-window --out \
         benchmarks/results/DATE-cpu-memory-sliding-window
+    OMP_NUM_THREADS=1 python benchmarks/post_norms_memory.py --parallel-block --out \
+        benchmarks/results/DATE-cpu-memory-parallel-block
 
 Each case: `parplan recommend ... --json | parplan launch - --device cpu --steps 3 --memory-snapshot DIR`; the
 table is the report's cpu_memory (the largest rank's peak without gloo's collective buffers) against its prediction."""
@@ -40,7 +43,8 @@ WINDOW = ["--sliding-window", "64", "--full-attention-every", "2"]
 
 def run(name: str, layout: list[str], post: bool, work: Path, option: str = "post-norms") -> dict:
     cli = [sys.executable, "-m", "planner.cli"]
-    off = ["--no-qk-norm"] if option == "qk-norm-whole" else [] if option == "sliding-window" else [f"--no-{option}"]
+    off = (["--no-qk-norm"] if option == "qk-norm-whole" else [] if option == "sliding-window"
+           else ["--sequential-block"] if option == "parallel-block" else [f"--no-{option}"])
     on = WINDOW if option == "sliding-window" else [f"--{option}"]
     plan = subprocess.run(cli + ["recommend", *SHAPE, *layout, *(on if post else off), "--json"],
                           capture_output=True, text=True, check=True).stdout
@@ -65,12 +69,16 @@ def main() -> None:
                     "(ModelSpec.qk_norm_whole: OLMo 2's) in place of post-norms")
     ap.add_argument("--sliding-window", action="store_true", help="a 64-token window in every other layer "
                     "(ModelSpec.sliding_window) in place of post-norms")
+    ap.add_argument("--parallel-block", action="store_true", help="attention and MLP side by side on one norm "
+                    "(ModelSpec.parallel_block) in place of post-norms")
     a = ap.parse_args()
-    option, cases = (("sliding-window", WINDOW_CASES) if a.sliding_window else ("qk-norm-whole", QK_CASES)
-                     if a.qk_norm_whole else ("qk-norm", QK_CASES) if a.qk_norm else ("post-norms", CASES))
+    option, cases = (("sliding-window", WINDOW_CASES) if a.sliding_window else ("parallel-block", QK_CASES)
+                     if a.parallel_block else ("qk-norm-whole", QK_CASES) if a.qk_norm_whole
+                     else ("qk-norm", QK_CASES) if a.qk_norm else ("post-norms", CASES))
     key = option.replace("-", "_")
     title = {"qk-norm-whole": "Whole-width q/k norms", "qk-norm": "Q/k norms", "post-norms": "Post-norms",
-             "sliding-window": "A sliding window (64 tokens, every other layer)"}[option]
+             "sliding-window": "A sliding window (64 tokens, every other layer)",
+             "parallel-block": "Attention and MLP side by side"}[option]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -98,8 +98,7 @@ def cp_attention(q: torch.Tensor, k_full: torch.Tensor, v_full: torch.Tensor, q_
     cp_key names them for its masks' caches; document: packed documents of that many tokens, each attending only
     within itself, the same way)."""
     seq = k_full.shape[2]
-    window = window if window is not None and window < seq else None
-    document = binding(document, seq)
+    window, document = binding(window, seq), binding(document, seq)
     if window is not None or document is not None:
         return window_attention(q, k_full, v_full, window, q_positions, cp_key, dropout_p, scale, document)
     if chunk_starts is None:
